@@ -1,0 +1,25 @@
+// The local executor: builds an Iterator over a Dataset graph, one iterator per op in the
+// chain. prefetch(n) runs its input on a background thread with a queue of at most n elements.
+#ifndef SLUICE_CORE_EXECUTOR_H_
+#define SLUICE_CORE_EXECUTOR_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/dataset.h"
+#include "core/iterator.h"
+
+namespace sluice {
+
+struct ExecutorOptions {
+  // Elements buffered by prefetch(AUTOTUNE).
+  int autotune_prefetch_elements = 8;
+};
+
+// INVALID_ARGUMENT if the graph does not Validate().
+absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
+                                                       const ExecutorOptions& options = {});
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_EXECUTOR_H_

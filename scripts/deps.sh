@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Sluice builds with, when any is missing. Sourced by the other
+# scripts; safe to run again (it installs nothing when all are present).
+SLUICE_DEBIAN_PACKAGES=(
+  g++ cmake make pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+sluice_install_deps() {
+  local missing=()
+  local p
+  for p in "${SLUICE_DEBIAN_PACKAGES[@]}" "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+      missing+=("$p")
+    fi
+  done
+  if ((${#missing[@]} == 0)); then
+    return 0
+  fi
+  echo "sluice: installing missing Debian packages: ${missing[*]}"
+  local sudo=()
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "sluice: need root or sudo to install ${missing[*]}" >&2; return 1; }
+    sudo=(sudo)
+  fi
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# Configures and builds into build/ with every core.
+sluice_build() {
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+  cmake --build build -j"$(nproc)"
+}

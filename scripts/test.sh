@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds Sluice and runs the whole test suite through CTest. Works on a fresh Debian 12 machine:
+# installs what is missing first. Extra arguments go to ctest (e.g. -L core, -R Seed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+sluice_install_deps
+sluice_build
+ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600 "$@"
