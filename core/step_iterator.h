@@ -1,0 +1,43 @@
+// StepIterator: groups a stream of per-replica pieces into steps, as TF's distributed iterator
+// does: consecutive pieces go to replicas 0, 1, ..., n-1 of a step.
+//
+// At the end of data, a step that has at least one piece is completed with dummy pieces of
+// batch size 0 (every unknown dimension of `piece_spec` becomes 0), TF's partial-batch
+// handling; the sequence ends at the first step that would have no piece at all.
+#ifndef SLUICE_CORE_STEP_ITERATOR_H_
+#define SLUICE_CORE_STEP_ITERATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/element.h"
+#include "core/iterator.h"
+
+namespace sluice {
+
+// A zero-sized element of `spec`: unknown dimensions become 0 (known ones are kept).
+Element DummyElement(const ElementSpec& spec);
+
+// Not thread-safe.
+class StepIterator {
+ public:
+  // `pieces` yields per-replica pieces; `pieces_per_step` > 0.
+  StepIterator(std::unique_ptr<Iterator> pieces, int64_t pieces_per_step, ElementSpec piece_spec);
+
+  // Sets *end_of_sequence, or fills *step with pieces_per_step pieces and *num_real with how
+  // many of them came from the data (the rest are dummies). Errors come from `pieces`.
+  absl::Status GetNextStep(std::vector<Element>* step, int64_t* num_real, bool* end_of_sequence);
+
+ private:
+  std::unique_ptr<Iterator> pieces_;
+  int64_t pieces_per_step_;
+  ElementSpec piece_spec_;
+  bool done_ = false;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_STEP_ITERATOR_H_
