@@ -5,16 +5,9 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
+#include "core/auto_shard.h"  // AutoShardPolicy
 
 namespace sluice {
-
-// tf.data.experimental.AutoShardPolicy, same values.
-enum class AutoShardPolicy : int { kOff = -1, kAuto = 0, kFile = 1, kData = 2, kHint = 3 };
-
-// "OFF", "AUTO", "FILE", "DATA", "HINT" (any case); INVALID_ARGUMENT naming the text otherwise.
-absl::StatusOr<AutoShardPolicy> ParseAutoShardPolicy(absl::string_view name);
-absl::string_view AutoShardPolicyName(AutoShardPolicy policy);
 
 // tf.distribute.InputReplicationMode.
 enum class InputReplicationMode { kPerWorker, kPerReplica };

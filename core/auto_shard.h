@@ -1,0 +1,45 @@
+// Auto-sharding: rewriting a dataset so that input worker `index` of `num_shards` reads its
+// share (tf.data's AutoShardPolicy; see TF_SEMANTICS.md). Pure functions; thread-safe.
+#ifndef SLUICE_CORE_AUTO_SHARD_H_
+#define SLUICE_CORE_AUTO_SHARD_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/dataset.h"
+
+namespace sluice {
+
+// tf.data.experimental.AutoShardPolicy, same values.
+enum class AutoShardPolicy : int { kOff = -1, kAuto = 0, kFile = 1, kData = 2, kHint = 3 };
+
+// "OFF", "AUTO", "FILE", "DATA", "HINT" (any case); INVALID_ARGUMENT naming the text otherwise.
+absl::StatusOr<AutoShardPolicy> ParseAutoShardPolicy(absl::string_view name);
+absl::string_view AutoShardPolicyName(AutoShardPolicy policy);
+
+// True if the dataset's source reads files (text_line_dataset, and later file readers).
+bool ReadsFiles(const Dataset& dataset);
+
+// FILE sharding: keeps files index, index + num_shards, ... of the source. INVALID_ARGUMENT
+// when the source is not file based, or with TF's message when there are fewer files than
+// shards: "Could not apply FILE based sharding: the dataset only has N file(s), which is not
+// enough for the required M shards/workers. ...".
+absl::StatusOr<Dataset> ShardByFile(const Dataset& dataset, int64_t num_shards, int64_t index);
+
+// HINT sharding: every shard(SHARD_HINT, SHARD_HINT) becomes shard(num_shards, index).
+Dataset ReplaceShardHints(const Dataset& dataset, int64_t num_shards, int64_t index);
+
+// The whole per-worker rewrite that experimental_distribute_dataset applies for input worker
+// `worker_index` of `num_workers` with `num_replicas_in_sync` replicas in all: auto-sharding by
+// `policy` and rebatching to per-replica batches (new-style rebatch with
+// BatchSizesForWorker, or the legacy rebatch followed by shard() for DATA, as TF does).
+// The result yields per-replica pieces; consecutive pieces go to the worker's local replicas
+// in turn. INVALID_ARGUMENT for an unbatched dataset and the FILE error above.
+absl::StatusOr<Dataset> DistributeForWorker(const Dataset& dataset, AutoShardPolicy policy,
+                                            int64_t num_workers, int64_t worker_index,
+                                            int64_t num_replicas_in_sync);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_AUTO_SHARD_H_

@@ -1,0 +1,24 @@
+// The one place where absl::Status and grpc::Status convert into each other.
+#ifndef SLUICE_CORE_GRPC_STATUS_H_
+#define SLUICE_CORE_GRPC_STATUS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "grpcpp/support/status.h"
+
+namespace sluice {
+
+inline grpc::Status ToGrpcStatus(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+inline absl::Status FromGrpcStatus(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_GRPC_STATUS_H_
