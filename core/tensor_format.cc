@@ -80,8 +80,9 @@ Decimal RoundedScientific(double v, int precision) {
 }
 
 // Shortest digits of a finite binary16 value, as numpy's Dragon4 produces them: digits are
-// generated until the value is uniquely identified within the open rounding interval, and the
-// last digit is rounded to the nearest (ties to even). Exact: every half is k * 2^-24 with k
+// generated until the value is uniquely identified within its rounding interval (closed for an
+// even mantissa, open for an odd one), and the last digit is rounded to the nearest (ties to
+// even). Exact: every half is k * 2^-24 with k
 // < 2^40, so the whole computation fits in 128-bit integers.
 Decimal ShortestOfHalf(uint16_t bits) {
   Decimal d;
@@ -112,12 +113,14 @@ Decimal ShortestOfHalf(uint16_t bits) {
     margin_high *= 10;
     --exp10;
   }
+  const bool even = (bits & 1) == 0;
   std::string digits;
   for (int i = 0; i < 40; ++i) {
     int digit = static_cast<int>(value / scale);
     value %= scale;
-    const bool low = value < margin_low;
-    const bool high = value + margin_high > scale;
+    // Like IEEE round-half-even parsing, an even mantissa owns its interval's boundaries.
+    const bool low = even ? value <= margin_low : value < margin_low;
+    const bool high = even ? value + margin_high >= scale : value + margin_high > scale;
     if (low || high) {
       bool round_up = high;
       if (low && high) {

@@ -275,7 +275,39 @@ def per_replica_cases(strategy):
   return out
 
 
+def stress_cases(n, seed):
+  """Many random float/int tensors; for a developer's local run, not committed."""
+  rng = np.random.default_rng(seed)
+  cases = []
+  for i in range(n):
+    dtype = [tf.float32, tf.float64, tf.float16, tf.bfloat16, tf.int64][i % 5]
+    shape = [int(d) for d in rng.integers(1, 9, int(rng.integers(1, 4)))]
+    size = int(np.prod(shape))
+    scale = 10.0 ** rng.integers(-12, 14)
+    vals = rng.standard_normal(size) * scale
+    mode = i % 6
+    if mode == 1:
+      vals = np.round(vals, int(rng.integers(0, 6)))
+    elif mode == 2:
+      vals = vals * 10.0 ** rng.integers(-3, 4, size)
+    elif mode == 3:
+      vals[rng.integers(0, size)] = [np.nan, np.inf, -np.inf, 0.0][i % 4]
+    if dtype == tf.int64:
+      vals = np.clip(vals, -9e18, 9e18).astype(np.int64)
+    cases.append(("stress_%d" % i, tf.reshape(c(vals, dtype), shape)))
+  return cases
+
+
 def main():
+  if len(sys.argv) > 1 and sys.argv[1] == "--stress":
+    # --stress N FILE: N random cases in tensors.txt format, to check locally with
+    # SLUICE_FORMAT_GOLDEN_FILE=FILE build/.../core_tests --gtest_filter=TensorFormat*.
+    lines = []
+    for name, t in stress_cases(int(sys.argv[2]), 99):
+      tensor_case(lines, name, t)
+    with open(sys.argv[3], "w") as f:
+      f.write("\n".join(lines) + "\n")
+    return
   outdir = sys.argv[1] if len(sys.argv) > 1 else "tests/testdata/format"
   os.makedirs(outdir, exist_ok=True)
   strategy = make_strategy()  # before any op runs: logical devices are set once
