@@ -1,0 +1,130 @@
+// Coordinator: the coordinator's logic, one method per RPC of proto::CoordinatorService
+// (docs/SERVICE.md). Each method validates its request, decides the state updates it implies
+// (proto/journal.proto, every id and choice made), applies them to the CoordinatorState under
+// one mutex and answers from the state. No network: grpc_coordinator_service.h adapts it.
+//
+// Errors, by code: INVALID_ARGUMENT a malformed request (the message names the field, or
+// carries the pipeline parser's message); NOT_FOUND an unknown dataset, job or task id;
+// FAILED_PRECONDITION a wire version mismatch or a request that does not fit the state
+// (GetSplit on a non-DYNAMIC job); UNAVAILABLE no live input worker yet (retry). A failed
+// request changes nothing.
+//
+// Liveness: a worker silent for `worker_timeout` (by the injected clock) is declared dead and
+// its unfinished tasks go to the live worker with the fewest unfinished tasks (or wait,
+// unassigned, for the next worker to heartbeat). Checked at the start of every RPC and by
+// CheckWorkerLiveness(), which the server calls from a ticker.
+//
+// Thread safety: every method may be called from any thread.
+#ifndef SLUICE_SERVER_COORDINATOR_H_
+#define SLUICE_SERVER_COORDINATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/clock.h"
+#include "core/dataset.h"
+#include "proto/coordinator.pb.h"
+#include "proto/journal.pb.h"
+#include "server/coordinator_state.h"
+
+namespace sluice {
+
+struct CoordinatorOptions {
+  // A worker that has not heartbeated for this long is declared dead.
+  absl::Duration worker_timeout = absl::Seconds(10);
+  // DYNAMIC jobs with split_size 0 on a batched dataset: source elements per split, in global
+  // batches (whole batches, so that splits do not cut batches short).
+  int64_t split_batches = 8;
+  // DYNAMIC jobs with split_size 0 on an unbatched dataset: source elements per split.
+  int64_t split_elements = 1024;
+  // Time source for heartbeat ages. Borrowed: must outlive the Coordinator. nullptr: the
+  // real clock.
+  Clock* clock = nullptr;
+  // Receives one line per significant event (worker registered or dead, job created, task
+  // assigned, job finished). Unset: the line goes to stderr.
+  std::function<void(absl::string_view)> log;
+};
+
+class Coordinator {
+ public:
+  explicit Coordinator(CoordinatorOptions options = {});
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Registers a DatasetDef or a pipeline expression; same graph, same id ("ds-" + a prefix of
+  // its fingerprint). INVALID_ARGUMENT with the parser's or validator's message for a bad
+  // graph, or when neither is set.
+  absl::Status RegisterDataset(const proto::RegisterDatasetRequest& request,
+                               proto::RegisterDatasetResponse* response);
+  // Returns the job named job_name, or creates it (an empty name always creates an anonymous
+  // job) with its tasks: K static tasks (num_tasks, or one per live worker), or one DYNAMIC
+  // task per live worker. INVALID_ARGUMENT for bad options, for a named job that exists with
+  // other options (listing the fields), for an unbatched dataset, for FILE sharding with too
+  // few files; NOT_FOUND for an unknown dataset; UNAVAILABLE with no live worker.
+  absl::Status GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
+                              proto::GetOrCreateJobResponse* response);
+  // Per-replica spec: DistributedPerReplicaSpec(dataset, num_consumers, R) in coordinated mode,
+  // (dataset, 1, R) in independent mode.
+  absl::Status GetElementSpec(const proto::GetElementSpecRequest& request,
+                              proto::GetElementSpecResponse* response);
+  // Registers the worker on its first heartbeat (or revives a dead one), records finished
+  // tasks, and answers with the tasks it should start and those it should stop.
+  absl::Status WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
+                               proto::WorkerHeartbeatResponse* response);
+  absl::Status ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
+                               proto::ClientHeartbeatResponse* response);
+  // DYNAMIC jobs: the task's next split, or end_of_splits. FAILED_PRECONDITION for another
+  // policy or a finished task.
+  absl::Status GetSplit(const proto::GetSplitRequest& request, proto::GetSplitResponse* response);
+  absl::Status GetStatus(const proto::GetStatusRequest& request,
+                         proto::GetStatusResponse* response);
+
+  // Declares dead the workers silent for worker_timeout and reassigns their tasks.
+  void CheckWorkerLiveness();
+
+  const CoordinatorOptions& options() const { return options_; }
+
+ private:
+  absl::Status ApplyLocked(const proto::Update& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckLivenessLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives every unassigned unfinished task to the least loaded live worker, if any.
+  absl::Status AssignWaitingTasksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a worker (re)registers: waiting tasks, and a new task of each running DYNAMIC job.
+  absl::Status OnWorkerAvailableLocked(int64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live worker with the fewest unfinished tasks (lowest id on ties); 0 if none.
+  int64_t LeastLoadedWorkerLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t NumLiveWorkersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CreateTaskLocked(int64_t job_id, const proto::DatasetDef& dataset,
+                                bool step_sharded, int64_t worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FinishTaskLocked(int64_t task_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Dataset> JobDatasetLocked(const CoordinatorState::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  proto::TaskDef TaskDefLocked(const CoordinatorState::Task& task) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillTaskInfosLocked(const CoordinatorState::Job& job,
+                           google::protobuf::RepeatedPtrField<proto::TaskInfo>* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string WorkerNameLocked(int64_t worker_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Log(absl::string_view line) const;
+
+  const CoordinatorOptions options_;
+  Clock* const clock_;
+
+  absl::Mutex mu_;
+  CoordinatorState state_ ABSL_GUARDED_BY(mu_);
+  // Not state: when each worker last heartbeated (by clock_). A worker the state knows but
+  // this map does not (after a restart) counts from the moment it is first noticed.
+  absl::flat_hash_map<int64_t, absl::Time> last_heartbeat_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_COORDINATOR_H_

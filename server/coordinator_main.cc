@@ -1,0 +1,88 @@
+// sluice-coordinator: runs the coordinator service until SIGTERM or SIGINT.
+//
+//   sluice-coordinator --port=0 --port_file=/tmp/coord.port [--worker_timeout=10s]
+//                      [--host=127.0.0.1] [--shutdown_deadline=5s]
+//
+// Once serving, writes the bound port (decimal, newline) to --port_file atomically (a temporary
+// file renamed into place), so a launcher polling the file never reads a partial port. Logs one
+// line per significant event to stderr. A signal shuts down gracefully and exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/grpc_coordinator_service.h"
+
+ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (see --port_file).");
+ABSL_FLAG(std::string, host, "127.0.0.1", "Interface to listen on; 0.0.0.0 for all.");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the bound port is written here (atomically) once the server is serving.");
+ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
+          "A worker silent this long is declared dead and its tasks reassigned.");
+ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(5),
+          "On SIGTERM/SIGINT, how long calls in flight get to finish.");
+
+namespace {
+
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    out.flush();
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+
+  // Block the signals in every thread (gRPC's included, which inherit this mask) and take them
+  // synchronously below.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  sluice::CoordinatorServerOptions options;
+  options.host = absl::GetFlag(FLAGS_host);
+  options.port = absl::GetFlag(FLAGS_port);
+  options.coordinator.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
+  if (options.coordinator.worker_timeout <= absl::ZeroDuration()) {
+    std::cerr << "sluice-coordinator: --worker_timeout must be positive" << std::endl;
+    return 2;
+  }
+  auto server = sluice::CoordinatorServer::Start(options);
+  if (!server.ok()) {
+    std::cerr << "sluice-coordinator: " << server.status() << std::endl;
+    return 1;
+  }
+  std::cerr << "sluice-coordinator: serving on " << (*server)->address() << " (worker_timeout "
+            << absl::FormatDuration(options.coordinator.worker_timeout) << ")" << std::endl;
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
+    std::cerr << "sluice-coordinator: cannot write --port_file " << port_file << std::endl;
+    (*server)->Shutdown(absl::ZeroDuration());
+    return 1;
+  }
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::cerr << "sluice-coordinator: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
+            << ", shutting down" << std::endl;
+  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));
+  std::cerr << "sluice-coordinator: stopped" << std::endl;
+  return 0;
+}

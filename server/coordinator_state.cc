@@ -1,0 +1,287 @@
+#include "server/coordinator_state.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace sluice {
+
+absl::Status CoordinatorState::Apply(const proto::Update& update) {
+  switch (update.kind_case()) {
+    case proto::Update::kRegisterDataset:
+      return ApplyRegisterDataset(update.register_dataset());
+    case proto::Update::kRegisterWorker:
+      return ApplyRegisterWorker(update.register_worker());
+    case proto::Update::kWorkerDied:
+      return ApplyWorkerDied(update.worker_died());
+    case proto::Update::kCreateJob:
+      return ApplyCreateJob(update.create_job());
+    case proto::Update::kCreateTask:
+      return ApplyCreateTask(update.create_task());
+    case proto::Update::kAssignTask:
+      return ApplyAssignTask(update.assign_task());
+    case proto::Update::kFinishTask:
+      return ApplyFinishTask(update.finish_task());
+    case proto::Update::kFinishJob:
+      return ApplyFinishJob(update.finish_job());
+    case proto::Update::kProduceSplit:
+      return ApplyProduceSplit(update.produce_split());
+    case proto::Update::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError("coordinator update: no kind set");
+}
+
+const CoordinatorState::Dataset* CoordinatorState::FindDataset(absl::string_view id) const {
+  auto it = datasets_.find(std::string(id));
+  return it == datasets_.end() ? nullptr : &it->second;
+}
+
+const CoordinatorState::Worker* CoordinatorState::FindWorker(int64_t id) const {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+const CoordinatorState::Worker* CoordinatorState::FindWorkerByAddress(
+    absl::string_view address) const {
+  auto it = worker_by_address_.find(address);
+  return it == worker_by_address_.end() ? nullptr : FindWorker(it->second);
+}
+
+const CoordinatorState::Job* CoordinatorState::FindJob(int64_t id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+const CoordinatorState::Job* CoordinatorState::FindJobByName(absl::string_view name) const {
+  if (name.empty()) return nullptr;
+  auto it = job_by_name_.find(name);
+  return it == job_by_name_.end() ? nullptr : FindJob(it->second);
+}
+
+const CoordinatorState::Task* CoordinatorState::FindTask(int64_t id) const {
+  auto it = tasks_.find(id);
+  return it == tasks_.end() ? nullptr : &it->second;
+}
+
+int64_t CoordinatorState::NumUnfinishedTasks(int64_t worker_id) const {
+  const Worker* w = FindWorker(worker_id);
+  if (w == nullptr) return 0;
+  int64_t n = 0;
+  for (int64_t t : w->task_ids) {
+    if (!tasks_.at(t).finished) ++n;
+  }
+  return n;
+}
+
+absl::Status CoordinatorState::ApplyRegisterDataset(const proto::RegisterDatasetUpdate& u) {
+  if (u.dataset_id().empty()) {
+    return absl::InvalidArgumentError("RegisterDataset update: empty dataset_id");
+  }
+  if (datasets_.count(u.dataset_id()) > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("RegisterDataset update: dataset ", u.dataset_id(), " already exists"));
+  }
+  datasets_[u.dataset_id()] = Dataset{u.dataset_id(), u.dataset()};
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorState::ApplyRegisterWorker(const proto::RegisterWorkerUpdate& u) {
+  if (u.address().empty()) {
+    return absl::InvalidArgumentError("RegisterWorker update: empty address");
+  }
+  auto it = workers_.find(u.worker_id());
+  if (it != workers_.end()) {
+    // A dead worker coming back keeps its id.
+    if (it->second.alive || it->second.address != u.address()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "RegisterWorker update: worker ", u.worker_id(), " at ", it->second.address,
+          " is alive or has another address than ", u.address()));
+    }
+    it->second.alive = true;
+    return absl::OkStatus();
+  }
+  if (u.worker_id() != NextWorkerId()) {
+    return absl::InvalidArgumentError(absl::StrCat("RegisterWorker update: worker id ",
+                                                   u.worker_id(), ", expected ",
+                                                   NextWorkerId()));
+  }
+  if (worker_by_address_.contains(u.address())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "RegisterWorker update: address ", u.address(), " already belongs to worker ",
+        worker_by_address_.at(u.address())));
+  }
+  Worker w;
+  w.id = u.worker_id();
+  w.address = u.address();
+  workers_[w.id] = std::move(w);
+  worker_by_address_[u.address()] = u.worker_id();
+  last_worker_id_ = u.worker_id();
+  return absl::OkStatus();
+}
+
+void CoordinatorState::Unassign(Task& task) {
+  if (task.worker_id == 0) return;
+  auto& ids = workers_.at(task.worker_id).task_ids;
+  ids.erase(std::remove(ids.begin(), ids.end(), task.id), ids.end());
+  task.worker_id = 0;
+}
+
+absl::Status CoordinatorState::ApplyWorkerDied(const proto::WorkerDiedUpdate& u) {
+  auto it = workers_.find(u.worker_id());
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("WorkerDied update: no worker ", u.worker_id()));
+  }
+  it->second.alive = false;
+  // Its unfinished tasks wait for another worker; finished ones stay where they ran.
+  std::vector<int64_t> ids = it->second.task_ids;
+  for (int64_t t : ids) {
+    Task& task = tasks_.at(t);
+    if (!task.finished) Unassign(task);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorState::ApplyCreateJob(const proto::CreateJobUpdate& u) {
+  if (u.job_id() != NextJobId()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CreateJob update: job id ", u.job_id(), ", expected ", NextJobId()));
+  }
+  if (!datasets_.contains(u.options().dataset_id())) {
+    return absl::NotFoundError(absl::StrCat("CreateJob update: job ", u.job_id(),
+                                            " names unknown dataset ",
+                                            u.options().dataset_id()));
+  }
+  if (!u.job_name().empty() && job_by_name_.contains(u.job_name())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CreateJob update: job name ", u.job_name(), " already taken"));
+  }
+  Job job;
+  job.id = u.job_id();
+  job.name = u.job_name();
+  job.options = u.options();
+  job.split_source_size = u.split_source_size();
+  job.split_size = u.split_size();
+  if (!job.name.empty()) job_by_name_[job.name] = job.id;
+  jobs_[job.id] = std::move(job);
+  last_job_id_ = u.job_id();
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorState::ApplyCreateTask(const proto::CreateTaskUpdate& u) {
+  if (u.task_id() != NextTaskId()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CreateTask update: task id ", u.task_id(), ", expected ", NextTaskId()));
+  }
+  auto job = jobs_.find(u.job_id());
+  if (job == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("CreateTask update: task ", u.task_id(), " of unknown job ", u.job_id()));
+  }
+  if (job->second.finished) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CreateTask update: job ", u.job_id(), " is finished"));
+  }
+  if (u.task_index() != static_cast<int64_t>(job->second.task_ids.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CreateTask update: task index ", u.task_index(), " of job ", u.job_id(),
+                     ", expected ", job->second.task_ids.size()));
+  }
+  if (u.worker_id() != 0) {
+    const Worker* w = FindWorker(u.worker_id());
+    if (w == nullptr || !w->alive) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "CreateTask update: task ", u.task_id(), " assigned to absent or dead worker ",
+          u.worker_id()));
+    }
+  }
+  Task task;
+  task.id = u.task_id();
+  task.job_id = u.job_id();
+  task.index = u.task_index();
+  task.dataset = u.dataset();
+  task.step_sharded = u.step_sharded();
+  task.worker_id = u.worker_id();
+  if (task.worker_id != 0) workers_.at(task.worker_id).task_ids.push_back(task.id);
+  job->second.task_ids.push_back(task.id);
+  tasks_[task.id] = std::move(task);
+  last_task_id_ = u.task_id();
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorState::ApplyAssignTask(const proto::AssignTaskUpdate& u) {
+  auto it = tasks_.find(u.task_id());
+  if (it == tasks_.end()) {
+    return absl::NotFoundError(absl::StrCat("AssignTask update: no task ", u.task_id()));
+  }
+  if (it->second.finished) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("AssignTask update: task ", u.task_id(), " is finished"));
+  }
+  if (u.worker_id() != 0) {
+    const Worker* w = FindWorker(u.worker_id());
+    if (w == nullptr || !w->alive) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "AssignTask update: task ", u.task_id(), " to absent or dead worker ", u.worker_id()));
+    }
+  }
+  Unassign(it->second);
+  it->second.worker_id = u.worker_id();
+  if (u.worker_id() != 0) workers_.at(u.worker_id()).task_ids.push_back(u.task_id());
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorState::ApplyFinishTask(const proto::FinishTaskUpdate& u) {
+  auto it = tasks_.find(u.task_id());
+  if (it == tasks_.end()) {
+    return absl::NotFoundError(absl::StrCat("FinishTask update: no task ", u.task_id()));
+  }
+  it->second.finished = true;
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorState::ApplyFinishJob(const proto::FinishJobUpdate& u) {
+  auto it = jobs_.find(u.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("FinishJob update: no job ", u.job_id()));
+  }
+  for (int64_t t : it->second.task_ids) {
+    if (!tasks_.at(t).finished) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "FinishJob update: job ", u.job_id(), " still has unfinished task ", t));
+    }
+  }
+  it->second.finished = true;
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorState::ApplyProduceSplit(const proto::ProduceSplitUpdate& u) {
+  auto job = jobs_.find(u.job_id());
+  if (job == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("ProduceSplit update: no job ", u.job_id()));
+  }
+  Job& j = job->second;
+  auto task = tasks_.find(u.task_id());
+  if (task == tasks_.end() || task->second.job_id != j.id) {
+    return absl::NotFoundError(absl::StrCat("ProduceSplit update: job ", u.job_id(),
+                                            " has no task ", u.task_id()));
+  }
+  if (!j.dynamic()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ProduceSplit update: job ", u.job_id(), " is not DYNAMIC"));
+  }
+  if (u.split_index() != static_cast<int64_t>(j.splits.size()) || u.begin() != j.split_cursor ||
+      u.end() <= u.begin() || u.end() > j.split_source_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ProduceSplit update: split ", u.split_index(), " [", u.begin(), ", ", u.end(),
+        ") of job ", u.job_id(), " does not follow split ", j.splits.size(), " at cursor ",
+        j.split_cursor, " of ", j.split_source_size));
+  }
+  j.splits.push_back(Split{u.split_index(), u.task_id(), u.begin(), u.end()});
+  j.split_cursor = u.end();
+  task->second.split_indices.push_back(u.split_index());
+  return absl::OkStatus();
+}
+
+}  // namespace sluice

@@ -1,0 +1,131 @@
+// CoordinatorState: everything the coordinator knows that must survive a restart (datasets,
+// jobs, tasks, workers, DYNAMIC split cursors), changed only by Apply(update). No locks, no
+// I/O, no clock: the Coordinator (coordinator.h) decides every update, with every id and
+// choice made, and a journal replaying the same updates rebuilds the same state.
+//
+// Ids start at 1 and are never reused; worker id 0 means "unassigned".
+//
+// Thread safety: none; the Coordinator guards its state with its mutex.
+#ifndef SLUICE_SERVER_COORDINATOR_STATE_H_
+#define SLUICE_SERVER_COORDINATOR_STATE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/coordinator.pb.h"
+#include "proto/dataset.pb.h"
+#include "proto/journal.pb.h"
+
+namespace sluice {
+
+class CoordinatorState {
+ public:
+  struct Dataset {
+    std::string id;
+    proto::DatasetDef def;
+  };
+  struct Worker {
+    int64_t id = 0;
+    std::string address;
+    bool alive = true;
+    std::vector<int64_t> task_ids;  // every task ever assigned to it and still assigned
+  };
+  // DYNAMIC: one split handed to a task.
+  struct Split {
+    int64_t index = 0;  // in the job's split sequence
+    int64_t task_id = 0;
+    int64_t begin = 0;  // [begin, end) of the source's units (files or elements)
+    int64_t end = 0;
+  };
+  struct Task {
+    int64_t id = 0;
+    int64_t job_id = 0;
+    int64_t index = 0;
+    proto::DatasetDef dataset;
+    bool step_sharded = false;
+    int64_t worker_id = 0;  // 0: unassigned
+    bool finished = false;
+    std::vector<int64_t> split_indices;  // DYNAMIC: the job's splits this task got, in order
+  };
+  struct Job {
+    int64_t id = 0;
+    std::string name;
+    proto::JobOptions options;
+    std::vector<int64_t> task_ids;  // in task_index order
+    bool finished = false;
+    // DYNAMIC only.
+    int64_t split_source_size = 0;
+    int64_t split_size = 0;
+    int64_t split_cursor = 0;  // next unit to hand out
+    std::vector<Split> splits;  // by split index
+
+    bool dynamic() const { return options.sharding_policy() == proto::SHARDING_DYNAMIC; }
+    bool splits_exhausted() const { return split_cursor >= split_source_size; }
+  };
+
+  CoordinatorState() = default;
+  CoordinatorState(const CoordinatorState&) = delete;
+  CoordinatorState& operator=(const CoordinatorState&) = delete;
+
+  // Applies one update. FAILED_PRECONDITION / NOT_FOUND / INVALID_ARGUMENT naming the update
+  // and the id when it does not fit the state (a duplicate id, an unknown job, ...); the state
+  // is then unchanged. Updates decided by the Coordinator always apply.
+  absl::Status Apply(const proto::Update& update);
+
+  // Lookups: nullptr when absent. Entries are never removed and never move, so a pointer
+  // stays valid as long as the state.
+  const Dataset* FindDataset(absl::string_view id) const;
+  const Worker* FindWorker(int64_t id) const;
+  const Worker* FindWorkerByAddress(absl::string_view address) const;
+  const Job* FindJob(int64_t id) const;
+  const Job* FindJobByName(absl::string_view name) const;
+  const Task* FindTask(int64_t id) const;
+
+  // Ordered by id.
+  const std::map<int64_t, Worker>& workers() const { return workers_; }
+  const std::map<int64_t, Job>& jobs() const { return jobs_; }
+  const std::map<int64_t, Task>& tasks() const { return tasks_; }
+  size_t num_datasets() const { return datasets_.size(); }
+
+  // Unfinished tasks assigned to the worker.
+  int64_t NumUnfinishedTasks(int64_t worker_id) const;
+
+  // The ids the next update of each kind must use.
+  int64_t NextWorkerId() const { return last_worker_id_ + 1; }
+  int64_t NextJobId() const { return last_job_id_ + 1; }
+  int64_t NextTaskId() const { return last_task_id_ + 1; }
+
+ private:
+  absl::Status ApplyRegisterDataset(const proto::RegisterDatasetUpdate& u);
+  absl::Status ApplyRegisterWorker(const proto::RegisterWorkerUpdate& u);
+  absl::Status ApplyWorkerDied(const proto::WorkerDiedUpdate& u);
+  absl::Status ApplyCreateJob(const proto::CreateJobUpdate& u);
+  absl::Status ApplyCreateTask(const proto::CreateTaskUpdate& u);
+  absl::Status ApplyAssignTask(const proto::AssignTaskUpdate& u);
+  absl::Status ApplyFinishTask(const proto::FinishTaskUpdate& u);
+  absl::Status ApplyFinishJob(const proto::FinishJobUpdate& u);
+  absl::Status ApplyProduceSplit(const proto::ProduceSplitUpdate& u);
+
+  void Unassign(Task& task);
+
+  std::map<std::string, Dataset> datasets_;
+  std::map<int64_t, Worker> workers_;
+  absl::flat_hash_map<std::string, int64_t> worker_by_address_;
+  std::map<int64_t, Job> jobs_;
+  absl::flat_hash_map<std::string, int64_t> job_by_name_;
+  std::map<int64_t, Task> tasks_;
+  int64_t last_worker_id_ = 0;
+  int64_t last_job_id_ = 0;
+  int64_t last_task_id_ = 0;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_COORDINATOR_STATE_H_

@@ -1,0 +1,107 @@
+#include "server/grpc_coordinator_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/grpc_status.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+
+namespace sluice {
+
+grpc::Status GrpcCoordinatorService::RegisterDataset(grpc::ServerContext*,
+                                                     const proto::RegisterDatasetRequest* request,
+                                                     proto::RegisterDatasetResponse* response) {
+  return ToGrpcStatus(coordinator_->RegisterDataset(*request, response));
+}
+
+grpc::Status GrpcCoordinatorService::GetOrCreateJob(grpc::ServerContext*,
+                                                    const proto::GetOrCreateJobRequest* request,
+                                                    proto::GetOrCreateJobResponse* response) {
+  return ToGrpcStatus(coordinator_->GetOrCreateJob(*request, response));
+}
+
+grpc::Status GrpcCoordinatorService::GetElementSpec(grpc::ServerContext*,
+                                                    const proto::GetElementSpecRequest* request,
+                                                    proto::GetElementSpecResponse* response) {
+  return ToGrpcStatus(coordinator_->GetElementSpec(*request, response));
+}
+
+grpc::Status GrpcCoordinatorService::WorkerHeartbeat(grpc::ServerContext*,
+                                                     const proto::WorkerHeartbeatRequest* request,
+                                                     proto::WorkerHeartbeatResponse* response) {
+  return ToGrpcStatus(coordinator_->WorkerHeartbeat(*request, response));
+}
+
+grpc::Status GrpcCoordinatorService::ClientHeartbeat(grpc::ServerContext*,
+                                                     const proto::ClientHeartbeatRequest* request,
+                                                     proto::ClientHeartbeatResponse* response) {
+  return ToGrpcStatus(coordinator_->ClientHeartbeat(*request, response));
+}
+
+grpc::Status GrpcCoordinatorService::GetSplit(grpc::ServerContext*,
+                                              const proto::GetSplitRequest* request,
+                                              proto::GetSplitResponse* response) {
+  return ToGrpcStatus(coordinator_->GetSplit(*request, response));
+}
+
+grpc::Status GrpcCoordinatorService::GetStatus(grpc::ServerContext*,
+                                               const proto::GetStatusRequest* request,
+                                               proto::GetStatusResponse* response) {
+  return ToGrpcStatus(coordinator_->GetStatus(*request, response));
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    CoordinatorServerOptions options) {
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  s->host_ = options.host;
+  s->coordinator_ = std::make_unique<Coordinator>(options.coordinator);
+  s->service_ = std::make_unique<GrpcCoordinatorService>(s->coordinator_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string listen = absl::StrCat(options.host, ":", options.port);
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("coordinator: cannot listen on ", listen, " (address in use or invalid?)"));
+  }
+
+  absl::Duration interval = options.liveness_interval;
+  if (interval <= absl::ZeroDuration()) {
+    interval = std::min(options.coordinator.worker_timeout / 4, absl::Seconds(1));
+    interval = std::max(interval, absl::Milliseconds(10));
+  }
+  CoordinatorServer* raw = s.get();
+  s->ticker_ = std::thread([raw, interval] { raw->TickerLoop(interval); });
+  return s;
+}
+
+void CoordinatorServer::TickerLoop(absl::Duration interval) {
+  while (!stop_.WaitForNotificationWithTimeout(interval)) coordinator_->CheckWorkerLiveness();
+}
+
+std::string CoordinatorServer::address() const { return absl::StrCat(host_, ":", port_); }
+
+void CoordinatorServer::Shutdown(absl::Duration deadline) {
+  {
+    absl::MutexLock lock(&shutdown_mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline));
+  server_->Wait();
+  stop_.Notify();
+  if (ticker_.joinable()) ticker_.join();
+}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(absl::ZeroDuration()); }
+
+}  // namespace sluice

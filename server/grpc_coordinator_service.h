@@ -1,0 +1,97 @@
+// The coordinator over gRPC: GrpcCoordinatorService adapts a Coordinator to
+// proto::CoordinatorService (one line per handler), and CoordinatorServer runs it with the gRPC
+// health service and reflection on, plus the liveness ticker.
+//
+//   ASSIGN_OR_RETURN(auto server, CoordinatorServer::Start(options));
+//   ... dial absl::StrCat("127.0.0.1:", server->port()) ...
+//   server->Shutdown();
+//
+// Thread safety: both classes are thread-safe.
+#ifndef SLUICE_SERVER_GRPC_COORDINATOR_SERVICE_H_
+#define SLUICE_SERVER_GRPC_COORDINATOR_SERVICE_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "grpcpp/server.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "server/coordinator.h"
+
+namespace sluice {
+
+class GrpcCoordinatorService final : public proto::CoordinatorService::Service {
+ public:
+  // `coordinator` is borrowed and must outlive the service.
+  explicit GrpcCoordinatorService(Coordinator* coordinator) : coordinator_(coordinator) {}
+
+  grpc::Status RegisterDataset(grpc::ServerContext*, const proto::RegisterDatasetRequest* request,
+                               proto::RegisterDatasetResponse* response) override;
+  grpc::Status GetOrCreateJob(grpc::ServerContext*, const proto::GetOrCreateJobRequest* request,
+                              proto::GetOrCreateJobResponse* response) override;
+  grpc::Status GetElementSpec(grpc::ServerContext*, const proto::GetElementSpecRequest* request,
+                              proto::GetElementSpecResponse* response) override;
+  grpc::Status WorkerHeartbeat(grpc::ServerContext*, const proto::WorkerHeartbeatRequest* request,
+                               proto::WorkerHeartbeatResponse* response) override;
+  grpc::Status ClientHeartbeat(grpc::ServerContext*, const proto::ClientHeartbeatRequest* request,
+                               proto::ClientHeartbeatResponse* response) override;
+  grpc::Status GetSplit(grpc::ServerContext*, const proto::GetSplitRequest* request,
+                        proto::GetSplitResponse* response) override;
+  grpc::Status GetStatus(grpc::ServerContext*, const proto::GetStatusRequest* request,
+                         proto::GetStatusResponse* response) override;
+
+ private:
+  Coordinator* const coordinator_;
+};
+
+struct CoordinatorServerOptions {
+  // Interface to listen on; "0.0.0.0" for every interface.
+  std::string host = "127.0.0.1";
+  // 0: any free port; port() tells which.
+  int port = 0;
+  // How often the ticker checks worker liveness. Zero: worker_timeout / 4, at most 1 s.
+  absl::Duration liveness_interval = absl::ZeroDuration();
+  CoordinatorOptions coordinator;
+};
+
+class CoordinatorServer {
+ public:
+  // Builds and starts the server. UNAVAILABLE naming host:port when it cannot bind.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(CoordinatorServerOptions options);
+
+  ~CoordinatorServer();  // Shutdown() with a zero deadline if not done yet.
+  CoordinatorServer(const CoordinatorServer&) = delete;
+  CoordinatorServer& operator=(const CoordinatorServer&) = delete;
+
+  int port() const { return port_; }
+  // "host:port" as bound.
+  std::string address() const;
+  Coordinator& coordinator() { return *coordinator_; }
+
+  // Stops accepting calls, gives calls in flight until `deadline` to finish, then cancels
+  // them; stops the ticker. Idempotent.
+  void Shutdown(absl::Duration deadline = absl::Seconds(5));
+
+ private:
+  CoordinatorServer() = default;
+  void TickerLoop(absl::Duration interval);
+
+  std::string host_;
+  int port_ = 0;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<GrpcCoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Notification stop_;
+  std::thread ticker_;
+  absl::Mutex shutdown_mu_;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVER_GRPC_COORDINATOR_SERVICE_H_
