@@ -1,0 +1,220 @@
+#include "worker/step_buffer.h"
+
+#include <atomic>
+#include <memory>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace sluice {
+namespace {
+
+std::shared_ptr<const TaskStep> MakeStep(int64_t i, size_t bytes = 100) {
+  auto s = std::make_shared<TaskStep>();
+  s->task_step = i;
+  s->num_real_pieces = 1;
+  s->pieces = {{Tensor::Scalar<int64_t>(i)}};
+  s->bytes = bytes;
+  return s;
+}
+
+// Reads one step for `consumer`, waiting as long as it takes (bounded by the test's producer).
+int64_t NextStep(StepBuffer* b, int64_t consumer, int64_t gen, bool* end = nullptr) {
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  bool e = false;
+  for (int i = 0; i < 10000; ++i) {
+    absl::Status s = b->Next(consumer, gen, 1, 1 << 30, absl::Now() + absl::Seconds(1), &steps, &e);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return -2;
+    if (e) {
+      if (end) *end = true;
+      return -1;
+    }
+    if (!steps.empty()) return steps[0]->task_step;
+  }
+  ADD_FAILURE() << "no step";
+  return -3;
+}
+
+TEST(StepBufferTest, BoundedInBytesButAdmitsOneLargeStep) {
+  StepBuffer b({.max_bytes = 250, .num_consumers = 1});
+  ASSERT_TRUE(b.Push(MakeStep(0, 1000)).ok());  // larger than the budget, admitted when empty
+  EXPECT_EQ(b.buffered_steps(), 1u);
+  std::atomic<bool> pushed{false};
+  std::thread producer([&] {
+    EXPECT_TRUE(b.Push(MakeStep(1, 100)).ok());
+    pushed = true;
+  });
+  auto gen = b.Attach(0, 0);
+  ASSERT_TRUE(gen.ok());
+  EXPECT_EQ(NextStep(&b, 0, *gen), 0);
+  producer.join();
+  EXPECT_TRUE(pushed);
+  EXPECT_LE(b.buffered_bytes(), 250u);
+}
+
+TEST(StepBufferTest, ProducerBlocksUntilEveryConsumerAdvances) {
+  StepBuffer b({.max_bytes = 300, .num_consumers = 2});
+  auto g0 = b.Attach(0, 0);
+  auto g1 = b.Attach(1, 0);
+  ASSERT_TRUE(g0.ok() && g1.ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(b.Push(MakeStep(i)).ok());
+  absl::Notification pushed;
+  std::thread producer([&] {
+    EXPECT_TRUE(b.Push(MakeStep(3)).ok());
+    pushed.Notify();
+  });
+  // Consumer 0 reads everything buffered; the producer stays blocked: consumer 1 still holds
+  // step 0.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(NextStep(&b, 0, *g0), i);
+  EXPECT_FALSE(pushed.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
+  EXPECT_EQ(b.buffered_steps(), 3u);
+  EXPECT_EQ(NextStep(&b, 1, *g1), 0);  // releases step 0
+  pushed.WaitForNotification();
+  producer.join();
+  EXPECT_EQ(NextStep(&b, 0, *g0), 3);
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(NextStep(&b, 1, *g1), i);
+  EXPECT_EQ(b.buffered_steps(), 0u);
+  b.Finish(absl::OkStatus());
+  bool end = false;
+  EXPECT_EQ(NextStep(&b, 0, *g0, &end), -1);
+  EXPECT_TRUE(end);
+  EXPECT_FALSE(b.drained());  // consumer 1 has not seen the end yet
+  EXPECT_EQ(NextStep(&b, 1, *g1, &end), -1);
+  EXPECT_TRUE(b.drained());
+}
+
+TEST(StepBufferTest, ReattachRereadsRetainedStepsAndSupersedesOldStream) {
+  StepBuffer b({.max_bytes = 1 << 20, .num_consumers = 2});
+  auto g0 = b.Attach(0, 0);
+  auto g1 = b.Attach(1, 0);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(b.Push(MakeStep(i)).ok());
+  EXPECT_EQ(NextStep(&b, 0, *g0), 0);
+  EXPECT_EQ(NextStep(&b, 0, *g0), 1);
+  // Consumer 0's stream broke after step 0 arrived: it comes back asking for step 1.
+  auto g0b = b.Attach(0, 1);
+  ASSERT_TRUE(g0b.ok());
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  bool end = false;
+  EXPECT_EQ(b.Next(0, *g0, 1, 1 << 20, absl::Now(), &steps, &end).code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ(NextStep(&b, 0, *g0b), 1);
+  // Consumer 1 moves to step 3: steps 0..2 are released once consumer 0 passes them too.
+  auto g1b = b.Attach(1, 3);
+  EXPECT_EQ(NextStep(&b, 0, *g0b), 2);
+  EXPECT_EQ(b.Attach(1, 0).status().code(), absl::StatusCode::kOutOfRange);
+  (void)g1;
+  (void)g1b;
+}
+
+TEST(StepBufferTest, ProducerSkipsStepsEveryConsumerIsPast) {
+  StepBuffer b({.max_bytes = 150, .num_consumers = 2});
+  auto g0 = b.Attach(0, 5);
+  auto g1 = b.Attach(1, 7);
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(b.Push(MakeStep(i)).ok());  // never blocks
+  EXPECT_EQ(b.buffered_steps(), 1u);  // only step 5
+  EXPECT_EQ(NextStep(&b, 0, *g0), 5);
+  (void)g1;
+}
+
+TEST(StepBufferTest, UnattachedConsumerIsDetachedAfterTheProducerWaited) {
+  StepBuffer b({.max_bytes = 100, .num_consumers = 2, .detach_unattached_after = absl::ZeroDuration()});
+  auto g0 = b.Attach(0, 0);
+  ASSERT_TRUE(b.Push(MakeStep(0)).ok());
+  std::thread producer([&] { EXPECT_TRUE(b.Push(MakeStep(1)).ok()); });
+  EXPECT_EQ(NextStep(&b, 0, *g0), 0);
+  producer.join();  // consumer 1 never attached and no longer holds step 0
+  EXPECT_EQ(NextStep(&b, 0, *g0), 1);
+  EXPECT_EQ(b.Attach(1, 0).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST(StepBufferTest, IndependentModeHandsEachStepToExactlyOneConsumer) {
+  StepBuffer b({.max_bytes = 1000, .num_consumers = 1, .independent = true});
+  constexpr int kSteps = 200;
+  std::thread producer([&] {
+    for (int i = 0; i < kSteps; ++i) ASSERT_TRUE(b.Push(MakeStep(i)).ok());
+    b.Finish(absl::OkStatus());
+  });
+  std::vector<std::vector<int64_t>> got(3);
+  std::vector<std::thread> consumers;
+  for (int c = 0; c < 3; ++c) {
+    consumers.emplace_back([&, c] {
+      auto g = b.Attach(c, 0);
+      ASSERT_TRUE(g.ok());
+      for (int i = 0; i <= kSteps; ++i) {
+        bool end = false;
+        int64_t s = NextStep(&b, c, *g, &end);
+        if (end || s < 0) break;
+        got[c].push_back(s);
+      }
+    });
+  }
+  producer.join();
+  for (auto& t : consumers) t.join();
+  std::multiset<int64_t> all;
+  for (const auto& v : got) all.insert(v.begin(), v.end());
+  ASSERT_EQ(all.size(), static_cast<size_t>(kSteps));
+  for (int i = 0; i < kSteps; ++i) EXPECT_EQ(all.count(i), 1u) << i;
+  for (const auto& v : got) EXPECT_TRUE(std::is_sorted(v.begin(), v.end()));
+  EXPECT_TRUE(b.drained());
+}
+
+TEST(StepBufferTest, ErrorsArriveAfterTheStepsBeforeThem) {
+  StepBuffer b({.num_consumers = 1});
+  auto g = b.Attach(0, 0);
+  ASSERT_TRUE(b.Push(MakeStep(0)).ok());
+  b.Finish(absl::InvalidArgumentError("bad record"));
+  EXPECT_EQ(NextStep(&b, 0, *g), 0);
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  bool end = false;
+  absl::Status s = b.Next(0, *g, 1, 1, absl::Now(), &steps, &end);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "bad record");
+}
+
+TEST(StepBufferTest, CloseWakesABlockedProducerAndConsumers) {
+  StepBuffer b({.max_bytes = 10, .num_consumers = 2});
+  auto g0 = b.Attach(0, 0);
+  auto g1 = b.Attach(1, 0);
+  ASSERT_TRUE(b.Push(MakeStep(0)).ok());
+  absl::Status push_status;
+  std::thread producer([&] { push_status = b.Push(MakeStep(1)); });  // blocked by consumer 1
+  absl::Notification read_first;
+  absl::Status next_status;
+  std::thread consumer([&] {
+    EXPECT_EQ(NextStep(&b, 0, *g0), 0);
+    read_first.Notify();
+    std::vector<std::shared_ptr<const TaskStep>> steps;
+    bool end = false;
+    next_status = b.Next(0, *g0, 1, 1, absl::InfiniteFuture(), &steps, &end);
+  });
+  read_first.WaitForNotification();
+  b.Close();
+  producer.join();
+  consumer.join();
+  EXPECT_EQ(push_status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(next_status.code(), absl::StatusCode::kUnavailable);
+  (void)g1;
+}
+
+TEST(StepBufferTest, StopProducingServesWhatIsBufferedThenUnavailable) {
+  StepBuffer b({.max_bytes = 150, .num_consumers = 1});
+  auto g = b.Attach(0, 0);
+  ASSERT_TRUE(b.Push(MakeStep(0)).ok());
+  absl::Status push_status;
+  std::thread producer([&] { push_status = b.Push(MakeStep(1)); });  // blocks: over budget
+  absl::SleepFor(absl::Milliseconds(20));
+  b.StopProducing();
+  producer.join();
+  EXPECT_EQ(push_status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(NextStep(&b, 0, *g), 0);
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  bool end = false;
+  EXPECT_EQ(b.Next(0, *g, 1, 1, absl::Now(), &steps, &end).code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace sluice

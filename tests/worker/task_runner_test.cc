@@ -1,0 +1,229 @@
+#include "worker/task_runner.h"
+
+#include <memory>
+#include <vector>
+
+#include "core/rebatch.h"
+#include "gtest/gtest.h"
+
+namespace sluice {
+namespace {
+
+proto::TaskDef MakeTask(const Dataset& ds, int64_t consumers, int64_t replicas,
+                        bool independent = false, int64_t num_tasks = 1, int64_t index = 0,
+                        bool step_sharded = false) {
+  proto::TaskDef t;
+  t.set_task_id(100 + index);
+  t.set_job_id(7);
+  t.set_task_index(index);
+  t.set_num_tasks(num_tasks);
+  *t.mutable_dataset() = ds.def();
+  t.mutable_job()->set_num_consumers(consumers);
+  t.mutable_job()->set_replicas_per_consumer(replicas);
+  t.mutable_job()->set_read_mode(independent ? proto::READ_MODE_INDEPENDENT
+                                             : proto::READ_MODE_COORDINATED);
+  t.mutable_job()->set_sharding_policy(step_sharded ? proto::SHARDING_DATA : proto::SHARDING_OFF);
+  t.set_step_sharded(step_sharded);
+  return t;
+}
+
+std::vector<TaskStep> AllSteps(const proto::TaskDef& task) {
+  auto it = TaskStepIterator::Create(task);
+  EXPECT_TRUE(it.ok()) << it.status();
+  std::vector<TaskStep> out;
+  if (!it.ok()) return out;
+  for (int i = 0; i < 1000; ++i) {
+    TaskStep s;
+    bool end = false;
+    absl::Status st = (*it)->GetNext(&s, &end);
+    EXPECT_TRUE(st.ok()) << st;
+    if (!st.ok() || end) break;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<int64_t> Values(const Tensor& t) {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < t.num_elements(); ++i) v.push_back(t.data<int64_t>()[i]);
+  return v;
+}
+
+// The steps of the local pipeline: ds.rebatch(sizes) grouped n at a time, dummies at the end.
+std::vector<std::vector<std::vector<int64_t>>> LocalSteps(const Dataset& ds,
+                                                          std::vector<int64_t> sizes, int64_t n) {
+  auto pieces_ds = ds.Rebatch(sizes);
+  auto spec = pieces_ds.element_spec();
+  EXPECT_TRUE(spec.ok());
+  auto it = MakeIterator(pieces_ds);
+  EXPECT_TRUE(it.ok());
+  StepIterator steps(*std::move(it), n, *spec);
+  std::vector<std::vector<std::vector<int64_t>>> out;
+  for (int i = 0; i < 1000; ++i) {
+    std::vector<Element> step;
+    int64_t real = 0;
+    bool end = false;
+    EXPECT_TRUE(steps.GetNextStep(&step, &real, &end).ok());
+    if (end) break;
+    std::vector<std::vector<int64_t>> vals;
+    for (const Element& e : step) vals.push_back(Values(e.leaf()));
+    out.push_back(vals);
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> StepValues(const TaskStep& s) {
+  std::vector<std::vector<int64_t>> vals;
+  for (const auto& piece : s.pieces) vals.push_back(Values(piece[0]));
+  return vals;
+}
+
+TEST(TaskStepIteratorTest, CoordinatedStepsMatchTheLocalPipelineAndTfSizes) {
+  const Dataset ds = Dataset::Range(23).Batch(5);
+  const auto steps = AllSteps(MakeTask(ds, /*consumers=*/2, /*replicas=*/2));
+  auto sizes = CoordinatedPieceSizes(5, 2, 2);
+  ASSERT_TRUE(sizes.ok());
+  const auto local = LocalSteps(ds, *sizes, 4);
+  ASSERT_EQ(steps.size(), local.size());
+  std::vector<int64_t> all;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    EXPECT_EQ(steps[s].task_step, static_cast<int64_t>(s));
+    EXPECT_EQ(steps[s].global_step, -1);
+    EXPECT_EQ(StepValues(steps[s]), local[s]) << "step " << s;
+    for (const auto& piece : StepValues(steps[s])) all.insert(all.end(), piece.begin(), piece.end());
+  }
+  // Every element once, in order.
+  ASSERT_EQ(all.size(), 23u);
+  for (int64_t i = 0; i < 23; ++i) EXPECT_EQ(all[i], i);
+  // Consumer c sees, in each full step, the sizes TF's multi-worker rebatching gives worker c.
+  for (size_t s = 0; s + 1 < steps.size(); ++s) {
+    for (int64_t c = 0; c < 2; ++c) {
+      auto want = BatchSizesForWorker(5, 2, 2, c);
+      ASSERT_TRUE(want.ok());
+      // Worker c's sizes cycle with period R per step over its own stream of pieces.
+      for (int64_t r = 0; r < 2; ++r) {
+        EXPECT_EQ(steps[s].pieces[c * 2 + r][0].shape().dim(0),
+                  (*want)[(s * 2 + r) % want->size()])
+            << "step " << s << " consumer " << c << " replica " << r;
+      }
+    }
+  }
+  // The last step is partial: real pieces first, then size-0 dummies.
+  const TaskStep& last = steps.back();
+  EXPECT_LT(last.num_real_pieces, 4);
+  for (int64_t p = last.num_real_pieces; p < 4; ++p) {
+    EXPECT_EQ(last.pieces[p][0].shape().dim(0), 0);
+  }
+}
+
+TEST(TaskStepIteratorTest, StepShardedTasksInterleaveToTheSingleSequence) {
+  const Dataset ds = Dataset::Range(41).Batch(4);
+  const auto whole = AllSteps(MakeTask(ds, 1, 2));
+  constexpr int kTasks = 3;
+  std::vector<std::vector<TaskStep>> tasks;
+  for (int k = 0; k < kTasks; ++k) {
+    tasks.push_back(AllSteps(MakeTask(ds, 1, 2, false, kTasks, k, /*step_sharded=*/true)));
+  }
+  // Round-robin over the tasks, as coordinated consumers read them.
+  std::vector<TaskStep*> order;
+  for (size_t round = 0; round < whole.size(); ++round) {
+    for (int k = 0; k < kTasks; ++k) {
+      if (round < tasks[k].size()) order.push_back(&tasks[k][round]);
+    }
+  }
+  ASSERT_EQ(order.size(), whole.size());
+  for (size_t s = 0; s < whole.size(); ++s) {
+    EXPECT_EQ(order[s]->global_step, static_cast<int64_t>(s));
+    EXPECT_EQ(StepValues(*order[s]), StepValues(whole[s])) << s;
+  }
+}
+
+TEST(TaskStepIteratorTest, IndependentStepsSplitTheBatchOverLocalReplicas) {
+  const Dataset ds = Dataset::Range(10).Batch(3);
+  const auto steps = AllSteps(MakeTask(ds, 2, 2, /*independent=*/true));
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(StepValues(steps[0]), (std::vector<std::vector<int64_t>>{{0, 1}, {2}}));
+  EXPECT_EQ(StepValues(steps[3]), (std::vector<std::vector<int64_t>>{{9}, {}}));
+  EXPECT_EQ(steps[3].num_real_pieces, 1);
+}
+
+TEST(TaskStepIteratorTest, RejectsAnUnbatchedPipeline) {
+  auto it = TaskStepIterator::Create(MakeTask(Dataset::Range(4), 1, 1));
+  ASSERT_FALSE(it.ok());
+  EXPECT_EQ(it.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(it.status().message().find("task 100"), absl::string_view::npos) << it.status();
+}
+
+std::vector<std::vector<std::vector<int64_t>>> ReadAll(StepReader* reader, int64_t consumer,
+                                                       int64_t replicas) {
+  std::vector<std::vector<std::vector<int64_t>>> out;
+  for (int i = 0; i < 10000; ++i) {
+    std::vector<std::shared_ptr<const TaskStep>> steps;
+    bool end = false;
+    absl::Status s = reader->Next(3, 1 << 20, absl::Now() + absl::Seconds(1), &steps, &end);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok() || end) break;
+    for (const auto& step : steps) {
+      std::vector<std::vector<int64_t>> mine;
+      for (int64_t r = 0; r < replicas; ++r) mine.push_back(Values(step->pieces[consumer * replicas + r][0]));
+      out.push_back(mine);
+    }
+  }
+  return out;
+}
+
+TEST(TaskRunnerTest, ConsumersReadTheIteratorsStepsThroughTheBuffer) {
+  const Dataset ds = Dataset::Range(50).Batch(6);
+  const proto::TaskDef task = MakeTask(ds, 2, 2);
+  const auto want = AllSteps(task);
+  TaskRunnerOptions options;
+  options.buffer_bytes = 64;  // about one step: the producer waits for both consumers
+  auto runner = TaskRunner::Start(task, options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  auto r0 = (*runner)->OpenReader(0, 0);
+  auto r1 = (*runner)->OpenReader(1, 0);
+  ASSERT_TRUE(r0.ok() && r1.ok());
+  std::vector<std::vector<std::vector<int64_t>>> got0, got1;
+  std::thread t0([&] { got0 = ReadAll(r0->get(), 0, 2); });
+  std::thread t1([&] { got1 = ReadAll(r1->get(), 1, 2); });
+  t0.join();
+  t1.join();
+  ASSERT_EQ(got0.size(), want.size());
+  ASSERT_EQ(got1.size(), want.size());
+  for (size_t s = 0; s < want.size(); ++s) {
+    auto v = StepValues(want[s]);
+    EXPECT_EQ(got0[s], (std::vector<std::vector<int64_t>>{v[0], v[1]}));
+    EXPECT_EQ(got1[s], (std::vector<std::vector<int64_t>>{v[2], v[3]}));
+  }
+  EXPECT_TRUE((*runner)->finished());
+  // A stream that starts at a step the buffer released gets a private replay.
+  auto late = (*runner)->OpenReader(0, 2);
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_TRUE((*late)->replaying());
+  auto replayed = ReadAll(late->get(), 0, 2);
+  ASSERT_EQ(replayed.size(), want.size() - 2);
+  EXPECT_EQ(replayed[0], got0[2]);
+}
+
+TEST(TaskRunnerTest, PipelineErrorReachesTheReader) {
+  const Dataset ds = Dataset::TextLine({"/nonexistent/sluice/input.txt"}).Batch(2);
+  absl::Status error;
+  auto runner = TaskRunner::Start(MakeTask(ds, 1, 1), {});
+  if (!runner.ok()) {
+    error = runner.status();  // the pipeline failed while being built
+  } else {
+    auto r = (*runner)->OpenReader(0, 0);
+    ASSERT_TRUE(r.ok());
+    std::vector<std::shared_ptr<const TaskStep>> steps;
+    bool end = false;
+    for (int i = 0; i < 1000 && error.ok() && !end; ++i) {
+      error = (*r)->Next(1, 1, absl::Now() + absl::Seconds(1), &steps, &end);
+    }
+  }
+  EXPECT_FALSE(error.ok());
+  EXPECT_NE(error.message().find("/nonexistent/sluice/input.txt"), absl::string_view::npos)
+      << error;
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,235 @@
+#include "worker/step_buffer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace sluice {
+
+StepBuffer::StepBuffer(StepBufferOptions options) : options_(std::move(options)) {
+  const size_t n = static_cast<size_t>(std::max<int64_t>(options_.num_consumers, 1));
+  cursors_.assign(n, 0);
+  generations_.assign(n, 0);
+  attached_.assign(n, false);
+  ended_.assign(n, false);
+}
+
+int64_t StepBuffer::MinCursor() const {
+  int64_t m = kDetached;
+  for (int64_t c : cursors_) m = std::min(m, c);
+  return m;
+}
+
+void StepBuffer::ReleaseLocked() {
+  if (options_.independent) return;
+  const int64_t min = MinCursor();
+  bool released = false;
+  while (!steps_.empty() && first_step_ < min) {
+    bytes_ -= steps_.front()->bytes;
+    steps_.pop_front();
+    ++first_step_;
+    released = true;
+  }
+  if (steps_.empty() && first_step_ < next_push_) first_step_ = next_push_;
+  if (released) cv_.SignalAll();
+}
+
+absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
+  absl::MutexLock lock(&mu_);
+  if (step->task_step != next_push_) {
+    return absl::InternalError(absl::StrCat("step buffer: pushed task step ", step->task_step,
+                                            ", expected ", next_push_));
+  }
+  if (!options_.independent && step->task_step < MinCursor()) {
+    // Every consumer is past this step: skip it (a replay catching up).
+    ++next_push_;
+    if (steps_.empty()) first_step_ = next_push_;
+    return absl::OkStatus();
+  }
+  absl::Time blocked_since = absl::InfinitePast();
+  while (!closed_ && !stop_producing_ && !steps_.empty() &&
+         bytes_ + step->bytes > options_.max_bytes) {
+    if (blocked_since == absl::InfinitePast()) blocked_since = absl::Now();
+    const absl::Time detach_at = blocked_since + options_.detach_unattached_after;
+    if (!options_.independent && absl::Now() >= detach_at) {
+      for (size_t c = 0; c < cursors_.size(); ++c) {
+        if (!attached_[c]) {
+          cursors_[c] = kDetached;
+          ended_[c] = true;
+        }
+      }
+      ReleaseLocked();
+      blocked_since = absl::Now();
+      continue;
+    }
+    cv_.WaitWithDeadline(&mu_, options_.independent ? absl::InfiniteFuture() : detach_at);
+  }
+  if (closed_ || stop_producing_) return absl::CancelledError("step buffer: producer stopped");
+  if (!options_.independent && step->task_step < MinCursor()) {
+    ++next_push_;
+    if (steps_.empty()) first_step_ = next_push_;
+    return absl::OkStatus();
+  }
+  if (steps_.empty()) first_step_ = step->task_step;
+  bytes_ += step->bytes;
+  steps_.push_back(std::move(step));
+  ++next_push_;
+  cv_.SignalAll();
+  return absl::OkStatus();
+}
+
+void StepBuffer::Finish(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (finished_) return;
+  finished_ = true;
+  status_ = std::move(status);
+  cv_.SignalAll();
+}
+
+absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step) {
+  absl::MutexLock lock(&mu_);
+  if (options_.independent) return next_generation_++;
+  if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("consumer index ", consumer, " out of range [0, ",
+                                                   cursors_.size(), ")"));
+  }
+  if (start_step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("negative start_step ", start_step));
+  }
+  const int64_t generation = next_generation_++;
+  if (start_step < first_step_) {
+    return absl::OutOfRangeError(absl::StrCat("task step ", start_step,
+                                              " was already released; the first buffered is ",
+                                              first_step_));
+  }
+  cursors_[consumer] = start_step;
+  attached_[consumer] = true;
+  ended_[consumer] = false;
+  generations_[consumer] = generation;
+  ReleaseLocked();
+  cv_.SignalAll();  // a superseded Next() wakes up
+  return generation;
+}
+
+bool StepBuffer::ReadyLocked(int64_t consumer) const {
+  if (closed_ || finished_ || stop_producing_) return true;
+  if (options_.independent) return !steps_.empty();
+  return cursors_[consumer] < first_step_ + static_cast<int64_t>(steps_.size());
+}
+
+bool StepBuffer::Ready(int64_t consumer) const {
+  absl::MutexLock lock(&mu_);
+  if (!options_.independent &&
+      (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size()))) {
+    return true;
+  }
+  return ReadyLocked(consumer);
+}
+
+absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, size_t max_steps,
+                              size_t max_bytes, absl::Time deadline,
+                              std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end) {
+  steps->clear();
+  *end = false;
+  max_steps = std::max<size_t>(max_steps, 1);
+  absl::MutexLock lock(&mu_);
+  if (!options_.independent &&
+      (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size()))) {
+    return absl::InvalidArgumentError(absl::StrCat("consumer index ", consumer, " out of range"));
+  }
+  while (true) {
+    if (closed_) return absl::UnavailableError("task closed on this worker");
+    size_t bytes = 0;
+    if (options_.independent) {
+      while (!steps_.empty() && steps->size() < max_steps &&
+             (steps->empty() || bytes + steps_.front()->bytes <= max_bytes)) {
+        bytes += steps_.front()->bytes;
+        bytes_ -= steps_.front()->bytes;
+        steps->push_back(std::move(steps_.front()));
+        steps_.pop_front();
+        ++first_step_;
+      }
+      if (!steps->empty()) {
+        cv_.SignalAll();
+        return absl::OkStatus();
+      }
+    } else {
+      if (generations_[consumer] != generation) {
+        return absl::CancelledError(
+            absl::StrCat("stream of consumer ", consumer, " superseded by a newer one"));
+      }
+      int64_t& cursor = cursors_[consumer];
+      const int64_t last = first_step_ + static_cast<int64_t>(steps_.size());
+      while (cursor >= first_step_ && cursor < last && steps->size() < max_steps) {
+        const auto& s = steps_[static_cast<size_t>(cursor - first_step_)];
+        if (!steps->empty() && bytes + s->bytes > max_bytes) break;
+        bytes += s->bytes;
+        steps->push_back(s);
+        ++cursor;
+      }
+      if (!steps->empty()) {
+        ReleaseLocked();
+        return absl::OkStatus();
+      }
+    }
+    if (finished_) {
+      if (!status_.ok()) return status_;
+      *end = true;
+      end_handed_out_ = true;
+      if (!options_.independent) ended_[consumer] = true;
+      cv_.SignalAll();
+      return absl::OkStatus();
+    }
+    if (stop_producing_) {
+      return absl::UnavailableError("task stopped on this worker (draining)");
+    }
+    if (cv_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
+      return absl::OkStatus();
+    }
+  }
+}
+
+void StepBuffer::Detach(int64_t consumer) {
+  absl::MutexLock lock(&mu_);
+  if (options_.independent) return;
+  if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) return;
+  cursors_[consumer] = kDetached;
+  ended_[consumer] = true;
+  ReleaseLocked();
+  cv_.SignalAll();
+}
+
+void StepBuffer::StopProducing() {
+  absl::MutexLock lock(&mu_);
+  stop_producing_ = true;
+  cv_.SignalAll();
+}
+
+void StepBuffer::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+  cv_.SignalAll();
+}
+
+size_t StepBuffer::buffered_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+size_t StepBuffer::buffered_steps() const {
+  absl::MutexLock lock(&mu_);
+  return steps_.size();
+}
+
+bool StepBuffer::drained() const {
+  absl::MutexLock lock(&mu_);
+  if (!finished_ || !steps_.empty()) return false;
+  if (options_.independent) return end_handed_out_;
+  for (bool e : ended_) {
+    if (!e) return false;
+  }
+  return true;
+}
+
+}  // namespace sluice

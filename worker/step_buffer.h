@@ -1,0 +1,131 @@
+// StepBuffer: the bounded queue between a task's producer (TaskRunner) and the streams that
+// serve its consumers (GrpcWorkerService).
+//
+// Coordinated mode: every consumer reads every step, at its own cursor (the task step it wants
+// next); a step is released once every consumer's cursor has passed it. Independent mode: each
+// step is handed to exactly one consumer, whichever asks first.
+//
+// Memory: the buffer holds at most `max_bytes` of steps, but always admits one step when it is
+// empty (a step larger than the budget still flows). A producer that would exceed the budget
+// blocks in Push until consumers advance (backpressure). A step the producer offers below every
+// consumer's cursor is dropped without being buffered (a replaying task skipping what its
+// consumers already have).
+//
+// A consumer that has not attached keeps cursor 0 and so holds steps back, which is what makes
+// all consumers read the same steps; if the producer has been blocked for
+// `detach_unattached_after` while such a consumer stays away, it is detached (it may have
+// finished with this task before a reassignment) and later attaching below the buffer's first
+// step fails with OUT_OF_RANGE (the caller then replays the task for it, see task_runner.h).
+//
+// Thread-safe.
+#ifndef SLUICE_WORKER_STEP_BUFFER_H_
+#define SLUICE_WORKER_STEP_BUFFER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/tensor.h"
+
+namespace sluice {
+
+// One step of a task, all of its pieces (N in coordinated mode, R in independent mode), each
+// piece the leaves of one element in flatten order. Immutable once pushed.
+struct TaskStep {
+  int64_t task_step = 0;
+  int64_t global_step = -1;
+  int64_t num_real_pieces = 0;
+  std::vector<std::vector<Tensor>> pieces;
+  size_t bytes = 0;  // payload bytes, for the budget
+};
+
+struct StepBufferOptions {
+  // Budget for buffered steps; at least one step is always admitted.
+  size_t max_bytes = size_t{256} << 20;
+  // Coordinated mode: consumers that each read every step.
+  int64_t num_consumers = 1;
+  // Independent mode: each step goes to one consumer; cursors are not used.
+  bool independent = false;
+  // See the class comment. absl::InfiniteDuration() never detaches.
+  absl::Duration detach_unattached_after = absl::Seconds(10);
+};
+
+class StepBuffer {
+ public:
+  explicit StepBuffer(StepBufferOptions options);
+
+  // Producer: adds `step` (its task_step must be the next one), blocking while over budget.
+  // CANCELLED after Close() or StopProducing().
+  absl::Status Push(std::shared_ptr<const TaskStep> step);
+  // Producer: no more steps; `status` is OK at the end of data or the pipeline's error, which
+  // consumers receive after the steps before it.
+  void Finish(absl::Status status);
+
+  // Coordinated mode: (re)positions `consumer` at `start_step` and returns a generation that
+  // Next() must pass; an older generation of the same consumer is superseded (its Next() gets
+  // CANCELLED). OUT_OF_RANGE when start_step was already released; INVALID_ARGUMENT for a bad
+  // consumer index. In independent mode it only validates and returns a generation.
+  absl::StatusOr<int64_t> Attach(int64_t consumer, int64_t start_step);
+
+  // Waits until `deadline` for the consumer's next step(s): on return *steps holds between 1 and
+  // max_steps steps (fewer if that would exceed max_bytes, never fewer than one), or is empty
+  // with *end set at the end of the task, or empty with neither at the deadline. The steps
+  // count as delivered (cursor advanced / claimed). Errors: the pipeline's (after all steps
+  // before it), CANCELLED for a superseded generation, UNAVAILABLE after StopProducing() once
+  // the buffered steps are served, or after Close().
+  absl::Status Next(int64_t consumer, int64_t generation, size_t max_steps, size_t max_bytes,
+                    absl::Time deadline, std::vector<std::shared_ptr<const TaskStep>>* steps,
+                    bool* end);
+  // True if Next() would return at once (a step, the end or an error).
+  bool Ready(int64_t consumer) const;
+
+  // Marks that `consumer` will not read again (it received the end): it no longer holds steps.
+  void Detach(int64_t consumer);
+
+  // The producer stops (Push returns CANCELLED); consumers are served what is buffered, then
+  // get UNAVAILABLE. Used to drain a worker.
+  void StopProducing();
+  // Everything stops: Push returns CANCELLED, Next UNAVAILABLE.
+  void Close();
+
+  size_t buffered_bytes() const;
+  size_t buffered_steps() const;
+  // True once every consumer has received the end of the task (coordinated mode), or the
+  // end was handed out (independent mode).
+  bool drained() const;
+
+ private:
+  static constexpr int64_t kDetached = INT64_MAX;
+
+  int64_t MinCursor() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ReadyLocked(int64_t consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const StepBufferOptions options_;
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::deque<std::shared_ptr<const TaskStep>> steps_ ABSL_GUARDED_BY(mu_);
+  int64_t first_step_ ABSL_GUARDED_BY(mu_) = 0;  // task_step of steps_.front()
+  int64_t next_push_ ABSL_GUARDED_BY(mu_) = 0;   // task_step the producer pushes next
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> cursors_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> generations_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> attached_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> ended_ ABSL_GUARDED_BY(mu_);
+  int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool end_handed_out_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  bool stop_producing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_WORKER_STEP_BUFFER_H_

@@ -1,0 +1,241 @@
+#include "worker/task_runner.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/distribute_spec.h"
+#include "core/rebatch.h"
+#include "core/rebatch_iterator.h"
+#include "core/status_macros.h"
+
+namespace sluice {
+namespace {
+
+std::string TaskName(const proto::TaskDef& t) {
+  return absl::StrCat("task ", t.task_id(), " (job ", t.job_id(), ", index ", t.task_index(), "/",
+                      t.num_tasks(), ")");
+}
+
+absl::Status Prefixed(const proto::TaskDef& t, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(TaskName(t), ": ", s.message()));
+}
+
+// The batches of a DYNAMIC task: its splits' pipelines one after another.
+class SplitChainIterator : public Iterator {
+ public:
+  explicit SplitChainIterator(std::unique_ptr<SplitProvider> splits, ExecutorOptions executor)
+      : splits_(std::move(splits)), executor_(executor) {}
+
+  absl::Status GetNext(Element* out, bool* end_of_sequence) override {
+    while (true) {
+      if (done_) {
+        *end_of_sequence = true;
+        return absl::OkStatus();
+      }
+      if (current_ != nullptr) {
+        bool end = false;
+        RETURN_IF_ERROR(current_->GetNext(out, &end));
+        if (!end) {
+          *end_of_sequence = false;
+          return absl::OkStatus();
+        }
+        current_.reset();
+      }
+      ASSIGN_OR_RETURN(std::optional<Dataset> split, splits_->NextSplit());
+      if (!split.has_value()) {
+        done_ = true;
+        continue;
+      }
+      ASSIGN_OR_RETURN(current_, MakeIterator(*split, executor_));
+    }
+  }
+
+ private:
+  std::unique_ptr<SplitProvider> splits_;
+  ExecutorOptions executor_;
+  std::unique_ptr<Iterator> current_;
+  bool done_ = false;
+};
+
+size_t StepBytes(const TaskStep& step) {
+  size_t n = 0;
+  for (const auto& piece : step.pieces) {
+    for (const Tensor& t : piece) n += t.payload_bytes();
+  }
+  return n;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TaskStepIterator>> TaskStepIterator::Create(
+    const proto::TaskDef& task, std::unique_ptr<SplitProvider> splits,
+    const ExecutorOptions& executor) {
+  const proto::JobOptions& job = task.job();
+  const int64_t c = job.num_consumers();
+  const int64_t r = job.replicas_per_consumer();
+  if (c < 1 || r < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(TaskName(task), ": num_consumers ", c,
+                                                   " and replicas_per_consumer ", r,
+                                                   " must be positive"));
+  }
+  if (task.step_sharded() && (task.num_tasks() < 1 || task.task_index() < 0 ||
+                              task.task_index() >= task.num_tasks())) {
+    return absl::InvalidArgumentError(absl::StrCat(TaskName(task), ": bad task index"));
+  }
+  auto dataset_or = Dataset::FromDef(task.dataset());
+  if (!dataset_or.ok()) return Prefixed(task, dataset_or.status());
+  const Dataset& dataset = *dataset_or;
+  auto b = GlobalBatchSize(dataset);
+  if (!b.ok()) return Prefixed(task, b.status());
+  const bool independent = job.read_mode() == proto::READ_MODE_INDEPENDENT;
+  auto sizes = independent ? BatchSizesForWorker(*b, 1, r, 0) : CoordinatedPieceSizes(*b, c, r);
+  if (!sizes.ok()) return Prefixed(task, sizes.status());
+  auto piece_spec = dataset.Rebatch(*sizes).element_spec();
+  if (!piece_spec.ok()) return Prefixed(task, piece_spec.status());
+
+  std::unique_ptr<Iterator> batches;
+  if (job.sharding_policy() == proto::SHARDING_DYNAMIC) {
+    if (splits == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(TaskName(task), ": a DYNAMIC task needs a split provider"));
+    }
+    batches = std::make_unique<SplitChainIterator>(std::move(splits), executor);
+  } else {
+    auto it = MakeIterator(dataset, executor);
+    if (!it.ok()) return Prefixed(task, it.status());
+    batches = *std::move(it);
+  }
+  auto pieces = NewRebatchIterator("rebatch", std::move(batches), *sizes,
+                                   /*drop_remainder=*/false, *piece_spec);
+  if (!pieces.ok()) return Prefixed(task, pieces.status());
+
+  std::unique_ptr<TaskStepIterator> out(new TaskStepIterator());
+  out->task_ = task;
+  out->pieces_per_step_ = independent ? r : c * r;
+  out->piece_spec_ = *piece_spec;
+  out->steps_ =
+      std::make_unique<StepIterator>(*std::move(pieces), out->pieces_per_step_, *piece_spec);
+  return out;
+}
+
+absl::Status TaskStepIterator::GetNext(TaskStep* step, bool* end) {
+  while (true) {
+    std::vector<Element> pieces;
+    int64_t num_real = 0;
+    bool seq_end = false;
+    absl::Status s = steps_->GetNextStep(&pieces, &num_real, &seq_end);
+    if (!s.ok()) return Prefixed(task_, s);
+    if (seq_end) {
+      *end = true;
+      return absl::OkStatus();
+    }
+    const int64_t global = global_step_++;
+    if (task_.step_sharded() && global % task_.num_tasks() != task_.task_index()) continue;
+    step->task_step = task_step_++;
+    step->global_step = task_.step_sharded() ? global : -1;
+    step->num_real_pieces = num_real;
+    step->pieces.clear();
+    step->pieces.reserve(pieces.size());
+    for (const Element& e : pieces) step->pieces.push_back(e.Flatten());
+    step->bytes = StepBytes(*step);
+    *end = false;
+    return absl::OkStatus();
+  }
+}
+
+StepReader::~StepReader() = default;
+
+absl::Status StepReader::Next(size_t max_steps, size_t max_bytes, absl::Time deadline,
+                              std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end) {
+  return buffer_->Next(consumer_, generation_, max_steps, max_bytes, deadline, steps, end);
+}
+
+bool StepReader::Ready() const { return buffer_->Ready(consumer_); }
+
+TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
+                       std::unique_ptr<TaskStepIterator> steps)
+    : task_(std::move(task)), options_(std::move(options)), steps_(std::move(steps)) {
+  StepBufferOptions b;
+  b.max_bytes = options_.buffer_bytes;
+  b.independent = task_.job().read_mode() == proto::READ_MODE_INDEPENDENT;
+  b.num_consumers = b.independent ? 1 : task_.job().num_consumers();
+  b.detach_unattached_after = options_.detach_unattached_after;
+  buffer_ = std::make_unique<StepBuffer>(b);
+}
+
+absl::StatusOr<std::unique_ptr<TaskRunner>> TaskRunner::Make(const proto::TaskDef& task,
+                                                             TaskRunnerOptions options) {
+  std::unique_ptr<SplitProvider> splits;
+  if (task.job().sharding_policy() == proto::SHARDING_DYNAMIC && options.splits) {
+    splits = options.splits(task);
+  }
+  ASSIGN_OR_RETURN(auto steps, TaskStepIterator::Create(task, std::move(splits), options.executor));
+  return std::unique_ptr<TaskRunner>(new TaskRunner(task, std::move(options), std::move(steps)));
+}
+
+absl::StatusOr<std::shared_ptr<TaskRunner>> TaskRunner::Start(const proto::TaskDef& task,
+                                                              TaskRunnerOptions options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<TaskRunner> runner, Make(task, std::move(options)));
+  std::shared_ptr<TaskRunner> shared(std::move(runner));
+  TaskRunner* raw = shared.get();
+  raw->thread_ = std::thread([raw] { raw->Run(); });
+  return shared;
+}
+
+TaskRunner::~TaskRunner() {
+  buffer_->Close();
+  if (thread_.joinable()) thread_.join();
+}
+
+void TaskRunner::Run() {
+  while (true) {
+    auto step = std::make_shared<TaskStep>();
+    bool end = false;
+    absl::Status s = steps_->GetNext(step.get(), &end);
+    if (!s.ok()) {
+      buffer_->Finish(s);
+      break;
+    }
+    if (end) {
+      buffer_->Finish(absl::OkStatus());
+      break;
+    }
+    if (!buffer_->Push(std::move(step)).ok()) break;  // stopped
+  }
+  steps_.reset();  // the pipeline's resources go as soon as the task is done
+}
+
+absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consumer,
+                                                                   int64_t start_step) {
+  std::unique_ptr<StepReader> reader(new StepReader());
+  reader->owner_ = shared_from_this();
+  reader->consumer_ = consumer;
+  absl::StatusOr<int64_t> gen = buffer_->Attach(consumer, start_step);
+  if (gen.ok()) {
+    reader->buffer_ = buffer_.get();
+    reader->generation_ = *gen;
+    return reader;
+  }
+  if (gen.status().code() != absl::StatusCode::kOutOfRange) return Prefixed(task_, gen.status());
+  // The shared buffer released these steps: replay the task for this stream alone.
+  if (task_.job().sharding_policy() == proto::SHARDING_DYNAMIC) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        TaskName(task_), ": consumer ", consumer, " asked for task step ", start_step,
+        ", already released, and a DYNAMIC task cannot be replayed: ", gen.status().message()));
+  }
+  TaskRunnerOptions options = options_;
+  options.detach_unattached_after = absl::InfiniteDuration();
+  ASSIGN_OR_RETURN(std::unique_ptr<TaskRunner> replay, Make(task_, options));
+  for (int64_t c = 0; c < task_.job().num_consumers(); ++c) {
+    if (c != consumer) replay->buffer_->Detach(c);
+  }
+  ASSIGN_OR_RETURN(int64_t g, replay->buffer_->Attach(consumer, start_step));
+  TaskRunner* raw = replay.get();
+  raw->thread_ = std::thread([raw] { raw->Run(); });
+  reader->buffer_ = raw->buffer_.get();
+  reader->generation_ = g;
+  reader->private_ = std::move(replay);
+  return reader;
+}
+
+}  // namespace sluice

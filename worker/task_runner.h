@@ -1,0 +1,144 @@
+// TaskRunner: runs one task (proto::TaskDef) of a job on a worker and feeds its StepBuffer.
+//
+// A task's steps: the task's pipeline (TaskDef.dataset, or under DYNAMIC the chain of the
+// splits the coordinator hands out), rebatched to per-replica pieces, grouped into steps:
+//  - coordinated: pieces of sizes CoordinatedPieceSizes(B, C, R), N = C x R pieces a step, piece
+//    c x R + r for replica r of consumer c;
+//  - independent: pieces of sizes BatchSizesForWorker(B, 1, R, 0), R pieces a step;
+// where B is the pipeline's batch size (core/distribute_spec.h). A partial last step is filled
+// with size-0 dummies (core/step_iterator.h). A step_sharded task keeps the job's global steps s
+// with s % K == task_index and numbers them 0, 1, ... (its task steps), recording s.
+//
+// Thread safety: TaskRunner is thread-safe; TaskStepIterator and StepReader are not.
+#ifndef SLUICE_WORKER_TASK_RUNNER_H_
+#define SLUICE_WORKER_TASK_RUNNER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/dataset.h"
+#include "core/executor.h"
+#include "core/step_iterator.h"
+#include "proto/coordinator.pb.h"
+#include "worker/step_buffer.h"
+
+namespace sluice {
+
+// The splits of a DYNAMIC task (the coordinator's GetSplit in production).
+class SplitProvider {
+ public:
+  virtual ~SplitProvider() = default;
+  // The next split's pipeline, or std::nullopt at the end of splits.
+  virtual absl::StatusOr<std::optional<Dataset>> NextSplit() = 0;
+};
+// Makes a fresh provider for one run of a task; nullptr for static tasks.
+using SplitProviderFactory = std::function<std::unique_ptr<SplitProvider>(const proto::TaskDef&)>;
+
+// A task's steps, computed on the calling thread.
+class TaskStepIterator {
+ public:
+  // INVALID_ARGUMENT for a bad TaskDef (no dataset, an unbatched pipeline, bad counts) and the
+  // pipeline's construction errors. `splits` is required for DYNAMIC tasks.
+  static absl::StatusOr<std::unique_ptr<TaskStepIterator>> Create(
+      const proto::TaskDef& task, std::unique_ptr<SplitProvider> splits = nullptr,
+      const ExecutorOptions& executor = {});
+
+  // The next kept step (all of its pieces), or *end. Errors are the pipeline's, prefixed with
+  // the task.
+  absl::Status GetNext(TaskStep* step, bool* end);
+
+  int64_t pieces_per_step() const { return pieces_per_step_; }
+  // The spec of one piece (dummies are made from it).
+  const ElementSpec& piece_spec() const { return piece_spec_; }
+
+ private:
+  TaskStepIterator() = default;
+
+  proto::TaskDef task_;
+  int64_t pieces_per_step_ = 0;
+  ElementSpec piece_spec_;
+  std::unique_ptr<StepIterator> steps_;
+  int64_t global_step_ = 0;  // steps of the underlying sequence read so far
+  int64_t task_step_ = 0;    // steps kept so far
+};
+
+struct TaskRunnerOptions {
+  // Budget of the task's StepBuffer.
+  size_t buffer_bytes = size_t{256} << 20;
+  // StepBufferOptions::detach_unattached_after.
+  absl::Duration detach_unattached_after = absl::Seconds(10);
+  ExecutorOptions executor;
+  // DYNAMIC tasks get their splits from here.
+  SplitProviderFactory splits;
+};
+
+class TaskRunner;
+
+// One consumer stream's view of a task: the shared buffer at the consumer's cursor, or a
+// private replay of the task when the stream starts at a step the buffer has released.
+class StepReader {
+ public:
+  ~StepReader();
+  // As StepBuffer::Next.
+  absl::Status Next(size_t max_steps, size_t max_bytes, absl::Time deadline,
+                    std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end);
+  bool Ready() const;
+  bool replaying() const { return private_ != nullptr; }
+
+ private:
+  friend class TaskRunner;
+  StepReader() = default;
+  std::shared_ptr<TaskRunner> owner_;     // keeps the shared runner alive
+  std::unique_ptr<TaskRunner> private_;   // a replay for this stream alone
+  StepBuffer* buffer_ = nullptr;
+  int64_t consumer_ = 0;
+  int64_t generation_ = 0;
+};
+
+class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
+ public:
+  // Validates the task (TaskStepIterator::Create) and starts the producer thread.
+  static absl::StatusOr<std::shared_ptr<TaskRunner>> Start(const proto::TaskDef& task,
+                                                           TaskRunnerOptions options);
+  ~TaskRunner();  // Close()s and joins the producer
+
+  // A reader for `consumer` starting at task step `start_step`. INVALID_ARGUMENT for a bad
+  // consumer; FAILED_PRECONDITION when the steps are gone and the task cannot be replayed
+  // (DYNAMIC).
+  absl::StatusOr<std::unique_ptr<StepReader>> OpenReader(int64_t consumer, int64_t start_step);
+
+  // Stops producing; readers get what is buffered, then UNAVAILABLE.
+  void StopProducing() { buffer_->StopProducing(); }
+  // Stops everything now.
+  void Close() { buffer_->Close(); }
+  // True once every consumer received the end of the task.
+  bool finished() const { return buffer_->drained(); }
+
+  const proto::TaskDef& task() const { return task_; }
+  StepBuffer* buffer() { return buffer_.get(); }
+
+ private:
+  TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
+             std::unique_ptr<TaskStepIterator> steps);
+  static absl::StatusOr<std::unique_ptr<TaskRunner>> Make(const proto::TaskDef& task,
+                                                          TaskRunnerOptions options);
+  void Run();
+
+  const proto::TaskDef task_;
+  const TaskRunnerOptions options_;
+  std::unique_ptr<TaskStepIterator> steps_;  // used by the producer thread only
+  std::unique_ptr<StepBuffer> buffer_;
+  std::thread thread_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_WORKER_TASK_RUNNER_H_
