@@ -99,7 +99,9 @@ std::string NestJson(const Nest<T>& n, const F& leaf) {
 std::string TensorToJson(const Tensor& t) {
   std::string out = absl::StrCat("{\"dtype\": \"", DTypeName(t.dtype()),
                                  "\", \"shape\": ", ShapeJson(t.shape()), ", \"values\": ");
-  if (!t.valid()) {
+  const bool on_device = t.dtype() != DType::kString && t.num_elements() > 0 &&
+                         t.buffer() != nullptr && t.buffer()->space() == MemorySpace::kDevice;
+  if (!t.valid() || on_device) {
     out += "null";
   } else {
     AppendValues(t, 0, 0, &out);

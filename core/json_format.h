@@ -13,6 +13,7 @@
 //   - integers as JSON integers (uint64 values above 2^63 too); bools as true/false.
 //   - strings (tf.string bytes) as JSON strings through JsonQuote: valid UTF-8 is kept, and
 //     every byte that is not valid UTF-8 is written as \u00XX.
+//   A tensor in device memory has "values": null (copy it to the host first).
 // Element: a tuple or a list is an array, a dict an object (keys in insertion order), a leaf
 //   the tensor object.
 // Run step: {"step": 0, "per_replica": [E0, E1]} with Ei replica i's element.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,25 @@ TEST(JsonFormatTest, ElementSpec) {
             R"({"dtype": "float32", "shape": [null, 1]}]}])");
   ElementSpec plain = ElementSpec::List({TensorSpec{DType::kString, Shape()}});
   EXPECT_EQ(ElementSpecToJson(plain), R"([{"dtype": "string", "shape": []}])");
+}
+
+// Reports device memory; the bytes are never read.
+class FakeDeviceBuffer : public TensorBuffer {
+ public:
+  void* data() override { return bytes_; }
+  size_t size() const override { return sizeof(bytes_); }
+  MemorySpace space() const override { return MemorySpace::kDevice; }
+  int device() const override { return 0; }
+
+ private:
+  alignas(64) char bytes_[64] = {};
+};
+
+TEST(JsonFormatTest, DeviceTensorsHaveNullValues) {
+  absl::StatusOr<Tensor> t =
+      Tensor::Wrap(DType::kFloat32, Shape({2}), std::make_shared<FakeDeviceBuffer>());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(TensorToJson(*t), R"({"dtype": "float32", "shape": [2], "values": null})");
 }
 
 TEST(JsonFormatTest, OutputParsesBackToTheSameValues) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -202,6 +203,23 @@ TEST(TensorFormatTest, PythonQuoting) {
   EXPECT_EQ(PythonStrRepr("it's"), "\"it's\"");
   EXPECT_EQ(PythonStrRepr("a'\"b"), "'a\\'\"b'");
   EXPECT_EQ(PythonBytesRepr("\xff\n"), "b'\\xff\\n'");
+}
+
+class FakeDeviceBuffer : public TensorBuffer {
+ public:
+  void* data() override { return bytes_; }
+  size_t size() const override { return sizeof(bytes_); }
+  MemorySpace space() const override { return MemorySpace::kDevice; }
+
+ private:
+  alignas(64) char bytes_[64] = {};
+};
+
+TEST(TensorFormatTest, DeviceTensorsAreUnprintable) {
+  absl::StatusOr<Tensor> t =
+      Tensor::Wrap(DType::kInt32, Shape({2}), std::make_shared<FakeDeviceBuffer>());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(FormatTensor(*t), "tf.Tensor(<unprintable>, shape=(2,), dtype=int32)");
 }
 
 TEST(TensorFormatTest, PrintToUsesStr) {
