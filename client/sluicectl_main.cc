@@ -1,0 +1,238 @@
+// sluicectl: the command-line tool. main(), the subcommand table, command-line parsing and
+// usage. The subcommands live in the other client/sluicectl_*.cc files (sluicectl_commands.h
+// says how to add one).
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/sluicectl_commands.h"
+
+ABSL_FLAG(std::string, pipeline, "",
+          "The input pipeline as a tf.data expression, e.g. "
+          "'from_tensor_slices([1, 2, 3, 4]).repeat().batch(4)'.");
+ABSL_FLAG(std::string, devices, "GPU:0",
+          "Comma-separated local devices, one replica each, e.g. GPU:0,GPU:1.");
+ABSL_FLAG(int64_t, steps, -1, "Steps to print; default: until the end of data.");
+ABSL_FLAG(int64_t, num_workers, 1, "Number of input workers (trainer processes) in all.");
+ABSL_FLAG(int64_t, worker_index, 0, "This process's index among the input workers.");
+ABSL_FLAG(std::string, auto_shard_policy, "AUTO",
+          "How the dataset is sharded across input workers: AUTO, FILE, DATA, HINT or OFF.");
+ABSL_FLAG(std::string, format, "tf",
+          "Output format: tf (as TensorFlow prints) or json (one JSON object per line).");
+ABSL_FLAG(std::string, coordinator, "",
+          "host:port of a Sluice coordinator; empty: run the pipeline in this process.");
+
+namespace sluice {
+namespace {
+
+std::map<std::string, SluicectlCommand>& CommandTable() {
+  static auto* table = new std::map<std::string, SluicectlCommand>();
+  return *table;
+}
+
+SluicectlDatasetMaker& CoordinatorMaker() {
+  static SluicectlDatasetMaker maker = nullptr;
+  return maker;
+}
+
+void PrintUsage(std::ostream& out) {
+  out << "Usage: sluicectl <command> [--flag=value ...]\n"
+         "\n"
+         "Commands:\n";
+  out << "  help [command]\n";
+  for (const SluicectlCommand* c : SluicectlCommands()) out << "  " << c->synopsis << "\n";
+  out << "\n"
+         "Run `sluicectl help <command>` for a command's flags.\n"
+         "Exit codes: 0 success, 1 error, 2 usage error.\n";
+}
+
+void PrintCommandHelp(const SluicectlCommand& c, std::ostream& out) {
+  out << "Usage: sluicectl " << c.synopsis << "\n\n" << c.help << "\n";
+  if (!c.flags.empty()) out << "\nFlags:\n";
+  for (const std::string& name : c.flags) {
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr) continue;
+    out << "  --" << name << " (default: \"" << flag->DefaultValue() << "\")\n      "
+        << flag->Help() << "\n";
+  }
+}
+
+int HelpMain(const std::vector<std::string>& args) {
+  if (args.empty()) {
+    PrintUsage(std::cout);
+    return kExitOk;
+  }
+  if (args.size() > 1) return ReportUsageError("help", "takes at most one command name");
+  const SluicectlCommand* c = FindSluicectlCommand(args[0]);
+  if (c == nullptr) return ReportUsageError("help", absl::StrCat("unknown command '", args[0], "'"));
+  PrintCommandHelp(*c, std::cout);
+  return kExitOk;
+}
+
+// Parses argv[1..] in the style of absl flags (--name=value, --name value, --bool, --nobool,
+// one or two dashes, "--" ends the flags): the first positional argument is the command, the
+// others go to it. Every flag must be one the command accepts. Sets the flags through absl's
+// registry. Returns kExitOk, or the exit code of a usage error it has reported.
+int ParseCommandLine(int argc, char** argv, const SluicectlCommand** command,
+                     std::vector<std::string>* positional, bool* help_requested) {
+  struct FlagArg {
+    std::string name;
+    std::string value;
+    bool has_value;
+  };
+  std::vector<FlagArg> flag_args;
+  std::vector<std::string> positionals;
+  bool flags_done = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (flags_done || arg.size() < 2 || arg[0] != '-') {
+      positionals.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      flags_done = true;
+      continue;
+    }
+    std::string body = arg.substr(arg[1] == '-' ? 2 : 1);
+    size_t eq = body.find('=');
+    FlagArg fa{body.substr(0, eq), eq == std::string::npos ? "" : body.substr(eq + 1),
+               eq != std::string::npos};
+    if (fa.name == "help" || fa.name == "h" || fa.name == "helpfull") {
+      *help_requested = true;
+      continue;
+    }
+    // A non-boolean flag without '=' takes the next argument as its value.
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(fa.name);
+    if (!fa.has_value && flag != nullptr && !flag->IsOfType<bool>() && i + 1 < argc) {
+      fa.value = argv[++i];
+      fa.has_value = true;
+    }
+    flag_args.push_back(std::move(fa));
+  }
+
+  *command = nullptr;
+  std::string command_name = positionals.empty() ? "help" : positionals[0];
+  if (!positionals.empty()) positionals.erase(positionals.begin());
+  if (command_name != "help") {
+    *command = FindSluicectlCommand(command_name);
+    if (*command == nullptr) {
+      std::cerr << "sluicectl: unknown command '" << command_name
+                << "'; run `sluicectl help` for the list of commands\n";
+      return kExitUsage;
+    }
+  }
+  const std::string where = command_name;
+  std::set<std::string> accepted;
+  if (*command != nullptr) accepted.insert((*command)->flags.begin(), (*command)->flags.end());
+
+  for (FlagArg& fa : flag_args) {
+    std::string name = fa.name;
+    std::string value = fa.value;
+    absl::CommandLineFlag* flag = accepted.count(name) ? absl::FindCommandLineFlag(name) : nullptr;
+    // --noNAME for a boolean NAME.
+    if (flag == nullptr && absl::StartsWith(name, "no") && !fa.has_value &&
+        accepted.count(name.substr(2))) {
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>()) {
+        flag = negated;
+        value = "false";
+        fa.has_value = true;
+      }
+    }
+    if (flag == nullptr) {
+      return ReportUsageError(where, absl::StrCat("unknown flag --", fa.name));
+    }
+    if (!fa.has_value) {
+      if (!flag->IsOfType<bool>()) {
+        return ReportUsageError(where, absl::StrCat("flag --", fa.name, " needs a value"));
+      }
+      value = "true";
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return ReportUsageError(where,
+                              absl::StrCat("bad value for --", flag->Name(), ": ", error));
+    }
+  }
+  positional->assign(positionals.begin(), positionals.end());
+  return kExitOk;
+}
+
+}  // namespace
+
+bool RegisterSluicectlCommand(SluicectlCommand command) {
+  std::string name = command.name;
+  if (!CommandTable().emplace(name, std::move(command)).second) {
+    std::fprintf(stderr, "sluicectl: command '%s' registered twice\n", name.c_str());
+    std::abort();
+  }
+  return true;
+}
+
+std::vector<const SluicectlCommand*> SluicectlCommands() {
+  std::vector<const SluicectlCommand*> out;
+  for (const auto& [name, c] : CommandTable()) out.push_back(&c);
+  return out;
+}
+
+const SluicectlCommand* FindSluicectlCommand(const std::string& name) {
+  auto it = CommandTable().find(name);
+  return it == CommandTable().end() ? nullptr : &it->second;
+}
+
+int ReportError(const absl::Status& status) {
+  std::cout.flush();
+  std::cerr << "sluicectl: " << status.message() << "\n";
+  return kExitError;
+}
+
+int ReportUsageError(const std::string& command, const std::string& message) {
+  std::cerr << "sluicectl " << command << ": " << message << "\n"
+            << "Run `sluicectl help" << (command == "help" ? "" : " " + command)
+            << "` for usage.\n";
+  return kExitUsage;
+}
+
+bool RegisterCoordinatorDatasetMaker(SluicectlDatasetMaker maker) {
+  CoordinatorMaker() = maker;
+  return true;
+}
+
+absl::StatusOr<SluicectlDataset> MakeSluicectlDataset(const SluicectlPipelineArgs& args) {
+  if (args.coordinator.empty()) return MakeLocalDataset(args);
+  if (CoordinatorMaker() == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--coordinator=", args.coordinator,
+                     ": this sluicectl was built without the service client"));
+  }
+  return CoordinatorMaker()(args);
+}
+
+}  // namespace sluice
+
+int main(int argc, char** argv) {
+  using namespace sluice;  // NOLINT: main only
+  const SluicectlCommand* command = nullptr;
+  std::vector<std::string> args;
+  bool help_requested = false;
+  int rc = ParseCommandLine(argc, argv, &command, &args, &help_requested);
+  if (rc != kExitOk) return rc;
+  if (command == nullptr) return HelpMain(args);  // `sluicectl`, `sluicectl help [cmd]`
+  if (help_requested) {
+    PrintCommandHelp(*command, std::cout);
+    return kExitOk;
+  }
+  rc = command->run(args);
+  std::cout.flush();
+  return rc;
+}
