@@ -36,6 +36,7 @@ class StepIterator {
   int64_t pieces_per_step_;
   ElementSpec piece_spec_;
   bool done_ = false;
+  absl::Status status_;  // the first error, repeated on later calls
 };
 
 }  // namespace sluice

@@ -1,0 +1,223 @@
+// The executor turns the graph into a chain of IteratorFactory closures, one per op, each
+// holding its input's factory; MakeIterator() calls the last one. Factories, not iterators, are
+// the unit because repeat() makes a fresh input iterator per epoch, and because per-op state
+// that outlives one iterator (shuffle's iteration count) lives in the closure.
+#include "core/executor.h"
+
+#include <atomic>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/batch_iterator.h"
+#include "core/op_iterator.h"
+#include "core/prefetch_iterator.h"
+#include "core/proto_convert.h"
+#include "core/rebatch_iterator.h"
+#include "core/shuffle_iterator.h"
+#include "core/simple_op_iterators.h"
+#include "core/source_iterators.h"
+#include "core/status_macros.h"
+
+namespace sluice {
+namespace {
+
+// An iterator that fails with `status` on every call: what a factory yields when building its
+// iterator fails after MakeIterator() already checked the arguments (it cannot, in practice).
+class ErrorIterator : public Iterator {
+ public:
+  explicit ErrorIterator(absl::Status status) : status_(std::move(status)) {}
+  absl::Status GetNext(Element*, bool*) override { return status_; }
+
+ private:
+  const absl::Status status_;
+};
+
+std::unique_ptr<Iterator> OrError(absl::StatusOr<std::unique_ptr<Iterator>> it) {
+  if (!it.ok()) return std::make_unique<ErrorIterator>(it.status());
+  return *std::move(it);
+}
+
+std::string SourceName(const proto::SourceDef& source) {
+  switch (source.kind_case()) {
+    case proto::SourceDef::kRange: return "range";
+    case proto::SourceDef::kFromTensors: return "from_tensors";
+    case proto::SourceDef::kFromTensorSlices: return "from_tensor_slices";
+    case proto::SourceDef::kTextLine: return "text_line_dataset";
+    case proto::SourceDef::KIND_NOT_SET: break;
+  }
+  return "source";
+}
+
+std::string OpName(const proto::OpDef& op) {
+  switch (op.kind_case()) {
+    case proto::OpDef::kBatch: return "batch";
+    case proto::OpDef::kRepeat: return "repeat";
+    case proto::OpDef::kTake: return "take";
+    case proto::OpDef::kSkip: return "skip";
+    case proto::OpDef::kShard: return "shard";
+    case proto::OpDef::kShuffle: return "shuffle";
+    case proto::OpDef::kPrefetch: return "prefetch";
+    case proto::OpDef::kUnbatch: return "unbatch";
+    case proto::OpDef::kRebatch:
+      return op.rebatch().legacy_num_replicas() > 0 ? "legacy_rebatch" : "rebatch";
+    case proto::OpDef::KIND_NOT_SET: break;
+  }
+  return "unknown";
+}
+
+// `make(input_iterator)` builds one op's iterator. Checked() calls it once with no input, so
+// that argument errors surface at MakeIterator() time without building the chain below (the
+// iterators here only store their input when constructed), then returns a factory that builds
+// one iterator, with a fresh input, per call. `input` is null for a source.
+template <typename Make>
+absl::StatusOr<IteratorFactory> Checked(IteratorFactory input, Make make) {
+  absl::StatusOr<std::unique_ptr<Iterator>> probe = make(nullptr);
+  if (!probe.ok()) return probe.status();
+  return IteratorFactory([input = std::move(input), make]() {
+    return OrError(make(input ? input() : nullptr));
+  });
+}
+
+using Input = std::unique_ptr<Iterator>;
+
+absl::StatusOr<IteratorFactory> BuildSource(const proto::SourceDef& source) {
+  std::string label = OpLabel(0, SourceName(source));
+  switch (source.kind_case()) {
+    case proto::SourceDef::kRange: {
+      const proto::RangeSource r = source.range();
+      return Checked(nullptr, [label, r](Input) {
+        return NewRangeIterator(label, r.start(), r.stop(), r.step());
+      });
+    }
+    case proto::SourceDef::kFromTensors: {
+      auto element = ElementFromProto(source.from_tensors().element());
+      if (!element.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(label, ": bad element: ", element.status().message()));
+      }
+      Element e = *std::move(element);
+      return IteratorFactory([label, e] { return NewFromTensorsIterator(label, e); });
+    }
+    case proto::SourceDef::kFromTensorSlices: {
+      auto element = ElementFromProto(source.from_tensor_slices().element());
+      if (!element.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(label, ": bad element: ", element.status().message()));
+      }
+      Element e = *std::move(element);
+      return Checked(nullptr,
+                     [label, e](Input) { return NewFromTensorSlicesIterator(label, e); });
+    }
+    case proto::SourceDef::kTextLine: {
+      std::vector<std::string> files(source.text_line().filenames().begin(),
+                                     source.text_line().filenames().end());
+      return IteratorFactory([label, files] { return NewTextLineIterator(label, files); });
+    }
+    case proto::SourceDef::KIND_NOT_SET: break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(label, ": the graph has no source"));
+}
+
+absl::StatusOr<IteratorFactory> BuildOp(int position, const proto::OpDef& op,
+                                        IteratorFactory input, const ExecutorOptions& options) {
+  std::string label = OpLabel(position, OpName(op));
+  switch (op.kind_case()) {
+    case proto::OpDef::kBatch: {
+      const proto::BatchOp b = op.batch();
+      return Checked(input, [label, b](Input in) {
+        return NewBatchIterator(label, std::move(in), b.batch_size(), b.drop_remainder());
+      });
+    }
+    case proto::OpDef::kRepeat: {
+      const int64_t count = op.repeat().count();
+      return IteratorFactory(
+          [label, input, count] { return NewRepeatIterator(label, input, count); });
+    }
+    case proto::OpDef::kTake: {
+      const int64_t count = op.take().count();
+      return IteratorFactory(
+          [label, input, count] { return NewTakeIterator(label, input(), count); });
+    }
+    case proto::OpDef::kSkip: {
+      const int64_t count = op.skip().count();
+      return IteratorFactory(
+          [label, input, count] { return NewSkipIterator(label, input(), count); });
+    }
+    case proto::OpDef::kShard: {
+      const proto::ShardOp s = op.shard();
+      if (s.num_shards_is_hint() || s.index_is_hint()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            label, ": shard(SHARD_HINT, SHARD_HINT) can only run after the HINT auto-shard "
+                   "policy has replaced it with a worker's shard"));
+      }
+      return Checked(input, [label, s](Input in) {
+        return NewShardIterator(label, std::move(in), s.num_shards(), s.index());
+      });
+    }
+    case proto::OpDef::kShuffle: {
+      const proto::ShuffleOp s = op.shuffle();
+      if (s.buffer_size() <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(label, ": buffer_size must be positive, got ", s.buffer_size()));
+      }
+      // Without a seed, as in TF, a nondeterministic one chosen once per executor graph.
+      const uint64_t seed =
+          s.has_seed() ? static_cast<uint64_t>(s.seed())
+                       : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                             std::random_device{}();
+      auto iterations = std::make_shared<std::atomic<int64_t>>(0);
+      const bool reshuffle = s.reshuffle_each_iteration();
+      return IteratorFactory([label, input, s, seed, iterations, reshuffle] {
+        const int64_t iteration = reshuffle ? iterations->fetch_add(1) : 0;
+        return OrError(NewShuffleIterator(label, input(), s.buffer_size(),
+                                          ShuffleIterationSeed(seed, iteration)));
+      });
+    }
+    case proto::OpDef::kPrefetch: {
+      int64_t n = op.prefetch().buffer_size();
+      if (n == -1) n = options.autotune_prefetch_elements;
+      if (n < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            label, ": buffer_size must be non-negative or -1 (AUTOTUNE), got ", n));
+      }
+      if (n == 0) return input;  // prefetch(0) is a no-op, as in TF
+      return IteratorFactory([input, n]() -> std::unique_ptr<Iterator> {
+        return std::make_unique<PrefetchIterator>(input(), n);
+      });
+    }
+    case proto::OpDef::kUnbatch:
+      return IteratorFactory([label, input] { return NewUnbatchIterator(label, input()); });
+    case proto::OpDef::kRebatch: {
+      const proto::RebatchOp r = op.rebatch();
+      if (r.legacy_num_replicas() != 0) {
+        return Checked(input, [label, r](Input in) {
+          return NewLegacyRebatchIterator(label, std::move(in), r.legacy_num_replicas());
+        });
+      }
+      std::vector<int64_t> sizes(r.batch_sizes().begin(), r.batch_sizes().end());
+      return Checked(input, [label, sizes, r](Input in) {
+        return NewRebatchIterator(label, std::move(in), sizes, r.drop_remainder());
+      });
+    }
+    case proto::OpDef::KIND_NOT_SET: break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(label, ": the op has no kind set"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
+                                                       const ExecutorOptions& options) {
+  const proto::DatasetDef& def = dataset.def();
+  ASSIGN_OR_RETURN(IteratorFactory factory, BuildSource(def.source()));
+  for (int i = 0; i < def.ops_size(); ++i) {
+    ASSIGN_OR_RETURN(factory, BuildOp(i + 1, def.ops(i), std::move(factory), options));
+  }
+  return factory();
+}
+
+}  // namespace sluice
