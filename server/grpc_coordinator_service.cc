@@ -10,6 +10,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "grpc/impl/codegen/grpc_types.h"
 
 namespace sluice {
 
@@ -65,6 +66,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // Without this, Linux lets a second server bind the same port and split the traffic.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   const std::string listen = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &s->port_);
   builder.RegisterService(s->service_.get());
@@ -96,8 +99,10 @@ void CoordinatorServer::Shutdown(absl::Duration deadline) {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline));
-  server_->Wait();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline));
+    server_->Wait();
+  }
   stop_.Notify();
   if (ticker_.joinable()) ticker_.join();
 }

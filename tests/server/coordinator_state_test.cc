@@ -1,0 +1,251 @@
+#include "server/coordinator_state.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+// Small update builders.
+proto::Update RegisterDataset(const std::string& id) {
+  proto::Update u;
+  u.mutable_register_dataset()->set_dataset_id(id);
+  u.mutable_register_dataset()->mutable_dataset()->mutable_source()->mutable_range()->set_stop(10);
+  return u;
+}
+proto::Update RegisterWorker(int64_t id, const std::string& address) {
+  proto::Update u;
+  u.mutable_register_worker()->set_worker_id(id);
+  u.mutable_register_worker()->set_address(address);
+  return u;
+}
+proto::Update WorkerDied(int64_t id) {
+  proto::Update u;
+  u.mutable_worker_died()->set_worker_id(id);
+  return u;
+}
+proto::Update CreateJob(int64_t id, const std::string& name, const std::string& dataset,
+                        proto::ShardingPolicy policy = proto::SHARDING_DATA,
+                        int64_t split_source_size = 0, int64_t split_size = 0) {
+  proto::Update u;
+  proto::CreateJobUpdate* c = u.mutable_create_job();
+  c->set_job_id(id);
+  c->set_job_name(name);
+  c->mutable_options()->set_dataset_id(dataset);
+  c->mutable_options()->set_num_consumers(1);
+  c->mutable_options()->set_replicas_per_consumer(1);
+  c->mutable_options()->set_sharding_policy(policy);
+  c->set_split_source_size(split_source_size);
+  c->set_split_size(split_size);
+  return u;
+}
+proto::Update CreateTask(int64_t id, int64_t job, int64_t index, int64_t worker) {
+  proto::Update u;
+  proto::CreateTaskUpdate* c = u.mutable_create_task();
+  c->set_task_id(id);
+  c->set_job_id(job);
+  c->set_task_index(index);
+  c->set_worker_id(worker);
+  c->set_step_sharded(true);
+  return u;
+}
+proto::Update AssignTask(int64_t task, int64_t worker) {
+  proto::Update u;
+  u.mutable_assign_task()->set_task_id(task);
+  u.mutable_assign_task()->set_worker_id(worker);
+  return u;
+}
+proto::Update FinishTask(int64_t task) {
+  proto::Update u;
+  u.mutable_finish_task()->set_task_id(task);
+  return u;
+}
+proto::Update FinishJob(int64_t job) {
+  proto::Update u;
+  u.mutable_finish_job()->set_job_id(job);
+  return u;
+}
+proto::Update ProduceSplit(int64_t job, int64_t task, int64_t index, int64_t begin, int64_t end) {
+  proto::Update u;
+  proto::ProduceSplitUpdate* p = u.mutable_produce_split();
+  p->set_job_id(job);
+  p->set_task_id(task);
+  p->set_split_index(index);
+  p->set_begin(begin);
+  p->set_end(end);
+  return u;
+}
+
+void ApplyAll(CoordinatorState& state, const std::vector<proto::Update>& updates) {
+  for (const proto::Update& u : updates) ASSERT_TRUE(state.Apply(u).ok()) << u.DebugString();
+}
+
+// Everything observable, as text, to compare two states.
+std::string Dump(const CoordinatorState& s) {
+  std::string out = absl::StrCat("datasets=", s.num_datasets(), "\n");
+  for (const auto& [id, w] : s.workers()) {
+    absl::StrAppend(&out, "worker ", id, " ", w.address, " alive=", w.alive, " tasks=",
+                    absl::StrJoin(w.task_ids, ","), "\n");
+  }
+  for (const auto& [id, j] : s.jobs()) {
+    absl::StrAppend(&out, "job ", id, " ", j.name, " tasks=", absl::StrJoin(j.task_ids, ","),
+                    " finished=", j.finished, " cursor=", j.split_cursor, "\n");
+  }
+  for (const auto& [id, t] : s.tasks()) {
+    absl::StrAppend(&out, "task ", id, " job=", t.job_id, " index=", t.index,
+                    " worker=", t.worker_id, " finished=", t.finished,
+                    " splits=", absl::StrJoin(t.split_indices, ","), "\n");
+  }
+  return out;
+}
+
+std::vector<proto::Update> TwoWorkerJob() {
+  return {RegisterDataset("ds-a"),        RegisterWorker(1, "w1:1"),
+          RegisterWorker(2, "w2:1"),      CreateJob(1, "train", "ds-a"),
+          CreateTask(1, 1, 0, 1),         CreateTask(2, 1, 1, 2)};
+}
+
+TEST(CoordinatorStateTest, RegistersDatasetsWorkersJobsAndTasks) {
+  CoordinatorState s;
+  ApplyAll(s, TwoWorkerJob());
+  ASSERT_NE(s.FindDataset("ds-a"), nullptr);
+  EXPECT_EQ(s.FindDataset("ds-b"), nullptr);
+  EXPECT_EQ(s.num_datasets(), 1u);
+  ASSERT_NE(s.FindWorkerByAddress("w2:1"), nullptr);
+  EXPECT_EQ(s.FindWorkerByAddress("w2:1")->id, 2);
+  EXPECT_EQ(s.FindJobByName("train")->id, 1);
+  EXPECT_EQ(s.FindJobByName(""), nullptr);
+  EXPECT_THAT(s.FindJob(1)->task_ids, ElementsAre(1, 2));
+  EXPECT_THAT(s.FindWorker(1)->task_ids, ElementsAre(1));
+  EXPECT_THAT(s.FindWorker(2)->task_ids, ElementsAre(2));
+  EXPECT_TRUE(s.FindTask(2)->step_sharded);
+  EXPECT_EQ(s.NextWorkerId(), 3);
+  EXPECT_EQ(s.NextJobId(), 2);
+  EXPECT_EQ(s.NextTaskId(), 3);
+  EXPECT_EQ(s.NumUnfinishedTasks(1), 1);
+}
+
+TEST(CoordinatorStateTest, RejectsUpdatesThatDoNotFitAndStaysUnchanged) {
+  CoordinatorState s;
+  ApplyAll(s, TwoWorkerJob());
+  const std::string before = Dump(s);
+  EXPECT_EQ(s.Apply(RegisterDataset("ds-a")).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.Apply(RegisterWorker(7, "w7:1")).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Apply(RegisterWorker(3, "w1:1")).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.Apply(CreateJob(2, "other", "ds-missing")).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.Apply(CreateJob(2, "train", "ds-a")).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.Apply(CreateJob(5, "x", "ds-a")).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Apply(CreateTask(3, 9, 0, 1)).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.Apply(CreateTask(3, 1, 5, 1)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Apply(CreateTask(3, 1, 2, 9)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.Apply(AssignTask(9, 1)).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.Apply(FinishJob(1)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.Apply(ProduceSplit(1, 1, 0, 0, 1)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.Apply(WorkerDied(9)).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.Apply(proto::Update()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Dump(s), before);
+}
+
+TEST(CoordinatorStateTest, DeadWorkerLosesUnfinishedTasksOnlyAndComesBackWithItsId) {
+  CoordinatorState s;
+  ApplyAll(s, TwoWorkerJob());
+  ApplyAll(s, {CreateTask(3, 1, 2, 2), FinishTask(2), WorkerDied(2)});
+  EXPECT_FALSE(s.FindWorker(2)->alive);
+  EXPECT_EQ(s.FindTask(3)->worker_id, 0);  // unfinished: waits for another worker
+  EXPECT_EQ(s.FindTask(2)->worker_id, 2);  // finished: stays where it ran
+  EXPECT_THAT(s.FindWorker(2)->task_ids, ElementsAre(2));
+  // A dead worker takes no tasks.
+  EXPECT_EQ(s.Apply(AssignTask(3, 2)).code(), absl::StatusCode::kFailedPrecondition);
+  ApplyAll(s, {AssignTask(3, 1)});
+  EXPECT_THAT(s.FindWorker(1)->task_ids, ElementsAre(1, 3));
+  EXPECT_EQ(s.NumUnfinishedTasks(1), 2);
+
+  ApplyAll(s, {RegisterWorker(2, "w2:1")});
+  EXPECT_TRUE(s.FindWorker(2)->alive);
+  EXPECT_EQ(s.NextWorkerId(), 3);
+  // Alive already: registering again does not fit.
+  EXPECT_EQ(s.Apply(RegisterWorker(2, "w2:1")).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(CoordinatorStateTest, AssignTaskMovesATaskBetweenWorkers) {
+  CoordinatorState s;
+  ApplyAll(s, TwoWorkerJob());
+  ApplyAll(s, {AssignTask(1, 2)});
+  EXPECT_THAT(s.FindWorker(1)->task_ids, IsEmpty());
+  EXPECT_THAT(s.FindWorker(2)->task_ids, ElementsAre(2, 1));
+  EXPECT_EQ(s.FindTask(1)->worker_id, 2);
+  ApplyAll(s, {AssignTask(1, 0)});
+  EXPECT_EQ(s.FindTask(1)->worker_id, 0);
+  EXPECT_THAT(s.FindWorker(2)->task_ids, ElementsAre(2));
+}
+
+TEST(CoordinatorStateTest, JobFinishesOnlyWhenEveryTaskFinished) {
+  CoordinatorState s;
+  ApplyAll(s, TwoWorkerJob());
+  ApplyAll(s, {FinishTask(1)});
+  EXPECT_EQ(s.Apply(FinishJob(1)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(s.FindJob(1)->finished);
+  ApplyAll(s, {FinishTask(2), FinishJob(1)});
+  EXPECT_TRUE(s.FindJob(1)->finished);
+  EXPECT_EQ(s.NumUnfinishedTasks(1), 0);
+  // No new task for a finished job, no assignment of a finished task.
+  EXPECT_EQ(s.Apply(CreateTask(3, 1, 2, 1)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.Apply(AssignTask(1, 2)).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(CoordinatorStateTest, SplitsAdvanceTheCursorInOrderUntilExhausted) {
+  CoordinatorState s;
+  ApplyAll(s, {RegisterDataset("ds-a"), RegisterWorker(1, "w1:1"), RegisterWorker(2, "w2:1"),
+               CreateJob(1, "", "ds-a", proto::SHARDING_DYNAMIC, /*split_source_size=*/10,
+                         /*split_size=*/4),
+               CreateTask(1, 1, 0, 1), CreateTask(2, 1, 1, 2)});
+  const CoordinatorState::Job* job = s.FindJob(1);
+  EXPECT_FALSE(job->splits_exhausted());
+  ApplyAll(s, {ProduceSplit(1, 1, 0, 0, 4), ProduceSplit(1, 2, 1, 4, 8)});
+  // A gap, a repeated index, an overrun and a task of no such job do not fit.
+  EXPECT_EQ(s.Apply(ProduceSplit(1, 1, 2, 9, 10)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Apply(ProduceSplit(1, 1, 1, 8, 10)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Apply(ProduceSplit(1, 1, 2, 8, 11)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Apply(ProduceSplit(1, 7, 2, 8, 10)).code(), absl::StatusCode::kNotFound);
+  ApplyAll(s, {ProduceSplit(1, 1, 2, 8, 10)});
+  EXPECT_TRUE(job->splits_exhausted());
+  EXPECT_THAT(s.FindTask(1)->split_indices, ElementsAre(0, 2));
+  EXPECT_THAT(s.FindTask(2)->split_indices, ElementsAre(1));
+  ASSERT_EQ(job->splits.size(), 3u);
+  EXPECT_EQ(job->splits[1].begin, 4);
+  EXPECT_EQ(job->splits[1].end, 8);
+  EXPECT_EQ(job->splits[1].task_id, 2);
+}
+
+TEST(CoordinatorStateTest, ReplayingTheSameUpdatesRebuildsTheSameState) {
+  std::vector<proto::Update> log = TwoWorkerJob();
+  for (const proto::Update& u :
+       {CreateJob(2, "dyn", "ds-a", proto::SHARDING_DYNAMIC, 5, 2), CreateTask(3, 2, 0, 1),
+        ProduceSplit(2, 3, 0, 0, 2), WorkerDied(1), AssignTask(3, 2), AssignTask(1, 2),
+        FinishTask(2), RegisterWorker(1, "w1:1"), ProduceSplit(2, 3, 1, 2, 4)}) {
+    log.push_back(u);
+  }
+  CoordinatorState a;
+  CoordinatorState b;
+  ApplyAll(a, log);
+  // Through the wire format, as a journal would store it.
+  for (const proto::Update& u : log) {
+    proto::Update copy;
+    ASSERT_TRUE(copy.ParseFromString(u.SerializeAsString()));
+    ASSERT_TRUE(b.Apply(copy).ok());
+  }
+  EXPECT_EQ(Dump(a), Dump(b));
+  EXPECT_EQ(a.FindTask(3)->worker_id, 2);
+  EXPECT_THAT(a.FindTask(3)->split_indices, ElementsAre(0, 1));
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,678 @@
+#include "server/coordinator.h"
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/distribute_spec.h"
+#include "core/proto_convert.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "tests/server/server_test_util.h"
+
+namespace sluice {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+using server_test::Filenames;
+using server_test::RunValues;
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  CoordinatorTest() {
+    CoordinatorOptions options;
+    options.clock = &clock_;
+    options.worker_timeout = absl::Seconds(10);
+    options.log = [this](absl::string_view line) { log_.emplace_back(line); };
+    coordinator_ = std::make_unique<Coordinator>(options);
+  }
+
+  std::string Register(const std::string& pipeline) {
+    proto::RegisterDatasetRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_pipeline(pipeline);
+    proto::RegisterDatasetResponse resp;
+    absl::Status s = coordinator_->RegisterDataset(req, &resp);
+    EXPECT_TRUE(s.ok()) << pipeline << ": " << s;
+    return resp.dataset_id();
+  }
+  std::string Register(const Dataset& ds) {
+    proto::RegisterDatasetRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    *req.mutable_dataset() = ds.def();
+    proto::RegisterDatasetResponse resp;
+    absl::Status s = coordinator_->RegisterDataset(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    return resp.dataset_id();
+  }
+
+  proto::WorkerHeartbeatResponse Heartbeat(const std::string& address,
+                                           std::vector<int64_t> active = {},
+                                           std::vector<int64_t> finished = {}) {
+    proto::WorkerHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_worker_address(address);
+    for (int64_t t : active) req.add_active_task_ids(t);
+    for (int64_t t : finished) req.add_finished_task_ids(t);
+    proto::WorkerHeartbeatResponse resp;
+    absl::Status s = coordinator_->WorkerHeartbeat(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    return resp;
+  }
+
+  static proto::JobOptions Options(const std::string& dataset_id,
+                                   proto::ShardingPolicy policy = proto::SHARDING_DATA,
+                                   int64_t consumers = 1, int64_t replicas = 1) {
+    proto::JobOptions o;
+    o.set_dataset_id(dataset_id);
+    o.set_num_consumers(consumers);
+    o.set_replicas_per_consumer(replicas);
+    o.set_sharding_policy(policy);
+    return o;
+  }
+
+  absl::StatusOr<proto::GetOrCreateJobResponse> Job(const std::string& name,
+                                                    const proto::JobOptions& options) {
+    proto::GetOrCreateJobRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_job_name(name);
+    *req.mutable_options() = options;
+    proto::GetOrCreateJobResponse resp;
+    absl::Status s = coordinator_->GetOrCreateJob(req, &resp);
+    if (!s.ok()) return s;
+    return resp;
+  }
+
+  proto::ClientHeartbeatResponse Client(int64_t job_id, int64_t consumer = 0) {
+    proto::ClientHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_job_id(job_id);
+    req.set_consumer_index(consumer);
+    proto::ClientHeartbeatResponse resp;
+    absl::Status s = coordinator_->ClientHeartbeat(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    return resp;
+  }
+
+  absl::StatusOr<proto::GetSplitResponse> Split(int64_t job, int64_t task,
+                                                std::optional<int64_t> task_split_index = {}) {
+    proto::GetSplitRequest req;
+    req.set_job_id(job);
+    req.set_task_id(task);
+    if (task_split_index.has_value()) req.set_task_split_index(*task_split_index);
+    proto::GetSplitResponse resp;
+    absl::Status s = coordinator_->GetSplit(req, &resp);
+    if (!s.ok()) return s;
+    return resp;
+  }
+
+  proto::GetStatusResponse Status() {
+    proto::GetStatusResponse resp;
+    absl::Status s = coordinator_->GetStatus(proto::GetStatusRequest(), &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    return resp;
+  }
+
+  FakeClock clock_;
+  std::vector<std::string> log_;
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+// ----- Datasets.
+
+TEST_F(CoordinatorTest, SameGraphSameIdWhicheverWayItIsRegistered) {
+  const std::string a = Register("range(10).batch(2)");
+  EXPECT_THAT(a, ::testing::StartsWith("ds-"));
+  EXPECT_EQ(Register("range(10).batch(2)"), a);
+  EXPECT_EQ(Register(Dataset::Range(10).Batch(2)), a);
+  EXPECT_NE(Register("range(10).batch(3)"), a);
+  EXPECT_EQ(Status().num_datasets(), 2);
+}
+
+TEST_F(CoordinatorTest, RegisterDatasetReturnsTheDatasetsElementSpec) {
+  proto::RegisterDatasetRequest req;
+  req.set_wire_version(proto::WIRE_VERSION_1);
+  req.set_pipeline("range(10).batch(4, drop_remainder=True)");
+  proto::RegisterDatasetResponse resp;
+  ASSERT_TRUE(coordinator_->RegisterDataset(req, &resp).ok());
+  auto spec = ElementSpecFromProto(resp.element_spec());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(spec->is_leaf());
+  EXPECT_EQ(spec->leaf().dtype, DType::kInt64);
+  EXPECT_EQ(spec->leaf().shape, Shape({4}));
+}
+
+TEST_F(CoordinatorTest, BadRegistrationsFailWithTheirCodeAndChangeNothing) {
+  proto::RegisterDatasetRequest req;
+  proto::RegisterDatasetResponse resp;
+  req.set_wire_version(proto::WIRE_VERSION_1);
+  absl::Status none = coordinator_->RegisterDataset(req, &resp);
+  EXPECT_EQ(none.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.message(), HasSubstr("pipeline"));
+
+  req.set_pipeline("range(10).bogus(3)");
+  absl::Status parse = coordinator_->RegisterDataset(req, &resp);
+  EXPECT_EQ(parse.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse, Dataset::Parse("range(10).bogus(3)").status());
+
+  req.set_pipeline("range(10).batch(0)");
+  EXPECT_EQ(coordinator_->RegisterDataset(req, &resp).code(), absl::StatusCode::kInvalidArgument);
+
+  req.set_pipeline("range(10).batch(2)");
+  req.set_wire_version(proto::WIRE_VERSION_UNSPECIFIED);
+  absl::Status version = coordinator_->RegisterDataset(req, &resp);
+  EXPECT_EQ(version.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(version.message(), HasSubstr("WIRE_VERSION_1"));
+  EXPECT_THAT(version.message(), HasSubstr("WIRE_VERSION_UNSPECIFIED"));
+  req.set_wire_version(static_cast<proto::WireVersion>(7));
+  EXPECT_THAT(coordinator_->RegisterDataset(req, &resp).message(), HasSubstr("wire version 7"));
+
+  EXPECT_EQ(Status().num_datasets(), 0);
+  // And it keeps working.
+  EXPECT_THAT(Register("range(10).batch(2)"), ::testing::StartsWith("ds-"));
+}
+
+// ----- Workers.
+
+TEST_F(CoordinatorTest, WorkersRegisterOnTheirFirstHeartbeat) {
+  EXPECT_EQ(Heartbeat("w1:1").worker_id(), 1);
+  EXPECT_EQ(Heartbeat("w2:1").worker_id(), 2);
+  EXPECT_EQ(Heartbeat("w1:1").worker_id(), 1);
+  proto::GetStatusResponse status = Status();
+  ASSERT_EQ(status.workers_size(), 2);
+  EXPECT_EQ(status.workers(1).address(), "w2:1");
+  EXPECT_TRUE(status.workers(1).alive());
+  EXPECT_THAT(log_, ::testing::Contains(HasSubstr("worker 2 (w2:1) registered")));
+
+  proto::WorkerHeartbeatRequest req;
+  req.set_wire_version(proto::WIRE_VERSION_1);
+  proto::WorkerHeartbeatResponse resp;
+  absl::Status empty = coordinator_->WorkerHeartbeat(req, &resp);
+  EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(empty.message(), HasSubstr("worker_address"));
+  req.set_worker_address("w3:1");
+  req.set_wire_version(proto::WIRE_VERSION_UNSPECIFIED);
+  EXPECT_EQ(coordinator_->WorkerHeartbeat(req, &resp).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Status().workers_size(), 2);
+}
+
+// ----- Jobs.
+
+TEST_F(CoordinatorTest, JobWithoutWorkersIsUnavailable) {
+  const std::string ds = Register("range(10).batch(2)");
+  auto job = Job("j", Options(ds));
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(job.status().message(), HasSubstr("no input workers registered yet"));
+  EXPECT_EQ(Status().jobs_size(), 0);
+}
+
+TEST_F(CoordinatorTest, NamedJobsAreSharedAndMustAgree) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  auto first = Job("train", Options(ds, proto::SHARDING_DATA, 2));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->created());
+  auto again = Job("train", Options(ds, proto::SHARDING_DATA, 2));
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->created());
+  EXPECT_EQ(again->job_id(), first->job_id());
+
+  auto other = Job("train", Options(ds, proto::SHARDING_OFF, 3));
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(other.status().message(), HasSubstr("num_consumers (job has 2, request has 3)"));
+  EXPECT_THAT(other.status().message(),
+              HasSubstr("sharding_policy (job has SHARDING_DATA, request has SHARDING_OFF)"));
+  EXPECT_THAT(other.status().message(), ::testing::Not(HasSubstr("replicas_per_consumer")));
+
+  // Anonymous jobs are never shared.
+  auto a1 = Job("", Options(ds));
+  auto a2 = Job("", Options(ds));
+  ASSERT_TRUE(a1.ok() && a2.ok());
+  EXPECT_NE(a1->job_id(), a2->job_id());
+  EXPECT_EQ(Status().jobs_size(), 3);
+}
+
+TEST_F(CoordinatorTest, BadJobRequestsGetTheirCodes) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  EXPECT_EQ(Job("j", Options("ds-nope")).status().code(), absl::StatusCode::kNotFound);
+  auto no_ds = Job("j", Options(""));
+  EXPECT_EQ(no_ds.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_ds.status().message(), HasSubstr("dataset_id"));
+  auto consumers = Job("j", Options(ds, proto::SHARDING_DATA, 0));
+  EXPECT_EQ(consumers.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(consumers.status().message(), HasSubstr("num_consumers"));
+  auto replicas = Job("j", Options(ds, proto::SHARDING_DATA, 1, -2));
+  EXPECT_EQ(replicas.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(replicas.status().message(), HasSubstr("replicas_per_consumer"));
+  proto::JobOptions tasks = Options(ds);
+  tasks.set_num_tasks(-1);
+  EXPECT_THAT(Job("j", tasks).status().message(), HasSubstr("num_tasks"));
+  proto::JobOptions policy = Options(ds);
+  policy.set_sharding_policy(static_cast<proto::ShardingPolicy>(42));
+  EXPECT_THAT(Job("j", policy).status().message(), HasSubstr("sharding_policy"));
+  // An unbatched dataset cannot be split across replicas (TF's error).
+  const std::string unbatched = Register("range(10)");
+  auto split = Job("j", Options(unbatched, proto::SHARDING_DATA, 2));
+  EXPECT_EQ(split.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(split.status().message(), HasSubstr("Call the `batch` method"));
+
+  proto::GetOrCreateJobRequest req;
+  req.set_job_name("j");
+  *req.mutable_options() = Options(ds);
+  proto::GetOrCreateJobResponse resp;
+  EXPECT_EQ(coordinator_->GetOrCreateJob(req, &resp).code(), absl::StatusCode::kFailedPrecondition);
+
+  EXPECT_EQ(Status().jobs_size(), 0);
+  // The coordinator keeps working, and the name was not taken by a failed request.
+  auto ok = Job("j", Options(ds));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(ok->created());
+}
+
+// ----- Task plans.
+
+TEST_F(CoordinatorTest, DataJobHasOneStepShardedTaskPerWorker) {
+  const std::string ds = Register("range(10).batch(4)");
+  Heartbeat("w1:1");
+  Heartbeat("w2:1");
+  auto job = Job("j", Options(ds, proto::SHARDING_DATA, 2));
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  proto::WorkerHeartbeatResponse w1 = Heartbeat("w1:1");
+  ASSERT_EQ(w1.new_tasks_size(), 1);
+  const proto::TaskDef& t0 = w1.new_tasks(0);
+  EXPECT_EQ(t0.job_id(), job->job_id());
+  EXPECT_EQ(t0.task_index(), 0);
+  EXPECT_EQ(t0.num_tasks(), 2);
+  EXPECT_TRUE(t0.step_sharded());
+  EXPECT_EQ(t0.job().num_consumers(), 2);
+  EXPECT_TRUE(MessageDifferencer::Equals(t0.dataset(), Dataset::Parse("range(10).batch(4)")->def()));
+  proto::WorkerHeartbeatResponse w2 = Heartbeat("w2:1");
+  ASSERT_EQ(w2.new_tasks_size(), 1);
+  EXPECT_EQ(w2.new_tasks(0).task_index(), 1);
+
+  // A worker that runs its task is not sent it again.
+  EXPECT_THAT(Heartbeat("w1:1", {t0.task_id()}).new_tasks(), IsEmpty());
+
+  proto::ClientHeartbeatResponse client = Client(job->job_id(), 1);
+  EXPECT_EQ(client.num_tasks(), 2);
+  ASSERT_EQ(client.tasks_size(), 2);
+  EXPECT_EQ(client.tasks(0).worker_address(), "w1:1");
+  EXPECT_EQ(client.tasks(1).worker_address(), "w2:1");
+  EXPECT_FALSE(client.job_finished());
+  EXPECT_THAT(log_, ::testing::Contains(HasSubstr("created")));
+}
+
+TEST_F(CoordinatorTest, NumTasksSpreadsTasksOverTheLeastLoadedWorkers) {
+  const std::string ds = Register("range(10).batch(4)");
+  Heartbeat("w1:1");
+  Heartbeat("w2:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_OFF);
+  o.set_num_tasks(3);
+  auto job = Job("", o);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(Heartbeat("w1:1").new_tasks_size(), 2);
+  proto::WorkerHeartbeatResponse w2 = Heartbeat("w2:1");
+  ASSERT_EQ(w2.new_tasks_size(), 1);
+  EXPECT_FALSE(w2.new_tasks(0).step_sharded());
+  EXPECT_EQ(w2.new_tasks(0).num_tasks(), 3);
+  EXPECT_EQ(Client(job->job_id()).num_tasks(), 3);
+}
+
+TEST_F(CoordinatorTest, FileJobShardsFilesAndRejectsTooFewFiles) {
+  const std::string ds = Register("text_line_dataset(['a', 'b', 'c']).batch(2)");
+  Heartbeat("w1:1");
+  Heartbeat("w2:1");
+  auto job = Job("", Options(ds, proto::SHARDING_FILE));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_THAT(Filenames(Heartbeat("w1:1").new_tasks(0).dataset()), ElementsAre("a", "c"));
+  EXPECT_THAT(Filenames(Heartbeat("w2:1").new_tasks(0).dataset()), ElementsAre("b"));
+
+  proto::JobOptions four = Options(ds, proto::SHARDING_FILE);
+  four.set_num_tasks(4);
+  auto bad = Job("", four);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("the dataset only has 3 file(s), which is not enough for the required 4"));
+  // AUTO reads files, so it is FILE here, with FILE's error.
+  proto::JobOptions auto_four = four;
+  auto_four.set_sharding_policy(proto::SHARDING_AUTO);
+  EXPECT_EQ(Job("", auto_four).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Status().jobs_size(), 1);
+}
+
+TEST_F(CoordinatorTest, HintJobRewritesShardHints) {
+  const std::string ds = Register("range(9).shard(SHARD_HINT, SHARD_HINT).batch(2)");
+  Heartbeat("w1:1");
+  Heartbeat("w2:1");
+  Heartbeat("w3:1");
+  ASSERT_TRUE(Job("", Options(ds, proto::SHARDING_HINT)).ok());
+  proto::TaskDef t = Heartbeat("w3:1").new_tasks(0);
+  EXPECT_EQ(t.task_index(), 2);
+  EXPECT_FALSE(t.step_sharded());
+  auto values = RunValues(t.dataset());
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_THAT(*values, ElementsAre(2, 5, 8));
+}
+
+TEST_F(CoordinatorTest, AutoIsDataForNonFileSources) {
+  const std::string ds = Register("range(9).batch(2)");
+  Heartbeat("w1:1");
+  ASSERT_TRUE(Job("", Options(ds, proto::SHARDING_AUTO)).ok());
+  proto::TaskDef t = Heartbeat("w1:1").new_tasks(0);
+  EXPECT_TRUE(t.step_sharded());
+  EXPECT_EQ(t.num_tasks(), 1);
+}
+
+// ----- DYNAMIC.
+
+// Takes splits for the tasks in turn until every task saw end_of_splits; returns the values.
+std::vector<int64_t> DrainSplits(const std::function<absl::StatusOr<proto::GetSplitResponse>(
+                                     int64_t task)>& split,
+                                 const std::vector<int64_t>& tasks) {
+  std::vector<int64_t> values;
+  std::vector<bool> done(tasks.size(), false);
+  for (int round = 0; round < 1000; ++round) {
+    bool all = true;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      if (done[i]) continue;
+      auto s = split(tasks[i]);
+      EXPECT_TRUE(s.ok()) << s.status();
+      if (!s.ok() || s->end_of_splits()) {
+        done[i] = true;
+        continue;
+      }
+      all = false;
+      auto v = RunValues(s->dataset());
+      EXPECT_TRUE(v.ok()) << v.status();
+      if (v.ok()) values.insert(values.end(), v->begin(), v->end());
+    }
+    if (all) break;
+  }
+  return values;
+}
+
+TEST_F(CoordinatorTest, DynamicSplitsCoverEveryElementExactlyOnce) {
+  const std::string ds = Register("range(23).batch(2)");
+  Heartbeat("w1:1");
+  Heartbeat("w2:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_DYNAMIC);
+  o.set_split_size(4);
+  auto job = Job("dyn", o);
+  ASSERT_TRUE(job.ok()) << job.status();
+  proto::ClientHeartbeatResponse client = Client(job->job_id());
+  ASSERT_EQ(client.num_tasks(), 2);
+  std::vector<int64_t> tasks = {client.tasks(0).task_id(), client.tasks(1).task_id()};
+  std::vector<int64_t> values = DrainSplits(
+      [&](int64_t task) { return Split(job->job_id(), task); }, tasks);
+  std::sort(values.begin(), values.end());
+  std::vector<int64_t> expected(23);
+  for (int i = 0; i < 23; ++i) expected[i] = i;
+  EXPECT_EQ(values, expected);
+  // Once exhausted, every further request is end_of_splits.
+  EXPECT_TRUE(Split(job->job_id(), tasks[0])->end_of_splits());
+}
+
+TEST_F(CoordinatorTest, DynamicSlicesAndFilesSplitToo) {
+  const std::string slices = Register("from_tensor_slices([10, 11, 12, 13, 14]).batch(2)");
+  const std::string files = Register("text_line_dataset(['a', 'b', 'c']).batch(2)");
+  Heartbeat("w1:1");
+  proto::JobOptions o = Options(slices, proto::SHARDING_DYNAMIC);
+  o.set_split_size(2);
+  auto job = Job("", o);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const int64_t task = Client(job->job_id()).tasks(0).task_id();
+  std::vector<int64_t> values =
+      DrainSplits([&](int64_t t) { return Split(job->job_id(), t); }, {task});
+  EXPECT_THAT(values, ElementsAre(10, 11, 12, 13, 14));
+
+  auto fjob = Job("", Options(files, proto::SHARDING_DYNAMIC));
+  ASSERT_TRUE(fjob.ok()) << fjob.status();
+  const int64_t ftask = Client(fjob->job_id()).tasks(0).task_id();
+  std::vector<std::string> seen;
+  for (int i = 0; i < 10; ++i) {
+    auto s = Split(fjob->job_id(), ftask);
+    ASSERT_TRUE(s.ok()) << s.status();
+    if (s->end_of_splits()) break;
+    EXPECT_EQ(s->split_index(), i);
+    for (const std::string& f : Filenames(s->dataset())) seen.push_back(f);
+  }
+  EXPECT_THAT(seen, ElementsAre("a", "b", "c"));
+}
+
+TEST_F(CoordinatorTest, DynamicSplitIndexReplaysATasksSplits) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_DYNAMIC);
+  o.set_split_size(3);
+  auto job = Job("", o);
+  ASSERT_TRUE(job.ok());
+  const int64_t task = Client(job->job_id()).tasks(0).task_id();
+  auto s0 = Split(job->job_id(), task, 0);
+  auto s1 = Split(job->job_id(), task, 1);
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  EXPECT_THAT(*RunValues(s1->dataset()), ElementsAre(3, 4, 5));
+  // A worker taking the task over asks from 0 again and gets the same splits.
+  auto r0 = Split(job->job_id(), task, 0);
+  ASSERT_TRUE(r0.ok());
+  EXPECT_EQ(r0->split_index(), s0->split_index());
+  EXPECT_TRUE(MessageDifferencer::Equals(r0->dataset(), s0->dataset()));
+  auto s2 = Split(job->job_id(), task, 2);
+  ASSERT_TRUE(s2.ok());
+  EXPECT_THAT(*RunValues(s2->dataset()), ElementsAre(6, 7, 8));
+  EXPECT_EQ(Split(job->job_id(), task, 7).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorTest, DynamicJobGivesLateWorkersTheirOwnTask) {
+  const std::string ds = Register("range(100).batch(2)");
+  Heartbeat("w1:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_DYNAMIC);
+  o.set_split_size(10);
+  auto job = Job("", o);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(Client(job->job_id()).num_tasks(), 1);
+  proto::WorkerHeartbeatResponse w2 = Heartbeat("w2:1");
+  ASSERT_EQ(w2.new_tasks_size(), 1);
+  EXPECT_EQ(w2.new_tasks(0).task_index(), 1);
+  EXPECT_EQ(w2.new_tasks(0).num_tasks(), 2);
+  EXPECT_EQ(w2.new_tasks(0).job().sharding_policy(), proto::SHARDING_DYNAMIC);
+  EXPECT_EQ(Client(job->job_id()).num_tasks(), 2);
+  EXPECT_EQ(Client(job->job_id()).tasks(1).worker_address(), "w2:1");
+}
+
+TEST_F(CoordinatorTest, GetSplitRejectsOtherPoliciesAndUnknownIds) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  auto job = Job("", Options(ds, proto::SHARDING_DATA));
+  ASSERT_TRUE(job.ok());
+  const int64_t task = Client(job->job_id()).tasks(0).task_id();
+  EXPECT_EQ(Split(job->job_id(), task).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Split(99, task).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Split(job->job_id(), 99).status().code(), absl::StatusCode::kNotFound);
+}
+
+// ----- Liveness and failure.
+
+TEST_F(CoordinatorTest, SilentWorkerIsDeclaredDeadAndItsTasksMove) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  Heartbeat("w2:1");
+  Heartbeat("w3:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_DATA);
+  o.set_num_tasks(4);
+  auto job = Job("j", o);
+  ASSERT_TRUE(job.ok());
+  // Loads: w1 {0, 3}, w2 {1}, w3 {2}.
+  const proto::WorkerHeartbeatResponse w1 = Heartbeat("w1:1");
+  ASSERT_EQ(w1.new_tasks_size(), 2);
+  const int64_t lost = w1.new_tasks(0).task_id();
+  std::vector<int64_t> w2_tasks = {Heartbeat("w2:1").new_tasks(0).task_id()};
+  std::vector<int64_t> w3_tasks = {Heartbeat("w3:1").new_tasks(0).task_id()};
+
+  clock_.Advance(absl::Seconds(6));
+  Heartbeat("w2:1", w2_tasks);
+  Heartbeat("w3:1", w3_tasks);
+  clock_.Advance(absl::Seconds(4));  // w1 silent for 10 s
+  coordinator_->CheckWorkerLiveness();
+  proto::GetStatusResponse status = Status();
+  EXPECT_FALSE(status.workers(0).alive());
+  EXPECT_TRUE(status.workers(1).alive());
+  EXPECT_DOUBLE_EQ(status.workers(1).seconds_since_heartbeat(), 4.0);
+  EXPECT_THAT(log_, ::testing::Contains(HasSubstr("worker 1 (w1:1) is dead")));
+
+  // Its two tasks went to w2 and w3, one each (the fewest tasks first).
+  proto::WorkerHeartbeatResponse w2 = Heartbeat("w2:1", w2_tasks);
+  proto::WorkerHeartbeatResponse w3 = Heartbeat("w3:1", w3_tasks);
+  ASSERT_EQ(w2.new_tasks_size(), 1);
+  ASSERT_EQ(w3.new_tasks_size(), 1);
+  EXPECT_EQ(w2.new_tasks(0).task_id(), lost);  // same id and index as before
+  EXPECT_EQ(w2.new_tasks(0).task_index(), 0);
+  proto::ClientHeartbeatResponse client = Client(job->job_id());
+  for (const proto::TaskInfo& t : client.tasks()) EXPECT_NE(t.worker_address(), "w1:1");
+
+  // w1 comes back: it must stop the tasks it lost, and it gets nothing new.
+  proto::WorkerHeartbeatResponse back = Heartbeat("w1:1", {lost});
+  EXPECT_EQ(back.worker_id(), 1);
+  EXPECT_THAT(back.tasks_to_stop(), ElementsAre(lost));
+  EXPECT_THAT(back.new_tasks(), IsEmpty());
+  EXPECT_TRUE(Status().workers(0).alive());
+  EXPECT_THAT(log_, ::testing::Contains(HasSubstr("worker 1 (w1:1) is back")));
+}
+
+TEST_F(CoordinatorTest, EveryRpcChecksLiveness) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  clock_.Advance(absl::Seconds(9));
+  EXPECT_TRUE(Status().workers(0).alive());
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_FALSE(Status().workers(0).alive());
+  // With no live worker, a job cannot be made.
+  EXPECT_EQ(Job("", Options(ds)).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(CoordinatorTest, TasksWaitUnassignedUntilAWorkerAppears) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  auto job = Job("j", Options(ds, proto::SHARDING_OFF));
+  ASSERT_TRUE(job.ok());
+  const int64_t task = Heartbeat("w1:1").new_tasks(0).task_id();
+  clock_.Advance(absl::Seconds(11));
+  coordinator_->CheckWorkerLiveness();
+  EXPECT_EQ(Client(job->job_id()).tasks(0).worker_address(), "");
+  proto::WorkerHeartbeatResponse w2 = Heartbeat("w2:1");
+  ASSERT_EQ(w2.new_tasks_size(), 1);
+  EXPECT_EQ(w2.new_tasks(0).task_id(), task);
+  EXPECT_EQ(Client(job->job_id()).tasks(0).worker_address(), "w2:1");
+}
+
+TEST_F(CoordinatorTest, JobFinishesWhenEveryTaskFinished) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  Heartbeat("w2:1");
+  auto job = Job("j", Options(ds, proto::SHARDING_DATA));
+  ASSERT_TRUE(job.ok());
+  const int64_t t1 = Heartbeat("w1:1").new_tasks(0).task_id();
+  const int64_t t2 = Heartbeat("w2:1").new_tasks(0).task_id();
+  // Only a task's own worker can finish it.
+  Heartbeat("w1:1", {t1}, {t2});
+  EXPECT_FALSE(Client(job->job_id()).tasks(1).finished());
+  Heartbeat("w1:1", {}, {t1});
+  proto::ClientHeartbeatResponse mid = Client(job->job_id());
+  EXPECT_TRUE(mid.tasks(0).finished());
+  EXPECT_FALSE(mid.job_finished());
+  // A finished task is not handed out again.
+  EXPECT_THAT(Heartbeat("w1:1").new_tasks(), IsEmpty());
+  Heartbeat("w2:1", {}, {t2});
+  EXPECT_TRUE(Client(job->job_id()).job_finished());
+  EXPECT_TRUE(Status().jobs(0).finished());
+  EXPECT_THAT(log_, ::testing::Contains(HasSubstr("finished")));
+  // A finished job's tasks do not move when their worker dies.
+  clock_.Advance(absl::Seconds(20));
+  Heartbeat("w3:1");
+  EXPECT_THAT(Heartbeat("w3:1").new_tasks(), IsEmpty());
+}
+
+TEST_F(CoordinatorTest, DynamicJobFinishesAfterItsSplits) {
+  const std::string ds = Register("range(4).batch(2)");
+  Heartbeat("w1:1");
+  auto job = Job("", Options(ds, proto::SHARDING_DYNAMIC));
+  ASSERT_TRUE(job.ok());
+  const int64_t task = Client(job->job_id()).tasks(0).task_id();
+  ASSERT_FALSE(Split(job->job_id(), task)->end_of_splits());
+  ASSERT_TRUE(Split(job->job_id(), task)->end_of_splits());
+  Heartbeat("w1:1", {}, {task});
+  EXPECT_TRUE(Client(job->job_id()).job_finished());
+  // A late worker gets no task of a finished job.
+  EXPECT_THAT(Heartbeat("w2:1").new_tasks(), IsEmpty());
+}
+
+// ----- Client heartbeats and specs.
+
+TEST_F(CoordinatorTest, ClientHeartbeatValidatesItsJobAndConsumer) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  auto job = Job("j", Options(ds, proto::SHARDING_DATA, 2));
+  ASSERT_TRUE(job.ok());
+  proto::ClientHeartbeatRequest req;
+  req.set_wire_version(proto::WIRE_VERSION_1);
+  req.set_job_id(42);
+  proto::ClientHeartbeatResponse resp;
+  EXPECT_EQ(coordinator_->ClientHeartbeat(req, &resp).code(), absl::StatusCode::kNotFound);
+  req.set_job_id(job->job_id());
+  req.set_consumer_index(2);
+  absl::Status s = coordinator_->ClientHeartbeat(req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("consumer_index"));
+  req.set_consumer_index(1);
+  EXPECT_TRUE(coordinator_->ClientHeartbeat(req, &resp).ok());
+}
+
+TEST_F(CoordinatorTest, ElementSpecIsThePerReplicaSpecOfTheLayout) {
+  const std::string ds = Register("range(8).repeat().batch(4, drop_remainder=True)");
+  Heartbeat("w1:1");
+  auto expect_batch = [&](const proto::GetElementSpecRequest& req, int64_t batch,
+                          int64_t replicas) {
+    proto::GetElementSpecResponse resp;
+    absl::Status s = coordinator_->GetElementSpec(req, &resp);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(resp.num_replicas(), replicas);
+    auto spec = ElementSpecFromProto(resp.per_replica_spec());
+    ASSERT_TRUE(spec.ok());
+    EXPECT_EQ(spec->leaf().shape, Shape({batch}));
+  };
+  proto::GetElementSpecRequest by_options;
+  *by_options.mutable_options() = Options(ds, proto::SHARDING_DATA, 2, 2);
+  expect_batch(by_options, 1, 2);  // 4 split over 2 x 2 replicas
+  by_options.mutable_options()->set_read_mode(proto::READ_MODE_INDEPENDENT);
+  expect_batch(by_options, 2, 2);  // each consumer's batch over its 2 replicas
+
+  auto job = Job("", Options(ds, proto::SHARDING_DATA, 1, 4));
+  ASSERT_TRUE(job.ok());
+  proto::GetElementSpecRequest by_job;
+  by_job.set_job_id(job->job_id());
+  expect_batch(by_job, 1, 4);
+
+  proto::GetElementSpecResponse resp;
+  by_job.set_job_id(77);
+  EXPECT_EQ(coordinator_->GetElementSpec(by_job, &resp).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(coordinator_->GetElementSpec(proto::GetElementSpecRequest(), &resp).code(),
+            absl::StatusCode::kInvalidArgument);
+  *by_options.mutable_options() = Options("ds-nope");
+  EXPECT_EQ(coordinator_->GetElementSpec(by_options, &resp).code(), absl::StatusCode::kNotFound);
+  *by_options.mutable_options() = Options(ds, proto::SHARDING_DATA, 0);
+  EXPECT_EQ(coordinator_->GetElementSpec(by_options, &resp).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sluice
