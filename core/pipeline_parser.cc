@@ -1,0 +1,497 @@
+#include "core/pipeline_parser.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/dataset.h"
+#include "core/proto_convert.h"
+#include "core/python_literal.h"
+#include "core/spec_inference.h"
+#include "core/status_macros.h"
+
+namespace sluice {
+namespace {
+
+constexpr absl::string_view kContext = "pipeline expression";
+
+bool IsIdentStart(char c) { return absl::ascii_isalpha(c) || c == '_'; }
+bool IsIdentChar(char c) { return absl::ascii_isalnum(c) || c == '_'; }
+
+bool IsAutotune(absl::string_view name) {
+  return name == "AUTOTUNE" || name == "tf.data.AUTOTUNE" ||
+         name == "tf.data.experimental.AUTOTUNE";
+}
+bool IsShardHint(absl::string_view name) {
+  return name == "SHARD_HINT" || name == "tf.data.experimental.SHARD_HINT";
+}
+
+// One parameter of a signature.
+struct Param {
+  const char* name;
+  bool required;
+};
+
+struct Signature {
+  const char* name;
+  std::vector<Param> params;
+};
+
+const std::vector<Signature>& OpSignatures() {
+  static const auto* kOps = new std::vector<Signature>{
+      {"batch", {{"batch_size", true}, {"drop_remainder", false}}},
+      {"repeat", {{"count", false}}},
+      {"take", {{"count", true}}},
+      {"skip", {{"count", true}}},
+      {"shard", {{"num_shards", true}, {"index", true}}},
+      {"shuffle", {{"buffer_size", true}, {"seed", false}, {"reshuffle_each_iteration", false}}},
+      {"prefetch", {{"buffer_size", true}}},
+      {"unbatch", {}},
+      {"rebatch", {{"batch_size", true}, {"drop_remainder", false}}},
+      {"legacy_rebatch", {{"num_replicas", true}}},
+  };
+  return *kOps;
+}
+
+const std::vector<Signature>& SourceSignatures() {
+  static const auto* kSources = new std::vector<Signature>{
+      {"range", {}},  // positional only, handled apart
+      {"from_tensors", {{"tensors", true}}},
+      {"from_tensor_slices", {{"tensors", true}}},
+      {"text_line_dataset", {{"filenames", true}}},
+  };
+  return *kSources;
+}
+
+struct Arg {
+  std::optional<std::string> keyword;
+  PyValue value;
+  size_t at = 0;  // byte offset where the argument (or its keyword) begins
+};
+
+class PipelineParser {
+ public:
+  explicit PipelineParser(absl::string_view text) : text_(text) {}
+
+  absl::StatusOr<ParsedPipeline> Parse() {
+    ParsedPipeline out;
+    out.def.set_version(proto::DATASET_GRAPH_VERSION_1);
+    SkipWs();
+    if (AtEnd()) {
+      return Error(pos_, "empty expression; expected a source such as range(10) or "
+                         "from_tensor_slices([1, 2, 3])");
+    }
+    if (!IsIdentStart(Peek())) {
+      return Expected("a source such as range(10) or from_tensor_slices([1, 2, 3])");
+    }
+    size_t source_at = pos_;
+    RETURN_IF_ERROR(ParseSource(&out.def));
+    out.columns.push_back(static_cast<int>(source_at) + 1);
+    for (;;) {
+      SkipWs();
+      if (AtEnd()) break;
+      if (Peek() != '.') return Expected("'.' and the next op, or the end of the expression");
+      ++pos_;
+      SkipWs();
+      if (!IsIdentStart(Peek())) return Expected("an op name after '.'");
+      size_t op_at = pos_;
+      std::string name = Identifier();
+      const Signature* sig = Find(OpSignatures(), name);
+      if (sig == nullptr) {
+        return Error(op_at, absl::StrCat("unknown op '", name, "'; known ops: ",
+                                         Names(OpSignatures())));
+      }
+      ASSIGN_OR_RETURN(std::vector<Arg> args, Arguments(name));
+      ASSIGN_OR_RETURN(std::vector<std::optional<PyValue>> bound, Bind(*sig, args, op_at));
+      ASSIGN_OR_RETURN(proto::OpDef op, BuildOp(name, bound));
+      *out.def.add_ops() = std::move(op);
+      out.columns.push_back(static_cast<int>(op_at) + 1);
+    }
+    return out;
+  }
+
+ private:
+  char Peek(size_t ahead = 0) const {
+    return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0';
+  }
+  bool AtEnd() const { return pos_ >= text_.size(); }
+  void SkipWs() {
+    while (pos_ < text_.size() && absl::ascii_isspace(static_cast<unsigned char>(text_[pos_]))) {
+      ++pos_;
+    }
+  }
+  std::string Identifier() {
+    size_t s = pos_;
+    while (IsIdentChar(Peek())) ++pos_;
+    return std::string(text_.substr(s, pos_ - s));
+  }
+
+  absl::Status Error(size_t at, absl::string_view message) const {
+    return absl::InvalidArgumentError(absl::StrCat(kContext, ", column ", at + 1, ": ", message));
+  }
+  std::string Describe(size_t at) const {
+    if (at >= text_.size()) return "end of expression";
+    char c = text_[at];
+    if (IsIdentStart(c)) {
+      size_t e = at;
+      while (e < text_.size() && IsIdentChar(text_[e])) ++e;
+      return absl::StrCat("'", text_.substr(at, std::min<size_t>(e - at, 40)), "'");
+    }
+    if (absl::ascii_isdigit(c)) {
+      size_t e = at;
+      while (e < text_.size() && (absl::ascii_isalnum(text_[e]) || text_[e] == '.')) ++e;
+      return absl::StrCat("'", text_.substr(at, std::min<size_t>(e - at, 40)), "'");
+    }
+    if (c == '\'' || c == '"') return "a string";
+    if (absl::ascii_isprint(c)) return absl::StrCat("'", std::string(1, c), "'");
+    return absl::StrFormat("byte 0x%02x", static_cast<unsigned char>(c));
+  }
+  absl::Status Expected(absl::string_view what) const {
+    return Error(pos_, absl::StrCat("expected ", what, ", found ", Describe(pos_)));
+  }
+  // The source text of an argument, shortened for messages.
+  std::string Text(const PyValue& v) const {
+    absl::string_view t = text_.substr(v.begin, v.end - v.begin);
+    if (t.size() > 40) return absl::StrCat(t.substr(0, 37), "...");
+    return std::string(t);
+  }
+
+  static const Signature* Find(const std::vector<Signature>& sigs, absl::string_view name) {
+    for (const Signature& s : sigs) {
+      if (name == s.name) return &s;
+    }
+    return nullptr;
+  }
+  static std::string Names(const std::vector<Signature>& sigs) {
+    std::vector<std::string> names;
+    for (const Signature& s : sigs) names.push_back(s.name);
+    return absl::StrJoin(names, ", ");
+  }
+
+  absl::Status ParseSource(proto::DatasetDef* def) {
+    size_t at = pos_;
+    std::string name = Identifier();
+    for (;;) {  // a dotted name: tf.data.Dataset.range
+      size_t save = pos_;
+      SkipWs();
+      if (Peek() != '.') {
+        pos_ = save;
+        break;
+      }
+      ++pos_;
+      SkipWs();
+      if (!IsIdentStart(Peek())) return Expected(absl::StrCat("a name after '", name, ".'"));
+      absl::StrAppend(&name, ".", Identifier());
+    }
+    std::string base = name;
+    for (absl::string_view prefix : {"tf.data.Dataset.", "Dataset.", "tf.data."}) {
+      if (absl::StartsWith(base, prefix)) {
+        base = base.substr(prefix.size());
+        break;
+      }
+    }
+    if (base == "TextLineDataset") base = "text_line_dataset";
+    const Signature* sig = Find(SourceSignatures(), base);
+    if (sig == nullptr) {
+      std::string hint = Find(OpSignatures(), base) != nullptr
+                             ? absl::StrCat(" ('", base, "' is an op; a pipeline starts with a "
+                                            "source)")
+                             : "";
+      return Error(at, absl::StrCat("unknown source '", name, "'", hint, "; known sources: ",
+                                    Names(SourceSignatures()), " (or TextLineDataset)"));
+    }
+    ASSIGN_OR_RETURN(std::vector<Arg> args, Arguments(base));
+    proto::SourceDef* source = def->mutable_source();
+    if (base == "range") return BuildRange(args, at, source->mutable_range());
+    ASSIGN_OR_RETURN(std::vector<std::optional<PyValue>> bound, Bind(*sig, args, at));
+    const PyValue& v = *bound[0];
+    if (base == "text_line_dataset") {
+      return Filenames(v, source->mutable_text_line());
+    }
+    absl::StatusOr<Element> element = PyValueToElement(v);
+    if (!element.ok()) {
+      return Error(v.begin, absl::StrCat(base, ": ", element.status().message()));
+    }
+    proto::ElementProto p = ElementToProto(*element);
+    if (base == "from_tensors") {
+      *source->mutable_from_tensors()->mutable_element() = std::move(p);
+    } else {
+      *source->mutable_from_tensor_slices()->mutable_element() = std::move(p);
+    }
+    return absl::OkStatus();
+  }
+
+  // After the name: '(' args ')'.
+  absl::StatusOr<std::vector<Arg>> Arguments(const std::string& op) {
+    SkipWs();
+    if (Peek() != '(') return Expected(absl::StrCat("'(' after ", op));
+    ++pos_;
+    std::vector<Arg> args;
+    for (;;) {
+      SkipWs();
+      if (Peek() == ')') {
+        ++pos_;
+        return args;
+      }
+      if (AtEnd() || Peek() == ',') {
+        return Expected(absl::StrCat("an argument or ')' to close the arguments of ", op));
+      }
+      Arg arg;
+      arg.at = pos_;
+      if (IsIdentStart(Peek())) {
+        size_t save = pos_;
+        std::string kw = Identifier();
+        SkipWs();
+        if (Peek() == '=' && Peek(1) != '=') {
+          ++pos_;
+          arg.keyword = std::move(kw);
+        } else {
+          pos_ = save;
+        }
+      }
+      ASSIGN_OR_RETURN(arg.value, ParsePyValue(text_, &pos_, kContext));
+      args.push_back(std::move(arg));
+      SkipWs();
+      if (Peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (Peek() == ')') {
+        ++pos_;
+        return args;
+      }
+      return Expected(absl::StrCat("',' or ')' to close the arguments of ", op));
+    }
+  }
+
+  // Python's binding of positional and keyword arguments to `sig`.
+  absl::StatusOr<std::vector<std::optional<PyValue>>> Bind(const Signature& sig,
+                                                           std::vector<Arg>& args,
+                                                           size_t op_at) {
+    std::vector<std::optional<PyValue>> bound(sig.params.size());
+    size_t positional = 0;
+    bool saw_keyword = false;
+    for (Arg& arg : args) {
+      size_t slot;
+      if (arg.keyword.has_value()) {
+        saw_keyword = true;
+        slot = sig.params.size();
+        for (size_t i = 0; i < sig.params.size(); ++i) {
+          if (*arg.keyword == sig.params[i].name) slot = i;
+        }
+        if (slot == sig.params.size()) {
+          std::vector<std::string> known;
+          for (const Param& p : sig.params) known.push_back(p.name);
+          return Error(arg.at, absl::StrCat(sig.name, ": unexpected keyword argument '",
+                                            *arg.keyword, "'",
+                                            known.empty() ? " (it takes no arguments)"
+                                                          : absl::StrCat(" (known: ",
+                                                                         absl::StrJoin(known, ", "),
+                                                                         ")")));
+        }
+      } else {
+        if (saw_keyword) {
+          return Error(arg.at, absl::StrCat(sig.name,
+                                            ": positional argument follows keyword argument"));
+        }
+        if (positional >= sig.params.size()) {
+          return Error(arg.at, absl::StrCat(sig.name, ": takes ", sig.params.size(),
+                                            " argument", sig.params.size() == 1 ? "" : "s",
+                                            " at most, got ", args.size()));
+        }
+        slot = positional++;
+      }
+      if (bound[slot].has_value()) {
+        return Error(arg.at, absl::StrCat(sig.name, ": argument ", sig.params[slot].name,
+                                          " given twice"));
+      }
+      bound[slot] = std::move(arg.value);
+    }
+    for (size_t i = 0; i < sig.params.size(); ++i) {
+      if (sig.params[i].required && !bound[i].has_value()) {
+        return Error(op_at, absl::StrCat(sig.name, ": missing required argument ",
+                                         sig.params[i].name));
+      }
+    }
+    return bound;
+  }
+
+  // An int argument; AUTOTUNE and SHARD_HINT read as -1, as in TF.
+  absl::StatusOr<int64_t> Int(absl::string_view op, absl::string_view param,
+                              const PyValue& v) const {
+    if (v.kind == PyValue::Kind::kName && (IsAutotune(v.text) || IsShardHint(v.text))) return -1;
+    if (v.kind == PyValue::Kind::kInt) {
+      std::optional<int64_t> n = v.AsInt64();
+      if (n.has_value()) return *n;
+      return Error(v.begin, absl::StrCat(op, ": ", param, " is out of range for int64, got ",
+                                         Text(v)));
+    }
+    return Error(v.begin, absl::StrCat(op, ": ", param, " must be an integer, got ", Text(v)));
+  }
+  absl::StatusOr<bool> Bool(absl::string_view op, absl::string_view param,
+                            const PyValue& v) const {
+    if (v.kind == PyValue::Kind::kBool) return v.bool_value;
+    return Error(v.begin, absl::StrCat(op, ": ", param, " must be True or False, got ", Text(v)));
+  }
+
+  absl::Status BuildRange(const std::vector<Arg>& args, size_t at, proto::RangeSource* r) {
+    for (const Arg& a : args) {
+      if (a.keyword.has_value()) {
+        return Error(a.at, absl::StrCat("range: unexpected keyword argument '", *a.keyword,
+                                        "' (range takes 1 to 3 positional arguments: "
+                                        "[start,] stop[, step])"));
+      }
+    }
+    if (args.empty() || args.size() > 3) {
+      return Error(args.empty() ? at : args[3].at,
+                   absl::StrCat("range: takes 1 to 3 positional arguments ([start,] stop[, "
+                                "step]), got ", args.size()));
+    }
+    static const char* const kNames[] = {"start", "stop", "step"};
+    int64_t values[3] = {0, 0, 1};
+    const char* const* names = args.size() == 1 ? kNames + 1 : kNames;
+    int first = args.size() == 1 ? 1 : 0;
+    for (size_t i = 0; i < args.size(); ++i) {
+      ASSIGN_OR_RETURN(values[first + i], Int("range", names[i], args[i].value));
+    }
+    r->set_start(values[0]);
+    r->set_stop(values[1]);
+    r->set_step(values[2]);
+    return absl::OkStatus();
+  }
+
+  absl::Status Filenames(const PyValue& v, proto::TextLineSource* t) {
+    auto is_string = [](const PyValue& x) {
+      return x.kind == PyValue::Kind::kStr || x.kind == PyValue::Kind::kBytes;
+    };
+    if (is_string(v)) {
+      t->add_filenames(v.text);
+      return absl::OkStatus();
+    }
+    if (v.kind == PyValue::Kind::kList || v.kind == PyValue::Kind::kTuple) {
+      for (const PyValue& f : v.items) {
+        if (!is_string(f)) {
+          return Error(f.begin, absl::StrCat("text_line_dataset: filenames must be strings, got ",
+                                             Text(f)));
+        }
+        t->add_filenames(f.text);
+      }
+      return absl::OkStatus();
+    }
+    return Error(v.begin, absl::StrCat("text_line_dataset: filenames must be a string or a list "
+                                       "of strings, got ", Text(v)));
+  }
+
+  absl::StatusOr<proto::OpDef> BuildOp(const std::string& name,
+                                       const std::vector<std::optional<PyValue>>& a) {
+    proto::OpDef op;
+    if (name == "batch") {
+      ASSIGN_OR_RETURN(int64_t n, Int(name, "batch_size", *a[0]));
+      op.mutable_batch()->set_batch_size(n);
+      if (a[1].has_value()) {
+        ASSIGN_OR_RETURN(bool drop, Bool(name, "drop_remainder", *a[1]));
+        op.mutable_batch()->set_drop_remainder(drop);
+      }
+    } else if (name == "repeat") {
+      int64_t count = -1;
+      if (a[0].has_value() && a[0]->kind != PyValue::Kind::kNone) {
+        ASSIGN_OR_RETURN(count, Int(name, "count", *a[0]));
+      }
+      op.mutable_repeat()->set_count(count);
+    } else if (name == "take") {
+      ASSIGN_OR_RETURN(int64_t count, Int(name, "count", *a[0]));
+      op.mutable_take()->set_count(count);
+    } else if (name == "skip") {
+      ASSIGN_OR_RETURN(int64_t count, Int(name, "count", *a[0]));
+      op.mutable_skip()->set_count(count);
+    } else if (name == "shard") {
+      proto::ShardOp* s = op.mutable_shard();
+      ASSIGN_OR_RETURN(int64_t num_shards, Int(name, "num_shards", *a[0]));
+      ASSIGN_OR_RETURN(int64_t index, Int(name, "index", *a[1]));
+      // SHARD_HINT is -1 in TF, so a literal -1 is the placeholder too.
+      if (num_shards == -1) {
+        s->set_num_shards_is_hint(true);
+      } else {
+        s->set_num_shards(num_shards);
+      }
+      if (index == -1) {
+        s->set_index_is_hint(true);
+      } else {
+        s->set_index(index);
+      }
+    } else if (name == "shuffle") {
+      proto::ShuffleOp* s = op.mutable_shuffle();
+      ASSIGN_OR_RETURN(int64_t buffer_size, Int(name, "buffer_size", *a[0]));
+      s->set_buffer_size(buffer_size);
+      if (a[1].has_value() && a[1]->kind != PyValue::Kind::kNone) {
+        ASSIGN_OR_RETURN(int64_t seed, Int(name, "seed", *a[1]));
+        s->set_seed(seed);
+        s->set_has_seed(true);
+      }
+      bool reshuffle = true;
+      if (a[2].has_value() && a[2]->kind != PyValue::Kind::kNone) {
+        ASSIGN_OR_RETURN(reshuffle, Bool(name, "reshuffle_each_iteration", *a[2]));
+      }
+      s->set_reshuffle_each_iteration(reshuffle);
+    } else if (name == "prefetch") {
+      ASSIGN_OR_RETURN(int64_t buffer_size, Int(name, "buffer_size", *a[0]));
+      op.mutable_prefetch()->set_buffer_size(buffer_size);
+    } else if (name == "unbatch") {
+      op.mutable_unbatch();
+    } else if (name == "rebatch") {
+      proto::RebatchOp* r = op.mutable_rebatch();
+      const PyValue& sizes = *a[0];
+      if (sizes.kind == PyValue::Kind::kList || sizes.kind == PyValue::Kind::kTuple) {
+        for (const PyValue& s : sizes.items) {
+          ASSIGN_OR_RETURN(int64_t n, Int(name, "batch_size", s));
+          r->add_batch_sizes(n);
+        }
+      } else {
+        ASSIGN_OR_RETURN(int64_t n, Int(name, "batch_size", sizes));
+        r->add_batch_sizes(n);
+      }
+      if (a[1].has_value()) {
+        ASSIGN_OR_RETURN(bool drop, Bool(name, "drop_remainder", *a[1]));
+        r->set_drop_remainder(drop);
+      }
+    } else if (name == "legacy_rebatch") {
+      ASSIGN_OR_RETURN(int64_t n, Int(name, "num_replicas", *a[0]));
+      // In the proto 0 means "not legacy", so refuse it here, where the op is still named.
+      if (n == 0) {
+        return Error(a[0]->begin, "legacy_rebatch: num_replicas must be positive, got 0");
+      }
+      op.mutable_rebatch()->set_legacy_num_replicas(n);
+    }
+    return op;
+  }
+
+  absl::string_view text_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<ParsedPipeline> ParsePipelineExpression(absl::string_view expression) {
+  return PipelineParser(expression).Parse();
+}
+
+absl::StatusOr<Dataset> Dataset::Parse(absl::string_view expression) {
+  ASSIGN_OR_RETURN(ParsedPipeline parsed, ParsePipelineExpression(expression));
+  int failed = kGraphPosition;
+  absl::StatusOr<std::vector<ElementSpec>> specs = InferElementSpecs(parsed.def, &failed);
+  if (!specs.ok()) {
+    int column = failed >= 0 && failed < static_cast<int>(parsed.columns.size())
+                     ? parsed.columns[failed]
+                     : 1;
+    return absl::InvalidArgumentError(
+        absl::StrCat(kContext, ", column ", column, ": ", specs.status().message()));
+  }
+  return Dataset(std::move(parsed.def));
+}
+
+}  // namespace sluice
