@@ -75,6 +75,20 @@ TEST(SluicectlRunTest, RunsAFinitePipelineToTheEndIncludingThePartialStep) {
             "}\n");
 }
 
+TEST(SluicectlRunTest, PartialLastBatchIsSplitAsTfSplitsIt) {
+  // TF (2.15): range(10).batch(4) on two replicas ends with [8] and [9].
+  SubprocessResult r = Sluicectl(
+      {"run", "--pipeline=range(10).batch(4)", "--devices=GPU:0,GPU:1", "--format=json"});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe() << "\n" << r.stderr_text;
+  EXPECT_EQ(r.stdout_text,
+            "{\"step\": 0, \"per_replica\": [{\"dtype\": \"int64\", \"shape\": [2], "
+            "\"values\": [0, 1]}, {\"dtype\": \"int64\", \"shape\": [2], \"values\": [2, 3]}]}\n"
+            "{\"step\": 1, \"per_replica\": [{\"dtype\": \"int64\", \"shape\": [2], "
+            "\"values\": [4, 5]}, {\"dtype\": \"int64\", \"shape\": [2], \"values\": [6, 7]}]}\n"
+            "{\"step\": 2, \"per_replica\": [{\"dtype\": \"int64\", \"shape\": [1], "
+            "\"values\": [8]}, {\"dtype\": \"int64\", \"shape\": [1], \"values\": [9]}]}\n");
+}
+
 TEST(SluicectlRunTest, StepsBoundsAFinitePipelineToo) {
   SubprocessResult r = Sluicectl(
       {"run", "--pipeline=range(8).batch(4)", "--devices=GPU:0,GPU:1", "--steps=1"});
