@@ -28,6 +28,7 @@ bool ReadsFiles(const Dataset& dataset);
 absl::StatusOr<Dataset> ShardByFile(const Dataset& dataset, int64_t num_shards, int64_t index);
 
 // HINT sharding: every shard(SHARD_HINT, SHARD_HINT) becomes shard(num_shards, index).
+// A graph that does not Validate() is returned unchanged.
 Dataset ReplaceShardHints(const Dataset& dataset, int64_t num_shards, int64_t index);
 
 // The whole per-worker rewrite that experimental_distribute_dataset applies for input worker
@@ -36,6 +37,19 @@ Dataset ReplaceShardHints(const Dataset& dataset, int64_t num_shards, int64_t in
 // BatchSizesForWorker, or the legacy rebatch followed by shard() for DATA, as TF does).
 // The result yields per-replica pieces; consecutive pieces go to the worker's local replicas
 // in turn. INVALID_ARGUMENT for an unbatched dataset and the FILE error above.
+//
+// In TF's order (input_lib.py, then grappler's auto_shard.cc), with N = num_replicas_in_sync,
+// R = N / num_workers, W = num_workers, w = worker_index:
+//  1. N > 1 only: rebatch(BatchSizesForWorker(B, W, R, w)), or the legacy rebatch into N pieces
+//     when B is unknown (GlobalBatchSize() == -1); then prefetch(R).
+//  2. auto-shard, also for W == 1 (TF skips only FILE with one worker):
+//     OFF: nothing. FILE: ShardByFile(W, w). DATA: the rebatch of step 1 becomes the legacy
+//     rebatch into N pieces and shard(W, w) follows it (before the prefetch). AUTO: FILE when
+//     ReadsFiles() (with FILE's errors), else DATA. HINT: ReplaceShardHints(W, w).
+// So with W == 1, AUTO and DATA give the legacy split: range(8).batch(4) on 3 replicas yields
+// [0,1],[2,3],[] per step, as TF 2.15 does. INVALID_ARGUMENT also when N % W != 0 (TF's
+// "tf.distribute expects every worker to have the same number of replicas ...") and for a
+// graph that does not Validate().
 absl::StatusOr<Dataset> DistributeForWorker(const Dataset& dataset, AutoShardPolicy policy,
                                             int64_t num_workers, int64_t worker_index,
                                             int64_t num_replicas_in_sync);

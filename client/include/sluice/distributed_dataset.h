@@ -34,6 +34,13 @@ class StepSource {
   // for replicas without data at a partial last step). Errors: the pipeline's or the
   // transport's; OUT_OF_RANGE is never returned (end_of_data says it).
   virtual absl::Status GetNextStep(std::vector<Element>* replicas, bool* end_of_data) = 0;
+  // What GetNextAsOptional() asks for. TF always pads a partial last step with dummies there,
+  // even where its get_next() ends the iteration at a partial step instead (a finite local
+  // dataset with fully static shapes, where TF turns partial-batch handling off). Sources
+  // without that distinction need not override it.
+  virtual absl::Status GetNextStepPadded(std::vector<Element>* replicas, bool* end_of_data) {
+    return GetNextStep(replicas, end_of_data);
+  }
 };
 
 // Makes a fresh StepSource: one per iterator (each iter() starts a new pass, as in TF).
