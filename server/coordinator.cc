@@ -221,9 +221,15 @@ absl::Status Coordinator::CreateTaskLocked(int64_t job_id, const proto::DatasetD
 
 absl::Status Coordinator::OnWorkerAvailableLocked(int64_t worker_id) {
   RETURN_IF_ERROR(AssignWaitingTasksLocked());
+  if (!options_.dynamic_tasks_for_new_workers) return absl::OkStatus();
   std::vector<int64_t> dynamic_jobs;
   for (const auto& [id, job] : state_.jobs()) {
-    if (!job.dynamic() || job.finished || job.splits_exhausted()) continue;
+    // Coordinated consumers read the tasks round-robin, and a task joining mid-rotation could
+    // reach them at different rounds: a coordinated job keeps the tasks it started with.
+    if (!job.dynamic() || job.finished || job.splits_exhausted() ||
+        job.options.read_mode() == proto::READ_MODE_COORDINATED) {
+      continue;
+    }
     bool has_task = false;
     for (int64_t t : job.task_ids) {
       const CoordinatorState::Task& task = state_.tasks().at(t);

@@ -44,6 +44,11 @@ struct CoordinatorOptions {
   int64_t split_batches = 8;
   // DYNAMIC jobs with split_size 0 on an unbatched dataset: source elements per split.
   int64_t split_elements = 1024;
+  // DYNAMIC jobs in independent mode: give each worker that registers while the job runs a
+  // task of its own. Off because consumers read the tasks that exist when their iterator
+  // starts (docs/SERVICE.md): a task nobody reads would take splits and never finish.
+  // Coordinated jobs never grow (consumers could see a new task at different rounds).
+  bool dynamic_tasks_for_new_workers = false;
   // Time source for heartbeat ages. Borrowed: must outlive the Coordinator. nullptr: the
   // real clock.
   Clock* clock = nullptr;
@@ -96,7 +101,8 @@ class Coordinator {
   absl::Status CheckLivenessLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives every unassigned unfinished task to the least loaded live worker, if any.
   absl::Status AssignWaitingTasksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After a worker (re)registers: waiting tasks, and a new task of each running DYNAMIC job.
+  // After a worker (re)registers: waiting tasks, and with dynamic_tasks_for_new_workers a new
+  // task of each running independent DYNAMIC job.
   absl::Status OnWorkerAvailableLocked(int64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The live worker with the fewest unfinished tasks (lowest id on ties); 0 if none.
   int64_t LeastLoadedWorkerLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -473,11 +473,17 @@ TEST_F(CoordinatorTest, DynamicSplitIndexReplaysATasksSplits) {
   EXPECT_EQ(Split(job->job_id(), task, 7).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(CoordinatorTest, DynamicJobGivesLateWorkersTheirOwnTask) {
+TEST_F(CoordinatorTest, IndependentDynamicJobCanGiveLateWorkersTheirOwnTask) {
+  CoordinatorOptions options;
+  options.clock = &clock_;
+  options.log = [](absl::string_view) {};
+  options.dynamic_tasks_for_new_workers = true;
+  coordinator_ = std::make_unique<Coordinator>(options);
   const std::string ds = Register("range(100).batch(2)");
   Heartbeat("w1:1");
   proto::JobOptions o = Options(ds, proto::SHARDING_DYNAMIC);
   o.set_split_size(10);
+  o.set_read_mode(proto::READ_MODE_INDEPENDENT);
   auto job = Job("", o);
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(Client(job->job_id()).num_tasks(), 1);
@@ -488,6 +494,40 @@ TEST_F(CoordinatorTest, DynamicJobGivesLateWorkersTheirOwnTask) {
   EXPECT_EQ(w2.new_tasks(0).job().sharding_policy(), proto::SHARDING_DYNAMIC);
   EXPECT_EQ(Client(job->job_id()).num_tasks(), 2);
   EXPECT_EQ(Client(job->job_id()).tasks(1).worker_address(), "w2:1");
+}
+
+TEST_F(CoordinatorTest, IndependentDynamicJobKeepsItsTasksByDefault) {
+  const std::string ds = Register("range(100).batch(2)");
+  Heartbeat("w1:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_DYNAMIC);
+  o.set_read_mode(proto::READ_MODE_INDEPENDENT);
+  auto job = Job("", o);
+  ASSERT_TRUE(job.ok());
+  // Consumers read the tasks there are when they start: a later task might never be read.
+  EXPECT_THAT(Heartbeat("w2:1").new_tasks(), IsEmpty());
+  EXPECT_EQ(Client(job->job_id()).num_tasks(), 1);
+}
+
+TEST_F(CoordinatorTest, CoordinatedDynamicJobNeverGrowsButItsTasksMove) {
+  CoordinatorOptions options;
+  options.clock = &clock_;
+  options.log = [](absl::string_view) {};
+  options.dynamic_tasks_for_new_workers = true;  // not for coordinated jobs
+  coordinator_ = std::make_unique<Coordinator>(options);
+  const std::string ds = Register("range(100).batch(2)");
+  Heartbeat("w1:1");
+  auto job = Job("", Options(ds, proto::SHARDING_DYNAMIC));
+  ASSERT_TRUE(job.ok());
+  // Consumers reading round-robin must all see the same task list: no task joins mid-job.
+  EXPECT_THAT(Heartbeat("w2:1").new_tasks(), IsEmpty());
+  EXPECT_EQ(Client(job->job_id()).num_tasks(), 1);
+  // But a task whose worker dies moves, as under any policy.
+  clock_.Advance(absl::Seconds(6));
+  Heartbeat("w2:1");
+  clock_.Advance(absl::Seconds(5));
+  proto::WorkerHeartbeatResponse w2 = Heartbeat("w2:1");
+  ASSERT_EQ(w2.new_tasks_size(), 1);
+  EXPECT_EQ(w2.new_tasks(0).task_index(), 0);
 }
 
 TEST_F(CoordinatorTest, GetSplitRejectsOtherPoliciesAndUnknownIds) {
