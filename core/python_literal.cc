@@ -807,7 +807,8 @@ absl::StatusOr<DType> InferDType(const std::vector<const PyValue*>& leaves) {
   }
   if (!any_float) return all_int32 ? DType::kInt32 : DType::kInt64;
   for (const PyValue* l : leaves) {
-    if (std::isfinite(l->float_value) && std::fabs(l->float_value) > FLT_MAX) {
+    // TF refuses a finite value that float32 rounds to infinity.
+    if (std::isfinite(l->float_value) && std::isinf(NarrowToFloat(l->float_value))) {
       return ConvError(absl::StrCat("value ", LeafText(*l), " at column ", l->column(),
                                     " is out of range for float32"));
     }
