@@ -8,6 +8,7 @@
 #include "core/grpc_status.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/completion_queue.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -186,6 +187,50 @@ TEST_F(GrpcCoordinatorTest, HealthServiceAnswersServing) {
   ASSERT_TRUE(status.ok()) << status.error_message();
   // HealthCheckResponse{status: SERVING (1)}: field 1, varint 1.
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
+
+// ServerReflectionInfo (a bidi stream) through a generic stub: list_services must name the
+// coordinator service, as grpcurl and grpc_cli would see it.
+TEST_F(GrpcCoordinatorTest, ReflectionListsTheCoordinatorService) {
+  grpc::GenericStub generic(channel_);
+  grpc::CompletionQueue cq;
+  auto ctx = Context();
+  auto call = generic.PrepareCall(
+      ctx.get(), "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  // Waits for the operation tagged `tag`; false if it failed or never completed.
+  auto wait = [&cq](intptr_t tag) {
+    void* got = nullptr;
+    bool ok = false;
+    const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(kCallSeconds);
+    if (cq.AsyncNext(&got, &ok, deadline) != grpc::CompletionQueue::GOT_EVENT) return false;
+    return ok && reinterpret_cast<intptr_t>(got) == tag;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(wait(1));
+  // ServerReflectionRequest{list_services: ""}: field 7, length 0.
+  grpc::Slice request_bytes(std::string("\x3a\x00", 2));
+  grpc::ByteBuffer request(&request_bytes, 1);
+  call->Write(request, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(wait(2));
+  grpc::ByteBuffer response;
+  call->Read(&response, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(wait(3));
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& sl : slices) {
+    bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  }
+  EXPECT_THAT(bytes, HasSubstr("sluice.proto.CoordinatorService"));
+  EXPECT_THAT(bytes, HasSubstr("grpc.health.v1.Health"));
+  ctx->TryCancel();
+  grpc::Status finish;
+  call->Finish(&finish, reinterpret_cast<void*>(4));
+  void* tag = nullptr;
+  bool ok = false;
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
 }
 
 TEST_F(GrpcCoordinatorTest, PortZeroGivesEachServerItsOwnPortAndShutdownIsIdempotent) {
