@@ -111,6 +111,8 @@ CASES = [
          "'f'], [[1, 2], [3, 4], [5, 6], [7, 8], [9, 10], [11, 12]]))).batch(3)", 2),
     case("dict_drop_r2", "from_tensor_slices({'x': [[1, 2], [3, 4], [5, 6], [7, 8]], 'y': [1., "
          "2., 3., 4.]}).batch(2, drop_remainder=True)", 2),
+    case("floats_bools_r2", "from_tensor_slices(([0.1, 0.7, 1.5e-05, 3.25, 1e20], [True, False, "
+         "True, True, False])).batch(3)", 2),
     # File sources: AUTO means FILE (a no-op shard on one worker), so the new-style rebatch stays.
     case("text_auto_r3", "text_line_dataset(%s).batch(4)" % files(0, 1), 3),
     case("text_data_r3", "text_line_dataset(%s).batch(4)" % files(0, 1), 3, policy="DATA"),
@@ -180,7 +182,15 @@ def tensor_json(t):
       return float(v)
     return v
   if t.dtype.is_floating:
-    values = np.asarray(t.numpy(), dtype=np.float64).tolist()
+    # The shortest digits that read back to the same value of the tensor's own type (float16
+    # and bfloat16 widened to float32), as core/json_format.h writes them: float32 0.7 is 0.7.
+    arr = np.asarray(t.numpy())
+    if t.dtype != tf.float64:
+      arr = arr.astype(np.float32)
+      values = np.vectorize(lambda x: float(repr(np.float32(x))), otypes=[np.float64])(arr)
+      values = values.tolist() if arr.ndim else float(values)
+    else:
+      values = arr.tolist()
   return {"dtype": t.dtype.name, "shape": list(t.shape), "values": fix(values)}
 
 
