@@ -20,6 +20,7 @@
 #include "core/shuffle_iterator.h"
 #include "core/simple_op_iterators.h"
 #include "core/source_iterators.h"
+#include "core/spec_inference.h"
 #include "core/status_macros.h"
 
 namespace sluice {
@@ -41,34 +42,6 @@ std::unique_ptr<Iterator> OrError(absl::StatusOr<std::unique_ptr<Iterator>> it) 
   return *std::move(it);
 }
 
-std::string SourceName(const proto::SourceDef& source) {
-  switch (source.kind_case()) {
-    case proto::SourceDef::kRange: return "range";
-    case proto::SourceDef::kFromTensors: return "from_tensors";
-    case proto::SourceDef::kFromTensorSlices: return "from_tensor_slices";
-    case proto::SourceDef::kTextLine: return "text_line_dataset";
-    case proto::SourceDef::KIND_NOT_SET: break;
-  }
-  return "source";
-}
-
-std::string OpName(const proto::OpDef& op) {
-  switch (op.kind_case()) {
-    case proto::OpDef::kBatch: return "batch";
-    case proto::OpDef::kRepeat: return "repeat";
-    case proto::OpDef::kTake: return "take";
-    case proto::OpDef::kSkip: return "skip";
-    case proto::OpDef::kShard: return "shard";
-    case proto::OpDef::kShuffle: return "shuffle";
-    case proto::OpDef::kPrefetch: return "prefetch";
-    case proto::OpDef::kUnbatch: return "unbatch";
-    case proto::OpDef::kRebatch:
-      return op.rebatch().legacy_num_replicas() > 0 ? "legacy_rebatch" : "rebatch";
-    case proto::OpDef::KIND_NOT_SET: break;
-  }
-  return "unknown";
-}
-
 // `make(input_iterator)` builds one op's iterator. Checked() calls it once with no input, so
 // that argument errors surface at MakeIterator() time without building the chain below (the
 // iterators here only store their input when constructed), then returns a factory that builds
@@ -84,8 +57,9 @@ absl::StatusOr<IteratorFactory> Checked(IteratorFactory input, Make make) {
 
 using Input = std::unique_ptr<Iterator>;
 
-absl::StatusOr<IteratorFactory> BuildSource(const proto::SourceDef& source) {
-  std::string label = OpLabel(0, SourceName(source));
+// `label` names the op in errors (DescribePosition()).
+absl::StatusOr<IteratorFactory> BuildSource(const std::string& label,
+                                            const proto::SourceDef& source) {
   switch (source.kind_case()) {
     case proto::SourceDef::kRange: {
       const proto::RangeSource r = source.range();
@@ -122,9 +96,10 @@ absl::StatusOr<IteratorFactory> BuildSource(const proto::SourceDef& source) {
   return absl::InvalidArgumentError(absl::StrCat(label, ": the graph has no source"));
 }
 
-absl::StatusOr<IteratorFactory> BuildOp(int position, const proto::OpDef& op,
-                                        IteratorFactory input, const ExecutorOptions& options) {
-  std::string label = OpLabel(position, OpName(op));
+// `output_spec` is the op's static output spec (InferElementSpecs()).
+absl::StatusOr<IteratorFactory> BuildOp(const std::string& label, const proto::OpDef& op,
+                                        IteratorFactory input, const ElementSpec& output_spec,
+                                        const ExecutorOptions& options) {
   switch (op.kind_case()) {
     case proto::OpDef::kBatch: {
       const proto::BatchOp b = op.batch();
@@ -199,8 +174,9 @@ absl::StatusOr<IteratorFactory> BuildOp(int position, const proto::OpDef& op,
         });
       }
       std::vector<int64_t> sizes(r.batch_sizes().begin(), r.batch_sizes().end());
-      return Checked(input, [label, sizes, r](Input in) {
-        return NewRebatchIterator(label, std::move(in), sizes, r.drop_remainder());
+      // TF builds the empty pieces of size-0 entries from the static spec.
+      return Checked(input, [label, sizes, r, output_spec](Input in) {
+        return NewRebatchIterator(label, std::move(in), sizes, r.drop_remainder(), output_spec);
       });
     }
     case proto::OpDef::KIND_NOT_SET: break;
@@ -213,9 +189,13 @@ absl::StatusOr<IteratorFactory> BuildOp(int position, const proto::OpDef& op,
 absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
                                                        const ExecutorOptions& options) {
   const proto::DatasetDef& def = dataset.def();
-  ASSIGN_OR_RETURN(IteratorFactory factory, BuildSource(def.source()));
+  // Validates the graph (what Dataset::Validate() does) and gives each op's output spec.
+  ASSIGN_OR_RETURN(std::vector<ElementSpec> specs, InferElementSpecs(def));
+  ASSIGN_OR_RETURN(IteratorFactory factory,
+                   BuildSource(DescribePosition(def, 0), def.source()));
   for (int i = 0; i < def.ops_size(); ++i) {
-    ASSIGN_OR_RETURN(factory, BuildOp(i + 1, def.ops(i), std::move(factory), options));
+    ASSIGN_OR_RETURN(factory, BuildOp(DescribePosition(def, i + 1), def.ops(i),
+                                      std::move(factory), specs[i + 1], options));
   }
   return factory();
 }
