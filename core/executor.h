@@ -16,7 +16,10 @@ struct ExecutorOptions {
   int autotune_prefetch_elements = 8;
 };
 
-// INVALID_ARGUMENT if the graph does not Validate().
+// INVALID_ARGUMENT if the graph does not Validate(), or names an unresolved
+// shard(SHARD_HINT, SHARD_HINT). Each call builds its own iterators: a seeded shuffle restarts at
+// iteration 0 (core/shuffle_iterator.h), so two iterators of one graph yield the same sequence.
+// Errors while iterating name the op ("op 2 (batch): ...", "source (text_line_dataset): ...").
 absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
                                                        const ExecutorOptions& options = {});
 
