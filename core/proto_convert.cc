@@ -20,9 +20,14 @@ absl::StatusOr<DType> DTypeFromProto(proto::DataType d) {
 absl::StatusOr<Shape> ShapeFromProto(const google::protobuf::RepeatedField<int64_t>& dims,
                                      bool allow_unknown) {
   std::vector<int64_t> out(dims.begin(), dims.end());
+  int64_t elements = 1;
   for (int64_t d : out) {
     if (d < 0 && !(allow_unknown && d == kUnknownDim)) {
       return absl::InvalidArgumentError(absl::StrCat("invalid dimension ", d, " in shape"));
+    }
+    // A shape whose element count overflows would wrap and slip past the content-size checks.
+    if (d >= 0 && __builtin_mul_overflow(elements, d, &elements)) {
+      return absl::InvalidArgumentError("shape has more elements than fit in int64");
     }
   }
   return Shape(std::move(out));

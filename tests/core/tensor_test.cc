@@ -75,6 +75,14 @@ TEST(TensorTest, ProtoRoundTripAndCorruptContent) {
   EXPECT_EQ(TensorFromProto(p).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(TensorTest, ProtoWithOverflowingShapeIsRejected) {
+  proto::TensorProto p;
+  p.set_dtype(proto::DT_INT32);
+  p.add_shape(int64_t{1} << 32);
+  p.add_shape(int64_t{1} << 32);
+  EXPECT_EQ(TensorFromProto(p).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(DTypeTest, HalfPrecisionRoundTrips) {
   for (float f : {0.f, 1.f, -2.5f, 0.333251953125f, 65504.f}) {
     EXPECT_EQ(HalfToFloat(FloatToHalf(f)), f);
