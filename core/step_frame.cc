@@ -235,6 +235,10 @@ size_t StepPayloadBytes(const WireStep& step) {
 absl::Status EncodeStepFrame(const StepFrame& frame, grpc::ByteBuffer* out) {
   proto::StepFrameHeader header;
   header.set_end_of_task(frame.end_of_task);
+  if (!frame.status.ok()) {
+    header.set_error_code(static_cast<int32_t>(frame.status.code()));
+    header.set_error_message(std::string(frame.status.message()));
+  }
   for (const WireStep& step : frame.steps) {
     proto::StepHeader* sh = header.add_steps();
     sh->set_task_step(step.task_step);
@@ -334,6 +338,10 @@ absl::Status DecodeStepFrame(const grpc::ByteBuffer& buffer, const TensorAllocat
 
   out->steps.clear();
   out->end_of_task = header.end_of_task();
+  out->status = header.error_code() == 0
+                    ? absl::OkStatus()
+                    : absl::Status(static_cast<absl::StatusCode>(header.error_code()),
+                                   header.error_message());
   out->steps.reserve(header.steps_size());
   size_t next = 0;
   for (int s = 0; s < header.steps_size(); ++s) {

@@ -48,6 +48,8 @@ struct WireStep {
 struct StepFrame {
   std::vector<WireStep> steps;
   bool end_of_task = false;
+  // Not OK: the task failed after these steps (StepFrameHeader.error_code / error_message).
+  absl::Status status;
 };
 
 // Allocates the destination buffer of one decoded numeric tensor of `bytes` bytes (> 0).

@@ -182,6 +182,23 @@ absl::StatusOr<std::shared_ptr<TaskRunner>> TaskRunner::Start(const proto::TaskD
   return shared;
 }
 
+std::shared_ptr<TaskRunner> TaskRunner::StartWith(const proto::TaskDef& task,
+                                                  TaskRunnerOptions options,
+                                                  StepProducer producer) {
+  std::shared_ptr<TaskRunner> runner(new TaskRunner(task, std::move(options), nullptr));
+  runner->producer_ = std::move(producer);
+  runner->replayable_ = false;
+  TaskRunner* raw = runner.get();
+  raw->thread_ = std::thread([raw] { raw->Run(); });
+  return runner;
+}
+
+std::shared_ptr<TaskRunner> TaskRunner::Failed(const proto::TaskDef& task, absl::Status error) {
+  std::shared_ptr<TaskRunner> runner(new TaskRunner(task, TaskRunnerOptions(), nullptr));
+  runner->buffer_->Finish(std::move(error));
+  return runner;
+}
+
 TaskRunner::~TaskRunner() {
   buffer_->Close();
   if (thread_.joinable()) thread_.join();
@@ -191,7 +208,7 @@ void TaskRunner::Run() {
   while (true) {
     auto step = std::make_shared<TaskStep>();
     bool end = false;
-    absl::Status s = steps_->GetNext(step.get(), &end);
+    absl::Status s = producer_ ? producer_(step.get(), &end) : steps_->GetNext(step.get(), &end);
     if (!s.ok()) {
       buffer_->Finish(s);
       break;
@@ -203,6 +220,7 @@ void TaskRunner::Run() {
     if (!buffer_->Push(std::move(step)).ok()) break;  // stopped
   }
   steps_.reset();  // the pipeline's resources go as soon as the task is done
+  producer_ = nullptr;
 }
 
 absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consumer,
@@ -218,10 +236,10 @@ absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consu
   }
   if (gen.status().code() != absl::StatusCode::kOutOfRange) return Prefixed(task_, gen.status());
   // The shared buffer released these steps: replay the task for this stream alone.
-  if (task_.job().sharding_policy() == proto::SHARDING_DYNAMIC) {
+  if (task_.job().sharding_policy() == proto::SHARDING_DYNAMIC || !replayable_) {
     return absl::FailedPreconditionError(absl::StrCat(
         TaskName(task_), ": consumer ", consumer, " asked for task step ", start_step,
-        ", already released, and a DYNAMIC task cannot be replayed: ", gen.status().message()));
+        ", already released, and this task cannot be replayed (DYNAMIC or a custom producer): ", gen.status().message()));
   }
   TaskRunnerOptions options = options_;
   options.detach_unattached_after = absl::InfiniteDuration();

@@ -108,6 +108,14 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   // Validates the task (TaskStepIterator::Create) and starts the producer thread.
   static absl::StatusOr<std::shared_ptr<TaskRunner>> Start(const proto::TaskDef& task,
                                                            TaskRunnerOptions options);
+  // Produces a task's steps as TaskStepIterator::GetNext does.
+  using StepProducer = std::function<absl::Status(TaskStep* step, bool* end)>;
+  // A runner whose steps come from `producer` instead of the task's pipeline (benchmarks and
+  // tests of the data plane). Such a task cannot be replayed.
+  static std::shared_ptr<TaskRunner> StartWith(const proto::TaskDef& task,
+                                               TaskRunnerOptions options, StepProducer producer);
+  // A runner for a task whose pipeline could not be built: every reader gets `error`.
+  static std::shared_ptr<TaskRunner> Failed(const proto::TaskDef& task, absl::Status error);
   ~TaskRunner();  // Close()s and joins the producer
 
   // A reader for `consumer` starting at task step `start_step`. INVALID_ARGUMENT for a bad
@@ -135,6 +143,8 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   const proto::TaskDef task_;
   const TaskRunnerOptions options_;
   std::unique_ptr<TaskStepIterator> steps_;  // used by the producer thread only
+  StepProducer producer_;                    // instead of steps_, when set
+  bool replayable_ = true;                   // false for StartWith runners
   std::unique_ptr<StepBuffer> buffer_;
   std::thread thread_;
 };

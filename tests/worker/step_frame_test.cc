@@ -234,6 +234,18 @@ TEST(StepFrameTest, CorruptHeadersAreInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(StepFrameTest, ErrorStatusRoundTrips) {
+  StepFrame frame;
+  frame.steps.push_back(WireStep{0, -1, 1, {{Tensor::Scalar<int32_t>(1)}}});
+  frame.status = absl::NotFoundError("input.txt: no such file");
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(EncodeStepFrame(frame, &bb).ok());
+  StepFrame decoded;
+  ASSERT_TRUE(DecodeStepFrame(bb, nullptr, &decoded).ok());
+  EXPECT_EQ(decoded.status, frame.status);
+  ExpectSameFrame(frame, decoded);
+}
+
 TEST(StepFrameTest, ConsumerMessagesRoundTrip) {
   proto::ConsumerMessage m;
   m.mutable_request()->set_job_id(3);

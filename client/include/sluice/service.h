@@ -1,0 +1,81 @@
+// Reading a DistributedDataset from the Sluice service (a coordinator and input workers)
+// instead of running the pipeline in the trainer: the tf.data service's `distribute` in C++.
+//
+//   ServiceOptions options;
+//   options.coordinator_address = "coordinator:5000";
+//   options.job_name = "resnet-train";   // every trainer process names the same job
+//   options.consumer_index = rank;       // this process, of num_consumers
+//   options.num_consumers = world_size;
+//   ASSIGN_OR_RETURN(DistributedDataset dist,
+//                    DistributeDatasetFromService(strategy, dataset, options));
+//   for (const PerReplica<Element>& x : dist) { ... }
+//
+// Coordinated reads (the default): every step is one global batch of the dataset's batch size
+// B, cut into num_consumers x R per-replica pieces by TF's rebatching rule; this process gets
+// the pieces of its R = strategy.num_local_replicas() replicas, and every consumer sees the
+// same number of steps (size-0 dummies at a partial last step). Independent reads: each
+// consumer gets whole batches (split over its R replicas), first come first served, and sees
+// its own end of data.
+//
+// Protocol and guarantees under failures: docs/SERVICE.md.
+#ifndef SLUICE_CLIENT_SERVICE_H_
+#define SLUICE_CLIENT_SERVICE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/dataset.h"
+#include "core/tensor.h"
+#include "sluice/distributed_dataset.h"
+#include "sluice/strategy.h"
+
+namespace sluice {
+
+enum class ServiceReadMode { kCoordinated, kIndependent };
+
+// How the job's tasks share the data (docs/SERVICE.md, "Task pipelines by sharding policy").
+enum class ServiceShardingPolicy { kAuto, kFile, kData, kHint, kOff, kDynamic };
+
+struct ServiceOptions {
+  // The coordinator, "host:port". Required.
+  std::string coordinator_address;
+  // Consumers naming the same job share it; an empty name makes a job of this process alone.
+  std::string job_name;
+  // This trainer process among the job's consumers.
+  int64_t consumer_index = 0;
+  int64_t num_consumers = 1;
+  ServiceReadMode read_mode = ServiceReadMode::kCoordinated;
+  ServiceShardingPolicy sharding_policy = ServiceShardingPolicy::kAuto;
+  // Static policies: number of tasks; 0 means one per worker registered when the job is made.
+  int64_t num_tasks = 0;
+  // Deadline of each coordinator RPC.
+  absl::Duration rpc_deadline = absl::Seconds(10);
+  // How long UNAVAILABLE (no worker yet, a worker gone and its task not reassigned yet) is
+  // retried, with exponential backoff, before the error is returned naming the address.
+  absl::Duration retry_deadline = absl::Seconds(60);
+  // Steps in flight per task (the credit window): received and not yet consumed, or granted to
+  // the worker and not yet received. At least 1.
+  int64_t credits_per_task = 4;
+  // Allocates the host buffers received tensors are copied into (pinned memory, a pool, ...).
+  // Empty: 64-byte aligned host memory.
+  std::function<std::shared_ptr<TensorBuffer>(size_t bytes)> allocator;
+};
+
+// Registers `dataset` with the coordinator, gets or creates the job (replicas_per_consumer =
+// strategy.num_local_replicas()) and its per-replica element spec, and returns a
+// DistributedDataset whose iterators stream from the job's workers. INVALID_ARGUMENT for bad
+// options and the coordinator's validation errors (an unbatched dataset, FILE sharding with too
+// few files, a job of that name with other options); UNAVAILABLE (naming the coordinator) when
+// it cannot be reached within retry_deadline.
+absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredStrategy& strategy,
+                                                                const Dataset& dataset,
+                                                                const ServiceOptions& options);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CLIENT_SERVICE_H_

@@ -1,0 +1,125 @@
+#include "sluice/service.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/service_step_source.h"
+#include "core/grpc_status.h"
+#include "core/proto_convert.h"
+#include "core/status_macros.h"
+#include "proto/coordinator.grpc.pb.h"
+
+namespace sluice {
+namespace {
+
+proto::ShardingPolicy ToProto(ServiceShardingPolicy p) {
+  switch (p) {
+    case ServiceShardingPolicy::kAuto: return proto::SHARDING_AUTO;
+    case ServiceShardingPolicy::kFile: return proto::SHARDING_FILE;
+    case ServiceShardingPolicy::kData: return proto::SHARDING_DATA;
+    case ServiceShardingPolicy::kHint: return proto::SHARDING_HINT;
+    case ServiceShardingPolicy::kOff: return proto::SHARDING_OFF;
+    case ServiceShardingPolicy::kDynamic: return proto::SHARDING_DYNAMIC;
+  }
+  return proto::SHARDING_AUTO;
+}
+
+// Calls `rpc` (one attempt: a fresh context with the RPC deadline) until it succeeds, fails
+// with a code other than UNAVAILABLE / DEADLINE_EXCEEDED, or retry_deadline passes.
+template <typename Rpc>
+absl::Status WithRetries(const ServiceOptions& options, const char* what, Rpc rpc) {
+  const absl::Time give_up = absl::Now() + options.retry_deadline;
+  absl::Duration backoff = absl::Milliseconds(20);
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + options.rpc_deadline));
+    absl::Status s = FromGrpcStatus(rpc(&context));
+    if (s.ok()) return s;
+    const bool retry = s.code() == absl::StatusCode::kUnavailable ||
+                       s.code() == absl::StatusCode::kDeadlineExceeded;
+    if (!retry || absl::Now() + backoff > give_up) {
+      return absl::Status(s.code(), absl::StrCat(what, " on coordinator ",
+                                                 options.coordinator_address, ": ", s.message()));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredStrategy& strategy,
+                                                                const Dataset& dataset,
+                                                                const ServiceOptions& options) {
+  if (options.coordinator_address.empty()) {
+    return absl::InvalidArgumentError("ServiceOptions.coordinator_address is required");
+  }
+  if (options.num_consumers < 1 || options.consumer_index < 0 ||
+      options.consumer_index >= options.num_consumers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ServiceOptions: consumer_index ", options.consumer_index,
+                     " must be in [0, num_consumers = ", options.num_consumers, ")"));
+  }
+  if (options.credits_per_task < 1) {
+    return absl::InvalidArgumentError("ServiceOptions.credits_per_task must be at least 1");
+  }
+  const int64_t replicas = strategy.num_local_replicas();
+  auto stub = proto::CoordinatorService::NewStub(DefaultChannel(options.coordinator_address));
+
+  proto::RegisterDatasetRequest reg;
+  reg.set_wire_version(proto::WIRE_VERSION_1);
+  *reg.mutable_dataset() = dataset.def();
+  proto::RegisterDatasetResponse reg_response;
+  RETURN_IF_ERROR(WithRetries(options, "RegisterDataset", [&](grpc::ClientContext* c) {
+    return stub->RegisterDataset(c, reg, &reg_response);
+  }));
+
+  proto::GetOrCreateJobRequest job;
+  job.set_wire_version(proto::WIRE_VERSION_1);
+  job.set_job_name(options.job_name);
+  proto::JobOptions* jo = job.mutable_options();
+  jo->set_dataset_id(reg_response.dataset_id());
+  jo->set_num_consumers(options.num_consumers);
+  jo->set_replicas_per_consumer(replicas);
+  jo->set_sharding_policy(ToProto(options.sharding_policy));
+  jo->set_read_mode(options.read_mode == ServiceReadMode::kIndependent
+                        ? proto::READ_MODE_INDEPENDENT
+                        : proto::READ_MODE_COORDINATED);
+  jo->set_num_tasks(options.num_tasks);
+  proto::GetOrCreateJobResponse job_response;
+  RETURN_IF_ERROR(WithRetries(options, "GetOrCreateJob", [&](grpc::ClientContext* c) {
+    return stub->GetOrCreateJob(c, job, &job_response);
+  }));
+
+  proto::GetElementSpecRequest spec_request;
+  spec_request.set_job_id(job_response.job_id());
+  proto::GetElementSpecResponse spec_response;
+  RETURN_IF_ERROR(WithRetries(options, "GetElementSpec", [&](grpc::ClientContext* c) {
+    return stub->GetElementSpec(c, spec_request, &spec_response);
+  }));
+  ASSIGN_OR_RETURN(ElementSpec replica_spec,
+                   ElementSpecFromProto(spec_response.per_replica_spec()));
+  DistributedElementSpec spec = replica_spec.Map([replicas](const TensorSpec& s) {
+    return PerReplicaSpec{std::vector<TensorSpec>(static_cast<size_t>(replicas), s)};
+  });
+
+  ServiceStepSourceOptions source;
+  source.coordinator_address = options.coordinator_address;
+  source.job_id = job_response.job_id();
+  source.consumer_index = options.consumer_index;
+  source.num_local_replicas = replicas;
+  source.independent = options.read_mode == ServiceReadMode::kIndependent;
+  source.per_replica_spec = replica_spec;
+  source.rpc_deadline = options.rpc_deadline;
+  source.retry_deadline = options.retry_deadline;
+  source.credits_per_task = options.credits_per_task;
+  source.allocator = options.allocator;
+  StepSourceFactory factory = [source]() -> absl::StatusOr<std::unique_ptr<StepSource>> {
+    ASSIGN_OR_RETURN(std::unique_ptr<ServiceStepSource> s, ServiceStepSource::Create(source));
+    return std::unique_ptr<StepSource>(std::move(s));
+  };
+  return DistributedDataset(std::move(spec), std::move(factory));
+}
+
+}  // namespace sluice

@@ -1,0 +1,415 @@
+#include "client/service_step_source.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/grpc_status.h"
+#include "core/status_macros.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/sync_stream.h"
+#include "proto/worker.pb.h"
+
+namespace sluice {
+namespace {
+
+constexpr char kStreamStepsMethod[] = "/sluice.proto.WorkerService/StreamSteps";
+
+using Stream = grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+
+bool Retryable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kAborted ||
+         s.code() == absl::StatusCode::kCancelled ||
+         s.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> DefaultChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  // Each consumer gets its own connection rather than one shared by the whole process.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+struct ServiceStepSource::Task {
+  int64_t task_id = 0;
+  int64_t task_index = 0;
+  std::thread reader;
+
+  // Guarded by the source's mu_.
+  std::deque<std::vector<Element>> queue;
+  bool ended = false;
+  absl::Status error;
+  int64_t next_step = 0;  // the first task step not received yet
+  int64_t owed = 0;       // credits to grant for consumed steps
+
+  // The current call, for granting credits and cancelling.
+  absl::Mutex write_mu;
+  grpc::ClientContext* context ABSL_GUARDED_BY(write_mu) = nullptr;
+  Stream* stream ABSL_GUARDED_BY(write_mu) = nullptr;  // null once writes are done
+};
+
+ServiceStepSource::ServiceStepSource(ServiceStepSourceOptions options)
+    : options_(std::move(options)) {}
+
+std::shared_ptr<grpc::Channel> ServiceStepSource::ChannelTo(const std::string& address) {
+  absl::MutexLock lock(&channels_mu_);
+  auto it = channels_.find(address);
+  if (it != channels_.end()) return it->second;
+  auto channel = options_.channel_factory ? options_.channel_factory(address)
+                                          : DefaultChannel(address);
+  channels_[address] = channel;
+  return channel;
+}
+
+absl::StatusOr<proto::ClientHeartbeatResponse> ServiceStepSource::Heartbeat() {
+  proto::ClientHeartbeatRequest request;
+  request.set_wire_version(proto::WIRE_VERSION_1);
+  request.set_job_id(options_.job_id);
+  request.set_consumer_index(options_.consumer_index);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_deadline));
+  proto::ClientHeartbeatResponse response;
+  absl::Status s = FromGrpcStatus(coordinator_->ClientHeartbeat(&context, request, &response));
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("ClientHeartbeat to coordinator ",
+                                               options_.coordinator_address, ": ", s.message()));
+  }
+  return response;
+}
+
+absl::StatusOr<std::unique_ptr<ServiceStepSource>> ServiceStepSource::Create(
+    ServiceStepSourceOptions options) {
+  if (options.num_local_replicas < 1 || options.credits_per_task < 1) {
+    return absl::InvalidArgumentError(
+        "ServiceStepSource: num_local_replicas and credits_per_task must be positive");
+  }
+  std::unique_ptr<ServiceStepSource> source(new ServiceStepSource(std::move(options)));
+  const ServiceStepSourceOptions& o = source->options_;
+  source->coordinator_ = proto::CoordinatorService::NewStub(
+      o.channel_factory ? o.channel_factory(o.coordinator_address)
+                        : DefaultChannel(o.coordinator_address));
+  const absl::Time give_up = absl::Now() + o.retry_deadline;
+  absl::Duration backoff = absl::Milliseconds(20);
+  proto::ClientHeartbeatResponse tasks;
+  while (true) {
+    absl::StatusOr<proto::ClientHeartbeatResponse> hb = source->Heartbeat();
+    if (hb.ok() && hb->tasks_size() > 0) {
+      tasks = *std::move(hb);
+      break;
+    }
+    if (!hb.ok() && !Retryable(hb.status())) return hb.status();
+    if (absl::Now() + backoff > give_up) {
+      if (!hb.ok()) return hb.status();
+      return absl::UnavailableError(absl::StrCat("job ", o.job_id, " has no tasks after ",
+                                                 absl::FormatDuration(o.retry_deadline),
+                                                 " (coordinator ", o.coordinator_address, ")"));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+  std::vector<proto::TaskInfo> infos(tasks.tasks().begin(), tasks.tasks().end());
+  std::sort(infos.begin(), infos.end(), [](const proto::TaskInfo& a, const proto::TaskInfo& b) {
+    return a.task_index() < b.task_index();
+  });
+  for (const proto::TaskInfo& info : infos) {
+    auto task = std::make_unique<Task>();
+    task->task_id = info.task_id();
+    task->task_index = info.task_index();
+    source->rotation_.push_back(task.get());
+    source->tasks_.push_back(std::move(task));
+  }
+  ServiceStepSource* raw = source.get();
+  for (auto& task : source->tasks_) {
+    Task* t = task.get();
+    t->reader = std::thread([raw, t] { raw->ReadTask(t); });
+  }
+  return source;
+}
+
+ServiceStepSource::~ServiceStepSource() {
+  {
+    absl::MutexLock lock(&mu_);
+    shutdown_ = true;
+    cv_.SignalAll();
+  }
+  for (auto& task : tasks_) {
+    absl::MutexLock lock(&task->write_mu);
+    if (task->context != nullptr) task->context->TryCancel();
+  }
+  for (auto& task : tasks_) {
+    if (task->reader.joinable()) task->reader.join();
+  }
+}
+
+void ServiceStepSource::ReadTask(Task* task) {
+  const std::string name = absl::StrCat("task ", task->task_id, " (index ", task->task_index,
+                                        ") of job ", options_.job_id);
+  absl::Time last_progress = absl::Now();
+  absl::Duration backoff = absl::Milliseconds(20);
+  absl::Status last_error;
+  std::string last_address;
+  auto fail = [&](absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    task->error = std::move(s);
+    cv_.SignalAll();
+  };
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutdown_) return;
+    }
+    std::string address;
+    absl::StatusOr<proto::ClientHeartbeatResponse> hb = Heartbeat();
+    if (hb.ok()) {
+      bool found = false;
+      for (const proto::TaskInfo& info : hb->tasks()) {
+        if (info.task_id() != task->task_id) continue;
+        found = true;
+        address = info.worker_address();
+      }
+      if (!found) {
+        return fail(absl::NotFoundError(
+            absl::StrCat(name, ": the coordinator ", options_.coordinator_address,
+                         " no longer lists the task")));
+      }
+      if (address.empty()) last_error = absl::UnavailableError("the task has no worker yet");
+    } else if (!Retryable(hb.status())) {
+      return fail(hb.status());
+    } else {
+      last_error = hb.status();
+    }
+    if (!address.empty()) {
+      bool progress = false;
+      absl::Status s = StreamOnce(task, address, &progress);
+      if (progress) {
+        last_progress = absl::Now();
+        backoff = absl::Milliseconds(20);
+      }
+      if (s.ok()) return;  // the end of the task
+      {
+        absl::MutexLock lock(&mu_);
+        if (shutdown_) return;
+      }
+      if (!Retryable(s)) {
+        return fail(absl::Status(s.code(), absl::StrCat(name, " on worker ", address, ": ",
+                                                        s.message())));
+      }
+      last_error = s;
+      last_address = address;
+    }
+    if (absl::Now() - last_progress > options_.retry_deadline) {
+      return fail(absl::UnavailableError(absl::StrCat(
+          name, ": no progress for ", absl::FormatDuration(options_.retry_deadline),
+          last_address.empty() ? std::string()
+                               : absl::StrCat("; worker ", last_address, " unavailable"),
+          ": ", last_error.message())));
+    }
+    absl::MutexLock lock(&mu_);
+    const absl::Time until = absl::Now() + backoff;
+    while (!shutdown_ && absl::Now() < until) cv_.WaitWithDeadline(&mu_, until);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+}
+
+absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& address,
+                                           bool* progress) {
+  std::shared_ptr<grpc::Channel> channel = ChannelTo(address);
+  grpc::ClientContext context;
+  std::unique_ptr<Stream> stream(grpc::internal::ClientReaderWriterFactory<
+                                 grpc::ByteBuffer, grpc::ByteBuffer>::
+                                     Create(channel.get(),
+                                            grpc::internal::RpcMethod(
+                                                kStreamStepsMethod,
+                                                grpc::internal::RpcMethod::BIDI_STREAMING,
+                                                channel),
+                                            &context));
+  proto::ConsumerMessage first;
+  proto::StreamRequest* request = first.mutable_request();
+  request->set_wire_version(proto::WIRE_VERSION_1);
+  request->set_job_id(options_.job_id);
+  request->set_task_id(task->task_id);
+  request->set_consumer_index(options_.consumer_index);
+  {
+    absl::MutexLock wlock(&task->write_mu);
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return absl::CancelledError("shutting down");
+    request->set_start_step(task->next_step);
+    request->set_initial_credits(options_.credits_per_task -
+                                 static_cast<int64_t>(task->queue.size()));
+    task->owed = 0;  // the new stream's initial credits account for them
+    task->context = &context;
+    task->stream = stream.get();
+  }
+  bool sent;
+  {
+    absl::MutexLock wlock(&task->write_mu);
+    sent = stream->Write(EncodeConsumerMessage(first));
+  }
+
+  absl::Status result = absl::UnavailableError("the stream ended before the end of the task");
+  bool ended = false;
+  grpc::ByteBuffer bb;
+  while (sent && stream->Read(&bb)) {
+    StepFrame frame;
+    absl::Status s = DecodeStepFrame(bb, options_.allocator, &frame);
+    std::vector<std::vector<Element>> steps;
+    absl::MutexLock lock(&mu_);
+    int64_t expected = task->next_step;
+    for (WireStep& w : frame.steps) {
+      if (!s.ok()) break;
+      if (!options_.independent && w.task_step != expected) {
+        s = absl::DataLossError(absl::StrCat("expected task step ", expected, ", received ",
+                                             w.task_step));
+        break;
+      }
+      if (static_cast<int64_t>(w.pieces.size()) != options_.num_local_replicas) {
+        s = absl::DataLossError(absl::StrCat("task step ", w.task_step, " has ",
+                                             w.pieces.size(), " pieces for ",
+                                             options_.num_local_replicas, " local replicas"));
+        break;
+      }
+      std::vector<Element> replicas;
+      for (std::vector<Tensor>& leaves : w.pieces) {
+        absl::StatusOr<Element> e = Element::Pack(options_.per_replica_spec, std::move(leaves));
+        if (!e.ok()) {
+          s = absl::DataLossError(absl::StrCat("task step ", w.task_step, ": ",
+                                               e.status().message()));
+          break;
+        }
+        replicas.push_back(*std::move(e));
+      }
+      if (!s.ok()) break;
+      steps.push_back(std::move(replicas));
+      ++expected;
+    }
+    if (!s.ok()) {
+      result = s;
+      break;
+    }
+    for (auto& step : steps) task->queue.push_back(std::move(step));
+    if (!steps.empty()) *progress = true;
+    task->next_step = expected;
+    if (!frame.status.ok()) {
+      result = frame.status;
+      cv_.SignalAll();
+      break;
+    }
+    if (frame.end_of_task) {
+      task->ended = true;
+      ended = true;
+      result = absl::OkStatus();
+      cv_.SignalAll();
+      break;
+    }
+    cv_.SignalAll();
+  }
+  absl::MutexLock wlock(&task->write_mu);
+  task->stream = nullptr;  // no more credit grants on this call
+  if (ended || !result.ok()) {
+    if (!ended && result.code() == absl::StatusCode::kDataLoss) context.TryCancel();
+    stream->WritesDone();
+  }
+  absl::Status finish = FromGrpcStatus(stream->Finish());
+  task->context = nullptr;
+  if (ended) return absl::OkStatus();
+  // A failure the worker reported in a frame is more telling than the call's status.
+  if (result.code() != absl::StatusCode::kUnavailable ||
+      result.message() != "the stream ended before the end of the task") {
+    return result;
+  }
+  return finish.ok() ? result : finish;
+}
+
+void ServiceStepSource::GrantCredits(Task* task) {
+  absl::MutexLock wlock(&task->write_mu);
+  int64_t n;
+  {
+    absl::MutexLock lock(&mu_);
+    n = task->owed;
+    task->owed = 0;
+  }
+  if (n <= 0 || task->stream == nullptr) return;
+  proto::ConsumerMessage m;
+  m.mutable_credit()->set_steps(n);
+  task->stream->Write(EncodeConsumerMessage(m));  // a broken call is noticed by the reader
+}
+
+absl::Status ServiceStepSource::GetNextStep(std::vector<Element>* replicas, bool* end_of_data) {
+  if (!status_.ok()) return status_;
+  if (finished_) {
+    *end_of_data = true;
+    return absl::OkStatus();
+  }
+  Task* granted = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      if (rotation_.empty()) {
+        finished_ = true;
+        *end_of_data = true;
+        return absl::OkStatus();
+      }
+      if (options_.independent) {
+        // Whichever task has a step; else wait, unless every task is done or one failed.
+        Task* ready = nullptr;
+        for (size_t i = 0; i < rotation_.size() && ready == nullptr; ++i) {
+          Task* t = rotation_[(next_ + i) % rotation_.size()];
+          if (!t->queue.empty()) ready = t;
+        }
+        if (ready != nullptr) {
+          next_ = (next_ + 1) % rotation_.size();
+          *replicas = std::move(ready->queue.front());
+          ready->queue.pop_front();
+          ++ready->owed;
+          granted = ready;
+          break;
+        }
+        bool removed = false;
+        for (size_t i = 0; i < rotation_.size(); ++i) {
+          if (!rotation_[i]->error.ok()) {
+            status_ = rotation_[i]->error;
+            return status_;
+          }
+          if (rotation_[i]->ended) {
+            rotation_.erase(rotation_.begin() + static_cast<long>(i));
+            removed = true;
+            break;
+          }
+        }
+        if (removed) continue;
+        cv_.Wait(&mu_);
+        continue;
+      }
+      Task* t = rotation_[next_ % rotation_.size()];
+      if (!t->queue.empty()) {
+        *replicas = std::move(t->queue.front());
+        t->queue.pop_front();
+        ++t->owed;
+        granted = t;
+        next_ = (next_ + 1) % rotation_.size();
+        break;
+      }
+      if (!t->error.ok()) {
+        status_ = t->error;
+        return status_;
+      }
+      if (t->ended) {
+        const size_t at = next_ % rotation_.size();
+        rotation_.erase(rotation_.begin() + static_cast<long>(at));
+        next_ = rotation_.empty() ? 0 : at % rotation_.size();
+        continue;
+      }
+      cv_.Wait(&mu_);
+    }
+  }
+  GrantCredits(granted);
+  *end_of_data = false;
+  return absl::OkStatus();
+}
+
+}  // namespace sluice

@@ -1,0 +1,109 @@
+// ServiceStepSource: the StepSource behind DistributeDatasetFromService (sluice/service.h).
+//
+// It learns the job's tasks and their workers from ClientHeartbeat and opens one StreamSteps
+// call per task (docs/SERVICE.md). A reader thread per task receives frames, decodes them
+// straight into buffers from the allocator and queues the steps; the worker never sends more
+// than the credit window, so each queue holds at most credits_per_task steps, and a credit is
+// granted back for every step consumed.
+//
+// Coordinated mode follows the schedule of docs/SERVICE.md: tasks round-robin in task order,
+// one step each, a task leaving the rotation at its end; the data ends when every task has.
+// Independent mode takes the next step of whichever task has one.
+//
+// Failures: when a stream breaks (worker gone, UNAVAILABLE), its reader asks the coordinator
+// for the task's worker (possibly a new one) and reopens the stream at the first task step it
+// has not received, retrying with exponential backoff until retry_deadline has passed without
+// progress; then, and for any other error, GetNextStep fails with a message naming the task and
+// the worker address.
+//
+// Not thread-safe (one caller at a time, like the DistributedIterator that owns it); the
+// destructor cancels the streams and joins the reader threads.
+#ifndef SLUICE_CLIENT_SERVICE_STEP_SOURCE_H_
+#define SLUICE_CLIENT_SERVICE_STEP_SOURCE_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/element.h"
+#include "core/step_frame.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "sluice/distributed_dataset.h"
+
+namespace sluice {
+
+using ChannelFactory = std::function<std::shared_ptr<grpc::Channel>(const std::string& address)>;
+
+// Insecure channels with no message size limits.
+std::shared_ptr<grpc::Channel> DefaultChannel(const std::string& address);
+
+struct ServiceStepSourceOptions {
+  std::string coordinator_address;
+  int64_t job_id = 0;
+  int64_t consumer_index = 0;
+  int64_t num_local_replicas = 1;
+  bool independent = false;
+  // The spec of one replica's value: decoded leaves are packed into its structure.
+  ElementSpec per_replica_spec;
+  absl::Duration rpc_deadline = absl::Seconds(10);
+  absl::Duration retry_deadline = absl::Seconds(60);
+  int64_t credits_per_task = 4;
+  TensorAllocator allocator;
+  ChannelFactory channel_factory;  // empty: DefaultChannel
+};
+
+class ServiceStepSource : public StepSource {
+ public:
+  // Waits (up to retry_deadline) until the coordinator reports the job's tasks, then opens
+  // their streams. UNAVAILABLE naming the coordinator when it does not answer.
+  static absl::StatusOr<std::unique_ptr<ServiceStepSource>> Create(ServiceStepSourceOptions options);
+  ~ServiceStepSource() override;
+
+  absl::Status GetNextStep(std::vector<Element>* replicas, bool* end_of_data) override;
+
+ private:
+  struct Task;
+
+  explicit ServiceStepSource(ServiceStepSourceOptions options);
+  absl::StatusOr<proto::ClientHeartbeatResponse> Heartbeat();
+  std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
+  void ReadTask(Task* task);
+  // One StreamSteps call on `address`; returns how it ended (OK at the end of the task) and
+  // sets *progress if any step arrived.
+  absl::Status StreamOnce(Task* task, const std::string& address, bool* progress);
+  void GrantCredits(Task* task);
+  absl::Status PopStep(Task* task, std::vector<Element>* replicas);
+
+  const ServiceStepSourceOptions options_;
+  std::unique_ptr<proto::CoordinatorService::Stub> coordinator_;
+  std::vector<std::unique_ptr<Task>> tasks_;  // in task_index order; fixed after Create
+
+  absl::Mutex channels_mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
+      ABSL_GUARDED_BY(channels_mu_);
+
+  // Guards every task's queue and state (one lock: the caller waits on any task).
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+
+  // The caller's place in the round-robin (coordinated) and the tasks still in it.
+  std::vector<Task*> rotation_;
+  size_t next_ = 0;
+  bool finished_ = false;
+  absl::Status status_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CLIENT_SERVICE_STEP_SOURCE_H_

@@ -1,0 +1,85 @@
+// sluice-worker: an input worker.
+//
+//   sluice-worker --coordinator=HOST:PORT [--port=0] [--port_file=PATH] [--host=127.0.0.1]
+//                 [--buffer_bytes=268435456] [--heartbeat_interval=1s] [--drain_timeout=30s]
+//
+// With --port=0 the worker binds any free port; --port_file receives the bound port (written
+// atomically once the server is up). SIGTERM or SIGINT drains: the worker stops heartbeating
+// and producing, serves the steps it has buffered until --drain_timeout, and exits 0.
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "worker/worker_server.h"
+
+ABSL_FLAG(std::string, coordinator, "", "Coordinator address, HOST:PORT (required)");
+ABSL_FLAG(int, port, 0, "Port to serve on; 0 picks a free one");
+ABSL_FLAG(std::string, port_file, "", "Write the bound port to this file once serving");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Interface to bind, and the host consumers dial (advertised as HOST:PORT)");
+ABSL_FLAG(int64_t, buffer_bytes, int64_t{256} << 20,
+          "Per task: bytes of steps buffered ahead of the slowest consumer (at least one step)");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat period");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "On SIGTERM, how long to keep serving buffered steps");
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  // Block the signals in every thread; main waits for them below.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  sluice::WorkerServerOptions options;
+  options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+  options.host = absl::GetFlag(FLAGS_host);
+  options.port = absl::GetFlag(FLAGS_port);
+  if (absl::GetFlag(FLAGS_buffer_bytes) <= 0) {
+    std::cerr << "sluice-worker: --buffer_bytes must be positive" << std::endl;
+    return 2;
+  }
+  options.buffer_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_buffer_bytes));
+  options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  if (options.heartbeat_interval <= absl::ZeroDuration()) {
+    std::cerr << "sluice-worker: --heartbeat_interval must be positive" << std::endl;
+    return 2;
+  }
+  auto worker = sluice::WorkerServer::Start(options);
+  if (!worker.ok()) {
+    std::cerr << "sluice-worker: " << worker.status() << std::endl;
+    return 1;
+  }
+  std::cerr << "sluice-worker: serving on " << (*worker)->address() << ", coordinator "
+            << options.coordinator_address << std::endl;
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << (*worker)->port() << "\n";
+      if (!out) {
+        std::cerr << "sluice-worker: cannot write " << tmp << std::endl;
+        return 1;
+      }
+    }
+    if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
+      std::cerr << "sluice-worker: cannot rename " << tmp << " to " << port_file << std::endl;
+      return 1;
+    }
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::cerr << "sluice-worker: signal " << sig << ", draining for up to "
+            << absl::FormatDuration(absl::GetFlag(FLAGS_drain_timeout)) << std::endl;
+  (*worker)->Drain(absl::GetFlag(FLAGS_drain_timeout));
+  std::cerr << "sluice-worker: stopped" << std::endl;
+  return 0;
+}

@@ -1,0 +1,235 @@
+#include "worker/worker_server.h"
+
+#include <algorithm>
+#include <iostream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/grpc_status.h"
+#include "core/status_macros.h"
+
+namespace sluice {
+namespace {
+
+// DYNAMIC tasks: splits from the coordinator's GetSplit, retrying UNAVAILABLE.
+class CoordinatorSplitProvider : public SplitProvider {
+ public:
+  CoordinatorSplitProvider(proto::CoordinatorService::Stub* stub, proto::TaskDef task,
+                           absl::Duration rpc_deadline)
+      : stub_(stub), task_(std::move(task)), rpc_deadline_(rpc_deadline) {}
+
+  absl::StatusOr<std::optional<Dataset>> NextSplit() override {
+    proto::GetSplitRequest request;
+    request.set_job_id(task_.job_id());
+    request.set_task_id(task_.task_id());
+    absl::Duration backoff = absl::Milliseconds(50);
+    const absl::Time give_up = absl::Now() + rpc_deadline_ * 6;
+    while (true) {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_deadline_));
+      proto::GetSplitResponse response;
+      absl::Status s = FromGrpcStatus(stub_->GetSplit(&context, request, &response));
+      if (s.ok()) {
+        if (response.end_of_splits()) return std::optional<Dataset>();
+        ASSIGN_OR_RETURN(Dataset split, Dataset::FromDef(response.dataset()));
+        return std::optional<Dataset>(std::move(split));
+      }
+      if ((s.code() != absl::StatusCode::kUnavailable &&
+           s.code() != absl::StatusCode::kDeadlineExceeded) ||
+          absl::Now() + backoff > give_up) {
+        return absl::Status(s.code(), absl::StrCat("GetSplit for task ", task_.task_id(),
+                                                   " from the coordinator: ", s.message()));
+      }
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(2));
+    }
+  }
+
+ private:
+  proto::CoordinatorService::Stub* stub_;  // owned by the WorkerServer, which outlives tasks
+  const proto::TaskDef task_;
+  const absl::Duration rpc_deadline_;
+};
+
+}  // namespace
+
+WorkerServer::WorkerServer(WorkerServerOptions options) : options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOptions options) {
+  if (options.coordinator_address.empty()) {
+    return absl::InvalidArgumentError("WorkerServer: coordinator_address is required");
+  }
+  std::unique_ptr<WorkerServer> w(new WorkerServer(std::move(options)));
+  w->service_ = std::make_unique<GrpcWorkerService>(w.get(), w->options_.service);
+  grpc::ServerBuilder builder;
+  const std::string bind = absl::StrCat(w->options_.host, ":", w->options_.port);
+  builder.AddListeningPort(bind, grpc::InsecureServerCredentials(), &w->port_);
+  builder.RegisterService(w->service_.get());
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+  builder.SetMaxSendMessageSize(-1);
+  builder.SetMaxReceiveMessageSize(-1);
+  w->server_ = builder.BuildAndStart();
+  if (w->server_ == nullptr || w->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("WorkerServer: cannot bind ", bind));
+  }
+  w->address_ = absl::StrCat(w->options_.host, ":", w->port_);
+  w->coordinator_ = proto::CoordinatorService::NewStub(
+      grpc::CreateChannel(w->options_.coordinator_address, grpc::InsecureChannelCredentials()));
+  WorkerServer* raw = w.get();
+  w->heartbeat_thread_ = std::thread([raw] { raw->HeartbeatLoop(); });
+  return w;
+}
+
+WorkerServer::~WorkerServer() { Stop(); }
+
+void WorkerServer::Log(absl::string_view line) const {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::cerr << "sluice-worker " << address_ << ": " << line << std::endl;
+  }
+}
+
+bool WorkerServer::registered() const {
+  absl::MutexLock lock(&mu_);
+  return worker_id_ != 0;
+}
+
+int64_t WorkerServer::worker_id() const {
+  absl::MutexLock lock(&mu_);
+  return worker_id_;
+}
+
+absl::StatusOr<std::shared_ptr<TaskRunner>> WorkerServer::FindTask(int64_t job_id,
+                                                                   int64_t task_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end() || it->second->task().job_id() != job_id) {
+    return absl::UnavailableError(absl::StrCat("worker ", address_, " does not run task ",
+                                               task_id, " of job ", job_id));
+  }
+  return it->second;
+}
+
+absl::Status WorkerServer::Heartbeat() {
+  proto::WorkerHeartbeatRequest request;
+  request.set_wire_version(proto::WIRE_VERSION_1);
+  request.set_worker_address(address_);
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, runner] : tasks_) {
+      if (runner->finished()) {
+        request.add_finished_task_ids(id);
+      } else {
+        request.add_active_task_ids(id);
+      }
+    }
+  }
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_deadline));
+  proto::WorkerHeartbeatResponse response;
+  RETURN_IF_ERROR(FromGrpcStatus(coordinator_->WorkerHeartbeat(&context, request, &response)));
+
+  std::vector<std::shared_ptr<TaskRunner>> to_close;
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::OkStatus();
+  if (worker_id_ != response.worker_id()) {
+    Log(absl::StrCat("registered with coordinator ", options_.coordinator_address,
+                     " as worker ", response.worker_id()));
+    worker_id_ = response.worker_id();
+  }
+  for (const proto::TaskDef& task : response.new_tasks()) {
+    if (tasks_.contains(task.task_id())) continue;
+    TaskRunnerOptions o;
+    o.buffer_bytes = options_.buffer_bytes;
+    o.detach_unattached_after = options_.detach_unattached_after;
+    o.executor = options_.executor;
+    proto::CoordinatorService::Stub* stub = coordinator_.get();
+    const absl::Duration deadline = options_.rpc_deadline;
+    o.splits = [stub, deadline](const proto::TaskDef& t) -> std::unique_ptr<SplitProvider> {
+      return std::make_unique<CoordinatorSplitProvider>(stub, t, deadline);
+    };
+    absl::StatusOr<std::shared_ptr<TaskRunner>> runner = TaskRunner::Start(task, o);
+    if (!runner.ok()) {
+      // The pipeline cannot be built; its consumers get the error from their streams.
+      Log(absl::StrCat("task ", task.task_id(), " failed to start: ", runner.status().ToString()));
+      runner = TaskRunner::Failed(task, runner.status());
+    }
+    Log(absl::StrCat("started task ", task.task_id(), " (job ", task.job_id(), ", index ",
+                     task.task_index(), "/", task.num_tasks(), ")"));
+    tasks_[task.task_id()] = *std::move(runner);
+  }
+  for (int64_t id : response.tasks_to_stop()) {
+    auto it = tasks_.find(id);
+    if (it == tasks_.end()) continue;
+    to_close.push_back(std::move(it->second));
+    tasks_.erase(it);
+  }
+  for (auto& r : to_close) r->Close();  // readers still holding it see UNAVAILABLE
+  return absl::OkStatus();
+}
+
+void WorkerServer::HeartbeatLoop() {
+  absl::Duration wait = absl::ZeroDuration();
+  bool failing = false;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time until = absl::Now() + wait;
+      while (!stopping_ && absl::Now() < until) cv_.WaitWithDeadline(&mu_, until);
+      if (stopping_) return;
+    }
+    absl::Status s = Heartbeat();
+    if (s.ok()) {
+      if (failing) Log("heartbeats to the coordinator succeed again");
+      failing = false;
+      wait = options_.heartbeat_interval;
+    } else {
+      if (!failing) {
+        Log(absl::StrCat("heartbeat to coordinator ", options_.coordinator_address,
+                         " failed (retrying with backoff): ", s.ToString()));
+      }
+      failing = true;
+      wait = std::min(std::max(wait * 2, options_.heartbeat_interval), options_.max_backoff);
+    }
+  }
+}
+
+void WorkerServer::Drain(absl::Duration timeout) {
+  std::vector<std::shared_ptr<TaskRunner>> runners;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopping_ = true;
+    cv_.SignalAll();
+    for (const auto& [id, r] : tasks_) runners.push_back(r);
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  Log(absl::StrCat("draining ", runners.size(), " task(s)"));
+  for (auto& r : runners) r->StopProducing();
+  // Streams end on their own once their buffered steps are served; Shutdown waits for them
+  // until the deadline, then cancels what is left.
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + timeout));
+  Stop();
+}
+
+void WorkerServer::Stop() {
+  std::vector<std::shared_ptr<TaskRunner>> runners;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    stopping_ = true;
+    cv_.SignalAll();
+    for (auto& [id, r] : tasks_) runners.push_back(r);
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  for (auto& r : runners) r->Close();
+  server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  server_->Wait();
+  absl::MutexLock lock(&mu_);
+  tasks_.clear();
+}
+
+}  // namespace sluice

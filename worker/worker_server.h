@@ -1,0 +1,108 @@
+// WorkerServer: an input worker process's core. It serves GrpcWorkerService on host:port
+// (port 0: any free port), heartbeats the coordinator every heartbeat_interval with its address
+// and task states, starts a TaskRunner for each new task the coordinator assigns and stops the
+// ones it is told to stop.
+//
+// Heartbeats that fail are retried with exponential backoff (heartbeat_interval doubling up to
+// max_backoff) for as long as the server runs; the worker keeps serving what it has meanwhile.
+// A task is reported finished once every consumer has received its end (not merely when the
+// pipeline ended), so a worker lost before that point gets its task reassigned.
+//
+//   ASSIGN_OR_RETURN(auto worker, WorkerServer::Start({.coordinator_address = "host:5000"}));
+//   ... worker->address() ...
+//   worker->Drain(absl::Seconds(30));  // SIGTERM: serve what is buffered, then stop
+//
+// Thread-safe.
+#ifndef SLUICE_WORKER_WORKER_SERVER_H_
+#define SLUICE_WORKER_WORKER_SERVER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "worker/grpc_worker_service.h"
+#include "worker/task_runner.h"
+
+namespace sluice {
+
+struct WorkerServerOptions {
+  // The coordinator, "host:port". Required.
+  std::string coordinator_address;
+  // Interface to bind and the host consumers dial; the advertised address is host:port.
+  std::string host = "127.0.0.1";
+  // 0: any free port; port() tells which.
+  int port = 0;
+  // Per task: bytes of steps buffered ahead of the slowest consumer (at least one step).
+  size_t buffer_bytes = size_t{256} << 20;
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Cap of the backoff between failed heartbeats.
+  absl::Duration max_backoff = absl::Seconds(10);
+  // Deadline of each coordinator RPC.
+  absl::Duration rpc_deadline = absl::Seconds(10);
+  WorkerServiceOptions service;
+  ExecutorOptions executor;
+  // StepBufferOptions::detach_unattached_after.
+  absl::Duration detach_unattached_after = absl::Seconds(10);
+  // Receives one line per significant event; unset: stderr.
+  std::function<void(absl::string_view)> log;
+};
+
+class WorkerServer : public TaskLookup {
+ public:
+  // Binds and starts serving and heartbeating. INVALID_ARGUMENT without a coordinator address,
+  // UNAVAILABLE naming host:port when it cannot bind. The coordinator need not be up yet.
+  static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(WorkerServerOptions options);
+  ~WorkerServer() override;  // Stop()
+
+  int port() const { return port_; }
+  // "host:port", what consumers dial.
+  const std::string& address() const { return address_; }
+  // True once a heartbeat has succeeded; the coordinator's worker id.
+  bool registered() const;
+  int64_t worker_id() const;
+
+  // Stops heartbeating (the coordinator will declare this worker dead and reassign its tasks)
+  // and producing; streams are served the steps already buffered until every stream ended or
+  // `timeout` passed; then the server shuts down.
+  void Drain(absl::Duration timeout);
+  // Stops everything now: streams end with UNAVAILABLE, as when the process dies.
+  void Stop();
+
+  // TaskLookup.
+  absl::StatusOr<std::shared_ptr<TaskRunner>> FindTask(int64_t job_id, int64_t task_id) override;
+
+ private:
+  explicit WorkerServer(WorkerServerOptions options);
+  void HeartbeatLoop();
+  absl::Status Heartbeat();
+  void Log(absl::string_view line) const;
+
+  const WorkerServerOptions options_;
+  std::unique_ptr<GrpcWorkerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<proto::CoordinatorService::Stub> coordinator_;
+  int port_ = 0;
+  std::string address_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;
+  absl::flat_hash_map<int64_t, std::shared_ptr<TaskRunner>> tasks_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // heartbeats stop
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t worker_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_WORKER_WORKER_SERVER_H_
