@@ -76,7 +76,8 @@ class DistributedDataset {
   const DistributedElementSpec& element_spec() const { return spec_; }
 
   // Range-for support. Iteration stops at the end of data or at the first error; the error is
-  // then available from iteration_status() (OK after a clean end).
+  // then available from iteration_status() (OK after a clean end). iteration_status() belongs
+  // to the latest range-for: threads sharing a dataset should each use MakeIterator() instead.
   class RangeIterator;
   RangeIterator begin() const;
   RangeIterator end() const;
