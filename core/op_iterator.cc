@@ -1,5 +1,6 @@
 #include "core/op_iterator.h"
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 
 namespace sluice {
@@ -23,6 +24,19 @@ std::string TfShapeString(const Shape& shape) {
   return out;
 }
 
+namespace {
+constexpr absl::string_view kElementErrorPayload = "type.sluice.dev/element_error";
+}  // namespace
+
+absl::Status MarkElementError(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kElementErrorPayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsElementError(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kElementErrorPayload).has_value();
+}
+
 absl::Status OpIterator::GetNext(Element* out, bool* end_of_sequence) {
   if (!status_.ok()) return status_;
   if (ended_) {
@@ -32,7 +46,7 @@ absl::Status OpIterator::GetNext(Element* out, bool* end_of_sequence) {
   *end_of_sequence = false;
   absl::Status s = GetNextInternal(out, end_of_sequence);
   if (!s.ok()) {
-    status_ = s;
+    if (!IsElementError(s)) status_ = s;
     return s;
   }
   if (*end_of_sequence) ended_ = true;

@@ -28,8 +28,16 @@ std::string OpLabel(int position, absl::string_view op_name);
 // TF's TensorShape::DebugString: "[]", "[2]", "[2,3]" (unknown dims print as "?").
 std::string TfShapeString(const Shape& shape);
 
+// An error that spoils only the current element: the iterator that returned it (and every op
+// downstream that passed it on) can go on to the next element, as TF's map does after its
+// function fails. ignore_errors() skips such elements; any other error ends the sequence.
+// MarkElementError adds a payload to `status` (an OK status stays OK).
+absl::Status MarkElementError(absl::Status status);
+bool IsElementError(const absl::Status& status);
+
 // An iterator for one op. Subclasses implement GetNextInternal; GetNext makes an error or the
-// end of sequence sticky, as the Iterator contract requires. Not thread-safe.
+// end of sequence sticky, as the Iterator contract requires, except an element error
+// (IsElementError), which is returned once and iteration may continue. Not thread-safe.
 class OpIterator : public Iterator {
  public:
   // `label` names the op in errors this iterator raises (OpLabel()).
