@@ -234,6 +234,19 @@ TEST(ServiceClusterTest, WorkerStoppedMidEpochJobStillCompletesExactlyOnce) {
   ExpectExactlyOnce(results, kN);
 }
 
+TEST(ServiceClusterTest, DynamicShardingDeliversEveryElementOnce) {
+  Cluster cluster(2);
+  constexpr int64_t kN = 200;
+  const Dataset ds = Dataset::Range(kN).Batch(4);
+  ServiceOptions options;
+  options.job_name = "dynamic";
+  options.sharding_policy = ServiceShardingPolicy::kDynamic;
+  auto results = ConsumeAll(cluster.address(), ds, options, 2, 2);
+  for (const Consumed& r : results) ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(results[0].steps.size(), results[1].steps.size());
+  ExpectExactlyOnce(results, kN);
+}
+
 TEST(ServiceClusterTest, PipelineErrorsReachTheConsumerNamingTheWorker) {
   Cluster cluster(1);
   const Dataset ds = Dataset::TextLine({"/nonexistent/sluice/cluster.txt"}).Batch(2);

@@ -1,0 +1,298 @@
+// stream_bench: one worker streaming steps to one consumer over loopback through Sluice's data
+// plane (StepBuffer -> GrpcWorkerService -> gRPC -> step-frame decode into pooled buffers),
+// against a raw TCP socket moving the same bytes in the same run.
+//
+//   build/bench/stream_bench [--sizes=1024,16384,...] [--bytes=2147483648] [--replicas=1]
+//                            [--reps=3] [--credits=16]
+//
+// Per size: steps of `replicas` pieces of `size` bytes each; the consumer receives every byte
+// into a buffer of its own (copied once from the received slices) and drops it. Reports the
+// median of `reps` runs of each transport, interleaved. Memory is kept resident (malloc
+// tunables, pooled receive buffers), as PERF_NOTES.md says any such benchmark must.
+#include <arpa/inet.h>
+#include <malloc.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "core/step_frame.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/sync_stream.h"
+#include "worker/grpc_worker_service.h"
+
+namespace sluice {
+namespace {
+
+// Receive buffers recycled by size: after warm-up, no allocation and no page fault per step.
+class BufferPool : public std::enable_shared_from_this<BufferPool> {
+ public:
+  std::shared_ptr<TensorBuffer> Get(size_t bytes) {
+    std::shared_ptr<TensorBuffer> raw;
+    {
+      absl::MutexLock lock(&mu_);
+      auto& list = free_[bytes];
+      if (!list.empty()) {
+        raw = std::move(list.back());
+        list.pop_back();
+      }
+    }
+    if (raw == nullptr) raw = AllocateUninitializedHost(bytes);
+    return std::make_shared<Pooled>(shared_from_this(), std::move(raw));
+  }
+
+ private:
+  class Pooled : public TensorBuffer {
+   public:
+    Pooled(std::shared_ptr<BufferPool> pool, std::shared_ptr<TensorBuffer> raw)
+        : pool_(std::move(pool)), raw_(std::move(raw)) {}
+    ~Pooled() override {
+      absl::MutexLock lock(&pool_->mu_);
+      pool_->free_[raw_->size()].push_back(std::move(raw_));
+    }
+    void* data() override { return raw_->data(); }
+    size_t size() const override { return raw_->size(); }
+
+   private:
+    std::shared_ptr<BufferPool> pool_;
+    std::shared_ptr<TensorBuffer> raw_;
+  };
+
+  absl::Mutex mu_;
+  std::map<size_t, std::vector<std::shared_ptr<TensorBuffer>>> free_ ABSL_GUARDED_BY(mu_);
+};
+
+class OneTask : public TaskLookup {
+ public:
+  absl::StatusOr<std::shared_ptr<TaskRunner>> FindTask(int64_t, int64_t) override {
+    absl::MutexLock lock(&mu_);
+    if (runner_ == nullptr) return absl::UnavailableError("no task");
+    return runner_;
+  }
+  void Set(std::shared_ptr<TaskRunner> r) {
+    absl::MutexLock lock(&mu_);
+    runner_ = std::move(r);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::shared_ptr<TaskRunner> runner_ ABSL_GUARDED_BY(mu_);
+};
+
+struct Result {
+  double seconds = 0;
+  int64_t steps = 0;
+  int64_t bytes = 0;
+};
+
+// Streams `steps` steps of `replicas` x `size` bytes through the service at `address`.
+Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64_t replicas,
+                 int64_t steps, int64_t credits, BufferPool* pool) {
+  proto::TaskDef task;
+  task.set_task_id(1);
+  task.set_job_id(1);
+  task.set_num_tasks(1);
+  task.mutable_job()->set_num_consumers(1);
+  task.mutable_job()->set_replicas_per_consumer(replicas);
+  Tensor piece = Tensor::Allocate(DType::kUInt8, Shape({static_cast<int64_t>(size)}));
+  std::memset(piece.mutable_raw_data(), 7, size);
+  TaskRunnerOptions options;
+  options.buffer_bytes = std::max<size_t>(size * replicas * 8, 8 << 20);
+  auto produced = std::make_shared<int64_t>(0);
+  lookup->Set(TaskRunner::StartWith(task, options, [=](TaskStep* step, bool* end) {
+    if (*produced == steps) {
+      *end = true;
+      return absl::OkStatus();
+    }
+    step->task_step = (*produced)++;
+    step->num_real_pieces = replicas;
+    step->pieces.assign(static_cast<size_t>(replicas), std::vector<Tensor>{piece});
+    step->bytes = size * replicas;
+    *end = false;
+    return absl::OkStatus();
+  }));
+
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          channel.get(),
+          grpc::internal::RpcMethod(kStreamStepsMethod, grpc::internal::RpcMethod::BIDI_STREAMING,
+                                    channel),
+          &context));
+  TensorAllocator alloc = [pool](size_t bytes) { return pool->Get(bytes); };
+  Result r;
+  const absl::Time start = absl::Now();
+  proto::ConsumerMessage first;
+  first.mutable_request()->set_wire_version(proto::WIRE_VERSION_1);
+  first.mutable_request()->set_job_id(1);
+  first.mutable_request()->set_task_id(1);
+  first.mutable_request()->set_initial_credits(credits);
+  stream->Write(EncodeConsumerMessage(first));
+  grpc::ByteBuffer bb;
+  bool end = false;
+  while (!end && stream->Read(&bb)) {
+    StepFrame frame;
+    absl::Status s = DecodeStepFrame(bb, alloc, &frame);
+    if (!s.ok() || !frame.status.ok()) {
+      std::fprintf(stderr, "decode: %s %s\n", s.ToString().c_str(), frame.status.ToString().c_str());
+      break;
+    }
+    for (const WireStep& w : frame.steps) r.bytes += static_cast<int64_t>(StepPayloadBytes(w));
+    r.steps += static_cast<int64_t>(frame.steps.size());
+    end = frame.end_of_task;
+    if (!frame.steps.empty()) {
+      proto::ConsumerMessage credit;
+      credit.mutable_credit()->set_steps(static_cast<int64_t>(frame.steps.size()));
+      stream->Write(EncodeConsumerMessage(credit));
+    }
+  }
+  r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  stream->WritesDone();
+  grpc::Status st = stream->Finish();
+  if (!st.ok()) std::fprintf(stderr, "stream: %s\n", st.error_message().c_str());
+  lookup->Set(nullptr);
+  return r;
+}
+
+// The same bytes over a plain TCP socket on loopback: `size`-byte writes into one reused
+// receive buffer (the ceiling: iperf3-like, at least 1 MiB a write).
+Result RunTcp(size_t size, int64_t messages) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  listen(listener, 1);
+  const size_t chunk = std::max<size_t>(size, 1);
+  std::thread sender([&] {
+    int fd = accept(listener, nullptr, nullptr);
+    std::vector<char> buf(chunk, 7);
+    for (int64_t m = 0; m < messages; ++m) {
+      size_t off = 0;
+      while (off < chunk) {
+        ssize_t n = send(fd, buf.data() + off, chunk - off, 0);
+        if (n <= 0) break;
+        off += static_cast<size_t>(n);
+      }
+    }
+    close(fd);
+  });
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  std::vector<char> buf(chunk);
+  Result r;
+  const absl::Time start = absl::Now();
+  for (int64_t m = 0; m < messages; ++m) {
+    size_t off = 0;
+    while (off < chunk) {
+      ssize_t n = recv(fd, buf.data() + off, chunk - off, 0);
+      if (n <= 0) break;
+      off += static_cast<size_t>(n);
+    }
+    r.bytes += static_cast<int64_t>(off);
+    ++r.steps;
+  }
+  r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  sender.join();
+  close(fd);
+  close(listener);
+  return r;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string Flag(int argc, char** argv, const std::string& name, const std::string& def) {
+  const std::string prefix = "--" + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return argv[i] + prefix.size();
+  }
+  return def;
+}
+
+int Main(int argc, char** argv) {
+  // Keep memory resident: no trimming, large blocks from the heap, few arenas.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_ARENA_MAX, 2);
+  std::vector<size_t> sizes;
+  for (absl::string_view s :
+       absl::StrSplit(Flag(argc, argv, "sizes", "1024,16384,262144,1048576,4194304,16777216"), ',')) {
+    uint64_t v = 0;
+    if (absl::SimpleAtoi(s, &v)) sizes.push_back(v);
+  }
+  int64_t total = 0, replicas = 0, reps = 0, credits = 0;
+  if (!absl::SimpleAtoi(Flag(argc, argv, "bytes", "2147483648"), &total) ||
+      !absl::SimpleAtoi(Flag(argc, argv, "replicas", "1"), &replicas) ||
+      !absl::SimpleAtoi(Flag(argc, argv, "reps", "3"), &reps) ||
+      !absl::SimpleAtoi(Flag(argc, argv, "credits", "16"), &credits) || replicas < 1 || reps < 1) {
+    std::fprintf(stderr, "bad flags\n");
+    return 2;
+  }
+
+  OneTask lookup;
+  GrpcWorkerService service(&lookup);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+  builder.SetMaxSendMessageSize(-1);
+  auto server = builder.BuildAndStart();
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  auto pool = std::make_shared<BufferPool>();
+
+  std::printf("| per-replica bytes | replicas | steps | sluice GB/s | sluice steps/s | TCP GB/s | sluice/TCP |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (size_t size : sizes) {
+    const int64_t step_bytes = static_cast<int64_t>(size) * replicas;
+    const int64_t steps = std::max<int64_t>(total / step_bytes, 1);
+    std::vector<double> gbs, sps, tcp;
+    RunSluice(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), credits,
+              pool.get());  // warm-up: connections, pools
+    for (int64_t rep = 0; rep < reps; ++rep) {
+      Result s = RunSluice(&lookup, address, size, replicas, steps, credits, pool.get());
+      const int64_t chunk = std::max<int64_t>(step_bytes, 1 << 20);
+      Result t = RunTcp(static_cast<size_t>(chunk), std::max<int64_t>(steps * step_bytes / chunk, 1));
+      gbs.push_back(static_cast<double>(s.bytes) / s.seconds / 1e9);
+      sps.push_back(static_cast<double>(s.steps) / s.seconds);
+      tcp.push_back(static_cast<double>(t.bytes) / t.seconds / 1e9);
+    }
+    const double g = Median(gbs), t = Median(tcp);
+    std::printf("| %zu | %lld | %lld | %.2f | %.0f | %.2f | %.0f%% |\n", size,
+                static_cast<long long>(replicas), static_cast<long long>(steps), g, Median(sps), t,
+                100.0 * g / t);
+    std::fflush(stdout);
+  }
+  server->Shutdown();
+  return 0;
+}
+
+}  // namespace
+}  // namespace sluice
+
+int main(int argc, char** argv) { return sluice::Main(argc, argv); }
