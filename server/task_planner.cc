@@ -1,10 +1,15 @@
 #include "server/task_planner.h"
 
+#include <string>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/auto_shard.h"
 #include "core/status_macros.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 
 namespace sluice {
 namespace {
@@ -20,6 +25,60 @@ int64_t RangeSize(const proto::RangeSource& r) {
     return (r.start() - r.stop() + (-r.step()) - 1) / (-r.step());
   }
   return 0;
+}
+
+// The reader message set in `source` and its `repeated string filenames` field, if it has one.
+template <typename SourceT, typename MessageT>
+void FileListField(SourceT* source, MessageT** reader,
+                   const google::protobuf::FieldDescriptor** filenames) {
+  *reader = nullptr;
+  *filenames = nullptr;
+  const google::protobuf::Reflection* r = source->GetReflection();
+  const google::protobuf::OneofDescriptor* kind = source->GetDescriptor()->FindOneofByName("kind");
+  const google::protobuf::FieldDescriptor* set = r->GetOneofFieldDescriptor(*source, kind);
+  if (set == nullptr || set->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+    return;
+  }
+  const google::protobuf::FieldDescriptor* f = set->message_type()->FindFieldByName("filenames");
+  if (f == nullptr || !f->is_repeated() || f->type() != google::protobuf::FieldDescriptor::TYPE_STRING) {
+    return;
+  }
+  if constexpr (std::is_const_v<MessageT>) {
+    *reader = &r->GetMessage(*source, set);
+  } else {
+    *reader = r->MutableMessage(source, set);
+  }
+  *filenames = f;
+}
+
+struct FileList {
+  int64_t count = 0;
+};
+
+// A file-reading source's file count. INVALID_ARGUMENT for a source that is neither split by
+// elements nor has a file list (list_files: its files are known only by globbing), or whose
+// reader is limited to a record range (a range over all files cannot be cut by file).
+absl::StatusOr<FileList> FilesOf(const proto::SourceDef& source) {
+  const google::protobuf::Message* reader = nullptr;
+  const google::protobuf::FieldDescriptor* filenames = nullptr;
+  FileListField(&source, &reader, &filenames);
+  const google::protobuf::Reflection* r = source.GetReflection();
+  const google::protobuf::FieldDescriptor* set =
+      r->GetOneofFieldDescriptor(source, source.GetDescriptor()->FindOneofByName("kind"));
+  const std::string name = set != nullptr ? set->name() : "unknown";
+  if (reader == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dynamic sharding: the ", name,
+        " source has no static list of files or elements to split; use FILE, DATA or OFF"));
+  }
+  const google::protobuf::FieldDescriptor* range =
+      reader->GetDescriptor()->FindFieldByName("record_range");
+  if (range != nullptr && reader->GetReflection()->HasField(*reader, range)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dynamic sharding: the ", name,
+        " source reads a record range, which cannot be split by file"));
+  }
+  return FileList{reader->GetReflection()->FieldSize(*reader, filenames)};
 }
 
 }  // namespace
@@ -67,8 +126,6 @@ absl::StatusOr<std::vector<TaskPlan>> PlanStaticTasks(const Dataset& dataset,
 absl::StatusOr<SplitSource> DescribeSplitSource(const Dataset& dataset) {
   const proto::SourceDef& source = dataset.def().source();
   switch (source.kind_case()) {
-    case proto::SourceDef::kTextLine:
-      return SplitSource{true, source.text_line().filenames_size()};
     case proto::SourceDef::kRange:
       return SplitSource{false, RangeSize(source.range())};
     case proto::SourceDef::kFromTensors:
@@ -82,9 +139,12 @@ absl::StatusOr<SplitSource> DescribeSplitSource(const Dataset& dataset) {
       return SplitSource{false, e.tensors(0).shape(0)};
     }
     case proto::SourceDef::KIND_NOT_SET:
+      return absl::InvalidArgumentError("dynamic sharding: the dataset has no source");
+    default:
       break;
   }
-  return absl::InvalidArgumentError("dynamic sharding: the dataset has no source");
+  ASSIGN_OR_RETURN(FileList files, FilesOf(source));
+  return SplitSource{true, files.count};
 }
 
 absl::StatusOr<Dataset> SplitDataset(const Dataset& dataset, int64_t begin, int64_t end) {
@@ -96,34 +156,36 @@ absl::StatusOr<Dataset> SplitDataset(const Dataset& dataset, int64_t begin, int6
   }
   proto::DatasetDef def = dataset.def();
   proto::SourceDef* src = def.mutable_source();
-  switch (src->kind_case()) {
-    case proto::SourceDef::kTextLine: {
-      proto::TextLineSource files;
-      for (int64_t i = begin; i < end; ++i) files.add_filenames(src->text_line().filenames(i));
-      *src->mutable_text_line() = std::move(files);
-      break;
+  if (source.files) {
+    // Keep files [begin, end) of the source's list, whatever the reader.
+    google::protobuf::Message* reader = nullptr;
+    const google::protobuf::FieldDescriptor* filenames = nullptr;
+    FileListField(src, &reader, &filenames);
+    const google::protobuf::Reflection* r = reader->GetReflection();
+    std::vector<std::string> kept;
+    for (int64_t i = begin; i < end; ++i) {
+      kept.push_back(r->GetRepeatedString(*reader, filenames, static_cast<int>(i)));
     }
-    case proto::SourceDef::kRange: {
-      proto::RangeSource* r = src->mutable_range();
-      const int64_t start = r->start();
-      const int64_t step = r->step();
-      r->set_start(start + begin * step);
-      if (end < source.size) r->set_stop(start + end * step);
-      break;
-    }
-    default: {
-      // skip(begin).take(end - begin) right after the source.
-      proto::DatasetDef out;
-      out.set_version(def.version());
-      *out.mutable_source() = def.source();
-      if (begin > 0) out.add_ops()->mutable_skip()->set_count(begin);
-      if (end < source.size || begin > 0) out.add_ops()->mutable_take()->set_count(end - begin);
-      for (const proto::OpDef& op : def.ops()) *out.add_ops() = op;
-      def = std::move(out);
-      break;
-    }
+    r->ClearField(reader, filenames);
+    for (std::string& f : kept) r->AddString(reader, filenames, std::move(f));
+    return Dataset::FromDef(std::move(def));
   }
-  return Dataset::FromDef(std::move(def));
+  if (src->kind_case() == proto::SourceDef::kRange) {
+    proto::RangeSource* r = src->mutable_range();
+    const int64_t start = r->start();
+    const int64_t step = r->step();
+    r->set_start(start + begin * step);
+    if (end < source.size) r->set_stop(start + end * step);
+    return Dataset::FromDef(std::move(def));
+  }
+  // skip(begin).take(end - begin) right after the source.
+  proto::DatasetDef out;
+  out.set_version(def.version());
+  *out.mutable_source() = def.source();
+  if (begin > 0) out.add_ops()->mutable_skip()->set_count(begin);
+  if (end < source.size || begin > 0) out.add_ops()->mutable_take()->set_count(end - begin);
+  for (const proto::OpDef& op : def.ops()) *out.add_ops() = op;
+  return Dataset::FromDef(std::move(out));
 }
 
 }  // namespace sluice

@@ -29,19 +29,21 @@ absl::StatusOr<std::vector<TaskPlan>> PlanStaticTasks(const Dataset& dataset,
                                                       proto::ShardingPolicy policy,
                                                       int64_t num_tasks);
 
-// What a DYNAMIC job splits: the files of a file source (one per split), or the elements of
-// any other source (ranges of them).
+// What a DYNAMIC job splits: the files of a source that reads a list of files (text lines,
+// TFRecords, fixed-length records, CSV, .npy; one file per split), or the elements of range,
+// from_tensors and from_tensor_slices (ranges of them).
 struct SplitSource {
   bool files = false;
   int64_t size = 0;  // number of files, or of source elements
 };
 
-// INVALID_ARGUMENT naming the source when its size cannot be known statically.
+// INVALID_ARGUMENT naming the source when it cannot be split statically (list_files, a
+// reader restricted to a record range).
 absl::StatusOr<SplitSource> DescribeSplitSource(const Dataset& dataset);
 
 // The dataset restricted to units [begin, end) of its source, every op after the source kept:
-// text_line keeps files [begin, end); range becomes the matching sub-range; any other source
-// gets skip(begin).take(end - begin) right after it. Requires 0 <= begin < end <= the
+// a file source keeps files [begin, end); range becomes the matching sub-range; from_tensors
+// and from_tensor_slices get skip(begin).take(end - begin) right after the source. Requires 0 <= begin < end <= the
 // DescribeSplitSource size; INVALID_ARGUMENT otherwise.
 absl::StatusOr<Dataset> SplitDataset(const Dataset& dataset, int64_t begin, int64_t end);
 

