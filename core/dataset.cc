@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/proto_convert.h"
 #include "core/python_literal.h"
+#include "core/record_iterators.h"
 #include "core/spec_inference.h"
 #include "core/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -45,6 +46,32 @@ Dataset Dataset::TextLine(std::vector<std::string> filenames) {
   def.set_version(proto::DATASET_GRAPH_VERSION_1);
   auto* t = def.mutable_source()->mutable_text_line();
   for (auto& f : filenames) t->add_filenames(std::move(f));
+  return Dataset(std::move(def));
+}
+
+Dataset Dataset::TFRecord(std::vector<std::string> filenames, std::string compression_type,
+                          int64_t buffer_size, int64_t num_parallel_reads) {
+  proto::DatasetDef def;
+  def.set_version(proto::DATASET_GRAPH_VERSION_1);
+  auto* t = def.mutable_source()->mutable_tf_record();
+  for (auto& f : filenames) t->add_filenames(std::move(f));
+  t->set_compression_type(std::move(compression_type));
+  t->set_buffer_size(buffer_size);
+  t->set_num_parallel_reads(num_parallel_reads);
+  return Dataset(std::move(def));
+}
+
+Dataset Dataset::FixedLengthRecord(std::vector<std::string> filenames, int64_t record_bytes,
+                                   int64_t header_bytes, int64_t footer_bytes,
+                                   std::string compression_type) {
+  proto::DatasetDef def;
+  def.set_version(proto::DATASET_GRAPH_VERSION_1);
+  auto* t = def.mutable_source()->mutable_fixed_length_record();
+  for (auto& f : filenames) t->add_filenames(std::move(f));
+  t->set_record_bytes(record_bytes);
+  t->set_header_bytes(header_bytes);
+  t->set_footer_bytes(footer_bytes);
+  t->set_compression_type(std::move(compression_type));
   return Dataset(std::move(def));
 }
 
@@ -231,6 +258,8 @@ int64_t Dataset::Cardinality() const {
     case proto::SourceDef::kFromTensorSlices:
       n = source.from_tensor_slices().element().tensors(0).shape(0);
       break;
+    case proto::SourceDef::kTfRecord:  // TF: unknown without reading the files
+    case proto::SourceDef::kFixedLengthRecord:
     case proto::SourceDef::kTextLine:
     case proto::SourceDef::KIND_NOT_SET:
       n = kUnknownCardinality;
@@ -292,6 +321,10 @@ std::string SourceExpression(const proto::SourceDef& s) {
     case proto::SourceDef::kFromTensorSlices:
       return absl::StrCat("from_tensor_slices(",
                           LiteralExpression(s.from_tensor_slices().element()), ")");
+    case proto::SourceDef::kTfRecord:  // core/record_iterators.h
+      return TFRecordSourceExpression(s.tf_record());
+    case proto::SourceDef::kFixedLengthRecord:
+      return FixedLengthRecordSourceExpression(s.fixed_length_record());
     case proto::SourceDef::kTextLine: {
       std::vector<std::string> names;
       for (const std::string& f : s.text_line().filenames()) {

@@ -38,6 +38,13 @@ class Dataset {
   // Slices every leaf along dimension 0; all leaves must have the same dim 0.
   static Dataset FromTensorSlices(const Element& element);
   static Dataset TextLine(std::vector<std::string> filenames);
+  // tf_record_dataset(files, compression_type, buffer_size, num_parallel_reads); 0: default.
+  static Dataset TFRecord(std::vector<std::string> filenames, std::string compression_type = "",
+                          int64_t buffer_size = 0, int64_t num_parallel_reads = 0);
+  // fixed_length_record_dataset(files, record_bytes, header_bytes, footer_bytes, ...).
+  static Dataset FixedLengthRecord(std::vector<std::string> filenames, int64_t record_bytes,
+                                   int64_t header_bytes = 0, int64_t footer_bytes = 0,
+                                   std::string compression_type = "");
 
   // Ops.
   Dataset Batch(int64_t batch_size, bool drop_remainder = false) const;

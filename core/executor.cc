@@ -17,6 +17,7 @@
 #include "core/prefetch_iterator.h"
 #include "core/proto_convert.h"
 #include "core/rebatch_iterator.h"
+#include "core/record_iterators.h"
 #include "core/shuffle_iterator.h"
 #include "core/simple_op_iterators.h"
 #include "core/source_iterators.h"
@@ -90,6 +91,14 @@ absl::StatusOr<IteratorFactory> BuildSource(const std::string& label,
       std::vector<std::string> files(source.text_line().filenames().begin(),
                                      source.text_line().filenames().end());
       return IteratorFactory([label, files] { return NewTextLineIterator(label, files); });
+    }
+    case proto::SourceDef::kTfRecord: {  // core/record_iterators.h
+      const proto::TFRecordSource r = source.tf_record();
+      return IteratorFactory([label, r] { return NewTFRecordIterator(label, r); });
+    }
+    case proto::SourceDef::kFixedLengthRecord: {
+      const proto::FixedLengthRecordSource r = source.fixed_length_record();
+      return IteratorFactory([label, r] { return NewFixedLengthRecordIterator(label, r); });
     }
     case proto::SourceDef::KIND_NOT_SET: break;
   }

@@ -13,6 +13,7 @@
 #include "core/plugin_loader.h"
 #include "core/python_literal.h"
 #include "core/status_macros.h"
+#include "core/parse_example.h"
 
 namespace sluice {
 namespace {
@@ -531,8 +532,7 @@ absl::StatusOr<std::unique_ptr<ComponentFn>> MakeComponentFn(const proto::MapOp&
     case proto::MapOp::kPlugin:
       return MakePluginComponentFn(map.plugin());
     case proto::MapOp::kParseExample:
-      // Engineer "records" fills this case in (core/parse_example.h).
-      return absl::UnimplementedError("map: parse_example is not available in this build");
+      return MakeParseExampleComponentFn(map.parse_example());  // core/parse_example.h
     case proto::MapOp::FN_NOT_SET:
       break;
   }

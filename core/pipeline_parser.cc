@@ -64,6 +64,13 @@ const std::vector<Signature>& SourceSignatures() {
       {"from_tensors", {{"tensors", true}}},
       {"from_tensor_slices", {{"tensors", true}}},
       {"text_line_dataset", {{"filenames", true}}},
+      {"tf_record_dataset", {{"filenames", true}, {"compression_type", false},
+                             {"buffer_size", false}, {"num_parallel_reads", false},
+                             {"start_record", false}, {"num_records", false}}},
+      {"fixed_length_record_dataset", {{"filenames", true}, {"record_bytes", true},
+                                       {"header_bytes", false}, {"footer_bytes", false},
+                                       {"buffer_size", false}, {"compression_type", false},
+                                       {"start_record", false}, {"num_records", false}}},
   };
   return *kSources;
 }
@@ -196,6 +203,8 @@ class PipelineParser {
       }
     }
     if (base == "TextLineDataset") base = "text_line_dataset";
+    if (base == "TFRecordDataset") base = "tf_record_dataset";
+    if (base == "FixedLengthRecordDataset") base = "fixed_length_record_dataset";
     const Signature* sig = Find(SourceSignatures(), base);
     if (sig == nullptr) {
       std::string hint = Find(OpSignatures(), base) != nullptr
@@ -212,6 +221,9 @@ class PipelineParser {
     const PyValue& v = *bound[0];
     if (base == "text_line_dataset") {
       return Filenames(v, source->mutable_text_line());
+    }
+    if (base == "tf_record_dataset" || base == "fixed_length_record_dataset") {
+      return BuildRecordSource(base, bound, source);
     }
     absl::StatusOr<Element> element = PyValueToElement(v);
     if (!element.ok()) {
@@ -385,6 +397,90 @@ class PipelineParser {
     }
     return Error(v.begin, absl::StrCat("text_line_dataset: filenames must be a string or a list "
                                        "of strings, got ", Text(v)));
+  }
+
+  // tf_record_dataset and fixed_length_record_dataset (core/record_iterators.h), with TF's
+  // parameter order; start_record/num_records (Sluice's) make the source a record range.
+  // Argument values are checked by spec inference.
+  absl::Status BuildRecordSource(const std::string& base,
+                                 const std::vector<std::optional<PyValue>>& a,
+                                 proto::SourceDef* source) {
+    auto given = [&](size_t i) { return a[i].has_value() && a[i]->kind != PyValue::Kind::kNone; };
+    auto files = [&](google::protobuf::RepeatedPtrField<std::string>* out) -> absl::Status {
+      const PyValue& v = *a[0];
+      auto is_string = [](const PyValue& x) {
+        return x.kind == PyValue::Kind::kStr || x.kind == PyValue::Kind::kBytes;
+      };
+      if (is_string(v)) {
+        out->Add(std::string(v.text));
+        return absl::OkStatus();
+      }
+      if (v.kind == PyValue::Kind::kList || v.kind == PyValue::Kind::kTuple) {
+        for (const PyValue& f : v.items) {
+          if (!is_string(f)) {
+            return Error(f.begin, absl::StrCat(base, ": filenames must be strings, got ", Text(f)));
+          }
+          out->Add(std::string(f.text));
+        }
+        return absl::OkStatus();
+      }
+      return Error(v.begin, absl::StrCat(base, ": filenames must be a string or a list of "
+                                         "strings, got ", Text(v)));
+    };
+    auto str = [&](size_t i, const char* param, std::string* out) -> absl::Status {
+      const PyValue& v = *a[i];
+      if (v.kind != PyValue::Kind::kStr && v.kind != PyValue::Kind::kBytes) {
+        return Error(v.begin, absl::StrCat(base, ": ", param, " must be a string, got ", Text(v)));
+      }
+      *out = v.text;
+      return absl::OkStatus();
+    };
+    auto range = [&](size_t i, proto::RecordRange* r) -> absl::Status {
+      r->set_count(-1);
+      if (given(i)) {
+        ASSIGN_OR_RETURN(int64_t start, Int(base, "start_record", *a[i]));
+        r->set_start(start);
+      }
+      if (given(i + 1)) {
+        ASSIGN_OR_RETURN(int64_t count, Int(base, "num_records", *a[i + 1]));
+        r->set_count(count);
+      }
+      return absl::OkStatus();
+    };
+    if (base == "tf_record_dataset") {
+      proto::TFRecordSource* t = source->mutable_tf_record();
+      RETURN_IF_ERROR(files(t->mutable_filenames()));
+      if (given(1)) RETURN_IF_ERROR(str(1, "compression_type", t->mutable_compression_type()));
+      if (given(2)) {
+        ASSIGN_OR_RETURN(int64_t n, Int(base, "buffer_size", *a[2]));
+        t->set_buffer_size(n);
+      }
+      if (given(3)) {
+        ASSIGN_OR_RETURN(int64_t n, Int(base, "num_parallel_reads", *a[3]));
+        t->set_num_parallel_reads(n);
+      }
+      if (given(4) || given(5)) RETURN_IF_ERROR(range(4, t->mutable_record_range()));
+      return absl::OkStatus();
+    }
+    proto::FixedLengthRecordSource* f = source->mutable_fixed_length_record();
+    RETURN_IF_ERROR(files(f->mutable_filenames()));
+    ASSIGN_OR_RETURN(int64_t record_bytes, Int(base, "record_bytes", *a[1]));
+    f->set_record_bytes(record_bytes);
+    if (given(2)) {
+      ASSIGN_OR_RETURN(int64_t n, Int(base, "header_bytes", *a[2]));
+      f->set_header_bytes(n);
+    }
+    if (given(3)) {
+      ASSIGN_OR_RETURN(int64_t n, Int(base, "footer_bytes", *a[3]));
+      f->set_footer_bytes(n);
+    }
+    if (given(4)) {
+      ASSIGN_OR_RETURN(int64_t n, Int(base, "buffer_size", *a[4]));
+      f->set_buffer_size(n);
+    }
+    if (given(5)) RETURN_IF_ERROR(str(5, "compression_type", f->mutable_compression_type()));
+    if (given(6) || given(7)) RETURN_IF_ERROR(range(6, f->mutable_record_range()));
+    return absl::OkStatus();
   }
 
   absl::StatusOr<proto::OpDef> BuildOp(const std::string& name,

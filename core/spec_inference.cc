@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "core/proto_convert.h"
 #include "core/python_literal.h"
+#include "core/record_iterators.h"
 #include "core/status_macros.h"
 
 namespace sluice {
@@ -79,6 +80,12 @@ absl::StatusOr<ElementSpec> SourceSpec(const proto::SourceDef& source) {
       }
       return e.Map([](const Tensor& t) { return TensorSpec{t.dtype(), t.shape().DropFirst()}; });
     }
+    case proto::SourceDef::kTfRecord:  // core/record_iterators.h
+      RETURN_IF_ERROR(ValidateTFRecordSource(source.tf_record()));
+      return ElementSpec(TensorSpec{DType::kString, Shape()});
+    case proto::SourceDef::kFixedLengthRecord:
+      RETURN_IF_ERROR(ValidateFixedLengthRecordSource(source.fixed_length_record()));
+      return ElementSpec(TensorSpec{DType::kString, Shape()});
     case proto::SourceDef::kTextLine:
       return ElementSpec(TensorSpec{DType::kString, Shape()});
     case proto::SourceDef::KIND_NOT_SET:
@@ -196,6 +203,8 @@ std::string SourceKindName(const proto::SourceDef& source) {
     case proto::SourceDef::kFromTensors: return "from_tensors";
     case proto::SourceDef::kFromTensorSlices: return "from_tensor_slices";
     case proto::SourceDef::kTextLine: return "text_line_dataset";
+    case proto::SourceDef::kTfRecord: return "tf_record_dataset";
+    case proto::SourceDef::kFixedLengthRecord: return "fixed_length_record_dataset";
     case proto::SourceDef::KIND_NOT_SET: break;
   }
   return "unset";
