@@ -23,6 +23,9 @@ class CoordinatorSplitProvider : public SplitProvider {
     proto::GetSplitRequest request;
     request.set_job_id(task_.job_id());
     request.set_task_id(task_.task_id());
+    // Asking by position makes a retry, and a replay of the task by another worker, get the
+    // same splits as before.
+    request.set_task_split_index(next_split_index_);
     absl::Duration backoff = absl::Milliseconds(50);
     const absl::Time give_up = absl::Now() + rpc_deadline_ * 6;
     while (true) {
@@ -33,6 +36,7 @@ class CoordinatorSplitProvider : public SplitProvider {
       if (s.ok()) {
         if (response.end_of_splits()) return std::optional<Dataset>();
         ASSIGN_OR_RETURN(Dataset split, Dataset::FromDef(response.dataset()));
+        ++next_split_index_;
         return std::optional<Dataset>(std::move(split));
       }
       if ((s.code() != absl::StatusCode::kUnavailable &&
@@ -50,6 +54,7 @@ class CoordinatorSplitProvider : public SplitProvider {
   proto::CoordinatorService::Stub* stub_;  // owned by the WorkerServer, which outlives tasks
   const proto::TaskDef task_;
   const absl::Duration rpc_deadline_;
+  int64_t next_split_index_ = 0;  // this run of the task's position in its split sequence
 };
 
 }  // namespace
