@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/device_name.h"
+#include "client/device_prefetcher.h"
 #include "client/local_step_source.h"
 #include "core/auto_shard.h"
 #include "core/distribute_spec.h"
@@ -65,6 +66,13 @@ StepSourceFactory MakeFactory(std::vector<LocalPipeline> pipelines,
                      LocalStepSource::Create(pipelines, options));
     return std::unique_ptr<StepSource>(std::move(source));
   };
+}
+
+// Iterators on GPU devices prefetch into device memory (client/device_prefetcher.h).
+StepSourceFactory PrefetchToDevices(StepSourceFactory factory, const std::vector<Device>& devices,
+                                    const InputOptions& options) {
+  if (!ShouldPrefetchToDevices(devices, options)) return factory;
+  return WithDevicePrefetch(std::move(factory), DevicePrefetchOptionsFor(devices, options));
 }
 
 }  // namespace
@@ -128,8 +136,9 @@ absl::StatusOr<DistributedDataset> MirroredStrategy::ExperimentalDistributeDatas
   source_options.partial_batch_handling =
       PartialBatchHandling(cardinality, input_spec, num_workers > 1);
   source_options.run_remote_pipelines = cardinality != kInfiniteCardinality;
-  return DistributedDataset(PerReplicaSpecOf(replica_spec, replicas),
-                            MakeFactory(std::move(pipelines), source_options));
+  return DistributedDataset(
+      PerReplicaSpecOf(replica_spec, replicas),
+      PrefetchToDevices(MakeFactory(std::move(pipelines), source_options), devices_, options));
 }
 
 absl::StatusOr<DistributedDataset> MirroredStrategy::DistributeDatasetsFromFunction(
@@ -178,8 +187,9 @@ absl::StatusOr<DistributedDataset> MirroredStrategy::DistributeDatasetsFromFunct
   if (num_workers > 1 && source_options.partial_batch_handling) {
     replica_spec = DynamicBatchDimension(replica_spec);
   }
-  return DistributedDataset(PerReplicaSpecOf(replica_spec, replicas),
-                            MakeFactory(std::move(pipelines), source_options));
+  return DistributedDataset(
+      PerReplicaSpecOf(replica_spec, replicas),
+      PrefetchToDevices(MakeFactory(std::move(pipelines), source_options), devices_, options));
 }
 
 }  // namespace sluice

@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/device_memory.h"
 #include "core/dtype.h"
 
 namespace sluice {
@@ -560,6 +562,14 @@ bool IsHostReadable(const Tensor& t) {
   return t.buffer() != nullptr && t.buffer()->space() != MemorySpace::kDevice;
 }
 
+// A device tensor copied to the host (as TF prints a GPU tensor), or nullopt when it cannot be
+// (device memory this build cannot read, a failed copy).
+std::optional<Tensor> HostCopy(const Tensor& t) {
+  absl::StatusOr<Tensor> host = CopyTensorToHost(t);
+  if (!host.ok() || !IsHostReadable(*host)) return std::nullopt;
+  return *std::move(host);
+}
+
 // numpy's dtype name, as repr(ndarray) shows it.
 std::string NumpyDTypeName(DType dtype) {
   if (dtype == DType::kString) return "object";
@@ -573,7 +583,7 @@ bool DTypeIsImplied(DType dtype) {
 
 // TF's numpy_text: a multi-line text starts on a new line.
 std::string NumpyText(const Tensor& t, bool repr) {
-  if (!IsHostReadable(t)) return "<unprintable>";
+  // FormatNumpy/FormatNumpyRepr copy device tensors to the host, or say "<unprintable>".
   std::string text = repr ? FormatNumpyRepr(t) : FormatNumpy(t);
   if (text.find('\n') != std::string::npos) text.insert(0, "\n");
   return text;
@@ -642,14 +652,20 @@ std::string PythonBytesRepr(const std::string& s) { return "b" + PythonQuoted(s,
 
 std::string FormatNumpy(const Tensor& t) {
   if (!t.valid()) return "<invalid Tensor>";
-  if (!IsHostReadable(t)) return "<unprintable>";
+  if (!IsHostReadable(t)) {
+    std::optional<Tensor> host = HostCopy(t);
+    return host.has_value() ? FormatNumpy(*host) : "<unprintable>";
+  }
   if (t.shape().rank() == 0) return ElementText(t, 0);
   return Array2String(t, " ", 0, kLineWidth);
 }
 
 std::string FormatNumpyRepr(const Tensor& t) {
   if (!t.valid()) return "<invalid Tensor>";
-  if (!IsHostReadable(t)) return "<unprintable>";
+  if (!IsHostReadable(t)) {
+    std::optional<Tensor> host = HostCopy(t);
+    return host.has_value() ? FormatNumpyRepr(*host) : "<unprintable>";
+  }
   if (t.shape().rank() == 0) return ElementText(t, 0);
   const bool skip_dtype = DTypeIsImplied(t.dtype()) && t.num_elements() > 0;
   const std::string prefix = "array(";

@@ -28,8 +28,10 @@
 // The goldens in tests/testdata/format/tensors.txt were produced by TF itself
 // (tools/golden/gen_format_goldens.py).
 //
-// Tensors in device memory print as "<unprintable>" in place of the numpy text (TF prints that
-// for values it cannot convert to numpy).
+// Tensors in device memory are copied to the host to be printed, as TF prints a GPU tensor
+// (core/device_memory.h: CopyTensorToHost); device memory that cannot be read that way prints
+// as "<unprintable>" in place of the numpy text (TF prints that for values it cannot convert to
+// numpy).
 //
 // Thread safety: all functions are pure.
 #ifndef SLUICE_CORE_TENSOR_FORMAT_H_

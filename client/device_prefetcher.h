@@ -1,0 +1,167 @@
+// DevicePrefetcher: a StepSource decorator that puts each local replica's next batches into its
+// device's memory ahead of the trainer (TF's MultiDeviceIterator with per-device prefetch).
+//
+// One background thread pulls steps from the inner StepSource (local pipelines or the service)
+// while the trainer works, and for each replica placed on a device:
+//
+//   1. takes a free slot of that replica's ring: a device buffer (and a pinned staging buffer
+//      when the source is pageable memory and the device prefers pinned sources). Slots are
+//      allocated once and reused; a slot smaller than the step is grown (reallocated) at once;
+//   2. packs every numeric tensor of the replica's element into the slot (64-byte aligned
+//      offsets, in flatten order): a pageable source is memcpy'd into the pinned staging buffer,
+//      a pinned source (the service's receive path writes straight into pinned buffers from
+//      PinnedReceiveAllocator) is used as is, and the bytes go to the device with one
+//      asynchronous copy per contiguous run on the device's copy stream;
+//   3. records the slot's ready event.
+//
+// String tensors stay on the host, as TF keeps them. At most `buffer_size` steps are ahead of
+// the trainer: the inner source is never asked for step k + buffer_size + 1 before the trainer
+// has taken step k + 1 (backpressure into the pipeline or the service's credit window).
+//
+// GetNextStep hands a step out only after its ready events have completed, so a handed-out
+// buffer is never still being written (with depth >= 1 the copy normally finished long before).
+// Each tensor's buffer is a DeviceTensorBuffer (core/device_memory.h): Tensor::raw_data() is the
+// device pointer, ReadyEvent() the (completed) event. A slot goes back to its ring when the last
+// Tensor referring to it is dropped; a trainer that launches asynchronous device work reading a
+// batch must keep the batch's Tensors alive until that work has completed. A trainer that keeps
+// many steps alive makes the ring grow (it never blocks waiting for the trainer to let go).
+//
+// Errors and the end of data come out in order, after the steps before them, and are then
+// repeated on every call. Steps pulled ahead use the mode (padded or not) of the latest call;
+// the two differ only at the partial last step of a dataset with fully static shapes, where an
+// iterator that switches between GetNext and GetNextAsOptional there gets the mode of its
+// previous call.
+//
+// fetch_to_device = false keeps every tensor exactly as the inner source made it (same
+// buffers), still prefetched `buffer_size` steps ahead on the host. buffer_size = 0 disables
+// the prefetcher: Wrap returns the inner source itself.
+//
+// Destruction stops the thread, waits for the inner call or copy in progress and for every
+// enqueued copy, then frees the rings; buffers still held by the trainer stay valid.
+//
+// Thread safety: like any StepSource, one caller at a time.
+#ifndef SLUICE_CLIENT_DEVICE_PREFETCHER_H_
+#define SLUICE_CLIENT_DEVICE_PREFETCHER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/device_memory.h"
+#include "core/element.h"
+#include "core/step_frame.h"
+#include "sluice/distributed_dataset.h"
+#include "sluice/input_options.h"
+#include "sluice/strategy.h"
+
+namespace sluice {
+
+// Where one local replica's tensors go.
+struct ReplicaPlacement {
+  // Null: the replica's tensors stay where the inner source put them (a CPU device).
+  std::shared_ptr<DeviceMemory> memory;
+  int device = 0;  // the ordinal in `memory`
+};
+
+struct DevicePrefetchOptions {
+  // One per local replica, in replica order.
+  std::vector<ReplicaPlacement> replicas;
+  // InputOptions.experimental_per_replica_buffer_size: steps prefetched ahead; 0 disables.
+  int64_t buffer_size = 1;
+  // InputOptions.experimental_fetch_to_device: false prefetches on the host without copies.
+  bool fetch_to_device = true;
+};
+
+// The placement of a strategy's replicas: a GPU with device memory goes to
+// DefaultDeviceMemory(), a GPU that fell back to host memory goes through HostMemoryAsDevice()
+// (the same code path, host memory), a CPU stays on the host.
+DevicePrefetchOptions DevicePrefetchOptionsFor(const std::vector<Device>& devices,
+                                               const InputOptions& options);
+
+// True when the strategy's iterators should be wrapped: some device is a GPU and the buffer
+// size is positive.
+bool ShouldPrefetchToDevices(const std::vector<Device>& devices, const InputOptions& options);
+
+// `inner` wrapped in a DevicePrefetcher for every iterator it makes.
+StepSourceFactory WithDevicePrefetch(StepSourceFactory inner, DevicePrefetchOptions options);
+
+// A TensorAllocator (for the service's receive path, ServiceOptions::allocator) handing out
+// pinned host buffers of `memory` from a pool: a released buffer goes back to the pool and is
+// reused for a request of the same size class (powers of two from 4 KiB), so that steady-state
+// streaming allocates nothing. The pool keeps at most `max_pooled_bytes` of free buffers.
+// Thread-safe.
+TensorAllocator PinnedReceiveAllocator(std::shared_ptr<DeviceMemory> memory,
+                                       size_t max_pooled_bytes = size_t{1} << 30);
+
+class DevicePrefetcher : public StepSource {
+ public:
+  // `inner` itself when options.buffer_size == 0, else a prefetcher over it (its thread starts
+  // at the first GetNextStep). INVALID_ARGUMENT for a null inner source or a negative buffer
+  // size. The inner source's steps must have one element per placement (INTERNAL otherwise,
+  // at that step).
+  static absl::StatusOr<std::unique_ptr<StepSource>> Wrap(std::unique_ptr<StepSource> inner,
+                                                          DevicePrefetchOptions options);
+  ~DevicePrefetcher() override;
+  DevicePrefetcher(const DevicePrefetcher&) = delete;
+  DevicePrefetcher& operator=(const DevicePrefetcher&) = delete;
+
+  absl::Status GetNextStep(std::vector<Element>* replicas, bool* end_of_data) override;
+  absl::Status GetNextStepPadded(std::vector<Element>* replicas, bool* end_of_data) override;
+
+  // What the rings have allocated so far (for tests and metrics).
+  struct Stats {
+    int64_t steps_pulled = 0;           // steps taken from the inner source
+    int64_t device_allocations = 0;     // device buffers allocated (grown slots count again)
+    int64_t pinned_allocations = 0;     // pinned staging buffers allocated
+    int64_t slots = 0;                  // ring slots over all replicas
+  };
+  Stats stats() const;
+
+  class Ring;  // one replica's slots (internal)
+
+ private:
+  // A step pulled ahead: its elements (tensors wrapped on ring slots), the events to wait on,
+  // and the pinned source tensors the copies read from (kept alive until the events are done).
+  struct Entry {
+    std::vector<Element> replicas;
+    std::vector<std::shared_ptr<DeviceEvent>> events;
+    std::vector<Tensor> sources;
+    bool terminal = false;  // end of data or an error: repeated forever
+    bool end_of_data = false;
+    absl::Status status;
+  };
+
+  DevicePrefetcher(std::unique_ptr<StepSource> inner, DevicePrefetchOptions options);
+  absl::Status Next(bool padded, std::vector<Element>* replicas, bool* end_of_data);
+  void Run();
+  // Copies the step into ring slots, filling entry->replicas/events/sources.
+  absl::Status Stage(std::vector<Element> step, Entry* entry);
+  absl::Status StageReplica(size_t r, Element element, Entry* entry, Element* out);
+  void WaitAll(Entry& entry);
+
+  const DevicePrefetchOptions options_;
+  std::unique_ptr<StepSource> inner_;  // used by the thread only, once started
+  std::vector<std::shared_ptr<Ring>> rings_;  // one per replica
+
+  mutable absl::Mutex mu_;
+  std::deque<Entry> queue_ ABSL_GUARDED_BY(mu_);
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool padded_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);  // a copy that failed at hand-out, repeated
+  absl::CondVar ready_;  // queue_ became non-empty
+  absl::CondVar space_;  // queue_ shrank, or stop_
+  int64_t steps_pulled_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CLIENT_DEVICE_PREFETCHER_H_

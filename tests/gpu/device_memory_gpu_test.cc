@@ -1,0 +1,275 @@
+// GPU checks of device memory and the device prefetcher on real CUDA devices. Every test but
+// the build check skips without a device (CTest label `gpu`; tests/gpu/run.sh runs them).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "client/device_prefetcher.h"
+#include "core/cuda_device_memory.h"
+#include "core/dataset.h"
+#include "core/device_memory.h"
+#include "gtest/gtest.h"
+#include "sluice/strategy.h"
+
+namespace sluice {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                       \
+  do {                                                                           \
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine"; \
+  } while (0)
+
+const DType kNumericDTypes[] = {DType::kBool,    DType::kInt8,     DType::kInt16,
+                                DType::kInt32,   DType::kInt64,    DType::kUInt8,
+                                DType::kUInt16,  DType::kUInt32,   DType::kUInt64,
+                                DType::kFloat16, DType::kBFloat16, DType::kFloat32,
+                                DType::kFloat64};
+
+// A tensor of `dtype` and `shape` whose bytes all differ from their neighbours' (bools 0/1).
+Tensor Patterned(DType dtype, const Shape& shape, int seed) {
+  Tensor t = Tensor::Allocate(dtype, shape);
+  auto* bytes = static_cast<unsigned char*>(t.mutable_raw_data());
+  for (size_t i = 0; i < t.byte_size(); ++i) {
+    bytes[i] = static_cast<unsigned char>(dtype == DType::kBool ? (i + seed) % 2
+                                                                : (i * 131 + seed * 7) % 251);
+  }
+  return t;
+}
+
+std::shared_ptr<DeviceMemory> Cuda() {
+  absl::StatusOr<std::shared_ptr<DeviceMemory>> cuda = CreateCudaDeviceMemory();
+  EXPECT_TRUE(cuda.ok()) << cuda.status();
+  return cuda.ok() ? *cuda : nullptr;
+}
+
+TEST(GpuBuildTest, CudaIsCompiledInWhenTheToolkitWasFound) {
+  // SLUICE_EXPECT_CUDA comes from tests/gpu/CMakeLists.txt: 1 when CMake found the toolkit.
+  EXPECT_EQ(CudaCompiledIn(), SLUICE_EXPECT_CUDA == 1);
+  if (!CudaCompiledIn()) {
+    EXPECT_EQ(CudaDeviceCount(), 0);
+    EXPECT_TRUE(absl::IsUnimplemented(CreateCudaDeviceMemory().status()));
+  }
+  // Without a device the process falls back to host memory; with one it uses CUDA.
+  EXPECT_EQ(DefaultDeviceMemory()->name(), CudaDeviceCount() > 0 ? "cuda" : "host");
+}
+
+TEST(CudaDeviceMemoryTest, DeviceContentsEqualHostContentsForEveryDtype) {
+  SKIP_WITHOUT_GPU();
+  std::shared_ptr<DeviceMemory> cuda = Cuda();
+  ASSERT_NE(cuda, nullptr);
+  EXPECT_EQ(cuda->name(), "cuda");
+  EXPECT_NE(cuda->stream(0), nullptr);
+  for (DType dtype : kNumericDTypes) {
+    for (int64_t rows : {0, 1, 7, 4096, 1 << 18}) {
+      SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " x " << rows);
+      Tensor host = Patterned(dtype, Shape({rows, 3}), static_cast<int>(rows));
+      const size_t n = host.byte_size();
+      absl::StatusOr<std::shared_ptr<TensorBuffer>> pinned = cuda->AllocatePinnedHost(n);
+      absl::StatusOr<std::shared_ptr<TensorBuffer>> device = cuda->AllocateDevice(0, n);
+      ASSERT_TRUE(pinned.ok()) << pinned.status();
+      ASSERT_TRUE(device.ok()) << device.status();
+      EXPECT_EQ((*pinned)->space(), MemorySpace::kPinnedHost);
+      EXPECT_EQ((*device)->space(), MemorySpace::kDevice);
+      EXPECT_EQ((*device)->device(), 0);
+      if (n > 0) std::memcpy((*pinned)->data(), host.raw_data(), n);
+      ASSERT_TRUE(cuda->CopyToDeviceAsync(0, (*pinned)->data(), (*device)->data(), n).ok());
+      absl::StatusOr<std::unique_ptr<DeviceEvent>> event = cuda->CreateEvent(0);
+      ASSERT_TRUE(event.ok()) << event.status();
+      EXPECT_NE((*event)->native_handle(), nullptr);
+      ASSERT_TRUE((*event)->Record().ok());
+      ASSERT_TRUE((*event)->Wait().ok());
+      EXPECT_TRUE((*event)->IsReady());
+      Tensor back = Tensor::Allocate(dtype, host.shape());
+      ASSERT_TRUE(cuda->CopyToHost(0, (*device)->data(), back.mutable_raw_data(), n).ok());
+      EXPECT_TRUE(back.Equals(host));
+    }
+  }
+}
+
+TEST(CudaDeviceMemoryTest, BadOrdinalsAreInvalidArguments) {
+  SKIP_WITHOUT_GPU();
+  std::shared_ptr<DeviceMemory> cuda = Cuda();
+  ASSERT_NE(cuda, nullptr);
+  EXPECT_TRUE(absl::IsInvalidArgument(cuda->AllocateDevice(cuda->num_devices(), 16).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(cuda->AllocateDevice(-1, 16).status()));
+}
+
+// One replica per visible device (at most 2); every step is one tensor of every numeric dtype,
+// plus a string that must stay on the host.
+class EveryDtypeSource : public StepSource {
+ public:
+  EveryDtypeSource(int replicas, int steps, int64_t rows, TensorAllocator pinned)
+      : replicas_(replicas), steps_(steps), rows_(rows), pinned_(std::move(pinned)) {}
+  absl::Status GetNextStep(std::vector<Element>* out, bool* end_of_data) override {
+    *end_of_data = next_ == steps_;
+    if (*end_of_data) return absl::OkStatus();
+    out->clear();
+    for (int r = 0; r < replicas_; ++r) out->push_back(Make(next_, r, rows_, pinned_));
+    ++next_;
+    return absl::OkStatus();
+  }
+
+  // Even steps in pageable memory (staged), odd steps in pinned memory (copied directly).
+  static Element Make(int step, int replica, int64_t rows, const TensorAllocator& pinned) {
+    std::vector<Element> parts;
+    for (DType d : kNumericDTypes) {
+      Tensor t = Patterned(d, Shape({rows, 2}), step * 10 + replica);
+      if (pinned && step % 2 == 1) {
+        std::shared_ptr<TensorBuffer> b = pinned(t.byte_size());
+        if (t.byte_size() > 0) std::memcpy(b->data(), t.raw_data(), t.byte_size());
+        t = *Tensor::Wrap(d, t.shape(), b);
+      }
+      parts.push_back(Element(t));
+    }
+    parts.push_back(Element(Tensor::StringScalar("host")));
+    return Element::Tuple(std::move(parts));
+  }
+
+ private:
+  int replicas_, steps_;
+  int64_t rows_;
+  TensorAllocator pinned_;
+  int next_ = 0;
+};
+
+TEST(GpuPrefetcherTest, DeviceContentsEqualHostContentsForEveryDtype) {
+  SKIP_WITHOUT_GPU();
+  std::shared_ptr<DeviceMemory> cuda = Cuda();
+  ASSERT_NE(cuda, nullptr);
+  const int replicas = std::min(cuda->num_devices(), 2);
+  DevicePrefetchOptions options;
+  options.buffer_size = 2;
+  for (int r = 0; r < replicas; ++r) options.replicas.push_back(ReplicaPlacement{cuda, r});
+  TensorAllocator pinned = PinnedReceiveAllocator(cuda);
+  absl::StatusOr<std::unique_ptr<StepSource>> source = DevicePrefetcher::Wrap(
+      std::make_unique<EveryDtypeSource>(replicas, 8, 1000, pinned), options);
+  ASSERT_TRUE(source.ok()) << source.status();
+  for (int s = 0; s < 8; ++s) {
+    std::vector<Element> step;
+    bool end = true;
+    ASSERT_TRUE((*source)->GetNextStep(&step, &end).ok());
+    ASSERT_FALSE(end);
+    for (int r = 0; r < replicas; ++r) {
+      std::vector<Tensor> got = step[static_cast<size_t>(r)].Flatten();
+      std::vector<Tensor> want = EveryDtypeSource::Make(s, r, 1000, nullptr).Flatten();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        SCOPED_TRACE(testing::Message() << "step " << s << " replica " << r << " "
+                                        << DTypeName(want[i].dtype()));
+        if (want[i].dtype() == DType::kString) {
+          EXPECT_EQ(DeviceBufferOf(got[i]), nullptr);
+          EXPECT_TRUE(got[i].Equals(want[i]));
+          continue;
+        }
+        const DeviceTensorBuffer* d = DeviceBufferOf(got[i]);
+        ASSERT_NE(d, nullptr);
+        EXPECT_EQ(d->space(), MemorySpace::kDevice);
+        EXPECT_EQ(d->device(), r);
+        EXPECT_TRUE(d->ReadyEvent()->IsReady());
+        absl::StatusOr<Tensor> host = CopyTensorToHost(got[i]);
+        ASSERT_TRUE(host.ok()) << host.status();
+        EXPECT_TRUE(host->Equals(want[i]));
+      }
+    }
+  }
+}
+
+// Large steps (64 MiB per replica) so that copies take long enough for a premature hand-out to
+// show: every step handed out has its event complete and exactly its own bytes, and steps the
+// trainer still holds are not overwritten by later ones.
+class BigSource : public StepSource {
+ public:
+  static constexpr int64_t kElems = 16 << 20;  // uint32 x 16 Mi = 64 MiB
+  explicit BigSource(int steps) : steps_(steps) {}
+  absl::Status GetNextStep(std::vector<Element>* out, bool* end_of_data) override {
+    *end_of_data = next_ == steps_;
+    if (*end_of_data) return absl::OkStatus();
+    Tensor t = Tensor::Allocate(DType::kUInt32, Shape({kElems}));
+    uint32_t* p = t.mutable_data<uint32_t>();
+    for (int64_t i = 0; i < kElems; ++i) p[i] = static_cast<uint32_t>(next_ * 1000003 + i);
+    *out = {Element(t)};
+    ++next_;
+    return absl::OkStatus();
+  }
+  static bool Check(const Tensor& host, int step) {
+    const uint32_t* p = host.data<uint32_t>();
+    for (int64_t i = 0; i < kElems; ++i) {
+      if (p[i] != static_cast<uint32_t>(step * 1000003 + i)) return false;
+    }
+    return true;
+  }
+
+ private:
+  int steps_;
+  int next_ = 0;
+};
+
+TEST(GpuPrefetcherTest, TheRingNeverHandsOutABufferStillBeingWritten) {
+  SKIP_WITHOUT_GPU();
+  std::shared_ptr<DeviceMemory> cuda = Cuda();
+  ASSERT_NE(cuda, nullptr);
+  DevicePrefetchOptions options;
+  options.buffer_size = 2;
+  options.replicas.push_back(ReplicaPlacement{cuda, 0});
+  absl::StatusOr<std::unique_ptr<StepSource>> source =
+      DevicePrefetcher::Wrap(std::make_unique<BigSource>(12), options);
+  ASSERT_TRUE(source.ok()) << source.status();
+  std::vector<std::pair<int, Tensor>> held;
+  for (int s = 0; s < 12; ++s) {
+    std::vector<Element> step;
+    bool end = true;
+    ASSERT_TRUE((*source)->GetNextStep(&step, &end).ok());
+    const Tensor& t = step[0].leaf();
+    const DeviceTensorBuffer* d = DeviceBufferOf(t);
+    ASSERT_NE(d, nullptr);
+    // Complete at hand-out: querying the event does not wait.
+    EXPECT_TRUE(d->ReadyEvent()->IsReady()) << "step " << s;
+    absl::StatusOr<Tensor> host = CopyTensorToHost(t);
+    ASSERT_TRUE(host.ok());
+    EXPECT_TRUE(BigSource::Check(*host, s)) << "step " << s << " has bytes of another step";
+    if (s % 4 == 0) held.emplace_back(s, t);  // keep some steps while later ones arrive
+  }
+  for (const auto& [s, t] : held) {
+    absl::StatusOr<Tensor> host = CopyTensorToHost(t);
+    ASSERT_TRUE(host.ok());
+    EXPECT_TRUE(BigSource::Check(*host, s)) << "held step " << s << " was overwritten";
+  }
+  // Destroying the prefetcher with copies in flight is clean; held buffers stay valid.
+  source->reset();
+  for (const auto& [s, t] : held) {
+    absl::StatusOr<Tensor> host = CopyTensorToHost(t);
+    ASSERT_TRUE(host.ok());
+    EXPECT_TRUE(BigSource::Check(*host, s));
+  }
+}
+
+TEST(GpuStrategyTest, MirroredStrategyOnGpusYieldsDeviceTensors) {
+  SKIP_WITHOUT_GPU();
+  absl::StatusOr<MirroredStrategy> strategy = MirroredStrategy::Create({"GPU:0"});
+  ASSERT_TRUE(strategy.ok());
+  ASSERT_FALSE(strategy->devices()[0].host_memory);
+  absl::StatusOr<Dataset> ds = Dataset::Parse("from_tensor_slices([1, 2, 3, 4]).repeat(2).batch(2)");
+  ASSERT_TRUE(ds.ok());
+  absl::StatusOr<DistributedDataset> dist = strategy->ExperimentalDistributeDataset(*ds);
+  ASSERT_TRUE(dist.ok()) << dist.status();
+  absl::StatusOr<DistributedIterator> it = dist->MakeIterator();
+  ASSERT_TRUE(it.ok());
+  for (int s = 0; s < 4; ++s) {
+    absl::StatusOr<PerReplica<Element>> x = it->GetNext();
+    ASSERT_TRUE(x.ok()) << x.status();
+    const Tensor& t = x->values()[0].leaf();
+    const DeviceTensorBuffer* d = DeviceBufferOf(t);
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->space(), MemorySpace::kDevice);
+    absl::StatusOr<Tensor> host = CopyTensorToHost(t);
+    ASSERT_TRUE(host.ok());
+    const int32_t first = 1 + 2 * (s % 2);
+    EXPECT_TRUE(host->Equals(Tensor::FromVector<int32_t>({first, first + 1})));
+  }
+  EXPECT_TRUE(absl::IsOutOfRange(it->GetNext().status()));
+}
+
+}  // namespace
+}  // namespace sluice
