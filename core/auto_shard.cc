@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "absl/strings/str_cat.h"
 #include "core/distribute_spec.h"
 #include "core/rebatch.h"
@@ -25,19 +27,47 @@ absl::StatusOr<Dataset> RewrittenOrError(proto::DatasetDef def) {
   return Dataset::FromDef(std::move(def));
 }
 
-absl::string_view SourceName(const proto::SourceDef& source) {
-  switch (source.kind_case()) {
-    case proto::SourceDef::kRange:
-      return "range";
-    case proto::SourceDef::kFromTensors:
-      return "from_tensors";
-    case proto::SourceDef::kFromTensorSlices:
-      return "from_tensor_slices";
-    case proto::SourceDef::kTextLine:
-      return "text_line_dataset";
-    default:
-      return "an empty source";
+// The active source message and its name ("range", "text_line", "tf_record", ...).
+const google::protobuf::Message* ActiveSource(const proto::SourceDef& source,
+                                              std::string* name) {
+  const google::protobuf::Reflection* reflection = source.GetReflection();
+  const google::protobuf::OneofDescriptor* kind = source.GetDescriptor()->FindOneofByName("kind");
+  const google::protobuf::FieldDescriptor* field =
+      kind == nullptr ? nullptr : reflection->GetOneofFieldDescriptor(source, kind);
+  if (field == nullptr) {
+    *name = "an empty source";
+    return nullptr;
   }
+  *name = field->name();
+  return &reflection->GetMessage(source, field);
+}
+
+google::protobuf::Message* MutableActiveSource(proto::SourceDef* source) {
+  const google::protobuf::Reflection* reflection = source->GetReflection();
+  const google::protobuf::OneofDescriptor* kind = source->GetDescriptor()->FindOneofByName("kind");
+  const google::protobuf::FieldDescriptor* field =
+      kind == nullptr ? nullptr : reflection->GetOneofFieldDescriptor(*source, kind);
+  return field == nullptr ? nullptr : reflection->MutableMessage(source, field);
+}
+
+// File sources are recognised by their fields, so that every reader (text lines, TFRecord,
+// fixed-length records, CSV, .npy, ...) is FILE-shardable as in TF, where all readers are:
+// a `repeated string filenames`, or a `list_files` source (`patterns` with num_shards and
+// shard_index, sharded when the pattern is expanded).
+const google::protobuf::FieldDescriptor* FilenamesField(const google::protobuf::Message& m) {
+  const google::protobuf::FieldDescriptor* f = m.GetDescriptor()->FindFieldByName("filenames");
+  if (f == nullptr || !f->is_repeated() ||
+      f->type() != google::protobuf::FieldDescriptor::TYPE_STRING) {
+    return nullptr;
+  }
+  return f;
+}
+
+bool IsListFiles(const google::protobuf::Message& m) {
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  return d->FindFieldByName("patterns") != nullptr &&
+         d->FindFieldByName("num_shards") != nullptr &&
+         d->FindFieldByName("shard_index") != nullptr;
 }
 
 // DATA sharding as TF's auto_shard.cc ShardByData does it: below the trailing prefetches, a
@@ -71,6 +101,18 @@ Dataset ShardByData(const Dataset& dataset, int64_t num_shards, int64_t index,
 
 }  // namespace
 
+absl::Status TooFewFilesError(int64_t num_files, int64_t num_shards) {
+  // TF's text (core/kernels/data/shard_dataset_op.cc), with the spaces TF's literal lacks.
+  return absl::InvalidArgumentError(absl::StrCat(
+      "Could not apply FILE based sharding: the dataset only has ", num_files,
+      " file(s), which is not enough for the required ", num_shards,
+      " shards/workers. If you are using datasets with distribution strategy, consider setting "
+      "the auto sharding policy to either DATA or OFF using the "
+      "`experimental_distribute.auto_shard_policy` option of `tf.data.Options()`. Or, split "
+      "your input files into a larger number of small files such that number of files is "
+      "greater than number of shards/workers."));
+}
+
 absl::StatusOr<AutoShardPolicy> ParseAutoShardPolicy(absl::string_view name) {
   std::string upper = absl::AsciiStrToUpper(name);
   if (upper == "OFF") return AutoShardPolicy::kOff;
@@ -100,7 +142,9 @@ absl::string_view AutoShardPolicyName(AutoShardPolicy policy) {
 
 bool ReadsFiles(const Dataset& dataset) {
   // Every op we have passes through to its input for TF's FILE rewrite, so the source decides.
-  return dataset.def().source().kind_case() == proto::SourceDef::kTextLine;
+  std::string name;
+  const google::protobuf::Message* source = ActiveSource(dataset.def().source(), &name);
+  return source != nullptr && (FilenamesField(*source) != nullptr || IsListFiles(*source));
 }
 
 absl::StatusOr<Dataset> ShardByFile(const Dataset& dataset, int64_t num_shards, int64_t index) {
@@ -108,31 +152,51 @@ absl::StatusOr<Dataset> ShardByFile(const Dataset& dataset, int64_t num_shards, 
     return absl::InvalidArgumentError(absl::StrCat("ShardByFile: shard index ", index,
                                                    " out of range for ", num_shards, " shards"));
   }
+  std::string name;
+  const google::protobuf::Message* source = ActiveSource(dataset.def().source(), &name);
   if (!ReadsFiles(dataset)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Could not apply FILE based sharding: the dataset's source (",
-        SourceName(dataset.def().source()),
+        "Could not apply FILE based sharding: the dataset's source (", name,
         ") does not read files. Consider setting the auto sharding policy to either DATA or OFF "
         "using the `experimental_distribute.auto_shard_policy` option of `tf.data.Options()`."));
   }
-  const auto& files = dataset.def().source().text_line().filenames();
-  if (files.size() < num_shards) {
-    // TF's text (core/kernels/data/shard_dataset_op.cc), with the spaces TF's literal lacks.
+  const google::protobuf::Reflection* reflection = source->GetReflection();
+  const google::protobuf::FieldDescriptor* range =
+      source->GetDescriptor()->FindFieldByName("record_range");
+  if (range != nullptr && !range->is_repeated() && reflection->HasField(*source, range)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Could not apply FILE based sharding: the dataset only has ", files.size(),
-        " file(s), which is not enough for the required ", num_shards,
-        " shards/workers. If you are using datasets with distribution strategy, consider setting "
-        "the auto sharding policy to either DATA or OFF using the "
-        "`experimental_distribute.auto_shard_policy` option of `tf.data.Options()`. Or, split "
-        "your input files into a larger number of small files such that number of files is "
-        "greater than number of shards/workers."));
+        "Could not apply FILE based sharding: the ", name,
+        " source is restricted to a record range, which counts records across its files; "
+        "shard it by DATA or OFF instead"));
   }
   proto::DatasetDef def = dataset.def();
-  auto* kept = def.mutable_source()->mutable_text_line()->mutable_filenames();
-  kept->Clear();
-  for (int i = static_cast<int>(index); i < files.size(); i += static_cast<int>(num_shards)) {
-    *kept->Add() = files.Get(i);
+  google::protobuf::Message* mutable_source = MutableActiveSource(def.mutable_source());
+  if (IsListFiles(*source)) {
+    // The file names are known only when the patterns are expanded: list_files shards its
+    // sorted list then, and reports too few files with the same message (as TF does at run
+    // time).
+    const google::protobuf::Descriptor* d = source->GetDescriptor();
+    const google::protobuf::FieldDescriptor* shards = d->FindFieldByName("num_shards");
+    const google::protobuf::FieldDescriptor* shard_index = d->FindFieldByName("shard_index");
+    if (reflection->GetInt64(*source, shards) > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Could not apply FILE based sharding: the list_files source is already sharded"));
+    }
+    reflection->SetInt64(mutable_source, shards, num_shards);
+    reflection->SetInt64(mutable_source, shard_index, index);
+    return RewrittenOrError(std::move(def));
   }
+  const google::protobuf::FieldDescriptor* filenames = FilenamesField(*source);
+  const int num_files = reflection->FieldSize(*source, filenames);
+  if (num_files < num_shards) {
+    return TooFewFilesError(num_files, num_shards);
+  }
+  std::vector<std::string> kept;
+  for (int i = static_cast<int>(index); i < num_files; i += static_cast<int>(num_shards)) {
+    kept.push_back(reflection->GetRepeatedString(*source, filenames, i));
+  }
+  reflection->ClearField(mutable_source, filenames);
+  for (std::string& f : kept) reflection->AddString(mutable_source, filenames, std::move(f));
   return RewrittenOrError(std::move(def));
 }
 

@@ -18,11 +18,20 @@ enum class AutoShardPolicy : int { kOff = -1, kAuto = 0, kFile = 1, kData = 2, k
 absl::StatusOr<AutoShardPolicy> ParseAutoShardPolicy(absl::string_view name);
 absl::string_view AutoShardPolicyName(AutoShardPolicy policy);
 
-// True if the dataset's source reads files (text_line_dataset, and later file readers).
+// True if the dataset's source reads files: any source with a `filenames` list (text lines,
+// TFRecord, fixed-length records, CSV, .npy, ...) or list_files (found by the proto fields, so
+// a new reader needs no change here).
 bool ReadsFiles(const Dataset& dataset);
 
-// FILE sharding: keeps files index, index + num_shards, ... of the source. INVALID_ARGUMENT
-// when the source is not file based, or with TF's message when there are fewer files than
+// TF's error for FILE sharding with fewer files than shards (INVALID_ARGUMENT): "Could not apply
+// FILE based sharding: the dataset only has N file(s), which is not enough for the required M
+// shards/workers. ...". Also for list_files, which can only count its files when it expands
+// its patterns.
+absl::Status TooFewFilesError(int64_t num_files, int64_t num_shards);
+
+// FILE sharding: keeps files index, index + num_shards, ... of the source (list_files: sets its
+// num_shards/shard_index). INVALID_ARGUMENT when the source is not file based or is restricted
+// to a record range, or with TF's message when there are fewer files than
 // shards: "Could not apply FILE based sharding: the dataset only has N file(s), which is not
 // enough for the required M shards/workers. ...".
 absl::StatusOr<Dataset> ShardByFile(const Dataset& dataset, int64_t num_shards, int64_t index);

@@ -20,8 +20,9 @@ absl::Status NotBatchedError(int64_t num_replicas_in_sync, absl::string_view det
       across, ". Please see the tf.distribute.Strategy guide. (", detail, ")"));
 }
 
-// The op kinds that keep the batch size of their input (TF's compute_batch_size walks through
-// them); anything else hides it.
+// The op kinds that keep the batch size of their input (TF 2.15's compute_batch_size walks
+// through them, checked against TF); anything else (map, interleave, ignore_errors, unbatch,
+// rebatch) hides it.
 bool KeepsBatchSize(const proto::OpDef& op) {
   switch (op.kind_case()) {
     case proto::OpDef::kRepeat:
@@ -30,6 +31,8 @@ bool KeepsBatchSize(const proto::OpDef& op) {
     case proto::OpDef::kShard:
     case proto::OpDef::kShuffle:
     case proto::OpDef::kPrefetch:
+    case proto::OpDef::kCache:
+    case proto::OpDef::kFilter:
       return true;
     default:
       return false;
@@ -64,6 +67,7 @@ absl::StatusOr<int64_t> GlobalBatchSize(const Dataset& dataset, int64_t num_repl
   for (int i = def.ops_size() - 1; i >= 0; --i) {
     const proto::OpDef& op = def.ops(i);
     if (op.kind_case() == proto::OpDef::kBatch) return op.batch().batch_size();
+    if (op.kind_case() == proto::OpDef::kPaddedBatch) return op.padded_batch().batch_size();
     if (!KeepsBatchSize(op)) return int64_t{-1};
   }
   return NotBatchedError(num_replicas_in_sync,

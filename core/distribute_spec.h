@@ -13,9 +13,10 @@ namespace sluice {
 // B, the global batch size, found as TF's distribute.compute_batch_size finds it: the static
 // dimension 0 shared by every component of the element spec if there is one (so an unbatched
 // from_tensors([1, 2, 3, 4]) has B = 4, as in TF), else the batch size of the batch op nearest
-// the end of the chain, looking through ops that keep the batch size (repeat, take, skip, shard,
-// shuffle, prefetch). -1 when it cannot be known (components with different static sizes, or an
-// unbatch/rebatch after the last batch): TF then falls back to the legacy rebatch.
+// the end of the chain (batch or padded_batch), looking through ops that keep the batch size
+// (repeat, take, skip, shard, shuffle, prefetch, cache, filter). -1 when it cannot be known
+// (components with different static sizes, or a map, interleave, ignore_errors, unbatch or
+// rebatch after the last batch): TF then falls back to the legacy rebatch.
 // INVALID_ARGUMENT with TF's message when the dataset is not batched (a scalar component, no
 // batch op): "Call the `batch` method on the input Dataset in order to be able to split your
 // input across N replicas. ..." (N is num_replicas_in_sync when given, > 0).

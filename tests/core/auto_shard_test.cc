@@ -97,6 +97,29 @@ TEST(AutoShardTest, ShardByFileKeepsEveryNthFile) {
   EXPECT_EQ(w0->def().ops_size(), 1);  // the batch is kept
 }
 
+TEST(AutoShardTest, EveryFileReaderIsShardable) {
+  proto::DatasetDef def;
+  def.set_version(proto::DATASET_GRAPH_VERSION_1);
+  for (const char* f : {"a.tfrecord", "b.tfrecord", "c.tfrecord"}) {
+    def.mutable_source()->mutable_tf_record()->add_filenames(f);
+  }
+  def.add_ops()->mutable_batch()->set_batch_size(2);
+  absl::StatusOr<Dataset> ds = Dataset::FromDef(def);
+  if (!ds.ok()) GTEST_SKIP() << "tf_record sources are not accepted yet: " << ds.status();
+  EXPECT_TRUE(ReadsFiles(*ds));
+  absl::StatusOr<Dataset> w1 = ShardByFile(*ds, 2, 1);
+  ASSERT_TRUE(w1.ok()) << w1.status();
+  EXPECT_THAT(w1->def().source().tf_record().filenames(), ElementsAre("b.tfrecord"));
+  EXPECT_THAT(ShardByFile(*ds, 4, 0).status().message(),
+              HasSubstr("the dataset only has 3 file(s), which is not enough for the required 4 "
+                        "shards/workers"));
+  // A source restricted to a record range cannot be split by file.
+  def.mutable_source()->mutable_tf_record()->mutable_record_range()->set_count(5);
+  absl::StatusOr<Dataset> ranged = Dataset::FromDef(def);
+  ASSERT_TRUE(ranged.ok()) << ranged.status();
+  EXPECT_EQ(ShardByFile(*ranged, 2, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(AutoShardTest, ShardByFileWithTooFewFilesGivesTfsError) {
   absl::StatusOr<Dataset> r = ShardByFile(Dataset::TextLine({"only.txt"}), 2, 0);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
