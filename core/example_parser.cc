@@ -365,6 +365,9 @@ absl::StatusOr<ExampleParser> ExampleParser::Create(const proto::ParseExampleFn&
                      if (a.var_len != b.var_len) return a.var_len;
                      return a.key < b.key;
                    });
+  for (size_t f = 0; f < parser.features_.size(); ++f) {
+    parser.index_[parser.features_[f].key] = static_cast<int>(f);
+  }
   return parser;
 }
 
@@ -417,8 +420,6 @@ absl::StatusOr<Element> ExampleParser::ParseSingle(absl::string_view serialized)
 absl::StatusOr<Element> ExampleParser::ParseBatch(
     const std::vector<absl::string_view>& serialized) const {
   const int64_t batch = static_cast<int64_t>(serialized.size());
-  absl::flat_hash_map<std::string, int> index;
-  for (size_t f = 0; f < features_.size(); ++f) index[features_[f].key] = static_cast<int>(f);
 
   std::vector<Tensor> dense(features_.size());
   std::vector<std::vector<Values>> var(features_.size());
@@ -433,7 +434,7 @@ absl::StatusOr<Element> ExampleParser::ParseBatch(
   Values values;
   for (int64_t i = 0; i < batch; ++i) {
     std::fill(found.begin(), found.end(), std::nullopt);
-    if (!FindFeatures(serialized[static_cast<size_t>(i)], index, &found)) {
+    if (!FindFeatures(serialized[static_cast<size_t>(i)], index_, &found)) {
       return Invalid(absl::StrCat("Could not parse example input at index ", i));
     }
     for (size_t f = 0; f < features_.size(); ++f) {

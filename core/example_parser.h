@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/element.h"
@@ -82,6 +83,7 @@ class ExampleParser {
 
  private:
   std::vector<Feature> features_;
+  absl::flat_hash_map<std::string, int> index_;  // key -> position in features_
 };
 
 // A default_value as TF's FixedLenFeature takes it: `value` converted to `dtype` (int -> int64

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/python_literal.h"
+#include "absl/strings/escaping.h"
 
 namespace sluice {
 namespace {
@@ -106,9 +106,9 @@ absl::StatusOr<Compression> ParseCompressionType(absl::string_view type) {
   if (type.empty()) return Compression::kNone;
   if (type == "GZIP") return Compression::kGzip;
   if (type == "ZLIB") return Compression::kZlib;
-  return absl::InvalidArgumentError(absl::StrCat("unsupported compression_type ",
-                                                 PythonStringLiteral(type),
-                                                 " (expected '', 'GZIP' or 'ZLIB')"));
+  return absl::InvalidArgumentError(absl::StrCat("unsupported compression_type '",
+                                                 absl::CHexEscape(type),
+                                                 "' (expected '', 'GZIP' or 'ZLIB')"));
 }
 
 absl::string_view CompressionTypeName(Compression c) {

@@ -15,6 +15,7 @@ Writes:
                                                           TF's 256 KiB zlib buffers)
   empty.tfrecord, empty.tfrecord.gz                       writers closed with no record
   fixed.bin, fixed_partial.bin, fixed.bin.gz               fixed-length record files
+  inter_[abcd].tfrecord                                   small files for num_parallel_reads order
   examples.tfrecord                                       EXAMPLES as tf.train.Example
   golden.json  records as hex, what tf.data reads from every file, and parse_example results
 """
@@ -150,6 +151,16 @@ def main():
     with open(os.path.join(OUT, "fixed.bin.gz"), "wb") as f:
         f.write(gzip.compress(b"HDR" + b"".join(fixed_records) + b"FT", mtime=0))
 
+    inter = {"inter_a.tfrecord": [b"a0", b"a1", b"a2"], "inter_b.tfrecord": [b"b0"],
+             "inter_c.tfrecord": [b"c0", b"c1"], "inter_d.tfrecord": [b"d0", b"d1", b"d2", b"d3"]}
+    for name, records in inter.items():
+        write(name, records, "")
+    inter_files = [os.path.join(OUT, n) for n in sorted(inter)]
+    interleave = {}
+    for n in [2, 3]:
+        ds = tf.data.TFRecordDataset(inter_files, num_parallel_reads=n)
+        interleave[str(n)] = [r.decode() for r in ds.as_numpy_iterator()]
+
     serialized = [tf.train.Example(features=tf.train.Features(feature=e)).SerializeToString()
                   for e in EXAMPLES]
     write("examples.tfrecord", serialized, "")
@@ -171,6 +182,8 @@ def main():
             "fixed_partial_no_footer": read_fixed("fixed_partial.bin", 4, 3, 0),
             "fixed.bin.gz": read_fixed("fixed.bin.gz", 4, 3, 2, "GZIP"),
         },
+        "interleave_files": sorted(inter),
+        "interleave": interleave,
         "examples_hex": [s.hex() for s in serialized],
         "parse": parse_results(serialized),
         "parse_errors": errors(serialized),

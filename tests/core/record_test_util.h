@@ -1,0 +1,93 @@
+// Helpers for the record-file tests: fixture paths, the golden file written by
+// tools/golden/gen_tfrecord_fixtures.py, temporary folders and whole-file reads/writes.
+#ifndef SLUICE_TESTS_CORE_RECORD_TEST_UTIL_H_
+#define SLUICE_TESTS_CORE_RECORD_TEST_UTIL_H_
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "core/json_value.h"
+#include "gtest/gtest.h"
+
+namespace sluice {
+namespace record_test {
+
+inline const std::string kFixtureDir = "tests/testdata/tfrecord/";
+
+inline std::string Fixture(const std::string& name) { return kFixtureDir + name; }
+
+inline std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline void WriteWholeFile(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+inline const JsonValue& Golden() {
+  static const JsonValue* golden = [] {
+    absl::StatusOr<JsonValue> v = ParseJson(ReadWholeFile(Fixture("golden.json")));
+    if (!v.ok()) {
+      ADD_FAILURE() << "golden.json: " << v.status();
+      return new JsonValue();
+    }
+    return new JsonValue(*std::move(v));
+  }();
+  return *golden;
+}
+
+inline std::vector<std::string> HexList(const JsonValue& list) {
+  std::vector<std::string> out;
+  for (const JsonValue& v : list.items()) out.push_back(absl::HexStringToBytes(v.string_value()));
+  return out;
+}
+
+// The records of big.tfrecord.* (the generator's big_records()).
+inline std::vector<std::string> BigRecords() {
+  std::vector<std::string> out;
+  const int64_t sizes[] = {70000, 300000, 5};
+  for (int i = 0; i < 3; ++i) {
+    std::string r(static_cast<size_t>(sizes[i]), '\0');
+    for (int64_t j = 0; j < sizes[i]; ++j) {
+      r[static_cast<size_t>(j)] = static_cast<char>((i * 31 + j * 7 + (j >> 10)) & 0xff);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// A fresh folder under the test temp dir, removed with the object.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = ::testing::TempDir() + "sluice_records_XXXXXX";
+    char* p = ::mkdtemp(tmpl.data());
+    path_ = p != nullptr ? p : ::testing::TempDir();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace record_test
+}  // namespace sluice
+
+#endif  // SLUICE_TESTS_CORE_RECORD_TEST_UTIL_H_
