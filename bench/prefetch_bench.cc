@@ -120,8 +120,7 @@ absl::StatusOr<double> Prefetch(std::shared_ptr<DeviceMemory> memory, int replic
       std::unique_ptr<StepSource> source,
       DevicePrefetcher::Wrap(
           std::make_unique<PremadeSource>(
-              MakeSteps(replicas, bytes, pinned_sources ? memory.get() : nullptr),
-              warmup + steps),
+              MakeSteps(replicas, bytes, pinned_sources ? memory.get() : nullptr), warmup + steps),
           options));
   std::vector<Element> step;
   bool end = false;

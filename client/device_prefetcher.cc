@@ -43,9 +43,8 @@ class DevicePrefetcher::Ring : public std::enable_shared_from_this<Ring> {
     std::unique_ptr<Slot> slot;
     {
       absl::MutexLock lock(&mu_);
-      auto fits = std::find_if(free_.begin(), free_.end(), [bytes](const auto& s) {
-        return s->capacity >= bytes;
-      });
+      auto fits = std::find_if(free_.begin(), free_.end(),
+                               [bytes](const auto& s) { return s->capacity >= bytes; });
       if (fits == free_.end()) fits = free_.begin();
       if (fits != free_.end()) {
         slot = std::move(*fits);
@@ -65,8 +64,8 @@ class DevicePrefetcher::Ring : public std::enable_shared_from_this<Ring> {
     RETURN_IF_ERROR(slot->event->Wait());
     if (slot->capacity < bytes) {
       // Grow geometrically so that slowly growing steps do not reallocate every time.
-      size_t capacity = std::max(RoundUp(std::max<size_t>(bytes, 1), 4096),
-                                 slot->capacity + slot->capacity / 2);
+      size_t capacity =
+          std::max(RoundUp(std::max<size_t>(bytes, 1), 4096), slot->capacity + slot->capacity / 2);
       slot->device.reset();
       slot->staging.reset();
       slot->capacity = 0;
@@ -171,6 +170,26 @@ StepSourceFactory WithDevicePrefetch(StepSourceFactory inner, DevicePrefetchOpti
   };
 }
 
+StepSourceFactory PrefetchToDevices(StepSourceFactory factory, const std::vector<Device>& devices,
+                                    const InputOptions& options) {
+  if (!ShouldPrefetchToDevices(devices, options)) return factory;
+  return WithDevicePrefetch(std::move(factory), DevicePrefetchOptionsFor(devices, options));
+}
+
+TensorAllocator ReceiveAllocatorFor(const std::vector<Device>& devices,
+                                    const InputOptions& options) {
+  const bool real_gpu = std::any_of(devices.begin(), devices.end(), [](const Device& d) {
+    return d.type == "GPU" && !d.host_memory;
+  });
+  if (!real_gpu || !options.experimental_fetch_to_device ||
+      !ShouldPrefetchToDevices(devices, options)) {
+    return nullptr;
+  }
+  std::shared_ptr<DeviceMemory> memory = DefaultDeviceMemory();
+  if (memory->device_is_host()) return nullptr;
+  return PinnedReceiveAllocator(std::move(memory));
+}
+
 namespace {
 
 // Free pinned buffers by size class; see PinnedReceiveAllocator.
@@ -206,9 +225,13 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
    public:
     Pooled(std::shared_ptr<TensorBuffer> buffer, size_t size, size_t size_class,
            std::weak_ptr<PinnedPool> pool)
-        : buffer_(std::move(buffer)), size_(size), size_class_(size_class), pool_(std::move(pool)) {}
+        : buffer_(std::move(buffer)),
+          size_(size),
+          size_class_(size_class),
+          pool_(std::move(pool)) {}
     ~Pooled() override {
-      if (std::shared_ptr<PinnedPool> pool = pool_.lock()) pool->Return(std::move(buffer_), size_class_);
+      if (std::shared_ptr<PinnedPool> pool = pool_.lock())
+        pool->Return(std::move(buffer_), size_class_);
     }
     void* data() override { return buffer_->data(); }
     size_t size() const override { return size_; }
@@ -257,12 +280,11 @@ absl::StatusOr<std::unique_ptr<StepSource>> DevicePrefetcher::Wrap(
   return std::unique_ptr<StepSource>(new DevicePrefetcher(std::move(inner), std::move(options)));
 }
 
-DevicePrefetcher::DevicePrefetcher(std::unique_ptr<StepSource> inner,
-                                   DevicePrefetchOptions options)
+DevicePrefetcher::DevicePrefetcher(std::unique_ptr<StepSource> inner, DevicePrefetchOptions options)
     : options_(std::move(options)), inner_(std::move(inner)) {
   for (const ReplicaPlacement& p : options_.replicas) {
     rings_.push_back(options_.fetch_to_device && p.memory != nullptr ? std::make_shared<Ring>(p)
-                                                                      : nullptr);
+                                                                     : nullptr);
   }
 }
 
@@ -377,8 +399,8 @@ absl::Status DevicePrefetcher::Stage(std::vector<Element> step, Entry* entry) {
   }
   if (step.size() != rings_.size()) {
     return absl::InternalError(absl::StrCat("DevicePrefetcher: the input produced a step of ",
-                                            step.size(), " replica element(s) for ",
-                                            rings_.size(), " local replica(s)"));
+                                            step.size(), " replica element(s) for ", rings_.size(),
+                                            " local replica(s)"));
   }
   entry->replicas.resize(step.size());
   for (size_t r = 0; r < step.size(); ++r) {
@@ -391,8 +413,7 @@ absl::Status DevicePrefetcher::Stage(std::vector<Element> step, Entry* entry) {
   return absl::OkStatus();
 }
 
-absl::Status DevicePrefetcher::StageReplica(size_t r, Element element, Entry* entry,
-                                            Element* out) {
+absl::Status DevicePrefetcher::StageReplica(size_t r, Element element, Entry* entry, Element* out) {
   Ring& ring = *rings_[r];
   DeviceMemory* memory = ring.memory();
   const int device = ring.device();

@@ -92,6 +92,11 @@ bool ShouldPrefetchToDevices(const std::vector<Device>& devices, const InputOpti
 // `inner` wrapped in a DevicePrefetcher for every iterator it makes.
 StepSourceFactory WithDevicePrefetch(StepSourceFactory inner, DevicePrefetchOptions options);
 
+// What a DistributedDataset over `devices` uses: `factory` wrapped when
+// ShouldPrefetchToDevices(devices, options), else `factory` itself.
+StepSourceFactory PrefetchToDevices(StepSourceFactory factory, const std::vector<Device>& devices,
+                                    const InputOptions& options);
+
 // A TensorAllocator (for the service's receive path, ServiceOptions::allocator) handing out
 // pinned host buffers of `memory` from a pool: a released buffer goes back to the pool and is
 // reused for a request of the same size class (powers of two from 4 KiB), so that steady-state
@@ -99,6 +104,13 @@ StepSourceFactory WithDevicePrefetch(StepSourceFactory inner, DevicePrefetchOpti
 // Thread-safe.
 TensorAllocator PinnedReceiveAllocator(std::shared_ptr<DeviceMemory> memory,
                                        size_t max_pooled_bytes = size_t{1} << 30);
+
+// The receive allocator for a service dataset over `devices`: a PinnedReceiveAllocator of
+// DefaultDeviceMemory() when tensors will be copied to a real GPU (some GPU device has device
+// memory, fetch_to_device is on and the buffer size positive), so that the copies start from
+// pinned memory with no staging copy; else empty (ordinary host memory).
+TensorAllocator ReceiveAllocatorFor(const std::vector<Device>& devices,
+                                    const InputOptions& options);
 
 class DevicePrefetcher : public StepSource {
  public:
@@ -117,10 +129,10 @@ class DevicePrefetcher : public StepSource {
 
   // What the rings have allocated so far (for tests and metrics).
   struct Stats {
-    int64_t steps_pulled = 0;           // steps taken from the inner source
-    int64_t device_allocations = 0;     // device buffers allocated (grown slots count again)
-    int64_t pinned_allocations = 0;     // pinned staging buffers allocated
-    int64_t slots = 0;                  // ring slots over all replicas
+    int64_t steps_pulled = 0;        // steps taken from the inner source
+    int64_t device_allocations = 0;  // device buffers allocated (grown slots count again)
+    int64_t pinned_allocations = 0;  // pinned staging buffers allocated
+    int64_t slots = 0;               // ring slots over all replicas
   };
   Stats stats() const;
 
@@ -147,7 +159,7 @@ class DevicePrefetcher : public StepSource {
   void WaitAll(Entry& entry);
 
   const DevicePrefetchOptions options_;
-  std::unique_ptr<StepSource> inner_;  // used by the thread only, once started
+  std::unique_ptr<StepSource> inner_;         // used by the thread only, once started
   std::vector<std::shared_ptr<Ring>> rings_;  // one per replica
 
   mutable absl::Mutex mu_;
@@ -156,8 +168,8 @@ class DevicePrefetcher : public StepSource {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool padded_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failed_ ABSL_GUARDED_BY(mu_);  // a copy that failed at hand-out, repeated
-  absl::CondVar ready_;  // queue_ became non-empty
-  absl::CondVar space_;  // queue_ shrank, or stop_
+  absl::CondVar ready_;                       // queue_ became non-empty
+  absl::CondVar space_;                       // queue_ shrank, or stop_
   int64_t steps_pulled_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };

@@ -68,13 +68,6 @@ StepSourceFactory MakeFactory(std::vector<LocalPipeline> pipelines,
   };
 }
 
-// Iterators on GPU devices prefetch into device memory (client/device_prefetcher.h).
-StepSourceFactory PrefetchToDevices(StepSourceFactory factory, const std::vector<Device>& devices,
-                                    const InputOptions& options) {
-  if (!ShouldPrefetchToDevices(devices, options)) return factory;
-  return WithDevicePrefetch(std::move(factory), DevicePrefetchOptionsFor(devices, options));
-}
-
 }  // namespace
 
 absl::StatusOr<MirroredStrategy> MirroredStrategy::Create(const std::vector<std::string>& devices,
@@ -136,6 +129,7 @@ absl::StatusOr<DistributedDataset> MirroredStrategy::ExperimentalDistributeDatas
   source_options.partial_batch_handling =
       PartialBatchHandling(cardinality, input_spec, num_workers > 1);
   source_options.run_remote_pipelines = cardinality != kInfiniteCardinality;
+  // Iterators on GPU devices prefetch into device memory (client/device_prefetcher.h).
   return DistributedDataset(
       PerReplicaSpecOf(replica_spec, replicas),
       PrefetchToDevices(MakeFactory(std::move(pipelines), source_options), devices_, options));
@@ -187,6 +181,7 @@ absl::StatusOr<DistributedDataset> MirroredStrategy::DistributeDatasetsFromFunct
   if (num_workers > 1 && source_options.partial_batch_handling) {
     replica_spec = DynamicBatchDimension(replica_spec);
   }
+  // Iterators on GPU devices prefetch into device memory (client/device_prefetcher.h).
   return DistributedDataset(
       PerReplicaSpecOf(replica_spec, replicas),
       PrefetchToDevices(MakeFactory(std::move(pipelines), source_options), devices_, options));

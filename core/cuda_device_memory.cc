@@ -105,9 +105,8 @@ class CudaDeviceMemory : public DeviceMemory {
     void* p = nullptr;
     cudaError_t err = cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable);
     if (err != cudaSuccess) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cudaHostAlloc of ", bytes, " bytes of pinned host memory failed: ",
-                       Describe(err)));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cudaHostAlloc of ", bytes, " bytes of pinned host memory failed: ", Describe(err)));
     }
     return std::shared_ptr<TensorBuffer>(std::make_shared<PinnedBuffer>(p, bytes));
   }
@@ -172,8 +171,8 @@ class CudaDeviceMemory : public DeviceMemory {
  private:
   absl::Status CheckOrdinal(int device) const {
     if (device < 0 || device >= num_devices_) {
-      return absl::InvalidArgumentError(absl::StrCat("GPU:", device, " does not exist; this process sees ",
-                                                     num_devices_, " CUDA device(s)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GPU:", device, " does not exist; this process sees ", num_devices_, " CUDA device(s)"));
     }
     return absl::OkStatus();
   }

@@ -1,7 +1,7 @@
 #include "core/device_memory.h"
 
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -108,11 +108,9 @@ absl::Status DeviceTensorBuffer::WaitReady() const {
 
 absl::Status DeviceTensorBuffer::CopyToHost(size_t offset, void* dst, size_t bytes) const {
   if (offset > storage_->size() || bytes > storage_->size() - offset) {
-    return absl::InvalidArgumentError(absl::StrCat("DeviceTensorBuffer::CopyToHost: bytes [",
-                                                   offset, ", ", offset + bytes,
-                                                   ") are outside the buffer of ",
-                                                   storage_->size(), " bytes on device ",
-                                                   device_));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DeviceTensorBuffer::CopyToHost: bytes [", offset, ", ", offset + bytes,
+        ") are outside the buffer of ", storage_->size(), " bytes on device ", device_));
   }
   if (absl::Status s = WaitReady(); !s.ok()) return s;
   if (bytes == 0) return absl::OkStatus();

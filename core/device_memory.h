@@ -85,8 +85,7 @@ class DeviceMemory {
   // returns without waiting for it (unless `src` is pageable memory, which CUDA copies through
   // its own staging). Both must stay valid and `src` unchanged until an event recorded after
   // this call is ready. Errors: INTERNAL naming the device.
-  virtual absl::Status CopyToDeviceAsync(int device, const void* src, void* dst,
-                                         size_t bytes) = 0;
+  virtual absl::Status CopyToDeviceAsync(int device, const void* src, void* dst, size_t bytes) = 0;
   // A new event on `device`'s copy stream; ready until first recorded.
   virtual absl::StatusOr<std::unique_ptr<DeviceEvent>> CreateEvent(int device) = 0;
   // Copies `bytes` from `src` on `device` to host `dst` and returns when done (printing,

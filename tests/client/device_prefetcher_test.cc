@@ -32,7 +32,8 @@ namespace {
 //   kBlocking:  CopyToDeviceAsync blocks (mid-copy) until the test releases it.
 // It records allocations, which device buffers are alive and which copies are pending, and
 // flags a copy into a freed buffer.
-class FakeDeviceMemory : public DeviceMemory, public std::enable_shared_from_this<FakeDeviceMemory> {
+class FakeDeviceMemory : public DeviceMemory,
+                         public std::enable_shared_from_this<FakeDeviceMemory> {
  public:
   enum class Mode { kImmediate, kEngine, kGated, kBlocking };
 
@@ -78,9 +79,8 @@ class FakeDeviceMemory : public DeviceMemory, public std::enable_shared_from_thi
       if (mode_ == Mode::kBlocking) {
         ++blocked_;
         mu_.Await(absl::Condition(
-            +[](FakeDeviceMemory* m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->mu_) {
-              return m->released_ > 0;
-            },
+            +[](FakeDeviceMemory* m)
+                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->mu_) { return m->released_ > 0; },
             this));
         --released_;
         --blocked_;
@@ -108,13 +108,12 @@ class FakeDeviceMemory : public DeviceMemory, public std::enable_shared_from_thi
   // Blocks until a kBlocking copy is waiting (bounded: fails the test after ~10 s).
   bool WaitUntilBlocked() {
     absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(
-        absl::Condition(
-            +[](FakeDeviceMemory* m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->mu_) {
-              return m->blocked_ > 0;
-            },
-            this),
-        absl::Seconds(10));
+    return mu_.AwaitWithTimeout(absl::Condition(
+                                    +[](FakeDeviceMemory* m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->mu_) {
+                                      return m->blocked_ > 0;
+                                    },
+                                    this),
+                                absl::Seconds(10));
   }
   // Pending (enqueued, not yet run) copies into [p, p + n).
   int PendingInto(const void* p, size_t n) {
@@ -232,8 +231,8 @@ class FakeDeviceMemory : public DeviceMemory, public std::enable_shared_from_thi
     for (;;) {
       mu_.Await(absl::Condition(
           +[](FakeDeviceMemory* m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->mu_) {
-            return m->stop_ || (!m->pending_.empty() &&
-                                (m->mode_ == Mode::kEngine || m->released_ > 0));
+            return m->stop_ ||
+                   (!m->pending_.empty() && (m->mode_ == Mode::kEngine || m->released_ > 0));
           },
           this));
       if (pending_.empty() && stop_) return;
@@ -321,9 +320,9 @@ class ScriptedSource : public StepSource {
     } else {
       f = Tensor::FromVector(values);
     }
-    return Element::Tuple({Element(f), Element(Tensor::Scalar<int64_t>(s)),
-                           Element(Tensor::StringScalar(std::to_string(s) + "/" +
-                                                        std::to_string(r)))});
+    return Element::Tuple(
+        {Element(f), Element(Tensor::Scalar<int64_t>(s)),
+         Element(Tensor::StringScalar(std::to_string(s) + "/" + std::to_string(r)))});
   }
   static float Value(int s, int r, int i) {
     return static_cast<float>(s * 100 + r) + static_cast<float>(i) / 1000.0f;
@@ -593,9 +592,7 @@ TEST(DevicePrefetcherTest, DestroyedBeforeFirstUseOrMidStreamIsClean) {
   auto fake = std::make_shared<FakeDeviceMemory>(FakeDeviceMemory::Mode::kEngine);
   ScriptedSource::Options so;
   so.steps = 1000;
-  {
-    auto unused = WrapOrDie(std::make_unique<ScriptedSource>(so), Placed(fake, 2, 2));
-  }
+  { auto unused = WrapOrDie(std::make_unique<ScriptedSource>(so), Placed(fake, 2, 2)); }
   {
     auto source = WrapOrDie(std::make_unique<ScriptedSource>(so), Placed(fake, 2, 4));
     std::vector<Element> step;
@@ -656,7 +653,8 @@ TEST(DevicePrefetcherTest, BufferSizeZeroReturnsTheInnerSourceItself) {
   auto bad = DevicePrefetcher::Wrap(std::make_unique<ScriptedSource>(ScriptedSource::Options{}),
                                     Placed(fake, 2, -1));
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status())) << bad.status();
-  EXPECT_TRUE(absl::IsInvalidArgument(DevicePrefetcher::Wrap(nullptr, Placed(fake, 2, 1)).status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(DevicePrefetcher::Wrap(nullptr, Placed(fake, 2, 1)).status()));
 }
 
 TEST(DevicePrefetcherTest, ErrorsComeAfterTheStepsBeforeThemAndRepeat) {
@@ -951,6 +949,29 @@ TEST(StrategyDevicePrefetchTest, CpuDevicesAndBufferSizeZeroKeepHostTensors) {
     absl::StatusOr<PerReplica<Element>> x = it->GetNext();
     ASSERT_TRUE(x.ok()) << x.status();
     for (const Element& e : x->values()) EXPECT_EQ(DeviceBufferOf(e.leaf()), nullptr);
+  }
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST(ReceiveAllocatorForTest, PinnedOnlyWhenCopyingToARealGpu) {
+  Device host_gpu{"GPU", 0, /*host_memory=*/true};
+  Device cpu{"CPU", 0, true};
+  // No real GPU: received tensors go to ordinary host memory (the default allocator).
+  EXPECT_FALSE(ReceiveAllocatorFor({host_gpu}, InputOptions{}));
+  EXPECT_FALSE(ReceiveAllocatorFor({cpu}, InputOptions{}));
+  if (CudaDeviceCount() > 0) {
+    Device gpu{"GPU", 0, false};
+    TensorAllocator allocate = ReceiveAllocatorFor({gpu}, InputOptions{});
+    ASSERT_TRUE(allocate);
+    EXPECT_EQ(allocate(100)->space(), MemorySpace::kPinnedHost);
+    InputOptions host_only;
+    host_only.experimental_fetch_to_device = false;
+    EXPECT_FALSE(ReceiveAllocatorFor({gpu}, host_only));
   }
 }
 

@@ -16,15 +16,14 @@
 namespace sluice {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                       \
-  do {                                                                           \
+#define SKIP_WITHOUT_GPU()                                                        \
+  do {                                                                            \
     if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine"; \
   } while (0)
 
-const DType kNumericDTypes[] = {DType::kBool,    DType::kInt8,     DType::kInt16,
-                                DType::kInt32,   DType::kInt64,    DType::kUInt8,
-                                DType::kUInt16,  DType::kUInt32,   DType::kUInt64,
-                                DType::kFloat16, DType::kBFloat16, DType::kFloat32,
+const DType kNumericDTypes[] = {DType::kBool,   DType::kInt8,    DType::kInt16,    DType::kInt32,
+                                DType::kInt64,  DType::kUInt8,   DType::kUInt16,   DType::kUInt32,
+                                DType::kUInt64, DType::kFloat16, DType::kBFloat16, DType::kFloat32,
                                 DType::kFloat64};
 
 // A tensor of `dtype` and `shape` whose bytes all differ from their neighbours' (bools 0/1).
@@ -156,8 +155,8 @@ TEST(GpuPrefetcherTest, DeviceContentsEqualHostContentsForEveryDtype) {
       std::vector<Tensor> want = EveryDtypeSource::Make(s, r, 1000, nullptr).Flatten();
       ASSERT_EQ(got.size(), want.size());
       for (size_t i = 0; i < got.size(); ++i) {
-        SCOPED_TRACE(testing::Message() << "step " << s << " replica " << r << " "
-                                        << DTypeName(want[i].dtype()));
+        SCOPED_TRACE(testing::Message()
+                     << "step " << s << " replica " << r << " " << DTypeName(want[i].dtype()));
         if (want[i].dtype() == DType::kString) {
           EXPECT_EQ(DeviceBufferOf(got[i]), nullptr);
           EXPECT_TRUE(got[i].Equals(want[i]));
@@ -250,7 +249,8 @@ TEST(GpuStrategyTest, MirroredStrategyOnGpusYieldsDeviceTensors) {
   absl::StatusOr<MirroredStrategy> strategy = MirroredStrategy::Create({"GPU:0"});
   ASSERT_TRUE(strategy.ok());
   ASSERT_FALSE(strategy->devices()[0].host_memory);
-  absl::StatusOr<Dataset> ds = Dataset::Parse("from_tensor_slices([1, 2, 3, 4]).repeat(2).batch(2)");
+  absl::StatusOr<Dataset> ds =
+      Dataset::Parse("from_tensor_slices([1, 2, 3, 4]).repeat(2).batch(2)");
   ASSERT_TRUE(ds.ok());
   absl::StatusOr<DistributedDataset> dist = strategy->ExperimentalDistributeDataset(*ds);
   ASSERT_TRUE(dist.ok()) << dist.status();
