@@ -12,6 +12,7 @@
 #include "core/record_iterators.h"
 #include "core/spec_inference.h"
 #include "core/status_macros.h"
+#include "core/transform_graph.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
@@ -234,6 +235,13 @@ int64_t OpCardinality(const proto::OpDef& op, const ElementSpec& input, int64_t 
       }
       return kUnknownCardinality;
     }
+    case proto::OpDef::kMap:
+    case proto::OpDef::kFilter:
+    case proto::OpDef::kPaddedBatch:
+    case proto::OpDef::kCache:
+    case proto::OpDef::kIgnoreErrors:
+    case proto::OpDef::kInterleave:
+      return TransformOpCardinality(op, n);  // core/transform_graph.h
     case proto::OpDef::kRebatch:  // TF reports unknown for both rebatch kernels
     case proto::OpDef::KIND_NOT_SET:
       break;
@@ -261,6 +269,9 @@ int64_t Dataset::Cardinality() const {
     case proto::SourceDef::kTfRecord:  // TF: unknown without reading the files
     case proto::SourceDef::kFixedLengthRecord:
     case proto::SourceDef::kTextLine:
+    case proto::SourceDef::kCsv:
+    case proto::SourceDef::kNpy:
+    case proto::SourceDef::kListFiles:
     case proto::SourceDef::KIND_NOT_SET:
       n = kUnknownCardinality;
       break;
@@ -321,6 +332,10 @@ std::string SourceExpression(const proto::SourceDef& s) {
     case proto::SourceDef::kFromTensorSlices:
       return absl::StrCat("from_tensor_slices(",
                           LiteralExpression(s.from_tensor_slices().element()), ")");
+    case proto::SourceDef::kCsv:
+    case proto::SourceDef::kNpy:
+    case proto::SourceDef::kListFiles:
+      return TransformSourceExpression(s);  // core/transform_graph.h
     case proto::SourceDef::kTfRecord:  // core/record_iterators.h
       return TFRecordSourceExpression(s.tf_record());
     case proto::SourceDef::kFixedLengthRecord:
@@ -370,6 +385,13 @@ std::string OpExpression(const proto::OpDef& op) {
       return absl::StrCat("prefetch(", op.prefetch().buffer_size(), ")");
     case proto::OpDef::kUnbatch:
       return "unbatch()";
+    case proto::OpDef::kMap:
+    case proto::OpDef::kFilter:
+    case proto::OpDef::kPaddedBatch:
+    case proto::OpDef::kCache:
+    case proto::OpDef::kIgnoreErrors:
+    case proto::OpDef::kInterleave:
+      return TransformOpExpression(op);  // core/transform_graph.h
     case proto::OpDef::kRebatch: {
       const proto::RebatchOp& r = op.rebatch();
       if (r.legacy_num_replicas() != 0) {

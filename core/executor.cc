@@ -13,6 +13,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/batch_iterator.h"
+#include "core/cache_iterator.h"
+#include "core/csv_reader.h"
+#include "core/filter_iterator.h"
+#include "core/ignore_errors_iterator.h"
+#include "core/interleave_iterator.h"
+#include "core/list_files.h"
+#include "core/map_fns.h"
+#include "core/map_iterator.h"
+#include "core/npy_reader.h"
+#include "core/padded_batch_iterator.h"
+#include "core/transform_graph.h"
 #include "core/op_iterator.h"
 #include "core/prefetch_iterator.h"
 #include "core/proto_convert.h"
@@ -92,6 +103,22 @@ absl::StatusOr<IteratorFactory> BuildSource(const std::string& label,
                                      source.text_line().filenames().end());
       return IteratorFactory([label, files] { return NewTextLineIterator(label, files); });
     }
+    case proto::SourceDef::kCsv: {
+      const proto::CsvSource csv = source.csv();
+      return IteratorFactory([label, csv] { return NewCsvIterator(label, csv); });
+    }
+    case proto::SourceDef::kNpy: {
+      const proto::NpySource npy = source.npy();
+      return IteratorFactory([label, npy] { return NewNpyIterator(label, npy); });
+    }
+    case proto::SourceDef::kListFiles: {
+      const proto::ListFilesSource l = source.list_files();
+      // Each new iterator (epoch) reshuffles, as shuffle(reshuffle_each_iteration=True) does.
+      auto iterations = std::make_shared<std::atomic<int64_t>>(0);
+      return IteratorFactory([label, l, iterations] {
+        return OrError(NewListFilesIterator(label, l, iterations->fetch_add(1)));
+      });
+    }
     case proto::SourceDef::kTfRecord: {  // core/record_iterators.h
       const proto::TFRecordSource r = source.tf_record();
       return IteratorFactory([label, r] { return NewTFRecordIterator(label, r); });
@@ -105,9 +132,95 @@ absl::StatusOr<IteratorFactory> BuildSource(const std::string& label,
   return absl::InvalidArgumentError(absl::StrCat(label, ": the graph has no source"));
 }
 
-// `output_spec` is the op's static output spec (InferElementSpecs()).
+// map, filter, padded_batch, cache, ignore_errors and interleave. `input_spec` is the op's
+// input spec, `upstream` the graph up to the op (cache's file records its fingerprint).
+absl::StatusOr<IteratorFactory> BuildTransformOp(const std::string& label,
+                                                 const proto::OpDef& op, IteratorFactory input,
+                                                 const ElementSpec& input_spec,
+                                                 const proto::DatasetDef& upstream,
+                                                 const ExecutorOptions& options) {
+  auto parallelism = [&options](int64_t n) {
+    if (n != -1) return n;
+    return options.autotune_parallel_calls > 0 ? int64_t{options.autotune_parallel_calls}
+                                               : AutotuneParallelism();
+  };
+  switch (op.kind_case()) {
+    case proto::OpDef::kMap: {
+      const proto::MapOp& m = op.map();
+      absl::StatusOr<std::shared_ptr<const MapFunction>> fn = MakeMapFunction(m, input_spec);
+      if (!fn.ok()) {
+        return absl::Status(fn.status().code(), absl::StrCat(label, ": ", fn.status().message()));
+      }
+      ElementFn apply = [fn = *std::move(fn)](Element e) { return fn->Apply(std::move(e)); };
+      const int64_t threads = parallelism(m.num_parallel_calls());
+      const bool deterministic = !m.has_deterministic() || m.deterministic();
+      return IteratorFactory([label, input, apply, threads, deterministic] {
+        return NewMapIterator(label, input(), apply, threads, deterministic);
+      });
+    }
+    case proto::OpDef::kFilter: {
+      const proto::FilterOp f = op.filter();
+      return IteratorFactory([label, input, f] { return NewFilterIterator(label, input(), f); });
+    }
+    case proto::OpDef::kPaddedBatch: {
+      const proto::PaddedBatchOp p = op.padded_batch();
+      return IteratorFactory(
+          [label, input, p] { return NewPaddedBatchIterator(label, input(), p); });
+    }
+    case proto::OpDef::kCache: {
+      if (op.cache().filename().empty()) {
+        auto store = std::make_shared<CacheStore>();
+        return IteratorFactory(
+            [label, input, store] { return NewMemoryCacheIterator(label, store, input); });
+      }
+      absl::StatusOr<Dataset> up = Dataset::FromDef(upstream);
+      const std::string fingerprint = up.ok() ? up->Fingerprint() : "";
+      const std::string filename = op.cache().filename();
+      return IteratorFactory([label, input, filename, fingerprint] {
+        return NewFileCacheIterator(label, filename, fingerprint, input);
+      });
+    }
+    case proto::OpDef::kIgnoreErrors: {
+      const bool log = op.ignore_errors().log_warning();
+      std::shared_ptr<std::atomic<int64_t>> counter;
+      if (options.stats != nullptr) {
+        counter = std::shared_ptr<std::atomic<int64_t>>(options.stats,
+                                                        &options.stats->ignored_errors);
+      }
+      return IteratorFactory([label, input, log, counter] {
+        return NewIgnoreErrorsIterator(label, input(), log, counter);
+      });
+    }
+    case proto::OpDef::kInterleave: {
+      const proto::InterleaveOp i = op.interleave();
+      const int64_t cycle = i.cycle_length() > 0 ? i.cycle_length() : AutotuneParallelism();
+      const int64_t block = i.block_length() > 0 ? i.block_length() : 1;
+      const int64_t threads = parallelism(i.num_parallel_calls());
+      const bool deterministic = !i.has_deterministic() || i.deterministic();
+      InterleaveInputFn make = [label, fn = i.fn(), options](const Element& e)
+          -> absl::StatusOr<std::unique_ptr<Iterator>> {
+        if (!e.is_leaf() || e.leaf().dtype() != DType::kString || e.leaf().shape().rank() != 0) {
+          return absl::InvalidArgumentError("the input element is not a file name");
+        }
+        ASSIGN_OR_RETURN(proto::DatasetDef def, InterleaveInputGraph(fn, e.leaf().string_at(0)));
+        ASSIGN_OR_RETURN(Dataset ds, Dataset::FromDef(std::move(def)));
+        return MakeIterator(ds, options);
+      };
+      return IteratorFactory([label, input, make, cycle, block, threads, deterministic] {
+        return NewInterleaveIterator(label, input(), make, cycle, block, threads, deterministic);
+      });
+    }
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(label, ": not a transform op"));
+}
+
+// `output_spec` is the op's static output spec (InferElementSpecs()), `input_spec` its input's.
 absl::StatusOr<IteratorFactory> BuildOp(const std::string& label, const proto::OpDef& op,
                                         IteratorFactory input, const ElementSpec& output_spec,
+                                        const ElementSpec& input_spec,
+                                        const proto::DatasetDef& upstream,
                                         const ExecutorOptions& options) {
   switch (op.kind_case()) {
     case proto::OpDef::kBatch: {
@@ -175,6 +288,13 @@ absl::StatusOr<IteratorFactory> BuildOp(const std::string& label, const proto::O
     }
     case proto::OpDef::kUnbatch:
       return IteratorFactory([label, input] { return NewUnbatchIterator(label, input()); });
+    case proto::OpDef::kMap:
+    case proto::OpDef::kFilter:
+    case proto::OpDef::kPaddedBatch:
+    case proto::OpDef::kCache:
+    case proto::OpDef::kIgnoreErrors:
+    case proto::OpDef::kInterleave:
+      return BuildTransformOp(label, op, std::move(input), input_spec, upstream, options);
     case proto::OpDef::kRebatch: {
       const proto::RebatchOp r = op.rebatch();
       if (r.legacy_num_replicas() != 0) {
@@ -202,9 +322,13 @@ absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
   ASSIGN_OR_RETURN(std::vector<ElementSpec> specs, InferElementSpecs(def));
   ASSIGN_OR_RETURN(IteratorFactory factory,
                    BuildSource(DescribePosition(def, 0), def.source()));
+  proto::DatasetDef upstream = def;  // the graph up to op i
+  upstream.clear_ops();
   for (int i = 0; i < def.ops_size(); ++i) {
     ASSIGN_OR_RETURN(factory, BuildOp(DescribePosition(def, i + 1), def.ops(i),
-                                      std::move(factory), specs[i + 1], options));
+                                      std::move(factory), specs[i + 1], specs[i], upstream,
+                                      options));
+    *upstream.add_ops() = def.ops(i);
   }
   return factory();
 }

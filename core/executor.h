@@ -3,6 +3,8 @@
 #ifndef SLUICE_CORE_EXECUTOR_H_
 #define SLUICE_CORE_EXECUTOR_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -11,9 +13,20 @@
 
 namespace sluice {
 
+// Counters the iterators of one executor graph update; read them at any time.
+struct ExecutorStats {
+  // Elements ignore_errors() dropped (core/ignore_errors_iterator.h).
+  std::atomic<int64_t> ignored_errors{0};
+};
+
 struct ExecutorOptions {
   // Elements buffered by prefetch(AUTOTUNE).
   int autotune_prefetch_elements = 8;
+  // Threads for num_parallel_calls=AUTOTUNE in map() and interleave(); 0: the number of CPU
+  // cores.
+  int autotune_parallel_calls = 0;
+  // Where the iterators report their counters; null: not reported.
+  std::shared_ptr<ExecutorStats> stats;
 };
 
 // INVALID_ARGUMENT if the graph does not Validate(), or names an unresolved

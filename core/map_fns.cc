@@ -307,24 +307,24 @@ class OneHotFn : public ComponentFn {
     VisitNumericDType(input.dtype(), [&](auto in_tag) {
       using I = typename decltype(in_tag)::type;
       if constexpr (std::is_integral_v<I>) {
-      const I* idx = input.data<I>();
-      VisitNumericDType(dtype_, [&](auto out_tag) {
-        using O = typename decltype(out_tag)::type;
-        const O on = ConvertNumber<O>(on_);
-        const O off = ConvertNumber<O>(off_);
-        O* dst = out.mutable_data<O>();
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t k = static_cast<int64_t>(idx[i]);
-          for (int64_t j = 0; j < depth_; ++j) dst[i * depth_ + j] = off;
-          if constexpr (std::is_unsigned_v<I>) {
-            if (static_cast<uint64_t>(idx[i]) < static_cast<uint64_t>(depth_)) {
-              dst[i * depth_ + k] = on;
+        const I* idx = input.data<I>();
+        VisitNumericDType(dtype_, [&](auto out_tag) {
+          using O = typename decltype(out_tag)::type;
+          const O on = ConvertNumber<O>(on_);
+          const O off = ConvertNumber<O>(off_);
+          O* dst = out.mutable_data<O>();
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t k = static_cast<int64_t>(idx[i]);
+            for (int64_t j = 0; j < depth_; ++j) dst[i * depth_ + j] = off;
+            if constexpr (std::is_unsigned_v<I>) {
+              if (static_cast<uint64_t>(idx[i]) < static_cast<uint64_t>(depth_)) {
+                dst[i * depth_ + k] = on;
+              }
+            } else {
+              if (k >= 0 && k < depth_) dst[i * depth_ + k] = on;
             }
-          } else {
-            if (k >= 0 && k < depth_) dst[i * depth_ + k] = on;
           }
-        }
-      });
+        });
       }
     });
     return Element(std::move(out));

@@ -1,5 +1,6 @@
 #include "core/pipeline_parser.h"
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,6 +15,9 @@
 #include "core/python_literal.h"
 #include "core/spec_inference.h"
 #include "core/status_macros.h"
+#include "core/example_parser.h"
+#include "core/npy_reader.h"
+#include "core/transform_graph.h"
 
 namespace sluice {
 namespace {
@@ -54,6 +58,16 @@ const std::vector<Signature>& OpSignatures() {
       {"unbatch", {}},
       {"rebatch", {{"batch_size", true}, {"drop_remainder", false}}},
       {"legacy_rebatch", {{"num_replicas", true}}},
+      // Transforms (core/transform_graph.h); their builders are at the end of the class.
+      {"map", {{"map_func", true}, {"num_parallel_calls", false}, {"deterministic", false},
+               {"key", false}}},
+      {"filter", {{"predicate", true}, {"key", false}}},
+      {"padded_batch", {{"batch_size", true}, {"padded_shapes", false},
+                        {"padding_values", false}, {"drop_remainder", false}}},
+      {"cache", {{"filename", false}}},
+      {"ignore_errors", {{"log_warning", false}}},
+      {"interleave", {{"map_func", true}, {"cycle_length", false}, {"block_length", false},
+                      {"num_parallel_calls", false}, {"deterministic", false}}},
   };
   return *kOps;
 }
@@ -71,6 +85,13 @@ const std::vector<Signature>& SourceSignatures() {
                                        {"header_bytes", false}, {"footer_bytes", false},
                                        {"buffer_size", false}, {"compression_type", false},
                                        {"start_record", false}, {"num_records", false}}},
+      {"csv_dataset", {{"filenames", true}, {"record_defaults", true},
+                       {"compression_type", false}, {"buffer_size", false}, {"header", false},
+                       {"field_delim", false}, {"use_quote_delim", false}, {"na_value", false},
+                       {"select_cols", false}, {"exclude_cols", false}}},
+      {"npy_dataset", {{"filenames", true}, {"dtype", false}, {"shape", false}}},
+      {"list_files", {{"file_pattern", true}, {"shuffle", false}, {"seed", false},
+                      {"num_shards", false}, {"shard_index", false}}},
   };
   return *kSources;
 }
@@ -79,11 +100,24 @@ struct Arg {
   std::optional<std::string> keyword;
   PyValue value;
   size_t at = 0;  // byte offset where the argument (or its keyword) begins
+  // A call such as cast(tf.float32): `value` is a kName with the callee's name, and these are
+  // its arguments.
+  std::shared_ptr<std::vector<Arg>> call_args;
+  // A lambda such as `lambda f: text_line_dataset(f)`: the graph of its body, whose file
+  // source's filenames are left empty (the lambda's parameter).
+  std::shared_ptr<proto::DatasetDef> lambda;
+  // parse_example({...}): its feature spec (core/example_parser.h reads the dict).
+  std::shared_ptr<proto::ParseExampleFn> parse_example;
 };
 
 class PipelineParser {
  public:
   explicit PipelineParser(absl::string_view text) : text_(text) {}
+  // A parser for the body of a lambda in `text` from `pos`: it ends at a ',' or ')' outside
+  // brackets, and `param` stands for the file names of its source.
+  PipelineParser(absl::string_view text, size_t pos, std::string param)
+      : text_(text), pos_(pos), lambda_param_(std::move(param)) {}
+  size_t pos() const { return pos_; }
 
   absl::StatusOr<ParsedPipeline> Parse() {
     ParsedPipeline out;
@@ -102,6 +136,7 @@ class PipelineParser {
     for (;;) {
       SkipWs();
       if (AtEnd()) break;
+      if (lambda_param_.has_value() && (Peek() == ',' || Peek() == ')')) break;
       if (Peek() != '.') return Expected("'.' and the next op, or the end of the expression");
       ++pos_;
       SkipWs();
@@ -114,8 +149,12 @@ class PipelineParser {
                                          Names(OpSignatures())));
       }
       ASSIGN_OR_RETURN(std::vector<Arg> args, Arguments(name));
-      ASSIGN_OR_RETURN(std::vector<std::optional<PyValue>> bound, Bind(*sig, args, op_at));
-      ASSIGN_OR_RETURN(proto::OpDef op, BuildOp(name, bound));
+      std::vector<const Arg*> slots;
+      ASSIGN_OR_RETURN(std::vector<std::optional<PyValue>> bound,
+                       Bind(*sig, args, op_at, &slots));
+      ASSIGN_OR_RETURN(proto::OpDef op, IsTransformName(name)
+                                            ? BuildTransformOp(name, bound, slots, op_at)
+                                            : BuildOp(name, bound));
       *out.def.add_ops() = std::move(op);
       out.columns.push_back(static_cast<int>(op_at) + 1);
     }
@@ -205,6 +244,7 @@ class PipelineParser {
     if (base == "TextLineDataset") base = "text_line_dataset";
     if (base == "TFRecordDataset") base = "tf_record_dataset";
     if (base == "FixedLengthRecordDataset") base = "fixed_length_record_dataset";
+    if (base == "CsvDataset" || base == "experimental.CsvDataset") base = "csv_dataset";
     const Signature* sig = Find(SourceSignatures(), base);
     if (sig == nullptr) {
       std::string hint = Find(OpSignatures(), base) != nullptr
@@ -220,7 +260,10 @@ class PipelineParser {
     ASSIGN_OR_RETURN(std::vector<std::optional<PyValue>> bound, Bind(*sig, args, at));
     const PyValue& v = *bound[0];
     if (base == "text_line_dataset") {
-      return Filenames(v, source->mutable_text_line());
+      return Filenames(v, source->mutable_text_line()->mutable_filenames(), base);
+    }
+    if (base == "csv_dataset" || base == "npy_dataset" || base == "list_files") {
+      return BuildTransformSource(base, bound, at, source);
     }
     if (base == "tf_record_dataset" || base == "fixed_length_record_dataset") {
       return BuildRecordSource(base, bound, source);
@@ -266,7 +309,7 @@ class PipelineParser {
           pos_ = save;
         }
       }
-      ASSIGN_OR_RETURN(arg.value, ParsePyValue(text_, &pos_, kContext));
+      RETURN_IF_ERROR(ParseArgValue(&arg));
       args.push_back(std::move(arg));
       SkipWs();
       if (Peek() == ',') {
@@ -282,10 +325,15 @@ class PipelineParser {
   }
 
   // Python's binding of positional and keyword arguments to `sig`.
+  // `slots` (when set) receives, per parameter, the Arg bound to it (null if none); they point
+  // into `args`, whose values have been moved out but whose call_args/lambda remain.
   absl::StatusOr<std::vector<std::optional<PyValue>>> Bind(const Signature& sig,
                                                            std::vector<Arg>& args,
-                                                           size_t op_at) {
+                                                           size_t op_at,
+                                                           std::vector<const Arg*>* slots =
+                                                               nullptr) {
     std::vector<std::optional<PyValue>> bound(sig.params.size());
+    if (slots != nullptr) slots->assign(sig.params.size(), nullptr);
     size_t positional = 0;
     bool saw_keyword = false;
     for (Arg& arg : args) {
@@ -323,6 +371,7 @@ class PipelineParser {
                                           " given twice"));
       }
       bound[slot] = std::move(arg.value);
+      if (slots != nullptr) (*slots)[slot] = &arg;
     }
     for (size_t i = 0; i < sig.params.size(); ++i) {
       if (sig.params[i].required && !bound[i].has_value()) {
@@ -377,27 +426,34 @@ class PipelineParser {
     return absl::OkStatus();
   }
 
-  absl::Status Filenames(const PyValue& v, proto::TextLineSource* t) {
+  // A string or a list of strings into `out`. In a lambda body the lambda's parameter stands
+  // for the file name and leaves `out` empty.
+  absl::Status Filenames(const PyValue& v, google::protobuf::RepeatedPtrField<std::string>* out,
+                         absl::string_view op) {
     auto is_string = [](const PyValue& x) {
       return x.kind == PyValue::Kind::kStr || x.kind == PyValue::Kind::kBytes;
     };
+    if (lambda_param_.has_value() && v.kind == PyValue::Kind::kName && v.text == *lambda_param_) {
+      return absl::OkStatus();
+    }
     if (is_string(v)) {
-      t->add_filenames(v.text);
+      *out->Add() = v.text;
       return absl::OkStatus();
     }
     if (v.kind == PyValue::Kind::kList || v.kind == PyValue::Kind::kTuple) {
       for (const PyValue& f : v.items) {
         if (!is_string(f)) {
-          return Error(f.begin, absl::StrCat("text_line_dataset: filenames must be strings, got ",
-                                             Text(f)));
+          return Error(f.begin, absl::StrCat(op, ": filenames must be strings, got ", Text(f)));
         }
-        t->add_filenames(f.text);
+        *out->Add() = f.text;
       }
       return absl::OkStatus();
     }
-    return Error(v.begin, absl::StrCat("text_line_dataset: filenames must be a string or a list "
-                                       "of strings, got ", Text(v)));
+    return Error(v.begin, absl::StrCat(op, ": filenames must be a string or a list of strings, "
+                                       "got ", Text(v)));
   }
+#include "core/pipeline_parser_transforms.inc"
+
 
   // tf_record_dataset and fixed_length_record_dataset (core/record_iterators.h), with TF's
   // parameter order; start_record/num_records (Sluice's) make the source a record range.
@@ -408,6 +464,8 @@ class PipelineParser {
     auto given = [&](size_t i) { return a[i].has_value() && a[i]->kind != PyValue::Kind::kNone; };
     auto files = [&](google::protobuf::RepeatedPtrField<std::string>* out) -> absl::Status {
       const PyValue& v = *a[0];
+      // In an interleave lambda the parameter stands for the file name (Filenames()).
+      if (lambda_param_.has_value()) return Filenames(v, out, base);
       auto is_string = [](const PyValue& x) {
         return x.kind == PyValue::Kind::kStr || x.kind == PyValue::Kind::kBytes;
       };
@@ -568,6 +626,7 @@ class PipelineParser {
 
   absl::string_view text_;
   size_t pos_ = 0;
+  std::optional<std::string> lambda_param_;  // set in a lambda body
 };
 
 }  // namespace

@@ -16,6 +16,14 @@
 //                                                     reshuffle_each_iteration=None)
 //   prefetch(buffer_size)   unbatch()   rebatch(batch_size, drop_remainder=False)
 //   legacy_rebatch(num_replicas)   (Sluice's spelling of TF's internal _LegacyRebatchDataset)
+// Transforms and more file sources (docs/PIPELINES.md; core/pipeline_parser_transforms.inc):
+//   map(cast(tf.float32), key='image', num_parallel_calls=AUTOTUNE, deterministic=None)
+//   filter(less(5), key=None)   padded_batch(batch_size, padded_shapes=None,
+//   padding_values=None, drop_remainder=False)   cache(filename='')   ignore_errors()
+//   interleave(text_line_dataset | lambda f: <reader>(f)..., cycle_length, block_length,
+//              num_parallel_calls, deterministic)
+//   csv_dataset(filenames, record_defaults, ...)   npy_dataset(filenames, dtype=None, shape=None)
+//   list_files(file_pattern, shuffle=False, seed=None)
 // Literals are Python's (core/python_literal.h). Names: AUTOTUNE, tf.data.AUTOTUNE and
 // tf.data.experimental.AUTOTUNE are -1; SHARD_HINT and tf.data.experimental.SHARD_HINT are -1
 // and, as arguments of shard, the HINT placeholder (so is a literal -1 there, as in TF).

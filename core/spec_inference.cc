@@ -8,6 +8,8 @@
 #include "core/python_literal.h"
 #include "core/record_iterators.h"
 #include "core/status_macros.h"
+#include "core/csv_reader.h"
+#include "core/transform_graph.h"
 
 namespace sluice {
 namespace {
@@ -88,6 +90,12 @@ absl::StatusOr<ElementSpec> SourceSpec(const proto::SourceDef& source) {
       return ElementSpec(TensorSpec{DType::kString, Shape()});
     case proto::SourceDef::kTextLine:
       return ElementSpec(TensorSpec{DType::kString, Shape()});
+    case proto::SourceDef::kCsv:
+      return CsvSourceSpec(source.csv());
+    case proto::SourceDef::kNpy:
+      return NpySourceSpec(source.npy());
+    case proto::SourceDef::kListFiles:
+      return ListFilesSourceSpec(source.list_files());
     case proto::SourceDef::KIND_NOT_SET:
       break;
   }
@@ -205,6 +213,9 @@ std::string SourceKindName(const proto::SourceDef& source) {
     case proto::SourceDef::kTextLine: return "text_line_dataset";
     case proto::SourceDef::kTfRecord: return "tf_record_dataset";
     case proto::SourceDef::kFixedLengthRecord: return "fixed_length_record_dataset";
+    case proto::SourceDef::kCsv: return "csv_dataset";
+    case proto::SourceDef::kNpy: return "npy_dataset";
+    case proto::SourceDef::kListFiles: return "list_files";
     case proto::SourceDef::KIND_NOT_SET: break;
   }
   return "unset";
@@ -222,6 +233,12 @@ std::string OpKindName(const proto::OpDef& op) {
     case proto::OpDef::kUnbatch: return "unbatch";
     case proto::OpDef::kRebatch:
       return op.rebatch().legacy_num_replicas() != 0 ? "legacy_rebatch" : "rebatch";
+    case proto::OpDef::kMap: return "map";
+    case proto::OpDef::kFilter: return "filter";
+    case proto::OpDef::kPaddedBatch: return "padded_batch";
+    case proto::OpDef::kCache: return "cache";
+    case proto::OpDef::kIgnoreErrors: return "ignore_errors";
+    case proto::OpDef::kInterleave: return "interleave";
     case proto::OpDef::KIND_NOT_SET: break;
   }
   return "unset";
@@ -298,6 +315,13 @@ absl::StatusOr<ElementSpec> InferOpSpec(const proto::OpDef& op, const ElementSpe
     }
     case proto::OpDef::kRebatch:
       return RebatchSpec(op.rebatch(), input);
+    case proto::OpDef::kMap:
+    case proto::OpDef::kFilter:
+    case proto::OpDef::kPaddedBatch:
+    case proto::OpDef::kCache:
+    case proto::OpDef::kIgnoreErrors:
+    case proto::OpDef::kInterleave:
+      return InferTransformOpSpec(op, input);  // core/transform_graph.h
     case proto::OpDef::KIND_NOT_SET:
       break;
   }

@@ -149,12 +149,15 @@ TEST(PipelineParserTest, SyntaxErrorsGiveColumnExpectedAndFound) {
 }
 
 TEST(PipelineParserTest, NameErrorsListWhatIsKnown) {
-  EXPECT_EQ(ErrorOf("range(10).map(f)"),
-            "pipeline expression, column 11: unknown op 'map'; known ops: batch, repeat, take, "
-            "skip, shard, shuffle, prefetch, unbatch, rebatch, legacy_rebatch");
+  EXPECT_EQ(ErrorOf("range(10).frobnicate(f)"),
+            "pipeline expression, column 11: unknown op 'frobnicate'; known ops: batch, repeat, "
+            "take, skip, shard, shuffle, prefetch, unbatch, rebatch, legacy_rebatch, map, "
+            "filter, padded_batch, cache, ignore_errors, interleave");
   EXPECT_EQ(ErrorOf("foo(1)"),
             "pipeline expression, column 1: unknown source 'foo'; known sources: range, "
-            "from_tensors, from_tensor_slices, text_line_dataset (or TextLineDataset)");
+            "from_tensors, from_tensor_slices, text_line_dataset, tf_record_dataset, "
+            "fixed_length_record_dataset, csv_dataset, npy_dataset, list_files (or "
+            "TextLineDataset)");
   EXPECT_THAT(ErrorOf("batch(4)"), HasSubstr("'batch' is an op; a pipeline starts with a source"));
   EXPECT_THAT(ErrorOf("np.range(4)"), HasSubstr("unknown source 'np.range'"));
 }
