@@ -11,7 +11,10 @@
 # A machine that has the CUDA toolkit but not Sluice's build dependencies (Abseil, gRPC,
 # protobuf, GoogleTest) cannot configure the project. Then, if a prebuilt bundle made by
 # tests/gpu/make_bundle.sh is present (.gpu-bundle/ in the repository root, or GPU_BUNDLE), its
-# binaries run instead: the same tests (by their gtest names) and the same benchmark.
+# binaries run instead: the same tests (by their gtest names) and the same benchmark. The
+# bundle is ~12 MB; to send it to a lent GPU machine, build here (CUDA toolkit, benchmarks on),
+# run `tests/gpu/make_bundle.sh BUILD_DIR .gpu-bundle`, keep `.gpu-bundle/` out of git
+# (`echo /.gpu-bundle/ >> .git/info/exclude`) and name it in the device tool's `carry`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
