@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/collective.h"
+#include "client/end_of_data_agreement.h"
 #include "client/service_step_source.h"
 #include "core/grpc_status.h"
 #include "core/proto_convert.h"
@@ -64,6 +66,18 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   if (options.credits_per_task < 1) {
     return absl::InvalidArgumentError("ServiceOptions.credits_per_task must be at least 1");
   }
+  if (const Collective* c = options.end_of_data_collective; c != nullptr) {
+    if (options.read_mode != ServiceReadMode::kIndependent) {
+      return absl::InvalidArgumentError(
+          "ServiceOptions.end_of_data_collective applies to independent reads only (coordinated "
+          "reads already end together)");
+    }
+    if (c->size() != options.num_consumers || c->rank() != options.consumer_index) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ServiceOptions.end_of_data_collective is rank ", c->rank(), " of ", c->size(),
+          "; this consumer is ", options.consumer_index, " of ", options.num_consumers));
+    }
+  }
   const int64_t replicas = strategy.num_local_replicas();
   auto stub = proto::CoordinatorService::NewStub(DefaultChannel(options.coordinator_address));
 
@@ -115,8 +129,14 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   source.retry_deadline = options.retry_deadline;
   source.credits_per_task = options.credits_per_task;
   source.allocator = options.allocator;
-  StepSourceFactory factory = [source]() -> absl::StatusOr<std::unique_ptr<StepSource>> {
+  Collective* agreement = options.end_of_data_collective;
+  StepSourceFactory factory = [source,
+                               agreement]() -> absl::StatusOr<std::unique_ptr<StepSource>> {
     ASSIGN_OR_RETURN(std::unique_ptr<ServiceStepSource> s, ServiceStepSource::Create(source));
+    if (agreement != nullptr) {
+      return std::unique_ptr<StepSource>(std::make_unique<EndOfDataAgreement>(
+          std::move(s), agreement, source.per_replica_spec, source.num_local_replicas));
+    }
     return std::unique_ptr<StepSource>(std::move(s));
   };
   return DistributedDataset(std::move(spec), std::move(factory));

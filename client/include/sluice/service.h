@@ -36,6 +36,8 @@
 
 namespace sluice {
 
+class Collective;  // client/collective.h
+
 enum class ServiceReadMode { kCoordinated, kIndependent };
 
 // How the job's tasks share the data (docs/SERVICE.md, "Task pipelines by sharding policy").
@@ -64,6 +66,13 @@ struct ServiceOptions {
   // Allocates the host buffers received tensors are copied into (pinned memory, a pool, ...).
   // Empty: 64-byte aligned host memory.
   std::function<std::shared_ptr<TensorBuffer>(size_t bytes)> allocator;
+  // Independent reads only (INVALID_ARGUMENT otherwise): a collective spanning the job's
+  // consumers (size num_consumers, rank consumer_index). Every step the consumers all-reduce
+  // whether they still have data, as TF does across workers, so all of them end at the same
+  // step, with size-0 dummies where a consumer's own data has ended
+  // (client/end_of_data_agreement.h). Borrowed: must outlive the dataset and its iterators.
+  // Null: each consumer sees its own end of data.
+  Collective* end_of_data_collective = nullptr;
 };
 
 // Registers `dataset` with the coordinator, gets or creates the job (replicas_per_consumer =
