@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/sluicectl_commands.h"
+#include "core/plugin_loader.h"
 
 ABSL_FLAG(std::string, pipeline, "",
           "The input pipeline as a tf.data expression, e.g. "
@@ -29,6 +30,9 @@ ABSL_FLAG(std::string, auto_shard_policy, "AUTO",
           "How the dataset is sharded across input workers: AUTO, FILE, DATA, HINT or OFF.");
 ABSL_FLAG(std::string, format, "tf",
           "Output format: tf (as TensorFlow prints) or json (one JSON object per line).");
+ABSL_FLAG(std::vector<std::string>, plugin, {},
+          "Custom-op plugin shared libraries to load before running the command "
+          "(comma-separated; core/plugin_api.h). Accepted by every command.");
 ABSL_FLAG(std::string, coordinator, "",
           "host:port of a Sluice coordinator; empty: run the pipeline in this process.");
 
@@ -53,6 +57,7 @@ void PrintUsage(std::ostream& out) {
   for (const SluicectlCommand* c : SluicectlCommands()) out << "  " << c->synopsis << "\n";
   out << "\n"
          "Run `sluicectl help <command>` for a command's flags.\n"
+         "Global flag: --plugin=PATH[,PATH...] loads custom-op plugins first.\n"
          "Exit codes: 0 success, 1 error, 2 usage error.\n";
 }
 
@@ -132,7 +137,7 @@ int ParseCommandLine(int argc, char** argv, const SluicectlCommand** command,
     }
   }
   const std::string where = command_name;
-  std::set<std::string> accepted;
+  std::set<std::string> accepted = {"plugin"};  // global flags
   if (*command != nullptr) accepted.insert((*command)->flags.begin(), (*command)->flags.end());
 
   for (FlagArg& fa : flag_args) {
@@ -232,6 +237,7 @@ int main(int argc, char** argv) {
     PrintCommandHelp(*command, std::cout);
     return kExitOk;
   }
+  if (absl::Status s = LoadPlugins(absl::GetFlag(FLAGS_plugin)); !s.ok()) return ReportError(s);
   rc = command->run(args);
   std::cout.flush();
   return rc;
