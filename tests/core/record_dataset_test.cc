@@ -234,3 +234,73 @@ TEST(RecordDatasetTest, FileShardingSplitsTheFileList) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+constexpr const char* kGoldenSpec =
+    "{'image': FixedLenFeature([], tf.string), "
+    "'label': tf.io.FixedLenFeature([], tf.int64, default_value=-1), "
+    "'scores': FixedLenFeature([2], tf.float32), 'm': FixedLenFeature([2, 3], tf.float32), "
+    "'tags': VarLenFeature(tf.string), 'ids': tf.io.VarLenFeature(tf.int64)}";
+
+TEST(RecordDatasetTest, MapParseExampleAfterBatchMatchesTensorFlow) {
+  const std::string expr = "tf_record_dataset(" + Quoted(Fixture("examples.tfrecord")) +
+                           ").batch(3).map(parse_example(" + kGoldenSpec + "))";
+  auto ds = Dataset::Parse(expr);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  auto spec = ds->element_spec();
+  ASSERT_TRUE(spec.ok());
+  std::vector<std::string> tf_keys;
+  for (const JsonValue& k : Golden()["parse"]["dataset_element_spec_keys"].items()) {
+    tf_keys.push_back(k.string_value());
+  }
+  EXPECT_EQ(spec->keys(), tf_keys);
+  EXPECT_TRUE(absl::StrContains(ElementSpecToString(*spec),
+                                "'scores': TensorSpec(shape=(None, 2), dtype=tf.float32"));
+  auto got = RunDataset(*ds);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u);
+  const Element& e = (*got)[0];
+  const JsonValue& g = Golden()["parse"]["batch"];
+  // ids (VarLen int64), padded to the longest row as tf.sparse.to_dense gives it.
+  const Tensor& ids = e.children()[0].leaf();
+  EXPECT_EQ(ids.shape(), Shape({3, 3}));
+  EXPECT_EQ(testing_util::Values(ids), (std::vector<int64_t>{1, 2, 3, 4, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(g["ids"]["shape"][0].int_value(), 3);
+  const Tensor& label = e.children()[3].leaf();
+  EXPECT_EQ(testing_util::Values(label), (std::vector<int64_t>{7, -1, -3}));
+  // And the expression round trip.
+  auto again = Dataset::Parse(ds->ToExpression());
+  ASSERT_TRUE(again.ok()) << ds->ToExpression() << ": " << again.status();
+  EXPECT_EQ(again->Fingerprint(), ds->Fingerprint());
+}
+
+TEST(RecordDatasetTest, MapParseExampleOnScalarsAndItsErrors) {
+  const std::string file = Quoted(Fixture("examples.tfrecord"));
+  auto single = Dataset::Parse("TFRecordDataset(" + file +
+                               ").map(parse_example({'label': FixedLenFeature([], tf.int64, "
+                               "default_value=0)}), num_parallel_calls=2)");
+  ASSERT_TRUE(single.ok()) << single.status();
+  auto got = RunDataset(*single);
+  ASSERT_TRUE(got.ok()) << got.status();
+  std::vector<int64_t> labels;
+  for (const Element& e : *got) labels.push_back(e.children()[0].leaf().data<int64_t>()[0]);
+  EXPECT_EQ(labels, (std::vector<int64_t>{7, 0, -3}));
+  // A required feature missing from Example 1: INVALID_ARGUMENT naming op and feature.
+  auto required = Dataset::Parse("tf_record_dataset(" + file +
+                                 ").map(parse_example({'label': FixedLenFeature([], tf.int64)}))");
+  ASSERT_TRUE(required.ok());
+  auto failed = RunDataset(*required);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(failed.status().message(), "op 1 (map)")) << failed.status();
+  EXPECT_TRUE(absl::StrContains(failed.status().message(), "Feature: label")) << failed.status();
+  // parse_example on a non-string input is refused statically.
+  auto wrong = Dataset::Parse("range(3).map(parse_example({'x': VarLenFeature(tf.int64)}))");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_TRUE(absl::StrContains(wrong.status().message(), "parse_example")) << wrong.status();
+}
+
+}  // namespace
+}  // namespace sluice
