@@ -1,7 +1,7 @@
 // sluicectl gen, inspect and index: synthetic TFRecord datasets of tf.train.Examples, a look
 // inside record files, and record indexes (core/record_index.h).
 //
-//   sluicectl gen --format=tfrecord --out=DIR --num_files=4 --records_per_file=1000 \
+//   sluicectl gen --format=tfrecord --out=DIR --num_files=4 --records_per_file=1000
 //       --image_bytes=3072 [--num_classes=10] [--seed=0] [--compression=GZIP]
 //   sluicectl inspect FILE [--limit=10] [--compression=GZIP] [--record_bytes=N ...]
 //   sluicectl index FILE... [--index_cache_dir=DIR]
