@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/python_literal.h"
+#include "core/source_iterators.h"
 #include "core/fixed_length_record_reader.h"
+#include "core/interleave_iterator.h"
 #include "core/op_iterator.h"
 #include "core/status_macros.h"
 #include "core/tfrecord_reader.h"
@@ -211,66 +213,6 @@ class SequentialRecordIterator : public OpIterator {
   std::unique_ptr<RecordFile> current_;
 };
 
-// TF's interleave(cycle_length=n, block_length=1) over the files.
-class InterleavedRecordIterator : public OpIterator {
- public:
-  InterleavedRecordIterator(std::string label, std::vector<std::string> files,
-                            std::unique_ptr<RecordFormat> format, size_t cycle_length)
-      : OpIterator(std::move(label)),
-        files_(std::move(files)),
-        format_(std::move(format)),
-        slots_(cycle_length) {}
-
- protected:
-  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
-    // Bounded: each pass either yields, opens a file, or closes one.
-    for (;;) {
-      if (next_file_ >= files_.size() && open_ == 0) {
-        *end_of_sequence = true;
-        return absl::OkStatus();
-      }
-      std::unique_ptr<RecordFile>& slot = slots_[cycle_index_];
-      if (slot == nullptr) {
-        if (next_file_ < files_.size()) {
-          absl::StatusOr<std::unique_ptr<RecordFile>> f = format_->Open(files_[next_file_], false);
-          if (!f.ok()) return Labeled(f.status());
-          slot = *std::move(f);
-          ++next_file_;
-          ++open_;
-        } else {
-          Advance();
-        }
-        continue;
-      }
-      std::string record;
-      absl::Status s = slot->Read(&record);
-      if (absl::IsOutOfRange(s)) {
-        slot.reset();
-        --open_;
-        Advance();
-        continue;
-      }
-      if (!s.ok()) return Labeled(s);
-      *out = Element(Tensor::StringScalar(std::move(record)));
-      Advance();
-      return absl::OkStatus();
-    }
-  }
-
- private:
-  void Advance() { cycle_index_ = (cycle_index_ + 1) % slots_.size(); }
-  absl::Status Labeled(const absl::Status& s) const {
-    return absl::Status(s.code(), absl::StrCat(label(), ": ", s.message()));
-  }
-
-  const std::vector<std::string> files_;
-  std::unique_ptr<RecordFormat> format_;
-  std::vector<std::unique_ptr<RecordFile>> slots_;
-  size_t cycle_index_ = 0;
-  size_t next_file_ = 0;
-  size_t open_ = 0;
-};
-
 // An iterator whose arguments were bad: fails with that status.
 class FailingIterator : public Iterator {
  public:
@@ -342,14 +284,28 @@ std::unique_ptr<Iterator> NewTFRecordIterator(std::string label, proto::TFRecord
   }
   Compression c = *ParseCompressionType(source.compression_type());
   auto format = std::make_unique<TFRecordFormat>(c, static_cast<size_t>(source.buffer_size()),
-                                                 std::move(index_options));
+                                                 index_options);
   std::vector<std::string> files(source.filenames().begin(), source.filenames().end());
   int64_t parallel = source.num_parallel_reads();
   if (parallel == -1) parallel = static_cast<int64_t>(files.size());
   if (parallel > 1 && !source.has_record_range()) {
-    return std::make_unique<InterleavedRecordIterator>(std::move(label), std::move(files),
-                                                       std::move(format),
-                                                       static_cast<size_t>(parallel));
+    // TF's TFRecordDataset does interleave(cycle_length=n, block_length=1,
+    // num_parallel_calls=n) over the files: the same order, each open file read ahead by its
+    // own thread.
+    const int64_t n = static_cast<int64_t>(files.size());
+    absl::StatusOr<std::unique_ptr<Iterator>> names =
+        NewFromTensorSlicesIterator(label, Element(Tensor::FromStrings(files, Shape({n}))));
+    if (!names.ok()) return std::make_unique<FailingIterator>(names.status());
+    const size_t buffer_size = static_cast<size_t>(source.buffer_size());
+    InterleaveInputFn make = [label, c, buffer_size, index_options](
+                                 const Element& e) -> absl::StatusOr<std::unique_ptr<Iterator>> {
+      return std::unique_ptr<Iterator>(new SequentialRecordIterator(
+          label, {e.leaf().string_at(0)},
+          std::make_unique<TFRecordFormat>(c, buffer_size, index_options), std::nullopt));
+    };
+    return NewInterleaveIterator(std::move(label), *std::move(names), std::move(make), parallel,
+                                 /*block_length=*/1, /*num_parallel_calls=*/parallel,
+                                 /*deterministic=*/true);
   }
   std::optional<proto::RecordRange> range;
   if (source.has_record_range()) range = source.record_range();

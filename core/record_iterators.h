@@ -4,9 +4,10 @@
 // and, for corrupt records, the byte offset (core/tfrecord_reader.h,
 // core/fixed_length_record_reader.h).
 //
-// num_parallel_reads > 1 (TFRecord) reads in TF's order for that setting, which is
-// interleave(cycle_length=num_parallel_reads, block_length=1): one record from each of the
-// open files in turn, a finished file's slot taken by the next file.
+// num_parallel_reads > 1 (TFRecord; -1: one per file) is what TF does for it:
+// interleave(cycle_length=n, block_length=1, num_parallel_calls=n) over the files
+// (core/interleave_iterator.h): one record from each of the open files in turn, a finished
+// file's slot taken by the next file, each open file read ahead by its own thread.
 //
 // A record_range reads records [start, start + count) counted over the files in order: files
 // before it are skipped using their record counts (the record index for uncompressed TFRecord

@@ -162,6 +162,17 @@ TEST(RecordDatasetTest, NumParallelReadsFollowsTensorFlowsOrder) {
     }
     EXPECT_EQ(*got, expected) << n;
   }
+  // -1 (AUTOTUNE): every file open at once.
+  auto all = RunExpr("tf_record_dataset(" + PyList(files) + ", num_parallel_reads=-1)");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), 10u);
+  // A missing file among them ends the sequence with NOT_FOUND naming it.
+  std::vector<std::string> with_missing = files;
+  with_missing.insert(with_missing.begin() + 1, "/nonexistent/x.tfrecord");
+  auto missing = RunExpr("tf_record_dataset(" + PyList(with_missing) + ", num_parallel_reads=2)");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "/nonexistent/x.tfrecord"))
+      << missing.status();
 }
 
 TEST(RecordDatasetTest, RecordRangesAcrossFilesUseTheIndex) {
