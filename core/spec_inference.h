@@ -5,6 +5,8 @@
 //   from_tensors(v)     -> the exact spec of v
 //   from_tensor_slices  -> each leaf without its dimension 0
 //   text_line_dataset   -> string scalar
+//   tf_record_dataset, fixed_length_record_dataset -> string scalar (core/record_iterators.h)
+//   map(parse_example(spec)) -> a dict (core/example_parser.h)
 //   batch(n, drop)      -> n prepended when drop_remainder, else None prepended
 //   repeat, take, skip, shard, shuffle, prefetch -> unchanged
 //   unbatch             -> dimension 0 dropped (scalars are an error)
