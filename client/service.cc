@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/collective.h"
+#include "client/device_prefetcher.h"
 #include "client/end_of_data_agreement.h"
 #include "client/service_step_source.h"
 #include "core/grpc_status.h"
@@ -65,6 +66,11 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   }
   if (options.credits_per_task < 1) {
     return absl::InvalidArgumentError("ServiceOptions.credits_per_task must be at least 1");
+  }
+  if (options.per_replica_buffer_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ServiceOptions.per_replica_buffer_size must be >= 0, got ",
+                     options.per_replica_buffer_size));
   }
   if (const Collective* c = options.end_of_data_collective; c != nullptr) {
     if (options.read_mode != ServiceReadMode::kIndependent) {
@@ -128,7 +134,11 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   source.rpc_deadline = options.rpc_deadline;
   source.retry_deadline = options.retry_deadline;
   source.credits_per_task = options.credits_per_task;
-  source.allocator = options.allocator;
+  InputOptions prefetch;
+  prefetch.experimental_fetch_to_device = options.fetch_to_device;
+  prefetch.experimental_per_replica_buffer_size = options.per_replica_buffer_size;
+  source.allocator =
+      options.allocator ? options.allocator : ReceiveAllocatorFor(strategy.devices(), prefetch);
   Collective* agreement = options.end_of_data_collective;
   StepSourceFactory factory = [source,
                                agreement]() -> absl::StatusOr<std::unique_ptr<StepSource>> {
@@ -139,7 +149,8 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
     }
     return std::unique_ptr<StepSource>(std::move(s));
   };
-  return DistributedDataset(std::move(spec), std::move(factory));
+  return DistributedDataset(std::move(spec),
+                            PrefetchToDevices(std::move(factory), strategy.devices(), prefetch));
 }
 
 }  // namespace sluice

@@ -64,8 +64,15 @@ struct ServiceOptions {
   // the worker and not yet received. At least 1.
   int64_t credits_per_task = 4;
   // Allocates the host buffers received tensors are copied into (pinned memory, a pool, ...).
-  // Empty: 64-byte aligned host memory.
+  // Empty: pooled pinned memory when batches are prefetched to a real GPU (so they go to the
+  // device with no staging copy), else 64-byte aligned host memory.
   std::function<std::shared_ptr<TensorBuffer>(size_t bytes)> allocator;
+  // Device prefetch, as tf.distribute.InputOptions: on the strategy's GPU devices each replica's
+  // next `per_replica_buffer_size` steps are copied into its device's memory ahead of the
+  // trainer (0 disables); fetch_to_device = false keeps them on the host
+  // (client/device_prefetcher.h).
+  bool fetch_to_device = true;
+  int64_t per_replica_buffer_size = 1;
   // Independent reads only (INVALID_ARGUMENT otherwise): a collective spanning the job's
   // consumers (size num_consumers, rank consumer_index). Every step the consumers all-reduce
   // whether they still have data, as TF does across workers, so all of them end at the same
