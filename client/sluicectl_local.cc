@@ -149,7 +149,10 @@ SLUICECTL_REGISTER_COMMAND({
             "`for x in dist_dataset: print(x)`, --format=json one JSON object per step.\n"
             "Without --steps it runs to the end of data (an infinite pipeline needs --steps).",
     .flags = {"pipeline", "devices", "steps", "num_workers", "worker_index", "auto_shard_policy",
-              "format", "coordinator"},
+              "format", "coordinator",
+              // Service mode (client/sluicectl_service.cc).
+              "job", "consumer_index", "num_consumers", "sharding_policy", "read_mode",
+              "num_tasks", "retry_deadline"},
     .run = &RunMain,
 });
 
@@ -160,7 +163,9 @@ SLUICECTL_REGISTER_COMMAND({
     .help = "Prints the DistributedDataset's element_spec: --format=tf as TensorFlow's repr\n"
             "(a nest of PerReplicaSpec), --format=json one JSON object. No data is read.",
     .flags = {"pipeline", "devices", "num_workers", "worker_index", "auto_shard_policy", "format",
-              "coordinator"},
+              "coordinator",
+              // Service mode (client/sluicectl_service.cc).
+              "num_consumers", "sharding_policy", "read_mode", "num_tasks", "retry_deadline"},
     .run = &ElementSpecMain,
 });
 

@@ -1,0 +1,97 @@
+// ProcessCluster: a Sluice cluster of real processes on loopback for multi-process tests: one
+// $SLUICE_BUILD_DIR/bin/sluice-coordinator and N sluice-worker processes, each started with
+// --port=0 and a --port_file in a fresh temporary directory.
+//
+//   ASSERT_OK_AND_ASSIGN-style:
+//   auto cluster = ProcessCluster::Start({.num_workers = 3});   // waits: every worker registered
+//   RunSluicectl({"run", "--coordinator=" + (*cluster)->coordinator(), ...});
+//   (*cluster)->KillWorker(1);                                  // SIGKILL, as a crash
+//   EXPECT_TRUE((*cluster)->StopAll().ok());                    // SIGTERM; every exit must be 0
+//
+// Every wait is bounded (ProcessClusterOptions::start_timeout, the timeouts passed in). The
+// destructor SIGKILLs and reaps whatever still runs (Subprocess's destructor) and removes the
+// temporary directory, so a failed test leaves no process behind.
+//
+// Thread safety: not thread-safe; one test thread drives it.
+#ifndef SLUICE_TESTS_INTEGRATION_PROCESS_CLUSTER_H_
+#define SLUICE_TESTS_INTEGRATION_PROCESS_CLUSTER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/coordinator.pb.h"
+#include "tests/examples/subprocess.h"
+
+namespace sluice {
+
+struct ProcessClusterOptions {
+  int num_workers = 3;
+  // The coordinator's --worker_timeout: short, so that a killed worker's tasks move quickly.
+  absl::Duration worker_timeout = absl::Seconds(3);
+  // The workers' --heartbeat_interval.
+  absl::Duration heartbeat_interval = absl::Milliseconds(100);
+  // The workers' --buffer_bytes (per task).
+  int64_t worker_buffer_bytes = int64_t{64} << 20;
+  // Bound on each start-up wait (a port file, every worker registered).
+  absl::Duration start_timeout = absl::Seconds(30);
+};
+
+class ProcessCluster {
+ public:
+  // Starts the coordinator, then the workers, and waits until the coordinator lists every
+  // worker alive (a job made afterwards gets one task per worker). Errors name the process that
+  // did not come up and quote its stderr.
+  static absl::StatusOr<std::unique_ptr<ProcessCluster>> Start(ProcessClusterOptions options);
+
+  ~ProcessCluster();
+  ProcessCluster(const ProcessCluster&) = delete;
+  ProcessCluster& operator=(const ProcessCluster&) = delete;
+
+  // "127.0.0.1:PORT" of the coordinator.
+  const std::string& coordinator() const { return coordinator_; }
+  // "127.0.0.1:PORT" of worker i.
+  const std::string& worker_address(int i) const { return worker_addresses_[i]; }
+  int num_workers() const { return static_cast<int>(workers_.size()); }
+  // A directory for the test's own files; removed with the cluster.
+  const std::string& temp_dir() const { return dir_; }
+
+  // The coordinator's GetStatus (one RPC, 10 s deadline).
+  absl::StatusOr<proto::GetStatusResponse> Status() const;
+
+  // SIGKILL to worker i (as if it crashed), reaped.
+  absl::Status KillWorker(int i);
+
+  // SIGTERM to every process still running, workers first, each waited for up to `timeout`.
+  // FAILED_PRECONDITION naming every process that did not exit 0 (with its stderr's tail).
+  absl::Status StopAll(absl::Duration timeout = absl::Seconds(30));
+
+  // Every process's stderr, for failure messages.
+  std::string Logs();
+
+ private:
+  ProcessCluster() = default;
+
+  std::string dir_;
+  std::string coordinator_;
+  std::unique_ptr<Subprocess> coordinator_process_;
+  std::vector<std::unique_ptr<Subprocess>> workers_;
+  std::vector<std::string> worker_addresses_;
+  std::vector<bool> killed_;
+};
+
+// Runs `sluicectl ARGS...` ($SLUICE_BUILD_DIR/bin/sluicectl) to completion, bounded by
+// `timeout`.
+absl::StatusOr<SubprocessResult> RunSluicectl(const std::vector<std::string>& args,
+                                              absl::Duration timeout = absl::Seconds(90));
+
+// Starts `sluicectl ARGS...` without waiting (consumers that run side by side).
+absl::StatusOr<std::unique_ptr<Subprocess>> StartSluicectl(const std::vector<std::string>& args);
+
+}  // namespace sluice
+
+#endif  // SLUICE_TESTS_INTEGRATION_PROCESS_CLUSTER_H_

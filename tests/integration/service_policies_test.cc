@@ -1,0 +1,254 @@
+// Multi-process: the real sluice-coordinator, 3 sluice-workers and 2 consumer processes
+// (`sluicectl run --format=json`, 2 replicas each) read a finite epoch in coordinated mode under
+// every sharding policy. What users rely on (README "Guarantees", docs/SERVICE.md):
+//  - every element delivered exactly once across all replicas (OFF: once per task, i.e. per
+//    worker copy: each of the K = 3 tasks produces the whole dataset);
+//  - both consumers read the same number of steps and see the end of data together;
+//  - the per-step piece sizes follow TF's rebatching rule (core/rebatch.h
+//    CoordinatedPieceSizes), partial steps filled in order and padded with size-0 pieces;
+//  - for the static policies, the exact values of every step of every replica, as the
+//    round-robin schedule of docs/SERVICE.md gives them;
+//  - element_spec over RPC (`sluicectl element-spec --coordinator`) equals the local one.
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/rebatch.h"
+#include "gtest/gtest.h"
+#include "tests/integration/process_cluster.h"
+#include "tests/integration/step_model.h"
+
+namespace sluice {
+namespace {
+
+constexpr int kWorkers = 3;    // K = 3 tasks: one per worker registered when the job is made
+constexpr int64_t kConsumers = 2;
+constexpr int64_t kReplicas = 2;
+constexpr int64_t kN = kConsumers * kReplicas;
+constexpr int64_t kBatch = 7;  // not a multiple of N: sizes rotate ([2,2,2,1], [2,1,2,2])
+constexpr int64_t kRangeSize = 103;
+// FILE: files of these lengths; file f holds the lines f*100, f*100+1, ...
+const std::vector<int64_t> kFileLengths = {9, 11, 7, 6};
+
+struct PolicyCase {
+  std::string name;    // test name suffix
+  std::string policy;  // --sharding_policy
+  // The pipeline, given the data files.
+  std::function<std::string(const std::vector<std::string>& files)> pipeline;
+  // Each task's element stream, in task order; empty for DYNAMIC (timing-dependent).
+  std::function<std::vector<std::vector<int64_t>>()> task_elements;
+  int copies = 1;  // how many times each element is delivered in the epoch
+};
+
+std::vector<int64_t> Iota(int64_t n) {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(i);
+  return v;
+}
+
+std::vector<int64_t> FileValues(size_t f) {
+  std::vector<int64_t> v;
+  for (int64_t j = 0; j < kFileLengths[f]; ++j) v.push_back(static_cast<int64_t>(f) * 100 + j);
+  return v;
+}
+
+std::vector<int64_t> AllFileValues() {
+  std::vector<int64_t> all;
+  for (size_t f = 0; f < kFileLengths.size(); ++f) {
+    for (int64_t v : FileValues(f)) all.push_back(v);
+  }
+  return all;
+}
+
+// FILE: task k reads files k, k+K, ...
+std::vector<std::vector<int64_t>> FileTasks() {
+  std::vector<std::vector<int64_t>> tasks(kWorkers);
+  for (size_t f = 0; f < kFileLengths.size(); ++f) {
+    for (int64_t v : FileValues(f)) tasks[f % kWorkers].push_back(v);
+  }
+  return tasks;
+}
+
+std::string RangePipeline(const std::vector<std::string>&) {
+  return absl::StrCat("range(", kRangeSize, ").batch(", kBatch, ")");
+}
+
+std::string FilePipeline(const std::vector<std::string>& files) {
+  std::vector<std::string> quoted;
+  for (const std::string& f : files) quoted.push_back(absl::StrCat("'", f, "'"));
+  return absl::StrCat("text_line_dataset([", absl::StrJoin(quoted, ", "), "]).batch(", kBatch,
+                      ")");
+}
+
+std::vector<PolicyCase> Cases() {
+  // DATA (and AUTO on a non-file source): task k keeps global steps s % K == k of the single
+  // pipeline, so the job's step sequence is the single pipeline's: model it as one task.
+  auto single = [] { return std::vector<std::vector<int64_t>>{Iota(kRangeSize)}; };
+  return {
+      {"Off", "OFF", RangePipeline,
+       [] { return std::vector<std::vector<int64_t>>(kWorkers, Iota(kRangeSize)); }, kWorkers},
+      {"AutoRange", "AUTO", RangePipeline, single},
+      {"AutoFiles", "AUTO", FilePipeline, FileTasks},
+      {"File", "FILE", FilePipeline, FileTasks},
+      {"Data", "DATA", RangePipeline, single},
+      {"Hint", "HINT",
+       [](const std::vector<std::string>&) {
+         return absl::StrCat("range(", kRangeSize, ").shard(SHARD_HINT, SHARD_HINT).batch(",
+                             kBatch, ")");
+       },
+       [] {
+         std::vector<std::vector<int64_t>> tasks(kWorkers);
+         for (int64_t i = 0; i < kRangeSize; ++i) tasks[i % kWorkers].push_back(i);
+         return tasks;
+       }},
+      {"Dynamic", "DYNAMIC", RangePipeline, nullptr},
+  };
+}
+
+// Test names (CTest lists each case by its printed parameter).
+void PrintTo(const PolicyCase& c, std::ostream* os) { *os << c.name; }
+
+class ServicePolicyTest : public ::testing::TestWithParam<PolicyCase> {};
+
+TEST_P(ServicePolicyTest, FiniteEpochExactlyOnceInLockstepWithTfSizes) {
+  const PolicyCase& pc = GetParam();
+  auto cluster_or = ProcessCluster::Start({.num_workers = kWorkers});
+  ASSERT_TRUE(cluster_or.ok()) << cluster_or.status();
+  ProcessCluster& cluster = **cluster_or;
+
+  std::vector<std::string> files;
+  for (size_t f = 0; f < kFileLengths.size(); ++f) {
+    files.push_back(absl::StrCat(cluster.temp_dir(), "/part-", f, ".txt"));
+    std::ofstream out(files.back());
+    for (int64_t v : FileValues(f)) out << v << "\n";
+    ASSERT_TRUE(out.good()) << files.back();
+  }
+  const std::string pipeline = pc.pipeline(files);
+  const std::string job = absl::StrCat("policy-", pc.name);
+
+  // Two consumer processes side by side.
+  std::vector<std::unique_ptr<Subprocess>> consumers;
+  for (int64_t c = 0; c < kConsumers; ++c) {
+    auto p = StartSluicectl({"run", "--coordinator=" + cluster.coordinator(), "--job=" + job,
+                             "--pipeline=" + pipeline, "--devices=CPU:0,CPU:1",
+                             absl::StrCat("--consumer_index=", c),
+                             absl::StrCat("--num_consumers=", kConsumers),
+                             "--sharding_policy=" + pc.policy, "--format=json",
+                             "--retry_deadline=30s"});
+    ASSERT_TRUE(p.ok()) << p.status();
+    consumers.push_back(*std::move(p));
+  }
+  std::vector<std::vector<ModelStep>> views;
+  for (int64_t c = 0; c < kConsumers; ++c) {
+    auto r = consumers[c]->Wait(absl::Seconds(90));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->exit_code, 0) << "consumer " << c << ": " << r->Describe() << "\n"
+                               << r->stderr_text << cluster.Logs();
+    auto steps = ParseRunJson(r->stdout_text);
+    ASSERT_TRUE(steps.ok()) << steps.status();
+    views.push_back(*std::move(steps));
+  }
+
+  // Identical step counts: every consumer sees the end of data at the same step.
+  auto global_or = JoinConsumers(views);
+  ASSERT_TRUE(global_or.ok()) << global_or.status();
+  const std::vector<ModelStep>& global = *global_or;
+  ASSERT_FALSE(global.empty());
+  for (const auto& view : views) {
+    for (const ModelStep& step : view) ASSERT_EQ(step.size(), static_cast<size_t>(kReplicas));
+  }
+
+  // Every element exactly once (OFF: once per task).
+  std::map<int64_t, int> count;
+  for (const ModelStep& step : global) {
+    for (const auto& piece : step) {
+      for (int64_t v : piece) ++count[v];
+    }
+  }
+  const std::vector<int64_t> all = pc.policy == "FILE" || pc.name == "AutoFiles"
+                                       ? AllFileValues()
+                                       : Iota(kRangeSize);
+  EXPECT_EQ(count.size(), all.size());
+  for (int64_t v : all) EXPECT_EQ(count[v], pc.copies) << "element " << v;
+
+  // Sizes by TF's rule, and for static policies the exact schedule.
+  auto period = CoordinatedPieceSizes(kBatch, kConsumers, kReplicas);
+  ASSERT_TRUE(period.ok()) << period.status();
+  for (size_t s = 0; s < global.size(); ++s) {
+    EXPECT_TRUE(FollowsTfRule(PieceSizes(global[s]), *period, kN))
+        << "step " << s << ": " << DescribeSteps({global[s]});
+  }
+  if (pc.task_elements) {
+    std::vector<std::vector<ModelStep>> tasks;
+    for (const auto& elements : pc.task_elements()) {
+      tasks.push_back(TaskSteps(elements, *period, kN));
+    }
+    const std::vector<ModelStep> want = RoundRobin(tasks);
+    EXPECT_EQ(global, want) << "got:  " << DescribeSteps(global) << "\nwant: "
+                            << DescribeSteps(want);
+    // What each consumer printed, exactly.
+    for (int64_t c = 0; c < kConsumers; ++c) {
+      EXPECT_EQ(views[c], ConsumerView(want, c, kReplicas)) << "consumer " << c;
+    }
+  } else {
+    // DYNAMIC: the order depends on which worker asks first; at most one partial step a task.
+    int partial = 0;
+    for (const ModelStep& step : global) {
+      int64_t total = 0;
+      for (int64_t size : PieceSizes(step)) total += size;
+      partial += total < kBatch ? 1 : 0;
+    }
+    EXPECT_LE(partial, kWorkers);
+  }
+
+  // The coordinator agrees: the job has one task per worker and finishes.
+  bool finished = false;
+  for (int i = 0; i < 300 && !finished; ++i) {
+    auto status = cluster.Status();
+    ASSERT_TRUE(status.ok()) << status.status();
+    for (const proto::JobStatus& j : status->jobs()) {
+      if (j.job_name() != job) continue;
+      EXPECT_EQ(j.tasks_size(), kWorkers);
+      finished = j.finished();
+    }
+    if (!finished) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(finished) << "job " << job << " not finished\n" << cluster.Logs();
+
+  // element_spec over RPC equals the local one (JSON and TF's repr).
+  for (const std::string format : {"json", "tf"}) {
+    auto remote = RunSluicectl({"element-spec", "--coordinator=" + cluster.coordinator(),
+                                "--pipeline=" + pipeline, "--devices=CPU:0,CPU:1",
+                                absl::StrCat("--num_consumers=", kConsumers),
+                                "--sharding_policy=" + pc.policy, "--format=" + format});
+    std::string local_policy = pc.policy == "DYNAMIC" ? "OFF" : pc.policy;
+    auto local = RunSluicectl({"element-spec", "--pipeline=" + pipeline, "--devices=CPU:0,CPU:1",
+                               absl::StrCat("--num_workers=", kConsumers),
+                               "--auto_shard_policy=" + local_policy, "--format=" + format});
+    ASSERT_TRUE(remote.ok() && local.ok());
+    ASSERT_EQ(remote->exit_code, 0) << remote->stderr_text;
+    ASSERT_EQ(local->exit_code, 0) << local->stderr_text;
+    EXPECT_EQ(remote->stdout_text, local->stdout_text) << format;
+    EXPECT_NE(remote->stdout_text.find(format == "tf" ? "PerReplicaSpec" : "per_replica"),
+              std::string::npos)
+        << remote->stdout_text;
+  }
+
+  absl::Status stopped = cluster.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, ServicePolicyTest, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<PolicyCase>& info) {
+                           return info.param.name;
+                         });
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,163 @@
+// sluicectl against real service processes: `run --coordinator` prints what local mode prints
+// (the seed's examples byte for byte), `status` shows the workers and jobs, independent reads
+// split the batches between consumers.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "tests/examples/test_paths.h"
+#include "tests/integration/process_cluster.h"
+#include "tests/integration/step_model.h"
+
+namespace sluice {
+namespace {
+
+// The seed's `__iter__` example and its for-loop example (examples/seed_iter.cc,
+// examples/seed_for_loop.cc).
+constexpr char kSeedIterPipeline[] = "from_tensor_slices([1, 2, 3, 4]).repeat().batch(4)";
+constexpr char kSeedForLoopPipeline[] = "from_tensors(([1.],[1.])).repeat(4).batch(4)";
+
+class SluicectlServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cluster = ProcessCluster::Start({.num_workers = 3});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+  }
+
+  // `sluicectl ARGS` must succeed; its stdout.
+  std::string Ok(const std::vector<std::string>& args) {
+    auto r = RunSluicectl(args);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return "";
+    EXPECT_EQ(r->exit_code, 0) << absl::StrJoin(args, " ") << ": " << r->Describe() << "\n"
+                               << r->stderr_text << cluster_->Logs();
+    return r->stdout_text;
+  }
+
+  std::unique_ptr<ProcessCluster> cluster_;
+};
+
+TEST_F(SluicectlServiceTest, RunThroughTheServicePrintsWhatLocalModePrints) {
+  const std::string coordinator = "--coordinator=" + cluster_->coordinator();
+  // The seed's __iter__ example: an infinite pipeline, one step; exactly the seed's output.
+  auto golden = ReadFileToString(SourcePath("tests/testdata/seed/seed_iter.txt"));
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  EXPECT_EQ(Ok({"run", coordinator, "--job=seed-iter",
+                std::string("--pipeline=") + kSeedIterPipeline, "--devices=GPU:0,GPU:1",
+                "--steps=1"}),
+            *golden);
+  // The for-loop example's pipeline, to its end, in both formats.
+  for (const std::string format : {"tf", "json"}) {
+    const std::string local = Ok({"run", std::string("--pipeline=") + kSeedForLoopPipeline,
+                                  "--devices=GPU:0,GPU:1", "--format=" + format});
+    const std::string remote = Ok({"run", coordinator, "--job=for-loop-" + format,
+                                   std::string("--pipeline=") + kSeedForLoopPipeline,
+                                   "--devices=GPU:0,GPU:1", "--format=" + format});
+    EXPECT_EQ(remote, local) << format;
+    EXPECT_FALSE(remote.empty());
+  }
+  // A partial last step, one consumer: the service cuts it as local mode does.
+  for (const std::string pipeline : {"range(8).batch(4)", "range(12).batch(6)"}) {
+    EXPECT_EQ(Ok({"run", coordinator, "--job=partial-" + pipeline, "--pipeline=" + pipeline,
+                  "--devices=CPU:0,CPU:1", "--format=json", "--sharding_policy=DATA"}),
+              Ok({"run", "--pipeline=" + pipeline, "--devices=CPU:0,CPU:1", "--format=json"}))
+        << pipeline;
+  }
+  // element_spec: the seed's element_spec example, remote and local.
+  const std::string spec_pipeline = "--pipeline=from_tensors(([1.],[2])).repeat(100).batch(16)";
+  EXPECT_EQ(Ok({"element-spec", coordinator, spec_pipeline, "--devices=GPU:0,GPU:1"}),
+            Ok({"element-spec", spec_pipeline, "--devices=GPU:0,GPU:1"}));
+  absl::Status stopped = cluster_->StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+TEST_F(SluicectlServiceTest, StatusListsWorkersAndJobs) {
+  const std::string coordinator = "--coordinator=" + cluster_->coordinator();
+  Ok({"run", coordinator, "--job=status-job", "--pipeline=range(20).batch(4)",
+      "--devices=CPU:0,CPU:1", "--sharding_policy=OFF", "--format=json"});
+  // The job is finished once every worker has reported its task (heartbeats): bounded wait.
+  std::string table;
+  for (int i = 0; i < 200; ++i) {
+    table = Ok({"status", coordinator});
+    if (absl::StrContains(table, "3/3")) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(absl::StrContains(table, "3 worker(s), 3 alive")) << table;
+  std::vector<std::string> lines = absl::StrSplit(table, '\n');
+  int worker_rows = 0;
+  bool job_row = false;
+  for (const std::string& line : lines) {
+    for (int w = 0; w < 3; ++w) {
+      if (absl::StrContains(line, cluster_->worker_address(w)) &&
+          absl::StrContains(line, " yes ") && absl::StrContains(line, "s ago")) {
+        ++worker_rows;
+      }
+    }
+    if (absl::StrContains(line, "status-job")) {
+      job_row = true;
+      for (const char* want : {" 1 ", " 2 ", "OFF", "coordinated", "3/3", "yes"}) {
+        EXPECT_TRUE(absl::StrContains(line, want)) << want << " in: " << line;
+      }
+    }
+  }
+  EXPECT_EQ(worker_rows, 3) << table;
+  EXPECT_TRUE(job_row) << table;
+  for (const char* header : {"WORKERS", "ADDRESS", "ALIVE", "HEARTBEAT", "TASKS", "JOBS", "NAME",
+                             "CONSUMERS", "REPLICAS", "POLICY", "TASKS FINISHED", "FINISHED"}) {
+    EXPECT_TRUE(absl::StrContains(table, header)) << header;
+  }
+  // The JSON form says the same.
+  const std::string json = Ok({"status", coordinator, "--format=json"});
+  EXPECT_TRUE(absl::StrContains(json, "\"job_name\": \"status-job\"")) << json;
+  EXPECT_TRUE(absl::StrContains(json, "\"tasks_finished\": 3")) << json;
+
+  // A dead worker shows as not alive.
+  ASSERT_TRUE(cluster_->KillWorker(2).ok());
+  absl::Status stopped = cluster_->StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+TEST_F(SluicectlServiceTest, IndependentReadsGiveEachBatchToOneConsumer) {
+  constexpr int64_t kElements = 60;
+  std::vector<std::unique_ptr<Subprocess>> consumers;
+  for (int c = 0; c < 2; ++c) {
+    auto p = StartSluicectl({"run", "--coordinator=" + cluster_->coordinator(),
+                             "--job=independent", absl::StrCat("--pipeline=range(", kElements,
+                                                               ").batch(5)"),
+                             "--devices=CPU:0,CPU:1", absl::StrCat("--consumer_index=", c),
+                             "--num_consumers=2", "--read_mode=independent",
+                             "--sharding_policy=DATA", "--format=json"});
+    ASSERT_TRUE(p.ok()) << p.status();
+    consumers.push_back(*std::move(p));
+  }
+  std::map<int64_t, int> count;
+  for (auto& p : consumers) {
+    auto r = p->Wait(absl::Seconds(90));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->exit_code, 0) << r->stderr_text << cluster_->Logs();
+    auto steps = ParseRunJson(r->stdout_text);
+    ASSERT_TRUE(steps.ok()) << steps.status();
+    for (const ModelStep& step : *steps) {
+      // Each step is one whole batch of 5 split over the consumer's 2 replicas: [3, 2].
+      EXPECT_EQ(PieceSizes(step), (std::vector<int64_t>{3, 2}));
+      for (const auto& piece : step) {
+        for (int64_t v : piece) ++count[v];
+      }
+    }
+  }
+  EXPECT_EQ(count.size(), static_cast<size_t>(kElements));
+  for (int64_t v = 0; v < kElements; ++v) EXPECT_EQ(count[v], 1) << v;
+  absl::Status stopped = cluster_->StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+}  // namespace
+}  // namespace sluice

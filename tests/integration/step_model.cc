@@ -1,0 +1,154 @@
+#include "tests/integration/step_model.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/json_value.h"
+
+namespace sluice {
+
+absl::StatusOr<std::vector<ModelStep>> ParseRunJson(const std::string& stdout_text) {
+  std::vector<ModelStep> steps;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(stdout_text, '\n', absl::SkipEmpty())) {
+    ++line_number;
+    auto bad = [&](const std::string& what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("run output line ", line_number, ": ", what, ": ", line));
+    };
+    absl::StatusOr<JsonValue> json = ParseJson(line);
+    if (!json.ok()) return bad(std::string(json.status().message()));
+    const JsonValue* step = json->Find("step");
+    const JsonValue* per_replica = json->Find("per_replica");
+    if (step == nullptr || per_replica == nullptr || !per_replica->is_array()) {
+      return bad("expected {\"step\": S, \"per_replica\": [...]}");
+    }
+    if (step->int_value() != static_cast<int64_t>(steps.size())) return bad("step out of order");
+    ModelStep model;
+    for (const JsonValue& value : per_replica->items()) {
+      const JsonValue* values = value.Find("values");
+      if (values == nullptr || !values->is_array()) return bad("replica value is not a tensor");
+      std::vector<int64_t> piece;
+      for (const JsonValue& v : values->items()) {
+        int64_t x = 0;
+        if (v.is_number() && v.int_value().has_value()) {
+          x = *v.int_value();
+        } else if (!(v.is_string() && absl::SimpleAtoi(v.string_value(), &x))) {
+          return bad("values are neither integers nor decimal strings");
+        }
+        piece.push_back(x);
+      }
+      model.push_back(std::move(piece));
+    }
+    steps.push_back(std::move(model));
+  }
+  return steps;
+}
+
+std::vector<ModelStep> TaskSteps(const std::vector<int64_t>& elements,
+                                 const std::vector<int64_t>& period, int64_t pieces_per_step) {
+  std::vector<ModelStep> steps;
+  size_t pos = 0;
+  size_t piece_index = 0;
+  while (pos < elements.size()) {
+    ModelStep step;
+    for (int64_t k = 0; k < pieces_per_step; ++k, ++piece_index) {
+      const size_t size = static_cast<size_t>(period[piece_index % period.size()]);
+      const size_t take = std::min(size, elements.size() - pos);
+      step.emplace_back(elements.begin() + pos, elements.begin() + pos + take);
+      pos += take;
+    }
+    steps.push_back(std::move(step));
+  }
+  return steps;
+}
+
+std::vector<ModelStep> RoundRobin(const std::vector<std::vector<ModelStep>>& tasks) {
+  std::vector<ModelStep> global;
+  for (size_t round = 0;; ++round) {
+    bool any = false;
+    for (const auto& task : tasks) {
+      if (round < task.size()) {
+        global.push_back(task[round]);
+        any = true;
+      }
+    }
+    if (!any) break;
+  }
+  return global;
+}
+
+std::vector<ModelStep> ConsumerView(const std::vector<ModelStep>& global, int64_t consumer,
+                                    int64_t replicas_per_consumer) {
+  std::vector<ModelStep> view;
+  for (const ModelStep& step : global) {
+    view.emplace_back(step.begin() + consumer * replicas_per_consumer,
+                      step.begin() + (consumer + 1) * replicas_per_consumer);
+  }
+  return view;
+}
+
+absl::StatusOr<std::vector<ModelStep>> JoinConsumers(
+    const std::vector<std::vector<ModelStep>>& views) {
+  std::vector<ModelStep> global;
+  if (views.empty()) return global;
+  for (size_t c = 1; c < views.size(); ++c) {
+    if (views[c].size() != views[0].size()) {
+      return absl::InvalidArgumentError(absl::StrCat("consumer 0 read ", views[0].size(),
+                                                     " steps, consumer ", c, " read ",
+                                                     views[c].size()));
+    }
+  }
+  for (size_t s = 0; s < views[0].size(); ++s) {
+    ModelStep step;
+    for (const auto& view : views) step.insert(step.end(), view[s].begin(), view[s].end());
+    global.push_back(std::move(step));
+  }
+  return global;
+}
+
+std::vector<int64_t> PieceSizes(const ModelStep& step) {
+  std::vector<int64_t> sizes;
+  for (const auto& piece : step) sizes.push_back(static_cast<int64_t>(piece.size()));
+  return sizes;
+}
+
+bool FollowsTfRule(const std::vector<int64_t>& sizes, const std::vector<int64_t>& period,
+                   int64_t pieces_per_step) {
+  if (static_cast<int64_t>(sizes.size()) != pieces_per_step) return false;
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  for (size_t row = 0; row + pieces_per_step <= period.size(); row += pieces_per_step) {
+    int64_t left = total;
+    bool match = true;
+    for (int64_t k = 0; k < pieces_per_step; ++k) {
+      const int64_t want = std::min(period[row + k], left);
+      left -= want;
+      if (sizes[k] != want) {
+        match = false;
+        break;
+      }
+    }
+    if (match && left == 0) return true;
+  }
+  return false;
+}
+
+std::string DescribeSteps(const std::vector<ModelStep>& steps, size_t max_steps) {
+  std::vector<std::string> out;
+  for (size_t s = 0; s < steps.size() && s < max_steps; ++s) {
+    std::vector<std::string> pieces;
+    for (const auto& piece : steps[s]) {
+      pieces.push_back(absl::StrCat("[", absl::StrJoin(piece, " "), "]"));
+    }
+    out.push_back(absl::StrJoin(pieces, " "));
+  }
+  if (steps.size() > max_steps) out.push_back("...");
+  return absl::StrJoin(out, " | ");
+}
+
+}  // namespace sluice
