@@ -2,7 +2,10 @@
 //
 //   sluice-worker --coordinator=HOST:PORT [--port=0] [--port_file=PATH] [--host=127.0.0.1]
 //                 [--buffer_bytes=268435456] [--heartbeat_interval=1s] [--drain_timeout=30s]
+//                 [--plugin=PATH[,PATH...]]
 //
+// Custom-op plugins are loaded only from --plugin, never because a client's pipeline names
+// one: a pipeline calling map(plugin('op')) runs only on workers started with its library.
 // With --port=0 the worker binds any free port; --port_file receives the bound port (written
 // atomically once the server is up). SIGTERM or SIGINT drains: the worker stops heartbeating
 // and producing, serves the steps it has buffered until --drain_timeout, and exits 0.
@@ -11,11 +14,14 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "core/plugin_loader.h"
 #include "worker/worker_server.h"
 
 ABSL_FLAG(std::string, coordinator, "", "Coordinator address, HOST:PORT (required)");
@@ -28,6 +34,7 @@ ABSL_FLAG(int64_t, buffer_bytes, int64_t{256} << 20,
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat period");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM, how long to keep serving buffered steps");
+ABSL_FLAG(std::string, plugin, "", "Comma-separated custom-op plugin libraries to load");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -37,6 +44,16 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const std::string plugins = absl::GetFlag(FLAGS_plugin);
+  if (!plugins.empty()) {
+    std::vector<std::string> paths = absl::StrSplit(plugins, ',', absl::SkipEmpty());
+    absl::Status loaded = sluice::LoadPlugins(paths);
+    if (!loaded.ok()) {
+      std::cerr << "sluice-worker: " << loaded << std::endl;
+      return 1;
+    }
+  }
 
   sluice::WorkerServerOptions options;
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
