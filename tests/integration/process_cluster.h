@@ -31,8 +31,10 @@ namespace sluice {
 
 struct ProcessClusterOptions {
   int num_workers = 3;
-  // The coordinator's --worker_timeout: short, so that a killed worker's tasks move quickly.
-  absl::Duration worker_timeout = absl::Seconds(3);
+  // The coordinator's --worker_timeout. Fault tests shorten it so that a killed worker's tasks
+  // move quickly; others keep it long, so that a loaded machine never makes a live worker look
+  // dead.
+  absl::Duration worker_timeout = absl::Seconds(10);
   // The workers' --heartbeat_interval.
   absl::Duration heartbeat_interval = absl::Milliseconds(100);
   // The workers' --buffer_bytes (per task).
