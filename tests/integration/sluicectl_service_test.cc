@@ -75,6 +75,19 @@ TEST_F(SluicectlServiceTest, RunThroughTheServicePrintsWhatLocalModePrints) {
   const std::string spec_pipeline = "--pipeline=from_tensors(([1.],[2])).repeat(100).batch(16)";
   EXPECT_EQ(Ok({"element-spec", coordinator, spec_pipeline, "--devices=GPU:0,GPU:1"}),
             Ok({"element-spec", spec_pipeline, "--devices=GPU:0,GPU:1"}));
+  // Static and unknown batch dimensions, one and two consumers: the coordinator's spec is the
+  // local one with --num_workers=C (TF: multi-worker partial-batch handling makes it None).
+  for (const std::string pipeline :
+       {"range(64).batch(8, drop_remainder=True)", "range(10).batch(3, drop_remainder=True)",
+        "from_tensors(([1.],[2])).repeat().batch(16, drop_remainder=True)"}) {
+    for (const std::string consumers : {"1", "2"}) {
+      EXPECT_EQ(Ok({"element-spec", coordinator, "--pipeline=" + pipeline,
+                    "--devices=CPU:0,CPU:1", "--num_consumers=" + consumers, "--format=json"}),
+                Ok({"element-spec", "--pipeline=" + pipeline, "--devices=CPU:0,CPU:1",
+                    "--num_workers=" + consumers, "--format=json"}))
+          << pipeline << " consumers " << consumers;
+    }
+  }
   absl::Status stopped = cluster_->StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
