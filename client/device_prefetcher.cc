@@ -62,7 +62,9 @@ class DevicePrefetcher::Ring : public std::enable_shared_from_this<Ring> {
     // Nothing may write the staging buffer, nor may the device buffer be freed, while a copy
     // from or into them is in flight.
     RETURN_IF_ERROR(slot->event->Wait());
-    if (slot->capacity < bytes) {
+    // A new slot has no device buffer yet even when the step needs no bytes (all pieces of
+    // size 0): allocate one then too, since the step's tensors point into it.
+    if (slot->device == nullptr || slot->capacity < bytes) {
       // Grow geometrically so that slowly growing steps do not reallocate every time.
       size_t capacity =
           std::max(RoundUp(std::max<size_t>(bytes, 1), 4096), slot->capacity + slot->capacity / 2);

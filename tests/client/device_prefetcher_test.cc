@@ -831,6 +831,26 @@ TEST(DevicePrefetcherTest, SizeZeroDummyStepsPassThrough) {
   }
 }
 
+// A new slot for a step whose pieces are all empty (the partial last step of a dataset, or its
+// first) still gets a device buffer: the step's tensors point into it.
+TEST(DevicePrefetcherTest, ASizeZeroStepInANewSlotGetsABufferToo) {
+  for (int64_t depth : {1, 3}) {
+    SCOPED_TRACE(depth);
+    auto fake = std::make_shared<FakeDeviceMemory>();
+    ScriptedSource::Options so;
+    so.steps = 3;
+    so.rows_of = [](int s) { return s == 0 ? 0 : 8; };
+    auto source = WrapOrDie(std::make_unique<ScriptedSource>(so), Placed(fake, 2, depth));
+    for (int s = 0; s < 3; ++s) {
+      std::vector<Element> step;
+      bool end = true;
+      ASSERT_TRUE(source->GetNextStep(&step, &end).ok());
+      ASSERT_FALSE(end);
+      ExpectStep(step, s, so.rows_of(s), fake.get());
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 TEST(PinnedReceiveAllocatorTest, ReusesReleasedBuffersOfTheSameSizeClass) {
