@@ -7,6 +7,7 @@
 #include "client/collective.h"
 #include "client/device_prefetcher.h"
 #include "client/end_of_data_agreement.h"
+#include "client/service_job_options.h"
 #include "client/service_step_source.h"
 #include "core/grpc_status.h"
 #include "core/proto_convert.h"
@@ -15,18 +16,6 @@
 
 namespace sluice {
 namespace {
-
-proto::ShardingPolicy ToProto(ServiceShardingPolicy p) {
-  switch (p) {
-    case ServiceShardingPolicy::kAuto: return proto::SHARDING_AUTO;
-    case ServiceShardingPolicy::kFile: return proto::SHARDING_FILE;
-    case ServiceShardingPolicy::kData: return proto::SHARDING_DATA;
-    case ServiceShardingPolicy::kHint: return proto::SHARDING_HINT;
-    case ServiceShardingPolicy::kOff: return proto::SHARDING_OFF;
-    case ServiceShardingPolicy::kDynamic: return proto::SHARDING_DYNAMIC;
-  }
-  return proto::SHARDING_AUTO;
-}
 
 // Calls `rpc` (one attempt: a fresh context with the RPC deadline) until it succeeds, fails
 // with a code other than UNAVAILABLE / DEADLINE_EXCEEDED, or retry_deadline passes.
@@ -98,15 +87,7 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   proto::GetOrCreateJobRequest job;
   job.set_wire_version(proto::WIRE_VERSION_1);
   job.set_job_name(options.job_name);
-  proto::JobOptions* jo = job.mutable_options();
-  jo->set_dataset_id(reg_response.dataset_id());
-  jo->set_num_consumers(options.num_consumers);
-  jo->set_replicas_per_consumer(replicas);
-  jo->set_sharding_policy(ToProto(options.sharding_policy));
-  jo->set_read_mode(options.read_mode == ServiceReadMode::kIndependent
-                        ? proto::READ_MODE_INDEPENDENT
-                        : proto::READ_MODE_COORDINATED);
-  jo->set_num_tasks(options.num_tasks);
+  *job.mutable_options() = JobOptionsProto(options, reg_response.dataset_id(), replicas);
   proto::GetOrCreateJobResponse job_response;
   RETURN_IF_ERROR(WithRetries(options, "GetOrCreateJob", [&](grpc::ClientContext* c) {
     return stub->GetOrCreateJob(c, job, &job_response);

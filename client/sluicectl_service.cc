@@ -29,6 +29,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "client/service_job_options.h"
 #include "client/service_step_source.h"
 #include "client/sluicectl_commands.h"
 #include "core/dataset.h"
@@ -76,18 +77,6 @@ absl::StatusOr<ServiceShardingPolicy> ParseShardingPolicy(const std::string& tex
   if (p == "DYNAMIC") return ServiceShardingPolicy::kDynamic;
   return absl::InvalidArgumentError(absl::StrCat(
       "--sharding_policy must be AUTO, FILE, DATA, HINT, OFF or DYNAMIC, got '", text, "'"));
-}
-
-proto::ShardingPolicy ToProto(ServiceShardingPolicy p) {
-  switch (p) {
-    case ServiceShardingPolicy::kAuto: return proto::SHARDING_AUTO;
-    case ServiceShardingPolicy::kFile: return proto::SHARDING_FILE;
-    case ServiceShardingPolicy::kData: return proto::SHARDING_DATA;
-    case ServiceShardingPolicy::kHint: return proto::SHARDING_HINT;
-    case ServiceShardingPolicy::kOff: return proto::SHARDING_OFF;
-    case ServiceShardingPolicy::kDynamic: return proto::SHARDING_DYNAMIC;
-  }
-  return proto::SHARDING_AUTO;
 }
 
 const char* PolicyName(proto::ShardingPolicy p) {
@@ -216,15 +205,7 @@ absl::StatusOr<SluicectlDataset> MakeServiceDataset(const SluicectlPipelineArgs&
                                     return stub->RegisterDataset(c, reg, &reg_response);
                                   }));
   proto::GetElementSpecRequest spec_request;
-  proto::JobOptions* jo = spec_request.mutable_options();
-  jo->set_dataset_id(reg_response.dataset_id());
-  jo->set_num_consumers(options.num_consumers);
-  jo->set_replicas_per_consumer(replicas);
-  jo->set_sharding_policy(ToProto(options.sharding_policy));
-  jo->set_read_mode(options.read_mode == ServiceReadMode::kIndependent
-                        ? proto::READ_MODE_INDEPENDENT
-                        : proto::READ_MODE_COORDINATED);
-  jo->set_num_tasks(options.num_tasks);
+  *spec_request.mutable_options() = JobOptionsProto(options, reg_response.dataset_id(), replicas);
   proto::GetElementSpecResponse spec_response;
   RETURN_IF_ERROR(CallCoordinator(flags.coordinator, options.retry_deadline, "GetElementSpec",
                                   [&](grpc::ClientContext* c) {
