@@ -126,6 +126,11 @@ class DevicePrefetcher : public StepSource {
 
   absl::Status GetNextStep(std::vector<Element>* replicas, bool* end_of_data) override;
   absl::Status GetNextStepPadded(std::vector<Element>* replicas, bool* end_of_data) override;
+  // The inner source's: the caller's count of steps is what matters, not how far ahead the
+  // rings have read.
+  absl::StatusOr<IteratorCheckpoint> CheckpointAfter(int64_t steps_returned) const override {
+    return inner_->CheckpointAfter(steps_returned);
+  }
 
   // What the rings have allocated so far (for tests and metrics).
   struct Stats {
@@ -159,7 +164,8 @@ class DevicePrefetcher : public StepSource {
   void WaitAll(Entry& entry);
 
   const DevicePrefetchOptions options_;
-  std::unique_ptr<StepSource> inner_;         // used by the thread only, once started
+  // Used by the thread only, once started (but CheckpointAfter, thread-safe, from any).
+  std::unique_ptr<StepSource> inner_;
   std::vector<std::shared_ptr<Ring>> rings_;  // one per replica
 
   mutable absl::Mutex mu_;

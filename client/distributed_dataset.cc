@@ -1,6 +1,12 @@
 #include "sluice/distributed_dataset.h"
 
 #include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace sluice {
 namespace {
@@ -8,7 +14,51 @@ namespace {
 // What TF's OutOfRangeError says at the end of a sequence.
 absl::Status EndOfSequence() { return absl::OutOfRangeError("End of sequence"); }
 
+constexpr absl::string_view kCheckpointMagic = "sluice-iterator/1";
+
 }  // namespace
+
+std::string IteratorCheckpoint::Serialize() const {
+  return absl::StrCat(kCheckpointMagic, " ", job_key, " ", step, " ", epoch, " ", step_in_epoch);
+}
+
+absl::StatusOr<IteratorCheckpoint> IteratorCheckpoint::Parse(absl::string_view bytes) {
+  const std::vector<absl::string_view> parts =
+      absl::StrSplit(absl::StripTrailingAsciiWhitespace(bytes), ' ');
+  if (parts.size() != 5 || parts[0] != kCheckpointMagic) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not an iterator checkpoint (expected '", kCheckpointMagic,
+                     " <job_key> <step> <epoch> <step_in_epoch>'): '",
+                     bytes.substr(0, 120), "'"));
+  }
+  IteratorCheckpoint c;
+  c.job_key = std::string(parts[1]);
+  if (c.job_key.empty() || !absl::SimpleAtoi(parts[2], &c.step) ||
+      !absl::SimpleAtoi(parts[3], &c.epoch) || !absl::SimpleAtoi(parts[4], &c.step_in_epoch) ||
+      c.step < 0 || c.epoch < -1 || c.step_in_epoch < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("iterator checkpoint '", bytes.substr(0, 120),
+                     "': the job key must be non-empty, the step non-negative and the epoch "
+                     "and step in epoch -1 or more"));
+  }
+  return c;
+}
+
+absl::StatusOr<IteratorCheckpoint> StepSource::CheckpointAfter(int64_t) const {
+  return absl::UnimplementedError("this step source has no resumable order");
+}
+
+absl::StatusOr<IteratorCheckpoint> DistributedIterator::Checkpoint() const {
+  if (source_ == nullptr) return absl::FailedPreconditionError("iterator has no step source");
+  absl::StatusOr<IteratorCheckpoint> c = source_->CheckpointAfter(steps_returned_);
+  if (absl::IsUnimplemented(c.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this iterator cannot be checkpointed: only service datasets in a deterministic order "
+        "(sharding policy RANGES or DATA, coordinated reads) can (", c.status().message(),
+        ")"));
+  }
+  return c;
+}
 
 DistributedIterator::DistributedIterator(std::unique_ptr<StepSource> source,
                                          DistributedElementSpec spec)
@@ -24,6 +74,7 @@ absl::StatusOr<PerReplica<Element>> DistributedIterator::GetNext() {
     finished_ = true;
     return EndOfSequence();
   }
+  ++steps_returned_;
   return PerReplica<Element>(std::move(replicas));
 }
 
@@ -41,6 +92,7 @@ absl::StatusOr<std::optional<PerReplica<Element>>> DistributedIterator::GetNextA
     finished_ = true;
     return std::optional<PerReplica<Element>>();
   }
+  ++steps_returned_;
   return std::optional<PerReplica<Element>>(PerReplica<Element>(std::move(replicas)));
 }
 

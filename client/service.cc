@@ -8,6 +8,7 @@
 #include "client/device_prefetcher.h"
 #include "client/end_of_data_agreement.h"
 #include "client/service_job_options.h"
+#include "client/service_security.h"
 #include "client/service_step_source.h"
 #include "core/grpc_status.h"
 #include "core/proto_convert.h"
@@ -73,8 +74,21 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
           "; this consumer is ", options.consumer_index, " of ", options.num_consumers));
     }
   }
+  if (options.sharding_policy == ServiceShardingPolicy::kRanges) {
+    const ServiceOrder& o = options.order;
+    if (o.num_epochs < 1 || o.range_steps < 0 || o.shuffle_block_size < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ServiceOptions.order: num_epochs must be at least 1 (got ", o.num_epochs,
+          "), range_steps and shuffle_block_size non-negative (got ", o.range_steps, ", ",
+          o.shuffle_block_size, ")"));
+    }
+  }
+  if (options.heartbeat_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("ServiceOptions.heartbeat_interval must be positive");
+  }
   const int64_t replicas = strategy.num_local_replicas();
-  auto stub = proto::CoordinatorService::NewStub(DefaultChannel(options.coordinator_address));
+  ASSIGN_OR_RETURN(ChannelFactory channels, ServiceChannelFactory(options.security));
+  auto stub = proto::CoordinatorService::NewStub(channels(options.coordinator_address));
 
   proto::RegisterDatasetRequest reg;
   reg.set_wire_version(proto::WIRE_VERSION_1);
@@ -84,9 +98,10 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
     return stub->RegisterDataset(c, reg, &reg_response);
   }));
 
+  RETURN_IF_ERROR(CheckResume(options, reg_response.dataset_id()));
   proto::GetOrCreateJobRequest job;
   job.set_wire_version(proto::WIRE_VERSION_1);
-  job.set_job_name(options.job_name);
+  job.set_job_name(ServiceJobName(options));
   *job.mutable_options() = JobOptionsProto(options, reg_response.dataset_id(), replicas);
   proto::GetOrCreateJobResponse job_response;
   RETURN_IF_ERROR(WithRetries(options, "GetOrCreateJob", [&](grpc::ClientContext* c) {
@@ -107,6 +122,7 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
 
   ServiceStepSourceOptions source;
   source.coordinator_address = options.coordinator_address;
+  source.channel_factory = channels;
   source.job_id = job_response.job_id();
   source.consumer_index = options.consumer_index;
   source.num_local_replicas = replicas;
@@ -115,6 +131,16 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   source.rpc_deadline = options.rpc_deadline;
   source.retry_deadline = options.retry_deadline;
   source.credits_per_task = options.credits_per_task;
+  source.heartbeat_interval = options.heartbeat_interval;
+  // A RANGES job that fell back to DATA (no random access) is read round-robin like DATA.
+  source.sequential = options.sharding_policy == ServiceShardingPolicy::kRanges &&
+                      job_response.fallback_reason().empty();
+  if (Resumable(options)) {
+    source.checkpoint_job_key = CheckpointJobKey(options, reg_response.dataset_id());
+    source.start_step = options.resume_from.has_value() ? options.resume_from->step : 0;
+    source.steps_per_epoch = job_response.steps_per_epoch() > 0 ? job_response.steps_per_epoch()
+                                                                : -1;
+  }
   InputOptions prefetch;
   prefetch.experimental_fetch_to_device = options.fetch_to_device;
   prefetch.experimental_per_replica_buffer_size = options.per_replica_buffer_size;

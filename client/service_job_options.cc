@@ -1,5 +1,7 @@
 #include "client/service_job_options.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace sluice {
 
 proto::ShardingPolicy ShardingPolicyToProto(ServiceShardingPolicy policy) {
@@ -10,8 +12,18 @@ proto::ShardingPolicy ShardingPolicyToProto(ServiceShardingPolicy policy) {
     case ServiceShardingPolicy::kHint: return proto::SHARDING_HINT;
     case ServiceShardingPolicy::kOff: return proto::SHARDING_OFF;
     case ServiceShardingPolicy::kDynamic: return proto::SHARDING_DYNAMIC;
+    case ServiceShardingPolicy::kRanges: return proto::SHARDING_RANGES;
   }
   return proto::SHARDING_AUTO;
+}
+
+proto::ShuffleMode ShuffleToProto(ServiceShuffle shuffle) {
+  switch (shuffle) {
+    case ServiceShuffle::kNone: return proto::SHUFFLE_NONE;
+    case ServiceShuffle::kFull: return proto::SHUFFLE_FULL;
+    case ServiceShuffle::kBlock: return proto::SHUFFLE_BLOCK;
+  }
+  return proto::SHUFFLE_NONE;
 }
 
 proto::JobOptions JobOptionsProto(const ServiceOptions& options, const std::string& dataset_id,
@@ -25,7 +37,54 @@ proto::JobOptions JobOptionsProto(const ServiceOptions& options, const std::stri
                        ? proto::READ_MODE_INDEPENDENT
                        : proto::READ_MODE_COORDINATED);
   jo.set_num_tasks(options.num_tasks);
+  if (options.sharding_policy == ServiceShardingPolicy::kRanges) {
+    proto::GlobalOrder* order = jo.mutable_order();
+    order->set_seed(options.order.seed);
+    order->set_shuffle(ShuffleToProto(options.order.shuffle));
+    order->set_shuffle_block_size(options.order.shuffle_block_size);
+    order->set_num_epochs(options.order.num_epochs);
+    order->set_range_steps(options.order.range_steps);
+  }
+  if (options.resume_from.has_value()) jo.set_start_step(options.resume_from->step);
   return jo;
+}
+
+bool Resumable(const ServiceOptions& options) {
+  return options.read_mode == ServiceReadMode::kCoordinated &&
+         (options.sharding_policy == ServiceShardingPolicy::kRanges ||
+          options.sharding_policy == ServiceShardingPolicy::kData);
+}
+
+std::string CheckpointJobKey(const ServiceOptions& options, const std::string& dataset_id) {
+  if (options.sharding_policy != ServiceShardingPolicy::kRanges) {
+    return absl::StrCat(dataset_id, ":data");
+  }
+  const ServiceOrder& o = options.order;
+  return absl::StrCat(dataset_id, ":ranges:seed=", o.seed,
+                      ":shuffle=", proto::ShuffleMode_Name(ShuffleToProto(o.shuffle)),
+                      ":block=", o.shuffle_block_size, ":epochs=", o.num_epochs);
+}
+
+absl::Status CheckResume(const ServiceOptions& options, const std::string& dataset_id) {
+  if (!options.resume_from.has_value()) return absl::OkStatus();
+  if (!Resumable(options)) {
+    return absl::InvalidArgumentError(
+        "ServiceOptions.resume_from needs coordinated reads with sharding policy kRanges or "
+        "kData");
+  }
+  const std::string key = CheckpointJobKey(options, dataset_id);
+  if (options.resume_from->job_key != key) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.resume_from is a checkpoint of '", options.resume_from->job_key,
+        "', but this dataset and order are '", key,
+        "': resume with the same pipeline, sharding policy and order (seed, shuffle, epochs)"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ServiceJobName(const ServiceOptions& options) {
+  if (options.job_name.empty() || !options.resume_from.has_value()) return options.job_name;
+  return absl::StrCat(options.job_name, "@", options.resume_from->step);
 }
 
 }  // namespace sluice

@@ -47,10 +47,13 @@ struct ServiceStepSource::Task {
   int64_t next_step = 0;  // the first task step not received yet
   int64_t owed = 0;       // credits to grant for consumed steps
 
-  // The current call, for granting credits and cancelling.
+  // The current call, for granting credits and cancelling, and where and when it was opened
+  // (the monitor cancels it when a later heartbeat places the task elsewhere).
   absl::Mutex write_mu;
   grpc::ClientContext* context ABSL_GUARDED_BY(write_mu) = nullptr;
   Stream* stream ABSL_GUARDED_BY(write_mu) = nullptr;  // null once writes are done
+  std::string address ABSL_GUARDED_BY(write_mu);
+  absl::Time opened ABSL_GUARDED_BY(write_mu);
 };
 
 ServiceStepSource::ServiceStepSource(ServiceStepSourceOptions options)
@@ -98,7 +101,8 @@ absl::StatusOr<std::unique_ptr<ServiceStepSource>> ServiceStepSource::Create(
   proto::ClientHeartbeatResponse tasks;
   while (true) {
     absl::StatusOr<proto::ClientHeartbeatResponse> hb = source->Heartbeat();
-    if (hb.ok() && hb->tasks_size() > 0) {
+    // A sequential job may have no task made yet (or none at all: a resumed job at its end).
+    if (hb.ok() && (o.sequential || hb->tasks_size() > 0)) {
       tasks = *std::move(hb);
       break;
     }
@@ -112,38 +116,131 @@ absl::StatusOr<std::unique_ptr<ServiceStepSource>> ServiceStepSource::Create(
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(1));
   }
-  std::vector<proto::TaskInfo> infos(tasks.tasks().begin(), tasks.tasks().end());
-  std::sort(infos.begin(), infos.end(), [](const proto::TaskInfo& a, const proto::TaskInfo& b) {
-    return a.task_index() < b.task_index();
-  });
-  for (const proto::TaskInfo& info : infos) {
-    auto task = std::make_unique<Task>();
-    task->task_id = info.task_id();
-    task->task_index = info.task_index();
-    source->rotation_.push_back(task.get());
-    source->tasks_.push_back(std::move(task));
+  {
+    absl::MutexLock lock(&source->mu_);
+    if (o.sequential) {
+      source->num_tasks_ = tasks.num_tasks();
+    } else {
+      std::vector<proto::TaskInfo> infos(tasks.tasks().begin(), tasks.tasks().end());
+      std::sort(infos.begin(), infos.end(),
+                [](const proto::TaskInfo& a, const proto::TaskInfo& b) {
+                  return a.task_index() < b.task_index();
+                });
+      for (const proto::TaskInfo& info : infos) {
+        source->rotation_.push_back(source->AddTaskLocked(info.task_id(), info.task_index()));
+      }
+    }
   }
+  if (o.sequential) source->OnHeartbeat(tasks, absl::Now());
   ServiceStepSource* raw = source.get();
-  for (auto& task : source->tasks_) {
-    Task* t = task.get();
-    t->reader = std::thread([raw, t] { raw->ReadTask(t); });
-  }
+  source->monitor_ = std::thread([raw] { raw->Monitor(); });
   return source;
 }
 
+ServiceStepSource::Task* ServiceStepSource::AddTaskLocked(int64_t task_id, int64_t task_index) {
+  auto task = std::make_unique<Task>();
+  task->task_id = task_id;
+  task->task_index = task_index;
+  Task* t = task.get();
+  tasks_[task_id] = std::move(task);
+  t->reader = std::thread([this, t] { ReadTask(t); });
+  return t;
+}
+
+void ServiceStepSource::Monitor() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time until = absl::Now() + options_.heartbeat_interval;
+      while (!shutdown_ && !monitor_wanted_ && absl::Now() < until) {
+        monitor_cv_.WaitWithDeadline(&mu_, until);
+      }
+      if (shutdown_) return;
+      monitor_wanted_ = false;
+    }
+    const absl::Time sent = absl::Now();
+    absl::StatusOr<proto::ClientHeartbeatResponse> hb = Heartbeat();
+    if (hb.ok()) {
+      OnHeartbeat(*hb, sent);
+    } else if (!Retryable(hb.status())) {
+      // The job is gone (finished and removed, or unknown): a sequential reader waiting for
+      // its next task would wait forever. Readers of open tasks report their own errors.
+      absl::MutexLock lock(&mu_);
+      if (monitor_error_.ok()) monitor_error_ = hb.status();
+      cv_.SignalAll();
+    }
+  }
+}
+
+void ServiceStepSource::OnHeartbeat(const proto::ClientHeartbeatResponse& response,
+                                    absl::Time sent) {
+  std::vector<std::pair<Task*, std::string>> placed;  // open tasks and where they are now
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return;
+    if (options_.sequential) {
+      num_tasks_ = response.num_tasks();
+      for (const proto::TaskInfo& info : response.tasks()) {
+        const int64_t index = info.task_index();
+        if (index < next_index_ || index >= next_index_ + options_.max_open_tasks ||
+            tasks_.contains(info.task_id())) {
+          continue;
+        }
+        by_index_[index] = AddTaskLocked(info.task_id(), index);
+      }
+      cv_.SignalAll();
+    }
+    for (const proto::TaskInfo& info : response.tasks()) {
+      auto it = tasks_.find(info.task_id());
+      if (it == tasks_.end() || info.worker_address().empty()) continue;
+      placed.emplace_back(it->second.get(), info.worker_address());
+    }
+  }
+  for (auto& [task, address] : placed) {
+    absl::MutexLock wlock(&task->write_mu);
+    // Only a heartbeat sent after the stream opened can say the stream is on the wrong worker.
+    if (task->context != nullptr && task->address != address && sent > task->opened) {
+      task->context->TryCancel();
+    }
+  }
+}
+
 ServiceStepSource::~ServiceStepSource() {
+  std::vector<Task*> all;
   {
     absl::MutexLock lock(&mu_);
     shutdown_ = true;
     cv_.SignalAll();
+    monitor_cv_.SignalAll();
+    for (auto& [id, task] : tasks_) all.push_back(task.get());
+    for (auto& task : retired_) all.push_back(task.get());
   }
-  for (auto& task : tasks_) {
+  if (monitor_.joinable()) monitor_.join();
+  // No task is added after shutdown_: `all` is complete.
+  for (Task* task : all) {
     absl::MutexLock lock(&task->write_mu);
     if (task->context != nullptr) task->context->TryCancel();
   }
-  for (auto& task : tasks_) {
+  for (Task* task : all) {
     if (task->reader.joinable()) task->reader.join();
   }
+}
+
+absl::StatusOr<IteratorCheckpoint> ServiceStepSource::CheckpointAfter(
+    int64_t steps_returned) const {
+  if (options_.checkpoint_job_key.empty()) {
+    return absl::UnimplementedError(
+        "the job's order is not deterministic (sharding policy other than RANGES or DATA, or "
+        "independent reads)");
+  }
+  IteratorCheckpoint c;
+  c.job_key = options_.checkpoint_job_key;
+  c.step = options_.start_step + steps_returned;
+  if (options_.steps_per_epoch > 0) {
+    c.epoch = c.step / options_.steps_per_epoch;
+    c.step_in_epoch = c.step % options_.steps_per_epoch;
+  }
+  return c;
 }
 
 void ServiceStepSource::ReadTask(Task* task) {
@@ -244,6 +341,8 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
     task->owed = 0;  // the new stream's initial credits account for them
     task->context = &context;
     task->stream = stream.get();
+    task->address = address;
+    task->opened = absl::Now();
   }
   bool sent;
   {
@@ -339,6 +438,57 @@ void ServiceStepSource::GrantCredits(Task* task) {
   task->stream->Write(EncodeConsumerMessage(m));  // a broken call is noticed by the reader
 }
 
+absl::Status ServiceStepSource::NextSequentialLocked(Task** granted,
+                                                   std::vector<Element>* replicas,
+                                                   bool* end_of_data) {
+  absl::Time waiting_since = absl::Now();
+  int64_t waiting_for = next_index_;
+  while (true) {
+    if (num_tasks_ >= 0 && next_index_ >= num_tasks_) {
+      *end_of_data = true;
+      return absl::OkStatus();
+    }
+    auto it = by_index_.find(next_index_);
+    if (it != by_index_.end()) {
+      Task* t = it->second;
+      if (!t->queue.empty()) {
+        *replicas = std::move(t->queue.front());
+        t->queue.pop_front();
+        ++t->owed;
+        *granted = t;
+        *end_of_data = false;
+        return absl::OkStatus();
+      }
+      if (!t->error.ok()) return t->error;
+      if (t->ended) {
+        // Read to its end: its reader is finishing; join it later, outside the lock.
+        by_index_.erase(it);
+        auto owned = tasks_.find(t->task_id);
+        retired_.push_back(std::move(owned->second));
+        tasks_.erase(owned);
+        ++next_index_;
+        monitor_wanted_ = true;  // open the tasks now in the window
+        monitor_cv_.Signal();
+        continue;
+      }
+    } else {
+      if (!monitor_error_.ok()) return monitor_error_;
+      if (waiting_for != next_index_) {
+        waiting_for = next_index_;
+        waiting_since = absl::Now();
+      }
+      if (absl::Now() - waiting_since > options_.retry_deadline) {
+        return absl::UnavailableError(absl::StrCat(
+            "task ", next_index_, " of the ", num_tasks_, " of job ", options_.job_id,
+            " was not made or assigned to a worker within ",
+            absl::FormatDuration(options_.retry_deadline), " (coordinator ",
+            options_.coordinator_address, ")"));
+      }
+    }
+    cv_.WaitWithTimeout(&mu_, options_.heartbeat_interval);
+  }
+}
+
 absl::Status ServiceStepSource::GetNextStep(std::vector<Element>* replicas, bool* end_of_data) {
   if (!status_.ok()) return status_;
   if (finished_) {
@@ -346,6 +496,29 @@ absl::Status ServiceStepSource::GetNextStep(std::vector<Element>* replicas, bool
     return absl::OkStatus();
   }
   Task* granted = nullptr;
+  if (options_.sequential) {
+    std::vector<std::unique_ptr<Task>> retired;
+    absl::Status s;
+    {
+      absl::MutexLock lock(&mu_);
+      s = NextSequentialLocked(&granted, replicas, end_of_data);
+      // Readers of ended tasks return right after the end: join those that have.
+      retired.swap(retired_);
+    }
+    for (auto& task : retired) {
+      if (task->reader.joinable()) task->reader.join();
+    }
+    if (!s.ok()) {
+      status_ = s;
+      return s;
+    }
+    if (*end_of_data) {
+      finished_ = true;
+      return absl::OkStatus();
+    }
+    GrantCredits(granted);
+    return absl::OkStatus();
+  }
   {
     absl::MutexLock lock(&mu_);
     while (true) {

@@ -8,13 +8,19 @@
 //
 // Coordinated mode follows the schedule of docs/SERVICE.md: tasks round-robin in task order,
 // one step each, a task leaving the rotation at its end; the data ends when every task has.
-// Independent mode takes the next step of whichever task has one.
+// Independent mode takes the next step of whichever task has one. Sequential mode (a
+// SHARDING_RANGES job: task i is range i of the job's global steps) reads task 0 to its end,
+// then task 1, ...; the tasks are made by the coordinator as workers have room, so a monitor
+// thread keeps asking ClientHeartbeat and opens the streams of the next max_open_tasks tasks
+// ahead as they appear; the data ends after the last of the job's num_tasks.
 //
 // Failures: when a stream breaks (worker gone, UNAVAILABLE), its reader asks the coordinator
 // for the task's worker (possibly a new one) and reopens the stream at the first task step it
 // has not received, retrying with exponential backoff until retry_deadline has passed without
 // progress; then, and for any other error, GetNextStep fails with a message naming the task and
-// the worker address.
+// the worker address. A stream that does not break but whose task the coordinator has moved to
+// another worker (the old worker's link was cut: no TCP error arrives, only the coordinator's
+// heartbeat timeout) is cancelled by the monitor, so the reader moves too.
 //
 // Not thread-safe (one caller at a time, like the DistributedIterator that owns it); the
 // destructor cancels the streams and joins the reader threads.
@@ -24,6 +30,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -60,6 +67,17 @@ struct ServiceStepSourceOptions {
   int64_t credits_per_task = 4;
   TensorAllocator allocator;
   ChannelFactory channel_factory;  // empty: DefaultChannel
+  // SHARDING_RANGES: read tasks in task_index order, each to its end (see above).
+  bool sequential = false;
+  // Sequential: tasks streamed at once (the one being read and the next ones).
+  int64_t max_open_tasks = 8;
+  // How often the monitor asks ClientHeartbeat (new tasks, moved tasks).
+  absl::Duration heartbeat_interval = absl::Milliseconds(200);
+  // Checkpoints (CheckpointAfter): empty job key = not resumable. The job's first step in
+  // its sequence and its epoch length (-1: unknown).
+  std::string checkpoint_job_key;
+  int64_t start_step = 0;
+  int64_t steps_per_epoch = -1;
 };
 
 class ServiceStepSource : public StepSource {
@@ -70,12 +88,21 @@ class ServiceStepSource : public StepSource {
   ~ServiceStepSource() override;
 
   absl::Status GetNextStep(std::vector<Element>* replicas, bool* end_of_data) override;
+  absl::StatusOr<IteratorCheckpoint> CheckpointAfter(int64_t steps_returned) const override;
 
  private:
   struct Task;
 
   explicit ServiceStepSource(ServiceStepSourceOptions options);
   absl::StatusOr<proto::ClientHeartbeatResponse> Heartbeat();
+  // Adds a task and starts its reader. Requires !shutdown_.
+  Task* AddTaskLocked(int64_t task_id, int64_t task_index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The monitor thread: heartbeats every heartbeat_interval (sooner when woken), opens the next
+  // sequential tasks, cancels streams of moved tasks.
+  void Monitor();
+  void OnHeartbeat(const proto::ClientHeartbeatResponse& response, absl::Time sent);
+  absl::Status NextSequentialLocked(Task** granted, std::vector<Element>* replicas,
+                                    bool* end_of_data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
   void ReadTask(Task* task);
   // One StreamSteps call on `address`; returns how it ended (OK at the end of the task) and
@@ -86,7 +113,7 @@ class ServiceStepSource : public StepSource {
 
   const ServiceStepSourceOptions options_;
   std::unique_ptr<proto::CoordinatorService::Stub> coordinator_;
-  std::vector<std::unique_ptr<Task>> tasks_;  // in task_index order; fixed after Create
+  std::thread monitor_;
 
   absl::Mutex channels_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
@@ -96,12 +123,27 @@ class ServiceStepSource : public StepSource {
   absl::Mutex mu_;
   absl::CondVar cv_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  // Every task read so far (round-robin: all of the job's, made in Create), by task id.
+  absl::flat_hash_map<int64_t, std::unique_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
 
   // The caller's place in the round-robin (coordinated) and the tasks still in it.
   std::vector<Task*> rotation_;
   size_t next_ = 0;
   bool finished_ = false;
   absl::Status status_;
+
+  // Sequential: the open tasks by task_index, the index being read, the job's number of tasks
+  // (-1 until the first heartbeat), a failure the monitor saw (the job is gone), and when the
+  // caller started waiting for the current index to appear.
+  std::map<int64_t, Task*> by_index_ ABSL_GUARDED_BY(mu_);
+  int64_t next_index_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t num_tasks_ ABSL_GUARDED_BY(mu_) = -1;
+  absl::Status monitor_error_ ABSL_GUARDED_BY(mu_);
+  // Tasks read to their end whose reader threads are still to be joined (sequential).
+  std::vector<std::unique_ptr<Task>> retired_ ABSL_GUARDED_BY(mu_);
+  // Wakes the monitor early (the caller moved to a task not open yet).
+  absl::CondVar monitor_cv_;
+  bool monitor_wanted_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace sluice

@@ -2,7 +2,11 @@
 // per-replica values, or print its element_spec, as TensorFlow prints them (--format=tf) or as
 // JSON lines (--format=json). In local mode the pipeline runs in this process; with
 // --coordinator the registered coordinator maker supplies the DistributedDataset.
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -74,7 +78,25 @@ int ReadPipelineFlags(const std::string& command, const std::vector<std::string>
   return kExitOk;
 }
 
+// Writes the checkpoint to `path` through a temporary file and a rename, so that a reader (or a
+// restarted run) never sees a partial file.
+absl::Status SaveCheckpoint(const IteratorCheckpoint& checkpoint, const std::string& path) {
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << checkpoint.Serialize() << "\n";
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat("--save_state: cannot write '", temp, "'"));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("--save_state: cannot rename '", temp, "' to '",
+                                            path, "': ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunSteps(const SluicectlPipelineArgs& args, OutputFormat format, int64_t steps) {
+  const std::string save_state = absl::GetFlag(FLAGS_save_state);
   ASSIGN_OR_RETURN(SluicectlDataset ds, MakeSluicectlDataset(args));
   if (steps < 0 && ds.input_cardinality == kInfiniteCardinality) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -93,6 +115,16 @@ absl::Status RunSteps(const SluicectlPipelineArgs& args, OutputFormat format, in
       std::cout << FormatRunStepJson(step, *x) << "\n";
     }
     std::cout.flush();
+    if (!save_state.empty()) {
+      ASSIGN_OR_RETURN(IteratorCheckpoint checkpoint, it.Checkpoint());
+      RETURN_IF_ERROR(SaveCheckpoint(checkpoint, save_state));
+    }
+  }
+  if (!save_state.empty()) {
+    // Also at the end (and before the first step of an empty run): the state says where the
+    // next run starts.
+    ASSIGN_OR_RETURN(IteratorCheckpoint checkpoint, it.Checkpoint());
+    RETURN_IF_ERROR(SaveCheckpoint(checkpoint, save_state));
   }
   return absl::OkStatus();
 }
@@ -143,7 +175,7 @@ SLUICECTL_REGISTER_COMMAND({
     .name = "run",
     .synopsis = "run --pipeline=EXPR --devices=GPU:0,GPU:1 [--steps=N] [--num_workers=W "
                 "--worker_index=I --auto_shard_policy=AUTO|FILE|DATA|HINT|OFF] "
-                "[--format=tf|json] [--coordinator=HOST:PORT]",
+                "[--format=tf|json] [--coordinator=HOST:PORT] [--save_state=FILE]",
     .help = "Distributes the pipeline over the devices as strategy.experimental_distribute_dataset\n"
             "does and prints each step's per-replica value: --format=tf as Python's\n"
             "`for x in dist_dataset: print(x)`, --format=json one JSON object per step.\n"
@@ -152,7 +184,8 @@ SLUICECTL_REGISTER_COMMAND({
               "format", "coordinator",
               // Service mode (client/sluicectl_service.cc).
               "job", "consumer_index", "num_consumers", "sharding_policy", "read_mode",
-              "num_tasks", "retry_deadline"},
+              "num_tasks", "retry_deadline", "seed", "shuffle", "shuffle_block_size", "epochs",
+              "range_steps", "resume_state", "save_state"},
     .run = &RunMain,
 });
 

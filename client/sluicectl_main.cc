@@ -1,10 +1,12 @@
 // sluicectl: the command-line tool. main(), the subcommand table, command-line parsing and
 // usage. The subcommands live in the other client/sluicectl_*.cc files (sluicectl_commands.h
 // says how to add one).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,10 +15,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/sluicectl_commands.h"
+#include "client/sluicectl_security.h"
 #include "core/plugin_loader.h"
+#include "sluice/cluster_spec.h"
 
 ABSL_FLAG(std::string, pipeline, "",
           "The input pipeline as a tf.data expression, e.g. "
@@ -24,6 +29,9 @@ ABSL_FLAG(std::string, pipeline, "",
 ABSL_FLAG(std::string, devices, "GPU:0",
           "Comma-separated local devices, one replica each, e.g. GPU:0,GPU:1.");
 ABSL_FLAG(int64_t, steps, -1, "Steps to print; default: until the end of data.");
+ABSL_FLAG(std::string, save_state, "",
+          "run: after each printed step, write the iterator's checkpoint to this file (atomically)"
+          "; --resume_state continues from it. Service mode, RANGES or DATA, coordinated.");
 ABSL_FLAG(int64_t, num_workers, 1, "Number of input workers (trainer processes) in all.");
 ABSL_FLAG(int64_t, worker_index, 0, "This process's index among the input workers.");
 ABSL_FLAG(std::string, auto_shard_policy, "AUTO",
@@ -35,6 +43,82 @@ ABSL_FLAG(std::vector<std::string>, plugin, {},
           "(comma-separated; core/plugin_api.h). Accepted by every command.");
 ABSL_FLAG(std::string, coordinator, "",
           "host:port of a Sluice coordinator; empty: run the pipeline in this process.");
+ABSL_FLAG(std::string, cluster_spec, "",
+          "A TF_CONFIG-style JSON cluster spec file (sluice/cluster_spec.h) giving --coordinator, "
+          "--consumer_index and --num_consumers where they are not given as flags; without it "
+          "SLUICE_CLUSTER, TF_CONFIG, SLUICE_COORDINATOR and Slurm's SLURM_PROCID/SLURM_NTASKS "
+          "are read. Accepted by every command.");
+
+namespace sluice {
+namespace {
+
+// Whether `--name` (or -name, --name=V, --name V) appears before a "--" in argv.
+bool FlagOnCommandLine(int argc, char** argv, const std::string& name) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") return false;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    const std::string body = arg.substr(arg[1] == '-' ? 2 : 1);
+    if (body == name || absl::StartsWith(body, name + "=")) return true;
+  }
+  return false;
+}
+
+// Fills --coordinator, --consumer_index and --num_consumers, for a command that takes them and
+// where the command line does not give them, from the cluster spec (--cluster_spec, the
+// environment; sluice/cluster_spec.h). Prints where they came from on stderr when any did not
+// come from a flag or a default.
+absl::Status ApplyClusterSpec(const SluicectlCommand& command, int argc, char** argv) {
+  auto takes = [&](const std::string& name) {
+    return std::find(command.flags.begin(), command.flags.end(), name) != command.flags.end();
+  };
+  const bool wants_coordinator = takes("coordinator");
+  const bool wants_consumer = takes("consumer_index") && takes("num_consumers");
+  if (!wants_coordinator && !wants_consumer) return absl::OkStatus();
+  ClusterSpecSources sources = ClusterSpecSources::FromProcess();
+  sources.spec_file = absl::GetFlag(FLAGS_cluster_spec);
+  auto int_flag = [](const std::string& name) -> std::optional<int64_t> {
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    int64_t v = 0;
+    if (flag == nullptr || !absl::SimpleAtoi(flag->CurrentValue(), &v)) return std::nullopt;
+    return v;
+  };
+  if (FlagOnCommandLine(argc, argv, "coordinator")) {
+    sources.flag_coordinator = absl::GetFlag(FLAGS_coordinator);
+  }
+  if (!wants_consumer || FlagOnCommandLine(argc, argv, "consumer_index")) {
+    sources.flag_consumer_index = wants_consumer ? int_flag("consumer_index") : 0;
+  }
+  if (!wants_consumer || FlagOnCommandLine(argc, argv, "num_consumers")) {
+    sources.flag_num_consumers = wants_consumer ? int_flag("num_consumers") : 1;
+  }
+  absl::StatusOr<ClusterConfig> config = ResolveClusterConfig(sources);
+  if (!config.ok()) return config.status();
+  bool from_spec = false;
+  if (wants_coordinator && !sources.flag_coordinator.has_value() &&
+      config->coordinator_source != "default") {
+    absl::SetFlag(&FLAGS_coordinator, config->coordinator_address);
+    from_spec = true;
+  }
+  std::string error;
+  if (wants_consumer && config->consumer_index_source != "--consumer_index" &&
+      config->consumer_index_source != "default") {
+    absl::FindCommandLineFlag("consumer_index")
+        ->ParseFrom(absl::StrCat(config->consumer_index), &error);
+    from_spec = true;
+  }
+  if (wants_consumer && config->num_consumers_source != "--num_consumers" &&
+      config->num_consumers_source != "default") {
+    absl::FindCommandLineFlag("num_consumers")
+        ->ParseFrom(absl::StrCat(config->num_consumers), &error);
+    from_spec = true;
+  }
+  if (from_spec) std::cerr << "sluicectl: cluster spec: " << config->DebugString() << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace sluice
 
 namespace sluice {
 namespace {
@@ -58,6 +142,8 @@ void PrintUsage(std::ostream& out) {
   out << "\n"
          "Run `sluicectl help <command>` for a command's flags.\n"
          "Global flag: --plugin=PATH[,PATH...] loads custom-op plugins first.\n"
+         "Global flag: --cluster_spec=FILE (or $SLUICE_CLUSTER, $TF_CONFIG, Slurm's environment)\n"
+         "  gives --coordinator, --consumer_index, --num_consumers when not set as flags.\n"
          "Exit codes: 0 success, 1 error, 2 usage error.\n";
 }
 
@@ -137,8 +223,12 @@ int ParseCommandLine(int argc, char** argv, const SluicectlCommand** command,
     }
   }
   const std::string where = command_name;
-  std::set<std::string> accepted = {"plugin"};  // global flags
+  std::set<std::string> accepted = {"plugin", "cluster_spec"};  // global flags
   if (*command != nullptr) accepted.insert((*command)->flags.begin(), (*command)->flags.end());
+  // Commands that dial the service take the security flags (client/sluicectl_security.h).
+  if (accepted.count("coordinator")) {
+    accepted.insert(std::begin(kSluicectlSecurityFlags), std::end(kSluicectlSecurityFlags));
+  }
 
   for (FlagArg& fa : flag_args) {
     std::string name = fa.name;
@@ -238,6 +328,7 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (absl::Status s = LoadPlugins(absl::GetFlag(FLAGS_plugin)); !s.ok()) return ReportError(s);
+  if (absl::Status s = ApplyClusterSpec(*command, argc, argv); !s.ok()) return ReportError(s);
   rc = command->run(args);
   std::cout.flush();
   return rc;

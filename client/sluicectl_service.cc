@@ -14,9 +14,11 @@
 // the first iterator, so only `run` creates or joins a job.
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +34,7 @@
 #include "client/service_job_options.h"
 #include "client/service_step_source.h"
 #include "client/sluicectl_commands.h"
+#include "client/sluicectl_security.h"
 #include "core/dataset.h"
 #include "core/grpc_status.h"
 #include "core/json_value.h"
@@ -54,10 +57,29 @@ ABSL_FLAG(std::string, read_mode, "coordinated",
           "lockstep) or independent (each consumer reads its own stream).");
 ABSL_FLAG(int64_t, num_tasks, 0,
           "Service mode, static policies: number of tasks; 0: one per registered worker.");
+ABSL_FLAG(uint64_t, seed, 0, "Service mode, --sharding_policy=RANGES: the order's seed.");
+ABSL_FLAG(std::string, shuffle, "none",
+          "Service mode, --sharding_policy=RANGES: none (record order), full (a seeded "
+          "permutation of every record) or block (seeded blocks, shuffled within).");
+ABSL_FLAG(int64_t, shuffle_block_size, 0,
+          "Service mode, --shuffle=block: records per block; 0: the coordinator's default.");
+ABSL_FLAG(int64_t, epochs, 1,
+          "Service mode, --sharding_policy=RANGES: epochs, each reshuffled with (seed, epoch).");
+ABSL_FLAG(int64_t, range_steps, 0,
+          "Service mode, --sharding_policy=RANGES: global steps per range handed to a worker; "
+          "0: the coordinator's default.");
+ABSL_FLAG(std::string, resume_state, "",
+          "Service mode: a file written by --save_state; the run continues the sequence that "
+          "run had reached (same pipeline, policy and order; any number of workers).");
 ABSL_FLAG(absl::Duration, retry_deadline, absl::Seconds(60),
           "Service mode: how long an unavailable coordinator or worker is retried before the "
           "command fails.");
 
+ABSL_FLAG(bool, watch, false,
+          "status: refresh the table every --interval (clearing the screen) until interrupted "
+          "or --watch_count frames were shown; throughput comes from consecutive frames.");
+ABSL_FLAG(absl::Duration, interval, absl::Seconds(2), "status --watch: time between frames.");
+ABSL_FLAG(int64_t, watch_count, 0, "status --watch: stop after this many frames; 0: never.");
 namespace sluice {
 namespace {
 
@@ -75,8 +97,19 @@ absl::StatusOr<ServiceShardingPolicy> ParseShardingPolicy(const std::string& tex
   if (p == "HINT") return ServiceShardingPolicy::kHint;
   if (p == "OFF") return ServiceShardingPolicy::kOff;
   if (p == "DYNAMIC") return ServiceShardingPolicy::kDynamic;
+  if (p == "RANGES") return ServiceShardingPolicy::kRanges;
   return absl::InvalidArgumentError(absl::StrCat(
-      "--sharding_policy must be AUTO, FILE, DATA, HINT, OFF or DYNAMIC, got '", text, "'"));
+      "--sharding_policy must be AUTO, FILE, DATA, HINT, OFF, DYNAMIC or RANGES, got '", text,
+      "'"));
+}
+
+absl::StatusOr<ServiceShuffle> ParseShuffle(const std::string& text) {
+  const std::string s = absl::AsciiStrToLower(text);
+  if (s == "none") return ServiceShuffle::kNone;
+  if (s == "full") return ServiceShuffle::kFull;
+  if (s == "block") return ServiceShuffle::kBlock;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--shuffle must be none, full or block, got '", text, "'"));
 }
 
 const char* PolicyName(proto::ShardingPolicy p) {
@@ -87,6 +120,7 @@ const char* PolicyName(proto::ShardingPolicy p) {
     case proto::SHARDING_HINT: return "HINT";
     case proto::SHARDING_OFF: return "OFF";
     case proto::SHARDING_DYNAMIC: return "DYNAMIC";
+    case proto::SHARDING_RANGES: return "RANGES";
     default: return "?";
   }
 }
@@ -128,9 +162,34 @@ absl::StatusOr<ServiceFlags> ReadServiceFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--num_tasks must be non-negative, got ", o.num_tasks));
   }
+  ASSIGN_OR_RETURN(o.security, SluicectlSecurity());
   o.retry_deadline = absl::GetFlag(FLAGS_retry_deadline);
   if (o.retry_deadline < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--retry_deadline must be non-negative");
+  }
+  o.order.seed = absl::GetFlag(FLAGS_seed);
+  ASSIGN_OR_RETURN(o.order.shuffle, ParseShuffle(absl::GetFlag(FLAGS_shuffle)));
+  o.order.shuffle_block_size = absl::GetFlag(FLAGS_shuffle_block_size);
+  o.order.num_epochs = absl::GetFlag(FLAGS_epochs);
+  o.order.range_steps = absl::GetFlag(FLAGS_range_steps);
+  if (o.order.num_epochs < 1 || o.order.range_steps < 0 || o.order.shuffle_block_size < 0) {
+    return absl::InvalidArgumentError(
+        "--epochs must be at least 1; --range_steps and --shuffle_block_size non-negative");
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_resume_state); !path.empty()) {
+    std::ifstream in(path);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--resume_state: cannot read '", path, "'"));
+    }
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    absl::StatusOr<IteratorCheckpoint> c = IteratorCheckpoint::Parse(bytes.str());
+    if (!c.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--resume_state '", path, "': ", c.status().message()));
+    }
+    o.resume_from = *std::move(c);
   }
   return f;
 }
@@ -183,6 +242,11 @@ class IteratorStepSource : public StepSource {
     return absl::OkStatus();
   }
 
+  // The wrapped iterator returned exactly the steps this source did.
+  absl::StatusOr<IteratorCheckpoint> CheckpointAfter(int64_t) const override {
+    return it_.Checkpoint();
+  }
+
  private:
   DistributedIterator it_;
 };
@@ -195,7 +259,8 @@ absl::StatusOr<SluicectlDataset> MakeServiceDataset(const SluicectlPipelineArgs&
   const ServiceOptions& options = flags.options;
   const int64_t replicas = strategy.num_local_replicas();
 
-  auto stub = proto::CoordinatorService::NewStub(DefaultChannel(flags.coordinator));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, SluicectlChannel(flags.coordinator));
+  auto stub = proto::CoordinatorService::NewStub(channel);
   proto::RegisterDatasetRequest reg;
   reg.set_wire_version(proto::WIRE_VERSION_1);
   reg.set_pipeline(args.pipeline);
@@ -242,7 +307,9 @@ int RegisterMain(const std::vector<std::string>& positional) {
   const std::string pipeline = absl::GetFlag(FLAGS_pipeline);
   if (pipeline.empty()) return ReportUsageError("register", "--pipeline is required");
   // The coordinator parses the expression: a malformed one comes back as its INVALID_ARGUMENT.
-  auto stub = proto::CoordinatorService::NewStub(DefaultChannel(coordinator));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = SluicectlChannel(coordinator);
+  if (!channel.ok()) return ReportError(channel.status());
+  auto stub = proto::CoordinatorService::NewStub(*channel);
   proto::RegisterDatasetRequest request;
   request.set_wire_version(proto::WIRE_VERSION_1);
   request.set_pipeline(pipeline);
@@ -289,7 +356,29 @@ int64_t TasksFinished(const proto::JobStatus& job) {
   return n;
 }
 
-std::string StatusTable(const std::string& coordinator, const proto::GetStatusResponse& r) {
+// Finished tasks over tasks, as a percentage; 100% once the job finished.
+std::string JobProgress(const proto::JobStatus& j) {
+  if (j.finished()) return "100%";
+  if (j.tasks_size() == 0) return "0%";
+  return absl::StrFormat("%.0f%%", 100.0 * static_cast<double>(TasksFinished(j)) / j.tasks_size());
+}
+
+// Steps delivered per second between two samples of the same job; "-" without a previous one.
+std::string JobThroughput(const proto::JobStatus& j, const proto::GetStatusResponse* previous,
+                          double elapsed_seconds) {
+  if (previous == nullptr || elapsed_seconds <= 0) return "-";
+  for (const proto::JobStatus& p : previous->jobs()) {
+    if (p.job_id() != j.job_id()) continue;
+    const int64_t delta = std::max<int64_t>(j.steps_delivered() - p.steps_delivered(), 0);
+    return absl::StrFormat("%.1f", static_cast<double>(delta) / elapsed_seconds);
+  }
+  return "-";
+}
+
+// `previous`, taken `elapsed_seconds` earlier, gives the throughput column (nullptr: "-").
+std::string StatusTable(const std::string& coordinator, const proto::GetStatusResponse& r,
+                        const proto::GetStatusResponse* previous = nullptr,
+                        double elapsed_seconds = 0) {
   int64_t alive = 0;
   for (const proto::WorkerStatus& w : r.workers()) alive += w.alive() ? 1 : 0;
   std::string out = absl::StrCat("coordinator ", coordinator, ": ", r.workers_size(),
@@ -306,6 +395,7 @@ std::string StatusTable(const std::string& coordinator, const proto::GetStatusRe
   out += "\nJOBS\n";
   std::vector<std::vector<std::string>> jobs = {{"ID", "NAME", "DATASET", "CONSUMERS",
                                                  "REPLICAS", "POLICY", "MODE", "TASKS FINISHED",
+                                                 "PROGRESS", "STEPS DELIVERED", "STEPS/S",
                                                  "FINISHED"}};
   for (const proto::JobStatus& j : r.jobs()) {
     const proto::JobOptions& o = j.options();
@@ -313,8 +403,9 @@ std::string StatusTable(const std::string& coordinator, const proto::GetStatusRe
                     o.dataset_id(), absl::StrCat(o.num_consumers()),
                     absl::StrCat(o.replicas_per_consumer()), PolicyName(o.sharding_policy()),
                     o.read_mode() == proto::READ_MODE_INDEPENDENT ? "independent" : "coordinated",
-                    absl::StrCat(TasksFinished(j), "/", j.tasks_size()),
-                    j.finished() ? "yes" : "no"});
+                    absl::StrCat(TasksFinished(j), "/", j.tasks_size()), JobProgress(j),
+                    absl::StrCat(j.steps_delivered()),
+                    JobThroughput(j, previous, elapsed_seconds), j.finished() ? "yes" : "no"});
   }
   out += FormatTable(jobs);
   return out;
@@ -357,6 +448,9 @@ std::string StatusJson(const proto::GetStatusResponse& r) {
                                             : "coordinated")},
         {"tasks", JsonValue::Array(std::move(tasks))},
         {"tasks_finished", JsonValue::Integer(TasksFinished(j))},
+        {"steps_delivered", JsonValue::Integer(j.steps_delivered())},
+        {"bytes_delivered", JsonValue::Integer(j.bytes_delivered())},
+        {"steps_produced", JsonValue::Integer(j.steps_produced())},
         {"finished", JsonValue::Bool(j.finished())},
     }));
   }
@@ -380,18 +474,45 @@ int StatusMain(const std::vector<std::string>& positional) {
     return ReportUsageError("status",
                             absl::StrCat("--format must be table or json, got '", format, "'"));
   }
-  auto stub = proto::CoordinatorService::NewStub(DefaultChannel(coordinator));
-  proto::GetStatusRequest request;
-  proto::GetStatusResponse response;
-  absl::Status s = CallCoordinator(coordinator, absl::GetFlag(FLAGS_retry_deadline), "GetStatus",
-                                   [&](grpc::ClientContext* c) {
-                                     return stub->GetStatus(c, request, &response);
-                                   });
-  if (!s.ok()) return ReportError(s);
-  if (format == "json") {
-    std::cout << StatusJson(response) << "\n";
-  } else {
-    std::cout << StatusTable(coordinator, response);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = SluicectlChannel(coordinator);
+  if (!channel.ok()) return ReportError(channel.status());
+  auto stub = proto::CoordinatorService::NewStub(*channel);
+  const bool watch = absl::GetFlag(FLAGS_watch);
+  const absl::Duration interval = absl::GetFlag(FLAGS_interval);
+  const int64_t watch_count = absl::GetFlag(FLAGS_watch_count);
+  if (watch && (interval <= absl::ZeroDuration() || watch_count < 0)) {
+    return ReportUsageError("status", "--interval must be positive and --watch_count >= 0");
+  }
+  std::optional<proto::GetStatusResponse> previous;
+  absl::Time previous_at;
+  for (int64_t frame = 1;; ++frame) {
+    proto::GetStatusRequest request;
+    proto::GetStatusResponse response;
+    absl::Status s = CallCoordinator(coordinator, absl::GetFlag(FLAGS_retry_deadline),
+                                     "GetStatus", [&](grpc::ClientContext* c) {
+                                       return stub->GetStatus(c, request, &response);
+                                     });
+    if (!s.ok()) return ReportError(s);
+    const absl::Time now = absl::Now();
+    if (format == "json") {
+      std::cout << StatusJson(response) << "\n";
+    } else {
+      // Clear the screen and home the cursor, then the frame.
+      if (watch) std::cout << "\x1b[H\x1b[2J";
+      std::cout << StatusTable(coordinator, response, previous ? &*previous : nullptr,
+                               previous ? absl::ToDoubleSeconds(now - previous_at) : 0);
+      if (watch) {
+        std::cout << "\n" << absl::FormatTime("%H:%M:%S", now, absl::LocalTimeZone())
+                  << "  every " << absl::FormatDuration(interval) << ", frame " << frame
+                  << (watch_count > 0 ? absl::StrCat(" of ", watch_count) : std::string())
+                  << "\n";
+      }
+    }
+    std::cout.flush();
+    if (!watch || (watch_count > 0 && frame >= watch_count)) break;
+    previous = std::move(response);
+    previous_at = now;
+    absl::SleepFor(interval);
   }
   return kExitOk;
 }
@@ -409,11 +530,15 @@ SLUICECTL_REGISTER_COMMAND({
 
 SLUICECTL_REGISTER_COMMAND({
     .name = "status",
-    .synopsis = "status --coordinator=HOST:PORT [--format=table|json]",
+    .synopsis = "status --coordinator=HOST:PORT [--format=table|json] [--watch [--interval=2s] "
+                "[--watch_count=N]]",
     .help = "Prints the coordinator's workers (address, liveness, heartbeat age, tasks) and\n"
-            "jobs (name, consumers, replicas, policy, read mode, tasks finished) as a table,\n"
-            "or as one JSON object with --format=json.",
-    .flags = {"coordinator", "format", "retry_deadline"},
+            "jobs (name, consumers, replicas, policy, read mode, tasks finished, progress,\n"
+            "steps delivered) as a table, or as one JSON object with --format=json.\n"
+            "--watch clears the screen and prints the table again every --interval, with each\n"
+            "job's throughput (steps delivered per second since the previous frame), until\n"
+            "interrupted or --watch_count frames were shown.",
+    .flags = {"coordinator", "format", "retry_deadline", "watch", "interval", "watch_count"},
     .run = &StatusMain,
 });
 

@@ -13,17 +13,46 @@
 #ifndef SLUICE_CLIENT_DISTRIBUTED_DATASET_H_
 #define SLUICE_CLIENT_DISTRIBUTED_DATASET_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/element.h"
 #include "sluice/per_replica.h"
 
 namespace sluice {
+
+// Where an iterator stands in its job's sequence of global steps, to be saved with a model
+// checkpoint and passed back as ServiceOptions::resume_from (sluice/service.h) after a restart:
+// the resumed iterator returns exactly the steps this one had not returned yet, whatever the
+// number of input workers then. A few bytes; only service datasets in a deterministic order
+// (SHARDING_RANGES, or SHARDING_DATA) have one.
+struct IteratorCheckpoint {
+  // Which sequence: the dataset's id and the order options that fix its steps.
+  std::string job_key;
+  // The next global step to return, counted from the start of the sequence.
+  int64_t step = 0;
+  // step = epoch * steps_per_epoch + step_in_epoch when the job knows its epoch length; both
+  // -1 otherwise.
+  int64_t epoch = -1;
+  int64_t step_in_epoch = -1;
+
+  // "sluice-iterator/1 <job_key> <step> <epoch> <step_in_epoch>".
+  std::string Serialize() const;
+  // INVALID_ARGUMENT naming what is wrong for anything Serialize() did not write.
+  static absl::StatusOr<IteratorCheckpoint> Parse(absl::string_view bytes);
+
+  bool operator==(const IteratorCheckpoint& o) const {
+    return job_key == o.job_key && step == o.step && epoch == o.epoch &&
+           step_in_epoch == o.step_in_epoch;
+  }
+};
 
 // Where a DistributedIterator's steps come from: a local pipeline, or the service.
 // Implementations live in client/ (internal); not thread-safe.
@@ -41,6 +70,10 @@ class StepSource {
   virtual absl::Status GetNextStepPadded(std::vector<Element>* replicas, bool* end_of_data) {
     return GetNextStep(replicas, end_of_data);
   }
+  // Resumable sources: the checkpoint of an iterator that has handed `steps_returned` of this
+  // source's steps to its caller (a wrapper that reads ahead forwards the caller's count).
+  // UNIMPLEMENTED for sources without a deterministic global order. Thread-safe.
+  virtual absl::StatusOr<IteratorCheckpoint> CheckpointAfter(int64_t steps_returned) const;
 };
 
 // Makes a fresh StepSource: one per iterator (each iter() starts a new pass, as in TF).
@@ -61,10 +94,16 @@ class DistributedIterator {
 
   const DistributedElementSpec& element_spec() const { return spec_; }
 
+  // Where this iterator stands: the step after the last one GetNext / GetNextAsOptional
+  // returned. FAILED_PRECONDITION for datasets without a resumable order (local pipelines,
+  // independent reads, sharding policies other than RANGES and DATA).
+  absl::StatusOr<IteratorCheckpoint> Checkpoint() const;
+
  private:
   std::unique_ptr<StepSource> source_;
   DistributedElementSpec spec_;
   bool finished_ = false;
+  int64_t steps_returned_ = 0;
 };
 
 class DistributedDataset {

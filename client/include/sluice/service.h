@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -41,7 +42,43 @@ class Collective;  // client/collective.h
 enum class ServiceReadMode { kCoordinated, kIndependent };
 
 // How the job's tasks share the data (docs/SERVICE.md, "Task pipelines by sharding policy").
-enum class ServiceShardingPolicy { kAuto, kFile, kData, kHint, kOff, kDynamic };
+// kRanges: a deterministic global order whose ranges of steps the coordinator hands to
+// whichever workers have room (elastic; docs/SERVICE.md, "Global order").
+enum class ServiceShardingPolicy { kAuto, kFile, kData, kHint, kOff, kDynamic, kRanges };
+
+// How a kRanges job visits the dataset's records each epoch.
+enum class ServiceShuffle {
+  kNone,   // record order
+  kFull,   // a seeded permutation of all records (needs a source with random access)
+  kBlock,  // blocks of consecutive records in a seeded order, shuffled within each block
+};
+
+// The order of a kRanges job: its global steps are a pure function of (dataset, these options),
+// whatever the number of workers, their speed, failures and restarts.
+struct ServiceOrder {
+  uint64_t seed = 0;
+  ServiceShuffle shuffle = ServiceShuffle::kNone;
+  int64_t shuffle_block_size = 0;  // kBlock: records per block; 0: the coordinator's default
+  int64_t num_epochs = 1;          // each epoch reshuffles with (seed, epoch)
+  int64_t range_steps = 0;         // steps per range handed to a worker; 0: the default
+};
+
+// TLS and the shared token for every connection to the service: the coordinator and each
+// worker (docs/SERVICE.md, "Security"). All empty: plaintext, no token.
+struct ServiceSecurity {
+  // Dial with TLS; also on when any tls_*_file is set.
+  bool tls = false;
+  // PEM CA certificates the servers' certificates must chain to; empty: gRPC's default roots.
+  std::string tls_ca_file;
+  // This client's PEM certificate and private key, for a service that requires client
+  // certificates (mTLS). Both or neither.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // The name the servers' certificates must carry, when it is not the host dialed.
+  std::string tls_server_name;
+  // The service's shared token, sent on every call; empty: none.
+  std::string token;
+};
 
 struct ServiceOptions {
   // The coordinator, "host:port". Required.
@@ -80,13 +117,28 @@ struct ServiceOptions {
   // (client/end_of_data_agreement.h). Borrowed: must outlive the dataset and its iterators.
   // Null: each consumer sees its own end of data.
   Collective* end_of_data_collective = nullptr;
+  // TLS and token for the coordinator and the workers. A wrong CA is UNAVAILABLE (the handshake
+  // fails, retried until retry_deadline); a missing or wrong token is UNAUTHENTICATED.
+  ServiceSecurity security;
+  // kRanges: the order (ignored by other policies).
+  ServiceOrder order;
+  // Resume: continue the sequence a DistributedIterator::Checkpoint() of an earlier run (of
+  // the same dataset and order) was taken from; its iterators return exactly the steps that
+  // run had not returned. Coordinated reads with kRanges or kData only. The job joined is
+  // named job_name + "@" + the step (so that every consumer resuming from the same checkpoint
+  // shares it); with an empty job_name the job is this process's alone.
+  std::optional<IteratorCheckpoint> resume_from;
+  // How often each iterator asks the coordinator where its tasks are (new ranges, tasks moved
+  // to another worker: a stream to a worker whose link was cut is then abandoned).
+  absl::Duration heartbeat_interval = absl::Milliseconds(200);
 };
 
 // Registers `dataset` with the coordinator, gets or creates the job (replicas_per_consumer =
 // strategy.num_local_replicas()) and its per-replica element spec, and returns a
 // DistributedDataset whose iterators stream from the job's workers. INVALID_ARGUMENT for bad
 // options and the coordinator's validation errors (an unbatched dataset, FILE sharding with too
-// few files, a job of that name with other options); UNAVAILABLE (naming the coordinator) when
+// few files, a job of that name with other options, a resume_from of another dataset or order,
+// a global shuffle of a pipeline without random access); UNAVAILABLE (naming the coordinator) when
 // it cannot be reached within retry_deadline.
 absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredStrategy& strategy,
                                                                 const Dataset& dataset,
