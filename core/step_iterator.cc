@@ -4,6 +4,12 @@
 
 namespace sluice {
 
+bool KeepShardedStep(int64_t global_step, int64_t skip_steps, int64_t num_tasks,
+                     int64_t task_index) {
+  if (global_step < skip_steps) return false;
+  return (global_step - skip_steps) % num_tasks == task_index;
+}
+
 Element DummyElement(const ElementSpec& spec) {
   return spec.Map([](const TensorSpec& s) {
     std::vector<int64_t> dims = s.shape.dims();

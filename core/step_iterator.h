@@ -18,6 +18,12 @@
 
 namespace sluice {
 
+// DATA sharding of a job's global steps over K = num_tasks tasks, resumed at skip_steps
+// (TaskDef.skip_steps, 0 for a fresh job): task `task_index` keeps global step s when
+// s >= skip_steps and (s - skip_steps) % num_tasks == task_index. Requires num_tasks >= 1.
+bool KeepShardedStep(int64_t global_step, int64_t skip_steps, int64_t num_tasks,
+                     int64_t task_index);
+
 // A zero-sized element of `spec`: unknown dimensions become 0 (known ones are kept).
 Element DummyElement(const ElementSpec& spec);
 

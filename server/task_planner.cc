@@ -1,5 +1,6 @@
 #include "server/task_planner.h"
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -186,6 +187,57 @@ absl::StatusOr<Dataset> SplitDataset(const Dataset& dataset, int64_t begin, int6
   if (end < source.size || begin > 0) out.add_ops()->mutable_take()->set_count(end - begin);
   for (const proto::OpDef& op : def.ops()) *out.add_ops() = op;
   return Dataset::FromDef(std::move(out));
+}
+
+namespace {
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+absl::StatusOr<RangeCut> RangeCut::Make(int64_t steps_per_epoch, int64_t num_epochs,
+                                        int64_t start_step, int64_t range_steps) {
+  if (steps_per_epoch < 0 || num_epochs < 1 || range_steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "global order: steps_per_epoch ", steps_per_epoch, " must be >= 0, num_epochs ",
+        num_epochs, " and range_steps ", range_steps, " must be positive"));
+  }
+  const int64_t total = num_epochs * steps_per_epoch;
+  if (start_step < 0 || start_step > total) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "start_step ", start_step, " is outside the job's ", total, " global steps (",
+        num_epochs, " epochs of ", steps_per_epoch, " steps)"));
+  }
+  RangeCut cut;
+  cut.steps_per_epoch_ = steps_per_epoch;
+  cut.num_epochs_ = num_epochs;
+  cut.start_step_ = start_step;
+  cut.range_steps_ = range_steps;
+  if (start_step == total) return cut;  // nothing left (also an empty epoch)
+  cut.first_epoch_ = start_step / steps_per_epoch;
+  const int64_t left_in_first = (cut.first_epoch_ + 1) * steps_per_epoch - start_step;
+  cut.first_epoch_ranges_ = CeilDiv(left_in_first, range_steps);
+  cut.epoch_ranges_ = CeilDiv(steps_per_epoch, range_steps);
+  cut.num_ranges_ =
+      cut.first_epoch_ranges_ + (num_epochs - cut.first_epoch_ - 1) * cut.epoch_ranges_;
+  return cut;
+}
+
+GlobalRange RangeCut::Range(int64_t i) const {
+  GlobalRange r;
+  r.index = i;
+  int64_t begin = 0;
+  if (i < first_epoch_ranges_) {
+    r.epoch = first_epoch_;
+    begin = start_step_ + i * range_steps_;
+  } else {
+    const int64_t j = i - first_epoch_ranges_;
+    r.epoch = first_epoch_ + 1 + j / epoch_ranges_;
+    begin = r.epoch * steps_per_epoch_ + (j % epoch_ranges_) * range_steps_;
+  }
+  const int64_t epoch_end = (r.epoch + 1) * steps_per_epoch_;
+  r.first_step = begin;
+  r.num_steps = std::min(begin + range_steps_, epoch_end) - begin;
+  r.epoch_first_step = r.epoch * steps_per_epoch_;
+  return r;
 }
 
 }  // namespace sluice

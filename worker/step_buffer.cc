@@ -139,7 +139,10 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, size_t max_s
     return absl::InvalidArgumentError(absl::StrCat("consumer index ", consumer, " out of range"));
   }
   while (true) {
-    if (closed_) return absl::UnavailableError("task closed on this worker");
+    if (closed_) {
+      return absl::UnavailableError(close_message_.empty() ? "task closed on this worker"
+                                                           : close_message_);
+    }
     size_t bytes = 0;
     if (options_.independent) {
       while (!steps_.empty() && steps->size() < max_steps &&
@@ -206,8 +209,9 @@ void StepBuffer::StopProducing() {
   cv_.SignalAll();
 }
 
-void StepBuffer::Close() {
+void StepBuffer::Close(absl::string_view message) {
   absl::MutexLock lock(&mu_);
+  if (!closed_) close_message_ = std::string(message);
   closed_ = true;
   cv_.SignalAll();
 }

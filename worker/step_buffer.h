@@ -25,10 +25,12 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/tensor.h"
@@ -91,8 +93,9 @@ class StepBuffer {
   // The producer stops (Push returns CANCELLED); consumers are served what is buffered, then
   // get UNAVAILABLE. Used to drain a worker.
   void StopProducing();
-  // Everything stops: Push returns CANCELLED, Next UNAVAILABLE.
-  void Close();
+  // Everything stops: Push returns CANCELLED, Next UNAVAILABLE with `message` (default: "task
+  // closed on this worker").
+  void Close(absl::string_view message = {});
 
   size_t buffered_bytes() const;
   size_t buffered_steps() const;
@@ -124,6 +127,7 @@ class StepBuffer {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool stop_producing_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::string close_message_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice

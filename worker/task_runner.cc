@@ -82,6 +82,12 @@ absl::StatusOr<std::unique_ptr<TaskStepIterator>> TaskStepIterator::Create(
                               task.task_index() >= task.num_tasks())) {
     return absl::InvalidArgumentError(absl::StrCat(TaskName(task), ": bad task index"));
   }
+  if (task.skip_steps() < 0 || task.first_step() < 0 || task.num_steps() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(TaskName(task), ": skip_steps ",
+                                                   task.skip_steps(), ", first_step ",
+                                                   task.first_step(), " and num_steps ",
+                                                   task.num_steps(), " must be >= 0"));
+  }
   auto dataset_or = Dataset::FromDef(task.dataset());
   if (!dataset_or.ok()) return Prefixed(task, dataset_or.status());
   const Dataset& dataset = *dataset_or;
@@ -130,9 +136,18 @@ absl::Status TaskStepIterator::GetNext(TaskStep* step, bool* end) {
       return absl::OkStatus();
     }
     const int64_t global = global_step_++;
-    if (task_.step_sharded() && global % task_.num_tasks() != task_.task_index()) continue;
+    if (task_.step_sharded() &&
+        !KeepShardedStep(global, task_.skip_steps(), task_.num_tasks(), task_.task_index())) {
+      continue;
+    }
+    const bool range = task_.num_steps() > 0;  // SHARDING_RANGES: exactly num_steps steps
+    if (range && task_step_ >= task_.num_steps()) {
+      *end = true;
+      return absl::OkStatus();
+    }
     step->task_step = task_step_++;
-    step->global_step = task_.step_sharded() ? global : -1;
+    step->global_step =
+        task_.step_sharded() ? global : range ? task_.first_step() + step->task_step : -1;
     step->num_real_pieces = num_real;
     step->pieces.clear();
     step->pieces.reserve(pieces.size());

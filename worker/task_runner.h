@@ -7,7 +7,9 @@
 //  - independent: pieces of sizes BatchSizesForWorker(B, 1, R, 0), R pieces a step;
 // where B is the pipeline's batch size (core/distribute_spec.h). A partial last step is filled
 // with size-0 dummies (core/step_iterator.h). A step_sharded task keeps the job's global steps s
-// with s % K == task_index and numbers them 0, 1, ... (its task steps), recording s.
+// with s >= skip_steps and (s - skip_steps) % K == task_index and numbers them 0, 1, ... (its
+// task steps), recording s. A SHARDING_RANGES task (num_steps > 0) yields its pipeline's first
+// num_steps steps, recording global step first_step + task step.
 //
 // Thread safety: TaskRunner is thread-safe; TaskStepIterator and StepReader are not.
 #ifndef SLUICE_WORKER_TASK_RUNNER_H_
@@ -125,8 +127,8 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
 
   // Stops producing; readers get what is buffered, then UNAVAILABLE.
   void StopProducing() { buffer_->StopProducing(); }
-  // Stops everything now.
-  void Close() { buffer_->Close(); }
+  // Stops everything now; readers get UNAVAILABLE (with `message`, if not empty).
+  void Close(absl::string_view message = {}) { buffer_->Close(message); }
   // True once every consumer received the end of the task.
   bool finished() const { return buffer_->drained(); }
 

@@ -7,8 +7,11 @@
 // Custom-op plugins are loaded only from --plugin, never because a client's pipeline names
 // one: a pipeline calling map(plugin('op')) runs only on workers started with its library.
 // With --port=0 the worker binds any free port; --port_file receives the bound port (written
-// atomically once the server is up). SIGTERM or SIGINT drains: the worker stops heartbeating
-// and producing, serves the steps it has buffered until --drain_timeout, and exits 0.
+// atomically once the server is up). SIGTERM or SIGINT drains (docs/SERVICE.md, "Liveness and
+// failure"): the worker tells the coordinator it is draining, which reassigns its tasks at once,
+// ends its streams with UNAVAILABLE so that consumers move to the new workers, and exits 0
+// within --drain_timeout. Without an answer from the coordinator it stops producing and serves
+// the steps it has buffered until --drain_timeout, then exits 0.
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -33,7 +36,7 @@ ABSL_FLAG(int64_t, buffer_bytes, int64_t{256} << 20,
           "Per task: bytes of steps buffered ahead of the slowest consumer (at least one step)");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat period");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
-          "On SIGTERM, how long to keep serving buffered steps");
+          "On SIGTERM, the most the drain takes (telling the coordinator, ending streams)");
 ABSL_FLAG(std::string, plugin, "", "Comma-separated custom-op plugin libraries to load");
 
 int main(int argc, char** argv) {

@@ -117,10 +117,11 @@ absl::StatusOr<std::shared_ptr<TaskRunner>> WorkerServer::FindTask(int64_t job_i
   return it->second;
 }
 
-absl::Status WorkerServer::Heartbeat() {
+absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   proto::WorkerHeartbeatRequest request;
   request.set_wire_version(proto::WIRE_VERSION_1);
   request.set_worker_address(address_);
+  request.set_draining(draining);
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, runner] : tasks_) {
@@ -132,7 +133,8 @@ absl::Status WorkerServer::Heartbeat() {
     }
   }
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_deadline));
+  context.set_deadline(
+      absl::ToChronoTime(absl::Now() + std::min(options_.rpc_deadline, deadline)));
   proto::WorkerHeartbeatResponse response;
   RETURN_IF_ERROR(FromGrpcStatus(coordinator_->WorkerHeartbeat(&context, request, &response)));
 
@@ -202,6 +204,7 @@ void WorkerServer::HeartbeatLoop() {
 }
 
 void WorkerServer::Drain(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
   std::vector<std::shared_ptr<TaskRunner>> runners;
   {
     absl::MutexLock lock(&mu_);
@@ -211,11 +214,24 @@ void WorkerServer::Drain(absl::Duration timeout) {
     for (const auto& [id, r] : tasks_) runners.push_back(r);
   }
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
-  Log(absl::StrCat("draining ", runners.size(), " task(s)"));
-  for (auto& r : runners) r->StopProducing();
-  // Streams end on their own once their buffered steps are served; Shutdown waits for them
-  // until the deadline, then cancels what is left.
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + timeout));
+  // Half the time at most for the coordinator, the rest for the streams to end.
+  absl::Status told = Heartbeat(/*draining=*/true, timeout / 2);
+  if (told.ok()) {
+    Log(absl::StrCat("draining: the coordinator reassigned this worker's tasks; ending ",
+                     runners.size(), " task(s)' streams"));
+    const std::string message = absl::StrCat(
+        "worker ", address_,
+        " draining: its tasks moved to other workers; ask the coordinator and reconnect");
+    for (auto& r : runners) r->Close(message);
+  } else {
+    Log(absl::StrCat("draining ", runners.size(),
+                     " task(s) without the coordinator (it did not answer: ", told.ToString(),
+                     "): serving the buffered steps"));
+    for (auto& r : runners) r->StopProducing();
+  }
+  // Streams end on their own (at once after Close, or once their buffered steps are served);
+  // Shutdown waits for them until the deadline, then cancels what is left.
+  server_->Shutdown(absl::ToChronoTime(deadline));
   Stop();
 }
 

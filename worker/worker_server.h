@@ -10,7 +10,7 @@
 //
 //   ASSIGN_OR_RETURN(auto worker, WorkerServer::Start({.coordinator_address = "host:5000"}));
 //   ... worker->address() ...
-//   worker->Drain(absl::Seconds(30));  // SIGTERM: serve what is buffered, then stop
+//   worker->Drain(absl::Seconds(30));  // SIGTERM: hand the tasks back, end streams, stop
 //
 // Thread-safe.
 #ifndef SLUICE_WORKER_WORKER_SERVER_H_
@@ -71,9 +71,13 @@ class WorkerServer : public TaskLookup {
   bool registered() const;
   int64_t worker_id() const;
 
-  // Stops heartbeating (the coordinator will declare this worker dead and reassign its tasks)
-  // and producing; streams are served the steps already buffered until every stream ended or
-  // `timeout` passed; then the server shuts down.
+  // Leaves the cluster within `timeout`: stops heartbeating and sends the coordinator one
+  // heartbeat with `draining` set, so that it reassigns this worker's unfinished tasks at once;
+  // then ends every open stream with UNAVAILABLE ("worker ... draining": consumers reopen the
+  // task on its new worker) and shuts the server down. If the coordinator does not answer,
+  // it drains as a worker that just stops: it stops producing and serves the steps already
+  // buffered until every stream ended or `timeout` passed (the coordinator reassigns the tasks
+  // after its worker_timeout).
   void Drain(absl::Duration timeout);
   // Stops everything now: streams end with UNAVAILABLE, as when the process dies.
   void Stop();
@@ -84,7 +88,8 @@ class WorkerServer : public TaskLookup {
  private:
   explicit WorkerServer(WorkerServerOptions options);
   void HeartbeatLoop();
-  absl::Status Heartbeat();
+  absl::Status Heartbeat(bool draining = false,
+                         absl::Duration deadline = absl::InfiniteDuration());
   void Log(absl::string_view line) const;
 
   const WorkerServerOptions options_;

@@ -125,5 +125,30 @@ TEST(DummyElementTest, UnknownDimsBecomeZeroKnownOnesStay) {
   EXPECT_EQ(d.children()[1].children()[1].leaf().shape(), Shape());
 }
 
+TEST(KeepShardedStepTest, DataShardingResumedAtSkipSteps) {
+  // No resume: s % K == k.
+  std::vector<int64_t> kept;
+  for (int64_t s = 0; s < 9; ++s) {
+    if (KeepShardedStep(s, 0, 3, 1)) kept.push_back(s);
+  }
+  EXPECT_EQ(kept, (std::vector<int64_t>{1, 4, 7}));
+  // Resumed at step 5 with 2 tasks: task 0 takes 5, 7, 9; task 1 takes 6, 8; nothing before 5.
+  std::vector<int64_t> t0, t1;
+  for (int64_t s = 0; s < 10; ++s) {
+    if (KeepShardedStep(s, 5, 2, 0)) t0.push_back(s);
+    if (KeepShardedStep(s, 5, 2, 1)) t1.push_back(s);
+  }
+  EXPECT_EQ(t0, (std::vector<int64_t>{5, 7, 9}));
+  EXPECT_EQ(t1, (std::vector<int64_t>{6, 8}));
+  // Every step from skip_steps on goes to exactly one task, for any K.
+  for (int64_t k = 1; k <= 4; ++k) {
+    for (int64_t s = 0; s < 20; ++s) {
+      int owners = 0;
+      for (int64_t i = 0; i < k; ++i) owners += KeepShardedStep(s, 3, k, i) ? 1 : 0;
+      EXPECT_EQ(owners, s >= 3 ? 1 : 0) << "step " << s << " K " << k;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice

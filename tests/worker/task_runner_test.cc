@@ -225,5 +225,44 @@ TEST(TaskRunnerTest, PipelineErrorReachesTheReader) {
       << error;
 }
 
+TEST(TaskStepIteratorTest, DataResumeSkipsStepsBeforeSkipStepsAndShardsTheRest) {
+  // range(20).batch(2): global steps 0..9; resumed at 5 over 2 tasks.
+  const Dataset ds = Dataset::Range(20).Batch(2);
+  for (int64_t k = 0; k < 2; ++k) {
+    proto::TaskDef t = MakeTask(ds, 1, 1, false, 2, k, /*step_sharded=*/true);
+    t.set_skip_steps(5);
+    std::vector<TaskStep> steps = AllSteps(t);
+    std::vector<int64_t> globals, firsts, task_steps;
+    for (const TaskStep& s : steps) {
+      globals.push_back(s.global_step);
+      task_steps.push_back(s.task_step);
+      firsts.push_back(Values(s.pieces[0][0])[0]);
+    }
+    if (k == 0) {
+      EXPECT_EQ(globals, (std::vector<int64_t>{5, 7, 9}));
+      EXPECT_EQ(firsts, (std::vector<int64_t>{10, 14, 18}));
+    } else {
+      EXPECT_EQ(globals, (std::vector<int64_t>{6, 8}));
+    }
+    for (size_t i = 0; i < task_steps.size(); ++i) EXPECT_EQ(task_steps[i], static_cast<int64_t>(i));
+  }
+}
+
+TEST(TaskStepIteratorTest, ARangeTaskNumbersItsStepsFromFirstStepAndStopsAtNumSteps) {
+  // The range's pipeline (here a plain one) yields more than num_steps: only num_steps count.
+  proto::TaskDef t = MakeTask(Dataset::Range(20).Batch(2), 1, 1);
+  t.mutable_job()->set_sharding_policy(proto::SHARDING_RANGES);
+  t.set_first_step(30);
+  t.set_num_steps(3);
+  std::vector<TaskStep> steps = AllSteps(t);
+  ASSERT_EQ(steps.size(), 3u);
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(steps[i].task_step, i);
+    EXPECT_EQ(steps[i].global_step, 30 + i);
+  }
+  t.set_skip_steps(-1);
+  EXPECT_EQ(TaskStepIterator::Create(t).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace sluice
