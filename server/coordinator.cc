@@ -640,3 +640,5 @@ absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& /*request*/,
 }
 
 }  // namespace sluice
+  progress_.Record(request);
+    progress_.FillJobStatus(job.task_ids, s);

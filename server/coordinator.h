@@ -36,6 +36,7 @@
 
 namespace sluice {
 
+#include "server/task_progress.h"
 struct CoordinatorOptions {
   // A worker that has not heartbeated for this long is declared dead.
   absl::Duration worker_timeout = absl::Seconds(10);
@@ -134,3 +135,5 @@ class Coordinator {
 }  // namespace sluice
 
 #endif  // SLUICE_SERVER_COORDINATOR_H_
+  // Not state: the workers' per-task progress reports, for GetStatus (thread-safe itself).
+  TaskProgressTable progress_;

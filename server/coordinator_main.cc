@@ -29,6 +29,9 @@ ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
           "A worker silent this long is declared dead and its tasks reassigned.");
 ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(5),
           "On SIGTERM/SIGINT, how long calls in flight get to finish.");
+#include "core/logging.h"
+#include "core/metrics_http_server.h"
+#include "server/coordinator_metrics.h"
 
 namespace {
 
@@ -49,6 +52,13 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
 
   // Block the signals in every thread (gRPC's included, which inherit this mask) and take them
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve Prometheus metrics over HTTP at /metrics on --host and this port; 0 picks a "
+          "free one (see --metrics_port_file); -1: off.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the bound metrics port is written here (atomically) before --port_file.");
+ABSL_FLAG(std::string, log_level, "info", "Least level logged: debug, info, warning or error.");
+ABSL_FLAG(std::string, log_format, "text", "Log lines as text or json (one object a line).");
   // synchronously below.
   sigset_t signals;
   sigemptyset(&signals);
@@ -82,7 +92,27 @@ int main(int argc, char** argv) {
   sigwait(&signals, &sig);
   std::cerr << "sluice-coordinator: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
             << ", shutting down" << std::endl;
+  if (absl::Status s = sluice::ConfigureLoggingFromFlags(absl::GetFlag(FLAGS_log_level),
+                                                         absl::GetFlag(FLAGS_log_format));
+      !s.ok()) {
+    std::cerr << "sluice-coordinator: " << s.message() << std::endl;
+    return 2;
+  }
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));
   std::cerr << "sluice-coordinator: stopped" << std::endl;
   return 0;
 }
+  options.coordinator.log = sluice::LogLineSink("coordinator");
+  // Metrics (docs/SERVICE.md, "Metrics and status"); both live until main returns.
+  sluice::CoordinatorMetrics coordinator_metrics(&(*server)->coordinator());
+  auto metrics = sluice::StartMetricsEndpoint(options.host, absl::GetFlag(FLAGS_metrics_port),
+                                              absl::GetFlag(FLAGS_metrics_port_file));
+  if (!metrics.ok()) {
+    std::cerr << "sluice-coordinator: --metrics_port: " << metrics.status() << std::endl;
+    (*server)->Shutdown(absl::ZeroDuration());
+    return 1;
+  }
+  if (*metrics != nullptr) {
+    std::cerr << "sluice-coordinator: metrics on http://" << (*metrics)->address() << "/metrics"
+              << std::endl;
+  }

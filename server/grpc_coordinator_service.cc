@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/grpc_status.h"
+#include "core/rpc_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -88,6 +90,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 }
 
 void CoordinatorServer::TickerLoop(absl::Duration interval) {
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeRpcMetricsInterceptorFactory());  // core/rpc_metrics.h
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   while (!stop_.WaitForNotificationWithTimeout(interval)) coordinator_->CheckWorkerLiveness();
 }
 

@@ -226,6 +226,23 @@ size_t StepBuffer::buffered_steps() const {
   return steps_.size();
 }
 
+StepBuffer::Stats StepBuffer::stats() const {
+  absl::MutexLock lock(&mu_);
+  Stats s;
+  s.steps_produced = next_push_;
+  s.bytes = bytes_;
+  s.steps = steps_.size();
+  s.max_bytes = options_.max_bytes;
+  s.independent = options_.independent;
+  if (!options_.independent) {
+    s.cursors.reserve(cursors_.size());
+    for (size_t c = 0; c < cursors_.size(); ++c) {
+      s.cursors.push_back(cursors_[c] == kDetached || ended_[c] ? -1 : cursors_[c]);
+    }
+  }
+  return s;
+}
+
 bool StepBuffer::drained() const {
   absl::MutexLock lock(&mu_);
   if (!finished_ || !steps_.empty()) return false;

@@ -99,6 +99,17 @@ class StepBuffer {
 
   size_t buffered_bytes() const;
   size_t buffered_steps() const;
+  // A consistent snapshot for metrics (worker/worker_metrics.h).
+  struct Stats {
+    int64_t steps_produced = 0;  // steps the producer has pushed (or skipped)
+    size_t bytes = 0;            // buffered
+    size_t steps = 0;            // buffered
+    size_t max_bytes = 0;
+    bool independent = false;
+    // Coordinated mode: each consumer's cursor, -1 once detached or ended.
+    std::vector<int64_t> cursors;
+  };
+  Stats stats() const;
   // True once every consumer has received the end of the task (coordinated mode), or the
   // end was handed out (independent mode).
   bool drained() const;

@@ -15,6 +15,7 @@
 #ifndef SLUICE_WORKER_TASK_RUNNER_H_
 #define SLUICE_WORKER_TASK_RUNNER_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -135,6 +136,15 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   const proto::TaskDef& task() const { return task_; }
   StepBuffer* buffer() { return buffer_.get(); }
 
+  // Steps and bytes written to consumers' streams (every consumer's copy counts), recorded by
+  // the stream service, for metrics and heartbeats (worker/worker_metrics.h).
+  void RecordDelivered(int64_t steps, int64_t bytes) {
+    steps_delivered_.fetch_add(steps, std::memory_order_relaxed);
+    bytes_delivered_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  int64_t steps_delivered() const { return steps_delivered_.load(std::memory_order_relaxed); }
+  int64_t bytes_delivered() const { return bytes_delivered_.load(std::memory_order_relaxed); }
+
  private:
   TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
              std::unique_ptr<TaskStepIterator> steps);
@@ -149,6 +159,8 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   bool replayable_ = true;                   // false for StartWith runners
   std::unique_ptr<StepBuffer> buffer_;
   std::thread thread_;
+  std::atomic<int64_t> steps_delivered_{0};
+  std::atomic<int64_t> bytes_delivered_{0};
 };
 
 }  // namespace sluice

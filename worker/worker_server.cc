@@ -7,7 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/grpc_status.h"
+#include "core/rpc_metrics.h"
 #include "core/status_macros.h"
+#include "worker/worker_metrics.h"
 
 namespace sluice {
 namespace {
@@ -73,6 +75,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
   builder.RegisterService(w->service_.get());
   builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
   builder.SetMaxSendMessageSize(-1);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeRpcMetricsInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(-1);
   w->server_ = builder.BuildAndStart();
   if (w->server_ == nullptr || w->port_ == 0) {
@@ -120,6 +125,14 @@ absl::StatusOr<std::shared_ptr<TaskRunner>> WorkerServer::FindTask(int64_t job_i
 absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   proto::WorkerHeartbeatRequest request;
   request.set_wire_version(proto::WIRE_VERSION_1);
+std::vector<std::shared_ptr<TaskRunner>> WorkerServer::TaskRunners() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<TaskRunner>> out;
+  out.reserve(tasks_.size());
+  for (const auto& [id, runner] : tasks_) out.push_back(runner);
+  return out;
+}
+
   request.set_worker_address(address_);
   request.set_draining(draining);
   {
@@ -133,6 +146,7 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     }
   }
   grpc::ClientContext context;
+      FillTaskProgress(*runner, request.add_task_progress());
   context.set_deadline(
       absl::ToChronoTime(absl::Now() + std::min(options_.rpc_deadline, deadline)));
   proto::WorkerHeartbeatResponse response;

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -97,6 +98,8 @@ class WorkerServer : public TaskLookup {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<proto::CoordinatorService::Stub> coordinator_;
   int port_ = 0;
+  // The task runners this worker holds now (metrics: worker/worker_metrics.h).
+  std::vector<std::shared_ptr<TaskRunner>> TaskRunners() const;
   std::string address_;
 
   mutable absl::Mutex mu_;

@@ -355,7 +355,7 @@ def check_slurm():
         check(r.returncode == 0, f"{os.path.relpath(path, REPO)}: bash -n: {r.stderr.strip()}")
     text = open(os.path.join(REPO, "deploy", "slurm", "sluice.sbatch")).read().replace("\\\n", " ")
     for binary in BINARIES:
-        for m in re.finditer(re.escape(binary) + r'"?((?:\s+--?[A-Za-z_]\S*)+)', text):
+        for m in re.finditer(r"/" + re.escape(binary) + r'"?((?:\s+--?[A-Za-z_]\S*)+)', text):
             args = [a.strip('"') for a in m.group(1).split()]
             if binary == "sluicectl":
                 continue  # its flags depend on the subcommand; the e2e test runs them

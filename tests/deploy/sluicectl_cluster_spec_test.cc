@@ -25,11 +25,15 @@ constexpr char kUnreachable[] = "127.0.0.1:1";
 SubprocessResult Sluicectl(std::vector<std::string> args, std::vector<std::string> env) {
   args.insert(args.begin(), BuildPath("bin/sluicectl"));
   // Unset (empty counts as unset) whatever the test runner's environment holds.
-  std::vector<std::string> full = {"TF_CONFIG=",           "SLUICE_CLUSTER=",
-                                   "SLUICE_COORDINATOR=",  "SLUICE_CONSUMER_INDEX=",
-                                   "SLUICE_NUM_CONSUMERS=", "SLURM_PROCID=",
-                                   "SLURM_NTASKS=",         "JOB_COMPLETION_INDEX="};
-  full.insert(full.end(), env.begin(), env.end());
+  std::vector<std::string> full = env;
+  for (const char* name : {"TF_CONFIG", "SLUICE_CLUSTER", "SLUICE_COORDINATOR",
+                           "SLUICE_CONSUMER_INDEX", "SLUICE_NUM_CONSUMERS", "SLURM_PROCID",
+                           "SLURM_NTASKS", "JOB_COMPLETION_INDEX"}) {
+    const std::string prefix = std::string(name) + "=";
+    bool given = false;
+    for (const std::string& e : env) given = given || e.rfind(prefix, 0) == 0;
+    if (!given) full.push_back(prefix);
+  }
   SubprocessOptions options;
   options.env = full;
   options.timeout = absl::Seconds(60);

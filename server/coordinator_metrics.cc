@@ -1,0 +1,85 @@
+#include "server/coordinator_metrics.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace sluice {
+
+CoordinatorMetrics::CoordinatorMetrics(Coordinator* coordinator, MetricsRegistry* registry) {
+  if (registry == nullptr) registry = &MetricsRegistry::Default();
+  handle_ = registry->AddCollector([coordinator](MetricSink& sink) {
+    proto::GetStatusResponse status;
+    if (!coordinator->GetStatus(proto::GetStatusRequest(), &status).ok()) return;
+    int64_t alive = 0;
+    int64_t dead = 0;
+    for (const proto::WorkerStatus& w : status.workers()) {
+      (w.alive() ? alive : dead) += 1;
+      const MetricLabels labels = {{"worker", absl::StrCat(w.worker_id())},
+                                   {"address", w.address()}};
+      if (w.alive()) {
+        sink.Gauge("sluice_coordinator_worker_heartbeat_age_seconds",
+                   "Seconds since the live worker's last heartbeat (-1: none seen yet).", labels,
+                   w.seconds_since_heartbeat());
+      }
+      sink.Gauge("sluice_coordinator_worker_tasks", "Tasks assigned to the worker.", labels,
+                 w.task_ids_size());
+    }
+    sink.Gauge("sluice_coordinator_workers", "Workers known to the coordinator, by state.",
+               {{"state", "alive"}}, static_cast<double>(alive));
+    sink.Gauge("sluice_coordinator_workers", "Workers known to the coordinator, by state.",
+               {{"state", "dead"}}, static_cast<double>(dead));
+    sink.Gauge("sluice_coordinator_datasets", "Datasets registered.", {},
+               static_cast<double>(status.num_datasets()));
+
+    int64_t running = 0;
+    int64_t finished_jobs = 0;
+    for (const proto::JobStatus& j : status.jobs()) {
+      (j.finished() ? finished_jobs : running) += 1;
+      const std::string job = absl::StrCat(j.job_id());
+      const MetricLabels labels = {{"job", job}, {"name", j.job_name()}};
+      int64_t unassigned = 0;
+      int64_t assigned = 0;
+      int64_t done = 0;
+      for (const proto::TaskInfo& t : j.tasks()) {
+        if (t.finished()) {
+          ++done;
+        } else if (t.worker_address().empty()) {
+          ++unassigned;
+        } else {
+          ++assigned;
+        }
+      }
+      const char* tasks_help = "Tasks of the job by state (ranges under SHARDING_RANGES).";
+      sink.Gauge("sluice_coordinator_tasks", tasks_help, {{"job", job}, {"state", "unassigned"}},
+                 static_cast<double>(unassigned));
+      sink.Gauge("sluice_coordinator_tasks", tasks_help, {{"job", job}, {"state", "assigned"}},
+                 static_cast<double>(assigned));
+      sink.Gauge("sluice_coordinator_tasks", tasks_help, {{"job", job}, {"state", "finished"}},
+                 static_cast<double>(done));
+      const int64_t total = j.tasks_size();
+      sink.Gauge("sluice_coordinator_job_tasks_finished", "Finished tasks (ranges) of the job.",
+                 labels, static_cast<double>(done));
+      sink.Gauge("sluice_coordinator_job_tasks_total", "Tasks (ranges) of the job so far.",
+                 labels, static_cast<double>(total));
+      sink.Gauge("sluice_coordinator_job_progress_ratio",
+                 "Finished tasks (ranges) over tasks; 1 once the job finished.", labels,
+                 j.finished() ? 1.0 : total == 0 ? 0.0 : static_cast<double>(done) / total);
+      sink.Counter("sluice_coordinator_job_steps_delivered_total",
+                   "Steps the job's workers report delivered (each consumer's copy counts).",
+                   labels, static_cast<double>(j.steps_delivered()));
+      sink.Counter("sluice_coordinator_job_bytes_delivered_total",
+                   "Frame bytes the job's workers report delivered.", labels,
+                   static_cast<double>(j.bytes_delivered()));
+      sink.Counter("sluice_coordinator_job_steps_produced_total",
+                   "Steps the job's workers report produced.", labels,
+                   static_cast<double>(j.steps_produced()));
+    }
+    sink.Gauge("sluice_coordinator_jobs", "Jobs by state.", {{"state", "running"}},
+               static_cast<double>(running));
+    sink.Gauge("sluice_coordinator_jobs", "Jobs by state.", {{"state", "finished"}},
+               static_cast<double>(finished_jobs));
+  });
+}
+
+}  // namespace sluice

@@ -1,0 +1,73 @@
+#include "worker/worker_metrics.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "worker/worker_server.h"
+
+namespace sluice {
+
+void FillTaskProgress(TaskRunner& runner, proto::TaskProgress* progress) {
+  progress->set_task_id(runner.task().task_id());
+  progress->set_steps_produced(runner.buffer()->stats().steps_produced);
+  progress->set_steps_delivered(runner.steps_delivered());
+  progress->set_bytes_delivered(runner.bytes_delivered());
+}
+
+WorkerMetrics::WorkerMetrics(WorkerServer* worker, MetricsRegistry* registry) {
+  if (registry == nullptr) registry = &MetricsRegistry::Default();
+  handle_ = registry->AddCollector([worker](MetricSink& sink) {
+    sink.Gauge("sluice_worker_registered",
+               "1 once this worker's heartbeats reach the coordinator.", {},
+               worker->registered() ? 1 : 0);
+    int64_t running = 0;
+    int64_t finished = 0;
+    for (const std::shared_ptr<TaskRunner>& runner : worker->TaskRunners()) {
+      const MetricLabels task = {{"job", absl::StrCat(runner->task().job_id())},
+                                 {"task", absl::StrCat(runner->task().task_id())}};
+      if (runner->finished()) {
+        ++finished;
+      } else {
+        ++running;
+      }
+      const StepBuffer::Stats stats = runner->buffer()->stats();
+      sink.Counter("sluice_worker_steps_delivered_total",
+                   "Steps written to consumers' streams (each consumer's copy counts).", task,
+                   static_cast<double>(runner->steps_delivered()));
+      sink.Counter("sluice_worker_bytes_delivered_total",
+                   "Bytes of the step frames written to consumers' streams.", task,
+                   static_cast<double>(runner->bytes_delivered()));
+      sink.Counter("sluice_worker_task_steps_produced_total",
+                   "Steps the task's pipeline produced on this worker.", task,
+                   static_cast<double>(stats.steps_produced));
+      sink.Gauge("sluice_worker_buffer_bytes", "Bytes of steps buffered for the task's consumers.",
+                 task, static_cast<double>(stats.bytes));
+      sink.Gauge("sluice_worker_buffer_capacity_bytes", "The task buffer's budget in bytes.", task,
+                 static_cast<double>(stats.max_bytes));
+      sink.Gauge("sluice_worker_buffer_steps", "Steps buffered for the task's consumers.", task,
+                 static_cast<double>(stats.steps));
+      const char* lag_help =
+          "Steps the task produced that the consumer has not taken yet (independent jobs: "
+          "consumer=\"any\", the buffered steps).";
+      if (stats.independent) {
+        MetricLabels l = task;
+        l.emplace_back("consumer", "any");
+        sink.Gauge("sluice_worker_consumer_lag_steps", lag_help, l, static_cast<double>(stats.steps));
+      } else {
+        for (size_t c = 0; c < stats.cursors.size(); ++c) {
+          if (stats.cursors[c] < 0) continue;  // done with this task
+          MetricLabels l = task;
+          l.emplace_back("consumer", absl::StrCat(c));
+          sink.Gauge("sluice_worker_consumer_lag_steps", lag_help, l,
+                     static_cast<double>(stats.steps_produced - stats.cursors[c]));
+        }
+      }
+    }
+    sink.Gauge("sluice_worker_tasks", "Tasks this worker holds, by state.", {{"state", "running"}},
+               static_cast<double>(running));
+    sink.Gauge("sluice_worker_tasks", "Tasks this worker holds, by state.", {{"state", "finished"}},
+               static_cast<double>(finished));
+  });
+}
+
+}  // namespace sluice
