@@ -6,6 +6,7 @@ SLUICE_DEBIAN_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libcpp-httplib-dev
+  python3-yaml  # tests/deploy/manifests_test.py
 )
 
 sluice_install_deps() {
