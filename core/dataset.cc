@@ -266,6 +266,9 @@ int64_t Dataset::Cardinality() const {
     case proto::SourceDef::kFromTensorSlices:
       n = source.from_tensor_slices().element().tensors(0).shape(0);
       break;
+    case proto::SourceDef::kPermuted:  // positions [begin, end) of a global order
+      n = source.permuted().end() - source.permuted().begin();
+      break;
     case proto::SourceDef::kTfRecord:  // TF: unknown without reading the files
     case proto::SourceDef::kFixedLengthRecord:
     case proto::SourceDef::kTextLine:
@@ -340,6 +343,14 @@ std::string SourceExpression(const proto::SourceDef& s) {
       return TFRecordSourceExpression(s.tf_record());
     case proto::SourceDef::kFixedLengthRecord:
       return FixedLengthRecordSourceExpression(s.fixed_length_record());
+    case proto::SourceDef::kPermuted: {
+      // Written by the coordinator (core/global_order.h), never parsed: for logs and errors.
+      const proto::PermutedSource& p = s.permuted();
+      return absl::StrCat("permuted(", SourceExpression(p.source()),
+                          ", shuffle=", proto::ShuffleMode_Name(p.shuffle()), ", seed=", p.seed(),
+                          ", epoch=", p.epoch(), ", block_size=", p.block_size(),
+                          ", begin=", p.begin(), ", end=", p.end(), ")");
+    }
     case proto::SourceDef::kTextLine: {
       std::vector<std::string> names;
       for (const std::string& f : s.text_line().filenames()) {

@@ -23,6 +23,7 @@
 #include "core/map_iterator.h"
 #include "core/npy_reader.h"
 #include "core/padded_batch_iterator.h"
+#include "core/permuted_source_iterator.h"
 #include "core/transform_graph.h"
 #include "core/op_iterator.h"
 #include "core/prefetch_iterator.h"
@@ -126,6 +127,10 @@ absl::StatusOr<IteratorFactory> BuildSource(const std::string& label,
     case proto::SourceDef::kFixedLengthRecord: {
       const proto::FixedLengthRecordSource r = source.fixed_length_record();
       return IteratorFactory([label, r] { return NewFixedLengthRecordIterator(label, r); });
+    }
+    case proto::SourceDef::kPermuted: {  // core/permuted_source_iterator.h
+      const proto::PermutedSource p = source.permuted();
+      return IteratorFactory([label, p] { return NewPermutedSourceIterator(label, p); });
     }
     case proto::SourceDef::KIND_NOT_SET: break;
   }

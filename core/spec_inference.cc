@@ -9,6 +9,7 @@
 #include "core/record_iterators.h"
 #include "core/status_macros.h"
 #include "core/csv_reader.h"
+#include "core/permuted_source_iterator.h"
 #include "core/transform_graph.h"
 
 namespace sluice {
@@ -96,6 +97,9 @@ absl::StatusOr<ElementSpec> SourceSpec(const proto::SourceDef& source) {
       return NpySourceSpec(source.npy());
     case proto::SourceDef::kListFiles:
       return ListFilesSourceSpec(source.list_files());
+    case proto::SourceDef::kPermuted:  // core/permuted_source_iterator.h
+      RETURN_IF_ERROR(ValidatePermutedSource(source.permuted()));
+      return SourceSpec(source.permuted().source());
     case proto::SourceDef::KIND_NOT_SET:
       break;
   }
@@ -216,6 +220,7 @@ std::string SourceKindName(const proto::SourceDef& source) {
     case proto::SourceDef::kCsv: return "csv_dataset";
     case proto::SourceDef::kNpy: return "npy_dataset";
     case proto::SourceDef::kListFiles: return "list_files";
+    case proto::SourceDef::kPermuted: return "permuted";
     case proto::SourceDef::KIND_NOT_SET: break;
   }
   return "unset";
