@@ -57,7 +57,9 @@ absl::Status BadIndex(int64_t index, int64_t size) {
 
 // Record indexes by file name (and cache folder), so that a worker opening the same files for
 // one range after another loads each index once. Entries are checked against the file's current
-// size and mtime; the whole cache is dropped when it holds too many offsets.
+// size and mtime. Above kMaxOffsets cached offsets, the entries least recently used are dropped,
+// but never those of the Open in progress (`use`): a dataset larger than the limit stays cached
+// whole rather than being reloaded by every range.
 class IndexCache {
  public:
   static IndexCache& Get() {
@@ -65,39 +67,63 @@ class IndexCache {
     return *cache;
   }
 
+  // A new id for one Open's lookups.
+  uint64_t NewUse() {
+    absl::MutexLock lock(&mu_);
+    return ++last_use_;
+  }
+
   absl::StatusOr<std::shared_ptr<const RecordIndex>> LoadOrBuild(
-      const std::string& file, const RecordIndexOptions& options) {
+      const std::string& file, const RecordIndexOptions& options, uint64_t use) {
     ASSIGN_OR_RETURN(FileStat stat, StatFile(file));
     const std::string key = absl::StrCat(file, std::string(1, '\0'), options.cache_dir);
     {
       absl::MutexLock lock(&mu_);
       auto it = entries_.find(key);
-      if (it != entries_.end() && it->second->file_stat().size == stat.size &&
-          it->second->file_stat().mtime_ns == stat.mtime_ns) {
-        return it->second;
+      if (it != entries_.end() && it->second.index->file_stat().size == stat.size &&
+          it->second.index->file_stat().mtime_ns == stat.mtime_ns) {
+        it->second.last_use = use;
+        return it->second.index;
       }
     }
     ASSIGN_OR_RETURN(RecordIndex index, RecordIndex::LoadOrBuild(file, options));
     auto shared = std::make_shared<const RecordIndex>(std::move(index));
     absl::MutexLock lock(&mu_);
-    if (offsets_ + shared->num_records() > kMaxOffsets) {
-      entries_.clear();
-      offsets_ = 0;
-    }
-    std::shared_ptr<const RecordIndex>& slot = entries_[key];
-    if (slot != nullptr) offsets_ -= slot->num_records();
-    slot = shared;
+    Entry& entry = entries_[key];
+    if (entry.index != nullptr) offsets_ -= entry.index->num_records();
+    entry.index = shared;
+    entry.last_use = use;
     offsets_ += shared->num_records();
+    if (offsets_ > kMaxOffsets) EvictLocked(use);
     return shared;
   }
 
  private:
   static constexpr int64_t kMaxOffsets = int64_t{1} << 25;  // 256 MiB of offsets
 
+  struct Entry {
+    std::shared_ptr<const RecordIndex> index;
+    uint64_t last_use = 0;
+  };
+
+  void EvictLocked(uint64_t keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<std::pair<uint64_t, std::string>> victims;
+    for (const auto& [key, entry] : entries_) {
+      if (entry.last_use != keep) victims.emplace_back(entry.last_use, key);
+    }
+    std::sort(victims.begin(), victims.end());
+    for (const auto& [last_use, key] : victims) {
+      if (offsets_ <= kMaxOffsets) break;
+      auto it = entries_.find(key);
+      offsets_ -= it->second.index->num_records();
+      entries_.erase(it);
+    }
+  }
+
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<const RecordIndex>> entries_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   int64_t offsets_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_use_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // ---- Files ----
@@ -434,9 +460,10 @@ absl::StatusOr<std::unique_ptr<RandomAccessSource>> OpenTFRecord(
   std::vector<std::string> files(s.filenames().begin(), s.filenames().end());
   std::vector<std::shared_ptr<const RecordIndex>> indexes;
   FileLayout layout;
+  const uint64_t use = IndexCache::Get().NewUse();
   for (const std::string& f : files) {
     ASSIGN_OR_RETURN(std::shared_ptr<const RecordIndex> index,
-                     IndexCache::Get().LoadOrBuild(f, index_options));
+                     IndexCache::Get().LoadOrBuild(f, index_options, use));
     layout.AddFile(index->num_records());
     indexes.push_back(std::move(index));
   }

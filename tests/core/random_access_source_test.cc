@@ -241,6 +241,21 @@ TEST(RandomAccessSourceTest, CorruptRecordIsDataLossNamingFileAndRecord) {
   EXPECT_TRUE((*ra)->Get(1).ok());
 }
 
+// Record indexes are cached per process; a file rewritten since is indexed again.
+TEST(RandomAccessSourceTest, ReopeningAChangedFileSeesItsNewRecords) {
+  TempDir dir;
+  std::vector<std::string> files = WriteTFRecordFiles(dir, {5});
+  const proto::SourceDef source = Dataset::TFRecord(files).def().source();
+  auto first = RandomAccessSource::Open(source);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ((*first)->size(), 5);
+  auto again = RandomAccessSource::Open(source);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->size(), 5);
+  files = WriteTFRecordFiles(dir, {8});
+  ExpectMatchesSequential(source);
+}
+
 TEST(RandomAccessSourceTest, BadArgumentsAreInvalidArgument) {
   EXPECT_EQ(RandomAccessSource::Open(Dataset::Range(0, 5, 0).def().source()).status().code(),
             absl::StatusCode::kInvalidArgument);
