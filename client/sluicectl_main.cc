@@ -29,6 +29,9 @@ ABSL_FLAG(std::string, pipeline, "",
 ABSL_FLAG(std::string, devices, "GPU:0",
           "Comma-separated local devices, one replica each, e.g. GPU:0,GPU:1.");
 ABSL_FLAG(int64_t, steps, -1, "Steps to print; default: until the end of data.");
+ABSL_FLAG(int64_t, seed, 0,
+          "gen: the data is a pure function of the seed and the sizes. run, service mode with "
+          "--sharding_policy=RANGES: the seed of the job's global order.");
 ABSL_FLAG(std::string, save_state, "",
           "run: after each printed step, write the iterator's checkpoint to this file (atomically)"
           "; --resume_state continues from it. Service mode, RANGES or DATA, coordinated.");
@@ -73,8 +76,10 @@ absl::Status ApplyClusterSpec(const SluicectlCommand& command, int argc, char** 
     return std::find(command.flags.begin(), command.flags.end(), name) != command.flags.end();
   };
   const bool wants_coordinator = takes("coordinator");
-  const bool wants_consumer = takes("consumer_index") && takes("num_consumers");
-  if (!wants_coordinator && !wants_consumer) return absl::OkStatus();
+  // element-spec takes --num_consumers without --consumer_index.
+  const bool wants_index = takes("consumer_index");
+  const bool wants_count = takes("num_consumers");
+  if (!wants_coordinator && !wants_index && !wants_count) return absl::OkStatus();
   ClusterSpecSources sources = ClusterSpecSources::FromProcess();
   sources.spec_file = absl::GetFlag(FLAGS_cluster_spec);
   auto int_flag = [](const std::string& name) -> std::optional<int64_t> {
@@ -86,11 +91,12 @@ absl::Status ApplyClusterSpec(const SluicectlCommand& command, int argc, char** 
   if (FlagOnCommandLine(argc, argv, "coordinator")) {
     sources.flag_coordinator = absl::GetFlag(FLAGS_coordinator);
   }
-  if (!wants_consumer || FlagOnCommandLine(argc, argv, "consumer_index")) {
-    sources.flag_consumer_index = wants_consumer ? int_flag("consumer_index") : 0;
+  // A flag the command does not take is pinned, so that only the others are checked.
+  if (!wants_index || FlagOnCommandLine(argc, argv, "consumer_index")) {
+    sources.flag_consumer_index = wants_index ? int_flag("consumer_index") : 0;
   }
-  if (!wants_consumer || FlagOnCommandLine(argc, argv, "num_consumers")) {
-    sources.flag_num_consumers = wants_consumer ? int_flag("num_consumers") : 1;
+  if (!wants_count || FlagOnCommandLine(argc, argv, "num_consumers")) {
+    sources.flag_num_consumers = wants_count ? int_flag("num_consumers") : 1;
   }
   absl::StatusOr<ClusterConfig> config = ResolveClusterConfig(sources);
   if (!config.ok()) return config.status();
@@ -101,13 +107,13 @@ absl::Status ApplyClusterSpec(const SluicectlCommand& command, int argc, char** 
     from_spec = true;
   }
   std::string error;
-  if (wants_consumer && config->consumer_index_source != "--consumer_index" &&
+  if (wants_index && config->consumer_index_source != "--consumer_index" &&
       config->consumer_index_source != "default") {
     absl::FindCommandLineFlag("consumer_index")
         ->ParseFrom(absl::StrCat(config->consumer_index), &error);
     from_spec = true;
   }
-  if (wants_consumer && config->num_consumers_source != "--num_consumers" &&
+  if (wants_count && config->num_consumers_source != "--num_consumers" &&
       config->num_consumers_source != "default") {
     absl::FindCommandLineFlag("num_consumers")
         ->ParseFrom(absl::StrCat(config->num_consumers), &error);

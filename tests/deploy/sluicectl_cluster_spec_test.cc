@@ -99,6 +99,16 @@ TEST(SluicectlClusterSpecTest, SlurmEnvironmentGivesTheConsumer) {
                         "(SLURM_PROCID/SLURM_NTASKS) of 2 (SLURM_PROCID/SLURM_NTASKS)"));
 }
 
+TEST(SluicectlClusterSpecTest, ElementSpecTakesTheConsumerCount) {
+  // element-spec has --num_consumers but no --consumer_index.
+  SubprocessResult r = Sluicectl(
+      {"element-spec", "--pipeline=range(4).batch(2)", "--devices=CPU:0", "--retry_deadline=0s"},
+      {std::string("SLUICE_COORDINATOR=") + kUnreachable, "SLURM_PROCID=1", "SLURM_NTASKS=2"});
+  EXPECT_EQ(r.exit_code, 1) << r.Describe() << "\n" << r.stderr_text;
+  EXPECT_THAT(r.stderr_text, HasSubstr("of 2 (SLURM_PROCID/SLURM_NTASKS)"));
+  EXPECT_THAT(r.stderr_text, HasSubstr("on coordinator 127.0.0.1:1"));
+}
+
 TEST(SluicectlClusterSpecTest, MissingSpecFileNamesIt) {
   SubprocessResult r = Sluicectl(
       {"status", "--cluster_spec=/nonexistent-sluice/cluster.json"}, {});
