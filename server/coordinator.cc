@@ -485,6 +485,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   if (request.worker_address().empty()) {
     return absl::InvalidArgumentError("WorkerHeartbeatRequest.worker_address is empty");
   }
+  progress_.Record(request);
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   const CoordinatorState::Worker* worker = state_.FindWorkerByAddress(request.worker_address());
@@ -634,11 +635,10 @@ absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& /*request*/,
     *s->mutable_options() = job.options;
     FillTaskInfosLocked(job, s->mutable_tasks());
     s->set_finished(job.finished);
+    progress_.FillJobStatus(job.task_ids, s);
   }
   response->set_num_datasets(static_cast<int64_t>(state_.num_datasets()));
   return absl::OkStatus();
 }
 
 }  // namespace sluice
-  progress_.Record(request);
-    progress_.FillJobStatus(job.task_ids, s);

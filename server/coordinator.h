@@ -33,10 +33,10 @@
 #include "proto/coordinator.pb.h"
 #include "proto/journal.pb.h"
 #include "server/coordinator_state.h"
+#include "server/task_progress.h"
 
 namespace sluice {
 
-#include "server/task_progress.h"
 struct CoordinatorOptions {
   // A worker that has not heartbeated for this long is declared dead.
   absl::Duration worker_timeout = absl::Seconds(10);
@@ -130,10 +130,10 @@ class Coordinator {
   // Not state: when each worker last heartbeated (by clock_). A worker the state knows but
   // this map does not (after a restart) counts from the moment it is first noticed.
   absl::flat_hash_map<int64_t, absl::Time> last_heartbeat_ ABSL_GUARDED_BY(mu_);
+  // Not state: the workers' per-task progress reports, for GetStatus (thread-safe itself).
+  TaskProgressTable progress_;
 };
 
 }  // namespace sluice
 
 #endif  // SLUICE_SERVER_COORDINATOR_H_
-  // Not state: the workers' per-task progress reports, for GetStatus (thread-safe itself).
-  TaskProgressTable progress_;

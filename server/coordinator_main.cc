@@ -19,6 +19,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "core/logging.h"
+#include "core/metrics_http_server.h"
+#include "server/coordinator_metrics.h"
 #include "server/grpc_coordinator_service.h"
 
 ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (see --port_file).");
@@ -29,9 +32,13 @@ ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
           "A worker silent this long is declared dead and its tasks reassigned.");
 ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(5),
           "On SIGTERM/SIGINT, how long calls in flight get to finish.");
-#include "core/logging.h"
-#include "core/metrics_http_server.h"
-#include "server/coordinator_metrics.h"
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve Prometheus metrics over HTTP at /metrics on --host and this port; 0 picks a "
+          "free one (see --metrics_port_file); -1: off.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the bound metrics port is written here (atomically) before --port_file.");
+ABSL_FLAG(std::string, log_level, "info", "Least level logged: debug, info, warning or error.");
+ABSL_FLAG(std::string, log_format, "text", "Log lines as text or json (one object a line).");
 
 namespace {
 
@@ -50,15 +57,14 @@ bool WritePortFile(const std::string& path, int port) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = sluice::ConfigureLoggingFromFlags(absl::GetFlag(FLAGS_log_level),
+                                                         absl::GetFlag(FLAGS_log_format));
+      !s.ok()) {
+    std::cerr << "sluice-coordinator: " << s.message() << std::endl;
+    return 2;
+  }
 
   // Block the signals in every thread (gRPC's included, which inherit this mask) and take them
-ABSL_FLAG(int, metrics_port, -1,
-          "Serve Prometheus metrics over HTTP at /metrics on --host and this port; 0 picks a "
-          "free one (see --metrics_port_file); -1: off.");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "If set, the bound metrics port is written here (atomically) before --port_file.");
-ABSL_FLAG(std::string, log_level, "info", "Least level logged: debug, info, warning or error.");
-ABSL_FLAG(std::string, log_format, "text", "Log lines as text or json (one object a line).");
   // synchronously below.
   sigset_t signals;
   sigemptyset(&signals);
@@ -69,6 +75,7 @@ ABSL_FLAG(std::string, log_format, "text", "Log lines as text or json (one objec
   sluice::CoordinatorServerOptions options;
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
+  options.coordinator.log = sluice::LogLineSink("coordinator");
   options.coordinator.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   if (options.coordinator.worker_timeout <= absl::ZeroDuration()) {
     std::cerr << "sluice-coordinator: --worker_timeout must be positive" << std::endl;
@@ -81,28 +88,6 @@ ABSL_FLAG(std::string, log_format, "text", "Log lines as text or json (one objec
   }
   std::cerr << "sluice-coordinator: serving on " << (*server)->address() << " (worker_timeout "
             << absl::FormatDuration(options.coordinator.worker_timeout) << ")" << std::endl;
-  const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
-    std::cerr << "sluice-coordinator: cannot write --port_file " << port_file << std::endl;
-    (*server)->Shutdown(absl::ZeroDuration());
-    return 1;
-  }
-
-  int sig = 0;
-  sigwait(&signals, &sig);
-  std::cerr << "sluice-coordinator: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
-            << ", shutting down" << std::endl;
-  if (absl::Status s = sluice::ConfigureLoggingFromFlags(absl::GetFlag(FLAGS_log_level),
-                                                         absl::GetFlag(FLAGS_log_format));
-      !s.ok()) {
-    std::cerr << "sluice-coordinator: " << s.message() << std::endl;
-    return 2;
-  }
-  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));
-  std::cerr << "sluice-coordinator: stopped" << std::endl;
-  return 0;
-}
-  options.coordinator.log = sluice::LogLineSink("coordinator");
   // Metrics (docs/SERVICE.md, "Metrics and status"); both live until main returns.
   sluice::CoordinatorMetrics coordinator_metrics(&(*server)->coordinator());
   auto metrics = sluice::StartMetricsEndpoint(options.host, absl::GetFlag(FLAGS_metrics_port),
@@ -116,3 +101,18 @@ ABSL_FLAG(std::string, log_format, "text", "Log lines as text or json (one objec
     std::cerr << "sluice-coordinator: metrics on http://" << (*metrics)->address() << "/metrics"
               << std::endl;
   }
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
+    std::cerr << "sluice-coordinator: cannot write --port_file " << port_file << std::endl;
+    (*server)->Shutdown(absl::ZeroDuration());
+    return 1;
+  }
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::cerr << "sluice-coordinator: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
+            << ", shutting down" << std::endl;
+  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));
+  std::cerr << "sluice-coordinator: stopped" << std::endl;
+  return 0;
+}

@@ -73,6 +73,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   const std::string listen = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &s->port_);
   builder.RegisterService(s->service_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeRpcMetricsInterceptorFactory());  // core/rpc_metrics.h
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(
@@ -90,9 +93,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 }
 
 void CoordinatorServer::TickerLoop(absl::Duration interval) {
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(MakeRpcMetricsInterceptorFactory());  // core/rpc_metrics.h
-  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   while (!stop_.WaitForNotificationWithTimeout(interval)) coordinator_->CheckWorkerLiveness();
 }
 

@@ -179,13 +179,13 @@ grpc::Status GrpcWorkerService::StreamSteps(grpc::ServerContext* context, Stream
     }
     grpc::WriteOptions write_options;
     if (!first_write && !end && left > 0 && (*reader)->Ready()) write_options.set_buffer_hint();
-    if (!stream->Write(bb, write_options)) {
     const int64_t frame_bytes = static_cast<int64_t>(bb.Length());
+    if (!stream->Write(bb, write_options)) {
       result = absl::CancelledError("StreamSteps: the consumer went away");
       break;
     }
-    first_write = false;
     (*runner)->RecordDelivered(static_cast<int64_t>(steps.size()), frame_bytes);
+    first_write = false;
     if (end) {
       wrote_last = true;
       break;

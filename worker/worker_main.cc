@@ -25,14 +25,14 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "core/plugin_loader.h"
+#include "core/logging.h"
+#include "core/metrics_http_server.h"
+#include "worker/worker_metrics.h"
 #include "worker/worker_server.h"
 
 ABSL_FLAG(std::string, coordinator, "", "Coordinator address, HOST:PORT (required)");
 ABSL_FLAG(int, port, 0, "Port to serve on; 0 picks a free one");
 ABSL_FLAG(std::string, port_file, "", "Write the bound port to this file once serving");
-#include "core/logging.h"
-#include "core/metrics_http_server.h"
-#include "worker/worker_metrics.h"
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "Interface to bind, and the host consumers dial (advertised as HOST:PORT)");
 ABSL_FLAG(int64_t, buffer_bytes, int64_t{256} << 20,
@@ -41,9 +41,22 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat perio
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM, the most the drain takes (telling the coordinator, ending streams)");
 ABSL_FLAG(std::string, plugin, "", "Comma-separated custom-op plugin libraries to load");
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve Prometheus metrics over HTTP at /metrics on --host and this port; 0 picks a "
+          "free one (see --metrics_port_file); -1: off.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "If set, the bound metrics port is written here (atomically) before --port_file.");
+ABSL_FLAG(std::string, log_level, "info", "Least level logged: debug, info, warning or error.");
+ABSL_FLAG(std::string, log_format, "text", "Log lines as text or json (one object a line).");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = sluice::ConfigureLoggingFromFlags(absl::GetFlag(FLAGS_log_level),
+                                                         absl::GetFlag(FLAGS_log_format));
+      !s.ok()) {
+    std::cerr << "sluice-worker: " << s.message() << std::endl;
+    return 2;
+  }
   // Block the signals in every thread; main waits for them below.
   sigset_t signals;
   sigemptyset(&signals);
@@ -65,22 +78,10 @@ int main(int argc, char** argv) {
   options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
-ABSL_FLAG(int, metrics_port, -1,
-          "Serve Prometheus metrics over HTTP at /metrics on --host and this port; 0 picks a "
-          "free one (see --metrics_port_file); -1: off.");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "If set, the bound metrics port is written here (atomically) before --port_file.");
-ABSL_FLAG(std::string, log_level, "info", "Least level logged: debug, info, warning or error.");
-ABSL_FLAG(std::string, log_format, "text", "Log lines as text or json (one object a line).");
+  options.log = sluice::LogLineSink("worker");
   if (absl::GetFlag(FLAGS_buffer_bytes) <= 0) {
     std::cerr << "sluice-worker: --buffer_bytes must be positive" << std::endl;
     return 2;
-  if (absl::Status s = sluice::ConfigureLoggingFromFlags(absl::GetFlag(FLAGS_log_level),
-                                                         absl::GetFlag(FLAGS_log_format));
-      !s.ok()) {
-    std::cerr << "sluice-worker: " << s.message() << std::endl;
-    return 2;
-  }
   }
   options.buffer_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_buffer_bytes));
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
@@ -95,6 +96,18 @@ ABSL_FLAG(std::string, log_format, "text", "Log lines as text or json (one objec
   }
   std::cerr << "sluice-worker: serving on " << (*worker)->address() << ", coordinator "
             << options.coordinator_address << std::endl;
+  // Metrics (docs/SERVICE.md, "Metrics and status"); both live until main returns.
+  sluice::WorkerMetrics worker_metrics(worker->get());
+  auto metrics = sluice::StartMetricsEndpoint(options.host, absl::GetFlag(FLAGS_metrics_port),
+                                              absl::GetFlag(FLAGS_metrics_port_file));
+  if (!metrics.ok()) {
+    std::cerr << "sluice-worker: --metrics_port: " << metrics.status() << std::endl;
+    return 1;
+  }
+  if (*metrics != nullptr) {
+    std::cerr << "sluice-worker: metrics on http://" << (*metrics)->address() << "/metrics"
+              << std::endl;
+  }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     const std::string tmp = port_file + ".tmp";
@@ -102,7 +115,6 @@ ABSL_FLAG(std::string, log_format, "text", "Log lines as text or json (one objec
       std::ofstream out(tmp);
       out << (*worker)->port() << "\n";
       if (!out) {
-  options.log = sluice::LogLineSink("worker");
         std::cerr << "sluice-worker: cannot write " << tmp << std::endl;
         return 1;
       }
@@ -120,15 +132,3 @@ ABSL_FLAG(std::string, log_format, "text", "Log lines as text or json (one objec
   std::cerr << "sluice-worker: stopped" << std::endl;
   return 0;
 }
-  // Metrics (docs/SERVICE.md, "Metrics and status"); both live until main returns.
-  sluice::WorkerMetrics worker_metrics(worker->get());
-  auto metrics = sluice::StartMetricsEndpoint(options.host, absl::GetFlag(FLAGS_metrics_port),
-                                              absl::GetFlag(FLAGS_metrics_port_file));
-  if (!metrics.ok()) {
-    std::cerr << "sluice-worker: --metrics_port: " << metrics.status() << std::endl;
-    return 1;
-  }
-  if (*metrics != nullptr) {
-    std::cerr << "sluice-worker: metrics on http://" << (*metrics)->address() << "/metrics"
-              << std::endl;
-  }

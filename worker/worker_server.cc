@@ -73,11 +73,11 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
   const std::string bind = absl::StrCat(w->options_.host, ":", w->options_.port);
   builder.AddListeningPort(bind, grpc::InsecureServerCredentials(), &w->port_);
   builder.RegisterService(w->service_.get());
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
-  builder.SetMaxSendMessageSize(-1);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(MakeRpcMetricsInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+  builder.SetMaxSendMessageSize(-1);
   builder.SetMaxReceiveMessageSize(-1);
   w->server_ = builder.BuildAndStart();
   if (w->server_ == nullptr || w->port_ == 0) {
@@ -122,9 +122,6 @@ absl::StatusOr<std::shared_ptr<TaskRunner>> WorkerServer::FindTask(int64_t job_i
   return it->second;
 }
 
-absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
-  proto::WorkerHeartbeatRequest request;
-  request.set_wire_version(proto::WIRE_VERSION_1);
 std::vector<std::shared_ptr<TaskRunner>> WorkerServer::TaskRunners() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<TaskRunner>> out;
@@ -133,6 +130,9 @@ std::vector<std::shared_ptr<TaskRunner>> WorkerServer::TaskRunners() const {
   return out;
 }
 
+absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
+  proto::WorkerHeartbeatRequest request;
+  request.set_wire_version(proto::WIRE_VERSION_1);
   request.set_worker_address(address_);
   request.set_draining(draining);
   {
@@ -143,10 +143,10 @@ std::vector<std::shared_ptr<TaskRunner>> WorkerServer::TaskRunners() const {
       } else {
         request.add_active_task_ids(id);
       }
+      FillTaskProgress(*runner, request.add_task_progress());
     }
   }
   grpc::ClientContext context;
-      FillTaskProgress(*runner, request.add_task_progress());
   context.set_deadline(
       absl::ToChronoTime(absl::Now() + std::min(options_.rpc_deadline, deadline)));
   proto::WorkerHeartbeatResponse response;

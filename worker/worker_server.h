@@ -85,6 +85,8 @@ class WorkerServer : public TaskLookup {
 
   // TaskLookup.
   absl::StatusOr<std::shared_ptr<TaskRunner>> FindTask(int64_t job_id, int64_t task_id) override;
+  // The task runners this worker holds now (metrics: worker/worker_metrics.h).
+  std::vector<std::shared_ptr<TaskRunner>> TaskRunners() const;
 
  private:
   explicit WorkerServer(WorkerServerOptions options);
@@ -98,8 +100,6 @@ class WorkerServer : public TaskLookup {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<proto::CoordinatorService::Stub> coordinator_;
   int port_ = 0;
-  // The task runners this worker holds now (metrics: worker/worker_metrics.h).
-  std::vector<std::shared_ptr<TaskRunner>> TaskRunners() const;
   std::string address_;
 
   mutable absl::Mutex mu_;
