@@ -20,7 +20,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -33,6 +35,8 @@
 #include "proto/coordinator.pb.h"
 #include "proto/journal.pb.h"
 #include "server/coordinator_state.h"
+#include "server/journal.h"
+#include "server/journal_file.h"
 #include "server/task_progress.h"
 
 namespace sluice {
@@ -56,11 +60,25 @@ struct CoordinatorOptions {
   // Receives one line per significant event (worker registered or dead, job created, task
   // assigned, job finished). Unset: the line goes to stderr.
   std::function<void(absl::string_view)> log;
+  // Journal and restart (docs/SERVICE.md), through Create() only: every state change is
+  // appended to a journal in this directory and synced before the request is answered, and
+  // Create() replays it. Empty: no journal, the state lives in memory only.
+  std::string work_dir;
+  // Journal records between snapshots of the whole state (which keep replay short).
+  int64_t snapshot_every = 1000;
+  // The journal's file system. Borrowed: must outlive the Coordinator. nullptr: the real one.
+  JournalFileSystem* journal_fs = nullptr;
 };
 
 class Coordinator {
  public:
+  // Without work_dir: a coordinator with an empty state (options.work_dir is ignored here).
   explicit Coordinator(CoordinatorOptions options = {});
+  // With options.work_dir, opens the journal there and replays it: the state it had when its
+  // last request was answered. DATA_LOSS naming the file and byte offset for a corrupt
+  // journal (a torn last record is dropped, with a log line); the file system's error
+  // otherwise. Without work_dir, the same as the constructor.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options);
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
 
@@ -97,8 +115,32 @@ class Coordinator {
 
   const CoordinatorOptions& options() const { return options_; }
 
+  // The whole state, as CoordinatorState::Snapshot() (for tests and tools).
+  proto::StateSnapshot Snapshot();
+
  private:
+  // Collects the updates of one request into one journal record (a request that creates a
+  // job and its tasks): declared right after the lock, Commit() before answering. A batch
+  // destroyed uncommitted, or whose Commit fails, is undone (the state is replayed from the
+  // journal), so that the failed request changes nothing.
+  class JournalBatch {
+   public:
+    explicit JournalBatch(Coordinator* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_);
+    ~JournalBatch();
+    absl::Status Commit();
+
+   private:
+    Coordinator* const c_;
+    bool done_ = false;
+  };
+
+  // The one place updates take effect. With a journal, the update is appended (and synced)
+  // first, or collected into the open batch; a failed append is returned and changes nothing.
   absl::Status ApplyLocked(const proto::Update& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a record was appended: a snapshot when one is due.
+  void MaybeSnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replaces the state by the journal's (undoing applied updates that were not journaled).
+  void ReloadFromJournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckLivenessLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives every unassigned unfinished task to the least loaded live worker, if any.
   absl::Status AssignWaitingTasksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -130,6 +172,11 @@ class Coordinator {
   // Not state: when each worker last heartbeated (by clock_). A worker the state knows but
   // this map does not (after a restart) counts from the moment it is first noticed.
   absl::flat_hash_map<int64_t, absl::Time> last_heartbeat_ ABSL_GUARDED_BY(mu_);
+  // Set by Create() with a work_dir.
+  std::unique_ptr<Journal> journal_ ABSL_GUARDED_BY(mu_);
+  // The open JournalBatch's updates, applied but not yet journaled.
+  bool in_batch_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<proto::Update> batch_ ABSL_GUARDED_BY(mu_);
   // Not state: the workers' per-task progress reports, for GetStatus (thread-safe itself).
   TaskProgressTable progress_;
 };

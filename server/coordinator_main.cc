@@ -2,10 +2,15 @@
 //
 //   sluice-coordinator --port=0 --port_file=/tmp/coord.port [--worker_timeout=10s]
 //                      [--host=127.0.0.1] [--shutdown_deadline=5s]
+//                      [--work_dir=/var/lib/sluice/coordinator] [--snapshot_every=1000]
 //
 // Once serving, writes the bound port (decimal, newline) to --port_file atomically (a temporary
 // file renamed into place), so a launcher polling the file never reads a partial port. Logs one
 // line per significant event to stderr. A signal shuts down gracefully and exits 0.
+//
+// With --work_dir, every state change is journaled there before it is answered and a restart
+// with the same --work_dir continues where the last one stopped (docs/SERVICE.md, "Journal and
+// restart"); a corrupt journal makes it exit 1 at start-up naming the file and byte offset.
 #include <pthread.h>
 #include <signal.h>
 
@@ -30,6 +35,11 @@ ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written here (atomically) once the server is serving.");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10),
           "A worker silent this long is declared dead and its tasks reassigned.");
+ABSL_FLAG(std::string, work_dir, "",
+          "Directory of the coordinator's journal and snapshots; a restart with the same "
+          "directory resumes every dataset, job and task. Empty: state in memory only.");
+ABSL_FLAG(int64_t, snapshot_every, 1000,
+          "With --work_dir: journal records between snapshots of the whole state.");
 ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(5),
           "On SIGTERM/SIGINT, how long calls in flight get to finish.");
 ABSL_FLAG(int, metrics_port, -1,
@@ -79,6 +89,12 @@ int main(int argc, char** argv) {
   options.coordinator.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   if (options.coordinator.worker_timeout <= absl::ZeroDuration()) {
     std::cerr << "sluice-coordinator: --worker_timeout must be positive" << std::endl;
+    return 2;
+  }
+  options.coordinator.work_dir = absl::GetFlag(FLAGS_work_dir);
+  options.coordinator.snapshot_every = absl::GetFlag(FLAGS_snapshot_every);
+  if (options.coordinator.snapshot_every < 1) {
+    std::cerr << "sluice-coordinator: --snapshot_every must be at least 1" << std::endl;
     return 2;
   }
   auto server = sluice::CoordinatorServer::Start(options);

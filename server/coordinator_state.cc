@@ -163,6 +163,7 @@ absl::Status CoordinatorState::ApplyCreateJob(const proto::CreateJobUpdate& u) {
   job.options = u.options();
   job.split_source_size = u.split_source_size();
   job.split_size = u.split_size();
+  job.created = u;
   if (!job.name.empty()) job_by_name_[job.name] = job.id;
   jobs_[job.id] = std::move(job);
   last_job_id_ = u.job_id();
@@ -203,6 +204,8 @@ absl::Status CoordinatorState::ApplyCreateTask(const proto::CreateTaskUpdate& u)
   task.dataset = u.dataset();
   task.step_sharded = u.step_sharded();
   task.worker_id = u.worker_id();
+  task.created = u;
+  task.created.set_worker_id(0);  // Snapshot() replays assignments on their own
   if (task.worker_id != 0) workers_.at(task.worker_id).task_ids.push_back(task.id);
   job->second.task_ids.push_back(task.id);
   tasks_[task.id] = std::move(task);
@@ -281,6 +284,86 @@ absl::Status CoordinatorState::ApplyProduceSplit(const proto::ProduceSplitUpdate
   j.splits.push_back(Split{u.split_index(), u.task_id(), u.begin(), u.end()});
   j.split_cursor = u.end();
   task->second.split_indices.push_back(u.split_index());
+  return absl::OkStatus();
+}
+
+// The order makes every update apply: entities first (workers alive, tasks unassigned), then
+// splits, then assignments in each worker's own order (so that Worker::task_ids comes back in
+// the same order), then finishes, then deaths (a dead worker holds only finished tasks).
+proto::StateSnapshot CoordinatorState::Snapshot() const {
+  proto::StateSnapshot out;
+  for (const auto& [id, d] : datasets_) {
+    proto::RegisterDatasetUpdate* u = out.add_updates()->mutable_register_dataset();
+    u->set_dataset_id(d.id);
+    *u->mutable_dataset() = d.def;
+  }
+  for (const auto& [id, w] : workers_) {
+    proto::RegisterWorkerUpdate* u = out.add_updates()->mutable_register_worker();
+    u->set_worker_id(w.id);
+    u->set_address(w.address);
+  }
+  for (const auto& [id, job] : jobs_) {
+    *out.add_updates()->mutable_create_job() = job.created;
+    for (int64_t t : job.task_ids) {
+      *out.add_updates()->mutable_create_task() = tasks_.at(t).created;
+    }
+    for (const Split& split : job.splits) {
+      proto::ProduceSplitUpdate* u = out.add_updates()->mutable_produce_split();
+      u->set_job_id(id);
+      u->set_task_id(split.task_id);
+      u->set_split_index(split.index);
+      u->set_begin(split.begin);
+      u->set_end(split.end);
+    }
+  }
+  for (const auto& [id, w] : workers_) {
+    for (int64_t t : w.task_ids) {
+      proto::AssignTaskUpdate* u = out.add_updates()->mutable_assign_task();
+      u->set_task_id(t);
+      u->set_worker_id(id);
+    }
+  }
+  for (const auto& [id, task] : tasks_) {
+    if (task.finished) out.add_updates()->mutable_finish_task()->set_task_id(id);
+  }
+  for (const auto& [id, job] : jobs_) {
+    if (job.finished) out.add_updates()->mutable_finish_job()->set_job_id(id);
+  }
+  for (const auto& [id, w] : workers_) {
+    if (!w.alive) out.add_updates()->mutable_worker_died()->set_worker_id(id);
+  }
+  out.set_last_worker_id(last_worker_id_);
+  out.set_last_job_id(last_job_id_);
+  out.set_last_task_id(last_task_id_);
+  return out;
+}
+
+absl::Status CoordinatorState::Restore(const proto::StateSnapshot& snapshot) {
+  if (!datasets_.empty() || !workers_.empty() || !jobs_.empty() || !tasks_.empty()) {
+    return absl::FailedPreconditionError("CoordinatorState::Restore: the state is not empty");
+  }
+  for (int i = 0; i < snapshot.updates_size(); ++i) {
+    const proto::Update& u = snapshot.updates(i);
+    // Ids of removed entities leave gaps: each creation names its own id.
+    if (u.has_register_worker() && !workers_.contains(u.register_worker().worker_id())) {
+      last_worker_id_ = u.register_worker().worker_id() - 1;
+    }
+    if (u.has_create_job()) last_job_id_ = u.create_job().job_id() - 1;
+    if (u.has_create_task()) last_task_id_ = u.create_task().task_id() - 1;
+    absl::Status s = Apply(u);
+    if (!s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("snapshot update ", i, " does not apply: ", s.message()));
+    }
+  }
+  if (snapshot.last_worker_id() < last_worker_id_ || snapshot.last_job_id() < last_job_id_ ||
+      snapshot.last_task_id() < last_task_id_) {
+    return absl::InvalidArgumentError(
+        "snapshot: its id counters are behind the ids of its entities");
+  }
+  last_worker_id_ = snapshot.last_worker_id();
+  last_job_id_ = snapshot.last_job_id();
+  last_task_id_ = snapshot.last_task_id();
   return absl::OkStatus();
 }
 

@@ -22,6 +22,7 @@
 #include "proto/coordinator.pb.h"
 #include "proto/dataset.pb.h"
 #include "proto/journal.pb.h"
+#include "proto/journal_record.pb.h"
 
 namespace sluice {
 
@@ -53,6 +54,7 @@ class CoordinatorState {
     int64_t worker_id = 0;  // 0: unassigned
     bool finished = false;
     std::vector<int64_t> split_indices;  // DYNAMIC: the job's splits this task got, in order
+    proto::CreateTaskUpdate created;  // the update that created it, for Snapshot()
   };
   struct Job {
     int64_t id = 0;
@@ -65,6 +67,7 @@ class CoordinatorState {
     int64_t split_size = 0;
     int64_t split_cursor = 0;  // next unit to hand out
     std::vector<Split> splits;  // by split index
+    proto::CreateJobUpdate created;  // the update that created it, for Snapshot()
 
     bool dynamic() const { return options.sharding_policy() == proto::SHARDING_DYNAMIC; }
     bool splits_exhausted() const { return split_cursor >= split_source_size; }
@@ -73,11 +76,22 @@ class CoordinatorState {
   CoordinatorState() = default;
   CoordinatorState(const CoordinatorState&) = delete;
   CoordinatorState& operator=(const CoordinatorState&) = delete;
+  // Movable, so that the Coordinator can start over from its journal.
+  CoordinatorState(CoordinatorState&&) = default;
+  CoordinatorState& operator=(CoordinatorState&&) = default;
 
   // Applies one update. FAILED_PRECONDITION / NOT_FOUND / INVALID_ARGUMENT naming the update
   // and the id when it does not fit the state (a duplicate id, an unknown job, ...); the state
   // is then unchanged. Updates decided by the Coordinator always apply.
   absl::Status Apply(const proto::Update& update);
+
+  // The whole state as updates that rebuild it (proto/journal_record.proto): each entity's
+  // creating update as it was applied, then its later changes, then the id counters. Restore
+  // of the result on an empty state gives an equal state.
+  proto::StateSnapshot Snapshot() const;
+  // Rebuilds the state from Snapshot()'s output. Requires an empty state. The error of the
+  // first update that does not apply, naming its index; the state is then unusable.
+  absl::Status Restore(const proto::StateSnapshot& snapshot);
 
   // Lookups: nullptr when absent. Entries are never removed and never move, so a pointer
   // stays valid as long as the state.

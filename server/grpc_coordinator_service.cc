@@ -62,7 +62,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     CoordinatorServerOptions options) {
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->host_ = options.host;
-  s->coordinator_ = std::make_unique<Coordinator>(options.coordinator);
+  // With a work_dir, this replays the journal: a corrupt one is an error here.
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Create(options.coordinator);
+  if (!coordinator.ok()) return coordinator.status();
+  s->coordinator_ = *std::move(coordinator);
   s->service_ = std::make_unique<GrpcCoordinatorService>(s->coordinator_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
