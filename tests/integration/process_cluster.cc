@@ -4,9 +4,12 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <map>
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
@@ -55,6 +58,7 @@ absl::StatusOr<int> WaitForPortFile(const std::string& path, Subprocess& process
 absl::StatusOr<std::unique_ptr<ProcessCluster>> ProcessCluster::Start(
     ProcessClusterOptions options) {
   std::unique_ptr<ProcessCluster> cluster(new ProcessCluster());
+  cluster->options_ = std::move(options);
   const char* tmp = std::getenv("TMPDIR");
   std::string templ = absl::StrCat(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp",
                                    "/sluice-integration-XXXXXX");
@@ -62,60 +66,103 @@ absl::StatusOr<std::unique_ptr<ProcessCluster>> ProcessCluster::Start(
     return absl::InternalError(absl::StrCat("mkdtemp ", templ, " failed"));
   }
   cluster->dir_ = templ;
-
-  const std::string coordinator_port_file = cluster->dir_ + "/coordinator.port";
-  absl::StatusOr<std::unique_ptr<Subprocess>> coordinator = Subprocess::Start(
-      {BuildPath("bin/sluice-coordinator"), "--port=0",
-       absl::StrCat("--port_file=", coordinator_port_file),
-       absl::StrCat("--worker_timeout=", DurationFlag(options.worker_timeout))});
-  if (!coordinator.ok()) return coordinator.status();
-  cluster->coordinator_process_ = *std::move(coordinator);
-  absl::StatusOr<int> port = WaitForPortFile(coordinator_port_file, *cluster->coordinator_process_,
-                                             "sluice-coordinator", options.start_timeout);
-  if (!port.ok()) return port.status();
-  cluster->coordinator_ = absl::StrCat("127.0.0.1:", *port);
-
-  for (int i = 0; i < options.num_workers; ++i) {
-    absl::StatusOr<std::unique_ptr<Subprocess>> worker = Subprocess::Start(
-        {BuildPath("bin/sluice-worker"), absl::StrCat("--coordinator=", cluster->coordinator_),
-         "--port=0", absl::StrCat("--port_file=", cluster->dir_, "/worker-", i, ".port"),
-         absl::StrCat("--heartbeat_interval=", DurationFlag(options.heartbeat_interval)),
-         absl::StrCat("--buffer_bytes=", options.worker_buffer_bytes), "--drain_timeout=5s"});
-    if (!worker.ok()) return worker.status();
-    cluster->workers_.push_back(*std::move(worker));
-    cluster->killed_.push_back(false);
-  }
-  for (int i = 0; i < options.num_workers; ++i) {
-    absl::StatusOr<int> worker_port =
-        WaitForPortFile(absl::StrCat(cluster->dir_, "/worker-", i, ".port"),
-                        *cluster->workers_[i], absl::StrCat("sluice-worker ", i),
-                        options.start_timeout);
-    if (!worker_port.ok()) return worker_port.status();
-    cluster->worker_addresses_.push_back(absl::StrCat("127.0.0.1:", *worker_port));
+  if (cluster->options_.work_dir) {
+    cluster->work_dir_ = cluster->dir_ + "/coordinator-work";
+    std::error_code ec;
+    std::filesystem::create_directories(cluster->work_dir_, ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("cannot create ", cluster->work_dir_, ": ", ec.message()));
+    }
   }
 
+  absl::Status s = cluster->StartCoordinator(/*port=*/0);
+  if (!s.ok()) return s;
+  for (int i = 0; i < cluster->options_.num_workers; ++i) {
+    absl::StatusOr<int> w = cluster->StartWorker();
+    if (!w.ok()) return w.status();
+  }
   // Every worker registered and alive before the test makes a job.
-  const absl::Time deadline = absl::Now() + options.start_timeout;
-  while (true) {
-    absl::StatusOr<proto::GetStatusResponse> status = cluster->Status();
-    int alive = 0;
-    if (status.ok()) {
-      for (const proto::WorkerStatus& w : status->workers()) alive += w.alive() ? 1 : 0;
-    }
-    if (alive == options.num_workers) break;
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(alive, " of ", options.num_workers, " workers registered within ",
-                       absl::FormatDuration(options.start_timeout), " (last status: ",
-                       status.status().ToString(), ")\n", cluster->Logs()));
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  s = cluster->WaitForWorkersAlive(cluster->worker_addresses_);
+  if (!s.ok()) return s;
   return cluster;
 }
 
+absl::Status ProcessCluster::StartCoordinator(int port) {
+  const std::string port_file =
+      absl::StrCat(dir_, "/coordinator-", coordinator_starts_++, ".port");
+  std::vector<std::string> argv = {
+      BuildPath("bin/sluice-coordinator"), absl::StrCat("--port=", port),
+      absl::StrCat("--port_file=", port_file),
+      absl::StrCat("--worker_timeout=", DurationFlag(options_.worker_timeout))};
+  if (!work_dir_.empty()) argv.push_back(absl::StrCat("--work_dir=", work_dir_));
+  argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
+  absl::StatusOr<std::unique_ptr<Subprocess>> coordinator = Subprocess::Start(argv);
+  if (!coordinator.ok()) return coordinator.status();
+  coordinator_process_ = *std::move(coordinator);
+  coordinator_killed_ = false;
+  absl::StatusOr<int> bound =
+      WaitForPortFile(port_file, *coordinator_process_, "sluice-coordinator",
+                      options_.start_timeout);
+  if (!bound.ok()) return bound.status();
+  if (port != 0 && *bound != port) {
+    return absl::InternalError(
+        absl::StrCat("sluice-coordinator restarted on port ", *bound, ", not ", port));
+  }
+  coordinator_port_ = *bound;
+  coordinator_ = absl::StrCat("127.0.0.1:", *bound);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> ProcessCluster::StartWorker() {
+  const int i = num_workers();
+  std::vector<std::string> argv = {
+      BuildPath("bin/sluice-worker"), absl::StrCat("--coordinator=", coordinator_),
+      "--port=0", absl::StrCat("--port_file=", dir_, "/worker-", i, ".port"),
+      absl::StrCat("--heartbeat_interval=", DurationFlag(options_.heartbeat_interval)),
+      absl::StrCat("--buffer_bytes=", options_.worker_buffer_bytes), "--drain_timeout=5s"};
+  argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
+  absl::StatusOr<std::unique_ptr<Subprocess>> worker = Subprocess::Start(argv);
+  if (!worker.ok()) return worker.status();
+  workers_.push_back(*std::move(worker));
+  state_.push_back(WorkerState::kRunning);
+  worker_addresses_.push_back("");
+  absl::StatusOr<int> worker_port =
+      WaitForPortFile(absl::StrCat(dir_, "/worker-", i, ".port"), *workers_[i],
+                      absl::StrCat("sluice-worker ", i), options_.start_timeout);
+  if (!worker_port.ok()) return worker_port.status();
+  worker_addresses_[i] = absl::StrCat("127.0.0.1:", *worker_port);
+  return i;
+}
+
+absl::Status ProcessCluster::WaitForWorkersAlive(const std::vector<std::string>& addresses) {
+  const absl::Time deadline = absl::Now() + options_.start_timeout;
+  while (true) {
+    absl::StatusOr<proto::GetStatusResponse> status = Status();
+    int alive = 0;
+    if (status.ok()) {
+      for (const std::string& address : addresses) {
+        for (const proto::WorkerStatus& w : status->workers()) {
+          if (w.address() == address && w.alive()) {
+            ++alive;
+            break;
+          }
+        }
+      }
+    }
+    if (alive == static_cast<int>(addresses.size())) return absl::OkStatus();
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(alive, " of ", addresses.size(), " workers registered within ",
+                       absl::FormatDuration(options_.start_timeout), " (last status: ",
+                       status.status().ToString(), ")\n", Logs()));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
 ProcessCluster::~ProcessCluster() {
-  // Subprocess destructors SIGKILL and reap whatever still runs.
+  // Subprocess destructors SIGKILL and reap whatever still runs (a stopped process too).
   workers_.clear();
   coordinator_process_.reset();
   if (!dir_.empty()) {
@@ -139,12 +186,96 @@ absl::StatusOr<proto::GetStatusResponse> ProcessCluster::Status() const {
 }
 
 absl::Status ProcessCluster::KillWorker(int i) {
-  if (i < 0 || i >= num_workers()) return absl::InvalidArgumentError("no such worker");
+  if (i < 0 || i >= num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat("no worker ", i));
+  }
   absl::Status s = workers_[i]->Signal(SIGKILL);
   if (!s.ok()) return s;
-  killed_[i] = true;
+  state_[i] = WorkerState::kGone;
   absl::StatusOr<SubprocessResult> r = workers_[i]->Wait(absl::Seconds(30));
   return r.ok() ? absl::OkStatus() : r.status();
+}
+
+absl::StatusOr<int> ProcessCluster::AddWorker() {
+  absl::StatusOr<int> i = StartWorker();
+  if (!i.ok()) return i.status();
+  absl::Status s = WaitForWorkersAlive({worker_addresses_[*i]});
+  if (!s.ok()) return s;
+  return *i;
+}
+
+absl::Status ProcessCluster::StopWorker(int i) {
+  if (i < 0 || i >= num_workers() || state_[i] != WorkerState::kRunning) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", i, " is not running"));
+  }
+  absl::Status s = workers_[i]->Signal(SIGSTOP);
+  if (s.ok()) state_[i] = WorkerState::kStopped;
+  return s;
+}
+
+absl::Status ProcessCluster::ContinueWorker(int i) {
+  if (i < 0 || i >= num_workers() || state_[i] != WorkerState::kStopped) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", i, " is not stopped"));
+  }
+  absl::Status s = workers_[i]->Signal(SIGCONT);
+  if (s.ok()) state_[i] = WorkerState::kRunning;
+  return s;
+}
+
+absl::Status ProcessCluster::TerminateWorker(int i, absl::Duration timeout,
+                                             const std::function<void()>& after_signal) {
+  if (i < 0 || i >= num_workers() || state_[i] == WorkerState::kGone) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", i, " is not running"));
+  }
+  if (state_[i] == WorkerState::kStopped) {
+    absl::Status s = workers_[i]->Signal(SIGCONT);
+    if (!s.ok()) return s;
+  }
+  absl::Status s = workers_[i]->Signal(SIGTERM);
+  state_[i] = WorkerState::kGone;
+  if (!s.ok()) return s;
+  if (after_signal != nullptr) after_signal();
+  absl::StatusOr<SubprocessResult> r = workers_[i]->Wait(timeout);
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sluice-worker ", i, " (", worker_addresses_[i], ") on SIGTERM: ",
+                     r->Describe(), "; stderr:\n", Tail(r->stderr_text, 1500)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProcessCluster::KillCoordinator() {
+  if (coordinator_process_ == nullptr || coordinator_killed_) {
+    return absl::FailedPreconditionError("the coordinator is not running");
+  }
+  absl::Status s = coordinator_process_->Signal(SIGKILL);
+  if (!s.ok()) return s;
+  coordinator_killed_ = true;
+  absl::StatusOr<SubprocessResult> r = coordinator_process_->Wait(absl::Seconds(30));
+  return r.ok() ? absl::OkStatus() : r.status();
+}
+
+absl::Status ProcessCluster::RestartCoordinator() {
+  if (coordinator_process_ != nullptr && !coordinator_killed_) {
+    return absl::FailedPreconditionError("the coordinator still runs; KillCoordinator() first");
+  }
+  // The previous coordinator's stderr stays readable in the logs.
+  if (coordinator_process_ != nullptr) {
+    absl::StrAppend(&old_coordinator_logs_, "--- sluice-coordinator (killed) stderr:\n",
+                    Tail(coordinator_process_->stderr_text()), "\n");
+  }
+  // The kernel may keep the old listening port briefly; retry a bounded number of times.
+  absl::Status s;
+  const absl::Time deadline = absl::Now() + options_.start_timeout;
+  do {
+    s = StartCoordinator(coordinator_port_);
+    if (s.ok()) return s;
+    coordinator_killed_ = true;  // the failed attempt exited (or is killed below)
+    if (coordinator_process_ != nullptr) coordinator_process_->Wait(absl::Seconds(5)).IgnoreError();
+    absl::SleepFor(absl::Milliseconds(200));
+  } while (absl::Now() < deadline);
+  return s;
 }
 
 absl::Status ProcessCluster::StopAll(absl::Duration timeout) {
@@ -159,9 +290,18 @@ absl::Status ProcessCluster::StopAll(absl::Duration timeout) {
     }
   };
   for (int i = 0; i < num_workers(); ++i) {
-    if (!killed_[i]) stop(*workers_[i], absl::StrCat("sluice-worker ", i));
+    if (state_[i] == WorkerState::kStopped) {
+      workers_[i]->Signal(SIGCONT).IgnoreError();
+      state_[i] = WorkerState::kRunning;
+    }
+    if (state_[i] == WorkerState::kRunning) {
+      stop(*workers_[i], absl::StrCat("sluice-worker ", i));
+      state_[i] = WorkerState::kGone;
+    }
   }
-  if (coordinator_process_ != nullptr) stop(*coordinator_process_, "sluice-coordinator");
+  if (coordinator_process_ != nullptr && !coordinator_killed_) {
+    stop(*coordinator_process_, "sluice-coordinator");
+  }
   if (!failures.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("processes that did not exit 0 on SIGTERM:\n", failures));
@@ -170,7 +310,7 @@ absl::Status ProcessCluster::StopAll(absl::Duration timeout) {
 }
 
 std::string ProcessCluster::Logs() {
-  std::string out;
+  std::string out = old_coordinator_logs_;
   if (coordinator_process_ != nullptr) {
     absl::StrAppend(&out, "--- sluice-coordinator stderr:\n",
                     Tail(coordinator_process_->stderr_text()), "\n");
@@ -189,6 +329,24 @@ absl::StatusOr<SubprocessResult> RunSluicectl(const std::vector<std::string>& ar
   SubprocessOptions options;
   options.timeout = timeout;
   return RunSubprocess(argv, options);
+}
+
+bool BinaryHasFlag(const std::string& binary, const std::string& flag) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* cache = new std::map<std::pair<std::string, std::string>, bool>();
+  absl::MutexLock lock(&mu);
+  auto it = cache->find({binary, flag});
+  if (it != cache->end()) return it->second;
+  SubprocessOptions options;
+  options.timeout = absl::Seconds(30);
+  absl::StatusOr<SubprocessResult> r = RunSubprocess({BuildPath(binary), "--helpfull"}, options);
+  const std::string needle = absl::StrCat("-", flag, " ");
+  const bool has =
+      r.ok() && (absl::StrContains(r->stdout_text, needle) ||
+                 absl::StrContains(r->stderr_text, needle) ||
+                 absl::StrContains(r->stdout_text, absl::StrCat("-", flag, ")")));
+  cache->emplace(std::make_pair(binary, flag), has);
+  return has;
 }
 
 absl::StatusOr<std::unique_ptr<Subprocess>> StartSluicectl(const std::vector<std::string>& args) {

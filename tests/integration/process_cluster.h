@@ -8,6 +8,13 @@
 //   (*cluster)->KillWorker(1);                                  // SIGKILL, as a crash
 //   EXPECT_TRUE((*cluster)->StopAll().ok());                    // SIGTERM; every exit must be 0
 //
+// Faults for the fault tests (tests/integration/fault_test.cc): AddWorker() (scale-out
+// mid-run), StopWorker/ContinueWorker (SIGSTOP/SIGCONT: a hung worker), TerminateWorker
+// (SIGTERM: a drain, which must exit 0), KillCoordinator + RestartCoordinator (SIGKILL, then a
+// new coordinator on the same port with the same flags and --work_dir, so that it replays its
+// journal). Flags that not every build has (--work_dir, --ranges_per_worker, ...) go through
+// coordinator_flags / worker_flags; BinaryHasFlag() tells whether a binary knows a flag.
+//
 // Every wait is bounded (ProcessClusterOptions::start_timeout, the timeouts passed in). The
 // destructor SIGKILLs and reaps whatever still runs (Subprocess's destructor) and removes the
 // temporary directory, so a failed test leaves no process behind.
@@ -17,6 +24,7 @@
 #define SLUICE_TESTS_INTEGRATION_PROCESS_CLUSTER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +49,12 @@ struct ProcessClusterOptions {
   int64_t worker_buffer_bytes = int64_t{64} << 20;
   // Bound on each start-up wait (a port file, every worker registered).
   absl::Duration start_timeout = absl::Seconds(30);
+  // Give the coordinator --work_dir=<temp_dir>/coordinator-work (its journal), kept across
+  // RestartCoordinator(). Needs a coordinator that has the flag (BinaryHasFlag).
+  bool work_dir = false;
+  // Extra flags, passed as they are: "--finished_job_ttl=2s", "--ranges_per_worker=2", ...
+  std::vector<std::string> coordinator_flags;
+  std::vector<std::string> worker_flags;
 };
 
 class ProcessCluster {
@@ -68,6 +82,32 @@ class ProcessCluster {
   // SIGKILL to worker i (as if it crashed), reaped.
   absl::Status KillWorker(int i);
 
+  // Starts one more worker (same flags as the others) and waits until the coordinator lists it
+  // alive. Returns its index.
+  absl::StatusOr<int> AddWorker();
+
+  // SIGSTOP / SIGCONT to worker i: a hung worker (its sockets stay open, it answers nothing),
+  // then the same worker back. StopAll() and the destructor continue a stopped worker first.
+  absl::Status StopWorker(int i);
+  absl::Status ContinueWorker(int i);
+
+  // SIGTERM to worker i (a drain), then `after_signal` (if any: e.g. continue paused
+  // consumers), then waits up to `timeout` for it to exit; FAILED_PRECONDITION (with its
+  // stderr) unless it exits 0.
+  absl::Status TerminateWorker(int i, absl::Duration timeout = absl::Seconds(30),
+                               const std::function<void()>& after_signal = nullptr);
+
+  // SIGKILL to the coordinator (as if it crashed), reaped.
+  absl::Status KillCoordinator();
+  // Starts a new coordinator on the same port with the same flags (and --work_dir) and waits
+  // for its port file. FAILED_PRECONDITION while the old one still runs.
+  absl::Status RestartCoordinator();
+  // The coordinator's --work_dir ("" without ProcessClusterOptions::work_dir).
+  const std::string& work_dir() const { return work_dir_; }
+
+  // Whether worker i is running and not stopped, killed or terminated by the test.
+  bool worker_running(int i) const { return state_[i] == WorkerState::kRunning; }
+
   // SIGTERM to every process still running, workers first, each waited for up to `timeout`.
   // FAILED_PRECONDITION naming every process that did not exit 0 (with its stderr's tail).
   absl::Status StopAll(absl::Duration timeout = absl::Seconds(30));
@@ -76,15 +116,30 @@ class ProcessCluster {
   std::string Logs();
 
  private:
-  ProcessCluster() = default;
+  enum class WorkerState { kRunning, kStopped, kGone };
 
+  ProcessCluster() = default;
+  absl::Status StartCoordinator(int port);
+  absl::StatusOr<int> StartWorker();
+  absl::Status WaitForWorkersAlive(const std::vector<std::string>& addresses);
+
+  ProcessClusterOptions options_;
   std::string dir_;
+  std::string work_dir_;
+  std::string old_coordinator_logs_;
   std::string coordinator_;
+  int coordinator_port_ = 0;
+  int coordinator_starts_ = 0;
+  bool coordinator_killed_ = false;
   std::unique_ptr<Subprocess> coordinator_process_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
   std::vector<std::string> worker_addresses_;
-  std::vector<bool> killed_;
+  std::vector<WorkerState> state_;
 };
+
+// Whether `binary` (a path under $SLUICE_BUILD_DIR, e.g. "bin/sluice-coordinator") accepts
+// --`flag`: its --helpfull lists it. Cached per (binary, flag).
+bool BinaryHasFlag(const std::string& binary, const std::string& flag);
 
 // Runs `sluicectl ARGS...` ($SLUICE_BUILD_DIR/bin/sluicectl) to completion, bounded by
 // `timeout`.

@@ -1,0 +1,663 @@
+// Fault tests with the real binaries (issue 6: exactly once, deterministic, elastic, resumable).
+//
+// Every test runs K trainer processes (`sluicectl run --consumer_index=c --num_consumers=K`,
+// 2 replicas each) side by side against a ProcessCluster, first a reference job with no fault,
+// then the same job with faults injected mid-epoch, and asserts that
+//  - every consumer printed exactly the reference's steps, element for element, and
+//  - across consumers every element of the dataset (`range(N).batch(B)`: unique ints) came
+//    exactly once.
+// "Mid-epoch" is asserted, not hoped for: the consumers are paused (SIGSTOP) once consumer 0
+// has printed a given step, the test checks that consumer 0 has printed > 0 and every consumer
+// fewer than all steps, injects the fault, and continues them. Workers buffer at most a few
+// steps ahead (small --buffer_bytes), so the job cannot finish behind the consumers' backs.
+//
+// Each test runs once per mode: DATA (coordinated SHARDING_DATA: works with every build) and
+// RANGES (coordinated SHARDING_RANGES with --seed and --shuffle=full). A mode or fault that
+// needs a feature the binaries lack (RANGES, the coordinator's --work_dir journal, sluicectl's
+// --max_steps/--save_state/--resume_state) is skipped with "needs <feature>", detected from the
+// binaries' flags, never otherwise.
+//
+// Every wait is bounded; every process is stopped (ProcessCluster, Subprocess destructors).
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/json_value.h"
+#include "gtest/gtest.h"
+#include "tests/integration/process_cluster.h"
+#include "tests/integration/step_model.h"
+
+namespace sluice {
+namespace {
+
+constexpr int64_t kElements = 4000;
+constexpr int64_t kBatch = 8;  // 2 consumers x 2 replicas: pieces of 2, 500 global steps
+constexpr int kConsumers = 2;
+const absl::Duration kRunTimeout = absl::Seconds(180);
+const absl::Duration kWaitTimeout = absl::Seconds(120);
+
+// ---------------------------------------------------------------------------------------------
+// Feature detection (skips only when the binaries lack the feature).
+
+bool SluicectlRunHasFlag(const std::string& flag) {
+  static auto* cache = new std::map<std::string, bool>();
+  auto it = cache->find(flag);
+  if (it != cache->end()) return it->second;
+  absl::StatusOr<SubprocessResult> r = RunSluicectl({"help", "run"}, absl::Seconds(30));
+  const bool has = r.ok() && absl::StrContains(r->stdout_text, absl::StrCat("--", flag, " "));
+  cache->emplace(flag, has);
+  return has;
+}
+
+// SHARDING_RANGES reachable from sluicectl: the order flags exist and --sharding_policy accepts
+// RANGES (probed against an address nothing listens on: a policy sluicectl does not know is a
+// usage error naming the flag before any connection).
+bool HaveRanges() {
+  static const bool have = [] {
+    if (!SluicectlRunHasFlag("seed") || !SluicectlRunHasFlag("shuffle")) return false;
+    absl::StatusOr<SubprocessResult> r = RunSluicectl(
+        {"run", "--coordinator=127.0.0.1:1", "--sharding_policy=RANGES",
+         "--pipeline=range(4).batch(2)", "--devices=CPU:0", "--retry_deadline=1ms"},
+        absl::Seconds(30));
+    return r.ok() && !absl::StrContains(r->stderr_text, "--sharding_policy must be");
+  }();
+  return have;
+}
+
+bool HaveJournal() { return BinaryHasFlag("bin/sluice-coordinator", "work_dir"); }
+
+bool HaveResume() {
+  return SluicectlRunHasFlag("max_steps") && SluicectlRunHasFlag("save_state") &&
+         SluicectlRunHasFlag("resume_state");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Modes.
+
+struct Mode {
+  std::string name;    // DATA or RANGES
+  std::string policy;  // --sharding_policy
+  std::vector<std::string> flags;  // extra sluicectl run flags
+};
+
+void PrintTo(const Mode& m, std::ostream* os) { *os << m.name; }
+
+Mode DataMode() { return {"Data", "DATA", {}}; }
+Mode RangesMode() {
+  return {"Ranges", "RANGES", {"--seed=20261202", "--shuffle=full", "--range_steps=8"}};
+}
+
+// Skips the calling test (returns true) when `mode` is not available in these binaries.
+#define SKIP_UNLESS_MODE_AVAILABLE(mode)                                                       \
+  do {                                                                                         \
+    if ((mode).policy == "RANGES" && !HaveRanges()) {                                          \
+      GTEST_SKIP() << "needs SHARDING_RANGES (sluicectl run --sharding_policy=RANGES --seed " \
+                      "--shuffle): absent from `sluicectl help run`";                         \
+    }                                                                                          \
+  } while (false)
+
+ProcessClusterOptions FaultClusterOptions(int workers) {
+  ProcessClusterOptions o;
+  o.num_workers = workers;
+  o.worker_timeout = absl::Seconds(2);
+  o.heartbeat_interval = absl::Milliseconds(100);
+  o.worker_buffer_bytes = 512;  // a few steps ahead at most: faults land mid-epoch
+  o.work_dir = HaveJournal();
+  if (BinaryHasFlag("bin/sluice-coordinator", "ranges_per_worker")) {
+    o.coordinator_flags.push_back("--ranges_per_worker=2");
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing and comparing consumers' output.
+
+// One consumer's printed steps, by the step number it printed.
+using View = std::map<int64_t, ModelStep>;
+
+absl::StatusOr<View> ParseView(const std::string& stdout_text) {
+  View view;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(stdout_text, '\n', absl::SkipEmpty())) {
+    ++line_number;
+    auto bad = [&](const std::string& what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("run output line ", line_number, ": ", what, ": ", line));
+    };
+    absl::StatusOr<JsonValue> json = ParseJson(line);
+    if (!json.ok()) return bad(std::string(json.status().message()));
+    const JsonValue* step = json->Find("step");
+    const JsonValue* per_replica = json->Find("per_replica");
+    if (step == nullptr || !step->int_value().has_value() || per_replica == nullptr ||
+        !per_replica->is_array()) {
+      return bad("expected {\"step\": S, \"per_replica\": [...]}");
+    }
+    ModelStep model;
+    for (const JsonValue& value : per_replica->items()) {
+      const JsonValue* values = value.Find("values");
+      if (values == nullptr || !values->is_array()) return bad("replica value is not a tensor");
+      std::vector<int64_t> piece;
+      for (const JsonValue& v : values->items()) {
+        if (!v.is_number() || !v.int_value().has_value()) return bad("values are not integers");
+        piece.push_back(*v.int_value());
+      }
+      model.push_back(std::move(piece));
+    }
+    if (!view.emplace(*step->int_value(), std::move(model)).second) return bad("repeated step");
+  }
+  return view;
+}
+
+std::string Describe(const ModelStep& step) {
+  std::vector<std::string> pieces;
+  for (const auto& piece : step) pieces.push_back(absl::StrCat("[", absl::StrJoin(piece, " "), "]"));
+  return absl::StrJoin(pieces, " ");
+}
+
+// Every consumer's view equals the reference's, step for step.
+void ExpectSameSteps(const std::vector<View>& want, const std::vector<View>& got,
+                     const std::string& what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  for (size_t c = 0; c < want.size(); ++c) {
+    EXPECT_EQ(want[c].size(), got[c].size()) << what << ": consumer " << c << " step count";
+    int reported = 0;
+    for (const auto& [step, w] : want[c]) {
+      auto it = got[c].find(step);
+      if (it == got[c].end()) {
+        if (reported++ < 5) ADD_FAILURE() << what << ": consumer " << c << " lacks step " << step;
+      } else if (it->second != w) {
+        if (reported++ < 5) {
+          ADD_FAILURE() << what << ": consumer " << c << " step " << step << ": got "
+                        << Describe(it->second) << ", want " << Describe(w);
+        }
+      }
+    }
+    for (const auto& [step, g] : got[c]) {
+      if (!want[c].contains(step) && reported++ < 5) {
+        ADD_FAILURE() << what << ": consumer " << c << " has extra step " << step;
+      }
+    }
+  }
+}
+
+// Across the views, every element of range(elements) exactly once and nothing else.
+void ExpectExactlyOnce(const std::vector<View>& views, int64_t elements,
+                       const std::string& what) {
+  std::map<int64_t, int> count;
+  for (const View& view : views) {
+    for (const auto& [step, s] : view) {
+      for (const auto& piece : s) {
+        for (int64_t v : piece) ++count[v];
+      }
+    }
+  }
+  int reported = 0;
+  for (int64_t v = 0; v < elements; ++v) {
+    auto it = count.find(v);
+    const int n = it == count.end() ? 0 : it->second;
+    if (n != 1 && reported++ < 10) {
+      ADD_FAILURE() << what << ": element " << v << " delivered " << n << " times";
+    }
+  }
+  for (const auto& [v, n] : count) {
+    if ((v < 0 || v >= elements) && reported++ < 10) {
+      ADD_FAILURE() << what << ": element " << v << " is not in the dataset";
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The trainers: K `sluicectl run` processes of one job.
+
+std::string Pipeline(int64_t elements) {
+  return absl::StrCat("range(", elements, ").batch(", kBatch, ")");
+}
+
+class Trainers {
+ public:
+  // `per_consumer_flags(c)`: extra flags for consumer c (checkpoint files).
+  static absl::StatusOr<std::unique_ptr<Trainers>> Start(
+      const std::string& coordinator, const std::string& job, const Mode& mode,
+      int consumers = kConsumers, int64_t elements = kElements,
+      std::function<std::vector<std::string>(int)> per_consumer_flags = nullptr) {
+    std::unique_ptr<Trainers> t(new Trainers());
+    for (int c = 0; c < consumers; ++c) {
+      std::vector<std::string> args = {"run",
+                                       "--coordinator=" + coordinator,
+                                       "--job=" + job,
+                                       "--pipeline=" + Pipeline(elements),
+                                       "--devices=CPU:0,CPU:1",
+                                       absl::StrCat("--consumer_index=", c),
+                                       absl::StrCat("--num_consumers=", consumers),
+                                       "--sharding_policy=" + mode.policy,
+                                       "--read_mode=coordinated",
+                                       "--format=json",
+                                       "--retry_deadline=90s"};
+      args.insert(args.end(), mode.flags.begin(), mode.flags.end());
+      if (per_consumer_flags != nullptr) {
+        std::vector<std::string> more = per_consumer_flags(c);
+        args.insert(args.end(), more.begin(), more.end());
+      }
+      absl::StatusOr<std::unique_ptr<Subprocess>> p = StartSluicectl(args);
+      if (!p.ok()) return p.status();
+      t->consumers_.push_back(*std::move(p));
+    }
+    return t;
+  }
+
+  int size() const { return static_cast<int>(consumers_.size()); }
+
+  // Complete lines consumer c has printed so far.
+  int64_t PrintedSteps(int c) {
+    const std::string out = consumers_[c]->stdout_text();
+    return std::count(out.begin(), out.end(), '\n');
+  }
+
+  // Waits (bounded) until consumer c has printed `steps` steps.
+  absl::Status WaitForSteps(int c, int64_t steps, absl::Duration timeout = kWaitTimeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (PrintedSteps(c) < steps) {
+      if (!consumers_[c]->running()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("consumer ", c, " exited after ", PrintedSteps(c), " steps, before ",
+                         steps, "; stderr:\n", consumers_[c]->stderr_text()));
+      }
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("consumer ", c, " printed ", PrintedSteps(c), " steps, not ", steps,
+                         ", within ", absl::FormatDuration(timeout), "; stderr:\n",
+                         consumers_[c]->stderr_text()));
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Signal(int sig) {
+    for (auto& p : consumers_) {
+      absl::Status s = p->Signal(sig);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  // Waits for every consumer to exit 0 and parses its steps.
+  absl::StatusOr<std::vector<View>> Finish(absl::Duration timeout = kRunTimeout) {
+    std::vector<View> views;
+    const absl::Time deadline = absl::Now() + timeout;
+    for (int c = 0; c < size(); ++c) {
+      absl::StatusOr<SubprocessResult> r =
+          consumers_[c]->Wait(std::max(deadline - absl::Now(), absl::Seconds(1)));
+      if (!r.ok()) return r.status();
+      if (r->exit_code != 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "consumer ", c, ": ", r->Describe(), " after ",
+            std::count(r->stdout_text.begin(), r->stdout_text.end(), '\n'), " steps; stderr:\n",
+            r->stderr_text));
+      }
+      absl::StatusOr<View> view = ParseView(r->stdout_text);
+      if (!view.ok()) return view.status();
+      views.push_back(*std::move(view));
+    }
+    return views;
+  }
+
+ private:
+  Trainers() = default;
+  std::vector<std::unique_ptr<Subprocess>> consumers_;
+};
+
+// A whole job with no fault.
+absl::StatusOr<std::vector<View>> RunJob(const std::string& coordinator, const std::string& job,
+                                         const Mode& mode) {
+  absl::StatusOr<std::unique_ptr<Trainers>> t = Trainers::Start(coordinator, job, mode);
+  if (!t.ok()) return t.status();
+  return (*t)->Finish();
+}
+
+// Pauses the trainers once consumer 0 has printed `at` steps and checks that this is mid-epoch
+// (consumer 0 printed > 0 steps, every consumer fewer than `total`). The caller continues them.
+absl::Status PauseMidEpoch(Trainers& t, int64_t at, int64_t total) {
+  absl::Status s = t.WaitForSteps(0, at);
+  if (!s.ok()) return s;
+  s = t.Signal(SIGSTOP);
+  if (!s.ok()) return s;
+  absl::SleepFor(absl::Milliseconds(50));  // output in flight lands
+  std::vector<int64_t> printed;
+  for (int c = 0; c < t.size(); ++c) printed.push_back(t.PrintedSteps(c));
+  if (printed[0] <= 0 || *std::max_element(printed.begin(), printed.end()) >= total) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the fault would not land mid-epoch: consumers printed ",
+                     absl::StrJoin(printed, ", "), " of ", total, " steps"));
+  }
+  return absl::OkStatus();
+}
+
+// Whether worker `address` holds an unfinished task of job `job` (the fault hits the job).
+bool HoldsUnfinishedTask(const proto::GetStatusResponse& status, const std::string& job,
+                         const std::string& address) {
+  for (const proto::JobStatus& j : status.jobs()) {
+    if (j.job_name() != job) continue;
+    for (const proto::TaskInfo& t : j.tasks()) {
+      if (t.worker_address() == address && !t.finished()) return true;
+    }
+  }
+  return false;
+}
+
+// Waits (bounded) until the coordinator lists job `job` finished.
+absl::Status WaitForJobFinished(ProcessCluster& cluster, const std::string& job) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  std::string last;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<proto::GetStatusResponse> status = cluster.Status();
+    if (status.ok()) {
+      bool listed = false;
+      for (const proto::JobStatus& j : status->jobs()) {
+        if (j.job_name() != job) continue;
+        listed = true;
+        if (j.finished()) return absl::OkStatus();
+      }
+      // A finished job may already be garbage-collected (--finished_job_ttl).
+      if (!listed) return absl::OkStatus();
+      last = status->DebugString();
+    } else {
+      last = status.status().ToString();
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("job ", job, " not finished within 30s; last status:\n", last));
+}
+
+int64_t Steps(const std::vector<View>& views) { return views.empty() ? 0 : views[0].size(); }
+
+class FaultTest : public ::testing::TestWithParam<Mode> {};
+
+// ---------------------------------------------------------------------------------------------
+
+TEST_P(FaultTest, KillOneWorkerThenAnotherMidEpoch) {
+  const Mode& mode = GetParam();
+  SKIP_UNLESS_MODE_AVAILABLE(mode);
+  auto cluster_or = ProcessCluster::Start(FaultClusterOptions(3));
+  ASSERT_TRUE(cluster_or.ok()) << cluster_or.status();
+  ProcessCluster& cluster = **cluster_or;
+
+  auto want = RunJob(cluster.coordinator(), "reference", mode);
+  ASSERT_TRUE(want.ok()) << want.status() << cluster.Logs();
+  ExpectExactlyOnce(*want, kElements, "reference");
+  const int64_t total = Steps(*want);
+  ASSERT_GT(total, 100);
+
+  auto t = Trainers::Start(cluster.coordinator(), "faults", mode);
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (int victim : {1, 2}) {
+    absl::Status mid = PauseMidEpoch(**t, victim == 1 ? total / 5 : total / 2, total);
+    ASSERT_TRUE(mid.ok()) << mid << cluster.Logs();
+    if (mode.policy == "DATA") {
+      auto status = cluster.Status();
+      ASSERT_TRUE(status.ok()) << status.status();
+      EXPECT_TRUE(HoldsUnfinishedTask(*status, "faults", cluster.worker_address(victim)))
+          << status->DebugString();
+    }
+    ASSERT_TRUE(cluster.KillWorker(victim).ok());
+    ASSERT_TRUE((*t)->Signal(SIGCONT).ok());
+  }
+  auto got = (*t)->Finish();
+  ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
+  ExpectSameSteps(*want, *got, "after two worker kills");
+  ExpectExactlyOnce(*got, kElements, "after two worker kills");
+  EXPECT_TRUE(WaitForJobFinished(cluster, "faults").ok()) << cluster.Logs();
+  absl::Status stopped = cluster.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+TEST_P(FaultTest, HungWorkerSigstopMidEpoch) {
+  const Mode& mode = GetParam();
+  SKIP_UNLESS_MODE_AVAILABLE(mode);
+  auto cluster_or = ProcessCluster::Start(FaultClusterOptions(3));
+  ASSERT_TRUE(cluster_or.ok()) << cluster_or.status();
+  ProcessCluster& cluster = **cluster_or;
+
+  auto want = RunJob(cluster.coordinator(), "reference", mode);
+  ASSERT_TRUE(want.ok()) << want.status() << cluster.Logs();
+  const int64_t total = Steps(*want);
+
+  auto t = Trainers::Start(cluster.coordinator(), "faults", mode);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::Status mid = PauseMidEpoch(**t, total / 3, total);
+  ASSERT_TRUE(mid.ok()) << mid << cluster.Logs();
+  ASSERT_TRUE(cluster.StopWorker(1).ok());
+  ASSERT_TRUE((*t)->Signal(SIGCONT).ok());
+  // The job completes while worker 1 hangs; it comes back only afterwards.
+  auto got = (*t)->Finish();
+  ASSERT_TRUE(cluster.ContinueWorker(1).ok());
+  ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
+  ExpectSameSteps(*want, *got, "with a hung worker");
+  ExpectExactlyOnce(*got, kElements, "with a hung worker");
+  absl::Status stopped = cluster.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+TEST_P(FaultTest, TwoWorkersAddedMidEpoch) {
+  const Mode& mode = GetParam();
+  SKIP_UNLESS_MODE_AVAILABLE(mode);
+  auto cluster_or = ProcessCluster::Start(FaultClusterOptions(1));
+  ASSERT_TRUE(cluster_or.ok()) << cluster_or.status();
+  ProcessCluster& cluster = **cluster_or;
+
+  auto want = RunJob(cluster.coordinator(), "reference", mode);
+  ASSERT_TRUE(want.ok()) << want.status() << cluster.Logs();
+  const int64_t total = Steps(*want);
+
+  auto t = Trainers::Start(cluster.coordinator(), "faults", mode);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::Status mid = PauseMidEpoch(**t, total / 5, total);
+  ASSERT_TRUE(mid.ok()) << mid << cluster.Logs();
+  std::vector<std::string> added;
+  for (int k = 0; k < 2; ++k) {
+    auto i = cluster.AddWorker();
+    ASSERT_TRUE(i.ok()) << i.status();
+    added.push_back(cluster.worker_address(*i));
+  }
+  ASSERT_TRUE((*t)->Signal(SIGCONT).ok());
+  // RANGES is elastic: the new workers take ranges of the running job. Watch the coordinator
+  // while the consumers read (bounded by the job's end).
+  std::set<std::string> got_work;
+  for (int i = 0; i < 2000 && got_work.size() < added.size(); ++i) {
+    auto status = cluster.Status();
+    if (status.ok()) {
+      for (const std::string& a : added) {
+        if (HoldsUnfinishedTask(*status, "faults", a)) got_work.insert(a);
+        for (const proto::JobStatus& j : status->jobs()) {
+          if (j.job_name() != "faults") continue;
+          for (const proto::TaskInfo& task : j.tasks()) {
+            if (task.worker_address() == a) got_work.insert(a);
+          }
+        }
+      }
+    }
+    if ((*t)->PrintedSteps(0) >= total) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  auto got = (*t)->Finish();
+  ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
+  ExpectSameSteps(*want, *got, "with two workers added");
+  ExpectExactlyOnce(*got, kElements, "with two workers added");
+  if (mode.policy == "RANGES") {
+    EXPECT_EQ(got_work.size(), added.size())
+        << "workers added mid-epoch that got ranges of the job: " << absl::StrJoin(got_work, ", ");
+  }
+  absl::Status stopped = cluster.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+TEST_P(FaultTest, WorkerSigtermDrainsMidEpoch) {
+  const Mode& mode = GetParam();
+  SKIP_UNLESS_MODE_AVAILABLE(mode);
+  auto cluster_or = ProcessCluster::Start(FaultClusterOptions(3));
+  ASSERT_TRUE(cluster_or.ok()) << cluster_or.status();
+  ProcessCluster& cluster = **cluster_or;
+
+  auto want = RunJob(cluster.coordinator(), "reference", mode);
+  ASSERT_TRUE(want.ok()) << want.status() << cluster.Logs();
+  const int64_t total = Steps(*want);
+
+  auto t = Trainers::Start(cluster.coordinator(), "faults", mode);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::Status mid = PauseMidEpoch(**t, total / 3, total);
+  ASSERT_TRUE(mid.ok()) << mid << cluster.Logs();
+  // SIGTERM lands while the consumers are paused; they continue while the worker drains.
+  absl::Status drained = cluster.TerminateWorker(
+      1, absl::Seconds(60), [&] { EXPECT_TRUE((*t)->Signal(SIGCONT).ok()); });
+  EXPECT_TRUE(drained.ok()) << drained;
+  auto got = (*t)->Finish();
+  ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
+  ExpectSameSteps(*want, *got, "with a worker drained");
+  ExpectExactlyOnce(*got, kElements, "with a worker drained");
+  EXPECT_TRUE(WaitForJobFinished(cluster, "faults").ok()) << cluster.Logs();
+  absl::Status stopped = cluster.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+TEST_P(FaultTest, CoordinatorKilledAndRestartedMidEpoch) {
+  const Mode& mode = GetParam();
+  SKIP_UNLESS_MODE_AVAILABLE(mode);
+  if (!HaveJournal()) {
+    GTEST_SKIP() << "needs the coordinator journal (sluice-coordinator --work_dir): absent "
+                    "from its --helpfull";
+  }
+  auto cluster_or = ProcessCluster::Start(FaultClusterOptions(3));
+  ASSERT_TRUE(cluster_or.ok()) << cluster_or.status();
+  ProcessCluster& cluster = **cluster_or;
+
+  auto want = RunJob(cluster.coordinator(), "reference", mode);
+  ASSERT_TRUE(want.ok()) << want.status() << cluster.Logs();
+  const int64_t total = Steps(*want);
+
+  auto t = Trainers::Start(cluster.coordinator(), "faults", mode);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::Status mid = PauseMidEpoch(**t, total / 3, total);
+  ASSERT_TRUE(mid.ok()) << mid << cluster.Logs();
+  ASSERT_TRUE(cluster.KillCoordinator().ok());
+  ASSERT_TRUE((*t)->Signal(SIGCONT).ok());
+  // Down for longer than --worker_timeout: the new coordinator must not lose the job while
+  // workers and consumers reconnect.
+  absl::SleepFor(absl::Seconds(3));
+  absl::Status restarted = cluster.RestartCoordinator();
+  ASSERT_TRUE(restarted.ok()) << restarted << cluster.Logs();
+  auto got = (*t)->Finish();
+  ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
+  ExpectSameSteps(*want, *got, "with the coordinator restarted");
+  ExpectExactlyOnce(*got, kElements, "with the coordinator restarted");
+  EXPECT_TRUE(WaitForJobFinished(cluster, "faults").ok()) << cluster.Logs();
+  absl::Status stopped = cluster.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+// The same job (same seed) on 1, 2 and 4 workers: the very same steps.
+TEST_P(FaultTest, SameStepsWithOneTwoAndFourWorkers) {
+  const Mode& mode = GetParam();
+  SKIP_UNLESS_MODE_AVAILABLE(mode);
+  std::vector<View> first;
+  for (int workers : {1, 2, 4}) {
+    SCOPED_TRACE(absl::StrCat(workers, " workers"));
+    auto cluster_or = ProcessCluster::Start(FaultClusterOptions(workers));
+    ASSERT_TRUE(cluster_or.ok()) << cluster_or.status();
+    ProcessCluster& cluster = **cluster_or;
+    auto got = RunJob(cluster.coordinator(), "order", mode);
+    ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
+    ExpectExactlyOnce(*got, kElements, absl::StrCat(workers, " workers"));
+    if (first.empty()) {
+      first = *got;
+    } else {
+      ExpectSameSteps(first, *got, absl::StrCat(workers, " workers against 1"));
+    }
+    absl::Status stopped = cluster.StopAll();
+    EXPECT_TRUE(stopped.ok()) << stopped;
+  }
+}
+
+// Checkpoint after some steps, stop the trainers, change the number of workers, resume: the
+// union of the two runs is the uninterrupted run.
+TEST_P(FaultTest, ResumeWithAnotherNumberOfWorkers) {
+  const Mode& mode = GetParam();
+  SKIP_UNLESS_MODE_AVAILABLE(mode);
+  if (!HaveResume()) {
+    GTEST_SKIP() << "needs resumable iterators (sluicectl run --max_steps --save_state "
+                    "--resume_state): absent from `sluicectl help run`";
+  }
+  auto cluster_or = ProcessCluster::Start(FaultClusterOptions(2));
+  ASSERT_TRUE(cluster_or.ok()) << cluster_or.status();
+  ProcessCluster& cluster = **cluster_or;
+
+  auto want = RunJob(cluster.coordinator(), "reference", mode);
+  ASSERT_TRUE(want.ok()) << want.status() << cluster.Logs();
+  const int64_t total = Steps(*want);
+  const int64_t first_steps = total / 3;
+  auto state_file = [&](int c) { return absl::StrCat(cluster.temp_dir(), "/state-", c); };
+
+  // Part 1 on 2 workers: first_steps steps, then each trainer saves its state and exits.
+  auto t1 = Trainers::Start(cluster.coordinator(), "part1", mode, kConsumers, kElements, [&](int c) {
+    return std::vector<std::string>{absl::StrCat("--max_steps=", first_steps),
+                                    "--save_state=" + state_file(c)};
+  });
+  ASSERT_TRUE(t1.ok()) << t1.status();
+  auto part1 = (*t1)->Finish();
+  ASSERT_TRUE(part1.ok()) << part1.status() << cluster.Logs();
+  for (int c = 0; c < kConsumers; ++c) {
+    ASSERT_EQ((*part1)[c].size(), static_cast<size_t>(first_steps)) << "consumer " << c;
+  }
+
+  // Part 2 on 3 workers (one more, one of the first two gone).
+  ASSERT_TRUE(cluster.AddWorker().ok());
+  ASSERT_TRUE(cluster.AddWorker().ok());
+  ASSERT_TRUE(cluster.KillWorker(0).ok());
+  auto t2 = Trainers::Start(cluster.coordinator(), "part2", mode, kConsumers, kElements, [&](int c) {
+    return std::vector<std::string>{"--resume_state=" + state_file(c)};
+  });
+  ASSERT_TRUE(t2.ok()) << t2.status();
+  auto part2 = (*t2)->Finish();
+  ASSERT_TRUE(part2.ok()) << part2.status() << cluster.Logs();
+
+  // The resumed run numbers its steps from the checkpoint on (or from 0: then shifted).
+  std::vector<View> joined = *part1;
+  for (int c = 0; c < kConsumers; ++c) {
+    const View& p2 = (*part2)[c];
+    const int64_t shift = !p2.empty() && p2.begin()->first == 0 ? first_steps : 0;
+    for (const auto& [step, s] : p2) {
+      EXPECT_TRUE(joined[c].emplace(step + shift, s).second)
+          << "consumer " << c << ": step " << step + shift << " in both runs";
+    }
+  }
+  ExpectSameSteps(*want, joined, "checkpoint + resume");
+  ExpectExactlyOnce(joined, kElements, "checkpoint + resume");
+  absl::Status stopped = cluster.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, FaultTest, ::testing::Values(DataMode(), RangesMode()),
+                         [](const ::testing::TestParamInfo<Mode>& info) {
+                           return info.param.name;
+                         });
+
+}  // namespace
+}  // namespace sluice
