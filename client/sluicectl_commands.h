@@ -37,6 +37,7 @@ ABSL_DECLARE_FLAG(std::string, pipeline);
 ABSL_DECLARE_FLAG(std::string, devices);
 ABSL_DECLARE_FLAG(int64_t, steps);
 ABSL_DECLARE_FLAG(std::string, save_state);
+ABSL_DECLARE_FLAG(int64_t, seed);
 ABSL_DECLARE_FLAG(int64_t, num_workers);
 ABSL_DECLARE_FLAG(int64_t, worker_index);
 ABSL_DECLARE_FLAG(std::string, auto_shard_policy);

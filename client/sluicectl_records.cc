@@ -33,7 +33,6 @@ ABSL_FLAG(int64_t, num_files, 1, "gen: number of files.");
 ABSL_FLAG(int64_t, records_per_file, 100, "gen: records (Examples) per file.");
 ABSL_FLAG(int64_t, image_bytes, 3072, "gen: bytes of each Example's 'image' feature.");
 ABSL_FLAG(int64_t, num_classes, 10, "gen: labels are in [0, num_classes).");
-ABSL_FLAG(int64_t, seed, 0, "gen: the data is a pure function of the seed and the sizes.");
 ABSL_FLAG(std::string, compression, "",
           "gen/inspect: TFRecord compression_type: '' (none), GZIP or ZLIB.");
 ABSL_FLAG(int64_t, limit, 10, "inspect: records to print; -1: all.");

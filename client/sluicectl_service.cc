@@ -57,7 +57,6 @@ ABSL_FLAG(std::string, read_mode, "coordinated",
           "lockstep) or independent (each consumer reads its own stream).");
 ABSL_FLAG(int64_t, num_tasks, 0,
           "Service mode, static policies: number of tasks; 0: one per registered worker.");
-ABSL_FLAG(uint64_t, seed, 0, "Service mode, --sharding_policy=RANGES: the order's seed.");
 ABSL_FLAG(std::string, shuffle, "none",
           "Service mode, --sharding_policy=RANGES: none (record order), full (a seeded "
           "permutation of every record) or block (seeded blocks, shuffled within).");
@@ -167,7 +166,7 @@ absl::StatusOr<ServiceFlags> ReadServiceFlags() {
   if (o.retry_deadline < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--retry_deadline must be non-negative");
   }
-  o.order.seed = absl::GetFlag(FLAGS_seed);
+  o.order.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   ASSIGN_OR_RETURN(o.order.shuffle, ParseShuffle(absl::GetFlag(FLAGS_shuffle)));
   o.order.shuffle_block_size = absl::GetFlag(FLAGS_shuffle_block_size);
   o.order.num_epochs = absl::GetFlag(FLAGS_epochs);
