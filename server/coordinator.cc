@@ -10,7 +10,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/auto_shard.h"
 #include "core/distribute_spec.h"
+#include "core/global_order.h"
 #include "core/proto_convert.h"
 #include "core/status_macros.h"
 #include "google/protobuf/descriptor.h"
@@ -66,7 +68,52 @@ absl::Status ValidateJobOptions(const proto::JobOptions& o, absl::string_view wh
     return absl::InvalidArgumentError(
         absl::StrCat(where, ".split_size must be >= 0, got ", o.split_size()));
   }
+  if (o.start_step() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".start_step must be >= 0, got ", o.start_step()));
+  }
+  const proto::GlobalOrder& order = o.order();
+  if (!proto::ShuffleMode_IsValid(order.shuffle())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".order.shuffle: unknown value ", order.shuffle()));
+  }
+  if (order.shuffle_block_size() < 0 || order.num_epochs() < 0 || order.range_steps() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ".order: shuffle_block_size (", order.shuffle_block_size(), "), num_epochs (",
+        order.num_epochs(), ") and range_steps (", order.range_steps(), ") must be >= 0"));
+  }
+  if (o.sharding_policy() == proto::SHARDING_RANGES &&
+      o.read_mode() == proto::READ_MODE_INDEPENDENT) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ".sharding_policy: SHARDING_RANGES with READ_MODE_INDEPENDENT is not supported "
+               "yet; use READ_MODE_COORDINATED"));
+  }
   return absl::OkStatus();
+}
+
+constexpr int64_t kDefaultRangeSteps = 16;
+constexpr int64_t kDefaultShuffleBlock = 1024;
+
+GlobalOrderOptions OrderOptions(const proto::GlobalOrder& order) {
+  GlobalOrderOptions g;
+  g.shuffle = order.shuffle();
+  g.seed = order.seed();
+  g.block_size =
+      order.shuffle_block_size() > 0 ? order.shuffle_block_size() : kDefaultShuffleBlock;
+  return g;
+}
+
+absl::StatusOr<RangeCut> CutJob(const proto::JobOptions& o, int64_t steps_per_epoch) {
+  const int64_t epochs = std::max<int64_t>(1, o.order().num_epochs());
+  const int64_t range_steps =
+      o.order().range_steps() > 0 ? o.order().range_steps() : kDefaultRangeSteps;
+  absl::StatusOr<RangeCut> cut = RangeCut::Make(steps_per_epoch, epochs, o.start_step(),
+                                                range_steps);
+  if (!cut.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GetOrCreateJobRequest.options: ", cut.status().message()));
+  }
+  return cut;
 }
 
 std::string FieldValue(const google::protobuf::Message& m,
@@ -247,7 +294,115 @@ absl::Status Coordinator::CheckLivenessLocked() {
     RETURN_IF_ERROR(ApplyLocked(u));
   }
   if (!dead.empty()) RETURN_IF_ERROR(AssignWaitingTasksLocked());
+  return CollectFinishedJobsLocked();
+}
+
+absl::Status Coordinator::CollectFinishedJobsLocked() {
+  const absl::Time now = clock_->Now();
+  std::vector<int64_t> expired;
+  for (const auto& [id, job] : state_.jobs()) {
+    if (!job.finished) continue;
+    auto it = finished_at_.find(id);
+    if (it == finished_at_.end()) {
+      finished_at_[id] = now;  // after a restart: counted from now
+      if (options_.finished_job_ttl <= absl::ZeroDuration()) expired.push_back(id);
+      continue;
+    }
+    if (now - it->second >= options_.finished_job_ttl) expired.push_back(id);
+  }
+  for (int64_t id : expired) {
+    const CoordinatorState::Job* job = state_.FindJob(id);
+    const std::string name = job->name;
+    proto::Update u;
+    u.mutable_remove_job()->set_job_id(id);
+    RETURN_IF_ERROR(ApplyLocked(u));
+    finished_at_.erase(id);
+    ranges_jobs_.erase(id);
+    Log(absl::StrCat("job ", id, name.empty() ? "" : absl::StrCat(" (", name, ")"),
+                     " removed: finished ", absl::FormatDuration(options_.finished_job_ttl),
+                     " ago (finished_job_ttl)"));
+  }
   return absl::OkStatus();
+}
+
+absl::Status Coordinator::JobNotFound(absl::string_view field, int64_t job_id) const {
+  if (state_.JobWasRemoved(job_id)) {
+    return absl::NotFoundError(absl::StrCat(field, ": job ", job_id,
+                                            " was finished and removed"));
+  }
+  return absl::NotFoundError(absl::StrCat(field, ": no job ", job_id));
+}
+
+absl::StatusOr<const Coordinator::RangesJob*> Coordinator::RangesJobLocked(
+    const CoordinatorState::Job& job) {
+  auto it = ranges_jobs_.find(job.id);
+  if (it != ranges_jobs_.end() &&
+      google::protobuf::util::MessageDifferencer::Equals(it->second->options, job.options)) {
+    return it->second.get();
+  }
+  // After a restart: planned again from the dataset, which must still give the same steps.
+  ASSIGN_OR_RETURN(Dataset dataset, JobDatasetLocked(job));
+  ASSIGN_OR_RETURN(GlobalOrderPlan plan, PlanGlobalOrder(dataset));
+  if (plan.steps_per_epoch != job.steps_per_epoch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job.id, ": its dataset now has ", plan.steps_per_epoch,
+        " steps per epoch, it had ", job.steps_per_epoch, " when the job was created"));
+  }
+  ASSIGN_OR_RETURN(RangeCut cut, CutJob(job.options, plan.steps_per_epoch));
+  auto entry = std::make_unique<RangesJob>(RangesJob{job.options, std::move(dataset), plan, cut});
+  const RangesJob* raw = entry.get();
+  ranges_jobs_[job.id] = std::move(entry);
+  return raw;
+}
+
+absl::Status Coordinator::MakeRangesLocked() {
+  const int64_t cap = std::max<int64_t>(1, options_.ranges_per_worker);
+  std::vector<int64_t> jobs;
+  for (const auto& [id, job] : state_.jobs()) {
+    if (job.ranges && !job.finished && !job.all_ranges_made()) jobs.push_back(id);
+  }
+  for (int64_t job_id : jobs) {
+    while (true) {
+      const CoordinatorState::Job* job = state_.FindJob(job_id);
+      if (job->all_ranges_made()) break;
+      // The live worker with the fewest unfinished ranges of this job, if below the cap.
+      int64_t best = 0;
+      int64_t best_load = cap;
+      for (const auto& [wid, w] : state_.workers()) {
+        if (!w.alive) continue;
+        int64_t load = 0;
+        for (int64_t t : w.task_ids) {
+          const CoordinatorState::Task& task = state_.tasks().at(t);
+          load += task.job_id == job_id && !task.finished ? 1 : 0;
+        }
+        if (load < best_load) {
+          best = wid;
+          best_load = load;
+        }
+      }
+      if (best == 0) break;
+      ASSIGN_OR_RETURN(const RangesJob* rj, RangesJobLocked(*job));
+      const GlobalRange range = rj->cut.Range(static_cast<int64_t>(job->task_ids.size()));
+      const int64_t begin = range.first_step - range.epoch_first_step;
+      ASSIGN_OR_RETURN(Dataset piece,
+                       GlobalOrderRange(rj->dataset, rj->plan, OrderOptions(job->options.order()),
+                                        range.epoch, begin, begin + range.num_steps));
+      RETURN_IF_ERROR(CreateTaskLocked(job_id, piece.def(), /*step_sharded=*/false, best,
+                                       /*skip_steps=*/0, &range));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::DrainWorkerLocked(int64_t worker_id) {
+  int64_t moving = state_.NumUnfinishedTasks(worker_id);
+  proto::Update u;
+  u.mutable_worker_died()->set_worker_id(worker_id);
+  RETURN_IF_ERROR(ApplyLocked(u));
+  Log(absl::StrCat(WorkerNameLocked(worker_id), " is draining: its ", moving,
+                   " unfinished task(s) are reassigned now"));
+  RETURN_IF_ERROR(AssignWaitingTasksLocked());
+  return MakeRangesLocked();
 }
 
 void Coordinator::CheckWorkerLiveness() {
@@ -276,7 +431,8 @@ absl::Status Coordinator::AssignWaitingTasksLocked() {
 }
 
 absl::Status Coordinator::CreateTaskLocked(int64_t job_id, const proto::DatasetDef& dataset,
-                                           bool step_sharded, int64_t worker_id) {
+                                           bool step_sharded, int64_t worker_id,
+                                           int64_t skip_steps, const GlobalRange* range) {
   const CoordinatorState::Job* job = state_.FindJob(job_id);
   proto::Update u;
   proto::CreateTaskUpdate* c = u.mutable_create_task();
@@ -286,6 +442,11 @@ absl::Status Coordinator::CreateTaskLocked(int64_t job_id, const proto::DatasetD
   *c->mutable_dataset() = dataset;
   c->set_step_sharded(step_sharded);
   c->set_worker_id(worker_id);
+  c->set_skip_steps(skip_steps);
+  if (range != nullptr) {
+    c->set_first_step(range->first_step);
+    c->set_num_steps(range->num_steps);
+  }
   RETURN_IF_ERROR(ApplyLocked(u));
   Log(absl::StrCat("task ", c->task_id(), " (job ", job_id, ", index ", c->task_index(), ") ",
                    worker_id == 0 ? std::string("waits for a worker")
@@ -328,12 +489,14 @@ absl::Status Coordinator::FinishTaskLocked(int64_t task_id) {
   for (int64_t t : job->task_ids) {
     if (!state_.tasks().at(t).finished) return absl::OkStatus();
   }
+  if (job->ranges && !job->all_ranges_made()) return absl::OkStatus();
   // DYNAMIC: every task finishes only after end_of_splits, so the splits are all done too.
   proto::Update f;
   f.mutable_finish_job()->set_job_id(job->id);
   RETURN_IF_ERROR(ApplyLocked(f));
   Log(absl::StrCat("job ", job->id, job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"),
                    " finished: all ", job->task_ids.size(), " tasks done"));
+  finished_at_[job->id] = clock_->Now();
   return absl::OkStatus();
 }
 
@@ -352,10 +515,13 @@ proto::TaskDef Coordinator::TaskDefLocked(const CoordinatorState::Task& task) co
   def.set_task_id(task.id);
   def.set_job_id(task.job_id);
   def.set_task_index(task.index);
-  def.set_num_tasks(static_cast<int64_t>(job->task_ids.size()));
+  def.set_num_tasks(job->ranges ? job->num_ranges : static_cast<int64_t>(job->task_ids.size()));
   *def.mutable_dataset() = task.dataset;
   *def.mutable_job() = job->options;
   def.set_step_sharded(task.step_sharded);
+  def.set_skip_steps(task.skip_steps);
+  def.set_first_step(task.first_step);
+  def.set_num_steps(task.num_steps);
   return def;
 }
 
@@ -371,6 +537,8 @@ void Coordinator::FillTaskInfosLocked(
       info->set_worker_address(w->address);
     }
     info->set_finished(task.finished);
+    info->set_first_step(task.first_step);
+    info->set_num_steps(task.num_steps);
   }
 }
 
@@ -443,6 +611,9 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
     }
     response->set_job_id(job->id);
     response->set_created(false);
+    response->set_fallback_reason(job->fallback_reason);
+    response->set_steps_per_epoch(job->steps_per_epoch);
+    response->set_total_steps(job->total_steps);
     return absl::OkStatus();
   }
 
@@ -465,7 +636,60 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
   c->set_job_id(state_.NextJobId());
   c->set_job_name(request.job_name());
   *c->mutable_options() = options;
-  if (dynamic) {
+  // Resume: only where a start step means the same thing for any number of tasks.
+  proto::ShardingPolicy policy = options.sharding_policy();
+  if (policy == proto::SHARDING_AUTO) {
+    policy = ReadsFiles(dataset) ? proto::SHARDING_FILE : proto::SHARDING_DATA;
+  }
+  if (options.start_step() != 0 && policy != proto::SHARDING_RANGES &&
+      policy != proto::SHARDING_DATA) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GetOrCreateJobRequest.options.start_step ", options.start_step(),
+        ": resume (start_step) needs SHARDING_RANGES or SHARDING_DATA, the job uses ",
+        proto::ShardingPolicy_Name(options.sharding_policy()),
+        options.sharding_policy() != policy
+            ? absl::StrCat(" (", proto::ShardingPolicy_Name(policy), " for this dataset)")
+            : std::string()));
+  }
+  std::unique_ptr<RangesJob> ranges_job;
+  int64_t skip_steps = 0;
+  if (policy == proto::SHARDING_RANGES) {
+    absl::StatusOr<GlobalOrderPlan> plan = PlanGlobalOrder(dataset);
+    if (plan.ok()) {
+      ASSIGN_OR_RETURN(RangeCut cut, CutJob(options, plan->steps_per_epoch));
+      // Fail now, not at the first range, if the order options are unusable.
+      if (cut.num_ranges() > 0) {
+        const GlobalRange r = cut.Range(0);
+        const int64_t begin = r.first_step - r.epoch_first_step;
+        absl::StatusOr<Dataset> first = GlobalOrderRange(
+            dataset, *plan, OrderOptions(options.order()), r.epoch, begin, begin + r.num_steps);
+        if (!first.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "GetOrCreateJobRequest.options.order: ", first.status().message()));
+        }
+      }
+      c->set_ranges(true);
+      c->set_steps_per_epoch(plan->steps_per_epoch);
+      c->set_total_steps(cut.total_steps());
+      c->set_num_ranges(cut.num_ranges());
+      ranges_job = std::make_unique<RangesJob>(RangesJob{options, dataset, *plan, cut});
+    } else if (plan.status().code() != absl::StatusCode::kFailedPrecondition) {
+      return plan.status();  // the source could not be opened or the graph is bad
+    } else if (options.order().shuffle() != proto::SHUFFLE_NONE) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GetOrCreateJobRequest.options.order.shuffle ",
+          proto::ShuffleMode_Name(options.order().shuffle()),
+          " needs a pipeline with random access, and this one has none: ",
+          plan.status().message()));
+    } else {
+      c->set_fallback_reason(std::string(plan.status().message()));
+      policy = proto::SHARDING_DATA;
+    }
+  }
+  if (policy == proto::SHARDING_DATA) skip_steps = options.start_step();
+  if (c->ranges()) {
+    // Ranges are made below, as workers have room.
+  } else if (dynamic) {
     ASSIGN_OR_RETURN(SplitSource source, DescribeSplitSource(dataset));
     int64_t split_size = 1;
     if (!source.files) {
@@ -480,7 +704,7 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
     c->set_split_size(std::max<int64_t>(split_size, 1));
   } else {
     const int64_t k = options.num_tasks() > 0 ? options.num_tasks() : live;
-    ASSIGN_OR_RETURN(plans, PlanStaticTasks(dataset, options.sharding_policy(), k));
+    ASSIGN_OR_RETURN(plans, PlanStaticTasks(dataset, policy, k));
   }
 
   RETURN_IF_ERROR(ApplyLocked(create));
@@ -491,9 +715,28 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
                    proto::ShardingPolicy_Name(options.sharding_policy()), ", ",
                    proto::ReadMode_Name(options.read_mode()), ", ", options.num_consumers(),
                    " consumers x ", options.replicas_per_consumer(), " replicas, ",
-                   dynamic ? absl::StrCat(live, " dynamic tasks")
-                           : absl::StrCat(plans.size(), " tasks")));
-  if (dynamic) {
+                   c->ranges()  ? absl::StrCat(c->num_ranges(), " ranges of global steps [",
+                                               options.start_step(), ", ",
+                                               options.start_step() + c->total_steps(), ")")
+                   : dynamic    ? absl::StrCat(live, " dynamic tasks")
+                                : absl::StrCat(plans.size(), " tasks")));
+  if (!c->fallback_reason().empty()) {
+    Log(absl::StrCat("job ", job_id, ": SHARDING_RANGES falls back to DATA: ",
+                     c->fallback_reason()));
+  }
+  if (c->ranges()) {
+    ranges_jobs_[job_id] = std::move(ranges_job);
+    if (c->num_ranges() == 0) {
+      proto::Update f;
+      f.mutable_finish_job()->set_job_id(job_id);
+      RETURN_IF_ERROR(ApplyLocked(f));
+      finished_at_[job_id] = clock_->Now();
+      Log(absl::StrCat("job ", job_id, " finished: no steps left from start_step ",
+                       options.start_step()));
+    } else {
+      RETURN_IF_ERROR(MakeRangesLocked());
+    }
+  } else if (dynamic) {
     std::vector<int64_t> workers;
     for (const auto& [id, w] : state_.workers()) {
       if (w.alive) workers.push_back(id);
@@ -503,13 +746,17 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
     }
   } else {
     for (const TaskPlan& plan : plans) {
-      RETURN_IF_ERROR(
-          CreateTaskLocked(job_id, plan.dataset, plan.step_sharded, LeastLoadedWorkerLocked()));
+      RETURN_IF_ERROR(CreateTaskLocked(job_id, plan.dataset, plan.step_sharded,
+                                       LeastLoadedWorkerLocked(),
+                                       plan.step_sharded ? skip_steps : 0));
     }
   }
   RETURN_IF_ERROR(batch.Commit());
   response->set_job_id(job_id);
   response->set_created(true);
+  response->set_fallback_reason(c->fallback_reason());
+  response->set_steps_per_epoch(c->ranges() ? c->steps_per_epoch() : -1);
+  response->set_total_steps(c->ranges() ? c->total_steps() : -1);
   return absl::OkStatus();
 }
 
@@ -523,10 +770,7 @@ absl::Status Coordinator::GetElementSpec(const proto::GetElementSpecRequest& req
     switch (request.target_case()) {
       case proto::GetElementSpecRequest::kJobId: {
         const CoordinatorState::Job* job = state_.FindJob(request.job_id());
-        if (job == nullptr) {
-          return absl::NotFoundError(
-              absl::StrCat("GetElementSpecRequest.job_id: no job ", request.job_id()));
-        }
+        if (job == nullptr) return JobNotFound("GetElementSpecRequest.job_id", request.job_id());
         options = job->options;
         break;
       }
@@ -568,9 +812,24 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   int64_t worker_id = worker != nullptr ? worker->id : state_.NextWorkerId();
   // Record this heartbeat before judging the others, so that a worker that was slow but is
   // talking now is not declared dead by its own heartbeat.
-  if (worker == nullptr || worker->alive) last_heartbeat_[worker_id] = now;
+  if (worker != nullptr ? worker->alive : !request.draining()) last_heartbeat_[worker_id] = now;
   RETURN_IF_ERROR(CheckLivenessLocked());
   worker = state_.FindWorker(worker_id);
+  if (request.draining()) {
+    // Leaving: its finished tasks count, its other tasks go elsewhere now, it gets nothing
+    // new, and a draining heartbeat never revives it.
+    if (worker != nullptr && worker->alive) {
+      for (int64_t task_id : request.finished_task_ids()) {
+        const CoordinatorState::Task* task = state_.FindTask(task_id);
+        if (task == nullptr || task->finished || task->worker_id != worker_id) continue;
+        RETURN_IF_ERROR(FinishTaskLocked(task_id));
+      }
+      RETURN_IF_ERROR(DrainWorkerLocked(worker_id));
+    }
+    for (int64_t task_id : request.active_task_ids()) response->add_tasks_to_stop(task_id);
+    response->set_worker_id(worker != nullptr ? worker_id : 0);
+    return absl::OkStatus();
+  }
   if (worker == nullptr || !worker->alive) {
     const bool back = worker != nullptr;
     proto::Update u;
@@ -589,6 +848,8 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
     if (task == nullptr || task->finished || task->worker_id != worker_id) continue;
     RETURN_IF_ERROR(FinishTaskLocked(task_id));
   }
+  // Ranges: room may have appeared (a finished range, a new worker).
+  RETURN_IF_ERROR(MakeRangesLocked());
 
   absl::flat_hash_set<int64_t> known(request.active_task_ids().begin(),
                                      request.active_task_ids().end());
@@ -602,6 +863,10 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
     const CoordinatorState::Task* task = state_.FindTask(task_id);
     if (task == nullptr || task->worker_id != worker_id) response->add_tasks_to_stop(task_id);
   }
+  // Finished tasks of a removed job: the worker can forget them.
+  for (int64_t task_id : request.finished_task_ids()) {
+    if (state_.FindTask(task_id) == nullptr) response->add_tasks_to_stop(task_id);
+  }
   response->set_worker_id(worker_id);
   return absl::OkStatus();
 }
@@ -612,10 +877,7 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckLivenessLocked());
   const CoordinatorState::Job* job = state_.FindJob(request.job_id());
-  if (job == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("ClientHeartbeatRequest.job_id: no job ", request.job_id()));
-  }
+  if (job == nullptr) return JobNotFound("ClientHeartbeatRequest.job_id", request.job_id());
   if (request.consumer_index() < 0 || request.consumer_index() >= job->options.num_consumers()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ClientHeartbeatRequest.consumer_index ", request.consumer_index(), " is outside [0, ",
@@ -623,7 +885,20 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
   }
   FillTaskInfosLocked(*job, response->mutable_tasks());
   response->set_job_finished(job->finished);
-  response->set_num_tasks(static_cast<int64_t>(job->task_ids.size()));
+  const int64_t made = static_cast<int64_t>(job->task_ids.size());
+  response->set_num_tasks(job->ranges ? job->num_ranges : made);
+  response->set_num_tasks_created(made);
+  if (job->ranges) {
+    // Only the ranges that exist and are unfinished (docs/SERVICE.md, "Global order").
+    auto* tasks = response->mutable_tasks();
+    int kept = 0;
+    for (int i = 0; i < tasks->size(); ++i) {
+      if (tasks->Get(i).finished()) continue;
+      if (kept != i) tasks->SwapElements(kept, i);
+      ++kept;
+    }
+    tasks->DeleteSubrange(kept, tasks->size() - kept);
+  }
   return absl::OkStatus();
 }
 
@@ -632,9 +907,7 @@ absl::Status Coordinator::GetSplit(const proto::GetSplitRequest& request,
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckLivenessLocked());
   const CoordinatorState::Job* job = state_.FindJob(request.job_id());
-  if (job == nullptr) {
-    return absl::NotFoundError(absl::StrCat("GetSplitRequest.job_id: no job ", request.job_id()));
-  }
+  if (job == nullptr) return JobNotFound("GetSplitRequest.job_id", request.job_id());
   const CoordinatorState::Task* task = state_.FindTask(request.task_id());
   if (task == nullptr || task->job_id != job->id) {
     return absl::NotFoundError(absl::StrCat("GetSplitRequest.task_id: job ", job->id,

@@ -34,10 +34,12 @@
 #include "core/dataset.h"
 #include "proto/coordinator.pb.h"
 #include "proto/journal.pb.h"
+#include "core/global_order.h"
 #include "server/coordinator_state.h"
+#include "server/task_progress.h"
+#include "server/task_planner.h"
 #include "server/journal.h"
 #include "server/journal_file.h"
-#include "server/task_progress.h"
 
 namespace sluice {
 
@@ -54,6 +56,12 @@ struct CoordinatorOptions {
   // starts (docs/SERVICE.md): a task nobody reads would take splits and never finish.
   // Coordinated jobs never grow (consumers could see a new task at different rounds).
   bool dynamic_tasks_for_new_workers = false;
+  // SHARDING_RANGES: unfinished ranges of one job a live worker holds at most (new ranges are
+  // made as workers have room; a reassigned range ignores it). At least 1.
+  int64_t ranges_per_worker = 2;
+  // A finished job is removed this long after the coordinator saw it finish; requests naming
+  // it are then NOT_FOUND and a named job of that name can be created again.
+  absl::Duration finished_job_ttl = absl::Minutes(5);
   // Time source for heartbeat ages. Borrowed: must outlive the Coordinator. nullptr: the
   // real clock.
   Clock* clock = nullptr;
@@ -110,7 +118,8 @@ class Coordinator {
   absl::Status GetStatus(const proto::GetStatusRequest& request,
                          proto::GetStatusResponse* response);
 
-  // Declares dead the workers silent for worker_timeout and reassigns their tasks.
+  // Declares dead the workers silent for worker_timeout and reassigns their tasks; removes
+  // the jobs finished for finished_job_ttl.
   void CheckWorkerLiveness();
 
   const CoordinatorOptions& options() const { return options_; }
@@ -142,6 +151,16 @@ class Coordinator {
   // Replaces the state by the journal's (undoing applied updates that were not journaled).
   void ReloadFromJournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckLivenessLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the jobs finished at least finished_job_ttl ago (by clock_).
+  absl::Status CollectFinishedJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SHARDING_RANGES: makes the next ranges of every running ranges job, in range order, on
+  // the live workers with room (fewest unfinished ranges of the job first).
+  absl::Status MakeRangesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A draining worker: it is declared dead now and its tasks reassigned.
+  absl::Status DrainWorkerLocked(int64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // NOT_FOUND for a job id that does not exist (saying so when it was removed).
+  absl::Status JobNotFound(absl::string_view field, int64_t job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives every unassigned unfinished task to the least loaded live worker, if any.
   absl::Status AssignWaitingTasksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a worker (re)registers: waiting tasks, and with dynamic_tasks_for_new_workers a new
@@ -150,8 +169,10 @@ class Coordinator {
   // The live worker with the fewest unfinished tasks (lowest id on ties); 0 if none.
   int64_t LeastLoadedWorkerLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t NumLiveWorkersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `range` (SHARDING_RANGES) sets first_step/num_steps; skip_steps is the DATA resume.
   absl::Status CreateTaskLocked(int64_t job_id, const proto::DatasetDef& dataset,
-                                bool step_sharded, int64_t worker_id)
+                                bool step_sharded, int64_t worker_id, int64_t skip_steps = 0,
+                                const GlobalRange* range = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FinishTaskLocked(int64_t task_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Dataset> JobDatasetLocked(const CoordinatorState::Job& job) const
@@ -172,13 +193,26 @@ class Coordinator {
   // Not state: when each worker last heartbeated (by clock_). A worker the state knows but
   // this map does not (after a restart) counts from the moment it is first noticed.
   absl::flat_hash_map<int64_t, absl::Time> last_heartbeat_ ABSL_GUARDED_BY(mu_);
+  // Not state: the workers' per-task progress reports, for GetStatus (thread-safe itself).
+  TaskProgressTable progress_;
+  // Not state: when each finished job was first seen finished (by clock_), for the GC.
+  absl::flat_hash_map<int64_t, absl::Time> finished_at_ ABSL_GUARDED_BY(mu_);
+  // Not state: each ranges job's dataset, plan and cut (a function of its options, which are
+  // kept to tell an entry from one left by a request that failed and was undone).
+  struct RangesJob {
+    proto::JobOptions options;
+    Dataset dataset;
+    GlobalOrderPlan plan;
+    RangeCut cut;
+  };
+  absl::StatusOr<const RangesJob*> RangesJobLocked(const CoordinatorState::Job& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::flat_hash_map<int64_t, std::unique_ptr<RangesJob>> ranges_jobs_ ABSL_GUARDED_BY(mu_);
   // Set by Create() with a work_dir.
   std::unique_ptr<Journal> journal_ ABSL_GUARDED_BY(mu_);
   // The open JournalBatch's updates, applied but not yet journaled.
   bool in_batch_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<proto::Update> batch_ ABSL_GUARDED_BY(mu_);
-  // Not state: the workers' per-task progress reports, for GetStatus (thread-safe itself).
-  TaskProgressTable progress_;
 };
 
 }  // namespace sluice

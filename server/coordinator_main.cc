@@ -3,6 +3,7 @@
 //   sluice-coordinator --port=0 --port_file=/tmp/coord.port [--worker_timeout=10s]
 //                      [--host=127.0.0.1] [--shutdown_deadline=5s]
 //                      [--work_dir=/var/lib/sluice/coordinator] [--snapshot_every=1000]
+//                      [--ranges_per_worker=2] [--finished_job_ttl=5m]
 //
 // Once serving, writes the bound port (decimal, newline) to --port_file atomically (a temporary
 // file renamed into place), so a launcher polling the file never reads a partial port. Logs one
@@ -40,6 +41,10 @@ ABSL_FLAG(std::string, work_dir, "",
           "directory resumes every dataset, job and task. Empty: state in memory only.");
 ABSL_FLAG(int64_t, snapshot_every, 1000,
           "With --work_dir: journal records between snapshots of the whole state.");
+ABSL_FLAG(int64_t, ranges_per_worker, 2,
+          "SHARDING_RANGES: unfinished ranges of one job a worker holds at most (>= 1).");
+ABSL_FLAG(absl::Duration, finished_job_ttl, absl::Minutes(5),
+          "A finished job is removed this long after it finished (then NOT_FOUND).");
 ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(5),
           "On SIGTERM/SIGINT, how long calls in flight get to finish.");
 ABSL_FLAG(int, metrics_port, -1,
@@ -95,6 +100,16 @@ int main(int argc, char** argv) {
   options.coordinator.snapshot_every = absl::GetFlag(FLAGS_snapshot_every);
   if (options.coordinator.snapshot_every < 1) {
     std::cerr << "sluice-coordinator: --snapshot_every must be at least 1" << std::endl;
+    return 2;
+  }
+  options.coordinator.ranges_per_worker = absl::GetFlag(FLAGS_ranges_per_worker);
+  if (options.coordinator.ranges_per_worker < 1) {
+    std::cerr << "sluice-coordinator: --ranges_per_worker must be at least 1" << std::endl;
+    return 2;
+  }
+  options.coordinator.finished_job_ttl = absl::GetFlag(FLAGS_finished_job_ttl);
+  if (options.coordinator.finished_job_ttl < absl::ZeroDuration()) {
+    std::cerr << "sluice-coordinator: --finished_job_ttl must not be negative" << std::endl;
     return 2;
   }
   auto server = sluice::CoordinatorServer::Start(options);

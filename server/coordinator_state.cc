@@ -27,6 +27,8 @@ absl::Status CoordinatorState::Apply(const proto::Update& update) {
       return ApplyFinishJob(update.finish_job());
     case proto::Update::kProduceSplit:
       return ApplyProduceSplit(update.produce_split());
+    case proto::Update::kRemoveJob:
+      return ApplyRemoveJob(update.remove_job());
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -58,6 +60,10 @@ const CoordinatorState::Job* CoordinatorState::FindJobByName(absl::string_view n
   if (name.empty()) return nullptr;
   auto it = job_by_name_.find(name);
   return it == job_by_name_.end() ? nullptr : FindJob(it->second);
+}
+
+bool CoordinatorState::JobWasRemoved(int64_t id) const {
+  return id > 0 && id <= last_job_id_ && !jobs_.contains(id);
 }
 
 const CoordinatorState::Task* CoordinatorState::FindTask(int64_t id) const {
@@ -163,6 +169,11 @@ absl::Status CoordinatorState::ApplyCreateJob(const proto::CreateJobUpdate& u) {
   job.options = u.options();
   job.split_source_size = u.split_source_size();
   job.split_size = u.split_size();
+  job.ranges = u.ranges();
+  job.steps_per_epoch = u.ranges() ? u.steps_per_epoch() : -1;
+  job.total_steps = u.ranges() ? u.total_steps() : -1;
+  job.num_ranges = u.ranges() ? u.num_ranges() : 0;
+  job.fallback_reason = u.fallback_reason();
   job.created = u;
   if (!job.name.empty()) job_by_name_[job.name] = job.id;
   jobs_[job.id] = std::move(job);
@@ -184,6 +195,11 @@ absl::Status CoordinatorState::ApplyCreateTask(const proto::CreateTaskUpdate& u)
     return absl::FailedPreconditionError(
         absl::StrCat("CreateTask update: job ", u.job_id(), " is finished"));
   }
+  if (job->second.ranges && (u.task_index() >= job->second.num_ranges || u.num_steps() < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CreateTask update: range ", u.task_index(), " of job ", u.job_id(), " with ",
+        u.num_steps(), " steps, the job has ", job->second.num_ranges, " ranges"));
+  }
   if (u.task_index() != static_cast<int64_t>(job->second.task_ids.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("CreateTask update: task index ", u.task_index(), " of job ", u.job_id(),
@@ -203,6 +219,9 @@ absl::Status CoordinatorState::ApplyCreateTask(const proto::CreateTaskUpdate& u)
   task.index = u.task_index();
   task.dataset = u.dataset();
   task.step_sharded = u.step_sharded();
+  task.skip_steps = u.skip_steps();
+  task.first_step = u.first_step();
+  task.num_steps = u.num_steps();
   task.worker_id = u.worker_id();
   task.created = u;
   task.created.set_worker_id(0);  // Snapshot() replays assignments on their own
@@ -255,6 +274,11 @@ absl::Status CoordinatorState::ApplyFinishJob(const proto::FinishJobUpdate& u) {
           "FinishJob update: job ", u.job_id(), " still has unfinished task ", t));
     }
   }
+  if (it->second.ranges && !it->second.all_ranges_made()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "FinishJob update: job ", u.job_id(), " has made ", it->second.task_ids.size(),
+        " of its ", it->second.num_ranges, " ranges"));
+  }
   it->second.finished = true;
   return absl::OkStatus();
 }
@@ -284,6 +308,24 @@ absl::Status CoordinatorState::ApplyProduceSplit(const proto::ProduceSplitUpdate
   j.splits.push_back(Split{u.split_index(), u.task_id(), u.begin(), u.end()});
   j.split_cursor = u.end();
   task->second.split_indices.push_back(u.split_index());
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorState::ApplyRemoveJob(const proto::RemoveJobUpdate& u) {
+  auto it = jobs_.find(u.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("RemoveJob update: no job ", u.job_id()));
+  }
+  if (!it->second.finished) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("RemoveJob update: job ", u.job_id(), " is not finished"));
+  }
+  for (int64_t t : it->second.task_ids) {
+    Unassign(tasks_.at(t));
+    tasks_.erase(t);
+  }
+  if (!it->second.name.empty()) job_by_name_.erase(it->second.name);
+  jobs_.erase(it);
   return absl::OkStatus();
 }
 

@@ -54,6 +54,10 @@ class CoordinatorState {
     int64_t worker_id = 0;  // 0: unassigned
     bool finished = false;
     std::vector<int64_t> split_indices;  // DYNAMIC: the job's splits this task got, in order
+    int64_t skip_steps = 0;  // DATA resume: TaskDef.skip_steps
+    // SHARDING_RANGES: the range's global steps [first_step, first_step + num_steps).
+    int64_t first_step = 0;
+    int64_t num_steps = 0;
     proto::CreateTaskUpdate created;  // the update that created it, for Snapshot()
   };
   struct Job {
@@ -67,10 +71,20 @@ class CoordinatorState {
     int64_t split_size = 0;
     int64_t split_cursor = 0;  // next unit to hand out
     std::vector<Split> splits;  // by split index
+    // SHARDING_RANGES: ranges mode (false: the job fell back to DATA, or another policy), the
+    // steps per epoch and in all, the number of ranges (task i is range i, made lazily), and
+    // why a RANGES job fell back to DATA.
+    bool ranges = false;
+    int64_t steps_per_epoch = -1;
+    int64_t total_steps = -1;
+    int64_t num_ranges = 0;
+    std::string fallback_reason;
     proto::CreateJobUpdate created;  // the update that created it, for Snapshot()
 
     bool dynamic() const { return options.sharding_policy() == proto::SHARDING_DYNAMIC; }
     bool splits_exhausted() const { return split_cursor >= split_source_size; }
+    // Ranges mode: every range has its task.
+    bool all_ranges_made() const { return static_cast<int64_t>(task_ids.size()) >= num_ranges; }
   };
 
   CoordinatorState() = default;
@@ -93,13 +107,15 @@ class CoordinatorState {
   // first update that does not apply, naming its index; the state is then unusable.
   absl::Status Restore(const proto::StateSnapshot& snapshot);
 
-  // Lookups: nullptr when absent. Entries are never removed and never move, so a pointer
-  // stays valid as long as the state.
+  // Lookups: nullptr when absent. Entries never move, so a pointer stays valid as long as the
+  // state, except that RemoveJobUpdate removes a finished job and its tasks.
   const Dataset* FindDataset(absl::string_view id) const;
   const Worker* FindWorker(int64_t id) const;
   const Worker* FindWorkerByAddress(absl::string_view address) const;
   const Job* FindJob(int64_t id) const;
   const Job* FindJobByName(absl::string_view name) const;
+  // True for a job id that existed and was removed (RemoveJobUpdate).
+  bool JobWasRemoved(int64_t id) const;
   const Task* FindTask(int64_t id) const;
 
   // Ordered by id.
@@ -126,6 +142,7 @@ class CoordinatorState {
   absl::Status ApplyFinishTask(const proto::FinishTaskUpdate& u);
   absl::Status ApplyFinishJob(const proto::FinishJobUpdate& u);
   absl::Status ApplyProduceSplit(const proto::ProduceSplitUpdate& u);
+  absl::Status ApplyRemoveJob(const proto::RemoveJobUpdate& u);
 
   void Unassign(Task& task);
 
