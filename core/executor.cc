@@ -323,6 +323,7 @@ absl::StatusOr<IteratorFactory> BuildOp(const std::string& label, const proto::O
 absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
                                                        const ExecutorOptions& options) {
   const proto::DatasetDef& def = dataset.def();
+  if (options.check_graph) RETURN_IF_ERROR(options.check_graph(def));
   // Validates the graph (what Dataset::Validate() does) and gives each op's output spec.
   ASSIGN_OR_RETURN(std::vector<ElementSpec> specs, InferElementSpecs(def));
   ASSIGN_OR_RETURN(IteratorFactory factory,

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -27,6 +28,10 @@ struct ExecutorOptions {
   int autotune_parallel_calls = 0;
   // Where the iterators report their counters; null: not reported.
   std::shared_ptr<ExecutorStats> stats;
+  // Called on every graph before it is built (the task's, a DYNAMIC split's, and each graph an
+  // interleave makes for one file); an error is MakeIterator's. A server's admission check:
+  // data roots and graph bounds (core/data_roots.h, core/dataset_limits.h). Empty: none.
+  std::function<absl::Status(const proto::DatasetDef&)> check_graph;
 };
 
 // INVALID_ARGUMENT if the graph does not Validate(), or names an unresolved

@@ -5,7 +5,7 @@ SLUICE_DEBIAN_PACKAGES=(
   g++ cmake make pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  zlib1g-dev libcpp-httplib-dev
+  zlib1g-dev openssl libcpp-httplib-dev
   python3-yaml  # tests/deploy/manifests_test.py
 )
 

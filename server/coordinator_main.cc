@@ -2,6 +2,8 @@
 //
 //   sluice-coordinator --port=0 --port_file=/tmp/coord.port [--worker_timeout=10s]
 //                      [--host=127.0.0.1] [--shutdown_deadline=5s]
+//                      [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM --tls_client_auth]]
+//                      [--token_file=PATH] [--data_root=DIR[,DIR...]] [--max_request_bytes=N]
 //                      [--work_dir=/var/lib/sluice/coordinator] [--snapshot_every=1000]
 //                      [--ranges_per_worker=2] [--finished_job_ttl=5m]
 //
@@ -20,14 +22,17 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "core/logging.h"
 #include "core/metrics_http_server.h"
 #include "server/coordinator_metrics.h"
+#include "core/grpc_security.h"
 #include "server/grpc_coordinator_service.h"
 
 ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (see --port_file).");
@@ -47,6 +52,21 @@ ABSL_FLAG(absl::Duration, finished_job_ttl, absl::Minutes(5),
           "A finished job is removed this long after it finished (then NOT_FOUND).");
 ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(5),
           "On SIGTERM/SIGINT, how long calls in flight get to finish.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain this server presents; with --tls_key turns TLS on.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificates that peers' certificates must chain to (client certificates with "
+          "--tls_client_auth).");
+ABSL_FLAG(bool, tls_client_auth, false,
+          "Mutual TLS: require a client certificate signed by --tls_ca on every connection.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the shared token every RPC must carry (authorization: Bearer); the "
+          "token is never given on the command line. Empty: no token.");
+ABSL_FLAG(std::vector<std::string>, data_root, {},
+          "Comma-separated folders the coordinator may read data from; a pipeline naming a "
+          "file elsewhere is PERMISSION_DENIED. Empty: no restriction.");
+ABSL_FLAG(int, max_request_bytes, 64 << 20, "Largest request message accepted, in bytes.");
 ABSL_FLAG(int, metrics_port, -1,
           "Serve Prometheus metrics over HTTP at /metrics on --host and this port; 0 picks a "
           "free one (see --metrics_port_file); -1: off.");
@@ -111,6 +131,32 @@ int main(int argc, char** argv) {
   if (options.coordinator.finished_job_ttl < absl::ZeroDuration()) {
     std::cerr << "sluice-coordinator: --finished_job_ttl must not be negative" << std::endl;
     return 2;
+  }
+  {
+    // Security (docs/SERVICE.md, "Security"): files are read and checked here, before serving.
+    absl::StatusOr<sluice::ServerSecurity> security = sluice::ServerSecurityFromFlags(
+        absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca),
+        absl::GetFlag(FLAGS_tls_client_auth), absl::GetFlag(FLAGS_token_file),
+        absl::GetFlag(FLAGS_max_request_bytes));
+    absl::StatusOr<sluice::DataRoots> roots =
+        sluice::DataRoots::Create(absl::GetFlag(FLAGS_data_root));
+    if (!security.ok() || !roots.ok()) {
+      std::cerr << "sluice-coordinator: " << (security.ok() ? roots.status() : security.status())
+                << std::endl;
+      return 2;
+    }
+    options.security = *security;
+    options.data_roots = *std::move(roots);
+    std::cerr << "sluice-coordinator: " << (security->tls.enabled() ? "TLS" : "plaintext")
+              << (security->tls.client_auth ? " with client certificates" : "")
+              << (security->token.empty() ? "" : ", token required")
+              << (options.data_roots.restricted() ? ", data roots " : "")
+              << absl::StrJoin(options.data_roots.roots(), ",")
+              << std::endl;
+    if (!security->token.empty() && !security->tls.enabled()) {
+      std::cerr << "sluice-coordinator: warning: the token travels in plaintext without --tls_cert"
+                << std::endl;
+    }
   }
   auto server = sluice::CoordinatorServer::Start(options);
   if (!server.ok()) {

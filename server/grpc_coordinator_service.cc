@@ -16,45 +16,53 @@
 
 namespace sluice {
 
-grpc::Status GrpcCoordinatorService::RegisterDataset(grpc::ServerContext*,
+grpc::Status GrpcCoordinatorService::RegisterDataset(grpc::ServerContext* context,
                                                      const proto::RegisterDatasetRequest* request,
                                                      proto::RegisterDatasetResponse* response) {
+  if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
+  if (grpc::Status a = admission_.CheckDataset(*request); !a.ok()) return a;
   return ToGrpcStatus(coordinator_->RegisterDataset(*request, response));
 }
 
-grpc::Status GrpcCoordinatorService::GetOrCreateJob(grpc::ServerContext*,
+grpc::Status GrpcCoordinatorService::GetOrCreateJob(grpc::ServerContext* context,
                                                     const proto::GetOrCreateJobRequest* request,
                                                     proto::GetOrCreateJobResponse* response) {
+  if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
   return ToGrpcStatus(coordinator_->GetOrCreateJob(*request, response));
 }
 
-grpc::Status GrpcCoordinatorService::GetElementSpec(grpc::ServerContext*,
+grpc::Status GrpcCoordinatorService::GetElementSpec(grpc::ServerContext* context,
                                                     const proto::GetElementSpecRequest* request,
                                                     proto::GetElementSpecResponse* response) {
+  if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
   return ToGrpcStatus(coordinator_->GetElementSpec(*request, response));
 }
 
-grpc::Status GrpcCoordinatorService::WorkerHeartbeat(grpc::ServerContext*,
+grpc::Status GrpcCoordinatorService::WorkerHeartbeat(grpc::ServerContext* context,
                                                      const proto::WorkerHeartbeatRequest* request,
                                                      proto::WorkerHeartbeatResponse* response) {
+  if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
   return ToGrpcStatus(coordinator_->WorkerHeartbeat(*request, response));
 }
 
-grpc::Status GrpcCoordinatorService::ClientHeartbeat(grpc::ServerContext*,
+grpc::Status GrpcCoordinatorService::ClientHeartbeat(grpc::ServerContext* context,
                                                      const proto::ClientHeartbeatRequest* request,
                                                      proto::ClientHeartbeatResponse* response) {
+  if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
   return ToGrpcStatus(coordinator_->ClientHeartbeat(*request, response));
 }
 
-grpc::Status GrpcCoordinatorService::GetSplit(grpc::ServerContext*,
+grpc::Status GrpcCoordinatorService::GetSplit(grpc::ServerContext* context,
                                               const proto::GetSplitRequest* request,
                                               proto::GetSplitResponse* response) {
+  if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
   return ToGrpcStatus(coordinator_->GetSplit(*request, response));
 }
 
-grpc::Status GrpcCoordinatorService::GetStatus(grpc::ServerContext*,
+grpc::Status GrpcCoordinatorService::GetStatus(grpc::ServerContext* context,
                                                const proto::GetStatusRequest* request,
                                                proto::GetStatusResponse* response) {
+  if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
   return ToGrpcStatus(coordinator_->GetStatus(*request, response));
 }
 
@@ -67,7 +75,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       Coordinator::Create(options.coordinator);
   if (!coordinator.ok()) return coordinator.status();
   s->coordinator_ = *std::move(coordinator);
-  s->service_ = std::make_unique<GrpcCoordinatorService>(s->coordinator_.get());
+  s->service_ = std::make_unique<GrpcCoordinatorService>(
+      s->coordinator_.get(),
+      RequestAdmission(options.security.token, options.data_roots, options.dataset_limits));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -75,9 +85,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // Without this, Linux lets a second server bind the same port and split the traffic.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   const std::string listen = absl::StrCat(options.host, ":", options.port);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &s->port_);
+  if (absl::Status secured = AddSecureListeningPort(options.security, listen, &builder, &s->port_);
+      !secured.ok()) {
+    return secured;
+  }
   builder.RegisterService(s->service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  // Replaces AddSecureListeningPort's list: keep its interceptor, first so that
+  // the metrics see the rewritten status (core/grpc_security.h).
+  interceptors.push_back(MakeMalformedRequestInterceptorFactory());
   interceptors.push_back(MakeRpcMetricsInterceptorFactory());  // core/rpc_metrics.h
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   s->server_ = builder.BuildAndStart();

@@ -21,14 +21,19 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "core/grpc_security.h"
 #include "server/coordinator.h"
+#include "server/request_admission.h"
 
 namespace sluice {
 
 class GrpcCoordinatorService final : public proto::CoordinatorService::Service {
  public:
-  // `coordinator` is borrowed and must outlive the service.
-  explicit GrpcCoordinatorService(Coordinator* coordinator) : coordinator_(coordinator) {}
+  // `coordinator` is borrowed and must outlive the service. Every handler first checks the
+  // call with `admission` (token; RegisterDataset: graph bounds and data roots).
+  explicit GrpcCoordinatorService(Coordinator* coordinator,
+                                  RequestAdmission admission = RequestAdmission())
+      : coordinator_(coordinator), admission_(std::move(admission)) {}
 
   grpc::Status RegisterDataset(grpc::ServerContext*, const proto::RegisterDatasetRequest* request,
                                proto::RegisterDatasetResponse* response) override;
@@ -47,6 +52,7 @@ class GrpcCoordinatorService final : public proto::CoordinatorService::Service {
 
  private:
   Coordinator* const coordinator_;
+  const RequestAdmission admission_;
 };
 
 struct CoordinatorServerOptions {
@@ -57,6 +63,12 @@ struct CoordinatorServerOptions {
   // How often the ticker checks worker liveness. Zero: worker_timeout / 4, at most 1 s.
   absl::Duration liveness_interval = absl::ZeroDuration();
   CoordinatorOptions coordinator;
+  // TLS, token and request size limit (docs/SERVICE.md, "Security").
+  ServerSecurity security;
+  // RegisterDataset refuses graphs naming files outside these folders (none: no restriction)
+  // or over these bounds.
+  DataRoots data_roots;
+  DatasetLimits dataset_limits;
 };
 
 class CoordinatorServer {

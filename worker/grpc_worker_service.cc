@@ -31,6 +31,7 @@ void ReadCredits(Stream* stream, ConsumerSide* side) {
   while (stream->Read(&bb)) {
     proto::ConsumerMessage m;
     absl::Status s = DecodeConsumerMessage(bb, &m);
+    if (!s.ok()) s = absl::InvalidArgumentError(absl::StrCat("StreamSteps: ", s.message()));
     if (s.ok() && !m.has_credit()) {
       s = absl::InvalidArgumentError("StreamSteps: only CreditGrants may follow the StreamRequest");
     }
@@ -60,7 +61,7 @@ grpc::ByteBuffer ErrorFrame(const absl::Status& status) {
 }  // namespace
 
 GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions options)
-    : tasks_(tasks), options_(options) {
+    : tasks_(tasks), options_(options), auth_(options.token) {
   AddMethod(new grpc::internal::RpcServiceMethod(
       kStreamStepsMethod, grpc::internal::RpcMethod::BIDI_STREAMING,
       new grpc::internal::BidiStreamingHandler<GrpcWorkerService, grpc::ByteBuffer,
@@ -72,13 +73,18 @@ GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions opt
 }
 
 grpc::Status GrpcWorkerService::StreamSteps(grpc::ServerContext* context, Stream* stream) {
+  if (grpc::Status a = auth_.Check(*context); !a.ok()) return a;
   grpc::ByteBuffer first;
   if (!stream->Read(&first)) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "StreamSteps: no StreamRequest received");
   }
   proto::ConsumerMessage message;
   absl::Status s = DecodeConsumerMessage(first, &message);
-  if (!s.ok()) return ToGrpcStatus(s);
+  if (!s.ok()) {
+    // Bad framing or bytes that are no ConsumerMessage: the caller's bad input.
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("StreamSteps: ", s.message()));
+  }
   if (!message.has_request()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "StreamSteps: the first message must be a StreamRequest");

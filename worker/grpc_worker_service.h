@@ -29,6 +29,7 @@
 #include "grpcpp/impl/service_type.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/sync_stream.h"
+#include "core/token_auth.h"
 #include "worker/task_runner.h"
 
 namespace sluice {
@@ -52,6 +53,8 @@ struct WorkerServiceOptions {
   absl::Duration poll_interval = absl::Milliseconds(50);
   // After the last frame, how long to wait for the consumer to half-close before cancelling.
   absl::Duration close_grace = absl::Seconds(5);
+  // Shared token every call must carry (core/token_auth.h); empty: none.
+  std::string token;
 };
 
 class GrpcWorkerService : public grpc::Service {
@@ -65,6 +68,7 @@ class GrpcWorkerService : public grpc::Service {
 
   TaskLookup* const tasks_;
   const WorkerServiceOptions options_;
+  const TokenAuth auth_;
 };
 
 }  // namespace sluice

@@ -3,6 +3,9 @@
 //   sluice-worker --coordinator=HOST:PORT [--port=0] [--port_file=PATH] [--host=127.0.0.1]
 //                 [--buffer_bytes=268435456] [--heartbeat_interval=1s] [--drain_timeout=30s]
 //                 [--plugin=PATH[,PATH...]]
+//                 [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM] [--tls_client_auth]
+//                  [--tls_client_cert=PEM --tls_client_key=PEM]] [--token_file=PATH]
+//                 [--data_root=DIR[,DIR...]] [--max_request_bytes=N]
 //
 // Custom-op plugins are loaded only from --plugin, never because a client's pipeline names
 // one: a pipeline calling map(plugin('op')) runs only on workers started with its library.
@@ -22,8 +25,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "core/grpc_security.h"
 #include "core/plugin_loader.h"
 #include "core/logging.h"
 #include "core/metrics_http_server.h"
@@ -41,6 +46,25 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat perio
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM, the most the drain takes (telling the coordinator, ending streams)");
 ABSL_FLAG(std::string, plugin, "", "Comma-separated custom-op plugin libraries to load");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain this server presents; with --tls_key turns TLS on.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificates that peers' certificates must chain to (client certificates with "
+          "--tls_client_auth; and the coordinator's certificate).");
+ABSL_FLAG(bool, tls_client_auth, false,
+          "Mutual TLS: require a client certificate signed by --tls_ca on every connection.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the shared token every RPC must carry (authorization: Bearer); the "
+          "token is never given on the command line. Empty: no token.");
+ABSL_FLAG(std::vector<std::string>, data_root, {},
+          "Comma-separated folders this worker may read data from; a pipeline naming a "
+          "file elsewhere is PERMISSION_DENIED. Empty: no restriction.");
+ABSL_FLAG(int, max_request_bytes, 4 << 20, "Largest request message accepted, in bytes.");
+ABSL_FLAG(std::string, tls_client_cert, "",
+          "mTLS to the coordinator: the certificate this worker presents as a client; empty: "
+          "--tls_cert.");
+ABSL_FLAG(std::string, tls_client_key, "", "Private key of --tls_client_cert; empty: --tls_key.");
 ABSL_FLAG(int, metrics_port, -1,
           "Serve Prometheus metrics over HTTP at /metrics on --host and this port; 0 picks a "
           "free one (see --metrics_port_file); -1: off.");
@@ -88,6 +112,45 @@ int main(int argc, char** argv) {
   if (options.heartbeat_interval <= absl::ZeroDuration()) {
     std::cerr << "sluice-worker: --heartbeat_interval must be positive" << std::endl;
     return 2;
+  }
+  {
+    // Security (docs/SERVICE.md, "Security"): files are read and checked here, before serving.
+    absl::StatusOr<sluice::ServerSecurity> security = sluice::ServerSecurityFromFlags(
+        absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca),
+        absl::GetFlag(FLAGS_tls_client_auth), absl::GetFlag(FLAGS_token_file),
+        absl::GetFlag(FLAGS_max_request_bytes));
+    absl::StatusOr<sluice::DataRoots> roots =
+        sluice::DataRoots::Create(absl::GetFlag(FLAGS_data_root));
+    if (!security.ok() || !roots.ok()) {
+      std::cerr << "sluice-worker: " << (security.ok() ? roots.status() : security.status())
+                << std::endl;
+      return 2;
+    }
+    options.security = *security;
+    options.data_roots = *std::move(roots);
+    // The channel to the coordinator: TLS when this worker has TLS, verifying with --tls_ca and
+    // presenting --tls_client_cert (default: the worker's own --tls_cert) for mTLS.
+    sluice::ChannelSecurity& c = options.coordinator_security;
+    c.tls.enabled = !absl::GetFlag(FLAGS_tls_cert).empty() || !absl::GetFlag(FLAGS_tls_ca).empty();
+    c.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+    const bool own_cert = absl::GetFlag(FLAGS_tls_client_cert).empty();
+    c.tls.cert_file = own_cert ? absl::GetFlag(FLAGS_tls_cert) : absl::GetFlag(FLAGS_tls_client_cert);
+    c.tls.key_file = own_cert ? absl::GetFlag(FLAGS_tls_key) : absl::GetFlag(FLAGS_tls_client_key);
+    c.token = security->token;
+    if (absl::Status ok = sluice::MakeChannelFactory(c).status(); !ok.ok()) {
+      std::cerr << "sluice-worker: " << ok << std::endl;
+      return 2;
+    }
+    std::cerr << "sluice-worker: " << (security->tls.enabled() ? "TLS" : "plaintext")
+              << (security->tls.client_auth ? " with client certificates" : "")
+              << (security->token.empty() ? "" : ", token required")
+              << (options.data_roots.restricted() ? ", data roots " : "")
+              << absl::StrJoin(options.data_roots.roots(), ",")
+              << std::endl;
+    if (!security->token.empty() && !security->tls.enabled()) {
+      std::cerr << "sluice-worker: warning: the token travels in plaintext without --tls_cert"
+                << std::endl;
+    }
   }
   auto worker = sluice::WorkerServer::Start(options);
   if (!worker.ok()) {

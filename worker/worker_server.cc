@@ -67,25 +67,31 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
   if (options.coordinator_address.empty()) {
     return absl::InvalidArgumentError("WorkerServer: coordinator_address is required");
   }
+  options.service.token = options.security.token;
+  options.executor.check_graph = GraphAdmission(options.data_roots, options.dataset_limits);
   std::unique_ptr<WorkerServer> w(new WorkerServer(std::move(options)));
   w->service_ = std::make_unique<GrpcWorkerService>(w.get(), w->options_.service);
   grpc::ServerBuilder builder;
   const std::string bind = absl::StrCat(w->options_.host, ":", w->options_.port);
-  builder.AddListeningPort(bind, grpc::InsecureServerCredentials(), &w->port_);
+  RETURN_IF_ERROR(AddSecureListeningPort(w->options_.security, bind, &builder, &w->port_));
   builder.RegisterService(w->service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  // Replaces AddSecureListeningPort's list: keep its interceptor, first so that
+  // the metrics see the rewritten status (core/grpc_security.h).
+  interceptors.push_back(MakeMalformedRequestInterceptorFactory());
   interceptors.push_back(MakeRpcMetricsInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
   builder.SetMaxSendMessageSize(-1);
-  builder.SetMaxReceiveMessageSize(-1);
+  // The receive limit is security.max_receive_message_bytes (AddSecureListeningPort).
   w->server_ = builder.BuildAndStart();
   if (w->server_ == nullptr || w->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("WorkerServer: cannot bind ", bind));
   }
   w->address_ = absl::StrCat(w->options_.host, ":", w->port_);
-  w->coordinator_ = proto::CoordinatorService::NewStub(
-      grpc::CreateChannel(w->options_.coordinator_address, grpc::InsecureChannelCredentials()));
+  ASSIGN_OR_RETURN(GrpcChannelFactory channels,
+                   MakeChannelFactory(w->options_.coordinator_security));
+  w->coordinator_ = proto::CoordinatorService::NewStub(channels(w->options_.coordinator_address));
   WorkerServer* raw = w.get();
   w->heartbeat_thread_ = std::thread([raw] { raw->HeartbeatLoop(); });
   return w;

@@ -31,6 +31,9 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "core/data_roots.h"
+#include "core/dataset_limits.h"
+#include "core/grpc_security.h"
 #include "worker/grpc_worker_service.h"
 #include "worker/task_runner.h"
 
@@ -56,6 +59,16 @@ struct WorkerServerOptions {
   absl::Duration detach_unattached_after = absl::Seconds(10);
   // Receives one line per significant event; unset: stderr.
   std::function<void(absl::string_view)> log;
+  // This worker's server: TLS, token (StreamSteps), request size (docs/SERVICE.md,
+  // "Security"). Consumer messages are small, so the limit is low.
+  ServerSecurity security = {.max_receive_message_bytes = 4 << 20};
+  // How it dials the coordinator (TLS, client certificate, token).
+  ChannelSecurity coordinator_security;
+  // Tasks whose graphs name files outside these folders fail with PERMISSION_DENIED (none: no
+  // restriction); graphs over these bounds with INVALID_ARGUMENT. Checked on every graph the
+  // worker builds (ExecutorOptions::check_graph).
+  DataRoots data_roots;
+  DatasetLimits dataset_limits;
 };
 
 class WorkerServer : public TaskLookup {

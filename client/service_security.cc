@@ -1,0 +1,21 @@
+#include "client/service_security.h"
+
+#include "core/grpc_security.h"
+#include "core/status_macros.h"
+
+namespace sluice {
+
+absl::StatusOr<ChannelFactory> ServiceChannelFactory(const ServiceSecurity& security) {
+  ChannelSecurity c;
+  c.tls.enabled = security.tls;
+  c.tls.ca_file = security.tls_ca_file;
+  c.tls.cert_file = security.tls_cert_file;
+  c.tls.key_file = security.tls_key_file;
+  c.tls_server_name = security.tls_server_name;
+  c.token = security.token;
+  if (!c.tls.on() && c.token.empty()) return ChannelFactory(&DefaultChannel);
+  ASSIGN_OR_RETURN(GrpcChannelFactory channels, MakeChannelFactory(c));
+  return ChannelFactory(std::move(channels));
+}
+
+}  // namespace sluice
