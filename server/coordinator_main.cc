@@ -29,10 +29,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "core/grpc_security.h"
 #include "core/logging.h"
 #include "core/metrics_http_server.h"
 #include "server/coordinator_metrics.h"
-#include "core/grpc_security.h"
 #include "server/grpc_coordinator_service.h"
 
 ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (see --port_file).");
