@@ -14,6 +14,9 @@
 namespace sluice {
 namespace {
 
+// How often the heartbeat thread looks for tasks that finished since the last heartbeat.
+constexpr absl::Duration kFinishPoll = absl::Milliseconds(20);
+
 // DYNAMIC tasks: splits from the coordinator's GetSplit, retrying UNAVAILABLE.
 class CoordinatorSplitProvider : public SplitProvider {
  public:
@@ -161,6 +164,8 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   std::vector<std::shared_ptr<TaskRunner>> to_close;
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::OkStatus();
+  reported_finished_.insert(request.finished_task_ids().begin(),
+                            request.finished_task_ids().end());
   if (worker_id_ != response.worker_id()) {
     Log(absl::StrCat("registered with coordinator ", options_.coordinator_address,
                      " as worker ", response.worker_id()));
@@ -192,9 +197,17 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     if (it == tasks_.end()) continue;
     to_close.push_back(std::move(it->second));
     tasks_.erase(it);
+    reported_finished_.erase(id);
   }
   for (auto& r : to_close) r->Close();  // readers still holding it see UNAVAILABLE
   return absl::OkStatus();
+}
+
+bool WorkerServer::UnreportedFinishLocked() const {
+  for (const auto& [id, runner] : tasks_) {
+    if (!reported_finished_.contains(id) && runner->finished()) return true;
+  }
+  return false;
 }
 
 void WorkerServer::HeartbeatLoop() {
@@ -204,7 +217,10 @@ void WorkerServer::HeartbeatLoop() {
     {
       absl::MutexLock lock(&mu_);
       const absl::Time until = absl::Now() + wait;
-      while (!stopping_ && absl::Now() < until) cv_.WaitWithDeadline(&mu_, until);
+      while (!stopping_ && absl::Now() < until) {
+        if (!failing && UnreportedFinishLocked()) break;  // report a finished task now
+        cv_.WaitWithDeadline(&mu_, std::min(until, absl::Now() + kFinishPoll));
+      }
       if (stopping_) return;
     }
     absl::Status s = Heartbeat();
