@@ -412,7 +412,9 @@ TEST_P(FaultTest, KillOneWorkerThenAnotherMidEpoch) {
   for (int victim : {1, 2}) {
     absl::Status mid = PauseMidEpoch(**t, victim == 1 ? total / 5 : total / 2, total);
     ASSERT_TRUE(mid.ok()) << mid << cluster.Logs();
-    if (mode.policy == "DATA") {
+    // DATA: the first victim holds a task of the job (one per worker). Not asserted for the
+    // second one: its task may have moved already, which the data checks cover anyway.
+    if (mode.policy == "DATA" && victim == 1) {
       auto status = cluster.Status();
       ASSERT_TRUE(status.ok()) << status.status();
       EXPECT_TRUE(HoldsUnfinishedTask(*status, "faults", cluster.worker_address(victim)))
@@ -425,7 +427,8 @@ TEST_P(FaultTest, KillOneWorkerThenAnotherMidEpoch) {
   ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
   ExpectSameSteps(*want, *got, "after two worker kills");
   ExpectExactlyOnce(*got, kElements, "after two worker kills");
-  EXPECT_TRUE(WaitForJobFinished(cluster, "faults").ok()) << cluster.Logs();
+  absl::Status finished = WaitForJobFinished(cluster, "faults");
+  EXPECT_TRUE(finished.ok()) << finished << cluster.Logs();
   absl::Status stopped = cluster.StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
@@ -533,7 +536,8 @@ TEST_P(FaultTest, WorkerSigtermDrainsMidEpoch) {
   ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
   ExpectSameSteps(*want, *got, "with a worker drained");
   ExpectExactlyOnce(*got, kElements, "with a worker drained");
-  EXPECT_TRUE(WaitForJobFinished(cluster, "faults").ok()) << cluster.Logs();
+  absl::Status finished = WaitForJobFinished(cluster, "faults");
+  EXPECT_TRUE(finished.ok()) << finished << cluster.Logs();
   absl::Status stopped = cluster.StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
@@ -568,7 +572,8 @@ TEST_P(FaultTest, CoordinatorKilledAndRestartedMidEpoch) {
   ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
   ExpectSameSteps(*want, *got, "with the coordinator restarted");
   ExpectExactlyOnce(*got, kElements, "with the coordinator restarted");
-  EXPECT_TRUE(WaitForJobFinished(cluster, "faults").ok()) << cluster.Logs();
+  absl::Status finished = WaitForJobFinished(cluster, "faults");
+  EXPECT_TRUE(finished.ok()) << finished << cluster.Logs();
   absl::Status stopped = cluster.StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
