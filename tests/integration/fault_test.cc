@@ -14,7 +14,7 @@
 // Each test runs once per mode: DATA (coordinated SHARDING_DATA: works with every build) and
 // RANGES (coordinated SHARDING_RANGES with --seed and --shuffle=full). A mode or fault that
 // needs a feature the binaries lack (RANGES, the coordinator's --work_dir journal, sluicectl's
-// --max_steps/--save_state/--resume_state) is skipped with "needs <feature>", detected from the
+// --save_state/--resume_state) is skipped with "needs <feature>", detected from the
 // binaries' flags, never otherwise.
 //
 // Every wait is bounded; every process is stopped (ProcessCluster, Subprocess destructors).
@@ -85,8 +85,7 @@ bool HaveRanges() {
 bool HaveJournal() { return BinaryHasFlag("bin/sluice-coordinator", "work_dir"); }
 
 bool HaveResume() {
-  return SluicectlRunHasFlag("max_steps") && SluicectlRunHasFlag("save_state") &&
-         SluicectlRunHasFlag("resume_state");
+  return SluicectlRunHasFlag("save_state") && SluicectlRunHasFlag("resume_state");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -607,8 +606,8 @@ TEST_P(FaultTest, ResumeWithAnotherNumberOfWorkers) {
   const Mode& mode = GetParam();
   SKIP_UNLESS_MODE_AVAILABLE(mode);
   if (!HaveResume()) {
-    GTEST_SKIP() << "needs resumable iterators (sluicectl run --max_steps --save_state "
-                    "--resume_state): absent from `sluicectl help run`";
+    GTEST_SKIP() << "needs resumable iterators (sluicectl run --save_state --resume_state): "
+                    "absent from `sluicectl help run`";
   }
   auto cluster_or = ProcessCluster::Start(FaultClusterOptions(2));
   ASSERT_TRUE(cluster_or.ok()) << cluster_or.status();
@@ -622,7 +621,7 @@ TEST_P(FaultTest, ResumeWithAnotherNumberOfWorkers) {
 
   // Part 1 on 2 workers: first_steps steps, then each trainer saves its state and exits.
   auto t1 = Trainers::Start(cluster.coordinator(), "part1", mode, kConsumers, kElements, [&](int c) {
-    return std::vector<std::string>{absl::StrCat("--max_steps=", first_steps),
+    return std::vector<std::string>{absl::StrCat("--steps=", first_steps),
                                     "--save_state=" + state_file(c)};
   });
   ASSERT_TRUE(t1.ok()) << t1.status();
