@@ -53,8 +53,8 @@ struct ProcessClusterOptions {
   // RestartCoordinator(). Needs a coordinator that has the flag (BinaryHasFlag).
   bool work_dir = false;
   // Extra flags, passed as they are: "--finished_job_ttl=2s", "--ranges_per_worker=2", ...
-  std::vector<std::string> coordinator_flags;
-  std::vector<std::string> worker_flags;
+  std::vector<std::string> coordinator_flags = {};
+  std::vector<std::string> worker_flags = {};
 };
 
 class ProcessCluster {
