@@ -69,13 +69,19 @@ std::shared_ptr<grpc::Channel> ServiceStepSource::ChannelTo(const std::string& a
   return channel;
 }
 
-absl::StatusOr<proto::ClientHeartbeatResponse> ServiceStepSource::Heartbeat() {
+absl::StatusOr<proto::ClientHeartbeatResponse> ServiceStepSource::Heartbeat(
+    std::optional<absl::Duration> deadline) {
   proto::ClientHeartbeatRequest request;
   request.set_wire_version(proto::WIRE_VERSION_1);
   request.set_job_id(options_.job_id);
   request.set_consumer_index(options_.consumer_index);
+  {
+    absl::MutexLock lock(&mu_);
+    for (int64_t id : completed_) request.add_completed_task_ids(id);
+  }
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_deadline));
+  const absl::Duration timeout = deadline.value_or(options_.rpc_deadline);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   proto::ClientHeartbeatResponse response;
   absl::Status s = FromGrpcStatus(coordinator_->ClientHeartbeat(&context, request, &response));
   if (!s.ok()) {
@@ -190,6 +196,12 @@ void ServiceStepSource::OnHeartbeat(const proto::ClientHeartbeatResponse& respon
       }
       cv_.SignalAll();
     }
+    // Reported ends the coordinator has taken: the task is no longer listed as unfinished.
+    absl::flat_hash_set<int64_t> unfinished;
+    for (const proto::TaskInfo& info : response.tasks()) {
+      if (!info.finished()) unfinished.insert(info.task_id());
+    }
+    absl::erase_if(completed_, [&](int64_t id) { return !unfinished.contains(id); });
     for (const proto::TaskInfo& info : response.tasks()) {
       auto it = tasks_.find(info.task_id());
       if (it == tasks_.end() || info.worker_address().empty()) continue;
@@ -400,6 +412,7 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
     }
     if (frame.end_of_task) {
       task->ended = true;
+      completed_.insert(task->task_id);
       ended = true;
       result = absl::OkStatus();
       cv_.SignalAll();
@@ -490,6 +503,22 @@ absl::Status ServiceStepSource::NextSequentialLocked(Task** granted,
 }
 
 absl::Status ServiceStepSource::GetNextStep(std::vector<Element>* replicas, bool* end_of_data) {
+  const bool was_finished = finished_;
+  absl::Status s = NextStep(replicas, end_of_data);
+  if (s.ok() && *end_of_data && !was_finished) {
+    // The ends just received would otherwise be reported only by the monitor's next heartbeat,
+    // which may never come now (the caller is done): one last report, best effort.
+    bool pending;
+    {
+      absl::MutexLock lock(&mu_);
+      pending = !completed_.empty();
+    }
+    if (pending) (void)Heartbeat(std::min(options_.rpc_deadline, absl::Seconds(2)));
+  }
+  return s;
+}
+
+absl::Status ServiceStepSource::NextStep(std::vector<Element>* replicas, bool* end_of_data) {
   if (!status_.ok()) return status_;
   if (finished_) {
     *end_of_data = true;

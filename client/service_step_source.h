@@ -32,12 +32,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -94,7 +96,10 @@ class ServiceStepSource : public StepSource {
   struct Task;
 
   explicit ServiceStepSource(ServiceStepSourceOptions options);
-  absl::StatusOr<proto::ClientHeartbeatResponse> Heartbeat();
+  // ClientHeartbeat with the completed tasks; deadline: the RPC deadline by default.
+  absl::StatusOr<proto::ClientHeartbeatResponse> Heartbeat(
+      std::optional<absl::Duration> deadline = std::nullopt);
+  absl::Status NextStep(std::vector<Element>* replicas, bool* end_of_data);
   // Adds a task and starts its reader. Requires !shutdown_.
   Task* AddTaskLocked(int64_t task_id, int64_t task_index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The monitor thread: heartbeats every heartbeat_interval (sooner when woken), opens the next
@@ -141,6 +146,9 @@ class ServiceStepSource : public StepSource {
   absl::Status monitor_error_ ABSL_GUARDED_BY(mu_);
   // Tasks read to their end whose reader threads are still to be joined (sequential).
   std::vector<std::unique_ptr<Task>> retired_ ABSL_GUARDED_BY(mu_);
+  // Tasks whose end this consumer received and that the coordinator has not yet reported
+  // finished: every heartbeat reports them (ClientHeartbeatRequest.completed_task_ids).
+  absl::flat_hash_set<int64_t> completed_ ABSL_GUARDED_BY(mu_);
   // Wakes the monitor early (the caller moved to a task not open yet).
   absl::CondVar monitor_cv_;
   bool monitor_wanted_ ABSL_GUARDED_BY(mu_) = false;

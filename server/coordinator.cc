@@ -861,7 +861,10 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   }
   for (int64_t task_id : request.active_task_ids()) {
     const CoordinatorState::Task* task = state_.FindTask(task_id);
-    if (task == nullptr || task->worker_id != worker_id) response->add_tasks_to_stop(task_id);
+    // Also a task finished without it (its consumers all reported its end).
+    if (task == nullptr || task->worker_id != worker_id || task->finished) {
+      response->add_tasks_to_stop(task_id);
+    }
   }
   // Finished tasks of a removed job: the worker can forget them.
   for (int64_t task_id : request.finished_task_ids()) {
@@ -883,6 +886,21 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
         "ClientHeartbeatRequest.consumer_index ", request.consumer_index(), " is outside [0, ",
         job->options.num_consumers(), ") for job ", job->id));
   }
+  // Tasks every consumer has read to the end are finished, whoever produced them.
+  bool finished_any = false;
+  for (int64_t task_id : request.completed_task_ids()) {
+    const CoordinatorState::Task* task = state_.FindTask(task_id);
+    if (task == nullptr || task->job_id != job->id || task->finished) continue;
+    absl::flat_hash_set<int64_t>& consumers = completed_by_[task_id];
+    consumers.insert(request.consumer_index());
+    if (static_cast<int64_t>(consumers.size()) < job->options.num_consumers()) continue;
+    completed_by_.erase(task_id);
+    Log(absl::StrCat("task ", task_id, " (job ", job->id, ", index ", task->index,
+                     ") finished: every consumer received its end"));
+    RETURN_IF_ERROR(FinishTaskLocked(task_id));
+    finished_any = true;
+  }
+  if (finished_any) RETURN_IF_ERROR(MakeRangesLocked());
   FillTaskInfosLocked(*job, response->mutable_tasks());
   response->set_job_finished(job->finished);
   const int64_t made = static_cast<int64_t>(job->task_ids.size());

@@ -26,6 +26,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -197,6 +198,9 @@ class Coordinator {
   TaskProgressTable progress_;
   // Not state: when each finished job was first seen finished (by clock_), for the GC.
   absl::flat_hash_map<int64_t, absl::Time> finished_at_ ABSL_GUARDED_BY(mu_);
+  // Not state: per unfinished task, the consumers that reported its end
+  // (ClientHeartbeatRequest.completed_task_ids; they report again after a restart).
+  absl::flat_hash_map<int64_t, absl::flat_hash_set<int64_t>> completed_by_ ABSL_GUARDED_BY(mu_);
   // Not state: each ranges job's dataset, plan and cut (a function of its options, which are
   // kept to tell an entry from one left by a request that failed and was undone).
   struct RangesJob {
