@@ -557,3 +557,48 @@ TEST(CoordinatorStateRemoveJobTest, RemovesOnlyFinishedJobsWithTheirTasks) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Consumers report the tasks whose end they received; a task every consumer reported is
+// finished even if no worker says so (its worker died after sending the end, and the task's
+// new worker would otherwise hold it, and its room, forever).
+TEST_F(RangesTest, ATaskEveryConsumerReadToItsEndIsFinishedWithoutItsWorker) {
+  Heartbeat("w1:1");
+  proto::JobOptions options = Ranges(Register("range(100).batch(4)"), 2);
+  options.set_num_consumers(2);
+  auto job = Job("r", options);
+  ASSERT_TRUE(job.ok());
+  proto::WorkerHeartbeatResponse w1 = Heartbeat("w1:1");
+  ASSERT_THAT(Indices(w1), ElementsAre(0, 1));
+  const int64_t range0 = Ids(w1)[0];
+  auto report = [&](int64_t consumer, int64_t task_id) {
+    proto::ClientHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_job_id(job->job_id());
+    req.set_consumer_index(consumer);
+    req.add_completed_task_ids(task_id);
+    proto::ClientHeartbeatResponse resp;
+    EXPECT_TRUE(coordinator_->ClientHeartbeat(req, &resp).ok());
+    return resp;
+  };
+  // One consumer of two: not finished yet (and a repeated report changes nothing).
+  report(0, range0);
+  report(0, range0);
+  EXPECT_THAT(ListedRanges(job->job_id()), ElementsAre(0, 1));
+  // The second consumer: finished, no longer listed, and w1's room takes range 2.
+  proto::ClientHeartbeatResponse after = report(1, range0);
+  std::vector<int64_t> listed;
+  for (const proto::TaskInfo& t : after.tasks()) listed.push_back(t.task_index());
+  EXPECT_THAT(listed, ElementsAre(1, 2));
+  // The worker still running it is told to stop it.
+  proto::WorkerHeartbeatResponse again = Heartbeat("w1:1", Ids(w1));
+  EXPECT_THAT(again.tasks_to_stop(), ElementsAre(range0));
+  // Reports for unknown tasks or another job's are ignored.
+  report(0, 987654);
+  EXPECT_THAT(ListedRanges(job->job_id()), ElementsAre(1, 2));
+}
+
+}  // namespace
+}  // namespace sluice
