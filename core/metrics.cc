@@ -102,6 +102,7 @@ std::string FormatMetricValue(double value) {
 }
 
 std::string SanitizeMetricName(absl::string_view name) {
+  if (name.empty()) return "_";
   std::string out(name);
   for (size_t i = 0; i < out.size(); ++i) {
     const char c = out[i];
@@ -109,7 +110,6 @@ std::string SanitizeMetricName(absl::string_view name) {
                     (i > 0 && c >= '0' && c <= '9');
     if (!ok) out[i] = '_';
   }
-  if (out.empty()) out = "_";
   return out;
 }
 
