@@ -40,7 +40,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/json_value.h"
 #include "gtest/gtest.h"
 #include "tests/integration/process_cluster.h"
 #include "tests/integration/step_model.h"
@@ -132,36 +131,12 @@ ProcessClusterOptions FaultClusterOptions(int workers) {
 // One consumer's printed steps, by the step number it printed.
 using View = std::map<int64_t, ModelStep>;
 
+// A run prints its steps numbered 0, 1, ... in order (ParseRunJson checks it).
 absl::StatusOr<View> ParseView(const std::string& stdout_text) {
+  absl::StatusOr<std::vector<ModelStep>> steps = ParseRunJson(stdout_text);
+  if (!steps.ok()) return steps.status();
   View view;
-  int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(stdout_text, '\n', absl::SkipEmpty())) {
-    ++line_number;
-    auto bad = [&](const std::string& what) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("run output line ", line_number, ": ", what, ": ", line));
-    };
-    absl::StatusOr<JsonValue> json = ParseJson(line);
-    if (!json.ok()) return bad(std::string(json.status().message()));
-    const JsonValue* step = json->Find("step");
-    const JsonValue* per_replica = json->Find("per_replica");
-    if (step == nullptr || !step->int_value().has_value() || per_replica == nullptr ||
-        !per_replica->is_array()) {
-      return bad("expected {\"step\": S, \"per_replica\": [...]}");
-    }
-    ModelStep model;
-    for (const JsonValue& value : per_replica->items()) {
-      const JsonValue* values = value.Find("values");
-      if (values == nullptr || !values->is_array()) return bad("replica value is not a tensor");
-      std::vector<int64_t> piece;
-      for (const JsonValue& v : values->items()) {
-        if (!v.is_number() || !v.int_value().has_value()) return bad("values are not integers");
-        piece.push_back(*v.int_value());
-      }
-      model.push_back(std::move(piece));
-    }
-    if (!view.emplace(*step->int_value(), std::move(model)).second) return bad("repeated step");
-  }
+  for (size_t i = 0; i < steps->size(); ++i) view.emplace(static_cast<int64_t>(i), (*steps)[i]);
   return view;
 }
 
