@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "client/sluicectl_commands.h"
 #include "client/sluicectl_security.h"
+#include "core/memory_budget.h"
 #include "core/plugin_loader.h"
 #include "sluice/cluster_spec.h"
 
@@ -44,6 +45,13 @@ ABSL_FLAG(std::string, format, "tf",
 ABSL_FLAG(std::vector<std::string>, plugin, {},
           "Custom-op plugin shared libraries to load before running the command "
           "(comma-separated; core/plugin_api.h). Accepted by every command.");
+ABSL_FLAG(std::string, memory_limit, "",
+          "Pipelines run in this process: bytes their op buffers (batch, shuffle, cache, "
+          "prefetch) may hold, e.g. 8GiB; more is RESOURCE_EXHAUSTED naming the op. Empty: 3/4 "
+          "of the cgroup's memory limit, else of physical memory. Accepted by every command.");
+ABSL_FLAG(std::string, max_element_bytes, "",
+          "Pipelines run in this process: bytes one element (one batch) may hold. Empty: a "
+          "quarter of --memory_limit. Accepted by every command.");
 ABSL_FLAG(std::string, coordinator, "",
           "host:port of a Sluice coordinator; empty: run the pipeline in this process.");
 ABSL_FLAG(std::string, cluster_spec, "",
@@ -229,7 +237,8 @@ int ParseCommandLine(int argc, char** argv, const SluicectlCommand** command,
     }
   }
   const std::string where = command_name;
-  std::set<std::string> accepted = {"plugin", "cluster_spec"};  // global flags
+  std::set<std::string> accepted = {"plugin", "cluster_spec", "memory_limit",
+                                    "max_element_bytes"};  // global flags
   if (*command != nullptr) accepted.insert((*command)->flags.begin(), (*command)->flags.end());
   // Commands that dial the service take the security flags (client/sluicectl_security.h).
   if (accepted.count("coordinator")) {
@@ -334,6 +343,11 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (absl::Status s = LoadPlugins(absl::GetFlag(FLAGS_plugin)); !s.ok()) return ReportError(s);
+  if (absl::Status s = ConfigureProcessMemoryBudget(absl::GetFlag(FLAGS_memory_limit),
+                                                    absl::GetFlag(FLAGS_max_element_bytes));
+      !s.ok()) {
+    return ReportError(s);
+  }
   if (absl::Status s = ApplyClusterSpec(*command, argc, argv); !s.ok()) return ReportError(s);
   rc = command->run(args);
   std::cout.flush();

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/memory_budget.h"
 #include "core/op_iterator.h"
+#include "core/status_macros.h"
 
 namespace sluice {
 namespace {
@@ -22,6 +24,10 @@ class BatchIterator : public OpIterator {
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    // The elements gathered and the batch stacked from them are both held at the end: the
+    // batch is checked against the element limit as it grows, and both against the process's.
+    MemoryReservation held(label());
+    const std::string describe = absl::StrCat("a batch of ", batch_size_, " elements");
     std::vector<Element> elements;
     elements.reserve(static_cast<size_t>(std::min<int64_t>(batch_size_, 1 << 16)));
     while (static_cast<int64_t>(elements.size()) < batch_size_) {
@@ -30,6 +36,7 @@ class BatchIterator : public OpIterator {
       absl::Status s = input_->GetNext(&e, &end);
       if (!s.ok()) return s;
       if (end) break;
+      RETURN_IF_ERROR(held.GrowElement(ElementFootprint(e), describe));
       elements.push_back(std::move(e));
     }
     if (elements.empty() ||
@@ -37,6 +44,7 @@ class BatchIterator : public OpIterator {
       *end_of_sequence = true;
       return absl::OkStatus();
     }
+    RETURN_IF_ERROR(held.Grow(held.bytes()));  // the stacked copy
     return Stack(elements, out);
   }
 

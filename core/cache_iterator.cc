@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/op_iterator.h"
 #include "core/proto_convert.h"
+#include "core/status_macros.h"
 
 namespace sluice {
 namespace {
@@ -62,7 +63,10 @@ class MemoryCacheIterator : public OpIterator {
  public:
   MemoryCacheIterator(std::string label, std::shared_ptr<CacheStore> store,
                       std::function<std::unique_ptr<Iterator>()> input)
-      : OpIterator(std::move(label)), store_(std::move(store)), make_input_(std::move(input)) {}
+      : OpIterator(std::move(label)),
+        store_(std::move(store)),
+        make_input_(std::move(input)),
+        held_(std::make_unique<MemoryReservation>(OpIterator::label())) {}
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
@@ -82,10 +86,11 @@ class MemoryCacheIterator : public OpIterator {
     absl::Status s = input_->GetNext(out, end_of_sequence);
     if (!s.ok()) return s;
     if (*end_of_sequence) {
-      store_->Complete(std::move(pending_));
+      store_->Complete(std::move(pending_), std::move(held_));
       pending_.clear();
       return absl::OkStatus();
     }
+    RETURN_IF_ERROR(held_->Grow(ElementFootprint(*out)));
     pending_.push_back(*out);
     return absl::OkStatus();
   }
@@ -98,6 +103,7 @@ class MemoryCacheIterator : public OpIterator {
   size_t next_ = 0;
   std::unique_ptr<Iterator> input_;
   std::vector<Element> pending_;
+  std::unique_ptr<MemoryReservation> held_;  // pending_'s bytes, then the store's
 };
 
 std::atomic<uint64_t> temp_counter{0};
@@ -244,10 +250,12 @@ std::shared_ptr<const std::vector<Element>> CacheStore::Get() const {
   return elements_;
 }
 
-void CacheStore::Complete(std::vector<Element> elements) {
+void CacheStore::Complete(std::vector<Element> elements,
+                          std::unique_ptr<MemoryReservation> held) {
   absl::MutexLock lock(&mu_);
   if (elements_ == nullptr) {
     elements_ = std::make_shared<const std::vector<Element>>(std::move(elements));
+    held_ = std::move(held);
   }
 }
 

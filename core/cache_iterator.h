@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/element.h"
 #include "core/iterator.h"
+#include "core/memory_budget.h"
 
 namespace sluice {
 
@@ -38,16 +39,20 @@ class CacheStore {
  public:
   // The cached elements once a pass has completed, else null.
   std::shared_ptr<const std::vector<Element>> Get() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Publishes a completed pass; the first one wins.
-  void Complete(std::vector<Element> elements) ABSL_LOCKS_EXCLUDED(mu_);
+  // Publishes a completed pass; the first one wins. `held` is their bytes in the process's
+  // memory budget (core/memory_budget.h), kept as long as the cache is.
+  void Complete(std::vector<Element> elements, std::unique_ptr<MemoryReservation> held)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   mutable absl::Mutex mu_;
   std::shared_ptr<const std::vector<Element>> elements_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<MemoryReservation> held_ ABSL_GUARDED_BY(mu_);
 };
 
 // `input` is only called when the cache is not complete (so a complete cache never opens the
-// input's files).
+// input's files). The elements a pass gathers count against the process's memory budget: a
+// cache() of more than it allows is RESOURCE_EXHAUSTED naming the op.
 std::unique_ptr<Iterator> NewMemoryCacheIterator(std::string label,
                                                  std::shared_ptr<CacheStore> store,
                                                  std::function<std::unique_ptr<Iterator>()> input);

@@ -287,8 +287,8 @@ absl::StatusOr<IteratorFactory> BuildOp(const std::string& label, const proto::O
             label, ": buffer_size must be non-negative or -1 (AUTOTUNE), got ", n));
       }
       if (n == 0) return input;  // prefetch(0) is a no-op, as in TF
-      return IteratorFactory([input, n]() -> std::unique_ptr<Iterator> {
-        return std::make_unique<PrefetchIterator>(input(), n);
+      return IteratorFactory([label, input, n]() -> std::unique_ptr<Iterator> {
+        return std::make_unique<PrefetchIterator>(input(), n, label);
       });
     }
     case proto::OpDef::kUnbatch:

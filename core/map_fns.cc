@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/dtype_dispatch.h"
+#include "core/memory_budget.h"
 #include "core/op_iterator.h"
 #include "core/plugin_loader.h"
 #include "core/python_literal.h"
@@ -300,10 +302,16 @@ class OneHotFn : public ComponentFn {
 
   absl::StatusOr<Element> Apply(const Tensor& input) const override {
     RETURN_IF_ERROR(Check(input.dtype()));
+    const int64_t n = input.num_elements();
+    const int64_t values =
+        n > 0 && depth_ > std::numeric_limits<int64_t>::max() / n ? std::numeric_limits<int64_t>::max()
+                                                                  : n * depth_;
+    RETURN_IF_ERROR(ProcessMemoryBudget().CheckElement(
+        AllocationFootprint(dtype_, values), Describe(),
+        absl::StrCat("an output of ", n, " x ", depth_, " values")));
     std::vector<int64_t> dims = input.shape().dims();
     dims.push_back(depth_);
     Tensor out = Tensor::Allocate(dtype_, Shape(std::move(dims)));
-    const int64_t n = input.num_elements();
     VisitNumericDType(input.dtype(), [&](auto in_tag) {
       using I = typename decltype(in_tag)::type;
       if constexpr (std::is_integral_v<I>) {

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/memory_budget.h"
 #include "core/op_iterator.h"
 #include "core/proto_convert.h"
 #include "core/status_macros.h"
@@ -61,6 +63,11 @@ class PaddedBatchIterator : public OpIterator {
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    // As batch (core/batch_iterator.cc): the gathered elements count against the element
+    // limit as they come, the padded batch (whose size the padded shapes may make much larger)
+    // before it is allocated.
+    MemoryReservation held(label());
+    const std::string describe = absl::StrCat("a padded batch of ", op_.batch_size(), " elements");
     std::vector<Element> elements;
     while (static_cast<int64_t>(elements.size()) < op_.batch_size()) {
       Element e;
@@ -68,6 +75,7 @@ class PaddedBatchIterator : public OpIterator {
       absl::Status s = input_->GetNext(&e, &end);
       if (!s.ok()) return s;
       if (end) break;
+      RETURN_IF_ERROR(held.GrowElement(ElementFootprint(e), describe));
       elements.push_back(std::move(e));
     }
     if (elements.empty() ||
@@ -75,11 +83,13 @@ class PaddedBatchIterator : public OpIterator {
       *end_of_sequence = true;
       return absl::OkStatus();
     }
-    return Pad(elements, out);
+    held.Clear();  // from here the padded batch is what must fit in one element
+    return Pad(elements, &held, out);
   }
 
  private:
-  absl::Status Pad(const std::vector<Element>& elements, Element* out) const {
+  absl::Status Pad(const std::vector<Element>& elements, MemoryReservation* held,
+                   Element* out) const {
     const size_t n = elements.size();
     std::vector<std::vector<Tensor>> columns;
     for (size_t e = 0; e < n; ++e) {
@@ -97,7 +107,7 @@ class PaddedBatchIterator : public OpIterator {
     if (!pads.ok()) return InvalidArgument(pads.status().message());
     std::vector<Tensor> batched;
     for (size_t i = 0; i < columns.size(); ++i) {
-      absl::StatusOr<Tensor> t = PadColumn(i, columns[i], (*pads)[i]);
+      absl::StatusOr<Tensor> t = PadColumn(i, columns[i], (*pads)[i], held);
       if (!t.ok()) return t.status();
       batched.push_back(*std::move(t));
     }
@@ -108,7 +118,7 @@ class PaddedBatchIterator : public OpIterator {
   }
 
   absl::StatusOr<Tensor> PadColumn(size_t index, const std::vector<Tensor>& col,
-                                   const Tensor& pad) const {
+                                   const Tensor& pad, MemoryReservation* held) const {
     const DType dtype = col[0].dtype();
     const int rank = col[0].shape().rank();
     std::vector<int64_t> target(rank, 0);
@@ -136,6 +146,18 @@ class PaddedBatchIterator : public OpIterator {
         target[d] = p.dims(d);
       }
     }
+    int64_t out_elements = static_cast<int64_t>(col.size());
+    for (int64_t d : target) {
+      if (d != 0 && out_elements > std::numeric_limits<int64_t>::max() / d) {
+        out_elements = std::numeric_limits<int64_t>::max();
+        break;
+      }
+      out_elements *= d;
+    }
+    RETURN_IF_ERROR(held->GrowElement(
+        AllocationFootprint(dtype, out_elements),
+        absl::StrCat("component ", index, " padded to ", TfShapeString(Shape(target)), " for ",
+                     col.size(), " elements")));
     Shape out_shape = Shape(target).Prepend(static_cast<int64_t>(col.size()));
     Tensor out = Tensor::Allocate(dtype, out_shape);
     const int64_t per_element = Shape(target).num_elements();

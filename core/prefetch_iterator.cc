@@ -5,8 +5,11 @@
 
 namespace sluice {
 
-PrefetchIterator::PrefetchIterator(std::unique_ptr<Iterator> input, int64_t buffer_size)
-    : input_(std::move(input)), buffer_size_(std::max<int64_t>(buffer_size, 1)) {}
+PrefetchIterator::PrefetchIterator(std::unique_ptr<Iterator> input, int64_t buffer_size,
+                                   std::string label)
+    : input_(std::move(input)),
+      buffer_size_(std::max<int64_t>(buffer_size, 1)),
+      held_(std::move(label)) {}
 
 PrefetchIterator::~PrefetchIterator() {
   {
@@ -27,6 +30,8 @@ absl::Status PrefetchIterator::GetNext(Element* out, bool* end_of_sequence) {
   if (!queue_.empty()) {
     *out = std::move(queue_.front());
     queue_.pop_front();
+    held_.Shrink(footprints_.front());
+    footprints_.pop_front();
     *end_of_sequence = false;
     not_full_.Signal();
     return absl::OkStatus();
@@ -55,7 +60,9 @@ void PrefetchIterator::Produce() {
     Element e;
     bool end = false;
     absl::Status s = input_->GetNext(&e, &end);
+    const int64_t footprint = s.ok() && !end ? ElementFootprint(e) : 0;
     absl::MutexLock lock(&mu_);
+    if (s.ok() && !end) s = held_.Grow(footprint);
     if (!s.ok() || end) {
       final_status_ = s;
       finished_ = true;
@@ -63,6 +70,7 @@ void PrefetchIterator::Produce() {
       return;
     }
     queue_.push_back(std::move(e));
+    footprints_.push_back(footprint);
     max_queued_ = std::max<int64_t>(max_queued_, static_cast<int64_t>(queue_.size()));
     not_empty_.Signal();
   }

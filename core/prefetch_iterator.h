@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "core/iterator.h"
+#include "core/memory_budget.h"
 
 namespace sluice {
 
@@ -26,8 +27,10 @@ namespace sluice {
 // Thread safety: as Iterator, one caller at a time; the producer owns `input` once started.
 class PrefetchIterator : public Iterator {
  public:
-  // Requires buffer_size > 0.
-  PrefetchIterator(std::unique_ptr<Iterator> input, int64_t buffer_size);
+  // Requires buffer_size > 0. The queued elements count against the process's memory budget
+  // (core/memory_budget.h); `label` names the op when they would exceed it.
+  PrefetchIterator(std::unique_ptr<Iterator> input, int64_t buffer_size,
+                   std::string label = "prefetch");
   ~PrefetchIterator() override;
   PrefetchIterator(const PrefetchIterator&) = delete;
   PrefetchIterator& operator=(const PrefetchIterator&) = delete;
@@ -47,6 +50,8 @@ class PrefetchIterator : public Iterator {
   absl::CondVar not_full_;   // signalled when an element is taken or on cancel
   absl::CondVar not_empty_;  // signalled when an element or the final status arrives
   std::deque<Element> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<int64_t> footprints_ ABSL_GUARDED_BY(mu_);  // ElementFootprint of each queued one
+  MemoryReservation held_ ABSL_GUARDED_BY(mu_);          // their sum
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // the producer has stopped
   absl::Status final_status_ ABSL_GUARDED_BY(mu_);  // OK means end of sequence
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

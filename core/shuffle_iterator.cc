@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/memory_budget.h"
 #include "core/op_iterator.h"
+#include "core/status_macros.h"
 
 namespace sluice {
 namespace {
@@ -26,7 +28,8 @@ class ShuffleIterator : public OpIterator {
       : OpIterator(std::move(label)),
         input_(std::move(input)),
         buffer_size_(buffer_size),
-        rng_(generator_seed) {}
+        rng_(generator_seed),
+        held_(OpIterator::label()) {}
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
@@ -39,7 +42,10 @@ class ShuffleIterator : public OpIterator {
         input_ended_ = true;
         break;
       }
+      const int64_t footprint = ElementFootprint(e);
+      RETURN_IF_ERROR(held_.Grow(footprint));
       buffer_.push_back(std::move(e));
+      footprints_.push_back(footprint);
     }
     if (buffer_.empty()) {
       *end_of_sequence = true;
@@ -49,8 +55,13 @@ class ShuffleIterator : public OpIterator {
     *out = std::move(buffer_[slot]);
     // The slot is refilled on the next call; moving the last element into it keeps the buffer
     // dense, which only relabels slots and does not change the distribution.
-    if (slot + 1 != buffer_.size()) buffer_[slot] = std::move(buffer_.back());
+    held_.Shrink(footprints_[slot]);
+    if (slot + 1 != buffer_.size()) {
+      buffer_[slot] = std::move(buffer_.back());
+      footprints_[slot] = footprints_.back();
+    }
     buffer_.pop_back();
+    footprints_.pop_back();
     return absl::OkStatus();
   }
 
@@ -70,6 +81,8 @@ class ShuffleIterator : public OpIterator {
   const int64_t buffer_size_;
   std::mt19937_64 rng_;
   std::vector<Element> buffer_;
+  std::vector<int64_t> footprints_;  // ElementFootprint of each buffer_ slot
+  MemoryReservation held_;           // their sum, from the process's memory budget
   bool input_ended_ = false;
 };
 

@@ -1,7 +1,8 @@
 // sluice-worker: an input worker.
 //
 //   sluice-worker --coordinator=HOST:PORT [--port=0] [--port_file=PATH] [--host=127.0.0.1]
-//                 [--buffer_bytes=268435456] [--heartbeat_interval=1s] [--drain_timeout=30s]
+//                 [--buffer_bytes=268435456] [--memory_limit=16GiB] [--max_element_bytes=4GiB]
+//                 [--heartbeat_interval=1s] [--drain_timeout=30s]
 //                 [--plugin=PATH[,PATH...]]
 //                 [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM] [--tls_client_auth]
 //                  [--tls_client_cert=PEM --tls_client_key=PEM]] [--token_file=PATH]
@@ -31,6 +32,7 @@
 #include "core/grpc_security.h"
 #include "core/plugin_loader.h"
 #include "core/logging.h"
+#include "core/memory_budget.h"
 #include "core/metrics_http_server.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_server.h"
@@ -42,6 +44,13 @@ ABSL_FLAG(std::string, host, "127.0.0.1",
           "Interface to bind, and the host consumers dial (advertised as HOST:PORT)");
 ABSL_FLAG(int64_t, buffer_bytes, int64_t{256} << 20,
           "Per task: bytes of steps buffered ahead of the slowest consumer (at least one step)");
+ABSL_FLAG(std::string, memory_limit, "",
+          "Bytes all tasks' pipelines may hold in op buffers (batch, shuffle, cache, prefetch), "
+          "e.g. 16GiB; a task that needs more fails with RESOURCE_EXHAUSTED and the worker "
+          "keeps serving. Empty: 3/4 of the cgroup's memory limit, else of physical memory");
+ABSL_FLAG(std::string, max_element_bytes, "",
+          "Bytes one element (one batch: one step) may hold, e.g. 2GiB. Empty: a quarter of "
+          "--memory_limit");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat period");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM, the most the drain takes (telling the coordinator, ending streams)");
@@ -103,6 +112,12 @@ int main(int argc, char** argv) {
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
   options.log = sluice::LogLineSink("worker");
+  if (absl::Status s = sluice::ConfigureProcessMemoryBudget(absl::GetFlag(FLAGS_memory_limit),
+                                                            absl::GetFlag(FLAGS_max_element_bytes));
+      !s.ok()) {
+    std::cerr << "sluice-worker: " << s.message() << std::endl;
+    return 1;
+  }
   if (absl::GetFlag(FLAGS_buffer_bytes) <= 0) {
     std::cerr << "sluice-worker: --buffer_bytes must be positive" << std::endl;
     return 2;

@@ -6,12 +6,14 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/step_frame.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -285,6 +287,51 @@ TEST_F(ServiceErrorsTest, WorkerRejectsBadStreamsAndKeepsServing) {
   }
   ExpectGoodRunSucceeds("after-bad-streams");
   ExpectCleanStop();
+}
+
+// One client's pipeline that needs more memory than the workers allow (issue 15: such a job used
+// to abort every worker it reached with std::bad_alloc, one after the other): the job fails with
+// RESOURCE_EXHAUSTED naming the op and the size, reported to the client; every worker stays up,
+// a following job runs, and every process exits 0 on SIGTERM.
+TEST(ServiceMemoryLimitTest, AJobOverTheWorkersMemoryLimitFailsAndEveryWorkerKeepsServing) {
+  auto cluster = ProcessCluster::Start(
+      {.num_workers = 2, .worker_flags = {"--memory_limit=256MiB", "--max_element_bytes=64MiB"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ProcessCluster& c = **cluster;
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"from_tensors([1]).repeat().batch(1000000000)",
+       "op 2 (batch): a batch of 1000000000 elements needs more than the memory limit of one "
+       "element, 67108864 bytes (--max_element_bytes)"},
+      {"range(4).map(one_hot(100000000000))", "one_hot(100000000000): an output of 1 x "
+                                              "100000000000 values needs more than the memory "
+                                              "limit of one element, 67108864 bytes"},
+      {"range(10000000).shuffle(10000000, seed=1).batch(2)",
+       " of the process's memory limit of 268435456 bytes are in use (--memory_limit)"},
+  };
+  for (size_t i = 0; i < bad.size(); ++i) {
+    SCOPED_TRACE(bad[i].first);
+    auto r = RunSluicectl({"run", "--coordinator=" + c.coordinator(), absl::StrCat("--job=big", i),
+                           "--pipeline=" + bad[i].first, "--devices=CPU:0,CPU:1", "--steps=1",
+                           "--retry_deadline=30s"});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NE(r->exit_code, 0) << r->stdout_text;
+    EXPECT_THAT(r->stderr_text, ::testing::HasSubstr(bad[i].second)) << c.Logs();
+    EXPECT_THAT(r->stderr_text, ::testing::Not(::testing::HasSubstr("bad_alloc")));
+    auto status = c.Status();
+    ASSERT_TRUE(status.ok()) << status.status();
+    ASSERT_EQ(status->workers_size(), 2);
+    for (const proto::WorkerStatus& w : status->workers()) {
+      EXPECT_TRUE(w.alive()) << w.address() << "\n" << c.Logs();
+    }
+  }
+  auto good = RunSluicectl({"run", "--coordinator=" + c.coordinator(), "--job=after",
+                            std::string("--pipeline=") + kGoodPipeline, "--devices=CPU:0,CPU:1",
+                            "--format=json", "--retry_deadline=30s"});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->exit_code, 0) << good->stderr_text << c.Logs();
+  EXPECT_THAT(good->stdout_text, ::testing::HasSubstr("\"values\": [6, 7]}]}"));
+  absl::Status stopped = c.StopAll();  // FAILED_PRECONDITION if a worker had died
+  EXPECT_TRUE(stopped.ok()) << stopped;
 }
 
 }  // namespace

@@ -1,0 +1,215 @@
+// The process memory budget (core/memory_budget.h): accounting, limits, and the ops that
+// reserve against it failing with RESOURCE_EXHAUSTED naming the op and the size instead of
+// taking the process down, then giving every byte back.
+#include "core/memory_budget.h"
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "core/dataset.h"
+#include "core/executor.h"
+#include "core/prefetch_iterator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Sets the process's limits for one test and restores them.
+class ScopedProcessLimits {
+ public:
+  explicit ScopedProcessLimits(MemoryLimits limits) : saved_(ProcessMemoryBudget().limits()) {
+    ProcessMemoryBudget().SetLimits(limits);
+  }
+  ~ScopedProcessLimits() { ProcessMemoryBudget().SetLimits(saved_); }
+
+ private:
+  const MemoryLimits saved_;
+};
+
+// Runs `pipeline` in-process to its end or first error; the elements it yielded.
+absl::Status Drain(const std::string& pipeline, int64_t* count = nullptr) {
+  absl::StatusOr<Dataset> d = Dataset::Parse(pipeline);
+  if (!d.ok()) return d.status();
+  absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*d);
+  if (!it.ok()) return it.status();
+  int64_t n = 0;
+  while (true) {
+    Element e;
+    bool end = false;
+    absl::Status s = (*it)->GetNext(&e, &end);
+    if (!s.ok()) return s;
+    if (end) break;
+    ++n;
+  }
+  if (count != nullptr) *count = n;
+  return absl::OkStatus();
+}
+
+TEST(ParseByteSizeTest, UnitsArePowersOf1024AndPlainNumbersAreBytes) {
+  EXPECT_EQ(*ParseByteSize("1000000", "--f"), 1000000);
+  EXPECT_EQ(*ParseByteSize("1e9", "--f"), 1000000000);
+  EXPECT_EQ(*ParseByteSize("4GiB", "--f"), int64_t{4} << 30);
+  EXPECT_EQ(*ParseByteSize("512m", "--f"), int64_t{512} << 20);
+  EXPECT_EQ(*ParseByteSize("2K", "--f"), 2048);
+  EXPECT_EQ(*ParseByteSize("10B", "--f"), 10);
+  for (const char* bad : {"", "GiB", "-1", "lots", "1e30", "nan"}) {
+    absl::StatusOr<int64_t> v = ParseByteSize(bad, "--memory_limit");
+    ASSERT_FALSE(v.ok()) << bad;
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(v.status().message()), HasSubstr("--memory_limit"));
+  }
+}
+
+TEST(DefaultMemoryLimitsTest, LeaveRoomOnTheMachine) {
+  const MemoryLimits l = DefaultMemoryLimits();
+  EXPECT_GT(l.process_bytes, 0);
+  EXPECT_EQ(l.element_bytes, l.process_bytes / 4);
+}
+
+TEST(MemoryBudgetTest, ReservesUpToTheLimitAndNamesWhatWentOver) {
+  MemoryBudget budget(MemoryLimits{.process_bytes = 1000, .element_bytes = 100});
+  ASSERT_TRUE(budget.Reserve(600, "op 1 (shuffle)").ok());
+  ASSERT_TRUE(budget.Reserve(400, "op 1 (shuffle)").ok());
+  absl::Status s = budget.Reserve(1, "op 3 (cache)");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(),
+            "op 3 (cache): needs 1 more bytes, but 1000 of the process's memory limit of 1000 "
+            "bytes are in use (--memory_limit)");
+  budget.Release(1000);
+  EXPECT_EQ(budget.in_use(), 0);
+
+  s = budget.CheckElement(101, "op 2 (batch)", "a batch of 7 elements");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(),
+            "op 2 (batch): a batch of 7 elements needs more than the memory limit of one "
+            "element, 100 bytes (--max_element_bytes)");
+  EXPECT_TRUE(budget.CheckElement(100, "x", "y").ok());
+}
+
+TEST(MemoryReservationTest, TakesChunksGivesThemBackAndFailsWithoutHoldingMore) {
+  MemoryBudget budget(MemoryLimits{.process_bytes = int64_t{8} << 20, .element_bytes = 1 << 20});
+  {
+    MemoryReservation r("op 1 (batch)", &budget);
+    ASSERT_TRUE(r.Grow(10).ok());
+    EXPECT_EQ(r.bytes(), 10);
+    EXPECT_EQ(budget.in_use(), 1 << 20);  // one chunk for many small elements
+    // The element limit: 1 MiB.
+    absl::Status s = r.GrowElement(1 << 20, "a batch of 3 elements");
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(r.bytes(), 10);
+    // The process limit, exactly reachable despite the chunk rounding.
+    ASSERT_TRUE(r.Grow((int64_t{8} << 20) - 10).ok());
+    EXPECT_EQ(budget.in_use(), int64_t{8} << 20);
+    EXPECT_EQ(r.Grow(1).code(), absl::StatusCode::kResourceExhausted);
+    r.Shrink(int64_t{7} << 20);
+    EXPECT_LT(budget.in_use(), int64_t{4} << 20);
+    EXPECT_GE(budget.in_use(), r.bytes());
+  }
+  EXPECT_EQ(budget.in_use(), 0);
+}
+
+TEST(ElementFootprintTest, CountsPayloadsAndTheStructureAroundThem) {
+  const Element scalar(Tensor::Scalar<int64_t>(1));
+  const Element pair = Element::Tuple({scalar, scalar});
+  EXPECT_GT(ElementFootprint(scalar), 8 + 256);  // the heap cost measured per scalar element
+  EXPECT_GT(ElementFootprint(pair), 2 * ElementFootprint(scalar));
+  const Tensor big = Tensor::Allocate(DType::kFloat32, Shape({1000}));
+  EXPECT_EQ(TensorFootprint(big) - AllocationFootprint(DType::kFloat32, 0), 4000);
+  EXPECT_EQ(AllocationFootprint(DType::kFloat32, int64_t{1} << 62),
+            std::numeric_limits<int64_t>::max());
+}
+
+TEST(OpsInTheBudgetTest, AHugeBatchIsResourceExhaustedNamingTheOpNotACrash) {
+  ScopedProcessLimits limits({.process_bytes = int64_t{256} << 20, .element_bytes = 4 << 20});
+  absl::Status s = Drain("from_tensors([1]).repeat().batch(1000000000)");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(s.message(),
+            "op 2 (batch): a batch of 1000000000 elements needs more than the memory limit of "
+            "one element, 4194304 bytes (--max_element_bytes)");
+  EXPECT_EQ(ProcessMemoryBudget().in_use(), 0);
+  // The same op within the limit, and a batch request larger than the data (TF's partial
+  // batch), are fine: the limit is on what is gathered, not on what is asked for.
+  int64_t n = 0;
+  EXPECT_TRUE(Drain("range(100000).batch(1000)", &n).ok());
+  EXPECT_EQ(n, 100);
+  EXPECT_TRUE(Drain("range(10).batch(10000000000)", &n).ok());
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(ProcessMemoryBudget().in_use(), 0);
+}
+
+TEST(OpsInTheBudgetTest, PaddedShapesAndOneHotAreCheckedBeforeTheyAllocate) {
+  ScopedProcessLimits limits({.process_bytes = int64_t{256} << 20, .element_bytes = 4 << 20});
+  absl::Status s =
+      Drain("from_tensor_slices([[1], [2], [3], [4]]).padded_batch(2, padded_shapes=[100000000000])");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("op 1 (padded_batch): component 0 padded to "
+                                                  "[100000000000] for 2 elements needs more"));
+  s = Drain("range(4).map(one_hot(100000000000))");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("one_hot(100000000000)"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--max_element_bytes"));
+  EXPECT_EQ(ProcessMemoryBudget().in_use(), 0);
+}
+
+TEST(OpsInTheBudgetTest, BuffersCountAgainstTheProcessLimitAndAreGivenBack) {
+  ScopedProcessLimits limits({.process_bytes = 8 << 20, .element_bytes = 4 << 20});
+  // ~370 bytes a scalar element: 100k of them is ~37 MB, over the 8 MiB limit.
+  for (const char* pipeline : {"range(100000).shuffle(100000, seed=1)", "range(100000).cache()"}) {
+    SCOPED_TRACE(pipeline);
+    absl::Status s = Drain(pipeline);
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("op 1 ("));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("of the process's memory limit of 8388608"));
+    EXPECT_EQ(ProcessMemoryBudget().in_use(), 0);
+  }
+  int64_t n = 0;
+  ASSERT_TRUE(Drain("range(1000).shuffle(1000, seed=1).cache().repeat(2)", &n).ok());
+  EXPECT_EQ(n, 2000);
+  EXPECT_EQ(ProcessMemoryBudget().in_use(), 0);
+}
+
+// Yields float32 vectors of the given lengths, then the end.
+class SizedElements : public Iterator {
+ public:
+  explicit SizedElements(std::vector<int64_t> lengths) : lengths_(std::move(lengths)) {}
+  absl::Status GetNext(Element* out, bool* end_of_sequence) override {
+    *end_of_sequence = next_ == lengths_.size();
+    if (!*end_of_sequence) *out = Element(Tensor::Allocate(DType::kFloat32, Shape({lengths_[next_++]})));
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::vector<int64_t> lengths_;
+  size_t next_ = 0;
+};
+
+TEST(OpsInTheBudgetTest, APrefetchQueueOverTheLimitFailsTheProducerAfterWhatItQueued) {
+  ScopedProcessLimits limits({.process_bytes = 8 << 20, .element_bytes = 4 << 20});
+  // The second element alone (16 MiB) is over the process limit: the producer queues the first
+  // and then fails, whatever the consumer's speed.
+  {
+    PrefetchIterator it(std::make_unique<SizedElements>(std::vector<int64_t>{1, 4 << 20, 1}), 8,
+                        "op 2 (prefetch)");
+    Element e;
+    bool end = false;
+    ASSERT_TRUE(it.GetNext(&e, &end).ok());
+    ASSERT_FALSE(end);
+    EXPECT_EQ(e.leaf().num_elements(), 1);
+    absl::Status s = it.GetNext(&e, &end);
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("op 2 (prefetch): needs "));
+    EXPECT_EQ(it.GetNext(&e, &end).code(), absl::StatusCode::kResourceExhausted);  // sticky
+  }
+  EXPECT_EQ(ProcessMemoryBudget().in_use(), 0);
+}
+
+}  // namespace
+}  // namespace sluice
