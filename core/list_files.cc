@@ -89,10 +89,9 @@ absl::StatusOr<std::unique_ptr<Iterator>> NewListFilesIterator(
                               : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
                                     std::random_device{}();
     std::mt19937_64 gen(ShuffleIterationSeed(seed, iteration));
-    // Fisher-Yates with unbiased draws, so the order depends only on the seed.
+    // Fisher-Yates with unbiased, portable draws, so the order depends only on the seed.
     for (size_t i = names->size(); i > 1; --i) {
-      std::uniform_int_distribution<size_t> pick(0, i - 1);
-      std::swap((*names)[i - 1], (*names)[pick(gen)]);
+      std::swap((*names)[i - 1], (*names)[UniformBelow(gen, i)]);
     }
   }
   return std::unique_ptr<Iterator>(new NameListIterator(std::move(label), *std::move(names)));

@@ -51,7 +51,7 @@ class ShuffleIterator : public OpIterator {
       *end_of_sequence = true;
       return absl::OkStatus();
     }
-    size_t slot = Uniform(buffer_.size());
+    size_t slot = static_cast<size_t>(UniformBelow(rng_, buffer_.size()));
     *out = std::move(buffer_[slot]);
     // The slot is refilled on the next call; moving the last element into it keeps the buffer
     // dense, which only relabels slots and does not change the distribution.
@@ -66,17 +66,6 @@ class ShuffleIterator : public OpIterator {
   }
 
  private:
-  // Uniform in [0, n), by rejection so that no slot is favoured.
-  size_t Uniform(size_t n) {
-    const uint64_t range = n;
-    const uint64_t limit = UINT64_MAX - UINT64_MAX % range;
-    uint64_t x;
-    do {
-      x = rng_();
-    } while (x >= limit);
-    return static_cast<size_t>(x % range);
-  }
-
   std::unique_ptr<Iterator> input_;
   const int64_t buffer_size_;
   std::mt19937_64 rng_;
@@ -87,6 +76,15 @@ class ShuffleIterator : public OpIterator {
 };
 
 }  // namespace
+
+uint64_t UniformBelow(std::mt19937_64& gen, uint64_t n) {
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+  uint64_t x;
+  do {
+    x = gen();
+  } while (x >= limit);
+  return x % n;
+}
 
 uint64_t ShuffleIterationSeed(uint64_t seed, int64_t iteration) {
   return SplitMix64(SplitMix64(seed) ^ SplitMix64(static_cast<uint64_t>(iteration) + 0x5eed));

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -24,6 +25,11 @@ namespace sluice {
 
 // The generator seed of one iteration: a SplitMix64-style mix of both values.
 uint64_t ShuffleIterationSeed(uint64_t seed, int64_t iteration);
+
+// Uniform in [0, n) (n > 0) from `gen`, by rejection so that no value is favoured. Unlike
+// std::uniform_int_distribution, whose algorithm each standard library chooses, the result is
+// the same on every platform for the same generator state.
+uint64_t UniformBelow(std::mt19937_64& gen, uint64_t n);
 
 // Shuffles `input` with a generator seeded by `generator_seed` (ShuffleIterationSeed()).
 // INVALID_ARGUMENT if buffer_size <= 0. Not thread-safe.
