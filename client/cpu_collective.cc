@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/backoff.h"
 #include "core/status_macros.h"
 
 namespace sluice {
@@ -342,7 +343,7 @@ absl::Status CpuCollective::ConnectToRoot() {
   ASSIGN_OR_RETURN(HostPort hp, SplitAddress(options_.address));
   std::string name = absl::StrCat("rank 0 (", options_.address, ")");
   absl::Time deadline = absl::Now() + options_.connect_timeout;
-  absl::Duration backoff = absl::Milliseconds(20);
+  Backoff backoff(absl::Milliseconds(20), absl::Milliseconds(500));
   std::string last_error;
   while (true) {
     addrinfo hints{};
@@ -393,14 +394,14 @@ absl::Status CpuCollective::ConnectToRoot() {
       peers_.push_back(Peer{fd, name});
       return absl::OkStatus();
     }
-    if (absl::Now() + backoff >= deadline) {
+    const absl::Duration wait = backoff.Next();
+    if (absl::Now() + wait >= deadline) {
       return absl::UnavailableError(absl::StrCat("collective rank ", options_.rank,
                                                  " could not reach ", name, " within ",
                                                  absl::FormatDuration(options_.connect_timeout),
                                                  ": ", last_error));
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+    absl::SleepFor(wait);
   }
 }
 

@@ -10,6 +10,7 @@
 #include "client/service_job_options.h"
 #include "client/service_security.h"
 #include "client/service_step_source.h"
+#include "core/backoff.h"
 #include "core/grpc_status.h"
 #include "core/proto_convert.h"
 #include "core/status_macros.h"
@@ -23,7 +24,7 @@ namespace {
 template <typename Rpc>
 absl::Status WithRetries(const ServiceOptions& options, const char* what, Rpc rpc) {
   const absl::Time give_up = absl::Now() + options.retry_deadline;
-  absl::Duration backoff = absl::Milliseconds(20);
+  Backoff backoff(absl::Milliseconds(20), absl::Seconds(1));
   while (true) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + options.rpc_deadline));
@@ -31,12 +32,12 @@ absl::Status WithRetries(const ServiceOptions& options, const char* what, Rpc rp
     if (s.ok()) return s;
     const bool retry = s.code() == absl::StatusCode::kUnavailable ||
                        s.code() == absl::StatusCode::kDeadlineExceeded;
-    if (!retry || absl::Now() + backoff > give_up) {
+    const absl::Duration wait = backoff.Next();
+    if (!retry || absl::Now() + wait > give_up) {
       return absl::Status(s.code(), absl::StrCat(what, " on coordinator ",
                                                  options.coordinator_address, ": ", s.message()));
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(1));
+    absl::SleepFor(wait);
   }
 }
 

@@ -35,6 +35,7 @@
 #include "client/service_step_source.h"
 #include "client/sluicectl_commands.h"
 #include "client/sluicectl_security.h"
+#include "core/backoff.h"
 #include "core/dataset.h"
 #include "core/grpc_status.h"
 #include "core/json_value.h"
@@ -199,7 +200,7 @@ template <typename Rpc>
 absl::Status CallCoordinator(const std::string& address, absl::Duration retry_deadline,
                              const char* what, Rpc rpc) {
   const absl::Time give_up = absl::Now() + retry_deadline;
-  absl::Duration backoff = absl::Milliseconds(20);
+  Backoff backoff(absl::Milliseconds(20), absl::Seconds(1));
   while (true) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
@@ -207,12 +208,12 @@ absl::Status CallCoordinator(const std::string& address, absl::Duration retry_de
     if (s.ok()) return s;
     const bool retry = s.code() == absl::StatusCode::kUnavailable ||
                        s.code() == absl::StatusCode::kDeadlineExceeded;
-    if (!retry || absl::Now() + backoff > give_up) {
+    const absl::Duration wait = backoff.Next();
+    if (!retry || absl::Now() + wait > give_up) {
       return absl::Status(s.code(),
                           absl::StrCat(what, " on coordinator ", address, ": ", s.message()));
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(1));
+    absl::SleepFor(wait);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/backoff.h"
 #include "core/grpc_status.h"
 #include "core/rpc_metrics.h"
 #include "core/status_macros.h"
@@ -31,7 +32,7 @@ class CoordinatorSplitProvider : public SplitProvider {
     // Asking by position makes a retry, and a replay of the task by another worker, get the
     // same splits as before.
     request.set_task_split_index(next_split_index_);
-    absl::Duration backoff = absl::Milliseconds(50);
+    Backoff backoff(absl::Milliseconds(50), absl::Seconds(2));
     const absl::Time give_up = absl::Now() + rpc_deadline_ * 6;
     while (true) {
       grpc::ClientContext context;
@@ -44,14 +45,14 @@ class CoordinatorSplitProvider : public SplitProvider {
         ++next_split_index_;
         return std::optional<Dataset>(std::move(split));
       }
+      const absl::Duration wait = backoff.Next();
       if ((s.code() != absl::StatusCode::kUnavailable &&
            s.code() != absl::StatusCode::kDeadlineExceeded) ||
-          absl::Now() + backoff > give_up) {
+          absl::Now() + wait > give_up) {
         return absl::Status(s.code(), absl::StrCat("GetSplit for task ", task_.task_id(),
                                                    " from the coordinator: ", s.message()));
       }
-      absl::SleepFor(backoff);
-      backoff = std::min(backoff * 2, absl::Seconds(2));
+      absl::SleepFor(wait);
     }
   }
 
