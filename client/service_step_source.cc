@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/backoff.h"
 #include "core/grpc_status.h"
 #include "core/status_macros.h"
 #include "grpcpp/impl/rpc_method.h"
@@ -103,7 +104,7 @@ absl::StatusOr<std::unique_ptr<ServiceStepSource>> ServiceStepSource::Create(
       o.channel_factory ? o.channel_factory(o.coordinator_address)
                         : DefaultChannel(o.coordinator_address));
   const absl::Time give_up = absl::Now() + o.retry_deadline;
-  absl::Duration backoff = absl::Milliseconds(20);
+  Backoff backoff(absl::Milliseconds(20), absl::Seconds(1));
   proto::ClientHeartbeatResponse tasks;
   while (true) {
     absl::StatusOr<proto::ClientHeartbeatResponse> hb = source->Heartbeat();
@@ -113,14 +114,14 @@ absl::StatusOr<std::unique_ptr<ServiceStepSource>> ServiceStepSource::Create(
       break;
     }
     if (!hb.ok() && !Retryable(hb.status())) return hb.status();
-    if (absl::Now() + backoff > give_up) {
+    const absl::Duration wait = backoff.Next();
+    if (absl::Now() + wait > give_up) {
       if (!hb.ok()) return hb.status();
       return absl::UnavailableError(absl::StrCat("job ", o.job_id, " has no tasks after ",
                                                  absl::FormatDuration(o.retry_deadline),
                                                  " (coordinator ", o.coordinator_address, ")"));
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(1));
+    absl::SleepFor(wait);
   }
   {
     absl::MutexLock lock(&source->mu_);
@@ -144,7 +145,7 @@ absl::StatusOr<std::unique_ptr<ServiceStepSource>> ServiceStepSource::Create(
 }
 
 ServiceStepSource::Task* ServiceStepSource::AddTaskLocked(int64_t task_id, int64_t task_index) {
-  auto task = std::make_unique<Task>();
+  auto task = std::make_shared<Task>();
   task->task_id = task_id;
   task->task_index = task_index;
   Task* t = task.get();
@@ -180,7 +181,9 @@ void ServiceStepSource::Monitor() {
 
 void ServiceStepSource::OnHeartbeat(const proto::ClientHeartbeatResponse& response,
                                     absl::Time sent) {
-  std::vector<std::pair<Task*, std::string>> placed;  // open tasks and where they are now
+  // Open tasks and where they are now. Owned here too: once the lock is released the caller
+  // may retire a task (read to its end) and free it.
+  std::vector<std::pair<std::shared_ptr<Task>, std::string>> placed;
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return;
@@ -205,7 +208,7 @@ void ServiceStepSource::OnHeartbeat(const proto::ClientHeartbeatResponse& respon
     for (const proto::TaskInfo& info : response.tasks()) {
       auto it = tasks_.find(info.task_id());
       if (it == tasks_.end() || info.worker_address().empty()) continue;
-      placed.emplace_back(it->second.get(), info.worker_address());
+      placed.emplace_back(it->second, info.worker_address());
     }
   }
   for (auto& [task, address] : placed) {
@@ -259,7 +262,7 @@ void ServiceStepSource::ReadTask(Task* task) {
   const std::string name = absl::StrCat("task ", task->task_id, " (index ", task->task_index,
                                         ") of job ", options_.job_id);
   absl::Time last_progress = absl::Now();
-  absl::Duration backoff = absl::Milliseconds(20);
+  Backoff backoff(absl::Milliseconds(20), absl::Seconds(1));
   absl::Status last_error;
   std::string last_address;
   auto fail = [&](absl::Status s) {
@@ -297,7 +300,7 @@ void ServiceStepSource::ReadTask(Task* task) {
       absl::Status s = StreamOnce(task, address, &progress);
       if (progress) {
         last_progress = absl::Now();
-        backoff = absl::Milliseconds(20);
+        backoff.Reset();
       }
       if (s.ok()) return;  // the end of the task
       {
@@ -319,9 +322,8 @@ void ServiceStepSource::ReadTask(Task* task) {
           ": ", last_error.message())));
     }
     absl::MutexLock lock(&mu_);
-    const absl::Time until = absl::Now() + backoff;
+    const absl::Time until = absl::Now() + backoff.Next();
     while (!shutdown_ && absl::Now() < until) cv_.WaitWithDeadline(&mu_, until);
-    backoff = std::min(backoff * 2, absl::Seconds(1));
   }
 }
 
@@ -362,7 +364,9 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
     sent = stream->Write(EncodeConsumerMessage(first));
   }
 
+  // Until a frame says otherwise: the stream ended early (no end, no error from the worker).
   absl::Status result = absl::UnavailableError("the stream ended before the end of the task");
+  bool ended_early = true;
   bool ended = false;
   grpc::ByteBuffer bb;
   while (sent && stream->Read(&bb)) {
@@ -400,6 +404,7 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
     }
     if (!s.ok()) {
       result = s;
+      ended_early = false;
       break;
     }
     for (auto& step : steps) task->queue.push_back(std::move(step));
@@ -407,6 +412,7 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
     task->next_step = expected;
     if (!frame.status.ok()) {
       result = frame.status;
+      ended_early = false;
       cv_.SignalAll();
       break;
     }
@@ -429,11 +435,9 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
   absl::Status finish = FromGrpcStatus(stream->Finish());
   task->context = nullptr;
   if (ended) return absl::OkStatus();
-  // A failure the worker reported in a frame is more telling than the call's status.
-  if (result.code() != absl::StatusCode::kUnavailable ||
-      result.message() != "the stream ended before the end of the task") {
-    return result;
-  }
+  // A failure the worker reported in a frame (or a bad frame) is more telling than the call's
+  // status; a stream that just ended is explained by the call's status, if it has one.
+  if (!ended_early) return result;
   return finish.ok() ? result : finish;
 }
 
@@ -526,7 +530,7 @@ absl::Status ServiceStepSource::NextStep(std::vector<Element>* replicas, bool* e
   }
   Task* granted = nullptr;
   if (options_.sequential) {
-    std::vector<std::unique_ptr<Task>> retired;
+    std::vector<std::shared_ptr<Task>> retired;
     absl::Status s;
     {
       absl::MutexLock lock(&mu_);

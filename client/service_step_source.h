@@ -128,8 +128,9 @@ class ServiceStepSource : public StepSource {
   absl::Mutex mu_;
   absl::CondVar cv_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  // Every task read so far (round-robin: all of the job's, made in Create), by task id.
-  absl::flat_hash_map<int64_t, std::unique_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
+  // Every task read so far (round-robin: all of the job's, made in Create), by task id. Shared:
+  // the monitor holds the tasks it is cancelling while the caller may retire them.
+  absl::flat_hash_map<int64_t, std::shared_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
 
   // The caller's place in the round-robin (coordinated) and the tasks still in it.
   std::vector<Task*> rotation_;
@@ -145,7 +146,7 @@ class ServiceStepSource : public StepSource {
   int64_t num_tasks_ ABSL_GUARDED_BY(mu_) = -1;
   absl::Status monitor_error_ ABSL_GUARDED_BY(mu_);
   // Tasks read to their end whose reader threads are still to be joined (sequential).
-  std::vector<std::unique_ptr<Task>> retired_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Task>> retired_ ABSL_GUARDED_BY(mu_);
   // Tasks whose end this consumer received and that the coordinator has not yet reported
   // finished: every heartbeat reports them (ClientHeartbeatRequest.completed_task_ids).
   absl::flat_hash_set<int64_t> completed_ ABSL_GUARDED_BY(mu_);

@@ -2,6 +2,7 @@
 // iterators, end to end through an in-process cluster: consumers read ranges in order, the
 // sequence does not depend on the number of workers, and a checkpointed iterator resumes,
 // with another number of workers, exactly where it stopped.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -52,6 +53,29 @@ std::vector<int64_t> GlobalOrder(const Sequences& s) {
     }
   }
   return flat;
+}
+
+// A consumer retires (joins and frees) each range it has read to its end while its monitor
+// thread, heartbeating, may be cancelling that range's stream: with one-step ranges and a 1 ms
+// heartbeat both happen at every step. The monitor now shares ownership of the tasks it works
+// on (it held raw pointers the caller could free under it); the sequence stays exact.
+TEST(ServiceResumeTest, RangesRetiredWhileTheMonitorHeartbeatsEveryMillisecond) {
+  Cluster cluster(2);
+  ServiceOptions o = RangesOptions("retire-under-monitor");
+  o.order.range_steps = 1;
+  o.order.num_epochs = 3;
+  o.heartbeat_interval = absl::Milliseconds(1);
+  auto results = ConsumeAll(cluster.address(), Dataset::Range(kN).Batch(kB), o, kConsumers,
+                            kReplicas);
+  for (const Consumed& r : results) ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_EQ(results[0].steps.size(), 78u);  // three epochs of 26 steps
+  const std::vector<int64_t> flat = GlobalOrder(StepsOf(results));
+  ASSERT_EQ(flat.size(), 3u * kN);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    std::vector<int64_t> one(flat.begin() + epoch * kN, flat.begin() + (epoch + 1) * kN);
+    std::sort(one.begin(), one.end());
+    for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(one[i], i) << "epoch " << epoch;
+  }
 }
 
 TEST(ServiceResumeTest, RangesSequenceIsTheSameWithOneTwoAndFourWorkers) {
