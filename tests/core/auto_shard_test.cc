@@ -105,7 +105,7 @@ TEST(AutoShardTest, EveryFileReaderIsShardable) {
   }
   def.add_ops()->mutable_batch()->set_batch_size(2);
   absl::StatusOr<Dataset> ds = Dataset::FromDef(def);
-  if (!ds.ok()) GTEST_SKIP() << "tf_record sources are not accepted yet: " << ds.status();
+  ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_TRUE(ReadsFiles(*ds));
   absl::StatusOr<Dataset> w1 = ShardByFile(*ds, 2, 1);
   ASSERT_TRUE(w1.ok()) << w1.status();

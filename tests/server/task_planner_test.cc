@@ -161,7 +161,7 @@ TEST(TaskPlannerTest, AnyFileReaderSplitsByFile) {
   for (const char* f : {"a.tfrecord", "b.tfrecord", "c.tfrecord"}) tfr->add_filenames(f);
   tfr->set_compression_type("GZIP");
   auto ds = Dataset::FromDef(def);
-  if (!ds.ok()) GTEST_SKIP() << "core does not validate tf_record sources yet: " << ds.status();
+  ASSERT_TRUE(ds.ok()) << ds.status();
   auto source = DescribeSplitSource(*ds);
   ASSERT_TRUE(source.ok()) << source.status();
   EXPECT_TRUE(source->files);
