@@ -16,8 +16,14 @@ if [[ -z "$cxx" || -z "$cc" ]]; then
 fi
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_LIBFUZZER=ON -DSLUICE_BUILD_BENCHMARKS=OFF
-cmake --build build-fuzz -j"$(nproc)" --target tfrecord_reader_libfuzzer example_parser_libfuzzer
-for target in tfrecord_reader example_parser; do
+# Every target in tests/fuzz (<name>_fuzz.cc).
+targets=()
+for f in tests/fuzz/*_fuzz.cc; do
+  name="$(basename "$f" _fuzz.cc)"
+  targets+=("$name")
+done
+cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]/%/_libfuzzer}"
+for target in "${targets[@]}"; do
   work="build-fuzz/fuzz-corpus/$target"
   mkdir -p "$work"
   "build-fuzz/tests/fuzz/${target}_libfuzzer" -max_total_time="$seconds" -rss_limit_mb=2048 \
