@@ -70,10 +70,11 @@ bool CutsLikeDataSharding(AutoShardPolicy policy, const Dataset& dataset) {
   if (policy != AutoShardPolicy::kAuto) return false;
   const proto::DatasetDef& def = dataset.def();
   if (def.source().has_permuted()) {
-    proto::DatasetDef inner;
-    *inner.mutable_source() = def.source().permuted().source();
-    absl::StatusOr<Dataset> source = Dataset::FromDef(std::move(inner));
-    return source.ok() && !ReadsFiles(*source);
+    proto::DatasetDef inner = def;  // the ops too, so that the graph still validates
+    proto::SourceDef source = def.source().permuted().source();
+    *inner.mutable_source() = std::move(source);
+    absl::StatusOr<Dataset> unwrapped = Dataset::FromDef(std::move(inner));
+    return unwrapped.ok() && !ReadsFiles(*unwrapped);
   }
   return !ReadsFiles(dataset);
 }
