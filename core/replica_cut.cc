@@ -79,12 +79,6 @@ bool CutsLikeDataSharding(AutoShardPolicy policy, const Dataset& dataset) {
   return !ReadsFiles(dataset);
 }
 
-int64_t CutPieceForReplica(const ReplicaCut& cut, int64_t num_consumers,
-                           int64_t replicas_per_consumer, int64_t consumer, int64_t replica) {
-  if (cut.kind == ReplicaCut::Kind::kLegacy) return replica * num_consumers + consumer;
-  return consumer * replicas_per_consumer + replica;
-}
-
 Dataset ApplyReplicaCut(const Dataset& dataset, const ReplicaCut& cut) {
   switch (cut.kind) {
     case ReplicaCut::Kind::kNone:

@@ -13,16 +13,17 @@
 //    own into N pieces of ceil(b / N) rows.
 //
 // A coordinated service job (C consumers x R replicas, N = C * R) cuts each global step across
-// all N replicas with this rule:
-//  - legacy cut: the N pieces of a batch; consumer c's replica r gets piece r * C + c, which is
-//    exactly what in-process worker c of C gets under DATA (legacy rebatch, then shard(C, c) of
-//    the pieces). So a coordinated DATA/AUTO job equals in-process `--num_workers=C
-//    --worker_index=c`, consumer by consumer.
-//  - sizes cut with C > 1: CoordinatedPieceSizes(B, C, R) (core/rebatch.h): one global batch
-//    across all C x R replicas, consumer c getting step by step the sizes TF gives worker c;
-//    piece c * R + r to consumer c's replica r. In-process workers under OFF/FILE each cut their
-//    own stream instead: this is where coordinated mode deliberately differs (docs/SERVICE.md).
-//  - C == 1: the in-process cut for one worker, whatever the policy.
+// all N replicas with the same rule, as one worker with N replicas would (ReplicaCutForJob), and
+// piece c * R + r goes to consumer c's replica r: the consumers' pieces, joined, are the single
+// pipeline's elements in order.
+//  - C == 1: exactly the in-process cut of one worker, whatever the policy.
+//  - legacy cut with C > 1: each batch into N pieces; with R == 1 that is exactly in-process
+//    worker c of C under DATA (legacy rebatch, then shard(C, c) of the pieces). With R > 1
+//    in-process worker c takes pieces c, c + C, ... instead: there coordinated mode deliberately
+//    differs (contiguous pieces per consumer), and docs/SERVICE.md says so.
+//  - sizes cut with C > 1: CoordinatedPieceSizes(B, C, R) (core/rebatch.h): consumer c gets,
+//    step by step, the sizes TF gives worker c, from one global batch. In-process workers under
+//    OFF/FILE each cut their own stream instead: deliberately different too.
 //
 // Pure functions on values; thread-safe.
 #ifndef SLUICE_CORE_REPLICA_CUT_H_
@@ -69,11 +70,6 @@ absl::StatusOr<ReplicaCut> ReplicaCutForJob(const Dataset& dataset, bool data_sh
 // DATA, or AUTO when the source reads no files (ReadsFiles; a PermutedSource counts as the
 // source it permutes, so a SHARDING_RANGES task cuts like its job's dataset).
 bool CutsLikeDataSharding(AutoShardPolicy policy, const Dataset& dataset);
-
-// The index, within the cut's N pieces of a step, of the piece that consumer `consumer`'s
-// replica `replica` receives: r * C + c for the legacy cut, c * R + r otherwise.
-int64_t CutPieceForReplica(const ReplicaCut& cut, int64_t num_consumers,
-                           int64_t replicas_per_consumer, int64_t consumer, int64_t replica);
 
 // `dataset` followed by the cut (the Rebatch or LegacyRebatch op in-process mode adds).
 Dataset ApplyReplicaCut(const Dataset& dataset, const ReplicaCut& cut);

@@ -109,7 +109,7 @@ absl::StatusOr<std::unique_ptr<TaskStepIterator>> TaskStepIterator::Create(
   // The cut is in-process mode's (core/replica_cut.h): with one consumer (or independent
   // reads, where each step goes whole to one consumer) the task's pieces are those of
   // DistributeForWorker itself; with C coordinated consumers one global step is cut across all
-  // C x R replicas.
+  // C x R replicas as one worker with C x R replicas would, piece c * R + r to consumer c.
   const bool independent = job.read_mode() == proto::READ_MODE_INDEPENDENT;
   const int64_t consumers = independent ? 1 : c;
   const bool data_sharded = CutsLikeDataSharding(CutPolicy(job.sharding_policy()), dataset);
@@ -148,11 +148,6 @@ absl::StatusOr<std::unique_ptr<TaskStepIterator>> TaskStepIterator::Create(
   out->task_ = task;
   out->pieces_per_step_ = consumers * r;
   out->piece_spec_ = piece_spec;
-  for (int64_t consumer = 0; consumer < consumers; ++consumer) {
-    for (int64_t replica = 0; replica < r; ++replica) {
-      out->wire_order_.push_back(CutPieceForReplica(*cut, consumers, r, consumer, replica));
-    }
-  }
   out->steps_ = std::make_unique<StepIterator>(std::move(pieces), out->pieces_per_step_,
                                                piece_spec);
   return out;
@@ -185,8 +180,7 @@ absl::Status TaskStepIterator::GetNext(TaskStep* step, bool* end) {
     step->num_real_pieces = num_real;
     step->pieces.clear();
     step->pieces.reserve(pieces.size());
-    // Wire position k = consumer * R + replica holds the cut's piece wire_order_[k].
-    for (int64_t k : wire_order_) step->pieces.push_back(pieces[static_cast<size_t>(k)].Flatten());
+    for (const Element& e : pieces) step->pieces.push_back(e.Flatten());
     step->bytes = StepBytes(*step);
     *end = false;
     return absl::OkStatus();

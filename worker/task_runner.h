@@ -68,8 +68,6 @@ class TaskStepIterator {
   proto::TaskDef task_;
   int64_t pieces_per_step_ = 0;
   ElementSpec piece_spec_;
-  // For each wire position (consumer * R + replica), the index of its piece in the cut's step.
-  std::vector<int64_t> wire_order_;
   std::unique_ptr<StepIterator> steps_;
   int64_t global_step_ = 0;  // steps of the underlying sequence read so far
   int64_t task_step_ = 0;    // steps kept so far

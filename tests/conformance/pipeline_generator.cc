@@ -230,7 +230,8 @@ ConformanceCase GenerateCase(uint64_t seed, const GeneratorOptions& options) {
       c.policy == "DATA" || (c.policy == "AUTO" && kind != Kind::kString);
   // Policies whose tasks each cut their own stream equal in-process mode with one task.
   c.num_tasks = (data_like || c.policy == "RANGES" || c.policy == "DYNAMIC") ? rng.In(1, 3) : 1;
-  // C coordinated consumers equal in-process workers c of C where the cut is the legacy one.
+  // C coordinated consumers: compared with one in-process worker with C x R replicas under
+  // DATA (the legacy cut), consumer c's share.
   if ((data_like || (c.policy == "RANGES" && kind != Kind::kString)) && rng.Chance(25)) {
     c.consumers = 2;
     c.local_policy = "DATA";

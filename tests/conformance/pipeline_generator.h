@@ -34,7 +34,7 @@ struct ConformanceCase {
   uint64_t seed = 0;
   std::string pipeline;
   int64_t replicas = 1;   // per consumer
-  int64_t consumers = 1;  // coordinated consumers; each compared with in-process worker c of C
+  int64_t consumers = 1;  // coordinated consumers (see RunLocal for what each is compared with)
   // "DATA", "AUTO", "OFF", "FILE", "HINT", "RANGES", "DYNAMIC".
   std::string policy = "DATA";
   // The in-process auto-shard policy the service's output must equal ("DATA", "AUTO", ...).

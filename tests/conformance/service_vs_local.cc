@@ -152,32 +152,56 @@ std::string CompareRuns(const ConformanceCase& c, const RecordedRun& local,
 RecordedRun RunLocal(const ConformanceCase& c, int64_t worker_index) {
   RecordedRun run;
   absl::StatusOr<Dataset> ds = Dataset::Parse(c.pipeline);
-  if (!ds.ok()) {
-    run.status = ds.status();
-    return run;
-  }
-  absl::StatusOr<MirroredStrategy> strategy =
-      MirroredStrategy::Create(Devices(c.replicas), {c.consumers, worker_index});
   absl::StatusOr<AutoShardPolicy> policy = ParseAutoShardPolicy(c.local_policy);
-  if (!strategy.ok() || !policy.ok()) {
-    run.status = strategy.ok() ? policy.status() : strategy.status();
+  if (!ds.ok() || !policy.ok()) {
+    run.status = ds.ok() ? policy.status() : ds.status();
     return run;
   }
   InputOptions options;
   options.auto_shard_policy = *policy;
   options.experimental_fetch_to_device = false;
+  // The values: one worker with all C x R replicas, consumer c's share being replicas
+  // c * R .. c * R + R - 1 (docs/SERVICE.md, "Per-replica values").
+  const int64_t all = c.consumers * c.replicas;
+  absl::StatusOr<MirroredStrategy> strategy = MirroredStrategy::Create(Devices(all));
+  if (!strategy.ok()) {
+    run.status = strategy.status();
+    return run;
+  }
   absl::StatusOr<DistributedDataset> dist = strategy->ExperimentalDistributeDataset(*ds, options);
   if (!dist.ok()) {
     run.status = dist.status();
     return run;
   }
   run.spec = FormatPerReplicaSpecRepr(dist->element_spec());
+  if (c.consumers > 1) {
+    // The element_spec: in-process worker c of C's, as the coordinator answers it.
+    absl::StatusOr<MirroredStrategy> worker =
+        MirroredStrategy::Create(Devices(c.replicas), {c.consumers, worker_index});
+    absl::StatusOr<DistributedDataset> spec_of =
+        worker.ok() ? worker->ExperimentalDistributeDataset(*ds, options)
+                    : absl::StatusOr<DistributedDataset>(worker.status());
+    if (!spec_of.ok()) {
+      run.status = spec_of.status();
+      return run;
+    }
+    run.spec = FormatPerReplicaSpecRepr(spec_of->element_spec());
+  }
   absl::StatusOr<DistributedIterator> it = dist->MakeIterator();
   if (!it.ok()) {
     run.status = it.status();
     return run;
   }
-  ReadAll(*it, -1, &run);
+  for (int64_t s = 0; s < kMaxSteps; ++s) {
+    absl::StatusOr<PerReplica<Element>> x = it->GetNext();
+    if (!x.ok()) {
+      if (x.status().code() != absl::StatusCode::kOutOfRange) run.status = x.status();
+      break;
+    }
+    std::vector<Element> mine(x->values().begin() + worker_index * c.replicas,
+                              x->values().begin() + (worker_index + 1) * c.replicas);
+    Record(PerReplica<Element>(std::move(mine)), &run);
+  }
   return run;
 }
 

@@ -30,7 +30,9 @@ struct RecordedRun {
   std::optional<IteratorCheckpoint> checkpoint;  // after the last step read
 };
 
-// In-process worker `worker_index` of `c.consumers` under `c.local_policy`, to the end.
+// In-process mode under `c.local_policy`, to the end: with one consumer, one worker with
+// c.replicas replicas; with C consumers, consumer `worker_index`'s share of one worker with
+// C x R replicas (replicas c*R .. c*R+R-1), and the element_spec of in-process worker c of C.
 RecordedRun RunLocal(const ConformanceCase& c, int64_t worker_index);
 
 // Every consumer of the case's service job (threads, in lockstep), to the end; with

@@ -91,21 +91,17 @@ TEST(ReplicaCutTest, DataShardedJobCutsLikeInProcessData) {
   EXPECT_THAT(cut->sizes, ElementsAre(3, 2, 2, 2));
 }
 
-TEST(ReplicaCutTest, CoordinatedConsumersGetInProcessDataWorkersPieces) {
-  // Legacy: consumer c's replica r takes piece r * C + c, as shard(C, c) of the pieces.
-  ReplicaCut legacy;
-  legacy.kind = Kind::kLegacy;
-  legacy.num_pieces = 6;
-  EXPECT_EQ(CutPieceForReplica(legacy, 2, 3, 0, 0), 0);
-  EXPECT_EQ(CutPieceForReplica(legacy, 2, 3, 0, 1), 2);
-  EXPECT_EQ(CutPieceForReplica(legacy, 2, 3, 1, 0), 1);
-  EXPECT_EQ(CutPieceForReplica(legacy, 2, 3, 1, 2), 5);
-  // Sizes: one global batch, consumer-major.
+TEST(ReplicaCutTest, CoordinatedConsumersShareOneGlobalBatch) {
+  // Sizes: one global batch across C x R replicas, consumer c getting TF's worker c sizes.
   absl::StatusOr<ReplicaCut> sizes = ReplicaCutForJob(Parse("range(20).batch(7)"), false, 2, 2);
   ASSERT_TRUE(sizes.ok());
   EXPECT_EQ(sizes->kind, Kind::kSizes);
   EXPECT_THAT(sizes->sizes, ElementsAre(2, 2, 2, 1, 2, 1, 2, 2));  // CoordinatedPieceSizes
-  EXPECT_EQ(CutPieceForReplica(*sizes, 2, 2, 1, 0), 2);
+  // Legacy: N = C x R pieces a batch, as one worker with N replicas.
+  absl::StatusOr<ReplicaCut> legacy = ReplicaCutForJob(Parse("range(20).batch(7)"), true, 2, 3);
+  ASSERT_TRUE(legacy.ok());
+  EXPECT_EQ(legacy->kind, Kind::kLegacy);
+  EXPECT_EQ(legacy->num_pieces, 6);
 }
 
 TEST(ReplicaCutTest, DataShardingByPolicyAndSource) {
