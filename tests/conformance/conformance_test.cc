@@ -8,7 +8,6 @@
 // pipeline, and both outputs; rerun one case with SLUICE_CONFORMANCE_SEED=<seed>
 // SLUICE_CONFORMANCE_CASES=1.
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -29,40 +28,30 @@ int64_t EnvInt(const char* name, int64_t fallback) {
   return (end != nullptr && *end == '\0' && parsed >= 0) ? parsed : fallback;
 }
 
-// Small text files for text_line_dataset sources (FILE and AUTO-on-files cases).
-std::vector<std::string> WriteTextFiles() {
-  std::vector<std::string> files;
-  const std::string dir = ::testing::TempDir();
-  for (int f = 0; f < 3; ++f) {
-    std::string path = absl::StrCat(dir, "/sluice_conformance_", f, ".txt");
-    std::ofstream out(path, std::ios::trunc);
-    for (int line = 0; line < 4 + 3 * f; ++line) {
-      out << (line % 5 == 4 ? "" : absl::StrCat("file", f, "-line", line)) << "\n";
-    }
-    files.push_back(path);
-  }
-  return files;
-}
-
 TEST(ConformanceTest, ServiceEqualsInProcessOnRandomPipelines) {
   const int64_t cases = EnvInt("SLUICE_CONFORMANCE_CASES", 150);
   const int64_t first_seed = EnvInt("SLUICE_CONFORMANCE_SEED", 1);
-  GeneratorOptions generator;
-  generator.text_files = WriteTextFiles();
+  const GeneratorOptions generator = WriteConformanceFiles(::testing::TempDir());
   Cluster cluster(3);
   int failures = 0;
+  int rejected = 0;  // pipelines in-process mode rejects (the service must too)
   for (int64_t i = 0; i < cases && failures < 5; ++i) {
     const uint64_t seed = static_cast<uint64_t>(first_seed + i);
     const ConformanceCase c = GenerateCase(seed, generator);
-    const std::string why =
-        CompareServiceWithLocal(cluster.address(), c, absl::StrCat("conformance-", seed));
+    bool both_rejected = false;
+    const std::string why = CompareServiceWithLocal(
+        cluster.address(), c, absl::StrCat("conformance-", seed), &both_rejected);
+    if (both_rejected && ++rejected <= 3) {
+      std::cout << "conformance: rejected by both: " << c.Describe() << "\n";
+    }
     if (!why.empty()) {
       ++failures;
       ADD_FAILURE() << c.Describe() << "\n" << why;
     }
   }
   std::cout << "conformance: seeds " << first_seed << ".." << first_seed + cases - 1 << ", "
-            << failures << " failure(s)" << (failures >= 5 ? " (stopped at 5)" : "") << "\n";
+            << failures << " failure(s)" << (failures >= 5 ? " (stopped at 5)" : "") << ", "
+            << rejected << " pipeline(s) rejected by both\n";
 }
 
 }  // namespace

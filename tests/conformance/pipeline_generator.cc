@@ -147,7 +147,7 @@ std::string BatchOp(Rng& rng, Kind kind, bool indexed, bool* repeated) {
     if (kind != Kind::kString && rng.Chance(70)) return CastFn(rng);
     return "prefetch(1)";
   }
-  switch (rng.In(0, 7)) {
+  switch (rng.In(0, 8)) {
     case 0:
     case 1:
       return CastFn(rng);  // a map after the batch: TF's ComputeBatchSize stops there
@@ -164,9 +164,55 @@ std::string BatchOp(Rng& rng, Kind kind, bool indexed, bool* repeated) {
                           rng.Chance(30) ? ", drop_remainder=True)" : ")");
     case 6:
       return absl::StrCat("rebatch(", rng.In(1, 6), ")");
+    case 7:
+      return rng.Chance(50) ? "filter(not_empty())" : "padded_batch(2)";
     default:
       return "prefetch(1)";
   }
+}
+
+constexpr char kParseExample[] =
+    "map(parse_example({'label': FixedLenFeature([], tf.int64), "
+    "'bbox': FixedLenFeature([2], tf.float32), 'name': FixedLenFeature([], tf.string)}))";
+
+// The TFRecord idiom: records, element ops, batch, parse_example after the batch (or before).
+// `splits`: DYNAMIC (no drop_remainder, see GenerateCase).
+std::string RecordPipeline(Rng& rng, const GeneratorOptions& options, bool indexed, bool splits) {
+  std::vector<std::string> files;
+  for (const std::string& f : options.record_files) {
+    if (files.empty() || rng.Chance(60)) files.push_back(absl::StrCat("'", f, "'"));
+  }
+  std::string expr = absl::StrCat("tf_record_dataset([", absl::StrJoin(files, ", "), "])");
+  const bool parse_first = rng.Chance(30);
+  if (!indexed) {
+    const int64_t ops = rng.In(0, 2);
+    for (int64_t i = 0; i < ops; ++i) {
+      switch (rng.In(0, 4)) {
+        case 0:
+          expr += absl::StrCat(".take(", rng.In(1, 15), ")");
+          break;
+        case 1:
+          expr += absl::StrCat(".skip(", rng.In(0, 3), ")");
+          break;
+        case 2:
+          expr += absl::StrCat(".shuffle(", rng.In(2, 6), ", seed=", rng.In(0, 99), ")");
+          break;
+        case 3:
+          expr += ".repeat(2)";
+          break;
+        default:
+          expr += ".prefetch(2)";
+      }
+    }
+  }
+  if (parse_first) expr += absl::StrCat(".", kParseExample);
+  const bool drop = rng.Chance(25) && !splits;
+  expr += absl::StrCat(".batch(", rng.In(1, 7), drop ? ", drop_remainder=True)" : ")");
+  if (!parse_first) expr += absl::StrCat(".", kParseExample);
+  if (rng.Chance(40)) expr += ".map(cast(tf.float64), key='bbox')";
+  if (!indexed && rng.Chance(30)) expr += absl::StrCat(".take(", rng.In(1, 6), ")");
+  if (rng.Chance(30)) expr += ".prefetch(1)";
+  return expr;
 }
 
 }  // namespace
@@ -194,32 +240,39 @@ ConformanceCase GenerateCase(uint64_t seed, const GeneratorOptions& options) {
 
   Kind kind = Kind::kScalar;
   std::string expr = Source(rng, options, indexed, &kind);
-  if (c.policy == "FILE" && !options.text_files.empty()) {
+  if (!options.record_files.empty() && rng.Chance(15)) {
+    kind = Kind::kString;  // a file source: AUTO shards by FILE
+    expr = RecordPipeline(rng, options, indexed, c.policy == "DYNAMIC");
+  } else if (c.policy == "FILE" && !options.text_files.empty()) {
     kind = Kind::kString;
     expr = absl::StrCat("text_line_dataset(['", absl::StrJoin(options.text_files, "', '"),
                         "'])");
   } else if (c.policy == "FILE") {
     c.policy = "OFF";
   }
+  const bool record = expr.rfind("tf_record_dataset(", 0) == 0;
   bool repeated = false;
   const bool needs_repeat = expr.rfind("from_tensors(", 0) == 0;
   if (needs_repeat) {
     expr += absl::StrCat(".repeat(", rng.In(1, 12), ")");
     repeated = true;
   }
-  const int64_t pre = rng.In(0, 3);
+  const int64_t pre = record ? 0 : rng.In(0, 3);
   for (int64_t i = 0; i < pre; ++i) {
     expr += "." + ElementOp(rng, kind, indexed, &repeated);
   }
   if (c.policy == "HINT" && rng.Chance(70)) expr += ".shard(SHARD_HINT, SHARD_HINT)";
   const int64_t b = rng.In(1, 9);
-  const bool drop = rng.Chance(30);
-  if (rng.Chance(15) && kind != Kind::kString) {
+  // DYNAMIC runs the pipeline per split, so a dropped remainder would be dropped per split.
+  const bool drop = rng.Chance(30) && c.policy != "DYNAMIC";
+  if (record) {
+    // Batched already.
+  } else if (rng.Chance(15) && kind != Kind::kString) {
     expr += absl::StrCat(".padded_batch(", b, drop ? ", drop_remainder=True)" : ")");
   } else {
     expr += absl::StrCat(".batch(", b, drop ? ", drop_remainder=True)" : ")");
   }
-  const int64_t post = rng.In(0, 3);
+  const int64_t post = record ? 0 : rng.In(0, 3);
   for (int64_t i = 0; i < post; ++i) expr += "." + BatchOp(rng, kind, indexed, &repeated);
   c.pipeline = expr;
 

@@ -7,7 +7,8 @@
 //   // c.pipeline: "from_tensor_slices({'a': [3, 1, 4], 'b': [[1.5, 2.0], ...]}).batch(2)..."
 //
 // What it draws: a source (range with start/stop/step, from_tensor_slices of ints, of vectors,
-// of a dict or a tuple, from_tensors, text_line_dataset), element ops (repeat, take, skip,
+// of a dict or a tuple, from_tensors, text_line_dataset, tf_record_dataset with parse_example
+// before or after the batch), element ops (repeat, take, skip,
 // shard, seeded shuffle, map(cast), filter, prefetch, a SHARD_HINT placeholder), one batch or
 // padded_batch with or without drop_remainder, then ops after the batch (map(cast) after batch,
 // repeat, take, skip, prefetch, unbatch().batch(k), rebatch(k)); 1-4 replicas, 1 or 2
@@ -28,6 +29,9 @@ namespace sluice {
 struct GeneratorOptions {
   // Files text_line_dataset sources may read (none: no text sources are drawn).
   std::vector<std::string> text_files;
+  // TFRecord files of tf.train.Examples with features 'label' (int64 []), 'bbox' (float [2])
+  // and 'name' (string []), for tf_record_dataset(...).batch(b).map(parse_example(...)).
+  std::vector<std::string> record_files;
 };
 
 struct ConformanceCase {

@@ -61,6 +61,19 @@ TEST_F(ConformanceRegressionTest, MapAfterBatch) {
   ExpectSame(Case("range(10).batch(4).map(cast(tf.float32))", 3, "DATA", 2, 2));
 }
 
+// Issue 12: the TFRecord idiom, tf_record_dataset(files).batch(b).map(parse_example({...})).
+TEST_F(ConformanceRegressionTest, TfRecordBatchThenParseExample) {
+  const GeneratorOptions files = WriteConformanceFiles(::testing::TempDir());
+  const std::string expr =
+      "tf_record_dataset(['" + files.record_files[0] + "', '" + files.record_files[1] +
+      "']).batch(4).map(parse_example({'label': FixedLenFeature([], tf.int64), "
+      "'bbox': FixedLenFeature([2], tf.float32), 'name': FixedLenFeature([], tf.string)}))";
+  ExpectSame(Case(expr, 3, "AUTO"));
+  ExpectSame(Case(expr, 3, "DATA", 2));
+  ExpectSame(Case(expr, 2, "DATA", 2, 2));
+  ExpectSame(Case(expr, 4, "RANGES"));
+}
+
 // Issue 12: range(12).batch(9) on 4 replicas was cut [0 1 2] [3 4] [5 6] [7 8] by the service,
 // [0 1 2] [3 4 5] [6 7 8] [] in-process (TF's legacy rebatch under AUTO/DATA).
 TEST_F(ConformanceRegressionTest, BatchNotDividingReplicas) {

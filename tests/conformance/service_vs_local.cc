@@ -1,6 +1,7 @@
 #include "tests/conformance/service_vs_local.h"
 
 #include <algorithm>
+#include <fstream>
 #include <thread>
 #include <utility>
 
@@ -9,6 +10,10 @@
 #include "absl/strings/str_join.h"
 #include "core/auto_shard.h"
 #include "core/per_replica_format.h"
+#include "core/tfrecord_writer.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "proto/example.pb.h"
 #include "sluice/service.h"
 #include "sluice/strategy.h"
 
@@ -128,12 +133,13 @@ std::string Show(const RecordedRun& run) {
 }
 
 std::string CompareRuns(const ConformanceCase& c, const RecordedRun& local,
-                        const RecordedRun& service, int64_t consumer) {
+                        const RecordedRun& service, int64_t consumer, bool* both_rejected) {
   const std::string both = absl::StrCat("--- in-process (worker ", consumer, " of ", c.consumers,
                                         "):\n", Show(local), "--- service (consumer ", consumer,
                                         "):\n", Show(service));
   if (!local.status.ok() || !service.status.ok()) {
     if (local.status.ok() != service.status.ok()) return absl::StrCat("status differs\n", both);
+    if (both_rejected != nullptr) *both_rejected = true;
     return "";  // both reject the pipeline
   }
   if (c.multiset_only) {
@@ -147,7 +153,43 @@ std::string CompareRuns(const ConformanceCase& c, const RecordedRun& local,
   return "";
 }
 
+std::string SerializedExample(int64_t i) {
+  proto::Example ex;
+  auto& features = *ex.mutable_features()->mutable_feature();
+  features["label"].mutable_int64_list()->add_value(i * 7 % 10);
+  features["bbox"].mutable_float_list()->add_value(static_cast<float>(i) / 4);
+  features["bbox"].mutable_float_list()->add_value(static_cast<float>(-i) - 0.5f);
+  features["name"].mutable_bytes_list()->add_value(absl::StrCat("ex", i));
+  std::string out;
+  google::protobuf::io::StringOutputStream stream(&out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  ex.SerializeToCodedStream(&coded);
+  return out;
+}
+
 }  // namespace
+
+GeneratorOptions WriteConformanceFiles(const std::string& dir) {
+  GeneratorOptions options;
+  for (int f = 0; f < 3; ++f) {
+    std::string path = absl::StrCat(dir, "/sluice_conformance_", f, ".txt");
+    std::ofstream out(path, std::ios::trunc);
+    for (int line = 0; line < 4 + 3 * f; ++line) {
+      out << (line % 5 == 4 ? "" : absl::StrCat("file", f, "-line", line)) << "\n";
+    }
+    options.text_files.push_back(path);
+  }
+  for (int f = 0; f < 2; ++f) {
+    std::string path = absl::StrCat(dir, "/sluice_conformance_", f, ".tfrecord");
+    std::string bytes;
+    for (int64_t i = 0; i < 7 + 4 * f; ++i) AppendTFRecord(SerializedExample(f * 100 + i), &bytes);
+    std::ofstream out(path, std::ios::trunc | std::ios::binary);
+    out << bytes;
+    options.record_files.push_back(path);
+  }
+  return options;
+}
 
 RecordedRun RunLocal(const ConformanceCase& c, int64_t worker_index) {
   RecordedRun run;
@@ -236,10 +278,10 @@ std::vector<RecordedRun> RunService(const std::string& coordinator, const Confor
 }
 
 std::string CompareServiceWithLocal(const std::string& coordinator, const ConformanceCase& c,
-                                    const std::string& job_name) {
+                                    const std::string& job_name, bool* both_rejected) {
   std::vector<RecordedRun> service = RunService(coordinator, c, job_name);
   for (int64_t k = 0; k < c.consumers; ++k) {
-    std::string why = CompareRuns(c, RunLocal(c, k), service[k], k);
+    std::string why = CompareRuns(c, RunLocal(c, k), service[k], k, both_rejected);
     if (!why.empty()) return why;
   }
   return "";

@@ -41,10 +41,15 @@ RecordedRun RunLocal(const ConformanceCase& c, int64_t worker_index);
 std::vector<RecordedRun> RunService(const std::string& coordinator, const ConformanceCase& c,
                                     const std::string& job_name);
 
+// Writes the generator's data files (3 text files, 2 TFRecord files of Examples) into `dir`
+// and returns the options naming them. Deterministic contents.
+GeneratorOptions WriteConformanceFiles(const std::string& dir);
+
 // "" when the service's runs equal in-process mode's (step by step, byte for byte, and the
-// element_spec; DYNAMIC: the multiset of rows); else what differs, with both outputs.
+// element_spec; DYNAMIC: the multiset of rows); else what differs, with both outputs. A
+// pipeline both reject passes, and sets *both_rejected (may be null).
 std::string CompareServiceWithLocal(const std::string& coordinator, const ConformanceCase& c,
-                                    const std::string& job_name);
+                                    const std::string& job_name, bool* both_rejected = nullptr);
 
 }  // namespace sluice
 
