@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/distribute_spec.h"
 #include "core/rebatch.h"
+#include "core/replica_cut.h"
 #include "core/status_macros.h"
 
 namespace sluice {
@@ -235,18 +236,12 @@ absl::StatusOr<Dataset> DistributeForWorker(const Dataset& dataset, AutoShardPol
   const int64_t replicas_per_worker = num_replicas_in_sync / num_workers;
 
   // input_lib.py: rebatch first (only with more than one replica in sync) ...
+  // (core/replica_cut.h: the same rule the service's tasks cut by).
   Dataset ds = dataset;
   if (num_replicas_in_sync > 1) {
-    ASSIGN_OR_RETURN(int64_t global_batch, GlobalBatchSize(dataset, num_replicas_in_sync));
-    if (global_batch >= 0) {
-      ASSIGN_OR_RETURN(std::vector<int64_t> sizes,
-                       BatchSizesForWorker(global_batch, num_workers, replicas_per_worker,
-                                           worker_index));
-      ds = ds.Rebatch(std::move(sizes));
-    } else {
-      ds = ds.LegacyRebatch(num_replicas_in_sync);
-    }
-    ds = ds.Prefetch(replicas_per_worker);
+    ASSIGN_OR_RETURN(ReplicaCut cut, ReplicaCutForWorker(dataset, num_workers,
+                                                         replicas_per_worker, worker_index));
+    ds = ApplyReplicaCut(ds, cut).Prefetch(replicas_per_worker);
   }
 
   // ... then auto-shard (grappler's auto_shard.cc, OptimizeGraph/ApplyAutoShard). It runs for

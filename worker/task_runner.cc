@@ -3,9 +3,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/auto_shard.h"
 #include "core/distribute_spec.h"
-#include "core/rebatch.h"
-#include "core/rebatch_iterator.h"
+#include "core/replica_cut.h"
 #include "core/status_macros.h"
 
 namespace sluice {
@@ -57,6 +57,21 @@ class SplitChainIterator : public Iterator {
   bool done_ = false;
 };
 
+// The in-process auto-shard policy whose cut a service policy's tasks make: DATA as DATA; AUTO,
+// and RANGES (a global order, compared with in-process mode's default AUTO), as AUTO; the rest,
+// whose tasks each cut their own stream, as OFF.
+AutoShardPolicy CutPolicy(proto::ShardingPolicy policy) {
+  switch (policy) {
+    case proto::SHARDING_DATA:
+      return AutoShardPolicy::kData;
+    case proto::SHARDING_AUTO:
+    case proto::SHARDING_RANGES:
+      return AutoShardPolicy::kAuto;
+    default:
+      return AutoShardPolicy::kOff;
+  }
+}
+
 size_t StepBytes(const TaskStep& step) {
   size_t n = 0;
   for (const auto& piece : step.pieces) {
@@ -91,36 +106,50 @@ absl::StatusOr<std::unique_ptr<TaskStepIterator>> TaskStepIterator::Create(
   auto dataset_or = Dataset::FromDef(task.dataset());
   if (!dataset_or.ok()) return Prefixed(task, dataset_or.status());
   const Dataset& dataset = *dataset_or;
-  auto b = GlobalBatchSize(dataset);
-  if (!b.ok()) return Prefixed(task, b.status());
+  // The cut is in-process mode's (core/replica_cut.h): with one consumer (or independent
+  // reads, where each step goes whole to one consumer) the task's pieces are those of
+  // DistributeForWorker itself; with C coordinated consumers one global step is cut across all
+  // C x R replicas as one worker with C x R replicas would, piece c * R + r to consumer c.
   const bool independent = job.read_mode() == proto::READ_MODE_INDEPENDENT;
-  auto sizes = independent ? BatchSizesForWorker(*b, 1, r, 0) : CoordinatedPieceSizes(*b, c, r);
-  if (!sizes.ok()) return Prefixed(task, sizes.status());
-  auto piece_spec = dataset.Rebatch(*sizes).element_spec();
-  if (!piece_spec.ok()) return Prefixed(task, piece_spec.status());
+  const int64_t consumers = independent ? 1 : c;
+  const bool data_sharded = CutsLikeDataSharding(CutPolicy(job.sharding_policy()), dataset);
+  auto cut = ReplicaCutForJob(dataset, data_sharded, consumers, r);
+  if (!cut.ok()) return Prefixed(task, cut.status());
+  auto replica_spec = DistributedPerReplicaSpec(dataset, consumers, r);
+  if (!replica_spec.ok()) return Prefixed(task, replica_spec.status());
+  // As in-process mode's dummies: the batch dimension (and every other unknown one) is 0.
+  const ElementSpec piece_spec = DynamicBatchDimension(*replica_spec);
 
-  std::unique_ptr<Iterator> batches;
+  std::unique_ptr<Iterator> pieces;
   if (job.sharding_policy() == proto::SHARDING_DYNAMIC) {
     if (splits == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat(TaskName(task), ": a DYNAMIC task needs a split provider"));
     }
-    batches = std::make_unique<SplitChainIterator>(std::move(splits), executor);
-  } else {
-    auto it = MakeIterator(dataset, executor);
+    auto it = NewReplicaCutIterator(
+        "rebatch", std::make_unique<SplitChainIterator>(std::move(splits), executor), *cut,
+        piece_spec);
     if (!it.ok()) return Prefixed(task, it.status());
-    batches = *std::move(it);
+    pieces = *std::move(it);
+  } else {
+    absl::StatusOr<Dataset> cut_dataset =
+        consumers == 1 ? DistributeForWorker(dataset,
+                                             data_sharded ? AutoShardPolicy::kData
+                                                          : AutoShardPolicy::kOff,
+                                             /*num_workers=*/1, /*worker_index=*/0, r)
+                       : ApplyReplicaCut(dataset, *cut);
+    if (!cut_dataset.ok()) return Prefixed(task, cut_dataset.status());
+    auto it = MakeIterator(*cut_dataset, executor);
+    if (!it.ok()) return Prefixed(task, it.status());
+    pieces = *std::move(it);
   }
-  auto pieces = NewRebatchIterator("rebatch", std::move(batches), *sizes,
-                                   /*drop_remainder=*/false, *piece_spec);
-  if (!pieces.ok()) return Prefixed(task, pieces.status());
 
   std::unique_ptr<TaskStepIterator> out(new TaskStepIterator());
   out->task_ = task;
-  out->pieces_per_step_ = independent ? r : c * r;
-  out->piece_spec_ = *piece_spec;
-  out->steps_ =
-      std::make_unique<StepIterator>(*std::move(pieces), out->pieces_per_step_, *piece_spec);
+  out->pieces_per_step_ = consumers * r;
+  out->piece_spec_ = piece_spec;
+  out->steps_ = std::make_unique<StepIterator>(std::move(pieces), out->pieces_per_step_,
+                                               piece_spec);
   return out;
 }
 

@@ -48,7 +48,8 @@ using SplitProviderFactory = std::function<std::unique_ptr<SplitProvider>(const 
 // A task's steps, computed on the calling thread.
 class TaskStepIterator {
  public:
-  // INVALID_ARGUMENT for a bad TaskDef (no dataset, an unbatched pipeline, bad counts) and the
+  // INVALID_ARGUMENT for a bad TaskDef (no dataset, an unbatched pipeline with more than one
+  // replica in sync: TF's message, as in-process mode; bad counts) and the
   // pipeline's construction errors. `splits` is required for DYNAMIC tasks.
   static absl::StatusOr<std::unique_ptr<TaskStepIterator>> Create(
       const proto::TaskDef& task, std::unique_ptr<SplitProvider> splits = nullptr,

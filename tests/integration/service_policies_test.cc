@@ -5,7 +5,10 @@
 //    worker copy: each of the K = 3 tasks produces the whole dataset);
 //  - both consumers read the same number of steps and see the end of data together;
 //  - the per-step piece sizes follow TF's rebatching rule (core/rebatch.h
-//    CoordinatedPieceSizes), partial steps filled in order and padded with size-0 pieces;
+//    CoordinatedPieceSizes), partial steps filled in order and padded with size-0 pieces; and
+//    where the cut is the legacy one (DATA, AUTO on a range, a map after the batch), the
+//    consumers print, between them, exactly what in-process mode prints with all C x R
+//    replicas under DATA;
 //  - for the static policies, the exact values of every step of every replica, as the
 //    round-robin schedule of docs/SERVICE.md gives them;
 //  - element_spec over RPC (`sluicectl element-spec --coordinator`) equals the local one.
@@ -45,6 +48,10 @@ struct PolicyCase {
   // Each task's element stream, in task order; empty for DYNAMIC (timing-dependent).
   std::function<std::vector<std::vector<int64_t>>()> task_elements;
   int copies = 1;  // how many times each element is delivered in the epoch
+  // DATA-like (legacy cut, core/replica_cut.h): consumer c must print replicas c*R .. c*R+R-1
+  // of what in-process `sluicectl run --devices=<C x R devices> --auto_shard_policy=DATA`
+  // prints (one global batch cut across all C x R replicas, docs/SERVICE.md).
+  bool equals_local_data = false;
 };
 
 std::vector<int64_t> Iota(int64_t n) {
@@ -94,10 +101,17 @@ std::vector<PolicyCase> Cases() {
   return {
       {"Off", "OFF", RangePipeline,
        [] { return std::vector<std::vector<int64_t>>(kWorkers, Iota(kRangeSize)); }, kWorkers},
-      {"AutoRange", "AUTO", RangePipeline, single},
+      {"AutoRange", "AUTO", RangePipeline, single, 1, true},
       {"AutoFiles", "AUTO", FilePipeline, FileTasks},
       {"File", "FILE", FilePipeline, FileTasks},
-      {"Data", "DATA", RangePipeline, single},
+      {"Data", "DATA", RangePipeline, single, 1, true},
+      // Issue 12: a map after the batch made every task fail ("global batch size must be
+      // non-negative, got -1"); TF and in-process mode use the legacy rebatch.
+      {"MapAfterBatch", "AUTO",
+       [](const std::vector<std::string>&) {
+         return absl::StrCat("range(", kRangeSize, ").batch(", kBatch, ").map(cast(tf.int64))");
+       },
+       single, 1, true},
       {"Hint", "HINT",
        [](const std::vector<std::string>&) {
          return absl::StrCat("range(", kRangeSize, ").shard(SHARD_HINT, SHARD_HINT).batch(",
@@ -181,11 +195,24 @@ TEST_P(ServicePolicyTest, FiniteEpochExactlyOnceInLockstepWithTfSizes) {
   // Sizes by TF's rule, and for static policies the exact schedule.
   auto period = CoordinatedPieceSizes(kBatch, kConsumers, kReplicas);
   ASSERT_TRUE(period.ok()) << period.status();
-  for (size_t s = 0; s < global.size(); ++s) {
+  for (size_t s = 0; s < global.size() && !pc.equals_local_data; ++s) {
     EXPECT_TRUE(FollowsTfRule(PieceSizes(global[s]), *period, kN))
         << "step " << s << ": " << DescribeSteps({global[s]});
   }
-  if (pc.task_elements) {
+  if (pc.equals_local_data) {
+    auto local = RunSluicectl({"run", "--pipeline=" + pipeline,
+                               "--devices=CPU:0,CPU:1,CPU:2,CPU:3", "--auto_shard_policy=DATA",
+                               "--format=json"});
+    ASSERT_TRUE(local.ok()) << local.status();
+    ASSERT_EQ(local->exit_code, 0) << local->stderr_text;
+    auto local_steps = ParseRunJson(local->stdout_text);
+    ASSERT_TRUE(local_steps.ok()) << local_steps.status();
+    for (int64_t c = 0; c < kConsumers; ++c) {
+      EXPECT_EQ(views[c], ConsumerView(*local_steps, c, kReplicas))
+          << "consumer " << c << ": " << DescribeSteps(views[c]) << "\nin-process: "
+          << DescribeSteps(*local_steps);
+    }
+  } else if (pc.task_elements) {
     std::vector<std::vector<ModelStep>> tasks;
     for (const auto& elements : pc.task_elements()) {
       tasks.push_back(TaskSteps(elements, *period, kN));

@@ -26,7 +26,11 @@ TEST(ServiceClusterTest, CoordinatedEpochExactlyOnceInOrderWithTfSizes) {
   const Dataset ds = Dataset::Range(kN).Batch(kB);
   ServiceOptions options;
   options.job_name = "coordinated-epoch";
-  options.sharding_policy = ServiceShardingPolicy::kData;
+  // OFF with one task: the new-style cut, one global batch across all C x R replicas
+  // (CoordinatedPieceSizes). DATA cuts like in-process DATA instead (the legacy rebatch, see
+  // tests/conformance/).
+  options.sharding_policy = ServiceShardingPolicy::kOff;
+  options.num_tasks = 1;
   auto results = ConsumeAll(cluster.address(), ds, options, kC, kR);
   for (const Consumed& r : results) ASSERT_TRUE(r.status.ok()) << r.status;
   // Every consumer sees the same number of steps: ceil(103 / 7) = 15.

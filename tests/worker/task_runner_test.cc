@@ -147,8 +147,44 @@ TEST(TaskStepIteratorTest, IndependentStepsSplitTheBatchOverLocalReplicas) {
   EXPECT_EQ(steps[3].num_real_pieces, 1);
 }
 
+// In-process mode does not rebatch for one replica in sync, so an unbatched pipeline runs.
+TEST(TaskStepIteratorTest, OneReplicaRunsAnUnbatchedPipelineAsInProcessMode) {
+  const auto steps = AllSteps(MakeTask(Dataset::Range(3), 1, 1));
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(steps[2].pieces[0][0].data<int64_t>()[0], 2);
+}
+
+// Issue 12: a map after the batch hides B (TF's ComputeBatchSize stops at a map); the task
+// failed with "global batch size must be non-negative, got -1" where in-process mode uses TF's
+// legacy rebatch.
+TEST(TaskStepIteratorTest, MapAfterBatchUsesTheLegacyRebatch) {
+  auto ds = Dataset::Parse("range(10).batch(4).map(cast(tf.int64))");
+  ASSERT_TRUE(ds.ok());
+  const auto steps = AllSteps(MakeTask(*ds, 1, 2));
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(StepValues(steps[0]), (std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(StepValues(steps[2]), (std::vector<std::vector<int64_t>>{{8}, {9}}));
+}
+
+// Issue 12: DATA cuts like in-process DATA (the legacy rebatch); with C coordinated consumers
+// one batch is cut into C x R pieces, piece c * R + r to consumer c's replica r.
+TEST(TaskStepIteratorTest, DataShardedTaskCutsLikeInProcessDataWorkers) {
+  const Dataset ds = Dataset::Range(12).Batch(9);
+  proto::TaskDef one = MakeTask(ds, 1, 4, false, 1, 0, /*step_sharded=*/true);
+  const auto steps = AllSteps(one);
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(StepValues(steps[0]), (std::vector<std::vector<int64_t>>{{0, 1, 2}, {3, 4, 5},
+                                                                     {6, 7, 8}, {}}));
+  EXPECT_EQ(StepValues(steps[1]), (std::vector<std::vector<int64_t>>{{9}, {10}, {11}, {}}));
+  // Two consumers x two replicas: the same four pieces, consumer 0 the first two.
+  const auto two = AllSteps(MakeTask(ds, 2, 2, false, 1, 0, /*step_sharded=*/true));
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(StepValues(two[0]), StepValues(steps[0]));
+  EXPECT_EQ(StepValues(two[1]), StepValues(steps[1]));
+}
+
 TEST(TaskStepIteratorTest, RejectsAnUnbatchedPipeline) {
-  auto it = TaskStepIterator::Create(MakeTask(Dataset::Range(4), 1, 1));
+  auto it = TaskStepIterator::Create(MakeTask(Dataset::Range(4), 1, 2));
   ASSERT_FALSE(it.ok());
   EXPECT_EQ(it.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(it.status().message().find("task 100"), absl::string_view::npos) << it.status();
