@@ -48,11 +48,15 @@ absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
     return absl::OkStatus();
   }
   absl::Time blocked_since = absl::InfinitePast();
+  // Once per blocked wait: detaching again could release nothing more (only a consumer that
+  // attaches, which wakes us, changes who is unattached), and with a zero delay it would spin
+  // here holding mu_, starving the very consumer that would make room.
+  bool detached = false;
   while (!closed_ && !stop_producing_ && !steps_.empty() &&
          bytes_ + step->bytes > options_.max_bytes) {
     if (blocked_since == absl::InfinitePast()) blocked_since = absl::Now();
     const absl::Time detach_at = blocked_since + options_.detach_unattached_after;
-    if (!options_.independent && absl::Now() >= detach_at) {
+    if (!options_.independent && !detached && absl::Now() >= detach_at) {
       for (size_t c = 0; c < cursors_.size(); ++c) {
         if (!attached_[c]) {
           cursors_[c] = kDetached;
@@ -60,10 +64,11 @@ absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
         }
       }
       ReleaseLocked();
-      blocked_since = absl::Now();
+      detached = true;
       continue;
     }
-    cv_.WaitWithDeadline(&mu_, options_.independent ? absl::InfiniteFuture() : detach_at);
+    cv_.WaitWithDeadline(&mu_, options_.independent || detached ? absl::InfiniteFuture()
+                                                                : detach_at);
   }
   if (closed_ || stop_producing_) return absl::CancelledError("step buffer: producer stopped");
   if (!options_.independent && step->task_step < MinCursor()) {

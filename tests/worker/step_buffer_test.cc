@@ -131,6 +131,22 @@ TEST(StepBufferTest, UnattachedConsumerIsDetachedAfterTheProducerWaited) {
   EXPECT_EQ(b.Attach(1, 0).status().code(), absl::StatusCode::kOutOfRange);
 }
 
+// The order in which the test above used to hang (1 run in ~700 under load): the producer
+// blocks first, detaches the unattached consumer, which frees nothing, and must then wait for
+// the consumer instead of detaching again and again holding the lock (with a zero delay it spun
+// forever and the consumer never got in). The pause only makes that order likely; either order
+// must pass.
+TEST(StepBufferTest, AProducerBlockedAfterDetachingWaitsForTheConsumer) {
+  StepBuffer b({.max_bytes = 100, .num_consumers = 2, .detach_unattached_after = absl::ZeroDuration()});
+  auto g0 = b.Attach(0, 0);
+  ASSERT_TRUE(b.Push(MakeStep(0)).ok());
+  std::thread producer([&] { EXPECT_TRUE(b.Push(MakeStep(1)).ok()); });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(NextStep(&b, 0, *g0), 0);
+  producer.join();
+  EXPECT_EQ(NextStep(&b, 0, *g0), 1);
+}
+
 TEST(StepBufferTest, IndependentModeHandsEachStepToExactlyOneConsumer) {
   StepBuffer b({.max_bytes = 1000, .num_consumers = 1, .independent = true});
   constexpr int kSteps = 200;
