@@ -30,8 +30,13 @@ sluice_install_deps() {
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# Configures and builds into build/ with every core.
+# Configures and builds into ${SLUICE_BUILD:-build}/ with every core (ccache when installed).
 sluice_build() {
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
-  cmake --build build -j"$(nproc)"
+  local dir="${SLUICE_BUILD:-build}"
+  local launcher=()
+  if command -v ccache >/dev/null; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  fi
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" "$@"
+  cmake --build "$dir" -j"$(nproc)"
 }

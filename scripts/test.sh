@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Builds Sluice and runs the whole test suite through CTest. Works on a fresh Debian 12 machine:
 # installs what is missing first. Extra arguments go to ctest (e.g. -L core, -R Seed).
+#
+#   scripts/test.sh [--sanitize=address|thread] [ctest args...]
+#
+# --sanitize builds the same suite with ASan+UBSan (address) or TSan (thread) into build-asan /
+# build-tsan and runs it there: slower, for developers (CI runs the plain build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -8,5 +13,22 @@ sluice_install_deps
 # slurm-wlm and munge: only for the Slurm end-to-end test (ctest -L slurm), which skips without them.
 sluice_install_deps slurm-wlm munge ||
   echo "sluice: slurm-wlm/munge not installed; the slurm test will skip" >&2
-sluice_build
-ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600 "$@"
+cmake_args=()
+SLUICE_BUILD=build
+if [[ "${1:-}" == --sanitize=* ]]; then
+  kind="${1#--sanitize=}"
+  shift
+  case "$kind" in
+    address) SLUICE_BUILD=build-asan ;;
+    thread) SLUICE_BUILD=build-tsan ;;
+    *) echo "test.sh: --sanitize must be address or thread, not '$kind'" >&2; exit 2 ;;
+  esac
+  cmake_args=(-DSLUICE_SANITIZE="$kind" -DSLUICE_BUILD_BENCHMARKS=OFF)
+  # Leaks of the gRPC and protobuf singletons at exit are not ours; the rest halts the test.
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+  export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
+fi
+export SLUICE_BUILD
+sluice_build "${cmake_args[@]}"
+ctest --test-dir "$SLUICE_BUILD" --output-on-failure -j"$(nproc)" --timeout 600 "$@"
