@@ -355,11 +355,22 @@ absl::StatusOr<const Coordinator::RangesJob*> Coordinator::RangesJobLocked(
   return raw;
 }
 
+absl::StatusOr<Dataset> Coordinator::NextRangeLocked(const CoordinatorState::Job& job,
+                                                     GlobalRange* range) {
+  ASSIGN_OR_RETURN(const RangesJob* rj, RangesJobLocked(job));
+  *range = rj->cut.Range(static_cast<int64_t>(job.task_ids.size()));
+  const int64_t begin = range->first_step - range->epoch_first_step;
+  return GlobalOrderRange(rj->dataset, rj->plan, OrderOptions(job.options.order()), range->epoch,
+                          begin, begin + range->num_steps);
+}
+
 absl::Status Coordinator::MakeRangesLocked() {
   const int64_t cap = std::max<int64_t>(1, options_.ranges_per_worker);
   std::vector<int64_t> jobs;
   for (const auto& [id, job] : state_.jobs()) {
-    if (job.ranges && !job.finished && !job.all_ranges_made()) jobs.push_back(id);
+    if (job.ranges && !job.finished && !job.all_ranges_made() && !failed_jobs_.contains(id)) {
+      jobs.push_back(id);
+    }
   }
   for (int64_t job_id : jobs) {
     while (true) {
@@ -381,13 +392,19 @@ absl::Status Coordinator::MakeRangesLocked() {
         }
       }
       if (best == 0) break;
-      ASSIGN_OR_RETURN(const RangesJob* rj, RangesJobLocked(*job));
-      const GlobalRange range = rj->cut.Range(static_cast<int64_t>(job->task_ids.size()));
-      const int64_t begin = range.first_step - range.epoch_first_step;
-      ASSIGN_OR_RETURN(Dataset piece,
-                       GlobalOrderRange(rj->dataset, rj->plan, OrderOptions(job->options.order()),
-                                        range.epoch, begin, begin + range.num_steps));
-      RETURN_IF_ERROR(CreateTaskLocked(job_id, piece.def(), /*step_sharded=*/false, best,
+      GlobalRange range;
+      absl::StatusOr<Dataset> piece = NextRangeLocked(*job, &range);
+      if (!piece.ok()) {
+        // This job's problem, not the heartbeat's: fail the job, keep serving the others.
+        const absl::Status failed(piece.status().code(),
+                                  absl::StrCat("job ", job_id, " (", job->name,
+                                               ") cannot make its ranges: ",
+                                               piece.status().message()));
+        failed_jobs_[job_id] = failed;
+        Log(failed.ToString());
+        break;
+      }
+      RETURN_IF_ERROR(CreateTaskLocked(job_id, piece->def(), /*step_sharded=*/false, best,
                                        /*skip_steps=*/0, &range));
     }
   }
@@ -881,6 +898,9 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
   RETURN_IF_ERROR(CheckLivenessLocked());
   const CoordinatorState::Job* job = state_.FindJob(request.job_id());
   if (job == nullptr) return JobNotFound("ClientHeartbeatRequest.job_id", request.job_id());
+  if (auto failed = failed_jobs_.find(job->id); failed != failed_jobs_.end()) {
+    return failed->second;
+  }
   if (request.consumer_index() < 0 || request.consumer_index() >= job->options.num_consumers()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ClientHeartbeatRequest.consumer_index ", request.consumer_index(), " is outside [0, ",

@@ -155,7 +155,9 @@ class Coordinator {
   // Removes the jobs finished at least finished_job_ttl ago (by clock_).
   absl::Status CollectFinishedJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SHARDING_RANGES: makes the next ranges of every running ranges job, in range order, on
-  // the live workers with room (fewest unfinished ranges of the job first).
+  // the live workers with room (fewest unfinished ranges of the job first). A job whose ranges
+  // cannot be planned (its data changed after a restart, say) fails alone (failed_jobs_); the
+  // others go on. Errors: only those that concern every job (the journal).
   absl::Status MakeRangesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A draining worker: it is declared dead now and its tasks reassigned.
   absl::Status DrainWorkerLocked(int64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -211,7 +213,13 @@ class Coordinator {
   };
   absl::StatusOr<const RangesJob*> RangesJobLocked(const CoordinatorState::Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The graph of `job`'s next range (the one after its last made), and its place in *range.
+  absl::StatusOr<Dataset> NextRangeLocked(const CoordinatorState::Job& job, GlobalRange* range)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::flat_hash_map<int64_t, std::unique_ptr<RangesJob>> ranges_jobs_ ABSL_GUARDED_BY(mu_);
+  // Jobs that cannot go on, and why: their consumers' ClientHeartbeat returns the error. Not
+  // journaled: a restarted coordinator finds the same error again when it plans the job.
+  absl::flat_hash_map<int64_t, absl::Status> failed_jobs_ ABSL_GUARDED_BY(mu_);
   // Set by Create() with a work_dir.
   std::unique_ptr<Journal> journal_ ABSL_GUARDED_BY(mu_);
   // The open JournalBatch's updates, applied but not yet journaled.

@@ -1,7 +1,11 @@
 // SHARDING_RANGES (deterministic, elastic global order), DATA resume, worker drain and job
 // garbage collection in the coordinator (docs/SERVICE.md, "Global order" and "Liveness and
 // failure"). No network; a fake clock.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -514,6 +518,68 @@ TEST_F(RangesTest, AnUnfinishedJobIsNeverCollected) {
     Heartbeat("w1:1", Ids(w));
   }
   EXPECT_TRUE(Client(job->job_id()).ok());
+}
+
+// One RANGES job whose ranges can no longer be planned (its file changed while the coordinator
+// was down) used to fail every worker's heartbeat, so every job stalled. It now fails alone:
+// its consumers get the error, the workers' heartbeats succeed, other jobs go on.
+TEST_F(RangesTest, AJobWhoseRangesCannotBePlannedFailsAloneAndOtherJobsGoOn) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/sluice_ranges_fail_", getpid());
+  std::system(absl::StrCat("rm -rf '", dir, "'; mkdir -p '", dir, "/journal'").c_str());
+  const std::string file = dir + "/records.bin";
+  auto write_records = [&](int n) {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    for (int i = 0; i < n; ++i) out.write("abcd", 4);
+  };
+  write_records(8);
+  CoordinatorOptions options;
+  options.clock = &clock_;
+  options.worker_timeout = absl::Seconds(10);
+  options.ranges_per_worker = 1;
+  options.work_dir = dir + "/journal";
+  options.log = [this](absl::string_view line) { log_.emplace_back(line); };
+  auto created = Coordinator::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  coordinator_ = *std::move(created);
+
+  const std::string records =
+      Register(absl::StrCat("fixed_length_record_dataset(['", file, "'], 4).batch(2)"));
+  Heartbeat("w1:1");  // a job needs a registered worker
+  auto ranges = Job("ranges", Ranges(records, /*range_steps=*/1));
+  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  EXPECT_THAT(Indices(Heartbeat("w1:1")), ElementsAre(0));  // 4 steps: 1 range at a time
+
+  // The coordinator restarts (the journal holds the job) after the file grew: 6 steps now.
+  coordinator_.reset();
+  write_records(12);
+  created = Coordinator::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  coordinator_ = *std::move(created);
+  proto::JobOptions data;
+  data.set_dataset_id(Register("range(8).batch(2)"));
+  data.set_num_consumers(1);
+  data.set_replicas_per_consumer(1);
+  data.set_sharding_policy(proto::SHARDING_DATA);
+  auto other = Job("other", data);
+  ASSERT_TRUE(other.ok()) << other.status();
+
+  // The worker finishes range 0: room for range 1, whose planning fails. Its heartbeat succeeds
+  // all the same (Heartbeat() asserts it) and gets the other job's task.
+  const proto::WorkerHeartbeatResponse hb = Heartbeat("w1:1", /*active=*/{}, /*finished=*/{1});
+  ASSERT_EQ(hb.new_tasks_size(), 1);
+  EXPECT_EQ(hb.new_tasks(0).job_id(), other->job_id());
+  EXPECT_TRUE(Client(other->job_id()).ok());
+  // The broken job's consumers are told why, naming it.
+  auto broken = Client(ranges->job_id());
+  ASSERT_FALSE(broken.ok());
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(broken.status().message()),
+              HasSubstr(absl::StrCat("job ", ranges->job_id(), " (ranges) cannot make its "
+                                     "ranges: job ", ranges->job_id(), ": its dataset now has 6 "
+                                     "steps per epoch, it had 4")));
+  // Later heartbeats too (the error is kept, not recomputed into a failure each time).
+  Heartbeat("w1:1", /*active=*/{hb.new_tasks(0).task_id()});
+  std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
 }
 
 TEST(CoordinatorStateRemoveJobTest, RemovesOnlyFinishedJobsWithTheirTasks) {
