@@ -283,6 +283,13 @@ absl::Status Coordinator::CheckLivenessLocked() {
       last_heartbeat_[id] = now;
       continue;
     }
+    {
+      absl::MutexLock arrivals(&arrivals_mu_);
+      auto arrived = heartbeat_arrivals_.find(w.address);
+      if (arrived != heartbeat_arrivals_.end() && arrived->second > it->second) {
+        it->second = arrived->second;  // arrived, still waiting for mu_
+      }
+    }
     if (now - it->second >= options_.worker_timeout) dead.push_back(id);
   }
   for (int64_t id : dead) {
@@ -420,6 +427,12 @@ absl::Status Coordinator::DrainWorkerLocked(int64_t worker_id) {
                    " unfinished task(s) are reassigned now"));
   RETURN_IF_ERROR(AssignWaitingTasksLocked());
   return MakeRangesLocked();
+}
+
+void Coordinator::NoteHeartbeatArrival(const std::string& worker_address) {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock arrivals(&arrivals_mu_);
+  heartbeat_arrivals_[worker_address] = now;
 }
 
 void Coordinator::CheckWorkerLiveness() {
@@ -823,6 +836,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
     return absl::InvalidArgumentError("WorkerHeartbeatRequest.worker_address is empty");
   }
   progress_.Record(request);
+  if (!request.draining()) NoteHeartbeatArrival(request.worker_address());
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   const CoordinatorState::Worker* worker = state_.FindWorkerByAddress(request.worker_address());

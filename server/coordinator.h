@@ -108,9 +108,15 @@ class Coordinator {
   absl::Status GetElementSpec(const proto::GetElementSpecRequest& request,
                               proto::GetElementSpecResponse* response);
   // Registers the worker on its first heartbeat (or revives a dead one), records finished
-  // tasks, and answers with the tasks it should start and those it should stop.
+  // tasks, and answers with the tasks it should start and those it should stop. A heartbeat
+  // counts for liveness from its arrival, before it waits for the coordinator's lock: a slow
+  // request ahead of it (planning a job) cannot make it look late.
   absl::Status WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
                                proto::WorkerHeartbeatResponse* response);
+  // Test only: a heartbeat from `worker_address` arrived now and waits for the lock.
+  void TEST_NoteHeartbeatArrival(const std::string& worker_address) {
+    NoteHeartbeatArrival(worker_address);
+  }
   absl::Status ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
                                proto::ClientHeartbeatResponse* response);
   // DYNAMIC jobs: the task's next split, or end_of_splits. FAILED_PRECONDITION for another
@@ -152,6 +158,8 @@ class Coordinator {
   // Replaces the state by the journal's (undoing applied updates that were not journaled).
   void ReloadFromJournalLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckLivenessLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stamps a heartbeat's arrival (heartbeat_arrivals_); called before mu_ is taken.
+  void NoteHeartbeatArrival(const std::string& worker_address) ABSL_LOCKS_EXCLUDED(arrivals_mu_);
   // Removes the jobs finished at least finished_job_ttl ago (by clock_).
   absl::Status CollectFinishedJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SHARDING_RANGES: makes the next ranges of every running ranges job, in range order, on
@@ -196,6 +204,10 @@ class Coordinator {
   // Not state: when each worker last heartbeated (by clock_). A worker the state knows but
   // this map does not (after a restart) counts from the moment it is first noticed.
   absl::flat_hash_map<int64_t, absl::Time> last_heartbeat_ ABSL_GUARDED_BY(mu_);
+  // When each worker address's latest heartbeat arrived, stamped before mu_ is taken (taken
+  // alone, or after mu_): CheckLivenessLocked counts a heartbeat still queued for mu_.
+  absl::Mutex arrivals_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::flat_hash_map<std::string, absl::Time> heartbeat_arrivals_ ABSL_GUARDED_BY(arrivals_mu_);
   // Not state: the workers' per-task progress reports, for GetStatus (thread-safe itself).
   TaskProgressTable progress_;
   // Not state: when each finished job was first seen finished (by clock_), for the GC.

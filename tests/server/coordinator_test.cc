@@ -589,6 +589,25 @@ TEST_F(CoordinatorTest, SilentWorkerIsDeclaredDeadAndItsTasksMove) {
   EXPECT_THAT(log_, ::testing::Contains(HasSubstr("worker 1 (w1:1) is back")));
 }
 
+// A heartbeat that arrived in time but waited for the coordinator's lock (held by a slow
+// request: planning a job over a large file) counts from its arrival: the first request to
+// get the lock must not declare its sender dead (issue 15).
+TEST_F(CoordinatorTest, AHeartbeatQueuedForTheLockCountsFromItsArrival) {
+  Heartbeat("w1:1");
+  Heartbeat("w2:1");
+  clock_.Advance(absl::Seconds(9));
+  coordinator_->TEST_NoteHeartbeatArrival("w2:1");  // w2's heartbeat arrives, then waits
+  clock_.Advance(absl::Seconds(2));                  // the lock is held for 2 s
+  Heartbeat("w1:1");                                 // w1's gets the lock first
+  proto::GetStatusResponse status = Status();
+  EXPECT_TRUE(status.workers(0).alive());
+  EXPECT_TRUE(status.workers(1).alive()) << "w2 arrived 2 s ago, within the 10 s timeout";
+  // Arrival is no more than a heartbeat: silence after it still kills.
+  clock_.Advance(absl::Seconds(9));
+  Heartbeat("w1:1");
+  EXPECT_FALSE(Status().workers(1).alive());
+}
+
 TEST_F(CoordinatorTest, EveryRpcChecksLiveness) {
   const std::string ds = Register("range(10).batch(2)");
   Heartbeat("w1:1");
