@@ -122,6 +122,7 @@ grpc::Status GrpcWorkerService::StreamSteps(grpc::ServerContext* context, Stream
   absl::Status result;
   bool first_write = true;
   bool wrote_last = false;
+  bool wrote_end = false;  // the end-of-task frame went out
   std::vector<std::shared_ptr<const TaskStep>> steps;
   while (true) {
     int64_t credits = 0;
@@ -194,6 +195,7 @@ grpc::Status GrpcWorkerService::StreamSteps(grpc::ServerContext* context, Stream
     first_write = false;
     if (end) {
       wrote_last = true;
+      wrote_end = true;
       break;
     }
   }
@@ -207,10 +209,15 @@ grpc::Status GrpcWorkerService::StreamSteps(grpc::ServerContext* context, Stream
     }
   }
   bool closed;
+  bool clean_close;
   {
     absl::MutexLock lock(&side.mu);
     closed = side.closed;
+    clean_close = side.closed && side.error.ok() && !context->IsCancelled();
   }
+  // The consumer half-closes only once it has read the end frame: now its end counts (for the
+  // task's drained(), hence the worker's finished report).
+  if (wrote_end && clean_close) (*reader)->ConfirmEnd();
   if (!closed) context->TryCancel();
   credit_reader.join();
   return ToGrpcStatus(result);

@@ -183,10 +183,7 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, size_t max_s
     }
     if (finished_) {
       if (!status_.ok()) return status_;
-      *end = true;
-      end_handed_out_ = true;
-      if (!options_.independent) ended_[consumer] = true;
-      cv_.SignalAll();
+      *end = true;  // counted once the consumer confirms it (ConfirmEnd)
       return absl::OkStatus();
     }
     if (stop_producing_) {
@@ -196,6 +193,21 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, size_t max_s
       return absl::OkStatus();
     }
   }
+}
+
+void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
+  absl::MutexLock lock(&mu_);
+  if (!finished_ || !status_.ok()) return;
+  if (options_.independent) {
+    end_confirmed_ = true;
+  } else {
+    if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size()) ||
+        generations_[consumer] != generation) {
+      return;
+    }
+    ended_[consumer] = true;
+  }
+  cv_.SignalAll();
 }
 
 void StepBuffer::Detach(int64_t consumer) {
@@ -251,7 +263,7 @@ StepBuffer::Stats StepBuffer::stats() const {
 bool StepBuffer::drained() const {
   absl::MutexLock lock(&mu_);
   if (!finished_ || !steps_.empty()) return false;
-  if (options_.independent) return end_handed_out_;
+  if (options_.independent) return end_confirmed_;
   for (bool e : ended_) {
     if (!e) return false;
   }

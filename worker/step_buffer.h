@@ -87,6 +87,12 @@ class StepBuffer {
   // True if Next() would return at once (a step, the end or an error).
   bool Ready(int64_t consumer) const;
 
+  // The consumer has the end of the task: its stream half-closed after the end frame, which a
+  // consumer does only once it has read it. Only then does its end count for drained(): a
+  // worker frozen between handing the end to the stream and sending it must not report the
+  // task finished (the coordinator would not move it, and its consumers would wait for an end
+  // that never leaves the worker). A superseded generation is ignored.
+  void ConfirmEnd(int64_t consumer, int64_t generation);
   // Marks that `consumer` will not read again (it received the end): it no longer holds steps.
   void Detach(int64_t consumer);
 
@@ -110,8 +116,8 @@ class StepBuffer {
     std::vector<int64_t> cursors;
   };
   Stats stats() const;
-  // True once every consumer has received the end of the task (coordinated mode), or the
-  // end was handed out (independent mode).
+  // True once every consumer has confirmed the end of the task (ConfirmEnd; coordinated mode),
+  // or one consumer has (independent mode).
   bool drained() const;
 
  private:
@@ -134,7 +140,7 @@ class StepBuffer {
   std::vector<bool> ended_ ABSL_GUARDED_BY(mu_);
   int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool end_handed_out_ ABSL_GUARDED_BY(mu_) = false;
+  bool end_confirmed_ ABSL_GUARDED_BY(mu_) = false;  // independent mode
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool stop_producing_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

@@ -194,6 +194,8 @@ absl::Status StepReader::Next(size_t max_steps, size_t max_bytes, absl::Time dea
   return buffer_->Next(consumer_, generation_, max_steps, max_bytes, deadline, steps, end);
 }
 
+void StepReader::ConfirmEnd() { buffer_->ConfirmEnd(consumer_, generation_); }
+
 bool StepReader::Ready() const { return buffer_->Ready(consumer_); }
 
 TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,

@@ -94,6 +94,8 @@ class StepReader {
   // As StepBuffer::Next.
   absl::Status Next(size_t max_steps, size_t max_bytes, absl::Time deadline,
                     std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end);
+  // As StepBuffer::ConfirmEnd: the consumer half-closed after the end frame.
+  void ConfirmEnd();
   bool Ready() const;
   bool replaying() const { return private_ != nullptr; }
 

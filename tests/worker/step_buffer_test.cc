@@ -82,8 +82,15 @@ TEST(StepBufferTest, ProducerBlocksUntilEveryConsumerAdvances) {
   bool end = false;
   EXPECT_EQ(NextStep(&b, 0, *g0, &end), -1);
   EXPECT_TRUE(end);
+  b.ConfirmEnd(0, *g0);
   EXPECT_FALSE(b.drained());  // consumer 1 has not seen the end yet
   EXPECT_EQ(NextStep(&b, 1, *g1, &end), -1);
+  // Handed to consumer 1's stream is not received: only its confirmation counts (a worker
+  // frozen before the frame left must not report the task finished).
+  EXPECT_FALSE(b.drained());
+  b.ConfirmEnd(1, *g1 + 1);  // a superseded stream's confirmation is ignored
+  EXPECT_FALSE(b.drained());
+  b.ConfirmEnd(1, *g1);
   EXPECT_TRUE(b.drained());
 }
 
@@ -175,6 +182,8 @@ TEST(StepBufferTest, IndependentModeHandsEachStepToExactlyOneConsumer) {
   ASSERT_EQ(all.size(), static_cast<size_t>(kSteps));
   for (int i = 0; i < kSteps; ++i) EXPECT_EQ(all.count(i), 1u) << i;
   for (const auto& v : got) EXPECT_TRUE(std::is_sorted(v.begin(), v.end()));
+  EXPECT_FALSE(b.drained());  // the end was handed out, not yet confirmed
+  b.ConfirmEnd(2, 0);
   EXPECT_TRUE(b.drained());
 }
 

@@ -198,6 +198,7 @@ std::vector<std::vector<std::vector<int64_t>>> ReadAll(StepReader* reader, int64
     bool end = false;
     absl::Status s = reader->Next(3, 1 << 20, absl::Now() + absl::Seconds(1), &steps, &end);
     EXPECT_TRUE(s.ok()) << s;
+    if (end) reader->ConfirmEnd();  // as the stream does once the consumer half-closes
     if (!s.ok() || end) break;
     for (const auto& step : steps) {
       std::vector<std::vector<int64_t>> mine;
