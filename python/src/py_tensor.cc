@@ -90,15 +90,53 @@ std::string NoHostViewReason(const Tensor& t) {
 // A valid pointer for size-0 tensors, whose buffer may be empty.
 char kEmpty[8];
 
-py::buffer_info HostBuffer(const Tensor& t) {
-  const std::string why = NoHostViewReason(t);
-  if (!why.empty()) throw py::buffer_error(why);
-  void* data = DataPointer(t);
-  if (data == nullptr) data = kEmpty;
-  std::vector<py::ssize_t> shape(t.shape().dims().begin(), t.shape().dims().end());
-  return py::buffer_info(data, static_cast<py::ssize_t>(DTypeSize(t.dtype())),
-                         NumpyTypeOf(t.dtype()).format, t.shape().rank(), std::move(shape),
-                         RowMajorStrides(t), /*readonly=*/true);
+// The buffer protocol, written as CPython's slots rather than pybind11's def_buffer, whose
+// callback may not fail (string and device tensors must raise BufferError, not abort).
+// view->internal holds the shape and strides arrays; view->obj the Tensor object.
+int TensorGetBuffer(PyObject* obj, Py_buffer* view, int flags) {
+  view->obj = nullptr;
+  const Tensor* t = nullptr;
+  try {
+    t = py::handle(obj).cast<const Tensor*>();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_BufferError, e.what());
+    return -1;
+  }
+  const std::string why = NoHostViewReason(*t);
+  if (!why.empty()) {
+    PyErr_SetString(PyExc_BufferError, why.c_str());
+    return -1;
+  }
+  if ((flags & PyBUF_WRITABLE) == PyBUF_WRITABLE) {
+    PyErr_SetString(PyExc_BufferError, "a sluice.Tensor is read-only");
+    return -1;
+  }
+  const int ndim = t->shape().rank();
+  auto* dims = new Py_ssize_t[2 * static_cast<size_t>(ndim) + 1];
+  const std::vector<py::ssize_t> strides = RowMajorStrides(*t);
+  for (int i = 0; i < ndim; ++i) {
+    dims[i] = static_cast<Py_ssize_t>(t->shape().dim(i));
+    dims[ndim + i] = strides[i];
+  }
+  void* data = DataPointer(*t);
+  view->buf = data != nullptr ? data : kEmpty;
+  view->obj = obj;
+  Py_INCREF(obj);
+  view->len = static_cast<Py_ssize_t>(t->byte_size());
+  view->readonly = 1;
+  view->itemsize = static_cast<Py_ssize_t>(DTypeSize(t->dtype()));
+  view->format = (flags & PyBUF_FORMAT) ? const_cast<char*>(NumpyTypeOf(t->dtype()).format)
+                                        : nullptr;
+  view->ndim = ndim;
+  view->shape = (flags & PyBUF_ND) == PyBUF_ND ? dims : nullptr;
+  view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? dims + ndim : nullptr;
+  view->suboffsets = nullptr;
+  view->internal = dims;
+  return 0;
+}
+
+void TensorReleaseBuffer(PyObject* /*obj*/, Py_buffer* view) {
+  delete[] static_cast<Py_ssize_t*>(view->internal);
 }
 
 py::dict ArrayInterface(const Tensor& t) {
@@ -235,7 +273,8 @@ DType DTypeFromNumpy(const py::dtype& dt) {
 
 Tensor TensorFromNumpy(py::handle value) {
   py::object np = Numpy();
-  py::array array = np.attr("ascontiguousarray")(value);
+  // asarray(order="C"), not ascontiguousarray, which makes 0-d arrays 1-d.
+  py::array array = np.attr("asarray")(value, "order"_a = "C");
   const DType dtype = DTypeFromNumpy(array.dtype());
   std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
   const Shape shape(dims);
@@ -289,16 +328,19 @@ Tensor TensorFromPython(py::handle value) {
 }
 
 void RegisterTensor(py::module_& m) {
-  py::class_<Tensor>(m, "Tensor", py::buffer_protocol(), R"doc(
+  py::class_<Tensor> cls(m, "Tensor", py::buffer_protocol(), R"doc(
 A tensor a Sluice iterator returned: immutable, and viewed without a copy.
 
 numpy.asarray(t) and memoryview(t) see the tensor's own bytes (host memory, numeric dtypes);
 torch.from_dlpack(t), jax.dlpack.from_dlpack(t) and tf.experimental.dlpack.from_dlpack(
 t.__dlpack__()) take host and CUDA tensors without a copy. The memory stays valid as long as any
 view of it lives. String tensors convert to numpy object arrays of bytes (numpy(), a copy).
-str() and repr() print as TensorFlow prints a tf.Tensor.)doc")
-      .def_buffer(&HostBuffer)
-      .def_property_readonly("shape", &ShapeTuple, "The shape, a tuple of ints.")
+str() and repr() print as TensorFlow prints a tf.Tensor.)doc");
+  // py::buffer_protocol() gave the type its buffer slots; these replace pybind11's handlers.
+  auto* heap_type = reinterpret_cast<PyHeapTypeObject*>(cls.ptr());
+  heap_type->as_buffer.bf_getbuffer = &TensorGetBuffer;
+  heap_type->as_buffer.bf_releasebuffer = &TensorReleaseBuffer;
+  cls.def_property_readonly("shape", &ShapeTuple, "The shape, a tuple of ints.")
       .def_property_readonly(
           "dtype", [](const Tensor& t) { return std::string(DTypeName(t.dtype())); },
           "TensorFlow's name of the dtype: 'float32', 'int64', 'string', ...")
