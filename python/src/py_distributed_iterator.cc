@@ -125,7 +125,9 @@ PerReplica (one Tensor per local replica) at each leaf; StopIteration at the end
       .def("checkpoint", &PyDistributedIterator::Checkpoint,
            "Where this iterator stands, as bytes for resume_from= (service datasets with a "
            "deterministic order); FailedPreconditionError otherwise.")
-      .def_property_readonly("element_spec", &PyDistributedIterator::ElementSpec);
+      .def_property_readonly("element_spec", &PyDistributedIterator::ElementSpec)
+      .def_property_readonly("_in_flight", &PyDistributedIterator::in_flight,
+                             "True while a service call is waiting or was interrupted; tests.");
 
   py::class_<PyDistributedDataset>(m, "_DistributedDataset")
       .def("make_iterator", &PyDistributedDataset::MakeIterator)

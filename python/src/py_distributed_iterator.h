@@ -35,6 +35,8 @@ class PyDistributedIterator {
   // The step after the last one returned, serialised (IteratorCheckpoint::Serialize()).
   pybind11::bytes Checkpoint();
   pybind11::object ElementSpec() const;
+  // True while a call interrupted by a signal (or still waiting) has not returned its step.
+  bool in_flight() const { return in_flight_ != nullptr; }
 
  private:
   using StepOrEnd = absl::StatusOr<std::optional<PerReplica<Element>>>;

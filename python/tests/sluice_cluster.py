@@ -75,7 +75,17 @@ class Cluster:
         self.workers.append(proc)
         return proc
 
+    def pause_worker(self, i):
+        """SIGSTOP: a hung worker."""
+        self.workers[i].send_signal(signal.SIGSTOP)
+
+    def continue_worker(self, i):
+        self.workers[i].send_signal(signal.SIGCONT)
+
     def stop(self):
+        for p in self.workers:
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
         for p in reversed(self._procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
