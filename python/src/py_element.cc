@@ -29,19 +29,19 @@ py::object NestToPython(const Nest<T>& nest, const F& leaf) {
       for (size_t i = 0; i < nest.children().size(); ++i) {
         out[i] = NestToPython(nest.children()[i], leaf);
       }
-      return std::move(out);
+      return out;
     }
     case NestKind::kList: {
       py::list out;
       for (const Nest<T>& c : nest.children()) out.append(NestToPython(c, leaf));
-      return std::move(out);
+      return out;
     }
     case NestKind::kDict: {
       py::dict out;
       for (size_t i = 0; i < nest.children().size(); ++i) {
         out[py::str(nest.keys()[i])] = NestToPython(nest.children()[i], leaf);
       }
-      return std::move(out);
+      return out;
     }
   }
   return py::none();
