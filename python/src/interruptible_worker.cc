@@ -2,9 +2,50 @@
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
+#include <memory>
 #include <utility>
 
 namespace sluice::python {
+
+namespace {
+
+std::atomic<int> waiting_calls{0};
+
+// Counts a waiting call for WaitingCalls() while it lives.
+class WaitingScope {
+ public:
+  WaitingScope() { waiting_calls.fetch_add(1); }
+  ~WaitingScope() { waiting_calls.fetch_sub(1); }
+};
+
+}  // namespace
+
+int WaitingCalls() { return waiting_calls.load(); }
+
+bool RunInterruptibly(std::function<void()> fn, absl::Duration slice) {
+  struct State {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+  };
+  auto state = std::make_shared<State>();
+  std::thread([state, fn = std::move(fn)] {
+    fn();
+    absl::MutexLock lock(&state->mu);
+    state->done = true;
+  }).detach();
+  WaitingScope waiting;
+  for (;;) {
+    bool done;
+    {
+      pybind11::gil_scoped_release release;
+      absl::MutexLock lock(&state->mu);
+      done = state->mu.AwaitWithTimeout(absl::Condition(&state->done), slice);
+    }
+    if (done) return true;
+    if (PyErr_CheckSignals() != 0) return false;
+  }
+}
 
 InterruptibleWorker::InterruptibleWorker(absl::Duration slice)
     : slice_(slice), thread_([this] { Loop(); }) {}
@@ -26,6 +67,7 @@ void InterruptibleWorker::Submit(std::function<void()> fn) {
 }
 
 bool InterruptibleWorker::Wait() {
+  WaitingScope waiting;
   for (;;) {
     bool done;
     {

@@ -49,6 +49,16 @@ class InterruptibleWorker {
   std::thread thread_;
 };
 
+// Runs `fn` on a detached thread and waits for it as InterruptibleWorker::Wait does: true when
+// it finished, false (Python error set) when a signal handler raised first. An interrupted
+// `fn` runs to its end on its own (it must own everything it uses: capture by value); for
+// calls that cannot be resumed, such as creating a service job. Requires the GIL.
+bool RunInterruptibly(std::function<void()> fn, absl::Duration slice = absl::Milliseconds(50));
+
+// How many Python threads are waiting in Wait() / RunInterruptibly right now (for tests that
+// must interrupt a wait, not the code before it).
+int WaitingCalls();
+
 }  // namespace sluice::python
 
 #endif  // SLUICE_PYTHON_SRC_INTERRUPTIBLE_WORKER_H_

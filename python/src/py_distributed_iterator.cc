@@ -130,7 +130,8 @@ PerReplica (one Tensor per local replica) at each leaf; StopIteration at the end
                              "True while a service call is waiting or was interrupted; tests.");
 
   py::class_<PyDistributedDataset>(m, "_DistributedDataset")
-      .def("make_iterator", &PyDistributedDataset::MakeIterator)
+      // The iterator keeps its dataset alive (iter(strategy.experimental_distribute_dataset(..))).
+      .def("make_iterator", &PyDistributedDataset::MakeIterator, py::keep_alive<0, 1>())
       .def_property_readonly("element_spec", &PyDistributedDataset::ElementSpec)
       .def("format_element_spec", &PyDistributedDataset::FormatElementSpec);
 }

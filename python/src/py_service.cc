@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "python/src/interruptible_worker.h"
 #include "python/src/py_distributed_iterator.h"
 #include "python/src/py_registration.h"
 #include "python/src/status_exception.h"
@@ -113,13 +114,19 @@ void RegisterService(py::module_& m) {
   m.def(
       "_distribute_from_service",
       [](const MirroredStrategy& strategy, const Dataset& dataset, const ServiceOptions& o) {
-        absl::StatusOr<DistributedDataset> dist;
-        {
-          py::gil_scoped_release release;  // registers, creates the job: RPCs with retries
-          dist = DistributeDatasetFromService(strategy, dataset, o);
-        }
-        return PyDistributedDataset(ValueOrThrow(std::move(dist)), /*interruptible=*/true);
+        // Registers the dataset and creates the job: RPCs retried up to retry_deadline (while
+        // no worker is there, say), so Ctrl-C must be able to interrupt the wait. The call
+        // owns copies of its arguments; an interrupted one finishes alone and is dropped.
+        auto result = std::make_shared<absl::StatusOr<DistributedDataset>>(
+            absl::UnknownError("not run"));
+        const bool finished = RunInterruptibly([result, strategy, dataset, o] {
+          *result = DistributeDatasetFromService(strategy, dataset, o);
+        });
+        if (!finished) throw py::error_already_set();
+        return PyDistributedDataset(ValueOrThrow(std::move(*result)), /*interruptible=*/true);
       });
+  m.def("_waiting_calls", &WaitingCalls,
+        "Python threads waiting in an interruptible call right now (for tests).");
 
   m.def(
       "_resolve_cluster_config",

@@ -156,3 +156,30 @@ def test_ctrl_c_interrupts_a_wait_for_data_and_loses_no_step():
         c.continue_worker(0)
         assert next(it).numpy().tolist() == [0, 1]
         assert [x.numpy().tolist() for x in it] == [[2, 3], [4, 5], [6, 7]]
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="signals reach the main thread only")
+def test_ctrl_c_interrupts_creating_a_job_that_waits_for_workers():
+    if not os.path.exists(os.path.join(sluice_cluster.BUILD_DIR, "bin", "sluice-coordinator")):
+        pytest.skip("sluice-coordinator is not built")
+    from sluice import _sluice
+    with sluice_cluster.Cluster(num_workers=0) as c:  # no worker: the job cannot be made yet
+        def interrupt_once_waiting():
+            for _ in range(3000):  # until the main thread waits inside C++ (bounded: 30 s)
+                if _sluice._waiting_calls() > 0:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+                time.sleep(0.01)
+
+        t = threading.Thread(target=interrupt_once_waiting)
+        t.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                sluice.distribute_from_service(
+                    sluice.MirroredStrategy(["CPU:0"]), sluice.data.parse("range(8).batch(2)"),
+                    coordinator=c.coordinator, job="no-workers", sharding_policy="ranges",
+                    retry_deadline=5)
+        finally:
+            t.join()
+        assert _sluice._waiting_calls() == 0
