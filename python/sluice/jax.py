@@ -30,8 +30,10 @@ def to_jax(value, sharding=None):
     if isinstance(value, _sluice.Tensor):
         if value.dtype == "string":
             return value.numpy()
-        local = _jax.dlpack.from_dlpack(value.__dlpack__()) if value.device == "CPU:0" \
-            else _jax.dlpack.from_dlpack(value)
+        try:
+            local = _jax.dlpack.from_dlpack(value)  # the protocol object (current JAX)
+        except TypeError:
+            local = _jax.dlpack.from_dlpack(value.__dlpack__())  # a capsule (older JAX)
         if _jax.process_count() == 1 and sharding is None:
             return local
         return _jax.make_array_from_process_local_data(sharding or _default_sharding(),

@@ -1,6 +1,5 @@
 #include "python/src/py_tensor.h"
 
-#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <cstring>
@@ -248,10 +247,12 @@ py::capsule ToDLPack(const Tensor& t, py::object stream) {
   return py::capsule(&ctx->managed, "dltensor", &DLPackCapsuleDestructor);
 }
 
-DType DTypeFromNumpy(const py::dtype& dt) {
-  const char kind = dt.kind();
-  const size_t size = static_cast<size_t>(dt.itemsize());
-  switch (kind) {
+// numpy's dtype through its Python attributes (kind, itemsize): pybind11 2.10's py::dtype
+// accessors read numpy 1.x's descriptor struct, whose layout numpy 2 changed.
+DType DTypeFromNumpy(const py::object& dt) {
+  const std::string kind = dt.attr("kind").cast<std::string>();
+  const size_t size = dt.attr("itemsize").cast<size_t>();
+  switch (kind.empty() ? '?' : kind[0]) {
     case 'b': return DType::kBool;
     case 'i':
       return size == 1 ? DType::kInt8 : size == 2 ? DType::kInt16 : size == 4 ? DType::kInt32
@@ -268,19 +269,18 @@ DType DTypeFromNumpy(const py::dtype& dt) {
     default: break;
   }
   ThrowStatus(absl::InvalidArgumentError(
-      absl::StrCat("numpy dtype ", py::repr(py::handle(dt)).cast<std::string>(), " has no Sluice dtype")));
+      absl::StrCat("numpy dtype ", py::repr(dt).cast<std::string>(), " has no Sluice dtype")));
 }
 
 Tensor TensorFromNumpy(py::handle value) {
   py::object np = Numpy();
   // asarray(order="C"), not ascontiguousarray, which makes 0-d arrays 1-d.
-  py::array array = np.attr("asarray")(value, "order"_a = "C");
-  const DType dtype = DTypeFromNumpy(array.dtype());
-  std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
-  const Shape shape(dims);
+  py::object array = np.attr("asarray")(value, "order"_a = "C");
+  const DType dtype = DTypeFromNumpy(array.attr("dtype"));
+  const Shape shape(array.attr("shape").cast<std::vector<int64_t>>());
   if (dtype == DType::kString) {
     std::vector<std::string> values;
-    values.reserve(static_cast<size_t>(array.size()));
+    values.reserve(static_cast<size_t>(shape.num_elements()));
     py::list flat = array.attr("ravel")().attr("tolist")();
     for (py::handle item : flat) {
       if (PyBytes_Check(item.ptr())) {
@@ -296,7 +296,11 @@ Tensor TensorFromNumpy(py::handle value) {
     return Tensor::FromStrings(std::move(values), shape);
   }
   Tensor t = Tensor::Allocate(dtype, shape);
-  if (t.byte_size() > 0) std::memcpy(t.mutable_raw_data(), array.data(), t.byte_size());
+  if (t.byte_size() > 0) {
+    // The C-contiguous bytes through the buffer protocol (numpy 1 and 2 alike).
+    py::buffer_info info = py::reinterpret_borrow<py::buffer>(array).request();
+    std::memcpy(t.mutable_raw_data(), info.ptr, t.byte_size());
+  }
   return t;
 }
 
