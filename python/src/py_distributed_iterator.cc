@@ -5,6 +5,7 @@
 
 #include "core/per_replica_format.h"
 #include "python/src/py_element.h"
+#include "python/src/py_registration.h"
 #include "python/src/status_exception.h"
 
 namespace sluice::python {

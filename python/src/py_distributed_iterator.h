@@ -68,9 +68,6 @@ class PyDistributedDataset {
   bool interruptible_;
 };
 
-// Adds _DistributedDataset and _DistributedIterator to `m`.
-void RegisterDistributedIterator(pybind11::module_& m);
-
 }  // namespace sluice::python
 
 #endif  // SLUICE_PYTHON_SRC_PY_DISTRIBUTED_ITERATOR_H_

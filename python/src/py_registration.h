@@ -7,7 +7,7 @@
 
 namespace sluice::python {
 
-void RegisterTensor(pybind11::module_& m);              // py_tensor.cc
+void RegisterTensor(pybind11::module_& m);              // py_tensor.cc: Tensor, constant
 void RegisterDataset(pybind11::module_& m);             // py_dataset.cc
 void RegisterDistributedIterator(pybind11::module_& m);  // py_distributed_iterator.cc
 void RegisterStrategy(pybind11::module_& m);            // py_strategy.cc

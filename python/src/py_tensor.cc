@@ -11,6 +11,7 @@
 #include "core/python_literal.h"
 #include "core/tensor_format.h"
 #include "python/src/dlpack.h"
+#include "python/src/py_registration.h"
 #include "python/src/status_exception.h"
 
 namespace sluice::python {

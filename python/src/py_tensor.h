@@ -23,9 +23,6 @@
 
 namespace sluice::python {
 
-// Adds class Tensor and constant() to `m`.
-void RegisterTensor(pybind11::module_& m);
-
 // tf.constant(value) without a dtype: a sluice.Tensor as it is (no copy); a numpy array or
 // numpy scalar with its dtype (copied); Python scalars and (nested) lists with TensorFlow's
 // rules (int -> int32, float -> float32, str/bytes -> string; core/python_literal.h).
