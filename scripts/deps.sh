@@ -7,6 +7,9 @@ SLUICE_DEBIAN_PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev openssl libcpp-httplib-dev
   python3-yaml  # tests/deploy/manifests_test.py
+  # The Python package (python/) and its tests: built for Debian's /usr/bin/python3.
+  pybind11-dev python3-dev python3-numpy python3-pytest
+  python3-torch  # sluice.torch and its DDP test (python/tests/test_torch_ddp.py)
 )
 
 sluice_install_deps() {

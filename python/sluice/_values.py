@@ -1,0 +1,170 @@
+"""Distributed values and specs as ``tf.distribute`` has them.
+
+``PerReplica`` holds one value per local replica and prints exactly as TensorFlow prints it.
+``TensorSpec`` / ``PerReplicaSpec`` describe what an iterator yields (``element_spec``);
+``pformat`` lays an ``element_spec`` out the way the seed shows it. ``Optional`` is what
+``get_next_as_optional()`` returns.
+"""
+
+from . import errors
+
+
+class PerReplica:
+    """One value per replica in sync (``tf.distribute``'s PerReplica).
+
+    ``values`` is a tuple, replica order. ``str()`` and ``repr()`` are TensorFlow's::
+
+        PerReplica:{
+          0: tf.Tensor([1 2], shape=(2,), dtype=int32),
+          1: tf.Tensor([3 4], shape=(2,), dtype=int32)
+        }
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values):
+        self._values = tuple(values)
+
+    @property
+    def values(self):
+        """The per-replica values, a tuple in replica order."""
+        return self._values
+
+    def __str__(self):
+        body = ",\n".join("  %d: %s" % (i, v) for i, v in enumerate(self._values))
+        return "%s:{\n%s\n}" % (type(self).__name__, body)
+
+    def __repr__(self):
+        body = ",\n".join("  %d: %r" % (i, v) for i, v in enumerate(self._values))
+        return "%s:{\n%s\n}" % (type(self).__name__, body)
+
+
+class TensorSpec:
+    """``tf.TensorSpec``: a dtype name and a shape whose unknown dimensions are ``None``."""
+
+    __slots__ = ("shape", "dtype", "name")
+
+    def __init__(self, shape, dtype, name=None):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.name = name
+
+    def __eq__(self, other):
+        return (isinstance(other, TensorSpec) and self.shape == other.shape
+                and self.dtype == other.dtype and self.name == other.name)
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype, self.name))
+
+    def is_compatible_with(self, tensor):
+        """True if ``tensor`` (a Tensor, or anything with ``shape`` and ``dtype``) fits."""
+        if getattr(tensor, "dtype", None) != self.dtype:
+            return False
+        shape = tuple(tensor.shape)
+        return len(shape) == len(self.shape) and all(
+            want is None or want == got for want, got in zip(self.shape, shape))
+
+    def __repr__(self):
+        if len(self.shape) == 1:
+            dims = "(%s,)" % _dim(self.shape[0])
+        else:
+            dims = "(" + ", ".join(_dim(d) for d in self.shape) + ")"
+        return "TensorSpec(shape=%s, dtype=tf.%s, name=%r)" % (dims, self.dtype, self.name)
+
+
+def _dim(d):
+    return "None" if d is None else str(d)
+
+
+class PerReplicaSpec:
+    """The spec of a PerReplica: one TensorSpec per local replica."""
+
+    __slots__ = ("_specs",)
+
+    def __init__(self, *specs):
+        self._specs = tuple(specs)
+
+    @property
+    def specs(self):
+        return self._specs
+
+    def __eq__(self, other):
+        return isinstance(other, PerReplicaSpec) and self._specs == other._specs
+
+    def __hash__(self):
+        return hash(self._specs)
+
+    def __repr__(self):
+        inner = ", ".join(repr(s) for s in self._specs)
+        if len(self._specs) == 1:
+            inner += ","
+        return "PerReplicaSpec(%s)" % inner
+
+
+def pformat(spec):
+    """The seed's multi-line layout of an ``element_spec``::
+
+        (PerReplicaSpec(TensorSpec(shape=(None, 1), dtype=tf.float32, name=None),
+                        TensorSpec(shape=(None, 1), dtype=tf.float32, name=None)),
+         PerReplicaSpec(TensorSpec(shape=(None, 1), dtype=tf.int32, name=None),
+                        TensorSpec(shape=(None, 1), dtype=tf.int32, name=None)))
+
+    Every container and every PerReplicaSpec puts its items one per line, each continuation
+    line indented to the column just after its own opening bracket.
+    """
+    return _layout(spec, 0)
+
+
+def _items(open_, close, parts, col, trailing_comma):
+    sep = ",\n" + " " * (col + len(open_))
+    text = open_ + sep.join(parts)
+    if trailing_comma:
+        text += ","
+    return text + close
+
+
+def _layout(value, col):
+    if isinstance(value, PerReplicaSpec):
+        inner = col + len("PerReplicaSpec(")
+        parts = [_layout(s, inner) for s in value.specs]
+        return _items("PerReplicaSpec(", ")", parts, col, len(parts) == 1)
+    if isinstance(value, tuple):
+        parts = [_layout(v, col + 1) for v in value]
+        return _items("(", ")", parts, col, len(parts) == 1)
+    if isinstance(value, list):
+        return _items("[", "]", [_layout(v, col + 1) for v in value], col, False)
+    if isinstance(value, dict):
+        parts = []
+        for k, v in value.items():
+            key = repr(k) + ": "
+            parts.append(key + _layout(v, col + 1 + len(key)))
+        return _items("{", "}", parts, col, False)
+    return repr(value)
+
+
+class Optional:
+    """``tf.experimental.Optional``: a step, or nothing at the end of data."""
+
+    __slots__ = ("_value", "_has_value")
+
+    def __init__(self, value=None, has_value=False):
+        self._value = value
+        self._has_value = bool(has_value)
+
+    def has_value(self):
+        """True when there is a value."""
+        return self._has_value
+
+    def get_value(self):
+        """The value; InvalidArgumentError when there is none (as TF)."""
+        if not self._has_value:
+            raise errors.InvalidArgumentError(
+                "get_value() on an empty Optional: the iterator is at the end of data",
+                errors.INVALID_ARGUMENT)
+        return self._value
+
+    def __bool__(self):
+        return self._has_value
+
+    def __repr__(self):
+        return "Optional(%r)" % (self._value,) if self._has_value else "Optional(None)"

@@ -1,0 +1,189 @@
+"""``sluice.data``: datasets in tf.data's vocabulary.
+
+Build a dataset with the fluent builder or parse tf.data's own syntax::
+
+    ds = sluice.data.Dataset.from_tensor_slices([1, 2, 3, 4]).repeat().batch(4)
+    ds = sluice.data.parse("from_tensor_slices([1, 2, 3, 4]).repeat().batch(4)")
+
+A Dataset is an immutable graph: every method returns a new one. It is run by a strategy
+(``strategy.experimental_distribute_dataset``) in this process or by the Sluice service
+(``sluice.distribute_from_service``). Errors in the graph (``batch(0)``, an unknown op) raise
+``sluice.errors.InvalidArgumentError`` naming the op.
+"""
+
+from . import _sluice
+
+AutoShardPolicy = _sluice.AutoShardPolicy
+AUTOTUNE = -1
+INFINITE_CARDINALITY = -1
+UNKNOWN_CARDINALITY = -2
+
+
+class experimental:  # noqa: N801 (tf.data.experimental's spelling)
+    """``tf.data.experimental`` names: AutoShardPolicy, AUTOTUNE, SHARD_HINT."""
+
+    AutoShardPolicy = _sluice.AutoShardPolicy
+    AUTOTUNE = -1
+    SHARD_HINT = -1
+    INFINITE_CARDINALITY = -1
+    UNKNOWN_CARDINALITY = -2
+
+
+def _literal(value):
+    """A Python value as pipeline-expression text (Python's own literal syntax)."""
+    if isinstance(value, str) and value.startswith("$"):
+        return value[1:]  # a name or a function spec, passed through verbatim
+    return repr(value)
+
+
+def _call(name, *args, **kwargs):
+    parts = [_literal(a) for a in args]
+    parts += ["%s=%s" % (k, _literal(v)) for k, v in kwargs.items() if v is not None]
+    return "%s(%s)" % (name, ", ".join(parts))
+
+
+class Dataset:
+    """``tf.data.Dataset``: a source and a chain of ops (an immutable graph)."""
+
+    __slots__ = ("_ds",)
+
+    def __init__(self, ds):
+        if not isinstance(ds, _sluice._Dataset):
+            raise TypeError("use Dataset.range / from_tensors / ... or sluice.data.parse")
+        self._ds = ds
+
+    # Sources.
+    @staticmethod
+    def range(*args):
+        """``range(stop)``, ``range(start, stop)``, ``range(start, stop, step)``: int64."""
+        if not 1 <= len(args) <= 3:
+            raise TypeError("range() takes 1 to 3 arguments")
+        start, stop, step = (0, args[0], 1) if len(args) == 1 else (tuple(args) + (1,))[:3]
+        return Dataset(_sluice._Dataset.range(start, stop, step))
+
+    @staticmethod
+    def from_tensors(tensors):
+        """One element: ``tensors`` (tuples and dicts are structure; lists, numpy arrays and
+        scalars are tensors with TensorFlow's dtype rules)."""
+        return Dataset(_sluice._Dataset.from_tensors(tensors))
+
+    @staticmethod
+    def from_tensor_slices(tensors):
+        """The slices of every leaf of ``tensors`` along dimension 0."""
+        return Dataset(_sluice._Dataset.from_tensor_slices(tensors))
+
+    @staticmethod
+    def text_line_dataset(filenames):
+        """The lines of the files (``tf.data.TextLineDataset``), as string scalars."""
+        if isinstance(filenames, str):
+            filenames = [filenames]
+        return Dataset(_sluice._Dataset.text_line(list(filenames)))
+
+    @staticmethod
+    def tf_record_dataset(filenames, compression_type="", buffer_size=0, num_parallel_reads=0):
+        """The records of TFRecord files (``tf.data.TFRecordDataset``)."""
+        if isinstance(filenames, str):
+            filenames = [filenames]
+        return Dataset(_sluice._Dataset.tf_record(list(filenames), compression_type or "",
+                                                  buffer_size or 0, num_parallel_reads or 0))
+
+    @staticmethod
+    def fixed_length_record_dataset(filenames, record_bytes, header_bytes=0, footer_bytes=0,
+                                    compression_type=""):
+        """Fixed-size records of binary files (``tf.data.FixedLengthRecordDataset``)."""
+        if isinstance(filenames, str):
+            filenames = [filenames]
+        return Dataset(_sluice._Dataset.fixed_length_record(
+            list(filenames), record_bytes, header_bytes, footer_bytes, compression_type or ""))
+
+    # Ops with a builder in C++.
+    def batch(self, batch_size, drop_remainder=False):
+        return Dataset(self._ds.batch(batch_size, drop_remainder))
+
+    def repeat(self, count=None):
+        return Dataset(self._ds.repeat(-1 if count is None else count))
+
+    def take(self, count):
+        return Dataset(self._ds.take(count))
+
+    def skip(self, count):
+        return Dataset(self._ds.skip(count))
+
+    def shard(self, num_shards, index):
+        if num_shards == experimental.SHARD_HINT and index == experimental.SHARD_HINT:
+            return Dataset(self._ds.shard_hint())
+        return Dataset(self._ds.shard(num_shards, index))
+
+    def shuffle(self, buffer_size, seed=None, reshuffle_each_iteration=None):
+        return Dataset(self._ds.shuffle(buffer_size, seed,
+                                        True if reshuffle_each_iteration is None
+                                        else reshuffle_each_iteration))
+
+    def prefetch(self, buffer_size):
+        return Dataset(self._ds.prefetch(buffer_size))
+
+    def unbatch(self):
+        return Dataset(self._ds.unbatch())
+
+    def rebatch(self, batch_size, drop_remainder=False):
+        sizes = list(batch_size) if isinstance(batch_size, (list, tuple)) else [batch_size]
+        return Dataset(self._ds.rebatch(sizes, drop_remainder))
+
+    # Ops written as pipeline-expression text (docs/PIPELINES.md lists the functions).
+    def _then(self, op_text):
+        return Dataset(_sluice._Dataset.parse(self._ds.expression() + "." + op_text))
+
+    def map(self, map_func, key=None, num_parallel_calls=None, deterministic=None):
+        """``map(map_func)`` with one of Sluice's named functions, given as its expression text:
+        ``ds.map("cast(tf.float32)", key="image")`` (docs/PIPELINES.md lists them). Python
+        callables cannot run on the service's workers, so they are not accepted."""
+        if callable(map_func):
+            raise TypeError("map() takes a function spec such as 'cast(tf.float32)'; Python "
+                            "callables cannot run on input workers")
+        return self._then(_call("map", "$" + map_func, key=key,
+                                num_parallel_calls=num_parallel_calls,
+                                deterministic=deterministic))
+
+    def filter(self, predicate, key=None):
+        """``filter(predicate)`` with a named predicate such as ``'less(5)'``."""
+        if callable(predicate):
+            raise TypeError("filter() takes a predicate spec such as 'less(5)'")
+        return self._then(_call("filter", "$" + predicate, key=key))
+
+    def padded_batch(self, batch_size, padded_shapes=None, padding_values=None,
+                     drop_remainder=False):
+        return self._then(_call("padded_batch", batch_size, padded_shapes=padded_shapes,
+                                padding_values=padding_values, drop_remainder=drop_remainder))
+
+    def cache(self, filename=""):
+        return self._then(_call("cache", filename))
+
+    def ignore_errors(self):
+        return self._then("ignore_errors()")
+
+    # Inspection.
+    @property
+    def element_spec(self):
+        """The element's structure with a ``sluice.TensorSpec`` at each leaf (static)."""
+        return self._ds.element_spec()
+
+    def cardinality(self):
+        """Number of elements; ``INFINITE_CARDINALITY`` (-1) or ``UNKNOWN_CARDINALITY`` (-2)."""
+        return self._ds.cardinality()
+
+    def fingerprint(self):
+        """A digest of the graph: equal graphs have equal fingerprints."""
+        return self._ds.fingerprint()
+
+    def to_expression(self):
+        """The graph as a pipeline expression that ``parse`` reads back."""
+        return self._ds.expression()
+
+    def __repr__(self):
+        return "<sluice.data.Dataset %s>" % self._ds.expression()
+
+
+def parse(expression):
+    """A Dataset from a pipeline expression in tf.data's syntax, e.g.
+    ``"from_tensor_slices([1, 2, 3, 4]).repeat().batch(4)"``."""
+    return Dataset(_sluice._Dataset.parse(expression))

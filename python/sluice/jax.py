@@ -1,0 +1,63 @@
+"""``sluice.jax``: Sluice steps as ``jax.Array``s for this process's devices.
+
+::
+
+    it = sluice.jax.iterate(dataset, coordinator="coord:5000", job="train")
+    for batch in it:      # global arrays, sharded over the mesh's batch axis
+        state = train_step(state, batch)
+
+Each process is one consumer (jax.process_index() of jax.process_count()), gets its piece of
+every global batch, and the pieces are assembled into global arrays with
+``jax.make_array_from_process_local_data(sharding, local_piece)``; ``sharding`` defaults to the
+batch dimension split over all devices. Host tensors go to JAX through DLPack (no copy on CPU).
+"""
+
+import jax as _jax
+import numpy as _np
+
+from . import _sluice
+from .distribute import MirroredStrategy
+from .service import distribute_from_service
+
+
+def _default_sharding():
+    mesh = _jax.sharding.Mesh(_np.array(_jax.devices()), ("batch",))
+    return _jax.sharding.NamedSharding(mesh, _jax.sharding.PartitionSpec("batch"))
+
+
+def to_jax(value, sharding=None):
+    """A step (nest of sluice.Tensor) as the same nest of global jax.Arrays."""
+    if isinstance(value, _sluice.Tensor):
+        if value.dtype == "string":
+            return value.numpy()
+        try:
+            local = _jax.dlpack.from_dlpack(value)  # the protocol object (current JAX)
+        except TypeError:
+            local = _jax.dlpack.from_dlpack(value.__dlpack__())  # a capsule (older JAX)
+        if _jax.process_count() == 1 and sharding is None:
+            return local
+        return _jax.make_array_from_process_local_data(sharding or _default_sharding(),
+                                                       _np.asarray(local))
+    if isinstance(value, tuple):
+        return tuple(to_jax(v, sharding) for v in value)
+    if isinstance(value, list):
+        return [to_jax(v, sharding) for v in value]
+    if isinstance(value, dict):
+        return {k: to_jax(v, sharding) for k, v in value.items()}
+    return value
+
+
+def iterate(dataset, coordinator=None, job="", sharding=None, **service_kwargs):
+    """Yields every step of ``dataset`` for this process as jax.Arrays (see the module)."""
+    rank, world = _jax.process_index(), _jax.process_count()
+    from .service import resolve_cluster
+    address = resolve_cluster(coordinator=coordinator)["coordinator"]
+    strategy = MirroredStrategy(["CPU:0"], num_workers=1 if address else world,
+                                worker_index=0 if address else rank)
+    if address:
+        dist = distribute_from_service(strategy, dataset, coordinator=address, job=job,
+                                       consumer_index=rank, num_consumers=world, **service_kwargs)
+    else:
+        dist = strategy.experimental_distribute_dataset(dataset)
+    for step in dist:
+        yield to_jax(step, sharding)

@@ -1,0 +1,103 @@
+"""Reading from the Sluice service (a coordinator and input workers) instead of running the
+pipeline in the trainer: the tf.data service's ``distribute``, from Python.
+
+::
+
+    dist = sluice.distribute_from_service(
+        strategy, dataset, coordinator="coord:5000", job="resnet-train",
+        consumer_index=rank, num_consumers=world_size)
+    for x in dist: ...
+
+Where the coordinator is and which consumer this process is come from the arguments when given,
+else from the cluster spec exactly as the C++ client resolves it (``sluice.resolve_cluster``:
+``cluster_spec=`` file, SLUICE_CLUSTER or TF_CONFIG, SLUICE_COORDINATOR /
+SLUICE_CONSUMER_INDEX / SLUICE_NUM_CONSUMERS, Slurm, Kubernetes). Waiting for data releases
+the GIL and Ctrl-C interrupts it.
+"""
+
+from . import _sluice
+from .distribute import DistributedDataset
+
+ReadMode = _sluice.ServiceReadMode
+ShardingPolicy = _sluice.ServiceShardingPolicy
+Shuffle = _sluice.ServiceShuffle
+
+
+def _enum(enum, value, what):
+    if isinstance(value, enum):
+        return value
+    try:
+        return enum.__members__[str(value).upper()]
+    except KeyError:
+        raise ValueError("%s must be one of %s, got %r" % (
+            what, ", ".join(k.lower() for k in enum.__members__), value)) from None
+
+
+def resolve_cluster(coordinator=None, consumer_index=None, num_consumers=None, cluster_spec=""):
+    """Where the coordinator is and which trainer this process is (sluice/cluster_spec.h):
+    a dict with ``coordinator``, ``consumer_index``, ``num_consumers``, ``role`` and where each
+    came from (``*_source``, ``description``). Arguments given win over every other source.
+    InvalidArgumentError naming the source and key for a bad spec."""
+    return _sluice._resolve_cluster_config(coordinator, consumer_index, num_consumers,
+                                           cluster_spec or "")
+
+
+def distribute_from_service(strategy, dataset, coordinator=None, job="", consumer_index=None,
+                            num_consumers=None, sharding_policy="auto", read_mode="coordinated",
+                            resume_from=None, cluster_spec="", num_tasks=0, seed=0,
+                            shuffle="none", num_epochs=1, fetch_to_device=True,
+                            per_replica_buffer_size=1, credits_per_task=4, retry_deadline=60.0,
+                            rpc_deadline=10.0, token="", tls=False, tls_ca_file="",
+                            tls_cert_file="", tls_key_file="", tls_server_name=""):
+    """A DistributedDataset whose iterators stream ``dataset``'s steps from the service.
+
+    Consumers naming the same ``job`` share it: in coordinated reads (the default) every step is
+    one global batch cut into num_consumers x local-replica pieces by TF's rule, and every
+    consumer sees the same number of steps. ``sharding_policy``: auto, file, data, hint, off,
+    dynamic or ranges (a deterministic global order that survives worker failures and can be
+    resumed). ``resume_from``: bytes from an earlier iterator's ``checkpoint()``.
+    Durations are in seconds. Raises InvalidArgumentError for bad options and the
+    coordinator's validation errors, UnavailableError when the coordinator cannot be reached
+    within ``retry_deadline``.
+    """
+    cluster = resolve_cluster(coordinator, consumer_index, num_consumers, cluster_spec)
+    if not cluster["coordinator"]:
+        from .errors import InvalidArgumentError, INVALID_ARGUMENT
+        raise InvalidArgumentError(
+            "distribute_from_service: no coordinator address (pass coordinator=, or set "
+            "SLUICE_COORDINATOR, SLUICE_CLUSTER or TF_CONFIG)", INVALID_ARGUMENT)
+    o = _sluice._ServiceOptions()
+    o.coordinator_address = cluster["coordinator"]
+    o.job_name = job or ""
+    o.consumer_index = cluster["consumer_index"]
+    o.num_consumers = cluster["num_consumers"]
+    o.sharding_policy = _enum(ShardingPolicy, sharding_policy, "sharding_policy")
+    o.read_mode = _enum(ReadMode, read_mode, "read_mode")
+    o.num_tasks = num_tasks
+    o.seed = seed
+    o.shuffle = _enum(Shuffle, shuffle, "shuffle")
+    o.num_epochs = num_epochs
+    o.fetch_to_device = fetch_to_device
+    o.per_replica_buffer_size = per_replica_buffer_size
+    o.credits_per_task = credits_per_task
+    o.retry_deadline = retry_deadline
+    o.rpc_deadline = rpc_deadline
+    o.token = token
+    o.tls = tls
+    o.tls_ca_file = tls_ca_file
+    o.tls_cert_file = tls_cert_file
+    o.tls_key_file = tls_key_file
+    o.tls_server_name = tls_server_name
+    o.resume_from = resume_from
+    dd = _sluice._distribute_from_service(strategy._s, dataset._ds, o)
+    length = None
+    if o.read_mode == ReadMode.COORDINATED and resume_from is None:
+        n = dataset.cardinality()
+        if n >= 0:
+            length = n * (num_epochs if o.sharding_policy == ShardingPolicy.RANGES else 1)
+    return DistributedDataset(dd, length)
+
+
+def parse_checkpoint(checkpoint):
+    """The fields of an iterator checkpoint (bytes): job_key, step, epoch, step_in_epoch."""
+    return _sluice._parse_checkpoint(checkpoint)

@@ -1,0 +1,114 @@
+"""``sluice.torch``: Sluice steps as ``torch.Tensor``s for PyTorch training loops and DDP.
+
+::
+
+    import torch.distributed as dist
+    dist.init_process_group("nccl")                     # or "gloo"
+    data = sluice.torch.IterableDataset(
+        sluice.data.parse("tf_record_dataset(...).map(...).batch(256)"),
+        coordinator="coord:5000", job="resnet-epoch-1")   # rank -> consumer_index
+    for batch in torch.utils.data.DataLoader(data, batch_size=None, num_workers=0):
+        loss = model(batch["image"]).sum() ...
+
+Each trainer process is one consumer of the job (rank and world size from torch.distributed
+when it is initialized, else from the cluster spec, sluice.resolve_cluster); every process
+gets its piece of each global batch (global batch / world size, TF's rebatching rule), all see
+the same number of steps, and every element is read exactly once per epoch. Without a
+coordinator the pipeline runs in this process, sharded the same way across ranks.
+
+Tensors are converted with DLPack: no copy (CPU or CUDA memory as the step arrived); string
+tensors become lists of bytes. Use DataLoader(batch_size=None, num_workers=0): Sluice does the
+loading and batching; worker processes would each become a consumer.
+"""
+
+import torch as _torch
+import torch.utils.data as _tud
+
+from . import _sluice
+from .distribute import MirroredStrategy
+from .service import distribute_from_service
+
+
+def to_torch(value):
+    """A step (nest of sluice.Tensor) as the same nest of torch.Tensor, without a copy."""
+    if isinstance(value, _sluice.Tensor):
+        if value.dtype == "string":
+            return value.numpy().ravel().tolist()
+        return _torch.utils.dlpack.from_dlpack(value.__dlpack__())
+    if isinstance(value, tuple):
+        return tuple(to_torch(v) for v in value)
+    if isinstance(value, list):
+        return [to_torch(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_torch(v) for k, v in value.items()}
+    return value
+
+
+def rank_and_world_size():
+    """(rank, world_size) from torch.distributed when initialized, else None."""
+    if _torch.distributed.is_available() and _torch.distributed.is_initialized():
+        return _torch.distributed.get_rank(), _torch.distributed.get_world_size()
+    return None
+
+
+class IterableDataset(_tud.IterableDataset):
+    """The steps of ``dataset`` for this process, as torch tensors (see the module comment).
+
+    ``coordinator``/``job`` and the other keyword arguments go to sluice.distribute_from_service;
+    without a coordinator (and none in the cluster spec) the pipeline runs in-process.
+    ``device``: the Sluice device name of this process's replica ("CPU:0", "GPU:<local rank>").
+    """
+
+    def __init__(self, dataset, coordinator=None, job="", device="CPU:0", rank=None,
+                 world_size=None, **service_kwargs):
+        super().__init__()
+        self._dataset = dataset
+        self._coordinator = coordinator
+        self._job = job
+        self._device = device
+        self._rank = rank
+        self._world_size = world_size
+        self._service_kwargs = service_kwargs
+        self._dist = None
+
+    def _layout(self):
+        if self._rank is not None and self._world_size is not None:
+            return self._rank, self._world_size
+        from_torch = rank_and_world_size()
+        if from_torch is not None:
+            return from_torch
+        from .service import resolve_cluster
+        c = resolve_cluster(coordinator=self._coordinator)
+        return c["consumer_index"], c["num_consumers"]
+
+    def distributed_dataset(self):
+        """The sluice.DistributedDataset this reads (made on first use)."""
+        if self._dist is None:
+            rank, world = self._layout()
+            from .service import resolve_cluster
+            coordinator = resolve_cluster(coordinator=self._coordinator)["coordinator"]
+            if coordinator:
+                strategy = MirroredStrategy([self._device])
+                self._dist = distribute_from_service(
+                    strategy, self._dataset, coordinator=coordinator, job=self._job,
+                    consumer_index=rank, num_consumers=world, **self._service_kwargs)
+            else:
+                strategy = MirroredStrategy([self._device], num_workers=world, worker_index=rank)
+                self._dist = strategy.experimental_distribute_dataset(self._dataset)
+        return self._dist
+
+    def __iter__(self):
+        info = _tud.get_worker_info()
+        if info is not None and info.num_workers > 1:
+            raise RuntimeError("sluice.torch.IterableDataset: use DataLoader(num_workers=0); "
+                               "Sluice's input workers do the loading")
+        for step in self.distributed_dataset():
+            yield to_torch(step)
+
+    def __len__(self):
+        return len(self.distributed_dataset())
+
+
+def loader(dataset, **kwargs):
+    """``DataLoader(IterableDataset(dataset, **kwargs), batch_size=None, num_workers=0)``."""
+    return _tud.DataLoader(IterableDataset(dataset, **kwargs), batch_size=None, num_workers=0)

@@ -1,0 +1,14 @@
+// The _sluice extension module: the C++ half of the `sluice` Python package (python/sluice/
+// holds the Python half, which is what users import).
+#include <pybind11/pybind11.h>
+
+#include "python/src/py_registration.h"
+
+PYBIND11_MODULE(_sluice, m) {
+  m.doc() = "Sluice's C++ client bound for Python; import `sluice`, not this module.";
+  sluice::python::RegisterTensor(m);
+  sluice::python::RegisterDataset(m);
+  sluice::python::RegisterDistributedIterator(m);
+  sluice::python::RegisterStrategy(m);
+  sluice::python::RegisterService(m);
+}

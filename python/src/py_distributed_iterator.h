@@ -1,0 +1,73 @@
+// The Python side of a DistributedDataset and its iterators (sluice.DistributedDataset wraps
+// PyDistributedDataset; iter() of it is a PyDistributedIterator).
+//
+// next() returns the step as TF does (py_element.h: PerReplica leaves), raises StopIteration at
+// the end and sluice.errors.* on errors. The GIL is released while C++ produces the step. For
+// local pipelines the call runs on the caller's thread and Ctrl-C is seen when the step is
+// ready; for the service (interruptible) it runs on the iterator's own thread and Ctrl-C
+// interrupts the wait at once (interruptible_worker.h). Either way a step fetched when the
+// KeyboardInterrupt came is kept and returned by the next call.
+//
+// Thread safety: one Python thread per iterator at a time (as TF's); datasets may be shared.
+#ifndef SLUICE_PYTHON_SRC_PY_DISTRIBUTED_ITERATOR_H_
+#define SLUICE_PYTHON_SRC_PY_DISTRIBUTED_ITERATOR_H_
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "python/src/interruptible_worker.h"
+#include "sluice/distributed_dataset.h"
+
+namespace sluice::python {
+
+class PyDistributedIterator {
+ public:
+  PyDistributedIterator(DistributedIterator it, bool interruptible);
+  ~PyDistributedIterator();
+
+  // __next__: the step, or StopIteration at the end.
+  pybind11::object Next();
+  // get_next_as_optional(): a sluice.Optional.
+  pybind11::object GetNextAsOptional();
+  // The step after the last one returned, serialised (IteratorCheckpoint::Serialize()).
+  pybind11::bytes Checkpoint();
+  pybind11::object ElementSpec() const;
+  // True while a call interrupted by a signal (or still waiting) has not returned its step.
+  bool in_flight() const { return in_flight_ != nullptr; }
+
+ private:
+  using StepOrEnd = absl::StatusOr<std::optional<PerReplica<Element>>>;
+  struct Call {
+    StepOrEnd result = std::nullopt;
+  };
+  // The next step (nullopt at the end); padded: GetNextAsOptional's kind of step.
+  StepOrEnd Fetch(bool padded);
+
+  std::shared_ptr<DistributedIterator> it_;
+  const bool interruptible_;
+  std::unique_ptr<InterruptibleWorker> worker_;  // interruptible only
+  std::shared_ptr<Call> in_flight_;              // submitted to worker_, not yet returned
+  std::optional<StepOrEnd> stash_;               // fetched, not returned (interrupted)
+};
+
+class PyDistributedDataset {
+ public:
+  PyDistributedDataset(DistributedDataset dataset, bool interruptible)
+      : dataset_(std::move(dataset)), interruptible_(interruptible) {}
+
+  std::unique_ptr<PyDistributedIterator> MakeIterator() const;
+  pybind11::object ElementSpec() const;
+  // The seed's multi-line layout of element_spec (core/per_replica_format.h).
+  std::string FormatElementSpec() const;
+
+ private:
+  DistributedDataset dataset_;
+  bool interruptible_;
+};
+
+}  // namespace sluice::python
+
+#endif  // SLUICE_PYTHON_SRC_PY_DISTRIBUTED_ITERATOR_H_

@@ -1,0 +1,34 @@
+// Elements, steps and specs between C++ and Python, in tf.nest's structures: a tuple stays a
+// tuple, a dict a dict (insertion order), a list a list; leaves are sluice.Tensor.
+//
+// A step (PerReplica<Element>) becomes what TF's iterator returns: the element's structure with
+// a sluice.PerReplica at each leaf, holding one Tensor per replica; with one replica, the plain
+// element. A DistributedElementSpec becomes the same structure with a sluice.PerReplicaSpec of
+// sluice.TensorSpec at each leaf (classes defined in sluice/_values.py).
+//
+// Requires the GIL.
+#ifndef SLUICE_PYTHON_SRC_PY_ELEMENT_H_
+#define SLUICE_PYTHON_SRC_PY_ELEMENT_H_
+
+#include <pybind11/pybind11.h>
+
+#include "core/element.h"
+#include "sluice/per_replica.h"
+
+namespace sluice::python {
+
+// tf.data's structure rules: tuples and dicts are structure, everything else (a list included)
+// is one tensor (TensorFromPython). INVALID_ARGUMENT (raised) for a dict key that is not a str.
+Element ElementFromPython(pybind11::handle value);
+
+pybind11::object ElementToPython(const Element& element);
+pybind11::object SpecToPython(const ElementSpec& spec);
+
+// The structure of replica 0 with sluice.PerReplica leaves (the plain element with one replica).
+pybind11::object StepToPython(const PerReplica<Element>& step);
+
+pybind11::object DistributedSpecToPython(const DistributedElementSpec& spec);
+
+}  // namespace sluice::python
+
+#endif  // SLUICE_PYTHON_SRC_PY_ELEMENT_H_
