@@ -6,6 +6,7 @@ SLUICE_DEBIAN_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev openssl libcpp-httplib-dev
+  libcurl4-openssl-dev libssl-dev  # object stores: core/object_store_file_system.h, core/aws_sigv4.h
   python3-yaml  # tests/deploy/manifests_test.py
 )
 
