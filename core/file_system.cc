@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "core/local_file_system.h"
+#include "core/object_store_file_system.h"
 #include "core/status_macros.h"
 
 namespace sluice {
@@ -54,6 +55,13 @@ class Registry {
  private:
   static std::shared_ptr<FileSystem> BuiltIn(const std::string& scheme) {
     if (scheme.empty() || scheme == "file") return NewLocalFileSystem();
+    if (scheme == "s3" || scheme == "gs") {
+      absl::StatusOr<ObjectStoreOptions> options =
+          ObjectStoreOptionsFromEnvironment(scheme, ProcessEnvironment());
+      if (!options.ok()) return NewFailingFileSystem(options.status());
+      return NewObjectStoreFileSystem(*std::move(options));
+    }
+    if (scheme == "http" || scheme == "https") return NewHttpFileSystem(HttpFileSystemOptions{});
     return nullptr;
   }
 
