@@ -297,7 +297,14 @@ class ObjectStoreFileSystem : public FileSystem {
     } else {
       request.headers = sig.headers;
     }
-    return SendWithRetries(*options_.http, request, options_.retry);
+    absl::StatusOr<HttpResponse> r = SendWithRetries(*options_.http, request, options_.retry);
+    if (!r.ok()) {
+      // Name the object as the user wrote it; the transport's message has the HTTP URL.
+      return absl::Status(r.status().code(),
+                          absl::StrCat(options_.scheme, "://", ref.bucket, "/", ref.key, ": ",
+                                       r.status().message()));
+    }
+    return r;
   }
 
   ObjectStoreOptions options_;

@@ -13,7 +13,9 @@
 // 4xx, a malformed URL, a redirect to another region), UNAVAILABLE (retries spent), DATA_LOSS
 // (an object shorter than its size, with the offset).
 //
-// Configuration from the environment (ObjectStoreOptionsFromEnvironment), as the AWS SDKs read it:
+// Configuration from the environment (ObjectStoreOptionsFromEnvironment), as the AWS SDKs read it;
+// the built-in s3:// and gs:// file systems (core/file_system.h) read it once, at their first use
+// in the process:
 //   s3: credentials LoadAwsCredentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
 //       AWS_SESSION_TOKEN, ~/.aws/credentials, AWS_PROFILE); region AWS_REGION, else
 //       AWS_DEFAULT_REGION, else us-east-1; endpoint AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL

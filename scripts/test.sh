@@ -9,4 +9,13 @@ sluice_install_deps
 sluice_install_deps slurm-wlm munge ||
   echo "sluice: slurm-wlm/munge not installed; the slurm test will skip" >&2
 sluice_build
+# moto[server] from PyPI for the storage tests (ctest -L storage), which skip without it.
+sluice_install_storage_server() {
+  local venv=build/storage-venv
+  [[ -x $venv/bin/moto_server ]] && return 0
+  sluice_install_deps python3-venv || return 1
+  python3 -m venv "$venv" && "$venv/bin/pip" install -q 'moto[server]'
+}
+sluice_install_storage_server ||
+  echo "sluice: could not install moto[server] into build/storage-venv; the storage tests will skip" >&2
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600 "$@"

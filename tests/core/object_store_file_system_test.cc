@@ -173,6 +173,13 @@ TEST_F(ObjectStoreTest, RetriesServerErrorsAndResetsWithGrowingJitteredBackoff) 
   EXPECT_EQ(st.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(absl::StrContains(st.status().message(), "s3://bucket/k")) << st.status();
   EXPECT_EQ(waits_.size(), 5u);
+
+  fake_->FailNext(6, 0);  // no response at all, six times
+  st = fs->Stat("s3://bucket/k");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(st.status().message(), "s3://bucket/k")) << st.status();
+  EXPECT_TRUE(absl::StrContains(st.status().message(), "6 attempts")) << st.status();
 }
 
 TEST_F(ObjectStoreTest, ErrorsHaveTheirCodesAndNameTheUrl) {
