@@ -537,6 +537,9 @@ absl::Status CheckRandomAccess(const proto::SourceDef& source) {
     case proto::SourceDef::kListFiles:
       return NoRandomAccess(source, "its elements exist only once its patterns are expanded, "
                                     "and the files it names are read by a nested pipeline");
+    case proto::SourceDef::kWebdataset:
+      return NoRandomAccess(source, "where a sample starts in a tar shard is known only by "
+                                    "reading the shard; shard by file (FILE, DYNAMIC) instead");
     case proto::SourceDef::kPermuted:
       return NoRandomAccess(source, "it is already a range of a global order");
     case proto::SourceDef::KIND_NOT_SET:
