@@ -209,7 +209,8 @@ class ObjectStoreFileSystem : public FileSystem {
       const std::vector<std::string> next = XmlValues(r.body, "NextContinuationToken");
       if (truncated.empty() || truncated[0] != "true" || next.empty() || next[0].empty()) break;
       if (page >= 1000000) {
-        return absl::ResourceExhaustedError(absl::StrCat("list ", pattern, ": over a million pages"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("list ", pattern, ": over a million pages"));
       }
       token = next[0];
     }

@@ -7,6 +7,7 @@ SLUICE_DEBIAN_PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev openssl libcpp-httplib-dev
   libcurl4-openssl-dev libssl-dev  # object stores: core/object_store_file_system.h, core/aws_sigv4.h
+  libturbojpeg0-dev libpng-dev     # image ops: core/image_ops.h
   python3-yaml  # tests/deploy/manifests_test.py
 )
 

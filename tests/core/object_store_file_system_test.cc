@@ -62,8 +62,8 @@ TEST_F(ObjectStoreTest, StatAndRangedReadsAreSignedPathStyleRequests) {
   absl::StatusOr<FileStat> st = fs->Stat("s3://bucket/dir/a b.bin");
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ(st->size, 1000u);
-  EXPECT_EQ(st->mtime_ns, absl::ToUnixNanos(absl::FromCivil(absl::CivilSecond(2026, 12, 2, 10, 0, 0),
-                                                            absl::UTCTimeZone())));
+  EXPECT_EQ(st->mtime_ns, absl::ToUnixNanos(absl::FromCivil(
+                              absl::CivilSecond(2026, 12, 2, 10, 0, 0), absl::UTCTimeZone())));
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> f =
       fs->NewRandomAccessFile("s3://bucket/dir/a b.bin");
   ASSERT_TRUE(f.ok()) << f.status();
