@@ -5,8 +5,8 @@
 // unauthenticated calls, so every later request, Sluice's included, must carry a valid SigV4
 // signature. TFRecord shards are written locally and uploaded; then
 //  - in process: list_files globs (ListObjectsV2), ranged and read-ahead reads of small and large
-//    objects give exactly the local values; a missing key is NOT_FOUND and a wrong secret
-//    PERMISSION_DENIED, both naming the URL;
+//    objects, and WebDataset shards give exactly the local values; a missing key is NOT_FOUND
+//    and a wrong secret PERMISSION_DENIED, both naming the URL;
 //  - a service job (real coordinator, 3 workers, 2 consumers x 2 replicas, DATA sharding) on the
 //    s3:// shards, with a worker SIGKILLed mid-epoch, gives exactly the steps of the same job on
 //    the local files.
@@ -99,6 +99,11 @@ class S3StorageTest : public ::testing::Test {
       AppendTFRecord(record, &big);
     }
     record_test::WriteWholeFile(dir_.File("up/big/big.tfrecord"), big);
+    std::filesystem::create_directories(dir_.File("up/wds"));
+    for (const std::string shard : {"shard-000.tar", "shard-001.tar"}) {
+      std::filesystem::copy_file("tests/testdata/webdataset/" + shard,
+                                 dir_.File("up/wds/" + shard));
+    }
     auto upload = RunSubprocess(
         {venv + "python", "tests/storage/s3_fixture.py", endpoint_, "upload", kBucket,
          dir_.File("up")},
@@ -189,6 +194,27 @@ TEST_F(S3StorageTest, ListsAndReadsExactlyWhatLocalFilesGive) {
   ASSERT_TRUE(remote.ok()) << remote.status();
   EXPECT_EQ(remote->size(), 40u);
   EXPECT_TRUE(*remote == *local) << "the 12 MB object read back differently";
+}
+
+TEST_F(S3StorageTest, WebDatasetShardsFromS3AreTheLocalOnes) {
+  for (const std::string& keys : {std::string(""), std::string(", keys=['cls', 'jpg']")}) {
+    const std::string tail = absl::StrCat(
+        "').interleave(lambda f: webdataset_dataset(f, keys=['cls', 'jpg']), cycle_length=2)");
+    absl::StatusOr<std::vector<std::string>> local =
+        Render(absl::StrCat("list_files('", Local("wds/shard-*.tar"), tail));
+    ASSERT_TRUE(local.ok()) << local.status();
+    absl::StatusOr<std::vector<std::string>> remote =
+        Render(absl::StrCat("list_files('", Remote("wds/shard-*.tar"), tail));
+    ASSERT_TRUE(remote.ok()) << remote.status();
+    EXPECT_EQ(local->size(), 6u);
+    EXPECT_EQ(*remote, *local);
+    // Keys read from the first remote shard's first sample, or given.
+    absl::StatusOr<std::vector<std::string>> direct = Render(absl::StrCat(
+        "webdataset_dataset(['", Remote("wds/shard-000.tar"), "', '", Remote("wds/shard-001.tar"),
+        "']", keys, ")"));
+    ASSERT_TRUE(direct.ok()) << direct.status();
+    EXPECT_EQ(direct->size(), 6u);
+  }
 }
 
 TEST_F(S3StorageTest, MissingKeysAndWrongSecretsSayWhatAndWhere) {
