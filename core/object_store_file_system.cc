@@ -148,7 +148,10 @@ struct ObjectRef {
   std::string key;
 };
 
-class ObjectStoreFileSystem : public FileSystem {
+// Files it opens hold a reference to it (shared_from_this), so a file outlives a replaced
+// registration.
+class ObjectStoreFileSystem : public FileSystem,
+                              public std::enable_shared_from_this<ObjectStoreFileSystem> {
  public:
   explicit ObjectStoreFileSystem(ObjectStoreOptions options) : options_(std::move(options)) {
     if (options_.http == nullptr) options_.http = NewCurlHttpClient();
@@ -240,9 +243,9 @@ class ObjectStoreFileSystem : public FileSystem {
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenUnchecked(const std::string& url) {
     ASSIGN_OR_RETURN(ObjectRef ref, Parse(url));
     const std::string path = ObjectPath(ref);
-    return std::unique_ptr<RandomAccessFile>(
-        new RangedFile(url, [this, ref, path](const std::string& range) {
-          return Send("GET", ref, path, {}, range);
+    return std::unique_ptr<RandomAccessFile>(new RangedFile(
+        url, [self = shared_from_this(), ref, path](const std::string& range) {
+          return self->Send("GET", ref, path, {}, range);
         }));
   }
 
@@ -311,7 +314,8 @@ class ObjectStoreFileSystem : public FileSystem {
   ObjectStoreOptions options_;
 };
 
-class HttpFileSystem : public FileSystem {
+class HttpFileSystem : public FileSystem,
+                       public std::enable_shared_from_this<HttpFileSystem> {
  public:
   explicit HttpFileSystem(HttpFileSystemOptions options) : options_(std::move(options)) {
     if (options_.http == nullptr) options_.http = NewCurlHttpClient();
@@ -350,8 +354,10 @@ class HttpFileSystem : public FileSystem {
 
  private:
   std::unique_ptr<RandomAccessFile> Open(const std::string& url) {
-    return std::unique_ptr<RandomAccessFile>(new RangedFile(
-        url, [this, url](const std::string& range) { return Send("GET", url, range); }));
+    return std::unique_ptr<RandomAccessFile>(
+        new RangedFile(url, [self = shared_from_this(), url](const std::string& range) {
+          return self->Send("GET", url, range);
+        }));
   }
   absl::StatusOr<HttpResponse> Send(const std::string& method, const std::string& url,
                                     const std::string& range) const {
