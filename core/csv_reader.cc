@@ -1,8 +1,5 @@
 #include "core/csv_reader.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +10,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "core/input_stream.h"
 #include "core/op_iterator.h"
 #include "core/proto_convert.h"
 #include "core/status_macros.h"
@@ -88,16 +86,7 @@ class CsvInput {
 
   absl::Status Open(const std::string& name) {
     Close();
-    int fd;
-    do {
-      fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) {
-      const int err = errno;
-      return absl::Status(absl::ErrnoToStatusCode(err),
-                          absl::StrCat("cannot open file '", name, "': ", std::strerror(err)));
-    }
-    fd_ = fd;
+    ASSIGN_OR_RETURN(stream_, OpenFileStream(name));
     name_ = name;
     if (buffer_ == nullptr) buffer_ = std::make_unique<char[]>(kBufferBytes);
     pos_ = limit_ = 0;
@@ -107,11 +96,8 @@ class CsvInput {
     return absl::OkStatus();
   }
 
-  void Close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  bool is_open() const { return fd_ >= 0; }
+  void Close() { stream_.reset(); }
+  bool is_open() const { return stream_ != nullptr; }
   const std::string& name() const { return name_; }
   int64_t line() const { return line_; }
   int64_t column() const { return column_; }
@@ -143,22 +129,14 @@ class CsvInput {
 
  private:
   absl::Status Fill() {
-    ssize_t n;
-    do {
-      n = ::read(fd_, buffer_.get(), kBufferBytes);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0) {
-      const int err = errno;
-      return absl::Status(absl::ErrnoToStatusCode(err),
-                          absl::StrCat("cannot read file '", name_, "': ", std::strerror(err)));
-    }
+    ASSIGN_OR_RETURN(const size_t n, stream_->Read(buffer_.get(), kBufferBytes));
     pos_ = 0;
-    limit_ = static_cast<size_t>(n);
+    limit_ = n;
     if (n == 0) eof_ = true;
     return absl::OkStatus();
   }
 
-  int fd_ = -1;
+  std::unique_ptr<InputStream> stream_;
   std::string name_;
   std::unique_ptr<char[]> buffer_;
   size_t pos_ = 0;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/file_system.h"
 #include "core/status_macros.h"
 
 namespace sluice {
@@ -36,6 +37,18 @@ bool Within(const std::string& path, const std::string& root) {
   if (root == "/") return true;
   return path == root || (absl::StartsWith(path, root) && path.size() > root.size() &&
                           path[root.size()] == '/');
+}
+
+// A remote URL root as a prefix ending in '/' ("s3://bucket/data" -> "s3://bucket/data/").
+std::string UrlRoot(const std::string& root) {
+  return absl::EndsWith(root, "/") ? root : absl::StrCat(root, "/");
+}
+
+bool HasDotDot(absl::string_view url) {
+  for (absl::string_view c : absl::StrSplit(url, '/')) {
+    if (c == "..") return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -69,8 +82,16 @@ absl::StatusOr<std::string> ResolvePath(const std::string& path) {
 
 absl::StatusOr<DataRoots> DataRoots::Create(const std::vector<std::string>& roots) {
   DataRoots out;
-  for (const std::string& root : roots) {
-    if (root.empty()) continue;
+  for (const std::string& given : roots) {
+    if (given.empty()) continue;
+    if (!IsLocalPath(given)) {
+      if (HasDotDot(given)) {
+        return absl::InvalidArgumentError(absl::StrCat("data root ", given, " uses '..'"));
+      }
+      out.roots_.push_back(UrlRoot(given));
+      continue;
+    }
+    const std::string root = LocalPathOf(given);
     char resolved[PATH_MAX];
     struct stat st;
     if (realpath(root.c_str(), resolved) == nullptr || stat(resolved, &st) != 0 ||
@@ -85,9 +106,19 @@ absl::StatusOr<DataRoots> DataRoots::Create(const std::vector<std::string>& root
 
 absl::Status DataRoots::CheckPath(const std::string& path) const {
   if (roots_.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::string resolved, ResolvePath(path));
+  if (!IsLocalPath(path)) {
+    for (const std::string& root : roots_) {
+      if (!IsLocalPath(root) && absl::StartsWith(path, root) && !HasDotDot(path)) {
+        return absl::OkStatus();
+      }
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        path, " is outside the data roots [", absl::StrJoin(roots_, ", "), "]",
+        HasDotDot(path) ? " (a URL may not use '..')" : ""));
+  }
+  ASSIGN_OR_RETURN(std::string resolved, ResolvePath(LocalPathOf(path)));
   for (const std::string& root : roots_) {
-    if (Within(resolved, root)) return absl::OkStatus();
+    if (IsLocalPath(root) && Within(resolved, root)) return absl::OkStatus();
   }
   return absl::PermissionDeniedError(absl::StrCat(
       path, resolved != path ? absl::StrCat(" (resolved: ", resolved, ")") : "",
@@ -98,6 +129,14 @@ absl::Status DataRoots::CheckPattern(const std::string& pattern) const {
   if (roots_.empty()) return absl::OkStatus();
   const size_t wildcard = pattern.find_first_of("*?[");
   if (wildcard == std::string::npos) return CheckPath(pattern);
+  if (!IsLocalPath(pattern)) {
+    absl::Status s = HasDotDot(pattern) ? CheckPath(pattern) : CheckPath(GlobListPrefix(pattern));
+    if (!s.ok()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("file pattern ", pattern, ": ", s.message()));
+    }
+    return absl::OkStatus();
+  }
   for (absl::string_view c : absl::StrSplit(pattern.substr(wildcard), '/')) {
     if (c == "..") {
       return absl::PermissionDeniedError(absl::StrCat(

@@ -12,6 +12,11 @@
 // are checked again when a pipeline opens them (interleave builds a graph per file, which goes
 // through the same check: ExecutorOptions::check_graph). An empty DataRoots allows everything.
 //
+// Remote URLs (s3://, gs://, http(s)://; core/file_system.h) are allowed only under a root given
+// as a URL prefix ("s3://bucket/datasets"), compared as text by whole path segments, and may not
+// use '..'; local roots never admit a URL, so a server restricted to local folders reads no
+// object store with its credentials.
+//
 // Thread safety: immutable after Create; thread-safe.
 #ifndef SLUICE_CORE_DATA_ROOTS_H_
 #define SLUICE_CORE_DATA_ROOTS_H_
@@ -31,8 +36,9 @@ class DataRoots {
   // No restriction.
   DataRoots() = default;
 
-  // Roots given as folders (each resolved with realpath). INVALID_ARGUMENT naming a root that
-  // does not exist or is not a folder. An empty list: no restriction.
+  // Roots given as folders (each resolved with realpath) or URL prefixes (kept as given).
+  // INVALID_ARGUMENT naming a local root that does not exist or is not a folder, or a URL root
+  // with '..'. An empty list: no restriction.
   static absl::StatusOr<DataRoots> Create(const std::vector<std::string>& roots);
 
   bool restricted() const { return !roots_.empty(); }

@@ -13,6 +13,7 @@
 #include "core/spec_inference.h"
 #include "core/status_macros.h"
 #include "core/transform_graph.h"
+#include "core/webdataset_reader.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
@@ -275,6 +276,7 @@ int64_t Dataset::Cardinality() const {
     case proto::SourceDef::kCsv:
     case proto::SourceDef::kNpy:
     case proto::SourceDef::kListFiles:
+    case proto::SourceDef::kWebdataset:
     case proto::SourceDef::KIND_NOT_SET:
       n = kUnknownCardinality;
       break;
@@ -343,6 +345,8 @@ std::string SourceExpression(const proto::SourceDef& s) {
       return TFRecordSourceExpression(s.tf_record());
     case proto::SourceDef::kFixedLengthRecord:
       return FixedLengthRecordSourceExpression(s.fixed_length_record());
+    case proto::SourceDef::kWebdataset:  // core/webdataset_reader.h
+      return WebDatasetSourceExpression(s.webdataset());
     case proto::SourceDef::kPermuted: {
       // Written by the coordinator (core/global_order.h), never parsed: for logs and errors.
       const proto::PermutedSource& p = s.permuted();

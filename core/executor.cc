@@ -35,6 +35,7 @@
 #include "core/source_iterators.h"
 #include "core/spec_inference.h"
 #include "core/status_macros.h"
+#include "core/webdataset_reader.h"
 
 namespace sluice {
 namespace {
@@ -127,6 +128,10 @@ absl::StatusOr<IteratorFactory> BuildSource(const std::string& label,
     case proto::SourceDef::kFixedLengthRecord: {
       const proto::FixedLengthRecordSource r = source.fixed_length_record();
       return IteratorFactory([label, r] { return NewFixedLengthRecordIterator(label, r); });
+    }
+    case proto::SourceDef::kWebdataset: {  // core/webdataset_reader.h
+      const proto::WebDatasetSource w = source.webdataset();
+      return IteratorFactory([label, w] { return NewWebDatasetIterator(label, w); });
     }
     case proto::SourceDef::kPermuted: {  // core/permuted_source_iterator.h
       const proto::PermutedSource p = source.permuted();

@@ -1,5 +1,5 @@
-// Sequential byte sources for the record readers: an interface, a file (read(2) on a descriptor,
-// seekable) and an in-memory string (for tests and fuzzing). Buffering is the reader's job
+// Sequential byte sources for the record readers: an interface, a file or URL (opened through
+// core/file_system.h: read(2) on a descriptor for local files, seekable) and an in-memory string (for tests and fuzzing). Buffering is the reader's job
 // (core/tfrecord_reader.h), so Read() may be called with large counts.
 //
 // Thread safety: none; one caller at a time.
@@ -28,13 +28,15 @@ class InputStream {
   virtual const std::string& name() const = 0;
 };
 
-// Opens `filename` for reading: NOT_FOUND naming it when missing, else the errno's code.
+// Opens `filename` (a path or a URL, core/file_system.h) for reading through the file system of
+// its scheme: NOT_FOUND naming it when missing, else the errno's (or the store's) code.
 absl::StatusOr<std::unique_ptr<InputStream>> OpenFileStream(const std::string& filename);
 
 // Reads `data` (copied) under the name `name`.
 std::unique_ptr<InputStream> NewStringStream(std::string name, std::string data);
 
-// Size and modification time of a file, for staleness checks. NOT_FOUND naming it when missing.
+// Size and modification time of a file (a path or a URL), for staleness checks. NOT_FOUND
+// naming it when missing.
 struct FileStat {
   uint64_t size = 0;
   int64_t mtime_ns = 0;

@@ -1,7 +1,5 @@
 #include "core/list_files.h"
 
-#include <glob.h>
-
 #include <algorithm>
 #include <random>
 #include <utility>
@@ -9,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/auto_shard.h"
+#include "core/file_system.h"
 #include "core/op_iterator.h"
 #include "core/shuffle_iterator.h"
 #include "core/status_macros.h"
@@ -42,17 +41,7 @@ absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(
     const proto::ListFilesSource& source) {
   std::vector<std::string> names;
   for (const std::string& pattern : source.patterns()) {
-    glob_t g = {};
-    const int rc = ::glob(pattern.c_str(), GLOB_NOSORT, nullptr, &g);
-    if (rc != 0 && rc != GLOB_NOMATCH) {
-      ::globfree(&g);
-      return absl::UnavailableError(
-          absl::StrCat("cannot expand file pattern '", pattern, "' (glob error ", rc, ")"));
-    }
-    std::vector<std::string> matched;
-    for (size_t i = 0; i < g.gl_pathc; ++i) matched.emplace_back(g.gl_pathv[i]);
-    ::globfree(&g);
-    std::sort(matched.begin(), matched.end());
+    ASSIGN_OR_RETURN(std::vector<std::string> matched, GlobFiles(pattern));
     names.insert(names.end(), matched.begin(), matched.end());
   }
   if (names.empty()) {

@@ -1,8 +1,9 @@
 // list_files(file_pattern, shuffle=False, seed=None): the names of the files matching one or
 // more glob patterns, as string scalars.
 //
-// Each pattern is expanded with glob(3) (`*`, `?`, `[...]`; no `**`), its matches sorted
-// bytewise, and the patterns' lists concatenated in order. Unlike TF, whose default is
+// Each pattern is expanded by the file system of its scheme (core/file_system.h: glob(3) for
+// local paths, a prefix listing for s3:// and gs://; `*`, `?`, `[...]` within one path segment,
+// no `**`), its matches sorted bytewise, and the patterns' lists concatenated in order. Unlike TF, whose default is
 // shuffle=True, Sluice's default is the sorted order (deterministic input pipelines);
 // shuffle=True shuffles the whole list, reshuffling for each new iterator of the op (each epoch)
 // from `seed` as shuffle() does (core/shuffle_iterator.h); without a seed the order differs

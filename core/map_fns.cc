@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/dtype_dispatch.h"
+#include "core/image_ops.h"
 #include "core/memory_budget.h"
 #include "core/op_iterator.h"
 #include "core/plugin_loader.h"
@@ -481,6 +482,7 @@ std::string MapFnName(const proto::MapOp& map) {
     case proto::MapOp::kNormalize: return "normalize";
     case proto::MapOp::kOneHot: return "one_hot";
     case proto::MapOp::kPlugin: return "plugin";
+    case proto::MapOp::kImage: return ImageFnName(map.image());  // core/image_ops.h
     case proto::MapOp::FN_NOT_SET: break;
   }
   return "unset";
@@ -539,6 +541,8 @@ absl::StatusOr<std::unique_ptr<ComponentFn>> MakeComponentFn(const proto::MapOp&
     }
     case proto::MapOp::kPlugin:
       return MakePluginComponentFn(map.plugin());
+    case proto::MapOp::kImage:
+      return MakeImageComponentFn(map.image());  // core/image_ops.h
     case proto::MapOp::kParseExample:
       return MakeParseExampleComponentFn(map.parse_example());  // core/parse_example.h
     case proto::MapOp::FN_NOT_SET:

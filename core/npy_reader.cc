@@ -12,6 +12,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "core/file_system.h"
+#include "core/input_stream.h"
 #include "core/op_iterator.h"
 #include "core/python_literal.h"
 #include "core/status_macros.h"
@@ -124,9 +126,13 @@ class NpyIterator : public OpIterator {
     swap_ = header_.big_endian != (std::endian::native == std::endian::big) &&
             DTypeSize(dtype_) > 1;
     if (rows_ == 0) return absl::OkStatus();
+    const uint64_t need = header_.data_offset + static_cast<uint64_t>(rows_) *
+                                                    row_shape_.num_elements() * DTypeSize(dtype_);
+    if (!IsLocalPath(file)) return ReadWhole(file, need);
+    const std::string path = LocalPathOf(file);
     int fd;
     do {
-      fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) return OpenError(file, errno);
     struct stat st;
@@ -135,12 +141,9 @@ class NpyIterator : public OpIterator {
       ::close(fd);
       return OpenError(file, err);
     }
-    const uint64_t need = header_.data_offset + static_cast<uint64_t>(rows_) *
-                                                    row_shape_.num_elements() * DTypeSize(dtype_);
     if (static_cast<uint64_t>(st.st_size) < need) {
       ::close(fd);
-      return BadFile(file, absl::StrCat("is truncated: the header describes ", need,
-                                        " bytes but the file has ", st.st_size));
+      return Truncated(file, need, st.st_size);
     }
     void* data = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
     const int err = errno;
@@ -150,6 +153,22 @@ class NpyIterator : public OpIterator {
                           absl::StrCat("cannot map npy file '", file, "': ", std::strerror(err)));
     }
     mapping_ = std::make_shared<MappedFile>(data, static_cast<size_t>(st.st_size));
+    return absl::OkStatus();
+  }
+
+  static absl::Status Truncated(const std::string& file, uint64_t need, uint64_t size) {
+    return BadFile(file, absl::StrCat("is truncated: the header describes ", need,
+                                      " bytes but the file has ", size));
+  }
+
+  // A remote file (no mmap): its first `need` bytes read into host memory.
+  absl::Status ReadWhole(const std::string& file, uint64_t need) {
+    ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> f, OpenRandomAccessFile(file));
+    std::shared_ptr<TensorBuffer> buffer = TensorBuffer::AllocateHost(need);
+    ASSIGN_OR_RETURN(const size_t got,
+                     f->ReadAt(0, static_cast<char*>(buffer->data()), static_cast<size_t>(need)));
+    if (got < need) return Truncated(file, need, got);
+    mapping_ = std::move(buffer);
     return absl::OkStatus();
   }
 
@@ -167,25 +186,22 @@ class NpyIterator : public OpIterator {
 }  // namespace
 
 absl::StatusOr<NpyHeader> ReadNpyHeader(const std::string& file) {
-  int fd;
-  do {
-    fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return OpenError(file, errno);
-  auto read_exact = [fd](void* buf, size_t n) {
-    size_t done = 0;
-    while (done < n) {
-      ssize_t r = ::read(fd, static_cast<char*>(buf) + done, n - done);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return false;
-      done += static_cast<size_t>(r);
-    }
-    return true;
+  absl::StatusOr<std::unique_ptr<InputStream>> stream = OpenFileStream(file);
+  if (!stream.ok()) return stream.status();
+  InputStream* in = stream->get();
+  absl::Status read_error;
+  auto read_exact = [in, &read_error](void* buf, size_t n) {
+    absl::StatusOr<size_t> got = in->Read(static_cast<char*>(buf), n);
+    if (!got.ok()) read_error = got.status();
+    return got.ok() && *got == n;
+  };
+  // A failed read is the store's error when there was one, else the file's fault.
+  auto short_read = [&file, &read_error](absl::string_view why) {
+    return read_error.ok() ? BadFile(file, why) : read_error;
   };
   unsigned char prefix[8];
   if (!read_exact(prefix, 8) || std::memcmp(prefix, kNpyMagic, 6) != 0) {
-    ::close(fd);
-    return BadFile(file, "not a NumPy .npy file (bad magic)");
+    return short_read("not a NumPy .npy file (bad magic)");
   }
   const int major = prefix[6];
   uint32_t header_len = 0;
@@ -193,31 +209,26 @@ absl::StatusOr<NpyHeader> ReadNpyHeader(const std::string& file) {
   if (major == 1) {
     unsigned char len[2];
     if (!read_exact(len, 2)) {
-      ::close(fd);
-      return BadFile(file, "truncated header");
+      return short_read("truncated header");
     }
     header_len = len[0] | (len[1] << 8);
     prefix_len = 10;
   } else if (major == 2 || major == 3) {
     unsigned char len[4];
     if (!read_exact(len, 4)) {
-      ::close(fd);
-      return BadFile(file, "truncated header");
+      return short_read("truncated header");
     }
     header_len = len[0] | (len[1] << 8) | (len[2] << 16) | (uint32_t{len[3]} << 24);
     prefix_len = 12;
   } else {
-    ::close(fd);
     return BadFile(file, absl::StrCat("unsupported format version ", major, ".", prefix[7]));
   }
   if (header_len > kMaxHeaderBytes) {
-    ::close(fd);
     return BadFile(file, absl::StrCat("header of ", header_len, " bytes is too large"));
   }
   std::string text(header_len, '\0');
   const bool got = read_exact(text.data(), header_len);
-  ::close(fd);
-  if (!got) return BadFile(file, "truncated header");
+  if (!got) return short_read("truncated header");
 
   absl::StatusOr<PyValue> dict = ParsePythonLiteral(absl::StripAsciiWhitespace(text));
   if (!dict.ok() || dict->kind != PyValue::Kind::kDict) {

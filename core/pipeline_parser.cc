@@ -18,6 +18,7 @@
 #include "core/example_parser.h"
 #include "core/npy_reader.h"
 #include "core/transform_graph.h"
+#include "core/webdataset_reader.h"
 
 namespace sluice {
 namespace {
@@ -90,6 +91,7 @@ const std::vector<Signature>& SourceSignatures() {
                        {"field_delim", false}, {"use_quote_delim", false}, {"na_value", false},
                        {"select_cols", false}, {"exclude_cols", false}}},
       {"npy_dataset", {{"filenames", true}, {"dtype", false}, {"shape", false}}},
+      {"webdataset_dataset", {{"urls", true}, {"keys", false}}},
       {"list_files", {{"file_pattern", true}, {"shuffle", false}, {"seed", false},
                       {"num_shards", false}, {"shard_index", false}}},
   };
@@ -262,7 +264,8 @@ class PipelineParser {
     if (base == "text_line_dataset") {
       return Filenames(v, source->mutable_text_line()->mutable_filenames(), base);
     }
-    if (base == "csv_dataset" || base == "npy_dataset" || base == "list_files") {
+    if (base == "csv_dataset" || base == "npy_dataset" || base == "list_files" ||
+        base == "webdataset_dataset") {
       return BuildTransformSource(base, bound, at, source);
     }
     if (base == "tf_record_dataset" || base == "fixed_length_record_dataset") {

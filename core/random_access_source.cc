@@ -1,8 +1,5 @@
 #include "core/random_access_source.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -18,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/crc32c.h"
+#include "core/file_system.h"
 #include "core/fixed_length_record_reader.h"
 #include "core/input_stream.h"
 #include "core/npy_reader.h"
@@ -133,12 +131,7 @@ class IndexCache {
 class FileHandles {
  public:
   explicit FileHandles(std::vector<std::string> names)
-      : names_(std::move(names)), fds_(names_.size(), -1) {}
-  ~FileHandles() {
-    for (int fd : fds_) {
-      if (fd >= 0) ::close(fd);
-    }
-  }
+      : names_(std::move(names)), files_(names_.size()) {}
   FileHandles(const FileHandles&) = delete;
   FileHandles& operator=(const FileHandles&) = delete;
 
@@ -147,20 +140,12 @@ class FileHandles {
   // Reads exactly `n` bytes at `offset` of file `file` into `dst`. A file shorter than that is
   // DATA_LOSS (it changed since it was indexed).
   absl::Status ReadAt(size_t file, uint64_t offset, char* dst, size_t n) {
-    ASSIGN_OR_RETURN(int fd, Fd(file));
-    size_t done = 0;
-    while (done < n) {
-      const ssize_t r = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        return FileError(errno, absl::StrCat("read byte ", offset + done, " of"), names_[file]);
-      }
-      if (r == 0) {
-        return absl::DataLossError(absl::StrCat(
-            "file ", names_[file], " ends at byte ", offset + done, ", inside the ", n,
-            " bytes at byte offset ", offset, " (did it change since it was indexed?)"));
-      }
-      done += static_cast<size_t>(r);
+    ASSIGN_OR_RETURN(RandomAccessFile * f, File(file));
+    ASSIGN_OR_RETURN(const size_t done, f->ReadAt(offset, dst, n));
+    if (done < n) {
+      return absl::DataLossError(absl::StrCat(
+          "file ", names_[file], " ends at byte ", offset + done, ", inside the ", n,
+          " bytes at byte offset ", offset, " (did it change since it was indexed?)"));
     }
     return absl::OkStatus();
   }
@@ -168,25 +153,19 @@ class FileHandles {
  private:
   static constexpr size_t kMaxOpen = 64;
 
-  absl::StatusOr<int> Fd(size_t file) {
-    if (fds_[file] >= 0) return fds_[file];
+  absl::StatusOr<RandomAccessFile*> File(size_t file) {
+    if (files_[file] != nullptr) return files_[file].get();
     if (open_.size() >= kMaxOpen) {
-      ::close(fds_[open_.front()]);
-      fds_[open_.front()] = -1;
+      files_[open_.front()].reset();
       open_.pop_front();
     }
-    int fd;
-    do {
-      fd = ::open(names_[file].c_str(), O_RDONLY | O_CLOEXEC);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) return FileError(errno, "open", names_[file]);
-    fds_[file] = fd;
+    ASSIGN_OR_RETURN(files_[file], OpenRandomAccessFile(names_[file]));
     open_.push_back(file);
-    return fd;
+    return files_[file].get();
   }
 
   const std::vector<std::string> names_;
-  std::vector<int> fds_;
+  std::vector<std::unique_ptr<RandomAccessFile>> files_;
   std::deque<size_t> open_;
 };
 
@@ -558,6 +537,9 @@ absl::Status CheckRandomAccess(const proto::SourceDef& source) {
     case proto::SourceDef::kListFiles:
       return NoRandomAccess(source, "its elements exist only once its patterns are expanded, "
                                     "and the files it names are read by a nested pipeline");
+    case proto::SourceDef::kWebdataset:
+      return NoRandomAccess(source, "where a sample starts in a tar shard is known only by "
+                                    "reading the shard; shard by file (FILE, DYNAMIC) instead");
     case proto::SourceDef::kPermuted:
       return NoRandomAccess(source, "it is already a range of a global order");
     case proto::SourceDef::KIND_NOT_SET:

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/crc32c.h"
+#include "core/file_system.h"
 #include "core/status_macros.h"
 #include "core/tfrecord_reader.h"
 
@@ -49,6 +50,10 @@ uint64_t Fnv1a64(absl::string_view s) {
 bool DirWritable(const std::string& dir) { return ::access(dir.c_str(), W_OK) == 0; }
 
 std::string CacheName(const std::string& filename) {
+  if (!IsLocalPath(filename)) {
+    return absl::StrFormat("%016x-%s.sluice-idx", Fnv1a64(filename),
+                           std::filesystem::path(filename).filename().string());
+  }
   std::error_code ec;
   std::filesystem::path abs = std::filesystem::absolute(filename, ec);
   std::string key = ec ? filename : abs.lexically_normal().string();
@@ -63,7 +68,7 @@ std::string RecordIndexPath(const std::string& filename, const RecordIndexOption
     return (std::filesystem::path(options.cache_dir) / CacheName(filename)).string();
   }
   std::filesystem::path dir = std::filesystem::path(filename).parent_path();
-  if (DirWritable(dir.empty() ? "." : dir.string())) {
+  if (IsLocalPath(filename) && DirWritable(dir.empty() ? "." : dir.string())) {
     return absl::StrCat(filename, ".sluice-idx");
   }
   const char* tmp = std::getenv("TMPDIR");

@@ -69,7 +69,8 @@ class RecordIndex {
   std::vector<uint64_t> offsets_;
 };
 
-// Where LoadOrBuild keeps the index of `filename` under `options`.
+// Where LoadOrBuild keeps the index of `filename` under `options` (a remote file's index goes to
+// options.cache_dir, else $TMPDIR/sluice-index).
 std::string RecordIndexPath(const std::string& filename, const RecordIndexOptions& options);
 
 // Byte offset of record `i` of a fixed-length record file.

@@ -1,14 +1,12 @@
 #include "core/source_iterators.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/input_stream.h"
 #include "core/op_iterator.h"
 
 namespace sluice {
@@ -107,7 +105,7 @@ class TextLineIterator : public OpIterator {
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
     while (true) {
-      if (fd_ < 0) {
+      if (stream_ == nullptr) {
         if (next_file_ >= filenames_.size()) {
           *end_of_sequence = true;
           return absl::OkStatus();
@@ -135,20 +133,14 @@ class TextLineIterator : public OpIterator {
         partial_.append(begin, limit_ - pos_);
         pos_ = limit_;
       }
-      ssize_t n;
-      do {
-        n = ::read(fd_, buffer_.get(), kBufferBytes);
-      } while (n < 0 && errno == EINTR);
-      if (n < 0) {
-        int err = errno;
-        std::string name = filenames_[next_file_ - 1];
+      absl::StatusOr<size_t> n = stream_->Read(buffer_.get(), kBufferBytes);
+      if (!n.ok()) {
         CloseFile();
-        return OpError(absl::ErrnoToStatusCode(err),
-                       absl::StrCat("cannot read file '", name, "': ", std::strerror(err)));
+        return OpError(n.status().code(), n.status().message());
       }
       pos_ = 0;
-      limit_ = static_cast<size_t>(n);
-      if (n == 0) {
+      limit_ = *n;
+      if (*n == 0) {
         CloseFile();
         // A last line without '\n' counts unless nothing is left of it once its '\r's are gone.
         DropCarriageReturns(&partial_);
@@ -175,16 +167,9 @@ class TextLineIterator : public OpIterator {
   }
 
   absl::Status OpenFile(const std::string& name) {
-    int fd;
-    do {
-      fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) {
-      int err = errno;
-      return OpError(absl::ErrnoToStatusCode(err),
-                     absl::StrCat("cannot open file '", name, "': ", std::strerror(err)));
-    }
-    fd_ = fd;
+    absl::StatusOr<std::unique_ptr<InputStream>> stream = OpenFileStream(name);
+    if (!stream.ok()) return OpError(stream.status().code(), stream.status().message());
+    stream_ = *std::move(stream);
     if (buffer_ == nullptr) buffer_ = std::make_unique<char[]>(kBufferBytes);
     pos_ = limit_ = 0;
     partial_.clear();
@@ -192,14 +177,13 @@ class TextLineIterator : public OpIterator {
   }
 
   void CloseFile() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+    stream_.reset();
     pos_ = limit_ = 0;
   }
 
   const std::vector<std::string> filenames_;
   size_t next_file_ = 0;
-  int fd_ = -1;
+  std::unique_ptr<InputStream> stream_;
   std::unique_ptr<char[]> buffer_;
   size_t pos_ = 0;
   size_t limit_ = 0;

@@ -11,6 +11,7 @@
 #include "core/csv_reader.h"
 #include "core/permuted_source_iterator.h"
 #include "core/transform_graph.h"
+#include "core/webdataset_reader.h"
 
 namespace sluice {
 namespace {
@@ -91,6 +92,9 @@ absl::StatusOr<ElementSpec> SourceSpec(const proto::SourceDef& source) {
       return ElementSpec(TensorSpec{DType::kString, Shape()});
     case proto::SourceDef::kTextLine:
       return ElementSpec(TensorSpec{DType::kString, Shape()});
+    case proto::SourceDef::kWebdataset:  // core/webdataset_reader.h
+      RETURN_IF_ERROR(ValidateWebDatasetSource(source.webdataset()));
+      return WebDatasetSpec(source.webdataset());
     case proto::SourceDef::kCsv:
       return CsvSourceSpec(source.csv());
     case proto::SourceDef::kNpy:
@@ -221,6 +225,7 @@ std::string SourceKindName(const proto::SourceDef& source) {
     case proto::SourceDef::kNpy: return "npy_dataset";
     case proto::SourceDef::kListFiles: return "list_files";
     case proto::SourceDef::kPermuted: return "permuted";
+    case proto::SourceDef::kWebdataset: return "webdataset_dataset";
     case proto::SourceDef::KIND_NOT_SET: break;
   }
   return "unset";

@@ -9,6 +9,7 @@
 #include "core/csv_reader.h"
 #include "core/dataset.h"
 #include "core/example_parser.h"
+#include "core/image_ops.h"
 #include "core/filter_iterator.h"
 #include "core/map_fns.h"
 #include "core/padded_batch_iterator.h"
@@ -104,6 +105,8 @@ std::string MapFnExpression(const proto::MapOp& m) {
     }
     case proto::MapOp::kParseExample:
       return absl::StrCat("parse_example(", ExampleParser::ToExpression(m.parse_example()), ")");
+    case proto::MapOp::kImage:
+      return ImageFnExpression(m.image());  // core/image_ops.h
     case proto::MapOp::FN_NOT_SET:
       break;
   }

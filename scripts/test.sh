@@ -31,4 +31,13 @@ if [[ "${1:-}" == --sanitize=* ]]; then
 fi
 export SLUICE_BUILD
 sluice_build "${cmake_args[@]}"
+# moto[server] from PyPI for the storage tests (ctest -L storage), which skip without it.
+sluice_install_storage_server() {
+  local venv="$SLUICE_BUILD/storage-venv"
+  [[ -x $venv/bin/moto_server ]] && return 0
+  sluice_install_deps python3-venv || return 1
+  python3 -m venv "$venv" && "$venv/bin/pip" install -q 'moto[server]'
+}
+sluice_install_storage_server ||
+  echo "sluice: could not install moto[server] into $SLUICE_BUILD/storage-venv; the storage tests will skip" >&2
 ctest --test-dir "$SLUICE_BUILD" --output-on-failure -j"$(nproc)" --timeout 600 "$@"

@@ -1,0 +1,198 @@
+// ImageNet-style input pipeline throughput, images/s on one core: WebDataset tar shards of
+// synthetic ~110 KB JPEGs (500x375, encoded here with libturbojpeg at quality 90), then
+//
+//   webdataset_dataset(shards, keys=['cls', 'jpg'])
+//     .map(decode_image(channels=3), key='jpg')
+//     .map(random_crop([224, 224, 3], seed=1), key='jpg')
+//     .map(random_flip_left_right(seed=2), key='jpg')
+//     .map(normalize(mean=[123.7, 116.3, 103.5], std=[58.4, 57.1, 57.4]), key='jpg')
+//     .batch(256)
+//
+// run by the in-process executor with every map sequential (num_parallel_calls=0: one core).
+// Also writes the same JPEGs as a TFRecord file (one record of JPEG bytes each) for the
+// TensorFlow reference, bench/tf_image_reference.py.
+//
+//   image_bench [--images=1024] [--shards=4] [--dir=/tmp/sluice-image-bench] [--reps=3]
+//               [--reuse]   (read the shards a previous run wrote instead of writing them)
+#include <malloc.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/dataset.h"
+#include "core/executor.h"
+#include "core/tfrecord_writer.h"
+
+namespace sluice {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A 500x375 RGB picture with smooth structure and noise, so that quality-90 JPEG lands near the
+// ~110 KB of an average ImageNet training image.
+std::string MakeJpeg(int index, tjhandle tj) {
+  const int w = 500, h = 375;
+  std::vector<unsigned char> rgb(static_cast<size_t>(w * h * 3));
+  std::mt19937 gen(static_cast<unsigned>(index));
+  std::uniform_int_distribution<int> noise(-40, 40);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int k = 0; k < 3; ++k) {
+        int v = (x * (k + 1) + y * (3 - k) + index * 17) % 256 + noise(gen);
+        rgb[static_cast<size_t>((y * w + x) * 3 + k)] =
+            static_cast<unsigned char>(std::clamp(v, 0, 255));
+      }
+    }
+  }
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  if (tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &out, &size, TJSAMP_420, 90, 0) != 0) {
+    std::fprintf(stderr, "tjCompress2: %s\n", tjGetErrorStr2(tj));
+    std::exit(1);
+  }
+  std::string jpeg(reinterpret_cast<char*>(out), size);
+  tjFree(out);
+  return jpeg;
+}
+
+// One ustar member.
+void AppendTarMember(const std::string& name, const std::string& data, std::string* tar) {
+  char h[512] = {};
+  std::snprintf(h, 100, "%s", name.c_str());
+  std::snprintf(h + 100, 8, "%07o", 0644);
+  std::snprintf(h + 108, 8, "%07o", 0);
+  std::snprintf(h + 116, 8, "%07o", 0);
+  std::snprintf(h + 124, 12, "%011lo", static_cast<unsigned long>(data.size()));
+  std::snprintf(h + 136, 12, "%011o", 0);
+  h[156] = '0';
+  std::memcpy(h + 257, "ustar", 6);
+  std::memcpy(h + 263, "00", 2);
+  std::memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (unsigned char c : h) sum += c;
+  std::snprintf(h + 148, 8, "%06o", sum);
+  tar->append(h, 512);
+  tar->append(data);
+  tar->append((512 - data.size() % 512) % 512, '\0');
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) std::exit(1);
+  std::fclose(f);
+}
+
+void WriteShards(const std::string& dir, int images, const std::vector<std::string>& names);
+void RunPipeline(const std::vector<std::string>& names, int reps);
+
+int Main(int argc, char** argv) {
+  // Keep decoded images' memory resident, as bench/stream_bench.cc does (PERF_NOTES.md: page
+  // faults, not the work, dominate otherwise).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  int images = 1024, shards = 4, reps = 3;
+  std::string dir = "/tmp/sluice-image-bench";
+  bool reuse = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* flag) { return a.substr(std::strlen(flag)); };
+    if (a.rfind("--images=", 0) == 0) images = std::atoi(value("--images=").c_str());
+    if (a.rfind("--shards=", 0) == 0) shards = std::atoi(value("--shards=").c_str());
+    if (a.rfind("--reps=", 0) == 0) reps = std::atoi(value("--reps=").c_str());
+    if (a.rfind("--dir=", 0) == 0) dir = value("--dir=");
+    if (a == "--reuse") reuse = true;
+  }
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> names;
+  for (int s = 0; s < shards; ++s) names.push_back(absl::StrCat(dir, "/shard-", s, ".tar"));
+  if (!reuse) WriteShards(dir, images, names);
+  RunPipeline(names, reps);
+  return 0;
+}
+
+void WriteShards(const std::string& dir, int images, const std::vector<std::string>& names) {
+  const int shards = static_cast<int>(names.size());
+  tjhandle tj = tjInitCompress();
+  std::vector<std::string> tars(static_cast<size_t>(shards));
+  std::string tfrecords;
+  int64_t jpeg_bytes = 0;
+  for (int i = 0; i < images; ++i) {
+    const std::string jpeg = MakeJpeg(i, tj);
+    jpeg_bytes += static_cast<int64_t>(jpeg.size());
+    const std::string key = absl::StrCat("n", 100000 + i);
+    std::string& tar = tars[static_cast<size_t>(i % shards)];
+    AppendTarMember(key + ".cls", std::to_string(i % 1000), &tar);
+    AppendTarMember(key + ".jpg", jpeg, &tar);
+    AppendTFRecord(jpeg, &tfrecords);
+  }
+  tjDestroy(tj);
+  for (int s = 0; s < shards; ++s) {
+    tars[static_cast<size_t>(s)].append(1024, '\0');
+    WriteFile(names[static_cast<size_t>(s)], tars[static_cast<size_t>(s)]);
+  }
+  WriteFile(dir + "/images.tfrecord", tfrecords);
+  std::printf("%d images, mean JPEG %.1f KB, %d shards in %s\n", images,
+              jpeg_bytes / 1024.0 / images, shards, dir.c_str());
+}
+
+void RunPipeline(const std::vector<std::string>& names, int reps) {
+
+  std::string files;
+  for (const std::string& n : names) {
+    absl::StrAppend(&files, files.empty() ? "" : ", ", "'", n, "'");
+  }
+  const std::string expr = absl::StrCat(
+      "webdataset_dataset([", files, "], keys=['cls', 'jpg'])"
+      ".map(decode_image(channels=3), key='jpg')"
+      ".map(random_crop([224, 224, 3], seed=1), key='jpg')"
+      ".map(random_flip_left_right(seed=2), key='jpg')"
+      ".map(normalize(mean=[123.7, 116.3, 103.5], std=[58.4, 57.1, 57.4]), key='jpg')"
+      ".batch(256)");
+  absl::StatusOr<Dataset> ds = Dataset::Parse(expr);
+  if (!ds.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(ds.status().message()).c_str());
+    std::exit(1);
+  }
+  std::vector<double> rates, cpu_rates;
+  for (int r = 0; r < reps; ++r) {
+    auto it = MakeIterator(*ds);
+    if (!it.ok()) std::exit(1);
+    int64_t n = 0;
+    const auto t0 = Clock::now();
+    const std::clock_t c0 = std::clock();
+    for (;;) {
+      Element e;
+      bool end = false;
+      absl::Status s = (*it)->GetNext(&e, &end);
+      if (!s.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+        std::exit(1);
+      }
+      if (end) break;
+      n += e.children()[1].leaf().shape().dim(0);  // dict order: __key__, cls, jpg
+    }
+    rates.push_back(n / std::chrono::duration<double>(Clock::now() - t0).count());
+    cpu_rates.push_back(n / (static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC));
+    std::printf("rep %d: %lld images, %.0f images/s, %.0f images per CPU-second\n", r,
+                static_cast<long long>(n), rates.back(), cpu_rates.back());
+  }
+  std::sort(rates.begin(), rates.end());
+  std::sort(cpu_rates.begin(), cpu_rates.end());
+  std::printf("sluice median: %.0f images/s on one core, %.0f images per CPU-second\n",
+              rates[rates.size() / 2], cpu_rates[cpu_rates.size() / 2]);
+}
+
+}  // namespace
+}  // namespace sluice
+
+int main(int argc, char** argv) { return sluice::Main(argc, argv); }
