@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/random/random.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "core/backoff.h"
 
 namespace sluice {
 namespace {
@@ -127,16 +127,12 @@ bool IsRetryableHttpStatus(int status) { return status >= 500 || status == 429; 
 
 absl::StatusOr<HttpResponse> SendWithRetries(HttpClient& client, const HttpRequest& request,
                                              const RetryOptions& options) {
-  absl::BitGen gen;
+  Backoff backoff(options.initial_backoff, options.max_backoff);
   absl::StatusOr<HttpResponse> last = absl::UnavailableError("no attempt made");
   const int attempts = std::max(1, options.max_attempts);
   for (int k = 0; k < attempts; ++k) {
     if (k > 0) {
-      absl::Duration cap = options.initial_backoff;
-      for (int i = 1; i < k && cap < options.max_backoff; ++i) cap *= 2;
-      cap = std::min(cap, options.max_backoff);
-      const absl::Duration wait =
-          absl::Nanoseconds(absl::Uniform<int64_t>(gen, 0, absl::ToInt64Nanoseconds(cap) + 1));
+      const absl::Duration wait = backoff.Next();
       if (options.sleep) {
         options.sleep(wait);
       } else {

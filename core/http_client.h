@@ -55,8 +55,9 @@ std::shared_ptr<HttpClient> NewCurlHttpClient(const CurlHttpClientOptions& optio
 struct RetryOptions {
   // Attempts in all, the first included.
   int max_attempts = 6;
-  // Backoff before retry k (k >= 1) is uniform in [0, min(max_backoff, initial_backoff * 2^(k-1))]
-  // ("full jitter"), so that many workers retrying a throttled store spread out.
+  // Backoff before retry k (k >= 1) is uniform in [d/2, d], d = min(max_backoff,
+  // initial_backoff * 2^(k-1)) (core/backoff.h), so that many workers retrying a throttled store
+  // spread out.
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(5);
   // How to wait (tests record the waits instead). Null: absl::SleepFor.

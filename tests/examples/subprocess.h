@@ -46,9 +46,9 @@ namespace sluice {
 
 struct SubprocessOptions {
   // Extra environment entries "KEY=VALUE"; they replace the parent's entries of the same KEY.
-  std::vector<std::string> env;
+  std::vector<std::string> env = {};
   // Working directory of the child; empty: the parent's.
-  std::string working_dir;
+  std::string working_dir = {};
   // For RunSubprocess(): how long to wait for the child to exit before killing it.
   absl::Duration timeout = absl::Seconds(120);
 };
