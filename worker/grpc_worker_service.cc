@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "core/grpc_status.h"
+#include "core/rpc/grpc_status.h"
 #include "grpcpp/impl/rpc_service_method.h"
 #include "grpcpp/support/method_handler.h"
-#include "core/step_frame.h"
+#include "core/rpc/step_frame.h"
 
 namespace sluice {
 namespace {

@@ -1,6 +1,6 @@
 // GrpcWorkerService: the worker's data plane, the raw bidi method
 // `/sluice.proto.WorkerService/StreamSteps` over grpc::ByteBuffer (protocol: docs/SERVICE.md,
-// framing: core/step_frame.h).
+// framing: core/rpc/step_frame.h).
 //
 // One call serves one consumer's stream of one task: the first message is a StreamRequest; the
 // worker then sends StepFrames as steps are available and credits allow (several steps per
@@ -29,7 +29,7 @@
 #include "grpcpp/impl/service_type.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/sync_stream.h"
-#include "core/token_auth.h"
+#include "core/rpc/token_auth.h"
 #include "worker/task_runner.h"
 
 namespace sluice {
@@ -53,7 +53,7 @@ struct WorkerServiceOptions {
   absl::Duration poll_interval = absl::Milliseconds(50);
   // After the last frame, how long to wait for the consumer to half-close before cancelling.
   absl::Duration close_grace = absl::Seconds(5);
-  // Shared token every call must carry (core/token_auth.h); empty: none.
+  // Shared token every call must carry (core/rpc/token_auth.h); empty: none.
   std::string token;
 };
 

@@ -3,10 +3,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/distribute_spec.h"
-#include "core/rebatch.h"
-#include "core/rebatch_iterator.h"
-#include "core/status_macros.h"
+#include "core/data/distribute/distribute_spec.h"
+#include "core/data/distribute/rebatch.h"
+#include "core/data/ops/rebatch_iterator.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {

@@ -4,7 +4,7 @@
 //  - every element delivered exactly once across all replicas (OFF: once per task, i.e. per
 //    worker copy: each of the K = 3 tasks produces the whole dataset);
 //  - both consumers read the same number of steps and see the end of data together;
-//  - the per-step piece sizes follow TF's rebatching rule (core/rebatch.h
+//  - the per-step piece sizes follow TF's rebatching rule (core/data/distribute/rebatch.h
 //    CoordinatedPieceSizes), partial steps filled in order and padded with size-0 pieces;
 //  - for the static policies, the exact values of every step of every replica, as the
 //    round-robin schedule of docs/SERVICE.md gives them;
@@ -20,7 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/rebatch.h"
+#include "core/data/distribute/rebatch.h"
 #include "gtest/gtest.h"
 #include "tests/integration/process_cluster.h"
 #include "tests/integration/step_model.h"
