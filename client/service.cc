@@ -1,3 +1,4 @@
+#include "proto/dataset.pb.h"
 #include "sluice/service.h"
 
 #include <algorithm>

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@
 #include "core/data/transform_graph.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "proto/dataset.pb.h"
 
 namespace sluice {
 
@@ -76,8 +78,11 @@ Dataset Dataset::FixedLengthRecord(std::vector<std::string> filenames, int64_t r
   return Dataset(std::move(def));
 }
 
+Dataset::Dataset(proto::DatasetDef def)
+    : def_(std::make_shared<const proto::DatasetDef>(std::move(def))) {}
+
 Dataset Dataset::WithOp(proto::OpDef op) const {
-  proto::DatasetDef def = def_;
+  proto::DatasetDef def = *def_;
   *def.add_ops() = std::move(op);
   return Dataset(std::move(def));
 }
@@ -167,10 +172,10 @@ absl::StatusOr<Dataset> Dataset::FromDef(proto::DatasetDef def) {
   return Dataset(std::move(def));
 }
 
-absl::Status Dataset::Validate() const { return InferElementSpecs(def_).status(); }
+absl::Status Dataset::Validate() const { return InferElementSpecs(def()).status(); }
 
 absl::StatusOr<ElementSpec> Dataset::element_spec() const {
-  ASSIGN_OR_RETURN(std::vector<ElementSpec> specs, InferElementSpecs(def_));
+  ASSIGN_OR_RETURN(std::vector<ElementSpec> specs, InferElementSpecs(def()));
   return std::move(specs.back());
 }
 
@@ -252,10 +257,10 @@ int64_t OpCardinality(const proto::OpDef& op, const ElementSpec& input, int64_t 
 }  // namespace
 
 int64_t Dataset::Cardinality() const {
-  absl::StatusOr<std::vector<ElementSpec>> specs = InferElementSpecs(def_);
+  absl::StatusOr<std::vector<ElementSpec>> specs = InferElementSpecs(def());
   if (!specs.ok()) return kUnknownCardinality;
   int64_t n = kUnknownCardinality;
-  const proto::SourceDef& source = def_.source();
+  const proto::SourceDef& source = def().source();
   switch (source.kind_case()) {
     case proto::SourceDef::kRange:
       n = RangeCardinality(source.range());
@@ -279,7 +284,7 @@ int64_t Dataset::Cardinality() const {
       n = kUnknownCardinality;
       break;
   }
-  for (int i = 0; i < def_.ops_size(); ++i) n = OpCardinality(def_.ops(i), (*specs)[i], n);
+  for (int i = 0; i < def().ops_size(); ++i) n = OpCardinality(def().ops(i), (*specs)[i], n);
   return n;
 }
 
@@ -299,7 +304,7 @@ uint64_t Fnv1a64(absl::string_view bytes, uint64_t offset) {
 std::string Dataset::Fingerprint() const {
   // Fields that carry no meaning (a seed without has_seed, the sizes of a hinted shard) are
   // cleared, so graphs that run the same way hash the same.
-  proto::DatasetDef canonical = def_;
+  proto::DatasetDef canonical = def();
   for (proto::OpDef& op : *canonical.mutable_ops()) {
     if (op.has_shuffle() && !op.shuffle().has_seed()) op.mutable_shuffle()->clear_seed();
     if (op.has_shard() && op.shard().num_shards_is_hint()) op.mutable_shard()->clear_num_shards();
@@ -420,8 +425,8 @@ std::string OpExpression(const proto::OpDef& op) {
 }  // namespace
 
 std::string Dataset::ToExpression() const {
-  std::string out = SourceExpression(def_.source());
-  for (const proto::OpDef& op : def_.ops()) absl::StrAppend(&out, ".", OpExpression(op));
+  std::string out = SourceExpression(def().source());
+  for (const proto::OpDef& op : def().ops()) absl::StrAppend(&out, ".", OpExpression(op));
   return out;
 }
 

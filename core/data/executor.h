@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "proto/dataset.pb.h"
 #include "sluice/dataset.h"
 #include "core/data/iterator.h"
 

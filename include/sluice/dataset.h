@@ -14,16 +14,23 @@
 #define SLUICE_CORE_DATASET_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "sluice/element.h"
-#include "proto/dataset.pb.h"
 
 namespace sluice {
+
+// The graph's wire form (proto/dataset.proto). Sluice's own code includes "proto/dataset.pb.h" to
+// use def() and FromDef(); a trainer never needs them.
+namespace proto {
+class DatasetDef;
+class OpDef;
+}  // namespace proto
 
 // Cardinality() results that are not a count, as in tf.data.
 inline constexpr int64_t kInfiniteCardinality = -1;
@@ -68,7 +75,7 @@ class Dataset {
   // Wraps a graph received from elsewhere; INVALID_ARGUMENT if it does not Validate().
   static absl::StatusOr<Dataset> FromDef(proto::DatasetDef def);
 
-  const proto::DatasetDef& def() const { return def_; }
+  const proto::DatasetDef& def() const { return *def_; }
 
   // OK if the graph can run; else INVALID_ARGUMENT naming the op and what is wrong.
   absl::Status Validate() const;
@@ -82,10 +89,11 @@ class Dataset {
   std::string ToExpression() const;
 
  private:
-  explicit Dataset(proto::DatasetDef def) : def_(std::move(def)) {}
+  explicit Dataset(proto::DatasetDef def);
   Dataset WithOp(proto::OpDef op) const;
 
-  proto::DatasetDef def_;
+  // Never null; shared between copies (the graph is immutable).
+  std::shared_ptr<const proto::DatasetDef> def_;
 };
 
 }  // namespace sluice

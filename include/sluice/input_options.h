@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "core/data/distribute/auto_shard.h"  // AutoShardPolicy
+#include "sluice/auto_shard_policy.h"
 
 namespace sluice {
 

@@ -1,4 +1,5 @@
 // The Dataset graph: FromDef, cardinality (tf.data's rules), fingerprints and ToExpression.
+#include "proto/dataset.pb.h"
 #include "sluice/dataset.h"
 
 #include <cmath>

@@ -11,6 +11,7 @@
 #include "core/data/distribute/distribute_spec.h"
 #include "core/data/distribute/rebatch.h"
 #include "core/util/status_macros.h"
+#include "proto/dataset.pb.h"
 
 namespace sluice {
 namespace {

@@ -7,16 +7,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "sluice/auto_shard_policy.h"  // AutoShardPolicy, ParseAutoShardPolicy
 #include "sluice/dataset.h"
 
 namespace sluice {
-
-// tf.data.experimental.AutoShardPolicy, same values.
-enum class AutoShardPolicy : int { kOff = -1, kAuto = 0, kFile = 1, kData = 2, kHint = 3 };
-
-// "OFF", "AUTO", "FILE", "DATA", "HINT" (any case); INVALID_ARGUMENT naming the text otherwise.
-absl::StatusOr<AutoShardPolicy> ParseAutoShardPolicy(absl::string_view name);
-absl::string_view AutoShardPolicyName(AutoShardPolicy policy);
 
 // True if the dataset's source reads files: any source with a `filenames` list (text lines,
 // TFRecord, fixed-length records, CSV, .npy, ...) or list_files (found by the proto fields, so

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/distribute/rebatch.h"
 #include "core/util/status_macros.h"
+#include "proto/dataset.pb.h"
 
 namespace sluice {
 namespace {
