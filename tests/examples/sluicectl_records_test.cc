@@ -1,4 +1,4 @@
-// sluicectl gen, inspect and index (tools/sluicectl/records.cc), run as a user runs them.
+// sluicectl gen, inspect and index (tools/sluicectl/gen.cc, inspect.cc, index.cc), run as a user runs them.
 #include <filesystem>
 #include <string>
 #include <vector>

@@ -1,13 +1,13 @@
 // sluicectl's subcommand table and the pieces subcommands share.
 //
 // sluicectl is `sluicectl <subcommand> [--flag=value ...]`. Each subcommand is one
-// SluicectlCommand, registered from the sluicectl_*.cc file that implements it with
-// SLUICECTL_REGISTER_COMMAND. sluicectl_main.cc parses the command line against the chosen
-// command's flag list (an unknown flag, or one the command does not take, is a usage error),
-// then calls its `run`.
+// SluicectlCommand in its own file tools/sluicectl/<name>.cc (run.cc, element_spec.cc, gen.cc,
+// inspect.cc, index.cc, register.cc, status.cc), registered with SLUICECTL_REGISTER_COMMAND.
+// command_line.cc parses the command line against the chosen command's flag list (an unknown
+// flag, or one the command does not take, is a usage error); main.cc then calls its `run`.
 //
 // Adding a subcommand (service ones: `register`, `status`):
-//   1. Define its flags with ABSL_FLAG in its own client/sluicectl_<name>.cc (or reuse the
+//   1. Define its flags with ABSL_FLAG in its own tools/sluicectl/<name>.cc (or reuse the
 //      shared ones declared below).
 //   2. SLUICECTL_REGISTER_COMMAND({.name = "status", .synopsis = "...", .help = "...",
 //                                  .flags = {"coordinator"}, .run = &StatusMain});
@@ -18,8 +18,8 @@
 //
 // Exit codes: 0 success, 1 an error from the library (printed as "sluicectl: <message>"),
 // 2 a usage error (bad subcommand, flag or flag value).
-#ifndef SLUICE_CLIENT_SLUICECTL_COMMANDS_H_
-#define SLUICE_CLIENT_SLUICECTL_COMMANDS_H_
+#ifndef SLUICE_TOOLS_SLUICECTL_COMMANDS_H_
+#define SLUICE_TOOLS_SLUICECTL_COMMANDS_H_
 
 #include <cstdint>
 #include <string>
@@ -28,11 +28,12 @@
 #include "absl/flags/declare.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "sluice/distributed_dataset.h"
 #include "sluice/input_options.h"
 #include "sluice/strategy.h"
 
-// Flags shared by several subcommands (defined in sluicectl_main.cc).
+// Flags shared by several subcommands (defined in command_line.cc unless noted).
 ABSL_DECLARE_FLAG(std::string, pipeline);
 ABSL_DECLARE_FLAG(std::string, devices);
 ABSL_DECLARE_FLAG(int64_t, steps);
@@ -43,6 +44,8 @@ ABSL_DECLARE_FLAG(int64_t, worker_index);
 ABSL_DECLARE_FLAG(std::string, auto_shard_policy);
 ABSL_DECLARE_FLAG(std::string, format);
 ABSL_DECLARE_FLAG(std::string, coordinator);
+ABSL_DECLARE_FLAG(absl::Duration, retry_deadline);  // service_dataset.cc; register, status
+ABSL_DECLARE_FLAG(std::string, compression);        // gen.cc; gen, inspect
 
 namespace sluice {
 
@@ -102,10 +105,18 @@ using SluicectlDatasetMaker = absl::StatusOr<SluicectlDataset> (*)(const Sluicec
 bool RegisterCoordinatorDatasetMaker(SluicectlDatasetMaker maker);
 // The local (in-process) maker: parses the pipeline, creates a MirroredStrategy on the devices
 // and distributes the dataset with experimental_distribute_dataset.
+// How run and element-spec print: as TensorFlow does, or as JSON.
+enum class OutputFormat { kTf, kJson };
+
+// Reads the flags that run and element-spec share (pipeline_flags.cc). Returns kExitOk or the
+// exit code of a usage error it has reported.
+int ReadPipelineFlags(const std::string& command, const std::vector<std::string>& positional,
+                      SluicectlPipelineArgs* args, OutputFormat* format);
+
 absl::StatusOr<SluicectlDataset> MakeLocalDataset(const SluicectlPipelineArgs& args);
 // The maker for `args`: the coordinator one when args.coordinator is set, else the local one.
 absl::StatusOr<SluicectlDataset> MakeSluicectlDataset(const SluicectlPipelineArgs& args);
 
 }  // namespace sluice
 
-#endif  // SLUICE_CLIENT_SLUICECTL_COMMANDS_H_
+#endif  // SLUICE_TOOLS_SLUICECTL_COMMANDS_H_
