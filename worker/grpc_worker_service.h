@@ -15,6 +15,10 @@
 // write (gRPC 1.51 can hang a call whose first write is hinted, PERF_NOTES.md) nor on a frame
 // after which the stream would wait (the hint would hold it back).
 //
+// The handler only sequences the call; its parts are stream_request.h (the first message),
+// consumer_credits.h (credits and the close handshake) and consumer_frame.h (what a frame
+// carries, when a write is buffered).
+//
 // Synchronous gRPC API: each call runs on a gRPC thread of its own. Thread-safe.
 #ifndef SLUICE_WORKER_GRPC_WORKER_SERVICE_H_
 #define SLUICE_WORKER_GRPC_WORKER_SERVICE_H_
