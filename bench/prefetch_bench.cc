@@ -25,9 +25,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "client/device_prefetcher.h"
-#include "core/cuda_device_memory.h"
-#include "core/device_memory.h"
-#include "core/status_macros.h"
+#include "core/device/cuda_device_memory.h"
+#include "core/device/device_memory.h"
+#include "core/util/status_macros.h"
 
 ABSL_FLAG(int64_t, mib_per_step, 64, "MiB of tensor payload per replica per step");
 ABSL_FLAG(int, steps, 48, "timed steps per row (after 4 warm-up steps)");

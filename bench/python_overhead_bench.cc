@@ -13,7 +13,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "core/status_macros.h"
+#include "core/util/status_macros.h"
 #include "sluice/strategy.h"
 
 ABSL_FLAG(std::string, expression, "", "The pipeline (required)");

@@ -17,11 +17,11 @@
 
 #include <unistd.h>
 
-#include "core/dataset.h"
-#include "core/example_parser.h"
-#include "core/executor.h"
-#include "core/tfrecord_reader.h"
-#include "core/tfrecord_writer.h"
+#include "sluice/dataset.h"
+#include "core/data/ops/example_parser.h"
+#include "core/data/executor.h"
+#include "core/io/tfrecord_reader.h"
+#include "core/io/tfrecord_writer.h"
 #include "proto/example.pb.h"
 
 namespace sluice {

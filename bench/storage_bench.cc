@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/dataset.h"
-#include "core/executor.h"
-#include "core/tfrecord_writer.h"
+#include "sluice/dataset.h"
+#include "core/data/executor.h"
+#include "core/io/tfrecord_writer.h"
 
 namespace sluice {
 namespace {

@@ -30,7 +30,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "core/step_frame.h"
+#include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/sync_stream.h"

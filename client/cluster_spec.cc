@@ -12,8 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "core/json_value.h"
-#include "core/status_macros.h"
+#include "core/util/json_value.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {

@@ -17,8 +17,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/backoff.h"
-#include "core/status_macros.h"
+#include "core/util/backoff.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {

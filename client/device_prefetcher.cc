@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {

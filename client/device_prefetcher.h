@@ -20,7 +20,7 @@
 //
 // GetNextStep hands a step out only after its ready events have completed, so a handed-out
 // buffer is never still being written (with depth >= 1 the copy normally finished long before).
-// Each tensor's buffer is a DeviceTensorBuffer (core/device_memory.h): Tensor::raw_data() is the
+// Each tensor's buffer is a DeviceTensorBuffer (core/device/device_memory.h): Tensor::raw_data() is the
 // device pointer, ReadyEvent() the (completed) event. A slot goes back to its ring when the last
 // Tensor referring to it is dropped; a trainer that launches asynchronous device work reading a
 // batch must keep the batch's Tensors alive until that work has completed. A trainer that keeps
@@ -54,9 +54,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/device_memory.h"
-#include "core/element.h"
-#include "core/step_frame.h"
+#include "core/device/device_memory.h"
+#include "sluice/element.h"
+#include "core/rpc/step_frame.h"
 #include "sluice/distributed_dataset.h"
 #include "sluice/input_options.h"
 #include "sluice/strategy.h"

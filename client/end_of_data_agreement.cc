@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/step_iterator.h"
+#include "core/data/step_iterator.h"
 
 namespace sluice {
 

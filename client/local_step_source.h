@@ -28,10 +28,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/dataset.h"
-#include "core/element.h"
-#include "core/executor.h"
-#include "core/step_iterator.h"
+#include "sluice/dataset.h"
+#include "sluice/element.h"
+#include "core/data/executor.h"
+#include "core/data/step_iterator.h"
 #include "sluice/distributed_dataset.h"
 
 namespace sluice {

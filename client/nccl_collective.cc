@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "core/status_macros.h"
+#include "core/util/status_macros.h"
 #endif
 
 namespace sluice {

@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/proto_convert.h"
-#include "core/status_macros.h"
+#include "core/tensor/proto_convert.h"
+#include "core/util/status_macros.h"
 #include "proto/tensor.pb.h"
 
 namespace sluice {

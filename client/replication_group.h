@@ -29,7 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/collective.h"
-#include "core/element.h"
+#include "sluice/element.h"
 #include "sluice/distributed_dataset.h"
 
 namespace sluice {

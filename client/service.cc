@@ -1,3 +1,4 @@
+#include "proto/dataset.pb.h"
 #include "sluice/service.h"
 
 #include <algorithm>
@@ -10,10 +11,10 @@
 #include "client/service_job_options.h"
 #include "client/service_security.h"
 #include "client/service_step_source.h"
-#include "core/backoff.h"
-#include "core/grpc_status.h"
-#include "core/proto_convert.h"
-#include "core/status_macros.h"
+#include "core/rpc/grpc_status.h"
+#include "core/tensor/proto_convert.h"
+#include "core/util/backoff.h"
+#include "core/util/status_macros.h"
 #include "proto/coordinator.grpc.pb.h"
 
 namespace sluice {

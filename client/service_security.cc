@@ -1,7 +1,7 @@
 #include "client/service_security.h"
 
-#include "core/grpc_security.h"
-#include "core/status_macros.h"
+#include "core/rpc/grpc_security.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 

@@ -4,9 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/backoff.h"
-#include "core/grpc_status.h"
-#include "core/status_macros.h"
+#include "core/rpc/grpc_status.h"
+#include "core/util/backoff.h"
+#include "core/util/status_macros.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/sync_stream.h"
 #include "proto/worker.pb.h"

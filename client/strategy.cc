@@ -9,9 +9,9 @@
 #include "client/device_name.h"
 #include "client/device_prefetcher.h"
 #include "client/local_step_source.h"
-#include "core/auto_shard.h"
-#include "core/distribute_spec.h"
-#include "core/status_macros.h"
+#include "core/data/distribute/auto_shard.h"
+#include "core/data/distribute/distribute_spec.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {

@@ -26,7 +26,7 @@
 #include <iostream>
 
 #include "absl/strings/str_format.h"
-#include "core/status_macros.h"
+#include "core/util/status_macros.h"
 #include "sluice/strategy.h"
 
 namespace {

@@ -20,8 +20,8 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
-#include "core/per_replica_format.h"
-#include "core/status_macros.h"
+#include "sluice/per_replica_format.h"
+#include "core/util/status_macros.h"
 #include "sluice/strategy.h"
 
 namespace {

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <iostream>
 
-#include "core/per_replica_format.h"
-#include "core/status_macros.h"
+#include "sluice/per_replica_format.h"
+#include "core/util/status_macros.h"
 #include "sluice/strategy.h"
 
 namespace {

@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "core/status_macros.h"
+#include "core/util/status_macros.h"
 #include "sluice/strategy.h"
 
 namespace {

@@ -6,8 +6,8 @@ SLUICE_DEBIAN_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev openssl libcpp-httplib-dev
-  libcurl4-openssl-dev libssl-dev  # object stores: core/object_store_file_system.h, core/aws_sigv4.h
-  libturbojpeg0-dev libpng-dev     # image ops: core/image_ops.h
+  libcurl4-openssl-dev libssl-dev  # object stores: core/io/object_store_file_system.h, core/io/aws_sigv4.h
+  libturbojpeg0-dev libpng-dev     # image ops: core/data/ops/image_ops.h
   python3-yaml  # tests/deploy/manifests_test.py
   # The Python package (python/) and its tests: built for Debian's /usr/bin/python3.
   pybind11-dev python3-dev python3-numpy python3-pytest

@@ -2,6 +2,10 @@
 // (docs/SERVICE.md). Each method validates its request, decides the state updates it implies
 // (proto/journal.proto, every id and choice made), applies them to the CoordinatorState under
 // one mutex and answers from the state. No network: grpc_coordinator_service.h adapts it.
+// Implemented by concern: coordinator.cc (construction, journal), coordinator_jobs.cc
+// (datasets, job creation and planning, consumers, status), coordinator_workers.cc (liveness,
+// task placement, worker heartbeats), coordinator_ranges.cc (range and split handout), with
+// the request checks in job_options.h.
 //
 // Errors, by code: INVALID_ARGUMENT a malformed request (the message names the field, or
 // carries the pipeline parser's message); NOT_FOUND an unknown dataset, job or task id;
@@ -31,11 +35,12 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/clock.h"
-#include "core/dataset.h"
+#include "core/util/clock.h"
+#include "proto/dataset.pb.h"
+#include "sluice/dataset.h"
 #include "proto/coordinator.pb.h"
 #include "proto/journal.pb.h"
-#include "core/global_order.h"
+#include "core/data/distribute/global_order.h"
 #include "server/coordinator_state.h"
 #include "server/task_progress.h"
 #include "server/task_planner.h"

@@ -29,9 +29,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "core/grpc_security.h"
-#include "core/logging.h"
-#include "core/metrics_http_server.h"
+#include "core/rpc/grpc_security.h"
+#include "core/util/logging.h"
+#include "core/obs/metrics_http_server.h"
 #include "server/coordinator_metrics.h"
 #include "server/grpc_coordinator_service.h"
 

@@ -12,13 +12,13 @@
 //                                                     SHARDING_RANGES)
 //   sluice_coordinator_job_steps_delivered_total{job,name}, _job_bytes_delivered_total,
 //   sluice_coordinator_job_steps_produced_total        the workers' heartbeat reports
-// RPC counts and errors by method and code come from the RPC interceptor (core/rpc_metrics.h).
+// RPC counts and errors by method and code come from the RPC interceptor (core/rpc/rpc_metrics.h).
 //
 // Thread safety: thread-safe.
 #ifndef SLUICE_SERVER_COORDINATOR_METRICS_H_
 #define SLUICE_SERVER_COORDINATOR_METRICS_H_
 
-#include "core/metrics.h"
+#include "core/obs/metrics.h"
 #include "server/coordinator.h"
 
 namespace sluice {

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/grpc_status.h"
-#include "core/rpc_metrics.h"
+#include "core/rpc/grpc_status.h"
+#include "core/rpc/rpc_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -92,9 +92,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(s->service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   // Replaces AddSecureListeningPort's list: keep its interceptor, first so that
-  // the metrics see the rewritten status (core/grpc_security.h).
+  // the metrics see the rewritten status (core/rpc/grpc_security.h).
   interceptors.push_back(MakeMalformedRequestInterceptorFactory());
-  interceptors.push_back(MakeRpcMetricsInterceptorFactory());  // core/rpc_metrics.h
+  interceptors.push_back(MakeRpcMetricsInterceptorFactory());  // core/rpc/rpc_metrics.h
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {

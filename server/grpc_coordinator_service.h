@@ -21,7 +21,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "core/grpc_security.h"
+#include "core/rpc/grpc_security.h"
 #include "server/coordinator.h"
 #include "server/request_admission.h"
 

@@ -12,8 +12,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/crc32c.h"
-#include "core/status_macros.h"
+#include "core/util/crc32c.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {

@@ -10,7 +10,7 @@
 // order. Files older than the newest snapshot are deleted.
 //
 // Record framing (little-endian): u32 payload length, u32 masked CRC32C of the payload
-// (core/crc32c.h), payload. A record cut short at the end of the last segment, or whose
+// (core/util/crc32c.h), payload. A record cut short at the end of the last segment, or whose
 // checksum fails when it is the file's last record (a crash during its write: the request was
 // never answered), is a torn tail: it is dropped and the file cut back. Anything else that
 // does not decode or apply is DATA_LOSS naming the file and byte offset.

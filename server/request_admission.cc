@@ -1,8 +1,8 @@
 #include "server/request_admission.h"
 
-#include "core/dataset.h"
-#include "core/grpc_status.h"
-#include "core/status_macros.h"
+#include "sluice/dataset.h"
+#include "core/rpc/grpc_status.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 

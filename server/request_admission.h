@@ -11,9 +11,9 @@
 
 #include <string>
 
-#include "core/data_roots.h"
-#include "core/dataset_limits.h"
-#include "core/token_auth.h"
+#include "core/data/data_roots.h"
+#include "core/data/dataset_limits.h"
+#include "core/rpc/token_auth.h"
 #include "grpcpp/server_context.h"
 #include "proto/coordinator.pb.h"
 

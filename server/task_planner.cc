@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/auto_shard.h"
-#include "core/status_macros.h"
+#include "core/data/distribute/auto_shard.h"
+#include "core/util/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 

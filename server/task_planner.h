@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/dataset.h"
+#include "sluice/dataset.h"
 #include "proto/coordinator.pb.h"
 #include "proto/dataset.pb.h"
 

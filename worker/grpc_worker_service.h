@@ -1,6 +1,6 @@
 // GrpcWorkerService: the worker's data plane, the raw bidi method
 // `/sluice.proto.WorkerService/StreamSteps` over grpc::ByteBuffer (protocol: docs/SERVICE.md,
-// framing: core/step_frame.h).
+// framing: core/rpc/step_frame.h).
 //
 // One call serves one consumer's stream of one task: the first message is a StreamRequest; the
 // worker then sends StepFrames as steps are available and credits allow (several steps per
@@ -14,6 +14,10 @@
 // Writes use buffer_hint whenever another frame is ready to follow at once, never on the first
 // write (gRPC 1.51 can hang a call whose first write is hinted, PERF_NOTES.md) nor on a frame
 // after which the stream would wait (the hint would hold it back).
+//
+// The handler only sequences the call; its parts are stream_request.h (the first message),
+// consumer_credits.h (credits and the close handshake) and consumer_frame.h (what a frame
+// carries, when a write is buffered).
 //
 // Synchronous gRPC API: each call runs on a gRPC thread of its own. Thread-safe.
 #ifndef SLUICE_WORKER_GRPC_WORKER_SERVICE_H_
@@ -29,7 +33,7 @@
 #include "grpcpp/impl/service_type.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/sync_stream.h"
-#include "core/token_auth.h"
+#include "core/rpc/token_auth.h"
 #include "worker/task_runner.h"
 
 namespace sluice {
@@ -53,7 +57,7 @@ struct WorkerServiceOptions {
   absl::Duration poll_interval = absl::Milliseconds(50);
   // After the last frame, how long to wait for the consumer to half-close before cancelling.
   absl::Duration close_grace = absl::Seconds(5);
-  // Shared token every call must carry (core/token_auth.h); empty: none.
+  // Shared token every call must carry (core/rpc/token_auth.h); empty: none.
   std::string token;
 };
 

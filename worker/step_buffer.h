@@ -33,7 +33,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/tensor.h"
+#include "sluice/tensor.h"
 
 namespace sluice {
 

@@ -3,10 +3,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/auto_shard.h"
-#include "core/distribute_spec.h"
-#include "core/replica_cut.h"
-#include "core/status_macros.h"
+#include "core/data/distribute/auto_shard.h"
+#include "core/data/distribute/distribute_spec.h"
+#include "core/data/distribute/rebatch.h"
+#include "core/data/distribute/replica_cut.h"
+#include "core/data/ops/rebatch_iterator.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
@@ -106,7 +108,7 @@ absl::StatusOr<std::unique_ptr<TaskStepIterator>> TaskStepIterator::Create(
   auto dataset_or = Dataset::FromDef(task.dataset());
   if (!dataset_or.ok()) return Prefixed(task, dataset_or.status());
   const Dataset& dataset = *dataset_or;
-  // The cut is in-process mode's (core/replica_cut.h): with one consumer (or independent
+  // The cut is in-process mode's (core/data/distribute/replica_cut.h): with one consumer (or independent
   // reads, where each step goes whole to one consumer) the task's pieces are those of
   // DistributeForWorker itself; with C coordinated consumers one global step is cut across all
   // C x R replicas as one worker with C x R replicas would, piece c * R + r to consumer c.

@@ -5,8 +5,8 @@
 //  - coordinated: pieces of sizes CoordinatedPieceSizes(B, C, R), N = C x R pieces a step, piece
 //    c x R + r for replica r of consumer c;
 //  - independent: pieces of sizes BatchSizesForWorker(B, 1, R, 0), R pieces a step;
-// where B is the pipeline's batch size (core/distribute_spec.h). A partial last step is filled
-// with size-0 dummies (core/step_iterator.h). A step_sharded task keeps the job's global steps s
+// where B is the pipeline's batch size (core/data/distribute/distribute_spec.h). A partial last step is filled
+// with size-0 dummies (core/data/step_iterator.h). A step_sharded task keeps the job's global steps s
 // with s >= skip_steps and (s - skip_steps) % K == task_index and numbers them 0, 1, ... (its
 // task steps), recording s. A SHARDING_RANGES task (num_steps > 0) yields its pipeline's first
 // num_steps steps, recording global step first_step + task step.
@@ -27,9 +27,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/dataset.h"
-#include "core/executor.h"
-#include "core/step_iterator.h"
+#include "sluice/dataset.h"
+#include "core/data/executor.h"
+#include "core/data/step_iterator.h"
 #include "proto/coordinator.pb.h"
 #include "worker/step_buffer.h"
 

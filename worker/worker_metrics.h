@@ -12,14 +12,14 @@
 //   sluice_worker_consumer_lag_steps{job,task,consumer}       steps produced minus the consumer's
 //                                                             position (coordinated; independent
 //                                                             jobs: consumer="any", buffered steps)
-// Errors by gRPC code come from the RPC interceptor (core/rpc_metrics.h):
+// Errors by gRPC code come from the RPC interceptor (core/rpc/rpc_metrics.h):
 // sluice_rpc_server_handled_total{service="sluice.proto.WorkerService",method="StreamSteps",code}.
 //
 // Thread safety: thread-safe.
 #ifndef SLUICE_WORKER_WORKER_METRICS_H_
 #define SLUICE_WORKER_WORKER_METRICS_H_
 
-#include "core/metrics.h"
+#include "core/obs/metrics.h"
 #include "proto/coordinator.pb.h"
 #include "worker/task_runner.h"
 

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/backoff.h"
-#include "core/grpc_status.h"
-#include "core/rpc_metrics.h"
-#include "core/status_macros.h"
+#include "core/rpc/grpc_status.h"
+#include "core/rpc/rpc_metrics.h"
+#include "core/util/backoff.h"
+#include "core/util/status_macros.h"
 #include "worker/worker_metrics.h"
 
 namespace sluice {
@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
   builder.RegisterService(w->service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   // Replaces AddSecureListeningPort's list: keep its interceptor, first so that
-  // the metrics see the rewritten status (core/grpc_security.h).
+  // the metrics see the rewritten status (core/rpc/grpc_security.h).
   interceptors.push_back(MakeMalformedRequestInterceptorFactory());
   interceptors.push_back(MakeRpcMetricsInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));

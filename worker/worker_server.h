@@ -34,9 +34,9 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "core/data_roots.h"
-#include "core/dataset_limits.h"
-#include "core/grpc_security.h"
+#include "core/data/data_roots.h"
+#include "core/data/dataset_limits.h"
+#include "core/rpc/grpc_security.h"
 #include "worker/grpc_worker_service.h"
 #include "worker/task_runner.h"
 

@@ -1,4 +1,4 @@
-// An example Sluice custom-op plugin (core/plugin_api.h), built as a shared library
+// An example Sluice custom-op plugin (include/sluice/plugin_api.h), built as a shared library
 // (libsluice_example_plugin.so) and loaded with --plugin=PATH:
 //
 //   sluicectl run --plugin=build/examples/plugins/libsluice_example_plugin.so
@@ -15,7 +15,7 @@
 #include <new>
 #include <string>
 
-#include "core/plugin_api.h"
+#include "sluice/plugin_api.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// _sluice._Dataset: sluice::Dataset (core/dataset.h) for sluice/data.py, which gives it
+// _sluice._Dataset: sluice::Dataset (include/sluice/dataset.h) for sluice/data.py, which gives it
 // tf.data's Python interface.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/dataset.h"
+#include "sluice/dataset.h"
 #include "python/src/py_element.h"
 #include "python/src/py_registration.h"
 #include "python/src/status_exception.h"

@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "core/per_replica_format.h"
+#include "sluice/per_replica_format.h"
 #include "python/src/py_element.h"
 #include "python/src/py_registration.h"
 #include "python/src/status_exception.h"

@@ -60,7 +60,7 @@ class PyDistributedDataset {
 
   std::unique_ptr<PyDistributedIterator> MakeIterator() const;
   pybind11::object ElementSpec() const;
-  // The seed's multi-line layout of element_spec (core/per_replica_format.h).
+  // The seed's multi-line layout of element_spec (include/sluice/per_replica_format.h).
   std::string FormatElementSpec() const;
 
  private:

@@ -12,7 +12,7 @@
 
 #include <pybind11/pybind11.h>
 
-#include "core/element.h"
+#include "sluice/element.h"
 #include "sluice/per_replica.h"
 
 namespace sluice::python {

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/device_memory.h"
-#include "core/python_literal.h"
-#include "core/tensor_format.h"
+#include "core/device/device_memory.h"
+#include "core/format/python_literal.h"
+#include "core/format/tensor_format.h"
 #include "python/src/dlpack.h"
 #include "python/src/py_registration.h"
 #include "python/src/status_exception.h"

@@ -11,7 +11,7 @@
 // copy). bfloat16 tensors have no numpy dtype: use __dlpack__ (or numpy(), which widens them to
 // float32). Device tensors: numpy() copies to the host; the buffer protocol refuses them.
 //
-// str() and repr() print as TensorFlow prints a tf.Tensor (core/tensor_format.h).
+// str() and repr() print as TensorFlow prints a tf.Tensor (core/format/tensor_format.h).
 //
 // Thread safety: a sluice.Tensor is immutable; Python's GIL serialises the rest.
 #ifndef SLUICE_PYTHON_SRC_PY_TENSOR_H_
@@ -19,13 +19,13 @@
 
 #include <pybind11/pybind11.h>
 
-#include "core/tensor.h"
+#include "sluice/tensor.h"
 
 namespace sluice::python {
 
 // tf.constant(value) without a dtype: a sluice.Tensor as it is (no copy); a numpy array or
 // numpy scalar with its dtype (copied); Python scalars and (nested) lists with TensorFlow's
-// rules (int -> int32, float -> float32, str/bytes -> string; core/python_literal.h).
+// rules (int -> int32, float -> float32, str/bytes -> string; core/format/python_literal.h).
 // INVALID_ARGUMENT (raised) for anything else, naming its type.
 Tensor TensorFromPython(pybind11::handle value);
 

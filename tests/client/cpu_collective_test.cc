@@ -15,7 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/end_of_data_agreement.h"
 #include "client/replication_group.h"
-#include "core/dataset.h"
+#include "sluice/dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sluice/service.h"

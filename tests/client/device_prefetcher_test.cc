@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "core/cuda_device_memory.h"
-#include "core/device_memory.h"
-#include "core/tensor_format.h"
+#include "core/device/cuda_device_memory.h"
+#include "core/device/device_memory.h"
+#include "core/format/tensor_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sluice/strategy.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/dataset.h"
+#include "sluice/dataset.h"
 #include "gtest/gtest.h"
 #include "sluice/distributed_dataset.h"
 

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/json_format.h"
-#include "core/json_value.h"
+#include "core/format/json_format.h"
+#include "core/util/json_value.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sluice/strategy.h"

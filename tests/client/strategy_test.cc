@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "client/device_name.h"
-#include "core/rebatch.h"
+#include "core/data/distribute/rebatch.h"
 #include "distribute_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/element.h"
+#include "sluice/element.h"
 #include "sluice/distributed_dataset.h"
 
 namespace sluice {

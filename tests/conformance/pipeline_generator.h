@@ -1,5 +1,5 @@
 // A seeded random generator of finite pipelines and service layouts for the differential
-// conformance test (issue 12): every case is a pipeline expression (core/pipeline_parser.h) and
+// conformance test (issue 12): every case is a pipeline expression (core/data/pipeline_parser.h) and
 // how to read it through the service, and names the in-process layout that must give the same
 // per-replica values.
 //

@@ -1,4 +1,4 @@
-#include "core/auto_shard.h"
+#include "core/data/distribute/auto_shard.h"
 
 #include <cstdio>
 #include <fstream>
@@ -6,9 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "core/executor.h"
+#include "core/data/executor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/dataset.pb.h"
 
 namespace sluice {
 namespace {

@@ -3,7 +3,7 @@
 // us-east-1, service "service", 2015-08-30T12:36:00Z) and the S3 API reference's worked examples
 // (GET Object with a Range, GET Bucket lifecycle, List Objects; credentials AKIAIOSFODNN7EXAMPLE,
 // 2013-05-24). Expected values are the published ones. Plus credential lookup.
-#include "core/aws_sigv4.h"
+#include "core/io/aws_sigv4.h"
 
 #include <map>
 #include <string>

@@ -1,4 +1,4 @@
-#include "core/backoff.h"
+#include "core/util/backoff.h"
 
 #include <vector>
 

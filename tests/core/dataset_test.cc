@@ -1,5 +1,6 @@
 // The Dataset graph: FromDef, cardinality (tf.data's rules), fingerprints and ToExpression.
-#include "core/dataset.h"
+#include "proto/dataset.pb.h"
+#include "sluice/dataset.h"
 
 #include <cmath>
 #include <limits>
@@ -7,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/proto_convert.h"
+#include "core/tensor/proto_convert.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"

@@ -1,4 +1,4 @@
-#include "core/distribute_spec.h"
+#include "core/data/distribute/distribute_spec.h"
 
 #include <string>
 

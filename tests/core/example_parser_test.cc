@@ -5,8 +5,8 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
-#include "core/example_parser.h"
-#include "core/spec_inference.h"
+#include "core/data/ops/example_parser.h"
+#include "core/data/spec_inference.h"
 #include "gtest/gtest.h"
 #include "proto/example.pb.h"
 #include "tests/core/record_test_util.h"

@@ -1,5 +1,5 @@
 // The local executor: every op's semantics (TF's), errors naming the op, sticky errors and end.
-#include "core/executor.h"
+#include "core/data/executor.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/dataset.h"
+#include "sluice/dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/iterator_test_util.h"

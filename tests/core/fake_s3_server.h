@@ -20,7 +20,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "core/http_client.h"
+#include "core/io/http_client.h"
 
 namespace sluice {
 namespace testing_util {

@@ -2,7 +2,7 @@
 // line, CSV, npy, the random-access sources) and list_files read through it: the same pipelines
 // over an in-memory fake registered as "mem://" give what they give over local files, errors name
 // the URL, and file:// URLs are local files.
-#include "core/file_system.h"
+#include "core/io/file_system.h"
 
 #include <memory>
 #include <string>
@@ -10,12 +10,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/data_roots.h"
-#include "core/dataset.h"
-#include "core/npy_reader.h"
-#include "core/random_access_source.h"
-#include "core/tensor_format.h"
-#include "core/tfrecord_writer.h"
+#include "core/data/data_roots.h"
+#include "proto/dataset.pb.h"
+#include "sluice/dataset.h"
+#include "core/data/ops/npy_reader.h"
+#include "core/data/ops/random_access_source.h"
+#include "core/format/tensor_format.h"
+#include "core/io/tfrecord_writer.h"
 #include "gtest/gtest.h"
 #include "tests/core/iterator_test_util.h"
 #include "tests/core/memory_file_system.h"

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "core/fixed_length_record_reader.h"
+#include "core/io/fixed_length_record_reader.h"
 #include "gtest/gtest.h"
 #include "tests/core/record_test_util.h"
 

@@ -2,7 +2,7 @@
 // over the epoch; SHUFFLE_NONE is the original pipeline; FULL and BLOCK visit every record once
 // per epoch; pipelines that cannot have a global order are FAILED_PRECONDITION naming the op;
 // the PermutedSource is validated field by field.
-#include "core/global_order.h"
+#include "core/data/distribute/global_order.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -12,9 +12,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/dataset.h"
-#include "core/executor.h"
-#include "core/tfrecord_writer.h"
+#include "sluice/dataset.h"
+#include "core/data/executor.h"
+#include "core/io/tfrecord_writer.h"
 #include "gtest/gtest.h"
 #include "tests/core/iterator_test_util.h"
 #include "tests/core/record_test_util.h"

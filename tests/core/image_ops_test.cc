@@ -4,7 +4,7 @@
 // holds them rounded to 4 decimals; float32 arithmetic in the same order as TF's kernel),
 // central_crop TF's window exactly. random_crop / random_flip_left_right: windows of the input,
 // a function of (seed, element) only, different across seeds; pipeline syntax, specs and errors.
-#include "core/image_ops.h"
+#include "core/data/ops/image_ops.h"
 
 #include <cmath>
 #include <set>
@@ -13,10 +13,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/aws_sigv4.h"
-#include "core/dataset.h"
-#include "core/json_value.h"
-#include "core/map_fns.h"
+#include "core/io/aws_sigv4.h"
+#include "proto/dataset.pb.h"
+#include "sluice/dataset.h"
+#include "core/util/json_value.h"
+#include "core/data/map_fns.h"
 #include "gtest/gtest.h"
 #include "tests/core/iterator_test_util.h"
 #include "tests/core/record_test_util.h"

@@ -1,7 +1,7 @@
 // IndexPermutation: a bijection for every size and mode, determinism per (seed, epoch), block
 // mode's contiguous blocks, and golden values that catch any change to the algorithm (which
 // would change every seeded job's order).
-#include "core/index_permutation.h"
+#include "core/util/index_permutation.h"
 
 #include <cstdint>
 #include <set>
@@ -199,7 +199,7 @@ TEST(IndexPermutationTest, GoldenValues) {
   for (int64_t i : {0, 1, 2, 500, 999}) got.push_back(full_e1(i));
   for (int64_t i : {0, 1, 2, 500, 999}) got.push_back(block(i));
   for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{1} << 39}) got.push_back(big(i));
-  // Also what a direct Python transcription of the algorithm in core/index_permutation.h gives.
+  // Also what a direct Python transcription of the algorithm in core/util/index_permutation.h gives.
   const std::vector<int64_t> want = {830, 127, 449, 533, 793,          // full, epoch 0
                                      51, 884, 205, 905, 18,            // full, epoch 1
                                      358, 353, 351, 267, 158,          // block of 64

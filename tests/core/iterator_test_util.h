@@ -11,9 +11,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/dataset.h"
-#include "core/executor.h"
-#include "core/iterator.h"
+#include "sluice/dataset.h"
+#include "core/data/executor.h"
+#include "core/data/iterator.h"
 
 namespace sluice {
 namespace testing_util {

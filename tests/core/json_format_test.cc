@@ -1,6 +1,6 @@
-// The JSON Lines formats of `sluicectl --format=json` (core/json_format.h) and the JSON reader
-// and escaper they are checked with (core/json_value.h).
-#include "core/json_format.h"
+// The JSON Lines formats of `sluicectl --format=json` (core/format/json_format.h) and the JSON reader
+// and escaper they are checked with (core/util/json_value.h).
+#include "core/format/json_format.h"
 
 #include <cmath>
 #include <cstdint>
@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "client/include/sluice/per_replica.h"
-#include "core/dtype.h"
-#include "core/element.h"
-#include "core/json_value.h"
-#include "core/tensor.h"
+#include "sluice/per_replica.h"
+#include "sluice/dtype.h"
+#include "sluice/element.h"
+#include "core/util/json_value.h"
+#include "sluice/tensor.h"
 #include "gtest/gtest.h"
 
 namespace sluice {

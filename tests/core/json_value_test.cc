@@ -1,5 +1,5 @@
-// The JSON reader, escaper and float printer (core/json_value.h).
-#include "core/json_value.h"
+// The JSON reader, escaper and float printer (core/util/json_value.h).
+#include "core/util/json_value.h"
 
 #include <cmath>
 #include <string>

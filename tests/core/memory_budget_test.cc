@@ -1,7 +1,7 @@
-// The process memory budget (core/memory_budget.h): accounting, limits, and the ops that
+// The process memory budget (core/data/memory_budget.h): accounting, limits, and the ops that
 // reserve against it failing with RESOURCE_EXHAUSTED naming the op and the size instead of
 // taking the process down, then giving every byte back.
-#include "core/memory_budget.h"
+#include "core/data/memory_budget.h"
 
 #include <cstdint>
 #include <limits>
@@ -11,9 +11,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "core/dataset.h"
-#include "core/executor.h"
-#include "core/prefetch_iterator.h"
+#include "sluice/dataset.h"
+#include "core/data/executor.h"
+#include "core/data/ops/prefetch_iterator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

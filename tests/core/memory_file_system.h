@@ -18,8 +18,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "core/file_system.h"
-#include "core/status_macros.h"
+#include "core/io/file_system.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace testing_util {

@@ -1,9 +1,9 @@
-#include "core/nest.h"
+#include "sluice/nest.h"
 
 #include <string>
 
-#include "core/element.h"
-#include "core/proto_convert.h"
+#include "sluice/element.h"
+#include "core/tensor/proto_convert.h"
 #include "gtest/gtest.h"
 
 namespace sluice {

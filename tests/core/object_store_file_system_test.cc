@@ -3,7 +3,7 @@
 // bearer token, or nothing), ranged, read ahead in parallel chunks, listed page by page for globs,
 // retried with backoff on 5xx and transport errors, and their errors carry the right code and
 // the URL. A pipeline reading a corrupt record through s3:// says DATA_LOSS with URL and offset.
-#include "core/object_store_file_system.h"
+#include "core/io/object_store_file_system.h"
 
 #include <memory>
 #include <string>
@@ -11,8 +11,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/dataset.h"
-#include "core/tfrecord_writer.h"
+#include "sluice/dataset.h"
+#include "core/io/tfrecord_writer.h"
 #include "gtest/gtest.h"
 #include "tests/core/fake_s3_server.h"
 #include "tests/core/iterator_test_util.h"

@@ -1,13 +1,13 @@
 // Pipeline expressions in tf.data's syntax: what parses to which graph, the exact error
 // messages, and that no input crashes the parser.
-#include "core/pipeline_parser.h"
+#include "core/data/pipeline_parser.h"
 
 #include <random>
 #include <string>
 #include <vector>
 
-#include "core/dataset.h"
-#include "core/proto_convert.h"
+#include "sluice/dataset.h"
+#include "core/tensor/proto_convert.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"

@@ -1,7 +1,7 @@
 // Custom-op plugins: the example plugin (examples/plugins/example_plugin.cc) loaded with dlopen
 // and run in pipelines, and the loader's refusals (missing file, no entry point, wrong API
 // version, unknown op, bad arguments).
-#include "core/plugin_loader.h"
+#include "core/data/plugin_loader.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/dataset.h"
-#include "core/executor.h"
-#include "core/spec_inference.h"
+#include "sluice/dataset.h"
+#include "core/data/executor.h"
+#include "core/data/spec_inference.h"
 #include "gtest/gtest.h"
 
 namespace sluice {

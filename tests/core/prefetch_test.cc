@@ -1,5 +1,5 @@
 // prefetch(): order, error propagation, the queue bound and prompt shutdown.
-#include "core/prefetch_iterator.h"
+#include "core/data/ops/prefetch_iterator.h"
 
 #include <atomic>
 #include <chrono>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "core/dataset.h"
-#include "core/executor.h"
+#include "sluice/dataset.h"
+#include "core/data/executor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/iterator_test_util.h"

@@ -1,5 +1,5 @@
 // Python literals read with tf.constant's and tf.data's conversion rules, and printed back.
-#include "core/python_literal.h"
+#include "core/format/python_literal.h"
 
 #include <cfloat>
 #include <cmath>

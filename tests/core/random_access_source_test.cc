@@ -2,7 +2,7 @@
 // supported source (range, from_tensors, from_tensor_slices, tf_record with record ranges,
 // fixed-length records, npy in both byte orders), and clear errors for the unsupported sources,
 // bad indexes, missing and corrupt files.
-#include "core/random_access_source.h"
+#include "core/data/ops/random_access_source.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -11,10 +11,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/dataset.h"
-#include "core/npy_reader.h"
-#include "core/proto_convert.h"
-#include "core/tfrecord_writer.h"
+#include "sluice/dataset.h"
+#include "core/data/ops/npy_reader.h"
+#include "core/tensor/proto_convert.h"
+#include "core/io/tfrecord_writer.h"
 #include "gtest/gtest.h"
 #include "tests/core/iterator_test_util.h"
 #include "tests/core/record_test_util.h"

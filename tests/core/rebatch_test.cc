@@ -1,7 +1,7 @@
 // TF's rebatch arithmetic (BatchSizesForWorker, CoordinatedPieceSizes) and the rebatch
 // iterators, checked against goldens generated from tensorflow-cpu 2.15
 // (tools/golden/gen_rebatch_golden.py) and against unbatch().batch(k) as a reference model.
-#include "core/rebatch.h"
+#include "core/data/distribute/rebatch.h"
 
 #include <cstdint>
 #include <fstream>
@@ -15,8 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "core/dataset.h"
-#include "core/rebatch_iterator.h"
+#include "sluice/dataset.h"
+#include "core/data/ops/rebatch_iterator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/iterator_test_util.h"

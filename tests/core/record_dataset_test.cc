@@ -5,12 +5,12 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "core/auto_shard.h"
-#include "core/dataset.h"
-#include "core/executor.h"
-#include "core/record_index.h"
-#include "core/spec_inference.h"
-#include "core/tfrecord_writer.h"
+#include "core/data/distribute/auto_shard.h"
+#include "sluice/dataset.h"
+#include "core/data/executor.h"
+#include "core/io/record_index.h"
+#include "core/data/spec_inference.h"
+#include "core/io/tfrecord_writer.h"
 #include "gtest/gtest.h"
 #include "tests/core/iterator_test_util.h"
 #include "tests/core/record_test_util.h"

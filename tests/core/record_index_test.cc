@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "core/record_index.h"
-#include "core/tfrecord_reader.h"
-#include "core/tfrecord_writer.h"
+#include "core/io/record_index.h"
+#include "core/io/tfrecord_reader.h"
+#include "core/io/tfrecord_writer.h"
 #include "gtest/gtest.h"
 #include "tests/core/record_test_util.h"
 

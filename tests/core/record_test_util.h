@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
-#include "core/json_value.h"
+#include "core/util/json_value.h"
 #include "gtest/gtest.h"
 
 namespace sluice {

@@ -1,10 +1,10 @@
-#include "core/replica_cut.h"
+#include "core/data/distribute/replica_cut.h"
 
 #include <string>
 #include <vector>
 
-#include "core/executor.h"
-#include "core/global_order.h"
+#include "core/data/executor.h"
+#include "core/data/distribute/global_order.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

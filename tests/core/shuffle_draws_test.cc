@@ -1,4 +1,4 @@
-// The shuffle draws (core/shuffle_iterator.h) are a function of the seed alone, on every
+// The shuffle draws (core/data/ops/shuffle_iterator.h) are a function of the seed alone, on every
 // platform: std::mt19937_64's output is fixed by the C++ standard, and UniformBelow's rejection
 // sampling is ours (std::uniform_int_distribution is each standard library's own). The values
 // below were taken once and must never change: a change would reorder every seeded shuffle and
@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "core/shuffle_iterator.h"
+#include "core/data/ops/shuffle_iterator.h"
 #include "gtest/gtest.h"
 
 namespace sluice {

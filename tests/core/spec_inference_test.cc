@@ -1,14 +1,14 @@
 // Element-spec inference and cardinality against TensorFlow's own answers
 // (tests/testdata/graph/spec_cardinality.txt, written by tools/golden/gen_graph_golden.py), and
 // the exact messages of the static checks.
-#include "core/spec_inference.h"
+#include "core/data/spec_inference.h"
 
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "core/dataset.h"
+#include "sluice/dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

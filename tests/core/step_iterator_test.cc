@@ -1,13 +1,13 @@
 // StepIterator groups per-replica pieces into steps and completes the last partial step with
 // TF's size-0 dummies.
-#include "core/step_iterator.h"
+#include "core/data/step_iterator.h"
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "core/dataset.h"
-#include "core/executor.h"
+#include "sluice/dataset.h"
+#include "core/data/executor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/iterator_test_util.h"

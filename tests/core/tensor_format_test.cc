@@ -1,7 +1,7 @@
 // Tensor printing against TensorFlow's own output: tests/testdata/format/tensors.txt holds what
 // TF 2.15 printed for str() and repr() of ~290 tensors (tools/golden/gen_format_goldens.py);
 // each case is rebuilt here from its exact values and must print byte for byte the same.
-#include "core/tensor_format.h"
+#include "core/format/tensor_format.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -17,9 +17,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "core/dtype.h"
-#include "core/element.h"
-#include "core/tensor.h"
+#include "sluice/dtype.h"
+#include "sluice/element.h"
+#include "sluice/tensor.h"
 #include "gtest/gtest.h"
 
 namespace sluice {

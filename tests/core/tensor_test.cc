@@ -1,8 +1,8 @@
-#include "core/tensor.h"
+#include "sluice/tensor.h"
 
 #include <vector>
 
-#include "core/proto_convert.h"
+#include "core/tensor/proto_convert.h"
 #include "gtest/gtest.h"
 
 namespace sluice {

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "core/crc32c.h"
-#include "core/tfrecord_reader.h"
-#include "core/tfrecord_writer.h"
+#include "core/util/crc32c.h"
+#include "core/io/tfrecord_reader.h"
+#include "core/io/tfrecord_writer.h"
 #include "gtest/gtest.h"
 #include "tests/core/record_test_util.h"
 

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/dataset.h"
-#include "core/dtype_dispatch.h"
-#include "core/executor.h"
-#include "core/json_value.h"
+#include "sluice/dataset.h"
+#include "core/tensor/dtype_dispatch.h"
+#include "core/data/executor.h"
+#include "core/util/json_value.h"
 #include "gtest/gtest.h"
 
 namespace sluice {

@@ -4,7 +4,7 @@
 // skipped; list_files + interleave; FILE sharding (a shard is a file); shards through a
 // non-local file system; expression round trip; errors: missing field, corrupt or truncated
 // archive, not an archive.
-#include "core/webdataset_reader.h"
+#include "core/data/ops/webdataset_reader.h"
 
 #include <map>
 #include <memory>
@@ -14,10 +14,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/auto_shard.h"
-#include "core/dataset.h"
-#include "core/file_system.h"
-#include "core/spec_inference.h"
+#include "core/data/distribute/auto_shard.h"
+#include "sluice/dataset.h"
+#include "core/io/file_system.h"
+#include "core/data/spec_inference.h"
 #include "gtest/gtest.h"
 #include "tests/core/iterator_test_util.h"
 #include "tests/core/memory_file_system.h"

@@ -1,11 +1,11 @@
-// sluicectl gen, inspect and index (client/sluicectl_records.cc), run as a user runs them.
+// sluicectl gen, inspect and index (tools/sluicectl/gen.cc, inspect.cc, index.cc), run as a user runs them.
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "core/example_parser.h"
-#include "core/tfrecord_reader.h"
+#include "core/data/ops/example_parser.h"
+#include "core/io/tfrecord_reader.h"
 #include "gtest/gtest.h"
 #include "tests/examples/subprocess.h"
 #include "tests/examples/test_paths.h"

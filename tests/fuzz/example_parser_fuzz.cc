@@ -1,4 +1,4 @@
-// Fuzz target: the tf.train.Example parser (core/example_parser.h) on arbitrary serialized
+// Fuzz target: the tf.train.Example parser (core/data/ops/example_parser.h) on arbitrary serialized
 // bytes, with a spec of every feature kind, as one Example and as a batch of two; and the
 // feature-spec syntax parser on the same bytes as text. Errors must be INVALID_ARGUMENT; a
 // successful parse must give tensors of the promised shapes.
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/example_parser.h"
+#include "core/data/ops/example_parser.h"
 
 namespace {
 

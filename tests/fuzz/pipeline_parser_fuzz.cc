@@ -1,4 +1,4 @@
-// Fuzz target: the pipeline-expression parser (core/pipeline_parser.h), which reads what
+// Fuzz target: the pipeline-expression parser (core/data/pipeline_parser.h), which reads what
 // clients send the coordinator (RegisterDatasetRequest.pipeline) and what users type. On any
 // bytes: no crash, no hang; a failure is INVALID_ARGUMENT; a success is a graph whose
 // ToExpression() parses back to the same graph (fingerprint), and whose static element spec and
@@ -9,8 +9,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "core/dataset.h"
-#include "core/dataset_limits.h"
+#include "sluice/dataset.h"
+#include "core/data/dataset_limits.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

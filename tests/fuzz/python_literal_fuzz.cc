@@ -1,4 +1,4 @@
-// Fuzz target: the Python-literal parser (core/python_literal.h), which reads the tensor
+// Fuzz target: the Python-literal parser (core/format/python_literal.h), which reads the tensor
 // literals inside pipeline expressions (from_tensor_slices([...]), padding values, feature
 // defaults) that clients send. On any bytes: no crash, no hang; a failure is INVALID_ARGUMENT;
 // a literal that converts to a tensor prints (TensorToPythonLiteral) as a literal that parses
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "core/python_literal.h"
+#include "core/format/python_literal.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -1,4 +1,4 @@
-// Fuzz target: the TFRecord reader (core/tfrecord_reader.h) on arbitrary file bytes. The
+// Fuzz target: the TFRecord reader (core/io/tfrecord_reader.h) on arbitrary file bytes. The
 // compression is chosen from the bytes' magic (gzip 1f 8b, zlib 78 xx, else none), the buffer
 // size from the input length, so the committed fixtures are meaningful seeds. Every outcome
 // must be a record, OUT_OF_RANGE or DATA_LOSS: nothing crashes, nothing loops forever.
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/tfrecord_reader.h"
+#include "core/io/tfrecord_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string bytes(reinterpret_cast<const char*>(data), size);

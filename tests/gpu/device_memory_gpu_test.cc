@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "client/device_prefetcher.h"
-#include "core/cuda_device_memory.h"
-#include "core/dataset.h"
-#include "core/device_memory.h"
+#include "core/device/cuda_device_memory.h"
+#include "sluice/dataset.h"
+#include "core/device/device_memory.h"
 #include "gtest/gtest.h"
 #include "sluice/strategy.h"
 

@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/step_frame.h"
+#include "core/rpc/step_frame.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "grpcpp/grpcpp.h"

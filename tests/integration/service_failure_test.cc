@@ -25,7 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/rebatch.h"
+#include "core/data/distribute/rebatch.h"
 #include "gtest/gtest.h"
 #include "tests/integration/process_cluster.h"
 #include "tests/integration/step_model.h"

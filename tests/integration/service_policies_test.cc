@@ -4,7 +4,7 @@
 //  - every element delivered exactly once across all replicas (OFF: once per task, i.e. per
 //    worker copy: each of the K = 3 tasks produces the whole dataset);
 //  - both consumers read the same number of steps and see the end of data together;
-//  - the per-step piece sizes follow TF's rebatching rule (core/rebatch.h
+//  - the per-step piece sizes follow TF's rebatching rule (core/data/distribute/rebatch.h
 //    CoordinatedPieceSizes), partial steps filled in order and padded with size-0 pieces; and
 //    where the cut is the legacy one (DATA, AUTO on a range, a map after the batch), the
 //    consumers print, between them, exactly what in-process mode prints with all C x R
@@ -23,7 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/rebatch.h"
+#include "core/data/distribute/rebatch.h"
 #include "gtest/gtest.h"
 #include "tests/integration/process_cluster.h"
 #include "tests/integration/step_model.h"
@@ -48,7 +48,7 @@ struct PolicyCase {
   // Each task's element stream, in task order; empty for DYNAMIC (timing-dependent).
   std::function<std::vector<std::vector<int64_t>>()> task_elements;
   int copies = 1;  // how many times each element is delivered in the epoch
-  // DATA-like (legacy cut, core/replica_cut.h): consumer c must print replicas c*R .. c*R+R-1
+  // DATA-like (legacy cut, core/data/distribute/replica_cut.h): consumer c must print replicas c*R .. c*R+R-1
   // of what in-process `sluicectl run --devices=<C x R devices> --auto_shard_policy=DATA`
   // prints (one global batch cut across all C x R replicas, docs/SERVICE.md).
   bool equals_local_data = false;

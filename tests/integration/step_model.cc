@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/json_value.h"
+#include "core/util/json_value.h"
 
 namespace sluice {
 

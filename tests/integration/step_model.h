@@ -4,7 +4,7 @@
 //
 // The model (docs/SERVICE.md, "Coordinated reads"): each task of a job rebatches its own
 // element stream into pieces whose sizes cycle through CoordinatedPieceSizes(B, C, R) (TF's
-// rebatching, core/rebatch.h), N = C x R pieces a step, a partial last step filled in piece
+// rebatching, core/data/distribute/rebatch.h), N = C x R pieces a step, a partial last step filled in piece
 // order and padded with size-0 pieces; consumers read the tasks round-robin in task order, a
 // finished task leaving the rotation; consumer c gets pieces c*R .. c*R+R-1 of each step.
 //

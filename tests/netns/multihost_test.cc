@@ -43,7 +43,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/json_value.h"
+#include "core/util/json_value.h"
 #include "gtest/gtest.h"
 #include "tests/examples/subprocess.h"
 #include "tests/examples/test_paths.h"

@@ -10,7 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/json_value.h"
+#include "core/util/json_value.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "tests/examples/subprocess.h"

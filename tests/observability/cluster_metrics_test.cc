@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/metrics_http_server.h"
+#include "core/obs/metrics_http_server.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "server/coordinator_metrics.h"

@@ -1,11 +1,11 @@
 // Structured logs: levels, text and JSON lines, the level guess for event lines.
-#include "core/logging.h"
+#include "core/util/logging.h"
 
 #include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "core/json_value.h"
+#include "core/util/json_value.h"
 #include "gtest/gtest.h"
 
 namespace sluice {

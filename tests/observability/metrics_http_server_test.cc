@@ -1,5 +1,5 @@
 // MetricsHttpServer: /metrics and /healthz over loopback, with cpp-httplib's client.
-#include "core/metrics_http_server.h"
+#include "core/obs/metrics_http_server.h"
 
 #include <fstream>
 #include <string>

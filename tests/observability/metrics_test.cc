@@ -1,5 +1,5 @@
 // MetricsRegistry: the text exposition format (golden), escaping, collectors, concurrency.
-#include "core/metrics.h"
+#include "core/obs/metrics.h"
 
 #include <thread>
 #include <vector>

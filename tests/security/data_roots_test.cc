@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "core/data_roots.h"
+#include "core/data/data_roots.h"
 #include "gtest/gtest.h"
 #include "tests/security/secure_cluster.h"
 #include "tests/security/test_certs.h"

@@ -7,15 +7,16 @@
 #include <sstream>
 #include <string>
 
-#include "core/dataset_limits.h"
-#include "core/grpc_security.h"
-#include "core/plugin_loader.h"
+#include "core/data/dataset_limits.h"
+#include "core/rpc/grpc_security.h"
+#include "core/data/plugin_loader.h"
 #include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/sync_stream.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "proto/dataset.pb.h"
 #include "tests/security/secure_cluster.h"
 
 namespace sluice {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/dataset.h"
+#include "sluice/dataset.h"
 #include "server/grpc_coordinator_service.h"
 #include "sluice/service.h"
 #include "worker/worker_server.h"

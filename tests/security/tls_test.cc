@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/grpc_security.h"
+#include "core/rpc/grpc_security.h"
 #include "gtest/gtest.h"
 #include "tests/security/secure_cluster.h"
 #include "tests/security/test_certs.h"

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "core/grpc_security.h"
-#include "core/grpc_status.h"
-#include "core/step_frame.h"
+#include "core/rpc/grpc_security.h"
+#include "core/rpc/grpc_status.h"
+#include "core/rpc/step_frame.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/impl/client_unary_call.h"
 #include "grpcpp/impl/rpc_method.h"

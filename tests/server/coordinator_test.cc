@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/distribute_spec.h"
-#include "core/proto_convert.h"
+#include "core/data/distribute/distribute_spec.h"
+#include "core/tensor/proto_convert.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"

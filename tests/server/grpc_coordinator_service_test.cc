@@ -4,8 +4,8 @@
 #include <string>
 
 #include "absl/synchronization/notification.h"
-#include "core/dataset.h"
-#include "core/grpc_status.h"
+#include "sluice/dataset.h"
+#include "core/rpc/grpc_status.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/completion_queue.h"

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/clock.h"
-#include "core/crc32c.h"
+#include "core/util/clock.h"
+#include "core/util/crc32c.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "gtest/gtest.h"

@@ -9,9 +9,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "core/dataset.h"
-#include "core/executor.h"
-#include "core/iterator.h"
+#include "sluice/dataset.h"
+#include "core/data/executor.h"
+#include "core/data/iterator.h"
 #include "proto/dataset.pb.h"
 
 namespace sluice {

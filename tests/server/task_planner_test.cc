@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "proto/dataset.pb.h"
 #include "tests/server/server_test_util.h"
 
 namespace sluice {

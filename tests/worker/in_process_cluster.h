@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "core/dataset.h"
+#include "sluice/dataset.h"
 #include "server/grpc_coordinator_service.h"
 #include "sluice/distributed_dataset.h"
 #include "sluice/service.h"

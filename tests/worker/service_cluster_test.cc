@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "core/rebatch.h"
+#include "core/data/distribute/rebatch.h"
 #include "gtest/gtest.h"
 #include "server/grpc_coordinator_service.h"
 #include "sluice/service.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device_memory.h"
+#include "core/device/device_memory.h"
 #include "gtest/gtest.h"
 #include "server/grpc_coordinator_service.h"
 #include "sluice/service.h"

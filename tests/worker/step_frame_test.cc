@@ -1,4 +1,4 @@
-#include "core/step_frame.h"
+#include "core/rpc/step_frame.h"
 
 #include <cstring>
 #include <string>

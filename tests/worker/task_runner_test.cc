@@ -3,7 +3,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/rebatch.h"
+#include "core/data/distribute/rebatch.h"
 #include "gtest/gtest.h"
 
 namespace sluice {

@@ -183,7 +183,7 @@ def tensor_json(t):
     return v
   if t.dtype.is_floating:
     # The shortest digits that read back to the same value of the tensor's own type (float16
-    # and bfloat16 widened to float32), as core/json_format.h writes them: float32 0.7 is 0.7.
+    # and bfloat16 widened to float32), as core/format/json_format.h writes them: float32 0.7 is 0.7.
     arr = np.asarray(t.numpy())
     if t.dtype != tf.float64:
       arr = arr.astype(np.float32)

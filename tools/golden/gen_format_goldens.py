@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Generates the golden files for Sluice's TF-compatible printing (core/tensor_format.h,
-core/per_replica_format.h), using TensorFlow itself as the oracle.
+"""Generates the golden files for Sluice's TF-compatible printing (core/format/tensor_format.h,
+include/sluice/per_replica_format.h), using TensorFlow itself as the oracle.
 
 Developer tooling only: the build and the tests never run TensorFlow. Run it with the TF venv:
 

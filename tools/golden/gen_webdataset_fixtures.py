@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the WebDataset shards tests/core/webdataset_test.cc reads, with Python's own tarfile
-(an implementation independent of core/tar_reader.cc):
+(an implementation independent of core/io/tar_reader.cc):
 
   tests/testdata/webdataset/shard-000.tar   PAX format: samples n0000..n0002 (jpg, cls, json),
                                             a folder entry, a sample whose path is over 100

@@ -1,7 +1,7 @@
 // Broken plugins for plugin_loader_test: built twice, with
 //   SLUICE_TEST_PLUGIN_VERSION=<n>  exports sluice_plugin_init with that api_version
 //   SLUICE_TEST_PLUGIN_NO_INIT      exports no sluice_plugin_init at all
-#include "core/plugin_api.h"
+#include "sluice/plugin_api.h"
 
 #ifdef SLUICE_TEST_PLUGIN_NO_INIT
 extern "C" __attribute__((visibility("default"))) int not_a_sluice_plugin(void) { return 1; }

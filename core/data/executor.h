@@ -1,0 +1,47 @@
+// The local executor: builds an Iterator over a Dataset graph, one iterator per op in the
+// chain. prefetch(n) runs its input on a background thread with a queue of at most n elements.
+#ifndef SLUICE_CORE_EXECUTOR_H_
+#define SLUICE_CORE_EXECUTOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "proto/dataset.pb.h"
+#include "sluice/dataset.h"
+#include "core/data/iterator.h"
+
+namespace sluice {
+
+// Counters the iterators of one executor graph update; read them at any time.
+struct ExecutorStats {
+  // Elements ignore_errors() dropped (core/data/ops/ignore_errors_iterator.h).
+  std::atomic<int64_t> ignored_errors{0};
+};
+
+struct ExecutorOptions {
+  // Elements buffered by prefetch(AUTOTUNE).
+  int autotune_prefetch_elements = 8;
+  // Threads for num_parallel_calls=AUTOTUNE in map() and interleave(); 0: the number of CPU
+  // cores.
+  int autotune_parallel_calls = 0;
+  // Where the iterators report their counters; null: not reported.
+  std::shared_ptr<ExecutorStats> stats;
+  // Called on every graph before it is built (the task's, a DYNAMIC split's, and each graph an
+  // interleave makes for one file); an error is MakeIterator's. A server's admission check:
+  // data roots and graph bounds (core/data/data_roots.h, core/data/dataset_limits.h). Empty: none.
+  std::function<absl::Status(const proto::DatasetDef&)> check_graph;
+};
+
+// INVALID_ARGUMENT if the graph does not Validate(), or names an unresolved
+// shard(SHARD_HINT, SHARD_HINT). Each call builds its own iterators: a seeded shuffle restarts at
+// iteration 0 (core/data/ops/shuffle_iterator.h), so two iterators of one graph yield the same sequence.
+// Errors while iterating name the op ("op 2 (batch): ...", "source (text_line_dataset): ...").
+absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
+                                                       const ExecutorOptions& options = {});
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_EXECUTOR_H_

@@ -1,0 +1,89 @@
+// The functions of map(...): built-in tensor transforms (decode_raw, cast, reshape, normalize,
+// one_hot), plugin ops (core/data/plugin_loader.h) and parse_example, applied to one component of an
+// element or to every leaf.
+//
+//   map(cast(tf.float32), key='image')     the dict entry 'image' (key=0: tuple component 0)
+//   map(decode_raw(tf.uint8))               every leaf of the element (tf.nest.map_structure)
+//
+// Semantics (each as its TF namesake):
+//   decode_raw(out_type, little_endian=True)  string tensor of shape S, every string the same
+//       length L: out_type tensor of shape S + (L / sizeof(out_type),). Spec: S + (None,).
+//   cast(dtype)          numeric and bool dtypes; float to integer truncates toward zero, NaN and
+//                        out-of-range values give what TF on x86 gives (INT_MIN for int32/int64,
+//                        the low bits of the int64 conversion for narrower types).
+//   reshape(shape)       at most one -1; the element count must match.
+//   normalize(mean, std) float32 (cast(x, float32) - mean) / std, with one value each or one per
+//                        channel (the last dimension, which must then have that size).
+//   one_hot(depth, on_value=1, off_value=0, dtype=tf.float32)  integer indices of shape S:
+//                        S + (depth,); indices outside [0, depth) give a row of off_value.
+//   plugin(op, **args)   a loaded plugin op (include/sluice/plugin_api.h).
+//
+// Errors while applying are INVALID_ARGUMENT naming the fn, the component and its dtype and
+// shape: "cast(tf.string -> tf.float32) on component 'image' (string [2]): ...". They are
+// element errors (core/data/op_iterator.h): the map can go on with the next element, and
+// ignore_errors() skips them.
+//
+// Thread safety: a MapFunction and a ComponentFn are immutable and may be applied from many
+// threads at once.
+#ifndef SLUICE_CORE_MAP_FNS_H_
+#define SLUICE_CORE_MAP_FNS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sluice/element.h"
+#include "proto/dataset.pb.h"
+
+namespace sluice {
+
+// One fn applied to one tensor. The result may be a structure (parse_example gives a dict).
+class ComponentFn {
+ public:
+  virtual ~ComponentFn() = default;
+  // How errors name the fn: "cast(tf.float32)".
+  virtual std::string Describe() const = 0;
+  // The static output spec for an input spec; INVALID_ARGUMENT when the fn cannot apply.
+  virtual absl::StatusOr<ElementSpec> OutputSpec(const TensorSpec& input) const = 0;
+  // INVALID_ARGUMENT (no position prefix) when the input does not fit.
+  virtual absl::StatusOr<Element> Apply(const Tensor& input) const = 0;
+};
+
+// The fn of a MapOp, ready to run on the elements of one input spec.
+class MapFunction {
+ public:
+  virtual ~MapFunction() = default;
+  // The mapped element, or an element error (core/data/op_iterator.h) naming fn and component.
+  virtual absl::StatusOr<Element> Apply(Element input) const = 0;
+};
+
+// The fn of `map` alone; INVALID_ARGUMENT for an unset fn or bad arguments, FAILED_PRECONDITION
+// for a plugin op that no loaded plugin provides.
+absl::StatusOr<std::unique_ptr<ComponentFn>> MakeComponentFn(const proto::MapOp& map);
+
+// The spec after map(...) for `input`: INVALID_ARGUMENT when the key/index is not in the
+// element or the fn cannot apply (the message names both).
+absl::StatusOr<ElementSpec> InferMapSpec(const proto::MapOp& map, const ElementSpec& input);
+
+// Builds the fn for elements of `input`; checks what InferMapSpec checks.
+absl::StatusOr<std::shared_ptr<const MapFunction>> MakeMapFunction(const proto::MapOp& map,
+                                                                   const ElementSpec& input);
+
+// "cast", "decode_raw", ..., "plugin"; "unset" when empty.
+std::string MapFnName(const proto::MapOp& map);
+
+// The child of a structure (kind, its dict keys, its number of children) that `key` (a dict
+// key) or `index` (a tuple position) selects; -1 when both are null. INVALID_ARGUMENT naming
+// the key and the structure when it does not fit ("key 'x' is not in the element; its keys
+// are ['a', 'b']").
+absl::StatusOr<int> SelectChild(NestKind kind, const std::vector<std::string>& keys,
+                                size_t num_children, const std::string* key,
+                                const int64_t* index);
+
+// "'image'" or "1" for a MapOp with a component, "" without: how messages name it.
+std::string ComponentName(const proto::MapOp& map);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_MAP_FNS_H_

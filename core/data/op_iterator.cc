@@ -1,0 +1,60 @@
+#include "core/data/op_iterator.h"
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+
+namespace sluice {
+
+std::string OpLabel(int position, absl::string_view op_name) {
+  if (position == 0) return absl::StrCat("source (", op_name, ")");
+  return absl::StrCat("op ", position, " (", op_name, ")");
+}
+
+std::string TfShapeString(const Shape& shape) {
+  std::string out = "[";
+  for (int i = 0; i < shape.rank(); ++i) {
+    if (i > 0) out += ",";
+    if (shape.dim(i) == kUnknownDim) {
+      out += "?";
+    } else {
+      absl::StrAppend(&out, shape.dim(i));
+    }
+  }
+  out += "]";
+  return out;
+}
+
+namespace {
+constexpr absl::string_view kElementErrorPayload = "type.sluice.dev/element_error";
+}  // namespace
+
+absl::Status MarkElementError(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kElementErrorPayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsElementError(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kElementErrorPayload).has_value();
+}
+
+absl::Status OpIterator::GetNext(Element* out, bool* end_of_sequence) {
+  if (!status_.ok()) return status_;
+  if (ended_) {
+    *end_of_sequence = true;
+    return absl::OkStatus();
+  }
+  *end_of_sequence = false;
+  absl::Status s = GetNextInternal(out, end_of_sequence);
+  if (!s.ok()) {
+    if (!IsElementError(s)) status_ = s;
+    return s;
+  }
+  if (*end_of_sequence) ended_ = true;
+  return s;
+}
+
+absl::Status OpIterator::OpError(absl::StatusCode code, absl::string_view message) const {
+  return absl::Status(code, absl::StrCat(label_, ": ", message));
+}
+
+}  // namespace sluice

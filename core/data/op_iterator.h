@@ -1,0 +1,68 @@
+// Building blocks shared by the executor's iterators (core/data/executor.h): a base class giving
+// every op iterator the Iterator contract's sticky errors and end of sequence, a factory type
+// for ops that re-create their input (repeat), and TF-style formatting helpers for messages.
+#ifndef SLUICE_CORE_OP_ITERATOR_H_
+#define SLUICE_CORE_OP_ITERATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "core/data/iterator.h"
+#include "sluice/shape.h"
+
+namespace sluice {
+
+// Makes a fresh iterator over one op's output, from the beginning. Must be callable many times
+// (repeat() calls it once per epoch) and from any thread that owns the resulting iterator.
+using IteratorFactory = std::function<std::unique_ptr<Iterator>()>;
+
+// How errors name an op, as core/data/spec_inference.h's DescribePosition does: position 0 is the
+// source, "source (range)"; op i >= 1 (def.ops(i - 1)) is "op 2 (batch)".
+std::string OpLabel(int position, absl::string_view op_name);
+
+// TF's TensorShape::DebugString: "[]", "[2]", "[2,3]" (unknown dims print as "?").
+std::string TfShapeString(const Shape& shape);
+
+// An error that spoils only the current element: the iterator that returned it (and every op
+// downstream that passed it on) can go on to the next element, as TF's map does after its
+// function fails. ignore_errors() skips such elements; any other error ends the sequence.
+// MarkElementError adds a payload to `status` (an OK status stays OK).
+absl::Status MarkElementError(absl::Status status);
+bool IsElementError(const absl::Status& status);
+
+// An iterator for one op. Subclasses implement GetNextInternal; GetNext makes an error or the
+// end of sequence sticky, as the Iterator contract requires, except an element error
+// (IsElementError), which is returned once and iteration may continue. Not thread-safe.
+class OpIterator : public Iterator {
+ public:
+  // `label` names the op in errors this iterator raises (OpLabel()).
+  explicit OpIterator(std::string label) : label_(std::move(label)) {}
+
+  absl::Status GetNext(Element* out, bool* end_of_sequence) final;
+
+  const std::string& label() const { return label_; }
+
+ protected:
+  // Same contract as GetNext; called only while no error or end has been returned.
+  virtual absl::Status GetNextInternal(Element* out, bool* end_of_sequence) = 0;
+
+  // `code` with "<label>: <message>".
+  absl::Status OpError(absl::StatusCode code, absl::string_view message) const;
+  absl::Status InvalidArgument(absl::string_view message) const {
+    return OpError(absl::StatusCode::kInvalidArgument, message);
+  }
+
+ private:
+  const std::string label_;
+  absl::Status status_;
+  bool ended_ = false;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_OP_ITERATOR_H_

@@ -1,0 +1,173 @@
+#include "core/data/ops/batch_iterator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/data/memory_budget.h"
+#include "core/data/op_iterator.h"
+#include "core/util/status_macros.h"
+
+namespace sluice {
+namespace {
+
+class BatchIterator : public OpIterator {
+ public:
+  BatchIterator(std::string label, std::unique_ptr<Iterator> input, int64_t batch_size,
+                bool drop_remainder)
+      : OpIterator(std::move(label)),
+        input_(std::move(input)),
+        batch_size_(batch_size),
+        drop_remainder_(drop_remainder) {}
+
+ protected:
+  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    // The elements gathered and the batch stacked from them are both held at the end: the
+    // batch is checked against the element limit as it grows, and both against the process's.
+    MemoryReservation held(label());
+    const std::string describe = absl::StrCat("a batch of ", batch_size_, " elements");
+    std::vector<Element> elements;
+    elements.reserve(static_cast<size_t>(std::min<int64_t>(batch_size_, 1 << 16)));
+    while (static_cast<int64_t>(elements.size()) < batch_size_) {
+      Element e;
+      bool end = false;
+      absl::Status s = input_->GetNext(&e, &end);
+      if (!s.ok()) return s;
+      if (end) break;
+      RETURN_IF_ERROR(held.GrowElement(ElementFootprint(e), describe));
+      elements.push_back(std::move(e));
+    }
+    if (elements.empty() ||
+        (drop_remainder_ && static_cast<int64_t>(elements.size()) < batch_size_)) {
+      *end_of_sequence = true;
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(held.Grow(held.bytes()));  // the stacked copy
+    return Stack(elements, out);
+  }
+
+ private:
+  absl::Status Stack(const std::vector<Element>& elements, Element* out) const {
+    const size_t n = elements.size();
+    std::vector<std::vector<Tensor>> columns;  // columns[leaf][element]
+    for (size_t e = 0; e < n; ++e) {
+      std::vector<Tensor> leaves = elements[e].Flatten();
+      if (e == 0) {
+        columns.resize(leaves.size());
+        for (auto& c : columns) c.reserve(n);
+      } else if (leaves.size() != columns.size() || !elements[e].SameStructure(elements[0])) {
+        return InvalidArgument(absl::StrCat(
+            "Cannot batch elements with different structures: element 0 has ", columns.size(),
+            " components and element ", e, " has ", leaves.size()));
+      }
+      for (size_t i = 0; i < leaves.size(); ++i) columns[i].push_back(std::move(leaves[i]));
+    }
+    std::vector<Tensor> stacked;
+    stacked.reserve(columns.size());
+    for (size_t i = 0; i < columns.size(); ++i) {
+      const std::vector<Tensor>& col = columns[i];
+      for (size_t e = 1; e < n; ++e) {
+        if (col[e].shape() != col[0].shape()) {
+          return InvalidArgument(absl::StrCat(
+              "Cannot batch tensors with different shapes in component ", i,
+              ". First element had shape ", TfShapeString(col[0].shape()), " and element ", e,
+              " had shape ", TfShapeString(col[e].shape()), "."));
+        }
+        if (col[e].dtype() != col[0].dtype()) {
+          return InvalidArgument(absl::StrCat(
+              "Cannot batch tensors with different dtypes in component ", i,
+              ". First element had dtype ", DTypeName(col[0].dtype()), " and element ", e,
+              " had dtype ", DTypeName(col[e].dtype()), "."));
+        }
+      }
+      auto t = Tensor::Stack(col);
+      if (!t.ok()) return InvalidArgument(t.status().message());
+      stacked.push_back(*std::move(t));
+    }
+    auto packed = Element::Pack(elements[0], std::move(stacked));
+    if (!packed.ok()) return InvalidArgument(packed.status().message());
+    *out = *std::move(packed);
+    return absl::OkStatus();
+  }
+
+  std::unique_ptr<Iterator> input_;
+  const int64_t batch_size_;
+  const bool drop_remainder_;
+};
+
+class UnbatchIterator : public OpIterator {
+ public:
+  UnbatchIterator(std::string label, std::unique_ptr<Iterator> input)
+      : OpIterator(std::move(label)), input_(std::move(input)) {}
+
+ protected:
+  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    while (next_row_ >= rows_) {
+      Element e;
+      bool end = false;
+      absl::Status s = input_->GetNext(&e, &end);
+      if (!s.ok()) return s;
+      if (end) {
+        *end_of_sequence = true;
+        return absl::OkStatus();
+      }
+      std::vector<Tensor> leaves = e.Flatten();
+      if (leaves.empty()) return InvalidArgument("cannot unbatch an element with no tensors");
+      for (size_t i = 0; i < leaves.size(); ++i) {
+        if (leaves[i].shape().rank() == 0) {
+          return InvalidArgument(absl::StrCat(
+              "Input element must have a non-scalar value in each component. Component ", i,
+              " is a scalar."));
+        }
+        if (leaves[i].shape().dim(0) != leaves[0].shape().dim(0)) {
+          return InvalidArgument(absl::StrCat(
+              "Input element must have the same batch size in each component. Component 0 "
+              "had size ",
+              leaves[0].shape().dim(0), " but component ", i, " had size ",
+              leaves[i].shape().dim(0), "."));
+        }
+      }
+      structure_ = std::move(e);
+      leaves_ = std::move(leaves);
+      rows_ = leaves_[0].shape().dim(0);
+      next_row_ = 0;
+    }
+    std::vector<Tensor> row;
+    row.reserve(leaves_.size());
+    for (const Tensor& t : leaves_) row.push_back(t.Index(next_row_));
+    ++next_row_;
+    auto packed = Element::Pack(structure_, std::move(row));
+    if (!packed.ok()) return InvalidArgument(packed.status().message());
+    *out = *std::move(packed);
+    return absl::OkStatus();
+  }
+
+ private:
+  std::unique_ptr<Iterator> input_;
+  Element structure_;           // the current input element
+  std::vector<Tensor> leaves_;  // its leaves
+  int64_t rows_ = 0;
+  int64_t next_row_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Iterator>> NewBatchIterator(std::string label,
+                                                           std::unique_ptr<Iterator> input,
+                                                           int64_t batch_size,
+                                                           bool drop_remainder) {
+  if (batch_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": batch_size must be positive, got ", batch_size));
+  }
+  return std::unique_ptr<Iterator>(
+      new BatchIterator(std::move(label), std::move(input), batch_size, drop_remainder));
+}
+
+std::unique_ptr<Iterator> NewUnbatchIterator(std::string label, std::unique_ptr<Iterator> input) {
+  return std::make_unique<UnbatchIterator>(std::move(label), std::move(input));
+}
+
+}  // namespace sluice

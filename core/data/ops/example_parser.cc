@@ -1,0 +1,763 @@
+#include "core/data/ops/example_parser.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/data/op_iterator.h"
+#include "core/tensor/proto_convert.h"
+#include "core/format/python_literal.h"
+#include "core/data/spec_inference.h"
+#include "core/util/status_macros.h"
+
+namespace sluice {
+namespace {
+
+absl::Status Invalid(absl::string_view m) { return absl::InvalidArgumentError(std::string(m)); }
+
+// TF's DataTypeString for the three Example dtypes.
+absl::string_view TfTypeName(DType d) {
+  switch (d) {
+    case DType::kString: return "string";
+    case DType::kInt64: return "int64";
+    case DType::kFloat32: return "float";
+    default: return DTypeName(d);
+  }
+}
+
+// --- A bounds-checked protobuf wire reader. ---
+
+struct Cursor {
+  const char* p;
+  const char* end;
+  bool done() const { return p >= end; }
+};
+
+bool ReadVarint(Cursor* c, uint64_t* v) {
+  uint64_t result = 0;
+  for (int shift = 0; shift < 64 && c->p < c->end; shift += 7) {
+    uint8_t b = static_cast<uint8_t>(*c->p++);
+    result |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) {
+      *v = result;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ReadTag(Cursor* c, uint64_t* field, int* wire_type) {
+  uint64_t tag;
+  if (!ReadVarint(c, &tag)) return false;
+  *field = tag >> 3;
+  *wire_type = static_cast<int>(tag & 7);
+  return *field != 0;
+}
+
+bool ReadBytes(Cursor* c, absl::string_view* out) {
+  uint64_t len;
+  if (!ReadVarint(c, &len)) return false;
+  if (len > static_cast<uint64_t>(c->end - c->p)) return false;
+  *out = absl::string_view(c->p, static_cast<size_t>(len));
+  c->p += len;
+  return true;
+}
+
+bool Skip(Cursor* c, int wire_type) {
+  switch (wire_type) {
+    case 0: {
+      uint64_t v;
+      return ReadVarint(c, &v);
+    }
+    case 1:
+      if (c->end - c->p < 8) return false;
+      c->p += 8;
+      return true;
+    case 2: {
+      absl::string_view s;
+      return ReadBytes(c, &s);
+    }
+    case 5:
+      if (c->end - c->p < 4) return false;
+      c->p += 4;
+      return true;
+    default:
+      return false;  // groups and invalid wire types
+  }
+}
+
+// The values of one Feature message. Repeated list fields of the same kind merge, a different
+// kind replaces (protobuf's oneof semantics).
+struct Values {
+  DType kind = DType::kInvalid;  // kInvalid: no list set
+  std::vector<absl::string_view> bytes;
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
+
+  void Reset(DType k) {
+    kind = k;
+    bytes.clear();
+    floats.clear();
+    ints.clear();
+  }
+  size_t size() const {
+    switch (kind) {
+      case DType::kString: return bytes.size();
+      case DType::kFloat32: return floats.size();
+      case DType::kInt64: return ints.size();
+      default: return 0;
+    }
+  }
+};
+
+bool DecodeList(absl::string_view list, DType kind, Values* out) {
+  Cursor c{list.data(), list.data() + list.size()};
+  while (!c.done()) {
+    uint64_t field;
+    int wt;
+    if (!ReadTag(&c, &field, &wt)) return false;
+    if (field != 1) {
+      if (!Skip(&c, wt)) return false;
+      continue;
+    }
+    switch (kind) {
+      case DType::kString: {
+        absl::string_view v;
+        if (wt != 2 || !ReadBytes(&c, &v)) return false;
+        out->bytes.push_back(v);
+        break;
+      }
+      case DType::kFloat32: {
+        if (wt == 5) {
+          if (c.end - c.p < 4) return false;
+          float f;
+          std::memcpy(&f, c.p, 4);
+          c.p += 4;
+          out->floats.push_back(f);
+        } else if (wt == 2) {
+          absl::string_view packed;
+          if (!ReadBytes(&c, &packed) || packed.size() % 4 != 0) return false;
+          size_t n = packed.size() / 4;
+          size_t at = out->floats.size();
+          out->floats.resize(at + n);
+          std::memcpy(out->floats.data() + at, packed.data(), packed.size());
+        } else {
+          return false;
+        }
+        break;
+      }
+      default: {  // kInt64
+        uint64_t v;
+        if (wt == 0) {
+          if (!ReadVarint(&c, &v)) return false;
+          out->ints.push_back(static_cast<int64_t>(v));
+        } else if (wt == 2) {
+          absl::string_view packed;
+          if (!ReadBytes(&c, &packed)) return false;
+          Cursor pc{packed.data(), packed.data() + packed.size()};
+          while (!pc.done()) {
+            if (!ReadVarint(&pc, &v)) return false;
+            out->ints.push_back(static_cast<int64_t>(v));
+          }
+        } else {
+          return false;
+        }
+        break;
+      }
+    }
+  }
+  return true;
+}
+
+bool DecodeFeature(absl::string_view feature, Values* out) {
+  out->Reset(DType::kInvalid);
+  Cursor c{feature.data(), feature.data() + feature.size()};
+  while (!c.done()) {
+    uint64_t field;
+    int wt;
+    if (!ReadTag(&c, &field, &wt)) return false;
+    if (field < 1 || field > 3) {
+      if (!Skip(&c, wt)) return false;
+      continue;
+    }
+    absl::string_view list;
+    if (wt != 2 || !ReadBytes(&c, &list)) return false;
+    DType kind = field == 1 ? DType::kString : field == 2 ? DType::kFloat32 : DType::kInt64;
+    if (kind != out->kind) out->Reset(kind);
+    if (!DecodeList(list, kind, out)) return false;
+  }
+  return true;
+}
+
+// Finds the Feature bytes of each wanted key in an Example (the last map entry for a key wins,
+// as in protobuf). `index` maps keys to positions in `found`.
+bool FindFeatures(absl::string_view example,
+                  const absl::flat_hash_map<std::string, int>& index,
+                  std::vector<std::optional<absl::string_view>>* found) {
+  Cursor c{example.data(), example.data() + example.size()};
+  while (!c.done()) {
+    uint64_t field;
+    int wt;
+    if (!ReadTag(&c, &field, &wt)) return false;
+    if (field != 1) {
+      if (!Skip(&c, wt)) return false;
+      continue;
+    }
+    absl::string_view features;
+    if (wt != 2 || !ReadBytes(&c, &features)) return false;
+    Cursor fc{features.data(), features.data() + features.size()};
+    while (!fc.done()) {
+      if (!ReadTag(&fc, &field, &wt)) return false;
+      if (field != 1) {
+        if (!Skip(&fc, wt)) return false;
+        continue;
+      }
+      absl::string_view entry;
+      if (wt != 2 || !ReadBytes(&fc, &entry)) return false;
+      Cursor ec{entry.data(), entry.data() + entry.size()};
+      absl::string_view key, value;
+      bool has_value = false;
+      while (!ec.done()) {
+        if (!ReadTag(&ec, &field, &wt)) return false;
+        if (field == 1 && wt == 2) {
+          if (!ReadBytes(&ec, &key)) return false;
+        } else if (field == 2 && wt == 2) {
+          if (!ReadBytes(&ec, &value)) return false;
+          has_value = true;
+        } else if (!Skip(&ec, wt)) {
+          return false;
+        }
+      }
+      auto it = index.find(key);
+      if (it == index.end()) continue;
+      (*found)[static_cast<size_t>(it->second)] = has_value ? value : absl::string_view();
+    }
+  }
+  return true;
+}
+
+template <typename T>
+void CopyNumbers(const std::vector<T>& from, T* to) {
+  if (!from.empty()) std::memcpy(to, from.data(), from.size() * sizeof(T));
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> ConvertDefaultValue(absl::string_view key, const Tensor& value,
+                                           DType dtype, const Shape& shape) {
+  auto fail = [&](absl::string_view why) {
+    return Invalid(absl::StrCat("parse_example: feature '", key, "': default_value ", why));
+  };
+  const int64_t n = value.num_elements();
+  Tensor out = Tensor::Allocate(dtype, Shape({n}));
+  if (dtype == DType::kString) {
+    if (value.dtype() != DType::kString) {
+      return fail(absl::StrCat("must be a string for tf.string, got ", DTypeName(value.dtype())));
+    }
+    for (int64_t i = 0; i < n; ++i) *out.mutable_string(i) = value.string_at(i);
+  } else {
+    if (value.dtype() == DType::kString || value.dtype() == DType::kBool) {
+      return fail(absl::StrCat("must be a number for tf.", DTypeName(dtype), ", got ",
+                               DTypeName(value.dtype())));
+    }
+    if (dtype == DType::kInt64 && !IsInteger(value.dtype())) {
+      return fail(absl::StrCat("must be an integer for tf.int64, got ",
+                               DTypeName(value.dtype())));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      double d = 0;
+      int64_t iv = 0;
+      switch (value.dtype()) {
+        case DType::kInt32: iv = value.data<int32_t>()[i]; d = static_cast<double>(iv); break;
+        case DType::kInt64: iv = value.data<int64_t>()[i]; d = static_cast<double>(iv); break;
+        case DType::kFloat32: d = value.data<float>()[i]; break;
+        case DType::kFloat64: d = value.data<double>()[i]; break;
+        default:
+          return fail(absl::StrCat("has unsupported dtype ", DTypeName(value.dtype())));
+      }
+      if (dtype == DType::kInt64) {
+        out.mutable_data<int64_t>()[i] = iv;
+      } else {
+        out.mutable_data<float>()[i] = static_cast<float>(d);
+      }
+    }
+  }
+  if (n != shape.num_elements()) {
+    return fail(absl::StrCat("has ", n, " values but shape ", shape.ToString(), " needs ",
+                             shape.num_elements()));
+  }
+  return out.Reshape(shape);
+}
+
+proto::FeatureSpec FixedLenFeatureSpec(std::string key, std::vector<int64_t> shape, DType dtype,
+                                       std::optional<Tensor> default_value) {
+  proto::FeatureSpec f;
+  f.set_key(std::move(key));
+  f.set_kind(proto::FeatureSpec::FIXED_LEN);
+  f.set_dtype(static_cast<proto::DataType>(dtype));
+  for (int64_t d : shape) f.add_shape(d);
+  if (default_value.has_value()) *f.mutable_default_value() = TensorToProto(*default_value);
+  return f;
+}
+
+proto::FeatureSpec VarLenFeatureSpec(std::string key, DType dtype) {
+  proto::FeatureSpec f;
+  f.set_key(std::move(key));
+  f.set_kind(proto::FeatureSpec::VAR_LEN);
+  f.set_dtype(static_cast<proto::DataType>(dtype));
+  return f;
+}
+
+absl::StatusOr<ExampleParser> ExampleParser::Create(const proto::ParseExampleFn& fn) {
+  ExampleParser parser;
+  if (fn.features_size() == 0) return Invalid("parse_example: the feature spec is empty");
+  for (const proto::FeatureSpec& f : fn.features()) {
+    Feature out;
+    out.key = f.key();
+    auto fail = [&](absl::string_view why) {
+      return Invalid(absl::StrCat("parse_example: feature '", f.key(), "': ", why));
+    };
+    if (f.key().empty()) return Invalid("parse_example: a feature has an empty key");
+    for (const Feature& seen : parser.features_) {
+      if (seen.key == f.key()) return fail("given twice");
+    }
+    out.dtype = static_cast<DType>(f.dtype());
+    if (out.dtype != DType::kString && out.dtype != DType::kInt64 &&
+        out.dtype != DType::kFloat32) {
+      return fail(absl::StrCat("dtype must be tf.string, tf.int64 or tf.float32, got ",
+                               DTypeName(out.dtype)));
+    }
+    if (f.kind() == proto::FeatureSpec::VAR_LEN) {
+      out.var_len = true;
+      if (f.shape_size() > 0 || f.has_default_value()) {
+        return fail("a VarLenFeature has no shape or default_value");
+      }
+    } else if (f.kind() == proto::FeatureSpec::FIXED_LEN) {
+      int64_t n = 1;
+      for (int64_t d : f.shape()) {
+        if (d < 0) {
+          return fail(absl::StrCat("FixedLenFeature needs a fully defined shape, got dimension ",
+                                   d));
+        }
+        if (d != 0 && n > (int64_t{1} << 40) / d) return fail("shape is too large");
+        n *= d;
+      }
+      out.shape = Shape(std::vector<int64_t>(f.shape().begin(), f.shape().end()));
+      if (f.has_default_value()) {
+        absl::StatusOr<Tensor> t = TensorFromProto(f.default_value());
+        if (!t.ok()) return fail(absl::StrCat("bad default_value: ", t.status().message()));
+        ASSIGN_OR_RETURN(Tensor d, ConvertDefaultValue(f.key(), *t, out.dtype, out.shape));
+        out.default_value = std::move(d);
+      }
+    } else {
+      return fail(absl::StrCat("unknown feature kind ", static_cast<int>(f.kind())));
+    }
+    parser.features_.push_back(std::move(out));
+  }
+  // TF's output order: sparse (VarLen) keys sorted, then dense (FixedLen) keys sorted.
+  std::stable_sort(parser.features_.begin(), parser.features_.end(),
+                   [](const Feature& a, const Feature& b) {
+                     if (a.var_len != b.var_len) return a.var_len;
+                     return a.key < b.key;
+                   });
+  for (size_t f = 0; f < parser.features_.size(); ++f) {
+    parser.index_[parser.features_[f].key] = static_cast<int>(f);
+  }
+  return parser;
+}
+
+absl::StatusOr<ElementSpec> ExampleParser::OutputSpec(const ElementSpec& input) const {
+  if (!input.is_leaf()) {
+    return Invalid(absl::StrCat(
+        "parse_example needs a string scalar (one serialized Example) or a 1-D string tensor "
+        "(a batch), got ",
+        ElementSpecToString(input)));
+  }
+  return OutputSpec(input.leaf());
+}
+
+absl::StatusOr<ElementSpec> ExampleParser::OutputSpec(const TensorSpec& input) const {
+  if (input.dtype != DType::kString || input.shape.rank() > 1) {
+    return Invalid(absl::StrCat(
+        "parse_example needs a string scalar (one serialized Example) or a 1-D string tensor "
+        "(a batch), got ",
+        input.ToString()));
+  }
+  const bool batched = input.shape.rank() == 1;
+  const int64_t b = batched ? input.shape.dim(0) : 0;
+  std::vector<std::pair<std::string, ElementSpec>> items;
+  for (const Feature& f : features_) {
+    Shape s = f.var_len ? Shape({kUnknownDim}) : f.shape;
+    if (batched) s = s.Prepend(b);
+    items.emplace_back(f.key, ElementSpec(TensorSpec{f.dtype, s}));
+  }
+  return ElementSpec::Dict(std::move(items));
+}
+
+absl::StatusOr<Element> ExampleParser::Parse(const Tensor& serialized) const {
+  if (serialized.dtype() != DType::kString || serialized.shape().rank() > 1) {
+    return Invalid(absl::StrCat(
+        "parse_example needs a string scalar or a 1-D string tensor, got a ",
+        DTypeName(serialized.dtype()), " tensor of shape ", serialized.shape().ToString()));
+  }
+  if (serialized.shape().rank() == 0) return ParseSingle(serialized.string_at(0));
+  std::vector<absl::string_view> views;
+  views.reserve(static_cast<size_t>(serialized.num_elements()));
+  for (int64_t i = 0; i < serialized.num_elements(); ++i) views.push_back(serialized.string_at(i));
+  return ParseBatch(views);
+}
+
+absl::StatusOr<Element> ExampleParser::ParseSingle(absl::string_view serialized) const {
+  ASSIGN_OR_RETURN(Element batch, ParseBatch({serialized}));
+  return batch.Map([](const Tensor& t) { return t.Index(0); });
+}
+
+absl::StatusOr<Element> ExampleParser::ParseBatch(
+    const std::vector<absl::string_view>& serialized) const {
+  const int64_t batch = static_cast<int64_t>(serialized.size());
+
+  std::vector<Tensor> dense(features_.size());
+  std::vector<std::vector<Values>> var(features_.size());
+  for (size_t f = 0; f < features_.size(); ++f) {
+    if (features_[f].var_len) {
+      var[f].resize(static_cast<size_t>(batch));
+    } else {
+      dense[f] = Tensor::Allocate(features_[f].dtype, features_[f].shape.Prepend(batch));
+    }
+  }
+  std::vector<std::optional<absl::string_view>> found(features_.size());
+  Values values;
+  for (int64_t i = 0; i < batch; ++i) {
+    std::fill(found.begin(), found.end(), std::nullopt);
+    if (!FindFeatures(serialized[static_cast<size_t>(i)], index_, &found)) {
+      return Invalid(absl::StrCat("Could not parse example input at index ", i));
+    }
+    for (size_t f = 0; f < features_.size(); ++f) {
+      const Feature& spec = features_[f];
+      Values* v = spec.var_len ? &var[f][static_cast<size_t>(i)] : &values;
+      v->Reset(DType::kInvalid);
+      if (found[f].has_value() && !DecodeFeature(*found[f], v)) {
+        return Invalid(absl::StrCat("Could not parse example input at index ", i,
+                                    " (feature '", spec.key, "')"));
+      }
+      if (v->kind != DType::kInvalid && v->kind != spec.dtype) {
+        return Invalid(absl::StrCat("Name: <unknown>, Key: ", spec.key, ", Index: ", i,
+                                    ".  Data types don't match. Data type: ",
+                                    TfTypeName(v->kind),
+                                    " but expected type: ", TfTypeName(spec.dtype)));
+      }
+      if (spec.var_len) continue;
+      const int64_t n = spec.shape.num_elements();
+      const Tensor* from_default = nullptr;
+      if (!found[f].has_value()) {
+        if (!spec.default_value.has_value()) {
+          return Invalid(absl::StrCat("Name: <unknown>, Feature: ", spec.key,
+                                      " (data type: ", TfTypeName(spec.dtype),
+                                      ") is required but could not be found."));
+        }
+        from_default = &*spec.default_value;
+      } else if (static_cast<int64_t>(v->size()) != n) {
+        return Invalid(absl::StrCat("Name: <unknown>, Key: ", spec.key, ", Index: ", i,
+                                    ".  Number of ", TfTypeName(spec.dtype),
+                                    " values != expected.  Values size: ", v->size(),
+                                    " but output shape: ", TfShapeString(spec.shape)));
+      }
+      Tensor& out = dense[f];
+      switch (spec.dtype) {
+        case DType::kString:
+          for (int64_t j = 0; j < n; ++j) {
+            *out.mutable_string(i * n + j) =
+                from_default != nullptr ? from_default->string_at(j)
+                                        : std::string(v->bytes[static_cast<size_t>(j)]);
+          }
+          break;
+        case DType::kFloat32:
+          if (from_default != nullptr) {
+            std::memcpy(out.mutable_data<float>() + i * n, from_default->data<float>(),
+                        sizeof(float) * static_cast<size_t>(n));
+          } else {
+            CopyNumbers(v->floats, out.mutable_data<float>() + i * n);
+          }
+          break;
+        default:
+          if (from_default != nullptr) {
+            std::memcpy(out.mutable_data<int64_t>() + i * n, from_default->data<int64_t>(),
+                        sizeof(int64_t) * static_cast<size_t>(n));
+          } else {
+            CopyNumbers(v->ints, out.mutable_data<int64_t>() + i * n);
+          }
+          break;
+      }
+    }
+  }
+  std::vector<std::pair<std::string, Element>> items;
+  for (size_t f = 0; f < features_.size(); ++f) {
+    const Feature& spec = features_[f];
+    if (!spec.var_len) {
+      items.emplace_back(spec.key, Element(std::move(dense[f])));
+      continue;
+    }
+    size_t width = 0;
+    for (const Values& v : var[f]) width = std::max(width, v.size());
+    Tensor out = Tensor::Allocate(spec.dtype, Shape({batch, static_cast<int64_t>(width)}));
+    for (int64_t i = 0; i < batch; ++i) {
+      const Values& v = var[f][static_cast<size_t>(i)];
+      const int64_t row = i * static_cast<int64_t>(width);
+      switch (spec.dtype) {
+        case DType::kString:
+          for (size_t j = 0; j < v.bytes.size(); ++j) {
+            *out.mutable_string(row + static_cast<int64_t>(j)) = std::string(v.bytes[j]);
+          }
+          break;
+        case DType::kFloat32:
+          if (v.kind == DType::kFloat32) CopyNumbers(v.floats, out.mutable_data<float>() + row);
+          break;
+        default:
+          if (v.kind == DType::kInt64) CopyNumbers(v.ints, out.mutable_data<int64_t>() + row);
+          break;
+      }
+    }
+    items.emplace_back(spec.key, Element(std::move(out)));
+  }
+  return Element::Dict(std::move(items));
+}
+
+std::string ExampleParser::ToExpression(const proto::ParseExampleFn& fn) {
+  std::vector<std::string> parts;
+  for (const proto::FeatureSpec& f : fn.features()) {
+    DType dtype = static_cast<DType>(f.dtype());
+    std::string dt = absl::StrCat("tf.", DTypeName(dtype));
+    if (f.kind() == proto::FeatureSpec::VAR_LEN) {
+      parts.push_back(absl::StrCat(PythonStringLiteral(f.key()), ": VarLenFeature(", dt, ")"));
+      continue;
+    }
+    std::string s = absl::StrCat(PythonStringLiteral(f.key()), ": FixedLenFeature([",
+                                 absl::StrJoin(f.shape(), ", "), "], ", dt);
+    if (f.has_default_value()) {
+      absl::StatusOr<Tensor> t = TensorFromProto(f.default_value());
+      absl::StrAppend(&s, ", default_value=",
+                      t.ok() ? TensorToPythonLiteral(*t) : "<invalid default>");
+    }
+    s.push_back(')');
+    parts.push_back(std::move(s));
+  }
+  return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
+}
+
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+class FeatureSpecParser {
+ public:
+  FeatureSpecParser(absl::string_view text, size_t* pos, absl::string_view context)
+      : text_(text), pos_(*pos), out_pos_(pos), context_(context) {}
+
+  absl::StatusOr<proto::ParseExampleFn> Parse() {
+    proto::ParseExampleFn fn;
+    SkipWs();
+    size_t start = pos_;
+    if (Peek() != '{') return Expected("a feature spec dict such as {'x': FixedLenFeature([], tf.int64)}");
+    ++pos_;
+    for (;;) {
+      SkipWs();
+      if (Peek() == '}') {
+        ++pos_;
+        break;
+      }
+      size_t key_at = pos_;
+      ASSIGN_OR_RETURN(PyValue key, ParsePyValue(text_, &pos_, context_));
+      if (key.kind != PyValue::Kind::kStr && key.kind != PyValue::Kind::kBytes) {
+        return Error(key_at, "parse_example: feature keys must be strings");
+      }
+      SkipWs();
+      if (Peek() != ':') return Expected("':' after the feature key");
+      ++pos_;
+      SkipWs();
+      ASSIGN_OR_RETURN(proto::FeatureSpec f, Feature(key.text));
+      *fn.add_features() = std::move(f);
+      SkipWs();
+      if (Peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (Peek() == '}') {
+        ++pos_;
+        break;
+      }
+      return Expected("',' or '}' in the feature spec");
+    }
+    absl::StatusOr<ExampleParser> checked = ExampleParser::Create(fn);
+    if (!checked.ok()) return Error(start, checked.status().message());
+    *out_pos_ = pos_;
+    return fn;
+  }
+
+ private:
+  char Peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
+  void SkipWs() {
+    while (pos_ < text_.size() && absl::ascii_isspace(static_cast<unsigned char>(text_[pos_]))) {
+      ++pos_;
+    }
+  }
+  absl::Status Error(size_t at, absl::string_view m) const {
+    return absl::InvalidArgumentError(absl::StrCat(context_, ", column ", at + 1, ": ", m));
+  }
+  absl::Status Expected(absl::string_view what) const {
+    std::string found = pos_ < text_.size() ? absl::StrCat("'", text_.substr(pos_, 1), "'")
+                                            : "end of expression";
+    return Error(pos_, absl::StrCat("expected ", what, ", found ", found));
+  }
+
+  absl::StatusOr<DType> Dtype(const std::string& key, const PyValue& v) const {
+    if (v.kind == PyValue::Kind::kName || v.kind == PyValue::Kind::kStr) {
+      absl::StatusOr<DType> d = ParseDType(v.text);
+      if (d.ok()) return *d;
+    }
+    return Error(v.begin, absl::StrCat("parse_example: feature '", key,
+                                       "': dtype must be tf.string, tf.int64 or tf.float32"));
+  }
+
+  absl::StatusOr<proto::FeatureSpec> Feature(const std::string& key) {
+    size_t at = pos_;
+    std::string name;
+    while (pos_ < text_.size() &&
+           (absl::ascii_isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_' ||
+            text_[pos_] == '.')) {
+      name.push_back(text_[pos_++]);
+    }
+    for (absl::string_view prefix : {"tf.io.", "tf.", "io."}) {
+      if (absl::StartsWith(name, prefix)) {
+        name = name.substr(prefix.size());
+        break;
+      }
+    }
+    const bool fixed = name == "FixedLenFeature";
+    if (!fixed && name != "VarLenFeature") {
+      return Error(at, absl::StrCat("parse_example: feature '", key,
+                                    "' must be FixedLenFeature(shape, dtype, default_value=None) "
+                                    "or VarLenFeature(dtype)"));
+    }
+    static const char* const kFixed[] = {"shape", "dtype", "default_value"};
+    static const char* const kVar[] = {"dtype"};
+    const char* const* params = fixed ? kFixed : kVar;
+    const size_t nparams = fixed ? 3 : 1;
+    std::optional<PyValue> args[3];
+    SkipWs();
+    if (Peek() != '(') return Expected(absl::StrCat("'(' after ", name));
+    ++pos_;
+    size_t positional = 0;
+    for (;;) {
+      SkipWs();
+      if (Peek() == ')') {
+        ++pos_;
+        break;
+      }
+      size_t arg_at = pos_;
+      size_t slot = nparams;
+      if (absl::ascii_isalpha(static_cast<unsigned char>(Peek())) || Peek() == '_') {
+        size_t save = pos_;
+        std::string kw;
+        while (pos_ < text_.size() &&
+               (absl::ascii_isalnum(static_cast<unsigned char>(text_[pos_])) ||
+                text_[pos_] == '_')) {
+          kw.push_back(text_[pos_++]);
+        }
+        SkipWs();
+        if (Peek() == '=' && (pos_ + 1 >= text_.size() || text_[pos_ + 1] != '=')) {
+          ++pos_;
+          for (size_t i = 0; i < nparams; ++i) {
+            if (kw == params[i]) slot = i;
+          }
+          if (slot == nparams) {
+            return Error(arg_at, absl::StrCat(name, ": unexpected keyword argument '", kw, "'"));
+          }
+        } else {
+          pos_ = save;
+        }
+      }
+      if (slot == nparams) {
+        if (positional >= nparams) {
+          return Error(arg_at, absl::StrCat(name, ": too many arguments"));
+        }
+        slot = positional++;
+      }
+      if (args[slot].has_value()) {
+        return Error(arg_at, absl::StrCat(name, ": argument ", params[slot], " given twice"));
+      }
+      ASSIGN_OR_RETURN(PyValue v, ParsePyValue(text_, &pos_, context_));
+      args[slot] = std::move(v);
+      SkipWs();
+      if (Peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (Peek() == ')') {
+        ++pos_;
+        break;
+      }
+      return Expected(absl::StrCat("',' or ')' in ", name, "(...)"));
+    }
+    if (!fixed) {
+      if (!args[0].has_value()) return Error(at, "VarLenFeature: missing argument dtype");
+      ASSIGN_OR_RETURN(DType d, Dtype(key, *args[0]));
+      return VarLenFeatureSpec(key, d);
+    }
+    if (!args[0].has_value() || !args[1].has_value()) {
+      return Error(at, "FixedLenFeature: needs shape and dtype");
+    }
+    const PyValue& shape = *args[0];
+    std::vector<int64_t> dims;
+    if (shape.kind == PyValue::Kind::kList || shape.kind == PyValue::Kind::kTuple) {
+      for (const PyValue& d : shape.items) {
+        std::optional<int64_t> n = d.AsInt64();
+        if (d.kind != PyValue::Kind::kInt || !n.has_value() || *n < 0) {
+          return Error(d.begin, absl::StrCat("parse_example: feature '", key,
+                                             "': shape sizes must be non-negative integers"));
+        }
+        dims.push_back(*n);
+      }
+    } else if (shape.kind == PyValue::Kind::kInt && shape.AsInt64().has_value() &&
+               *shape.AsInt64() >= 0) {
+      dims.push_back(*shape.AsInt64());  // FixedLenFeature(3, ...) as TF accepts it
+    } else {
+      return Error(shape.begin, absl::StrCat("parse_example: feature '", key,
+                                             "': shape must be a list such as [] or [3]"));
+    }
+    ASSIGN_OR_RETURN(DType dtype, Dtype(key, *args[1]));
+    std::optional<Tensor> def;
+    if (args[2].has_value() && args[2]->kind != PyValue::Kind::kNone) {
+      absl::StatusOr<Tensor> t = PyValueToTensor(*args[2]);
+      if (!t.ok()) {
+        return Error(args[2]->begin, absl::StrCat("parse_example: feature '", key,
+                                                  "': default_value: ", t.status().message()));
+      }
+      absl::StatusOr<Tensor> c =
+          ConvertDefaultValue(key, *t, dtype, Shape(std::vector<int64_t>(dims)));
+      if (!c.ok()) return Error(args[2]->begin, c.status().message());
+      def = *std::move(c);
+    }
+    return FixedLenFeatureSpec(key, std::move(dims), dtype, std::move(def));
+  }
+
+  absl::string_view text_;
+  size_t pos_;
+  size_t* out_pos_;
+  absl::string_view context_;
+};
+
+}  // namespace
+
+absl::StatusOr<proto::ParseExampleFn> ExampleParser::ParseFeatureSpec(absl::string_view text,
+                                                                      size_t* pos,
+                                                                      absl::string_view context) {
+  return FeatureSpecParser(text, pos, context).Parse();
+}
+
+}  // namespace sluice

@@ -1,0 +1,52 @@
+// Image functions for map (core/data/map_fns.h), as TF's namesakes, on [height, width, channels]
+// tensors (one image; batch after them):
+//
+//   decode_image(channels=0)       JPEG (libturbojpeg: fast integer DCT, fancy upsampling: TF's
+//                                  decode_jpeg defaults, so the same pixels) or PNG (libpng,
+//                                  8-bit) bytes in a string scalar -> uint8 [h, w, c]. channels:
+//                                  0 = the image's own (JPEG 1 or 3; PNG 1-4), 1 or 3 (JPEG
+//                                  converts; PNG drops alpha or repeats gray), 4 (PNG). Spec:
+//                                  uint8 [None, None, channels or None].
+//   resize(size=[h, w])            tf.image.resize(method='bilinear', antialias=False): half-
+//                                  pixel centers, any numeric input -> float32 [h, w, c].
+//   random_crop(size, seed=None)   size [h, w] or [h, w, c]: a window at a uniform offset, the
+//                                  input's dtype. INVALID_ARGUMENT when the image is smaller.
+//   random_flip_left_right(seed=None)  mirrors the width axis with probability 1/2.
+//   central_crop(central_fraction) tf.image.central_crop: the centered window of
+//                                  int((1 - f) * dim / 2) margins, fraction in (0, 1].
+//
+// Randomness, per element: a seeded random op draws from a generator seeded by the op's seed
+// and a hash of the element's own pixels, never from a shared stream, so that its output is a
+// function of (seed, element) whichever worker, range or thread handles the element (RANGES
+// jobs stay a function of the seed). The same image gets the same crop in every epoch; without
+// a seed, the draws differ from run to run. The random streams are Sluice's, not TF's (TF's
+// stateful random ops cannot be reproduced elsewhere).
+//
+// Errors are INVALID_ARGUMENT naming the fn: bytes that are neither JPEG nor PNG, corrupt
+// image data (libjpeg/libpng's message), a rank other than 3, a window larger than the image.
+//
+// Thread safety: the ComponentFns are immutable; Apply may run on many threads.
+#ifndef SLUICE_CORE_IMAGE_OPS_H_
+#define SLUICE_CORE_IMAGE_OPS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/data/map_fns.h"
+#include "proto/dataset.pb.h"
+
+namespace sluice {
+
+// INVALID_ARGUMENT for bad arguments (channels not in {0, 1, 3, 4}, sizes < 1, a fraction
+// outside (0, 1]).
+absl::StatusOr<std::unique_ptr<ComponentFn>> MakeImageComponentFn(const proto::ImageFn& fn);
+
+// "decode_image", "resize", ...
+std::string ImageFnName(const proto::ImageFn& fn);
+// The fn in pipeline syntax: "random_crop([224, 224, 3], seed=7)".
+std::string ImageFnExpression(const proto::ImageFn& fn);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_IMAGE_OPS_H_

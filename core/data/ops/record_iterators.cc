@@ -1,0 +1,380 @@
+#include "core/data/ops/record_iterators.h"
+
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/format/python_literal.h"
+#include "core/data/ops/source_iterators.h"
+#include "core/io/fixed_length_record_reader.h"
+#include "core/data/ops/interleave_iterator.h"
+#include "core/data/op_iterator.h"
+#include "core/util/status_macros.h"
+#include "core/io/tfrecord_reader.h"
+
+namespace sluice {
+namespace {
+
+absl::Status Invalid(absl::string_view m) { return absl::InvalidArgumentError(std::string(m)); }
+
+absl::Status ValidateRange(const proto::RecordRange& r) {
+  if (r.start() < 0) return Invalid(absl::StrCat("start_record must be >= 0, got ", r.start()));
+  if (r.count() < -1) {
+    return Invalid(absl::StrCat("num_records must be >= 0 or -1 (all), got ", r.count()));
+  }
+  return absl::OkStatus();
+}
+
+// One file's records, whatever the format.
+class RecordFile {
+ public:
+  virtual ~RecordFile() = default;
+  virtual absl::Status Read(std::string* record) = 0;  // OUT_OF_RANGE at the end
+  virtual absl::Status SeekToRecord(int64_t i) = 0;
+};
+
+class TFRecordFile : public RecordFile {
+ public:
+  TFRecordFile(std::unique_ptr<TFRecordReader> r, std::optional<RecordIndex> index)
+      : reader_(std::move(r)), index_(std::move(index)) {}
+  absl::Status Read(std::string* record) override { return reader_->ReadRecord(record); }
+  absl::Status SeekToRecord(int64_t i) override {
+    if (index_.has_value()) {
+      if (i >= index_->num_records()) {
+        // Past the end: position at the end of the indexed records.
+        if (index_->num_records() == 0) return absl::OkStatus();
+        RETURN_IF_ERROR(reader_->Seek(index_->offset(index_->num_records() - 1)));
+        return reader_->SkipRecord();
+      }
+      return reader_->Seek(index_->offset(i));
+    }
+    for (int64_t k = 0; k < i; ++k) {
+      absl::Status s = reader_->SkipRecord();
+      if (absl::IsOutOfRange(s)) return absl::OkStatus();
+      RETURN_IF_ERROR(s);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::unique_ptr<TFRecordReader> reader_;
+  std::optional<RecordIndex> index_;
+};
+
+class FixedLengthFile : public RecordFile {
+ public:
+  explicit FixedLengthFile(std::unique_ptr<FixedLengthRecordReader> r) : reader_(std::move(r)) {}
+  absl::Status Read(std::string* record) override { return reader_->ReadRecord(record); }
+  absl::Status SeekToRecord(int64_t i) override { return reader_->SeekToRecord(i); }
+
+ private:
+  std::unique_ptr<FixedLengthRecordReader> reader_;
+};
+
+// Opens file `i` of the source; counts its records.
+class RecordFormat {
+ public:
+  virtual ~RecordFormat() = default;
+  virtual absl::StatusOr<std::unique_ptr<RecordFile>> Open(const std::string& f,
+                                                           bool want_index) = 0;
+  virtual absl::StatusOr<int64_t> Count(const std::string& f) = 0;
+};
+
+class TFRecordFormat : public RecordFormat {
+ public:
+  TFRecordFormat(Compression c, size_t buffer_size, RecordIndexOptions index_options)
+      : compression_(c), buffer_size_(buffer_size), index_options_(std::move(index_options)) {}
+  absl::StatusOr<std::unique_ptr<RecordFile>> Open(const std::string& f,
+                                                   bool want_index) override {
+    TFRecordReaderOptions o;
+    o.compression = compression_;
+    o.buffer_size = buffer_size_;
+    ASSIGN_OR_RETURN(std::unique_ptr<TFRecordReader> r, TFRecordReader::Open(f, o));
+    std::optional<RecordIndex> index;
+    if (want_index && compression_ == Compression::kNone) {
+      ASSIGN_OR_RETURN(index, RecordIndex::LoadOrBuild(f, index_options_));
+    }
+    return std::unique_ptr<RecordFile>(new TFRecordFile(std::move(r), std::move(index)));
+  }
+  absl::StatusOr<int64_t> Count(const std::string& f) override {
+    return CountTFRecords(f, compression_, index_options_);
+  }
+
+ private:
+  const Compression compression_;
+  const size_t buffer_size_;
+  const RecordIndexOptions index_options_;
+};
+
+class FixedLengthFormat : public RecordFormat {
+ public:
+  explicit FixedLengthFormat(FixedLengthRecordOptions o) : options_(o) {}
+  absl::StatusOr<std::unique_ptr<RecordFile>> Open(const std::string& f, bool) override {
+    ASSIGN_OR_RETURN(auto r, FixedLengthRecordReader::Open(f, options_));
+    return std::unique_ptr<RecordFile>(new FixedLengthFile(std::move(r)));
+  }
+  absl::StatusOr<int64_t> Count(const std::string& f) override {
+    ASSIGN_OR_RETURN(auto r, FixedLengthRecordReader::Open(f, options_));
+    if (r->num_records().has_value()) return *r->num_records();
+    std::string rec;
+    int64_t n = 0;
+    for (;;) {
+      absl::Status s = r->ReadRecord(&rec);
+      if (absl::IsOutOfRange(s)) return n;
+      RETURN_IF_ERROR(s);
+      ++n;
+    }
+  }
+
+ private:
+  const FixedLengthRecordOptions options_;
+};
+
+// Files in order, optionally limited to a record range.
+class SequentialRecordIterator : public OpIterator {
+ public:
+  SequentialRecordIterator(std::string label, std::vector<std::string> files,
+                           std::unique_ptr<RecordFormat> format,
+                           std::optional<proto::RecordRange> range)
+      : OpIterator(std::move(label)),
+        files_(std::move(files)),
+        format_(std::move(format)),
+        range_(std::move(range)) {
+    if (range_.has_value()) remaining_ = range_->count();
+  }
+
+ protected:
+  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    if (range_.has_value() && !positioned_) {
+      RETURN_IF_ERROR(Position());
+      positioned_ = true;
+    }
+    for (;;) {
+      if (remaining_ == 0 || next_file_ > files_.size() ||
+          (current_ == nullptr && next_file_ == files_.size())) {
+        *end_of_sequence = true;
+        return absl::OkStatus();
+      }
+      if (current_ == nullptr) {
+        absl::StatusOr<std::unique_ptr<RecordFile>> f =
+            format_->Open(files_[next_file_], false);
+        if (!f.ok()) return Labeled(f.status());
+        current_ = *std::move(f);
+        ++next_file_;
+      }
+      std::string record;
+      absl::Status s = current_->Read(&record);
+      if (absl::IsOutOfRange(s)) {
+        current_.reset();
+        continue;
+      }
+      if (!s.ok()) return Labeled(s);
+      *out = Element(Tensor::StringScalar(std::move(record)));
+      if (remaining_ > 0) --remaining_;
+      return absl::OkStatus();
+    }
+  }
+
+ private:
+  absl::Status Labeled(const absl::Status& s) const {
+    return absl::Status(s.code(), absl::StrCat(label(), ": ", s.message()));
+  }
+
+  // Skips whole files before range_->start using their counts, then seeks inside the file.
+  absl::Status Position() {
+    int64_t skip = range_->start();
+    while (next_file_ < files_.size()) {
+      const std::string& f = files_[next_file_];
+      absl::StatusOr<int64_t> n = format_->Count(f);
+      if (!n.ok()) return Labeled(n.status());
+      if (skip < *n) {
+        absl::StatusOr<std::unique_ptr<RecordFile>> file = format_->Open(f, skip > 0);
+        if (!file.ok()) return Labeled(file.status());
+        current_ = *std::move(file);
+        ++next_file_;
+        absl::Status s = current_->SeekToRecord(skip);
+        if (!s.ok()) return Labeled(s);
+        return absl::OkStatus();
+      }
+      skip -= *n;
+      ++next_file_;
+    }
+    return absl::OkStatus();  // the range starts past the last record: nothing to read
+  }
+
+  const std::vector<std::string> files_;
+  std::unique_ptr<RecordFormat> format_;
+  const std::optional<proto::RecordRange> range_;
+  int64_t remaining_ = -1;  // records left in the range; -1: unlimited
+  bool positioned_ = false;
+  size_t next_file_ = 0;
+  std::unique_ptr<RecordFile> current_;
+};
+
+// An iterator whose arguments were bad: fails with that status.
+class FailingIterator : public Iterator {
+ public:
+  explicit FailingIterator(absl::Status s) : s_(std::move(s)) {}
+  absl::Status GetNext(Element*, bool*) override { return s_; }
+
+ private:
+  const absl::Status s_;
+};
+
+}  // namespace
+
+absl::Status ValidateTFRecordSource(const proto::TFRecordSource& source) {
+  if (source.filenames_size() == 0) return Invalid("filenames must not be empty");
+  RETURN_IF_ERROR(ParseCompressionType(source.compression_type()).status());
+  if (source.buffer_size() < 0) {
+    return Invalid(absl::StrCat("buffer_size must be >= 0, got ", source.buffer_size()));
+  }
+  if (source.num_parallel_reads() < -1) {
+    return Invalid(absl::StrCat("num_parallel_reads must be positive or -1 (AUTOTUNE), got ",
+                                source.num_parallel_reads()));
+  }
+  if (source.has_record_range()) {
+    RETURN_IF_ERROR(ValidateRange(source.record_range()));
+    if (source.num_parallel_reads() > 1 || source.num_parallel_reads() == -1) {
+      return Invalid("a record range reads files in order: num_parallel_reads must be unset");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateFixedLengthRecordSource(const proto::FixedLengthRecordSource& source) {
+  if (source.filenames_size() == 0) return Invalid("filenames must not be empty");
+  RETURN_IF_ERROR(ParseCompressionType(source.compression_type()).status());
+  if (source.record_bytes() <= 0) {
+    return Invalid(absl::StrCat("record_bytes must be positive, got ", source.record_bytes()));
+  }
+  if (source.header_bytes() < 0 || source.footer_bytes() < 0 || source.buffer_size() < 0) {
+    return Invalid("header_bytes, footer_bytes and buffer_size must be >= 0");
+  }
+  if (source.has_record_range()) RETURN_IF_ERROR(ValidateRange(source.record_range()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CountTFRecords(const std::string& filename, Compression compression,
+                                       const RecordIndexOptions& index_options) {
+  if (compression == Compression::kNone) {
+    ASSIGN_OR_RETURN(RecordIndex index, RecordIndex::LoadOrBuild(filename, index_options));
+    return index.num_records();
+  }
+  TFRecordReaderOptions o;
+  o.compression = compression;
+  ASSIGN_OR_RETURN(std::unique_ptr<TFRecordReader> r, TFRecordReader::Open(filename, o));
+  int64_t n = 0;
+  for (;;) {
+    absl::Status s = r->SkipRecord();
+    if (absl::IsOutOfRange(s)) return n;
+    RETURN_IF_ERROR(s);
+    ++n;
+  }
+}
+
+std::unique_ptr<Iterator> NewTFRecordIterator(std::string label, proto::TFRecordSource source,
+                                              RecordIndexOptions index_options) {
+  absl::Status valid = ValidateTFRecordSource(source);
+  if (!valid.ok()) {
+    return std::make_unique<FailingIterator>(
+        absl::InvalidArgumentError(absl::StrCat(label, ": ", valid.message())));
+  }
+  Compression c = *ParseCompressionType(source.compression_type());
+  auto format = std::make_unique<TFRecordFormat>(c, static_cast<size_t>(source.buffer_size()),
+                                                 index_options);
+  std::vector<std::string> files(source.filenames().begin(), source.filenames().end());
+  int64_t parallel = source.num_parallel_reads();
+  if (parallel == -1) parallel = static_cast<int64_t>(files.size());
+  if (parallel > 1 && !source.has_record_range()) {
+    // TF's TFRecordDataset does interleave(cycle_length=n, block_length=1,
+    // num_parallel_calls=n) over the files: the same order, each open file read ahead by its
+    // own thread.
+    const int64_t n = static_cast<int64_t>(files.size());
+    absl::StatusOr<std::unique_ptr<Iterator>> names =
+        NewFromTensorSlicesIterator(label, Element(Tensor::FromStrings(files, Shape({n}))));
+    if (!names.ok()) return std::make_unique<FailingIterator>(names.status());
+    const size_t buffer_size = static_cast<size_t>(source.buffer_size());
+    InterleaveInputFn make = [label, c, buffer_size, index_options](
+                                 const Element& e) -> absl::StatusOr<std::unique_ptr<Iterator>> {
+      return std::unique_ptr<Iterator>(new SequentialRecordIterator(
+          label, {e.leaf().string_at(0)},
+          std::make_unique<TFRecordFormat>(c, buffer_size, index_options), std::nullopt));
+    };
+    return NewInterleaveIterator(std::move(label), *std::move(names), std::move(make), parallel,
+                                 /*block_length=*/1, /*num_parallel_calls=*/parallel,
+                                 /*deterministic=*/true);
+  }
+  std::optional<proto::RecordRange> range;
+  if (source.has_record_range()) range = source.record_range();
+  return std::make_unique<SequentialRecordIterator>(std::move(label), std::move(files),
+                                                    std::move(format), std::move(range));
+}
+
+std::unique_ptr<Iterator> NewFixedLengthRecordIterator(std::string label,
+                                                       proto::FixedLengthRecordSource source) {
+  absl::Status valid = ValidateFixedLengthRecordSource(source);
+  if (!valid.ok()) {
+    return std::make_unique<FailingIterator>(
+        absl::InvalidArgumentError(absl::StrCat(label, ": ", valid.message())));
+  }
+  FixedLengthRecordOptions o;
+  o.record_bytes = source.record_bytes();
+  o.header_bytes = source.header_bytes();
+  o.footer_bytes = source.footer_bytes();
+  o.compression = *ParseCompressionType(source.compression_type());
+  o.buffer_size = static_cast<size_t>(source.buffer_size());
+  std::vector<std::string> files(source.filenames().begin(), source.filenames().end());
+  std::optional<proto::RecordRange> range;
+  if (source.has_record_range()) range = source.record_range();
+  return std::make_unique<SequentialRecordIterator>(
+      std::move(label), std::move(files), std::make_unique<FixedLengthFormat>(o),
+      std::move(range));
+}
+
+namespace {
+
+std::string FileList(const google::protobuf::RepeatedPtrField<std::string>& files) {
+  std::vector<std::string> names;
+  for (const std::string& f : files) names.push_back(PythonStringLiteral(f));
+  return absl::StrCat("[", absl::StrJoin(names, ", "), "]");
+}
+
+void AppendRange(bool has, const proto::RecordRange& r, std::string* out) {
+  if (!has) return;
+  absl::StrAppend(out, ", start_record=", r.start(), ", num_records=", r.count());
+}
+
+}  // namespace
+
+std::string TFRecordSourceExpression(const proto::TFRecordSource& s) {
+  std::string out = absl::StrCat("tf_record_dataset(", FileList(s.filenames()));
+  if (!s.compression_type().empty()) {
+    absl::StrAppend(&out, ", compression_type=", PythonStringLiteral(s.compression_type()));
+  }
+  if (s.buffer_size() != 0) absl::StrAppend(&out, ", buffer_size=", s.buffer_size());
+  if (s.num_parallel_reads() != 0) {
+    absl::StrAppend(&out, ", num_parallel_reads=", s.num_parallel_reads());
+  }
+  AppendRange(s.has_record_range(), s.record_range(), &out);
+  out.push_back(')');
+  return out;
+}
+
+std::string FixedLengthRecordSourceExpression(const proto::FixedLengthRecordSource& s) {
+  std::string out = absl::StrCat("fixed_length_record_dataset(", FileList(s.filenames()), ", ",
+                                 s.record_bytes());
+  if (s.header_bytes() != 0) absl::StrAppend(&out, ", header_bytes=", s.header_bytes());
+  if (s.footer_bytes() != 0) absl::StrAppend(&out, ", footer_bytes=", s.footer_bytes());
+  if (s.buffer_size() != 0) absl::StrAppend(&out, ", buffer_size=", s.buffer_size());
+  if (!s.compression_type().empty()) {
+    absl::StrAppend(&out, ", compression_type=", PythonStringLiteral(s.compression_type()));
+  }
+  AppendRange(s.has_record_range(), s.record_range(), &out);
+  out.push_back(')');
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,154 @@
+#include "core/data/ops/simple_op_iterators.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace sluice {
+namespace {
+
+class RepeatIterator : public OpIterator {
+ public:
+  RepeatIterator(std::string label, IteratorFactory input, int64_t count)
+      : OpIterator(std::move(label)), factory_(std::move(input)), count_(count) {}
+
+ protected:
+  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    while (true) {
+      if (input_ == nullptr) {
+        if (count_ >= 0 && epoch_ >= count_) {
+          *end_of_sequence = true;
+          return absl::OkStatus();
+        }
+        input_ = factory_();
+        yielded_this_epoch_ = false;
+      }
+      bool end = false;
+      absl::Status s = input_->GetNext(out, &end);
+      if (!s.ok()) return s;
+      if (!end) {
+        yielded_this_epoch_ = true;
+        return absl::OkStatus();
+      }
+      input_.reset();
+      ++epoch_;
+      if (!yielded_this_epoch_) {
+        // An empty epoch: every later one would be empty too; end instead of spinning.
+        *end_of_sequence = true;
+        return absl::OkStatus();
+      }
+    }
+  }
+
+ private:
+  const IteratorFactory factory_;
+  const int64_t count_;
+  std::unique_ptr<Iterator> input_;
+  int64_t epoch_ = 0;
+  bool yielded_this_epoch_ = false;
+};
+
+class TakeIterator : public OpIterator {
+ public:
+  TakeIterator(std::string label, std::unique_ptr<Iterator> input, int64_t count)
+      : OpIterator(std::move(label)), input_(std::move(input)), remaining_(count) {}
+
+ protected:
+  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    if (remaining_ == 0) {
+      *end_of_sequence = true;
+      return absl::OkStatus();
+    }
+    absl::Status s = input_->GetNext(out, end_of_sequence);
+    if (!s.ok() || *end_of_sequence) return s;
+    if (remaining_ > 0) --remaining_;
+    return absl::OkStatus();
+  }
+
+ private:
+  std::unique_ptr<Iterator> input_;
+  int64_t remaining_;  // negative: unlimited
+};
+
+class SkipIterator : public OpIterator {
+ public:
+  SkipIterator(std::string label, std::unique_ptr<Iterator> input, int64_t count)
+      : OpIterator(std::move(label)), input_(std::move(input)), to_skip_(count) {}
+
+ protected:
+  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    while (to_skip_ != 0) {
+      Element ignored;
+      absl::Status s = input_->GetNext(&ignored, end_of_sequence);
+      if (!s.ok() || *end_of_sequence) return s;
+      if (to_skip_ > 0) --to_skip_;
+    }
+    return input_->GetNext(out, end_of_sequence);
+  }
+
+ private:
+  std::unique_ptr<Iterator> input_;
+  int64_t to_skip_;  // negative: skip everything
+};
+
+class ShardIterator : public OpIterator {
+ public:
+  ShardIterator(std::string label, std::unique_ptr<Iterator> input, int64_t num_shards,
+                int64_t index)
+      : OpIterator(std::move(label)),
+        input_(std::move(input)),
+        num_shards_(num_shards),
+        to_skip_(index) {}
+
+ protected:
+  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    for (; to_skip_ > 0; --to_skip_) {
+      Element ignored;
+      absl::Status s = input_->GetNext(&ignored, end_of_sequence);
+      if (!s.ok() || *end_of_sequence) return s;
+    }
+    absl::Status s = input_->GetNext(out, end_of_sequence);
+    if (!s.ok() || *end_of_sequence) return s;
+    to_skip_ = num_shards_ - 1;
+    return absl::OkStatus();
+  }
+
+ private:
+  std::unique_ptr<Iterator> input_;
+  const int64_t num_shards_;
+  int64_t to_skip_;  // input elements to drop before the next one this shard keeps
+};
+
+}  // namespace
+
+std::unique_ptr<Iterator> NewRepeatIterator(std::string label, IteratorFactory input,
+                                            int64_t count) {
+  return std::make_unique<RepeatIterator>(std::move(label), std::move(input), count);
+}
+
+std::unique_ptr<Iterator> NewTakeIterator(std::string label, std::unique_ptr<Iterator> input,
+                                          int64_t count) {
+  return std::make_unique<TakeIterator>(std::move(label), std::move(input), count);
+}
+
+std::unique_ptr<Iterator> NewSkipIterator(std::string label, std::unique_ptr<Iterator> input,
+                                          int64_t count) {
+  return std::make_unique<SkipIterator>(std::move(label), std::move(input), count);
+}
+
+absl::StatusOr<std::unique_ptr<Iterator>> NewShardIterator(std::string label,
+                                                           std::unique_ptr<Iterator> input,
+                                                           int64_t num_shards, int64_t index) {
+  if (num_shards <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": num_shards must be positive, got ", num_shards));
+  }
+  if (index < 0 || index >= num_shards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": index must be in [0, num_shards) = [0, ", num_shards, "), got ", index));
+  }
+  return std::unique_ptr<Iterator>(
+      new ShardIterator(std::move(label), std::move(input), num_shards, index));
+}
+
+}  // namespace sluice

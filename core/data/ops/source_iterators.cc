@@ -1,0 +1,238 @@
+#include "core/data/ops/source_iterators.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/data/op_iterator.h"
+#include "core/io/input_stream.h"
+
+namespace sluice {
+namespace {
+
+class RangeIterator : public OpIterator {
+ public:
+  RangeIterator(std::string label, int64_t start, int64_t stop, int64_t step)
+      : OpIterator(std::move(label)), next_(start), stop_(stop), step_(step) {}
+
+ protected:
+  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    if (exhausted_ || (step_ > 0 ? next_ >= stop_ : next_ <= stop_)) {
+      *end_of_sequence = true;
+      return absl::OkStatus();
+    }
+    *out = Element(Tensor::Scalar<int64_t>(next_));
+    // The value after the last one may not fit in an int64: stop instead of overflowing.
+    if (__builtin_add_overflow(next_, step_, &next_)) exhausted_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t next_;
+  const int64_t stop_;
+  const int64_t step_;
+  bool exhausted_ = false;
+};
+
+class FromTensorsIterator : public OpIterator {
+ public:
+  FromTensorsIterator(std::string label, Element element)
+      : OpIterator(std::move(label)), element_(std::move(element)) {}
+
+ protected:
+  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    if (done_) {
+      *end_of_sequence = true;
+      return absl::OkStatus();
+    }
+    done_ = true;
+    *out = element_;
+    return absl::OkStatus();
+  }
+
+ private:
+  const Element element_;
+  bool done_ = false;
+};
+
+class FromTensorSlicesIterator : public OpIterator {
+ public:
+  FromTensorSlicesIterator(std::string label, Element element, int64_t rows)
+      : OpIterator(std::move(label)),
+        element_(std::move(element)),
+        leaves_(element_.Flatten()),
+        rows_(rows) {}
+
+ protected:
+  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    if (next_ >= rows_) {
+      *end_of_sequence = true;
+      return absl::OkStatus();
+    }
+    std::vector<Tensor> row;
+    row.reserve(leaves_.size());
+    for (const Tensor& t : leaves_) row.push_back(t.Index(next_));
+    ++next_;
+    auto packed = Element::Pack(element_, std::move(row));
+    if (!packed.ok()) return InvalidArgument(packed.status().message());
+    *out = *std::move(packed);
+    return absl::OkStatus();
+  }
+
+ private:
+  const Element element_;
+  const std::vector<Tensor> leaves_;
+  const int64_t rows_;
+  int64_t next_ = 0;
+};
+
+// Reads lines with large read(2) calls and memchr, so the cost per line is a scan and one
+// string allocation. Mirrors TF's BufferedInputStream::ReadLine, which TextLineDataset uses:
+// every '\r' is dropped, not only one before the '\n' (tensorflow-cpu 2.15 reads "a\rb\r\n"
+// as "ab").
+class TextLineIterator : public OpIterator {
+ public:
+  static constexpr size_t kBufferBytes = 1 << 20;
+
+  TextLineIterator(std::string label, std::vector<std::string> filenames)
+      : OpIterator(std::move(label)), filenames_(std::move(filenames)) {}
+  ~TextLineIterator() override { CloseFile(); }
+  TextLineIterator(const TextLineIterator&) = delete;
+  TextLineIterator& operator=(const TextLineIterator&) = delete;
+
+ protected:
+  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    while (true) {
+      if (stream_ == nullptr) {
+        if (next_file_ >= filenames_.size()) {
+          *end_of_sequence = true;
+          return absl::OkStatus();
+        }
+        absl::Status s = OpenFile(filenames_[next_file_++]);
+        if (!s.ok()) return s;
+      }
+      if (pos_ < limit_) {
+        const char* begin = buffer_.get() + pos_;
+        const char* newline = static_cast<const char*>(std::memchr(begin, '\n', limit_ - pos_));
+        if (newline != nullptr) {
+          std::string line;
+          if (partial_.empty()) {
+            line.assign(begin, newline);
+          } else {
+            line = std::move(partial_);
+            partial_.clear();
+            line.append(begin, newline);
+          }
+          pos_ += static_cast<size_t>(newline - begin) + 1;
+          DropCarriageReturns(&line);
+          Emit(std::move(line), out);
+          return absl::OkStatus();
+        }
+        partial_.append(begin, limit_ - pos_);
+        pos_ = limit_;
+      }
+      absl::StatusOr<size_t> n = stream_->Read(buffer_.get(), kBufferBytes);
+      if (!n.ok()) {
+        CloseFile();
+        return OpError(n.status().code(), n.status().message());
+      }
+      pos_ = 0;
+      limit_ = *n;
+      if (*n == 0) {
+        CloseFile();
+        // A last line without '\n' counts unless nothing is left of it once its '\r's are gone.
+        DropCarriageReturns(&partial_);
+        if (!partial_.empty()) {
+          std::string line = std::move(partial_);
+          partial_.clear();
+          Emit(std::move(line), out);
+          return absl::OkStatus();
+        }
+      }
+    }
+  }
+
+ private:
+  static void DropCarriageReturns(std::string* line) {
+    if (std::memchr(line->data(), '\r', line->size()) == nullptr) return;
+    line->erase(std::remove(line->begin(), line->end(), '\r'), line->end());
+  }
+
+  static void Emit(std::string line, Element* out) {
+    std::vector<std::string> values;
+    values.push_back(std::move(line));
+    *out = Element(Tensor::FromStrings(std::move(values), Shape()));
+  }
+
+  absl::Status OpenFile(const std::string& name) {
+    absl::StatusOr<std::unique_ptr<InputStream>> stream = OpenFileStream(name);
+    if (!stream.ok()) return OpError(stream.status().code(), stream.status().message());
+    stream_ = *std::move(stream);
+    if (buffer_ == nullptr) buffer_ = std::make_unique<char[]>(kBufferBytes);
+    pos_ = limit_ = 0;
+    partial_.clear();
+    return absl::OkStatus();
+  }
+
+  void CloseFile() {
+    stream_.reset();
+    pos_ = limit_ = 0;
+  }
+
+  const std::vector<std::string> filenames_;
+  size_t next_file_ = 0;
+  std::unique_ptr<InputStream> stream_;
+  std::unique_ptr<char[]> buffer_;
+  size_t pos_ = 0;
+  size_t limit_ = 0;
+  std::string partial_;  // the start of a line that crosses a buffer boundary
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Iterator>> NewRangeIterator(std::string label, int64_t start,
+                                                           int64_t stop, int64_t step) {
+  if (step == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": step must be a non-zero integer"));
+  }
+  return std::unique_ptr<Iterator>(new RangeIterator(std::move(label), start, stop, step));
+}
+
+std::unique_ptr<Iterator> NewFromTensorsIterator(std::string label, Element element) {
+  return std::make_unique<FromTensorsIterator>(std::move(label), std::move(element));
+}
+
+absl::StatusOr<std::unique_ptr<Iterator>> NewFromTensorSlicesIterator(std::string label,
+                                                                      Element element) {
+  std::vector<Tensor> leaves = element.Flatten();
+  if (leaves.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": from_tensor_slices needs at least one tensor"));
+  }
+  int64_t rows = -1;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (leaves[i].shape().rank() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, ": cannot slice a scalar: component ", i, " has shape []; every component "
+          "needs at least one dimension"));
+    }
+    if (rows < 0) {
+      rows = leaves[i].shape().dim(0);
+    } else if (leaves[i].shape().dim(0) != rows) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, ": all components must have the same size in dimension 0: component 0 has ",
+          rows, " rows but component ", i, " has ", leaves[i].shape().dim(0)));
+    }
+  }
+  return std::unique_ptr<Iterator>(
+      new FromTensorSlicesIterator(std::move(label), std::move(element), rows));
+}
+
+std::unique_ptr<Iterator> NewTextLineIterator(std::string label,
+                                              std::vector<std::string> filenames) {
+  return std::make_unique<TextLineIterator>(std::move(label), std::move(filenames));
+}
+
+}  // namespace sluice

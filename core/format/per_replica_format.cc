@@ -1,0 +1,151 @@
+#include "sluice/per_replica_format.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/format/tensor_format.h"
+
+namespace sluice {
+namespace {
+
+// "PerReplica:{\n  0: v0,\n  1: v1\n}" from the replicas' texts.
+std::string PerReplicaBlock(const std::vector<std::string>& texts) {
+  std::string out = "PerReplica:{\n";
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (i > 0) out += ",\n";
+    absl::StrAppend(&out, "  ", i, ": ", texts[i]);
+  }
+  return out + "\n}";
+}
+
+// `nodes` holds the same position of every replica's element.
+std::string FormatNode(const std::vector<const Element*>& nodes, bool repr) {
+  const Element& first = *nodes[0];
+  if (first.is_leaf()) {
+    std::vector<std::string> texts;
+    for (const Element* n : nodes) {
+      texts.push_back(repr ? FormatTensorRepr(n->leaf()) : FormatTensor(n->leaf()));
+    }
+    return PerReplicaBlock(texts);
+  }
+  auto child = [&](size_t i) {
+    std::vector<const Element*> children;
+    for (const Element* n : nodes) children.push_back(&n->children()[i]);
+    return FormatNode(children, /*repr=*/true);
+  };
+  const size_t n = first.children().size();
+  if (first.kind() == NestKind::kDict) {
+    std::string out = "{";
+    for (size_t i = 0; i < n; ++i) {
+      if (i > 0) out += ", ";
+      absl::StrAppend(&out, PythonStrRepr(first.keys()[i]), ": ", child(i));
+    }
+    return out + "}";
+  }
+  const bool tuple = first.kind() == NestKind::kTuple;
+  std::string out = tuple ? "(" : "[";
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0) out += ", ";
+    out += child(i);
+  }
+  if (tuple && n == 1) out += ",";
+  return out + (tuple ? ")" : "]");
+}
+
+std::string FormatValue(const PerReplica<Element>& v, bool repr) {
+  if (v.num_replicas() == 0) return PerReplicaBlock({});
+  bool same = true;
+  for (const Element& e : v) same = same && e.SameStructure(v[0]);
+  if (!same) {
+    std::vector<std::string> texts;
+    for (const Element& e : v) texts.push_back(repr ? FormatElementRepr(e) : FormatElement(e));
+    return PerReplicaBlock(texts);
+  }
+  std::vector<const Element*> nodes;
+  for (const Element& e : v) nodes.push_back(&e);
+  return FormatNode(nodes, repr);
+}
+
+// The seed layout; `col` is the column where this node's text starts.
+std::string FormatSpecAt(const DistributedElementSpec& spec, size_t col) {
+  if (spec.is_leaf()) {
+    static constexpr char kOpen[] = "PerReplicaSpec(";
+    const std::string indent = ",\n" + std::string(col + sizeof(kOpen) - 1, ' ');
+    std::string out = kOpen;
+    const std::vector<TensorSpec>& specs = spec.leaf().specs;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (i > 0) out += indent;
+      out += specs[i].ToString();
+    }
+    if (specs.size() == 1) out += ",";  // Python's repr of the one-element tuple of specs
+    return out + ")";
+  }
+  const size_t n = spec.children().size();
+  const std::string indent = ",\n" + std::string(col + 1, ' ');
+  if (spec.kind() == NestKind::kDict) {
+    std::string out = "{";
+    for (size_t i = 0; i < n; ++i) {
+      if (i > 0) out += indent;
+      const std::string key = PythonStrRepr(spec.keys()[i]) + ": ";
+      out += key + FormatSpecAt(spec.children()[i], col + 1 + key.size());
+    }
+    return out + "}";
+  }
+  const bool tuple = spec.kind() == NestKind::kTuple;
+  std::string out = tuple ? "(" : "[";
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0) out += indent;
+    out += FormatSpecAt(spec.children()[i], col + 1);
+  }
+  if (tuple && n == 1) out += ",";
+  return out + (tuple ? ")" : "]");
+}
+
+std::string FormatSpecRepr(const DistributedElementSpec& spec) {
+  if (spec.is_leaf()) {
+    std::string out = "PerReplicaSpec(";
+    const std::vector<TensorSpec>& specs = spec.leaf().specs;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (i > 0) out += ", ";
+      out += specs[i].ToString();
+    }
+    // The specs are a serialized tuple: Python shows a one-element tuple with its comma.
+    if (specs.size() == 1) out += ",";
+    return out + ")";
+  }
+  const size_t n = spec.children().size();
+  if (spec.kind() == NestKind::kDict) {
+    std::string out = "{";
+    for (size_t i = 0; i < n; ++i) {
+      if (i > 0) out += ", ";
+      absl::StrAppend(&out, PythonStrRepr(spec.keys()[i]), ": ",
+                      FormatSpecRepr(spec.children()[i]));
+    }
+    return out + "}";
+  }
+  const bool tuple = spec.kind() == NestKind::kTuple;
+  std::string out = tuple ? "(" : "[";
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0) out += ", ";
+    out += FormatSpecRepr(spec.children()[i]);
+  }
+  if (tuple && n == 1) out += ",";
+  return out + (tuple ? ")" : "]");
+}
+
+}  // namespace
+
+std::string FormatPerReplica(const PerReplica<Element>& v) { return FormatValue(v, false); }
+
+std::string FormatPerReplicaRepr(const PerReplica<Element>& v) { return FormatValue(v, true); }
+
+std::string FormatPerReplicaSpec(const DistributedElementSpec& spec) {
+  return FormatSpecAt(spec, 0);
+}
+
+std::string FormatPerReplicaSpecRepr(const DistributedElementSpec& spec) {
+  return FormatSpecRepr(spec);
+}
+
+}  // namespace sluice

@@ -1,0 +1,153 @@
+#include "core/io/http_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "core/util/backoff.h"
+
+namespace sluice {
+namespace {
+
+size_t WriteBody(char* data, size_t size, size_t count, void* user) {
+  static_cast<std::string*>(user)->append(data, size * count);
+  return size * count;
+}
+
+size_t WriteHeader(char* data, size_t size, size_t count, void* user) {
+  auto* response = static_cast<HttpResponse*>(user);
+  absl::string_view line(data, size * count);
+  if (absl::StartsWith(line, "HTTP/")) {
+    // A new response (after a 100 Continue or a redirect): forget the previous headers.
+    response->headers.clear();
+    return size * count;
+  }
+  const size_t colon = line.find(':');
+  if (colon != absl::string_view::npos) {
+    response->headers[absl::AsciiStrToLower(absl::StripAsciiWhitespace(line.substr(0, colon)))] =
+        std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+  }
+  return size * count;
+}
+
+class CurlHttpClient : public HttpClient {
+ public:
+  explicit CurlHttpClient(const CurlHttpClientOptions& options) : options_(options) {
+    static std::once_flag once;
+    std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  }
+  ~CurlHttpClient() override {
+    absl::MutexLock lock(&mu_);
+    for (CURL* h : idle_) curl_easy_cleanup(h);
+  }
+
+  absl::StatusOr<HttpResponse> Send(const HttpRequest& request) override {
+    CURL* h = Take();
+    if (h == nullptr) return absl::InternalError("curl_easy_init failed");
+    HttpResponse response;
+    curl_slist* headers = nullptr;
+    for (const auto& [name, value] : request.headers) {
+      headers = curl_slist_append(headers, absl::StrCat(name, ": ", value).c_str());
+    }
+    // No "Expect: 100-continue" and no Accept header of curl's own.
+    headers = curl_slist_append(headers, "Expect:");
+    curl_easy_setopt(h, CURLOPT_URL, request.url.c_str());
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(absl::ToInt64Milliseconds(options_.connect_timeout)));
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
+                     static_cast<long>(absl::ToInt64Seconds(options_.stall_timeout)));
+    if (request.method == "HEAD") {
+      curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    } else {
+      curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    }
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteBody);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &response.body);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, WriteHeader);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &response);
+    const CURLcode rc = curl_easy_perform(h);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(headers);
+    if (rc != CURLE_OK) {
+      curl_easy_cleanup(h);  // its connection may be in any state
+      return absl::UnavailableError(
+          absl::StrCat(request.method, " ", request.url, ": ", curl_easy_strerror(rc)));
+    }
+    Give(h);
+    response.status = static_cast<int>(status);
+    return response;
+  }
+
+ private:
+  CURL* Take() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!idle_.empty()) {
+        CURL* h = idle_.back();
+        idle_.pop_back();
+        curl_easy_reset(h);  // options only; the connection cache stays
+        return h;
+      }
+    }
+    return curl_easy_init();
+  }
+  void Give(CURL* h) {
+    absl::MutexLock lock(&mu_);
+    if (static_cast<int>(idle_.size()) < options_.max_idle_handles) {
+      idle_.push_back(h);
+      return;
+    }
+    curl_easy_cleanup(h);
+  }
+
+  const CurlHttpClientOptions options_;
+  absl::Mutex mu_;
+  std::vector<CURL*> idle_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+std::shared_ptr<HttpClient> NewCurlHttpClient(const CurlHttpClientOptions& options) {
+  return std::make_shared<CurlHttpClient>(options);
+}
+
+bool IsRetryableHttpStatus(int status) { return status >= 500 || status == 429; }
+
+absl::StatusOr<HttpResponse> SendWithRetries(HttpClient& client, const HttpRequest& request,
+                                             const RetryOptions& options) {
+  Backoff backoff(options.initial_backoff, options.max_backoff);
+  absl::StatusOr<HttpResponse> last = absl::UnavailableError("no attempt made");
+  const int attempts = std::max(1, options.max_attempts);
+  for (int k = 0; k < attempts; ++k) {
+    if (k > 0) {
+      const absl::Duration wait = backoff.Next();
+      if (options.sleep) {
+        options.sleep(wait);
+      } else {
+        absl::SleepFor(wait);
+      }
+    }
+    last = client.Send(request);
+    if (last.ok() && !IsRetryableHttpStatus(last->status)) return last;
+    if (!last.ok() && !absl::IsUnavailable(last.status())) return last;
+  }
+  if (!last.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat(last.status().message(), " (after ", attempts, " attempts)"));
+  }
+  return last;
+}
+
+}  // namespace sluice

@@ -1,0 +1,78 @@
+// HttpClient: one HTTP request and its whole response, behind an interface so that the object
+// stores (core/io/object_store_file_system.h) are tested with a fake transport; the real one is
+// libcurl (NewCurlHttpClient), reusing connections across requests. SendWithRetries adds the
+// retry policy every remote read uses: transport failures, HTTP 5xx and 429 are retried with
+// jittered exponential backoff.
+//
+// Thread safety: HttpClient implementations are thread-safe.
+#ifndef SLUICE_CORE_HTTP_CLIENT_H_
+#define SLUICE_CORE_HTTP_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace sluice {
+
+struct HttpRequest {
+  std::string method = "GET";  // GET or HEAD
+  std::string url;
+  // Sent as given (a "Host" entry replaces the one derived from the URL).
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+struct HttpResponse {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+};
+
+class HttpClient {
+ public:
+  virtual ~HttpClient() = default;
+  // The response, whatever its HTTP status. UNAVAILABLE naming the URL when no response came
+  // (connection refused or reset, DNS, timeouts).
+  virtual absl::StatusOr<HttpResponse> Send(const HttpRequest& request) = 0;
+};
+
+struct CurlHttpClientOptions {
+  // Connecting may take this long.
+  absl::Duration connect_timeout = absl::Seconds(10);
+  // A transfer slower than 1 KiB/s for this long is abandoned (UNAVAILABLE, retried).
+  absl::Duration stall_timeout = absl::Seconds(30);
+  // Idle easy handles (each keeps its connections) kept for reuse.
+  int max_idle_handles = 32;
+};
+std::shared_ptr<HttpClient> NewCurlHttpClient(const CurlHttpClientOptions& options = {});
+
+struct RetryOptions {
+  // Attempts in all, the first included.
+  int max_attempts = 6;
+  // Backoff before retry k (k >= 1) is uniform in [d/2, d], d = min(max_backoff,
+  // initial_backoff * 2^(k-1)) (core/util/backoff.h), so that many workers retrying a throttled store
+  // spread out.
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(5);
+  // How to wait (tests record the waits instead). Null: absl::SleepFor.
+  std::function<void(absl::Duration)> sleep;
+};
+
+// True for the statuses worth another attempt: 5xx and 429.
+bool IsRetryableHttpStatus(int status);
+
+// Sends `request` until it gets a response that is not retryable or `options.max_attempts` are
+// spent. Returns the last response (even a retryable one, so the caller can say what it was),
+// or UNAVAILABLE naming the URL and the attempts when the last attempt had no response.
+absl::StatusOr<HttpResponse> SendWithRetries(HttpClient& client, const HttpRequest& request,
+                                             const RetryOptions& options);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_HTTP_CLIENT_H_

@@ -1,0 +1,123 @@
+#include "core/io/read_ahead_stream.h"
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace sluice {
+namespace {
+
+class ReadAheadStream : public InputStream {
+ public:
+  ReadAheadStream(std::shared_ptr<const RandomAccessFile> file, uint64_t size,
+                  const ReadAheadOptions& options)
+      : file_(std::move(file)),
+        size_(size),
+        chunk_bytes_(std::max<size_t>(options.chunk_bytes, 1)),
+        parallel_(std::max(options.parallel, 1)) {}
+
+  // In-flight fetches finish before the file goes (their futures wait in their destructors).
+  ~ReadAheadStream() override { window_.clear(); }
+
+  absl::StatusOr<size_t> Read(char* dst, size_t n) override {
+    size_t done = 0;
+    while (done < n && pos_ < size_) {
+      Refill();
+      Chunk& front = window_.front();
+      if (!front.ready) {
+        absl::StatusOr<std::string> got = front.data.get();
+        front.ready = true;
+        if (!got.ok()) {
+          window_.clear();
+          next_fetch_ = pos_;
+          return got.status();
+        }
+        front.bytes = *std::move(got);
+        const uint64_t want = std::min<uint64_t>(chunk_bytes_, size_ - front.offset);
+        if (front.bytes.size() < want) {
+          const uint64_t at = front.offset + front.bytes.size();
+          window_.clear();
+          next_fetch_ = pos_;
+          return absl::DataLossError(absl::StrCat(file_->name(), " ends at byte ", at,
+                                                  " but its size was ", size_,
+                                                  " (did it change while being read?)"));
+        }
+      }
+      const uint64_t in_chunk = pos_ - front.offset;
+      const size_t k = static_cast<size_t>(
+          std::min<uint64_t>(n - done, front.bytes.size() - in_chunk));
+      std::memcpy(dst + done, front.bytes.data() + in_chunk, k);
+      done += k;
+      pos_ += k;
+      if (pos_ >= front.offset + front.bytes.size()) window_.pop_front();
+    }
+    return done;
+  }
+
+  absl::Status Seek(uint64_t offset) override {
+    offset = std::min(offset, size_);
+    if (offset >= pos_ && offset < next_fetch_) {
+      // Forward inside the window: drop the chunks before it.
+      while (!window_.empty() && window_.front().offset + chunk_bytes_ <= offset) {
+        window_.pop_front();
+      }
+    } else {
+      window_.clear();
+      next_fetch_ = offset;
+    }
+    pos_ = offset;
+    return absl::OkStatus();
+  }
+
+  const std::string& name() const override { return file_->name(); }
+
+ private:
+  struct Chunk {
+    uint64_t offset = 0;
+    std::future<absl::StatusOr<std::string>> data;
+    bool ready = false;
+    std::string bytes;
+  };
+
+  // Keeps `parallel_` fetches in the window while the file has bytes left to fetch.
+  void Refill() {
+    while (static_cast<int>(window_.size()) < parallel_ && next_fetch_ < size_) {
+      const uint64_t offset = next_fetch_;
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_bytes_, size_ - offset));
+      Chunk c;
+      c.offset = offset;
+      c.data = std::async(std::launch::async,
+                          [file = file_, offset, n]() -> absl::StatusOr<std::string> {
+                            std::string bytes(n, '\0');
+                            absl::StatusOr<size_t> got = file->ReadAt(offset, bytes.data(), n);
+                            if (!got.ok()) return got.status();
+                            bytes.resize(*got);
+                            return bytes;
+                          });
+      window_.push_back(std::move(c));
+      next_fetch_ = offset + n;
+    }
+  }
+
+  const std::shared_ptr<const RandomAccessFile> file_;
+  const uint64_t size_;
+  const size_t chunk_bytes_;
+  const int parallel_;
+  uint64_t pos_ = 0;         // the next byte Read returns
+  uint64_t next_fetch_ = 0;  // where the next chunk starts
+  std::deque<Chunk> window_;  // chunks in file order; the front holds pos_
+};
+
+}  // namespace
+
+std::unique_ptr<InputStream> NewReadAheadStream(std::shared_ptr<const RandomAccessFile> file,
+                                                uint64_t size, const ReadAheadOptions& options) {
+  return std::make_unique<ReadAheadStream>(std::move(file), size, options);
+}
+
+}  // namespace sluice

@@ -1,0 +1,100 @@
+// Reads TFRecord files as tf.data.TFRecordDataset does. Each record is framed as
+//
+//   uint64 length (little-endian) | uint32 masked_crc32c(length) | data[length] |
+//   uint32 masked_crc32c(data)
+//
+// (core/util/crc32c.h for the mask), optionally inside a GZIP or ZLIB stream. Reads are buffered
+// (`buffer_size`, 256 KiB by default) and records are copied once, from the buffer or straight
+// from the file, into the caller's string.
+//
+// Errors (the reader is then stuck on them):
+//   NOT_FOUND            the file is missing (naming it)
+//   DATA_LOSS            "corrupted record at byte offset N of file F (length checksum
+//                        mismatch)" / "(data checksum mismatch)"; "truncated record at byte
+//                        offset N of file F: ..." when the file ends inside a record (TF also
+//                        fails there); corrupt or truncated compressed data. Offsets of a
+//                        compressed file are in its uncompressed bytes.
+//
+// Thread safety: none; one reader per thread.
+#ifndef SLUICE_CORE_TFRECORD_READER_H_
+#define SLUICE_CORE_TFRECORD_READER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/io/input_stream.h"
+#include "core/io/zlib_stream.h"
+
+namespace sluice {
+
+// TFRecord framing sizes.
+inline constexpr size_t kTFRecordHeaderBytes = 12;  // length + its crc
+inline constexpr size_t kTFRecordFooterBytes = 4;   // data crc
+
+struct TFRecordReaderOptions {
+  Compression compression = Compression::kNone;
+  // Bytes buffered per read (uncompressed bytes; also the compressed read size). 0: default.
+  size_t buffer_size = 256 << 10;
+};
+
+class TFRecordReader {
+ public:
+  // Opens `filename` (NOT_FOUND naming it when missing). Nothing is read yet.
+  static absl::StatusOr<std::unique_ptr<TFRecordReader>> Open(
+      const std::string& filename, const TFRecordReaderOptions& options = {});
+  // Reads from `stream` (raw, possibly compressed bytes as `options` says); for tests and
+  // fuzzing. `size`, when known, lets SkipRecord() detect truncation without reading.
+  static std::unique_ptr<TFRecordReader> FromStream(std::unique_ptr<InputStream> stream,
+                                                    const TFRecordReaderOptions& options = {},
+                                                    std::optional<uint64_t> size = std::nullopt);
+
+  // The next record into *record. OUT_OF_RANGE at the clean end of the file; DATA_LOSS as
+  // above.
+  absl::Status ReadRecord(std::string* record);
+  // Moves past the next record checking only its length checksum (what the record index
+  // needs): the data is skipped with a seek on an uncompressed file. Same errors as ReadRecord
+  // except data checksum mismatches.
+  absl::Status SkipRecord();
+  // Positions the reader at byte `offset`, which must be the start of a record (from the record
+  // index). FAILED_PRECONDITION on a compressed file.
+  absl::Status Seek(uint64_t offset);
+
+  // Byte offset (uncompressed) of the next record.
+  uint64_t offset() const { return offset_; }
+  const std::string& filename() const { return stream_->name(); }
+
+ private:
+  TFRecordReader(std::unique_ptr<InputStream> stream, const TFRecordReaderOptions& options,
+                 std::optional<uint64_t> size);
+
+  // Makes at least `n` bytes available in the buffer unless the stream ends first; returns how
+  // many are available.
+  absl::StatusOr<size_t> Fill(size_t n);
+  // Reads the header at offset_; sets *length. OUT_OF_RANGE at a clean end.
+  absl::Status ReadHeader(uint64_t* length);
+  // Copies `n` bytes into dst, from the buffer then the stream; returns how many (less at EOF).
+  absl::StatusOr<size_t> ReadBytes(char* dst, size_t n);
+  absl::Status Truncated(uint64_t record_bytes, uint64_t got) const;
+  absl::Status Fail(absl::Status s) {
+    error_ = s;
+    return s;
+  }
+
+  std::unique_ptr<InputStream> stream_;
+  const bool compressed_;
+  const std::optional<uint64_t> size_;
+  std::vector<char> buf_;
+  size_t pos_ = 0;    // next unread byte in buf_
+  size_t limit_ = 0;  // end of valid bytes in buf_
+  bool eof_ = false;
+  uint64_t offset_ = 0;
+  absl::Status error_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_TFRECORD_READER_H_

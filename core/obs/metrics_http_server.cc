@@ -1,0 +1,94 @@
+#include "core/obs/metrics_http_server.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "httplib.h"
+
+namespace sluice {
+
+struct MetricsHttpServer::Impl {
+  httplib::Server server;
+};
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    MetricsHttpServerOptions options) {
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics HTTP server: port ", options.port, " is outside [0, 65535]"));
+  }
+  MetricsRegistry* registry =
+      options.registry != nullptr ? options.registry : &MetricsRegistry::Default();
+  std::unique_ptr<MetricsHttpServer> s(new MetricsHttpServer());
+  s->impl_ = std::make_unique<Impl>();
+  s->host_ = options.host;
+  httplib::Server& server = s->impl_->server;
+  const size_t threads = static_cast<size_t>(std::max(options.threads, 1));
+  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // httplib's default also sets SO_REUSEPORT, which would let a second server bind the same
+  // port and split the scrapes; SO_REUSEADDR alone keeps quick restarts working.
+  server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  server.Get("/metrics", [registry](const httplib::Request&, httplib::Response& response) {
+    response.set_content(registry->Scrape(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  server.Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
+    response.set_content("ok\n", "text/plain; charset=utf-8");
+  });
+  if (options.port == 0) {
+    s->port_ = server.bind_to_any_port(options.host);
+  } else if (server.bind_to_port(options.host, options.port)) {
+    s->port_ = options.port;
+  }
+  if (s->port_ <= 0) {
+    return absl::UnavailableError(absl::StrCat("metrics HTTP server: cannot bind ", options.host,
+                                               ":", options.port));
+  }
+  Impl* impl = s->impl_.get();
+  s->thread_ = std::thread([impl] { impl->server.listen_after_bind(); });
+  return s;
+}
+
+MetricsHttpServer::~MetricsHttpServer() { Stop(); }
+
+std::string MetricsHttpServer::address() const { return absl::StrCat(host_, ":", port_); }
+
+void MetricsHttpServer::Stop() {
+  if (!thread_.joinable()) return;
+  // stop() before the listener has started is lost; wait (bounded) until it runs.
+  for (int i = 0; i < 2000 && !impl_->server.is_running(); ++i) usleep(1000);
+  impl_->server.stop();
+  thread_.join();
+}
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsEndpoint(
+    const std::string& host, int port, const std::string& port_file) {
+  if (port < 0) return std::unique_ptr<MetricsHttpServer>();
+  MetricsHttpServerOptions options;
+  options.host = host;
+  options.port = port;
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server = MetricsHttpServer::Start(options);
+  if (!server.ok() || port_file.empty()) return server;
+  const std::string tmp = absl::StrCat(port_file, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << (*server)->port() << "\n";
+    out.flush();
+    if (!out) return absl::UnavailableError(absl::StrCat("cannot write metrics port file ", tmp));
+  }
+  if (std::rename(tmp.c_str(), port_file.c_str()) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot rename ", tmp, " to metrics port file ", port_file));
+  }
+  return server;
+}
+
+}  // namespace sluice

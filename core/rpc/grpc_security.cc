@@ -1,0 +1,109 @@
+#include "core/rpc/grpc_security.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "grpcpp/support/interceptor.h"
+#include "grpcpp/support/server_interceptor.h"
+
+namespace sluice {
+namespace {
+
+// gRPC's generated handlers answer a request that protobuf cannot parse with INTERNAL (empty
+// message, or "No payload" when there was no message at all) before our handler runs. It is
+// the caller's bad input, so it becomes INVALID_ARGUMENT naming the method; the server is
+// unaffected either way.
+class MalformedRequestInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit MalformedRequestInterceptor(std::string method) : method_(std::move(method)) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status s = methods->GetSendStatus();
+      if (s.error_code() == grpc::StatusCode::INTERNAL &&
+          (s.error_message().empty() || s.error_message() == "No payload")) {
+        methods->ModifySendStatus(grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat(method_, ": malformed request (not a valid protocol buffer message)")));
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string method_;
+};
+
+class MalformedRequestInterceptorFactory
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new MalformedRequestInterceptor(info->method() != nullptr ? info->method() : "");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+MakeMalformedRequestInterceptorFactory() {
+  return std::make_unique<MalformedRequestInterceptorFactory>();
+}
+
+absl::Status AddSecureListeningPort(const ServerSecurity& security, const std::string& listen,
+                                    grpc::ServerBuilder* builder, int* port) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   MakeServerCredentials(security.tls));
+  builder->AddListeningPort(listen, std::move(credentials), port);
+  builder->SetMaxReceiveMessageSize(security.max_receive_message_bytes);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(MakeMalformedRequestInterceptorFactory());
+  builder->experimental().SetInterceptorCreators(std::move(creators));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GrpcChannelFactory> MakeChannelFactory(const ChannelSecurity& security) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   MakeChannelCredentials(security.tls));
+  const std::string token = security.token;
+  const std::string server_name = security.tls_server_name;
+  return GrpcChannelFactory([credentials, token, server_name](const std::string& address) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
+    return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, args,
+                                                                   TokenInterceptors(token));
+  });
+}
+
+absl::StatusOr<ServerSecurity> ServerSecurityFromFlags(const std::string& tls_cert,
+                                                       const std::string& tls_key,
+                                                       const std::string& tls_ca,
+                                                       bool tls_client_auth,
+                                                       const std::string& token_file,
+                                                       int max_receive_message_bytes) {
+  ServerSecurity s;
+  s.tls.cert_file = tls_cert;
+  s.tls.key_file = tls_key;
+  s.tls.ca_file = tls_ca;
+  s.tls.client_auth = tls_client_auth;
+  RETURN_IF_ERROR(MakeServerCredentials(s.tls).status());
+  if (!token_file.empty()) {
+    ASSIGN_OR_RETURN(s.token, ReadTokenFile(token_file));
+  }
+  if (max_receive_message_bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_request_bytes must be positive, got ", max_receive_message_bytes));
+  }
+  s.max_receive_message_bytes = max_receive_message_bytes;
+  return s;
+}
+
+}  // namespace sluice

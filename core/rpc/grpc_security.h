@@ -1,0 +1,87 @@
+// How a Sluice process secures its gRPC: a server's TLS, token and request-size limit
+// (ServerSecurity), and a client's TLS and token (ChannelSecurity, MakeChannelFactory). Built on
+// core/rpc/tls_credentials.h and core/rpc/token_auth.h; the protocol is written up in docs/SERVICE.md,
+// "Security".
+//
+//   ServerSecurity security{.tls = {...}, .token = token};
+//   grpc::ServerBuilder builder;
+//   RETURN_IF_ERROR(AddSecureListeningPort(security, "127.0.0.1:0", &builder, &port));
+//   ... builder.RegisterService(service) (each handler calls TokenAuth::Check) ...
+//
+//   ASSIGN_OR_RETURN(GrpcChannelFactory channels, MakeChannelFactory({.tls = {...}, .token = t}));
+//   auto stub = proto::CoordinatorService::NewStub(channels("coordinator:5000"));
+//
+// Thread safety: the functions are thread-safe; a GrpcChannelFactory may be called from any
+// thread.
+#ifndef SLUICE_CORE_GRPC_SECURITY_H_
+#define SLUICE_CORE_GRPC_SECURITY_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/rpc/tls_credentials.h"
+#include "core/rpc/token_auth.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/server_builder.h"
+#include "grpcpp/support/server_interceptor.h"
+
+namespace sluice {
+
+struct ServerSecurity {
+  // TLS identity and client checks; all empty: plaintext.
+  TlsServerFiles tls = {};
+  // Shared token every call of the server's own services must carry; empty: none required.
+  // (The gRPC health and reflection services stay open: probes carry no token.)
+  std::string token = {};
+  // Largest request message accepted (bytes); a larger one is RESOURCE_EXHAUSTED before any
+  // handler runs. -1: no limit.
+  int max_receive_message_bytes = 64 << 20;
+};
+
+// Adds the listening port `listen` ("host:port") to `builder` with the credentials of
+// `security`, sets the receive limit, and installs the interceptor that turns a request gRPC
+// could not parse (INTERNAL from protobuf) into INVALID_ARGUMENT naming the method. `*port`
+// receives the bound port once the server is built. Errors of MakeServerCredentials.
+absl::Status AddSecureListeningPort(const ServerSecurity& security, const std::string& listen,
+                                    grpc::ServerBuilder* builder, int* port);
+
+// The interceptor AddSecureListeningPort installs: a request gRPC could not parse becomes
+// INVALID_ARGUMENT naming the method. ServerBuilder::experimental().SetInterceptorCreators
+// replaces the whole list, so a server that sets its own interceptors after
+// AddSecureListeningPort must put this one in its list too.
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+MakeMalformedRequestInterceptorFactory();
+
+struct ChannelSecurity {
+  TlsChannelFiles tls = {};
+  // Sent as `authorization: Bearer <token>` on every call; empty: nothing sent.
+  std::string token = {};
+  // TLS: the name the server's certificate must carry, when the address does not (dialing
+  // by IP a certificate made for a DNS name). Empty: the address's host.
+  std::string tls_server_name = {};
+};
+
+using GrpcChannelFactory =
+    std::function<std::shared_ptr<grpc::Channel>(const std::string& address)>;
+
+// Channels with the security's credentials and token, no message size limits and a connection
+// of their own (as client/service_step_source.h's DefaultChannel). Errors of
+// MakeChannelCredentials; the files are read once, here.
+absl::StatusOr<GrpcChannelFactory> MakeChannelFactory(const ChannelSecurity& security);
+
+// The ServerSecurity that the server flags name (coordinator and worker mains): TLS files,
+// --tls_client_auth, the token read from `token_file` (empty: none) and the size limit.
+// Errors of MakeServerCredentials (the files are checked here, before serving) and
+// ReadTokenFile.
+absl::StatusOr<ServerSecurity> ServerSecurityFromFlags(const std::string& tls_cert,
+                                                       const std::string& tls_key,
+                                                       const std::string& tls_ca,
+                                                       bool tls_client_auth,
+                                                       const std::string& token_file,
+                                                       int max_receive_message_bytes);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_GRPC_SECURITY_H_

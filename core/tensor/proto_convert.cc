@@ -1,0 +1,153 @@
+#include "core/tensor/proto_convert.h"
+
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
+
+namespace sluice {
+namespace {
+
+absl::StatusOr<DType> DTypeFromProto(proto::DataType d) {
+  int v = static_cast<int>(d);
+  if (v <= 0 || v > static_cast<int>(DType::kString)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown dtype enum value ", v));
+  }
+  return static_cast<DType>(v);
+}
+
+absl::StatusOr<Shape> ShapeFromProto(const google::protobuf::RepeatedField<int64_t>& dims,
+                                     bool allow_unknown) {
+  std::vector<int64_t> out(dims.begin(), dims.end());
+  int64_t elements = 1;
+  for (int64_t d : out) {
+    if (d < 0 && !(allow_unknown && d == kUnknownDim)) {
+      return absl::InvalidArgumentError(absl::StrCat("invalid dimension ", d, " in shape"));
+    }
+    // A shape whose element count overflows would wrap and slip past the content-size checks.
+    if (d >= 0 && __builtin_mul_overflow(elements, d, &elements)) {
+      return absl::InvalidArgumentError("shape has more elements than fit in int64");
+    }
+  }
+  return Shape(std::move(out));
+}
+
+}  // namespace
+
+proto::TensorProto TensorToProto(const Tensor& t) {
+  proto::TensorProto p;
+  p.set_dtype(static_cast<proto::DataType>(t.dtype()));
+  for (int64_t d : t.shape().dims()) p.add_shape(d);
+  if (t.dtype() == DType::kString) {
+    for (int64_t i = 0; i < t.num_elements(); ++i) p.add_string_val(t.string_at(i));
+  } else {
+    p.set_content(static_cast<const char*>(t.raw_data()), t.byte_size());
+  }
+  return p;
+}
+
+absl::StatusOr<Tensor> TensorFromProto(const proto::TensorProto& p) {
+  ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(p.dtype()));
+  ASSIGN_OR_RETURN(Shape shape, ShapeFromProto(p.shape(), /*allow_unknown=*/false));
+  if (dtype == DType::kString) {
+    if (p.string_val_size() != shape.num_elements()) {
+      return absl::InvalidArgumentError(absl::StrCat("string tensor of shape ", shape.ToString(),
+                                                     " has ", p.string_val_size(), " values"));
+    }
+    return Tensor::FromStrings(std::vector<std::string>(p.string_val().begin(),
+                                                        p.string_val().end()),
+                               shape);
+  }
+  size_t need = static_cast<size_t>(shape.num_elements()) * DTypeSize(dtype);
+  if (p.content().size() != need) {
+    return absl::InvalidArgumentError(absl::StrCat(DTypeName(dtype), " tensor of shape ",
+                                                   shape.ToString(), " needs ", need,
+                                                   " bytes of content, has ", p.content().size()));
+  }
+  Tensor t = Tensor::Allocate(dtype, shape);
+  if (need > 0) std::memcpy(t.mutable_raw_data(), p.content().data(), need);
+  return t;
+}
+
+proto::TensorSpecProto TensorSpecToProto(const TensorSpec& s) {
+  proto::TensorSpecProto p;
+  p.set_dtype(static_cast<proto::DataType>(s.dtype));
+  for (int64_t d : s.shape.dims()) p.add_shape(d);
+  return p;
+}
+
+absl::StatusOr<TensorSpec> TensorSpecFromProto(const proto::TensorSpecProto& p) {
+  ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(p.dtype()));
+  ASSIGN_OR_RETURN(Shape shape, ShapeFromProto(p.shape(), /*allow_unknown=*/true));
+  return TensorSpec{dtype, std::move(shape)};
+}
+
+absl::StatusOr<Nest<bool>> StructureFromProto(const proto::StructureProto& p) {
+  switch (p.kind()) {
+    case proto::StructureProto::LEAF:
+      if (p.children_size() != 0 || p.keys_size() != 0) {
+        return absl::InvalidArgumentError("structure leaf has children or keys");
+      }
+      return Nest<bool>(false);
+    case proto::StructureProto::TUPLE:
+    case proto::StructureProto::LIST:
+    case proto::StructureProto::DICT: {
+      bool is_dict = p.kind() == proto::StructureProto::DICT;
+      if (is_dict ? p.keys_size() != p.children_size() : p.keys_size() != 0) {
+        return absl::InvalidArgumentError("structure keys do not match its children");
+      }
+      if (is_dict) {
+        std::set<std::string> unique(p.keys().begin(), p.keys().end());
+        if (unique.size() != static_cast<size_t>(p.keys_size())) {
+          return absl::InvalidArgumentError("structure dict has duplicate keys");
+        }
+      }
+      std::vector<Nest<bool>> children;
+      for (const auto& c : p.children()) {
+        ASSIGN_OR_RETURN(Nest<bool> child, StructureFromProto(c));
+        children.push_back(std::move(child));
+      }
+      return Nest<bool>::FromParts(static_cast<NestKind>(p.kind()), std::move(children),
+                                   std::vector<std::string>(p.keys().begin(), p.keys().end()));
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("unknown structure kind ", p.kind()));
+  }
+}
+
+proto::ElementProto ElementToProto(const Element& e) {
+  proto::ElementProto p;
+  *p.mutable_structure() = StructureToProto(e);
+  for (const Tensor& t : e.Flatten()) *p.add_tensors() = TensorToProto(t);
+  return p;
+}
+
+absl::StatusOr<Element> ElementFromProto(const proto::ElementProto& p) {
+  ASSIGN_OR_RETURN(Nest<bool> structure, StructureFromProto(p.structure()));
+  std::vector<Tensor> flat;
+  for (const auto& t : p.tensors()) {
+    ASSIGN_OR_RETURN(Tensor tensor, TensorFromProto(t));
+    flat.push_back(std::move(tensor));
+  }
+  return Element::Pack(structure, std::move(flat));
+}
+
+proto::ElementSpecProto ElementSpecToProto(const ElementSpec& s) {
+  proto::ElementSpecProto p;
+  *p.mutable_structure() = StructureToProto(s);
+  for (const TensorSpec& t : s.Flatten()) *p.add_specs() = TensorSpecToProto(t);
+  return p;
+}
+
+absl::StatusOr<ElementSpec> ElementSpecFromProto(const proto::ElementSpecProto& p) {
+  ASSIGN_OR_RETURN(Nest<bool> structure, StructureFromProto(p.structure()));
+  std::vector<TensorSpec> flat;
+  for (const auto& s : p.specs()) {
+    ASSIGN_OR_RETURN(TensorSpec spec, TensorSpecFromProto(s));
+    flat.push_back(std::move(spec));
+  }
+  return ElementSpec::Pack(structure, std::move(flat));
+}
+
+}  // namespace sluice

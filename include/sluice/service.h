@@ -1,0 +1,149 @@
+// Reading a DistributedDataset from the Sluice service (a coordinator and input workers)
+// instead of running the pipeline in the trainer: the tf.data service's `distribute` in C++.
+//
+//   ServiceOptions options;
+//   options.coordinator_address = "coordinator:5000";
+//   options.job_name = "resnet-train";   // every trainer process names the same job
+//   options.consumer_index = rank;       // this process, of num_consumers
+//   options.num_consumers = world_size;
+//   ASSIGN_OR_RETURN(DistributedDataset dist,
+//                    DistributeDatasetFromService(strategy, dataset, options));
+//   for (const PerReplica<Element>& x : dist) { ... }
+//
+// Coordinated reads (the default): every step is one global batch of the dataset's batch size
+// B, cut into num_consumers x R per-replica pieces by TF's rebatching rule; this process gets
+// the pieces of its R = strategy.num_local_replicas() replicas, and every consumer sees the
+// same number of steps (size-0 dummies at a partial last step). Independent reads: each
+// consumer gets whole batches (split over its R replicas), first come first served, and sees
+// its own end of data.
+//
+// Protocol and guarantees under failures: docs/SERVICE.md.
+#ifndef SLUICE_CLIENT_SERVICE_H_
+#define SLUICE_CLIENT_SERVICE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "sluice/dataset.h"
+#include "sluice/tensor.h"
+#include "sluice/distributed_dataset.h"
+#include "sluice/strategy.h"
+
+namespace sluice {
+
+class Collective;  // client/collective.h
+
+enum class ServiceReadMode { kCoordinated, kIndependent };
+
+// How the job's tasks share the data (docs/SERVICE.md, "Task pipelines by sharding policy").
+// kRanges: a deterministic global order whose ranges of steps the coordinator hands to
+// whichever workers have room (elastic; docs/SERVICE.md, "Global order").
+enum class ServiceShardingPolicy { kAuto, kFile, kData, kHint, kOff, kDynamic, kRanges };
+
+// How a kRanges job visits the dataset's records each epoch.
+enum class ServiceShuffle {
+  kNone,   // record order
+  kFull,   // a seeded permutation of all records (needs a source with random access)
+  kBlock,  // blocks of consecutive records in a seeded order, shuffled within each block
+};
+
+// The order of a kRanges job: its global steps are a pure function of (dataset, these options),
+// whatever the number of workers, their speed, failures and restarts.
+struct ServiceOrder {
+  uint64_t seed = 0;
+  ServiceShuffle shuffle = ServiceShuffle::kNone;
+  int64_t shuffle_block_size = 0;  // kBlock: records per block; 0: the coordinator's default
+  int64_t num_epochs = 1;          // each epoch reshuffles with (seed, epoch)
+  int64_t range_steps = 0;         // steps per range handed to a worker; 0: the default
+};
+
+// TLS and the shared token for every connection to the service: the coordinator and each
+// worker (docs/SERVICE.md, "Security"). All empty: plaintext, no token.
+struct ServiceSecurity {
+  // Dial with TLS; also on when any tls_*_file is set.
+  bool tls = false;
+  // PEM CA certificates the servers' certificates must chain to; empty: gRPC's default roots.
+  std::string tls_ca_file;
+  // This client's PEM certificate and private key, for a service that requires client
+  // certificates (mTLS). Both or neither.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // The name the servers' certificates must carry, when it is not the host dialed.
+  std::string tls_server_name;
+  // The service's shared token, sent on every call; empty: none.
+  std::string token;
+};
+
+struct ServiceOptions {
+  // The coordinator, "host:port". Required.
+  std::string coordinator_address;
+  // Consumers naming the same job share it; an empty name makes a job of this process alone.
+  std::string job_name;
+  // This trainer process among the job's consumers.
+  int64_t consumer_index = 0;
+  int64_t num_consumers = 1;
+  ServiceReadMode read_mode = ServiceReadMode::kCoordinated;
+  ServiceShardingPolicy sharding_policy = ServiceShardingPolicy::kAuto;
+  // Static policies: number of tasks; 0 means one per worker registered when the job is made.
+  int64_t num_tasks = 0;
+  // Deadline of each coordinator RPC.
+  absl::Duration rpc_deadline = absl::Seconds(10);
+  // How long UNAVAILABLE (no worker yet, a worker gone and its task not reassigned yet) is
+  // retried, with exponential backoff, before the error is returned naming the address.
+  absl::Duration retry_deadline = absl::Seconds(60);
+  // Steps in flight per task (the credit window): received and not yet consumed, or granted to
+  // the worker and not yet received. At least 1.
+  int64_t credits_per_task = 4;
+  // Allocates the host buffers received tensors are copied into (pinned memory, a pool, ...).
+  // Empty: pooled pinned memory when batches are prefetched to a real GPU (so they go to the
+  // device with no staging copy), else 64-byte aligned host memory.
+  std::function<std::shared_ptr<TensorBuffer>(size_t bytes)> allocator;
+  // Device prefetch, as tf.distribute.InputOptions: on the strategy's GPU devices each replica's
+  // next `per_replica_buffer_size` steps are copied into its device's memory ahead of the
+  // trainer (0 disables); fetch_to_device = false keeps them on the host
+  // (client/device_prefetcher.h).
+  bool fetch_to_device = true;
+  int64_t per_replica_buffer_size = 1;
+  // Independent reads only (INVALID_ARGUMENT otherwise): a collective spanning the job's
+  // consumers (size num_consumers, rank consumer_index). Every step the consumers all-reduce
+  // whether they still have data, as TF does across workers, so all of them end at the same
+  // step, with size-0 dummies where a consumer's own data has ended
+  // (client/end_of_data_agreement.h). Borrowed: must outlive the dataset and its iterators.
+  // Null: each consumer sees its own end of data.
+  Collective* end_of_data_collective = nullptr;
+  // TLS and token for the coordinator and the workers. A wrong CA is UNAVAILABLE (the handshake
+  // fails, retried until retry_deadline); a missing or wrong token is UNAUTHENTICATED.
+  ServiceSecurity security;
+  // kRanges: the order (ignored by other policies).
+  ServiceOrder order;
+  // Resume: continue the sequence a DistributedIterator::Checkpoint() of an earlier run (of
+  // the same dataset and order) was taken from; its iterators return exactly the steps that
+  // run had not returned. Coordinated reads with kRanges or kData only. The job joined is
+  // named job_name + "@" + the step (so that every consumer resuming from the same checkpoint
+  // shares it); with an empty job_name the job is this process's alone.
+  std::optional<IteratorCheckpoint> resume_from;
+  // How often each iterator asks the coordinator where its tasks are (new ranges, tasks moved
+  // to another worker: a stream to a worker whose link was cut is then abandoned).
+  absl::Duration heartbeat_interval = absl::Milliseconds(200);
+};
+
+// Registers `dataset` with the coordinator, gets or creates the job (replicas_per_consumer =
+// strategy.num_local_replicas()) and its per-replica element spec, and returns a
+// DistributedDataset whose iterators stream from the job's workers. INVALID_ARGUMENT for bad
+// options and the coordinator's validation errors (an unbatched dataset, FILE sharding with too
+// few files, a job of that name with other options, a resume_from of another dataset or order,
+// a global shuffle of a pipeline without random access); UNAVAILABLE (naming the coordinator) when
+// it cannot be reached within retry_deadline.
+absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredStrategy& strategy,
+                                                                const Dataset& dataset,
+                                                                const ServiceOptions& options);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CLIENT_SERVICE_H_

@@ -1,0 +1,444 @@
+// Coordinator, jobs: registering datasets, creating and planning jobs, their element specs,
+// consumers' heartbeats, finished jobs and the status report (coordinator.h).
+#include "server/coordinator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/data/distribute/auto_shard.h"
+#include "core/data/distribute/distribute_spec.h"
+#include "core/data/distribute/global_order.h"
+#include "core/tensor/proto_convert.h"
+#include "core/util/status_macros.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "proto/dataset.pb.h"
+#include "server/job_options.h"
+#include "server/task_planner.h"
+
+namespace sluice {
+
+absl::Status Coordinator::CollectFinishedJobsLocked() {
+  const absl::Time now = clock_->Now();
+  std::vector<int64_t> expired;
+  for (const auto& [id, job] : state_.jobs()) {
+    if (!job.finished) continue;
+    auto it = finished_at_.find(id);
+    if (it == finished_at_.end()) {
+      finished_at_[id] = now;  // after a restart: counted from now
+      if (options_.finished_job_ttl <= absl::ZeroDuration()) expired.push_back(id);
+      continue;
+    }
+    if (now - it->second >= options_.finished_job_ttl) expired.push_back(id);
+  }
+  for (int64_t id : expired) {
+    const CoordinatorState::Job* job = state_.FindJob(id);
+    const std::string name = job->name;
+    proto::Update u;
+    u.mutable_remove_job()->set_job_id(id);
+    RETURN_IF_ERROR(ApplyLocked(u));
+    finished_at_.erase(id);
+    ranges_jobs_.erase(id);
+    Log(absl::StrCat("job ", id, name.empty() ? "" : absl::StrCat(" (", name, ")"),
+                     " removed: finished ", absl::FormatDuration(options_.finished_job_ttl),
+                     " ago (finished_job_ttl)"));
+  }
+  return absl::OkStatus();
+}
+
+
+absl::Status Coordinator::JobNotFound(absl::string_view field, int64_t job_id) const {
+  if (state_.JobWasRemoved(job_id)) {
+    return absl::NotFoundError(absl::StrCat(field, ": job ", job_id,
+                                            " was finished and removed"));
+  }
+  return absl::NotFoundError(absl::StrCat(field, ": no job ", job_id));
+}
+
+absl::StatusOr<Dataset> Coordinator::JobDatasetLocked(const CoordinatorState::Job& job) const {
+  const CoordinatorState::Dataset* ds = state_.FindDataset(job.options.dataset_id());
+  if (ds == nullptr) {
+    return absl::NotFoundError(absl::StrCat("job ", job.id, ": unknown dataset ",
+                                            job.options.dataset_id()));
+  }
+  return Dataset::FromDef(ds->def);
+}
+
+
+proto::TaskDef Coordinator::TaskDefLocked(const CoordinatorState::Task& task) const {
+  const CoordinatorState::Job* job = state_.FindJob(task.job_id);
+  proto::TaskDef def;
+  def.set_task_id(task.id);
+  def.set_job_id(task.job_id);
+  def.set_task_index(task.index);
+  def.set_num_tasks(job->ranges ? job->num_ranges : static_cast<int64_t>(job->task_ids.size()));
+  *def.mutable_dataset() = task.dataset;
+  *def.mutable_job() = job->options;
+  def.set_step_sharded(task.step_sharded);
+  def.set_skip_steps(task.skip_steps);
+  def.set_first_step(task.first_step);
+  def.set_num_steps(task.num_steps);
+  return def;
+}
+
+
+void Coordinator::FillTaskInfosLocked(
+    const CoordinatorState::Job& job,
+    google::protobuf::RepeatedPtrField<proto::TaskInfo>* out) const {
+  for (int64_t t : job.task_ids) {
+    const CoordinatorState::Task& task = state_.tasks().at(t);
+    proto::TaskInfo* info = out->Add();
+    info->set_task_id(task.id);
+    info->set_task_index(task.index);
+    if (const CoordinatorState::Worker* w = state_.FindWorker(task.worker_id)) {
+      info->set_worker_address(w->address);
+    }
+    info->set_finished(task.finished);
+    info->set_first_step(task.first_step);
+    info->set_num_steps(task.num_steps);
+  }
+}
+
+
+absl::Status Coordinator::RegisterDataset(const proto::RegisterDatasetRequest& request,
+                                          proto::RegisterDatasetResponse* response) {
+  RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "RegisterDatasetRequest"));
+  absl::StatusOr<Dataset> parsed = absl::InvalidArgumentError(
+      "RegisterDatasetRequest: set one of `dataset` (a DatasetDef) or `pipeline` (an "
+      "expression)");
+  switch (request.graph_case()) {
+    case proto::RegisterDatasetRequest::kDataset:
+      parsed = Dataset::FromDef(request.dataset());
+      break;
+    case proto::RegisterDatasetRequest::kPipeline:
+      parsed = Dataset::Parse(request.pipeline());
+      break;
+    case proto::RegisterDatasetRequest::GRAPH_NOT_SET:
+      break;
+  }
+  if (!parsed.ok()) return parsed.status();
+  const Dataset& dataset = *parsed;
+  ASSIGN_OR_RETURN(ElementSpec spec, dataset.element_spec());
+  const std::string fingerprint = dataset.Fingerprint();
+
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckLivenessLocked());
+  std::string id = absl::StrCat("ds-", fingerprint.substr(0, kDatasetIdDigits));
+  const CoordinatorState::Dataset* existing = state_.FindDataset(id);
+  if (existing != nullptr &&
+      !google::protobuf::util::MessageDifferencer::Equals(existing->def, dataset.def())) {
+    // A prefix collision between different graphs: the full fingerprint tells them apart.
+    id = absl::StrCat("ds-", fingerprint);
+    existing = state_.FindDataset(id);
+  }
+  if (existing == nullptr) {
+    proto::Update u;
+    u.mutable_register_dataset()->set_dataset_id(id);
+    *u.mutable_register_dataset()->mutable_dataset() = dataset.def();
+    RETURN_IF_ERROR(ApplyLocked(u));
+    Log(absl::StrCat("dataset ", id, " registered"));
+  }
+  response->set_dataset_id(id);
+  *response->mutable_element_spec() = ElementSpecToProto(spec);
+  return absl::OkStatus();
+}
+
+
+absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
+                                         proto::GetOrCreateJobResponse* response) {
+  RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "GetOrCreateJobRequest"));
+  const proto::JobOptions& options = request.options();
+  RETURN_IF_ERROR(ValidateJobOptions(options, "GetOrCreateJobRequest.options"));
+
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckLivenessLocked());
+  JournalBatch batch(this);  // the job and its tasks: one record, or nothing
+  const CoordinatorState::Dataset* ds = state_.FindDataset(options.dataset_id());
+  if (ds == nullptr) {
+    return absl::NotFoundError(absl::StrCat("GetOrCreateJobRequest.options.dataset_id: no dataset ",
+                                            options.dataset_id(), " is registered"));
+  }
+  if (const CoordinatorState::Job* job = state_.FindJobByName(request.job_name())) {
+    std::vector<std::string> diffs = DifferingFields(job->options, options);
+    if (!diffs.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GetOrCreateJobRequest: job \"", request.job_name(), "\" (id ", job->id,
+          ") exists with other options: ", absl::StrJoin(diffs, ", ")));
+    }
+    response->set_job_id(job->id);
+    response->set_created(false);
+    response->set_fallback_reason(job->fallback_reason);
+    response->set_steps_per_epoch(job->steps_per_epoch);
+    response->set_total_steps(job->total_steps);
+    return absl::OkStatus();
+  }
+
+  // Validate everything before the first update.
+  const proto::DatasetDef dataset_def = ds->def;
+  ASSIGN_OR_RETURN(Dataset dataset, Dataset::FromDef(dataset_def));
+  const bool coordinated = options.read_mode() == proto::READ_MODE_COORDINATED;
+  RETURN_IF_ERROR(DistributedPerReplicaSpec(dataset, coordinated ? options.num_consumers() : 1,
+                                            options.replicas_per_consumer())
+                      .status());
+  const int64_t live = NumLiveWorkersLocked();
+  if (live == 0) {
+    return absl::UnavailableError(
+        "GetOrCreateJob: no input workers registered yet; retry when a worker has heartbeated");
+  }
+  const bool dynamic = options.sharding_policy() == proto::SHARDING_DYNAMIC;
+  std::vector<TaskPlan> plans;
+  proto::Update create;
+  proto::CreateJobUpdate* c = create.mutable_create_job();
+  c->set_job_id(state_.NextJobId());
+  c->set_job_name(request.job_name());
+  *c->mutable_options() = options;
+  // Resume: only where a start step means the same thing for any number of tasks.
+  proto::ShardingPolicy policy = options.sharding_policy();
+  if (policy == proto::SHARDING_AUTO) {
+    policy = ReadsFiles(dataset) ? proto::SHARDING_FILE : proto::SHARDING_DATA;
+  }
+  if (options.start_step() != 0 && policy != proto::SHARDING_RANGES &&
+      policy != proto::SHARDING_DATA) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GetOrCreateJobRequest.options.start_step ", options.start_step(),
+        ": resume (start_step) needs SHARDING_RANGES or SHARDING_DATA, the job uses ",
+        proto::ShardingPolicy_Name(options.sharding_policy()),
+        options.sharding_policy() != policy
+            ? absl::StrCat(" (", proto::ShardingPolicy_Name(policy), " for this dataset)")
+            : std::string()));
+  }
+  std::unique_ptr<RangesJob> ranges_job;
+  int64_t skip_steps = 0;
+  if (policy == proto::SHARDING_RANGES) {
+    absl::StatusOr<GlobalOrderPlan> plan = PlanGlobalOrder(dataset);
+    if (plan.ok()) {
+      ASSIGN_OR_RETURN(RangeCut cut, CutJob(options, plan->steps_per_epoch));
+      // Fail now, not at the first range, if the order options are unusable.
+      if (cut.num_ranges() > 0) {
+        const GlobalRange r = cut.Range(0);
+        const int64_t begin = r.first_step - r.epoch_first_step;
+        absl::StatusOr<Dataset> first = GlobalOrderRange(
+            dataset, *plan, OrderOptions(options.order()), r.epoch, begin, begin + r.num_steps);
+        if (!first.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "GetOrCreateJobRequest.options.order: ", first.status().message()));
+        }
+      }
+      c->set_ranges(true);
+      c->set_steps_per_epoch(plan->steps_per_epoch);
+      c->set_total_steps(cut.total_steps());
+      c->set_num_ranges(cut.num_ranges());
+      ranges_job = std::make_unique<RangesJob>(RangesJob{options, dataset, *plan, cut});
+    } else if (plan.status().code() != absl::StatusCode::kFailedPrecondition) {
+      return plan.status();  // the source could not be opened or the graph is bad
+    } else if (options.order().shuffle() != proto::SHUFFLE_NONE) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GetOrCreateJobRequest.options.order.shuffle ",
+          proto::ShuffleMode_Name(options.order().shuffle()),
+          " needs a pipeline with random access, and this one has none: ",
+          plan.status().message()));
+    } else {
+      c->set_fallback_reason(std::string(plan.status().message()));
+      policy = proto::SHARDING_DATA;
+    }
+  }
+  if (policy == proto::SHARDING_DATA) skip_steps = options.start_step();
+  if (c->ranges()) {
+    // Ranges are made below, as workers have room.
+  } else if (dynamic) {
+    ASSIGN_OR_RETURN(SplitSource source, DescribeSplitSource(dataset));
+    int64_t split_size = 1;
+    if (!source.files) {
+      split_size = options.split_size();
+      if (split_size == 0) {
+        absl::StatusOr<int64_t> batch = GlobalBatchSize(dataset);
+        split_size = batch.ok() && *batch > 0 ? *batch * options_.split_batches
+                                              : options_.split_elements;
+      }
+    }
+    c->set_split_source_size(source.size);
+    c->set_split_size(std::max<int64_t>(split_size, 1));
+  } else {
+    const int64_t k = options.num_tasks() > 0 ? options.num_tasks() : live;
+    ASSIGN_OR_RETURN(plans, PlanStaticTasks(dataset, policy, k));
+  }
+
+  RETURN_IF_ERROR(ApplyLocked(create));
+  const int64_t job_id = c->job_id();
+  Log(absl::StrCat("job ", job_id,
+                   request.job_name().empty() ? "" : absl::StrCat(" (", request.job_name(), ")"),
+                   " created: dataset ", options.dataset_id(), ", ",
+                   proto::ShardingPolicy_Name(options.sharding_policy()), ", ",
+                   proto::ReadMode_Name(options.read_mode()), ", ", options.num_consumers(),
+                   " consumers x ", options.replicas_per_consumer(), " replicas, ",
+                   c->ranges()  ? absl::StrCat(c->num_ranges(), " ranges of global steps [",
+                                               options.start_step(), ", ",
+                                               options.start_step() + c->total_steps(), ")")
+                   : dynamic    ? absl::StrCat(live, " dynamic tasks")
+                                : absl::StrCat(plans.size(), " tasks")));
+  if (!c->fallback_reason().empty()) {
+    Log(absl::StrCat("job ", job_id, ": SHARDING_RANGES falls back to DATA: ",
+                     c->fallback_reason()));
+  }
+  if (c->ranges()) {
+    ranges_jobs_[job_id] = std::move(ranges_job);
+    if (c->num_ranges() == 0) {
+      proto::Update f;
+      f.mutable_finish_job()->set_job_id(job_id);
+      RETURN_IF_ERROR(ApplyLocked(f));
+      finished_at_[job_id] = clock_->Now();
+      Log(absl::StrCat("job ", job_id, " finished: no steps left from start_step ",
+                       options.start_step()));
+    } else {
+      RETURN_IF_ERROR(MakeRangesLocked());
+    }
+  } else if (dynamic) {
+    std::vector<int64_t> workers;
+    for (const auto& [id, w] : state_.workers()) {
+      if (w.alive) workers.push_back(id);
+    }
+    for (int64_t w : workers) {
+      RETURN_IF_ERROR(CreateTaskLocked(job_id, dataset_def, /*step_sharded=*/false, w));
+    }
+  } else {
+    for (const TaskPlan& plan : plans) {
+      RETURN_IF_ERROR(CreateTaskLocked(job_id, plan.dataset, plan.step_sharded,
+                                       LeastLoadedWorkerLocked(),
+                                       plan.step_sharded ? skip_steps : 0));
+    }
+  }
+  RETURN_IF_ERROR(batch.Commit());
+  response->set_job_id(job_id);
+  response->set_created(true);
+  response->set_fallback_reason(c->fallback_reason());
+  response->set_steps_per_epoch(c->ranges() ? c->steps_per_epoch() : -1);
+  response->set_total_steps(c->ranges() ? c->total_steps() : -1);
+  return absl::OkStatus();
+}
+
+
+absl::Status Coordinator::GetElementSpec(const proto::GetElementSpecRequest& request,
+                                         proto::GetElementSpecResponse* response) {
+  proto::JobOptions options;
+  proto::DatasetDef def;
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(CheckLivenessLocked());
+    switch (request.target_case()) {
+      case proto::GetElementSpecRequest::kJobId: {
+        const CoordinatorState::Job* job = state_.FindJob(request.job_id());
+        if (job == nullptr) return JobNotFound("GetElementSpecRequest.job_id", request.job_id());
+        options = job->options;
+        break;
+      }
+      case proto::GetElementSpecRequest::kOptions:
+        options = request.options();
+        RETURN_IF_ERROR(ValidateJobOptions(options, "GetElementSpecRequest.options"));
+        break;
+      case proto::GetElementSpecRequest::TARGET_NOT_SET:
+        return absl::InvalidArgumentError(
+            "GetElementSpecRequest: set one of `job_id` or `options`");
+    }
+    const CoordinatorState::Dataset* ds = state_.FindDataset(options.dataset_id());
+    if (ds == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("GetElementSpecRequest: no dataset ", options.dataset_id()));
+    }
+    def = ds->def;
+  }
+  ASSIGN_OR_RETURN(Dataset dataset, Dataset::FromDef(std::move(def)));
+  const bool coordinated = options.read_mode() == proto::READ_MODE_COORDINATED;
+  ASSIGN_OR_RETURN(ElementSpec spec,
+                   DistributedPerReplicaSpec(dataset, coordinated ? options.num_consumers() : 1,
+                                             options.replicas_per_consumer()));
+  *response->mutable_per_replica_spec() = ElementSpecToProto(spec);
+  response->set_num_replicas(options.replicas_per_consumer());
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
+                                          proto::ClientHeartbeatResponse* response) {
+  RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "ClientHeartbeatRequest"));
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckLivenessLocked());
+  const CoordinatorState::Job* job = state_.FindJob(request.job_id());
+  if (job == nullptr) return JobNotFound("ClientHeartbeatRequest.job_id", request.job_id());
+  if (auto failed = failed_jobs_.find(job->id); failed != failed_jobs_.end()) {
+    return failed->second;
+  }
+  if (request.consumer_index() < 0 || request.consumer_index() >= job->options.num_consumers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ClientHeartbeatRequest.consumer_index ", request.consumer_index(), " is outside [0, ",
+        job->options.num_consumers(), ") for job ", job->id));
+  }
+  // Tasks every consumer has read to the end are finished, whoever produced them.
+  bool finished_any = false;
+  for (int64_t task_id : request.completed_task_ids()) {
+    const CoordinatorState::Task* task = state_.FindTask(task_id);
+    if (task == nullptr || task->job_id != job->id || task->finished) continue;
+    absl::flat_hash_set<int64_t>& consumers = completed_by_[task_id];
+    consumers.insert(request.consumer_index());
+    if (static_cast<int64_t>(consumers.size()) < job->options.num_consumers()) continue;
+    completed_by_.erase(task_id);
+    Log(absl::StrCat("task ", task_id, " (job ", job->id, ", index ", task->index,
+                     ") finished: every consumer received its end"));
+    RETURN_IF_ERROR(FinishTaskLocked(task_id));
+    finished_any = true;
+  }
+  if (finished_any) RETURN_IF_ERROR(MakeRangesLocked());
+  FillTaskInfosLocked(*job, response->mutable_tasks());
+  response->set_job_finished(job->finished);
+  const int64_t made = static_cast<int64_t>(job->task_ids.size());
+  response->set_num_tasks(job->ranges ? job->num_ranges : made);
+  response->set_num_tasks_created(made);
+  if (job->ranges) {
+    // Only the ranges that exist and are unfinished (docs/SERVICE.md, "Global order").
+    auto* tasks = response->mutable_tasks();
+    int kept = 0;
+    for (int i = 0; i < tasks->size(); ++i) {
+      if (tasks->Get(i).finished()) continue;
+      if (kept != i) tasks->SwapElements(kept, i);
+      ++kept;
+    }
+    tasks->DeleteSubrange(kept, tasks->size() - kept);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& /*request*/,
+                                    proto::GetStatusResponse* response) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckLivenessLocked());
+  const absl::Time now = clock_->Now();
+  for (const auto& [id, w] : state_.workers()) {
+    proto::WorkerStatus* s = response->add_workers();
+    s->set_worker_id(id);
+    s->set_address(w.address);
+    s->set_alive(w.alive);
+    auto it = last_heartbeat_.find(id);
+    s->set_seconds_since_heartbeat(
+        it == last_heartbeat_.end() ? -1.0 : absl::ToDoubleSeconds(now - it->second));
+    for (int64_t t : w.task_ids) s->add_task_ids(t);
+  }
+  for (const auto& [id, job] : state_.jobs()) {
+    proto::JobStatus* s = response->add_jobs();
+    s->set_job_id(id);
+    s->set_job_name(job.name);
+    *s->mutable_options() = job.options;
+    FillTaskInfosLocked(job, s->mutable_tasks());
+    s->set_finished(job.finished);
+    progress_.FillJobStatus(job.task_ids, s);
+  }
+  response->set_num_datasets(static_cast<int64_t>(state_.num_datasets()));
+  return absl::OkStatus();
+}
+
+}  // namespace sluice

@@ -1,0 +1,282 @@
+// Coordinator, workers: liveness, draining a dead worker, placing tasks on live workers and
+// the workers' heartbeats (coordinator.h).
+#include "server/coordinator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/data/distribute/auto_shard.h"
+#include "core/data/distribute/distribute_spec.h"
+#include "core/data/distribute/global_order.h"
+#include "core/tensor/proto_convert.h"
+#include "core/util/status_macros.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "proto/dataset.pb.h"
+#include "server/job_options.h"
+#include "server/task_planner.h"
+
+namespace sluice {
+
+std::string Coordinator::WorkerNameLocked(int64_t worker_id) const {
+  const CoordinatorState::Worker* w = state_.FindWorker(worker_id);
+  if (w == nullptr) return absl::StrCat("worker ", worker_id);
+  return absl::StrCat("worker ", worker_id, " (", w->address, ")");
+}
+
+
+int64_t Coordinator::NumLiveWorkersLocked() const {
+  int64_t n = 0;
+  for (const auto& [id, w] : state_.workers()) n += w.alive ? 1 : 0;
+  return n;
+}
+
+
+int64_t Coordinator::LeastLoadedWorkerLocked() const {
+  int64_t best = 0;
+  int64_t best_load = 0;
+  for (const auto& [id, w] : state_.workers()) {
+    if (!w.alive) continue;
+    int64_t load = state_.NumUnfinishedTasks(id);
+    if (best == 0 || load < best_load) {
+      best = id;
+      best_load = load;
+    }
+  }
+  return best;
+}
+
+
+absl::Status Coordinator::CheckLivenessLocked() {
+  const absl::Time now = clock_->Now();
+  std::vector<int64_t> dead;
+  for (const auto& [id, w] : state_.workers()) {
+    if (!w.alive) continue;
+    auto it = last_heartbeat_.find(id);
+    if (it == last_heartbeat_.end()) {
+      last_heartbeat_[id] = now;
+      continue;
+    }
+    {
+      absl::MutexLock arrivals(&arrivals_mu_);
+      auto arrived = heartbeat_arrivals_.find(w.address);
+      if (arrived != heartbeat_arrivals_.end() && arrived->second > it->second) {
+        it->second = arrived->second;  // arrived, still waiting for mu_
+      }
+    }
+    if (now - it->second >= options_.worker_timeout) dead.push_back(id);
+  }
+  for (int64_t id : dead) {
+    Log(absl::StrCat(WorkerNameLocked(id), " is dead: no heartbeat for ",
+                     absl::FormatDuration(now - last_heartbeat_[id]), " (worker_timeout ",
+                     absl::FormatDuration(options_.worker_timeout), ")"));
+    proto::Update u;
+    u.mutable_worker_died()->set_worker_id(id);
+    RETURN_IF_ERROR(ApplyLocked(u));
+  }
+  if (!dead.empty()) RETURN_IF_ERROR(AssignWaitingTasksLocked());
+  return CollectFinishedJobsLocked();
+}
+
+absl::Status Coordinator::DrainWorkerLocked(int64_t worker_id) {
+  int64_t moving = state_.NumUnfinishedTasks(worker_id);
+  proto::Update u;
+  u.mutable_worker_died()->set_worker_id(worker_id);
+  RETURN_IF_ERROR(ApplyLocked(u));
+  Log(absl::StrCat(WorkerNameLocked(worker_id), " is draining: its ", moving,
+                   " unfinished task(s) are reassigned now"));
+  RETURN_IF_ERROR(AssignWaitingTasksLocked());
+  return MakeRangesLocked();
+}
+
+
+void Coordinator::NoteHeartbeatArrival(const std::string& worker_address) {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock arrivals(&arrivals_mu_);
+  heartbeat_arrivals_[worker_address] = now;
+}
+
+void Coordinator::CheckWorkerLiveness() {
+  absl::MutexLock lock(&mu_);
+  absl::Status s = CheckLivenessLocked();
+  if (!s.ok()) Log(s.ToString());
+}
+
+
+absl::Status Coordinator::AssignWaitingTasksLocked() {
+  std::vector<int64_t> waiting;
+  for (const auto& [id, t] : state_.tasks()) {
+    if (t.worker_id == 0 && !t.finished) waiting.push_back(id);
+  }
+  for (int64_t task_id : waiting) {
+    int64_t worker = LeastLoadedWorkerLocked();
+    if (worker == 0) return absl::OkStatus();  // they wait for a worker to heartbeat
+    proto::Update u;
+    u.mutable_assign_task()->set_task_id(task_id);
+    u.mutable_assign_task()->set_worker_id(worker);
+    RETURN_IF_ERROR(ApplyLocked(u));
+    const CoordinatorState::Task* t = state_.FindTask(task_id);
+    Log(absl::StrCat("task ", task_id, " (job ", t->job_id, ", index ", t->index,
+                     ") reassigned to ", WorkerNameLocked(worker)));
+  }
+  return absl::OkStatus();
+}
+
+
+absl::Status Coordinator::CreateTaskLocked(int64_t job_id, const proto::DatasetDef& dataset,
+                                           bool step_sharded, int64_t worker_id,
+                                           int64_t skip_steps, const GlobalRange* range) {
+  const CoordinatorState::Job* job = state_.FindJob(job_id);
+  proto::Update u;
+  proto::CreateTaskUpdate* c = u.mutable_create_task();
+  c->set_task_id(state_.NextTaskId());
+  c->set_job_id(job_id);
+  c->set_task_index(static_cast<int64_t>(job->task_ids.size()));
+  *c->mutable_dataset() = dataset;
+  c->set_step_sharded(step_sharded);
+  c->set_worker_id(worker_id);
+  c->set_skip_steps(skip_steps);
+  if (range != nullptr) {
+    c->set_first_step(range->first_step);
+    c->set_num_steps(range->num_steps);
+  }
+  RETURN_IF_ERROR(ApplyLocked(u));
+  Log(absl::StrCat("task ", c->task_id(), " (job ", job_id, ", index ", c->task_index(), ") ",
+                   worker_id == 0 ? std::string("waits for a worker")
+                                  : absl::StrCat("assigned to ", WorkerNameLocked(worker_id))));
+  return absl::OkStatus();
+}
+
+
+absl::Status Coordinator::OnWorkerAvailableLocked(int64_t worker_id) {
+  RETURN_IF_ERROR(AssignWaitingTasksLocked());
+  if (!options_.dynamic_tasks_for_new_workers) return absl::OkStatus();
+  std::vector<int64_t> dynamic_jobs;
+  for (const auto& [id, job] : state_.jobs()) {
+    // Coordinated consumers read the tasks round-robin, and a task joining mid-rotation could
+    // reach them at different rounds: a coordinated job keeps the tasks it started with.
+    if (!job.dynamic() || job.finished || job.splits_exhausted() ||
+        job.options.read_mode() == proto::READ_MODE_COORDINATED) {
+      continue;
+    }
+    bool has_task = false;
+    for (int64_t t : job.task_ids) {
+      const CoordinatorState::Task& task = state_.tasks().at(t);
+      has_task |= task.worker_id == worker_id && !task.finished;
+    }
+    if (!has_task) dynamic_jobs.push_back(id);
+  }
+  for (int64_t job_id : dynamic_jobs) {
+    const CoordinatorState::Job* job = state_.FindJob(job_id);
+    const CoordinatorState::Dataset* ds = state_.FindDataset(job->options.dataset_id());
+    RETURN_IF_ERROR(CreateTaskLocked(job_id, ds->def, /*step_sharded=*/false, worker_id));
+  }
+  return absl::OkStatus();
+}
+
+
+absl::Status Coordinator::FinishTaskLocked(int64_t task_id) {
+  proto::Update u;
+  u.mutable_finish_task()->set_task_id(task_id);
+  RETURN_IF_ERROR(ApplyLocked(u));
+  const CoordinatorState::Task* task = state_.FindTask(task_id);
+  const CoordinatorState::Job* job = state_.FindJob(task->job_id);
+  for (int64_t t : job->task_ids) {
+    if (!state_.tasks().at(t).finished) return absl::OkStatus();
+  }
+  if (job->ranges && !job->all_ranges_made()) return absl::OkStatus();
+  // DYNAMIC: every task finishes only after end_of_splits, so the splits are all done too.
+  proto::Update f;
+  f.mutable_finish_job()->set_job_id(job->id);
+  RETURN_IF_ERROR(ApplyLocked(f));
+  Log(absl::StrCat("job ", job->id, job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"),
+                   " finished: all ", job->task_ids.size(), " tasks done"));
+  finished_at_[job->id] = clock_->Now();
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
+                                          proto::WorkerHeartbeatResponse* response) {
+  RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "WorkerHeartbeatRequest"));
+  if (request.worker_address().empty()) {
+    return absl::InvalidArgumentError("WorkerHeartbeatRequest.worker_address is empty");
+  }
+  progress_.Record(request);
+  if (!request.draining()) NoteHeartbeatArrival(request.worker_address());
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  const CoordinatorState::Worker* worker = state_.FindWorkerByAddress(request.worker_address());
+  int64_t worker_id = worker != nullptr ? worker->id : state_.NextWorkerId();
+  // Record this heartbeat before judging the others, so that a worker that was slow but is
+  // talking now is not declared dead by its own heartbeat.
+  if (worker != nullptr ? worker->alive : !request.draining()) last_heartbeat_[worker_id] = now;
+  RETURN_IF_ERROR(CheckLivenessLocked());
+  worker = state_.FindWorker(worker_id);
+  if (request.draining()) {
+    // Leaving: its finished tasks count, its other tasks go elsewhere now, it gets nothing
+    // new, and a draining heartbeat never revives it.
+    if (worker != nullptr && worker->alive) {
+      for (int64_t task_id : request.finished_task_ids()) {
+        const CoordinatorState::Task* task = state_.FindTask(task_id);
+        if (task == nullptr || task->finished || task->worker_id != worker_id) continue;
+        RETURN_IF_ERROR(FinishTaskLocked(task_id));
+      }
+      RETURN_IF_ERROR(DrainWorkerLocked(worker_id));
+    }
+    for (int64_t task_id : request.active_task_ids()) response->add_tasks_to_stop(task_id);
+    response->set_worker_id(worker != nullptr ? worker_id : 0);
+    return absl::OkStatus();
+  }
+  if (worker == nullptr || !worker->alive) {
+    const bool back = worker != nullptr;
+    proto::Update u;
+    u.mutable_register_worker()->set_worker_id(worker_id);
+    u.mutable_register_worker()->set_address(request.worker_address());
+    RETURN_IF_ERROR(ApplyLocked(u));
+    last_heartbeat_[worker_id] = now;
+    Log(absl::StrCat(WorkerNameLocked(worker_id), back ? " is back" : " registered"));
+    RETURN_IF_ERROR(OnWorkerAvailableLocked(worker_id));
+  }
+
+  for (int64_t task_id : request.finished_task_ids()) {
+    const CoordinatorState::Task* task = state_.FindTask(task_id);
+    // Only the task's current worker can finish it; a stale report from a worker the task was
+    // taken from is ignored.
+    if (task == nullptr || task->finished || task->worker_id != worker_id) continue;
+    RETURN_IF_ERROR(FinishTaskLocked(task_id));
+  }
+  // Ranges: room may have appeared (a finished range, a new worker).
+  RETURN_IF_ERROR(MakeRangesLocked());
+
+  absl::flat_hash_set<int64_t> known(request.active_task_ids().begin(),
+                                     request.active_task_ids().end());
+  known.insert(request.finished_task_ids().begin(), request.finished_task_ids().end());
+  for (int64_t task_id : state_.FindWorker(worker_id)->task_ids) {
+    const CoordinatorState::Task& task = state_.tasks().at(task_id);
+    if (task.finished || known.contains(task_id)) continue;
+    *response->add_new_tasks() = TaskDefLocked(task);
+  }
+  for (int64_t task_id : request.active_task_ids()) {
+    const CoordinatorState::Task* task = state_.FindTask(task_id);
+    // Also a task finished without it (its consumers all reported its end).
+    if (task == nullptr || task->worker_id != worker_id || task->finished) {
+      response->add_tasks_to_stop(task_id);
+    }
+  }
+  // Finished tasks of a removed job: the worker can forget them.
+  for (int64_t task_id : request.finished_task_ids()) {
+    if (state_.FindTask(task_id) == nullptr) response->add_tasks_to_stop(task_id);
+  }
+  response->set_worker_id(worker_id);
+  return absl::OkStatus();
+}
+
+}  // namespace sluice

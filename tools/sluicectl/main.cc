@@ -1,0 +1,27 @@
+// sluicectl: the command-line tool. main() only dispatches: it parses the command line
+// (command_line.h) and runs the chosen subcommand, each in its own file (commands.h).
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tools/sluicectl/command_line.h"
+#include "tools/sluicectl/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace sluice;  // NOLINT: main only
+  const SluicectlCommand* command = nullptr;
+  std::vector<std::string> args;
+  bool help_requested = false;
+  int rc = ParseCommandLine(argc, argv, &command, &args, &help_requested);
+  if (rc != kExitOk) return rc;
+  if (command == nullptr) return HelpMain(args);  // `sluicectl`, `sluicectl help [cmd]`
+  if (help_requested) {
+    PrintCommandHelp(*command, std::cout);
+    return kExitOk;
+  }
+  if (absl::Status s = PrepareCommand(*command, argc, argv); !s.ok()) return ReportError(s);
+  rc = command->run(args);
+  std::cout.flush();
+  return rc;
+}

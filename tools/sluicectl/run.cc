@@ -1,0 +1,108 @@
+// sluicectl run: iterates a distributed pipeline and prints its per-replica values as
+// TensorFlow prints them (--format=tf) or as JSON lines (--format=json). In local mode the
+// pipeline runs in this process; with --coordinator the registered coordinator maker supplies
+// the DistributedDataset (tools/sluicectl/service_dataset.cc).
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/format/json_format.h"
+#include "core/util/status_macros.h"
+#include "sluice/dataset.h"
+#include "sluice/per_replica_format.h"
+#include "tools/sluicectl/commands.h"
+
+namespace sluice {
+namespace {
+
+// restarted run) never sees a partial file.
+absl::Status SaveCheckpoint(const IteratorCheckpoint& checkpoint, const std::string& path) {
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << checkpoint.Serialize() << "\n";
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat("--save_state: cannot write '", temp, "'"));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("--save_state: cannot rename '", temp, "' to '",
+                                            path, "': ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunSteps(const SluicectlPipelineArgs& args, OutputFormat format, int64_t steps) {
+  const std::string save_state = absl::GetFlag(FLAGS_save_state);
+  ASSIGN_OR_RETURN(SluicectlDataset ds, MakeSluicectlDataset(args));
+  if (steps < 0 && ds.input_cardinality == kInfiniteCardinality) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the pipeline '", args.pipeline,
+        "' is infinite (it repeats forever); pass --steps=N to print N steps"));
+  }
+  ASSIGN_OR_RETURN(DistributedIterator it, ds.dataset.MakeIterator());
+  for (int64_t step = 0; steps < 0 || step < steps; ++step) {
+    absl::StatusOr<PerReplica<Element>> x = it.GetNext();
+    if (absl::IsOutOfRange(x.status())) break;
+    RETURN_IF_ERROR(x.status());
+    // As Python's `for x in dist: print(x)`: each value, then a newline.
+    if (format == OutputFormat::kTf) {
+      std::cout << FormatPerReplica(*x) << "\n";
+    } else {
+      std::cout << FormatRunStepJson(step, *x) << "\n";
+    }
+    std::cout.flush();
+    if (!save_state.empty()) {
+      ASSIGN_OR_RETURN(IteratorCheckpoint checkpoint, it.Checkpoint());
+      RETURN_IF_ERROR(SaveCheckpoint(checkpoint, save_state));
+    }
+  }
+  if (!save_state.empty()) {
+    // Also at the end (and before the first step of an empty run): the state says where the
+    // next run starts.
+    ASSIGN_OR_RETURN(IteratorCheckpoint checkpoint, it.Checkpoint());
+    RETURN_IF_ERROR(SaveCheckpoint(checkpoint, save_state));
+  }
+  return absl::OkStatus();
+}
+
+int RunMain(const std::vector<std::string>& positional) {
+  SluicectlPipelineArgs args;
+  OutputFormat format = OutputFormat::kTf;
+  if (int rc = ReadPipelineFlags("run", positional, &args, &format); rc != kExitOk) return rc;
+  const int64_t steps = absl::GetFlag(FLAGS_steps);
+  if (steps < -1) {
+    return ReportUsageError("run", absl::StrCat("--steps must be non-negative, got ", steps));
+  }
+  absl::Status status = RunSteps(args, format, steps);
+  return status.ok() ? kExitOk : ReportError(status);
+}
+
+}  // namespace
+
+SLUICECTL_REGISTER_COMMAND({
+    .name = "run",
+    .synopsis = "run --pipeline=EXPR --devices=GPU:0,GPU:1 [--steps=N] [--num_workers=W "
+                "--worker_index=I --auto_shard_policy=AUTO|FILE|DATA|HINT|OFF] "
+                "[--format=tf|json] [--coordinator=HOST:PORT] [--save_state=FILE]",
+    .help = "Distributes the pipeline over the devices as strategy.experimental_distribute_dataset\n"
+            "does and prints each step's per-replica value: --format=tf as Python's\n"
+            "`for x in dist_dataset: print(x)`, --format=json one JSON object per step.\n"
+            "Without --steps it runs to the end of data (an infinite pipeline needs --steps).",
+    .flags = {"pipeline", "devices", "steps", "num_workers", "worker_index", "auto_shard_policy",
+              "format", "coordinator",
+              // Service mode (tools/sluicectl/service_dataset.cc).
+              "job", "consumer_index", "num_consumers", "sharding_policy", "read_mode",
+              "num_tasks", "retry_deadline", "seed", "shuffle", "shuffle_block_size", "epochs",
+              "range_steps", "resume_state", "save_state"},
+    .run = &RunMain,
+});
+
+}  // namespace sluice

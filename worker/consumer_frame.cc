@@ -1,0 +1,42 @@
+#include "worker/consumer_frame.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace sluice {
+
+StepFrame ConsumerFrame(const std::vector<std::shared_ptr<const TaskStep>>& steps,
+                        bool end_of_task, bool coordinated, int64_t consumer, int64_t replicas) {
+  StepFrame frame;
+  frame.end_of_task = end_of_task;
+  frame.steps.reserve(steps.size());
+  for (const auto& step : steps) {
+    WireStep w;
+    w.task_step = step->task_step;
+    w.global_step = step->global_step;
+    w.num_real_pieces = step->num_real_pieces;
+    if (coordinated) {
+      const size_t begin = static_cast<size_t>(consumer * replicas);
+      const size_t stop = std::min(step->pieces.size(), begin + static_cast<size_t>(replicas));
+      for (size_t p = begin; p < stop; ++p) w.pieces.push_back(step->pieces[p]);
+    } else {
+      w.pieces = step->pieces;
+    }
+    frame.steps.push_back(std::move(w));
+  }
+  return frame;
+}
+
+grpc::ByteBuffer ErrorFrame(const absl::Status& status) {
+  StepFrame frame;
+  frame.status = status;
+  grpc::ByteBuffer bb;
+  (void)EncodeStepFrame(frame, &bb);  // a frame without tensors always encodes
+  return bb;
+}
+
+bool UseBufferHint(bool first_write, bool end_of_task, int64_t credits_left, bool next_ready) {
+  return !first_write && !end_of_task && credits_left > 0 && next_ready;
+}
+
+}  // namespace sluice

@@ -1,0 +1,32 @@
+// What one StreamSteps frame carries to one consumer, and when a write may be buffered
+// (grpc_worker_service.h). Pure functions; thread-safe.
+#ifndef SLUICE_WORKER_CONSUMER_FRAME_H_
+#define SLUICE_WORKER_CONSUMER_FRAME_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/rpc/step_frame.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "worker/step_buffer.h"
+
+namespace sluice {
+
+// The frame of `steps` for one consumer: in coordinated mode only its pieces (replicas
+// [consumer * replicas, (consumer + 1) * replicas) of each step), otherwise every piece.
+StepFrame ConsumerFrame(const std::vector<std::shared_ptr<const TaskStep>>& steps,
+                        bool end_of_task, bool coordinated, int64_t consumer, int64_t replicas);
+
+// A frame without steps carrying `status` (the stream's last frame on an error).
+grpc::ByteBuffer ErrorFrame(const absl::Status& status);
+
+// Whether the write of a frame may use gRPC's buffer_hint: only when another frame is ready to
+// follow at once (`credits_left` > 0 and the reader `next_ready`), never on the call's first
+// write (gRPC 1.51 can hang a call whose first write is hinted, PERF_NOTES.md) nor on the last.
+bool UseBufferHint(bool first_write, bool end_of_task, int64_t credits_left, bool next_ready);
+
+}  // namespace sluice
+
+#endif  // SLUICE_WORKER_CONSUMER_FRAME_H_

@@ -1,0 +1,28 @@
+#include "worker/stream_request.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/rpc/step_frame.h"
+
+namespace sluice {
+
+absl::StatusOr<proto::StreamRequest> ParseStreamRequest(const grpc::ByteBuffer& first) {
+  proto::ConsumerMessage message;
+  absl::Status s = DecodeConsumerMessage(first, &message);
+  if (!s.ok()) {
+    // Bad framing or bytes that are no ConsumerMessage: the caller's bad input.
+    return absl::InvalidArgumentError(absl::StrCat("StreamSteps: ", s.message()));
+  }
+  if (!message.has_request()) {
+    return absl::InvalidArgumentError("StreamSteps: the first message must be a StreamRequest");
+  }
+  const proto::StreamRequest& request = message.request();
+  if (request.wire_version() != proto::WIRE_VERSION_1 &&
+      request.wire_version() != proto::WIRE_VERSION_UNSPECIFIED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("StreamSteps: consumer wire version ", request.wire_version(),
+                     ", worker wire version ", proto::WIRE_VERSION_1));
+  }
+  return request;
+}
+
+}  // namespace sluice
