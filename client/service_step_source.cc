@@ -47,14 +47,23 @@ struct ServiceStepSource::Task {
   absl::Status error;
   int64_t next_step = 0;  // the first task step not received yet
   int64_t owed = 0;       // credits to grant for consumed steps
+  bool reader_done = false;  // the reader thread has returned: joining it does not wait
 
-  // The current call, for granting credits and cancelling, and where and when it was opened
-  // (the monitor cancels it when a later heartbeat places the task elsewhere).
+  // The current call, for cancelling: where and when it was opened (the monitor cancels it
+  // when a later heartbeat places the task elsewhere) and when its end of task arrived (the
+  // monitor cancels a call still waiting for the worker's status end_grace later). call_mu is
+  // never held across a blocking gRPC call, so cancelling never waits for a stuck call: a call
+  // to a frozen worker (SIGSTOP: no TCP error) blocks until it is cancelled.
+  absl::Mutex call_mu;
+  grpc::ClientContext* context ABSL_GUARDED_BY(call_mu) = nullptr;
+  std::string address ABSL_GUARDED_BY(call_mu);
+  absl::Time opened ABSL_GUARDED_BY(call_mu);
+  absl::Time end_received ABSL_GUARDED_BY(call_mu) = absl::InfiniteFuture();
+
+  // Serializes the call's writes (the request, credit grants, the half-close).
+  // Lock order: write_mu, call_mu, the source's mu_.
   absl::Mutex write_mu;
-  grpc::ClientContext* context ABSL_GUARDED_BY(write_mu) = nullptr;
   Stream* stream ABSL_GUARDED_BY(write_mu) = nullptr;  // null once writes are done
-  std::string address ABSL_GUARDED_BY(write_mu);
-  absl::Time opened ABSL_GUARDED_BY(write_mu);
 };
 
 ServiceStepSource::ServiceStepSource(ServiceStepSourceOptions options)
@@ -150,7 +159,11 @@ ServiceStepSource::Task* ServiceStepSource::AddTaskLocked(int64_t task_id, int64
   task->task_index = task_index;
   Task* t = task.get();
   tasks_[task_id] = std::move(task);
-  t->reader = std::thread([this, t] { ReadTask(t); });
+  t->reader = std::thread([this, t] {
+    ReadTask(t);
+    absl::MutexLock lock(&mu_);
+    t->reader_done = true;
+  });
   return t;
 }
 
@@ -165,6 +178,7 @@ void ServiceStepSource::Monitor() {
       if (shutdown_) return;
       monitor_wanted_ = false;
     }
+    CancelEndedCalls(absl::Now());
     const absl::Time sent = absl::Now();
     absl::StatusOr<proto::ClientHeartbeatResponse> hb = Heartbeat();
     if (hb.ok()) {
@@ -175,6 +189,21 @@ void ServiceStepSource::Monitor() {
       absl::MutexLock lock(&mu_);
       if (monitor_error_.ok()) monitor_error_ = hb.status();
       cv_.SignalAll();
+    }
+  }
+}
+
+void ServiceStepSource::CancelEndedCalls(absl::Time now) {
+  std::vector<std::shared_ptr<Task>> all;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, task] : tasks_) all.push_back(task);
+    all.insert(all.end(), retired_.begin(), retired_.end());
+  }
+  for (auto& task : all) {
+    absl::MutexLock clock(&task->call_mu);
+    if (task->context != nullptr && now - task->end_received > options_.end_grace) {
+      task->context->TryCancel();
     }
   }
 }
@@ -212,7 +241,7 @@ void ServiceStepSource::OnHeartbeat(const proto::ClientHeartbeatResponse& respon
     }
   }
   for (auto& [task, address] : placed) {
-    absl::MutexLock wlock(&task->write_mu);
+    absl::MutexLock clock(&task->call_mu);
     // Only a heartbeat sent after the stream opened can say the stream is on the wrong worker.
     if (task->context != nullptr && task->address != address && sent > task->opened) {
       task->context->TryCancel();
@@ -233,7 +262,7 @@ ServiceStepSource::~ServiceStepSource() {
   if (monitor_.joinable()) monitor_.join();
   // No task is added after shutdown_: `all` is complete.
   for (Task* task : all) {
-    absl::MutexLock lock(&task->write_mu);
+    absl::MutexLock lock(&task->call_mu);
     if (task->context != nullptr) task->context->TryCancel();
   }
   for (Task* task : all) {
@@ -346,7 +375,10 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
   request->set_task_id(task->task_id);
   request->set_consumer_index(options_.consumer_index);
   {
+    // shutdown_ is checked with the context registered: the destructor cancels it, or this
+    // call does not start.
     absl::MutexLock wlock(&task->write_mu);
+    absl::MutexLock clock(&task->call_mu);
     absl::MutexLock lock(&mu_);
     if (shutdown_) return absl::CancelledError("shutting down");
     request->set_start_step(task->next_step);
@@ -357,6 +389,7 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
     task->stream = stream.get();
     task->address = address;
     task->opened = absl::Now();
+    task->end_received = absl::InfiniteFuture();
   }
   bool sent;
   {
@@ -426,14 +459,27 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
     }
     cv_.SignalAll();
   }
-  absl::MutexLock wlock(&task->write_mu);
-  task->stream = nullptr;  // no more credit grants on this call
-  if (ended || !result.ok()) {
-    if (!ended && result.code() == absl::StatusCode::kDataLoss) context.TryCancel();
-    stream->WritesDone();
+  {
+    absl::MutexLock wlock(&task->write_mu);
+    task->stream = nullptr;  // no more credit grants on this call
+    if (ended || !result.ok()) {
+      if (!ended && result.code() == absl::StatusCode::kDataLoss) context.TryCancel();
+      stream->WritesDone();
+    }
   }
+  if (ended) {
+    absl::MutexLock clock(&task->call_mu);
+    task->end_received = absl::Now();
+  }
+  // Waits for the worker's status with no lock held: a worker frozen after sending the end
+  // (SIGSTOP) never sends it, and only a cancel (the monitor's, end_grace after the end, or the
+  // destructor's) ends this wait. The steps and the end are already queued: the caller does not
+  // wait for this (NextStep joins only readers that have returned).
   absl::Status finish = FromGrpcStatus(stream->Finish());
-  task->context = nullptr;
+  {
+    absl::MutexLock clock(&task->call_mu);
+    task->context = nullptr;
+  }
   if (ended) return absl::OkStatus();
   // A failure the worker reported in a frame (or a bad frame) is more telling than the call's
   // status; a stream that just ended is explained by the call's status, if it has one.
@@ -535,8 +581,14 @@ absl::Status ServiceStepSource::NextStep(std::vector<Element>* replicas, bool* e
     {
       absl::MutexLock lock(&mu_);
       s = NextSequentialLocked(&granted, replicas, end_of_data);
-      // Readers of ended tasks return right after the end: join those that have.
-      retired.swap(retired_);
+      // Join the readers of ended tasks that have returned. One may still wait for the status
+      // of a worker frozen after sending the end: it stays retired (the monitor cancels it
+      // after end_grace, the destructor joins it), and the caller reads on.
+      std::vector<std::shared_ptr<Task>> waiting;
+      for (auto& task : retired_) {
+        (task->reader_done ? retired : waiting).push_back(std::move(task));
+      }
+      retired_.swap(waiting);
     }
     for (auto& task : retired) {
       if (task->reader.joinable()) task->reader.join();

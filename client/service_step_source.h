@@ -20,7 +20,9 @@
 // progress; then, and for any other error, GetNextStep fails with a message naming the task and
 // the worker address. A stream that does not break but whose task the coordinator has moved to
 // another worker (the old worker's link was cut: no TCP error arrives, only the coordinator's
-// heartbeat timeout) is cancelled by the monitor, so the reader moves too.
+// heartbeat timeout) is cancelled by the monitor, so the reader moves too. A call that
+// delivered its end of task is not waited for: the caller reads on at once, even if the worker
+// froze before sending the call's status (the monitor cancels such a call after end_grace).
 //
 // Not thread-safe (one caller at a time, like the DistributedIterator that owns it); the
 // destructor cancels the streams and joins the reader threads.
@@ -75,6 +77,10 @@ struct ServiceStepSourceOptions {
   int64_t max_open_tasks = 8;
   // How often the monitor asks ClientHeartbeat (new tasks, moved tasks).
   absl::Duration heartbeat_interval = absl::Milliseconds(200);
+  // A call whose end of task arrived but whose worker has not sent the call's status this long
+  // after (the worker froze right after the end) is cancelled by the monitor, which frees its
+  // reader thread. The end and the steps before it are the caller's as soon as they arrive.
+  absl::Duration end_grace = absl::Seconds(5);
   // Checkpoints (CheckpointAfter): empty job key = not resumable. The job's first step in
   // its sequence and its epoch length (-1: unknown).
   std::string checkpoint_job_key;
@@ -106,6 +112,9 @@ class ServiceStepSource : public StepSource {
   // sequential tasks, cancels streams of moved tasks.
   void Monitor();
   void OnHeartbeat(const proto::ClientHeartbeatResponse& response, absl::Time sent);
+  // Cancels the calls that received their end of task more than end_grace before `now` and
+  // still wait for the worker's status.
+  void CancelEndedCalls(absl::Time now);
   absl::Status NextSequentialLocked(Task** granted, std::vector<Element>* replicas,
                                     bool* end_of_data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
@@ -145,7 +154,8 @@ class ServiceStepSource : public StepSource {
   int64_t next_index_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t num_tasks_ ABSL_GUARDED_BY(mu_) = -1;
   absl::Status monitor_error_ ABSL_GUARDED_BY(mu_);
-  // Tasks read to their end whose reader threads are still to be joined (sequential).
+  // Tasks read to their end whose reader threads are still to be joined (sequential); a
+  // reader is joined once it has returned (Task::reader_done).
   std::vector<std::shared_ptr<Task>> retired_ ABSL_GUARDED_BY(mu_);
   // Tasks whose end this consumer received and that the coordinator has not yet reported
   // finished: every heartbeat reports them (ClientHeartbeatRequest.completed_task_ids).

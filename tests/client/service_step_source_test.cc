@@ -1,0 +1,248 @@
+// ServiceStepSource against an in-process fake coordinator and a fake worker whose StreamSteps
+// can "freeze" (like a SIGSTOPped worker process) right after sending a task's end: the call
+// then never gets the worker's status, and no TCP error ever comes.
+#include "client/service_step_source.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/rpc/step_frame.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/rpc_service_method.h"
+#include "grpcpp/support/method_handler.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "proto/worker.pb.h"
+#include "sluice/element.h"
+#include "sluice/tensor.h"
+
+namespace sluice {
+namespace {
+
+constexpr int64_t kJob = 7;
+constexpr int64_t kTasks = 3;
+constexpr int64_t kStepsPerTask = 2;
+// Liveness bound only: how long a frozen call waits before the test calls the consumer stuck.
+constexpr absl::Duration kStuck = absl::Seconds(30);
+
+using Stream = grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+
+// Lists the job's kTasks ranges (task id = index + 1), all on one worker.
+class FakeCoordinator : public proto::CoordinatorService::Service {
+ public:
+  explicit FakeCoordinator(std::string worker) : worker_(std::move(worker)) {}
+
+  grpc::Status ClientHeartbeat(grpc::ServerContext*, const proto::ClientHeartbeatRequest*,
+                               proto::ClientHeartbeatResponse* response) override {
+    response->set_num_tasks(kTasks);
+    response->set_num_tasks_created(kTasks);
+    for (int64_t i = 0; i < kTasks; ++i) {
+      proto::TaskInfo* t = response->add_tasks();
+      t->set_task_id(i + 1);
+      t->set_task_index(i);
+      t->set_worker_address(worker_);
+      t->set_first_step(i * kStepsPerTask);
+      t->set_num_steps(kStepsPerTask);
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::string worker_;
+};
+
+// Task index i has the int64 scalars 2i, 2i + 1; one frame carries both steps and the end. The
+// task with index `frozen_index` then freezes: it neither reads the consumer's half-close nor
+// returns, until Release() or the call is cancelled.
+class FakeWorker : public grpc::Service {
+ public:
+  explicit FakeWorker(int64_t frozen_index) : frozen_index_(frozen_index) {
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        "/sluice.proto.WorkerService/StreamSteps", grpc::internal::RpcMethod::BIDI_STREAMING,
+        new grpc::internal::BidiStreamingHandler<FakeWorker, grpc::ByteBuffer, grpc::ByteBuffer>(
+            [](FakeWorker* w, grpc::ServerContext* context, Stream* stream) {
+              return w->StreamSteps(context, stream);
+            },
+            this)));
+  }
+
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    released_ = true;
+  }
+  // Waits (bounded by kStuck) until the frozen call has ended; true if it was cancelled while
+  // frozen (not released, not given up).
+  bool WaitForFrozenCallCancelled() {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&frozen_done_), kStuck + absl::Seconds(5));
+    return cancelled_while_frozen_;
+  }
+  bool gave_up() {
+    absl::MutexLock lock(&mu_);
+    return gave_up_;
+  }
+
+ private:
+  grpc::Status StreamSteps(grpc::ServerContext* context, Stream* stream) {
+    grpc::ByteBuffer bb;
+    if (!stream->Read(&bb)) return grpc::Status(grpc::StatusCode::CANCELLED, "no request");
+    proto::ConsumerMessage m;
+    if (!DecodeConsumerMessage(bb, &m).ok() || !m.has_request()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad request");
+    }
+    const int64_t index = m.request().task_id() - 1;
+    StepFrame frame;
+    for (int64_t s = m.request().start_step(); s < kStepsPerTask; ++s) {
+      WireStep w;
+      w.task_step = s;
+      w.global_step = index * kStepsPerTask + s;
+      w.num_real_pieces = 1;
+      w.pieces.push_back({Tensor::Scalar<int64_t>(index * kStepsPerTask + s)});
+      frame.steps.push_back(std::move(w));
+    }
+    frame.end_of_task = true;
+    grpc::ByteBuffer out;
+    if (!EncodeStepFrame(frame, &out).ok() || !stream->Write(out)) {
+      return grpc::Status(grpc::StatusCode::INTERNAL, "write failed");
+    }
+    if (index != frozen_index_) {
+      while (stream->Read(&bb)) {
+      }
+      return grpc::Status::OK;
+    }
+    // Frozen: no read, no status.
+    absl::MutexLock lock(&mu_);
+    const absl::Time give_up = absl::Now() + kStuck;
+    while (!released_ && !context->IsCancelled()) {
+      if (absl::Now() >= give_up) {
+        gave_up_ = true;
+        break;
+      }
+      mu_.AwaitWithTimeout(absl::Condition(&released_), absl::Milliseconds(20));
+    }
+    cancelled_while_frozen_ = !released_ && !gave_up_ && context->IsCancelled();
+    frozen_done_ = true;
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "thawed");
+  }
+
+  const int64_t frozen_index_;
+  absl::Mutex mu_;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  bool gave_up_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_while_frozen_ ABSL_GUARDED_BY(mu_) = false;
+  bool frozen_done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class Servers {
+ public:
+  explicit Servers(int64_t frozen_index) : worker_(frozen_index) {
+    int port = 0;
+    grpc::ServerBuilder wb;
+    wb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    wb.RegisterService(&worker_);
+    worker_server_ = wb.BuildAndStart();
+    worker_address_ = "127.0.0.1:" + std::to_string(port);
+    coordinator_ = std::make_unique<FakeCoordinator>(worker_address_);
+    grpc::ServerBuilder cb;
+    cb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    cb.RegisterService(coordinator_.get());
+    coordinator_server_ = cb.BuildAndStart();
+    coordinator_address_ = "127.0.0.1:" + std::to_string(port);
+  }
+  ~Servers() {
+    worker_.Release();
+    coordinator_server_->Shutdown();
+    worker_server_->Shutdown();
+  }
+
+  FakeWorker& worker() { return worker_; }
+  const std::string& coordinator_address() const { return coordinator_address_; }
+
+ private:
+  FakeWorker worker_;
+  std::unique_ptr<FakeCoordinator> coordinator_;
+  std::unique_ptr<grpc::Server> worker_server_;
+  std::unique_ptr<grpc::Server> coordinator_server_;
+  std::string worker_address_;
+  std::string coordinator_address_;
+};
+
+ServiceStepSourceOptions SequentialOptions(const std::string& coordinator) {
+  ServiceStepSourceOptions o;
+  o.coordinator_address = coordinator;
+  o.job_id = kJob;
+  o.consumer_index = 0;
+  o.num_local_replicas = 1;
+  o.per_replica_spec = ElementSpec(TensorSpec{DType::kInt64, Shape()});
+  o.sequential = true;
+  o.retry_deadline = absl::Seconds(60);
+  return o;
+}
+
+// Reads to the end of data: the values, or the error.
+absl::StatusOr<std::vector<int64_t>> ReadAll(ServiceStepSource& source) {
+  std::vector<int64_t> values;
+  for (int i = 0; i < 1000; ++i) {
+    std::vector<Element> replicas;
+    bool end = false;
+    absl::Status s = source.GetNextStep(&replicas, &end);
+    if (!s.ok()) return s;
+    if (end) return values;
+    if (replicas.size() != 1 || !replicas[0].is_leaf()) {
+      return absl::InternalError("expected one replica holding one tensor");
+    }
+    values.push_back(*replicas[0].leaf().data<int64_t>());
+  }
+  return absl::InternalError("no end of data after 1000 steps");
+}
+
+std::vector<int64_t> AllValues() {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < kTasks * kStepsPerTask; ++i) v.push_back(i);
+  return v;
+}
+
+// The frozen worker sent task 0's end and never sends the call's status. The consumer has
+// every step of task 0 and its end: it must read on (tasks 1 and 2, opened one at a time by the
+// monitor) while the worker stays frozen, without waiting for that status.
+TEST(ServiceStepSourceTest, AWorkerFrozenAfterATasksEndDoesNotStopTheConsumer) {
+  Servers servers(/*frozen_index=*/0);
+  ServiceStepSourceOptions o = SequentialOptions(servers.coordinator_address());
+  o.max_open_tasks = 1;  // the next task opens only through the monitor
+  o.end_grace = absl::InfiniteDuration();  // nothing cancels the frozen call before the end
+  auto source = ServiceStepSource::Create(o);
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<std::vector<int64_t>> got = ReadAll(**source);
+  servers.worker().Release();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, AllValues());
+  EXPECT_FALSE(servers.worker().gave_up())
+      << "the consumer read on only once the frozen worker's call gave up";
+  source->reset();  // joins every reader
+}
+
+// The monitor cancels a call that got its end but no status end_grace later, which frees the
+// reader thread while the worker is still frozen.
+TEST(ServiceStepSourceTest, TheMonitorCancelsACallWaitingForAFrozenWorkersStatus) {
+  Servers servers(/*frozen_index=*/1);
+  ServiceStepSourceOptions o = SequentialOptions(servers.coordinator_address());
+  o.end_grace = absl::Milliseconds(50);
+  o.heartbeat_interval = absl::Milliseconds(20);
+  auto source = ServiceStepSource::Create(o);
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<std::vector<int64_t>> got = ReadAll(**source);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, AllValues());
+  // The source is still alive (its destructor would cancel too): only the monitor cancels.
+  EXPECT_TRUE(servers.worker().WaitForFrozenCallCancelled());
+  EXPECT_FALSE(servers.worker().gave_up());
+  source->reset();
+}
+
+}  // namespace
+}  // namespace sluice
