@@ -1,7 +1,5 @@
-#include "proto/dataset.pb.h"
 #include "sluice/service.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,38 +9,13 @@
 #include "client/service_job_options.h"
 #include "client/service_security.h"
 #include "client/service_step_source.h"
-#include "core/rpc/grpc_status.h"
+#include "core/rpc/coordinator_call.h"
 #include "core/tensor/proto_convert.h"
-#include "core/util/backoff.h"
 #include "core/util/status_macros.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "proto/dataset.pb.h"
 
 namespace sluice {
-namespace {
-
-// Calls `rpc` (one attempt: a fresh context with the RPC deadline) until it succeeds, fails
-// with a code other than UNAVAILABLE / DEADLINE_EXCEEDED, or retry_deadline passes.
-template <typename Rpc>
-absl::Status WithRetries(const ServiceOptions& options, const char* what, Rpc rpc) {
-  const absl::Time give_up = absl::Now() + options.retry_deadline;
-  Backoff backoff(absl::Milliseconds(20), absl::Seconds(1));
-  while (true) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + options.rpc_deadline));
-    absl::Status s = FromGrpcStatus(rpc(&context));
-    if (s.ok()) return s;
-    const bool retry = s.code() == absl::StatusCode::kUnavailable ||
-                       s.code() == absl::StatusCode::kDeadlineExceeded;
-    const absl::Duration wait = backoff.Next();
-    if (!retry || absl::Now() + wait > give_up) {
-      return absl::Status(s.code(), absl::StrCat(what, " on coordinator ",
-                                                 options.coordinator_address, ": ", s.message()));
-    }
-    absl::SleepFor(wait);
-  }
-}
-
-}  // namespace
 
 absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredStrategy& strategy,
                                                                 const Dataset& dataset,
@@ -96,9 +69,11 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   reg.set_wire_version(proto::WIRE_VERSION_1);
   *reg.mutable_dataset() = dataset.def();
   proto::RegisterDatasetResponse reg_response;
-  RETURN_IF_ERROR(WithRetries(options, "RegisterDataset", [&](grpc::ClientContext* c) {
-    return stub->RegisterDataset(c, reg, &reg_response);
-  }));
+  RETURN_IF_ERROR(CallCoordinator(options.coordinator_address, options.rpc_deadline,
+                                  options.retry_deadline, "RegisterDataset",
+                                  [&](grpc::ClientContext* c) {
+                                    return stub->RegisterDataset(c, reg, &reg_response);
+                                  }));
 
   RETURN_IF_ERROR(CheckResume(options, reg_response.dataset_id()));
   proto::GetOrCreateJobRequest job;
@@ -106,16 +81,20 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   job.set_job_name(ServiceJobName(options));
   *job.mutable_options() = JobOptionsProto(options, reg_response.dataset_id(), replicas);
   proto::GetOrCreateJobResponse job_response;
-  RETURN_IF_ERROR(WithRetries(options, "GetOrCreateJob", [&](grpc::ClientContext* c) {
-    return stub->GetOrCreateJob(c, job, &job_response);
-  }));
+  RETURN_IF_ERROR(CallCoordinator(options.coordinator_address, options.rpc_deadline,
+                                  options.retry_deadline, "GetOrCreateJob",
+                                  [&](grpc::ClientContext* c) {
+                                    return stub->GetOrCreateJob(c, job, &job_response);
+                                  }));
 
   proto::GetElementSpecRequest spec_request;
   spec_request.set_job_id(job_response.job_id());
   proto::GetElementSpecResponse spec_response;
-  RETURN_IF_ERROR(WithRetries(options, "GetElementSpec", [&](grpc::ClientContext* c) {
-    return stub->GetElementSpec(c, spec_request, &spec_response);
-  }));
+  RETURN_IF_ERROR(CallCoordinator(options.coordinator_address, options.rpc_deadline,
+                                  options.retry_deadline, "GetElementSpec",
+                                  [&](grpc::ClientContext* c) {
+                                    return stub->GetElementSpec(c, spec_request, &spec_response);
+                                  }));
   ASSIGN_OR_RETURN(ElementSpec replica_spec,
                    ElementSpecFromProto(spec_response.per_replica_spec()));
   DistributedElementSpec spec = replica_spec.Map([replicas](const TensorSpec& s) {

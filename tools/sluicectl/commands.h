@@ -49,6 +49,9 @@ ABSL_DECLARE_FLAG(std::string, compression);        // gen.cc; gen, inspect
 
 namespace sluice {
 
+// The deadline of one coordinator RPC attempt (CallCoordinator); --retry_deadline bounds them all.
+inline constexpr absl::Duration kRpcDeadline = absl::Seconds(10);
+
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;

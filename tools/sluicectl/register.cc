@@ -8,9 +8,9 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/rpc/coordinator_call.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "tools/sluicectl/commands.h"
-#include "tools/sluicectl/coordinator_call.h"
 #include "tools/sluicectl/security.h"
 
 namespace sluice {
@@ -33,8 +33,9 @@ int RegisterMain(const std::vector<std::string>& positional) {
   request.set_wire_version(proto::WIRE_VERSION_1);
   request.set_pipeline(pipeline);
   proto::RegisterDatasetResponse response;
-  absl::Status s = CallCoordinator(coordinator, absl::GetFlag(FLAGS_retry_deadline),
-                                   "RegisterDataset", [&](grpc::ClientContext* c) {
+  absl::Status s = CallCoordinator(coordinator, kRpcDeadline,
+                                   absl::GetFlag(FLAGS_retry_deadline), "RegisterDataset",
+                                   [&](grpc::ClientContext* c) {
                                      return stub->RegisterDataset(c, request, &response);
                                    });
   if (!s.ok()) return ReportError(s);

@@ -23,13 +23,13 @@
 #include "absl/time/time.h"
 #include "client/service_job_options.h"
 #include "client/service_step_source.h"
+#include "core/rpc/coordinator_call.h"
 #include "core/tensor/proto_convert.h"
 #include "core/util/status_macros.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "sluice/dataset.h"
 #include "sluice/service.h"
 #include "tools/sluicectl/commands.h"
-#include "tools/sluicectl/coordinator_call.h"
 #include "tools/sluicectl/security.h"
 
 ABSL_FLAG(std::string, job, "",
@@ -210,14 +210,16 @@ absl::StatusOr<SluicectlDataset> MakeServiceDataset(const SluicectlPipelineArgs&
   reg.set_wire_version(proto::WIRE_VERSION_1);
   reg.set_pipeline(args.pipeline);
   proto::RegisterDatasetResponse reg_response;
-  RETURN_IF_ERROR(CallCoordinator(flags.coordinator, options.retry_deadline, "RegisterDataset",
+  RETURN_IF_ERROR(CallCoordinator(flags.coordinator, kRpcDeadline, options.retry_deadline,
+                                  "RegisterDataset",
                                   [&](grpc::ClientContext* c) {
                                     return stub->RegisterDataset(c, reg, &reg_response);
                                   }));
   proto::GetElementSpecRequest spec_request;
   *spec_request.mutable_options() = JobOptionsProto(options, reg_response.dataset_id(), replicas);
   proto::GetElementSpecResponse spec_response;
-  RETURN_IF_ERROR(CallCoordinator(flags.coordinator, options.retry_deadline, "GetElementSpec",
+  RETURN_IF_ERROR(CallCoordinator(flags.coordinator, kRpcDeadline, options.retry_deadline,
+                                  "GetElementSpec",
                                   [&](grpc::ClientContext* c) {
                                     return stub->GetElementSpec(c, spec_request, &spec_response);
                                   }));

@@ -13,10 +13,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "core/rpc/coordinator_call.h"
 #include "core/util/json_value.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "tools/sluicectl/commands.h"
-#include "tools/sluicectl/coordinator_call.h"
 #include "tools/sluicectl/security.h"
 
 ABSL_FLAG(bool, watch, false,
@@ -204,8 +204,9 @@ int StatusMain(const std::vector<std::string>& positional) {
   for (int64_t frame = 1;; ++frame) {
     proto::GetStatusRequest request;
     proto::GetStatusResponse response;
-    absl::Status s = CallCoordinator(coordinator, absl::GetFlag(FLAGS_retry_deadline),
-                                     "GetStatus", [&](grpc::ClientContext* c) {
+    absl::Status s = CallCoordinator(coordinator, kRpcDeadline,
+                                     absl::GetFlag(FLAGS_retry_deadline), "GetStatus",
+                                     [&](grpc::ClientContext* c) {
                                        return stub->GetStatus(c, request, &response);
                                      });
     if (!s.ok()) return ReportError(s);
