@@ -14,7 +14,6 @@
 #include "core/data/ops/npy_reader.h"
 #include "core/data/ops/webdataset_reader.h"
 #include "core/data/spec_inference.h"
-#include "core/data/transform_graph.h"
 #include "core/format/python_literal.h"
 #include "core/tensor/proto_convert.h"
 #include "core/util/status_macros.h"
@@ -60,7 +59,7 @@ const std::vector<Signature>& OpSignatures() {
       {"unbatch", {}},
       {"rebatch", {{"batch_size", true}, {"drop_remainder", false}}},
       {"legacy_rebatch", {{"num_replicas", true}}},
-      // Transforms (core/data/transform_graph.h); their builders are at the end of the class.
+      // Transforms; their builders are in pipeline_parser_transforms.inc.
       {"map", {{"map_func", true}, {"num_parallel_calls", false}, {"deterministic", false},
                {"key", false}}},
       {"filter", {{"predicate", true}, {"key", false}}},

@@ -1,20 +1,8 @@
 // Static checking of dataset graphs and element-spec inference, with tf.data's rules. No data
 // is read: the specs come from the literals' dtypes and shapes and from each op's arguments.
-//
-//   range               -> int64 scalar
-//   from_tensors(v)     -> the exact spec of v
-//   from_tensor_slices  -> each leaf without its dimension 0
-//   text_line_dataset   -> string scalar
-//   tf_record_dataset, fixed_length_record_dataset -> string scalar (core/data/ops/record_iterators.h)
-//   map(parse_example(spec)) -> a dict (core/data/ops/example_parser.h)
-//   batch(n, drop)      -> n prepended when drop_remainder, else None prepended
-//   repeat, take, skip, shard, shuffle, prefetch -> unchanged
-//   unbatch             -> dimension 0 dropped (scalars are an error)
-//   rebatch(sizes, drop) (TF's _RebatchDataset._compute_static_batch_dim): when all sizes equal
-//                          b, dimension 0 becomes b if drop_remainder, or if every known input
-//                          batch dimension equals d with d % b == 0; otherwise None
-//   legacy rebatch(N)   -> dimension 0 becomes d / N when d is known and divisible by N, else
-//                          None
+// Each source's and op's rule is its registration's infer_spec (core/data/op_registry.h, in
+// core/data/ops/*_op.cc: range -> int64 scalar, batch(n, drop) -> n or None prepended, ...);
+// this file walks the graph and names the position that failed.
 //
 // Positions name where a check failed: kGraphPosition for the graph as a whole (version,
 // missing source), 0 for the source, i >= 1 for op i (def.ops(i - 1)). Messages read
@@ -35,7 +23,8 @@ namespace sluice {
 
 inline constexpr int kGraphPosition = -1;
 
-// "range", "from_tensors", "from_tensor_slices", "text_line_dataset"; "unset" when empty.
+// The registered name: "range", "from_tensors", "text_line_dataset"; "unset" when empty; the
+// proto field's name for a kind without a registration.
 std::string SourceKindName(const proto::SourceDef& source);
 // "batch", "repeat", ..., "rebatch", "legacy_rebatch" (a RebatchOp with legacy_num_replicas
 // != 0); "unset" when empty.
@@ -53,6 +42,15 @@ absl::StatusOr<std::vector<ElementSpec>> InferElementSpecs(const proto::DatasetD
 // The spec after one op given its input's spec; INVALID_ARGUMENT (without the position prefix)
 // when the op's arguments are out of range or it cannot apply to that input.
 absl::StatusOr<ElementSpec> InferOpSpec(const proto::OpDef& op, const ElementSpec& input);
+// The spec of a source alone, as InferOpSpec (a permuted source's is its inner source's).
+absl::StatusOr<ElementSpec> InferSourceSpec(const proto::SourceDef& source);
+
+// For the sources' and ops' rules:
+// A source literal decoded, refusing oversized shape claims before anything is allocated,
+// list structures (tf.data reads Python lists as tensors) and elements without tensors.
+absl::StatusOr<Element> DecodeSourceLiteral(const proto::ElementProto& p);
+// The index (in flatten order) of the first scalar leaf of `spec`, or -1.
+int FirstScalarComponent(const ElementSpec& spec);
 
 // TF's repr of a spec: "TensorSpec(shape=(None, 1), dtype=tf.float32, name=None)", tuples as
 // "(A, B)" / "(A,)", dicts as "{'a': A}" in insertion order.

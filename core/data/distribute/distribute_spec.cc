@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/distribute/rebatch.h"
+#include "core/data/op_registry.h"
 #include "core/util/status_macros.h"
 #include "proto/dataset.pb.h"
 
@@ -19,25 +20,6 @@ absl::Status NotBatchedError(int64_t num_replicas_in_sync, absl::string_view det
   return absl::InvalidArgumentError(absl::StrCat(
       "Call the `batch` method on the input Dataset in order to be able to split your input",
       across, ". Please see the tf.distribute.Strategy guide. (", detail, ")"));
-}
-
-// The op kinds that keep the batch size of their input (TF 2.15's compute_batch_size walks
-// through them, checked against TF); anything else (map, interleave, ignore_errors, unbatch,
-// rebatch) hides it.
-bool KeepsBatchSize(const proto::OpDef& op) {
-  switch (op.kind_case()) {
-    case proto::OpDef::kRepeat:
-    case proto::OpDef::kTake:
-    case proto::OpDef::kSkip:
-    case proto::OpDef::kShard:
-    case proto::OpDef::kShuffle:
-    case proto::OpDef::kPrefetch:
-    case proto::OpDef::kCache:
-    case proto::OpDef::kFilter:
-      return true;
-    default:
-      return false;
-  }
 }
 
 }  // namespace
@@ -63,13 +45,15 @@ absl::StatusOr<int64_t> GlobalBatchSize(const Dataset& dataset, int64_t num_repl
     }
     return leaves[0].shape.dim(0);
   }
-  // ... else the batch size of the batch op nearest the end, through ops that keep it.
+  // ... else the batch size of the batch op nearest the end, through ops that keep it (TF
+  // 2.15's compute_batch_size walks through repeat, take, skip, shard, shuffle, prefetch, cache
+  // and filter, checked against TF: their registrations say keeps_batch_size).
   const proto::DatasetDef& def = dataset.def();
   for (int i = def.ops_size() - 1; i >= 0; --i) {
-    const proto::OpDef& op = def.ops(i);
-    if (op.kind_case() == proto::OpDef::kBatch) return op.batch().batch_size();
-    if (op.kind_case() == proto::OpDef::kPaddedBatch) return op.padded_batch().batch_size();
-    if (!KeepsBatchSize(op)) return int64_t{-1};
+    const OpRegistration* r = OpRegistry::Global().FindOp(def.ops(i).kind_case());
+    if (r == nullptr) return int64_t{-1};
+    if (r->batch_params) return r->batch_params(def.ops(i)).batch_size;
+    if (!r->keeps_batch_size) return int64_t{-1};
   }
   return NotBatchedError(num_replicas_in_sync,
                          "walked to the source without encountering a batch");

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/op_registry.h"
 #include "core/data/ops/random_access_source.h"
 #include "core/data/spec_inference.h"
 #include "core/util/status_macros.h"
@@ -23,47 +25,24 @@ absl::Status Prevents(const proto::DatasetDef& def, int i, absl::string_view why
       absl::StrCat("no global order: ", OpName(def, i), " ", why));
 }
 
-// Why op `i` cannot be part of a global order, or OK when it is element-wise (batches are
-// handled by the caller).
+// Why op `i` cannot be part of a global order (its registration's global_order_conflict), or OK
+// when it is element-wise (batches are handled by the caller).
 absl::Status CheckElementWise(const proto::DatasetDef& def, int i) {
-  const proto::OpDef& op = def.ops(i);
-  switch (op.kind_case()) {
-    case proto::OpDef::kMap:
-      if (op.map().has_deterministic() && !op.map().deterministic()) {
-        return Prevents(def, i, "has deterministic=False: its output order is not fixed");
-      }
-      return absl::OkStatus();
-    case proto::OpDef::kPrefetch:
-      return absl::OkStatus();
-    case proto::OpDef::kFilter:
-    case proto::OpDef::kIgnoreErrors:
-      return Prevents(def, i, "drops elements depending on their values");
-    case proto::OpDef::kShuffle:
-      return Prevents(def, i, "is a buffer shuffle: use the job's GlobalOrder.shuffle instead");
-    case proto::OpDef::kRepeat:
-      return Prevents(def, i, "repeats the data: epochs are GlobalOrder.num_epochs");
-    case proto::OpDef::kTake:
-    case proto::OpDef::kSkip:
-      return Prevents(def, i, "changes the number of records: restrict the source instead "
-                              "(e.g. a record_range)");
-    case proto::OpDef::kShard:
-      return Prevents(def, i, "splits the data between workers: ranges of global steps do "
-                              "that");
-    case proto::OpDef::kCache:
-      return Prevents(def, i, "keeps a whole pass, but a range reads only part of an epoch");
-    case proto::OpDef::kUnbatch:
-    case proto::OpDef::kRebatch:
-    case proto::OpDef::kInterleave:
-      return Prevents(def, i, "changes how many elements there are, so positions of records "
-                              "no longer cut global steps");
-    case proto::OpDef::kBatch:
-    case proto::OpDef::kPaddedBatch:
-      return Prevents(def, i, "is a second batch: exactly one batch op may cut the global "
-                              "steps");
-    case proto::OpDef::KIND_NOT_SET:
-      break;
+  const OpRegistration* r = OpRegistry::Global().FindOp(def.ops(i).kind_case());
+  if (r == nullptr) return Prevents(def, i, "is not set");
+  if (!r->global_order_conflict) {
+    return Prevents(def, i, "does not say whether it keeps the positions of records");
   }
-  return Prevents(def, i, "is not set");
+  const std::string conflict = r->global_order_conflict(def.ops(i));
+  if (!conflict.empty()) return Prevents(def, i, conflict);
+  return absl::OkStatus();
+}
+
+// The registration's batch parameters of `op`, or nullopt when it is not a batch op.
+std::optional<BatchParams> BatchOf(const proto::OpDef& op) {
+  const OpRegistration* r = OpRegistry::Global().FindOp(op.kind_case());
+  if (r == nullptr || !r->batch_params) return std::nullopt;
+  return r->batch_params(op);
 }
 
 // The position of the batch op, after checking the whole shape.
@@ -77,7 +56,7 @@ absl::StatusOr<int> CheckShape(const Dataset& dataset) {
   int batch = -1;
   for (int i = 0; i < def.ops_size(); ++i) {
     const proto::OpDef& op = def.ops(i);
-    if (batch < 0 && (op.has_batch() || op.has_padded_batch())) {
+    if (batch < 0 && BatchOf(op).has_value()) {
       batch = i;
       continue;
     }
@@ -99,15 +78,10 @@ absl::Status CheckGlobalOrderShape(const Dataset& dataset) {
 
 absl::StatusOr<GlobalOrderPlan> PlanGlobalOrder(const Dataset& dataset) {
   ASSIGN_OR_RETURN(int batch, CheckShape(dataset));
-  const proto::OpDef& op = dataset.def().ops(batch);
+  const BatchParams params = *BatchOf(dataset.def().ops(batch));
   GlobalOrderPlan plan;
-  if (op.has_batch()) {
-    plan.batch_size = op.batch().batch_size();
-    plan.drop_remainder = op.batch().drop_remainder();
-  } else {
-    plan.batch_size = op.padded_batch().batch_size();
-    plan.drop_remainder = op.padded_batch().drop_remainder();
-  }
+  plan.batch_size = params.batch_size;
+  plan.drop_remainder = params.drop_remainder;
   ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessSource> source,
                    RandomAccessSource::Open(dataset.def().source()));
   plan.num_records = source->size();

@@ -1,0 +1,106 @@
+#include "core/data/op_registry.h"
+
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+
+namespace sluice {
+namespace {
+
+// "'tf_record' (SourceDef field 5)": how errors name a kind without a registration.
+std::string KindField(const google::protobuf::Descriptor* message, int kind) {
+  const google::protobuf::FieldDescriptor* f = message->FindFieldByNumber(kind);
+  return absl::StrCat("'", f != nullptr ? f->name() : "?", "' (", message->name(), " field ",
+                      kind, ")");
+}
+
+class ErrorIterator : public Iterator {
+ public:
+  explicit ErrorIterator(absl::Status status) : status_(std::move(status)) {}
+  absl::Status GetNext(Element*, bool*) override { return status_; }
+
+ private:
+  const absl::Status status_;
+};
+
+}  // namespace
+
+const OpRegistry& OpRegistry::Global() {
+  static const OpRegistry* const registry = [] {
+    auto* r = new OpRegistry;
+    RegisterBuiltinOps(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+const SourceRegistration* OpRegistry::FindSource(proto::SourceDef::KindCase kind) const {
+  auto it = sources_.find(static_cast<int>(kind));
+  return it == sources_.end() ? nullptr : &it->second;
+}
+
+const OpRegistration* OpRegistry::FindOp(proto::OpDef::KindCase kind) const {
+  auto it = ops_.find(static_cast<int>(kind));
+  return it == ops_.end() ? nullptr : &it->second;
+}
+
+void OpRegistry::AddSource(proto::SourceDef::KindCase kind, SourceRegistration registration) {
+  if (!sources_.emplace(static_cast<int>(kind), std::move(registration)).second) {
+    duplicates_.push_back(
+        absl::StrCat("source ", KindField(proto::SourceDef::descriptor(), kind)));
+  }
+}
+
+void OpRegistry::AddOp(proto::OpDef::KindCase kind, OpRegistration registration) {
+  if (!ops_.emplace(static_cast<int>(kind), std::move(registration)).second) {
+    duplicates_.push_back(absl::StrCat("op ", KindField(proto::OpDef::descriptor(), kind)));
+  }
+}
+
+absl::StatusOr<const SourceRegistration*> FindSourceRegistration(const proto::SourceDef& source) {
+  if (source.kind_case() == proto::SourceDef::KIND_NOT_SET) {
+    return absl::InvalidArgumentError("no source set");
+  }
+  const SourceRegistration* r = OpRegistry::Global().FindSource(source.kind_case());
+  if (r == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the source kind ", KindField(proto::SourceDef::descriptor(),
+                                                   source.kind_case()),
+                     " has no registration in this build"));
+  }
+  return r;
+}
+
+absl::StatusOr<const OpRegistration*> FindOpRegistration(const proto::OpDef& op) {
+  if (op.kind_case() == proto::OpDef::KIND_NOT_SET) {
+    return absl::InvalidArgumentError("no op set (written by a newer build?)");
+  }
+  const OpRegistration* r = OpRegistry::Global().FindOp(op.kind_case());
+  if (r == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the op kind ", KindField(proto::OpDef::descriptor(), op.kind_case()),
+                     " has no registration in this build"));
+  }
+  return r;
+}
+
+int64_t CountOrUnknown(__int128 n) {
+  return n > std::numeric_limits<int64_t>::max() ? kUnknownCardinality : static_cast<int64_t>(n);
+}
+
+std::unique_ptr<Iterator> OrErrorIterator(absl::StatusOr<std::unique_ptr<Iterator>> it) {
+  if (!it.ok()) return std::make_unique<ErrorIterator>(it.status());
+  return *std::move(it);
+}
+
+absl::StatusOr<IteratorFactory> CheckedFactory(IteratorFactory input, MakeOpIterator make) {
+  absl::StatusOr<std::unique_ptr<Iterator>> probe = make(nullptr);
+  if (!probe.ok()) return probe.status();
+  return IteratorFactory([input = std::move(input), make = std::move(make)]() {
+    return OrErrorIterator(make(input ? input() : nullptr));
+  });
+}
+
+}  // namespace sluice

@@ -1,0 +1,171 @@
+// The op registry: what the graph layer (spec inference, cardinality, expressions, the executor,
+// the distribute rules) knows about each source and op, registered by the op itself, as TF's
+// kernels are. Keyed by the proto oneof case (proto::SourceDef::KindCase, proto::OpDef::KindCase);
+// the graph code looks an op up here and never names one.
+//
+// Adding an op: one file core/data/ops/<name>_op.cc (its iterator, or a file beside it) holding
+//
+//   namespace sluice {
+//   SLUICE_REGISTER_OPS(<name>_op) {
+//     OpRegistration r;
+//     r.name = "...";  r.infer_spec = ...;  r.expression = ...;  r.build = ...;
+//     registry.AddOp(proto::OpDef::kFoo, std::move(r));
+//   }
+//   }  // namespace sluice
+//
+// plus its test. The build lists every core/data/ops/*_op.cc and core/data/distribute/*_op.cc
+// (core/CMakeLists.txt) and generates RegisterBuiltinOps(), which calls each file's
+// SLUICE_REGISTER_OPS function: nothing else names the op, and since the graph references every
+// registration through that one function, the linker keeps them all (a self-registering static
+// object in a static library would be dropped). The macro's argument must be the file's name
+// without ".cc"; a mismatch is a link error naming the missing RegisterOps_<name>.
+// tests/core/op_registry_test.cc fails when a kind of the protos has no registration.
+//
+// Thread safety: OpRegistry::Global() is built once, on first use, and is read-only after.
+#ifndef SLUICE_CORE_DATA_OP_REGISTRY_H_
+#define SLUICE_CORE_DATA_OP_REGISTRY_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "core/data/executor.h"
+#include "core/data/op_iterator.h"
+#include "proto/dataset.pb.h"
+#include "sluice/element.h"
+
+namespace sluice {
+
+// What a source's build hook gets. `label` names it in errors ("source (range)").
+struct SourceBuildArgs {
+  const std::string& label;
+  const proto::SourceDef& source;
+  const ExecutorOptions& options;
+};
+
+struct SourceRegistration {
+  // The name in errors and in DescribePosition(): "range", "tf_record_dataset". Required.
+  std::string name;
+  // Checks the arguments and gives the element spec (INVALID_ARGUMENT, without the position
+  // prefix, for bad arguments). Required.
+  std::function<absl::StatusOr<ElementSpec>(const proto::SourceDef&)> infer_spec;
+  // The number of elements, as TF's CardinalityInternal; called only on a valid graph.
+  // Unset: kUnknownCardinality.
+  std::function<int64_t(const proto::SourceDef&)> cardinality;
+  // The pipeline expression (core/data/pipeline_parser.h reads it back). Required.
+  std::function<std::string(const proto::SourceDef&)> expression;
+  // The factory of the source's iterators (core/data/executor.h); called only on a graph that
+  // InferElementSpecs() accepted. Errors name `label`. Required.
+  std::function<absl::StatusOr<IteratorFactory>(const SourceBuildArgs&)> build;
+};
+
+// What an op's build hook gets.
+struct OpBuildArgs {
+  const std::string& label;         // "op 2 (batch)"
+  const proto::OpDef& op;
+  IteratorFactory input;            // the op's input, one fresh iterator per call
+  const ElementSpec& input_spec;    // InferElementSpecs() of the input
+  const ElementSpec& output_spec;   // ... and of the op's output
+  const proto::DatasetDef& upstream;  // the graph up to (without) the op
+  const ExecutorOptions& options;
+};
+
+// The batch size an op cuts its input into, for the distribute rules.
+struct BatchParams {
+  int64_t batch_size = 0;
+  bool drop_remainder = false;
+};
+
+struct OpRegistration {
+  // The name in errors and in DescribePosition(): "batch". Required.
+  std::string name;
+  // A name that depends on the arguments (rebatch -> "legacy_rebatch"). Unset: `name`.
+  std::function<std::string(const proto::OpDef&)> name_of;
+  // Checks the arguments against the input spec and gives the output spec (INVALID_ARGUMENT,
+  // without the position prefix). Required.
+  std::function<absl::StatusOr<ElementSpec>(const proto::OpDef&, const ElementSpec& input)>
+      infer_spec;
+  // The output cardinality given the input's `n` (kUnknownCardinality, kInfiniteCardinality or
+  // a count) and the input spec, as TF's CardinalityInternal. Unset: kUnknownCardinality.
+  std::function<int64_t(const proto::OpDef&, const ElementSpec& input, int64_t n)> cardinality;
+  // The pipeline expression, "batch(4, drop_remainder=False)". Required.
+  std::function<std::string(const proto::OpDef&)> expression;
+  // The factory of the op's iterators (see OpBuildArgs). Required.
+  std::function<absl::StatusOr<IteratorFactory>(OpBuildArgs)> build;
+  // Clears fields that carry no meaning before Dataset::Fingerprint() hashes the op (a seed
+  // without has_seed). Unset: the op is hashed as it is.
+  std::function<void(proto::OpDef*)> canonicalize;
+
+  // Distribution (core/data/distribute/). Set for an op that batches its input: the batch size
+  // GlobalBatchSize() reports and a global order cuts steps with. Unset: not a batch op.
+  std::function<BatchParams(const proto::OpDef&)> batch_params;
+  // True when the op passes its input's batch size on (GlobalBatchSize() walks through it).
+  bool keeps_batch_size = false;
+  // Why a global order (core/data/distribute/global_order.h) cannot have this op after its
+  // source, "drops elements depending on their values"; "" when the op is element-wise. A batch
+  // op's answer applies to a second batch op. Unset: the op prevents a global order.
+  std::function<std::string(const proto::OpDef&)> global_order_conflict;
+};
+
+class OpRegistry {
+ public:
+  // Every registration of this build (RegisterBuiltinOps()).
+  static const OpRegistry& Global();
+
+  // Null when `kind` has no registration.
+  const SourceRegistration* FindSource(proto::SourceDef::KindCase kind) const;
+  const OpRegistration* FindOp(proto::OpDef::KindCase kind) const;
+
+  // Registers `kind`. A second registration of a kind is kept out and listed in duplicates().
+  void AddSource(proto::SourceDef::KindCase kind, SourceRegistration registration);
+  void AddOp(proto::OpDef::KindCase kind, OpRegistration registration);
+
+  // "op batch", "source range": kinds registered more than once (a build defect the registry
+  // test reports).
+  const std::vector<std::string>& duplicates() const { return duplicates_; }
+
+ private:
+  absl::flat_hash_map<int, SourceRegistration> sources_;
+  absl::flat_hash_map<int, OpRegistration> ops_;
+  std::vector<std::string> duplicates_;
+};
+
+// Calls every SLUICE_REGISTER_OPS function of this build; defined in the generated
+// builtin_ops.cc (core/CMakeLists.txt).
+void RegisterBuiltinOps(OpRegistry& registry);
+
+// The registration of the graph's source / op, or INVALID_ARGUMENT naming the kind ("the source
+// kind 'foo' (SourceDef field 12) has no registration in this build"; "no source set" / "no op
+// set" when the oneof is empty).
+absl::StatusOr<const SourceRegistration*> FindSourceRegistration(const proto::SourceDef& source);
+absl::StatusOr<const OpRegistration*> FindOpRegistration(const proto::OpDef& op);
+
+// --- Helpers for the registrations. ---
+
+// A count that does not fit in int64 is reported as unknown: no consumer can act on it.
+int64_t CountOrUnknown(__int128 n);
+
+// A factory that builds the op's iterator with `make(input_iterator)`. It calls `make` once with
+// no input first, so that argument errors surface when the graph is built rather than at the
+// first element (make must only store its input); then each call builds one iterator with a
+// fresh input. `input` is null for a source.
+using MakeOpIterator =
+    std::function<absl::StatusOr<std::unique_ptr<Iterator>>(std::unique_ptr<Iterator>)>;
+absl::StatusOr<IteratorFactory> CheckedFactory(IteratorFactory input, MakeOpIterator make);
+
+// An iterator that returns `status` on every call, for a factory whose build failed after the
+// graph was checked.
+std::unique_ptr<Iterator> OrErrorIterator(absl::StatusOr<std::unique_ptr<Iterator>> it);
+
+}  // namespace sluice
+
+// Defines the registration function of the file core/data/ops/<file_stem>.cc (or
+// core/data/distribute/<file_stem>.cc); the body registers through `registry`. Inside
+// namespace sluice.
+#define SLUICE_REGISTER_OPS(file_stem) void RegisterOps_##file_stem(OpRegistry& registry)
+
+#endif  // SLUICE_CORE_DATA_OP_REGISTRY_H_

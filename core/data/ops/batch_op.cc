@@ -1,0 +1,52 @@
+// batch(batch_size, drop_remainder): the registration of the op (core/data/op_registry.h); the
+// iterator is in batch_iterator.h.
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/data/op_expression.h"
+#include "core/data/op_registry.h"
+#include "core/data/ops/batch_iterator.h"
+
+namespace sluice {
+
+SLUICE_REGISTER_OPS(batch_op) {
+  OpRegistration r;
+  r.name = "batch";
+  r.infer_spec = [](const proto::OpDef& op,
+                    const ElementSpec& input) -> absl::StatusOr<ElementSpec> {
+    const int64_t n = op.batch().batch_size();
+    if (n <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("batch_size must be positive, got ", n));
+    }
+    const int64_t dim = op.batch().drop_remainder() ? n : kUnknownDim;
+    return input.Map([dim](const TensorSpec& s) {
+      return TensorSpec{s.dtype, s.shape.Prepend(dim)};
+    });
+  };
+  r.cardinality = [](const proto::OpDef& op, const ElementSpec&, int64_t n) -> int64_t {
+    if (n < 0) return n;
+    const int64_t b = op.batch().batch_size();
+    return n / b + (n % b == 0 || op.batch().drop_remainder() ? 0 : 1);
+  };
+  r.expression = [](const proto::OpDef& op) {
+    return absl::StrCat("batch(", op.batch().batch_size(),
+                        ", drop_remainder=", PyBool(op.batch().drop_remainder()), ")");
+  };
+  r.build = [](OpBuildArgs args) {
+    const std::string label = args.label;
+    const proto::BatchOp b = args.op.batch();
+    return CheckedFactory(std::move(args.input), [label, b](std::unique_ptr<Iterator> in) {
+      return NewBatchIterator(label, std::move(in), b.batch_size(), b.drop_remainder());
+    });
+  };
+  r.batch_params = [](const proto::OpDef& op) {
+    return BatchParams{op.batch().batch_size(), op.batch().drop_remainder()};
+  };
+  r.global_order_conflict = [](const proto::OpDef&) -> std::string {
+    return "is a second batch: exactly one batch op may cut the global steps";
+  };
+  registry.AddOp(proto::OpDef::kBatch, std::move(r));
+}
+
+}  // namespace sluice

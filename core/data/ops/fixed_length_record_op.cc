@@ -1,0 +1,32 @@
+// fixed_length_record_dataset(files, record_bytes, ...): the registration of the source
+// (core/data/op_registry.h); the reader is in record_iterators.h.
+#include <string>
+#include <utility>
+
+#include "core/data/op_registry.h"
+#include "core/data/ops/record_iterators.h"
+#include "core/util/status_macros.h"
+
+namespace sluice {
+
+SLUICE_REGISTER_OPS(fixed_length_record_op) {
+  SourceRegistration r;
+  r.name = "fixed_length_record_dataset";
+  r.infer_spec = [](const proto::SourceDef& s) -> absl::StatusOr<ElementSpec> {
+    RETURN_IF_ERROR(ValidateFixedLengthRecordSource(s.fixed_length_record()));
+    return ElementSpec(TensorSpec{DType::kString, Shape()});
+  };
+  // Cardinality: unknown without reading the files, as TF.
+  r.expression = [](const proto::SourceDef& s) {
+    return FixedLengthRecordSourceExpression(s.fixed_length_record());
+  };
+  r.build = [](const SourceBuildArgs& args) -> absl::StatusOr<IteratorFactory> {
+    const std::string label = args.label;
+    const proto::FixedLengthRecordSource source = args.source.fixed_length_record();
+    return IteratorFactory(
+        [label, source] { return NewFixedLengthRecordIterator(label, source); });
+  };
+  registry.AddSource(proto::SourceDef::kFixedLengthRecord, std::move(r));
+}
+
+}  // namespace sluice

@@ -1,0 +1,48 @@
+// prefetch(buffer_size): the registration of the op (core/data/op_registry.h); the iterator is
+// in prefetch_iterator.h.
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/data/op_registry.h"
+#include "core/data/ops/prefetch_iterator.h"
+
+namespace sluice {
+
+SLUICE_REGISTER_OPS(prefetch_op) {
+  OpRegistration r;
+  r.name = "prefetch";
+  r.infer_spec = [](const proto::OpDef& op,
+                    const ElementSpec& input) -> absl::StatusOr<ElementSpec> {
+    if (op.prefetch().buffer_size() < -1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffer_size must be >= 0 or -1 (AUTOTUNE), got ", op.prefetch().buffer_size()));
+    }
+    return input;
+  };
+  r.cardinality = [](const proto::OpDef&, const ElementSpec&, int64_t n) { return n; };
+  r.expression = [](const proto::OpDef& op) -> std::string {
+    if (op.prefetch().buffer_size() == -1) return "prefetch(tf.data.AUTOTUNE)";
+    return absl::StrCat("prefetch(", op.prefetch().buffer_size(), ")");
+  };
+  r.build = [](OpBuildArgs args) -> absl::StatusOr<IteratorFactory> {
+    const std::string label = args.label;
+    IteratorFactory input = std::move(args.input);
+    int64_t n = args.op.prefetch().buffer_size();
+    if (n == -1) n = args.options.autotune_prefetch_elements;
+    if (n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, ": buffer_size must be non-negative or -1 (AUTOTUNE), got ", n));
+    }
+    if (n == 0) return input;  // prefetch(0) is a no-op, as in TF
+    return IteratorFactory([label, input, n]() -> std::unique_ptr<Iterator> {
+      return std::make_unique<PrefetchIterator>(input(), n, label);
+    });
+  };
+  r.keeps_batch_size = true;
+  r.global_order_conflict = [](const proto::OpDef&) -> std::string { return ""; };
+  registry.AddOp(proto::OpDef::kPrefetch, std::move(r));
+}
+
+}  // namespace sluice

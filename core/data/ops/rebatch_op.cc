@@ -1,0 +1,133 @@
+// rebatch(batch_sizes, drop_remainder) and legacy_rebatch(num_replicas): the registration of the
+// op (core/data/op_registry.h); the iterators are in rebatch_iterator.h.
+//
+// Specs: rebatch(sizes, drop) (TF's _RebatchDataset._compute_static_batch_dim): when all sizes
+// equal b, dimension 0 becomes b if drop_remainder, or if every known input batch dimension
+// equals d with d % b == 0; otherwise None. legacy rebatch(N): dimension 0 becomes d / N when d
+// is known and divisible by N, else None. TF reports unknown cardinality for both kernels.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/data/op_expression.h"
+#include "core/data/op_registry.h"
+#include "core/data/ops/rebatch_iterator.h"
+#include "core/data/spec_inference.h"
+
+namespace sluice {
+namespace {
+
+absl::Status Invalid(absl::string_view message) {
+  return absl::InvalidArgumentError(std::string(message));
+}
+
+ElementSpec WithBatchDim(const ElementSpec& spec, int64_t dim) {
+  return spec.Map([dim](const TensorSpec& s) {
+    return TensorSpec{s.dtype, s.shape.DropFirst().Prepend(dim)};
+  });
+}
+
+absl::StatusOr<ElementSpec> RebatchSpec(const proto::RebatchOp& r, const ElementSpec& input) {
+  if (r.legacy_num_replicas() != 0) {
+    if (r.batch_sizes_size() > 0) {
+      return Invalid("batch_sizes and legacy_num_replicas cannot both be set");
+    }
+    int64_t n = r.legacy_num_replicas();
+    if (n <= 0) return Invalid(absl::StrCat("num_replicas must be positive, got ", n));
+    int scalar = FirstScalarComponent(input);
+    if (scalar >= 0) {
+      return Invalid(absl::StrCat("component ", scalar,
+                                  " is a scalar; rebatch needs a batched input (rank >= 1)"));
+    }
+    return input.Map([n](const TensorSpec& s) {
+      int64_t d = s.shape.dim(0);
+      int64_t out = (d != kUnknownDim && d % n == 0) ? d / n : kUnknownDim;
+      return TensorSpec{s.dtype, s.shape.WithFirst(out)};
+    });
+  }
+  if (r.batch_sizes_size() == 0) return Invalid("batch_sizes must not be empty");
+  bool all_zero = true;
+  for (int i = 0; i < r.batch_sizes_size(); ++i) {
+    if (r.batch_sizes(i) < 0) {
+      return Invalid(absl::StrCat("batch_sizes must be >= 0, got ", r.batch_sizes(i),
+                                  " at position ", i));
+    }
+    if (r.batch_sizes(i) != 0) all_zero = false;
+  }
+  if (all_zero) return Invalid("batch_sizes must not all be 0");
+  int scalar = FirstScalarComponent(input);
+  if (scalar >= 0) {
+    return Invalid(absl::StrCat("component ", scalar,
+                                " is a scalar; rebatch needs a batched input (rank >= 1)"));
+  }
+  // TF's _compute_static_batch_dim.
+  int64_t b = r.batch_sizes(0);
+  for (int64_t s : r.batch_sizes()) {
+    if (s != b) return WithBatchDim(input, kUnknownDim);
+  }
+  if (r.drop_remainder()) return WithBatchDim(input, b);
+  std::vector<TensorSpec> leaves = input.Flatten();
+  int64_t known = kUnknownDim;
+  int known_at = -1;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    int64_t d = leaves[i].shape.dim(0);
+    if (d == kUnknownDim) continue;
+    if (known == kUnknownDim) {
+      known = d;
+      known_at = static_cast<int>(i);
+    } else if (d != known) {
+      return Invalid(absl::StrCat("components have different batch dimensions: component ",
+                                  known_at, " has ", known, ", component ", i, " has ", d));
+    }
+  }
+  if (known == kUnknownDim || known % b != 0) return WithBatchDim(input, kUnknownDim);
+  return WithBatchDim(input, b);
+}
+
+}  // namespace
+
+SLUICE_REGISTER_OPS(rebatch_op) {
+  OpRegistration r;
+  r.name = "rebatch";
+  r.name_of = [](const proto::OpDef& op) -> std::string {
+    return op.rebatch().legacy_num_replicas() != 0 ? "legacy_rebatch" : "rebatch";
+  };
+  r.infer_spec = [](const proto::OpDef& op, const ElementSpec& input) {
+    return RebatchSpec(op.rebatch(), input);
+  };
+  // Cardinality: unknown, as both of TF's rebatch kernels report.
+  r.expression = [](const proto::OpDef& op) {
+    const proto::RebatchOp& b = op.rebatch();
+    if (b.legacy_num_replicas() != 0) {
+      return absl::StrCat("legacy_rebatch(", b.legacy_num_replicas(), ")");
+    }
+    return absl::StrCat("rebatch([", absl::StrJoin(b.batch_sizes(), ", "),
+                        "], drop_remainder=", PyBool(b.drop_remainder()), ")");
+  };
+  r.build = [](OpBuildArgs args) {
+    const std::string label = args.label;
+    const proto::RebatchOp b = args.op.rebatch();
+    if (b.legacy_num_replicas() != 0) {
+      return CheckedFactory(std::move(args.input), [label, b](std::unique_ptr<Iterator> in) {
+        return NewLegacyRebatchIterator(label, std::move(in), b.legacy_num_replicas());
+      });
+    }
+    std::vector<int64_t> sizes(b.batch_sizes().begin(), b.batch_sizes().end());
+    // TF builds the empty pieces of size-0 entries from the static spec.
+    const ElementSpec output_spec = args.output_spec;
+    return CheckedFactory(std::move(args.input),
+                          [label, sizes, b, output_spec](std::unique_ptr<Iterator> in) {
+                            return NewRebatchIterator(label, std::move(in), sizes,
+                                                      b.drop_remainder(), output_spec);
+                          });
+  };
+  r.global_order_conflict = [](const proto::OpDef&) -> std::string {
+    return "changes how many elements there are, so positions of records no longer cut "
+           "global steps";
+  };
+  registry.AddOp(proto::OpDef::kRebatch, std::move(r));
+}
+
+}  // namespace sluice

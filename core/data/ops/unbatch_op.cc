@@ -1,0 +1,48 @@
+// unbatch(): the registration of the op (core/data/op_registry.h); the iterator is in
+// batch_iterator.h.
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/data/op_registry.h"
+#include "core/data/ops/batch_iterator.h"
+#include "core/data/spec_inference.h"
+
+namespace sluice {
+
+SLUICE_REGISTER_OPS(unbatch_op) {
+  OpRegistration r;
+  r.name = "unbatch";
+  r.infer_spec = [](const proto::OpDef&,
+                    const ElementSpec& input) -> absl::StatusOr<ElementSpec> {
+    const int scalar = FirstScalarComponent(input);
+    if (scalar >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot unbatch scalar components: component ", scalar, " has shape ()"));
+    }
+    return input.Map([](const TensorSpec& s) { return TensorSpec{s.dtype, s.shape.DropFirst()}; });
+  };
+  r.cardinality = [](const proto::OpDef&, const ElementSpec& input, int64_t n) -> int64_t {
+    if (n < 0) return n;
+    // TF uses the first statically known dimension 0 among the components.
+    for (const TensorSpec& s : input.Flatten()) {
+      if (s.shape.dim(0) != kUnknownDim) {
+        return CountOrUnknown(static_cast<__int128>(n) * s.shape.dim(0));
+      }
+    }
+    return kUnknownCardinality;
+  };
+  r.expression = [](const proto::OpDef&) -> std::string { return "unbatch()"; };
+  r.build = [](OpBuildArgs args) -> absl::StatusOr<IteratorFactory> {
+    const std::string label = args.label;
+    IteratorFactory input = std::move(args.input);
+    return IteratorFactory([label, input] { return NewUnbatchIterator(label, input()); });
+  };
+  r.global_order_conflict = [](const proto::OpDef&) -> std::string {
+    return "changes how many elements there are, so positions of records no longer cut "
+           "global steps";
+  };
+  registry.AddOp(proto::OpDef::kUnbatch, std::move(r));
+}
+
+}  // namespace sluice

@@ -1,0 +1,122 @@
+// The op registry (core/data/op_registry.h): every source and op kind of the protos has a
+// complete registration, so a new kind without one fails here rather than at run time.
+#include "core/data/op_registry.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/descriptor.h"
+#include "gtest/gtest.h"
+#include "core/data/executor.h"
+#include "core/data/spec_inference.h"
+#include "proto/dataset.pb.h"
+#include "sluice/dataset.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The fields of `message`'s oneof `kind`.
+std::vector<const google::protobuf::FieldDescriptor*> KindFields(
+    const google::protobuf::Descriptor* message) {
+  const google::protobuf::OneofDescriptor* kind = message->FindOneofByName("kind");
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  if (kind == nullptr) return fields;
+  for (int i = 0; i < kind->field_count(); ++i) fields.push_back(kind->field(i));
+  return fields;
+}
+
+TEST(OpRegistryTest, EverySourceKindIsRegistered) {
+  auto fields = KindFields(proto::SourceDef::descriptor());
+  ASSERT_GE(fields.size(), 11u);
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    SCOPED_TRACE(f->name());
+    const SourceRegistration* r = OpRegistry::Global().FindSource(
+        static_cast<proto::SourceDef::KindCase>(f->number()));
+    ASSERT_NE(r, nullptr) << "SourceDef." << f->name() << " has no registration: add "
+                          << "core/data/ops/" << f->name() << "_op.cc";
+    EXPECT_FALSE(r->name.empty());
+    EXPECT_TRUE(r->infer_spec);
+    EXPECT_TRUE(r->expression);
+    EXPECT_TRUE(r->build);
+  }
+}
+
+TEST(OpRegistryTest, EveryOpKindIsRegistered) {
+  auto fields = KindFields(proto::OpDef::descriptor());
+  ASSERT_GE(fields.size(), 15u);
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    SCOPED_TRACE(f->name());
+    const OpRegistration* r =
+        OpRegistry::Global().FindOp(static_cast<proto::OpDef::KindCase>(f->number()));
+    ASSERT_NE(r, nullptr) << "OpDef." << f->name() << " has no registration: add "
+                          << "core/data/ops/" << f->name() << "_op.cc";
+    EXPECT_FALSE(r->name.empty());
+    EXPECT_TRUE(r->infer_spec);
+    EXPECT_TRUE(r->expression);
+    EXPECT_TRUE(r->build);
+    // A global order must know whether each op keeps record positions.
+    EXPECT_TRUE(r->global_order_conflict);
+  }
+}
+
+TEST(OpRegistryTest, NoKindIsRegisteredTwice) {
+  EXPECT_THAT(OpRegistry::Global().duplicates(), ::testing::IsEmpty());
+}
+
+TEST(OpRegistryTest, ASecondRegistrationIsReportedAndTheFirstKept) {
+  OpRegistry registry;
+  OpRegistration first;
+  first.name = "first";
+  registry.AddOp(proto::OpDef::kBatch, first);
+  OpRegistration second;
+  second.name = "second";
+  registry.AddOp(proto::OpDef::kBatch, second);
+  ASSERT_NE(registry.FindOp(proto::OpDef::kBatch), nullptr);
+  EXPECT_EQ(registry.FindOp(proto::OpDef::kBatch)->name, "first");
+  EXPECT_THAT(registry.duplicates(), ::testing::ElementsAre("op 'batch' (OpDef field 1)"));
+  EXPECT_EQ(registry.FindOp(proto::OpDef::kRepeat), nullptr);
+  EXPECT_EQ(registry.FindSource(proto::SourceDef::kRange), nullptr);
+}
+
+TEST(OpRegistryTest, NamesComeFromTheRegistrations) {
+  proto::SourceDef source;
+  source.mutable_tf_record();
+  EXPECT_EQ(SourceKindName(source), "tf_record_dataset");
+  proto::OpDef op;
+  op.mutable_rebatch()->set_legacy_num_replicas(2);
+  EXPECT_EQ(OpKindName(op), "legacy_rebatch");
+  op.mutable_rebatch()->set_legacy_num_replicas(0);
+  EXPECT_EQ(OpKindName(op), "rebatch");
+  EXPECT_EQ(OpKindName(proto::OpDef()), "unset");
+  EXPECT_EQ(SourceKindName(proto::SourceDef()), "unset");
+}
+
+TEST(OpRegistryTest, EmptyKindsAreClearErrors) {
+  EXPECT_THAT(FindOpRegistration(proto::OpDef()).status().message(), HasSubstr("no op set"));
+  EXPECT_THAT(FindSourceRegistration(proto::SourceDef()).status().message(),
+              HasSubstr("no source set"));
+  proto::DatasetDef def = Dataset::Range(0, 3).def();
+  def.add_ops();  // an op with no kind
+  absl::Status s = InferElementSpecs(def).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("op 1 (unset): no op set"));
+}
+
+TEST(OpRegistryTest, CheckedFactoryReportsArgumentErrorsWhenBuilt) {
+  absl::StatusOr<IteratorFactory> f =
+      CheckedFactory(nullptr, [](std::unique_ptr<Iterator>)
+                                  -> absl::StatusOr<std::unique_ptr<Iterator>> {
+        return absl::InvalidArgumentError("op 1 (x): bad argument");
+      });
+  EXPECT_THAT(f.status().message(), HasSubstr("bad argument"));
+}
+
+TEST(OpRegistryTest, CountOrUnknownSaturates) {
+  EXPECT_EQ(CountOrUnknown(5), 5);
+  EXPECT_EQ(CountOrUnknown(static_cast<__int128>(1) << 70), kUnknownCardinality);
+}
+
+}  // namespace
+}  // namespace sluice
