@@ -59,6 +59,7 @@ absl::Duration LatencyHistogram::Quantile(double q) const {
   for (int b = 0; b < kBuckets; ++b) {
     seen += buckets_[static_cast<size_t>(b)];
     if (seen >= rank) {
+      if (b == kBuckets - 1) return max();  // beyond the last octave: only max() is known
       const double v = std::clamp(BucketValue(b), static_cast<double>(min_ns_),
                                   static_cast<double>(max_ns_));
       return absl::Nanoseconds(v);

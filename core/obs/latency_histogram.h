@@ -39,7 +39,8 @@ class LatencyHistogram {
   absl::Duration mean() const;
   // The q-quantile (q in [0, 1], clamped), to within one bucket (1.1%), and never outside
   // [min(), max()]: the value of the sample of rank ceil(q * count) (at least 1) in sorted
-  // order, estimated as its bucket's geometric middle. Zero when empty.
+  // order, estimated as its bucket's geometric middle (max() for a sample beyond the last
+  // octave). Zero when empty.
   absl::Duration Quantile(double q) const;
 
  private:
