@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TF's start-up chatter off stdout/stderr
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from sluice_cluster import SluiceCluster  # noqa: E402
@@ -60,12 +61,12 @@ def pipelines(sizes, record_files):
 
 def tf_side(builder, seconds, warmup_steps):
     """Runs in the child: one dispatcher + one worker in process, one consumer; prints JSON."""
-    import tensorflow as tf  # noqa: F401  (the builder's source uses it)
+    import tensorflow as tf
     dispatcher = tf.data.experimental.service.DispatchServer()
     address = dispatcher.target.split("://")[1]
     worker = tf.data.experimental.service.WorkerServer(  # noqa: F841  (kept alive)
         tf.data.experimental.service.WorkerConfig(dispatcher_address=address))
-    ds = eval(builder)  # the source text is this script's own
+    ds = eval(builder, {"tf": tf})  # the source text is this script's own
     ds = ds.apply(tf.data.experimental.service.distribute(
         processing_mode="parallel_epochs", service=dispatcher.target))
     it = iter(ds)
