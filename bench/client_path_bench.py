@@ -59,8 +59,9 @@ def main():
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.seconds} s per "
           "client run; GB/s = 1e9 bytes/s\n")
     print("| per-replica bytes | client CPU:0 GB/s | client CPU:0 steps/s | client GPU:0 GB/s "
-          "| raw stream GB/s | TCP GB/s | client CPU:0 / TCP | client GPU:0 / TCP |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| client GPU:0 steps/s | raw stream GB/s | TCP GB/s | client CPU:0 / TCP "
+          "| client GPU:0 / TCP |")
+    print("|---|---|---|---|---|---|---|---|---|")
     with SluiceCluster(args.build, num_workers=1) as cluster:
         for size in sizes:
             expr = f"from_tensors(tf.constant(0, dtype=tf.uint8, shape=[{size}])).repeat()"
@@ -72,8 +73,9 @@ def main():
             total = int(min(max(cpu["bytes"], 64 << 20), 1 << 30))
             raw, tcp = stream_bench(args.build, size, total)
             c, g = cpu["bytes_per_second"] / 1e9, gpu["bytes_per_second"] / 1e9
-            print(f"| {size} | {c:.2f} | {cpu['steps_per_second']:.0f} | {g:.2f} | {raw:.2f} | "
-                  f"{tcp:.2f} | {100 * c / tcp:.0f}% | {100 * g / tcp:.0f}% |", flush=True)
+            print(f"| {size} | {c:.3f} | {cpu['steps_per_second']:.0f} | {g:.3f} | "
+                  f"{gpu['steps_per_second']:.0f} | {raw:.2f} | {tcp:.2f} | {100 * c / tcp:.0f}% | "
+                  f"{100 * g / tcp:.0f}% |", flush=True)
     load = os.getloadavg()
     print(f"\nload average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     return 0
