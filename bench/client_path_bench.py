@@ -6,7 +6,8 @@
 Per per-replica size S (one replica, one uint8 tensor of S bytes per step):
   - client CPU:0 / client GPU:0: `sluicectl bench --coordinator=...` against a local
     sluice-coordinator and one sluice-worker process, pipeline
-    `from_tensors(tf.constant(0, dtype=tf.uint8, shape=[S])).repeat()`: the worker runs the
+    `from_tensors(tf.constant(0, dtype=tf.uint8, shape=[S])).repeat()` (above 1 MiB a 1 MiB
+    constant batched S / 1 MiB times, one more copy on the worker): the worker runs the
     pipeline and streams steps, the client receives them through ServiceStepSource and hands
     them out through DistributedIterator::GetNext; with --devices=GPU:0 also through the device
     prefetcher (host memory standing in when there is no GPU: one more copy per step);
@@ -23,7 +24,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluice_cluster import SluiceCluster  # noqa: E402
+from sluice_cluster import SluiceCluster, fixed_size_pipelines  # noqa: E402
 
 
 def stream_bench(build, size, total_bytes):
@@ -64,7 +65,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|")
     with SluiceCluster(args.build, num_workers=1) as cluster:
         for size in sizes:
-            expr = f"from_tensors(tf.constant(0, dtype=tf.uint8, shape=[{size}])).repeat()"
+            _, expr, _ = fixed_size_pipelines(size)
             cpu = cluster.bench(expr, devices="CPU:0", seconds=args.seconds,
                                 warmup_steps=args.warmup_steps)
             gpu = cluster.bench(expr, devices="GPU:0", seconds=args.seconds,
@@ -74,8 +75,8 @@ def main():
             raw, tcp = stream_bench(args.build, size, total)
             c, g = cpu["bytes_per_second"] / 1e9, gpu["bytes_per_second"] / 1e9
             print(f"| {size} | {c:.3f} | {cpu['steps_per_second']:.0f} | {g:.3f} | "
-                  f"{gpu['steps_per_second']:.0f} | {raw:.2f} | {tcp:.2f} | {100 * c / tcp:.0f}% | "
-                  f"{100 * g / tcp:.0f}% |", flush=True)
+                  f"{gpu['steps_per_second']:.0f} | {raw:.2f} | {tcp:.2f} | {100 * c / tcp:.1f}% | "
+                  f"{100 * g / tcp:.1f}% |", flush=True)
     load = os.getloadavg()
     print(f"\nload average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     return 0

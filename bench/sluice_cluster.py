@@ -116,3 +116,27 @@ def run_sluicectl_bench(build_dir, pipeline, devices="CPU:0", seconds=None, step
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {out.returncode}: {out.stderr.strip()}")
     return json.loads(out.stdout)
+
+
+# The largest constant a pipeline expression carries: the coordinator refuses dataset graphs
+# over 16 MiB, and a tf.constant literal is stored whole in the graph.
+MAX_CONSTANT_BYTES = 1 << 20
+
+
+def fixed_size_pipelines(size):
+    """(name, Sluice expression, TF expression) of a pipeline whose every step is one uint8
+    tensor of `size` bytes: the constant repeated, or, above MAX_CONSTANT_BYTES, a constant of
+    MAX_CONSTANT_BYTES batched `size / MAX_CONSTANT_BYTES` times (`size` must then be a
+    multiple of it; the batch then copies the bytes once per step, on both sides)."""
+    if size <= MAX_CONSTANT_BYTES:
+        return (f"fixed {size} B",
+                f"from_tensors(tf.constant(0, dtype=tf.uint8, shape=[{size}])).repeat()",
+                f"tf.data.Dataset.from_tensors(tf.zeros([{size}], tf.uint8)).repeat()")
+    if size % MAX_CONSTANT_BYTES:
+        raise ValueError(f"sizes over {MAX_CONSTANT_BYTES} must be multiples of it, got {size}")
+    k = size // MAX_CONSTANT_BYTES
+    return (f"fixed {size} B ({MAX_CONSTANT_BYTES} B x batch {k})",
+            f"from_tensors(tf.constant(0, dtype=tf.uint8, shape=[{MAX_CONSTANT_BYTES}]))"
+            f".repeat().batch({k})",
+            f"tf.data.Dataset.from_tensors(tf.zeros([{MAX_CONSTANT_BYTES}], tf.uint8))"
+            f".repeat().batch({k})")

@@ -10,7 +10,8 @@ Per pipeline, one after the other on the same machine:
   - Sluice: a local sluice-coordinator and one sluice-worker process, and
     `sluicectl bench --coordinator=...` (DistributeDatasetFromService, the trainer's path).
 Each side is warmed up (--warmup_steps), then measured for --seconds. Pipelines: fixed-size
-uint8 tensors (`from_tensors(...).repeat()`, one per step) of each --sizes, `range(N).batch(1024)`
+uint8 tensors (`from_tensors(...).repeat()`, one per step) of each --sizes (above 1 MiB a 1 MiB
+constant batched: the coordinator refuses graphs over 16 MiB), `range(N).batch(1024)`
 and TFRecord + parse_example + batch(256) over files made by `sluicectl gen`. Prints a Markdown
 table: steps/s and bytes/s of both and the Sluice / tf.data ratio.
 
@@ -28,7 +29,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TF's start-up chatter off stdout/stderr
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from sluice_cluster import SluiceCluster  # noqa: E402
+from sluice_cluster import SluiceCluster, fixed_size_pipelines  # noqa: E402
 
 RANGE_N = 1 << 40  # effectively endless at any rate measured here
 RANGE_BATCH = 1024
@@ -40,9 +41,7 @@ def pipelines(sizes, record_files):
     """(name, sluice expression, TF builder source) for every pipeline compared."""
     out = []
     for s in sizes:
-        out.append((f"fixed {s} B",
-                    f"from_tensors(tf.constant(0, dtype=tf.uint8, shape=[{s}])).repeat()",
-                    f"tf.data.Dataset.from_tensors(tf.zeros([{s}], tf.uint8)).repeat()"))
+        out.append(fixed_size_pipelines(s))
     out.append((f"range(N).batch({RANGE_BATCH})", f"range({RANGE_N}).batch({RANGE_BATCH})",
                 f"tf.data.Dataset.range({RANGE_N}).batch({RANGE_BATCH})"))
     files = ", ".join(repr(f) for f in record_files)
