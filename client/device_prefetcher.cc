@@ -26,9 +26,10 @@ struct DevicePrefetcher::FlushGroup {
   bool flushed = false;
 };
 
-// One replica's ring of slots. A slot is either free (here) or owned by a RingBuffer (queued
-// in the prefetcher or held by the trainer), which gives it back when the last Tensor on it is
-// dropped. Thread-safe.
+// One replica's ring of slots. A slot is either free (here), or owned by a RingBuffer (one
+// step's, queued in the prefetcher or held by the trainer), or a batch slot owned by a Shared
+// (small steps, see Reserve) that the ring's open pointer and every step in it refer to; the
+// owner gives it back when the last Tensor on it is dropped. Thread-safe.
 class DevicePrefetcher::Ring : public std::enable_shared_from_this<Ring> {
  public:
   struct Slot {
