@@ -2,6 +2,12 @@
 // counts follow from the pipeline (steps as asked, elements = steps x global batch, bytes =
 // elements x element bytes), --seconds and the end of data stop it, nothing else on stdout and
 // no progress line when stderr is not a terminal; bad flags are usage errors naming the flag.
+#include <poll.h>
+#include <pty.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -161,6 +167,53 @@ TEST(SluicectlBenchTest, BadFlagsAreClearErrors) {
     EXPECT_THAT(r.stderr_text, HasSubstr(c.message)) << args[1];
     EXPECT_EQ(r.stdout_text, "") << args[1];
   }
+}
+
+// Runs `sluicectl args` with its stdout and stderr on a pseudo-terminal; everything it wrote
+// there, and its exit status (-1 on failure to run). Bounded: gives up after ~60 s of silence.
+std::pair<std::string, int> RunOnTerminal(std::vector<std::string> args) {
+  args.insert(args.begin(), BuildPath("bin/sluicectl"));
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int master = -1;
+  const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid < 0) return {"forkpty failed", -1};
+  if (pid == 0) {
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    pollfd p{master, POLLIN, 0};
+    if (poll(&p, 1, 60000) <= 0) break;  // silence: give up (the test then fails)
+    const ssize_t n = read(master, buf, sizeof(buf));
+    if (n <= 0) break;  // EIO once the child has exited and closed the terminal
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(master);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+}
+
+TEST(SluicectlBenchTest, ProgressLineOnlyOnATerminal) {
+  // Runs 1.5 s, so the progress line (redrawn every 0.5 s) is drawn at least once, then erased.
+  auto [out, code] = RunOnTerminal({"bench", "--pipeline=range(1000000).repeat().batch(2)",
+                                    "--devices=CPU:0", "--seconds=1.5"});
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("\rsluicectl bench: ")) << out;
+  EXPECT_THAT(out, HasSubstr(" steps/s ")) << out;
+  EXPECT_THAT(out, HasSubstr("\r\033[K")) << "the line is erased at the end: " << out;
+  // The JSON line follows, whole.
+  const size_t json = out.find("{\"steps\": ");
+  ASSERT_NE(json, std::string::npos) << out;
+  std::string line = out.substr(json, out.find('\n', json) - json);
+  if (!line.empty() && line.back() == '\r') line.pop_back();  // the terminal's CR LF
+  absl::StatusOr<JsonValue> j = ParseJson(line);
+  EXPECT_TRUE(j.ok()) << j.status() << "\n" << line;
+  // Not a terminal (the other tests): no progress, see BenchJson.
 }
 
 TEST(SluicectlBenchTest, HelpListsTheCommand) {
