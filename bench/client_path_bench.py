@@ -63,20 +63,22 @@ def main():
           "| client GPU:0 steps/s | raw stream GB/s | TCP GB/s | client CPU:0 / TCP "
           "| client GPU:0 / TCP |")
     print("|---|---|---|---|---|---|---|---|---|")
-    with SluiceCluster(args.build, num_workers=1) as cluster:
-        for size in sizes:
-            _, expr, _ = fixed_size_pipelines(size)
+    for size in sizes:
+        _, expr, _ = fixed_size_pipelines(size)
+        # A fresh service per run: no earlier (endless) job is left on the worker.
+        with SluiceCluster(args.build, num_workers=1) as cluster:
             cpu = cluster.bench(expr, devices="CPU:0", seconds=args.seconds,
                                 warmup_steps=args.warmup_steps)
+        with SluiceCluster(args.build, num_workers=1) as cluster:
             gpu = cluster.bench(expr, devices="GPU:0", seconds=args.seconds,
                                 warmup_steps=args.warmup_steps)
-            # The same amount of data as the client moved (at least 64 MiB, at most 1 GiB).
-            total = int(min(max(cpu["bytes"], 64 << 20), 1 << 30))
-            raw, tcp = stream_bench(args.build, size, total)
-            c, g = cpu["bytes_per_second"] / 1e9, gpu["bytes_per_second"] / 1e9
-            print(f"| {size} | {c:.3f} | {cpu['steps_per_second']:.0f} | {g:.3f} | "
-                  f"{gpu['steps_per_second']:.0f} | {raw:.2f} | {tcp:.2f} | {100 * c / tcp:.1f}% | "
-                  f"{100 * g / tcp:.1f}% |", flush=True)
+        # The same amount of data as the client moved (at least 64 MiB, at most 1 GiB).
+        total = int(min(max(cpu["bytes"], 64 << 20), 1 << 30))
+        raw, tcp = stream_bench(args.build, size, total)
+        c, g = cpu["bytes_per_second"] / 1e9, gpu["bytes_per_second"] / 1e9
+        print(f"| {size} | {c:.3f} | {cpu['steps_per_second']:.0f} | {g:.3f} | "
+              f"{gpu['steps_per_second']:.0f} | {raw:.2f} | {tcp:.2f} | {100 * c / tcp:.1f}% | "
+              f"{100 * g / tcp:.1f}% |", flush=True)
     load = os.getloadavg()
     print(f"\nload average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     return 0

@@ -147,15 +147,16 @@ def main():
         print("| pipeline | tf.data steps/s | tf.data bytes/s | sluice steps/s | sluice bytes/s "
               "| sluice p50 wait | sluice / tf.data |")
         print("|---|---|---|---|---|---|---|")
-        with SluiceCluster(args.build, num_workers=1) as cluster:
-            for name, expr, builder in pipelines(sizes, files):
-                t = run_tf(builder, args.seconds, args.warmup_steps)
+        for name, expr, builder in pipelines(sizes, files):
+            t = run_tf(builder, args.seconds, args.warmup_steps)
+            # A fresh service per pipeline: no earlier (endless) job is left on the worker.
+            with SluiceCluster(args.build, num_workers=1) as cluster:
                 s = cluster.bench(expr, devices=args.devices, seconds=args.seconds,
                                   warmup_steps=args.warmup_steps)
-                ratio = s["steps_per_second"] / t["steps_per_second"]
-                print(f"| {name} | {t['steps_per_second']:.0f} | {human(t['bytes_per_second'])}"
-                      f"/s | {s['steps_per_second']:.0f} | {human(s['bytes_per_second'])}/s | "
-                      f"{s['wait_seconds']['p50'] * 1e6:.0f} us | {ratio:.2f}x |", flush=True)
+            ratio = s["steps_per_second"] / t["steps_per_second"]
+            print(f"| {name} | {t['steps_per_second']:.0f} | {human(t['bytes_per_second'])}/s | "
+                  f"{s['steps_per_second']:.0f} | {human(s['bytes_per_second'])}/s | "
+                  f"{s['wait_seconds']['p50'] * 1e6:.0f} us | {ratio:.2f}x |", flush=True)
         load = os.getloadavg()
         print(f"\nload average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     return 0
