@@ -149,10 +149,12 @@ class FakeDeviceMemory : public DeviceMemory,
       int64_t n;
     } arg{this, n};
     absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(
-        absl::Condition(+[](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->m->copies_ >= a->n; },
-                        &arg),
-        absl::Seconds(10));
+    return mu_.AwaitWithTimeout(absl::Condition(
+                                    +[](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                      return a->m->copies_ >= a->n;
+                                    },
+                                    &arg),
+                                absl::Seconds(10));
   }
   size_t live_device_buffers() {
     absl::MutexLock lock(&mu_);
