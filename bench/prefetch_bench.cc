@@ -1,7 +1,11 @@
 // prefetch_bench: host -> device prefetch bandwidth of the DevicePrefetcher against the raw
 // cudaMemcpyAsync peak, measured in the same run on the same device.
 //
-//   prefetch_bench [--mib_per_step=64] [--steps=48] [--depth=2] [--replicas=1]
+//   prefetch_bench [--mib_per_step=64 | --bytes_per_step=N] [--steps=48] [--depth=2]
+//                  [--replicas=1]
+//
+// Small steps (issue 13, 1 KiB into device memory):
+//   prefetch_bench --bytes_per_step=1024 --steps=200000 --depth=64
 //
 // Rows (bandwidth = payload bytes delivered / wall time, GB/s = 1e9 bytes/s):
 //   raw peak   back-to-back cudaMemcpyAsync of one pinned buffer to the device on the copy stream
@@ -10,7 +14,11 @@
 //              service's receive path produces with PinnedReceiveAllocator): one async copy
 //              per step and replica, no staging;
 //   pageable   the prefetcher fed ordinary host tensors (a local pipeline): memcpy into the
-//              pinned staging buffer, then the async copy.
+//              pinned staging buffer, then the async copy;
+//   pinned, one copy per step   the pinned row with DevicePrefetchOptions::stage_below_bytes =
+//              0: no staging of small pinned tensors, no batching of small steps (what the
+//              prefetcher did before issue 13); differs from `pinned` only for small steps.
+// Small steps (under 64 KiB per replica) share batch slots, several leaving in one copy.
 // The trainer side takes each step as soon as it is handed out (a trainer faster than its
 // input), so the figure is the prefetcher's ceiling. The input steps are made before timing and
 // cycled, so the pipeline costs nothing. Without a GPU the same rows run on host memory and the
@@ -30,6 +38,8 @@
 #include "core/util/status_macros.h"
 
 ABSL_FLAG(int64_t, mib_per_step, 64, "MiB of tensor payload per replica per step");
+ABSL_FLAG(int64_t, bytes_per_step, 0,
+          "bytes of tensor payload per replica per step (a multiple of 4); 0: --mib_per_step");
 ABSL_FLAG(int, steps, 48, "timed steps per row (after 4 warm-up steps)");
 ABSL_FLAG(int64_t, depth, 2, "per-replica buffer size of the prefetcher");
 ABSL_FLAG(int, replicas, 1, "local replicas (one device each; at most the number of devices)");
@@ -111,9 +121,11 @@ absl::StatusOr<double> RawPeak(DeviceMemory* memory, int replicas, size_t bytes,
 
 // GB/s delivered by a prefetcher over premade steps.
 absl::StatusOr<double> Prefetch(std::shared_ptr<DeviceMemory> memory, int replicas, size_t bytes,
-                                int steps, int64_t depth, bool pinned_sources) {
+                                int steps, int64_t depth, bool pinned_sources,
+                                bool one_copy_per_step = false) {
   DevicePrefetchOptions options;
   options.buffer_size = depth;
+  if (one_copy_per_step) options.stage_below_bytes = 0;
   for (int r = 0; r < replicas; ++r) options.replicas.push_back(ReplicaPlacement{memory, r});
   const int warmup = 4;
   ASSIGN_OR_RETURN(
@@ -135,7 +147,9 @@ absl::StatusOr<double> Prefetch(std::shared_ptr<DeviceMemory> memory, int replic
 }
 
 int Main() {
-  const size_t bytes = static_cast<size_t>(absl::GetFlag(FLAGS_mib_per_step)) << 20;
+  const size_t bytes = absl::GetFlag(FLAGS_bytes_per_step) > 0
+                           ? static_cast<size_t>(absl::GetFlag(FLAGS_bytes_per_step))
+                           : static_cast<size_t>(absl::GetFlag(FLAGS_mib_per_step)) << 20;
   const int steps = absl::GetFlag(FLAGS_steps);
   const int64_t depth = absl::GetFlag(FLAGS_depth);
   std::shared_ptr<DeviceMemory> memory = DefaultDeviceMemory();
@@ -145,24 +159,27 @@ int Main() {
   std::printf("prefetch_bench: %s; CUDA compiled in: %s, devices: %d\n",
               gpu ? "GPU path (CUDA)" : "NO GPU: host path (device memory is host memory)",
               CudaCompiledIn() ? "yes" : "no", CudaDeviceCount());
-  std::printf("%d replica(s) x %zu MiB per step, %d timed steps, depth %lld\n\n", replicas,
-              bytes >> 20, steps, static_cast<long long>(depth));
+  std::printf("%d replica(s) x %zu bytes per step, %d timed steps, depth %lld\n\n", replicas,
+              bytes, steps, static_cast<long long>(depth));
   absl::StatusOr<double> raw = RawPeak(memory.get(), replicas, bytes, steps);
   absl::StatusOr<double> pinned = Prefetch(memory, replicas, bytes, steps, depth, true);
   absl::StatusOr<double> pageable = Prefetch(memory, replicas, bytes, steps, depth, false);
+  absl::StatusOr<double> per_step = Prefetch(memory, replicas, bytes, steps, depth, true, true);
   auto row = [&](const char* name, const absl::StatusOr<double>& v) {
     if (!v.ok()) {
       std::printf("| %-34s | error: %s |\n", name, std::string(v.status().message()).c_str());
       return;
     }
-    std::printf("| %-34s | %8.2f GB/s | %5.1f%% of raw |\n", name, *v,
+    std::printf("| %-34s | %8.2f GB/s | %10.0f | %5.1f%% of raw |\n", name, *v,
+                *v * 1e9 / (static_cast<double>(bytes) * replicas),
                 raw.ok() ? 100.0 * *v / *raw : 0.0);
   };
-  std::printf("| what | bandwidth | vs raw |\n|---|---|---|\n");
+  std::printf("| what | bandwidth | steps/s | vs raw |\n|---|---|---|---|\n");
   row(gpu ? "raw cudaMemcpyAsync (pinned -> GPU)" : "raw copy (memcpy, host path)", raw);
   row("prefetcher, pinned sources", pinned);
   row("prefetcher, pageable sources", pageable);
-  return raw.ok() && pinned.ok() && pageable.ok() ? 0 : 1;
+  row("prefetcher, pinned, 1 copy/step", per_step);
+  return raw.ok() && pinned.ok() && pageable.ok() && per_step.ok() ? 0 : 1;
 }
 
 }  // namespace

@@ -19,9 +19,17 @@ bool IsNumeric(const Tensor& t) { return t.valid() && t.dtype() != DType::kStrin
 
 }  // namespace
 
-// One replica's ring of slots. A slot is either free (here) or owned by a RingBuffer (queued
-// in the prefetcher or held by the trainer), which gives it back when the last Tensor on it is
-// dropped. Thread-safe.
+// Small steps of one ring staged since its last copy; `event` is recorded after the copy that
+// takes them to the device. `flushed` is guarded by the ring's mutex.
+struct DevicePrefetcher::FlushGroup {
+  std::shared_ptr<DeviceEvent> event;
+  bool flushed = false;
+};
+
+// One replica's ring of slots. A slot is either free (here), or owned by a RingBuffer (one
+// step's, queued in the prefetcher or held by the trainer), or a batch slot owned by a Shared
+// (small steps, see Reserve) that the ring's open pointer and every step in it refer to; the
+// owner gives it back when the last Tensor on it is dropped. Thread-safe.
 class DevicePrefetcher::Ring : public std::enable_shared_from_this<Ring> {
  public:
   struct Slot {
@@ -102,20 +110,135 @@ class DevicePrefetcher::Ring : public std::enable_shared_from_this<Ring> {
     free_.push_back(std::move(slot));
   }
 
+  // --- Small steps: the batch slot they share -----------------------------------------------
+
+  // A batch slot, given back to the ring (if it still exists) when the ring has moved on to
+  // another and the last step in it is dropped.
+  class Shared {
+   public:
+    Shared(std::unique_ptr<Slot> slot, std::weak_ptr<Ring> ring)
+        : slot_(std::move(slot)), ring_(std::move(ring)) {}
+    ~Shared() {
+      if (std::shared_ptr<Ring> ring = ring_.lock()) ring->Release(std::move(slot_));
+    }
+    Slot* slot() const { return slot_.get(); }
+
+   private:
+    std::unique_ptr<Slot> slot_;
+    std::weak_ptr<Ring> ring_;
+  };
+
+  // Where a small step of `bytes` goes: `offset` into the open batch slot, its staging and
+  // device addresses there.
+  struct Reservation {
+    char* stage = nullptr;
+    char* dst = nullptr;
+    size_t offset = 0;
+    std::shared_ptr<Shared> slot;
+  };
+
+  // Room for `bytes` (a multiple of the alignment) at the end of the open batch slot; when it
+  // does not fit, the open slot's pending bytes are copied and a new slot of at least
+  // `slot_bytes` is opened. Called by the prefetch thread only (one reservation at a time).
+  absl::StatusOr<Reservation> Reserve(size_t bytes, size_t slot_bytes) {
+    std::shared_ptr<Shared> closed;  // released outside mu_ (its destructor takes mu_)
+    {
+      absl::MutexLock lock(&mu_);
+      if (open_ != nullptr && open_->slot()->capacity - committed_ >= bytes) {
+        return ReservationLocked();
+      }
+      RETURN_IF_ERROR(FlushLocked());
+      closed = std::move(open_);
+    }
+    closed.reset();
+    ASSIGN_OR_RETURN(std::unique_ptr<Slot> slot, Acquire(std::max(bytes, slot_bytes), true));
+    auto shared = std::make_shared<Shared>(std::move(slot), weak_from_this());
+    absl::MutexLock lock(&mu_);
+    open_ = std::move(shared);
+    committed_ = flushed_ = 0;
+    return ReservationLocked();
+  }
+
+  // The reserved bytes at `offset` are staged: they join the group of the next copy, returned.
+  absl::StatusOr<std::shared_ptr<FlushGroup>> Commit(size_t offset, size_t bytes) {
+    absl::MutexLock lock(&mu_);
+    committed_ = offset + bytes;
+    ++batched_steps_;
+    if (group_ == nullptr) {
+      ASSIGN_OR_RETURN(std::unique_ptr<DeviceEvent> event,
+                       placement_.memory->CreateEvent(placement_.device));
+      group_ = std::make_shared<FlushGroup>();
+      group_->event = std::move(event);
+    }
+    return group_;
+  }
+
+  // Enqueues one copy of every committed byte not yet copied and records the group's event.
+  // Thread-safe (the prefetch thread and the trainer both flush).
+  absl::Status Flush() {
+    absl::MutexLock lock(&mu_);
+    return FlushLocked();
+  }
+  // Flushes unless `group` has been already (groups are flushed in order).
+  absl::Status FlushIfPending(const FlushGroup& group) {
+    absl::MutexLock lock(&mu_);
+    if (group.flushed) return absl::OkStatus();
+    return FlushLocked();
+  }
+
+  void CountCopies(int64_t n) {
+    absl::MutexLock lock(&mu_);
+    copies_ += n;
+  }
+
   void AddStats(Stats* stats) const {
     absl::MutexLock lock(&mu_);
     stats->device_allocations += device_allocations_;
     stats->pinned_allocations += pinned_allocations_;
     stats->slots += slots_;
+    stats->copies += copies_;
+    stats->batched_steps += batched_steps_;
   }
 
  private:
+  Reservation ReservationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Slot* s = open_->slot();
+    return Reservation{static_cast<char*>(s->staging->data()) + committed_,
+                       static_cast<char*>(s->device->data()) + committed_, committed_, open_};
+  }
+
+  absl::Status FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (group_ == nullptr) return absl::OkStatus();  // nothing committed since the last flush
+    Slot* s = open_->slot();
+    if (committed_ > flushed_) {
+      RETURN_IF_ERROR(placement_.memory->CopyToDeviceAsync(
+          placement_.device, static_cast<char*>(s->staging->data()) + flushed_,
+          static_cast<char*>(s->device->data()) + flushed_, committed_ - flushed_));
+      ++copies_;
+      flushed_ = committed_;
+    }
+    RETURN_IF_ERROR(group_->event->Record());
+    // Reusing the slot waits for its last copy.
+    s->event = group_->event;
+    group_->flushed = true;
+    group_.reset();
+    return absl::OkStatus();
+  }
+
   const ReplicaPlacement placement_;
   mutable absl::Mutex mu_;
   std::deque<std::unique_ptr<Slot>> free_ ABSL_GUARDED_BY(mu_);
   int64_t slots_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t device_allocations_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t pinned_allocations_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t copies_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t batched_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  // The open batch slot: [0, flushed_) copied, [flushed_, committed_) staged and waiting for
+  // the copy of group_ (null when nothing waits).
+  std::shared_ptr<Shared> open_ ABSL_GUARDED_BY(mu_);
+  size_t committed_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t flushed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<FlushGroup> group_ ABSL_GUARDED_BY(mu_);
 };
 
 namespace {
@@ -138,6 +261,21 @@ class RingBuffer : public DeviceTensorBuffer {
  private:
   std::unique_ptr<DevicePrefetcher::Ring::Slot> slot_;
   std::weak_ptr<DevicePrefetcher::Ring> ring_;
+};
+
+// The buffer behind the tensors of one small step in a batch slot: the slot's device memory
+// (the tensors are views at their offsets), ready when its group's copy is done. Keeps the slot
+// from going back to the ring while the step lives.
+class BatchView : public DeviceTensorBuffer {
+ public:
+  BatchView(std::shared_ptr<DeviceMemory> memory, int device,
+            std::shared_ptr<DevicePrefetcher::Ring::Shared> slot,
+            std::shared_ptr<DeviceEvent> ready)
+      : DeviceTensorBuffer(std::move(memory), device, slot->slot()->device, std::move(ready)),
+        slot_(std::move(slot)) {}
+
+ private:
+  std::shared_ptr<DevicePrefetcher::Ring::Shared> slot_;
 };
 
 }  // namespace
@@ -323,7 +461,9 @@ absl::Status DevicePrefetcher::Next(bool padded, std::vector<Element>* replicas,
       started_ = true;
       thread_ = std::thread([this] { Run(); });
     }
+    waiting_ = true;
     while (queue_.empty()) ready_.Wait(&mu_);
+    waiting_ = false;
     const Entry& front = queue_.front();
     if (front.terminal) {
       *end_of_data = front.end_of_data;
@@ -332,6 +472,16 @@ absl::Status DevicePrefetcher::Next(bool padded, std::vector<Element>* replicas,
     entry = std::move(queue_.front());
     queue_.pop_front();
     space_.Signal();
+  }
+  // Small steps whose bytes have not left yet leave now, with every step staged after them.
+  for (const auto& [ring, group] : entry.groups) {
+    absl::Status s = ring->FlushIfPending(*group);
+    if (!s.ok()) {
+      WaitAll(entry);
+      absl::MutexLock lock(&mu_);
+      failed_ = s;
+      return s;
+    }
   }
   // Hand out only what is completely written.
   for (const std::shared_ptr<DeviceEvent>& event : entry.events) {
@@ -355,7 +505,12 @@ void DevicePrefetcher::Run() {
     bool padded = false;
     {
       absl::MutexLock lock(&mu_);
-      while (!stop_ && queue_.size() >= depth) space_.Wait(&mu_);
+      if (queue_.size() >= depth) {
+        // Full. Small steps are refilled once a quarter of the queue has been taken, so that
+        // several of them gather into one copy; others as soon as one has.
+        const size_t resume = batching_ ? depth - std::max<size_t>(1, depth / 4) : depth - 1;
+        while (!stop_ && queue_.size() > resume) space_.Wait(&mu_);
+      }
       if (stop_) return;
       padded = padded_;
     }
@@ -365,6 +520,7 @@ void DevicePrefetcher::Run() {
         padded ? inner_->GetNextStepPadded(&step, &end) : inner_->GetNextStep(&step, &end);
     Entry entry;
     bool pulled = false;
+    bool batched = false;
     if (!s.ok()) {
       entry.terminal = true;
       entry.status = std::move(s);
@@ -373,7 +529,7 @@ void DevicePrefetcher::Run() {
       entry.end_of_data = true;
     } else {
       pulled = true;
-      absl::Status staged = Stage(std::move(step), &entry);
+      absl::Status staged = Stage(std::move(step), &entry, &batched);
       if (!staged.ok()) {
         WaitAll(entry);
         entry = Entry();
@@ -381,20 +537,37 @@ void DevicePrefetcher::Run() {
         entry.status = std::move(staged);
       }
     }
-    absl::MutexLock lock(&mu_);
-    if (pulled) ++steps_pulled_;
-    const bool terminal = entry.terminal;
-    queue_.push_back(std::move(entry));
-    ready_.Signal();
+    bool terminal = false;
+    bool flush = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (pulled) ++steps_pulled_;
+      batching_ = batched;
+      terminal = entry.terminal;
+      queue_.push_back(std::move(entry));
+      ready_.Signal();
+      // The staged small steps leave now if nothing more is coming soon or someone waits.
+      flush = terminal || waiting_ || queue_.size() >= depth;
+    }
+    // A failed copy is reported by Next(), which flushes a step's group again before use.
+    if (flush) FlushAll().IgnoreError();
     if (terminal) return;
   }
+}
+
+absl::Status DevicePrefetcher::FlushAll() {
+  for (const std::shared_ptr<Ring>& ring : rings_) {
+    if (ring != nullptr) RETURN_IF_ERROR(ring->Flush());
+  }
+  return absl::OkStatus();
 }
 
 void DevicePrefetcher::WaitAll(Entry& entry) {
   for (const std::shared_ptr<DeviceEvent>& event : entry.events) event->Wait().IgnoreError();
 }
 
-absl::Status DevicePrefetcher::Stage(std::vector<Element> step, Entry* entry) {
+absl::Status DevicePrefetcher::Stage(std::vector<Element> step, Entry* entry, bool* batched) {
+  *batched = false;
   if (!options_.fetch_to_device) {
     entry->replicas = std::move(step);
     return absl::OkStatus();
@@ -410,22 +583,29 @@ absl::Status DevicePrefetcher::Stage(std::vector<Element> step, Entry* entry) {
       entry->replicas[r] = std::move(step[r]);
       continue;
     }
-    RETURN_IF_ERROR(StageReplica(r, std::move(step[r]), entry, &entry->replicas[r]));
+    bool replica_batched = false;
+    RETURN_IF_ERROR(
+        StageReplica(r, std::move(step[r]), entry, &entry->replicas[r], &replica_batched));
+    *batched = *batched || replica_batched;
   }
   return absl::OkStatus();
 }
 
-absl::Status DevicePrefetcher::StageReplica(size_t r, Element element, Entry* entry, Element* out) {
+absl::Status DevicePrefetcher::StageReplica(size_t r, Element element, Entry* entry, Element* out,
+                                            bool* batched) {
+  *batched = false;
   Ring& ring = *rings_[r];
   DeviceMemory* memory = ring.memory();
   const int device = ring.device();
   std::vector<Tensor> leaves = element.Flatten();
+  const bool pinned_path = memory->prefers_pinned_source();
 
-  // Layout: every numeric leaf at a 64-byte aligned offset, in flatten order.
-  std::vector<size_t> offsets(leaves.size(), 0);
-  size_t total = 0;
+  // Which leaves are staged: memcpy'd into the pinned staging buffer and copied together (small
+  // ones, and pageable ones when the device prefers pinned sources); the others are copied
+  // from their own memory.
+  std::vector<bool> staged(leaves.size(), false);
   bool any_numeric = false;
-  bool staging = false;
+  bool all_staged = true;
   for (size_t i = 0; i < leaves.size(); ++i) {
     const Tensor& t = leaves[i];
     if (!IsNumeric(t)) continue;
@@ -435,49 +615,80 @@ absl::Status DevicePrefetcher::StageReplica(size_t r, Element element, Entry* en
           "'s element is already in device memory; the input must produce host tensors"));
     }
     any_numeric = true;
-    offsets[i] = total;
-    total += RoundUp(t.byte_size(), kAlign);
-    if (memory->prefers_pinned_source() && t.byte_size() > 0 &&
-        t.buffer()->space() != MemorySpace::kPinnedHost) {
-      staging = true;
-    }
+    const size_t n = t.byte_size();
+    if (n == 0) continue;
+    staged[i] = pinned_path && (n < options_.stage_below_bytes ||
+                                t.buffer()->space() != MemorySpace::kPinnedHost);
+    all_staged = all_staged && staged[i];
   }
   if (!any_numeric) {
     *out = std::move(element);
     return absl::OkStatus();
   }
 
-  ASSIGN_OR_RETURN(std::unique_ptr<Ring::Slot> slot, ring.Acquire(total, staging));
-  char* dst = static_cast<char*>(slot->device->data());
-  char* stage = staging ? static_cast<char*>(slot->staging->data()) : nullptr;
-
-  // Staged leaves are memcpy'd into the pinned buffer at their offsets and leave in one copy
-  // per contiguous run; the others are copied from their own (pinned or host) memory.
-  absl::Status copied;
-  size_t run_begin = 0, run_end = 0;
-  auto flush = [&]() {
-    if (copied.ok() && run_end > run_begin) {
-      copied = memory->CopyToDeviceAsync(device, stage + run_begin, dst + run_begin,
-                                         run_end - run_begin);
+  // Layout: 64-byte aligned offsets, the staged leaves first (one contiguous run), then the
+  // others, each in flatten order.
+  std::vector<size_t> offsets(leaves.size(), 0);
+  size_t total = 0;
+  for (bool staged_pass : {true, false}) {
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (!IsNumeric(leaves[i]) || staged[i] != staged_pass) continue;
+      offsets[i] = total;
+      total += RoundUp(leaves[i].byte_size(), kAlign);
     }
-    run_begin = run_end = 0;
-  };
+    if (staged_pass) {
+      // `total` is now the end of the staged run.
+      if (pinned_path && all_staged && total > 0 && total <= options_.stage_below_bytes) {
+        // A small step: appended to the ring's open batch slot, it leaves with its group.
+        ASSIGN_OR_RETURN(Ring::Reservation at,
+                         ring.Reserve(total, std::max(options_.batch_slot_bytes, total)));
+        for (size_t i = 0; i < leaves.size(); ++i) {
+          if (staged[i]) std::memcpy(at.stage + offsets[i], leaves[i].raw_data(),
+                                     leaves[i].byte_size());
+        }
+        ASSIGN_OR_RETURN(std::shared_ptr<FlushGroup> group, ring.Commit(at.offset, total));
+        entry->events.push_back(group->event);
+        entry->groups.emplace_back(&ring, group);
+        auto view = std::make_shared<BatchView>(ring.shared_memory(), device, at.slot,
+                                                group->event);
+        for (size_t i = 0; i < leaves.size(); ++i) {
+          if (!IsNumeric(leaves[i])) continue;
+          // Size-zero leaves sit at the end of the step's bytes.
+          const size_t offset = at.offset + (leaves[i].byte_size() == 0 ? total : offsets[i]);
+          ASSIGN_OR_RETURN(leaves[i],
+                           Tensor::Wrap(leaves[i].dtype(), leaves[i].shape(), view, offset));
+        }
+        ASSIGN_OR_RETURN(*out, Element::Pack(element, std::move(leaves)));
+        *batched = true;
+        return absl::OkStatus();
+      }
+    }
+  }
+  size_t staged_end = 0;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (staged[i]) staged_end = std::max(staged_end, offsets[i] + leaves[i].byte_size());
+  }
+
+  ASSIGN_OR_RETURN(std::unique_ptr<Ring::Slot> slot, ring.Acquire(total, staged_end > 0));
+  char* dst = static_cast<char*>(slot->device->data());
+  absl::Status copied;
+  int64_t copies = 0;
+  if (staged_end > 0) {
+    char* stage = static_cast<char*>(slot->staging->data());
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (staged[i]) std::memcpy(stage + offsets[i], leaves[i].raw_data(), leaves[i].byte_size());
+    }
+    copied = memory->CopyToDeviceAsync(device, stage, dst, staged_end);
+    ++copies;
+  }
   for (size_t i = 0; i < leaves.size() && copied.ok(); ++i) {
     const Tensor& t = leaves[i];
-    if (!IsNumeric(t) || t.byte_size() == 0) continue;
-    const bool stage_this = staging && t.buffer()->space() != MemorySpace::kPinnedHost;
-    if (stage_this) {
-      std::memcpy(stage + offsets[i], t.raw_data(), t.byte_size());
-      if (run_end == run_begin) run_begin = offsets[i];
-      run_end = offsets[i] + t.byte_size();
-      continue;
-    }
-    flush();
-    if (!copied.ok()) break;
+    if (!IsNumeric(t) || t.byte_size() == 0 || staged[i]) continue;
     copied = memory->CopyToDeviceAsync(device, t.raw_data(), dst + offsets[i], t.byte_size());
+    ++copies;
     entry->sources.push_back(t);  // read by the copy until the event is ready
   }
-  flush();
+  ring.CountCopies(copies);
   absl::Status recorded = slot->event->Record();
   if (!copied.ok() || !recorded.ok()) {
     slot->event->Wait().IgnoreError();

@@ -8,11 +8,22 @@
 //      when the source is pageable memory and the device prefers pinned sources). Slots are
 //      allocated once and reused; a slot smaller than the step is grown (reallocated) at once;
 //   2. packs every numeric tensor of the replica's element into the slot (64-byte aligned
-//      offsets, in flatten order): a pageable source is memcpy'd into the pinned staging buffer,
-//      a pinned source (the service's receive path writes straight into pinned buffers from
-//      PinnedReceiveAllocator) is used as is, and the bytes go to the device with one
-//      asynchronous copy per contiguous run on the device's copy stream;
+//      offsets): the staged tensors first, then the direct ones. A tensor is staged (memcpy'd
+//      into the slot's pinned staging buffer) when it is small (under stage_below_bytes) or
+//      pageable; a large pinned tensor (the service's receive path writes straight into pinned
+//      buffers from PinnedReceiveAllocator) is copied from where it is. So the staged tensors
+//      of one replica's element leave in ONE asynchronous copy on the device's copy stream,
+//      and each large pinned tensor in one copy of its own;
 //   3. records the slot's ready event.
+//
+// Small steps (a replica's numeric tensors all staged and at most stage_below_bytes in all)
+// share a slot of batch_slot_bytes instead: each is staged at the end of the previous one and
+// their bytes leave together, in one copy per flush. A flush happens when the queue is full,
+// when the trainer is waiting, at the end of data, or at the latest when the trainer asks for a
+// step whose bytes have not left yet (it then issues the copy itself). To let several steps
+// gather, a full queue of small steps is refilled only once a quarter of it (at least one step)
+// has been taken. Memory devices that do not prefer pinned sources (host memory) need none of
+// this: every tensor is copied directly.
 //
 // String tensors stay on the host, as TF keeps them. At most `buffer_size` steps are ahead of
 // the trainer: the inner source is never asked for step k + buffer_size + 1 before the trainer
@@ -48,6 +59,7 @@
 #include <deque>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -77,6 +89,13 @@ struct DevicePrefetchOptions {
   int64_t buffer_size = 1;
   // InputOptions.experimental_fetch_to_device: false prefetches on the host without copies.
   bool fetch_to_device = true;
+  // A numeric tensor of fewer bytes is staged through pinned memory even when it is pinned
+  // already; a replica element of at most this many (aligned) bytes, all staged, is a small
+  // step that shares a batch slot with others. 0: only pageable tensors are staged, no step is
+  // batched (one copy per replica per step).
+  size_t stage_below_bytes = size_t{64} << 10;
+  // The size of the slots small steps share (a slot holds as many as fit).
+  size_t batch_slot_bytes = size_t{1} << 20;
 };
 
 // The placement of a strategy's replicas: a GPU with device memory goes to
@@ -138,18 +157,23 @@ class DevicePrefetcher : public StepSource {
     int64_t device_allocations = 0;  // device buffers allocated (grown slots count again)
     int64_t pinned_allocations = 0;  // pinned staging buffers allocated
     int64_t slots = 0;               // ring slots over all replicas
+    int64_t copies = 0;              // host -> device copies enqueued
+    int64_t batched_steps = 0;       // replica elements that went through a batch slot
   };
   Stats stats() const;
 
   class Ring;  // one replica's slots (internal)
+  struct FlushGroup;  // small steps of one ring whose bytes leave in one copy (internal)
 
  private:
   // A step pulled ahead: its elements (tensors wrapped on ring slots), the events to wait on,
-  // and the pinned source tensors the copies read from (kept alive until the events are done).
+  // the pinned source tensors the copies read from (kept alive until the events are done), and
+  // the batch groups its small replica elements belong to (flushed before hand-out).
   struct Entry {
     std::vector<Element> replicas;
     std::vector<std::shared_ptr<DeviceEvent>> events;
     std::vector<Tensor> sources;
+    std::vector<std::pair<Ring*, std::shared_ptr<FlushGroup>>> groups;
     bool terminal = false;  // end of data or an error: repeated forever
     bool end_of_data = false;
     absl::Status status;
@@ -159,8 +183,12 @@ class DevicePrefetcher : public StepSource {
   absl::Status Next(bool padded, std::vector<Element>* replicas, bool* end_of_data);
   void Run();
   // Copies the step into ring slots, filling entry->replicas/events/sources.
-  absl::Status Stage(std::vector<Element> step, Entry* entry);
-  absl::Status StageReplica(size_t r, Element element, Entry* entry, Element* out);
+  // `batched`: some replica element went through a batch slot.
+  absl::Status Stage(std::vector<Element> step, Entry* entry, bool* batched);
+  absl::Status StageReplica(size_t r, Element element, Entry* entry, Element* out,
+                            bool* batched);
+  // Enqueues the copies of every ring's staged, not yet copied small steps. Thread-safe.
+  absl::Status FlushAll();
   void WaitAll(Entry& entry);
 
   const DevicePrefetchOptions options_;
@@ -173,6 +201,8 @@ class DevicePrefetcher : public StepSource {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool padded_ ABSL_GUARDED_BY(mu_) = false;
+  bool waiting_ ABSL_GUARDED_BY(mu_) = false;   // the trainer waits for a step
+  bool batching_ ABSL_GUARDED_BY(mu_) = false;  // the latest step went through batch slots
   absl::Status failed_ ABSL_GUARDED_BY(mu_);  // a copy that failed at hand-out, repeated
   absl::CondVar ready_;                       // queue_ became non-empty
   absl::CondVar space_;                       // queue_ shrank, or stop_

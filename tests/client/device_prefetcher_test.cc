@@ -142,6 +142,20 @@ class FakeDeviceMemory : public DeviceMemory,
     absl::MutexLock lock(&mu_);
     return copies_;
   }
+  // Blocks until at least `n` copies were enqueued (bounded: false after ~10 s).
+  bool WaitForCopies(int64_t n) {
+    struct Arg {
+      FakeDeviceMemory* m;
+      int64_t n;
+    } arg{this, n};
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(
+                                    +[](Arg* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                      return a->m->copies_ >= a->n;
+                                    },
+                                    &arg),
+                                absl::Seconds(10));
+  }
   size_t live_device_buffers() {
     absl::MutexLock lock(&mu_);
     return live_.size();
@@ -344,6 +358,16 @@ DevicePrefetchOptions Placed(std::shared_ptr<DeviceMemory> memory, int replicas,
   return o;
 }
 
+// Placed, with small steps neither batched nor pinned tensors staged: exactly one copy per
+// replica per step (of ScriptedSource's pageable tensors), for tests that count copies in
+// flight.
+DevicePrefetchOptions PlacedOneCopyPerStep(std::shared_ptr<DeviceMemory> memory, int replicas,
+                                           int64_t depth) {
+  DevicePrefetchOptions o = Placed(std::move(memory), replicas, depth);
+  o.stage_below_bytes = 0;
+  return o;
+}
+
 std::unique_ptr<StepSource> WrapOrDie(std::unique_ptr<StepSource> inner,
                                       DevicePrefetchOptions options) {
   absl::StatusOr<std::unique_ptr<StepSource>> s =
@@ -410,9 +434,28 @@ TEST(DevicePrefetcherTest, DeliversEveryStepInOrderOnItsReplicasDevice) {
     end = false;
     ASSERT_TRUE(source->GetNextStep(&step, &end).ok());
     EXPECT_TRUE(end);
-    // Every numeric tensor of a replica travels in one copy from its pinned staging buffer.
-    EXPECT_EQ(fake->copies(), 20 * 2);
+    // Every numeric tensor of a replica travels in one copy from its pinned staging buffer,
+    // and small steps share copies: at most one per replica per step, at least one per
+    // `depth` steps (a group never holds more than the queue).
+    EXPECT_LE(fake->copies(), 20 * 2);
+    EXPECT_GE(fake->copies(), 2 * ((20 + depth - 1) / depth));
+    EXPECT_EQ(AsPrefetcher(source.get())->stats().batched_steps, 20 * 2);
+    EXPECT_EQ(AsPrefetcher(source.get())->stats().copies, fake->copies());
   }
+  // Without batching: exactly one copy per replica per step.
+  auto fake = std::make_shared<FakeDeviceMemory>();
+  ScriptedSource::Options so;
+  so.steps = 20;
+  auto source =
+      WrapOrDie(std::make_unique<ScriptedSource>(so), PlacedOneCopyPerStep(fake, 2, 3));
+  for (int s = 0; s < 20; ++s) {
+    std::vector<Element> step;
+    bool end = true;
+    ASSERT_TRUE(source->GetNextStep(&step, &end).ok());
+    ExpectStep(step, s, 8, fake.get());
+  }
+  EXPECT_EQ(fake->copies(), 20 * 2);
+  EXPECT_EQ(AsPrefetcher(source.get())->stats().batched_steps, 0);
 }
 
 TEST(DevicePrefetcherTest, ReusesItsBuffersInsteadOfAllocatingPerStep) {
@@ -471,7 +514,9 @@ TEST(DevicePrefetcherTest, GrowsASlotWhenABiggerStepComesAndKeepsItAfterwards) {
   so.steps = 8;
   so.replicas = 1;
   so.rows_of = [](int s) { return s == 3 ? 5000 : (s == 6 ? 2 : 8); };
-  auto source = WrapOrDie(std::make_unique<ScriptedSource>(so), Placed(fake, 1, 1));
+  // One slot per step (batch slots are large enough for all of these steps).
+  auto source =
+      WrapOrDie(std::make_unique<ScriptedSource>(so), PlacedOneCopyPerStep(fake, 1, 1));
   for (int s = 0; s < 8; ++s) {
     std::vector<Element> step;
     bool end = true;
@@ -533,7 +578,8 @@ TEST(DevicePrefetcherTest, ShutdownInTheMiddleOfACopyWaitsForItThenFreesEverythi
   auto fake = std::make_shared<FakeDeviceMemory>(FakeDeviceMemory::Mode::kBlocking);
   ScriptedSource::Options so;
   so.steps = 50;
-  auto source = WrapOrDie(std::make_unique<ScriptedSource>(so), Placed(fake, 2, 2));
+  auto source =
+      WrapOrDie(std::make_unique<ScriptedSource>(so), PlacedOneCopyPerStep(fake, 2, 2));
   fake->Release(4);  // the first two steps' copies
   std::vector<Element> first;
   bool end = true;
@@ -562,7 +608,8 @@ TEST(DevicePrefetcherTest, ShutdownWithCopiesStillQueuedWaitsForThem) {
   auto fake = std::make_shared<FakeDeviceMemory>(FakeDeviceMemory::Mode::kGated);
   ScriptedSource::Options so;
   so.steps = 50;
-  auto source = WrapOrDie(std::make_unique<ScriptedSource>(so), Placed(fake, 2, 3));
+  auto source =
+      WrapOrDie(std::make_unique<ScriptedSource>(so), PlacedOneCopyPerStep(fake, 2, 3));
   fake->Release(2);  // step 0's two copies
   std::vector<Element> step;
   bool end = true;
@@ -685,7 +732,9 @@ TEST(DevicePrefetcherTest, PinnedSourcesAreCopiedFromDirectlyWithoutStaging) {
   so.steps = 10;
   TensorAllocator pinned = PinnedReceiveAllocator(fake);
   so.allocator = pinned;
-  auto source = WrapOrDie(std::make_unique<ScriptedSource>(so), Placed(fake, 2, 2));
+  // Every pinned tensor counts as large here.
+  auto source =
+      WrapOrDie(std::make_unique<ScriptedSource>(so), PlacedOneCopyPerStep(fake, 2, 2));
   for (int s = 0; s < 10; ++s) {
     std::vector<Element> step;
     bool end = true;
@@ -696,6 +745,205 @@ TEST(DevicePrefetcherTest, PinnedSourcesAreCopiedFromDirectlyWithoutStaging) {
   // The int64 scalar is pageable and is staged; the float tensor, already pinned, is not.
   EXPECT_EQ(stats.pinned_allocations, stats.slots);
   EXPECT_EQ(fake->copies(), 10 * 2 * 2);
+}
+
+// Passes `allowed` pulls through to the inner source; a later pull waits until the test allows
+// more (bounded: after 10 s it goes on, and the test fails on its counts).
+class GatedSource : public StepSource {
+ public:
+  explicit GatedSource(std::unique_ptr<StepSource> inner) : inner_(std::move(inner)) {}
+  void Allow(int n) {
+    absl::MutexLock lock(&mu_);
+    allowed_ = n;
+  }
+  absl::Status GetNextStep(std::vector<Element>* replicas, bool* end_of_data) override {
+    Gate();
+    return inner_->GetNextStep(replicas, end_of_data);
+  }
+  absl::Status GetNextStepPadded(std::vector<Element>* replicas, bool* end_of_data) override {
+    Gate();
+    return inner_->GetNextStepPadded(replicas, end_of_data);
+  }
+
+ private:
+  void Gate() {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](GatedSource* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g->mu_) {
+                               return g->pulls_ < g->allowed_;
+                             },
+                             this),
+                         absl::Seconds(10));
+    ++pulls_;
+  }
+
+  std::unique_ptr<StepSource> inner_;
+  absl::Mutex mu_;
+  int allowed_ ABSL_GUARDED_BY(mu_) = 0;
+  int pulls_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Yields the given steps, then the end of data.
+class ListSource : public StepSource {
+ public:
+  explicit ListSource(std::vector<std::vector<Element>> steps) : steps_(std::move(steps)) {}
+  absl::Status GetNextStep(std::vector<Element>* replicas, bool* end_of_data) override {
+    *end_of_data = next_ == steps_.size();
+    if (!*end_of_data) *replicas = steps_[next_++];
+    return absl::OkStatus();
+  }
+  absl::Status GetNextStepPadded(std::vector<Element>* replicas, bool* end_of_data) override {
+    return GetNextStep(replicas, end_of_data);
+  }
+
+ private:
+  std::vector<std::vector<Element>> steps_;
+  size_t next_ = 0;
+};
+
+TEST(DevicePrefetcherTest, SmallStepsOfSeveralStepsLeaveInOneCopy) {
+  auto fake = std::make_shared<FakeDeviceMemory>();
+  ScriptedSource::Options so;
+  so.steps = 30;
+  auto gated = std::make_unique<GatedSource>(std::make_unique<ScriptedSource>(so));
+  GatedSource* gate = gated.get();
+  gate->Allow(1);
+  auto source = WrapOrDie(std::move(gated), Placed(fake, 2, 4));
+  std::vector<std::vector<Element>> held(5);
+  bool end = true;
+  ASSERT_TRUE(source->GetNextStep(&held[0], &end).ok());
+  ExpectStep(held[0], 0, 8, fake.get());
+  // Step 0 left alone (the trainer was waiting for it): one copy per replica.
+  EXPECT_EQ(fake->copies(), 2);
+  // Steps 1..4 gather while the trainer is away; the queue is full at 4 and they leave
+  // together: one more copy per replica for all four.
+  gate->Allow(5);
+  ASSERT_TRUE(fake->WaitForCopies(4));
+  for (int s = 1; s <= 4; ++s) {
+    ASSERT_TRUE(source->GetNextStep(&held[static_cast<size_t>(s)], &end).ok());
+    ExpectStep(held[static_cast<size_t>(s)], s, 8, fake.get());
+  }
+  EXPECT_EQ(fake->copies(), 4);
+  // Each replica's steps are views into one device buffer, one after the other at aligned
+  // offsets: float32[8] (32 bytes, padded to 64) then the int64 scalar, 128 bytes a step.
+  for (size_t r = 0; r < 2; ++r) {
+    const void* base = held[0][r].Flatten()[0].buffer()->data();
+    for (size_t s = 0; s < 5; ++s) {
+      std::vector<Tensor> leaves = held[s][r].Flatten();
+      EXPECT_EQ(leaves[0].buffer()->data(), base) << s;
+      EXPECT_EQ(leaves[0].buffer_offset(), 128 * s);
+      EXPECT_EQ(leaves[1].buffer_offset(), 128 * s + 64);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(leaves[0].raw_data()) % 64, 0u);
+    }
+  }
+  gate->Allow(1000);
+  for (int s = 5; s < 30; ++s) {
+    std::vector<Element> step;
+    ASSERT_TRUE(source->GetNextStep(&step, &end).ok());
+    ASSERT_FALSE(end);
+    ExpectStep(step, s, 8, fake.get());
+  }
+  std::vector<Element> step;
+  ASSERT_TRUE(source->GetNextStep(&step, &end).ok());
+  EXPECT_TRUE(end);
+  DevicePrefetcher::Stats stats = AsPrefetcher(source.get())->stats();
+  EXPECT_EQ(stats.batched_steps, 30 * 2);
+  EXPECT_EQ(stats.copies, fake->copies());
+  EXPECT_LT(fake->copies(), 30 * 2);
+  // Held steps were never overwritten by the later ones.
+  for (int s = 0; s < 5; ++s) ExpectStep(held[static_cast<size_t>(s)], s, 8, fake.get());
+}
+
+TEST(DevicePrefetcherTest, SmallTensorsOfAStepLeaveInOneCopyAndLargeOnesDirectly) {
+  auto fake = std::make_shared<FakeDeviceMemory>();
+  TensorAllocator pinned = PinnedReceiveAllocator(fake);
+  auto pinned_copy = [&](const Tensor& t) {
+    std::shared_ptr<TensorBuffer> b = pinned(t.byte_size());
+    std::memcpy(b->data(), t.raw_data(), t.byte_size());
+    return *Tensor::Wrap(t.dtype(), t.shape(), b);
+  };
+  constexpr int64_t kLarge = 100000;  // over the default 64 KiB: copied from where it is
+  auto make = [&](int s, bool with_large) {
+    std::vector<uint8_t> large(static_cast<size_t>(kLarge));
+    for (size_t i = 0; i < large.size(); ++i) large[i] = static_cast<uint8_t>(i * 7 + s);
+    std::vector<Element> parts = {
+        Element(Tensor::FromVector<int32_t>({s, s + 1, s + 2})),  // pageable
+        Element(pinned_copy(Tensor::FromVector<float>(std::vector<float>(10, s * 0.5f)))),
+        Element(Tensor::Scalar<int64_t>(s)),
+        Element(Tensor::StringScalar("host")),
+    };
+    if (with_large) parts.push_back(Element(pinned_copy(Tensor::FromVector(large))));
+    return Element::Tuple(std::move(parts));
+  };
+  for (bool with_large : {true, false}) {
+    SCOPED_TRACE(with_large ? "with a large tensor" : "small tensors only");
+    auto memory = std::make_shared<FakeDeviceMemory>();
+    std::vector<std::vector<Element>> steps;
+    for (int s = 0; s < 4; ++s) steps.push_back({make(s, with_large)});
+    auto source =
+        WrapOrDie(std::make_unique<ListSource>(steps), Placed(memory, 1, 1));
+    for (int s = 0; s < 4; ++s) {
+      std::vector<Element> step;
+      bool end = true;
+      ASSERT_TRUE(source->GetNextStep(&step, &end).ok());
+      ASSERT_FALSE(end);
+      std::vector<Tensor> got = step[0].Flatten();
+      std::vector<Tensor> want = steps[static_cast<size_t>(s)][0].Flatten();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(got[i].Equals(want[i])) << "step " << s << " leaf " << i;
+        if (got[i].dtype() == DType::kString) continue;
+        ASSERT_NE(DeviceBufferOf(got[i]), nullptr) << i;
+        EXPECT_EQ(got[i].buffer()->data(), got[0].buffer()->data()) << "one device buffer";
+      }
+      // The small tensors side by side at aligned offsets, the large one after them.
+      const size_t base = got[0].buffer_offset();
+      EXPECT_EQ(got[1].buffer_offset(), base + 64);
+      EXPECT_EQ(got[2].buffer_offset(), base + 128);
+      if (with_large) {
+        EXPECT_EQ(got[4].buffer_offset(), base + 192);
+      }
+    }
+    DevicePrefetcher::Stats stats = AsPrefetcher(source.get())->stats();
+    if (with_large) {
+      // Per step: the three small tensors in one copy from the staging buffer, the large one
+      // straight from its pinned buffer.
+      EXPECT_EQ(memory->copies(), 4 * 2);
+      EXPECT_EQ(stats.batched_steps, 0);
+    } else {
+      EXPECT_EQ(memory->copies(), 4);
+      EXPECT_EQ(stats.batched_steps, 4);
+    }
+  }
+}
+
+TEST(DevicePrefetcherTest, BatchSlotsAreReusedAndNeverOverwrittenUnderHeldSteps) {
+  // Copies complete asynchronously after random delays; slots of 1 KiB hold a few steps each, so
+  // the rings move from slot to slot and reuse them while the trainer keeps some steps.
+  auto fake = std::make_shared<FakeDeviceMemory>(FakeDeviceMemory::Mode::kEngine);
+  ScriptedSource::Options so;
+  so.steps = 300;
+  so.rows_of = [](int s) { return 1 + (s * 37) % 40; };
+  DevicePrefetchOptions options = Placed(fake, 2, 8);
+  options.batch_slot_bytes = 1024;
+  auto source = WrapOrDie(std::make_unique<ScriptedSource>(so), options);
+  std::vector<std::pair<int, std::vector<Element>>> held;
+  for (int s = 0; s < 300; ++s) {
+    std::vector<Element> step;
+    bool end = true;
+    ASSERT_TRUE(source->GetNextStep(&step, &end).ok());
+    ExpectStep(step, s, so.rows_of(s), fake.get());
+    if (s % 25 == 0) held.emplace_back(s, std::move(step));
+  }
+  for (const auto& [s, step] : held) ExpectStep(step, s, so.rows_of(s), fake.get());
+  DevicePrefetcher::Stats stats = AsPrefetcher(source.get())->stats();
+  EXPECT_EQ(stats.batched_steps, 300 * 2);
+  EXPECT_LT(stats.slots, 100) << "slots were not reused";
+  source.reset();
+  for (const auto& [s, step] : held) ExpectStep(step, s, so.rows_of(s), fake.get());
+  held.clear();
+  EXPECT_EQ(fake->live_device_buffers(), 0u);
+  EXPECT_EQ(fake->copies_into_freed_memory(), 0);
 }
 
 TEST(DevicePrefetcherTest, HostMemoryDevicesNeedNoStaging) {

@@ -2,6 +2,7 @@
 // the build check skips without a device (CTest label `gpu`; tests/gpu/run.sh runs them).
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -242,6 +243,52 @@ TEST(GpuPrefetcherTest, TheRingNeverHandsOutABufferStillBeingWritten) {
     ASSERT_TRUE(host.ok());
     EXPECT_TRUE(BigSource::Check(*host, s));
   }
+}
+
+// Small steps on a real device: several small tensors per replica (pageable and pinned), 400
+// steps with a deep queue, so that small steps share batch slots and several leave in one copy;
+// every value read back from the device equals what the source made, and there are fewer
+// copies than replica elements.
+TEST(GpuPrefetcherTest, SmallStepsLeaveTogetherInFewCopiesWithTheirValues) {
+  SKIP_WITHOUT_GPU();
+  std::shared_ptr<DeviceMemory> cuda = Cuda();
+  ASSERT_NE(cuda, nullptr);
+  const int replicas = std::min(cuda->num_devices(), 2);
+  DevicePrefetchOptions options;
+  options.buffer_size = 16;
+  for (int r = 0; r < replicas; ++r) options.replicas.push_back(ReplicaPlacement{cuda, r});
+  TensorAllocator pinned = PinnedReceiveAllocator(cuda);
+  constexpr int kSteps = 400;
+  absl::StatusOr<std::unique_ptr<StepSource>> wrapped = DevicePrefetcher::Wrap(
+      std::make_unique<EveryDtypeSource>(replicas, kSteps, 4, pinned), options);
+  ASSERT_TRUE(wrapped.ok()) << wrapped.status();
+  StepSource* source = wrapped->get();
+  for (int s = 0; s < kSteps; ++s) {
+    std::vector<Element> step;
+    bool end = true;
+    ASSERT_TRUE(source->GetNextStep(&step, &end).ok());
+    ASSERT_FALSE(end);
+    for (int r = 0; r < replicas; ++r) {
+      std::vector<Tensor> got = step[static_cast<size_t>(r)].Flatten();
+      std::vector<Tensor> want = EveryDtypeSource::Make(s, r, 4, nullptr).Flatten();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (want[i].dtype() == DType::kString) continue;
+        const DeviceTensorBuffer* d = DeviceBufferOf(got[i]);
+        ASSERT_NE(d, nullptr);
+        EXPECT_EQ(d->space(), MemorySpace::kDevice);
+        EXPECT_TRUE(d->ReadyEvent()->IsReady());
+        absl::StatusOr<Tensor> host = CopyTensorToHost(got[i]);
+        ASSERT_TRUE(host.ok()) << host.status();
+        ASSERT_TRUE(host->Equals(want[i])) << "step " << s << " replica " << r << " leaf " << i;
+      }
+    }
+  }
+  DevicePrefetcher::Stats stats = dynamic_cast<DevicePrefetcher*>(source)->stats();
+  EXPECT_EQ(stats.batched_steps, int64_t{kSteps} * replicas);
+  EXPECT_LE(stats.copies, int64_t{kSteps} * replicas);
+  std::printf("small steps: %lld replica elements in %lld host-to-device copies\n",
+              static_cast<long long>(stats.batched_steps), static_cast<long long>(stats.copies));
 }
 
 TEST(GpuStrategyTest, MirroredStrategyOnGpusYieldsDeviceTensors) {

@@ -2,9 +2,10 @@
 //
 // sluicectl is `sluicectl <subcommand> [--flag=value ...]`. Each subcommand is one
 // SluicectlCommand in its own file tools/sluicectl/<name>.cc (run.cc, element_spec.cc, gen.cc,
-// inspect.cc, index.cc, register.cc, status.cc), registered with SLUICECTL_REGISTER_COMMAND.
-// command_line.cc parses the command line against the chosen command's flag list (an unknown
-// flag, or one the command does not take, is a usage error); main.cc then calls its `run`.
+// inspect.cc, index.cc, register.cc, status.cc, bench.cc), registered with
+// SLUICECTL_REGISTER_COMMAND. command_line.cc parses the command line against the chosen
+// command's flag list (an unknown flag, or one the command does not take, is a usage error);
+// main.cc then calls its `run`.
 //
 // Adding a subcommand (service ones: `register`, `status`):
 //   1. Define its flags with ABSL_FLAG in its own tools/sluicectl/<name>.cc (or reuse the
@@ -117,6 +118,12 @@ int ReadPipelineFlags(const std::string& command, const std::vector<std::string>
                       SluicectlPipelineArgs* args, OutputFormat* format);
 
 absl::StatusOr<SluicectlDataset> MakeLocalDataset(const SluicectlPipelineArgs& args);
+// What a trainer gets from DistributeDatasetFromService with the service-mode flags
+// (service_dataset.cc; `bench --coordinator`): registers the pipeline and joins (or creates)
+// the job at once, and iterates through the client's own step source and device prefetch with
+// no adapter in between. Errors: bad service flags (INVALID_ARGUMENT naming the flag), the
+// coordinator's.
+absl::StatusOr<SluicectlDataset> MakeTrainerServiceDataset(const SluicectlPipelineArgs& args);
 // The maker for `args`: the coordinator one when args.coordinator is set, else the local one.
 absl::StatusOr<SluicectlDataset> MakeSluicectlDataset(const SluicectlPipelineArgs& args);
 

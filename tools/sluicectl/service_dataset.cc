@@ -243,4 +243,14 @@ absl::StatusOr<SluicectlDataset> MakeServiceDataset(const SluicectlPipelineArgs&
 const bool kCoordinatorMakerRegistered = RegisterCoordinatorDatasetMaker(&MakeServiceDataset);
 
 }  // namespace
+
+absl::StatusOr<SluicectlDataset> MakeTrainerServiceDataset(const SluicectlPipelineArgs& args) {
+  ASSIGN_OR_RETURN(ServiceFlags flags, ReadServiceFlags());
+  ASSIGN_OR_RETURN(Dataset dataset, Dataset::Parse(args.pipeline));
+  ASSIGN_OR_RETURN(MirroredStrategy strategy, MirroredStrategy::Create(args.devices));
+  ASSIGN_OR_RETURN(DistributedDataset dist,
+                   DistributeDatasetFromService(strategy, dataset, flags.options));
+  return SluicectlDataset{std::move(dist), dataset.Cardinality()};
+}
+
 }  // namespace sluice

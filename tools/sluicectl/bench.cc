@@ -1,0 +1,283 @@
+// sluicectl bench: iterates a distributed pipeline as a trainer does, without printing values,
+// and prints one JSON line of throughput and input-wait figures (what users run to size their
+// input worker pool).
+//
+// Local mode runs the pipeline in this process through MirroredStrategy's
+// experimental_distribute_dataset; with --coordinator it reads through the service with
+// DistributeDatasetFromService (tools/sluicectl/service_dataset.cc, MakeTrainerServiceDataset).
+// Either way the steps come out of DistributedIterator::GetNext, through the device prefetcher
+// for GPU devices (host memory standing in without a GPU): the production path.
+//
+// Output (stdout, exactly one line; fields in this order):
+//   {"steps": N, "seconds": S, "steps_per_second": .., "elements": E, "elements_per_second": ..,
+//    "bytes": B, "bytes_per_second": .., "wait_seconds": {"p50": .., "p99": .., "max": ..,
+//    "mean": ..}, "end_of_data": false, "parameters": {...}, "ops": null}
+//   - steps: measured steps (after --warmup_steps, which are not counted);
+//   - seconds: from the first measured GetNext call to the return of the last;
+//   - elements: per step, the sum over replicas of the leading dimension of the replica's first
+//     component (1 for a scalar): steps x global batch for a batched pipeline;
+//   - bytes: every component's payload (numeric bytes, or the strings' lengths), all replicas;
+//   - wait_seconds: the time the caller spent in GetNext per measured step (the trainer's wait
+//     for input), quantiles to within 1.1% (core/obs/latency_histogram.h);
+//   - end_of_data: the data ended before --steps / --seconds;
+//   - ops: reserved for per-op profiling of the pipeline (null until the executor reports it).
+// While stderr is a terminal, a progress line is redrawn there about twice a second.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/obs/latency_histogram.h"
+#include "core/util/json_value.h"
+#include "core/util/status_macros.h"
+#include "sluice/dataset.h"
+#include "tools/sluicectl/commands.h"
+
+// Service-mode flags echoed in the parameters (tools/sluicectl/service_dataset.cc).
+ABSL_DECLARE_FLAG(std::string, job);
+ABSL_DECLARE_FLAG(std::string, sharding_policy);
+ABSL_DECLARE_FLAG(std::string, read_mode);
+ABSL_DECLARE_FLAG(int64_t, num_consumers);
+ABSL_DECLARE_FLAG(int64_t, consumer_index);
+
+ABSL_FLAG(double, seconds, 0,
+          "bench: measure for this many seconds (0: no time limit); with --steps, whichever "
+          "comes first.");
+ABSL_FLAG(int64_t, warmup_steps, 0,
+          "bench: steps taken before measuring (connections, pools, the job's start), not "
+          "counted.");
+
+namespace sluice {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct BenchParams {
+  SluicectlPipelineArgs args;
+  int64_t steps = -1;     // -1: no step limit
+  double seconds = 0;     // 0: no time limit
+  int64_t warmup_steps = 0;
+};
+
+struct BenchResult {
+  int64_t steps = 0;
+  double seconds = 0;
+  int64_t elements = 0;
+  int64_t bytes = 0;
+  bool end_of_data = false;
+  LatencyHistogram wait;
+};
+
+// Elements and payload bytes of one step (see the file comment).
+void CountStep(const PerReplica<Element>& x, int64_t* elements, int64_t* bytes) {
+  for (const Element& e : x.values()) {
+    std::vector<Tensor> leaves = e.Flatten();
+    if (!leaves.empty() && leaves[0].valid()) {
+      const Shape& s = leaves[0].shape();
+      *elements += s.rank() >= 1 ? s.dim(0) : 1;
+    }
+    for (const Tensor& t : leaves) {
+      if (t.valid()) *bytes += static_cast<int64_t>(t.payload_bytes());
+    }
+  }
+}
+
+std::string HumanBytes(double b) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (b >= 1000 && u < 4) {
+    b /= 1000;
+    ++u;
+  }
+  return absl::StrFormat("%.1f %s", b, units[u]);
+}
+
+// The progress line on a terminal: overwritten in place, cleared at the end.
+class Progress {
+ public:
+  Progress() : enabled_(isatty(STDERR_FILENO) == 1) {}
+
+  void MaybeDraw(const BenchResult& r, Clock::time_point start, Clock::time_point now) {
+    if (!enabled_ || now < next_) return;
+    next_ = now + std::chrono::milliseconds(500);
+    const double s = SecondsBetween(start, now);
+    if (s <= 0) return;
+    std::fprintf(stderr, "\rsluicectl bench: %lld steps  %.1f s  %.0f steps/s  %s/s  wait p50 %s  ",
+                 static_cast<long long>(r.steps), s, static_cast<double>(r.steps) / s,
+                 HumanBytes(static_cast<double>(r.bytes) / s).c_str(),
+                 absl::FormatDuration(r.wait.Quantile(0.5)).c_str());
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+
+  void Clear() {
+    if (drawn_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  const bool enabled_;
+  bool drawn_ = false;
+  Clock::time_point next_ = Clock::now() + std::chrono::milliseconds(500);
+};
+
+absl::StatusOr<BenchResult> RunBench(const BenchParams& p) {
+  ASSIGN_OR_RETURN(SluicectlDataset ds, p.args.coordinator.empty()
+                                            ? MakeLocalDataset(p.args)
+                                            : MakeTrainerServiceDataset(p.args));
+  if (p.steps < 0 && p.seconds <= 0 && ds.input_cardinality == kInfiniteCardinality) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the pipeline '", p.args.pipeline,
+        "' is infinite (it repeats forever); pass --steps=N or --seconds=T"));
+  }
+  ASSIGN_OR_RETURN(DistributedIterator it, ds.dataset.MakeIterator());
+  BenchResult r;
+  for (int64_t i = 0; i < p.warmup_steps; ++i) {
+    absl::StatusOr<PerReplica<Element>> x = it.GetNext();
+    if (absl::IsOutOfRange(x.status())) {
+      r.end_of_data = true;
+      return r;
+    }
+    RETURN_IF_ERROR(x.status());
+  }
+  Progress progress;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline =
+      p.seconds > 0 ? start + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(p.seconds))
+                    : Clock::time_point::max();
+  Clock::time_point after = start;
+  while (p.steps < 0 || r.steps < p.steps) {
+    const Clock::time_point before = Clock::now();
+    {
+      absl::StatusOr<PerReplica<Element>> x = it.GetNext();
+      after = Clock::now();
+      if (absl::IsOutOfRange(x.status())) {
+        r.end_of_data = true;
+        break;
+      }
+      if (!x.ok()) {
+        progress.Clear();
+        return x.status();
+      }
+      r.wait.Add(absl::FromChrono(after - before));
+      ++r.steps;
+      CountStep(*x, &r.elements, &r.bytes);
+    }  // the step is dropped before the next call, as a trainer's loop drops it
+    progress.MaybeDraw(r, start, after);
+    if (after >= deadline) break;
+  }
+  progress.Clear();
+  r.seconds = SecondsBetween(start, after);
+  return r;
+}
+
+JsonValue Rate(double count, double seconds) {
+  return seconds > 0 ? JsonValue::Number(count / seconds) : JsonValue::Null();
+}
+
+std::string ResultJson(const BenchParams& p, const BenchResult& r) {
+  std::vector<JsonValue> devices;
+  for (const std::string& d : p.args.devices) devices.push_back(JsonValue::String(d));
+  auto seconds = [](absl::Duration d) { return JsonValue::Number(absl::ToDoubleSeconds(d)); };
+  std::vector<JsonValue::Member> params = {
+      {"pipeline", JsonValue::String(p.args.pipeline)},
+      {"devices", JsonValue::Array(std::move(devices))},
+      {"mode", JsonValue::String(p.args.coordinator.empty() ? "local" : "service")},
+      {"coordinator", p.args.coordinator.empty() ? JsonValue::Null()
+                                                 : JsonValue::String(p.args.coordinator)},
+      {"steps", p.steps >= 0 ? JsonValue::Integer(p.steps) : JsonValue::Null()},
+      {"seconds", p.seconds > 0 ? JsonValue::Number(p.seconds) : JsonValue::Null()},
+      {"warmup_steps", JsonValue::Integer(p.warmup_steps)},
+  };
+  if (p.args.coordinator.empty()) {
+    params.push_back({"num_workers", JsonValue::Integer(p.args.layout.num_workers)});
+    params.push_back({"worker_index", JsonValue::Integer(p.args.layout.worker_index)});
+  } else {
+    params.push_back({"job", JsonValue::String(absl::GetFlag(FLAGS_job))});
+    params.push_back({"sharding_policy", JsonValue::String(absl::GetFlag(FLAGS_sharding_policy))});
+    params.push_back({"read_mode", JsonValue::String(absl::GetFlag(FLAGS_read_mode))});
+    params.push_back({"num_consumers", JsonValue::Integer(absl::GetFlag(FLAGS_num_consumers))});
+    params.push_back({"consumer_index", JsonValue::Integer(absl::GetFlag(FLAGS_consumer_index))});
+  }
+  const double s = r.seconds;
+  JsonValue out = JsonValue::Object({
+      {"steps", JsonValue::Integer(r.steps)},
+      {"seconds", JsonValue::Number(s)},
+      {"steps_per_second", Rate(static_cast<double>(r.steps), s)},
+      {"elements", JsonValue::Integer(r.elements)},
+      {"elements_per_second", Rate(static_cast<double>(r.elements), s)},
+      {"bytes", JsonValue::Integer(r.bytes)},
+      {"bytes_per_second", Rate(static_cast<double>(r.bytes), s)},
+      {"wait_seconds", JsonValue::Object({{"p50", seconds(r.wait.Quantile(0.5))},
+                                          {"p99", seconds(r.wait.Quantile(0.99))},
+                                          {"max", seconds(r.wait.max())},
+                                          {"mean", seconds(r.wait.mean())}})},
+      {"end_of_data", JsonValue::Bool(r.end_of_data)},
+      {"parameters", JsonValue::Object(std::move(params))},
+      // Per-op profile of the pipeline: reserved, null until the executor reports one.
+      {"ops", JsonValue::Null()},
+  });
+  return out.ToString();
+}
+
+int BenchMain(const std::vector<std::string>& positional) {
+  BenchParams p;
+  OutputFormat unused = OutputFormat::kJson;
+  if (int rc = ReadPipelineFlags("bench", positional, &p.args, &unused); rc != kExitOk) return rc;
+  p.steps = absl::GetFlag(FLAGS_steps);
+  p.seconds = absl::GetFlag(FLAGS_seconds);
+  p.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  if (p.steps < -1) {
+    return ReportUsageError("bench", absl::StrCat("--steps must be non-negative, got ", p.steps));
+  }
+  if (!(p.seconds >= 0) || std::isinf(p.seconds)) {
+    return ReportUsageError(
+        "bench", absl::StrCat("--seconds must be a non-negative number, got ", p.seconds));
+  }
+  if (p.warmup_steps < 0) {
+    return ReportUsageError(
+        "bench", absl::StrCat("--warmup_steps must be non-negative, got ", p.warmup_steps));
+  }
+  absl::StatusOr<BenchResult> r = RunBench(p);
+  if (!r.ok()) return ReportError(r.status());
+  std::cout << ResultJson(p, *r) << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+SLUICECTL_REGISTER_COMMAND({
+    .name = "bench",
+    .synopsis = "bench --pipeline=EXPR --devices=GPU:0,GPU:1 [--steps=N] [--seconds=T] "
+                "[--warmup_steps=W] [--coordinator=HOST:PORT ...]",
+    .help = "Iterates the distributed pipeline as a trainer does (local, or through the service\n"
+            "with --coordinator), without printing values, and prints one JSON line: steps,\n"
+            "seconds, steps/s, elements/s, bytes/s, the trainer's wait in GetNext per step\n"
+            "(p50, p99, max, mean) and the parameters. Stops after --steps or --seconds,\n"
+            "whichever comes first, or at the end of data. A progress line is shown on stderr\n"
+            "when it is a terminal.",
+    .flags = {"pipeline", "devices", "steps", "seconds", "warmup_steps", "num_workers",
+              "worker_index", "auto_shard_policy", "coordinator",
+              // Service mode (tools/sluicectl/service_dataset.cc).
+              "job", "consumer_index", "num_consumers", "sharding_policy", "read_mode",
+              "num_tasks", "retry_deadline", "seed", "shuffle", "shuffle_block_size", "epochs",
+              "range_steps"},
+    .run = &BenchMain,
+});
+
+}  // namespace sluice
