@@ -18,6 +18,9 @@
 //                        S + (depth,); indices outside [0, depth) give a row of off_value.
 //   plugin(op, **args)   a loaded plugin op (include/sluice/plugin_api.h).
 //
+// Each fn is a ComponentFn in core/data/ops/<name>_fn.cc, registered there under its MapOp
+// oneof case (core/data/op_registry.h); this file applies one to an element.
+//
 // Errors while applying are INVALID_ARGUMENT naming the fn, the component and its dtype and
 // shape: "cast(tf.string -> tf.float32) on component 'image' (string [2]): ...". They are
 // element errors (core/data/op_iterator.h): the map can go on with the next element, and
@@ -70,7 +73,8 @@ absl::StatusOr<ElementSpec> InferMapSpec(const proto::MapOp& map, const ElementS
 absl::StatusOr<std::shared_ptr<const MapFunction>> MakeMapFunction(const proto::MapOp& map,
                                                                    const ElementSpec& input);
 
-// "cast", "decode_raw", ..., "plugin"; "unset" when empty.
+// The registered name: "cast", "decode_raw", ..., "plugin", the image op's ("resize"); "unset"
+// when empty.
 std::string MapFnName(const proto::MapOp& map);
 
 // The child of a structure (kind, its dict keys, its number of children) that `key` (a dict

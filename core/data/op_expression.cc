@@ -33,9 +33,9 @@ std::string OpExpression(const proto::OpDef& op) {
 
 const char* PyBool(bool b) { return b ? "True" : "False"; }
 
-std::string TfDType(proto::DataType d) {
-  return absl::StrCat("tf.", DTypeName(static_cast<DType>(d)));
-}
+std::string TfDType(proto::DataType d) { return TfDType(static_cast<DType>(d)); }
+
+std::string TfDType(DType d) { return absl::StrCat("tf.", DTypeName(d)); }
 
 std::string TensorLiteral(const proto::TensorProto& p) {
   absl::StatusOr<Tensor> t = TensorFromProto(p);

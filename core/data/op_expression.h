@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/format/python_literal.h"
 #include "proto/dataset.pb.h"
+#include "sluice/dtype.h"
 
 namespace sluice {
 
@@ -25,6 +26,7 @@ std::string OpExpression(const proto::OpDef& op);
 const char* PyBool(bool b);
 // "tf.float32".
 std::string TfDType(proto::DataType d);
+std::string TfDType(DType d);
 // A tensor / element literal as Python ("<invalid literal>" when it does not decode).
 std::string TensorLiteral(const proto::TensorProto& p);
 std::string ElementLiteral(const proto::ElementProto& p);

@@ -46,6 +46,17 @@ const OpRegistration* OpRegistry::FindOp(proto::OpDef::KindCase kind) const {
   return it == ops_.end() ? nullptr : &it->second;
 }
 
+const MapFnRegistration* OpRegistry::FindMapFn(proto::MapOp::FnCase fn) const {
+  auto it = map_fns_.find(static_cast<int>(fn));
+  return it == map_fns_.end() ? nullptr : &it->second;
+}
+
+void OpRegistry::AddMapFn(proto::MapOp::FnCase fn, MapFnRegistration registration) {
+  if (!map_fns_.emplace(static_cast<int>(fn), std::move(registration)).second) {
+    duplicates_.push_back(absl::StrCat("map fn ", KindField(proto::MapOp::descriptor(), fn)));
+  }
+}
+
 void OpRegistry::AddSource(proto::SourceDef::KindCase kind, SourceRegistration registration) {
   if (!sources_.emplace(static_cast<int>(kind), std::move(registration)).second) {
     duplicates_.push_back(
@@ -81,6 +92,19 @@ absl::StatusOr<const OpRegistration*> FindOpRegistration(const proto::OpDef& op)
   if (r == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("the op kind ", KindField(proto::OpDef::descriptor(), op.kind_case()),
+                     " has no registration in this build"));
+  }
+  return r;
+}
+
+absl::StatusOr<const MapFnRegistration*> FindMapFnRegistration(const proto::MapOp& map) {
+  if (map.fn_case() == proto::MapOp::FN_NOT_SET) {
+    return absl::InvalidArgumentError("map: no function set (written by a newer build?)");
+  }
+  const MapFnRegistration* r = OpRegistry::Global().FindMapFn(map.fn_case());
+  if (r == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("map: the function ", KindField(proto::MapOp::descriptor(), map.fn_case()),
                      " has no registration in this build"));
   }
   return r;

@@ -1,9 +1,11 @@
 // The op registry: what the graph layer (spec inference, cardinality, expressions, the executor,
-// the distribute rules) knows about each source and op, registered by the op itself, as TF's
-// kernels are. Keyed by the proto oneof case (proto::SourceDef::KindCase, proto::OpDef::KindCase);
-// the graph code looks an op up here and never names one.
+// map(), the distribute rules) knows about each source, op and map() function, registered by
+// the op itself, as TF's kernels are. Keyed by the proto oneof case (proto::SourceDef::KindCase,
+// proto::OpDef::KindCase, proto::MapOp::FnCase); the graph code looks an op up here and never
+// names one.
 //
-// Adding an op: one file core/data/ops/<name>_op.cc (its iterator, or a file beside it) holding
+// Adding an op: one file core/data/ops/<name>_op.cc (a map() function: <name>_fn.cc), with its
+// iterator or beside it, holding
 //
 //   namespace sluice {
 //   SLUICE_REGISTER_OPS(<name>_op) {
@@ -13,13 +15,14 @@
 //   }
 //   }  // namespace sluice
 //
-// plus its test. The build lists every core/data/ops/*_op.cc and core/data/distribute/*_op.cc
-// (core/CMakeLists.txt) and generates RegisterBuiltinOps(), which calls each file's
-// SLUICE_REGISTER_OPS function: nothing else names the op, and since the graph references every
-// registration through that one function, the linker keeps them all (a self-registering static
-// object in a static library would be dropped). The macro's argument must be the file's name
-// without ".cc"; a mismatch is a link error naming the missing RegisterOps_<name>.
-// tests/core/op_registry_test.cc fails when a kind of the protos has no registration.
+// plus its test. The build lists every core/data/ops/*_op.cc, core/data/ops/*_fn.cc and
+// core/data/distribute/*_op.cc (core/CMakeLists.txt) and generates RegisterBuiltinOps(), which
+// calls each file's SLUICE_REGISTER_OPS function: nothing else names the op, and since the graph
+// references every registration through that one function, the linker keeps them all (a
+// self-registering static object in a static library would be dropped). The macro's argument
+// must be the file's name without ".cc"; a mismatch is a link error naming the missing
+// RegisterOps_<name>. tests/core/op_registry_test.cc fails when a kind of the protos has no
+// registration.
 //
 // Thread safety: OpRegistry::Global() is built once, on first use, and is read-only after.
 #ifndef SLUICE_CORE_DATA_OP_REGISTRY_H_
@@ -34,6 +37,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "core/data/executor.h"
+#include "core/data/map_fns.h"
 #include "core/data/op_iterator.h"
 #include "proto/dataset.pb.h"
 #include "sluice/element.h"
@@ -111,6 +115,20 @@ struct OpRegistration {
   std::function<std::string(const proto::OpDef&)> global_order_conflict;
 };
 
+// A function of map() (proto::MapOp's oneof `fn`), registered in core/data/ops/<name>_fn.cc.
+struct MapFnRegistration {
+  // The name in errors: "cast". Required.
+  std::string name;
+  // A name that depends on the arguments (image -> "resize"). Unset: `name`.
+  std::function<std::string(const proto::MapOp&)> name_of;
+  // The function, INVALID_ARGUMENT for bad arguments (the message starts with the fn's name,
+  // "cast: dtype is not set"). Required.
+  std::function<absl::StatusOr<std::unique_ptr<ComponentFn>>(const proto::MapOp&)> make;
+  // The fn in pipeline syntax, "cast(tf.float32)" (map_op.cc adds key and parallelism).
+  // Required.
+  std::function<std::string(const proto::MapOp&)> expression;
+};
+
 class OpRegistry {
  public:
   // Every registration of this build (RegisterBuiltinOps()).
@@ -119,10 +137,12 @@ class OpRegistry {
   // Null when `kind` has no registration.
   const SourceRegistration* FindSource(proto::SourceDef::KindCase kind) const;
   const OpRegistration* FindOp(proto::OpDef::KindCase kind) const;
+  const MapFnRegistration* FindMapFn(proto::MapOp::FnCase fn) const;
 
   // Registers `kind`. A second registration of a kind is kept out and listed in duplicates().
   void AddSource(proto::SourceDef::KindCase kind, SourceRegistration registration);
   void AddOp(proto::OpDef::KindCase kind, OpRegistration registration);
+  void AddMapFn(proto::MapOp::FnCase fn, MapFnRegistration registration);
 
   // "op batch", "source range": kinds registered more than once (a build defect the registry
   // test reports).
@@ -131,6 +151,7 @@ class OpRegistry {
  private:
   absl::flat_hash_map<int, SourceRegistration> sources_;
   absl::flat_hash_map<int, OpRegistration> ops_;
+  absl::flat_hash_map<int, MapFnRegistration> map_fns_;
   std::vector<std::string> duplicates_;
 };
 
@@ -143,6 +164,8 @@ void RegisterBuiltinOps(OpRegistry& registry);
 // set" when the oneof is empty).
 absl::StatusOr<const SourceRegistration*> FindSourceRegistration(const proto::SourceDef& source);
 absl::StatusOr<const OpRegistration*> FindOpRegistration(const proto::OpDef& op);
+// "map: no function set (written by a newer build?)" when `fn` is empty.
+absl::StatusOr<const MapFnRegistration*> FindMapFnRegistration(const proto::MapOp& map);
 
 // --- Helpers for the registrations. ---
 
@@ -164,7 +187,7 @@ std::unique_ptr<Iterator> OrErrorIterator(absl::StatusOr<std::unique_ptr<Iterato
 }  // namespace sluice
 
 // Defines the registration function of the file core/data/ops/<file_stem>.cc (or
-// core/data/distribute/<file_stem>.cc); the body registers through `registry`. Inside
+// core/data/distribute/<file_stem>.cc; file_stem ends in _op or _fn); the body registers through `registry`. Inside
 // namespace sluice.
 #define SLUICE_REGISTER_OPS(file_stem) void RegisterOps_##file_stem(OpRegistry& registry)
 

@@ -8,6 +8,7 @@
 #include "google/protobuf/descriptor.h"
 #include "gtest/gtest.h"
 #include "core/data/executor.h"
+#include "core/data/map_fns.h"
 #include "core/data/spec_inference.h"
 #include "proto/dataset.pb.h"
 #include "sluice/dataset.h"
@@ -17,10 +18,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// The fields of `message`'s oneof `kind`.
+// The fields of `message`'s oneof `oneof`.
 std::vector<const google::protobuf::FieldDescriptor*> KindFields(
-    const google::protobuf::Descriptor* message) {
-  const google::protobuf::OneofDescriptor* kind = message->FindOneofByName("kind");
+    const google::protobuf::Descriptor* message, const std::string& oneof = "kind") {
+  const google::protobuf::OneofDescriptor* kind = message->FindOneofByName(oneof);
   std::vector<const google::protobuf::FieldDescriptor*> fields;
   if (kind == nullptr) return fields;
   for (int i = 0; i < kind->field_count(); ++i) fields.push_back(kind->field(i));
@@ -61,6 +62,21 @@ TEST(OpRegistryTest, EveryOpKindIsRegistered) {
   }
 }
 
+TEST(OpRegistryTest, EveryMapFnIsRegistered) {
+  auto fields = KindFields(proto::MapOp::descriptor(), "fn");
+  ASSERT_GE(fields.size(), 8u);
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    SCOPED_TRACE(f->name());
+    const MapFnRegistration* r =
+        OpRegistry::Global().FindMapFn(static_cast<proto::MapOp::FnCase>(f->number()));
+    ASSERT_NE(r, nullptr) << "MapOp." << f->name() << " has no registration: add "
+                          << "core/data/ops/" << f->name() << "_fn.cc";
+    EXPECT_FALSE(r->name.empty());
+    EXPECT_TRUE(r->make);
+    EXPECT_TRUE(r->expression);
+  }
+}
+
 TEST(OpRegistryTest, NoKindIsRegisteredTwice) {
   EXPECT_THAT(OpRegistry::Global().duplicates(), ::testing::IsEmpty());
 }
@@ -90,6 +106,12 @@ TEST(OpRegistryTest, NamesComeFromTheRegistrations) {
   op.mutable_rebatch()->set_legacy_num_replicas(0);
   EXPECT_EQ(OpKindName(op), "rebatch");
   EXPECT_EQ(OpKindName(proto::OpDef()), "unset");
+  proto::MapOp map;
+  map.mutable_image()->mutable_resize();
+  EXPECT_EQ(MapFnName(map), "resize");
+  map.mutable_cast();
+  EXPECT_EQ(MapFnName(map), "cast");
+  EXPECT_EQ(MapFnName(proto::MapOp()), "unset");
   EXPECT_EQ(SourceKindName(proto::SourceDef()), "unset");
 }
 
@@ -97,6 +119,8 @@ TEST(OpRegistryTest, EmptyKindsAreClearErrors) {
   EXPECT_THAT(FindOpRegistration(proto::OpDef()).status().message(), HasSubstr("no op set"));
   EXPECT_THAT(FindSourceRegistration(proto::SourceDef()).status().message(),
               HasSubstr("no source set"));
+  EXPECT_THAT(MakeComponentFn(proto::MapOp()).status().message(),
+              HasSubstr("map: no function set"));
   proto::DatasetDef def = Dataset::Range(0, 3).def();
   def.add_ops();  // an op with no kind
   absl::Status s = InferElementSpecs(def).status();

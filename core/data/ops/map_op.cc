@@ -6,12 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "core/data/map_fns.h"
 #include "core/data/op_expression.h"
 #include "core/data/op_registry.h"
-#include "core/data/ops/example_parser.h"
-#include "core/data/ops/image_ops.h"
 #include "core/data/ops/map_iterator.h"
 #include "core/data/ops/parallel_calls.h"
 
@@ -19,53 +16,10 @@ namespace sluice {
 namespace {
 
 std::string MapFnExpression(const proto::MapOp& m) {
-  switch (m.fn_case()) {
-    case proto::MapOp::kDecodeRaw:
-      return absl::StrCat("decode_raw(", TfDType(m.decode_raw().out_type()),
-                          m.decode_raw().big_endian() ? ", little_endian=False" : "", ")");
-    case proto::MapOp::kCast:
-      return absl::StrCat("cast(", TfDType(m.cast().dtype()), ")");
-    case proto::MapOp::kReshape:
-      return absl::StrCat("reshape([", absl::StrJoin(m.reshape().shape(), ", "), "])");
-    case proto::MapOp::kNormalize:
-      return absl::StrCat("normalize(mean=", FloatList(m.normalize().mean()),
-                          ", std=", FloatList(m.normalize().std()), ")");
-    case proto::MapOp::kOneHot: {
-      const proto::OneHotFn& o = m.one_hot();
-      std::string out = absl::StrCat("one_hot(", o.depth());
-      if (o.has_on_value()) absl::StrAppend(&out, ", on_value=", PythonFloat64Literal(o.on_value()));
-      if (o.has_off_value()) {
-        absl::StrAppend(&out, ", off_value=", PythonFloat64Literal(o.off_value()));
-      }
-      if (o.dtype() != proto::DT_INVALID) absl::StrAppend(&out, ", dtype=", TfDType(o.dtype()));
-      return out + ")";
-    }
-    case proto::MapOp::kPlugin: {
-      std::string out = absl::StrCat("plugin(", PythonStringLiteral(m.plugin().op()));
-      for (const proto::PluginArg& a : m.plugin().args()) {
-        absl::StrAppend(&out, ", ", a.key(), "=");
-        switch (a.value_case()) {
-          case proto::PluginArg::kIntValue: absl::StrAppend(&out, a.int_value()); break;
-          case proto::PluginArg::kFloatValue:
-            absl::StrAppend(&out, PythonFloat64Literal(a.float_value()));
-            break;
-          case proto::PluginArg::kStringValue:
-            absl::StrAppend(&out, PythonStringLiteral(a.string_value()));
-            break;
-          case proto::PluginArg::kBoolValue: absl::StrAppend(&out, PyBool(a.bool_value())); break;
-          case proto::PluginArg::VALUE_NOT_SET: absl::StrAppend(&out, "None"); break;
-        }
-      }
-      return out + ")";
-    }
-    case proto::MapOp::kParseExample:
-      return absl::StrCat("parse_example(", ExampleParser::ToExpression(m.parse_example()), ")");
-    case proto::MapOp::kImage:
-      return ImageFnExpression(m.image());  // core/data/ops/image_ops.h
-    case proto::MapOp::FN_NOT_SET:
-      break;
-  }
-  return "<unset fn>()";
+  if (m.fn_case() == proto::MapOp::FN_NOT_SET) return "<unset fn>()";
+  const MapFnRegistration* r = OpRegistry::Global().FindMapFn(m.fn_case());
+  if (r == nullptr) return absl::StrCat("<unregistered fn ", MapFnName(m), ">()");
+  return r->expression(m);
 }
 
 }  // namespace

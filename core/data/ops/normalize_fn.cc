@@ -1,0 +1,114 @@
+// normalize(mean, std) for map(): the function (core/data/map_fns.h has the semantics) and its
+// registration (core/data/op_registry.h).
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/data/map_fns.h"
+#include "core/data/op_expression.h"
+#include "core/data/op_registry.h"
+#include "core/format/python_literal.h"
+#include "core/tensor/dtype_dispatch.h"
+#include "core/util/status_macros.h"
+
+namespace sluice {
+namespace {
+
+absl::Status Invalid(absl::string_view message) {
+  return absl::InvalidArgumentError(std::string(message));
+}
+
+bool IsNumeric(DType d) { return d != DType::kString && d != DType::kInvalid; }
+
+class NormalizeFn : public ComponentFn {
+ public:
+  NormalizeFn(std::vector<float> mean, std::vector<float> std)
+      : mean_(std::move(mean)), std_(std::move(std)) {}
+
+  std::string Describe() const override {
+    return absl::StrCat("normalize(mean=[", absl::StrJoin(mean_, ", "), "], std=[",
+                        absl::StrJoin(std_, ", "), "])");
+  }
+
+  static absl::Status Validate(const std::vector<float>& mean, const std::vector<float>& std) {
+    if (mean.empty() || std.empty()) return Invalid("normalize: mean and std must not be empty");
+    if (mean.size() != std.size() && mean.size() != 1 && std.size() != 1) {
+      return Invalid(absl::StrCat("normalize: mean has ", mean.size(), " values and std ",
+                                  std.size(), "; give one value or one per channel each"));
+    }
+    for (float s : std) {
+      if (s == 0) return Invalid("normalize: std must not contain 0");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<ElementSpec> OutputSpec(const TensorSpec& input) const override {
+    if (!IsNumeric(input.dtype)) {
+      return Invalid(absl::StrCat("input must be numeric, got ", DTypeName(input.dtype)));
+    }
+    const int64_t c = Channels();
+    if (c > 1) {
+      if (input.shape.rank() == 0) {
+        return Invalid(absl::StrCat("per-channel mean/std (", c,
+                                    " channels) need an input of rank >= 1, got a scalar"));
+      }
+      int64_t last = input.shape.dim(input.shape.rank() - 1);
+      if (last != kUnknownDim && last != c) {
+        return Invalid(absl::StrCat("per-channel mean/std have ", c,
+                                    " values but the last dimension is ", last));
+      }
+    }
+    return ElementSpec(TensorSpec{DType::kFloat32, input.shape});
+  }
+
+  absl::StatusOr<Element> Apply(const Tensor& input) const override {
+    RETURN_IF_ERROR(OutputSpec(TensorSpec{input.dtype(), input.shape()}).status());
+    const int64_t c = Channels();
+    const int64_t n = input.num_elements();
+    Tensor out = Tensor::Allocate(DType::kFloat32, input.shape());
+    float* dst = out.mutable_data<float>();
+    VisitNumericDType(input.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = input.data<T>();
+      for (int64_t i = 0; i < n; ++i) {
+        const size_t ch = static_cast<size_t>(c > 1 ? i % c : 0);
+        const float m = mean_.size() == 1 ? mean_[0] : mean_[ch];
+        const float s = std_.size() == 1 ? std_[0] : std_[ch];
+        dst[i] = (ConvertNumber<float>(src[i]) - m) / s;
+      }
+    });
+    return Element(std::move(out));
+  }
+
+ private:
+  int64_t Channels() const {
+    return static_cast<int64_t>(std::max(mean_.size(), std_.size()));
+  }
+
+  const std::vector<float> mean_;
+  const std::vector<float> std_;
+};
+
+}  // namespace
+
+SLUICE_REGISTER_OPS(normalize_fn) {
+  MapFnRegistration r;
+  r.name = "normalize";
+  r.make = [](const proto::MapOp& m) -> absl::StatusOr<std::unique_ptr<ComponentFn>> {
+    std::vector<float> mean(m.normalize().mean().begin(), m.normalize().mean().end());
+    std::vector<float> std(m.normalize().std().begin(), m.normalize().std().end());
+    RETURN_IF_ERROR(NormalizeFn::Validate(mean, std));
+    return std::unique_ptr<ComponentFn>(new NormalizeFn(std::move(mean), std::move(std)));
+  };
+  r.expression = [](const proto::MapOp& m) {
+    return absl::StrCat("normalize(mean=", FloatList(m.normalize().mean()),
+                        ", std=", FloatList(m.normalize().std()), ")");
+  };
+  registry.AddMapFn(proto::MapOp::kNormalize, std::move(r));
+}
+
+}  // namespace sluice
