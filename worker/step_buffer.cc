@@ -132,12 +132,51 @@ bool StepBuffer::Ready(int64_t consumer) const {
   return ReadyLocked(consumer);
 }
 
+const TaskStep* StepBuffer::NextStepLocked(int64_t consumer) const {
+  if (options_.independent) return steps_.empty() ? nullptr : steps_.front().get();
+  const int64_t cursor = cursors_[consumer];
+  const int64_t last = first_step_ + static_cast<int64_t>(steps_.size());
+  if (cursor < first_step_ || cursor >= last) return nullptr;
+  return steps_[static_cast<size_t>(cursor - first_step_)].get();
+}
+
+bool StepBuffer::ReadyWithin(int64_t consumer, const StepLimits& limits) const {
+  absl::MutexLock lock(&mu_);
+  if (!options_.independent &&
+      (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size()))) {
+    return true;
+  }
+  if (closed_) return true;
+  if (const TaskStep* s = NextStepLocked(consumer)) {
+    return (limits.cost ? limits.cost(*s) : s->bytes) <= limits.first_max;
+  }
+  return finished_ || stop_producing_;
+}
+
 absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, size_t max_steps,
                               size_t max_bytes, absl::Time deadline,
                               std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end) {
+  StepLimits limits;
+  limits.max_steps = max_steps;
+  limits.max_cost = max_bytes;
+  return Next(consumer, generation, limits, deadline, steps, end);
+}
+
+absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLimits& limits,
+                              absl::Time deadline,
+                              std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end,
+                              size_t* blocked_cost) {
   steps->clear();
   *end = false;
-  max_steps = std::max<size_t>(max_steps, 1);
+  if (blocked_cost != nullptr) *blocked_cost = 0;
+  const size_t max_steps = std::max<size_t>(limits.max_steps, 1);
+  auto cost = [&limits](const TaskStep& s) { return limits.cost ? limits.cost(s) : s.bytes; };
+  // Whether `s` may join the `taken` steps costing `total` so far.
+  auto fits = [&](const TaskStep& s, size_t total, size_t* c) {
+    *c = cost(s);
+    if (steps->empty()) return *c <= limits.first_max;
+    return steps->size() < max_steps && total + *c <= limits.max_cost;
+  };
   absl::MutexLock lock(&mu_);
   if (!options_.independent &&
       (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size()))) {
@@ -148,11 +187,11 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, size_t max_s
       return absl::UnavailableError(close_message_.empty() ? "task closed on this worker"
                                                            : close_message_);
     }
-    size_t bytes = 0;
+    size_t total = 0;
+    size_t c = 0;
     if (options_.independent) {
-      while (!steps_.empty() && steps->size() < max_steps &&
-             (steps->empty() || bytes + steps_.front()->bytes <= max_bytes)) {
-        bytes += steps_.front()->bytes;
+      while (!steps_.empty() && fits(*steps_.front(), total, &c)) {
+        total += c;
         bytes_ -= steps_.front()->bytes;
         steps->push_back(std::move(steps_.front()));
         steps_.pop_front();
@@ -162,6 +201,10 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, size_t max_s
         cv_.SignalAll();
         return absl::OkStatus();
       }
+      if (!steps_.empty()) {  // the first step does not fit
+        if (blocked_cost != nullptr) *blocked_cost = c;
+        return absl::OkStatus();
+      }
     } else {
       if (generations_[consumer] != generation) {
         return absl::CancelledError(
@@ -169,15 +212,23 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, size_t max_s
       }
       int64_t& cursor = cursors_[consumer];
       const int64_t last = first_step_ + static_cast<int64_t>(steps_.size());
-      while (cursor >= first_step_ && cursor < last && steps->size() < max_steps) {
+      bool blocked = false;
+      while (cursor >= first_step_ && cursor < last) {
         const auto& s = steps_[static_cast<size_t>(cursor - first_step_)];
-        if (!steps->empty() && bytes + s->bytes > max_bytes) break;
-        bytes += s->bytes;
+        if (!fits(*s, total, &c)) {
+          blocked = steps->empty();
+          break;
+        }
+        total += c;
         steps->push_back(s);
         ++cursor;
       }
       if (!steps->empty()) {
         ReleaseLocked();
+        return absl::OkStatus();
+      }
+      if (blocked) {
+        if (blocked_cost != nullptr) *blocked_cost = c;
         return absl::OkStatus();
       }
     }

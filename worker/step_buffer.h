@@ -24,6 +24,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +60,19 @@ struct StepBufferOptions {
   absl::Duration detach_unattached_after = absl::Seconds(10);
 };
 
+// How much one Next() may take of a consumer's next steps (a stream's frame and credit).
+struct StepLimits {
+  size_t max_steps = 1;
+  // The costs of the steps taken sum to at most this, except that the first step needs only
+  // to fit first_max.
+  size_t max_cost = std::numeric_limits<size_t>::max();
+  // The first step is taken only if its cost is at most this; else Next() returns at once with
+  // no step and its cost in *blocked_cost (the stream waits for credit).
+  size_t first_max = std::numeric_limits<size_t>::max();
+  // A step's cost for this consumer; empty: TaskStep::bytes.
+  std::function<size_t(const TaskStep&)> cost;
+};
+
 class StepBuffer {
  public:
   explicit StepBuffer(StepBufferOptions options);
@@ -84,8 +99,16 @@ class StepBuffer {
   absl::Status Next(int64_t consumer, int64_t generation, size_t max_steps, size_t max_bytes,
                     absl::Time deadline, std::vector<std::shared_ptr<const TaskStep>>* steps,
                     bool* end);
+  // The same within `limits`: when the consumer's next step is buffered but costs more than
+  // limits.first_max, returns OK at once with no step, *end false and *blocked_cost set to the
+  // step's cost (0 otherwise; blocked_cost may be null).
+  absl::Status Next(int64_t consumer, int64_t generation, const StepLimits& limits,
+                    absl::Time deadline, std::vector<std::shared_ptr<const TaskStep>>* steps,
+                    bool* end, size_t* blocked_cost = nullptr);
   // True if Next() would return at once (a step, the end or an error).
   bool Ready(int64_t consumer) const;
+  // True if Next(limits) would return at once with a step, the end or an error (not blocked).
+  bool ReadyWithin(int64_t consumer, const StepLimits& limits) const;
 
   // The consumer has the end of the task: its stream half-closed after the end frame, which a
   // consumer does only once it has read it. Only then does its end count for drained(): a
@@ -126,6 +149,8 @@ class StepBuffer {
   int64_t MinCursor() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadyLocked(int64_t consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The consumer's next buffered step, or null.
+  const TaskStep* NextStepLocked(int64_t consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const StepBufferOptions options_;
   mutable absl::Mutex mu_;

@@ -1,5 +1,6 @@
 #include "core/rpc/step_frame.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -230,6 +231,14 @@ size_t StepPayloadBytes(const WireStep& step) {
     for (const Tensor& t : piece) n += t.payload_bytes();
   }
   return n;
+}
+
+size_t StepCreditBytes(const WireStep& step) {
+  return StepPayloadBytes(step) + kStepCreditOverheadBytes;
+}
+
+int64_t CreditForAnyStep(int64_t window_bytes) {
+  return std::max<int64_t>(window_bytes - window_bytes / 4, 1);
 }
 
 absl::Status EncodeStepFrame(const StepFrame& frame, grpc::ByteBuffer* out) {

@@ -65,6 +65,16 @@ inline constexpr size_t kZeroCopyMinBytes = 4096;
 // Bytes of tensor payload the frame carries (what a bandwidth figure counts).
 size_t StepPayloadBytes(const WireStep& step);
 
+// What a step costs against a consumer's byte credit (proto/worker.proto, WIRE_VERSION_2): its
+// payload bytes plus kStepCreditOverheadBytes, so that steps of size-0 tensors are not free.
+// The worker computes the same figure from the pieces it sends (worker/consumer_frame.h).
+inline constexpr size_t kStepCreditOverheadBytes = 64;
+size_t StepCreditBytes(const WireStep& step);
+// The credit at which a worker sends the consumer's next step whatever its cost: window -
+// window / 4 (at least 1). The consumer grants whenever a quarter of its window is free, so a
+// stream blocked on a step larger than its credit always gets there.
+int64_t CreditForAnyStep(int64_t window_bytes);
+
 // Encodes `frame`. INVALID_ARGUMENT for an invalid tensor or a tensor not in host memory.
 absl::Status EncodeStepFrame(const StepFrame& frame, grpc::ByteBuffer* out);
 
