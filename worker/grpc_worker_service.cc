@@ -34,6 +34,38 @@ GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions opt
           this)));
 }
 
+void GrpcWorkerService::Coalesce(StepReader* reader, const StepLimits& limits, int64_t credit,
+                                 std::vector<std::shared_ptr<const TaskStep>>* steps,
+                                 bool* end) const {
+  if (options_.coalesce_wait <= absl::ZeroDuration()) return;
+  size_t cost = 0;
+  for (const auto& step : *steps) cost += limits.cost(*step);
+  // What the frame may still take: the credit left (the first step may have exceeded it) and
+  // the frame's size.
+  const size_t cap = std::min(static_cast<size_t>(std::max<int64_t>(credit, 0)),
+                              options_.max_frame_bytes);
+  const absl::Time until = absl::Now() + options_.coalesce_wait;
+  std::vector<std::shared_ptr<const TaskStep>> more;
+  while (cost < options_.coalesce_bytes && cost < cap && steps->size() < options_.max_frame_steps) {
+    StepLimits room = limits;
+    room.max_steps = options_.max_frame_steps - steps->size();
+    room.max_cost = cap - cost;
+    room.first_max = cap - cost;
+    bool more_end = false;
+    // An error is left for the sending loop's next Next(), which returns it again.
+    if (!reader->Next(room, until, &more, &more_end, nullptr).ok()) return;
+    if (more_end) {
+      *end = true;  // the end rides on this frame
+      return;
+    }
+    if (more.empty()) return;  // the bound passed, or the next step needs more credit
+    for (auto& step : more) {
+      cost += limits.cost(*step);
+      steps->push_back(std::move(step));
+    }
+  }
+}
+
 grpc::Status GrpcWorkerService::StreamSteps(grpc::ServerContext* context, Stream* stream) {
   if (grpc::Status a = auth_.Check(*context); !a.ok()) return a;
   grpc::ByteBuffer first;
@@ -106,6 +138,7 @@ grpc::Status GrpcWorkerService::StreamSteps(grpc::ServerContext* context, Stream
       continue;
     }
     need = 1;
+    if (!end) Coalesce(reader->get(), limits, *available, &steps, &end);
 
     grpc::ByteBuffer bb;
     absl::Status encoded =

@@ -14,8 +14,11 @@
 // Encoding is zero-copy for numeric tensors of kZeroCopyMinBytes or more: their slices point at
 // the tensors' own buffers and hold a reference that is dropped when gRPC is done with the
 // bytes. Smaller tensors and strings are copied next to the header (fewer, larger slices).
-// Decoding copies every tensor's bytes exactly once, from the received slices straight into a
-// buffer from an injectable TensorAllocator (pinned host memory, a pool, ...).
+// Decoding copies every tensor's bytes exactly once, from the received slices straight into
+// one buffer per frame from an injectable TensorAllocator (pinned host memory, a pool, ...):
+// the frame's numeric tensors are views of it at 64-byte aligned offsets (one allocation a
+// frame, however many steps and tensors it carries; the buffer lives while any of them does).
+// Error messages are built only on the error path.
 //
 // Consumer -> worker messages (StreamRequest, CreditGrant) are [fixed32 L][ConsumerMessage].
 //
@@ -52,7 +55,7 @@ struct StepFrame {
   absl::Status status;
 };
 
-// Allocates the destination buffer of one decoded numeric tensor of `bytes` bytes (> 0).
+// Allocates the destination buffer of one decoded frame's numeric tensors, `bytes` (> 0).
 // Returning nullptr makes decoding fail with RESOURCE_EXHAUSTED.
 using TensorAllocator = std::function<std::shared_ptr<TensorBuffer>(size_t bytes)>;
 
