@@ -1,6 +1,7 @@
 #include "client/service_step_source.h"
 
 #include <algorithm>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -75,8 +76,19 @@ struct ServiceStepSource::Task {
   Stream* stream ABSL_GUARDED_BY(write_mu) = nullptr;  // null once writes are done
 };
 
+namespace {
+
+uint64_t RandomConsumerId() {
+  std::random_device device;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{device()} << 32) ^ device();
+  return id;
+}
+
+}  // namespace
+
 ServiceStepSource::ServiceStepSource(ServiceStepSourceOptions options)
-    : options_(std::move(options)) {}
+    : options_(std::move(options)), consumer_id_(RandomConsumerId()) {}
 
 std::shared_ptr<grpc::Channel> ServiceStepSource::ChannelTo(const std::string& address) {
   absl::MutexLock lock(&channels_mu_);
@@ -407,6 +419,9 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
     const int64_t initial = std::max<int64_t>(window_ - task->held, 0);
     request->set_initial_credit_bytes(initial);
     request->set_window_bytes(window_);
+    // Independent reads: next_step counts the steps received, and the id lets the worker send
+    // again what an earlier call sent and this consumer did not receive.
+    if (options_.independent) request->set_consumer_id(consumer_id_);
     SetOutstandingLocked(task, initial);
     task->calling = true;
     task->context = &context;
@@ -573,15 +588,19 @@ void ServiceStepSource::GrantCredits(Task* task) {
   absl::MutexLock wlock(&task->write_mu);
   if (task->stream == nullptr) return;
   int64_t n;
+  int64_t received;
   {
     absl::MutexLock lock(&mu_);
     n = FreeLocked(*task);
     if (!task->calling || n < GrantQuantum()) return;
     SetOutstandingLocked(task, task->outstanding + n);
     ++credit_grants_;
+    received = task->next_step;
   }
   proto::ConsumerMessage m;
   m.mutable_credit()->set_bytes(n);
+  // Independent reads acknowledge what arrived, so that the worker can let it go.
+  if (options_.independent) m.mutable_credit()->set_received_steps(received);
   task->stream->Write(EncodeConsumerMessage(m));  // a broken call is noticed by the reader
 }
 

@@ -21,6 +21,10 @@
 // thread keeps asking ClientHeartbeat and opens the streams of the next max_open_tasks tasks
 // ahead as they appear; the data ends after the last of the job's num_tasks.
 //
+// Independent reads: the worker keeps the steps it sent this consumer until acknowledged (credit
+// grants carry the count received; a new call starts from it, under the same random
+// consumer_id), so a broken call that the worker survives loses no step.
+//
 // Failures: when a stream breaks (worker gone, UNAVAILABLE), its reader asks the coordinator
 // for the task's worker (possibly a new one) and reopens the stream at the first task step it
 // has not received, retrying with exponential backoff until retry_deadline has passed without
@@ -159,6 +163,8 @@ class ServiceStepSource : public StepSource {
   FlowStats FlowStatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServiceStepSourceOptions options_;
+  // Independent reads: this iterator's id on every call (StreamRequest.consumer_id).
+  const uint64_t consumer_id_;
   std::unique_ptr<proto::CoordinatorService::Stub> coordinator_;
   std::thread monitor_;
 

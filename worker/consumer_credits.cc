@@ -11,7 +11,8 @@ ConsumerCredits::ConsumerCredits(int64_t initial_credit_bytes, int64_t window_by
     : window_(std::max<int64_t>(window_bytes, 1)),
       credits_(std::max<int64_t>(initial_credit_bytes, 0)) {}
 
-void ConsumerCredits::ReadFrom(Stream* stream) {
+void ConsumerCredits::ReadFrom(Stream* stream,
+                               const std::function<void(int64_t)>& on_received) {
   grpc::ByteBuffer bb;
   while (stream->Read(&bb)) {
     proto::ConsumerMessage m;
@@ -19,6 +20,9 @@ void ConsumerCredits::ReadFrom(Stream* stream) {
     if (!s.ok()) s = absl::InvalidArgumentError(absl::StrCat("StreamSteps: ", s.message()));
     if (s.ok() && !m.has_credit()) {
       s = absl::InvalidArgumentError("StreamSteps: only CreditGrants may follow the StreamRequest");
+    }
+    if (s.ok() && on_received && m.credit().received_steps() > 0) {
+      on_received(m.credit().received_steps());
     }
     absl::MutexLock lock(&mu_);
     if (!s.ok()) {

@@ -13,6 +13,7 @@
 #define SLUICE_WORKER_CONSUMER_CREDITS_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -35,7 +36,9 @@ class ConsumerCredits {
   // Reads the consumer's CreditGrants until it half-closes, the call ends or a message is not a
   // CreditGrant (then Wait() returns INVALID_ARGUMENT "StreamSteps: ..."). Negative grants count
   // as 0. Returns when the consumer's side is closed.
-  void ReadFrom(Stream* stream);
+  // `on_received` (may be empty) gets every grant's received_steps when positive (independent
+  // reads' acknowledgements), on the reading thread.
+  void ReadFrom(Stream* stream, const std::function<void(int64_t)>& on_received = nullptr);
 
   // Blocks until the credit is at least `need` bytes (clamped to [1, CreditForAnyStep(window)]:
   // a step of any cost may be sent from there), checking the

@@ -87,11 +87,19 @@ grpc::Status GrpcWorkerService::StreamSteps(grpc::ServerContext* context, Stream
                                      job.num_consumers(), ") for job ", request->job_id()));
   }
   absl::StatusOr<std::unique_ptr<StepReader>> reader =
-      (*runner)->OpenReader(coordinated ? consumer : 0, request->start_step());
+      // Independent reads key the consumer by its id (steps kept until acknowledged).
+      (*runner)->OpenReader(coordinated ? consumer : static_cast<int64_t>(request->consumer_id()),
+                            request->start_step());
   if (!reader.ok()) return ToGrpcStatus(reader.status());
 
   ConsumerCredits credits(request->initial_credit_bytes(), request->window_bytes());
-  std::thread credit_reader([stream, &credits] { credits.ReadFrom(stream); });
+  StepReader* step_reader = reader->get();
+  std::thread credit_reader([stream, &credits, step_reader, coordinated] {
+    credits.ReadFrom(stream, coordinated ? std::function<void(int64_t)>()
+                                         : [step_reader](int64_t received) {
+                                             step_reader->Acknowledge(received);
+                                           });
+  });
 
   // What one frame may take: steps whose costs fit the credit and the frame size; the first
   // step whatever its cost once the credit reaches CreditForAnyStep (a step larger than the

@@ -1,6 +1,7 @@
 #include "worker/step_buffer.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -92,9 +93,40 @@ void StepBuffer::Finish(absl::Status status) {
   cv_.SignalAll();
 }
 
+void StepBuffer::AcknowledgeLocked(Unacked* u, int64_t received_steps) {
+  bool released = false;
+  while (u->acknowledged < received_steps && !u->steps.empty()) {
+    bytes_ -= u->steps.front()->bytes;
+    u->steps.pop_front();
+    ++u->acknowledged;
+    released = true;
+  }
+  if (released) cv_.SignalAll();
+}
+
+void StepBuffer::Acknowledge(int64_t consumer, int64_t received_steps) {
+  absl::MutexLock lock(&mu_);
+  if (!options_.independent || consumer == 0) return;
+  auto it = unacked_.find(consumer);
+  if (it != unacked_.end()) AcknowledgeLocked(&it->second, received_steps);
+}
+
 absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step) {
   absl::MutexLock lock(&mu_);
-  if (options_.independent) return next_generation_++;
+  if (options_.independent) {
+    const int64_t generation = next_generation_++;
+    if (consumer == 0) return generation;
+    Unacked& u = unacked_[consumer];
+    AcknowledgeLocked(&u, start_step);
+    // What it did not receive goes back first, in the order it was handed out; it is still
+    // counted in bytes_.
+    for (auto it = u.steps.rbegin(); it != u.steps.rend(); ++it) steps_.push_front(*it);
+    u.steps.clear();
+    u.acknowledged = std::max(u.acknowledged, start_step);
+    u.generation = generation;
+    cv_.SignalAll();  // a superseded Next() wakes up; waiting streams see the steps
+    return generation;
+  }
   if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("consumer index ", consumer, " out of range [0, ",
                                                    cursors_.size(), ")"));
@@ -190,9 +222,21 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
     size_t total = 0;
     size_t c = 0;
     if (options_.independent) {
+      Unacked* u = nullptr;
+      if (consumer != 0) {
+        u = &unacked_[consumer];
+        if (u->generation != generation) {
+          return absl::CancelledError(
+              absl::StrCat("stream of consumer ", consumer, " superseded by a newer one"));
+        }
+      }
       while (!steps_.empty() && fits(*steps_.front(), total, &c)) {
         total += c;
-        bytes_ -= steps_.front()->bytes;
+        if (u != nullptr) {
+          u->steps.push_back(steps_.front());  // still counted in bytes_ until acknowledged
+        } else {
+          bytes_ -= steps_.front()->bytes;
+        }
         steps->push_back(std::move(steps_.front()));
         steps_.pop_front();
         ++first_step_;
@@ -251,6 +295,11 @@ void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
   if (!finished_ || !status_.ok()) return;
   if (options_.independent) {
     end_confirmed_ = true;
+    // It half-closed after the end frame: it has every step handed to it.
+    auto it = unacked_.find(consumer);
+    if (consumer != 0 && it != unacked_.end() && it->second.generation == generation) {
+      AcknowledgeLocked(&it->second, std::numeric_limits<int64_t>::max());
+    }
   } else {
     if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size()) ||
         generations_[consumer] != generation) {

@@ -3,7 +3,12 @@
 //
 // Coordinated mode: every consumer reads every step, at its own cursor (the task step it wants
 // next); a step is released once every consumer's cursor has passed it. Independent mode: each
-// step is handed to exactly one consumer, whichever asks first.
+// step is handed to exactly one consumer, whichever asks first; for a consumer with a key (a
+// non-zero `consumer` in Attach/Next: the consumer's id), the steps handed to it stay buffered
+// (and counted in the budget) until it acknowledges them (Acknowledge, or Attach's count), and
+// when it attaches again the unacknowledged ones go back to the front of the queue: a broken
+// stream loses nothing. A consumer that never comes back keeps its unacknowledged steps (at most
+// its credit window) until the buffer is destroyed; they do not hold drained() back.
 //
 // Memory: the buffer holds at most `max_bytes` of steps, but always admits one step when it is
 // empty (a step larger than the budget still flows). A producer that would exceed the budget
@@ -31,6 +36,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -87,8 +93,13 @@ class StepBuffer {
   // Coordinated mode: (re)positions `consumer` at `start_step` and returns a generation that
   // Next() must pass; an older generation of the same consumer is superseded (its Next() gets
   // CANCELLED). OUT_OF_RANGE when start_step was already released; INVALID_ARGUMENT for a bad
-  // consumer index. In independent mode it only validates and returns a generation.
+  // consumer index. Independent mode: `consumer` is the consumer's key (0: none) and
+  // `start_step` the number of steps it has received; the steps handed to it beyond that go
+  // back to the front of the queue, and an older generation of the key is superseded.
   absl::StatusOr<int64_t> Attach(int64_t consumer, int64_t start_step);
+  // Independent mode: the consumer with key `consumer` has received `received_steps` steps in
+  // all; the ones handed to it up to there are released. No-op otherwise.
+  void Acknowledge(int64_t consumer, int64_t received_steps);
 
   // Waits until `deadline` for the consumer's next step(s): on return *steps holds between 1 and
   // max_steps steps (fewer if that would exceed max_bytes, never fewer than one), or is empty
@@ -166,6 +177,15 @@ class StepBuffer {
   int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool end_confirmed_ ABSL_GUARDED_BY(mu_) = false;  // independent mode
+  // Independent mode, by consumer key: the steps handed out and not yet acknowledged (in the
+  // order handed out), how many were acknowledged, and the key's current generation.
+  struct Unacked {
+    std::deque<std::shared_ptr<const TaskStep>> steps;
+    int64_t acknowledged = 0;
+    int64_t generation = 0;
+  };
+  absl::flat_hash_map<int64_t, Unacked> unacked_ ABSL_GUARDED_BY(mu_);
+  void AcknowledgeLocked(Unacked* u, int64_t received_steps) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool stop_producing_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

@@ -206,6 +206,10 @@ absl::Status StepReader::Next(const StepLimits& limits, absl::Time deadline,
 
 bool StepReader::Ready() const { return buffer_->Ready(consumer_); }
 
+void StepReader::Acknowledge(int64_t received_steps) {
+  buffer_->Acknowledge(consumer_, received_steps);
+}
+
 bool StepReader::ReadyWithin(const StepLimits& limits) const {
   return buffer_->ReadyWithin(consumer_, limits);
 }
