@@ -3,11 +3,18 @@
 // against a raw TCP socket moving the same bytes in the same run.
 //
 //   build/bench/stream_bench [--sizes=1024,16384,...] [--bytes=2147483648] [--replicas=1]
-//                            [--reps=3] [--credits=16]
+//                            [--reps=3] [--credits=16] [--budget=67108864]
 //
-// Per size: steps of `replicas` pieces of `size` bytes each; the consumer receives every byte
-// into a buffer of its own (copied once from the received slices) and drops it. Reports the
-// median of `reps` runs of each transport, interleaved. Memory is kept resident (malloc
+// Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
+//  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
+//    its credit back at once (a window of `credits` steps): the wire protocol alone;
+//  - "client": the production client path, ServiceStepSource (credit thread, byte budget
+//    `--budget`, Element packing) under a DevicePrefetcher on the host path (its prefetch
+//    thread, replicas on the CPU), the trainer's loop calling GetNextStep; the coordinator is a
+//    stub listing the one task;
+//  - "TCP": the same bytes over a plain socket (the ceiling).
+// The consumer receives every byte into a buffer of its own (copied once from the received
+// slices) and drops it. Reports medians of `reps` runs. Memory is kept resident (malloc
 // tunables, pooled receive buffers), as PERF_NOTES.md says any such benchmark must.
 #include <arpa/inet.h>
 #include <malloc.h>
@@ -30,8 +37,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "client/device_prefetcher.h"
+#include "client/service_step_source.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/coordinator.grpc.pb.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/sync_stream.h"
 #include "worker/grpc_worker_service.h"
@@ -100,9 +110,27 @@ struct Result {
   int64_t bytes = 0;
 };
 
-// Streams `steps` steps of `replicas` x `size` bytes through the service at `address`.
-Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64_t replicas,
-                 int64_t steps, int64_t credits, BufferPool* pool) {
+// The coordinator as ServiceStepSource sees it: job 1 has task 1 on `worker`.
+class StubCoordinator : public proto::CoordinatorService::Service {
+ public:
+  void set_worker(std::string worker) { worker_ = std::move(worker); }
+  grpc::Status ClientHeartbeat(grpc::ServerContext*, const proto::ClientHeartbeatRequest*,
+                               proto::ClientHeartbeatResponse* response) override {
+    response->set_num_tasks(1);
+    response->set_num_tasks_created(1);
+    proto::TaskInfo* t = response->add_tasks();
+    t->set_task_id(1);
+    t->set_task_index(0);
+    t->set_worker_address(worker_);
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::string worker_;
+};
+
+// Starts the task's runner: `steps` steps of `replicas` pieces of one `size`-byte tensor.
+void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
   proto::TaskDef task;
   task.set_task_id(1);
   task.set_job_id(1);
@@ -126,6 +154,57 @@ Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64
     *end = false;
     return absl::OkStatus();
   }));
+}
+
+// The production client path: ServiceStepSource + DevicePrefetcher (host path).
+Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64_t replicas,
+                 int64_t steps, int64_t budget, BufferPool* pool) {
+  StartTask(lookup, size, replicas, steps);
+  ServiceStepSourceOptions o;
+  o.coordinator_address = address;
+  o.job_id = 1;
+  o.num_local_replicas = replicas;
+  o.per_replica_spec = ElementSpec(TensorSpec{DType::kUInt8, Shape({static_cast<int64_t>(size)})});
+  o.receive_budget_bytes = budget;
+  o.allocator = [pool](size_t bytes) { return pool->Get(bytes); };
+  Result r;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<ServiceStepSource>> source = ServiceStepSource::Create(o);
+  if (!source.ok()) {
+    std::fprintf(stderr, "client: %s\n", source.status().ToString().c_str());
+    return r;
+  }
+  DevicePrefetchOptions prefetch;
+  prefetch.replicas.resize(static_cast<size_t>(replicas));  // CPU replicas: the host path
+  prefetch.buffer_size = 2;
+  absl::StatusOr<std::unique_ptr<StepSource>> wrapped =
+      DevicePrefetcher::Wrap(*std::move(source), prefetch);
+  if (!wrapped.ok()) {
+    std::fprintf(stderr, "client: %s\n", wrapped.status().ToString().c_str());
+    return r;
+  }
+  std::vector<Element> step;
+  bool end = false;
+  while (true) {
+    absl::Status s = (*wrapped)->GetNextStep(&step, &end);
+    if (!s.ok()) {
+      std::fprintf(stderr, "client: %s\n", s.ToString().c_str());
+      break;
+    }
+    if (end) break;
+    for (const Element& e : step) r.bytes += static_cast<int64_t>(e.leaf().byte_size());
+    ++r.steps;
+  }
+  r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  wrapped->reset();
+  lookup->Set(nullptr);
+  return r;
+}
+
+// Streams `steps` steps of `replicas` x `size` bytes through the service at `address`.
+Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64_t replicas,
+                 int64_t steps, int64_t credits, BufferPool* pool) {
+  StartTask(lookup, size, replicas, steps);
 
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
@@ -142,10 +221,14 @@ Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64
   Result r;
   const absl::Time start = absl::Now();
   proto::ConsumerMessage first;
-  first.mutable_request()->set_wire_version(proto::WIRE_VERSION_1);
+  // A window of `credits` steps, in bytes (StepCreditBytes), granted back frame by frame.
+  const int64_t window =
+      credits * static_cast<int64_t>(size * static_cast<size_t>(replicas) + kStepCreditOverheadBytes);
+  first.mutable_request()->set_wire_version(proto::WIRE_VERSION_2);
   first.mutable_request()->set_job_id(1);
   first.mutable_request()->set_task_id(1);
-  first.mutable_request()->set_initial_credits(credits);
+  first.mutable_request()->set_initial_credit_bytes(window);
+  first.mutable_request()->set_window_bytes(window);
   stream->Write(EncodeConsumerMessage(first));
   grpc::ByteBuffer bb;
   bool end = false;
@@ -156,12 +239,16 @@ Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64
       std::fprintf(stderr, "decode: %s %s\n", s.ToString().c_str(), frame.status.ToString().c_str());
       break;
     }
-    for (const WireStep& w : frame.steps) r.bytes += static_cast<int64_t>(StepPayloadBytes(w));
+    int64_t cost = 0;
+    for (const WireStep& w : frame.steps) {
+      r.bytes += static_cast<int64_t>(StepPayloadBytes(w));
+      cost += static_cast<int64_t>(StepCreditBytes(w));
+    }
     r.steps += static_cast<int64_t>(frame.steps.size());
     end = frame.end_of_task;
     if (!frame.steps.empty()) {
       proto::ConsumerMessage credit;
-      credit.mutable_credit()->set_steps(static_cast<int64_t>(frame.steps.size()));
+      credit.mutable_credit()->set_bytes(cost);
       stream->Write(EncodeConsumerMessage(credit));
     }
   }
@@ -245,47 +332,57 @@ int Main(int argc, char** argv) {
     uint64_t v = 0;
     if (absl::SimpleAtoi(s, &v)) sizes.push_back(v);
   }
-  int64_t total = 0, replicas = 0, reps = 0, credits = 0;
+  int64_t total = 0, replicas = 0, reps = 0, credits = 0, budget = 0;
   if (!absl::SimpleAtoi(Flag(argc, argv, "bytes", "2147483648"), &total) ||
       !absl::SimpleAtoi(Flag(argc, argv, "replicas", "1"), &replicas) ||
       !absl::SimpleAtoi(Flag(argc, argv, "reps", "3"), &reps) ||
-      !absl::SimpleAtoi(Flag(argc, argv, "credits", "16"), &credits) || replicas < 1 || reps < 1) {
+      !absl::SimpleAtoi(Flag(argc, argv, "credits", "16"), &credits) ||
+      !absl::SimpleAtoi(Flag(argc, argv, "budget", "67108864"), &budget) || replicas < 1 ||
+      reps < 1 || budget < 1) {
     std::fprintf(stderr, "bad flags\n");
     return 2;
   }
 
   OneTask lookup;
   GrpcWorkerService service(&lookup);
+  StubCoordinator coordinator;
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  builder.RegisterService(&coordinator);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
   builder.SetMaxSendMessageSize(-1);
   auto server = builder.BuildAndStart();
   const std::string address = absl::StrCat("127.0.0.1:", port);
+  coordinator.set_worker(address);
   auto pool = std::make_shared<BufferPool>();
 
-  std::printf("| per-replica bytes | replicas | steps | sluice GB/s | sluice steps/s | TCP GB/s | sluice/TCP |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("| per-replica bytes | replicas | steps | raw GB/s | raw steps/s | client GB/s | "
+              "client steps/s | TCP GB/s | raw/TCP | client/TCP |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t size : sizes) {
     const int64_t step_bytes = static_cast<int64_t>(size) * replicas;
     const int64_t steps = std::max<int64_t>(total / step_bytes, 1);
-    std::vector<double> gbs, sps, tcp;
+    std::vector<double> gbs, sps, cgbs, csps, tcp;
     RunSluice(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), credits,
               pool.get());  // warm-up: connections, pools
+    RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget, pool.get());
     for (int64_t rep = 0; rep < reps; ++rep) {
       Result s = RunSluice(&lookup, address, size, replicas, steps, credits, pool.get());
+      Result c = RunClient(&lookup, address, size, replicas, steps, budget, pool.get());
+      cgbs.push_back(static_cast<double>(c.bytes) / c.seconds / 1e9);
+      csps.push_back(static_cast<double>(c.steps) / c.seconds);
       const int64_t chunk = std::max<int64_t>(step_bytes, 1 << 20);
       Result t = RunTcp(static_cast<size_t>(chunk), std::max<int64_t>(steps * step_bytes / chunk, 1));
       gbs.push_back(static_cast<double>(s.bytes) / s.seconds / 1e9);
       sps.push_back(static_cast<double>(s.steps) / s.seconds);
       tcp.push_back(static_cast<double>(t.bytes) / t.seconds / 1e9);
     }
-    const double g = Median(gbs), t = Median(tcp);
-    std::printf("| %zu | %lld | %lld | %.2f | %.0f | %.2f | %.0f%% |\n", size,
-                static_cast<long long>(replicas), static_cast<long long>(steps), g, Median(sps), t,
-                100.0 * g / t);
+    const double g = Median(gbs), cg = Median(cgbs), t = Median(tcp);
+    std::printf("| %zu | %lld | %lld | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f%% | %.0f%% |\n",
+                size, static_cast<long long>(replicas), static_cast<long long>(steps), g,
+                Median(sps), cg, Median(csps), t, 100.0 * g / t, 100.0 * cg / t);
     std::fflush(stdout);
   }
   server->Shutdown();

@@ -29,8 +29,10 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
         absl::StrCat("ServiceOptions: consumer_index ", options.consumer_index,
                      " must be in [0, num_consumers = ", options.num_consumers, ")"));
   }
-  if (options.credits_per_task < 1) {
-    return absl::InvalidArgumentError("ServiceOptions.credits_per_task must be at least 1");
+  if (options.receive_budget_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ServiceOptions.receive_budget_bytes must be at least 1, got ",
+                     options.receive_budget_bytes));
   }
   if (options.per_replica_buffer_size < 0) {
     return absl::InvalidArgumentError(
@@ -111,7 +113,7 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   source.per_replica_spec = replica_spec;
   source.rpc_deadline = options.rpc_deadline;
   source.retry_deadline = options.retry_deadline;
-  source.credits_per_task = options.credits_per_task;
+  source.receive_budget_bytes = options.receive_budget_bytes;
   source.heartbeat_interval = options.heartbeat_interval;
   // A RANGES job that fell back to DATA (no random access) is read round-robin like DATA.
   source.sequential = options.sharding_policy == ServiceShardingPolicy::kRanges &&

@@ -1,6 +1,7 @@
 #include "client/service_step_source.h"
 
 #include <algorithm>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -42,11 +43,20 @@ struct ServiceStepSource::Task {
   std::thread reader;
 
   // Guarded by the source's mu_.
-  std::deque<std::vector<Element>> queue;
+  struct Queued {
+    std::vector<Element> replicas;
+    int64_t cost = 0;  // StepCreditBytes
+  };
+  std::deque<Queued> queue;
   bool ended = false;
   absl::Status error;
   int64_t next_step = 0;  // the first task step not received yet
-  int64_t owed = 0;       // credits to grant for consumed steps
+  // Flow control (bytes, see StepCreditBytes): the cost of the queued steps, and the credit
+  // granted on the current call that its steps have not used yet (negative after a step larger
+  // than the credit). `calling`: the call takes credit grants (Task::stream is set).
+  int64_t held = 0;
+  int64_t outstanding = 0;
+  bool calling = false;
   bool reader_done = false;  // the reader thread has returned: joining it does not wait
 
   // The current call, for cancelling: where and when it was opened (the monitor cancels it
@@ -66,8 +76,19 @@ struct ServiceStepSource::Task {
   Stream* stream ABSL_GUARDED_BY(write_mu) = nullptr;  // null once writes are done
 };
 
+namespace {
+
+uint64_t RandomConsumerId() {
+  std::random_device device;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{device()} << 32) ^ device();
+  return id;
+}
+
+}  // namespace
+
 ServiceStepSource::ServiceStepSource(ServiceStepSourceOptions options)
-    : options_(std::move(options)) {}
+    : options_(std::move(options)), consumer_id_(RandomConsumerId()) {}
 
 std::shared_ptr<grpc::Channel> ServiceStepSource::ChannelTo(const std::string& address) {
   absl::MutexLock lock(&channels_mu_);
@@ -103,9 +124,9 @@ absl::StatusOr<proto::ClientHeartbeatResponse> ServiceStepSource::Heartbeat(
 
 absl::StatusOr<std::unique_ptr<ServiceStepSource>> ServiceStepSource::Create(
     ServiceStepSourceOptions options) {
-  if (options.num_local_replicas < 1 || options.credits_per_task < 1) {
+  if (options.num_local_replicas < 1 || options.receive_budget_bytes < 1) {
     return absl::InvalidArgumentError(
-        "ServiceStepSource: num_local_replicas and credits_per_task must be positive");
+        "ServiceStepSource: num_local_replicas and receive_budget_bytes must be positive");
   }
   std::unique_ptr<ServiceStepSource> source(new ServiceStepSource(std::move(options)));
   const ServiceStepSourceOptions& o = source->options_;
@@ -133,6 +154,14 @@ absl::StatusOr<std::unique_ptr<ServiceStepSource>> ServiceStepSource::Create(
     absl::SleepFor(wait);
   }
   {
+    // One receive budget shared by the streams open at once: every task of a round-robin job
+    // (each is needed once per round), or the max_open_tasks next ranges of a sequential one.
+    const int64_t streams =
+        o.sequential ? std::min<int64_t>(o.max_open_tasks, std::max<int64_t>(tasks.num_tasks(), 1))
+                     : std::max<int64_t>(tasks.tasks_size(), 1);
+    source->window_ = std::max<int64_t>(o.receive_budget_bytes / std::max<int64_t>(streams, 1), 1);
+  }
+  {
     absl::MutexLock lock(&source->mu_);
     if (o.sequential) {
       source->num_tasks_ = tasks.num_tasks();
@@ -150,6 +179,7 @@ absl::StatusOr<std::unique_ptr<ServiceStepSource>> ServiceStepSource::Create(
   if (o.sequential) source->OnHeartbeat(tasks, absl::Now());
   ServiceStepSource* raw = source.get();
   source->monitor_ = std::thread([raw] { raw->Monitor(); });
+  source->credit_thread_ = std::thread([raw] { raw->CreditLoop(); });
   return source;
 }
 
@@ -256,6 +286,7 @@ ServiceStepSource::~ServiceStepSource() {
     shutdown_ = true;
     cv_.SignalAll();
     monitor_cv_.SignalAll();
+    credit_cv_.SignalAll();
     for (auto& [id, task] : tasks_) all.push_back(task.get());
     for (auto& task : retired_) all.push_back(task.get());
   }
@@ -268,6 +299,7 @@ ServiceStepSource::~ServiceStepSource() {
   for (Task* task : all) {
     if (task->reader.joinable()) task->reader.join();
   }
+  if (credit_thread_.joinable()) credit_thread_.join();
 }
 
 absl::StatusOr<IteratorCheckpoint> ServiceStepSource::CheckpointAfter(
@@ -370,7 +402,7 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
                                             &context));
   proto::ConsumerMessage first;
   proto::StreamRequest* request = first.mutable_request();
-  request->set_wire_version(proto::WIRE_VERSION_1);
+  request->set_wire_version(proto::WIRE_VERSION_2);
   request->set_job_id(options_.job_id);
   request->set_task_id(task->task_id);
   request->set_consumer_index(options_.consumer_index);
@@ -382,9 +414,16 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
     absl::MutexLock lock(&mu_);
     if (shutdown_) return absl::CancelledError("shutting down");
     request->set_start_step(task->next_step);
-    request->set_initial_credits(options_.credits_per_task -
-                                 static_cast<int64_t>(task->queue.size()));
-    task->owed = 0;  // the new stream's initial credits account for them
+    // The new call's credit: the window less what this task already holds (an earlier call's
+    // steps not consumed yet); an earlier call's unused credit is gone with it.
+    const int64_t initial = std::max<int64_t>(window_ - task->held, 0);
+    request->set_initial_credit_bytes(initial);
+    request->set_window_bytes(window_);
+    // Independent reads: next_step counts the steps received, and the id lets the worker send
+    // again what an earlier call sent and this consumer did not receive.
+    if (options_.independent) request->set_consumer_id(consumer_id_);
+    SetOutstandingLocked(task, initial);
+    task->calling = true;
     task->context = &context;
     task->stream = stream.get();
     task->address = address;
@@ -405,7 +444,7 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
   while (sent && stream->Read(&bb)) {
     StepFrame frame;
     absl::Status s = DecodeStepFrame(bb, options_.allocator, &frame);
-    std::vector<std::vector<Element>> steps;
+    std::vector<Task::Queued> steps;
     absl::MutexLock lock(&mu_);
     int64_t expected = task->next_step;
     for (WireStep& w : frame.steps) {
@@ -421,7 +460,9 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
                                              options_.num_local_replicas, " local replicas"));
         break;
       }
-      std::vector<Element> replicas;
+      Task::Queued step;
+      step.cost = static_cast<int64_t>(StepCreditBytes(w));
+      std::vector<Element>& replicas = step.replicas;
       for (std::vector<Tensor>& leaves : w.pieces) {
         absl::StatusOr<Element> e = Element::Pack(options_.per_replica_spec, std::move(leaves));
         if (!e.ok()) {
@@ -432,7 +473,7 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
         replicas.push_back(*std::move(e));
       }
       if (!s.ok()) break;
-      steps.push_back(std::move(replicas));
+      steps.push_back(std::move(step));
       ++expected;
     }
     if (!s.ok()) {
@@ -440,7 +481,14 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
       ended_early = false;
       break;
     }
-    for (auto& step : steps) task->queue.push_back(std::move(step));
+    for (auto& step : steps) {
+      task->held += step.cost;
+      held_ += step.cost;
+      received_bytes_ += step.cost;
+      ++steps_received_;
+      SetOutstandingLocked(task, task->outstanding - step.cost);
+      task->queue.push_back(std::move(step));
+    }
     if (!steps.empty()) *progress = true;
     task->next_step = expected;
     if (!frame.status.ok()) {
@@ -462,6 +510,11 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
   {
     absl::MutexLock wlock(&task->write_mu);
     task->stream = nullptr;  // no more credit grants on this call
+    {
+      absl::MutexLock lock(&mu_);
+      task->calling = false;
+      SetOutstandingLocked(task, 0);  // nothing more arrives on this call
+    }
     if (ended || !result.ok()) {
       if (!ended && result.code() == absl::StatusCode::kDataLoss) context.TryCancel();
       stream->WritesDone();
@@ -487,22 +540,101 @@ absl::Status ServiceStepSource::StreamOnce(Task* task, const std::string& addres
   return finish.ok() ? result : finish;
 }
 
+int64_t ServiceStepSource::FreeLocked(const Task& task) const {
+  return window_ - task.held - task.outstanding;
+}
+
+int64_t ServiceStepSource::GrantQuantum() const { return std::max<int64_t>(window_ / 4, 1); }
+
+void ServiceStepSource::SetOutstandingLocked(Task* task, int64_t outstanding) {
+  outstanding_ += outstanding - task->outstanding;
+  task->outstanding = outstanding;
+  peak_ = std::max(peak_, held_ + outstanding_);
+  cv_.SignalAll();  // a WaitForFlowStats caller
+}
+
+void ServiceStepSource::PopLocked(Task* task, std::vector<Element>* replicas) {
+  Task::Queued& front = task->queue.front();
+  *replicas = std::move(front.replicas);
+  const int64_t before = FreeLocked(*task);
+  task->held -= front.cost;
+  held_ -= front.cost;
+  task->queue.pop_front();
+  // Wake the credit thread only when this pop makes a grant due (a quarter of the window free).
+  const int64_t quantum = GrantQuantum();
+  if (task->calling && before < quantum && FreeLocked(*task) >= quantum) credit_cv_.Signal();
+}
+
+void ServiceStepSource::CreditLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!shutdown_) {
+    std::vector<std::shared_ptr<Task>> due;
+    const int64_t quantum = GrantQuantum();
+    for (auto& [id, task] : tasks_) {
+      if (task->calling && FreeLocked(*task) >= quantum) due.push_back(task);
+    }
+    if (due.empty()) {
+      credit_cv_.Wait(&mu_);
+      continue;
+    }
+    mu_.Unlock();
+    for (auto& task : due) GrantCredits(task.get());
+    due.clear();
+    mu_.Lock();
+  }
+}
+
 void ServiceStepSource::GrantCredits(Task* task) {
   absl::MutexLock wlock(&task->write_mu);
+  if (task->stream == nullptr) return;
   int64_t n;
+  int64_t received;
   {
     absl::MutexLock lock(&mu_);
-    n = task->owed;
-    task->owed = 0;
+    n = FreeLocked(*task);
+    if (!task->calling || n < GrantQuantum()) return;
+    SetOutstandingLocked(task, task->outstanding + n);
+    ++credit_grants_;
+    received = task->next_step;
   }
-  if (n <= 0 || task->stream == nullptr) return;
   proto::ConsumerMessage m;
-  m.mutable_credit()->set_steps(n);
+  m.mutable_credit()->set_bytes(n);
+  // Independent reads acknowledge what arrived, so that the worker can let it go.
+  if (options_.independent) m.mutable_credit()->set_received_steps(received);
   task->stream->Write(EncodeConsumerMessage(m));  // a broken call is noticed by the reader
 }
 
-absl::Status ServiceStepSource::NextSequentialLocked(Task** granted,
-                                                   std::vector<Element>* replicas,
+ServiceStepSource::FlowStats ServiceStepSource::flow_stats() const {
+  absl::MutexLock lock(&mu_);
+  return FlowStatsLocked();
+}
+
+ServiceStepSource::FlowStats ServiceStepSource::FlowStatsLocked() const {
+  FlowStats f;
+  f.budget_bytes = options_.receive_budget_bytes;
+  f.window_bytes = window_;
+  f.held_bytes = held_;
+  f.outstanding_bytes = outstanding_;
+  f.peak_bytes = peak_;
+  f.received_bytes = received_bytes_;
+  f.steps_received = steps_received_;
+  f.credit_grants = credit_grants_;
+  return f;
+}
+
+bool ServiceStepSource::WaitForFlowStats(const std::function<bool(const FlowStats&)>& predicate,
+                                         absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  while (!predicate(FlowStatsLocked())) {
+    if (cv_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
+      return predicate(FlowStatsLocked());
+    }
+  }
+  return true;
+}
+
+absl::Status ServiceStepSource::NextSequentialLocked(std::vector<Element>* replicas,
                                                    bool* end_of_data) {
   absl::Time waiting_since = absl::Now();
   int64_t waiting_for = next_index_;
@@ -515,10 +647,7 @@ absl::Status ServiceStepSource::NextSequentialLocked(Task** granted,
     if (it != by_index_.end()) {
       Task* t = it->second;
       if (!t->queue.empty()) {
-        *replicas = std::move(t->queue.front());
-        t->queue.pop_front();
-        ++t->owed;
-        *granted = t;
+        PopLocked(t, replicas);
         *end_of_data = false;
         return absl::OkStatus();
       }
@@ -574,13 +703,12 @@ absl::Status ServiceStepSource::NextStep(std::vector<Element>* replicas, bool* e
     *end_of_data = true;
     return absl::OkStatus();
   }
-  Task* granted = nullptr;
   if (options_.sequential) {
     std::vector<std::shared_ptr<Task>> retired;
     absl::Status s;
     {
       absl::MutexLock lock(&mu_);
-      s = NextSequentialLocked(&granted, replicas, end_of_data);
+      s = NextSequentialLocked(replicas, end_of_data);
       // Join the readers of ended tasks that have returned. One may still wait for the status
       // of a worker frozen after sending the end: it stays retired (the monitor cancels it
       // after end_grace, the destructor joins it), and the caller reads on.
@@ -601,7 +729,6 @@ absl::Status ServiceStepSource::NextStep(std::vector<Element>* replicas, bool* e
       finished_ = true;
       return absl::OkStatus();
     }
-    GrantCredits(granted);
     return absl::OkStatus();
   }
   {
@@ -621,10 +748,7 @@ absl::Status ServiceStepSource::NextStep(std::vector<Element>* replicas, bool* e
         }
         if (ready != nullptr) {
           next_ = (next_ + 1) % rotation_.size();
-          *replicas = std::move(ready->queue.front());
-          ready->queue.pop_front();
-          ++ready->owed;
-          granted = ready;
+          PopLocked(ready, replicas);
           break;
         }
         bool removed = false;
@@ -645,10 +769,7 @@ absl::Status ServiceStepSource::NextStep(std::vector<Element>* replicas, bool* e
       }
       Task* t = rotation_[next_ % rotation_.size()];
       if (!t->queue.empty()) {
-        *replicas = std::move(t->queue.front());
-        t->queue.pop_front();
-        ++t->owed;
-        granted = t;
+        PopLocked(t, replicas);
         next_ = (next_ + 1) % rotation_.size();
         break;
       }
@@ -665,7 +786,6 @@ absl::Status ServiceStepSource::NextStep(std::vector<Element>* replicas, bool* e
       cv_.Wait(&mu_);
     }
   }
-  GrantCredits(granted);
   *end_of_data = false;
   return absl::OkStatus();
 }

@@ -2,9 +2,16 @@
 //
 // It learns the job's tasks and their workers from ClientHeartbeat and opens one StreamSteps
 // call per task (docs/SERVICE.md). A reader thread per task receives frames, decodes them
-// straight into buffers from the allocator and queues the steps; the worker never sends more
-// than the credit window, so each queue holds at most credits_per_task steps, and a credit is
-// granted back for every step consumed.
+// straight into buffers from the allocator and queues the steps.
+//
+// Flow control in bytes: the consumer has one receive budget (receive_budget_bytes) shared by
+// the streams open at once, each getting window = budget / streams (every task of a round-robin
+// job, or the max_open_tasks next ranges of a sequential one: the tasks it reads next). A step
+// costs StepCreditBytes (core/rpc/step_frame.h). Per stream, the cost of the steps queued and
+// not yet returned plus the credit granted and not yet used never exceeds the window (a step
+// larger than its credit flows alone once the credit is 3/4 of the window, CreditForAnyStep). Credit goes back
+// in batches: when a quarter of a stream's window is free, a credit thread of the source (never
+// the caller's thread, which only signals it) sends one CreditGrant for all of it.
 //
 // Coordinated mode follows the schedule of docs/SERVICE.md: tasks round-robin in task order,
 // one step each, a task leaving the rotation at its end; the data ends when every task has.
@@ -13,6 +20,10 @@
 // then task 1, ...; the tasks are made by the coordinator as workers have room, so a monitor
 // thread keeps asking ClientHeartbeat and opens the streams of the next max_open_tasks tasks
 // ahead as they appear; the data ends after the last of the job's num_tasks.
+//
+// Independent reads: the worker keeps the steps it sent this consumer until acknowledged (credit
+// grants carry the count received; a new call starts from it, under the same random
+// consumer_id), so a broken call that the worker survives loses no step.
 //
 // Failures: when a stream breaks (worker gone, UNAVAILABLE), its reader asks the coordinator
 // for the task's worker (possibly a new one) and reopens the stream at the first task step it
@@ -68,7 +79,8 @@ struct ServiceStepSourceOptions {
   ElementSpec per_replica_spec;
   absl::Duration rpc_deadline = absl::Seconds(10);
   absl::Duration retry_deadline = absl::Seconds(60);
-  int64_t credits_per_task = 4;
+  // The receive budget in bytes, shared by the open streams (see above). At least 1.
+  int64_t receive_budget_bytes = int64_t{64} << 20;
   TensorAllocator allocator;
   ChannelFactory channel_factory;  // empty: DefaultChannel
   // SHARDING_RANGES: read tasks in task_index order, each to its end (see above).
@@ -98,6 +110,23 @@ class ServiceStepSource : public StepSource {
   absl::Status GetNextStep(std::vector<Element>* replicas, bool* end_of_data) override;
   absl::StatusOr<IteratorCheckpoint> CheckpointAfter(int64_t steps_returned) const override;
 
+  // Flow control, for tests and metrics. Bytes are credit bytes (StepCreditBytes).
+  struct FlowStats {
+    int64_t budget_bytes = 0;
+    int64_t window_bytes = 0;       // per stream
+    int64_t held_bytes = 0;         // received and not yet returned by GetNextStep
+    int64_t outstanding_bytes = 0;  // granted to workers and not yet received
+    int64_t peak_bytes = 0;         // the largest held + outstanding so far
+    int64_t received_bytes = 0;     // in all
+    int64_t steps_received = 0;
+    int64_t credit_grants = 0;      // CreditGrant messages sent (initial credits not counted)
+  };
+  FlowStats flow_stats() const;
+  // Test hook: waits until `predicate` holds for the stats (re-checked whenever a frame arrives
+  // or credit changes), up to `timeout`; returns whether it holds.
+  bool WaitForFlowStats(const std::function<bool(const FlowStats&)>& predicate,
+                        absl::Duration timeout) const;
+
  private:
   struct Task;
 
@@ -115,17 +144,27 @@ class ServiceStepSource : public StepSource {
   // Cancels the calls that received their end of task more than end_grace before `now` and
   // still wait for the worker's status.
   void CancelEndedCalls(absl::Time now);
-  absl::Status NextSequentialLocked(Task** granted, std::vector<Element>* replicas,
-                                    bool* end_of_data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status NextSequentialLocked(std::vector<Element>* replicas, bool* end_of_data)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
   void ReadTask(Task* task);
   // One StreamSteps call on `address`; returns how it ended (OK at the end of the task) and
   // sets *progress if any step arrived.
   absl::Status StreamOnce(Task* task, const std::string& address, bool* progress);
+  // Flow control (see the class comment).
+  int64_t FreeLocked(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t GrantQuantum() const;
+  void SetOutstandingLocked(Task* task, int64_t outstanding) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the task's first queued step to *replicas.
+  void PopLocked(Task* task, std::vector<Element>* replicas) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The credit thread: grants credit to the streams with a quarter of their window free.
+  void CreditLoop();
   void GrantCredits(Task* task);
-  absl::Status PopStep(Task* task, std::vector<Element>* replicas);
+  FlowStats FlowStatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServiceStepSourceOptions options_;
+  // Independent reads: this iterator's id on every call (StreamRequest.consumer_id).
+  const uint64_t consumer_id_;
   std::unique_ptr<proto::CoordinatorService::Stub> coordinator_;
   std::thread monitor_;
 
@@ -133,9 +172,21 @@ class ServiceStepSource : public StepSource {
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
       ABSL_GUARDED_BY(channels_mu_);
 
+  // Set in Create before any thread starts.
+  int64_t window_ = 1;
+  std::thread credit_thread_;
+
   // Guards every task's queue and state (one lock: the caller waits on any task).
-  absl::Mutex mu_;
-  absl::CondVar cv_;
+  mutable absl::Mutex mu_;
+  mutable absl::CondVar cv_;
+  absl::CondVar credit_cv_;  // a grant may be due, or shutdown_
+  // Flow control totals over all tasks (FlowStats).
+  int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t received_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t steps_received_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t credit_grants_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   // Every task read so far (round-robin: all of the job's, made in Create), by task id. Shared:
   // the monitor holds the tasks it is cancelling while the caller may retire them.

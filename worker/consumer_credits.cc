@@ -7,10 +7,12 @@
 
 namespace sluice {
 
-ConsumerCredits::ConsumerCredits(int64_t initial_credits)
-    : credits_(std::max<int64_t>(initial_credits, 0)) {}
+ConsumerCredits::ConsumerCredits(int64_t initial_credit_bytes, int64_t window_bytes)
+    : window_(std::max<int64_t>(window_bytes, 1)),
+      credits_(std::max<int64_t>(initial_credit_bytes, 0)) {}
 
-void ConsumerCredits::ReadFrom(Stream* stream) {
+void ConsumerCredits::ReadFrom(Stream* stream,
+                               const std::function<void(int64_t)>& on_received) {
   grpc::ByteBuffer bb;
   while (stream->Read(&bb)) {
     proto::ConsumerMessage m;
@@ -19,6 +21,9 @@ void ConsumerCredits::ReadFrom(Stream* stream) {
     if (s.ok() && !m.has_credit()) {
       s = absl::InvalidArgumentError("StreamSteps: only CreditGrants may follow the StreamRequest");
     }
+    if (s.ok() && on_received && m.credit().received_steps() > 0) {
+      on_received(m.credit().received_steps());
+    }
     absl::MutexLock lock(&mu_);
     if (!s.ok()) {
       error_ = s;
@@ -26,7 +31,7 @@ void ConsumerCredits::ReadFrom(Stream* stream) {
       cv_.SignalAll();
       break;
     }
-    credits_ += std::max<int64_t>(m.credit().steps(), 0);
+    credits_ += std::max<int64_t>(m.credit().bytes(), 0);
     cv_.SignalAll();
   }
   absl::MutexLock lock(&mu_);
@@ -35,9 +40,10 @@ void ConsumerCredits::ReadFrom(Stream* stream) {
 }
 
 absl::StatusOr<int64_t> ConsumerCredits::Wait(grpc::ServerContext* context,
-                                              absl::Duration poll_interval) {
+                                              absl::Duration poll_interval, int64_t need) {
+  need = std::clamp<int64_t>(need, 1, CreditForAnyStep(window_));
   absl::MutexLock lock(&mu_);
-  while (credits_ == 0 && !closed_ && !context->IsCancelled()) {
+  while (credits_ < need && !closed_ && !context->IsCancelled()) {
     cv_.WaitWithTimeout(&mu_, poll_interval);
   }
   if (!error_.ok()) return error_;
@@ -47,9 +53,9 @@ absl::StatusOr<int64_t> ConsumerCredits::Wait(grpc::ServerContext* context,
   return credits_;
 }
 
-int64_t ConsumerCredits::Spend(int64_t steps) {
+int64_t ConsumerCredits::Spend(int64_t bytes) {
   absl::MutexLock lock(&mu_);
-  credits_ -= steps;
+  credits_ -= bytes;
   return credits_;
 }
 

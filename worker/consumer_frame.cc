@@ -27,6 +27,21 @@ StepFrame ConsumerFrame(const std::vector<std::shared_ptr<const TaskStep>>& step
   return frame;
 }
 
+size_t ConsumerStepCost(const TaskStep& step, bool coordinated, int64_t consumer,
+                        int64_t replicas) {
+  size_t begin = 0;
+  size_t stop = step.pieces.size();
+  if (coordinated) {
+    begin = std::min(step.pieces.size(), static_cast<size_t>(consumer * replicas));
+    stop = std::min(step.pieces.size(), begin + static_cast<size_t>(replicas));
+  }
+  size_t bytes = kStepCreditOverheadBytes;
+  for (size_t p = begin; p < stop; ++p) {
+    for (const Tensor& t : step.pieces[p]) bytes += t.payload_bytes();
+  }
+  return bytes;
+}
+
 grpc::ByteBuffer ErrorFrame(const absl::Status& status) {
   StepFrame frame;
   frame.status = status;
@@ -35,8 +50,8 @@ grpc::ByteBuffer ErrorFrame(const absl::Status& status) {
   return bb;
 }
 
-bool UseBufferHint(bool first_write, bool end_of_task, int64_t credits_left, bool next_ready) {
-  return !first_write && !end_of_task && credits_left > 0 && next_ready;
+bool UseBufferHint(bool first_write, bool end_of_task, bool next_ready) {
+  return !first_write && !end_of_task && next_ready;
 }
 
 }  // namespace sluice

@@ -19,13 +19,20 @@ namespace sluice {
 StepFrame ConsumerFrame(const std::vector<std::shared_ptr<const TaskStep>>& steps,
                         bool end_of_task, bool coordinated, int64_t consumer, int64_t replicas);
 
+// What `step` costs against this consumer's byte credit: StepCreditBytes of the frame step
+// ConsumerFrame would make of it (its pieces' payload bytes + kStepCreditOverheadBytes).
+size_t ConsumerStepCost(const TaskStep& step, bool coordinated, int64_t consumer,
+                        int64_t replicas);
+
 // A frame without steps carrying `status` (the stream's last frame on an error).
 grpc::ByteBuffer ErrorFrame(const absl::Status& status);
 
 // Whether the write of a frame may use gRPC's buffer_hint: only when another frame is ready to
-// follow at once (`credits_left` > 0 and the reader `next_ready`), never on the call's first
-// write (gRPC 1.51 can hang a call whose first write is hinted, PERF_NOTES.md) nor on the last.
-bool UseBufferHint(bool first_write, bool end_of_task, int64_t credits_left, bool next_ready);
+// follow at once (`next_ready`: the reader has a step that fits the credit left, or the end),
+// never on the call's first write (gRPC 1.51 can hang a call whose first write is hinted,
+// PERF_NOTES.md) nor on the last. A hinted frame waits in gRPC for the next write: hinting a
+// frame the stream would not follow at once could hold it back while the consumer waits for it.
+bool UseBufferHint(bool first_write, bool end_of_task, bool next_ready);
 
 }  // namespace sluice
 

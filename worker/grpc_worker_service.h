@@ -4,7 +4,8 @@
 //
 // One call serves one consumer's stream of one task: the first message is a StreamRequest; the
 // worker then sends StepFrames as steps are available and credits allow (several steps per
-// frame up to max_frame_steps / max_frame_bytes), the consumer's CreditGrants arriving on a
+// frame up to max_frame_steps / max_frame_bytes; a small frame waits at most coalesce_wait
+// for more steps to join it), the consumer's CreditGrants arriving on a
 // reader thread of the call. Frames carry the consumer's pieces only (its R replicas in
 // coordinated mode). The stream ends with a frame with end_of_task and status OK once the
 // consumer half-closes, or with a frame carrying the pipeline's error (error_code/message) and
@@ -26,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -53,6 +55,11 @@ struct WorkerServiceOptions {
   // Steps are batched into one frame up to these limits (at least one step a frame).
   size_t max_frame_steps = 64;
   size_t max_frame_bytes = size_t{1} << 20;
+  // Coalescing: a frame whose steps cost less than coalesce_bytes waits up to coalesce_wait for
+  // more steps to join it (until the frame is full, the credit is spent, the task ends, or a
+  // step does not fit), never longer; zero sends what is ready at once.
+  size_t coalesce_bytes = size_t{64} << 10;
+  absl::Duration coalesce_wait = absl::Microseconds(500);
   // How often a waiting stream checks whether its call was cancelled.
   absl::Duration poll_interval = absl::Milliseconds(50);
   // After the last frame, how long to wait for the consumer to half-close before cancelling.
@@ -69,6 +76,11 @@ class GrpcWorkerService : public grpc::Service {
  private:
   grpc::Status StreamSteps(grpc::ServerContext* context,
                            grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
+  // Adds to `steps` (a frame about to be sent with `credit` left before it) the steps that
+  // become ready within coalesce_wait while the frame is small (see WorkerServiceOptions);
+  // sets *end when the task ends meanwhile.
+  void Coalesce(StepReader* reader, const StepLimits& limits, int64_t credit,
+                std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end) const;
 
   TaskLookup* const tasks_;
   const WorkerServiceOptions options_;

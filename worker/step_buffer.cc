@@ -1,6 +1,7 @@
 #include "worker/step_buffer.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -92,9 +93,40 @@ void StepBuffer::Finish(absl::Status status) {
   cv_.SignalAll();
 }
 
+void StepBuffer::AcknowledgeLocked(Unacked* u, int64_t received_steps) {
+  bool released = false;
+  while (u->acknowledged < received_steps && !u->steps.empty()) {
+    bytes_ -= u->steps.front()->bytes;
+    u->steps.pop_front();
+    ++u->acknowledged;
+    released = true;
+  }
+  if (released) cv_.SignalAll();
+}
+
+void StepBuffer::Acknowledge(int64_t consumer, int64_t received_steps) {
+  absl::MutexLock lock(&mu_);
+  if (!options_.independent || consumer == 0) return;
+  auto it = unacked_.find(consumer);
+  if (it != unacked_.end()) AcknowledgeLocked(&it->second, received_steps);
+}
+
 absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step) {
   absl::MutexLock lock(&mu_);
-  if (options_.independent) return next_generation_++;
+  if (options_.independent) {
+    const int64_t generation = next_generation_++;
+    if (consumer == 0) return generation;
+    Unacked& u = unacked_[consumer];
+    AcknowledgeLocked(&u, start_step);
+    // What it did not receive goes back first, in the order it was handed out; it is still
+    // counted in bytes_.
+    for (auto it = u.steps.rbegin(); it != u.steps.rend(); ++it) steps_.push_front(*it);
+    u.steps.clear();
+    u.acknowledged = std::max(u.acknowledged, start_step);
+    u.generation = generation;
+    cv_.SignalAll();  // a superseded Next() wakes up; waiting streams see the steps
+    return generation;
+  }
   if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("consumer index ", consumer, " out of range [0, ",
                                                    cursors_.size(), ")"));
@@ -132,12 +164,51 @@ bool StepBuffer::Ready(int64_t consumer) const {
   return ReadyLocked(consumer);
 }
 
+const TaskStep* StepBuffer::NextStepLocked(int64_t consumer) const {
+  if (options_.independent) return steps_.empty() ? nullptr : steps_.front().get();
+  const int64_t cursor = cursors_[consumer];
+  const int64_t last = first_step_ + static_cast<int64_t>(steps_.size());
+  if (cursor < first_step_ || cursor >= last) return nullptr;
+  return steps_[static_cast<size_t>(cursor - first_step_)].get();
+}
+
+bool StepBuffer::ReadyWithin(int64_t consumer, const StepLimits& limits) const {
+  absl::MutexLock lock(&mu_);
+  if (!options_.independent &&
+      (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size()))) {
+    return true;
+  }
+  if (closed_) return true;
+  if (const TaskStep* s = NextStepLocked(consumer)) {
+    return (limits.cost ? limits.cost(*s) : s->bytes) <= limits.first_max;
+  }
+  return finished_ || stop_producing_;
+}
+
 absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, size_t max_steps,
                               size_t max_bytes, absl::Time deadline,
                               std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end) {
+  StepLimits limits;
+  limits.max_steps = max_steps;
+  limits.max_cost = max_bytes;
+  return Next(consumer, generation, limits, deadline, steps, end);
+}
+
+absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLimits& limits,
+                              absl::Time deadline,
+                              std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end,
+                              size_t* blocked_cost) {
   steps->clear();
   *end = false;
-  max_steps = std::max<size_t>(max_steps, 1);
+  if (blocked_cost != nullptr) *blocked_cost = 0;
+  const size_t max_steps = std::max<size_t>(limits.max_steps, 1);
+  auto cost = [&limits](const TaskStep& s) { return limits.cost ? limits.cost(s) : s.bytes; };
+  // Whether `s` may join the `taken` steps costing `total` so far.
+  auto fits = [&](const TaskStep& s, size_t total, size_t* c) {
+    *c = cost(s);
+    if (steps->empty()) return *c <= limits.first_max;
+    return steps->size() < max_steps && total + *c <= limits.max_cost;
+  };
   absl::MutexLock lock(&mu_);
   if (!options_.independent &&
       (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size()))) {
@@ -148,18 +219,34 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, size_t max_s
       return absl::UnavailableError(close_message_.empty() ? "task closed on this worker"
                                                            : close_message_);
     }
-    size_t bytes = 0;
+    size_t total = 0;
+    size_t c = 0;
     if (options_.independent) {
-      while (!steps_.empty() && steps->size() < max_steps &&
-             (steps->empty() || bytes + steps_.front()->bytes <= max_bytes)) {
-        bytes += steps_.front()->bytes;
-        bytes_ -= steps_.front()->bytes;
+      Unacked* u = nullptr;
+      if (consumer != 0) {
+        u = &unacked_[consumer];
+        if (u->generation != generation) {
+          return absl::CancelledError(
+              absl::StrCat("stream of consumer ", consumer, " superseded by a newer one"));
+        }
+      }
+      while (!steps_.empty() && fits(*steps_.front(), total, &c)) {
+        total += c;
+        if (u != nullptr) {
+          u->steps.push_back(steps_.front());  // still counted in bytes_ until acknowledged
+        } else {
+          bytes_ -= steps_.front()->bytes;
+        }
         steps->push_back(std::move(steps_.front()));
         steps_.pop_front();
         ++first_step_;
       }
       if (!steps->empty()) {
         cv_.SignalAll();
+        return absl::OkStatus();
+      }
+      if (!steps_.empty()) {  // the first step does not fit
+        if (blocked_cost != nullptr) *blocked_cost = c;
         return absl::OkStatus();
       }
     } else {
@@ -169,15 +256,23 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, size_t max_s
       }
       int64_t& cursor = cursors_[consumer];
       const int64_t last = first_step_ + static_cast<int64_t>(steps_.size());
-      while (cursor >= first_step_ && cursor < last && steps->size() < max_steps) {
+      bool blocked = false;
+      while (cursor >= first_step_ && cursor < last) {
         const auto& s = steps_[static_cast<size_t>(cursor - first_step_)];
-        if (!steps->empty() && bytes + s->bytes > max_bytes) break;
-        bytes += s->bytes;
+        if (!fits(*s, total, &c)) {
+          blocked = steps->empty();
+          break;
+        }
+        total += c;
         steps->push_back(s);
         ++cursor;
       }
       if (!steps->empty()) {
         ReleaseLocked();
+        return absl::OkStatus();
+      }
+      if (blocked) {
+        if (blocked_cost != nullptr) *blocked_cost = c;
         return absl::OkStatus();
       }
     }
@@ -200,6 +295,11 @@ void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
   if (!finished_ || !status_.ok()) return;
   if (options_.independent) {
     end_confirmed_ = true;
+    // It half-closed after the end frame: it has every step handed to it.
+    auto it = unacked_.find(consumer);
+    if (consumer != 0 && it != unacked_.end() && it->second.generation == generation) {
+      AcknowledgeLocked(&it->second, std::numeric_limits<int64_t>::max());
+    }
   } else {
     if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size()) ||
         generations_[consumer] != generation) {

@@ -3,7 +3,12 @@
 //
 // Coordinated mode: every consumer reads every step, at its own cursor (the task step it wants
 // next); a step is released once every consumer's cursor has passed it. Independent mode: each
-// step is handed to exactly one consumer, whichever asks first.
+// step is handed to exactly one consumer, whichever asks first; for a consumer with a key (a
+// non-zero `consumer` in Attach/Next: the consumer's id), the steps handed to it stay buffered
+// (and counted in the budget) until it acknowledges them (Acknowledge, or Attach's count), and
+// when it attaches again the unacknowledged ones go back to the front of the queue: a broken
+// stream loses nothing. A consumer that never comes back keeps its unacknowledged steps (at most
+// its credit window) until the buffer is destroyed; they do not hold drained() back.
 //
 // Memory: the buffer holds at most `max_bytes` of steps, but always admits one step when it is
 // empty (a step larger than the budget still flows). A producer that would exceed the budget
@@ -24,11 +29,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -58,6 +66,19 @@ struct StepBufferOptions {
   absl::Duration detach_unattached_after = absl::Seconds(10);
 };
 
+// How much one Next() may take of a consumer's next steps (a stream's frame and credit).
+struct StepLimits {
+  size_t max_steps = 1;
+  // The costs of the steps taken sum to at most this, except that the first step needs only
+  // to fit first_max.
+  size_t max_cost = std::numeric_limits<size_t>::max();
+  // The first step is taken only if its cost is at most this; else Next() returns at once with
+  // no step and its cost in *blocked_cost (the stream waits for credit).
+  size_t first_max = std::numeric_limits<size_t>::max();
+  // A step's cost for this consumer; empty: TaskStep::bytes.
+  std::function<size_t(const TaskStep&)> cost;
+};
+
 class StepBuffer {
  public:
   explicit StepBuffer(StepBufferOptions options);
@@ -72,8 +93,13 @@ class StepBuffer {
   // Coordinated mode: (re)positions `consumer` at `start_step` and returns a generation that
   // Next() must pass; an older generation of the same consumer is superseded (its Next() gets
   // CANCELLED). OUT_OF_RANGE when start_step was already released; INVALID_ARGUMENT for a bad
-  // consumer index. In independent mode it only validates and returns a generation.
+  // consumer index. Independent mode: `consumer` is the consumer's key (0: none) and
+  // `start_step` the number of steps it has received; the steps handed to it beyond that go
+  // back to the front of the queue, and an older generation of the key is superseded.
   absl::StatusOr<int64_t> Attach(int64_t consumer, int64_t start_step);
+  // Independent mode: the consumer with key `consumer` has received `received_steps` steps in
+  // all; the ones handed to it up to there are released. No-op otherwise.
+  void Acknowledge(int64_t consumer, int64_t received_steps);
 
   // Waits until `deadline` for the consumer's next step(s): on return *steps holds between 1 and
   // max_steps steps (fewer if that would exceed max_bytes, never fewer than one), or is empty
@@ -84,8 +110,16 @@ class StepBuffer {
   absl::Status Next(int64_t consumer, int64_t generation, size_t max_steps, size_t max_bytes,
                     absl::Time deadline, std::vector<std::shared_ptr<const TaskStep>>* steps,
                     bool* end);
+  // The same within `limits`: when the consumer's next step is buffered but costs more than
+  // limits.first_max, returns OK at once with no step, *end false and *blocked_cost set to the
+  // step's cost (0 otherwise; blocked_cost may be null).
+  absl::Status Next(int64_t consumer, int64_t generation, const StepLimits& limits,
+                    absl::Time deadline, std::vector<std::shared_ptr<const TaskStep>>* steps,
+                    bool* end, size_t* blocked_cost = nullptr);
   // True if Next() would return at once (a step, the end or an error).
   bool Ready(int64_t consumer) const;
+  // True if Next(limits) would return at once with a step, the end or an error (not blocked).
+  bool ReadyWithin(int64_t consumer, const StepLimits& limits) const;
 
   // The consumer has the end of the task: its stream half-closed after the end frame, which a
   // consumer does only once it has read it. Only then does its end count for drained(): a
@@ -126,6 +160,8 @@ class StepBuffer {
   int64_t MinCursor() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadyLocked(int64_t consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The consumer's next buffered step, or null.
+  const TaskStep* NextStepLocked(int64_t consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const StepBufferOptions options_;
   mutable absl::Mutex mu_;
@@ -141,6 +177,15 @@ class StepBuffer {
   int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool end_confirmed_ ABSL_GUARDED_BY(mu_) = false;  // independent mode
+  // Independent mode, by consumer key: the steps handed out and not yet acknowledged (in the
+  // order handed out), how many were acknowledged, and the key's current generation.
+  struct Unacked {
+    std::deque<std::shared_ptr<const TaskStep>> steps;
+    int64_t acknowledged = 0;
+    int64_t generation = 0;
+  };
+  absl::flat_hash_map<int64_t, Unacked> unacked_ ABSL_GUARDED_BY(mu_);
+  void AcknowledgeLocked(Unacked* u, int64_t received_steps) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool stop_producing_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

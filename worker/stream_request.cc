@@ -16,11 +16,15 @@ absl::StatusOr<proto::StreamRequest> ParseStreamRequest(const grpc::ByteBuffer& 
     return absl::InvalidArgumentError("StreamSteps: the first message must be a StreamRequest");
   }
   const proto::StreamRequest& request = message.request();
-  if (request.wire_version() != proto::WIRE_VERSION_1 &&
-      request.wire_version() != proto::WIRE_VERSION_UNSPECIFIED) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("StreamSteps: consumer wire version ", request.wire_version(),
-                     ", worker wire version ", proto::WIRE_VERSION_1));
+  if (request.wire_version() != proto::WIRE_VERSION_2) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "StreamSteps: consumer wire version ", request.wire_version(), ", worker wire version ",
+        proto::WIRE_VERSION_2, " (credits in bytes): the consumer and the worker must be of the "
+        "same Sluice release"));
+  }
+  if (request.window_bytes() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "StreamSteps: window_bytes must be positive, got ", request.window_bytes()));
   }
   return request;
 }

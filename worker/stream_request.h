@@ -10,8 +10,9 @@
 namespace sluice {
 
 // The StreamRequest in `first`. INVALID_ARGUMENT for bad framing, bytes that are no
-// ConsumerMessage, or a first message that is not a StreamRequest; FAILED_PRECONDITION for a
-// wire version other than WIRE_VERSION_1 (or unspecified). Messages start "StreamSteps: ".
+// ConsumerMessage, a first message that is not a StreamRequest, or window_bytes <= 0;
+// FAILED_PRECONDITION for a wire version other than WIRE_VERSION_2 (a consumer of a release
+// whose credits were in steps sends WIRE_VERSION_1). Messages start "StreamSteps: ".
 absl::StatusOr<proto::StreamRequest> ParseStreamRequest(const grpc::ByteBuffer& first);
 
 }  // namespace sluice

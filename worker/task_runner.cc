@@ -198,7 +198,21 @@ absl::Status StepReader::Next(size_t max_steps, size_t max_bytes, absl::Time dea
 
 void StepReader::ConfirmEnd() { buffer_->ConfirmEnd(consumer_, generation_); }
 
+absl::Status StepReader::Next(const StepLimits& limits, absl::Time deadline,
+                              std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end,
+                              size_t* blocked_cost) {
+  return buffer_->Next(consumer_, generation_, limits, deadline, steps, end, blocked_cost);
+}
+
 bool StepReader::Ready() const { return buffer_->Ready(consumer_); }
+
+void StepReader::Acknowledge(int64_t received_steps) {
+  buffer_->Acknowledge(consumer_, received_steps);
+}
+
+bool StepReader::ReadyWithin(const StepLimits& limits) const {
+  return buffer_->ReadyWithin(consumer_, limits);
+}
 
 TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
                        std::unique_ptr<TaskStepIterator> steps)

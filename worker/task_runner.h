@@ -94,6 +94,12 @@ class StepReader {
   // As StepBuffer::Next.
   absl::Status Next(size_t max_steps, size_t max_bytes, absl::Time deadline,
                     std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end);
+  absl::Status Next(const StepLimits& limits, absl::Time deadline,
+                    std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end,
+                    size_t* blocked_cost);
+  bool ReadyWithin(const StepLimits& limits) const;
+  // As StepBuffer::Acknowledge (independent reads).
+  void Acknowledge(int64_t received_steps);
   // As StepBuffer::ConfirmEnd: the consumer half-closed after the end frame.
   void ConfirmEnd();
   bool Ready() const;

@@ -1,5 +1,6 @@
 #include "core/rpc/step_frame.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -151,40 +152,53 @@ bool ValidDType(int d) {
   return d >= static_cast<int>(DType::kBool) && d <= static_cast<int>(DType::kString);
 }
 
+// Names a tensor of a frame in error messages; the text is built only for an error.
+struct Where {
+  int64_t step;
+  int piece;
+  int tensor;
+};
+
+// "step frame: step S piece P tensor T", for error messages.
+std::string WhereText(const Where& w) {
+  return absl::StrCat("step frame: step ", w.step, " piece ", w.piece, " tensor ", w.tensor);
+}
+
 // Checks one tensor header against itself; returns its element count.
-absl::StatusOr<int64_t> CheckTensorHeader(const proto::TensorHeader& h, const std::string& where) {
+absl::StatusOr<int64_t> CheckTensorHeader(const proto::TensorHeader& h, const Where& at) {
+  auto where = [&at] { return WhereText(at); };
   if (!ValidDType(h.dtype())) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": unknown dtype ", h.dtype()));
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": unknown dtype ", h.dtype()));
   }
   int64_t n = 1;
   for (int64_t d : h.shape()) {
     if (d < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": negative dimension ", d));
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": negative dimension ", d));
     }
     if (__builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 48)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": shape too large"));
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": shape too large"));
     }
   }
   const DType dtype = static_cast<DType>(h.dtype());
   if (dtype == DType::kString) {
     if (h.string_lengths_size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": ", h.string_lengths_size(),
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": ", h.string_lengths_size(),
                                                      " string lengths for ", n, " elements"));
     }
     uint64_t sum = 0;
     for (uint64_t l : h.string_lengths()) {
       if (__builtin_add_overflow(sum, l, &sum)) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": string lengths overflow"));
+        return absl::InvalidArgumentError(absl::StrCat(where(), ": string lengths overflow"));
       }
     }
     if (sum != h.byte_size()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": string lengths sum to ", sum,
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": string lengths sum to ", sum,
                                                      ", byte_size is ", h.byte_size()));
     }
   } else {
     const uint64_t want = static_cast<uint64_t>(n) * DTypeSize(dtype);
     if (h.byte_size() != want || h.string_lengths_size() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": byte_size ", h.byte_size(),
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": byte_size ", h.byte_size(),
                                                      " does not match ", n, " x ",
                                                      DTypeName(dtype), " (", want, ")"));
     }
@@ -192,8 +206,15 @@ absl::StatusOr<int64_t> CheckTensorHeader(const proto::TensorHeader& h, const st
   return n;
 }
 
+constexpr size_t RoundUpToAlignment(size_t n) {
+  return (n + TensorBuffer::kAlignment - 1) / TensorBuffer::kAlignment * TensorBuffer::kAlignment;
+}
+
+// Reads one tensor: a numeric one into `frame_buffer` at `offset` (a view, no allocation), a
+// string one into a tensor of its own.
 absl::StatusOr<Tensor> ReadTensor(SliceReader* reader, const proto::TensorHeader& h, int64_t n,
-                                  const TensorAllocator& allocator, const std::string& where) {
+                                  const std::shared_ptr<TensorBuffer>& frame_buffer,
+                                  size_t offset) {
   const DType dtype = static_cast<DType>(h.dtype());
   Shape shape(std::vector<int64_t>(h.shape().begin(), h.shape().end()));
   if (dtype == DType::kString) {
@@ -206,14 +227,8 @@ absl::StatusOr<Tensor> ReadTensor(SliceReader* reader, const proto::TensorHeader
     return t;
   }
   if (h.byte_size() == 0) return Tensor::Allocate(dtype, shape);
-  std::shared_ptr<TensorBuffer> buffer =
-      allocator ? allocator(h.byte_size()) : AllocateUninitializedHost(h.byte_size());
-  if (buffer == nullptr || buffer->data() == nullptr || buffer->size() < h.byte_size()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(where, ": cannot allocate ", h.byte_size(), " bytes"));
-  }
-  reader->Read(buffer->data(), h.byte_size());
-  return Tensor::Wrap(dtype, shape, std::move(buffer));
+  reader->Read(static_cast<char*>(frame_buffer->data()) + offset, h.byte_size());
+  return Tensor::Wrap(dtype, shape, frame_buffer, offset);
 }
 
 }  // namespace
@@ -230,6 +245,14 @@ size_t StepPayloadBytes(const WireStep& step) {
     for (const Tensor& t : piece) n += t.payload_bytes();
   }
   return n;
+}
+
+size_t StepCreditBytes(const WireStep& step) {
+  return StepPayloadBytes(step) + kStepCreditOverheadBytes;
+}
+
+int64_t CreditForAnyStep(int64_t window_bytes) {
+  return std::max<int64_t>(window_bytes - window_bytes / 4, 1);
 }
 
 absl::Status EncodeStepFrame(const StepFrame& frame, grpc::ByteBuffer* out) {
@@ -312,21 +335,28 @@ absl::Status DecodeStepFrame(const grpc::ByteBuffer& buffer, const TensorAllocat
   RETURN_IF_ERROR(ReadHeader(&reader, &header, "step frame"));
 
   // Validate everything and check the payload size before allocating anything, so that a
-  // corrupt header cannot make us allocate what the frame does not carry.
+  // corrupt header cannot make us allocate what the frame does not carry. Numeric tensors get
+  // 64-byte aligned offsets in one buffer for the whole frame.
   std::vector<int64_t> counts;
+  std::vector<size_t> offsets;
   uint64_t payload = 0;
+  size_t numeric = 0;
   for (int s = 0; s < header.steps_size(); ++s) {
     const proto::StepHeader& sh = header.steps(s);
     for (int p = 0; p < sh.pieces_size(); ++p) {
       for (int i = 0; i < sh.pieces(p).tensors_size(); ++i) {
         const proto::TensorHeader& th = sh.pieces(p).tensors(i);
-        ASSIGN_OR_RETURN(int64_t n,
-                         CheckTensorHeader(th, absl::StrCat("step frame: step ", sh.task_step(),
-                                                            " piece ", p, " tensor ", i)));
+        ASSIGN_OR_RETURN(int64_t n, CheckTensorHeader(th, Where{sh.task_step(), p, i}));
         counts.push_back(n);
         if (__builtin_add_overflow(payload, th.byte_size(), &payload)) {
           return absl::InvalidArgumentError("step frame: payload size overflows");
         }
+        size_t offset = 0;
+        if (th.dtype() != static_cast<int>(DType::kString) && th.byte_size() > 0) {
+          offset = RoundUpToAlignment(numeric);
+          numeric = offset + th.byte_size();
+        }
+        offsets.push_back(offset);
       }
     }
   }
@@ -334,6 +364,15 @@ absl::Status DecodeStepFrame(const grpc::ByteBuffer& buffer, const TensorAllocat
     return absl::DataLossError(absl::StrCat("step frame: the header describes ", payload,
                                             " payload byte(s) but ", reader.remaining(),
                                             " follow"));
+  }
+  std::shared_ptr<TensorBuffer> frame_buffer;
+  if (numeric > 0) {
+    frame_buffer = allocator ? allocator(numeric) : AllocateUninitializedHost(numeric);
+    if (frame_buffer == nullptr || frame_buffer->data() == nullptr ||
+        frame_buffer->size() < numeric) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("step frame: cannot allocate ", numeric, " bytes"));
+    }
   }
 
   out->steps.clear();
@@ -355,10 +394,15 @@ absl::Status DecodeStepFrame(const grpc::ByteBuffer& buffer, const TensorAllocat
       const proto::PieceHeader& ph = sh.pieces(p);
       step.pieces[p].reserve(ph.tensors_size());
       for (int i = 0; i < ph.tensors_size(); ++i) {
-        ASSIGN_OR_RETURN(Tensor t, ReadTensor(&reader, ph.tensors(i), counts[next++], allocator,
-                                              absl::StrCat("step frame: step ", sh.task_step(),
-                                                           " piece ", p, " tensor ", i)));
-        step.pieces[p].push_back(std::move(t));
+        absl::StatusOr<Tensor> t =
+            ReadTensor(&reader, ph.tensors(i), counts[next], frame_buffer, offsets[next]);
+        ++next;
+        if (!t.ok()) {
+          return absl::Status(t.status().code(),
+                              absl::StrCat(WhereText(Where{sh.task_step(), p, i}),
+                                           ": ", t.status().message()));
+        }
+        step.pieces[p].push_back(*std::move(t));
       }
     }
     out->steps.push_back(std::move(step));

@@ -14,8 +14,11 @@
 // Encoding is zero-copy for numeric tensors of kZeroCopyMinBytes or more: their slices point at
 // the tensors' own buffers and hold a reference that is dropped when gRPC is done with the
 // bytes. Smaller tensors and strings are copied next to the header (fewer, larger slices).
-// Decoding copies every tensor's bytes exactly once, from the received slices straight into a
-// buffer from an injectable TensorAllocator (pinned host memory, a pool, ...).
+// Decoding copies every tensor's bytes exactly once, from the received slices straight into
+// one buffer per frame from an injectable TensorAllocator (pinned host memory, a pool, ...):
+// the frame's numeric tensors are views of it at 64-byte aligned offsets (one allocation a
+// frame, however many steps and tensors it carries; the buffer lives while any of them does).
+// Error messages are built only on the error path.
 //
 // Consumer -> worker messages (StreamRequest, CreditGrant) are [fixed32 L][ConsumerMessage].
 //
@@ -52,7 +55,7 @@ struct StepFrame {
   absl::Status status;
 };
 
-// Allocates the destination buffer of one decoded numeric tensor of `bytes` bytes (> 0).
+// Allocates the destination buffer of one decoded frame's numeric tensors, `bytes` (> 0).
 // Returning nullptr makes decoding fail with RESOURCE_EXHAUSTED.
 using TensorAllocator = std::function<std::shared_ptr<TensorBuffer>(size_t bytes)>;
 
@@ -64,6 +67,16 @@ inline constexpr size_t kZeroCopyMinBytes = 4096;
 
 // Bytes of tensor payload the frame carries (what a bandwidth figure counts).
 size_t StepPayloadBytes(const WireStep& step);
+
+// What a step costs against a consumer's byte credit (proto/worker.proto, WIRE_VERSION_2): its
+// payload bytes plus kStepCreditOverheadBytes, so that steps of size-0 tensors are not free.
+// The worker computes the same figure from the pieces it sends (worker/consumer_frame.h).
+inline constexpr size_t kStepCreditOverheadBytes = 64;
+size_t StepCreditBytes(const WireStep& step);
+// The credit at which a worker sends the consumer's next step whatever its cost: window -
+// window / 4 (at least 1). The consumer grants whenever a quarter of its window is free, so a
+// stream blocked on a step larger than its credit always gets there.
+int64_t CreditForAnyStep(int64_t window_bytes);
 
 // Encodes `frame`. INVALID_ARGUMENT for an invalid tensor or a tensor not in host memory.
 absl::Status EncodeStepFrame(const StepFrame& frame, grpc::ByteBuffer* out);

@@ -97,9 +97,11 @@ struct ServiceOptions {
   // How long UNAVAILABLE (no worker yet, a worker gone and its task not reassigned yet) is
   // retried, with exponential backoff, before the error is returned naming the address.
   absl::Duration retry_deadline = absl::Seconds(60);
-  // Steps in flight per task (the credit window): received and not yet consumed, or granted to
-  // the worker and not yet received. At least 1.
-  int64_t credits_per_task = 4;
+  // The receive budget in bytes, shared by all of this consumer's streams (docs/SERVICE.md,
+  // "Flow control"): the steps received and not yet consumed plus the credit granted to workers
+  // and not yet used stay within it (a single step larger than a stream's share still flows).
+  // At least 1.
+  int64_t receive_budget_bytes = int64_t{64} << 20;
   // Allocates the host buffers received tensors are copied into (pinned memory, a pool, ...).
   // Empty: pooled pinned memory when batches are prefetched to a real GPU (so they go to the
   // device with no staging copy), else 64-byte aligned host memory.

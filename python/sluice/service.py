@@ -46,7 +46,8 @@ def distribute_from_service(strategy, dataset, coordinator=None, job="", consume
                             num_consumers=None, sharding_policy="auto", read_mode="coordinated",
                             resume_from=None, cluster_spec="", num_tasks=0, seed=0,
                             shuffle="none", num_epochs=1, fetch_to_device=True,
-                            per_replica_buffer_size=1, credits_per_task=4, retry_deadline=60.0,
+                            per_replica_buffer_size=1, receive_budget_bytes=64 << 20,
+                            retry_deadline=60.0,
                             rpc_deadline=10.0, token="", tls=False, tls_ca_file="",
                             tls_cert_file="", tls_key_file="", tls_server_name=""):
     """A DistributedDataset whose iterators stream ``dataset``'s steps from the service.
@@ -79,7 +80,7 @@ def distribute_from_service(strategy, dataset, coordinator=None, job="", consume
     o.num_epochs = num_epochs
     o.fetch_to_device = fetch_to_device
     o.per_replica_buffer_size = per_replica_buffer_size
-    o.credits_per_task = credits_per_task
+    o.receive_budget_bytes = receive_budget_bytes
     o.retry_deadline = retry_deadline
     o.rpc_deadline = rpc_deadline
     o.token = token

@@ -58,7 +58,7 @@ void RegisterService(py::module_& m) {
       .def_readwrite("read_mode", &ServiceOptions::read_mode)
       .def_readwrite("sharding_policy", &ServiceOptions::sharding_policy)
       .def_readwrite("num_tasks", &ServiceOptions::num_tasks)
-      .def_readwrite("credits_per_task", &ServiceOptions::credits_per_task)
+      .def_readwrite("receive_budget_bytes", &ServiceOptions::receive_budget_bytes)
       .def_readwrite("fetch_to_device", &ServiceOptions::fetch_to_device)
       .def_readwrite("per_replica_buffer_size", &ServiceOptions::per_replica_buffer_size)
       .def_property(

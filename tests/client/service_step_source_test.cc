@@ -4,6 +4,8 @@
 #include "client/service_step_source.h"
 
 #include <cstdint>
+#include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -245,6 +247,104 @@ TEST(ServiceStepSourceTest, TheMonitorCancelsACallWaitingForAFrozenWorkersStatus
   EXPECT_TRUE(servers.worker().WaitForFrozenCallCancelled());
   EXPECT_FALSE(servers.worker().gave_up());
   source->reset();
+}
+
+// A worker whose first call of each task breaks in the middle of the task: it sends a frame of
+// steps 0-2 and fails the call with UNAVAILABLE, as a worker does whose connection breaks while
+// the frame of steps 3-5 is on its way (that frame never arrives). Later calls send the task
+// from the requested step to its end (step 5) in one frame. Task index i's steps hold
+// 100 i + s.
+class BreakingWorker : public grpc::Service {
+ public:
+  static constexpr int64_t kSteps = 6;
+  BreakingWorker() {
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        "/sluice.proto.WorkerService/StreamSteps", grpc::internal::RpcMethod::BIDI_STREAMING,
+        new grpc::internal::BidiStreamingHandler<BreakingWorker, grpc::ByteBuffer,
+                                                 grpc::ByteBuffer>(
+            [](BreakingWorker* w, grpc::ServerContext*, Stream* stream) {
+              return w->StreamSteps(stream);
+            },
+            this)));
+  }
+  // The start_step of every request of task index i, in order.
+  std::vector<int64_t> starts(int64_t index) {
+    absl::MutexLock lock(&mu_);
+    return starts_[index];
+  }
+
+ private:
+  grpc::Status StreamSteps(Stream* stream) {
+    grpc::ByteBuffer bb;
+    if (!stream->Read(&bb)) return grpc::Status(grpc::StatusCode::CANCELLED, "no request");
+    proto::ConsumerMessage m;
+    if (!DecodeConsumerMessage(bb, &m).ok() || !m.has_request()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad request");
+    }
+    const int64_t index = m.request().task_id() - 1;
+    const int64_t start = m.request().start_step();
+    bool first;
+    {
+      absl::MutexLock lock(&mu_);
+      first = starts_[index].empty();
+      starts_[index].push_back(start);
+    }
+    StepFrame frame;
+    const int64_t stop = first ? std::min<int64_t>(start + 3, kSteps) : kSteps;
+    for (int64_t s = start; s < stop; ++s) {
+      WireStep w;
+      w.task_step = s;
+      w.num_real_pieces = 1;
+      w.pieces.push_back({Tensor::Scalar<int64_t>(index * 100 + s)});
+      frame.steps.push_back(std::move(w));
+    }
+    frame.end_of_task = !first;
+    grpc::ByteBuffer out;
+    if (!EncodeStepFrame(frame, &out).ok() || !stream->Write(out)) {
+      return grpc::Status(grpc::StatusCode::INTERNAL, "write failed");
+    }
+    if (first) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection broke mid-task");
+    while (stream->Read(&bb)) {
+    }
+    return grpc::Status::OK;
+  }
+
+  absl::Mutex mu_;
+  std::map<int64_t, std::vector<int64_t>> starts_ ABSL_GUARDED_BY(mu_);
+};
+
+// A stream broken after a multi-step frame, with the next frame lost: the consumer reconnects
+// at the first step it has not received (3), and reads every step exactly once, in order.
+TEST(ServiceStepSourceTest, AReconnectMidTaskLosesAndDuplicatesNothing) {
+  BreakingWorker worker;
+  int port = 0;
+  grpc::ServerBuilder wb;
+  wb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  wb.RegisterService(&worker);
+  std::unique_ptr<grpc::Server> worker_server = wb.BuildAndStart();
+  FakeCoordinator coordinator("127.0.0.1:" + std::to_string(port));
+  grpc::ServerBuilder cb;
+  cb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  cb.RegisterService(&coordinator);
+  std::unique_ptr<grpc::Server> coordinator_server = cb.BuildAndStart();
+  {
+    ServiceStepSourceOptions o = SequentialOptions("127.0.0.1:" + std::to_string(port));
+    o.receive_budget_bytes = 1 << 20;
+    auto source = ServiceStepSource::Create(o);
+    ASSERT_TRUE(source.ok()) << source.status();
+    absl::StatusOr<std::vector<int64_t>> got = ReadAll(**source);
+    ASSERT_TRUE(got.ok()) << got.status();
+    std::vector<int64_t> want;
+    for (int64_t i = 0; i < kTasks; ++i) {
+      for (int64_t s = 0; s < BreakingWorker::kSteps; ++s) want.push_back(i * 100 + s);
+    }
+    EXPECT_EQ(*got, want);
+    for (int64_t i = 0; i < kTasks; ++i) {
+      EXPECT_EQ(worker.starts(i), (std::vector<int64_t>{0, 3})) << "task index " << i;
+    }
+  }
+  coordinator_server->Shutdown();
+  worker_server->Shutdown();
 }
 
 }  // namespace

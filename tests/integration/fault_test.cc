@@ -12,7 +12,9 @@
 // "Mid-epoch" is asserted, not hoped for: the consumers are paused (SIGSTOP) once consumer 0
 // has printed a given step, the test checks that consumer 0 has printed > 0 and every consumer
 // fewer than all steps, injects the fault, and continues them. Workers buffer at most a few
-// steps ahead (small --buffer_bytes), so the job cannot finish behind the consumers' backs.
+// steps ahead (small --buffer_bytes) and consumers hold at most a few steps per stream (a
+// 1 KiB --receive_budget_bytes; the 64 MiB default would take this whole small job at once),
+// so the job cannot finish behind the consumers' backs.
 //
 // Each test runs once per mode: DATA (coordinated SHARDING_DATA) and RANGES (coordinated
 // SHARDING_RANGES with --seed and --shuffle=full). Nothing is skipped: every feature used here
@@ -183,7 +185,8 @@ class Trainers {
                                        "--sharding_policy=" + mode.policy,
                                        "--read_mode=coordinated",
                                        "--format=json",
-                                       "--retry_deadline=90s"};
+                                       "--retry_deadline=90s",
+                                       "--receive_budget_bytes=1024"};
       args.insert(args.end(), mode.flags.begin(), mode.flags.end());
       if (per_consumer_flags != nullptr) {
         std::vector<std::string> more = per_consumer_flags(c);

@@ -270,18 +270,43 @@ TEST_F(ServiceErrorsTest, WorkerRejectsBadStreamsAndKeepsServing) {
   {
     proto::ConsumerMessage m;
     proto::StreamRequest* r = m.mutable_request();
-    r->set_wire_version(proto::WIRE_VERSION_1);
+    r->set_wire_version(proto::WIRE_VERSION_2);
     r->set_job_id(4242);
     r->set_task_id(4242);
-    r->set_initial_credits(1);
+    r->set_initial_credit_bytes(1);
+    r->set_window_bytes(1);
     grpc::Status s = RawStream(worker, EncodeConsumerMessage(m));
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
     EXPECT_TRUE(absl::StrContains(s.error_message(), "4242")) << s.error_message();
   }
+  // A consumer of the release whose credits were in steps (WIRE_VERSION_1): FAILED_PRECONDITION
+  // naming both versions, before anything else is looked at.
+  {
+    proto::ConsumerMessage m;
+    proto::StreamRequest* r = m.mutable_request();
+    r->set_wire_version(proto::WIRE_VERSION_1);
+    r->set_job_id(4242);
+    r->set_task_id(4242);
+    grpc::Status s = RawStream(worker, EncodeConsumerMessage(m));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "consumer wire version 1, worker wire version 2"))
+        << s.error_message();
+  }
+  // No window: INVALID_ARGUMENT.
+  {
+    proto::ConsumerMessage m;
+    proto::StreamRequest* r = m.mutable_request();
+    r->set_wire_version(proto::WIRE_VERSION_2);
+    r->set_job_id(4242);
+    r->set_task_id(4242);
+    grpc::Status s = RawStream(worker, EncodeConsumerMessage(m));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "window_bytes")) << s.error_message();
+  }
   // A credit grant before any request: INVALID_ARGUMENT.
   {
     proto::ConsumerMessage m;
-    m.mutable_credit()->set_steps(1);
+    m.mutable_credit()->set_bytes(1);
     grpc::Status s = RawStream(worker, EncodeConsumerMessage(m));
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
   }

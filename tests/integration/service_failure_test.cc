@@ -9,7 +9,8 @@
 //  - independent reads: the job completes, each element at least once and at most twice (the
 //    killed worker's task is replayed from its start).
 // The consumers are paused (SIGSTOP) around the kill so that it lands mid-epoch whatever the
-// machine's speed: workers hold at most their credit window and buffer ahead of them. Which
+// machine's speed: workers send at most the consumers' (small) receive budgets and buffer
+// little ahead of them. Which
 // consumer gets how many steps of an independent job is a race (each step goes to whichever
 // asks first: a consumer whose process starts late may get few or none), so the pause waits for
 // step 20 of whichever consumer prints it first, and the worker killed is one that holds an
@@ -105,7 +106,10 @@ TEST_P(ServiceFailureTest, WorkerKilledMidEpochJobRunsToCompletion) {
          absl::StrCat("--pipeline=range(", fc.elements, ").batch(", kBatch, ")"),
          "--devices=CPU:0,CPU:1", absl::StrCat("--consumer_index=", c),
          absl::StrCat("--num_consumers=", kConsumers), "--sharding_policy=" + fc.policy,
-         "--read_mode=" + fc.read_mode, "--format=json", "--retry_deadline=60s"});
+         "--read_mode=" + fc.read_mode, "--format=json", "--retry_deadline=60s",
+         // A few steps per stream, as the workers' 512-byte buffers: the job cannot run ahead
+         // of the paused consumers (the 64 MiB default would take this small job at once).
+         "--receive_budget_bytes=1024"});
     ASSERT_TRUE(p.ok()) << p.status();
     consumers.push_back(*std::move(p));
   }

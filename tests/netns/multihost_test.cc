@@ -78,7 +78,10 @@ std::vector<std::string> RunArgs(const std::string& coordinator, const std::stri
           "--sharding_policy=DATA",
           "--read_mode=coordinated",
           "--format=json",
-          "--retry_deadline=60s"};
+          "--retry_deadline=60s",
+          // A few steps per stream: the cut must land mid-epoch (the 64 MiB default budget
+          // would take this small job at once).
+          "--receive_budget_bytes=1024"};
 }
 
 // Each consumer's steps, from their `sluicectl run --format=json` output.

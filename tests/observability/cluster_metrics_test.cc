@@ -98,6 +98,9 @@ absl::StatusOr<int64_t> ReadAll(const std::string& coordinator, const Dataset& d
   options.coordinator_address = coordinator;
   options.job_name = job;
   options.sharding_policy = ServiceShardingPolicy::kData;
+  // A few steps per stream (the 64 MiB default would take this small job at once): deliveries
+  // keep growing between the scrapes taken during the run.
+  options.receive_budget_bytes = 1024;
   auto dist = DistributeDatasetFromService(*strategy, ds, options);
   if (!dist.ok()) return dist.status();
   auto it = dist->MakeIterator();

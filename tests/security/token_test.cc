@@ -105,10 +105,11 @@ grpc::Status StreamStepsOnce(const std::string& address, const std::string& toke
       grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
           channel.get(), method, &context));
   proto::ConsumerMessage m;
-  m.mutable_request()->set_wire_version(proto::WIRE_VERSION_1);
+  m.mutable_request()->set_wire_version(proto::WIRE_VERSION_2);
   m.mutable_request()->set_job_id(job_id);
   m.mutable_request()->set_task_id(task_id);
-  m.mutable_request()->set_initial_credits(1000);
+  m.mutable_request()->set_initial_credit_bytes(1 << 20);
+  m.mutable_request()->set_window_bytes(1 << 20);
   stream->Write(EncodeConsumerMessage(m));
   stream->WritesDone();
   grpc::ByteBuffer frame;

@@ -207,7 +207,7 @@ void RunRestartTest(ServiceShardingPolicy policy, const std::string& name) {
   ServiceOptions options;
   options.job_name = name;
   options.sharding_policy = policy;
-  options.credits_per_task = 2;
+  options.receive_budget_bytes = 512;  // about two steps per stream
 
   // Without a restart.
   std::vector<Steps> baseline;

@@ -101,7 +101,7 @@ TEST(ServiceClusterTest, WorkerStoppedMidEpochJobStillCompletesExactlyOnce) {
   ServiceOptions options;
   options.job_name = "failover";
   options.sharding_policy = ServiceShardingPolicy::kData;
-  options.credits_per_task = 2;
+  options.receive_budget_bytes = 512;  // about two steps per stream
   std::atomic<bool> stopped{false};
   absl::Notification stop_done;
   auto results = ConsumeAll(cluster.address(), ds, options, 2, 2, [&](int64_t c, int64_t s) {

@@ -90,12 +90,13 @@ absl::Status ReadTask(const std::string& address, int64_t job_id, int64_t task_i
           &context));
   proto::ConsumerMessage first;
   proto::StreamRequest* request = first.mutable_request();
-  request->set_wire_version(proto::WIRE_VERSION_1);
+  request->set_wire_version(proto::WIRE_VERSION_2);
   request->set_job_id(job_id);
   request->set_task_id(task_id);
   request->set_consumer_index(0);
   request->set_start_step(start);
-  request->set_initial_credits(1 << 20);
+  request->set_initial_credit_bytes(int64_t{1} << 30);
+  request->set_window_bytes(int64_t{1} << 30);
   if (!stream->Write(EncodeConsumerMessage(first))) {
     return absl::UnavailableError("cannot write the StreamRequest");
   }

@@ -165,6 +165,38 @@ TEST(StepFrameTest, UsesTheInjectedAllocator) {
   EXPECT_EQ(DecodeStepFrame(bb, failing, &decoded).code(), absl::StatusCode::kResourceExhausted);
 }
 
+// A frame of several steps and tensors is decoded into one buffer: one allocation of the
+// numeric payload at 64-byte aligned offsets, every tensor a view of it.
+TEST(StepFrameTest, DecodesAFrameIntoOneBufferWithTensorsAsViews) {
+  StepFrame frame;
+  for (int64_t s = 0; s < 3; ++s) {
+    frame.steps.push_back(WireStep{s, -1, 2, {{Filled(DType::kInt32, Shape({5})),
+                                               Tensor::FromStrings({"ab", "c"}, Shape({2}))},
+                                              {Filled(DType::kFloat64, Shape({3}))}}});
+  }
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(EncodeStepFrame(frame, &bb).ok());
+  std::vector<size_t> requests;
+  TensorAllocator alloc = [&](size_t bytes) {
+    requests.push_back(bytes);
+    return AllocateUninitializedHost(bytes);
+  };
+  StepFrame decoded;
+  ASSERT_TRUE(DecodeStepFrame(bb, alloc, &decoded).ok());
+  // Per step: 20 bytes at offset 0 (mod 64) and 24 at the next 64-byte boundary.
+  EXPECT_THAT(requests, ::testing::ElementsAre(64u * 5 + 24u));
+  ExpectSameFrame(frame, decoded);
+  const std::shared_ptr<TensorBuffer>& buffer = decoded.steps[0].pieces[0][0].buffer();
+  size_t expected_offset = 0;
+  for (const WireStep& step : decoded.steps) {
+    EXPECT_EQ(step.pieces[0][0].buffer(), buffer);
+    EXPECT_EQ(step.pieces[0][0].buffer_offset(), expected_offset);
+    EXPECT_EQ(step.pieces[1][0].buffer(), buffer);
+    EXPECT_EQ(step.pieces[1][0].buffer_offset(), expected_offset + 64);
+    expected_offset += 128;
+  }
+}
+
 TEST(StepFrameTest, ShortAndPaddedFramesAreDataLoss) {
   StepFrame frame;
   frame.steps.push_back(WireStep{0, -1, 1, {{Filled(DType::kInt32, Shape({64}))}}});

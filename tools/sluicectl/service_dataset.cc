@@ -62,6 +62,9 @@ ABSL_FLAG(std::string, resume_state, "",
 ABSL_FLAG(absl::Duration, retry_deadline, absl::Seconds(60),
           "Service mode: how long an unavailable coordinator or worker is retried before the "
           "command fails.");
+ABSL_FLAG(int64_t, receive_budget_bytes, int64_t{64} << 20,
+          "Service mode: this consumer's receive budget in bytes, shared by its streams: steps "
+          "received and not yet consumed plus credit granted to workers (docs/SERVICE.md).");
 namespace sluice {
 namespace {
 
@@ -135,6 +138,11 @@ absl::StatusOr<ServiceFlags> ReadServiceFlags() {
   o.retry_deadline = absl::GetFlag(FLAGS_retry_deadline);
   if (o.retry_deadline < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--retry_deadline must be non-negative");
+  }
+  o.receive_budget_bytes = absl::GetFlag(FLAGS_receive_budget_bytes);
+  if (o.receive_budget_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--receive_budget_bytes must be positive, got ",
+                                                   o.receive_budget_bytes));
   }
   o.order.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   ASSIGN_OR_RETURN(o.order.shuffle, ParseShuffle(absl::GetFlag(FLAGS_shuffle)));

@@ -1,0 +1,164 @@
+// Flow control in bytes (docs/SERVICE.md, "Flow control"): a consumer's receive budget is shared
+// by its streams, a slow consumer holds its workers at the budget, credit goes back in batches
+// (a quarter of a stream's window at a time), and a step larger than a stream's window still
+// flows. Real coordinator and workers in process (port 0), a ServiceStepSource read directly so
+// that its FlowStats can be seen; waits are on conditions (bounded), never on time.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/service_step_source.h"
+#include "core/rpc/step_frame.h"
+#include "core/tensor/proto_convert.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "proto/dataset.pb.h"
+#include "sluice/dataset.h"
+#include "tests/worker/in_process_cluster.h"
+#include "worker/task_runner.h"
+
+namespace sluice {
+namespace {
+
+// Liveness bound only (a broken build hangs here instead of forever).
+constexpr absl::Duration kStuck = absl::Seconds(60);
+
+constexpr int64_t kBatch = 512;  // int64 rows: 4 KiB of payload a step
+constexpr int64_t kSteps = 200;
+constexpr int64_t kStepCost = kBatch * 8 + static_cast<int64_t>(kStepCreditOverheadBytes);
+
+// A DATA job of range(kBatch * kSteps).batch(kBatch) over the cluster's workers (one task
+// each), one consumer with one replica; the source reading it with `budget` bytes.
+std::unique_ptr<ServiceStepSource> OpenSource(const Cluster& cluster, int64_t budget) {
+  auto stub = proto::CoordinatorService::NewStub(
+      grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials()));
+  const Dataset ds = Dataset::Range(kBatch * kSteps).Batch(kBatch);
+  proto::RegisterDatasetRequest reg;
+  reg.set_wire_version(proto::WIRE_VERSION_1);
+  *reg.mutable_dataset() = ds.def();
+  proto::RegisterDatasetResponse reg_resp;
+  {
+    grpc::ClientContext c;
+    grpc::Status s = stub->RegisterDataset(&c, reg, &reg_resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  proto::GetOrCreateJobRequest job;
+  job.set_wire_version(proto::WIRE_VERSION_1);
+  job.mutable_options()->set_dataset_id(reg_resp.dataset_id());
+  job.mutable_options()->set_num_consumers(1);
+  job.mutable_options()->set_replicas_per_consumer(1);
+  job.mutable_options()->set_sharding_policy(proto::SHARDING_DATA);
+  proto::GetOrCreateJobResponse job_resp;
+  {
+    grpc::ClientContext c;
+    grpc::Status s = stub->GetOrCreateJob(&c, job, &job_resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  proto::GetElementSpecRequest spec_req;
+  spec_req.set_job_id(job_resp.job_id());
+  proto::GetElementSpecResponse spec_resp;
+  {
+    grpc::ClientContext c;
+    grpc::Status s = stub->GetElementSpec(&c, spec_req, &spec_resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  absl::StatusOr<ElementSpec> spec = ElementSpecFromProto(spec_resp.per_replica_spec());
+  EXPECT_TRUE(spec.ok()) << spec.status();
+
+  ServiceStepSourceOptions o;
+  o.coordinator_address = cluster.address();
+  o.job_id = job_resp.job_id();
+  o.per_replica_spec = *spec;
+  o.receive_budget_bytes = budget;
+  absl::StatusOr<std::unique_ptr<ServiceStepSource>> source = ServiceStepSource::Create(o);
+  EXPECT_TRUE(source.ok()) << source.status();
+  return source.ok() ? *std::move(source) : nullptr;
+}
+
+int64_t StepsDelivered(Cluster& cluster) {
+  int64_t n = 0;
+  for (int w = 0; w < cluster.num_workers(); ++w) {
+    for (const auto& runner : cluster.worker(w)->TaskRunners()) n += runner->steps_delivered();
+  }
+  return n;
+}
+
+// Reads every step; checks the job's order (round-robin over the DATA tasks is the single
+// pipeline's order) and that the budget was never exceeded. Returns the steps read.
+int64_t ReadAll(ServiceStepSource* source, int64_t budget_bound) {
+  int64_t step = 0;
+  for (; step <= kSteps; ++step) {
+    std::vector<Element> replicas;
+    bool end = false;
+    absl::Status s = source->GetNextStep(&replicas, &end);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok() || end) break;
+    if (replicas.size() != 1 || !replicas[0].is_leaf()) {
+      ADD_FAILURE() << "step " << step << ": not one replica with one leaf";
+      break;
+    }
+    const Tensor& t = replicas[0].leaf();
+    EXPECT_EQ(t.num_elements(), kBatch);
+    EXPECT_EQ(t.data<int64_t>()[0], step * kBatch) << "step " << step;
+    EXPECT_LE(source->flow_stats().peak_bytes, budget_bound) << "after step " << step;
+  }
+  return step;
+}
+
+// A consumer that reads nothing holds both workers at its budget: each stream gets half of it
+// as its window, the workers send whole steps while they fit and then stop, and the consumer
+// then holds exactly what it was sent.
+TEST(ServiceFlowControlTest, SlowConsumerHoldsWorkersAtTheBudget) {
+  Cluster cluster(2, absl::Seconds(10), /*buffer_bytes=*/size_t{64} << 10);
+  constexpr int64_t kBudget = 64 << 10;
+  std::unique_ptr<ServiceStepSource> source = OpenSource(cluster, kBudget);
+  ASSERT_NE(source, nullptr);
+  const int64_t window = kBudget / 2;
+  const int64_t per_stream = window / kStepCost;  // whole steps that fit a window: 7
+  ASSERT_GT(per_stream, 1);
+
+  // Both workers have sent what their credit allows: less than one step of credit is left.
+  ASSERT_TRUE(source->WaitForFlowStats(
+      [&](const ServiceStepSource::FlowStats& f) {
+        return f.steps_received == 2 * per_stream && f.outstanding_bytes < 2 * kStepCost;
+      },
+      kStuck))
+      << "received " << source->flow_stats().steps_received;
+  ServiceStepSource::FlowStats f = source->flow_stats();
+  EXPECT_EQ(f.window_bytes, window);
+  EXPECT_EQ(f.held_bytes, 2 * per_stream * kStepCost);
+  EXPECT_EQ(f.held_bytes + f.outstanding_bytes, kBudget);  // initial credit: the whole budget
+  EXPECT_LE(f.peak_bytes, kBudget);
+  EXPECT_EQ(f.credit_grants, 0);  // nothing consumed, nothing granted back
+  // The workers' side: they have written exactly the steps the consumer holds (the frames in
+  // flight are counted once written; bounded wait for the count to catch up).
+  for (int i = 0; i < 10000 && StepsDelivered(cluster) < f.steps_received; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(StepsDelivered(cluster), f.steps_received);
+  // Reading on: every step in order, the budget never exceeded, and credit granted back in
+  // batches of at least a quarter of the window (at most one grant per window/4 bytes read,
+  // where the old protocol granted once per step).
+  EXPECT_EQ(ReadAll(source.get(), kBudget), kSteps);
+  f = source->flow_stats();
+  EXPECT_EQ(f.steps_received, kSteps);
+  EXPECT_GE(f.credit_grants, 1);
+  EXPECT_LE(f.credit_grants, kSteps * kStepCost / (window / 4) + 2);
+  EXPECT_LT(f.credit_grants, kSteps / 2);
+}
+
+// Steps larger than a stream's window (4 KiB steps, 1 KiB budget over two streams) still flow,
+// one at a time per stream, in order.
+TEST(ServiceFlowControlTest, StepsLargerThanTheWindowStillFlow) {
+  Cluster cluster(2);
+  constexpr int64_t kBudget = 1024;
+  std::unique_ptr<ServiceStepSource> source = OpenSource(cluster, kBudget);
+  ASSERT_NE(source, nullptr);
+  EXPECT_EQ(ReadAll(source.get(), /*budget_bound=*/2 * kStepCost + kBudget), kSteps);
+  EXPECT_EQ(source->flow_stats().steps_received, kSteps);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,281 @@
+// Frame coalescing in GrpcWorkerService (worker/grpc_worker_service.h): steps that are ready
+// share one frame; a small frame waits (at most coalesce_wait) for more steps to join it; the
+// end of the task rides on the last steps' frame; a frame never takes more than the credit.
+// A real gRPC server on port 0 with a task whose producer the test releases step by step, and a
+// raw consumer of the StreamSteps call. Synchronization is on the step buffer's cursor (the
+// steps the stream has taken), never on time.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "core/rpc/step_frame.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/sync_stream.h"
+#include "gtest/gtest.h"
+#include "worker/grpc_worker_service.h"
+#include "worker/task_runner.h"
+
+namespace sluice {
+namespace {
+
+// Liveness bound only.
+constexpr absl::Duration kStuck = absl::Seconds(60);
+
+// A task of int64 scalar steps 0, 1, ... whose producer makes step s only once the test has
+// released s + 1 steps, and ends after `total`.
+class GatedTask : public TaskLookup {
+ public:
+  explicit GatedTask(int64_t total) {
+    proto::TaskDef task;
+    task.set_task_id(1);
+    task.set_job_id(1);
+    task.set_num_tasks(1);
+    task.mutable_job()->set_num_consumers(1);
+    task.mutable_job()->set_replicas_per_consumer(1);
+    runner_ = TaskRunner::StartWith(task, TaskRunnerOptions{}, [this, total](TaskStep* step,
+                                                                            bool* end) {
+      absl::MutexLock lock(&mu_);
+      const absl::Time give_up = absl::Now() + kStuck;
+      while (!closed_ && produced_ < total && produced_ >= released_ && absl::Now() < give_up) {
+        cv_.WaitWithDeadline(&mu_, give_up);
+      }
+      if (closed_ || produced_ >= total) {
+        *end = true;
+        return absl::OkStatus();
+      }
+      step->task_step = produced_;
+      step->num_real_pieces = 1;
+      step->pieces = {{Tensor::Scalar<int64_t>(produced_)}};
+      step->bytes = 8;
+      ++produced_;
+      *end = false;
+      return absl::OkStatus();
+    });
+  }
+  ~GatedTask() override {
+    {
+      absl::MutexLock lock(&mu_);
+      closed_ = true;
+      cv_.SignalAll();
+    }
+    runner_.reset();
+  }
+
+  absl::StatusOr<std::shared_ptr<TaskRunner>> FindTask(int64_t, int64_t) override {
+    return runner_;
+  }
+
+  void Release(int64_t n) {
+    absl::MutexLock lock(&mu_);
+    released_ += n;
+    cv_.SignalAll();
+  }
+
+  // Waits until the consumer's stream has taken `n` steps (its cursor in the step buffer).
+  bool WaitTaken(int64_t n) {
+    const absl::Time give_up = absl::Now() + kStuck;
+    while (absl::Now() < give_up) {
+      StepBuffer::Stats s = runner_->buffer()->stats();
+      if (!s.cursors.empty() && s.cursors[0] >= n) return true;
+      absl::SleepFor(absl::Microseconds(200));
+    }
+    return false;
+  }
+  // Waits until the producer has pushed `n` steps.
+  bool WaitProduced(int64_t n) {
+    const absl::Time give_up = absl::Now() + kStuck;
+    while (absl::Now() < give_up) {
+      if (runner_->buffer()->stats().steps_produced >= n) return true;
+      absl::SleepFor(absl::Microseconds(200));
+    }
+    return false;
+  }
+
+ private:
+  std::shared_ptr<TaskRunner> runner_;
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  int64_t released_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t produced_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class Server {
+ public:
+  Server(TaskLookup* tasks, WorkerServiceOptions options) : service_(tasks, options) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    address_ = absl::StrCat("127.0.0.1:", port);
+  }
+  ~Server() { server_->Shutdown(); }
+  const std::string& address() const { return address_; }
+
+ private:
+  GrpcWorkerService service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+// A raw consumer: opens the call with `credit` bytes (and as its window) and reads frames.
+class Consumer {
+ public:
+  Consumer(const std::string& address, int64_t credit)
+      : channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())) {
+    context_.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
+    stream_.reset(
+        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+            channel_.get(),
+            grpc::internal::RpcMethod(kStreamStepsMethod,
+                                      grpc::internal::RpcMethod::BIDI_STREAMING, channel_),
+            &context_));
+    proto::ConsumerMessage m;
+    proto::StreamRequest* r = m.mutable_request();
+    r->set_wire_version(proto::WIRE_VERSION_2);
+    r->set_job_id(1);
+    r->set_task_id(1);
+    r->set_initial_credit_bytes(credit);
+    r->set_window_bytes(std::max<int64_t>(credit, 1));
+    EXPECT_TRUE(stream_->Write(EncodeConsumerMessage(m)));
+  }
+  ~Consumer() {
+    stream_->WritesDone();
+    context_.TryCancel();
+    (void)stream_->Finish();
+  }
+
+  // The next frame's task steps (empty + *end for an end frame alone). False when the call
+  // ended.
+  bool Next(std::vector<int64_t>* steps, bool* end) {
+    grpc::ByteBuffer bb;
+    steps->clear();
+    *end = false;
+    if (!stream_->Read(&bb)) return false;
+    StepFrame frame;
+    absl::Status s = DecodeStepFrame(bb, {}, &frame);
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(frame.status.ok()) << frame.status;
+    for (const WireStep& w : frame.steps) {
+      steps->push_back(w.task_step);
+      EXPECT_EQ(w.pieces[0][0].data<int64_t>()[0], w.task_step);
+    }
+    *end = frame.end_of_task;
+    return true;
+  }
+
+  void Grant(int64_t bytes) {
+    proto::ConsumerMessage m;
+    m.mutable_credit()->set_bytes(bytes);
+    EXPECT_TRUE(stream_->Write(EncodeConsumerMessage(m)));
+  }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream_;
+};
+
+constexpr int64_t kCost = 8 + static_cast<int64_t>(kStepCreditOverheadBytes);
+
+WorkerServiceOptions Options(absl::Duration coalesce_wait, size_t max_frame_steps = 64) {
+  WorkerServiceOptions o;
+  o.coalesce_wait = coalesce_wait;
+  o.max_frame_steps = max_frame_steps;
+  return o;
+}
+
+// Steps already buffered when the consumer comes all go in one frame, with the end.
+TEST(StreamCoalescingTest, ReadyStepsShareOneFrameWithTheEnd) {
+  GatedTask task(10);
+  Server server(&task, Options(absl::ZeroDuration()));
+  task.Release(10);
+  ASSERT_TRUE(task.WaitProduced(10));
+  Consumer consumer(server.address(), 1 << 20);
+  std::vector<int64_t> steps;
+  bool end = false;
+  ASSERT_TRUE(consumer.Next(&steps, &end));
+  EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  // Without coalescing the end may or may not have been known when the frame was cut: read on.
+  while (!end && consumer.Next(&steps, &end)) EXPECT_TRUE(steps.empty());
+  EXPECT_TRUE(end);
+}
+
+// A small frame waits for steps that become ready after its first one: with the steps
+// released one by one, each only after the stream took the previous, the first frame still
+// carries max_frame_steps of them. With coalescing off, the same schedule gives one step.
+TEST(StreamCoalescingTest, SmallFrameWaitsForMoreSteps) {
+  for (const bool coalesce : {true, false}) {
+    SCOPED_TRACE(coalesce ? "coalescing" : "no coalescing");
+    GatedTask task(4);
+    // The bound is far beyond the test: it ends because the frame is full, not on time.
+    Server server(&task, Options(coalesce ? absl::Minutes(10) : absl::ZeroDuration(), 4));
+    Consumer consumer(server.address(), 1 << 20);
+    for (int64_t s = 0; s < 4; ++s) {
+      task.Release(1);
+      ASSERT_TRUE(task.WaitTaken(s + 1));
+    }
+    std::vector<int64_t> steps, all;
+    bool end = false;
+    ASSERT_TRUE(consumer.Next(&steps, &end));
+    if (coalesce) {
+      EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2, 3}));
+    } else {
+      EXPECT_EQ(steps, (std::vector<int64_t>{0}));
+    }
+    all = steps;
+    while (!end && consumer.Next(&steps, &end)) all.insert(all.end(), steps.begin(), steps.end());
+    EXPECT_TRUE(end);
+    EXPECT_EQ(all, (std::vector<int64_t>{0, 1, 2, 3}));
+  }
+}
+
+// The wait is bounded: a frame whose producer stalls goes out with what it has once
+// coalesce_wait has passed (here the producer never makes step 1 until the test ends).
+TEST(StreamCoalescingTest, FrameGoesOutAfterTheBound) {
+  GatedTask task(5);
+  Server server(&task, Options(absl::Milliseconds(2)));
+  Consumer consumer(server.address(), 1 << 20);
+  task.Release(1);
+  std::vector<int64_t> steps;
+  bool end = false;
+  ASSERT_TRUE(consumer.Next(&steps, &end));
+  EXPECT_EQ(steps, (std::vector<int64_t>{0}));
+  EXPECT_FALSE(end);
+  task.Release(4);
+  std::vector<int64_t> rest;
+  while (!end && consumer.Next(&steps, &end)) rest.insert(rest.end(), steps.begin(), steps.end());
+  EXPECT_EQ(rest, (std::vector<int64_t>{1, 2, 3, 4}));
+}
+
+// A frame never takes more than the credit: with credit for exactly 3 steps and 6 ready, the
+// first frame has 3 (at once: a spent credit ends the wait), the rest come after a grant.
+TEST(StreamCoalescingTest, FrameStopsAtTheCredit) {
+  GatedTask task(6);
+  Server server(&task, Options(absl::Minutes(10)));
+  task.Release(6);
+  ASSERT_TRUE(task.WaitProduced(6));
+  Consumer consumer(server.address(), 3 * kCost);
+  std::vector<int64_t> steps;
+  bool end = false;
+  ASSERT_TRUE(consumer.Next(&steps, &end));
+  EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2}));
+  consumer.Grant(3 * kCost);
+  ASSERT_TRUE(consumer.Next(&steps, &end));
+  EXPECT_EQ(steps, (std::vector<int64_t>{3, 4, 5}));
+  if (!end) {
+    consumer.Grant(kCost);  // the end frame needs a byte of credit
+    ASSERT_TRUE(consumer.Next(&steps, &end));
+    EXPECT_TRUE(steps.empty());
+  }
+  EXPECT_TRUE(end);
+}
+
+}  // namespace
+}  // namespace sluice
