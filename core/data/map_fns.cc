@@ -132,6 +132,9 @@ class CastFn : public ComponentFn {
     return Element(std::move(out));
   }
 
+  // Each value converts on its own, and Check looks only at the dtype.
+  bool ElementWise() const override { return true; }
+
  private:
   absl::Status Check(DType from) const {
     if (from == dtype_) return absl::OkStatus();
@@ -423,6 +426,9 @@ class ComponentMapFunction : public MapFunction {
     input.mutable_children()[*at] = std::move(mapped);
     return input;
   }
+
+  // Selecting a component depends on the structure alone, the same for a block.
+  bool ElementWise() const override { return fn_->ElementWise(); }
 
  private:
   const std::shared_ptr<const ComponentFn> fn_;

@@ -1,5 +1,6 @@
 #include "core/data/ops/simple_op_iterators.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -65,6 +66,21 @@ class TakeIterator : public OpIterator {
     return absl::OkStatus();
   }
 
+  bool SupportsBlocks() const override { return input_ != nullptr && input_->SupportsBlocks(); }
+
+  absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
+                                    bool* end_of_sequence) override {
+    if (remaining_ == 0) {
+      *end_of_sequence = true;
+      return absl::OkStatus();
+    }
+    const int64_t want = remaining_ > 0 ? std::min(max_elements, remaining_) : max_elements;
+    absl::Status s = input_->GetNextBlock(want, out, n, end_of_sequence);
+    if (!s.ok() || *end_of_sequence) return s;
+    if (remaining_ > 0) remaining_ -= *n;
+    return absl::OkStatus();
+  }
+
  private:
   std::unique_ptr<Iterator> input_;
   int64_t remaining_;  // negative: unlimited
@@ -84,6 +100,23 @@ class SkipIterator : public OpIterator {
       if (to_skip_ > 0) --to_skip_;
     }
     return input_->GetNext(out, end_of_sequence);
+  }
+
+  bool SupportsBlocks() const override { return input_ != nullptr && input_->SupportsBlocks(); }
+
+  // Skips whole blocks (the last one cut), then passes blocks through.
+  absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
+                                    bool* end_of_sequence) override {
+    constexpr int64_t kSkipBlock = 1 << 16;
+    while (to_skip_ != 0) {
+      Element ignored;
+      int64_t skipped = 0;
+      const int64_t want = to_skip_ > 0 ? std::min(to_skip_, kSkipBlock) : kSkipBlock;
+      absl::Status s = input_->GetNextBlock(want, &ignored, &skipped, end_of_sequence);
+      if (!s.ok() || *end_of_sequence) return s;
+      if (to_skip_ > 0) to_skip_ -= skipped;
+    }
+    return input_->GetNextBlock(max_elements, out, n, end_of_sequence);
   }
 
  private:
