@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/map_fns.h"
 #include "core/data/op_iterator.h"
+#include "core/data/op_profile.h"
 #include "core/data/ops/batch_iterator.h"
 #include "core/data/ops/cache_iterator.h"
 #include "core/data/ops/csv_reader.h"
@@ -162,11 +163,15 @@ absl::StatusOr<IteratorFactory> BuildTransformOp(const std::string& label,
       if (!fn.ok()) {
         return absl::Status(fn.status().code(), absl::StrCat(label, ": ", fn.status().message()));
       }
+      // An element-wise fn also maps whole blocks (the bulk path, core/data/iterator.h).
+      const ElementFn block_apply = (*fn)->ElementWise() ? ElementFn([fn = *fn](Element e) {
+        return fn->Apply(std::move(e));
+      }) : ElementFn();
       ElementFn apply = [fn = *std::move(fn)](Element e) { return fn->Apply(std::move(e)); };
       const int64_t threads = parallelism(m.num_parallel_calls());
       const bool deterministic = !m.has_deterministic() || m.deterministic();
-      return IteratorFactory([label, input, apply, threads, deterministic] {
-        return NewMapIterator(label, input(), apply, threads, deterministic);
+      return IteratorFactory([label, input, apply, threads, deterministic, block_apply] {
+        return NewMapIterator(label, input(), apply, threads, deterministic, block_apply);
       });
     }
     case proto::OpDef::kFilter: {
@@ -324,6 +329,16 @@ absl::StatusOr<IteratorFactory> BuildOp(const std::string& label, const proto::O
   return absl::InvalidArgumentError(absl::StrCat(label, ": the op has no kind set"));
 }
 
+// Per-op profiling (core/data/op_profile.h): each iterator `factory` makes is wrapped to count
+// its calls in `profile`; without a profile the factory is returned as is.
+IteratorFactory Profiled(IteratorFactory factory, int position, const std::string& label,
+                         const std::shared_ptr<OpProfile>& profile) {
+  if (profile == nullptr) return factory;
+  return [factory = std::move(factory), position, label, profile] {
+    return NewProfilingIterator(factory(), position, label, profile.get());
+  };
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
@@ -334,12 +349,14 @@ absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
   ASSIGN_OR_RETURN(std::vector<ElementSpec> specs, InferElementSpecs(def));
   ASSIGN_OR_RETURN(IteratorFactory factory,
                    BuildSource(DescribePosition(def, 0), def.source()));
+  factory = Profiled(std::move(factory), 0, DescribePosition(def, 0), options.profile);
   proto::DatasetDef upstream = def;  // the graph up to op i
   upstream.clear_ops();
   for (int i = 0; i < def.ops_size(); ++i) {
     ASSIGN_OR_RETURN(factory, BuildOp(DescribePosition(def, i + 1), def.ops(i),
                                       std::move(factory), specs[i + 1], specs[i], upstream,
                                       options));
+    factory = Profiled(std::move(factory), i + 1, DescribePosition(def, i + 1), options.profile);
     *upstream.add_ops() = def.ops(i);
   }
   return factory();
