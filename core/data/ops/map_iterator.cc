@@ -132,11 +132,11 @@ class ParallelMapIterator : public OpIterator {
         pool_(pool),
         blocks_(std::move(fn), std::move(block_fn)) {}
 
-  // Waits for the units running on the pool (their fn calls; units not yet started skip theirs).
+  // Waits for this map's closures on the pool (those not yet started skip their fn calls).
   ~ParallelMapIterator() override {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
-    while (running_ > 0) done_.Wait(&mu_);
+    while (scheduled_ > 0) done_.Wait(&mu_);
   }
   ParallelMapIterator(const ParallelMapIterator&) = delete;
   ParallelMapIterator& operator=(const ParallelMapIterator&) = delete;
@@ -148,20 +148,37 @@ class ParallelMapIterator : public OpIterator {
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
     while (true) {
       Fill();
-      absl::MutexLock lock(&mu_);
-      if (units_.empty()) {
-        // Every earlier output is taken: now the input's end or its error.
-        if (terminal_.ok()) *end_of_sequence = true;
-        return terminal_;
+      std::shared_ptr<Unit> help;
+      {
+        absl::MutexLock lock(&mu_);
+        if (units_.empty()) {
+          // Every earlier output is taken: now the input's end or its error.
+          if (terminal_.ok()) *end_of_sequence = true;
+          return terminal_;
+        }
+        absl::StatusOr<Element>* item = TakeReady();
+        if (item != nullptr) {
+          absl::Status s = item->status();
+          if (s.ok()) *out = **std::move(item);
+          PopTaken();
+          return s;
+        }
+        // In input order the consumer must wait for the first unit anyway: when no pool thread
+        // has started it, the consumer's thread maps it itself (useful work instead of a wait,
+        // and a pool busy with other pipelines cannot stall this one). Out of order it waits,
+        // so that one slow element never holds up the others.
+        if (deterministic_ && !units_.front()->started) {
+          help = units_.front();
+          help->started = true;
+        }
+        if (help == nullptr && !CanFill()) done_.Wait(&mu_);
       }
-      absl::StatusOr<Element>* item = TakeReady();
-      if (item != nullptr) {
-        absl::Status s = item->status();
-        if (s.ok()) *out = **std::move(item);
-        PopTaken();
-        return s;
+      if (help != nullptr) {
+        MapUnit(help.get());
+        absl::MutexLock lock(&mu_);
+        help->done = true;
+        --running_;
       }
-      if (!CanFill()) done_.Wait(&mu_);
     }
   }
 
@@ -175,8 +192,9 @@ class ParallelMapIterator : public OpIterator {
     // Input elements, replaced by their mapped ones when the unit is done; an input element
     // error stays in its place.
     std::vector<absl::StatusOr<Element>> items;
-    size_t next = 0;     // the next item the consumer takes
-    bool done = false;   // the fn ran on every item
+    size_t next = 0;       // the next item the consumer takes
+    bool started = false;  // a thread (the pool's or the consumer's) maps it
+    bool done = false;     // the fn ran on every item
   };
 
   bool CanFill() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -215,30 +233,38 @@ class ParallelMapIterator : public OpIterator {
         absl::MutexLock lock(&mu_);
         units_.push_back(unit);
         ++running_;
+        ++scheduled_;
       }
       pool_->Schedule([this, unit] { Run(unit.get()); });
     }
   }
 
-  // On a pool thread.
+  // On a pool thread: maps the unit unless the consumer started it first (or cancelled).
   void Run(Unit* unit) ABSL_LOCKS_EXCLUDED(mu_) {
-    bool cancelled;
+    bool mine;
     {
       absl::MutexLock lock(&mu_);
-      cancelled = cancelled_;
+      mine = !unit->started && !cancelled_;
+      unit->started = true;
     }
-    if (!cancelled) {
-      for (absl::StatusOr<Element>& item : unit->items) {
-        if (!item.ok()) continue;
-        absl::StatusOr<Element> mapped = fn_(*std::move(item));
-        if (!mapped.ok()) mapped = Labeled(label(), mapped.status());
-        item = std::move(mapped);
-      }
-    }
+    if (mine) MapUnit(unit);
     absl::MutexLock lock(&mu_);
-    unit->done = true;
-    --running_;
+    if (mine) {
+      unit->done = true;
+      --running_;
+    }
+    --scheduled_;
     done_.SignalAll();
+  }
+
+  // Runs the fn on the unit's elements; by the one thread that set unit->started.
+  void MapUnit(Unit* unit) const {
+    for (absl::StatusOr<Element>& item : unit->items) {
+      if (!item.ok()) continue;
+      absl::StatusOr<Element> mapped = fn_(*std::move(item));
+      if (!mapped.ok()) mapped = Labeled(label(), mapped.status());
+      item = std::move(mapped);
+    }
   }
 
   // The item the consumer may take now, or null when none is ready.
@@ -269,7 +295,8 @@ class ParallelMapIterator : public OpIterator {
   absl::Mutex mu_;
   std::deque<std::shared_ptr<Unit>> units_ ABSL_GUARDED_BY(mu_);  // in input order
   std::deque<std::shared_ptr<Unit>>::iterator taken_ ABSL_GUARDED_BY(mu_);
-  int64_t running_ ABSL_GUARDED_BY(mu_) = 0;  // units scheduled, not done
+  int64_t running_ ABSL_GUARDED_BY(mu_) = 0;    // units scheduled, not done
+  int64_t scheduled_ ABSL_GUARDED_BY(mu_) = 0;  // pool closures not yet returned
   bool input_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status terminal_ ABSL_GUARDED_BY(mu_);  // the input's error once input_done_
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

@@ -4,7 +4,10 @@
 // pulls input elements, in order, in units of up to 32 consecutive elements, and the fn runs on
 // the process's shared thread pool (core/util/thread_pool.h), at most N units at a time; at most
 // 2 * N units are in flight or waiting to be taken, so a slow consumer stalls the map instead of
-// growing memory. The map starts no thread of its own.
+// growing memory. With deterministic=true, when the next unit is not ready and no pool thread has
+// started it, the caller's thread maps it instead of waiting, so a map never waits on a pool
+// busy with other pipelines.
+// The map starts no thread of its own.
 //   deterministic=true (TF's default): outputs come in input order.
 //   deterministic=false: a unit's outputs are returned as soon as the unit is done, so a slow
 //     unit does not hold up later ones; the multiset of outputs is the same.
