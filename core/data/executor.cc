@@ -349,14 +349,16 @@ absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
   ASSIGN_OR_RETURN(std::vector<ElementSpec> specs, InferElementSpecs(def));
   ASSIGN_OR_RETURN(IteratorFactory factory,
                    BuildSource(DescribePosition(def, 0), def.source()));
-  factory = Profiled(std::move(factory), 0, DescribePosition(def, 0), options.profile);
+  const std::shared_ptr<OpProfile> profile =
+      options.profile != nullptr ? options.profile : ProcessOpProfile();
+  factory = Profiled(std::move(factory), 0, DescribePosition(def, 0), profile);
   proto::DatasetDef upstream = def;  // the graph up to op i
   upstream.clear_ops();
   for (int i = 0; i < def.ops_size(); ++i) {
     ASSIGN_OR_RETURN(factory, BuildOp(DescribePosition(def, i + 1), def.ops(i),
                                       std::move(factory), specs[i + 1], specs[i], upstream,
                                       options));
-    factory = Profiled(std::move(factory), i + 1, DescribePosition(def, i + 1), options.profile);
+    factory = Profiled(std::move(factory), i + 1, DescribePosition(def, i + 1), profile);
     *upstream.add_ops() = def.ops(i);
   }
   return factory();

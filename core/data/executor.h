@@ -35,8 +35,8 @@ struct ExecutorOptions {
   // interleave makes for one file); an error is MakeIterator's. A server's admission check:
   // data roots and graph bounds (core/data/data_roots.h, core/data/dataset_limits.h). Empty: none.
   std::function<absl::Status(const proto::DatasetDef&)> check_graph;
-  // Where every op's iterator counts its elements and time (core/data/op_profile.h); null: no
-  // profiling, and no cost.
+  // Where every op's iterator counts its elements and time (core/data/op_profile.h); null: the
+  // process's profile (SetProcessOpProfile) if one is set, else no profiling and no cost.
   std::shared_ptr<OpProfile> profile;
 };
 

@@ -96,6 +96,24 @@ class ProfilingIterator : public Iterator {
 
 }  // namespace
 
+namespace {
+absl::Mutex process_profile_mu(absl::kConstInit);
+std::shared_ptr<OpProfile>& ProcessProfileSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(process_profile_mu) {
+  static auto* slot = new std::shared_ptr<OpProfile>();
+  return *slot;
+}
+}  // namespace
+
+void SetProcessOpProfile(std::shared_ptr<OpProfile> profile) {
+  absl::MutexLock lock(&process_profile_mu);
+  ProcessProfileSlot() = std::move(profile);
+}
+
+std::shared_ptr<OpProfile> ProcessOpProfile() {
+  absl::MutexLock lock(&process_profile_mu);
+  return ProcessProfileSlot();
+}
+
 std::unique_ptr<Iterator> NewProfilingIterator(std::unique_ptr<Iterator> inner, int position,
                                                const std::string& label, OpProfile* profile) {
   return std::make_unique<ProfilingIterator>(std::move(inner), profile->For(position, label));

@@ -68,6 +68,12 @@ class OpProfile {
   std::deque<Slot> slots_ ABSL_GUARDED_BY(mu_);  // a deque: Counters* stay valid
 };
 
+// The profile MakeIterator records into when ExecutorOptions::profile is null: none by default
+// (no cost). `sluicectl run --profile` sets one for its whole run and prints it at the end; a
+// benchmark can do the same. Thread-safe.
+void SetProcessOpProfile(std::shared_ptr<OpProfile> profile);
+std::shared_ptr<OpProfile> ProcessOpProfile();
+
 // Wraps `inner` (op `position`'s iterator) so that its calls are counted in `profile`, which
 // must outlive the returned iterator. Passes the bulk path through.
 std::unique_ptr<Iterator> NewProfilingIterator(std::unique_ptr<Iterator> inner, int position,
