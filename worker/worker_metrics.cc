@@ -79,8 +79,13 @@ ExecutorMetrics::ExecutorMetrics(std::shared_ptr<OpProfile> profile, MetricsRegi
                "Threads of the process's pool, shared by every parallel op of every task.", {},
                ProcessThreadPoolSize());
     sink.Gauge("sluice_worker_autotune_parallelism",
-               "The parallelism num_parallel_calls=AUTOTUNE resolves to.", {},
+               "The most num_parallel_calls=AUTOTUNE may use (the pool's size).", {},
                static_cast<double>(AutotuneParallelism()));
+    for (const auto& [op, parallelism] : AutotunedMapParallelism()) {
+      sink.Gauge("sluice_worker_map_parallelism",
+                 "The parallelism AUTOTUNE chose for the op's parallel maps (their average).",
+                 {{"op", op}}, parallelism);
+    }
     if (profile == nullptr) return;
     for (const OpProfile::OpStats& op : profile->Snapshot()) {
       const MetricLabels l = {{"op", op.label}};

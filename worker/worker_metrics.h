@@ -14,8 +14,10 @@
 //                                                             jobs: consumer="any", buffered steps)
 // The executor (ExecutorMetrics, process-wide):
 //   sluice_worker_threads                                     the shared thread pool's threads
-//   sluice_worker_autotune_parallelism                        what num_parallel_calls=AUTOTUNE
-//                                                             resolves to
+//   sluice_worker_autotune_parallelism                        the most num_parallel_calls=
+//                                                             AUTOTUNE may use (the pool's size)
+//   sluice_worker_map_parallelism{op}                         what AUTOTUNE chose for the live
+//                                                             parallel maps of that op label
 //   sluice_worker_op_elements_total{op}                       per op of the tasks' pipelines,
 //   sluice_worker_op_calls_total{op}                          summed over tasks (with
 //   sluice_worker_op_seconds_total{op}                        --op_metrics; core/data/op_profile.h):

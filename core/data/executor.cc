@@ -170,8 +170,11 @@ absl::StatusOr<IteratorFactory> BuildTransformOp(const std::string& label,
       ElementFn apply = [fn = *std::move(fn)](Element e) { return fn->Apply(std::move(e)); };
       const int64_t threads = parallelism(m.num_parallel_calls());
       const bool deterministic = !m.has_deterministic() || m.deterministic();
-      return IteratorFactory([label, input, apply, threads, deterministic, block_apply] {
-        return NewMapIterator(label, input(), apply, threads, deterministic, block_apply);
+      const bool autotune = m.num_parallel_calls() == -1;
+      return IteratorFactory([label, input, apply, threads, deterministic, block_apply,
+                              autotune] {
+        return NewMapIterator(label, input(), apply, threads, deterministic, block_apply,
+                              autotune);
       });
     }
     case proto::OpDef::kFilter: {

@@ -1,7 +1,9 @@
 #include "core/data/ops/map_iterator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -13,6 +15,24 @@
 
 namespace sluice {
 namespace {
+
+// The parallelism autotuned maps chose, by label: live maps and the sum of their limits.
+struct AutotuneEntry {
+  int64_t maps = 0;
+  int64_t parallelism = 0;
+};
+absl::Mutex autotune_mu(absl::kConstInit);
+std::map<std::string, AutotuneEntry>& AutotuneEntries() ABSL_EXCLUSIVE_LOCKS_REQUIRED(autotune_mu) {
+  static auto* entries = new std::map<std::string, AutotuneEntry>();
+  return *entries;
+}
+void AutotuneTrack(const std::string& label, int64_t maps, int64_t parallelism) {
+  absl::MutexLock lock(&autotune_mu);
+  AutotuneEntry& e = AutotuneEntries()[label];
+  e.maps += maps;
+  e.parallelism += parallelism;
+  if (e.maps == 0) AutotuneEntries().erase(label);
+}
 
 // The fn's error with the op's label in front; stays an element error.
 absl::Status Labeled(const std::string& label, const absl::Status& s) {
@@ -123,20 +143,25 @@ class ParallelMapIterator : public OpIterator {
 
   ParallelMapIterator(std::string label, std::unique_ptr<Iterator> input, ElementFn fn,
                       int64_t parallelism, bool deterministic, ElementFn block_fn,
-                      ThreadPool* pool)
+                      ThreadPool* pool, bool autotune)
       : OpIterator(std::move(label)),
         input_(std::move(input)),
         fn_(fn),
-        parallelism_(parallelism),
+        max_parallelism_(parallelism),
         deterministic_(deterministic),
+        autotune_(autotune),
         pool_(pool),
-        blocks_(std::move(fn), std::move(block_fn)) {}
+        blocks_(std::move(fn), std::move(block_fn)),
+        parallelism_(autotune ? 1 : parallelism) {
+    if (autotune_) AutotuneTrack(this->label(), 1, 1);
+  }
 
   // Waits for this map's closures on the pool (those not yet started skip their fn calls).
   ~ParallelMapIterator() override {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
     while (scheduled_ > 0) done_.Wait(&mu_);
+    if (autotune_) AutotuneTrack(label(), -1, -parallelism_);
   }
   ParallelMapIterator(const ParallelMapIterator&) = delete;
   ParallelMapIterator& operator=(const ParallelMapIterator&) = delete;
@@ -161,6 +186,7 @@ class ParallelMapIterator : public OpIterator {
           absl::Status s = item->status();
           if (s.ok()) *out = **std::move(item);
           PopTaken();
+          if (autotune_ && ++period_outputs_ >= kAutotunePeriod) Autotune();
           return s;
         }
         // In input order the consumer must wait for the first unit anyway: when no pool thread
@@ -171,11 +197,17 @@ class ParallelMapIterator : public OpIterator {
           help = units_.front();
           help->started = true;
         }
-        if (help == nullptr && !CanFill()) done_.Wait(&mu_);
+        if (help == nullptr && !CanFill()) {
+          const auto start = std::chrono::steady_clock::now();
+          done_.Wait(&mu_);
+          stall_ += std::chrono::steady_clock::now() - start;
+        }
       }
       if (help != nullptr) {
+        const auto start = std::chrono::steady_clock::now();
         MapUnit(help.get());
         absl::MutexLock lock(&mu_);
+        stall_ += std::chrono::steady_clock::now() - start;
         help->done = true;
         --running_;
       }
@@ -196,6 +228,23 @@ class ParallelMapIterator : public OpIterator {
     bool started = false;  // a thread (the pool's or the consumer's) maps it
     bool done = false;     // the fn ran on every item
   };
+
+  // AUTOTUNE's hill-climb, as tf.data's: every kAutotunePeriod outputs, if the consumer spent
+  // more than a tenth of the period waiting for outputs (or mapping them itself), the map is
+  // the bottleneck and may run one more unit at a time, up to the pool's size (the CPU budget;
+  // each unit in flight holds at most kMaxUnit elements, the memory budget).
+  void Autotune() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto period = now - period_start_;
+    if (period_start_.time_since_epoch().count() != 0 && stall_ * 10 > period &&
+        parallelism_ < max_parallelism_) {
+      ++parallelism_;
+      AutotuneTrack(label(), 0, 1);
+    }
+    period_start_ = now;
+    period_outputs_ = 0;
+    stall_ = std::chrono::steady_clock::duration::zero();
+  }
 
   bool CanFill() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !input_done_ && running_ < parallelism_ &&
@@ -285,11 +334,15 @@ class ParallelMapIterator : public OpIterator {
     if (++u.next == u.items.size()) units_.erase(taken_);
   }
 
+  static constexpr int64_t kAutotunePeriod = 256;
+
   std::unique_ptr<Iterator> input_;  // the consumer's thread only
   const ElementFn fn_;
-  const int64_t parallelism_;
+  const int64_t max_parallelism_;
   const bool deterministic_;
+  const bool autotune_;
   ThreadPool* const pool_;
+  BlockMapper blocks_;     // the bulk path, in the consumer's thread
   int64_t unit_size_ = 1;  // the consumer's thread only
 
   absl::Mutex mu_;
@@ -301,23 +354,39 @@ class ParallelMapIterator : public OpIterator {
   absl::Status terminal_ ABSL_GUARDED_BY(mu_);  // the input's error once input_done_
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar done_;  // a unit finished
-  BlockMapper blocks_;  // the bulk path, in the consumer's thread
+  // Units that may run at once: max_parallelism_, or AUTOTUNE's current choice.
+  int64_t parallelism_ ABSL_GUARDED_BY(mu_);
+  // AUTOTUNE's measurements over the current period.
+  int64_t period_outputs_ ABSL_GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point period_start_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::duration stall_ ABSL_GUARDED_BY(mu_){};
 };
 
 }  // namespace
 
 int64_t AutotuneParallelism() { return ProcessThreadPoolSize(); }
 
+std::vector<std::pair<std::string, double>> AutotunedMapParallelism() {
+  absl::MutexLock lock(&autotune_mu);
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& [label, e] : AutotuneEntries()) {
+    out.emplace_back(label, static_cast<double>(e.parallelism) / static_cast<double>(e.maps));
+  }
+  return out;
+}
+
 std::unique_ptr<Iterator> NewMapIterator(std::string label, std::unique_ptr<Iterator> input,
                                          ElementFn fn, int64_t num_parallel_calls,
-                                         bool deterministic, ElementFn block_fn) {
+                                         bool deterministic, ElementFn block_fn,
+                                         bool autotune) {
   if (num_parallel_calls <= 1) {
     return std::make_unique<SequentialMapIterator>(std::move(label), std::move(input),
                                                    std::move(fn), std::move(block_fn));
   }
   return std::make_unique<ParallelMapIterator>(std::move(label), std::move(input), std::move(fn),
                                                num_parallel_calls, deterministic,
-                                               std::move(block_fn), &ProcessThreadPool());
+                                               std::move(block_fn), &ProcessThreadPool(),
+                                               autotune);
 }
 
 }  // namespace sluice

@@ -25,6 +25,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "sluice/element.h"
@@ -44,9 +46,19 @@ using ElementFn = std::function<absl::StatusOr<Element>(Element)>;
 // iterator pulled in blocks is never pulled element by element). When block_fn fails on a
 // block, the map goes through that block row by row with `fn`, handing out blocks of one
 // element and the failing row's element error where the per-element path would.
+//
+// `autotune` (num_parallel_calls=AUTOTUNE, with num_parallel_calls the most it may use): the map
+// starts running one unit at a time and hill-climbs as tf.data's AUTOTUNE does: every 256
+// outputs, if the caller spent more than a tenth of that time waiting for outputs, one more
+// unit may run at once, up to num_parallel_calls. AutotunedMapParallelism() reports the choice.
 std::unique_ptr<Iterator> NewMapIterator(std::string label, std::unique_ptr<Iterator> input,
                                          ElementFn fn, int64_t num_parallel_calls,
-                                         bool deterministic, ElementFn block_fn = nullptr);
+                                         bool deterministic, ElementFn block_fn = nullptr,
+                                         bool autotune = false);
+
+// The parallelism AUTOTUNE chose for the parallel maps alive in this process, by op label
+// ("op 1 (map)"), averaged over the maps of that label. Thread-safe.
+std::vector<std::pair<std::string, double>> AutotunedMapParallelism();
 
 // The parallelism for num_parallel_calls = -1 (AUTOTUNE): the size of the process's thread pool
 // (ProcessThreadPoolSize(), by default the number of cores).
