@@ -3,6 +3,7 @@
 // (structure, dtypes, shapes, values, errors), checked over a seeded random set of pipelines
 // with SetBulkPathsEnabled switching the path.
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -241,6 +242,56 @@ TEST(BulkPathTest, ChosenPipelines) {
        }) {
     SCOPED_TRACE(p);
     ExpectSameRun(p);
+  }
+}
+
+// A version 1.0 .npy file of `order`-endian int32 rows of shape (2,) with values base, base+1...
+void WriteNpy(const std::string& path, int rows, int base, bool big_endian) {
+  std::string header = absl::StrCat("{'descr': '", big_endian ? ">" : "<",
+                                    "i4', 'fortran_order': False, 'shape': (", rows, ", 2), }");
+  while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
+  header.push_back('\n');
+  std::string bytes = "\x93NUMPY";
+  bytes.push_back('\x01');
+  bytes.push_back('\x00');
+  bytes.push_back(static_cast<char>(header.size() & 0xff));
+  bytes.push_back(static_cast<char>(header.size() >> 8));
+  bytes += header;
+  for (int i = 0; i < rows * 2; ++i) {
+    const uint32_t v = static_cast<uint32_t>(base + i);
+    for (int b = 0; b < 4; ++b) {
+      const int shift = big_endian ? 8 * (3 - b) : 8 * b;
+      bytes.push_back(static_cast<char>((v >> shift) & 0xff));
+    }
+  }
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+TEST(BulkPathTest, NpyFilesInBlocks) {
+  const std::string dir = ::testing::TempDir();
+  for (bool big_endian : {false, true}) {
+    const std::string suffix = big_endian ? "be" : "le";
+    std::vector<std::string> files;
+    const int rows[] = {7, 0, 13, 1};
+    for (int f = 0; f < 4; ++f) {
+      files.push_back(absl::StrCat(dir, "/bulk_", suffix, f, ".npy"));
+      WriteNpy(files.back(), rows[f], 100 * f, big_endian);
+    }
+    const std::string list = absl::StrCat("['", absl::StrJoin(files, "', '"), "']");
+    {
+      absl::StatusOr<Dataset> ds = Dataset::Parse(absl::StrCat("npy_dataset(", list, ")"));
+      ASSERT_TRUE(ds.ok()) << ds.status();
+      absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
+      ASSERT_TRUE(it.ok()) << it.status();
+      EXPECT_TRUE((*it)->SupportsBlocks());
+    }
+    for (const std::string ops : {".batch(4)", ".batch(5, drop_remainder=True)",
+                                  ".skip(3).take(12).map(cast(tf.float32)).batch(6)",
+                                  ".padded_batch(3)"}) {
+      const std::string p = absl::StrCat("npy_dataset(", list, ")", ops);
+      SCOPED_TRACE(p);
+      EXPECT_GT(ExpectSameRun(p), 0u);
+    }
   }
 }
 
