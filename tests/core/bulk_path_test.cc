@@ -234,6 +234,10 @@ TEST(BulkPathTest, ChosenPipelines) {
            "range(10, -7, -3).batch(2)",
            "range(0).batch(3)",
            "range(5).repeat(3).batch(4)",
+           "range(7).repeat(5).take(30).batch(4, drop_remainder=True)",
+           "range(0).repeat().batch(4)",
+           "range(10).shuffle(4, seed=3).repeat(2).batch(3)",
+           "from_tensor_slices([1, 2, 3]).repeat(4).map(cast(tf.float64)).batch(5)",
            "range(50).skip(7).take(30).map(cast(tf.float32)).batch(8)",
            "range(9223372036854775800, 9223372036854775807, 2).batch(3)",
            "from_tensor_slices({'a': [1, 2, 3], 'b': [[1., 2.], [3., 4.], [5., 6.]]}).batch(2)",
@@ -307,6 +311,10 @@ TEST(BulkPathTest, SourcesTakeSkipAndElementWiseMapsOfferBlocks) {
   EXPECT_TRUE(supports("from_tensor_slices([1, 2])"));
   EXPECT_TRUE(supports("range(10).skip(2).take(5).map(cast(tf.float32))"));
   EXPECT_TRUE(supports("range(10).map(cast(tf.float32), num_parallel_calls=-1)"));
+  EXPECT_TRUE(supports("range(10).repeat(3)"));
+  EXPECT_TRUE(supports("from_tensor_slices([1, 2]).repeat()"));
+  EXPECT_FALSE(supports("range(10).repeat(0)"));
+  EXPECT_FALSE(supports("range(10).shuffle(4, seed=1).repeat(2)"));
   EXPECT_FALSE(supports("range(10).shard(2, 0)"));
   EXPECT_FALSE(supports("range(10).prefetch(2)"));
   EXPECT_FALSE(supports("range(10).map(one_hot(3))"));

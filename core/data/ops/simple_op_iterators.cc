@@ -1,7 +1,9 @@
 #include "core/data/ops/simple_op_iterators.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -41,12 +43,75 @@ class RepeatIterator : public OpIterator {
     }
   }
 
+  // Blocks when the epochs' iterators give them; asking makes the first epoch's iterator (the
+  // one the first GetNext would make), unless there are no epochs at all.
+  bool SupportsBlocks() const override {
+    if (!supports_blocks_.has_value()) {
+      if (input_ == nullptr && epoch_ == 0 && count_ != 0) {
+        input_ = factory_();
+        yielded_this_epoch_ = false;
+      }
+      supports_blocks_ = input_ != nullptr && input_->SupportsBlocks();
+    }
+    return *supports_blocks_;
+  }
+
+  // A block never spans two epochs.
+  absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
+                                    bool* end_of_sequence) override {
+    while (true) {
+      if (input_ == nullptr) {
+        if (count_ >= 0 && epoch_ >= count_) {
+          *end_of_sequence = true;
+          return absl::OkStatus();
+        }
+        input_ = factory_();
+        yielded_this_epoch_ = false;
+      }
+      bool end = false;
+      absl::Status s = input_->SupportsBlocks() ? input_->GetNextBlock(max_elements, out, n, &end)
+                                                : NextAsBlock(out, n, &end);
+      if (!s.ok()) return s;
+      if (!end) {
+        yielded_this_epoch_ = true;
+        return absl::OkStatus();
+      }
+      input_.reset();
+      ++epoch_;
+      if (!yielded_this_epoch_) {
+        // An empty epoch: every later one would be empty too; end instead of spinning.
+        *end_of_sequence = true;
+        return absl::OkStatus();
+      }
+    }
+  }
+
  private:
+  // One element of an epoch whose iterator has no bulk path, as a block of one.
+  absl::Status NextAsBlock(Element* out, int64_t* n, bool* end) {
+    Element e;
+    absl::Status s = input_->GetNext(&e, end);
+    if (!s.ok() || *end) return s;
+    std::vector<Tensor> leaves = e.Flatten();
+    for (Tensor& t : leaves) {
+      absl::StatusOr<Tensor> r = t.Reshape(t.shape().Prepend(1));
+      if (!r.ok()) return r.status();
+      t = *std::move(r);
+    }
+    absl::StatusOr<Element> block = Element::Pack(e, std::move(leaves));
+    if (!block.ok()) return block.status();
+    *out = *std::move(block);
+    *n = 1;
+    return absl::OkStatus();
+  }
+
   const IteratorFactory factory_;
   const int64_t count_;
-  std::unique_ptr<Iterator> input_;
+  // Made by SupportsBlocks() (const) when asked before the first GetNext.
+  mutable std::unique_ptr<Iterator> input_;
   int64_t epoch_ = 0;
-  bool yielded_this_epoch_ = false;
+  mutable bool yielded_this_epoch_ = false;
+  mutable std::optional<bool> supports_blocks_;  // the first answer, kept
 };
 
 class TakeIterator : public OpIterator {
