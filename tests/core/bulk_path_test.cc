@@ -234,6 +234,10 @@ TEST(BulkPathTest, ChosenPipelines) {
            "range(10, -7, -3).batch(2)",
            "range(0).batch(3)",
            "range(5).repeat(3).batch(4)",
+           "range(100).shard(3, 2).batch(7)",
+           "range(100).shard(1, 0).batch(7)",
+           "range(1000).shard(7, 0).skip(3).shard(2, 1).batch(9, drop_remainder=True)",
+           "from_tensor_slices((['a', 'b', 'c', 'd', 'e'], [[1., 2.], [3., 4.], [5., 6.], [7., 8.], [9., 0.]])).shard(2, 1).batch(2)",
            "range(7).repeat(5).take(30).batch(4, drop_remainder=True)",
            "range(0).repeat().batch(4)",
            "range(10).shuffle(4, seed=3).repeat(2).batch(3)",
@@ -315,7 +319,7 @@ TEST(BulkPathTest, SourcesTakeSkipAndElementWiseMapsOfferBlocks) {
   EXPECT_TRUE(supports("from_tensor_slices([1, 2]).repeat()"));
   EXPECT_FALSE(supports("range(10).repeat(0)"));
   EXPECT_FALSE(supports("range(10).shuffle(4, seed=1).repeat(2)"));
-  EXPECT_FALSE(supports("range(10).shard(2, 0)"));
+  EXPECT_TRUE(supports("range(10).shard(2, 0)"));
   EXPECT_FALSE(supports("range(10).prefetch(2)"));
   EXPECT_FALSE(supports("range(10).map(one_hot(3))"));
 }

@@ -1,6 +1,7 @@
 #include "core/data/ops/simple_op_iterators.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -211,7 +212,68 @@ class ShardIterator : public OpIterator {
     return absl::OkStatus();
   }
 
+  bool SupportsBlocks() const override { return input_ != nullptr && input_->SupportsBlocks(); }
+
+  // Pulls up to num_shards * max_elements input elements at a time and copies out every
+  // num_shards-th row, counting to_skip_ across blocks exactly as GetNext does.
+  absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
+                                    bool* end_of_sequence) override {
+    constexpr int64_t kMaxPull = int64_t{1} << 20;
+    while (true) {
+      Element block;
+      int64_t m = 0;
+      const int64_t want =
+          max_elements > kMaxPull / num_shards_ ? kMaxPull : max_elements * num_shards_;
+      absl::Status s = input_->GetNextBlock(std::max<int64_t>(want, 1), &block, &m,
+                                            end_of_sequence);
+      if (!s.ok() || *end_of_sequence) return s;
+      if (to_skip_ >= m) {
+        to_skip_ -= m;
+        continue;
+      }
+      const int64_t first = to_skip_;
+      const int64_t count = std::min((m - 1 - first) / num_shards_ + 1, max_elements);
+      const int64_t last = first + (count - 1) * num_shards_;
+      // The rows after `last` in this block count towards the next kept one.
+      to_skip_ = num_shards_ - 1 - (m - 1 - last);
+      if (to_skip_ < 0) {
+        // max_elements cut the block short of its last kept row: the rest of the block would
+        // be lost. want = max_elements * num_shards rows keeps this from happening.
+        return OpError(absl::StatusCode::kInternal, "shard block bookkeeping");
+      }
+      std::vector<Tensor> leaves = block.Flatten();
+      for (Tensor& t : leaves) t = EveryNthRow(t, first, count);
+      absl::StatusOr<Element> packed = Element::Pack(block, std::move(leaves));
+      if (!packed.ok()) return InvalidArgument(packed.status().message());
+      *out = *std::move(packed);
+      *n = count;
+      return absl::OkStatus();
+    }
+  }
+
  private:
+  // Rows first, first + num_shards, ... (`count` of them) of `t` (rank >= 1), copied.
+  Tensor EveryNthRow(const Tensor& t, int64_t first, int64_t count) const {
+    if (num_shards_ == 1) return t.Slice(first, first + count);
+    Tensor out = Tensor::Allocate(t.dtype(), t.shape().WithFirst(count));
+    const int64_t row = t.shape().dim(0) == 0 ? 0 : t.num_elements() / t.shape().dim(0);
+    if (t.dtype() == DType::kString) {
+      for (int64_t r = 0; r < count; ++r) {
+        const int64_t src = (first + r * num_shards_) * row;
+        for (int64_t i = 0; i < row; ++i) *out.mutable_string(r * row + i) = t.string_at(src + i);
+      }
+      return out;
+    }
+    const size_t row_bytes = static_cast<size_t>(row) * DTypeSize(t.dtype());
+    if (row_bytes == 0) return out;
+    const char* src = static_cast<const char*>(t.raw_data());
+    char* dst = static_cast<char*>(out.mutable_raw_data());
+    for (int64_t r = 0; r < count; ++r) {
+      std::memcpy(dst + r * row_bytes, src + (first + r * num_shards_) * row_bytes, row_bytes);
+    }
+    return out;
+  }
+
   std::unique_ptr<Iterator> input_;
   const int64_t num_shards_;
   int64_t to_skip_;  // input elements to drop before the next one this shard keeps
