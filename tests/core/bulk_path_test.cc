@@ -201,7 +201,11 @@ std::string GeneratePipeline(std::mt19937_64& rng) {
   const std::string drop = In(rng, 0, 1) == 0 ? "True" : "False";
   const int64_t b = In(rng, 1, 70);
   if (In(rng, 0, 3) == 0) {
-    absl::StrAppend(&p, ".padded_batch(", b, ", drop_remainder=", drop, ")");
+    // Rows of width 3 (Source case 4) may be padded to a fixed width, smaller ones an error.
+    const bool rows = p.rfind("from_tensor_slices([[", 0) == 0;
+    const std::string shapes =
+        rows && In(rng, 0, 1) == 0 ? absl::StrCat(", padded_shapes=[", In(rng, 2, 5), "]") : "";
+    absl::StrAppend(&p, ".padded_batch(", b, shapes, ", drop_remainder=", drop, ")");
   } else {
     absl::StrAppend(&p, ".batch(", b, ", drop_remainder=", drop, ")");
   }
@@ -224,7 +228,7 @@ TEST(BulkPathTest, RandomPipelinesGiveTheSameElementsWithAndWithoutBlocks) {
     if (::testing::Test::HasFailure()) return;
   }
   // The draws are not vacuous: most pipelines run to their end and yield elements.
-  EXPECT_GT(non_empty, 250);
+  EXPECT_GT(non_empty, 200);
 }
 
 TEST(BulkPathTest, ChosenPipelines) {
@@ -235,6 +239,13 @@ TEST(BulkPathTest, ChosenPipelines) {
            "range(0).batch(3)",
            "range(5).repeat(3).batch(4)",
            "range(100).shard(3, 2).batch(7)",
+           "range(50).padded_batch(8)",
+           "range(50).padded_batch(8, padded_shapes=[], drop_remainder=True)",
+           "from_tensor_slices([[1, 2], [3, 4], [5, 6]]).padded_batch(2, padded_shapes=[4], padding_values=-1)",
+           "from_tensor_slices([[1, 2], [3, 4], [5, 6]]).padded_batch(2, padded_shapes=[1])",
+           "from_tensor_slices([[1, 2], [3, 4], [5, 6]]).padded_batch(2, padded_shapes=[None])",
+           "from_tensor_slices({'a': [1, 2, 3], 'b': ['x', 'y', 'z']}).repeat(3).padded_batch(4)",
+           "range(30).repeat(2).skip(5).padded_batch(7)",
            "range(100).shard(1, 0).batch(7)",
            "range(1000).shard(7, 0).skip(3).shard(2, 1).batch(9, drop_remainder=True)",
            "from_tensor_slices((['a', 'b', 'c', 'd', 'e'], [[1., 2.], [3., 4.], [5., 6.], [7., 8.], [9., 0.]])).shard(2, 1).batch(2)",
