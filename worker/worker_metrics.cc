@@ -3,6 +3,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/ops/map_iterator.h"
+#include "core/util/thread_pool.h"
 #include "worker/worker_server.h"
 
 namespace sluice {
@@ -67,6 +69,36 @@ WorkerMetrics::WorkerMetrics(WorkerServer* worker, MetricsRegistry* registry) {
                static_cast<double>(running));
     sink.Gauge("sluice_worker_tasks", "Tasks this worker holds, by state.", {{"state", "finished"}},
                static_cast<double>(finished));
+  });
+}
+
+ExecutorMetrics::ExecutorMetrics(std::shared_ptr<OpProfile> profile, MetricsRegistry* registry) {
+  if (registry == nullptr) registry = &MetricsRegistry::Default();
+  handle_ = registry->AddCollector([profile](MetricSink& sink) {
+    sink.Gauge("sluice_worker_threads",
+               "Threads of the process's pool, shared by every parallel op of every task.", {},
+               ProcessThreadPoolSize());
+    sink.Gauge("sluice_worker_autotune_parallelism",
+               "The most num_parallel_calls=AUTOTUNE may use (the pool's size).", {},
+               static_cast<double>(AutotuneParallelism()));
+    for (const auto& [op, parallelism] : AutotunedMapParallelism()) {
+      sink.Gauge("sluice_worker_map_parallelism",
+                 "The parallelism AUTOTUNE chose for the op's parallel maps (their average).",
+                 {{"op", op}}, parallelism);
+    }
+    if (profile == nullptr) return;
+    for (const OpProfile::OpStats& op : profile->Snapshot()) {
+      const MetricLabels l = {{"op", op.label}};
+      sink.Counter("sluice_worker_op_elements_total", "Elements the op handed out.", l,
+                   static_cast<double>(op.elements));
+      sink.Counter("sluice_worker_op_calls_total", "Calls of the op's GetNext.", l,
+                   static_cast<double>(op.calls));
+      sink.Counter("sluice_worker_op_seconds_total",
+                   "Wall time in the op's calls, the ops below it included.", l,
+                   op.total_ns / 1e9);
+      sink.Counter("sluice_worker_op_self_seconds_total",
+                   "Wall time in the op's calls less the op below it.", l, op.self_ns / 1e9);
+    }
   });
 }
 

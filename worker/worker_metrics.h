@@ -12,6 +12,16 @@
 //   sluice_worker_consumer_lag_steps{job,task,consumer}       steps produced minus the consumer's
 //                                                             position (coordinated; independent
 //                                                             jobs: consumer="any", buffered steps)
+// The executor (ExecutorMetrics, process-wide):
+//   sluice_worker_threads                                     the shared thread pool's threads
+//   sluice_worker_autotune_parallelism                        the most num_parallel_calls=
+//                                                             AUTOTUNE may use (the pool's size)
+//   sluice_worker_map_parallelism{op}                         what AUTOTUNE chose for the live
+//                                                             parallel maps of that op label
+//   sluice_worker_op_elements_total{op}                       per op of the tasks' pipelines,
+//   sluice_worker_op_calls_total{op}                          summed over tasks (with
+//   sluice_worker_op_seconds_total{op}                        --op_metrics; core/data/op_profile.h):
+//   sluice_worker_op_self_seconds_total{op}                   op = "op 2 (batch)"
 // Errors by gRPC code come from the RPC interceptor (core/rpc/rpc_metrics.h):
 // sluice_rpc_server_handled_total{service="sluice.proto.WorkerService",method="StreamSteps",code}.
 //
@@ -19,6 +29,9 @@
 #ifndef SLUICE_WORKER_WORKER_METRICS_H_
 #define SLUICE_WORKER_WORKER_METRICS_H_
 
+#include <memory>
+
+#include "core/data/op_profile.h"
 #include "core/obs/metrics.h"
 #include "proto/coordinator.pb.h"
 #include "worker/task_runner.h"
@@ -35,6 +48,16 @@ class WorkerMetrics {
  public:
   // `worker` and `registry` are borrowed; nullptr registry: MetricsRegistry::Default().
   explicit WorkerMetrics(WorkerServer* worker, MetricsRegistry* registry = nullptr);
+
+ private:
+  MetricsRegistry::CollectorHandle handle_;
+};
+
+// Exports the process's thread pool and, when `profile` is set, the per-op profile every task's
+// pipeline records into (ExecutorOptions::profile). nullptr registry: MetricsRegistry::Default().
+class ExecutorMetrics {
+ public:
+  explicit ExecutorMetrics(std::shared_ptr<OpProfile> profile, MetricsRegistry* registry = nullptr);
 
  private:
   MetricsRegistry::CollectorHandle handle_;

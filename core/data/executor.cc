@@ -5,12 +5,14 @@
 // that outlives one iterator (shuffle's iteration count) lives in the closure.
 #include "core/data/executor.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/data/op_iterator.h"
+#include "core/data/op_profile.h"
 #include "core/data/op_registry.h"
 #include "core/data/spec_inference.h"
 #include "core/util/status_macros.h"
@@ -44,6 +46,16 @@ absl::StatusOr<IteratorFactory> BuildOp(OpBuildArgs args) {
   return (*r)->build(std::move(args));
 }
 
+// Per-op profiling (core/data/op_profile.h): each iterator `factory` makes is wrapped to count
+// its calls in `profile`; without a profile the factory is returned as is.
+IteratorFactory Profiled(IteratorFactory factory, int position, const std::string& label,
+                         const std::shared_ptr<OpProfile>& profile) {
+  if (profile == nullptr) return factory;
+  return [factory = std::move(factory), position, label, profile] {
+    return NewProfilingIterator(factory(), position, label, profile.get());
+  };
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
@@ -54,12 +66,16 @@ absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
   ASSIGN_OR_RETURN(std::vector<ElementSpec> specs, InferElementSpecs(def));
   ASSIGN_OR_RETURN(IteratorFactory factory,
                    BuildSource(DescribePosition(def, 0), def.source(), options));
+  const std::shared_ptr<OpProfile> profile =
+      options.profile != nullptr ? options.profile : ProcessOpProfile();
+  factory = Profiled(std::move(factory), 0, DescribePosition(def, 0), profile);
   proto::DatasetDef upstream = def;  // the graph up to op i
   upstream.clear_ops();
   for (int i = 0; i < def.ops_size(); ++i) {
     const std::string label = DescribePosition(def, i + 1);
     ASSIGN_OR_RETURN(factory, BuildOp(OpBuildArgs{label, def.ops(i), std::move(factory),
                                                   specs[i], specs[i + 1], upstream, options}));
+    factory = Profiled(std::move(factory), i + 1, label, profile);
     *upstream.add_ops() = def.ops(i);
   }
   return factory();

@@ -15,6 +15,8 @@
 
 namespace sluice {
 
+class OpProfile;  // core/data/op_profile.h
+
 // Counters the iterators of one executor graph update; read them at any time.
 struct ExecutorStats {
   // Elements ignore_errors() dropped (core/data/ops/ignore_errors_iterator.h).
@@ -33,6 +35,9 @@ struct ExecutorOptions {
   // interleave makes for one file); an error is MakeIterator's. A server's admission check:
   // data roots and graph bounds (core/data/data_roots.h, core/data/dataset_limits.h). Empty: none.
   std::function<absl::Status(const proto::DatasetDef&)> check_graph;
+  // Where every op's iterator counts its elements and time (core/data/op_profile.h); null: the
+  // process's profile (SetProcessOpProfile) if one is set, else no profiling and no cost.
+  std::shared_ptr<OpProfile> profile;
 };
 
 // INVALID_ARGUMENT if the graph does not Validate(), or names an unresolved

@@ -2,6 +2,7 @@
 #ifndef SLUICE_CORE_ITERATOR_H_
 #define SLUICE_CORE_ITERATOR_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -18,7 +19,29 @@ class Iterator {
   // failing op (INVALID_ARGUMENT, NOT_FOUND for a missing file, ...), naming it; after an error
   // or the end of the sequence, further calls repeat it.
   virtual absl::Status GetNext(Element* out, bool* end_of_sequence) = 0;
+
+  // The bulk path (optional): true if GetNextBlock may be called. Constant for the iterator's
+  // life. Ops that consume runs of elements (batch, padded_batch) ask for blocks when their
+  // input supports them and BulkPathsEnabled(); every other op pulls elements one at a time.
+  virtual bool SupportsBlocks() const { return false; }
+
+  // Sets *end_of_sequence and, when false, *n (1 <= *n <= max_elements) and *out to the next *n
+  // elements as one block: *out has the elements' structure and each leaf holds the *n
+  // elements' leaves stacked along a new dimension 0, exactly what Stack()ing them would give.
+  // The elements of one block share dtypes and shapes. A block may be shorter than
+  // max_elements before the end (a source may cut at a file or epoch boundary). Errors as
+  // GetNext's; an element error (core/data/op_iterator.h) stands for the first element after
+  // the block's earlier ones, exactly where GetNext would have returned it. An iterator is
+  // pulled through one of the two paths for its whole life, never both. Requires
+  // SupportsBlocks() and max_elements >= 1; the default is UNIMPLEMENTED.
+  virtual absl::Status GetNextBlock(int64_t max_elements, Element* out, int64_t* n,
+                                    bool* end_of_sequence);
 };
+
+// Whether consumers use the bulk path (process-wide; on by default). Turning it off makes every
+// op pull element by element: tests compare the two paths with it, benchmarks measure both.
+bool BulkPathsEnabled();
+void SetBulkPathsEnabled(bool enabled);
 
 }  // namespace sluice
 

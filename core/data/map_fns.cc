@@ -97,6 +97,9 @@ class ComponentMapFunction : public MapFunction {
     return input;
   }
 
+  // Selecting a component depends on the structure alone, the same for a block.
+  bool ElementWise() const override { return fn_->ElementWise(); }
+
  private:
   const std::shared_ptr<const ComponentFn> fn_;
   const proto::MapOp map_;

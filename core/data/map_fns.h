@@ -51,6 +51,10 @@ class ComponentFn {
   virtual absl::StatusOr<ElementSpec> OutputSpec(const TensorSpec& input) const = 0;
   // INVALID_ARGUMENT (no position prefix) when the input does not fit.
   virtual absl::StatusOr<Element> Apply(const Tensor& input) const = 0;
+  // True if the fn works row by row: Apply on a tensor of shape [n] + S gives, for every n >= 1,
+  // exactly the n results of Apply on its rows stacked along dimension 0, and an error only
+  // where some row's Apply fails. The bulk path (core/data/iterator.h) maps whole blocks then.
+  virtual bool ElementWise() const { return false; }
 };
 
 // The fn of a MapOp, ready to run on the elements of one input spec.
@@ -59,6 +63,9 @@ class MapFunction {
   virtual ~MapFunction() = default;
   // The mapped element, or an element error (core/data/op_iterator.h) naming fn and component.
   virtual absl::StatusOr<Element> Apply(Element input) const = 0;
+  // True if Apply on a block of elements (each leaf stacked along a new dimension 0) gives the
+  // block of the mapped elements, as ComponentFn::ElementWise.
+  virtual bool ElementWise() const { return false; }
 };
 
 // The fn of `map` alone; INVALID_ARGUMENT for an unset fn or bad arguments, FAILED_PRECONDITION

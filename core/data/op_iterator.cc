@@ -1,5 +1,7 @@
 #include "core/data/op_iterator.h"
 
+#include <atomic>
+
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 
@@ -51,6 +53,45 @@ absl::Status OpIterator::GetNext(Element* out, bool* end_of_sequence) {
   }
   if (*end_of_sequence) ended_ = true;
   return s;
+}
+
+absl::Status OpIterator::GetNextBlock(int64_t max_elements, Element* out, int64_t* n,
+                                      bool* end_of_sequence) {
+  *n = 0;
+  if (!status_.ok()) return status_;
+  if (ended_) {
+    *end_of_sequence = true;
+    return absl::OkStatus();
+  }
+  *end_of_sequence = false;
+  absl::Status s = GetNextBlockInternal(max_elements, out, n, end_of_sequence);
+  if (!s.ok()) {
+    *n = 0;
+    if (!IsElementError(s)) status_ = s;
+    return s;
+  }
+  if (*end_of_sequence) {
+    *n = 0;
+    ended_ = true;
+  }
+  return s;
+}
+
+absl::Status OpIterator::GetNextBlockInternal(int64_t, Element*, int64_t*, bool*) {
+  return OpError(absl::StatusCode::kUnimplemented, "this op has no bulk path");
+}
+
+absl::Status Iterator::GetNextBlock(int64_t, Element*, int64_t*, bool*) {
+  return absl::UnimplementedError("this iterator has no bulk path");
+}
+
+namespace {
+std::atomic<bool> bulk_paths_enabled{true};
+}  // namespace
+
+bool BulkPathsEnabled() { return bulk_paths_enabled.load(std::memory_order_relaxed); }
+void SetBulkPathsEnabled(bool enabled) {
+  bulk_paths_enabled.store(enabled, std::memory_order_relaxed);
 }
 
 absl::Status OpIterator::OpError(absl::StatusCode code, absl::string_view message) const {

@@ -44,12 +44,19 @@ class OpIterator : public Iterator {
   explicit OpIterator(std::string label) : label_(std::move(label)) {}
 
   absl::Status GetNext(Element* out, bool* end_of_sequence) final;
+  // As GetNext: errors and the end are sticky, an element error is returned once.
+  absl::Status GetNextBlock(int64_t max_elements, Element* out, int64_t* n,
+                            bool* end_of_sequence) final;
 
   const std::string& label() const { return label_; }
 
  protected:
   // Same contract as GetNext; called only while no error or end has been returned.
   virtual absl::Status GetNextInternal(Element* out, bool* end_of_sequence) = 0;
+  // Same contract as GetNextBlock; called only while no error or end has been returned, and
+  // only when SupportsBlocks(). The default is UNIMPLEMENTED.
+  virtual absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
+                                            bool* end_of_sequence);
 
   // `code` with "<label>: <message>".
   absl::Status OpError(absl::StatusCode code, absl::string_view message) const;

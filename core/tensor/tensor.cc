@@ -136,20 +136,35 @@ absl::StatusOr<Tensor> Tensor::Reshape(const Shape& shape) const {
 
 absl::StatusOr<Tensor> Tensor::Stack(std::span<const Tensor> parts) {
   if (parts.empty()) return absl::InvalidArgumentError("Tensor::Stack: no tensors to stack");
-  std::vector<Tensor> rows;
-  rows.reserve(parts.size());
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (parts[i].dtype() != parts[0].dtype() || parts[i].shape() != parts[0].shape()) {
+  const Tensor& first = parts[0];
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (parts[i].dtype() != first.dtype() || parts[i].shape() != first.shape()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Tensor::Stack: component ", i, " has dtype ", DTypeName(parts[i].dtype()), " and shape ",
-          parts[i].shape().ToString(), " but component 0 has dtype ", DTypeName(parts[0].dtype()),
-          " and shape ", parts[0].shape().ToString()));
+          parts[i].shape().ToString(), " but component 0 has dtype ", DTypeName(first.dtype()),
+          " and shape ", first.shape().ToString()));
     }
-    auto r = parts[i].Reshape(parts[i].shape().Prepend(1));
-    if (!r.ok()) return r.status();
-    rows.push_back(*std::move(r));
   }
-  return Concat(rows);
+  // One allocation and one copy per part; the sizes are computed once (batch() stacks many
+  // small parts, where per-part bookkeeping would cost more than the copies).
+  Tensor out = Allocate(first.dtype(), first.shape().Prepend(static_cast<int64_t>(parts.size())));
+  const int64_t per_part = first.num_elements();
+  if (first.dtype() == DType::kString) {
+    int64_t k = 0;
+    for (const Tensor& p : parts) {
+      for (int64_t i = 0; i < per_part; ++i) *out.mutable_string(k++) = p.string_at(i);
+    }
+  } else {
+    const size_t bytes = static_cast<size_t>(per_part) * DTypeSize(first.dtype());
+    if (bytes > 0) {
+      char* dst = static_cast<char*>(out.mutable_raw_data());
+      for (const Tensor& p : parts) {
+        std::memcpy(dst, p.raw_data(), bytes);
+        dst += bytes;
+      }
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<Tensor> Tensor::Concat(std::span<const Tensor> parts) {

@@ -22,6 +22,7 @@
 #include "core/data/plugin_loader.h"
 #include "core/util/status_macros.h"
 #include "tools/sluicectl/command_line.h"
+#include "core/util/thread_pool.h"
 #include "tools/sluicectl/commands.h"
 #include "tools/sluicectl/security.h"
 #include "sluice/cluster_spec.h"
@@ -54,6 +55,10 @@ ABSL_FLAG(std::string, memory_limit, "",
 ABSL_FLAG(std::string, max_element_bytes, "",
           "Pipelines run in this process: bytes one element (one batch) may hold. Empty: a "
           "quarter of --memory_limit. Accepted by every command.");
+ABSL_FLAG(int, threads, 0,
+          "Pipelines run in this process: threads of the process's pool that every parallel op "
+          "shares (parallel map fn calls; num_parallel_calls=AUTOTUNE resolves to it); 0: the "
+          "number of cores. Accepted by every command.");
 ABSL_FLAG(std::string, coordinator, "",
           "host:port of a Sluice coordinator; empty: run the pipeline in this process.");
 ABSL_FLAG(std::string, cluster_spec, "",
@@ -243,7 +248,7 @@ int ParseCommandLine(int argc, char** argv, const SluicectlCommand** command,
   }
   const std::string where = command_name;
   std::set<std::string> accepted = {"plugin", "cluster_spec", "memory_limit",
-                                    "max_element_bytes"};  // global flags
+                                    "max_element_bytes", "threads"};  // global flags
   if (*command != nullptr) accepted.insert((*command)->flags.begin(), (*command)->flags.end());
   // Commands that dial the service take the security flags (tools/sluicectl/security.h).
   if (accepted.count("coordinator")) {
@@ -336,6 +341,10 @@ absl::Status PrepareCommand(const SluicectlCommand& command, int argc, char** ar
   RETURN_IF_ERROR(LoadPlugins(absl::GetFlag(FLAGS_plugin)));
   RETURN_IF_ERROR(ConfigureProcessMemoryBudget(absl::GetFlag(FLAGS_memory_limit),
                                                absl::GetFlag(FLAGS_max_element_bytes)));
+  if (const int threads = absl::GetFlag(FLAGS_threads); threads != 0) {
+    absl::Status s = SetProcessThreadPoolSize(threads);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--threads: ", s.message()));
+  }
   return ApplyClusterSpec(command, argc, argv);
 }
 

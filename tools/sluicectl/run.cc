@@ -14,11 +14,17 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/data/op_profile.h"
 #include "core/format/json_format.h"
 #include "core/util/status_macros.h"
 #include "sluice/dataset.h"
 #include "sluice/per_replica_format.h"
 #include "tools/sluicectl/commands.h"
+
+ABSL_FLAG(bool, profile, false,
+          "run, local mode: after the run, print to stderr each op's elements, calls and time "
+          "(total and self), a table summed over this process's pipelines "
+          "(core/data/op_profile.h).");
 
 namespace sluice {
 namespace {
@@ -81,7 +87,18 @@ int RunMain(const std::vector<std::string>& positional) {
   if (steps < -1) {
     return ReportUsageError("run", absl::StrCat("--steps must be non-negative, got ", steps));
   }
+  std::shared_ptr<OpProfile> profile;
+  if (absl::GetFlag(FLAGS_profile)) {
+    profile = std::make_shared<OpProfile>();
+    SetProcessOpProfile(profile);
+  }
   absl::Status status = RunSteps(args, format, steps);
+  if (profile != nullptr) {
+    SetProcessOpProfile(nullptr);
+    std::cerr << "per-op profile (wall time in the caller's thread; self = total less the op "
+                 "below):\n"
+              << profile->ToTable();
+  }
   return status.ok() ? kExitOk : ReportError(status);
 }
 
@@ -91,7 +108,8 @@ SLUICECTL_REGISTER_COMMAND({
     .name = "run",
     .synopsis = "run --pipeline=EXPR --devices=GPU:0,GPU:1 [--steps=N] [--num_workers=W "
                 "--worker_index=I --auto_shard_policy=AUTO|FILE|DATA|HINT|OFF] "
-                "[--format=tf|json] [--coordinator=HOST:PORT] [--save_state=FILE]",
+                "[--format=tf|json] [--coordinator=HOST:PORT] [--save_state=FILE] [--profile] "
+                "[--threads=N]",
     .help = "Distributes the pipeline over the devices as strategy.experimental_distribute_dataset\n"
             "does and prints each step's per-replica value: --format=tf as Python's\n"
             "`for x in dist_dataset: print(x)`, --format=json one JSON object per step.\n"
@@ -101,7 +119,7 @@ SLUICECTL_REGISTER_COMMAND({
               // Service mode (tools/sluicectl/service_dataset.cc).
               "job", "consumer_index", "num_consumers", "sharding_policy", "read_mode",
               "num_tasks", "retry_deadline", "seed", "shuffle", "shuffle_block_size", "epochs",
-              "range_steps", "resume_state", "save_state", "receive_budget_bytes"},
+              "range_steps", "resume_state", "save_state", "receive_budget_bytes", "profile"},
     .run = &RunMain,
 });
 

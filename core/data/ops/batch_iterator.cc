@@ -20,10 +20,12 @@ class BatchIterator : public OpIterator {
       : OpIterator(std::move(label)),
         input_(std::move(input)),
         batch_size_(batch_size),
-        drop_remainder_(drop_remainder) {}
+        drop_remainder_(drop_remainder),
+        bulk_(input_ != nullptr && input_->SupportsBlocks() && BulkPathsEnabled()) {}
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    if (bulk_) return GetNextFromBlocks(out, end_of_sequence);
     // The elements gathered and the batch stacked from them are both held at the end: the
     // batch is checked against the element limit as it grows, and both against the process's.
     MemoryReservation held(label());
@@ -49,6 +51,87 @@ class BatchIterator : public OpIterator {
   }
 
  private:
+  // The bulk path (core/data/iterator.h): whole blocks of consecutive elements, each already
+  // stacked, so a batch is at most one copy per component (none when one block fills it).
+  // Gives what the per-element path gives, errors included: an error drops the elements
+  // gathered for the batch, as there.
+  absl::Status GetNextFromBlocks(Element* out, bool* end_of_sequence) {
+    MemoryReservation held(label());
+    const std::string describe = absl::StrCat("a batch of ", batch_size_, " elements");
+    std::vector<Element> blocks;
+    int64_t gathered = 0;
+    while (gathered < batch_size_) {
+      Element block;
+      int64_t n = 0;
+      bool end = false;
+      absl::Status s = input_->GetNextBlock(batch_size_ - gathered, &block, &n, &end);
+      if (!s.ok()) return s;
+      if (end) break;
+      RETURN_IF_ERROR(held.GrowElement(ElementFootprint(block), describe));
+      blocks.push_back(std::move(block));
+      gathered += n;
+    }
+    if (gathered == 0 || (drop_remainder_ && gathered < batch_size_)) {
+      *end_of_sequence = true;
+      return absl::OkStatus();
+    }
+    if (blocks.size() == 1) {
+      *out = std::move(blocks[0]);
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(held.Grow(held.bytes()));  // the concatenated copy
+    return ConcatBlocks(blocks, out);
+  }
+
+  // Blocks of one input share their structure and dtypes; their element shapes may differ
+  // from block to block, which is the per-element path's shape error, worded as there.
+  absl::Status ConcatBlocks(const std::vector<Element>& blocks, Element* out) const {
+    std::vector<std::vector<Tensor>> columns;  // columns[leaf][block]
+    int64_t first_row = 0;                      // of the current block, in the batch
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      std::vector<Tensor> leaves = blocks[b].Flatten();
+      if (b == 0) {
+        columns.resize(leaves.size());
+        for (auto& c : columns) c.reserve(blocks.size());
+      } else if (leaves.size() != columns.size() || !blocks[b].SameStructure(blocks[0])) {
+        return InvalidArgument(absl::StrCat(
+            "Cannot batch elements with different structures: element 0 has ", columns.size(),
+            " components and element ", first_row, " has ", leaves.size()));
+      }
+      for (size_t i = 0; i < leaves.size(); ++i) {
+        if (b > 0) {
+          const Tensor& first = columns[i][0];
+          if (leaves[i].shape().DropFirst() != first.shape().DropFirst()) {
+            return InvalidArgument(absl::StrCat(
+                "Cannot batch tensors with different shapes in component ", i,
+                ". First element had shape ", TfShapeString(first.shape().DropFirst()),
+                " and element ", first_row, " had shape ",
+                TfShapeString(leaves[i].shape().DropFirst()), "."));
+          }
+          if (leaves[i].dtype() != first.dtype()) {
+            return InvalidArgument(absl::StrCat(
+                "Cannot batch tensors with different dtypes in component ", i,
+                ". First element had dtype ", DTypeName(first.dtype()), " and element ",
+                first_row, " had dtype ", DTypeName(leaves[i].dtype()), "."));
+          }
+        }
+        columns[i].push_back(std::move(leaves[i]));
+      }
+      first_row += columns.empty() ? 0 : columns[0].back().shape().dim(0);
+    }
+    std::vector<Tensor> batched;
+    batched.reserve(columns.size());
+    for (const std::vector<Tensor>& col : columns) {
+      auto t = Tensor::Concat(col);
+      if (!t.ok()) return InvalidArgument(t.status().message());
+      batched.push_back(*std::move(t));
+    }
+    auto packed = Element::Pack(blocks[0], std::move(batched));
+    if (!packed.ok()) return InvalidArgument(packed.status().message());
+    *out = *std::move(packed);
+    return absl::OkStatus();
+  }
+
   absl::Status Stack(const std::vector<Element>& elements, Element* out) const {
     const size_t n = elements.size();
     std::vector<std::vector<Tensor>> columns;  // columns[leaf][element]
@@ -95,6 +178,7 @@ class BatchIterator : public OpIterator {
   std::unique_ptr<Iterator> input_;
   const int64_t batch_size_;
   const bool drop_remainder_;
+  const bool bulk_;  // pulls blocks (core/data/iterator.h) instead of elements
 };
 
 class UnbatchIterator : public OpIterator {

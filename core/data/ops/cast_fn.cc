@@ -50,6 +50,9 @@ class CastFn : public ComponentFn {
     return Element(std::move(out));
   }
 
+  // Each value converts on its own, and Check looks only at the dtype.
+  bool ElementWise() const override { return true; }
+
  private:
   absl::Status Check(DType from) const {
     if (from == dtype_) return absl::OkStatus();

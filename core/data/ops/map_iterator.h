@@ -1,18 +1,21 @@
 // map(fn, num_parallel_calls=None, deterministic=None): applies a MapFunction to every element.
 //
-// With num_parallel_calls <= 1 the fn runs in the caller's thread. With N > 1, N threads (created
-// at the first GetNext) pull input elements one at a time, in order, and apply the fn in
-// parallel; at most 2 * N elements are in flight or waiting to be taken, so a slow consumer
-// stalls the pool instead of growing memory.
+// With num_parallel_calls <= 1 the fn runs in the caller's thread. With N > 1 the caller's thread
+// pulls input elements, in order, in units of up to 32 consecutive elements, and the fn runs on
+// the process's shared thread pool (core/util/thread_pool.h), at most N units at a time; at most
+// 2 * N units are in flight or waiting to be taken, so a slow consumer stalls the map instead of
+// growing memory. With deterministic=true, when the next unit is not ready and no pool thread has
+// started it, the caller's thread maps it instead of waiting, so a map never waits on a pool
+// busy with other pipelines.
+// The map starts no thread of its own.
 //   deterministic=true (TF's default): outputs come in input order.
-//   deterministic=false: an output is returned as soon as it is ready, so a slow element does
-//     not hold up later ones; the multiset of outputs is the same.
+//   deterministic=false: a unit's outputs are returned as soon as the unit is done, so a slow
+//     unit does not hold up later ones; the multiset of outputs is the same.
 // An fn error is an element error (core/data/op_iterator.h): returned in that element's place and
 // iteration can go on. The input's end, or a non-element input error, comes after every earlier
 // element (in either mode) and then repeats.
 //
-// The destructor stops and joins the threads; the only wait is for an input GetNext or an fn
-// call already in progress.
+// The destructor waits for the fn calls of units already running on the pool.
 //
 // Thread safety: as Iterator, one caller at a time.
 #ifndef SLUICE_CORE_MAP_ITERATOR_H_
@@ -22,6 +25,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "sluice/element.h"
@@ -34,11 +39,29 @@ using ElementFn = std::function<absl::StatusOr<Element>(Element)>;
 
 // `label` names the op in errors; `fn` errors are passed through with the label prepended.
 // num_parallel_calls is the resolved thread count (AUTOTUNE already replaced).
+//
+// `block_fn`, when set, maps a block of elements (core/data/iterator.h) to the block of their
+// mapped elements (MapFunction::ElementWise); the map then supports the bulk path when its input
+// does, running block_fn in the caller's thread (a block is already the unit of work, and an
+// iterator pulled in blocks is never pulled element by element). When block_fn fails on a
+// block, the map goes through that block row by row with `fn`, handing out blocks of one
+// element and the failing row's element error where the per-element path would.
+//
+// `autotune` (num_parallel_calls=AUTOTUNE, with num_parallel_calls the most it may use): the map
+// starts running one unit at a time and hill-climbs as tf.data's AUTOTUNE does: every 256
+// outputs, if the caller spent more than a tenth of that time waiting for outputs, one more
+// unit may run at once, up to num_parallel_calls. AutotunedMapParallelism() reports the choice.
 std::unique_ptr<Iterator> NewMapIterator(std::string label, std::unique_ptr<Iterator> input,
                                          ElementFn fn, int64_t num_parallel_calls,
-                                         bool deterministic);
+                                         bool deterministic, ElementFn block_fn = nullptr,
+                                         bool autotune = false);
 
-// The thread count for num_parallel_calls = -1 (AUTOTUNE): the number of CPU cores, at least 1.
+// The parallelism AUTOTUNE chose for the parallel maps alive in this process, by op label
+// ("op 1 (map)"), averaged over the maps of that label. Thread-safe.
+std::vector<std::pair<std::string, double>> AutotunedMapParallelism();
+
+// The parallelism for num_parallel_calls = -1 (AUTOTUNE): the size of the process's thread pool
+// (ProcessThreadPoolSize(), by default the number of cores).
 int64_t AutotuneParallelism();
 
 }  // namespace sluice

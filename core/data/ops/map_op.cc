@@ -47,11 +47,17 @@ SLUICE_REGISTER_OPS(map_op) {
     if (!fn.ok()) {
       return absl::Status(fn.status().code(), absl::StrCat(label, ": ", fn.status().message()));
     }
+    // An element-wise fn also maps whole blocks (the bulk path, core/data/iterator.h).
+    const ElementFn block_apply = (*fn)->ElementWise() ? ElementFn([fn = *fn](Element e) {
+      return fn->Apply(std::move(e));
+    }) : ElementFn();
     ElementFn apply = [fn = *std::move(fn)](Element e) { return fn->Apply(std::move(e)); };
     const int64_t threads = ResolveParallelCalls(m.num_parallel_calls(), args.options);
     const bool deterministic = !m.has_deterministic() || m.deterministic();
-    return IteratorFactory([label, input, apply, threads, deterministic] {
-      return NewMapIterator(label, input(), apply, threads, deterministic);
+    const bool autotune = m.num_parallel_calls() == -1;
+    return IteratorFactory([label, input, apply, threads, deterministic, block_apply, autotune] {
+      return NewMapIterator(label, input(), apply, threads, deterministic, block_apply,
+                            autotune);
     });
   };
   r.global_order_conflict = [](const proto::OpDef& op) -> std::string {

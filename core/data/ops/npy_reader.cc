@@ -1,5 +1,7 @@
 #include "core/data/ops/npy_reader.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -106,6 +108,44 @@ class NpyIterator : public OpIterator {
     char* dst = static_cast<char*>(t.mutable_raw_data());
     const size_t width = DTypeSize(dtype_);
     for (size_t i = 0; i < row_bytes; i += width) {
+      for (size_t b = 0; b < width; ++b) dst[i + b] = src[i + width - 1 - b];
+    }
+    *out = Element(std::move(t));
+    return absl::OkStatus();
+  }
+
+  bool SupportsBlocks() const override { return true; }
+
+  // Consecutive rows of the current file as one tensor: a view of the mapping when the file's
+  // byte order is the machine's, else one byte-swapped copy. A block ends at a file's end.
+  absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
+                                    bool* end_of_sequence) override {
+    while (next_row_ >= rows_) {
+      if (next_file_ >= source_.filenames_size()) {
+        *end_of_sequence = true;
+        return absl::OkStatus();
+      }
+      absl::Status s = OpenFile(source_.filenames(next_file_++));
+      if (!s.ok()) return OpError(s.code(), s.message());
+    }
+    const int64_t count = std::min(max_elements, rows_ - next_row_);
+    const size_t row_bytes = static_cast<size_t>(row_shape_.num_elements()) * DTypeSize(dtype_);
+    const size_t offset = header_.data_offset + static_cast<size_t>(next_row_) * row_bytes;
+    next_row_ += count;
+    const Shape shape = row_shape_.Prepend(count);
+    *n = count;
+    if (!swap_) {
+      absl::StatusOr<Tensor> t = Tensor::Wrap(dtype_, shape, mapping_, offset);
+      if (!t.ok()) return InvalidArgument(t.status().message());
+      *out = Element(*std::move(t));
+      return absl::OkStatus();
+    }
+    Tensor t = Tensor::Allocate(dtype_, shape);
+    const char* src = static_cast<const char*>(mapping_->data()) + offset;
+    char* dst = static_cast<char*>(t.mutable_raw_data());
+    const size_t width = DTypeSize(dtype_);
+    const size_t bytes = row_bytes * static_cast<size_t>(count);
+    for (size_t i = 0; i < bytes; i += width) {
       for (size_t b = 0; b < width; ++b) dst[i + b] = src[i + width - 1 - b];
     }
     *out = Element(std::move(t));

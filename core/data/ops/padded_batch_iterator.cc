@@ -60,10 +60,14 @@ class PaddedBatchIterator : public OpIterator {
  public:
   PaddedBatchIterator(std::string label, std::unique_ptr<Iterator> input,
                       proto::PaddedBatchOp op)
-      : OpIterator(std::move(label)), input_(std::move(input)), op_(std::move(op)) {}
+      : OpIterator(std::move(label)),
+        input_(std::move(input)),
+        op_(std::move(op)),
+        bulk_(input_ != nullptr && input_->SupportsBlocks() && BulkPathsEnabled()) {}
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    if (bulk_) return GetNextFromBlocks(out, end_of_sequence);
     // As batch (core/data/ops/batch_iterator.cc): the gathered elements count against the element
     // limit as they come, the padded batch (whose size the padded shapes may make much larger)
     // before it is allocated.
@@ -89,6 +93,100 @@ class PaddedBatchIterator : public OpIterator {
   }
 
  private:
+  // The bulk path (core/data/iterator.h). When every element of the batch has the shape its
+  // component is padded to (no padding is needed), the blocks are concatenated, one copy per
+  // component; otherwise they are split into their elements (views, no copy) for Pad. Either
+  // way the result is the per-element path's, errors included.
+  absl::Status GetNextFromBlocks(Element* out, bool* end_of_sequence) {
+    MemoryReservation held(label());
+    const std::string describe = absl::StrCat("a padded batch of ", op_.batch_size(), " elements");
+    std::vector<Element> blocks;
+    int64_t gathered = 0;
+    while (gathered < op_.batch_size()) {
+      Element block;
+      int64_t n = 0;
+      bool end = false;
+      absl::Status s = input_->GetNextBlock(op_.batch_size() - gathered, &block, &n, &end);
+      if (!s.ok()) return s;
+      if (end) break;
+      RETURN_IF_ERROR(held.GrowElement(ElementFootprint(block), describe));
+      blocks.push_back(std::move(block));
+      gathered += n;
+    }
+    if (gathered == 0 || (op_.drop_remainder() && gathered < op_.batch_size())) {
+      *end_of_sequence = true;
+      return absl::OkStatus();
+    }
+    held.Clear();  // from here the padded batch is what must fit in one element
+    if (NeedsNoPadding(blocks)) {
+      std::vector<std::vector<Tensor>> columns;
+      for (const Element& b : blocks) {
+        std::vector<Tensor> leaves = b.Flatten();
+        if (columns.empty()) columns.resize(leaves.size());
+        for (size_t i = 0; i < leaves.size(); ++i) columns[i].push_back(std::move(leaves[i]));
+      }
+      std::vector<TensorSpec> specs;
+      for (const auto& c : columns) specs.push_back(TensorSpec{c[0].dtype(), c[0].shape().DropFirst()});
+      absl::StatusOr<std::vector<Tensor>> pads = PaddingValues(op_, specs);
+      if (!pads.ok()) return InvalidArgument(pads.status().message());
+      std::vector<Tensor> batched;
+      for (size_t i = 0; i < columns.size(); ++i) {
+        RETURN_IF_ERROR(held.GrowElement(
+            AllocationFootprint(columns[i][0].dtype(), gathered * specs[i].shape.num_elements()),
+            absl::StrCat("component ", i, " padded to ", TfShapeString(specs[i].shape), " for ",
+                         gathered, " elements")));
+        absl::StatusOr<Tensor> t = Tensor::Concat(columns[i]);
+        if (!t.ok()) return InvalidArgument(t.status().message());
+        batched.push_back(*std::move(t));
+      }
+      auto packed = Element::Pack(blocks[0], std::move(batched));
+      if (!packed.ok()) return InvalidArgument(packed.status().message());
+      *out = *std::move(packed);
+      return absl::OkStatus();
+    }
+    std::vector<Element> elements;
+    elements.reserve(static_cast<size_t>(gathered));
+    for (const Element& b : blocks) {
+      const std::vector<Tensor> leaves = b.Flatten();
+      const int64_t rows = leaves.empty() ? 0 : leaves[0].shape().dim(0);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<Tensor> row;
+        row.reserve(leaves.size());
+        for (const Tensor& t : leaves) row.push_back(t.Index(r));
+        auto e = Element::Pack(b, std::move(row));
+        if (!e.ok()) return InvalidArgument(e.status().message());
+        elements.push_back(*std::move(e));
+      }
+    }
+    return Pad(elements, &held, out);
+  }
+
+  // True if all blocks have one structure, and per component one dtype and one element shape,
+  // which is also the shape the component is padded to.
+  bool NeedsNoPadding(const std::vector<Element>& blocks) const {
+    std::vector<Tensor> first = blocks[0].Flatten();
+    for (size_t b = 1; b < blocks.size(); ++b) {
+      if (!blocks[b].SameStructure(blocks[0])) return false;
+      std::vector<Tensor> leaves = blocks[b].Flatten();
+      for (size_t i = 0; i < leaves.size(); ++i) {
+        if (leaves[i].dtype() != first[i].dtype() ||
+            leaves[i].shape().DropFirst() != first[i].shape().DropFirst()) {
+          return false;
+        }
+      }
+    }
+    if (op_.padded_shapes_size() == 0) return true;  // padded to the longest: the shape itself
+    for (size_t i = 0; i < first.size(); ++i) {
+      const Shape shape = first[i].shape().DropFirst();
+      const proto::PaddedShape& p = op_.padded_shapes(static_cast<int>(i));
+      if (p.dims_size() != shape.rank()) return false;
+      for (int d = 0; d < shape.rank(); ++d) {
+        if (p.dims(d) >= 0 && p.dims(d) != shape.dim(d)) return false;
+      }
+    }
+    return true;
+  }
+
   absl::Status Pad(const std::vector<Element>& elements, MemoryReservation* held,
                    Element* out) const {
     const size_t n = elements.size();
@@ -210,6 +308,7 @@ class PaddedBatchIterator : public OpIterator {
 
   std::unique_ptr<Iterator> input_;
   const proto::PaddedBatchOp op_;
+  const bool bulk_;  // pulls blocks (core/data/iterator.h) instead of elements
 };
 
 }  // namespace

@@ -1,6 +1,10 @@
 #include "core/data/ops/simple_op_iterators.h"
 
+#include <algorithm>
+#include <cstring>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -40,12 +44,75 @@ class RepeatIterator : public OpIterator {
     }
   }
 
+  // Blocks when the epochs' iterators give them; asking makes the first epoch's iterator (the
+  // one the first GetNext would make), unless there are no epochs at all.
+  bool SupportsBlocks() const override {
+    if (!supports_blocks_.has_value()) {
+      if (input_ == nullptr && epoch_ == 0 && count_ != 0) {
+        input_ = factory_();
+        yielded_this_epoch_ = false;
+      }
+      supports_blocks_ = input_ != nullptr && input_->SupportsBlocks();
+    }
+    return *supports_blocks_;
+  }
+
+  // A block never spans two epochs.
+  absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
+                                    bool* end_of_sequence) override {
+    while (true) {
+      if (input_ == nullptr) {
+        if (count_ >= 0 && epoch_ >= count_) {
+          *end_of_sequence = true;
+          return absl::OkStatus();
+        }
+        input_ = factory_();
+        yielded_this_epoch_ = false;
+      }
+      bool end = false;
+      absl::Status s = input_->SupportsBlocks() ? input_->GetNextBlock(max_elements, out, n, &end)
+                                                : NextAsBlock(out, n, &end);
+      if (!s.ok()) return s;
+      if (!end) {
+        yielded_this_epoch_ = true;
+        return absl::OkStatus();
+      }
+      input_.reset();
+      ++epoch_;
+      if (!yielded_this_epoch_) {
+        // An empty epoch: every later one would be empty too; end instead of spinning.
+        *end_of_sequence = true;
+        return absl::OkStatus();
+      }
+    }
+  }
+
  private:
+  // One element of an epoch whose iterator has no bulk path, as a block of one.
+  absl::Status NextAsBlock(Element* out, int64_t* n, bool* end) {
+    Element e;
+    absl::Status s = input_->GetNext(&e, end);
+    if (!s.ok() || *end) return s;
+    std::vector<Tensor> leaves = e.Flatten();
+    for (Tensor& t : leaves) {
+      absl::StatusOr<Tensor> r = t.Reshape(t.shape().Prepend(1));
+      if (!r.ok()) return r.status();
+      t = *std::move(r);
+    }
+    absl::StatusOr<Element> block = Element::Pack(e, std::move(leaves));
+    if (!block.ok()) return block.status();
+    *out = *std::move(block);
+    *n = 1;
+    return absl::OkStatus();
+  }
+
   const IteratorFactory factory_;
   const int64_t count_;
-  std::unique_ptr<Iterator> input_;
+  // Made by SupportsBlocks() (const) when asked before the first GetNext.
+  mutable std::unique_ptr<Iterator> input_;
   int64_t epoch_ = 0;
-  bool yielded_this_epoch_ = false;
+  mutable bool yielded_this_epoch_ = false;
+  mutable std::optional<bool> supports_blocks_;  // the first answer, kept
 };
 
 class TakeIterator : public OpIterator {
@@ -62,6 +129,21 @@ class TakeIterator : public OpIterator {
     absl::Status s = input_->GetNext(out, end_of_sequence);
     if (!s.ok() || *end_of_sequence) return s;
     if (remaining_ > 0) --remaining_;
+    return absl::OkStatus();
+  }
+
+  bool SupportsBlocks() const override { return input_ != nullptr && input_->SupportsBlocks(); }
+
+  absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
+                                    bool* end_of_sequence) override {
+    if (remaining_ == 0) {
+      *end_of_sequence = true;
+      return absl::OkStatus();
+    }
+    const int64_t want = remaining_ > 0 ? std::min(max_elements, remaining_) : max_elements;
+    absl::Status s = input_->GetNextBlock(want, out, n, end_of_sequence);
+    if (!s.ok() || *end_of_sequence) return s;
+    if (remaining_ > 0) remaining_ -= *n;
     return absl::OkStatus();
   }
 
@@ -84,6 +166,23 @@ class SkipIterator : public OpIterator {
       if (to_skip_ > 0) --to_skip_;
     }
     return input_->GetNext(out, end_of_sequence);
+  }
+
+  bool SupportsBlocks() const override { return input_ != nullptr && input_->SupportsBlocks(); }
+
+  // Skips whole blocks (the last one cut), then passes blocks through.
+  absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
+                                    bool* end_of_sequence) override {
+    constexpr int64_t kSkipBlock = 1 << 16;
+    while (to_skip_ != 0) {
+      Element ignored;
+      int64_t skipped = 0;
+      const int64_t want = to_skip_ > 0 ? std::min(to_skip_, kSkipBlock) : kSkipBlock;
+      absl::Status s = input_->GetNextBlock(want, &ignored, &skipped, end_of_sequence);
+      if (!s.ok() || *end_of_sequence) return s;
+      if (to_skip_ > 0) to_skip_ -= skipped;
+    }
+    return input_->GetNextBlock(max_elements, out, n, end_of_sequence);
   }
 
  private:
@@ -113,7 +212,68 @@ class ShardIterator : public OpIterator {
     return absl::OkStatus();
   }
 
+  bool SupportsBlocks() const override { return input_ != nullptr && input_->SupportsBlocks(); }
+
+  // Pulls up to num_shards * max_elements input elements at a time and copies out every
+  // num_shards-th row, counting to_skip_ across blocks exactly as GetNext does.
+  absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
+                                    bool* end_of_sequence) override {
+    constexpr int64_t kMaxPull = int64_t{1} << 20;
+    while (true) {
+      Element block;
+      int64_t m = 0;
+      const int64_t want =
+          max_elements > kMaxPull / num_shards_ ? kMaxPull : max_elements * num_shards_;
+      absl::Status s = input_->GetNextBlock(std::max<int64_t>(want, 1), &block, &m,
+                                            end_of_sequence);
+      if (!s.ok() || *end_of_sequence) return s;
+      if (to_skip_ >= m) {
+        to_skip_ -= m;
+        continue;
+      }
+      const int64_t first = to_skip_;
+      const int64_t count = std::min((m - 1 - first) / num_shards_ + 1, max_elements);
+      const int64_t last = first + (count - 1) * num_shards_;
+      // The rows after `last` in this block count towards the next kept one.
+      to_skip_ = num_shards_ - 1 - (m - 1 - last);
+      if (to_skip_ < 0) {
+        // max_elements cut the block short of its last kept row: the rest of the block would
+        // be lost. want = max_elements * num_shards rows keeps this from happening.
+        return OpError(absl::StatusCode::kInternal, "shard block bookkeeping");
+      }
+      std::vector<Tensor> leaves = block.Flatten();
+      for (Tensor& t : leaves) t = EveryNthRow(t, first, count);
+      absl::StatusOr<Element> packed = Element::Pack(block, std::move(leaves));
+      if (!packed.ok()) return InvalidArgument(packed.status().message());
+      *out = *std::move(packed);
+      *n = count;
+      return absl::OkStatus();
+    }
+  }
+
  private:
+  // Rows first, first + num_shards, ... (`count` of them) of `t` (rank >= 1), copied.
+  Tensor EveryNthRow(const Tensor& t, int64_t first, int64_t count) const {
+    if (num_shards_ == 1) return t.Slice(first, first + count);
+    Tensor out = Tensor::Allocate(t.dtype(), t.shape().WithFirst(count));
+    const int64_t row = t.shape().dim(0) == 0 ? 0 : t.num_elements() / t.shape().dim(0);
+    if (t.dtype() == DType::kString) {
+      for (int64_t r = 0; r < count; ++r) {
+        const int64_t src = (first + r * num_shards_) * row;
+        for (int64_t i = 0; i < row; ++i) *out.mutable_string(r * row + i) = t.string_at(src + i);
+      }
+      return out;
+    }
+    const size_t row_bytes = static_cast<size_t>(row) * DTypeSize(t.dtype());
+    if (row_bytes == 0) return out;
+    const char* src = static_cast<const char*>(t.raw_data());
+    char* dst = static_cast<char*>(out.mutable_raw_data());
+    for (int64_t r = 0; r < count; ++r) {
+      std::memcpy(dst + r * row_bytes, src + (first + r * num_shards_) * row_bytes, row_bytes);
+    }
+    return out;
+  }
+
   std::unique_ptr<Iterator> input_;
   const int64_t num_shards_;
   int64_t to_skip_;  // input elements to drop before the next one this shard keeps

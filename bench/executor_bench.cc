@@ -1,0 +1,177 @@
+// The in-process executor on the pipelines of issue 14: range(N).batch(B) with the bulk path on
+// and off, and TFRecord .map(parse_example).batch(256) with a sequential and a parallel map.
+// bench/executor_bench.sh runs it next to TensorFlow's tf.data on the same pipelines.
+//
+//   executor_bench [--range_elements=33554432] [--batch_sizes=2048,131072,524288]
+//                  [--records=DIR] [--parallel=2] [--reps=3] [--threads=0]
+//
+// --records: a folder of TFRecord files of Examples with 'image' (bytes) and 'label' (int64),
+// as `sluicectl gen` writes; without it the TFRecord rows are skipped. --threads sizes the
+// process's thread pool (0: the cores). Each row is the best of --reps runs (the machine is
+// shared; the best run is the least disturbed). Prints a Markdown table; "CPU µs/elem" is the
+// process's user + system time per element and "cores" its CPU time over wall time, which show
+// a parallel map's overhead and its use of the cores even on a loaded machine.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <malloc.h>
+#include <sys/resource.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/data/executor.h"
+#include "core/data/iterator.h"
+#include "core/util/thread_pool.h"
+#include "sluice/dataset.h"
+
+namespace sluice {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Result {
+  int64_t elements = 0;  // rows of dimension 0 of the first leaf, summed over batches
+  int64_t batches = 0;
+  double seconds = 0;
+  double cpu_seconds = 0;  // user + system time of the whole process during the run
+};
+
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// Drains `expression`; counts the rows of every batch.
+Result Drain(const std::string& expression) {
+  absl::StatusOr<Dataset> ds = Dataset::Parse(expression);
+  if (!ds.ok()) {
+    std::fprintf(stderr, "%s: %s\n", expression.c_str(), ds.status().ToString().c_str());
+    std::exit(1);
+  }
+  Result r;
+  const Clock::time_point start = Clock::now();
+  const double cpu_start = ProcessCpuSeconds();
+  absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
+  if (!it.ok()) {
+    std::fprintf(stderr, "%s\n", it.status().ToString().c_str());
+    std::exit(1);
+  }
+  while (true) {
+    Element e;
+    bool end = false;
+    absl::Status s = (*it)->GetNext(&e, &end);
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s: %s\n", expression.c_str(), s.ToString().c_str());
+      std::exit(1);
+    }
+    if (end) break;
+    const std::vector<Tensor> leaves = e.Flatten();
+    r.elements += leaves.empty() || leaves[0].shape().rank() == 0 ? 1 : leaves[0].shape().dim(0);
+    ++r.batches;
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  r.cpu_seconds = ProcessCpuSeconds() - cpu_start;
+  return r;
+}
+
+Result Best(const std::string& expression, int reps) {
+  Result best;
+  for (int i = 0; i < reps; ++i) {
+    Result r = Drain(expression);
+    if (i == 0 || r.seconds < best.seconds) best = r;
+  }
+  return best;
+}
+
+void Row(const std::string& name, const Result& r) {
+  std::printf("| %-58s | %12.0f | %10.1f | %8.3f | %5.2f |\n", name.c_str(),
+              r.elements / r.seconds, r.batches / r.seconds, 1e6 * r.cpu_seconds / r.elements,
+              r.cpu_seconds / r.seconds);
+  std::fflush(stdout);
+}
+
+int64_t Flag(int argc, char** argv, const char* name, int64_t def) {
+  const std::string prefix = absl::StrCat("--", name, "=");
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
+      return std::strtoll(argv[i] + prefix.size(), nullptr, 10);
+    }
+  }
+  return def;
+}
+
+std::string StringFlag(int argc, char** argv, const char* name, std::string def) {
+  const std::string prefix = absl::StrCat("--", name, "=");
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return argv[i] + prefix.size();
+  }
+  return def;
+}
+
+int Main(int argc, char** argv) {
+  // Keep freed batches resident: a freshly faulted page costs more than the copy into it
+  // (PERF_NOTES.md), and a service worker runs with the same settings.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  const int64_t range_elements = Flag(argc, argv, "range_elements", int64_t{1} << 25);
+  const int reps = static_cast<int>(Flag(argc, argv, "reps", 3));
+  const int64_t parallel = Flag(argc, argv, "parallel", 2);
+  const int64_t threads = Flag(argc, argv, "threads", 0);
+  const std::string records = StringFlag(argc, argv, "records", "");
+  const std::string sizes = StringFlag(argc, argv, "batch_sizes", "2048,131072,524288");
+  if (threads > 0 && !SetProcessThreadPoolSize(static_cast<int>(threads)).ok()) return 1;
+
+  std::printf("| %-58s | %12s | %10s | %8s | %5s |\n", "sluice pipeline", "elements/s",
+              "batches/s", "CPU µs/elem", "cores");
+  std::printf("|---|---|---|---|---|\n");
+  for (absl::string_view b : absl::StrSplit(sizes, ',')) {
+    const int64_t batch = std::strtoll(std::string(b).c_str(), nullptr, 10);
+    // A whole number of batches, at least 8.
+    const int64_t n = std::max(range_elements / batch, int64_t{8}) * batch;
+    const std::string p = absl::StrCat("range(", n, ").batch(", batch, ")");
+    SetBulkPathsEnabled(true);
+    Row(absl::StrCat(p, " [bulk]"), Best(p, reps));
+    // The per-element path on a quarter of the elements (it is much slower).
+    const int64_t n4 = std::max(n / 4 / batch, int64_t{2}) * batch;
+    const std::string p4 = absl::StrCat("range(", n4, ").batch(", batch, ")");
+    SetBulkPathsEnabled(false);
+    Row(absl::StrCat("range(", n4, ").batch(", batch, ") [per-element]"), Best(p4, reps));
+    SetBulkPathsEnabled(true);
+  }
+  if (records.empty()) return 0;
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(records)) {
+    if (entry.is_regular_file()) files.push_back(absl::StrCat("'", entry.path().string(), "'"));
+  }
+  std::sort(files.begin(), files.end());
+  const std::string source = absl::StrCat("tf_record_dataset([", absl::StrJoin(files, ", "), "])");
+  const std::string parse =
+      "parse_example({'image': FixedLenFeature([], tf.string), "
+      "'label': FixedLenFeature([], tf.int64, default_value=0)})";
+  const std::string seq = absl::StrCat(source, ".map(", parse, ").batch(256)");
+  Row("tfrecord .map(parse_example).batch(256), sequential", Best(seq, reps));
+  const std::string par =
+      absl::StrCat(source, ".map(", parse, ", num_parallel_calls=", parallel, ").batch(256)");
+  Row(absl::StrCat("tfrecord .map(parse_example, num_parallel_calls=", parallel,
+                   ").batch(256)"),
+      Best(par, reps));
+  const std::string autotune =
+      absl::StrCat(source, ".map(", parse, ", num_parallel_calls=AUTOTUNE).batch(256)");
+  Row("tfrecord .map(parse_example, AUTOTUNE).batch(256)", Best(autotune, reps));
+  return 0;
+}
+
+}  // namespace
+}  // namespace sluice
+
+int main(int argc, char** argv) { return sluice::Main(argc, argv); }

@@ -1,0 +1,82 @@
+#include "core/util/thread_pool.h"
+
+#include <atomic>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace sluice {
+
+ThreadPool::ThreadPool(int num_threads) {
+  threads_.reserve(static_cast<size_t>(num_threads));
+  for (int i = 0; i < num_threads; ++i) threads_.emplace_back([this] { Run(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    work_.SignalAll();
+  }
+  for (std::thread& t : threads_) t.join();
+}
+
+void ThreadPool::Schedule(std::function<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(fn));
+  work_.Signal();
+}
+
+void ThreadPool::Run() {
+  while (true) {
+    std::function<void()> fn;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!stopping_ && queue_.empty()) work_.Wait(&mu_);
+      if (queue_.empty()) return;  // stopping, and nothing is left to run
+      fn = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    fn();
+  }
+}
+
+int NumCores() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+namespace {
+
+std::atomic<int> configured_size{0};  // 0: none set
+absl::Mutex pool_mu;
+ThreadPool* process_pool ABSL_GUARDED_BY(pool_mu) = nullptr;
+
+}  // namespace
+
+ThreadPool& ProcessThreadPool() {
+  absl::MutexLock lock(&pool_mu);
+  if (process_pool == nullptr) process_pool = new ThreadPool(ProcessThreadPoolSize());
+  return *process_pool;
+}
+
+absl::Status SetProcessThreadPoolSize(int n) {
+  if (n < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the thread pool needs at least 1 thread, got ", n));
+  }
+  absl::MutexLock lock(&pool_mu);
+  if (process_pool != nullptr && process_pool->num_threads() != n) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the process's thread pool already runs ", process_pool->num_threads(),
+                     " threads; set its size before the first pipeline starts"));
+  }
+  configured_size.store(n);
+  return absl::OkStatus();
+}
+
+int ProcessThreadPoolSize() {
+  const int n = configured_size.load();
+  return n > 0 ? n : NumCores();
+}
+
+}  // namespace sluice

@@ -1,0 +1,404 @@
+// The bulk path (core/data/iterator.h): batch() fed whole blocks by range, from_tensor_slices,
+// take, skip and element-wise maps must give exactly the elements the per-element path gives
+// (structure, dtypes, shapes, values, errors), checked over a seeded random set of pipelines
+// with SetBulkPathsEnabled switching the path.
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/data/executor.h"
+#include "core/data/iterator.h"
+#include "core/data/op_iterator.h"
+#include "core/data/ops/batch_iterator.h"
+#include "core/data/ops/map_iterator.h"
+#include "core/data/ops/source_iterators.h"
+#include "gtest/gtest.h"
+#include "sluice/dataset.h"
+
+namespace sluice {
+namespace {
+
+// Restores the bulk switch on scope exit, so a failing test does not leak its setting.
+class BulkSwitch {
+ public:
+  explicit BulkSwitch(bool enabled) : saved_(BulkPathsEnabled()) { SetBulkPathsEnabled(enabled); }
+  ~BulkSwitch() { SetBulkPathsEnabled(saved_); }
+
+ private:
+  const bool saved_;
+};
+
+// Everything a pipeline yields: the elements, then how it ended (OK, or the error). Element
+// errors are recorded in place and iteration goes on, as a consumer skipping them would.
+struct Run {
+  std::vector<Element> elements;
+  std::vector<std::string> errors;  // "<element index>: <status>"
+  absl::Status end;
+};
+
+Run RunPipeline(const std::string& expression, bool bulk) {
+  BulkSwitch s(bulk);
+  Run run;
+  absl::StatusOr<Dataset> ds = Dataset::Parse(expression);
+  if (!ds.ok()) {
+    run.end = ds.status();
+    return run;
+  }
+  absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
+  if (!it.ok()) {
+    run.end = it.status();
+    return run;
+  }
+  for (int i = 0; i < 200000; ++i) {
+    Element e;
+    bool end = false;
+    absl::Status st = (*it)->GetNext(&e, &end);
+    if (IsElementError(st)) {
+      run.errors.push_back(absl::StrCat(run.elements.size(), ": ", st.ToString()));
+      continue;
+    }
+    if (!st.ok() || end) {
+      run.end = st;
+      return run;
+    }
+    run.elements.push_back(std::move(e));
+  }
+  run.end = absl::FailedPreconditionError("did not end");
+  return run;
+}
+
+// Returns how many elements the pipeline gave (so a caller can tell the cases are not vacuous).
+size_t ExpectSameRun(const std::string& expression) {
+  const Run bulk = RunPipeline(expression, true);
+  const Run single = RunPipeline(expression, false);
+  EXPECT_EQ(bulk.end, single.end) << expression;
+  EXPECT_EQ(bulk.errors, single.errors) << expression;
+  EXPECT_EQ(bulk.elements.size(), single.elements.size()) << expression;
+  if (bulk.elements.size() != single.elements.size()) return 0;
+  for (size_t i = 0; i < bulk.elements.size(); ++i) {
+    const Element& a = bulk.elements[i];
+    const Element& b = single.elements[i];
+    EXPECT_TRUE(a.SameStructure(b)) << expression << " element " << i;
+    const std::vector<Tensor> la = a.Flatten(), lb = b.Flatten();
+    EXPECT_EQ(la.size(), lb.size());
+    if (la.size() != lb.size()) return 0;
+    for (size_t k = 0; k < la.size(); ++k) {
+      // Equals compares dtype, shape and every value.
+      EXPECT_TRUE(la[k].Equals(lb[k]))
+          << expression << " element " << i << " leaf " << k << ": "
+          << DTypeName(la[k].dtype()) << la[k].shape().ToString() << " vs "
+          << DTypeName(lb[k].dtype()) << lb[k].shape().ToString();
+    }
+  }
+  return bulk.end.ok() ? bulk.elements.size() : 0;
+}
+
+// A deterministic draw in [lo, hi] (std::mt19937_64 is specified; its distributions are not).
+int64_t In(std::mt19937_64& rng, int64_t lo, int64_t hi) {
+  return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+}
+
+std::string IntList(std::mt19937_64& rng, int64_t n) {
+  std::vector<std::string> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(absl::StrCat(In(rng, -50, 50)));
+  return absl::StrCat("[", absl::StrJoin(v, ", "), "]");
+}
+
+std::string FloatRows(std::mt19937_64& rng, int64_t n, int64_t width) {
+  std::vector<std::string> rows;
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<std::string> row;
+    for (int64_t j = 0; j < width; ++j) row.push_back(absl::StrCat(In(rng, -99, 99), ".5"));
+    rows.push_back(absl::StrCat("[", absl::StrJoin(row, ", "), "]"));
+  }
+  return absl::StrCat("[", absl::StrJoin(rows, ", "), "]");
+}
+
+std::string StringList(std::mt19937_64& rng, int64_t n) {
+  std::vector<std::string> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(absl::StrCat("'s", In(rng, 0, 999), "'"));
+  return absl::StrCat("[", absl::StrJoin(v, ", "), "]");
+}
+
+// A source; *dict says whether its elements are dicts with an int64 'a' (for map keys).
+std::string Source(std::mt19937_64& rng, bool* dict) {
+  *dict = false;
+  const int64_t n = In(rng, 0, 40);
+  switch (In(rng, 0, 6)) {
+    case 0:
+    case 1: {
+      const int64_t step = In(rng, 0, 3) == 0 ? -In(rng, 1, 4) : In(rng, 1, 4);
+      const int64_t start = In(rng, -20, 20);
+      return absl::StrCat("range(", start, ", ", start + step * In(rng, -2, 300), ", ", step,
+                          ")");
+    }
+    case 2: {
+      // Near the int64 limits: the value after the last one does not fit.
+      if (In(rng, 0, 1) == 0) {
+        return absl::StrCat("range(9223372036854775700, 9223372036854775807, ", In(rng, 1, 9),
+                            ")");
+      }
+      return absl::StrCat("range(-9223372036854775700, -9223372036854775807, ", -In(rng, 1, 9),
+                          ")");
+    }
+    case 3:
+      return absl::StrCat("from_tensor_slices(", IntList(rng, std::max<int64_t>(n, 1)), ")");
+    case 4:
+      return absl::StrCat("from_tensor_slices(", FloatRows(rng, std::max<int64_t>(n, 1), 3),
+                          ")");
+    case 5: {
+      *dict = true;
+      const int64_t m = std::max<int64_t>(n, 1);
+      return absl::StrCat("from_tensor_slices({'b': ", FloatRows(rng, m, 2), ", 'a': ",
+                          IntList(rng, m), "})");
+    }
+    default: {
+      const int64_t m = std::max<int64_t>(n, 1);
+      return absl::StrCat("from_tensor_slices((", IntList(rng, m), ", ", StringList(rng, m),
+                          "))");
+    }
+  }
+}
+
+std::string Cast(std::mt19937_64& rng, bool dict) {
+  static const char* kTypes[] = {"tf.float32", "tf.int32", "tf.int64", "tf.float64", "tf.uint8"};
+  const std::string type = kTypes[In(rng, 0, 4)];
+  if (dict) return absl::StrCat("map(cast(", type, "), key='a')");
+  return absl::StrCat("map(cast(", type, "), key=0)");
+}
+
+std::string ElementOp(std::mt19937_64& rng, bool dict, bool tuple_or_dict) {
+  switch (In(rng, 0, 6)) {
+    case 0: return absl::StrCat("take(", In(rng, -1, 60), ")");
+    case 1: return absl::StrCat("skip(", In(rng, -1, 30), ")");
+    case 2: {
+      const int64_t shards = In(rng, 1, 4);
+      return absl::StrCat("shard(", shards, ", ", In(rng, 0, shards - 1), ")");
+    }
+    case 3: return "repeat(2)";
+    case 4: return "prefetch(2)";
+    default:
+      if (!tuple_or_dict) {
+        static const char* kTypes[] = {"tf.float32", "tf.int32", "tf.float64", "tf.int16"};
+        return absl::StrCat("map(cast(", kTypes[In(rng, 0, 3)], ")",
+                            In(rng, 0, 2) == 0 ? ", num_parallel_calls=2" : "", ")");
+      }
+      return Cast(rng, dict);
+  }
+}
+
+std::string GeneratePipeline(std::mt19937_64& rng) {
+  bool dict = false;
+  std::string p = Source(rng, &dict);
+  const bool structured = dict || p.find("((") != std::string::npos;
+  const int64_t ops = In(rng, 0, 3);
+  for (int64_t i = 0; i < ops; ++i) absl::StrAppend(&p, ".", ElementOp(rng, dict, structured));
+  const std::string drop = In(rng, 0, 1) == 0 ? "True" : "False";
+  const int64_t b = In(rng, 1, 70);
+  if (In(rng, 0, 3) == 0) {
+    // Rows of width 3 (Source case 4) may be padded to a fixed width, smaller ones an error.
+    const bool rows = p.rfind("from_tensor_slices([[", 0) == 0;
+    const std::string shapes =
+        rows && In(rng, 0, 1) == 0 ? absl::StrCat(", padded_shapes=[", In(rng, 2, 5), "]") : "";
+    absl::StrAppend(&p, ".padded_batch(", b, shapes, ", drop_remainder=", drop, ")");
+  } else {
+    absl::StrAppend(&p, ".batch(", b, ", drop_remainder=", drop, ")");
+  }
+  switch (In(rng, 0, 4)) {
+    case 0: absl::StrAppend(&p, ".rebatch(", In(rng, 1, 9), ")"); break;
+    case 1: absl::StrAppend(&p, ".take(", In(rng, 0, 5), ")"); break;
+    case 2: absl::StrAppend(&p, ".unbatch().batch(", In(rng, 1, 9), ")"); break;
+    default: break;
+  }
+  return p;
+}
+
+TEST(BulkPathTest, RandomPipelinesGiveTheSameElementsWithAndWithoutBlocks) {
+  std::mt19937_64 rng(20261203);
+  int non_empty = 0;
+  for (int i = 0; i < 400; ++i) {
+    const std::string p = GeneratePipeline(rng);
+    SCOPED_TRACE(absl::StrCat("case ", i, ": ", p));
+    if (ExpectSameRun(p) > 0) ++non_empty;
+    if (::testing::Test::HasFailure()) return;
+  }
+  // The draws are not vacuous: most pipelines run to their end and yield elements.
+  EXPECT_GT(non_empty, 200);
+}
+
+TEST(BulkPathTest, ChosenPipelines) {
+  for (const std::string p : {
+           "range(100000).batch(4096)",
+           "range(100000).batch(4096, drop_remainder=True)",
+           "range(10, -7, -3).batch(2)",
+           "range(0).batch(3)",
+           "range(5).repeat(3).batch(4)",
+           "range(100).shard(3, 2).batch(7)",
+           "range(50).padded_batch(8)",
+           "range(50).padded_batch(8, padded_shapes=[], drop_remainder=True)",
+           "from_tensor_slices([[1, 2], [3, 4], [5, 6]]).padded_batch(2, padded_shapes=[4], padding_values=-1)",
+           "from_tensor_slices([[1, 2], [3, 4], [5, 6]]).padded_batch(2, padded_shapes=[1])",
+           "from_tensor_slices([[1, 2], [3, 4], [5, 6]]).padded_batch(2, padded_shapes=[None])",
+           "from_tensor_slices({'a': [1, 2, 3], 'b': ['x', 'y', 'z']}).repeat(3).padded_batch(4)",
+           "range(30).repeat(2).skip(5).padded_batch(7)",
+           "range(100).shard(1, 0).batch(7)",
+           "range(1000).shard(7, 0).skip(3).shard(2, 1).batch(9, drop_remainder=True)",
+           "from_tensor_slices((['a', 'b', 'c', 'd', 'e'], [[1., 2.], [3., 4.], [5., 6.], [7., 8.], [9., 0.]])).shard(2, 1).batch(2)",
+           "range(7).repeat(5).take(30).batch(4, drop_remainder=True)",
+           "range(0).repeat().batch(4)",
+           "range(10).shuffle(4, seed=3).repeat(2).batch(3)",
+           "from_tensor_slices([1, 2, 3]).repeat(4).map(cast(tf.float64)).batch(5)",
+           "range(50).skip(7).take(30).map(cast(tf.float32)).batch(8)",
+           "range(9223372036854775800, 9223372036854775807, 2).batch(3)",
+           "from_tensor_slices({'a': [1, 2, 3], 'b': [[1., 2.], [3., 4.], [5., 6.]]}).batch(2)",
+           "from_tensor_slices(([1, 2, 3], ['x', 'y', 'z'])).skip(1).batch(5)",
+           "range(1000).map(cast(tf.uint8), num_parallel_calls=4).batch(300)",
+       }) {
+    SCOPED_TRACE(p);
+    ExpectSameRun(p);
+  }
+}
+
+// A version 1.0 .npy file of `order`-endian int32 rows of shape (2,) with values base, base+1...
+void WriteNpy(const std::string& path, int rows, int base, bool big_endian) {
+  std::string header = absl::StrCat("{'descr': '", big_endian ? ">" : "<",
+                                    "i4', 'fortran_order': False, 'shape': (", rows, ", 2), }");
+  while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
+  header.push_back('\n');
+  std::string bytes = "\x93NUMPY";
+  bytes.push_back('\x01');
+  bytes.push_back('\x00');
+  bytes.push_back(static_cast<char>(header.size() & 0xff));
+  bytes.push_back(static_cast<char>(header.size() >> 8));
+  bytes += header;
+  for (int i = 0; i < rows * 2; ++i) {
+    const uint32_t v = static_cast<uint32_t>(base + i);
+    for (int b = 0; b < 4; ++b) {
+      const int shift = big_endian ? 8 * (3 - b) : 8 * b;
+      bytes.push_back(static_cast<char>((v >> shift) & 0xff));
+    }
+  }
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+TEST(BulkPathTest, NpyFilesInBlocks) {
+  const std::string dir = ::testing::TempDir();
+  for (bool big_endian : {false, true}) {
+    const std::string suffix = big_endian ? "be" : "le";
+    std::vector<std::string> files;
+    const int rows[] = {7, 0, 13, 1};
+    for (int f = 0; f < 4; ++f) {
+      files.push_back(absl::StrCat(dir, "/bulk_", suffix, f, ".npy"));
+      WriteNpy(files.back(), rows[f], 100 * f, big_endian);
+    }
+    const std::string list = absl::StrCat("['", absl::StrJoin(files, "', '"), "']");
+    {
+      absl::StatusOr<Dataset> ds = Dataset::Parse(absl::StrCat("npy_dataset(", list, ")"));
+      ASSERT_TRUE(ds.ok()) << ds.status();
+      absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
+      ASSERT_TRUE(it.ok()) << it.status();
+      EXPECT_TRUE((*it)->SupportsBlocks());
+    }
+    for (const std::string ops : {".batch(4)", ".batch(5, drop_remainder=True)",
+                                  ".skip(3).take(12).map(cast(tf.float32)).batch(6)",
+                                  ".padded_batch(3)"}) {
+      const std::string p = absl::StrCat("npy_dataset(", list, ")", ops);
+      SCOPED_TRACE(p);
+      EXPECT_GT(ExpectSameRun(p), 0u);
+    }
+  }
+}
+
+TEST(BulkPathTest, SourcesTakeSkipAndElementWiseMapsOfferBlocks) {
+  auto supports = [](const std::string& expression) {
+    absl::StatusOr<Dataset> ds = Dataset::Parse(expression);
+    EXPECT_TRUE(ds.ok()) << ds.status();
+    absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
+    EXPECT_TRUE(it.ok()) << it.status();
+    return (*it)->SupportsBlocks();
+  };
+  EXPECT_TRUE(supports("range(10)"));
+  EXPECT_TRUE(supports("from_tensor_slices([1, 2])"));
+  EXPECT_TRUE(supports("range(10).skip(2).take(5).map(cast(tf.float32))"));
+  EXPECT_TRUE(supports("range(10).map(cast(tf.float32), num_parallel_calls=-1)"));
+  EXPECT_TRUE(supports("range(10).repeat(3)"));
+  EXPECT_TRUE(supports("from_tensor_slices([1, 2]).repeat()"));
+  EXPECT_FALSE(supports("range(10).repeat(0)"));
+  EXPECT_FALSE(supports("range(10).shuffle(4, seed=1).repeat(2)"));
+  EXPECT_TRUE(supports("range(10).shard(2, 0)"));
+  EXPECT_FALSE(supports("range(10).prefetch(2)"));
+  EXPECT_FALSE(supports("range(10).map(one_hot(3))"));
+}
+
+TEST(BulkPathTest, RangeBlocksStopAtMaxAndAtTheEnd) {
+  absl::StatusOr<std::unique_ptr<Iterator>> it = NewRangeIterator("source (range)", 3, 20, 4);
+  ASSERT_TRUE(it.ok());
+  Element block;
+  int64_t n = 0;
+  bool end = false;
+  ASSERT_TRUE((*it)->GetNextBlock(3, &block, &n, &end).ok());
+  ASSERT_FALSE(end);
+  EXPECT_EQ(n, 3);
+  EXPECT_TRUE(block.leaf().Equals(Tensor::FromVector<int64_t>({3, 7, 11})));
+  ASSERT_TRUE((*it)->GetNextBlock(100, &block, &n, &end).ok());
+  EXPECT_EQ(n, 2);
+  EXPECT_TRUE(block.leaf().Equals(Tensor::FromVector<int64_t>({15, 19})));
+  ASSERT_TRUE((*it)->GetNextBlock(100, &block, &n, &end).ok());
+  EXPECT_TRUE(end);
+  EXPECT_EQ(n, 0);
+}
+
+// A map whose block fn fails goes row by row: the elements before the bad one are kept in
+// their batch... and, as on the per-element path, the batch holding the failing row is lost.
+TEST(BulkPathTest, AFailingBlockFallsBackToRowsWithTheSameErrors) {
+  // Fails on the value 13; a block containing it fails as a whole.
+  auto fn = [](Element e) -> absl::StatusOr<Element> {
+    const Tensor& t = e.leaf();
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      if (t.data<int64_t>()[i] == 13) {
+        return MarkElementError(absl::InvalidArgumentError("unlucky"));
+      }
+    }
+    return e;
+  };
+  auto run = [&](bool bulk) {
+    BulkSwitch s(bulk);
+    std::unique_ptr<Iterator> range = *NewRangeIterator("source (range)", 0, 30, 1);
+    std::unique_ptr<Iterator> map =
+        NewMapIterator("op 1 (map)", std::move(range), fn, 1, true, fn);
+    EXPECT_EQ(map->SupportsBlocks(), true);
+    std::unique_ptr<Iterator> batch = *NewBatchIterator("op 2 (batch)", std::move(map), 4, false);
+    std::vector<std::string> out;
+    for (int i = 0; i < 100; ++i) {
+      Element e;
+      bool end = false;
+      absl::Status st = batch->GetNext(&e, &end);
+      if (end) break;
+      if (!st.ok()) {
+        out.push_back(st.ToString());
+        continue;
+      }
+      std::vector<std::string> values;
+      for (int64_t k = 0; k < e.leaf().num_elements(); ++k) {
+        values.push_back(absl::StrCat(e.leaf().data<int64_t>()[k]));
+      }
+      out.push_back(absl::StrJoin(values, ","));
+    }
+    return out;
+  };
+  const std::vector<std::string> single = run(false);
+  EXPECT_EQ(run(true), single);
+  // The batch [12, 13, 14, 15] loses 12 with the error, then goes on from 14.
+  ASSERT_GE(single.size(), 5u);
+  EXPECT_EQ(single[2], "8,9,10,11");
+  EXPECT_NE(single[3].find("unlucky"), std::string::npos);
+  EXPECT_EQ(single[4], "14,15,16,17");
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,56 @@
+// AUTOTUNE's hill-climb in the parallel map (core/data/ops/map_iterator.h): a map whose fn is
+// the bottleneck raises its parallelism from 1, and reports it; the elements stay the same.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/data/ops/map_iterator.h"
+#include "core/data/ops/source_iterators.h"
+#include "gtest/gtest.h"
+
+namespace sluice {
+namespace {
+
+double ChosenParallelism(const std::string& label) {
+  for (const auto& [op, parallelism] : AutotunedMapParallelism()) {
+    if (op == label) return parallelism;
+  }
+  return 0;
+}
+
+TEST(MapAutotuneTest, ASlowFnRaisesTheParallelismAndTheOutputStaysInOrder) {
+  // Each call keeps a thread busy for 50 µs of CPU: the consumer, which does nothing else,
+  // spends most of its time waiting for (or running) fn calls.
+  ElementFn slow = [](Element e) -> absl::StatusOr<Element> {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    return e;
+  };
+  const std::string label = "op 1 (map, autotune test)";
+  std::unique_ptr<Iterator> it =
+      NewMapIterator(label, *NewRangeIterator("source (range)", 0, 3000, 1), slow,
+                     /*num_parallel_calls=*/4, /*deterministic=*/true, nullptr,
+                     /*autotune=*/true);
+  EXPECT_EQ(ChosenParallelism(label), 1);  // starts at one unit at a time
+  for (int64_t i = 0; i < 3000; ++i) {
+    Element e;
+    bool end = false;
+    ASSERT_TRUE(it->GetNext(&e, &end).ok());
+    ASSERT_FALSE(end);
+    ASSERT_EQ(e.leaf().data<int64_t>()[0], i);
+  }
+  Element e;
+  bool end = false;
+  ASSERT_TRUE(it->GetNext(&e, &end).ok());
+  EXPECT_TRUE(end);
+  const double chosen = ChosenParallelism(label);
+  EXPECT_GT(chosen, 1);
+  EXPECT_LE(chosen, 4);
+  it.reset();
+  EXPECT_EQ(ChosenParallelism(label), 0);  // gone with the map
+}
+
+}  // namespace
+}  // namespace sluice
