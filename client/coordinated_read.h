@@ -9,26 +9,16 @@
 #ifndef SLUICE_CLIENT_COORDINATED_READ_H_
 #define SLUICE_CLIENT_COORDINATED_READ_H_
 
-#include <cstddef>
-#include <vector>
-
-#include "client/read_order.h"
-#include "client/task_streams.h"
+#include "client/task_rotation.h"
 
 namespace sluice {
 
-class CoordinatedRead : public ReadOrder {
+class CoordinatedRead : public TaskRotation {
  public:
-  // Opens the streams of `tasks`' tasks. `streams` must outlive this.
-  CoordinatedRead(TaskStreams* streams, const proto::ClientHeartbeatResponse& tasks);
-
-  absl::Status Next(std::vector<Element>* replicas, bool* end_of_data) override;
+  using TaskRotation::TaskRotation;
 
  private:
-  TaskStreams* const streams_;
-  // The tasks not yet ended, in task_index order, and where the next turn starts.
-  std::vector<TaskStream*> rotation_;
-  size_t next_ = 0;
+  Turn TakeTurnLocked() override;
 };
 
 }  // namespace sluice

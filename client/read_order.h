@@ -4,6 +4,7 @@
 //     other policies' coordinated reads; the order is deterministic),
 //   - client/independent_read.h: the next step of whichever task has one,
 //   - client/ranges_read.h: a SHARDING_RANGES job, task 0 to its end, then task 1, ...
+// (the first two take turns over all of the job's tasks: client/task_rotation.h).
 // An order decides which tasks are open and which queued step goes next; the streams receive,
 // reconnect and grant credit. MakeReadOrder (service_step_source.cc) picks the order from the
 // options.
