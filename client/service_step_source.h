@@ -35,34 +35,34 @@
 // delivered its end of task is not waited for: the caller reads on at once, even if the worker
 // froze before sending the call's status (the monitor cancels such a call after end_grace).
 //
+// Where the code is: this class is the factory and the caller's face (sticky errors, the last
+// report of ended tasks, checkpoints). The per-task calls, reconnects, credits and the monitor
+// are client/task_streams.h (credits: task_stream_credits.cc); the three read modes are read
+// orders (client/read_order.h): coordinated_read.h, independent_read.h and ranges_read.h
+// (sequential).
+//
 // Not thread-safe (one caller at a time, like the DistributedIterator that owns it); the
 // destructor cancels the streams and joins the reader threads.
 #ifndef SLUICE_CLIENT_SERVICE_STEP_SOURCE_H_
 #define SLUICE_CLIENT_SERVICE_STEP_SOURCE_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "sluice/element.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/coordinator.grpc.pb.h"
 #include "sluice/distributed_dataset.h"
 
 namespace sluice {
+
+class ReadOrder;
+class TaskStreams;
 
 using ChannelFactory = std::function<std::shared_ptr<grpc::Channel>(const std::string& address)>;
 
@@ -128,92 +128,16 @@ class ServiceStepSource : public StepSource {
                         absl::Duration timeout) const;
 
  private:
-  struct Task;
-
-  explicit ServiceStepSource(ServiceStepSourceOptions options);
-  // ClientHeartbeat with the completed tasks; deadline: the RPC deadline by default.
-  absl::StatusOr<proto::ClientHeartbeatResponse> Heartbeat(
-      std::optional<absl::Duration> deadline = std::nullopt);
+  ServiceStepSource(std::unique_ptr<TaskStreams> streams, std::unique_ptr<ReadOrder> order);
   absl::Status NextStep(std::vector<Element>* replicas, bool* end_of_data);
-  // Adds a task and starts its reader. Requires !shutdown_.
-  Task* AddTaskLocked(int64_t task_id, int64_t task_index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The monitor thread: heartbeats every heartbeat_interval (sooner when woken), opens the next
-  // sequential tasks, cancels streams of moved tasks.
-  void Monitor();
-  void OnHeartbeat(const proto::ClientHeartbeatResponse& response, absl::Time sent);
-  // Cancels the calls that received their end of task more than end_grace before `now` and
-  // still wait for the worker's status.
-  void CancelEndedCalls(absl::Time now);
-  absl::Status NextSequentialLocked(std::vector<Element>* replicas, bool* end_of_data)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
-  void ReadTask(Task* task);
-  // One StreamSteps call on `address`; returns how it ended (OK at the end of the task) and
-  // sets *progress if any step arrived.
-  absl::Status StreamOnce(Task* task, const std::string& address, bool* progress);
-  // Flow control (see the class comment).
-  int64_t FreeLocked(const Task& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t GrantQuantum() const;
-  void SetOutstandingLocked(Task* task, int64_t outstanding) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves the task's first queued step to *replicas.
-  void PopLocked(Task* task, std::vector<Element>* replicas) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The credit thread: grants credit to the streams with a quarter of their window free.
-  void CreditLoop();
-  void GrantCredits(Task* task);
-  FlowStats FlowStatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const ServiceStepSourceOptions options_;
-  // Independent reads: this iterator's id on every call (StreamRequest.consumer_id).
-  const uint64_t consumer_id_;
-  std::unique_ptr<proto::CoordinatorService::Stub> coordinator_;
-  std::thread monitor_;
-
-  absl::Mutex channels_mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
-      ABSL_GUARDED_BY(channels_mu_);
-
-  // Set in Create before any thread starts.
-  int64_t window_ = 1;
-  std::thread credit_thread_;
-
-  // Guards every task's queue and state (one lock: the caller waits on any task).
-  mutable absl::Mutex mu_;
-  mutable absl::CondVar cv_;
-  absl::CondVar credit_cv_;  // a grant may be due, or shutdown_
-  // Flow control totals over all tasks (FlowStats).
-  int64_t held_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t received_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t steps_received_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t credit_grants_ ABSL_GUARDED_BY(mu_) = 0;
-  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  // Every task read so far (round-robin: all of the job's, made in Create), by task id. Shared:
-  // the monitor holds the tasks it is cancelling while the caller may retire them.
-  absl::flat_hash_map<int64_t, std::shared_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
-
-  // The caller's place in the round-robin (coordinated) and the tasks still in it.
-  std::vector<Task*> rotation_;
-  size_t next_ = 0;
+  // Declared first: destroyed last (Shutdown, in the destructor, stops every thread that uses
+  // the order).
+  std::unique_ptr<TaskStreams> streams_;
+  std::unique_ptr<ReadOrder> order_;
+  // The read's end or failure, once returned: answered from then on.
   bool finished_ = false;
   absl::Status status_;
-
-  // Sequential: the open tasks by task_index, the index being read, the job's number of tasks
-  // (-1 until the first heartbeat), a failure the monitor saw (the job is gone), and when the
-  // caller started waiting for the current index to appear.
-  std::map<int64_t, Task*> by_index_ ABSL_GUARDED_BY(mu_);
-  int64_t next_index_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t num_tasks_ ABSL_GUARDED_BY(mu_) = -1;
-  absl::Status monitor_error_ ABSL_GUARDED_BY(mu_);
-  // Tasks read to their end whose reader threads are still to be joined (sequential); a
-  // reader is joined once it has returned (Task::reader_done).
-  std::vector<std::shared_ptr<Task>> retired_ ABSL_GUARDED_BY(mu_);
-  // Tasks whose end this consumer received and that the coordinator has not yet reported
-  // finished: every heartbeat reports them (ClientHeartbeatRequest.completed_task_ids).
-  absl::flat_hash_set<int64_t> completed_ ABSL_GUARDED_BY(mu_);
-  // Wakes the monitor early (the caller moved to a task not open yet).
-  absl::CondVar monitor_cv_;
-  bool monitor_wanted_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace sluice
