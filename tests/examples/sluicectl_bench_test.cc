@@ -74,7 +74,7 @@ void ExpectRatesConsistent(const JsonValue& j) {
   EXPECT_LE(p50, p99);
   EXPECT_LE(p99, max);
   EXPECT_LE(max, s);  // each wait is inside the measured time
-  ASSERT_NE(j.Find("ops"), nullptr);  // reserved for per-op profiles
+  ASSERT_NE(j.Find("ops"), nullptr);  // null without --profile
   EXPECT_TRUE(j["ops"].is_null());
 }
 
@@ -110,6 +110,45 @@ TEST(SluicectlBenchTest, DtypeAndComponentsCountInBytes) {
   EXPECT_EQ(Int(j, "elements"), 40);
   EXPECT_EQ(Int(j, "bytes"), 40 * (3 * 8 + 4));
   ExpectRatesConsistent(j);
+}
+
+// The op of `ops` (the --profile array) whose label contains `name`; null if none.
+const JsonValue* FindOp(const JsonValue& ops, const std::string& name) {
+  for (const JsonValue& op : ops.items()) {
+    if (op["op"].string_value().find(name) != std::string::npos) return &op;
+  }
+  return nullptr;
+}
+
+TEST(SluicectlBenchTest, ProfileCountsEachOpsElements) {
+  // 1,000 elements cast and batched by 10 on one CPU replica, run to the end: the source hands
+  // out 1,000 elements, map 1,000 and batch 100, each op's self time within its total.
+  SubprocessResult r = Sluicectl({"bench", "--pipeline=range(1000).map(cast(tf.int32)).batch(10)",
+                                  "--devices=CPU:0", "--profile"});
+  ASSERT_EQ(r.exit_code, 0) << r.Describe() << "\n" << r.stderr_text;
+  absl::StatusOr<JsonValue> j = ParseJson(r.stdout_text);
+  ASSERT_TRUE(j.ok()) << j.status() << "\n" << r.stdout_text;
+  EXPECT_EQ(Int(*j, "steps"), 100);
+  const JsonValue& ops = (*j)["ops"];
+  ASSERT_TRUE(ops.is_array()) << j->ToString();
+  const JsonValue* range = FindOp(ops, "range");
+  const JsonValue* map = FindOp(ops, "map");
+  const JsonValue* batch = FindOp(ops, "batch");
+  ASSERT_TRUE(range != nullptr && map != nullptr && batch != nullptr) << ops.ToString();
+  EXPECT_EQ(Int(*range, "elements"), 1000);
+  EXPECT_EQ(Int(*map, "elements"), 1000);
+  EXPECT_EQ(Int(*batch, "elements"), 100);
+  for (const JsonValue& op : ops.items()) {
+    EXPECT_GE(Num(op, "self_seconds"), 0) << op.ToString();
+    EXPECT_LE(Num(op, "self_seconds"), Num(op, "seconds")) << op.ToString();
+  }
+}
+
+TEST(SluicectlBenchTest, ProfileThroughTheServiceIsAUsageErrorNamingTheWorkerFlag) {
+  SubprocessResult r = Sluicectl({"bench", "--pipeline=range(10)", "--devices=CPU:0",
+                                  "--coordinator=localhost:1", "--profile"});
+  EXPECT_EQ(r.exit_code, 2) << r.Describe();
+  EXPECT_THAT(r.stderr_text, HasSubstr("--op_metrics"));
 }
 
 TEST(SluicectlBenchTest, EndOfDataStopsItAndIsReported) {

@@ -20,7 +20,10 @@
 //   - wait_seconds: the time the caller spent in GetNext per measured step (the trainer's wait
 //     for input), quantiles to within 1.1% (core/obs/latency_histogram.h);
 //   - end_of_data: the data ended before --steps / --seconds;
-//   - ops: reserved for per-op profiling of the pipeline (null until the executor reports it).
+//   - ops: with --profile (local mode only), one object per op of the pipeline, source first:
+//     {"op": "op 2 (batch)", "elements": .., "calls": .., "seconds": .., "self_seconds": ..}
+//     (core/data/op_profile.h; warm-up steps included); otherwise null. Through the service the
+//     ops run on the workers: `sluice-worker --op_metrics` exports the same figures.
 // While stderr is a terminal, a progress line is redrawn there about twice a second.
 #include <unistd.h>
 
@@ -29,6 +32,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/data/op_profile.h"
 #include "core/obs/latency_histogram.h"
 #include "core/util/json_value.h"
 #include "core/util/status_macros.h"
@@ -50,6 +55,7 @@ ABSL_DECLARE_FLAG(std::string, sharding_policy);
 ABSL_DECLARE_FLAG(std::string, read_mode);
 ABSL_DECLARE_FLAG(int64_t, num_consumers);
 ABSL_DECLARE_FLAG(int64_t, consumer_index);
+ABSL_DECLARE_FLAG(bool, profile);  // tools/sluicectl/run.cc
 
 ABSL_FLAG(double, seconds, 0,
           "bench: measure for this many seconds (0: no time limit); with --steps, whichever "
@@ -72,6 +78,7 @@ struct BenchParams {
   int64_t steps = -1;     // -1: no step limit
   double seconds = 0;     // 0: no time limit
   int64_t warmup_steps = 0;
+  bool profile = false;  // per-op profile of the local pipeline
 };
 
 struct BenchResult {
@@ -81,6 +88,7 @@ struct BenchResult {
   int64_t bytes = 0;
   bool end_of_data = false;
   LatencyHistogram wait;
+  std::shared_ptr<OpProfile> profile;  // null without --profile
 };
 
 // Elements and payload bytes of one step (see the file comment).
@@ -136,6 +144,11 @@ class Progress {
 };
 
 absl::StatusOr<BenchResult> RunBench(const BenchParams& p) {
+  BenchResult r;
+  if (p.profile) {  // before the pipeline is built: MakeIterator wraps the ops it builds
+    r.profile = std::make_shared<OpProfile>();
+    SetProcessOpProfile(r.profile);
+  }
   ASSIGN_OR_RETURN(SluicectlDataset ds, p.args.coordinator.empty()
                                             ? MakeLocalDataset(p.args)
                                             : MakeTrainerServiceDataset(p.args));
@@ -145,7 +158,6 @@ absl::StatusOr<BenchResult> RunBench(const BenchParams& p) {
         "' is infinite (it repeats forever); pass --steps=N or --seconds=T"));
   }
   ASSIGN_OR_RETURN(DistributedIterator it, ds.dataset.MakeIterator());
-  BenchResult r;
   for (int64_t i = 0; i < p.warmup_steps; ++i) {
     absl::StatusOr<PerReplica<Element>> x = it.GetNext();
     if (absl::IsOutOfRange(x.status())) {
@@ -190,6 +202,22 @@ JsonValue Rate(double count, double seconds) {
   return seconds > 0 ? JsonValue::Number(count / seconds) : JsonValue::Null();
 }
 
+// The per-op profile as a JSON array (see the file comment); null without one.
+JsonValue OpsJson(const OpProfile* profile) {
+  if (profile == nullptr) return JsonValue::Null();
+  std::vector<JsonValue> ops;
+  for (const OpProfile::OpStats& op : profile->Snapshot()) {
+    ops.push_back(JsonValue::Object({
+        {"op", JsonValue::String(op.label)},
+        {"elements", JsonValue::Integer(op.elements)},
+        {"calls", JsonValue::Integer(op.calls)},
+        {"seconds", JsonValue::Number(static_cast<double>(op.total_ns) / 1e9)},
+        {"self_seconds", JsonValue::Number(static_cast<double>(op.self_ns) / 1e9)},
+    }));
+  }
+  return JsonValue::Array(std::move(ops));
+}
+
 std::string ResultJson(const BenchParams& p, const BenchResult& r) {
   std::vector<JsonValue> devices;
   for (const std::string& d : p.args.devices) devices.push_back(JsonValue::String(d));
@@ -229,8 +257,7 @@ std::string ResultJson(const BenchParams& p, const BenchResult& r) {
                                           {"mean", seconds(r.wait.mean())}})},
       {"end_of_data", JsonValue::Bool(r.end_of_data)},
       {"parameters", JsonValue::Object(std::move(params))},
-      // Per-op profile of the pipeline: reserved, null until the executor reports one.
-      {"ops", JsonValue::Null()},
+      {"ops", OpsJson(r.profile.get())},
   });
   return out.ToString();
 }
@@ -242,6 +269,12 @@ int BenchMain(const std::vector<std::string>& positional) {
   p.steps = absl::GetFlag(FLAGS_steps);
   p.seconds = absl::GetFlag(FLAGS_seconds);
   p.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  p.profile = absl::GetFlag(FLAGS_profile);
+  if (p.profile && !p.args.coordinator.empty()) {
+    return ReportUsageError(
+        "bench", "--profile profiles a local pipeline; through the service the ops run on the "
+                 "workers: start sluice-worker with --op_metrics and read its /metrics");
+  }
   if (p.steps < -1) {
     return ReportUsageError("bench", absl::StrCat("--steps must be non-negative, got ", p.steps));
   }
@@ -264,19 +297,19 @@ int BenchMain(const std::vector<std::string>& positional) {
 SLUICECTL_REGISTER_COMMAND({
     .name = "bench",
     .synopsis = "bench --pipeline=EXPR --devices=GPU:0,GPU:1 [--steps=N] [--seconds=T] "
-                "[--warmup_steps=W] [--coordinator=HOST:PORT ...]",
+                "[--warmup_steps=W] [--profile] [--coordinator=HOST:PORT ...]",
     .help = "Iterates the distributed pipeline as a trainer does (local, or through the service\n"
             "with --coordinator), without printing values, and prints one JSON line: steps,\n"
             "seconds, steps/s, elements/s, bytes/s, the trainer's wait in GetNext per step\n"
             "(p50, p99, max, mean) and the parameters. Stops after --steps or --seconds,\n"
             "whichever comes first, or at the end of data. A progress line is shown on stderr\n"
-            "when it is a terminal.",
+            "when it is a terminal. --profile (local mode) adds each op's elements and time.",
     .flags = {"pipeline", "devices", "steps", "seconds", "warmup_steps", "num_workers",
               "worker_index", "auto_shard_policy", "coordinator",
               // Service mode (tools/sluicectl/service_dataset.cc).
               "job", "consumer_index", "num_consumers", "sharding_policy", "read_mode",
               "num_tasks", "retry_deadline", "seed", "shuffle", "shuffle_block_size", "epochs",
-              "range_steps"},
+              "range_steps", "receive_budget_bytes", "profile"},
     .run = &BenchMain,
 });
 
