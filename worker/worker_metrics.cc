@@ -24,7 +24,20 @@ WorkerMetrics::WorkerMetrics(WorkerServer* worker, MetricsRegistry* registry) {
                worker->registered() ? 1 : 0);
     int64_t running = 0;
     int64_t finished = 0;
-    for (const std::shared_ptr<TaskRunner>& runner : worker->TaskRunners()) {
+    const WorkerServer::TaskSnapshot tasks = worker->Tasks();
+    // The tasks this worker dropped, under task="stopped": their own series end with them, and
+    // this one keeps each counter's sum over the worker's series monotone.
+    const MetricLabels stopped = {{"job", "all"}, {"task", "stopped"}};
+    sink.Counter("sluice_worker_steps_delivered_total",
+                 "Steps written to consumers' streams (each consumer's copy counts).", stopped,
+                 static_cast<double>(tasks.stopped.steps_delivered));
+    sink.Counter("sluice_worker_bytes_delivered_total",
+                 "Bytes of the step frames written to consumers' streams.", stopped,
+                 static_cast<double>(tasks.stopped.bytes_delivered));
+    sink.Counter("sluice_worker_task_steps_produced_total",
+                 "Steps the task's pipeline produced on this worker.", stopped,
+                 static_cast<double>(tasks.stopped.steps_produced));
+    for (const std::shared_ptr<TaskRunner>& runner : tasks.runners) {
       const MetricLabels task = {{"job", absl::StrCat(runner->task().job_id())},
                                  {"task", absl::StrCat(runner->task().task_id())}};
       if (runner->finished()) {

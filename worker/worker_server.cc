@@ -133,10 +133,15 @@ absl::StatusOr<std::shared_ptr<TaskRunner>> WorkerServer::FindTask(int64_t job_i
 }
 
 std::vector<std::shared_ptr<TaskRunner>> WorkerServer::TaskRunners() const {
+  return Tasks().runners;
+}
+
+WorkerServer::TaskSnapshot WorkerServer::Tasks() const {
   absl::MutexLock lock(&mu_);
-  std::vector<std::shared_ptr<TaskRunner>> out;
-  out.reserve(tasks_.size());
-  for (const auto& [id, runner] : tasks_) out.push_back(runner);
+  TaskSnapshot out;
+  out.runners.reserve(tasks_.size());
+  for (const auto& [id, runner] : tasks_) out.runners.push_back(runner);
+  out.stopped = stopped_totals_;
   return out;
 }
 
@@ -200,7 +205,13 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     tasks_.erase(it);
     reported_finished_.erase(id);
   }
-  for (auto& r : to_close) r->Close();  // readers still holding it see UNAVAILABLE
+  for (auto& r : to_close) {
+    r->Close();  // readers still holding it see UNAVAILABLE; it delivers nothing more
+    ++stopped_totals_.tasks;
+    stopped_totals_.steps_delivered += r->steps_delivered();
+    stopped_totals_.bytes_delivered += r->bytes_delivered();
+    stopped_totals_.steps_produced += r->buffer()->stats().steps_produced;
+  }
   return absl::OkStatus();
 }
 

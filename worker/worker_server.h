@@ -104,6 +104,22 @@ class WorkerServer : public TaskLookup {
   // The task runners this worker holds now (metrics: worker/worker_metrics.h).
   std::vector<std::shared_ptr<TaskRunner>> TaskRunners() const;
 
+  // What the tasks this worker has stopped and dropped (the coordinator's tasks_to_stop) had
+  // done. Their per-task metrics end with them; adding these keeps the worker's totals monotone.
+  struct StoppedTaskTotals {
+    int64_t tasks = 0;
+    int64_t steps_delivered = 0;
+    int64_t bytes_delivered = 0;
+    int64_t steps_produced = 0;
+  };
+  // The runners held now and the totals of those dropped, taken together: a task counts in
+  // exactly one of them.
+  struct TaskSnapshot {
+    std::vector<std::shared_ptr<TaskRunner>> runners;
+    StoppedTaskTotals stopped;
+  };
+  TaskSnapshot Tasks() const;
+
  private:
   explicit WorkerServer(WorkerServerOptions options);
   void HeartbeatLoop();
@@ -121,6 +137,7 @@ class WorkerServer : public TaskLookup {
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   absl::flat_hash_map<int64_t, std::shared_ptr<TaskRunner>> tasks_ ABSL_GUARDED_BY(mu_);
+  StoppedTaskTotals stopped_totals_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // heartbeats stop
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   int64_t worker_id_ ABSL_GUARDED_BY(mu_) = 0;

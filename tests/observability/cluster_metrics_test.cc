@@ -204,6 +204,23 @@ TEST(ClusterMetricsTest, ScrapedAndParsedDuringARun) {
   EXPECT_EQ(last.Sum("sluice_coordinator_job_progress_ratio", {{"name", "observed"}}), 1);
   EXPECT_EQ(last.Sum("sluice_coordinator_tasks", {{"state", "finished"}}), 2);
   ExpectCountersMonotone(scrapes[1], last);
+
+  // The coordinator then tells the workers to drop the finished tasks (bounded wait): their
+  // per-task series end, and the worker's task="stopped" series keeps the totals.
+  testing::PromText dropped;
+  for (int i = 0; i < 300; ++i) {
+    absl::StatusOr<testing::PromText> m = cluster.Scrape();
+    ASSERT_TRUE(m.ok()) << m.status();
+    dropped = *std::move(m);
+    if (dropped.Sum("sluice_worker_tasks") == 0) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(dropped.Sum("sluice_worker_tasks"), 0);
+  EXPECT_EQ(dropped.Sum("sluice_worker_steps_delivered_total", {{"task", "stopped"}}), kSteps);
+  EXPECT_EQ(dropped.Sum("sluice_worker_steps_delivered_total"), kSteps);
+  EXPECT_EQ(dropped.Sum("sluice_worker_task_steps_produced_total"), kSteps);
+  EXPECT_EQ(dropped.Sum("sluice_worker_bytes_delivered_total"),
+            last.Sum("sluice_worker_bytes_delivered_total"));
 }
 
 absl::StatusOr<SubprocessResult> Sluicectl(const std::vector<std::string>& args) {
