@@ -18,6 +18,13 @@
 // unassigned, for the next worker to heartbeat). Checked at the start of every RPC and by
 // CheckWorkerLiveness(), which the server calls from a ticker.
 //
+// Failure policy: a task whose pipeline fails with an error that is not transient (a worker
+// lists it in WorkerHeartbeatRequest.failed_tasks) fails its job at once with that error; a
+// task whose workers died max_task_worker_deaths times is quarantined and its job fails with
+// FAILED_PRECONDITION naming it. A failed job is finished: its tasks are never handed out
+// again, its workers are told to stop them, and every ClientHeartbeat of the job returns the
+// error until the job is removed (finished_job_ttl).
+//
 // Thread safety: every method may be called from any thread.
 #ifndef SLUICE_SERVER_COORDINATOR_H_
 #define SLUICE_SERVER_COORDINATOR_H_
@@ -65,6 +72,11 @@ struct CoordinatorOptions {
   // SHARDING_RANGES: unfinished ranges of one job a live worker holds at most (new ranges are
   // made as workers have room; a reassigned range ignores it). At least 1.
   int64_t ranges_per_worker = 2;
+  // Failure policy (docs/SERVICE.md, "Failure policy"): a task whose worker was declared dead
+  // this many times while running it is quarantined: its job fails with FAILED_PRECONDITION
+  // naming the task and the workers, instead of the task crashing one worker after another.
+  // A drained worker does not count. 0: never quarantine.
+  int64_t max_task_worker_deaths = 3;
   // A finished job is removed this long after the coordinator saw it finish; requests naming
   // it are then NOT_FOUND and a named job of that name can be created again.
   absl::Duration finished_job_ttl = absl::Minutes(5);
@@ -191,6 +203,18 @@ class Coordinator {
                                 const GlobalRange* range = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FinishTaskLocked(int64_t task_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails an unfinished job with `error` (FailJobUpdate); a finished job is left as it is.
+  absl::Status FailJobLocked(int64_t job_id, const absl::Status& error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Declares `worker_id` dead (not drained): counts the loss against each unfinished task it
+  // held, then fails the jobs of the tasks that reached max_task_worker_deaths.
+  absl::Status WorkerDiedLocked(int64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker's report that `failure.task_id` failed deterministically.
+  absl::Status TaskFailedLocked(int64_t worker_id, const proto::TaskFailure& failure)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The error consumers of `job` get (its failure, or a RANGES planning failure); OK if none.
+  absl::Status JobErrorLocked(const CoordinatorState::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Dataset> JobDatasetLocked(const CoordinatorState::Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::TaskDef TaskDefLocked(const CoordinatorState::Task& task) const

@@ -364,6 +364,12 @@ absl::Status Coordinator::GetElementSpec(const proto::GetElementSpecRequest& req
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::JobErrorLocked(const CoordinatorState::Job& job) const {
+  if (!job.error.ok()) return job.error;
+  auto failed = failed_jobs_.find(job.id);
+  return failed == failed_jobs_.end() ? absl::OkStatus() : failed->second;
+}
+
 absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
                                           proto::ClientHeartbeatResponse* response) {
   RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "ClientHeartbeatRequest"));
@@ -371,9 +377,7 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
   RETURN_IF_ERROR(CheckLivenessLocked());
   const CoordinatorState::Job* job = state_.FindJob(request.job_id());
   if (job == nullptr) return JobNotFound("ClientHeartbeatRequest.job_id", request.job_id());
-  if (auto failed = failed_jobs_.find(job->id); failed != failed_jobs_.end()) {
-    return failed->second;
-  }
+  RETURN_IF_ERROR(JobErrorLocked(*job));
   if (request.consumer_index() < 0 || request.consumer_index() >= job->options.num_consumers()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ClientHeartbeatRequest.consumer_index ", request.consumer_index(), " is outside [0, ",
@@ -435,6 +439,7 @@ absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& /*request*/,
     *s->mutable_options() = job.options;
     FillTaskInfosLocked(job, s->mutable_tasks());
     s->set_finished(job.finished);
+    if (absl::Status error = JobErrorLocked(job); !error.ok()) s->set_error(error.ToString());
     progress_.FillJobStatus(job.task_ids, s);
   }
   response->set_num_datasets(static_cast<int64_t>(state_.num_datasets()));

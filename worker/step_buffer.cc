@@ -260,6 +260,11 @@ StepBuffer::Stats StepBuffer::stats() const {
   return s;
 }
 
+absl::Status StepBuffer::producer_status() const {
+  absl::MutexLock lock(&mu_);
+  return finished_ ? status_ : absl::OkStatus();
+}
+
 bool StepBuffer::drained() const {
   absl::MutexLock lock(&mu_);
   if (!finished_ || !steps_.empty()) return false;

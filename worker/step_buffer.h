@@ -119,6 +119,8 @@ class StepBuffer {
   // True once every consumer has confirmed the end of the task (ConfirmEnd; coordinated mode),
   // or one consumer has (independent mode).
   bool drained() const;
+  // The status the producer finished with (Finish); OK before then and at the end of data.
+  absl::Status producer_status() const;
 
  private:
   static constexpr int64_t kDetached = INT64_MAX;

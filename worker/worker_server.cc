@@ -152,6 +152,13 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
         request.add_finished_task_ids(id);
       } else {
         request.add_active_task_ids(id);
+        // Failure policy: the coordinator fails the job and tells this worker to stop it.
+        if (absl::Status error = runner->DeterministicError(); !error.ok()) {
+          proto::TaskFailure* f = request.add_failed_tasks();
+          f->set_task_id(id);
+          f->set_code(static_cast<int>(error.code()));
+          f->set_message(std::string(error.message()));
+        }
       }
       FillTaskProgress(*runner, request.add_task_progress());
     }
@@ -167,6 +174,7 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   if (stopping_) return absl::OkStatus();
   reported_finished_.insert(request.finished_task_ids().begin(),
                             request.finished_task_ids().end());
+  for (const proto::TaskFailure& f : request.failed_tasks()) reported_finished_.insert(f.task_id());
   if (worker_id_ != response.worker_id()) {
     Log(absl::StrCat("registered with coordinator ", options_.coordinator_address,
                      " as worker ", response.worker_id()));
@@ -206,7 +214,8 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
 
 bool WorkerServer::UnreportedFinishLocked() const {
   for (const auto& [id, runner] : tasks_) {
-    if (!reported_finished_.contains(id) && runner->finished()) return true;
+    if (reported_finished_.contains(id)) continue;
+    if (runner->finished() || !runner->DeterministicError().ok()) return true;
   }
   return false;
 }
