@@ -53,6 +53,9 @@ ABSL_FLAG(absl::Duration, finished_job_ttl, absl::Minutes(5),
 ABSL_FLAG(int64_t, max_task_worker_deaths, 3,
           "A task whose worker died this many times while running it is quarantined: its job "
           "fails with FAILED_PRECONDITION naming it (a drained worker does not count). 0: never.");
+ABSL_FLAG(absl::Duration, consumer_timeout, absl::Seconds(60),
+          "A consumer of a coordinated job silent this long is declared gone: workers stop "
+          "holding steps for it (the other consumers go on). 0: never.");
 ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(5),
           "On SIGTERM/SIGINT, how long calls in flight get to finish.");
 ABSL_FLAG(std::string, tls_cert, "",
@@ -135,6 +138,7 @@ int main(int argc, char** argv) {
     std::cerr << "sluice-coordinator: --max_task_worker_deaths must not be negative" << std::endl;
     return 2;
   }
+  options.coordinator.consumer_timeout = absl::GetFlag(FLAGS_consumer_timeout);
   options.coordinator.finished_job_ttl = absl::GetFlag(FLAGS_finished_job_ttl);
   if (options.coordinator.finished_job_ttl < absl::ZeroDuration()) {
     std::cerr << "sluice-coordinator: --finished_job_ttl must not be negative" << std::endl;

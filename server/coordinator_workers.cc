@@ -58,26 +58,35 @@ int64_t Coordinator::LeastLoadedWorkerLocked() const {
 
 absl::Status Coordinator::CheckLivenessLocked() {
   const absl::Time now = clock_->Now();
+  if (!liveness_synced_) {
+    // Workers the state has alive but this coordinator never heard from (after a restart, or
+    // a state reloaded from the journal) count from the moment they are first noticed.
+    for (const auto& [id, w] : state_.workers()) {
+      if (w.alive && !liveness_.watched(id)) liveness_.Heartbeat(id, now);
+    }
+    liveness_synced_ = true;
+  }
+  // Only the workers silent for worker_timeout are looked at (oldest heartbeat first), not
+  // every worker on every request.
   std::vector<int64_t> dead;
-  for (const auto& [id, w] : state_.workers()) {
-    if (!w.alive) continue;
-    auto it = last_heartbeat_.find(id);
-    if (it == last_heartbeat_.end()) {
-      last_heartbeat_[id] = now;
+  for (int64_t id : liveness_.SilentSince(now - options_.worker_timeout)) {
+    const CoordinatorState::Worker* w = state_.FindWorker(id);
+    if (w == nullptr || !w->alive) {
+      liveness_.Unwatch(id);
       continue;
     }
     {
       absl::MutexLock arrivals(&arrivals_mu_);
-      auto arrived = heartbeat_arrivals_.find(w.address);
-      if (arrived != heartbeat_arrivals_.end() && arrived->second > it->second) {
-        it->second = arrived->second;  // arrived, still waiting for mu_
+      auto arrived = heartbeat_arrivals_.find(w->address);
+      if (arrived != heartbeat_arrivals_.end()) {
+        liveness_.Heartbeat(id, arrived->second);  // arrived, still waiting for mu_
       }
     }
-    if (now - it->second >= options_.worker_timeout) dead.push_back(id);
+    if (now - *liveness_.LastHeartbeat(id) >= options_.worker_timeout) dead.push_back(id);
   }
   for (int64_t id : dead) {
     Log(absl::StrCat(WorkerNameLocked(id), " is dead: no heartbeat for ",
-                     absl::FormatDuration(now - last_heartbeat_[id]), " (worker_timeout ",
+                     absl::FormatDuration(now - *liveness_.LastHeartbeat(id)), " (worker_timeout ",
                      absl::FormatDuration(options_.worker_timeout), ")"));
     RETURN_IF_ERROR(WorkerDiedLocked(id));
   }
@@ -99,6 +108,7 @@ absl::Status Coordinator::WorkerDiedLocked(int64_t worker_id) {
   proto::Update u;
   u.mutable_worker_died()->set_worker_id(worker_id);
   RETURN_IF_ERROR(ApplyLocked(u));
+  liveness_.Unwatch(worker_id);
   if (options_.max_task_worker_deaths <= 0) return absl::OkStatus();
   for (int64_t t : lost) {
     const CoordinatorState::Task* task = state_.FindTask(t);
@@ -155,6 +165,7 @@ absl::Status Coordinator::DrainWorkerLocked(int64_t worker_id) {
   proto::Update u;
   u.mutable_worker_died()->set_worker_id(worker_id);
   RETURN_IF_ERROR(ApplyLocked(u));
+  liveness_.Unwatch(worker_id);
   Log(absl::StrCat(WorkerNameLocked(worker_id), " is draining: its ", moving,
                    " unfinished task(s) are reassigned now"));
   RETURN_IF_ERROR(AssignWaitingTasksLocked());
@@ -290,7 +301,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   int64_t worker_id = worker != nullptr ? worker->id : state_.NextWorkerId();
   // Record this heartbeat before judging the others, so that a worker that was slow but is
   // talking now is not declared dead by its own heartbeat.
-  if (worker != nullptr ? worker->alive : !request.draining()) last_heartbeat_[worker_id] = now;
+  if (worker != nullptr ? worker->alive : !request.draining()) liveness_.Heartbeat(worker_id, now);
   RETURN_IF_ERROR(CheckLivenessLocked());
   worker = state_.FindWorker(worker_id);
   if (request.draining()) {
@@ -317,7 +328,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
     u.mutable_register_worker()->set_worker_id(worker_id);
     u.mutable_register_worker()->set_address(request.worker_address());
     RETURN_IF_ERROR(ApplyLocked(u));
-    last_heartbeat_[worker_id] = now;
+    liveness_.Heartbeat(worker_id, now);
     Log(absl::StrCat(WorkerNameLocked(worker_id), back ? " is back" : " registered"));
     RETURN_IF_ERROR(OnWorkerAvailableLocked(worker_id));
   }
@@ -354,6 +365,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   for (int64_t task_id : request.finished_task_ids()) {
     if (state_.FindTask(task_id) == nullptr) response->add_tasks_to_stop(task_id);
   }
+  FillGoneConsumersLocked(worker_id, response);
   response->set_worker_id(worker_id);
   return absl::OkStatus();
 }

@@ -208,6 +208,22 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     tasks_.erase(it);
     reported_finished_.erase(id);
   }
+  // Consumers the coordinator declared gone: this worker's buffers stop holding steps for them
+  // (once each time they go; a stream of theirs still open ends CANCELLED, and a consumer
+  // that comes back reattaches, from memory or through a replay).
+  absl::flat_hash_set<std::pair<int64_t, int64_t>> gone;
+  for (const proto::ConsumerRef& c : response.gone_consumers()) {
+    gone.insert({c.job_id(), c.consumer_index()});
+  }
+  for (const auto& [job_id, consumer] : gone) {
+    if (gone_consumers_.contains({job_id, consumer})) continue;
+    for (auto& [id, runner] : tasks_) {
+      if (runner->task().job_id() == job_id) runner->buffer()->Detach(consumer);
+    }
+    Log(absl::StrCat("consumer ", consumer, " of job ", job_id,
+                     " is gone (coordinator): its tasks here stop holding steps for it"));
+  }
+  gone_consumers_ = std::move(gone);
   for (auto& r : to_close) r->Close();  // readers still holding it see UNAVAILABLE
   return absl::OkStatus();
 }

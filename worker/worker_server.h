@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -129,6 +130,9 @@ class WorkerServer : public TaskLookup {
   // RANGES job's next range is made sooner, and a failed job fails sooner).
   absl::flat_hash_set<int64_t> reported_finished_ ABSL_GUARDED_BY(mu_);
   bool UnreportedFinishLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // (job id, consumer index) the coordinator last listed gone
+  // (WorkerHeartbeatResponse.gone_consumers), already detached from this worker's buffers.
+  absl::flat_hash_set<std::pair<int64_t, int64_t>> gone_consumers_ ABSL_GUARDED_BY(mu_);
   std::thread heartbeat_thread_;
 };
 

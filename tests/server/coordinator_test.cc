@@ -1,12 +1,15 @@
 #include "server/coordinator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "core/data/distribute/distribute_spec.h"
 #include "core/tensor/proto_convert.h"
 #include "gmock/gmock.h"
@@ -823,6 +826,124 @@ TEST_F(CoordinatorTest, QuarantineCanBeTurnedOff) {
   }
   EXPECT_FALSE(Client(job->job_id()).job_finished());
   EXPECT_EQ(Heartbeat("w9:1").new_tasks_size(), 1);
+}
+
+// ----- Consumers that leave (docs/SERVICE.md).
+
+// A consumer of a coordinated job silent for consumer_timeout (60 s) is listed gone to the
+// workers holding the job's unfinished tasks, and only to them; a heartbeat brings it back.
+// Independent jobs and single-consumer jobs have nobody waiting for it.
+TEST_F(CoordinatorTest, ASilentConsumerIsDeclaredGoneToTheWorkersOfItsJob) {
+  ASSERT_EQ(coordinator_->options().consumer_timeout, absl::Seconds(60));
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_OFF, 2);
+  o.set_num_tasks(1);
+  auto job = Job("two", o);
+  ASSERT_TRUE(job.ok());
+  proto::JobOptions solo = Options(ds, proto::SHARDING_OFF, 1);
+  solo.set_num_tasks(1);
+  auto single = Job("one", solo);
+  ASSERT_TRUE(single.ok());
+  proto::JobOptions ind = Options(ds, proto::SHARDING_OFF, 2);
+  ind.set_num_tasks(1);
+  ind.set_read_mode(proto::READ_MODE_INDEPENDENT);
+  auto independent = Job("ind", ind);
+  ASSERT_TRUE(independent.ok());
+  std::vector<int64_t> tasks;
+  const proto::WorkerHeartbeatResponse assigned = Heartbeat("w1:1");
+  for (const proto::TaskDef& t : assigned.new_tasks()) tasks.push_back(t.task_id());
+  ASSERT_EQ(tasks.size(), 3u);
+  EXPECT_EQ(Heartbeat("w1:1", tasks).gone_consumers_size(), 0);
+  clock_.Advance(absl::Seconds(5));
+  Client(job->job_id(), 0);
+  EXPECT_EQ(Heartbeat("w1:1", tasks).gone_consumers_size(), 0);  // 5 s, within 60 s
+
+  for (int i = 0; i < 13; ++i) {  // consumer 0 heartbeats every 5 s, consumer 1 never
+    clock_.Advance(absl::Seconds(5));
+    Client(job->job_id(), 0);
+    Client(single->job_id(), 0);
+    Heartbeat("w1:1", tasks);
+  }
+  proto::WorkerHeartbeatResponse r = Heartbeat("w1:1", tasks);
+  ASSERT_EQ(r.gone_consumers_size(), 1) << r.DebugString();
+  EXPECT_EQ(r.gone_consumers(0).job_id(), job->job_id());
+  EXPECT_EQ(r.gone_consumers(0).consumer_index(), 1);
+  EXPECT_THAT(log_, ::testing::Contains(HasSubstr(
+                        absl::StrCat("consumer 1 of job ", job->job_id(), " is gone"))));
+  // Another worker, without a task of the job, is not told.
+  const proto::WorkerHeartbeatResponse w2 = Heartbeat("w2:1");
+  EXPECT_EQ(w2.gone_consumers_size(), 0);
+  // Still listed while it stays away; a heartbeat brings it back.
+  EXPECT_EQ(Heartbeat("w1:1", tasks).gone_consumers_size(), 1);
+  Client(job->job_id(), 1);
+  EXPECT_EQ(Heartbeat("w1:1", tasks).gone_consumers_size(), 0);
+  EXPECT_THAT(log_, ::testing::Contains(HasSubstr("is back")));
+}
+
+// ----- Isolation (docs/SERVICE.md): a job being planned does not hold the coordinator's lock.
+
+// The planner of one job is blocked (as by a slow file system building a record index): the
+// coordinator meanwhile serves worker heartbeats, another job's creation and its consumers'
+// heartbeats, and its status. No timing: the first job stays blocked until the others are done.
+TEST_F(CoordinatorTest, ASlowPlanDoesNotDelayOtherRequests) {
+  absl::Notification planning, release;
+  std::string slow_ds;
+  CoordinatorOptions options = coordinator_->options();
+  options.before_planning = [&](absl::string_view dataset_id) {
+    if (dataset_id != slow_ds) return;
+    planning.Notify();
+    release.WaitForNotification();
+  };
+  coordinator_ = std::make_unique<Coordinator>(options);
+  slow_ds = Register("range(100).batch(2)");
+  const std::string fast_ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  absl::StatusOr<proto::GetOrCreateJobResponse> slow;
+  std::thread planner([&] { slow = Job("slow", Options(slow_ds)); });
+  planning.WaitForNotification();
+  // All of these would wait for the lock if planning held it.
+  Heartbeat("w1:1");
+  Heartbeat("w2:1");
+  auto fast = Job("fast", Options(fast_ds));
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  EXPECT_EQ(Client(fast->job_id()).tasks_size(), 2);
+  EXPECT_EQ(Status().jobs_size(), 1);
+  release.Notify();
+  planner.join();
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EXPECT_TRUE(slow->created());
+  EXPECT_EQ(Status().jobs_size(), 2);
+}
+
+// Two requests for the same named job plan side by side: one creates it, the other gets it.
+TEST_F(CoordinatorTest, ConcurrentRequestsForOneNamedJobMakeItOnce) {
+  absl::Notification planning, release;
+  std::atomic<int> calls{0};
+  CoordinatorOptions options = coordinator_->options();
+  options.before_planning = [&](absl::string_view) {
+    if (calls.fetch_add(1) != 0) return;  // only the first request waits
+    planning.Notify();
+    release.WaitForNotification();
+  };
+  coordinator_ = std::make_unique<Coordinator>(options);
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  absl::StatusOr<proto::GetOrCreateJobResponse> first;
+  std::thread t([&] { first = Job("shared", Options(ds)); });
+  planning.WaitForNotification();
+  auto second = Job("shared", Options(ds));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->created());
+  release.Notify();
+  t.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->created());
+  EXPECT_EQ(first->job_id(), second->job_id());
+  EXPECT_EQ(Status().jobs_size(), 1);
+  // Different options still fail, after planning too.
+  proto::JobOptions other = Options(ds, proto::SHARDING_DATA, 2);
+  EXPECT_EQ(Job("shared", other).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // ----- Client heartbeats and specs.
