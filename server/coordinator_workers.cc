@@ -151,11 +151,10 @@ absl::Status Coordinator::TaskFailedLocked(int64_t worker_id, const proto::TaskF
   if (task == nullptr || task->finished || task->worker_id != worker_id) return absl::OkStatus();
   const auto code = static_cast<absl::StatusCode>(failure.code());
   const CoordinatorState::Job* job = state_.FindJob(task->job_id);
+  const std::string name = job->name.empty() ? "" : absl::StrCat(" (", job->name, ")");
   return FailJobLocked(
-      job->id, absl::Status(code, absl::StrCat("job ", job->id,
-                                               job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"),
-                                               " failed: task ", task->id, " (index ",
-                                               task->index, ") failed on ",
+      job->id, absl::Status(code, absl::StrCat("job ", job->id, name, " failed: task ", task->id,
+                                               " (index ", task->index, ") failed on ",
                                                WorkerNameLocked(worker_id), ": ",
                                                failure.message())));
 }

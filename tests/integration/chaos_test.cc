@@ -5,7 +5,8 @@
 // steps of a run with no fault, and across trainers every element exactly once.
 //
 // Bounded: rounds (each a whole job under faults) repeat until SLUICE_CHAOS_SECONDS (default
-// 20 per mode, about a minute for the test in all) have passed, at most 50 rounds; every wait is bounded; every process is stopped
+// 20 per mode, about a minute for the test in all) have passed, at most 50 rounds; every wait
+// is bounded; every process is stopped
 // (ProcessCluster, Subprocess destructors). Reproduce with SLUICE_CHAOS_SEED=<the seed
 // printed>. Loopback only.
 #include <signal.h>
@@ -151,13 +152,15 @@ TEST_P(ChaosTest, RandomKillsStopsAndRestartsKeepTheStepsExactlyOnce) {
       }
       const int64_t kind = uniform(0, 9);
       if (kind < 4 && !running.empty() && c.num_workers() < kMaxWorkers) {
-        const int w = running[static_cast<size_t>(uniform(0, static_cast<int64_t>(running.size()) - 1))];
+        const int w = running[static_cast<size_t>(
+            uniform(0, static_cast<int64_t>(running.size()) - 1))];
         faults.push_back(absl::StrCat("r", rounds, ":kill-w", w));
         ASSERT_TRUE(c.KillWorker(w).ok());
         auto added = c.AddWorker();
         ASSERT_TRUE(added.ok()) << added.status() << "\nfaults: " << absl::StrJoin(faults, " ");
       } else if (kind < 8 && running.size() > 1) {
-        const int w = running[static_cast<size_t>(uniform(0, static_cast<int64_t>(running.size()) - 1))];
+        const int w = running[static_cast<size_t>(
+            uniform(0, static_cast<int64_t>(running.size()) - 1))];
         const absl::Duration pause = absl::Milliseconds(uniform(200, 3000));
         faults.push_back(absl::StrCat("r", rounds, ":stop-w", w, "-", absl::FormatDuration(pause)));
         ASSERT_TRUE(c.StopWorker(w).ok());

@@ -45,7 +45,8 @@ absl::StatusOr<proto::JobStatus> JobNamed(ProcessCluster& cluster, const std::st
 
 // Waits (bounded) until `done(job)` holds for the job named `name`; its last status.
 absl::StatusOr<proto::JobStatus> WaitForJob(ProcessCluster& cluster, const std::string& name,
-                                            const std::function<bool(const proto::JobStatus&)>& done,
+                                            const std::function<bool(const proto::JobStatus&)>&
+                                                done,
                                             const std::string& what) {
   const absl::Time deadline = absl::Now() + kWait;
   std::string last;
@@ -90,7 +91,8 @@ TEST(FailurePolicyTest, ADeterministicPipelineErrorFailsItsJobOnceWithTheError) 
   ASSERT_TRUE(failed.ok()) << failed.status() << c.Logs();
   EXPECT_TRUE(failed->finished());
   EXPECT_THAT(failed->error(), HasSubstr("RESOURCE_EXHAUSTED"));
-  EXPECT_THAT(failed->error(), HasSubstr(absl::StrCat("job ", failed->job_id(), " (bad) failed: task ")));
+  EXPECT_THAT(failed->error(),
+              HasSubstr(absl::StrCat("job ", failed->job_id(), " (bad) failed: task ")));
   EXPECT_THAT(failed->error(), HasSubstr(limit_message));
   ASSERT_EQ(failed->tasks_size(), 1);
   const int64_t task = failed->tasks(0).task_id();

@@ -337,8 +337,10 @@ TEST(ServiceRangesModelTest, TheModelPermutesEachEpochDifferentlyPerSeed) {
   const std::vector<Step> a = ModelSteps(kRecords, kBatch, 11, 2);
   ASSERT_EQ(a.size(), 52u);
   std::vector<int64_t> epoch0, epoch1;
-  for (size_t i = 0; i < 26; ++i) epoch0.insert(epoch0.end(), a[i].values.begin(), a[i].values.end());
-  for (size_t i = 26; i < 52; ++i) epoch1.insert(epoch1.end(), a[i].values.begin(), a[i].values.end());
+  for (size_t i = 0; i < 52; ++i) {
+    std::vector<int64_t>& epoch = i < 26 ? epoch0 : epoch1;
+    epoch.insert(epoch.end(), a[i].values.begin(), a[i].values.end());
+  }
   std::vector<int64_t> sorted = epoch0;
   std::sort(sorted.begin(), sorted.end());
   for (int64_t i = 0; i < kRecords; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);
