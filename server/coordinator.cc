@@ -89,6 +89,7 @@ void Coordinator::MaybeSnapshotLocked() {
 
 void Coordinator::ReloadFromJournalLocked() {
   state_ = CoordinatorState();
+  liveness_synced_ = false;
   absl::Status s = journal_->Reload(&state_);
   if (!s.ok()) {
     // The state is unknown: answering from it could lose or duplicate data. A restart

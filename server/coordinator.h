@@ -18,6 +18,13 @@
 // unassigned, for the next worker to heartbeat). Checked at the start of every RPC and by
 // CheckWorkerLiveness(), which the server calls from a ticker.
 //
+// Failure policy: a task whose pipeline fails with an error that is not transient (a worker
+// lists it in WorkerHeartbeatRequest.failed_tasks) fails its job at once with that error; a
+// task whose workers died max_task_worker_deaths times is quarantined and its job fails with
+// FAILED_PRECONDITION naming it. A failed job is finished: its tasks are never handed out
+// again, its workers are told to stop them, and every ClientHeartbeat of the job returns the
+// error until the job is removed (finished_job_ttl).
+//
 // Thread safety: every method may be called from any thread.
 #ifndef SLUICE_SERVER_COORDINATOR_H_
 #define SLUICE_SERVER_COORDINATOR_H_
@@ -46,6 +53,7 @@
 #include "server/task_planner.h"
 #include "server/journal.h"
 #include "server/journal_file.h"
+#include "server/worker_liveness.h"
 
 namespace sluice {
 
@@ -65,9 +73,24 @@ struct CoordinatorOptions {
   // SHARDING_RANGES: unfinished ranges of one job a live worker holds at most (new ranges are
   // made as workers have room; a reassigned range ignores it). At least 1.
   int64_t ranges_per_worker = 2;
+  // Failure policy (docs/SERVICE.md, "Failure policy"): a task whose worker was declared dead
+  // this many times while running it is quarantined: its job fails with FAILED_PRECONDITION
+  // naming the task and the workers, instead of the task crashing one worker after another.
+  // A drained worker does not count. 0: never quarantine.
+  int64_t max_task_worker_deaths = 3;
+  // Consumers that leave (docs/SERVICE.md): a consumer of a coordinated job with several
+  // consumers that has not sent a ClientHeartbeat for this long (counted from the job's
+  // creation, or from the coordinator's start, before its first) is declared gone, and the
+  // workers holding the job's tasks are told to stop holding steps for it
+  // (WorkerHeartbeatResponse.gone_consumers). A heartbeat brings it back. Zero or less: never.
+  absl::Duration consumer_timeout = absl::Seconds(60);
   // A finished job is removed this long after the coordinator saw it finish; requests naming
   // it are then NOT_FOUND and a named job of that name can be created again.
   absl::Duration finished_job_ttl = absl::Minutes(5);
+  // Test only: called by GetOrCreateJob, without the coordinator's lock, right before it plans
+  // a new job (which may read the data), with the job's dataset id. Tests block here to show
+  // that other requests are served while a job plans.
+  std::function<void(absl::string_view dataset_id)> before_planning;
   // Time source for heartbeat ages. Borrowed: must outlive the Coordinator. nullptr: the
   // real clock.
   Clock* clock = nullptr;
@@ -191,6 +214,23 @@ class Coordinator {
                                 const GlobalRange* range = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FinishTaskLocked(int64_t task_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // GetOrCreateJob for a job that exists: INVALID_ARGUMENT if `options` differ.
+  absl::Status ExistingJobLocked(const CoordinatorState::Job& job,
+                                 const proto::JobOptions& options,
+                                 proto::GetOrCreateJobResponse* response) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails an unfinished job with `error` (FailJobUpdate); a finished job is left as it is.
+  absl::Status FailJobLocked(int64_t job_id, const absl::Status& error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Declares `worker_id` dead (not drained): counts the loss against each unfinished task it
+  // held, then fails the jobs of the tasks that reached max_task_worker_deaths.
+  absl::Status WorkerDiedLocked(int64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker's report that `failure.task_id` failed deterministically.
+  absl::Status TaskFailedLocked(int64_t worker_id, const proto::TaskFailure& failure)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The error consumers of `job` get (its failure, or a RANGES planning failure); OK if none.
+  absl::Status JobErrorLocked(const CoordinatorState::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Dataset> JobDatasetLocked(const CoordinatorState::Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::TaskDef TaskDefLocked(const CoordinatorState::Task& task) const
@@ -206,9 +246,11 @@ class Coordinator {
 
   absl::Mutex mu_;
   CoordinatorState state_ ABSL_GUARDED_BY(mu_);
-  // Not state: when each worker last heartbeated (by clock_). A worker the state knows but
-  // this map does not (after a restart) counts from the moment it is first noticed.
-  absl::flat_hash_map<int64_t, absl::Time> last_heartbeat_ ABSL_GUARDED_BY(mu_);
+  // Not state: when each worker last heartbeated (by clock_), the live ones ordered by it. A
+  // worker the state has alive but this does not watch (after a restart or a reload) counts
+  // from the moment it is first noticed (liveness_synced_ false: CheckLivenessLocked looks).
+  WorkerLiveness liveness_ ABSL_GUARDED_BY(mu_);
+  bool liveness_synced_ ABSL_GUARDED_BY(mu_) = false;
   // When each worker address's latest heartbeat arrived, stamped before mu_ is taken (taken
   // alone, or after mu_): CheckLivenessLocked counts a heartbeat still queued for mu_.
   absl::Mutex arrivals_mu_ ABSL_ACQUIRED_AFTER(mu_);
@@ -217,6 +259,19 @@ class Coordinator {
   TaskProgressTable progress_;
   // Not state: when each finished job was first seen finished (by clock_), for the GC.
   absl::flat_hash_map<int64_t, absl::Time> finished_at_ ABSL_GUARDED_BY(mu_);
+  // Not state: when each consumer of each coordinated job last sent a ClientHeartbeat (by
+  // clock_), indexed by consumer; made when the coordinator first needs it (every consumer
+  // counts from then). Those declared gone are logged once (gone_logged_).
+  struct ConsumerSeen {
+    std::vector<absl::Time> last;
+    std::vector<bool> gone_logged;
+  };
+  ConsumerSeen& ConsumerSeenLocked(const CoordinatorState::Job& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills response->gone_consumers for the coordinated jobs of worker_id's unfinished tasks.
+  void FillGoneConsumersLocked(int64_t worker_id, proto::WorkerHeartbeatResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::flat_hash_map<int64_t, ConsumerSeen> consumer_seen_ ABSL_GUARDED_BY(mu_);
   // Not state: per unfinished task, the consumers that reported its end
   // (ClientHeartbeatRequest.completed_task_ids; they report again after a restart).
   absl::flat_hash_map<int64_t, absl::flat_hash_set<int64_t>> completed_by_ ABSL_GUARDED_BY(mu_);
@@ -234,6 +289,18 @@ class Coordinator {
   absl::StatusOr<Dataset> NextRangeLocked(const CoordinatorState::Job& job, GlobalRange* range)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::flat_hash_map<int64_t, std::unique_ptr<RangesJob>> ranges_jobs_ ABSL_GUARDED_BY(mu_);
+  // A new job's plan, made without the lock (GetOrCreateJob): its CreateJobUpdate but for the
+  // id and name, its static tasks, its RANGES plan.
+  struct JobPlan {
+    proto::CreateJobUpdate create;
+    std::vector<TaskPlan> tasks;
+    std::unique_ptr<RangesJob> ranges_job;
+    int64_t skip_steps = 0;
+    bool dynamic = false;
+  };
+  // Needs no lock: reads only its arguments and options_ (and the data, to plan).
+  absl::StatusOr<JobPlan> PlanJob(const proto::DatasetDef& dataset_def,
+                                  const proto::JobOptions& options, int64_t live) const;
   // Jobs that cannot go on, and why: their consumers' ClientHeartbeat returns the error. Not
   // journaled: a restarted coordinator finds the same error again when it plans the job.
   absl::flat_hash_map<int64_t, absl::Status> failed_jobs_ ABSL_GUARDED_BY(mu_);

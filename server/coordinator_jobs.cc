@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,11 +43,15 @@ absl::Status Coordinator::CollectFinishedJobsLocked() {
   for (int64_t id : expired) {
     const CoordinatorState::Job* job = state_.FindJob(id);
     const std::string name = job->name;
+    for (int64_t t : job->task_ids) completed_by_.erase(t);
+    progress_.Forget(job->task_ids);
     proto::Update u;
     u.mutable_remove_job()->set_job_id(id);
     RETURN_IF_ERROR(ApplyLocked(u));
     finished_at_.erase(id);
     ranges_jobs_.erase(id);
+    failed_jobs_.erase(id);
+    consumer_seen_.erase(id);
     Log(absl::StrCat("job ", id, name.empty() ? "" : absl::StrCat(" (", name, ")"),
                      " removed: finished ", absl::FormatDuration(options_.finished_job_ttl),
                      " ago (finished_job_ttl)"));
@@ -152,53 +157,34 @@ absl::Status Coordinator::RegisterDataset(const proto::RegisterDatasetRequest& r
 }
 
 
-absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
-                                         proto::GetOrCreateJobResponse* response) {
-  RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "GetOrCreateJobRequest"));
-  const proto::JobOptions& options = request.options();
-  RETURN_IF_ERROR(ValidateJobOptions(options, "GetOrCreateJobRequest.options"));
-
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckLivenessLocked());
-  JournalBatch batch(this);  // the job and its tasks: one record, or nothing
-  const CoordinatorState::Dataset* ds = state_.FindDataset(options.dataset_id());
-  if (ds == nullptr) {
-    return absl::NotFoundError(absl::StrCat("GetOrCreateJobRequest.options.dataset_id: no dataset ",
-                                            options.dataset_id(), " is registered"));
+absl::Status Coordinator::ExistingJobLocked(const CoordinatorState::Job& job,
+                                            const proto::JobOptions& options,
+                                            proto::GetOrCreateJobResponse* response) const {
+  std::vector<std::string> diffs = DifferingFields(job.options, options);
+  if (!diffs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GetOrCreateJobRequest: job \"", job.name, "\" (id ", job.id,
+        ") exists with other options: ", absl::StrJoin(diffs, ", ")));
   }
-  if (const CoordinatorState::Job* job = state_.FindJobByName(request.job_name())) {
-    std::vector<std::string> diffs = DifferingFields(job->options, options);
-    if (!diffs.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "GetOrCreateJobRequest: job \"", request.job_name(), "\" (id ", job->id,
-          ") exists with other options: ", absl::StrJoin(diffs, ", ")));
-    }
-    response->set_job_id(job->id);
-    response->set_created(false);
-    response->set_fallback_reason(job->fallback_reason);
-    response->set_steps_per_epoch(job->steps_per_epoch);
-    response->set_total_steps(job->total_steps);
-    return absl::OkStatus();
-  }
+  response->set_job_id(job.id);
+  response->set_created(false);
+  response->set_fallback_reason(job.fallback_reason);
+  response->set_steps_per_epoch(job.steps_per_epoch);
+  response->set_total_steps(job.total_steps);
+  return absl::OkStatus();
+}
 
-  // Validate everything before the first update.
-  const proto::DatasetDef dataset_def = ds->def;
+absl::StatusOr<Coordinator::JobPlan> Coordinator::PlanJob(const proto::DatasetDef& dataset_def,
+                                                          const proto::JobOptions& options,
+                                                          int64_t live) const {
+  JobPlan out;
   ASSIGN_OR_RETURN(Dataset dataset, Dataset::FromDef(dataset_def));
   const bool coordinated = options.read_mode() == proto::READ_MODE_COORDINATED;
   RETURN_IF_ERROR(DistributedPerReplicaSpec(dataset, coordinated ? options.num_consumers() : 1,
                                             options.replicas_per_consumer())
                       .status());
-  const int64_t live = NumLiveWorkersLocked();
-  if (live == 0) {
-    return absl::UnavailableError(
-        "GetOrCreateJob: no input workers registered yet; retry when a worker has heartbeated");
-  }
-  const bool dynamic = options.sharding_policy() == proto::SHARDING_DYNAMIC;
-  std::vector<TaskPlan> plans;
-  proto::Update create;
-  proto::CreateJobUpdate* c = create.mutable_create_job();
-  c->set_job_id(state_.NextJobId());
-  c->set_job_name(request.job_name());
+  out.dynamic = options.sharding_policy() == proto::SHARDING_DYNAMIC;
+  proto::CreateJobUpdate* c = &out.create;
   *c->mutable_options() = options;
   // Resume: only where a start step means the same thing for any number of tasks.
   proto::ShardingPolicy policy = options.sharding_policy();
@@ -215,8 +201,6 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
             ? absl::StrCat(" (", proto::ShardingPolicy_Name(policy), " for this dataset)")
             : std::string()));
   }
-  std::unique_ptr<RangesJob> ranges_job;
-  int64_t skip_steps = 0;
   if (policy == proto::SHARDING_RANGES) {
     absl::StatusOr<GlobalOrderPlan> plan = PlanGlobalOrder(dataset);
     if (plan.ok()) {
@@ -236,7 +220,7 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
       c->set_steps_per_epoch(plan->steps_per_epoch);
       c->set_total_steps(cut.total_steps());
       c->set_num_ranges(cut.num_ranges());
-      ranges_job = std::make_unique<RangesJob>(RangesJob{options, dataset, *plan, cut});
+      out.ranges_job = std::make_unique<RangesJob>(RangesJob{options, dataset, *plan, cut});
     } else if (plan.status().code() != absl::StatusCode::kFailedPrecondition) {
       return plan.status();  // the source could not be opened or the graph is bad
     } else if (options.order().shuffle() != proto::SHUFFLE_NONE) {
@@ -250,10 +234,10 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
       policy = proto::SHARDING_DATA;
     }
   }
-  if (policy == proto::SHARDING_DATA) skip_steps = options.start_step();
+  if (policy == proto::SHARDING_DATA) out.skip_steps = options.start_step();
   if (c->ranges()) {
-    // Ranges are made below, as workers have room.
-  } else if (dynamic) {
+    // Ranges are made as workers have room.
+  } else if (out.dynamic) {
     ASSIGN_OR_RETURN(SplitSource source, DescribeSplitSource(dataset));
     int64_t split_size = 1;
     if (!source.files) {
@@ -268,9 +252,66 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
     c->set_split_size(std::max<int64_t>(split_size, 1));
   } else {
     const int64_t k = options.num_tasks() > 0 ? options.num_tasks() : live;
-    ASSIGN_OR_RETURN(plans, PlanStaticTasks(dataset, policy, k));
+    ASSIGN_OR_RETURN(out.tasks, PlanStaticTasks(dataset, policy, k));
   }
+  return out;
+}
 
+absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
+                                         proto::GetOrCreateJobResponse* response) {
+  RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "GetOrCreateJobRequest"));
+  const proto::JobOptions& options = request.options();
+  RETURN_IF_ERROR(ValidateJobOptions(options, "GetOrCreateJobRequest.options"));
+
+  proto::DatasetDef dataset_def;
+  int64_t live = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(CheckLivenessLocked());
+    const CoordinatorState::Dataset* ds = state_.FindDataset(options.dataset_id());
+    if (ds == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          "GetOrCreateJobRequest.options.dataset_id: no dataset ", options.dataset_id(),
+          " is registered"));
+    }
+    if (const CoordinatorState::Job* job = state_.FindJobByName(request.job_name())) {
+      return ExistingJobLocked(*job, options, response);
+    }
+    live = NumLiveWorkersLocked();
+    if (live == 0) {
+      return absl::UnavailableError(
+          "GetOrCreateJob: no input workers registered yet; retry when a worker has "
+          "heartbeated");
+    }
+    dataset_def = ds->def;
+  }
+  // Planning may read the data (record indexes of a RANGES job, file lists): outside the lock,
+  // so that heartbeats and other jobs' requests are served meanwhile (docs/SERVICE.md,
+  // "Isolation").
+  if (options_.before_planning) options_.before_planning(options.dataset_id());
+  ASSIGN_OR_RETURN(JobPlan job_plan, PlanJob(dataset_def, options, live));
+
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckLivenessLocked());
+  JournalBatch batch(this);  // the job and its tasks: one record, or nothing
+  // Another request may have made the job while this one planned.
+  if (const CoordinatorState::Job* job = state_.FindJobByName(request.job_name())) {
+    return ExistingJobLocked(*job, options, response);
+  }
+  if (NumLiveWorkersLocked() == 0) {
+    return absl::UnavailableError(
+        "GetOrCreateJob: no live input worker; retry when a worker has heartbeated");
+  }
+  live = NumLiveWorkersLocked();
+  const bool dynamic = job_plan.dynamic;
+  const std::vector<TaskPlan>& plans = job_plan.tasks;
+  const int64_t skip_steps = job_plan.skip_steps;
+  std::unique_ptr<RangesJob> ranges_job = std::move(job_plan.ranges_job);
+  proto::Update create;
+  proto::CreateJobUpdate* c = create.mutable_create_job();
+  *c = job_plan.create;
+  c->set_job_id(state_.NextJobId());
+  c->set_job_name(request.job_name());
   RETURN_IF_ERROR(ApplyLocked(create));
   const int64_t job_id = c->job_id();
   Log(absl::StrCat("job ", job_id,
@@ -364,6 +405,56 @@ absl::Status Coordinator::GetElementSpec(const proto::GetElementSpecRequest& req
   return absl::OkStatus();
 }
 
+Coordinator::ConsumerSeen& Coordinator::ConsumerSeenLocked(const CoordinatorState::Job& job) {
+  auto [it, made] = consumer_seen_.try_emplace(job.id);
+  if (made) {
+    const auto n = static_cast<size_t>(std::max<int64_t>(job.options.num_consumers(), 1));
+    it->second.last.assign(n, clock_->Now());
+    it->second.gone_logged.assign(n, false);
+  }
+  return it->second;
+}
+
+void Coordinator::FillGoneConsumersLocked(int64_t worker_id,
+                                          proto::WorkerHeartbeatResponse* response) {
+  if (options_.consumer_timeout <= absl::ZeroDuration()) return;
+  const absl::Time now = clock_->Now();
+  absl::flat_hash_set<int64_t> jobs;
+  for (int64_t task_id : state_.FindWorker(worker_id)->task_ids) {
+    const CoordinatorState::Task& task = state_.tasks().at(task_id);
+    if (!task.finished) jobs.insert(task.job_id);
+  }
+  std::vector<int64_t> sorted(jobs.begin(), jobs.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t job_id : sorted) {
+    const CoordinatorState::Job* job = state_.FindJob(job_id);
+    if (job->options.read_mode() != proto::READ_MODE_COORDINATED ||
+        job->options.num_consumers() < 2) {
+      continue;  // nobody else waits for the consumer
+    }
+    ConsumerSeen& seen = ConsumerSeenLocked(*job);
+    for (size_t c = 0; c < seen.last.size(); ++c) {
+      if (now - seen.last[c] < options_.consumer_timeout) continue;
+      proto::ConsumerRef* gone = response->add_gone_consumers();
+      gone->set_job_id(job_id);
+      gone->set_consumer_index(static_cast<int64_t>(c));
+      if (!seen.gone_logged[c]) {
+        seen.gone_logged[c] = true;
+        Log(absl::StrCat("consumer ", c, " of job ", job_id, " is gone: no heartbeat for ",
+                         absl::FormatDuration(now - seen.last[c]), " (consumer_timeout ",
+                         absl::FormatDuration(options_.consumer_timeout),
+                         "); its workers stop holding steps for it"));
+      }
+    }
+  }
+}
+
+absl::Status Coordinator::JobErrorLocked(const CoordinatorState::Job& job) const {
+  if (!job.error.ok()) return job.error;
+  auto failed = failed_jobs_.find(job.id);
+  return failed == failed_jobs_.end() ? absl::OkStatus() : failed->second;
+}
+
 absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
                                           proto::ClientHeartbeatResponse* response) {
   RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "ClientHeartbeatRequest"));
@@ -371,13 +462,20 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
   RETURN_IF_ERROR(CheckLivenessLocked());
   const CoordinatorState::Job* job = state_.FindJob(request.job_id());
   if (job == nullptr) return JobNotFound("ClientHeartbeatRequest.job_id", request.job_id());
-  if (auto failed = failed_jobs_.find(job->id); failed != failed_jobs_.end()) {
-    return failed->second;
-  }
+  RETURN_IF_ERROR(JobErrorLocked(*job));
   if (request.consumer_index() < 0 || request.consumer_index() >= job->options.num_consumers()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ClientHeartbeatRequest.consumer_index ", request.consumer_index(), " is outside [0, ",
         job->options.num_consumers(), ") for job ", job->id));
+  }
+  if (job->options.read_mode() == proto::READ_MODE_COORDINATED) {
+    ConsumerSeen& seen = ConsumerSeenLocked(*job);
+    seen.last[request.consumer_index()] = clock_->Now();
+    if (seen.gone_logged[request.consumer_index()]) {
+      seen.gone_logged[request.consumer_index()] = false;
+      Log(absl::StrCat("consumer ", request.consumer_index(), " of job ", job->id,
+                       " is back"));
+    }
   }
   // Tasks every consumer has read to the end are finished, whoever produced them.
   bool finished_any = false;
@@ -423,9 +521,8 @@ absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& /*request*/,
     s->set_worker_id(id);
     s->set_address(w.address);
     s->set_alive(w.alive);
-    auto it = last_heartbeat_.find(id);
-    s->set_seconds_since_heartbeat(
-        it == last_heartbeat_.end() ? -1.0 : absl::ToDoubleSeconds(now - it->second));
+    std::optional<absl::Time> last = liveness_.LastHeartbeat(id);
+    s->set_seconds_since_heartbeat(last.has_value() ? absl::ToDoubleSeconds(now - *last) : -1.0);
     for (int64_t t : w.task_ids) s->add_task_ids(t);
   }
   for (const auto& [id, job] : state_.jobs()) {
@@ -435,6 +532,7 @@ absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& /*request*/,
     *s->mutable_options() = job.options;
     FillTaskInfosLocked(job, s->mutable_tasks());
     s->set_finished(job.finished);
+    if (absl::Status error = JobErrorLocked(job); !error.ok()) s->set_error(error.ToString());
     progress_.FillJobStatus(job.task_ids, s);
   }
   response->set_num_datasets(static_cast<int64_t>(state_.num_datasets()));

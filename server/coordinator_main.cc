@@ -50,6 +50,12 @@ ABSL_FLAG(int64_t, ranges_per_worker, 2,
           "SHARDING_RANGES: unfinished ranges of one job a worker holds at most (>= 1).");
 ABSL_FLAG(absl::Duration, finished_job_ttl, absl::Minutes(5),
           "A finished job is removed this long after it finished (then NOT_FOUND).");
+ABSL_FLAG(int64_t, max_task_worker_deaths, 3,
+          "A task whose worker died this many times while running it is quarantined: its job "
+          "fails with FAILED_PRECONDITION naming it (a drained worker does not count). 0: never.");
+ABSL_FLAG(absl::Duration, consumer_timeout, absl::Seconds(60),
+          "A consumer of a coordinated job silent this long is declared gone: workers stop "
+          "holding steps for it (the other consumers go on). 0: never.");
 ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(5),
           "On SIGTERM/SIGINT, how long calls in flight get to finish.");
 ABSL_FLAG(std::string, tls_cert, "",
@@ -127,6 +133,12 @@ int main(int argc, char** argv) {
     std::cerr << "sluice-coordinator: --ranges_per_worker must be at least 1" << std::endl;
     return 2;
   }
+  options.coordinator.max_task_worker_deaths = absl::GetFlag(FLAGS_max_task_worker_deaths);
+  if (options.coordinator.max_task_worker_deaths < 0) {
+    std::cerr << "sluice-coordinator: --max_task_worker_deaths must not be negative" << std::endl;
+    return 2;
+  }
+  options.coordinator.consumer_timeout = absl::GetFlag(FLAGS_consumer_timeout);
   options.coordinator.finished_job_ttl = absl::GetFlag(FLAGS_finished_job_ttl);
   if (options.coordinator.finished_job_ttl < absl::ZeroDuration()) {
     std::cerr << "sluice-coordinator: --finished_job_ttl must not be negative" << std::endl;

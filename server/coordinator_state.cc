@@ -29,6 +29,10 @@ absl::Status CoordinatorState::Apply(const proto::Update& update) {
       return ApplyProduceSplit(update.produce_split());
     case proto::Update::kRemoveJob:
       return ApplyRemoveJob(update.remove_job());
+    case proto::Update::kTaskWorkerLost:
+      return ApplyTaskWorkerLost(update.task_worker_lost());
+    case proto::Update::kFailJob:
+      return ApplyFailJob(update.fail_job());
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -329,6 +333,38 @@ absl::Status CoordinatorState::ApplyRemoveJob(const proto::RemoveJobUpdate& u) {
   return absl::OkStatus();
 }
 
+absl::Status CoordinatorState::ApplyTaskWorkerLost(const proto::TaskWorkerLostUpdate& u) {
+  auto it = tasks_.find(u.task_id());
+  if (it == tasks_.end()) {
+    return absl::NotFoundError(absl::StrCat("TaskWorkerLost update: no task ", u.task_id()));
+  }
+  if (!workers_.contains(u.worker_id())) {
+    return absl::NotFoundError(absl::StrCat("TaskWorkerLost update: task ", u.task_id(),
+                                            " names unknown worker ", u.worker_id()));
+  }
+  it->second.lost_on_workers.push_back(u.worker_id());
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorState::ApplyFailJob(const proto::FailJobUpdate& u) {
+  auto it = jobs_.find(u.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("FailJob update: no job ", u.job_id()));
+  }
+  if (u.code() <= 0 || u.code() > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FailJob update: job ", u.job_id(), " with status code ", u.code()));
+  }
+  if (it->second.finished) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("FailJob update: job ", u.job_id(), " is finished"));
+  }
+  for (int64_t t : it->second.task_ids) tasks_.at(t).finished = true;
+  it->second.finished = true;
+  it->second.error = absl::Status(static_cast<absl::StatusCode>(u.code()), u.message());
+  return absl::OkStatus();
+}
+
 // The order makes every update apply: entities first (workers alive, tasks unassigned), then
 // splits, then assignments in each worker's own order (so that Worker::task_ids comes back in
 // the same order), then finishes, then deaths (a dead worker holds only finished tasks).
@@ -366,10 +402,29 @@ proto::StateSnapshot CoordinatorState::Snapshot() const {
     }
   }
   for (const auto& [id, task] : tasks_) {
-    if (task.finished) out.add_updates()->mutable_finish_task()->set_task_id(id);
+    for (int64_t w : task.lost_on_workers) {
+      proto::TaskWorkerLostUpdate* u = out.add_updates()->mutable_task_worker_lost();
+      u->set_task_id(id);
+      u->set_worker_id(w);
+    }
+  }
+  // A failed job's tasks are finished by its FailJob, not one by one (a FinishTask of each
+  // would make the job look finished before it fails).
+  for (const auto& [id, task] : tasks_) {
+    if (task.finished && jobs_.at(task.job_id).error.ok()) {
+      out.add_updates()->mutable_finish_task()->set_task_id(id);
+    }
   }
   for (const auto& [id, job] : jobs_) {
-    if (job.finished) out.add_updates()->mutable_finish_job()->set_job_id(id);
+    if (!job.finished) continue;
+    if (job.error.ok()) {
+      out.add_updates()->mutable_finish_job()->set_job_id(id);
+    } else {
+      proto::FailJobUpdate* u = out.add_updates()->mutable_fail_job();
+      u->set_job_id(id);
+      u->set_code(static_cast<int>(job.error.code()));
+      u->set_message(std::string(job.error.message()));
+    }
   }
   for (const auto& [id, w] : workers_) {
     if (!w.alive) out.add_updates()->mutable_worker_died()->set_worker_id(id);

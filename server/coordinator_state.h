@@ -59,6 +59,8 @@ class CoordinatorState {
     int64_t first_step = 0;
     int64_t num_steps = 0;
     proto::CreateTaskUpdate created;  // the update that created it, for Snapshot()
+    // The workers declared dead while running it unfinished (TaskWorkerLostUpdate), in order.
+    std::vector<int64_t> lost_on_workers;
   };
   struct Job {
     int64_t id = 0;
@@ -80,6 +82,8 @@ class CoordinatorState {
     int64_t num_ranges = 0;
     std::string fallback_reason;
     proto::CreateJobUpdate created;  // the update that created it, for Snapshot()
+    // Not OK for a failed job (FailJobUpdate), which is also finished.
+    absl::Status error;
 
     bool dynamic() const { return options.sharding_policy() == proto::SHARDING_DYNAMIC; }
     bool splits_exhausted() const { return split_cursor >= split_source_size; }
@@ -143,6 +147,8 @@ class CoordinatorState {
   absl::Status ApplyFinishJob(const proto::FinishJobUpdate& u);
   absl::Status ApplyProduceSplit(const proto::ProduceSplitUpdate& u);
   absl::Status ApplyRemoveJob(const proto::RemoveJobUpdate& u);
+  absl::Status ApplyTaskWorkerLost(const proto::TaskWorkerLostUpdate& u);
+  absl::Status ApplyFailJob(const proto::FailJobUpdate& u);
 
   void Unassign(Task& task);
 

@@ -17,6 +17,7 @@
 #include "core/data/distribute/global_order.h"
 #include "core/tensor/proto_convert.h"
 #include "core/util/status_macros.h"
+#include "core/util/transient_error.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -57,33 +58,105 @@ int64_t Coordinator::LeastLoadedWorkerLocked() const {
 
 absl::Status Coordinator::CheckLivenessLocked() {
   const absl::Time now = clock_->Now();
+  if (!liveness_synced_) {
+    // Workers the state has alive but this coordinator never heard from (after a restart, or
+    // a state reloaded from the journal) count from the moment they are first noticed.
+    for (const auto& [id, w] : state_.workers()) {
+      if (w.alive && !liveness_.watched(id)) liveness_.Heartbeat(id, now);
+    }
+    liveness_synced_ = true;
+  }
+  // Only the workers silent for worker_timeout are looked at (oldest heartbeat first), not
+  // every worker on every request.
   std::vector<int64_t> dead;
-  for (const auto& [id, w] : state_.workers()) {
-    if (!w.alive) continue;
-    auto it = last_heartbeat_.find(id);
-    if (it == last_heartbeat_.end()) {
-      last_heartbeat_[id] = now;
+  for (int64_t id : liveness_.SilentSince(now - options_.worker_timeout)) {
+    const CoordinatorState::Worker* w = state_.FindWorker(id);
+    if (w == nullptr || !w->alive) {
+      liveness_.Unwatch(id);
       continue;
     }
     {
       absl::MutexLock arrivals(&arrivals_mu_);
-      auto arrived = heartbeat_arrivals_.find(w.address);
-      if (arrived != heartbeat_arrivals_.end() && arrived->second > it->second) {
-        it->second = arrived->second;  // arrived, still waiting for mu_
+      auto arrived = heartbeat_arrivals_.find(w->address);
+      if (arrived != heartbeat_arrivals_.end()) {
+        liveness_.Heartbeat(id, arrived->second);  // arrived, still waiting for mu_
       }
     }
-    if (now - it->second >= options_.worker_timeout) dead.push_back(id);
+    if (now - *liveness_.LastHeartbeat(id) >= options_.worker_timeout) dead.push_back(id);
   }
   for (int64_t id : dead) {
     Log(absl::StrCat(WorkerNameLocked(id), " is dead: no heartbeat for ",
-                     absl::FormatDuration(now - last_heartbeat_[id]), " (worker_timeout ",
+                     absl::FormatDuration(now - *liveness_.LastHeartbeat(id)), " (worker_timeout ",
                      absl::FormatDuration(options_.worker_timeout), ")"));
-    proto::Update u;
-    u.mutable_worker_died()->set_worker_id(id);
-    RETURN_IF_ERROR(ApplyLocked(u));
+    RETURN_IF_ERROR(WorkerDiedLocked(id));
   }
   if (!dead.empty()) RETURN_IF_ERROR(AssignWaitingTasksLocked());
   return CollectFinishedJobsLocked();
+}
+
+absl::Status Coordinator::WorkerDiedLocked(int64_t worker_id) {
+  std::vector<int64_t> lost;
+  for (int64_t t : state_.FindWorker(worker_id)->task_ids) {
+    if (!state_.tasks().at(t).finished) lost.push_back(t);
+  }
+  for (int64_t t : lost) {
+    proto::Update u;
+    u.mutable_task_worker_lost()->set_task_id(t);
+    u.mutable_task_worker_lost()->set_worker_id(worker_id);
+    RETURN_IF_ERROR(ApplyLocked(u));
+  }
+  proto::Update u;
+  u.mutable_worker_died()->set_worker_id(worker_id);
+  RETURN_IF_ERROR(ApplyLocked(u));
+  liveness_.Unwatch(worker_id);
+  if (options_.max_task_worker_deaths <= 0) return absl::OkStatus();
+  for (int64_t t : lost) {
+    const CoordinatorState::Task* task = state_.FindTask(t);
+    if (task == nullptr || task->finished) continue;  // its job failed with an earlier task
+    const int64_t deaths = static_cast<int64_t>(task->lost_on_workers.size());
+    if (deaths < options_.max_task_worker_deaths) continue;
+    std::vector<std::string> names;
+    for (int64_t w : task->lost_on_workers) names.push_back(WorkerNameLocked(w));
+    const CoordinatorState::Job* job = state_.FindJob(task->job_id);
+    RETURN_IF_ERROR(FailJobLocked(
+        task->job_id,
+        absl::FailedPreconditionError(absl::StrCat(
+            "job ", job->id, job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"),
+            ": task ", t, " (index ", task->index, ") is quarantined: the worker running it died ",
+            deaths, " times (", absl::StrJoin(names, ", "), "; max_task_worker_deaths ",
+            options_.max_task_worker_deaths,
+            "), so it is not handed to another worker. A pipeline that crashes its worker (out "
+            "of memory, a native crash) does this; the workers' logs say more"))));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::FailJobLocked(int64_t job_id, const absl::Status& error) {
+  const CoordinatorState::Job* job = state_.FindJob(job_id);
+  if (job == nullptr || job->finished) return absl::OkStatus();
+  proto::Update u;
+  u.mutable_fail_job()->set_job_id(job_id);
+  u.mutable_fail_job()->set_code(static_cast<int>(error.code()));
+  u.mutable_fail_job()->set_message(std::string(error.message()));
+  RETURN_IF_ERROR(ApplyLocked(u));
+  for (int64_t t : job->task_ids) completed_by_.erase(t);
+  Log(absl::StrCat("job ", job_id, " failed: ", error.ToString()));
+  finished_at_[job_id] = clock_->Now();
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::TaskFailedLocked(int64_t worker_id, const proto::TaskFailure& failure) {
+  const CoordinatorState::Task* task = state_.FindTask(failure.task_id());
+  // Only the task's current worker speaks for it; a stale report is ignored.
+  if (task == nullptr || task->finished || task->worker_id != worker_id) return absl::OkStatus();
+  const auto code = static_cast<absl::StatusCode>(failure.code());
+  const CoordinatorState::Job* job = state_.FindJob(task->job_id);
+  const std::string name = job->name.empty() ? "" : absl::StrCat(" (", job->name, ")");
+  return FailJobLocked(
+      job->id, absl::Status(code, absl::StrCat("job ", job->id, name, " failed: task ", task->id,
+                                               " (index ", task->index, ") failed on ",
+                                               WorkerNameLocked(worker_id), ": ",
+                                               failure.message())));
 }
 
 absl::Status Coordinator::DrainWorkerLocked(int64_t worker_id) {
@@ -91,6 +164,7 @@ absl::Status Coordinator::DrainWorkerLocked(int64_t worker_id) {
   proto::Update u;
   u.mutable_worker_died()->set_worker_id(worker_id);
   RETURN_IF_ERROR(ApplyLocked(u));
+  liveness_.Unwatch(worker_id);
   Log(absl::StrCat(WorkerNameLocked(worker_id), " is draining: its ", moving,
                    " unfinished task(s) are reassigned now"));
   RETURN_IF_ERROR(AssignWaitingTasksLocked());
@@ -209,6 +283,15 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   if (request.worker_address().empty()) {
     return absl::InvalidArgumentError("WorkerHeartbeatRequest.worker_address is empty");
   }
+  for (const proto::TaskFailure& failure : request.failed_tasks()) {
+    if (failure.code() <= 0 ||
+        failure.code() > static_cast<int>(absl::StatusCode::kUnauthenticated) ||
+        IsTransientTaskError(static_cast<absl::StatusCode>(failure.code()))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "WorkerHeartbeatRequest.failed_tasks: task ", failure.task_id(), " with status code ",
+          failure.code(), ", which is not a deterministic failure (core/util/transient_error.h)"));
+    }
+  }
   progress_.Record(request);
   if (!request.draining()) NoteHeartbeatArrival(request.worker_address());
   absl::MutexLock lock(&mu_);
@@ -217,7 +300,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   int64_t worker_id = worker != nullptr ? worker->id : state_.NextWorkerId();
   // Record this heartbeat before judging the others, so that a worker that was slow but is
   // talking now is not declared dead by its own heartbeat.
-  if (worker != nullptr ? worker->alive : !request.draining()) last_heartbeat_[worker_id] = now;
+  if (worker != nullptr ? worker->alive : !request.draining()) liveness_.Heartbeat(worker_id, now);
   RETURN_IF_ERROR(CheckLivenessLocked());
   worker = state_.FindWorker(worker_id);
   if (request.draining()) {
@@ -228,6 +311,9 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
         const CoordinatorState::Task* task = state_.FindTask(task_id);
         if (task == nullptr || task->finished || task->worker_id != worker_id) continue;
         RETURN_IF_ERROR(FinishTaskLocked(task_id));
+      }
+      for (const proto::TaskFailure& failure : request.failed_tasks()) {
+        RETURN_IF_ERROR(TaskFailedLocked(worker_id, failure));
       }
       RETURN_IF_ERROR(DrainWorkerLocked(worker_id));
     }
@@ -241,7 +327,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
     u.mutable_register_worker()->set_worker_id(worker_id);
     u.mutable_register_worker()->set_address(request.worker_address());
     RETURN_IF_ERROR(ApplyLocked(u));
-    last_heartbeat_[worker_id] = now;
+    liveness_.Heartbeat(worker_id, now);
     Log(absl::StrCat(WorkerNameLocked(worker_id), back ? " is back" : " registered"));
     RETURN_IF_ERROR(OnWorkerAvailableLocked(worker_id));
   }
@@ -252,6 +338,9 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
     // taken from is ignored.
     if (task == nullptr || task->finished || task->worker_id != worker_id) continue;
     RETURN_IF_ERROR(FinishTaskLocked(task_id));
+  }
+  for (const proto::TaskFailure& failure : request.failed_tasks()) {
+    RETURN_IF_ERROR(TaskFailedLocked(worker_id, failure));
   }
   // Ranges: room may have appeared (a finished range, a new worker).
   RETURN_IF_ERROR(MakeRangesLocked());
@@ -275,6 +364,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   for (int64_t task_id : request.finished_task_ids()) {
     if (state_.FindTask(task_id) == nullptr) response->add_tasks_to_stop(task_id);
   }
+  FillGoneConsumersLocked(worker_id, response);
   response->set_worker_id(worker_id);
   return absl::OkStatus();
 }

@@ -316,6 +316,9 @@ void StepBuffer::Detach(int64_t consumer) {
   if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) return;
   cursors_[consumer] = kDetached;
   ended_[consumer] = true;
+  // A stream of this consumer still open must not read on from kDetached (it would see the end
+  // of the task without the steps): it is superseded.
+  generations_[consumer] = next_generation_++;
   ReleaseLocked();
   cv_.SignalAll();
 }
@@ -358,6 +361,11 @@ StepBuffer::Stats StepBuffer::stats() const {
     }
   }
   return s;
+}
+
+absl::Status StepBuffer::producer_status() const {
+  absl::MutexLock lock(&mu_);
+  return finished_ ? status_ : absl::OkStatus();
 }
 
 bool StepBuffer::drained() const {

@@ -127,7 +127,10 @@ class StepBuffer {
   // task finished (the coordinator would not move it, and its consumers would wait for an end
   // that never leaves the worker). A superseded generation is ignored.
   void ConfirmEnd(int64_t consumer, int64_t generation);
-  // Marks that `consumer` will not read again (it received the end): it no longer holds steps.
+  // Marks that `consumer` will not read again (it received the end, or the coordinator declared
+  // it gone): it no longer holds steps. A stream of it still open is superseded (its Next()
+  // gets CANCELLED); attaching again works as for any consumer (OUT_OF_RANGE below the first
+  // buffered step).
   void Detach(int64_t consumer);
 
   // The producer stops (Push returns CANCELLED); consumers are served what is buffered, then
@@ -153,6 +156,8 @@ class StepBuffer {
   // True once every consumer has confirmed the end of the task (ConfirmEnd; coordinated mode),
   // or one consumer has (independent mode).
   bool drained() const;
+  // The status the producer finished with (Finish); OK before then and at the end of data.
+  absl::Status producer_status() const;
 
  private:
   static constexpr int64_t kDetached = INT64_MAX;

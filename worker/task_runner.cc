@@ -9,6 +9,7 @@
 #include "core/data/distribute/replica_cut.h"
 #include "core/data/ops/rebatch_iterator.h"
 #include "core/util/status_macros.h"
+#include "core/util/transient_error.h"
 
 namespace sluice {
 namespace {
@@ -259,6 +260,12 @@ std::shared_ptr<TaskRunner> TaskRunner::Failed(const proto::TaskDef& task, absl:
   std::shared_ptr<TaskRunner> runner(new TaskRunner(task, TaskRunnerOptions(), nullptr));
   runner->buffer_->Finish(std::move(error));
   return runner;
+}
+
+absl::Status TaskRunner::DeterministicError() const {
+  absl::Status s = buffer_->producer_status();
+  if (s.ok() || IsTransientTaskError(s.code())) return absl::OkStatus();
+  return s;
 }
 
 TaskRunner::~TaskRunner() {

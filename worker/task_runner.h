@@ -141,6 +141,11 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   void Close(absl::string_view message = {}) { buffer_->Close(message); }
   // True once every consumer received the end of the task.
   bool finished() const { return buffer_->drained(); }
+  // The pipeline's error when it failed deterministically (not IsTransientTaskError: running
+  // the task again elsewhere would fail the same way), or the error that kept it from being
+  // built (Failed()); OK otherwise. The worker reports it to the coordinator, which fails the
+  // job (docs/SERVICE.md, "Failure policy").
+  absl::Status DeterministicError() const;
 
   const proto::TaskDef& task() const { return task_; }
   StepBuffer* buffer() { return buffer_.get(); }

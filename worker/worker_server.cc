@@ -157,6 +157,13 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
         request.add_finished_task_ids(id);
       } else {
         request.add_active_task_ids(id);
+        // Failure policy: the coordinator fails the job and tells this worker to stop it.
+        if (absl::Status error = runner->DeterministicError(); !error.ok()) {
+          proto::TaskFailure* f = request.add_failed_tasks();
+          f->set_task_id(id);
+          f->set_code(static_cast<int>(error.code()));
+          f->set_message(std::string(error.message()));
+        }
       }
       FillTaskProgress(*runner, request.add_task_progress());
     }
@@ -172,6 +179,7 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   if (stopping_) return absl::OkStatus();
   reported_finished_.insert(request.finished_task_ids().begin(),
                             request.finished_task_ids().end());
+  for (const proto::TaskFailure& f : request.failed_tasks()) reported_finished_.insert(f.task_id());
   if (worker_id_ != response.worker_id()) {
     Log(absl::StrCat("registered with coordinator ", options_.coordinator_address,
                      " as worker ", response.worker_id()));
@@ -205,6 +213,22 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     tasks_.erase(it);
     reported_finished_.erase(id);
   }
+  // Consumers the coordinator declared gone: this worker's buffers stop holding steps for them
+  // (once each time they go; a stream of theirs still open ends CANCELLED, and a consumer
+  // that comes back reattaches, from memory or through a replay).
+  absl::flat_hash_set<std::pair<int64_t, int64_t>> gone;
+  for (const proto::ConsumerRef& c : response.gone_consumers()) {
+    gone.insert({c.job_id(), c.consumer_index()});
+  }
+  for (const auto& [job_id, consumer] : gone) {
+    if (gone_consumers_.contains({job_id, consumer})) continue;
+    for (auto& [id, runner] : tasks_) {
+      if (runner->task().job_id() == job_id) runner->buffer()->Detach(consumer);
+    }
+    Log(absl::StrCat("consumer ", consumer, " of job ", job_id,
+                     " is gone (coordinator): its tasks here stop holding steps for it"));
+  }
+  gone_consumers_ = std::move(gone);
   for (auto& r : to_close) {
     r->Close();  // readers still holding it see UNAVAILABLE; it delivers nothing more
     ++stopped_totals_.tasks;
@@ -217,7 +241,8 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
 
 bool WorkerServer::UnreportedFinishLocked() const {
   for (const auto& [id, runner] : tasks_) {
-    if (!reported_finished_.contains(id) && runner->finished()) return true;
+    if (reported_finished_.contains(id)) continue;
+    if (runner->finished() || !runner->DeterministicError().ok()) return true;
   }
   return false;
 }

@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -141,10 +142,14 @@ class WorkerServer : public TaskLookup {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // heartbeats stop
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   int64_t worker_id_ ABSL_GUARDED_BY(mu_) = 0;
-  // Finished tasks the coordinator has been told about; a task finishing that is not in it
-  // makes the next heartbeat go at once (so that a RANGES job's next range is made sooner).
+  // Finished (or deterministically failed) tasks the coordinator has been told about; a task
+  // finishing or failing that is not in it makes the next heartbeat go at once (so that a
+  // RANGES job's next range is made sooner, and a failed job fails sooner).
   absl::flat_hash_set<int64_t> reported_finished_ ABSL_GUARDED_BY(mu_);
   bool UnreportedFinishLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // (job id, consumer index) the coordinator last listed gone
+  // (WorkerHeartbeatResponse.gone_consumers), already detached from this worker's buffers.
+  absl::flat_hash_set<std::pair<int64_t, int64_t>> gone_consumers_ ABSL_GUARDED_BY(mu_);
   std::thread heartbeat_thread_;
 };
 

@@ -84,6 +84,20 @@ proto::Update ProduceSplit(int64_t job, int64_t task, int64_t index, int64_t beg
   return u;
 }
 
+proto::Update TaskWorkerLost(int64_t task, int64_t worker) {
+  proto::Update u;
+  u.mutable_task_worker_lost()->set_task_id(task);
+  u.mutable_task_worker_lost()->set_worker_id(worker);
+  return u;
+}
+proto::Update FailJob(int64_t job, absl::StatusCode code, const std::string& message) {
+  proto::Update u;
+  u.mutable_fail_job()->set_job_id(job);
+  u.mutable_fail_job()->set_code(static_cast<int>(code));
+  u.mutable_fail_job()->set_message(message);
+  return u;
+}
+
 void ApplyAll(CoordinatorState& state, const std::vector<proto::Update>& updates) {
   for (const proto::Update& u : updates) ASSERT_TRUE(state.Apply(u).ok()) << u.DebugString();
 }
@@ -97,12 +111,14 @@ std::string Dump(const CoordinatorState& s) {
   }
   for (const auto& [id, j] : s.jobs()) {
     absl::StrAppend(&out, "job ", id, " ", j.name, " tasks=", absl::StrJoin(j.task_ids, ","),
-                    " finished=", j.finished, " cursor=", j.split_cursor, "\n");
+                    " finished=", j.finished, " cursor=", j.split_cursor,
+                    " error=", j.error.ToString(), "\n");
   }
   for (const auto& [id, t] : s.tasks()) {
     absl::StrAppend(&out, "task ", id, " job=", t.job_id, " index=", t.index,
                     " worker=", t.worker_id, " finished=", t.finished,
-                    " splits=", absl::StrJoin(t.split_indices, ","), "\n");
+                    " splits=", absl::StrJoin(t.split_indices, ","),
+                    " lost_on=", absl::StrJoin(t.lost_on_workers, ","), "\n");
   }
   return out;
 }
@@ -245,6 +261,44 @@ TEST(CoordinatorStateTest, ReplayingTheSameUpdatesRebuildsTheSameState) {
   EXPECT_EQ(Dump(a), Dump(b));
   EXPECT_EQ(a.FindTask(3)->worker_id, 2);
   EXPECT_THAT(a.FindTask(3)->split_indices, ElementsAre(0, 1));
+}
+
+// Failure policy: a task's lost workers are counted, and a failed job is finished with its
+// error, its unfinished tasks finished with it (nobody runs them again). Both survive a
+// snapshot.
+TEST(CoordinatorStateTest, LostWorkersAreCountedAndAFailedJobIsFinishedWithItsError) {
+  CoordinatorState state;
+  ApplyAll(state, TwoWorkerJob());
+  ApplyAll(state, {TaskWorkerLost(1, 1), WorkerDied(1), AssignTask(1, 2), TaskWorkerLost(1, 2),
+                   FinishTask(2)});
+  EXPECT_THAT(state.FindTask(1)->lost_on_workers, ElementsAre(1, 2));
+  EXPECT_FALSE(state.FindJob(1)->finished);
+
+  // Bad failures change nothing.
+  EXPECT_EQ(state.Apply(FailJob(9, absl::StatusCode::kInternal, "x")).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(state.Apply(FailJob(1, absl::StatusCode::kOk, "x")).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(state.Apply(TaskWorkerLost(1, 7)).code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(state.FindJob(1)->finished);
+  EXPECT_THAT(state.FindTask(1)->lost_on_workers, ElementsAre(1, 2));
+
+  ASSERT_TRUE(state.Apply(FailJob(1, absl::StatusCode::kResourceExhausted, "too big")).ok());
+  EXPECT_TRUE(state.FindJob(1)->finished);
+  EXPECT_EQ(state.FindJob(1)->error,
+            absl::Status(absl::StatusCode::kResourceExhausted, "too big"));
+  EXPECT_TRUE(state.FindTask(1)->finished);
+  EXPECT_EQ(state.NumUnfinishedTasks(2), 0);
+  // Once failed (finished), it cannot fail again.
+  EXPECT_EQ(state.Apply(FailJob(1, absl::StatusCode::kInternal, "again")).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // And it can be removed like any finished job.
+  CoordinatorState restored;
+  ASSERT_TRUE(restored.Restore(state.Snapshot()).ok());
+  EXPECT_EQ(Dump(restored), Dump(state));
+  proto::Update remove;
+  remove.mutable_remove_job()->set_job_id(1);
+  EXPECT_TRUE(state.Apply(remove).ok());
 }
 
 }  // namespace

@@ -1,12 +1,15 @@
 #include "server/coordinator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "core/data/distribute/distribute_spec.h"
 #include "core/tensor/proto_convert.h"
 #include "gmock/gmock.h"
@@ -21,6 +24,7 @@ using ::google::protobuf::util::MessageDifferencer;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::UnorderedElementsAre;
 using server_test::Filenames;
 using server_test::RunValues;
@@ -673,6 +677,273 @@ TEST_F(CoordinatorTest, DynamicJobFinishesAfterItsSplits) {
   EXPECT_TRUE(Client(job->job_id()).job_finished());
   // A late worker gets no task of a finished job.
   EXPECT_THAT(Heartbeat("w2:1").new_tasks(), IsEmpty());
+}
+
+// ----- Failure policy (docs/SERVICE.md, "Failure policy").
+
+// A worker's report that a task's pipeline failed deterministically fails the job once, with
+// the error: the task is not handed to another worker (even when its worker dies later), the
+// worker is told to stop it, consumers get the error, and other jobs go on.
+TEST_F(CoordinatorTest, ADeterministicTaskFailureFailsItsJobOnceWithTheError) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  Heartbeat("w2:1");
+  proto::JobOptions one_task = Options(ds, proto::SHARDING_OFF);
+  one_task.set_num_tasks(1);
+  auto bad = Job("bad", one_task);
+  ASSERT_TRUE(bad.ok());
+  auto good = Job("good", one_task);
+  ASSERT_TRUE(good.ok());
+  const int64_t bad_task = Client(bad->job_id()).tasks(0).task_id();
+  const int64_t good_task = Client(good->job_id()).tasks(0).task_id();
+  const std::string bad_worker = Client(bad->job_id()).tasks(0).worker_address();
+  const std::string other_worker = bad_worker == "w1:1" ? "w2:1" : "w1:1";
+
+  proto::WorkerHeartbeatRequest req;
+  req.set_wire_version(proto::WIRE_VERSION_1);
+  req.set_worker_address(bad_worker);
+  req.add_active_task_ids(bad_task);
+  proto::TaskFailure* f = req.add_failed_tasks();
+  f->set_task_id(bad_task);
+  f->set_code(static_cast<int>(absl::StatusCode::kResourceExhausted));
+  f->set_message("batch: 8000000000 bytes exceed --max_element_bytes");
+  // A report from a worker that does not hold the task is ignored.
+  req.set_worker_address(other_worker);
+  proto::WorkerHeartbeatResponse resp;
+  ASSERT_TRUE(coordinator_->WorkerHeartbeat(req, &resp).ok());
+  EXPECT_FALSE(Status().jobs(0).finished());
+  // A transient code is not a deterministic failure: the request is refused, nothing changes.
+  req.set_worker_address(bad_worker);
+  f->set_code(static_cast<int>(absl::StatusCode::kUnavailable));
+  absl::Status refused = coordinator_->WorkerHeartbeat(req, &resp);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("failed_tasks"));
+  EXPECT_FALSE(Status().jobs(0).finished());
+
+  f->set_code(static_cast<int>(absl::StatusCode::kResourceExhausted));
+  resp.Clear();
+  ASSERT_TRUE(coordinator_->WorkerHeartbeat(req, &resp).ok());
+  EXPECT_THAT(resp.tasks_to_stop(), ElementsAre(bad_task));
+
+  proto::ClientHeartbeatRequest creq;
+  creq.set_wire_version(proto::WIRE_VERSION_1);
+  creq.set_job_id(bad->job_id());
+  proto::ClientHeartbeatResponse cresp;
+  absl::Status error = coordinator_->ClientHeartbeat(creq, &cresp);
+  EXPECT_EQ(error.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(error.message(), HasSubstr(absl::StrCat("job ", bad->job_id(), " (bad) failed")));
+  EXPECT_THAT(error.message(), HasSubstr(absl::StrCat("task ", bad_task, " (index 0)")));
+  EXPECT_THAT(error.message(), HasSubstr(bad_worker));
+  EXPECT_THAT(error.message(), HasSubstr("exceed --max_element_bytes"));
+  proto::GetStatusResponse status = Status();
+  EXPECT_TRUE(status.jobs(0).finished());
+  EXPECT_THAT(status.jobs(0).error(), HasSubstr("RESOURCE_EXHAUSTED"));
+  EXPECT_EQ(status.jobs(1).error(), "");
+  EXPECT_THAT(log_, ::testing::Contains(HasSubstr("failed")));
+
+  // The failed task's worker dies: the task is not reassigned to anyone.
+  clock_.Advance(absl::Seconds(6));
+  Heartbeat(other_worker, {good_task});
+  clock_.Advance(absl::Seconds(5));
+  proto::WorkerHeartbeatResponse other = Heartbeat(other_worker, {good_task});
+  EXPECT_FALSE(Status().workers(bad_worker == "w1:1" ? 0 : 1).alive());
+  for (const proto::TaskDef& t : other.new_tasks()) EXPECT_NE(t.task_id(), bad_task);
+  EXPECT_THAT(Heartbeat("w3:1").new_tasks(), IsEmpty());
+  // The good job goes on and finishes.
+  EXPECT_TRUE(Client(good->job_id()).tasks(0).worker_address() == other_worker);
+  Heartbeat(other_worker, {}, {good_task});
+  EXPECT_TRUE(Client(good->job_id()).job_finished());
+  // The failed job is removed after finished_job_ttl, like a finished one.
+  clock_.Advance(absl::Minutes(6));
+  Heartbeat(other_worker);
+  EXPECT_EQ(coordinator_->ClientHeartbeat(creq, &cresp).code(), absl::StatusCode::kNotFound);
+}
+
+// A task whose workers die one after another (a pipeline that crashes its worker) is
+// quarantined after max_task_worker_deaths (3) deaths: its job fails with FAILED_PRECONDITION
+// naming the task and the workers, and no further worker gets it. A drained worker does not
+// count.
+TEST_F(CoordinatorTest, ATaskWhoseWorkerDiedThreeTimesIsQuarantined) {
+  ASSERT_EQ(coordinator_->options().max_task_worker_deaths, 3);
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w0:1");
+  auto job = Job("poison", Options(ds, proto::SHARDING_OFF));
+  ASSERT_TRUE(job.ok());
+  const int64_t task = Client(job->job_id()).tasks(0).task_id();
+  ASSERT_EQ(Heartbeat("w0:1").new_tasks_size(), 1);
+  // w0 drains: the task moves, and the move does not count.
+  {
+    proto::WorkerHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_worker_address("w0:1");
+    req.set_draining(true);
+    req.add_active_task_ids(task);
+    proto::WorkerHeartbeatResponse resp;
+    ASSERT_TRUE(coordinator_->WorkerHeartbeat(req, &resp).ok());
+  }
+  std::vector<std::string> victims;
+  for (int i = 1; i <= 3; ++i) {
+    const std::string w = absl::StrCat("w", i, ":1");
+    proto::WorkerHeartbeatResponse r = Heartbeat(w);
+    ASSERT_EQ(r.new_tasks_size(), 1) << "death " << i;
+    EXPECT_EQ(r.new_tasks(0).task_id(), task);
+    victims.push_back(w);
+    clock_.Advance(absl::Seconds(11));  // w dies silently with the task
+    coordinator_->CheckWorkerLiveness();
+    if (i < 3) {
+      proto::ClientHeartbeatResponse c = Client(job->job_id());
+      EXPECT_FALSE(c.job_finished());
+    }
+  }
+  proto::ClientHeartbeatRequest creq;
+  creq.set_wire_version(proto::WIRE_VERSION_1);
+  creq.set_job_id(job->job_id());
+  proto::ClientHeartbeatResponse cresp;
+  absl::Status error = coordinator_->ClientHeartbeat(creq, &cresp);
+  EXPECT_EQ(error.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(error.message(), HasSubstr(absl::StrCat("task ", task, " (index 0) is quarantined")));
+  EXPECT_THAT(error.message(), HasSubstr("died 3 times"));
+  for (const std::string& w : victims) EXPECT_THAT(error.message(), HasSubstr(w));
+  EXPECT_THAT(error.message(), Not(HasSubstr("w0:1")));
+  // Nobody gets it again.
+  EXPECT_THAT(Heartbeat("w4:1").new_tasks(), IsEmpty());
+  EXPECT_THAT(Status().jobs(0).error(), HasSubstr("FAILED_PRECONDITION"));
+}
+
+TEST_F(CoordinatorTest, QuarantineCanBeTurnedOff) {
+  CoordinatorOptions options = coordinator_->options();
+  options.max_task_worker_deaths = 0;
+  coordinator_ = std::make_unique<Coordinator>(options);
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  auto job = Job("", Options(ds, proto::SHARDING_OFF));
+  ASSERT_TRUE(job.ok());
+  for (int i = 1; i <= 5; ++i) {
+    const std::string w = absl::StrCat("w", i, ":1");
+    ASSERT_EQ(Heartbeat(w).new_tasks_size(), 1) << w;
+    clock_.Advance(absl::Seconds(11));
+    coordinator_->CheckWorkerLiveness();
+  }
+  EXPECT_FALSE(Client(job->job_id()).job_finished());
+  EXPECT_EQ(Heartbeat("w9:1").new_tasks_size(), 1);
+}
+
+// ----- Consumers that leave (docs/SERVICE.md).
+
+// A consumer of a coordinated job silent for consumer_timeout (60 s) is listed gone to the
+// workers holding the job's unfinished tasks, and only to them; a heartbeat brings it back.
+// Independent jobs and single-consumer jobs have nobody waiting for it.
+TEST_F(CoordinatorTest, ASilentConsumerIsDeclaredGoneToTheWorkersOfItsJob) {
+  ASSERT_EQ(coordinator_->options().consumer_timeout, absl::Seconds(60));
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_OFF, 2);
+  o.set_num_tasks(1);
+  auto job = Job("two", o);
+  ASSERT_TRUE(job.ok());
+  proto::JobOptions solo = Options(ds, proto::SHARDING_OFF, 1);
+  solo.set_num_tasks(1);
+  auto single = Job("one", solo);
+  ASSERT_TRUE(single.ok());
+  proto::JobOptions ind = Options(ds, proto::SHARDING_OFF, 2);
+  ind.set_num_tasks(1);
+  ind.set_read_mode(proto::READ_MODE_INDEPENDENT);
+  auto independent = Job("ind", ind);
+  ASSERT_TRUE(independent.ok());
+  std::vector<int64_t> tasks;
+  const proto::WorkerHeartbeatResponse assigned = Heartbeat("w1:1");
+  for (const proto::TaskDef& t : assigned.new_tasks()) tasks.push_back(t.task_id());
+  ASSERT_EQ(tasks.size(), 3u);
+  EXPECT_EQ(Heartbeat("w1:1", tasks).gone_consumers_size(), 0);
+  clock_.Advance(absl::Seconds(5));
+  Client(job->job_id(), 0);
+  EXPECT_EQ(Heartbeat("w1:1", tasks).gone_consumers_size(), 0);  // 5 s, within 60 s
+
+  for (int i = 0; i < 13; ++i) {  // consumer 0 heartbeats every 5 s, consumer 1 never
+    clock_.Advance(absl::Seconds(5));
+    Client(job->job_id(), 0);
+    Client(single->job_id(), 0);
+    Heartbeat("w1:1", tasks);
+  }
+  proto::WorkerHeartbeatResponse r = Heartbeat("w1:1", tasks);
+  ASSERT_EQ(r.gone_consumers_size(), 1) << r.DebugString();
+  EXPECT_EQ(r.gone_consumers(0).job_id(), job->job_id());
+  EXPECT_EQ(r.gone_consumers(0).consumer_index(), 1);
+  EXPECT_THAT(log_, ::testing::Contains(HasSubstr(
+                        absl::StrCat("consumer 1 of job ", job->job_id(), " is gone"))));
+  // Another worker, without a task of the job, is not told.
+  const proto::WorkerHeartbeatResponse w2 = Heartbeat("w2:1");
+  EXPECT_EQ(w2.gone_consumers_size(), 0);
+  // Still listed while it stays away; a heartbeat brings it back.
+  EXPECT_EQ(Heartbeat("w1:1", tasks).gone_consumers_size(), 1);
+  Client(job->job_id(), 1);
+  EXPECT_EQ(Heartbeat("w1:1", tasks).gone_consumers_size(), 0);
+  EXPECT_THAT(log_, ::testing::Contains(HasSubstr("is back")));
+}
+
+// ----- Isolation (docs/SERVICE.md): a job being planned does not hold the coordinator's lock.
+
+// The planner of one job is blocked (as by a slow file system building a record index): the
+// coordinator meanwhile serves worker heartbeats, another job's creation and its consumers'
+// heartbeats, and its status. No timing: the first job stays blocked until the others are done.
+TEST_F(CoordinatorTest, ASlowPlanDoesNotDelayOtherRequests) {
+  absl::Notification planning, release;
+  std::string slow_ds;
+  CoordinatorOptions options = coordinator_->options();
+  options.before_planning = [&](absl::string_view dataset_id) {
+    if (dataset_id != slow_ds) return;
+    planning.Notify();
+    release.WaitForNotification();
+  };
+  coordinator_ = std::make_unique<Coordinator>(options);
+  slow_ds = Register("range(100).batch(2)");
+  const std::string fast_ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  absl::StatusOr<proto::GetOrCreateJobResponse> slow;
+  std::thread planner([&] { slow = Job("slow", Options(slow_ds)); });
+  planning.WaitForNotification();
+  // All of these would wait for the lock if planning held it.
+  Heartbeat("w1:1");
+  Heartbeat("w2:1");
+  auto fast = Job("fast", Options(fast_ds));
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  EXPECT_EQ(Client(fast->job_id()).tasks_size(), 2);
+  EXPECT_EQ(Status().jobs_size(), 1);
+  release.Notify();
+  planner.join();
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EXPECT_TRUE(slow->created());
+  EXPECT_EQ(Status().jobs_size(), 2);
+}
+
+// Two requests for the same named job plan side by side: one creates it, the other gets it.
+TEST_F(CoordinatorTest, ConcurrentRequestsForOneNamedJobMakeItOnce) {
+  absl::Notification planning, release;
+  std::atomic<int> calls{0};
+  CoordinatorOptions options = coordinator_->options();
+  options.before_planning = [&](absl::string_view) {
+    if (calls.fetch_add(1) != 0) return;  // only the first request waits
+    planning.Notify();
+    release.WaitForNotification();
+  };
+  coordinator_ = std::make_unique<Coordinator>(options);
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  absl::StatusOr<proto::GetOrCreateJobResponse> first;
+  std::thread t([&] { first = Job("shared", Options(ds)); });
+  planning.WaitForNotification();
+  auto second = Job("shared", Options(ds));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->created());
+  release.Notify();
+  t.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->created());
+  EXPECT_EQ(first->job_id(), second->job_id());
+  EXPECT_EQ(Status().jobs_size(), 1);
+  // Different options still fail, after planning too.
+  proto::JobOptions other = Options(ds, proto::SHARDING_DATA, 2);
+  EXPECT_EQ(Job("shared", other).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // ----- Client heartbeats and specs.

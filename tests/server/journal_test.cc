@@ -689,6 +689,17 @@ TEST(StateSnapshotTest, RestoreOfSnapshotGivesAnEqualStateForEveryKindOfUpdate) 
   history.push_back(FinishTask(2));
   history.push_back(FinishTask(3));
   history.push_back(FinishJob(1));
+  {
+    proto::Update lost;  // task 7's worker 2 died once while running it (failure policy)
+    lost.mutable_task_worker_lost()->set_task_id(7);
+    lost.mutable_task_worker_lost()->set_worker_id(2);
+    history.push_back(lost);
+    proto::Update failed;
+    failed.mutable_fail_job()->set_job_id(4);
+    failed.mutable_fail_job()->set_code(static_cast<int>(absl::StatusCode::kDataLoss));
+    failed.mutable_fail_job()->set_message("task 7: corrupt record");
+    history.push_back(failed);
+  }
 
   CoordinatorState state;
   std::set<int> kinds;

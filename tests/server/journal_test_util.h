@@ -194,8 +194,8 @@ constexpr int NumRangesFields() {
          (requires(T t) { t.fallback_reason; } ? 1 : 0);
 }
 // The members compared below.
-inline constexpr int kJobFields = 10 + NumRangesFields<CoordinatorState::Job>();
-inline constexpr int kTaskFields = 9 + NumRangesFields<CoordinatorState::Task>();
+inline constexpr int kJobFields = 11 + NumRangesFields<CoordinatorState::Job>();
+inline constexpr int kTaskFields = 10 + NumRangesFields<CoordinatorState::Task>();
 
 // Every field of every entity, the lookups and the id counters.
 inline void ExpectSameState(const CoordinatorState& a, const CoordinatorState& b,
@@ -238,6 +238,7 @@ inline void ExpectSameState(const CoordinatorState& a, const CoordinatorState& b
     EXPECT_TRUE(ProtoEq(j.options, o->options)) << "job " << id;
     EXPECT_EQ(j.task_ids, o->task_ids) << "job " << id;
     EXPECT_EQ(j.finished, o->finished) << "job " << id;
+    EXPECT_EQ(j.error, o->error) << "job " << id;
     EXPECT_EQ(j.split_source_size, o->split_source_size);
     EXPECT_EQ(j.split_size, o->split_size);
     EXPECT_EQ(j.split_cursor, o->split_cursor) << "job " << id;
@@ -267,6 +268,7 @@ inline void ExpectSameState(const CoordinatorState& a, const CoordinatorState& b
     EXPECT_EQ(t.worker_id, o->worker_id) << "task " << id;
     EXPECT_EQ(t.finished, o->finished) << "task " << id;
     EXPECT_EQ(t.split_indices, o->split_indices) << "task " << id;
+    EXPECT_EQ(t.lost_on_workers, o->lost_on_workers) << "task " << id;
     EXPECT_TRUE(ProtoEq(t.created, o->created)) << "task " << id;
     ExpectSameRangesFields(t, *o);
   }

@@ -221,6 +221,58 @@ std::vector<Step> Reference(const Dataset& ds, const GlobalOrderOptions& order, 
   return out;
 }
 
+// A test-side model of a seeded RANGES order, written from the algorithm docs/SERVICE.md and
+// core/util/index_permutation.h describe and sharing no code with it: SHUFFLE_FULL over the
+// records of range(n), epoch by epoch, batched. The service's order must equal it (not only
+// its own single-pipeline run).
+uint64_t ModelMix(uint64_t z) {
+  z ^= z >> 30;
+  z *= 0xbf58476d1ce4e5b9ULL;
+  z ^= z >> 27;
+  z *= 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return z;
+}
+
+uint64_t ModelFeistel(uint64_t x, uint64_t m, uint64_t key) {
+  if (m <= 1) return x;
+  int bits = 0;
+  while ((uint64_t{1} << bits) < m) ++bits;  // values 0 .. m-1 fit in `bits` bits
+  const int h = (bits + 1) / 2;
+  const uint64_t mask = (uint64_t{1} << h) - 1;
+  auto encrypt = [&](uint64_t v) {
+    uint64_t left = v >> h, right = v & mask;
+    for (uint64_t r = 0; r < 8; ++r) {
+      const uint64_t round_key = ModelMix(key + (r + 1) * 0x9e3779b97f4a7c15ULL);
+      const uint64_t next = left ^ (ModelMix(right ^ round_key) & mask);
+      left = right;
+      right = next;
+    }
+    return (left << h) | right;
+  };
+  uint64_t y = encrypt(x);
+  while (y >= m) y = encrypt(y);  // cycle walking
+  return y;
+}
+
+std::vector<Step> ModelSteps(int64_t n, int64_t batch, uint64_t seed, int64_t epochs) {
+  std::vector<Step> out;
+  for (int64_t e = 0; e < epochs; ++e) {
+    const uint64_t key =
+        ModelMix(seed ^ ModelMix(static_cast<uint64_t>(e) ^ 0x9e3779b97f4a7c15ULL));
+    for (int64_t first = 0; first < n; first += batch) {
+      Step step;
+      step.global_step = static_cast<int64_t>(out.size());
+      for (int64_t p = first; p < std::min(n, first + batch); ++p) {
+        step.values.push_back(static_cast<int64_t>(
+            ModelFeistel(static_cast<uint64_t>(p), static_cast<uint64_t>(n), key)));
+      }
+      out.push_back(std::move(step));
+    }
+  }
+  return out;
+}
+
 constexpr int64_t kRecords = 203;
 constexpr int64_t kBatch = 8;  // 26 steps per epoch, the last of 3 records
 
@@ -276,6 +328,26 @@ TEST_P(ServiceRangesTest, StepsAreTheSinglePipelinesGlobalOrderForAnyNumberOfWor
   auto steps = ReadJob(cluster.coordinator(), *job, nullptr);
   ASSERT_TRUE(steps.ok()) << steps.status();
   ExpectSameSteps(*steps, Reference(ds, Order(), 2));
+  // And the test-side model of the seeded permutation (Order(): seed 11, SHUFFLE_FULL).
+  ExpectSameSteps(*steps, ModelSteps(kRecords, kBatch, 11, 2));
+}
+
+// The model itself is no identity and depends on the seed and the epoch, so that the check
+// above cannot pass by accident.
+TEST(ServiceRangesModelTest, TheModelPermutesEachEpochDifferentlyPerSeed) {
+  const std::vector<Step> a = ModelSteps(kRecords, kBatch, 11, 2);
+  ASSERT_EQ(a.size(), 52u);
+  std::vector<int64_t> epoch0, epoch1;
+  for (size_t i = 0; i < 52; ++i) {
+    std::vector<int64_t>& epoch = i < 26 ? epoch0 : epoch1;
+    epoch.insert(epoch.end(), a[i].values.begin(), a[i].values.end());
+  }
+  std::vector<int64_t> sorted = epoch0;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < kRecords; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);
+  EXPECT_NE(epoch0, sorted);
+  EXPECT_NE(epoch0, epoch1);
+  EXPECT_NE(ModelSteps(kRecords, kBatch, 12, 1)[0].values, a[0].values);
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, ServiceRangesTest, ::testing::Values(1, 2, 4));

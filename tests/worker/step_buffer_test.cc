@@ -154,6 +154,39 @@ TEST(StepBufferTest, AProducerBlockedAfterDetachingWaitsForTheConsumer) {
   EXPECT_EQ(NextStep(&b, 0, *g0), 1);
 }
 
+// A consumer that attached, read and vanished (the coordinator declared it gone): Detach makes
+// the buffer stop holding steps for it, so that the other consumer reads on past the budget;
+// its stream still open is superseded (CANCELLED, not a silent end of task), and it can
+// reattach at a step still buffered (from memory) but not at one released meanwhile.
+TEST(StepBufferTest, ADetachedConsumerNoLongerHoldsStepsAndItsOldStreamIsSuperseded) {
+  StepBuffer b({.max_bytes = 300, .num_consumers = 2});
+  auto g0 = b.Attach(0, 0);
+  auto g1 = b.Attach(1, 0);
+  ASSERT_TRUE(g0.ok() && g1.ok());
+  for (int64_t i = 0; i < 3; ++i) ASSERT_TRUE(b.Push(MakeStep(i)).ok());
+  EXPECT_EQ(NextStep(&b, 1, *g1), 0);  // consumer 1 reads one step, then vanishes
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(NextStep(&b, 0, *g0), i);
+  // Full: consumer 1 holds steps 1 and 2. Consumer 1 is declared gone.
+  b.Detach(1);
+  EXPECT_EQ(b.buffered_steps(), 0u);
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  bool end = false;
+  absl::Status old = b.Next(1, *g1, 1, 1 << 30, absl::Now() + absl::Seconds(5), &steps, &end);
+  EXPECT_EQ(old.code(), absl::StatusCode::kCancelled) << old;
+  EXPECT_FALSE(end);
+  // Consumer 0 reads on: the producer is not blocked by consumer 1 any more.
+  for (int64_t i = 3; i < 10; ++i) {
+    ASSERT_TRUE(b.Push(MakeStep(i)).ok());
+    EXPECT_EQ(NextStep(&b, 0, *g0), i);
+  }
+  ASSERT_TRUE(b.Push(MakeStep(10)).ok());
+  // Consumer 1 comes back: step 1 was released, step 10 is still in memory.
+  EXPECT_EQ(b.Attach(1, 1).status().code(), absl::StatusCode::kOutOfRange);
+  auto back = b.Attach(1, 10);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(NextStep(&b, 1, *back), 10);
+}
+
 TEST(StepBufferTest, IndependentModeHandsEachStepToExactlyOneConsumer) {
   StepBuffer b({.max_bytes = 1000, .num_consumers = 1, .independent = true});
   constexpr int kSteps = 200;

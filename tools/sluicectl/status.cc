@@ -121,9 +121,14 @@ std::string StatusTable(const std::string& coordinator, const proto::GetStatusRe
                     o.read_mode() == proto::READ_MODE_INDEPENDENT ? "independent" : "coordinated",
                     absl::StrCat(TasksFinished(j), "/", j.tasks_size()), JobProgress(j),
                     absl::StrCat(j.steps_delivered()),
-                    JobThroughput(j, previous, elapsed_seconds), j.finished() ? "yes" : "no"});
+                    JobThroughput(j, previous, elapsed_seconds),
+                    !j.error().empty() ? "failed" : j.finished() ? "yes" : "no"});
   }
   out += FormatTable(jobs);
+  // Failed jobs: the error their consumers get (docs/SERVICE.md, "Failure policy").
+  for (const proto::JobStatus& j : r.jobs()) {
+    if (!j.error().empty()) absl::StrAppend(&out, "\njob ", j.job_id(), ": ", j.error(), "\n");
+  }
   return out;
 }
 
@@ -152,7 +157,7 @@ std::string StatusJson(const proto::GetStatusResponse& r) {
           {"finished", JsonValue::Bool(t.finished())},
       }));
     }
-    jobs.push_back(JsonValue::Object({
+    std::vector<JsonValue::Member> fields = {
         {"job_id", JsonValue::Integer(j.job_id())},
         {"job_name", JsonValue::String(j.job_name())},
         {"dataset_id", JsonValue::String(o.dataset_id())},
@@ -168,7 +173,9 @@ std::string StatusJson(const proto::GetStatusResponse& r) {
         {"bytes_delivered", JsonValue::Integer(j.bytes_delivered())},
         {"steps_produced", JsonValue::Integer(j.steps_produced())},
         {"finished", JsonValue::Bool(j.finished())},
-    }));
+    };
+    if (!j.error().empty()) fields.emplace_back("error", JsonValue::String(j.error()));
+    jobs.push_back(JsonValue::Object(std::move(fields)));
   }
   return JsonValue::Object({
                                {"workers", JsonValue::Array(std::move(workers))},

@@ -1,0 +1,289 @@
+// coordinator_bench: the control plane under a simulated fleet (issue 15, "Scale of the
+// control plane"). Starts the real sluice-coordinator binary on a loopback port, registers
+// --workers simulated workers (WorkerHeartbeat) and --jobs coordinated jobs of
+// --consumers/--jobs consumers each, then drives heartbeats over gRPC from --threads client
+// threads, each cycling through its share of the workers and consumers as fast as the
+// coordinator answers (closed loop). Every simulated worker reports the tasks it holds, with
+// their progress, as a real one does; every consumer sends its job and index.
+//
+// Prints: heartbeats/s (worker and consumer, and both), the coordinator's RSS sampled every
+// second (first, max, last), and false deaths: workers the coordinator declared dead although
+// they heartbeated at least every --max_gap (asserted by the bench: it tracks each worker's
+// largest gap between heartbeats and prints it).
+//
+//   build/bench/coordinator_bench --workers=1000 --consumers=10000 --seconds=60
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/coordinator.grpc.pb.h"
+
+ABSL_FLAG(int, workers, 1000, "Simulated workers.");
+ABSL_FLAG(int, consumers, 10000, "Simulated consumers, spread evenly over --jobs jobs.");
+ABSL_FLAG(int, jobs, 100, "Coordinated jobs (OFF sharding, --tasks_per_job tasks each).");
+ABSL_FLAG(int, tasks_per_job, 10, "Tasks of each job.");
+ABSL_FLAG(int, threads, 4, "Client threads (each with its own channel).");
+ABSL_FLAG(int, seconds, 60, "Length of the measured run.");
+ABSL_FLAG(std::string, coordinator, "",
+          "Path of sluice-coordinator; default: ../bin/sluice-coordinator next to this binary.");
+ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10), "The coordinator's --worker_timeout.");
+
+namespace {
+
+using sluice::proto::CoordinatorService;
+
+std::string SelfDir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, static_cast<size_t>(n));
+  return p.substr(0, p.rfind('/'));
+}
+
+int64_t RssKiB(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6);
+  }
+  return -1;
+}
+
+double LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  double l = -1;
+  in >> l;
+  return l;
+}
+
+struct Worker {
+  std::string address;
+  std::vector<int64_t> tasks;
+  absl::Time last = absl::InfinitePast();
+  absl::Duration max_gap = absl::ZeroDuration();
+};
+struct Consumer {
+  int64_t job_id = 0;
+  int64_t index = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int num_workers = absl::GetFlag(FLAGS_workers);
+  const int num_consumers = absl::GetFlag(FLAGS_consumers);
+  const int num_jobs = std::max(1, absl::GetFlag(FLAGS_jobs));
+  const int threads = std::max(1, absl::GetFlag(FLAGS_threads));
+  std::string binary = absl::GetFlag(FLAGS_coordinator);
+  if (binary.empty()) binary = SelfDir() + "/../bin/sluice-coordinator";
+
+  char dir_template[] = "/tmp/coordinator_bench.XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  const std::string port_file = dir + "/port";
+  std::vector<std::string> args = {
+      binary, "--port=0", "--port_file=" + port_file, "--log_level=warning",
+      "--worker_timeout=" + absl::FormatDuration(absl::GetFlag(FLAGS_worker_timeout))};
+  std::vector<char*> argv_c;
+  for (auto& a : args) argv_c.push_back(a.data());
+  argv_c.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv_c.data(), environ) != 0) {
+    std::cerr << "cannot start " << binary << "\n";
+    return 1;
+  }
+  int port = 0;
+  for (int i = 0; i < 3000 && port == 0; ++i) {
+    std::ifstream in(port_file);
+    if (!(in >> port)) port = 0;
+    if (port == 0) absl::SleepFor(absl::Milliseconds(10));
+  }
+  auto stop = [&] {
+    kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    std::remove(port_file.c_str());
+    rmdir(dir.c_str());
+  };
+  if (port == 0) {
+    std::cerr << "the coordinator did not write its port\n";
+    stop();
+    return 1;
+  }
+  const std::string target = absl::StrCat("127.0.0.1:", port);
+  auto setup = CoordinatorService::NewStub(
+      grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+
+  // Workers register; a dataset and the jobs; every worker learns its tasks.
+  std::vector<Worker> workers(static_cast<size_t>(num_workers));
+  auto worker_heartbeat = [](CoordinatorService::Stub* stub, Worker& w) -> bool {
+    sluice::proto::WorkerHeartbeatRequest req;
+    req.set_wire_version(sluice::proto::WIRE_VERSION_1);
+    req.set_worker_address(w.address);
+    for (int64_t t : w.tasks) {
+      req.add_active_task_ids(t);
+      sluice::proto::TaskProgress* p = req.add_task_progress();
+      p->set_task_id(t);
+      p->set_steps_produced(1);
+    }
+    sluice::proto::WorkerHeartbeatResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    if (!stub->WorkerHeartbeat(&ctx, req, &resp).ok()) return false;
+    for (const auto& t : resp.new_tasks()) w.tasks.push_back(t.task_id());
+    for (int64_t t : resp.tasks_to_stop()) {
+      w.tasks.erase(std::remove(w.tasks.begin(), w.tasks.end(), t), w.tasks.end());
+    }
+    return true;
+  };
+  for (int i = 0; i < num_workers; ++i) {
+    workers[i].address = absl::StrCat("10.0.", i / 250, ".", i % 250, ":7000");
+    if (!worker_heartbeat(setup.get(), workers[i])) {
+      std::cerr << "worker registration failed\n";
+      stop();
+      return 1;
+    }
+  }
+  sluice::proto::RegisterDatasetRequest reg;
+  reg.set_wire_version(sluice::proto::WIRE_VERSION_1);
+  reg.set_pipeline("range(1000000).batch(8)");
+  sluice::proto::RegisterDatasetResponse reg_resp;
+  {
+    grpc::ClientContext ctx;
+    if (!setup->RegisterDataset(&ctx, reg, &reg_resp).ok()) {
+      std::cerr << "RegisterDataset failed\n";
+      stop();
+      return 1;
+    }
+  }
+  std::vector<Consumer> consumers;
+  const int per_job = std::max(1, num_consumers / num_jobs);
+  for (int j = 0; j < num_jobs; ++j) {
+    sluice::proto::GetOrCreateJobRequest req;
+    req.set_wire_version(sluice::proto::WIRE_VERSION_1);
+    req.set_job_name(absl::StrCat("job", j));
+    auto* o = req.mutable_options();
+    o->set_dataset_id(reg_resp.dataset_id());
+    o->set_num_consumers(per_job);
+    o->set_replicas_per_consumer(1);
+    o->set_sharding_policy(sluice::proto::SHARDING_OFF);
+    o->set_num_tasks(absl::GetFlag(FLAGS_tasks_per_job));
+    sluice::proto::GetOrCreateJobResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = setup->GetOrCreateJob(&ctx, req, &resp);
+    if (!s.ok()) {
+      std::cerr << "GetOrCreateJob failed: " << s.error_message() << "\n";
+      stop();
+      return 1;
+    }
+    for (int c = 0; c < per_job; ++c) consumers.push_back({resp.job_id(), c});
+  }
+  for (Worker& w : workers) worker_heartbeat(setup.get(), w);
+  int64_t tasks_held = 0;
+  for (const Worker& w : workers) tasks_held += static_cast<int64_t>(w.tasks.size());
+
+  // The run: each thread cycles through its workers and consumers (interleaved).
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> worker_beats{0}, consumer_beats{0}, errors{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      grpc::ChannelArguments ch_args;
+      ch_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      auto stub = CoordinatorService::NewStub(
+          grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), ch_args));
+      std::vector<size_t> my_workers, my_consumers;
+      for (size_t i = t; i < workers.size(); i += threads) my_workers.push_back(i);
+      for (size_t i = t; i < consumers.size(); i += threads) my_consumers.push_back(i);
+      const size_t total = my_workers.size() + my_consumers.size();
+      if (total == 0) return;
+      const size_t stride = std::max<size_t>(1, total / std::max<size_t>(1, my_workers.size()));
+      size_t wi = 0, ci = 0;
+      for (size_t n = 0; !done.load(std::memory_order_relaxed); ++n) {
+        if ((n % stride == 0 || my_consumers.empty()) && !my_workers.empty()) {
+          Worker& w = workers[my_workers[wi++ % my_workers.size()]];
+          const absl::Time now = absl::Now();
+          if (w.last != absl::InfinitePast()) w.max_gap = std::max(w.max_gap, now - w.last);
+          if (worker_heartbeat(stub.get(), w)) {
+            w.last = absl::Now();
+            worker_beats.fetch_add(1, std::memory_order_relaxed);
+          } else {
+            errors.fetch_add(1, std::memory_order_relaxed);
+          }
+        } else {
+          const Consumer& c = consumers[my_consumers[ci++ % my_consumers.size()]];
+          sluice::proto::ClientHeartbeatRequest req;
+          req.set_wire_version(sluice::proto::WIRE_VERSION_1);
+          req.set_job_id(c.job_id);
+          req.set_consumer_index(c.index);
+          sluice::proto::ClientHeartbeatResponse resp;
+          grpc::ClientContext ctx;
+          ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+          if (stub->ClientHeartbeat(&ctx, req, &resp).ok()) {
+            consumer_beats.fetch_add(1, std::memory_order_relaxed);
+          } else {
+            errors.fetch_add(1, std::memory_order_relaxed);
+          }
+        }
+      }
+    });
+  }
+  const absl::Time start = absl::Now();
+  std::vector<int64_t> rss;
+  const int seconds = absl::GetFlag(FLAGS_seconds);
+  for (int s = 0; s < seconds; ++s) {
+    absl::SleepFor(start + absl::Seconds(s + 1) - absl::Now());
+    rss.push_back(RssKiB(pid));
+  }
+  done = true;
+  for (auto& th : pool) th.join();
+  const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+
+  sluice::proto::GetStatusResponse status;
+  {
+    grpc::ClientContext ctx;
+    setup->GetStatus(&ctx, sluice::proto::GetStatusRequest(), &status);
+  }
+  int64_t dead = 0;
+  for (const auto& w : status.workers()) dead += w.alive() ? 0 : 1;
+  absl::Duration max_gap = absl::ZeroDuration();
+  for (const Worker& w : workers) max_gap = std::max(max_gap, w.max_gap);
+  const int64_t wb = worker_beats.load(), cb = consumer_beats.load();
+  std::printf("coordinator_bench: %d workers, %zu consumers in %d jobs (%lld tasks held), %d "
+              "client threads, %.1f s, load average %.2f\n",
+              num_workers, consumers.size(), num_jobs, static_cast<long long>(tasks_held),
+              threads, elapsed, LoadAverage());
+  std::printf("heartbeats/s: %.0f (worker %.0f, consumer %.0f); errors %lld\n",
+              (wb + cb) / elapsed, wb / elapsed, cb / elapsed, static_cast<long long>(errors));
+  std::printf("false deaths: %lld (largest gap between one worker's heartbeats %s, "
+              "worker_timeout %s)\n",
+              static_cast<long long>(dead), absl::FormatDuration(max_gap).c_str(),
+              absl::FormatDuration(absl::GetFlag(FLAGS_worker_timeout)).c_str());
+  if (!rss.empty()) {
+    std::printf("coordinator RSS MiB: first %.1f, max %.1f, last %.1f (sampled every second)\n",
+                rss.front() / 1024.0, *std::max_element(rss.begin(), rss.end()) / 1024.0,
+                rss.back() / 1024.0);
+  }
+  stop();
+  return dead == 0 ? 0 : 2;
+}

@@ -1,0 +1,224 @@
+// Chaos test (issue 15, label `chaos`): while two trainers (`sluicectl run`, 2 replicas each)
+// read a coordinated DATA or RANGES job, faults are injected at random: a worker SIGKILLed (and
+// a fresh one started), a worker SIGSTOPped for a while then SIGCONTinued, the coordinator
+// SIGKILLed and restarted on its journal. Afterwards each trainer must have printed exactly the
+// steps of a run with no fault, and across trainers every element exactly once.
+//
+// Bounded: rounds (each a whole job under faults) repeat until SLUICE_CHAOS_SECONDS (default
+// 20 per mode, about a minute for the test in all) have passed, at most 50 rounds; every wait
+// is bounded; every process is stopped
+// (ProcessCluster, Subprocess destructors). Reproduce with SLUICE_CHAOS_SEED=<the seed
+// printed>. Loopback only.
+#include <signal.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/integration/process_cluster.h"
+#include "tests/integration/step_model.h"
+
+namespace sluice {
+namespace {
+
+constexpr int64_t kElements = 4000;
+constexpr int64_t kBatch = 8;  // 2 consumers x 2 replicas: 500 global steps
+constexpr int kConsumers = 2;
+constexpr int kMaxWorkers = 24;  // workers ever started, in all
+
+struct Mode {
+  std::string name;
+  std::vector<std::string> flags;
+};
+void PrintTo(const Mode& m, std::ostream* os) { *os << m.name; }
+
+int64_t EnvInt(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  int64_t out = 0;
+  return v != nullptr && absl::SimpleAtoi(v, &out) ? out : fallback;
+}
+
+// Starts the trainers of job `job`.
+absl::StatusOr<std::vector<std::unique_ptr<Subprocess>>> StartTrainers(
+    const std::string& coordinator, const std::string& job, const Mode& mode) {
+  std::vector<std::unique_ptr<Subprocess>> out;
+  for (int c = 0; c < kConsumers; ++c) {
+    std::vector<std::string> args = {"run",
+                                     "--coordinator=" + coordinator,
+                                     "--job=" + job,
+                                     absl::StrCat("--pipeline=range(", kElements, ").batch(",
+                                                  kBatch, ")"),
+                                     "--devices=CPU:0,CPU:1",
+                                     absl::StrCat("--consumer_index=", c),
+                                     absl::StrCat("--num_consumers=", kConsumers),
+                                     "--read_mode=coordinated",
+                                     "--format=json",
+                                     "--retry_deadline=120s"};
+    args.insert(args.end(), mode.flags.begin(), mode.flags.end());
+    auto p = StartSluicectl(args);
+    if (!p.ok()) return p.status();
+    out.push_back(*std::move(p));
+  }
+  return out;
+}
+
+// Waits for every trainer to exit 0; their parsed steps.
+absl::StatusOr<std::vector<std::vector<ModelStep>>> Finish(
+    std::vector<std::unique_ptr<Subprocess>>& trainers) {
+  std::vector<std::vector<ModelStep>> out;
+  const absl::Time deadline = absl::Now() + absl::Seconds(240);
+  for (size_t c = 0; c < trainers.size(); ++c) {
+    auto r = trainers[c]->Wait(std::max(deadline - absl::Now(), absl::Seconds(1)));
+    if (!r.ok()) return r.status();
+    if (r->exit_code != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("trainer ", c, ": ", r->Describe(), "; stderr:\n", r->stderr_text));
+    }
+    auto steps = ParseRunJson(r->stdout_text);
+    if (!steps.ok()) return steps.status();
+    out.push_back(*std::move(steps));
+  }
+  return out;
+}
+
+bool AnyRunning(std::vector<std::unique_ptr<Subprocess>>& trainers) {
+  for (auto& t : trainers) {
+    if (t->running()) return true;
+  }
+  return false;
+}
+
+class ChaosTest : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(ChaosTest, RandomKillsStopsAndRestartsKeepTheStepsExactlyOnce) {
+  const Mode& mode = GetParam();
+  const uint64_t seed = static_cast<uint64_t>(
+      EnvInt("SLUICE_CHAOS_SEED", static_cast<int64_t>(absl::ToUnixNanos(absl::Now()) & 0xffffff)));
+  const absl::Duration budget = absl::Seconds(EnvInt("SLUICE_CHAOS_SECONDS", 20));
+  std::cout << "chaos " << mode.name << ": seed " << seed << " (SLUICE_CHAOS_SEED=" << seed
+            << " reproduces the choices), budget " << absl::FormatDuration(budget) << std::endl;
+  RecordProperty("chaos_seed", std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](int64_t lo, int64_t hi) {  // [lo, hi]
+    return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  };
+
+  ProcessClusterOptions o;
+  o.num_workers = 3;
+  o.worker_timeout = absl::Seconds(2);
+  o.heartbeat_interval = absl::Milliseconds(100);
+  o.worker_buffer_bytes = 512;
+  o.work_dir = true;
+  o.coordinator_flags = {"--ranges_per_worker=2", "--finished_job_ttl=1h",
+                         "--max_task_worker_deaths=0", "--consumer_timeout=0"};
+  auto started = ProcessCluster::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  ProcessCluster& c = **started;
+
+  // The reference: the same job with no fault.
+  auto ref_trainers = StartTrainers(c.coordinator(), "reference", mode);
+  ASSERT_TRUE(ref_trainers.ok()) << ref_trainers.status();
+  auto want = Finish(*ref_trainers);
+  ASSERT_TRUE(want.ok()) << want.status() << c.Logs();
+
+  const absl::Time end = absl::Now() + budget;
+  int rounds = 0;
+  std::vector<std::string> faults;
+  for (; rounds < 50 && (rounds == 0 || absl::Now() < end); ++rounds) {
+    SCOPED_TRACE(absl::StrCat("seed ", seed, ", round ", rounds));
+    auto trainers = StartTrainers(c.coordinator(), absl::StrCat("chaos", rounds), mode);
+    ASSERT_TRUE(trainers.ok()) << trainers.status();
+    // Faults while the trainers run (at most 30 per round).
+    for (int f = 0; f < 30 && AnyRunning(*trainers); ++f) {
+      absl::SleepFor(absl::Milliseconds(uniform(100, 600)));
+      if (!AnyRunning(*trainers)) break;
+      std::vector<int> running;
+      for (int w = 0; w < c.num_workers(); ++w) {
+        if (c.worker_running(w)) running.push_back(w);
+      }
+      const int64_t kind = uniform(0, 9);
+      if (kind < 4 && !running.empty() && c.num_workers() < kMaxWorkers) {
+        const int w = running[static_cast<size_t>(
+            uniform(0, static_cast<int64_t>(running.size()) - 1))];
+        faults.push_back(absl::StrCat("r", rounds, ":kill-w", w));
+        ASSERT_TRUE(c.KillWorker(w).ok());
+        auto added = c.AddWorker();
+        ASSERT_TRUE(added.ok()) << added.status() << "\nfaults: " << absl::StrJoin(faults, " ");
+      } else if (kind < 8 && running.size() > 1) {
+        const int w = running[static_cast<size_t>(
+            uniform(0, static_cast<int64_t>(running.size()) - 1))];
+        const absl::Duration pause = absl::Milliseconds(uniform(200, 3000));
+        faults.push_back(absl::StrCat("r", rounds, ":stop-w", w, "-", absl::FormatDuration(pause)));
+        ASSERT_TRUE(c.StopWorker(w).ok());
+        absl::SleepFor(pause);
+        ASSERT_TRUE(c.ContinueWorker(w).ok());
+      } else {
+        const absl::Duration down = absl::Milliseconds(uniform(100, 1500));
+        faults.push_back(absl::StrCat("r", rounds, ":coordinator-", absl::FormatDuration(down)));
+        ASSERT_TRUE(c.KillCoordinator().ok());
+        absl::SleepFor(down);
+        absl::Status restarted = c.RestartCoordinator();
+        ASSERT_TRUE(restarted.ok()) << restarted << "\nfaults: " << absl::StrJoin(faults, " ");
+      }
+    }
+    auto got = Finish(*trainers);
+    ASSERT_TRUE(got.ok()) << got.status() << "\nfaults: " << absl::StrJoin(faults, " ")
+                          << c.Logs();
+    // Same steps as the reference, consumer by consumer.
+    for (int k = 0; k < kConsumers; ++k) {
+      ASSERT_EQ((*got)[k].size(), (*want)[k].size())
+          << "consumer " << k << " step count; faults: " << absl::StrJoin(faults, " ");
+      for (size_t s = 0; s < (*want)[k].size(); ++s) {
+        ASSERT_EQ((*got)[k][s], (*want)[k][s])
+            << "consumer " << k << " step " << s << ": got "
+            << DescribeSteps({(*got)[k][s]}) << ", want " << DescribeSteps({(*want)[k][s]})
+            << "; faults: " << absl::StrJoin(faults, " ");
+      }
+    }
+    // Every element exactly once across the consumers.
+    std::map<int64_t, int> count;
+    for (const auto& view : *got) {
+      for (const ModelStep& step : view) {
+        for (const auto& piece : step) {
+          for (int64_t v : piece) ++count[v];
+        }
+      }
+    }
+    ASSERT_EQ(static_cast<int64_t>(count.size()), kElements);
+    for (const auto& [v, n] : count) {
+      ASSERT_TRUE(v >= 0 && v < kElements && n == 1)
+          << "element " << v << " delivered " << n << " times; faults: "
+          << absl::StrJoin(faults, " ");
+    }
+  }
+  std::cout << "chaos " << mode.name << ": seed " << seed << ", " << rounds << " rounds, "
+            << faults.size() << " faults: " << absl::StrJoin(faults, " ") << std::endl;
+  EXPECT_FALSE(faults.empty()) << "no fault landed while the trainers ran";
+  absl::Status stopped = c.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, ChaosTest,
+    ::testing::Values(Mode{"Data", {"--sharding_policy=DATA"}},
+                      Mode{"Ranges",
+                           {"--sharding_policy=RANGES", "--seed=20261203", "--shuffle=full",
+                            "--range_steps=8"}}),
+    [](const ::testing::TestParamInfo<Mode>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace sluice

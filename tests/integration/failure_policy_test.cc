@@ -1,0 +1,198 @@
+// Failure policy with the real binaries (issue 15, docs/SERVICE.md "Failure policy"):
+//  - a task whose pipeline fails deterministically (here: over the workers' memory limit) fails
+//    its job once, with the error: the task runs on one worker only, the coordinator lists the
+//    job failed with the error, a consumer joining the job later gets the coordinator's error,
+//    every worker stays up and a following job runs;
+//  - a task whose worker dies again and again (SIGKILLed here, as a pipeline that crashes its
+//    worker would) is quarantined after --max_task_worker_deaths deaths: the job fails with
+//    FAILED_PRECONDITION naming the task and the workers, no further worker gets it, and a
+//    consumer gets that error from sluicectl.
+//
+// Every wait is bounded; every process is stopped (ProcessCluster, Subprocess destructors).
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/process_cluster.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const absl::Duration kWait = absl::Seconds(60);
+
+// The status of the job named `name`; NOT_FOUND when the coordinator does not list it.
+absl::StatusOr<proto::JobStatus> JobNamed(ProcessCluster& cluster, const std::string& name) {
+  absl::StatusOr<proto::GetStatusResponse> status = cluster.Status();
+  if (!status.ok()) return status.status();
+  for (const proto::JobStatus& j : status->jobs()) {
+    if (j.job_name() == name) return j;
+  }
+  return absl::NotFoundError(absl::StrCat("no job ", name, ":\n", status->DebugString()));
+}
+
+// Waits (bounded) until `done(job)` holds for the job named `name`; its last status.
+absl::StatusOr<proto::JobStatus> WaitForJob(ProcessCluster& cluster, const std::string& name,
+                                            const std::function<bool(const proto::JobStatus&)>&
+                                                done,
+                                            const std::string& what) {
+  const absl::Time deadline = absl::Now() + kWait;
+  std::string last;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<proto::JobStatus> job = JobNamed(cluster, name);
+    if (job.ok() && done(*job)) return *job;
+    last = job.ok() ? job->DebugString() : job.status().ToString();
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("job ", name, ": not ", what, " within ", absl::FormatDuration(kWait),
+                   "; last status:\n", last));
+}
+
+int64_t CountOf(const std::string& text, const std::string& needle) {
+  int64_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(FailurePolicyTest, ADeterministicPipelineErrorFailsItsJobOnceWithTheError) {
+  auto started = ProcessCluster::Start(
+      {.num_workers = 3, .worker_flags = {"--memory_limit=256MiB", "--max_element_bytes=64MiB"}});
+  ASSERT_TRUE(started.ok()) << started.status();
+  ProcessCluster& c = **started;
+  const std::vector<std::string> run = {
+      "run", "--coordinator=" + c.coordinator(), "--job=bad",
+      "--pipeline=from_tensors([1]).repeat().batch(1000000000)", "--devices=CPU:0",
+      "--sharding_policy=OFF", "--num_tasks=1", "--steps=1", "--retry_deadline=30s"};
+  const std::string limit_message =
+      "a batch of 1000000000 elements needs more than the memory limit of one element";
+  auto first = RunSluicectl(run);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_NE(first->exit_code, 0) << first->stdout_text;
+  EXPECT_THAT(first->stderr_text, HasSubstr(limit_message)) << c.Logs();
+
+  // The worker reports the failure and the coordinator fails the job with its error.
+  auto failed = WaitForJob(
+      c, "bad", [](const proto::JobStatus& j) { return !j.error().empty(); }, "failed");
+  ASSERT_TRUE(failed.ok()) << failed.status() << c.Logs();
+  EXPECT_TRUE(failed->finished());
+  EXPECT_THAT(failed->error(), HasSubstr("RESOURCE_EXHAUSTED"));
+  EXPECT_THAT(failed->error(),
+              HasSubstr(absl::StrCat("job ", failed->job_id(), " (bad) failed: task ")));
+  EXPECT_THAT(failed->error(), HasSubstr(limit_message));
+  ASSERT_EQ(failed->tasks_size(), 1);
+  const int64_t task = failed->tasks(0).task_id();
+  // Ran once, on one worker: "started task T " appears in one worker's log only.
+  const std::string logs = c.Logs();
+  EXPECT_EQ(CountOf(logs, absl::StrCat("started task ", task, " ")), 1) << logs;
+
+  // sluicectl status says so.
+  auto shown = RunSluicectl({"status", "--coordinator=" + c.coordinator()});
+  ASSERT_TRUE(shown.ok()) << shown.status();
+  EXPECT_THAT(shown->stdout_text, HasSubstr("failed"));
+  EXPECT_THAT(shown->stdout_text,
+              HasSubstr(absl::StrCat("job ", failed->job_id(), ": RESOURCE_EXHAUSTED: job ")));
+
+  // A consumer joining the job afterwards gets the job's error from the coordinator.
+  auto second = RunSluicectl(run);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE(second->exit_code, 0) << second->stdout_text;
+  EXPECT_THAT(second->stderr_text,
+              HasSubstr(absl::StrCat("job ", failed->job_id(), " (bad) failed: task ", task)));
+  EXPECT_THAT(second->stderr_text, HasSubstr(limit_message));
+  EXPECT_EQ(CountOf(c.Logs(), absl::StrCat("started task ", task, " ")), 1);
+
+  // Every worker is up, and a following job runs.
+  auto status = c.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  for (const proto::WorkerStatus& w : status->workers()) EXPECT_TRUE(w.alive()) << w.address();
+  auto good = RunSluicectl({"run", "--coordinator=" + c.coordinator(), "--job=after",
+                            "--pipeline=range(8).batch(4)", "--devices=CPU:0,CPU:1",
+                            "--format=json", "--retry_deadline=30s"});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->exit_code, 0) << good->stderr_text << c.Logs();
+  EXPECT_THAT(good->stdout_text, HasSubstr("\"values\": [6, 7]}]}"));
+  absl::Status stopped = c.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+TEST(FailurePolicyTest, ATaskWhoseWorkersKeepDyingIsQuarantined) {
+  ProcessClusterOptions o;
+  o.num_workers = 1;
+  o.worker_timeout = absl::Seconds(2);
+  o.worker_buffer_bytes = 512;  // the task stays unfinished: it waits for its consumer
+  o.coordinator_flags = {"--max_task_worker_deaths=3", "--finished_job_ttl=1h"};
+  auto started = ProcessCluster::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  ProcessCluster& c = **started;
+  const std::vector<std::string> run = {
+      "run", "--coordinator=" + c.coordinator(), "--job=poison",
+      "--pipeline=range(1000000).batch(1)", "--devices=CPU:0", "--sharding_policy=OFF",
+      "--num_tasks=1", "--steps=1", "--format=json", "--retry_deadline=30s"};
+  // One consumer reads a step and leaves: the job and its task stay.
+  auto first = RunSluicectl(run);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->exit_code, 0) << first->stderr_text << c.Logs();
+
+  // Three times: the worker holding the task dies, a new worker comes up and gets it.
+  std::set<std::string> victims;
+  for (int death = 1; death <= 3; ++death) {
+    SCOPED_TRACE(absl::StrCat("death ", death));
+    auto job = WaitForJob(
+        c, "poison",
+        [&](const proto::JobStatus& j) {
+          return j.tasks_size() == 1 && !j.tasks(0).worker_address().empty() &&
+                 !victims.contains(j.tasks(0).worker_address());
+        },
+        "on a new worker");
+    ASSERT_TRUE(job.ok()) << job.status() << c.Logs();
+    ASSERT_TRUE(job->error().empty()) << job->error();
+    const std::string holder = job->tasks(0).worker_address();
+    int index = -1;
+    for (int w = 0; w < c.num_workers(); ++w) {
+      if (c.worker_address(w) == holder && c.worker_running(w)) index = w;
+    }
+    ASSERT_GE(index, 0) << holder;
+    ASSERT_TRUE(c.KillWorker(index).ok());
+    victims.insert(holder);
+    auto added = c.AddWorker();
+    ASSERT_TRUE(added.ok()) << added.status();
+  }
+  auto quarantined = WaitForJob(
+      c, "poison", [](const proto::JobStatus& j) { return !j.error().empty(); }, "failed");
+  ASSERT_TRUE(quarantined.ok()) << quarantined.status() << c.Logs();
+  EXPECT_THAT(quarantined->error(), HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(quarantined->error(), HasSubstr("is quarantined"));
+  EXPECT_THAT(quarantined->error(), HasSubstr("died 3 times"));
+  for (const std::string& v : victims) EXPECT_THAT(quarantined->error(), HasSubstr(v));
+  // The last worker never got it.
+  const std::string survivor = c.worker_address(c.num_workers() - 1);
+  EXPECT_THAT(quarantined->error(), Not(HasSubstr(survivor)));
+  EXPECT_EQ(quarantined->tasks(0).worker_address(), "");
+
+  // A consumer gets the quarantine, clearly.
+  auto second = RunSluicectl(run);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE(second->exit_code, 0) << second->stdout_text;
+  EXPECT_THAT(second->stderr_text, HasSubstr("is quarantined"));
+  EXPECT_THAT(second->stderr_text, HasSubstr("died 3 times"));
+  absl::Status stopped = c.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+}  // namespace
+}  // namespace sluice
