@@ -114,6 +114,9 @@ SLUICE_REGISTER_OPS(csv_op) {
     };
     r.parse.push_back(std::move(p));
   }
+  r.no_random_access =
+      "where a record starts is known only by reading the records before it; convert the "
+      "files to tf_record_dataset or npy_dataset files";
   registry.AddSource(proto::SourceDef::kCsv, std::move(r));
 }
 

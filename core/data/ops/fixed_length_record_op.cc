@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/op_registry.h"
+#include "core/data/ops/random_access_source.h"
 #include "core/data/op_parse.h"
 #include "core/data/ops/record_iterators.h"
 #include "core/util/status_macros.h"
@@ -71,6 +72,9 @@ SLUICE_REGISTER_OPS(fixed_length_record_op) {
     };
     r.parse.push_back(std::move(p));
   }
+  r.random_access = [](const proto::SourceDef& s) {
+    return CheckUncompressedRandomAccess(s, s.fixed_length_record().compression_type());
+  };
   registry.AddSource(proto::SourceDef::kFixedLengthRecord, std::move(r));
 }
 

@@ -69,6 +69,7 @@ SLUICE_REGISTER_OPS(from_tensor_slices_op) {
     };
     r.parse.push_back(std::move(p));
   }
+  r.random_access = [](const proto::SourceDef&) { return absl::OkStatus(); };
   registry.AddSource(proto::SourceDef::kFromTensorSlices, std::move(r));
 }
 

@@ -50,6 +50,7 @@ SLUICE_REGISTER_OPS(from_tensors_op) {
     };
     r.parse.push_back(std::move(p));
   }
+  r.random_access = [](const proto::SourceDef&) { return absl::OkStatus(); };
   registry.AddSource(proto::SourceDef::kFromTensors, std::move(r));
 }
 

@@ -78,6 +78,9 @@ SLUICE_REGISTER_OPS(list_files_op) {
     };
     r.parse.push_back(std::move(p));
   }
+  r.no_random_access =
+      "its elements exist only once its patterns are expanded, and the files it names are read "
+      "by a nested pipeline";
   registry.AddSource(proto::SourceDef::kListFiles, std::move(r));
 }
 

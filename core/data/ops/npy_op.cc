@@ -82,6 +82,7 @@ SLUICE_REGISTER_OPS(npy_op) {
     };
     r.parse.push_back(std::move(p));
   }
+  r.random_access = [](const proto::SourceDef&) { return absl::OkStatus(); };
   registry.AddSource(proto::SourceDef::kNpy, std::move(r));
 }
 

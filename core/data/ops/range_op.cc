@@ -73,6 +73,7 @@ SLUICE_REGISTER_OPS(range_op) {
     };
     r.parse.push_back(std::move(p));
   }
+  r.random_access = [](const proto::SourceDef&) { return absl::OkStatus(); };
   registry.AddSource(proto::SourceDef::kRange, std::move(r));
 }
 

@@ -41,6 +41,9 @@ SLUICE_REGISTER_OPS(text_line_op) {
     };
     r.parse.push_back(std::move(p));
   }
+  r.no_random_access =
+      "where a line starts is known only by reading the lines before it; convert the files to "
+      "tf_record_dataset files";
   registry.AddSource(proto::SourceDef::kTextLine, std::move(r));
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/op_registry.h"
+#include "core/data/ops/random_access_source.h"
 #include "core/data/op_parse.h"
 #include "core/data/ops/record_iterators.h"
 #include "core/util/status_macros.h"
@@ -62,6 +63,9 @@ SLUICE_REGISTER_OPS(tf_record_op) {
     };
     r.parse.push_back(std::move(p));
   }
+  r.random_access = [](const proto::SourceDef& s) {
+    return CheckUncompressedRandomAccess(s, s.tf_record().compression_type());
+  };
   registry.AddSource(proto::SourceDef::kTfRecord, std::move(r));
 }
 

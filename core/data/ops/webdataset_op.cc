@@ -57,6 +57,9 @@ SLUICE_REGISTER_OPS(webdataset_op) {
     };
     r.parse.push_back(std::move(p));
   }
+  r.no_random_access =
+      "where a sample starts in a tar shard is known only by reading the shard; shard by file "
+      "(FILE, DYNAMIC) instead";
   registry.AddSource(proto::SourceDef::kWebdataset, std::move(r));
 }
 
