@@ -5,11 +5,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/data/op_registry.h"
 #include "core/data/op_parse.h"
-#include "core/util/status_macros.h"
+#include "core/data/op_registry.h"
 #include "core/data/ops/cache_iterator.h"
 #include "core/format/python_literal.h"
+#include "core/util/status_macros.h"
 #include "sluice/dataset.h"
 
 namespace sluice {

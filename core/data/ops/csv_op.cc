@@ -7,11 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data/op_expression.h"
-#include "core/data/op_registry.h"
-#include "core/tensor/proto_convert.h"
 #include "core/data/op_parse.h"
-#include "core/util/status_macros.h"
+#include "core/data/op_registry.h"
 #include "core/data/ops/csv_reader.h"
+#include "core/tensor/proto_convert.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {

@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/op_expression.h"
-#include "core/data/op_registry.h"
 #include "core/data/op_parse.h"
+#include "core/data/op_registry.h"
 #include "core/data/ops/source_iterators.h"
 #include "core/data/spec_inference.h"
 #include "core/tensor/proto_convert.h"

@@ -5,10 +5,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/data/op_registry.h"
 #include "core/data/op_parse.h"
-#include "core/util/status_macros.h"
+#include "core/data/op_registry.h"
 #include "core/data/ops/image_ops.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 

@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/op_expression.h"
-#include "core/data/op_registry.h"
 #include "core/data/op_parse.h"
-#include "core/util/status_macros.h"
+#include "core/data/op_registry.h"
 #include "core/data/ops/list_files.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 

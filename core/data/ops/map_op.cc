@@ -8,11 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/map_fns.h"
 #include "core/data/op_expression.h"
-#include "core/data/op_registry.h"
 #include "core/data/op_parse.h"
-#include "core/util/status_macros.h"
+#include "core/data/op_registry.h"
 #include "core/data/ops/map_iterator.h"
 #include "core/data/ops/parallel_calls.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {

@@ -9,11 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/data/memory_budget.h"
 #include "core/data/map_fns.h"
+#include "core/data/memory_budget.h"
 #include "core/data/op_expression.h"
-#include "core/data/op_registry.h"
 #include "core/data/op_parse.h"
+#include "core/data/op_registry.h"
 #include "core/format/python_literal.h"
 #include "core/tensor/dtype_dispatch.h"
 #include "core/util/status_macros.h"

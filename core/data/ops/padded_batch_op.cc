@@ -9,10 +9,10 @@
 #include "core/data/op_expression.h"
 #include "core/data/op_registry.h"
 #include <algorithm>
-#include "core/tensor/proto_convert.h"
 #include "core/data/op_parse.h"
-#include "core/util/status_macros.h"
 #include "core/data/ops/padded_batch_iterator.h"
+#include "core/tensor/proto_convert.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 

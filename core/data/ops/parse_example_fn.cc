@@ -4,13 +4,13 @@
 #include <string>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "core/data/op_registry.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "core/data/op_parse.h"
-#include "core/util/status_macros.h"
+#include "core/data/op_registry.h"
 #include "core/data/ops/example_parser.h"
 #include "core/data/ops/parse_example.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 

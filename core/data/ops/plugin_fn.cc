@@ -6,11 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/op_expression.h"
-#include "core/data/op_registry.h"
 #include "core/data/op_parse.h"
-#include "core/util/status_macros.h"
+#include "core/data/op_registry.h"
 #include "core/data/plugin_loader.h"
 #include "core/format/python_literal.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {

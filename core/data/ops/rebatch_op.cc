@@ -12,11 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data/op_expression.h"
-#include "core/data/op_registry.h"
 #include "core/data/op_parse.h"
-#include "core/util/status_macros.h"
+#include "core/data/op_registry.h"
 #include "core/data/ops/rebatch_iterator.h"
 #include "core/data/spec_inference.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {

@@ -4,9 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/random_access_source.h"
-#include "core/data/op_parse.h"
 #include "core/data/ops/record_iterators.h"
 #include "core/util/status_macros.h"
 

@@ -4,11 +4,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/data/op_registry.h"
 #include "core/data/op_parse.h"
-#include "core/util/status_macros.h"
+#include "core/data/op_registry.h"
 #include "core/data/ops/batch_iterator.h"
 #include "core/data/spec_inference.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 

@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/data/op_registry.h"
 #include "core/data/op_parse.h"
+#include "core/data/op_registry.h"
 #include "core/data/ops/webdataset_reader.h"
 #include "core/util/status_macros.h"
 
