@@ -1,9 +1,11 @@
 #include "core/data/op_registry.h"
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
 
 namespace sluice {
@@ -25,7 +27,59 @@ class ErrorIterator : public Iterator {
   const absl::Status status_;
 };
 
+// The rule of `rules` (every registration's `parse`) spelled `name`.
+template <typename Map, typename Rule>
+const Rule* FindRule(const Map& registrations, absl::string_view name) {
+  for (const auto& [kind, registration] : registrations) {
+    for (const Rule& rule : registration.parse) {
+      if (rule.name == name) return &rule;
+      for (const std::string& alias : rule.aliases) {
+        if (alias == name) return &rule;
+      }
+    }
+  }
+  return nullptr;
+}
+
+template <typename Map>
+std::string RuleNames(const Map& registrations) {
+  std::vector<std::pair<int, std::string>> names;
+  for (const auto& [kind, registration] : registrations) {
+    for (const auto& rule : registration.parse) names.emplace_back(rule.list_order, rule.name);
+  }
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> out;
+  for (auto& [order, name] : names) out.push_back(std::move(name));
+  return absl::StrJoin(out, ", ");
+}
+
 }  // namespace
+
+const SourceParseRule* OpRegistry::FindSourceParser(absl::string_view name) const {
+  return FindRule<decltype(sources_), SourceParseRule>(sources_, name);
+}
+const OpParseRule* OpRegistry::FindOpParser(absl::string_view name) const {
+  return FindRule<decltype(ops_), OpParseRule>(ops_, name);
+}
+const MapFnParseRule* OpRegistry::FindMapFnParser(absl::string_view name) const {
+  return FindRule<decltype(map_fns_), MapFnParseRule>(map_fns_, name);
+}
+std::string OpRegistry::SourceParserNames() const { return RuleNames(sources_); }
+std::string OpRegistry::OpParserNames() const { return RuleNames(ops_); }
+std::string OpRegistry::MapFnParserNames() const { return RuleNames(map_fns_); }
+
+std::vector<std::string> OpRegistry::ListedSourceAliases() const {
+  std::vector<std::pair<int, std::string>> names;
+  for (const auto& [kind, registration] : sources_) {
+    for (const SourceParseRule& rule : registration.parse) {
+      for (const std::string& a : rule.listed_aliases) names.emplace_back(rule.list_order, a);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> out;
+  for (auto& [order, name] : names) out.push_back(std::move(name));
+  return out;
+}
 
 const OpRegistry& OpRegistry::Global() {
   static const OpRegistry* const registry = [] {

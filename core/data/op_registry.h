@@ -36,8 +36,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/data/executor.h"
 #include "core/data/map_fns.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_iterator.h"
 #include "proto/dataset.pb.h"
 #include "sluice/element.h"
@@ -65,7 +67,16 @@ struct SourceRegistration {
   // The factory of the source's iterators (core/data/executor.h); called only on a graph that
   // InferElementSpecs() accepted. Errors name `label`. Required.
   std::function<absl::StatusOr<IteratorFactory>(const SourceBuildArgs&)> build;
+  // The source's syntax in pipeline expressions (core/data/op_parse.h); empty for a source that
+  // only the graph rewrites write (permuted).
+  std::vector<SourceParseRule> parse;
+  // Whether the source can be read in random order (core/data/ops/random_access_source.h): OK,
+  // or FAILED_PRECONDITION with the reason. Unset: it cannot (the reason is
+  // `no_random_access`).
+  std::function<absl::Status(const proto::SourceDef&)> random_access;
+  std::string no_random_access;
 };
+
 
 // What an op's build hook gets.
 struct OpBuildArgs {
@@ -103,6 +114,9 @@ struct OpRegistration {
   // Clears fields that carry no meaning before Dataset::Fingerprint() hashes the op (a seed
   // without has_seed). Unset: the op is hashed as it is.
   std::function<void(proto::OpDef*)> canonicalize;
+  // The op's syntax in pipeline expressions (core/data/op_parse.h), one rule per spelling that
+  // writes this kind (rebatch and legacy_rebatch both write a RebatchOp).
+  std::vector<OpParseRule> parse;
 
   // Distribution (core/data/distribute/). Set for an op that batches its input: the batch size
   // GlobalBatchSize() reports and a global order cuts steps with. Unset: not a batch op.
@@ -127,6 +141,9 @@ struct MapFnRegistration {
   // The fn in pipeline syntax, "cast(tf.float32)" (map_op.cc adds key and parallelism).
   // Required.
   std::function<std::string(const proto::MapOp&)> expression;
+  // The function's syntax inside map(...) (core/data/op_parse.h), one rule per call that writes
+  // this kind (image: decode_image, resize, random_crop, ...).
+  std::vector<MapFnParseRule> parse;
 };
 
 class OpRegistry {
@@ -138,6 +155,17 @@ class OpRegistry {
   const SourceRegistration* FindSource(proto::SourceDef::KindCase kind) const;
   const OpRegistration* FindOp(proto::OpDef::KindCase kind) const;
   const MapFnRegistration* FindMapFn(proto::MapOp::FnCase fn) const;
+
+  // The parse rule named `name` (its name or an alias), null when none.
+  const SourceParseRule* FindSourceParser(absl::string_view name) const;
+  const OpParseRule* FindOpParser(absl::string_view name) const;
+  const MapFnParseRule* FindMapFnParser(absl::string_view name) const;
+  // "range, from_tensors, ...": the rules' names in list order, for errors.
+  std::string SourceParserNames() const;
+  std::string OpParserNames() const;
+  std::string MapFnParserNames() const;
+  // The listed aliases of the sources, "TextLineDataset".
+  std::vector<std::string> ListedSourceAliases() const;
 
   // Registers `kind`. A second registration of a kind is kept out and listed in duplicates().
   void AddSource(proto::SourceDef::KindCase kind, SourceRegistration registration);

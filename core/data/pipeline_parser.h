@@ -1,5 +1,7 @@
 // The pipeline-expression parser: tf.data's own Python syntax for a source and a chain of ops,
-// read into a dataset graph (proto::DatasetDef). Dataset::Parse (include/sluice/dataset.h) is defined in
+// read into a dataset graph (proto::DatasetDef). The parser tokenizes and binds arguments; each
+// source's, op's and map() function's syntax (its name, parameters and the proto it writes) is
+// the `parse` rule of its registration (core/data/op_parse.h, core/data/ops/<name>_op.cc). Dataset::Parse (include/sluice/dataset.h) is defined in
 // pipeline_parser.cc on top of ParsePipelineExpression.
 //
 //   from_tensor_slices([1, 2, 3, 4]).repeat().batch(4)
@@ -16,7 +18,7 @@
 //                                                     reshuffle_each_iteration=None)
 //   prefetch(buffer_size)   unbatch()   rebatch(batch_size, drop_remainder=False)
 //   legacy_rebatch(num_replicas)   (Sluice's spelling of TF's internal _LegacyRebatchDataset)
-// Transforms and more file sources (docs/PIPELINES.md; core/data/pipeline_parser_transforms.inc):
+// Transforms and more file sources (docs/PIPELINES.md):
 //   map(cast(tf.float32), key='image', num_parallel_calls=AUTOTUNE, deterministic=None)
 //   filter(less(5), key=None)   padded_batch(batch_size, padded_shapes=None,
 //   padding_values=None, drop_remainder=False)   cache(filename='')   ignore_errors()

@@ -142,5 +142,85 @@ TEST(OpRegistryTest, CountOrUnknownSaturates) {
   EXPECT_EQ(CountOrUnknown(static_cast<__int128>(1) << 70), kUnknownCardinality);
 }
 
+// Every op and map() function, and every source the pipeline syntax can write (all but the
+// permuted source, which only a global order writes), registers a parse rule; each rule's name
+// and aliases find that rule and no other, and each rule parses what its expression prints.
+TEST(OpRegistryTest, EveryKindHasAParseRuleThatItsNameFinds) {
+  const OpRegistry& registry = OpRegistry::Global();
+  for (const auto* f : KindFields(proto::OpDef::descriptor())) {
+    SCOPED_TRACE(f->name());
+    const OpRegistration* r = registry.FindOp(static_cast<proto::OpDef::KindCase>(f->number()));
+    ASSERT_NE(r, nullptr);
+    ASSERT_FALSE(r->parse.empty()) << "OpDef." << f->name() << " has no parse rule";
+    for (const OpParseRule& rule : r->parse) {
+      EXPECT_TRUE(rule.parse);
+      EXPECT_EQ(registry.FindOpParser(rule.name), &rule);
+      for (const std::string& a : rule.aliases) EXPECT_EQ(registry.FindOpParser(a), &rule);
+    }
+  }
+  for (const auto* f : KindFields(proto::SourceDef::descriptor())) {
+    SCOPED_TRACE(f->name());
+    const SourceRegistration* r =
+        registry.FindSource(static_cast<proto::SourceDef::KindCase>(f->number()));
+    ASSERT_NE(r, nullptr);
+    // Whether the source has random access is the source's to say.
+    EXPECT_TRUE(r->random_access || !r->no_random_access.empty());
+    if (f->number() == proto::SourceDef::kPermuted) {
+      EXPECT_TRUE(r->parse.empty());
+      continue;
+    }
+    ASSERT_FALSE(r->parse.empty()) << "SourceDef." << f->name() << " has no parse rule";
+    for (const SourceParseRule& rule : r->parse) {
+      EXPECT_TRUE(rule.parse);
+      EXPECT_EQ(registry.FindSourceParser(rule.name), &rule);
+      for (const std::string& a : rule.aliases) EXPECT_EQ(registry.FindSourceParser(a), &rule);
+    }
+  }
+  for (const auto* f : KindFields(proto::MapOp::descriptor(), "fn")) {
+    SCOPED_TRACE(f->name());
+    const MapFnRegistration* r =
+        registry.FindMapFn(static_cast<proto::MapOp::FnCase>(f->number()));
+    ASSERT_NE(r, nullptr);
+    ASSERT_FALSE(r->parse.empty()) << "MapOp." << f->name() << " has no parse rule";
+    for (const MapFnParseRule& rule : r->parse) {
+      EXPECT_TRUE(rule.parse || rule.parse_text);
+      EXPECT_EQ(registry.FindMapFnParser(rule.name), &rule);
+      for (const std::string& a : rule.aliases) EXPECT_EQ(registry.FindMapFnParser(a), &rule);
+    }
+  }
+  EXPECT_THAT(registry.duplicates(), ::testing::IsEmpty());
+}
+
+TEST(OpRegistryTest, ParseCallBindsLikePython) {
+  ParseContext context;
+  context.text = "f(1, b=True)";
+  std::vector<ParsedArg> args(2);
+  args[0].value.kind = PyValue::Kind::kInt;
+  args[0].value.magnitude = 1;
+  args[0].value.float_value = 1;
+  args[0].at = 2;
+  args[0].value.begin = 2;
+  args[0].value.end = 3;
+  args[1].keyword = "b";
+  args[1].value.kind = PyValue::Kind::kBool;
+  args[1].value.bool_value = true;
+  args[1].at = 5;
+  args[1].value.begin = 7;
+  args[1].value.end = 11;
+  absl::StatusOr<ParseCall> call =
+      ParseCall::Bind(context, "f", 0, args, {{"a", true}, {"b", false}, {"c", false}});
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ(*call->Int("a", *call->arg(0)), 1);
+  EXPECT_TRUE(*call->Bool("b", *call->arg(1)));
+  EXPECT_FALSE(call->given(2));
+  EXPECT_EQ(call->slot(1), &call->args()[1]);
+  EXPECT_EQ(call->Bool("a", *call->arg(0)).status().message(),
+            "pipeline expression, column 3: f: a must be True or False, got 1");
+  EXPECT_EQ(ParseCall::Bind(context, "f", 0, args, {{"b", false}}).status().message(),
+            "pipeline expression, column 6: f: argument b given twice");
+  EXPECT_EQ(ParseCall::Bind(context, "f", 0, {}, {{"a", true}}).status().message(),
+            "pipeline expression, column 1: f: missing required argument a");
+}
+
 }  // namespace
 }  // namespace sluice

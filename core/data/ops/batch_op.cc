@@ -5,8 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/op_expression.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/batch_iterator.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 
@@ -46,6 +48,22 @@ SLUICE_REGISTER_OPS(batch_op) {
   r.global_order_conflict = [](const proto::OpDef&) -> std::string {
     return "is a second batch: exactly one batch op may cut the global steps";
   };
+  {
+    OpParseRule p;
+    p.name = "batch";
+    p.list_order = 0;
+    p.params = {{"batch_size", true}, {"drop_remainder", false}};
+    p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
+    ASSIGN_OR_RETURN(int64_t n, c.Int("batch_size", *c.arg(0)));
+    op->mutable_batch()->set_batch_size(n);
+    if (c.arg(1).has_value()) {
+      ASSIGN_OR_RETURN(bool drop, c.Bool("drop_remainder", *c.arg(1)));
+      op->mutable_batch()->set_drop_remainder(drop);
+    }
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddOp(proto::OpDef::kBatch, std::move(r));
 }
 

@@ -5,9 +5,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/cache_iterator.h"
 #include "core/format/python_literal.h"
+#include "core/util/status_macros.h"
 #include "sluice/dataset.h"
 
 namespace sluice {
@@ -42,6 +44,21 @@ SLUICE_REGISTER_OPS(cache_op) {
   r.global_order_conflict = [](const proto::OpDef&) -> std::string {
     return "keeps a whole pass, but a range reads only part of an epoch";
   };
+  {
+    OpParseRule p;
+    p.name = "cache";
+    p.list_order = 13;
+    p.params = {{"filename", false}};
+    p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
+    op->mutable_cache();
+    if (c.given(0)) {
+      ASSIGN_OR_RETURN(std::string f, c.Str("filename", *c.arg(0)));
+      op->mutable_cache()->set_filename(f);
+    }
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddOp(proto::OpDef::kCache, std::move(r));
 }
 

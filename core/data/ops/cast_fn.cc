@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "core/data/map_fns.h"
 #include "core/data/op_expression.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/format/python_literal.h"
 #include "core/tensor/dtype_dispatch.h"
@@ -79,6 +80,18 @@ SLUICE_REGISTER_OPS(cast_fn) {
   r.expression = [](const proto::MapOp& m) {
     return absl::StrCat("cast(", TfDType(m.cast().dtype()), ")");
   };
+  {
+    MapFnParseRule p;
+    p.name = "cast";
+    p.list_order = 1;
+    p.params = {{"dtype", true}};
+    p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
+    ASSIGN_OR_RETURN(DType t, c.DTypeArg("dtype", *c.arg(0)));
+    m->mutable_cast()->set_dtype(static_cast<proto::DataType>(t));
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddMapFn(proto::MapOp::kCast, std::move(r));
 }
 

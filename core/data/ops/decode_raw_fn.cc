@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "core/data/map_fns.h"
 #include "core/data/op_expression.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/format/python_literal.h"
 #include "core/tensor/dtype_dispatch.h"
@@ -102,6 +103,22 @@ SLUICE_REGISTER_OPS(decode_raw_fn) {
     return absl::StrCat("decode_raw(", TfDType(m.decode_raw().out_type()),
                         m.decode_raw().big_endian() ? ", little_endian=False" : "", ")");
   };
+  {
+    MapFnParseRule p;
+    p.name = "decode_raw";
+    p.list_order = 0;
+    p.params = {{"out_type", true}, {"little_endian", false}};
+    p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
+    ASSIGN_OR_RETURN(DType t, c.DTypeArg("out_type", *c.arg(0)));
+    m->mutable_decode_raw()->set_out_type(static_cast<proto::DataType>(t));
+    if (c.given(1)) {
+      ASSIGN_OR_RETURN(bool little, c.Bool("little_endian", *c.arg(1)));
+      m->mutable_decode_raw()->set_big_endian(!little);
+    }
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddMapFn(proto::MapOp::kDecodeRaw, std::move(r));
 }
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/op_expression.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/source_iterators.h"
 #include "core/data/spec_inference.h"
@@ -33,6 +34,23 @@ SLUICE_REGISTER_OPS(from_tensors_op) {
     Element e = *std::move(element);
     return IteratorFactory([label, e] { return NewFromTensorsIterator(label, e); });
   };
+  {
+    SourceParseRule p;
+    p.name = "from_tensors";
+    p.list_order = 1;
+    p.params = {{"tensors", true}};
+    p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
+    const PyValue& v = *c.arg(0);
+    absl::StatusOr<Element> element = PyValueToElement(v);
+    if (!element.ok()) {
+      return c.Error(v.begin, absl::StrCat(c.name(), ": ", element.status().message()));
+    }
+    *source->mutable_from_tensors()->mutable_element() = ElementToProto(*element);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
+  r.random_access = [](const proto::SourceDef&) { return absl::OkStatus(); };
   registry.AddSource(proto::SourceDef::kFromTensors, std::move(r));
 }
 

@@ -5,8 +5,11 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/ignore_errors_iterator.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 
@@ -38,6 +41,21 @@ SLUICE_REGISTER_OPS(ignore_errors_op) {
   r.global_order_conflict = [](const proto::OpDef&) -> std::string {
     return "drops elements depending on their values";
   };
+  {
+    OpParseRule p;
+    p.name = "ignore_errors";
+    p.list_order = 14;
+    p.params = {{"log_warning", false}};
+    p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
+    op->mutable_ignore_errors();
+    if (c.given(0)) {
+      ASSIGN_OR_RETURN(bool log, c.Bool("log_warning", *c.arg(0)));
+      op->mutable_ignore_errors()->set_log_warning(log);
+    }
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddOp(proto::OpDef::kIgnoreErrors, std::move(r));
 }
 

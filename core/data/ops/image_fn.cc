@@ -4,8 +4,11 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/image_ops.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 
@@ -15,6 +18,85 @@ SLUICE_REGISTER_OPS(image_fn) {
   r.name_of = [](const proto::MapOp& m) { return ImageFnName(m.image()); };
   r.make = [](const proto::MapOp& m) { return MakeImageComponentFn(m.image()); };
   r.expression = [](const proto::MapOp& m) { return ImageFnExpression(m.image()); };
+  {
+    MapFnParseRule p;
+    p.name = "decode_image";
+    p.list_order = 7;
+    p.aliases = {"decode_jpeg", "decode_png"};
+    p.params = {{"channels", false}};
+    p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
+    int64_t channels = 0;
+    if (c.given(0)) {
+      ASSIGN_OR_RETURN(channels, c.Int("channels", *c.arg(0)));
+    }
+    m->mutable_image()->mutable_decode()->set_channels(channels);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
+  {
+    MapFnParseRule p;
+    p.name = "resize";
+    p.list_order = 8;
+    p.params = {{"size", true}, {"method", false}};
+    p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
+    ASSIGN_OR_RETURN(std::vector<int64_t> size, c.Ints("size", *c.arg(0), false));
+    if (size.size() != 2) return c.Error(c.arg(0)->begin, "resize: size must be [height, width]");
+    if (c.given(1)) {
+      ASSIGN_OR_RETURN(std::string method, c.Str("method", *c.arg(1)));
+      if (method != "bilinear") {
+        return c.Error(c.arg(1)->begin, "resize: only method='bilinear' is supported");
+      }
+    }
+    m->mutable_image()->mutable_resize()->set_height(size[0]);
+    m->mutable_image()->mutable_resize()->set_width(size[1]);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
+  {
+    MapFnParseRule p;
+    p.name = "random_crop";
+    p.list_order = 9;
+    p.params = {{"size", true}, {"seed", false}};
+    p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
+    ASSIGN_OR_RETURN(std::vector<int64_t> size, c.Ints("size", *c.arg(0), false));
+    for (int64_t d : size) m->mutable_image()->mutable_random_crop()->add_size(d);
+    if (c.given(1)) {
+      ASSIGN_OR_RETURN(int64_t seed, c.Int("seed", *c.arg(1)));
+      m->mutable_image()->mutable_random_crop()->set_seed(seed);
+    }
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
+  {
+    MapFnParseRule p;
+    p.name = "random_flip_left_right";
+    p.list_order = 10;
+    p.params = {{"seed", false}};
+    p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
+    proto::ImageFn::RandomFlipLeftRight* f = m->mutable_image()->mutable_random_flip_left_right();
+    if (c.given(0)) {
+      ASSIGN_OR_RETURN(int64_t seed, c.Int("seed", *c.arg(0)));
+      f->set_seed(seed);
+    }
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
+  {
+    MapFnParseRule p;
+    p.name = "central_crop";
+    p.list_order = 11;
+    p.params = {{"central_fraction", true}};
+    p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
+    ASSIGN_OR_RETURN(double f, c.Number("central_fraction", *c.arg(0)));
+    m->mutable_image()->mutable_central_crop()->set_central_fraction(f);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddMapFn(proto::MapOp::kImage, std::move(r));
 }
 

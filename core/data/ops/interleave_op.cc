@@ -11,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "core/data/executor.h"
 #include "core/data/op_expression.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/interleave_iterator.h"
 #include "core/data/ops/parallel_calls.h"
@@ -148,6 +149,55 @@ SLUICE_REGISTER_OPS(interleave_op) {
     return "changes how many elements there are, so positions of records no longer cut "
            "global steps";
   };
+  {
+    OpParseRule p;
+    p.name = "interleave";
+    p.list_order = 15;
+    p.params = {{"map_func", true}, {"cycle_length", false}, {"block_length", false}, {"num_parallel_calls", false}, {"deterministic", false}};
+    p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
+    proto::InterleaveOp* i = op->mutable_interleave();
+    const ParsedArg* fn = c.slot(0);
+    const PyValue& f = *c.arg(0);
+    if (fn != nullptr && fn->lambda != nullptr) {
+      *i->mutable_fn() = *fn->lambda;
+    } else if (f.kind == PyValue::Kind::kName && fn != nullptr && fn->call_args == nullptr) {
+      // A reader's name, such as text_line_dataset or tf.data.TFRecordDataset.
+      absl::StatusOr<proto::DatasetDef> parsed =
+          c.context().parse_lambda_body(absl::StrCat(f.text, "(f)"), "f");
+      if (!parsed.ok()) {
+        return c.Error(f.begin, absl::StrCat("interleave: map_func '", f.text,
+                                             "' is not a file reader; write a lambda such "
+                                             "as lambda f: csv_dataset(f, record_defaults="
+                                             "[0])"));
+      }
+      *i->mutable_fn() = *std::move(parsed);
+    } else {
+      return c.Error(f.begin, absl::StrCat("interleave: map_func must be a reader such as "
+                                           "text_line_dataset or a lambda such as lambda f: "
+                                           "text_line_dataset(f), got ", c.Text(f)));
+    }
+    i->set_cycle_length(-1);
+    i->set_block_length(-1);
+    if (c.given(1)) {
+      ASSIGN_OR_RETURN(int64_t n, c.Int("cycle_length", *c.arg(1)));
+      i->set_cycle_length(n);
+    }
+    if (c.given(2)) {
+      ASSIGN_OR_RETURN(int64_t n, c.Int("block_length", *c.arg(2)));
+      i->set_block_length(n);
+    }
+    if (c.given(3)) {
+      ASSIGN_OR_RETURN(int64_t n, c.Int("num_parallel_calls", *c.arg(3)));
+      i->set_num_parallel_calls(n);
+    }
+    if (c.given(4)) {
+      ASSIGN_OR_RETURN(bool d, c.Bool("deterministic", *c.arg(4)));
+      i->set_deterministic(d);
+    }
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddOp(proto::OpDef::kInterleave, std::move(r));
 }
 

@@ -7,8 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/op_expression.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/list_files.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 
@@ -47,6 +49,38 @@ SLUICE_REGISTER_OPS(list_files_op) {
       return OrErrorIterator(NewListFilesIterator(label, l, iterations->fetch_add(1)));
     });
   };
+  {
+    SourceParseRule p;
+    p.name = "list_files";
+    p.list_order = 9;
+    p.params = {{"file_pattern", true}, {"shuffle", false}, {"seed", false}, {"num_shards", false}, {"shard_index", false}};
+    p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
+    proto::ListFilesSource* l = source->mutable_list_files();
+    RETURN_IF_ERROR(c.Filenames(*c.arg(0), l->mutable_patterns()));
+    if (c.given(1)) {
+      ASSIGN_OR_RETURN(bool s, c.Bool("shuffle", *c.arg(1)));
+      l->set_shuffle(s);
+    }
+    if (c.given(2)) {
+      ASSIGN_OR_RETURN(int64_t seed, c.Int("seed", *c.arg(2)));
+      l->set_seed(seed);
+      l->set_has_seed(true);
+    }
+    if (c.given(3)) {
+      ASSIGN_OR_RETURN(int64_t n, c.Int("num_shards", *c.arg(3)));
+      l->set_num_shards(n);
+    }
+    if (c.given(4)) {
+      ASSIGN_OR_RETURN(int64_t i, c.Int("shard_index", *c.arg(4)));
+      l->set_shard_index(i);
+    }
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
+  r.no_random_access =
+      "its elements exist only once its patterns are expanded, and the files it names are read "
+      "by a nested pipeline";
   registry.AddSource(proto::SourceDef::kListFiles, std::move(r));
 }
 

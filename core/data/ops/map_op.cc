@@ -8,9 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/map_fns.h"
 #include "core/data/op_expression.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/map_iterator.h"
 #include "core/data/ops/parallel_calls.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
@@ -20,6 +22,38 @@ std::string MapFnExpression(const proto::MapOp& m) {
   const MapFnRegistration* r = OpRegistry::Global().FindMapFn(m.fn_case());
   if (r == nullptr) return absl::StrCat("<unregistered fn ", MapFnName(m), ">()");
   return r->expression(m);
+}
+
+}  // namespace
+
+namespace {
+
+// The fn of map(...) from its call, through the fn's parse rule (MapFnRegistration::parse).
+absl::Status ParseMapFn(const ParseCall& c, proto::MapOp* m) {
+  const OpRegistry& registry = OpRegistry::Global();
+  const ParsedArg* arg = c.slot(0);
+  const PyValue& v = *c.arg(0);
+  if (arg == nullptr || arg->call_args == nullptr) {
+    return c.Error(v.begin, absl::StrCat("map: map_func must be a call of a built-in function "
+                                         "such as cast(tf.float32), got ", c.Text(v),
+                                         "; known: ", registry.MapFnParserNames()));
+  }
+  const std::string fn = StripCallPrefixes(v.text);
+  const MapFnParseRule* rule = registry.FindMapFnParser(fn);
+  if (rule == nullptr) {
+    return c.Error(v.begin, absl::StrCat("map: unknown function '", v.text, "'; known: ",
+                                         registry.MapFnParserNames()));
+  }
+  if (arg->map_fn != nullptr) {  // read by the rule's parse_text
+    m->MergeFrom(*arg->map_fn);
+    return absl::OkStatus();
+  }
+  if (rule->unbound) {
+    return rule->parse(ParseCall::Unbound(c.context(), fn, v.begin, *arg->call_args), m);
+  }
+  ASSIGN_OR_RETURN(ParseCall call, ParseCall::Bind(c.context(), fn, v.begin, *arg->call_args,
+                                                   rule->params));
+  return rule->parse(call, m);
 }
 
 }  // namespace
@@ -66,6 +100,27 @@ SLUICE_REGISTER_OPS(map_op) {
     }
     return "";
   };
+  {
+    OpParseRule p;
+    p.name = "map";
+    p.list_order = 10;
+    p.params = {{"map_func", true}, {"num_parallel_calls", false}, {"deterministic", false}, {"key", false}};
+    p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
+    proto::MapOp* m = op->mutable_map();
+    RETURN_IF_ERROR(ParseMapFn(c, m));
+    if (c.given(1)) {
+      ASSIGN_OR_RETURN(int64_t n, c.Int("num_parallel_calls", *c.arg(1)));
+      m->set_num_parallel_calls(n);
+    }
+    if (c.given(2)) {
+      ASSIGN_OR_RETURN(bool d, c.Bool("deterministic", *c.arg(2)));
+      m->set_deterministic(d);
+    }
+    RETURN_IF_ERROR(c.Component(c.arg(3), m));
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddOp(proto::OpDef::kMap, std::move(r));
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "core/data/map_fns.h"
 #include "core/data/op_expression.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/format/python_literal.h"
 #include "core/tensor/dtype_dispatch.h"
@@ -108,6 +109,20 @@ SLUICE_REGISTER_OPS(normalize_fn) {
     return absl::StrCat("normalize(mean=", FloatList(m.normalize().mean()),
                         ", std=", FloatList(m.normalize().std()), ")");
   };
+  {
+    MapFnParseRule p;
+    p.name = "normalize";
+    p.list_order = 3;
+    p.params = {{"mean", true}, {"std", true}};
+    p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
+    ASSIGN_OR_RETURN(std::vector<float> mean, c.Floats("mean", *c.arg(0)));
+    ASSIGN_OR_RETURN(std::vector<float> stddev, c.Floats("std", *c.arg(1)));
+    for (float x : mean) m->mutable_normalize()->add_mean(x);
+    for (float x : stddev) m->mutable_normalize()->add_std(x);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddMapFn(proto::MapOp::kNormalize, std::move(r));
 }
 

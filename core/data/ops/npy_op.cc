@@ -7,8 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data/op_expression.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/npy_reader.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
@@ -47,6 +49,40 @@ SLUICE_REGISTER_OPS(npy_op) {
     const proto::NpySource npy = args.source.npy();
     return IteratorFactory([label, npy] { return NewNpyIterator(label, npy); });
   };
+  {
+    SourceParseRule p;
+    p.name = "npy_dataset";
+    p.list_order = 7;
+    p.params = {{"filenames", true}, {"dtype", false}, {"shape", false}};
+    p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
+    proto::NpySource* n = source->mutable_npy();
+    RETURN_IF_ERROR(c.Filenames(*c.arg(0), n->mutable_filenames()));
+    if (c.given(1) != c.given(2)) {
+      return c.Error(c.at(), "npy_dataset: give both dtype= and shape= (the row shape), or neither");
+    }
+    if (c.given(1)) {
+      ASSIGN_OR_RETURN(DType t, c.DTypeArg("dtype", *c.arg(1)));
+      ASSIGN_OR_RETURN(std::vector<int64_t> shape, c.Ints("shape", *c.arg(2), false));
+      if (c.arg(2)->kind != PyValue::Kind::kList && c.arg(2)->kind != PyValue::Kind::kTuple) {
+        return c.Error(c.arg(2)->begin, "npy_dataset: shape must be a list such as [28, 28]");
+      }
+      n->set_dtype(static_cast<proto::DataType>(t));
+      for (int64_t d : shape) n->add_row_shape(d);
+      return absl::OkStatus();
+    }
+    if (n->filenames_size() == 0) {
+      return c.Error(c.at(), "npy_dataset: in a lambda, give dtype= and shape= (the row shape)");
+    }
+    // The spec comes from the first file's header.
+    absl::StatusOr<proto::NpySource> read = MakeNpySource(
+        std::vector<std::string>(n->filenames().begin(), n->filenames().end()));
+    if (!read.ok()) return PipelineError(c.at(), read.status(), "npy_dataset: ");
+    *n = *std::move(read);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
+  r.random_access = [](const proto::SourceDef&) { return absl::OkStatus(); };
   registry.AddSource(proto::SourceDef::kNpy, std::move(r));
 }
 

@@ -9,9 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/data/memory_budget.h"
 #include "core/data/map_fns.h"
+#include "core/data/memory_budget.h"
 #include "core/data/op_expression.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/format/python_literal.h"
 #include "core/tensor/dtype_dispatch.h"
@@ -124,6 +125,31 @@ SLUICE_REGISTER_OPS(one_hot_fn) {
     if (o.dtype() != proto::DT_INVALID) absl::StrAppend(&out, ", dtype=", TfDType(o.dtype()));
     return out + ")";
   };
+  {
+    MapFnParseRule p;
+    p.name = "one_hot";
+    p.list_order = 4;
+    p.params = {{"depth", true}, {"on_value", false}, {"off_value", false}, {"dtype", false}};
+    p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
+    proto::OneHotFn* o = m->mutable_one_hot();
+    ASSIGN_OR_RETURN(int64_t depth, c.Int("depth", *c.arg(0)));
+    o->set_depth(depth);
+    if (c.given(1)) {
+      ASSIGN_OR_RETURN(double on, c.Number("on_value", *c.arg(1)));
+      o->set_on_value(on);
+    }
+    if (c.given(2)) {
+      ASSIGN_OR_RETURN(double off, c.Number("off_value", *c.arg(2)));
+      o->set_off_value(off);
+    }
+    if (c.given(3)) {
+      ASSIGN_OR_RETURN(DType t, c.DTypeArg("dtype", *c.arg(3)));
+      o->set_dtype(static_cast<proto::DataType>(t));
+    }
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddMapFn(proto::MapOp::kOneHot, std::move(r));
 }
 

@@ -8,9 +8,34 @@
 #include "absl/strings/str_join.h"
 #include "core/data/op_expression.h"
 #include "core/data/op_registry.h"
+#include <algorithm>
+#include "core/data/op_parse.h"
 #include "core/data/ops/padded_batch_iterator.h"
+#include "core/tensor/proto_convert.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
+
+namespace {
+
+// Leaves of a padded_shapes / padding_values structure in flatten order: tuples in order, dicts
+// by sorted key. `is_leaf` says what counts as one value.
+template <typename IsLeaf>
+void FlattenPy(const PyValue& v, IsLeaf is_leaf, std::vector<const PyValue*>* out) {
+  if (is_leaf(v) || (v.kind != PyValue::Kind::kTuple && v.kind != PyValue::Kind::kDict)) {
+    out->push_back(&v);
+    return;
+  }
+  std::vector<size_t> order(v.items.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (v.kind == PyValue::Kind::kDict) {
+    std::sort(order.begin(), order.end(),
+              [&v](size_t a, size_t b) { return v.keys[a] < v.keys[b]; });
+  }
+  for (size_t i : order) FlattenPy(v.items[i], is_leaf, out);
+}
+
+}  // namespace
 
 SLUICE_REGISTER_OPS(padded_batch_op) {
   OpRegistration r;
@@ -56,6 +81,47 @@ SLUICE_REGISTER_OPS(padded_batch_op) {
   r.global_order_conflict = [](const proto::OpDef&) -> std::string {
     return "is a second batch: exactly one batch op may cut the global steps";
   };
+  {
+    OpParseRule p;
+    p.name = "padded_batch";
+    p.list_order = 12;
+    p.params = {{"batch_size", true}, {"padded_shapes", false}, {"padding_values", false}, {"drop_remainder", false}};
+    p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
+    proto::PaddedBatchOp* p = op->mutable_padded_batch();
+    ASSIGN_OR_RETURN(int64_t n, c.Int("batch_size", *c.arg(0)));
+    p->set_batch_size(n);
+    if (c.given(1)) {
+      // A shape is a list (or a bare int n for [n]); tuples and dicts are structure.
+      std::vector<const PyValue*> shapes;
+      FlattenPy(*c.arg(1), [](const PyValue& x) { return x.kind == PyValue::Kind::kList; },
+                &shapes);
+      for (const PyValue* s : shapes) {
+        if (s->kind != PyValue::Kind::kList && s->kind != PyValue::Kind::kInt) {
+          return c.Error(s->begin, absl::StrCat("padded_batch: a padded shape must be a list "
+                                                "such as [None, 5] (None pads to the longest), "
+                                                "got ", c.Text(*s)));
+        }
+        ASSIGN_OR_RETURN(std::vector<int64_t> dims, c.Ints("padded_shapes", *s, true));
+        proto::PaddedShape* out = p->add_padded_shapes();
+        for (int64_t d : dims) out->add_dims(d);
+      }
+    }
+    if (c.given(2)) {
+      std::vector<const PyValue*> values;
+      FlattenPy(*c.arg(2), [](const PyValue&) { return false; }, &values);
+      for (const PyValue* v : values) {
+        ASSIGN_OR_RETURN(Tensor t, c.Scalar("padding_values", *v));
+        *p->add_padding_values() = TensorToProto(t);
+      }
+    }
+    if (c.given(3)) {
+      ASSIGN_OR_RETURN(bool drop, c.Bool("drop_remainder", *c.arg(3)));
+      p->set_drop_remainder(drop);
+    }
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddOp(proto::OpDef::kPaddedBatch, std::move(r));
 }
 

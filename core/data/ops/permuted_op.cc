@@ -36,6 +36,7 @@ SLUICE_REGISTER_OPS(permuted_op) {
     const proto::PermutedSource p = args.source.permuted();
     return IteratorFactory([label, p] { return NewPermutedSourceIterator(label, p); });
   };
+  r.no_random_access = "it is already a range of a global order";
   registry.AddSource(proto::SourceDef::kPermuted, std::move(r));
 }
 

@@ -5,8 +5,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/prefetch_iterator.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 
@@ -42,6 +44,18 @@ SLUICE_REGISTER_OPS(prefetch_op) {
   };
   r.keeps_batch_size = true;
   r.global_order_conflict = [](const proto::OpDef&) -> std::string { return ""; };
+  {
+    OpParseRule p;
+    p.name = "prefetch";
+    p.list_order = 6;
+    p.params = {{"buffer_size", true}};
+    p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
+    ASSIGN_OR_RETURN(int64_t buffer_size, c.Int("buffer_size", *c.arg(0)));
+    op->mutable_prefetch()->set_buffer_size(buffer_size);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddOp(proto::OpDef::kPrefetch, std::move(r));
 }
 

@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/data/op_registry.h"
 #include "core/data/ops/npy_reader.h"
 #include "core/data/ops/record_iterators.h"
 #include "core/data/spec_inference.h"
@@ -517,36 +518,20 @@ absl::StatusOr<std::unique_ptr<RandomAccessSource>> OpenNpy(const proto::NpySour
 
 }  // namespace
 
+absl::Status CheckUncompressedRandomAccess(const proto::SourceDef& source,
+                                           const std::string& compression_type) {
+  return CheckUncompressed(source, compression_type);
+}
+
 absl::Status CheckRandomAccess(const proto::SourceDef& source) {
-  switch (source.kind_case()) {
-    case proto::SourceDef::kRange:
-    case proto::SourceDef::kFromTensors:
-    case proto::SourceDef::kFromTensorSlices:
-    case proto::SourceDef::kNpy:
-      return absl::OkStatus();
-    case proto::SourceDef::kTfRecord:
-      return CheckUncompressed(source, source.tf_record().compression_type());
-    case proto::SourceDef::kFixedLengthRecord:
-      return CheckUncompressed(source, source.fixed_length_record().compression_type());
-    case proto::SourceDef::kTextLine:
-      return NoRandomAccess(source, "where a line starts is known only by reading the lines "
-                                    "before it; convert the files to tf_record_dataset files");
-    case proto::SourceDef::kCsv:
-      return NoRandomAccess(source, "where a record starts is known only by reading the "
-                                    "records before it; convert the files to "
-                                    "tf_record_dataset or npy_dataset files");
-    case proto::SourceDef::kListFiles:
-      return NoRandomAccess(source, "its elements exist only once its patterns are expanded, "
-                                    "and the files it names are read by a nested pipeline");
-    case proto::SourceDef::kWebdataset:
-      return NoRandomAccess(source, "where a sample starts in a tar shard is known only by "
-                                    "reading the shard; shard by file (FILE, DYNAMIC) instead");
-    case proto::SourceDef::kPermuted:
-      return NoRandomAccess(source, "it is already a range of a global order");
-    case proto::SourceDef::KIND_NOT_SET:
-      break;
+  if (source.kind_case() == proto::SourceDef::KIND_NOT_SET) {
+    return absl::FailedPreconditionError("random access: the dataset has no source");
   }
-  return absl::FailedPreconditionError("random access: the dataset has no source");
+  // Each source says whether it has random access (SourceRegistration::random_access).
+  absl::StatusOr<const SourceRegistration*> r = FindSourceRegistration(source);
+  if (!r.ok()) return absl::FailedPreconditionError(r.status().message());
+  if ((*r)->random_access) return (*r)->random_access(source);
+  return NoRandomAccess(source, (*r)->no_random_access);
 }
 
 absl::StatusOr<std::unique_ptr<RandomAccessSource>> RandomAccessSource::Open(
@@ -578,7 +563,7 @@ absl::StatusOr<std::unique_ptr<RandomAccessSource>> RandomAccessSource::Open(
     default:
       break;
   }
-  // Not reached: CheckRandomAccess refused every other kind.
+  // Not reached: only these sources register random_access (ops/<name>_op.cc).
   return absl::InternalError("random access: unhandled source kind");
 }
 

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -63,7 +64,12 @@ class RandomAccessSource {
 // Whether Open would succeed without touching files (for planning): OK or FAILED_PRECONDITION
 // with the reason, e.g. "text_line_dataset source has no random access: ...". Arguments are
 // not checked here (Dataset::Validate() does).
+// Each source's registration says (SourceRegistration::random_access in
+// core/data/op_registry.h).
 absl::Status CheckRandomAccess(const proto::SourceDef& source);
+// For a record source's random_access: OK for uncompressed files, else FAILED_PRECONDITION.
+absl::Status CheckUncompressedRandomAccess(const proto::SourceDef& source,
+                                           const std::string& compression_type);
 
 }  // namespace sluice
 

@@ -3,8 +3,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/source_iterators.h"
+#include "core/util/status_macros.h"
 #include "sluice/dataset.h"
 
 namespace sluice {
@@ -37,6 +39,41 @@ SLUICE_REGISTER_OPS(range_op) {
       return NewRangeIterator(label, range.start(), range.stop(), range.step());
     });
   };
+  {
+    SourceParseRule p;
+    p.name = "range";
+    p.list_order = 0;
+    p.unbound = true;
+    p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
+    for (const ParsedArg& a : c.args()) {
+      if (a.keyword.has_value()) {
+        return c.Error(a.at, absl::StrCat("range: unexpected keyword argument '", *a.keyword,
+                                          "' (range takes 1 to 3 positional arguments: "
+                                          "[start,] stop[, step])"));
+      }
+    }
+    const std::vector<ParsedArg>& args = c.args();
+    if (args.empty() || args.size() > 3) {
+      return c.Error(args.empty() ? c.at() : args[3].at,
+                     absl::StrCat("range: takes 1 to 3 positional arguments ([start,] stop[, "
+                                  "step]), got ", args.size()));
+    }
+    static const char* const kNames[] = {"start", "stop", "step"};
+    int64_t values[3] = {0, 0, 1};
+    const char* const* names = args.size() == 1 ? kNames + 1 : kNames;
+    int first = args.size() == 1 ? 1 : 0;
+    for (size_t i = 0; i < args.size(); ++i) {
+      ASSIGN_OR_RETURN(values[first + i], c.Int(names[i], args[i].value));
+    }
+    proto::RangeSource* r = source->mutable_range();
+    r->set_start(values[0]);
+    r->set_stop(values[1]);
+    r->set_step(values[2]);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
+  r.random_access = [](const proto::SourceDef&) { return absl::OkStatus(); };
   registry.AddSource(proto::SourceDef::kRange, std::move(r));
 }
 

@@ -12,9 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data/op_expression.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/rebatch_iterator.h"
 #include "core/data/spec_inference.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
@@ -127,6 +129,47 @@ SLUICE_REGISTER_OPS(rebatch_op) {
     return "changes how many elements there are, so positions of records no longer cut "
            "global steps";
   };
+  {
+    OpParseRule p;
+    p.name = "rebatch";
+    p.list_order = 8;
+    p.params = {{"batch_size", true}, {"drop_remainder", false}};
+    p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
+    proto::RebatchOp* r = op->mutable_rebatch();
+    const PyValue& sizes = *c.arg(0);
+    if (sizes.kind == PyValue::Kind::kList || sizes.kind == PyValue::Kind::kTuple) {
+      for (const PyValue& s : sizes.items) {
+        ASSIGN_OR_RETURN(int64_t n, c.Int("batch_size", s));
+        r->add_batch_sizes(n);
+      }
+    } else {
+      ASSIGN_OR_RETURN(int64_t n, c.Int("batch_size", sizes));
+      r->add_batch_sizes(n);
+    }
+    if (c.arg(1).has_value()) {
+      ASSIGN_OR_RETURN(bool drop, c.Bool("drop_remainder", *c.arg(1)));
+      r->set_drop_remainder(drop);
+    }
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
+  {
+    OpParseRule p;
+    p.name = "legacy_rebatch";
+    p.list_order = 9;
+    p.params = {{"num_replicas", true}};
+    p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
+    ASSIGN_OR_RETURN(int64_t n, c.Int("num_replicas", *c.arg(0)));
+    // In the proto 0 means "not legacy", so refuse it here, where the op is still named.
+    if (n == 0) {
+      return c.Error(c.arg(0)->begin, "legacy_rebatch: num_replicas must be positive, got 0");
+    }
+    op->mutable_rebatch()->set_legacy_num_replicas(n);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddOp(proto::OpDef::kRebatch, std::move(r));
 }
 

@@ -4,8 +4,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/simple_op_iterators.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 
@@ -42,6 +44,21 @@ SLUICE_REGISTER_OPS(repeat_op) {
   r.global_order_conflict = [](const proto::OpDef&) -> std::string {
     return "repeats the data: epochs are GlobalOrder.num_epochs";
   };
+  {
+    OpParseRule p;
+    p.name = "repeat";
+    p.list_order = 1;
+    p.params = {{"count", false}};
+    p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
+    int64_t count = -1;
+    if (c.given(0)) {
+      ASSIGN_OR_RETURN(count, c.Int("count", *c.arg(0)));
+    }
+    op->mutable_repeat()->set_count(count);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddOp(proto::OpDef::kRepeat, std::move(r));
 }
 

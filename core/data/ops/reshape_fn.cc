@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/data/map_fns.h"
 #include "core/data/op_expression.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/format/python_literal.h"
 #include "core/tensor/dtype_dispatch.h"
@@ -101,6 +102,21 @@ SLUICE_REGISTER_OPS(reshape_fn) {
   r.expression = [](const proto::MapOp& m) {
     return absl::StrCat("reshape([", absl::StrJoin(m.reshape().shape(), ", "), "])");
   };
+  {
+    MapFnParseRule p;
+    p.name = "reshape";
+    p.list_order = 2;
+    p.params = {{"shape", true}};
+    p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
+    ASSIGN_OR_RETURN(std::vector<int64_t> shape, c.Ints("shape", *c.arg(0), false));
+    if (c.arg(0)->kind != PyValue::Kind::kList && c.arg(0)->kind != PyValue::Kind::kTuple) {
+      return c.Error(c.arg(0)->begin, "reshape: shape must be a list such as [28, 28]");
+    }
+    for (int64_t d : shape) m->mutable_reshape()->add_shape(d);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddMapFn(proto::MapOp::kReshape, std::move(r));
 }
 

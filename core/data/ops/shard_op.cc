@@ -4,8 +4,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/simple_op_iterators.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 
@@ -63,6 +65,30 @@ SLUICE_REGISTER_OPS(shard_op) {
   r.global_order_conflict = [](const proto::OpDef&) -> std::string {
     return "splits the data between workers: ranges of global steps do that";
   };
+  {
+    OpParseRule p;
+    p.name = "shard";
+    p.list_order = 4;
+    p.params = {{"num_shards", true}, {"index", true}};
+    p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
+    proto::ShardOp* s = op->mutable_shard();
+    ASSIGN_OR_RETURN(int64_t num_shards, c.Int("num_shards", *c.arg(0)));
+    ASSIGN_OR_RETURN(int64_t index, c.Int("index", *c.arg(1)));
+    // SHARD_HINT is -1 in TF, so a literal -1 is the placeholder too.
+    if (num_shards == -1) {
+      s->set_num_shards_is_hint(true);
+    } else {
+      s->set_num_shards(num_shards);
+    }
+    if (index == -1) {
+      s->set_index_is_hint(true);
+    } else {
+      s->set_index(index);
+    }
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddOp(proto::OpDef::kShard, std::move(r));
 }
 

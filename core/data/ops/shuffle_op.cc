@@ -8,8 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/op_expression.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/shuffle_iterator.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 
@@ -61,6 +63,29 @@ SLUICE_REGISTER_OPS(shuffle_op) {
   r.global_order_conflict = [](const proto::OpDef&) -> std::string {
     return "is a buffer shuffle: use the job's GlobalOrder.shuffle instead";
   };
+  {
+    OpParseRule p;
+    p.name = "shuffle";
+    p.list_order = 5;
+    p.params = {{"buffer_size", true}, {"seed", false}, {"reshuffle_each_iteration", false}};
+    p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
+    proto::ShuffleOp* s = op->mutable_shuffle();
+    ASSIGN_OR_RETURN(int64_t buffer_size, c.Int("buffer_size", *c.arg(0)));
+    s->set_buffer_size(buffer_size);
+    if (c.given(1)) {
+      ASSIGN_OR_RETURN(int64_t seed, c.Int("seed", *c.arg(1)));
+      s->set_seed(seed);
+      s->set_has_seed(true);
+    }
+    bool reshuffle = true;
+    if (c.given(2)) {
+      ASSIGN_OR_RETURN(reshuffle, c.Bool("reshuffle_each_iteration", *c.arg(2)));
+    }
+    s->set_reshuffle_each_iteration(reshuffle);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddOp(proto::OpDef::kShuffle, std::move(r));
 }
 

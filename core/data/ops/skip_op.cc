@@ -5,8 +5,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/simple_op_iterators.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 
@@ -41,6 +43,18 @@ SLUICE_REGISTER_OPS(skip_op) {
   r.global_order_conflict = [](const proto::OpDef&) -> std::string {
     return "changes the number of records: restrict the source instead (e.g. a record_range)";
   };
+  {
+    OpParseRule p;
+    p.name = "skip";
+    p.list_order = 3;
+    p.params = {{"count", true}};
+    p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
+    ASSIGN_OR_RETURN(int64_t count, c.Int("count", *c.arg(0)));
+    op->mutable_skip()->set_count(count);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddOp(proto::OpDef::kSkip, std::move(r));
 }
 

@@ -6,8 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/op_expression.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/source_iterators.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 
@@ -27,6 +29,21 @@ SLUICE_REGISTER_OPS(text_line_op) {
                                    args.source.text_line().filenames().end());
     return IteratorFactory([label, files] { return NewTextLineIterator(label, files); });
   };
+  {
+    SourceParseRule p;
+    p.name = "text_line_dataset";
+    p.list_order = 3;
+    p.aliases = {"TextLineDataset"};
+    p.listed_aliases = {"TextLineDataset"};
+    p.params = {{"filenames", true}};
+    p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
+    return c.Filenames(*c.arg(0), source->mutable_text_line()->mutable_filenames());
+    };
+    r.parse.push_back(std::move(p));
+  }
+  r.no_random_access =
+      "where a line starts is known only by reading the lines before it; convert the files to "
+      "tf_record_dataset files";
   registry.AddSource(proto::SourceDef::kTextLine, std::move(r));
 }
 

@@ -4,9 +4,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/batch_iterator.h"
 #include "core/data/spec_inference.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 
@@ -42,6 +44,17 @@ SLUICE_REGISTER_OPS(unbatch_op) {
     return "changes how many elements there are, so positions of records no longer cut "
            "global steps";
   };
+  {
+    OpParseRule p;
+    p.name = "unbatch";
+    p.list_order = 7;
+    p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
+    (void)c;
+    op->mutable_unbatch();
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
   registry.AddOp(proto::OpDef::kUnbatch, std::move(r));
 }
 
