@@ -82,7 +82,9 @@ TEST_P(SluicectlBenchServiceTest, FiniteDatasetCountsMatchLocalMode) {
   EXPECT_EQ(Int(remote, "elements"), Int(local, "elements"));
   EXPECT_EQ(Int(remote, "bytes"), Int(local, "bytes"));
   EXPECT_TRUE(remote["end_of_data"].bool_value());
-  if (GetParam() == 1) EXPECT_EQ(Int(remote, "steps"), Int(local, "steps"));
+  if (GetParam() == 1) {
+    EXPECT_EQ(Int(remote, "steps"), Int(local, "steps"));
+  }
   absl::Status stopped = cluster_->StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
