@@ -22,8 +22,6 @@ absl::Status Invalid(absl::string_view message) {
   return absl::InvalidArgumentError(std::string(message));
 }
 
-bool IsNumeric(DType d) { return d != DType::kString && d != DType::kInvalid; }
-
 class ReshapeFn : public ComponentFn {
  public:
   explicit ReshapeFn(std::vector<int64_t> shape) : shape_(std::move(shape)) {}
