@@ -139,7 +139,6 @@ absl::Status Coordinator::FailJobLocked(int64_t job_id, const absl::Status& erro
   u.mutable_fail_job()->set_code(static_cast<int>(error.code()));
   u.mutable_fail_job()->set_message(std::string(error.message()));
   RETURN_IF_ERROR(ApplyLocked(u));
-  for (int64_t t : job->task_ids) completed_by_.erase(t);
   Log(absl::StrCat("job ", job_id, " failed: ", error.ToString()));
   finished_at_[job_id] = clock_->Now();
   return absl::OkStatus();
@@ -341,6 +340,13 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   }
   for (const proto::TaskFailure& failure : request.failed_tasks()) {
     RETURN_IF_ERROR(TaskFailedLocked(worker_id, failure));
+  }
+  // Tasks this worker runs that its consumers finished without it (some read them elsewhere
+  // before a worker death, the others are gone): it cannot drain them itself.
+  const std::vector<int64_t> held = state_.FindWorker(worker_id)->task_ids;
+  for (int64_t task_id : held) {
+    bool finished = false;
+    RETURN_IF_ERROR(FinishIfConsumersDoneLocked(task_id, &finished));
   }
   // Ranges: room may have appeared (a finished range, a new worker).
   RETURN_IF_ERROR(MakeRangesLocked());

@@ -118,7 +118,8 @@ std::string Dump(const CoordinatorState& s) {
     absl::StrAppend(&out, "task ", id, " job=", t.job_id, " index=", t.index,
                     " worker=", t.worker_id, " finished=", t.finished,
                     " splits=", absl::StrJoin(t.split_indices, ","),
-                    " lost_on=", absl::StrJoin(t.lost_on_workers, ","), "\n");
+                    " lost_on=", absl::StrJoin(t.lost_on_workers, ","),
+                    " completed_by=", absl::StrJoin(t.completed_by, ","), "\n");
   }
   return out;
 }

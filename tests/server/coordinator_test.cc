@@ -881,6 +881,61 @@ TEST_F(CoordinatorTest, ASilentConsumerIsDeclaredGoneToTheWorkersOfItsJob) {
   EXPECT_THAT(log_, ::testing::Contains(HasSubstr("is back")));
 }
 
+// A task some consumers read to its end (elsewhere: its first worker died after serving them)
+// and whose other consumers are gone is finished by the coordinator: its current worker never
+// drains it (nobody attaches there), and a consumer detached there for lateness no longer
+// counts as having its end. While a consumer that has not reported it is alive, it stays.
+TEST_F(CoordinatorTest, ATaskReadByTheLiveConsumersIsFinishedWhenTheOthersAreGone) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_OFF, 2);
+  o.set_num_tasks(1);
+  auto job = Job("two", o);
+  ASSERT_TRUE(job.ok());
+  const proto::WorkerHeartbeatResponse assigned = Heartbeat("w1:1");
+  ASSERT_EQ(assigned.new_tasks_size(), 1);
+  const int64_t task = assigned.new_tasks(0).task_id();
+  auto report = [&](int64_t consumer) {
+    proto::ClientHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_job_id(job->job_id());
+    req.set_consumer_index(consumer);
+    req.add_completed_task_ids(task);
+    proto::ClientHeartbeatResponse resp;
+    EXPECT_TRUE(coordinator_->ClientHeartbeat(req, &resp).ok());
+    return resp;
+  };
+  EXPECT_FALSE(report(0).job_finished());
+  for (int i = 0; i < 11; ++i) {  // 55 s: consumer 1 silent but not yet gone
+    clock_.Advance(absl::Seconds(5));
+    EXPECT_THAT(Heartbeat("w1:1", {task}).tasks_to_stop(), IsEmpty());
+    EXPECT_FALSE(report(0).job_finished());
+  }
+  clock_.Advance(absl::Seconds(5));  // 60 s: consumer 1 is gone
+  EXPECT_TRUE(report(0).job_finished());
+  EXPECT_THAT(Heartbeat("w1:1", {task}).tasks_to_stop(), ElementsAre(task));
+  EXPECT_THAT(log_, ::testing::Contains(HasSubstr("but the gone ones (1)")));
+}
+
+// Without any consumer's report, gone consumers alone do not finish a task (its worker
+// drains it when it has served the others).
+TEST_F(CoordinatorTest, GoneConsumersAloneDoNotFinishATask) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_OFF, 2);
+  o.set_num_tasks(1);
+  auto job = Job("two", o);
+  ASSERT_TRUE(job.ok());
+  const proto::WorkerHeartbeatResponse assigned = Heartbeat("w1:1");
+  ASSERT_EQ(assigned.new_tasks_size(), 1);
+  const int64_t task = assigned.new_tasks(0).task_id();
+  for (int i = 0; i < 14; ++i) {
+    clock_.Advance(absl::Seconds(5));
+    EXPECT_THAT(Heartbeat("w1:1", {task}).tasks_to_stop(), IsEmpty());
+  }
+  EXPECT_FALSE(Client(job->job_id(), 0).job_finished());
+}
+
 // ----- Isolation (docs/SERVICE.md): a job being planned does not hold the coordinator's lock.
 
 // The planner of one job is blocked (as by a slow file system building a record index): the
