@@ -593,6 +593,45 @@ TEST_F(CoordinatorTest, SilentWorkerIsDeclaredDeadAndItsTasksMove) {
   EXPECT_THAT(log_, ::testing::Contains(HasSubstr("worker 1 (w1:1) is back")));
 }
 
+// A coordinated task's worker declared dead while its consumers read it to the end (as every
+// slow worker is after a coordinator restart): the task moved, but when that worker comes back
+// and reports it finished (every consumer confirmed the end there), the task is finished and
+// its new worker told to stop it. Its consumers may have exited meanwhile and never come to
+// the new worker. An independent job's stale report still does not count.
+TEST_F(CoordinatorTest, AFinishedReportFromAWorkerACoordinatedTaskWasTakenFromCounts) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_OFF, 2);
+  o.set_num_tasks(1);
+  auto job = Job("coordinated", o);
+  ASSERT_TRUE(job.ok());
+  proto::JobOptions ind = Options(ds, proto::SHARDING_OFF, 2);
+  ind.set_num_tasks(1);
+  ind.set_read_mode(proto::READ_MODE_INDEPENDENT);
+  auto independent = Job("independent", ind);
+  ASSERT_TRUE(independent.ok());
+  const proto::WorkerHeartbeatResponse w1 = Heartbeat("w1:1");
+  ASSERT_EQ(w1.new_tasks_size(), 2);
+  const int64_t coordinated_task = w1.new_tasks(0).task_id();
+  const int64_t independent_task = w1.new_tasks(1).task_id();
+  Heartbeat("w2:1");
+  clock_.Advance(absl::Seconds(6));
+  Heartbeat("w2:1");
+  clock_.Advance(absl::Seconds(6));  // w1 silent for 12 s
+  coordinator_->CheckWorkerLiveness();
+  const proto::WorkerHeartbeatResponse w2 = Heartbeat("w2:1");
+  ASSERT_EQ(w2.new_tasks_size(), 2);  // both moved
+
+  const proto::WorkerHeartbeatResponse back =
+      Heartbeat("w1:1", {}, {coordinated_task, independent_task});
+  EXPECT_TRUE(Client(job->job_id(), 0).job_finished());
+  EXPECT_FALSE(Client(independent->job_id(), 0).job_finished());
+  EXPECT_THAT(Heartbeat("w2:1", {coordinated_task, independent_task}).tasks_to_stop(),
+              ElementsAre(coordinated_task));
+  EXPECT_THAT(log_, ::testing::Contains(HasSubstr("from worker 1 (w1:1), which ran it before")));
+  (void)back;
+}
+
 // A heartbeat that arrived in time but waited for the coordinator's lock (held by a slow
 // request: planning a job over a large file) counts from its arrival: the first request to
 // get the lock must not declare its sender dead (issue 15).
@@ -646,7 +685,7 @@ TEST_F(CoordinatorTest, JobFinishesWhenEveryTaskFinished) {
   ASSERT_TRUE(job.ok());
   const int64_t t1 = Heartbeat("w1:1").new_tasks(0).task_id();
   const int64_t t2 = Heartbeat("w2:1").new_tasks(0).task_id();
-  // Only a task's own worker can finish it.
+  // Only a task's own worker can finish it (or, coordinated, one it was taken from).
   Heartbeat("w1:1", {t1}, {t2});
   EXPECT_FALSE(Client(job->job_id()).tasks(1).finished());
   Heartbeat("w1:1", {}, {t1});
