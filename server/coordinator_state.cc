@@ -354,11 +354,12 @@ absl::Status CoordinatorState::ApplyConsumerCompletedTask(
   if (it == tasks_.end()) {
     return absl::NotFoundError(absl::StrCat("ConsumerCompletedTask update: no task ", u.task_id()));
   }
-  const Job& job = jobs_.at(it->second.job_id);
-  if (u.consumer_index() < 0 || u.consumer_index() >= std::max<int64_t>(job.options.num_consumers(), 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ConsumerCompletedTask update: task ", u.task_id(), ": consumer index ", u.consumer_index(),
-        " outside [0, ", std::max<int64_t>(job.options.num_consumers(), 1), ")"));
+  const int64_t consumers =
+      std::max<int64_t>(jobs_.at(it->second.job_id).options.num_consumers(), 1);
+  if (u.consumer_index() < 0 || u.consumer_index() >= consumers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ConsumerCompletedTask update: task ", u.task_id(), ": consumer index ",
+                     u.consumer_index(), " outside [0, ", consumers, ")"));
   }
   std::vector<int64_t>& done = it->second.completed_by;
   auto pos = std::lower_bound(done.begin(), done.end(), u.consumer_index());
