@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,9 +32,12 @@ void Quiet(absl::string_view) {}
 
 class ObservedCluster {
  public:
-  explicit ObservedCluster(int num_workers) {
+  // `finished_job_ttl`: how long the coordinator keeps a finished job (its default when unset).
+  explicit ObservedCluster(int num_workers,
+                           std::optional<absl::Duration> finished_job_ttl = std::nullopt) {
     CoordinatorServerOptions c;
     c.coordinator.log = Quiet;
+    if (finished_job_ttl.has_value()) c.coordinator.finished_job_ttl = *finished_job_ttl;
     auto coordinator = CoordinatorServer::Start(c);
     EXPECT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
@@ -204,23 +208,31 @@ TEST(ClusterMetricsTest, ScrapedAndParsedDuringARun) {
   EXPECT_EQ(last.Sum("sluice_coordinator_job_progress_ratio", {{"name", "observed"}}), 1);
   EXPECT_EQ(last.Sum("sluice_coordinator_tasks", {{"state", "finished"}}), 2);
   ExpectCountersMonotone(scrapes[1], last);
+}
 
-  // The coordinator then tells the workers to drop the finished tasks (bounded wait): their
-  // per-task series end, and the worker's task="stopped" series keeps the totals.
-  testing::PromText dropped;
-  for (int i = 0; i < 300; ++i) {
-    absl::StatusOr<testing::PromText> m = cluster.Scrape();
-    ASSERT_TRUE(m.ok()) << m.status();
-    dropped = *std::move(m);
-    if (dropped.Sum("sluice_worker_tasks") == 0) break;
+TEST(ClusterMetricsTest, AWorkersTotalsOutliveTheTasksItDrops) {
+  // The coordinator removes a finished job at once, so the workers drop its tasks: their
+  // per-task series end, and each worker's task="stopped" series keeps what they delivered.
+  ObservedCluster cluster(2, absl::ZeroDuration());
+  constexpr int64_t kSteps = 40;
+  absl::StatusOr<int64_t> read =
+      ReadAll(cluster.address(), Dataset::Range(kSteps * 4).Batch(4), "dropped", nullptr);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(*read, kSteps);
+  testing::PromText m;
+  for (int i = 0; i < 300; ++i) {  // bounded wait for both workers to drop their task
+    absl::StatusOr<testing::PromText> scrape = cluster.Scrape();
+    ASSERT_TRUE(scrape.ok()) << scrape.status();
+    m = *std::move(scrape);
+    if (m.Sum("sluice_worker_tasks") == 0) break;
     absl::SleepFor(absl::Milliseconds(50));
   }
-  ASSERT_EQ(dropped.Sum("sluice_worker_tasks"), 0);
-  EXPECT_EQ(dropped.Sum("sluice_worker_steps_delivered_total", {{"task", "stopped"}}), kSteps);
-  EXPECT_EQ(dropped.Sum("sluice_worker_steps_delivered_total"), kSteps);
-  EXPECT_EQ(dropped.Sum("sluice_worker_task_steps_produced_total"), kSteps);
-  EXPECT_EQ(dropped.Sum("sluice_worker_bytes_delivered_total"),
-            last.Sum("sluice_worker_bytes_delivered_total"));
+  ASSERT_EQ(m.Sum("sluice_worker_tasks"), 0);
+  EXPECT_EQ(m.Count("sluice_worker_buffer_bytes"), 0);  // no task's series is left
+  EXPECT_EQ(m.Sum("sluice_worker_steps_delivered_total", {{"task", "stopped"}}), kSteps);
+  EXPECT_EQ(m.Sum("sluice_worker_steps_delivered_total"), kSteps);
+  EXPECT_EQ(m.Sum("sluice_worker_task_steps_produced_total", {{"task", "stopped"}}), kSteps);
+  EXPECT_GT(m.Sum("sluice_worker_bytes_delivered_total", {{"task", "stopped"}}), 0);
 }
 
 absl::StatusOr<SubprocessResult> Sluicectl(const std::vector<std::string>& args) {
