@@ -52,8 +52,8 @@ absl::Status PipelineError(size_t at, absl::string_view message) {
 }
 
 absl::Status PipelineError(size_t at, const absl::Status& status, absl::string_view prefix) {
-  return absl::Status(status.code(), absl::StrCat(kContext, ", column ", at + 1, ": ", prefix,
-                                                  status.message()));
+  return absl::Status(status.code(),
+                      absl::StrCat(kContext, ", column ", at + 1, ": ", prefix, status.message()));
 }
 
 absl::Status PipelineExpected(absl::string_view text, size_t pos, absl::string_view what) {
@@ -72,8 +72,8 @@ ParseCall ParseCall::Unbound(const ParseContext& context, std::string name, size
   return ParseCall(context, std::move(name), at, std::move(args));
 }
 
-absl::StatusOr<ParseCall> ParseCall::Bind(const ParseContext& context, std::string name,
-                                          size_t at, std::vector<ParsedArg> args,
+absl::StatusOr<ParseCall> ParseCall::Bind(const ParseContext& context, std::string name, size_t at,
+                                          std::vector<ParsedArg> args,
                                           const std::vector<ParseParam>& params) {
   ParseCall call(context, std::move(name), at, std::move(args));
   const std::string& sig = call.name_;
@@ -95,9 +95,9 @@ absl::StatusOr<ParseCall> ParseCall::Bind(const ParseContext& context, std::stri
         for (const ParseParam& p : params) known.push_back(p.name);
         return PipelineError(
             arg.at, absl::StrCat(sig, ": unexpected keyword argument '", *arg.keyword, "'",
-                                 known.empty() ? " (it takes no arguments)"
-                                               : absl::StrCat(" (known: ",
-                                                              absl::StrJoin(known, ", "), ")")));
+                                 known.empty()
+                                     ? " (it takes no arguments)"
+                                     : absl::StrCat(" (known: ", absl::StrJoin(known, ", "), ")")));
       }
     } else {
       if (saw_keyword) {
@@ -106,8 +106,8 @@ absl::StatusOr<ParseCall> ParseCall::Bind(const ParseContext& context, std::stri
       }
       if (positional >= params.size()) {
         return PipelineError(arg.at, absl::StrCat(sig, ": takes ", params.size(), " argument",
-                                                  params.size() == 1 ? "" : "s",
-                                                  " at most, got ", call.args_.size()));
+                                                  params.size() == 1 ? "" : "s", " at most, got ",
+                                                  call.args_.size()));
       }
       slot = positional++;
     }
@@ -143,13 +143,28 @@ std::string ParseCall::Text(const PyValue& v) const {
   return std::string(t);
 }
 
+absl::Status ParseCall::RecordRange(size_t i, proto::RecordRange* out) const {
+  out->set_count(-1);
+  if (given(i)) {
+    absl::StatusOr<int64_t> start = Int("start_record", *arg(i));
+    if (!start.ok()) return start.status();
+    out->set_start(*start);
+  }
+  if (given(i + 1)) {
+    absl::StatusOr<int64_t> count = Int("num_records", *arg(i + 1));
+    if (!count.ok()) return count.status();
+    out->set_count(*count);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> ParseCall::Int(absl::string_view param, const PyValue& v) const {
   if (v.kind == PyValue::Kind::kName && (IsAutotune(v.text) || IsShardHint(v.text))) return -1;
   if (v.kind == PyValue::Kind::kInt) {
     std::optional<int64_t> n = v.AsInt64();
     if (n.has_value()) return *n;
-    return Error(v.begin, absl::StrCat(name_, ": ", param, " is out of range for int64, got ",
-                                       Text(v)));
+    return Error(v.begin,
+                 absl::StrCat(name_, ": ", param, " is out of range for int64, got ", Text(v)));
   }
   return Error(v.begin, absl::StrCat(name_, ": ", param, " must be an integer, got ", Text(v)));
 }
@@ -244,8 +259,10 @@ absl::Status ParseCall::Filenames(const PyValue& v,
     }
     return absl::OkStatus();
   }
-  return Error(v.begin, absl::StrCat(name_, ": filenames must be a string or a list of strings, "
-                                            "got ", Text(v)));
+  return Error(v.begin, absl::StrCat(name_,
+                                     ": filenames must be a string or a list of strings, "
+                                     "got ",
+                                     Text(v)));
 }
 
 std::string ParseCall::KeyError(const PyValue& v) const {

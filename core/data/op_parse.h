@@ -112,6 +112,9 @@ class ParseCall {
   absl::StatusOr<std::vector<int64_t>> Ints(absl::string_view param, const PyValue& v,
                                             bool none_ok) const;
   absl::StatusOr<Tensor> Scalar(absl::string_view param, const PyValue& v) const;
+  // A record source's start_record= and num_records= at arguments i and i + 1 into `out`
+  // (count -1 unless num_records is given).
+  absl::Status RecordRange(size_t i, proto::RecordRange* out) const;
   // A string or a list of strings into `out`. In a lambda body the lambda's parameter stands for
   // the file name and leaves `out` empty.
   absl::Status Filenames(const PyValue& v,

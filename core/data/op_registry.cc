@@ -14,8 +14,8 @@ namespace {
 // "'tf_record' (SourceDef field 5)": how errors name a kind without a registration.
 std::string KindField(const google::protobuf::Descriptor* message, int kind) {
   const google::protobuf::FieldDescriptor* f = message->FindFieldByNumber(kind);
-  return absl::StrCat("'", f != nullptr ? f->name() : "?", "' (", message->name(), " field ",
-                      kind, ")");
+  return absl::StrCat("'", f != nullptr ? f->name() : "?", "' (", message->name(), " field ", kind,
+                      ")");
 }
 
 class ErrorIterator : public Iterator {
@@ -113,8 +113,7 @@ void OpRegistry::AddMapFn(proto::MapOp::FnCase fn, MapFnRegistration registratio
 
 void OpRegistry::AddSource(proto::SourceDef::KindCase kind, SourceRegistration registration) {
   if (!sources_.emplace(static_cast<int>(kind), std::move(registration)).second) {
-    duplicates_.push_back(
-        absl::StrCat("source ", KindField(proto::SourceDef::descriptor(), kind)));
+    duplicates_.push_back(absl::StrCat("source ", KindField(proto::SourceDef::descriptor(), kind)));
   }
 }
 
@@ -130,10 +129,9 @@ absl::StatusOr<const SourceRegistration*> FindSourceRegistration(const proto::So
   }
   const SourceRegistration* r = OpRegistry::Global().FindSource(source.kind_case());
   if (r == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the source kind ", KindField(proto::SourceDef::descriptor(),
-                                                   source.kind_case()),
-                     " has no registration in this build"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the source kind ", KindField(proto::SourceDef::descriptor(), source.kind_case()),
+        " has no registration in this build"));
   }
   return r;
 }

@@ -39,8 +39,8 @@
 #include "absl/strings/string_view.h"
 #include "core/data/executor.h"
 #include "core/data/map_fns.h"
-#include "core/data/op_parse.h"
 #include "core/data/op_iterator.h"
+#include "core/data/op_parse.h"
 #include "proto/dataset.pb.h"
 #include "sluice/element.h"
 
@@ -77,14 +77,13 @@ struct SourceRegistration {
   std::string no_random_access;
 };
 
-
 // What an op's build hook gets.
 struct OpBuildArgs {
-  const std::string& label;         // "op 2 (batch)"
+  const std::string& label;  // "op 2 (batch)"
   const proto::OpDef& op;
-  IteratorFactory input;            // the op's input, one fresh iterator per call
-  const ElementSpec& input_spec;    // InferElementSpecs() of the input
-  const ElementSpec& output_spec;   // ... and of the op's output
+  IteratorFactory input;              // the op's input, one fresh iterator per call
+  const ElementSpec& input_spec;      // InferElementSpecs() of the input
+  const ElementSpec& output_spec;     // ... and of the op's output
   const proto::DatasetDef& upstream;  // the graph up to (without) the op
   const ExecutorOptions& options;
 };
@@ -215,8 +214,8 @@ std::unique_ptr<Iterator> OrErrorIterator(absl::StatusOr<std::unique_ptr<Iterato
 }  // namespace sluice
 
 // Defines the registration function of the file core/data/ops/<file_stem>.cc (or
-// core/data/distribute/<file_stem>.cc; file_stem ends in _op or _fn); the body registers through `registry`. Inside
-// namespace sluice.
+// core/data/distribute/<file_stem>.cc; file_stem ends in _op or _fn); the body registers through
+// `registry`. Inside namespace sluice.
 #define SLUICE_REGISTER_OPS(file_stem) void RegisterOps_##file_stem(OpRegistry& registry)
 
 #endif  // SLUICE_CORE_DATA_OP_REGISTRY_H_

@@ -54,12 +54,12 @@ SLUICE_REGISTER_OPS(batch_op) {
     p.list_order = 0;
     p.params = {{"batch_size", true}, {"drop_remainder", false}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    ASSIGN_OR_RETURN(int64_t n, c.Int("batch_size", *c.arg(0)));
-    op->mutable_batch()->set_batch_size(n);
-    if (c.arg(1).has_value()) {
-      ASSIGN_OR_RETURN(bool drop, c.Bool("drop_remainder", *c.arg(1)));
-      op->mutable_batch()->set_drop_remainder(drop);
-    }
+      ASSIGN_OR_RETURN(int64_t n, c.Int("batch_size", *c.arg(0)));
+      op->mutable_batch()->set_batch_size(n);
+      if (c.arg(1).has_value()) {
+        ASSIGN_OR_RETURN(bool drop, c.Bool("drop_remainder", *c.arg(1)));
+        op->mutable_batch()->set_drop_remainder(drop);
+      }
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -17,8 +17,9 @@ namespace sluice {
 SLUICE_REGISTER_OPS(cache_op) {
   OpRegistration r;
   r.name = "cache";
-  r.infer_spec = [](const proto::OpDef&,
-                    const ElementSpec& input) -> absl::StatusOr<ElementSpec> { return input; };
+  r.infer_spec = [](const proto::OpDef&, const ElementSpec& input) -> absl::StatusOr<ElementSpec> {
+    return input;
+  };
   r.cardinality = [](const proto::OpDef&, const ElementSpec&, int64_t n) { return n; };
   r.expression = [](const proto::OpDef& op) -> std::string {
     if (op.cache().filename().empty()) return "cache()";
@@ -50,11 +51,11 @@ SLUICE_REGISTER_OPS(cache_op) {
     p.list_order = 13;
     p.params = {{"filename", false}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    op->mutable_cache();
-    if (c.given(0)) {
-      ASSIGN_OR_RETURN(std::string f, c.Str("filename", *c.arg(0)));
-      op->mutable_cache()->set_filename(f);
-    }
+      op->mutable_cache();
+      if (c.given(0)) {
+        ASSIGN_OR_RETURN(std::string f, c.Str("filename", *c.arg(0)));
+        op->mutable_cache()->set_filename(f);
+      }
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -58,8 +58,8 @@ class CastFn : public ComponentFn {
   absl::Status Check(DType from) const {
     if (from == dtype_) return absl::OkStatus();
     if (!IsNumeric(from) || !IsNumeric(dtype_)) {
-      return absl::UnimplementedError(absl::StrCat("Cast ", DTypeName(from), " to ",
-                                                   DTypeName(dtype_), " is not supported"));
+      return absl::UnimplementedError(
+          absl::StrCat("Cast ", DTypeName(from), " to ", DTypeName(dtype_), " is not supported"));
     }
     return absl::OkStatus();
   }
@@ -86,8 +86,8 @@ SLUICE_REGISTER_OPS(cast_fn) {
     p.list_order = 1;
     p.params = {{"dtype", true}};
     p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
-    ASSIGN_OR_RETURN(DType t, c.DTypeArg("dtype", *c.arg(0)));
-    m->mutable_cast()->set_dtype(static_cast<proto::DataType>(t));
+      ASSIGN_OR_RETURN(DType t, c.DTypeArg("dtype", *c.arg(0)));
+      m->mutable_cast()->set_dtype(static_cast<proto::DataType>(t));
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

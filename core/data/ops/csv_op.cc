@@ -23,8 +23,8 @@ std::string CsvExpression(const proto::CsvSource& c) {
     for (int64_t x : d.shape()) empty = empty || x == 0;
     defaults.push_back(empty ? TfDType(d.dtype()) : TensorLiteral(d));
   }
-  std::string out = absl::StrCat("csv_dataset(", StringList(c.filenames()),
-                                 ", record_defaults=[", absl::StrJoin(defaults, ", "), "]");
+  std::string out = absl::StrCat("csv_dataset(", StringList(c.filenames()), ", record_defaults=[",
+                                 absl::StrJoin(defaults, ", "), "]");
   if (c.header()) out += ", header=True";
   if (!c.field_delim().empty() && c.field_delim() != ",") {
     absl::StrAppend(&out, ", field_delim=", PythonStringLiteral(c.field_delim()));
@@ -59,57 +59,63 @@ SLUICE_REGISTER_OPS(csv_op) {
     p.name = "csv_dataset";
     p.list_order = 6;
     p.aliases = {"CsvDataset", "experimental.CsvDataset"};
-    p.params = {{"filenames", true}, {"record_defaults", true}, {"compression_type", false}, {"buffer_size", false}, {"header", false}, {"field_delim", false}, {"use_quote_delim", false}, {"na_value", false}, {"select_cols", false}, {"exclude_cols", false}};
+    p.params = {{"filenames", true},        {"record_defaults", true}, {"compression_type", false},
+                {"buffer_size", false},     {"header", false},         {"field_delim", false},
+                {"use_quote_delim", false}, {"na_value", false},       {"select_cols", false},
+                {"exclude_cols", false}};
     p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
-    proto::CsvSource* cs = source->mutable_csv();
-    RETURN_IF_ERROR(c.Filenames(*c.arg(0), cs->mutable_filenames()));
-    const PyValue& defaults = *c.arg(1);
-    if (defaults.kind != PyValue::Kind::kList && defaults.kind != PyValue::Kind::kTuple) {
-      return c.Error(defaults.begin, "csv_dataset: record_defaults must be a list such as "
-                                     "[0, 0.0, '', tf.int64]");
-    }
-    for (const PyValue& d : defaults.items) {
-      if (d.kind == PyValue::Kind::kName) {  // a dtype: a required column
-        ASSIGN_OR_RETURN(DType t, c.DTypeArg("record_defaults", d));
-        *cs->add_record_defaults() = TensorToProto(Tensor::Allocate(t, Shape({0})));
-        continue;
+      proto::CsvSource* cs = source->mutable_csv();
+      RETURN_IF_ERROR(c.Filenames(*c.arg(0), cs->mutable_filenames()));
+      const PyValue& defaults = *c.arg(1);
+      if (defaults.kind != PyValue::Kind::kList && defaults.kind != PyValue::Kind::kTuple) {
+        return c.Error(defaults.begin,
+                       "csv_dataset: record_defaults must be a list such as "
+                       "[0, 0.0, '', tf.int64]");
       }
-      absl::StatusOr<Tensor> t = PyValueToTensor(d);
-      if (!t.ok()) {
-        return c.Error(d.begin, absl::StrCat("csv_dataset: record_defaults: ",
-                                             t.status().message()));
+      for (const PyValue& d : defaults.items) {
+        if (d.kind == PyValue::Kind::kName) {  // a dtype: a required column
+          ASSIGN_OR_RETURN(DType t, c.DTypeArg("record_defaults", d));
+          *cs->add_record_defaults() = TensorToProto(Tensor::Allocate(t, Shape({0})));
+          continue;
+        }
+        absl::StatusOr<Tensor> t = PyValueToTensor(d);
+        if (!t.ok()) {
+          return c.Error(d.begin,
+                         absl::StrCat("csv_dataset: record_defaults: ", t.status().message()));
+        }
+        *cs->add_record_defaults() = TensorToProto(*t);
       }
-      *cs->add_record_defaults() = TensorToProto(*t);
-    }
-    if (c.given(2)) {
-      ASSIGN_OR_RETURN(std::string ct, c.Str("compression_type", *c.arg(2)));
-      if (!ct.empty()) {
-        return c.Error(c.arg(2)->begin, "csv_dataset: compressed CSV files are not supported yet");
+      if (c.given(2)) {
+        ASSIGN_OR_RETURN(std::string ct, c.Str("compression_type", *c.arg(2)));
+        if (!ct.empty()) {
+          return c.Error(c.arg(2)->begin,
+                         "csv_dataset: compressed CSV files are not supported yet");
+        }
       }
-    }
-    if (c.given(4)) {
-      ASSIGN_OR_RETURN(bool h, c.Bool("header", *c.arg(4)));
-      cs->set_header(h);
-    }
-    if (c.given(5)) {
-      ASSIGN_OR_RETURN(std::string d, c.Str("field_delim", *c.arg(5)));
-      cs->set_field_delim(d);
-    }
-    if (c.given(6)) {
-      ASSIGN_OR_RETURN(bool q, c.Bool("use_quote_delim", *c.arg(6)));
-      cs->set_use_quote_delim(q);
-    }
-    if (c.given(7)) {
-      ASSIGN_OR_RETURN(std::string na, c.Str("na_value", *c.arg(7)));
-      cs->set_na_value(na);
-    }
-    if (c.given(8)) {
-      ASSIGN_OR_RETURN(std::vector<int64_t> cols, c.Ints("select_cols", *c.arg(8), false));
-      for (int64_t x : cols) cs->add_select_cols(x);
-    }
-    if (c.given(9)) {
-      return c.Error(c.arg(9)->begin, "csv_dataset: exclude_cols is not supported; use select_cols");
-    }
+      if (c.given(4)) {
+        ASSIGN_OR_RETURN(bool h, c.Bool("header", *c.arg(4)));
+        cs->set_header(h);
+      }
+      if (c.given(5)) {
+        ASSIGN_OR_RETURN(std::string d, c.Str("field_delim", *c.arg(5)));
+        cs->set_field_delim(d);
+      }
+      if (c.given(6)) {
+        ASSIGN_OR_RETURN(bool q, c.Bool("use_quote_delim", *c.arg(6)));
+        cs->set_use_quote_delim(q);
+      }
+      if (c.given(7)) {
+        ASSIGN_OR_RETURN(std::string na, c.Str("na_value", *c.arg(7)));
+        cs->set_na_value(na);
+      }
+      if (c.given(8)) {
+        ASSIGN_OR_RETURN(std::vector<int64_t> cols, c.Ints("select_cols", *c.arg(8), false));
+        for (int64_t x : cols) cs->add_select_cols(x);
+      }
+      if (c.given(9)) {
+        return c.Error(c.arg(9)->begin,
+                       "csv_dataset: exclude_cols is not supported; use select_cols");
+      }
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -1,5 +1,5 @@
-// decode_raw(out_type, little_endian=True) for map(): the function (core/data/map_fns.h has the semantics) and its
-// registration (core/data/op_registry.h).
+// decode_raw(out_type, little_endian=True) for map(): the function (core/data/map_fns.h has the
+// semantics) and its registration (core/data/op_registry.h).
 #include <bit>
 #include <cstring>
 #include <memory>
@@ -55,8 +55,10 @@ class DecodeRawFn : public ComponentFn {
       const size_t size = input.string_at(i).size();
       if (size != length) {
         // TF's message.
-        return Invalid(absl::StrCat("DecodeRaw requires input strings to all be the same size, "
-                                    "but element ", i, " has size ", size, " != ", length));
+        return Invalid(
+            absl::StrCat("DecodeRaw requires input strings to all be the same size, "
+                         "but element ",
+                         i, " has size ", size, " != ", length));
       }
     }
     if (length % width != 0) {
@@ -94,8 +96,8 @@ SLUICE_REGISTER_OPS(decode_raw_fn) {
   r.make = [](const proto::MapOp& m) -> absl::StatusOr<std::unique_ptr<ComponentFn>> {
     const DType t = static_cast<DType>(m.decode_raw().out_type());
     if (!IsNumeric(t) || DTypeSize(t) == 0) {
-      return Invalid(absl::StrCat("decode_raw: out_type must be a numeric dtype, got ",
-                                  DTypeName(t)));
+      return Invalid(
+          absl::StrCat("decode_raw: out_type must be a numeric dtype, got ", DTypeName(t)));
     }
     return std::unique_ptr<ComponentFn>(new DecodeRawFn(t, m.decode_raw().big_endian()));
   };
@@ -109,12 +111,12 @@ SLUICE_REGISTER_OPS(decode_raw_fn) {
     p.list_order = 0;
     p.params = {{"out_type", true}, {"little_endian", false}};
     p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
-    ASSIGN_OR_RETURN(DType t, c.DTypeArg("out_type", *c.arg(0)));
-    m->mutable_decode_raw()->set_out_type(static_cast<proto::DataType>(t));
-    if (c.given(1)) {
-      ASSIGN_OR_RETURN(bool little, c.Bool("little_endian", *c.arg(1)));
-      m->mutable_decode_raw()->set_big_endian(!little);
-    }
+      ASSIGN_OR_RETURN(DType t, c.DTypeArg("out_type", *c.arg(0)));
+      m->mutable_decode_raw()->set_out_type(static_cast<proto::DataType>(t));
+      if (c.given(1)) {
+        ASSIGN_OR_RETURN(bool little, c.Bool("little_endian", *c.arg(1)));
+        m->mutable_decode_raw()->set_big_endian(!little);
+      }
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -20,18 +20,15 @@ namespace {
 // filter's predicate from its call: less(5), value_in([0, 1]), not_empty(), ...
 absl::Status ParsePredicate(const ParseCall& c, proto::FilterOp* f) {
   static const std::pair<const char*, proto::FilterOp::Predicate> kNames[] = {
-      {"equal", proto::FilterOp::EQUAL},
-      {"not_equal", proto::FilterOp::NOT_EQUAL},
-      {"less", proto::FilterOp::LESS},
-      {"less_equal", proto::FilterOp::LESS_EQUAL},
-      {"greater", proto::FilterOp::GREATER},
-      {"greater_equal", proto::FilterOp::GREATER_EQUAL},
-      {"value_in", proto::FilterOp::VALUE_IN},
-      {"label_in", proto::FilterOp::VALUE_IN},
+      {"equal", proto::FilterOp::EQUAL},         {"not_equal", proto::FilterOp::NOT_EQUAL},
+      {"less", proto::FilterOp::LESS},           {"less_equal", proto::FilterOp::LESS_EQUAL},
+      {"greater", proto::FilterOp::GREATER},     {"greater_equal", proto::FilterOp::GREATER_EQUAL},
+      {"value_in", proto::FilterOp::VALUE_IN},   {"label_in", proto::FilterOp::VALUE_IN},
       {"not_empty", proto::FilterOp::NOT_EMPTY},
   };
-  const char* kKnown = "equal, not_equal, less, less_equal, greater, greater_equal, value_in "
-                       "(label_in), not_empty";
+  const char* kKnown =
+      "equal, not_equal, less, less_equal, greater, greater_equal, value_in "
+      "(label_in), not_empty";
   const ParsedArg* arg = c.slot(0);
   const PyValue& v = *c.arg(0);
   if (arg == nullptr || arg->call_args == nullptr) {
@@ -64,8 +61,8 @@ absl::Status ParsePredicate(const ParseCall& c, proto::FilterOp* f) {
     }
     return absl::OkStatus();
   }
-  return c.Error(v.begin, absl::StrCat("filter: unknown predicate '", v.text, "'; known: ",
-                                       kKnown));
+  return c.Error(v.begin,
+                 absl::StrCat("filter: unknown predicate '", v.text, "'; known: ", kKnown));
 }
 
 }  // namespace
@@ -107,9 +104,9 @@ SLUICE_REGISTER_OPS(filter_op) {
     p.list_order = 11;
     p.params = {{"predicate", true}, {"key", false}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    proto::FilterOp* f = op->mutable_filter();
-    RETURN_IF_ERROR(ParsePredicate(c, f));
-    RETURN_IF_ERROR(c.Component(c.arg(1), f));
+      proto::FilterOp* f = op->mutable_filter();
+      RETURN_IF_ERROR(ParsePredicate(c, f));
+      RETURN_IF_ERROR(c.Component(c.arg(1), f));
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -26,48 +26,37 @@ SLUICE_REGISTER_OPS(fixed_length_record_op) {
   r.build = [](const SourceBuildArgs& args) -> absl::StatusOr<IteratorFactory> {
     const std::string label = args.label;
     const proto::FixedLengthRecordSource source = args.source.fixed_length_record();
-    return IteratorFactory(
-        [label, source] { return NewFixedLengthRecordIterator(label, source); });
+    return IteratorFactory([label, source] { return NewFixedLengthRecordIterator(label, source); });
   };
   {
     SourceParseRule p;
     p.name = "fixed_length_record_dataset";
     p.list_order = 5;
     p.aliases = {"FixedLengthRecordDataset"};
-    p.params = {{"filenames", true}, {"record_bytes", true}, {"header_bytes", false}, {"footer_bytes", false}, {"buffer_size", false}, {"compression_type", false}, {"start_record", false}, {"num_records", false}};
+    p.params = {{"filenames", true},     {"record_bytes", true}, {"header_bytes", false},
+                {"footer_bytes", false}, {"buffer_size", false}, {"compression_type", false},
+                {"start_record", false}, {"num_records", false}};
     p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
-    auto range = [&](size_t i, proto::RecordRange* r) -> absl::Status {
-      r->set_count(-1);
-      if (c.given(i)) {
-        ASSIGN_OR_RETURN(int64_t start, c.Int("start_record", *c.arg(i)));
-        r->set_start(start);
+      proto::FixedLengthRecordSource* f = source->mutable_fixed_length_record();
+      RETURN_IF_ERROR(c.Filenames(*c.arg(0), f->mutable_filenames()));
+      ASSIGN_OR_RETURN(int64_t record_bytes, c.Int("record_bytes", *c.arg(1)));
+      f->set_record_bytes(record_bytes);
+      if (c.given(2)) {
+        ASSIGN_OR_RETURN(int64_t n, c.Int("header_bytes", *c.arg(2)));
+        f->set_header_bytes(n);
       }
-      if (c.given(i + 1)) {
-        ASSIGN_OR_RETURN(int64_t count, c.Int("num_records", *c.arg(i + 1)));
-        r->set_count(count);
+      if (c.given(3)) {
+        ASSIGN_OR_RETURN(int64_t n, c.Int("footer_bytes", *c.arg(3)));
+        f->set_footer_bytes(n);
       }
-      return absl::OkStatus();
-    };
-    proto::FixedLengthRecordSource* f = source->mutable_fixed_length_record();
-    RETURN_IF_ERROR(c.Filenames(*c.arg(0), f->mutable_filenames()));
-    ASSIGN_OR_RETURN(int64_t record_bytes, c.Int("record_bytes", *c.arg(1)));
-    f->set_record_bytes(record_bytes);
-    if (c.given(2)) {
-      ASSIGN_OR_RETURN(int64_t n, c.Int("header_bytes", *c.arg(2)));
-      f->set_header_bytes(n);
-    }
-    if (c.given(3)) {
-      ASSIGN_OR_RETURN(int64_t n, c.Int("footer_bytes", *c.arg(3)));
-      f->set_footer_bytes(n);
-    }
-    if (c.given(4)) {
-      ASSIGN_OR_RETURN(int64_t n, c.Int("buffer_size", *c.arg(4)));
-      f->set_buffer_size(n);
-    }
-    if (c.given(5)) {
-      ASSIGN_OR_RETURN(*f->mutable_compression_type(), c.Str("compression_type", *c.arg(5)));
-    }
-    if (c.given(6) || c.given(7)) RETURN_IF_ERROR(range(6, f->mutable_record_range()));
+      if (c.given(4)) {
+        ASSIGN_OR_RETURN(int64_t n, c.Int("buffer_size", *c.arg(4)));
+        f->set_buffer_size(n);
+      }
+      if (c.given(5)) {
+        ASSIGN_OR_RETURN(*f->mutable_compression_type(), c.Str("compression_type", *c.arg(5)));
+      }
+      if (c.given(6) || c.given(7)) RETURN_IF_ERROR(c.RecordRange(6, f->mutable_record_range()));
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -22,8 +22,8 @@ SLUICE_REGISTER_OPS(from_tensor_slices_op) {
     std::vector<Tensor> leaves = e.Flatten();
     for (size_t i = 0; i < leaves.size(); ++i) {
       if (leaves[i].shape().rank() == 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "component ", i, " is a scalar; slicing needs tensors of rank >= 1"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("component ", i, " is a scalar; slicing needs tensors of rank >= 1"));
       }
       if (leaves[i].shape().dim(0) != leaves[0].shape().dim(0)) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -42,8 +42,7 @@ SLUICE_REGISTER_OPS(from_tensor_slices_op) {
   };
   r.build = [](const SourceBuildArgs& args) -> absl::StatusOr<IteratorFactory> {
     const std::string label = args.label;
-    absl::StatusOr<Element> element =
-        ElementFromProto(args.source.from_tensor_slices().element());
+    absl::StatusOr<Element> element = ElementFromProto(args.source.from_tensor_slices().element());
     if (!element.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(label, ": bad element: ", element.status().message()));
@@ -59,12 +58,12 @@ SLUICE_REGISTER_OPS(from_tensor_slices_op) {
     p.list_order = 2;
     p.params = {{"tensors", true}};
     p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
-    const PyValue& v = *c.arg(0);
-    absl::StatusOr<Element> element = PyValueToElement(v);
-    if (!element.ok()) {
-      return c.Error(v.begin, absl::StrCat(c.name(), ": ", element.status().message()));
-    }
-    *source->mutable_from_tensor_slices()->mutable_element() = ElementToProto(*element);
+      const PyValue& v = *c.arg(0);
+      absl::StatusOr<Element> element = PyValueToElement(v);
+      if (!element.ok()) {
+        return c.Error(v.begin, absl::StrCat(c.name(), ": ", element.status().message()));
+      }
+      *source->mutable_from_tensor_slices()->mutable_element() = ElementToProto(*element);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

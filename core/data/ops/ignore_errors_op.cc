@@ -16,14 +16,14 @@ namespace sluice {
 SLUICE_REGISTER_OPS(ignore_errors_op) {
   OpRegistration r;
   r.name = "ignore_errors";
-  r.infer_spec = [](const proto::OpDef&,
-                    const ElementSpec& input) -> absl::StatusOr<ElementSpec> { return input; };
+  r.infer_spec = [](const proto::OpDef&, const ElementSpec& input) -> absl::StatusOr<ElementSpec> {
+    return input;
+  };
   r.cardinality = [](const proto::OpDef&, const ElementSpec&, int64_t n) {
     return n == kInfiniteCardinality ? n : kUnknownCardinality;
   };
   r.expression = [](const proto::OpDef& op) -> std::string {
-    return op.ignore_errors().log_warning() ? "ignore_errors(log_warning=True)"
-                                            : "ignore_errors()";
+    return op.ignore_errors().log_warning() ? "ignore_errors(log_warning=True)" : "ignore_errors()";
   };
   r.build = [](OpBuildArgs args) -> absl::StatusOr<IteratorFactory> {
     const std::string label = args.label;
@@ -47,11 +47,11 @@ SLUICE_REGISTER_OPS(ignore_errors_op) {
     p.list_order = 14;
     p.params = {{"log_warning", false}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    op->mutable_ignore_errors();
-    if (c.given(0)) {
-      ASSIGN_OR_RETURN(bool log, c.Bool("log_warning", *c.arg(0)));
-      op->mutable_ignore_errors()->set_log_warning(log);
-    }
+      op->mutable_ignore_errors();
+      if (c.given(0)) {
+        ASSIGN_OR_RETURN(bool log, c.Bool("log_warning", *c.arg(0)));
+        op->mutable_ignore_errors()->set_log_warning(log);
+      }
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

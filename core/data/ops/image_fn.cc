@@ -25,11 +25,11 @@ SLUICE_REGISTER_OPS(image_fn) {
     p.aliases = {"decode_jpeg", "decode_png"};
     p.params = {{"channels", false}};
     p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
-    int64_t channels = 0;
-    if (c.given(0)) {
-      ASSIGN_OR_RETURN(channels, c.Int("channels", *c.arg(0)));
-    }
-    m->mutable_image()->mutable_decode()->set_channels(channels);
+      int64_t channels = 0;
+      if (c.given(0)) {
+        ASSIGN_OR_RETURN(channels, c.Int("channels", *c.arg(0)));
+      }
+      m->mutable_image()->mutable_decode()->set_channels(channels);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));
@@ -40,16 +40,16 @@ SLUICE_REGISTER_OPS(image_fn) {
     p.list_order = 8;
     p.params = {{"size", true}, {"method", false}};
     p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
-    ASSIGN_OR_RETURN(std::vector<int64_t> size, c.Ints("size", *c.arg(0), false));
-    if (size.size() != 2) return c.Error(c.arg(0)->begin, "resize: size must be [height, width]");
-    if (c.given(1)) {
-      ASSIGN_OR_RETURN(std::string method, c.Str("method", *c.arg(1)));
-      if (method != "bilinear") {
-        return c.Error(c.arg(1)->begin, "resize: only method='bilinear' is supported");
+      ASSIGN_OR_RETURN(std::vector<int64_t> size, c.Ints("size", *c.arg(0), false));
+      if (size.size() != 2) return c.Error(c.arg(0)->begin, "resize: size must be [height, width]");
+      if (c.given(1)) {
+        ASSIGN_OR_RETURN(std::string method, c.Str("method", *c.arg(1)));
+        if (method != "bilinear") {
+          return c.Error(c.arg(1)->begin, "resize: only method='bilinear' is supported");
+        }
       }
-    }
-    m->mutable_image()->mutable_resize()->set_height(size[0]);
-    m->mutable_image()->mutable_resize()->set_width(size[1]);
+      m->mutable_image()->mutable_resize()->set_height(size[0]);
+      m->mutable_image()->mutable_resize()->set_width(size[1]);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));
@@ -60,12 +60,12 @@ SLUICE_REGISTER_OPS(image_fn) {
     p.list_order = 9;
     p.params = {{"size", true}, {"seed", false}};
     p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
-    ASSIGN_OR_RETURN(std::vector<int64_t> size, c.Ints("size", *c.arg(0), false));
-    for (int64_t d : size) m->mutable_image()->mutable_random_crop()->add_size(d);
-    if (c.given(1)) {
-      ASSIGN_OR_RETURN(int64_t seed, c.Int("seed", *c.arg(1)));
-      m->mutable_image()->mutable_random_crop()->set_seed(seed);
-    }
+      ASSIGN_OR_RETURN(std::vector<int64_t> size, c.Ints("size", *c.arg(0), false));
+      for (int64_t d : size) m->mutable_image()->mutable_random_crop()->add_size(d);
+      if (c.given(1)) {
+        ASSIGN_OR_RETURN(int64_t seed, c.Int("seed", *c.arg(1)));
+        m->mutable_image()->mutable_random_crop()->set_seed(seed);
+      }
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));
@@ -76,11 +76,11 @@ SLUICE_REGISTER_OPS(image_fn) {
     p.list_order = 10;
     p.params = {{"seed", false}};
     p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
-    proto::ImageFn::RandomFlipLeftRight* f = m->mutable_image()->mutable_random_flip_left_right();
-    if (c.given(0)) {
-      ASSIGN_OR_RETURN(int64_t seed, c.Int("seed", *c.arg(0)));
-      f->set_seed(seed);
-    }
+      proto::ImageFn::RandomFlipLeftRight* f = m->mutable_image()->mutable_random_flip_left_right();
+      if (c.given(0)) {
+        ASSIGN_OR_RETURN(int64_t seed, c.Int("seed", *c.arg(0)));
+        f->set_seed(seed);
+      }
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));
@@ -91,8 +91,8 @@ SLUICE_REGISTER_OPS(image_fn) {
     p.list_order = 11;
     p.params = {{"central_fraction", true}};
     p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
-    ASSIGN_OR_RETURN(double f, c.Number("central_fraction", *c.arg(0)));
-    m->mutable_image()->mutable_central_crop()->set_central_fraction(f);
+      ASSIGN_OR_RETURN(double f, c.Number("central_fraction", *c.arg(0)));
+      m->mutable_image()->mutable_central_crop()->set_central_fraction(f);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -33,8 +33,7 @@ constexpr absl::string_view kLambdaFile = "\x01sluice-interleave-input\x01";
 
 // The active message of SourceDef.kind, or null.
 google::protobuf::Message* MutableSource(proto::SourceDef* source) {
-  const google::protobuf::OneofDescriptor* kind =
-      source->GetDescriptor()->FindOneofByName("kind");
+  const google::protobuf::OneofDescriptor* kind = source->GetDescriptor()->FindOneofByName("kind");
   const google::protobuf::Reflection* r = source->GetReflection();
   const google::protobuf::FieldDescriptor* f =
       kind == nullptr ? nullptr : r->GetOneofFieldDescriptor(*source, kind);
@@ -51,8 +50,7 @@ absl::StatusOr<proto::DatasetDef> InterleaveInputGraph(const proto::DatasetDef& 
       source == nullptr ? nullptr : source->GetDescriptor()->FindFieldByName("filenames");
   if (f == nullptr || !f->is_repeated() ||
       f->type() != google::protobuf::FieldDescriptor::TYPE_STRING) {
-    return Invalid(absl::StrCat("interleave: the function's source (",
-                                SourceKindName(fn.source()),
+    return Invalid(absl::StrCat("interleave: the function's source (", SourceKindName(fn.source()),
                                 ") does not read files; use a file reader such as "
                                 "text_line_dataset or tf_record_dataset"));
   }
@@ -66,8 +64,7 @@ absl::StatusOr<proto::DatasetDef> InterleaveInputGraph(const proto::DatasetDef& 
 // limits on the arguments (num_parallel_calls <= cycle_length when both fixed).
 absl::StatusOr<ElementSpec> InferInterleaveSpec(const proto::InterleaveOp& op,
                                                 const ElementSpec& input) {
-  if (!input.is_leaf() || input.leaf().dtype != DType::kString ||
-      input.leaf().shape.rank() != 0) {
+  if (!input.is_leaf() || input.leaf().dtype != DType::kString || input.leaf().shape.rank() != 0) {
     return Invalid(absl::StrCat("the input elements must be file names (string scalars), got ",
                                 ElementSpecToString(input)));
   }
@@ -86,8 +83,8 @@ absl::StatusOr<ElementSpec> InferInterleaveSpec(const proto::InterleaveOp& op,
     return Invalid(absl::StrCat(
         "If `cycle_length` is set to a fixed value, `num_parallel_calls` must be either "
         "`tf.data.AUTOTUNE` or a value less than or equal to `cycle_length`. However, "
-        "`num_parallel_calls` is ", op.num_parallel_calls(), " and `cycle_length` is ",
-        op.cycle_length()));
+        "`num_parallel_calls` is ",
+        op.num_parallel_calls(), " and `cycle_length` is ", op.cycle_length()));
   }
   ASSIGN_OR_RETURN(proto::DatasetDef fn, InterleaveInputGraph(op.fn(), std::string(kLambdaFile)));
   absl::StatusOr<std::vector<ElementSpec>> specs = InferElementSpecs(fn);
@@ -102,15 +99,15 @@ std::string InterleaveExpression(const proto::InterleaveOp& i) {
     absl::StatusOr<Dataset> ds = Dataset::FromDef(*std::move(def));
     if (ds.ok()) {
       const std::string quoted = PythonStringLiteral(kLambdaFile);
-      fn = absl::StrReplaceAll(ds->ToExpression(), {{absl::StrCat("[", quoted, "]"), "f"},
-                                                    {quoted, "f"}});
+      fn = absl::StrReplaceAll(ds->ToExpression(),
+                               {{absl::StrCat("[", quoted, "]"), "f"}, {quoted, "f"}});
     }
   }
   std::string out = absl::StrCat("interleave(lambda f: ", fn);
   if (i.cycle_length() > 0) absl::StrAppend(&out, ", cycle_length=", i.cycle_length());
   if (i.block_length() > 0) absl::StrAppend(&out, ", block_length=", i.block_length());
-  absl::StrAppend(&out, ParallelArgs(i.num_parallel_calls(), i.has_deterministic(),
-                                     i.deterministic()));
+  absl::StrAppend(&out,
+                  ParallelArgs(i.num_parallel_calls(), i.has_deterministic(), i.deterministic()));
   return out + ")";
 }
 
@@ -132,8 +129,8 @@ SLUICE_REGISTER_OPS(interleave_op) {
     const int64_t block = i.block_length() > 0 ? i.block_length() : 1;
     const int64_t threads = ResolveParallelCalls(i.num_parallel_calls(), args.options);
     const bool deterministic = !i.has_deterministic() || i.deterministic();
-    InterleaveInputFn make = [fn = i.fn(), options = args.options](const Element& e)
-        -> absl::StatusOr<std::unique_ptr<Iterator>> {
+    InterleaveInputFn make = [fn = i.fn(), options = args.options](
+                                 const Element& e) -> absl::StatusOr<std::unique_ptr<Iterator>> {
       if (!e.is_leaf() || e.leaf().dtype() != DType::kString || e.leaf().shape().rank() != 0) {
         return absl::InvalidArgumentError("the input element is not a file name");
       }
@@ -153,47 +150,52 @@ SLUICE_REGISTER_OPS(interleave_op) {
     OpParseRule p;
     p.name = "interleave";
     p.list_order = 15;
-    p.params = {{"map_func", true}, {"cycle_length", false}, {"block_length", false}, {"num_parallel_calls", false}, {"deterministic", false}};
+    p.params = {{"map_func", true},
+                {"cycle_length", false},
+                {"block_length", false},
+                {"num_parallel_calls", false},
+                {"deterministic", false}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    proto::InterleaveOp* i = op->mutable_interleave();
-    const ParsedArg* fn = c.slot(0);
-    const PyValue& f = *c.arg(0);
-    if (fn != nullptr && fn->lambda != nullptr) {
-      *i->mutable_fn() = *fn->lambda;
-    } else if (f.kind == PyValue::Kind::kName && fn != nullptr && fn->call_args == nullptr) {
-      // A reader's name, such as text_line_dataset or tf.data.TFRecordDataset.
-      absl::StatusOr<proto::DatasetDef> parsed =
-          c.context().parse_lambda_body(absl::StrCat(f.text, "(f)"), "f");
-      if (!parsed.ok()) {
-        return c.Error(f.begin, absl::StrCat("interleave: map_func '", f.text,
-                                             "' is not a file reader; write a lambda such "
-                                             "as lambda f: csv_dataset(f, record_defaults="
-                                             "[0])"));
+      proto::InterleaveOp* i = op->mutable_interleave();
+      const ParsedArg* fn = c.slot(0);
+      const PyValue& f = *c.arg(0);
+      if (fn != nullptr && fn->lambda != nullptr) {
+        *i->mutable_fn() = *fn->lambda;
+      } else if (f.kind == PyValue::Kind::kName && fn != nullptr && fn->call_args == nullptr) {
+        // A reader's name, such as text_line_dataset or tf.data.TFRecordDataset.
+        absl::StatusOr<proto::DatasetDef> parsed =
+            c.context().parse_lambda_body(absl::StrCat(f.text, "(f)"), "f");
+        if (!parsed.ok()) {
+          return c.Error(f.begin, absl::StrCat("interleave: map_func '", f.text,
+                                               "' is not a file reader; write a lambda such "
+                                               "as lambda f: csv_dataset(f, record_defaults="
+                                               "[0])"));
+        }
+        *i->mutable_fn() = *std::move(parsed);
+      } else {
+        return c.Error(f.begin, absl::StrCat("interleave: map_func must be a reader such as "
+                                             "text_line_dataset or a lambda such as lambda f: "
+                                             "text_line_dataset(f), got ",
+                                             c.Text(f)));
       }
-      *i->mutable_fn() = *std::move(parsed);
-    } else {
-      return c.Error(f.begin, absl::StrCat("interleave: map_func must be a reader such as "
-                                           "text_line_dataset or a lambda such as lambda f: "
-                                           "text_line_dataset(f), got ", c.Text(f)));
-    }
-    i->set_cycle_length(-1);
-    i->set_block_length(-1);
-    if (c.given(1)) {
-      ASSIGN_OR_RETURN(int64_t n, c.Int("cycle_length", *c.arg(1)));
-      i->set_cycle_length(n);
-    }
-    if (c.given(2)) {
-      ASSIGN_OR_RETURN(int64_t n, c.Int("block_length", *c.arg(2)));
-      i->set_block_length(n);
-    }
-    if (c.given(3)) {
-      ASSIGN_OR_RETURN(int64_t n, c.Int("num_parallel_calls", *c.arg(3)));
-      i->set_num_parallel_calls(n);
-    }
-    if (c.given(4)) {
-      ASSIGN_OR_RETURN(bool d, c.Bool("deterministic", *c.arg(4)));
-      i->set_deterministic(d);
-    }
+      i->set_cycle_length(-1);
+      i->set_block_length(-1);
+      if (c.given(1)) {
+        ASSIGN_OR_RETURN(int64_t n, c.Int("cycle_length", *c.arg(1)));
+        i->set_cycle_length(n);
+      }
+      if (c.given(2)) {
+        ASSIGN_OR_RETURN(int64_t n, c.Int("block_length", *c.arg(2)));
+        i->set_block_length(n);
+      }
+      if (c.given(3)) {
+        ASSIGN_OR_RETURN(int64_t n, c.Int("num_parallel_calls", *c.arg(3)));
+        i->set_num_parallel_calls(n);
+      }
+      if (c.given(4)) {
+        ASSIGN_OR_RETURN(bool d, c.Bool("deterministic", *c.arg(4)));
+        i->set_deterministic(d);
+      }
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -35,14 +35,14 @@ absl::Status ParseMapFn(const ParseCall& c, proto::MapOp* m) {
   const PyValue& v = *c.arg(0);
   if (arg == nullptr || arg->call_args == nullptr) {
     return c.Error(v.begin, absl::StrCat("map: map_func must be a call of a built-in function "
-                                         "such as cast(tf.float32), got ", c.Text(v),
-                                         "; known: ", registry.MapFnParserNames()));
+                                         "such as cast(tf.float32), got ",
+                                         c.Text(v), "; known: ", registry.MapFnParserNames()));
   }
   const std::string fn = StripCallPrefixes(v.text);
   const MapFnParseRule* rule = registry.FindMapFnParser(fn);
   if (rule == nullptr) {
-    return c.Error(v.begin, absl::StrCat("map: unknown function '", v.text, "'; known: ",
-                                         registry.MapFnParserNames()));
+    return c.Error(v.begin, absl::StrCat("map: unknown function '", v.text,
+                                         "'; known: ", registry.MapFnParserNames()));
   }
   if (arg->map_fn != nullptr) {  // read by the rule's parse_text
     m->MergeFrom(*arg->map_fn);
@@ -51,8 +51,8 @@ absl::Status ParseMapFn(const ParseCall& c, proto::MapOp* m) {
   if (rule->unbound) {
     return rule->parse(ParseCall::Unbound(c.context(), fn, v.begin, *arg->call_args), m);
   }
-  ASSIGN_OR_RETURN(ParseCall call, ParseCall::Bind(c.context(), fn, v.begin, *arg->call_args,
-                                                   rule->params));
+  ASSIGN_OR_RETURN(ParseCall call,
+                   ParseCall::Bind(c.context(), fn, v.begin, *arg->call_args, rule->params));
   return rule->parse(call, m);
 }
 
@@ -82,16 +82,15 @@ SLUICE_REGISTER_OPS(map_op) {
       return absl::Status(fn.status().code(), absl::StrCat(label, ": ", fn.status().message()));
     }
     // An element-wise fn also maps whole blocks (the bulk path, core/data/iterator.h).
-    const ElementFn block_apply = (*fn)->ElementWise() ? ElementFn([fn = *fn](Element e) {
-      return fn->Apply(std::move(e));
-    }) : ElementFn();
+    const ElementFn block_apply =
+        (*fn)->ElementWise() ? ElementFn([fn = *fn](Element e) { return fn->Apply(std::move(e)); })
+                             : ElementFn();
     ElementFn apply = [fn = *std::move(fn)](Element e) { return fn->Apply(std::move(e)); };
     const int64_t threads = ResolveParallelCalls(m.num_parallel_calls(), args.options);
     const bool deterministic = !m.has_deterministic() || m.deterministic();
     const bool autotune = m.num_parallel_calls() == -1;
     return IteratorFactory([label, input, apply, threads, deterministic, block_apply, autotune] {
-      return NewMapIterator(label, input(), apply, threads, deterministic, block_apply,
-                            autotune);
+      return NewMapIterator(label, input(), apply, threads, deterministic, block_apply, autotune);
     });
   };
   r.global_order_conflict = [](const proto::OpDef& op) -> std::string {
@@ -104,19 +103,22 @@ SLUICE_REGISTER_OPS(map_op) {
     OpParseRule p;
     p.name = "map";
     p.list_order = 10;
-    p.params = {{"map_func", true}, {"num_parallel_calls", false}, {"deterministic", false}, {"key", false}};
+    p.params = {{"map_func", true},
+                {"num_parallel_calls", false},
+                {"deterministic", false},
+                {"key", false}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    proto::MapOp* m = op->mutable_map();
-    RETURN_IF_ERROR(ParseMapFn(c, m));
-    if (c.given(1)) {
-      ASSIGN_OR_RETURN(int64_t n, c.Int("num_parallel_calls", *c.arg(1)));
-      m->set_num_parallel_calls(n);
-    }
-    if (c.given(2)) {
-      ASSIGN_OR_RETURN(bool d, c.Bool("deterministic", *c.arg(2)));
-      m->set_deterministic(d);
-    }
-    RETURN_IF_ERROR(c.Component(c.arg(3), m));
+      proto::MapOp* m = op->mutable_map();
+      RETURN_IF_ERROR(ParseMapFn(c, m));
+      if (c.given(1)) {
+        ASSIGN_OR_RETURN(int64_t n, c.Int("num_parallel_calls", *c.arg(1)));
+        m->set_num_parallel_calls(n);
+      }
+      if (c.given(2)) {
+        ASSIGN_OR_RETURN(bool d, c.Bool("deterministic", *c.arg(2)));
+        m->set_deterministic(d);
+      }
+      RETURN_IF_ERROR(c.Component(c.arg(3), m));
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -86,9 +86,7 @@ class NormalizeFn : public ComponentFn {
   }
 
  private:
-  int64_t Channels() const {
-    return static_cast<int64_t>(std::max(mean_.size(), std_.size()));
-  }
+  int64_t Channels() const { return static_cast<int64_t>(std::max(mean_.size(), std_.size())); }
 
   const std::vector<float> mean_;
   const std::vector<float> std_;
@@ -115,10 +113,10 @@ SLUICE_REGISTER_OPS(normalize_fn) {
     p.list_order = 3;
     p.params = {{"mean", true}, {"std", true}};
     p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
-    ASSIGN_OR_RETURN(std::vector<float> mean, c.Floats("mean", *c.arg(0)));
-    ASSIGN_OR_RETURN(std::vector<float> stddev, c.Floats("std", *c.arg(1)));
-    for (float x : mean) m->mutable_normalize()->add_mean(x);
-    for (float x : stddev) m->mutable_normalize()->add_std(x);
+      ASSIGN_OR_RETURN(std::vector<float> mean, c.Floats("mean", *c.arg(0)));
+      ASSIGN_OR_RETURN(std::vector<float> stddev, c.Floats("std", *c.arg(1)));
+      for (float x : mean) m->mutable_normalize()->add_mean(x);
+      for (float x : stddev) m->mutable_normalize()->add_std(x);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -40,9 +40,8 @@ SLUICE_REGISTER_OPS(npy_op) {
   // Cardinality: unknown without reading the files' headers.
   r.expression = [](const proto::SourceDef& s) {
     const proto::NpySource& n = s.npy();
-    return absl::StrCat("npy_dataset(", StringList(n.filenames()), ", dtype=",
-                        TfDType(n.dtype()), ", shape=[", absl::StrJoin(n.row_shape(), ", "),
-                        "])");
+    return absl::StrCat("npy_dataset(", StringList(n.filenames()), ", dtype=", TfDType(n.dtype()),
+                        ", shape=[", absl::StrJoin(n.row_shape(), ", "), "])");
   };
   r.build = [](const SourceBuildArgs& args) -> absl::StatusOr<IteratorFactory> {
     const std::string label = args.label;
@@ -55,29 +54,30 @@ SLUICE_REGISTER_OPS(npy_op) {
     p.list_order = 7;
     p.params = {{"filenames", true}, {"dtype", false}, {"shape", false}};
     p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
-    proto::NpySource* n = source->mutable_npy();
-    RETURN_IF_ERROR(c.Filenames(*c.arg(0), n->mutable_filenames()));
-    if (c.given(1) != c.given(2)) {
-      return c.Error(c.at(), "npy_dataset: give both dtype= and shape= (the row shape), or neither");
-    }
-    if (c.given(1)) {
-      ASSIGN_OR_RETURN(DType t, c.DTypeArg("dtype", *c.arg(1)));
-      ASSIGN_OR_RETURN(std::vector<int64_t> shape, c.Ints("shape", *c.arg(2), false));
-      if (c.arg(2)->kind != PyValue::Kind::kList && c.arg(2)->kind != PyValue::Kind::kTuple) {
-        return c.Error(c.arg(2)->begin, "npy_dataset: shape must be a list such as [28, 28]");
+      proto::NpySource* n = source->mutable_npy();
+      RETURN_IF_ERROR(c.Filenames(*c.arg(0), n->mutable_filenames()));
+      if (c.given(1) != c.given(2)) {
+        return c.Error(c.at(),
+                       "npy_dataset: give both dtype= and shape= (the row shape), or neither");
       }
-      n->set_dtype(static_cast<proto::DataType>(t));
-      for (int64_t d : shape) n->add_row_shape(d);
-      return absl::OkStatus();
-    }
-    if (n->filenames_size() == 0) {
-      return c.Error(c.at(), "npy_dataset: in a lambda, give dtype= and shape= (the row shape)");
-    }
-    // The spec comes from the first file's header.
-    absl::StatusOr<proto::NpySource> read = MakeNpySource(
-        std::vector<std::string>(n->filenames().begin(), n->filenames().end()));
-    if (!read.ok()) return PipelineError(c.at(), read.status(), "npy_dataset: ");
-    *n = *std::move(read);
+      if (c.given(1)) {
+        ASSIGN_OR_RETURN(DType t, c.DTypeArg("dtype", *c.arg(1)));
+        ASSIGN_OR_RETURN(std::vector<int64_t> shape, c.Ints("shape", *c.arg(2), false));
+        if (c.arg(2)->kind != PyValue::Kind::kList && c.arg(2)->kind != PyValue::Kind::kTuple) {
+          return c.Error(c.arg(2)->begin, "npy_dataset: shape must be a list such as [28, 28]");
+        }
+        n->set_dtype(static_cast<proto::DataType>(t));
+        for (int64_t d : shape) n->add_row_shape(d);
+        return absl::OkStatus();
+      }
+      if (n->filenames_size() == 0) {
+        return c.Error(c.at(), "npy_dataset: in a lambda, give dtype= and shape= (the row shape)");
+      }
+      // The spec comes from the first file's header.
+      absl::StatusOr<proto::NpySource> read =
+          MakeNpySource(std::vector<std::string>(n->filenames().begin(), n->filenames().end()));
+      if (!read.ok()) return PipelineError(c.at(), read.status(), "npy_dataset: ");
+      *n = *std::move(read);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

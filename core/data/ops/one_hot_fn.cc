@@ -1,5 +1,5 @@
-// one_hot(depth, on_value=1, off_value=0, dtype=tf.float32) for map(): the function (core/data/map_fns.h has the semantics) and its
-// registration (core/data/op_registry.h).
+// one_hot(depth, on_value=1, off_value=0, dtype=tf.float32) for map(): the function
+// (core/data/map_fns.h has the semantics) and its registration (core/data/op_registry.h).
 #include <limits>
 #include <memory>
 #include <string>
@@ -44,9 +44,9 @@ class OneHotFn : public ComponentFn {
   absl::StatusOr<Element> Apply(const Tensor& input) const override {
     RETURN_IF_ERROR(Check(input.dtype()));
     const int64_t n = input.num_elements();
-    const int64_t values =
-        n > 0 && depth_ > std::numeric_limits<int64_t>::max() / n ? std::numeric_limits<int64_t>::max()
-                                                                  : n * depth_;
+    const int64_t values = n > 0 && depth_ > std::numeric_limits<int64_t>::max() / n
+                               ? std::numeric_limits<int64_t>::max()
+                               : n * depth_;
     RETURN_IF_ERROR(ProcessMemoryBudget().CheckElement(
         AllocationFootprint(dtype_, values), Describe(),
         absl::StrCat("an output of ", n, " x ", depth_, " values")));
@@ -82,8 +82,8 @@ class OneHotFn : public ComponentFn {
  private:
   static absl::Status Check(DType d) {
     if (d != DType::kUInt8 && d != DType::kInt8 && d != DType::kInt32 && d != DType::kInt64) {
-      return Invalid(absl::StrCat("indices must be uint8, int8, int32 or int64, got ",
-                                  DTypeName(d)));
+      return Invalid(
+          absl::StrCat("indices must be uint8, int8, int32 or int64, got ", DTypeName(d)));
     }
     return absl::OkStatus();
   }
@@ -109,9 +109,9 @@ SLUICE_REGISTER_OPS(one_hot_fn) {
     if (!IsNumeric(t)) {
       return Invalid(absl::StrCat("one_hot: dtype must be numeric, got ", DTypeName(t)));
     }
-    return std::unique_ptr<ComponentFn>(
-        new OneHotFn(o.depth(), o.has_on_value() ? o.on_value() : 1.0,
-                     o.has_off_value() ? o.off_value() : 0.0, t));
+    return std::unique_ptr<ComponentFn>(new OneHotFn(o.depth(),
+                                                     o.has_on_value() ? o.on_value() : 1.0,
+                                                     o.has_off_value() ? o.off_value() : 0.0, t));
   };
   r.expression = [](const proto::MapOp& m) {
     const proto::OneHotFn& o = m.one_hot();
@@ -131,21 +131,21 @@ SLUICE_REGISTER_OPS(one_hot_fn) {
     p.list_order = 4;
     p.params = {{"depth", true}, {"on_value", false}, {"off_value", false}, {"dtype", false}};
     p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
-    proto::OneHotFn* o = m->mutable_one_hot();
-    ASSIGN_OR_RETURN(int64_t depth, c.Int("depth", *c.arg(0)));
-    o->set_depth(depth);
-    if (c.given(1)) {
-      ASSIGN_OR_RETURN(double on, c.Number("on_value", *c.arg(1)));
-      o->set_on_value(on);
-    }
-    if (c.given(2)) {
-      ASSIGN_OR_RETURN(double off, c.Number("off_value", *c.arg(2)));
-      o->set_off_value(off);
-    }
-    if (c.given(3)) {
-      ASSIGN_OR_RETURN(DType t, c.DTypeArg("dtype", *c.arg(3)));
-      o->set_dtype(static_cast<proto::DataType>(t));
-    }
+      proto::OneHotFn* o = m->mutable_one_hot();
+      ASSIGN_OR_RETURN(int64_t depth, c.Int("depth", *c.arg(0)));
+      o->set_depth(depth);
+      if (c.given(1)) {
+        ASSIGN_OR_RETURN(double on, c.Number("on_value", *c.arg(1)));
+        o->set_on_value(on);
+      }
+      if (c.given(2)) {
+        ASSIGN_OR_RETURN(double off, c.Number("off_value", *c.arg(2)));
+        o->set_off_value(off);
+      }
+      if (c.given(3)) {
+        ASSIGN_OR_RETURN(DType t, c.DTypeArg("dtype", *c.arg(3)));
+        o->set_dtype(static_cast<proto::DataType>(t));
+      }
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

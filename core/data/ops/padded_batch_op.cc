@@ -1,5 +1,6 @@
 // padded_batch(batch_size, padded_shapes, padding_values, drop_remainder): the registration of
 // the op (core/data/op_registry.h); the iterator is in padded_batch_iterator.h.
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -7,9 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data/op_expression.h"
-#include "core/data/op_registry.h"
-#include <algorithm>
 #include "core/data/op_parse.h"
+#include "core/data/op_registry.h"
 #include "core/data/ops/padded_batch_iterator.h"
 #include "core/tensor/proto_convert.h"
 #include "core/util/status_macros.h"
@@ -72,8 +72,7 @@ SLUICE_REGISTER_OPS(padded_batch_op) {
     const std::string label = args.label;
     IteratorFactory input = std::move(args.input);
     const proto::PaddedBatchOp p = args.op.padded_batch();
-    return IteratorFactory(
-        [label, input, p] { return NewPaddedBatchIterator(label, input(), p); });
+    return IteratorFactory([label, input, p] { return NewPaddedBatchIterator(label, input(), p); });
   };
   r.batch_params = [](const proto::OpDef& op) {
     return BatchParams{op.padded_batch().batch_size(), op.padded_batch().drop_remainder()};
@@ -85,39 +84,44 @@ SLUICE_REGISTER_OPS(padded_batch_op) {
     OpParseRule p;
     p.name = "padded_batch";
     p.list_order = 12;
-    p.params = {{"batch_size", true}, {"padded_shapes", false}, {"padding_values", false}, {"drop_remainder", false}};
+    p.params = {{"batch_size", true},
+                {"padded_shapes", false},
+                {"padding_values", false},
+                {"drop_remainder", false}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    proto::PaddedBatchOp* p = op->mutable_padded_batch();
-    ASSIGN_OR_RETURN(int64_t n, c.Int("batch_size", *c.arg(0)));
-    p->set_batch_size(n);
-    if (c.given(1)) {
-      // A shape is a list (or a bare int n for [n]); tuples and dicts are structure.
-      std::vector<const PyValue*> shapes;
-      FlattenPy(*c.arg(1), [](const PyValue& x) { return x.kind == PyValue::Kind::kList; },
-                &shapes);
-      for (const PyValue* s : shapes) {
-        if (s->kind != PyValue::Kind::kList && s->kind != PyValue::Kind::kInt) {
-          return c.Error(s->begin, absl::StrCat("padded_batch: a padded shape must be a list "
-                                                "such as [None, 5] (None pads to the longest), "
-                                                "got ", c.Text(*s)));
+      proto::PaddedBatchOp* p = op->mutable_padded_batch();
+      ASSIGN_OR_RETURN(int64_t n, c.Int("batch_size", *c.arg(0)));
+      p->set_batch_size(n);
+      if (c.given(1)) {
+        // A shape is a list (or a bare int n for [n]); tuples and dicts are structure.
+        std::vector<const PyValue*> shapes;
+        FlattenPy(
+            *c.arg(1), [](const PyValue& x) { return x.kind == PyValue::Kind::kList; }, &shapes);
+        for (const PyValue* s : shapes) {
+          if (s->kind != PyValue::Kind::kList && s->kind != PyValue::Kind::kInt) {
+            return c.Error(s->begin, absl::StrCat("padded_batch: a padded shape must be a list "
+                                                  "such as [None, 5] (None pads to the longest), "
+                                                  "got ",
+                                                  c.Text(*s)));
+          }
+          ASSIGN_OR_RETURN(std::vector<int64_t> dims, c.Ints("padded_shapes", *s, true));
+          proto::PaddedShape* out = p->add_padded_shapes();
+          for (int64_t d : dims) out->add_dims(d);
         }
-        ASSIGN_OR_RETURN(std::vector<int64_t> dims, c.Ints("padded_shapes", *s, true));
-        proto::PaddedShape* out = p->add_padded_shapes();
-        for (int64_t d : dims) out->add_dims(d);
       }
-    }
-    if (c.given(2)) {
-      std::vector<const PyValue*> values;
-      FlattenPy(*c.arg(2), [](const PyValue&) { return false; }, &values);
-      for (const PyValue* v : values) {
-        ASSIGN_OR_RETURN(Tensor t, c.Scalar("padding_values", *v));
-        *p->add_padding_values() = TensorToProto(t);
+      if (c.given(2)) {
+        std::vector<const PyValue*> values;
+        FlattenPy(
+            *c.arg(2), [](const PyValue&) { return false; }, &values);
+        for (const PyValue* v : values) {
+          ASSIGN_OR_RETURN(Tensor t, c.Scalar("padding_values", *v));
+          *p->add_padding_values() = TensorToProto(t);
+        }
       }
-    }
-    if (c.given(3)) {
-      ASSIGN_OR_RETURN(bool drop, c.Bool("drop_remainder", *c.arg(3)));
-      p->set_drop_remainder(drop);
-    }
+      if (c.given(3)) {
+        ASSIGN_OR_RETURN(bool drop, c.Bool("drop_remainder", *c.arg(3)));
+        p->set_drop_remainder(drop);
+      }
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

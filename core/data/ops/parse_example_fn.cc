@@ -34,8 +34,9 @@ absl::StatusOr<proto::MapOp> ParseExampleText(absl::string_view text, size_t* po
     skip_ws();
     if (kw != "features" || peek() != '=') {
       *pos = save;
-      return PipelineExpected(text, *pos, "the feature dict of parse_example, as in "
-                                          "parse_example({'x': FixedLenFeature([], tf.int64)})");
+      return PipelineExpected(text, *pos,
+                              "the feature dict of parse_example, as in "
+                              "parse_example({'x': FixedLenFeature([], tf.int64)})");
     }
     ++*pos;
   }
@@ -46,7 +47,8 @@ absl::StatusOr<proto::MapOp> ParseExampleText(absl::string_view text, size_t* po
     ++*pos;
     skip_ws();
   }
-  if (peek() != ')') return PipelineExpected(text, *pos, "')' to close the arguments of parse_example");
+  if (peek() != ')')
+    return PipelineExpected(text, *pos, "')' to close the arguments of parse_example");
   ++*pos;
   return m;
 }
@@ -66,10 +68,11 @@ SLUICE_REGISTER_OPS(parse_example_fn) {
     p.list_order = 6;
     p.parse_text = ParseExampleText;
     p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
-    // Not reached: parse_text reads the call (map() takes the fn the parser kept).
-    (void)m;
-    return c.Error(c.at(), "parse_example: give the feature dict, as in parse_example({'x': "
-                           "FixedLenFeature([], tf.int64)})");
+      // Not reached: parse_text reads the call (map() takes the fn the parser kept).
+      (void)m;
+      return c.Error(c.at(),
+                     "parse_example: give the feature dict, as in parse_example({'x': "
+                     "FixedLenFeature([], tf.int64)})");
     };
     r.parse.push_back(std::move(p));
   }

@@ -34,8 +34,8 @@ SLUICE_REGISTER_OPS(prefetch_op) {
     int64_t n = args.op.prefetch().buffer_size();
     if (n == -1) n = args.options.autotune_prefetch_elements;
     if (n < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          label, ": buffer_size must be non-negative or -1 (AUTOTUNE), got ", n));
+      return absl::InvalidArgumentError(
+          absl::StrCat(label, ": buffer_size must be non-negative or -1 (AUTOTUNE), got ", n));
     }
     if (n == 0) return input;  // prefetch(0) is a no-op, as in TF
     return IteratorFactory([label, input, n]() -> std::unique_ptr<Iterator> {
@@ -50,8 +50,8 @@ SLUICE_REGISTER_OPS(prefetch_op) {
     p.list_order = 6;
     p.params = {{"buffer_size", true}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    ASSIGN_OR_RETURN(int64_t buffer_size, c.Int("buffer_size", *c.arg(0)));
-    op->mutable_prefetch()->set_buffer_size(buffer_size);
+      ASSIGN_OR_RETURN(int64_t buffer_size, c.Int("buffer_size", *c.arg(0)));
+      op->mutable_prefetch()->set_buffer_size(buffer_size);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -29,8 +29,8 @@ SLUICE_REGISTER_OPS(range_op) {
   };
   r.cardinality = [](const proto::SourceDef& s) { return RangeCardinality(s.range()); };
   r.expression = [](const proto::SourceDef& s) {
-    return absl::StrCat("range(", s.range().start(), ", ", s.range().stop(), ", ",
-                        s.range().step(), ")");
+    return absl::StrCat("range(", s.range().start(), ", ", s.range().stop(), ", ", s.range().step(),
+                        ")");
   };
   r.build = [](const SourceBuildArgs& args) {
     const std::string label = args.label;
@@ -45,30 +45,31 @@ SLUICE_REGISTER_OPS(range_op) {
     p.list_order = 0;
     p.unbound = true;
     p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
-    for (const ParsedArg& a : c.args()) {
-      if (a.keyword.has_value()) {
-        return c.Error(a.at, absl::StrCat("range: unexpected keyword argument '", *a.keyword,
-                                          "' (range takes 1 to 3 positional arguments: "
-                                          "[start,] stop[, step])"));
+      for (const ParsedArg& a : c.args()) {
+        if (a.keyword.has_value()) {
+          return c.Error(a.at, absl::StrCat("range: unexpected keyword argument '", *a.keyword,
+                                            "' (range takes 1 to 3 positional arguments: "
+                                            "[start,] stop[, step])"));
+        }
       }
-    }
-    const std::vector<ParsedArg>& args = c.args();
-    if (args.empty() || args.size() > 3) {
-      return c.Error(args.empty() ? c.at() : args[3].at,
-                     absl::StrCat("range: takes 1 to 3 positional arguments ([start,] stop[, "
-                                  "step]), got ", args.size()));
-    }
-    static const char* const kNames[] = {"start", "stop", "step"};
-    int64_t values[3] = {0, 0, 1};
-    const char* const* names = args.size() == 1 ? kNames + 1 : kNames;
-    int first = args.size() == 1 ? 1 : 0;
-    for (size_t i = 0; i < args.size(); ++i) {
-      ASSIGN_OR_RETURN(values[first + i], c.Int(names[i], args[i].value));
-    }
-    proto::RangeSource* r = source->mutable_range();
-    r->set_start(values[0]);
-    r->set_stop(values[1]);
-    r->set_step(values[2]);
+      const std::vector<ParsedArg>& args = c.args();
+      if (args.empty() || args.size() > 3) {
+        return c.Error(args.empty() ? c.at() : args[3].at,
+                       absl::StrCat("range: takes 1 to 3 positional arguments ([start,] stop[, "
+                                    "step]), got ",
+                                    args.size()));
+      }
+      static const char* const kNames[] = {"start", "stop", "step"};
+      int64_t values[3] = {0, 0, 1};
+      const char* const* names = args.size() == 1 ? kNames + 1 : kNames;
+      int first = args.size() == 1 ? 1 : 0;
+      for (size_t i = 0; i < args.size(); ++i) {
+        ASSIGN_OR_RETURN(values[first + i], c.Int(names[i], args[i].value));
+      }
+      proto::RangeSource* r = source->mutable_range();
+      r->set_start(values[0]);
+      r->set_stop(values[1]);
+      r->set_step(values[2]);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -53,8 +53,8 @@ absl::StatusOr<ElementSpec> RebatchSpec(const proto::RebatchOp& r, const Element
   bool all_zero = true;
   for (int i = 0; i < r.batch_sizes_size(); ++i) {
     if (r.batch_sizes(i) < 0) {
-      return Invalid(absl::StrCat("batch_sizes must be >= 0, got ", r.batch_sizes(i),
-                                  " at position ", i));
+      return Invalid(
+          absl::StrCat("batch_sizes must be >= 0, got ", r.batch_sizes(i), " at position ", i));
     }
     if (r.batch_sizes(i) != 0) all_zero = false;
   }
@@ -119,11 +119,10 @@ SLUICE_REGISTER_OPS(rebatch_op) {
     std::vector<int64_t> sizes(b.batch_sizes().begin(), b.batch_sizes().end());
     // TF builds the empty pieces of size-0 entries from the static spec.
     const ElementSpec output_spec = args.output_spec;
-    return CheckedFactory(std::move(args.input),
-                          [label, sizes, b, output_spec](std::unique_ptr<Iterator> in) {
-                            return NewRebatchIterator(label, std::move(in), sizes,
-                                                      b.drop_remainder(), output_spec);
-                          });
+    return CheckedFactory(
+        std::move(args.input), [label, sizes, b, output_spec](std::unique_ptr<Iterator> in) {
+          return NewRebatchIterator(label, std::move(in), sizes, b.drop_remainder(), output_spec);
+        });
   };
   r.global_order_conflict = [](const proto::OpDef&) -> std::string {
     return "changes how many elements there are, so positions of records no longer cut "
@@ -135,21 +134,21 @@ SLUICE_REGISTER_OPS(rebatch_op) {
     p.list_order = 8;
     p.params = {{"batch_size", true}, {"drop_remainder", false}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    proto::RebatchOp* r = op->mutable_rebatch();
-    const PyValue& sizes = *c.arg(0);
-    if (sizes.kind == PyValue::Kind::kList || sizes.kind == PyValue::Kind::kTuple) {
-      for (const PyValue& s : sizes.items) {
-        ASSIGN_OR_RETURN(int64_t n, c.Int("batch_size", s));
+      proto::RebatchOp* r = op->mutable_rebatch();
+      const PyValue& sizes = *c.arg(0);
+      if (sizes.kind == PyValue::Kind::kList || sizes.kind == PyValue::Kind::kTuple) {
+        for (const PyValue& s : sizes.items) {
+          ASSIGN_OR_RETURN(int64_t n, c.Int("batch_size", s));
+          r->add_batch_sizes(n);
+        }
+      } else {
+        ASSIGN_OR_RETURN(int64_t n, c.Int("batch_size", sizes));
         r->add_batch_sizes(n);
       }
-    } else {
-      ASSIGN_OR_RETURN(int64_t n, c.Int("batch_size", sizes));
-      r->add_batch_sizes(n);
-    }
-    if (c.arg(1).has_value()) {
-      ASSIGN_OR_RETURN(bool drop, c.Bool("drop_remainder", *c.arg(1)));
-      r->set_drop_remainder(drop);
-    }
+      if (c.arg(1).has_value()) {
+        ASSIGN_OR_RETURN(bool drop, c.Bool("drop_remainder", *c.arg(1)));
+        r->set_drop_remainder(drop);
+      }
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));
@@ -160,12 +159,12 @@ SLUICE_REGISTER_OPS(rebatch_op) {
     p.list_order = 9;
     p.params = {{"num_replicas", true}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    ASSIGN_OR_RETURN(int64_t n, c.Int("num_replicas", *c.arg(0)));
-    // In the proto 0 means "not legacy", so refuse it here, where the op is still named.
-    if (n == 0) {
-      return c.Error(c.arg(0)->begin, "legacy_rebatch: num_replicas must be positive, got 0");
-    }
-    op->mutable_rebatch()->set_legacy_num_replicas(n);
+      ASSIGN_OR_RETURN(int64_t n, c.Int("num_replicas", *c.arg(0)));
+      // In the proto 0 means "not legacy", so refuse it here, where the op is still named.
+      if (n == 0) {
+        return c.Error(c.arg(0)->begin, "legacy_rebatch: num_replicas must be positive, got 0");
+      }
+      op->mutable_rebatch()->set_legacy_num_replicas(n);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

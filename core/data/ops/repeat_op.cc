@@ -50,11 +50,11 @@ SLUICE_REGISTER_OPS(repeat_op) {
     p.list_order = 1;
     p.params = {{"count", false}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    int64_t count = -1;
-    if (c.given(0)) {
-      ASSIGN_OR_RETURN(count, c.Int("count", *c.arg(0)));
-    }
-    op->mutable_repeat()->set_count(count);
+      int64_t count = -1;
+      if (c.given(0)) {
+        ASSIGN_OR_RETURN(count, c.Int("count", *c.arg(0)));
+      }
+      op->mutable_repeat()->set_count(count);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

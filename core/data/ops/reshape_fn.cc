@@ -106,11 +106,11 @@ SLUICE_REGISTER_OPS(reshape_fn) {
     p.list_order = 2;
     p.params = {{"shape", true}};
     p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
-    ASSIGN_OR_RETURN(std::vector<int64_t> shape, c.Ints("shape", *c.arg(0), false));
-    if (c.arg(0)->kind != PyValue::Kind::kList && c.arg(0)->kind != PyValue::Kind::kTuple) {
-      return c.Error(c.arg(0)->begin, "reshape: shape must be a list such as [28, 28]");
-    }
-    for (int64_t d : shape) m->mutable_reshape()->add_shape(d);
+      ASSIGN_OR_RETURN(std::vector<int64_t> shape, c.Ints("shape", *c.arg(0), false));
+      if (c.arg(0)->kind != PyValue::Kind::kList && c.arg(0)->kind != PyValue::Kind::kTuple) {
+        return c.Error(c.arg(0)->begin, "reshape: shape must be a list such as [28, 28]");
+      }
+      for (int64_t d : shape) m->mutable_reshape()->add_shape(d);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -40,17 +40,18 @@ SLUICE_REGISTER_OPS(shard_op) {
   };
   r.expression = [](const proto::OpDef& op) {
     const proto::ShardOp& s = op.shard();
-    return absl::StrCat(
-        "shard(", s.num_shards_is_hint() ? "SHARD_HINT" : absl::StrCat(s.num_shards()), ", ",
-        s.index_is_hint() ? "SHARD_HINT" : absl::StrCat(s.index()), ")");
+    return absl::StrCat("shard(",
+                        s.num_shards_is_hint() ? "SHARD_HINT" : absl::StrCat(s.num_shards()), ", ",
+                        s.index_is_hint() ? "SHARD_HINT" : absl::StrCat(s.index()), ")");
   };
   r.build = [](OpBuildArgs args) -> absl::StatusOr<IteratorFactory> {
     const std::string label = args.label;
     const proto::ShardOp s = args.op.shard();
     if (s.num_shards_is_hint() || s.index_is_hint()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          label, ": shard(SHARD_HINT, SHARD_HINT) can only run after the HINT auto-shard "
-                 "policy has replaced it with a worker's shard"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(label,
+                       ": shard(SHARD_HINT, SHARD_HINT) can only run after the HINT auto-shard "
+                       "policy has replaced it with a worker's shard"));
     }
     return CheckedFactory(std::move(args.input), [label, s](std::unique_ptr<Iterator> in) {
       return NewShardIterator(label, std::move(in), s.num_shards(), s.index());
@@ -71,20 +72,20 @@ SLUICE_REGISTER_OPS(shard_op) {
     p.list_order = 4;
     p.params = {{"num_shards", true}, {"index", true}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    proto::ShardOp* s = op->mutable_shard();
-    ASSIGN_OR_RETURN(int64_t num_shards, c.Int("num_shards", *c.arg(0)));
-    ASSIGN_OR_RETURN(int64_t index, c.Int("index", *c.arg(1)));
-    // SHARD_HINT is -1 in TF, so a literal -1 is the placeholder too.
-    if (num_shards == -1) {
-      s->set_num_shards_is_hint(true);
-    } else {
-      s->set_num_shards(num_shards);
-    }
-    if (index == -1) {
-      s->set_index_is_hint(true);
-    } else {
-      s->set_index(index);
-    }
+      proto::ShardOp* s = op->mutable_shard();
+      ASSIGN_OR_RETURN(int64_t num_shards, c.Int("num_shards", *c.arg(0)));
+      ASSIGN_OR_RETURN(int64_t index, c.Int("index", *c.arg(1)));
+      // SHARD_HINT is -1 in TF, so a literal -1 is the placeholder too.
+      if (num_shards == -1) {
+        s->set_num_shards_is_hint(true);
+      } else {
+        s->set_num_shards(num_shards);
+      }
+      if (index == -1) {
+        s->set_index_is_hint(true);
+      } else {
+        s->set_index(index);
+      }
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -31,8 +31,7 @@ SLUICE_REGISTER_OPS(shuffle_op) {
     const proto::ShuffleOp& s = op.shuffle();
     return absl::StrCat("shuffle(", s.buffer_size(),
                         ", seed=", s.has_seed() ? absl::StrCat(s.seed()) : "None",
-                        ", reshuffle_each_iteration=", PyBool(s.reshuffle_each_iteration()),
-                        ")");
+                        ", reshuffle_each_iteration=", PyBool(s.reshuffle_each_iteration()), ")");
   };
   r.build = [](OpBuildArgs args) -> absl::StatusOr<IteratorFactory> {
     const std::string label = args.label;
@@ -43,10 +42,9 @@ SLUICE_REGISTER_OPS(shuffle_op) {
           absl::StrCat(label, ": buffer_size must be positive, got ", s.buffer_size()));
     }
     // Without a seed, as in TF, a nondeterministic one chosen once per executor graph.
-    const uint64_t seed =
-        s.has_seed() ? static_cast<uint64_t>(s.seed())
-                     : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
-                           std::random_device{}();
+    const uint64_t seed = s.has_seed() ? static_cast<uint64_t>(s.seed())
+                                       : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                                             std::random_device{}();
     auto iterations = std::make_shared<std::atomic<int64_t>>(0);
     const bool reshuffle = s.reshuffle_each_iteration();
     return IteratorFactory([label, input, s, seed, iterations, reshuffle] {
@@ -69,19 +67,19 @@ SLUICE_REGISTER_OPS(shuffle_op) {
     p.list_order = 5;
     p.params = {{"buffer_size", true}, {"seed", false}, {"reshuffle_each_iteration", false}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    proto::ShuffleOp* s = op->mutable_shuffle();
-    ASSIGN_OR_RETURN(int64_t buffer_size, c.Int("buffer_size", *c.arg(0)));
-    s->set_buffer_size(buffer_size);
-    if (c.given(1)) {
-      ASSIGN_OR_RETURN(int64_t seed, c.Int("seed", *c.arg(1)));
-      s->set_seed(seed);
-      s->set_has_seed(true);
-    }
-    bool reshuffle = true;
-    if (c.given(2)) {
-      ASSIGN_OR_RETURN(reshuffle, c.Bool("reshuffle_each_iteration", *c.arg(2)));
-    }
-    s->set_reshuffle_each_iteration(reshuffle);
+      proto::ShuffleOp* s = op->mutable_shuffle();
+      ASSIGN_OR_RETURN(int64_t buffer_size, c.Int("buffer_size", *c.arg(0)));
+      s->set_buffer_size(buffer_size);
+      if (c.given(1)) {
+        ASSIGN_OR_RETURN(int64_t seed, c.Int("seed", *c.arg(1)));
+        s->set_seed(seed);
+        s->set_has_seed(true);
+      }
+      bool reshuffle = true;
+      if (c.given(2)) {
+        ASSIGN_OR_RETURN(reshuffle, c.Bool("reshuffle_each_iteration", *c.arg(2)));
+      }
+      s->set_reshuffle_each_iteration(reshuffle);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -50,8 +50,8 @@ SLUICE_REGISTER_OPS(take_op) {
     p.list_order = 2;
     p.params = {{"count", true}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    ASSIGN_OR_RETURN(int64_t count, c.Int("count", *c.arg(0)));
-    op->mutable_take()->set_count(count);
+      ASSIGN_OR_RETURN(int64_t count, c.Int("count", *c.arg(0)));
+      op->mutable_take()->set_count(count);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -37,7 +37,7 @@ SLUICE_REGISTER_OPS(text_line_op) {
     p.listed_aliases = {"TextLineDataset"};
     p.params = {{"filenames", true}};
     p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
-    return c.Filenames(*c.arg(0), source->mutable_text_line()->mutable_filenames());
+      return c.Filenames(*c.arg(0), source->mutable_text_line()->mutable_filenames());
     };
     r.parse.push_back(std::move(p));
   }

@@ -31,34 +31,23 @@ SLUICE_REGISTER_OPS(tf_record_op) {
     p.name = "tf_record_dataset";
     p.list_order = 4;
     p.aliases = {"TFRecordDataset"};
-    p.params = {{"filenames", true}, {"compression_type", false}, {"buffer_size", false}, {"num_parallel_reads", false}, {"start_record", false}, {"num_records", false}};
+    p.params = {{"filenames", true},           {"compression_type", false}, {"buffer_size", false},
+                {"num_parallel_reads", false}, {"start_record", false},     {"num_records", false}};
     p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
-    auto range = [&](size_t i, proto::RecordRange* r) -> absl::Status {
-      r->set_count(-1);
-      if (c.given(i)) {
-        ASSIGN_OR_RETURN(int64_t start, c.Int("start_record", *c.arg(i)));
-        r->set_start(start);
+      proto::TFRecordSource* t = source->mutable_tf_record();
+      RETURN_IF_ERROR(c.Filenames(*c.arg(0), t->mutable_filenames()));
+      if (c.given(1)) {
+        ASSIGN_OR_RETURN(*t->mutable_compression_type(), c.Str("compression_type", *c.arg(1)));
       }
-      if (c.given(i + 1)) {
-        ASSIGN_OR_RETURN(int64_t count, c.Int("num_records", *c.arg(i + 1)));
-        r->set_count(count);
+      if (c.given(2)) {
+        ASSIGN_OR_RETURN(int64_t n, c.Int("buffer_size", *c.arg(2)));
+        t->set_buffer_size(n);
       }
-      return absl::OkStatus();
-    };
-    proto::TFRecordSource* t = source->mutable_tf_record();
-    RETURN_IF_ERROR(c.Filenames(*c.arg(0), t->mutable_filenames()));
-    if (c.given(1)) {
-      ASSIGN_OR_RETURN(*t->mutable_compression_type(), c.Str("compression_type", *c.arg(1)));
-    }
-    if (c.given(2)) {
-      ASSIGN_OR_RETURN(int64_t n, c.Int("buffer_size", *c.arg(2)));
-      t->set_buffer_size(n);
-    }
-    if (c.given(3)) {
-      ASSIGN_OR_RETURN(int64_t n, c.Int("num_parallel_reads", *c.arg(3)));
-      t->set_num_parallel_reads(n);
-    }
-    if (c.given(4) || c.given(5)) RETURN_IF_ERROR(range(4, t->mutable_record_range()));
+      if (c.given(3)) {
+        ASSIGN_OR_RETURN(int64_t n, c.Int("num_parallel_reads", *c.arg(3)));
+        t->set_num_parallel_reads(n);
+      }
+      if (c.given(4) || c.given(5)) RETURN_IF_ERROR(c.RecordRange(4, t->mutable_record_range()));
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

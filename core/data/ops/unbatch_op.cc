@@ -15,12 +15,11 @@ namespace sluice {
 SLUICE_REGISTER_OPS(unbatch_op) {
   OpRegistration r;
   r.name = "unbatch";
-  r.infer_spec = [](const proto::OpDef&,
-                    const ElementSpec& input) -> absl::StatusOr<ElementSpec> {
+  r.infer_spec = [](const proto::OpDef&, const ElementSpec& input) -> absl::StatusOr<ElementSpec> {
     const int scalar = FirstScalarComponent(input);
     if (scalar >= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot unbatch scalar components: component ", scalar, " has shape ()"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot unbatch scalar components: component ", scalar, " has shape ()"));
     }
     return input.Map([](const TensorSpec& s) { return TensorSpec{s.dtype, s.shape.DropFirst()}; });
   };
@@ -49,8 +48,8 @@ SLUICE_REGISTER_OPS(unbatch_op) {
     p.name = "unbatch";
     p.list_order = 7;
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
-    (void)c;
-    op->mutable_unbatch();
+      (void)c;
+      op->mutable_unbatch();
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

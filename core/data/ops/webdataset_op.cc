@@ -33,26 +33,27 @@ SLUICE_REGISTER_OPS(webdataset_op) {
     p.list_order = 8;
     p.params = {{"urls", true}, {"keys", false}};
     p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
-    proto::WebDatasetSource* w = source->mutable_webdataset();
-    RETURN_IF_ERROR(c.Filenames(*c.arg(0), w->mutable_filenames()));
-    std::vector<std::string> keys;
-    if (c.given(1)) {
-      const PyValue& k = *c.arg(1);
-      if (k.kind != PyValue::Kind::kList && k.kind != PyValue::Kind::kTuple) {
-        return c.Error(k.begin, "webdataset_dataset: keys must be a list such as ['jpg', 'cls']");
+      proto::WebDatasetSource* w = source->mutable_webdataset();
+      RETURN_IF_ERROR(c.Filenames(*c.arg(0), w->mutable_filenames()));
+      std::vector<std::string> keys;
+      if (c.given(1)) {
+        const PyValue& k = *c.arg(1);
+        if (k.kind != PyValue::Kind::kList && k.kind != PyValue::Kind::kTuple) {
+          return c.Error(k.begin, "webdataset_dataset: keys must be a list such as ['jpg', 'cls']");
+        }
+        for (const PyValue& x : k.items) {
+          ASSIGN_OR_RETURN(std::string key, c.Str("keys", x));
+          keys.push_back(std::move(key));
+        }
       }
-      for (const PyValue& x : k.items) {
-        ASSIGN_OR_RETURN(std::string key, c.Str("keys", x));
-        keys.push_back(std::move(key));
+      if (keys.empty() && w->filenames_size() == 0) {
+        return c.Error(c.at(),
+                       "webdataset_dataset: in a lambda, give keys= (such as ['jpg', 'cls'])");
       }
-    }
-    if (keys.empty() && w->filenames_size() == 0) {
-      return c.Error(c.at(), "webdataset_dataset: in a lambda, give keys= (such as ['jpg', 'cls'])");
-    }
-    absl::StatusOr<proto::WebDatasetSource> made = MakeWebDatasetSource(
-        std::vector<std::string>(w->filenames().begin(), w->filenames().end()), keys);
-    if (!made.ok()) return PipelineError(c.at(), made.status());
-    *w = *std::move(made);
+      absl::StatusOr<proto::WebDatasetSource> made = MakeWebDatasetSource(
+          std::vector<std::string>(w->filenames().begin(), w->filenames().end()), keys);
+      if (!made.ok()) return PipelineError(c.at(), made.status());
+      *w = *std::move(made);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));
