@@ -42,7 +42,7 @@ def stream_bench(build, size, total_bytes):
     for row in rows[2:]:
         cells = [c.strip() for c in row.strip("|").split("|")]
         if cells[0] == str(size):
-            return (float(cells[header.index("sluice GB/s")]),
+            return (float(cells[header.index("raw GB/s")]),
                     float(cells[header.index("TCP GB/s")]))
     raise RuntimeError(f"no row for {size} in stream_bench's output:\n{out.stdout}")
 
