@@ -41,7 +41,10 @@ TEST(ConsumerGoneTest, AConsumerThatHangsNoLongerHoldsTheOthersBack) {
                              "--pipeline=range(4000).batch(8)", "--devices=CPU:0,CPU:1",
                              absl::StrCat("--consumer_index=", i), "--num_consumers=2",
                              "--sharding_policy=DATA", "--read_mode=coordinated",
-                             "--format=json", "--retry_deadline=90s"});
+                             "--format=json", "--retry_deadline=90s",
+                             // A few steps per stream, so that a consumer that stops holds the
+                             // others (the 64 MiB default would take the whole job at once).
+                             "--receive_budget_bytes=1024"});
     ASSERT_TRUE(p.ok()) << p.status();
     consumers.push_back(*std::move(p));
   }
