@@ -61,7 +61,7 @@ TEST_P(SluicectlBenchServiceTest, FixedTensorsThroughTheService) {
   EXPECT_EQ(Int(j, "bytes"), 40 * 4 * 4096);
   EXPECT_FALSE(j["end_of_data"].bool_value());
   EXPECT_GT(j["steps_per_second"].number(), 0);
-  EXPECT_LE(j["wait_seconds"]["p50"].number(), j["wait_seconds"]["p99"].number());
+  EXPECT_GE(j["wait_seconds"]["p99"].number(), j["wait_seconds"]["p50"].number());
   const JsonValue& p = j["parameters"];
   EXPECT_EQ(p["mode"].string_value(), "service");
   EXPECT_EQ(p["coordinator"].string_value(), cluster_->coordinator());
