@@ -18,30 +18,7 @@ class RepeatIterator : public OpIterator {
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
-    while (true) {
-      if (input_ == nullptr) {
-        if (count_ >= 0 && epoch_ >= count_) {
-          *end_of_sequence = true;
-          return absl::OkStatus();
-        }
-        input_ = factory_();
-        yielded_this_epoch_ = false;
-      }
-      bool end = false;
-      absl::Status s = input_->GetNext(out, &end);
-      if (!s.ok()) return s;
-      if (!end) {
-        yielded_this_epoch_ = true;
-        return absl::OkStatus();
-      }
-      input_.reset();
-      ++epoch_;
-      if (!yielded_this_epoch_) {
-        // An empty epoch: every later one would be empty too; end instead of spinning.
-        *end_of_sequence = true;
-        return absl::OkStatus();
-      }
-    }
+    return NextOfEpochs(end_of_sequence, [&](bool* end) { return input_->GetNext(out, end); });
   }
 
   // Blocks when the epochs' iterators give them; asking makes the first epoch's iterator (the
@@ -60,6 +37,17 @@ class RepeatIterator : public OpIterator {
   // A block never spans two epochs.
   absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
                                     bool* end_of_sequence) override {
+    return NextOfEpochs(end_of_sequence, [&](bool* end) {
+      return input_->SupportsBlocks() ? input_->GetNextBlock(max_elements, out, n, end)
+                                      : NextAsBlock(out, n, end);
+    });
+  }
+
+ private:
+  // The epoch loop of both paths: `pull(&end)` reads the current epoch's iterator (an element
+  // or a block); at its end the next epoch starts, until count_ epochs or an empty epoch.
+  template <typename Pull>
+  absl::Status NextOfEpochs(bool* end_of_sequence, Pull pull) {
     while (true) {
       if (input_ == nullptr) {
         if (count_ >= 0 && epoch_ >= count_) {
@@ -70,8 +58,7 @@ class RepeatIterator : public OpIterator {
         yielded_this_epoch_ = false;
       }
       bool end = false;
-      absl::Status s = input_->SupportsBlocks() ? input_->GetNextBlock(max_elements, out, n, &end)
-                                                : NextAsBlock(out, n, &end);
+      absl::Status s = pull(&end);
       if (!s.ok()) return s;
       if (!end) {
         yielded_this_epoch_ = true;
@@ -87,7 +74,6 @@ class RepeatIterator : public OpIterator {
     }
   }
 
- private:
   // One element of an epoch whose iterator has no bulk path, as a block of one.
   absl::Status NextAsBlock(Element* out, int64_t* n, bool* end) {
     Element e;
