@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/tensor/proto_convert.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -141,6 +142,13 @@ std::string ParseCall::Text(const PyValue& v) const {
                             : absl::string_view();
   if (t.size() > 40) return absl::StrCat(t.substr(0, 37), "...");
   return std::string(t);
+}
+
+absl::StatusOr<proto::ElementProto> ParseCall::ElementLiteral(size_t i) const {
+  const PyValue& v = *arg(i);
+  absl::StatusOr<Element> element = PyValueToElement(v);
+  if (!element.ok()) return Error(v.begin, absl::StrCat(name_, ": ", element.status().message()));
+  return ElementToProto(*element);
 }
 
 absl::Status ParseCall::RecordRange(size_t i, proto::RecordRange* out) const {

@@ -112,6 +112,9 @@ class ParseCall {
   absl::StatusOr<std::vector<int64_t>> Ints(absl::string_view param, const PyValue& v,
                                             bool none_ok) const;
   absl::StatusOr<Tensor> Scalar(absl::string_view param, const PyValue& v) const;
+  // Argument i as an element literal (a nest of Python values, as tf.constant takes), errors
+  // at the value.
+  absl::StatusOr<proto::ElementProto> ElementLiteral(size_t i) const;
   // A record source's start_record= and num_records= at arguments i and i + 1 into `out`
   // (count -1 unless num_records is given).
   absl::Status RecordRange(size_t i, proto::RecordRange* out) const;

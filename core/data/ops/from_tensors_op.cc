@@ -40,12 +40,7 @@ SLUICE_REGISTER_OPS(from_tensors_op) {
     p.list_order = 1;
     p.params = {{"tensors", true}};
     p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
-      const PyValue& v = *c.arg(0);
-      absl::StatusOr<Element> element = PyValueToElement(v);
-      if (!element.ok()) {
-        return c.Error(v.begin, absl::StrCat(c.name(), ": ", element.status().message()));
-      }
-      *source->mutable_from_tensors()->mutable_element() = ElementToProto(*element);
+      ASSIGN_OR_RETURN(*source->mutable_from_tensors()->mutable_element(), c.ElementLiteral(0));
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));
