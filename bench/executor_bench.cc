@@ -4,10 +4,12 @@
 //
 //   executor_bench [--range_elements=33554432] [--batch_sizes=2048,131072,524288]
 //                  [--records=DIR] [--parallel=2] [--reps=3] [--threads=0]
+//                  [--maps=sequential,parallel,autotune]
 //
 // --records: a folder of TFRecord files of Examples with 'image' (bytes) and 'label' (int64),
 // as `sluicectl gen` writes; without it the TFRecord rows are skipped. --threads sizes the
-// process's thread pool (0: the cores). Each row is the best of --reps runs (the machine is
+// process's thread pool (0: the cores); --maps picks the TFRecord rows (--batch_sizes= with
+// nothing after it skips the range rows, e.g. to profile one map). Each row is the best of --reps runs (the machine is
 // shared; the best run is the least disturbed). Prints a Markdown table; "CPU µs/elem" is the
 // process's user + system time per element and "cores" its CPU time over wall time, which show
 // a parallel map's overhead and its use of the cores even on a loaded machine.
@@ -129,12 +131,19 @@ int Main(int argc, char** argv) {
   const int64_t threads = Flag(argc, argv, "threads", 0);
   const std::string records = StringFlag(argc, argv, "records", "");
   const std::string sizes = StringFlag(argc, argv, "batch_sizes", "2048,131072,524288");
+  const std::string maps = StringFlag(argc, argv, "maps", "sequential,parallel,autotune");
+  auto want = [&](absl::string_view m) {
+    for (absl::string_view x : absl::StrSplit(maps, ',')) {
+      if (x == m) return true;
+    }
+    return false;
+  };
   if (threads > 0 && !SetProcessThreadPoolSize(static_cast<int>(threads)).ok()) return 1;
 
   std::printf("| %-58s | %12s | %10s | %8s | %5s |\n", "sluice pipeline", "elements/s",
               "batches/s", "CPU µs/elem", "cores");
   std::printf("|---|---|---|---|---|\n");
-  for (absl::string_view b : absl::StrSplit(sizes, ',')) {
+  for (absl::string_view b : absl::StrSplit(sizes, ',', absl::SkipEmpty())) {
     const int64_t batch = std::strtoll(std::string(b).c_str(), nullptr, 10);
     // A whole number of batches, at least 8.
     const int64_t n = std::max(range_elements / batch, int64_t{8}) * batch;
@@ -159,15 +168,21 @@ int Main(int argc, char** argv) {
       "parse_example({'image': FixedLenFeature([], tf.string), "
       "'label': FixedLenFeature([], tf.int64, default_value=0)})";
   const std::string seq = absl::StrCat(source, ".map(", parse, ").batch(256)");
-  Row("tfrecord .map(parse_example).batch(256), sequential", Best(seq, reps));
+  if (want("sequential")) {
+    Row("tfrecord .map(parse_example).batch(256), sequential", Best(seq, reps));
+  }
   const std::string par =
       absl::StrCat(source, ".map(", parse, ", num_parallel_calls=", parallel, ").batch(256)");
-  Row(absl::StrCat("tfrecord .map(parse_example, num_parallel_calls=", parallel,
-                   ").batch(256)"),
-      Best(par, reps));
+  if (want("parallel")) {
+    Row(absl::StrCat("tfrecord .map(parse_example, num_parallel_calls=", parallel,
+                     ").batch(256)"),
+        Best(par, reps));
+  }
   const std::string autotune =
       absl::StrCat(source, ".map(", parse, ", num_parallel_calls=AUTOTUNE).batch(256)");
-  Row("tfrecord .map(parse_example, AUTOTUNE).batch(256)", Best(autotune, reps));
+  if (want("autotune")) {
+    Row("tfrecord .map(parse_example, AUTOTUNE).batch(256)", Best(autotune, reps));
+  }
   return 0;
 }
 

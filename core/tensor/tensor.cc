@@ -167,7 +167,10 @@ absl::StatusOr<Tensor> Tensor::Stack(std::span<const Tensor> parts) {
   return out;
 }
 
-absl::StatusOr<Tensor> Tensor::Concat(std::span<const Tensor> parts) {
+namespace {
+
+// Concat's checks; the rows of the result.
+absl::StatusOr<int64_t> ConcatRows(std::span<const Tensor> parts) {
   if (parts.empty()) return absl::InvalidArgumentError("Tensor::Concat: no tensors to concatenate");
   const Tensor& first = parts[0];
   if (first.shape().rank() == 0) {
@@ -185,7 +188,16 @@ absl::StatusOr<Tensor> Tensor::Concat(std::span<const Tensor> parts) {
     }
     rows += p.shape().dim(0);
   }
-  Tensor out = Allocate(first.dtype(), first.shape().WithFirst(rows));
+  return rows;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> Tensor::Concat(std::span<const Tensor> parts) {
+  absl::StatusOr<int64_t> rows = ConcatRows(parts);
+  if (!rows.ok()) return rows.status();
+  const Tensor& first = parts[0];
+  Tensor out = Allocate(first.dtype(), first.shape().WithFirst(*rows));
   if (first.dtype() == DType::kString) {
     int64_t k = 0;
     for (const Tensor& p : parts) {
@@ -199,6 +211,29 @@ absl::StatusOr<Tensor> Tensor::Concat(std::span<const Tensor> parts) {
     }
   }
   return out;
+}
+
+absl::StatusOr<Tensor> Tensor::ConcatConsuming(std::vector<Tensor> parts) {
+  if (parts.empty() || parts[0].dtype() != DType::kString) return Concat(parts);
+  absl::StatusOr<int64_t> rows = ConcatRows(parts);
+  if (!rows.ok()) return rows.status();
+  const Shape shape = parts[0].shape().WithFirst(*rows);
+  std::vector<std::string> strings;
+  strings.reserve(static_cast<size_t>(shape.num_elements()));
+  for (Tensor& p : parts) {
+    const int64_t n = p.num_elements();
+    // The only owner (this tensor, consumed here): nobody else can see the strings move.
+    const bool sole = p.strings_.use_count() == 1;
+    for (int64_t i = 0; i < n; ++i) {
+      if (sole) {
+        strings.push_back(std::move((*p.strings_)[p.offset_ + static_cast<size_t>(i)]));
+      } else {
+        strings.push_back(p.string_at(i));
+      }
+    }
+    p = Tensor();
+  }
+  return FromStrings(std::move(strings), shape);
 }
 
 bool Tensor::Equals(const Tensor& other) const {

@@ -115,6 +115,10 @@ class Tensor {
   // Concatenates along dimension 0; the other dimensions must agree. An empty `parts` is
   // INVALID_ARGUMENT (there is no dtype to give the result).
   static absl::StatusOr<Tensor> Concat(std::span<const Tensor> parts);
+  // As Concat, consuming `parts`: the strings of a part whose storage no other tensor shares
+  // are moved into the result instead of copied (batching blocks of parsed records then copies
+  // no string bytes). Numeric parts are copied as by Concat.
+  static absl::StatusOr<Tensor> ConcatConsuming(std::vector<Tensor> parts);
 
   // Value equality: dtype, shape and every element (bitwise for floats).
   bool Equals(const Tensor& other) const;

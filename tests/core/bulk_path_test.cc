@@ -1,5 +1,6 @@
 // The bulk path (core/data/iterator.h): batch() fed whole blocks by range, from_tensor_slices,
-// take, skip and element-wise maps must give exactly the elements the per-element path gives
+// TFRecord and fixed-length record files, take, skip and element-wise maps (sequential and
+// parallel, parse_example included) must give exactly the elements the per-element path gives
 // (structure, dtypes, shapes, values, errors), checked over a seeded random set of pipelines
 // with SetBulkPathsEnabled switching the path.
 #include <cstdint>
@@ -17,8 +18,11 @@
 #include "core/data/ops/batch_iterator.h"
 #include "core/data/ops/map_iterator.h"
 #include "core/data/ops/source_iterators.h"
+#include "core/io/tfrecord_writer.h"
 #include "gtest/gtest.h"
+#include "proto/example.pb.h"
 #include "sluice/dataset.h"
+#include "tests/core/record_test_util.h"
 
 namespace sluice {
 namespace {
@@ -353,6 +357,116 @@ TEST(BulkPathTest, RangeBlocksStopAtMaxAndAtTheEnd) {
   EXPECT_EQ(n, 0);
 }
 
+// Random Examples with 'image' (bytes), 'label' (int64, sometimes missing: the default) and
+// 'score' (2 floats; sometimes 3, an element error), and now and then bytes that are no Example.
+std::string RandomRecord(std::mt19937_64& rng) {
+  if (In(rng, 0, 30) == 0) return std::string("\xff\xff\xff not an Example", 20);
+  proto::Example ex;
+  auto& f = *ex.mutable_features()->mutable_feature();
+  std::string image(static_cast<size_t>(In(rng, 0, 40)), '\0');
+  for (char& c : image) c = static_cast<char>(In(rng, 0, 255));
+  f["image"].mutable_bytes_list()->add_value(image);
+  if (In(rng, 0, 4) != 0) f["label"].mutable_int64_list()->add_value(In(rng, -1000, 1000));
+  const int64_t scores = In(rng, 0, 40) == 0 ? 3 : 2;
+  for (int64_t i = 0; i < scores; ++i) {
+    f["score"].mutable_float_list()->add_value(static_cast<float>(In(rng, -99, 99)) / 4);
+  }
+  return ex.SerializeAsString();
+}
+
+// TFRecord files of random Examples, the last one optionally cut short inside a record (a
+// DATA_LOSS read error after its earlier records); parsed with a sequential or parallel map
+// and batched, in blocks and element by element.
+TEST(BulkPathTest, TFRecordFilesParsedInBlocksSequentialAndParallel) {
+  record_test::TempDir dir;
+  std::mt19937_64 rng(14);
+  std::vector<std::string> files;
+  for (int f = 0; f < 3; ++f) {
+    files.push_back(dir.path() + "/r" + std::to_string(f) + ".tfrecord");
+    auto w = TFRecordWriter::Open(files.back());
+    ASSERT_TRUE(w.ok()) << w.status();
+    const int64_t n = f == 1 ? 0 : In(rng, 150, 400);
+    for (int64_t i = 0; i < n; ++i) ASSERT_TRUE((*w)->Write(RandomRecord(rng)).ok());
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  const std::string cut = dir.path() + "/cut.tfrecord";
+  const std::string whole = record_test::ReadWholeFile(files[0]);
+  record_test::WriteWholeFile(cut, whole.substr(0, whole.size() - 30));
+  const std::string spec =
+      "parse_example({'image': FixedLenFeature([], tf.string), "
+      "'label': FixedLenFeature([], tf.int64, default_value=-1), "
+      "'score': FixedLenFeature([2], tf.float32)})";
+  int runs = 0;
+  for (const bool corrupt : {false, true}) {
+    std::vector<std::string> list = files;
+    if (corrupt) list.push_back(cut);
+    const std::string source =
+        absl::StrCat("tf_record_dataset(['", absl::StrJoin(list, "', '"), "'])");
+    for (const std::string parallel : {"", ", num_parallel_calls=2", ", num_parallel_calls=3",
+                                       ", num_parallel_calls=-1",
+                                       ", num_parallel_calls=2, deterministic=True"}) {
+      for (const std::string tail : {".batch(1)", ".batch(7)", ".batch(64, drop_remainder=True)",
+                                     ".batch(256)", ".take(100).batch(9)"}) {
+        const std::string p = absl::StrCat(source, ".map(", spec, parallel, ")", tail);
+        SCOPED_TRACE(p);
+        const size_t n = ExpectSameRun(p);
+        if (!corrupt) {
+          EXPECT_GT(n, 0u);
+        }
+        ++runs;
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+  EXPECT_EQ(runs, 50);
+  // Not vacuous: bad records are element errors, and the cut file ends in DATA_LOSS after the
+  // records before the cut, on both paths.
+  for (const bool bulk : {true, false}) {
+    const std::string p = absl::StrCat("tf_record_dataset(['", files[0], "', '", cut, "']).map(",
+                                       spec, ", num_parallel_calls=2).batch(1)");
+    const Run run = RunPipeline(p, bulk);
+    EXPECT_FALSE(run.errors.empty()) << p;
+    EXPECT_EQ(run.end.code(), absl::StatusCode::kDataLoss) << p << ": " << run.end;
+    EXPECT_GT(run.elements.size(), 2 * (whole.size() / 100 - run.errors.size()) / 3) << p;
+  }
+  // The bulk path is taken: the map over the TFRecord source offers blocks.
+  absl::StatusOr<Dataset> ds = Dataset::Parse(absl::StrCat(
+      "tf_record_dataset(['", files[0], "']).map(", spec, ", num_parallel_calls=2)"));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
+  ASSERT_TRUE(it.ok()) << it.status();
+  EXPECT_TRUE((*it)->SupportsBlocks());
+  // A VarLenFeature pads to the longest row of a batch: not element-wise, no bulk map.
+  ds = Dataset::Parse(absl::StrCat("tf_record_dataset(['", files[0],
+                                   "']).map(parse_example({'image': VarLenFeature(tf.string)}))"));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  it = MakeIterator(*ds);
+  ASSERT_TRUE(it.ok()) << it.status();
+  EXPECT_FALSE((*it)->SupportsBlocks());
+}
+
+TEST(BulkPathTest, FixedLengthRecordsInBlocks) {
+  record_test::TempDir dir;
+  std::vector<std::string> files;
+  for (int f = 0; f < 3; ++f) {
+    files.push_back(dir.path() + "/f" + std::to_string(f) + ".bin");
+    std::string bytes = "hdr";
+    for (int i = 0; i < 8 * (f + 1); ++i) bytes.push_back(static_cast<char>(7 * i + f));
+    bytes += "ft";
+    record_test::WriteWholeFile(files.back(), bytes);
+  }
+  const std::string source = absl::StrCat("fixed_length_record_dataset(['",
+                                          absl::StrJoin(files, "', '"),
+                                          "'], 4, header_bytes=3, footer_bytes=2)");
+  for (const std::string ops : {".batch(5)", ".skip(2).batch(3, drop_remainder=True)",
+                                ".map(decode_raw(tf.int16)).batch(4)",
+                                ".map(decode_raw(tf.uint8), num_parallel_calls=2).batch(7)"}) {
+    const std::string p = source + ops;
+    SCOPED_TRACE(p);
+    EXPECT_GT(ExpectSameRun(p), 0u);
+  }
+}
+
 // A map whose block fn fails goes row by row: the elements before the bad one are kept in
 // their batch... and, as on the per-element path, the batch holding the failing row is lost.
 TEST(BulkPathTest, AFailingBlockFallsBackToRowsWithTheSameErrors) {
@@ -366,11 +480,11 @@ TEST(BulkPathTest, AFailingBlockFallsBackToRowsWithTheSameErrors) {
     }
     return e;
   };
-  auto run = [&](bool bulk) {
+  auto run = [&](bool bulk, int64_t parallel) {
     BulkSwitch s(bulk);
     std::unique_ptr<Iterator> range = *NewRangeIterator("source (range)", 0, 30, 1);
     std::unique_ptr<Iterator> map =
-        NewMapIterator("op 1 (map)", std::move(range), fn, 1, true, fn);
+        NewMapIterator("op 1 (map)", std::move(range), fn, parallel, true, fn);
     EXPECT_EQ(map->SupportsBlocks(), true);
     std::unique_ptr<Iterator> batch = *NewBatchIterator("op 2 (batch)", std::move(map), 4, false);
     std::vector<std::string> out;
@@ -391,8 +505,13 @@ TEST(BulkPathTest, AFailingBlockFallsBackToRowsWithTheSameErrors) {
     }
     return out;
   };
-  const std::vector<std::string> single = run(false);
-  EXPECT_EQ(run(true), single);
+  const std::vector<std::string> single = run(false, 1);
+  // Sequential, and parallel on the pool (blocks mapped by pool threads, or by the caller).
+  for (int64_t parallel : {1, 2, 3}) {
+    SCOPED_TRACE(parallel);
+    EXPECT_EQ(run(true, parallel), single);
+    EXPECT_EQ(run(false, parallel), single);
+  }
   // The batch [12, 13, 14, 15] loses 12 with the error, then goes on from 14.
   ASSERT_GE(single.size(), 5u);
   EXPECT_EQ(single[2], "8,9,10,11");

@@ -80,12 +80,14 @@ class BatchIterator : public OpIterator {
       return absl::OkStatus();
     }
     RETURN_IF_ERROR(held.Grow(held.bytes()));  // the concatenated copy
-    return ConcatBlocks(blocks, out);
+    return ConcatBlocks(std::move(blocks), out);
   }
 
   // Blocks of one input share their structure and dtypes; their element shapes may differ
   // from block to block, which is the per-element path's shape error, worded as there.
-  absl::Status ConcatBlocks(const std::vector<Element>& blocks, Element* out) const {
+  // Consumes the blocks, so that strings no other tensor holds are moved, not copied.
+  absl::Status ConcatBlocks(std::vector<Element> blocks, Element* out) const {
+    const Nest<int> structure = blocks[0].Map([](const Tensor&) { return 0; });
     std::vector<std::vector<Tensor>> columns;  // columns[leaf][block]
     int64_t first_row = 0;                      // of the current block, in the batch
     for (size_t b = 0; b < blocks.size(); ++b) {
@@ -119,14 +121,15 @@ class BatchIterator : public OpIterator {
       }
       first_row += columns.empty() ? 0 : columns[0].back().shape().dim(0);
     }
+    blocks.clear();
     std::vector<Tensor> batched;
     batched.reserve(columns.size());
-    for (const std::vector<Tensor>& col : columns) {
-      auto t = Tensor::Concat(col);
+    for (std::vector<Tensor>& col : columns) {
+      auto t = Tensor::ConcatConsuming(std::move(col));
       if (!t.ok()) return InvalidArgument(t.status().message());
       batched.push_back(*std::move(t));
     }
-    auto packed = Element::Pack(blocks[0], std::move(batched));
+    auto packed = Element::Pack(structure, std::move(batched));
     if (!packed.ok()) return InvalidArgument(packed.status().message());
     *out = *std::move(packed);
     return absl::OkStatus();

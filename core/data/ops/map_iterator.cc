@@ -39,6 +39,32 @@ absl::Status Labeled(const std::string& label, const absl::Status& s) {
   return MarkElementError(absl::Status(s.code(), absl::StrCat(label, ": ", s.message())));
 }
 
+// Row `i` of a block of elements (core/data/iterator.h), sharing storage.
+absl::StatusOr<Element> RowOf(const Element& block, const std::vector<Tensor>& leaves, int64_t i) {
+  std::vector<Tensor> row;
+  row.reserve(leaves.size());
+  for (const Tensor& t : leaves) row.push_back(t.Index(i));
+  return Element::Pack(block, std::move(row));
+}
+
+// One element as a block of one: each leaf gains a dimension of 1 (no copy).
+absl::StatusOr<Element> BlockOfOne(const Element& element) {
+  std::vector<Tensor> leaves = element.Flatten();
+  for (Tensor& t : leaves) {
+    absl::StatusOr<Tensor> r = t.Reshape(t.shape().Prepend(1));
+    if (!r.ok()) return r.status();
+    t = *std::move(r);
+  }
+  return Element::Pack(element, std::move(leaves));
+}
+
+// Rows [begin, end) of a block, sharing storage.
+absl::StatusOr<Element> SliceOf(const Element& block, int64_t begin, int64_t end) {
+  std::vector<Tensor> leaves = block.Flatten();
+  for (Tensor& t : leaves) t = t.Slice(begin, end);
+  return Element::Pack(block, std::move(leaves));
+}
+
 // The bulk path of a map (NewMapIterator's block_fn). Not thread-safe; used by the consumer's
 // thread only.
 class BlockMapper {
@@ -66,22 +92,12 @@ class BlockMapper {
       pending_rows_ = *n;
       next_row_ = 0;
     }
-    std::vector<Tensor> row;
-    row.reserve(pending_leaves_.size());
-    for (const Tensor& t : pending_leaves_) row.push_back(t.Index(next_row_));
+    absl::StatusOr<Element> element = RowOf(pending_, pending_leaves_, next_row_);
     if (++next_row_ == pending_rows_) pending_rows_ = 0;
-    absl::StatusOr<Element> element = Element::Pack(pending_, std::move(row));
     if (!element.ok()) return element.status();
     absl::StatusOr<Element> mapped = fn_(*std::move(element));
     if (!mapped.ok()) return Labeled(label, mapped.status());
-    // A block of one: each leaf gains a dimension of 1 (no copy).
-    std::vector<Tensor> leaves = mapped->Flatten();
-    for (Tensor& t : leaves) {
-      absl::StatusOr<Tensor> r = t.Reshape(t.shape().Prepend(1));
-      if (!r.ok()) return r.status();
-      t = *std::move(r);
-    }
-    absl::StatusOr<Element> block = Element::Pack(*mapped, std::move(leaves));
+    absl::StatusOr<Element> block = BlockOfOne(*mapped);
     if (!block.ok()) return block.status();
     *out = *std::move(block);
     *n = 1;
@@ -137,6 +153,13 @@ class SequentialMapIterator : public OpIterator {
 // Units start at one element and double up to kMaxUnit, so the first outputs come soon and
 // the per-unit hand-off (a lock, a wake-up) is shared by many fn calls afterwards. Within a
 // unit the outputs keep their order; deterministic=false takes any finished unit first.
+//
+// The bulk path (a block_fn and an input with blocks, pulled by GetNextBlock): a unit is one
+// input block of ceil(max_elements / parallelism) rows, mapped by one block_fn call on the
+// pool, so that a batch(B) over the map has its B rows mapped by `parallelism` threads at once,
+// each in one call (parse_example parses its slice of records as one tf.io.parse_example),
+// with no per-element object, hand-off or allocation. A block whose block_fn call fails is
+// mapped row by row with fn instead, and handed out in blocks of one, as BlockMapper does.
 class ParallelMapIterator : public OpIterator {
  public:
   static constexpr int64_t kMaxUnit = 32;
@@ -147,6 +170,7 @@ class ParallelMapIterator : public OpIterator {
       : OpIterator(std::move(label)),
         input_(std::move(input)),
         fn_(fn),
+        block_fn_(block_fn),
         max_parallelism_(parallelism),
         deterministic_(deterministic),
         autotune_(autotune),
@@ -166,13 +190,50 @@ class ParallelMapIterator : public OpIterator {
   ParallelMapIterator(const ParallelMapIterator&) = delete;
   ParallelMapIterator& operator=(const ParallelMapIterator&) = delete;
 
-  // The bulk path runs in the caller's thread; units are made only on GetNext.
   bool SupportsBlocks() const override { return blocks_.Supports(input_.get()); }
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    int64_t n = 0;
+    return Next(0, out, &n, end_of_sequence);
+  }
+
+  absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
+                                    bool* end_of_sequence) override {
+    return Next(max_elements, out, n, end_of_sequence);
+  }
+
+ private:
+  struct Unit {
+    // Per-element units: input elements, replaced by their mapped ones when the unit is done;
+    // an input element error stays in its place. Block units: empty, or the rows mapped one by
+    // one when the block_fn call failed (or the one input element error the unit stands for).
+    std::vector<absl::StatusOr<Element>> items;
+    size_t next = 0;       // the next item the consumer takes
+    bool started = false;  // a thread (the pool's or the consumer's) maps it
+    bool done = false;     // the fn ran on every item
+    // Block units only.
+    bool is_block = false;
+    Element block;           // the input block; the mapped block once done and block_ok
+    int64_t rows = 0;        // rows of `block`
+    bool block_ok = false;   // block_fn mapped the whole block
+    int64_t next_row = 0;    // the next row of the mapped block the consumer takes
+  };
+
+  // The next output: an element (max_elements == 0) or a block of at most max_elements rows.
+  absl::Status Next(int64_t max_elements, Element* out, int64_t* n, bool* end_of_sequence) {
+    const bool bulk = max_elements > 0;
     while (true) {
-      Fill();
+      if (bulk) {
+        int64_t unit_rows;
+        {
+          absl::MutexLock lock(&mu_);
+          unit_rows = (max_elements + parallelism_ - 1) / parallelism_;
+        }
+        FillBlocks(unit_rows);
+      } else {
+        Fill();
+      }
       std::shared_ptr<Unit> help;
       {
         absl::MutexLock lock(&mu_);
@@ -181,12 +242,11 @@ class ParallelMapIterator : public OpIterator {
           if (terminal_.ok()) *end_of_sequence = true;
           return terminal_;
         }
-        absl::StatusOr<Element>* item = TakeReady();
-        if (item != nullptr) {
-          absl::Status s = item->status();
-          if (s.ok()) *out = **std::move(item);
-          PopTaken();
-          if (autotune_ && ++period_outputs_ >= kAutotunePeriod) Autotune();
+        if (FindReady()) {
+          absl::Status s = bulk ? TakeBlock(max_elements, out, n) : TakeElement(out, n);
+          if (autotune_ && (period_outputs_ += std::max<int64_t>(*n, 1)) >= kAutotunePeriod) {
+            Autotune();
+          }
           return s;
         }
         // In input order the consumer must wait for the first unit anyway: when no pool thread
@@ -214,21 +274,6 @@ class ParallelMapIterator : public OpIterator {
     }
   }
 
-  absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
-                                    bool* end_of_sequence) override {
-    return blocks_.Next(label(), input_.get(), max_elements, out, n, end_of_sequence);
-  }
-
- private:
-  struct Unit {
-    // Input elements, replaced by their mapped ones when the unit is done; an input element
-    // error stays in its place.
-    std::vector<absl::StatusOr<Element>> items;
-    size_t next = 0;       // the next item the consumer takes
-    bool started = false;  // a thread (the pool's or the consumer's) maps it
-    bool done = false;     // the fn ran on every item
-  };
-
   // AUTOTUNE's hill-climb, as tf.data's: every kAutotunePeriod outputs, if the consumer spent
   // more than a tenth of the period waiting for outputs (or mapping them itself), the map is
   // the bottleneck and may run one more unit at a time, up to the pool's size (the CPU budget;
@@ -249,6 +294,18 @@ class ParallelMapIterator : public OpIterator {
   bool CanFill() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !input_done_ && running_ < parallelism_ &&
            static_cast<int64_t>(units_.size()) < 2 * parallelism_;
+  }
+
+  // Queues a pulled unit and, unless it is already done, schedules it on the pool.
+  void Schedule(std::shared_ptr<Unit> unit) ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      units_.push_back(unit);
+      if (unit->done) return;
+      ++running_;
+      ++scheduled_;
+    }
+    pool_->Schedule([this, unit = std::move(unit)] { Run(unit.get()); });
   }
 
   // Pulls units from the input and schedules them while there is room. Consumer thread only.
@@ -278,13 +335,33 @@ class ParallelMapIterator : public OpIterator {
       }
       if (unit->items.empty()) return;
       unit_size_ = std::min(2 * unit_size_, kMaxUnit);
+      Schedule(std::move(unit));
+    }
+  }
+
+  // The bulk path's Fill: one input block of up to `unit_rows` rows per unit.
+  void FillBlocks(int64_t unit_rows) ABSL_LOCKS_EXCLUDED(mu_) {
+    while (true) {
       {
         absl::MutexLock lock(&mu_);
-        units_.push_back(unit);
-        ++running_;
-        ++scheduled_;
+        if (!CanFill()) return;
       }
-      pool_->Schedule([this, unit] { Run(unit.get()); });
+      auto unit = std::make_shared<Unit>();
+      unit->is_block = true;
+      bool end = false;
+      absl::Status s = input_->GetNextBlock(unit_rows, &unit->block, &unit->rows, &end);
+      if (IsElementError(s)) {
+        // The error stands where the element would be: a unit of that error alone.
+        unit->items.push_back(s);
+        unit->block = Element();
+        unit->started = unit->done = true;
+      } else if (!s.ok() || end) {
+        absl::MutexLock lock(&mu_);
+        input_done_ = true;
+        terminal_ = s;
+        return;
+      }
+      Schedule(std::move(unit));
     }
   }
 
@@ -308,6 +385,7 @@ class ParallelMapIterator : public OpIterator {
 
   // Runs the fn on the unit's elements; by the one thread that set unit->started.
   void MapUnit(Unit* unit) const {
+    if (unit->is_block) return MapBlockUnit(unit);
     for (absl::StatusOr<Element>& item : unit->items) {
       if (!item.ok()) continue;
       absl::StatusOr<Element> mapped = fn_(*std::move(item));
@@ -316,33 +394,92 @@ class ParallelMapIterator : public OpIterator {
     }
   }
 
-  // The item the consumer may take now, or null when none is ready.
-  absl::StatusOr<Element>* TakeReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // A block unit: one block_fn call, or, when it fails, fn on each row (BlockMapper's way).
+  void MapBlockUnit(Unit* unit) const {
+    absl::StatusOr<Element> mapped = block_fn_(unit->block);
+    if (mapped.ok()) {
+      unit->block = *std::move(mapped);
+      unit->block_ok = true;
+      return;
+    }
+    const std::vector<Tensor> leaves = unit->block.Flatten();
+    unit->items.reserve(static_cast<size_t>(unit->rows));
+    for (int64_t i = 0; i < unit->rows; ++i) {
+      absl::StatusOr<Element> row = RowOf(unit->block, leaves, i);
+      if (row.ok()) {
+        row = fn_(*std::move(row));
+        if (!row.ok()) row = Labeled(label(), row.status());
+      }
+      unit->items.push_back(std::move(row));
+    }
+    unit->block = Element();
+  }
+
+  // Points taken_ at the unit the consumer may take from now; false when none is ready.
+  bool FindReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (auto it = units_.begin(); it != units_.end(); ++it) {
       if ((*it)->done) {
         taken_ = it;
-        return &(*it)->items[(*it)->next];
+        return true;
       }
-      if (deterministic_) return nullptr;
+      if (deterministic_) return false;
     }
-    return nullptr;
+    return false;
   }
 
-  // Advances past the item TakeReady returned.
-  void PopTaken() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // The next element of the ready unit (per-element path).
+  absl::Status TakeElement(Element* out, int64_t* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Unit& u = **taken_;
+    absl::StatusOr<Element>& item = u.items[u.next];
+    absl::Status s = item.status();
+    if (s.ok()) *out = *std::move(item);
+    *n = 1;
     if (++u.next == u.items.size()) units_.erase(taken_);
+    return s;
+  }
+
+  // The next rows of the ready block unit, at most max_elements (bulk path).
+  absl::Status TakeBlock(int64_t max_elements, Element* out, int64_t* n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Unit& u = **taken_;
+    absl::Status s;
+    if (u.block_ok) {
+      const int64_t k = std::min(max_elements, u.rows - u.next_row);
+      if (u.next_row == 0 && k == u.rows) {
+        *out = std::move(u.block);
+      } else {
+        absl::StatusOr<Element> slice = SliceOf(u.block, u.next_row, u.next_row + k);
+        if (slice.ok()) *out = *std::move(slice);
+        s = slice.status();
+      }
+      *n = k;
+      u.next_row += k;
+      if (u.next_row == u.rows) units_.erase(taken_);
+      return s;
+    }
+    absl::StatusOr<Element>& item = u.items[u.next];
+    if (item.ok()) {
+      absl::StatusOr<Element> one = BlockOfOne(*item);
+      if (one.ok()) *out = *std::move(one);
+      s = one.status();
+    } else {
+      s = item.status();
+    }
+    *n = 1;
+    if (++u.next == u.items.size()) units_.erase(taken_);
+    return s;
   }
 
   static constexpr int64_t kAutotunePeriod = 256;
 
   std::unique_ptr<Iterator> input_;  // the consumer's thread only
   const ElementFn fn_;
+  const ElementFn block_fn_;
   const int64_t max_parallelism_;
   const bool deterministic_;
   const bool autotune_;
   ThreadPool* const pool_;
-  BlockMapper blocks_;     // the bulk path, in the consumer's thread
+  BlockMapper blocks_;     // answers SupportsBlocks
   int64_t unit_size_ = 1;  // the consumer's thread only
 
   absl::Mutex mu_;
@@ -356,7 +493,7 @@ class ParallelMapIterator : public OpIterator {
   absl::CondVar done_;  // a unit finished
   // Units that may run at once: max_parallelism_, or AUTOTUNE's current choice.
   int64_t parallelism_ ABSL_GUARDED_BY(mu_);
-  // AUTOTUNE's measurements over the current period.
+  // AUTOTUNE's measurements over the current period (outputs counted in elements).
   int64_t period_outputs_ ABSL_GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point period_start_ ABSL_GUARDED_BY(mu_);
   std::chrono::steady_clock::duration stall_ ABSL_GUARDED_BY(mu_){};

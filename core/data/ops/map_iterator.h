@@ -42,9 +42,13 @@ using ElementFn = std::function<absl::StatusOr<Element>(Element)>;
 //
 // `block_fn`, when set, maps a block of elements (core/data/iterator.h) to the block of their
 // mapped elements (MapFunction::ElementWise); the map then supports the bulk path when its input
-// does, running block_fn in the caller's thread (a block is already the unit of work, and an
-// iterator pulled in blocks is never pulled element by element). When block_fn fails on a
-// block, the map goes through that block row by row with `fn`, handing out blocks of one
+// does (an iterator pulled in blocks is never pulled element by element). A sequential map runs
+// block_fn in the caller's thread. A parallel one splits each request for up to M elements into
+// input blocks of ceil(M / parallelism) rows and runs block_fn on them on the shared pool, at
+// most `parallelism` at once, with the same order and deterministic semantics as its
+// per-element path: under batch(B), B rows are mapped by `parallelism` threads in one block_fn
+// call each (map-and-batch fusion: no per-element objects or hand-offs). When block_fn fails on
+// a block, the map goes through that block row by row with `fn`, handing out blocks of one
 // element and the failing row's element error where the per-element path would.
 //
 // `autotune` (num_parallel_calls=AUTOTUNE, with num_parallel_calls the most it may use): the map

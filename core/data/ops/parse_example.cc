@@ -11,7 +11,8 @@ namespace {
 
 class ParseExampleComponentFn : public ComponentFn {
  public:
-  explicit ParseExampleComponentFn(ExampleParser parser) : parser_(std::move(parser)) {}
+  ParseExampleComponentFn(ExampleParser parser, bool element_wise)
+      : parser_(std::move(parser)), element_wise_(element_wise) {}
 
   std::string Describe() const override { return "parse_example(...)"; }
   absl::StatusOr<ElementSpec> OutputSpec(const TensorSpec& input) const override {
@@ -20,9 +21,14 @@ class ParseExampleComponentFn : public ComponentFn {
   absl::StatusOr<Element> Apply(const Tensor& input) const override {
     return parser_.Parse(input);
   }
+  // With FixedLenFeatures only, parsing a batch gives its rows' parses stacked (tf.io.parse_example
+  // against parse_single_example), and fails only where some row fails: the bulk path parses
+  // whole blocks of records. A VarLenFeature pads to the longest row of the batch, so not then.
+  bool ElementWise() const override { return element_wise_; }
 
  private:
   const ExampleParser parser_;
+  const bool element_wise_;
 };
 
 }  // namespace
@@ -30,8 +36,12 @@ class ParseExampleComponentFn : public ComponentFn {
 absl::StatusOr<std::unique_ptr<ComponentFn>> MakeParseExampleComponentFn(
     const proto::ParseExampleFn& fn) {
   ASSIGN_OR_RETURN(ExampleParser parser, ExampleParser::Create(fn));
+  bool element_wise = true;
+  for (const proto::FeatureSpec& f : fn.features()) {
+    if (f.kind() != proto::FeatureSpec::FIXED_LEN) element_wise = false;
+  }
   return std::unique_ptr<ComponentFn>(
-      new ParseExampleComponentFn(std::move(parser)));
+      new ParseExampleComponentFn(std::move(parser), element_wise));
 }
 
 }  // namespace sluice

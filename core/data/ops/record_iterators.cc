@@ -1,5 +1,6 @@
 #include "core/data/ops/record_iterators.h"
 
+#include <algorithm>
 #include <deque>
 #include <utility>
 #include <vector>
@@ -146,7 +147,47 @@ class SequentialRecordIterator : public OpIterator {
   }
 
  protected:
+  // The bulk path: runs of records as 1-D string tensors, read exactly as GetNext reads them.
+  bool SupportsBlocks() const override { return true; }
+
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    std::string record;
+    RETURN_IF_ERROR(Read(&record, end_of_sequence));
+    if (!*end_of_sequence) *out = Element(Tensor::StringScalar(std::move(record)));
+    return absl::OkStatus();
+  }
+
+  // A read error after some records of the block ends the block there; the error comes on the
+  // next call, after those records, where the per-element path returns it.
+  absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
+                                    bool* end_of_sequence) override {
+    if (!pending_.ok()) return pending_;
+    std::vector<std::string> records;
+    records.reserve(static_cast<size_t>(std::min<int64_t>(max_elements, 4096)));
+    while (static_cast<int64_t>(records.size()) < max_elements) {
+      std::string record;
+      bool end = false;
+      absl::Status s = Read(&record, &end);
+      if (!s.ok()) {
+        if (records.empty()) return s;
+        pending_ = s;
+        break;
+      }
+      if (end) break;
+      records.push_back(std::move(record));
+    }
+    if (records.empty()) {
+      *end_of_sequence = true;
+      return absl::OkStatus();
+    }
+    *n = static_cast<int64_t>(records.size());
+    *out = Element(Tensor::FromStrings(std::move(records), Shape({*n})));
+    return absl::OkStatus();
+  }
+
+ private:
+  // The next record, or *end at the end of the files (or of the range).
+  absl::Status Read(std::string* record, bool* end) {
     if (range_.has_value() && !positioned_) {
       RETURN_IF_ERROR(Position());
       positioned_ = true;
@@ -154,7 +195,7 @@ class SequentialRecordIterator : public OpIterator {
     for (;;) {
       if (remaining_ == 0 || next_file_ > files_.size() ||
           (current_ == nullptr && next_file_ == files_.size())) {
-        *end_of_sequence = true;
+        *end = true;
         return absl::OkStatus();
       }
       if (current_ == nullptr) {
@@ -164,20 +205,17 @@ class SequentialRecordIterator : public OpIterator {
         current_ = *std::move(f);
         ++next_file_;
       }
-      std::string record;
-      absl::Status s = current_->Read(&record);
+      absl::Status s = current_->Read(record);
       if (absl::IsOutOfRange(s)) {
         current_.reset();
         continue;
       }
       if (!s.ok()) return Labeled(s);
-      *out = Element(Tensor::StringScalar(std::move(record)));
       if (remaining_ > 0) --remaining_;
       return absl::OkStatus();
     }
   }
 
- private:
   absl::Status Labeled(const absl::Status& s) const {
     return absl::Status(s.code(), absl::StrCat(label(), ": ", s.message()));
   }
@@ -211,6 +249,7 @@ class SequentialRecordIterator : public OpIterator {
   bool positioned_ = false;
   size_t next_file_ = 0;
   std::unique_ptr<RecordFile> current_;
+  absl::Status pending_;  // a read error after the last block's records (bulk path)
 };
 
 // An iterator whose arguments were bad: fails with that status.
