@@ -171,5 +171,57 @@ TEST(IdleStreamsTest, AThousandIdleStreamsUseFewerThanFiftyThreads) {
   server->Shutdown(absl::ToChronoTime(absl::Now()));
 }
 
+// A server shut down with streams open (waiting for steps, for credit, or filling a frame under
+// a long coalescing bound) ends every call and frees every stream: the clients' calls end with
+// an error status, and the service and task go away without a hang or a crash.
+TEST(IdleStreamsTest, ShutdownWithStreamsOpenEndsThem) {
+  OneStepTask task;
+  WorkerServiceOptions options;
+  options.coalesce_wait = absl::Hours(1);
+  auto service = std::make_unique<GrpcWorkerService>(&task, options);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  const grpc::internal::RpcMethod method(kStreamStepsMethod,
+                                         grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+  constexpr int kOpen = 20;
+  std::vector<std::unique_ptr<Call>> calls;
+  for (int c = 0; c < kOpen; ++c) {
+    auto call = std::make_unique<Call>();
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
+    call->stream.reset(
+        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+            channel.get(), method, &call->context));
+    proto::ConsumerMessage m;
+    proto::StreamRequest* r = m.mutable_request();
+    r->set_wire_version(proto::WIRE_VERSION_2);
+    r->set_job_id(1);
+    r->set_task_id(1);
+    r->set_consumer_index(c);
+    // Even streams have no credit (they wait for a grant), odd ones wait for steps; after the
+    // one step, those fill a frame for an hour.
+    r->set_initial_credit_bytes(c % 2 == 0 ? 0 : 1 << 20);
+    r->set_window_bytes(1 << 20);
+    ASSERT_TRUE(call->stream->Write(EncodeConsumerMessage(m)));
+    calls.push_back(std::move(call));
+  }
+  ASSERT_TRUE(task.WaitLookups(kOpen));
+  task.Release();
+  server->Shutdown(absl::ToChronoTime(absl::Now()));
+  for (auto& call : calls) {
+    grpc::ByteBuffer bb;
+    while (call->stream->Read(&bb)) {
+    }
+    EXPECT_FALSE(call->stream->Finish().ok());
+  }
+  server.reset();
+  service.reset();
+}
+
 }  // namespace
 }  // namespace sluice
