@@ -6,8 +6,8 @@
 // worker then sends StepFrames as steps are available and credits allow (several steps per
 // frame up to max_frame_steps / max_frame_bytes; a small frame waits at most coalesce_wait
 // for more steps to join it; steps that arrive while a frame is being written join the next),
-// the consumer's CreditGrants read as they arrive. Frames carry the consumer's pieces only (its R replicas in
-// coordinated mode). The stream ends with a frame with end_of_task and status OK once the
+// the consumer's CreditGrants read as they arrive. Frames carry the consumer's pieces only (its
+// R replicas in coordinated mode). The stream ends with a frame with end_of_task and status OK once the
 // consumer half-closes, or with a frame carrying the pipeline's error (error_code/message) and
 // that error as the call's status. A task this worker does not run is UNAVAILABLE (the consumer
 // asks the coordinator again and retries); a malformed request is INVALID_ARGUMENT.
