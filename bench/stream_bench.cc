@@ -4,6 +4,7 @@
 //
 //   build/bench/stream_bench [--sizes=1024,16384,...] [--bytes=2147483648] [--replicas=1]
 //                            [--reps=3] [--credits=16] [--budget=67108864]
+//                            [--coalesce_wait_us=500]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -332,19 +333,27 @@ int Main(int argc, char** argv) {
     uint64_t v = 0;
     if (absl::SimpleAtoi(s, &v)) sizes.push_back(v);
   }
-  int64_t total = 0, replicas = 0, reps = 0, credits = 0, budget = 0;
+  int64_t total = 0, replicas = 0, reps = 0, credits = 0, budget = 0, coalesce_us = 0;
   if (!absl::SimpleAtoi(Flag(argc, argv, "bytes", "2147483648"), &total) ||
       !absl::SimpleAtoi(Flag(argc, argv, "replicas", "1"), &replicas) ||
       !absl::SimpleAtoi(Flag(argc, argv, "reps", "3"), &reps) ||
       !absl::SimpleAtoi(Flag(argc, argv, "credits", "16"), &credits) ||
-      !absl::SimpleAtoi(Flag(argc, argv, "budget", "67108864"), &budget) || replicas < 1 ||
-      reps < 1 || budget < 1) {
+      !absl::SimpleAtoi(Flag(argc, argv, "budget", "67108864"), &budget) ||
+      !absl::SimpleAtoi(Flag(argc, argv, "coalesce_wait_us",
+                             absl::StrCat(absl::ToInt64Microseconds(
+                                 WorkerServiceOptions().coalesce_wait))),
+                        &coalesce_us) ||
+      replicas < 1 || reps < 1 || budget < 1 || coalesce_us < 0) {
     std::fprintf(stderr, "bad flags\n");
     return 2;
   }
 
   OneTask lookup;
-  GrpcWorkerService service(&lookup);
+  WorkerServiceOptions service_options;
+  // 0: a frame takes what is ready when it is cut, plus what arrives while the previous frame
+  // is being written; no timed wait.
+  service_options.coalesce_wait = absl::Microseconds(coalesce_us);
+  GrpcWorkerService service(&lookup, service_options);
   StubCoordinator coordinator;
   grpc::ServerBuilder builder;
   int port = 0;

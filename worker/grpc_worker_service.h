@@ -5,9 +5,9 @@
 // One call serves one consumer's stream of one task: the first message is a StreamRequest; the
 // worker then sends StepFrames as steps are available and credits allow (several steps per
 // frame up to max_frame_steps / max_frame_bytes; a small frame waits at most coalesce_wait
-// for more steps to join it), the consumer's CreditGrants arriving on a
-// reader thread of the call. Frames carry the consumer's pieces only (its R replicas in
-// coordinated mode). The stream ends with a frame with end_of_task and status OK once the
+// for more steps to join it; steps that arrive while a frame is being written join the next),
+// the consumer's CreditGrants read as they arrive. Frames carry the consumer's pieces only (its
+// R replicas in coordinated mode). The stream ends with a frame with end_of_task and status OK once the
 // consumer half-closes, or with a frame carrying the pipeline's error (error_code/message) and
 // that error as the call's status. A task this worker does not run is UNAVAILABLE (the consumer
 // asks the coordinator again and retries); a malformed request is INVALID_ARGUMENT.
@@ -16,11 +16,14 @@
 // write (gRPC 1.51 can hang a call whose first write is hinted, PERF_NOTES.md) nor on a frame
 // after which the stream would wait (the hint would hold it back).
 //
-// The handler only sequences the call; its parts are stream_request.h (the first message),
-// consumer_credits.h (credits and the close handshake) and consumer_frame.h (what a frame
-// carries, when a write is buffered).
+// Each call is a gRPC callback reactor (step_stream.h): no thread per call, none blocked while
+// a stream waits for steps or credit (the step buffer wakes the streams a new step concerns),
+// so one worker serves thousands of idle streams with a fixed set of threads: gRPC's own and
+// the service's pump pool (pump_threads), which runs wake-ups and opens streams. Its parts are
+// stream_request.h (the first message), consumer_credits.h (credits) and consumer_frame.h
+// (what a frame carries, when a write is buffered).
 //
-// Synchronous gRPC API: each call runs on a gRPC thread of its own. Thread-safe.
+// Thread-safe.
 #ifndef SLUICE_WORKER_GRPC_WORKER_SERVICE_H_
 #define SLUICE_WORKER_GRPC_WORKER_SERVICE_H_
 
@@ -34,8 +37,8 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/service_type.h"
 #include "grpcpp/support/byte_buffer.h"
-#include "grpcpp/support/sync_stream.h"
 #include "core/rpc/token_auth.h"
+#include "core/util/thread_pool.h"
 #include "worker/task_runner.h"
 
 namespace sluice {
@@ -60,8 +63,9 @@ struct WorkerServiceOptions {
   // step does not fit), never longer; zero sends what is ready at once.
   size_t coalesce_bytes = size_t{64} << 10;
   absl::Duration coalesce_wait = absl::Microseconds(500);
-  // How often a waiting stream checks whether its call was cancelled.
-  absl::Duration poll_interval = absl::Milliseconds(50);
+  // Threads that run the streams' wake-ups (a step ready, a coalescing bound) and open
+  // streams (finding a task may build a replay of it); 0: the cores, from 2 to 8.
+  int pump_threads = 0;
   // After the last frame, how long to wait for the consumer to half-close before cancelling.
   absl::Duration close_grace = absl::Seconds(5);
   // Shared token every call must carry (core/rpc/token_auth.h); empty: none.
@@ -70,21 +74,16 @@ struct WorkerServiceOptions {
 
 class GrpcWorkerService : public grpc::Service {
  public:
-  // `tasks` is borrowed and must outlive the service.
+  // `tasks` is borrowed and must outlive the service. The service must outlive the server
+  // serving it (shut the server down first: that ends every stream).
   GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions options = {});
+  ~GrpcWorkerService() override;
 
  private:
-  grpc::Status StreamSteps(grpc::ServerContext* context,
-                           grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>* stream);
-  // Adds to `steps` (a frame about to be sent with `credit` left before it) the steps that
-  // become ready within coalesce_wait while the frame is small (see WorkerServiceOptions);
-  // sets *end when the task ends meanwhile.
-  void Coalesce(StepReader* reader, const StepLimits& limits, int64_t credit,
-                std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end) const;
-
   TaskLookup* const tasks_;
   const WorkerServiceOptions options_;
   const TokenAuth auth_;
+  std::unique_ptr<ThreadPool> pump_;
 };
 
 }  // namespace sluice

@@ -7,6 +7,18 @@
 #include "absl/strings/str_cat.h"
 
 namespace sluice {
+namespace {
+
+// Runs the wake-ups collected under the buffer's lock once it is released: declared before the
+// MutexLock, it is destroyed after it.
+struct RunWakeups {
+  std::vector<std::function<void()>> wake;
+  ~RunWakeups() {
+    for (auto& f : wake) f();
+  }
+};
+
+}  // namespace
 
 StepBuffer::StepBuffer(StepBufferOptions options) : options_(std::move(options)) {
   const size_t n = static_cast<size_t>(std::max<int64_t>(options_.num_consumers, 1));
@@ -37,6 +49,7 @@ void StepBuffer::ReleaseLocked() {
 }
 
 absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
+  RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (step->task_step != next_push_) {
     return absl::InternalError(absl::StrCat("step buffer: pushed task step ", step->task_step,
@@ -79,18 +92,26 @@ absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
   }
   if (steps_.empty()) first_step_ = step->task_step;
   bytes_ += step->bytes;
+  const int64_t pushed = step->task_step;
   steps_.push_back(std::move(step));
   ++next_push_;
   cv_.SignalAll();
+  if (options_.independent) {
+    WakeOneIndependentLocked(&run.wake);
+  } else {
+    WakeAtLocked(pushed, &run.wake);
+  }
   return absl::OkStatus();
 }
 
 void StepBuffer::Finish(absl::Status status) {
+  RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (finished_) return;
   finished_ = true;
   status_ = std::move(status);
   cv_.SignalAll();
+  WakeAllLocked(&run.wake);
 }
 
 void StepBuffer::AcknowledgeLocked(Unacked* u, int64_t received_steps) {
@@ -112,6 +133,7 @@ void StepBuffer::Acknowledge(int64_t consumer, int64_t received_steps) {
 }
 
 absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step) {
+  RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (options_.independent) {
     const int64_t generation = next_generation_++;
@@ -125,6 +147,8 @@ absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step)
     u.acknowledged = std::max(u.acknowledged, start_step);
     u.generation = generation;
     cv_.SignalAll();  // a superseded Next() wakes up; waiting streams see the steps
+    WakeGenerationLocked(consumer, &run.wake);
+    if (!steps_.empty()) WakeOneIndependentLocked(&run.wake);
     return generation;
   }
   if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) {
@@ -146,6 +170,7 @@ absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step)
   generations_[consumer] = generation;
   ReleaseLocked();
   cv_.SignalAll();  // a superseded Next() wakes up
+  WakeGenerationLocked(consumer, &run.wake);
   return generation;
 }
 
@@ -194,10 +219,86 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, size_t max_s
   return Next(consumer, generation, limits, deadline, steps, end);
 }
 
+bool StepBuffer::NotifyWhenReady(int64_t consumer, int64_t generation, ReadyCallback ready) {
+  absl::MutexLock lock(&mu_);
+  if (closed_ || finished_ || stop_producing_) return false;
+  if (options_.independent) {
+    if (consumer != 0) {
+      auto it = unacked_.find(consumer);
+      if (it == unacked_.end() || it->second.generation != generation) return false;
+    }
+    if (!steps_.empty()) return false;
+    waiters_[generation] = Waiter{consumer, std::move(ready)};
+    waiting_order_.push_back(generation);
+    return true;
+  }
+  if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size()) ||
+      generations_[consumer] != generation || NextStepLocked(consumer) != nullptr) {
+    return false;
+  }
+  waiters_[generation] = Waiter{consumer, std::move(ready)};
+  waiting_at_[cursors_[consumer]].push_back(generation);
+  return true;
+}
+
+void StepBuffer::CancelNotify(int64_t consumer, int64_t generation) {
+  RunWakeups run;
+  absl::MutexLock lock(&mu_);
+  (void)consumer;
+  waiters_.erase(generation);
+  // It may have been woken for steps it will now not take: the next waiting stream takes them.
+  if (options_.independent && !steps_.empty()) WakeOneIndependentLocked(&run.wake);
+}
+
+void StepBuffer::WakeAtLocked(int64_t task_step, Wakeups* wake) {
+  auto at = waiting_at_.find(task_step);
+  if (at == waiting_at_.end()) return;
+  for (int64_t generation : at->second) {
+    auto w = waiters_.find(generation);
+    if (w == waiters_.end()) continue;  // cancelled, or woken otherwise
+    wake->push_back(std::move(w->second.ready));
+    waiters_.erase(w);
+  }
+  waiting_at_.erase(at);
+}
+
+void StepBuffer::WakeOneIndependentLocked(Wakeups* wake) {
+  while (!waiting_order_.empty()) {
+    const int64_t generation = waiting_order_.front();
+    waiting_order_.pop_front();
+    auto w = waiters_.find(generation);
+    if (w == waiters_.end()) continue;
+    wake->push_back(std::move(w->second.ready));
+    waiters_.erase(w);
+    return;
+  }
+}
+
+void StepBuffer::WakeGenerationLocked(int64_t consumer, Wakeups* wake) {
+  if (options_.independent && consumer == 0) return;  // streams without a key supersede none
+  std::vector<int64_t> woken;
+  for (auto& [generation, w] : waiters_) {
+    if (w.consumer == consumer) woken.push_back(generation);
+  }
+  for (int64_t generation : woken) {
+    auto w = waiters_.find(generation);
+    wake->push_back(std::move(w->second.ready));
+    waiters_.erase(w);
+  }
+}
+
+void StepBuffer::WakeAllLocked(Wakeups* wake) {
+  for (auto& [generation, w] : waiters_) wake->push_back(std::move(w.ready));
+  waiters_.clear();
+  waiting_at_.clear();
+  waiting_order_.clear();
+}
+
 absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLimits& limits,
                               absl::Time deadline,
                               std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end,
                               size_t* blocked_cost) {
+  RunWakeups run;
   steps->clear();
   *end = false;
   if (blocked_cost != nullptr) *blocked_cost = 0;
@@ -241,12 +342,15 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
         steps_.pop_front();
         ++first_step_;
       }
+      // Steps left behind go to the next waiting stream.
       if (!steps->empty()) {
         cv_.SignalAll();
+        if (!steps_.empty()) WakeOneIndependentLocked(&run.wake);
         return absl::OkStatus();
       }
       if (!steps_.empty()) {  // the first step does not fit
         if (blocked_cost != nullptr) *blocked_cost = c;
+        WakeOneIndependentLocked(&run.wake);
         return absl::OkStatus();
       }
     } else {
@@ -311,6 +415,7 @@ void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
 }
 
 void StepBuffer::Detach(int64_t consumer) {
+  RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (options_.independent) return;
   if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) return;
@@ -321,19 +426,24 @@ void StepBuffer::Detach(int64_t consumer) {
   generations_[consumer] = next_generation_++;
   ReleaseLocked();
   cv_.SignalAll();
+  WakeGenerationLocked(consumer, &run.wake);
 }
 
 void StepBuffer::StopProducing() {
+  RunWakeups run;
   absl::MutexLock lock(&mu_);
   stop_producing_ = true;
   cv_.SignalAll();
+  WakeAllLocked(&run.wake);
 }
 
 void StepBuffer::Close(absl::string_view message) {
+  RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (!closed_) close_message_ = std::string(message);
   closed_ = true;
   cv_.SignalAll();
+  WakeAllLocked(&run.wake);
 }
 
 size_t StepBuffer::buffered_bytes() const {

@@ -121,6 +121,22 @@ class StepBuffer {
   // True if Next(limits) would return at once with a step, the end or an error (not blocked).
   bool ReadyWithin(int64_t consumer, const StepLimits& limits) const;
 
+  // Wake-ups for streams that do not block in Next() (the worker's reactor streams). If Next()
+  // for (consumer, generation) would return at once (a buffered step for it, whatever its cost;
+  // the end; an error; a superseded generation), returns false and registers nothing: call
+  // Next(). Otherwise registers `ready` and returns true; `ready` is then called once, without
+  // the buffer's lock, on the thread that makes the stream ready, and must not block (schedule
+  // the work elsewhere). Only the streams a change concerns are woken: a push of task step t
+  // wakes the coordinated consumers whose cursor is t, and in independent mode one waiting
+  // stream (which passes the wake on to the next one if it leaves steps buffered); the end, an
+  // error, Close() and StopProducing() wake every stream; Attach() and Detach() the superseded
+  // generation. A stream has at most one registration (a new one replaces it).
+  using ReadyCallback = std::function<void()>;
+  bool NotifyWhenReady(int64_t consumer, int64_t generation, ReadyCallback ready);
+  // Removes the registration of (consumer, generation), if any; after it returns, its callback
+  // is not called (unless it is running on another thread now).
+  void CancelNotify(int64_t consumer, int64_t generation);
+
   // The consumer has the end of the task: its stream half-closed after the end frame, which a
   // consumer does only once it has read it. Only then does its end count for drained(): a
   // worker frozen between handing the end to the stream and sending it must not report the
@@ -168,6 +184,13 @@ class StepBuffer {
   // The consumer's next buffered step, or null.
   const TaskStep* NextStepLocked(int64_t consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Wake-ups (NotifyWhenReady). `wake` collects the callbacks to run once mu_ is released.
+  using Wakeups = std::vector<ReadyCallback>;
+  void WakeAtLocked(int64_t task_step, Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WakeOneIndependentLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WakeGenerationLocked(int64_t consumer, Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WakeAllLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const StepBufferOptions options_;
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
@@ -191,6 +214,17 @@ class StepBuffer {
   };
   absl::flat_hash_map<int64_t, Unacked> unacked_ ABSL_GUARDED_BY(mu_);
   void AcknowledgeLocked(Unacked* u, int64_t received_steps) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Registered wake-ups, by generation (unique in the buffer). Coordinated mode: waiting_at_
+  // lists the generations waiting for each task step (their cursor); independent mode:
+  // waiting_order_ in the order registered. An entry whose generation is no longer in waiters_
+  // is stale and skipped.
+  struct Waiter {
+    int64_t consumer = 0;
+    ReadyCallback ready;
+  };
+  absl::flat_hash_map<int64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, std::vector<int64_t>> waiting_at_ ABSL_GUARDED_BY(mu_);
+  std::deque<int64_t> waiting_order_ ABSL_GUARDED_BY(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool stop_producing_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

@@ -215,6 +215,12 @@ bool StepReader::ReadyWithin(const StepLimits& limits) const {
   return buffer_->ReadyWithin(consumer_, limits);
 }
 
+bool StepReader::NotifyWhenReady(StepBuffer::ReadyCallback ready) {
+  return buffer_->NotifyWhenReady(consumer_, generation_, std::move(ready));
+}
+
+void StepReader::CancelNotify() { buffer_->CancelNotify(consumer_, generation_); }
+
 TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
                        std::unique_ptr<TaskStepIterator> steps)
     : task_(std::move(task)), options_(std::move(options)), steps_(std::move(steps)) {

@@ -98,6 +98,10 @@ class StepReader {
                     std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end,
                     size_t* blocked_cost);
   bool ReadyWithin(const StepLimits& limits) const;
+  // As StepBuffer::NotifyWhenReady and CancelNotify, for this reader (streams that do not
+  // block in Next: the worker's reactor streams).
+  bool NotifyWhenReady(StepBuffer::ReadyCallback ready);
+  void CancelNotify();
   // As StepBuffer::Acknowledge (independent reads).
   void Acknowledge(int64_t received_steps);
   // As StepBuffer::ConfirmEnd: the consumer half-closed after the end frame.

@@ -72,7 +72,7 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
-grpc::Status TokenAuth::Check(const grpc::ServerContext& context) const {
+grpc::Status TokenAuth::Check(const grpc::ServerContextBase& context) const {
   if (token_.empty()) return grpc::Status::OK;
   const auto& metadata = context.client_metadata();
   bool ok = false;

@@ -47,7 +47,7 @@ class TokenAuth {
 
   // OK when disabled or when the call carries `authorization: Bearer <token>`; else
   // UNAUTHENTICATED with kUnauthenticatedMessage.
-  grpc::Status Check(const grpc::ServerContext& context) const;
+  grpc::Status Check(const grpc::ServerContextBase& context) const;
 
  private:
   std::string token_;

@@ -1,0 +1,227 @@
+// One worker serves 1,000 idle StreamSteps calls with a fixed set of threads (issue 13's
+// target: < 50): a GrpcWorkerService on port 0 whose coordinated task has 1,000 consumers, each
+// with its stream open. The task makes one step, which every stream must deliver (so each is
+// live and was woken), then nothing: the streams wait. The process's thread count
+// (/proc/self/task) is checked while they are all open. The test's own calls are synchronous
+// client calls, which need no thread each. A behaviour test: no timing.
+#include <dirent.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "core/rpc/step_frame.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/sync_stream.h"
+#include "gtest/gtest.h"
+#include "worker/grpc_worker_service.h"
+#include "worker/task_runner.h"
+
+namespace sluice {
+namespace {
+
+constexpr int kStreams = 1000;
+constexpr int kMaxThreads = 50;
+// Liveness bound only.
+constexpr absl::Duration kStuck = absl::Seconds(120);
+
+int ThreadCount() {
+  int n = 0;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
+// A coordinated task of kStreams consumers that makes one step once released, then waits
+// until closed; counts the streams that looked it up.
+class OneStepTask : public TaskLookup {
+ public:
+  OneStepTask() {
+    proto::TaskDef task;
+    task.set_task_id(1);
+    task.set_job_id(1);
+    task.set_num_tasks(1);
+    task.mutable_job()->set_num_consumers(kStreams);
+    task.mutable_job()->set_replicas_per_consumer(1);
+    runner_ = TaskRunner::StartWith(task, TaskRunnerOptions{}, [this](TaskStep* step, bool* end) {
+      absl::MutexLock lock(&mu_);
+      const absl::Time give_up = absl::Now() + kStuck;
+      const int64_t want = produced_ == 0 ? 1 : 2;  // after step 0: only the close
+      while (!closed_ && released_ < want && absl::Now() < give_up) {
+        cv_.WaitWithDeadline(&mu_, give_up);
+      }
+      if (closed_ || produced_ > 0) {
+        *end = true;
+        return absl::OkStatus();
+      }
+      step->task_step = produced_++;
+      step->num_real_pieces = kStreams;
+      for (int c = 0; c < kStreams; ++c) step->pieces.push_back({Tensor::Scalar<int64_t>(c)});
+      step->bytes = 8 * kStreams;
+      *end = false;
+      return absl::OkStatus();
+    });
+  }
+  ~OneStepTask() override {
+    {
+      absl::MutexLock lock(&mu_);
+      closed_ = true;
+      cv_.SignalAll();
+    }
+    runner_.reset();
+  }
+
+  absl::StatusOr<std::shared_ptr<TaskRunner>> FindTask(int64_t, int64_t) override {
+    absl::MutexLock lock(&mu_);
+    ++lookups_;
+    return runner_;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    ++released_;
+    cv_.SignalAll();
+  }
+  bool WaitLookups(int n) {
+    absl::MutexLock lock(&mu_);
+    auto done = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return lookups_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&done), kStuck);
+  }
+
+ private:
+  std::shared_ptr<TaskRunner> runner_;
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  int lookups_ ABSL_GUARDED_BY(mu_) = 0;
+  int released_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t produced_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+struct Call {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream;
+};
+
+TEST(IdleStreamsTest, AThousandIdleStreamsUseFewerThanFiftyThreads) {
+  OneStepTask task;
+  GrpcWorkerService service(&task);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  const grpc::internal::RpcMethod method(kStreamStepsMethod,
+                                         grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+
+  std::vector<std::unique_ptr<Call>> calls;
+  for (int c = 0; c < kStreams; ++c) {
+    auto call = std::make_unique<Call>();
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
+    call->stream.reset(
+        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+            channel.get(), method, &call->context));
+    proto::ConsumerMessage m;
+    proto::StreamRequest* r = m.mutable_request();
+    r->set_wire_version(proto::WIRE_VERSION_2);
+    r->set_job_id(1);
+    r->set_task_id(1);
+    r->set_consumer_index(c);
+    r->set_initial_credit_bytes(1 << 20);
+    r->set_window_bytes(1 << 20);
+    ASSERT_TRUE(call->stream->Write(EncodeConsumerMessage(m))) << "stream " << c;
+    calls.push_back(std::move(call));
+  }
+  ASSERT_TRUE(task.WaitLookups(kStreams));
+  const int open_threads = ThreadCount();
+
+  // Every stream delivers the step (its consumer's piece), then waits for the next.
+  task.Release();
+  for (int c = 0; c < kStreams; ++c) {
+    grpc::ByteBuffer bb;
+    ASSERT_TRUE(calls[c]->stream->Read(&bb)) << "stream " << c;
+    StepFrame frame;
+    ASSERT_TRUE(DecodeStepFrame(bb, {}, &frame).ok());
+    ASSERT_TRUE(frame.status.ok()) << frame.status;
+    ASSERT_EQ(frame.steps.size(), 1u) << "stream " << c;
+    EXPECT_EQ(frame.steps[0].task_step, 0);
+    ASSERT_EQ(frame.steps[0].pieces.size(), 1u);
+    EXPECT_EQ(frame.steps[0].pieces[0][0].data<int64_t>()[0], c);
+  }
+  const int idle_threads = ThreadCount();
+  EXPECT_LT(open_threads, kMaxThreads) << "threads with " << kStreams << " streams open";
+  EXPECT_LT(idle_threads, kMaxThreads) << "threads with " << kStreams << " idle streams";
+  std::printf("threads: %d with %d streams opening, %d with them idle after a step\n",
+              open_threads, kStreams, idle_threads);
+
+  for (auto& call : calls) call->context.TryCancel();
+  for (auto& call : calls) (void)call->stream->Finish();
+  server->Shutdown(absl::ToChronoTime(absl::Now()));
+}
+
+// A server shut down with streams open (waiting for steps, for credit, or filling a frame under
+// a long coalescing bound) ends every call and frees every stream: the clients' calls end with
+// an error status, and the service and task go away without a hang or a crash.
+TEST(IdleStreamsTest, ShutdownWithStreamsOpenEndsThem) {
+  OneStepTask task;
+  WorkerServiceOptions options;
+  options.coalesce_wait = absl::Hours(1);
+  auto service = std::make_unique<GrpcWorkerService>(&task, options);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  const grpc::internal::RpcMethod method(kStreamStepsMethod,
+                                         grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+  constexpr int kOpen = 20;
+  std::vector<std::unique_ptr<Call>> calls;
+  for (int c = 0; c < kOpen; ++c) {
+    auto call = std::make_unique<Call>();
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
+    call->stream.reset(
+        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+            channel.get(), method, &call->context));
+    proto::ConsumerMessage m;
+    proto::StreamRequest* r = m.mutable_request();
+    r->set_wire_version(proto::WIRE_VERSION_2);
+    r->set_job_id(1);
+    r->set_task_id(1);
+    r->set_consumer_index(c);
+    // Even streams have no credit (they wait for a grant), odd ones wait for steps; after the
+    // one step, those fill a frame for an hour.
+    r->set_initial_credit_bytes(c % 2 == 0 ? 0 : 1 << 20);
+    r->set_window_bytes(1 << 20);
+    ASSERT_TRUE(call->stream->Write(EncodeConsumerMessage(m)));
+    calls.push_back(std::move(call));
+  }
+  ASSERT_TRUE(task.WaitLookups(kOpen));
+  task.Release();
+  server->Shutdown(absl::ToChronoTime(absl::Now()));
+  for (auto& call : calls) {
+    grpc::ByteBuffer bb;
+    while (call->stream->Read(&bb)) {
+    }
+    EXPECT_FALSE(call->stream->Finish().ok());
+  }
+  server.reset();
+  service.reset();
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,480 @@
+#include "worker/step_stream.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "core/rpc/grpc_status.h"
+#include "core/rpc/step_frame.h"
+#include "grpcpp/alarm.h"
+#include "worker/consumer_credits.h"
+#include "worker/consumer_frame.h"
+#include "worker/stream_request.h"
+#include "worker/task_runner.h"
+
+namespace sluice {
+namespace {
+
+using Reactor = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
+
+absl::Status ConsumerWentAway() {
+  return absl::CancelledError("StreamSteps: the consumer went away");
+}
+
+class StepStream final : public Reactor {
+ public:
+  StepStream(grpc::CallbackServerContext* context, const StepStreamEnv& env)
+      : context_(context), env_(env), options_(*env.options), link_(std::make_shared<Link>()) {
+    link_->stream = this;
+    absl::MutexLock lock(&mu_);
+    if (grpc::Status a = env_.auth->Check(*context_); !a.ok()) {
+      phase_ = Phase::kFinished;
+      Finish(a);
+      return;
+    }
+    StartRead(&read_);
+  }
+
+  void OnReadDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    switch (phase_) {
+      case Phase::kOpening:
+        if (!ok) {
+          phase_ = Phase::kFinished;
+          Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                              "StreamSteps: no StreamRequest received"));
+          return;
+        }
+        // Finding the task may build a replay of it: not on gRPC's thread.
+        Post([](StepStream* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { s->Open(); });
+        return;
+      case Phase::kStreaming:
+      case Phase::kClosing:
+        if (!ok) {
+          credits_->OnClosed();
+        } else {
+          int64_t received = 0;
+          if (credits_->OnMessage(read_, &received).ok()) {
+            // Independent reads key the consumer: its acknowledgements release steps.
+            if (!coordinated_ && received > 0) reader_->Acknowledge(received);
+            StartRead(&read_);
+          }
+        }
+        if (phase_ == Phase::kStreaming) {
+          Pump();
+        } else if (credits_->closed()) {
+          Complete();
+        }
+        return;
+      case Phase::kFinished:
+        return;
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    write_.Clear();
+    if (write_is_error_) {
+      wrote_last_ = true;
+      BeginClose();
+      return;
+    }
+    if (!ok) {
+      result_ = ConsumerWentAway();
+      BeginClose();
+      return;
+    }
+    runner_->RecordDelivered(write_steps_, write_bytes_);
+    first_write_ = false;
+    if (write_end_) {
+      wrote_last_ = true;
+      wrote_end_ = true;
+      BeginClose();
+      return;
+    }
+    Pump();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    if (phase_ == Phase::kStreaming && !writing_) {
+      coalescing_ = false;  // the frame being filled is dropped: the consumer is gone
+      frame_.clear();
+      Pump();  // ends the stream
+    } else if (phase_ == Phase::kClosing) {
+      Complete();
+    }
+    // kOpening: Open() sees cancelled_; a write in flight fails and ends the stream.
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&link_->mu);
+      link_->stream = nullptr;
+    }
+    if (reader_ != nullptr) reader_->CancelNotify();
+    delete this;
+  }
+
+ private:
+  enum class Phase { kOpening, kStreaming, kClosing, kFinished };
+
+  // How work from outside gRPC's reactions reaches the stream: OnDone() clears `stream`, and
+  // whoever holds the link runs under `mu` only while the stream exists.
+  struct Link {
+    absl::Mutex mu;
+    StepStream* stream ABSL_GUARDED_BY(mu) = nullptr;
+  };
+
+  // Runs fn(stream) on the pump pool, under the stream's lock, if the stream still exists.
+  void Post(std::function<void(StepStream*)> fn) {
+    std::shared_ptr<Link> link = link_;
+    env_.pump->Schedule([link, fn = std::move(fn)] {
+      absl::MutexLock link_lock(&link->mu);
+      StepStream* s = link->stream;
+      if (s == nullptr) return;
+      absl::MutexLock lock(&s->mu_);
+      fn(s);
+    });
+  }
+
+  // Arms a fresh alarm at `when`; on firing, fn(stream) runs as Post() runs it. The returned
+  // sequence number tells the current alarm from older ones.
+  uint64_t ArmAlarm(absl::Time when, std::function<void(StepStream*, uint64_t)> fn)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const uint64_t seq = ++alarm_seq_;
+    std::shared_ptr<Link> link = link_;
+    ThreadPool* pump = env_.pump;
+    alarm_ = std::make_unique<grpc::Alarm>();
+    alarm_->Set(absl::ToChronoTime(when), [link, pump, seq, fn = std::move(fn)](bool fired) {
+      if (!fired) return;  // cancelled: a newer alarm, or the stream is gone
+      pump->Schedule([link, seq, fn] {
+        absl::MutexLock link_lock(&link->mu);
+        StepStream* s = link->stream;
+        if (s == nullptr) return;
+        absl::MutexLock lock(&s->mu_);
+        fn(s, seq);
+      });
+    });
+    return seq;
+  }
+
+  // The first message: find the task, open the reader, start streaming.
+  void Open() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (phase_ != Phase::kOpening) return;
+    absl::Status s = OpenReader();
+    if (s.ok() && cancelled_) s = ConsumerWentAway();
+    if (!s.ok()) {
+      phase_ = Phase::kFinished;
+      Finish(ToGrpcStatus(s));
+      return;
+    }
+    phase_ = Phase::kStreaming;
+    StartRead(&read_);
+    Pump();
+  }
+
+  absl::Status OpenReader() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::StatusOr<proto::StreamRequest> request = ParseStreamRequest(read_);
+    if (!request.ok()) return request.status();
+    absl::StatusOr<std::shared_ptr<TaskRunner>> runner =
+        env_.tasks->FindTask(request->job_id(), request->task_id());
+    if (!runner.ok()) return runner.status();
+    runner_ = *std::move(runner);
+    const proto::JobOptions& job = runner_->task().job();
+    coordinated_ = job.read_mode() == proto::READ_MODE_COORDINATED;
+    replicas_ = job.replicas_per_consumer();
+    consumer_ = request->consumer_index();
+    if (coordinated_ && (consumer_ < 0 || consumer_ >= job.num_consumers())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("StreamSteps: consumer_index ", consumer_, " out of range [0, ",
+                       job.num_consumers(), ") for job ", request->job_id()));
+    }
+    absl::StatusOr<std::unique_ptr<StepReader>> reader = runner_->OpenReader(
+        // Independent reads key the consumer by its id (steps kept until acknowledged).
+        coordinated_ ? consumer_ : static_cast<int64_t>(request->consumer_id()),
+        request->start_step());
+    if (!reader.ok()) return reader.status();
+    reader_ = *std::move(reader);
+    credits_.emplace(request->initial_credit_bytes(), request->window_bytes());
+    // What one frame may take: steps whose costs fit the credit and the frame size; the first
+    // step whatever its cost once the credit reaches CreditForAnyStep (a step larger than the
+    // window still flows).
+    limits_.max_steps = options_.max_frame_steps;
+    limits_.cost = [coordinated = coordinated_, consumer = consumer_,
+                    replicas = replicas_](const TaskStep& step) {
+      return ConsumerStepCost(step, coordinated, consumer, replicas);
+    };
+    return absl::OkStatus();
+  }
+
+  void SetCredit(int64_t credit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const size_t c = static_cast<size_t>(std::max<int64_t>(credit, 0));
+    limits_.first_max = credit >= CreditForAnyStep(credits_->window())
+                            ? std::numeric_limits<size_t>::max()
+                            : c;
+    limits_.max_cost = std::min(c, options_.max_frame_bytes);
+  }
+
+  // Registers for a wake-up when a step (or the end) is there for this stream. False when
+  // there is one already (call Next again).
+  bool WaitForSteps() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::shared_ptr<Link> link = link_;
+    ThreadPool* pump = env_.pump;
+    // Called by the step buffer without its lock, maybe under another stream's: it only
+    // schedules.
+    return reader_->NotifyWhenReady([link, pump] {
+      pump->Schedule([link] {
+        absl::MutexLock link_lock(&link->mu);
+        StepStream* s = link->stream;
+        if (s == nullptr) return;
+        absl::MutexLock lock(&s->mu_);
+        s->OnStepsReady();
+      });
+    });
+  }
+
+  void OnStepsReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (phase_ != Phase::kStreaming || writing_) return;  // the write's completion pumps
+    if (coalescing_) {
+      Coalesce();
+    } else {
+      Pump();
+    }
+  }
+
+  // Sends what is ready while credit and steps allow, one write at a time; returns when the
+  // stream waits (a write in flight, a frame filling, credit, steps) or ends.
+  void Pump() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (phase_ == Phase::kStreaming && !writing_ && !coalescing_) {
+      if (cancelled_ || credits_->closed()) {
+        result_ = credits_->error().ok() ? ConsumerWentAway() : credits_->error();
+        BeginClose();
+        return;
+      }
+      if (!credits_->HasCredit(need_)) return;  // OnReadDone pumps again on a grant
+      SetCredit(credits_->credit());
+      bool end = false;
+      size_t blocked_cost = 0;
+      absl::Status next =
+          reader_->Next(limits_, absl::InfinitePast(), &frame_, &end, &blocked_cost);
+      if (!next.ok()) {
+        frame_.clear();
+        WriteError(next);
+        return;
+      }
+      if (frame_.empty() && !end) {
+        if (blocked_cost > 0) {
+          need_ = static_cast<int64_t>(blocked_cost);  // wait for credit
+          continue;
+        }
+        need_ = 1;
+        if (WaitForSteps()) return;
+        continue;
+      }
+      need_ = 1;
+      frame_end_ = end;
+      frame_credit_ = credits_->credit();
+      if (!end && options_.coalesce_wait > absl::ZeroDuration() && !FrameFull()) {
+        coalescing_ = true;
+        coalesce_until_ = absl::Now() + options_.coalesce_wait;
+        coalesce_timed_out_ = false;
+        ArmAlarm(coalesce_until_,
+                 [](StepStream* s, uint64_t seq) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                   if (s->coalescing_ && seq == s->alarm_seq_ && !s->writing_) {
+                     s->coalesce_timed_out_ = true;
+                     s->Coalesce();
+                   }
+                 });
+        Coalesce();
+        return;
+      }
+      SendFrame();
+    }
+  }
+
+  // The frame's costs so far.
+  size_t FrameCost() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    size_t cost = 0;
+    for (const auto& step : frame_) cost += limits_.cost(*step);
+    return cost;
+  }
+  // What the frame may still take: the credit left before it (its first step may have exceeded
+  // it) and the frame's size.
+  size_t FrameCap() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::min(static_cast<size_t>(std::max<int64_t>(frame_credit_, 0)),
+                    options_.max_frame_bytes);
+  }
+  // Whether the frame is done filling (see WorkerServiceOptions::coalesce_bytes).
+  bool FrameFull() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const size_t cost = FrameCost();
+    return cost >= options_.coalesce_bytes || cost >= FrameCap() ||
+           frame_.size() >= options_.max_frame_steps;
+  }
+
+  // Adds the steps ready now to the frame being filled; sends it once full, at the end, when
+  // the next step needs more credit, or once coalesce_wait has passed; otherwise waits for
+  // steps (or the alarm).
+  void Coalesce() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<std::shared_ptr<const TaskStep>> more;
+    while (!cancelled_ && !FrameFull()) {
+      const size_t cost = FrameCost();
+      StepLimits room = limits_;
+      room.max_steps = options_.max_frame_steps - frame_.size();
+      room.max_cost = FrameCap() - cost;
+      room.first_max = FrameCap() - cost;
+      bool more_end = false;
+      size_t blocked_cost = 0;
+      // An error is left for Pump's next Next(), which returns it again.
+      if (!reader_->Next(room, absl::InfinitePast(), &more, &more_end, &blocked_cost).ok()) break;
+      if (more_end) {
+        frame_end_ = true;  // the end rides on this frame
+        break;
+      }
+      if (more.empty()) {
+        if (blocked_cost > 0) break;  // the next step needs more credit
+        if (coalesce_timed_out_ || absl::Now() >= coalesce_until_) break;  // the bound passed
+        if (WaitForSteps()) return;   // a step, or the alarm, continues the frame
+        continue;
+      }
+      for (auto& step : more) frame_.push_back(std::move(step));
+    }
+    coalescing_ = false;
+    alarm_.reset();  // cancels it
+    if (cancelled_) {
+      frame_.clear();
+      Pump();  // ends the stream
+      return;
+    }
+    SendFrame();
+    Pump();
+  }
+
+  // Writes frame_ (its steps and frame_end_).
+  void SendFrame() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    grpc::ByteBuffer bb;
+    absl::Status encoded = EncodeStepFrame(
+        ConsumerFrame(frame_, frame_end_, coordinated_, consumer_, replicas_), &bb);
+    if (!encoded.ok()) {
+      frame_.clear();
+      WriteError(encoded);
+      return;
+    }
+    const int64_t cost = static_cast<int64_t>(FrameCost());
+    const int64_t left = credits_->Spend(cost);
+    SetCredit(left);
+    grpc::WriteOptions write_options;
+    // The next frame follows at once only with credit left (the stream waits for >= 1 byte).
+    if (UseBufferHint(first_write_, frame_end_, left > 0 && reader_->ReadyWithin(limits_))) {
+      write_options.set_buffer_hint();
+    }
+    write_ = std::move(bb);
+    write_steps_ = static_cast<int64_t>(frame_.size());
+    write_bytes_ = static_cast<int64_t>(write_.Length());
+    write_end_ = frame_end_;
+    write_is_error_ = false;
+    frame_.clear();
+    frame_end_ = false;
+    writing_ = true;
+    StartWrite(&write_, write_options);
+  }
+
+  // The stream's last frame: `status` (a pipeline or encoding error), which is also the call's.
+  void WriteError(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    result_ = status;
+    write_ = ErrorFrame(status);
+    write_is_error_ = true;
+    writing_ = true;
+    StartWrite(&write_);
+  }
+
+  // No more frames: let the consumer half-close (it does after the last frame) within
+  // close_grace, then complete.
+  void BeginClose() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    phase_ = Phase::kClosing;
+    coalescing_ = false;
+    reader_->CancelNotify();
+    if (wrote_last_ && !credits_->closed() && !cancelled_) {
+      ArmAlarm(absl::Now() + options_.close_grace,
+               [](StepStream* s, uint64_t seq) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                 if (s->phase_ == Phase::kClosing && seq == s->alarm_seq_) s->Complete();
+               });
+      return;
+    }
+    Complete();
+  }
+
+  void Complete() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (phase_ == Phase::kFinished) return;
+    phase_ = Phase::kFinished;
+    alarm_.reset();
+    const bool closed = credits_->closed();
+    // The consumer half-closes only once it has read the end frame: now its end counts (for
+    // the task's drained(), hence the worker's finished report).
+    if (wrote_end_ && closed && credits_->error().ok() && !context_->IsCancelled()) {
+      reader_->ConfirmEnd();
+    }
+    if (!closed) context_->TryCancel();
+    Finish(ToGrpcStatus(result_));
+  }
+
+  grpc::CallbackServerContext* const context_;
+  const StepStreamEnv env_;
+  const WorkerServiceOptions& options_;
+  const std::shared_ptr<Link> link_;
+
+  absl::Mutex mu_;
+  Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kOpening;
+  grpc::ByteBuffer read_ ABSL_GUARDED_BY(mu_);  // the message being read (one at a time)
+  std::shared_ptr<TaskRunner> runner_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<StepReader> reader_;  // set in Open(); read without mu_ only in OnDone()
+  std::optional<ConsumerCredits> credits_ ABSL_GUARDED_BY(mu_);
+  bool coordinated_ ABSL_GUARDED_BY(mu_) = true;
+  int64_t consumer_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t replicas_ ABSL_GUARDED_BY(mu_) = 1;
+  StepLimits limits_ ABSL_GUARDED_BY(mu_);
+  int64_t need_ ABSL_GUARDED_BY(mu_) = 1;  // the credit the next frame needs
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status result_ ABSL_GUARDED_BY(mu_);  // the call's status
+
+  // The frame being filled.
+  std::vector<std::shared_ptr<const TaskStep>> frame_ ABSL_GUARDED_BY(mu_);
+  bool frame_end_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t frame_credit_ ABSL_GUARDED_BY(mu_) = 0;  // the credit before it
+  bool coalescing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time coalesce_until_ ABSL_GUARDED_BY(mu_);
+  bool coalesce_timed_out_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<grpc::Alarm> alarm_ ABSL_GUARDED_BY(mu_);
+  uint64_t alarm_seq_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // The write in flight.
+  grpc::ByteBuffer write_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_is_error_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_end_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t write_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t write_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool first_write_ ABSL_GUARDED_BY(mu_) = true;
+  bool wrote_last_ ABSL_GUARDED_BY(mu_) = false;
+  bool wrote_end_ ABSL_GUARDED_BY(mu_) = false;  // the end-of-task frame went out
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewStepStream(
+    grpc::CallbackServerContext* context, const StepStreamEnv& env) {
+  return new StepStream(context, env);
+}
+
+}  // namespace sluice
