@@ -281,6 +281,16 @@ class Coordinator {
   // others is declared gone (ConsumerGoneLocked). Sets *finished when it did.
   absl::Status FinishIfConsumersDoneLocked(int64_t task_id, bool* finished)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Consumer `consumer` of the task's job has read unfinished task `task_id` to its end (its
+  // own report, or a worker's TaskProgress.ended_consumers): journaled once
+  // (ConsumerCompletedTaskUpdate), then FinishIfConsumersDoneLocked. A finished or unknown
+  // task, or a consumer index outside the job's, is ignored.
+  absl::Status ConsumerCompletedTaskLocked(int64_t task_id, int64_t consumer, bool* finished)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ConsumerCompletedTaskLocked for each consumer in the request's
+  // TaskProgress.ended_consumers (coordinated jobs' unfinished tasks only).
+  absl::Status RecordEndedConsumersLocked(const proto::WorkerHeartbeatRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Not state: each ranges job's dataset, plan and cut (a function of its options, which are
   // kept to tell an entry from one left by a request that failed and was undone).
   struct RangesJob {

@@ -480,6 +480,24 @@ absl::Status Coordinator::FinishIfConsumersDoneLocked(int64_t task_id, bool* fin
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::ConsumerCompletedTaskLocked(int64_t task_id, int64_t consumer,
+                                                     bool* finished) {
+  *finished = false;
+  const CoordinatorState::Task* task = state_.FindTask(task_id);
+  if (task == nullptr || task->finished) return absl::OkStatus();
+  const CoordinatorState::Job* job = state_.FindJob(task->job_id);
+  if (consumer < 0 || consumer >= std::max<int64_t>(job->options.num_consumers(), 1)) {
+    return absl::OkStatus();
+  }
+  if (!std::binary_search(task->completed_by.begin(), task->completed_by.end(), consumer)) {
+    proto::Update u;
+    u.mutable_consumer_completed_task()->set_task_id(task_id);
+    u.mutable_consumer_completed_task()->set_consumer_index(consumer);
+    RETURN_IF_ERROR(ApplyLocked(u));
+  }
+  return FinishIfConsumersDoneLocked(task_id, finished);
+}
+
 absl::Status Coordinator::JobErrorLocked(const CoordinatorState::Job& job) const {
   if (!job.error.ok()) return job.error;
   auto failed = failed_jobs_.find(job.id);
@@ -514,16 +532,9 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
   bool finished_any = false;
   for (int64_t task_id : request.completed_task_ids()) {
     const CoordinatorState::Task* task = state_.FindTask(task_id);
-    if (task == nullptr || task->job_id != job->id || task->finished) continue;
-    if (!std::binary_search(task->completed_by.begin(), task->completed_by.end(),
-                            request.consumer_index())) {
-      proto::Update u;
-      u.mutable_consumer_completed_task()->set_task_id(task_id);
-      u.mutable_consumer_completed_task()->set_consumer_index(request.consumer_index());
-      RETURN_IF_ERROR(ApplyLocked(u));
-    }
+    if (task == nullptr || task->job_id != job->id) continue;
     bool finished = false;
-    RETURN_IF_ERROR(FinishIfConsumersDoneLocked(task_id, &finished));
+    RETURN_IF_ERROR(ConsumerCompletedTaskLocked(task_id, request.consumer_index(), &finished));
     finished_any = finished_any || finished;
   }
   if (finished_any) RETURN_IF_ERROR(MakeRangesLocked());

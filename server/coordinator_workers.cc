@@ -276,6 +276,22 @@ absl::Status Coordinator::FinishTaskLocked(int64_t task_id) {
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::RecordEndedConsumersLocked(
+    const proto::WorkerHeartbeatRequest& request) {
+  for (const proto::TaskProgress& progress : request.task_progress()) {
+    const CoordinatorState::Task* task = state_.FindTask(progress.task_id());
+    if (task == nullptr || task->finished) continue;
+    const CoordinatorState::Job* job = state_.FindJob(task->job_id);
+    if (job->options.read_mode() != proto::READ_MODE_COORDINATED) continue;
+    for (int64_t consumer : progress.ended_consumers()) {
+      bool finished = false;
+      RETURN_IF_ERROR(ConsumerCompletedTaskLocked(progress.task_id(), consumer, &finished));
+      if (finished) break;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
                                           proto::WorkerHeartbeatResponse* response) {
   RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "WorkerHeartbeatRequest"));
@@ -305,6 +321,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   if (request.draining()) {
     // Leaving: its finished tasks count, its other tasks go elsewhere now, it gets nothing
     // new, and a draining heartbeat never revives it.
+    RETURN_IF_ERROR(RecordEndedConsumersLocked(request));
     if (worker != nullptr && worker->alive) {
       for (int64_t task_id : request.finished_task_ids()) {
         const CoordinatorState::Task* task = state_.FindTask(task_id);
@@ -357,6 +374,9 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   for (const proto::TaskFailure& failure : request.failed_tasks()) {
     RETURN_IF_ERROR(TaskFailedLocked(worker_id, failure));
   }
+  // The consumers that read a task to its end from this worker (whichever worker runs it now):
+  // they count even if they exited before telling the coordinator themselves (it was down).
+  RETURN_IF_ERROR(RecordEndedConsumersLocked(request));
   // Tasks this worker runs that its consumers finished without it (some read them elsewhere
   // before a worker death, the others are gone): it cannot drain them itself.
   const std::vector<int64_t> held = state_.FindWorker(worker_id)->task_ids;

@@ -14,6 +14,7 @@ StepBuffer::StepBuffer(StepBufferOptions options) : options_(std::move(options))
   generations_.assign(n, 0);
   attached_.assign(n, false);
   ended_.assign(n, false);
+  confirmed_.assign(n, false);
 }
 
 int64_t StepBuffer::MinCursor() const {
@@ -305,6 +306,7 @@ void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
       return;
     }
     ended_[consumer] = true;
+    confirmed_[consumer] = true;
   }
   cv_.SignalAll();
 }
@@ -315,6 +317,7 @@ void StepBuffer::ConfirmEndReplayed(int64_t consumer) {
   if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) return;
   if (cursors_[consumer] != kDetached) return;  // it reads here (again): its own end counts
   ended_[consumer] = true;
+  confirmed_[consumer] = true;
   cv_.SignalAll();
 }
 
@@ -366,6 +369,7 @@ StepBuffer::Stats StepBuffer::stats() const {
     s.cursors.reserve(cursors_.size());
     for (size_t c = 0; c < cursors_.size(); ++c) {
       s.cursors.push_back(cursors_[c] == kDetached || ended_[c] ? -1 : cursors_[c]);
+      if (confirmed_[c]) s.confirmed_ends.push_back(static_cast<int64_t>(c));
     }
   }
   return s;

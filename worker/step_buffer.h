@@ -158,6 +158,11 @@ class StepBuffer {
     bool independent = false;
     // Coordinated mode: each consumer's cursor, -1 once detached or ended.
     std::vector<int64_t> cursors;
+    // Coordinated mode: the consumers that have confirmed the end of the task here
+    // (ConfirmEnd or ConfirmEndReplayed: they read it to its end), ascending. Reported to the
+    // coordinator (TaskProgress.ended_consumers), which counts them even when they have
+    // exited before they could report it themselves.
+    std::vector<int64_t> confirmed_ends;
   };
   Stats stats() const;
   // True once every consumer has confirmed the end of the task (ConfirmEnd or
@@ -188,6 +193,8 @@ class StepBuffer {
   std::vector<int64_t> generations_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> attached_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> ended_ ABSL_GUARDED_BY(mu_);
+  // Ended by its own confirmed end (not by Detach); stays set.
+  std::vector<bool> confirmed_ ABSL_GUARDED_BY(mu_);
   int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool end_confirmed_ ABSL_GUARDED_BY(mu_) = false;  // independent mode

@@ -956,6 +956,46 @@ TEST_F(CoordinatorTest, ATaskReadByTheLiveConsumersIsFinishedWhenTheOthersAreGon
   EXPECT_THAT(log_, ::testing::Contains(HasSubstr("but the gone ones (1)")));
 }
 
+// Consumers that read a task to its end from a worker count when that worker says so
+// (TaskProgress.ended_consumers), whichever worker runs the task by then: they may have exited
+// while the coordinator was down, never to report it themselves. Here consumer 0 read the task
+// from w1, which then died; consumer 1 read it from w2, which it moved to. Neither worker
+// drained it (each saw one consumer's end), and neither consumer reported: it is finished.
+TEST_F(CoordinatorTest, ConsumersAWorkerSawReadATaskToItsEndCount) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_OFF, 2);
+  o.set_num_tasks(1);
+  auto job = Job("two", o);
+  ASSERT_TRUE(job.ok());
+  const proto::WorkerHeartbeatResponse assigned = Heartbeat("w1:1");
+  ASSERT_EQ(assigned.new_tasks_size(), 1);
+  const int64_t task = assigned.new_tasks(0).task_id();
+  auto ended = [&](const std::string& address, int64_t consumer) {
+    proto::WorkerHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_worker_address(address);
+    req.add_active_task_ids(task);
+    proto::TaskProgress* p = req.add_task_progress();
+    p->set_task_id(task);
+    p->add_ended_consumers(consumer);
+    p->add_ended_consumers(7);  // not a consumer of the job: ignored
+    proto::WorkerHeartbeatResponse resp;
+    EXPECT_TRUE(coordinator_->WorkerHeartbeat(req, &resp).ok());
+    return resp;
+  };
+  EXPECT_THAT(ended("w1:1", 0).tasks_to_stop(), IsEmpty());
+  EXPECT_FALSE(Client(job->job_id(), 0).tasks(0).finished());
+  Heartbeat("w2:1");
+  clock_.Advance(absl::Seconds(6));
+  Heartbeat("w2:1");
+  clock_.Advance(absl::Seconds(6));  // w1 silent for 12 s
+  coordinator_->CheckWorkerLiveness();
+  ASSERT_EQ(Heartbeat("w2:1").new_tasks_size(), 1);  // moved
+  EXPECT_THAT(ended("w2:1", 1).tasks_to_stop(), ElementsAre(task));
+  EXPECT_TRUE(Client(job->job_id(), 0).job_finished());
+}
+
 // Without any consumer's report, gone consumers alone do not finish a task (its worker
 // drains it when it has served the others).
 TEST_F(CoordinatorTest, GoneConsumersAloneDoNotFinishATask) {

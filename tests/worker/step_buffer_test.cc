@@ -159,8 +159,10 @@ TEST(StepBufferTest, AConsumerDetachedForLatenessDoesNotCountAsHavingTheEnd) {
   EXPECT_FALSE(b.drained());  // consumer 1 has read nothing here
   EXPECT_EQ(b.Attach(1, 0).status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_FALSE(b.drained());
+  EXPECT_EQ(b.stats().confirmed_ends, std::vector<int64_t>{0});
   b.ConfirmEndReplayed(1);  // it read the task through a replay, to its end
   EXPECT_TRUE(b.drained());
+  EXPECT_EQ(b.stats().confirmed_ends, (std::vector<int64_t>{0, 1}));
 }
 
 TEST(StepBufferTest, AConsumerDetachedForLatenessThenDeclaredGoneCounts) {
@@ -177,6 +179,8 @@ TEST(StepBufferTest, AConsumerDetachedForLatenessThenDeclaredGoneCounts) {
   EXPECT_FALSE(b.drained());
   b.Detach(1);  // the coordinator declared it gone
   EXPECT_TRUE(b.drained());
+  // Only consumer 0 read the end here (what the worker reports to the coordinator).
+  EXPECT_EQ(b.stats().confirmed_ends, std::vector<int64_t>{0});
 }
 
 // The order in which the test above used to hang (1 run in ~700 under load): the producer
