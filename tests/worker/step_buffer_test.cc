@@ -128,7 +128,9 @@ TEST(StepBufferTest, ProducerSkipsStepsEveryConsumerIsPast) {
 }
 
 TEST(StepBufferTest, UnattachedConsumerIsDetachedAfterTheProducerWaited) {
-  StepBuffer b({.max_bytes = 100, .num_consumers = 2, .detach_unattached_after = absl::ZeroDuration()});
+  StepBuffer b({.max_bytes = 100,
+                .num_consumers = 2,
+                .detach_unattached_after = absl::ZeroDuration()});
   auto g0 = b.Attach(0, 0);
   ASSERT_TRUE(b.Push(MakeStep(0)).ok());
   std::thread producer([&] { EXPECT_TRUE(b.Push(MakeStep(1)).ok()); });
@@ -144,7 +146,9 @@ TEST(StepBufferTest, UnattachedConsumerIsDetachedAfterTheProducerWaited) {
 // end counts, here through a replay (the steps it wants were released), or the coordinator
 // declaring it gone (Detach).
 TEST(StepBufferTest, AConsumerDetachedForLatenessDoesNotCountAsHavingTheEnd) {
-  StepBuffer b({.max_bytes = 100, .num_consumers = 2, .detach_unattached_after = absl::ZeroDuration()});
+  StepBuffer b({.max_bytes = 100,
+                .num_consumers = 2,
+                .detach_unattached_after = absl::ZeroDuration()});
   auto g0 = b.Attach(0, 0);
   ASSERT_TRUE(b.Push(MakeStep(0)).ok());
   std::thread producer([&] { EXPECT_TRUE(b.Push(MakeStep(1)).ok()); });
@@ -166,7 +170,9 @@ TEST(StepBufferTest, AConsumerDetachedForLatenessDoesNotCountAsHavingTheEnd) {
 }
 
 TEST(StepBufferTest, AConsumerDetachedForLatenessThenDeclaredGoneCounts) {
-  StepBuffer b({.max_bytes = 100, .num_consumers = 2, .detach_unattached_after = absl::ZeroDuration()});
+  StepBuffer b({.max_bytes = 100,
+                .num_consumers = 2,
+                .detach_unattached_after = absl::ZeroDuration()});
   auto g0 = b.Attach(0, 0);
   ASSERT_TRUE(b.Push(MakeStep(0)).ok());
   std::thread producer([&] { EXPECT_TRUE(b.Push(MakeStep(1)).ok()); });
@@ -189,7 +195,9 @@ TEST(StepBufferTest, AConsumerDetachedForLatenessThenDeclaredGoneCounts) {
 // forever and the consumer never got in). The pause only makes that order likely; either order
 // must pass.
 TEST(StepBufferTest, AProducerBlockedAfterDetachingWaitsForTheConsumer) {
-  StepBuffer b({.max_bytes = 100, .num_consumers = 2, .detach_unattached_after = absl::ZeroDuration()});
+  StepBuffer b({.max_bytes = 100,
+                .num_consumers = 2,
+                .detach_unattached_after = absl::ZeroDuration()});
   auto g0 = b.Attach(0, 0);
   ASSERT_TRUE(b.Push(MakeStep(0)).ok());
   std::thread producer([&] { EXPECT_TRUE(b.Push(MakeStep(1)).ok()); });
