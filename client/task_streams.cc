@@ -27,6 +27,11 @@ uint64_t RandomConsumerId() {
   return id;
 }
 
+// The task's call has returned (its status arrived, or it was cancelled).
+bool CallDone(TaskStream* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(task->call_mu) {
+  return task->context == nullptr;
+}
+
 }  // namespace
 
 bool Retryable(const absl::Status& s) {
@@ -220,7 +225,10 @@ void TaskStreams::OnHeartbeat(const proto::ClientHeartbeatResponse& response,
   for (auto& [task, address] : placed) {
     absl::MutexLock clock(&task->call_mu);
     // Only a heartbeat sent after the stream opened can say the stream is on the wrong worker.
-    if (task->context != nullptr && task->address != address && sent > task->opened) {
+    // A call whose end arrived is left to finish: cancelling it would lose the worker's count
+    // of this consumer's end (see Shutdown).
+    if (task->context != nullptr && task->address != address && sent > task->opened &&
+        task->end_received == absl::InfiniteFuture()) {
       task->context->TryCancel();
     }
   }
@@ -241,6 +249,17 @@ void TaskStreams::Shutdown() {
   }
   if (monitor_.joinable()) monitor_.join();
   // No task is added after shutdown_: `all` is complete.
+  // A call whose end arrived has half-closed and waits for the worker's status: let it finish
+  // (until end_grace after the end, as the monitor would) before cancelling. The worker counts
+  // this consumer's end only when it sees the half-close on a call not cancelled, and that
+  // count is what lets it report the task finished when the coordinator cannot hear it from
+  // this consumer (the coordinator is down now and this process is about to exit).
+  for (TaskStream* task : all) {
+    absl::MutexLock lock(&task->call_mu);
+    if (task->context == nullptr || task->end_received == absl::InfiniteFuture()) continue;
+    task->call_mu.AwaitWithDeadline(absl::Condition(&CallDone, task),
+                                    task->end_received + options_.end_grace);
+  }
   for (TaskStream* task : all) {
     absl::MutexLock lock(&task->call_mu);
     if (task->context != nullptr) task->context->TryCancel();

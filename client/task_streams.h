@@ -29,7 +29,9 @@
 // read orders hold it while they look at the tasks, and wait on cv(), which is signalled
 // whenever a step, an end, an error or a heartbeat arrives. Lock order: TaskStream::write_mu,
 // TaskStream::call_mu, mu. Shutdown (also the destructor) cancels the calls and joins every
-// thread; nothing is opened after it.
+// thread; nothing is opened after it. A call whose end arrived is first given until end_grace
+// after that end to get the worker's status (the worker counts this consumer's end only on a
+// call that ends uncancelled); a heartbeat does not cancel such a call either.
 #ifndef SLUICE_CLIENT_TASK_STREAMS_H_
 #define SLUICE_CLIENT_TASK_STREAMS_H_
 
@@ -124,7 +126,8 @@ class TaskStreams {
   // Starts the monitor and the credit threads. `order` gets every heartbeat answer and must
   // outlive Shutdown().
   void Start(ReadOrder* order);
-  // Cancels every call and joins every thread. Idempotent.
+  // Cancels every call (one whose end arrived once it has returned, or end_grace after its
+  // end) and joins every thread. Idempotent.
   void Shutdown();
 
   absl::Mutex& mu() ABSL_LOCK_RETURNED(mu_) { return mu_; }

@@ -272,9 +272,25 @@ class Coordinator {
   void FillGoneConsumersLocked(int64_t worker_id, proto::WorkerHeartbeatResponse* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::flat_hash_map<int64_t, ConsumerSeen> consumer_seen_ ABSL_GUARDED_BY(mu_);
-  // Not state: per unfinished task, the consumers that reported its end
-  // (ClientHeartbeatRequest.completed_task_ids; they report again after a restart).
-  absl::flat_hash_map<int64_t, absl::flat_hash_set<int64_t>> completed_by_ ABSL_GUARDED_BY(mu_);
+  // True if consumer `c` of `job` (coordinated, 2 or more consumers, consumer_timeout set) has
+  // sent no ClientHeartbeat for consumer_timeout: declared gone.
+  bool ConsumerGoneLocked(const CoordinatorState::Job& job, int64_t c)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finishes the unfinished task `task_id` when every consumer of its job has reported reading
+  // it to its end (Task::completed_by, journaled), or when at least one has and each of the
+  // others is declared gone (ConsumerGoneLocked). Sets *finished when it did.
+  absl::Status FinishIfConsumersDoneLocked(int64_t task_id, bool* finished)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Consumer `consumer` of the task's job has read unfinished task `task_id` to its end (its
+  // own report, or a worker's TaskProgress.ended_consumers): journaled once
+  // (ConsumerCompletedTaskUpdate), then FinishIfConsumersDoneLocked. A finished or unknown
+  // task, or a consumer index outside the job's, is ignored.
+  absl::Status ConsumerCompletedTaskLocked(int64_t task_id, int64_t consumer, bool* finished)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ConsumerCompletedTaskLocked for each consumer in the request's
+  // TaskProgress.ended_consumers (coordinated jobs' unfinished tasks only).
+  absl::Status RecordEndedConsumersLocked(const proto::WorkerHeartbeatRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Not state: each ranges job's dataset, plan and cut (a function of its options, which are
   // kept to tell an entry from one left by a request that failed and was undone).
   struct RangesJob {

@@ -43,7 +43,6 @@ absl::Status Coordinator::CollectFinishedJobsLocked() {
   for (int64_t id : expired) {
     const CoordinatorState::Job* job = state_.FindJob(id);
     const std::string name = job->name;
-    for (int64_t t : job->task_ids) completed_by_.erase(t);
     progress_.Forget(job->task_ids);
     proto::Update u;
     u.mutable_remove_job()->set_job_id(id);
@@ -449,6 +448,56 @@ void Coordinator::FillGoneConsumersLocked(int64_t worker_id,
   }
 }
 
+bool Coordinator::ConsumerGoneLocked(const CoordinatorState::Job& job, int64_t c) {
+  if (options_.consumer_timeout <= absl::ZeroDuration() ||
+      job.options.read_mode() != proto::READ_MODE_COORDINATED ||
+      job.options.num_consumers() < 2) {
+    return false;
+  }
+  const ConsumerSeen& seen = ConsumerSeenLocked(job);
+  if (c < 0 || c >= static_cast<int64_t>(seen.last.size())) return false;
+  return clock_->Now() - seen.last[static_cast<size_t>(c)] >= options_.consumer_timeout;
+}
+
+absl::Status Coordinator::FinishIfConsumersDoneLocked(int64_t task_id, bool* finished) {
+  *finished = false;
+  const CoordinatorState::Task* task = state_.FindTask(task_id);
+  if (task == nullptr || task->finished || task->completed_by.empty()) return absl::OkStatus();
+  const CoordinatorState::Job* job = state_.FindJob(task->job_id);
+  const int64_t n = std::max<int64_t>(job->options.num_consumers(), 1);
+  std::vector<int64_t> gone;
+  for (int64_t c = 0; c < n; ++c) {
+    if (std::binary_search(task->completed_by.begin(), task->completed_by.end(), c)) continue;
+    if (!ConsumerGoneLocked(*job, c)) return absl::OkStatus();
+    gone.push_back(c);
+  }
+  Log(absl::StrCat("task ", task_id, " (job ", job->id, ", index ", task->index,
+                   ") finished: every consumer received its end",
+                   gone.empty() ? "" : absl::StrCat(" but the gone ones (",
+                                                    absl::StrJoin(gone, ", "), ")")));
+  RETURN_IF_ERROR(FinishTaskLocked(task_id));
+  *finished = true;
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ConsumerCompletedTaskLocked(int64_t task_id, int64_t consumer,
+                                                     bool* finished) {
+  *finished = false;
+  const CoordinatorState::Task* task = state_.FindTask(task_id);
+  if (task == nullptr || task->finished) return absl::OkStatus();
+  const CoordinatorState::Job* job = state_.FindJob(task->job_id);
+  if (consumer < 0 || consumer >= std::max<int64_t>(job->options.num_consumers(), 1)) {
+    return absl::OkStatus();
+  }
+  if (!std::binary_search(task->completed_by.begin(), task->completed_by.end(), consumer)) {
+    proto::Update u;
+    u.mutable_consumer_completed_task()->set_task_id(task_id);
+    u.mutable_consumer_completed_task()->set_consumer_index(consumer);
+    RETURN_IF_ERROR(ApplyLocked(u));
+  }
+  return FinishIfConsumersDoneLocked(task_id, finished);
+}
+
 absl::Status Coordinator::JobErrorLocked(const CoordinatorState::Job& job) const {
   if (!job.error.ok()) return job.error;
   auto failed = failed_jobs_.find(job.id);
@@ -477,19 +526,16 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
                        " is back"));
     }
   }
-  // Tasks every consumer has read to the end are finished, whoever produced them.
+  // Tasks every consumer has read to the end are finished, whoever produced them. Each
+  // consumer's report is journaled once, so that it still counts after a restart when that
+  // consumer has exited meanwhile.
   bool finished_any = false;
   for (int64_t task_id : request.completed_task_ids()) {
     const CoordinatorState::Task* task = state_.FindTask(task_id);
-    if (task == nullptr || task->job_id != job->id || task->finished) continue;
-    absl::flat_hash_set<int64_t>& consumers = completed_by_[task_id];
-    consumers.insert(request.consumer_index());
-    if (static_cast<int64_t>(consumers.size()) < job->options.num_consumers()) continue;
-    completed_by_.erase(task_id);
-    Log(absl::StrCat("task ", task_id, " (job ", job->id, ", index ", task->index,
-                     ") finished: every consumer received its end"));
-    RETURN_IF_ERROR(FinishTaskLocked(task_id));
-    finished_any = true;
+    if (task == nullptr || task->job_id != job->id) continue;
+    bool finished = false;
+    RETURN_IF_ERROR(ConsumerCompletedTaskLocked(task_id, request.consumer_index(), &finished));
+    finished_any = finished_any || finished;
   }
   if (finished_any) RETURN_IF_ERROR(MakeRangesLocked());
   FillTaskInfosLocked(*job, response->mutable_tasks());

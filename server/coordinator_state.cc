@@ -33,6 +33,8 @@ absl::Status CoordinatorState::Apply(const proto::Update& update) {
       return ApplyTaskWorkerLost(update.task_worker_lost());
     case proto::Update::kFailJob:
       return ApplyFailJob(update.fail_job());
+    case proto::Update::kConsumerCompletedTask:
+      return ApplyConsumerCompletedTask(update.consumer_completed_task());
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -346,6 +348,25 @@ absl::Status CoordinatorState::ApplyTaskWorkerLost(const proto::TaskWorkerLostUp
   return absl::OkStatus();
 }
 
+absl::Status CoordinatorState::ApplyConsumerCompletedTask(
+    const proto::ConsumerCompletedTaskUpdate& u) {
+  auto it = tasks_.find(u.task_id());
+  if (it == tasks_.end()) {
+    return absl::NotFoundError(absl::StrCat("ConsumerCompletedTask update: no task ", u.task_id()));
+  }
+  const int64_t consumers =
+      std::max<int64_t>(jobs_.at(it->second.job_id).options.num_consumers(), 1);
+  if (u.consumer_index() < 0 || u.consumer_index() >= consumers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ConsumerCompletedTask update: task ", u.task_id(), ": consumer index ",
+                     u.consumer_index(), " outside [0, ", consumers, ")"));
+  }
+  std::vector<int64_t>& done = it->second.completed_by;
+  auto pos = std::lower_bound(done.begin(), done.end(), u.consumer_index());
+  if (pos == done.end() || *pos != u.consumer_index()) done.insert(pos, u.consumer_index());
+  return absl::OkStatus();
+}
+
 absl::Status CoordinatorState::ApplyFailJob(const proto::FailJobUpdate& u) {
   auto it = jobs_.find(u.job_id());
   if (it == jobs_.end()) {
@@ -406,6 +427,13 @@ proto::StateSnapshot CoordinatorState::Snapshot() const {
       proto::TaskWorkerLostUpdate* u = out.add_updates()->mutable_task_worker_lost();
       u->set_task_id(id);
       u->set_worker_id(w);
+    }
+  }
+  for (const auto& [id, task] : tasks_) {
+    for (int64_t c : task.completed_by) {
+      proto::ConsumerCompletedTaskUpdate* u = out.add_updates()->mutable_consumer_completed_task();
+      u->set_task_id(id);
+      u->set_consumer_index(c);
     }
   }
   // A failed job's tasks are finished by its FailJob, not one by one (a FinishTask of each

@@ -61,6 +61,8 @@ class CoordinatorState {
     proto::CreateTaskUpdate created;  // the update that created it, for Snapshot()
     // The workers declared dead while running it unfinished (TaskWorkerLostUpdate), in order.
     std::vector<int64_t> lost_on_workers;
+    // The consumers that reported reading it to its end (ConsumerCompletedTaskUpdate), sorted.
+    std::vector<int64_t> completed_by;
   };
   struct Job {
     int64_t id = 0;
@@ -149,6 +151,7 @@ class CoordinatorState {
   absl::Status ApplyRemoveJob(const proto::RemoveJobUpdate& u);
   absl::Status ApplyTaskWorkerLost(const proto::TaskWorkerLostUpdate& u);
   absl::Status ApplyFailJob(const proto::FailJobUpdate& u);
+  absl::Status ApplyConsumerCompletedTask(const proto::ConsumerCompletedTaskUpdate& u);
 
   void Unassign(Task& task);
 

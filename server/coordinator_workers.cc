@@ -139,7 +139,6 @@ absl::Status Coordinator::FailJobLocked(int64_t job_id, const absl::Status& erro
   u.mutable_fail_job()->set_code(static_cast<int>(error.code()));
   u.mutable_fail_job()->set_message(std::string(error.message()));
   RETURN_IF_ERROR(ApplyLocked(u));
-  for (int64_t t : job->task_ids) completed_by_.erase(t);
   Log(absl::StrCat("job ", job_id, " failed: ", error.ToString()));
   finished_at_[job_id] = clock_->Now();
   return absl::OkStatus();
@@ -277,6 +276,22 @@ absl::Status Coordinator::FinishTaskLocked(int64_t task_id) {
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::RecordEndedConsumersLocked(
+    const proto::WorkerHeartbeatRequest& request) {
+  for (const proto::TaskProgress& progress : request.task_progress()) {
+    const CoordinatorState::Task* task = state_.FindTask(progress.task_id());
+    if (task == nullptr || task->finished) continue;
+    const CoordinatorState::Job* job = state_.FindJob(task->job_id);
+    if (job->options.read_mode() != proto::READ_MODE_COORDINATED) continue;
+    for (int64_t consumer : progress.ended_consumers()) {
+      bool finished = false;
+      RETURN_IF_ERROR(ConsumerCompletedTaskLocked(progress.task_id(), consumer, &finished));
+      if (finished) break;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
                                           proto::WorkerHeartbeatResponse* response) {
   RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "WorkerHeartbeatRequest"));
@@ -306,6 +321,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   if (request.draining()) {
     // Leaving: its finished tasks count, its other tasks go elsewhere now, it gets nothing
     // new, and a draining heartbeat never revives it.
+    RETURN_IF_ERROR(RecordEndedConsumersLocked(request));
     if (worker != nullptr && worker->alive) {
       for (int64_t task_id : request.finished_task_ids()) {
         const CoordinatorState::Task* task = state_.FindTask(task_id);
@@ -334,13 +350,39 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
 
   for (int64_t task_id : request.finished_task_ids()) {
     const CoordinatorState::Task* task = state_.FindTask(task_id);
-    // Only the task's current worker can finish it; a stale report from a worker the task was
-    // taken from is ignored.
-    if (task == nullptr || task->finished || task->worker_id != worker_id) continue;
+    if (task == nullptr || task->finished) continue;
+    // Normally only the task's current worker finishes it. A coordinated task is also finished
+    // by a worker it was taken from (declared dead while running it, then back: a coordinator
+    // restart does that to every slow worker): that worker reports it finished only once
+    // every consumer confirmed its end there or is gone (worker/step_buffer.h), which holds
+    // whoever runs it now; its consumers may have exited before they could tell the
+    // coordinator, and nobody would read the task from its new worker. Any other report
+    // (an independent task's, a worker that never ran it) is ignored.
+    if (task->worker_id != worker_id) {
+      const CoordinatorState::Job* job = state_.FindJob(task->job_id);
+      if (job->options.read_mode() != proto::READ_MODE_COORDINATED ||
+          std::find(task->lost_on_workers.begin(), task->lost_on_workers.end(), worker_id) ==
+              task->lost_on_workers.end()) {
+        continue;
+      }
+      Log(absl::StrCat("task ", task_id, " (job ", job->id, ", index ", task->index,
+                       ") finished: every consumer received its end from ",
+                       WorkerNameLocked(worker_id), ", which ran it before"));
+    }
     RETURN_IF_ERROR(FinishTaskLocked(task_id));
   }
   for (const proto::TaskFailure& failure : request.failed_tasks()) {
     RETURN_IF_ERROR(TaskFailedLocked(worker_id, failure));
+  }
+  // The consumers that read a task to its end from this worker (whichever worker runs it now):
+  // they count even if they exited before telling the coordinator themselves (it was down).
+  RETURN_IF_ERROR(RecordEndedConsumersLocked(request));
+  // Tasks this worker runs that its consumers finished without it (some read them elsewhere
+  // before a worker death, the others are gone): it cannot drain them itself.
+  const std::vector<int64_t> held = state_.FindWorker(worker_id)->task_ids;
+  for (int64_t task_id : held) {
+    bool finished = false;
+    RETURN_IF_ERROR(FinishIfConsumersDoneLocked(task_id, &finished));
   }
   // Ranges: room may have appeared (a finished range, a new worker).
   RETURN_IF_ERROR(MakeRangesLocked());

@@ -26,6 +26,7 @@ StepBuffer::StepBuffer(StepBufferOptions options) : options_(std::move(options))
   generations_.assign(n, 0);
   attached_.assign(n, false);
   ended_.assign(n, false);
+  confirmed_.assign(n, false);
 }
 
 int64_t StepBuffer::MinCursor() const {
@@ -72,10 +73,9 @@ absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
     const absl::Time detach_at = blocked_since + options_.detach_unattached_after;
     if (!options_.independent && !detached && absl::Now() >= detach_at) {
       for (size_t c = 0; c < cursors_.size(); ++c) {
-        if (!attached_[c]) {
-          cursors_[c] = kDetached;
-          ended_[c] = true;
-        }
+        // Detached, not ended: it has not read this task here, so the task is not drained
+        // for it (a worker that reported it finished would not be replaced if it died).
+        if (!attached_[c]) cursors_[c] = kDetached;
       }
       ReleaseLocked();
       detached = true;
@@ -410,7 +410,18 @@ void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
       return;
     }
     ended_[consumer] = true;
+    confirmed_[consumer] = true;
   }
+  cv_.SignalAll();
+}
+
+void StepBuffer::ConfirmEndReplayed(int64_t consumer) {
+  absl::MutexLock lock(&mu_);
+  if (options_.independent) return;
+  if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) return;
+  if (cursors_[consumer] != kDetached) return;  // it reads here (again): its own end counts
+  ended_[consumer] = true;
+  confirmed_[consumer] = true;
   cv_.SignalAll();
 }
 
@@ -468,6 +479,7 @@ StepBuffer::Stats StepBuffer::stats() const {
     s.cursors.reserve(cursors_.size());
     for (size_t c = 0; c < cursors_.size(); ++c) {
       s.cursors.push_back(cursors_[c] == kDetached || ended_[c] ? -1 : cursors_[c]);
+      if (confirmed_[c]) s.confirmed_ends.push_back(static_cast<int64_t>(c));
     }
   }
   return s;

@@ -21,6 +21,10 @@
 // `detach_unattached_after` while such a consumer stays away, it is detached (it may have
 // finished with this task before a reassignment) and later attaching below the buffer's first
 // step fails with OUT_OF_RANGE (the caller then replays the task for it, see task_runner.h).
+// Such a consumer does NOT count as having the end of the task (drained() stays false) until it
+// confirms an end itself (ConfirmEnd here, or ConfirmEndReplayed from its replay), or the
+// coordinator declares it gone (Detach): otherwise a worker could report a task finished that
+// a live consumer has not read, and nobody would move the task if that worker died.
 //
 // Thread-safe.
 #ifndef SLUICE_WORKER_STEP_BUFFER_H_
@@ -143,6 +147,9 @@ class StepBuffer {
   // task finished (the coordinator would not move it, and its consumers would wait for an end
   // that never leaves the worker). A superseded generation is ignored.
   void ConfirmEnd(int64_t consumer, int64_t generation);
+  // The consumer confirmed the end of the task read through a private replay (this buffer had
+  // released the steps it wanted): its end counts here too, unless it has attached here again.
+  void ConfirmEndReplayed(int64_t consumer);
   // Marks that `consumer` will not read again (it received the end, or the coordinator declared
   // it gone): it no longer holds steps. A stream of it still open is superseded (its Next()
   // gets CANCELLED); attaching again works as for any consumer (OUT_OF_RANGE below the first
@@ -167,10 +174,17 @@ class StepBuffer {
     bool independent = false;
     // Coordinated mode: each consumer's cursor, -1 once detached or ended.
     std::vector<int64_t> cursors;
+    // Coordinated mode: the consumers that have confirmed the end of the task here
+    // (ConfirmEnd or ConfirmEndReplayed: they read it to its end), ascending. Reported to the
+    // coordinator (TaskProgress.ended_consumers), which counts them even when they have
+    // exited before they could report it themselves.
+    std::vector<int64_t> confirmed_ends;
   };
   Stats stats() const;
-  // True once every consumer has confirmed the end of the task (ConfirmEnd; coordinated mode),
-  // or one consumer has (independent mode).
+  // True once every consumer has confirmed the end of the task (ConfirmEnd or
+  // ConfirmEndReplayed) or been detached by Detach (coordinated mode), or one consumer has
+  // confirmed it (independent mode). Detaching an unattached consumer for lateness does not
+  // count.
   bool drained() const;
   // The status the producer finished with (Finish); OK before then and at the end of data.
   absl::Status producer_status() const;
@@ -202,6 +216,8 @@ class StepBuffer {
   std::vector<int64_t> generations_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> attached_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> ended_ ABSL_GUARDED_BY(mu_);
+  // Ended by its own confirmed end (not by Detach); stays set.
+  std::vector<bool> confirmed_ ABSL_GUARDED_BY(mu_);
   int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool end_confirmed_ ABSL_GUARDED_BY(mu_) = false;  // independent mode

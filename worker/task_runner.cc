@@ -197,7 +197,13 @@ absl::Status StepReader::Next(size_t max_steps, size_t max_bytes, absl::Time dea
   return buffer_->Next(consumer_, generation_, max_steps, max_bytes, deadline, steps, end);
 }
 
-void StepReader::ConfirmEnd() { buffer_->ConfirmEnd(consumer_, generation_); }
+void StepReader::ConfirmEnd() {
+  buffer_->ConfirmEnd(consumer_, generation_);
+  // A replay's end is the shared task's end for this consumer too.
+  if (private_ != nullptr && private_->finished()) {
+    owner_->buffer()->ConfirmEndReplayed(consumer_);
+  }
+}
 
 absl::Status StepReader::Next(const StepLimits& limits, absl::Time deadline,
                               std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end,

@@ -10,8 +10,10 @@
 namespace sluice {
 
 void FillTaskProgress(TaskRunner& runner, proto::TaskProgress* progress) {
+  const StepBuffer::Stats stats = runner.buffer()->stats();
   progress->set_task_id(runner.task().task_id());
-  progress->set_steps_produced(runner.buffer()->stats().steps_produced);
+  progress->set_steps_produced(stats.steps_produced);
+  for (int64_t c : stats.confirmed_ends) progress->add_ended_consumers(c);
   progress->set_steps_delivered(runner.steps_delivered());
   progress->set_bytes_delivered(runner.bytes_delivered());
 }

@@ -106,15 +106,6 @@ class ChaosTest : public ::testing::TestWithParam<Mode> {};
 
 TEST_P(ChaosTest, RandomKillsStopsAndRestartsKeepTheStepsExactlyOnce) {
   const Mode& mode = GetParam();
-  if (std::string(mode.name) == "Data" && EnvInt("SLUICE_CHAOS_DATA", 0) == 0) {
-    // Open bug (issue 15): a worker counts a consumer it detached for lateness as having the
-    // task's end, reports the task finished, and if it is then killed the coordinator never
-    // moves the task (SLUICE_CHAOS_SEED=10226424 reproduces it). The fix (journaled consumer
-    // completions, only confirmed ends count) made FaultTest.CoordinatorKilledAndRestartedMidEpoch
-    // /Data hang 1 run in 3 with the byte-budget data plane, so it is not in yet.
-    GTEST_SKIP() << "DATA chaos has an open bug (issue 15, seed 10226424); SLUICE_CHAOS_DATA=1 "
-                    "runs it";
-  }
   const uint64_t seed = static_cast<uint64_t>(
       EnvInt("SLUICE_CHAOS_SEED", static_cast<int64_t>(absl::ToUnixNanos(absl::Now()) & 0xffffff)));
   const absl::Duration budget = absl::Seconds(EnvInt("SLUICE_CHAOS_SECONDS", 20));

@@ -70,5 +70,71 @@ TEST(ConsumerGoneTest, AConsumerThatHangsNoLongerHoldsTheOthersBack) {
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
 
+// Waits (bounded) until worker `address` has sent `n` heartbeats' worth of reports after now:
+// its last heartbeat, as the coordinator lists it, is newer than this call, n times over.
+void WaitForWorkerHeartbeats(ProcessCluster& c, const std::string& address, int n) {
+  for (int k = 0; k < n; ++k) {
+    const absl::Time since = absl::Now();
+    bool seen = false;
+    for (int i = 0; i < 3000 && !seen; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+      auto status = c.Status();
+      ASSERT_TRUE(status.ok()) << status.status();
+      for (const proto::WorkerStatus& w : status->workers()) {
+        if (w.address() != address || w.seconds_since_heartbeat() < 0) continue;
+        seen = absl::Now() - absl::Seconds(w.seconds_since_heartbeat()) > since;
+      }
+    }
+    ASSERT_TRUE(seen) << "no heartbeat from " << address << c.Logs();
+  }
+}
+
+// The chaos failure (bench/RESULTS.md, "Chaos test runs", seed 10226424), made deterministic:
+// consumer 1 of a coordinated job comes late, so each worker detaches it (it has not attached
+// within 10 s) and consumer 0 reads every step and exits. Then worker 0 is killed, and only
+// then does consumer 1 start. A detached consumer used to count as having the end of the task,
+// so both workers had reported their tasks finished: worker 0's task was never moved and
+// consumer 1 could not read it. Now the task moves to worker 1 and consumer 1 reads every step
+// (worker 1's own task through a replay).
+TEST(ConsumerGoneTest, ALateConsumerGetsEveryStepOfATaskWhoseWorkerDied) {
+  ProcessClusterOptions o;
+  o.num_workers = 2;
+  o.worker_timeout = absl::Seconds(2);
+  o.worker_buffer_bytes = 512;  // a few steps ahead: the producers wait for consumer 1
+  o.coordinator_flags = {"--consumer_timeout=1h", "--finished_job_ttl=1h"};
+  auto started = ProcessCluster::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  ProcessCluster& c = **started;
+  constexpr int64_t kSteps = 500;  // range(4000).batch(8)
+  auto consumer = [&](int i) {
+    return StartSluicectl({"run", "--coordinator=" + c.coordinator(), "--job=late",
+                           "--pipeline=range(4000).batch(8)", "--devices=CPU:0,CPU:1",
+                           absl::StrCat("--consumer_index=", i), "--num_consumers=2",
+                           "--sharding_policy=DATA", "--read_mode=coordinated",
+                           "--format=json", "--retry_deadline=120s"});
+  };
+  auto first = consumer(0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto done0 = (*first)->Wait(absl::Seconds(120));
+  ASSERT_TRUE(done0.ok()) << done0.status() << c.Logs();
+  ASSERT_EQ(done0->exit_code, 0) << done0->stderr_text << c.Logs();
+  ASSERT_EQ(std::count(done0->stdout_text.begin(), done0->stdout_text.end(), '\n'), kSteps);
+  // Whatever worker 0 reports about its task after consumer 0's end has reached the
+  // coordinator before it dies.
+  WaitForWorkerHeartbeats(c, c.worker_address(0), 3);
+  ASSERT_TRUE(c.KillWorker(0).ok());
+
+  auto second = consumer(1);
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto done1 = (*second)->Wait(absl::Seconds(180));
+  ASSERT_TRUE(done1.ok()) << done1.status() << c.Logs();
+  EXPECT_EQ(done1->exit_code, 0) << done1->stderr_text << c.Logs();
+  EXPECT_EQ(std::count(done1->stdout_text.begin(), done1->stdout_text.end(), '\n'), kSteps)
+      << done1->stderr_text << c.Logs();
+  EXPECT_THAT(done1->stdout_text, HasSubstr(absl::StrCat("{\"step\": ", kSteps - 1, ",")));
+  absl::Status stopped = c.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
 }  // namespace
 }  // namespace sluice

@@ -12,6 +12,7 @@ namespace sluice {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 // Small update builders.
@@ -118,7 +119,8 @@ std::string Dump(const CoordinatorState& s) {
     absl::StrAppend(&out, "task ", id, " job=", t.job_id, " index=", t.index,
                     " worker=", t.worker_id, " finished=", t.finished,
                     " splits=", absl::StrJoin(t.split_indices, ","),
-                    " lost_on=", absl::StrJoin(t.lost_on_workers, ","), "\n");
+                    " lost_on=", absl::StrJoin(t.lost_on_workers, ","),
+                    " completed_by=", absl::StrJoin(t.completed_by, ","), "\n");
   }
   return out;
 }
@@ -261,6 +263,32 @@ TEST(CoordinatorStateTest, ReplayingTheSameUpdatesRebuildsTheSameState) {
   EXPECT_EQ(Dump(a), Dump(b));
   EXPECT_EQ(a.FindTask(3)->worker_id, 2);
   EXPECT_THAT(a.FindTask(3)->split_indices, ElementsAre(0, 1));
+}
+
+proto::Update ConsumerCompleted(int64_t task, int64_t consumer) {
+  proto::Update u;
+  u.mutable_consumer_completed_task()->set_task_id(task);
+  u.mutable_consumer_completed_task()->set_consumer_index(consumer);
+  return u;
+}
+
+// Consumers' reports of a task read to its end: kept once each, sorted; a bad one is an error
+// naming it and changes nothing.
+TEST(CoordinatorStateTest, ConsumersCompletedTasksAreKeptOnceEach) {
+  CoordinatorState state;
+  proto::Update job = CreateJob(1, "train", "ds-a");
+  job.mutable_create_job()->mutable_options()->set_num_consumers(3);
+  ApplyAll(state, {RegisterDataset("ds-a"), RegisterWorker(1, "w1:1"), job,
+                   CreateTask(1, 1, 0, 1)});
+  ApplyAll(state, {ConsumerCompleted(1, 2), ConsumerCompleted(1, 0), ConsumerCompleted(1, 2)});
+  EXPECT_THAT(state.FindTask(1)->completed_by, ElementsAre(0, 2));
+  EXPECT_EQ(state.Apply(ConsumerCompleted(9, 0)).code(), absl::StatusCode::kNotFound);
+  absl::Status bad = state.Apply(ConsumerCompleted(1, 3));
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), HasSubstr("consumer index 3 outside [0, 3)"));
+  EXPECT_EQ(state.Apply(ConsumerCompleted(1, -1)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(state.FindTask(1)->completed_by, ElementsAre(0, 2));
+  EXPECT_FALSE(state.FindTask(1)->finished);  // reports alone do not finish it
 }
 
 // Failure policy: a task's lost workers are counted, and a failed job is finished with its

@@ -593,6 +593,45 @@ TEST_F(CoordinatorTest, SilentWorkerIsDeclaredDeadAndItsTasksMove) {
   EXPECT_THAT(log_, ::testing::Contains(HasSubstr("worker 1 (w1:1) is back")));
 }
 
+// A coordinated task's worker declared dead while its consumers read it to the end (as every
+// slow worker is after a coordinator restart): the task moved, but when that worker comes back
+// and reports it finished (every consumer confirmed the end there), the task is finished and
+// its new worker told to stop it. Its consumers may have exited meanwhile and never come to
+// the new worker. An independent job's stale report still does not count.
+TEST_F(CoordinatorTest, AFinishedReportFromAWorkerACoordinatedTaskWasTakenFromCounts) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_OFF, 2);
+  o.set_num_tasks(1);
+  auto job = Job("coordinated", o);
+  ASSERT_TRUE(job.ok());
+  proto::JobOptions ind = Options(ds, proto::SHARDING_OFF, 2);
+  ind.set_num_tasks(1);
+  ind.set_read_mode(proto::READ_MODE_INDEPENDENT);
+  auto independent = Job("independent", ind);
+  ASSERT_TRUE(independent.ok());
+  const proto::WorkerHeartbeatResponse w1 = Heartbeat("w1:1");
+  ASSERT_EQ(w1.new_tasks_size(), 2);
+  const int64_t coordinated_task = w1.new_tasks(0).task_id();
+  const int64_t independent_task = w1.new_tasks(1).task_id();
+  Heartbeat("w2:1");
+  clock_.Advance(absl::Seconds(6));
+  Heartbeat("w2:1");
+  clock_.Advance(absl::Seconds(6));  // w1 silent for 12 s
+  coordinator_->CheckWorkerLiveness();
+  const proto::WorkerHeartbeatResponse w2 = Heartbeat("w2:1");
+  ASSERT_EQ(w2.new_tasks_size(), 2);  // both moved
+
+  const proto::WorkerHeartbeatResponse back =
+      Heartbeat("w1:1", {}, {coordinated_task, independent_task});
+  EXPECT_TRUE(Client(job->job_id(), 0).job_finished());
+  EXPECT_FALSE(Client(independent->job_id(), 0).job_finished());
+  EXPECT_THAT(Heartbeat("w2:1", {coordinated_task, independent_task}).tasks_to_stop(),
+              ElementsAre(coordinated_task));
+  EXPECT_THAT(log_, ::testing::Contains(HasSubstr("from worker 1 (w1:1), which ran it before")));
+  (void)back;
+}
+
 // A heartbeat that arrived in time but waited for the coordinator's lock (held by a slow
 // request: planning a job over a large file) counts from its arrival: the first request to
 // get the lock must not declare its sender dead (issue 15).
@@ -646,7 +685,7 @@ TEST_F(CoordinatorTest, JobFinishesWhenEveryTaskFinished) {
   ASSERT_TRUE(job.ok());
   const int64_t t1 = Heartbeat("w1:1").new_tasks(0).task_id();
   const int64_t t2 = Heartbeat("w2:1").new_tasks(0).task_id();
-  // Only a task's own worker can finish it.
+  // Only a task's own worker can finish it (or, coordinated, one it was taken from).
   Heartbeat("w1:1", {t1}, {t2});
   EXPECT_FALSE(Client(job->job_id()).tasks(1).finished());
   Heartbeat("w1:1", {}, {t1});
@@ -879,6 +918,101 @@ TEST_F(CoordinatorTest, ASilentConsumerIsDeclaredGoneToTheWorkersOfItsJob) {
   Client(job->job_id(), 1);
   EXPECT_EQ(Heartbeat("w1:1", tasks).gone_consumers_size(), 0);
   EXPECT_THAT(log_, ::testing::Contains(HasSubstr("is back")));
+}
+
+// A task some consumers read to its end (elsewhere: its first worker died after serving them)
+// and whose other consumers are gone is finished by the coordinator: its current worker never
+// drains it (nobody attaches there), and a consumer detached there for lateness no longer
+// counts as having its end. While a consumer that has not reported it is alive, it stays.
+TEST_F(CoordinatorTest, ATaskReadByTheLiveConsumersIsFinishedWhenTheOthersAreGone) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_OFF, 2);
+  o.set_num_tasks(1);
+  auto job = Job("two", o);
+  ASSERT_TRUE(job.ok());
+  const proto::WorkerHeartbeatResponse assigned = Heartbeat("w1:1");
+  ASSERT_EQ(assigned.new_tasks_size(), 1);
+  const int64_t task = assigned.new_tasks(0).task_id();
+  auto report = [&](int64_t consumer) {
+    proto::ClientHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_job_id(job->job_id());
+    req.set_consumer_index(consumer);
+    req.add_completed_task_ids(task);
+    proto::ClientHeartbeatResponse resp;
+    EXPECT_TRUE(coordinator_->ClientHeartbeat(req, &resp).ok());
+    return resp;
+  };
+  EXPECT_FALSE(report(0).job_finished());
+  for (int i = 0; i < 11; ++i) {  // 55 s: consumer 1 silent but not yet gone
+    clock_.Advance(absl::Seconds(5));
+    EXPECT_THAT(Heartbeat("w1:1", {task}).tasks_to_stop(), IsEmpty());
+    EXPECT_FALSE(report(0).job_finished());
+  }
+  clock_.Advance(absl::Seconds(5));  // 60 s: consumer 1 is gone
+  EXPECT_TRUE(report(0).job_finished());
+  EXPECT_THAT(Heartbeat("w1:1", {task}).tasks_to_stop(), ElementsAre(task));
+  EXPECT_THAT(log_, ::testing::Contains(HasSubstr("but the gone ones (1)")));
+}
+
+// Consumers that read a task to its end from a worker count when that worker says so
+// (TaskProgress.ended_consumers), whichever worker runs the task by then: they may have exited
+// while the coordinator was down, never to report it themselves. Here consumer 0 read the task
+// from w1, which then died; consumer 1 read it from w2, which it moved to. Neither worker
+// drained it (each saw one consumer's end), and neither consumer reported: it is finished.
+TEST_F(CoordinatorTest, ConsumersAWorkerSawReadATaskToItsEndCount) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_OFF, 2);
+  o.set_num_tasks(1);
+  auto job = Job("two", o);
+  ASSERT_TRUE(job.ok());
+  const proto::WorkerHeartbeatResponse assigned = Heartbeat("w1:1");
+  ASSERT_EQ(assigned.new_tasks_size(), 1);
+  const int64_t task = assigned.new_tasks(0).task_id();
+  auto ended = [&](const std::string& address, int64_t consumer) {
+    proto::WorkerHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_worker_address(address);
+    req.add_active_task_ids(task);
+    proto::TaskProgress* p = req.add_task_progress();
+    p->set_task_id(task);
+    p->add_ended_consumers(consumer);
+    p->add_ended_consumers(7);  // not a consumer of the job: ignored
+    proto::WorkerHeartbeatResponse resp;
+    EXPECT_TRUE(coordinator_->WorkerHeartbeat(req, &resp).ok());
+    return resp;
+  };
+  EXPECT_THAT(ended("w1:1", 0).tasks_to_stop(), IsEmpty());
+  EXPECT_FALSE(Client(job->job_id(), 0).tasks(0).finished());
+  Heartbeat("w2:1");
+  clock_.Advance(absl::Seconds(6));
+  Heartbeat("w2:1");
+  clock_.Advance(absl::Seconds(6));  // w1 silent for 12 s
+  coordinator_->CheckWorkerLiveness();
+  ASSERT_EQ(Heartbeat("w2:1").new_tasks_size(), 1);  // moved
+  EXPECT_THAT(ended("w2:1", 1).tasks_to_stop(), ElementsAre(task));
+  EXPECT_TRUE(Client(job->job_id(), 0).job_finished());
+}
+
+// Without any consumer's report, gone consumers alone do not finish a task (its worker
+// drains it when it has served the others).
+TEST_F(CoordinatorTest, GoneConsumersAloneDoNotFinishATask) {
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  proto::JobOptions o = Options(ds, proto::SHARDING_OFF, 2);
+  o.set_num_tasks(1);
+  auto job = Job("two", o);
+  ASSERT_TRUE(job.ok());
+  const proto::WorkerHeartbeatResponse assigned = Heartbeat("w1:1");
+  ASSERT_EQ(assigned.new_tasks_size(), 1);
+  const int64_t task = assigned.new_tasks(0).task_id();
+  for (int i = 0; i < 14; ++i) {
+    clock_.Advance(absl::Seconds(5));
+    EXPECT_THAT(Heartbeat("w1:1", {task}).tasks_to_stop(), IsEmpty());
+  }
+  EXPECT_FALSE(Client(job->job_id(), 0).job_finished());
 }
 
 // ----- Isolation (docs/SERVICE.md): a job being planned does not hold the coordinator's lock.

@@ -26,6 +26,7 @@ namespace {
 using journal_test::ExpectSameState;
 using journal_test::FakeFileSystem;
 using journal_test::ProtoEq;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 constexpr char kDir[] = "/work";
@@ -357,6 +358,67 @@ TEST(JournalReplayTest, TheCoordinatorGoesOnAfterATornTail) {
   EXPECT_EQ(crashed.files().at(SegmentPath(0)).substr(0, one.size()), one);
 }
 
+// A consumer's report that it read a task to its end is journaled: after a coordinator
+// restart a consumer that has exited meanwhile (it never reports again) still counts, so the
+// other consumer's report finishes the task (before, the task stayed unfinished forever and
+// FaultTest.CoordinatorKilledAndRestartedMidEpoch/Data hung once workers stopped counting a
+// consumer detached for lateness as having the end).
+TEST(JournalReplayTest, AConsumersCompletedTaskIsRememberedAfterARestart) {
+  Fixture f;
+  auto c = Coordinator::Create(f.options);
+  ASSERT_TRUE(c.ok());
+  const std::string ds = Register(**c, "range(10).batch(2)");
+  Workers w;
+  w.Beat(**c, "w1:1");
+  proto::GetOrCreateJobRequest req;
+  req.set_wire_version(proto::WIRE_VERSION_1);
+  req.set_job_name("two");
+  req.mutable_options()->set_dataset_id(ds);
+  req.mutable_options()->set_num_consumers(2);
+  req.mutable_options()->set_replicas_per_consumer(1);
+  req.mutable_options()->set_sharding_policy(proto::SHARDING_OFF);
+  req.mutable_options()->set_num_tasks(1);
+  proto::GetOrCreateJobResponse job;
+  ASSERT_TRUE((*c)->GetOrCreateJob(req, &job).ok());
+  w.Beat(**c, "w1:1");
+  const std::set<int64_t> tasks = w.TasksOf("w1:1", job.job_id());
+  ASSERT_EQ(tasks.size(), 1u);
+  const int64_t task = *tasks.begin();
+  auto report = [&](Coordinator& coordinator, int64_t consumer) {
+    proto::ClientHeartbeatRequest hb;
+    hb.set_wire_version(proto::WIRE_VERSION_1);
+    hb.set_job_id(job.job_id());
+    hb.set_consumer_index(consumer);
+    hb.add_completed_task_ids(task);
+    proto::ClientHeartbeatResponse resp;
+    absl::Status s = coordinator.ClientHeartbeat(hb, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    return resp;
+  };
+  report(**c, 0);  // consumer 0 read it to its end, and exits
+  EXPECT_FALSE(StateOf((*c)->Snapshot()).FindTask(task)->finished);
+  c->reset();
+  for (int64_t snapshot_every : {1000, 1}) {  // from the records, and from a snapshot
+    FakeFileSystem copy(f.fs);
+    CoordinatorOptions o = f.options;
+    o.journal_fs = &copy;
+    o.snapshot_every = snapshot_every;
+    auto r = Coordinator::Create(o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_THAT(StateOf((*r)->Snapshot()).FindTask(task)->completed_by, ElementsAre(0));
+    if (snapshot_every == 1) Register(**r, "range(20).batch(2)");  // writes a snapshot
+    const proto::ClientHeartbeatResponse after = report(**r, 1);
+    EXPECT_TRUE(after.job_finished()) << "snapshot_every " << snapshot_every;
+    EXPECT_TRUE(StateOf((*r)->Snapshot()).FindTask(task)->finished);
+    if (snapshot_every == 1) {
+      r->reset();
+      auto again = f.Restart(&copy);
+      ASSERT_TRUE(again.ok()) << again.status();
+      EXPECT_TRUE(StateOf((*again)->Snapshot()).FindTask(task)->finished);
+    }
+  }
+}
+
 TEST(JournalReplayTest, ACorruptRecordInTheMiddleIsAnErrorNamingTheFileAndOffset) {
   Fixture f;
   auto c = Coordinator::Create(f.options);
@@ -671,6 +733,12 @@ TEST(StateSnapshotTest, RestoreOfSnapshotGivesAnEqualStateForEveryKindOfUpdate) 
   history.push_back(ProduceSplit(2, 4, 0, 0, 3));
   history.push_back(ProduceSplit(2, 5, 1, 3, 6));
   history.push_back(ProduceSplit(2, 4, 2, 6, 9));
+  {
+    proto::Update done;  // consumer 1 of job 2 read task 5 to its end
+    done.mutable_consumer_completed_task()->set_task_id(5);
+    done.mutable_consumer_completed_task()->set_consumer_index(1);
+    history.push_back(done);
+  }
   history.push_back(FinishTask(1));
   history.push_back(Died(1));        // task 6 unassigned; task 1 stays, finished, on worker 1
   history.push_back(Assign(6, 3));   // worker 3 now holds 3, 4, 6

@@ -128,7 +128,9 @@ TEST(StepBufferTest, ProducerSkipsStepsEveryConsumerIsPast) {
 }
 
 TEST(StepBufferTest, UnattachedConsumerIsDetachedAfterTheProducerWaited) {
-  StepBuffer b({.max_bytes = 100, .num_consumers = 2, .detach_unattached_after = absl::ZeroDuration()});
+  StepBuffer b({.max_bytes = 100,
+                .num_consumers = 2,
+                .detach_unattached_after = absl::ZeroDuration()});
   auto g0 = b.Attach(0, 0);
   ASSERT_TRUE(b.Push(MakeStep(0)).ok());
   std::thread producer([&] { EXPECT_TRUE(b.Push(MakeStep(1)).ok()); });
@@ -138,13 +140,64 @@ TEST(StepBufferTest, UnattachedConsumerIsDetachedAfterTheProducerWaited) {
   EXPECT_EQ(b.Attach(1, 0).status().code(), absl::StatusCode::kOutOfRange);
 }
 
+// The chaos failure (bench/RESULTS.md, "Chaos test runs", seed 10226424): a consumer detached
+// for lateness has NOT read the task, so the buffer is not drained for it (the worker must not
+// report the task finished: if it died, nobody would move the task). Only its own confirmed
+// end counts, here through a replay (the steps it wants were released), or the coordinator
+// declaring it gone (Detach).
+TEST(StepBufferTest, AConsumerDetachedForLatenessDoesNotCountAsHavingTheEnd) {
+  StepBuffer b({.max_bytes = 100,
+                .num_consumers = 2,
+                .detach_unattached_after = absl::ZeroDuration()});
+  auto g0 = b.Attach(0, 0);
+  ASSERT_TRUE(b.Push(MakeStep(0)).ok());
+  std::thread producer([&] { EXPECT_TRUE(b.Push(MakeStep(1)).ok()); });
+  EXPECT_EQ(NextStep(&b, 0, *g0), 0);
+  producer.join();  // consumer 1 detached
+  b.Finish(absl::OkStatus());
+  EXPECT_EQ(NextStep(&b, 0, *g0), 1);
+  bool end = false;
+  EXPECT_EQ(NextStep(&b, 0, *g0, &end), -1);
+  EXPECT_TRUE(end);
+  b.ConfirmEnd(0, *g0);
+  EXPECT_FALSE(b.drained());  // consumer 1 has read nothing here
+  EXPECT_EQ(b.Attach(1, 0).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_FALSE(b.drained());
+  EXPECT_EQ(b.stats().confirmed_ends, std::vector<int64_t>{0});
+  b.ConfirmEndReplayed(1);  // it read the task through a replay, to its end
+  EXPECT_TRUE(b.drained());
+  EXPECT_EQ(b.stats().confirmed_ends, (std::vector<int64_t>{0, 1}));
+}
+
+TEST(StepBufferTest, AConsumerDetachedForLatenessThenDeclaredGoneCounts) {
+  StepBuffer b({.max_bytes = 100,
+                .num_consumers = 2,
+                .detach_unattached_after = absl::ZeroDuration()});
+  auto g0 = b.Attach(0, 0);
+  ASSERT_TRUE(b.Push(MakeStep(0)).ok());
+  std::thread producer([&] { EXPECT_TRUE(b.Push(MakeStep(1)).ok()); });
+  EXPECT_EQ(NextStep(&b, 0, *g0), 0);
+  producer.join();
+  b.Finish(absl::OkStatus());
+  EXPECT_EQ(NextStep(&b, 0, *g0), 1);
+  EXPECT_EQ(NextStep(&b, 0, *g0), -1);
+  b.ConfirmEnd(0, *g0);
+  EXPECT_FALSE(b.drained());
+  b.Detach(1);  // the coordinator declared it gone
+  EXPECT_TRUE(b.drained());
+  // Only consumer 0 read the end here (what the worker reports to the coordinator).
+  EXPECT_EQ(b.stats().confirmed_ends, std::vector<int64_t>{0});
+}
+
 // The order in which the test above used to hang (1 run in ~700 under load): the producer
 // blocks first, detaches the unattached consumer, which frees nothing, and must then wait for
 // the consumer instead of detaching again and again holding the lock (with a zero delay it spun
 // forever and the consumer never got in). The pause only makes that order likely; either order
 // must pass.
 TEST(StepBufferTest, AProducerBlockedAfterDetachingWaitsForTheConsumer) {
-  StepBuffer b({.max_bytes = 100, .num_consumers = 2, .detach_unattached_after = absl::ZeroDuration()});
+  StepBuffer b({.max_bytes = 100,
+                .num_consumers = 2,
+                .detach_unattached_after = absl::ZeroDuration()});
   auto g0 = b.Attach(0, 0);
   ASSERT_TRUE(b.Push(MakeStep(0)).ok());
   std::thread producer([&] { EXPECT_TRUE(b.Push(MakeStep(1)).ok()); });
