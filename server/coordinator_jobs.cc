@@ -95,21 +95,23 @@ proto::TaskDef Coordinator::TaskDefLocked(const CoordinatorState::Task& task) co
 }
 
 
+void Coordinator::FillTaskInfoLocked(const CoordinatorState::Task& task,
+                                     proto::TaskInfo* info) const {
+  info->set_task_id(task.id);
+  info->set_task_index(task.index);
+  if (const CoordinatorState::Worker* w = state_.FindWorker(task.worker_id)) {
+    info->set_worker_address(w->address);
+  }
+  info->set_finished(task.finished);
+  info->set_first_step(task.first_step);
+  info->set_num_steps(task.num_steps);
+}
+
+
 void Coordinator::FillTaskInfosLocked(
     const CoordinatorState::Job& job,
     google::protobuf::RepeatedPtrField<proto::TaskInfo>* out) const {
-  for (int64_t t : job.task_ids) {
-    const CoordinatorState::Task& task = state_.tasks().at(t);
-    proto::TaskInfo* info = out->Add();
-    info->set_task_id(task.id);
-    info->set_task_index(task.index);
-    if (const CoordinatorState::Worker* w = state_.FindWorker(task.worker_id)) {
-      info->set_worker_address(w->address);
-    }
-    info->set_finished(task.finished);
-    info->set_first_step(task.first_step);
-    info->set_num_steps(task.num_steps);
-  }
+  for (int64_t t : job.task_ids) FillTaskInfoLocked(state_.tasks().at(t), out->Add());
 }
 
 
@@ -492,11 +494,39 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
     finished_any = true;
   }
   if (finished_any) RETURN_IF_ERROR(MakeRangesLocked());
-  FillTaskInfosLocked(*job, response->mutable_tasks());
   response->set_job_finished(job->finished);
   const int64_t made = static_cast<int64_t>(job->task_ids.size());
   response->set_num_tasks(job->ranges ? job->num_ranges : made);
   response->set_num_tasks_created(made);
+  response->set_incarnation(versions_.incarnation());
+  response->set_version(versions_.version());
+  // Versioned answers: only what changed since the version the consumer applied, if known.
+  std::optional<std::vector<int64_t>> changed;
+  if (request.known_incarnation() == versions_.incarnation()) {
+    changed = versions_.JobChangesSince(job->id, request.known_version());
+  }
+  if (changed.has_value()) {
+    response->set_delta(true);
+    std::vector<const CoordinatorState::Task*> tasks;
+    for (int64_t id : *changed) {
+      const CoordinatorState::Task* task = state_.FindTask(id);
+      if (task == nullptr || task->job_id != job->id) continue;
+      if (job->ranges && task->finished) {
+        response->add_removed_task_ids(id);
+      } else {
+        tasks.push_back(task);
+      }
+    }
+    std::sort(tasks.begin(), tasks.end(),
+              [](const auto* a, const auto* b) { return a->index < b->index; });
+    for (const CoordinatorState::Task* task : tasks) {
+      FillTaskInfoLocked(*task, response->add_tasks());
+    }
+    std::sort(response->mutable_removed_task_ids()->begin(),
+              response->mutable_removed_task_ids()->end());
+    return absl::OkStatus();
+  }
+  FillTaskInfosLocked(*job, response->mutable_tasks());
   if (job->ranges) {
     // Only the ranges that exist and are unfinished (docs/SERVICE.md, "Global order").
     auto* tasks = response->mutable_tasks();
