@@ -80,7 +80,7 @@ absl::Status Coordinator::ApplyLocked(const proto::Update& update) {
   // The one place updates take effect. Journaled before they are applied: every update was
   // validated first, so that it applies, now and at every replay.
   const bool journal_now = journal_ != nullptr && !in_batch_;
-  if (journal_now) RETURN_IF_ERROR(journal_->Append({update}));
+  if (journal_now) RETURN_IF_ERROR(journal_->Write({update}).status());
   VersionedChanges changes = ChangesOfLocked(update);
   absl::Status s = state_.Apply(update);
   if (!s.ok()) {
@@ -181,6 +181,35 @@ void Coordinator::ReloadFromJournalLocked() {
 }
 
 
+Coordinator::DurableLock::DurableLock(Coordinator* c) : c_(c) { c_->mu_.Lock(); }
+
+
+Coordinator::DurableLock::~DurableLock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // journal_ is set once, by Create(), before any request.
+  Journal* journal = c_->journal_.get();
+  const uint64_t written = journal != nullptr ? journal->written() : 0;
+  c_->mu_.Unlock();
+  if (journal == nullptr || written == 0) return;
+  absl::Status s = journal->WaitDurable(written);
+  if (!s.ok()) {
+    c_->Log(absl::StrCat("exiting: ", s.ToString(),
+                         " (the records not yet synced may be lost; a restart replays the "
+                         "journal)"));
+    std::abort();
+  }
+}
+
+
+void Coordinator::TEST_AwaitSyncWaiters(int n) {
+  Journal* journal = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    journal = journal_.get();
+  }
+  if (journal != nullptr) journal->TEST_AwaitSyncWaiters(n);
+}
+
+
 Coordinator::JournalBatch::JournalBatch(Coordinator* c) : c_(c) {
   c_->in_batch_ = c_->journal_ != nullptr;
 }
@@ -193,7 +222,7 @@ absl::Status Coordinator::JournalBatch::Commit() ABSL_NO_THREAD_SAFETY_ANALYSIS 
   std::vector<proto::Update> updates = std::move(c_->batch_);
   c_->batch_.clear();
   if (updates.empty()) return absl::OkStatus();
-  absl::Status s = c_->journal_->Append(updates);
+  absl::Status s = c_->journal_->Write(updates).status();
   if (!s.ok()) {
     c_->ReloadFromJournalLocked();
     return s;

@@ -174,6 +174,9 @@ class Coordinator {
     bool operator==(const TableSizes& o) const;
   };
   TableSizes TEST_TableSizes();
+  // Test hook: with a journal, waits until `n` requests wait for a journal sync that another
+  // one is running (group commit).
+  void TEST_AwaitSyncWaiters(int n);
 
   const CoordinatorOptions& options() const { return options_; }
 
@@ -181,6 +184,22 @@ class Coordinator {
   proto::StateSnapshot Snapshot();
 
  private:
+  // Holds mu_ for a request. On destruction releases it, then waits until every journal record
+  // written so far is durable (group commit: requests that wait together share one sync, and
+  // none holds mu_ while the disk works), so that the answer never shows state a crash could
+  // lose. A failed sync cannot be undone (the kernel may have dropped the unsynced pages): the
+  // coordinator logs it and exits, and a restart replays the journal.
+  class DurableLock {
+   public:
+    explicit DurableLock(Coordinator* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->mu_);
+    ~DurableLock() ABSL_UNLOCK_FUNCTION();
+    DurableLock(const DurableLock&) = delete;
+    DurableLock& operator=(const DurableLock&) = delete;
+
+   private:
+    Coordinator* const c_;
+  };
+
   // Collects the updates of one request into one journal record (a request that creates a
   // job and its tasks): declared right after the lock, Commit() before answering. A batch
   // destroyed uncommitted, or whose Commit fails, is undone (the state is replayed from the

@@ -136,7 +136,7 @@ absl::Status Coordinator::RegisterDataset(const proto::RegisterDatasetRequest& r
   ASSIGN_OR_RETURN(ElementSpec spec, dataset.element_spec());
   const std::string fingerprint = dataset.Fingerprint();
 
-  absl::MutexLock lock(&mu_);
+  DurableLock lock(this);
   RETURN_IF_ERROR(CheckLivenessLocked());
   std::string id = absl::StrCat("ds-", fingerprint.substr(0, kDatasetIdDigits));
   const CoordinatorState::Dataset* existing = state_.FindDataset(id);
@@ -268,7 +268,7 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
   proto::DatasetDef dataset_def;
   int64_t live = 0;
   {
-    absl::MutexLock lock(&mu_);
+    DurableLock lock(this);
     RETURN_IF_ERROR(CheckLivenessLocked());
     const CoordinatorState::Dataset* ds = state_.FindDataset(options.dataset_id());
     if (ds == nullptr) {
@@ -293,7 +293,7 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
   if (options_.before_planning) options_.before_planning(options.dataset_id());
   ASSIGN_OR_RETURN(JobPlan job_plan, PlanJob(dataset_def, options, live));
 
-  absl::MutexLock lock(&mu_);
+  DurableLock lock(this);
   RETURN_IF_ERROR(CheckLivenessLocked());
   JournalBatch batch(this);  // the job and its tasks: one record, or nothing
   // Another request may have made the job while this one planned.
@@ -373,7 +373,7 @@ absl::Status Coordinator::GetElementSpec(const proto::GetElementSpecRequest& req
   proto::JobOptions options;
   proto::DatasetDef def;
   {
-    absl::MutexLock lock(&mu_);
+    DurableLock lock(this);
     RETURN_IF_ERROR(CheckLivenessLocked());
     switch (request.target_case()) {
       case proto::GetElementSpecRequest::kJobId: {
@@ -460,7 +460,7 @@ absl::Status Coordinator::JobErrorLocked(const CoordinatorState::Job& job) const
 absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
                                           proto::ClientHeartbeatResponse* response) {
   RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "ClientHeartbeatRequest"));
-  absl::MutexLock lock(&mu_);
+  DurableLock lock(this);
   RETURN_IF_ERROR(CheckLivenessLocked());
   const CoordinatorState::Job* job = state_.FindJob(request.job_id());
   if (job == nullptr) return JobNotFound("ClientHeartbeatRequest.job_id", request.job_id());
@@ -543,7 +543,7 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
 
 absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& /*request*/,
                                     proto::GetStatusResponse* response) {
-  absl::MutexLock lock(&mu_);
+  DurableLock lock(this);
   RETURN_IF_ERROR(CheckLivenessLocked());
   const absl::Time now = clock_->Now();
   for (const auto& [id, w] : state_.workers()) {

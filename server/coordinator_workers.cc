@@ -181,7 +181,7 @@ void Coordinator::NoteHeartbeatArrival(const std::string& worker_address) {
 }
 
 void Coordinator::CheckWorkerLiveness() {
-  absl::MutexLock lock(&mu_);
+  DurableLock lock(this);
   absl::Status s = CheckLivenessLocked();
   if (s.ok()) s = CollectDeadWorkersLocked();
   if (!s.ok()) Log(s.ToString());
@@ -370,7 +370,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   }
   progress_.Record(request);
   if (!request.draining()) NoteHeartbeatArrival(request.worker_address());
-  absl::MutexLock lock(&mu_);
+  DurableLock lock(this);
   {
     // Reports of tasks whose job was removed (the worker has not yet been told to stop them)
     // are not kept.

@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/coordinator.h"
 #include "server/coordinator_state.h"
 #include "server/journal.h"
 #include "tests/server/journal_test_util.h"
@@ -117,6 +118,47 @@ TEST(GroupCommitTest, ConcurrentAppendsShareSyncsAndAllAreReplayed) {
   for (int i = 0; i < kAppends; ++i) {
     EXPECT_NE(replayed.FindDataset(absl::StrCat("ds-", i)), nullptr) << i;
   }
+}
+
+TEST(GroupCommitTest, TheCoordinatorSyncsWithoutItsLockAndRequestsShareSyncs) {
+  // Requests that change the state while another request's journal sync runs are served (the
+  // sync does not hold the coordinator's mutex) and then share the next sync.
+  constexpr int kRequests = 6;
+  GatedFileSystem fs;
+  CoordinatorOptions options;
+  options.work_dir = "/journal";
+  options.journal_fs = &fs;
+  options.log = [](absl::string_view) {};
+  auto coordinator = Coordinator::Create(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  GatedFile* file = fs.last_;
+  ASSERT_NE(file, nullptr);
+  auto register_dataset = [&](int i) {
+    proto::RegisterDatasetRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_pipeline(absl::StrCat("range(", 10 + i, ").batch(2)"));
+    proto::RegisterDatasetResponse resp;
+    return (*coordinator)->RegisterDataset(req, &resp);
+  };
+  std::vector<absl::Status> results(kRequests);
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] { results[0] = register_dataset(0); });
+  file->entered_.WaitForNotification();  // request 0's sync runs, and blocks
+  for (int i = 1; i < kRequests; ++i) {
+    threads.emplace_back([&, i] { results[i] = register_dataset(i); });
+  }
+  (*coordinator)->TEST_AwaitSyncWaiters(kRequests - 1);  // each wrote its record meanwhile
+  EXPECT_EQ((*coordinator)->Snapshot().updates_size(), kRequests);
+  file->release();
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(file->syncs(), 2);
+
+  // A restart replays every dataset.
+  coordinator->reset();
+  auto again = Coordinator::Create(options);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->Snapshot().updates_size(), kRequests);
 }
 
 TEST(GroupCommitTest, ARecordAlreadyCoveredNeedsNoSync) {
