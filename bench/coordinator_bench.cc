@@ -10,9 +10,10 @@
 // the last answer it applied, as real ones do, so that answers carry only changes.
 //
 // Prints: heartbeats/s (worker and consumer, and both), the coordinator's RSS sampled every
-// second (first, max, last), and false deaths: workers the coordinator declared dead although
-// they heartbeated at least every --max_gap (asserted by the bench: it tracks each worker's
-// largest gap between heartbeats and prints it).
+// second (first, max, last, and at the end of each tenth of the run), and false deaths:
+// workers the coordinator declared dead although they heartbeated at least every --max_gap
+// (asserted by the bench: it tracks each worker's largest gap between heartbeats and prints
+// it).
 //
 //   build/bench/coordinator_bench --workers=1000 --consumers=10000 --seconds=60
 #include <signal.h>
@@ -307,6 +308,14 @@ int main(int argc, char** argv) {
     std::printf("coordinator RSS MiB: first %.1f, max %.1f, last %.1f (sampled every second)\n",
                 rss.front() / 1024.0, *std::max_element(rss.begin(), rss.end()) / 1024.0,
                 rss.back() / 1024.0);
+    // Whether growth levels off: the RSS at the end of each tenth of the run.
+    std::printf("coordinator RSS MiB by tenth of the run:");
+    for (int tenth = 1; tenth <= 10; ++tenth) {
+      size_t i = rss.size() * static_cast<size_t>(tenth) / 10;  // samples up to that point
+      if (i > 0) --i;
+      std::printf(" %.1f", rss[i] / 1024.0);
+    }
+    std::printf("\n");
   }
   stop();
   return dead == 0 ? 0 : 2;
