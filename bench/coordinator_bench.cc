@@ -6,10 +6,14 @@
 // coordinator answers (closed loop). Every simulated worker reports the tasks it holds, with
 // their progress, as a real one does; every consumer sends its job and index.
 //
+// With --versioned (the default) every simulated worker and consumer sends back the version of
+// the last answer it applied, as real ones do, so that answers carry only changes.
+//
 // Prints: heartbeats/s (worker and consumer, and both), the coordinator's RSS sampled every
-// second (first, max, last), and false deaths: workers the coordinator declared dead although
-// they heartbeated at least every --max_gap (asserted by the bench: it tracks each worker's
-// largest gap between heartbeats and prints it).
+// second (first, max, last, and at the end of each tenth of the run), and false deaths:
+// workers the coordinator declared dead although they heartbeated at least every --max_gap
+// (asserted by the bench: it tracks each worker's largest gap between heartbeats and prints
+// it).
 //
 //   build/bench/coordinator_bench --workers=1000 --consumers=10000 --seconds=60
 #include <signal.h>
@@ -47,6 +51,9 @@ ABSL_FLAG(int, seconds, 60, "Length of the measured run.");
 ABSL_FLAG(std::string, coordinator, "",
           "Path of sluice-coordinator; default: ../bin/sluice-coordinator next to this binary.");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10), "The coordinator's --worker_timeout.");
+ABSL_FLAG(bool, versioned, true,
+          "Send back the version of the last answer (as real workers and consumers do), so that "
+          "answers carry only changes; false: every answer is full (older clients).");
 
 namespace {
 
@@ -79,12 +86,14 @@ double LoadAverage() {
 struct Worker {
   std::string address;
   std::vector<int64_t> tasks;
+  uint64_t incarnation = 0, version = 0;  // of the last answer
   absl::Time last = absl::InfinitePast();
   absl::Duration max_gap = absl::ZeroDuration();
 };
 struct Consumer {
   int64_t job_id = 0;
   int64_t index = 0;
+  uint64_t incarnation = 0, version = 0;  // of the last answer
 };
 
 }  // namespace
@@ -136,10 +145,15 @@ int main(int argc, char** argv) {
 
   // Workers register; a dataset and the jobs; every worker learns its tasks.
   std::vector<Worker> workers(static_cast<size_t>(num_workers));
-  auto worker_heartbeat = [](CoordinatorService::Stub* stub, Worker& w) -> bool {
+  const bool versioned = absl::GetFlag(FLAGS_versioned);
+  auto worker_heartbeat = [versioned](CoordinatorService::Stub* stub, Worker& w) -> bool {
     sluice::proto::WorkerHeartbeatRequest req;
     req.set_wire_version(sluice::proto::WIRE_VERSION_1);
     req.set_worker_address(w.address);
+    if (versioned) {
+      req.set_known_incarnation(w.incarnation);
+      req.set_known_version(w.version);
+    }
     for (int64_t t : w.tasks) {
       req.add_active_task_ids(t);
       sluice::proto::TaskProgress* p = req.add_task_progress();
@@ -154,6 +168,8 @@ int main(int argc, char** argv) {
     for (int64_t t : resp.tasks_to_stop()) {
       w.tasks.erase(std::remove(w.tasks.begin(), w.tasks.end(), t), w.tasks.end());
     }
+    w.incarnation = resp.incarnation();
+    w.version = resp.version();
     return true;
   };
   for (int i = 0; i < num_workers; ++i) {
@@ -204,7 +220,7 @@ int main(int argc, char** argv) {
 
   // The run: each thread cycles through its workers and consumers (interleaved).
   std::atomic<bool> done{false};
-  std::atomic<int64_t> worker_beats{0}, consumer_beats{0}, errors{0};
+  std::atomic<int64_t> worker_beats{0}, consumer_beats{0}, errors{0}, delta_answers{0};
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
@@ -231,15 +247,22 @@ int main(int argc, char** argv) {
             errors.fetch_add(1, std::memory_order_relaxed);
           }
         } else {
-          const Consumer& c = consumers[my_consumers[ci++ % my_consumers.size()]];
+          Consumer& c = consumers[my_consumers[ci++ % my_consumers.size()]];
           sluice::proto::ClientHeartbeatRequest req;
           req.set_wire_version(sluice::proto::WIRE_VERSION_1);
           req.set_job_id(c.job_id);
           req.set_consumer_index(c.index);
+          if (versioned) {
+            req.set_known_incarnation(c.incarnation);
+            req.set_known_version(c.version);
+          }
           sluice::proto::ClientHeartbeatResponse resp;
           grpc::ClientContext ctx;
           ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
           if (stub->ClientHeartbeat(&ctx, req, &resp).ok()) {
+            c.incarnation = resp.incarnation();
+            c.version = resp.version();
+            if (resp.delta()) delta_answers.fetch_add(1, std::memory_order_relaxed);
             consumer_beats.fetch_add(1, std::memory_order_relaxed);
           } else {
             errors.fetch_add(1, std::memory_order_relaxed);
@@ -273,8 +296,10 @@ int main(int argc, char** argv) {
               "client threads, %.1f s, load average %.2f\n",
               num_workers, consumers.size(), num_jobs, static_cast<long long>(tasks_held),
               threads, elapsed, LoadAverage());
-  std::printf("heartbeats/s: %.0f (worker %.0f, consumer %.0f); errors %lld\n",
-              (wb + cb) / elapsed, wb / elapsed, cb / elapsed, static_cast<long long>(errors));
+  std::printf("heartbeats/s: %.0f (worker %.0f, consumer %.0f); errors %lld; versioned %s "
+              "(%lld consumer answers were deltas)\n",
+              (wb + cb) / elapsed, wb / elapsed, cb / elapsed, static_cast<long long>(errors),
+              versioned ? "yes" : "no", static_cast<long long>(delta_answers.load()));
   std::printf("false deaths: %lld (largest gap between one worker's heartbeats %s, "
               "worker_timeout %s)\n",
               static_cast<long long>(dead), absl::FormatDuration(max_gap).c_str(),
@@ -283,6 +308,14 @@ int main(int argc, char** argv) {
     std::printf("coordinator RSS MiB: first %.1f, max %.1f, last %.1f (sampled every second)\n",
                 rss.front() / 1024.0, *std::max_element(rss.begin(), rss.end()) / 1024.0,
                 rss.back() / 1024.0);
+    // Whether growth levels off: the RSS at the end of each tenth of the run.
+    std::printf("coordinator RSS MiB by tenth of the run:");
+    for (int tenth = 1; tenth <= 10; ++tenth) {
+      size_t i = rss.size() * static_cast<size_t>(tenth) / 10;  // samples up to that point
+      if (i > 0) --i;
+      std::printf(" %.1f", rss[i] / 1024.0);
+    }
+    std::printf("\n");
   }
   stop();
   return dead == 0 ? 0 : 2;

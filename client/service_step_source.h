@@ -58,6 +58,7 @@
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
 #include "sluice/distributed_dataset.h"
+#include "core/util/jitter.h"
 
 namespace sluice {
 
@@ -87,8 +88,13 @@ struct ServiceStepSourceOptions {
   bool sequential = false;
   // Sequential: tasks streamed at once (the one being read and the next ones).
   int64_t max_open_tasks = 8;
-  // How often the monitor asks ClientHeartbeat (new tasks, moved tasks).
+  // How often the monitor asks ClientHeartbeat (new tasks, moved tasks): each wait is drawn
+  // uniformly in heartbeat_interval * [1 - heartbeat_jitter, 1 + heartbeat_jitter], so that
+  // many consumers started together do not reach the coordinator in waves.
   absl::Duration heartbeat_interval = absl::Milliseconds(200);
+  double heartbeat_jitter = 0.25;
+  // The jitter's random source (tests inject a fixed one). Unset: seeded from the system.
+  RandomSource random;
   // A call whose end of task arrived but whose worker has not sent the call's status this long
   // after (the worker froze right after the end) is cancelled by the monitor, which frees its
   // reader thread. The end and the steps before it are the caller's as soon as they arrive.

@@ -51,7 +51,8 @@ std::shared_ptr<grpc::Channel> DefaultChannel(const std::string& address) {
 }
 
 TaskStreams::TaskStreams(ServiceStepSourceOptions options)
-    : options_(std::move(options)), consumer_id_(RandomConsumerId()) {
+    : options_(std::move(options)), consumer_id_(RandomConsumerId()),
+      random_(options_.random ? options_.random : EntropyRandomSource()) {
   coordinator_ = proto::CoordinatorService::NewStub(
       options_.channel_factory ? options_.channel_factory(options_.coordinator_address)
                                : DefaultChannel(options_.coordinator_address));
@@ -90,6 +91,7 @@ absl::StatusOr<proto::ClientHeartbeatResponse> TaskStreams::Heartbeat(
     absl::MutexLock lock(&mu_);
     for (int64_t id : completed_) request.add_completed_task_ids(id);
   }
+  view_.FillRequest(&request);
   grpc::ClientContext context;
   const absl::Duration timeout = deadline.value_or(options_.rpc_deadline);
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
@@ -99,7 +101,7 @@ absl::StatusOr<proto::ClientHeartbeatResponse> TaskStreams::Heartbeat(
     return absl::Status(s.code(), absl::StrCat("ClientHeartbeat to coordinator ",
                                                options_.coordinator_address, ": ", s.message()));
   }
-  return response;
+  return view_.Apply(response);
 }
 
 TaskStream* TaskStreams::AddTaskLocked(int64_t task_id, int64_t task_index) {
@@ -160,11 +162,17 @@ void TaskStreams::WakeMonitorLocked() {
   monitor_cv_.Signal();
 }
 
+absl::Duration TaskStreams::NextHeartbeatWait() {
+  absl::MutexLock lock(&mu_);
+  return Jittered(options_.heartbeat_interval, options_.heartbeat_jitter, random_);
+}
+
 void TaskStreams::Monitor() {
   while (true) {
+    const absl::Duration wait = NextHeartbeatWait();
     {
       absl::MutexLock lock(&mu_);
-      const absl::Time until = absl::Now() + options_.heartbeat_interval;
+      const absl::Time until = absl::Now() + wait;
       while (!shutdown_ && !monitor_wanted_ && absl::Now() < until) {
         monitor_cv_.WaitWithDeadline(&mu_, until);
       }

@@ -50,6 +50,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/heartbeat_view.h"
 #include "client/service_step_source.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -161,6 +162,9 @@ class TaskStreams {
     return monitor_error_;
   }
 
+  // The monitor's next wait between heartbeats: heartbeat_interval with its jitter.
+  absl::Duration NextHeartbeatWait() ABSL_LOCKS_EXCLUDED(mu_);
+
   // Handles a heartbeat answer sent at `sent` (see the file comment).
   void OnHeartbeat(const proto::ClientHeartbeatResponse& response, absl::Time sent);
 
@@ -197,6 +201,11 @@ class TaskStreams {
   // Independent reads: this iterator's id on every call (StreamRequest.consumer_id).
   const uint64_t consumer_id_;
   std::unique_ptr<proto::CoordinatorService::Stub> coordinator_;
+  // The job's tasks from versioned heartbeat answers: requests send its version, deltas are
+  // merged into it, and Heartbeat() returns it as a full answer.
+  HeartbeatView view_;
+  // The jitter of the monitor's waits (options_.random, or seeded from the system).
+  RandomSource random_ ABSL_GUARDED_BY(mu_);
   ReadOrder* order_ = nullptr;  // set by Start
   std::thread monitor_;
   std::thread credit_thread_;

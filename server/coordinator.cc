@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,10 +26,22 @@
 #include "server/task_planner.h"
 
 namespace sluice {
+namespace {
+
+// A fresh incarnation for versioned heartbeat answers (never 0: callers send 0 for "none").
+uint64_t RandomIncarnation() {
+  std::random_device device;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{device()} << 32) ^ device();
+  return id;
+}
+
+}  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options)
     : options_(std::move(options)),
-      clock_(options_.clock != nullptr ? options_.clock : Clock::Real()) {}
+      clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
+      versions_(RandomIncarnation()) {}
 
 void Coordinator::Log(absl::string_view line) const {
   if (options_.log) {
@@ -67,16 +80,82 @@ absl::Status Coordinator::ApplyLocked(const proto::Update& update) {
   // The one place updates take effect. Journaled before they are applied: every update was
   // validated first, so that it applies, now and at every replay.
   const bool journal_now = journal_ != nullptr && !in_batch_;
-  if (journal_now) RETURN_IF_ERROR(journal_->Append({update}));
+  if (journal_now) RETURN_IF_ERROR(journal_->Write({update}).status());
+  VersionedChanges changes = ChangesOfLocked(update);
   absl::Status s = state_.Apply(update);
   if (!s.ok()) {
     // Every update was validated first: this is a coordinator bug, not a bad request.
     return absl::InternalError(absl::StrCat("coordinator state rejected its own update: ",
                                             s.message()));
   }
+  for (const auto& [job_id, task_id] : changes.tasks) versions_.TaskChanged(job_id, task_id);
+  for (int64_t worker_id : changes.workers) versions_.WorkerChanged(worker_id);
+  if (update.has_remove_job()) versions_.ForgetJob(update.remove_job().job_id());
   if (in_batch_) batch_.push_back(update);
   if (journal_now) MaybeSnapshotLocked();
   return absl::OkStatus();
+}
+
+
+Coordinator::VersionedChanges Coordinator::ChangesOfLocked(const proto::Update& update) const {
+  VersionedChanges out;
+  auto unfinished_tasks_of = [&](const std::vector<int64_t>& ids) {
+    for (int64_t t : ids) {
+      const CoordinatorState::Task* task = state_.FindTask(t);
+      if (task == nullptr || task->finished) continue;
+      out.tasks.emplace_back(task->job_id, t);
+      out.workers.push_back(task->worker_id);
+    }
+  };
+  switch (update.kind_case()) {
+    case proto::Update::kCreateJob:
+      out.tasks.emplace_back(update.create_job().job_id(), 0);
+      break;
+    case proto::Update::kCreateTask:
+      out.tasks.emplace_back(update.create_task().job_id(), update.create_task().task_id());
+      out.workers.push_back(update.create_task().worker_id());
+      break;
+    case proto::Update::kAssignTask:
+      if (const CoordinatorState::Task* t = state_.FindTask(update.assign_task().task_id())) {
+        out.tasks.emplace_back(t->job_id, t->id);
+        out.workers.push_back(t->worker_id);
+        out.workers.push_back(update.assign_task().worker_id());
+      }
+      break;
+    case proto::Update::kFinishTask:
+      unfinished_tasks_of({update.finish_task().task_id()});
+      break;
+    case proto::Update::kFinishJob:
+      out.tasks.emplace_back(update.finish_job().job_id(), 0);
+      break;
+    case proto::Update::kFailJob:
+      if (const CoordinatorState::Job* job = state_.FindJob(update.fail_job().job_id())) {
+        unfinished_tasks_of(job->task_ids);
+      }
+      out.tasks.emplace_back(update.fail_job().job_id(), 0);
+      break;
+    case proto::Update::kWorkerDied:
+      if (const CoordinatorState::Worker* w = state_.FindWorker(update.worker_died().worker_id())) {
+        unfinished_tasks_of(w->task_ids);
+      }
+      out.workers.push_back(update.worker_died().worker_id());
+      break;
+    case proto::Update::kRegisterWorker:
+      out.workers.push_back(update.register_worker().worker_id());
+      break;
+    case proto::Update::kRemoveJob:
+      if (const CoordinatorState::Job* job = state_.FindJob(update.remove_job().job_id())) {
+        for (int64_t t : job->task_ids) {
+          if (const CoordinatorState::Task* task = state_.FindTask(t)) {
+            out.workers.push_back(task->worker_id);
+          }
+        }
+      }
+      break;
+    default:
+      break;  // no change a heartbeat answer shows
+  }
+  return out;
 }
 
 
@@ -90,6 +169,7 @@ void Coordinator::MaybeSnapshotLocked() {
 void Coordinator::ReloadFromJournalLocked() {
   state_ = CoordinatorState();
   liveness_synced_ = false;
+  versions_.Reset(RandomIncarnation());  // every caller's next answer is full
   absl::Status s = journal_->Reload(&state_);
   if (!s.ok()) {
     // The state is unknown: answering from it could lose or duplicate data. A restart
@@ -98,6 +178,35 @@ void Coordinator::ReloadFromJournalLocked() {
                      s.ToString()));
     std::abort();
   }
+}
+
+
+Coordinator::DurableLock::DurableLock(Coordinator* c) : c_(c) { c_->mu_.Lock(); }
+
+
+Coordinator::DurableLock::~DurableLock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // journal_ is set once, by Create(), before any request.
+  Journal* journal = c_->journal_.get();
+  const uint64_t written = journal != nullptr ? journal->written() : 0;
+  c_->mu_.Unlock();
+  if (journal == nullptr || written == 0) return;
+  absl::Status s = journal->WaitDurable(written);
+  if (!s.ok()) {
+    c_->Log(absl::StrCat("exiting: ", s.ToString(),
+                         " (the records not yet synced may be lost; a restart replays the "
+                         "journal)"));
+    std::abort();
+  }
+}
+
+
+void Coordinator::TEST_AwaitSyncWaiters(int n) {
+  Journal* journal = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    journal = journal_.get();
+  }
+  if (journal != nullptr) journal->TEST_AwaitSyncWaiters(n);
 }
 
 
@@ -113,7 +222,7 @@ absl::Status Coordinator::JournalBatch::Commit() ABSL_NO_THREAD_SAFETY_ANALYSIS 
   std::vector<proto::Update> updates = std::move(c_->batch_);
   c_->batch_.clear();
   if (updates.empty()) return absl::OkStatus();
-  absl::Status s = c_->journal_->Append(updates);
+  absl::Status s = c_->journal_->Write(updates).status();
   if (!s.ok()) {
     c_->ReloadFromJournalLocked();
     return s;

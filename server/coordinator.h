@@ -49,6 +49,7 @@
 #include "proto/journal.pb.h"
 #include "core/data/distribute/global_order.h"
 #include "server/coordinator_state.h"
+#include "server/heartbeat_versions.h"
 #include "server/task_progress.h"
 #include "server/task_planner.h"
 #include "server/journal.h"
@@ -87,6 +88,11 @@ struct CoordinatorOptions {
   // A finished job is removed this long after the coordinator saw it finish; requests naming
   // it are then NOT_FOUND and a named job of that name can be created again.
   absl::Duration finished_job_ttl = absl::Minutes(5);
+  // A worker dead (or drained) this long that no task names any more (its finished tasks'
+  // jobs were removed) is forgotten: removed from the state, the status and every table, so
+  // that a fleet whose machines come and go does not grow the coordinator. Checked by
+  // CheckWorkerLiveness() (the server's ticker). Its address registers anew, as a new worker.
+  absl::Duration dead_worker_ttl = absl::Minutes(10);
   // Test only: called by GetOrCreateJob, without the coordinator's lock, right before it plans
   // a new job (which may read the data), with the job's dataset id. Tests block here to show
   // that other requests are served while a job plans.
@@ -154,8 +160,24 @@ class Coordinator {
                          proto::GetStatusResponse* response);
 
   // Declares dead the workers silent for worker_timeout and reassigns their tasks; removes
-  // the jobs finished for finished_job_ttl.
+  // the jobs finished for finished_job_ttl and the workers dead for dead_worker_ttl.
   void CheckWorkerLiveness();
+
+  // Test hook (and metrics): the sizes of every table that grows with workers, jobs, tasks
+  // and consumers, so that tests can see them return to their baseline once jobs finish and
+  // workers die (garbage collection).
+  struct TableSizes {
+    size_t workers = 0, jobs = 0, tasks = 0;  // in the state
+    size_t heartbeat_arrivals = 0, liveness = 0, dead_since = 0, finished_at = 0;
+    size_t consumer_seen = 0, ranges_jobs = 0, failed_jobs = 0;
+    size_t completed_by = 0;  // tasks that some consumer reported read to their end
+    size_t progress_tasks = 0, version_jobs = 0, version_workers = 0;
+    bool operator==(const TableSizes& o) const;
+  };
+  TableSizes TEST_TableSizes();
+  // Test hook: with a journal, waits until `n` requests wait for a journal sync that another
+  // one is running (group commit).
+  void TEST_AwaitSyncWaiters(int n);
 
   const CoordinatorOptions& options() const { return options_; }
 
@@ -163,6 +185,22 @@ class Coordinator {
   proto::StateSnapshot Snapshot();
 
  private:
+  // Holds mu_ for a request. On destruction releases it, then waits until every journal record
+  // written so far is durable (group commit: requests that wait together share one sync, and
+  // none holds mu_ while the disk works), so that the answer never shows state a crash could
+  // lose. A failed sync cannot be undone (the kernel may have dropped the unsynced pages): the
+  // coordinator logs it and exits, and a restart replays the journal.
+  class DurableLock {
+   public:
+    explicit DurableLock(Coordinator* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->mu_);
+    ~DurableLock() ABSL_UNLOCK_FUNCTION();
+    DurableLock(const DurableLock&) = delete;
+    DurableLock& operator=(const DurableLock&) = delete;
+
+   private:
+    Coordinator* const c_;
+  };
+
   // Collects the updates of one request into one journal record (a request that creates a
   // job and its tasks): declared right after the lock, Commit() before answering. A batch
   // destroyed uncommitted, or whose Commit fails, is undone (the state is replayed from the
@@ -190,6 +228,8 @@ class Coordinator {
   void NoteHeartbeatArrival(const std::string& worker_address) ABSL_LOCKS_EXCLUDED(arrivals_mu_);
   // Removes the jobs finished at least finished_job_ttl ago (by clock_).
   absl::Status CollectFinishedJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the workers dead at least dead_worker_ttl ago that no task names (by clock_).
+  absl::Status CollectDeadWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SHARDING_RANGES: makes the next ranges of every running ranges job, in range order, on
   // the live workers with room (fewest unfinished ranges of the job first). A job whose ranges
   // cannot be planned (its data changed after a restart, say) fails alone (failed_jobs_); the
@@ -259,6 +299,9 @@ class Coordinator {
   TaskProgressTable progress_;
   // Not state: when each finished job was first seen finished (by clock_), for the GC.
   absl::flat_hash_map<int64_t, absl::Time> finished_at_ ABSL_GUARDED_BY(mu_);
+  // Not state: when each dead worker was declared dead or drained (or first seen dead after a
+  // restart), for the GC.
+  absl::flat_hash_map<int64_t, absl::Time> dead_since_ ABSL_GUARDED_BY(mu_);
   // Not state: when each consumer of each coordinated job last sent a ClientHeartbeat (by
   // clock_), indexed by consumer; made when the coordinator first needs it (every consumer
   // counts from then). Those declared gone are logged once (gone_logged_).
@@ -320,6 +363,17 @@ class Coordinator {
   // Jobs that cannot go on, and why: their consumers' ClientHeartbeat returns the error. Not
   // journaled: a restarted coordinator finds the same error again when it plans the job.
   absl::flat_hash_map<int64_t, absl::Status> failed_jobs_ ABSL_GUARDED_BY(mu_);
+  // Not state: versions of the changes heartbeat answers show (versioned answers).
+  HeartbeatVersions versions_ ABSL_GUARDED_BY(mu_);
+  // Records in versions_ what `update` changes; called right before it is applied.
+  struct VersionedChanges {
+    std::vector<std::pair<int64_t, int64_t>> tasks;  // (job id, task id; 0: the job)
+    std::vector<int64_t> workers;
+  };
+  VersionedChanges ChangesOfLocked(const proto::Update& update) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillTaskInfoLocked(const CoordinatorState::Task& task, proto::TaskInfo* info) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Set by Create() with a work_dir.
   std::unique_ptr<Journal> journal_ ABSL_GUARDED_BY(mu_);
   // The open JournalBatch's updates, applied but not yet journaled.

@@ -94,21 +94,23 @@ proto::TaskDef Coordinator::TaskDefLocked(const CoordinatorState::Task& task) co
 }
 
 
+void Coordinator::FillTaskInfoLocked(const CoordinatorState::Task& task,
+                                     proto::TaskInfo* info) const {
+  info->set_task_id(task.id);
+  info->set_task_index(task.index);
+  if (const CoordinatorState::Worker* w = state_.FindWorker(task.worker_id)) {
+    info->set_worker_address(w->address);
+  }
+  info->set_finished(task.finished);
+  info->set_first_step(task.first_step);
+  info->set_num_steps(task.num_steps);
+}
+
+
 void Coordinator::FillTaskInfosLocked(
     const CoordinatorState::Job& job,
     google::protobuf::RepeatedPtrField<proto::TaskInfo>* out) const {
-  for (int64_t t : job.task_ids) {
-    const CoordinatorState::Task& task = state_.tasks().at(t);
-    proto::TaskInfo* info = out->Add();
-    info->set_task_id(task.id);
-    info->set_task_index(task.index);
-    if (const CoordinatorState::Worker* w = state_.FindWorker(task.worker_id)) {
-      info->set_worker_address(w->address);
-    }
-    info->set_finished(task.finished);
-    info->set_first_step(task.first_step);
-    info->set_num_steps(task.num_steps);
-  }
+  for (int64_t t : job.task_ids) FillTaskInfoLocked(state_.tasks().at(t), out->Add());
 }
 
 
@@ -133,7 +135,7 @@ absl::Status Coordinator::RegisterDataset(const proto::RegisterDatasetRequest& r
   ASSIGN_OR_RETURN(ElementSpec spec, dataset.element_spec());
   const std::string fingerprint = dataset.Fingerprint();
 
-  absl::MutexLock lock(&mu_);
+  DurableLock lock(this);
   RETURN_IF_ERROR(CheckLivenessLocked());
   std::string id = absl::StrCat("ds-", fingerprint.substr(0, kDatasetIdDigits));
   const CoordinatorState::Dataset* existing = state_.FindDataset(id);
@@ -265,7 +267,7 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
   proto::DatasetDef dataset_def;
   int64_t live = 0;
   {
-    absl::MutexLock lock(&mu_);
+    DurableLock lock(this);
     RETURN_IF_ERROR(CheckLivenessLocked());
     const CoordinatorState::Dataset* ds = state_.FindDataset(options.dataset_id());
     if (ds == nullptr) {
@@ -290,7 +292,7 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
   if (options_.before_planning) options_.before_planning(options.dataset_id());
   ASSIGN_OR_RETURN(JobPlan job_plan, PlanJob(dataset_def, options, live));
 
-  absl::MutexLock lock(&mu_);
+  DurableLock lock(this);
   RETURN_IF_ERROR(CheckLivenessLocked());
   JournalBatch batch(this);  // the job and its tasks: one record, or nothing
   // Another request may have made the job while this one planned.
@@ -370,7 +372,7 @@ absl::Status Coordinator::GetElementSpec(const proto::GetElementSpecRequest& req
   proto::JobOptions options;
   proto::DatasetDef def;
   {
-    absl::MutexLock lock(&mu_);
+    DurableLock lock(this);
     RETURN_IF_ERROR(CheckLivenessLocked());
     switch (request.target_case()) {
       case proto::GetElementSpecRequest::kJobId: {
@@ -507,7 +509,7 @@ absl::Status Coordinator::JobErrorLocked(const CoordinatorState::Job& job) const
 absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
                                           proto::ClientHeartbeatResponse* response) {
   RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "ClientHeartbeatRequest"));
-  absl::MutexLock lock(&mu_);
+  DurableLock lock(this);
   RETURN_IF_ERROR(CheckLivenessLocked());
   const CoordinatorState::Job* job = state_.FindJob(request.job_id());
   if (job == nullptr) return JobNotFound("ClientHeartbeatRequest.job_id", request.job_id());
@@ -538,11 +540,39 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
     finished_any = finished_any || finished;
   }
   if (finished_any) RETURN_IF_ERROR(MakeRangesLocked());
-  FillTaskInfosLocked(*job, response->mutable_tasks());
   response->set_job_finished(job->finished);
   const int64_t made = static_cast<int64_t>(job->task_ids.size());
   response->set_num_tasks(job->ranges ? job->num_ranges : made);
   response->set_num_tasks_created(made);
+  response->set_incarnation(versions_.incarnation());
+  response->set_version(versions_.version());
+  // Versioned answers: only what changed since the version the consumer applied, if known.
+  std::optional<std::vector<int64_t>> changed;
+  if (request.known_incarnation() == versions_.incarnation()) {
+    changed = versions_.JobChangesSince(job->id, request.known_version());
+  }
+  if (changed.has_value()) {
+    response->set_delta(true);
+    std::vector<const CoordinatorState::Task*> tasks;
+    for (int64_t id : *changed) {
+      const CoordinatorState::Task* task = state_.FindTask(id);
+      if (task == nullptr || task->job_id != job->id) continue;
+      if (job->ranges && task->finished) {
+        response->add_removed_task_ids(id);
+      } else {
+        tasks.push_back(task);
+      }
+    }
+    std::sort(tasks.begin(), tasks.end(),
+              [](const auto* a, const auto* b) { return a->index < b->index; });
+    for (const CoordinatorState::Task* task : tasks) {
+      FillTaskInfoLocked(*task, response->add_tasks());
+    }
+    std::sort(response->mutable_removed_task_ids()->begin(),
+              response->mutable_removed_task_ids()->end());
+    return absl::OkStatus();
+  }
+  FillTaskInfosLocked(*job, response->mutable_tasks());
   if (job->ranges) {
     // Only the ranges that exist and are unfinished (docs/SERVICE.md, "Global order").
     auto* tasks = response->mutable_tasks();
@@ -559,7 +589,7 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
 
 absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& /*request*/,
                                     proto::GetStatusResponse* response) {
-  absl::MutexLock lock(&mu_);
+  DurableLock lock(this);
   RETURN_IF_ERROR(CheckLivenessLocked());
   const absl::Time now = clock_->Now();
   for (const auto& [id, w] : state_.workers()) {

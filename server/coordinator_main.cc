@@ -5,7 +5,7 @@
 //                      [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM --tls_client_auth]]
 //                      [--token_file=PATH] [--data_root=DIR[,DIR...]] [--max_request_bytes=N]
 //                      [--work_dir=/var/lib/sluice/coordinator] [--snapshot_every=1000]
-//                      [--ranges_per_worker=2] [--finished_job_ttl=5m]
+//                      [--ranges_per_worker=2] [--finished_job_ttl=5m] [--dead_worker_ttl=10m]
 //
 // Once serving, writes the bound port (decimal, newline) to --port_file atomically (a temporary
 // file renamed into place), so a launcher polling the file never reads a partial port. Logs one
@@ -50,6 +50,9 @@ ABSL_FLAG(int64_t, ranges_per_worker, 2,
           "SHARDING_RANGES: unfinished ranges of one job a worker holds at most (>= 1).");
 ABSL_FLAG(absl::Duration, finished_job_ttl, absl::Minutes(5),
           "A finished job is removed this long after it finished (then NOT_FOUND).");
+ABSL_FLAG(absl::Duration, dead_worker_ttl, absl::Minutes(10),
+          "A worker dead this long that no task names any more is forgotten (its address "
+          "registers anew as a new worker).");
 ABSL_FLAG(int64_t, max_task_worker_deaths, 3,
           "A task whose worker died this many times while running it is quarantined: its job "
           "fails with FAILED_PRECONDITION naming it (a drained worker does not count). 0: never.");
@@ -142,6 +145,11 @@ int main(int argc, char** argv) {
   options.coordinator.finished_job_ttl = absl::GetFlag(FLAGS_finished_job_ttl);
   if (options.coordinator.finished_job_ttl < absl::ZeroDuration()) {
     std::cerr << "sluice-coordinator: --finished_job_ttl must not be negative" << std::endl;
+    return 2;
+  }
+  options.coordinator.dead_worker_ttl = absl::GetFlag(FLAGS_dead_worker_ttl);
+  if (options.coordinator.dead_worker_ttl < absl::ZeroDuration()) {
+    std::cerr << "sluice-coordinator: --dead_worker_ttl must not be negative" << std::endl;
     return 2;
   }
   {

@@ -106,7 +106,7 @@ absl::Status Coordinator::MakeRangesLocked() {
 
 absl::Status Coordinator::GetSplit(const proto::GetSplitRequest& request,
                                    proto::GetSplitResponse* response) {
-  absl::MutexLock lock(&mu_);
+  DurableLock lock(this);
   RETURN_IF_ERROR(CheckLivenessLocked());
   const CoordinatorState::Job* job = state_.FindJob(request.job_id());
   if (job == nullptr) return JobNotFound("GetSplitRequest.job_id", request.job_id());

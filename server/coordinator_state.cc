@@ -35,6 +35,8 @@ absl::Status CoordinatorState::Apply(const proto::Update& update) {
       return ApplyFailJob(update.fail_job());
     case proto::Update::kConsumerCompletedTask:
       return ApplyConsumerCompletedTask(update.consumer_completed_task());
+    case proto::Update::kRemoveWorker:
+      return ApplyRemoveWorker(update.remove_worker());
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -266,6 +268,10 @@ absl::Status CoordinatorState::ApplyFinishTask(const proto::FinishTaskUpdate& u)
     return absl::NotFoundError(absl::StrCat("FinishTask update: no task ", u.task_id()));
   }
   it->second.finished = true;
+  // A finished task is never handed out again: its pipeline (twice: the task's and its
+  // creating update's) is dropped, so that a long RANGES job does not keep one per range.
+  it->second.dataset.Clear();
+  it->second.created.clear_dataset();
   return absl::OkStatus();
 }
 
@@ -383,6 +389,28 @@ absl::Status CoordinatorState::ApplyFailJob(const proto::FailJobUpdate& u) {
   for (int64_t t : it->second.task_ids) tasks_.at(t).finished = true;
   it->second.finished = true;
   it->second.error = absl::Status(static_cast<absl::StatusCode>(u.code()), u.message());
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorState::ApplyRemoveWorker(const proto::RemoveWorkerUpdate& u) {
+  auto it = workers_.find(u.worker_id());
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("RemoveWorker update: no worker ", u.worker_id()));
+  }
+  if (it->second.alive || !it->second.task_ids.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "RemoveWorker update: worker ", u.worker_id(), " is alive or still holds tasks"));
+  }
+  for (const auto& [id, task] : tasks_) {
+    for (int64_t w : task.lost_on_workers) {
+      if (w == u.worker_id()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "RemoveWorker update: task ", id, " names worker ", u.worker_id()));
+      }
+    }
+  }
+  worker_by_address_.erase(it->second.address);
+  workers_.erase(it);
   return absl::OkStatus();
 }
 

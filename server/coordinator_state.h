@@ -49,7 +49,7 @@ class CoordinatorState {
     int64_t id = 0;
     int64_t job_id = 0;
     int64_t index = 0;
-    proto::DatasetDef dataset;
+    proto::DatasetDef dataset;  // cleared when the task finishes
     bool step_sharded = false;
     int64_t worker_id = 0;  // 0: unassigned
     bool finished = false;
@@ -152,6 +152,7 @@ class CoordinatorState {
   absl::Status ApplyTaskWorkerLost(const proto::TaskWorkerLostUpdate& u);
   absl::Status ApplyFailJob(const proto::FailJobUpdate& u);
   absl::Status ApplyConsumerCompletedTask(const proto::ConsumerCompletedTaskUpdate& u);
+  absl::Status ApplyRemoveWorker(const proto::RemoveWorkerUpdate& u);
 
   void Unassign(Task& task);
 

@@ -109,6 +109,7 @@ absl::Status Coordinator::WorkerDiedLocked(int64_t worker_id) {
   u.mutable_worker_died()->set_worker_id(worker_id);
   RETURN_IF_ERROR(ApplyLocked(u));
   liveness_.Unwatch(worker_id);
+  dead_since_[worker_id] = clock_->Now();
   if (options_.max_task_worker_deaths <= 0) return absl::OkStatus();
   for (int64_t t : lost) {
     const CoordinatorState::Task* task = state_.FindTask(t);
@@ -164,6 +165,7 @@ absl::Status Coordinator::DrainWorkerLocked(int64_t worker_id) {
   u.mutable_worker_died()->set_worker_id(worker_id);
   RETURN_IF_ERROR(ApplyLocked(u));
   liveness_.Unwatch(worker_id);
+  dead_since_[worker_id] = clock_->Now();
   Log(absl::StrCat(WorkerNameLocked(worker_id), " is draining: its ", moving,
                    " unfinished task(s) are reassigned now"));
   RETURN_IF_ERROR(AssignWaitingTasksLocked());
@@ -178,9 +180,87 @@ void Coordinator::NoteHeartbeatArrival(const std::string& worker_address) {
 }
 
 void Coordinator::CheckWorkerLiveness() {
-  absl::MutexLock lock(&mu_);
+  DurableLock lock(this);
   absl::Status s = CheckLivenessLocked();
+  if (s.ok()) s = CollectDeadWorkersLocked();
   if (!s.ok()) Log(s.ToString());
+}
+
+
+absl::Status Coordinator::CollectDeadWorkersLocked() {
+  const absl::Time now = clock_->Now();
+  std::vector<int64_t> expired;
+  for (const auto& [id, w] : state_.workers()) {
+    if (w.alive) continue;
+    auto [it, first_seen] = dead_since_.try_emplace(id, now);  // after a restart: from now
+    if (w.task_ids.empty() && (now - it->second >= options_.dead_worker_ttl ||
+                               (first_seen && options_.dead_worker_ttl <= absl::ZeroDuration()))) {
+      expired.push_back(id);
+    }
+  }
+  if (expired.empty()) return absl::OkStatus();
+  // A task that lists a worker among those that died running it keeps it (failure policy).
+  absl::flat_hash_set<int64_t> named;
+  for (const auto& [id, task] : state_.tasks()) {
+    named.insert(task.lost_on_workers.begin(), task.lost_on_workers.end());
+  }
+  for (int64_t id : expired) {
+    if (named.contains(id)) continue;
+    const std::string address = state_.FindWorker(id)->address;
+    const std::string name = WorkerNameLocked(id);
+    proto::Update u;
+    u.mutable_remove_worker()->set_worker_id(id);
+    RETURN_IF_ERROR(ApplyLocked(u));
+    liveness_.Forget(id);
+    versions_.ForgetWorker(id);
+    dead_since_.erase(id);
+    {
+      absl::MutexLock arrivals(&arrivals_mu_);
+      heartbeat_arrivals_.erase(address);
+    }
+    Log(absl::StrCat(name, " removed: dead for ", absl::FormatDuration(options_.dead_worker_ttl),
+                     " and holding no task (dead_worker_ttl)"));
+  }
+  return absl::OkStatus();
+}
+
+
+bool Coordinator::TableSizes::operator==(const TableSizes& o) const {
+  return workers == o.workers && jobs == o.jobs && tasks == o.tasks &&
+         heartbeat_arrivals == o.heartbeat_arrivals && liveness == o.liveness &&
+         dead_since == o.dead_since && finished_at == o.finished_at &&
+         consumer_seen == o.consumer_seen && completed_by == o.completed_by &&
+         ranges_jobs == o.ranges_jobs && failed_jobs == o.failed_jobs &&
+         progress_tasks == o.progress_tasks && version_jobs == o.version_jobs &&
+         version_workers == o.version_workers;
+}
+
+
+Coordinator::TableSizes Coordinator::TEST_TableSizes() {
+  absl::MutexLock lock(&mu_);
+  TableSizes t;
+  t.workers = state_.workers().size();
+  t.jobs = state_.jobs().size();
+  t.tasks = state_.tasks().size();
+  {
+    absl::MutexLock arrivals(&arrivals_mu_);
+    t.heartbeat_arrivals = heartbeat_arrivals_.size();
+  }
+  t.liveness = liveness_.size();
+  t.dead_since = dead_since_.size();
+  t.finished_at = finished_at_.size();
+  t.consumer_seen = consumer_seen_.size();
+  // Consumers' completions live in the tasks (Task::completed_by): counted as tasks holding
+  // any, so that they leave with their job's tasks.
+  for (const auto& [id, task] : state_.tasks()) {
+    if (!task.completed_by.empty()) ++t.completed_by;
+  }
+  t.ranges_jobs = ranges_jobs_.size();
+  t.failed_jobs = failed_jobs_.size();
+  t.progress_tasks = progress_.size();
+  t.version_jobs = versions_.tracked_jobs();
+  t.version_workers = versions_.tracked_workers();
+  return t;
 }
 
 
@@ -309,7 +389,16 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   }
   progress_.Record(request);
   if (!request.draining()) NoteHeartbeatArrival(request.worker_address());
-  absl::MutexLock lock(&mu_);
+  DurableLock lock(this);
+  {
+    // Reports of tasks whose job was removed (the worker has not yet been told to stop them)
+    // are not kept.
+    std::vector<int64_t> removed;
+    for (const proto::TaskProgress& p : request.task_progress()) {
+      if (state_.FindTask(p.task_id()) == nullptr) removed.push_back(p.task_id());
+    }
+    if (!removed.empty()) progress_.Forget(removed);
+  }
   const absl::Time now = clock_->Now();
   const CoordinatorState::Worker* worker = state_.FindWorkerByAddress(request.worker_address());
   int64_t worker_id = worker != nullptr ? worker->id : state_.NextWorkerId();
@@ -344,6 +433,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
     u.mutable_register_worker()->set_address(request.worker_address());
     RETURN_IF_ERROR(ApplyLocked(u));
     liveness_.Heartbeat(worker_id, now);
+    dead_since_.erase(worker_id);
     Log(absl::StrCat(WorkerNameLocked(worker_id), back ? " is back" : " registered"));
     RETURN_IF_ERROR(OnWorkerAvailableLocked(worker_id));
   }
@@ -387,13 +477,18 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   // Ranges: room may have appeared (a finished range, a new worker).
   RETURN_IF_ERROR(MakeRangesLocked());
 
-  absl::flat_hash_set<int64_t> known(request.active_task_ids().begin(),
-                                     request.active_task_ids().end());
-  known.insert(request.finished_task_ids().begin(), request.finished_task_ids().end());
-  for (int64_t task_id : state_.FindWorker(worker_id)->task_ids) {
-    const CoordinatorState::Task& task = state_.tasks().at(task_id);
-    if (task.finished || known.contains(task_id)) continue;
-    *response->add_new_tasks() = TaskDefLocked(task);
+  // Versioned answers: a worker whose assignment did not change since the version it applied
+  // already runs every task assigned to it.
+  if (request.known_incarnation() != versions_.incarnation() ||
+      versions_.WorkerChangedSince(worker_id, request.known_version())) {
+    absl::flat_hash_set<int64_t> known(request.active_task_ids().begin(),
+                                       request.active_task_ids().end());
+    known.insert(request.finished_task_ids().begin(), request.finished_task_ids().end());
+    for (int64_t task_id : state_.FindWorker(worker_id)->task_ids) {
+      const CoordinatorState::Task& task = state_.tasks().at(task_id);
+      if (task.finished || known.contains(task_id)) continue;
+      *response->add_new_tasks() = TaskDefLocked(task);
+    }
   }
   for (int64_t task_id : request.active_task_ids()) {
     const CoordinatorState::Task* task = state_.FindTask(task_id);
@@ -408,6 +503,8 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   }
   FillGoneConsumersLocked(worker_id, response);
   response->set_worker_id(worker_id);
+  response->set_incarnation(versions_.incarnation());
+  response->set_version(versions_.version());
   return absl::OkStatus();
 }
 

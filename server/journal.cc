@@ -254,12 +254,17 @@ absl::StatusOr<Journal::Loaded> Journal::Load(CoordinatorState* state, bool repa
 }
 
 absl::Status Journal::Append(absl::Span<const proto::Update> updates) {
+  absl::StatusOr<uint64_t> seq = Write(updates);
+  if (!seq.ok()) return seq.status();
+  return WaitDurable(*seq);
+}
+
+absl::StatusOr<uint64_t> Journal::Write(absl::Span<const proto::Update> updates) {
   if (!broken_.ok()) return broken_;
   proto::JournalRecord record;
   for (const proto::Update& u : updates) *record.add_updates() = u;
   const std::string data = EncodeJournalRecord(record.SerializeAsString());
   absl::Status s = file_->Append(data);
-  if (s.ok()) s = file_->Sync();
   if (!s.ok()) {
     absl::Status undo = file_->Truncate(size_);
     if (!undo.ok()) {
@@ -272,7 +277,7 @@ absl::Status Journal::Append(absl::Span<const proto::Update> updates) {
   }
   size_ += data.size();
   ++records_since_snapshot_;
-  return absl::OkStatus();
+  return commit_.Written(file_);
 }
 
 absl::Status Journal::WriteSnapshot(const proto::StateSnapshot& snapshot) {
@@ -303,6 +308,7 @@ absl::Status Journal::WriteSnapshot(const proto::StateSnapshot& snapshot) {
   }
   const int64_t old = seq_;
   file_ = *std::move(file);
+  commit_.AllDurable();  // the snapshot, synced, holds every record written so far
   seq_ = next;
   size_ = 0;
   records_since_snapshot_ = 0;

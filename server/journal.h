@@ -15,7 +15,11 @@
 // never answered), is a torn tail: it is dropped and the file cut back. Anything else that
 // does not decode or apply is DATA_LOSS naming the file and byte offset.
 //
-// Thread safety: none; the Coordinator calls it under its mutex.
+// Group commit (server/group_commit.h): Write() appends a record without syncing it and
+// WaitDurable() makes it durable, sharing one sync among the requests that wait together.
+//
+// Thread safety: none, except WaitDurable() and written(), which may be called from any thread
+// at any time; the Coordinator calls the rest under its mutex.
 #ifndef SLUICE_SERVER_JOURNAL_H_
 #define SLUICE_SERVER_JOURNAL_H_
 
@@ -32,6 +36,7 @@
 #include "proto/journal.pb.h"
 #include "proto/journal_record.pb.h"
 #include "server/coordinator_state.h"
+#include "server/group_commit.h"
 #include "server/journal_file.h"
 
 namespace sluice {
@@ -88,8 +93,20 @@ class Journal {
   // survive a crash. On error the segment is cut back to before the record, so that the
   // journal still ends in a whole record, and the file system's error is returned; if even
   // that fails, this and every later Append fail with FAILED_PRECONDITION (restart the
-  // coordinator: replay drops the torn tail).
+  // coordinator: replay drops the torn tail). Write() then WaitDurable().
   absl::Status Append(absl::Span<const proto::Update> updates);
+  // Appends one record holding `updates` without syncing it; returns its number for
+  // WaitDurable. Errors as Append's.
+  absl::StatusOr<uint64_t> Write(absl::Span<const proto::Update> updates);
+  // Returns once the records numbered up to `seq` (Write's numbers) are durable: one sync
+  // covers every record written when it starts (group commit). A sync's error sticks: every
+  // later call returns it (the coordinator exits; a restart replays the journal).
+  absl::Status WaitDurable(uint64_t seq) { return commit_.WaitDurable(seq); }
+  // The number of the last record written, and the syncs made so far.
+  uint64_t written() const { return commit_.written(); }
+  int64_t syncs() const { return commit_.syncs(); }
+  // Test hook: waits until `n` callers of WaitDurable wait behind a running sync.
+  void TEST_AwaitSyncWaiters(int n) { commit_.TEST_AwaitWaiters(n); }
 
   // Whether snapshot_every records were appended since the last snapshot.
   bool snapshot_due() const { return records_since_snapshot_ >= options_.snapshot_every; }
@@ -129,7 +146,8 @@ class Journal {
   const JournalOptions options_;
   JournalFileSystem* const fs_;
   int64_t seq_ = 0;
-  std::unique_ptr<AppendFile> file_;
+  std::shared_ptr<AppendFile> file_;  // shared with a sync running without the caller's lock
+  GroupCommit commit_;
   uint64_t size_ = 0;  // of the current segment: the end of its last whole record
   int64_t records_since_snapshot_ = 0;
   absl::Status broken_;  // set when a failed append could not be undone

@@ -41,4 +41,9 @@ void TaskProgressTable::Forget(const std::vector<int64_t>& task_ids) {
   for (int64_t id : task_ids) reports_.erase(id);
 }
 
+size_t TaskProgressTable::size() const {
+  absl::MutexLock lock(&mu_);
+  return reports_.size();
+}
+
 }  // namespace sluice

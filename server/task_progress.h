@@ -31,6 +31,8 @@ class TaskProgressTable {
   void FillJobStatus(const std::vector<int64_t>& task_ids, proto::JobStatus* job) const;
   // Forgets the reports of these tasks (their job was removed).
   void Forget(const std::vector<int64_t>& task_ids);
+  // Tasks with reports.
+  size_t size() const;
 
  private:
   mutable absl::Mutex mu_;

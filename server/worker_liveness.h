@@ -33,6 +33,8 @@ class WorkerLiveness {
   // The watched workers whose last heartbeat is at or before `cutoff`, oldest first.
   std::vector<int64_t> SilentSince(absl::Time cutoff) const;
   size_t num_watched() const { return by_time_.size(); }
+  // Workers known at all (watched or not).
+  size_t size() const { return last_.size(); }
 
  private:
   absl::flat_hash_map<int64_t, absl::Time> last_;

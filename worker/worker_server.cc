@@ -9,6 +9,7 @@
 #include "core/rpc/grpc_status.h"
 #include "core/rpc/rpc_metrics.h"
 #include "core/util/backoff.h"
+#include "core/util/jitter.h"
 #include "core/util/status_macros.h"
 #include "worker/worker_metrics.h"
 
@@ -152,6 +153,8 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   request.set_draining(draining);
   {
     absl::MutexLock lock(&mu_);
+    request.set_known_incarnation(known_incarnation_);
+    request.set_known_version(known_version_);
     for (const auto& [id, runner] : tasks_) {
       if (runner->finished()) {
         request.add_finished_task_ids(id);
@@ -229,6 +232,8 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
                      " is gone (coordinator): its tasks here stop holding steps for it"));
   }
   gone_consumers_ = std::move(gone);
+  known_incarnation_ = response.incarnation();
+  known_version_ = response.version();
   for (auto& r : to_close) {
     r->Close();  // readers still holding it see UNAVAILABLE; it delivers nothing more
     ++stopped_totals_.tasks;
@@ -248,6 +253,8 @@ bool WorkerServer::UnreportedFinishLocked() const {
 }
 
 void WorkerServer::HeartbeatLoop() {
+  const RandomSource random = EntropyRandomSource();
+  absl::Duration nominal = absl::ZeroDuration();  // before jitter
   absl::Duration wait = absl::ZeroDuration();
   bool failing = false;
   while (true) {
@@ -264,15 +271,16 @@ void WorkerServer::HeartbeatLoop() {
     if (s.ok()) {
       if (failing) Log("heartbeats to the coordinator succeed again");
       failing = false;
-      wait = options_.heartbeat_interval;
+      nominal = options_.heartbeat_interval;
     } else {
       if (!failing) {
         Log(absl::StrCat("heartbeat to coordinator ", options_.coordinator_address,
                          " failed (retrying with backoff): ", s.ToString()));
       }
       failing = true;
-      wait = std::min(std::max(wait * 2, options_.heartbeat_interval), options_.max_backoff);
+      nominal = std::min(std::max(nominal * 2, options_.heartbeat_interval), options_.max_backoff);
     }
+    wait = Jittered(nominal, options_.heartbeat_jitter, random);
   }
 }
 

@@ -52,7 +52,11 @@ struct WorkerServerOptions {
   int port = 0;
   // Per task: bytes of steps buffered ahead of the slowest consumer (at least one step).
   size_t buffer_bytes = size_t{256} << 20;
+  // Each wait between heartbeats (and each backoff after a failed one) is spread uniformly
+  // over [1 - heartbeat_jitter, 1 + heartbeat_jitter] times its nominal value, so that workers
+  // started (or cut off) together do not reach the coordinator in waves.
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  double heartbeat_jitter = 0.1;
   // Cap of the backoff between failed heartbeats.
   absl::Duration max_backoff = absl::Seconds(10);
   // Deadline of each coordinator RPC.
@@ -150,6 +154,10 @@ class WorkerServer : public TaskLookup {
   // (job id, consumer index) the coordinator last listed gone
   // (WorkerHeartbeatResponse.gone_consumers), already detached from this worker's buffers.
   absl::flat_hash_set<std::pair<int64_t, int64_t>> gone_consumers_ ABSL_GUARDED_BY(mu_);
+  // Versioned heartbeat answers: the incarnation and version of the last answer applied, sent
+  // back so that the coordinator skips new_tasks while this worker's assignment is unchanged.
+  uint64_t known_incarnation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t known_version_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread heartbeat_thread_;
 };
 

@@ -17,16 +17,17 @@
 #define SLUICE_CORE_BACKOFF_H_
 
 #include <cstdint>
-#include <random>
 
 #include "absl/time/time.h"
+#include "core/util/jitter.h"
 
 namespace sluice {
 
 class Backoff {
  public:
-  // Requires 0 < initial <= max.
-  Backoff(absl::Duration initial, absl::Duration max);
+  // Requires 0 < initial <= max. `random`: the jitter's source (tests inject a fixed one);
+  // unset: seeded from the system's entropy.
+  Backoff(absl::Duration initial, absl::Duration max, RandomSource random = nullptr);
 
   // The next wait: uniform in [d/2, d], where d is `initial` on the first call and doubles on
   // each call up to `max`.
@@ -38,7 +39,7 @@ class Backoff {
   const absl::Duration initial_;
   const absl::Duration max_;
   absl::Duration current_;
-  std::mt19937_64 rng_;
+  RandomSource random_;
 };
 
 }  // namespace sluice

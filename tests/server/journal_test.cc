@@ -767,6 +767,9 @@ TEST(StateSnapshotTest, RestoreOfSnapshotGivesAnEqualStateForEveryKindOfUpdate) 
     failed.mutable_fail_job()->set_code(static_cast<int>(absl::StatusCode::kDataLoss));
     failed.mutable_fail_job()->set_message("task 7: corrupt record");
     history.push_back(failed);
+    proto::Update removed;  // worker 4 died holding nothing, and no task names it
+    removed.mutable_remove_worker()->set_worker_id(4);
+    history.push_back(removed);
   }
 
   CoordinatorState state;
