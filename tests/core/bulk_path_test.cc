@@ -39,15 +39,15 @@ class BulkSwitch {
 
 // Everything a pipeline yields: the elements, then how it ended (OK, or the error). Element
 // errors are recorded in place and iteration goes on, as a consumer skipping them would.
-struct Run {
+struct PipelineRun {
   std::vector<Element> elements;
   std::vector<std::string> errors;  // "<element index>: <status>"
   absl::Status end;
 };
 
-Run RunPipeline(const std::string& expression, bool bulk) {
+PipelineRun RunPipeline(const std::string& expression, bool bulk) {
   BulkSwitch s(bulk);
-  Run run;
+  PipelineRun run;
   absl::StatusOr<Dataset> ds = Dataset::Parse(expression);
   if (!ds.ok()) {
     run.end = ds.status();
@@ -78,8 +78,8 @@ Run RunPipeline(const std::string& expression, bool bulk) {
 
 // Returns how many elements the pipeline gave (so a caller can tell the cases are not vacuous).
 size_t ExpectSameRun(const std::string& expression) {
-  const Run bulk = RunPipeline(expression, true);
-  const Run single = RunPipeline(expression, false);
+  const PipelineRun bulk = RunPipeline(expression, true);
+  const PipelineRun single = RunPipeline(expression, false);
   EXPECT_EQ(bulk.end, single.end) << expression;
   EXPECT_EQ(bulk.errors, single.errors) << expression;
   EXPECT_EQ(bulk.elements.size(), single.elements.size()) << expression;
@@ -424,7 +424,7 @@ TEST(BulkPathTest, TFRecordFilesParsedInBlocksSequentialAndParallel) {
   for (const bool bulk : {true, false}) {
     const std::string p = absl::StrCat("tf_record_dataset(['", files[0], "', '", cut, "']).map(",
                                        spec, ", num_parallel_calls=2).batch(1)");
-    const Run run = RunPipeline(p, bulk);
+    const PipelineRun run = RunPipeline(p, bulk);
     EXPECT_FALSE(run.errors.empty()) << p;
     EXPECT_EQ(run.end.code(), absl::StatusCode::kDataLoss) << p << ": " << run.end;
     EXPECT_GT(run.elements.size(), 2 * (whole.size() / 100 - run.errors.size()) / 3) << p;
