@@ -40,8 +40,11 @@ TEST(ThreadPoolTest, RunsEveryClosureAndTheDestructorFinishesTheQueue) {
 }
 
 TEST(ThreadPoolTest, ClosuresRunConcurrently) {
-  ThreadPool pool(2);
+  // Declared before the pool so that they outlive its threads: the first closure can still be
+  // inside second_ran.WaitForNotification() (woken, not yet returned) when this thread's wait
+  // returns, and destroying second_ran then would race with it (found by TSan).
   absl::Notification first_started, second_ran;
+  ThreadPool pool(2);
   // The first closure waits for the second: with one thread this would never finish.
   pool.Schedule([&] {
     first_started.Notify();
