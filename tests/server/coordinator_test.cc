@@ -95,6 +95,22 @@ class CoordinatorTest : public ::testing::Test {
     return resp;
   }
 
+  // A job "two" of two consumers and one task over range(10).batch(2), the task assigned to
+  // worker w1:1: {job id, task id}, the task id -1 (and a failure) if that did not happen.
+  std::pair<int64_t, int64_t> TwoConsumersOneTaskOnW1() {
+    const std::string ds = Register("range(10).batch(2)");
+    Heartbeat("w1:1");
+    proto::JobOptions o = Options(ds, proto::SHARDING_OFF, 2);
+    o.set_num_tasks(1);
+    auto job = Job("two", o);
+    EXPECT_TRUE(job.ok()) << job.status();
+    if (!job.ok()) return {-1, -1};
+    const proto::WorkerHeartbeatResponse assigned = Heartbeat("w1:1");
+    EXPECT_EQ(assigned.new_tasks_size(), 1);
+    if (assigned.new_tasks_size() != 1) return {job->job_id(), -1};
+    return {job->job_id(), assigned.new_tasks(0).task_id()};
+  }
+
   proto::ClientHeartbeatResponse Client(int64_t job_id, int64_t consumer = 0) {
     proto::ClientHeartbeatRequest req;
     req.set_wire_version(proto::WIRE_VERSION_1);
@@ -925,19 +941,12 @@ TEST_F(CoordinatorTest, ASilentConsumerIsDeclaredGoneToTheWorkersOfItsJob) {
 // drains it (nobody attaches there), and a consumer detached there for lateness no longer
 // counts as having its end. While a consumer that has not reported it is alive, it stays.
 TEST_F(CoordinatorTest, ATaskReadByTheLiveConsumersIsFinishedWhenTheOthersAreGone) {
-  const std::string ds = Register("range(10).batch(2)");
-  Heartbeat("w1:1");
-  proto::JobOptions o = Options(ds, proto::SHARDING_OFF, 2);
-  o.set_num_tasks(1);
-  auto job = Job("two", o);
-  ASSERT_TRUE(job.ok());
-  const proto::WorkerHeartbeatResponse assigned = Heartbeat("w1:1");
-  ASSERT_EQ(assigned.new_tasks_size(), 1);
-  const int64_t task = assigned.new_tasks(0).task_id();
+  const auto [job_id, task] = TwoConsumersOneTaskOnW1();
+  ASSERT_GE(task, 0);
   auto report = [&](int64_t consumer) {
     proto::ClientHeartbeatRequest req;
     req.set_wire_version(proto::WIRE_VERSION_1);
-    req.set_job_id(job->job_id());
+    req.set_job_id(job_id);
     req.set_consumer_index(consumer);
     req.add_completed_task_ids(task);
     proto::ClientHeartbeatResponse resp;
@@ -962,15 +971,8 @@ TEST_F(CoordinatorTest, ATaskReadByTheLiveConsumersIsFinishedWhenTheOthersAreGon
 // from w1, which then died; consumer 1 read it from w2, which it moved to. Neither worker
 // drained it (each saw one consumer's end), and neither consumer reported: it is finished.
 TEST_F(CoordinatorTest, ConsumersAWorkerSawReadATaskToItsEndCount) {
-  const std::string ds = Register("range(10).batch(2)");
-  Heartbeat("w1:1");
-  proto::JobOptions o = Options(ds, proto::SHARDING_OFF, 2);
-  o.set_num_tasks(1);
-  auto job = Job("two", o);
-  ASSERT_TRUE(job.ok());
-  const proto::WorkerHeartbeatResponse assigned = Heartbeat("w1:1");
-  ASSERT_EQ(assigned.new_tasks_size(), 1);
-  const int64_t task = assigned.new_tasks(0).task_id();
+  const auto [job_id, task] = TwoConsumersOneTaskOnW1();
+  ASSERT_GE(task, 0);
   auto ended = [&](const std::string& address, int64_t consumer) {
     proto::WorkerHeartbeatRequest req;
     req.set_wire_version(proto::WIRE_VERSION_1);
@@ -985,7 +987,7 @@ TEST_F(CoordinatorTest, ConsumersAWorkerSawReadATaskToItsEndCount) {
     return resp;
   };
   EXPECT_THAT(ended("w1:1", 0).tasks_to_stop(), IsEmpty());
-  EXPECT_FALSE(Client(job->job_id(), 0).tasks(0).finished());
+  EXPECT_FALSE(Client(job_id, 0).tasks(0).finished());
   Heartbeat("w2:1");
   clock_.Advance(absl::Seconds(6));
   Heartbeat("w2:1");
@@ -993,26 +995,19 @@ TEST_F(CoordinatorTest, ConsumersAWorkerSawReadATaskToItsEndCount) {
   coordinator_->CheckWorkerLiveness();
   ASSERT_EQ(Heartbeat("w2:1").new_tasks_size(), 1);  // moved
   EXPECT_THAT(ended("w2:1", 1).tasks_to_stop(), ElementsAre(task));
-  EXPECT_TRUE(Client(job->job_id(), 0).job_finished());
+  EXPECT_TRUE(Client(job_id, 0).job_finished());
 }
 
 // Without any consumer's report, gone consumers alone do not finish a task (its worker
 // drains it when it has served the others).
 TEST_F(CoordinatorTest, GoneConsumersAloneDoNotFinishATask) {
-  const std::string ds = Register("range(10).batch(2)");
-  Heartbeat("w1:1");
-  proto::JobOptions o = Options(ds, proto::SHARDING_OFF, 2);
-  o.set_num_tasks(1);
-  auto job = Job("two", o);
-  ASSERT_TRUE(job.ok());
-  const proto::WorkerHeartbeatResponse assigned = Heartbeat("w1:1");
-  ASSERT_EQ(assigned.new_tasks_size(), 1);
-  const int64_t task = assigned.new_tasks(0).task_id();
+  const auto [job_id, task] = TwoConsumersOneTaskOnW1();
+  ASSERT_GE(task, 0);
   for (int i = 0; i < 14; ++i) {
     clock_.Advance(absl::Seconds(5));
     EXPECT_THAT(Heartbeat("w1:1", {task}).tasks_to_stop(), IsEmpty());
   }
-  EXPECT_FALSE(Client(job->job_id(), 0).job_finished());
+  EXPECT_FALSE(Client(job_id, 0).job_finished());
 }
 
 // ----- Isolation (docs/SERVICE.md): a job being planned does not hold the coordinator's lock.
