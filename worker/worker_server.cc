@@ -19,7 +19,7 @@ namespace {
 // How often the heartbeat thread looks for tasks that finished since the last heartbeat.
 constexpr absl::Duration kFinishPoll = absl::Milliseconds(20);
 
-// DYNAMIC tasks: splits from the coordinator's GetSplit, retrying UNAVAILABLE.
+// DYNAMIC tasks: splits from the coordinator's GetSplit, retrying transient errors.
 class CoordinatorSplitProvider : public SplitProvider {
  public:
   CoordinatorSplitProvider(proto::CoordinatorService::Stub* stub, proto::TaskDef task,
@@ -47,9 +47,13 @@ class CoordinatorSplitProvider : public SplitProvider {
         return std::optional<Dataset>(std::move(split));
       }
       const absl::Duration wait = backoff.Next();
-      if ((s.code() != absl::StatusCode::kUnavailable &&
-           s.code() != absl::StatusCode::kDeadlineExceeded) ||
-          absl::Now() + wait > give_up) {
+      // Transient: the coordinator unreachable or slow, or CANCELLED, which this call (never
+      // cancelled here) gets only from a coordinator shutting down while it waited, e.g. for
+      // its journal sync. Asking again by position gets the same split from the next one.
+      const bool transient = s.code() == absl::StatusCode::kUnavailable ||
+                             s.code() == absl::StatusCode::kDeadlineExceeded ||
+                             s.code() == absl::StatusCode::kCancelled;
+      if (!transient || absl::Now() + wait > give_up) {
         return absl::Status(s.code(), absl::StrCat("GetSplit for task ", task_.task_id(),
                                                    " from the coordinator: ", s.message()));
       }

@@ -247,7 +247,11 @@ void RunJob(ProcessCluster& cluster, const std::string& job, const std::string& 
                              "--pipeline=" + pipeline, "--devices=CPU:0,CPU:1",
                              absl::StrCat("--consumer_index=", c), "--num_consumers=2",
                              "--sharding_policy=DATA", "--read_mode=coordinated",
-                             "--format=json", "--retry_deadline=60s"});
+                             "--format=json", "--retry_deadline=60s",
+                             // A small receive budget keeps each consumer a few steps ahead:
+                             // with the 64 MiB default it could hold this whole small job by
+                             // step 20, and worker 1 would have no unfinished task to lose.
+                             "--receive_budget_bytes=1024"});
     ASSERT_TRUE(p.ok()) << p.status();
     consumers.push_back(*std::move(p));
   }
