@@ -18,6 +18,7 @@
 #include "sluice/dataset.h"
 #include "core/util/json_value.h"
 #include "core/data/map_fns.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/iterator_test_util.h"
 #include "tests/core/record_test_util.h"
@@ -173,6 +174,34 @@ TEST(ImageOpsTest, RandomCropAndFlipAreFunctionsOfSeedAndElement) {
   }
   EXPECT_GT(flipped, 2);
   EXPECT_LT(flipped, 14);
+}
+
+// Seeded draws are a function of the seed and the element only, the same in every process and
+// on every machine (docs/PIPELINES.md): these values are pinned. They were a per-process salted
+// hash's once, and two workers cropped and flipped the same image differently (the count of
+// flips above then varied from run to run).
+TEST(ImageOpsTest, SeededDrawsArePinnedValuesOfSeedAndElement) {
+  // 10 x 20 RGB, channel 0 of pixel (y, x) = y * 20 + x: a crop's first byte names its corner.
+  Tensor img = Tensor::Allocate(DType::kUInt8, Shape({10, 20, 3}));
+  for (int64_t i = 0; i < 10 * 20 * 3; ++i) {
+    img.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(i % 3 == 0 ? i / 3 : 7 * i);
+  }
+  std::vector<int> corners;
+  for (int seed = 0; seed < 8; ++seed) {
+    absl::StatusOr<Tensor> a =
+        ApplyFn(absl::StrCat("random_crop([4, 5, 3], seed=", seed, ")"), img);
+    ASSERT_TRUE(a.ok()) << a.status();
+    corners.push_back(a->data<uint8_t>()[0]);
+  }
+  std::string flips;
+  for (int seed = 0; seed < 16; ++seed) {
+    absl::StatusOr<Tensor> a =
+        ApplyFn(absl::StrCat("random_flip_left_right(seed=", seed, ")"), img);
+    ASSERT_TRUE(a.ok()) << a.status();
+    flips += a->data<uint8_t>()[0] == 0 ? '.' : 'f';
+  }
+  EXPECT_THAT(corners, ::testing::ElementsAre(80, 134, 13, 70, 43, 2, 28, 64));
+  EXPECT_EQ(flips, "..f.ff...f.f..f.");
 }
 
 TEST(ImageOpsTest, PipelineSpecsAndRoundTrip) {

@@ -10,12 +10,12 @@
 #include <utility>
 #include <vector>
 
-#include "absl/hash/hash.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/tensor/dtype_dispatch.h"
 #include "core/format/python_literal.h"
+#include "core/util/crc32c.h"
 #include "core/util/status_macros.h"
 #include "proto/dataset.pb.h"
 
@@ -41,15 +41,27 @@ absl::Status CheckImageSpec(const TensorSpec& s) {
   return absl::OkStatus();
 }
 
-// The generator for one element of a seeded op: seed and the element's bytes.
+// The generator for one element of a seeded op: a function of the seed and the element's
+// bytes and shape only, the same in every process and on every machine (absl::HashOf is salted
+// per process, so it cannot serve: two workers cropped the same image differently). The CRC,
+// std::seed_seq and mt19937_64 are each specified exactly.
 std::mt19937_64 ElementGenerator(const std::optional<int64_t>& seed, const Tensor& t) {
   if (!seed.has_value()) {
     thread_local absl::BitGen bits;
     return std::mt19937_64(absl::Uniform<uint64_t>(bits));
   }
+  const auto s = static_cast<uint64_t>(*seed);
   const absl::string_view bytes(static_cast<const char*>(t.raw_data()), t.byte_size());
-  const uint64_t h = absl::HashOf(*seed, bytes, t.shape().dim(0), t.shape().dim(1));
-  return std::mt19937_64(h);
+  std::seed_seq seq{static_cast<uint32_t>(s), static_cast<uint32_t>(s >> 32),
+                    crc32c::Value(bytes), static_cast<uint32_t>(t.shape().dim(0)),
+                    static_cast<uint32_t>(t.shape().dim(1))};
+  return std::mt19937_64(seq);
+}
+
+// A draw in [0, n] that every standard library computes alike (uniform_int_distribution's
+// algorithm is each library's own); the modulo bias is below 2^-40 for any image size.
+int64_t DrawUpTo(std::mt19937_64& gen, int64_t n) {
+  return static_cast<int64_t>(gen() % (static_cast<uint64_t>(n) + 1));
 }
 
 // Copies rows [y0, y0 + h) x columns [x0, x0 + w) x channels [c0, c0 + c) of `in`.
@@ -300,12 +312,9 @@ class RandomCropFn : public ComponentFn {
     const int64_t h = input.shape().dim(0), w = input.shape().dim(1), c = input.shape().dim(2);
     const int64_t ch = size_.size() == 3 ? size_[2] : c;
     std::mt19937_64 gen = ElementGenerator(seed_, input);
-    auto offset = [&gen](int64_t room) {
-      return std::uniform_int_distribution<int64_t>(0, room)(gen);
-    };
-    const int64_t y0 = offset(h - size_[0]);
-    const int64_t x0 = offset(w - size_[1]);
-    const int64_t c0 = offset(c - ch);
+    const int64_t y0 = DrawUpTo(gen, h - size_[0]);
+    const int64_t x0 = DrawUpTo(gen, w - size_[1]);
+    const int64_t c0 = DrawUpTo(gen, c - ch);
     return Element(Window(input, y0, x0, c0, size_[0], size_[1], ch));
   }
 
@@ -329,7 +338,7 @@ class RandomFlipFn : public ComponentFn {
   absl::StatusOr<Element> Apply(const Tensor& input) const override {
     RETURN_IF_ERROR(CheckImageSpec(TensorSpec{input.dtype(), input.shape()}));
     std::mt19937_64 gen = ElementGenerator(seed_, input);
-    if (std::uniform_int_distribution<int>(0, 1)(gen) == 0) return Element(input);
+    if (DrawUpTo(gen, 1) == 0) return Element(input);
     const int64_t h = input.shape().dim(0), w = input.shape().dim(1), c = input.shape().dim(2);
     Tensor out = Tensor::Allocate(input.dtype(), input.shape());
     const size_t px = static_cast<size_t>(c) * DTypeSize(input.dtype());
