@@ -111,6 +111,27 @@ struct Call {
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream;
 };
 
+// Opens a StreamSteps call for task 1 of job 1 as coordinated consumer `consumer` with
+// `initial_credit` bytes (window 1 MiB) and sends its StreamRequest; null if the write failed.
+std::unique_ptr<Call> OpenCall(grpc::Channel* channel, const grpc::internal::RpcMethod& method,
+                               int consumer, int64_t initial_credit) {
+  auto call = std::make_unique<Call>();
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
+  call->stream.reset(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          channel, method, &call->context));
+  proto::ConsumerMessage m;
+  proto::StreamRequest* r = m.mutable_request();
+  r->set_wire_version(proto::WIRE_VERSION_2);
+  r->set_job_id(1);
+  r->set_task_id(1);
+  r->set_consumer_index(consumer);
+  r->set_initial_credit_bytes(initial_credit);
+  r->set_window_bytes(1 << 20);
+  if (!call->stream->Write(EncodeConsumerMessage(m))) return nullptr;
+  return call;
+}
+
 TEST(IdleStreamsTest, AThousandIdleStreamsUseFewerThanFiftyThreads) {
   OneStepTask task;
   GrpcWorkerService service(&task);
@@ -128,20 +149,8 @@ TEST(IdleStreamsTest, AThousandIdleStreamsUseFewerThanFiftyThreads) {
 
   std::vector<std::unique_ptr<Call>> calls;
   for (int c = 0; c < kStreams; ++c) {
-    auto call = std::make_unique<Call>();
-    call->context.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
-    call->stream.reset(
-        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-            channel.get(), method, &call->context));
-    proto::ConsumerMessage m;
-    proto::StreamRequest* r = m.mutable_request();
-    r->set_wire_version(proto::WIRE_VERSION_2);
-    r->set_job_id(1);
-    r->set_task_id(1);
-    r->set_consumer_index(c);
-    r->set_initial_credit_bytes(1 << 20);
-    r->set_window_bytes(1 << 20);
-    ASSERT_TRUE(call->stream->Write(EncodeConsumerMessage(m))) << "stream " << c;
+    std::unique_ptr<Call> call = OpenCall(channel.get(), method, c, 1 << 20);
+    ASSERT_NE(call, nullptr) << "stream " << c;
     calls.push_back(std::move(call));
   }
   ASSERT_TRUE(task.WaitLookups(kStreams));
@@ -192,22 +201,10 @@ TEST(IdleStreamsTest, ShutdownWithStreamsOpenEndsThem) {
   constexpr int kOpen = 20;
   std::vector<std::unique_ptr<Call>> calls;
   for (int c = 0; c < kOpen; ++c) {
-    auto call = std::make_unique<Call>();
-    call->context.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
-    call->stream.reset(
-        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-            channel.get(), method, &call->context));
-    proto::ConsumerMessage m;
-    proto::StreamRequest* r = m.mutable_request();
-    r->set_wire_version(proto::WIRE_VERSION_2);
-    r->set_job_id(1);
-    r->set_task_id(1);
-    r->set_consumer_index(c);
     // Even streams have no credit (they wait for a grant), odd ones wait for steps; after the
     // one step, those fill a frame for an hour.
-    r->set_initial_credit_bytes(c % 2 == 0 ? 0 : 1 << 20);
-    r->set_window_bytes(1 << 20);
-    ASSERT_TRUE(call->stream->Write(EncodeConsumerMessage(m)));
+    std::unique_ptr<Call> call = OpenCall(channel.get(), method, c, c % 2 == 0 ? 0 : 1 << 20);
+    ASSERT_NE(call, nullptr) << "stream " << c;
     calls.push_back(std::move(call));
   }
   ASSERT_TRUE(task.WaitLookups(kOpen));
