@@ -268,26 +268,8 @@ TEST(BulkPathTest, ChosenPipelines) {
   }
 }
 
-// A version 1.0 .npy file of `order`-endian int32 rows of shape (2,) with values base, base+1...
 void WriteNpy(const std::string& path, int rows, int base, bool big_endian) {
-  std::string header = absl::StrCat("{'descr': '", big_endian ? ">" : "<",
-                                    "i4', 'fortran_order': False, 'shape': (", rows, ", 2), }");
-  while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
-  header.push_back('\n');
-  std::string bytes = "\x93NUMPY";
-  bytes.push_back('\x01');
-  bytes.push_back('\x00');
-  bytes.push_back(static_cast<char>(header.size() & 0xff));
-  bytes.push_back(static_cast<char>(header.size() >> 8));
-  bytes += header;
-  for (int i = 0; i < rows * 2; ++i) {
-    const uint32_t v = static_cast<uint32_t>(base + i);
-    for (int b = 0; b < 4; ++b) {
-      const int shift = big_endian ? 8 * (3 - b) : 8 * b;
-      bytes.push_back(static_cast<char>((v >> shift) & 0xff));
-    }
-  }
-  std::ofstream(path, std::ios::binary) << bytes;
+  record_test::WriteWholeFile(path, record_test::NpyInt32Pairs(rows, base, big_endian));
 }
 
 TEST(BulkPathTest, NpyFilesInBlocks) {

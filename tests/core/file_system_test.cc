@@ -26,6 +26,7 @@ namespace sluice {
 namespace {
 
 using record_test::TempDir;
+using record_test::NpyInt32Pairs;
 using record_test::WriteWholeFile;
 using testing_util::MemoryFileSystem;
 using testing_util::RunDataset;
@@ -46,24 +47,6 @@ absl::StatusOr<std::vector<std::string>> Render(const std::string& expression) {
 std::string TFRecords(int file, int n) {
   std::string bytes;
   for (int j = 0; j < n; ++j) AppendTFRecord(absl::StrCat("f", file, "-", j), &bytes);
-  return bytes;
-}
-
-std::string Npy(int rows, int base) {
-  std::string header = absl::StrCat("{'descr': '<i4', 'fortran_order': False, 'shape': (", rows,
-                                    ", 2), }");
-  while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
-  header.push_back('\n');
-  std::string bytes = "\x93NUMPY";
-  bytes.push_back('\x01');
-  bytes.push_back('\x00');
-  bytes.push_back(static_cast<char>(header.size() & 0xff));
-  bytes.push_back(static_cast<char>(header.size() >> 8));
-  bytes += header;
-  for (int i = 0; i < rows * 2; ++i) {
-    const int32_t v = base + i;
-    bytes.append(reinterpret_cast<const char*>(&v), 4);
-  }
   return bytes;
 }
 
@@ -183,12 +166,12 @@ TEST_F(FileSystemTest, TextLineCsvAndFixedLength) {
 }
 
 TEST_F(FileSystemTest, NpyIsReadWholeFromARemoteStore) {
-  PutBoth("a.npy", Npy(3, 0));
-  PutBoth("b.npy", Npy(2, 100));
+  PutBoth("a.npy", NpyInt32Pairs(3, 0));
+  PutBoth("b.npy", NpyInt32Pairs(2, 100));
   ExpectSameRun([](auto name) {
     return absl::StrCat("npy_dataset(['", name("a.npy"), "', '", name("b.npy"), "'])");
   });
-  mem_->Put("mem://data/short.npy", Npy(3, 0).substr(0, 100));
+  mem_->Put("mem://data/short.npy", NpyInt32Pairs(3, 0).substr(0, 100));
   absl::StatusOr<std::vector<std::string>> r = Render("npy_dataset('mem://data/short.npy')");
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(absl::StrContains(r.status().message(), "truncated")) << r.status();

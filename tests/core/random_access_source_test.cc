@@ -23,6 +23,7 @@ namespace sluice {
 namespace {
 
 using record_test::TempDir;
+using record_test::NpyInt32Pairs;
 using record_test::WriteWholeFile;
 using testing_util::RunDataset;
 
@@ -132,21 +133,7 @@ TEST(RandomAccessSourceTest, FixedLengthRecords) {
 
 // A version 1.0 .npy file of little-endian int32 rows of shape (2,).
 void WriteNpy(const std::string& path, int rows, int base) {
-  std::string header = absl::StrCat("{'descr': '<i4', 'fortran_order': False, 'shape': (", rows,
-                                    ", 2), }");
-  while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
-  header.push_back('\n');
-  std::string bytes = "\x93NUMPY";
-  bytes.push_back('\x01');
-  bytes.push_back('\x00');
-  bytes.push_back(static_cast<char>(header.size() & 0xff));
-  bytes.push_back(static_cast<char>(header.size() >> 8));
-  bytes += header;
-  for (int i = 0; i < rows * 2; ++i) {
-    const int32_t v = base + i;
-    bytes.append(reinterpret_cast<const char*>(&v), 4);  // little-endian machine
-  }
-  WriteWholeFile(path, bytes);
+  WriteWholeFile(path, NpyInt32Pairs(rows, base));
 }
 
 TEST(RandomAccessSourceTest, NpyOverFiles) {

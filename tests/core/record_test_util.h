@@ -36,6 +36,30 @@ inline void WriteWholeFile(const std::string& path, const std::string& data) {
   out.write(data.data(), static_cast<std::streamsize>(data.size()));
 }
 
+// The bytes of a version 1.0 .npy file of int32 rows of shape (2,) with the values base,
+// base + 1, ..., little- or big-endian.
+inline std::string NpyInt32Pairs(int rows, int base, bool big_endian = false) {
+  std::string header = std::string("{'descr': '") + (big_endian ? ">" : "<") +
+                       "i4', 'fortran_order': False, 'shape': (" + std::to_string(rows) +
+                       ", 2), }";
+  while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
+  header.push_back('\n');
+  std::string bytes = "\x93NUMPY";
+  bytes.push_back('\x01');
+  bytes.push_back('\x00');
+  bytes.push_back(static_cast<char>(header.size() & 0xff));
+  bytes.push_back(static_cast<char>(header.size() >> 8));
+  bytes += header;
+  for (int i = 0; i < rows * 2; ++i) {
+    const auto v = static_cast<uint32_t>(base + i);
+    for (int b = 0; b < 4; ++b) {
+      const int shift = big_endian ? 8 * (3 - b) : 8 * b;
+      bytes.push_back(static_cast<char>((v >> shift) & 0xff));
+    }
+  }
+  return bytes;
+}
+
 inline const JsonValue& Golden() {
   static const JsonValue* golden = [] {
     absl::StatusOr<JsonValue> v = ParseJson(ReadWholeFile(Fixture("golden.json")));
