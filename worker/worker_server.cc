@@ -11,6 +11,7 @@
 #include "core/util/backoff.h"
 #include "core/util/jitter.h"
 #include "core/util/status_macros.h"
+#include "core/util/transient_error.h"
 #include "worker/worker_metrics.h"
 
 namespace sluice {
@@ -47,13 +48,10 @@ class CoordinatorSplitProvider : public SplitProvider {
         return std::optional<Dataset>(std::move(split));
       }
       const absl::Duration wait = backoff.Next();
-      // Transient: the coordinator unreachable or slow, or CANCELLED, which this call (never
-      // cancelled here) gets only from a coordinator shutting down while it waited, e.g. for
-      // its journal sync. Asking again by position gets the same split from the next one.
-      const bool transient = s.code() == absl::StatusCode::kUnavailable ||
-                             s.code() == absl::StatusCode::kDeadlineExceeded ||
-                             s.code() == absl::StatusCode::kCancelled;
-      if (!transient || absl::Now() + wait > give_up) {
+      // Transient (core/util/transient_error.h): the coordinator unreachable or slow, or
+      // CANCELLED, which this call (never cancelled here) gets from a coordinator shutting down
+      // while it waited, e.g. for its journal sync. Asking again by position gets the same split.
+      if (!IsTransientTaskError(s.code()) || absl::Now() + wait > give_up) {
         return absl::Status(s.code(), absl::StrCat("GetSplit for task ", task_.task_id(),
                                                    " from the coordinator: ", s.message()));
       }
