@@ -9,6 +9,7 @@
 #include "core/rpc/grpc_status.h"
 #include "core/rpc/step_frame.h"
 #include "core/util/backoff.h"
+#include "core/util/transient_error.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/sync_stream.h"
 #include "proto/worker.pb.h"
@@ -34,12 +35,7 @@ bool CallDone(TaskStream* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(task->call_mu) {
 
 }  // namespace
 
-bool Retryable(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kUnavailable ||
-         s.code() == absl::StatusCode::kAborted ||
-         s.code() == absl::StatusCode::kCancelled ||
-         s.code() == absl::StatusCode::kDeadlineExceeded;
-}
+bool Retryable(const absl::Status& s) { return IsTransientTaskError(s.code()); }
 
 std::shared_ptr<grpc::Channel> DefaultChannel(const std::string& address) {
   grpc::ChannelArguments args;

@@ -60,8 +60,8 @@ namespace sluice {
 
 class ReadOrder;
 
-// Whether a failed call or heartbeat may be retried: UNAVAILABLE, ABORTED, CANCELLED or
-// DEADLINE_EXCEEDED.
+// Whether a failed call or heartbeat may be retried: the transient codes of
+// core/util/transient_error.h (UNAVAILABLE, ABORTED, CANCELLED, DEADLINE_EXCEEDED).
 bool Retryable(const absl::Status& s);
 
 // One task's stream. Unless said otherwise, fields are guarded by the owning TaskStreams' mu.
