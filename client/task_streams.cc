@@ -399,6 +399,14 @@ absl::Status TaskStreams::StreamOnce(TaskStream* task, const std::string& addres
   while (sent && stream->Read(&bb)) {
     StepFrame frame;
     absl::Status s = DecodeStepFrame(bb, options_.allocator, &frame);
+    if (s.ok() && frame.end_of_task && frame.status.ok()) {
+      // Noted before the end is handed to the consumer: from then on the trainer may finish
+      // and shut down at once, and Shutdown (like a heartbeat) must already see a call whose
+      // end arrived, to let it finish instead of cancelling it (the worker counts this
+      // consumer's end only on the uncancelled half-close that follows).
+      absl::MutexLock clock(&task->call_mu);
+      task->end_received = absl::Now();
+    }
     std::vector<TaskStream::Queued> steps;
     absl::MutexLock lock(&mu_);
     int64_t expected = task->next_step;
@@ -470,10 +478,6 @@ absl::Status TaskStreams::StreamOnce(TaskStream* task, const std::string& addres
       if (!ended && result.code() == absl::StatusCode::kDataLoss) context.TryCancel();
       stream->WritesDone();
     }
-  }
-  if (ended) {
-    absl::MutexLock clock(&task->call_mu);
-    task->end_received = absl::Now();
   }
   // Waits for the worker's status with no lock held: a worker frozen after sending the end
   // (SIGSTOP) never sends it, and only a cancel (the monitor's, end_grace after the end, or the

@@ -88,7 +88,9 @@ struct TaskStream {
 
   // The current call, for cancelling: where and when it was opened (the monitor cancels it
   // when a later heartbeat places the task elsewhere) and when its end of task arrived (the
-  // monitor cancels a call still waiting for the worker's status end_grace later). call_mu is
+  // monitor cancels a call still waiting for the worker's status end_grace later; set before
+  // the end is handed to the consumer, so a Shutdown right after it already spares the call
+  // until it has half-closed). call_mu is
   // never held across a blocking gRPC call, so cancelling never waits for a stuck call: a call
   // to a frozen worker (SIGSTOP: no TCP error) blocks until it is cancelled.
   absl::Mutex call_mu;

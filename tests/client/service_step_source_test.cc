@@ -13,12 +13,14 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/rpc_service_method.h"
+#include "grpcpp/support/client_interceptor.h"
 #include "grpcpp/support/method_handler.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -91,6 +93,18 @@ class FakeWorker : public grpc::Service {
     absl::MutexLock lock(&mu_);
     return gave_up_;
   }
+  // Waits (bounded by kStuck) until `calls` unfrozen calls have ended; the task indexes whose
+  // call ended with the consumer's half-close after the end frame (not cancelled), sorted.
+  std::vector<int64_t> WaitForHalfClosedAfterEnd(size_t calls) {
+    absl::MutexLock lock(&mu_);
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return half_closed_after_end_.size() + cancelled_after_end_.size() >= calls;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&done), kStuck);
+    std::vector<int64_t> out = half_closed_after_end_;
+    std::sort(out.begin(), out.end());
+    return out;
+  }
 
  private:
   grpc::Status StreamSteps(grpc::ServerContext* context, Stream* stream) {
@@ -118,6 +132,9 @@ class FakeWorker : public grpc::Service {
     if (index != frozen_index_) {
       while (stream->Read(&bb)) {
       }
+      absl::MutexLock lock(&mu_);
+      // What a real worker counts as this consumer's end (worker/step_stream.cc).
+      (context->IsCancelled() ? cancelled_after_end_ : half_closed_after_end_).push_back(index);
       return grpc::Status::OK;
     }
     // Frozen: no read, no status.
@@ -141,6 +158,8 @@ class FakeWorker : public grpc::Service {
   bool gave_up_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_while_frozen_ ABSL_GUARDED_BY(mu_) = false;
   bool frozen_done_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<int64_t> half_closed_after_end_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> cancelled_after_end_ ABSL_GUARDED_BY(mu_);
 };
 
 class Servers {
@@ -247,6 +266,66 @@ TEST(ServiceStepSourceTest, TheMonitorCancelsACallWaitingForAFrozenWorkersStatus
   EXPECT_TRUE(servers.worker().WaitForFrozenCallCancelled());
   EXPECT_FALSE(servers.worker().gave_up());
   source->reset();
+}
+
+// Delays every StreamSteps call's half-close (WritesDone) by `delay`: a reader thread descheduled between
+// handing a task's end to the consumer and half-closing, as on a loaded machine.
+class SlowHalfCloseInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit SlowHalfCloseInterceptor(absl::Duration delay) : delay_(delay) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_CLOSE)) {
+      absl::SleepFor(delay_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const absl::Duration delay_;
+};
+
+class SlowHalfCloseFactory : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit SlowHalfCloseFactory(absl::Duration delay) : delay_(delay) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    // Only the workers' streams: the trainer's last heartbeat to the coordinator (which may be
+    // down) must not be slowed too.
+    if (absl::string_view(info->method()) != "/sluice.proto.WorkerService/StreamSteps") {
+      return nullptr;
+    }
+    return new SlowHalfCloseInterceptor(delay_);
+  }
+
+ private:
+  const absl::Duration delay_;
+};
+
+// A trainer that shuts its source down the moment it has the last step and the end of data
+// (the coordinator may be down, so the workers' count of its ends is the only record that it
+// read every task) still half-closes every task's call: Shutdown lets a call whose end was
+// handed over finish rather than cancelling it, even when the reader thread has not half-closed
+// yet. Before the fix the end was noted only after the half-close, and this shutdown cancelled
+// the last task's call (FaultTest.CoordinatorKilledAndRestartedMidEpoch/Data then left its job
+// unfinished about 1 run in 40 under load).
+TEST(ServiceStepSourceTest, ShutdownRightAfterTheEndLetsEveryEndedCallHalfClose) {
+  Servers servers(/*frozen_index=*/-1);
+  ServiceStepSourceOptions o = SequentialOptions(servers.coordinator_address());
+  o.channel_factory = [](const std::string& address) {
+    std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> slow;
+    slow.push_back(std::make_unique<SlowHalfCloseFactory>(absl::Milliseconds(300)));
+    return grpc::experimental::CreateCustomChannelWithInterceptors(
+        address, grpc::InsecureChannelCredentials(), grpc::ChannelArguments(), std::move(slow));
+  };
+  auto source = ServiceStepSource::Create(o);
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<std::vector<int64_t>> got = ReadAll(**source);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, AllValues());
+  source->reset();  // at once, as a trainer exiting after its last step
+  EXPECT_EQ(servers.worker().WaitForHalfClosedAfterEnd(kTasks), (std::vector<int64_t>{0, 1, 2}))
+      << "a task's call was cancelled after its end arrived: the worker never counts that end";
 }
 
 // A worker whose first call of each task breaks in the middle of the task: it sends a frame of
