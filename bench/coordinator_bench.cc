@@ -3,14 +3,24 @@
 // --workers simulated workers (WorkerHeartbeat) and --jobs coordinated jobs of
 // --consumers/--jobs consumers each, then drives heartbeats over gRPC from --threads client
 // threads, each cycling through its share of the workers and consumers as fast as the
-// coordinator answers (closed loop). Every simulated worker reports the tasks it holds, with
-// their progress, as a real one does; every consumer sends its job and index.
+// coordinator answers. Each heartbeat is one unary RPC with the real request and answer
+// messages; a thread keeps --inflight of them in flight (async API, its own completion queue)
+// over --channels connections, never two of the same worker or consumer at once, as a fleet
+// of independent callers does (closed loop per caller). A real fleet has one connection per
+// process (11,000 here), the bench 16 by default: the coordinator runs the same handler per
+// call, but calls that arrive together on one connection can share the kernel's reads and
+// writes, which 11,000 connections would not.
+// --threads=4 --inflight=1 --channels=1 is the earlier model (4 calls in flight in all). Every
+// simulated worker reports the tasks it holds, with their progress, as a real one does; every
+// consumer sends its job and index.
 //
 // With --versioned (the default) every simulated worker and consumer sends back the version of
 // the last answer it applied, as real ones do, so that answers carry only changes.
 //
-// Prints: heartbeats/s (worker and consumer, and both), the coordinator's RSS sampled every
-// second (first, max, last, and at the end of each tenth of the run), and false deaths:
+// Prints: heartbeats/s (worker and consumer, and both), the CPU each heartbeat cost the
+// coordinator and the load generator (on a shared machine steadier than the rate; the two
+// share the cores, so 2 cores / their sum bounds the rate on 2 cores), the coordinator's RSS
+// sampled every second (first, max, last, and at the end of each tenth of the run), and false deaths:
 // workers the coordinator declared dead although they heartbeated at least every --max_gap
 // (asserted by the bench: it tracks each worker's largest gap between heartbeats and prints
 // it).
@@ -18,6 +28,7 @@
 //   build/bench/coordinator_bench --workers=1000 --consumers=10000 --seconds=60
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +39,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -37,6 +49,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
@@ -46,7 +59,13 @@ ABSL_FLAG(int, workers, 1000, "Simulated workers.");
 ABSL_FLAG(int, consumers, 10000, "Simulated consumers, spread evenly over --jobs jobs.");
 ABSL_FLAG(int, jobs, 100, "Coordinated jobs (OFF sharding, --tasks_per_job tasks each).");
 ABSL_FLAG(int, tasks_per_job, 10, "Tasks of each job.");
-ABSL_FLAG(int, threads, 4, "Client threads (each with its own channel).");
+ABSL_FLAG(int, threads, 2, "Client threads, each with its own completion queue.");
+ABSL_FLAG(int, inflight, 64,
+          "Heartbeats each client thread keeps in flight (each of a different simulated worker "
+          "or consumer; 1: one at a time, a closed loop per thread).");
+ABSL_FLAG(int, channels, 8,
+          "Connections (channels) of each client thread; its calls in flight are spread over "
+          "them.");
 ABSL_FLAG(int, seconds, 60, "Length of the measured run.");
 ABSL_FLAG(std::string, coordinator, "",
           "Path of sluice-coordinator; default: ../bin/sluice-coordinator next to this binary.");
@@ -76,6 +95,13 @@ int64_t RssKiB(pid_t pid) {
   return -1;
 }
 
+double SelfCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 double LoadAverage() {
   std::ifstream in("/proc/loadavg");
   double l = -1;
@@ -96,10 +122,75 @@ struct Consumer {
   uint64_t incarnation = 0, version = 0;  // of the last answer
 };
 
+// The heartbeat a real worker sends: its tasks, each with its progress.
+void FillWorkerHeartbeat(const Worker& w, bool versioned,
+                         sluice::proto::WorkerHeartbeatRequest* req) {
+  req->Clear();
+  req->set_wire_version(sluice::proto::WIRE_VERSION_1);
+  req->set_worker_address(w.address);
+  if (versioned) {
+    req->set_known_incarnation(w.incarnation);
+    req->set_known_version(w.version);
+  }
+  for (int64_t t : w.tasks) {
+    req->add_active_task_ids(t);
+    sluice::proto::TaskProgress* p = req->add_task_progress();
+    p->set_task_id(t);
+    p->set_steps_produced(1);
+  }
+}
+
+// What a real worker does with the answer: starts the new tasks, stops the others.
+void ApplyWorkerHeartbeat(const sluice::proto::WorkerHeartbeatResponse& resp, Worker* w) {
+  for (const auto& t : resp.new_tasks()) w->tasks.push_back(t.task_id());
+  for (int64_t t : resp.tasks_to_stop()) {
+    w->tasks.erase(std::remove(w->tasks.begin(), w->tasks.end(), t), w->tasks.end());
+  }
+  w->incarnation = resp.incarnation();
+  w->version = resp.version();
+}
+
+// One heartbeat in flight (a worker's or a consumer's), on a client thread's completion queue.
+struct Call {
+  bool worker = false;
+  size_t index = 0;  // into the workers or the consumers
+  std::unique_ptr<grpc::ClientContext> ctx;
+  grpc::Status status;
+  sluice::proto::WorkerHeartbeatRequest worker_request;
+  sluice::proto::WorkerHeartbeatResponse worker_response;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<sluice::proto::WorkerHeartbeatResponse>>
+      worker_reader;
+  sluice::proto::ClientHeartbeatRequest consumer_request;
+  sluice::proto::ClientHeartbeatResponse consumer_response;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<sluice::proto::ClientHeartbeatResponse>>
+      consumer_reader;
+};
+
+// CPU seconds (user + system) process `pid` has used so far; -1 if unknown.
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the command (which may hold spaces), from its closing parenthesis: state is
+  // field 3, utime 14, stime 15.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string f;
+  long long utime = 0, stime = 0;
+  for (int field = 3; field <= 15 && (fields >> f); ++field) {
+    if (field == 14) utime = std::atoll(f.c_str());
+    if (field == 15) stime = std::atoll(f.c_str());
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // As sluice-coordinator does: no lock-order graph on every absl::Mutex (Debian's Abseil is
+  // built without NDEBUG), so the load generator's gRPC costs what it costs in production.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const int num_workers = absl::GetFlag(FLAGS_workers);
   const int num_consumers = absl::GetFlag(FLAGS_consumers);
   const int num_jobs = std::max(1, absl::GetFlag(FLAGS_jobs));
@@ -148,28 +239,12 @@ int main(int argc, char** argv) {
   const bool versioned = absl::GetFlag(FLAGS_versioned);
   auto worker_heartbeat = [versioned](CoordinatorService::Stub* stub, Worker& w) -> bool {
     sluice::proto::WorkerHeartbeatRequest req;
-    req.set_wire_version(sluice::proto::WIRE_VERSION_1);
-    req.set_worker_address(w.address);
-    if (versioned) {
-      req.set_known_incarnation(w.incarnation);
-      req.set_known_version(w.version);
-    }
-    for (int64_t t : w.tasks) {
-      req.add_active_task_ids(t);
-      sluice::proto::TaskProgress* p = req.add_task_progress();
-      p->set_task_id(t);
-      p->set_steps_produced(1);
-    }
+    FillWorkerHeartbeat(w, versioned, &req);
     sluice::proto::WorkerHeartbeatResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     if (!stub->WorkerHeartbeat(&ctx, req, &resp).ok()) return false;
-    for (const auto& t : resp.new_tasks()) w.tasks.push_back(t.task_id());
-    for (int64_t t : resp.tasks_to_stop()) {
-      w.tasks.erase(std::remove(w.tasks.begin(), w.tasks.end(), t), w.tasks.end());
-    }
-    w.incarnation = resp.incarnation();
-    w.version = resp.version();
+    ApplyWorkerHeartbeat(resp, &w);
     return true;
   };
   for (int i = 0; i < num_workers; ++i) {
@@ -218,37 +293,68 @@ int main(int argc, char** argv) {
   int64_t tasks_held = 0;
   for (const Worker& w : workers) tasks_held += static_cast<int64_t>(w.tasks.size());
 
-  // The run: each thread cycles through its workers and consumers (interleaved).
+  // The run: each thread owns its share of the workers and consumers and cycles through them
+  // (interleaved), keeping --inflight heartbeats in flight on its --channels connections,
+  // never two of the same simulated worker or consumer at once (each real one heartbeats from
+  // its own loop, one call at a time).
   std::atomic<bool> done{false};
   std::atomic<int64_t> worker_beats{0}, consumer_beats{0}, errors{0}, delta_answers{0};
+  const int inflight = std::max(1, absl::GetFlag(FLAGS_inflight));
+  const int channels = std::max(1, absl::GetFlag(FLAGS_channels));
+  std::vector<char> worker_busy(workers.size(), 0), consumer_busy(consumers.size(), 0);
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      grpc::ChannelArguments ch_args;
-      ch_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-      auto stub = CoordinatorService::NewStub(
-          grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), ch_args));
+      std::vector<std::unique_ptr<CoordinatorService::Stub>> stubs;
+      for (int c = 0; c < channels; ++c) {
+        grpc::ChannelArguments ch_args;
+        ch_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+        stubs.push_back(CoordinatorService::NewStub(
+            grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), ch_args)));
+      }
       std::vector<size_t> my_workers, my_consumers;
       for (size_t i = t; i < workers.size(); i += threads) my_workers.push_back(i);
       for (size_t i = t; i < consumers.size(); i += threads) my_consumers.push_back(i);
       const size_t total = my_workers.size() + my_consumers.size();
       if (total == 0) return;
       const size_t stride = std::max<size_t>(1, total / std::max<size_t>(1, my_workers.size()));
-      size_t wi = 0, ci = 0;
-      for (size_t n = 0; !done.load(std::memory_order_relaxed); ++n) {
-        if ((n % stride == 0 || my_consumers.empty()) && !my_workers.empty()) {
-          Worker& w = workers[my_workers[wi++ % my_workers.size()]];
-          const absl::Time now = absl::Now();
-          if (w.last != absl::InfinitePast()) w.max_gap = std::max(w.max_gap, now - w.last);
-          if (worker_heartbeat(stub.get(), w)) {
-            w.last = absl::Now();
-            worker_beats.fetch_add(1, std::memory_order_relaxed);
-          } else {
-            errors.fetch_add(1, std::memory_order_relaxed);
+      size_t wi = 0, ci = 0, n = 0;
+      grpc::CompletionQueue cq;
+      std::vector<Call> calls(static_cast<size_t>(std::min<size_t>(inflight, total)));
+      // Starts calls[k]'s next heartbeat: the next worker or consumer in the cycle that has
+      // none in flight.
+      auto start = [&](size_t k) {
+        Call& call = calls[k];
+        CoordinatorService::Stub* stub = stubs[k % stubs.size()].get();
+        call.ctx = std::make_unique<grpc::ClientContext>();
+        call.ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+        for (;; ++n) {
+          if ((n % stride == 0 || my_consumers.empty()) && !my_workers.empty()) {
+            const size_t i = my_workers[wi++ % my_workers.size()];
+            if (worker_busy[i]) continue;
+            worker_busy[i] = 1;
+            ++n;
+            Worker& w = workers[i];
+            call.worker = true;
+            call.index = i;
+            const absl::Time now = absl::Now();
+            if (w.last != absl::InfinitePast()) w.max_gap = std::max(w.max_gap, now - w.last);
+            FillWorkerHeartbeat(w, versioned, &call.worker_request);
+            call.worker_reader =
+                stub->PrepareAsyncWorkerHeartbeat(call.ctx.get(), call.worker_request, &cq);
+            call.worker_reader->StartCall();
+            call.worker_reader->Finish(&call.worker_response, &call.status, &call);
+            return;
           }
-        } else {
-          Consumer& c = consumers[my_consumers[ci++ % my_consumers.size()]];
-          sluice::proto::ClientHeartbeatRequest req;
+          const size_t i = my_consumers[ci++ % my_consumers.size()];
+          if (consumer_busy[i]) continue;
+          consumer_busy[i] = 1;
+          ++n;
+          const Consumer& c = consumers[i];
+          call.worker = false;
+          call.index = i;
+          sluice::proto::ClientHeartbeatRequest& req = call.consumer_request;
+          req.Clear();
           req.set_wire_version(sluice::proto::WIRE_VERSION_1);
           req.set_job_id(c.job_id);
           req.set_consumer_index(c.index);
@@ -256,10 +362,33 @@ int main(int argc, char** argv) {
             req.set_known_incarnation(c.incarnation);
             req.set_known_version(c.version);
           }
-          sluice::proto::ClientHeartbeatResponse resp;
-          grpc::ClientContext ctx;
-          ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-          if (stub->ClientHeartbeat(&ctx, req, &resp).ok()) {
+          call.consumer_reader =
+              stub->PrepareAsyncClientHeartbeat(call.ctx.get(), call.consumer_request, &cq);
+          call.consumer_reader->StartCall();
+          call.consumer_reader->Finish(&call.consumer_response, &call.status, &call);
+          return;
+        }
+      };
+      for (size_t k = 0; k < calls.size(); ++k) start(k);
+      size_t outstanding = calls.size();
+      void* tag = nullptr;
+      bool ok = false;
+      while (outstanding > 0 && cq.Next(&tag, &ok)) {
+        Call& call = *static_cast<Call*>(tag);
+        if (call.worker) {
+          Worker& w = workers[call.index];
+          if (ok && call.status.ok()) {
+            ApplyWorkerHeartbeat(call.worker_response, &w);
+            w.last = absl::Now();
+            worker_beats.fetch_add(1, std::memory_order_relaxed);
+          } else {
+            errors.fetch_add(1, std::memory_order_relaxed);
+          }
+          worker_busy[call.index] = 0;
+        } else {
+          Consumer& c = consumers[call.index];
+          const sluice::proto::ClientHeartbeatResponse& resp = call.consumer_response;
+          if (ok && call.status.ok()) {
             c.incarnation = resp.incarnation();
             c.version = resp.version();
             if (resp.delta()) delta_answers.fetch_add(1, std::memory_order_relaxed);
@@ -267,11 +396,21 @@ int main(int argc, char** argv) {
           } else {
             errors.fetch_add(1, std::memory_order_relaxed);
           }
+          consumer_busy[call.index] = 0;
         }
+        if (done.load(std::memory_order_relaxed)) {
+          --outstanding;
+        } else {
+          start(static_cast<size_t>(&call - calls.data()));
+        }
+      }
+      cq.Shutdown();
+      while (cq.Next(&tag, &ok)) {
       }
     });
   }
   const absl::Time start = absl::Now();
+  const double coordinator_cpu0 = ProcessCpuSeconds(pid), self_cpu0 = SelfCpuSeconds();
   std::vector<int64_t> rss;
   const int seconds = absl::GetFlag(FLAGS_seconds);
   for (int s = 0; s < seconds; ++s) {
@@ -281,6 +420,8 @@ int main(int argc, char** argv) {
   done = true;
   for (auto& th : pool) th.join();
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+  const double coordinator_cpu = ProcessCpuSeconds(pid) - coordinator_cpu0;
+  const double self_cpu = SelfCpuSeconds() - self_cpu0;
 
   sluice::proto::GetStatusResponse status;
   {
@@ -293,13 +434,24 @@ int main(int argc, char** argv) {
   for (const Worker& w : workers) max_gap = std::max(max_gap, w.max_gap);
   const int64_t wb = worker_beats.load(), cb = consumer_beats.load();
   std::printf("coordinator_bench: %d workers, %zu consumers in %d jobs (%lld tasks held), %d "
-              "client threads, %.1f s, load average %.2f\n",
+              "client threads x %d calls in flight on %d connections each, %.1f s, load "
+              "average %.2f\n",
               num_workers, consumers.size(), num_jobs, static_cast<long long>(tasks_held),
-              threads, elapsed, LoadAverage());
+              threads, inflight, channels, elapsed, LoadAverage());
   std::printf("heartbeats/s: %.0f (worker %.0f, consumer %.0f); errors %lld; versioned %s "
               "(%lld consumer answers were deltas)\n",
               (wb + cb) / elapsed, wb / elapsed, cb / elapsed, static_cast<long long>(errors),
               versioned ? "yes" : "no", static_cast<long long>(delta_answers.load()));
+  // CPU per heartbeat: what bounds the rate on a machine whose cores both processes share
+  // (2 cores / (coordinator + load generator) is the ceiling there), and what the load (other
+  // processes on the cores) does not change much.
+  if (wb + cb > 0) {
+    std::printf("CPU per heartbeat: coordinator %.1f us, load generator %.1f us (%.2f + %.2f "
+                "cores busy)\n",
+                coordinator_cpu * 1e6 / static_cast<double>(wb + cb),
+                self_cpu * 1e6 / static_cast<double>(wb + cb), coordinator_cpu / elapsed,
+                self_cpu / elapsed);
+  }
   std::printf("false deaths: %lld (largest gap between one worker's heartbeats %s, "
               "worker_timeout %s)\n",
               static_cast<long long>(dead), absl::FormatDuration(max_gap).c_str(),

@@ -38,18 +38,22 @@ grpc::Status GrpcCoordinatorService::GetElementSpec(grpc::ServerContext* context
   return ToGrpcStatus(coordinator_->GetElementSpec(*request, response));
 }
 
-grpc::Status GrpcCoordinatorService::WorkerHeartbeat(grpc::ServerContext* context,
-                                                     const proto::WorkerHeartbeatRequest* request,
-                                                     proto::WorkerHeartbeatResponse* response) {
-  if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
-  return ToGrpcStatus(coordinator_->WorkerHeartbeat(*request, response));
+grpc::ServerUnaryReactor* GrpcCoordinatorService::WorkerHeartbeat(
+    grpc::CallbackServerContext* context, const proto::WorkerHeartbeatRequest* request,
+    proto::WorkerHeartbeatResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::Status a = admission_.Authenticate(*context);
+  reactor->Finish(a.ok() ? ToGrpcStatus(coordinator_->WorkerHeartbeat(*request, response)) : a);
+  return reactor;
 }
 
-grpc::Status GrpcCoordinatorService::ClientHeartbeat(grpc::ServerContext* context,
-                                                     const proto::ClientHeartbeatRequest* request,
-                                                     proto::ClientHeartbeatResponse* response) {
-  if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
-  return ToGrpcStatus(coordinator_->ClientHeartbeat(*request, response));
+grpc::ServerUnaryReactor* GrpcCoordinatorService::ClientHeartbeat(
+    grpc::CallbackServerContext* context, const proto::ClientHeartbeatRequest* request,
+    proto::ClientHeartbeatResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::Status a = admission_.Authenticate(*context);
+  reactor->Finish(a.ok() ? ToGrpcStatus(coordinator_->ClientHeartbeat(*request, response)) : a);
+  return reactor;
 }
 
 grpc::Status GrpcCoordinatorService::GetSplit(grpc::ServerContext* context,

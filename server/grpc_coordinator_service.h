@@ -27,7 +27,15 @@
 
 namespace sluice {
 
-class GrpcCoordinatorService final : public proto::CoordinatorService::Service {
+// The heartbeats (the calls a fleet makes many of) are callback methods: each runs to its
+// answer on the gRPC thread that read it, without a hand-off to a thread of the synchronous
+// server's pool (which starts and stops threads as the load changes). The other methods are
+// synchronous (they may plan a job or build a large status).
+using CoordinatorServiceBase = proto::CoordinatorService::WithCallbackMethod_WorkerHeartbeat<
+    proto::CoordinatorService::WithCallbackMethod_ClientHeartbeat<
+        proto::CoordinatorService::Service>>;
+
+class GrpcCoordinatorService final : public CoordinatorServiceBase {
  public:
   // `coordinator` is borrowed and must outlive the service. Every handler first checks the
   // call with `admission` (token; RegisterDataset: graph bounds and data roots).
@@ -41,10 +49,12 @@ class GrpcCoordinatorService final : public proto::CoordinatorService::Service {
                               proto::GetOrCreateJobResponse* response) override;
   grpc::Status GetElementSpec(grpc::ServerContext*, const proto::GetElementSpecRequest* request,
                               proto::GetElementSpecResponse* response) override;
-  grpc::Status WorkerHeartbeat(grpc::ServerContext*, const proto::WorkerHeartbeatRequest* request,
-                               proto::WorkerHeartbeatResponse* response) override;
-  grpc::Status ClientHeartbeat(grpc::ServerContext*, const proto::ClientHeartbeatRequest* request,
-                               proto::ClientHeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* WorkerHeartbeat(grpc::CallbackServerContext* context,
+                                            const proto::WorkerHeartbeatRequest* request,
+                                            proto::WorkerHeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* ClientHeartbeat(grpc::CallbackServerContext* context,
+                                            const proto::ClientHeartbeatRequest* request,
+                                            proto::ClientHeartbeatResponse* response) override;
   grpc::Status GetSplit(grpc::ServerContext*, const proto::GetSplitRequest* request,
                         proto::GetSplitResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext*, const proto::GetStatusRequest* request,

@@ -27,7 +27,7 @@ class RequestAdmission {
       : auth_(std::move(token)), roots_(std::move(roots)), limits_(limits) {}
 
   // TokenAuth::Check: OK, or UNAUTHENTICATED "missing or invalid token".
-  grpc::Status Authenticate(const grpc::ServerContext& context) const {
+  grpc::Status Authenticate(const grpc::ServerContextBase& context) const {
     return auth_.Check(context);
   }
 
