@@ -53,7 +53,7 @@ void TaskRunnerPool::JoinExitedLocked() {
 
 void TaskRunnerPool::Schedule(std::function<void()> fn) {
   absl::MutexLock lock(&mu_);
-  if (stopping_ && workers_.empty()) return;
+  if (stopping_) return;  // a job rescheduling itself must not keep the destructor waiting
   queue_.push_back(std::move(fn));
   work_.Signal();
   if (queue_.size() == 1) monitor_.Signal();  // it starts watching for blocked threads
