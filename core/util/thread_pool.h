@@ -1,6 +1,6 @@
 // ThreadPool: a fixed set of threads running scheduled closures, and the process's one pool that
-// every parallel op of every pipeline shares (parallel map), so a worker running 50 tasks does
-// not start 50 times the threads.
+// every parallel op of every pipeline shares (parallel map, prefetch, parallel interleave), so a
+// worker running 50 tasks does not start 50 times the threads.
 //
 //   SetProcessThreadPoolSize(8);                    // in main(), from --threads
 //   ProcessThreadPool().Schedule([&] { Work(); });  // anywhere
