@@ -153,8 +153,8 @@ TaskRunnerPool& ProcessTaskRunnerPool() {
 absl::Status SetProcessTaskRunnerPoolOptions(const TaskRunnerPoolOptions& options) {
   if (options.threads < 0 || (options.max_threads != 0 && options.max_threads < options.threads)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "task runner pool: threads ", options.threads, " must be >= 0 and max_threads ",
-        options.max_threads, " 0 or at least threads"));
+        "task runner pool: threads must be >= 0 (got ", options.threads,
+        ") and max_threads 0 or at least threads (got ", options.max_threads, ")"));
   }
   absl::MutexLock lock(&process_pool_mu);
   if (process_pool != nullptr) {
