@@ -35,7 +35,7 @@ int64_t StepBuffer::MinCursor() const {
   return m;
 }
 
-void StepBuffer::ReleaseLocked() {
+void StepBuffer::ReleaseLocked(Wakeups* wake) {
   if (options_.independent) return;
   const int64_t min = MinCursor();
   bool released = false;
@@ -46,7 +46,10 @@ void StepBuffer::ReleaseLocked() {
     released = true;
   }
   if (steps_.empty() && first_step_ < next_push_) first_step_ = next_push_;
-  if (released) cv_.SignalAll();
+  if (released) {
+    cv_.SignalAll();
+    WakeProducerLocked(wake);
+  }
 }
 
 absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
@@ -77,7 +80,7 @@ absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
         // for it (a worker that reported it finished would not be replaced if it died).
         if (!attached_[c]) cursors_[c] = kDetached;
       }
-      ReleaseLocked();
+      ReleaseLocked(&run.wake);
       detached = true;
       continue;
     }
@@ -85,10 +88,15 @@ absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
                                                                 : detach_at);
   }
   if (closed_ || stop_producing_) return absl::CancelledError("step buffer: producer stopped");
+  AdmitLocked(std::move(step), &run.wake);
+  return absl::OkStatus();
+}
+
+void StepBuffer::AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeups* wake) {
   if (!options_.independent && step->task_step < MinCursor()) {
     ++next_push_;
     if (steps_.empty()) first_step_ = next_push_;
-    return absl::OkStatus();
+    return;
   }
   if (steps_.empty()) first_step_ = step->task_step;
   bytes_ += step->bytes;
@@ -97,11 +105,69 @@ absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
   ++next_push_;
   cv_.SignalAll();
   if (options_.independent) {
-    WakeOneIndependentLocked(&run.wake);
+    WakeOneIndependentLocked(wake);
   } else {
-    WakeAtLocked(pushed, &run.wake);
+    WakeAtLocked(pushed, wake);
   }
-  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& step,
+                                         ReadyCallback space, absl::Time* retry_at) {
+  RunWakeups run;
+  absl::MutexLock lock(&mu_);
+  *retry_at = absl::InfiniteFuture();
+  producer_wake_ = nullptr;
+  if (step->task_step != next_push_) {
+    return absl::InternalError(absl::StrCat("step buffer: pushed task step ", step->task_step,
+                                            ", expected ", next_push_));
+  }
+  if (closed_ || stop_producing_) return absl::CancelledError("step buffer: producer stopped");
+  auto full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return (options_.independent || step->task_step >= MinCursor()) && !steps_.empty() &&
+           bytes_ + step->bytes > options_.max_bytes;
+  };
+  if (full()) {
+    // As Push's wait, spread over calls: the first refusal starts the blocked time, and
+    // unattached consumers are detached once per blocked stretch.
+    const absl::Time now = absl::Now();
+    if (try_blocked_since_ == absl::InfinitePast()) try_blocked_since_ = now;
+    const absl::Time detach_at = try_blocked_since_ + options_.detach_unattached_after;
+    bool unattached = false;
+    for (size_t c = 0; c < cursors_.size(); ++c) {
+      unattached = unattached || (!attached_[c] && cursors_[c] != kDetached);
+    }
+    if (!options_.independent && !try_detached_ && unattached) {
+      if (now >= detach_at) {
+        for (size_t c = 0; c < cursors_.size(); ++c) {
+          if (!attached_[c]) cursors_[c] = kDetached;  // as in Push: detached, not ended
+        }
+        ReleaseLocked(&run.wake);
+        try_detached_ = true;
+      } else {
+        *retry_at = detach_at;
+      }
+    }
+    if (full()) {
+      producer_wake_ = std::move(space);
+      return false;
+    }
+    *retry_at = absl::InfiniteFuture();
+  }
+  try_blocked_since_ = absl::InfinitePast();
+  try_detached_ = false;
+  AdmitLocked(step, &run.wake);
+  return true;
+}
+
+bool StepBuffer::producer_stopped() const {
+  absl::MutexLock lock(&mu_);
+  return closed_ || stop_producing_;
+}
+
+void StepBuffer::WakeProducerLocked(Wakeups* wake) {
+  if (producer_wake_ == nullptr) return;
+  wake->push_back(std::move(producer_wake_));
+  producer_wake_ = nullptr;
 }
 
 void StepBuffer::Finish(absl::Status status) {
@@ -114,7 +180,7 @@ void StepBuffer::Finish(absl::Status status) {
   WakeAllLocked(&run.wake);
 }
 
-void StepBuffer::AcknowledgeLocked(Unacked* u, int64_t received_steps) {
+void StepBuffer::AcknowledgeLocked(Unacked* u, int64_t received_steps, Wakeups* wake) {
   bool released = false;
   while (u->acknowledged < received_steps && !u->steps.empty()) {
     bytes_ -= u->steps.front()->bytes;
@@ -122,14 +188,18 @@ void StepBuffer::AcknowledgeLocked(Unacked* u, int64_t received_steps) {
     ++u->acknowledged;
     released = true;
   }
-  if (released) cv_.SignalAll();
+  if (released) {
+    cv_.SignalAll();
+    WakeProducerLocked(wake);
+  }
 }
 
 void StepBuffer::Acknowledge(int64_t consumer, int64_t received_steps) {
+  RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (!options_.independent || consumer == 0) return;
   auto it = unacked_.find(consumer);
-  if (it != unacked_.end()) AcknowledgeLocked(&it->second, received_steps);
+  if (it != unacked_.end()) AcknowledgeLocked(&it->second, received_steps, &run.wake);
 }
 
 absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step) {
@@ -139,7 +209,7 @@ absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step)
     const int64_t generation = next_generation_++;
     if (consumer == 0) return generation;
     Unacked& u = unacked_[consumer];
-    AcknowledgeLocked(&u, start_step);
+    AcknowledgeLocked(&u, start_step, &run.wake);
     // What it did not receive goes back first, in the order it was handed out; it is still
     // counted in bytes_.
     for (auto it = u.steps.rbegin(); it != u.steps.rend(); ++it) steps_.push_front(*it);
@@ -168,8 +238,9 @@ absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step)
   attached_[consumer] = true;
   ended_[consumer] = false;
   generations_[consumer] = generation;
-  ReleaseLocked();
+  ReleaseLocked(&run.wake);
   cv_.SignalAll();  // a superseded Next() wakes up
+  WakeProducerLocked(&run.wake);  // who is unattached changed (TryPush's retry_at)
   WakeGenerationLocked(consumer, &run.wake);
   return generation;
 }
@@ -345,6 +416,7 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
       // Steps left behind go to the next waiting stream.
       if (!steps->empty()) {
         cv_.SignalAll();
+        if (u == nullptr) WakeProducerLocked(&run.wake);  // their bytes were released
         if (!steps_.empty()) WakeOneIndependentLocked(&run.wake);
         return absl::OkStatus();
       }
@@ -372,7 +444,7 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
         ++cursor;
       }
       if (!steps->empty()) {
-        ReleaseLocked();
+        ReleaseLocked(&run.wake);
         return absl::OkStatus();
       }
       if (blocked) {
@@ -395,6 +467,7 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
 }
 
 void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
+  RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (!finished_ || !status_.ok()) return;
   if (options_.independent) {
@@ -402,7 +475,7 @@ void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
     // It half-closed after the end frame: it has every step handed to it.
     auto it = unacked_.find(consumer);
     if (consumer != 0 && it != unacked_.end() && it->second.generation == generation) {
-      AcknowledgeLocked(&it->second, std::numeric_limits<int64_t>::max());
+      AcknowledgeLocked(&it->second, std::numeric_limits<int64_t>::max(), &run.wake);
     }
   } else {
     if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size()) ||
@@ -435,7 +508,7 @@ void StepBuffer::Detach(int64_t consumer) {
   // A stream of this consumer still open must not read on from kDetached (it would see the end
   // of the task without the steps): it is superseded.
   generations_[consumer] = next_generation_++;
-  ReleaseLocked();
+  ReleaseLocked(&run.wake);
   cv_.SignalAll();
   WakeGenerationLocked(consumer, &run.wake);
 }
@@ -446,6 +519,7 @@ void StepBuffer::StopProducing() {
   stop_producing_ = true;
   cv_.SignalAll();
   WakeAllLocked(&run.wake);
+  WakeProducerLocked(&run.wake);
 }
 
 void StepBuffer::Close(absl::string_view message) {
@@ -455,6 +529,7 @@ void StepBuffer::Close(absl::string_view message) {
   closed_ = true;
   cv_.SignalAll();
   WakeAllLocked(&run.wake);
+  WakeProducerLocked(&run.wake);
 }
 
 size_t StepBuffer::buffered_bytes() const {

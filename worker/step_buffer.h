@@ -42,6 +42,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -90,6 +91,18 @@ class StepBuffer {
   // Producer: adds `step` (its task_step must be the next one), blocking while over budget.
   // CANCELLED after Close() or StopProducing().
   absl::Status Push(std::shared_ptr<const TaskStep> step);
+  // Producer, without blocking (a TaskRunner on a shared pool, worker/task_runner_pool.h): as
+  // Push, except that a step that does not fit the budget is not taken. Then it returns false
+  // and registers `space` (replacing an earlier registration; each TryPush clears it), which is
+  // called once, without the buffer's lock, on the thread that may have made room (consumers
+  // releasing steps, an attach or detach, StopProducing, Close), and must not block: the
+  // producer then calls TryPush again. *retry_at is when to call it again even without a
+  // wake-up (the moment unattached consumers are detached, as Push's wait does), else
+  // absl::InfiniteFuture(). CANCELLED after Close() or StopProducing().
+  absl::StatusOr<bool> TryPush(const std::shared_ptr<const TaskStep>& step,
+                               std::function<void()> space, absl::Time* retry_at);
+  // True after Close() or StopProducing(): Push and TryPush take nothing more.
+  bool producer_stopped() const;
   // Producer: no more steps; `status` is OK at the end of data or the pipeline's error, which
   // consumers receive after the steps before it.
   void Finish(absl::Status status);
@@ -192,14 +205,20 @@ class StepBuffer {
  private:
   static constexpr int64_t kDetached = INT64_MAX;
 
+  // Wake-ups (NotifyWhenReady, TryPush). `wake` collects the callbacks to run once mu_ is
+  // released.
+  using Wakeups = std::vector<std::function<void()>>;
+
   int64_t MinCursor() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends `step` (the next one, known to fit), or skips it when every consumer is past it.
+  void AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeups* wake)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WakeProducerLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadyLocked(int64_t consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The consumer's next buffered step, or null.
   const TaskStep* NextStepLocked(int64_t consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Wake-ups (NotifyWhenReady). `wake` collects the callbacks to run once mu_ is released.
-  using Wakeups = std::vector<ReadyCallback>;
   void WakeAtLocked(int64_t task_step, Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeOneIndependentLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeGenerationLocked(int64_t consumer, Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -229,7 +248,8 @@ class StepBuffer {
     int64_t generation = 0;
   };
   absl::flat_hash_map<int64_t, Unacked> unacked_ ABSL_GUARDED_BY(mu_);
-  void AcknowledgeLocked(Unacked* u, int64_t received_steps) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AcknowledgeLocked(Unacked* u, int64_t received_steps, Wakeups* wake)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Registered wake-ups, by generation (unique in the buffer). Coordinated mode: waiting_at_
   // lists the generations waiting for each task step (their cursor); independent mode:
   // waiting_order_ in the order registered. An entry whose generation is no longer in waiters_
@@ -241,6 +261,10 @@ class StepBuffer {
   absl::flat_hash_map<int64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, std::vector<int64_t>> waiting_at_ ABSL_GUARDED_BY(mu_);
   std::deque<int64_t> waiting_order_ ABSL_GUARDED_BY(mu_);
+  // TryPush: the producer's registered wake-up, and its blocked stretch (as Push's locals).
+  std::function<void()> producer_wake_ ABSL_GUARDED_BY(mu_);
+  absl::Time try_blocked_since_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool try_detached_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool stop_producing_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

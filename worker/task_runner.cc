@@ -2,7 +2,10 @@
 
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "core/data/distribute/auto_shard.h"
 #include "core/data/distribute/distribute_spec.h"
 #include "core/data/distribute/rebatch.h"
@@ -83,7 +86,140 @@ size_t StepBytes(const TaskStep& step) {
   return n;
 }
 
+// A slice's time (see task_runner.h): long enough that rescheduling costs nothing next to
+// the steps made, short enough that runners of other tasks do not wait long for a turn.
+constexpr absl::Duration kSliceTime = absl::Milliseconds(10);
+
 }  // namespace
+
+// The producing side of a TaskRunner: the pipeline, and the slices that run it on the pool.
+// Shared by the runner and the pool's jobs (a queued job keeps it alive after the runner is
+// gone; it then does nothing); the buffer's wake-ups and timers hold it weakly.
+class TaskRunner::Production : public std::enable_shared_from_this<Production> {
+ public:
+  Production(std::shared_ptr<StepBuffer> buffer, std::unique_ptr<TaskStepIterator> steps,
+             StepProducer producer, TaskRunnerPool* pool)
+      : buffer_(std::move(buffer)),
+        pool_(pool),
+        steps_(std::move(steps)),
+        producer_(std::move(producer)) {}
+
+  // Schedules a slice, unless production is over, or a slice is queued or running (that one
+  // then tries again before it gives up its turn: a wake-up is never lost).
+  void Wake() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (done_) return;
+    if (scheduled_) {
+      woken_ = true;
+      return;
+    }
+    scheduled_ = true;
+    ScheduleLocked();
+  }
+
+  // No slice starts any more; waits for the one running, if any; frees the pipeline.
+  void Close() ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      while (running_) idle_.Wait(&mu_);
+    }
+    Free();  // no slice runs now, nor will one
+  }
+
+ private:
+  // Lock order: mu_, then the pool's (which calls nothing back).
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    pool_->Schedule([self = shared_from_this()] { self->RunSlice(); });
+  }
+
+  std::function<void()> WakeCallback() {
+    return [weak = weak_from_this()] {
+      if (std::shared_ptr<Production> p = weak.lock()) p->Wake();
+    };
+  }
+
+  void Free() {
+    steps_.reset();  // the pipeline's resources go as soon as the task is done
+    producer_ = nullptr;
+    pending_.reset();
+  }
+
+  void RunSlice() ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (done_) {
+        scheduled_ = false;
+        return;
+      }
+      running_ = true;
+      woken_ = false;
+    }
+    const absl::Time slice_end = absl::Now() + kSliceTime;
+    bool done = false;
+    bool full = false;
+    absl::Time retry_at = absl::InfiniteFuture();
+    while (true) {
+      if (pending_ == nullptr) {
+        if (buffer_->producer_stopped()) {
+          done = true;
+          break;
+        }
+        auto step = std::make_shared<TaskStep>();
+        bool end = false;
+        absl::Status s = producer_ ? producer_(step.get(), &end) : steps_->GetNext(step.get(), &end);
+        if (!s.ok() || end) {
+          buffer_->Finish(s);  // OK at the end of data
+          done = true;
+          break;
+        }
+        pending_ = std::move(step);
+      }
+      absl::StatusOr<bool> taken = buffer_->TryPush(pending_, WakeCallback(), &retry_at);
+      if (!taken.ok()) {  // stopped or closed
+        done = true;
+        break;
+      }
+      if (!*taken) {
+        full = true;
+        break;
+      }
+      pending_.reset();
+      if (absl::Now() >= slice_end) break;  // the others' turn
+    }
+    if (done) Free();
+    absl::MutexLock lock(&mu_);
+    running_ = false;
+    idle_.SignalAll();
+    if (done || done_) {
+      done_ = true;
+      scheduled_ = false;
+      return;
+    }
+    if (full && !woken_) {
+      // The buffer's wake-up (registered by TryPush) schedules the next slice.
+      scheduled_ = false;
+      if (retry_at != absl::InfiniteFuture()) pool_->ScheduleAt(retry_at, WakeCallback());
+      return;
+    }
+    ScheduleLocked();  // to the back of the queue (or woken while full: try again)
+  }
+
+  const std::shared_ptr<StepBuffer> buffer_;
+  TaskRunnerPool* const pool_;
+  // Used by the one slice running (scheduled_ admits one at a time), or by Close() once none
+  // runs.
+  std::unique_ptr<TaskStepIterator> steps_;
+  StepProducer producer_;
+  std::shared_ptr<const TaskStep> pending_;  // produced, not yet taken by the buffer
+
+  absl::Mutex mu_;
+  absl::CondVar idle_;                            // running_ became false
+  bool scheduled_ ABSL_GUARDED_BY(mu_) = false;   // a slice is queued or running
+  bool running_ ABSL_GUARDED_BY(mu_) = false;     // a slice is running
+  bool woken_ ABSL_GUARDED_BY(mu_) = false;       // Wake() while a slice was scheduled
+  bool done_ ABSL_GUARDED_BY(mu_) = false;        // finished, stopped or closed
+};
 
 absl::StatusOr<std::unique_ptr<TaskStepIterator>> TaskStepIterator::Create(
     const proto::TaskDef& task, std::unique_ptr<SplitProvider> splits,
@@ -235,7 +371,14 @@ TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
   b.independent = task_.job().read_mode() == proto::READ_MODE_INDEPENDENT;
   b.num_consumers = b.independent ? 1 : task_.job().num_consumers();
   b.detach_unattached_after = options_.detach_unattached_after;
-  buffer_ = std::make_unique<StepBuffer>(b);
+  buffer_ = std::make_shared<StepBuffer>(b);
+}
+
+void TaskRunner::StartProducing() {
+  production_ = std::make_shared<Production>(
+      buffer_, std::move(steps_), std::move(producer_),
+      options_.pool != nullptr ? options_.pool : &ProcessTaskRunnerPool());
+  production_->Wake();
 }
 
 absl::StatusOr<std::unique_ptr<TaskRunner>> TaskRunner::Make(const proto::TaskDef& task,
@@ -252,8 +395,7 @@ absl::StatusOr<std::shared_ptr<TaskRunner>> TaskRunner::Start(const proto::TaskD
                                                               TaskRunnerOptions options) {
   ASSIGN_OR_RETURN(std::unique_ptr<TaskRunner> runner, Make(task, std::move(options)));
   std::shared_ptr<TaskRunner> shared(std::move(runner));
-  TaskRunner* raw = shared.get();
-  raw->thread_ = std::thread([raw] { raw->Run(); });
+  shared->StartProducing();
   return shared;
 }
 
@@ -263,8 +405,7 @@ std::shared_ptr<TaskRunner> TaskRunner::StartWith(const proto::TaskDef& task,
   std::shared_ptr<TaskRunner> runner(new TaskRunner(task, std::move(options), nullptr));
   runner->producer_ = std::move(producer);
   runner->replayable_ = false;
-  TaskRunner* raw = runner.get();
-  raw->thread_ = std::thread([raw] { raw->Run(); });
+  runner->StartProducing();
   return runner;
 }
 
@@ -282,26 +423,7 @@ absl::Status TaskRunner::DeterministicError() const {
 
 TaskRunner::~TaskRunner() {
   buffer_->Close();
-  if (thread_.joinable()) thread_.join();
-}
-
-void TaskRunner::Run() {
-  while (true) {
-    auto step = std::make_shared<TaskStep>();
-    bool end = false;
-    absl::Status s = producer_ ? producer_(step.get(), &end) : steps_->GetNext(step.get(), &end);
-    if (!s.ok()) {
-      buffer_->Finish(s);
-      break;
-    }
-    if (end) {
-      buffer_->Finish(absl::OkStatus());
-      break;
-    }
-    if (!buffer_->Push(std::move(step)).ok()) break;  // stopped
-  }
-  steps_.reset();  // the pipeline's resources go as soon as the task is done
-  producer_ = nullptr;
+  if (production_ != nullptr) production_->Close();
 }
 
 absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consumer,
@@ -330,7 +452,7 @@ absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consu
   }
   ASSIGN_OR_RETURN(int64_t g, replay->buffer_->Attach(consumer, start_step));
   TaskRunner* raw = replay.get();
-  raw->thread_ = std::thread([raw] { raw->Run(); });
+  raw->StartProducing();
   reader->buffer_ = raw->buffer_.get();
   reader->generation_ = g;
   reader->private_ = std::move(replay);

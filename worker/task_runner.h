@@ -11,6 +11,18 @@
 // task steps), recording s. A SHARDING_RANGES task (num_steps > 0) yields its pipeline's first
 // num_steps steps, recording global step first_step + task step.
 //
+// Threads: a TaskRunner owns no thread. It produces its steps in jobs on a TaskRunnerPool
+// (worker/task_runner_pool.h; the process's unless TaskRunnerOptions names another), each job
+// a slice: steps pushed until the StepBuffer is full (then the thread goes back to the pool and
+// the buffer's space notification, StepBuffer::TryPush, schedules the next slice), the task
+// ends, or kSliceTime (10 ms) passed with at least one step pushed (then the runner goes to the
+// back of the pool's queue, so that the runners of all tasks take turns). A step is produced on
+// one pool thread at a time, never on two at once; a step that blocks inside its pipeline holds
+// its thread (the pool starts threads in its place, up to a bound, see task_runner_pool.h).
+// Close() and the destructor stop production at the next step boundary: the destructor waits
+// only for a step being produced now (as it joined the producer thread before), and frees the
+// pipeline.
+//
 // Thread safety: TaskRunner is thread-safe; TaskStepIterator and StepReader are not.
 #ifndef SLUICE_WORKER_TASK_RUNNER_H_
 #define SLUICE_WORKER_TASK_RUNNER_H_
@@ -21,7 +33,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,6 +43,7 @@
 #include "core/data/step_iterator.h"
 #include "proto/coordinator.pb.h"
 #include "worker/step_buffer.h"
+#include "worker/task_runner_pool.h"
 
 namespace sluice {
 
@@ -82,6 +94,9 @@ struct TaskRunnerOptions {
   ExecutorOptions executor;
   // DYNAMIC tasks get their splits from here.
   SplitProviderFactory splits;
+  // Where the runner produces its steps (borrowed; must outlive the runner and its replays);
+  // null: ProcessTaskRunnerPool().
+  TaskRunnerPool* pool = nullptr;
 };
 
 class TaskRunner;
@@ -121,7 +136,7 @@ class StepReader {
 
 class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
  public:
-  // Validates the task (TaskStepIterator::Create) and starts the producer thread.
+  // Validates the task (TaskStepIterator::Create) and schedules its first slice on the pool.
   static absl::StatusOr<std::shared_ptr<TaskRunner>> Start(const proto::TaskDef& task,
                                                            TaskRunnerOptions options);
   // Produces a task's steps as TaskStepIterator::GetNext does.
@@ -132,7 +147,7 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
                                                TaskRunnerOptions options, StepProducer producer);
   // A runner for a task whose pipeline could not be built: every reader gets `error`.
   static std::shared_ptr<TaskRunner> Failed(const proto::TaskDef& task, absl::Status error);
-  ~TaskRunner();  // Close()s and joins the producer
+  ~TaskRunner();  // Close()s and waits for a step being produced now
 
   // A reader for `consumer` starting at task step `start_step`. INVALID_ARGUMENT for a bad
   // consumer; FAILED_PRECONDITION when the steps are gone and the task cannot be replayed
@@ -168,15 +183,18 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
              std::unique_ptr<TaskStepIterator> steps);
   static absl::StatusOr<std::unique_ptr<TaskRunner>> Make(const proto::TaskDef& task,
                                                           TaskRunnerOptions options);
-  void Run();
+  // Hands the pipeline (steps_ or producer_) to a Production and schedules its first slice.
+  void StartProducing();
+
+  class Production;  // the producing state, shared with the pool's jobs (task_runner.cc)
 
   const proto::TaskDef task_;
   const TaskRunnerOptions options_;
-  std::unique_ptr<TaskStepIterator> steps_;  // used by the producer thread only
+  std::unique_ptr<TaskStepIterator> steps_;  // until StartProducing()
   StepProducer producer_;                    // instead of steps_, when set
   bool replayable_ = true;                   // false for StartWith runners
-  std::unique_ptr<StepBuffer> buffer_;
-  std::thread thread_;
+  std::shared_ptr<StepBuffer> buffer_;
+  std::shared_ptr<Production> production_;
   std::atomic<int64_t> steps_delivered_{0};
   std::atomic<int64_t> bytes_delivered_{0};
 };

@@ -36,6 +36,7 @@
 #include "core/util/logging.h"
 #include "core/util/thread_pool.h"
 #include "worker/worker_metrics.h"
+#include "worker/task_runner_pool.h"
 #include "worker/worker_server.h"
 
 ABSL_FLAG(std::string, coordinator, "", "Coordinator address, HOST:PORT (required)");
@@ -83,6 +84,10 @@ ABSL_FLAG(std::string, metrics_port_file, "",
 ABSL_FLAG(int, threads, 0,
           "Threads of the process's pool that every parallel op of every task shares (parallel "
           "map fn calls; num_parallel_calls=AUTOTUNE resolves to it); 0: the number of cores.");
+ABSL_FLAG(int, task_threads, 0,
+          "Threads that produce the steps of every task this worker runs (runners take turns "
+          "on them; the pool adds threads, up to --task_threads + 32, while runners block in "
+          "their pipelines' reads); 0: max(2, the number of cores).");
 ABSL_FLAG(bool, op_metrics, false,
           "Count elements and time per op of every task's pipeline and export them at /metrics "
           "(sluice_worker_op_*); costs two clock reads per element (or block) per op.");
@@ -117,6 +122,14 @@ int main(int argc, char** argv) {
   if (const int threads = absl::GetFlag(FLAGS_threads); threads != 0) {
     if (absl::Status s = sluice::SetProcessThreadPoolSize(threads); !s.ok()) {
       std::cerr << "sluice-worker: --threads: " << s.message() << std::endl;
+      return 2;
+    }
+  }
+
+  if (const int threads = absl::GetFlag(FLAGS_task_threads); threads != 0) {
+    if (absl::Status s = sluice::SetProcessTaskRunnerPoolOptions({.threads = threads});
+        !s.ok()) {
+      std::cerr << "sluice-worker: --task_threads: " << s.message() << std::endl;
       return 2;
     }
   }

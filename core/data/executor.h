@@ -1,5 +1,6 @@
 // The local executor: builds an Iterator over a Dataset graph, one iterator per op in the
-// chain. prefetch(n) runs its input on a background thread with a queue of at most n elements.
+// chain. prefetch(n) reads its input ahead on the process's thread pool (core/util/thread_pool.h),
+// with a queue of at most n elements; no op starts a thread of its own.
 #ifndef SLUICE_CORE_EXECUTOR_H_
 #define SLUICE_CORE_EXECUTOR_H_
 

@@ -27,7 +27,14 @@ void ThreadPool::Schedule(std::function<void()> fn) {
   work_.Signal();
 }
 
+namespace {
+thread_local bool on_pool_thread = false;
+}  // namespace
+
+bool ThreadPool::OnPoolThread() { return on_pool_thread; }
+
 void ThreadPool::Run() {
+  on_pool_thread = true;
   while (true) {
     std::function<void()> fn;
     {
@@ -39,6 +46,25 @@ void ThreadPool::Run() {
     }
     fn();
   }
+}
+
+bool PoolJobGate::Enter() {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return false;
+  ++inside_;
+  return true;
+}
+
+void PoolJobGate::Leave() {
+  absl::MutexLock lock(&mu_);
+  --inside_;
+}
+
+void PoolJobGate::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+  mu_.Await(absl::Condition(
+      +[](int* inside) { return *inside == 0; }, &inside_));
 }
 
 int NumCores() {

@@ -1,13 +1,17 @@
 // ThreadPool: a fixed set of threads running scheduled closures, and the process's one pool that
-// every parallel op of every pipeline shares (parallel map), so a worker running 50 tasks does
-// not start 50 times the threads.
+// every parallel op of every pipeline shares (parallel map, prefetch, parallel interleave), so a
+// worker running 50 tasks does not start 50 times the threads.
 //
 //   SetProcessThreadPoolSize(8);                    // in main(), from --threads
 //   ProcessThreadPool().Schedule([&] { Work(); });  // anywhere
 //
-// Closures must not block waiting for other closures of the same pool (a pool of N threads
-// all waiting would never run the closures they wait for): ops schedule CPU work on it and keep
-// blocking reads in their consumer's thread.
+// Closures must not block waiting for other closures of the same pool that have not started (a
+// pool of N threads all waiting would never run the closures they wait for): whoever needs the
+// result of a closure still queued does its work itself instead (the parallel map maps a unit,
+// prefetch pulls an element), and waits only for closures already running. A closure may block
+// on I/O (a prefetch reading ahead); that only costs the pool a thread while it reads. An
+// object whose closures are queued does not wait for them either when it is destroyed: it
+// closes its PoolJobGate, which waits only for the closures running.
 //
 // Thread safety: every method may be called from any thread.
 #ifndef SLUICE_CORE_UTIL_THREAD_POOL_H_
@@ -38,6 +42,10 @@ class ThreadPool {
 
   int num_threads() const { return static_cast<int>(threads_.size()); }
 
+  // True when the caller runs on a thread of some ThreadPool (a closure), where waiting for a
+  // closure still queued could wait for itself.
+  static bool OnPoolThread();
+
  private:
   void Run();
 
@@ -46,6 +54,22 @@ class ThreadPool {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar work_;  // a closure was scheduled, or stopping_ set
   std::vector<std::thread> threads_;
+};
+
+// What keeps an object's queued closures from outliving it without making its destructor wait
+// for them: each closure (holding the gate by shared_ptr) calls Enter() before it touches the
+// object and, if that returned true, Leave() after; the destructor calls Close(), which makes
+// later Enter() calls return false and waits for the closures inside to Leave(). Thread-safe.
+class PoolJobGate {
+ public:
+  bool Enter();
+  void Leave();
+  void Close();
+
+ private:
+  absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  int inside_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // The number of CPU cores, at least 1.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <deque>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -10,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/data/op_iterator.h"
+#include "core/util/thread_pool.h"
 
 namespace sluice {
 namespace {
@@ -34,6 +34,28 @@ Pulled Pull(Iterator* it) {
   return p;
 }
 
+// Who pulls a parallel slot's input: nobody, a job queued on the pool (which pulls when it
+// starts, unless the consumer took its turn: ticket), a pool thread, or the consumer.
+enum class Puller { kNone, kQueued, kPool, kCaller };
+
+// What the consumer and the pool's read-ahead jobs share; jobs hold it (and their slot) by
+// shared_ptr, so a job still queued when the iterator is gone finds its slot cancelled.
+struct SharedState {
+  ThreadPool* pool = nullptr;
+  int64_t read_ahead = 0;
+  absl::Mutex mu;          // guards every Slot's ready/finished/cancelled/puller/ticket
+  absl::CondVar changed;   // any of those changed
+};
+
+struct Slot {
+  std::unique_ptr<Iterator> input;  // used by the one puller
+  std::deque<Pulled> ready;         // parallel only: read ahead, in order
+  bool finished = false;            // an end or error was pulled
+  bool cancelled = false;
+  Puller puller = Puller::kNone;
+  int64_t ticket = 0;
+};
+
 class InterleaveIterator : public OpIterator {
  public:
   InterleaveIterator(std::string label, std::unique_ptr<Iterator> input,
@@ -44,10 +66,13 @@ class InterleaveIterator : public OpIterator {
         make_input_(std::move(make_input)),
         cycle_length_(cycle_length),
         block_length_(block_length),
-        read_ahead_(std::max<int64_t>(block_length, 2)),
         parallel_(parallel),
         deterministic_(deterministic),
-        slots_(static_cast<size_t>(cycle_length)) {}
+        shared_(std::make_shared<SharedState>()),
+        slots_(static_cast<size_t>(cycle_length)) {
+    shared_->pool = &ProcessThreadPool();
+    shared_->read_ahead = std::max<int64_t>(block_length, 2);
+  }
 
   ~InterleaveIterator() override {
     for (auto& slot : slots_) Close(slot);
@@ -58,13 +83,13 @@ class InterleaveIterator : public OpIterator {
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
     while (!input_done_ || num_open_ > 0) {
-      std::unique_ptr<Slot>& slot = slots_[cycle_index_];
+      std::shared_ptr<Slot>& slot = slots_[cycle_index_];
       if (slot != nullptr) {
         Pulled p;
-        if (!Take(slot.get(), &p)) {
+        if (!Take(slot, &p)) {
           // Nondeterministic and the current slot has nothing ready: take from a ready one.
           if (TakeAnyReady(&p)) return Emit(std::move(p), out);
-          WaitForChange();
+          WaitOrPull(slot);
           continue;
         }
         if (p.kind == Pulled::Kind::kEnd) {
@@ -103,14 +128,6 @@ class InterleaveIterator : public OpIterator {
   }
 
  private:
-  struct Slot {
-    std::unique_ptr<Iterator> input;  // the read-ahead thread's once started
-    std::deque<Pulled> ready;         // parallel only: read ahead, in order
-    bool finished = false;            // the read-ahead thread has pulled the end or an error
-    bool cancelled = false;
-    std::thread thread;
-  };
-
   absl::Status Emit(Pulled p, Element* out) {
     switch (p.kind) {
       case Pulled::Kind::kElement:
@@ -130,107 +147,146 @@ class InterleaveIterator : public OpIterator {
     block_index_ = 0;
   }
 
-  std::unique_ptr<Slot> Open(std::unique_ptr<Iterator> input) {
-    auto slot = std::make_unique<Slot>();
+  std::shared_ptr<Slot> Open(std::unique_ptr<Iterator> input) {
+    auto slot = std::make_shared<Slot>();
     slot->input = std::move(input);
     if (parallel_) {
-      Slot* s = slot.get();
-      s->thread = std::thread([this, s] { ReadAhead(s); });
+      absl::MutexLock lock(&shared_->mu);
+      ScheduleLocked(slot);
     }
     return slot;
   }
 
-  void Close(std::unique_ptr<Slot>& slot) {
+  // Stops the slot's read-ahead: a job still queued does nothing; one pulling now is waited
+  // for (its pull only). The input is destroyed here, on the consumer's thread.
+  void Close(std::shared_ptr<Slot>& slot) {
     if (slot == nullptr) return;
-    if (slot->thread.joinable()) {
-      {
-        absl::MutexLock lock(&mu_);
-        slot->cancelled = true;
-        changed_.SignalAll();
-      }
-      slot->thread.join();
+    std::unique_ptr<Iterator> input;
+    {
+      absl::MutexLock lock(&shared_->mu);
+      slot->cancelled = true;
+      while (slot->puller == Puller::kPool) shared_->changed.Wait(&shared_->mu);
+      input = std::move(slot->input);
+      slot->ready.clear();
     }
     slot.reset();
   }
 
-  void ReadAhead(Slot* slot) {
-    while (true) {
-      {
-        absl::MutexLock lock(&mu_);
-        while (!slot->cancelled && static_cast<int64_t>(slot->ready.size()) >= read_ahead_) {
-          changed_.Wait(&mu_);
-        }
-        if (slot->cancelled) return;
-      }
-      Pulled p = Pull(slot->input.get());
-      const bool last = p.kind == Pulled::Kind::kEnd || p.kind == Pulled::Kind::kError;
-      absl::MutexLock lock(&mu_);
-      slot->ready.push_back(std::move(p));
-      if (last) slot->finished = true;
-      changed_.SignalAll();
-      if (last) return;
+  // Schedules the slot's read-ahead job if nobody pulls it and it has room.
+  void ScheduleLocked(const std::shared_ptr<Slot>& slot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu) {
+    if (slot->puller != Puller::kNone || slot->cancelled || slot->finished ||
+        static_cast<int64_t>(slot->ready.size()) >= shared_->read_ahead) {
+      return;
     }
+    slot->puller = Puller::kQueued;
+    shared_->pool->Schedule([shared = shared_, slot, t = slot->ticket] {
+      ReadAhead(*shared, slot.get(), t);
+    });
   }
 
-  // The slot's next result. Sequential: pulls it. Parallel: waits for it, except that with
-  // deterministic=false it returns false instead of waiting.
-  bool Take(Slot* slot, Pulled* p) {
+  // Pulls one result of the slot (shared.mu released meanwhile) into its ready queue.
+  static void PullOneLocked(SharedState& shared, Slot* slot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared.mu) {
+    shared.mu.Unlock();
+    Pulled p = Pull(slot->input.get());
+    shared.mu.Lock();
+    if (p.kind == Pulled::Kind::kEnd || p.kind == Pulled::Kind::kError) slot->finished = true;
+    slot->ready.push_back(std::move(p));
+    shared.changed.SignalAll();
+  }
+
+  // The pool's job: reads the slot ahead until it has read_ahead results or its end, unless
+  // the consumer took its turn or closed it.
+  static void ReadAhead(SharedState& shared, Slot* slot, int64_t ticket) {
+    absl::MutexLock lock(&shared.mu);
+    if (slot->puller != Puller::kQueued || ticket != slot->ticket) return;
+    slot->puller = Puller::kPool;
+    while (!slot->cancelled && !slot->finished &&
+           static_cast<int64_t>(slot->ready.size()) < shared.read_ahead) {
+      PullOneLocked(shared, slot);
+    }
+    slot->puller = Puller::kNone;
+    shared.changed.SignalAll();
+  }
+
+  // Pulls the slot's next result on the consumer's thread, taking over a queued job's turn.
+  void PullHereLocked(Slot* slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu) {
+    if (slot->puller == Puller::kQueued) ++slot->ticket;
+    slot->puller = Puller::kCaller;
+    PullOneLocked(*shared_, slot);
+    slot->puller = Puller::kNone;
+  }
+
+  // The slot's next result. Sequential: pulls it. Parallel: waits for the pool's read-ahead
+  // when a pool thread is pulling the slot now, else pulls it here (never waiting for a job
+  // queued behind other work); except that with deterministic=false it returns false instead
+  // of waiting or pulling.
+  bool Take(const std::shared_ptr<Slot>& slot, Pulled* p) {
     if (!parallel_) {
       *p = Pull(slot->input.get());
       return true;
     }
-    absl::MutexLock lock(&mu_);
-    if (deterministic_) {
-      while (slot->ready.empty()) changed_.Wait(&mu_);
-    } else if (slot->ready.empty()) {
-      return false;
+    absl::MutexLock lock(&shared_->mu);
+    if (!deterministic_ && slot->ready.empty()) return false;
+    while (slot->ready.empty()) {
+      if (slot->puller == Puller::kPool) {
+        shared_->changed.Wait(&shared_->mu);
+      } else {
+        PullHereLocked(slot.get());
+      }
     }
     *p = std::move(slot->ready.front());
     slot->ready.pop_front();
-    changed_.SignalAll();
+    ScheduleLocked(slot);  // room again: read on
     return true;
   }
 
   // Nondeterministic: an element (or element error) that any slot has ready.
   bool TakeAnyReady(Pulled* p) {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&shared_->mu);
     for (auto& slot : slots_) {
       if (slot == nullptr || slot->ready.empty()) continue;
       const Pulled::Kind k = slot->ready.front().kind;
       if (k == Pulled::Kind::kEnd || k == Pulled::Kind::kError) continue;  // handled in turn
       *p = std::move(slot->ready.front());
       slot->ready.pop_front();
-      changed_.SignalAll();
+      ScheduleLocked(slot);
       return true;
     }
     return false;
   }
 
-  void WaitForChange() {
-    absl::MutexLock lock(&mu_);
-    bool any_ready = false;
+  // Nondeterministic, nothing ready to take: waits for a change while a pool thread pulls
+  // some slot; with none pulling (their jobs queued behind other work) pulls `current` here.
+  void WaitOrPull(const std::shared_ptr<Slot>& current) {
+    absl::MutexLock lock(&shared_->mu);
+    bool pulling = false;
     for (auto& slot : slots_) {
-      if (slot != nullptr && !slot->ready.empty()) any_ready = true;
+      if (slot == nullptr) continue;
+      if (!slot->ready.empty()) return;  // something arrived meanwhile
+      if (slot->puller == Puller::kPool) pulling = true;
     }
-    if (!any_ready) changed_.Wait(&mu_);
+    if (pulling) {
+      shared_->changed.Wait(&shared_->mu);
+    } else {
+      PullHereLocked(current.get());
+    }
   }
 
   std::unique_ptr<Iterator> input_;
   const InterleaveInputFn make_input_;
   const int64_t cycle_length_;
   const int64_t block_length_;
-  const int64_t read_ahead_;
   const bool parallel_;
   const bool deterministic_;
+  const std::shared_ptr<SharedState> shared_;
 
-  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<std::shared_ptr<Slot>> slots_;
   int64_t cycle_index_ = 0;
   int64_t block_index_ = 0;
   int64_t num_open_ = 0;
   bool input_done_ = false;
-
-  absl::Mutex mu_;         // guards every Slot's ready/finished/cancelled
-  absl::CondVar changed_;  // any of those changed
 };
 
 }  // namespace

@@ -180,11 +180,15 @@ class ParallelMapIterator : public OpIterator {
     if (autotune_) AutotuneTrack(this->label(), 1, 1);
   }
 
-  // Waits for this map's closures on the pool (those not yet started skip their fn calls).
+  // Waits for this map's closures running on the pool, not for those still queued (they then
+  // do nothing): a map destroyed on a pool thread must not wait for work queued behind it.
   ~ParallelMapIterator() override {
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+    }
+    gate_->Close();
     absl::MutexLock lock(&mu_);
-    cancelled_ = true;
-    while (scheduled_ > 0) done_.Wait(&mu_);
     if (autotune_) AutotuneTrack(label(), -1, -parallelism_);
   }
   ParallelMapIterator(const ParallelMapIterator&) = delete;
@@ -257,6 +261,11 @@ class ParallelMapIterator : public OpIterator {
           help = units_.front();
           help->started = true;
         }
+        // Out of order, a consumer that itself runs on the pool (under a prefetch or a parallel
+        // interleave) never waits for units that are all still queued, possibly behind it: with
+        // none being mapped on the pool, it maps the first queued one itself. Elsewhere it waits,
+        // so that a slow element does not hold up the others.
+        if (!deterministic_ && ThreadPool::OnPoolThread()) help = FirstQueuedIfNoneMapping();
         if (help == nullptr && !CanFill()) {
           const auto start = std::chrono::steady_clock::now();
           done_.Wait(&mu_);
@@ -291,6 +300,18 @@ class ParallelMapIterator : public OpIterator {
     stall_ = std::chrono::steady_clock::duration::zero();
   }
 
+  // The first unit no thread has started, marked started, if no unit is being mapped on the
+  // pool; null otherwise.
+  std::shared_ptr<Unit> FirstQueuedIfNoneMapping() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::shared_ptr<Unit> first;
+    for (const auto& u : units_) {
+      if (u->started && !u->done) return nullptr;  // a pool thread maps it: wait for it
+      if (!u->started && first == nullptr) first = u;
+    }
+    if (first != nullptr) first->started = true;
+    return first;
+  }
+
   bool CanFill() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !input_done_ && running_ < parallelism_ &&
            static_cast<int64_t>(units_.size()) < 2 * parallelism_;
@@ -303,9 +324,12 @@ class ParallelMapIterator : public OpIterator {
       units_.push_back(unit);
       if (unit->done) return;
       ++running_;
-      ++scheduled_;
     }
-    pool_->Schedule([this, unit = std::move(unit)] { Run(unit.get()); });
+    pool_->Schedule([this, gate = gate_, unit = std::move(unit)] {
+      if (!gate->Enter()) return;  // the map is gone
+      Run(unit.get());
+      gate->Leave();
+    });
   }
 
   // Pulls units from the input and schedules them while there is room. Consumer thread only.
@@ -379,7 +403,6 @@ class ParallelMapIterator : public OpIterator {
       unit->done = true;
       --running_;
     }
-    --scheduled_;
     done_.SignalAll();
   }
 
@@ -479,6 +502,7 @@ class ParallelMapIterator : public OpIterator {
   const bool deterministic_;
   const bool autotune_;
   ThreadPool* const pool_;
+  const std::shared_ptr<PoolJobGate> gate_ = std::make_shared<PoolJobGate>();
   BlockMapper blocks_;     // answers SupportsBlocks
   int64_t unit_size_ = 1;  // the consumer's thread only
 
@@ -486,7 +510,6 @@ class ParallelMapIterator : public OpIterator {
   std::deque<std::shared_ptr<Unit>> units_ ABSL_GUARDED_BY(mu_);  // in input order
   std::deque<std::shared_ptr<Unit>>::iterator taken_ ABSL_GUARDED_BY(mu_);
   int64_t running_ ABSL_GUARDED_BY(mu_) = 0;    // units scheduled, not done
-  int64_t scheduled_ ABSL_GUARDED_BY(mu_) = 0;  // pool closures not yet returned
   bool input_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status terminal_ ABSL_GUARDED_BY(mu_);  // the input's error once input_done_
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

@@ -6,7 +6,10 @@
 // 2 * N units are in flight or waiting to be taken, so a slow consumer stalls the map instead of
 // growing memory. With deterministic=true, when the next unit is not ready and no pool thread has
 // started it, the caller's thread maps it instead of waiting, so a map never waits on a pool
-// busy with other pipelines.
+// busy with other pipelines. With deterministic=false a caller that itself runs on the pool
+// (under a prefetch or a parallel interleave) waits for a finished unit only while some unit is
+// being mapped on the pool; when every unit is still queued it maps one itself, so it never
+// waits for work queued behind it.
 // The map starts no thread of its own.
 //   deterministic=true (TF's default): outputs come in input order.
 //   deterministic=false: a unit's outputs are returned as soon as the unit is done, so a slow

@@ -3,77 +3,135 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/util/thread_pool.h"
+
 namespace sluice {
 
+// Who pulls from the input: nobody, a job queued on the pool (which pulls when it starts,
+// unless the caller took its turn: ticket), a pool thread, or the caller.
+struct PrefetchIterator::State : std::enable_shared_from_this<State> {
+  enum class Puller { kNone, kQueued, kPool, kCaller };
+
+  State(std::unique_ptr<Iterator> in, int64_t size, std::string label, ThreadPool* p)
+      : input(std::move(in)), buffer_size(size), pool(p), held(std::move(label)) {}
+
+  std::unique_ptr<Iterator> input;  // used by the one puller
+  const int64_t buffer_size;
+  ThreadPool* const pool;
+
+  absl::Mutex mu;
+  absl::CondVar changed;  // an element or the final status arrived, or a puller stopped
+  std::deque<Element> queue ABSL_GUARDED_BY(mu);
+  std::deque<int64_t> footprints ABSL_GUARDED_BY(mu);  // ElementFootprint of each queued one
+  MemoryReservation held ABSL_GUARDED_BY(mu);          // their sum
+  bool finished ABSL_GUARDED_BY(mu) = false;  // the input ended or failed
+  absl::Status final_status ABSL_GUARDED_BY(mu);  // OK means end of sequence
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+  bool started ABSL_GUARDED_BY(mu) = false;
+  Puller puller ABSL_GUARDED_BY(mu) = Puller::kNone;
+  int64_t ticket ABSL_GUARDED_BY(mu) = 0;  // the queued job's; bumped when the caller takes over
+  int64_t max_queued ABSL_GUARDED_BY(mu) = 0;
+
+  bool WantsMore() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return !cancelled && !finished && static_cast<int64_t>(queue.size()) < buffer_size;
+  }
+
+  // Schedules the read-ahead job if nobody pulls and there is room.
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (puller != Puller::kNone || !WantsMore()) return;
+    puller = Puller::kQueued;
+    pool->Schedule([self = shared_from_this(), t = ticket] { self->ReadAhead(t); });
+  }
+
+  // Pulls one element (mu released meanwhile) and queues it, or records the end or error.
+  void PullOneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    Element e;
+    bool end = false;
+    mu.Unlock();
+    absl::Status s = input->GetNext(&e, &end);
+    const int64_t footprint = s.ok() && !end ? ElementFootprint(e) : 0;
+    mu.Lock();
+    if (s.ok() && !end) s = held.Grow(footprint);
+    if (!s.ok() || end) {
+      final_status = s;
+      finished = true;
+    } else {
+      queue.push_back(std::move(e));
+      footprints.push_back(footprint);
+      max_queued = std::max<int64_t>(max_queued, static_cast<int64_t>(queue.size()));
+    }
+    changed.SignalAll();
+  }
+
+  // The pool's job: pulls until the queue is full, unless the caller took its turn.
+  void ReadAhead(int64_t t) ABSL_LOCKS_EXCLUDED(mu) {
+    absl::MutexLock lock(&mu);
+    if (puller != Puller::kQueued || t != ticket) return;
+    puller = Puller::kPool;
+    while (WantsMore()) PullOneLocked();
+    puller = Puller::kNone;
+    changed.SignalAll();
+  }
+};
+
 PrefetchIterator::PrefetchIterator(std::unique_ptr<Iterator> input, int64_t buffer_size,
-                                   std::string label)
-    : input_(std::move(input)),
-      buffer_size_(std::max<int64_t>(buffer_size, 1)),
-      held_(std::move(label)) {}
+                                   std::string label, ThreadPool* pool)
+    : state_(std::make_shared<State>(std::move(input), std::max<int64_t>(buffer_size, 1),
+                                     std::move(label),
+                                     pool != nullptr ? pool : &ProcessThreadPool())) {}
 
 PrefetchIterator::~PrefetchIterator() {
+  State& s = *state_;
+  std::unique_ptr<Iterator> input;
   {
-    absl::MutexLock lock(&mu_);
-    cancelled_ = true;
-    not_full_.SignalAll();
+    absl::MutexLock lock(&s.mu);
+    s.cancelled = true;
+    // A queued job finds cancelled set and does nothing; a pulling one stops after its pull.
+    while (s.puller == State::Puller::kPool) s.changed.Wait(&s.mu);
+    input = std::move(s.input);  // nobody pulls any more
+    s.held.Clear();
+    s.footprints.clear();
+    s.queue.clear();
   }
-  if (thread_.joinable()) thread_.join();
 }
 
 absl::Status PrefetchIterator::GetNext(Element* out, bool* end_of_sequence) {
-  absl::MutexLock lock(&mu_);
-  if (!started_) {
-    started_ = true;
-    thread_ = std::thread([this] { Produce(); });
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  if (!s.started) {
+    s.started = true;
+    s.ScheduleLocked();
   }
-  while (queue_.empty() && !finished_) not_empty_.Wait(&mu_);
-  if (!queue_.empty()) {
-    *out = std::move(queue_.front());
-    queue_.pop_front();
-    held_.Shrink(footprints_.front());
-    footprints_.pop_front();
+  while (s.queue.empty() && !s.finished) {
+    if (s.puller == State::Puller::kPool) {
+      s.changed.Wait(&s.mu);
+      continue;
+    }
+    // The job is queued behind other work (or none is scheduled): pull it ourselves.
+    if (s.puller == State::Puller::kQueued) ++s.ticket;
+    s.puller = State::Puller::kCaller;
+    s.PullOneLocked();
+    s.puller = State::Puller::kNone;
+  }
+  if (!s.queue.empty()) {
+    *out = std::move(s.queue.front());
+    s.queue.pop_front();
+    s.held.Shrink(s.footprints.front());
+    s.footprints.pop_front();
     *end_of_sequence = false;
-    not_full_.Signal();
+    // Room again: read on, as TF's prefetch keeps its buffer full. (While the caller is
+    // faster than the input the job never ends; only a caller slower than the input costs a
+    // pool hand-off per element, on the pool's side.)
+    s.ScheduleLocked();
     return absl::OkStatus();
   }
-  *end_of_sequence = final_status_.ok();
-  return final_status_;
+  *end_of_sequence = s.final_status.ok();
+  return s.final_status;
 }
 
 int64_t PrefetchIterator::max_queued() const {
-  absl::MutexLock lock(&mu_);
-  return max_queued_;
-}
-
-void PrefetchIterator::Produce() {
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      while (!cancelled_ && static_cast<int64_t>(queue_.size()) >= buffer_size_) {
-        not_full_.Wait(&mu_);
-      }
-      if (cancelled_) {
-        finished_ = true;
-        return;
-      }
-    }
-    Element e;
-    bool end = false;
-    absl::Status s = input_->GetNext(&e, &end);
-    const int64_t footprint = s.ok() && !end ? ElementFootprint(e) : 0;
-    absl::MutexLock lock(&mu_);
-    if (s.ok() && !end) s = held_.Grow(footprint);
-    if (!s.ok() || end) {
-      final_status_ = s;
-      finished_ = true;
-      not_empty_.Signal();
-      return;
-    }
-    queue_.push_back(std::move(e));
-    footprints_.push_back(footprint);
-    max_queued_ = std::max<int64_t>(max_queued_, static_cast<int64_t>(queue_.size()));
-    not_empty_.Signal();
-  }
+  absl::MutexLock lock(&state_->mu);
+  return state_->max_queued;
 }
 
 }  // namespace sluice

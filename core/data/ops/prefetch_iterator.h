@@ -1,4 +1,5 @@
-// prefetch(n): runs its input on a background thread that keeps at most n elements ready.
+// prefetch(n): reads its input ahead on the process's shared thread pool, keeping at most n
+// elements ready. It starts no thread of its own.
 #ifndef SLUICE_CORE_PREFETCH_ITERATOR_H_
 #define SLUICE_CORE_PREFETCH_ITERATOR_H_
 
@@ -6,7 +7,6 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -16,21 +16,30 @@
 
 namespace sluice {
 
-// The producer thread starts at the first GetNext (as TF's does) and pulls from the input only
-// while fewer than `buffer_size` elements are queued, so at most buffer_size elements have been
-// produced and not yet consumed at any time. Elements, then the input's error or end of
-// sequence, come out in the input's order; the error or end then repeats.
+class ThreadPool;  // core/util/thread_pool.h
+
+// Reading ahead starts at the first GetNext (as TF's does): a job on the pool pulls from the
+// input while fewer than `buffer_size` elements are queued, then ends, and taking an element
+// schedules it again; so at most buffer_size elements have been produced and not yet consumed
+// at any time. A GetNext that finds the queue empty while no pool thread is pulling (the job
+// still queued behind other work on the pool, possibly behind this very caller when it runs on
+// the pool itself) pulls the next element itself instead of waiting: nested prefetches,
+// interleaves and maps never wait for work queued behind them, so they cannot deadlock on a
+// pool of any size. Elements, then the input's error or end of sequence, come out in the
+// input's order; the error or end then repeats.
 //
-// The destructor stops the producer and joins it promptly, also mid-stream or while it waits
-// on a full queue; the only wait is for an input GetNext call already in progress.
+// The destructor stops reading ahead and returns promptly, also mid-stream: the only wait is
+// for an input GetNext call in progress on a pool thread (a job still queued then does nothing).
 //
-// Thread safety: as Iterator, one caller at a time; the producer owns `input` once started.
+// Thread safety: as Iterator, one caller at a time; `input` is used by one thread at a time
+// (the pool's or the caller's).
 class PrefetchIterator : public Iterator {
  public:
   // Requires buffer_size > 0. The queued elements count against the process's memory budget
-  // (core/data/memory_budget.h); `label` names the op when they would exceed it.
+  // (core/data/memory_budget.h); `label` names the op when they would exceed it. `pool`:
+  // borrowed, must outlive the iterator; null: ProcessThreadPool().
   PrefetchIterator(std::unique_ptr<Iterator> input, int64_t buffer_size,
-                   std::string label = "prefetch");
+                   std::string label = "prefetch", ThreadPool* pool = nullptr);
   ~PrefetchIterator() override;
   PrefetchIterator(const PrefetchIterator&) = delete;
   PrefetchIterator& operator=(const PrefetchIterator&) = delete;
@@ -38,27 +47,11 @@ class PrefetchIterator : public Iterator {
   absl::Status GetNext(Element* out, bool* end_of_sequence) override;
 
   // Test hook: the most elements the queue has held at once.
-  int64_t max_queued() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t max_queued() const;
 
  private:
-  void Produce() ABSL_LOCKS_EXCLUDED(mu_);
-
-  std::unique_ptr<Iterator> input_;  // used by the producer thread only, once started
-  const int64_t buffer_size_;
-
-  mutable absl::Mutex mu_;
-  absl::CondVar not_full_;   // signalled when an element is taken or on cancel
-  absl::CondVar not_empty_;  // signalled when an element or the final status arrives
-  std::deque<Element> queue_ ABSL_GUARDED_BY(mu_);
-  std::deque<int64_t> footprints_ ABSL_GUARDED_BY(mu_);  // ElementFootprint of each queued one
-  MemoryReservation held_ ABSL_GUARDED_BY(mu_);          // their sum
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // the producer has stopped
-  absl::Status final_status_ ABSL_GUARDED_BY(mu_);  // OK means end of sequence
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  bool started_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t max_queued_ ABSL_GUARDED_BY(mu_) = 0;
-
-  std::thread thread_;
+  struct State;  // shared with the pool's jobs (prefetch_iterator.cc)
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace sluice
