@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/read_order.h"
+#include "core/rpc/grpc_security.h"
 #include "core/rpc/grpc_status.h"
 #include "core/rpc/step_frame.h"
 #include "core/util/backoff.h"
@@ -43,6 +44,8 @@ std::shared_ptr<grpc::Channel> DefaultChannel(const std::string& address) {
   args.SetMaxSendMessageSize(-1);
   // Each consumer gets its own connection rather than one shared by the whole process.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // A restarted coordinator or worker is reached again within a second (core/rpc/grpc_security.h).
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 

@@ -505,6 +505,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   response->set_worker_id(worker_id);
   response->set_incarnation(versions_.incarnation());
   response->set_version(versions_.version());
+  response->set_worker_timeout_ms(absl::ToInt64Milliseconds(options_.worker_timeout));
   return absl::OkStatus();
 }
 

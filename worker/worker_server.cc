@@ -236,6 +236,9 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   gone_consumers_ = std::move(gone);
   known_incarnation_ = response.incarnation();
   known_version_ = response.version();
+  if (response.worker_timeout_ms() > 0) {
+    coordinator_worker_timeout_ = absl::Milliseconds(response.worker_timeout_ms());
+  }
   for (auto& r : to_close) {
     r->Close();  // readers still holding it see UNAVAILABLE; it delivers nothing more
     ++stopped_totals_.tasks;
@@ -280,7 +283,14 @@ void WorkerServer::HeartbeatLoop() {
                          " failed (retrying with backoff): ", s.ToString()));
       }
       failing = true;
-      nominal = std::min(std::max(nominal * 2, options_.heartbeat_interval), options_.max_backoff);
+      absl::Duration cap = options_.max_backoff;
+      {
+        absl::MutexLock lock(&mu_);
+        if (coordinator_worker_timeout_ > absl::ZeroDuration()) {
+          cap = std::min(cap, coordinator_worker_timeout_ / 4);
+        }
+      }
+      nominal = std::min(std::max(nominal * 2, options_.heartbeat_interval), cap);
     }
     wait = Jittered(nominal, options_.heartbeat_jitter, random);
   }

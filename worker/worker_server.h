@@ -57,7 +57,9 @@ struct WorkerServerOptions {
   // started (or cut off) together do not reach the coordinator in waves.
   absl::Duration heartbeat_interval = absl::Seconds(1);
   double heartbeat_jitter = 0.1;
-  // Cap of the backoff between failed heartbeats.
+  // Cap of the backoff between failed heartbeats; once a heartbeat answer has said the
+  // coordinator's worker_timeout, at most a quarter of it, so that a worker reconnecting to a
+  // restarted coordinator is heard from before that coordinator would declare it dead.
   absl::Duration max_backoff = absl::Seconds(10);
   // Deadline of each coordinator RPC.
   absl::Duration rpc_deadline = absl::Seconds(10);
@@ -158,6 +160,9 @@ class WorkerServer : public TaskLookup {
   // back so that the coordinator skips new_tasks while this worker's assignment is unchanged.
   uint64_t known_incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t known_version_ ABSL_GUARDED_BY(mu_) = 0;
+  // The coordinator's worker_timeout from its last answer (WorkerHeartbeatResponse
+  // .worker_timeout_ms); zero until one said it.
+  absl::Duration coordinator_worker_timeout_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   std::thread heartbeat_thread_;
 };
 

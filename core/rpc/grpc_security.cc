@@ -77,6 +77,11 @@ absl::StatusOr<GrpcChannelFactory> MakeChannelFactory(const ChannelSecurity& sec
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    // A peer that was down (a coordinator restarting, a worker coming back) is reached again
+    // within a second of its return: gRPC's default reconnect backoff grows to 120 s, long
+    // past any worker_timeout, and a worker whose channel still waits would be declared dead
+    // by the restarted coordinator and lose its tasks.
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
     if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
     return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, args,
                                                                    TokenInterceptors(token));

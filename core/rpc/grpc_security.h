@@ -66,9 +66,13 @@ struct ChannelSecurity {
 using GrpcChannelFactory =
     std::function<std::shared_ptr<grpc::Channel>(const std::string& address)>;
 
-// Channels with the security's credentials and token, no message size limits and a connection
-// of their own (as client/service_step_source.h's DefaultChannel). Errors of
-// MakeChannelCredentials; the files are read once, here.
+// The longest wait between a channel's attempts to reconnect to a peer that went away.
+inline constexpr int kMaxReconnectBackoffMs = 1000;
+
+// Channels with the security's credentials and token, no message size limits, a connection
+// of their own (as client/service_step_source.h's DefaultChannel) and reconnect attempts at
+// most kMaxReconnectBackoffMs apart. Errors of MakeChannelCredentials; the files are read
+// once, here.
 absl::StatusOr<GrpcChannelFactory> MakeChannelFactory(const ChannelSecurity& security);
 
 // The ServerSecurity that the server flags name (coordinator and worker mains): TLS files,

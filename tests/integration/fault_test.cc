@@ -45,6 +45,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "core/util/status_macros.h"
 #include "tests/integration/process_cluster.h"
 #include "tests/integration/step_model.h"
 
@@ -341,6 +342,18 @@ absl::Status WaitForJobFinished(ProcessCluster& cluster, const std::string& job)
       absl::StrCat("job ", job, " not finished within 30s; last status:\n", last));
 }
 
+// Task id -> the address of the worker running it, for the job named `job`.
+absl::StatusOr<std::map<int64_t, std::string>> TaskPlacement(ProcessCluster& cluster,
+                                                            const std::string& job) {
+  ASSIGN_OR_RETURN(proto::GetStatusResponse status, cluster.Status());
+  std::map<int64_t, std::string> placement;
+  for (const proto::JobStatus& j : status.jobs()) {
+    if (j.job_name() != job) continue;
+    for (const proto::TaskInfo& t : j.tasks()) placement[t.task_id()] = t.worker_address();
+  }
+  return placement;
+}
+
 int64_t Steps(const std::vector<View>& views) { return views.empty() ? 0 : views[0].size(); }
 
 class FaultTest : public ::testing::TestWithParam<Mode> {};
@@ -512,6 +525,9 @@ TEST_P(FaultTest, CoordinatorKilledAndRestartedMidEpoch) {
   ASSERT_TRUE(t.ok()) << t.status();
   absl::Status mid = PauseMidEpoch(**t, total / 3, total);
   ASSERT_TRUE(mid.ok()) << mid << cluster.Logs();
+  auto placed = TaskPlacement(cluster, "faults");
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  ASSERT_FALSE(placed->empty());
   ASSERT_TRUE(cluster.KillCoordinator().ok());
   ASSERT_TRUE((*t)->Signal(SIGCONT).ok());
   // Down for longer than --worker_timeout: the new coordinator must not lose the job while
@@ -525,6 +541,15 @@ TEST_P(FaultTest, CoordinatorKilledAndRestartedMidEpoch) {
   ExpectExactlyOnce(*got, kElements, "with the coordinator restarted");
   absl::Status finished = WaitForJobFinished(cluster, "faults");
   EXPECT_TRUE(finished.ok()) << finished << cluster.Logs();
+  // Every worker reconnected before the restarted coordinator could call it dead (its backoff
+  // and its channel's reconnect backoff stay under worker_timeout): no task moved, so nothing
+  // was run again from its start elsewhere.
+  auto after = TaskPlacement(cluster, "faults");
+  ASSERT_TRUE(after.ok()) << after.status();
+  for (const auto& [task, worker] : *placed) {
+    EXPECT_EQ((*after)[task], worker)
+        << "task " << task << " moved although its worker never stopped\n" << cluster.Logs();
+  }
   absl::Status stopped = cluster.StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
