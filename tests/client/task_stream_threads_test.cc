@@ -89,6 +89,11 @@ class OneStepWorker : public grpc::CallbackGenericService {
       if (!ok) return;  // the consumer half-closed or went away: OnCancel ends the call
       if (!opened_) {
         opened_ = true;
+        {
+          // Counted before the step goes out: the consumer may have it before this returns.
+          absl::MutexLock wlock(&worker_->mu_);
+          ++worker_->opened_;
+        }
         proto::ConsumerMessage m;
         if (DecodeConsumerMessage(in_, &m).ok() && m.has_request()) {
           StepFrame frame;
@@ -102,8 +107,6 @@ class OneStepWorker : public grpc::CallbackGenericService {
             StartWrite(&out_);
           }
         }
-        absl::MutexLock wlock(&worker_->mu_);
-        ++worker_->opened_;
       }
       StartRead(&in_);
     }
