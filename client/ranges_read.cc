@@ -27,16 +27,11 @@ void RangesRead::OnHeartbeatLocked(const proto::ClientHeartbeatResponse& respons
 }
 
 absl::Status RangesRead::Next(std::vector<Element>* replicas, bool* end_of_data) {
-  std::vector<std::shared_ptr<TaskStream>> returned;
-  absl::Status s;
-  {
-    absl::MutexLock lock(&streams_->mu());
-    s = NextLocked(replicas, end_of_data);
-    // Join the readers of ended tasks that have returned, outside the lock; the caller reads on
-    // without waiting for the others.
-    returned = streams_->TakeReturnedRetiredLocked();
-  }
-  TaskStreams::JoinReaders(returned);
+  absl::MutexLock lock(&streams_->mu());
+  absl::Status s = NextLocked(replicas, end_of_data);
+  // Forget the ended tasks whose calls are over; the caller reads on without waiting for the
+  // others.
+  streams_->DropDoneRetiredLocked();
   return s;
 }
 

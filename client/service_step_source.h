@@ -1,8 +1,9 @@
 // ServiceStepSource: the StepSource behind DistributeDatasetFromService (sluice/service.h).
 //
 // It learns the job's tasks and their workers from ClientHeartbeat and opens one StreamSteps
-// call per task (docs/SERVICE.md). A reader thread per task receives frames, decodes them
-// straight into buffers from the allocator and queues the steps.
+// call per task (docs/SERVICE.md), on gRPC's callback API: no thread per task (a constant three
+// of its own and gRPC's callback threads, however many tasks). Each frame is decoded as it
+// arrives straight into buffers from the allocator and its steps are queued.
 //
 // Flow control in bytes: the consumer has one receive budget (receive_budget_bytes) shared by
 // the streams open at once, each getting window = budget / streams (every task of a round-robin
@@ -42,7 +43,7 @@
 // (sequential).
 //
 // Not thread-safe (one caller at a time, like the DistributedIterator that owns it); the
-// destructor cancels the streams and joins the reader threads.
+// destructor cancels the streams and returns once every call has finished.
 #ifndef SLUICE_CLIENT_SERVICE_STEP_SOURCE_H_
 #define SLUICE_CLIENT_SERVICE_STEP_SOURCE_H_
 
@@ -96,8 +97,8 @@ struct ServiceStepSourceOptions {
   // The jitter's random source (tests inject a fixed one). Unset: seeded from the system.
   RandomSource random;
   // A call whose end of task arrived but whose worker has not sent the call's status this long
-  // after (the worker froze right after the end) is cancelled by the monitor, which frees its
-  // reader thread. The end and the steps before it are the caller's as soon as they arrive.
+  // after (the worker froze right after the end) is cancelled by the monitor (and by the
+  // destructor, which waits for it at most this long). The end and the steps before it are the caller's as soon as they arrive.
   absl::Duration end_grace = absl::Seconds(5);
   // Checkpoints (CheckpointAfter): empty job key = not resumable. The job's first step in
   // its sequence and its epoch length (-1: unknown).

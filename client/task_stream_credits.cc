@@ -1,4 +1,5 @@
-// TaskStreams' flow control in bytes: windows, credit grants (the credit thread) and the
+// TaskStreams' flow control in bytes: windows, credit grants (the credit thread, and a call's
+// completed write) and the
 // totals of FlowStats. See client/task_streams.h.
 #include "client/task_streams.h"
 
@@ -6,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "client/task_stream_call.h"
 #include "core/rpc/step_frame.h"
 #include "proto/worker.pb.h"
 
@@ -44,43 +46,32 @@ void TaskStreams::PopLocked(TaskStream* task, std::vector<Element>* replicas) {
   if (task->calling && before < quantum && FreeLocked(*task) >= quantum) credit_cv_.Signal();
 }
 
-void TaskStreams::CreditLoop() {
-  absl::MutexLock lock(&mu_);
-  while (!shutdown_) {
-    std::vector<std::shared_ptr<TaskStream>> due;
-    const int64_t quantum = GrantQuantum();
-    for (auto& [id, task] : tasks_) {
-      if (task->calling && FreeLocked(*task) >= quantum) due.push_back(task);
-    }
-    if (due.empty()) {
-      credit_cv_.Wait(&mu_);
-      continue;
-    }
-    mu_.Unlock();
-    for (auto& task : due) GrantCredits(task.get());
-    due.clear();
-    mu_.Lock();
-  }
+bool TaskStreams::GrantDueLocked(const TaskStream& task) const {
+  return task.calling && FreeLocked(task) >= GrantQuantum();
 }
 
-void TaskStreams::GrantCredits(TaskStream* task) {
-  absl::MutexLock wlock(&task->write_mu);
-  if (task->stream == nullptr) return;
-  int64_t n;
-  int64_t received;
-  {
-    absl::MutexLock lock(&mu_);
-    n = FreeLocked(*task);
-    if (!task->calling || n < GrantQuantum()) return;
-    SetOutstandingLocked(task, task->outstanding + n);
-    ++credit_grants_;
-    received = task->next_step;
-  }
+proto::ConsumerMessage TaskStreams::TakeGrantLocked(TaskStream* task) {
+  const int64_t n = FreeLocked(*task);
+  SetOutstandingLocked(task, task->outstanding + n);
+  ++credit_grants_;
   proto::ConsumerMessage m;
   m.mutable_credit()->set_bytes(n);
   // Independent reads acknowledge what arrived, so that the worker can let it go.
-  if (options_.independent) m.mutable_credit()->set_received_steps(received);
-  task->stream->Write(EncodeConsumerMessage(m));  // a broken call is noticed by the reader
+  if (options_.independent) m.mutable_credit()->set_received_steps(task->next_step);
+  return m;
+}
+
+void TaskStreams::CreditLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!shutdown_) {
+    // A call with a write in flight grants when that write completes (on gRPC's thread).
+    for (auto& [id, task] : tasks_) {
+      if (task->call != nullptr && !task->call->writing_locked() && GrantDueLocked(*task)) {
+        task->call->WriteLocked();
+      }
+    }
+    credit_cv_.Wait(&mu_);
+  }
 }
 
 TaskStreams::FlowStats TaskStreams::flow_stats() const {

@@ -7,31 +7,20 @@
 #include "absl/strings/str_cat.h"
 #include "client/read_order.h"
 #include "core/rpc/grpc_security.h"
+#include "client/task_stream_call.h"
 #include "core/rpc/grpc_status.h"
-#include "core/rpc/step_frame.h"
 #include "core/util/backoff.h"
 #include "core/util/transient_error.h"
-#include "grpcpp/impl/rpc_method.h"
-#include "grpcpp/support/sync_stream.h"
 #include "proto/worker.pb.h"
 
 namespace sluice {
 namespace {
-
-constexpr char kStreamStepsMethod[] = "/sluice.proto.WorkerService/StreamSteps";
-
-using Stream = TaskStream::Stream;
 
 uint64_t RandomConsumerId() {
   std::random_device device;
   uint64_t id = 0;
   while (id == 0) id = (uint64_t{device()} << 32) ^ device();
   return id;
-}
-
-// The task's call has returned (its status arrived, or it was cancelled).
-bool CallDone(TaskStream* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(task->call_mu) {
-  return task->context == nullptr;
 }
 
 }  // namespace
@@ -63,6 +52,7 @@ void TaskStreams::Start(ReadOrder* order) {
   order_ = order;
   monitor_ = std::thread([this] { Monitor(); });
   credit_thread_ = std::thread([this] { CreditLoop(); });
+  connector_ = std::thread([this] { ConnectLoop(); });
 }
 
 bool TaskStreams::HasUnreportedEnds() const {
@@ -107,13 +97,13 @@ TaskStream* TaskStreams::AddTaskLocked(int64_t task_id, int64_t task_index) {
   auto task = std::make_shared<TaskStream>();
   task->task_id = task_id;
   task->task_index = task_index;
+  task->backoff = std::make_unique<Backoff>(absl::Milliseconds(20), absl::Seconds(1));
+  task->last_progress = absl::Now();
+  task->connect_wanted = true;
+  connecting_.push_back(task);
+  connector_cv_.Signal();
   TaskStream* t = task.get();
   tasks_[task_id] = std::move(task);
-  t->reader = std::thread([this, t] {
-    ReadTask(t);
-    absl::MutexLock lock(&mu_);
-    t->reader_done = true;
-  });
   return t;
 }
 
@@ -138,22 +128,10 @@ void TaskStreams::RetireLocked(TaskStream* task) {
   tasks_.erase(owned);
 }
 
-std::vector<std::shared_ptr<TaskStream>> TaskStreams::TakeReturnedRetiredLocked() {
-  // A reader may still wait for the status of a worker frozen after sending the end: it stays
-  // retired (the monitor cancels it after end_grace, Shutdown joins it).
-  std::vector<std::shared_ptr<TaskStream>> returned;
-  std::vector<std::shared_ptr<TaskStream>> waiting;
-  for (auto& task : retired_) {
-    (task->reader_done ? returned : waiting).push_back(std::move(task));
-  }
-  retired_.swap(waiting);
-  return returned;
-}
-
-void TaskStreams::JoinReaders(const std::vector<std::shared_ptr<TaskStream>>& tasks) {
-  for (auto& task : tasks) {
-    if (task->reader.joinable()) task->reader.join();
-  }
+void TaskStreams::DropDoneRetiredLocked() {
+  // A call may still wait for the status of a worker frozen after sending the end: its task
+  // stays retired (the monitor cancels the call after end_grace, Shutdown before it returns).
+  std::erase_if(retired_, [](const std::shared_ptr<TaskStream>& t) { return t->done; });
 }
 
 void TaskStreams::WakeMonitorLocked() {
@@ -194,49 +172,37 @@ void TaskStreams::Monitor() {
 }
 
 void TaskStreams::CancelEndedCalls(absl::Time now) {
-  std::vector<std::shared_ptr<TaskStream>> all;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& [id, task] : tasks_) all.push_back(task);
-    all.insert(all.end(), retired_.begin(), retired_.end());
-  }
-  for (auto& task : all) {
-    absl::MutexLock clock(&task->call_mu);
-    if (task->context != nullptr && now - task->end_received > options_.end_grace) {
-      task->context->TryCancel();
+  absl::MutexLock lock(&mu_);
+  auto cancel = [&](TaskStream& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (task.call != nullptr && now - task.end_received > options_.end_grace) {
+      task.call->CancelLocked();
     }
-  }
+  };
+  for (auto& [id, task] : tasks_) cancel(*task);
+  for (auto& task : retired_) cancel(*task);
 }
 
 void TaskStreams::OnHeartbeat(const proto::ClientHeartbeatResponse& response,
                               absl::Time sent) {
-  // Open tasks and where they are now. Owned here too: once the lock is released the caller
-  // may retire a task (read to its end) and free it.
-  std::vector<std::pair<std::shared_ptr<TaskStream>, std::string>> placed;
-  {
-    absl::MutexLock lock(&mu_);
-    if (shutdown_) return;
-    if (order_ != nullptr) order_->OnHeartbeatLocked(response);
-    // Reported ends the coordinator has taken: the task is no longer listed as unfinished.
-    absl::flat_hash_set<int64_t> unfinished;
-    for (const proto::TaskInfo& info : response.tasks()) {
-      if (!info.finished()) unfinished.insert(info.task_id());
-    }
-    absl::erase_if(completed_, [&](int64_t id) { return !unfinished.contains(id); });
-    for (const proto::TaskInfo& info : response.tasks()) {
-      auto it = tasks_.find(info.task_id());
-      if (it == tasks_.end() || info.worker_address().empty()) continue;
-      placed.emplace_back(it->second, info.worker_address());
-    }
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return;
+  if (order_ != nullptr) order_->OnHeartbeatLocked(response);
+  // Reported ends the coordinator has taken: the task is no longer listed as unfinished.
+  absl::flat_hash_set<int64_t> unfinished;
+  for (const proto::TaskInfo& info : response.tasks()) {
+    if (!info.finished()) unfinished.insert(info.task_id());
   }
-  for (auto& [task, address] : placed) {
-    absl::MutexLock clock(&task->call_mu);
+  absl::erase_if(completed_, [&](int64_t id) { return !unfinished.contains(id); });
+  for (const proto::TaskInfo& info : response.tasks()) {
+    auto it = tasks_.find(info.task_id());
+    if (it == tasks_.end() || info.worker_address().empty()) continue;
+    TaskStream& task = *it->second;
     // Only a heartbeat sent after the stream opened can say the stream is on the wrong worker.
     // A call whose end arrived is left to finish: cancelling it would lose the worker's count
     // of this consumer's end (see Shutdown).
-    if (task->context != nullptr && task->address != address && sent > task->opened &&
-        task->end_received == absl::InfiniteFuture()) {
-      task->context->TryCancel();
+    if (task.call != nullptr && task.address != info.worker_address() && sent > task.opened &&
+        task.end_received == absl::InfiniteFuture()) {
+      task.call->CancelLocked();
     }
   }
 }
@@ -244,258 +210,179 @@ void TaskStreams::OnHeartbeat(const proto::ClientHeartbeatResponse& response,
 void TaskStreams::Shutdown() {
   if (joined_) return;
   joined_ = true;
-  std::vector<TaskStream*> all;
   {
     absl::MutexLock lock(&mu_);
     shutdown_ = true;
     cv_.SignalAll();
     monitor_cv_.SignalAll();
     credit_cv_.SignalAll();
-    for (auto& [id, task] : tasks_) all.push_back(task.get());
-    for (auto& task : retired_) all.push_back(task.get());
+    connector_cv_.SignalAll();
   }
   if (monitor_.joinable()) monitor_.join();
-  // No task is added after shutdown_: `all` is complete.
-  // A call whose end arrived has half-closed and waits for the worker's status: let it finish
-  // (until end_grace after the end, as the monitor would) before cancelling. The worker counts
-  // this consumer's end only when it sees the half-close on a call not cancelled, and that
-  // count is what lets it report the task finished when the coordinator cannot hear it from
-  // this consumer (the coordinator is down now and this process is about to exit).
-  for (TaskStream* task : all) {
-    absl::MutexLock lock(&task->call_mu);
-    if (task->context == nullptr || task->end_received == absl::InfiniteFuture()) continue;
-    task->call_mu.AwaitWithDeadline(absl::Condition(&CallDone, task),
-                                    task->end_received + options_.end_grace);
+  // No call is opened after this: every call there will be has its task's call slot set.
+  if (connector_.joinable()) connector_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<TaskStream*> all;
+    for (auto& [id, task] : tasks_) all.push_back(task.get());
+    for (auto& task : retired_) all.push_back(task.get());
+    // A call whose end arrived has half-closed and waits for the worker's status: let it
+    // finish (until end_grace after the end, as the monitor would) before cancelling. The
+    // worker counts this consumer's end only when it sees the half-close on a call not
+    // cancelled, and that count is what lets it report the task finished when the coordinator
+    // cannot hear it from this consumer (the coordinator is down now and this process is about
+    // to exit). Each call's OnDone signals cv_.
+    while (true) {
+      const absl::Time now = absl::Now();
+      absl::Time next = absl::InfiniteFuture();
+      for (TaskStream* task : all) {
+        if (task->call == nullptr || task->end_received == absl::InfiniteFuture()) continue;
+        const absl::Time until = task->end_received + options_.end_grace;
+        if (until > now) next = std::min(next, until);
+      }
+      if (next == absl::InfiniteFuture()) break;
+      cv_.WaitWithDeadline(&mu_, next);
+    }
+    for (TaskStream* task : all) {
+      if (task->call != nullptr) task->call->CancelLocked();
+    }
   }
-  for (TaskStream* task : all) {
-    absl::MutexLock lock(&task->call_mu);
-    if (task->context != nullptr) task->context->TryCancel();
-  }
-  for (TaskStream* task : all) {
-    if (task->reader.joinable()) task->reader.join();
+  // Every call reaches OnDone (a cancelled one promptly); none may outlive this object.
+  {
+    std::unique_lock<std::mutex> lock(live_mu_);
+    live_cv_.wait(lock, [this] { return live_calls_ == 0; });
   }
   if (credit_thread_.joinable()) credit_thread_.join();
 }
 
-void TaskStreams::ReadTask(TaskStream* task) {
-  const std::string name = absl::StrCat("task ", task->task_id, " (index ", task->task_index,
-                                        ") of job ", options_.job_id);
-  absl::Time last_progress = absl::Now();
-  Backoff backoff(absl::Milliseconds(20), absl::Seconds(1));
-  absl::Status last_error;
-  std::string last_address;
-  auto fail = [&](absl::Status s) {
-    absl::MutexLock lock(&mu_);
-    task->error = std::move(s);
-    cv_.SignalAll();
-  };
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (shutdown_) return;
+void TaskStreams::CallGone() {
+  std::lock_guard<std::mutex> lock(live_mu_);
+  --live_calls_;
+  live_cv_.notify_all();  // under the lock: the waiter may destroy it once it sees zero
+}
+
+std::string TaskStreams::TaskName(const TaskStream& task) const {
+  return absl::StrCat("task ", task.task_id, " (index ", task.task_index, ") of job ",
+                      options_.job_id);
+}
+
+void TaskStreams::FailLocked(TaskStream* task, absl::Status s) {
+  task->error = std::move(s);
+  task->done = true;
+  cv_.SignalAll();
+}
+
+void TaskStreams::RetryLaterLocked(const std::shared_ptr<TaskStream>& task) {
+  const absl::Time now = absl::Now();
+  if (now - task->last_progress > options_.retry_deadline) {
+    return FailLocked(
+        task.get(),
+        absl::UnavailableError(absl::StrCat(
+            TaskName(*task), ": no progress for ", absl::FormatDuration(options_.retry_deadline),
+            task->last_address.empty()
+                ? std::string()
+                : absl::StrCat("; worker ", task->last_address, " unavailable"),
+            ": ", task->last_error.message())));
+  }
+  task->connect_wanted = true;
+  task->connect_at = now + task->backoff->Next();
+  connecting_.push_back(task);
+  connector_cv_.Signal();
+}
+
+void TaskStreams::ConnectLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!shutdown_) {
+    const absl::Time now = absl::Now();
+    absl::Time next = absl::InfiniteFuture();
+    std::vector<std::shared_ptr<TaskStream>> due;
+    std::vector<std::shared_ptr<TaskStream>> later;
+    for (auto& task : connecting_) {
+      if (task->connect_at <= now) {
+        task->connect_wanted = false;
+        due.push_back(std::move(task));
+      } else {
+        next = std::min(next, task->connect_at);
+        later.push_back(std::move(task));
+      }
     }
-    std::string address;
+    connecting_.swap(later);
+    if (due.empty()) {
+      connector_cv_.WaitWithDeadline(&mu_, next);
+      continue;
+    }
+    // One heartbeat, with no lock held, tells every due task where its worker is.
+    mu_.Unlock();
     absl::StatusOr<proto::ClientHeartbeatResponse> hb = Heartbeat();
-    if (hb.ok()) {
-      bool found = false;
-      for (const proto::TaskInfo& info : hb->tasks()) {
-        if (info.task_id() != task->task_id) continue;
-        found = true;
-        address = info.worker_address();
-      }
-      if (!found) {
-        return fail(absl::NotFoundError(
-            absl::StrCat(name, ": the coordinator ", options_.coordinator_address,
-                         " no longer lists the task")));
-      }
-      if (address.empty()) last_error = absl::UnavailableError("the task has no worker yet");
-    } else if (!Retryable(hb.status())) {
-      return fail(hb.status());
-    } else {
-      last_error = hb.status();
-    }
-    if (!address.empty()) {
-      bool progress = false;
-      absl::Status s = StreamOnce(task, address, &progress);
-      if (progress) {
-        last_progress = absl::Now();
-        backoff.Reset();
-      }
-      if (s.ok()) return;  // the end of the task
-      {
-        absl::MutexLock lock(&mu_);
-        if (shutdown_) return;
-      }
-      if (!Retryable(s)) {
-        return fail(absl::Status(s.code(), absl::StrCat(name, " on worker ", address, ": ",
-                                                        s.message())));
-      }
-      last_error = s;
-      last_address = address;
-    }
-    if (absl::Now() - last_progress > options_.retry_deadline) {
-      return fail(absl::UnavailableError(absl::StrCat(
-          name, ": no progress for ", absl::FormatDuration(options_.retry_deadline),
-          last_address.empty() ? std::string()
-                               : absl::StrCat("; worker ", last_address, " unavailable"),
-          ": ", last_error.message())));
-    }
-    absl::MutexLock lock(&mu_);
-    const absl::Time until = absl::Now() + backoff.Next();
-    while (!shutdown_ && absl::Now() < until) cv_.WaitWithDeadline(&mu_, until);
+    for (auto& task : due) ConnectTask(task, hb);
+    mu_.Lock();
   }
 }
 
-absl::Status TaskStreams::StreamOnce(TaskStream* task, const std::string& address,
-                                     bool* progress) {
-  std::shared_ptr<grpc::Channel> channel = ChannelTo(address);
-  grpc::ClientContext context;
-  std::unique_ptr<Stream> stream(grpc::internal::ClientReaderWriterFactory<
-                                 grpc::ByteBuffer, grpc::ByteBuffer>::
-                                     Create(channel.get(),
-                                            grpc::internal::RpcMethod(
-                                                kStreamStepsMethod,
-                                                grpc::internal::RpcMethod::BIDI_STREAMING,
-                                                channel),
-                                            &context));
+void TaskStreams::ConnectTask(const std::shared_ptr<TaskStream>& task,
+                              const absl::StatusOr<proto::ClientHeartbeatResponse>& hb) {
+  std::string address;
+  absl::Status attempt;
+  if (hb.ok()) {
+    bool found = false;
+    for (const proto::TaskInfo& info : hb->tasks()) {
+      if (info.task_id() != task->task_id) continue;
+      found = true;
+      address = info.worker_address();
+    }
+    if (!found) {
+      absl::MutexLock lock(&mu_);
+      return FailLocked(task.get(), absl::NotFoundError(absl::StrCat(
+                                        TaskName(*task), ": the coordinator ",
+                                        options_.coordinator_address,
+                                        " no longer lists the task")));
+    }
+    if (address.empty()) attempt = absl::UnavailableError("the task has no worker yet");
+  } else if (!Retryable(hb.status())) {
+    absl::MutexLock lock(&mu_);
+    return FailLocked(task.get(), hb.status());
+  } else {
+    attempt = hb.status();
+  }
+  std::shared_ptr<grpc::Channel> channel;
+  if (!address.empty()) channel = ChannelTo(address);
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) {
+    task->done = true;
+    cv_.SignalAll();
+    return;
+  }
+  if (address.empty()) {
+    task->last_error = attempt;
+    return RetryLaterLocked(task);
+  }
   proto::ConsumerMessage first;
   proto::StreamRequest* request = first.mutable_request();
   request->set_wire_version(proto::WIRE_VERSION_2);
   request->set_job_id(options_.job_id);
   request->set_task_id(task->task_id);
   request->set_consumer_index(options_.consumer_index);
+  request->set_start_step(task->next_step);
+  // The new call's credit: the window less what this task already holds (an earlier call's
+  // steps not consumed yet); an earlier call's unused credit is gone with it.
+  const int64_t initial = std::max<int64_t>(window_ - task->held, 0);
+  request->set_initial_credit_bytes(initial);
+  request->set_window_bytes(window_);
+  // Independent reads: next_step counts the steps received, and the id lets the worker send
+  // again what an earlier call sent and this consumer did not receive.
+  if (options_.independent) request->set_consumer_id(consumer_id_);
   {
-    // shutdown_ is checked with the context registered: the destructor cancels it, or this
-    // call does not start.
-    absl::MutexLock wlock(&task->write_mu);
-    absl::MutexLock clock(&task->call_mu);
-    absl::MutexLock lock(&mu_);
-    if (shutdown_) return absl::CancelledError("shutting down");
-    request->set_start_step(task->next_step);
-    // The new call's credit: the window less what this task already holds (an earlier call's
-    // steps not consumed yet); an earlier call's unused credit is gone with it.
-    const int64_t initial = std::max<int64_t>(window_ - task->held, 0);
-    request->set_initial_credit_bytes(initial);
-    request->set_window_bytes(window_);
-    // Independent reads: next_step counts the steps received, and the id lets the worker send
-    // again what an earlier call sent and this consumer did not receive.
-    if (options_.independent) request->set_consumer_id(consumer_id_);
-    SetOutstandingLocked(task, initial);
-    task->calling = true;
-    task->context = &context;
-    task->stream = stream.get();
-    task->address = address;
-    task->opened = absl::Now();
-    task->end_received = absl::InfiniteFuture();
+    std::lock_guard<std::mutex> live(live_mu_);
+    ++live_calls_;
   }
-  bool sent;
-  {
-    absl::MutexLock wlock(&task->write_mu);
-    sent = stream->Write(EncodeConsumerMessage(first));
-  }
-
-  // Until a frame says otherwise: the stream ended early (no end, no error from the worker).
-  absl::Status result = absl::UnavailableError("the stream ended before the end of the task");
-  bool ended_early = true;
-  bool ended = false;
-  grpc::ByteBuffer bb;
-  while (sent && stream->Read(&bb)) {
-    StepFrame frame;
-    absl::Status s = DecodeStepFrame(bb, options_.allocator, &frame);
-    if (s.ok() && frame.end_of_task && frame.status.ok()) {
-      // Noted before the end is handed to the consumer: from then on the trainer may finish
-      // and shut down at once, and Shutdown (like a heartbeat) must already see a call whose
-      // end arrived, to let it finish instead of cancelling it (the worker counts this
-      // consumer's end only on the uncancelled half-close that follows).
-      absl::MutexLock clock(&task->call_mu);
-      task->end_received = absl::Now();
-    }
-    std::vector<TaskStream::Queued> steps;
-    absl::MutexLock lock(&mu_);
-    int64_t expected = task->next_step;
-    for (WireStep& w : frame.steps) {
-      if (!s.ok()) break;
-      if (!options_.independent && w.task_step != expected) {
-        s = absl::DataLossError(absl::StrCat("expected task step ", expected, ", received ",
-                                             w.task_step));
-        break;
-      }
-      if (static_cast<int64_t>(w.pieces.size()) != options_.num_local_replicas) {
-        s = absl::DataLossError(absl::StrCat("task step ", w.task_step, " has ",
-                                             w.pieces.size(), " pieces for ",
-                                             options_.num_local_replicas, " local replicas"));
-        break;
-      }
-      TaskStream::Queued step;
-      step.cost = static_cast<int64_t>(StepCreditBytes(w));
-      std::vector<Element>& replicas = step.replicas;
-      for (std::vector<Tensor>& leaves : w.pieces) {
-        absl::StatusOr<Element> e = Element::Pack(options_.per_replica_spec, std::move(leaves));
-        if (!e.ok()) {
-          s = absl::DataLossError(absl::StrCat("task step ", w.task_step, ": ",
-                                               e.status().message()));
-          break;
-        }
-        replicas.push_back(*std::move(e));
-      }
-      if (!s.ok()) break;
-      steps.push_back(std::move(step));
-      ++expected;
-    }
-    if (!s.ok()) {
-      result = s;
-      ended_early = false;
-      break;
-    }
-    for (auto& step : steps) {
-      ReceivedLocked(task, step.cost);
-      task->queue.push_back(std::move(step));
-    }
-    if (!steps.empty()) *progress = true;
-    task->next_step = expected;
-    if (!frame.status.ok()) {
-      result = frame.status;
-      ended_early = false;
-      cv_.SignalAll();
-      break;
-    }
-    if (frame.end_of_task) {
-      task->ended = true;
-      completed_.insert(task->task_id);
-      ended = true;
-      result = absl::OkStatus();
-      cv_.SignalAll();
-      break;
-    }
-    cv_.SignalAll();
-  }
-  {
-    absl::MutexLock wlock(&task->write_mu);
-    task->stream = nullptr;  // no more credit grants on this call
-    {
-      absl::MutexLock lock(&mu_);
-      task->calling = false;
-      SetOutstandingLocked(task, 0);  // nothing more arrives on this call
-    }
-    if (ended || !result.ok()) {
-      if (!ended && result.code() == absl::StatusCode::kDataLoss) context.TryCancel();
-      stream->WritesDone();
-    }
-  }
-  // Waits for the worker's status with no lock held: a worker frozen after sending the end
-  // (SIGSTOP) never sends it, and only a cancel (the monitor's, end_grace after the end, or the
-  // destructor's) ends this wait. The steps and the end are already queued: the caller does not
-  // wait for this (NextStep joins only readers that have returned).
-  absl::Status finish = FromGrpcStatus(stream->Finish());
-  {
-    absl::MutexLock clock(&task->call_mu);
-    task->context = nullptr;
-  }
-  if (ended) return absl::OkStatus();
-  // A failure the worker reported in a frame (or a bad frame) is more telling than the call's
-  // status; a stream that just ended is explained by the call's status, if it has one.
-  if (!ended_early) return result;
-  return finish.ok() ? result : finish;
+  auto* call = new TaskStreamCall(this, task, std::move(channel), address);
+  SetOutstandingLocked(task.get(), initial);
+  task->calling = true;
+  task->call = call;
+  task->address = address;
+  task->opened = absl::Now();
+  task->end_received = absl::InfiniteFuture();
+  call->StartLocked(first);
 }
 
 }  // namespace sluice

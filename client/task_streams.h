@@ -1,44 +1,58 @@
 // TaskStreams: the per-task StreamSteps calls behind ServiceStepSource, the machinery its three
 // read orders share (client/read_order.h). Protocol: docs/SERVICE.md.
 //
-// For every task opened (AddTaskLocked) a reader thread asks the coordinator for the task's
-// worker, opens a StreamSteps call there, decodes each frame straight into buffers from the
-// allocator and queues the steps on the task's TaskStream; the read order hands them out
-// (PopLocked). When a call breaks (worker gone, UNAVAILABLE) the reader asks the coordinator
-// again and reopens the call at the first task step not received, with exponential backoff,
-// until retry_deadline passes without progress; then, and for any other error, the task's
-// `error` is set, naming the task and the worker. At the end of the task (the frame with
-// end_of_task) the reader half-closes and waits for the call's status with no lock held; the
+// The calls use gRPC's callback API (client/task_stream_call.cc): a consumer holds no thread per
+// task stream, only gRPC's own callback threads and three of its own (the connector, the monitor
+// and the credit thread), however many tasks it reads.
+//
+// For every task opened (AddTaskLocked) the connector thread asks the coordinator for the task's
+// worker (one ClientHeartbeat serves every task waiting to connect) and opens a StreamSteps call
+// there (a TaskStreams::Call reactor); each frame is decoded on gRPC's callback thread straight
+// into buffers from the allocator and its steps are queued on the task's TaskStream; the read
+// order hands them out (PopLocked). One read is outstanding on a call until its end: the
+// worker's sending is bounded by the credit this consumer grants, so reading never outruns the
+// budget. When a call breaks (worker gone, UNAVAILABLE) the task goes back to the connector,
+// which asks the coordinator again and reopens the call at the first task step not received,
+// with exponential backoff, until retry_deadline passes without progress; then, and for any
+// other error, the task's `error` is set, naming the task and the worker. At the end of the
+// task (the frame with end_of_task) the call half-closes and waits for the worker's status; the
 // task's `ended` is set as soon as the end arrives, so nobody waits for that status.
 //
 // Flow control in bytes (task_stream_credits.cc): each stream's window (set_window: the
 // consumer's receive budget over the streams open at once) bounds the cost of its queued steps
-// plus the credit granted and not yet used. A credit thread sends one CreditGrant when a quarter
-// of a stream's window is free; the caller's thread (PopLocked) only wakes it. Independent reads
-// (options.independent) send a consumer_id on every call and acknowledge the steps received in
-// each grant, so that a reconnect loses and duplicates nothing.
+// plus the credit granted and not yet used. A grant (one CreditGrant when a quarter of a
+// stream's window is free) is written by the credit thread, or by gRPC's thread when the
+// call's previous write completes; the caller's thread (PopLocked) only wakes the credit thread.
+// A call has at most one write in flight (the request, a grant, or the half-close). Independent
+// reads (options.independent) send a consumer_id on every call and acknowledge the steps
+// received in each grant, so that a reconnect loses and duplicates nothing.
 //
 // A monitor thread asks ClientHeartbeat every heartbeat_interval (sooner after WakeMonitorLocked),
 // reporting the tasks whose end arrived (completed_task_ids); hands each answer to the read
 // order (ReadOrder::OnHeartbeatLocked); cancels a call whose task a heartbeat sent after the
-// call opened places on another worker (the reader then reconnects there), and a call whose end
+// call opened places on another worker (the task then reconnects there), and a call whose end
 // arrived end_grace ago and still waits for the worker's status. A failure answer that is not
 // retryable (the job is gone) is kept as monitor_error.
 //
-// Locking: one mutex (mu) guards every TaskStream's queue and state and this object's state; the
-// read orders hold it while they look at the tasks, and wait on cv(), which is signalled
-// whenever a step, an end, an error or a heartbeat arrives. Lock order: TaskStream::write_mu,
-// TaskStream::call_mu, mu. Shutdown (also the destructor) cancels the calls and joins every
-// thread; nothing is opened after it. A call whose end arrived is first given until end_grace
-// after that end to get the worker's status (the worker counts this consumer's end only on a
-// call that ends uncancelled); a heartbeat does not cancel such a call either.
+// Locking: one mutex (mu) guards every TaskStream, every call's state and this object's state;
+// the read orders hold it while they look at the tasks, and wait on cv(), which is signalled
+// whenever a step, an end, an error, a call's end or a heartbeat arrives. gRPC operations
+// (StartRead, StartWrite, TryCancel, ...) are started under mu: gRPC 1.51 runs no reaction
+// inline (every callback is scheduled), and none blocks. No reaction waits for anything.
+// Shutdown (also the destructor) stops the connector and the monitor, cancels the calls and
+// waits until every call has reached OnDone (no reaction runs after it returns); nothing is
+// opened after it. A call whose end arrived is first given until end_grace after that end to
+// get the worker's status (the worker counts this consumer's end only on a call that ends
+// uncancelled); a heartbeat does not cancel such a call either.
 #ifndef SLUICE_CLIENT_TASK_STREAMS_H_
 #define SLUICE_CLIENT_TASK_STREAMS_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -51,6 +65,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/heartbeat_view.h"
+#include "core/util/backoff.h"
 #include "client/service_step_source.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -59,16 +74,16 @@
 namespace sluice {
 
 class ReadOrder;
+class TaskStreamCall;
 
 // Whether a failed call or heartbeat may be retried: the transient codes of
 // core/util/transient_error.h (UNAVAILABLE, ABORTED, CANCELLED, DEADLINE_EXCEEDED).
 bool Retryable(const absl::Status& s);
 
-// One task's stream. Unless said otherwise, fields are guarded by the owning TaskStreams' mu.
+// One task's stream. Fields are guarded by the owning TaskStreams' mu.
 struct TaskStream {
   int64_t task_id = 0;
   int64_t task_index = 0;
-  std::thread reader;
 
   struct Queued {
     std::vector<Element> replicas;
@@ -80,29 +95,33 @@ struct TaskStream {
   int64_t next_step = 0;     // the first task step not received yet
   // Flow control (bytes, see StepCreditBytes): the cost of the queued steps, and the credit
   // granted on the current call that its steps have not used yet (negative after a step larger
-  // than the credit). `calling`: the call takes credit grants (`stream` is set).
+  // than the credit). `calling`: the call takes credit grants.
   int64_t held = 0;
   int64_t outstanding = 0;
   bool calling = false;
-  bool reader_done = false;  // the reader thread has returned: joining it does not wait
+  // Nothing runs for the task any more: no call, no reconnect to come (it ended, failed, or
+  // the consumer shut down).
+  bool done = false;
 
-  // The current call, for cancelling: where and when it was opened (the monitor cancels it
+  // The current call (until its OnDone), where and when it was opened (the monitor cancels it
   // when a later heartbeat places the task elsewhere) and when its end of task arrived (the
-  // monitor cancels a call still waiting for the worker's status end_grace later; set before
-  // the end is handed to the consumer, so a Shutdown right after it already spares the call
-  // until it has half-closed). call_mu is
-  // never held across a blocking gRPC call, so cancelling never waits for a stuck call: a call
-  // to a frozen worker (SIGSTOP: no TCP error) blocks until it is cancelled.
-  absl::Mutex call_mu;
-  grpc::ClientContext* context ABSL_GUARDED_BY(call_mu) = nullptr;
-  std::string address ABSL_GUARDED_BY(call_mu);
-  absl::Time opened ABSL_GUARDED_BY(call_mu);
-  absl::Time end_received ABSL_GUARDED_BY(call_mu) = absl::InfiniteFuture();
+  // monitor cancels a call still waiting for the worker's status end_grace later; set under
+  // mu in the same section that queues the end, so a Shutdown right after the consumer sees it
+  // already spares the call until it has half-closed).
+  TaskStreamCall* call = nullptr;
+  std::string address;
+  absl::Time opened;
+  absl::Time end_received = absl::InfiniteFuture();
 
-  // Serializes the call's writes (the request, credit grants, the half-close).
-  using Stream = grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
-  absl::Mutex write_mu;
-  Stream* stream ABSL_GUARDED_BY(write_mu) = nullptr;  // null once writes are done
+  // Reconnecting (the connector thread): whether the task waits for a call to be opened, and
+  // not before when; the last progress (a step received), the backoff between attempts and
+  // the last failure, for the error once retry_deadline passes without progress.
+  bool connect_wanted = false;
+  absl::Time connect_at = absl::InfinitePast();
+  absl::Time last_progress;
+  std::unique_ptr<Backoff> backoff;
+  absl::Status last_error;
+  std::string last_address;
 };
 
 class TaskStreams {
@@ -126,11 +145,11 @@ class TaskStreams {
 
   // Each stream's window in bytes. Set once, before any task is added.
   void set_window(int64_t window_bytes) { window_ = window_bytes; }
-  // Starts the monitor and the credit threads. `order` gets every heartbeat answer and must
+  // Starts the connector, the monitor and the credit threads. `order` gets every heartbeat answer and must
   // outlive Shutdown().
   void Start(ReadOrder* order);
   // Cancels every call (one whose end arrived once it has returned, or end_grace after its
-  // end) and joins every thread. Idempotent.
+  // end), waits until every call has reached its OnDone, and joins every thread. Idempotent.
   void Shutdown();
 
   absl::Mutex& mu() ABSL_LOCK_RETURNED(mu_) { return mu_; }
@@ -138,7 +157,7 @@ class TaskStreams {
   absl::CondVar& cv() { return cv_; }
   bool shutdown_locked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_; }
 
-  // Adds a task and starts its reader. Requires !shutdown_locked().
+  // Adds a task and has the connector open its call. Requires !shutdown_locked().
   TaskStream* AddTaskLocked(int64_t task_id, int64_t task_index)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds every task of `response`, in task_index order.
@@ -149,14 +168,11 @@ class TaskStreams {
   // credit thread when this makes a grant due.
   void PopLocked(TaskStream* task, std::vector<Element>* replicas)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A task read to its end leaves the open tasks; its reader (possibly still waiting for the
-  // worker's status) is joined by JoinReturnedRetired or Shutdown.
+  // A task read to its end leaves the open tasks; its call (possibly still waiting for the
+  // worker's status) ends on its own, or is cancelled by the monitor or Shutdown.
   void RetireLocked(TaskStream* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes the retired tasks whose readers have returned; the caller joins them outside the
-  // lock (JoinReaders).
-  std::vector<std::shared_ptr<TaskStream>> TakeReturnedRetiredLocked()
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static void JoinReaders(const std::vector<std::shared_ptr<TaskStream>>& tasks);
+  // Forgets the retired tasks whose calls have ended (TaskStream::done).
+  void DropDoneRetiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the monitor for a heartbeat now (e.g. a task not open yet is wanted).
   void WakeMonitorLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A non-retryable heartbeat failure the monitor saw (the job is gone); OK if none.
@@ -175,17 +191,32 @@ class TaskStreams {
                         absl::Duration timeout) const;
 
  private:
+  friend class TaskStreamCall;
+
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
   // The monitor thread.
   void Monitor();
   // Cancels the calls that received their end of task more than end_grace before `now` and
   // still wait for the worker's status.
   void CancelEndedCalls(absl::Time now);
-  // The reader thread of a task: calls (StreamOnce) and reconnects until the end or a failure.
-  void ReadTask(TaskStream* task);
-  // One StreamSteps call on `address`; returns how it ended (OK at the end of the task) and
-  // sets *progress if any step arrived.
-  absl::Status StreamOnce(TaskStream* task, const std::string& address, bool* progress);
+  // The connector thread: opens the calls of the tasks that want one (connect_wanted, due at
+  // connect_at), one heartbeat per round for all of them.
+  void ConnectLoop();
+  // One due task, given the round's heartbeat answer: opens its call, schedules another
+  // attempt, or fails the task.
+  void ConnectTask(const std::shared_ptr<TaskStream>& task,
+                   const absl::StatusOr<proto::ClientHeartbeatResponse>& hb);
+  // After a failed attempt (a call, or the search for the task's worker) with no call left:
+  // the task fails once retry_deadline has passed without progress, else it goes back to the
+  // connector after the backoff.
+  void RetryLaterLocked(const std::shared_ptr<TaskStream>& task)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the task's error; it is done.
+  void FailLocked(TaskStream* task, absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The task's name in errors.
+  std::string TaskName(const TaskStream& task) const;
+  // A call reached OnDone and was deleted (live_calls_).
+  void CallGone();
 
   // Flow control (task_stream_credits.cc).
   int64_t FreeLocked(const TaskStream& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -194,9 +225,13 @@ class TaskStreams {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Accounts for a step received on the task's current call.
   void ReceivedLocked(TaskStream* task, int64_t cost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The credit thread: grants credit to the streams with a quarter of their window free.
+  // Whether a grant is due on the task's current call (a quarter of its window free).
+  bool GrantDueLocked(const TaskStream& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Accounts for a grant of FreeLocked bytes and returns the message that carries it.
+  proto::ConsumerMessage TakeGrantLocked(TaskStream* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The credit thread: grants credit to the streams with a quarter of their window free whose
+  // call has no write in flight (the others grant when that write completes).
   void CreditLoop();
-  void GrantCredits(TaskStream* task);
   FlowStats FlowStatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServiceStepSourceOptions options_;
@@ -211,6 +246,7 @@ class TaskStreams {
   ReadOrder* order_ = nullptr;  // set by Start
   std::thread monitor_;
   std::thread credit_thread_;
+  std::thread connector_;
   // Set before any task is added.
   int64_t window_ = 1;
 
@@ -221,7 +257,8 @@ class TaskStreams {
   // Guards every task's queue and state (one lock: the caller waits on any task).
   mutable absl::Mutex mu_;
   mutable absl::CondVar cv_;
-  absl::CondVar credit_cv_;  // a grant may be due, or shutdown_
+  absl::CondVar credit_cv_;     // a grant may be due, or shutdown_
+  absl::CondVar connector_cv_;  // a task wants a call, or shutdown_
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   bool joined_ = false;  // Shutdown ran (only the owner's thread calls it)
   // Flow control totals over all tasks (FlowStats).
@@ -234,9 +271,10 @@ class TaskStreams {
   // The open tasks, by task id. Shared: the monitor holds the tasks it is cancelling while the
   // caller may retire them.
   absl::flat_hash_map<int64_t, std::shared_ptr<TaskStream>> tasks_ ABSL_GUARDED_BY(mu_);
-  // Tasks read to their end whose reader threads are still to be joined; a reader is joined
-  // once it has returned (TaskStream::reader_done).
+  // Tasks read to their end whose calls may still wait for the worker's status.
   std::vector<std::shared_ptr<TaskStream>> retired_ ABSL_GUARDED_BY(mu_);
+  // Tasks waiting for the connector (connect_wanted).
+  std::vector<std::shared_ptr<TaskStream>> connecting_ ABSL_GUARDED_BY(mu_);
   // Tasks whose end this consumer received and that the coordinator has not yet reported
   // finished: every heartbeat reports them (ClientHeartbeatRequest.completed_task_ids).
   absl::flat_hash_set<int64_t> completed_ ABSL_GUARDED_BY(mu_);
@@ -244,6 +282,13 @@ class TaskStreams {
   // Wakes the monitor early.
   absl::CondVar monitor_cv_;
   bool monitor_wanted_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Calls created and not yet through OnDone. A std::mutex, not mu: the last thing a call's
+  // OnDone does is to decrement this and notify under the lock, and Shutdown (then the
+  // destructor) may destroy the lock as soon as it sees zero.
+  std::mutex live_mu_;
+  std::condition_variable live_cv_;
+  int64_t live_calls_ = 0;  // guarded by live_mu_
 };
 
 }  // namespace sluice

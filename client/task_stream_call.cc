@@ -1,0 +1,189 @@
+#include "client/task_stream_call.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/rpc/grpc_status.h"
+#include "core/rpc/step_frame.h"
+#include "grpcpp/impl/rpc_method.h"
+
+namespace sluice {
+namespace {
+
+constexpr char kStreamStepsMethod[] = "/sluice.proto.WorkerService/StreamSteps";
+
+}  // namespace
+
+TaskStreamCall::TaskStreamCall(TaskStreams* streams, std::shared_ptr<TaskStream> task,
+                               std::shared_ptr<grpc::Channel> channel, std::string address)
+    : streams_(streams), task_(std::move(task)), channel_(std::move(channel)),
+      address_(std::move(address)) {
+  grpc::internal::ClientCallbackReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+      channel_.get(),
+      grpc::internal::RpcMethod(kStreamStepsMethod, grpc::internal::RpcMethod::BIDI_STREAMING,
+                                channel_),
+      &context_, this);
+}
+
+void TaskStreamCall::StartLocked(const proto::ConsumerMessage& first) {
+  // The hold keeps OnDone away while writes may still start from outside a reaction (the
+  // credit thread); it is dropped once reading is over and no write is in flight.
+  AddHold();
+  write_buffer_ = EncodeConsumerMessage(first);
+  writing_ = true;
+  StartWrite(&write_buffer_);
+  StartRead(&read_buffer_);
+  StartCall();
+}
+
+void TaskStreamCall::WriteLocked() {
+  if (writing_ || hold_released_) return;
+  if (read_finished_) {
+    hold_released_ = true;
+    if (!write_failed_) StartWritesDone();
+    RemoveHold();
+    return;
+  }
+  if (write_failed_ || !streams_->GrantDueLocked(*task_)) return;
+  write_buffer_ = EncodeConsumerMessage(streams_->TakeGrantLocked(task_.get()));
+  writing_ = true;
+  StartWrite(&write_buffer_);  // a broken call is noticed by the read
+}
+
+void TaskStreamCall::OnWriteDone(bool ok) {
+  absl::MutexLock lock(&streams_->mu_);
+  writing_ = false;
+  if (!ok) write_failed_ = true;
+  WriteLocked();
+}
+
+void TaskStreamCall::FinishReadingLocked() {
+  read_finished_ = true;
+  TaskStream* task = task_.get();
+  task->calling = false;
+  streams_->SetOutstandingLocked(task, 0);  // nothing more arrives on this call
+  if (!ended_ && result_.code() == absl::StatusCode::kDataLoss) context_.TryCancel();
+  WriteLocked();  // the half-close, now or when the write in flight completes
+}
+
+void TaskStreamCall::OnReadDone(bool ok) {
+  if (!ok) {
+    absl::MutexLock lock(&streams_->mu_);
+    FinishReadingLocked();
+    return;
+  }
+  const ServiceStepSourceOptions& options = streams_->options_;
+  // Decoded with no lock held: the copy into the allocator's buffers is the bulk of the work.
+  StepFrame frame;
+  absl::Status s = DecodeStepFrame(read_buffer_, options.allocator, &frame);
+  read_buffer_.Clear();
+  TaskStream* task = task_.get();
+  absl::MutexLock lock(&streams_->mu_);
+  std::vector<TaskStream::Queued> steps;
+  int64_t expected = task->next_step;
+  for (WireStep& w : frame.steps) {
+    if (!s.ok()) break;
+    if (!options.independent && w.task_step != expected) {
+      s = absl::DataLossError(
+          absl::StrCat("expected task step ", expected, ", received ", w.task_step));
+      break;
+    }
+    if (static_cast<int64_t>(w.pieces.size()) != options.num_local_replicas) {
+      s = absl::DataLossError(absl::StrCat("task step ", w.task_step, " has ", w.pieces.size(),
+                                           " pieces for ", options.num_local_replicas,
+                                           " local replicas"));
+      break;
+    }
+    TaskStream::Queued step;
+    step.cost = static_cast<int64_t>(StepCreditBytes(w));
+    for (std::vector<Tensor>& leaves : w.pieces) {
+      absl::StatusOr<Element> e = Element::Pack(options.per_replica_spec, std::move(leaves));
+      if (!e.ok()) {
+        s = absl::DataLossError(
+            absl::StrCat("task step ", w.task_step, ": ", e.status().message()));
+        break;
+      }
+      step.replicas.push_back(*std::move(e));
+    }
+    if (!s.ok()) break;
+    steps.push_back(std::move(step));
+    ++expected;
+  }
+  if (!s.ok()) {
+    result_ = s;
+    ended_early_ = false;
+    FinishReadingLocked();
+    return;
+  }
+  for (TaskStream::Queued& step : steps) {
+    streams_->ReceivedLocked(task, step.cost);
+    task->queue.push_back(std::move(step));
+  }
+  if (!steps.empty()) progress_ = true;
+  task->next_step = expected;
+  streams_->cv_.SignalAll();
+  if (!frame.status.ok()) {
+    result_ = frame.status;
+    ended_early_ = false;
+    FinishReadingLocked();
+    return;
+  }
+  if (frame.end_of_task) {
+    task->ended = true;
+    streams_->completed_.insert(task->task_id);
+    ended_ = true;
+    result_ = absl::OkStatus();
+    FinishReadingLocked();
+    // From now on only the worker's status is awaited: the monitor cancels the call end_grace
+    // later if it does not come (a worker frozen after sending the end).
+    task->end_received = absl::Now();
+    return;
+  }
+  StartRead(&read_buffer_);
+}
+
+void TaskStreamCall::OnDone(const grpc::Status& status) {
+  TaskStreams* const streams = streams_;
+  {
+    absl::MutexLock lock(&streams->mu_);
+    TaskStream* task = task_.get();
+    task->call = nullptr;
+    if (task->calling) {
+      task->calling = false;
+      streams->SetOutstandingLocked(task, 0);
+    }
+    if (progress_) {
+      task->last_progress = absl::Now();
+      task->backoff->Reset();
+    }
+    // A failure the worker reported in a frame (or a bad frame) is more telling than the
+    // call's status; a stream that just ended is explained by the call's status, if it has one.
+    absl::Status outcome;
+    if (ended_) {
+      outcome = absl::OkStatus();
+    } else if (!ended_early_) {
+      outcome = result_;
+    } else {
+      absl::Status finish = FromGrpcStatus(status);
+      outcome = finish.ok() ? result_ : finish;
+    }
+    if (outcome.ok() || streams->shutdown_) {
+      task->done = true;  // the end of the task, or the consumer is going away
+    } else if (!Retryable(outcome)) {
+      streams->FailLocked(task, absl::Status(outcome.code(),
+                                             absl::StrCat(streams->TaskName(*task), " on worker ",
+                                                          address_, ": ", outcome.message())));
+    } else {
+      task->last_error = outcome;
+      task->last_address = address_;
+      streams->RetryLaterLocked(task_);
+    }
+    streams->cv_.SignalAll();
+  }
+  delete this;
+  streams->CallGone();  // the last touch of TaskStreams: Shutdown may return after it
+}
+
+}  // namespace sluice

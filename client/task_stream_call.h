@@ -1,0 +1,75 @@
+// TaskStreamCall: one StreamSteps call of a TaskStreams task, on gRPC's callback API (a
+// ClientBidiReactor: no thread of its own). See client/task_streams.h for the protocol.
+//
+// Contract: created by the connector under TaskStreams::mu with the task's call slot empty and
+// the TaskStreams' live-call count already incremented; StartLocked sends the StreamRequest,
+// starts the first read and the call. From then on the call reads one frame at a time until the
+// task's end, an error or the call's end (one read outstanding), queues the steps on the task
+// and writes credit grants (WriteLocked, one write in flight at a time). Once reading is over it
+// half-closes and drops its hold, so that OnDone comes when the worker's status arrives (or the
+// call is cancelled: CancelLocked). OnDone clears the task's call slot, decides what the task
+// does next (done, failed, or back to the connector), deletes the call and only then decrements
+// the live-call count: nothing touches the call or TaskStreams after that.
+//
+// Every member is guarded by the owning TaskStreams' mu, except the buffers gRPC reads into
+// and writes from, which only the one read or write in flight uses.
+#ifndef SLUICE_CLIENT_TASK_STREAM_CALL_H_
+#define SLUICE_CLIENT_TASK_STREAM_CALL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "client/task_streams.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/support/client_callback.h"
+#include "proto/worker.pb.h"
+
+namespace sluice {
+
+class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  // Creates the call on `channel` (not started yet).
+  TaskStreamCall(TaskStreams* streams, std::shared_ptr<TaskStream> task,
+                 std::shared_ptr<grpc::Channel> channel, std::string address);
+
+  // Writes `first` (the StreamRequest), starts the first read and the call.
+  void StartLocked(const proto::ConsumerMessage& first);
+  // Writes a credit grant if one is due and no write is in flight; once reading is over,
+  // half-closes (if writing still works) and drops the hold instead.
+  void WriteLocked();
+  // Cancels the call; OnDone follows.
+  void CancelLocked() { context_.TryCancel(); }
+  bool writing_locked() const { return writing_; }
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  // Reading is over (the end, an error, or the stream ended): no more credit for this call.
+  void FinishReadingLocked();
+
+  TaskStreams* const streams_;
+  const std::shared_ptr<TaskStream> task_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::string address_;
+  grpc::ClientContext context_;
+  grpc::ByteBuffer read_buffer_;
+  grpc::ByteBuffer write_buffer_;
+
+  bool writing_ = false;        // a write (request or grant) is in flight
+  bool write_failed_ = false;   // a write failed: the call is broken, write nothing more
+  bool read_finished_ = false;  // no more reads (FinishReadingLocked ran)
+  bool hold_released_ = false;  // the half-close is sent (or skipped) and the hold dropped
+  bool progress_ = false;       // a step arrived on this call
+  // How reading ended. Until a frame says otherwise: the stream ended early (no end, no error
+  // from the worker), explained by the call's status if it has one.
+  absl::Status result_ = absl::UnavailableError("the stream ended before the end of the task");
+  bool ended_early_ = true;
+  bool ended_ = false;  // the end of the task arrived
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CLIENT_TASK_STREAM_CALL_H_
