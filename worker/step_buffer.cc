@@ -40,13 +40,38 @@ void StepBuffer::ReleaseLocked() {
   const int64_t min = MinCursor();
   bool released = false;
   while (!steps_.empty() && first_step_ < min) {
-    bytes_ -= steps_.front()->bytes;
+    std::shared_ptr<const TaskStep> step = std::move(steps_.front());
+    bytes_ -= step->bytes;
     steps_.pop_front();
     ++first_step_;
+    RetainLocked(std::move(step));
     released = true;
   }
-  if (steps_.empty() && first_step_ < next_push_) first_step_ = next_push_;
+  if (steps_.empty() && first_step_ < next_push_) {
+    first_step_ = next_push_;
+    ClearRetainedLocked();  // the window would no longer end where the buffer starts
+  }
   if (released) cv_.SignalAll();
+}
+
+void StepBuffer::RetainLocked(std::shared_ptr<const TaskStep> step) {
+  if (options_.retention_bytes == 0 || closed_) return;
+  if (step->task_step != first_step_ - 1 ||
+      (!retained_.empty() && retained_.back()->task_step + 1 != step->task_step)) {
+    ClearRetainedLocked();  // not contiguous (cannot happen): keep the window exact
+    return;
+  }
+  retained_bytes_ += step->bytes;
+  retained_.push_back(std::move(step));
+  while (!retained_.empty() && retained_bytes_ > options_.retention_bytes) {
+    retained_bytes_ -= retained_.front()->bytes;
+    retained_.pop_front();
+  }
+}
+
+void StepBuffer::ClearRetainedLocked() {
+  retained_.clear();
+  retained_bytes_ = 0;
 }
 
 absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
@@ -57,9 +82,11 @@ absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
                                             ", expected ", next_push_));
   }
   if (!options_.independent && step->task_step < MinCursor()) {
-    // Every consumer is past this step: skip it (a replay catching up).
+    // Every consumer is past this step: skip it (a replay catching up); it is released at once
+    // (into the retention window, for a consumer that comes later).
     ++next_push_;
     if (steps_.empty()) first_step_ = next_push_;
+    RetainLocked(std::move(step));
     return absl::OkStatus();
   }
   absl::Time blocked_since = absl::InfinitePast();
@@ -88,6 +115,7 @@ absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
   if (!options_.independent && step->task_step < MinCursor()) {
     ++next_push_;
     if (steps_.empty()) first_step_ = next_push_;
+    RetainLocked(std::move(step));
     return absl::OkStatus();
   }
   if (steps_.empty()) first_step_ = step->task_step;
@@ -110,6 +138,7 @@ void StepBuffer::Finish(absl::Status status) {
   if (finished_) return;
   finished_ = true;
   status_ = std::move(status);
+  if (DrainedLocked()) ClearRetainedLocked();  // every consumer had its end elsewhere
   cv_.SignalAll();
   WakeAllLocked(&run.wake);
 }
@@ -160,9 +189,36 @@ absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step)
   }
   const int64_t generation = next_generation_++;
   if (start_step < first_step_) {
-    return absl::OutOfRangeError(absl::StrCat("task step ", start_step,
-                                              " was already released; the first buffered is ",
-                                              first_step_));
+    const int64_t first_retained = first_step_ - static_cast<int64_t>(retained_.size());
+    if (start_step < first_retained) {
+      // It will read elsewhere (the caller replays the task for it) or not at all: its cursor
+      // here must not hold the other consumers back. Detached as for lateness, not ended: only
+      // its own confirmed end counts (ConfirmEndReplayed). A stream of it still open is
+      // superseded, as by any new Attach.
+      if (cursors_[consumer] != kDetached) {
+        cursors_[consumer] = kDetached;
+        attached_[consumer] = false;
+        generations_[consumer] = generation;
+        ReleaseLocked();
+        cv_.SignalAll();
+        WakeGenerationLocked(consumer, &run.wake);
+      }
+      return absl::OutOfRangeError(absl::StrCat(
+          "task step ", start_step, " was already released; the first buffered is ", first_step_,
+          retained_.empty() ? std::string()
+                            : absl::StrCat(", the first retained ", first_retained)));
+    }
+    // Released, but still in the retention window: buffered again from start_step on, in
+    // order (the others' cursors are all at first_step_ or beyond).
+    while (first_step_ > start_step) {
+      std::shared_ptr<const TaskStep> step = std::move(retained_.back());
+      retained_.pop_back();
+      retained_bytes_ -= step->bytes;
+      bytes_ += step->bytes;
+      steps_.push_front(std::move(step));
+      --first_step_;
+    }
+    ++retention_hits_;
   }
   cursors_[consumer] = start_step;
   attached_[consumer] = true;
@@ -412,6 +468,7 @@ void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
     ended_[consumer] = true;
     confirmed_[consumer] = true;
   }
+  if (DrainedLocked()) ClearRetainedLocked();  // no consumer can need the window now
   cv_.SignalAll();
 }
 
@@ -422,6 +479,7 @@ void StepBuffer::ConfirmEndReplayed(int64_t consumer) {
   if (cursors_[consumer] != kDetached) return;  // it reads here (again): its own end counts
   ended_[consumer] = true;
   confirmed_[consumer] = true;
+  if (DrainedLocked()) ClearRetainedLocked();
   cv_.SignalAll();
 }
 
@@ -436,6 +494,7 @@ void StepBuffer::Detach(int64_t consumer) {
   // of the task without the steps): it is superseded.
   generations_[consumer] = next_generation_++;
   ReleaseLocked();
+  if (DrainedLocked()) ClearRetainedLocked();
   cv_.SignalAll();
   WakeGenerationLocked(consumer, &run.wake);
 }
@@ -453,6 +512,7 @@ void StepBuffer::Close(absl::string_view message) {
   absl::MutexLock lock(&mu_);
   if (!closed_) close_message_ = std::string(message);
   closed_ = true;
+  ClearRetainedLocked();
   cv_.SignalAll();
   WakeAllLocked(&run.wake);
 }
@@ -467,6 +527,11 @@ size_t StepBuffer::buffered_steps() const {
   return steps_.size();
 }
 
+size_t StepBuffer::retained_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return retained_bytes_;
+}
+
 StepBuffer::Stats StepBuffer::stats() const {
   absl::MutexLock lock(&mu_);
   Stats s;
@@ -475,6 +540,10 @@ StepBuffer::Stats StepBuffer::stats() const {
   s.steps = steps_.size();
   s.max_bytes = options_.max_bytes;
   s.independent = options_.independent;
+  s.retained_bytes = retained_bytes_;
+  s.retained_steps = retained_.size();
+  s.retention_capacity = options_.independent ? 0 : options_.retention_bytes;
+  s.retention_hits = retention_hits_;
   if (!options_.independent) {
     s.cursors.reserve(cursors_.size());
     for (size_t c = 0; c < cursors_.size(); ++c) {
@@ -492,6 +561,10 @@ absl::Status StepBuffer::producer_status() const {
 
 bool StepBuffer::drained() const {
   absl::MutexLock lock(&mu_);
+  return DrainedLocked();
+}
+
+bool StepBuffer::DrainedLocked() const {
   if (!finished_ || !steps_.empty()) return false;
   if (options_.independent) return end_confirmed_;
   for (bool e : ended_) {

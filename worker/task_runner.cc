@@ -235,6 +235,7 @@ TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
   b.independent = task_.job().read_mode() == proto::READ_MODE_INDEPENDENT;
   b.num_consumers = b.independent ? 1 : task_.job().num_consumers();
   b.detach_unattached_after = options_.detach_unattached_after;
+  b.retention_bytes = options_.retention_bytes;
   buffer_ = std::make_unique<StepBuffer>(b);
 }
 
@@ -324,6 +325,7 @@ absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consu
   }
   TaskRunnerOptions options = options_;
   options.detach_unattached_after = absl::InfiniteDuration();
+  options.retention_bytes = 0;  // its one consumer never comes back to it
   ASSIGN_OR_RETURN(std::unique_ptr<TaskRunner> replay, Make(task_, options));
   for (int64_t c = 0; c < task_.job().num_consumers(); ++c) {
     if (c != consumer) replay->buffer_->Detach(c);
@@ -334,6 +336,7 @@ absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consu
   reader->buffer_ = raw->buffer_.get();
   reader->generation_ = g;
   reader->private_ = std::move(replay);
+  replays_.fetch_add(1, std::memory_order_relaxed);
   return reader;
 }
 

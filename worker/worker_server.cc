@@ -194,6 +194,7 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     if (tasks_.contains(task.task_id())) continue;
     TaskRunnerOptions o;
     o.buffer_bytes = options_.buffer_bytes;
+    o.retention_bytes = options_.retention_bytes;
     o.detach_unattached_after = options_.detach_unattached_after;
     o.executor = options_.executor;
     proto::CoordinatorService::Stub* stub = coordinator_.get();
@@ -241,7 +242,10 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     ++stopped_totals_.tasks;
     stopped_totals_.steps_delivered += r->steps_delivered();
     stopped_totals_.bytes_delivered += r->bytes_delivered();
-    stopped_totals_.steps_produced += r->buffer()->stats().steps_produced;
+    const StepBuffer::Stats stats = r->buffer()->stats();
+    stopped_totals_.steps_produced += stats.steps_produced;
+    stopped_totals_.replays += r->replays();
+    stopped_totals_.retention_hits += stats.retention_hits;
   }
   return absl::OkStatus();
 }

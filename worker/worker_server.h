@@ -52,6 +52,10 @@ struct WorkerServerOptions {
   int port = 0;
   // Per task: bytes of steps buffered ahead of the slowest consumer (at least one step).
   size_t buffer_bytes = size_t{256} << 20;
+  // Per task (coordinated reads): bytes of steps every consumer has read kept in memory on top
+  // of buffer_bytes, so that a consumer that comes late or reconnects while its steps are still
+  // kept reads them from memory instead of a private replay (StepBuffer, "Retention window").
+  size_t retention_bytes = size_t{64} << 20;
   // Each wait between heartbeats (and each backoff after a failed one) is spread uniformly
   // over [1 - heartbeat_jitter, 1 + heartbeat_jitter] times its nominal value, so that workers
   // started (or cut off) together do not reach the coordinator in waves.
@@ -116,6 +120,8 @@ class WorkerServer : public TaskLookup {
     int64_t steps_delivered = 0;
     int64_t bytes_delivered = 0;
     int64_t steps_produced = 0;
+    int64_t replays = 0;          // TaskRunner::replays()
+    int64_t retention_hits = 0;   // StepBuffer::Stats::retention_hits
   };
   // The runners held now and the totals of those dropped, taken together: a task counts in
   // exactly one of them.
