@@ -20,7 +20,8 @@ struct RunWakeups {
 
 }  // namespace
 
-StepBuffer::StepBuffer(StepBufferOptions options) : options_(std::move(options)) {
+StepBuffer::StepBuffer(StepBufferOptions options, std::function<void()> on_change)
+    : options_(std::move(options)), on_change_(std::move(on_change)) {
   const size_t n = static_cast<size_t>(std::max<int64_t>(options_.num_consumers, 1));
   cursors_.assign(n, 0);
   generations_.assign(n, 0);
@@ -67,6 +68,10 @@ void StepBuffer::RetainLocked(std::shared_ptr<const TaskStep> step) {
     retained_bytes_ -= retained_.front()->bytes;
     retained_.pop_front();
   }
+}
+
+void StepBuffer::NotifyChangeLocked(Wakeups* wake) {
+  if (on_change_) wake->push_back(on_change_);
 }
 
 void StepBuffer::ClearRetainedLocked() {
@@ -136,6 +141,7 @@ void StepBuffer::Finish(absl::Status status) {
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (finished_) return;
+  NotifyChangeLocked(&run.wake);
   finished_ = true;
   status_ = std::move(status);
   if (DrainedLocked()) ClearRetainedLocked();  // every consumer had its end elsewhere
@@ -400,6 +406,8 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
       }
       // Steps left behind go to the next waiting stream.
       if (!steps->empty()) {
+        // Steps given back by a reconnect, taken after the end was confirmed: drained now.
+        if (steps_.empty() && end_confirmed_) NotifyChangeLocked(&run.wake);
         cv_.SignalAll();
         if (!steps_.empty()) WakeOneIndependentLocked(&run.wake);
         return absl::OkStatus();
@@ -451,8 +459,10 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
 }
 
 void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
+  RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (!finished_ || !status_.ok()) return;
+  NotifyChangeLocked(&run.wake);
   if (options_.independent) {
     end_confirmed_ = true;
     // It half-closed after the end frame: it has every step handed to it.
@@ -473,10 +483,12 @@ void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
 }
 
 void StepBuffer::ConfirmEndReplayed(int64_t consumer) {
+  RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (options_.independent) return;
   if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) return;
   if (cursors_[consumer] != kDetached) return;  // it reads here (again): its own end counts
+  NotifyChangeLocked(&run.wake);
   ended_[consumer] = true;
   confirmed_[consumer] = true;
   if (DrainedLocked()) ClearRetainedLocked();
@@ -488,6 +500,7 @@ void StepBuffer::Detach(int64_t consumer) {
   absl::MutexLock lock(&mu_);
   if (options_.independent) return;
   if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) return;
+  NotifyChangeLocked(&run.wake);
   cursors_[consumer] = kDetached;
   ended_[consumer] = true;
   // A stream of this consumer still open must not read on from kDetached (it would see the end

@@ -102,7 +102,13 @@ struct StepLimits {
 
 class StepBuffer {
  public:
-  explicit StepBuffer(StepBufferOptions options);
+  // `on_change`, when set, is called after a change that can make drained() or
+  // producer_status() change (Finish, ConfirmEnd, ConfirmEndReplayed, Detach, and an
+  // independent Next that empties the buffer after the end was confirmed), without the
+  // buffer's lock but on the caller's thread, which may hold its own locks (a WorkerServer
+  // detaches consumers under its lock): it must only note the change and wake whoever acts on
+  // it (worker/worker_server.h), never block nor call the buffer.
+  explicit StepBuffer(StepBufferOptions options, std::function<void()> on_change = nullptr);
 
   // Producer: adds `step` (its task_step must be the next one), blocking while over budget.
   // CANCELLED after Close() or StopProducing().
@@ -239,8 +245,11 @@ class StepBuffer {
   void WakeOneIndependentLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeGenerationLocked(int64_t consumer, Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeAllLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds on_change_, if set, to `wake`.
+  void NotifyChangeLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const StepBufferOptions options_;
+  const std::function<void()> on_change_;
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   std::deque<std::shared_ptr<const TaskStep>> steps_ ABSL_GUARDED_BY(mu_);

@@ -236,7 +236,7 @@ TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
   b.num_consumers = b.independent ? 1 : task_.job().num_consumers();
   b.detach_unattached_after = options_.detach_unattached_after;
   b.retention_bytes = options_.retention_bytes;
-  buffer_ = std::make_unique<StepBuffer>(b);
+  buffer_ = std::make_unique<StepBuffer>(b, options_.on_change);
 }
 
 absl::StatusOr<std::unique_ptr<TaskRunner>> TaskRunner::Make(const proto::TaskDef& task,
@@ -326,6 +326,7 @@ absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consu
   TaskRunnerOptions options = options_;
   options.detach_unattached_after = absl::InfiniteDuration();
   options.retention_bytes = 0;  // its one consumer never comes back to it
+  options.on_change = nullptr;   // its end reaches the shared buffer (ConfirmEndReplayed)
   ASSIGN_OR_RETURN(std::unique_ptr<TaskRunner> replay, Make(task_, options));
   for (int64_t c = 0; c < task_.job().num_consumers(); ++c) {
     if (c != consumer) replay->buffer_->Detach(c);

@@ -82,6 +82,8 @@ struct TaskRunnerOptions {
   // StepBufferOptions::retention_bytes: released steps kept for consumers that come late or
   // reconnect, so that they read from memory instead of a private replay.
   size_t retention_bytes = size_t{64} << 20;
+  // The task's buffer's on_change (StepBuffer's constructor; not its private replays').
+  std::function<void()> on_change;
   ExecutorOptions executor;
   // DYNAMIC tasks get their splits from here.
   SplitProviderFactory splits;

@@ -42,6 +42,7 @@ class Cluster {
   void AddWorker(size_t buffer_bytes = size_t{64} << 20);
 
   std::string address() const { return coordinator_->address(); }
+  Coordinator& coordinator() { return coordinator_->coordinator(); }
   WorkerServer* worker(int i) { return workers_[i].get(); }
   int num_workers() const { return static_cast<int>(workers_.size()); }
 
