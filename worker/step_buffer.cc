@@ -20,7 +20,8 @@ struct RunWakeups {
 
 }  // namespace
 
-StepBuffer::StepBuffer(StepBufferOptions options) : options_(std::move(options)) {
+StepBuffer::StepBuffer(StepBufferOptions options, std::function<void()> on_change)
+    : options_(std::move(options)), on_change_(std::move(on_change)) {
   const size_t n = static_cast<size_t>(std::max<int64_t>(options_.num_consumers, 1));
   cursors_.assign(n, 0);
   generations_.assign(n, 0);
@@ -40,16 +41,45 @@ void StepBuffer::ReleaseLocked(Wakeups* wake) {
   const int64_t min = MinCursor();
   bool released = false;
   while (!steps_.empty() && first_step_ < min) {
-    bytes_ -= steps_.front()->bytes;
+    std::shared_ptr<const TaskStep> step = std::move(steps_.front());
+    bytes_ -= step->bytes;
     steps_.pop_front();
     ++first_step_;
+    RetainLocked(std::move(step));
     released = true;
   }
-  if (steps_.empty() && first_step_ < next_push_) first_step_ = next_push_;
+  if (steps_.empty() && first_step_ < next_push_) {
+    first_step_ = next_push_;
+    ClearRetainedLocked();  // the window would no longer end where the buffer starts
+  }
   if (released) {
     cv_.SignalAll();
     WakeProducerLocked(wake);
   }
+}
+
+void StepBuffer::RetainLocked(std::shared_ptr<const TaskStep> step) {
+  if (options_.retention_bytes == 0 || closed_) return;
+  if (step->task_step != first_step_ - 1 ||
+      (!retained_.empty() && retained_.back()->task_step + 1 != step->task_step)) {
+    ClearRetainedLocked();  // not contiguous (cannot happen): keep the window exact
+    return;
+  }
+  retained_bytes_ += step->bytes;
+  retained_.push_back(std::move(step));
+  while (!retained_.empty() && retained_bytes_ > options_.retention_bytes) {
+    retained_bytes_ -= retained_.front()->bytes;
+    retained_.pop_front();
+  }
+}
+
+void StepBuffer::NotifyChangeLocked(Wakeups* wake) {
+  if (on_change_) wake->push_back(on_change_);
+}
+
+void StepBuffer::ClearRetainedLocked() {
+  retained_.clear();
+  retained_bytes_ = 0;
 }
 
 absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
@@ -60,9 +90,11 @@ absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
                                             ", expected ", next_push_));
   }
   if (!options_.independent && step->task_step < MinCursor()) {
-    // Every consumer is past this step: skip it (a replay catching up).
+    // Every consumer is past this step: skip it (a replay catching up); it is released at once
+    // (into the retention window, for a consumer that comes later).
     ++next_push_;
     if (steps_.empty()) first_step_ = next_push_;
+    RetainLocked(std::move(step));
     return absl::OkStatus();
   }
   absl::Time blocked_since = absl::InfinitePast();
@@ -96,6 +128,7 @@ void StepBuffer::AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeups* wake
   if (!options_.independent && step->task_step < MinCursor()) {
     ++next_push_;
     if (steps_.empty()) first_step_ = next_push_;
+    RetainLocked(std::move(step));
     return;
   }
   if (steps_.empty()) first_step_ = step->task_step;
@@ -174,8 +207,10 @@ void StepBuffer::Finish(absl::Status status) {
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (finished_) return;
+  NotifyChangeLocked(&run.wake);
   finished_ = true;
   status_ = std::move(status);
+  if (DrainedLocked()) ClearRetainedLocked();  // every consumer had its end elsewhere
   cv_.SignalAll();
   WakeAllLocked(&run.wake);
 }
@@ -230,9 +265,36 @@ absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step)
   }
   const int64_t generation = next_generation_++;
   if (start_step < first_step_) {
-    return absl::OutOfRangeError(absl::StrCat("task step ", start_step,
-                                              " was already released; the first buffered is ",
-                                              first_step_));
+    const int64_t first_retained = first_step_ - static_cast<int64_t>(retained_.size());
+    if (start_step < first_retained) {
+      // It will read elsewhere (the caller replays the task for it) or not at all: its cursor
+      // here must not hold the other consumers back. Detached as for lateness, not ended: only
+      // its own confirmed end counts (ConfirmEndReplayed). A stream of it still open is
+      // superseded, as by any new Attach.
+      if (cursors_[consumer] != kDetached) {
+        cursors_[consumer] = kDetached;
+        attached_[consumer] = false;
+        generations_[consumer] = generation;
+        ReleaseLocked(&run.wake);
+        cv_.SignalAll();
+        WakeGenerationLocked(consumer, &run.wake);
+      }
+      return absl::OutOfRangeError(absl::StrCat(
+          "task step ", start_step, " was already released; the first buffered is ", first_step_,
+          retained_.empty() ? std::string()
+                            : absl::StrCat(", the first retained ", first_retained)));
+    }
+    // Released, but still in the retention window: buffered again from start_step on, in
+    // order (the others' cursors are all at first_step_ or beyond).
+    while (first_step_ > start_step) {
+      std::shared_ptr<const TaskStep> step = std::move(retained_.back());
+      retained_.pop_back();
+      retained_bytes_ -= step->bytes;
+      bytes_ += step->bytes;
+      steps_.push_front(std::move(step));
+      --first_step_;
+    }
+    ++retention_hits_;
   }
   cursors_[consumer] = start_step;
   attached_[consumer] = true;
@@ -415,6 +477,8 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
       }
       // Steps left behind go to the next waiting stream.
       if (!steps->empty()) {
+        // Steps given back by a reconnect, taken after the end was confirmed: drained now.
+        if (steps_.empty() && end_confirmed_) NotifyChangeLocked(&run.wake);
         cv_.SignalAll();
         if (u == nullptr) WakeProducerLocked(&run.wake);  // their bytes were released
         if (!steps_.empty()) WakeOneIndependentLocked(&run.wake);
@@ -470,6 +534,7 @@ void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (!finished_ || !status_.ok()) return;
+  NotifyChangeLocked(&run.wake);
   if (options_.independent) {
     end_confirmed_ = true;
     // It half-closed after the end frame: it has every step handed to it.
@@ -485,16 +550,20 @@ void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
     ended_[consumer] = true;
     confirmed_[consumer] = true;
   }
+  if (DrainedLocked()) ClearRetainedLocked();  // no consumer can need the window now
   cv_.SignalAll();
 }
 
 void StepBuffer::ConfirmEndReplayed(int64_t consumer) {
+  RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (options_.independent) return;
   if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) return;
   if (cursors_[consumer] != kDetached) return;  // it reads here (again): its own end counts
+  NotifyChangeLocked(&run.wake);
   ended_[consumer] = true;
   confirmed_[consumer] = true;
+  if (DrainedLocked()) ClearRetainedLocked();
   cv_.SignalAll();
 }
 
@@ -503,12 +572,14 @@ void StepBuffer::Detach(int64_t consumer) {
   absl::MutexLock lock(&mu_);
   if (options_.independent) return;
   if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) return;
+  NotifyChangeLocked(&run.wake);
   cursors_[consumer] = kDetached;
   ended_[consumer] = true;
   // A stream of this consumer still open must not read on from kDetached (it would see the end
   // of the task without the steps): it is superseded.
   generations_[consumer] = next_generation_++;
   ReleaseLocked(&run.wake);
+  if (DrainedLocked()) ClearRetainedLocked();
   cv_.SignalAll();
   WakeGenerationLocked(consumer, &run.wake);
 }
@@ -527,6 +598,7 @@ void StepBuffer::Close(absl::string_view message) {
   absl::MutexLock lock(&mu_);
   if (!closed_) close_message_ = std::string(message);
   closed_ = true;
+  ClearRetainedLocked();
   cv_.SignalAll();
   WakeAllLocked(&run.wake);
   WakeProducerLocked(&run.wake);
@@ -542,6 +614,11 @@ size_t StepBuffer::buffered_steps() const {
   return steps_.size();
 }
 
+size_t StepBuffer::retained_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return retained_bytes_;
+}
+
 StepBuffer::Stats StepBuffer::stats() const {
   absl::MutexLock lock(&mu_);
   Stats s;
@@ -550,6 +627,10 @@ StepBuffer::Stats StepBuffer::stats() const {
   s.steps = steps_.size();
   s.max_bytes = options_.max_bytes;
   s.independent = options_.independent;
+  s.retained_bytes = retained_bytes_;
+  s.retained_steps = retained_.size();
+  s.retention_capacity = options_.independent ? 0 : options_.retention_bytes;
+  s.retention_hits = retention_hits_;
   if (!options_.independent) {
     s.cursors.reserve(cursors_.size());
     for (size_t c = 0; c < cursors_.size(); ++c) {
@@ -567,6 +648,10 @@ absl::Status StepBuffer::producer_status() const {
 
 bool StepBuffer::drained() const {
   absl::MutexLock lock(&mu_);
+  return DrainedLocked();
+}
+
+bool StepBuffer::DrainedLocked() const {
   if (!finished_ || !steps_.empty()) return false;
   if (options_.independent) return end_confirmed_;
   for (bool e : ended_) {

@@ -26,6 +26,20 @@
 // coordinator declares it gone (Detach): otherwise a worker could report a task finished that
 // a live consumer has not read, and nobody would move the task if that worker died.
 //
+// Retention window (coordinated mode, `retention_bytes` > 0): the steps every consumer is past
+// are not dropped at once but kept, newest last, in a window of at most `retention_bytes`
+// (the oldest leave first; a step larger than the window is not kept). A consumer that attaches
+// at a released step still in the window (it came late and was detached, its stream broke
+// after the others read on, or it was declared gone and came back) is served from memory:
+// the steps from its start on are buffered again, in order, and it reads them exactly as the
+// others did (Stats::retention_hits counts these attaches, each a replay avoided). Only a start
+// below the window is OUT_OF_RANGE. Retained steps are not charged to `max_bytes`: they never
+// block the producer nor hold the other consumers back; what the buffer holds in all is at
+// most max_bytes + retention_bytes (plus one step when a step alone is larger than max_bytes),
+// and while a consumer served from the window catches up its steps count in the buffer's
+// bytes as any consumer's, so the producer resumes once it has caught up to within max_bytes.
+// The window is emptied once the buffer is drained (no consumer can need it) or closed.
+//
 // Thread-safe.
 #ifndef SLUICE_WORKER_STEP_BUFFER_H_
 #define SLUICE_WORKER_STEP_BUFFER_H_
@@ -69,6 +83,9 @@ struct StepBufferOptions {
   bool independent = false;
   // See the class comment. absl::InfiniteDuration() never detaches.
   absl::Duration detach_unattached_after = absl::Seconds(10);
+  // Coordinated mode: the retention window for released steps (see the class comment), in
+  // bytes on top of max_bytes; 0 keeps none. Independent mode keeps none.
+  size_t retention_bytes = 0;
 };
 
 // How much one Next() may take of a consumer's next steps (a stream's frame and credit).
@@ -86,7 +103,13 @@ struct StepLimits {
 
 class StepBuffer {
  public:
-  explicit StepBuffer(StepBufferOptions options);
+  // `on_change`, when set, is called after a change that can make drained() or
+  // producer_status() change (Finish, ConfirmEnd, ConfirmEndReplayed, Detach, and an
+  // independent Next that empties the buffer after the end was confirmed), without the
+  // buffer's lock but on the caller's thread, which may hold its own locks (a WorkerServer
+  // detaches consumers under its lock): it must only note the change and wake whoever acts on
+  // it (worker/worker_server.h), never block nor call the buffer.
+  explicit StepBuffer(StepBufferOptions options, std::function<void()> on_change = nullptr);
 
   // Producer: adds `step` (its task_step must be the next one), blocking while over budget.
   // CANCELLED after Close() or StopProducing().
@@ -109,8 +132,11 @@ class StepBuffer {
 
   // Coordinated mode: (re)positions `consumer` at `start_step` and returns a generation that
   // Next() must pass; an older generation of the same consumer is superseded (its Next() gets
-  // CANCELLED). OUT_OF_RANGE when start_step was already released; INVALID_ARGUMENT for a bad
-  // consumer index. Independent mode: `consumer` is the consumer's key (0: none) and
+  // CANCELLED). A start_step already released but still in the retention window is buffered
+  // again (served from memory); OUT_OF_RANGE when it has left the window too, and then the
+  // consumer no longer holds steps here (detached as for lateness: it reads the task elsewhere,
+  // and only its own confirmed end counts, see ConfirmEndReplayed) and a stream of it still
+  // open is superseded; INVALID_ARGUMENT for a bad consumer index. Independent mode: `consumer` is the consumer's key (0: none) and
   // `start_step` the number of steps it has received; the steps handed to it beyond that go
   // back to the front of the queue, and an older generation of the key is superseded.
   absl::StatusOr<int64_t> Attach(int64_t consumer, int64_t start_step);
@@ -176,8 +202,11 @@ class StepBuffer {
   // closed on this worker").
   void Close(absl::string_view message = {});
 
+  // Bytes and steps buffered for consumers (the retention window not included).
   size_t buffered_bytes() const;
   size_t buffered_steps() const;
+  // Bytes of the retention window.
+  size_t retained_bytes() const;
   // A consistent snapshot for metrics (worker/worker_metrics.h).
   struct Stats {
     int64_t steps_produced = 0;  // steps the producer has pushed (or skipped)
@@ -187,6 +216,13 @@ class StepBuffer {
     bool independent = false;
     // Coordinated mode: each consumer's cursor, -1 once detached or ended.
     std::vector<int64_t> cursors;
+    // Coordinated mode, the retention window: released steps kept for late consumers, its
+    // capacity (StepBufferOptions::retention_bytes), and how many attaches it served (each a
+    // private replay avoided).
+    size_t retained_bytes = 0;
+    size_t retained_steps = 0;
+    size_t retention_capacity = 0;
+    int64_t retention_hits = 0;
     // Coordinated mode: the consumers that have confirmed the end of the task here
     // (ConfirmEnd or ConfirmEndReplayed: they read it to its end), ascending. Reported to the
     // coordinator (TaskProgress.ended_consumers), which counts them even when they have
@@ -215,6 +251,11 @@ class StepBuffer {
   void AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeups* wake)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeProducerLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps the released `step` (task step first_step_ - 1) in the retention window, dropping the
+  // oldest retained steps beyond retention_bytes.
+  void RetainLocked(std::shared_ptr<const TaskStep> step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ClearRetainedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool DrainedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadyLocked(int64_t consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The consumer's next buffered step, or null.
   const TaskStep* NextStepLocked(int64_t consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -223,14 +264,21 @@ class StepBuffer {
   void WakeOneIndependentLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeGenerationLocked(int64_t consumer, Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeAllLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds on_change_, if set, to `wake`.
+  void NotifyChangeLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const StepBufferOptions options_;
+  const std::function<void()> on_change_;
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   std::deque<std::shared_ptr<const TaskStep>> steps_ ABSL_GUARDED_BY(mu_);
   int64_t first_step_ ABSL_GUARDED_BY(mu_) = 0;  // task_step of steps_.front()
   int64_t next_push_ ABSL_GUARDED_BY(mu_) = 0;   // task_step the producer pushes next
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The retention window: task steps [first_step_ - retained_.size(), first_step_), released.
+  std::deque<std::shared_ptr<const TaskStep>> retained_ ABSL_GUARDED_BY(mu_);
+  size_t retained_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t retention_hits_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> cursors_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> generations_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> attached_ ABSL_GUARDED_BY(mu_);

@@ -371,7 +371,8 @@ TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
   b.independent = task_.job().read_mode() == proto::READ_MODE_INDEPENDENT;
   b.num_consumers = b.independent ? 1 : task_.job().num_consumers();
   b.detach_unattached_after = options_.detach_unattached_after;
-  buffer_ = std::make_shared<StepBuffer>(b);
+  b.retention_bytes = options_.retention_bytes;
+  buffer_ = std::make_shared<StepBuffer>(b, options_.on_change);
 }
 
 void TaskRunner::StartProducing() {
@@ -446,6 +447,8 @@ absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consu
   }
   TaskRunnerOptions options = options_;
   options.detach_unattached_after = absl::InfiniteDuration();
+  options.retention_bytes = 0;  // its one consumer never comes back to it
+  options.on_change = nullptr;   // its end reaches the shared buffer (ConfirmEndReplayed)
   ASSIGN_OR_RETURN(std::unique_ptr<TaskRunner> replay, Make(task_, options));
   for (int64_t c = 0; c < task_.job().num_consumers(); ++c) {
     if (c != consumer) replay->buffer_->Detach(c);
@@ -456,6 +459,7 @@ absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consu
   reader->buffer_ = raw->buffer_.get();
   reader->generation_ = g;
   reader->private_ = std::move(replay);
+  replays_.fetch_add(1, std::memory_order_relaxed);
   return reader;
 }
 

@@ -91,6 +91,11 @@ struct TaskRunnerOptions {
   size_t buffer_bytes = size_t{256} << 20;
   // StepBufferOptions::detach_unattached_after.
   absl::Duration detach_unattached_after = absl::Seconds(10);
+  // StepBufferOptions::retention_bytes: released steps kept for consumers that come late or
+  // reconnect, so that they read from memory instead of a private replay.
+  size_t retention_bytes = size_t{64} << 20;
+  // The task's buffer's on_change (StepBuffer's constructor; not its private replays').
+  std::function<void()> on_change;
   ExecutorOptions executor;
   // DYNAMIC tasks get their splits from here.
   SplitProviderFactory splits;
@@ -101,8 +106,9 @@ struct TaskRunnerOptions {
 
 class TaskRunner;
 
-// One consumer stream's view of a task: the shared buffer at the consumer's cursor, or a
-// private replay of the task when the stream starts at a step the buffer has released.
+// One consumer stream's view of a task: the shared buffer at the consumer's cursor (from its
+// retention window when the step was released but is still kept), or a private replay of the
+// task when the stream starts at a step the buffer no longer holds.
 class StepReader {
  public:
   ~StepReader();
@@ -177,6 +183,8 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   }
   int64_t steps_delivered() const { return steps_delivered_.load(std::memory_order_relaxed); }
   int64_t bytes_delivered() const { return bytes_delivered_.load(std::memory_order_relaxed); }
+  // Private replays OpenReader started (streams that asked for steps no longer in memory).
+  int64_t replays() const { return replays_.load(std::memory_order_relaxed); }
 
  private:
   TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
@@ -197,6 +205,7 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   std::shared_ptr<Production> production_;
   std::atomic<int64_t> steps_delivered_{0};
   std::atomic<int64_t> bytes_delivered_{0};
+  std::atomic<int64_t> replays_{0};
 };
 
 }  // namespace sluice

@@ -1,7 +1,8 @@
 // sluice-worker: an input worker.
 //
 //   sluice-worker --coordinator=HOST:PORT [--port=0] [--port_file=PATH] [--host=127.0.0.1]
-//                 [--buffer_bytes=268435456] [--memory_limit=16GiB] [--max_element_bytes=4GiB]
+//                 [--buffer_bytes=268435456] [--retention_bytes=67108864]
+//                 [--memory_limit=16GiB] [--max_element_bytes=4GiB]
 //                 [--heartbeat_interval=1s] [--drain_timeout=30s]
 //                 [--plugin=PATH[,PATH...]]
 //                 [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM] [--tls_client_auth]
@@ -46,6 +47,10 @@ ABSL_FLAG(std::string, host, "127.0.0.1",
           "Interface to bind, and the host consumers dial (advertised as HOST:PORT)");
 ABSL_FLAG(int64_t, buffer_bytes, int64_t{256} << 20,
           "Per task: bytes of steps buffered ahead of the slowest consumer (at least one step)");
+ABSL_FLAG(int64_t, retention_bytes, int64_t{64} << 20,
+          "Per task (coordinated reads): bytes of steps every consumer has read that stay in "
+          "memory, on top of --buffer_bytes, for consumers that come late or reconnect (they "
+          "read them from memory instead of a replay of the task); 0 keeps none");
 ABSL_FLAG(std::string, memory_limit, "",
           "Bytes all tasks' pipelines may hold in op buffers (batch, shuffle, cache, prefetch), "
           "e.g. 16GiB; a task that needs more fails with RESOURCE_EXHAUSTED and the worker "
@@ -151,6 +156,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.buffer_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_buffer_bytes));
+  if (absl::GetFlag(FLAGS_retention_bytes) < 0) {
+    std::cerr << "sluice-worker: --retention_bytes must be >= 0, got "
+              << absl::GetFlag(FLAGS_retention_bytes) << std::endl;
+    return 2;
+  }
+  options.retention_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_retention_bytes));
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   if (options.heartbeat_interval <= absl::ZeroDuration()) {
     std::cerr << "sluice-worker: --heartbeat_interval must be positive" << std::endl;

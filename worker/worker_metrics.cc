@@ -18,6 +18,16 @@ void FillTaskProgress(TaskRunner& runner, proto::TaskProgress* progress) {
   progress->set_bytes_delivered(runner.bytes_delivered());
 }
 
+namespace {
+
+constexpr const char* kReplaysHelp =
+    "Private replays of the task started for streams that asked for steps no longer in memory.";
+constexpr const char* kRetentionHitsHelp =
+    "Streams that started at a released step still in the retention window: served from "
+    "memory, each a replay avoided.";
+
+}  // namespace
+
 WorkerMetrics::WorkerMetrics(WorkerServer* worker, MetricsRegistry* registry) {
   if (registry == nullptr) registry = &MetricsRegistry::Default();
   handle_ = registry->AddCollector([worker](MetricSink& sink) {
@@ -39,6 +49,10 @@ WorkerMetrics::WorkerMetrics(WorkerServer* worker, MetricsRegistry* registry) {
     sink.Counter("sluice_worker_task_steps_produced_total",
                  "Steps the task's pipeline produced on this worker.", stopped,
                  static_cast<double>(tasks.stopped.steps_produced));
+    sink.Counter("sluice_worker_task_replays_total", kReplaysHelp, stopped,
+                 static_cast<double>(tasks.stopped.replays));
+    sink.Counter("sluice_worker_retention_hits_total", kRetentionHitsHelp, stopped,
+                 static_cast<double>(tasks.stopped.retention_hits));
     for (const std::shared_ptr<TaskRunner>& runner : tasks.runners) {
       const MetricLabels task = {{"job", absl::StrCat(runner->task().job_id())},
                                  {"task", absl::StrCat(runner->task().task_id())}};
@@ -63,6 +77,20 @@ WorkerMetrics::WorkerMetrics(WorkerServer* worker, MetricsRegistry* registry) {
                  static_cast<double>(stats.max_bytes));
       sink.Gauge("sluice_worker_buffer_steps", "Steps buffered for the task's consumers.", task,
                  static_cast<double>(stats.steps));
+      sink.Gauge("sluice_worker_retained_bytes",
+                 "Bytes of steps every consumer has read, kept for late or reconnecting consumers.",
+                 task, static_cast<double>(stats.retained_bytes));
+      sink.Gauge("sluice_worker_retained_steps",
+                 "Steps every consumer has read, kept for late or reconnecting consumers.", task,
+                 static_cast<double>(stats.retained_steps));
+      sink.Gauge("sluice_worker_retention_capacity_bytes",
+                 "The task's retention window in bytes (--retention_bytes; 0 for independent "
+                 "reads).",
+                 task, static_cast<double>(stats.retention_capacity));
+      sink.Counter("sluice_worker_task_replays_total", kReplaysHelp, task,
+                   static_cast<double>(runner->replays()));
+      sink.Counter("sluice_worker_retention_hits_total", kRetentionHitsHelp, task,
+                   static_cast<double>(stats.retention_hits));
       const char* lag_help =
           "Steps the task produced that the consumer has not taken yet (independent jobs: "
           "consumer=\"any\", the buffered steps).";

@@ -9,6 +9,12 @@
 //   sluice_worker_buffer_bytes{job,task}                      buffer fill
 //   sluice_worker_buffer_capacity_bytes{job,task}             its budget
 //   sluice_worker_buffer_steps{job,task}
+//   sluice_worker_retained_bytes{job,task}                    the retention window's fill
+//   sluice_worker_retained_steps{job,task}                    (released steps kept for late or
+//   sluice_worker_retention_capacity_bytes{job,task}          reconnecting consumers), its size
+//   sluice_worker_retention_hits_total{job,task}              streams served from the window
+//                                                             (each a replay avoided)
+//   sluice_worker_task_replays_total{job,task}                private replays started
 //   sluice_worker_consumer_lag_steps{job,task,consumer}       steps produced minus the consumer's
 //                                                             position (coordinated; independent
 //                                                             jobs: consumer="any", buffered steps)

@@ -17,9 +17,6 @@
 namespace sluice {
 namespace {
 
-// How often the heartbeat thread looks for tasks that finished since the last heartbeat.
-constexpr absl::Duration kFinishPoll = absl::Milliseconds(20);
-
 // DYNAMIC tasks: splits from the coordinator's GetSplit, retrying transient errors.
 class CoordinatorSplitProvider : public SplitProvider {
  public:
@@ -194,6 +191,8 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     if (tasks_.contains(task.task_id())) continue;
     TaskRunnerOptions o;
     o.buffer_bytes = options_.buffer_bytes;
+    o.retention_bytes = options_.retention_bytes;
+    o.on_change = [wake = wake_] { wake->Signal(); };  // maybe finished: report it now
     o.detach_unattached_after = options_.detach_unattached_after;
     o.executor = options_.executor;
     proto::CoordinatorService::Stub* stub = coordinator_.get();
@@ -244,7 +243,10 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     ++stopped_totals_.tasks;
     stopped_totals_.steps_delivered += r->steps_delivered();
     stopped_totals_.bytes_delivered += r->bytes_delivered();
-    stopped_totals_.steps_produced += r->buffer()->stats().steps_produced;
+    const StepBuffer::Stats stats = r->buffer()->stats();
+    stopped_totals_.steps_produced += stats.steps_produced;
+    stopped_totals_.replays += r->replays();
+    stopped_totals_.retention_hits += stats.retention_hits;
   }
   return absl::OkStatus();
 }
@@ -263,14 +265,18 @@ void WorkerServer::HeartbeatLoop() {
   absl::Duration wait = absl::ZeroDuration();
   bool failing = false;
   while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      const absl::Time until = absl::Now() + wait;
-      while (!stopping_ && absl::Now() < until) {
+    // Until the next heartbeat is due, or a task finishes or fails (its buffer wakes us), or
+    // the server stops.
+    const absl::Time until = absl::Now() + wait;
+    while (true) {
+      wake_->Clear();  // a change from now on wakes the wait below
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
         if (!failing && UnreportedFinishLocked()) break;  // report a finished task now
-        cv_.WaitWithDeadline(&mu_, std::min(until, absl::Now() + kFinishPoll));
       }
-      if (stopping_) return;
+      if (absl::Now() >= until) break;
+      wake_->WaitUntil(until);
     }
     absl::Status s = Heartbeat();
     if (s.ok()) {
@@ -303,9 +309,9 @@ void WorkerServer::Drain(absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
     stopping_ = true;
-    cv_.SignalAll();
     for (const auto& [id, r] : tasks_) runners.push_back(r);
   }
+  wake_->Signal();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   // Half the time at most for the coordinator, the rest for the streams to end.
   absl::Status told = Heartbeat(/*draining=*/true, timeout / 2);
@@ -335,9 +341,9 @@ void WorkerServer::Stop() {
     if (stopped_) return;
     stopped_ = true;
     stopping_ = true;
-    cv_.SignalAll();
     for (auto& [id, r] : tasks_) runners.push_back(r);
   }
+  wake_->Signal();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   for (auto& r : runners) r->Close();
   server_->Shutdown(absl::ToChronoTime(absl::Now()));

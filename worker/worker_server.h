@@ -3,7 +3,9 @@
 // and task states, starts a TaskRunner for each new task the coordinator assigns and stops the
 // ones it is told to stop.
 //
-// A task that finishes is reported at once (within a few ms), not at the next interval.
+// A task that finishes (or fails) is reported at once, not at the next interval: its buffer
+// wakes the heartbeat thread (StepBufferOptions::on_change), which is otherwise idle between
+// heartbeats (no polling).
 //
 // Heartbeats that fail are retried with exponential backoff (heartbeat_interval doubling up to
 // max_backoff) for as long as the server runs; the worker keeps serving what it has meanwhile.
@@ -52,6 +54,10 @@ struct WorkerServerOptions {
   int port = 0;
   // Per task: bytes of steps buffered ahead of the slowest consumer (at least one step).
   size_t buffer_bytes = size_t{256} << 20;
+  // Per task (coordinated reads): bytes of steps every consumer has read kept in memory on top
+  // of buffer_bytes, so that a consumer that comes late or reconnects while its steps are still
+  // kept reads them from memory instead of a private replay (StepBuffer, "Retention window").
+  size_t retention_bytes = size_t{64} << 20;
   // Each wait between heartbeats (and each backoff after a failed one) is spread uniformly
   // over [1 - heartbeat_jitter, 1 + heartbeat_jitter] times its nominal value, so that workers
   // started (or cut off) together do not reach the coordinator in waves.
@@ -118,6 +124,8 @@ class WorkerServer : public TaskLookup {
     int64_t steps_delivered = 0;
     int64_t bytes_delivered = 0;
     int64_t steps_produced = 0;
+    int64_t replays = 0;          // TaskRunner::replays()
+    int64_t retention_hits = 0;   // StepBuffer::Stats::retention_hits
   };
   // The runners held now and the totals of those dropped, taken together: a task counts in
   // exactly one of them.
@@ -141,8 +149,36 @@ class WorkerServer : public TaskLookup {
   int port_ = 0;
   std::string address_;
 
+  // Wakes the heartbeat thread between heartbeats: a task's buffer changed (it may have
+  // finished or failed), or the server stops. A leaf lock, held only to set or wait for the
+  // flag and never while calling out, so buffers may signal it from any thread under any lock
+  // (mu_ included: Heartbeat detaches consumers under it). Shared with the task runners'
+  // callbacks, which a stream may hold after the server is gone.
+  class Wake {
+   public:
+    void Signal() {
+      absl::MutexLock lock(&mu_);
+      signaled_ = true;
+      cv_.Signal();
+    }
+    void Clear() {
+      absl::MutexLock lock(&mu_);
+      signaled_ = false;
+    }
+    // Waits until Signal() or `until`.
+    void WaitUntil(absl::Time until) {
+      absl::MutexLock lock(&mu_);
+      while (!signaled_ && absl::Now() < until) cv_.WaitWithDeadline(&mu_, until);
+    }
+
+   private:
+    absl::Mutex mu_;
+    absl::CondVar cv_;
+    bool signaled_ ABSL_GUARDED_BY(mu_) = false;
+  };
+  const std::shared_ptr<Wake> wake_ = std::make_shared<Wake>();
+
   mutable absl::Mutex mu_;
-  absl::CondVar cv_;
   absl::flat_hash_map<int64_t, std::shared_ptr<TaskRunner>> tasks_ ABSL_GUARDED_BY(mu_);
   StoppedTaskTotals stopped_totals_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // heartbeats stop

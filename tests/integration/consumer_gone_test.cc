@@ -95,7 +95,8 @@ void WaitForWorkerHeartbeats(ProcessCluster& c, const std::string& address, int 
 // then does consumer 1 start. A detached consumer used to count as having the end of the task,
 // so both workers had reported their tasks finished: worker 0's task was never moved and
 // consumer 1 could not read it. Now the task moves to worker 1 and consumer 1 reads every step
-// (worker 1's own task through a replay).
+// (worker 1's own task from its retention window, which holds this small task whole, or through
+// a replay).
 TEST(ConsumerGoneTest, ALateConsumerGetsEveryStepOfATaskWhoseWorkerDied) {
   ProcessClusterOptions o;
   o.num_workers = 2;

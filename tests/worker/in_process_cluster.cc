@@ -17,7 +17,9 @@ void Quiet(absl::string_view) {}
 
 }  // namespace
 
-Cluster::Cluster(int num_workers, absl::Duration worker_timeout, size_t buffer_bytes) {
+Cluster::Cluster(int num_workers, absl::Duration worker_timeout, size_t buffer_bytes,
+                 std::function<void(WorkerServerOptions*)> tune)
+    : tune_(std::move(tune)) {
   CoordinatorServerOptions c;
   c.coordinator.worker_timeout = worker_timeout;
   c.coordinator.log = Quiet;
@@ -42,6 +44,7 @@ void Cluster::AddWorker(size_t buffer_bytes) {
   w.heartbeat_interval = absl::Milliseconds(100);
   w.buffer_bytes = buffer_bytes;
   w.log = Quiet;
+  if (tune_) tune_(&w);
   auto worker = WorkerServer::Start(w);
   EXPECT_TRUE(worker.ok()) << worker.status();
   workers_.push_back(*std::move(worker));

@@ -32,19 +32,24 @@ class Cluster {
  public:
   // Starts the coordinator and `num_workers` workers (100 ms heartbeats) and waits, bounded,
   // until every worker has registered, so that a job made next gets one task per worker.
+  // `tune`, when set, adjusts each worker's options (this one's and AddWorker's) before it
+  // starts.
   explicit Cluster(int num_workers, absl::Duration worker_timeout = absl::Seconds(10),
-                   size_t buffer_bytes = size_t{64} << 20);
+                   size_t buffer_bytes = size_t{64} << 20,
+                   std::function<void(WorkerServerOptions*)> tune = nullptr);
 
   // Starts one more worker (it registers at its first heartbeat).
   void AddWorker(size_t buffer_bytes = size_t{64} << 20);
 
   std::string address() const { return coordinator_->address(); }
+  Coordinator& coordinator() { return coordinator_->coordinator(); }
   WorkerServer* worker(int i) { return workers_[i].get(); }
   int num_workers() const { return static_cast<int>(workers_.size()); }
 
  private:
   std::unique_ptr<CoordinatorServer> coordinator_;
   std::vector<std::unique_ptr<WorkerServer>> workers_;
+  std::function<void(WorkerServerOptions*)> tune_;
 };
 
 // What one consumer read: per step, per local replica, the int64 values of its single leaf.

@@ -115,5 +115,33 @@ TEST(StepBufferNotifyTest, TheEndCloseAndSupersedingWakeAndCancelSilences) {
   }
 }
 
+// The change callback (what wakes a WorkerServer's heartbeat thread to report a finished task):
+// called on every event that can finish the task, after the buffer's lock is released (it
+// reads the buffer here, which would deadlock under the lock), before the call returns.
+TEST(StepBufferNotifyTest, OnChangeRunsWithoutTheLockOnEveryEventThatCanFinishTheTask) {
+  std::vector<bool> drained_seen;
+  StepBuffer* self = nullptr;
+  StepBuffer b({.max_bytes = 1000, .num_consumers = 3},
+               [&] { drained_seen.push_back(self->drained()); });
+  self = &b;
+  auto g0 = b.Attach(0, 0);
+  ASSERT_TRUE(g0.ok());
+  ASSERT_TRUE(b.Push(MakeStep(0)).ok());
+  EXPECT_TRUE(drained_seen.empty());  // steps and attaches do not call it
+  b.Finish(absl::OkStatus());
+  EXPECT_EQ(drained_seen, std::vector<bool>({false}));
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  bool end = false;
+  ASSERT_TRUE(b.Next(0, *g0, 5, 1 << 20, absl::Now(), &steps, &end).ok());
+  ASSERT_TRUE(b.Next(0, *g0, 5, 1 << 20, absl::Now(), &steps, &end).ok());
+  ASSERT_TRUE(end);
+  b.ConfirmEnd(0, *g0);
+  EXPECT_EQ(drained_seen, std::vector<bool>({false, false}));
+  b.Detach(1);  // declared gone
+  EXPECT_EQ(drained_seen, std::vector<bool>({false, false, false}));
+  b.Detach(2);  // the last one: drained when the callback runs
+  EXPECT_EQ(drained_seen, std::vector<bool>({false, false, false, true}));
+}
+
 }  // namespace
 }  // namespace sluice
