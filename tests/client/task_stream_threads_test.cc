@@ -5,7 +5,6 @@
 // open. Then the consumer is destroyed with every call open: Shutdown cancels them and returns
 // only once each has reached OnDone (a use-after-free here shows under ASan). A behaviour test:
 // no timing.
-#include <dirent.h>
 
 #include <cstdint>
 #include <memory>
@@ -24,6 +23,7 @@
 #include "proto/worker.pb.h"
 #include "sluice/element.h"
 #include "sluice/tensor.h"
+#include "tests/core/thread_count.h"
 
 namespace sluice {
 namespace {
@@ -32,17 +32,6 @@ constexpr int64_t kJob = 3;
 constexpr int kStreams = 200;
 // The consumer's own threads are a constant few, gRPC's a pool that does not grow with calls.
 constexpr int kMaxNewThreads = 40;
-
-int ThreadCount() {
-  int n = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
-}
 
 // Lists kStreams coordinated tasks (task id = index + 1), all on `worker`.
 class FakeCoordinator : public proto::CoordinatorService::Service {

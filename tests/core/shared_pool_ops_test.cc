@@ -3,7 +3,6 @@
 // ops consumed from a pool thread of a one-thread pool (where any wait for work queued behind
 // it would never end) still give the in-process order. Behaviour tests: no timing (waits are
 // bounded for liveness only).
-#include <dirent.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -18,20 +17,10 @@
 #include "gtest/gtest.h"
 #include "sluice/dataset.h"
 #include "tests/core/record_test_util.h"
+#include "tests/core/thread_count.h"
 
 namespace sluice {
 namespace {
-
-int ThreadCount() {
-  int n = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
-}
 
 // Three files of 40 int64 records each (values f * 100 + i); their paths.
 std::vector<std::string> WriteFiles(const record_test::TempDir& dir) {

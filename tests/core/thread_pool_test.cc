@@ -2,8 +2,6 @@
 // pipelines at once start no threads of their own.
 #include "core/util/thread_pool.h"
 
-#include <dirent.h>
-
 #include <atomic>
 #include <memory>
 #include <string>
@@ -13,21 +11,10 @@
 #include "core/data/executor.h"
 #include "gtest/gtest.h"
 #include "sluice/dataset.h"
+#include "tests/core/thread_count.h"
 
 namespace sluice {
 namespace {
-
-// The threads of this process, as /proc/self/task lists them.
-int ThreadCount() {
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  int n = 0;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
-}
 
 TEST(ThreadPoolTest, RunsEveryClosureAndTheDestructorFinishesTheQueue) {
   std::atomic<int> ran{0};

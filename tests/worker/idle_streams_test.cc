@@ -4,7 +4,6 @@
 // live and was woken), then nothing: the streams wait. The process's thread count
 // (/proc/self/task) is checked while they are all open. The test's own calls are synchronous
 // client calls, which need no thread each. A behaviour test: no timing.
-#include <dirent.h>
 
 #include <cstdint>
 #include <memory>
@@ -19,6 +18,7 @@
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
+#include "tests/core/thread_count.h"
 #include "worker/grpc_worker_service.h"
 #include "worker/task_runner.h"
 
@@ -29,17 +29,6 @@ constexpr int kStreams = 1000;
 constexpr int kMaxThreads = 50;
 // Liveness bound only.
 constexpr absl::Duration kStuck = absl::Seconds(120);
-
-int ThreadCount() {
-  int n = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
-}
 
 // A coordinated task of kStreams consumers that makes one step once released, then waits
 // until closed; counts the streams that looked it up.

@@ -7,7 +7,6 @@
 // and the process's thread pool, plus a fixed slack for gRPC. The same pipelines with a thread
 // per runner, per prefetch and per interleave slot would add 200 threads. A behaviour test: no
 // timing (waits are bounded for liveness only).
-#include <dirent.h>
 
 #include <cstdint>
 #include <iostream>
@@ -23,6 +22,7 @@
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/dataset.pb.h"
 #include "tests/core/record_test_util.h"
+#include "tests/core/thread_count.h"
 #include "tests/worker/in_process_cluster.h"
 #include "worker/task_runner.h"
 #include "worker/task_runner_pool.h"
@@ -35,17 +35,6 @@ constexpr int kTasks = 50;
 constexpr int kSlack = 16;
 // Liveness bound only.
 constexpr absl::Duration kStuck = absl::Seconds(120);
-
-int ThreadCount() {
-  int n = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
-}
 
 // Registers `pipeline` and makes a one-consumer job of it named `name` (one task per worker).
 void MakeJob(proto::CoordinatorService::Stub* stub, const std::string& pipeline,
