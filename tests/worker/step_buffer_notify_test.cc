@@ -7,19 +7,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/worker/task_step_test_util.h"
 #include "worker/step_buffer.h"
 
 namespace sluice {
 namespace {
-
-std::shared_ptr<const TaskStep> MakeStep(int64_t i) {
-  auto s = std::make_shared<TaskStep>();
-  s->task_step = i;
-  s->num_real_pieces = 1;
-  s->pieces = {{Tensor::Scalar<int64_t>(i)}};
-  s->bytes = 8;
-  return s;
-}
 
 // Takes what Next() gives at once.
 std::vector<int64_t> Take(StepBuffer* b, int64_t consumer, int64_t generation) {
@@ -42,21 +34,21 @@ TEST(StepBufferNotifyTest, PushWakesOnlyTheConsumersAtThatStep) {
   EXPECT_TRUE(b.NotifyWhenReady(1, *g1, [&] { ++calls[1]; }));
   EXPECT_TRUE(b.NotifyWhenReady(2, *g2, [&] { ++calls[2]; }));
 
-  ASSERT_TRUE(b.Push(MakeStep(0)).ok());
+  ASSERT_TRUE(b.Push(MakeStep(0, 8)).ok());
   EXPECT_EQ(calls[0], 1);
   EXPECT_EQ(calls[1], 1);
   EXPECT_EQ(calls[2], 0);  // step 0 is not for it
 
   // One-shot: the next push wakes nobody until they register again; a consumer with a step
   // buffered for it cannot register (it calls Next instead).
-  ASSERT_TRUE(b.Push(MakeStep(1)).ok());
+  ASSERT_TRUE(b.Push(MakeStep(1, 8)).ok());
   EXPECT_EQ(calls[0], 1);
   EXPECT_EQ(calls[1], 1);
   EXPECT_FALSE(b.NotifyWhenReady(1, *g1, [&] { ++calls[1]; }));
   EXPECT_EQ(Take(&b, 0, *g0), (std::vector<int64_t>{0, 1}));
   EXPECT_TRUE(b.NotifyWhenReady(0, *g0, [&] { ++calls[0]; }));
 
-  ASSERT_TRUE(b.Push(MakeStep(2)).ok());
+  ASSERT_TRUE(b.Push(MakeStep(2, 8)).ok());
   EXPECT_EQ(calls[0], 2);
   EXPECT_EQ(calls[1], 1);
   EXPECT_EQ(calls[2], 1);
@@ -70,7 +62,7 @@ TEST(StepBufferNotifyTest, IndependentPushWakesOneStreamAndAnUntakenStepPassesOn
   int calls_a = 0, calls_c = 0;
   EXPECT_TRUE(b.NotifyWhenReady(0, *a, [&] { ++calls_a; }));
   EXPECT_TRUE(b.NotifyWhenReady(0, *c, [&] { ++calls_c; }));
-  ASSERT_TRUE(b.Push(MakeStep(0)).ok());
+  ASSERT_TRUE(b.Push(MakeStep(0, 8)).ok());
   EXPECT_EQ(calls_a + calls_c, 1);
   EXPECT_EQ(calls_a, 1);  // in the order registered
   // The woken stream goes away without taking the step: the other one is woken for it.
@@ -110,7 +102,7 @@ TEST(StepBufferNotifyTest, TheEndCloseAndSupersedingWakeAndCancelSilences) {
     EXPECT_FALSE(b.NotifyWhenReady(0, *old_gen, [&] { ++calls; }));
     EXPECT_TRUE(b.NotifyWhenReady(0, *new_gen, [&] { ++calls; }));
     b.CancelNotify(0, *new_gen);
-    ASSERT_TRUE(b.Push(MakeStep(0)).ok());
+    ASSERT_TRUE(b.Push(MakeStep(0, 8)).ok());
     EXPECT_EQ(calls, 1);
   }
 }
@@ -126,7 +118,7 @@ TEST(StepBufferNotifyTest, OnChangeRunsWithoutTheLockOnEveryEventThatCanFinishTh
   self = &b;
   auto g0 = b.Attach(0, 0);
   ASSERT_TRUE(g0.ok());
-  ASSERT_TRUE(b.Push(MakeStep(0)).ok());
+  ASSERT_TRUE(b.Push(MakeStep(0, 8)).ok());
   EXPECT_TRUE(drained_seen.empty());  // steps and attaches do not call it
   b.Finish(absl::OkStatus());
   EXPECT_EQ(drained_seen, std::vector<bool>({false}));

@@ -14,19 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "tests/worker/task_step_test_util.h"
 #include "worker/step_buffer.h"
 
 namespace sluice {
 namespace {
-
-std::shared_ptr<const TaskStep> MakeStep(int64_t i, size_t bytes = 100) {
-  auto s = std::make_shared<TaskStep>();
-  s->task_step = i;
-  s->num_real_pieces = 1;
-  s->pieces = {{Tensor::Scalar<int64_t>(i)}};
-  s->bytes = bytes;
-  return s;
-}
 
 // What the buffer holds in all, buffered and retained.
 size_t HeldBytes(const StepBuffer& b) {

@@ -8,18 +8,10 @@
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "tests/worker/task_step_test_util.h"
 
 namespace sluice {
 namespace {
-
-std::shared_ptr<const TaskStep> MakeStep(int64_t i, size_t bytes = 100) {
-  auto s = std::make_shared<TaskStep>();
-  s->task_step = i;
-  s->num_real_pieces = 1;
-  s->pieces = {{Tensor::Scalar<int64_t>(i)}};
-  s->bytes = bytes;
-  return s;
-}
 
 // Reads one step for `consumer`, waiting as long as it takes (bounded by the test's producer).
 int64_t NextStep(StepBuffer* b, int64_t consumer, int64_t gen, bool* end = nullptr) {
