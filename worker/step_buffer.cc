@@ -28,12 +28,46 @@ StepBuffer::StepBuffer(StepBufferOptions options, std::function<void()> on_chang
   attached_.assign(n, false);
   ended_.assign(n, false);
   confirmed_.assign(n, false);
+  absl::MutexLock lock(&mu_);
+  unattached_ = static_cast<int64_t>(n);
+  not_ended_ = static_cast<int64_t>(n);
+  for (size_t c = 0; c < n; ++c) cursor_counts_.Insert(0);
 }
 
-int64_t StepBuffer::MinCursor() const {
-  int64_t m = kDetached;
-  for (int64_t c : cursors_) m = std::min(m, c);
-  return m;
+int64_t StepBuffer::MinCursor() const { return cursor_counts_.min(); }
+
+void StepBuffer::SetCursorLocked(size_t consumer, int64_t cursor, bool attached) {
+  const int64_t old = cursors_[consumer];
+  if (old != cursor) {
+    if (old == kDetached) {
+      cursor_counts_.Insert(cursor);
+    } else if (cursor == kDetached) {
+      cursor_counts_.Erase(old);
+    } else {
+      cursor_counts_.Move(old, cursor);
+    }
+  }
+  const bool was_unattached = !attached_[consumer] && old != kDetached;
+  const bool is_unattached = !attached && cursor != kDetached;
+  unattached_ += static_cast<int64_t>(is_unattached) - static_cast<int64_t>(was_unattached);
+  cursors_[consumer] = cursor;
+  attached_[consumer] = attached;
+}
+
+void StepBuffer::SetEndedLocked(size_t consumer, bool ended) {
+  if (ended_[consumer] == ended) return;
+  not_ended_ += ended ? -1 : 1;
+  ended_[consumer] = ended;
+}
+
+void StepBuffer::DetachUnattachedLocked() {
+  if (unattached_ == 0) return;
+  for (size_t c = 0; c < cursors_.size(); ++c) {
+    ++scan_ops_;
+    // Detached, not ended: it has not read this task here, so the task is not drained for it
+    // (a worker that reported it finished would not be replaced if it died).
+    if (!attached_[c]) SetCursorLocked(c, kDetached, false);
+  }
 }
 
 void StepBuffer::ReleaseLocked(Wakeups* wake) {
@@ -107,11 +141,7 @@ absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
     if (blocked_since == absl::InfinitePast()) blocked_since = absl::Now();
     const absl::Time detach_at = blocked_since + options_.detach_unattached_after;
     if (!options_.independent && !detached && absl::Now() >= detach_at) {
-      for (size_t c = 0; c < cursors_.size(); ++c) {
-        // Detached, not ended: it has not read this task here, so the task is not drained
-        // for it (a worker that reported it finished would not be replaced if it died).
-        if (!attached_[c]) cursors_[c] = kDetached;
-      }
+      DetachUnattachedLocked();
       ReleaseLocked(&run.wake);
       detached = true;
       continue;
@@ -165,15 +195,9 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
     const absl::Time now = absl::Now();
     if (try_blocked_since_ == absl::InfinitePast()) try_blocked_since_ = now;
     const absl::Time detach_at = try_blocked_since_ + options_.detach_unattached_after;
-    bool unattached = false;
-    for (size_t c = 0; c < cursors_.size(); ++c) {
-      unattached = unattached || (!attached_[c] && cursors_[c] != kDetached);
-    }
-    if (!options_.independent && !try_detached_ && unattached) {
+    if (!options_.independent && !try_detached_ && unattached_ > 0) {
       if (now >= detach_at) {
-        for (size_t c = 0; c < cursors_.size(); ++c) {
-          if (!attached_[c]) cursors_[c] = kDetached;  // as in Push: detached, not ended
-        }
+        DetachUnattachedLocked();  // as in Push: detached, not ended
         ReleaseLocked(&run.wake);
         try_detached_ = true;
       } else {
@@ -250,9 +274,10 @@ absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step)
     for (auto it = u.steps.rbegin(); it != u.steps.rend(); ++it) steps_.push_front(*it);
     u.steps.clear();
     u.acknowledged = std::max(u.acknowledged, start_step);
+    const int64_t superseded = u.generation;
     u.generation = generation;
     cv_.SignalAll();  // a superseded Next() wakes up; waiting streams see the steps
-    WakeGenerationLocked(consumer, &run.wake);
+    WakeGenerationLocked(consumer, superseded, &run.wake);
     if (!steps_.empty()) WakeOneIndependentLocked(&run.wake);
     return generation;
   }
@@ -272,12 +297,12 @@ absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step)
       // its own confirmed end counts (ConfirmEndReplayed). A stream of it still open is
       // superseded, as by any new Attach.
       if (cursors_[consumer] != kDetached) {
-        cursors_[consumer] = kDetached;
-        attached_[consumer] = false;
+        SetCursorLocked(static_cast<size_t>(consumer), kDetached, false);
+        const int64_t superseded = generations_[consumer];
         generations_[consumer] = generation;
         ReleaseLocked(&run.wake);
         cv_.SignalAll();
-        WakeGenerationLocked(consumer, &run.wake);
+        WakeGenerationLocked(consumer, superseded, &run.wake);
       }
       return absl::OutOfRangeError(absl::StrCat(
           "task step ", start_step, " was already released; the first buffered is ", first_step_,
@@ -296,14 +321,14 @@ absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step)
     }
     ++retention_hits_;
   }
-  cursors_[consumer] = start_step;
-  attached_[consumer] = true;
-  ended_[consumer] = false;
+  SetCursorLocked(static_cast<size_t>(consumer), start_step, true);
+  SetEndedLocked(static_cast<size_t>(consumer), false);
+  const int64_t superseded = generations_[consumer];
   generations_[consumer] = generation;
   ReleaseLocked(&run.wake);
   cv_.SignalAll();  // a superseded Next() wakes up
   WakeProducerLocked(&run.wake);  // who is unattached changed (TryPush's retry_at)
-  WakeGenerationLocked(consumer, &run.wake);
+  WakeGenerationLocked(consumer, superseded, &run.wake);
   return generation;
 }
 
@@ -407,17 +432,12 @@ void StepBuffer::WakeOneIndependentLocked(Wakeups* wake) {
   }
 }
 
-void StepBuffer::WakeGenerationLocked(int64_t consumer, Wakeups* wake) {
+void StepBuffer::WakeGenerationLocked(int64_t consumer, int64_t superseded, Wakeups* wake) {
   if (options_.independent && consumer == 0) return;  // streams without a key supersede none
-  std::vector<int64_t> woken;
-  for (auto& [generation, w] : waiters_) {
-    if (w.consumer == consumer) woken.push_back(generation);
-  }
-  for (int64_t generation : woken) {
-    auto w = waiters_.find(generation);
-    wake->push_back(std::move(w->second.ready));
-    waiters_.erase(w);
-  }
+  auto w = waiters_.find(superseded);
+  if (w == waiters_.end() || w->second.consumer != consumer) return;
+  wake->push_back(std::move(w->second.ready));
+  waiters_.erase(w);
 }
 
 void StepBuffer::WakeAllLocked(Wakeups* wake) {
@@ -494,7 +514,7 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
         return absl::CancelledError(
             absl::StrCat("stream of consumer ", consumer, " superseded by a newer one"));
       }
-      int64_t& cursor = cursors_[consumer];
+      int64_t cursor = cursors_[consumer];
       const int64_t last = first_step_ + static_cast<int64_t>(steps_.size());
       bool blocked = false;
       while (cursor >= first_step_ && cursor < last) {
@@ -508,6 +528,7 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
         ++cursor;
       }
       if (!steps->empty()) {
+        SetCursorLocked(static_cast<size_t>(consumer), cursor, attached_[consumer]);
         ReleaseLocked(&run.wake);
         return absl::OkStatus();
       }
@@ -547,7 +568,7 @@ void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
         generations_[consumer] != generation) {
       return;
     }
-    ended_[consumer] = true;
+    SetEndedLocked(static_cast<size_t>(consumer), true);
     confirmed_[consumer] = true;
   }
   if (DrainedLocked()) ClearRetainedLocked();  // no consumer can need the window now
@@ -561,7 +582,7 @@ void StepBuffer::ConfirmEndReplayed(int64_t consumer) {
   if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) return;
   if (cursors_[consumer] != kDetached) return;  // it reads here (again): its own end counts
   NotifyChangeLocked(&run.wake);
-  ended_[consumer] = true;
+  SetEndedLocked(static_cast<size_t>(consumer), true);
   confirmed_[consumer] = true;
   if (DrainedLocked()) ClearRetainedLocked();
   cv_.SignalAll();
@@ -573,15 +594,16 @@ void StepBuffer::Detach(int64_t consumer) {
   if (options_.independent) return;
   if (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size())) return;
   NotifyChangeLocked(&run.wake);
-  cursors_[consumer] = kDetached;
-  ended_[consumer] = true;
+  SetCursorLocked(static_cast<size_t>(consumer), kDetached, attached_[consumer]);
+  SetEndedLocked(static_cast<size_t>(consumer), true);
   // A stream of this consumer still open must not read on from kDetached (it would see the end
   // of the task without the steps): it is superseded.
+  const int64_t superseded = generations_[consumer];
   generations_[consumer] = next_generation_++;
   ReleaseLocked(&run.wake);
   if (DrainedLocked()) ClearRetainedLocked();
   cv_.SignalAll();
-  WakeGenerationLocked(consumer, &run.wake);
+  WakeGenerationLocked(consumer, superseded, &run.wake);
 }
 
 void StepBuffer::StopProducing() {
@@ -654,10 +676,12 @@ bool StepBuffer::drained() const {
 bool StepBuffer::DrainedLocked() const {
   if (!finished_ || !steps_.empty()) return false;
   if (options_.independent) return end_confirmed_;
-  for (bool e : ended_) {
-    if (!e) return false;
-  }
-  return true;
+  return not_ended_ == 0;
+}
+
+int64_t StepBuffer::TEST_cursor_ops() const {
+  absl::MutexLock lock(&mu_);
+  return cursor_counts_.TEST_ops() + scan_ops_;
 }
 
 }  // namespace sluice

@@ -40,6 +40,13 @@
 // bytes as any consumer's, so the producer resumes once it has caught up to within max_bytes.
 // The window is emptied once the buffer is drained (no consumer can need it) or closed.
 //
+// Cost with many consumers: what a step may release is decided by the lowest cursor, kept as
+// counts of cursors per task step (worker/cursor_counts.h), so a push, a read of k steps, a
+// release and a readiness check cost O(1) (O(k) for the read) amortized whatever the number of
+// consumers, and a wake-up goes only to the streams it concerns (NotifyWhenReady). Only rare
+// events visit every consumer: detaching the unattached ones for lateness (once per blocked
+// stretch) and stats().
+//
 // Thread-safe.
 #ifndef SLUICE_WORKER_STEP_BUFFER_H_
 #define SLUICE_WORKER_STEP_BUFFER_H_
@@ -61,6 +68,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "sluice/tensor.h"
+#include "worker/cursor_counts.h"
 
 namespace sluice {
 
@@ -207,7 +215,7 @@ class StepBuffer {
   size_t buffered_steps() const;
   // Bytes of the retention window.
   size_t retained_bytes() const;
-  // A consistent snapshot for metrics (worker/worker_metrics.h).
+  // A consistent snapshot for metrics (worker/worker_metrics.h); O(consumers).
   struct Stats {
     int64_t steps_produced = 0;  // steps the producer has pushed (or skipped)
     size_t bytes = 0;            // buffered
@@ -238,14 +246,29 @@ class StepBuffer {
   // The status the producer finished with (Finish); OK before then and at the end of data.
   absl::Status producer_status() const;
 
+  // The work done on consumers' cursors so far: slots of the cursor counts touched, plus every
+  // consumer visited by a loop over all of them outside stats(). Tests check with it that a
+  // step costs the same whatever the number of consumers, without timing anything.
+  int64_t TEST_cursor_ops() const;
+
  private:
   static constexpr int64_t kDetached = INT64_MAX;
+  static_assert(kDetached == CursorCounts::kNone, "a detached cursor holds nothing back");
 
   // Wake-ups (NotifyWhenReady, TryPush). `wake` collects the callbacks to run once mu_ is
   // released.
   using Wakeups = std::vector<std::function<void()>>;
 
+  // The lowest cursor (kDetached when every consumer is detached): O(1), from cursor_counts_.
   int64_t MinCursor() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets `consumer`'s cursor and attached flag, keeping cursor_counts_ and unattached_ in step:
+  // the only way either field changes after construction.
+  void SetCursorLocked(size_t consumer, int64_t cursor, bool attached)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets `consumer`'s ended flag, keeping not_ended_ in step.
+  void SetEndedLocked(size_t consumer, bool ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Detaches, as late, every consumer that has not attached (Push and TryPush when blocked).
+  void DetachUnattachedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends `step` (the next one, known to fit), or skips it when every consumer is past it.
   void AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeups* wake)
@@ -262,7 +285,11 @@ class StepBuffer {
 
   void WakeAtLocked(int64_t task_step, Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeOneIndependentLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void WakeGenerationLocked(int64_t consumer, Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Wakes the registration of `consumer`'s `superseded` generation, if any: a stream registers
+  // only under its consumer's current generation and every change of it comes here, so that is
+  // the only one the consumer can have.
+  void WakeGenerationLocked(int64_t consumer, int64_t superseded, Wakeups* wake)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeAllLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds on_change_, if set, to `wake`.
   void NotifyChangeLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -280,9 +307,16 @@ class StepBuffer {
   size_t retained_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t retention_hits_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> cursors_ ABSL_GUARDED_BY(mu_);
+  // The cursors other than kDetached, counted per task step: MinCursor() without a scan.
+  CursorCounts cursor_counts_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> generations_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> attached_ ABSL_GUARDED_BY(mu_);
+  // Consumers not attached and not detached (they hold steps back until detached as late).
+  int64_t unattached_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<bool> ended_ ABSL_GUARDED_BY(mu_);
+  int64_t not_ended_ ABSL_GUARDED_BY(mu_) = 0;  // consumers with !ended_
+  // Consumers visited by loops over all of them (TEST_cursor_ops).
+  int64_t scan_ops_ ABSL_GUARDED_BY(mu_) = 0;
   // Ended by its own confirmed end (not by Detach); stays set.
   std::vector<bool> confirmed_ ABSL_GUARDED_BY(mu_);
   int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
