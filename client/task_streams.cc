@@ -39,7 +39,12 @@ std::shared_ptr<grpc::Channel> DefaultChannel(const std::string& address) {
 }
 
 TaskStreams::TaskStreams(ServiceStepSourceOptions options)
-    : options_(std::move(options)), consumer_id_(RandomConsumerId()),
+    : options_(std::move(options)),
+      compact_spec_(options_.compact_headers ? std::make_shared<const CompactSpec>(
+                                                   CompactSpec::FromElementSpec(
+                                                       options_.per_replica_spec))
+                                             : nullptr),
+      consumer_id_(RandomConsumerId()),
       random_(options_.random ? options_.random : EntropyRandomSource()) {
   coordinator_ = proto::CoordinatorService::NewStub(
       options_.channel_factory ? options_.channel_factory(options_.coordinator_address)
@@ -371,6 +376,10 @@ void TaskStreams::ConnectTask(const std::shared_ptr<TaskStream>& task,
   // Independent reads: next_step counts the steps received, and the id lets the worker send
   // again what an earlier call sent and this consumer did not receive.
   if (options_.independent) request->set_consumer_id(consumer_id_);
+  if (compact_spec_ != nullptr) {
+    request->set_compact_headers(true);
+    compact_spec_->ToProto(request->mutable_compact_spec());
+  }
   {
     std::lock_guard<std::mutex> live(live_mu_);
     ++live_calls_;
