@@ -38,12 +38,24 @@ std::shared_ptr<grpc::Channel> DefaultChannel(const std::string& address) {
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
+namespace {
+
+// The spec calls ask for compact headers with: the per-replica spec's leaves, unless the
+// options say no or a leaf has no dtype (a worker would refuse that spec).
+std::shared_ptr<const CompactSpec> CompactSpecFor(const ServiceStepSourceOptions& options) {
+  if (!options.compact_headers) return nullptr;
+  CompactSpec spec = CompactSpec::FromElementSpec(options.per_replica_spec);
+  for (const TensorSpec& leaf : spec.leaves()) {
+    if (leaf.dtype == DType::kInvalid) return nullptr;
+  }
+  return std::make_shared<const CompactSpec>(std::move(spec));
+}
+
+}  // namespace
+
 TaskStreams::TaskStreams(ServiceStepSourceOptions options)
     : options_(std::move(options)),
-      compact_spec_(options_.compact_headers ? std::make_shared<const CompactSpec>(
-                                                   CompactSpec::FromElementSpec(
-                                                       options_.per_replica_spec))
-                                             : nullptr),
+      compact_spec_(CompactSpecFor(options_)),
       consumer_id_(RandomConsumerId()),
       random_(options_.random ? options_.random : EntropyRandomSource()) {
   coordinator_ = proto::CoordinatorService::NewStub(

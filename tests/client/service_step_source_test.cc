@@ -126,9 +126,7 @@ class FakeWorker : public grpc::Service {
     }
     frame.end_of_task = true;
     grpc::ByteBuffer out;
-    StepFrameEncoder encoder(spec);
-    if (!encoder.Encode(frame, &out).ok() || !stream->Write(out) ||
-        encoder.last_compact() != (spec != nullptr)) {
+    if (!EncodeStepFrame(frame, &out).ok() || !stream->Write(out)) {
       return grpc::Status(grpc::StatusCode::INTERNAL, "write failed");
     }
     if (index != frozen_index_) {
