@@ -4,7 +4,7 @@
 //
 //   build/bench/stream_bench [--sizes=1024,16384,...] [--bytes=2147483648] [--replicas=1]
 //                            [--reps=3] [--credits=16] [--budget=67108864]
-//                            [--coalesce_wait_us=500]
+//                            [--coalesce_wait_us=500] [--compact=1]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -14,6 +14,8 @@
 //    thread, replicas on the CPU), the trainer's loop calling GetNextStep; the coordinator is a
 //    stub listing the one task;
 //  - "TCP": the same bytes over a plain socket (the ceiling).
+// --compact=1 (the default, as the production client): raw and client ask for compact frame
+// headers (core/rpc/step_frame.h); --compact=0: full headers, for comparison.
 // The consumer receives every byte into a buffer of its own (copied once from the received
 // slices) and drops it. Reports medians of `reps` runs. Memory is kept resident (malloc
 // tunables, pooled receive buffers), as PERF_NOTES.md says any such benchmark must.
@@ -130,6 +132,9 @@ class StubCoordinator : public proto::CoordinatorService::Service {
   std::string worker_;
 };
 
+// --compact: whether the consumers ask for compact frame headers.
+bool g_compact = true;
+
 // Starts the task's runner: `steps` steps of `replicas` pieces of one `size`-byte tensor.
 void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
   proto::TaskDef task;
@@ -166,6 +171,7 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
   o.job_id = 1;
   o.num_local_replicas = replicas;
   o.per_replica_spec = ElementSpec(TensorSpec{DType::kUInt8, Shape({static_cast<int64_t>(size)})});
+  o.compact_headers = g_compact;
   o.receive_budget_bytes = budget;
   o.allocator = [pool](size_t bytes) { return pool->Get(bytes); };
   Result r;
@@ -230,12 +236,20 @@ Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64
   first.mutable_request()->set_task_id(1);
   first.mutable_request()->set_initial_credit_bytes(window);
   first.mutable_request()->set_window_bytes(window);
+  std::shared_ptr<const CompactSpec> spec;
+  if (g_compact) {
+    spec = std::make_shared<const CompactSpec>(CompactSpec::FromElementSpec(
+        ElementSpec(TensorSpec{DType::kUInt8, Shape({static_cast<int64_t>(size)})})));
+    first.mutable_request()->set_compact_headers(true);
+    spec->ToProto(first.mutable_request()->mutable_compact_spec());
+  }
+  StepFrameDecoder decoder(alloc, spec);
+  StepFrame frame;
   stream->Write(EncodeConsumerMessage(first));
   grpc::ByteBuffer bb;
   bool end = false;
   while (!end && stream->Read(&bb)) {
-    StepFrame frame;
-    absl::Status s = DecodeStepFrame(bb, alloc, &frame);
+    absl::Status s = decoder.Decode(bb, &frame);
     if (!s.ok() || !frame.status.ok()) {
       std::fprintf(stderr, "decode: %s %s\n", s.ToString().c_str(), frame.status.ToString().c_str());
       break;
@@ -334,6 +348,7 @@ int Main(int argc, char** argv) {
     if (absl::SimpleAtoi(s, &v)) sizes.push_back(v);
   }
   int64_t total = 0, replicas = 0, reps = 0, credits = 0, budget = 0, coalesce_us = 0;
+  g_compact = Flag(argc, argv, "compact", "1") != "0";
   if (!absl::SimpleAtoi(Flag(argc, argv, "bytes", "2147483648"), &total) ||
       !absl::SimpleAtoi(Flag(argc, argv, "replicas", "1"), &replicas) ||
       !absl::SimpleAtoi(Flag(argc, argv, "reps", "3"), &reps) ||

@@ -84,6 +84,10 @@ struct ServiceStepSourceOptions {
   // The receive budget in bytes, shared by the open streams (see above). At least 1.
   int64_t receive_budget_bytes = int64_t{64} << 20;
   TensorAllocator allocator;
+  // Ask workers for compact frame headers (StreamRequest.compact_headers, core/rpc/step_frame.h):
+  // only the dimensions per_replica_spec leaves open travel with each step. false: full
+  // headers (what a consumer of an older release gets).
+  bool compact_headers = true;
   ChannelFactory channel_factory;  // empty: DefaultChannel
   // SHARDING_RANGES: read tasks in task_index order, each to its end (see above).
   bool sequential = false;

@@ -19,7 +19,8 @@ constexpr char kStreamStepsMethod[] = "/sluice.proto.WorkerService/StreamSteps";
 TaskStreamCall::TaskStreamCall(TaskStreams* streams, std::shared_ptr<TaskStream> task,
                                std::shared_ptr<grpc::Channel> channel, std::string address)
     : streams_(streams), task_(std::move(task)), channel_(std::move(channel)),
-      address_(std::move(address)) {
+      address_(std::move(address)),
+      decoder_(streams->options_.allocator, streams->compact_spec_) {
   grpc::internal::ClientCallbackReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
       channel_.get(),
       grpc::internal::RpcMethod(kStreamStepsMethod, grpc::internal::RpcMethod::BIDI_STREAMING,
@@ -76,8 +77,8 @@ void TaskStreamCall::OnReadDone(bool ok) {
   }
   const ServiceStepSourceOptions& options = streams_->options_;
   // Decoded with no lock held: the copy into the allocator's buffers is the bulk of the work.
-  StepFrame frame;
-  absl::Status s = DecodeStepFrame(read_buffer_, options.allocator, &frame);
+  StepFrame& frame = frame_;
+  absl::Status s = decoder_.Decode(read_buffer_, &frame);
   read_buffer_.Clear();
   TaskStream* task = task_.get();
   absl::MutexLock lock(&streams_->mu_);

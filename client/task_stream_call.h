@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "client/task_streams.h"
+#include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/client_callback.h"
 #include "proto/worker.pb.h"
@@ -56,6 +57,10 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   const std::string address_;
   grpc::ClientContext context_;
   grpc::ByteBuffer read_buffer_;
+  // Decodes the frames (only the one read in flight uses it), keeping its header message and
+  // the decoded frame's vectors from frame to frame.
+  StepFrameDecoder decoder_;
+  StepFrame frame_;
   grpc::ByteBuffer write_buffer_;
 
   bool writing_ = false;        // a write (request or grant) is in flight

@@ -38,8 +38,25 @@ std::shared_ptr<grpc::Channel> DefaultChannel(const std::string& address) {
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
+namespace {
+
+// The spec calls ask for compact headers with: the per-replica spec's leaves, unless the
+// options say no or a leaf has no dtype (a worker would refuse that spec).
+std::shared_ptr<const CompactSpec> CompactSpecFor(const ServiceStepSourceOptions& options) {
+  if (!options.compact_headers) return nullptr;
+  CompactSpec spec = CompactSpec::FromElementSpec(options.per_replica_spec);
+  for (const TensorSpec& leaf : spec.leaves()) {
+    if (leaf.dtype == DType::kInvalid) return nullptr;
+  }
+  return std::make_shared<const CompactSpec>(std::move(spec));
+}
+
+}  // namespace
+
 TaskStreams::TaskStreams(ServiceStepSourceOptions options)
-    : options_(std::move(options)), consumer_id_(RandomConsumerId()),
+    : options_(std::move(options)),
+      compact_spec_(CompactSpecFor(options_)),
+      consumer_id_(RandomConsumerId()),
       random_(options_.random ? options_.random : EntropyRandomSource()) {
   coordinator_ = proto::CoordinatorService::NewStub(
       options_.channel_factory ? options_.channel_factory(options_.coordinator_address)
@@ -371,6 +388,10 @@ void TaskStreams::ConnectTask(const std::shared_ptr<TaskStream>& task,
   // Independent reads: next_step counts the steps received, and the id lets the worker send
   // again what an earlier call sent and this consumer did not receive.
   if (options_.independent) request->set_consumer_id(consumer_id_);
+  if (compact_spec_ != nullptr) {
+    request->set_compact_headers(true);
+    compact_spec_->ToProto(request->mutable_compact_spec());
+  }
   {
     std::lock_guard<std::mutex> live(live_mu_);
     ++live_calls_;

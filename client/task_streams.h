@@ -67,6 +67,7 @@
 #include "client/heartbeat_view.h"
 #include "core/util/backoff.h"
 #include "client/service_step_source.h"
+#include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "sluice/element.h"
@@ -235,6 +236,9 @@ class TaskStreams {
   FlowStats FlowStatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServiceStepSourceOptions options_;
+  // The per-replica spec's leaves, when options_.compact_headers: every call asks for compact
+  // headers with it and decodes with it. Null otherwise.
+  const std::shared_ptr<const CompactSpec> compact_spec_;
   // Independent reads: this iterator's id on every call (StreamRequest.consumer_id).
   const uint64_t consumer_id_;
   std::unique_ptr<proto::CoordinatorService::Stub> coordinator_;

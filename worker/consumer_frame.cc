@@ -5,26 +5,20 @@
 
 namespace sluice {
 
-StepFrame ConsumerFrame(const std::vector<std::shared_ptr<const TaskStep>>& steps,
-                        bool end_of_task, bool coordinated, int64_t consumer, int64_t replicas) {
-  StepFrame frame;
-  frame.end_of_task = end_of_task;
-  frame.steps.reserve(steps.size());
+void ConsumerFrameViews(const std::vector<std::shared_ptr<const TaskStep>>& steps,
+                        bool coordinated, int64_t consumer, int64_t replicas,
+                        std::vector<WireStepView>* out) {
+  out->clear();
   for (const auto& step : steps) {
-    WireStep w;
-    w.task_step = step->task_step;
-    w.global_step = step->global_step;
-    w.num_real_pieces = step->num_real_pieces;
+    size_t begin = 0;
+    size_t stop = step->pieces.size();
     if (coordinated) {
-      const size_t begin = static_cast<size_t>(consumer * replicas);
-      const size_t stop = std::min(step->pieces.size(), begin + static_cast<size_t>(replicas));
-      for (size_t p = begin; p < stop; ++p) w.pieces.push_back(step->pieces[p]);
-    } else {
-      w.pieces = step->pieces;
+      begin = std::min(step->pieces.size(), static_cast<size_t>(consumer * replicas));
+      stop = std::min(step->pieces.size(), begin + static_cast<size_t>(replicas));
     }
-    frame.steps.push_back(std::move(w));
+    out->push_back(WireStepView{step->task_step, step->global_step, step->num_real_pieces,
+                                step->pieces.data() + begin, stop - begin});
   }
-  return frame;
 }
 
 size_t ConsumerStepCost(const TaskStep& step, bool coordinated, int64_t consumer,

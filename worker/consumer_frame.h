@@ -14,13 +14,16 @@
 
 namespace sluice {
 
-// The frame of `steps` for one consumer: in coordinated mode only its pieces (replicas
-// [consumer * replicas, (consumer + 1) * replicas) of each step), otherwise every piece.
-StepFrame ConsumerFrame(const std::vector<std::shared_ptr<const TaskStep>>& steps,
-                        bool end_of_task, bool coordinated, int64_t consumer, int64_t replicas);
+// The frame of `steps` for one consumer, as views for StepFrameEncoder: in coordinated mode
+// only its pieces (replicas [consumer * replicas, (consumer + 1) * replicas) of each step),
+// otherwise every piece. The views borrow the steps' pieces (no tensor is copied) and are
+// valid while `steps` is. Replaces *out.
+void ConsumerFrameViews(const std::vector<std::shared_ptr<const TaskStep>>& steps,
+                        bool coordinated, int64_t consumer, int64_t replicas,
+                        std::vector<WireStepView>* out);
 
 // What `step` costs against this consumer's byte credit: StepCreditBytes of the frame step
-// ConsumerFrame would make of it (its pieces' payload bytes + kStepCreditOverheadBytes).
+// ConsumerFrameViews would make of it (its pieces' payload bytes + kStepCreditOverheadBytes).
 size_t ConsumerStepCost(const TaskStep& step, bool coordinated, int64_t consumer,
                         int64_t replicas);
 

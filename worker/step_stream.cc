@@ -207,6 +207,16 @@ class StepStream final : public Reactor {
         request->start_step());
     if (!reader.ok()) return reader.status();
     reader_ = *std::move(reader);
+    std::shared_ptr<const CompactSpec> spec;
+    if (request->compact_headers()) {
+      absl::StatusOr<CompactSpec> parsed = CompactSpec::FromProto(request->compact_spec());
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("StreamSteps: ", parsed.status().message()));
+      }
+      spec = std::make_shared<const CompactSpec>(*std::move(parsed));
+    }
+    encoder_.emplace(std::move(spec));
     credits_.emplace(request->initial_credit_bytes(), request->window_bytes());
     // What one frame may take: steps whose costs fit the credit and the frame size; the first
     // step whatever its cost once the credit reaches CreditForAnyStep (a step larger than the
@@ -286,6 +296,8 @@ class StepStream final : public Reactor {
       need_ = 1;
       frame_end_ = end;
       frame_credit_ = credits_->credit();
+      frame_cost_ = 0;
+      for (const auto& step : frame_) frame_cost_ += limits_.cost(*step);
       if (!end && options_.coalesce_wait > absl::ZeroDuration() && !FrameFull()) {
         coalescing_ = true;
         coalesce_until_ = absl::Now() + options_.coalesce_wait;
@@ -304,12 +316,8 @@ class StepStream final : public Reactor {
     }
   }
 
-  // The frame's costs so far.
-  size_t FrameCost() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    size_t cost = 0;
-    for (const auto& step : frame_) cost += limits_.cost(*step);
-    return cost;
-  }
+  // The frame's costs so far (kept as steps join: the coalescing loop asks once per step).
+  size_t FrameCost() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return frame_cost_; }
   // What the frame may still take: the credit left before it (its first step may have exceeded
   // it) and the frame's size.
   size_t FrameCap() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -348,7 +356,10 @@ class StepStream final : public Reactor {
         if (WaitForSteps()) return;   // a step, or the alarm, continues the frame
         continue;
       }
-      for (auto& step : more) frame_.push_back(std::move(step));
+      for (auto& step : more) {
+        frame_cost_ += limits_.cost(*step);
+        frame_.push_back(std::move(step));
+      }
     }
     coalescing_ = false;
     alarm_.reset();  // cancels it
@@ -364,8 +375,8 @@ class StepStream final : public Reactor {
   // Writes frame_ (its steps and frame_end_).
   void SendFrame() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     grpc::ByteBuffer bb;
-    absl::Status encoded = EncodeStepFrame(
-        ConsumerFrame(frame_, frame_end_, coordinated_, consumer_, replicas_), &bb);
+    ConsumerFrameViews(frame_, coordinated_, consumer_, replicas_, &views_);
+    absl::Status encoded = encoder_->Encode(views_, frame_end_, absl::OkStatus(), &bb);
     if (!encoded.ok()) {
       frame_.clear();
       WriteError(encoded);
@@ -440,6 +451,9 @@ class StepStream final : public Reactor {
   std::shared_ptr<TaskRunner> runner_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<StepReader> reader_;  // set in Open(); read without mu_ only in OnDone()
   std::optional<ConsumerCredits> credits_ ABSL_GUARDED_BY(mu_);
+  // Frames in the form the consumer asked for; kept for its reused header (set in Open()).
+  std::optional<StepFrameEncoder> encoder_ ABSL_GUARDED_BY(mu_);
+  std::vector<WireStepView> views_ ABSL_GUARDED_BY(mu_);  // SendFrame's scratch
   bool coordinated_ ABSL_GUARDED_BY(mu_) = true;
   int64_t consumer_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t replicas_ ABSL_GUARDED_BY(mu_) = 1;
@@ -452,6 +466,7 @@ class StepStream final : public Reactor {
   std::vector<std::shared_ptr<const TaskStep>> frame_ ABSL_GUARDED_BY(mu_);
   bool frame_end_ ABSL_GUARDED_BY(mu_) = false;
   int64_t frame_credit_ ABSL_GUARDED_BY(mu_) = 0;  // the credit before it
+  size_t frame_cost_ ABSL_GUARDED_BY(mu_) = 0;     // FrameCost()
   bool coalescing_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time coalesce_until_ ABSL_GUARDED_BY(mu_);
   bool coalesce_timed_out_ ABSL_GUARDED_BY(mu_) = false;

@@ -4,10 +4,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -35,31 +38,109 @@ void PutFixed32(std::string* out, uint32_t v) {
   out->append(b, 4);
 }
 
-void DeleteString(void* p) { delete static_cast<std::string*>(p); }
 void DeleteBufferRef(void* p) { delete static_cast<std::shared_ptr<TensorBuffer>*>(p); }
 
-// Collects the frame's slices: copied bytes accumulate in `pending_` and become one slice
+}  // namespace
+
+// Strings that hold a frame's copied bytes (header, small tensors) while gRPC sends them: a
+// string comes back when gRPC releases its slice, keeping its capacity, so that a stream's
+// steady state neither allocates nor faults in fresh pages per frame. Thread-safe (slices are
+// released on gRPC's threads).
+class SendBufferPool : public std::enable_shared_from_this<SendBufferPool> {
+ public:
+  // One string out with a slice; `pool` keeps the pool alive while it is (the pool itself
+  // holds only idle strings, with `pool` empty, so there is no cycle).
+  struct Buffer {
+    std::shared_ptr<SendBufferPool> pool;
+    std::string bytes;
+  };
+
+  Buffer* Take() {
+    Buffer* b = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!idle_.empty()) {
+        b = idle_.back();
+        idle_.pop_back();
+      }
+    }
+    if (b == nullptr) b = new Buffer;
+    b->pool = shared_from_this();
+    b->bytes.clear();
+    return b;
+  }
+
+  // The slice destroy callback.
+  static void Release(void* p) {
+    Buffer* b = static_cast<Buffer*>(p);
+    std::shared_ptr<SendBufferPool> pool = std::move(b->pool);
+    if (b->bytes.capacity() <= kMaxPooledCapacity) {
+      absl::MutexLock lock(&pool->mu_);
+      if (pool->idle_.size() < kMaxIdle) {
+        pool->idle_.push_back(b);
+        return;
+      }
+    }
+    delete b;
+  }
+
+  ~SendBufferPool() {
+    for (Buffer* b : idle_) delete b;
+  }
+
+ private:
+  // Enough for the frames in flight of one stream; a frame larger than the cap (rare: large
+  // tensors go zero-copy) is not kept.
+  static constexpr size_t kMaxIdle = 8;
+  static constexpr size_t kMaxPooledCapacity = size_t{4} << 20;
+
+  absl::Mutex mu_;
+  std::vector<Buffer*> idle_ ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
+
+// Collects the frame's slices: copied bytes accumulate in a pooled string and become one slice
 // before each zero-copy slice and at the end.
 class SliceBuilder {
  public:
-  std::string* pending() { return &pending_; }
+  // `pool` must outlive the builder (its strings keep it alive once handed to slices).
+  SliceBuilder(SendBufferPool* pool, std::vector<grpc::Slice>* slices)
+      : pool_(pool), slices_(slices) {
+    slices_->clear();
+  }
+  ~SliceBuilder() {
+    if (pending_ != nullptr) SendBufferPool::Release(pending_);
+  }
+  // The string being filled; `reserve`: bytes it will take.
+  std::string* pending(size_t reserve = 0) {
+    if (pending_ == nullptr) {
+      pending_ = pool_->Take();
+      pending_->bytes.reserve(reserve);
+    }
+    return &pending_->bytes;
+  }
   void AddZeroCopy(const Tensor& t) {
     Flush();
     auto* ref = new std::shared_ptr<TensorBuffer>(t.buffer());
     void* data = const_cast<void*>(t.raw_data());
-    slices_.emplace_back(data, t.byte_size(), &DeleteBufferRef, ref);
+    slices_->emplace_back(data, t.byte_size(), &DeleteBufferRef, ref);
   }
   void Flush() {
-    if (pending_.empty()) return;
-    auto* s = new std::string(std::move(pending_));
-    pending_ = std::string();
-    slices_.emplace_back(s->data(), s->size(), &DeleteString, s);
+    if (pending_ == nullptr) return;
+    SendBufferPool::Buffer* b = pending_;
+    pending_ = nullptr;
+    if (b->bytes.empty()) {
+      SendBufferPool::Release(b);
+      return;
+    }
+    slices_->emplace_back(b->bytes.data(), b->bytes.size(), &SendBufferPool::Release, b);
   }
-  std::vector<grpc::Slice>* slices() { return &slices_; }
 
  private:
-  std::string pending_;
-  std::vector<grpc::Slice> slices_;
+  SendBufferPool* const pool_;
+  std::vector<grpc::Slice>* const slices_;
+  SendBufferPool::Buffer* pending_ = nullptr;
 };
 
 // Reads the received slices as one byte stream.
@@ -69,6 +150,11 @@ class SliceReader {
     for (const grpc::Slice& s : slices_) remaining_ += s.size();
   }
   size_t remaining() const { return remaining_; }
+  // Hands back the slices' vector, cleared (its capacity kept for the next frame).
+  std::vector<grpc::Slice> TakeSlices() {
+    slices_.clear();
+    return std::move(slices_);
+  }
 
   // Requires n <= remaining().
   void Read(void* dst, size_t n) {
@@ -117,9 +203,9 @@ class SliceReader {
   size_t remaining_ = 0;
 };
 
-// Reads [fixed32 L][L bytes] and parses the L bytes into `message`.
+// Reads [fixed32 L][L bytes] and parses the L bytes into `message` (which parsing clears).
 absl::Status ReadHeader(SliceReader* reader, google::protobuf::MessageLite* message,
-                        const char* what) {
+                        const char* what, std::string* copy) {
   if (reader->remaining() < 4) {
     return absl::DataLossError(absl::StrCat(what, ": ", reader->remaining(),
                                             " byte(s), shorter than the 4-byte length prefix"));
@@ -137,9 +223,9 @@ absl::Status ReadHeader(SliceReader* reader, google::protobuf::MessageLite* mess
     parsed = message->ParseFromArray(p, static_cast<int>(len));
     reader->Skip(len);
   } else {
-    std::string copy(len, '\0');
-    reader->Read(copy.data(), len);
-    parsed = message->ParseFromString(copy);
+    copy->resize(len);
+    reader->Read(copy->data(), len);
+    parsed = message->ParseFromArray(copy->data(), static_cast<int>(len));
   }
   if (!parsed) {
     return absl::InvalidArgumentError(
@@ -155,8 +241,8 @@ bool ValidDType(int d) {
 // Names a tensor of a frame in error messages; the text is built only for an error.
 struct Where {
   int64_t step;
-  int piece;
-  int tensor;
+  int64_t piece;
+  int64_t tensor;
 };
 
 // "step frame: step S piece P tensor T", for error messages.
@@ -164,71 +250,69 @@ std::string WhereText(const Where& w) {
   return absl::StrCat("step frame: step ", w.step, " piece ", w.piece, " tensor ", w.tensor);
 }
 
-// Checks one tensor header against itself; returns its element count.
-absl::StatusOr<int64_t> CheckTensorHeader(const proto::TensorHeader& h, const Where& at) {
-  auto where = [&at] { return WhereText(at); };
-  if (!ValidDType(h.dtype())) {
-    return absl::InvalidArgumentError(absl::StrCat(where(), ": unknown dtype ", h.dtype()));
-  }
-  int64_t n = 1;
-  for (int64_t d : h.shape()) {
-    if (d < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(where(), ": negative dimension ", d));
-    }
-    if (__builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 48)) {
-      return absl::InvalidArgumentError(absl::StrCat(where(), ": shape too large"));
-    }
-  }
-  const DType dtype = static_cast<DType>(h.dtype());
-  if (dtype == DType::kString) {
-    if (h.string_lengths_size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat(where(), ": ", h.string_lengths_size(),
-                                                     " string lengths for ", n, " elements"));
-    }
-    uint64_t sum = 0;
-    for (uint64_t l : h.string_lengths()) {
-      if (__builtin_add_overflow(sum, l, &sum)) {
-        return absl::InvalidArgumentError(absl::StrCat(where(), ": string lengths overflow"));
-      }
-    }
-    if (sum != h.byte_size()) {
-      return absl::InvalidArgumentError(absl::StrCat(where(), ": string lengths sum to ", sum,
-                                                     ", byte_size is ", h.byte_size()));
-    }
-  } else {
-    const uint64_t want = static_cast<uint64_t>(n) * DTypeSize(dtype);
-    if (h.byte_size() != want || h.string_lengths_size() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(where(), ": byte_size ", h.byte_size(),
-                                                     " does not match ", n, " x ",
-                                                     DTypeName(dtype), " (", want, ")"));
-    }
-  }
-  return n;
-}
+constexpr int64_t kMaxElements = int64_t{1} << 48;
+// A compact header names its pieces by count alone: bounded so that a corrupt count cannot
+// make the decoder describe more tensors than any consumer has replicas.
+constexpr int64_t kMaxCompactPiecesPerStep = int64_t{1} << 16;
+constexpr int64_t kMaxCompactPiecesPerFrame = int64_t{1} << 20;
 
 constexpr size_t RoundUpToAlignment(size_t n) {
   return (n + TensorBuffer::kAlignment - 1) / TensorBuffer::kAlignment * TensorBuffer::kAlignment;
 }
 
-// Reads one tensor: a numeric one into `frame_buffer` at `offset` (a view, no allocation), a
-// string one into a tensor of its own.
-absl::StatusOr<Tensor> ReadTensor(SliceReader* reader, const proto::TensorHeader& h, int64_t n,
-                                  const std::shared_ptr<TensorBuffer>& frame_buffer,
-                                  size_t offset) {
-  const DType dtype = static_cast<DType>(h.dtype());
-  Shape shape(std::vector<int64_t>(h.shape().begin(), h.shape().end()));
-  if (dtype == DType::kString) {
-    Tensor t = Tensor::Allocate(DType::kString, shape);
-    for (int64_t i = 0; i < n; ++i) {
-      std::string* s = t.mutable_string(i);
-      s->resize(h.string_lengths(static_cast<int>(i)));
-      reader->Read(s->data(), s->size());
+// Writes the header of `steps` in the full form into `header` (cleared).
+absl::Status FillFullHeader(absl::Span<const WireStepView> steps, proto::StepFrameHeader* header) {
+  for (const WireStepView& step : steps) {
+    proto::StepHeader* sh = header->add_steps();
+    sh->set_task_step(step.task_step);
+    sh->set_global_step(step.global_step);
+    sh->set_num_real_pieces(step.num_real_pieces);
+    for (size_t p = 0; p < step.num_pieces; ++p) {
+      const std::vector<Tensor>& piece = step.pieces[p];
+      proto::PieceHeader* ph = sh->add_pieces();
+      for (size_t i = 0; i < piece.size(); ++i) {
+        const Tensor& t = piece[i];
+        proto::TensorHeader* th = ph->add_tensors();
+        th->set_dtype(static_cast<proto::DataType>(t.dtype()));
+        for (int64_t d : t.shape().dims()) th->add_shape(d);
+        th->set_byte_size(t.payload_bytes());
+        if (t.dtype() == DType::kString) {
+          for (int64_t e = 0; e < t.num_elements(); ++e) {
+            th->add_string_lengths(t.string_at(e).size());
+          }
+        }
+      }
     }
-    return t;
   }
-  if (h.byte_size() == 0) return Tensor::Allocate(dtype, shape);
-  reader->Read(static_cast<char*>(frame_buffer->data()) + offset, h.byte_size());
-  return Tensor::Wrap(dtype, shape, frame_buffer, offset);
+  return absl::OkStatus();
+}
+
+// Writes the compact form; requires every piece to match `spec`.
+void FillCompactHeader(absl::Span<const WireStepView> steps, const CompactSpec& spec,
+                       proto::StepFrameHeader* header) {
+  header->set_compact_steps(static_cast<uint32_t>(steps.size()));
+  google::protobuf::RepeatedField<int64_t>* v = header->mutable_compact_values();
+  for (const WireStepView& step : steps) {
+    v->Add(step.task_step);
+    v->Add(step.global_step);
+    v->Add(step.num_real_pieces);
+    v->Add(static_cast<int64_t>(step.num_pieces));
+    for (size_t p = 0; p < step.num_pieces; ++p) {
+      const std::vector<Tensor>& piece = step.pieces[p];
+      for (size_t i = 0; i < piece.size(); ++i) {
+        const Tensor& t = piece[i];
+        const Shape& want = spec.leaves()[i].shape;
+        for (int d = 0; d < want.rank(); ++d) {
+          if (want.dim(d) < 0) v->Add(t.shape().dim(d));
+        }
+        if (t.dtype() == DType::kString) {
+          for (int64_t e = 0; e < t.num_elements(); ++e) {
+            v->Add(static_cast<int64_t>(t.string_at(e).size()));
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -237,6 +321,77 @@ std::shared_ptr<TensorBuffer> AllocateUninitializedHost(size_t bytes) {
   auto b = std::make_shared<UninitializedHostBuffer>(bytes);
   if (!b->ok()) return nullptr;
   return b;
+}
+
+namespace {
+
+// Idle host buffers by size class; see PooledHostAllocator.
+class HostPool : public std::enable_shared_from_this<HostPool> {
+ public:
+  explicit HostPool(size_t max_idle_bytes) : max_idle_bytes_(max_idle_bytes) {}
+  ~HostPool() {
+    for (auto& [size_class, buffers] : idle_) {
+      for (void* p : buffers) std::free(p);
+    }
+  }
+
+  std::shared_ptr<TensorBuffer> Allocate(size_t bytes) {
+    size_t size_class = 4096;
+    while (size_class < bytes) size_class *= 2;
+    void* data = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = idle_.find(size_class);
+      if (it != idle_.end() && !it->second.empty()) {
+        data = it->second.back();
+        it->second.pop_back();
+        idle_bytes_ -= size_class;
+      }
+    }
+    if (data == nullptr) data = std::aligned_alloc(TensorBuffer::kAlignment, size_class);
+    if (data == nullptr) return nullptr;
+    return std::make_shared<Buffer>(shared_from_this(), data, bytes, size_class);
+  }
+
+ private:
+  class Buffer : public TensorBuffer {
+   public:
+    Buffer(std::shared_ptr<HostPool> pool, void* data, size_t size, size_t size_class)
+        : pool_(std::move(pool)), data_(data), size_(size), size_class_(size_class) {}
+    ~Buffer() override { pool_->Release(data_, size_class_); }
+    void* data() override { return data_; }
+    size_t size() const override { return size_; }
+
+   private:
+    const std::shared_ptr<HostPool> pool_;
+    void* const data_;
+    const size_t size_;
+    const size_t size_class_;
+  };
+
+  void Release(void* data, size_t size_class) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (idle_bytes_ + size_class <= max_idle_bytes_) {
+        idle_[size_class].push_back(data);
+        idle_bytes_ += size_class;
+        return;
+      }
+    }
+    std::free(data);
+  }
+
+  const size_t max_idle_bytes_;
+  absl::Mutex mu_;
+  std::map<size_t, std::vector<void*>> idle_ ABSL_GUARDED_BY(mu_);
+  size_t idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
+
+TensorAllocator PooledHostAllocator(size_t max_idle_bytes) {
+  auto pool = std::make_shared<HostPool>(max_idle_bytes);
+  return [pool](size_t bytes) { return pool->Allocate(bytes); };
 }
 
 size_t StepPayloadBytes(const WireStep& step) {
@@ -255,22 +410,79 @@ int64_t CreditForAnyStep(int64_t window_bytes) {
   return std::max<int64_t>(window_bytes - window_bytes / 4, 1);
 }
 
-absl::Status EncodeStepFrame(const StepFrame& frame, grpc::ByteBuffer* out) {
-  proto::StepFrameHeader header;
-  header.set_end_of_task(frame.end_of_task);
-  if (!frame.status.ok()) {
-    header.set_error_code(static_cast<int32_t>(frame.status.code()));
-    header.set_error_message(std::string(frame.status.message()));
+// ---- CompactSpec ----
+
+CompactSpec CompactSpec::FromElementSpec(const ElementSpec& spec) {
+  return CompactSpec(spec.Flatten());
+}
+
+absl::StatusOr<CompactSpec> CompactSpec::FromProto(
+    const google::protobuf::RepeatedPtrField<proto::TensorSpecProto>& leaves) {
+  std::vector<TensorSpec> out;
+  out.reserve(leaves.size());
+  for (int i = 0; i < leaves.size(); ++i) {
+    const proto::TensorSpecProto& l = leaves.Get(i);
+    if (!ValidDType(l.dtype())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("compact spec: leaf ", i, " has unknown dtype ", l.dtype()));
+    }
+    for (int64_t d : l.shape()) {
+      if (d < -1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("compact spec: leaf ", i, " has dimension ", d, " (below -1)"));
+      }
+    }
+    out.push_back(TensorSpec{static_cast<DType>(l.dtype()),
+                             Shape(std::vector<int64_t>(l.shape().begin(), l.shape().end()))});
   }
+  return CompactSpec(std::move(out));
+}
+
+void CompactSpec::ToProto(google::protobuf::RepeatedPtrField<proto::TensorSpecProto>* out) const {
+  out->Clear();
+  for (const TensorSpec& l : leaves_) {
+    proto::TensorSpecProto* p = out->Add();
+    p->set_dtype(static_cast<proto::DataType>(l.dtype));
+    for (int64_t d : l.shape.dims()) p->add_shape(d);
+  }
+}
+
+bool CompactSpec::Matches(const std::vector<Tensor>& piece) const {
+  if (piece.size() != leaves_.size()) return false;
+  for (size_t i = 0; i < piece.size(); ++i) {
+    if (!leaves_[i].IsCompatibleWith(piece[i])) return false;
+  }
+  return true;
+}
+
+// ---- StepFrameEncoder ----
+
+bool StepFrameEncoder::AllMatch(absl::Span<const WireStepView> steps) const {
+  for (const WireStepView& step : steps) {
+    for (size_t p = 0; p < step.num_pieces; ++p) {
+      if (!spec_->Matches(step.pieces[p])) return false;
+    }
+  }
+  return true;
+}
+
+absl::Status StepFrameEncoder::Encode(const StepFrame& frame, grpc::ByteBuffer* out) {
+  views_.clear();
   for (const WireStep& step : frame.steps) {
-    proto::StepHeader* sh = header.add_steps();
-    sh->set_task_step(step.task_step);
-    sh->set_global_step(step.global_step);
-    sh->set_num_real_pieces(step.num_real_pieces);
-    for (size_t p = 0; p < step.pieces.size(); ++p) {
-      proto::PieceHeader* ph = sh->add_pieces();
-      for (size_t i = 0; i < step.pieces[p].size(); ++i) {
-        const Tensor& t = step.pieces[p][i];
+    views_.push_back(WireStepView{step.task_step, step.global_step, step.num_real_pieces,
+                                  step.pieces.data(), step.pieces.size()});
+  }
+  return Encode(views_, frame.end_of_task, frame.status, out);
+}
+
+absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool end_of_task,
+                                      const absl::Status& status, grpc::ByteBuffer* out) {
+  // Check every tensor first: the header's forms may then assume valid host tensors.
+  for (const WireStepView& step : steps) {
+    for (size_t p = 0; p < step.num_pieces; ++p) {
+      const std::vector<Tensor>& piece = step.pieces[p];
+      for (size_t i = 0; i < piece.size(); ++i) {
+        const Tensor& t = piece[i];
         if (!t.valid()) {
           return absl::InvalidArgumentError(absl::StrCat("step ", step.task_step, " piece ", p,
                                                          " tensor ", i, ": invalid tensor"));
@@ -281,98 +493,350 @@ absl::Status EncodeStepFrame(const StepFrame& frame, grpc::ByteBuffer* out) {
                                                          " tensor ", i,
                                                          ": device memory cannot be sent"));
         }
-        proto::TensorHeader* th = ph->add_tensors();
-        th->set_dtype(static_cast<proto::DataType>(t.dtype()));
-        for (int64_t d : t.shape().dims()) th->add_shape(d);
-        th->set_byte_size(t.payload_bytes());
-        if (t.dtype() == DType::kString) {
-          for (int64_t e = 0; e < t.num_elements(); ++e) {
-            th->add_string_lengths(t.string_at(e).size());
-          }
+      }
+    }
+  }
+  header_.Clear();  // keeps its repeated fields' memory for the next frame
+  header_.set_end_of_task(end_of_task);
+  if (!status.ok()) {
+    header_.set_error_code(static_cast<int32_t>(status.code()));
+    header_.set_error_message(std::string(status.message()));
+  }
+  last_compact_ = spec_ != nullptr && !steps.empty() && AllMatch(steps);
+  if (last_compact_) {
+    FillCompactHeader(steps, *spec_, &header_);
+  } else {
+    RETURN_IF_ERROR(FillFullHeader(steps, &header_));
+  }
+  const size_t header_size = header_.ByteSizeLong();
+  if (header_size > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError("step frame header exceeds 4 GiB");
+  }
+  size_t inline_bytes = 0;
+  for (const WireStepView& step : steps) {
+    for (size_t p = 0; p < step.num_pieces; ++p) {
+      for (const Tensor& t : step.pieces[p]) {
+        if (t.dtype() == DType::kString || t.byte_size() < kZeroCopyMinBytes) {
+          inline_bytes += t.payload_bytes();
         }
       }
     }
   }
-  const size_t header_size = header.ByteSizeLong();
-  if (header_size > std::numeric_limits<uint32_t>::max()) {
-    return absl::InvalidArgumentError("step frame header exceeds 4 GiB");
-  }
-  SliceBuilder builder;
-  std::string* pending = builder.pending();
-  pending->reserve(4 + header_size);
+  if (send_pool_ == nullptr) send_pool_ = std::make_shared<SendBufferPool>();
+  SliceBuilder builder(send_pool_.get(), &slices_);
+  std::string* pending = builder.pending(4 + header_size + inline_bytes);
   PutFixed32(pending, static_cast<uint32_t>(header_size));
-  header.AppendToString(pending);
-  for (const WireStep& step : frame.steps) {
-    for (const auto& piece : step.pieces) {
-      for (const Tensor& t : piece) {
+  const size_t at = pending->size();
+  pending->resize(at + header_size);
+  header_.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(pending->data() + at));
+  for (const WireStepView& step : steps) {
+    for (size_t p = 0; p < step.num_pieces; ++p) {
+      for (const Tensor& t : step.pieces[p]) {
         if (t.dtype() == DType::kString) {
-          for (int64_t e = 0; e < t.num_elements(); ++e) pending->append(t.string_at(e));
+          for (int64_t e = 0; e < t.num_elements(); ++e) {
+            builder.pending()->append(t.string_at(e));
+          }
         } else if (t.byte_size() >= kZeroCopyMinBytes) {
           builder.AddZeroCopy(t);
         } else if (t.byte_size() > 0) {
-          pending->append(static_cast<const char*>(t.raw_data()), t.byte_size());
+          builder.pending()->append(static_cast<const char*>(t.raw_data()), t.byte_size());
         }
       }
     }
   }
   builder.Flush();
-  grpc::ByteBuffer bb(builder.slices()->data(), builder.slices()->size());
+  grpc::ByteBuffer bb(slices_.data(), slices_.size());
+  slices_.clear();
   out->Swap(&bb);
   return absl::OkStatus();
 }
 
-absl::Status DecodeStepFrame(const grpc::ByteBuffer& buffer, const TensorAllocator& allocator,
-                             StepFrame* out) {
+absl::Status EncodeStepFrame(const StepFrame& frame, grpc::ByteBuffer* out) {
+  StepFrameEncoder encoder;
+  return encoder.Encode(frame, out);
+}
+
+// ---- StepFrameDecoder ----
+
+// What the decoder keeps between frames: the parsed header and the frame's description, in
+// vectors whose capacity stays.
+struct StepFrameDecoder::Scratch {
+  // One tensor of the frame, described by either header form.
+  struct TensorDesc {
+    DType dtype;
+    uint32_t dims_begin;  // into dims
+    uint32_t rank;
+    int64_t elements;
+    uint64_t byte_size;
+    uint32_t lengths_begin;  // into lengths (strings)
+    size_t offset;           // in the frame buffer (numeric, byte_size > 0)
+  };
+  struct StepDesc {
+    int64_t task_step;
+    int64_t global_step;
+    int64_t num_real_pieces;
+    uint32_t pieces_begin;  // into piece_sizes
+    uint32_t num_pieces;
+  };
+
+  void Clear() {
+    tensors.clear();
+    steps.clear();
+    piece_sizes.clear();
+    dims.clear();
+    lengths.clear();
+    payload = 0;
+    numeric = 0;
+  }
+  // Adds one tensor after its dims and lengths were appended; checks the payload fits
+  // `available` so that a corrupt header cannot make the decoder describe (or later
+  // allocate) what the frame does not carry.
+  absl::Status Add(DType dtype, uint32_t dims_begin, int64_t elements, uint64_t byte_size,
+                   uint32_t lengths_begin, size_t available) {
+    if (__builtin_add_overflow(payload, byte_size, &payload) || payload > available) {
+      return absl::DataLossError(absl::StrCat("step frame: the header describes more than the ",
+                                              available, " payload byte(s) that follow"));
+    }
+    size_t offset = 0;
+    if (dtype != DType::kString && byte_size > 0) {
+      offset = RoundUpToAlignment(numeric);
+      numeric = offset + byte_size;
+    }
+    tensors.push_back(TensorDesc{dtype, dims_begin,
+                                 static_cast<uint32_t>(dims.size() - dims_begin), elements,
+                                 byte_size, lengths_begin, offset});
+    return absl::OkStatus();
+  }
+
+  proto::StepFrameHeader header;
+  std::string header_copy;  // a header split across slices
   std::vector<grpc::Slice> slices;
+  std::vector<TensorDesc> tensors;
+  std::vector<StepDesc> steps;
+  std::vector<uint32_t> piece_sizes;  // tensors per piece
+  std::vector<int64_t> dims;
+  std::vector<uint64_t> lengths;
+  uint64_t payload = 0;
+  size_t numeric = 0;
+};
+
+namespace {
+
+using Scratch = StepFrameDecoder::Scratch;
+
+// Describes the full form's tensors.
+absl::Status DescribeFull(const proto::StepFrameHeader& header, size_t available, Scratch* x) {
+  for (const proto::StepHeader& sh : header.steps()) {
+    x->steps.push_back(Scratch::StepDesc{sh.task_step(), sh.global_step(), sh.num_real_pieces(),
+                                         static_cast<uint32_t>(x->piece_sizes.size()),
+                                         static_cast<uint32_t>(sh.pieces_size())});
+    for (int p = 0; p < sh.pieces_size(); ++p) {
+      const proto::PieceHeader& ph = sh.pieces(p);
+      x->piece_sizes.push_back(static_cast<uint32_t>(ph.tensors_size()));
+      for (int i = 0; i < ph.tensors_size(); ++i) {
+        const proto::TensorHeader& h = ph.tensors(i);
+        const Where at{sh.task_step(), p, i};
+        if (!ValidDType(h.dtype())) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(WhereText(at), ": unknown dtype ", h.dtype()));
+        }
+        const uint32_t dims_begin = static_cast<uint32_t>(x->dims.size());
+        int64_t n = 1;
+        for (int64_t d : h.shape()) {
+          if (d < 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(WhereText(at), ": negative dimension ", d));
+          }
+          if (__builtin_mul_overflow(n, d, &n) || n > kMaxElements) {
+            return absl::InvalidArgumentError(absl::StrCat(WhereText(at), ": shape too large"));
+          }
+          x->dims.push_back(d);
+        }
+        const DType dtype = static_cast<DType>(h.dtype());
+        const uint32_t lengths_begin = static_cast<uint32_t>(x->lengths.size());
+        if (dtype == DType::kString) {
+          if (h.string_lengths_size() != n) {
+            return absl::InvalidArgumentError(absl::StrCat(WhereText(at), ": ",
+                                                           h.string_lengths_size(),
+                                                           " string lengths for ", n,
+                                                           " elements"));
+          }
+          uint64_t sum = 0;
+          for (uint64_t l : h.string_lengths()) {
+            if (__builtin_add_overflow(sum, l, &sum)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat(WhereText(at), ": string lengths overflow"));
+            }
+            x->lengths.push_back(l);
+          }
+          if (sum != h.byte_size()) {
+            return absl::InvalidArgumentError(absl::StrCat(WhereText(at),
+                                                           ": string lengths sum to ", sum,
+                                                           ", byte_size is ", h.byte_size()));
+          }
+        } else {
+          const uint64_t want = static_cast<uint64_t>(n) * DTypeSize(dtype);
+          if (h.byte_size() != want || h.string_lengths_size() != 0) {
+            return absl::InvalidArgumentError(absl::StrCat(WhereText(at), ": byte_size ",
+                                                           h.byte_size(), " does not match ",
+                                                           n, " x ", DTypeName(dtype), " (",
+                                                           want, ")"));
+          }
+        }
+        RETURN_IF_ERROR(x->Add(dtype, dims_begin, n, h.byte_size(), lengths_begin, available));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Describes the compact form's tensors against `spec`.
+absl::Status DescribeCompact(const proto::StepFrameHeader& header, const CompactSpec& spec,
+                             size_t available, Scratch* x) {
+  const google::protobuf::RepeatedField<int64_t>& v = header.compact_values();
+  const size_t count = static_cast<size_t>(v.size());
+  const std::vector<TensorSpec>& leaves = spec.leaves();
+  const uint64_t num_steps = header.compact_steps();
+  if (num_steps > count / 4) {
+    return absl::InvalidArgumentError(absl::StrCat("step frame: compact header of ", num_steps,
+                                                   " steps has only ", count, " values"));
+  }
+  size_t k = 0;
+  int64_t frame_pieces = 0;
+  for (uint64_t s = 0; s < num_steps; ++s) {
+    if (count - k < 4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step frame: compact header ends inside the description of its step #", s));
+    }
+    const int64_t task_step = v.Get(static_cast<int>(k));
+    const int64_t global_step = v.Get(static_cast<int>(k + 1));
+    const int64_t num_real = v.Get(static_cast<int>(k + 2));
+    const int64_t num_pieces = v.Get(static_cast<int>(k + 3));
+    k += 4;
+    if (num_pieces < 0 || num_pieces > kMaxCompactPiecesPerStep ||
+        (frame_pieces += num_pieces) > kMaxCompactPiecesPerFrame) {
+      return absl::InvalidArgumentError(absl::StrCat("step frame: step ", task_step, " has ",
+                                                     num_pieces, " pieces (0 to ",
+                                                     kMaxCompactPiecesPerStep, " allowed)"));
+    }
+    x->steps.push_back(Scratch::StepDesc{task_step, global_step, num_real,
+                                         static_cast<uint32_t>(x->piece_sizes.size()),
+                                         static_cast<uint32_t>(num_pieces)});
+    for (int64_t p = 0; p < num_pieces; ++p) {
+      x->piece_sizes.push_back(static_cast<uint32_t>(leaves.size()));
+      for (size_t i = 0; i < leaves.size(); ++i) {
+        const TensorSpec& leaf = leaves[i];
+        const uint32_t dims_begin = static_cast<uint32_t>(x->dims.size());
+        int64_t n = 1;
+        for (int r = 0; r < leaf.shape.rank(); ++r) {
+          int64_t d = leaf.shape.dim(r);
+          if (d < 0) {
+            if (k == count) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat(WhereText(Where{task_step, p, static_cast<int64_t>(i)}),
+                               ": compact header ends before its dimension ", r));
+            }
+            d = v.Get(static_cast<int>(k++));
+            if (d < 0) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat(WhereText(Where{task_step, p, static_cast<int64_t>(i)}),
+                               ": negative dimension ", d));
+            }
+          }
+          if (__builtin_mul_overflow(n, d, &n) || n > kMaxElements) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                WhereText(Where{task_step, p, static_cast<int64_t>(i)}), ": shape too large"));
+          }
+          x->dims.push_back(d);
+        }
+        const uint32_t lengths_begin = static_cast<uint32_t>(x->lengths.size());
+        uint64_t bytes;
+        if (leaf.dtype == DType::kString) {
+          if (static_cast<uint64_t>(n) > count - k) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(WhereText(Where{task_step, p, static_cast<int64_t>(i)}),
+                             ": compact header has ", count - k, " values left for ", n,
+                             " string lengths"));
+          }
+          bytes = 0;
+          for (int64_t e = 0; e < n; ++e) {
+            const int64_t l = v.Get(static_cast<int>(k++));
+            if (l < 0 || __builtin_add_overflow(bytes, static_cast<uint64_t>(l), &bytes)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat(WhereText(Where{task_step, p, static_cast<int64_t>(i)}),
+                               ": bad string length ", l, " of element ", e));
+            }
+            x->lengths.push_back(static_cast<uint64_t>(l));
+          }
+        } else {
+          bytes = static_cast<uint64_t>(n) * DTypeSize(leaf.dtype);
+        }
+        RETURN_IF_ERROR(x->Add(leaf.dtype, dims_begin, n, bytes, lengths_begin, available));
+      }
+    }
+  }
+  if (k != count) {
+    return absl::InvalidArgumentError(absl::StrCat("step frame: compact header has ", count - k,
+                                                   " value(s) left over after ", num_steps,
+                                                   " step(s)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StepFrameDecoder::StepFrameDecoder(TensorAllocator allocator,
+                                   std::shared_ptr<const CompactSpec> spec)
+    : allocator_(allocator ? std::move(allocator) : PooledHostAllocator()),
+      spec_(std::move(spec)), scratch_(std::make_unique<Scratch>()) {}
+
+StepFrameDecoder::~StepFrameDecoder() = default;
+
+absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame* out) {
+  Scratch* x = scratch_.get();
+  x->Clear();
+  x->slices.clear();
   if (buffer.Valid()) {
-    grpc::Status dumped = buffer.Dump(&slices);
+    grpc::Status dumped = buffer.Dump(&x->slices);
     if (!dumped.ok()) {
       return absl::DataLossError(absl::StrCat("step frame: ", dumped.error_message()));
     }
   }
-  SliceReader reader(std::move(slices));
-  proto::StepFrameHeader header;
-  RETURN_IF_ERROR(ReadHeader(&reader, &header, "step frame"));
-
-  // Validate everything and check the payload size before allocating anything, so that a
-  // corrupt header cannot make us allocate what the frame does not carry. Numeric tensors get
-  // 64-byte aligned offsets in one buffer for the whole frame.
-  std::vector<int64_t> counts;
-  std::vector<size_t> offsets;
-  uint64_t payload = 0;
-  size_t numeric = 0;
-  for (int s = 0; s < header.steps_size(); ++s) {
-    const proto::StepHeader& sh = header.steps(s);
-    for (int p = 0; p < sh.pieces_size(); ++p) {
-      for (int i = 0; i < sh.pieces(p).tensors_size(); ++i) {
-        const proto::TensorHeader& th = sh.pieces(p).tensors(i);
-        ASSIGN_OR_RETURN(int64_t n, CheckTensorHeader(th, Where{sh.task_step(), p, i}));
-        counts.push_back(n);
-        if (__builtin_add_overflow(payload, th.byte_size(), &payload)) {
-          return absl::InvalidArgumentError("step frame: payload size overflows");
-        }
-        size_t offset = 0;
-        if (th.dtype() != static_cast<int>(DType::kString) && th.byte_size() > 0) {
-          offset = RoundUpToAlignment(numeric);
-          numeric = offset + th.byte_size();
-        }
-        offsets.push_back(offset);
+  // The reader borrows the slices' vector for this frame only; it is handed back below.
+  SliceReader reader(std::move(x->slices));
+  proto::StepFrameHeader& header = x->header;
+  absl::Status s = ReadHeader(&reader, &header, "step frame", &x->header_copy);
+  const size_t available = reader.remaining();
+  if (s.ok()) {
+    if (header.compact_steps() > 0 || header.compact_values_size() > 0) {
+      if (header.steps_size() > 0) {
+        s = absl::InvalidArgumentError("step frame: the header has both full and compact steps");
+      } else if (spec_ == nullptr) {
+        s = absl::InvalidArgumentError(
+            "step frame: a compact header on a stream that did not ask for one");
+      } else {
+        s = DescribeCompact(header, *spec_, available, x);
       }
+    } else {
+      s = DescribeFull(header, available, x);
     }
   }
-  if (payload != reader.remaining()) {
-    return absl::DataLossError(absl::StrCat("step frame: the header describes ", payload,
-                                            " payload byte(s) but ", reader.remaining(),
-                                            " follow"));
+  if (s.ok() && x->payload != available) {
+    s = absl::DataLossError(absl::StrCat("step frame: the header describes ", x->payload,
+                                         " payload byte(s) but ", available, " follow"));
   }
   std::shared_ptr<TensorBuffer> frame_buffer;
-  if (numeric > 0) {
-    frame_buffer = allocator ? allocator(numeric) : AllocateUninitializedHost(numeric);
+  if (s.ok() && x->numeric > 0) {
+    frame_buffer = allocator_(x->numeric);
     if (frame_buffer == nullptr || frame_buffer->data() == nullptr ||
-        frame_buffer->size() < numeric) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("step frame: cannot allocate ", numeric, " bytes"));
+        frame_buffer->size() < x->numeric) {
+      s = absl::ResourceExhaustedError(
+          absl::StrCat("step frame: cannot allocate ", x->numeric, " bytes"));
     }
+  }
+  if (!s.ok()) {
+    x->slices = reader.TakeSlices();
+    return s;
   }
 
   out->steps.clear();
@@ -381,33 +845,55 @@ absl::Status DecodeStepFrame(const grpc::ByteBuffer& buffer, const TensorAllocat
                     ? absl::OkStatus()
                     : absl::Status(static_cast<absl::StatusCode>(header.error_code()),
                                    header.error_message());
-  out->steps.reserve(header.steps_size());
+  out->steps.resize(x->steps.size());
   size_t next = 0;
-  for (int s = 0; s < header.steps_size(); ++s) {
-    const proto::StepHeader& sh = header.steps(s);
-    WireStep step;
-    step.task_step = sh.task_step();
-    step.global_step = sh.global_step();
-    step.num_real_pieces = sh.num_real_pieces();
-    step.pieces.resize(sh.pieces_size());
-    for (int p = 0; p < sh.pieces_size(); ++p) {
-      const proto::PieceHeader& ph = sh.pieces(p);
-      step.pieces[p].reserve(ph.tensors_size());
-      for (int i = 0; i < ph.tensors_size(); ++i) {
-        absl::StatusOr<Tensor> t =
-            ReadTensor(&reader, ph.tensors(i), counts[next], frame_buffer, offsets[next]);
-        ++next;
-        if (!t.ok()) {
-          return absl::Status(t.status().code(),
-                              absl::StrCat(WhereText(Where{sh.task_step(), p, i}),
-                                           ": ", t.status().message()));
+  for (size_t si = 0; si < x->steps.size(); ++si) {
+    const Scratch::StepDesc& sd = x->steps[si];
+    WireStep& step = out->steps[si];
+    step.task_step = sd.task_step;
+    step.global_step = sd.global_step;
+    step.num_real_pieces = sd.num_real_pieces;
+    step.pieces.resize(sd.num_pieces);
+    for (uint32_t p = 0; p < sd.num_pieces; ++p) {
+      const uint32_t n = x->piece_sizes[sd.pieces_begin + p];
+      std::vector<Tensor>& piece = step.pieces[p];
+      piece.reserve(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        const Scratch::TensorDesc& d = x->tensors[next++];
+        Shape shape(std::vector<int64_t>(x->dims.begin() + d.dims_begin,
+                                         x->dims.begin() + d.dims_begin + d.rank));
+        if (d.dtype == DType::kString) {
+          Tensor t = Tensor::Allocate(DType::kString, shape);
+          for (int64_t e = 0; e < d.elements; ++e) {
+            std::string* str = t.mutable_string(e);
+            str->resize(x->lengths[d.lengths_begin + e]);
+            reader.Read(str->data(), str->size());
+          }
+          piece.push_back(std::move(t));
+        } else if (d.byte_size == 0) {
+          piece.push_back(Tensor::Allocate(d.dtype, shape));
+        } else {
+          reader.Read(static_cast<char*>(frame_buffer->data()) + d.offset, d.byte_size);
+          absl::StatusOr<Tensor> t = Tensor::Wrap(d.dtype, shape, frame_buffer, d.offset);
+          if (!t.ok()) {
+            x->slices = reader.TakeSlices();
+            return absl::Status(t.status().code(),
+                                absl::StrCat(WhereText(Where{sd.task_step, p, i}), ": ",
+                                             t.status().message()));
+          }
+          piece.push_back(*std::move(t));
         }
-        step.pieces[p].push_back(*std::move(t));
       }
     }
-    out->steps.push_back(std::move(step));
   }
+  x->slices = reader.TakeSlices();
   return absl::OkStatus();
+}
+
+absl::Status DecodeStepFrame(const grpc::ByteBuffer& buffer, const TensorAllocator& allocator,
+                             StepFrame* out) {
+  StepFrameDecoder decoder(allocator, nullptr);
+  return decoder.Decode(buffer, out);
 }
 
 grpc::ByteBuffer EncodeConsumerMessage(const proto::ConsumerMessage& message) {
@@ -427,7 +913,8 @@ absl::Status DecodeConsumerMessage(const grpc::ByteBuffer& buffer, proto::Consum
     }
   }
   SliceReader reader(std::move(slices));
-  RETURN_IF_ERROR(ReadHeader(&reader, out, "consumer message"));
+  std::string copy;
+  RETURN_IF_ERROR(ReadHeader(&reader, out, "consumer message", &copy));
   if (reader.remaining() != 0) {
     return absl::DataLossError(
         absl::StrCat("consumer message: ", reader.remaining(), " byte(s) left over"));

@@ -5,11 +5,23 @@
 //   [fixed32 little-endian L][L bytes: serialized proto::StepFrameHeader][payload]
 //
 // where the payload is, for every step, every piece and every tensor of the header in order,
-// TensorHeader.byte_size raw bytes: a numeric tensor's packed little-endian data, or a string
-// tensor's elements back to back (their lengths in TensorHeader.string_lengths). Nothing else
-// follows. Example: one step with one piece holding an int32 tensor [1, 2] is
-// [L][header{steps{task_step:0 pieces{tensors{dtype:INT32 shape:2 byte_size:8}}}}][01 00 00 00
-// 02 00 00 00].
+// its byte size in raw bytes: a numeric tensor's packed little-endian data, or a string
+// tensor's elements back to back. Nothing else follows.
+//
+// The header has two forms (proto/worker.proto):
+//  - full: StepFrameHeader.steps, one StepHeader per step with a TensorHeader per tensor
+//    (dtype, shape, byte_size, string lengths). Example: one step with one piece holding an
+//    int32 tensor [1, 2] is [L][header{steps{task_step:0 pieces{tensors{dtype:INT32 shape:2
+//    byte_size:8}}}}][01 00 00 00 02 00 00 00].
+//  - compact: when the stream negotiated a CompactSpec (StreamRequest.compact_headers and
+//    compact_spec: the leaves of one replica's value) and every tensor of the frame matches it,
+//    StepFrameHeader.compact_steps / compact_values: one packed run of integers per frame, per
+//    step its task_step, global_step, num_real_pieces and piece count, then per tensor only the
+//    dimensions the spec leaves open and a string tensor's element lengths. The same example
+//    under the spec [int32 (2,)]: [L][header{compact_steps:1 compact_values:[0,-1,1,1]}][01 00
+//    00 00 02 00 00 00] (8 header bytes instead of 13; a 1 KiB step of a static spec costs 4
+//    to 6 header bytes and no nested message).
+// A decoder with a spec accepts both forms; one without refuses a compact header.
 //
 // Encoding is zero-copy for numeric tensors of kZeroCopyMinBytes or more: their slices point at
 // the tensors' own buffers and hold a reference that is dropped when gRPC is done with the
@@ -18,7 +30,9 @@
 // one buffer per frame from an injectable TensorAllocator (pinned host memory, a pool, ...):
 // the frame's numeric tensors are views of it at 64-byte aligned offsets (one allocation a
 // frame, however many steps and tensors it carries; the buffer lives while any of them does).
-// Error messages are built only on the error path.
+// StepFrameEncoder / StepFrameDecoder keep their header message and scratch vectors from frame
+// to frame, so a stream's steady state parses into memory it already has. Error messages are
+// built only on the error path.
 //
 // Consumer -> worker messages (StreamRequest, CreditGrant) are [fixed32 L][ConsumerMessage].
 //
@@ -33,11 +47,16 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "sluice/element.h"
 #include "sluice/tensor.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/worker.pb.h"
 
 namespace sluice {
+
+class SendBufferPool;
 
 // One consumer's share of one step: the pieces of its local replicas, each piece the leaves of
 // one element in flatten order.
@@ -62,6 +81,13 @@ using TensorAllocator = std::function<std::shared_ptr<TensorBuffer>(size_t bytes
 // 64-byte aligned host memory that is not zero-filled (every byte is overwritten by decoding).
 std::shared_ptr<TensorBuffer> AllocateUninitializedHost(size_t bytes);
 
+// An allocator of such memory that takes back the buffers its tensors release: by size class
+// (powers of two from 4 KiB), keeping at most `max_idle_bytes` idle, so that a stream's steady
+// state reuses warm buffers instead of a malloc, page faults and a free per frame. What a
+// StepFrameDecoder given no allocator uses. Thread-safe; buffers may outlive the allocator.
+inline constexpr size_t kDefaultIdleHostBytes = size_t{16} << 20;
+TensorAllocator PooledHostAllocator(size_t max_idle_bytes = kDefaultIdleHostBytes);
+
 // Numeric tensors at least this large are sent from their own buffers; smaller ones are copied.
 inline constexpr size_t kZeroCopyMinBytes = 4096;
 
@@ -78,14 +104,96 @@ size_t StepCreditBytes(const WireStep& step);
 // stream blocked on a step larger than its credit always gets there.
 int64_t CreditForAnyStep(int64_t window_bytes);
 
-// Encodes `frame`. INVALID_ARGUMENT for an invalid tensor or a tensor not in host memory.
+// The leaves of one replica's value that both ends of a stream agreed on
+// (StreamRequest.compact_spec): what a compact header leaves out. Immutable; thread-safe.
+class CompactSpec {
+ public:
+  // The leaves of `spec` in flatten order.
+  static CompactSpec FromElementSpec(const ElementSpec& spec);
+  // INVALID_ARGUMENT naming the leaf for an unknown dtype or a dimension below -1.
+  static absl::StatusOr<CompactSpec> FromProto(
+      const google::protobuf::RepeatedPtrField<proto::TensorSpecProto>& leaves);
+  void ToProto(google::protobuf::RepeatedPtrField<proto::TensorSpecProto>* out) const;
+
+  const std::vector<TensorSpec>& leaves() const { return leaves_; }
+  // Whether `piece` has exactly these leaves: the count, each dtype, rank and known dimension.
+  bool Matches(const std::vector<Tensor>& piece) const;
+
+ private:
+  explicit CompactSpec(std::vector<TensorSpec> leaves) : leaves_(std::move(leaves)) {}
+  std::vector<TensorSpec> leaves_;
+};
+
+// A step to encode, borrowing its pieces (the caller keeps them alive during Encode): the
+// worker encodes a consumer's share of its buffered steps without copying the tensors.
+struct WireStepView {
+  int64_t task_step = 0;
+  int64_t global_step = -1;
+  int64_t num_real_pieces = 0;
+  const std::vector<Tensor>* pieces = nullptr;  // num_pieces of them
+  size_t num_pieces = 0;
+};
+
+// Encodes frames, in the compact form when it has a spec and every tensor of the frame
+// matches it, else in the full form. Keeps its header message between frames.
+// Thread-compatible (one per stream).
+class StepFrameEncoder {
+ public:
+  // `spec`: the stream's negotiated spec; null for full headers only.
+  explicit StepFrameEncoder(std::shared_ptr<const CompactSpec> spec = nullptr)
+      : spec_(std::move(spec)) {}
+
+  // INVALID_ARGUMENT naming the step, piece and tensor for an invalid tensor or one not in
+  // host memory. A non-OK `status` is the frame's error (the stream's last frame).
+  absl::Status Encode(absl::Span<const WireStepView> steps, bool end_of_task,
+                      const absl::Status& status, grpc::ByteBuffer* out);
+  absl::Status Encode(const StepFrame& frame, grpc::ByteBuffer* out);
+  // Whether the last successful Encode wrote the compact form (tests, metrics).
+  bool last_compact() const { return last_compact_; }
+
+ private:
+  bool AllMatch(absl::Span<const WireStepView> steps) const;
+
+  const std::shared_ptr<const CompactSpec> spec_;
+  proto::StepFrameHeader header_;
+  std::vector<WireStepView> views_;
+  std::vector<grpc::Slice> slices_;
+  // The strings frames' copied bytes travel in, back from gRPC once sent (step_frame.cc).
+  std::shared_ptr<SendBufferPool> send_pool_;
+  bool last_compact_ = false;
+};
+
+// Encodes `frame` with full headers (StepFrameEncoder without a spec).
 absl::Status EncodeStepFrame(const StepFrame& frame, grpc::ByteBuffer* out);
+
+// Decodes frames of either form (compact ones only with a spec), keeping its header message
+// and scratch space between frames. Thread-compatible (one per stream).
+class StepFrameDecoder {
+ public:
+  // `allocator` may be empty (a PooledHostAllocator of the decoder's own); `spec` null: no
+  // compact headers.
+  StepFrameDecoder(TensorAllocator allocator, std::shared_ptr<const CompactSpec> spec);
+  ~StepFrameDecoder();
+
+  // As DecodeStepFrame. A compact header is INVALID_ARGUMENT naming the step, piece and tensor
+  // when it disagrees with the spec: values missing or left over, a negative dimension or
+  // string length, a shape too large; and when the decoder has no spec.
+  absl::Status Decode(const grpc::ByteBuffer& buffer, StepFrame* out);
+
+  // The header and frame description kept between frames (step_frame.cc only).
+  struct Scratch;
+
+ private:
+  TensorAllocator allocator_;
+  const std::shared_ptr<const CompactSpec> spec_;
+  std::unique_ptr<Scratch> scratch_;
+};
 
 // Decodes a frame. DATA_LOSS when bytes are missing or left over (a short or padded frame),
 // INVALID_ARGUMENT when the header does not parse or describes an impossible tensor (bad
 // dtype, negative dimension, byte_size inconsistent with the shape), RESOURCE_EXHAUSTED when the
-// allocator fails. `allocator` may be empty (AllocateUninitializedHost). On error *out is
-// unspecified.
+// allocator fails. `allocator` may be empty (host memory). On error *out is
+// unspecified. Full headers only (a StepFrameDecoder without a spec).
 absl::Status DecodeStepFrame(const grpc::ByteBuffer& buffer, const TensorAllocator& allocator,
                              StepFrame* out);
 

@@ -332,7 +332,7 @@ TEST(ServiceStepSourceTest, ShutdownRightAfterTheEndLetsEveryEndedCallHalfClose)
 // steps 0-2 and fails the call with UNAVAILABLE, as a worker does whose connection breaks while
 // the frame of steps 3-5 is on its way (that frame never arrives). Later calls send the task
 // from the requested step to its end (step 5) in one frame. Task index i's steps hold
-// 100 i + s.
+// 100 i + s. Frames have compact headers when the request asks for them (as the real worker's).
 class BreakingWorker : public grpc::Service {
  public:
   static constexpr int64_t kSteps = 6;
@@ -345,6 +345,15 @@ class BreakingWorker : public grpc::Service {
               return w->StreamSteps(stream);
             },
             this)));
+  }
+  // Whether every request asked for compact headers with the spec [int64 ()]; whether none did.
+  bool all_compact() {
+    absl::MutexLock lock(&mu_);
+    return compact_ == requests_;
+  }
+  bool none_compact() {
+    absl::MutexLock lock(&mu_);
+    return compact_ == 0;
   }
   // The start_step of every request of task index i, in order.
   std::vector<int64_t> starts(int64_t index) {
@@ -363,10 +372,21 @@ class BreakingWorker : public grpc::Service {
     const int64_t index = m.request().task_id() - 1;
     const int64_t start = m.request().start_step();
     bool first;
+    std::shared_ptr<const CompactSpec> spec;
+    if (m.request().compact_headers()) {
+      absl::StatusOr<CompactSpec> parsed = CompactSpec::FromProto(m.request().compact_spec());
+      if (!parsed.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad spec");
+      spec = std::make_shared<const CompactSpec>(*std::move(parsed));
+    }
     {
       absl::MutexLock lock(&mu_);
       first = starts_[index].empty();
       starts_[index].push_back(start);
+      ++requests_;
+      if (spec != nullptr &&
+          spec->leaves() == std::vector<TensorSpec>{TensorSpec{DType::kInt64, Shape()}}) {
+        ++compact_;
+      }
     }
     StepFrame frame;
     const int64_t stop = first ? std::min<int64_t>(start + 3, kSteps) : kSteps;
@@ -379,7 +399,9 @@ class BreakingWorker : public grpc::Service {
     }
     frame.end_of_task = !first;
     grpc::ByteBuffer out;
-    if (!EncodeStepFrame(frame, &out).ok() || !stream->Write(out)) {
+    StepFrameEncoder encoder(spec);
+    if (!encoder.Encode(frame, &out).ok() || !stream->Write(out) ||
+        encoder.last_compact() != (spec != nullptr)) {
       return grpc::Status(grpc::StatusCode::INTERNAL, "write failed");
     }
     if (first) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection broke mid-task");
@@ -390,40 +412,47 @@ class BreakingWorker : public grpc::Service {
 
   absl::Mutex mu_;
   std::map<int64_t, std::vector<int64_t>> starts_ ABSL_GUARDED_BY(mu_);
+  int64_t requests_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t compact_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // A stream broken after a multi-step frame, with the next frame lost: the consumer reconnects
 // at the first step it has not received (3), and reads every step exactly once, in order.
 TEST(ServiceStepSourceTest, AReconnectMidTaskLosesAndDuplicatesNothing) {
-  BreakingWorker worker;
-  int port = 0;
-  grpc::ServerBuilder wb;
-  wb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  wb.RegisterService(&worker);
-  std::unique_ptr<grpc::Server> worker_server = wb.BuildAndStart();
-  FakeCoordinator coordinator("127.0.0.1:" + std::to_string(port));
-  grpc::ServerBuilder cb;
-  cb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  cb.RegisterService(&coordinator);
-  std::unique_ptr<grpc::Server> coordinator_server = cb.BuildAndStart();
-  {
-    ServiceStepSourceOptions o = SequentialOptions("127.0.0.1:" + std::to_string(port));
-    o.receive_budget_bytes = 1 << 20;
-    auto source = ServiceStepSource::Create(o);
-    ASSERT_TRUE(source.ok()) << source.status();
-    absl::StatusOr<std::vector<int64_t>> got = ReadAll(**source);
-    ASSERT_TRUE(got.ok()) << got.status();
-    std::vector<int64_t> want;
-    for (int64_t i = 0; i < kTasks; ++i) {
-      for (int64_t s = 0; s < BreakingWorker::kSteps; ++s) want.push_back(i * 100 + s);
+  for (bool compact : {true, false}) {
+    SCOPED_TRACE(compact ? "compact headers" : "full headers");
+    BreakingWorker worker;
+    int port = 0;
+    grpc::ServerBuilder wb;
+    wb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    wb.RegisterService(&worker);
+    std::unique_ptr<grpc::Server> worker_server = wb.BuildAndStart();
+    FakeCoordinator coordinator("127.0.0.1:" + std::to_string(port));
+    grpc::ServerBuilder cb;
+    cb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    cb.RegisterService(&coordinator);
+    std::unique_ptr<grpc::Server> coordinator_server = cb.BuildAndStart();
+    {
+      ServiceStepSourceOptions o = SequentialOptions("127.0.0.1:" + std::to_string(port));
+      o.receive_budget_bytes = 1 << 20;
+      o.compact_headers = compact;
+      auto source = ServiceStepSource::Create(o);
+      ASSERT_TRUE(source.ok()) << source.status();
+      absl::StatusOr<std::vector<int64_t>> got = ReadAll(**source);
+      ASSERT_TRUE(got.ok()) << got.status();
+      std::vector<int64_t> want;
+      for (int64_t i = 0; i < kTasks; ++i) {
+        for (int64_t s = 0; s < BreakingWorker::kSteps; ++s) want.push_back(i * 100 + s);
+      }
+      EXPECT_EQ(*got, want);
+      for (int64_t i = 0; i < kTasks; ++i) {
+        EXPECT_EQ(worker.starts(i), (std::vector<int64_t>{0, 3})) << "task index " << i;
+      }
+      EXPECT_TRUE(compact ? worker.all_compact() : worker.none_compact());
     }
-    EXPECT_EQ(*got, want);
-    for (int64_t i = 0; i < kTasks; ++i) {
-      EXPECT_EQ(worker.starts(i), (std::vector<int64_t>{0, 3})) << "task index " << i;
-    }
+    coordinator_server->Shutdown();
+    worker_server->Shutdown();
   }
-  coordinator_server->Shutdown();
-  worker_server->Shutdown();
 }
 
 }  // namespace

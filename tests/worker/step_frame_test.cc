@@ -1,6 +1,8 @@
 #include "core/rpc/step_frame.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -292,6 +294,325 @@ TEST(StepFrameTest, ConsumerMessagesRoundTrip) {
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(DecodeConsumerMessage(FromString(bytes + "zz"), &back).code(),
             absl::StatusCode::kDataLoss);
+}
+
+
+// ---- Compact headers (StreamRequest.compact_headers) ----
+
+// uint8 (16,) static, int32 (-1, 3) partly dynamic, string (2,) static shape, float32 (-1, -1).
+std::shared_ptr<const CompactSpec> MixedSpec() {
+  return std::make_shared<const CompactSpec>(CompactSpec::FromElementSpec(ElementSpec::Tuple(
+      {ElementSpec(TensorSpec{DType::kUInt8, Shape({16})}),
+       ElementSpec(TensorSpec{DType::kInt32, Shape({-1, 3})}),
+       ElementSpec(TensorSpec{DType::kString, Shape({2})}),
+       ElementSpec(TensorSpec{DType::kFloat32, Shape({-1, -1})})})));
+}
+
+std::vector<Tensor> MixedPiece(int64_t s) {
+  return {Filled(DType::kUInt8, Shape({16})), Filled(DType::kInt32, Shape({s + 1, 3})),
+          Tensor::FromStrings({std::string(static_cast<size_t>(s), 'x'), "tail"}, Shape({2})),
+          Filled(DType::kFloat32, Shape({s % 3, 1100}))};  // >= 4 KiB for s % 3 > 0: zero-copy
+}
+
+StepFrame MixedFrame(int num_steps, int pieces) {
+  StepFrame frame;
+  for (int s = 0; s < num_steps; ++s) {
+    WireStep step{100 + s, s % 2 == 0 ? -1 : 7 * s, pieces, {}};
+    for (int p = 0; p < pieces; ++p) step.pieces.push_back(MixedPiece(s + p));
+    frame.steps.push_back(std::move(step));
+  }
+  return frame;
+}
+
+proto::StepFrameHeader HeaderOf(const grpc::ByteBuffer& bb) {
+  const std::string bytes = Flatten(bb);
+  uint32_t n = 0;
+  for (int i = 0; i < 4; ++i) n |= uint32_t{static_cast<uint8_t>(bytes[i])} << (8 * i);
+  proto::StepFrameHeader h;
+  EXPECT_TRUE(h.ParseFromString(bytes.substr(4, n)));
+  return h;
+}
+
+TEST(StepFrameCompactTest, RoundTripsStaticPartlyDynamicAndStringTensorsSeveralStepsAFrame) {
+  auto spec = MixedSpec();
+  StepFrameEncoder encoder(spec);
+  StepFrameDecoder decoder(nullptr, spec);
+  // Several frames through the same encoder and decoder: their reused state carries nothing
+  // from one frame to the next.
+  for (int num_steps : {1, 5, 2, 16}) {
+    StepFrame frame = MixedFrame(num_steps, 2);
+    frame.end_of_task = num_steps == 16;
+    grpc::ByteBuffer bb;
+    ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
+    EXPECT_TRUE(encoder.last_compact());
+    const proto::StepFrameHeader h = HeaderOf(bb);
+    EXPECT_EQ(h.steps_size(), 0);
+    EXPECT_EQ(h.compact_steps(), static_cast<uint32_t>(num_steps));
+    StepFrame decoded;
+    ASSERT_TRUE(decoder.Decode(bb, &decoded).ok()) << num_steps;
+    ExpectSameFrame(frame, decoded);
+    EXPECT_TRUE(decoded.status.ok());
+  }
+}
+
+TEST(StepFrameCompactTest, CarriesOnlyTheOpenValues) {
+  // The worked example of proto/worker.proto.
+  auto spec = std::make_shared<const CompactSpec>(CompactSpec::FromElementSpec(
+      ElementSpec::Tuple({ElementSpec(TensorSpec{DType::kUInt8, Shape({1024})}),
+                          ElementSpec(TensorSpec{DType::kInt32, Shape({-1, 3})}),
+                          ElementSpec(TensorSpec{DType::kString, Shape({2})})})));
+  StepFrame frame;
+  frame.steps.push_back(WireStep{7, -1, 1,
+                                 {{Filled(DType::kUInt8, Shape({1024})),
+                                   Filled(DType::kInt32, Shape({5, 3})),
+                                   Tensor::FromStrings({"ab", "cde"}, Shape({2}))}}});
+  StepFrameEncoder encoder(spec);
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
+  const proto::StepFrameHeader h = HeaderOf(bb);
+  EXPECT_THAT(h.compact_values(), testing::ElementsAre(7, -1, 1, 1, 5, 2, 3));
+  EXPECT_EQ(bb.Length(), 4 + h.ByteSizeLong() + 1024 + 60 + 5);
+  // A static 1 KiB step: a few header bytes against ~20 for the full form.
+  auto static_spec = std::make_shared<const CompactSpec>(
+      CompactSpec::FromElementSpec(ElementSpec(TensorSpec{DType::kUInt8, Shape({1024})})));
+  StepFrame one;
+  one.steps.push_back(WireStep{3, -1, 1, {{Filled(DType::kUInt8, Shape({1024}))}}});
+  StepFrameEncoder compact(static_spec);
+  grpc::ByteBuffer a, b;
+  ASSERT_TRUE(compact.Encode(one, &a).ok());
+  ASSERT_TRUE(EncodeStepFrame(one, &b).ok());
+  EXPECT_LE(HeaderOf(a).ByteSizeLong(), 8u);
+  EXPECT_LT(HeaderOf(a).ByteSizeLong() + 10, HeaderOf(b).ByteSizeLong());
+}
+
+TEST(StepFrameCompactTest, FallsBackToFullHeadersWhenATensorDoesNotMatchTheSpec) {
+  auto spec = MixedSpec();
+  StepFrameEncoder encoder(spec);
+  StepFrameDecoder decoder(nullptr, spec);
+  for (int which = 0; which < 4; ++which) {
+    StepFrame frame = MixedFrame(3, 1);
+    std::vector<Tensor>& piece = frame.steps[1].pieces[0];
+    switch (which) {
+      case 0: piece[0] = Filled(DType::kUInt8, Shape({0})); break;    // a size-0 dummy
+      case 1: piece[1] = Filled(DType::kInt64, Shape({2, 3})); break;  // another dtype
+      case 2: piece[3] = Filled(DType::kFloat32, Shape({4})); break;   // another rank
+      case 3: piece.pop_back(); break;                                 // a leaf missing
+    }
+    grpc::ByteBuffer bb;
+    ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
+    EXPECT_FALSE(encoder.last_compact()) << which;
+    EXPECT_EQ(HeaderOf(bb).steps_size(), 3);
+    StepFrame decoded;
+    ASSERT_TRUE(decoder.Decode(bb, &decoded).ok()) << which;
+    ExpectSameFrame(frame, decoded);
+  }
+}
+
+TEST(StepFrameCompactTest, WithoutASpecFramesAreFullAndACompactOneIsRefused) {
+  StepFrame frame = MixedFrame(2, 1);
+  StepFrameEncoder full;  // a consumer that did not ask
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(full.Encode(frame, &bb).ok());
+  EXPECT_FALSE(full.last_compact());
+  EXPECT_EQ(HeaderOf(bb).compact_steps(), 0u);
+  EXPECT_EQ(HeaderOf(bb).steps_size(), 2);
+  StepFrame decoded;
+  ASSERT_TRUE(DecodeStepFrame(bb, nullptr, &decoded).ok());
+  ExpectSameFrame(frame, decoded);
+
+  StepFrameEncoder compact(MixedSpec());
+  ASSERT_TRUE(compact.Encode(frame, &bb).ok());
+  absl::Status s = DecodeStepFrame(bb, nullptr, &decoded);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), testing::HasSubstr("did not ask"));
+}
+
+TEST(StepFrameCompactTest, SpecsRoundTripAndBadOnesAreRefused) {
+  auto spec = MixedSpec();
+  proto::StreamRequest request;
+  spec->ToProto(request.mutable_compact_spec());
+  absl::StatusOr<CompactSpec> back = CompactSpec::FromProto(request.compact_spec());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->leaves(), spec->leaves());
+  proto::StreamRequest bad = request;
+  bad.mutable_compact_spec(1)->set_shape(0, -2);
+  EXPECT_EQ(CompactSpec::FromProto(bad.compact_spec()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad = request;
+  bad.mutable_compact_spec(2)->set_dtype(static_cast<proto::DataType>(42));
+  absl::Status s = CompactSpec::FromProto(bad.compact_spec()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), testing::HasSubstr("leaf 2"));
+}
+
+grpc::ByteBuffer FrameWith(const proto::StepFrameHeader& h, const std::string& payload) {
+  std::string header = h.SerializeAsString();
+  std::string bytes(4, '\0');
+  const uint32_t n = static_cast<uint32_t>(header.size());
+  for (int i = 0; i < 4; ++i) bytes[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return FromString(bytes + header + payload);
+}
+
+TEST(StepFrameCompactTest, MalformedCompactHeadersAreInvalidArgumentNamingTheTensor) {
+  // Spec: int32 (-1, 2) and string (2,). A good frame: step 9, one piece, dims 3, "ab" "c".
+  auto spec = std::make_shared<const CompactSpec>(CompactSpec::FromElementSpec(
+      ElementSpec::Tuple({ElementSpec(TensorSpec{DType::kInt32, Shape({-1, 2})}),
+                          ElementSpec(TensorSpec{DType::kString, Shape({2})})})));
+  StepFrameDecoder decoder(nullptr, spec);
+  auto header = [](std::vector<int64_t> values, uint32_t steps = 1) {
+    proto::StepFrameHeader h;
+    h.set_compact_steps(steps);
+    for (int64_t v : values) h.add_compact_values(v);
+    return h;
+  };
+  const std::string payload(24 + 3, 'p');
+  StepFrame decoded;
+  ASSERT_TRUE(decoder.Decode(FrameWith(header({9, -1, 1, 1, 3, 2, 1}), payload), &decoded).ok());
+  ASSERT_EQ(decoded.steps.size(), 1u);
+  EXPECT_EQ(decoded.steps[0].pieces[0][0].shape(), Shape({3, 2}));
+  EXPECT_EQ(decoded.steps[0].pieces[0][1].string_at(0), "pp");
+
+  struct Case {
+    proto::StepFrameHeader h;
+    std::string payload;
+    std::string message;  // a part of the error's text
+  };
+  std::vector<Case> cases = {
+      {header({9, -1, 1, 1, 3, 2}), payload, "step 9 piece 0 tensor 1"},     // a length missing
+      {header({9, -1, 1, 1}), payload, "step 9 piece 0 tensor 0"},           // a dim missing
+      {header({9, -1, 1, 1, 3, 2, 1, 5}), payload, "1 value(s) left over"},  // one too many
+      {header({9, -1, 1, 1, -3, 2, 1}), payload, "step 9 piece 0 tensor 0: negative dimension"},
+      {header({9, -1, 1, 1, 3, -2, 1}), payload, "step 9 piece 0 tensor 1: bad string length"},
+      {header({9, -1, 1, -1}), payload, "step 9 has -1 pieces"},
+      {header({9, -1, 1, int64_t{1} << 40}), payload, "pieces"},
+      {header({9, -1, 1, 1, int64_t{1} << 62, 2, 1}), payload, "shape too large"},
+      {header({9, -1, 1, 1, 3, 2, 1}, 2), payload, "2 steps has only 7 values"},
+      {header({9, -1, 1, 1, 3, 2, 1, 10, -1, 1}, 2), payload, "ends inside"},
+      {header({}, 0), payload, "left over"},  // no values at all but a payload: see below
+  };
+  cases.back().h.add_compact_values(4);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    absl::Status s = decoder.Decode(FrameWith(cases[i].h, cases[i].payload), &decoded);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << i << ": " << s;
+    EXPECT_THAT(std::string(s.message()), testing::HasSubstr(cases[i].message)) << i;
+  }
+  // Both forms at once.
+  proto::StepFrameHeader both = header({9, -1, 1, 1, 3, 2, 1});
+  both.add_steps();
+  EXPECT_EQ(decoder.Decode(FrameWith(both, payload), &decoded).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Byte sizes the payload does not match: a short or padded frame, or a huge dimension the
+  // frame does not carry (refused before allocating).
+  EXPECT_EQ(decoder.Decode(FrameWith(header({9, -1, 1, 1, 3, 2, 1}), payload + "x"), &decoded)
+                .code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(decoder.Decode(FrameWith(header({9, -1, 1, 1, 4, 2, 1}), payload), &decoded).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(
+      decoder.Decode(FrameWith(header({9, -1, 1, 1, int64_t{1} << 30, 2, 1}), payload), &decoded)
+          .code(),
+      absl::StatusCode::kDataLoss);
+  // The decoder still decodes after all that.
+  ASSERT_TRUE(decoder.Decode(FrameWith(header({9, -1, 1, 1, 3, 2, 1}), payload), &decoded).ok());
+}
+
+// Fuzz-style: every truncation and many byte corruptions of compact frames fail cleanly or
+// decode into something consistent; none crashes (the ASan/UBSan build runs this too).
+TEST(StepFrameCompactTest, CorruptedCompactFramesNeverCrash) {
+  auto spec = MixedSpec();
+  StepFrameEncoder encoder(spec);
+  StepFrameDecoder decoder(nullptr, spec);
+  StepFrame frame = MixedFrame(4, 2);
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
+  ASSERT_TRUE(encoder.last_compact());
+  const std::string bytes = Flatten(bb);
+  const size_t header_end = 4 + HeaderOf(bb).ByteSizeLong();
+  StepFrame decoded;
+  for (size_t n = 0; n < bytes.size(); n += (n < header_end + 64 ? 1 : 97)) {
+    absl::Status s = decoder.Decode(FromString(bytes.substr(0, n)), &decoded);
+    EXPECT_TRUE(s.code() == absl::StatusCode::kDataLoss ||
+                s.code() == absl::StatusCode::kInvalidArgument)
+        << n << ": " << s;
+  }
+  uint64_t rng = 12345;
+  auto next = [&rng] {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return rng >> 33;
+  };
+  int ok = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string m = bytes;
+    const int flips = 1 + static_cast<int>(next() % 4);
+    for (int f = 0; f < flips; ++f) {
+      // Mostly the header (where the structure is), sometimes the length prefix.
+      const size_t at = next() % header_end;
+      m[at] = static_cast<char>(next() & 0xff);
+    }
+    absl::Status s = decoder.Decode(FromString(m), &decoded);
+    if (s.ok()) {
+      ++ok;
+      for (const WireStep& w : decoded.steps) {
+        for (const auto& piece : w.pieces) {
+          for (const Tensor& t : piece) EXPECT_TRUE(t.valid());
+        }
+      }
+    }
+  }
+  // Some corruptions only change values (a step number), which decode.
+  EXPECT_GT(ok, 0);
+  ASSERT_TRUE(decoder.Decode(bb, &decoded).ok());
+  ExpectSameFrame(frame, decoded);
+}
+
+// ---- Buffer reuse ----
+
+TEST(StepFrameReuseTest, PooledHostAllocatorReusesReleasedBuffers) {
+  TensorAllocator alloc = PooledHostAllocator(/*max_idle_bytes=*/64 << 10);
+  ASSERT_TRUE(alloc);
+  void* first;
+  {
+    std::shared_ptr<TensorBuffer> a = alloc(5000);  // size class 8 KiB
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(a->size(), 5000u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a->data()) % TensorBuffer::kAlignment, 0u);
+    first = a->data();
+  }
+  std::shared_ptr<TensorBuffer> b = alloc(8000);  // the same class: the same memory again
+  EXPECT_EQ(b->data(), first);
+  std::shared_ptr<TensorBuffer> c = alloc(8000);  // b is in use: another one
+  EXPECT_NE(c->data(), first);
+  // Past the idle bound buffers are freed (not observable here beyond not crashing).
+  std::vector<std::shared_ptr<TensorBuffer>> many;
+  for (int i = 0; i < 4; ++i) many.push_back(alloc(32 << 10));
+  many.erase(many.begin() + 1, many.end());
+  alloc = nullptr;  // buffers outlive the allocator
+  std::memset(many[0]->data(), 1, 32 << 10);
+}
+
+// One encoder over many frames reuses its send buffers; a frame's bytes stay valid after the
+// encoder is gone (gRPC may still be sending them).
+TEST(StepFrameReuseTest, EncoderFramesOutliveTheEncoderAndStayIntact) {
+  auto spec = MixedSpec();
+  std::vector<grpc::ByteBuffer> sent;
+  std::vector<StepFrame> frames;
+  {
+    StepFrameEncoder encoder(spec);
+    for (int i = 0; i < 20; ++i) {
+      frames.push_back(MixedFrame(1 + i % 5, 1 + i % 2));
+      grpc::ByteBuffer bb;
+      ASSERT_TRUE(encoder.Encode(frames.back(), &bb).ok());
+      if (i % 3 == 0) {
+        sent.push_back(bb);  // kept: its strings are not reused while held
+      }
+    }
+  }
+  StepFrameDecoder decoder(nullptr, spec);
+  for (size_t i = 0; i < sent.size(); ++i) {
+    StepFrame decoded;
+    ASSERT_TRUE(decoder.Decode(sent[i], &decoded).ok()) << i;
+    ExpectSameFrame(frames[i * 3], decoded);
+  }
 }
 
 }  // namespace

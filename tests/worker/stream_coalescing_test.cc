@@ -2,7 +2,8 @@
 // share one frame; a small frame waits (at most coalesce_wait) for more steps to join it; the
 // end of the task rides on the last steps' frame; a frame never takes more than the credit.
 // A real gRPC server on port 0 with a task whose producer the test releases step by step, and a
-// raw consumer of the StreamSteps call. Synchronization is on the step buffer's cursor (the
+// raw consumer of the StreamSteps call (also: compact frame headers only for a consumer that
+// asks for them). Synchronization is on the step buffer's cursor (the
 // steps the stream has taken), never on time.
 #include <cstdint>
 #include <memory>
@@ -127,8 +128,11 @@ class Server {
 // A raw consumer: opens the call with `credit` bytes (and as its window) and reads frames.
 class Consumer {
  public:
-  Consumer(const std::string& address, int64_t credit)
-      : channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())) {
+  // `spec`: ask for compact frame headers with it (StreamRequest.compact_headers).
+  Consumer(const std::string& address, int64_t credit,
+           std::shared_ptr<const CompactSpec> spec = nullptr)
+      : channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
+        decoder_(nullptr, spec) {
     context_.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
     stream_.reset(
         grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
@@ -143,6 +147,10 @@ class Consumer {
     r->set_task_id(1);
     r->set_initial_credit_bytes(credit);
     r->set_window_bytes(std::max<int64_t>(credit, 1));
+    if (spec != nullptr) {
+      r->set_compact_headers(true);
+      spec->ToProto(r->mutable_compact_spec());
+    }
     EXPECT_TRUE(stream_->Write(EncodeConsumerMessage(m)));
   }
   ~Consumer() {
@@ -159,8 +167,15 @@ class Consumer {
     *end = false;
     if (!stream_->Read(&bb)) return false;
     StepFrame frame;
-    absl::Status s = DecodeStepFrame(bb, {}, &frame);
+    absl::Status s = decoder_.Decode(bb, &frame);
     EXPECT_TRUE(s.ok()) << s;
+    std::vector<grpc::Slice> slices;
+    EXPECT_TRUE(bb.Dump(&slices).ok());
+    std::string bytes;
+    for (const grpc::Slice& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    uint32_t n = 0;
+    for (int i = 0; i < 4; ++i) n |= uint32_t{static_cast<uint8_t>(bytes[i])} << (8 * i);
+    EXPECT_TRUE(last_header.ParseFromString(bytes.substr(4, n)));
     EXPECT_TRUE(frame.status.ok()) << frame.status;
     for (const WireStep& w : frame.steps) {
       steps->push_back(w.task_step);
@@ -169,6 +184,8 @@ class Consumer {
     *end = frame.end_of_task;
     return true;
   }
+
+  proto::StepFrameHeader last_header;  // of the last frame Next read
 
   void Grant(int64_t bytes) {
     proto::ConsumerMessage m;
@@ -180,6 +197,7 @@ class Consumer {
   std::shared_ptr<grpc::Channel> channel_;
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream_;
+  StepFrameDecoder decoder_;
 };
 
 constexpr int64_t kCost = 8 + static_cast<int64_t>(kStepCreditOverheadBytes);
@@ -205,6 +223,84 @@ TEST(StreamCoalescingTest, ReadyStepsShareOneFrameWithTheEnd) {
   // Without coalescing the end may or may not have been known when the frame was cut: read on.
   while (!end && consumer.Next(&steps, &end)) EXPECT_TRUE(steps.empty());
   EXPECT_TRUE(end);
+}
+
+// A consumer that asks for compact headers gets them (only what the spec leaves open: here
+// nothing but each step's numbers); one that does not ask gets full headers, from the same
+// worker and task.
+TEST(StreamCoalescingTest, CompactHeadersOnlyForTheConsumerThatAsks) {
+  auto scalar = std::make_shared<const CompactSpec>(
+      CompactSpec::FromElementSpec(ElementSpec(TensorSpec{DType::kInt64, Shape()})));
+  for (bool compact : {true, false}) {
+    GatedTask task(10);
+    Server server(&task, Options(absl::ZeroDuration()));
+    task.Release(10);
+    ASSERT_TRUE(task.WaitProduced(10));
+    Consumer consumer(server.address(), 1 << 20, compact ? scalar : nullptr);
+    std::vector<int64_t> steps;
+    bool end = false;
+    ASSERT_TRUE(consumer.Next(&steps, &end));
+    EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+    if (compact) {
+      EXPECT_EQ(consumer.last_header.steps_size(), 0);
+      EXPECT_EQ(consumer.last_header.compact_steps(), 10u);
+      EXPECT_EQ(consumer.last_header.compact_values_size(), 40);  // 4 numbers a step
+    } else {
+      EXPECT_EQ(consumer.last_header.steps_size(), 10);
+      EXPECT_EQ(consumer.last_header.compact_steps(), 0u);
+    }
+    while (!end && consumer.Next(&steps, &end)) EXPECT_TRUE(steps.empty());
+    EXPECT_TRUE(end);
+  }
+}
+
+// Steps that do not match the consumer's spec still arrive, with full headers.
+TEST(StreamCoalescingTest, StepsNotMatchingTheSpecGoWithFullHeaders) {
+  auto vector = std::make_shared<const CompactSpec>(
+      CompactSpec::FromElementSpec(ElementSpec(TensorSpec{DType::kInt64, Shape({-1})})));
+  GatedTask task(3);
+  Server server(&task, Options(absl::ZeroDuration()));
+  task.Release(3);
+  ASSERT_TRUE(task.WaitProduced(3));
+  Consumer consumer(server.address(), 1 << 20, vector);
+  std::vector<int64_t> steps;
+  bool end = false;
+  ASSERT_TRUE(consumer.Next(&steps, &end));
+  EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(consumer.last_header.steps_size(), 3);
+  EXPECT_EQ(consumer.last_header.compact_steps(), 0u);
+}
+
+// A spec that cannot be one ends the call with INVALID_ARGUMENT before any frame.
+TEST(StreamCoalescingTest, AnInvalidCompactSpecIsRefused) {
+  GatedTask task(3);
+  Server server(&task, Options(absl::ZeroDuration()));
+  auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          channel.get(),
+          grpc::internal::RpcMethod(kStreamStepsMethod, grpc::internal::RpcMethod::BIDI_STREAMING,
+                                    channel),
+          &context));
+  proto::ConsumerMessage m;
+  proto::StreamRequest* r = m.mutable_request();
+  r->set_wire_version(proto::WIRE_VERSION_2);
+  r->set_job_id(1);
+  r->set_task_id(1);
+  r->set_initial_credit_bytes(1 << 20);
+  r->set_window_bytes(1 << 20);
+  r->set_compact_headers(true);
+  proto::TensorSpecProto* leaf = r->add_compact_spec();
+  leaf->set_dtype(proto::DT_INT64);
+  leaf->add_shape(-5);
+  ASSERT_TRUE(stream->Write(EncodeConsumerMessage(m)));
+  grpc::ByteBuffer bb;
+  EXPECT_FALSE(stream->Read(&bb));
+  grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("leaf 0"), std::string::npos) << status.error_message();
 }
 
 // A small frame waits for steps that become ready after its first one: with the steps
