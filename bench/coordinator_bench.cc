@@ -14,6 +14,13 @@
 // simulated worker reports the tasks it holds, with their progress, as a real one does; every
 // consumer sends its job and index.
 //
+// With --empty the same load goes to a gRPC server (this binary, in a child process) whose
+// WorkerHeartbeat and ClientHeartbeat are callback methods that answer OK with an empty message
+// at once: no coordinator, no interceptors. What each heartbeat costs it is the floor gRPC and
+// the kernel set on this machine; the coordinator's CPU per heartbeat minus it is what the
+// coordinator itself adds. (Workers hold one made-up task each and consumers name made-up
+// jobs, so that the requests are as large as against the coordinator; nothing is checked.)
+//
 // With --versioned (the default) every simulated worker and consumer sends back the version of
 // the last answer it applied, as real ones do, so that answers carry only changes.
 //
@@ -26,6 +33,7 @@
 // it).
 //
 //   build/bench/coordinator_bench --workers=1000 --consumers=10000 --seconds=60
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -34,6 +42,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -70,6 +79,11 @@ ABSL_FLAG(int, seconds, 60, "Length of the measured run.");
 ABSL_FLAG(std::string, coordinator, "",
           "Path of sluice-coordinator; default: ../bin/sluice-coordinator next to this binary.");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(10), "The coordinator's --worker_timeout.");
+ABSL_FLAG(bool, empty, false,
+          "Drive an empty gRPC server instead of the coordinator: the per-call floor of gRPC "
+          "and the kernel (see the comment at the top).");
+ABSL_FLAG(std::string, empty_server_port_file, "",
+          "Internal (--empty): run as the empty server, writing its port to this file.");
 ABSL_FLAG(bool, versioned, true,
           "Send back the version of the last answer (as real workers and consumers do), so that "
           "answers carry only changes; false: every answer is full (older clients).");
@@ -100,6 +114,57 @@ double SelfCpuSeconds() {
   getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// --empty's server: both heartbeats answer OK with an empty message at once.
+class EmptyHeartbeatService final
+    : public CoordinatorService::WithCallbackMethod_WorkerHeartbeat<
+          CoordinatorService::WithCallbackMethod_ClientHeartbeat<CoordinatorService::Service>> {
+ public:
+  grpc::ServerUnaryReactor* WorkerHeartbeat(grpc::CallbackServerContext* context,
+                                            const sluice::proto::WorkerHeartbeatRequest*,
+                                            sluice::proto::WorkerHeartbeatResponse*) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* ClientHeartbeat(grpc::CallbackServerContext* context,
+                                            const sluice::proto::ClientHeartbeatRequest*,
+                                            sluice::proto::ClientHeartbeatResponse*) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
+// Serves EmptyHeartbeatService on a loopback port until SIGTERM; writes the port to
+// `port_file` (atomically) once serving. Returns the process's exit code.
+int RunEmptyServer(const std::string& port_file) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  EmptyHeartbeatService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::cerr << "empty server: cannot listen on 127.0.0.1\n";
+    return 1;
+  }
+  const std::string tmp = port_file + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+  }
+  if (std::rename(tmp.c_str(), port_file.c_str()) != 0) return 1;
+  int sig = 0;
+  sigwait(&signals, &sig);
+  server->Shutdown(std::chrono::system_clock::now());
+  return 0;
 }
 
 double LoadAverage() {
@@ -191,6 +256,10 @@ int main(int argc, char** argv) {
   // As sluice-coordinator does: no lock-order graph on every absl::Mutex (Debian's Abseil is
   // built without NDEBUG), so the load generator's gRPC costs what it costs in production.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  if (const std::string f = absl::GetFlag(FLAGS_empty_server_port_file); !f.empty()) {
+    return RunEmptyServer(f);
+  }
+  const bool empty = absl::GetFlag(FLAGS_empty);
   const int num_workers = absl::GetFlag(FLAGS_workers);
   const int num_consumers = absl::GetFlag(FLAGS_consumers);
   const int num_jobs = std::max(1, absl::GetFlag(FLAGS_jobs));
@@ -204,6 +273,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> args = {
       binary, "--port=0", "--port_file=" + port_file, "--log_level=warning",
       "--worker_timeout=" + absl::FormatDuration(absl::GetFlag(FLAGS_worker_timeout))};
+  if (empty) {
+    binary = SelfDir() + "/coordinator_bench";
+    args = {binary, "--empty_server_port_file=" + port_file};
+  }
   std::vector<char*> argv_c;
   for (auto& a : args) argv_c.push_back(a.data());
   argv_c.push_back(nullptr);
@@ -255,41 +328,53 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  sluice::proto::RegisterDatasetRequest reg;
-  reg.set_wire_version(sluice::proto::WIRE_VERSION_1);
-  reg.set_pipeline("range(1000000).batch(8)");
-  sluice::proto::RegisterDatasetResponse reg_resp;
-  {
-    grpc::ClientContext ctx;
-    if (!setup->RegisterDataset(&ctx, reg, &reg_resp).ok()) {
-      std::cerr << "RegisterDataset failed\n";
-      stop();
-      return 1;
-    }
-  }
   std::vector<Consumer> consumers;
   const int per_job = std::max(1, num_consumers / num_jobs);
-  for (int j = 0; j < num_jobs; ++j) {
-    sluice::proto::GetOrCreateJobRequest req;
-    req.set_wire_version(sluice::proto::WIRE_VERSION_1);
-    req.set_job_name(absl::StrCat("job", j));
-    auto* o = req.mutable_options();
-    o->set_dataset_id(reg_resp.dataset_id());
-    o->set_num_consumers(per_job);
-    o->set_replicas_per_consumer(1);
-    o->set_sharding_policy(sluice::proto::SHARDING_OFF);
-    o->set_num_tasks(absl::GetFlag(FLAGS_tasks_per_job));
-    sluice::proto::GetOrCreateJobResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = setup->GetOrCreateJob(&ctx, req, &resp);
-    if (!s.ok()) {
-      std::cerr << "GetOrCreateJob failed: " << s.error_message() << "\n";
-      stop();
-      return 1;
+  if (empty) {
+    // Made-up tasks and jobs, as many as the coordinator would make, so that the requests
+    // are as large as against it.
+    const int64_t num_tasks = int64_t{num_jobs} * absl::GetFlag(FLAGS_tasks_per_job);
+    for (int64_t t = 0; t < num_tasks && !workers.empty(); ++t) {
+      workers[static_cast<size_t>(t) % workers.size()].tasks.push_back(t + 1);
     }
-    for (int c = 0; c < per_job; ++c) consumers.push_back({resp.job_id(), c});
+    for (int j = 0; j < num_jobs; ++j) {
+      for (int c = 0; c < per_job; ++c) consumers.push_back({j + 1, c});
+    }
+  } else {
+    sluice::proto::RegisterDatasetRequest reg;
+    reg.set_wire_version(sluice::proto::WIRE_VERSION_1);
+    reg.set_pipeline("range(1000000).batch(8)");
+    sluice::proto::RegisterDatasetResponse reg_resp;
+    {
+      grpc::ClientContext ctx;
+      if (!setup->RegisterDataset(&ctx, reg, &reg_resp).ok()) {
+        std::cerr << "RegisterDataset failed\n";
+        stop();
+        return 1;
+      }
+    }
+    for (int j = 0; j < num_jobs; ++j) {
+      sluice::proto::GetOrCreateJobRequest req;
+      req.set_wire_version(sluice::proto::WIRE_VERSION_1);
+      req.set_job_name(absl::StrCat("job", j));
+      auto* o = req.mutable_options();
+      o->set_dataset_id(reg_resp.dataset_id());
+      o->set_num_consumers(per_job);
+      o->set_replicas_per_consumer(1);
+      o->set_sharding_policy(sluice::proto::SHARDING_OFF);
+      o->set_num_tasks(absl::GetFlag(FLAGS_tasks_per_job));
+      sluice::proto::GetOrCreateJobResponse resp;
+      grpc::ClientContext ctx;
+      grpc::Status s = setup->GetOrCreateJob(&ctx, req, &resp);
+      if (!s.ok()) {
+        std::cerr << "GetOrCreateJob failed: " << s.error_message() << "\n";
+        stop();
+        return 1;
+      }
+      for (int c = 0; c < per_job; ++c) consumers.push_back({resp.job_id(), c});
+    }
+    for (Worker& w : workers) worker_heartbeat(setup.get(), w);
   }
-  for (Worker& w : workers) worker_heartbeat(setup.get(), w);
   int64_t tasks_held = 0;
   for (const Worker& w : workers) tasks_held += static_cast<int64_t>(w.tasks.size());
 
@@ -433,6 +518,7 @@ int main(int argc, char** argv) {
   absl::Duration max_gap = absl::ZeroDuration();
   for (const Worker& w : workers) max_gap = std::max(max_gap, w.max_gap);
   const int64_t wb = worker_beats.load(), cb = consumer_beats.load();
+  if (empty) std::printf("--empty: an empty gRPC server, not the coordinator (the floor)\n");
   std::printf("coordinator_bench: %d workers, %zu consumers in %d jobs (%lld tasks held), %d "
               "client threads x %d calls in flight on %d connections each, %.1f s, load "
               "average %.2f\n",

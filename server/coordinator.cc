@@ -169,6 +169,7 @@ void Coordinator::MaybeSnapshotLocked() {
 void Coordinator::ReloadFromJournalLocked() {
   state_ = CoordinatorState();
   liveness_synced_ = false;
+  finished_synced_ = false;
   versions_.Reset(RandomIncarnation());  // every caller's next answer is full
   absl::Status s = journal_->Reload(&state_);
   if (!s.ok()) {

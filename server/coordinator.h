@@ -297,8 +297,13 @@ class Coordinator {
   absl::flat_hash_map<std::string, absl::Time> heartbeat_arrivals_ ABSL_GUARDED_BY(arrivals_mu_);
   // Not state: the workers' per-task progress reports, for GetStatus (thread-safe itself).
   TaskProgressTable progress_;
-  // Not state: when each finished job was first seen finished (by clock_), for the GC.
+  // Not state: when each finished job was first seen finished (by clock_), for the GC: every
+  // finished job has an entry, so that CollectFinishedJobsLocked looks at these only, not at
+  // every job on every request. A job the state has finished that this coordinator did not
+  // see finish (after a restart or a reload) is stamped when first noticed (finished_synced_
+  // false: CollectFinishedJobsLocked walks every job once).
   absl::flat_hash_map<int64_t, absl::Time> finished_at_ ABSL_GUARDED_BY(mu_);
+  bool finished_synced_ ABSL_GUARDED_BY(mu_) = false;
   // Not state: when each dead worker was declared dead or drained (or first seen dead after a
   // restart), for the GC.
   absl::flat_hash_map<int64_t, absl::Time> dead_since_ ABSL_GUARDED_BY(mu_);

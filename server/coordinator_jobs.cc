@@ -30,16 +30,33 @@ namespace sluice {
 absl::Status Coordinator::CollectFinishedJobsLocked() {
   const absl::Time now = clock_->Now();
   std::vector<int64_t> expired;
-  for (const auto& [id, job] : state_.jobs()) {
-    if (!job.finished) continue;
-    auto it = finished_at_.find(id);
-    if (it == finished_at_.end()) {
-      finished_at_[id] = now;  // after a restart: counted from now
+  if (!finished_synced_) {
+    // Jobs the state has finished but this coordinator did not see finish (after a restart,
+    // or a state reloaded from the journal) count from now. Every job that finishes later
+    // is stamped where it finishes, so this walk over every job happens once, not on every
+    // request.
+    for (const auto& [id, job] : state_.jobs()) {
+      if (!job.finished || finished_at_.contains(id)) continue;
+      finished_at_[id] = now;
       if (options_.finished_job_ttl <= absl::ZeroDuration()) expired.push_back(id);
+    }
+    finished_synced_ = true;
+  }
+  // Only the finished jobs are looked at. A stamp whose job is gone or no longer finished
+  // (a reload undid the finish) is dropped.
+  for (auto it = finished_at_.begin(); it != finished_at_.end();) {
+    const CoordinatorState::Job* job = state_.FindJob(it->first);
+    if (job == nullptr || !job->finished) {
+      finished_at_.erase(it++);
       continue;
     }
-    if (now - it->second >= options_.finished_job_ttl) expired.push_back(id);
+    if (now - it->second >= options_.finished_job_ttl &&
+        std::find(expired.begin(), expired.end(), it->first) == expired.end()) {
+      expired.push_back(it->first);
+    }
+    ++it;
   }
+  std::sort(expired.begin(), expired.end());  // removed in id order, as the walk over jobs did
   for (int64_t id : expired) {
     const CoordinatorState::Job* job = state_.FindJob(id);
     const std::string name = job->name;

@@ -12,6 +12,8 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "grpcpp/support/proto_buffer_writer.h"
 #include "grpc/impl/codegen/grpc_types.h"
 
 namespace sluice {
@@ -38,22 +40,63 @@ grpc::Status GrpcCoordinatorService::GetElementSpec(grpc::ServerContext* context
   return ToGrpcStatus(coordinator_->GetElementSpec(*request, response));
 }
 
-grpc::ServerUnaryReactor* GrpcCoordinatorService::WorkerHeartbeat(
-    grpc::CallbackServerContext* context, const proto::WorkerHeartbeatRequest* request,
-    proto::WorkerHeartbeatResponse* response) {
+namespace {
+
+// One raw heartbeat: the token, then the request parsed from `request_bytes`, `method` run on
+// it, and its answer serialized into `response_bytes`; counted in `metrics`. Finishes the
+// call before returning (the coordinator never blocks on the network).
+template <typename Request, typename Response, typename Method>
+grpc::ServerUnaryReactor* ServeHeartbeat(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request_bytes,
+                                         grpc::ByteBuffer* response_bytes,
+                                         const RequestAdmission& admission,
+                                         const RpcMethodMetrics& metrics,
+                                         const char* method_name, Method method) {
+  metrics.Started();
+  grpc::Status status = admission.Authenticate(*context);
+  if (status.ok()) {
+    Request request;
+    // The reader only reads the buffer (the const_cast is for its constructor's signature).
+    bool parsed = request_bytes->Valid();
+    if (parsed) {
+      grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(request_bytes));
+      parsed = request.ParseFromZeroCopyStream(&reader) && reader.status().ok();
+    }
+    if (!parsed) {
+      status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            MalformedRequestMessage(method_name));
+    } else {
+      Response response;
+      status = ToGrpcStatus(method(request, &response));
+      bool own_buffer = false;
+      if (status.ok()) {
+        status = grpc::SerializationTraits<Response>::Serialize(response, response_bytes,
+                                                               &own_buffer);
+      }
+    }
+  }
+  metrics.Handled(status.error_code());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  grpc::Status a = admission_.Authenticate(*context);
-  reactor->Finish(a.ok() ? ToGrpcStatus(coordinator_->WorkerHeartbeat(*request, response)) : a);
+  reactor->Finish(std::move(status));
   return reactor;
 }
 
+}  // namespace
+
+grpc::ServerUnaryReactor* GrpcCoordinatorService::WorkerHeartbeat(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeHeartbeat<proto::WorkerHeartbeatRequest, proto::WorkerHeartbeatResponse>(
+      context, request, response, admission_, worker_heartbeat_metrics_, kWorkerHeartbeatMethod,
+      [this](const auto& req, auto* resp) { return coordinator_->WorkerHeartbeat(req, resp); });
+}
+
 grpc::ServerUnaryReactor* GrpcCoordinatorService::ClientHeartbeat(
-    grpc::CallbackServerContext* context, const proto::ClientHeartbeatRequest* request,
-    proto::ClientHeartbeatResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  grpc::Status a = admission_.Authenticate(*context);
-  reactor->Finish(a.ok() ? ToGrpcStatus(coordinator_->ClientHeartbeat(*request, response)) : a);
-  return reactor;
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeHeartbeat<proto::ClientHeartbeatRequest, proto::ClientHeartbeatResponse>(
+      context, request, response, admission_, client_heartbeat_metrics_, kClientHeartbeatMethod,
+      [this](const auto& req, auto* resp) { return coordinator_->ClientHeartbeat(req, resp); });
 }
 
 grpc::Status GrpcCoordinatorService::GetSplit(grpc::ServerContext* context,
@@ -97,8 +140,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   // Replaces AddSecureListeningPort's list: keep its interceptor, first so that
   // the metrics see the rewritten status (core/rpc/grpc_security.h).
-  interceptors.push_back(MakeMalformedRequestInterceptorFactory());
-  interceptors.push_back(MakeRpcMetricsInterceptorFactory());  // core/rpc/rpc_metrics.h
+  // The heartbeats check and count themselves (GrpcCoordinatorService::SelfServedMethods).
+  interceptors.push_back(
+      MakeMalformedRequestInterceptorFactory(GrpcCoordinatorService::SelfServedMethods()));
+  interceptors.push_back(MakeRpcMetricsInterceptorFactory(  // core/rpc/rpc_metrics.h
+      nullptr, GrpcCoordinatorService::SelfServedMethods()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {

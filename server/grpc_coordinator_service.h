@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -20,8 +21,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "core/rpc/grpc_security.h"
+#include "core/rpc/rpc_metrics.h"
 #include "server/coordinator.h"
 #include "server/request_admission.h"
 
@@ -29,11 +32,19 @@ namespace sluice {
 
 // The heartbeats (the calls a fleet makes many of) are callback methods: each runs to its
 // answer on the gRPC thread that read it, without a hand-off to a thread of the synchronous
-// server's pool (which starts and stops threads as the load changes). The other methods are
-// synchronous (they may plan a job or build a large status).
-using CoordinatorServiceBase = proto::CoordinatorService::WithCallbackMethod_WorkerHeartbeat<
-    proto::CoordinatorService::WithCallbackMethod_ClientHeartbeat<
+// server's pool (which starts and stops threads as the load changes). They take the raw
+// bytes: the handler parses the request (INVALID_ARGUMENT naming the method when it does not
+// parse), counts the call's metrics (RpcMethodMetrics) and serializes the answer itself, so
+// that no interceptor runs on them (kSelfServedMethods). The other methods are synchronous
+// (they may plan a job or build a large status) and go through the interceptors.
+using CoordinatorServiceBase = proto::CoordinatorService::WithRawCallbackMethod_WorkerHeartbeat<
+    proto::CoordinatorService::WithRawCallbackMethod_ClientHeartbeat<
         proto::CoordinatorService::Service>>;
+
+inline constexpr char kWorkerHeartbeatMethod[] =
+    "/sluice.proto.CoordinatorService/WorkerHeartbeat";
+inline constexpr char kClientHeartbeatMethod[] =
+    "/sluice.proto.CoordinatorService/ClientHeartbeat";
 
 class GrpcCoordinatorService final : public CoordinatorServiceBase {
  public:
@@ -41,7 +52,17 @@ class GrpcCoordinatorService final : public CoordinatorServiceBase {
   // call with `admission` (token; RegisterDataset: graph bounds and data roots).
   explicit GrpcCoordinatorService(Coordinator* coordinator,
                                   RequestAdmission admission = RequestAdmission())
-      : coordinator_(coordinator), admission_(std::move(admission)) {}
+      : coordinator_(coordinator),
+        admission_(std::move(admission)),
+        worker_heartbeat_metrics_(kWorkerHeartbeatMethod),
+        client_heartbeat_metrics_(kClientHeartbeatMethod) {}
+
+  // The methods whose handlers parse their requests and count their metrics themselves: the
+  // interceptor factories must leave them alone (MakeRpcMetricsInterceptorFactory,
+  // MakeMalformedRequestInterceptorFactory), or they would be counted twice.
+  static std::vector<std::string> SelfServedMethods() {
+    return {kWorkerHeartbeatMethod, kClientHeartbeatMethod};
+  }
 
   grpc::Status RegisterDataset(grpc::ServerContext*, const proto::RegisterDatasetRequest* request,
                                proto::RegisterDatasetResponse* response) override;
@@ -50,11 +71,11 @@ class GrpcCoordinatorService final : public CoordinatorServiceBase {
   grpc::Status GetElementSpec(grpc::ServerContext*, const proto::GetElementSpecRequest* request,
                               proto::GetElementSpecResponse* response) override;
   grpc::ServerUnaryReactor* WorkerHeartbeat(grpc::CallbackServerContext* context,
-                                            const proto::WorkerHeartbeatRequest* request,
-                                            proto::WorkerHeartbeatResponse* response) override;
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ClientHeartbeat(grpc::CallbackServerContext* context,
-                                            const proto::ClientHeartbeatRequest* request,
-                                            proto::ClientHeartbeatResponse* response) override;
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) override;
   grpc::Status GetSplit(grpc::ServerContext*, const proto::GetSplitRequest* request,
                         proto::GetSplitResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext*, const proto::GetStatusRequest* request,
@@ -63,6 +84,8 @@ class GrpcCoordinatorService final : public CoordinatorServiceBase {
  private:
   Coordinator* const coordinator_;
   const RequestAdmission admission_;
+  const RpcMethodMetrics worker_heartbeat_metrics_;
+  const RpcMethodMetrics client_heartbeat_metrics_;
 };
 
 struct CoordinatorServerOptions {

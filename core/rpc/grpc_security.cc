@@ -27,9 +27,8 @@ class MalformedRequestInterceptor : public grpc::experimental::Interceptor {
       const grpc::Status s = methods->GetSendStatus();
       if (s.error_code() == grpc::StatusCode::INTERNAL &&
           (s.error_message().empty() || s.error_message() == "No payload")) {
-        methods->ModifySendStatus(grpc::Status(
-            grpc::StatusCode::INVALID_ARGUMENT,
-            absl::StrCat(method_, ": malformed request (not a valid protocol buffer message)")));
+        methods->ModifySendStatus(
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, MalformedRequestMessage(method_)));
       }
     }
     methods->Proceed();
@@ -42,17 +41,31 @@ class MalformedRequestInterceptor : public grpc::experimental::Interceptor {
 class MalformedRequestInterceptorFactory
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
+  explicit MalformedRequestInterceptorFactory(std::vector<std::string> self_checked)
+      : self_checked_(std::move(self_checked)) {}
+
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    return new MalformedRequestInterceptor(info->method() != nullptr ? info->method() : "");
+    const absl::string_view method = info->method() != nullptr ? info->method() : "";
+    for (const std::string& m : self_checked_) {
+      if (method == m) return nullptr;  // its handler parses the request itself
+    }
+    return new MalformedRequestInterceptor(std::string(method));
   }
+
+ private:
+  const std::vector<std::string> self_checked_;
 };
 
 }  // namespace
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-MakeMalformedRequestInterceptorFactory() {
-  return std::make_unique<MalformedRequestInterceptorFactory>();
+MakeMalformedRequestInterceptorFactory(std::vector<std::string> self_checked) {
+  return std::make_unique<MalformedRequestInterceptorFactory>(std::move(self_checked));
+}
+
+std::string MalformedRequestMessage(absl::string_view method) {
+  return absl::StrCat(method, ": malformed request (not a valid protocol buffer message)");
 }
 
 absl::Status AddSecureListeningPort(const ServerSecurity& security, const std::string& listen,

@@ -19,8 +19,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/rpc/tls_credentials.h"
 #include "core/rpc/token_auth.h"
 #include "grpcpp/channel.h"
@@ -50,9 +52,15 @@ absl::Status AddSecureListeningPort(const ServerSecurity& security, const std::s
 // The interceptor AddSecureListeningPort installs: a request gRPC could not parse becomes
 // INVALID_ARGUMENT naming the method. ServerBuilder::experimental().SetInterceptorCreators
 // replaces the whole list, so a server that sets its own interceptors after
-// AddSecureListeningPort must put this one in its list too.
+// AddSecureListeningPort must put this one in its list too. The methods in `self_checked`
+// ("/package.Service/Method") get no interceptor: their handlers take the raw bytes and answer
+// INVALID_ARGUMENT themselves when they do not parse (with kMalformedRequestMessage).
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-MakeMalformedRequestInterceptorFactory();
+MakeMalformedRequestInterceptorFactory(std::vector<std::string> self_checked = {});
+
+// "<method>: malformed request (not a valid protocol buffer message)": the INVALID_ARGUMENT
+// message for a request that does not parse.
+std::string MalformedRequestMessage(absl::string_view method);
 
 struct ChannelSecurity {
   TlsChannelFiles tls = {};

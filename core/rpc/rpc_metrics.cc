@@ -14,6 +14,29 @@ struct RpcFamilies {
   CounterFamily* handled;
 };
 
+RpcFamilies Families(MetricsRegistry* registry) {
+  if (registry == nullptr) registry = &MetricsRegistry::Default();
+  RpcFamilies f;
+  f.started = registry->Counter("sluice_rpc_server_started_total",
+                                "RPCs the server started, by service and method.",
+                                {"service", "method"});
+  f.handled = registry->Counter(
+      "sluice_rpc_server_handled_total",
+      "RPCs the server completed, by service, method and gRPC status code (errors: code != OK).",
+      {"service", "method", "code"});
+  return f;
+}
+
+// "/package.Service/Method" -> {"package.Service", "Method"}.
+std::pair<std::string, std::string> SplitMethod(absl::string_view full) {
+  if (!full.empty() && full[0] == '/') full.remove_prefix(1);
+  const size_t slash = full.find('/');
+  if (slash == absl::string_view::npos) return {"", std::string(full)};
+  return {std::string(full.substr(0, slash)), std::string(full.substr(slash + 1))};
+}
+
+constexpr int kNumCodes = 17;  // OK .. UNAUTHENTICATED
+
 class RpcMetricsInterceptor : public grpc::experimental::Interceptor {
  public:
   RpcMetricsInterceptor(RpcFamilies families, std::string service, std::string method)
@@ -39,29 +62,22 @@ class RpcMetricsInterceptor : public grpc::experimental::Interceptor {
 class RpcMetricsInterceptorFactory
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit RpcMetricsInterceptorFactory(MetricsRegistry* registry) {
-    families_.started = registry->Counter("sluice_rpc_server_started_total",
-                                          "RPCs the server started, by service and method.",
-                                          {"service", "method"});
-    families_.handled = registry->Counter(
-        "sluice_rpc_server_handled_total",
-        "RPCs the server completed, by service, method and gRPC status code (errors: code != OK).",
-        {"service", "method", "code"});
-  }
+  RpcMetricsInterceptorFactory(MetricsRegistry* registry, std::vector<std::string> self_counted)
+      : families_(Families(registry)), self_counted_(std::move(self_counted)) {}
 
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    // "/package.Service/Method"
     absl::string_view full = info->method() != nullptr ? info->method() : "";
-    if (!full.empty() && full[0] == '/') full.remove_prefix(1);
-    const size_t slash = full.find('/');
-    std::string service(slash == absl::string_view::npos ? absl::string_view() : full.substr(0, slash));
-    std::string method(slash == absl::string_view::npos ? full : full.substr(slash + 1));
+    for (const std::string& m : self_counted_) {
+      if (full == m) return nullptr;  // its handler counts it
+    }
+    auto [service, method] = SplitMethod(full);
     return new RpcMetricsInterceptor(families_, std::move(service), std::move(method));
   }
 
  private:
-  RpcFamilies families_;
+  const RpcFamilies families_;
+  const std::vector<std::string> self_counted_;
 };
 
 }  // namespace
@@ -79,9 +95,31 @@ std::string GrpcCodeName(int code) {
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-MakeRpcMetricsInterceptorFactory(MetricsRegistry* registry) {
-  return std::make_unique<RpcMetricsInterceptorFactory>(
-      registry != nullptr ? registry : &MetricsRegistry::Default());
+MakeRpcMetricsInterceptorFactory(MetricsRegistry* registry,
+                                 std::vector<std::string> self_counted) {
+  return std::make_unique<RpcMetricsInterceptorFactory>(registry, std::move(self_counted));
+}
+
+RpcMethodMetrics::RpcMethodMetrics(absl::string_view full_method, MetricsRegistry* registry) {
+  const RpcFamilies f = Families(registry);
+  started_ = f.started;
+  handled_ = f.handled;
+  auto [service, method] = SplitMethod(full_method);
+  started_labels_ = {service, method};
+  for (int code = 0; code < kNumCodes; ++code) {
+    handled_labels_.push_back({service, method, GrpcCodeName(code)});
+  }
+}
+
+void RpcMethodMetrics::Started() const { started_->Add(started_labels_); }
+
+void RpcMethodMetrics::Handled(grpc::StatusCode code) const {
+  const int c = static_cast<int>(code);
+  if (c >= 0 && c < kNumCodes) {
+    handled_->Add(handled_labels_[static_cast<size_t>(c)]);
+  } else {
+    handled_->Add({started_labels_[0], started_labels_[1], GrpcCodeName(c)});
+  }
 }
 
 }  // namespace sluice

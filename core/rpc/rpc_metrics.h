@@ -17,17 +17,42 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "core/obs/metrics.h"
 #include "grpcpp/support/server_interceptor.h"
+#include "grpcpp/support/status.h"
 
 namespace sluice {
 
 // `registry` is borrowed and must outlive every server built with the factory; nullptr:
-// MetricsRegistry::Default().
+// MetricsRegistry::Default(). The methods in `self_counted` ("/package.Service/Method") get no
+// interceptor: their handlers count themselves with RpcMethodMetrics (a server's hottest
+// methods: an interceptor costs each call two objects and a pass through gRPC's interception
+// machinery on every batch of the call).
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
-MakeRpcMetricsInterceptorFactory(MetricsRegistry* registry = nullptr);
+MakeRpcMetricsInterceptorFactory(MetricsRegistry* registry = nullptr,
+                                 std::vector<std::string> self_counted = {});
+
+// The samples the interceptor makes, for one method whose handler counts its own calls: call
+// Started() when the handler begins and Handled(code) with the status it answers.
+// Thread-safe.
+class RpcMethodMetrics {
+ public:
+  // `full_method` is "/package.Service/Method"; `registry` as above.
+  explicit RpcMethodMetrics(absl::string_view full_method, MetricsRegistry* registry = nullptr);
+
+  void Started() const;
+  void Handled(grpc::StatusCode code) const;
+
+ private:
+  CounterFamily* started_;
+  CounterFamily* handled_;
+  std::vector<std::string> started_labels_;  // service, method
+  // service, method, code name: by code (built once, not on every call).
+  std::vector<std::vector<std::string>> handled_labels_;
+};
 
 // "OK", "CANCELLED", ..., "UNAUTHENTICATED": the canonical name of a gRPC status code.
 std::string GrpcCodeName(int code);

@@ -170,6 +170,55 @@ TEST_F(GarbageCollectionTest, EveryTableReturnsToItsBaselineAfterJobsFinishAndWo
   EXPECT_TRUE(status.workers(0).alive());
 }
 
+// Only finished jobs are looked at for collection (not every job on every request): a job
+// that finishes among unfinished ones still goes exactly finished_job_ttl after it finished,
+// and the unfinished ones stay.
+TEST_F(GarbageCollectionTest, AFinishedJobAmongUnfinishedOnesIsRemovedAtItsTtl) {
+  Beat("w1:1", {}, {});
+  std::vector<int64_t> jobs;
+  for (int i = 0; i < 4; ++i) jobs.push_back(Job("range(40).batch(4)", proto::SHARDING_OFF, 1, 1));
+  const proto::WorkerHeartbeatResponse assigned = Beat("w1:1", {}, {});
+  ASSERT_EQ(assigned.new_tasks_size(), 4);
+  const int64_t done_job = jobs[2];
+  int64_t done_task = 0;
+  std::vector<int64_t> running;
+  for (const proto::TaskDef& t : assigned.new_tasks()) {
+    if (t.job_id() == done_job) {
+      done_task = t.task_id();
+    } else {
+      running.push_back(t.task_id());
+    }
+  }
+  ASSERT_NE(done_task, 0);
+  clock_.Advance(absl::Seconds(5));
+  Beat("w1:1", running, {done_task});  // the job finishes now
+  EXPECT_EQ(coordinator_->TEST_TableSizes().finished_at, 1u);
+  for (int i = 0; i < 11; ++i) {  // 55 s: not yet
+    clock_.Advance(absl::Seconds(5));
+    Beat("w1:1", running, {});
+  }
+  for (int64_t j : jobs) Consumer(j, 0, {});  // all still there
+  clock_.Advance(absl::Seconds(5));  // 60 s: finished_job_ttl
+  Beat("w1:1", running, {});
+  for (int64_t j : jobs) {
+    proto::ClientHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_job_id(j);
+    req.set_consumer_index(0);
+    proto::ClientHeartbeatResponse resp;
+    const absl::Status s = coordinator_->ClientHeartbeat(req, &resp);
+    if (j == done_job) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+      EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("was finished and removed"));
+    } else {
+      EXPECT_TRUE(s.ok()) << "job " << j << ": " << s;
+    }
+  }
+  const Coordinator::TableSizes after = coordinator_->TEST_TableSizes();
+  EXPECT_EQ(after.jobs, 3u) << Describe(after);
+  EXPECT_EQ(after.finished_at, 0u) << Describe(after);
+}
+
 TEST_F(GarbageCollectionTest, ADeadWorkerThatATaskNamesIsKept) {
   // The failure policy counts the workers that died running a task: the task names them, so
   // they stay until the task's job is removed.

@@ -5,11 +5,14 @@
 
 #include "absl/synchronization/notification.h"
 #include "sluice/dataset.h"
+#include "core/obs/metrics.h"
 #include "core/rpc/grpc_status.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/completion_queue.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "gtest/gtest.h"
@@ -150,6 +153,48 @@ TEST_F(GrpcCoordinatorTest, EveryRpcWorksThroughARealChannel) {
   ASSERT_EQ(status.jobs_size(), 1);
   EXPECT_EQ(status.jobs(0).job_name(), "train");
   EXPECT_EQ(status.jobs(0).options().replicas_per_consumer(), 2);
+}
+
+// The heartbeats take raw bytes and count their own metrics (no interceptor runs on them): a
+// request that does not parse is INVALID_ARGUMENT naming the method, as on the other methods,
+// and every call is counted once, by its code.
+TEST_F(GrpcCoordinatorTest, MalformedHeartbeatsAreInvalidArgumentAndEveryCallIsCountedOnce) {
+  CounterFamily* started = MetricsRegistry::Default().Counter("sluice_rpc_server_started_total", "");
+  CounterFamily* handled = MetricsRegistry::Default().Counter("sluice_rpc_server_handled_total", "");
+  const std::string service = "sluice.proto.CoordinatorService";
+  for (const std::string method : {"WorkerHeartbeat", "ClientHeartbeat"}) {
+    SCOPED_TRACE(method);
+    const double started0 = started->Value({service, method});
+    const double invalid0 = handled->Value({service, method, "INVALID_ARGUMENT"});
+    const std::string full = "/" + service + "/" + method;
+    grpc::Slice garbage(std::string("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", 10));
+    grpc::ByteBuffer request(&garbage, 1);
+    grpc::ByteBuffer response;
+    grpc::Status s = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+        channel_.get(), grpc::internal::RpcMethod(full.c_str(), grpc::internal::RpcMethod::NORMAL_RPC),
+        Context().get(), request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(full + ": malformed request"));
+    EXPECT_EQ(started->Value({service, method}), started0 + 1);
+    EXPECT_EQ(handled->Value({service, method, "INVALID_ARGUMENT"}), invalid0 + 1);
+  }
+  // A good heartbeat of each: OK, counted once.
+  const double worker_ok0 = handled->Value({service, "WorkerHeartbeat", "OK"});
+  const double worker_started0 = started->Value({service, "WorkerHeartbeat"});
+  proto::WorkerHeartbeatResponse worker;
+  ASSERT_TRUE(Heartbeat("w:1", &worker).ok());
+  EXPECT_GT(worker.worker_id(), 0);
+  EXPECT_EQ(started->Value({service, "WorkerHeartbeat"}), worker_started0 + 1);
+  EXPECT_EQ(handled->Value({service, "WorkerHeartbeat", "OK"}), worker_ok0 + 1);
+  // An error from the coordinator keeps its code: a consumer of no job is NOT_FOUND.
+  const double not_found0 = handled->Value({service, "ClientHeartbeat", "NOT_FOUND"});
+  proto::ClientHeartbeatRequest req;
+  req.set_wire_version(proto::WIRE_VERSION_1);
+  req.set_job_id(12345);
+  proto::ClientHeartbeatResponse resp;
+  grpc::Status s = stub_->ClientHeartbeat(Context().get(), req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  EXPECT_EQ(handled->Value({service, "ClientHeartbeat", "NOT_FOUND"}), not_found0 + 1);
 }
 
 TEST_F(GrpcCoordinatorTest, MalformedPipelineIsInvalidArgumentAndTheServerKeepsServing) {
