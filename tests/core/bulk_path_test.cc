@@ -502,12 +502,14 @@ TEST(BulkPathTest, TFRecordBlocksPulledOnThePoolKeepElementsOrderAndErrors) {
         const std::string p = absl::StrCat(source, ".map(", spec, parallel, ")", tail);
         SCOPED_TRACE(p);
         if (absl::StrContains(parallel, "False")) {
-          // Out of order: the same multiset of batch sizes is all a run promises; check that it
-          // ends the same way and errors alike in count.
+          // Out of order, batches may hold other rows (and take() other elements): a run ends
+          // the same way and, without take(), has as many element errors.
           const PipelineRun bulk = RunPipeline(p, true);
           const PipelineRun single = RunPipeline(p, false);
           EXPECT_EQ(bulk.end.code(), single.end.code());
-          EXPECT_EQ(bulk.errors.size(), single.errors.size());
+          if (shape != 2) {
+            EXPECT_EQ(bulk.errors.size(), single.errors.size());
+          }
         } else {
           ExpectSameRun(p);
         }

@@ -302,7 +302,9 @@ class ParallelMapIterator : public OpIterator {
       int64_t schedule = 0;
       {
         absl::MutexLock lock(&mu_);
-        unit_rows_ = (max_elements + parallelism_ - 1) / parallelism_;
+        // The largest slice asked for so far: a batch asks for its remaining rows after each
+        // block, and blocks that shrink with them would cost more hand-offs per batch.
+        unit_rows_ = std::max(unit_rows_, (max_elements + parallelism_ - 1) / parallelism_);
         if (FindReady()) {
           absl::Status s = TakeBlock(max_elements, out, n);
           if (autotune_ && (period_outputs_ += std::max<int64_t>(*n, 1)) >= kAutotunePeriod) {
