@@ -36,6 +36,14 @@ class Iterator {
   // SupportsBlocks() and max_elements >= 1; the default is UNIMPLEMENTED.
   virtual absl::Status GetNextBlock(int64_t max_elements, Element* out, int64_t* n,
                                     bool* end_of_sequence);
+
+  // Optional: true if GetNextBlock may be called from any thread, including a thread of the
+  // process's pool (core/util/thread_pool.h), because it never waits for the pool's closures
+  // (it only reads files or memory). The calls stay one at a time, ordered by the caller's
+  // locking. A parallel map over such an input reads its blocks on the pool, so that reading
+  // runs in parallel with mapping instead of on the consumer's thread. Constant for the
+  // iterator's life; meaningful only when SupportsBlocks(). The default is false.
+  virtual bool BlocksPullableOnPool() const { return false; }
 };
 
 // Whether consumers use the bulk path (process-wide; on by default). Turning it off makes every

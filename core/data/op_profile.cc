@@ -71,6 +71,7 @@ class ProfilingIterator : public Iterator {
   }
 
   bool SupportsBlocks() const override { return inner_->SupportsBlocks(); }
+  bool BlocksPullableOnPool() const override { return inner_->BlocksPullableOnPool(); }
 
   absl::Status GetNextBlock(int64_t max_elements, Element* out, int64_t* n,
                             bool* end_of_sequence) override {

@@ -4,6 +4,7 @@
 // (structure, dtypes, shapes, values, errors), checked over a seeded random set of pipelines
 // with SetBulkPathsEnabled switching the path.
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "core/data/executor.h"
 #include "core/data/iterator.h"
@@ -425,6 +427,125 @@ TEST(BulkPathTest, TFRecordFilesParsedInBlocksSequentialAndParallel) {
   it = MakeIterator(*ds);
   ASSERT_TRUE(it.ok()) << it.status();
   EXPECT_FALSE((*it)->SupportsBlocks());
+}
+
+// The byte offset of record `k` of a TFRecord file's bytes (uncompressed framing).
+size_t TFRecordOffset(const std::string& bytes, int64_t k) {
+  size_t off = 0;
+  for (int64_t i = 0; i < k && off + 12 <= bytes.size(); ++i) {
+    uint64_t len;
+    std::memcpy(&len, bytes.data() + off, 8);
+    off += 12 + static_cast<size_t>(len) + 4;
+  }
+  return off;
+}
+
+// A parallel map over a TFRecord source reads the source's blocks on the pool (pulled by pool
+// jobs in turn, the consumer running queued ones itself): the same elements, order and errors
+// as the per-element path, with records whose data checksum is bad (DATA_LOSS naming the file
+// and byte offset, after the records before it), a bad length checksum, a file cut inside a
+// record, record ranges and maps of 2, 3 and AUTOTUNE calls under several batch shapes.
+TEST(BulkPathTest, TFRecordBlocksPulledOnThePoolKeepElementsOrderAndErrors) {
+  record_test::TempDir dir;
+  std::mt19937_64 rng(1414);
+  std::vector<std::string> good;
+  for (int f = 0; f < 3; ++f) {
+    good.push_back(dir.path() + "/g" + std::to_string(f) + ".tfrecord");
+    auto w = TFRecordWriter::Open(good.back());
+    ASSERT_TRUE(w.ok()) << w.status();
+    const int64_t n = In(rng, 200, 700);
+    for (int64_t i = 0; i < n; ++i) ASSERT_TRUE((*w)->Write(RandomRecord(rng)).ok());
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  const std::string whole = record_test::ReadWholeFile(good[1]);
+  // A flipped data byte in record 137, a flipped length byte in record 61, a cut in record 300.
+  std::string bad_data = whole;
+  const size_t data_at = TFRecordOffset(whole, 137);
+  ASSERT_LT(data_at + 14, whole.size());
+  bad_data[data_at + 13] = static_cast<char>(bad_data[data_at + 13] ^ 0x40);
+  const std::string bad_data_file = dir.path() + "/bad_data.tfrecord";
+  record_test::WriteWholeFile(bad_data_file, bad_data);
+  std::string bad_length = whole;
+  const size_t length_at = TFRecordOffset(whole, 61);
+  bad_length[length_at + 9] = static_cast<char>(bad_length[length_at + 9] ^ 0x01);
+  const std::string bad_length_file = dir.path() + "/bad_length.tfrecord";
+  record_test::WriteWholeFile(bad_length_file, bad_length);
+  const std::string cut_file = dir.path() + "/cut.tfrecord";
+  record_test::WriteWholeFile(cut_file, whole.substr(0, TFRecordOffset(whole, 300) + 40));
+  const std::string spec =
+      "parse_example({'image': FixedLenFeature([], tf.string), "
+      "'label': FixedLenFeature([], tf.int64, default_value=-1), "
+      "'score': FixedLenFeature([2], tf.float32)})";
+  auto list = [](const std::vector<std::string>& files) {
+    return absl::StrCat("['", absl::StrJoin(files, "', '"), "']");
+  };
+  const std::vector<std::string> sources = {
+      absl::StrCat("tf_record_dataset(", list(good), ")"),
+      absl::StrCat("tf_record_dataset(", list({good[0], bad_data_file, good[2]}), ")"),
+      absl::StrCat("tf_record_dataset(", list({good[0], bad_length_file}), ")"),
+      absl::StrCat("tf_record_dataset(", list({good[2], cut_file}), ")"),
+      absl::StrCat("tf_record_dataset(", list({good[0], bad_data_file}),
+                   ", start_record=", In(rng, 1, 150), ", num_records=", In(rng, 100, 700), ")"),
+      absl::StrCat("tf_record_dataset(", list(good), ", num_parallel_reads=2)"),
+  };
+  int runs = 0;
+  for (const std::string& source : sources) {
+    for (const std::string parallel : {"", ", num_parallel_calls=2", ", num_parallel_calls=3",
+                                       ", num_parallel_calls=-1",
+                                       ", num_parallel_calls=2, deterministic=False"}) {
+      for (int shape = 0; shape < 3; ++shape) {
+        const std::string tail =
+            shape == 0 ? absl::StrCat(".batch(", In(rng, 1, 300), ")")
+            : shape == 1
+                ? absl::StrCat(".batch(", In(rng, 2, 64), ", drop_remainder=True)")
+                : absl::StrCat(".take(", In(rng, 1, 900), ").batch(", In(rng, 1, 40), ")");
+        const std::string p = absl::StrCat(source, ".map(", spec, parallel, ")", tail);
+        SCOPED_TRACE(p);
+        if (absl::StrContains(parallel, "False")) {
+          // Out of order, batches may hold other rows (and take() other elements): a run ends
+          // the same way and, without take(), has as many element errors.
+          const PipelineRun bulk = RunPipeline(p, true);
+          const PipelineRun single = RunPipeline(p, false);
+          EXPECT_EQ(bulk.end.code(), single.end.code());
+          if (shape != 2) {
+            EXPECT_EQ(bulk.errors.size(), single.errors.size());
+          }
+        } else {
+          ExpectSameRun(p);
+        }
+        ++runs;
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+  EXPECT_EQ(runs, 90);
+  // Not vacuous: the corrupt files end in DATA_LOSS naming the file and the record's offset.
+  const struct {
+    std::string file;
+    size_t offset;
+    std::string what;
+  } bad[] = {{bad_data_file, data_at, "data checksum mismatch"},
+             {bad_length_file, length_at, "length checksum mismatch"},
+             {cut_file, TFRecordOffset(whole, 300), "truncated record"}};
+  for (const auto& b : bad) {
+    const std::string p = absl::StrCat("tf_record_dataset(['", b.file, "']).map(", spec,
+                                       ", num_parallel_calls=2).batch(32)");
+    const PipelineRun run = RunPipeline(p, true);
+    EXPECT_EQ(run.end.code(), absl::StatusCode::kDataLoss) << p << ": " << run.end;
+    EXPECT_TRUE(absl::StrContains(run.end.message(), absl::StrCat("byte offset ", b.offset)))
+        << run.end;
+    EXPECT_TRUE(absl::StrContains(run.end.message(), b.file)) << run.end;
+    EXPECT_TRUE(absl::StrContains(run.end.message(), b.what)) << run.end;
+  }
+  // The source offers pulls on the pool; the interleaved one (num_parallel_reads) does not.
+  for (const bool interleaved : {false, true}) {
+    absl::StatusOr<Dataset> ds = Dataset::Parse(absl::StrCat(
+        "tf_record_dataset(", list(good), interleaved ? ", num_parallel_reads=2)" : ")"));
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
+    ASSERT_TRUE(it.ok()) << it.status();
+    EXPECT_EQ((*it)->BlocksPullableOnPool(), !interleaved);
+  }
 }
 
 TEST(BulkPathTest, FixedLengthRecordsInBlocks) {

@@ -160,6 +160,14 @@ class SequentialMapIterator : public OpIterator {
 // each in one call (parse_example parses its slice of records as one tf.io.parse_example),
 // with no per-element object, hand-off or allocation. A block whose block_fn call fails is
 // mapped row by row with fn instead, and handed out in blocks of one, as BlockMapper does.
+//
+// Pulled on the pool (bulk path over an input whose BlocksPullableOnPool(), a record file
+// source): the reads leave the consumer's thread too. The consumer schedules up to
+// `parallelism` pull jobs; each job, on a pool thread (or on the consumer's, which runs a job
+// still queued instead of waiting), takes the input's lock, queues a new unit and reads its
+// block, releases the lock and maps the block. Units are queued in the order their blocks are
+// read, so the order, the errors and their positions are those of the consumer-pulled path,
+// while one job reads the next block as others map theirs.
 class ParallelMapIterator : public OpIterator {
  public:
   static constexpr int64_t kMaxUnit = 32;
@@ -176,6 +184,7 @@ class ParallelMapIterator : public OpIterator {
         autotune_(autotune),
         pool_(pool),
         blocks_(std::move(fn), std::move(block_fn)),
+        pull_on_pool_(blocks_.Supports(input_.get()) && input_->BlocksPullableOnPool()),
         parallelism_(autotune ? 1 : parallelism) {
     if (autotune_) AutotuneTrack(this->label(), 1, 1);
   }
@@ -204,6 +213,7 @@ class ParallelMapIterator : public OpIterator {
 
   absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
                                     bool* end_of_sequence) override {
+    if (pull_on_pool_) return NextPulledOnPool(max_elements, out, n, end_of_sequence);
     return Next(max_elements, out, n, end_of_sequence);
   }
 
@@ -281,6 +291,125 @@ class ParallelMapIterator : public OpIterator {
         --running_;
       }
     }
+  }
+
+  // The bulk path when the pool pulls the input (pull_on_pool_): the next block of at most
+  // max_elements rows.
+  absl::Status NextPulledOnPool(int64_t max_elements, Element* out, int64_t* n,
+                                bool* end_of_sequence) ABSL_LOCKS_EXCLUDED(mu_, in_mu_) {
+    while (true) {
+      bool help = false;
+      int64_t schedule = 0;
+      {
+        absl::MutexLock lock(&mu_);
+        // The largest slice asked for so far: a batch asks for its remaining rows after each
+        // block, and blocks that shrink with them would cost more hand-offs per batch.
+        unit_rows_ = std::max(unit_rows_, (max_elements + parallelism_ - 1) / parallelism_);
+        if (FindReady()) {
+          absl::Status s = TakeBlock(max_elements, out, n);
+          if (autotune_ && (period_outputs_ += std::max<int64_t>(*n, 1)) >= kAutotunePeriod) {
+            Autotune();
+          }
+          return s;
+        }
+        // No unit can be queued once the input is done (Pull checks under mu_).
+        if (units_.empty() && input_done_) {
+          if (terminal_.ok()) *end_of_sequence = true;
+          return terminal_;
+        }
+        // Keep `parallelism_` jobs queued or pulling, and at most 2 * parallelism_ units held
+        // or coming.
+        while (!input_done_ && queued_pulls_ + pulling_ < parallelism_ &&
+               static_cast<int64_t>(units_.size()) + queued_pulls_ < 2 * parallelism_) {
+          ++queued_pulls_;
+          ++schedule;
+        }
+        // Every unit not done is being read or mapped by a running job: the consumer waits only
+        // for those, and runs a job still queued (possibly behind itself) rather than wait.
+        if (queued_pulls_ > 0) {
+          --queued_pulls_;
+          ++pulling_;
+          help = true;
+        } else {
+          const auto start = std::chrono::steady_clock::now();
+          done_.Wait(&mu_);
+          stall_ += std::chrono::steady_clock::now() - start;
+        }
+      }
+      for (int64_t i = 0; i < schedule; ++i) {
+        pool_->Schedule([this, gate = gate_] {
+          if (!gate->Enter()) return;  // the map is gone
+          PullJob();
+          gate->Leave();
+        });
+      }
+      if (help) {
+        const auto start = std::chrono::steady_clock::now();
+        Pull();
+        absl::MutexLock lock(&mu_);
+        stall_ += std::chrono::steady_clock::now() - start;
+        --pulling_;
+        done_.SignalAll();
+      }
+    }
+  }
+
+  // On a pool thread: one pull, unless the consumer ran every queued one already.
+  void PullJob() ABSL_LOCKS_EXCLUDED(mu_, in_mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (queued_pulls_ == 0 || cancelled_) return;
+      --queued_pulls_;
+      ++pulling_;
+    }
+    Pull();
+    absl::MutexLock lock(&mu_);
+    --pulling_;
+    done_.SignalAll();
+  }
+
+  // Queues a unit and reads its input block under in_mu_ (so units are queued in read order),
+  // then maps it. Any thread, one of them reading at a time.
+  void Pull() ABSL_LOCKS_EXCLUDED(mu_, in_mu_) {
+    in_mu_.Lock();
+    auto unit = std::make_shared<Unit>();
+    unit->is_block = true;
+    unit->started = true;
+    int64_t rows;
+    {
+      absl::MutexLock lock(&mu_);
+      if (input_done_ || cancelled_) {
+        in_mu_.Unlock();
+        return;
+      }
+      units_.push_back(unit);
+      rows = unit_rows_;
+    }
+    bool end = false;
+    absl::Status s = input_->GetNextBlock(rows, &unit->block, &unit->rows, &end);
+    if (IsElementError(s)) {
+      // The error stands where the element would be: a unit of that error alone.
+      in_mu_.Unlock();
+      unit->items.push_back(s);
+      unit->block = Element();
+      absl::MutexLock lock(&mu_);
+      unit->done = true;
+      return;
+    }
+    if (!s.ok() || end) {
+      absl::MutexLock lock(&mu_);
+      // The unit is the last one queued: only Pull queues them, under in_mu_, and the consumer
+      // takes only done units.
+      units_.pop_back();
+      input_done_ = true;
+      terminal_ = s;
+      in_mu_.Unlock();
+      return;
+    }
+    in_mu_.Unlock();
+    MapBlockUnit(unit.get());
+    absl::MutexLock lock(&mu_);
+    unit->done = true;
   }
 
   // AUTOTUNE's hill-climb, as tf.data's: every kAutotunePeriod outputs, if the consumer spent
@@ -495,7 +624,8 @@ class ParallelMapIterator : public OpIterator {
 
   static constexpr int64_t kAutotunePeriod = 256;
 
-  std::unique_ptr<Iterator> input_;  // the consumer's thread only
+  // The consumer's thread only; under in_mu_ when pull_on_pool_.
+  std::unique_ptr<Iterator> input_;
   const ElementFn fn_;
   const ElementFn block_fn_;
   const int64_t max_parallelism_;
@@ -504,10 +634,18 @@ class ParallelMapIterator : public OpIterator {
   ThreadPool* const pool_;
   const std::shared_ptr<PoolJobGate> gate_ = std::make_shared<PoolJobGate>();
   BlockMapper blocks_;     // answers SupportsBlocks
+  const bool pull_on_pool_;  // the bulk path pulls the input on the pool (NextPulledOnPool)
   int64_t unit_size_ = 1;  // the consumer's thread only
 
+  // Held while the input is pulled on the pool (Pull), before mu_.
+  absl::Mutex in_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   absl::Mutex mu_;
   std::deque<std::shared_ptr<Unit>> units_ ABSL_GUARDED_BY(mu_);  // in input order
+  // Pulled on the pool: jobs scheduled and not yet claimed, jobs claimed and running, and the
+  // rows of the next block to read.
+  int64_t queued_pulls_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pulling_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t unit_rows_ ABSL_GUARDED_BY(mu_) = 1;
   std::deque<std::shared_ptr<Unit>>::iterator taken_ ABSL_GUARDED_BY(mu_);
   int64_t running_ ABSL_GUARDED_BY(mu_) = 0;    // units scheduled, not done
   bool input_done_ ABSL_GUARDED_BY(mu_) = false;

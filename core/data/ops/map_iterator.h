@@ -53,6 +53,11 @@ using ElementFn = std::function<absl::StatusOr<Element>(Element)>;
 // call each (map-and-batch fusion: no per-element objects or hand-offs). When block_fn fails on
 // a block, the map goes through that block row by row with `fn`, handing out blocks of one
 // element and the failing row's element error where the per-element path would.
+// When the input's blocks may be pulled on the pool (Iterator::BlocksPullableOnPool: a record
+// file source), a parallel map's bulk path reads them there too: each pool job takes the
+// input's lock, reads the next block, releases the lock and maps it, so one job reads while
+// others map and the consumer's thread only hands out mapped blocks (or runs a job still
+// queued rather than wait). Blocks are queued in read order: same elements, order and errors.
 //
 // `autotune` (num_parallel_calls=AUTOTUNE, with num_parallel_calls the most it may use): the map
 // starts running one unit at a time and hill-climbs as tf.data's AUTOTUNE does: every 256

@@ -149,6 +149,8 @@ class SequentialRecordIterator : public OpIterator {
  protected:
   // The bulk path: runs of records as 1-D string tensors, read exactly as GetNext reads them.
   bool SupportsBlocks() const override { return true; }
+  // Reads only files: a parallel map may pull its blocks on the pool (core/data/iterator.h).
+  bool BlocksPullableOnPool() const override { return true; }
 
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
     std::string record;
