@@ -21,6 +21,15 @@
 // coordinator itself adds. (Workers hold one made-up task each and consumers name made-up
 // jobs, so that the requests are as large as against the coordinator; nothing is checked.)
 //
+// With --lean_generator (the default) the load generator spends less of the shared cores per
+// heartbeat without changing a byte the coordinator receives or sends: each simulated worker's
+// and consumer's request is serialized once and resent as bytes until its content changes (a
+// new version or task), and its channels run without gRPC's client retry machinery (the bench
+// never retries; a failed call is counted as an error). Answers are still parsed and applied
+// (workers' tasks, everyone's version) and each call's status is checked.
+// --lean_generator=false is the earlier generator (typed stubs: every request serialized per
+// call, retries on as by default).
+//
 // With --versioned (the default) every simulated worker and consumer sends back the version of
 // the last answer it applied, as real ones do, so that answers carry only changes.
 //
@@ -62,6 +71,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/async_unary_call.h"
+#include "grpcpp/impl/codegen/rpc_method.h"
 #include "proto/coordinator.grpc.pb.h"
 
 ABSL_FLAG(int, workers, 1000, "Simulated workers.");
@@ -84,6 +95,13 @@ ABSL_FLAG(bool, empty, false,
           "and the kernel (see the comment at the top).");
 ABSL_FLAG(std::string, empty_server_port_file, "",
           "Internal (--empty): run as the empty server, writing its port to this file.");
+ABSL_FLAG(bool, lean_generator, true,
+          "Resend each simulated caller's request as pre-serialized bytes until it changes, on "
+          "channels without client retries (the same bytes on the wire; see the comment at the "
+          "top); false: the earlier generator.");
+ABSL_FLAG(bool, client_retries, false,
+          "--lean_generator: keep gRPC's client retry machinery on its channels (the typed "
+          "generator always does, as gRPC's default).");
 ABSL_FLAG(bool, versioned, true,
           "Send back the version of the last answer (as real workers and consumers do), so that "
           "answers carry only changes; false: every answer is full (older clients).");
@@ -91,6 +109,9 @@ ABSL_FLAG(bool, versioned, true,
 namespace {
 
 using sluice::proto::CoordinatorService;
+
+constexpr char kWorkerHeartbeatMethod[] = "/sluice.proto.CoordinatorService/WorkerHeartbeat";
+constexpr char kClientHeartbeatMethod[] = "/sluice.proto.CoordinatorService/ClientHeartbeat";
 
 std::string SelfDir() {
   char buf[4096];
@@ -180,12 +201,29 @@ struct Worker {
   uint64_t incarnation = 0, version = 0;  // of the last answer
   absl::Time last = absl::InfinitePast();
   absl::Duration max_gap = absl::ZeroDuration();
+  grpc::ByteBuffer request;  // --lean_generator: the serialized request, while !request_stale
+  bool request_stale = true;
 };
 struct Consumer {
   int64_t job_id = 0;
   int64_t index = 0;
   uint64_t incarnation = 0, version = 0;  // of the last answer
+  grpc::ByteBuffer request;  // as Worker's
+  bool request_stale = true;
 };
+
+Consumer MakeConsumer(int64_t job_id, int64_t index) {
+  Consumer c;
+  c.job_id = job_id;
+  c.index = index;
+  return c;
+}
+
+// `message` serialized into one slice.
+grpc::ByteBuffer SerializedBytes(const google::protobuf::MessageLite& message) {
+  grpc::Slice slice(message.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
 
 // The heartbeat a real worker sends: its tasks, each with its progress.
 void FillWorkerHeartbeat(const Worker& w, bool versioned,
@@ -207,12 +245,29 @@ void FillWorkerHeartbeat(const Worker& w, bool versioned,
 
 // What a real worker does with the answer: starts the new tasks, stops the others.
 void ApplyWorkerHeartbeat(const sluice::proto::WorkerHeartbeatResponse& resp, Worker* w) {
+  if (resp.new_tasks_size() > 0 || resp.tasks_to_stop_size() > 0 ||
+      w->incarnation != resp.incarnation() || w->version != resp.version()) {
+    w->request_stale = true;
+  }
   for (const auto& t : resp.new_tasks()) w->tasks.push_back(t.task_id());
   for (int64_t t : resp.tasks_to_stop()) {
     w->tasks.erase(std::remove(w->tasks.begin(), w->tasks.end(), t), w->tasks.end());
   }
   w->incarnation = resp.incarnation();
   w->version = resp.version();
+}
+
+// The heartbeat a consumer sends.
+void FillConsumerHeartbeat(const Consumer& c, bool versioned,
+                           sluice::proto::ClientHeartbeatRequest* req) {
+  req->Clear();
+  req->set_wire_version(sluice::proto::WIRE_VERSION_1);
+  req->set_job_id(c.job_id);
+  req->set_consumer_index(c.index);
+  if (versioned) {
+    req->set_known_incarnation(c.incarnation);
+    req->set_known_version(c.version);
+  }
 }
 
 // One heartbeat in flight (a worker's or a consumer's), on a client thread's completion queue.
@@ -229,7 +284,30 @@ struct Call {
   sluice::proto::ClientHeartbeatResponse consumer_response;
   std::unique_ptr<grpc::ClientAsyncResponseReader<sluice::proto::ClientHeartbeatResponse>>
       consumer_reader;
+  // --lean_generator: either heartbeat as bytes.
+  grpc::ByteBuffer raw_response;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> raw_reader;
 };
+
+// A channel of the load generator with its two heartbeat methods registered on it (as a
+// generated stub registers its methods, so that a call does not name its method anew).
+struct RawChannel {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<grpc::internal::RpcMethod> worker_heartbeat, client_heartbeat;
+};
+
+// Starts a unary call of `method` on `channel` whose request is `request` (bytes) and whose
+// answer arrives as bytes; the reader is the call's (no delete).
+std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> StartRawCall(
+    const RawChannel& channel, const grpc::internal::RpcMethod& method,
+    grpc::ClientContext* ctx, const grpc::ByteBuffer& request, grpc::CompletionQueue* cq) {
+  std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientAsyncResponseReaderHelper::Create<grpc::ByteBuffer, grpc::ByteBuffer,
+                                                              grpc::ByteBuffer, grpc::ByteBuffer>(
+          channel.channel.get(), cq, method, ctx, request));
+  reader->StartCall();
+  return reader;
+}
 
 // CPU seconds (user + system) process `pid` has used so far; -1 if unknown.
 double ProcessCpuSeconds(pid_t pid) {
@@ -310,6 +388,8 @@ int main(int argc, char** argv) {
   // Workers register; a dataset and the jobs; every worker learns its tasks.
   std::vector<Worker> workers(static_cast<size_t>(num_workers));
   const bool versioned = absl::GetFlag(FLAGS_versioned);
+  const bool lean = absl::GetFlag(FLAGS_lean_generator);
+  const bool client_retries = absl::GetFlag(FLAGS_client_retries);
   auto worker_heartbeat = [versioned](CoordinatorService::Stub* stub, Worker& w) -> bool {
     sluice::proto::WorkerHeartbeatRequest req;
     FillWorkerHeartbeat(w, versioned, &req);
@@ -338,7 +418,7 @@ int main(int argc, char** argv) {
       workers[static_cast<size_t>(t) % workers.size()].tasks.push_back(t + 1);
     }
     for (int j = 0; j < num_jobs; ++j) {
-      for (int c = 0; c < per_job; ++c) consumers.push_back({j + 1, c});
+      for (int c = 0; c < per_job; ++c) consumers.push_back(MakeConsumer(j + 1, c));
     }
   } else {
     sluice::proto::RegisterDatasetRequest reg;
@@ -371,7 +451,7 @@ int main(int argc, char** argv) {
         stop();
         return 1;
       }
-      for (int c = 0; c < per_job; ++c) consumers.push_back({resp.job_id(), c});
+      for (int c = 0; c < per_job; ++c) consumers.push_back(MakeConsumer(resp.job_id(), c));
     }
     for (Worker& w : workers) worker_heartbeat(setup.get(), w);
   }
@@ -391,12 +471,27 @@ int main(int argc, char** argv) {
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       std::vector<std::unique_ptr<CoordinatorService::Stub>> stubs;
+      std::vector<RawChannel> raw_channels;
       for (int c = 0; c < channels; ++c) {
         grpc::ChannelArguments ch_args;
         ch_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
-        stubs.push_back(CoordinatorService::NewStub(
-            grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), ch_args)));
+        if (lean && !client_retries) ch_args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+        std::shared_ptr<grpc::Channel> channel =
+            grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), ch_args);
+        if (lean) {
+          RawChannel raw{channel, nullptr, nullptr};
+          raw.worker_heartbeat = std::make_unique<grpc::internal::RpcMethod>(
+              kWorkerHeartbeatMethod, grpc::internal::RpcMethod::NORMAL_RPC, channel);
+          raw.client_heartbeat = std::make_unique<grpc::internal::RpcMethod>(
+              kClientHeartbeatMethod, grpc::internal::RpcMethod::NORMAL_RPC, channel);
+          raw_channels.push_back(std::move(raw));
+        }
+        stubs.push_back(CoordinatorService::NewStub(channel));
       }
+      sluice::proto::WorkerHeartbeatRequest worker_request;  // --lean_generator: scratch
+      sluice::proto::ClientHeartbeatRequest consumer_request;
+      sluice::proto::WorkerHeartbeatResponse worker_response;
+      sluice::proto::ClientHeartbeatResponse consumer_response;
       std::vector<size_t> my_workers, my_consumers;
       for (size_t i = t; i < workers.size(); i += threads) my_workers.push_back(i);
       for (size_t i = t; i < consumers.size(); i += threads) my_consumers.push_back(i);
@@ -424,6 +519,18 @@ int main(int argc, char** argv) {
             call.index = i;
             const absl::Time now = absl::Now();
             if (w.last != absl::InfinitePast()) w.max_gap = std::max(w.max_gap, now - w.last);
+            if (lean) {
+              if (w.request_stale) {
+                FillWorkerHeartbeat(w, versioned, &worker_request);
+                w.request = SerializedBytes(worker_request);
+                w.request_stale = false;
+              }
+              const RawChannel& ch = raw_channels[k % raw_channels.size()];
+              call.raw_reader =
+                  StartRawCall(ch, *ch.worker_heartbeat, call.ctx.get(), w.request, &cq);
+              call.raw_reader->Finish(&call.raw_response, &call.status, &call);
+              return;
+            }
             FillWorkerHeartbeat(w, versioned, &call.worker_request);
             call.worker_reader =
                 stub->PrepareAsyncWorkerHeartbeat(call.ctx.get(), call.worker_request, &cq);
@@ -435,18 +542,22 @@ int main(int argc, char** argv) {
           if (consumer_busy[i]) continue;
           consumer_busy[i] = 1;
           ++n;
-          const Consumer& c = consumers[i];
+          Consumer& c = consumers[i];
           call.worker = false;
           call.index = i;
-          sluice::proto::ClientHeartbeatRequest& req = call.consumer_request;
-          req.Clear();
-          req.set_wire_version(sluice::proto::WIRE_VERSION_1);
-          req.set_job_id(c.job_id);
-          req.set_consumer_index(c.index);
-          if (versioned) {
-            req.set_known_incarnation(c.incarnation);
-            req.set_known_version(c.version);
+          if (lean) {
+            if (c.request_stale) {
+              FillConsumerHeartbeat(c, versioned, &consumer_request);
+              c.request = SerializedBytes(consumer_request);
+              c.request_stale = false;
+            }
+            const RawChannel& ch = raw_channels[k % raw_channels.size()];
+            call.raw_reader =
+                StartRawCall(ch, *ch.client_heartbeat, call.ctx.get(), c.request, &cq);
+            call.raw_reader->Finish(&call.raw_response, &call.status, &call);
+            return;
           }
+          FillConsumerHeartbeat(c, versioned, &call.consumer_request);
           call.consumer_reader =
               stub->PrepareAsyncClientHeartbeat(call.ctx.get(), call.consumer_request, &cq);
           call.consumer_reader->StartCall();
@@ -460,10 +571,24 @@ int main(int argc, char** argv) {
       bool ok = false;
       while (outstanding > 0 && cq.Next(&tag, &ok)) {
         Call& call = *static_cast<Call*>(tag);
+        // --lean_generator: the answer arrived as bytes; parsed here as the typed reader
+        // would have (a malformed answer counts as an error).
+        bool parsed = true;
+        if (lean && ok && call.status.ok()) {
+          if (call.worker) {
+            parsed = grpc::SerializationTraits<sluice::proto::WorkerHeartbeatResponse>::
+                         Deserialize(&call.raw_response, &worker_response)
+                             .ok();
+          } else {
+            parsed = grpc::SerializationTraits<sluice::proto::ClientHeartbeatResponse>::
+                         Deserialize(&call.raw_response, &consumer_response)
+                             .ok();
+          }
+        }
         if (call.worker) {
           Worker& w = workers[call.index];
-          if (ok && call.status.ok()) {
-            ApplyWorkerHeartbeat(call.worker_response, &w);
+          if (ok && call.status.ok() && parsed) {
+            ApplyWorkerHeartbeat(lean ? worker_response : call.worker_response, &w);
             w.last = absl::Now();
             worker_beats.fetch_add(1, std::memory_order_relaxed);
           } else {
@@ -472,8 +597,12 @@ int main(int argc, char** argv) {
           worker_busy[call.index] = 0;
         } else {
           Consumer& c = consumers[call.index];
-          const sluice::proto::ClientHeartbeatResponse& resp = call.consumer_response;
-          if (ok && call.status.ok()) {
+          const sluice::proto::ClientHeartbeatResponse& resp =
+              lean ? consumer_response : call.consumer_response;
+          if (ok && call.status.ok() && parsed) {
+            if (c.incarnation != resp.incarnation() || c.version != resp.version()) {
+              c.request_stale = true;
+            }
             c.incarnation = resp.incarnation();
             c.version = resp.version();
             if (resp.delta()) delta_answers.fetch_add(1, std::memory_order_relaxed);
@@ -525,9 +654,12 @@ int main(int argc, char** argv) {
               num_workers, consumers.size(), num_jobs, static_cast<long long>(tasks_held),
               threads, inflight, channels, elapsed, LoadAverage());
   std::printf("heartbeats/s: %.0f (worker %.0f, consumer %.0f); errors %lld; versioned %s "
-              "(%lld consumer answers were deltas)\n",
+              "(%lld consumer answers were deltas); %s generator\n",
               (wb + cb) / elapsed, wb / elapsed, cb / elapsed, static_cast<long long>(errors),
-              versioned ? "yes" : "no", static_cast<long long>(delta_answers.load()));
+              versioned ? "yes" : "no", static_cast<long long>(delta_answers.load()),
+              !lean ? "typed"
+              : client_retries ? "lean (pre-serialized requests)"
+                               : "lean (pre-serialized requests, no client retries)");
   // CPU per heartbeat: what bounds the rate on a machine whose cores both processes share
   // (2 cores / (coordinator + load generator) is the ceiling there), and what the load (other
   // processes on the cores) does not change much.

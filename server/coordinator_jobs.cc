@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data/distribute/auto_shard.h"
@@ -437,13 +438,14 @@ void Coordinator::FillGoneConsumersLocked(int64_t worker_id,
                                           proto::WorkerHeartbeatResponse* response) {
   if (options_.consumer_timeout <= absl::ZeroDuration()) return;
   const absl::Time now = clock_->Now();
-  absl::flat_hash_set<int64_t> jobs;
+  // The jobs of its unfinished tasks, each once, ascending (a worker holds few: no heap).
+  absl::InlinedVector<int64_t, 8> sorted;
   for (int64_t task_id : state_.FindWorker(worker_id)->task_ids) {
     const CoordinatorState::Task& task = state_.tasks().at(task_id);
-    if (!task.finished) jobs.insert(task.job_id);
+    if (!task.finished) sorted.push_back(task.job_id);
   }
-  std::vector<int64_t> sorted(jobs.begin(), jobs.end());
   std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
   for (int64_t job_id : sorted) {
     const CoordinatorState::Job* job = state_.FindJob(job_id);
     if (job->options.read_mode() != proto::READ_MODE_COORDINATED ||

@@ -59,9 +59,11 @@ absl::StatusOr<Dataset> Coordinator::NextRangeLocked(const CoordinatorState::Job
 
 absl::Status Coordinator::MakeRangesLocked() {
   const int64_t cap = std::max<int64_t>(1, options_.ranges_per_worker);
+  // Only the ranges jobs (every worker heartbeat gets here; most jobs are not ranges jobs).
   std::vector<int64_t> jobs;
-  for (const auto& [id, job] : state_.jobs()) {
-    if (job.ranges && !job.finished && !job.all_ranges_made() && !failed_jobs_.contains(id)) {
+  for (int64_t id : state_.ranges_jobs()) {
+    const CoordinatorState::Job& job = *state_.FindJob(id);
+    if (!job.finished && !job.all_ranges_made() && !failed_jobs_.contains(id)) {
       jobs.push_back(id);
     }
   }

@@ -184,6 +184,7 @@ absl::Status CoordinatorState::ApplyCreateJob(const proto::CreateJobUpdate& u) {
   job.fallback_reason = u.fallback_reason();
   job.created = u;
   if (!job.name.empty()) job_by_name_[job.name] = job.id;
+  if (job.ranges) ranges_jobs_.insert(job.id);
   jobs_[job.id] = std::move(job);
   last_job_id_ = u.job_id();
   return absl::OkStatus();
@@ -337,6 +338,7 @@ absl::Status CoordinatorState::ApplyRemoveJob(const proto::RemoveJobUpdate& u) {
     tasks_.erase(t);
   }
   if (!it->second.name.empty()) job_by_name_.erase(it->second.name);
+  ranges_jobs_.erase(it->first);
   jobs_.erase(it);
   return absl::OkStatus();
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,9 @@ class CoordinatorState {
   const std::map<int64_t, Worker>& workers() const { return workers_; }
   const std::map<int64_t, Job>& jobs() const { return jobs_; }
   const std::map<int64_t, Task>& tasks() const { return tasks_; }
+  // The ids of the jobs in ranges mode (Job::ranges), ascending: what MakeRanges looks at,
+  // without walking every job.
+  const std::set<int64_t>& ranges_jobs() const { return ranges_jobs_; }
   size_t num_datasets() const { return datasets_.size(); }
 
   // Unfinished tasks assigned to the worker.
@@ -162,6 +166,7 @@ class CoordinatorState {
   std::map<int64_t, Job> jobs_;
   absl::flat_hash_map<std::string, int64_t> job_by_name_;
   std::map<int64_t, Task> tasks_;
+  std::set<int64_t> ranges_jobs_;  // ids in jobs_ whose Job::ranges is set
   int64_t last_worker_id_ = 0;
   int64_t last_job_id_ = 0;
   int64_t last_task_id_ = 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data/distribute/auto_shard.h"
@@ -469,8 +470,14 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   RETURN_IF_ERROR(RecordEndedConsumersLocked(request));
   // Tasks this worker runs that its consumers finished without it (some read them elsewhere
   // before a worker death, the others are gone): it cannot drain them itself.
-  const std::vector<int64_t> held = state_.FindWorker(worker_id)->task_ids;
-  for (int64_t task_id : held) {
+  // Only tasks some consumer completed can be (FinishIfConsumersDoneLocked); collected first,
+  // as finishing one changes the worker's list. Usually none: no copy of the list per call.
+  absl::InlinedVector<int64_t, 4> completed_by_some;
+  for (int64_t task_id : state_.FindWorker(worker_id)->task_ids) {
+    const CoordinatorState::Task& task = state_.tasks().at(task_id);
+    if (!task.finished && !task.completed_by.empty()) completed_by_some.push_back(task_id);
+  }
+  for (int64_t task_id : completed_by_some) {
     bool finished = false;
     RETURN_IF_ERROR(FinishIfConsumersDoneLocked(task_id, &finished));
   }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/arena.h"
 #include "core/rpc/grpc_status.h"
 #include "core/rpc/rpc_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -42,6 +43,10 @@ grpc::Status GrpcCoordinatorService::GetElementSpec(grpc::ServerContext* context
 
 namespace {
 
+// The stack block a heartbeat's arena starts with: a worker's request with a few tasks and
+// the answer fit (the arena's own header takes part of it).
+constexpr size_t kHeartbeatArenaBlock = 2048;
+
 // One raw heartbeat: the token, then the request parsed from `request_bytes`, `method` run on
 // it, and its answer serialized into `response_bytes`; counted in `metrics`. Finishes the
 // call before returning (the coordinator never blocks on the network).
@@ -55,22 +60,30 @@ grpc::ServerUnaryReactor* ServeHeartbeat(grpc::CallbackServerContext* context,
   metrics.Started();
   grpc::Status status = admission.Authenticate(*context);
   if (status.ok()) {
-    Request request;
+    // The request and the answer live on an arena whose first block is on this stack: a
+    // heartbeat's strings and repeated fields cost no malloc/free pair each (larger answers,
+    // a full ClientHeartbeat of a job with many tasks, spill into heap blocks the arena frees).
+    alignas(8) char first_block[kHeartbeatArenaBlock];
+    google::protobuf::ArenaOptions arena_options;
+    arena_options.initial_block = first_block;
+    arena_options.initial_block_size = sizeof(first_block);
+    google::protobuf::Arena arena(arena_options);
+    Request* request = google::protobuf::Arena::CreateMessage<Request>(&arena);
     // The reader only reads the buffer (the const_cast is for its constructor's signature).
     bool parsed = request_bytes->Valid();
     if (parsed) {
       grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(request_bytes));
-      parsed = request.ParseFromZeroCopyStream(&reader) && reader.status().ok();
+      parsed = request->ParseFromZeroCopyStream(&reader) && reader.status().ok();
     }
     if (!parsed) {
       status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             MalformedRequestMessage(method_name));
     } else {
-      Response response;
-      status = ToGrpcStatus(method(request, &response));
+      Response* response = google::protobuf::Arena::CreateMessage<Response>(&arena);
+      status = ToGrpcStatus(method(*request, response));
       bool own_buffer = false;
       if (status.ok()) {
-        status = grpc::SerializationTraits<Response>::Serialize(response, response_bytes,
+        status = grpc::SerializationTraits<Response>::Serialize(*response, response_bytes,
                                                                &own_buffer);
       }
     }

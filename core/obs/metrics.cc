@@ -154,6 +154,20 @@ void CounterFamily::Add(const std::vector<std::string>& label_values, double by)
   values_[std::move(key)] += by;
 }
 
+double* CounterFamily::AddAndBind(const std::vector<std::string>& label_values, double by) {
+  std::vector<std::string> key = Normalize(label_values);
+  absl::MutexLock lock(&mu_);
+  double& value = values_[std::move(key)];  // std::map: the node never moves
+  if (by >= 0) value += by;
+  return &value;
+}
+
+void CounterFamily::AddAt(double* sample, double by) {
+  if (!(by >= 0)) return;
+  absl::MutexLock lock(&mu_);
+  *sample += by;
+}
+
 void GaugeFamily::Set(const std::vector<std::string>& label_values, double value) {
   std::vector<std::string> key = Normalize(label_values);
   absl::MutexLock lock(&mu_);

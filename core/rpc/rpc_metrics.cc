@@ -35,7 +35,6 @@ std::pair<std::string, std::string> SplitMethod(absl::string_view full) {
   return {std::string(full.substr(0, slash)), std::string(full.substr(slash + 1))};
 }
 
-constexpr int kNumCodes = 17;  // OK .. UNAUTHENTICATED
 
 class RpcMetricsInterceptor : public grpc::experimental::Interceptor {
  public:
@@ -111,12 +110,25 @@ RpcMethodMetrics::RpcMethodMetrics(absl::string_view full_method, MetricsRegistr
   }
 }
 
-void RpcMethodMetrics::Started() const { started_->Add(started_labels_); }
+void RpcMethodMetrics::Started() const {
+  // Two first calls at once may both bind: each adds its 1, and both find the same place.
+  if (double* sample = started_sample_.load(std::memory_order_acquire); sample != nullptr) {
+    started_->AddAt(sample);
+  } else {
+    started_sample_.store(started_->AddAndBind(started_labels_), std::memory_order_release);
+  }
+}
 
 void RpcMethodMetrics::Handled(grpc::StatusCode code) const {
   const int c = static_cast<int>(code);
   if (c >= 0 && c < kNumCodes) {
-    handled_->Add(handled_labels_[static_cast<size_t>(c)]);
+    std::atomic<double*>& bound = handled_samples_[static_cast<size_t>(c)];
+    if (double* sample = bound.load(std::memory_order_acquire); sample != nullptr) {
+      handled_->AddAt(sample);
+    } else {
+      bound.store(handled_->AddAndBind(handled_labels_[static_cast<size_t>(c)]),
+                  std::memory_order_release);
+    }
   } else {
     handled_->Add({started_labels_[0], started_labels_[1], GrpcCodeName(c)});
   }

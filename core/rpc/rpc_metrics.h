@@ -15,6 +15,8 @@
 #ifndef SLUICE_CORE_RPC_METRICS_H_
 #define SLUICE_CORE_RPC_METRICS_H_
 
+#include <array>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,11 +49,17 @@ class RpcMethodMetrics {
   void Handled(grpc::StatusCode code) const;
 
  private:
+  static constexpr int kNumCodes = 17;  // OK .. UNAUTHENTICATED
+
   CounterFamily* started_;
   CounterFamily* handled_;
   std::vector<std::string> started_labels_;  // service, method
   // service, method, code name: by code (built once, not on every call).
   std::vector<std::vector<std::string>> handled_labels_;
+  // Each sample's place once its first call bound it (CounterFamily::AddAndBind), so that
+  // later calls skip the key; bound lazily, so that a code never answered has no sample.
+  mutable std::atomic<double*> started_sample_{nullptr};
+  mutable std::array<std::atomic<double*>, kNumCodes> handled_samples_{};
 };
 
 // "OK", "CANCELLED", ..., "UNAUTHENTICATED": the canonical name of a gRPC status code.

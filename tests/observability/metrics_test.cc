@@ -115,6 +115,37 @@ TEST(MetricsTest, ConcurrentUpdatesAndScrapes) {
   EXPECT_EQ(parsed->Sum("n_total", {{"t", "0"}}), 4000);
 }
 
+// RpcMethodMetrics counts through bound samples: AddAt must add exactly as Add does, to the
+// same sample, from several threads, and ignore negative amounts.
+TEST(MetricsTest, ABoundSampleAddsToTheSameSampleAsAdd) {
+  MetricsRegistry m;
+  CounterFamily* c = m.Counter("b_total", "b", {"k"});
+  double* x = c->AddAndBind({"x"});
+  EXPECT_EQ(c->Value({"x"}), 1);
+  double* zero = c->AddAndBind({"z"}, 0);  // bound without counting
+  EXPECT_EQ(c->Value({"z"}), 0);
+  c->Add({"x"}, 2);
+  c->AddAt(x, -4);
+  c->AddAt(zero, 3);
+  EXPECT_EQ(c->Value({"x"}), 3);
+  EXPECT_EQ(c->Value({"z"}), 3);
+  EXPECT_EQ(c->AddAndBind({"x"}, 0), x);  // the same place for the same labels
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([c, x, &m] {
+      for (int i = 0; i < 2000; ++i) {
+        c->AddAt(x);
+        if (i % 500 == 0) (void)m.Scrape();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(c->Value({"x"}), 8003);
+  EXPECT_EQ(m.Scrape(),
+            "# HELP b_total b\n# TYPE b_total counter\nb_total{k=\"x\"} 8003\n"
+            "b_total{k=\"z\"} 3\n");
+}
+
 TEST(PromTextTest, RejectsMalformedLines) {
   EXPECT_FALSE(testing::ParsePromText("x 1").ok());  // no final newline
   EXPECT_FALSE(testing::ParsePromText("x{a=\"1} 1\n").ok());

@@ -329,5 +329,36 @@ TEST(CoordinatorStateTest, LostWorkersAreCountedAndAFailedJobIsFinishedWithItsEr
   EXPECT_TRUE(state.Apply(remove).ok());
 }
 
+// MakeRanges walks ranges_jobs() instead of every job: it must name exactly the ranges jobs
+// that exist, in id order, after creation, removal and a snapshot round trip.
+TEST(CoordinatorStateTest, RangesJobsNamesExactlyTheRangesJobsThatExist) {
+  CoordinatorState s;
+  ASSERT_TRUE(s.Apply(RegisterDataset("d")).ok());
+  proto::Update ranges3 = CreateJob(3, "r3", "d", proto::SHARDING_RANGES);
+  ranges3.mutable_create_job()->set_ranges(true);
+  ranges3.mutable_create_job()->set_num_ranges(0);  // no range to make: can finish at once
+  proto::Update ranges1 = CreateJob(1, "r1", "d", proto::SHARDING_RANGES);
+  ranges1.mutable_create_job()->set_ranges(true);
+  ranges1.mutable_create_job()->set_num_ranges(4);
+  ASSERT_TRUE(s.Apply(ranges1).ok());
+  ASSERT_TRUE(s.Apply(CreateJob(2, "data", "d")).ok());
+  ASSERT_TRUE(s.Apply(ranges3).ok());
+  // A RANGES request that fell back to DATA (ranges false) is not a ranges job.
+  ASSERT_TRUE(s.Apply(CreateJob(4, "fell_back", "d", proto::SHARDING_RANGES)).ok());
+  EXPECT_THAT(s.ranges_jobs(), ElementsAre(1, 3));
+
+  CoordinatorState restored;
+  ASSERT_TRUE(restored.Restore(s.Snapshot()).ok());
+  EXPECT_THAT(restored.ranges_jobs(), ElementsAre(1, 3));
+
+  proto::Update finish;
+  finish.mutable_finish_job()->set_job_id(3);
+  ASSERT_TRUE(s.Apply(finish).ok());
+  proto::Update remove;
+  remove.mutable_remove_job()->set_job_id(3);
+  ASSERT_TRUE(s.Apply(remove).ok());
+  EXPECT_THAT(s.ranges_jobs(), ElementsAre(1));
+}
+
 }  // namespace
 }  // namespace sluice
