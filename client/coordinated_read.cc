@@ -15,6 +15,8 @@ TaskRotation::Turn CoordinatedRead::TakeTurnLocked() {
     rotation_.erase(rotation_.begin() + static_cast<long>(at));
     next_ = rotation_.empty() ? 0 : at % rotation_.size();
     turn.look_again = true;
+  } else {
+    turn.waiting_for = t;
   }
   return turn;
 }

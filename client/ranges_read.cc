@@ -37,15 +37,18 @@ absl::Status RangesRead::Next(std::vector<Element>* replicas, bool* end_of_data)
 
 absl::Status RangesRead::NextLocked(std::vector<Element>* replicas, bool* end_of_data) {
   absl::Time waiting_since = absl::Now();
+  const absl::Time called = waiting_since;
   int64_t waiting_for = next_index_;
   while (true) {
     if (num_tasks_ >= 0 && next_index_ >= num_tasks_) {
       *end_of_data = true;
       return absl::OkStatus();
     }
+    TaskStream* wanted = nullptr;  // the task read now, when open
     auto it = by_index_.find(next_index_);
     if (it != by_index_.end()) {
       TaskStream* t = it->second;
+      wanted = t;
       if (!t->queue.empty()) {
         streams_->PopLocked(t, replicas);
         *end_of_data = false;
@@ -75,7 +78,10 @@ absl::Status RangesRead::NextLocked(std::vector<Element>* replicas, bool* end_of
             options_.coordinator_address, ")"));
       }
     }
-    streams_->cv().WaitWithTimeout(&streams_->mu(), options_.heartbeat_interval);
+    // Raises the task's credit once the caller has waited raise_credit_after for its step.
+    streams_->WaitForStepLocked(
+        wanted != nullptr ? absl::MakeConstSpan(&wanted, 1) : absl::Span<TaskStream* const>(),
+        called, options_.heartbeat_interval);
   }
 }
 

@@ -48,11 +48,12 @@ absl::StatusOr<std::unique_ptr<ServiceStepSource>> ServiceStepSource::Create(
   {
     // One receive budget shared by the streams open at once: every task of a round-robin job
     // (each is needed once per round), or the max_open_tasks next ranges of a sequential one.
+    // One byte is kept back for the raise (task_streams.h).
     const int64_t streams_open =
         o.sequential ? std::min<int64_t>(o.max_open_tasks, std::max<int64_t>(tasks.num_tasks(), 1))
                      : std::max<int64_t>(tasks.tasks_size(), 1);
-    streams->set_window(
-        std::max<int64_t>(o.receive_budget_bytes / std::max<int64_t>(streams_open, 1), 1));
+    streams->set_window(std::max<int64_t>(
+        (o.receive_budget_bytes - 1) / std::max<int64_t>(streams_open, 1), 1));
   }
   std::unique_ptr<ReadOrder> order;
   if (o.sequential) {

@@ -6,13 +6,16 @@
 // arrives straight into buffers from the allocator and its steps are queued.
 //
 // Flow control in bytes: the consumer has one receive budget (receive_budget_bytes) shared by
-// the streams open at once, each getting window = budget / streams (every task of a round-robin
-// job, or the max_open_tasks next ranges of a sequential one: the tasks it reads next). A step
-// costs StepCreditBytes (core/rpc/step_frame.h). Per stream, the cost of the steps queued and
-// not yet returned plus the credit granted and not yet used never exceeds the window (a step
-// larger than its credit flows alone once the credit is 3/4 of the window, CreditForAnyStep). Credit goes back
-// in batches: when a quarter of a stream's window is free, a credit thread of the source (never
-// the caller's thread, which only signals it) sends one CreditGrant for all of it.
+// the streams open at once, each getting window = (budget - 1) / streams (every task of a
+// round-robin job, or the max_open_tasks next ranges of a sequential one: the tasks it reads
+// next). A step costs StepCreditBytes (core/rpc/step_frame.h). Per stream, the cost of the
+// steps queued and not yet returned plus the credit granted and not yet used never exceeds the
+// window. A step larger than its credit flows only on the one stream at a time whose credit the
+// caller raised to window + 1 after waiting raise_credit_after for it, so the consumer holds at
+// most its budget, or budget - 1 + (step - window) while it holds a step larger than a window,
+// with any number of streams. Credit goes back in batches: when a quarter of a stream's window
+// is free, a credit thread of the source (never the caller's thread, which only signals it)
+// sends one CreditGrant for all of it.
 //
 // Coordinated mode follows the schedule of docs/SERVICE.md: tasks round-robin in task order,
 // one step each, a task leaving the rotation at its end; the data ends when every task has.
@@ -83,6 +86,12 @@ struct ServiceStepSourceOptions {
   absl::Duration retry_deadline = absl::Seconds(60);
   // The receive budget in bytes, shared by the open streams (see above). At least 1.
   int64_t receive_budget_bytes = int64_t{64} << 20;
+  // A caller that has waited this long for a task's step raises that task's credit one byte
+  // above its window, so that a step larger than the window can come (one task at a time, see
+  // above); once such a step has arrived, it raises without waiting. Shorter: less delay for
+  // the first such step; longer: fewer raises (one CreditGrant each) when the caller outruns
+  // its workers.
+  absl::Duration raise_credit_after = absl::Milliseconds(1);
   TensorAllocator allocator;
   // Ask workers for compact frame headers (StreamRequest.compact_headers, core/rpc/step_frame.h):
   // only the dimensions per_replica_spec leaves open travel with each step. false: full
@@ -126,11 +135,16 @@ class ServiceStepSource : public StepSource {
     int64_t budget_bytes = 0;
     int64_t window_bytes = 0;       // per stream
     int64_t held_bytes = 0;         // received and not yet returned by GetNextStep
-    int64_t outstanding_bytes = 0;  // granted to workers and not yet received
+    // Granted to workers and not yet received (a stream's credit below 0, after a step larger
+    // than it, counts as 0).
+    int64_t outstanding_bytes = 0;
     int64_t peak_bytes = 0;         // the largest held + outstanding so far
     int64_t received_bytes = 0;     // in all
     int64_t steps_received = 0;
-    int64_t credit_grants = 0;      // CreditGrant messages sent (initial credits not counted)
+    // CreditGrant messages sent (initial credits not counted): quarter-window grants, and
+    // raises (a grant to window + 1 for a step larger than the credit).
+    int64_t credit_grants = 0;
+    int64_t credit_raises = 0;
   };
   FlowStats flow_stats() const;
   // Test hook: waits until `predicate` holds for the stats (re-checked whenever a frame arrives

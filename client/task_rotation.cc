@@ -10,6 +10,7 @@ TaskRotation::TaskRotation(TaskStreams* streams, const proto::ClientHeartbeatRes
 
 absl::Status TaskRotation::Next(std::vector<Element>* replicas, bool* end_of_data) {
   absl::MutexLock lock(&streams_->mu());
+  absl::Time waiting_since = absl::InfiniteFuture();  // read only once the caller waits
   while (true) {
     if (rotation_.empty()) {
       *end_of_data = true;
@@ -23,7 +24,12 @@ absl::Status TaskRotation::Next(std::vector<Element>* replicas, bool* end_of_dat
     }
     if (!turn.error.ok()) return turn.error;
     if (turn.look_again) continue;
-    streams_->cv().Wait(&streams_->mu());
+    if (waiting_since == absl::InfiniteFuture()) waiting_since = absl::Now();
+    if (turn.waiting_for != nullptr) {
+      streams_->WaitForStepLocked(absl::MakeConstSpan(&turn.waiting_for, 1), waiting_since);
+    } else {
+      streams_->WaitForStepLocked(rotation_, waiting_since);
+    }
   }
 }
 

@@ -5,7 +5,8 @@
 //
 // Next() holds the streams' lock and asks the mode for a turn (TakeTurnLocked) until it names a
 // task with a step (handed out), fails, or has nothing ready (then it waits for the streams'
-// next event and asks again).
+// next event and asks again, raising the awaited task's credit once it has waited
+// raise_credit_after: TaskStreams::WaitForStepLocked).
 #ifndef SLUICE_CLIENT_TASK_ROTATION_H_
 #define SLUICE_CLIENT_TASK_ROTATION_H_
 
@@ -30,6 +31,9 @@ class TaskRotation : public ReadOrder {
     TaskStream* task = nullptr;  // its first queued step goes next
     absl::Status error;          // the read fails
     bool look_again = false;     // an ended task left the rotation
+    // Nothing ready: the task whose step the caller waits for (its credit may be raised,
+    // TaskStreams::WaitForStepLocked); null: any task of the rotation.
+    TaskStream* waiting_for = nullptr;
   };
   // One look, with the streams' lock held and rotation_ not empty. Neither `task` nor `error`
   // nor `look_again`: nothing is ready, wait. Moves next_ when it picks a task.

@@ -64,6 +64,7 @@ void TaskStreamCall::FinishReadingLocked() {
   read_finished_ = true;
   TaskStream* task = task_.get();
   task->calling = false;
+  task->raised = false;
   streams_->SetOutstandingLocked(task, 0);  // nothing more arrives on this call
   if (!ended_ && result_.code() == absl::StatusCode::kDataLoss) context_.TryCancel();
   WriteLocked();  // the half-close, now or when the write in flight completes
@@ -153,6 +154,7 @@ void TaskStreamCall::OnDone(const grpc::Status& status) {
     task->call = nullptr;
     if (task->calling) {
       task->calling = false;
+      task->raised = false;
       streams->SetOutstandingLocked(task, 0);
     }
     if (progress_) {

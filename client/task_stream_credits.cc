@@ -1,6 +1,6 @@
 // TaskStreams' flow control in bytes: windows, credit grants (the credit thread, and a call's
-// completed write) and the
-// totals of FlowStats. See client/task_streams.h.
+// completed write), the raise for steps larger than a window, and the totals of FlowStats. See
+// client/task_streams.h.
 #include "client/task_streams.h"
 
 #include <algorithm>
@@ -13,14 +13,26 @@
 
 namespace sluice {
 
+void TaskStreams::set_window(int64_t window_bytes) {
+  window_ = std::max<int64_t>(window_bytes, 1);
+  // The smallest window_bytes whose CreditForAnyStep (x - x / 4) is window_ + 1: start below it
+  // and step up (CreditForAnyStep grows by at most 1 per byte, so the first hit is exact).
+  int64_t x = std::max<int64_t>(window_ + 1 + (window_ + 1) / 3 - 2, 1);
+  while (CreditForAnyStep(x) <= window_) ++x;
+  any_step_window_ = x;
+}
+
 int64_t TaskStreams::FreeLocked(const TaskStream& task) const {
-  return window_ - task.held - task.outstanding;
+  const int64_t limit = task.calling && task.raised ? window_ + 1 : window_;
+  return limit - task.held - task.outstanding;
 }
 
 int64_t TaskStreams::GrantQuantum() const { return std::max<int64_t>(window_ / 4, 1); }
 
 void TaskStreams::SetOutstandingLocked(TaskStream* task, int64_t outstanding) {
-  outstanding_ += outstanding - task->outstanding;
+  // A credit below 0 (after a step larger than it) lets the worker send nothing: it counts as 0
+  // in the total, which is what the workers may still send.
+  outstanding_ += std::max<int64_t>(outstanding, 0) - std::max<int64_t>(task->outstanding, 0);
   task->outstanding = outstanding;
   peak_ = std::max(peak_, held_ + outstanding_);
   cv_.SignalAll();  // a WaitForFlowStats caller
@@ -28,6 +40,8 @@ void TaskStreams::SetOutstandingLocked(TaskStream* task, int64_t outstanding) {
 
 void TaskStreams::ReceivedLocked(TaskStream* task, int64_t cost) {
   task->held += cost;
+  task->raised = false;  // the raise is spent (or was not needed): back to the window
+  if (cost > window_) large_steps_ = true;
   held_ += cost;
   received_bytes_ += cost;
   ++steps_received_;
@@ -47,13 +61,51 @@ void TaskStreams::PopLocked(TaskStream* task, std::vector<Element>* replicas) {
 }
 
 bool TaskStreams::GrantDueLocked(const TaskStream& task) const {
-  return task.calling && FreeLocked(task) >= GrantQuantum();
+  return task.calling && FreeLocked(task) >= (task.raised ? 1 : GrantQuantum());
+}
+
+bool TaskStreams::RaiseFreeLocked(int64_t task_id) const {
+  if (raise_holder_ < 0 || raise_holder_ == task_id) return true;
+  auto it = tasks_.find(raise_holder_);
+  if (it == tasks_.end()) return true;  // retired: read to its end, it holds nothing
+  const TaskStream& holder = *it->second;
+  return !(holder.calling && holder.raised) &&
+         holder.held + std::max<int64_t>(holder.outstanding, 0) <= window_;
+}
+
+bool TaskStreams::RaiseLocked(TaskStream* task) {
+  if (task->calling && task->raised) return true;
+  if (!task->calling || !task->queue.empty() || GrantDueLocked(*task) ||
+      !RaiseFreeLocked(task->task_id)) {
+    return false;
+  }
+  raise_holder_ = task->task_id;
+  task->raised = true;
+  credit_cv_.Signal();
+  return true;
+}
+
+void TaskStreams::WaitForStepLocked(absl::Span<TaskStream* const> wanted,
+                                    absl::Time waiting_since, absl::Duration max_wait) {
+  const absl::Time now = absl::Now();
+  absl::Time until = now + max_wait;  // InfiniteFuture for an infinite max_wait
+  // Once steps larger than a window have come, the next one is likely too: raise at once.
+  const absl::Time raise_at =
+      large_steps_ ? waiting_since : waiting_since + options_.raise_credit_after;
+  if (now < raise_at) {
+    until = std::min(until, raise_at);
+  } else {
+    for (TaskStream* t : wanted) {
+      if (RaiseLocked(t)) break;
+    }
+  }
+  cv_.WaitWithDeadline(&mu_, until);
 }
 
 proto::ConsumerMessage TaskStreams::TakeGrantLocked(TaskStream* task) {
   const int64_t n = FreeLocked(*task);
   SetOutstandingLocked(task, task->outstanding + n);
-  ++credit_grants_;
+  ++(task->raised ? credit_raises_ : credit_grants_);
   proto::ConsumerMessage m;
   m.mutable_credit()->set_bytes(n);
   // Independent reads acknowledge what arrived, so that the worker can let it go.
@@ -89,6 +141,7 @@ TaskStreams::FlowStats TaskStreams::FlowStatsLocked() const {
   f.received_bytes = received_bytes_;
   f.steps_received = steps_received_;
   f.credit_grants = credit_grants_;
+  f.credit_raises = credit_raises_;
   return f;
 }
 

@@ -384,7 +384,9 @@ void TaskStreams::ConnectTask(const std::shared_ptr<TaskStream>& task,
   // steps not consumed yet); an earlier call's unused credit is gone with it.
   const int64_t initial = std::max<int64_t>(window_ - task->held, 0);
   request->set_initial_credit_bytes(initial);
-  request->set_window_bytes(window_);
+  // Not window_ itself: the worker sends a step larger than its credit only at window_ + 1
+  // (CreditForAnyStep of this), a credit only a raise reaches (see task_streams.h).
+  request->set_window_bytes(any_step_window_);
   // Independent reads: next_step counts the steps received, and the id lets the worker send
   // again what an earlier call sent and this consumer did not receive.
   if (options_.independent) request->set_consumer_id(consumer_id_);
@@ -399,6 +401,7 @@ void TaskStreams::ConnectTask(const std::shared_ptr<TaskStream>& task,
   auto* call = new TaskStreamCall(this, task, std::move(channel), address);
   SetOutstandingLocked(task.get(), initial);
   task->calling = true;
+  task->raised = false;
   task->call = call;
   task->address = address;
   task->opened = absl::Now();

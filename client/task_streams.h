@@ -19,10 +19,23 @@
 // task's `ended` is set as soon as the end arrives, so nobody waits for that status.
 //
 // Flow control in bytes (task_stream_credits.cc): each stream's window (set_window: the
-// consumer's receive budget over the streams open at once) bounds the cost of its queued steps
-// plus the credit granted and not yet used. A grant (one CreditGrant when a quarter of a
-// stream's window is free) is written by the credit thread, or by gRPC's thread when the
-// call's previous write completes; the caller's thread (PopLocked) only wakes the credit thread.
+// consumer's receive budget, less one byte, over the streams open at once) bounds the cost of
+// its queued steps plus the credit granted and not yet used. A grant (one CreditGrant when a
+// quarter of a stream's window is free) is written by the credit thread, or by gRPC's thread
+// when the call's previous write completes; the caller's thread (PopLocked) only wakes the
+// credit thread.
+//
+// Steps larger than the window (the raise): every call tells its worker a window_bytes whose
+// CreditForAnyStep is window + 1, so that a worker sends a step larger than its credit only when
+// its credit is window + 1, which no stream reaches through grants. A caller that has waited
+// options.raise_credit_after for a task's step (WaitForStepLocked; no wait once a step larger
+// than the window has arrived) raises that task's credit to window + 1 (RaiseLocked), and only
+// one task at a time holds the raise: another is raised only once the holder has received a
+// step since its raise and is back within its window (the caller took its step). So at most
+// one step larger than a window is held or on its way, whatever the number of streams:
+// held + outstanding <= budget, or at most budget - 1 + (step - window) while such a step is
+// held (docs/SERVICE.md, "Flow control").
+//
 // A call has at most one write in flight (the request, a grant, or the half-close). Independent
 // reads (options.independent) send a consumer_id on every call and acknowledge the steps
 // received in each grant, so that a reconnect loses and duplicates nothing.
@@ -64,6 +77,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "client/heartbeat_view.h"
 #include "core/util/backoff.h"
 #include "client/service_step_source.h"
@@ -100,6 +114,9 @@ struct TaskStream {
   int64_t held = 0;
   int64_t outstanding = 0;
   bool calling = false;
+  // The current call's credit was raised to window + 1 (TaskStreams::RaiseLocked) and no step
+  // has arrived on it since.
+  bool raised = false;
   // Nothing runs for the task any more: no call, no reconnect to come (it ended, failed, or
   // the consumer shut down).
   bool done = false;
@@ -144,8 +161,9 @@ class TaskStreams {
   // Whether some task's end is not yet known to the coordinator (the next Heartbeat reports it).
   bool HasUnreportedEnds() const;
 
-  // Each stream's window in bytes. Set once, before any task is added.
-  void set_window(int64_t window_bytes) { window_ = window_bytes; }
+  // Each stream's window in bytes (at least 1; the budget less one byte, over the streams: the
+  // byte is the raise's). Set once, before any task is added.
+  void set_window(int64_t window_bytes);
   // Starts the connector, the monitor and the credit threads. `order` gets every heartbeat answer and must
   // outlive Shutdown().
   void Start(ReadOrder* order);
@@ -165,6 +183,13 @@ class TaskStreams {
   std::vector<TaskStream*> AddAllTasksLocked(const proto::ClientHeartbeatResponse& response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HasTaskLocked(int64_t task_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for the streams' next event (cv(), at most max_wait), as a caller that wants a step
+  // of one of `wanted` (in preference order; may be empty) and has waited since
+  // `waiting_since`: from raise_credit_after on, first raises the first of them that can be
+  // raised (RaiseLocked), so that a step larger than its credit can come.
+  void WaitForStepLocked(absl::Span<TaskStream* const> wanted, absl::Time waiting_since,
+                         absl::Duration max_wait = absl::InfiniteDuration())
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the task's first queued step to *replicas (the queue must not be empty), waking the
   // credit thread when this makes a grant due.
   void PopLocked(TaskStream* task, std::vector<Element>* replicas)
@@ -226,8 +251,16 @@ class TaskStreams {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Accounts for a step received on the task's current call.
   void ReceivedLocked(TaskStream* task, int64_t cost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a grant is due on the task's current call (a quarter of its window free).
+  // Whether a grant is due on the task's current call (a quarter of its window free, or the
+  // raise not yet granted).
   bool GrantDueLocked(const TaskStream& task) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Raises the task's credit to window + 1 (see the file comment) when its call is open, it
+  // has no step queued, no ordinary grant is pending and no other task holds the raise; returns
+  // whether the task holds it (now or already).
+  bool RaiseLocked(TaskStream* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether no task but `task_id` holds the raise: none was raised, or the last one raised is
+  // gone, has received a step since and is back within its window.
+  bool RaiseFreeLocked(int64_t task_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Accounts for a grant of FreeLocked bytes and returns the message that carries it.
   proto::ConsumerMessage TakeGrantLocked(TaskStream* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The credit thread: grants credit to the streams with a quarter of their window free whose
@@ -251,8 +284,10 @@ class TaskStreams {
   std::thread monitor_;
   std::thread credit_thread_;
   std::thread connector_;
-  // Set before any task is added.
+  // Set before any task is added: each stream's window, and the window_bytes its calls send
+  // (CreditForAnyStep(any_step_window_) == window_ + 1).
   int64_t window_ = 1;
+  int64_t any_step_window_ = 2;
 
   absl::Mutex channels_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
@@ -272,6 +307,12 @@ class TaskStreams {
   int64_t received_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t steps_received_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t credit_grants_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t credit_raises_ ABSL_GUARDED_BY(mu_) = 0;
+  // The task that was raised last (RaiseLocked), by id; -1: none yet.
+  int64_t raise_holder_ ABSL_GUARDED_BY(mu_) = -1;
+  // A step larger than the window has arrived: callers raise without waiting
+  // raise_credit_after first.
+  bool large_steps_ ABSL_GUARDED_BY(mu_) = false;
   // The open tasks, by task id. Shared: the monitor holds the tasks it is cancelling while the
   // caller may retire them.
   absl::flat_hash_map<int64_t, std::shared_ptr<TaskStream>> tasks_ ABSL_GUARDED_BY(mu_);

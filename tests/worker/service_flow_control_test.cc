@@ -1,13 +1,16 @@
 // Flow control in bytes (docs/SERVICE.md, "Flow control"): a consumer's receive budget is shared
 // by its streams, a slow consumer holds its workers at the budget, credit goes back in batches
-// (a quarter of a stream's window at a time), and a step larger than a stream's window still
-// flows. Real coordinator and workers in process (port 0), a ServiceStepSource read directly so
-// that its FlowStats can be seen; waits are on conditions (bounded), never on time.
+// (a quarter of a stream's window at a time), a step larger than a stream's window still flows,
+// and the budget holds with 1 and with 64 workers. Real coordinator and workers in process (port
+// 0), a ServiceStepSource read directly so that its FlowStats can be seen; waits are on
+// conditions (bounded), never on time.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/service_step_source.h"
 #include "core/rpc/step_frame.h"
 #include "core/tensor/proto_convert.h"
@@ -17,6 +20,7 @@
 #include "proto/dataset.pb.h"
 #include "sluice/dataset.h"
 #include "tests/worker/in_process_cluster.h"
+#include "worker/step_buffer.h"
 #include "worker/task_runner.h"
 
 namespace sluice {
@@ -85,6 +89,16 @@ int64_t StepsDelivered(Cluster& cluster) {
   return n;
 }
 
+// Each stream's window: the budget less the byte kept for the raise, over the streams.
+int64_t WindowOf(int64_t budget, int64_t streams) { return (budget - 1) / streams; }
+
+// What the consumer may hold plus what its workers may still send, at most (docs/SERVICE.md):
+// the budget, or, while it holds a step larger than a window, budget - 1 + (step - window):
+// one such step at a time, whatever the number of workers.
+int64_t BudgetBound(int64_t budget, int64_t streams) {
+  return std::max(budget, budget - 1 + kStepCost - WindowOf(budget, streams));
+}
+
 // Reads every step; checks the job's order (round-robin over the DATA tasks is the single
 // pipeline's order) and that the budget was never exceeded. Returns the steps read.
 int64_t ReadAll(ServiceStepSource* source, int64_t budget_bound) {
@@ -102,7 +116,9 @@ int64_t ReadAll(ServiceStepSource* source, int64_t budget_bound) {
     const Tensor& t = replicas[0].leaf();
     EXPECT_EQ(t.num_elements(), kBatch);
     EXPECT_EQ(t.data<int64_t>()[0], step * kBatch) << "step " << step;
-    EXPECT_LE(source->flow_stats().peak_bytes, budget_bound) << "after step " << step;
+    const ServiceStepSource::FlowStats f = source->flow_stats();
+    EXPECT_LE(f.peak_bytes, budget_bound) << "after step " << step;
+    EXPECT_LE(f.held_bytes, budget_bound) << "after step " << step;
   }
   return step;
 }
@@ -115,7 +131,7 @@ TEST(ServiceFlowControlTest, SlowConsumerHoldsWorkersAtTheBudget) {
   constexpr int64_t kBudget = 64 << 10;
   std::unique_ptr<ServiceStepSource> source = OpenSource(cluster, kBudget);
   ASSERT_NE(source, nullptr);
-  const int64_t window = kBudget / 2;
+  const int64_t window = WindowOf(kBudget, 2);
   const int64_t per_stream = window / kStepCost;  // whole steps that fit a window: 7
   ASSERT_GT(per_stream, 1);
 
@@ -129,7 +145,9 @@ TEST(ServiceFlowControlTest, SlowConsumerHoldsWorkersAtTheBudget) {
   ServiceStepSource::FlowStats f = source->flow_stats();
   EXPECT_EQ(f.window_bytes, window);
   EXPECT_EQ(f.held_bytes, 2 * per_stream * kStepCost);
-  EXPECT_EQ(f.held_bytes + f.outstanding_bytes, kBudget);  // initial credit: the whole budget
+  // Initial credit: the whole budget but the byte kept for a raise.
+  EXPECT_EQ(f.held_bytes + f.outstanding_bytes, 2 * window);
+  EXPECT_EQ(2 * window, kBudget - 2);
   EXPECT_LE(f.peak_bytes, kBudget);
   EXPECT_EQ(f.credit_grants, 0);  // nothing consumed, nothing granted back
   // The workers' side: they have written exactly the steps the consumer holds (the frames in
@@ -149,16 +167,92 @@ TEST(ServiceFlowControlTest, SlowConsumerHoldsWorkersAtTheBudget) {
   EXPECT_LT(f.credit_grants, kSteps / 2);
 }
 
-// Steps larger than a stream's window (4 KiB steps, 1 KiB budget over two streams) still flow,
-// one at a time per stream, in order.
+// Steps larger than the window (4 KiB steps, 1 KiB budget over two streams) still flow, in
+// order, one at a time: the consumer never holds more than one of them.
 TEST(ServiceFlowControlTest, StepsLargerThanTheWindowStillFlow) {
   Cluster cluster(2);
   constexpr int64_t kBudget = 1024;
   std::unique_ptr<ServiceStepSource> source = OpenSource(cluster, kBudget);
   ASSERT_NE(source, nullptr);
-  EXPECT_EQ(ReadAll(source.get(), /*budget_bound=*/2 * kStepCost + kBudget), kSteps);
+  EXPECT_EQ(ReadAll(source.get(), BudgetBound(kBudget, 2)), kSteps);
   EXPECT_EQ(source->flow_stats().steps_received, kSteps);
+  EXPECT_LT(BudgetBound(kBudget, 2), kBudget + kStepCost);
 }
+
+// Whether every worker's task has a step buffered for consumer 0 (its producer ran ahead).
+bool EveryTaskHasAStep(Cluster& cluster) {
+  for (int w = 0; w < cluster.num_workers(); ++w) {
+    const auto runners = cluster.worker(w)->TaskRunners();
+    if (runners.empty()) return false;
+    for (const auto& runner : runners) {
+      if (!runner->buffer()->ReadyWithin(/*consumer=*/0, StepLimits{})) return false;
+    }
+  }
+  return true;
+}
+
+// One budget, 1 or 64 workers (one DATA task each): a consumer that reads nothing at first
+// holds no more than its budget, then reads every step once, in order, never holding more than
+// the budget plus one step's excess over a window. With 64 workers the window (1023 bytes) is
+// smaller than a step (4160 bytes): the consumer's one receive budget bounds what all of its
+// streams hold together, however many they are (before the raise, each of the 64 streams took
+// a step larger than its window: four times the budget).
+class ServiceFlowControlWorkersTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ServiceFlowControlWorkersTest, ConsumerStaysWithinItsBudget) {
+  const int workers = GetParam();
+  Cluster cluster(workers, absl::Seconds(10), /*buffer_bytes=*/size_t{64} << 10);
+  constexpr int64_t kBudget = 64 << 10;
+  std::unique_ptr<ServiceStepSource> source = OpenSource(cluster, kBudget);
+  ASSERT_NE(source, nullptr);
+  const int64_t window = WindowOf(kBudget, workers);
+  const int64_t bound = BudgetBound(kBudget, workers);
+  // Whole steps that fit a window (1 worker: 15; 64 workers: none, the steps wait for reads).
+  const int64_t per_stream = window / kStepCost;
+  ASSERT_EQ(per_stream, workers == 1 ? 15 : 0);
+
+  // Reading nothing: once every worker has a step ready, they have sent what their credit
+  // allows and stopped.
+  for (int i = 0; i < 60000 && !EveryTaskHasAStep(cluster); ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_TRUE(EveryTaskHasAStep(cluster));
+  ASSERT_TRUE(source->WaitForFlowStats(
+      [&](const ServiceStepSource::FlowStats& f) {
+        return f.steps_received >= workers * per_stream;
+      },
+      kStuck));
+  // A worker counts a frame once its write completes, possibly after it arrived: bounded wait
+  // for the two counts to meet.
+  for (int i = 0; i < 10000 && StepsDelivered(cluster) != source->flow_stats().steps_received;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ServiceStepSource::FlowStats f = source->flow_stats();
+  EXPECT_EQ(f.window_bytes, window);
+  EXPECT_EQ(f.steps_received, workers * per_stream);
+  EXPECT_EQ(StepsDelivered(cluster), f.steps_received);
+  EXPECT_LE(f.held_bytes, kBudget);
+  EXPECT_LE(f.held_bytes + f.outstanding_bytes, kBudget);
+  EXPECT_LE(f.peak_bytes, kBudget);
+
+  // Reading everything: each step once, in order, within the bound, which does not grow with
+  // the number of workers (less than one step over the budget).
+  EXPECT_EQ(ReadAll(source.get(), bound), kSteps);
+  f = source->flow_stats();
+  EXPECT_EQ(f.steps_received, kSteps);
+  EXPECT_LE(f.peak_bytes, bound);
+  EXPECT_LT(bound, kBudget + kStepCost);
+  std::vector<Element> replicas;
+  bool end = false;
+  ASSERT_TRUE(source->GetNextStep(&replicas, &end).ok());
+  EXPECT_TRUE(end);
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, ServiceFlowControlWorkersTest, ::testing::Values(1, 64),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat(info.param);
+                         });
 
 }  // namespace
 }  // namespace sluice
