@@ -92,6 +92,8 @@ struct ServiceStepSourceOptions {
   // the first such step; longer: fewer raises (one CreditGrant each) when the caller outruns
   // its workers.
   absl::Duration raise_credit_after = absl::Milliseconds(1);
+  // Where received frames are decoded into. Empty: one pool of reused host buffers shared by
+  // all of this consumer's streams, keeping at most min(16 MiB, receive_budget_bytes / 4) idle.
   TensorAllocator allocator;
   // Ask workers for compact frame headers (StreamRequest.compact_headers, core/rpc/step_frame.h):
   // only the dimensions per_replica_spec leaves open travel with each step. false: full

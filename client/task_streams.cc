@@ -51,10 +51,23 @@ std::shared_ptr<const CompactSpec> CompactSpecFor(const ServiceStepSourceOptions
   return std::make_shared<const CompactSpec>(std::move(spec));
 }
 
+// The options with an allocator: without one, every call of this consumer shares one pool of
+// idle receive buffers (at most kDefaultIdleHostBytes, and at most a quarter of the receive
+// budget), so that the memory they keep does not grow with the number of workers (a pool per
+// call kept up to 16 MiB for each of them).
+ServiceStepSourceOptions WithSharedAllocator(ServiceStepSourceOptions options) {
+  if (!options.allocator) {
+    const size_t quarter_budget =
+        static_cast<size_t>(std::max<int64_t>(options.receive_budget_bytes / 4, 0));
+    options.allocator = PooledHostAllocator(std::min(kDefaultIdleHostBytes, quarter_budget));
+  }
+  return options;
+}
+
 }  // namespace
 
 TaskStreams::TaskStreams(ServiceStepSourceOptions options)
-    : options_(std::move(options)),
+    : options_(WithSharedAllocator(std::move(options))),
       compact_spec_(CompactSpecFor(options_)),
       consumer_id_(RandomConsumerId()),
       random_(options_.random ? options_.random : EntropyRandomSource()) {
