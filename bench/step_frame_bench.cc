@@ -8,9 +8,9 @@
 #include <time.h>
 
 #include <cstdio>
-#include <cstring>
 #include <string>
 
+#include "bench/bench_flags.h"
 #include "absl/strings/numbers.h"
 #include "core/rpc/step_frame.h"
 
@@ -21,14 +21,6 @@ double ThreadSeconds() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-std::string Flag(int argc, char** argv, const std::string& name, const std::string& def) {
-  const std::string prefix = "--" + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return argv[i] + prefix.size();
-  }
-  return def;
 }
 
 int Main(int argc, char** argv) {
