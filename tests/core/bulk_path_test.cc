@@ -344,7 +344,7 @@ TEST(BulkPathTest, RangeBlocksStopAtMaxAndAtTheEnd) {
 // Random Examples with 'image' (bytes), 'label' (int64, sometimes missing: the default) and
 // 'score' (2 floats; sometimes 3, an element error), and now and then bytes that are no Example.
 std::string RandomRecord(std::mt19937_64& rng) {
-  if (In(rng, 0, 30) == 0) return std::string("\xff\xff\xff not an Example", 20);
+  if (In(rng, 0, 30) == 0) return "\xff\xff\xff not an Example";  // 18 bytes
   proto::Example ex;
   auto& f = *ex.mutable_features()->mutable_feature();
   std::string image(static_cast<size_t>(In(rng, 0, 40)), '\0');
