@@ -33,13 +33,11 @@ absl::Status Coordinator::CollectFinishedJobsLocked() {
   std::vector<int64_t> expired;
   if (!finished_synced_) {
     // Jobs the state has finished but this coordinator did not see finish (after a restart,
-    // or a state reloaded from the journal) count from now. Every job that finishes later
-    // is stamped where it finishes, so this walk over every job happens once, not on every
-    // request.
+    // or a state reloaded from the journal) count from now (so a TTL of zero or less expires
+    // them below). Every job that finishes later is stamped where it finishes, so this walk
+    // over every job happens once, not on every request.
     for (const auto& [id, job] : state_.jobs()) {
-      if (!job.finished || finished_at_.contains(id)) continue;
-      finished_at_[id] = now;
-      if (options_.finished_job_ttl <= absl::ZeroDuration()) expired.push_back(id);
+      if (job.finished && !finished_at_.contains(id)) finished_at_[id] = now;
     }
     finished_synced_ = true;
   }
@@ -51,10 +49,7 @@ absl::Status Coordinator::CollectFinishedJobsLocked() {
       finished_at_.erase(it++);
       continue;
     }
-    if (now - it->second >= options_.finished_job_ttl &&
-        std::find(expired.begin(), expired.end(), it->first) == expired.end()) {
-      expired.push_back(it->first);
-    }
+    if (now - it->second >= options_.finished_job_ttl) expired.push_back(it->first);
     ++it;
   }
   std::sort(expired.begin(), expired.end());  // removed in id order, as the walk over jobs did
