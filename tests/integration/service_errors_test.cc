@@ -327,9 +327,10 @@ TEST(ServiceMemoryLimitTest, AJobOverTheWorkersMemoryLimitFailsAndEveryWorkerKee
       {"from_tensors([1]).repeat().batch(1000000000)",
        "op 2 (batch): a batch of 1000000000 elements needs more than the memory limit of one "
        "element, 67108864 bytes (--max_element_bytes)"},
-      {"range(4).map(one_hot(100000000000))", "one_hot(100000000000): an output of 1 x "
-                                              "100000000000 values needs more than the memory "
-                                              "limit of one element, 67108864 bytes"},
+      {"range(4).map(one_hot(100000000000))",
+       "one_hot(100000000000) (int64 []): the one-hot output: a float32 tensor of shape "
+       "[100000000000] (400000000256 bytes) needs more than the memory limit of one element, "
+       "67108864 bytes"},
       {"range(10000000).shuffle(10000000, seed=1).batch(2)",
        " of the process's memory limit of 268435456 bytes are in use (--memory_limit)"},
   };

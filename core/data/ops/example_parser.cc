@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data/op_iterator.h"
+#include "core/data/shape_limits.h"
 #include "core/tensor/proto_convert.h"
 #include "core/format/python_literal.h"
 #include "core/data/spec_inference.h"
@@ -427,7 +428,12 @@ absl::StatusOr<Element> ExampleParser::ParseBatch(
     if (features_[f].var_len) {
       var[f].resize(static_cast<size_t>(batch));
     } else {
-      dense[f] = Tensor::Allocate(features_[f].dtype, features_[f].shape.Prepend(batch));
+      // The shape is the client's FixedLenFeature: checked before it is allocated.
+      const Shape shape = features_[f].shape.Prepend(batch);
+      RETURN_IF_ERROR(CheckAllocation(absl::StrCat("parse_example: feature '", features_[f].key,
+                                                   "'"),
+                                      features_[f].dtype, shape.dims()));
+      dense[f] = Tensor::Allocate(features_[f].dtype, shape);
     }
   }
   std::vector<std::optional<absl::string_view>> found(features_.size());

@@ -19,6 +19,8 @@
 //    expected type: float"
 //   "Name: <unknown>, Feature: label (data type: int64) is required but could not be found."
 //   "Could not parse example input at index 2" (bytes that are not an Example).
+// A batch whose FIXED_LEN output would pass the element limit (core/data/shape_limits.h) is
+// RESOURCE_EXHAUSTED naming the feature, checked before it is allocated.
 // Any input bytes are safe: the wire parser is bounds-checked (fuzzed by
 // tests/fuzz/example_parser_fuzz.cc).
 //

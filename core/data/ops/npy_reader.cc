@@ -15,6 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/data/op_iterator.h"
+#include "core/data/shape_limits.h"
 #include "core/format/python_literal.h"
 #include "core/io/file_system.h"
 #include "core/io/input_stream.h"
@@ -202,8 +203,11 @@ class NpyIterator : public OpIterator {
                                       " bytes but the file has ", size));
   }
 
-  // A remote file (no mmap): its first `need` bytes read into host memory.
+  // A remote file (no mmap): its first `need` bytes read into host memory. The header's size
+  // is the file's word: the file's real size is checked before the buffer is allocated.
   absl::Status ReadWhole(const std::string& file, uint64_t need) {
+    ASSIGN_OR_RETURN(const FileStat stat, StatFile(file));
+    if (stat.size < need) return Truncated(file, need, stat.size);
     ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> f, OpenRandomAccessFile(file));
     std::shared_ptr<TensorBuffer> buffer = TensorBuffer::AllocateHost(need);
     ASSIGN_OR_RETURN(const size_t got,
@@ -309,6 +313,12 @@ absl::StatusOr<NpyHeader> ReadNpyHeader(const std::string& file) {
   if (dims.empty()) {
     return BadFile(file, "holds a 0-d array (a single value); npy_dataset needs an array with "
                          "rows");
+  }
+  // The data's byte count must fit in int64: a wrapped product would pass the file-size check.
+  std::vector<int64_t> byte_dims = dims;
+  byte_dims.push_back(static_cast<int64_t>(DTypeSize(h.dtype)));
+  if (absl::Status s = CheckedNumElements(byte_dims, "the header's shape").status(); !s.ok()) {
+    return BadFile(file, s.message());
   }
   h.shape = Shape(std::move(dims));
   h.data_offset = prefix_len + header_len;

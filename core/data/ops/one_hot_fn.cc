@@ -1,6 +1,5 @@
 // one_hot(depth, on_value=1, off_value=0, dtype=tf.float32) for map(): the function
 // (core/data/map_fns.h has the semantics) and its registration (core/data/op_registry.h).
-#include <limits>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -10,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data/map_fns.h"
-#include "core/data/memory_budget.h"
+#include "core/data/shape_limits.h"
 #include "core/data/op_expression.h"
 #include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
@@ -44,14 +43,9 @@ class OneHotFn : public ComponentFn {
   absl::StatusOr<Element> Apply(const Tensor& input) const override {
     RETURN_IF_ERROR(Check(input.dtype()));
     const int64_t n = input.num_elements();
-    const int64_t values = n > 0 && depth_ > std::numeric_limits<int64_t>::max() / n
-                               ? std::numeric_limits<int64_t>::max()
-                               : n * depth_;
-    RETURN_IF_ERROR(ProcessMemoryBudget().CheckElement(
-        AllocationFootprint(dtype_, values), Describe(),
-        absl::StrCat("an output of ", n, " x ", depth_, " values")));
     std::vector<int64_t> dims = input.shape().dims();
     dims.push_back(depth_);
+    RETURN_IF_ERROR(CheckAllocation("the one-hot output", dtype_, dims));
     Tensor out = Tensor::Allocate(dtype_, Shape(std::move(dims)));
     VisitNumericDType(input.dtype(), [&](auto in_tag) {
       using I = typename decltype(in_tag)::type;

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/data/memory_budget.h"
 #include "core/data/op_iterator.h"
+#include "core/data/shape_limits.h"
 #include "core/tensor/proto_convert.h"
 #include "core/util/status_macros.h"
 #include "proto/dataset.pb.h"
@@ -245,18 +245,16 @@ class PaddedBatchIterator : public OpIterator {
         target[d] = p.dims(d);
       }
     }
-    int64_t out_elements = static_cast<int64_t>(col.size());
-    for (int64_t d : target) {
-      if (d != 0 && out_elements > std::numeric_limits<int64_t>::max() / d) {
-        out_elements = std::numeric_limits<int64_t>::max();
-        break;
-      }
-      out_elements *= d;
-    }
-    RETURN_IF_ERROR(held->GrowElement(
-        AllocationFootprint(dtype, out_elements),
-        absl::StrCat("component ", index, " padded to ", TfShapeString(Shape(target)), " for ",
-                     col.size(), " elements")));
+    // The padded shapes are the client's: an impossible size is INVALID_ARGUMENT, one over the
+    // element limit RESOURCE_EXHAUSTED, both before anything is allocated.
+    const std::string describe = absl::StrCat("component ", index, " padded to ",
+                                              TfShapeString(Shape(target)), " for ", col.size(),
+                                              " elements");
+    std::vector<int64_t> out_dims = target;
+    out_dims.insert(out_dims.begin(), static_cast<int64_t>(col.size()));
+    absl::StatusOr<int64_t> out_elements = CheckedNumElements(out_dims, describe);
+    if (!out_elements.ok()) return InvalidArgument(out_elements.status().message());
+    RETURN_IF_ERROR(held->GrowElement(AllocationFootprint(dtype, *out_elements), describe));
     Shape out_shape = Shape(target).Prepend(static_cast<int64_t>(col.size()));
     Tensor out = Tensor::Allocate(dtype, out_shape);
     const int64_t per_element = Shape(target).num_elements();

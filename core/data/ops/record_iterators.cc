@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "core/io/fixed_length_record_reader.h"
 #include "core/data/ops/interleave_iterator.h"
 #include "core/data/op_iterator.h"
+#include "core/data/shape_limits.h"
 #include "core/util/status_macros.h"
 #include "core/io/tfrecord_reader.h"
 
@@ -264,6 +266,18 @@ class FailingIterator : public Iterator {
   const absl::Status s_;
 };
 
+// The buffer sizes a client chose for a reader (its buffer_size, a record's record_bytes),
+// against the element limit before a byte of them is allocated: RESOURCE_EXHAUSTED naming the
+// argument, or OK.
+absl::Status CheckClientBufferSizes(
+    const std::string& label, std::initializer_list<std::pair<const char*, int64_t>> sizes) {
+  for (const auto& [name, bytes] : sizes) {
+    RETURN_IF_ERROR(
+        CheckAllocation(absl::StrCat(label, ": ", name, "=", bytes), DType::kUInt8, {bytes}));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateTFRecordSource(const proto::TFRecordSource& source) {
@@ -323,6 +337,10 @@ std::unique_ptr<Iterator> NewTFRecordIterator(std::string label, proto::TFRecord
     return std::make_unique<FailingIterator>(
         absl::InvalidArgumentError(absl::StrCat(label, ": ", valid.message())));
   }
+  if (absl::Status fits = CheckClientBufferSizes(label, {{"buffer_size", source.buffer_size()}});
+      !fits.ok()) {
+    return std::make_unique<FailingIterator>(fits);
+  }
   Compression c = *ParseCompressionType(source.compression_type());
   auto format = std::make_unique<TFRecordFormat>(c, static_cast<size_t>(source.buffer_size()),
                                                  index_options);
@@ -360,6 +378,11 @@ std::unique_ptr<Iterator> NewFixedLengthRecordIterator(std::string label,
   if (!valid.ok()) {
     return std::make_unique<FailingIterator>(
         absl::InvalidArgumentError(absl::StrCat(label, ": ", valid.message())));
+  }
+  if (absl::Status fits = CheckClientBufferSizes(label, {{"record_bytes", source.record_bytes()},
+                                                         {"buffer_size", source.buffer_size()}});
+      !fits.ok()) {
+    return std::make_unique<FailingIterator>(fits);
   }
   FixedLengthRecordOptions o;
   o.record_bytes = source.record_bytes();

@@ -11,6 +11,7 @@
 #include "core/data/op_expression.h"
 #include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
+#include "core/data/shape_limits.h"
 #include "core/format/python_literal.h"
 #include "core/tensor/dtype_dispatch.h"
 #include "core/util/status_macros.h"
@@ -55,19 +56,28 @@ class ReshapeFn : public ComponentFn {
       }
     }
     if (unknown > 1) return Invalid("reshape: only one dimension can be -1");
-    return absl::OkStatus();
+    return KnownProduct(KnownDims(shape)).status();
   }
 
  private:
+  static std::vector<int64_t> KnownDims(const std::vector<int64_t>& shape) {
+    std::vector<int64_t> known;
+    for (int64_t d : shape) {
+      if (d != -1) known.push_back(d);
+    }
+    return known;
+  }
+  // The product of the known dimensions; INVALID_ARGUMENT when it overflows int64 (a wrapped
+  // product could match the input's count and give a tensor whose shape lies about its size).
+  static absl::StatusOr<int64_t> KnownProduct(const std::vector<int64_t>& known) {
+    return CheckedNumElements(known, "reshape");
+  }
+
   absl::StatusOr<Shape> Resolve(int64_t n) const {
-    int64_t known = 1;
+    ASSIGN_OR_RETURN(const int64_t known, KnownProduct(KnownDims(shape_)));
     int unknown_at = -1;
     for (size_t i = 0; i < shape_.size(); ++i) {
-      if (shape_[i] == -1) {
-        unknown_at = static_cast<int>(i);
-      } else {
-        known *= shape_[i];
-      }
+      if (shape_[i] == -1) unknown_at = static_cast<int>(i);
     }
     std::vector<int64_t> dims = shape_;
     if (unknown_at >= 0) {
