@@ -13,6 +13,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/data/shape_limits.h"
 #include "core/tensor/dtype_dispatch.h"
 #include "core/format/python_literal.h"
 #include "core/util/crc32c.h"
@@ -84,6 +85,22 @@ Tensor Window(const Tensor& in, int64_t y0, int64_t x0, int64_t c0, int64_t h, i
 // ---------------------------------------------------------------------------------------------
 // decode_image
 
+// What an image header claims, checked before a byte is decoded: INVALID_ARGUMENT over
+// kMaxImagePixels, RESOURCE_EXHAUSTED when the decoded tensor (`channels` bytes a pixel) would
+// pass the element limit. Both dimensions come from 16- or 32-bit header fields, so the
+// product cannot overflow.
+absl::Status CheckImageHeader(absl::string_view format, int64_t width, int64_t height,
+                              int64_t channels) {
+  if (width * height > kMaxImagePixels) {
+    return Invalid(absl::StrCat("the ", format, " header claims ", width, " x ", height,
+                                " pixels (width x height: ", width * height,
+                                "), more than the limit of ", kMaxImagePixels,
+                                " pixels per image"));
+  }
+  return CheckAllocation(absl::StrCat("the decoded ", format), DType::kUInt8,
+                         {height, width, channels});
+}
+
 class DecodeImageFn : public ComponentFn {
  public:
   explicit DecodeImageFn(int64_t channels) : channels_(channels) {}
@@ -143,6 +160,7 @@ class DecodeImageFn : public ComponentFn {
     if (c != 1 && c != 3) {
       return Invalid(absl::StrCat("a JPEG decodes to 1 or 3 channels, not ", c));
     }
+    RETURN_IF_ERROR(CheckImageHeader("JPEG", width, height, c));
     Tensor out = Tensor::Allocate(DType::kUInt8, Shape({height, width, c}));
     if (tjDecompress2(handle.h, src, bytes.size(), out.mutable_data<uint8_t>(), width, 0, height,
                       c == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_FASTDCT) != 0) {
@@ -171,16 +189,24 @@ class DecodeImageFn : public ComponentFn {
       return Invalid("16-bit PNGs are not supported (decode_image gives uint8)");
     }
     const int native = (color ? 3 : 1) + (alpha ? 1 : 0);
+    const int64_t c = channels_ == 0 ? native : channels_;
+    if (c == 1 && color) {
+      png_image_free(&image);
+      return Invalid("PNG color to gray (channels=1) is not supported");
+    }
+    const int64_t h = image.height, w = image.width;
+    // The file's pixels and the output are both held: the larger of the two layouts counts.
+    if (absl::Status s = CheckImageHeader("PNG", w, h, std::max<int64_t>(native, c)); !s.ok()) {
+      png_image_free(&image);
+      return s;
+    }
     // Read in the file's own layout (no conversion by libpng: no compositing, no gamma), then
     // adapt the channels as TF's decode_png does.
     image.format = (color ? PNG_FORMAT_FLAG_COLOR : 0) | (alpha ? PNG_FORMAT_FLAG_ALPHA : 0);
-    const int64_t h = image.height, w = image.width;
     std::vector<uint8_t> pixels(static_cast<size_t>(h * w * native));
     if (!png_image_finish_read(&image, nullptr, pixels.data(), 0, nullptr)) {
       return Invalid(absl::StrCat("corrupt PNG: ", image.message));
     }
-    const int64_t c = channels_ == 0 ? native : channels_;
-    if (c == 1 && color) return Invalid("PNG color to gray (channels=1) is not supported");
     // The alpha TF adds where the file has none is (1 << bit depth) - 1 of the file's IHDR
     // (png_set_add_alpha with the original depth): 255 for 8-bit images, 15 for a 16-color
     // palette. Mirrored so that the pixels are TF's.
@@ -230,6 +256,7 @@ class ResizeFn : public ComponentFn {
     const int64_t in_h = input.shape().dim(0), in_w = input.shape().dim(1);
     const int64_t c = input.shape().dim(2);
     if (in_h == 0 || in_w == 0) return Invalid("cannot resize an empty image");
+    RETURN_IF_ERROR(CheckAllocation("the resized image", DType::kFloat32, {height_, width_, c}));
     // TF's image_resizer_state: scale = in / out as float; half-pixel centers.
     const float y_scale = static_cast<float>(in_h) / static_cast<float>(height_);
     const float x_scale = static_cast<float>(in_w) / static_cast<float>(width_);
@@ -408,6 +435,7 @@ absl::StatusOr<std::unique_ptr<ComponentFn>> MakeImageComponentFn(const proto::I
         return Invalid(absl::StrCat("resize: size must be positive, got [", r.height(), ", ",
                                     r.width(), "]"));
       }
+      RETURN_IF_ERROR(CheckedNumElements({r.height(), r.width()}, "resize").status());
       return std::unique_ptr<ComponentFn>(new ResizeFn(r.height(), r.width()));
     }
     case proto::ImageFn::kRandomCrop: {

@@ -25,10 +25,21 @@
 // Errors are INVALID_ARGUMENT naming the fn: bytes that are neither JPEG nor PNG, corrupt
 // image data (libjpeg/libpng's message), a rank other than 3, a window larger than the image.
 //
+// Limits, checked before anything is decoded or allocated (per image, not per pixel):
+//  - decode_image: an image whose header claims more than kMaxImagePixels pixels (width x
+//    height) is INVALID_ARGUMENT naming the format and both dimensions ("the PNG header claims
+//    60000 x 60000 pixels ..."), whatever the channels. (TF refuses JPEG inputs of 2^29 bytes or
+//    more; Sluice limits what the header promises instead, which is what decoding allocates.)
+//  - decode_image and resize: a decoded or resized tensor over the element limit
+//    (core/data/memory_budget.h, --max_element_bytes) is RESOURCE_EXHAUSTED naming the shape
+//    and its bytes (core/data/shape_limits.h); a resize size whose product overflows is
+//    INVALID_ARGUMENT when the pipeline is built.
+//
 // Thread safety: the ComponentFns are immutable; Apply may run on many threads.
 #ifndef SLUICE_CORE_IMAGE_OPS_H_
 #define SLUICE_CORE_IMAGE_OPS_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -37,6 +48,10 @@
 #include "proto/dataset.pb.h"
 
 namespace sluice {
+
+// The most pixels (width x height) decode_image accepts: 2^28, e.g. 16384 x 16384, a 768 MiB
+// RGB tensor; the largest photographs and scans are well below it.
+inline constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
 
 // INVALID_ARGUMENT for bad arguments (channels not in {0, 1, 3, 4}, sizes < 1, a fraction
 // outside (0, 1]).
