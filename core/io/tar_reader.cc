@@ -1,5 +1,6 @@
 #include "core/io/tar_reader.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -12,6 +13,7 @@ namespace sluice {
 namespace {
 
 constexpr size_t kBlock = 512;
+constexpr uint64_t kMaxTarSizeField = uint64_t{1} << 62;
 
 // A NUL- or space-terminated octal field; base-256 (GNU) when the high bit of the first byte is
 // set.
@@ -94,6 +96,7 @@ absl::Status TarReader::SkipRest() {
 }
 
 absl::Status TarReader::Next(TarMember* member) {
+  // What the metadata entries read so far say about the next entry; used up by that entry.
   std::string long_name;
   uint64_t pax_size = 0;
   bool has_pax_size = false;
@@ -124,20 +127,33 @@ absl::Status TarReader::Next(TarMember* member) {
           absl::StrCat("corrupt tar header at byte offset ", header_at, " of ", name(),
                        " (bad size field)"));
     }
-    if (has_pax_size) size = pax_size;
+    const char type = h[156];
+    const bool metadata = type == 'L' || type == 'K' || type == 'x' || type == 'g';
+    if (!metadata && has_pax_size) size = pax_size;
+    // Positions stay far from wrapping (a size near 2^64 would make the skip go backwards).
+    if (size > kMaxTarSizeField) {
+      return absl::DataLossError(
+          absl::StrCat("corrupt tar header at byte offset ", header_at, " of ", name(),
+                       " (size ", size, " is over 2^62)"));
+    }
     std::string entry_name = Field(h, 100);
     if (std::memcmp(h + 257, "ustar", 5) == 0) {
       const std::string prefix = Field(h + 345, 155);
       if (!prefix.empty()) entry_name = absl::StrCat(prefix, "/", entry_name);
     }
-    if (!long_name.empty()) entry_name = long_name;
-    const char type = h[156];
     data_left_ = size;
     padding_ = (kBlock - size % kBlock) % kBlock;
-    current_ = entry_name;
-    if (type == 'L' || type == 'x') {  // GNU long name / pax header for the next entry
+    if (metadata) {
+      current_ = absl::StrCat("(", std::string(1, type), " header)");
+      if (type == 'K' || type == 'g') continue;  // read past (SkipRest), not applied
+      if (size > kMaxTarMetadataBytes) {
+        return absl::DataLossError(absl::StrCat(
+            "corrupt tar header at byte offset ", header_at, " of ", name(), " (a ",
+            type == 'L' ? "GNU long-name" : "pax", " header of ", size, " bytes; at most ",
+            kMaxTarMetadataBytes, ")"));
+      }
       std::string data;
-      RETURN_IF_ERROR(ReadData(&data));
+      RETURN_IF_ERROR(ReadChunked(&data));
       if (type == 'L') {
         long_name = Field(data.data(), data.size());
       } else {
@@ -145,6 +161,11 @@ absl::Status TarReader::Next(TarMember* member) {
       }
       continue;
     }
+    if (!long_name.empty()) entry_name = long_name;
+    current_ = entry_name;
+    // This entry uses up what the metadata said, whether it is returned or passed over.
+    long_name.clear();
+    has_pax_size = false;
     if (type != '0' && type != '\0' && type != '7') continue;  // not a regular file
     member->name = std::move(entry_name);
     member->size = size;
@@ -153,17 +174,28 @@ absl::Status TarReader::Next(TarMember* member) {
   }
 }
 
-absl::Status TarReader::ReadData(std::string* out) {
-  constexpr uint64_t kMaxMemberBytes = uint64_t{1} << 31;
-  if (data_left_ > kMaxMemberBytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("tar member '", current_, "' of ", name(), " at byte offset ", pos_,
-                     " claims ", data_left_, " bytes; members over 2 GiB are not read"));
+absl::Status TarReader::ReadChunked(std::string* out) {
+  // Grown as bytes arrive: the header's size is a claim, what the stream holds is the fact.
+  constexpr uint64_t kChunk = uint64_t{1} << 20;
+  out->clear();
+  while (data_left_ > 0) {
+    const size_t n = static_cast<size_t>(std::min(data_left_, kChunk));
+    const size_t at = out->size();
+    out->resize(at + n);
+    RETURN_IF_ERROR(ReadExact(out->data() + at, n, nullptr));
+    data_left_ -= n;
   }
-  out->resize(static_cast<size_t>(data_left_));
-  RETURN_IF_ERROR(ReadExact(out->data(), out->size(), nullptr));
-  data_left_ = 0;
   return absl::OkStatus();
+}
+
+absl::Status TarReader::ReadData(std::string* out) {
+  if (data_left_ > options_.max_member_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "tar member '", current_, "' of ", name(), " at byte offset ", pos_, " claims ",
+        data_left_, " bytes, more than the limit of ", options_.max_member_bytes,
+        " bytes for one member"));
+  }
+  return ReadChunked(out);
 }
 
 }  // namespace sluice

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/data/memory_budget.h"
 #include "core/data/op_iterator.h"
 #include "core/format/python_literal.h"
 #include "core/util/status_macros.h"
@@ -34,12 +35,19 @@ struct Sample {
   std::vector<std::string> seen;              // every field name, for errors
 };
 
+// A member is one field of one element: the element limit bounds what one member may hold.
+TarReaderOptions MemberLimit() {
+  TarReaderOptions o;
+  o.max_member_bytes = static_cast<uint64_t>(ProcessMemoryBudget().limits().element_bytes);
+  return o;
+}
+
 // Samples of one shard.
 class SampleReader {
  public:
   // `wanted`: the fields to read (all of them when empty).
   SampleReader(std::unique_ptr<InputStream> in, std::set<std::string> wanted)
-      : tar_(std::move(in)), wanted_(std::move(wanted)) {}
+      : tar_(std::move(in), MemberLimit()), wanted_(std::move(wanted)) {}
 
   // The next sample; OUT_OF_RANGE after the last.
   absl::Status Next(Sample* out) {
