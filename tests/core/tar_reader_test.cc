@@ -4,18 +4,15 @@
 // the next file).
 #include "core/io/tar_reader.h"
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "core/io/input_stream.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/core/crafted_tar.h"
 
 namespace sluice {
 namespace {
@@ -24,48 +21,16 @@ using ::testing::HasSubstr;
 
 constexpr char kArchive[] = "crafted.tar";
 
-// One 512-byte ustar header. Sizes of 8 GiB and more are written base-256 (GNU).
+using crafted::kTarEnd;
+using crafted::PaxRecord;
+
 std::string Header(const std::string& name, char type, uint64_t size) {
-  std::string h(512, '\0');
-  std::memcpy(h.data(), name.data(), std::min<size_t>(name.size(), 100));
-  std::snprintf(&h[100], 8, "%07o", 0644);
-  std::snprintf(&h[108], 8, "%07o", 0);
-  std::snprintf(&h[116], 8, "%07o", 0);
-  if (size < (uint64_t{1} << 33)) {
-    std::snprintf(&h[124], 12, "%011llo", static_cast<unsigned long long>(size));
-  } else {
-    h[124] = static_cast<char>(0x80);
-    for (int i = 0; i < 8; ++i) h[135 - i] = static_cast<char>(size >> (8 * i));
-  }
-  std::snprintf(&h[136], 12, "%011o", 0);
-  h[156] = type;
-  std::memcpy(&h[257], "ustar\0" "00", 8);
-  std::memset(&h[148], ' ', 8);
-  unsigned sum = 0;
-  for (unsigned char c : h) sum += c;
-  std::snprintf(&h[148], 8, "%06o", sum);
-  h[155] = ' ';
-  return h;
+  return crafted::TarHeader(name, type, size);
 }
-
-// `data` padded to whole blocks.
-std::string Blocks(const std::string& data) {
-  return data + std::string((512 - data.size() % 512) % 512, '\0');
-}
-
+std::string Blocks(const std::string& data) { return crafted::TarBlocks(data); }
 std::string Entry(const std::string& name, char type, const std::string& data) {
-  return Header(name, type, data.size()) + Blocks(data);
+  return crafted::TarEntry(name, type, data);
 }
-
-// "LEN key=value\n", LEN counting itself.
-std::string PaxRecord(const std::string& key, const std::string& value) {
-  const size_t base = key.size() + value.size() + 3;
-  size_t len = base + 1;
-  while (std::to_string(len).size() + base != len) len = std::to_string(len).size() + base;
-  return absl::StrCat(len, " ", key, "=", value, "\n");
-}
-
-const std::string kEnd(1024, '\0');
 
 TarReader Reader(const std::string& bytes, TarReaderOptions options = {}) {
   return TarReader(NewStringStream(kArchive, bytes), options);
@@ -91,7 +56,7 @@ using Files = std::vector<std::pair<std::string, std::string>>;
 
 TEST(TarReaderTest, ReadsRegularFilesAndPassesOverTheRest) {
   auto files = ReadAll(Entry("a.txt", '0', "hello") + Entry("dir/", '5', "") +
-                       Entry("link", '2', "") + Entry("b.txt", '\0', "world!") + kEnd);
+                       Entry("link", '2', "") + Entry("b.txt", '\0', "world!") + kTarEnd);
   ASSERT_TRUE(files.ok()) << files.status();
   EXPECT_EQ(*files, (Files{{"a.txt", "hello"}, {"b.txt", "world!"}}));
 }
@@ -117,7 +82,7 @@ TEST(TarReaderTest, AMemberClaimingMoreThanTheArchiveHoldsIsDataLossNotAnAllocat
 
 TEST(TarReaderTest, AMemberOverTheLimitIsResourceExhaustedBeforeItIsRead) {
   TarReader tar = Reader(Entry("a.bin", '0', std::string(3000, 'a')) +
-                             Entry("b.bin", '0', "small") + kEnd,
+                             Entry("b.bin", '0', "small") + kTarEnd,
                          {.max_member_bytes = 2048});
   TarMember m;
   ASSERT_TRUE(tar.Next(&m).ok());
@@ -144,29 +109,29 @@ TEST(TarReaderTest, LongNamesAndPaxHeadersOfSkippedEntriesDoNotNameTheNextFile) 
   const Case cases[] = {
       {"GNU long name, directory",
        Entry("././@LongLink", 'L', long_dir) + Entry("ddd/", '5', "") +
-           Entry("b.txt", '0', "b") + kEnd,
+           Entry("b.txt", '0', "b") + kTarEnd,
        {{"b.txt", "b"}}},
       {"pax path, directory",
        Entry("PaxHeaders/d", 'x', PaxRecord("path", long_dir)) + Entry("ddd/", '5', "") +
-           Entry("b.txt", '0', "b") + kEnd,
+           Entry("b.txt", '0', "b") + kTarEnd,
        {{"b.txt", "b"}}},
       {"pax path and linkpath, symlink",
        Entry("PaxHeaders/l", 'x', PaxRecord("path", "l") + PaxRecord("linkpath", "target")) +
-           Entry("l", '2', "") + Entry("c.txt", '0', "cc") + kEnd,
+           Entry("l", '2', "") + Entry("c.txt", '0', "cc") + kTarEnd,
        {{"c.txt", "cc"}}},
       {"pax global header (not applied)",
        Entry("pax_global_header", 'g', PaxRecord("path", "global")) +
-           Entry("d.txt", '0', "d") + Entry("e.txt", '0', "e") + kEnd,
+           Entry("d.txt", '0', "d") + Entry("e.txt", '0', "e") + kTarEnd,
        {{"d.txt", "d"}, {"e.txt", "e"}}},
       {"GNU long link name",
        Entry("././@LongLink", 'K', std::string(150, 't')) + Entry("l", '2', "") +
-           Entry("f.txt", '0', "f") + kEnd,
+           Entry("f.txt", '0', "f") + kTarEnd,
        {{"f.txt", "f"}}},
       // What the headers are for still works: they name (and size) the entry right after.
       {"long name and pax of a file",
        Entry("././@LongLink", 'L', long_dir + "x.txt") + Entry("x.txt", '0', "x") +
            Entry("PaxHeaders/y", 'x', PaxRecord("path", "pax/y.txt") + PaxRecord("size", "3")) +
-           Header("y.txt", '0', 0) + Blocks("yyy") + Entry("z.txt", '0', "z") + kEnd,
+           Header("y.txt", '0', 0) + Blocks("yyy") + Entry("z.txt", '0', "z") + kTarEnd,
        {{long_dir + "x.txt", "x"}, {"pax/y.txt", "yyy"}, {"z.txt", "z"}}},
   };
   for (const Case& c : cases) {
@@ -180,7 +145,7 @@ TEST(TarReaderTest, LongNamesAndPaxHeadersOfSkippedEntriesDoNotNameTheNextFile) 
 TEST(TarReaderTest, ImpossibleHeadersAreDataLossNamingTheOffset) {
   {
     // A size near 2^64 would make the skip wrap backwards (and the reader loop).
-    auto files = ReadAll(Entry("a", '0', "a") + Header("huge", '0', ~uint64_t{0} >> 1) + kEnd);
+    auto files = ReadAll(Entry("a", '0', "a") + Header("huge", '0', ~uint64_t{0} >> 1) + kTarEnd);
     EXPECT_EQ(files.status().code(), absl::StatusCode::kDataLoss) << files.status();
     EXPECT_THAT(std::string(files.status().message()),
                 HasSubstr("corrupt tar header at byte offset 1024 of crafted.tar"));

@@ -17,11 +17,13 @@
 #include "core/data/distribute/auto_shard.h"
 #include "sluice/dataset.h"
 #include "core/io/file_system.h"
+#include "core/data/memory_budget.h"
 #include "core/data/spec_inference.h"
 #include "gtest/gtest.h"
 #include "tests/core/iterator_test_util.h"
 #include "tests/core/memory_file_system.h"
 #include "tests/core/record_test_util.h"
+#include "tests/core/crafted_tar.h"
 
 namespace sluice {
 namespace {
@@ -170,6 +172,39 @@ TEST(WebDatasetTest, CorruptTruncatedAndNonArchivesAreDataLoss) {
     EXPECT_TRUE(absl::StrContains(got.status().message(), c.file)) << got.status();
     EXPECT_TRUE(absl::StrContains(got.status().message(), c.says)) << got.status();
   }
+}
+
+// Member headers are claims (issue 25): over the element limit a wanted member is
+// RESOURCE_EXHAUSTED before it is read; under it, a claim the shard does not hold is DATA_LOSS
+// where the shard ends, not an allocation of the claim.
+TEST(WebDatasetTest, AMemberHeaderClaimingMoreThanTheShardHoldsIsNeverAllocated) {
+  const MemoryLimits saved = ProcessMemoryBudget().limits();
+  ProcessMemoryBudget().SetLimits({.process_bytes = int64_t{256} << 20, .element_bytes = 4 << 20});
+  TempDir dir;
+  WriteWholeFile(dir.File("over.tar"), crafted::TarEntry("s/n1.cls", '0', "1") +
+                                           crafted::TarHeader("s/n1.jpg", '0', uint64_t{1} << 31) +
+                                           std::string(100, 'x'));
+  WriteWholeFile(dir.File("short.tar"), crafted::TarEntry("s/n1.cls", '0', "1") +
+                                            crafted::TarHeader("s/n1.jpg", '0', 1 << 20) +
+                                            std::string(100, 'x'));
+  absl::StatusOr<std::vector<Element>> got =
+      RunExpr(absl::StrCat("webdataset_dataset('", dir.File("over.tar"), "')"));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(),
+                                "tar member 's/n1.jpg' of " + dir.File("over.tar") +
+                                    " at byte offset 1536 claims 2147483648 bytes, more than "
+                                    "the limit of 4194304 bytes"))
+      << got.status();
+  got = RunExpr(absl::StrCat("webdataset_dataset('", dir.File("short.tar"), "')"));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "it ends at byte 1636, inside member "
+                                                        "'s/n1.jpg'"))
+      << got.status();
+  // A field not asked for is skipped, whatever it claims.
+  got = RunExpr(absl::StrCat("webdataset_dataset('", dir.File("over.tar"), "', keys=['cls'])"));
+  EXPECT_FALSE(got.ok());
+  EXPECT_NE(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
+  ProcessMemoryBudget().SetLimits(saved);
 }
 
 TEST(WebDatasetTest, BadArguments) {

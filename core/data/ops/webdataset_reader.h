@@ -11,7 +11,9 @@
 // is INVALID_ARGUMENT naming the shard, the sample and what it has. Shards are read in order,
 // streamed through the file system of their URL (core/io/file_system.h: local, s3://, gs://,
 // http(s)://), never extracted. Each file is a shard for sharding (FILE, the `filenames` field).
-// Errors of the archive itself are core/io/tar_reader.h's (DATA_LOSS with shard and offset).
+// Errors of the archive itself are core/io/tar_reader.h's (DATA_LOSS with shard and offset); a
+// wanted member whose header claims more than the element limit (--max_element_bytes) is
+// RESOURCE_EXHAUSTED naming it, before it is read.
 //
 // Thread safety: the Iterator contract.
 #ifndef SLUICE_CORE_WEBDATASET_READER_H_
