@@ -12,8 +12,7 @@ std::string DimsString(absl::Span<const int64_t> dims) {
   return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
 }
 
-absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> dims,
-                                           absl::string_view what) {
+absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> dims, absl::string_view what) {
   for (int64_t d : dims) {
     if (d < 0) {
       return absl::InvalidArgumentError(
@@ -30,8 +29,8 @@ absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> dims,
       continue;
     }
     if (n > std::numeric_limits<int64_t>::max() / d) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": shape ", DimsString(dims), " has more elements than fit in int64"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": shape ", DimsString(dims), " has more elements than fit in int64"));
     }
     n *= d;
   }
@@ -47,10 +46,9 @@ absl::Status CheckAllocation(absl::string_view what, DType dtype, absl::Span<con
                                                    " tensor of shape ", DimsString(dims),
                                                    " has more bytes than fit in int64"));
   }
-  return budget.CheckElement(
-      bytes, what,
-      absl::StrCat("a ", DTypeName(dtype), " tensor of shape ", DimsString(dims), " (", bytes,
-                   " bytes)"));
+  return budget.CheckElement(bytes, what,
+                             absl::StrCat("a ", DTypeName(dtype), " tensor of shape ",
+                                          DimsString(dims), " (", bytes, " bytes)"));
 }
 
 }  // namespace sluice

@@ -38,8 +38,7 @@ std::string DimsString(absl::Span<const int64_t> dims);
 // The product of `dims` (1 for none). INVALID_ARGUMENT naming `what` and the shape when a
 // dimension is negative or the product of the non-zero ones overflows int64 (so that code
 // multiplying the dimensions in any order stays defined).
-absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> dims,
-                                           absl::string_view what);
+absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> dims, absl::string_view what);
 
 // Before allocating a tensor of `dtype` and `dims` (or any buffer of that many values) for one
 // element: OK, INVALID_ARGUMENT as CheckedNumElements, or RESOURCE_EXHAUSTED when its footprint

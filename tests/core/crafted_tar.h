@@ -32,7 +32,8 @@ inline std::string TarHeader(const std::string& name, char type, uint64_t size) 
   }
   std::snprintf(&h[136], 12, "%011o", 0);
   h[156] = type;
-  std::memcpy(&h[257], "ustar\0" "00", 8);
+  const char magic[8] = {'u', 's', 't', 'a', 'r', '\0', '0', '0'};  // ustar, version 00
+  std::memcpy(&h[257], magic, sizeof(magic));
   std::memset(&h[148], ' ', 8);
   unsigned sum = 0;
   for (unsigned char c : h) sum += c;

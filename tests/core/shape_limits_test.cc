@@ -16,10 +16,10 @@
 #include "core/data/executor.h"
 #include "core/data/memory_budget.h"
 #include "core/data/ops/image_ops.h"
+#include "core/util/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sluice/dataset.h"
-#include "core/util/status_macros.h"
 #include "tests/core/crafted_images.h"
 #include "tests/core/record_test_util.h"
 
@@ -101,7 +101,8 @@ TEST(ClientShapesTest, ResizeOneHotPaddedBatchAndParseExampleAreCheckedBeforeAll
        {"resize([200000, 200000])",
         "the resized image: a float32 tensor of shape [200000, 200000, 3] (480000000256 bytes)"}},
       {"from_tensors([[[1, 2, 3]]]).map(resize([4611686018427387904, 4]))",
-       absl::StatusCode::kInvalidArgument, {"resize: shape [4611686018427387904, 4] has more"}},
+       absl::StatusCode::kInvalidArgument,
+       {"resize: shape [4611686018427387904, 4] has more"}},
       {"range(4).map(one_hot(100000000000))",
        absl::StatusCode::kResourceExhausted,
        {"one_hot(100000000000) (int64 []): the one-hot output: a float32 tensor of shape "
@@ -111,8 +112,9 @@ TEST(ClientShapesTest, ResizeOneHotPaddedBatchAndParseExampleAreCheckedBeforeAll
        {"one_hot(4611686018427387904)", "has more elements than fit in int64"}},
       {"from_tensor_slices([[1], [2]]).padded_batch(2, padded_shapes=[4611686018427387904])",
        absl::StatusCode::kInvalidArgument,
-       {"padded_batch", "component 0 padded to [4611686018427387904] for 2 elements: shape [2, "
-                        "4611686018427387904] has more elements than fit in int64"}},
+       {"padded_batch",
+        "component 0 padded to [4611686018427387904] for 2 elements: shape [2, "
+        "4611686018427387904] has more elements than fit in int64"}},
       {"from_tensors(b'').map(parse_example({'x': FixedLenFeature([1048576, 1048576], "
        "tf.float32)}))",
        absl::StatusCode::kResourceExhausted,
@@ -145,14 +147,16 @@ TEST(ClientShapesTest, ReaderBufferSizesAreCheckedAgainstTheElementLimit) {
   ScopedProcessLimits limits({.process_bytes = int64_t{256} << 20, .element_bytes = 4 << 20});
   record_test::TempDir dir;
   record_test::WriteWholeFile(dir.File("r.bin"), std::string(64, 'x'));
-  absl::Status s = RunPipeline(absl::StrCat("fixed_length_record_dataset('", dir.File("r.bin"),
-                                    "', 1000000000000)"));
+  absl::Status s = RunPipeline(
+      absl::StrCat("fixed_length_record_dataset('", dir.File("r.bin"), "', 1000000000000)"));
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("record_bytes=1000000000000"));
-  s = RunPipeline(absl::StrCat("tf_record_dataset('", dir.File("r.bin"), "', buffer_size=1000000000000)"));
+  s = RunPipeline(
+      absl::StrCat("tf_record_dataset('", dir.File("r.bin"), "', buffer_size=1000000000000)"));
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("buffer_size=1000000000000"));
-  EXPECT_TRUE(RunPipeline(absl::StrCat("fixed_length_record_dataset('", dir.File("r.bin"), "', 8)")).ok());
+  EXPECT_TRUE(
+      RunPipeline(absl::StrCat("fixed_length_record_dataset('", dir.File("r.bin"), "', 8)")).ok());
 }
 
 // The header's pixel count is refused before decoding, for every spelling of the op.
@@ -172,30 +176,31 @@ TEST(ImageLimitsTest, AHeaderClaimingMoreThanThePixelLimitIsInvalidArgumentBefor
       absl::Status s = RunPipeline(pipeline);
       EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
       EXPECT_THAT(std::string(s.message()), HasSubstr("decode_image("));
-      EXPECT_THAT(std::string(s.message()), HasSubstr(absl::StrCat("the ", c.format,
-                                                                   " header claims ")));
+      EXPECT_THAT(std::string(s.message()),
+                  HasSubstr(absl::StrCat("the ", c.format, " header claims ")));
       EXPECT_THAT(std::string(s.message()),
                   HasSubstr(absl::StrCat("more than the limit of ", kMaxImagePixels)));
     }
   }
-  absl::Status s = RunPipeline(absl::StrCat("from_tensors(",
-                                    crafted::PythonBytesLiteral(crafted::CraftedPng(60000, 60000)),
-                                    ").map(decode_image())"));
+  absl::Status s = RunPipeline(
+      absl::StrCat("from_tensors(", crafted::PythonBytesLiteral(crafted::CraftedPng(60000, 60000)),
+                   ").map(decode_image())"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("60000 x 60000 pixels"));
 }
 
 TEST(ImageLimitsTest, AnImageUnderThePixelLimitButOverTheElementLimitIsResourceExhausted) {
   ScopedProcessLimits limits({.process_bytes = int64_t{256} << 20, .element_bytes = 4 << 20});
-  for (const std::string& bytes : {crafted::CraftedPng(8000, 8000), crafted::CraftedJpeg(8000, 8000)}) {
-    absl::Status s = RunPipeline(absl::StrCat("from_tensors(", crafted::PythonBytesLiteral(bytes),
-                                      ").map(decode_image())"));
+  for (const std::string& bytes :
+       {crafted::CraftedPng(8000, 8000), crafted::CraftedJpeg(8000, 8000)}) {
+    absl::Status s = RunPipeline(
+        absl::StrCat("from_tensors(", crafted::PythonBytesLiteral(bytes), ").map(decode_image())"));
     EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr("a uint8 tensor of shape [8000, 8000, 3]"));
   }
   // Small claims get as far as the data: which is missing, so the decoder's own error.
-  absl::Status s = RunPipeline(absl::StrCat(
-      "from_tensors(", crafted::PythonBytesLiteral(crafted::CraftedPng(16, 16)),
-      ").map(decode_image())"));
+  absl::Status s = RunPipeline(
+      absl::StrCat("from_tensors(", crafted::PythonBytesLiteral(crafted::CraftedPng(16, 16)),
+                   ").map(decode_image())"));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("corrupt PNG"));
 }

@@ -81,9 +81,9 @@ TEST(TarReaderTest, AMemberClaimingMoreThanTheArchiveHoldsIsDataLossNotAnAllocat
 }
 
 TEST(TarReaderTest, AMemberOverTheLimitIsResourceExhaustedBeforeItIsRead) {
-  TarReader tar = Reader(Entry("a.bin", '0', std::string(3000, 'a')) +
-                             Entry("b.bin", '0', "small") + kTarEnd,
-                         {.max_member_bytes = 2048});
+  TarReader tar =
+      Reader(Entry("a.bin", '0', std::string(3000, 'a')) + Entry("b.bin", '0', "small") + kTarEnd,
+             {.max_member_bytes = 2048});
   TarMember m;
   ASSERT_TRUE(tar.Next(&m).ok());
   std::string data;
@@ -108,8 +108,8 @@ TEST(TarReaderTest, LongNamesAndPaxHeadersOfSkippedEntriesDoNotNameTheNextFile) 
   };
   const Case cases[] = {
       {"GNU long name, directory",
-       Entry("././@LongLink", 'L', long_dir) + Entry("ddd/", '5', "") +
-           Entry("b.txt", '0', "b") + kTarEnd,
+       Entry("././@LongLink", 'L', long_dir) + Entry("ddd/", '5', "") + Entry("b.txt", '0', "b") +
+           kTarEnd,
        {{"b.txt", "b"}}},
       {"pax path, directory",
        Entry("PaxHeaders/d", 'x', PaxRecord("path", long_dir)) + Entry("ddd/", '5', "") +
@@ -120,8 +120,8 @@ TEST(TarReaderTest, LongNamesAndPaxHeadersOfSkippedEntriesDoNotNameTheNextFile) 
            Entry("l", '2', "") + Entry("c.txt", '0', "cc") + kTarEnd,
        {{"c.txt", "cc"}}},
       {"pax global header (not applied)",
-       Entry("pax_global_header", 'g', PaxRecord("path", "global")) +
-           Entry("d.txt", '0', "d") + Entry("e.txt", '0', "e") + kTarEnd,
+       Entry("pax_global_header", 'g', PaxRecord("path", "global")) + Entry("d.txt", '0', "d") +
+           Entry("e.txt", '0', "e") + kTarEnd,
        {{"d.txt", "d"}, {"e.txt", "e"}}},
       {"GNU long link name",
        Entry("././@LongLink", 'K', std::string(150, 't')) + Entry("l", '2', "") +

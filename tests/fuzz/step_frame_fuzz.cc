@@ -24,12 +24,12 @@ using sluice::Shape;
 using sluice::Tensor;
 
 const std::shared_ptr<const sluice::CompactSpec>& Spec() {
-  static const auto* const spec = new std::shared_ptr<const sluice::CompactSpec>(
-      std::make_shared<const sluice::CompactSpec>(sluice::CompactSpec::FromElementSpec(
-          sluice::ElementSpec::Tuple({sluice::ElementSpec(sluice::TensorSpec{
-                                          DType::kInt32, Shape({sluice::kUnknownDim})}),
-                                      sluice::ElementSpec(sluice::TensorSpec{
-                                          DType::kString, Shape({sluice::kUnknownDim})})}))));
+  static const auto* const spec =
+      new std::shared_ptr<const sluice::CompactSpec>(std::make_shared<const sluice::CompactSpec>(
+          sluice::CompactSpec::FromElementSpec(sluice::ElementSpec::Tuple(
+              {sluice::ElementSpec(sluice::TensorSpec{DType::kInt32, Shape({sluice::kUnknownDim})}),
+               sluice::ElementSpec(
+                   sluice::TensorSpec{DType::kString, Shape({sluice::kUnknownDim})})}))));
   return *spec;
 }
 
@@ -47,13 +47,13 @@ std::string Flatten(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
   if (!buffer.Dump(&slices).ok()) std::abort();
   std::string out;
-  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
   return out;
 }
 
 void ExpectDecodeError(const absl::Status& s) {
-  if (s.ok() || absl::IsDataLoss(s) || absl::IsInvalidArgument(s) ||
-      absl::IsResourceExhausted(s)) {
+  if (s.ok() || absl::IsDataLoss(s) || absl::IsInvalidArgument(s) || absl::IsResourceExhausted(s)) {
     return;
   }
   std::abort();

@@ -28,8 +28,7 @@ struct BadPipeline {
 
 std::vector<BadPipeline> BadPipelines() {
   return {
-      {absl::StrCat("from_tensors(",
-                    crafted::PythonBytesLiteral(crafted::CraftedPng(60000, 60000)),
+      {absl::StrCat("from_tensors(", crafted::PythonBytesLiteral(crafted::CraftedPng(60000, 60000)),
                     ").map(decode_image())"),
        "the PNG header claims 60000 x 60000 pixels (width x height: 3600000000), more than the "
        "limit of 268435456 pixels per image"},
@@ -46,8 +45,8 @@ std::vector<BadPipeline> BadPipelines() {
 TEST(ServiceLimitsTest, InProcessTheErrorNamesTheOpAndTheSize) {
   for (const BadPipeline& bad : BadPipelines()) {
     SCOPED_TRACE(bad.pipeline.substr(0, 60));
-    auto r = RunSluicectl({"run", "--pipeline=" + bad.pipeline, "--max_element_bytes=256MiB",
-                           "--memory_limit=1GiB"});
+    auto r = RunSluicectl(
+        {"run", "--pipeline=" + bad.pipeline, "--max_element_bytes=256MiB", "--memory_limit=1GiB"});
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->exit_code, 1) << r->Describe();
     EXPECT_THAT(r->stderr_text, HasSubstr(bad.message));
@@ -62,8 +61,8 @@ TEST(ServiceLimitsTest, ThroughTwoWorkersEveryWorkerStaysAliveAndTheNextJobIsSer
   for (size_t i = 0; i < bad.size(); ++i) {
     SCOPED_TRACE(bad[i].pipeline.substr(0, 60));
     auto r = RunSluicectl({"run", "--coordinator=" + c.coordinator(), absl::StrCat("--job=bad", i),
-                           "--pipeline=" + bad[i].pipeline, "--devices=CPU:0,CPU:1",
-                           "--steps=1", "--retry_deadline=30s"});
+                           "--pipeline=" + bad[i].pipeline, "--devices=CPU:0,CPU:1", "--steps=1",
+                           "--retry_deadline=30s"});
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_NE(r->exit_code, 0) << r->stdout_text;
     EXPECT_THAT(r->stderr_text, HasSubstr(bad[i].message)) << c.Logs();
