@@ -159,6 +159,23 @@ TEST(ClientShapesTest, ReaderBufferSizesAreCheckedAgainstTheElementLimit) {
       RunPipeline(absl::StrCat("fixed_length_record_dataset('", dir.File("r.bin"), "', 8)")).ok());
 }
 
+// An .npy header's shape is the file's word: one whose byte count wraps in int64 used to pass
+// the file-size check (rows x row bytes wrapped to a small number).
+TEST(ClientShapesTest, AnNpyHeaderWhoseByteCountOverflowsIsInvalid) {
+  record_test::TempDir dir;
+  std::string header =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }";
+  header += std::string(63 - (10 + header.size()) % 64, ' ') + "\n";
+  const std::string bytes = std::string("\x93NUMPY\x01\x00", 8) +
+                            static_cast<char>(header.size() & 0xFF) +
+                            static_cast<char>(header.size() >> 8) + header + std::string(64, '\0');
+  record_test::WriteWholeFile(dir.File("a.npy"), bytes);
+  absl::Status s = RunPipeline(absl::StrCat("npy_dataset('", dir.File("a.npy"), "')"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("the header's shape: shape [4611686018427387904, 4, 4] has more elements"));
+}
+
 // The header's pixel count is refused before decoding, for every spelling of the op.
 TEST(ImageLimitsTest, AHeaderClaimingMoreThanThePixelLimitIsInvalidArgumentBeforeDecoding) {
   struct Case {
