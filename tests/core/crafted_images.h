@@ -51,18 +51,20 @@ inline std::string CraftedPng(uint32_t width, uint32_t height, char color_type =
 
 // A baseline JPEG whose SOF0 claims `width` x `height` pixels of 3 components (4:4:4), with a
 // quantization table and a start of scan but no entropy-coded data to speak of.
-inline std::string CraftedJpeg(uint16_t width, uint16_t height) {
+// `progressive`: SOF2, whose first scan is the DC scan.
+inline std::string CraftedJpeg(uint16_t width, uint16_t height, bool progressive = false) {
   std::string out("\xFF\xD8", 2);                 // SOI
   out += std::string("\xFF\xDB\x00\x43\x00", 5);  // DQT, table 0
   out += std::string(64, '\x01');
-  out += std::string("\xFF\xC0\x00\x11\x08", 5);  // SOF0, 8-bit
+  out += std::string(progressive ? "\xFF\xC2\x00\x11\x08" : "\xFF\xC0\x00\x11\x08", 5);
   out.push_back(static_cast<char>(height >> 8));
   out.push_back(static_cast<char>(height & 0xFF));
   out.push_back(static_cast<char>(width >> 8));
   out.push_back(static_cast<char>(width & 0xFF));
   out += std::string("\x03\x01\x11\x00\x02\x11\x00\x03\x11\x00", 10);
-  out += std::string("\xFF\xDA\x00\x0C\x03\x01\x00\x02\x00\x03\x00\x00\x3F\x00", 14);  // SOS
-  out += std::string("\x00\x00\x00\x00\xFF\xD9", 6);  // a few bytes, EOI
+  out += std::string("\xFF\xDA\x00\x0C\x03\x01\x00\x02\x00\x03\x00\x00", 12);    // SOS
+  out += progressive ? std::string("\x00\x00", 2) : std::string("\x3F\x00", 2);  // Se, Ah/Al
+  out += std::string("\x00\x00\x00\x00\xFF\xD9", 6);                             // a few bytes, EOI
   return out;
 }
 

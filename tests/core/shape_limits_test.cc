@@ -222,5 +222,24 @@ TEST(ImageLimitsTest, AnImageUnderThePixelLimitButOverTheElementLimitIsResourceE
   EXPECT_THAT(std::string(s.message()), HasSubstr("corrupt PNG"));
 }
 
+// A progressive JPEG holds every DCT coefficient while decoding, 2 bytes a pixel and component
+// beside the output: checked too.
+TEST(ImageLimitsTest, AProgressiveJpegsCoefficientsAreCheckedAgainstTheElementLimit) {
+  ScopedProcessLimits limits({.process_bytes = int64_t{1} << 30, .element_bytes = 64 << 20});
+  absl::Status s = RunPipeline(absl::StrCat(
+      "from_tensors(", crafted::PythonBytesLiteral(crafted::CraftedJpeg(4000, 4000, true)),
+      ").map(decode_image())"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("the JPEG's DCT coefficients (a multi-scan JPEG holds them all while "
+                        "decoding): a int16 tensor of shape [4000, 4000, 3]"));
+  // The same image baseline decodes row by row: its 48 MB output fits (what libjpeg makes of
+  // the missing data is its own affair).
+  s = RunPipeline(absl::StrCat("from_tensors(",
+                               crafted::PythonBytesLiteral(crafted::CraftedJpeg(4000, 4000)),
+                               ").map(decode_image())"));
+  EXPECT_NE(s.code(), absl::StatusCode::kResourceExhausted) << s;
+}
+
 }  // namespace
 }  // namespace sluice

@@ -85,6 +85,42 @@ Tensor Window(const Tensor& in, int64_t y0, int64_t x0, int64_t c0, int64_t h, i
 // ---------------------------------------------------------------------------------------------
 // decode_image
 
+// How many components' DCT coefficients libjpeg keeps for the whole image while decoding `bytes`
+// (2 bytes a pixel and component): those of the frame for a progressive JPEG or one whose first
+// scan lacks a component, else 0 (it decodes row by row). Found by walking the markers up to the
+// first scan, a few dozen bytes; bytes that are not well-formed markers give 0 and are left to
+// libjpeg to judge.
+int JpegBufferedComponents(const std::string& bytes) {
+  auto byte = [&bytes](size_t i) { return static_cast<unsigned char>(bytes[i]); };
+  bool progressive = false;
+  int components = 0;
+  size_t i = 2;  // after SOI
+  // Each segment moves i forward by at least 2, so the walk ends.
+  while (i + 4 <= bytes.size()) {
+    if (byte(i) != 0xFF) return 0;
+    const unsigned char marker = byte(i + 1);
+    if (marker == 0xFF) {  // fill byte
+      ++i;
+      continue;
+    }
+    const size_t length = size_t{byte(i + 2)} << 8 | byte(i + 3);
+    if (length < 2) return 0;
+    const bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 &&
+                     marker != 0xCC;
+    if (sof && i + 9 < bytes.size()) {
+      progressive = marker == 0xC2 || marker == 0xC6 || marker == 0xCA || marker == 0xCE;
+      components = byte(i + 9);
+    }
+    if (marker == 0xDA) {  // the first scan
+      if (i + 4 >= bytes.size()) return 0;
+      const int in_scan = byte(i + 4);
+      return progressive || in_scan < components ? components : 0;
+    }
+    i += 2 + length;
+  }
+  return 0;
+}
+
 // What an image header claims, checked before a byte is decoded: INVALID_ARGUMENT over
 // kMaxImagePixels, RESOURCE_EXHAUSTED when the decoded tensor (`channels` bytes a pixel) would
 // pass the element limit. Both dimensions come from 16- or 32-bit header fields, so the
@@ -161,6 +197,11 @@ class DecodeImageFn : public ComponentFn {
       return Invalid(absl::StrCat("a JPEG decodes to 1 or 3 channels, not ", c));
     }
     RETURN_IF_ERROR(CheckImageHeader("JPEG", width, height, c));
+    if (const int components = JpegBufferedComponents(bytes); components > 0) {
+      RETURN_IF_ERROR(CheckAllocation("the JPEG's DCT coefficients (a multi-scan JPEG holds them "
+                                      "all while decoding)",
+                                      DType::kInt16, {height, width, components}));
+    }
     Tensor out = Tensor::Allocate(DType::kUInt8, Shape({height, width, c}));
     if (tjDecompress2(handle.h, src, bytes.size(), out.mutable_data<uint8_t>(), width, 0, height,
                       c == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_FASTDCT) != 0) {

@@ -30,7 +30,9 @@
 //    height) is INVALID_ARGUMENT naming the format and both dimensions ("the PNG header claims
 //    60000 x 60000 pixels ..."), whatever the channels. (TF refuses JPEG inputs of 2^29 bytes or
 //    more; Sluice limits what the header promises instead, which is what decoding allocates.)
-//  - decode_image and resize: a decoded or resized tensor over the element limit
+//  - decode_image and resize: a decoded or resized tensor over the element limit, or the DCT
+//    coefficients a progressive (multi-scan) JPEG keeps while decoding (2 bytes a pixel and
+//    component), over the element limit
 //    (core/data/memory_budget.h, --max_element_bytes) is RESOURCE_EXHAUSTED naming the shape
 //    and its bytes (core/data/shape_limits.h); a resize size whose product overflows is
 //    INVALID_ARGUMENT when the pipeline is built.
