@@ -18,6 +18,8 @@
 #include "absl/strings/match.h"
 #include "core/data/data_roots.h"
 #include "core/io/local_file_system.h"
+#include "core/io/record_index.h"
+#include "core/io/tfrecord_writer.h"
 #include "gtest/gtest.h"
 #include "tests/core/record_test_util.h"
 
@@ -163,6 +165,31 @@ INSTANTIATE_TEST_SUITE_P(Methods, ConfinedOpenTest,
                          [](const ::testing::TestParamInfo<BeneathMethod>& info) {
                            return info.param == BeneathMethod::kOpenat2 ? "Openat2" : "Walk";
                          });
+
+// Record index caches live where the server puts them (--index_cache_dir, $TMPDIR), outside the
+// data roots when the data is read-only: confinement must not turn every load into a rebuild.
+TEST(ConfinedIndexCacheTest, AnIndexCacheOutsideTheRootsStillServes) {
+  record_test::TempDir dir;
+  char real[PATH_MAX];
+  ASSERT_NE(::realpath(dir.path().c_str(), real), nullptr);
+  const std::string root = std::string(real) + "/root";
+  const std::string cache = std::string(real) + "/cache";
+  std::filesystem::create_directories(root);
+  std::string bytes;
+  for (const char* r : {"a", "bb", "ccc"}) AppendTFRecord(r, &bytes);
+  record_test::WriteWholeFile(root + "/a.tfrecord", bytes);
+  SetProcessLocalConfinement({.confined = true, .roots = {root}, .method = BeneathMethod::kAuto});
+  RecordIndexOptions o;
+  o.cache_dir = cache;
+  bool built = false;
+  absl::StatusOr<RecordIndex> first = RecordIndex::LoadOrBuild(root + "/a.tfrecord", o, &built);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(built);
+  absl::StatusOr<RecordIndex> second = RecordIndex::LoadOrBuild(root + "/a.tfrecord", o, &built);
+  SetProcessLocalConfinement({});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(built) << "the cached index in " << cache << " was not loaded";
+}
 
 }  // namespace
 }  // namespace sluice
