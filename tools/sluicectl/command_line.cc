@@ -172,6 +172,8 @@ void PrintUsage(std::ostream& out) {
          "Global flag: --plugin=PATH[,PATH...] loads custom-op plugins first.\n"
          "Global flag: --cluster_spec=FILE (or $SLUICE_CLUSTER, $TF_CONFIG, Slurm's environment)\n"
          "  gives --coordinator, --consumer_index, --num_consumers when not set as flags.\n"
+         "Global flag: --data_root=DIR|URL[,...] limits what pipelines run in this process read;\n"
+         "  loopback, link-local and private-network URLs need their endpoint as a root.\n"
          "Exit codes: 0 success, 1 error, 2 usage error.\n";
 }
 
