@@ -23,6 +23,7 @@
 #include "sluice/dataset.h"
 #include "tests/core/fake_host_resolver.h"
 #include "tests/core/iterator_test_util.h"
+#include "tests/core/loopback_http_server.h"
 
 namespace sluice {
 namespace {
@@ -253,6 +254,31 @@ TEST(CurlTransportTest, ConnectsOnlyToPinnedAddresses) {
   EXPECT_TRUE(absl::StrContains(got.status().message(), "127.0.0.1")) << got.status();
   EXPECT_FALSE(absl::StrContains(got.status().message(), "secret")) << got.status();
   EXPECT_FALSE(listener.HasPendingConnection());
+}
+
+// Redirects are not followed: a server that answers with a redirect to another address gets
+// its 302 back as an error, and the redirect's target sees no connection (even one a data root
+// allows: each hop would need its own check).
+TEST(CurlTransportTest, RedirectsAreNotFollowed) {
+  testing_util::LoopbackHttpServer target("secret\n");
+  ASSERT_NE(target.port(), 0);
+  testing_util::LoopbackHttpServer redirector(
+      "", absl::StrCat("HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:", target.port(),
+                       "/secret\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"));
+  ASSERT_NE(redirector.port(), 0);
+  HttpFileSystemOptions o;
+  o.access = TestPolicy(std::make_shared<FakeHostResolver>(),
+                        {absl::StrCat("http://127.0.0.1:", redirector.port()),
+                         absl::StrCat("http://127.0.0.1:", target.port())});
+  o.retry.sleep = [](absl::Duration) {};
+  std::shared_ptr<FileSystem> fs = NewHttpFileSystem(o);
+  const std::string url = absl::StrCat("http://127.0.0.1:", redirector.port(), "/data.txt");
+  absl::StatusOr<std::unique_ptr<InputStream>> in = fs->NewInputStream(url);
+  ASSERT_FALSE(in.ok());
+  EXPECT_EQ(in.status().code(), absl::StatusCode::kInvalidArgument) << in.status();
+  EXPECT_TRUE(absl::StrContains(in.status().message(), "HTTP 302")) << in.status();
+  EXPECT_GT(redirector.connections(), 0);
+  EXPECT_EQ(target.connections(), 0);
 }
 
 }  // namespace
