@@ -78,7 +78,7 @@ absl::StatusOr<int> WalkBeneath(int root_fd, const std::string& root, const std:
   if (dir.get() < 0) return FileError(errno, "open", name);
   for (size_t i = 0; i + 1 < kept.size(); ++i) {
     const int next = ::openat(dir.get(), kept[i].c_str(),
-                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                              O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (next < 0) {
       const int err = errno;
       struct stat st;
@@ -89,6 +89,11 @@ absl::StatusOr<int> WalkBeneath(int root_fd, const std::string& root, const std:
       return FileError(err, "open", name);
     }
     dir.reset(next);
+    struct stat st;
+    if (::fstat(dir.get(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      // O_PATH | O_NOFOLLOW may open a symbolic link itself rather than fail.
+      return LeadsOut(name, root, absl::StrCat("'", kept[i], "' is a symbolic link"));
+    }
   }
   int fd;
   do {
