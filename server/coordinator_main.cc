@@ -3,7 +3,7 @@
 //   sluice-coordinator --port=0 --port_file=/tmp/coord.port [--worker_timeout=10s]
 //                      [--host=127.0.0.1] [--shutdown_deadline=5s]
 //                      [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM --tls_client_auth]]
-//                      [--token_file=PATH] [--data_root=DIR[,DIR...]] [--max_request_bytes=N]
+//                      [--token_file=PATH] [--data_root=DIR|URL[,...]] [--max_request_bytes=N]
 //                      [--work_dir=/var/lib/sluice/coordinator] [--snapshot_every=1000]
 //                      [--ranges_per_worker=2] [--finished_job_ttl=5m] [--dead_worker_ttl=10m]
 //
@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "core/data/data_roots.h"
 #include "core/rpc/grpc_security.h"
 #include "core/util/logging.h"
 #include "core/obs/metrics_http_server.h"
@@ -74,8 +75,12 @@ ABSL_FLAG(std::string, token_file, "",
           "File holding the shared token every RPC must carry (authorization: Bearer); the "
           "token is never given on the command line. Empty: no token.");
 ABSL_FLAG(std::vector<std::string>, data_root, {},
-          "Comma-separated folders the coordinator may read data from; a pipeline naming a "
-          "file elsewhere is PERMISSION_DENIED. Empty: no restriction.");
+          "Comma-separated folders and URL prefixes (s3://bucket/prefix, "
+          "http://HOST:PORT/path) the coordinator may read data from; a pipeline naming a file "
+          "elsewhere is PERMISSION_DENIED, and local opens stay beneath the folders at open "
+          "time. Remote reads reach only public addresses unless an http(s) root names the "
+          "endpoint (loopback, link-local such as the cloud metadata service, private "
+          "networks). Empty: any local file, public addresses only.");
 ABSL_FLAG(int, max_request_bytes, 64 << 20, "Largest request message accepted, in bytes.");
 ABSL_FLAG(int, metrics_port, -1,
           "Serve Prometheus metrics over HTTP at /metrics on --host and this port; 0 picks a "
@@ -172,6 +177,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.security = *security;
+    if (absl::Status s = sluice::InstallProcessDataRoots(*roots); !s.ok()) {
+      std::cerr << "sluice-coordinator: " << s << std::endl;
+      return 2;
+    }
     options.data_roots = *std::move(roots);
     std::cerr << "sluice-coordinator: " << (security->tls.enabled() ? "TLS" : "plaintext")
               << (security->tls.client_auth ? " with client certificates" : "")

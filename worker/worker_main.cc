@@ -7,7 +7,7 @@
 //                 [--plugin=PATH[,PATH...]]
 //                 [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM] [--tls_client_auth]
 //                  [--tls_client_cert=PEM --tls_client_key=PEM]] [--token_file=PATH]
-//                 [--data_root=DIR[,DIR...]] [--max_request_bytes=N]
+//                 [--data_root=DIR|URL[,...]] [--max_request_bytes=N]
 //
 // Custom-op plugins are loaded only from --plugin, never because a client's pipeline names
 // one: a pipeline calling map(plugin('op')) runs only on workers started with its library.
@@ -30,6 +30,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "core/data/data_roots.h"
 #include "core/data/memory_budget.h"
 #include "core/data/plugin_loader.h"
 #include "core/obs/metrics_http_server.h"
@@ -74,8 +75,12 @@ ABSL_FLAG(std::string, token_file, "",
           "File holding the shared token every RPC must carry (authorization: Bearer); the "
           "token is never given on the command line. Empty: no token.");
 ABSL_FLAG(std::vector<std::string>, data_root, {},
-          "Comma-separated folders this worker may read data from; a pipeline naming a "
-          "file elsewhere is PERMISSION_DENIED. Empty: no restriction.");
+          "Comma-separated folders and URL prefixes (s3://bucket/prefix, "
+          "http://HOST:PORT/path) this worker may read data from; a pipeline naming a file "
+          "elsewhere is PERMISSION_DENIED, and local opens stay beneath the folders at open "
+          "time. Remote reads reach only public addresses unless an http(s) root names the "
+          "endpoint (loopback, link-local such as the cloud metadata service, private "
+          "networks). Empty: any local file, public addresses only.");
 ABSL_FLAG(int, max_request_bytes, 4 << 20, "Largest request message accepted, in bytes.");
 ABSL_FLAG(std::string, tls_client_cert, "",
           "mTLS to the coordinator: the certificate this worker presents as a client; empty: "
@@ -181,6 +186,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.security = *security;
+    if (absl::Status s = sluice::InstallProcessDataRoots(*roots); !s.ok()) {
+      std::cerr << "sluice-worker: " << s << std::endl;
+      return 2;
+    }
     options.data_roots = *std::move(roots);
     // The channel to the coordinator: TLS when this worker has TLS, verifying with --tls_ca and
     // presenting --tls_client_cert (default: the worker's own --tls_cert) for mTLS.

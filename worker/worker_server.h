@@ -82,7 +82,8 @@ struct WorkerServerOptions {
   ChannelSecurity coordinator_security;
   // Tasks whose graphs name files outside these folders fail with PERMISSION_DENIED (none: no
   // restriction); graphs over these bounds with INVALID_ARGUMENT. Checked on every graph the
-  // worker builds (ExecutorOptions::check_graph).
+  // worker builds (ExecutorOptions::check_graph). Opens and connections follow the process's
+  // roots, which main() installs (InstallProcessDataRoots), not this field.
   DataRoots data_roots;
   DatasetLimits dataset_limits;
 };

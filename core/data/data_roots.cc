@@ -12,7 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/io/confined_open.h"
 #include "core/io/file_system.h"
+#include "core/io/remote_access.h"
+#include "core/io/url.h"
 #include "core/util/status_macros.h"
 #include "proto/dataset.pb.h"
 
@@ -40,16 +43,31 @@ bool Within(const std::string& path, const std::string& root) {
                           path[root.size()] == '/');
 }
 
-// A remote URL root as a prefix ending in '/' ("s3://bucket/data" -> "s3://bucket/data/").
-std::string UrlRoot(const std::string& root) {
-  return absl::EndsWith(root, "/") ? root : absl::StrCat(root, "/");
-}
-
 bool HasDotDot(absl::string_view url) {
   for (absl::string_view c : absl::StrSplit(url, '/')) {
     if (c == "..") return true;
   }
   return false;
+}
+
+std::vector<absl::string_view> Segments(absl::string_view path) {
+  return absl::StrSplit(path, '/', absl::SkipEmpty());
+}
+
+// True when normalized `url` is `root` or below it: the same scheme, host and port, and the
+// root's path segments a prefix of the URL's.
+bool UrlWithin(const Url& url, const Url& root) {
+  if (url.scheme != root.scheme || url.host != root.host ||
+      url.EffectivePort() != root.EffectivePort()) {
+    return false;
+  }
+  const std::vector<absl::string_view> want = Segments(root.path);
+  const std::vector<absl::string_view> have = Segments(url.path);
+  if (have.size() < want.size()) return false;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (have[i] != want[i]) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -87,9 +105,22 @@ absl::StatusOr<DataRoots> DataRoots::Create(const std::vector<std::string>& root
     if (given.empty()) continue;
     if (!IsLocalPath(given)) {
       if (HasDotDot(given)) {
-        return absl::InvalidArgumentError(absl::StrCat("data root ", given, " uses '..'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("data root ", RedactUrl(given), " uses '..'"));
       }
-      out.roots_.push_back(UrlRoot(given));
+      absl::StatusOr<Url> url = NormalizeUrl(given);
+      if (!url.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("data root: ", url.status().message()));
+      }
+      if (!url->userinfo.empty() || url->has_query) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data root ", RedactUrl(given), " may not hold credentials or a query"));
+      }
+      url->path = Segments(url->path).empty()
+                      ? "/"
+                      : absl::StrCat("/", absl::StrJoin(Segments(url->path), "/"), "/");
+      out.roots_.push_back(url->ToString());
+      out.url_roots_.push_back(*std::move(url));
       continue;
     }
     const std::string root = LocalPathOf(given);
@@ -108,14 +139,19 @@ absl::StatusOr<DataRoots> DataRoots::Create(const std::vector<std::string>& root
 absl::Status DataRoots::CheckPath(const std::string& path) const {
   if (roots_.empty()) return absl::OkStatus();
   if (!IsLocalPath(path)) {
-    for (const std::string& root : roots_) {
-      if (!IsLocalPath(root) && absl::StartsWith(path, root) && !HasDotDot(path)) {
-        return absl::OkStatus();
-      }
+    absl::StatusOr<Url> url = NormalizeUrl(path);
+    if (!url.ok()) {
+      return absl::PermissionDeniedError(absl::StrCat(url.status().message(), " (data roots [",
+                                                      absl::StrJoin(roots_, ", "), "])"));
     }
+    for (const Url& root : url_roots_) {
+      if (UrlWithin(*url, root)) return absl::OkStatus();
+    }
+    const std::string named = RedactUrl(path);
+    const std::string normalized = RedactUrl(url->ToString());
     return absl::PermissionDeniedError(absl::StrCat(
-        path, " is outside the data roots [", absl::StrJoin(roots_, ", "), "]",
-        HasDotDot(path) ? " (a URL may not use '..')" : ""));
+        named, normalized != named ? absl::StrCat(" (normalized: ", normalized, ")") : "",
+        " is outside the data roots [", absl::StrJoin(roots_, ", "), "]"));
   }
   ASSIGN_OR_RETURN(std::string resolved, ResolvePath(LocalPathOf(path)));
   for (const std::string& root : roots_) {
@@ -131,10 +167,13 @@ absl::Status DataRoots::CheckPattern(const std::string& pattern) const {
   const size_t wildcard = pattern.find_first_of("*?[");
   if (wildcard == std::string::npos) return CheckPath(pattern);
   if (!IsLocalPath(pattern)) {
-    absl::Status s = HasDotDot(pattern) ? CheckPath(pattern) : CheckPath(GlobListPrefix(pattern));
+    // The folder the store lists and the whole pattern (its dot segments applied, wildcards
+    // as literal characters) must both be inside a root.
+    absl::Status s = CheckPath(GlobListPrefix(pattern));
+    if (s.ok()) s = CheckPath(pattern);
     if (!s.ok()) {
       return absl::PermissionDeniedError(
-          absl::StrCat("file pattern ", pattern, ": ", s.message()));
+          absl::StrCat("file pattern ", RedactUrl(pattern), ": ", s.message()));
     }
     return absl::OkStatus();
   }
@@ -199,6 +238,20 @@ absl::Status CheckMessage(const DataRoots& roots, const google::protobuf::Messag
 absl::Status DataRoots::CheckDataset(const proto::DatasetDef& def) const {
   if (roots_.empty()) return absl::OkStatus();
   return CheckMessage(*this, def);
+}
+
+absl::Status InstallProcessDataRoots(const DataRoots& roots) {
+  RemoteAccessOptions remote;
+  LocalConfinement local;
+  local.confined = roots.restricted();
+  for (const std::string& root : roots.roots()) {
+    (IsLocalPath(root) ? local.roots : remote.allowed).push_back(root);
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const RemoteAccessPolicy> policy,
+                   RemoteAccessPolicy::Create(std::move(remote)));
+  SetProcessRemoteAccessPolicy(std::move(policy));
+  SetProcessLocalConfinement(std::move(local));
+  return absl::OkStatus();
 }
 
 std::function<absl::Status(const proto::DatasetDef&)> GraphAdmission(DataRoots roots,

@@ -13,9 +13,17 @@
 // through the same check: ExecutorOptions::check_graph). An empty DataRoots allows everything.
 //
 // Remote URLs (s3://, gs://, http(s)://; core/io/file_system.h) are allowed only under a root given
-// as a URL prefix ("s3://bucket/datasets"), compared as text by whole path segments, and may not
-// use '..'; local roots never admit a URL, so a server restricted to local folders reads no
-// object store with its credentials.
+// as a URL prefix ("s3://bucket/datasets"). Both are normalized first (core/io/url.h: scheme and
+// host case, default ports, numeric IPv4 hosts, percent-decoding of unreserved characters, `.`,
+// `..` and empty segments; encoded slashes and backslashes refused) and compared on their parts:
+// the same scheme, host and port, and the root's path segments a prefix of the URL's, so
+// "s3://bucket/data/%2e%2e/secret" and "s3://bucket/database" are both outside
+// "s3://bucket/data". Local roots never admit a URL, so a server restricted to local folders reads
+// no object store with its credentials. Errors name URLs without userinfo or query.
+//
+// Checking a graph is not all: InstallProcessDataRoots makes the same roots hold when files are
+// opened and connections made (a symbolic link swapped in later, a name that resolves to the
+// metadata service), and makes an http(s) root the way to reach a non-public address.
 //
 // Thread safety: immutable after Create; thread-safe.
 #ifndef SLUICE_CORE_DATA_ROOTS_H_
@@ -27,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/data/dataset_limits.h"
+#include "core/io/url.h"
 #include "proto/dataset.pb.h"
 
 namespace sluice {
@@ -36,9 +45,10 @@ class DataRoots {
   // No restriction.
   DataRoots() = default;
 
-  // Roots given as folders (each resolved with realpath) or URL prefixes (kept as given).
-  // INVALID_ARGUMENT naming a local root that does not exist or is not a folder, or a URL root
-  // with '..'. An empty list: no restriction.
+  // Roots given as folders (each resolved with realpath) or URL prefixes (normalized, with a
+  // trailing '/'). INVALID_ARGUMENT naming a local root that does not exist or is not a folder,
+  // or a URL root that is malformed, uses '..', or holds userinfo or a query. An empty list: no
+  // restriction.
   static absl::StatusOr<DataRoots> Create(const std::vector<std::string>& roots);
 
   bool restricted() const { return !roots_.empty(); }
@@ -46,7 +56,8 @@ class DataRoots {
   const std::vector<std::string>& roots() const { return roots_; }
 
   // OK when `path` resolves inside a root (or there are no roots); else PERMISSION_DENIED
-  // naming the path, what it resolves to and the roots.
+  // naming the path, what it resolves to and the roots. A malformed URL is PERMISSION_DENIED
+  // too (saying what is wrong with it).
   absl::Status CheckPath(const std::string& path) const;
   // As CheckPath for the folder of a glob pattern before its first wildcard; PERMISSION_DENIED
   // too for `..` after a wildcard.
@@ -57,7 +68,17 @@ class DataRoots {
 
  private:
   std::vector<std::string> roots_;
+  std::vector<Url> url_roots_;  // the URL roots of roots_, normalized
 };
+
+// Makes `roots` hold for this process's opens and connections, not only its graphs:
+//  - local files open confined beneath the local roots (core/io/confined_open.h); with roots
+//    but no local root, no local file opens; without roots, local opens are not confined;
+//  - remote reads connect only to public addresses, and to the endpoints the http(s) roots name
+//    (core/io/remote_access.h); without roots, public addresses only.
+// Called by each server's main() with its --data_root (and by sluicectl). Never fails for
+// roots made by Create; INVALID_ARGUMENT otherwise.
+absl::Status InstallProcessDataRoots(const DataRoots& roots);
 
 // A server's check of every graph it builds (ExecutorOptions::check_graph): the bounds of
 // `limits`, then the roots.

@@ -1,6 +1,7 @@
 #include "core/io/http_client.h"
 
 #include <curl/curl.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "core/io/url.h"
 #include "core/util/backoff.h"
 
 namespace sluice {
@@ -38,6 +40,43 @@ size_t WriteHeader(char* data, size_t size, size_t count, void* user) {
   return size * count;
 }
 
+// What the socket callback checks for one request: the addresses it may connect to.
+struct SocketGuard {
+  const std::vector<IpAddress>* allowed = nullptr;
+  bool refused = false;
+  std::string refused_address;
+};
+
+// CURLOPT_OPENSOCKETFUNCTION: opens the socket only for an allowed address. Whatever curl
+// parsed or resolved, this is the last word on where a connection goes.
+curl_socket_t OpenCheckedSocket(void* user, curlsocktype /*purpose*/, curl_sockaddr* address) {
+  auto* guard = static_cast<SocketGuard*>(user);
+  absl::StatusOr<IpAddress> ip = IpAddress::FromSockaddr(&address->addr, address->addrlen);
+  bool ok = false;
+  if (ip.ok()) {
+    for (const IpAddress& a : *guard->allowed) ok |= a == *ip;
+  }
+  if (!ok) {
+    guard->refused = true;
+    guard->refused_address = ip.ok() ? ip->ToString() : "a non-IP address";
+    return CURL_SOCKET_BAD;
+  }
+  return ::socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+}
+
+// "host:port:addr,addr" for CURLOPT_RESOLVE, so that curl uses the checked addresses for a name
+// instead of resolving it again. Empty for an IP-literal host (curl resolves nothing then).
+std::string ResolveEntry(const HttpRequest& request) {
+  absl::StatusOr<Url> u = ParseUrl(request.url);
+  if (!u.ok() || IpAddress::Parse(u->host).ok()) return "";
+  std::string entry = absl::StrCat(u->host, ":", u->EffectivePort(), ":");
+  for (size_t i = 0; i < request.connect_to.size(); ++i) {
+    const IpAddress& a = request.connect_to[i];
+    absl::StrAppend(&entry, i > 0 ? "," : "", a.v6 ? "[" : "", a.ToString(), a.v6 ? "]" : "");
+  }
+  return entry;
+}
+
 class CurlHttpClient : public HttpClient {
  public:
   explicit CurlHttpClient(const CurlHttpClientOptions& options) : options_(options) {
@@ -59,6 +98,20 @@ class CurlHttpClient : public HttpClient {
     }
     // No "Expect: 100-continue" and no Accept header of curl's own.
     headers = curl_slist_append(headers, "Expect:");
+    curl_slist* resolve = nullptr;
+    SocketGuard guard;
+    guard.allowed = &request.connect_to;
+    if (!request.connect_to.empty()) {
+      if (const std::string entry = ResolveEntry(request); !entry.empty()) {
+        resolve = curl_slist_append(resolve, entry.c_str());
+        curl_easy_setopt(h, CURLOPT_RESOLVE, resolve);
+      }
+      curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, OpenCheckedSocket);
+      curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, &guard);
+    }
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_PROXY, "");
     curl_easy_setopt(h, CURLOPT_URL, request.url.c_str());
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -80,10 +133,16 @@ class CurlHttpClient : public HttpClient {
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     curl_slist_free_all(headers);
+    curl_slist_free_all(resolve);
     if (rc != CURLE_OK) {
       curl_easy_cleanup(h);  // its connection may be in any state
-      return absl::UnavailableError(
-          absl::StrCat(request.method, " ", request.url, ": ", curl_easy_strerror(rc)));
+      if (guard.refused) {
+        return absl::PermissionDeniedError(
+            absl::StrCat(request.method, " ", RedactUrl(request.url), ": refused a connection to ",
+                         guard.refused_address, " (not an address that was checked)"));
+      }
+      return absl::UnavailableError(absl::StrCat(request.method, " ", RedactUrl(request.url),
+                                                 ": ", curl_easy_strerror(rc)));
     }
     Give(h);
     response.status = static_cast<int>(status);

@@ -4,6 +4,12 @@
 // retry policy every remote read uses: transport failures, HTTP 5xx and 429 are retried with
 // jittered exponential backoff.
 //
+// The curl transport follows no redirect (a 3xx is returned as it is, so that a server cannot
+// send a worker to an address nobody checked), speaks only http and https, ignores the
+// http_proxy/https_proxy environment, and, for a request with `connect_to`, connects to those
+// addresses only (core/io/remote_access.h checks them). Errors name the URL without userinfo or
+// query (RedactUrl).
+//
 // Thread safety: HttpClient implementations are thread-safe.
 #ifndef SLUICE_CORE_HTTP_CLIENT_H_
 #define SLUICE_CORE_HTTP_CLIENT_H_
@@ -18,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/io/ip_address.h"
 
 namespace sluice {
 
@@ -26,6 +33,9 @@ struct HttpRequest {
   std::string url;
   // Sent as given (a "Host" entry replaces the one derived from the URL).
   std::vector<std::pair<std::string, std::string>> headers;
+  // When not empty: the only addresses the connection for the URL's host may go to; the host is
+  // not resolved again, and a connection to any other address fails with PERMISSION_DENIED.
+  std::vector<IpAddress> connect_to;
 };
 
 struct HttpResponse {
@@ -37,8 +47,9 @@ struct HttpResponse {
 class HttpClient {
  public:
   virtual ~HttpClient() = default;
-  // The response, whatever its HTTP status. UNAVAILABLE naming the URL when no response came
-  // (connection refused or reset, DNS, timeouts).
+  // The response, whatever its HTTP status (a redirect included). UNAVAILABLE naming the URL
+  // when no response came (connection refused or reset, DNS, timeouts); PERMISSION_DENIED when
+  // the connection would go to an address not in `connect_to`.
   virtual absl::StatusOr<HttpResponse> Send(const HttpRequest& request) = 0;
 };
 

@@ -6,23 +6,22 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <cerrno>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/confined_open.h"
 
 namespace sluice {
 namespace {
 
-absl::StatusOr<int> OpenForReading(const std::string& url) {
-  const std::string path = LocalPathOf(url);
-  int fd;
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return FileError(errno, "open", url);
+absl::StatusOr<int> OpenForReading(const LocalConfinement& confinement, const std::string& url) {
+  absl::StatusOr<int> opened = OpenConfined(confinement, url, O_RDONLY);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   struct stat st;
   if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
     ::close(fd);
@@ -92,8 +91,11 @@ class LocalRandomAccessFile : public RandomAccessFile {
 
 class LocalFileSystem : public FileSystem {
  public:
+  explicit LocalFileSystem(std::optional<LocalConfinement> confinement)
+      : confinement_(std::move(confinement)) {}
+
   absl::StatusOr<std::unique_ptr<InputStream>> NewInputStream(const std::string& url) override {
-    absl::StatusOr<int> fd = OpenForReading(url);
+    absl::StatusOr<int> fd = OpenForReading(Confinement(), url);
     if (!fd.ok()) return fd.status();
     ::posix_fadvise(*fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     return std::unique_ptr<InputStream>(new FileStream(url, *fd));
@@ -101,14 +103,19 @@ class LocalFileSystem : public FileSystem {
 
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& url) override {
-    absl::StatusOr<int> fd = OpenForReading(url);
+    absl::StatusOr<int> fd = OpenForReading(Confinement(), url);
     if (!fd.ok()) return fd.status();
     return std::unique_ptr<RandomAccessFile>(new LocalRandomAccessFile(url, *fd));
   }
 
   absl::StatusOr<FileStat> Stat(const std::string& url) override {
+    absl::StatusOr<int> fd = OpenConfined(Confinement(), url, O_PATH);
+    if (!fd.ok()) return fd.status();
     struct stat st;
-    if (::stat(LocalPathOf(url).c_str(), &st) != 0) return FileError(errno, "stat", url);
+    const int rc = ::fstat(*fd, &st);
+    const int err = errno;
+    ::close(*fd);
+    if (rc != 0) return FileError(err, "stat", url);
     FileStat out;
     out.size = static_cast<uint64_t>(st.st_size);
     out.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
@@ -132,10 +139,19 @@ class LocalFileSystem : public FileSystem {
     std::sort(matched.begin(), matched.end());
     return matched;
   }
+
+ private:
+  LocalConfinement Confinement() const {
+    return confinement_.has_value() ? *confinement_ : ProcessLocalConfinement();
+  }
+
+  const std::optional<LocalConfinement> confinement_;
 };
 
 }  // namespace
 
-std::shared_ptr<FileSystem> NewLocalFileSystem() { return std::make_shared<LocalFileSystem>(); }
+std::shared_ptr<FileSystem> NewLocalFileSystem(std::optional<LocalConfinement> confinement) {
+  return std::make_shared<LocalFileSystem>(std::move(confinement));
+}
 
 }  // namespace sluice

@@ -155,6 +155,7 @@ class ObjectStoreFileSystem : public FileSystem,
  public:
   explicit ObjectStoreFileSystem(ObjectStoreOptions options) : options_(std::move(options)) {
     if (options_.http == nullptr) options_.http = NewCurlHttpClient();
+    options_.http = NewGuardedHttpClient(std::move(options_.http), options_.access);
     if (!options_.now) options_.now = [] { return absl::Now(); };
     while (absl::EndsWith(options_.endpoint, "/")) options_.endpoint.pop_back();
   }
@@ -319,6 +320,7 @@ class HttpFileSystem : public FileSystem,
  public:
   explicit HttpFileSystem(HttpFileSystemOptions options) : options_(std::move(options)) {
     if (options_.http == nullptr) options_.http = NewCurlHttpClient();
+    options_.http = NewGuardedHttpClient(std::move(options_.http), options_.access);
   }
 
   absl::StatusOr<std::unique_ptr<InputStream>> NewInputStream(const std::string& url) override {
@@ -338,13 +340,20 @@ class HttpFileSystem : public FileSystem,
       // No length from HEAD (or no HEAD): one byte's GET says the size in Content-Range.
       ASSIGN_OR_RETURN(r, Send("GET", url, "bytes=0-0"));
     }
-    if (r.status != 200 && r.status != 206) return ResponseError(r, absl::StrCat("stat ", url));
-    return StatOfResponse(r, url);
+    if (r.status != 200 && r.status != 206) {
+      return ResponseError(r, absl::StrCat("stat ", RedactUrl(url)));
+    }
+    return StatOfResponse(r, RedactUrl(url));
   }
   absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) override {
-    if (pattern.find_first_of("*?[") != std::string::npos) {
+    // Wildcards count in the path only: '[' also brackets an IPv6 host and '?' starts a query.
+    const size_t sep = pattern.find("://");
+    const size_t path = pattern.find('/', sep == std::string::npos ? 0 : sep + 3);
+    const std::string in_path =
+        path == std::string::npos ? "" : pattern.substr(path, pattern.find('?', path) - path);
+    if (in_path.find_first_of("*[") != std::string::npos) {
       return absl::UnimplementedError(absl::StrCat(
-          "file pattern ", pattern, ": http(s) URLs cannot be listed; name the files"));
+          "file pattern ", RedactUrl(pattern), ": http(s) URLs cannot be listed; name the files"));
     }
     absl::StatusOr<FileStat> st = Stat(pattern);
     if (st.ok()) return std::vector<std::string>{pattern};
@@ -355,7 +364,7 @@ class HttpFileSystem : public FileSystem,
  private:
   std::unique_ptr<RandomAccessFile> Open(const std::string& url) {
     return std::unique_ptr<RandomAccessFile>(
-        new RangedFile(url, [self = shared_from_this(), url](const std::string& range) {
+        new RangedFile(RedactUrl(url), [self = shared_from_this(), url](const std::string& range) {
           return self->Send("GET", url, range);
         }));
   }
@@ -365,7 +374,12 @@ class HttpFileSystem : public FileSystem,
     request.method = method;
     request.url = url;
     if (!range.empty()) request.headers.emplace_back("Range", range);
-    return SendWithRetries(*options_.http, request, options_.retry);
+    absl::StatusOr<HttpResponse> r = SendWithRetries(*options_.http, request, options_.retry);
+    if (!r.ok() && !absl::StrContains(r.status().message(), RedactUrl(url))) {
+      return absl::Status(r.status().code(),
+                          absl::StrCat(RedactUrl(url), ": ", r.status().message()));
+    }
+    return r;
   }
 
   HttpFileSystemOptions options_;

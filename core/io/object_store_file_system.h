@@ -25,6 +25,11 @@
 //       https://storage.googleapis.com.
 //   Read-ahead: SLUICE_READ_AHEAD_CHUNK_BYTES (default 4 MiB), SLUICE_READ_AHEAD_PARALLEL (4).
 //
+// Every request goes through NewGuardedHttpClient (core/io/remote_access.h): an endpoint or an
+// http(s) URL whose host is loopback, link-local (cloud metadata), private or otherwise not
+// public is PERMISSION_DENIED before any connection unless the access policy allows it, and a
+// redirect is never followed. Errors name http(s) URLs without userinfo or query.
+//
 // Thread safety: thread-safe.
 #ifndef SLUICE_CORE_OBJECT_STORE_FILE_SYSTEM_H_
 #define SLUICE_CORE_OBJECT_STORE_FILE_SYSTEM_H_
@@ -39,6 +44,7 @@
 #include "core/io/file_system.h"
 #include "core/io/http_client.h"
 #include "core/io/read_ahead_stream.h"
+#include "core/io/remote_access.h"
 
 namespace sluice {
 
@@ -60,6 +66,9 @@ struct ObjectStoreOptions {
   int list_page_size = 1000;
   // The transport. Null: NewCurlHttpClient().
   std::shared_ptr<HttpClient> http;
+  // Which endpoints `http` may reach. Null: the process's policy (ProcessRemoteAccessPolicy),
+  // read at each request.
+  std::shared_ptr<const RemoteAccessPolicy> access;
   // The signing clock. Null: absl::Now.
   std::function<absl::Time()> now;
 };
@@ -75,6 +84,8 @@ struct HttpFileSystemOptions {
   RetryOptions retry;
   ReadAheadOptions read_ahead;
   std::shared_ptr<HttpClient> http;  // null: NewCurlHttpClient()
+  // Which hosts may be read. Null: the process's policy, read at each request.
+  std::shared_ptr<const RemoteAccessPolicy> access;
 };
 std::shared_ptr<FileSystem> NewHttpFileSystem(HttpFileSystemOptions options);
 

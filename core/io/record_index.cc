@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/io/file_system.h"
+#include "core/io/local_file_system.h"
 #include "core/io/tfrecord_reader.h"
 #include "core/util/crc32c.h"
 #include "core/util/status_macros.h"
@@ -130,8 +131,17 @@ absl::Status RecordIndex::Save(const std::string& index_path) const {
 }
 
 absl::StatusOr<RecordIndex> RecordIndex::Load(const std::string& index_path) {
-  ASSIGN_OR_RETURN(std::unique_ptr<InputStream> in, OpenFileStream(index_path));
-  ASSIGN_OR_RETURN(FileStat st, StatFile(index_path));
+  // The index's place is the server's choice (next to the data, --index_cache_dir, $TMPDIR), not
+  // a client's, so it is read outside the data-root confinement (core/io/confined_open.h): a
+  // cache in $TMPDIR for a read-only data root must keep working.
+  static const auto* unconfined =
+      new std::shared_ptr<FileSystem>(NewLocalFileSystem(LocalConfinement{}));
+  FileSystem* fs = unconfined->get();
+  if (!IsLocalPath(index_path)) {
+    ASSIGN_OR_RETURN(fs, FileSystemFor(index_path));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<InputStream> in, fs->NewInputStream(index_path));
+  ASSIGN_OR_RETURN(FileStat st, fs->Stat(index_path));
   auto corrupt = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat("corrupt record index ", index_path, ": ", why));
   };

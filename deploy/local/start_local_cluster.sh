@@ -18,7 +18,9 @@
 # Environment: SLUICE_BIN_DIR (default build/bin), SLUICE_CLUSTER_DIR (logs and port files;
 # default a fresh temporary directory), SLUICE_WORKER_TIMEOUT (coordinator --worker_timeout,
 # default 10s), SLUICE_HEARTBEAT_INTERVAL (workers' --heartbeat_interval, default 1s),
-# SLUICE_START_TIMEOUT (seconds to wait for the port files, default 30).
+# SLUICE_START_TIMEOUT (seconds to wait for the port files, default 30), SLUICE_DATA_ROOT (the
+# servers' --data_root; default unset: any local file, and public addresses only for remote
+# reads, so a local HTTP or S3 server needs its endpoint here, e.g. /data,http://127.0.0.1:9000/).
 #
 # No process is left behind: an EXIT/INT/TERM trap kills whatever is still running (SIGTERM, then
 # SIGKILL after a grace period), also when a step of the calling script fails.
@@ -130,9 +132,11 @@ sluice_cluster_start() {
   trap sluice_cluster_cleanup EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
+  local roots=()
+  if [[ -n "${SLUICE_DATA_ROOT:-}" ]]; then roots=(--data_root="$SLUICE_DATA_ROOT"); fi
 
   "$bin/sluice-coordinator" --port=0 --port_file="$SLUICE_CLUSTER_DIR/coordinator.port" \
-    --worker_timeout="${SLUICE_WORKER_TIMEOUT:-10s}" \
+    --worker_timeout="${SLUICE_WORKER_TIMEOUT:-10s}" "${roots[@]}" \
     2>"$SLUICE_CLUSTER_DIR/coordinator.log" &
   pid=$!
   SLUICE_CLUSTER_PIDS+=("$pid")
@@ -149,7 +153,7 @@ sluice_cluster_start() {
   for (( i = 0; i < num_workers; i++ )); do
     "$bin/sluice-worker" --coordinator="$SLUICE_COORDINATOR" --port=0 \
       --port_file="$SLUICE_CLUSTER_DIR/worker-$i.port" \
-      --heartbeat_interval="${SLUICE_HEARTBEAT_INTERVAL:-1s}" --drain_timeout=5s \
+      --heartbeat_interval="${SLUICE_HEARTBEAT_INTERVAL:-1s}" --drain_timeout=5s "${roots[@]}" \
       2>"$SLUICE_CLUSTER_DIR/worker-$i.log" &
     SLUICE_CLUSTER_PIDS+=("$!")
     SLUICE_CLUSTER_NAMES+=("sluice-worker $i")

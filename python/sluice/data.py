@@ -183,6 +183,19 @@ class Dataset:
         return "<sluice.data.Dataset %s>" % self._ds.expression()
 
 
+def set_data_roots(roots):
+    """Limits what pipelines run in this process read, as a server's ``--data_root`` does.
+
+    ``roots`` are folders and URL prefixes, e.g. ``["/data", "s3://bucket/datasets",
+    "http://minio.internal:9000/"]``; an empty list lifts the limit on local files. Whatever the
+    roots, remote reads reach only public addresses: a loopback, link-local (cloud metadata) or
+    private-network endpoint (a local MinIO, a test server) is read only once a root names its
+    scheme, host and port. Refused reads raise ``sluice.errors.PermissionDeniedError``; a root
+    that does not exist or is malformed raises ``InvalidArgumentError``.
+    """
+    _sluice._set_data_roots([str(r) for r in roots])
+
+
 def parse(expression):
     """A Dataset from a pipeline expression in tf.data's syntax, e.g.
     ``"from_tensor_slices([1, 2, 3, 4]).repeat().batch(4)"``."""

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/data_roots.h"
 #include "sluice/dataset.h"
 #include "python/src/py_element.h"
 #include "python/src/py_registration.h"
@@ -54,6 +55,13 @@ void RegisterDataset(py::module_& m) {
       .def("cardinality", &Dataset::Cardinality)
       .def("fingerprint", &Dataset::Fingerprint)
       .def("expression", &Dataset::ToExpression);
+  m.def(
+      "_set_data_roots",
+      [](const std::vector<std::string>& roots) {
+        ThrowIfError(InstallProcessDataRoots(ValueOrThrow(DataRoots::Create(roots))));
+      },
+      "Limits what pipelines run in this process read, as a server's --data_root "
+      "(core/data/data_roots.h, InstallProcessDataRoots).");
 }
 
 }  // namespace sluice::python

@@ -14,13 +14,16 @@
 #include "sluice/dataset.h"
 #include "core/io/tfrecord_writer.h"
 #include "gtest/gtest.h"
+#include "tests/core/fake_host_resolver.h"
 #include "tests/core/fake_s3_server.h"
 #include "tests/core/iterator_test_util.h"
 
 namespace sluice {
 namespace {
 
+using testing_util::FakeHostResolver;
 using testing_util::FakeS3;
+using testing_util::TestPolicy;
 
 constexpr char kEndpoint[] = "http://127.0.0.1:9";
 
@@ -45,6 +48,7 @@ class ObjectStoreTest : public ::testing::Test {
     o.region = "eu-west-1";
     o.credentials = {"AKIDTEST", "secret", "session-token"};
     o.http = fake_;
+    o.access = access_;
     o.read_ahead = read_ahead;
     o.retry.sleep = [this](absl::Duration d) { waits_.push_back(d); };
     o.now = [] { return absl::FromUnixSeconds(1369353600); };
@@ -53,6 +57,10 @@ class ObjectStoreTest : public ::testing::Test {
   }
 
   std::shared_ptr<FakeS3> fake_ = std::make_shared<FakeS3>(kEndpoint);
+  // Names resolve to a public address no test connects to; the loopback endpoint is allowed
+  // as a data root would allow it.
+  std::shared_ptr<const RemoteAccessPolicy> access_ =
+      TestPolicy(std::make_shared<FakeHostResolver>(), {kEndpoint});
   std::vector<absl::Duration> waits_;
 };
 
@@ -224,6 +232,7 @@ TEST_F(ObjectStoreTest, AwsItselfIsVirtualHostStyleAndGcsTakesABearerToken) {
   ObjectStoreOptions aws;
   aws.region = "us-west-2";
   aws.http = fake_;
+  aws.access = access_;
   std::shared_ptr<FileSystem> fs = NewObjectStoreFileSystem(aws);
   (void)fs->Stat("s3://bucket/k");
   ASSERT_EQ(fake_->requests().size(), 1u);
@@ -240,6 +249,7 @@ TEST_F(ObjectStoreTest, AwsItselfIsVirtualHostStyleAndGcsTakesABearerToken) {
   fake_ = std::make_shared<FakeS3>("https://storage.googleapis.com");
   fake_->Put("bucket/obj", "gcs");
   gs->http = fake_;
+  gs->access = access_;
   fs = NewObjectStoreFileSystem(*gs);
   absl::StatusOr<FileStat> st = fs->Stat("gs://bucket/obj");
   ASSERT_TRUE(st.ok()) << st.status();
@@ -268,6 +278,7 @@ TEST(HttpFileSystemTest, RangedReadsAndNoListing) {
   fake->Put("files/a.txt", "line one\nline two\n");
   HttpFileSystemOptions o;
   o.http = fake;
+  o.access = TestPolicy(std::make_shared<FakeHostResolver>());
   std::shared_ptr<FileSystem> fs = NewHttpFileSystem(o);
   absl::StatusOr<std::unique_ptr<InputStream>> in = fs->NewInputStream("http://host/files/a.txt");
   ASSERT_TRUE(in.ok()) << in.status();

@@ -13,6 +13,9 @@
 - deploy/container/Dockerfile: Debian 12 base, every COPY source exists, the binaries it copies
   are the three Sluice binaries, EXPOSE covers the manifests' ports, CMD's flags exist.
 - deploy/slurm: the scripts pass `bash -n`, and the flags they give the binaries exist.
+- Data roots: every coordinator and worker the manifests, units and the Slurm script start is
+  given --data_root explicitly (without it a server reads any local file); in Kubernetes each
+  local root is a mounted volume.
 
 Needs PyYAML (Debian: python3-yaml) and the binaries in $SLUICE_BUILD_DIR/bin; exits 77 (CTest
 skip) without PyYAML.
@@ -282,10 +285,25 @@ def check_kubernetes():
                     check(w["spec"].get("completionMode") == "Indexed",
                           f"{where}: the trainer Job must be Indexed (task.index from the completion index)")
 
+            if binary in ("sluice-worker", "sluice-coordinator"):
+                check_k8s_data_root(where, c, args)
+
     workers = [w for w in workloads if any(binary_of((c.get("command") or [""])[0]) == "sluice-worker"
                                            for c in containers(w))]
     check(any(w["kind"] == "Deployment" for w in workers), "no Deployment runs sluice-worker")
     return docs
+
+
+def check_k8s_data_root(where, container, args):
+    roots = [a.split("=", 1)[1] for a in args if a.startswith("--data_root=")]
+    if not check(roots and roots[0], f"{where}: no --data_root (the server would read any local file)"):
+        return
+    mounts = [m["mountPath"].rstrip("/") for m in container.get("volumeMounts", [])]
+    for root in roots[0].split(","):
+        if "://" in root:
+            continue
+        check(any(root == m or root.startswith(m + "/") for m in mounts),
+              f"{where}: --data_root {root} is not on a mounted volume ({mounts})")
 
 
 # --- systemd ----------------------------------------------------------------------------------
@@ -303,6 +321,8 @@ def check_systemd():
         binary = binary_of(words[0])
         if check(binary, f"{name}: ExecStart runs {words[0]}, not a Sluice binary"):
             check_flags(name, binary, words[1:])
+            check(any(w.startswith("--data_root=") for w in words[1:]),
+                  f"{name}: ExecStart gives no --data_root")
         check(re.search(r"^KillSignal=SIGTERM$", text, re.M), f"{name}: KillSignal should be SIGTERM")
         check(re.search(r"^User=", text, re.M), f"{name}: runs as root (no User=)")
 
@@ -360,6 +380,12 @@ def check_slurm():
             if binary == "sluicectl":
                 continue  # its flags depend on the subcommand; the e2e test runs them
             check_flags("deploy/slurm/sluice.sbatch", binary, args)
+    for binary in ("sluice-coordinator", "sluice-worker"):
+        started = re.findall(r"/" + re.escape(binary) + r'"\s[^&]*&', text)
+        check(started and all("--data_root" in cmd or "COORD_ARGS" in cmd for cmd in started),
+              f"sluice.sbatch starts {binary} without --data_root")
+    check(re.search(r'COORD_ARGS=\([^)]*--data_root', text),
+          "sluice.sbatch: the coordinator's COORD_ARGS have no --data_root")
     check("SLURM_PROCID" in text or "srun" in text, "sluice.sbatch does not start trainers with srun")
 
 

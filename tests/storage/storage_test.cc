@@ -10,6 +10,9 @@
 //  - a service job (real coordinator, 3 workers, 2 consumers x 2 replicas, DATA sharding) on the
 //    s3:// shards, with a worker SIGKILLed mid-epoch, gives exactly the steps of the same job on
 //    the local files.
+// The server listens on loopback, which remote reads refuse unless a data root names the
+// endpoint: this process installs roots for its folder, the bucket and the endpoint, and the
+// coordinator and workers get the same --data_root, as a user would run them.
 // The server is stopped (SIGTERM, then reaped) at the end of each test.
 #include <signal.h>
 #include <stdlib.h>
@@ -25,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "sluice/dataset.h"
+#include "core/data/data_roots.h"
 #include "core/io/file_system.h"
 #include "core/io/object_store_file_system.h"
 #include "core/format/tensor_format.h"
@@ -122,6 +126,10 @@ class S3StorageTest : public ::testing::Test {
     unsetenv("AWS_ENDPOINT_URL_S3");
     // Small chunks, so that even these objects are read in several parallel ranged GETs.
     setenv("SLUICE_READ_AHEAD_CHUNK_BYTES", "65536", 1);
+    // Reads in this process: the local folder, the bucket, and the loopback endpoint.
+    absl::StatusOr<DataRoots> roots = DataRoots::Create(RootList());
+    ASSERT_TRUE(roots.ok()) << roots.status();
+    ASSERT_TRUE(InstallProcessDataRoots(*roots).ok());
     // This process's s3:// file system reads the settings now (it keeps its first ones).
     absl::StatusOr<ObjectStoreOptions> options =
         ObjectStoreOptionsFromEnvironment("s3", ProcessEnvironment());
@@ -130,11 +138,17 @@ class S3StorageTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    ASSERT_TRUE(InstallProcessDataRoots(DataRoots()).ok());
     if (server_ == nullptr) return;
     ASSERT_TRUE(server_->Signal(SIGTERM).ok());
     auto r = server_->Wait(absl::Seconds(30));
     EXPECT_TRUE(r.ok()) << r.status();
   }
+
+  std::vector<std::string> RootList() const {
+    return {dir_.path(), absl::StrCat("s3://", kBucket), endpoint_};
+  }
+  std::string DataRootFlag() const { return "--data_root=" + absl::StrJoin(RootList(), ","); }
 
   std::string Local(const std::string& rel) { return dir_.File("up/" + rel); }
   static std::string Remote(const std::string& rel) {
@@ -234,6 +248,17 @@ TEST_F(S3StorageTest, MissingKeysAndWrongSecretsSayWhatAndWhere) {
   EXPECT_EQ(st.status().code(), absl::StatusCode::kPermissionDenied) << st.status();
   EXPECT_TRUE(absl::StrContains(st.status().message(), Remote("train/part-0.tfrecord")))
       << st.status();
+
+  // Without a root naming the loopback endpoint, the right secret gets nowhere either: the
+  // endpoint is refused before a connection is made.
+  ObjectStoreOptions unlisted;
+  unlisted.endpoint = endpoint_;
+  unlisted.credentials = {key_, secret_, ""};
+  unlisted.access = *RemoteAccessPolicy::Create({});
+  st = NewObjectStoreFileSystem(unlisted)->Stat(Remote("train/part-0.tfrecord"));
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kPermissionDenied) << st.status();
+  EXPECT_TRUE(absl::StrContains(st.status().message(), "--data_root=" + endpoint_))
+      << st.status();
 }
 
 // Runs 2 consumers of `pipeline` on `cluster` as job `job`; with `kill_worker`, worker 1 is
@@ -289,7 +314,9 @@ TEST_F(S3StorageTest, ServiceJobOnS3EqualsTheLocalJobUnderAWorkerKill) {
   auto cluster = ProcessCluster::Start({.num_workers = 3,
                                         .worker_timeout = absl::Seconds(1),
                                         .heartbeat_interval = absl::Milliseconds(100),
-                                        .worker_buffer_bytes = 512});
+                                        .worker_buffer_bytes = 512,
+                                        .coordinator_flags = {DataRootFlag()},
+                                        .worker_flags = {DataRootFlag()}});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::vector<std::vector<ModelStep>> local, remote;
   RunJob(**cluster, "local",

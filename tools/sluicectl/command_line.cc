@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/data/data_roots.h"
 #include "core/data/memory_budget.h"
 #include "core/data/plugin_loader.h"
 #include "core/util/status_macros.h"
@@ -59,6 +60,11 @@ ABSL_FLAG(int, threads, 0,
           "Pipelines run in this process: threads of the process's pool that every parallel op "
           "shares (parallel map fn calls; num_parallel_calls=AUTOTUNE resolves to it); 0: the "
           "number of cores. Accepted by every command.");
+ABSL_FLAG(std::vector<std::string>, data_root, {},
+          "Pipelines run in this process: comma-separated folders and URL prefixes they may read "
+          "(as sluice-worker's --data_root); an http(s) root (http://HOST:PORT/...) is also how "
+          "to reach a loopback, link-local or private-network address, which remote reads refuse "
+          "otherwise. Empty: any local file, public addresses only. Accepted by every command.");
 ABSL_FLAG(std::string, coordinator, "",
           "host:port of a Sluice coordinator; empty: run the pipeline in this process.");
 ABSL_FLAG(std::string, cluster_spec, "",
@@ -166,6 +172,8 @@ void PrintUsage(std::ostream& out) {
          "Global flag: --plugin=PATH[,PATH...] loads custom-op plugins first.\n"
          "Global flag: --cluster_spec=FILE (or $SLUICE_CLUSTER, $TF_CONFIG, Slurm's environment)\n"
          "  gives --coordinator, --consumer_index, --num_consumers when not set as flags.\n"
+         "Global flag: --data_root=DIR|URL[,...] limits what pipelines run in this process read;\n"
+         "  loopback, link-local and private-network URLs need their endpoint as a root.\n"
          "Exit codes: 0 success, 1 error, 2 usage error.\n";
 }
 
@@ -248,7 +256,7 @@ int ParseCommandLine(int argc, char** argv, const SluicectlCommand** command,
   }
   const std::string where = command_name;
   std::set<std::string> accepted = {"plugin", "cluster_spec", "memory_limit",
-                                    "max_element_bytes", "threads"};  // global flags
+                                    "max_element_bytes", "threads", "data_root"};  // global
   if (*command != nullptr) accepted.insert((*command)->flags.begin(), (*command)->flags.end());
   // Commands that dial the service take the security flags (tools/sluicectl/security.h).
   if (accepted.count("coordinator")) {
@@ -345,6 +353,12 @@ absl::Status PrepareCommand(const SluicectlCommand& command, int argc, char** ar
     absl::Status s = SetProcessThreadPoolSize(threads);
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--threads: ", s.message()));
   }
+  absl::StatusOr<DataRoots> roots = DataRoots::Create(absl::GetFlag(FLAGS_data_root));
+  if (!roots.ok()) {
+    return absl::Status(roots.status().code(),
+                        absl::StrCat("--data_root: ", roots.status().message()));
+  }
+  RETURN_IF_ERROR(InstallProcessDataRoots(*roots));
   return ApplyClusterSpec(command, argc, argv);
 }
 

@@ -1,5 +1,6 @@
 #include "core/data/ops/cache_iterator.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,11 +11,29 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/op_iterator.h"
+#include "core/io/confined_open.h"
 #include "core/tensor/proto_convert.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
+
+// fopen(3) through the process's data-root confinement (core/io/confined_open.h), so that a
+// cache file's name cannot be turned into a symbolic link out of the roots after the graph was
+// checked. Null with errno set on failure (EACCES when confinement refused it).
+std::FILE* OpenCacheFile(const std::string& name, bool write) {
+  absl::StatusOr<int> fd = OpenLocalFile(
+      name, write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY, 0644);
+  if (!fd.ok()) {
+    errno = absl::IsPermissionDenied(fd.status()) ? EACCES
+            : absl::IsNotFound(fd.status())       ? ENOENT
+                                                  : EIO;
+    return nullptr;
+  }
+  std::FILE* f = ::fdopen(*fd, write ? "wb" : "rb");
+  if (f == nullptr) ::close(*fd);
+  return f;
+}
 
 constexpr char kMagic[16] = {'S', 'L', 'U', 'I', 'C', 'E', 'C', 'A',
                              'C', 'H', 'E', '1', '\n', 0, 0, 0};
@@ -130,7 +149,7 @@ class FileCacheIterator : public OpIterator {
       started_ = true;
       if (IsCompleteCacheFile(filename_, fingerprint_)) {
         reading_ = true;
-        file_ = std::fopen(filename_.c_str(), "rb");
+        file_ = OpenCacheFile(filename_, /*write=*/false);
         if (file_ == nullptr || !ReadHeader(file_, fingerprint_)) {
           return OpError(absl::StatusCode::kDataLoss,
                          absl::StrCat("cannot read cache file '", filename_, "'"));
@@ -138,7 +157,7 @@ class FileCacheIterator : public OpIterator {
         offset_ = static_cast<uint64_t>(std::ftell(file_));
       } else {
         temp_ = absl::StrCat(filename_, ".tmp-", ::getpid(), "-", temp_counter.fetch_add(1));
-        file_ = std::fopen(temp_.c_str(), "wb");
+        file_ = OpenCacheFile(temp_, /*write=*/true);
         if (file_ == nullptr) {
           const int err = errno;
           temp_.clear();
@@ -260,7 +279,7 @@ void CacheStore::Complete(std::vector<Element> elements,
 }
 
 bool IsCompleteCacheFile(const std::string& filename, const std::string& fingerprint) {
-  std::FILE* f = std::fopen(filename.c_str(), "rb");
+  std::FILE* f = OpenCacheFile(filename, /*write=*/false);
   if (f == nullptr) return false;
   bool ok = ReadHeader(f, fingerprint);
   if (ok) {

@@ -17,6 +17,7 @@
 #include "core/data/op_iterator.h"
 #include "core/data/shape_limits.h"
 #include "core/format/python_literal.h"
+#include "core/io/confined_open.h"
 #include "core/io/file_system.h"
 #include "core/io/input_stream.h"
 #include "core/util/status_macros.h"
@@ -172,11 +173,12 @@ class NpyIterator : public OpIterator {
                                                     row_shape_.num_elements() * DTypeSize(dtype_);
     if (!IsLocalPath(file)) return ReadWhole(file, need);
     const std::string path = LocalPathOf(file);
-    int fd;
-    do {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) return OpenError(file, errno);
+    absl::StatusOr<int> opened = OpenLocalFile(path, O_RDONLY);  // confined to the data roots
+    if (!opened.ok()) {
+      return absl::Status(opened.status().code(), absl::StrCat("cannot open npy file '", file,
+                                                               "': ", opened.status().message()));
+    }
+    const int fd = *opened;
     struct stat st;
     if (::fstat(fd, &st) != 0) {
       const int err = errno;
