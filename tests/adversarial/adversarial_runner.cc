@@ -3,7 +3,8 @@
 // the client library or the in-process executor is observed by the test instead of killing it.
 //
 //   adversarial_runner --pipeline_file=P [--coordinator=HOST:PORT] [--steps=N]
-//                      [--memory_limit=1GiB] [--max_element_bytes=256MiB] [--retry_deadline_s=15]
+//                      [--memory_limit=768MiB] [--max_element_bytes=192MiB] [--retry_deadline_s=15]
+//                      [--num_tasks=N]
 //
 // Reads the pipeline expression from P (a file: hostile pipelines exceed the 128 KiB a single
 // command-line argument may hold). With --coordinator it first registers the expression as text
@@ -46,6 +47,7 @@ struct RunnerArgs {
   std::string memory_limit;
   std::string max_element_bytes;
   int64_t retry_deadline_s = 15;
+  int64_t num_tasks = 0;
 };
 
 bool ParseArgs(int argc, char** argv, RunnerArgs* args) {
@@ -65,6 +67,7 @@ bool ParseArgs(int argc, char** argv, RunnerArgs* args) {
     }
     if (value("steps", &v) && absl::SimpleAtoi(v, &args->steps)) continue;
     if (value("retry_deadline_s", &v) && absl::SimpleAtoi(v, &args->retry_deadline_s)) continue;
+    if (value("num_tasks", &v) && absl::SimpleAtoi(v, &args->num_tasks)) continue;
     std::cerr << "adversarial_runner: unknown or bad argument '" << a << "'\n";
     return false;
   }
@@ -109,6 +112,7 @@ absl::Status Run(const RunnerArgs& args, const std::string& pipeline) {
     options.coordinator_address = args.coordinator;
     options.retry_deadline = absl::Seconds(args.retry_deadline_s);
     options.fetch_to_device = false;
+    options.num_tasks = args.num_tasks;
     dist = DistributeDatasetFromService(*strategy, *dataset, options);
   }
   if (!dist.ok()) return dist.status();
@@ -133,7 +137,8 @@ int main(int argc, char** argv) {
   sluice::RunnerArgs args;
   if (!sluice::ParseArgs(argc, argv, &args)) {
     std::cerr << "usage: adversarial_runner --pipeline_file=P [--coordinator=HOST:PORT] "
-                 "[--steps=N] [--memory_limit=B] [--max_element_bytes=B] [--retry_deadline_s=S]\n";
+                 "[--steps=N] [--memory_limit=B] [--max_element_bytes=B] [--retry_deadline_s=S] "
+                 "[--num_tasks=N]\n";
     return 2;
   }
   std::ifstream in(args.pipeline_file, std::ios::binary);

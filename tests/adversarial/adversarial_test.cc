@@ -10,7 +10,7 @@
 // In process the same cases must not kill the process (a trainer) running them.
 //
 // Each case runs in tests/adversarial/adversarial_runner (a client process) with a deadline.
-// The servers run with --memory_limit=1GiB --max_element_bytes=256MiB, and every process this
+// The servers run with --memory_limit=768MiB --max_element_bytes=192MiB, and every process this
 // test starts (servers and runners) inherits a memory limit (RLIMIT_DATA: private writable
 // memory, heap and mmap alike; set on this process for the test's duration), so that a
 // regression that allocates without asking fails its case (std::bad_alloc, a dead process)
@@ -24,6 +24,7 @@
 //   SLUICE_ADVERSARIAL_SEED   seed of the generated cases (default kDefaultSeed; printed)
 //   SLUICE_ADVERSARIAL_CASES  generated cases per test (default kDefaultCases)
 //   SLUICE_ADVERSARIAL_ONLY   comma-separated case ids to run alone ("issue-3,gen-17")
+//   SLUICE_ADVERSARIAL_LIST=1 print the cases, run none
 //   SLUICE_ADVERSARIAL_CASE_TIMEOUT_S  per-case deadline (default 45)
 //   SLUICE_ADVERSARIAL_BUDGET_S        whole-test time budget (default 420)
 #include <sys/resource.h>
@@ -58,11 +59,13 @@ namespace {
 
 constexpr uint64_t kDefaultSeed = 25;
 constexpr int64_t kDefaultCases = 24;
-constexpr char kWorkerMemoryLimit[] = "1GiB";
-constexpr char kMaxElementBytes[] = "256MiB";
-// Private writable memory of every process the test starts: room for the 1 GiB budget, a
-// 256 MiB element in flight and its copies, far below the machine.
-constexpr rlim_t kDataLimit = rlim_t{3} << 30;
+constexpr char kWorkerMemoryLimit[] = "768MiB";
+constexpr char kMaxElementBytes[] = "192MiB";
+// Private writable memory of every process the test starts: room for the 768 MiB budget, a
+// 192 MiB element in flight with two copies and the process's own ~100 MiB, far below the
+// machine, and below 2 GiB, so that honouring a file's claim of a 2 GiB member (a tar bomb)
+// fails instead of passing unnoticed.
+constexpr rlim_t kDataLimit = rlim_t{1792} << 20;
 
 int64_t EnvInt(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
@@ -175,7 +178,7 @@ std::optional<absl::StatusCode> CodeFromName(absl::string_view name) {
 // Runs the runner on `pipeline` (written to `dir`/pipeline.txt) and reads its report.
 absl::StatusOr<RunnerOutcome> RunRunner(const std::string& dir, const std::string& pipeline,
                                         const std::string& coordinator, int64_t steps,
-                                        absl::Duration timeout) {
+                                        bool one_task, absl::Duration timeout) {
   const std::string file = dir + "/pipeline.txt";
   {
     std::ofstream out(file, std::ios::binary | std::ios::trunc);
@@ -189,6 +192,7 @@ absl::StatusOr<RunnerOutcome> RunRunner(const std::string& dir, const std::strin
     argv.push_back(absl::StrCat("--max_element_bytes=", kMaxElementBytes));
   } else {
     argv.push_back("--coordinator=" + coordinator);
+    if (one_task) argv.push_back("--num_tasks=1");
   }
   SubprocessOptions options;
   options.timeout = timeout;
@@ -279,11 +283,17 @@ class Harness {
     absl::StatusOr<HostileFiles> files = WriteHostileFiles(dir_.path());
     ASSERT_TRUE(files.ok()) << files.status();
     const std::vector<NamedCase> cases = Cases(*files, service_);
+    if (EnvInt("SLUICE_ADVERSARIAL_LIST", 0) != 0) {
+      for (const NamedCase& n : cases) std::cout << n.id << " " << n.c.Describe() << "\n";
+      GTEST_SKIP() << "SLUICE_ADVERSARIAL_LIST: cases listed, none run";
+    }
     const absl::Duration timeout =
         absl::Seconds(EnvInt("SLUICE_ADVERSARIAL_CASE_TIMEOUT_S", 45));
     const absl::Time budget_end =
         absl::Now() + absl::Seconds(EnvInt("SLUICE_ADVERSARIAL_BUDGET_S", 420));
-    if (service_) ASSERT_NO_FATAL_FAILURE(StartCluster());
+    if (service_) {
+      ASSERT_NO_FATAL_FAILURE(StartCluster());
+    }
 
     std::vector<std::string> failures;
     std::string previous;  // the id of the case run last, for deaths found late
@@ -308,7 +318,7 @@ class Harness {
       const absl::Time start = absl::Now();
       absl::StatusOr<RunnerOutcome> o =
           RunRunner(dir_.path(), n.c.pipeline, service_ ? cluster_->coordinator() : "",
-                    n.c.max_steps, timeout);
+                    n.c.max_steps, n.c.one_task, timeout);
       ASSERT_TRUE(o.ok()) << o.status();
       std::string failure = Judge(n.c, *o, timeout);
       bool restart = o->process.timed_out;
@@ -328,7 +338,9 @@ class Harness {
         ADD_FAILURE() << "case " << failures.back();
       }
       previous = n.id;
-      if (service_ && restart) ASSERT_NO_FATAL_FAILURE(StartCluster());
+      if (service_ && restart) {
+        ASSERT_NO_FATAL_FAILURE(StartCluster());
+      }
     }
     if (service_ && !previous.empty()) {
       absl::Status alive = cluster_->CheckRunning();
@@ -370,7 +382,7 @@ class Harness {
   void ExpectNormalJobServed(absl::Duration timeout) {
     absl::StatusOr<RunnerOutcome> o =
         RunRunner(dir_.path(), "range(100).batch(10)", service_ ? cluster_->coordinator() : "",
-                  /*steps=*/100, timeout);
+                  /*steps=*/100, /*one_task=*/false, timeout);
     ASSERT_TRUE(o.ok()) << o.status();
     EXPECT_TRUE(o->has_status && o->code == absl::StatusCode::kOk)
         << o->process.Describe() << ": " << o->message << "\n"

@@ -402,6 +402,7 @@ HostileCase BufferCase(Rng& rng, const HostileFiles& files) {
                        rng.Pick(kHuge), parallel ? absl::StrCat(", num_parallel_calls=", huge) : "",
                        ").batch(4)"),
           {"interleave"});
+      c.one_task = true;
       c.valid = true;
       c.expected_output =
           "{\"step\": 0, \"per_replica\": [{\"dtype\": \"string\", \"shape\": [2], \"values\": "
@@ -465,9 +466,11 @@ HostileCase TarBombCase(Rng& rng, const HostileFiles& files) {
   const std::string base = file.substr(file.rfind('/') + 1);
   // Without keys= the parser reads the first sample itself (in the client and the coordinator).
   const std::string keys = rng.Chance(70) ? ", keys=['jpg']" : "";
-  return Case("tar_bomb",
-              absl::StrCat("webdataset_dataset(['", file, "']", keys, ").batch(2)"),
-              {"webdataset_dataset", base}, kWithDataLoss);
+  HostileCase c = Case("tar_bomb",
+                       absl::StrCat("webdataset_dataset(['", file, "']", keys, ").batch(2)"),
+                       {"webdataset_dataset", base}, kWithDataLoss);
+  c.one_task = true;
+  return c;
 }
 
 HostileCase LiteralCase(Rng& rng) {
@@ -650,11 +653,13 @@ std::vector<HostileCase> IssueReproductions(const HostileFiles& files) {
                      {"decode_image"}, kWithDataLoss));
   {
     const std::string& file = files.tar_bombs[0];
-    out.push_back(Case("issue",
-                       absl::StrCat("webdataset_dataset(['", file, "'], keys=['cls', 'jpg'])"
-                                    ".batch(2)"),
-                       {"webdataset_dataset", file.substr(file.rfind('/') + 1)},
-                       kWithDataLoss));
+    HostileCase c = Case("issue",
+                         absl::StrCat("webdataset_dataset(['", file, "'], keys=['cls', 'jpg'])"
+                                      ".batch(2)"),
+                         {"webdataset_dataset", file.substr(file.rfind('/') + 1)},
+                         kWithDataLoss);
+    c.one_task = true;
+    out.push_back(c);
   }
   return out;
 }

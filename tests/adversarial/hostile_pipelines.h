@@ -20,7 +20,8 @@
 // either print exactly those or end in such an error.
 //
 // The sizes assume servers whose --max_element_bytes is at most 256 MiB and --memory_limit at
-// most 1 GiB: every must-fail case needs more than that (most need more than any machine has).
+// most 1 GiB (the suite runs 192 MiB and 768 MiB): every must-fail case needs more than that
+// (most need more than any machine has).
 //
 // Deterministic: the same (seed, index) gives the same case on every machine (splitmix64, no
 // std::*_distribution). Thread-safe (pure), except WriteHostileFiles (writes files).
@@ -62,6 +63,9 @@ struct HostileCase {
   // in '\n') and ends OK passes too. With `codes` empty it must do so.
   bool valid = false;
   std::string expected_output;
+  // Through the service: a job of one task (a file source under AUTO sharding needs as many
+  // files as tasks; these read one).
+  bool one_task = false;
   // Only through the service (its request limits make it an error there; in process it is a
   // valid, merely large, pipeline).
   bool service_only = false;
