@@ -47,6 +47,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/adversarial/hostile_pipelines.h"
@@ -130,17 +131,24 @@ std::vector<NamedCase> Cases(const HostileFiles& files, bool service) {
   const uint64_t seed = Seed();
   const int64_t count = std::clamp<int64_t>(EnvInt("SLUICE_ADVERSARIAL_CASES", kDefaultCases),
                                             0, 100000);
+  std::set<std::string> only;
+  int64_t generate = count;  // enough for every "gen-K" listed in SLUICE_ADVERSARIAL_ONLY
+  if (const char* v = std::getenv("SLUICE_ADVERSARIAL_ONLY"); v != nullptr && v[0] != '\0') {
+    for (absl::string_view id : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
+      id = absl::StripAsciiWhitespace(id);
+      only.insert(std::string(id));
+      int64_t k = 0;
+      if (absl::ConsumePrefix(&id, "gen-") && absl::SimpleAtoi(id, &k) && k < 100000) {
+        generate = std::max(generate, k + 1);
+      }
+    }
+  }
   std::vector<NamedCase> out;
   const std::vector<HostileCase> issue = IssueReproductions(files);
   for (size_t i = 0; i < issue.size(); ++i) out.push_back({absl::StrCat("issue-", i), issue[i]});
-  for (int64_t i = 0; i < count; ++i) {
+  for (int64_t i = 0; i < generate; ++i) {
+    if (!only.empty() && only.count(absl::StrCat("gen-", i)) == 0) continue;
     out.push_back({absl::StrCat("gen-", i), GenerateHostileCase(seed, i, files)});
-  }
-  std::set<std::string> only;
-  if (const char* v = std::getenv("SLUICE_ADVERSARIAL_ONLY"); v != nullptr && v[0] != '\0') {
-    for (absl::string_view id : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
-      only.insert(std::string(absl::StripAsciiWhitespace(id)));
-    }
   }
   std::vector<NamedCase> kept;
   for (NamedCase& n : out) {
