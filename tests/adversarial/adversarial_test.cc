@@ -67,6 +67,8 @@ constexpr char kMaxElementBytes[] = "192MiB";
 // machine, and below 2 GiB, so that honouring a file's claim of a 2 GiB member (a tar bomb)
 // fails instead of passing unnoticed.
 constexpr rlim_t kDataLimit = rlim_t{1792} << 20;
+// How long after a case's client has its answer the servers are checked.
+constexpr absl::Duration kSettle = absl::Milliseconds(500);
 
 int64_t EnvInt(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
@@ -331,6 +333,9 @@ class Harness {
       std::string failure = Judge(n.c, *o, timeout);
       bool restart = o->process.timed_out;
       if (service_) {
+        // A client that fails early can leave its job's tasks running on the workers: give
+        // them a moment, so that a death they cause is this case's.
+        absl::SleepFor(kSettle);
         absl::Status alive = cluster_->CheckRunning();
         if (!alive.ok()) {
           absl::StrAppend(&failure, failure.empty() ? "" : "; and ", "SERVER DIED: ",
