@@ -338,8 +338,9 @@ class Harness {
         absl::SleepFor(kSettle);
         absl::Status alive = cluster_->CheckRunning();
         if (!alive.ok()) {
-          absl::StrAppend(&failure, failure.empty() ? "" : "; and ", "SERVER DIED: ",
-                          alive.message());
+          failure = absl::StrCat("SERVER DIED (the client got: ",
+                                 failure.empty() ? "what the case allows" : failure, "): ",
+                                 alive.message());
           restart = true;
         }
       }
