@@ -349,6 +349,25 @@ HostileCase NestingCase(Rng& rng) {
       static const std::vector<std::string> kOps = {".skip(0)", ".take(-1)",
                                                     ".map(cast(tf.int64))"};
       const std::string op = rng.Pick(kOps);
+      if (ops % 5 == 0) {
+        // Valid: the same depth over a small input must be served exactly (or refused by a
+        // depth limit), not overflow a worker thread's stack.
+        std::string small = "range(100)";
+        for (int64_t i = 0; i < ops; ++i) small += op;
+        small += ".batch(10)";
+        HostileCase c = Case("nesting", small, {"max_ops", "depth", "nesting"},
+                             {StatusCode::kInvalidArgument});
+        c.valid = true;
+        c.max_steps = 2;
+        c.expected_output =
+            "{\"step\": 0, \"per_replica\": [{\"dtype\": \"int64\", \"shape\": [5], \"values\": "
+            "[0, 1, 2, 3, 4]}, {\"dtype\": \"int64\", \"shape\": [5], \"values\": [5, 6, 7, 8, "
+            "9]}]}\n"
+            "{\"step\": 1, \"per_replica\": [{\"dtype\": \"int64\", \"shape\": [5], \"values\": "
+            "[10, 11, 12, 13, 14]}, {\"dtype\": \"int64\", \"shape\": [5], \"values\": [15, 16, "
+            "17, 18, 19]}]}\n";
+        return c;
+      }
       for (int64_t i = 0; i < ops; ++i) p += op;
       absl::StrAppend(&p, ".batch(", HugeBatch(rng, 8), ")");
       return Case("nesting", p, {"batch", "max_ops", "depth", "nesting"});
