@@ -1,13 +1,12 @@
 #include "tests/adversarial/hostile_pipelines.h"
 
+#include <algorithm>
 #include <array>
-#include <cstdio>
 #include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 
 namespace sluice {
 namespace {
