@@ -309,6 +309,30 @@ absl::Status ProcessCluster::StopAll(absl::Duration timeout) {
   return absl::OkStatus();
 }
 
+absl::Status ProcessCluster::CheckRunning() {
+  std::string gone;
+  auto check = [&](Subprocess& p, const std::string& name) {
+    if (p.running()) return false;
+    absl::StatusOr<SubprocessResult> r = p.Wait(absl::ZeroDuration());
+    absl::StrAppend(&gone, name, " (pid ", p.pid(), ") exited: ",
+                    r.ok() ? r->Describe() : r.status().ToString(), "; stderr:\n",
+                    Tail(p.stderr_text(), 1500), "\n");
+    return true;
+  };
+  for (int i = 0; i < num_workers(); ++i) {
+    if (state_[i] != WorkerState::kGone &&
+        check(*workers_[i], absl::StrCat("sluice-worker ", i, " (", worker_addresses_[i], ")"))) {
+      state_[i] = WorkerState::kGone;
+    }
+  }
+  if (coordinator_process_ != nullptr && !coordinator_killed_ &&
+      check(*coordinator_process_, "sluice-coordinator")) {
+    coordinator_killed_ = true;
+  }
+  if (gone.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("server processes gone:\n", gone));
+}
+
 std::string ProcessCluster::Logs() {
   std::string out = old_coordinator_logs_;
   if (coordinator_process_ != nullptr) {

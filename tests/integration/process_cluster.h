@@ -108,6 +108,12 @@ class ProcessCluster {
   // Whether worker i is running and not stopped, killed or terminated by the test.
   bool worker_running(int i) const { return state_[i] == WorkerState::kRunning; }
 
+  // OK while the coordinator and every worker the test has not killed or terminated still run
+  // (a crash is not a test's doing); else FAILED_PRECONDITION naming each process that exited,
+  // how (exit code or signal) and its stderr's tail. A process found gone is reaped and
+  // counted gone from then on.
+  absl::Status CheckRunning();
+
   // SIGTERM to every process still running, workers first, each waited for up to `timeout`.
   // FAILED_PRECONDITION naming every process that did not exit 0 (with its stderr's tail).
   absl::Status StopAll(absl::Duration timeout = absl::Seconds(30));
