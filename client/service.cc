@@ -64,7 +64,13 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
     return absl::InvalidArgumentError("ServiceOptions.heartbeat_interval must be positive");
   }
   const int64_t replicas = strategy.num_local_replicas();
-  ASSIGN_OR_RETURN(ChannelFactory channels, ServiceChannelFactory(options.security));
+  // The workers' frames are bounded by the receive budget (ReceiveLimitBytes), and keepalive
+  // ends calls to a worker gone silent.
+  ChannelLimits limits;
+  limits.max_receive_message_bytes = ReceiveLimitBytes(options.receive_budget_bytes);
+  limits.keepalive_time = options.keepalive_time;
+  limits.keepalive_timeout = options.keepalive_timeout;
+  ASSIGN_OR_RETURN(ChannelFactory channels, ServiceChannelFactory(options.security, limits));
   auto stub = proto::CoordinatorService::NewStub(channels(options.coordinator_address));
 
   proto::RegisterDatasetRequest reg;

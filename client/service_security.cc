@@ -5,7 +5,8 @@
 
 namespace sluice {
 
-absl::StatusOr<ChannelFactory> ServiceChannelFactory(const ServiceSecurity& security) {
+absl::StatusOr<ChannelFactory> ServiceChannelFactory(const ServiceSecurity& security,
+                                                     const ChannelLimits& limits) {
   ChannelSecurity c;
   c.tls.enabled = security.tls;
   c.tls.ca_file = security.tls_ca_file;
@@ -13,7 +14,11 @@ absl::StatusOr<ChannelFactory> ServiceChannelFactory(const ServiceSecurity& secu
   c.tls.key_file = security.tls_key_file;
   c.tls_server_name = security.tls_server_name;
   c.token = security.token;
-  if (!c.tls.on() && c.token.empty()) return ChannelFactory(&DefaultChannel);
+  c.limits = limits;
+  if (!c.tls.on() && c.token.empty()) {
+    return ChannelFactory(
+        [limits](const std::string& address) { return LimitedChannel(address, limits); });
+  }
   ASSIGN_OR_RETURN(GrpcChannelFactory channels, MakeChannelFactory(c));
   return ChannelFactory(std::move(channels));
 }

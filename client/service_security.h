@@ -12,11 +12,12 @@
 
 namespace sluice {
 
-// DefaultChannel when `security` asks for nothing; else channels with TLS credentials and/or
-// the token on every call, otherwise as DefaultChannel (no size limits, a connection of their
-// own). NOT_FOUND naming an unreadable file, INVALID_ARGUMENT for a file that is not PEM or a
-// certificate without its key.
-absl::StatusOr<ChannelFactory> ServiceChannelFactory(const ServiceSecurity& security);
+// LimitedChannel(address, limits) when `security` asks for nothing; else channels with TLS
+// credentials and/or the token on every call, otherwise the same (`limits`, a connection of
+// their own). NOT_FOUND naming an unreadable file, INVALID_ARGUMENT for a file that is not PEM
+// or a certificate without its key.
+absl::StatusOr<ChannelFactory> ServiceChannelFactory(const ServiceSecurity& security,
+                                                     const ChannelLimits& limits = {});
 
 }  // namespace sluice
 

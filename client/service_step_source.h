@@ -59,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "sluice/element.h"
+#include "core/rpc/grpc_security.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
 #include "sluice/distributed_dataset.h"
@@ -73,6 +74,19 @@ using ChannelFactory = std::function<std::shared_ptr<grpc::Channel>(const std::s
 
 // Insecure channels with no message size limits.
 std::shared_ptr<grpc::Channel> DefaultChannel(const std::string& address);
+// Insecure channels with `limits` (receive limit, keepalive), each with a connection of its own.
+std::shared_ptr<grpc::Channel> LimitedChannel(const std::string& address,
+                                              const ChannelLimits& limits);
+
+// The largest message a consumer with this receive budget accepts from a worker (its channels'
+// receive limit): max(budget, 256 MiB) + 1 MiB of frame headers, at most INT_MAX. A frame holds
+// at most the credit granted (at most the budget), or one step of any size while the stream
+// holds the raise: a step larger than this fails the task with RESOURCE_EXHAUSTED.
+int ReceiveLimitBytes(int64_t receive_budget_bytes);
+
+// This process's consumer instance (StreamRequest.consumer_instance): random, not 0, the same
+// for every iterator of the process.
+uint64_t ProcessConsumerInstance();
 
 struct ServiceStepSourceOptions {
   std::string coordinator_address;
@@ -99,7 +113,17 @@ struct ServiceStepSourceOptions {
   // only the dimensions per_replica_spec leaves open travel with each step. false: full
   // headers (what a consumer of an older release gets).
   bool compact_headers = true;
-  ChannelFactory channel_factory;  // empty: DefaultChannel
+  ChannelFactory channel_factory;  // empty: LimitedChannel with the limits below
+  // The channels' receive limit when channel_factory is empty; 0: ReceiveLimitBytes(budget).
+  int max_receive_message_bytes = 0;
+  // HTTP/2 keepalive of the channels when channel_factory is empty (ChannelLimits,
+  // core/rpc/grpc_security.h): a call whose worker went silent (a partition, a frozen process)
+  // fails with UNAVAILABLE about keepalive_time + keepalive_timeout later and is retried.
+  absl::Duration keepalive_time = absl::Seconds(30);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
+  // This consumer's instance on every call (StreamRequest.consumer_instance): two processes
+  // claiming the same consumer_index of a job are refused. 0: ProcessConsumerInstance().
+  uint64_t consumer_instance = 0;
   // SHARDING_RANGES: read tasks in task_index order, each to its end (see above).
   bool sequential = false;
   // Sequential: tasks streamed at once (the one being read and the next ones).

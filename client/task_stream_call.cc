@@ -78,8 +78,13 @@ void TaskStreamCall::OnReadDone(bool ok) {
   }
   const ServiceStepSourceOptions& options = streams_->options_;
   // Decoded with no lock held: the copy into the allocator's buffers is the bulk of the work.
+  // A frame beyond the credit granted is refused before anything is allocated for it (a
+  // worker must not make this trainer allocate what it did not ask for): DATA_LOSS, naming
+  // the task and the worker (OnDone).
   StepFrame& frame = frame_;
-  absl::Status s = decoder_.Decode(read_buffer_, &frame);
+  const FrameCreditLimit limit{task_->credit.load(std::memory_order_relaxed),
+                               streams_->window_ + 1};
+  absl::Status s = decoder_.Decode(read_buffer_, &frame, limit);
   read_buffer_.Clear();
   TaskStream* task = task_.get();
   absl::MutexLock lock(&streams_->mu_);

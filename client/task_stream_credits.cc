@@ -34,6 +34,7 @@ void TaskStreams::SetOutstandingLocked(TaskStream* task, int64_t outstanding) {
   // in the total, which is what the workers may still send.
   outstanding_ += std::max<int64_t>(outstanding, 0) - std::max<int64_t>(task->outstanding, 0);
   task->outstanding = outstanding;
+  task->credit.store(outstanding, std::memory_order_relaxed);
   peak_ = std::max(peak_, held_ + outstanding_);
   cv_.SignalAll();  // a WaitForFlowStats caller
 }
@@ -108,8 +109,9 @@ proto::ConsumerMessage TaskStreams::TakeGrantLocked(TaskStream* task) {
   ++(task->raised ? credit_raises_ : credit_grants_);
   proto::ConsumerMessage m;
   m.mutable_credit()->set_bytes(n);
-  // Independent reads acknowledge what arrived, so that the worker can let it go.
-  if (options_.independent) m.mutable_credit()->set_received_steps(task->next_step);
+  // Acknowledges what arrived, so that the worker can let it go (independent reads: the steps
+  // it handed to this consumer; coordinated: the ones it kept in case this call broke).
+  m.mutable_credit()->set_received_steps(task->next_step);
   return m;
 }
 

@@ -1,6 +1,7 @@
 #include "client/task_streams.h"
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <utility>
 
@@ -26,6 +27,29 @@ uint64_t RandomConsumerId() {
 }  // namespace
 
 bool Retryable(const absl::Status& s) { return IsTransientTaskError(s.code()); }
+
+int ReceiveLimitBytes(int64_t receive_budget_bytes) {
+  constexpr int64_t kFloor = int64_t{256} << 20;
+  constexpr int64_t kHeaders = int64_t{1} << 20;
+  const int64_t budget = std::max<int64_t>(receive_budget_bytes, kFloor);
+  const int64_t max = std::numeric_limits<int>::max();
+  return static_cast<int>(budget >= max - kHeaders ? max : budget + kHeaders);
+}
+
+uint64_t ProcessConsumerInstance() {
+  static const uint64_t instance = RandomConsumerId();
+  return instance;
+}
+
+std::shared_ptr<grpc::Channel> LimitedChannel(const std::string& address,
+                                              const ChannelLimits& limits) {
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(-1);
+  ApplyChannelLimits(limits, &args);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
 
 std::shared_ptr<grpc::Channel> DefaultChannel(const std::string& address) {
   grpc::ChannelArguments args;
@@ -70,10 +94,21 @@ TaskStreams::TaskStreams(ServiceStepSourceOptions options)
     : options_(WithSharedAllocator(std::move(options))),
       compact_spec_(CompactSpecFor(options_)),
       consumer_id_(RandomConsumerId()),
+      consumer_instance_(options_.consumer_instance != 0 ? options_.consumer_instance
+                                                         : ProcessConsumerInstance()),
       random_(options_.random ? options_.random : EntropyRandomSource()) {
-  coordinator_ = proto::CoordinatorService::NewStub(
-      options_.channel_factory ? options_.channel_factory(options_.coordinator_address)
-                               : DefaultChannel(options_.coordinator_address));
+  coordinator_ = proto::CoordinatorService::NewStub(NewChannel(options_.coordinator_address));
+}
+
+std::shared_ptr<grpc::Channel> TaskStreams::NewChannel(const std::string& address) const {
+  if (options_.channel_factory) return options_.channel_factory(address);
+  ChannelLimits limits;
+  limits.max_receive_message_bytes = options_.max_receive_message_bytes > 0
+                                         ? options_.max_receive_message_bytes
+                                         : ReceiveLimitBytes(options_.receive_budget_bytes);
+  limits.keepalive_time = options_.keepalive_time;
+  limits.keepalive_timeout = options_.keepalive_timeout;
+  return LimitedChannel(address, limits);
 }
 
 TaskStreams::~TaskStreams() { Shutdown(); }
@@ -94,8 +129,7 @@ std::shared_ptr<grpc::Channel> TaskStreams::ChannelTo(const std::string& address
   absl::MutexLock lock(&channels_mu_);
   auto it = channels_.find(address);
   if (it != channels_.end()) return it->second;
-  auto channel = options_.channel_factory ? options_.channel_factory(address)
-                                          : DefaultChannel(address);
+  auto channel = NewChannel(address);
   channels_[address] = channel;
   return channel;
 }
@@ -403,6 +437,8 @@ void TaskStreams::ConnectTask(const std::shared_ptr<TaskStream>& task,
   // Independent reads: next_step counts the steps received, and the id lets the worker send
   // again what an earlier call sent and this consumer did not receive.
   if (options_.independent) request->set_consumer_id(consumer_id_);
+  // Another process claiming this consumer_index is refused by the worker.
+  request->set_consumer_instance(consumer_instance_);
   if (compact_spec_ != nullptr) {
     request->set_compact_headers(true);
     compact_spec_->ToProto(request->mutable_compact_spec());

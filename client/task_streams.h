@@ -60,6 +60,7 @@
 #ifndef SLUICE_CLIENT_TASK_STREAMS_H_
 #define SLUICE_CLIENT_TASK_STREAMS_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -113,6 +114,9 @@ struct TaskStream {
   // than the credit). `calling`: the call takes credit grants.
   int64_t held = 0;
   int64_t outstanding = 0;
+  // `outstanding`, also readable without mu: the call checks each frame against it before
+  // decoding (FrameCreditLimit). Written under mu with `outstanding`.
+  std::atomic<int64_t> credit{0};
   bool calling = false;
   // The current call's credit was raised to window + 1 (TaskStreams::RaiseLocked) and no step
   // has arrived on it since.
@@ -220,6 +224,8 @@ class TaskStreams {
   friend class TaskStreamCall;
 
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
+  // A new channel: options_.channel_factory's, else a LimitedChannel with the options' limits.
+  std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) const;
   // The monitor thread.
   void Monitor();
   // Cancels the calls that received their end of task more than end_grace before `now` and
@@ -274,6 +280,8 @@ class TaskStreams {
   const std::shared_ptr<const CompactSpec> compact_spec_;
   // Independent reads: this iterator's id on every call (StreamRequest.consumer_id).
   const uint64_t consumer_id_;
+  // StreamRequest.consumer_instance on every call.
+  const uint64_t consumer_instance_;
   std::unique_ptr<proto::CoordinatorService::Stub> coordinator_;
   // The job's tasks from versioned heartbeat answers: requests send its version, deltas are
   // merged into it, and Heartbeat() returns it as a full answer.

@@ -1,6 +1,7 @@
 #include "worker/consumer_credits.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/rpc/step_frame.h"
@@ -25,8 +26,16 @@ absl::Status ConsumerCredits::OnMessage(const grpc::ByteBuffer& message,
     closed_ = true;
     return s;
   }
-  *received_steps = std::max<int64_t>(m.credit().received_steps(), 0);
-  credits_ += std::max<int64_t>(m.credit().bytes(), 0);
+  if (m.credit().bytes() < 0 || m.credit().received_steps() < 0) {
+    // A consumer never sends these: refused, rather than read as 0 and ignored.
+    error_ = absl::InvalidArgumentError(absl::StrCat(
+        "StreamSteps: a CreditGrant of ", m.credit().bytes(), " bytes with received_steps ",
+        m.credit().received_steps(), ": neither may be negative"));
+    closed_ = true;
+    return error_;
+  }
+  *received_steps = m.credit().received_steps();
+  credits_ = SaturatingAdd(credits_, m.credit().bytes());
   return absl::OkStatus();
 }
 
@@ -35,8 +44,14 @@ bool ConsumerCredits::HasCredit(int64_t need) const {
 }
 
 int64_t ConsumerCredits::Spend(int64_t bytes) {
-  credits_ -= bytes;
+  credits_ = SaturatingAdd(credits_, -std::max<int64_t>(bytes, 0));
   return credits_;
+}
+
+int64_t ConsumerCredits::SaturatingAdd(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  if (!__builtin_add_overflow(a, b, &sum)) return sum;
+  return b > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
 }
 
 }  // namespace sluice

@@ -27,10 +27,11 @@ class ConsumerCredits {
   // Negative initial credit counts as 0; a window below 1 byte as 1.
   ConsumerCredits(int64_t initial_credit_bytes, int64_t window_bytes);
 
-  // One message the consumer sent after its StreamRequest. A CreditGrant adds its bytes
-  // (negative grants count as 0) and sets *received_steps to its received_steps (independent
-  // reads' acknowledgements; 0 when absent or negative). Anything else is INVALID_ARGUMENT
-  // "StreamSteps: ..." and closes the consumer's side (error() keeps it).
+  // One message the consumer sent after its StreamRequest. A CreditGrant adds its bytes (the
+  // credit saturates at INT64_MAX: no grant, however large, wraps it) and sets *received_steps
+  // to its received_steps (acknowledgements; 0 when absent). A grant with negative bytes or
+  // received_steps, and anything but a CreditGrant, is INVALID_ARGUMENT "StreamSteps: ..." and
+  // closes the consumer's side (error() keeps it).
   absl::Status OnMessage(const grpc::ByteBuffer& message, int64_t* received_steps);
   // The consumer's side closed: it half-closed, or the call ended.
   void OnClosed() { closed_ = true; }
@@ -44,6 +45,8 @@ class ConsumerCredits {
   int64_t Spend(int64_t bytes);
 
   int64_t window() const { return window_; }
+  // a + b, clamped to [INT64_MIN, INT64_MAX].
+  static int64_t SaturatingAdd(int64_t a, int64_t b);
   // Whether the consumer's side is closed (half-closed, gone, or a malformed message).
   bool closed() const { return closed_; }
   // The malformed message's error; OK otherwise.

@@ -21,7 +21,9 @@ GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions opt
     : tasks_(tasks),
       options_(options),
       auth_(options.token),
-      pump_(std::make_unique<ThreadPool>(PumpThreads(options.pump_threads))) {
+      pump_(std::make_unique<ThreadPool>(PumpThreads(options.pump_threads))),
+      open_(std::make_unique<ThreadPool>(std::max(options.open_threads, 1))),
+      replays_(std::make_shared<ReplaySlots>(options.max_concurrent_replays)) {
   AddMethod(new grpc::internal::RpcServiceMethod(
       kStreamStepsMethod, grpc::internal::RpcMethod::BIDI_STREAMING, nullptr));
   MarkMethodCallback(
@@ -30,7 +32,9 @@ GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions opt
                return NewStepStream(context, StepStreamEnv{.tasks = tasks_,
                                                            .options = &options_,
                                                            .auth = &auth_,
-                                                           .pump = pump_.get()});
+                                                           .pump = pump_.get(),
+                                                           .open = open_.get(),
+                                                           .replays = replays_});
              }));
 }
 

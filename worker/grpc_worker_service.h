@@ -19,7 +19,8 @@
 // Each call is a gRPC callback reactor (step_stream.h): no thread per call, none blocked while
 // a stream waits for steps or credit (the step buffer wakes the streams a new step concerns),
 // so one worker serves thousands of idle streams with a fixed set of threads: gRPC's own and
-// the service's pump pool (pump_threads), which runs wake-ups and opens streams. Its parts are
+// the service's pump pool (pump_threads), which runs wake-ups, and its open pool (open_threads),
+// which opens streams. Its parts are
 // stream_request.h (the first message), consumer_credits.h (credits) and consumer_frame.h
 // (what a frame carries, when a write is buffered).
 //
@@ -66,6 +67,21 @@ struct WorkerServiceOptions {
   // Threads that run the streams' wake-ups (a step ready, a coalescing bound) and open
   // streams (finding a task may build a replay of it); 0: the cores, from 2 to 8.
   int pump_threads = 0;
+  // Threads that open streams (parse the request, find the task, build a private replay when
+  // the steps asked for are gone): never the pump threads, so a slow replay build delays no
+  // other stream's frames.
+  int open_threads = 2;
+  // Private replays (streams asking for steps no longer in memory) alive at once on this
+  // worker, over all tasks; a stream that would need one more is UNAVAILABLE (its consumer
+  // retries with backoff).
+  int max_concurrent_replays = 8;
+  // HTTP/2 keepalive (WorkerServer): the worker pings each consumer's connection after this
+  // long without traffic and drops it when a ping is not answered within keepalive_timeout,
+  // so that a stream whose consumer went silent (a partition, a frozen process) ends and its
+  // consumer_index claim and unacknowledged steps go back. Consumers' own pings are accepted
+  // however often (core/rpc/grpc_security.h). absl::InfiniteDuration(): no pings.
+  absl::Duration keepalive_time = absl::Seconds(30);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
   // After the last frame, how long to wait for the consumer to half-close before cancelling.
   absl::Duration close_grace = absl::Seconds(5);
   // Shared token every call must carry (core/rpc/token_auth.h); empty: none.
@@ -84,6 +100,8 @@ class GrpcWorkerService : public grpc::Service {
   const WorkerServiceOptions options_;
   const TokenAuth auth_;
   std::unique_ptr<ThreadPool> pump_;
+  std::unique_ptr<ThreadPool> open_;
+  const std::shared_ptr<ReplaySlots> replays_;
 };
 
 }  // namespace sluice

@@ -18,6 +18,16 @@ struct RunWakeups {
   }
 };
 
+// The most a consumer may leave unacknowledged (StepLimits::unacked_bytes), whatever window it
+// names: max(max_unacked_bytes, 4 x the buffer's budget).
+size_t UnackedCap(const StepLimits& limits, const StepBufferOptions& options) {
+  const size_t four =
+      options.max_bytes > std::numeric_limits<size_t>::max() / 4
+          ? std::numeric_limits<size_t>::max()
+          : 4 * options.max_bytes;
+  return std::min(limits.unacked_bytes, std::max(four, options.max_unacked_bytes));
+}
+
 }  // namespace
 
 StepBuffer::StepBuffer(StepBufferOptions options, std::function<void()> on_change)
@@ -29,6 +39,7 @@ StepBuffer::StepBuffer(StepBufferOptions options, std::function<void()> on_chang
   ended_.assign(n, false);
   confirmed_.assign(n, false);
   absl::MutexLock lock(&mu_);
+  in_flight_.resize(options_.independent ? 0 : n);
   unattached_ = static_cast<int64_t>(n);
   not_ended_ = static_cast<int64_t>(n);
   for (size_t c = 0; c < n; ++c) cursor_counts_.Insert(0);
@@ -243,6 +254,7 @@ void StepBuffer::AcknowledgeLocked(Unacked* u, int64_t received_steps, Wakeups* 
   bool released = false;
   while (u->acknowledged < received_steps && !u->steps.empty()) {
     bytes_ -= u->steps.front()->bytes;
+    u->bytes -= u->steps.front()->bytes;
     u->steps.pop_front();
     ++u->acknowledged;
     released = true;
@@ -256,7 +268,16 @@ void StepBuffer::AcknowledgeLocked(Unacked* u, int64_t received_steps, Wakeups* 
 void StepBuffer::Acknowledge(int64_t consumer, int64_t received_steps) {
   RunWakeups run;
   absl::MutexLock lock(&mu_);
-  if (!options_.independent || consumer == 0) return;
+  if (!options_.independent) {
+    if (consumer < 0 || consumer >= static_cast<int64_t>(in_flight_.size())) return;
+    InFlight& f = in_flight_[consumer];
+    while (!f.steps.empty() && f.steps.front()->task_step < received_steps) {
+      f.bytes -= f.steps.front()->bytes;
+      f.steps.pop_front();
+    }
+    return;
+  }
+  if (consumer == 0) return;
   auto it = unacked_.find(consumer);
   if (it != unacked_.end()) AcknowledgeLocked(&it->second, received_steps, &run.wake);
 }
@@ -273,6 +294,7 @@ absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step)
     // counted in bytes_.
     for (auto it = u.steps.rbegin(); it != u.steps.rend(); ++it) steps_.push_front(*it);
     u.steps.clear();
+    u.bytes = 0;
     u.acknowledged = std::max(u.acknowledged, start_step);
     const int64_t superseded = u.generation;
     u.generation = generation;
@@ -289,38 +311,32 @@ absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step)
     return absl::InvalidArgumentError(absl::StrCat("negative start_step ", start_step));
   }
   const int64_t generation = next_generation_++;
-  if (start_step < first_step_) {
-    const int64_t first_retained = first_step_ - static_cast<int64_t>(retained_.size());
-    if (start_step < first_retained) {
-      // It will read elsewhere (the caller replays the task for it) or not at all: its cursor
-      // here must not hold the other consumers back. Detached as for lateness, not ended: only
-      // its own confirmed end counts (ConfirmEndReplayed). A stream of it still open is
-      // superseded, as by any new Attach.
-      if (cursors_[consumer] != kDetached) {
-        SetCursorLocked(static_cast<size_t>(consumer), kDetached, false);
-        const int64_t superseded = generations_[consumer];
-        generations_[consumer] = generation;
-        ReleaseLocked(&run.wake);
-        cv_.SignalAll();
-        WakeGenerationLocked(consumer, superseded, &run.wake);
-      }
-      return absl::OutOfRangeError(absl::StrCat(
-          "task step ", start_step, " was already released; the first buffered is ", first_step_,
-          retained_.empty() ? std::string()
-                            : absl::StrCat(", the first retained ", first_retained)));
-    }
-    // Released, but still in the retention window: buffered again from start_step on, in
-    // order (the others' cursors are all at first_step_ or beyond).
-    while (first_step_ > start_step) {
-      std::shared_ptr<const TaskStep> step = std::move(retained_.back());
-      retained_.pop_back();
-      retained_bytes_ -= step->bytes;
-      bytes_ += step->bytes;
-      steps_.push_front(std::move(step));
-      --first_step_;
-    }
+  if (start_step < first_step_ && RestoreLocked(consumer, start_step)) {
     ++retention_hits_;
+  } else if (start_step < first_step_) {
+    const int64_t first_retained = first_step_ - static_cast<int64_t>(retained_.size());
+    // It will read elsewhere (the caller replays the task for it) or not at all: its cursor
+    // here must not hold the other consumers back. Detached as for lateness, not ended: only
+    // its own confirmed end counts (ConfirmEndReplayed). A stream of it still open is
+    // superseded, as by any new Attach.
+    in_flight_[consumer].steps.clear();
+    in_flight_[consumer].bytes = 0;
+    if (cursors_[consumer] != kDetached) {
+      SetCursorLocked(static_cast<size_t>(consumer), kDetached, false);
+      const int64_t superseded = generations_[consumer];
+      generations_[consumer] = generation;
+      ReleaseLocked(&run.wake);
+      cv_.SignalAll();
+      WakeGenerationLocked(consumer, superseded, &run.wake);
+    }
+    return absl::OutOfRangeError(absl::StrCat(
+        "task step ", start_step, " was already released; the first buffered is ", first_step_,
+        retained_.empty() ? std::string()
+                          : absl::StrCat(", the first retained ", first_retained)));
   }
+  // What it kept for this consumer was received (below start_step) or is buffered again.
+  in_flight_[consumer].steps.clear();
+  in_flight_[consumer].bytes = 0;
   SetCursorLocked(static_cast<size_t>(consumer), start_step, true);
   SetEndedLocked(static_cast<size_t>(consumer), false);
   const int64_t superseded = generations_[consumer];
@@ -330,6 +346,39 @@ absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step)
   WakeProducerLocked(&run.wake);  // who is unattached changed (TryPush's retry_at)
   WakeGenerationLocked(consumer, superseded, &run.wake);
   return generation;
+}
+
+bool StepBuffer::RestoreLocked(int64_t consumer, int64_t start_step) {
+  const int64_t first_retained = first_step_ - static_cast<int64_t>(retained_.size());
+  const InFlight& f = in_flight_[consumer];
+  if (start_step < first_retained) {
+    // The rest must come from the steps kept for this consumer (contiguous, in order).
+    if (f.steps.empty()) return false;
+    const int64_t base = f.steps.front()->task_step;
+    if (start_step < base) return false;
+    for (int64_t t = start_step; t < first_retained; ++t) {
+      const size_t i = static_cast<size_t>(t - base);
+      if (i >= f.steps.size() || f.steps[i]->task_step != t) return false;
+    }
+  }
+  // Released steps buffered again from start_step on, in order (the others' cursors are all
+  // at first_step_ or beyond): first the retention window's, then this consumer's own.
+  while (first_step_ > start_step && !retained_.empty()) {
+    std::shared_ptr<const TaskStep> step = std::move(retained_.back());
+    retained_.pop_back();
+    retained_bytes_ -= step->bytes;
+    bytes_ += step->bytes;
+    steps_.push_front(std::move(step));
+    --first_step_;
+  }
+  while (first_step_ > start_step) {
+    const int64_t base = f.steps.front()->task_step;
+    std::shared_ptr<const TaskStep> step = f.steps[static_cast<size_t>(first_step_ - 1 - base)];
+    bytes_ += step->bytes;
+    steps_.push_front(std::move(step));
+    --first_step_;
+  }
+  return true;
 }
 
 bool StepBuffer::ReadyLocked(int64_t consumer) const {
@@ -363,6 +412,15 @@ bool StepBuffer::ReadyWithin(int64_t consumer, const StepLimits& limits) const {
   }
   if (closed_) return true;
   if (const TaskStep* s = NextStepLocked(consumer)) {
+    if (options_.independent && consumer != 0) {
+      // A consumer with its window of steps unacknowledged takes none (Next): not ready, or a
+      // frame would wait in gRPC for a write that does not come (buffer_hint).
+      auto it = unacked_.find(consumer);
+      if (it != unacked_.end() && !it->second.steps.empty() &&
+          it->second.bytes + s->bytes > UnackedCap(limits, options_)) {
+        return false;
+      }
+    }
     return (limits.cost ? limits.cost(*s) : s->bytes) <= limits.first_max;
   }
   return finished_ || stop_producing_;
@@ -484,9 +542,17 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
               absl::StrCat("stream of consumer ", consumer, " superseded by a newer one"));
         }
       }
-      while (!steps_.empty() && fits(*steps_.front(), total, &c)) {
+      const size_t cap = UnackedCap(limits, options_);
+      bool capped = false;
+      while (!steps_.empty()) {
+        if (u != nullptr && !u->steps.empty() && u->bytes + steps_.front()->bytes > cap) {
+          capped = true;  // its window of unacknowledged steps is full
+          break;
+        }
+        if (!fits(*steps_.front(), total, &c)) break;
         total += c;
         if (u != nullptr) {
+          u->bytes += steps_.front()->bytes;
           u->steps.push_back(steps_.front());  // still counted in bytes_ until acknowledged
         } else {
           bytes_ -= steps_.front()->bytes;
@@ -500,12 +566,14 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
         // Steps given back by a reconnect, taken after the end was confirmed: drained now.
         if (steps_.empty() && end_confirmed_) NotifyChangeLocked(&run.wake);
         cv_.SignalAll();
-        if (u == nullptr) WakeProducerLocked(&run.wake);  // their bytes were released
+        // Their bytes were released, or (kept until acknowledged) the queue is empty: either
+        // lets the producer push (an empty buffer always admits a step).
+        if (u == nullptr || steps_.empty()) WakeProducerLocked(&run.wake);
         if (!steps_.empty()) WakeOneIndependentLocked(&run.wake);
         return absl::OkStatus();
       }
       if (!steps_.empty()) {  // the first step does not fit
-        if (blocked_cost != nullptr) *blocked_cost = c;
+        if (blocked_cost != nullptr) *blocked_cost = capped ? kBlockedOnAcknowledgement : c;
         WakeOneIndependentLocked(&run.wake);
         return absl::OkStatus();
       }
@@ -528,6 +596,11 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
         ++cursor;
       }
       if (!steps->empty()) {
+        // Kept for the consumer's reconnect until acknowledged, when the caller names its
+        // window (the data plane's streams do; callers without acknowledgements do not).
+        if (limits.unacked_bytes != std::numeric_limits<size_t>::max()) {
+          KeepInFlightLocked(consumer, *steps, UnackedCap(limits, options_));
+        }
         SetCursorLocked(static_cast<size_t>(consumer), cursor, attached_[consumer]);
         ReleaseLocked(&run.wake);
         return absl::OkStatus();
@@ -548,6 +621,24 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
     if (cv_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
       return absl::OkStatus();
     }
+  }
+}
+
+void StepBuffer::KeepInFlightLocked(int64_t consumer,
+                                    const std::vector<std::shared_ptr<const TaskStep>>& steps,
+                                    size_t keep_bytes) {
+  InFlight& f = in_flight_[consumer];
+  if (!f.steps.empty() && f.steps.back()->task_step + 1 != steps.front()->task_step) {
+    f.steps.clear();  // not contiguous (a reattach elsewhere clears it first): start again
+    f.bytes = 0;
+  }
+  for (const auto& step : steps) {
+    f.bytes += step->bytes;
+    f.steps.push_back(step);
+  }
+  while (f.steps.size() > 1 && f.bytes > keep_bytes) {
+    f.bytes -= f.steps.front()->bytes;
+    f.steps.pop_front();
   }
 }
 
@@ -596,6 +687,8 @@ void StepBuffer::Detach(int64_t consumer) {
   NotifyChangeLocked(&run.wake);
   SetCursorLocked(static_cast<size_t>(consumer), kDetached, attached_[consumer]);
   SetEndedLocked(static_cast<size_t>(consumer), true);
+  in_flight_[consumer].steps.clear();
+  in_flight_[consumer].bytes = 0;
   // A stream of this consumer still open must not read on from kDetached (it would see the end
   // of the task without the steps): it is superseded.
   const int64_t superseded = generations_[consumer];
@@ -621,6 +714,10 @@ void StepBuffer::Close(absl::string_view message) {
   if (!closed_) close_message_ = std::string(message);
   closed_ = true;
   ClearRetainedLocked();
+  for (InFlight& f : in_flight_) {
+    f.steps.clear();
+    f.bytes = 0;
+  }
   cv_.SignalAll();
   WakeAllLocked(&run.wake);
   WakeProducerLocked(&run.wake);

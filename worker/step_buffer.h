@@ -10,6 +10,17 @@
 // stream loses nothing. A consumer that never comes back keeps its unacknowledged steps (at most
 // its credit window) until the buffer is destroyed; they do not hold drained() back.
 //
+// A keyed independent consumer holds at most its window (StepLimits::unacked_bytes, at most
+// max(`max_unacked_bytes`, 4 x `max_bytes`)) of unacknowledged steps: one that never acknowledges stops getting steps (its
+// stream waits for an acknowledgement) while the others read on.
+//
+// Coordinated mode keeps, per consumer, the steps handed to it and not yet acknowledged (at
+// most its window, StepLimits::unacked_bytes), even once every cursor has passed them: a
+// consumer whose call broke after the worker wrote a frame but before it arrived attaches again
+// at the first step it did not receive and gets it again from memory, exactly once, without a
+// replay (Acknowledge releases them; a consumer that does not acknowledge keeps only its
+// window's worth, the most a broken call can have lost).
+//
 // Memory: the buffer holds at most `max_bytes` of steps, but always admits one step when it is
 // empty (a step larger than the budget still flows). A producer that would exceed the budget
 // blocks in Push until consumers advance (backpressure). A step the producer offers below every
@@ -94,6 +105,11 @@ struct StepBufferOptions {
   // Coordinated mode: the retention window for released steps (see the class comment), in
   // bytes on top of max_bytes; 0 keeps none. Independent mode keeps none.
   size_t retention_bytes = 0;
+  // Whatever window a consumer names (StepLimits::unacked_bytes), it leaves at most
+  // max(max_unacked_bytes, 4 x max_bytes) unacknowledged. A consumer acknowledges at least
+  // every quarter of its window (its CreditGrants), so one whose window is below 4 x this
+  // never waits on it.
+  size_t max_unacked_bytes = size_t{1} << 30;
 };
 
 // How much one Next() may take of a consumer's next steps (a stream's frame and credit).
@@ -107,7 +123,19 @@ struct StepLimits {
   size_t first_max = std::numeric_limits<size_t>::max();
   // A step's cost for this consumer; empty: TaskStep::bytes.
   std::function<size_t(const TaskStep&)> cost;
+  // The consumer's window (its StreamRequest.window_bytes), bounding what it may leave
+  // unacknowledged. Independent reads, a keyed consumer: no step is handed to it while the
+  // bytes of the steps handed to it and not acknowledged would exceed this (it always gets
+  // one step when it has none unacknowledged); Next() then returns no step with *blocked_cost
+  // kBlockedOnAcknowledgement. Coordinated reads: at most this many bytes of the steps handed
+  // to the consumer and not acknowledged are kept for its reconnect (see Attach); none when
+  // not set (a caller that never acknowledges).
+  size_t unacked_bytes = std::numeric_limits<size_t>::max();
 };
+
+// Next()'s *blocked_cost when an independent consumer has its window of unacknowledged steps:
+// it gets more only after an Acknowledge (its next CreditGrant).
+inline constexpr size_t kBlockedOnAcknowledgement = std::numeric_limits<size_t>::max();
 
 class StepBuffer {
  public:
@@ -149,7 +177,9 @@ class StepBuffer {
   // back to the front of the queue, and an older generation of the key is superseded.
   absl::StatusOr<int64_t> Attach(int64_t consumer, int64_t start_step);
   // Independent mode: the consumer with key `consumer` has received `received_steps` steps in
-  // all; the ones handed to it up to there are released. No-op otherwise.
+  // all; the ones handed to it up to there are released. Coordinated mode: the consumer
+  // (index) has received every task step below `received_steps`; the ones kept for its
+  // reconnect below there are dropped.
   void Acknowledge(int64_t consumer, int64_t received_steps);
 
   // Waits until `deadline` for the consumer's next step(s): on return *steps holds between 1 and
@@ -328,8 +358,24 @@ class StepBuffer {
     std::deque<std::shared_ptr<const TaskStep>> steps;
     int64_t acknowledged = 0;
     int64_t generation = 0;
+    size_t bytes = 0;  // of `steps`
   };
   absl::flat_hash_map<int64_t, Unacked> unacked_ ABSL_GUARDED_BY(mu_);
+  // Coordinated mode, per consumer: the steps handed to it (in task step order, contiguous)
+  // and not acknowledged, kept for its reconnect (see the class comment), and their bytes.
+  struct InFlight {
+    std::deque<std::shared_ptr<const TaskStep>> steps;
+    size_t bytes = 0;
+  };
+  std::vector<InFlight> in_flight_ ABSL_GUARDED_BY(mu_);
+  // Adds the steps Next() just handed to `consumer` to its in-flight steps, keeping at most
+  // `keep_bytes` of them (at least the last step).
+  void KeepInFlightLocked(int64_t consumer,
+                          const std::vector<std::shared_ptr<const TaskStep>>& steps,
+                          size_t keep_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Steps [start_step, first_step_) back into the buffer from the retention window and
+  // `consumer`'s in-flight steps; false (nothing changed) when they do not cover them.
+  bool RestoreLocked(int64_t consumer, int64_t start_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AcknowledgeLocked(Unacked* u, int64_t received_steps, Wakeups* wake)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Registered wake-ups, by generation (unique in the buffer). Coordinated mode: waiting_at_

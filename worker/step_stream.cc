@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "core/rpc/grpc_status.h"
 #include "core/rpc/step_frame.h"
+#include "core/util/status_macros.h"
 #include "grpcpp/alarm.h"
 #include "worker/consumer_credits.h"
 #include "worker/consumer_frame.h"
@@ -54,8 +55,10 @@ class StepStream final : public Reactor {
                               "StreamSteps: no StreamRequest received"));
           return;
         }
-        // Finding the task may build a replay of it: not on gRPC's thread.
-        Post([](StepStream* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { s->Open(); });
+        // Finding the task may build a replay of it: not on gRPC's thread, nor on the pump
+        // pool (the other streams' wake-ups), nor under this stream's lock (OnCancel takes
+        // it). No OnDone can come before this stream calls Finish, so `this` stays valid.
+        env_.open->Schedule([this, first = read_] { Open(first); });
         return;
       case Phase::kStreaming:
       case Phase::kClosing:
@@ -64,8 +67,10 @@ class StepStream final : public Reactor {
         } else {
           int64_t received = 0;
           if (credits_->OnMessage(read_, &received).ok()) {
-            // Independent reads key the consumer: its acknowledgements release steps.
-            if (!coordinated_ && received > 0) reader_->Acknowledge(received);
+            // Acknowledgements release what the worker kept for a reconnect (independent
+            // reads: the steps handed to this consumer; coordinated: its in-flight steps).
+            if (received > 0) reader_->Acknowledge(received);
+            awaiting_ack_ = false;
             StartRead(&read_);
           }
         }
@@ -170,62 +175,85 @@ class StepStream final : public Reactor {
     return seq;
   }
 
-  // The first message: find the task, open the reader, start streaming.
-  void Open() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // What Open() prepares without the stream's lock.
+  struct Opened {
+    proto::StreamRequest request;
+    std::shared_ptr<TaskRunner> runner;
+    std::unique_ptr<StepReader> reader;
+    std::shared_ptr<const CompactSpec> spec;
+    bool coordinated = true;
+    int64_t replicas = 1;
+  };
+
+  // The first message (on the open pool, without mu_): find the task, open the reader, then
+  // start streaming under the lock.
+  void Open(const grpc::ByteBuffer& first) ABSL_LOCKS_EXCLUDED(mu_) {
+    Opened opened;
+    absl::Status s = OpenReader(first, &opened);
+    absl::MutexLock lock(&mu_);
     if (phase_ != Phase::kOpening) return;
-    absl::Status s = OpenReader();
     if (s.ok() && cancelled_) s = ConsumerWentAway();
     if (!s.ok()) {
       phase_ = Phase::kFinished;
       Finish(ToGrpcStatus(s));
       return;
     }
+    runner_ = std::move(opened.runner);
+    reader_ = std::move(opened.reader);
+    coordinated_ = opened.coordinated;
+    replicas_ = opened.replicas;
+    consumer_ = opened.request.consumer_index();
+    encoder_.emplace(std::move(opened.spec));
+    credits_.emplace(opened.request.initial_credit_bytes(), opened.request.window_bytes());
+    // What one frame may take: steps whose costs fit the credit and the frame size; the first
+    // step whatever its cost once the credit reaches CreditForAnyStep (a step larger than the
+    // window still flows); no more unacknowledged steps than the window.
+    limits_.max_steps = options_.max_frame_steps;
+    limits_.unacked_bytes = static_cast<size_t>(credits_->window());
+    limits_.cost = [coordinated = coordinated_, consumer = consumer_,
+                    replicas = replicas_](const TaskStep& step) {
+      return ConsumerStepCost(step, coordinated, consumer, replicas);
+    };
     phase_ = Phase::kStreaming;
     StartRead(&read_);
     Pump();
   }
 
-  absl::Status OpenReader() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    absl::StatusOr<proto::StreamRequest> request = ParseStreamRequest(read_);
-    if (!request.ok()) return request.status();
-    absl::StatusOr<std::shared_ptr<TaskRunner>> runner =
-        env_.tasks->FindTask(request->job_id(), request->task_id());
-    if (!runner.ok()) return runner.status();
-    runner_ = *std::move(runner);
-    const proto::JobOptions& job = runner_->task().job();
-    coordinated_ = job.read_mode() == proto::READ_MODE_COORDINATED;
-    replicas_ = job.replicas_per_consumer();
-    consumer_ = request->consumer_index();
-    if (coordinated_ && (consumer_ < 0 || consumer_ >= job.num_consumers())) {
+  absl::Status OpenReader(const grpc::ByteBuffer& first, Opened* out) ABSL_LOCKS_EXCLUDED(mu_) {
+    ASSIGN_OR_RETURN(out->request, ParseStreamRequest(first));
+    const proto::StreamRequest& request = out->request;
+    ASSIGN_OR_RETURN(out->runner, env_.tasks->FindTask(request.job_id(), request.task_id()));
+    const proto::JobOptions& job = out->runner->task().job();
+    out->coordinated = job.read_mode() == proto::READ_MODE_COORDINATED;
+    out->replicas = job.replicas_per_consumer();
+    const int64_t consumer = request.consumer_index();
+    if (out->coordinated && (consumer < 0 || consumer >= job.num_consumers())) {
       return absl::InvalidArgumentError(
-          absl::StrCat("StreamSteps: consumer_index ", consumer_, " out of range [0, ",
-                       job.num_consumers(), ") for job ", request->job_id()));
+          absl::StrCat("StreamSteps: consumer_index ", consumer, " out of range [0, ",
+                       job.num_consumers(), ") for job ", request.job_id()));
     }
-    absl::StatusOr<std::unique_ptr<StepReader>> reader = runner_->OpenReader(
-        // Independent reads key the consumer by its id (steps kept until acknowledged).
-        coordinated_ ? consumer_ : static_cast<int64_t>(request->consumer_id()),
-        request->start_step());
-    if (!reader.ok()) return reader.status();
-    reader_ = *std::move(reader);
-    std::shared_ptr<const CompactSpec> spec;
-    if (request->compact_headers()) {
-      absl::StatusOr<CompactSpec> parsed = CompactSpec::FromProto(request->compact_spec());
+    if (request.compact_headers()) {
+      RETURN_IF_ERROR(CheckCompactSpecLeaves(request, out->runner->piece_leaves()));
+      absl::StatusOr<CompactSpec> parsed = CompactSpec::FromProto(request.compact_spec());
       if (!parsed.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("StreamSteps: ", parsed.status().message()));
       }
-      spec = std::make_shared<const CompactSpec>(*std::move(parsed));
+      out->spec = std::make_shared<const CompactSpec>(*std::move(parsed));
     }
-    encoder_.emplace(std::move(spec));
-    credits_.emplace(request->initial_credit_bytes(), request->window_bytes());
-    // What one frame may take: steps whose costs fit the credit and the frame size; the first
-    // step whatever its cost once the credit reaches CreditForAnyStep (a step larger than the
-    // window still flows).
-    limits_.max_steps = options_.max_frame_steps;
-    limits_.cost = [coordinated = coordinated_, consumer = consumer_,
-                    replicas = replicas_](const TaskStep& step) {
-      return ConsumerStepCost(step, coordinated, consumer, replicas);
-    };
+    ReaderOptions open;
+    // Coordinated reads: one process per consumer_index (independent reads key their consumers
+    // by consumer_id; several processes may share an index there, each stealing steps).
+    open.instance = out->coordinated ? request.consumer_instance() : 0;
+    open.consumer_index = consumer;
+    open.replay_slots = env_.replays;
+    ASSIGN_OR_RETURN(out->reader,
+                     out->runner->OpenReader(
+                         // Independent reads key the consumer by its id (steps kept until
+                         // acknowledged).
+                         out->coordinated ? consumer
+                                          : static_cast<int64_t>(request.consumer_id()),
+                         request.start_step(), open));
     return absl::OkStatus();
   }
 
@@ -273,6 +301,7 @@ class StepStream final : public Reactor {
         BeginClose();
         return;
       }
+      if (awaiting_ack_) return;  // OnReadDone pumps again on the consumer's next message
       if (!credits_->HasCredit(need_)) return;  // OnReadDone pumps again on a grant
       SetCredit(credits_->credit());
       bool end = false;
@@ -285,6 +314,11 @@ class StepStream final : public Reactor {
         return;
       }
       if (frame_.empty() && !end) {
+        if (blocked_cost == kBlockedOnAcknowledgement) {
+          // Independent reads: this consumer has its window of steps unacknowledged.
+          awaiting_ack_ = true;
+          return;
+        }
         if (blocked_cost > 0) {
           need_ = static_cast<int64_t>(blocked_cost);  // wait for credit
           continue;
@@ -459,6 +493,8 @@ class StepStream final : public Reactor {
   int64_t replicas_ ABSL_GUARDED_BY(mu_) = 1;
   StepLimits limits_ ABSL_GUARDED_BY(mu_);
   int64_t need_ ABSL_GUARDED_BY(mu_) = 1;  // the credit the next frame needs
+  // Independent reads: no step until the consumer acknowledges some (kBlockedOnAcknowledgement).
+  bool awaiting_ack_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status result_ ABSL_GUARDED_BY(mu_);  // the call's status
 

@@ -31,7 +31,9 @@ struct StepStreamEnv {
   TaskLookup* tasks = nullptr;
   const WorkerServiceOptions* options = nullptr;
   const TokenAuth* auth = nullptr;
-  ThreadPool* pump = nullptr;  // runs wake-ups and the opening of streams
+  ThreadPool* pump = nullptr;  // runs wake-ups, alarms and frames
+  ThreadPool* open = nullptr;  // opens streams (finding a task may build a private replay)
+  std::shared_ptr<ReplaySlots> replays;  // bounds the private replays alive at once
 };
 
 // A new reactor for one StreamSteps call; it deletes itself in OnDone().

@@ -26,7 +26,28 @@ absl::StatusOr<proto::StreamRequest> ParseStreamRequest(const grpc::ByteBuffer& 
     return absl::InvalidArgumentError(absl::StrCat(
         "StreamSteps: window_bytes must be positive, got ", request.window_bytes()));
   }
+  if (request.initial_credit_bytes() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "StreamSteps: initial_credit_bytes may not be negative, got ",
+        request.initial_credit_bytes()));
+  }
+  if (request.compact_spec_size() > kMaxCompactSpecLeaves) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "StreamSteps: a compact_spec of ", request.compact_spec_size(), " leaves (at most ",
+        kMaxCompactSpecLeaves, ")"));
+  }
   return request;
+}
+
+absl::Status CheckCompactSpecLeaves(const proto::StreamRequest& request, int64_t task_leaves) {
+  if (!request.compact_headers() || task_leaves < 0 ||
+      request.compact_spec_size() == task_leaves) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "StreamSteps: a compact_spec of ", request.compact_spec_size(), " leaves for task ",
+      request.task_id(), " of job ", request.job_id(), ", whose values have ", task_leaves,
+      " leaves"));
 }
 
 }  // namespace sluice

@@ -4,6 +4,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/data/distribute/auto_shard.h"
@@ -326,7 +327,34 @@ absl::Status TaskStepIterator::GetNext(TaskStep* step, bool* end) {
   }
 }
 
-StepReader::~StepReader() = default;
+StepReader::~StepReader() {
+  if (instance_ != 0 && owner_ != nullptr) owner_->ReleaseIndex(claimed_index_, instance_);
+  // The replay (private_) is freed before the slot goes back.
+  private_.reset();
+  if (replay_slot_ != nullptr) replay_slot_->Release();
+}
+
+absl::Status TaskRunner::ClaimIndex(int64_t index, uint64_t instance) {
+  absl::MutexLock lock(&claims_mu_);
+  Claim& c = claims_[index];
+  if (c.readers > 0 && c.instance != instance) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: consumer_index %d is held by consumer instance %016x (a stream open on this "
+        "worker); this consumer is instance %016x: two consumer processes claim the same "
+        "consumer_index of job %d",
+        TaskName(task_), index, c.instance, instance, task_.job_id()));
+  }
+  c.instance = instance;
+  ++c.readers;
+  return absl::OkStatus();
+}
+
+void TaskRunner::ReleaseIndex(int64_t index, uint64_t instance) {
+  absl::MutexLock lock(&claims_mu_);
+  auto it = claims_.find(index);
+  if (it == claims_.end() || it->second.instance != instance) return;
+  if (--it->second.readers <= 0) claims_.erase(it);
+}
 
 absl::Status StepReader::Next(size_t max_steps, size_t max_bytes, absl::Time deadline,
                               std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end) {
@@ -366,6 +394,9 @@ void StepReader::CancelNotify() { buffer_->CancelNotify(consumer_, generation_);
 TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
                        std::unique_ptr<TaskStepIterator> steps)
     : task_(std::move(task)), options_(std::move(options)), steps_(std::move(steps)) {
+  if (steps_ != nullptr) {
+    piece_leaves_ = static_cast<int64_t>(steps_->piece_spec().Flatten().size());
+  }
   StepBufferOptions b;
   b.max_bytes = options_.buffer_bytes;
   b.independent = task_.job().read_mode() == proto::READ_MODE_INDEPENDENT;
@@ -428,10 +459,16 @@ TaskRunner::~TaskRunner() {
 }
 
 absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consumer,
-                                                                   int64_t start_step) {
+                                                                   int64_t start_step,
+                                                                   const ReaderOptions& open) {
   std::unique_ptr<StepReader> reader(new StepReader());
   reader->owner_ = shared_from_this();
   reader->consumer_ = consumer;
+  if (open.instance != 0) {
+    RETURN_IF_ERROR(ClaimIndex(open.consumer_index, open.instance));
+    reader->instance_ = open.instance;
+    reader->claimed_index_ = open.consumer_index;
+  }
   absl::StatusOr<int64_t> gen = buffer_->Attach(consumer, start_step);
   if (gen.ok()) {
     reader->buffer_ = buffer_.get();
@@ -444,6 +481,15 @@ absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consu
     return absl::FailedPreconditionError(absl::StrCat(
         TaskName(task_), ": consumer ", consumer, " asked for task step ", start_step,
         ", already released, and this task cannot be replayed (DYNAMIC or a custom producer): ", gen.status().message()));
+  }
+  if (open.replay_slots != nullptr) {
+    if (!open.replay_slots->TryAcquire()) {
+      return absl::UnavailableError(absl::StrCat(
+          TaskName(task_), ": consumer ", consumer, " needs a private replay from task step ",
+          start_step, " and ", open.replay_slots->max(),
+          " are running on this worker (max_concurrent_replays): retry later"));
+    }
+    reader->replay_slot_ = open.replay_slots;
   }
   TaskRunnerOptions options = options_;
   options.detach_unattached_after = absl::InfiniteDuration();

@@ -35,8 +35,11 @@
 #include <optional>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "sluice/dataset.h"
 #include "core/data/executor.h"
@@ -106,6 +109,44 @@ struct TaskRunnerOptions {
 
 class TaskRunner;
 
+// Bounds the private replays (OpenReader) alive at once on a worker, over all its tasks: each
+// holds a pipeline and a buffer of its own, so that consumers coming back late cannot make a
+// worker build any number of them. Thread-safe.
+class ReplaySlots {
+ public:
+  // `max` < 1 counts as 1.
+  explicit ReplaySlots(int max) : max_(max < 1 ? 1 : max) {}
+  // Takes a slot; false when all `max` are taken.
+  bool TryAcquire() {
+    int n = used_.load(std::memory_order_relaxed);
+    while (n < max_) {
+      if (used_.compare_exchange_weak(n, n + 1, std::memory_order_relaxed)) return true;
+    }
+    return false;
+  }
+  void Release() { used_.fetch_sub(1, std::memory_order_relaxed); }
+  int used() const { return used_.load(std::memory_order_relaxed); }
+  int max() const { return max_; }
+
+ private:
+  const int max_;
+  std::atomic<int> used_{0};
+};
+
+// How a stream opens its reader (TaskRunner::OpenReader).
+struct ReaderOptions {
+  // The consumer's instance (StreamRequest.consumer_id: random per consumer iterator; 0: an
+  // older client without one) and its consumer_index. While a reader of one instance is open
+  // for a consumer_index, opening one for the same index with another non-zero instance is
+  // FAILED_PRECONDITION naming both (two processes claiming one consumer_index would otherwise
+  // supersede each other forever); the same instance (a reconnect) supersedes its old reader.
+  uint64_t instance = 0;
+  int64_t consumer_index = 0;
+  // Private replays take a slot here for as long as their reader lives; none free is
+  // UNAVAILABLE (the consumer retries). Null: no bound.
+  std::shared_ptr<ReplaySlots> replay_slots;
+};
+
 // One consumer stream's view of a task: the shared buffer at the consumer's cursor (from its
 // retention window when the step was released but is still kept), or a private replay of the
 // task when the stream starts at a step the buffer no longer holds.
@@ -134,6 +175,10 @@ class StepReader {
   friend class TaskRunner;
   StepReader() = default;
   std::shared_ptr<TaskRunner> owner_;     // keeps the shared runner alive
+  // Released by the destructor: the consumer_index claim (instance != 0) and the replay slot.
+  uint64_t instance_ = 0;
+  int64_t claimed_index_ = 0;
+  std::shared_ptr<ReplaySlots> replay_slot_;
   std::unique_ptr<TaskRunner> private_;   // a replay for this stream alone
   StepBuffer* buffer_ = nullptr;
   int64_t consumer_ = 0;
@@ -158,7 +203,14 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   // A reader for `consumer` starting at task step `start_step`. INVALID_ARGUMENT for a bad
   // consumer; FAILED_PRECONDITION when the steps are gone and the task cannot be replayed
   // (DYNAMIC).
-  absl::StatusOr<std::unique_ptr<StepReader>> OpenReader(int64_t consumer, int64_t start_step);
+  // With `open`: FAILED_PRECONDITION when another instance holds open.consumer_index, and
+  // UNAVAILABLE when the reader needs a private replay and open.replay_slots has none free
+  // (see ReaderOptions).
+  absl::StatusOr<std::unique_ptr<StepReader>> OpenReader(int64_t consumer, int64_t start_step,
+                                                         const ReaderOptions& open = {});
+  // The number of leaves of one piece (one replica's value) of the task's steps; -1 when not
+  // known (StartWith, Failed).
+  int64_t piece_leaves() const { return piece_leaves_; }
 
   // Stops producing; readers get what is buffered, then UNAVAILABLE.
   void StopProducing() { buffer_->StopProducing(); }
@@ -206,6 +258,18 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   std::atomic<int64_t> steps_delivered_{0};
   std::atomic<int64_t> bytes_delivered_{0};
   std::atomic<int64_t> replays_{0};
+  int64_t piece_leaves_ = -1;
+
+  // Which instance holds each consumer_index (ReaderOptions::instance), and its open readers.
+  friend class StepReader;
+  struct Claim {
+    uint64_t instance = 0;
+    int64_t readers = 0;
+  };
+  absl::Status ClaimIndex(int64_t index, uint64_t instance);
+  void ReleaseIndex(int64_t index, uint64_t instance);
+  absl::Mutex claims_mu_;
+  absl::flat_hash_map<int64_t, Claim> claims_ ABSL_GUARDED_BY(claims_mu_);
 };
 
 }  // namespace sluice

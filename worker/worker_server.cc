@@ -12,6 +12,7 @@
 #include "core/util/jitter.h"
 #include "core/util/status_macros.h"
 #include "core/util/transient_error.h"
+#include "worker/stream_request.h"
 #include "worker/worker_metrics.h"
 
 namespace sluice {
@@ -87,7 +88,17 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
   builder.SetMaxSendMessageSize(-1);
-  // The receive limit is security.max_receive_message_bytes (AddSecureListeningPort).
+  // Consumers send StreamRequests and CreditGrants only: the receive limit is the largest of
+  // those (kMaxConsumerMessageBytes), lowered further by --max_request_bytes
+  // (security.max_receive_message_bytes, AddSecureListeningPort set it).
+  const int request_limit = w->options_.security.max_receive_message_bytes;
+  builder.SetMaxReceiveMessageSize(request_limit > 0
+                                       ? std::min(request_limit, kMaxConsumerMessageBytes)
+                                       : kMaxConsumerMessageBytes);
+  // A consumer gone silent (a partition, a frozen process) holding a stream that waits for
+  // credit: keepalive pings end its connection, hence its streams (docs/SERVICE.md).
+  AddServerKeepalive(w->options_.service.keepalive_time, w->options_.service.keepalive_timeout,
+                     &builder);
   w->server_ = builder.BuildAndStart();
   if (w->server_ == nullptr || w->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("WorkerServer: cannot bind ", bind));

@@ -1,5 +1,8 @@
 #include "core/rpc/grpc_security.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -74,10 +77,43 @@ absl::Status AddSecureListeningPort(const ServerSecurity& security, const std::s
                    MakeServerCredentials(security.tls));
   builder->AddListeningPort(listen, std::move(credentials), port);
   builder->SetMaxReceiveMessageSize(security.max_receive_message_bytes);
+  // Clients' keepalive pings are welcome: gRPC's default answers pings more often than every
+  // 5 minutes without data with GOAWAY too_many_pings, ending the calls they keep alive.
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
   creators.push_back(MakeMalformedRequestInterceptorFactory());
   builder->experimental().SetInterceptorCreators(std::move(creators));
   return absl::OkStatus();
+}
+
+namespace {
+
+int Millis(absl::Duration d) {
+  const int64_t ms = absl::ToInt64Milliseconds(d);
+  return static_cast<int>(std::clamp<int64_t>(ms, 1, std::numeric_limits<int>::max()));
+}
+
+}  // namespace
+
+void ApplyChannelLimits(const ChannelLimits& limits, grpc::ChannelArguments* args) {
+  args->SetMaxReceiveMessageSize(limits.max_receive_message_bytes);
+  if (limits.keepalive_time == absl::InfiniteDuration()) return;
+  args->SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(limits.keepalive_time));
+  args->SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, Millis(limits.keepalive_timeout));
+  // Pings go on while a call waits for data (the partition this is for): by default gRPC
+  // sends only 2 pings without data in between.
+  args->SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args->SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+}
+
+void AddServerKeepalive(absl::Duration time, absl::Duration timeout,
+                        grpc::ServerBuilder* builder) {
+  if (time == absl::InfiniteDuration()) return;
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(time));
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, Millis(timeout));
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
 }
 
 absl::StatusOr<GrpcChannelFactory> MakeChannelFactory(const ChannelSecurity& security) {
@@ -85,10 +121,12 @@ absl::StatusOr<GrpcChannelFactory> MakeChannelFactory(const ChannelSecurity& sec
                    MakeChannelCredentials(security.tls));
   const std::string token = security.token;
   const std::string server_name = security.tls_server_name;
-  return GrpcChannelFactory([credentials, token, server_name](const std::string& address) {
+  const ChannelLimits limits = security.limits;
+  return GrpcChannelFactory([credentials, token, server_name,
+                             limits](const std::string& address) {
     grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
+    ApplyChannelLimits(limits, &args);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     // A peer that was down (a coordinator restarting, a worker coming back) is reached again
     // within a second of its return: gRPC's default reconnect backoff grows to 120 s, long

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "core/rpc/tls_credentials.h"
 #include "core/rpc/token_auth.h"
 #include "grpcpp/channel.h"
@@ -43,7 +44,8 @@ struct ServerSecurity {
 };
 
 // Adds the listening port `listen` ("host:port") to `builder` with the credentials of
-// `security`, sets the receive limit, and installs the interceptor that turns a request gRPC
+// `security`, sets the receive limit, accepts clients' keepalive pings (ChannelLimits), and
+// installs the interceptor that turns a request gRPC
 // could not parse (INTERNAL from protobuf) into INVALID_ARGUMENT naming the method. `*port`
 // receives the bound port once the server is built. Errors of MakeServerCredentials.
 absl::Status AddSecureListeningPort(const ServerSecurity& security, const std::string& listen,
@@ -62,6 +64,30 @@ MakeMalformedRequestInterceptorFactory(std::vector<std::string> self_checked = {
 // message for a request that does not parse.
 std::string MalformedRequestMessage(absl::string_view method);
 
+// The receive limit and HTTP/2 keepalive of a client's channels.
+struct ChannelLimits {
+  // Largest message received (bytes); a larger one fails its call with RESOURCE_EXHAUSTED.
+  // -1: no limit.
+  int max_receive_message_bytes = -1;
+  // Keepalive: the channel pings its connection after keepalive_time without a frame (also
+  // while calls wait for data, pings never limited to a few without data) and drops it when a
+  // ping is not answered within keepalive_timeout, failing its calls with UNAVAILABLE: a
+  // silent partition or a frozen peer ends in a retry instead of a hang. A server must permit
+  // pings this often (AddServerKeepalive). absl::InfiniteDuration(): no pings.
+  absl::Duration keepalive_time = absl::InfiniteDuration();
+  absl::Duration keepalive_timeout = absl::Seconds(10);
+};
+
+// Sets `limits` on `args`.
+void ApplyChannelLimits(const ChannelLimits& limits, grpc::ChannelArguments* args);
+
+// A server's own keepalive: pings each client connection after `time` without a frame and
+// drops it when a ping is not answered within `timeout` (ending its calls). Clients' pings are
+// accepted by every server AddSecureListeningPort set up, however often, with or without
+// calls (never answered with GOAWAY "too_many_pings").
+void AddServerKeepalive(absl::Duration time, absl::Duration timeout,
+                        grpc::ServerBuilder* builder);
+
 struct ChannelSecurity {
   TlsChannelFiles tls = {};
   // Sent as `authorization: Bearer <token>` on every call; empty: nothing sent.
@@ -69,6 +95,8 @@ struct ChannelSecurity {
   // TLS: the name the server's certificate must carry, when the address does not (dialing
   // by IP a certificate made for a DNS name). Empty: the address's host.
   std::string tls_server_name = {};
+  // Receive limit and keepalive of the channels (ChannelLimits).
+  ChannelLimits limits = {};
 };
 
 using GrpcChannelFactory =
@@ -77,7 +105,7 @@ using GrpcChannelFactory =
 // The longest wait between a channel's attempts to reconnect to a peer that went away.
 inline constexpr int kMaxReconnectBackoffMs = 1000;
 
-// Channels with the security's credentials and token, no message size limits, a connection
+// Channels with the security's credentials and token, security.limits, a connection
 // of their own (as client/service_step_source.h's DefaultChannel) and reconnect attempts at
 // most kMaxReconnectBackoffMs apart. Errors of MakeChannelCredentials; the files are read
 // once, here.

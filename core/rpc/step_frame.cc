@@ -793,6 +793,11 @@ StepFrameDecoder::StepFrameDecoder(TensorAllocator allocator,
 StepFrameDecoder::~StepFrameDecoder() = default;
 
 absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame* out) {
+  return Decode(buffer, out, FrameCreditLimit{});
+}
+
+absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame* out,
+                                      const FrameCreditLimit& limit) {
   Scratch* x = scratch_.get();
   x->Clear();
   x->slices.clear();
@@ -824,6 +829,17 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
   if (s.ok() && x->payload != available) {
     s = absl::DataLossError(absl::StrCat("step frame: the header describes ", x->payload,
                                          " payload byte(s) but ", available, " follow"));
+  }
+  if (s.ok() && limit.credit != std::numeric_limits<int64_t>::max()) {
+    // payload <= the bytes received, so the sum cannot overflow.
+    const uint64_t cost = x->payload + kStepCreditOverheadBytes * x->steps.size();
+    const bool any_step = x->steps.size() == 1 && limit.credit >= limit.any_step_credit;
+    if (!any_step && cost > static_cast<uint64_t>(std::max<int64_t>(limit.credit, 0))) {
+      s = absl::DataLossError(absl::StrCat("step frame: ", x->steps.size(),
+                                           " step(s) costing ", cost,
+                                           " credit bytes, beyond the ", limit.credit,
+                                           " bytes of credit granted"));
+    }
   }
   std::shared_ptr<TensorBuffer> frame_buffer;
   if (s.ok() && x->numeric > 0) {

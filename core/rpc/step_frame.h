@@ -43,6 +43,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -166,6 +167,14 @@ class StepFrameEncoder {
 // Encodes `frame` with full headers (StepFrameEncoder without a spec).
 absl::Status EncodeStepFrame(const StepFrame& frame, grpc::ByteBuffer* out);
 
+// What a consumer's stream lets one frame cost (proto/worker.proto): the StepCreditBytes of
+// its steps together at most `credit` (the credit granted and not yet used), or one step of
+// any cost once `credit` is at least `any_step_credit` (the raise). The default allows all.
+struct FrameCreditLimit {
+  int64_t credit = std::numeric_limits<int64_t>::max();
+  int64_t any_step_credit = std::numeric_limits<int64_t>::max();
+};
+
 // Decodes frames of either form (compact ones only with a spec), keeping its header message
 // and scratch space between frames. Thread-compatible (one per stream).
 class StepFrameDecoder {
@@ -179,6 +188,11 @@ class StepFrameDecoder {
   // when it disagrees with the spec: values missing or left over, a negative dimension or
   // string length, a shape too large; and when the decoder has no spec.
   absl::Status Decode(const grpc::ByteBuffer& buffer, StepFrame* out);
+  // The same, and DATA_LOSS when the frame costs more than `limit` allows, found from the
+  // header before anything is allocated (a worker cannot make its consumer allocate more than
+  // the consumer granted).
+  absl::Status Decode(const grpc::ByteBuffer& buffer, StepFrame* out,
+                      const FrameCreditLimit& limit);
 
   // The header and frame description kept between frames (step_frame.cc only).
   struct Scratch;

@@ -102,6 +102,12 @@ struct ServiceOptions {
   // and not yet used stay within it (a single step larger than a stream's share still flows).
   // At least 1.
   int64_t receive_budget_bytes = int64_t{64} << 20;
+  // HTTP/2 keepalive on the channels to the coordinator and the workers: a connection silent
+  // for keepalive_time is pinged, and dropped when the ping is not answered within
+  // keepalive_timeout; the calls on it fail with UNAVAILABLE and are retried (a partition or
+  // a frozen worker ends in a retry, not a hang). absl::InfiniteDuration(): no pings.
+  absl::Duration keepalive_time = absl::Seconds(30);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
   // Allocates the host buffers received tensors are copied into (pinned memory, a pool, ...).
   // Empty: pooled pinned memory when batches are prefetched to a real GPU (so they go to the
   // device with no staging copy), else 64-byte aligned host memory.

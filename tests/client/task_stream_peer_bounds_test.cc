@@ -1,0 +1,405 @@
+// A consumer facing a worker it cannot trust (docs/SERVICE.md, "The data plane trusts no
+// peer"): a frame beyond the credit the consumer granted is DATA_LOSS naming the task and the
+// worker, refused before anything is allocated for it; a message over the channel's receive
+// limit (derived from the receive budget) fails the task instead of being received; and a
+// worker whose connection goes silent (a partition: a loopback proxy that stops forwarding)
+// ends in a retry through keepalive instead of a hang. A fake coordinator and fake workers
+// in-process on loopback.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/service_step_source.h"
+#include "core/rpc/step_frame.h"
+#include "core/util/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/rpc_service_method.h"
+#include "grpcpp/support/method_handler.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "proto/worker.pb.h"
+#include "sluice/element.h"
+#include "sluice/tensor.h"
+
+namespace sluice {
+namespace {
+
+constexpr int64_t kJob = 7;
+constexpr absl::Duration kStuck = absl::Seconds(60);  // liveness bound only
+
+using Stream = grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+
+// One task (id 1, index 0) on `worker`.
+class FakeCoordinator : public proto::CoordinatorService::Service {
+ public:
+  explicit FakeCoordinator(std::string worker) : worker_(std::move(worker)) {}
+  grpc::Status ClientHeartbeat(grpc::ServerContext*, const proto::ClientHeartbeatRequest*,
+                               proto::ClientHeartbeatResponse* response) override {
+    response->set_num_tasks(1);
+    response->set_num_tasks_created(1);
+    proto::TaskInfo* t = response->add_tasks();
+    t->set_task_id(1);
+    t->set_task_index(0);
+    t->set_worker_address(worker_);
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::string worker_;
+};
+
+// A StreamSteps that answers each call with `serve(start_step, stream)`, whatever the credit.
+class FakeWorker : public grpc::Service {
+ public:
+  using Serve = std::function<grpc::Status(int64_t start_step, grpc::ServerContext*, Stream*)>;
+  explicit FakeWorker(Serve serve) : serve_(std::move(serve)) {
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        "/sluice.proto.WorkerService/StreamSteps", grpc::internal::RpcMethod::BIDI_STREAMING,
+        new grpc::internal::BidiStreamingHandler<FakeWorker, grpc::ByteBuffer, grpc::ByteBuffer>(
+            [](FakeWorker* w, grpc::ServerContext* context, Stream* stream) {
+              grpc::ByteBuffer bb;
+              if (!stream->Read(&bb)) return grpc::Status(grpc::StatusCode::CANCELLED, "none");
+              proto::ConsumerMessage m;
+              if (!DecodeConsumerMessage(bb, &m).ok() || !m.has_request()) {
+                return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad request");
+              }
+              return w->serve_(m.request().start_step(), context, stream);
+            },
+            this)));
+  }
+
+ private:
+  Serve serve_;
+};
+
+// Steps start..end-1 of int64 scalars (or `elements`-long vectors), in one frame.
+grpc::ByteBuffer Frame(int64_t start, int64_t end, bool end_of_task, int64_t elements = 0) {
+  StepFrame frame;
+  for (int64_t s = start; s < end; ++s) {
+    WireStep w;
+    w.task_step = s;
+    w.num_real_pieces = 1;
+    if (elements > 0) {
+      Tensor t = Tensor::Allocate(DType::kInt64, Shape({elements}));
+      for (int64_t i = 0; i < elements; ++i) t.mutable_data<int64_t>()[i] = s;
+      w.pieces.push_back({std::move(t)});
+    } else {
+      w.pieces.push_back({Tensor::Scalar<int64_t>(s)});
+    }
+    frame.steps.push_back(std::move(w));
+  }
+  frame.end_of_task = end_of_task;
+  grpc::ByteBuffer out;
+  EXPECT_TRUE(EncodeStepFrame(frame, &out).ok());
+  return out;
+}
+
+// Reads `stream`'s messages until the consumer half-closes or goes away.
+grpc::Status DrainAndEnd(Stream* stream) {
+  grpc::ByteBuffer bb;
+  while (stream->Read(&bb)) {
+  }
+  return grpc::Status::OK;
+}
+
+// A fake worker and the fake coordinator that lists it (at `advertised`, by default its own
+// address).
+class Servers {
+ public:
+  explicit Servers(FakeWorker::Serve serve) : worker_(std::move(serve)) {
+    int port = 0;
+    grpc::ServerBuilder wb;
+    wb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    wb.RegisterService(&worker_);
+    worker_server_ = wb.BuildAndStart();
+    worker_address_ = "127.0.0.1:" + std::to_string(port);
+  }
+  // Starts the coordinator, listing the worker at `advertised` (empty: its own address).
+  void StartCoordinator(const std::string& advertised = "") {
+    coordinator_ =
+        std::make_unique<FakeCoordinator>(advertised.empty() ? worker_address_ : advertised);
+    int port = 0;
+    grpc::ServerBuilder cb;
+    cb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    cb.RegisterService(coordinator_.get());
+    coordinator_server_ = cb.BuildAndStart();
+    coordinator_address_ = "127.0.0.1:" + std::to_string(port);
+  }
+  ~Servers() {
+    if (coordinator_server_ != nullptr) coordinator_server_->Shutdown();
+    worker_server_->Shutdown();
+  }
+  const std::string& worker_address() const { return worker_address_; }
+  const std::string& coordinator_address() const { return coordinator_address_; }
+
+ private:
+  FakeWorker worker_;
+  std::unique_ptr<FakeCoordinator> coordinator_;
+  std::unique_ptr<grpc::Server> worker_server_;
+  std::unique_ptr<grpc::Server> coordinator_server_;
+  std::string worker_address_;
+  std::string coordinator_address_;
+};
+
+ServiceStepSourceOptions Options(const std::string& coordinator, ElementSpec spec) {
+  ServiceStepSourceOptions o;
+  o.coordinator_address = coordinator;
+  o.job_id = kJob;
+  o.num_local_replicas = 1;
+  o.per_replica_spec = std::move(spec);
+  o.retry_deadline = absl::Seconds(60);
+  o.compact_headers = false;
+  return o;
+}
+
+// Reads to the end of data: each step's first value, or the error.
+absl::StatusOr<std::vector<int64_t>> ReadAll(ServiceStepSource& source) {
+  std::vector<int64_t> values;
+  for (int i = 0; i < 1000; ++i) {
+    std::vector<Element> replicas;
+    bool end = false;
+    RETURN_IF_ERROR(source.GetNextStep(&replicas, &end));
+    if (end) return values;
+    values.push_back(*replicas.at(0).leaf().data<int64_t>());
+  }
+  return absl::InternalError("no end of data after 1000 steps");
+}
+
+TEST(TaskStreamPeerBoundsTest, AFrameBeyondTheGrantedCreditIsDataLossBeforeAllocation) {
+  // The worker ignores the credit: 100 steps of 72 credit bytes at once, for a budget of 1 KiB.
+  Servers servers([](int64_t, grpc::ServerContext*, Stream* stream) {
+    stream->Write(Frame(0, 100, /*end_of_task=*/true));
+    return DrainAndEnd(stream);
+  });
+  servers.StartCoordinator();
+  ServiceStepSourceOptions o =
+      Options(servers.coordinator_address(), ElementSpec(TensorSpec{DType::kInt64, Shape()}));
+  o.receive_budget_bytes = 1024;
+  auto allocations = std::make_shared<std::atomic<int64_t>>(0);
+  o.allocator = [allocations](size_t bytes) {
+    allocations->fetch_add(1);
+    return AllocateUninitializedHost(bytes);
+  };
+  auto source = ServiceStepSource::Create(o);
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<std::vector<int64_t>> got = ReadAll(**source);
+  ASSERT_FALSE(got.ok()) << "read " << got->size() << " steps past the credit";
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_NE(got.status().message().find("task 1"), std::string::npos) << got.status();
+  EXPECT_NE(got.status().message().find(servers.worker_address()), std::string::npos)
+      << got.status();
+  EXPECT_NE(got.status().message().find("credit"), std::string::npos) << got.status();
+  EXPECT_EQ(allocations->load(), 0) << "the frame's tensors were allocated before the check";
+}
+
+TEST(TaskStreamPeerBoundsTest, TheChannelsReceiveLimitIsFiniteAndFromTheBudget) {
+  EXPECT_EQ(ReceiveLimitBytes(int64_t{64} << 20), (257 << 20));
+  EXPECT_EQ(ReceiveLimitBytes(int64_t{1} << 30), (1 << 30) + (1 << 20));
+  EXPECT_EQ(ReceiveLimitBytes(int64_t{1} << 40), std::numeric_limits<int>::max());
+
+  // A worker sends one step of 128 KiB (within the credit: the budget is 1 MiB) to a consumer
+  // whose channels accept 64 KiB: the task fails with RESOURCE_EXHAUSTED instead.
+  Servers servers([](int64_t, grpc::ServerContext*, Stream* stream) {
+    stream->Write(Frame(0, 1, /*end_of_task=*/true, /*elements=*/16384));
+    return DrainAndEnd(stream);
+  });
+  servers.StartCoordinator();
+  ServiceStepSourceOptions o = Options(servers.coordinator_address(),
+                                       ElementSpec(TensorSpec{DType::kInt64, Shape({-1})}));
+  o.receive_budget_bytes = 1 << 20;
+  o.max_receive_message_bytes = 64 << 10;
+  auto source = ServiceStepSource::Create(o);
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<std::vector<int64_t>> got = ReadAll(**source);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
+}
+
+// A TCP proxy on loopback to `target`. Freeze() stops forwarding on the connections open now
+// (their sockets stay open, as in a partition: no FIN, no RST); later connections forward.
+class Proxy {
+ public:
+  explicit Proxy(int target_port) : target_port_(target_port) {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(listen(listen_fd_, 16), 0);
+    socklen_t len = sizeof(addr);
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    accept_thread_ = std::thread([this] { AcceptLoop(); });
+  }
+  ~Proxy() {
+    stop_.store(true);
+    accept_thread_.join();
+    for (auto& c : conns_) c->thread.join();
+    close(listen_fd_);
+  }
+  int port() const { return port_; }
+  void Freeze() {
+    absl::MutexLock lock(&mu_);
+    for (auto& c : conns_) c->frozen.store(true);
+  }
+  // Closes the connections open now (a TCP error for both sides).
+  void Break() {
+    absl::MutexLock lock(&mu_);
+    for (auto& c : conns_) c->broken.store(true);
+  }
+  int connections() {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(conns_.size());
+  }
+
+ private:
+  struct Conn {
+    int a = -1;  // the client's side
+    int b = -1;  // the target's side
+    std::atomic<bool> frozen{false};
+    std::atomic<bool> broken{false};
+    std::thread thread;
+  };
+
+  void AcceptLoop() {
+    while (!stop_.load()) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (poll(&p, 1, 10) <= 0) continue;
+      const int a = accept(listen_fd_, nullptr, nullptr);
+      if (a < 0) continue;
+      const int b = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<uint16_t>(target_port_));
+      if (connect(b, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        close(a);
+        close(b);
+        continue;
+      }
+      absl::MutexLock lock(&mu_);
+      auto c = std::make_unique<Conn>();
+      c->a = a;
+      c->b = b;
+      Conn* raw = c.get();
+      c->thread = std::thread([this, raw] { Forward(raw); });
+      conns_.push_back(std::move(c));
+    }
+  }
+
+  // Copies bytes both ways until either side closes, the proxy stops, or forever doing
+  // nothing once frozen (until the proxy stops).
+  void Forward(Conn* c) {
+    char buf[65536];
+    while (!stop_.load() && !c->broken.load()) {
+      if (c->frozen.load()) {
+        absl::SleepFor(absl::Milliseconds(5));
+        continue;
+      }
+      pollfd p[2] = {{c->a, POLLIN, 0}, {c->b, POLLIN, 0}};
+      if (poll(p, 2, 10) <= 0) continue;
+      bool closed = false;
+      for (int i = 0; i < 2 && !closed; ++i) {
+        if ((p[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        const int from = i == 0 ? c->a : c->b;
+        const int to = i == 0 ? c->b : c->a;
+        const ssize_t n = read(from, buf, sizeof(buf));
+        if (n <= 0) {
+          closed = true;
+          break;
+        }
+        for (ssize_t off = 0; off < n;) {
+          const ssize_t w = write(to, buf + off, static_cast<size_t>(n - off));
+          if (w <= 0) {
+            closed = true;
+            break;
+          }
+          off += w;
+        }
+      }
+      if (closed) break;
+    }
+    close(c->a);
+    close(c->b);
+  }
+
+  const int target_port_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread accept_thread_;
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST(TaskStreamPeerBoundsTest, ASilentPartitionEndsInARetryThroughKeepalive) {
+  // The first call gets step 0 and then nothing (the worker keeps the call open); a later call
+  // gets the rest and the end.
+  absl::Notification first_sent;
+  std::atomic<int> calls{0};
+  Servers servers([&](int64_t start, grpc::ServerContext*, Stream* stream) {
+    if (calls.fetch_add(1) == 0) {
+      stream->Write(Frame(0, 1, /*end_of_task=*/false));
+      first_sent.Notify();
+      return DrainAndEnd(stream);  // until the proxy drops the connection
+    }
+    stream->Write(Frame(start, 3, /*end_of_task=*/true));
+    return DrainAndEnd(stream);
+  });
+  const int worker_port = std::stoi(servers.worker_address().substr(10));
+  Proxy proxy(worker_port);
+  servers.StartCoordinator(absl::StrCat("127.0.0.1:", proxy.port()));
+  ServiceStepSourceOptions o =
+      Options(servers.coordinator_address(), ElementSpec(TensorSpec{DType::kInt64, Shape()}));
+  o.keepalive_time = absl::Milliseconds(200);
+  o.keepalive_timeout = absl::Milliseconds(200);
+  auto source = ServiceStepSource::Create(o);
+  ASSERT_TRUE(source.ok()) << source.status();
+
+  std::vector<Element> replicas;
+  bool end = false;
+  ASSERT_TRUE((*source)->GetNextStep(&replicas, &end).ok());
+  ASSERT_FALSE(end);
+  EXPECT_EQ(*replicas.at(0).leaf().data<int64_t>(), 0);
+  // The link to the worker goes silent, both ways, with no error on either side.
+  proxy.Freeze();
+  absl::Notification done;
+  absl::StatusOr<std::vector<int64_t>> rest;
+  std::thread reader([&] {
+    rest = ReadAll(**source);
+    done.Notify();
+  });
+  const bool finished = done.WaitForNotificationWithTimeout(kStuck);
+  EXPECT_TRUE(finished) << "the consumer still waits for its silent worker";
+  if (!finished) proxy.Break();  // a TCP error ends the wait, so that the test ends
+  reader.join();
+  if (finished) {
+    ASSERT_TRUE(rest.ok()) << rest.status();
+    EXPECT_EQ(*rest, (std::vector<int64_t>{1, 2}));
+    EXPECT_EQ(calls.load(), 2);
+    EXPECT_GE(proxy.connections(), 2);  // the retry came over a new connection
+  }
+}
+
+}  // namespace
+}  // namespace sluice
