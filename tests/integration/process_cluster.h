@@ -107,6 +107,9 @@ class ProcessCluster {
 
   // Whether worker i is running and not stopped, killed or terminated by the test.
   bool worker_running(int i) const { return state_[i] == WorkerState::kRunning; }
+  // The running workers whose process has exited by itself since (a pipeline killed it),
+  // by index; they are then no longer running (StopAll leaves them alone).
+  std::vector<int> ReapExitedWorkers();
 
   // SIGTERM to every process still running, workers first, each waited for up to `timeout`.
   // FAILED_PRECONDITION naming every process that did not exit 0 (with its stderr's tail).
