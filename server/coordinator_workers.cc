@@ -179,14 +179,22 @@ std::string Coordinator::PoisonEvidenceLocked(int64_t task_id, int64_t worker_id
 }
 
 void Coordinator::TrackTaskRunsLocked(const proto::Update& update) {
+  // A new run of `task` on `worker` (none on worker 0: unassigned).
+  auto start = [this](int64_t task, int64_t worker) {
+    if (worker == 0) {
+      runs_.erase(task);
+      return;
+    }
+    TaskRun run;
+    run.worker_id = worker;
+    runs_[task] = run;
+  };
   switch (update.kind_case()) {
     case proto::Update::kCreateTask:
-      if (update.create_task().worker_id() != 0) {
-        runs_[update.create_task().task_id()] = TaskRun{update.create_task().worker_id()};
-      }
+      start(update.create_task().task_id(), update.create_task().worker_id());
       break;
     case proto::Update::kAssignTask:
-      runs_[update.assign_task().task_id()] = TaskRun{update.assign_task().worker_id()};
+      start(update.assign_task().task_id(), update.assign_task().worker_id());
       break;
     case proto::Update::kFinishTask:
       runs_.erase(update.finish_task().task_id());
