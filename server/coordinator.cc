@@ -82,6 +82,7 @@ absl::Status Coordinator::ApplyLocked(const proto::Update& update) {
   const bool journal_now = journal_ != nullptr && !in_batch_;
   if (journal_now) RETURN_IF_ERROR(journal_->Write({update}).status());
   VersionedChanges changes = ChangesOfLocked(update);
+  TrackTaskRunsLocked(update);
   absl::Status s = state_.Apply(update);
   if (!s.ok()) {
     // Every update was validated first: this is a coordinator bug, not a bad request.
@@ -178,6 +179,14 @@ void Coordinator::ReloadFromJournalLocked() {
     Log(absl::StrCat("cannot replay the journal to undo a failed request, exiting: ",
                      s.ToString()));
     std::abort();
+  }
+  // Runs of tasks the undone request assigned are forgotten with the assignment.
+  for (auto it = runs_.begin(); it != runs_.end();) {
+    const CoordinatorState::Task* task = state_.FindTask(it->first);
+    auto here = it++;
+    if (task == nullptr || task->finished || task->worker_id != here->second.worker_id) {
+      runs_.erase(here);
+    }
   }
 }
 

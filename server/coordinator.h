@@ -20,7 +20,8 @@
 //
 // Failure policy: a task whose pipeline fails with an error that is not transient (a worker
 // lists it in WorkerHeartbeatRequest.failed_tasks) fails its job at once with that error; a
-// task whose workers died max_task_worker_deaths times is quarantined and its job fails with
+// task with evidence that it kills workers (max_task_worker_deaths distinct workers died soon
+// after being handed it, none producing a step of it) is quarantined and its job fails with
 // FAILED_PRECONDITION naming it. A failed job is finished: its tasks are never handed out
 // again, its workers are told to stop them, and every ClientHeartbeat of the job returns the
 // error until the job is removed (finished_job_ttl).
@@ -32,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,11 +76,17 @@ struct CoordinatorOptions {
   // SHARDING_RANGES: unfinished ranges of one job a live worker holds at most (new ranges are
   // made as workers have room; a reassigned range ignores it). At least 1.
   int64_t ranges_per_worker = 2;
-  // Failure policy (docs/SERVICE.md, "Failure policy"): a task whose worker was declared dead
-  // this many times while running it is quarantined: its job fails with FAILED_PRECONDITION
-  // naming the task and the workers, instead of the task crashing one worker after another.
-  // A drained worker does not count. 0: never quarantine.
+  // Failure policy (docs/SERVICE.md, "Failure policy"): a task is quarantined (its job fails
+  // with FAILED_PRECONDITION naming the task, the workers and how each died) on evidence that
+  // it kills workers: this many distinct workers declared dead while running it, each of
+  // them within task_death_window of being handed the task and without having reported a
+  // step of it, with no step of it produced anywhere in between (a step produced clears the
+  // count). A worker that dies while making progress (preempted, killed at random) is no
+  // evidence; neither is a drained worker. 0: never quarantine.
   int64_t max_task_worker_deaths = 3;
+  // See max_task_worker_deaths: a worker whose last heartbeat came later than this after it
+  // was handed a task is no evidence against the task, progress or not.
+  absl::Duration task_death_window = absl::Seconds(60);
   // Consumers that leave (docs/SERVICE.md): a consumer of a coordinated job with several
   // consumers that has not sent a ClientHeartbeat for this long (counted from the job's
   // creation, or from the coordinator's start, before its first) is declared gone, and the
@@ -172,6 +180,7 @@ class Coordinator {
     size_t consumer_seen = 0, ranges_jobs = 0, failed_jobs = 0;
     size_t completed_by = 0;  // tasks that some consumer reported read to their end
     size_t progress_tasks = 0, version_jobs = 0, version_workers = 0;
+    size_t task_runs = 0;  // the failure policy's view of unfinished tasks' current runs
     bool operator==(const TableSizes& o) const;
   };
   TableSizes TEST_TableSizes();
@@ -262,9 +271,23 @@ class Coordinator {
   // Fails an unfinished job with `error` (FailJobUpdate); a finished job is left as it is.
   absl::Status FailJobLocked(int64_t job_id, const absl::Status& error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Declares `worker_id` dead (not drained): counts the loss against each unfinished task it
-  // held, then fails the jobs of the tasks that reached max_task_worker_deaths.
+  // Declares `worker_id` dead (not drained): records the loss of each unfinished task it
+  // held, with the evidence against the task when the death is some (PoisonEvidenceLocked),
+  // then fails the jobs of the tasks whose evidence reached max_task_worker_deaths.
   absl::Status WorkerDiedLocked(int64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Failure policy: why the death of `worker_id`, last heard from at `last_heartbeat`, is
+  // evidence against `task_id` (it had been handed the task within task_death_window before,
+  // and reported no step of it); empty when it is none.
+  std::string PoisonEvidenceLocked(int64_t task_id, int64_t worker_id,
+                                   std::optional<absl::Time> last_heartbeat) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Failure policy, from a worker's heartbeat: the tasks it runs that it has now been handed
+  // (the answer lists them, or it knows them) and those it produced a step of. A step clears
+  // a task's evidence (TaskProgressedUpdate, journaled only when there was some).
+  absl::Status NoteTaskRunsLocked(int64_t worker_id, const proto::WorkerHeartbeatRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps runs_ in step with `update`, right before it is applied.
+  void TrackTaskRunsLocked(const proto::Update& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker's report that `failure.task_id` failed deterministically.
   absl::Status TaskFailedLocked(int64_t worker_id, const proto::TaskFailure& failure)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -368,6 +391,17 @@ class Coordinator {
   // Jobs that cannot go on, and why: their consumers' ClientHeartbeat returns the error. Not
   // journaled: a restarted coordinator finds the same error again when it plans the job.
   absl::flat_hash_map<int64_t, absl::Status> failed_jobs_ ABSL_GUARDED_BY(mu_);
+  // Not state: the failure policy's view of each unfinished assigned task's current run: the
+  // worker it was assigned to, when a heartbeat answer handed it to that worker, and whether
+  // the worker reported a step of it since. Lost on restart (and rebuilt as tasks move): a
+  // death on a run this coordinator did not see handed over is no evidence, which errs towards
+  // retrying a task rather than failing a healthy job.
+  struct TaskRun {
+    int64_t worker_id = 0;
+    std::optional<absl::Time> handed_at;
+    bool progressed = false;
+  };
+  absl::flat_hash_map<int64_t, TaskRun> runs_ ABSL_GUARDED_BY(mu_);
   // Not state: versions of the changes heartbeat answers show (versioned answers).
   HeartbeatVersions versions_ ABSL_GUARDED_BY(mu_);
   // Records in versions_ what `update` changes; called right before it is applied.

@@ -6,7 +6,11 @@
 //                      [--token_file=PATH] [--data_root=DIR|URL[,...]] [--max_request_bytes=N]
 //                      [--work_dir=/var/lib/sluice/coordinator] [--snapshot_every=1000]
 //                      [--ranges_per_worker=2] [--finished_job_ttl=5m] [--dead_worker_ttl=10m]
+//                      [--max_task_worker_deaths=3] [--task_death_window=60s]
+//                      [--plugin=PATH[,PATH...]]
 //
+// --plugin loads custom-op plugins, so that pipelines naming their ops (map(plugin('op')))
+// can be registered and planned here; the workers that run them need the same libraries.
 // Once serving, writes the bound port (decimal, newline) to --port_file atomically (a temporary
 // file renamed into place), so a launcher polling the file never reads a partial port. Logs one
 // line per significant event to stderr. A signal shuts down gracefully and exits 0.
@@ -29,8 +33,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "core/data/data_roots.h"
+#include "core/data/plugin_loader.h"
 #include "core/rpc/grpc_security.h"
 #include "core/util/logging.h"
 #include "core/obs/metrics_http_server.h"
@@ -56,8 +62,16 @@ ABSL_FLAG(absl::Duration, dead_worker_ttl, absl::Minutes(10),
           "A worker dead this long that no task names any more is forgotten (its address "
           "registers anew as a new worker).");
 ABSL_FLAG(int64_t, max_task_worker_deaths, 3,
-          "A task whose worker died this many times while running it is quarantined: its job "
-          "fails with FAILED_PRECONDITION naming it (a drained worker does not count). 0: never.");
+          "A task is quarantined (its job fails with FAILED_PRECONDITION naming it) when this "
+          "many distinct workers died within --task_death_window of being handed it, none "
+          "having produced a step of it, with no step of it produced in between. Workers that "
+          "die while making progress (preemption) and drained workers never count. 0: never.");
+ABSL_FLAG(absl::Duration, task_death_window, absl::Seconds(60),
+          "See --max_task_worker_deaths: a worker last heard from later than this after it was "
+          "handed a task is no evidence against the task.");
+ABSL_FLAG(std::string, plugin, "",
+          "Comma-separated custom-op plugin libraries to load, so that pipelines using their "
+          "ops can be registered (the workers need them too).");
 ABSL_FLAG(absl::Duration, consumer_timeout, absl::Seconds(60),
           "A consumer of a coordinated job silent this long is declared gone: workers stop "
           "holding steps for it (the other consumers go on). 0: never.");
@@ -151,6 +165,18 @@ int main(int argc, char** argv) {
   if (options.coordinator.max_task_worker_deaths < 0) {
     std::cerr << "sluice-coordinator: --max_task_worker_deaths must not be negative" << std::endl;
     return 2;
+  }
+  options.coordinator.task_death_window = absl::GetFlag(FLAGS_task_death_window);
+  if (options.coordinator.task_death_window < absl::ZeroDuration()) {
+    std::cerr << "sluice-coordinator: --task_death_window must not be negative" << std::endl;
+    return 2;
+  }
+  if (const std::string plugins = absl::GetFlag(FLAGS_plugin); !plugins.empty()) {
+    std::vector<std::string> paths = absl::StrSplit(plugins, ',', absl::SkipEmpty());
+    if (absl::Status loaded = sluice::LoadPlugins(paths); !loaded.ok()) {
+      std::cerr << "sluice-coordinator: " << loaded << std::endl;
+      return 1;
+    }
   }
   options.coordinator.consumer_timeout = absl::GetFlag(FLAGS_consumer_timeout);
   options.coordinator.finished_job_ttl = absl::GetFlag(FLAGS_finished_job_ttl);

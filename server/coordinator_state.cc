@@ -37,6 +37,10 @@ absl::Status CoordinatorState::Apply(const proto::Update& update) {
       return ApplyConsumerCompletedTask(update.consumer_completed_task());
     case proto::Update::kRemoveWorker:
       return ApplyRemoveWorker(update.remove_worker());
+    case proto::Update::kTaskPoisonEvidence:
+      return ApplyTaskPoisonEvidence(update.task_poison_evidence());
+    case proto::Update::kTaskProgressed:
+      return ApplyTaskProgressed(update.task_progressed());
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -356,6 +360,37 @@ absl::Status CoordinatorState::ApplyTaskWorkerLost(const proto::TaskWorkerLostUp
   return absl::OkStatus();
 }
 
+absl::Status CoordinatorState::ApplyTaskPoisonEvidence(const proto::TaskPoisonEvidenceUpdate& u) {
+  auto it = tasks_.find(u.task_id());
+  if (it == tasks_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("TaskPoisonEvidence update: no task ", u.task_id()));
+  }
+  Task& task = it->second;
+  // Evidence is about a death the task's record names: its TaskWorkerLostUpdate comes first.
+  if (std::find(task.lost_on_workers.begin(), task.lost_on_workers.end(), u.worker_id()) ==
+      task.lost_on_workers.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("TaskPoisonEvidence update: task ", u.task_id(), " was not lost on worker ",
+                     u.worker_id()));
+  }
+  // The same worker dying twice with the task is one piece of evidence, not two.
+  for (const Task::PoisonDeath& d : task.poison_deaths) {
+    if (d.worker_id == u.worker_id()) return absl::OkStatus();
+  }
+  task.poison_deaths.push_back(Task::PoisonDeath{u.worker_id(), u.evidence()});
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorState::ApplyTaskProgressed(const proto::TaskProgressedUpdate& u) {
+  auto it = tasks_.find(u.task_id());
+  if (it == tasks_.end()) {
+    return absl::NotFoundError(absl::StrCat("TaskProgressed update: no task ", u.task_id()));
+  }
+  it->second.poison_deaths.clear();
+  return absl::OkStatus();
+}
+
 absl::Status CoordinatorState::ApplyConsumerCompletedTask(
     const proto::ConsumerCompletedTaskUpdate& u) {
   auto it = tasks_.find(u.task_id());
@@ -457,6 +492,14 @@ proto::StateSnapshot CoordinatorState::Snapshot() const {
       proto::TaskWorkerLostUpdate* u = out.add_updates()->mutable_task_worker_lost();
       u->set_task_id(id);
       u->set_worker_id(w);
+    }
+  }
+  for (const auto& [id, task] : tasks_) {
+    for (const Task::PoisonDeath& d : task.poison_deaths) {
+      proto::TaskPoisonEvidenceUpdate* u = out.add_updates()->mutable_task_poison_evidence();
+      u->set_task_id(id);
+      u->set_worker_id(d.worker_id);
+      u->set_evidence(d.evidence);
     }
   }
   for (const auto& [id, task] : tasks_) {

@@ -62,6 +62,14 @@ class CoordinatorState {
     proto::CreateTaskUpdate created;  // the update that created it, for Snapshot()
     // The workers declared dead while running it unfinished (TaskWorkerLostUpdate), in order.
     std::vector<int64_t> lost_on_workers;
+    // Failure policy: the deaths that are evidence against the task (TaskPoisonEvidenceUpdate)
+    // since it last made progress (TaskProgressedUpdate clears them), one per distinct
+    // worker, in order. Each is also in lost_on_workers.
+    struct PoisonDeath {
+      int64_t worker_id = 0;
+      std::string evidence;
+    };
+    std::vector<PoisonDeath> poison_deaths;
     // The consumers that reported reading it to its end (ConsumerCompletedTaskUpdate), sorted.
     std::vector<int64_t> completed_by;
   };
@@ -157,6 +165,8 @@ class CoordinatorState {
   absl::Status ApplyFailJob(const proto::FailJobUpdate& u);
   absl::Status ApplyConsumerCompletedTask(const proto::ConsumerCompletedTaskUpdate& u);
   absl::Status ApplyRemoveWorker(const proto::RemoveWorkerUpdate& u);
+  absl::Status ApplyTaskPoisonEvidence(const proto::TaskPoisonEvidenceUpdate& u);
+  absl::Status ApplyTaskProgressed(const proto::TaskProgressedUpdate& u);
 
   void Unassign(Task& task);
 

@@ -96,15 +96,38 @@ absl::Status Coordinator::CheckLivenessLocked() {
 }
 
 absl::Status Coordinator::WorkerDiedLocked(int64_t worker_id) {
+  const std::optional<absl::Time> last_heartbeat = liveness_.LastHeartbeat(worker_id);
   std::vector<int64_t> lost;
   for (int64_t t : state_.FindWorker(worker_id)->task_ids) {
     if (!state_.tasks().at(t).finished) lost.push_back(t);
   }
   for (int64_t t : lost) {
+    // Judged before the updates below change the task's run.
+    const std::string evidence = options_.max_task_worker_deaths > 0
+                                     ? PoisonEvidenceLocked(t, worker_id, last_heartbeat)
+                                     : std::string();
     proto::Update u;
     u.mutable_task_worker_lost()->set_task_id(t);
     u.mutable_task_worker_lost()->set_worker_id(worker_id);
     RETURN_IF_ERROR(ApplyLocked(u));
+    if (evidence.empty()) continue;
+    const CoordinatorState::Task* lost_task = state_.FindTask(t);
+    if (std::any_of(lost_task->poison_deaths.begin(), lost_task->poison_deaths.end(),
+                    [&](const CoordinatorState::Task::PoisonDeath& d) {
+                      return d.worker_id == worker_id;
+                    })) {
+      continue;  // the same worker dying with it again is no more evidence (distinct workers)
+    }
+    proto::Update e;
+    e.mutable_task_poison_evidence()->set_task_id(t);
+    e.mutable_task_poison_evidence()->set_worker_id(worker_id);
+    e.mutable_task_poison_evidence()->set_evidence(evidence);
+    RETURN_IF_ERROR(ApplyLocked(e));
+    const CoordinatorState::Task* task = state_.FindTask(t);
+    Log(absl::StrCat("task ", t, " (job ", task->job_id, ", index ", task->index,
+                     "): the death of ", evidence, " counts against it (",
+                     task->poison_deaths.size(), " of max_task_worker_deaths ",
+                     options_.max_task_worker_deaths, ")"));
   }
   proto::Update u;
   u.mutable_worker_died()->set_worker_id(worker_id);
@@ -115,20 +138,107 @@ absl::Status Coordinator::WorkerDiedLocked(int64_t worker_id) {
   for (int64_t t : lost) {
     const CoordinatorState::Task* task = state_.FindTask(t);
     if (task == nullptr || task->finished) continue;  // its job failed with an earlier task
-    const int64_t deaths = static_cast<int64_t>(task->lost_on_workers.size());
+    const int64_t deaths = static_cast<int64_t>(task->poison_deaths.size());
     if (deaths < options_.max_task_worker_deaths) continue;
-    std::vector<std::string> names;
-    for (int64_t w : task->lost_on_workers) names.push_back(WorkerNameLocked(w));
+    std::vector<std::string> evidence;
+    for (const CoordinatorState::Task::PoisonDeath& d : task->poison_deaths) {
+      evidence.push_back(d.evidence);
+    }
     const CoordinatorState::Job* job = state_.FindJob(task->job_id);
     RETURN_IF_ERROR(FailJobLocked(
         task->job_id,
         absl::FailedPreconditionError(absl::StrCat(
             "job ", job->id, job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"),
-            ": task ", t, " (index ", task->index, ") is quarantined: the worker running it died ",
-            deaths, " times (", absl::StrJoin(names, ", "), "; max_task_worker_deaths ",
-            options_.max_task_worker_deaths,
+            ": task ", t, " (index ", task->index, ") is quarantined: ", deaths,
+            " workers died soon after they were handed it, none having produced a step of it (",
+            absl::StrJoin(evidence, "; "), "; max_task_worker_deaths ",
+            options_.max_task_worker_deaths, ", task_death_window ",
+            absl::FormatDuration(options_.task_death_window),
             "), so it is not handed to another worker. A pipeline that crashes its worker (out "
             "of memory, a native crash) does this; the workers' logs say more"))));
+  }
+  return absl::OkStatus();
+}
+
+std::string Coordinator::PoisonEvidenceLocked(int64_t task_id, int64_t worker_id,
+                                              std::optional<absl::Time> last_heartbeat) const {
+  auto run = runs_.find(task_id);
+  // A run this coordinator did not see handed over (assigned but never answered to the
+  // worker, or from before a restart), or one that produced a step, says nothing against the
+  // task.
+  if (run == runs_.end() || run->second.worker_id != worker_id ||
+      !run->second.handed_at.has_value() || run->second.progressed ||
+      !last_heartbeat.has_value()) {
+    return "";
+  }
+  const absl::Duration alive = std::max(*last_heartbeat - *run->second.handed_at,
+                                        absl::ZeroDuration());
+  if (alive > options_.task_death_window) return "";
+  return absl::StrCat(WorkerNameLocked(worker_id), ": silent from ", absl::FormatDuration(alive),
+                      " after it was handed the task, no step of it produced");
+}
+
+void Coordinator::TrackTaskRunsLocked(const proto::Update& update) {
+  // A new run of `task` on `worker` (none on worker 0: unassigned).
+  auto start = [this](int64_t task, int64_t worker) {
+    if (worker == 0) {
+      runs_.erase(task);
+      return;
+    }
+    TaskRun run;
+    run.worker_id = worker;
+    runs_[task] = run;
+  };
+  switch (update.kind_case()) {
+    case proto::Update::kCreateTask:
+      start(update.create_task().task_id(), update.create_task().worker_id());
+      break;
+    case proto::Update::kAssignTask:
+      start(update.assign_task().task_id(), update.assign_task().worker_id());
+      break;
+    case proto::Update::kFinishTask:
+      runs_.erase(update.finish_task().task_id());
+      break;
+    case proto::Update::kFailJob:
+    case proto::Update::kRemoveJob: {
+      const int64_t job_id = update.has_fail_job() ? update.fail_job().job_id()
+                                                   : update.remove_job().job_id();
+      if (const CoordinatorState::Job* job = state_.FindJob(job_id)) {
+        for (int64_t t : job->task_ids) runs_.erase(t);
+      }
+      break;
+    }
+    default:
+      break;  // a dead worker's runs stay until WorkerDiedLocked judged them (or reassigned)
+  }
+}
+
+absl::Status Coordinator::NoteTaskRunsLocked(int64_t worker_id,
+                                             const proto::WorkerHeartbeatRequest& request) {
+  for (const proto::TaskProgress& p : request.task_progress()) {
+    if (p.steps_produced() <= 0) continue;
+    const CoordinatorState::Task* task = state_.FindTask(p.task_id());
+    if (task == nullptr || task->finished || task->worker_id != worker_id) continue;
+    auto run = runs_.find(p.task_id());
+    if (run != runs_.end() && run->second.worker_id == worker_id) run->second.progressed = true;
+    if (task->poison_deaths.empty()) continue;
+    proto::Update u;
+    u.mutable_task_progressed()->set_task_id(p.task_id());
+    RETURN_IF_ERROR(ApplyLocked(u));
+    Log(absl::StrCat("task ", task->id, " (job ", task->job_id, ", index ", task->index,
+                     ") produced a step on ", WorkerNameLocked(worker_id),
+                     ": the earlier deaths of its workers no longer count against it"));
+  }
+  // After this answer the worker runs every unfinished task assigned to it (new_tasks lists
+  // those it did not list itself).
+  const absl::Time now = clock_->Now();
+  for (int64_t t : state_.FindWorker(worker_id)->task_ids) {
+    if (state_.tasks().at(t).finished) continue;
+    auto run = runs_.find(t);
+    if (run != runs_.end() && run->second.worker_id == worker_id &&
+        !run->second.handed_at.has_value()) {
+      run->second.handed_at = now;
+    }
   }
   return absl::OkStatus();
 }
@@ -233,7 +343,7 @@ bool Coordinator::TableSizes::operator==(const TableSizes& o) const {
          consumer_seen == o.consumer_seen && completed_by == o.completed_by &&
          ranges_jobs == o.ranges_jobs && failed_jobs == o.failed_jobs &&
          progress_tasks == o.progress_tasks && version_jobs == o.version_jobs &&
-         version_workers == o.version_workers;
+         version_workers == o.version_workers && task_runs == o.task_runs;
 }
 
 
@@ -261,6 +371,7 @@ Coordinator::TableSizes Coordinator::TEST_TableSizes() {
   t.progress_tasks = progress_.size();
   t.version_jobs = versions_.tracked_jobs();
   t.version_workers = versions_.tracked_workers();
+  t.task_runs = runs_.size();
   return t;
 }
 
@@ -508,6 +619,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   for (int64_t task_id : request.finished_task_ids()) {
     if (state_.FindTask(task_id) == nullptr) response->add_tasks_to_stop(task_id);
   }
+  RETURN_IF_ERROR(NoteTaskRunsLocked(worker_id, request));
   FillGoneConsumersLocked(worker_id, response);
   response->set_worker_id(worker_id);
   response->set_incarnation(versions_.incarnation());

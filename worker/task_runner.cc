@@ -99,11 +99,12 @@ constexpr absl::Duration kSliceTime = absl::Milliseconds(10);
 class TaskRunner::Production : public std::enable_shared_from_this<Production> {
  public:
   Production(std::shared_ptr<StepBuffer> buffer, std::unique_ptr<TaskStepIterator> steps,
-             StepProducer producer, TaskRunnerPool* pool)
+             StepProducer producer, TaskRunnerPool* pool, std::function<void()> on_first_step)
       : buffer_(std::move(buffer)),
         pool_(pool),
         steps_(std::move(steps)),
-        producer_(std::move(producer)) {}
+        producer_(std::move(producer)),
+        on_first_step_(std::move(on_first_step)) {}
 
   // Schedules a slice, unless production is over, or a slice is queued or running (that one
   // then tries again before it gives up its turn: a wake-up is never lost).
@@ -186,6 +187,7 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
         break;
       }
       pending_.reset();
+      if (on_first_step_) std::exchange(on_first_step_, nullptr)();
       if (absl::Now() >= slice_end) break;  // the others' turn
     }
     if (done) Free();
@@ -213,6 +215,7 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
   std::unique_ptr<TaskStepIterator> steps_;
   StepProducer producer_;
   std::shared_ptr<const TaskStep> pending_;  // produced, not yet taken by the buffer
+  std::function<void()> on_first_step_;      // TaskRunnerOptions::on_first_step, until called
 
   absl::Mutex mu_;
   absl::CondVar idle_;                            // running_ became false
@@ -409,7 +412,8 @@ TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
 void TaskRunner::StartProducing() {
   production_ = std::make_shared<Production>(
       buffer_, std::move(steps_), std::move(producer_),
-      options_.pool != nullptr ? options_.pool : &ProcessTaskRunnerPool());
+      options_.pool != nullptr ? options_.pool : &ProcessTaskRunnerPool(),
+      options_.on_first_step);
   production_->Wake();
 }
 
@@ -495,6 +499,7 @@ absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consu
   options.detach_unattached_after = absl::InfiniteDuration();
   options.retention_bytes = 0;  // its one consumer never comes back to it
   options.on_change = nullptr;   // its end reaches the shared buffer (ConfirmEndReplayed)
+  options.on_first_step = nullptr;  // a replay is no news to the coordinator
   ASSIGN_OR_RETURN(std::unique_ptr<TaskRunner> replay, Make(task_, options));
   for (int64_t c = 0; c < task_.job().num_consumers(); ++c) {
     if (c != consumer) replay->buffer_->Detach(c);

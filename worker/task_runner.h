@@ -99,6 +99,10 @@ struct TaskRunnerOptions {
   size_t retention_bytes = size_t{64} << 20;
   // The task's buffer's on_change (StepBuffer's constructor; not its private replays').
   std::function<void()> on_change;
+  // Called once, on the producing thread, when the buffer has taken the task's first step (a
+  // WorkerServer reports it at once: the coordinator's failure policy tells a worker that dies
+  // before a task's first step from one that dies making progress). Same rules as on_change.
+  std::function<void()> on_first_step;
   ExecutorOptions executor;
   // DYNAMIC tasks get their splits from here.
   SplitProviderFactory splits;

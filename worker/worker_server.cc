@@ -193,6 +193,9 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   reported_finished_.insert(request.finished_task_ids().begin(),
                             request.finished_task_ids().end());
   for (const proto::TaskFailure& f : request.failed_tasks()) reported_finished_.insert(f.task_id());
+  for (const proto::TaskProgress& p : request.task_progress()) {
+    if (p.steps_produced() > 0) first_step_unreported_.erase(p.task_id());
+  }
   if (worker_id_ != response.worker_id()) {
     Log(absl::StrCat("registered with coordinator ", options_.coordinator_address,
                      " as worker ", response.worker_id()));
@@ -204,6 +207,7 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     o.buffer_bytes = options_.buffer_bytes;
     o.retention_bytes = options_.retention_bytes;
     o.on_change = [wake = wake_] { wake->Signal(); };  // maybe finished: report it now
+    o.on_first_step = [wake = wake_] { wake->Signal(); };  // report its first step now
     o.detach_unattached_after = options_.detach_unattached_after;
     o.executor = options_.executor;
     proto::CoordinatorService::Stub* stub = coordinator_.get();
@@ -219,6 +223,7 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     }
     Log(absl::StrCat("started task ", task.task_id(), " (job ", task.job_id(), ", index ",
                      task.task_index(), "/", task.num_tasks(), ")"));
+    if (runner->get()->DeterministicError().ok()) first_step_unreported_.insert(task.task_id());
     tasks_[task.task_id()] = *std::move(runner);
   }
   for (int64_t id : response.tasks_to_stop()) {
@@ -227,6 +232,7 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     to_close.push_back(std::move(it->second));
     tasks_.erase(it);
     reported_finished_.erase(id);
+    first_step_unreported_.erase(id);
   }
   // Consumers the coordinator declared gone: this worker's buffers stop holding steps for them
   // (once each time they go; a stream of theirs still open ends CANCELLED, and a consumer
@@ -262,6 +268,14 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   return absl::OkStatus();
 }
 
+bool WorkerServer::UnreportedFirstStepLocked() const {
+  for (int64_t id : first_step_unreported_) {
+    auto it = tasks_.find(id);
+    if (it != tasks_.end() && it->second->buffer()->stats().steps_produced > 0) return true;
+  }
+  return false;
+}
+
 bool WorkerServer::UnreportedFinishLocked() const {
   for (const auto& [id, runner] : tasks_) {
     if (reported_finished_.contains(id)) continue;
@@ -285,6 +299,7 @@ void WorkerServer::HeartbeatLoop() {
         absl::MutexLock lock(&mu_);
         if (stopping_) return;
         if (!failing && UnreportedFinishLocked()) break;  // report a finished task now
+        if (!failing && UnreportedFirstStepLocked()) break;  // and a task's first step
       }
       if (absl::Now() >= until) break;
       wake_->WaitUntil(until);

@@ -5,7 +5,8 @@
 //
 // A task that finishes (or fails) is reported at once, not at the next interval: its buffer
 // wakes the heartbeat thread (StepBufferOptions::on_change), which is otherwise idle between
-// heartbeats (no polling).
+// heartbeats (no polling). So is a task's first step (TaskRunnerOptions::on_first_step), for
+// the coordinator's failure policy.
 //
 // Heartbeats that fail are retried with exponential backoff (heartbeat_interval doubling up to
 // max_backoff) for as long as the server runs; the worker keeps serving what it has meanwhile.
@@ -190,6 +191,11 @@ class WorkerServer : public TaskLookup {
   // RANGES job's next range is made sooner, and a failed job fails sooner).
   absl::flat_hash_set<int64_t> reported_finished_ ABSL_GUARDED_BY(mu_);
   bool UnreportedFinishLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tasks started here whose first step the coordinator has not heard of: a task's first step
+  // is reported at once (TaskRunnerOptions::on_first_step wakes the heartbeat thread), so that
+  // the coordinator's failure policy sees that a worker dying afterwards was making progress.
+  absl::flat_hash_set<int64_t> first_step_unreported_ ABSL_GUARDED_BY(mu_);
+  bool UnreportedFirstStepLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // (job id, consumer index) the coordinator last listed gone
   // (WorkerHeartbeatResponse.gone_consumers), already detached from this worker's buffers.
   absl::flat_hash_set<std::pair<int64_t, int64_t>> gone_consumers_ ABSL_GUARDED_BY(mu_);

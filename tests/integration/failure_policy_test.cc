@@ -3,10 +3,13 @@
 //    its job once, with the error: the task runs on one worker only, the coordinator lists the
 //    job failed with the error, a consumer joining the job later gets the coordinator's error,
 //    every worker stays up and a following job runs;
-//  - a task whose worker dies again and again (SIGKILLed here, as a pipeline that crashes its
-//    worker would) is quarantined after --max_task_worker_deaths deaths: the job fails with
-//    FAILED_PRECONDITION naming the task and the workers, no further worker gets it, and a
-//    consumer gets that error from sluicectl.
+//  - a task whose pipeline kills its worker (a test plugin op that SIGKILLs the process, as a
+//    native crash or the OOM killer would) is quarantined after --max_task_worker_deaths
+//    workers died before producing a step of it: the job fails with FAILED_PRECONDITION naming
+//    the task and the workers, no further worker gets it, a consumer gets that error from
+//    sluicectl, and a healthy job next to it goes on;
+//  - a task whose worker is SIGKILLed again and again while it makes progress (preemption) is
+//    never quarantined.
 //
 // Every wait is bounded; every process is stopped (ProcessCluster, Subprocess destructors).
 #include <cstdint>
@@ -23,6 +26,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/examples/test_paths.h"
 #include "tests/integration/process_cluster.h"
 
 namespace sluice {
@@ -130,7 +134,92 @@ TEST(FailurePolicyTest, ADeterministicPipelineErrorFailsItsJobOnceWithTheError) 
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
 
-TEST(FailurePolicyTest, ATaskWhoseWorkersKeepDyingIsQuarantined) {
+// The addresses of the workers whose process exited by itself (ReapExitedWorkers).
+std::vector<std::string> DeadWorkers(ProcessCluster& c) {
+  std::vector<std::string> out;
+  for (int w : c.ReapExitedWorkers()) out.push_back(c.worker_address(w));
+  return out;
+}
+
+TEST(FailurePolicyTest, APipelineThatKillsItsWorkersIsQuarantinedAndOtherJobsGoOn) {
+  const std::string plugin =
+      BuildPath("tests/integration/plugins/libsluice_kill_worker_plugin.so");
+  ProcessClusterOptions o;
+  o.num_workers = 4;
+  o.worker_timeout = absl::Seconds(2);
+  o.worker_buffer_bytes = 512;  // the healthy task stays unfinished: it waits for its consumer
+  o.coordinator_flags = {"--max_task_worker_deaths=3", "--finished_job_ttl=1h",
+                         "--plugin=" + plugin};
+  o.worker_flags = {"--plugin=" + plugin};
+  auto started = ProcessCluster::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  ProcessCluster& c = **started;
+  // A healthy job first: one consumer reads a step and leaves, its task stays on one worker.
+  const std::vector<std::string> healthy = {
+      "run", "--coordinator=" + c.coordinator(), "--job=healthy",
+      "--pipeline=range(1000000).batch(1)", "--devices=CPU:0", "--sharding_policy=OFF",
+      "--num_tasks=1", "--steps=1", "--format=json", "--retry_deadline=30s"};
+  auto first = RunSluicectl(healthy);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->exit_code, 0) << first->stderr_text << c.Logs();
+
+  // The poison job: its task kills every worker it is handed to, before its first step. The
+  // coordinator hands it to the idle workers one after another until three have died.
+  auto poison = RunSluicectl({"run", "--coordinator=" + c.coordinator(), "--job=poison",
+                              "--pipeline=range(100).map(plugin('kill_worker')).batch(2)",
+                              "--plugin=" + plugin, "--devices=CPU:0", "--sharding_policy=OFF",
+                              "--num_tasks=1", "--format=json", "--retry_deadline=90s"},
+                             absl::Seconds(150));
+  ASSERT_TRUE(poison.ok()) << poison.status();
+  EXPECT_NE(poison->exit_code, 0) << poison->stdout_text << c.Logs();
+  EXPECT_THAT(poison->stderr_text, HasSubstr("is quarantined")) << c.Logs();
+
+  auto quarantined = WaitForJob(
+      c, "poison", [](const proto::JobStatus& j) { return !j.error().empty(); }, "failed");
+  ASSERT_TRUE(quarantined.ok()) << quarantined.status() << c.Logs();
+  ASSERT_EQ(quarantined->tasks_size(), 1);
+  const int64_t task = quarantined->tasks(0).task_id();
+  EXPECT_THAT(quarantined->error(), HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(quarantined->error(),
+              HasSubstr(absl::StrCat("task ", task, " (index 0) is quarantined: 3 workers died "
+                                     "soon after they were handed it")));
+  EXPECT_EQ(CountOf(quarantined->error(), "no step of it produced"), 3) << quarantined->error();
+  EXPECT_EQ(quarantined->tasks(0).worker_address(), "");
+  // Exactly the three workers it was handed to died, and the error names each of them.
+  const std::vector<std::string> victims = DeadWorkers(c);
+  EXPECT_EQ(victims.size(), 3u) << c.Logs();
+  for (const std::string& v : victims) EXPECT_THAT(quarantined->error(), HasSubstr(v));
+
+  // The healthy job is untouched: no error, and its consumer reads on.
+  auto steady = JobNamed(c, "healthy");
+  ASSERT_TRUE(steady.ok()) << steady.status();
+  EXPECT_EQ(steady->error(), "");
+  auto again = RunSluicectl(healthy);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->exit_code, 0) << again->stderr_text << c.Logs();
+  // A consumer joining the poison job gets the quarantine, clearly.
+  auto late = RunSluicectl({"run", "--coordinator=" + c.coordinator(), "--job=poison",
+                            "--pipeline=range(100).map(plugin('kill_worker')).batch(2)",
+                            "--plugin=" + plugin, "--devices=CPU:0", "--sharding_policy=OFF",
+                            "--num_tasks=1", "--format=json", "--retry_deadline=30s"});
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_NE(late->exit_code, 0) << late->stdout_text;
+  EXPECT_THAT(late->stderr_text, HasSubstr("is quarantined"));
+  // And a new job runs.
+  auto good = RunSluicectl({"run", "--coordinator=" + c.coordinator(), "--job=after",
+                            "--pipeline=range(8).batch(4)", "--devices=CPU:0,CPU:1",
+                            "--format=json", "--retry_deadline=30s"});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->exit_code, 0) << good->stderr_text << c.Logs();
+  EXPECT_THAT(good->stdout_text, HasSubstr("\"values\": [6, 7]}]}"));
+  absl::Status stopped = c.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+// Preemption is not poison: the worker holding a task is SIGKILLed again and again (more
+// times than max_task_worker_deaths), each time after it reported producing steps of it. The
+// job never fails; the task moves on and its consumer reads on.
+TEST(FailurePolicyTest, WorkersKilledWhileTheirTaskMakesProgressNeverFailItsJob) {
   ProcessClusterOptions o;
   o.num_workers = 1;
   o.worker_timeout = absl::Seconds(2);
@@ -140,7 +229,7 @@ TEST(FailurePolicyTest, ATaskWhoseWorkersKeepDyingIsQuarantined) {
   ASSERT_TRUE(started.ok()) << started.status();
   ProcessCluster& c = **started;
   const std::vector<std::string> run = {
-      "run", "--coordinator=" + c.coordinator(), "--job=poison",
+      "run", "--coordinator=" + c.coordinator(), "--job=preempted",
       "--pipeline=range(1000000).batch(1)", "--devices=CPU:0", "--sharding_policy=OFF",
       "--num_tasks=1", "--steps=1", "--format=json", "--retry_deadline=30s"};
   // One consumer reads a step and leaves: the job and its task stay.
@@ -148,19 +237,23 @@ TEST(FailurePolicyTest, ATaskWhoseWorkersKeepDyingIsQuarantined) {
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(first->exit_code, 0) << first->stderr_text << c.Logs();
 
-  // Three times: the worker holding the task dies, a new worker comes up and gets it.
+  // Five times: the worker holding the task has produced steps of it (the job's
+  // steps_produced grew since the last kill: only the task's new worker adds to it), then dies.
   std::set<std::string> victims;
-  for (int death = 1; death <= 3; ++death) {
+  int64_t produced = 0;
+  for (int death = 1; death <= 5; ++death) {
     SCOPED_TRACE(absl::StrCat("death ", death));
     auto job = WaitForJob(
-        c, "poison",
+        c, "preempted",
         [&](const proto::JobStatus& j) {
           return j.tasks_size() == 1 && !j.tasks(0).worker_address().empty() &&
-                 !victims.contains(j.tasks(0).worker_address());
+                 !victims.contains(j.tasks(0).worker_address()) &&
+                 j.steps_produced() > produced;
         },
-        "on a new worker");
+        "producing on a new worker");
     ASSERT_TRUE(job.ok()) << job.status() << c.Logs();
     ASSERT_TRUE(job->error().empty()) << job->error();
+    produced = job->steps_produced();
     const std::string holder = job->tasks(0).worker_address();
     int index = -1;
     for (int w = 0; w < c.num_workers(); ++w) {
@@ -172,24 +265,23 @@ TEST(FailurePolicyTest, ATaskWhoseWorkersKeepDyingIsQuarantined) {
     auto added = c.AddWorker();
     ASSERT_TRUE(added.ok()) << added.status();
   }
-  auto quarantined = WaitForJob(
-      c, "poison", [](const proto::JobStatus& j) { return !j.error().empty(); }, "failed");
-  ASSERT_TRUE(quarantined.ok()) << quarantined.status() << c.Logs();
-  EXPECT_THAT(quarantined->error(), HasSubstr("FAILED_PRECONDITION"));
-  EXPECT_THAT(quarantined->error(), HasSubstr("is quarantined"));
-  EXPECT_THAT(quarantined->error(), HasSubstr("died 3 times"));
-  for (const std::string& v : victims) EXPECT_THAT(quarantined->error(), HasSubstr(v));
-  // The last worker never got it.
-  const std::string survivor = c.worker_address(c.num_workers() - 1);
-  EXPECT_THAT(quarantined->error(), Not(HasSubstr(survivor)));
-  EXPECT_EQ(quarantined->tasks(0).worker_address(), "");
-
-  // A consumer gets the quarantine, clearly.
+  // The task reaches the last worker, and the job is still healthy.
+  auto job = WaitForJob(
+      c, "preempted",
+      [&](const proto::JobStatus& j) {
+        return !j.error().empty() ||
+               (j.tasks_size() == 1 && !j.tasks(0).worker_address().empty() &&
+                !victims.contains(j.tasks(0).worker_address()));
+      },
+      "on the last worker");
+  ASSERT_TRUE(job.ok()) << job.status() << c.Logs();
+  EXPECT_EQ(job->error(), "");
+  EXPECT_FALSE(job->finished());
+  EXPECT_EQ(CountOf(c.Logs(), "counts against it"), 0) << c.Logs();
+  // Its consumer reads on.
   auto second = RunSluicectl(run);
   ASSERT_TRUE(second.ok()) << second.status();
-  EXPECT_NE(second->exit_code, 0) << second->stdout_text;
-  EXPECT_THAT(second->stderr_text, HasSubstr("is quarantined"));
-  EXPECT_THAT(second->stderr_text, HasSubstr("died 3 times"));
+  EXPECT_EQ(second->exit_code, 0) << second->stderr_text << c.Logs();
   absl::Status stopped = c.StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }

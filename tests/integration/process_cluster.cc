@@ -196,6 +196,17 @@ absl::Status ProcessCluster::KillWorker(int i) {
   return r.ok() ? absl::OkStatus() : r.status();
 }
 
+std::vector<int> ProcessCluster::ReapExitedWorkers() {
+  std::vector<int> out;
+  for (int i = 0; i < num_workers(); ++i) {
+    if (state_[i] == WorkerState::kRunning && !workers_[i]->running()) {
+      state_[i] = WorkerState::kGone;
+      out.push_back(i);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<int> ProcessCluster::AddWorker() {
   absl::StatusOr<int> i = StartWorker();
   if (!i.ok()) return i.status();

@@ -107,6 +107,9 @@ class ProcessCluster {
 
   // Whether worker i is running and not stopped, killed or terminated by the test.
   bool worker_running(int i) const { return state_[i] == WorkerState::kRunning; }
+  // The running workers whose process has exited by itself since (a pipeline killed it),
+  // by index; they are then no longer running (StopAll leaves them alone).
+  std::vector<int> ReapExitedWorkers();
 
   // OK while the coordinator and every worker the test has not killed or terminated still run
   // (a crash is not a test's doing); else FAILED_PRECONDITION naming each process that exited,

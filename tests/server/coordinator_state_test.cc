@@ -91,6 +91,18 @@ proto::Update TaskWorkerLost(int64_t task, int64_t worker) {
   u.mutable_task_worker_lost()->set_worker_id(worker);
   return u;
 }
+proto::Update PoisonEvidence(int64_t task, int64_t worker, const std::string& evidence) {
+  proto::Update u;
+  u.mutable_task_poison_evidence()->set_task_id(task);
+  u.mutable_task_poison_evidence()->set_worker_id(worker);
+  u.mutable_task_poison_evidence()->set_evidence(evidence);
+  return u;
+}
+proto::Update TaskProgressed(int64_t task) {
+  proto::Update u;
+  u.mutable_task_progressed()->set_task_id(task);
+  return u;
+}
 proto::Update FailJob(int64_t job, absl::StatusCode code, const std::string& message) {
   proto::Update u;
   u.mutable_fail_job()->set_job_id(job);
@@ -120,7 +132,9 @@ std::string Dump(const CoordinatorState& s) {
                     " worker=", t.worker_id, " finished=", t.finished,
                     " splits=", absl::StrJoin(t.split_indices, ","),
                     " lost_on=", absl::StrJoin(t.lost_on_workers, ","),
-                    " completed_by=", absl::StrJoin(t.completed_by, ","), "\n");
+                    " completed_by=", absl::StrJoin(t.completed_by, ","), " poison=");
+    for (const auto& d : t.poison_deaths) absl::StrAppend(&out, d.worker_id, ":", d.evidence, ";");
+    absl::StrAppend(&out, "\n");
   }
   return out;
 }
@@ -327,6 +341,62 @@ TEST(CoordinatorStateTest, LostWorkersAreCountedAndAFailedJobIsFinishedWithItsEr
   proto::Update remove;
   remove.mutable_remove_job()->set_job_id(1);
   EXPECT_TRUE(state.Apply(remove).ok());
+}
+
+std::vector<int64_t> PoisonWorkers(const CoordinatorState& state, int64_t task) {
+  std::vector<int64_t> out;
+  for (const auto& d : state.FindTask(task)->poison_deaths) out.push_back(d.worker_id);
+  return out;
+}
+
+// Failure policy: the evidence against a task names each worker once (the same worker dying
+// twice with it is one piece), only workers the task was lost on, and is cleared when the task
+// makes progress; it survives a snapshot and a replay through the wire format.
+TEST(CoordinatorStateTest, PoisonEvidenceNamesDistinctWorkersUntilTheTaskMakesProgress) {
+  CoordinatorState state;
+  ApplyAll(state, TwoWorkerJob());
+  ApplyAll(state, {RegisterWorker(3, "w3:1")});
+  std::vector<proto::Update> log = {
+      TaskWorkerLost(1, 1), PoisonEvidence(1, 1, "w1 fast"), WorkerDied(1), AssignTask(1, 2),
+      TaskWorkerLost(1, 2), PoisonEvidence(1, 2, "w2 fast"), WorkerDied(2),
+      RegisterWorker(1, "w1:1"), AssignTask(1, 1), TaskWorkerLost(1, 1),
+      PoisonEvidence(1, 1, "w1 again"), WorkerDied(1)};
+  ApplyAll(state, log);
+  EXPECT_THAT(state.FindTask(1)->lost_on_workers, ElementsAre(1, 2, 1));
+  EXPECT_THAT(PoisonWorkers(state, 1), ElementsAre(1, 2));
+  EXPECT_EQ(state.FindTask(1)->poison_deaths[0].evidence, "w1 fast");
+
+  // Evidence about a death the task does not record, or an unknown task, changes nothing.
+  absl::Status bad = state.Apply(PoisonEvidence(1, 3, "w3"));
+  EXPECT_EQ(bad.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(bad.message(), HasSubstr("task 1 was not lost on worker 3"));
+  EXPECT_EQ(state.Apply(PoisonEvidence(9, 1, "x")).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(state.Apply(TaskProgressed(9)).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(PoisonWorkers(state, 1), ElementsAre(1, 2));
+
+  // A snapshot and a replay of the journal's records give the same state.
+  CoordinatorState restored;
+  ASSERT_TRUE(restored.Restore(state.Snapshot()).ok());
+  EXPECT_EQ(Dump(restored), Dump(state));
+  CoordinatorState replayed;
+  ApplyAll(replayed, TwoWorkerJob());
+  ApplyAll(replayed, {RegisterWorker(3, "w3:1")});
+  for (const proto::Update& u : log) {
+    proto::Update copy;
+    ASSERT_TRUE(copy.ParseFromString(u.SerializeAsString()));
+    ASSERT_TRUE(replayed.Apply(copy).ok());
+  }
+  EXPECT_EQ(Dump(replayed), Dump(state));
+
+  // Progress clears the evidence, not the record of the deaths; new evidence starts over.
+  ApplyAll(state, {AssignTask(1, 3), TaskProgressed(1)});
+  EXPECT_THAT(state.FindTask(1)->poison_deaths, IsEmpty());
+  EXPECT_THAT(state.FindTask(1)->lost_on_workers, ElementsAre(1, 2, 1));
+  ApplyAll(state, {TaskWorkerLost(1, 3), PoisonEvidence(1, 3, "w3 fast")});
+  EXPECT_THAT(PoisonWorkers(state, 1), ElementsAre(3));
+  CoordinatorState again;
+  ASSERT_TRUE(again.Restore(state.Snapshot()).ok());
+  EXPECT_EQ(Dump(again), Dump(state));
 }
 
 // MakeRanges walks ranges_jobs() instead of every job: it must name exactly the ranges jobs

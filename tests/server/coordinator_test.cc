@@ -814,57 +814,7 @@ TEST_F(CoordinatorTest, ADeterministicTaskFailureFailsItsJobOnceWithTheError) {
   EXPECT_EQ(coordinator_->ClientHeartbeat(creq, &cresp).code(), absl::StatusCode::kNotFound);
 }
 
-// A task whose workers die one after another (a pipeline that crashes its worker) is
-// quarantined after max_task_worker_deaths (3) deaths: its job fails with FAILED_PRECONDITION
-// naming the task and the workers, and no further worker gets it. A drained worker does not
-// count.
-TEST_F(CoordinatorTest, ATaskWhoseWorkerDiedThreeTimesIsQuarantined) {
-  ASSERT_EQ(coordinator_->options().max_task_worker_deaths, 3);
-  const std::string ds = Register("range(10).batch(2)");
-  Heartbeat("w0:1");
-  auto job = Job("poison", Options(ds, proto::SHARDING_OFF));
-  ASSERT_TRUE(job.ok());
-  const int64_t task = Client(job->job_id()).tasks(0).task_id();
-  ASSERT_EQ(Heartbeat("w0:1").new_tasks_size(), 1);
-  // w0 drains: the task moves, and the move does not count.
-  {
-    proto::WorkerHeartbeatRequest req;
-    req.set_wire_version(proto::WIRE_VERSION_1);
-    req.set_worker_address("w0:1");
-    req.set_draining(true);
-    req.add_active_task_ids(task);
-    proto::WorkerHeartbeatResponse resp;
-    ASSERT_TRUE(coordinator_->WorkerHeartbeat(req, &resp).ok());
-  }
-  std::vector<std::string> victims;
-  for (int i = 1; i <= 3; ++i) {
-    const std::string w = absl::StrCat("w", i, ":1");
-    proto::WorkerHeartbeatResponse r = Heartbeat(w);
-    ASSERT_EQ(r.new_tasks_size(), 1) << "death " << i;
-    EXPECT_EQ(r.new_tasks(0).task_id(), task);
-    victims.push_back(w);
-    clock_.Advance(absl::Seconds(11));  // w dies silently with the task
-    coordinator_->CheckWorkerLiveness();
-    if (i < 3) {
-      proto::ClientHeartbeatResponse c = Client(job->job_id());
-      EXPECT_FALSE(c.job_finished());
-    }
-  }
-  proto::ClientHeartbeatRequest creq;
-  creq.set_wire_version(proto::WIRE_VERSION_1);
-  creq.set_job_id(job->job_id());
-  proto::ClientHeartbeatResponse cresp;
-  absl::Status error = coordinator_->ClientHeartbeat(creq, &cresp);
-  EXPECT_EQ(error.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(error.message(), HasSubstr(absl::StrCat("task ", task, " (index 0) is quarantined")));
-  EXPECT_THAT(error.message(), HasSubstr("died 3 times"));
-  for (const std::string& w : victims) EXPECT_THAT(error.message(), HasSubstr(w));
-  EXPECT_THAT(error.message(), Not(HasSubstr("w0:1")));
-  // Nobody gets it again.
-  EXPECT_THAT(Heartbeat("w4:1").new_tasks(), IsEmpty());
-  EXPECT_THAT(Status().jobs(0).error(), HasSubstr("FAILED_PRECONDITION"));
-}
-
+// The quarantine rule itself: tests/server/task_quarantine_test.cc.
 TEST_F(CoordinatorTest, QuarantineCanBeTurnedOff) {
   CoordinatorOptions options = coordinator_->options();
   options.max_task_worker_deaths = 0;

@@ -762,6 +762,16 @@ TEST(StateSnapshotTest, RestoreOfSnapshotGivesAnEqualStateForEveryKindOfUpdate) 
     lost.mutable_task_worker_lost()->set_task_id(7);
     lost.mutable_task_worker_lost()->set_worker_id(2);
     history.push_back(lost);
+    proto::Update evidence;  // ... before its first step: evidence against the task
+    evidence.mutable_task_poison_evidence()->set_task_id(7);
+    evidence.mutable_task_poison_evidence()->set_worker_id(2);
+    evidence.mutable_task_poison_evidence()->set_evidence("worker 2 (w2): silent from 0");
+    history.push_back(evidence);
+    proto::Update progressed;  // a step elsewhere cleared it
+    progressed.mutable_task_progressed()->set_task_id(7);
+    history.push_back(progressed);
+    history.push_back(lost);  // worker 2 again, evidence again: kept by the snapshot
+    history.push_back(evidence);
     proto::Update failed;
     failed.mutable_fail_job()->set_job_id(4);
     failed.mutable_fail_job()->set_code(static_cast<int>(absl::StatusCode::kDataLoss));

@@ -195,7 +195,7 @@ constexpr int NumRangesFields() {
 }
 // The members compared below.
 inline constexpr int kJobFields = 11 + NumRangesFields<CoordinatorState::Job>();
-inline constexpr int kTaskFields = 11 + NumRangesFields<CoordinatorState::Task>();
+inline constexpr int kTaskFields = 12 + NumRangesFields<CoordinatorState::Task>();
 
 // Every field of every entity, the lookups and the id counters.
 inline void ExpectSameState(const CoordinatorState& a, const CoordinatorState& b,
@@ -270,6 +270,11 @@ inline void ExpectSameState(const CoordinatorState& a, const CoordinatorState& b
     EXPECT_EQ(t.split_indices, o->split_indices) << "task " << id;
     EXPECT_EQ(t.lost_on_workers, o->lost_on_workers) << "task " << id;
     EXPECT_EQ(t.completed_by, o->completed_by) << "task " << id;
+    ASSERT_EQ(t.poison_deaths.size(), o->poison_deaths.size()) << "task " << id;
+    for (size_t i = 0; i < t.poison_deaths.size(); ++i) {
+      EXPECT_EQ(t.poison_deaths[i].worker_id, o->poison_deaths[i].worker_id) << "task " << id;
+      EXPECT_EQ(t.poison_deaths[i].evidence, o->poison_deaths[i].evidence) << "task " << id;
+    }
     EXPECT_TRUE(ProtoEq(t.created, o->created)) << "task " << id;
     ExpectSameRangesFields(t, *o);
   }

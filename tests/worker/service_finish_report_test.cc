@@ -84,5 +84,56 @@ TEST(ServiceFinishReportTest, AFinishedTaskIsReportedWithoutWaitingForTheNextHea
   EXPECT_EQ(delivered, kSteps);
 }
 
+// Likewise a task's first step (worker/worker_server.h): the coordinator's failure policy
+// counts a worker's death against a task only while the task has produced no step there, so
+// the worker says so at once instead of at its next heartbeat, an hour away here.
+TEST(ServiceFinishReportTest, ATasksFirstStepIsReportedWithoutWaitingForTheNextHeartbeat) {
+  int started = 0;
+  Cluster cluster(1, /*worker_timeout=*/absl::Milliseconds(500), size_t{64} << 20,
+                  [&started](WorkerServerOptions* w) {
+                    if (started++ == 0) return;
+                    w->heartbeat_interval = absl::Hours(1);
+                    w->heartbeat_jitter = 0;
+                  });
+  const Dataset ds = Dataset::Range(400).Batch(4);
+  ServiceOptions options;
+  options.coordinator_address = cluster.address();
+  options.job_name = "first-step";
+  options.sharding_policy = ServiceShardingPolicy::kOff;
+  options.num_tasks = 1;
+  auto strategy = MirroredStrategy::Create({"CPU:0"});
+  ASSERT_TRUE(strategy.ok());
+  auto dist = DistributeDatasetFromService(*strategy, ds, options);
+  ASSERT_TRUE(dist.ok()) << dist.status();
+  cluster.worker(0)->Stop();
+  int64_t before = -1;
+  for (int i = 0; i < 6000 && before < 0; ++i) {
+    proto::GetStatusResponse status;
+    ASSERT_TRUE(cluster.coordinator().GetStatus({}, &status).ok());
+    ASSERT_EQ(status.workers_size(), 1);
+    if (!status.workers(0).alive()) {
+      const proto::JobStatus* job = FindJob(status, "first-step");
+      ASSERT_NE(job, nullptr);
+      before = job->steps_produced();  // worker 0's, final now
+    } else {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  ASSERT_GE(before, 0) << "worker 0 was never declared dead";
+  // Worker 1's first heartbeat registers it and hands it the task; no consumer reads, and its
+  // next regular heartbeat is an hour away: only the first-step report can raise the count.
+  cluster.AddWorker();
+  int64_t produced = before;
+  for (int i = 0; i < 6000 && produced <= before; ++i) {
+    proto::GetStatusResponse status;
+    ASSERT_TRUE(cluster.coordinator().GetStatus({}, &status).ok());
+    const proto::JobStatus* job = FindJob(status, "first-step");
+    ASSERT_NE(job, nullptr);
+    produced = job->steps_produced();
+    if (produced <= before) absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_GT(produced, before);
+}
+
 }  // namespace
 }  // namespace sluice

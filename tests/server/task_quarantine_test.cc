@@ -1,0 +1,307 @@
+// The failure policy's quarantine (docs/SERVICE.md, "Failure policy"; CoordinatorOptions::
+// max_task_worker_deaths and task_death_window) through the Coordinator, with a fake clock and
+// no network: a task is quarantined only on evidence that it kills workers, that is
+// max_task_worker_deaths distinct workers declared dead within task_death_window of being
+// handed it, none having reported a step of it, with no step of it produced in between.
+// Workers that die while making progress (preemption) never fail a job.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/util/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/coordinator.h"
+#include "tests/server/journal_test_util.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+class TaskQuarantineTest : public ::testing::Test {
+ protected:
+  TaskQuarantineTest() { coordinator_ = std::make_unique<Coordinator>(Options()); }
+
+  CoordinatorOptions Options() {
+    CoordinatorOptions o;
+    o.clock = &clock_;
+    o.worker_timeout = absl::Seconds(10);
+    o.log = [this](absl::string_view line) { log_.emplace_back(line); };
+    return o;
+  }
+
+  // The job "poison": one task (SHARDING_OFF) over a small pipeline; its task id.
+  int64_t PoisonJob() {
+    proto::RegisterDatasetRequest reg;
+    reg.set_wire_version(proto::WIRE_VERSION_1);
+    reg.set_pipeline("range(10).batch(2)");
+    proto::RegisterDatasetResponse ds;
+    EXPECT_TRUE(coordinator_->RegisterDataset(reg, &ds).ok());
+    proto::GetOrCreateJobRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_job_name("poison");
+    req.mutable_options()->set_dataset_id(ds.dataset_id());
+    req.mutable_options()->set_num_consumers(1);
+    req.mutable_options()->set_replicas_per_consumer(1);
+    req.mutable_options()->set_sharding_policy(proto::SHARDING_OFF);
+    proto::GetOrCreateJobResponse job;
+    absl::Status s = coordinator_->GetOrCreateJob(req, &job);
+    EXPECT_TRUE(s.ok()) << s;
+    job_id_ = job.job_id();
+    proto::ClientHeartbeatRequest creq;
+    creq.set_wire_version(proto::WIRE_VERSION_1);
+    creq.set_job_id(job_id_);
+    proto::ClientHeartbeatResponse cresp;
+    EXPECT_TRUE(coordinator_->ClientHeartbeat(creq, &cresp).ok());
+    return cresp.tasks_size() == 1 ? cresp.tasks(0).task_id() : -1;
+  }
+
+  // A heartbeat from `address` listing `active` tasks, with `steps` steps produced of each.
+  proto::WorkerHeartbeatResponse Heartbeat(const std::string& address,
+                                           std::vector<int64_t> active = {},
+                                           int64_t steps = 0) {
+    proto::WorkerHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_worker_address(address);
+    for (int64_t t : active) {
+      req.add_active_task_ids(t);
+      proto::TaskProgress* p = req.add_task_progress();
+      p->set_task_id(t);
+      p->set_steps_produced(steps);
+    }
+    proto::WorkerHeartbeatResponse resp;
+    absl::Status s = coordinator_->WorkerHeartbeat(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    return resp;
+  }
+
+  // `address` heartbeats and is handed `task` (asserted).
+  void HandTo(const std::string& address, int64_t task) {
+    proto::WorkerHeartbeatResponse r = Heartbeat(address);
+    ASSERT_EQ(r.new_tasks_size(), 1) << address;
+    ASSERT_EQ(r.new_tasks(0).task_id(), task) << address;
+  }
+
+  // Every worker falls silent for longer than worker_timeout; the coordinator declares the
+  // silent ones dead.
+  void Silence() {
+    clock_.Advance(absl::Seconds(11));
+    coordinator_->CheckWorkerLiveness();
+  }
+
+  // The poison job's error (OK while it runs).
+  absl::Status JobError() {
+    proto::ClientHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_job_id(job_id_);
+    proto::ClientHeartbeatResponse resp;
+    return coordinator_->ClientHeartbeat(req, &resp);
+  }
+
+  int64_t LogLinesWith(const std::string& needle) const {
+    int64_t n = 0;
+    for (const std::string& line : log_) n += absl::StrContains(line, needle) ? 1 : 0;
+    return n;
+  }
+
+  FakeClock clock_;
+  std::vector<std::string> log_;
+  std::unique_ptr<Coordinator> coordinator_;
+  int64_t job_id_ = 0;
+};
+
+// A task that kills every worker it is handed to before its first step is quarantined at the
+// third distinct worker: its job fails with FAILED_PRECONDITION naming the task, each worker
+// and how it died, and no worker gets it again. A drained worker is no evidence.
+TEST_F(TaskQuarantineTest, ATaskWhoseWorkersDieBeforeItsFirstStepIsQuarantined) {
+  ASSERT_EQ(coordinator_->options().max_task_worker_deaths, 3);
+  ASSERT_EQ(coordinator_->options().task_death_window, absl::Seconds(60));
+  Heartbeat("w0:1");
+  const int64_t task = PoisonJob();
+  HandTo("w0:1", task);
+  {
+    proto::WorkerHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_worker_address("w0:1");
+    req.set_draining(true);
+    req.add_active_task_ids(task);
+    proto::WorkerHeartbeatResponse resp;
+    ASSERT_TRUE(coordinator_->WorkerHeartbeat(req, &resp).ok());
+  }
+  for (int i = 1; i <= 3; ++i) {
+    HandTo(absl::StrCat("w", i, ":1"), task);
+    Silence();
+    if (i < 3) {
+      EXPECT_TRUE(JobError().ok()) << "death " << i << ": " << JobError();
+    }
+  }
+  absl::Status error = JobError();
+  EXPECT_EQ(error.code(), absl::StatusCode::kFailedPrecondition) << error;
+  EXPECT_THAT(error.message(),
+              HasSubstr(absl::StrCat("job ", job_id_, " (poison): task ", task,
+                                     " (index 0) is quarantined: 3 workers died soon after they "
+                                     "were handed it, none having produced a step of it")));
+  for (int i = 1; i <= 3; ++i) {
+    EXPECT_THAT(error.message(),
+                HasSubstr(absl::StrCat("(w", i, ":1): silent from 0 after it was handed the "
+                                       "task, no step of it produced")));
+  }
+  EXPECT_THAT(error.message(), HasSubstr("max_task_worker_deaths 3, task_death_window 1m"));
+  EXPECT_THAT(error.message(), Not(HasSubstr("w0:1")));
+  EXPECT_THAT(Heartbeat("w4:1").new_tasks(), IsEmpty());
+  EXPECT_EQ(coordinator_->TEST_TableSizes().task_runs, 0u);  // nothing kept for a failed job
+}
+
+// Preemption: workers that die after reporting steps of the task are no evidence, however
+// many die.
+TEST_F(TaskQuarantineTest, WorkersThatDieWhileTheTaskMakesProgressNeverQuarantineIt) {
+  Heartbeat("w1:1");
+  const int64_t task = PoisonJob();
+  for (int i = 1; i <= 6; ++i) {
+    const std::string w = absl::StrCat("w", i, ":1");
+    HandTo(w, task);
+    Heartbeat(w, {task}, /*steps=*/1);
+    Silence();
+  }
+  EXPECT_TRUE(JobError().ok()) << JobError();
+  EXPECT_EQ(LogLinesWith("counts against it"), 0);
+  HandTo("w9:1", task);
+}
+
+// "With no progress in between": a step of the task on any worker clears the evidence so far.
+TEST_F(TaskQuarantineTest, AStepOnAnyWorkerClearsTheEvidence) {
+  Heartbeat("w1:1");
+  const int64_t task = PoisonJob();
+  for (int i = 1; i <= 2; ++i) {
+    HandTo(absl::StrCat("w", i, ":1"), task);
+    Silence();
+  }
+  EXPECT_EQ(LogLinesWith("counts against it"), 2);
+  HandTo("w3:1", task);
+  Heartbeat("w3:1", {task}, /*steps=*/1);
+  EXPECT_EQ(LogLinesWith("no longer count against it"), 1);
+  Silence();
+  for (int i = 4; i <= 5; ++i) {
+    HandTo(absl::StrCat("w", i, ":1"), task);
+    Silence();
+  }
+  EXPECT_TRUE(JobError().ok()) << JobError();  // 2 since the step, not 4
+  HandTo("w6:1", task);
+  Silence();
+  absl::Status error = JobError();
+  EXPECT_EQ(error.code(), absl::StatusCode::kFailedPrecondition) << error;
+  for (const char* w : {"w4:1", "w5:1", "w6:1"}) EXPECT_THAT(error.message(), HasSubstr(w));
+  for (const char* w : {"w1:1", "w2:1", "w3:1"}) EXPECT_THAT(error.message(), Not(HasSubstr(w)));
+}
+
+// The same worker dying twice with the task (it came back in between) is one piece of
+// evidence: distinct workers count.
+TEST_F(TaskQuarantineTest, TheSameWorkerDyingTwiceCountsOnce) {
+  Heartbeat("w1:1");
+  const int64_t task = PoisonJob();
+  HandTo("w1:1", task);
+  Silence();
+  HandTo("w1:1", task);  // back (a restarted process at the same address), handed it again
+  Silence();
+  HandTo("w2:1", task);
+  Silence();
+  EXPECT_EQ(LogLinesWith("counts against it"), 2);
+  EXPECT_TRUE(JobError().ok()) << JobError();  // w1 and w2: two workers
+  HandTo("w3:1", task);
+  Silence();
+  EXPECT_EQ(JobError().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A worker last heard from more than task_death_window after it was handed the task is no
+// evidence, even without a step (a slow pipeline that was then preempted); nor is a worker
+// that was assigned the task but never told (it died before its next heartbeat).
+TEST_F(TaskQuarantineTest, LateDeathsAndTasksNeverHandedOverAreNoEvidence) {
+  Heartbeat("w1:1");
+  const int64_t task = PoisonJob();  // assigned to w1, which never heartbeats again
+  Silence();
+  HandTo("w2:1", task);
+  for (int beat = 0; beat < 13; ++beat) {  // 65 s of heartbeats, no step
+    clock_.Advance(absl::Seconds(5));
+    Heartbeat("w2:1", {task});
+  }
+  Silence();
+  EXPECT_EQ(LogLinesWith("counts against it"), 0);
+  for (int i = 3; i <= 4; ++i) {
+    HandTo(absl::StrCat("w", i, ":1"), task);
+    clock_.Advance(absl::Seconds(59));  // within the window: still evidence
+    Heartbeat(absl::StrCat("w", i, ":1"), {task});
+    Silence();
+  }
+  EXPECT_EQ(LogLinesWith("counts against it"), 2);
+  EXPECT_TRUE(JobError().ok()) << JobError();
+  HandTo("w5:1", task);
+  Silence();
+  absl::Status error = JobError();
+  EXPECT_EQ(error.code(), absl::StatusCode::kFailedPrecondition) << error;
+  EXPECT_THAT(error.message(), HasSubstr("(w3:1): silent from 59s after it was handed the task"));
+  EXPECT_THAT(error.message(), Not(HasSubstr("w1:1")));
+  EXPECT_THAT(error.message(), Not(HasSubstr("w2:1")));
+}
+
+// With a journal: the evidence survives a restart (journaled, replayed), while a run the
+// restarted coordinator did not see handed over is no evidence (its timing is not state), so
+// a restart can only make the rule more lenient.
+TEST_F(TaskQuarantineTest, EvidenceSurvivesARestartAndRunsFromBeforeItDoNotCount) {
+  journal_test::FakeFileSystem fs;
+  CoordinatorOptions o = Options();
+  o.work_dir = "/journal";
+  o.journal_fs = &fs;
+  {
+    auto c = Coordinator::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = *std::move(c);
+  }
+  Heartbeat("w1:1");
+  const int64_t task = PoisonJob();
+  for (int i = 1; i <= 2; ++i) {
+    HandTo(absl::StrCat("w", i, ":1"), task);
+    Silence();
+  }
+  HandTo("w3:1", task);
+  // Restart: the journal is replayed into a new coordinator.
+  coordinator_.reset();
+  {
+    auto c = Coordinator::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = *std::move(c);
+  }
+  coordinator_->CheckWorkerLiveness();  // w3 counts from now
+  Silence();                            // w3 dies: handed the task before the restart
+  EXPECT_TRUE(JobError().ok()) << JobError();
+  HandTo("w4:1", task);
+  Silence();
+  absl::Status error = JobError();
+  EXPECT_EQ(error.code(), absl::StatusCode::kFailedPrecondition) << error;
+  for (const char* w : {"w1:1", "w2:1", "w4:1"}) EXPECT_THAT(error.message(), HasSubstr(w));
+  EXPECT_THAT(error.message(), Not(HasSubstr("w3:1")));
+}
+
+// 0 turns the rule off: no evidence is even recorded.
+TEST_F(TaskQuarantineTest, ZeroNeverQuarantines) {
+  CoordinatorOptions o = Options();
+  o.max_task_worker_deaths = 0;
+  coordinator_ = std::make_unique<Coordinator>(o);
+  Heartbeat("w1:1");
+  const int64_t task = PoisonJob();
+  for (int i = 1; i <= 5; ++i) {
+    HandTo(absl::StrCat("w", i, ":1"), task);
+    Silence();
+  }
+  EXPECT_TRUE(JobError().ok()) << JobError();
+  EXPECT_EQ(LogLinesWith("counts against it"), 0);
+  HandTo("w9:1", task);
+}
+
+}  // namespace
+}  // namespace sluice
