@@ -103,7 +103,7 @@ class NpyIterator : public OpIterator {
       *out = Element(*std::move(t));
       return absl::OkStatus();
     }
-    Tensor t = Tensor::Allocate(dtype_, row_shape_);
+    ASSIGN_OR_RETURN(Tensor t, Tensor::TryAllocate(dtype_, row_shape_, label()));
     const char* src = static_cast<const char*>(mapping_->data()) + offset;
     char* dst = static_cast<char*>(t.mutable_raw_data());
     const size_t width = DTypeSize(dtype_);
@@ -140,7 +140,7 @@ class NpyIterator : public OpIterator {
       *out = Element(*std::move(t));
       return absl::OkStatus();
     }
-    Tensor t = Tensor::Allocate(dtype_, shape);
+    ASSIGN_OR_RETURN(Tensor t, Tensor::TryAllocate(dtype_, shape, label()));
     const char* src = static_cast<const char*>(mapping_->data()) + offset;
     char* dst = static_cast<char*>(t.mutable_raw_data());
     const size_t width = DTypeSize(dtype_);
@@ -205,7 +205,8 @@ class NpyIterator : public OpIterator {
   // A remote file (no mmap): its first `need` bytes read into host memory.
   absl::Status ReadWhole(const std::string& file, uint64_t need) {
     ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> f, OpenRandomAccessFile(file));
-    std::shared_ptr<TensorBuffer> buffer = TensorBuffer::AllocateHost(need);
+    ASSIGN_OR_RETURN(std::shared_ptr<TensorBuffer> buffer,
+                     TensorBuffer::TryAllocateHost(static_cast<size_t>(need), file));
     ASSIGN_OR_RETURN(const size_t got,
                      f->ReadAt(0, static_cast<char*>(buffer->data()), static_cast<size_t>(need)));
     if (got < need) return Truncated(file, need, got);
