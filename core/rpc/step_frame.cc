@@ -912,7 +912,7 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
           }
           piece.push_back(std::move(t));
         } else if (d.byte_size == 0) {
-          piece.push_back(Tensor::Allocate(d.dtype, shape));
+          piece.push_back(Tensor::Allocate(d.dtype, shape));  // no bytes
         } else {
           reader.Read(static_cast<char*>(frame_buffer->data()) + d.offset, d.byte_size);
           absl::StatusOr<Tensor> t = Tensor::Wrap(d.dtype, shape, frame_buffer, d.offset);

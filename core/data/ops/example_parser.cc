@@ -264,7 +264,7 @@ absl::StatusOr<Tensor> ConvertDefaultValue(absl::string_view key, const Tensor& 
     return Invalid(absl::StrCat("parse_example: feature '", key, "': default_value ", why));
   };
   const int64_t n = value.num_elements();
-  Tensor out = Tensor::Allocate(dtype, Shape({n}));
+  Tensor out = Tensor::Allocate(dtype, Shape({n}));  // as large as `value`, already allocated
   if (dtype == DType::kString) {
     if (value.dtype() != DType::kString) {
       return fail(absl::StrCat("must be a string for tf.string, got ", DTypeName(value.dtype())));

@@ -36,7 +36,7 @@ absl::StatusOr<std::vector<Tensor>> PaddingValues(const proto::PaddedBatchOp& op
   std::vector<Tensor> out;
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (n == 0) {
-      out.push_back(Tensor::Allocate(leaves[i].dtype, Shape()));  // 0 or ""
+      out.push_back(Tensor::Allocate(leaves[i].dtype, Shape()));  // 0 or "": a scalar
       continue;
     }
     ASSIGN_OR_RETURN(Tensor v, TensorFromProto(op.padding_values(n == 1 ? 0 : i)));
