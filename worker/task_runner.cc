@@ -1,5 +1,6 @@
 #include "worker/task_runner.h"
 
+#include <new>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -147,6 +148,20 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
     pending_.reset();
   }
 
+  // The pipeline's next step. The backstop of the allocator that can refuse (sluice/tensor.h):
+  // an allocation outside its reach that throws std::bad_alloc fails this task, hence its job,
+  // with RESOURCE_EXHAUSTED; the worker and its other tasks keep running.
+  absl::Status ProduceStep(TaskStep* step, bool* end) {
+    try {
+      return producer_ ? producer_(step, end) : steps_->GetNext(step, end);
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(
+          "the pipeline ran the worker out of memory (std::bad_alloc) outside the memory budget's "
+          "checks; its job fails, the worker keeps serving (--memory_limit, "
+          "--max_element_bytes)");
+    }
+  }
+
   void RunSlice() ABSL_LOCKS_EXCLUDED(mu_) {
     {
       absl::MutexLock lock(&mu_);
@@ -169,7 +184,7 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
         }
         auto step = std::make_shared<TaskStep>();
         bool end = false;
-        absl::Status s = producer_ ? producer_(step.get(), &end) : steps_->GetNext(step.get(), &end);
+        absl::Status s = ProduceStep(step.get(), &end);
         if (!s.ok() || end) {
           buffer_->Finish(s);  // OK at the end of data
           done = true;

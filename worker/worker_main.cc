@@ -53,12 +53,13 @@ ABSL_FLAG(int64_t, retention_bytes, int64_t{64} << 20,
           "memory, on top of --buffer_bytes, for consumers that come late or reconnect (they "
           "read them from memory instead of a replay of the task); 0 keeps none");
 ABSL_FLAG(std::string, memory_limit, "",
-          "Bytes all tasks' pipelines may hold in op buffers (batch, shuffle, cache, prefetch), "
-          "e.g. 16GiB; a task that needs more fails with RESOURCE_EXHAUSTED and the worker "
-          "keeps serving. Empty: 3/4 of the cgroup's memory limit, else of physical memory");
+          "Bytes all tasks' pipelines may hold: every live tensor and the op buffers (batch, "
+          "shuffle, cache, prefetch), e.g. 16GiB; a task that needs more fails with "
+          "RESOURCE_EXHAUSTED and the worker keeps serving. Empty: 3/4 of the smallest of the "
+          "cgroup's memory limit, RLIMIT_AS and physical memory");
 ABSL_FLAG(std::string, max_element_bytes, "",
-          "Bytes one element (one batch: one step) may hold, e.g. 2GiB. Empty: a quarter of "
-          "--memory_limit");
+          "Bytes one element (one batch: one step), or one allocation, may hold, e.g. 2GiB. "
+          "Empty: a quarter of --memory_limit");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat period");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM, the most the drain takes (telling the coordinator, ending streams)");

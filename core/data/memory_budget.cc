@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
@@ -29,43 +30,12 @@ constexpr int64_t kStringOverhead = 32;  // a std::string beside its characters
 // costs one atomic operation per chunk, not per element.
 constexpr int64_t kChunk = int64_t{1} << 20;
 
-// The cgroup's limit in bytes, or 0 when there is none (or it reads "max").
-int64_t CgroupLimitBytes() {
-  for (const char* path : {"/sys/fs/cgroup/memory.max",                     // cgroup v2
-                           "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {  // v1
-    std::ifstream in(path);
-    std::string text;
-    if (!(in >> text)) continue;
-    int64_t v = 0;
-    // v1 reports "no limit" as a number near 2^63.
-    if (absl::SimpleAtoi(text, &v) && v > 0 && v < (int64_t{1} << 60)) return v;
-  }
-  return 0;
-}
-
-int64_t PhysicalMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return int64_t{8} << 30;
-  return static_cast<int64_t>(pages) * page;
-}
-
 int64_t SaturatingAdd(int64_t a, int64_t b) {
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max()
                                                      : a + b;
 }
 
 }  // namespace
-
-MemoryLimits DefaultMemoryLimits() {
-  int64_t machine = PhysicalMemoryBytes();
-  const int64_t cgroup = CgroupLimitBytes();
-  if (cgroup > 0) machine = std::min(machine, cgroup);
-  MemoryLimits limits;
-  limits.process_bytes = machine / 4 * 3;
-  limits.element_bytes = limits.process_bytes / 4;
-  return limits;
-}
 
 absl::StatusOr<int64_t> ParseByteSize(absl::string_view text, absl::string_view flag) {
   auto invalid = [&]() {
@@ -112,49 +82,6 @@ absl::Status ConfigureProcessMemoryBudget(absl::string_view memory_limit,
   return absl::OkStatus();
 }
 
-void MemoryBudget::SetLimits(MemoryLimits limits) {
-  process_bytes_.store(std::max<int64_t>(limits.process_bytes, 0), std::memory_order_relaxed);
-  element_bytes_.store(std::max<int64_t>(limits.element_bytes, 0), std::memory_order_relaxed);
-}
-
-MemoryLimits MemoryBudget::limits() const {
-  MemoryLimits l;
-  l.process_bytes = process_bytes_.load(std::memory_order_relaxed);
-  l.element_bytes = element_bytes_.load(std::memory_order_relaxed);
-  return l;
-}
-
-absl::Status MemoryBudget::Reserve(int64_t bytes, absl::string_view what) {
-  const int64_t limit = process_bytes_.load(std::memory_order_relaxed);
-  int64_t used = in_use_.load(std::memory_order_relaxed);
-  while (true) {
-    if (SaturatingAdd(used, bytes) > limit) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          what, ": needs ", bytes, " more bytes, but ", used, " of the process's memory limit of ",
-          limit, " bytes are in use (--memory_limit)"));
-    }
-    if (in_use_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed)) {
-      return absl::OkStatus();
-    }
-  }
-}
-
-void MemoryBudget::Release(int64_t bytes) { in_use_.fetch_sub(bytes, std::memory_order_relaxed); }
-
-absl::Status MemoryBudget::CheckElement(int64_t bytes, absl::string_view what,
-                                        absl::string_view describe) const {
-  const int64_t limit = element_bytes_.load(std::memory_order_relaxed);
-  if (bytes <= limit) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      what, ": ", describe, " needs more than the memory limit of one element, ", limit,
-      " bytes (--max_element_bytes)"));
-}
-
-MemoryBudget& ProcessMemoryBudget() {
-  static MemoryBudget* const budget = new MemoryBudget(DefaultMemoryLimits());
-  return *budget;
-}
-
 int64_t TensorFootprint(const Tensor& t) {
   int64_t bytes = kLeafOverhead + static_cast<int64_t>(t.payload_bytes());
   if (t.dtype() == DType::kString) bytes += kStringOverhead * t.num_elements();
@@ -173,6 +100,15 @@ int64_t ElementFootprint(const Element& e) {
   if (e.is_leaf()) return kElementOverhead + TensorFootprint(e.leaf());
   int64_t bytes = kElementOverhead;
   for (const Element& c : e.children()) bytes += ElementFootprint(c);
+  return bytes;
+}
+
+int64_t ElementOverhead(const Element& e) {
+  // A string tensor's std::string objects are the allocator's (Tensor::TryFromStrings charges
+  // them with the characters), so only the nodes and the tensors are left.
+  if (e.is_leaf()) return kElementOverhead + kLeafOverhead;
+  int64_t bytes = kElementOverhead;
+  for (const Element& c : e.children()) bytes += ElementOverhead(c);
   return bytes;
 }
 
@@ -203,6 +139,15 @@ absl::Status MemoryReservation::GrowElement(int64_t bytes, absl::string_view des
   return Grow(bytes);
 }
 
+absl::Status MemoryReservation::GrowElement(int64_t footprint, int64_t charge,
+                                            absl::string_view describe) {
+  const int64_t element = SaturatingAdd(element_, footprint);
+  RETURN_IF_ERROR(budget_->CheckElement(element, what_, describe));
+  RETURN_IF_ERROR(Grow(charge));
+  element_ = element;
+  return absl::OkStatus();
+}
+
 void MemoryReservation::Shrink(int64_t bytes) {
   bytes_ = std::max<int64_t>(bytes_ - bytes, 0);
   // Give back whole chunks beyond what is held, keeping one for the next growth.
@@ -217,6 +162,7 @@ void MemoryReservation::Clear() {
   if (reserved_ > 0) budget_->Release(reserved_);
   reserved_ = 0;
   bytes_ = 0;
+  element_ = 0;
 }
 
 }  // namespace sluice

@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/data/iterator.h"
 #include "sluice/shape.h"
@@ -34,6 +36,22 @@ std::string TfShapeString(const Shape& shape);
 // MarkElementError adds a payload to `status` (an OK status stays OK).
 absl::Status MarkElementError(absl::Status status);
 bool IsElementError(const absl::Status& status);
+
+// The backstop behind the allocator that can refuse (sluice/tensor.h), for pipeline work run on
+// a thread of its own or of a pool, where an escaping exception would end the process: runs
+// `f` (returning absl::Status or absl::StatusOr<T>) and turns std::bad_alloc (an allocation
+// outside the memory budget's checks failing) into RESOURCE_EXHAUSTED naming `label`, so the
+// pipeline fails and the process keeps serving.
+template <typename F>
+auto CatchingBadAlloc(absl::string_view label, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        label, ": out of memory (std::bad_alloc) outside the memory budget's checks "
+               "(--memory_limit, --max_element_bytes)"));
+  }
+}
 
 // An iterator for one op. Subclasses implement GetNextInternal; GetNext makes an error or the
 // end of sequence sticky, as the Iterator contract requires, except an element error

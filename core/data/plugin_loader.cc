@@ -46,7 +46,13 @@ void* HostAllocate(SluiceOutput* out, int32_t dtype, int32_t rank, const int64_t
     }
     n *= x;
   }
-  out->tensor = Tensor::Allocate(static_cast<DType>(dtype), Shape(std::move(d)));
+  absl::StatusOr<Tensor> t =
+      Tensor::TryAllocate(static_cast<DType>(dtype), Shape(std::move(d)), "allocate_output");
+  if (!t.ok()) {
+    out->error = std::string(t.status().message());
+    return nullptr;
+  }
+  out->tensor = *std::move(t);
   out->allocated = true;
   if (dtype == SLUICE_DT_STRING) return nullptr;
   return out->tensor.mutable_raw_data();

@@ -16,7 +16,7 @@ Element DummyElement(const ElementSpec& spec) {
     for (int64_t& d : dims) {
       if (d == kUnknownDim) d = 0;
     }
-    return Tensor::Allocate(s.dtype, Shape(std::move(dims)));
+    return Tensor::Allocate(s.dtype, Shape(std::move(dims)));  // a size-0 batch: no rows
   });
 }
 

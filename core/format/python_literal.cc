@@ -878,21 +878,31 @@ absl::Status StoreLeaf(const PyValue& l, DType dtype, void* base, int64_t i) {
 // repeated to fill the shape.
 absl::StatusOr<Tensor> BuildTensor(DType dtype, const Shape& shape,
                                    const std::vector<const PyValue*>& leaves, bool fill) {
-  int64_t n = shape.num_elements();
+  constexpr absl::string_view kWhat = "a tensor literal";
   if (dtype == DType::kString) {
-    std::vector<std::string> values;
-    values.reserve(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
+    // Checked and charged before the strings are copied: a filled shape may ask for many.
+    int64_t chars = 0;
+    if (fill) {
+      if (__builtin_mul_overflow(static_cast<int64_t>(leaves[0]->text.size()),
+                                 shape.num_elements(), &chars)) {
+        chars = std::numeric_limits<int64_t>::max();
+      }
+    } else {
+      for (const PyValue* l : leaves) chars += static_cast<int64_t>(l->text.size());
+    }
+    ASSIGN_OR_RETURN(Tensor t, Tensor::TryAllocateStrings(shape, chars, kWhat));
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
       const PyValue& l = *leaves[fill ? 0 : i];
       if (ClassOf(l) != LeafClass::kString) {
         return ConvError(absl::StrCat("cannot convert ", l.KindName(), " at column ", l.column(),
                                       " to string"));
       }
-      values.push_back(l.text);
+      *t.mutable_string(i) = l.text;
     }
-    return Tensor::FromStrings(std::move(values), shape);
+    return t;
   }
-  Tensor t = Tensor::Allocate(dtype, shape);
+  ASSIGN_OR_RETURN(Tensor t, Tensor::TryAllocate(dtype, shape, kWhat));
+  const int64_t n = t.num_elements();
   for (int64_t i = 0; i < n; ++i) {
     RETURN_IF_ERROR(StoreLeaf(*leaves[fill ? 0 : i], dtype, t.mutable_raw_data(), i));
   }

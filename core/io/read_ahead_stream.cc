@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/tensor/host_memory.h"
 
 namespace sluice {
 namespace {
@@ -77,7 +78,26 @@ class ReadAheadStream : public InputStream {
   const std::string& name() const override { return file_->name(); }
 
  private:
+  // A chunk's bytes charged to the process's memory budget, given back with the chunk.
+  class Charge {
+   public:
+    Charge() = default;
+    explicit Charge(int64_t bytes) : bytes_(bytes) {}
+    Charge(Charge&& o) noexcept : bytes_(std::exchange(o.bytes_, 0)) {}
+    Charge& operator=(Charge&& o) noexcept {
+      std::swap(bytes_, o.bytes_);
+      return *this;
+    }
+    ~Charge() {
+      if (bytes_ > 0) ProcessMemoryBudget().Release(bytes_);
+    }
+
+   private:
+    int64_t bytes_ = 0;
+  };
+
   struct Chunk {
+    Charge charge;  // declared first: given back after the bytes (and the fetch) are gone
     uint64_t offset = 0;
     std::future<absl::StatusOr<std::string>> data;
     bool ready = false;
@@ -91,6 +111,18 @@ class ReadAheadStream : public InputStream {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_bytes_, size_ - offset));
       Chunk c;
       c.offset = offset;
+      // Charged before it is fetched; a refusal is the error of the Read that reaches it.
+      if (!ProcessMemoryBudget().TryCharge(static_cast<int64_t>(n))) {
+        std::promise<absl::StatusOr<std::string>> refused;
+        refused.set_value(ProcessMemoryBudget().Refusal(
+            static_cast<int64_t>(n), absl::StrCat("read-ahead of ", file_->name()),
+            "a chunk"));
+        c.data = refused.get_future();
+        window_.push_back(std::move(c));
+        next_fetch_ = offset + n;
+        continue;
+      }
+      c.charge = Charge(static_cast<int64_t>(n));
       c.data = std::async(std::launch::async,
                           [file = file_, offset, n]() -> absl::StatusOr<std::string> {
                             std::string bytes(n, '\0');

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/tensor/host_memory.h"
 #include "core/util/crc32c.h"
 #include "core/util/status_macros.h"
 
@@ -128,6 +129,13 @@ absl::Status TFRecordReader::ReadRecord(std::string* record) {
       (size_.has_value() && (offset_ > *size_ || total > *size_ - offset_))) {
     uint64_t got = size_.has_value() && *size_ > offset_ ? *size_ - offset_ : 0;
     return Fail(Truncated(total, got));
+  }
+  const int64_t element_limit = ProcessMemoryBudget().limits().element_bytes;
+  if (length > static_cast<uint64_t>(element_limit)) {
+    return Fail(absl::ResourceExhaustedError(absl::StrCat(
+        "the record at byte offset ", offset_, " of file ", filename(), " has ", length,
+        " bytes, more than the memory limit of one element, ", element_limit,
+        " bytes (--max_element_bytes)")));
   }
   pos_ += kTFRecordHeaderBytes;
   // The data and its crc. Small records come out of the buffer in one piece.

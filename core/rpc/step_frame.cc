@@ -11,17 +11,32 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/tensor/host_memory.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
 
+// Charged to the process's memory budget (core/tensor/host_memory.h) while it lives; ok() is
+// false, with nothing charged, when the budget or the system refuses.
 class UninitializedHostBuffer : public TensorBuffer {
  public:
   explicit UninitializedHostBuffer(size_t bytes)
-      : size_(bytes),
-        data_(std::aligned_alloc(kAlignment, RoundUp(bytes == 0 ? 1 : bytes))) {}
-  ~UninitializedHostBuffer() override { std::free(data_); }
+      : size_(bytes), charged_(static_cast<int64_t>(RoundUp(bytes == 0 ? 1 : bytes))) {
+    if (!ProcessMemoryBudget().TryCharge(charged_)) {
+      charged_ = 0;
+      return;
+    }
+    data_ = std::aligned_alloc(kAlignment, static_cast<size_t>(charged_));
+    if (data_ == nullptr) {
+      ProcessMemoryBudget().Release(charged_);
+      charged_ = 0;
+    }
+  }
+  ~UninitializedHostBuffer() override {
+    std::free(data_);
+    ProcessMemoryBudget().Release(charged_);
+  }
   void* data() override { return data_; }
   size_t size() const override { return size_; }
   bool ok() const { return data_ != nullptr; }
@@ -29,7 +44,8 @@ class UninitializedHostBuffer : public TensorBuffer {
  private:
   static size_t RoundUp(size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
   size_t size_;
-  void* data_;
+  int64_t charged_;
+  void* data_ = nullptr;
 };
 
 void PutFixed32(std::string* out, uint32_t v) {
@@ -335,9 +351,17 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
     }
   }
 
+  // nullptr when the process's memory budget or the system refuses (decoding then fails with
+  // RESOURCE_EXHAUSTED); a buffer handed out is charged to the budget until it comes back.
   std::shared_ptr<TensorBuffer> Allocate(size_t bytes) {
     size_t size_class = 4096;
-    while (size_class < bytes) size_class *= 2;
+    while (size_class < bytes) {
+      if (size_class > (size_t{1} << 62)) return nullptr;
+      size_class *= 2;
+    }
+    if (!ProcessMemoryBudget().TryCharge(static_cast<int64_t>(size_class))) {
+      return nullptr;
+    }
     void* data = nullptr;
     {
       absl::MutexLock lock(&mu_);
@@ -349,7 +373,10 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
       }
     }
     if (data == nullptr) data = std::aligned_alloc(TensorBuffer::kAlignment, size_class);
-    if (data == nullptr) return nullptr;
+    if (data == nullptr) {
+      ProcessMemoryBudget().Release(static_cast<int64_t>(size_class));
+      return nullptr;
+    }
     return std::make_shared<Buffer>(shared_from_this(), data, bytes, size_class);
   }
 
@@ -358,7 +385,10 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
    public:
     Buffer(std::shared_ptr<HostPool> pool, void* data, size_t size, size_t size_class)
         : pool_(std::move(pool)), data_(data), size_(size), size_class_(size_class) {}
-    ~Buffer() override { pool_->Release(data_, size_class_); }
+    ~Buffer() override {
+      pool_->Release(data_, size_class_);
+      ProcessMemoryBudget().Release(static_cast<int64_t>(size_class_));
+    }
     void* data() override { return data_; }
     size_t size() const override { return size_; }
 
@@ -879,7 +909,18 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
         Shape shape(std::vector<int64_t>(x->dims.begin() + d.dims_begin,
                                          x->dims.begin() + d.dims_begin + d.rank));
         if (d.dtype == DType::kString) {
-          Tensor t = Tensor::Allocate(DType::kString, shape);
+          int64_t chars = 0;
+          for (int64_t e = 0; e < d.elements; ++e) {
+            chars += static_cast<int64_t>(x->lengths[d.lengths_begin + e]);
+          }
+          absl::StatusOr<Tensor> strings = Tensor::TryAllocateStrings(shape, chars, "step frame");
+          if (!strings.ok()) {
+            x->slices = reader.TakeSlices();
+            return absl::Status(strings.status().code(),
+                                absl::StrCat(WhereText(Where{sd.task_step, p, i}), ": ",
+                                             strings.status().message()));
+          }
+          Tensor t = *std::move(strings);
           for (int64_t e = 0; e < d.elements; ++e) {
             std::string* str = t.mutable_string(e);
             str->resize(x->lengths[d.lengths_begin + e]);
@@ -887,7 +928,7 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
           }
           piece.push_back(std::move(t));
         } else if (d.byte_size == 0) {
-          piece.push_back(Tensor::Allocate(d.dtype, shape));
+          piece.push_back(Tensor::Allocate(d.dtype, shape));  // no bytes
         } else {
           reader.Read(static_cast<char*>(frame_buffer->data()) + d.offset, d.byte_size);
           absl::StatusOr<Tensor> t = Tensor::Wrap(d.dtype, shape, frame_buffer, d.offset);

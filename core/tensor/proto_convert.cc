@@ -50,22 +50,30 @@ proto::TensorProto TensorToProto(const Tensor& t) {
 absl::StatusOr<Tensor> TensorFromProto(const proto::TensorProto& p) {
   ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(p.dtype()));
   ASSIGN_OR_RETURN(Shape shape, ShapeFromProto(p.shape(), /*allow_unknown=*/false));
+  // The element count and byte size, checked for overflow: a proto's shape may claim anything.
+  int64_t elements = 1;
+  bool overflow = false;
+  for (int64_t d : shape.dims()) {
+    overflow = overflow || __builtin_mul_overflow(elements, d, &elements);
+  }
   if (dtype == DType::kString) {
-    if (p.string_val_size() != shape.num_elements()) {
+    if (overflow || p.string_val_size() != elements) {
       return absl::InvalidArgumentError(absl::StrCat("string tensor of shape ", shape.ToString(),
                                                      " has ", p.string_val_size(), " values"));
     }
-    return Tensor::FromStrings(std::vector<std::string>(p.string_val().begin(),
-                                                        p.string_val().end()),
-                               shape);
+    return Tensor::TryFromStrings(
+        std::vector<std::string>(p.string_val().begin(), p.string_val().end()), shape,
+        "a tensor proto");
   }
-  size_t need = static_cast<size_t>(shape.num_elements()) * DTypeSize(dtype);
-  if (p.content().size() != need) {
-    return absl::InvalidArgumentError(absl::StrCat(DTypeName(dtype), " tensor of shape ",
-                                                   shape.ToString(), " needs ", need,
-                                                   " bytes of content, has ", p.content().size()));
+  int64_t need = 0;
+  if (overflow || __builtin_mul_overflow(elements, static_cast<int64_t>(DTypeSize(dtype)), &need) ||
+      p.content().size() != static_cast<size_t>(need)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        DTypeName(dtype), " tensor of shape ", shape.ToString(), " needs ",
+        overflow ? std::string("more than 2^63") : absl::StrCat(need), " bytes of content, has ",
+        p.content().size()));
   }
-  Tensor t = Tensor::Allocate(dtype, shape);
+  ASSIGN_OR_RETURN(Tensor t, Tensor::TryAllocate(dtype, shape, "a tensor proto"));
   if (need > 0) std::memcpy(t.mutable_raw_data(), p.content().data(), need);
   return t;
 }

@@ -1,24 +1,39 @@
 #include "sluice/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "core/tensor/host_memory.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
 
+// Bytes an aligned buffer of `bytes` really takes: rounded up to the alignment, at least one
+// unit (what is charged, so that a scalar costs what it holds).
+size_t RoundedBytes(size_t bytes) {
+  size_t rounded = (bytes + TensorBuffer::kAlignment - 1) / TensorBuffer::kAlignment *
+                   TensorBuffer::kAlignment;
+  return rounded == 0 ? TensorBuffer::kAlignment : rounded;
+}
+
+// Zero-filled aligned host memory, charged to the process's budget until destroyed. The
+// allocation has been charged (or force-charged) by the caller.
 class AlignedHostBuffer : public TensorBuffer {
  public:
-  explicit AlignedHostBuffer(size_t bytes) : size_(bytes) {
-    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    if (rounded == 0) rounded = kAlignment;
-    data_ = std::aligned_alloc(kAlignment, rounded);
-    if (data_ == nullptr) throw std::bad_alloc();
-    std::memset(data_, 0, rounded);
+  // `data` holds `charged` bytes from std::aligned_alloc; owned from here.
+  AlignedHostBuffer(void* data, size_t bytes, size_t charged)
+      : data_(data), size_(bytes), charged_(charged) {
+    std::memset(data_, 0, charged_);
   }
-  ~AlignedHostBuffer() override { std::free(data_); }
+  ~AlignedHostBuffer() override {
+    std::free(data_);
+    ProcessMemoryBudget().Release(static_cast<int64_t>(charged_));
+  }
   AlignedHostBuffer(const AlignedHostBuffer&) = delete;
   AlignedHostBuffer& operator=(const AlignedHostBuffer&) = delete;
 
@@ -26,17 +41,162 @@ class AlignedHostBuffer : public TensorBuffer {
   size_t size() const override { return size_; }
 
  private:
-  void* data_;
-  size_t size_;
+  void* const data_;
+  const size_t size_;
+  const size_t charged_;  // given back to ProcessMemoryBudget() on destruction
 };
+
+// A string tensor's storage and its charge, given back with it. Tensors hold the vector through
+// an aliasing shared_ptr, so sharing and use_count() are the storage's.
+struct ChargedStrings {
+  ChargedStrings(std::vector<std::string> v, int64_t c) : values(std::move(v)), charged(c) {}
+  ~ChargedStrings() { ProcessMemoryBudget().Release(charged); }
+  std::vector<std::string> values;
+  const int64_t charged;
+};
+
+std::shared_ptr<std::vector<std::string>> MakeStrings(std::vector<std::string> values,
+                                                      int64_t charged) {
+  auto holder = std::make_shared<ChargedStrings>(std::move(values), charged);
+  return std::shared_ptr<std::vector<std::string>>(holder, &holder->values);
+}
+
+// What a string tensor of `n` strings with `chars` characters in all is charged.
+int64_t StringBytes(int64_t n, int64_t chars) {
+  int64_t objects = 0;
+  int64_t total = 0;
+  if (__builtin_mul_overflow(n, static_cast<int64_t>(sizeof(std::string)), &objects) ||
+      __builtin_add_overflow(objects, chars, &total)) {
+    return -1;
+  }
+  return total;
+}
+
+int64_t SumLengths(const std::vector<std::string>& values) {
+  int64_t chars = 0;
+  for (const std::string& v : values) chars += static_cast<int64_t>(v.size());
+  return chars;
+}
+
+std::string DescribeTensor(DType dtype, const Shape& shape) {
+  return absl::StrCat("a tensor of shape ", shape.ToString(), " and dtype ", DTypeName(dtype));
+}
+
+// The element count of `shape`, checked: INVALID_ARGUMENT for a negative (unknown) dimension,
+// RESOURCE_EXHAUSTED when the count or its bytes (`unit` each) overflow 64 bits.
+absl::StatusOr<int64_t> CheckedBytes(DType dtype, const Shape& shape, int64_t unit,
+                                     absl::string_view what) {
+  int64_t n = 1;
+  bool overflow = false;
+  for (int64_t d : shape.dims()) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": cannot allocate a tensor of shape ",
+                                                     shape.ToString(),
+                                                     ": it is not fully defined"));
+    }
+    overflow = overflow || __builtin_mul_overflow(n, d, &n);
+  }
+  int64_t bytes = 0;
+  if (overflow || __builtin_mul_overflow(n, unit, &bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, ": ", DescribeTensor(dtype, shape),
+        " needs more than 2^63 bytes, more than the memory limit of one element, ",
+        ProcessMemoryBudget().limits().element_bytes, " bytes (--max_element_bytes)"));
+  }
+  return bytes;
+}
+
+// The characters of the string tensors `parts` together.
+int64_t StringChars(std::span<const Tensor> parts) {
+  int64_t chars = 0;
+  for (const Tensor& p : parts) {
+    for (int64_t i = 0; i < p.num_elements(); ++i) {
+      chars += static_cast<int64_t>(p.string_at(i).size());
+    }
+  }
+  return chars;
+}
 
 // Row size (elements) of a tensor of `shape` along dimension 0.
 int64_t RowElements(const Shape& shape) { return shape.DropFirst().num_elements(); }
 
+// Charged, zero-filled memory for `bytes` already charged as `charged` (RoundedBytes(bytes));
+// RESOURCE_EXHAUSTED, with the charge given back, when the system refuses.
+absl::StatusOr<std::shared_ptr<TensorBuffer>> AllocateCharged(size_t bytes, size_t charged,
+                                                              absl::string_view what) {
+  void* data = std::aligned_alloc(TensorBuffer::kAlignment, charged);
+  if (data == nullptr) {
+    ProcessMemoryBudget().Release(static_cast<int64_t>(charged));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": the system refused ", charged, " bytes of memory"));
+  }
+  return std::shared_ptr<TensorBuffer>(std::make_shared<AlignedHostBuffer>(data, bytes, charged));
+}
+
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<TensorBuffer>> TensorBuffer::TryAllocateHost(
+    size_t bytes, absl::string_view what) {
+  if (bytes > static_cast<size_t>(std::numeric_limits<int64_t>::max()) - kAlignment) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, ": a host buffer of ", bytes,
+        " bytes needs more than the memory limit of one element, ",
+        ProcessMemoryBudget().limits().element_bytes, " bytes (--max_element_bytes)"));
+  }
+  const size_t charged = RoundedBytes(bytes);
+  if (!ProcessMemoryBudget().TryCharge(static_cast<int64_t>(charged))) {
+    return ProcessMemoryBudget().Refusal(static_cast<int64_t>(charged), what, "a host buffer");
+  }
+  return AllocateCharged(bytes, charged, what);
+}
+
 std::shared_ptr<TensorBuffer> TensorBuffer::AllocateHost(size_t bytes) {
-  return std::make_shared<AlignedHostBuffer>(bytes);
+  const size_t charged = RoundedBytes(bytes);
+  ProcessMemoryBudget().ForceCharge(static_cast<int64_t>(charged));
+  void* data = std::aligned_alloc(kAlignment, charged);
+  if (data == nullptr) {
+    ProcessMemoryBudget().Release(static_cast<int64_t>(charged));
+    throw std::bad_alloc();
+  }
+  return std::make_shared<AlignedHostBuffer>(data, bytes, charged);
+}
+
+absl::StatusOr<Tensor> Tensor::TryAllocate(DType dtype, const Shape& shape,
+                                           absl::string_view what) {
+  if (dtype == DType::kInvalid) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": cannot allocate a tensor of an invalid dtype"));
+  }
+  const bool strings = dtype == DType::kString;
+  const int64_t unit =
+      strings ? static_cast<int64_t>(sizeof(std::string)) : static_cast<int64_t>(DTypeSize(dtype));
+  absl::StatusOr<int64_t> bytes = CheckedBytes(dtype, shape, unit, what);
+  if (!bytes.ok()) return bytes.status();
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = shape;
+  if (strings) {
+    if (!ProcessMemoryBudget().TryCharge(*bytes)) {
+      return ProcessMemoryBudget().Refusal(*bytes, what, DescribeTensor(dtype, shape));
+    }
+    t.strings_ = MakeStrings(std::vector<std::string>(static_cast<size_t>(shape.num_elements())),
+                             *bytes);
+    return t;
+  }
+  const size_t charged = RoundedBytes(static_cast<size_t>(*bytes));
+  if (static_cast<int64_t>(charged) < *bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": ", DescribeTensor(dtype, shape), " needs more than 2^63 bytes"));
+  }
+  if (!ProcessMemoryBudget().TryCharge(static_cast<int64_t>(charged))) {
+    return ProcessMemoryBudget().Refusal(static_cast<int64_t>(charged), what,
+                                         DescribeTensor(dtype, shape));
+  }
+  absl::StatusOr<std::shared_ptr<TensorBuffer>> buffer =
+      AllocateCharged(static_cast<size_t>(*bytes), charged, what);
+  if (!buffer.ok()) return buffer.status();
+  t.buffer_ = *std::move(buffer);
+  return t;
 }
 
 Tensor Tensor::Allocate(DType dtype, const Shape& shape) {
@@ -44,7 +204,10 @@ Tensor Tensor::Allocate(DType dtype, const Shape& shape) {
   t.dtype_ = dtype;
   t.shape_ = shape;
   if (dtype == DType::kString) {
-    t.strings_ = std::make_shared<std::vector<std::string>>(shape.num_elements());
+    const int64_t n = shape.num_elements();
+    const int64_t charged = StringBytes(n, 0);
+    ProcessMemoryBudget().ForceCharge(charged);
+    t.strings_ = MakeStrings(std::vector<std::string>(static_cast<size_t>(n)), charged);
   } else {
     t.buffer_ = TensorBuffer::AllocateHost(shape.num_elements() * DTypeSize(dtype));
   }
@@ -59,7 +222,24 @@ Tensor Tensor::FromStrings(std::vector<std::string> values, const Shape& shape) 
   Tensor t;
   t.dtype_ = DType::kString;
   t.shape_ = shape;
-  t.strings_ = std::make_shared<std::vector<std::string>>(std::move(values));
+  const int64_t charged =
+      std::max<int64_t>(StringBytes(static_cast<int64_t>(values.size()), SumLengths(values)), 0);
+  ProcessMemoryBudget().ForceCharge(charged);
+  t.strings_ = MakeStrings(std::move(values), charged);
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::TryFromStrings(std::vector<std::string> values, const Shape& shape,
+                                              absl::string_view what) {
+  int64_t bytes = StringBytes(static_cast<int64_t>(values.size()), SumLengths(values));
+  if (bytes < 0) bytes = std::numeric_limits<int64_t>::max();
+  if (!ProcessMemoryBudget().TryCharge(bytes)) {
+    return ProcessMemoryBudget().Refusal(bytes, what, DescribeTensor(DType::kString, shape));
+  }
+  Tensor t;
+  t.dtype_ = DType::kString;
+  t.shape_ = shape;
+  t.strings_ = MakeStrings(std::move(values), bytes);
   return t;
 }
 
@@ -134,7 +314,25 @@ absl::StatusOr<Tensor> Tensor::Reshape(const Shape& shape) const {
   return t;
 }
 
-absl::StatusOr<Tensor> Tensor::Stack(std::span<const Tensor> parts) {
+absl::StatusOr<Tensor> Tensor::TryAllocateStrings(const Shape& shape, int64_t chars,
+                                                  absl::string_view what) {
+  absl::StatusOr<int64_t> objects =
+      CheckedBytes(DType::kString, shape, static_cast<int64_t>(sizeof(std::string)), what);
+  if (!objects.ok()) return objects.status();
+  int64_t bytes = 0;
+  if (__builtin_add_overflow(*objects, chars, &bytes)) bytes = std::numeric_limits<int64_t>::max();
+  if (!ProcessMemoryBudget().TryCharge(bytes)) {
+    return ProcessMemoryBudget().Refusal(bytes, what, DescribeTensor(DType::kString, shape));
+  }
+  Tensor t;
+  t.dtype_ = DType::kString;
+  t.shape_ = shape;
+  t.strings_ = MakeStrings(std::vector<std::string>(static_cast<size_t>(shape.num_elements())),
+                           bytes);
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::Stack(std::span<const Tensor> parts, absl::string_view what) {
   if (parts.empty()) return absl::InvalidArgumentError("Tensor::Stack: no tensors to stack");
   const Tensor& first = parts[0];
   for (size_t i = 1; i < parts.size(); ++i) {
@@ -147,8 +345,14 @@ absl::StatusOr<Tensor> Tensor::Stack(std::span<const Tensor> parts) {
   }
   // One allocation and one copy per part; the sizes are computed once (batch() stacks many
   // small parts, where per-part bookkeeping would cost more than the copies).
-  Tensor out = Allocate(first.dtype(), first.shape().Prepend(static_cast<int64_t>(parts.size())));
+  const Shape shape = first.shape().Prepend(static_cast<int64_t>(parts.size()));
   const int64_t per_part = first.num_elements();
+  absl::StatusOr<Tensor> allocated =
+      first.dtype() == DType::kString
+          ? TryAllocateStrings(shape, StringChars(parts), what)
+          : TryAllocate(first.dtype(), shape, what);
+  if (!allocated.ok()) return allocated.status();
+  Tensor out = *std::move(allocated);
   if (first.dtype() == DType::kString) {
     int64_t k = 0;
     for (const Tensor& p : parts) {
@@ -193,11 +397,16 @@ absl::StatusOr<int64_t> ConcatRows(std::span<const Tensor> parts) {
 
 }  // namespace
 
-absl::StatusOr<Tensor> Tensor::Concat(std::span<const Tensor> parts) {
+absl::StatusOr<Tensor> Tensor::Concat(std::span<const Tensor> parts, absl::string_view what) {
   absl::StatusOr<int64_t> rows = ConcatRows(parts);
   if (!rows.ok()) return rows.status();
   const Tensor& first = parts[0];
-  Tensor out = Allocate(first.dtype(), first.shape().WithFirst(*rows));
+  const Shape shape = first.shape().WithFirst(*rows);
+  absl::StatusOr<Tensor> allocated = first.dtype() == DType::kString
+                                         ? TryAllocateStrings(shape, StringChars(parts), what)
+                                         : TryAllocate(first.dtype(), shape, what);
+  if (!allocated.ok()) return allocated.status();
+  Tensor out = *std::move(allocated);
   if (first.dtype() == DType::kString) {
     int64_t k = 0;
     for (const Tensor& p : parts) {
@@ -213,11 +422,19 @@ absl::StatusOr<Tensor> Tensor::Concat(std::span<const Tensor> parts) {
   return out;
 }
 
-absl::StatusOr<Tensor> Tensor::ConcatConsuming(std::vector<Tensor> parts) {
-  if (parts.empty() || parts[0].dtype() != DType::kString) return Concat(parts);
+absl::StatusOr<Tensor> Tensor::ConcatConsuming(std::vector<Tensor> parts,
+                                               absl::string_view what) {
+  if (parts.empty() || parts[0].dtype() != DType::kString) return Concat(parts, what);
   absl::StatusOr<int64_t> rows = ConcatRows(parts);
   if (!rows.ok()) return rows.status();
   const Shape shape = parts[0].shape().WithFirst(*rows);
+  // Charged up front for what the result will hold; a moved string's characters stay charged
+  // to its part too until the part is dropped below (one part's worth at a time).
+  int64_t bytes = StringBytes(shape.num_elements(), StringChars(parts));
+  if (bytes < 0) bytes = std::numeric_limits<int64_t>::max();
+  if (!ProcessMemoryBudget().TryCharge(bytes)) {
+    return ProcessMemoryBudget().Refusal(bytes, what, DescribeTensor(DType::kString, shape));
+  }
   std::vector<std::string> strings;
   strings.reserve(static_cast<size_t>(shape.num_elements()));
   for (Tensor& p : parts) {
@@ -233,7 +450,11 @@ absl::StatusOr<Tensor> Tensor::ConcatConsuming(std::vector<Tensor> parts) {
     }
     p = Tensor();
   }
-  return FromStrings(std::move(strings), shape);
+  Tensor out;
+  out.dtype_ = DType::kString;
+  out.shape_ = shape;
+  out.strings_ = MakeStrings(std::move(strings), bytes);
+  return out;
 }
 
 bool Tensor::Equals(const Tensor& other) const {

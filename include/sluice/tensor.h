@@ -4,6 +4,14 @@
 // views along dimension 0. Numeric data is packed row-major in a 64-byte-aligned buffer;
 // string tensors hold one std::string per element.
 //
+// Memory: every buffer and string tensor created here is charged to the process's memory budget
+// (core/tensor/host_memory.h) until the last tensor sharing it goes. The Try* factories are the
+// allocation path for any size that comes from data or from a client: over the per-element or
+// the per-process limit they return RESOURCE_EXHAUSTED naming the op, the size and the limit,
+// before allocating. The infallible ones (Allocate, AllocateHost, FromStrings, Scalar,
+// FromVector) count their bytes without checking a limit and throw std::bad_alloc when the
+// system has no memory: only for small constant sizes, tests and examples.
+//
 // Thread safety: a Tensor may be read from many threads at once. Mutation through
 // mutable_data()/mutable_string() is only for the code that just allocated the tensor, before
 // it is shared.
@@ -18,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "sluice/dtype.h"
 #include "sluice/shape.h"
 
@@ -39,7 +48,14 @@ class TensorBuffer {
   // The device ordinal for MemorySpace::kDevice, else -1.
   virtual int device() const { return -1; }
 
-  // Aligned, zero-filled host memory of `bytes` bytes.
+  // Aligned, zero-filled host memory of `bytes` bytes, charged to the process's memory budget
+  // while it lives. RESOURCE_EXHAUSTED "<what>: a buffer of N bytes needs ..." naming the limit
+  // it would pass (--max_element_bytes, --memory_limit), or when the system refuses the memory;
+  // `what` names the op ("op 2 (batch)").
+  static absl::StatusOr<std::shared_ptr<TensorBuffer>> TryAllocateHost(size_t bytes,
+                                                                      absl::string_view what);
+  // As TryAllocateHost without a limit (counted, not checked); throws std::bad_alloc when the
+  // system refuses. Small constant sizes, tests and examples only.
   static std::shared_ptr<TensorBuffer> AllocateHost(size_t bytes);
 };
 
@@ -47,7 +63,17 @@ class Tensor {
  public:
   Tensor() = default;  // invalid: valid() is false
 
-  // Zero-filled (numeric) or empty strings. Requires shape.IsFullyDefined().
+  // Zero-filled (numeric) or empty strings, charged to the process's memory budget. `what`
+  // names the op in errors ("op 2 (batch)"). RESOURCE_EXHAUSTED "<what>: a tensor of shape
+  // (N,) and dtype int64 needs B bytes, more than the memory limit of one element, L bytes
+  // (--max_element_bytes)" or "..., but U of the process's memory limit of L bytes are in use
+  // (--memory_limit)", also when the byte size overflows 64 bits; nothing is allocated then.
+  // INVALID_ARGUMENT when the shape is not fully defined (a negative dimension) or the dtype is
+  // invalid.
+  static absl::StatusOr<Tensor> TryAllocate(DType dtype, const Shape& shape,
+                                            absl::string_view what);
+  // As TryAllocate, infallibly (see Memory above): small constant sizes, tests and examples.
+  // Requires shape.IsFullyDefined().
   static Tensor Allocate(DType dtype, const Shape& shape);
 
   template <typename T>
@@ -57,6 +83,12 @@ class Tensor {
     return t;
   }
   static Tensor StringScalar(std::string value);
+
+  // Empty strings of `shape`, charged as if they held `chars` characters in all (the caller
+  // fills them through mutable_string() with about that many before sharing the tensor):
+  // RESOURCE_EXHAUSTED as TryAllocate, before anything is allocated.
+  static absl::StatusOr<Tensor> TryAllocateStrings(const Shape& shape, int64_t chars,
+                                                   absl::string_view what);
 
   // Copies `values` into a tensor of `shape`; requires shape.num_elements() == values.size().
   template <typename T>
@@ -71,6 +103,11 @@ class Tensor {
     return FromVector(values, Shape({static_cast<int64_t>(values.size())}));
   }
   static Tensor FromStrings(std::vector<std::string> values, const Shape& shape);
+  // As FromStrings, charged with the strings' objects and characters: RESOURCE_EXHAUSTED as
+  // TryAllocate (the strings are already allocated: they are freed, not kept, on an error).
+  // Requires shape.num_elements() == values.size().
+  static absl::StatusOr<Tensor> TryFromStrings(std::vector<std::string> values,
+                                               const Shape& shape, absl::string_view what);
 
   // Views `buffer` at byte `offset` as a tensor; no copy. INVALID_ARGUMENT if the buffer is
   // too small or dtype is kString.
@@ -110,15 +147,19 @@ class Tensor {
   absl::StatusOr<Tensor> Reshape(const Shape& shape) const;
 
   // Stacks equal-shaped tensors along a new dimension 0 (what batch() does). INVALID_ARGUMENT
-  // naming the first mismatching position when dtypes or shapes differ, or when empty.
-  static absl::StatusOr<Tensor> Stack(std::span<const Tensor> parts);
+  // naming the first mismatching position when dtypes or shapes differ, or when empty. The
+  // result is allocated as by TryAllocate for `what`: RESOURCE_EXHAUSTED over a limit.
+  static absl::StatusOr<Tensor> Stack(std::span<const Tensor> parts,
+                                      absl::string_view what = "Tensor::Stack");
   // Concatenates along dimension 0; the other dimensions must agree. An empty `parts` is
-  // INVALID_ARGUMENT (there is no dtype to give the result).
-  static absl::StatusOr<Tensor> Concat(std::span<const Tensor> parts);
+  // INVALID_ARGUMENT (there is no dtype to give the result). RESOURCE_EXHAUSTED as Stack.
+  static absl::StatusOr<Tensor> Concat(std::span<const Tensor> parts,
+                                       absl::string_view what = "Tensor::Concat");
   // As Concat, consuming `parts`: the strings of a part whose storage no other tensor shares
   // are moved into the result instead of copied (batching blocks of parsed records then copies
   // no string bytes). Numeric parts are copied as by Concat.
-  static absl::StatusOr<Tensor> ConcatConsuming(std::vector<Tensor> parts);
+  static absl::StatusOr<Tensor> ConcatConsuming(std::vector<Tensor> parts,
+                                                absl::string_view what = "Tensor::Concat");
 
   // Value equality: dtype, shape and every element (bitwise for floats).
   bool Equals(const Tensor& other) const;

@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -176,13 +177,62 @@ TEST(OpsInTheBudgetTest, BuffersCountAgainstTheProcessLimitAndAreGivenBack) {
   EXPECT_EQ(ProcessMemoryBudget().in_use(), 0);
 }
 
-// Yields float32 vectors of the given lengths, then the end.
+// Issue 25's pipelines, in-process: each ends in RESOURCE_EXHAUSTED naming its op and the limit
+// it would pass, before the memory is taken (the first two used to abort with std::bad_alloc or
+// grow to 24 GB), and every byte is given back.
+TEST(OpsInTheBudgetTest, HugeBatchesAndBuffersFailEarlyNamingTheirOp) {
+  ScopedProcessLimits limits({.process_bytes = int64_t{1} << 30, .element_bytes = 256 << 20});
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      // The bulk range->batch path: one block of the whole batch, refused before allocation.
+      {"range(100000000000).batch(10000000000)",
+       "op 1 (batch): a batch of 10000000000 elements: source (range): a tensor of shape "
+       "(10000000000,) and dtype int64 needs 80000000000 bytes, more than the memory limit of "
+       "one element, 268435456 bytes (--max_element_bytes)"},
+      // Through a bulk map: the block it would cast is refused the same way.
+      {"range(100000000000).map(cast(tf.int32)).batch(3000000000)",
+       "op 2 (batch): a batch of 3000000000 elements: source (range): a tensor of shape "
+       "(3000000000,) and dtype int64 needs 24000000000 bytes, more than the memory limit of "
+       "one element"},
+      // Per element: the outer batch stops once what it gathered passes the element limit.
+      {"range(100000000000).batch(100000).batch(100000)",
+       "op 2 (batch): a batch of 100000 elements needs more than the memory limit of one "
+       "element, 268435456 bytes (--max_element_bytes)"},
+      // A buffer: the structure of the buffered elements and their payloads, against the
+      // process limit.
+      {"range(100000000000).shuffle(100000000000, seed=1)",
+       " of the process's memory limit of 1073741824 bytes are in use (--memory_limit)"},
+  };
+  for (const auto& [pipeline, message] : cases) {
+    SCOPED_TRACE(pipeline);
+    absl::Status s = Drain(pipeline);
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(message));
+    EXPECT_EQ(ProcessMemoryBudget().in_use(), 0);
+  }
+}
+
+TEST(OpsInTheBudgetTest, ACycleLengthOverTheElementLimitIsRefusedBeforeItsSlotsExist) {
+  ScopedProcessLimits limits({.process_bytes = int64_t{1} << 30, .element_bytes = 256 << 20});
+  absl::Status s = Drain(
+      "from_tensor_slices(['a']).interleave(lambda f: text_line_dataset(f), "
+      "cycle_length=100000000000)");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("cycle_length=100000000000"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--max_element_bytes"));
+}
+
+// Yields float32 vectors of the given lengths, allocated as a source does (refusable), then
+// the end.
 class SizedElements : public Iterator {
  public:
   explicit SizedElements(std::vector<int64_t> lengths) : lengths_(std::move(lengths)) {}
   absl::Status GetNext(Element* out, bool* end_of_sequence) override {
     *end_of_sequence = next_ == lengths_.size();
-    if (!*end_of_sequence) *out = Element(Tensor::Allocate(DType::kFloat32, Shape({lengths_[next_++]})));
+    if (*end_of_sequence) return absl::OkStatus();
+    absl::StatusOr<Tensor> t =
+        Tensor::TryAllocate(DType::kFloat32, Shape({lengths_[next_++]}), "source (sized)");
+    if (!t.ok()) return t.status();
+    *out = Element(*std::move(t));
     return absl::OkStatus();
   }
 
@@ -193,19 +243,26 @@ class SizedElements : public Iterator {
 
 TEST(OpsInTheBudgetTest, APrefetchQueueOverTheLimitFailsTheProducerAfterWhatItQueued) {
   ScopedProcessLimits limits({.process_bytes = 8 << 20, .element_bytes = 4 << 20});
-  // The second element alone (16 MiB) is over the process limit: the producer queues the first
-  // and then fails, whatever the consumer's speed.
+  // Two 4 MiB elements and the queue's structure do not fit in 8 MiB: the producer queues the
+  // first two (the consumer holds the second when the third is asked for) and then fails, with
+  // the allocator's refusal, whatever the consumer's speed.
   {
-    PrefetchIterator it(std::make_unique<SizedElements>(std::vector<int64_t>{1, 4 << 20, 1}), 8,
-                        "op 2 (prefetch)");
+    PrefetchIterator it(
+        std::make_unique<SizedElements>(std::vector<int64_t>{1, 1 << 20, 1 << 20, 1}), 8,
+        "op 2 (prefetch)");
     Element e;
     bool end = false;
     ASSERT_TRUE(it.GetNext(&e, &end).ok());
     ASSERT_FALSE(end);
     EXPECT_EQ(e.leaf().num_elements(), 1);
+    ASSERT_TRUE(it.GetNext(&e, &end).ok());
+    EXPECT_EQ(e.leaf().num_elements(), 1 << 20);
     absl::Status s = it.GetNext(&e, &end);
     EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
-    EXPECT_THAT(std::string(s.message()), HasSubstr("op 2 (prefetch): needs "));
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("source (sized): a tensor of shape (1048576,) and dtype float32 needs "
+                          "4194304 bytes, but "));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("of the process's memory limit of 8388608"));
     EXPECT_EQ(it.GetNext(&e, &end).code(), absl::StatusCode::kResourceExhausted);  // sticky
   }
   EXPECT_EQ(ProcessMemoryBudget().in_use(), 0);

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "core/rpc/step_frame.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -354,6 +355,75 @@ TEST(ServiceMemoryLimitTest, AJobOverTheWorkersMemoryLimitFailsAndEveryWorkerKee
                             std::string("--pipeline=") + kGoodPipeline, "--devices=CPU:0,CPU:1",
                             "--format=json", "--retry_deadline=30s"});
   ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->exit_code, 0) << good->stderr_text << c.Logs();
+  EXPECT_THAT(good->stdout_text, ::testing::HasSubstr("\"values\": [6, 7]}]}"));
+  absl::Status stopped = c.StopAll();  // FAILED_PRECONDITION if a worker had died
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+// Issue 25's pipelines that used to take workers (or sluicectl) down or hang the client: the
+// bulk range->batch path (aborted both workers with std::bad_alloc), a bulk map feeding a
+// 3-billion batch (grew to 24 GB), a huge shuffle buffer, and two nested batches (each task
+// gathered a quarter of the machine, so two workers on one machine ran it out of memory, died,
+// and the client waited with no error until its retry deadline). Each now ends in
+// RESOURCE_EXHAUSTED naming its op, in-process and through a coordinator and two workers run
+// with a 1 GiB limit; both workers stay alive and the next job is served.
+TEST(ServiceMemoryLimitTest, Issue25PipelinesFailNamingTheirOpAndEveryWorkerKeepsServing) {
+  auto cluster = ProcessCluster::Start({.num_workers = 2, .worker_flags = {"--memory_limit=1GiB"}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ProcessCluster& c = **cluster;
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"range(100000000000).batch(10000000000)",
+       "op 1 (batch): a batch of 10000000000 elements: source (range): a tensor of shape "
+       "(10000000000,) and dtype int64 needs 80000000000 bytes, more than the memory limit of "
+       "one element, 268435456 bytes (--max_element_bytes)"},
+      {"range(100000000000).map(cast(tf.int32)).batch(3000000000)",
+       "op 2 (batch): a batch of 3000000000 elements: source (range): a tensor of shape "
+       "(3000000000,) and dtype int64 needs 24000000000 bytes, more than the memory limit of "
+       "one element, 268435456 bytes (--max_element_bytes)"},
+      {"range(100000000000).batch(100000).batch(100000)",
+       "op 2 (batch): a batch of 100000 elements needs more than the memory limit of one "
+       "element, 268435456 bytes (--max_element_bytes)"},
+      // Last: it fills each worker's whole process limit, and the task on the other worker
+      // may hold its share for a moment after the job failed (until it fails too), during
+      // which any job's allocation there is refused.
+      {"range(100000000000).shuffle(100000000000, seed=1).batch(2)",
+       " of the process's memory limit of 1073741824 bytes are in use (--memory_limit)"},
+  };
+  for (size_t i = 0; i < bad.size(); ++i) {
+    SCOPED_TRACE(bad[i].first);
+    // In-process (sluicectl's own limit), then through the service.
+    auto local = RunSluicectl({"run", "--pipeline=" + bad[i].first, "--devices=CPU:0,CPU:1",
+                               "--steps=1", "--memory_limit=1GiB"});
+    ASSERT_TRUE(local.ok()) << local.status();
+    EXPECT_EQ(local->exit_code, 1) << local->stdout_text << local->stderr_text;
+    EXPECT_THAT(local->stderr_text, ::testing::HasSubstr(bad[i].second));
+    auto r = RunSluicectl({"run", "--coordinator=" + c.coordinator(),
+                           absl::StrCat("--job=issue25-", i), "--pipeline=" + bad[i].first,
+                           "--devices=CPU:0,CPU:1", "--steps=1", "--retry_deadline=30s"});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NE(r->exit_code, 0) << r->stdout_text;
+    EXPECT_THAT(r->stderr_text, ::testing::HasSubstr(bad[i].second)) << c.Logs();
+    EXPECT_THAT(r->stderr_text, ::testing::Not(::testing::HasSubstr("no progress"))) << c.Logs();
+    auto status = c.Status();
+    ASSERT_TRUE(status.ok()) << status.status();
+    ASSERT_EQ(status->workers_size(), 2);
+    for (const proto::WorkerStatus& w : status->workers()) {
+      EXPECT_TRUE(w.alive()) << w.address() << "\n" << c.Logs();
+    }
+  }
+  // The memory comes back: a small job runs (a few tries, for the moment the shuffle's last
+  // task takes to fail on its own).
+  absl::StatusOr<SubprocessResult> good;
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    good = RunSluicectl({"run", "--coordinator=" + c.coordinator(),
+                         absl::StrCat("--job=after-issue25-", attempt),
+                         std::string("--pipeline=") + kGoodPipeline, "--devices=CPU:0,CPU:1",
+                         "--format=json", "--retry_deadline=30s"});
+    ASSERT_TRUE(good.ok()) << good.status();
+    if (good->exit_code == 0) break;
+    absl::SleepFor(absl::Milliseconds(500));
+  }
   EXPECT_EQ(good->exit_code, 0) << good->stderr_text << c.Logs();
   EXPECT_THAT(good->stdout_text, ::testing::HasSubstr("\"values\": [6, 7]}]}"));
   absl::Status stopped = c.StopAll();  // FAILED_PRECONDITION if a worker had died

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -229,6 +230,39 @@ TEST(TaskRunnerPoolTest, AFullRunnerClosesAtOnceAndProducesNoMore) {
   EXPECT_EQ(got, (std::vector<int64_t>{7, 7, 7}));
   absl::MutexLock lock(calls.get());
   EXPECT_EQ(*count, 2);  // none after the close
+}
+
+// The backstop behind the allocator that can refuse: a pipeline step that throws
+// std::bad_alloc (memory the budget does not see) fails its task with RESOURCE_EXHAUSTED after
+// the steps it made; the worker process, and the next task on the same pool thread, go on.
+TEST(TaskRunnerPoolTest, AStepThatThrowsBadAllocFailsItsTaskNotTheProcess) {
+  TaskRunnerPool pool({.threads = 1, .max_threads = 1});
+  TaskRunnerOptions options;
+  options.pool = &pool;
+  auto made = std::make_shared<int64_t>(0);
+  auto runner = TaskRunner::StartWith(MakeTask(1, Dataset::Range(1)), options,
+                                      [made](TaskStep* step, bool* end) -> absl::Status {
+                                        if (*made == 2) throw std::bad_alloc();
+                                        FillStep(step, *made, 5);
+                                        ++*made;
+                                        *end = false;
+                                        return absl::OkStatus();
+                                      });
+  std::vector<int64_t> got;
+  absl::Status s = ReadAll(runner.get(), &got);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("std::bad_alloc"), absl::string_view::npos) << s;
+  EXPECT_EQ(got, (std::vector<int64_t>{5, 5}));
+  auto produced = std::make_shared<int64_t>(0);
+  auto other = TaskRunner::StartWith(MakeTask(2, Dataset::Range(1)), options,
+                                     [produced](TaskStep* step, bool* end) {
+                                       *end = *produced == 2;
+                                       if (!*end) FillStep(step, *produced, 7), ++*produced;
+                                       return absl::OkStatus();
+                                     });
+  got.clear();
+  ASSERT_TRUE(ReadAll(other.get(), &got).ok());
+  EXPECT_EQ(got, (std::vector<int64_t>{7, 7}));
 }
 
 // Runners whose pipelines nest parallel interleave, parallel map and prefetch, on a runner pool

@@ -50,12 +50,13 @@ ABSL_FLAG(std::vector<std::string>, plugin, {},
           "Custom-op plugin shared libraries to load before running the command "
           "(comma-separated; include/sluice/plugin_api.h). Accepted by every command.");
 ABSL_FLAG(std::string, memory_limit, "",
-          "Pipelines run in this process: bytes their op buffers (batch, shuffle, cache, "
-          "prefetch) may hold, e.g. 8GiB; more is RESOURCE_EXHAUSTED naming the op. Empty: 3/4 "
-          "of the cgroup's memory limit, else of physical memory. Accepted by every command.");
+          "Pipelines run in this process: bytes their live tensors and op buffers (batch, "
+          "shuffle, cache, prefetch) may hold, e.g. 8GiB; more is RESOURCE_EXHAUSTED naming the "
+          "op. Empty: 3/4 of the smallest of the cgroup's memory limit, RLIMIT_AS and physical "
+          "memory. Accepted by every command.");
 ABSL_FLAG(std::string, max_element_bytes, "",
-          "Pipelines run in this process: bytes one element (one batch) may hold. Empty: a "
-          "quarter of --memory_limit. Accepted by every command.");
+          "Pipelines run in this process: bytes one element (one batch), or one allocation, "
+          "may hold. Empty: a quarter of --memory_limit. Accepted by every command.");
 ABSL_FLAG(int, threads, 0,
           "Pipelines run in this process: threads of the process's pool that every parallel op "
           "shares (parallel map fn calls; num_parallel_calls=AUTOTUNE resolves to it); 0: the "

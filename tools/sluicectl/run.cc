@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -92,7 +93,16 @@ int RunMain(const std::vector<std::string>& positional) {
     profile = std::make_shared<OpProfile>();
     SetProcessOpProfile(profile);
   }
-  absl::Status status = RunSteps(args, format, steps);
+  // The backstop behind the allocator that can refuse (sluice/tensor.h): an allocation outside
+  // the memory budget's checks that fails is a clear error and a non-zero exit, not an abort.
+  absl::Status status;
+  try {
+    status = RunSteps(args, format, steps);
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError(
+        "the pipeline ran this process out of memory (std::bad_alloc) outside the memory "
+        "budget's checks (--memory_limit, --max_element_bytes)");
+  }
   if (profile != nullptr) {
     SetProcessOpProfile(nullptr);
     std::cerr << "per-op profile (wall time in the caller's thread; self = total less the op "

@@ -27,7 +27,8 @@ class BatchIterator : public OpIterator {
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
     if (bulk_) return GetNextFromBlocks(out, end_of_sequence);
     // The elements gathered and the batch stacked from them are both held at the end: the
-    // batch is checked against the element limit as it grows, and both against the process's.
+    // batch is checked against the element limit as it grows, and both against the process's
+    // (the payloads by the allocator, the structure around the gathered ones here).
     MemoryReservation held(label());
     const std::string describe = absl::StrCat("a batch of ", batch_size_, " elements");
     std::vector<Element> elements;
@@ -38,7 +39,7 @@ class BatchIterator : public OpIterator {
       absl::Status s = input_->GetNext(&e, &end);
       if (!s.ok()) return s;
       if (end) break;
-      RETURN_IF_ERROR(held.GrowElement(ElementFootprint(e), describe));
+      RETURN_IF_ERROR(held.GrowElement(ElementFootprint(e), ElementOverhead(e), describe));
       elements.push_back(std::move(e));
     }
     if (elements.empty() ||
@@ -46,8 +47,7 @@ class BatchIterator : public OpIterator {
       *end_of_sequence = true;
       return absl::OkStatus();
     }
-    RETURN_IF_ERROR(held.Grow(held.bytes()));  // the stacked copy
-    return Stack(elements, out);
+    return Stack(elements, out);  // the stacked copy is the allocator's to refuse
   }
 
  private:
@@ -65,9 +65,14 @@ class BatchIterator : public OpIterator {
       int64_t n = 0;
       bool end = false;
       absl::Status s = input_->GetNextBlock(batch_size_ - gathered, &block, &n, &end);
+      // The block's size is this op's request: a block refused as too large says so.
+      if (absl::IsResourceExhausted(s) && !IsElementError(s)) {
+        return OpError(s.code(), absl::StrCat(describe, ": ", s.message()));
+      }
       if (!s.ok()) return s;
       if (end) break;
-      RETURN_IF_ERROR(held.GrowElement(ElementFootprint(block), describe));
+      RETURN_IF_ERROR(
+          held.GrowElement(ElementFootprint(block), ElementOverhead(block), describe));
       blocks.push_back(std::move(block));
       gathered += n;
     }
@@ -79,8 +84,7 @@ class BatchIterator : public OpIterator {
       *out = std::move(blocks[0]);
       return absl::OkStatus();
     }
-    RETURN_IF_ERROR(held.Grow(held.bytes()));  // the concatenated copy
-    return ConcatBlocks(std::move(blocks), out);
+    return ConcatBlocks(std::move(blocks), out);  // the copy is the allocator's to refuse
   }
 
   // Blocks of one input share their structure and dtypes; their element shapes may differ
@@ -125,8 +129,8 @@ class BatchIterator : public OpIterator {
     std::vector<Tensor> batched;
     batched.reserve(columns.size());
     for (std::vector<Tensor>& col : columns) {
-      auto t = Tensor::ConcatConsuming(std::move(col));
-      if (!t.ok()) return InvalidArgument(t.status().message());
+      auto t = Tensor::ConcatConsuming(std::move(col), label());
+      if (!t.ok()) return CopyError(t.status());
       batched.push_back(*std::move(t));
     }
     auto packed = Element::Pack(structure, std::move(batched));
@@ -168,14 +172,21 @@ class BatchIterator : public OpIterator {
               " had dtype ", DTypeName(col[e].dtype()), "."));
         }
       }
-      auto t = Tensor::Stack(col);
-      if (!t.ok()) return InvalidArgument(t.status().message());
+      auto t = Tensor::Stack(col, label());
+      if (!t.ok()) return CopyError(t.status());
       stacked.push_back(*std::move(t));
     }
     auto packed = Element::Pack(elements[0], std::move(stacked));
     if (!packed.ok()) return InvalidArgument(packed.status().message());
     *out = *std::move(packed);
     return absl::OkStatus();
+  }
+
+  // A failed stack or concatenation: a refused allocation (RESOURCE_EXHAUSTED, already naming
+  // this op) as it is, anything else as this op's INVALID_ARGUMENT.
+  absl::Status CopyError(const absl::Status& s) const {
+    if (absl::IsResourceExhausted(s)) return s;
+    return InvalidArgument(s.message());
   }
 
   std::unique_ptr<Iterator> input_;

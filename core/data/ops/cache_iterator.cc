@@ -109,7 +109,7 @@ class MemoryCacheIterator : public OpIterator {
       pending_.clear();
       return absl::OkStatus();
     }
-    RETURN_IF_ERROR(held_->Grow(ElementFootprint(*out)));
+    RETURN_IF_ERROR(held_->Grow(ElementOverhead(*out)));  // the payload is the allocator's
     pending_.push_back(*out);
     return absl::OkStatus();
   }

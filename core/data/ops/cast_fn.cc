@@ -37,7 +37,7 @@ class CastFn : public ComponentFn {
   absl::StatusOr<Element> Apply(const Tensor& input) const override {
     RETURN_IF_ERROR(Check(input.dtype()));
     if (input.dtype() == dtype_) return Element(input);
-    Tensor out = Tensor::Allocate(dtype_, input.shape());
+    ASSIGN_OR_RETURN(Tensor out, Tensor::TryAllocate(dtype_, input.shape(), "its output"));
     const int64_t n = input.num_elements();
     VisitNumericDType(input.dtype(), [&](auto src_tag) {
       using Src = typename decltype(src_tag)::type;

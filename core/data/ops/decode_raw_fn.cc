@@ -68,7 +68,8 @@ class DecodeRawFn : public ComponentFn {
     }
     std::vector<int64_t> dims = input.shape().dims();
     dims.push_back(static_cast<int64_t>(length / width));
-    Tensor out = Tensor::Allocate(out_type_, Shape(std::move(dims)));
+    ASSIGN_OR_RETURN(Tensor out,
+                     Tensor::TryAllocate(out_type_, Shape(std::move(dims)), "its output"));
     char* dst = static_cast<char*>(out.mutable_raw_data());
     for (int64_t i = 0; i < n; ++i) {
       std::memcpy(dst + i * length, input.string_at(i).data(), length);

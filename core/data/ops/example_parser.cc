@@ -249,13 +249,23 @@ void CopyNumbers(const std::vector<T>& from, T* to) {
 
 }  // namespace
 
+namespace {
+
+// A feature's output the allocator refused (RESOURCE_EXHAUSTED "parse_example: ..."), with the
+// feature named.
+absl::Status OutputRefused(absl::string_view key, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat("feature '", key, "': ", s.message()));
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> ConvertDefaultValue(absl::string_view key, const Tensor& value,
                                            DType dtype, const Shape& shape) {
   auto fail = [&](absl::string_view why) {
     return Invalid(absl::StrCat("parse_example: feature '", key, "': default_value ", why));
   };
   const int64_t n = value.num_elements();
-  Tensor out = Tensor::Allocate(dtype, Shape({n}));
+  Tensor out = Tensor::Allocate(dtype, Shape({n}));  // as large as `value`, already allocated
   if (dtype == DType::kString) {
     if (value.dtype() != DType::kString) {
       return fail(absl::StrCat("must be a string for tf.string, got ", DTypeName(value.dtype())));
@@ -428,12 +438,15 @@ absl::StatusOr<Element> ExampleParser::ParseBatch(
     if (features_[f].var_len) {
       var[f].resize(static_cast<size_t>(batch));
     } else {
-      // The shape is the client's FixedLenFeature: checked before it is allocated.
+      // The shape is the client's FixedLenFeature: checked (INVALID_ARGUMENT when impossible,
+      // naming the feature) before the allocator is asked for it.
       const Shape shape = features_[f].shape.Prepend(batch);
       RETURN_IF_ERROR(CheckAllocation(absl::StrCat("parse_example: feature '", features_[f].key,
                                                    "'"),
                                       features_[f].dtype, shape.dims()));
-      dense[f] = Tensor::Allocate(features_[f].dtype, shape);
+      absl::StatusOr<Tensor> t = Tensor::TryAllocate(features_[f].dtype, shape, "parse_example");
+      if (!t.ok()) return OutputRefused(features_[f].key, t.status());
+      dense[f] = *std::move(t);
     }
   }
   std::vector<std::optional<absl::string_view>> found(features_.size());
@@ -510,7 +523,10 @@ absl::StatusOr<Element> ExampleParser::ParseBatch(
     }
     size_t width = 0;
     for (const Values& v : var[f]) width = std::max(width, v.size());
-    Tensor out = Tensor::Allocate(spec.dtype, Shape({batch, static_cast<int64_t>(width)}));
+    absl::StatusOr<Tensor> allocated = Tensor::TryAllocate(
+        spec.dtype, Shape({batch, static_cast<int64_t>(width)}), "parse_example");
+    if (!allocated.ok()) return OutputRefused(spec.key, allocated.status());
+    Tensor out = *std::move(allocated);
     for (int64_t i = 0; i < batch; ++i) {
       const Values& v = var[f][static_cast<size_t>(i)];
       const int64_t row = i * static_cast<int64_t>(width);

@@ -24,7 +24,8 @@ struct Pulled {
 Pulled Pull(Iterator* it) {
   Pulled p{Pulled::Kind::kElement, {}, {}};
   bool end = false;
-  absl::Status s = it->GetNext(&p.element, &end);
+  // Perhaps on a pool thread, where a std::bad_alloc would end the process.
+  absl::Status s = CatchingBadAlloc("interleave", [&] { return it->GetNext(&p.element, &end); });
   if (!s.ok()) {
     p.kind = IsElementError(s) ? Pulled::Kind::kElementError : Pulled::Kind::kError;
     p.status = std::move(s);

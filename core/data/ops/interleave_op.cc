@@ -2,6 +2,7 @@
 // deterministic): the registration of the op (core/data/op_registry.h); the iterator is in
 // interleave_iterator.h. `fn` is a graph whose file-reading source has no filenames; each input
 // element (a string scalar) becomes its only filename.
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "core/data/ops/interleave_iterator.h"
 #include "core/data/ops/parallel_calls.h"
 #include "core/data/spec_inference.h"
+#include "core/tensor/host_memory.h"
 #include "core/util/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -127,6 +129,15 @@ SLUICE_REGISTER_OPS(interleave_op) {
     const proto::InterleaveOp& i = args.op.interleave();
     const int64_t cycle = i.cycle_length() > 0 ? i.cycle_length() : AutotuneParallelism();
     const int64_t block = i.block_length() > 0 ? i.block_length() : 1;
+    // One slot (an iterator handle and its read-ahead queue, ~128 bytes) per cycle position,
+    // allocated with the iterator: a client's cycle_length may not ask for more than an
+    // element's worth.
+    constexpr int64_t kSlotBytes = 128;
+    RETURN_IF_ERROR(ProcessMemoryBudget().CheckElement(
+        cycle > std::numeric_limits<int64_t>::max() / kSlotBytes
+            ? std::numeric_limits<int64_t>::max()
+            : cycle * kSlotBytes, label,
+        absl::StrCat("cycle_length=", cycle, " (", kSlotBytes, " bytes a slot)")));
     const int64_t threads = ResolveParallelCalls(i.num_parallel_calls(), args.options);
     const bool deterministic = !i.has_deterministic() || i.deterministic();
     InterleaveInputFn make = [fn = i.fn(), options = args.options](

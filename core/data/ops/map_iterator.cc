@@ -540,7 +540,9 @@ class ParallelMapIterator : public OpIterator {
     if (unit->is_block) return MapBlockUnit(unit);
     for (absl::StatusOr<Element>& item : unit->items) {
       if (!item.ok()) continue;
-      absl::StatusOr<Element> mapped = fn_(*std::move(item));
+      // On a pool thread, where a std::bad_alloc would end the process.
+      absl::StatusOr<Element> mapped =
+          CatchingBadAlloc(label(), [&] { return fn_(*std::move(item)); });
       if (!mapped.ok()) mapped = Labeled(label(), mapped.status());
       item = std::move(mapped);
     }

@@ -70,7 +70,7 @@ class NormalizeFn : public ComponentFn {
     RETURN_IF_ERROR(OutputSpec(TensorSpec{input.dtype(), input.shape()}).status());
     const int64_t c = Channels();
     const int64_t n = input.num_elements();
-    Tensor out = Tensor::Allocate(DType::kFloat32, input.shape());
+    ASSIGN_OR_RETURN(Tensor out, Tensor::TryAllocate(DType::kFloat32, input.shape(), "its output"));
     float* dst = out.mutable_data<float>();
     VisitNumericDType(input.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;

@@ -105,7 +105,7 @@ class NpyIterator : public OpIterator {
       *out = Element(*std::move(t));
       return absl::OkStatus();
     }
-    Tensor t = Tensor::Allocate(dtype_, row_shape_);
+    ASSIGN_OR_RETURN(Tensor t, Tensor::TryAllocate(dtype_, row_shape_, label()));
     const char* src = static_cast<const char*>(mapping_->data()) + offset;
     char* dst = static_cast<char*>(t.mutable_raw_data());
     const size_t width = DTypeSize(dtype_);
@@ -142,7 +142,7 @@ class NpyIterator : public OpIterator {
       *out = Element(*std::move(t));
       return absl::OkStatus();
     }
-    Tensor t = Tensor::Allocate(dtype_, shape);
+    ASSIGN_OR_RETURN(Tensor t, Tensor::TryAllocate(dtype_, shape, label()));
     const char* src = static_cast<const char*>(mapping_->data()) + offset;
     char* dst = static_cast<char*>(t.mutable_raw_data());
     const size_t width = DTypeSize(dtype_);
@@ -211,7 +211,8 @@ class NpyIterator : public OpIterator {
     ASSIGN_OR_RETURN(const FileStat stat, StatFile(file));
     if (stat.size < need) return Truncated(file, need, stat.size);
     ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> f, OpenRandomAccessFile(file));
-    std::shared_ptr<TensorBuffer> buffer = TensorBuffer::AllocateHost(need);
+    ASSIGN_OR_RETURN(std::shared_ptr<TensorBuffer> buffer,
+                     TensorBuffer::TryAllocateHost(static_cast<size_t>(need), file));
     ASSIGN_OR_RETURN(const size_t got,
                      f->ReadAt(0, static_cast<char*>(buffer->data()), static_cast<size_t>(need)));
     if (got < need) return Truncated(file, need, got);

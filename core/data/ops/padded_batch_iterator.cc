@@ -36,7 +36,7 @@ absl::StatusOr<std::vector<Tensor>> PaddingValues(const proto::PaddedBatchOp& op
   std::vector<Tensor> out;
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (n == 0) {
-      out.push_back(Tensor::Allocate(leaves[i].dtype, Shape()));  // 0 or ""
+      out.push_back(Tensor::Allocate(leaves[i].dtype, Shape()));  // 0 or "": a scalar
       continue;
     }
     ASSIGN_OR_RETURN(Tensor v, TensorFromProto(op.padding_values(n == 1 ? 0 : i)));
@@ -80,7 +80,7 @@ class PaddedBatchIterator : public OpIterator {
       absl::Status s = input_->GetNext(&e, &end);
       if (!s.ok()) return s;
       if (end) break;
-      RETURN_IF_ERROR(held.GrowElement(ElementFootprint(e), describe));
+      RETURN_IF_ERROR(held.GrowElement(ElementFootprint(e), ElementOverhead(e), describe));
       elements.push_back(std::move(e));
     }
     if (elements.empty() ||
@@ -109,7 +109,8 @@ class PaddedBatchIterator : public OpIterator {
       absl::Status s = input_->GetNextBlock(op_.batch_size() - gathered, &block, &n, &end);
       if (!s.ok()) return s;
       if (end) break;
-      RETURN_IF_ERROR(held.GrowElement(ElementFootprint(block), describe));
+      RETURN_IF_ERROR(
+          held.GrowElement(ElementFootprint(block), ElementOverhead(block), describe));
       blocks.push_back(std::move(block));
       gathered += n;
     }
@@ -131,11 +132,14 @@ class PaddedBatchIterator : public OpIterator {
       if (!pads.ok()) return InvalidArgument(pads.status().message());
       std::vector<Tensor> batched;
       for (size_t i = 0; i < columns.size(); ++i) {
+        // Checked, not charged: the allocator charges the copy.
         RETURN_IF_ERROR(held.GrowElement(
             AllocationFootprint(columns[i][0].dtype(), gathered * specs[i].shape.num_elements()),
+            /*charge=*/0,
             absl::StrCat("component ", i, " padded to ", TfShapeString(specs[i].shape), " for ",
                          gathered, " elements")));
-        absl::StatusOr<Tensor> t = Tensor::Concat(columns[i]);
+        absl::StatusOr<Tensor> t = Tensor::Concat(columns[i], label());
+        if (absl::IsResourceExhausted(t.status())) return t.status();
         if (!t.ok()) return InvalidArgument(t.status().message());
         batched.push_back(*std::move(t));
       }
@@ -254,9 +258,11 @@ class PaddedBatchIterator : public OpIterator {
     out_dims.insert(out_dims.begin(), static_cast<int64_t>(col.size()));
     absl::StatusOr<int64_t> out_elements = CheckedNumElements(out_dims, describe);
     if (!out_elements.ok()) return InvalidArgument(out_elements.status().message());
-    RETURN_IF_ERROR(held->GrowElement(AllocationFootprint(dtype, *out_elements), describe));
+    // Checked, not charged: the allocator charges the padded copy.
+    RETURN_IF_ERROR(
+        held->GrowElement(AllocationFootprint(dtype, *out_elements), /*charge=*/0, describe));
     Shape out_shape = Shape(target).Prepend(static_cast<int64_t>(col.size()));
-    Tensor out = Tensor::Allocate(dtype, out_shape);
+    ASSIGN_OR_RETURN(Tensor out, Tensor::TryAllocate(dtype, out_shape, label()));
     const int64_t per_element = Shape(target).num_elements();
     const bool strings = dtype == DType::kString;
     const size_t width = DTypeSize(dtype);

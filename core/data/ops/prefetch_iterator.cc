@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/data/op_iterator.h"
 #include "core/util/thread_pool.h"
 
 namespace sluice {
@@ -13,16 +14,17 @@ struct PrefetchIterator::State : std::enable_shared_from_this<State> {
   enum class Puller { kNone, kQueued, kPool, kCaller };
 
   State(std::unique_ptr<Iterator> in, int64_t size, std::string label, ThreadPool* p)
-      : input(std::move(in)), buffer_size(size), pool(p), held(std::move(label)) {}
+      : input(std::move(in)), buffer_size(size), pool(p), label(label), held(std::move(label)) {}
 
   std::unique_ptr<Iterator> input;  // used by the one puller
   const int64_t buffer_size;
   ThreadPool* const pool;
+  const std::string label;  // the op's, for errors
 
   absl::Mutex mu;
   absl::CondVar changed;  // an element or the final status arrived, or a puller stopped
   std::deque<Element> queue ABSL_GUARDED_BY(mu);
-  std::deque<int64_t> footprints ABSL_GUARDED_BY(mu);  // ElementFootprint of each queued one
+  std::deque<int64_t> footprints ABSL_GUARDED_BY(mu);  // ElementOverhead of each queued one
   MemoryReservation held ABSL_GUARDED_BY(mu);          // their sum
   bool finished ABSL_GUARDED_BY(mu) = false;  // the input ended or failed
   absl::Status final_status ABSL_GUARDED_BY(mu);  // OK means end of sequence
@@ -48,8 +50,9 @@ struct PrefetchIterator::State : std::enable_shared_from_this<State> {
     Element e;
     bool end = false;
     mu.Unlock();
-    absl::Status s = input->GetNext(&e, &end);
-    const int64_t footprint = s.ok() && !end ? ElementFootprint(e) : 0;
+    // On a pool thread: a std::bad_alloc would end the process.
+    absl::Status s = CatchingBadAlloc(label, [&] { return input->GetNext(&e, &end); });
+    const int64_t footprint = s.ok() && !end ? ElementOverhead(e) : 0;  // payload: allocator
     mu.Lock();
     if (s.ok() && !end) s = held.Grow(footprint);
     if (!s.ok() || end) {

@@ -373,7 +373,7 @@ class NpyAccess : public RandomAccessSource {
     const auto [file, row] = layout_.Locate(index);
     const NpyHeader& h = headers_[file];
     const uint64_t offset = h.data_offset + static_cast<uint64_t>(row) * row_bytes_;
-    Tensor t = Tensor::Allocate(dtype_, row_shape_);
+    ASSIGN_OR_RETURN(Tensor t, Tensor::TryAllocate(dtype_, row_shape_, "npy_dataset"));
     if (row_bytes_ > 0) {
       char* dst = static_cast<char*>(t.mutable_raw_data());
       absl::Status read = files_.ReadAt(file, offset, dst, row_bytes_);

@@ -16,7 +16,7 @@ Tensor EmptyPieceFromSpec(const TensorSpec& spec) {
   for (int64_t& d : dims) {
     if (d == kUnknownDim) d = 0;
   }
-  return Tensor::Allocate(spec.dtype, Shape(std::move(dims)));
+  return Tensor::Allocate(spec.dtype, Shape(std::move(dims)));  // no rows: no bytes
 }
 
 class RebatchIterator : public OpIterator {
@@ -75,7 +75,8 @@ class RebatchIterator : public OpIterator {
         std::vector<Tensor> parts;
         parts.reserve(pieces.size());
         for (const auto& p : pieces) parts.push_back(p[i]);
-        auto t = Tensor::Concat(parts);
+        auto t = Tensor::Concat(parts, label());
+        if (absl::IsResourceExhausted(t.status())) return t.status();
         if (!t.ok()) {
           return InvalidArgument(absl::StrCat("cannot join a piece across input batches in "
                                               "component ", i, ": ", t.status().message()));

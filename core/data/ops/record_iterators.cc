@@ -14,6 +14,7 @@
 #include "core/data/ops/interleave_iterator.h"
 #include "core/data/op_iterator.h"
 #include "core/data/shape_limits.h"
+#include "core/tensor/host_memory.h"
 #include "core/util/status_macros.h"
 #include "core/io/tfrecord_reader.h"
 
@@ -168,6 +169,8 @@ class SequentialRecordIterator : public OpIterator {
     if (!pending_.ok()) return pending_;
     std::vector<std::string> records;
     records.reserve(static_cast<size_t>(std::min<int64_t>(max_elements, 4096)));
+    const int64_t element_limit = ProcessMemoryBudget().limits().element_bytes;
+    int64_t bytes = 0;
     while (static_cast<int64_t>(records.size()) < max_elements) {
       std::string record;
       bool end = false;
@@ -178,14 +181,21 @@ class SequentialRecordIterator : public OpIterator {
         break;
       }
       if (end) break;
+      bytes += static_cast<int64_t>(record.size());
       records.push_back(std::move(record));
+      // A block is at most one element's worth (the batch it goes to checks the element limit
+      // on what it gathers): a huge max_elements does not read the file into memory.
+      if (bytes > element_limit) break;
     }
     if (records.empty()) {
       *end_of_sequence = true;
       return absl::OkStatus();
     }
     *n = static_cast<int64_t>(records.size());
-    *out = Element(Tensor::FromStrings(std::move(records), Shape({*n})));
+    absl::StatusOr<Tensor> block =
+        Tensor::TryFromStrings(std::move(records), Shape({*n}), label());
+    if (!block.ok()) return block.status();
+    *out = Element(*std::move(block));
     return absl::OkStatus();
   }
 

@@ -42,7 +42,7 @@ class ShuffleIterator : public OpIterator {
         input_ended_ = true;
         break;
       }
-      const int64_t footprint = ElementFootprint(e);
+      const int64_t footprint = ElementOverhead(e);  // the payload is the allocator's
       RETURN_IF_ERROR(held_.Grow(footprint));
       buffer_.push_back(std::move(e));
       footprints_.push_back(footprint);
@@ -70,7 +70,7 @@ class ShuffleIterator : public OpIterator {
   const int64_t buffer_size_;
   std::mt19937_64 rng_;
   std::vector<Element> buffer_;
-  std::vector<int64_t> footprints_;  // ElementFootprint of each buffer_ slot
+  std::vector<int64_t> footprints_;  // ElementOverhead of each buffer_ slot
   MemoryReservation held_;           // their sum, from the process's memory budget
   bool input_ended_ = false;
 };

@@ -241,6 +241,7 @@ class ShardIterator : public OpIterator {
   // Rows first, first + num_shards, ... (`count` of them) of `t` (rank >= 1), copied.
   Tensor EveryNthRow(const Tensor& t, int64_t first, int64_t count) const {
     if (num_shards_ == 1) return t.Slice(first, first + count);
+    // Infallible: a subset of the rows of `t`, which the allocator already admitted.
     Tensor out = Tensor::Allocate(t.dtype(), t.shape().WithFirst(count));
     const int64_t row = t.shape().dim(0) == 0 ? 0 : t.num_elements() / t.shape().dim(0);
     if (t.dtype() == DType::kString) {

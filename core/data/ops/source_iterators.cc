@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/op_iterator.h"
 #include "core/io/input_stream.h"
+#include "core/tensor/host_memory.h"
 
 namespace sluice {
 namespace {
@@ -46,7 +47,9 @@ class RangeIterator : public OpIterator {
     const uint64_t left = span / stride + (span % stride != 0 ? 1 : 0);
     const int64_t count =
         static_cast<int64_t>(std::min<uint64_t>(left, static_cast<uint64_t>(max_elements)));
-    Tensor t = Tensor::Allocate(DType::kInt64, Shape({count}));
+    absl::StatusOr<Tensor> block = Tensor::TryAllocate(DType::kInt64, Shape({count}), label());
+    if (!block.ok()) return block.status();
+    Tensor t = *std::move(block);
     int64_t* values = t.mutable_data<int64_t>();
     // Every value written lies in [start, stop) (or (stop, start]), so none overflows; wrapping
     // arithmetic keeps the compiler from assuming otherwise.
@@ -179,11 +182,19 @@ class TextLineIterator : public OpIterator {
           }
           pos_ += static_cast<size_t>(newline - begin) + 1;
           DropCarriageReturns(&line);
-          Emit(std::move(line), out);
-          return absl::OkStatus();
+          return Emit(std::move(line), out);
         }
         partial_.append(begin, limit_ - pos_);
         pos_ = limit_;
+        // A line is one element: it may not outgrow the element limit however long the file's.
+        const int64_t limit = ProcessMemoryBudget().limits().element_bytes;
+        if (static_cast<int64_t>(partial_.size()) > limit) {
+          const std::string file = stream_->name();
+          CloseFile();
+          return OpError(absl::StatusCode::kResourceExhausted,
+                         absl::StrCat("a line of ", file, " is longer than the memory limit of "
+                                      "one element, ", limit, " bytes (--max_element_bytes)"));
+        }
       }
       absl::StatusOr<size_t> n = stream_->Read(buffer_.get(), kBufferBytes);
       if (!n.ok()) {
@@ -199,8 +210,7 @@ class TextLineIterator : public OpIterator {
         if (!partial_.empty()) {
           std::string line = std::move(partial_);
           partial_.clear();
-          Emit(std::move(line), out);
-          return absl::OkStatus();
+          return Emit(std::move(line), out);
         }
       }
     }
@@ -212,10 +222,13 @@ class TextLineIterator : public OpIterator {
     line->erase(std::remove(line->begin(), line->end(), '\r'), line->end());
   }
 
-  static void Emit(std::string line, Element* out) {
+  absl::Status Emit(std::string line, Element* out) const {
     std::vector<std::string> values;
     values.push_back(std::move(line));
-    *out = Element(Tensor::FromStrings(std::move(values), Shape()));
+    absl::StatusOr<Tensor> t = Tensor::TryFromStrings(std::move(values), Shape(), label());
+    if (!t.ok()) return t.status();
+    *out = Element(*std::move(t));
+    return absl::OkStatus();
   }
 
   absl::Status OpenFile(const std::string& name) {
