@@ -17,7 +17,17 @@ import numpy as _np
 
 from . import _sluice
 from .distribute import MirroredStrategy
-from .service import distribute_from_service
+from .service import distribute_from_service, job_name_for
+
+
+def _coordinator_job_name():
+    """A job name from jax.distributed's coordinator address, None when not initialized."""
+    try:
+        from jax._src import distributed as _distributed
+        address = getattr(_distributed.global_state, "coordinator_address", None)
+    except ImportError:
+        address = None
+    return "jax-" + address if address else None
 
 
 def _default_sharding():
@@ -55,6 +65,7 @@ def iterate(dataset, coordinator=None, job="", sharding=None, **service_kwargs):
     strategy = MirroredStrategy(["CPU:0"], num_workers=1 if address else world,
                                 worker_index=0 if address else rank)
     if address:
+        job = job_name_for(job, world, "sluice.jax.iterate", derived=_coordinator_job_name())
         dist = distribute_from_service(strategy, dataset, coordinator=address, job=job,
                                        consumer_index=rank, num_consumers=world, **service_kwargs)
     else:
