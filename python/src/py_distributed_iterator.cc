@@ -110,21 +110,21 @@ py::object PyDistributedIterator::Next() {
   StepOrEnd step = Fetch(/*padded=*/false);
   if (!step.ok()) ThrowStatus(step.status());
   if (!step->has_value()) throw py::stop_iteration();
-  return StepToPython(**step);
+  return StepToPython(**step, /*may_share=*/!interruptible_);
 }
 
 py::object PyDistributedIterator::GetNext() {
   StepOrEnd step = Fetch(/*padded=*/false);
   if (!step.ok()) ThrowStatus(step.status());
   if (!step->has_value()) ThrowStatus(absl::OutOfRangeError("End of sequence"));
-  return StepToPython(**step);
+  return StepToPython(**step, /*may_share=*/!interruptible_);
 }
 
 py::object PyDistributedIterator::GetNextAsOptional() {
   StepOrEnd step = Fetch(/*padded=*/true);
   if (!step.ok()) ThrowStatus(step.status());
   if (!step->has_value()) return OptionalClass()(py::none(), false);
-  return OptionalClass()(StepToPython(**step), true);
+  return OptionalClass()(StepToPython(**step, /*may_share=*/!interruptible_), true);
 }
 
 py::bytes PyDistributedIterator::Checkpoint() {

@@ -57,7 +57,7 @@ class PyDistributedIterator {
   StepOrEnd FetchLocked(bool padded);
 
   std::shared_ptr<DistributedIterator> it_;
-  const bool interruptible_;
+  const bool interruptible_;  // a service iterator (see StepToPython's may_share)
   std::unique_ptr<InterruptibleWorker> worker_;  // interruptible only
   std::shared_ptr<Call> in_flight_;              // submitted to worker_, not yet returned
   std::optional<StepOrEnd> stash_;               // fetched, not returned (interrupted)

@@ -151,8 +151,8 @@ py::object SpecToPython(const ElementSpec& spec) {
   return NestToPython(spec, [](const TensorSpec& s) { return TensorSpecToPython(s); });
 }
 
-py::object StepToPython(const PerReplica<Element>& handed_out) {
-  const PerReplica<Element> step = UnsharedStep(handed_out);
+py::object StepToPython(const PerReplica<Element>& handed_out, bool may_share) {
+  const PerReplica<Element> step = may_share ? UnsharedStep(handed_out) : handed_out;
   if (step.num_replicas() == 1) return ElementToPython(step[0]);
   static py::object* per_replica = new py::object(ValuesAttr("PerReplica"));
   bool same = true;

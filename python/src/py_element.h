@@ -36,8 +36,11 @@ PerReplica<Element> UnsharedStep(const PerReplica<Element>& step);
 int64_t HandoutCopies();
 
 // The structure of replica 0 with sluice.PerReplica leaves (the plain element with one
-// replica), over UnsharedStep(step).
-pybind11::object StepToPython(const PerReplica<Element>& step);
+// replica), over UnsharedStep(step) when `may_share`. Steps from the service pass
+// may_share = false: they are decoded into receive buffers that no other step is ever given
+// while a view lives (several small steps may be views of one frame's buffer, at disjoint
+// offsets, which a reference count cannot tell from shared bytes).
+pybind11::object StepToPython(const PerReplica<Element>& step, bool may_share = true);
 
 pybind11::object DistributedSpecToPython(const DistributedElementSpec& spec);
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import sluice
+from sluice import _sluice
 
 torch = pytest.importorskip("torch", reason="python3-torch is not installed")
 
@@ -111,11 +112,31 @@ def test_steps_that_share_nothing_are_not_copied():
     # A fresh batch is the step's own: handed out as it is (zero-copy), its replicas still
     # views of one batch.
     strategy = sluice.MirroredStrategy(["CPU:0", "CPU:1"])
+    before = _sluice._handout_copies()
     step = next(iter(strategy.experimental_distribute_dataset(sluice.data.parse(
         "range(8).batch(4)"))))
+    assert _sluice._handout_copies() == before
     a0, a1 = (np.asarray(v) for v in step.values)
     assert a1.ctypes.data == a0.ctypes.data + a0.nbytes
     assert step.values[0]._buffer_refs == 2  # the two replicas, nothing else
+
+
+def test_service_steps_are_never_copied(cluster):
+    # Small steps arrive several to a frame (views of one receive buffer at disjoint offsets):
+    # none of them is copied, and changing one in place changes no other.
+    strategy = sluice.MirroredStrategy(["CPU:0"])
+    dist = sluice.distribute_from_service(
+        strategy, sluice.data.parse("range(4000).batch(8)"), coordinator=cluster.coordinator,
+        job="never-copied", sharding_policy="ranges")
+    before = _sluice._handout_copies()
+    steps = []
+    for step in dist:
+        torch.from_dlpack(step).mul_(-1)
+        steps.append(step)
+    assert _sluice._handout_copies() == before
+    assert len(steps) == 500
+    for i, step in enumerate(steps):
+        assert np.asarray(step).tolist() == [-v for v in range(8 * i, 8 * i + 8)]
 
 
 def test_a_step_from_a_constant_does_not_hold_the_constant():
