@@ -7,6 +7,7 @@ import ast
 import os
 import pickle
 import re
+import signal
 import threading
 import time
 
@@ -170,6 +171,39 @@ def test_datasets_pickle_through_their_expression():
     clone = pickle.loads(pickle.dumps(ds))
     assert clone.to_expression() == ds.to_expression()
     assert clone.fingerprint() == ds.fingerprint()
+
+
+def test_ctrl_c_interrupts_iter_of_a_service_dataset_waiting_for_the_coordinator():
+    if not os.path.exists(os.path.join(sluice_cluster.BUILD_DIR, "bin", "sluice-coordinator")):
+        pytest.skip("sluice-coordinator is not built")
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    with sluice_cluster.Cluster(num_workers=1) as c:
+        strategy = sluice.MirroredStrategy(["CPU:0"])
+        dist = sluice.distribute_from_service(strategy, sluice.data.parse("range(8).batch(2)"),
+                                              coordinator=c.coordinator, job="iter-ctrl-c",
+                                              sharding_policy="ranges", retry_deadline=300)
+        before = _sluice._waiting_calls()
+        c._coordinator.send_signal(signal.SIGSTOP)  # a hung coordinator: iter() waits
+
+        def interrupt_once_waiting():
+            for _ in range(3000):  # until iter() waits inside C++ (bounded: 30 s)
+                if _sluice._waiting_calls() > before:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+                time.sleep(0.01)
+
+        t = threading.Thread(target=interrupt_once_waiting)
+        t.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                iter(dist)
+        finally:
+            t.join()
+            c._coordinator.send_signal(signal.SIGCONT)
+        assert _sluice._waiting_calls() == before
+        # The dataset still works: a new iter() reads every step.
+        assert [np.asarray(x).tolist() for x in dist] == [[0, 1], [2, 3], [4, 5], [6, 7]]
 
 
 # --- Tensors, strategies, the package ---------------------------------------------------------
