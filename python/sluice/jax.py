@@ -8,8 +8,12 @@
 
 Each process is one consumer (jax.process_index() of jax.process_count()), gets its piece of
 every global batch, and the pieces are assembled into global arrays with
-``jax.make_array_from_process_local_data(sharding, local_piece)``; ``sharding`` defaults to the
-batch dimension split over all devices. Host tensors go to JAX through DLPack (no copy on CPU).
+``jax.make_array_from_process_local_data(sharding, local_piece)`` (one process:
+``jax.device_put(piece, sharding)``), so the arrays live on the mesh's devices. ``sharding``
+defaults to the batch dimension split over all devices (replicated when the batch does not
+divide among them, and for scalars). Host tensors go to JAX through DLPack (no copy on CPU)
+first. With several processes ``job`` is required unless jax.distributed's coordinator (or
+torchrun / Slurm) names the run.
 """
 
 import jax as _jax
@@ -30,9 +34,13 @@ def _coordinator_job_name():
     return "jax-" + address if address else None
 
 
-def _default_sharding():
-    mesh = _jax.sharding.Mesh(_np.array(_jax.devices()), ("batch",))
-    return _jax.sharding.NamedSharding(mesh, _jax.sharding.PartitionSpec("batch"))
+def _default_sharding(global_shape):
+    """The batch dimension over every device; replicated when it does not divide."""
+    devices = _jax.devices()
+    mesh = _jax.sharding.Mesh(_np.array(devices), ("batch",))
+    split = len(global_shape) > 0 and global_shape[0] % len(devices) == 0
+    spec = _jax.sharding.PartitionSpec("batch") if split else _jax.sharding.PartitionSpec()
+    return _jax.sharding.NamedSharding(mesh, spec)
 
 
 def to_jax(value, sharding=None):
@@ -44,10 +52,13 @@ def to_jax(value, sharding=None):
             local = _jax.dlpack.from_dlpack(value)  # the protocol object (current JAX)
         except TypeError:
             local = _jax.dlpack.from_dlpack(value.__dlpack__())  # a capsule (older JAX)
-        if _jax.process_count() == 1 and sharding is None:
-            return local
-        return _jax.make_array_from_process_local_data(sharding or _default_sharding(),
-                                                       _np.asarray(local))
+        processes = _jax.process_count()
+        if processes == 1:
+            return _jax.device_put(local, sharding or _default_sharding(local.shape))
+        global_shape = ((local.shape[0] * processes,) + tuple(local.shape[1:])
+                        if local.ndim else ())
+        return _jax.make_array_from_process_local_data(
+            sharding or _default_sharding(global_shape), _np.asarray(local))
     if isinstance(value, tuple):
         return tuple(to_jax(v, sharding) for v in value)
     if isinstance(value, list):
