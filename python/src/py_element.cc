@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -152,7 +153,9 @@ py::object SpecToPython(const ElementSpec& spec) {
 }
 
 py::object StepToPython(const PerReplica<Element>& handed_out, bool may_share) {
-  const PerReplica<Element> step = may_share ? UnsharedStep(handed_out) : handed_out;
+  std::optional<PerReplica<Element>> unshared;
+  if (may_share) unshared = UnsharedStep(handed_out);
+  const PerReplica<Element>& step = unshared.has_value() ? *unshared : handed_out;
   if (step.num_replicas() == 1) return ElementToPython(step[0]);
   static py::object* per_replica = new py::object(ValuesAttr("PerReplica"));
   bool same = true;
