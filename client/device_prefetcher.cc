@@ -17,6 +17,11 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 bool IsNumeric(const Tensor& t) { return t.valid() && t.dtype() != DType::kString; }
 
+void WaitFences(std::vector<std::shared_ptr<DeviceEvent>>& fences) {
+  for (const std::shared_ptr<DeviceEvent>& fence : fences) fence->Wait().IgnoreError();
+  fences.clear();
+}
+
 }  // namespace
 
 // Small steps of one ring staged since its last copy; `event` is recorded after the copy that
@@ -37,6 +42,10 @@ class DevicePrefetcher::Ring : public std::enable_shared_from_this<Ring> {
     std::shared_ptr<TensorBuffer> staging;  // pinned, capacity bytes; only when needed
     size_t capacity = 0;
     std::shared_ptr<DeviceEvent> event;  // the last copy into the slot
+    // The consumers' streams' work on the slot's last step (DeviceTensorBuffer::ReleaseAfter):
+    // waited for before the slot is written again or freed.
+    std::vector<std::shared_ptr<DeviceEvent>> fences;
+    ~Slot() { WaitFences(fences); }
   };
 
   explicit Ring(ReplicaPlacement placement) : placement_(std::move(placement)) {}
@@ -68,8 +77,10 @@ class DevicePrefetcher::Ring : public std::enable_shared_from_this<Ring> {
       ++slots_;
     }
     // Nothing may write the staging buffer, nor may the device buffer be freed, while a copy
-    // from or into them is in flight.
+    // from or into them is in flight, nor while a consumer's stream may still read the slot's
+    // last step.
     RETURN_IF_ERROR(slot->event->Wait());
+    WaitFences(slot->fences);
     // A new slot has no device buffer yet even when the step needs no bytes (all pieces of
     // size 0): allocate one then too, since the step's tensors point into it.
     if (slot->device == nullptr || slot->capacity < bytes) {
@@ -119,13 +130,24 @@ class DevicePrefetcher::Ring : public std::enable_shared_from_this<Ring> {
     Shared(std::unique_ptr<Slot> slot, std::weak_ptr<Ring> ring)
         : slot_(std::move(slot)), ring_(std::move(ring)) {}
     ~Shared() {
+      {
+        absl::MutexLock lock(&mu_);
+        for (auto& f : fences_) slot_->fences.push_back(std::move(f));
+      }
       if (std::shared_ptr<Ring> ring = ring_.lock()) ring->Release(std::move(slot_));
     }
     Slot* slot() const { return slot_.get(); }
+    // Release fences of a step in the slot, kept until the slot is given back.
+    void AddFences(std::vector<std::shared_ptr<DeviceEvent>> fences) {
+      absl::MutexLock lock(&mu_);
+      for (auto& f : fences) fences_.push_back(std::move(f));
+    }
 
    private:
     std::unique_ptr<Slot> slot_;
     std::weak_ptr<Ring> ring_;
+    absl::Mutex mu_;
+    std::vector<std::shared_ptr<DeviceEvent>> fences_ ABSL_GUARDED_BY(mu_);
   };
 
   // Where a small step of `bytes` goes: `offset` into the open batch slot, its staging and
@@ -253,6 +275,8 @@ class RingBuffer : public DeviceTensorBuffer {
         slot_(std::move(slot)),
         ring_(ring) {}
   ~RingBuffer() override {
+    // The slot (back in the ring, or freed with it) carries the consumers' release fences.
+    for (auto& f : TakeReleaseFences()) slot_->fences.push_back(std::move(f));
     if (std::shared_ptr<DevicePrefetcher::Ring> ring = ring_.lock()) {
       ring->Release(std::move(slot_));
     }
@@ -273,6 +297,7 @@ class BatchView : public DeviceTensorBuffer {
             std::shared_ptr<DeviceEvent> ready)
       : DeviceTensorBuffer(std::move(memory), device, slot->slot()->device, std::move(ready)),
         slot_(std::move(slot)) {}
+  ~BatchView() override { slot_->AddFences(TakeReleaseFences()); }
 
  private:
   std::shared_ptr<DevicePrefetcher::Ring::Shared> slot_;

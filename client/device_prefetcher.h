@@ -33,9 +33,13 @@
 // buffer is never still being written (with depth >= 1 the copy normally finished long before).
 // Each tensor's buffer is a DeviceTensorBuffer (core/device/device_memory.h): Tensor::raw_data() is the
 // device pointer, ReadyEvent() the (completed) event. A slot goes back to its ring when the last
-// Tensor referring to it is dropped; a trainer that launches asynchronous device work reading a
-// batch must keep the batch's Tensors alive until that work has completed. A trainer that keeps
-// many steps alive makes the ring grow (it never blocks waiting for the trainer to let go).
+// Tensor referring to it is dropped and the release fences the consumers set on it have
+// completed: a trainer that launches asynchronous device work reading a batch either keeps the
+// batch's Tensors alive until that work has completed, or calls
+// DeviceBufferOf(t)->ReleaseAfter(its_stream) before dropping them (Python's
+// __dlpack__(stream=) does so when the last view dies); the ring then waits for that stream's
+// work before the slot's next copy. A trainer that keeps many steps alive makes the ring grow
+// (it never blocks waiting for the trainer to let go).
 //
 // Errors and the end of data come out in order, after the steps before them, and are then
 // repeated on every call. Steps pulled ahead use the mode (padded or not) of the latest call;

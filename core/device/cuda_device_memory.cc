@@ -149,6 +149,20 @@ class CudaDeviceMemory : public DeviceMemory {
     return std::unique_ptr<DeviceEvent>(std::make_unique<CudaEvent>(device, event, s));
   }
 
+  absl::StatusOr<std::unique_ptr<DeviceEvent>> RecordOnStream(int device, void* stream) override {
+    if (absl::Status s = CheckOrdinal(device); !s.ok()) return s;
+    cudaEvent_t event = nullptr;
+    cudaError_t err = cudaSetDevice(device);
+    if (err == cudaSuccess) {
+      err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventBlockingSync);
+    }
+    if (err != cudaSuccess) return CudaError(err, "cudaEventCreateWithFlags", device);
+    auto recorded =
+        std::make_unique<CudaEvent>(device, event, static_cast<cudaStream_t>(stream));
+    if (absl::Status s = recorded->Record(); !s.ok()) return s;
+    return std::unique_ptr<DeviceEvent>(std::move(recorded));
+  }
+
   absl::Status CopyToHost(int device, const void* src, void* dst, size_t bytes) override {
     if (absl::Status s = CheckOrdinal(device); !s.ok()) return s;
     if (bytes == 0) return absl::OkStatus();

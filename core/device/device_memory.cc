@@ -71,6 +71,15 @@ absl::Status HostDeviceMemory::CopyToHost(int device, const void* src, void* dst
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<DeviceEvent>> DeviceMemory::RecordOnStream(int device,
+                                                                          void* /*stream*/) {
+  if (device < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), " device memory: device ordinal ", device, " is negative"));
+  }
+  return std::unique_ptr<DeviceEvent>(std::make_unique<ReadyHostEvent>());
+}
+
 std::shared_ptr<DeviceMemory> HostMemoryAsDevice() {
   static const auto* const memory =
       new std::shared_ptr<DeviceMemory>(std::make_shared<HostDeviceMemory>());
@@ -100,6 +109,29 @@ absl::StatusOr<std::shared_ptr<DeviceMemory>> CreateCudaDeviceMemory() {
   return absl::UnimplementedError("this build of Sluice has no CUDA support (no toolkit found)");
 }
 #endif
+
+DeviceTensorBuffer::~DeviceTensorBuffer() {
+  for (const std::shared_ptr<DeviceEvent>& fence : TakeReleaseFences()) {
+    fence->Wait().IgnoreError();  // a failed stream has nothing left to read the bytes
+  }
+}
+
+absl::Status DeviceTensorBuffer::ReleaseAfter(void* stream) const {
+  absl::StatusOr<std::unique_ptr<DeviceEvent>> event = memory_->RecordOnStream(device_, stream);
+  if (!event.ok()) return event.status();
+  AddReleaseFence(*std::move(event));
+  return absl::OkStatus();
+}
+
+void DeviceTensorBuffer::AddReleaseFence(std::shared_ptr<DeviceEvent> event) const {
+  absl::MutexLock lock(&fences_mu_);
+  fences_.push_back(std::move(event));
+}
+
+std::vector<std::shared_ptr<DeviceEvent>> DeviceTensorBuffer::TakeReleaseFences() const {
+  absl::MutexLock lock(&fences_mu_);
+  return std::move(fences_);
+}
 
 absl::Status DeviceTensorBuffer::WaitReady() const {
   if (ready_ == nullptr) return absl::OkStatus();

@@ -22,7 +22,16 @@
 //     // ... or order the trainer's own stream after the copy (CUDA):
 //     //   cudaStreamWaitEvent(my_stream, (cudaEvent_t)d->ReadyEvent()->native_handle(), 0);
 //     launch_kernel(t.raw_data(), ...);  // a device pointer when d->space() == kDevice
+//     // The kernel may still be reading when `t` is dropped: the buffer (a prefetch ring slot)
+//     // must not be refilled before it is done. Say so before dropping the last Tensor:
+//     RETURN_IF_ERROR(d->ReleaseAfter(my_stream));
 //   }
+//
+// The release contract: a DeviceTensorBuffer's storage is reused (a prefetch ring slot gets a
+// later step's bytes) or freed once the last Tensor on it is dropped AND every event passed to
+// it through ReleaseAfter() has completed. A consumer that reads the bytes asynchronously on
+// its own stream either keeps the Tensor alive until that work is done or calls ReleaseAfter
+// with that stream; Python's __dlpack__(stream=s) does the latter when the last view dies.
 //
 // Thread safety: DeviceMemory implementations and DeviceTensorBuffer are thread-safe.
 // A DeviceEvent may be waited on from many threads; Record() needs one writer at a time.
@@ -32,9 +41,12 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "sluice/tensor.h"
 
 namespace sluice {
@@ -94,6 +106,12 @@ class DeviceMemory {
   // The copy stream of `device` (a cudaStream_t as void*), created on first use; nullptr for
   // host memory or on error.
   virtual void* stream(int /*device*/) { return nullptr; }
+  // An event recorded now on `stream`, a stream of the consumer's on `device` (a cudaStream_t
+  // as void*; cudaStreamLegacy (void*)1 and cudaStreamPerThread (void*)2 included): ready once
+  // the work enqueued on that stream so far has completed. What ReleaseAfter waits for.
+  // Errors: INVALID_ARGUMENT for a bad ordinal, INTERNAL naming the device if it refuses.
+  // The default (no streams) returns an event that is always ready.
+  virtual absl::StatusOr<std::unique_ptr<DeviceEvent>> RecordOnStream(int device, void* stream);
 };
 
 // Host memory standing in for devices: allocations are 64-byte aligned host memory (pinned ones
@@ -135,6 +153,8 @@ class DeviceTensorBuffer : public TensorBuffer {
         device_(device),
         storage_(std::move(storage)),
         ready_(std::move(ready)) {}
+  // Waits for the release fences no owner took (TakeReleaseFences) before the storage goes.
+  ~DeviceTensorBuffer() override;
 
   void* data() override { return storage_->data(); }
   size_t size() const override { return storage_->size(); }
@@ -153,11 +173,26 @@ class DeviceTensorBuffer : public TensorBuffer {
   absl::Status CopyToHost(size_t offset, void* dst, size_t bytes) const;
   DeviceMemory* memory() const { return memory_.get(); }
 
+  // The storage is not to be reused or freed before the work enqueued on `stream` (a consumer's
+  // stream on this buffer's device, as DeviceMemory::RecordOnStream takes it) so far has
+  // completed: records an event there and keeps it as a release fence. For consumers that
+  // drop their Tensors while their own kernels may still read the bytes; call it before the
+  // last Tensor is dropped. Errors: those of RecordOnStream (nothing is recorded then, and the
+  // caller must keep the Tensor until its work is done). Thread-safe.
+  absl::Status ReleaseAfter(void* stream) const;
+  // Adds `event` as a release fence (what ReleaseAfter records). Thread-safe.
+  void AddReleaseFence(std::shared_ptr<DeviceEvent> event) const;
+  // The release fences so far, moved out: for an owner that recycles the storage (the
+  // prefetch ring waits for them before the slot's next copy). Thread-safe.
+  std::vector<std::shared_ptr<DeviceEvent>> TakeReleaseFences() const;
+
  private:
   std::shared_ptr<DeviceMemory> memory_;
   int device_;
   std::shared_ptr<TensorBuffer> storage_;
   std::shared_ptr<DeviceEvent> ready_;
+  mutable absl::Mutex fences_mu_;
+  mutable std::vector<std::shared_ptr<DeviceEvent>> fences_ ABSL_GUARDED_BY(fences_mu_);
 };
 
 // The DeviceTensorBuffer behind `t`, or nullptr when `t` was never copied to a device.

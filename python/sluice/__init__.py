@@ -27,10 +27,13 @@ from .distribute import (DistributedDataset, DistributedIterator, InputContext, 
 from .function import function
 from .service import distribute_from_service, parse_checkpoint, resolve_cluster
 
+__version__ = _sluice.__version__  # the project's version, from CMakeLists.txt's project()
+
 Tensor = _sluice.Tensor
 constant = _sluice.constant
 
 __all__ = [
+    "__version__",
     "DistributedDataset", "DistributedIterator", "InputContext", "InputOptions",
     "InputReplicationMode", "MirroredStrategy", "Optional", "PerReplica", "PerReplicaSpec",
     "ReduceOp", "Tensor", "TensorSpec", "constant", "data", "distribute_from_service", "errors", "function",

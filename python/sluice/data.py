@@ -5,7 +5,8 @@ Build a dataset with the fluent builder or parse tf.data's own syntax::
     ds = sluice.data.Dataset.from_tensor_slices([1, 2, 3, 4]).repeat().batch(4)
     ds = sluice.data.parse("from_tensor_slices([1, 2, 3, 4]).repeat().batch(4)")
 
-A Dataset is an immutable graph: every method returns a new one. It is run by a strategy
+A Dataset is an immutable graph: every method returns a new one. It pickles as its pipeline
+expression. It is run by a strategy
 (``strategy.experimental_distribute_dataset``) in this process or by the Sluice service
 (``sluice.distribute_from_service``). Errors in the graph (``batch(0)``, an unknown op) raise
 ``sluice.errors.InvalidArgumentError`` naming the op.
@@ -181,6 +182,11 @@ class Dataset:
 
     def __repr__(self):
         return "<sluice.data.Dataset %s>" % self._ds.expression()
+
+    def __reduce__(self):
+        # Pickled as its pipeline expression (what the service ships too), so a Dataset goes to
+        # spawned processes (DataLoader workers, multiprocessing) and comes back equal.
+        return (parse, (self._ds.expression(),))
 
 
 def set_data_roots(roots):

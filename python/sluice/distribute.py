@@ -56,7 +56,8 @@ class DistributedDataset:
     @property
     def element_spec(self):
         """The element's structure with a ``PerReplicaSpec`` (one ``TensorSpec`` per local
-        replica) at each leaf. ``sluice.pformat`` prints it in the seed's layout."""
+        replica) at each leaf; with one local replica a plain ``TensorSpec``, as TF gives it.
+        ``sluice.pformat`` prints it in the seed's layout."""
         return self._dd.element_spec
 
     def __repr__(self):
@@ -123,10 +124,13 @@ class MirroredStrategy:
     """``tf.distribute.MirroredStrategy``: synchronous data parallelism over this process's
     devices ("GPU:0", "/gpu:1", "CPU:0", ...). ``num_workers`` / ``worker_index`` make this
     process one input worker of several (MultiWorkerMirroredStrategy's per-worker view).
+    ``devices`` is a list of names or one name (``MirroredStrategy("GPU:0")``).
     InvalidArgumentError for an empty, malformed or duplicate device list."""
 
     def __init__(self, devices=None, cross_device_ops=None, *, num_workers=1, worker_index=0):
         del cross_device_ops  # no collectives over Python values here
+        if isinstance(devices, (str, bytes)):
+            devices = [devices.decode() if isinstance(devices, bytes) else devices]
         self._s = _sluice._MirroredStrategy(list(devices or ["CPU:0"]), num_workers, worker_index)
 
     @property

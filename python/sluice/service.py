@@ -15,7 +15,10 @@ SLUICE_CONSUMER_INDEX / SLUICE_NUM_CONSUMERS, Slurm, Kubernetes). Waiting for da
 the GIL and Ctrl-C interrupts it.
 """
 
+import os
+
 from . import _sluice
+from . import errors
 from .distribute import DistributedDataset
 
 ReadMode = _sluice.ServiceReadMode
@@ -42,6 +45,44 @@ def resolve_cluster(coordinator=None, consumer_index=None, num_consumers=None, c
                                            cluster_spec or "")
 
 
+def launcher_job_name(environ=None):
+    """A job name shared by every process of one launch, from the launcher's environment:
+    torchrun's ``TORCHELASTIC_RUN_ID`` (its ``--rdzv-id``; ``"none"``, torchrun's default
+    without rendezvous, does not count), Slurm's ``SLURM_JOB_ID`` (with ``SLURM_STEP_ID``), or
+    JAX's coordinator address (``JAX_COORDINATOR_ADDRESS``). None when there is none."""
+    env = os.environ if environ is None else environ
+    run_id = env.get("TORCHELASTIC_RUN_ID", "")
+    if run_id and run_id != "none":
+        return "torchelastic-" + run_id
+    if env.get("SLURM_JOB_ID"):
+        step = env.get("SLURM_STEP_ID")
+        return "slurm-" + env["SLURM_JOB_ID"] + ("." + step if step else "")
+    if env.get("JAX_COORDINATOR_ADDRESS"):
+        return "jax-" + env["JAX_COORDINATOR_ADDRESS"]
+    return None
+
+
+def job_name_for(job, num_consumers, where="distribute_from_service", derived=None):
+    """The job name consumers share: ``job`` when given, else ``derived`` or the launcher's
+    (launcher_job_name). With one consumer an empty name is fine (a job private to this
+    process); with more, InvalidArgumentError: an empty name gives every process a job of its
+    own, so each would wait for peers that never join or read only part of the data."""
+    if job:
+        return job
+    derived = derived or launcher_job_name()
+    if derived:
+        return derived
+    if num_consumers is not None and num_consumers > 1:
+        raise errors.InvalidArgumentError(
+            "%s: job= is required with num_consumers=%d: without a job name shared by every "
+            "consumer, each process would get a job of its own and wait for peers that never "
+            "join. Pass the same job='...' in every process, or launch with torchrun "
+            "(TORCHELASTIC_RUN_ID), Slurm (SLURM_JOB_ID) or jax.distributed "
+            "(JAX_COORDINATOR_ADDRESS), from which it is derived" % (where, num_consumers),
+            errors.INVALID_ARGUMENT)
+    return ""
+
+
 def distribute_from_service(strategy, dataset, coordinator=None, job="", consumer_index=None,
                             num_consumers=None, sharding_policy="auto", read_mode="coordinated",
                             resume_from=None, cluster_spec="", num_tasks=0, seed=0,
@@ -52,7 +93,8 @@ def distribute_from_service(strategy, dataset, coordinator=None, job="", consume
                             tls_cert_file="", tls_key_file="", tls_server_name=""):
     """A DistributedDataset whose iterators stream ``dataset``'s steps from the service.
 
-    Consumers naming the same ``job`` share it: in coordinated reads (the default) every step is
+    Consumers naming the same ``job`` share it (required with more than one consumer unless
+    the launcher names the run, see ``job_name_for``): in coordinated reads (the default) every step is
     one global batch cut into num_consumers x local-replica pieces by TF's rule, and every
     consumer sees the same number of steps. ``sharding_policy``: auto, file, data, hint, off,
     dynamic or ranges (a deterministic global order that survives worker failures and can be
@@ -69,7 +111,7 @@ def distribute_from_service(strategy, dataset, coordinator=None, job="", consume
             "SLUICE_COORDINATOR, SLUICE_CLUSTER or TF_CONFIG)", INVALID_ARGUMENT)
     o = _sluice._ServiceOptions()
     o.coordinator_address = cluster["coordinator"]
-    o.job_name = job or ""
+    o.job_name = job_name_for(job, cluster["num_consumers"])
     o.consumer_index = cluster["consumer_index"]
     o.num_consumers = cluster["num_consumers"]
     o.sharding_policy = _enum(ShardingPolicy, sharding_policy, "sharding_policy")

@@ -14,7 +14,7 @@ host tensors that numpy views).
 import tensorflow as _tf
 
 from .distribute import MirroredStrategy
-from .service import distribute_from_service, resolve_cluster
+from .service import distribute_from_service, job_name_for, resolve_cluster
 from ._values import PerReplicaSpec, TensorSpec
 
 
@@ -44,6 +44,7 @@ def dataset(sluice_dataset, coordinator=None, job="", consumer_index=None, num_c
     c = resolve_cluster(coordinator, consumer_index, num_consumers)
     strategy = MirroredStrategy(["CPU:0"])
     if c["coordinator"]:
+        job = job_name_for(job, c["num_consumers"], "sluice.tf.dataset")
         dist = distribute_from_service(strategy, sluice_dataset, coordinator=c["coordinator"],
                                        job=job, consumer_index=c["consumer_index"],
                                        num_consumers=c["num_consumers"], **service_kwargs)

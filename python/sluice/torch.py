@@ -17,8 +17,12 @@ the same number of steps, and every element is read exactly once per epoch. With
 coordinator the pipeline runs in this process, sharded the same way across ranks.
 
 Tensors are converted with DLPack: no copy (CPU or CUDA memory as the step arrived); string
-tensors become lists of bytes. Use DataLoader(batch_size=None, num_workers=0): Sluice does the
-loading and batching; worker processes would each become a consumer.
+tensors become lists of bytes. Each step's tensors are its own: in-place ops (``x.sub_(mean)``)
+never change another step (a step that would share memory with another, such as a
+``from_tensors`` constant or a ``cache``, arrives as a copy). CUDA tensors are taken on the
+current stream and go back to Sluice's prefetch ring only after the work queued there before
+they die has run. Use DataLoader(batch_size=None, num_workers=0): Sluice does the loading and
+batching; in a worker process IterableDataset raises FailedPreconditionError.
 """
 
 import torch as _torch
@@ -26,7 +30,8 @@ import torch.utils.data as _tud
 
 from . import _sluice
 from .distribute import MirroredStrategy
-from .service import distribute_from_service
+from . import errors
+from .service import distribute_from_service, job_name_for
 
 
 def to_torch(value):
@@ -34,7 +39,8 @@ def to_torch(value):
     if isinstance(value, _sluice.Tensor):
         if value.dtype == "string":
             return value.numpy().ravel().tolist()
-        return _torch.utils.dlpack.from_dlpack(value.__dlpack__())
+        # The object, not a capsule: torch then passes its current stream to __dlpack__.
+        return _torch.utils.dlpack.from_dlpack(value)
     if isinstance(value, tuple):
         return tuple(to_torch(v) for v in value)
     if isinstance(value, list):
@@ -55,7 +61,9 @@ class IterableDataset(_tud.IterableDataset):
     """The steps of ``dataset`` for this process, as torch tensors (see the module comment).
 
     ``coordinator``/``job`` and the other keyword arguments go to sluice.distribute_from_service;
-    without a coordinator (and none in the cluster spec) the pipeline runs in-process.
+    without a coordinator (and none in the cluster spec) the pipeline runs in-process. With a
+    world size above 1, ``job`` is required unless torchrun or Slurm names the run
+    (sluice.service.job_name_for): InvalidArgumentError otherwise.
     ``device``: the Sluice device name of this process's replica ("CPU:0", "GPU:<local rank>").
     """
 
@@ -88,9 +96,10 @@ class IterableDataset(_tud.IterableDataset):
             from .service import resolve_cluster
             coordinator = resolve_cluster(coordinator=self._coordinator)["coordinator"]
             if coordinator:
+                job = job_name_for(self._job, world, "sluice.torch.IterableDataset")
                 strategy = MirroredStrategy([self._device])
                 self._dist = distribute_from_service(
-                    strategy, self._dataset, coordinator=coordinator, job=self._job,
+                    strategy, self._dataset, coordinator=coordinator, job=job,
                     consumer_index=rank, num_consumers=world, **self._service_kwargs)
             else:
                 strategy = MirroredStrategy([self._device], num_workers=world, worker_index=rank)
@@ -98,12 +107,22 @@ class IterableDataset(_tud.IterableDataset):
         return self._dist
 
     def __iter__(self):
-        info = _tud.get_worker_info()
-        if info is not None and info.num_workers > 1:
-            raise RuntimeError("sluice.torch.IterableDataset: use DataLoader(num_workers=0); "
-                               "Sluice's input workers do the loading")
+        if _tud.get_worker_info() is not None:
+            # A DataLoader worker is a fork (or spawn) of the trainer: gRPC channels, threads
+            # and CUDA state made before it do not work there, and each worker would be a
+            # consumer of its own.
+            raise errors.FailedPreconditionError(
+                "sluice.torch.IterableDataset runs in a DataLoader worker process; use "
+                "DataLoader(batch_size=None, num_workers=0) (or sluice.torch.loader): Sluice's "
+                "input workers do the loading, in the trainer process", errors.FAILED_PRECONDITION)
         for step in self.distributed_dataset():
             yield to_torch(step)
+
+    def __getstate__(self):
+        # The connection to the service stays with the process that made it.
+        state = self.__dict__.copy()
+        state["_dist"] = None
+        return state
 
     def __len__(self):
         return len(self.distributed_dataset())

@@ -6,6 +6,7 @@
 
 PYBIND11_MODULE(_sluice, m) {
   m.doc() = "Sluice's C++ client bound for Python; import `sluice`, not this module.";
+  m.attr("__version__") = SLUICE_VERSION;
   sluice::python::RegisterTensor(m);
   sluice::python::RegisterDataset(m);
   sluice::python::RegisterDistributedIterator(m);

@@ -1,8 +1,11 @@
 #include "python/src/py_distributed_iterator.h"
 
+#include <unistd.h>
+
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "sluice/per_replica_format.h"
 #include "python/src/py_element.h"
 #include "python/src/py_registration.h"
@@ -30,17 +33,51 @@ absl::StatusOr<std::optional<PerReplica<Element>>> Produce(DistributedIterator& 
 
 }  // namespace
 
+void CheckSameProcess(long pid, const char* what) {
+  if (static_cast<long>(getpid()) == pid) return;
+  ThrowStatus(absl::FailedPreconditionError(absl::StrCat(
+      "this ", what, " was made in process ", pid, " and is used in process ", getpid(),
+      " (a fork, such as a DataLoader worker): its threads and connections did not survive "
+      "the fork. Make the dataset's iterators in the process that reads them "
+      "(DataLoader(num_workers=0))")));
+}
+
 PyDistributedIterator::PyDistributedIterator(DistributedIterator it, bool interruptible)
-    : it_(std::make_shared<DistributedIterator>(std::move(it))), interruptible_(interruptible) {}
+    : it_(std::make_shared<DistributedIterator>(std::move(it))),
+      interruptible_(interruptible),
+      pid_(static_cast<long>(getpid())) {}
 
 PyDistributedIterator::~PyDistributedIterator() {
-  if (worker_ != nullptr) {
-    py::gil_scoped_release release;  // the worker may still be producing a step
-    worker_.reset();
+  if (static_cast<long>(getpid()) != pid_) {
+    // A forked child: the threads these objects would join do not exist here, and their mutexes
+    // may be held by threads of the parent; leak them rather than hang.
+    (void)worker_.release();
+    new std::shared_ptr<DistributedIterator>(std::move(it_));
+    return;
   }
+  // Stopping the worker and the iterator's streams may wait for RPCs: without the GIL, so that
+  // other threads (and their signal handling) run meanwhile.
+  py::gil_scoped_release release;
+  worker_.reset();
+  it_.reset();
 }
 
 PyDistributedIterator::StepOrEnd PyDistributedIterator::Fetch(bool padded) {
+  CheckSameProcess(pid_, "iterator");
+  if (busy_) {
+    throw std::runtime_error(
+        "sluice iterator: another thread is inside next() on this iterator; an iterator "
+        "serves one thread at a time (make one per thread, or lock around next())");
+  }
+  busy_ = true;
+  struct Clear {
+    bool* b;
+    ~Clear() { *b = false; }
+  } clear{&busy_};
+  return FetchLocked(padded);
+}
+
+PyDistributedIterator::StepOrEnd PyDistributedIterator::FetchLocked(bool padded) {
   if (stash_.has_value()) {
     StepOrEnd r = *std::move(stash_);
     stash_.reset();
@@ -73,17 +110,28 @@ py::object PyDistributedIterator::Next() {
   StepOrEnd step = Fetch(/*padded=*/false);
   if (!step.ok()) ThrowStatus(step.status());
   if (!step->has_value()) throw py::stop_iteration();
-  return StepToPython(**step);
+  return StepToPython(**step, /*may_share=*/!interruptible_);
+}
+
+py::object PyDistributedIterator::GetNext() {
+  StepOrEnd step = Fetch(/*padded=*/false);
+  if (!step.ok()) ThrowStatus(step.status());
+  if (!step->has_value()) ThrowStatus(absl::OutOfRangeError("End of sequence"));
+  return StepToPython(**step, /*may_share=*/!interruptible_);
 }
 
 py::object PyDistributedIterator::GetNextAsOptional() {
   StepOrEnd step = Fetch(/*padded=*/true);
   if (!step.ok()) ThrowStatus(step.status());
   if (!step->has_value()) return OptionalClass()(py::none(), false);
-  return OptionalClass()(StepToPython(**step), true);
+  return OptionalClass()(StepToPython(**step, /*may_share=*/!interruptible_), true);
 }
 
 py::bytes PyDistributedIterator::Checkpoint() {
+  CheckSameProcess(pid_, "iterator");
+  if (busy_) {
+    throw std::runtime_error("sluice iterator: checkpoint() while another thread is in next()");
+  }
   if (in_flight_ != nullptr || stash_.has_value()) {
     ThrowStatus(absl::FailedPreconditionError(
         "checkpoint(): an interrupted next() holds a step that was not returned yet; call "
@@ -96,13 +144,27 @@ py::object PyDistributedIterator::ElementSpec() const {
   return DistributedSpecToPython(it_->element_spec());
 }
 
+PyDistributedDataset::PyDistributedDataset(DistributedDataset dataset, bool interruptible)
+    : dataset_(std::move(dataset)),
+      interruptible_(interruptible),
+      pid_(static_cast<long>(getpid())) {}
+
 std::unique_ptr<PyDistributedIterator> PyDistributedDataset::MakeIterator() const {
-  absl::StatusOr<DistributedIterator> it;
-  {
-    py::gil_scoped_release release;
-    it = dataset_.MakeIterator();
+  CheckSameProcess(pid_, "distributed dataset");
+  if (!interruptible_) {
+    absl::StatusOr<DistributedIterator> it;
+    {
+      py::gil_scoped_release release;
+      it = dataset_.MakeIterator();
+    }
+    return std::make_unique<PyDistributedIterator>(ValueOrThrow(std::move(it)), interruptible_);
   }
-  return std::make_unique<PyDistributedIterator>(ValueOrThrow(std::move(it)), interruptible_);
+  // A service iterator connects (with retries up to the retry deadline): Ctrl-C interrupts
+  // the wait; an interrupted call finishes alone and its iterator is dropped.
+  auto it = std::make_shared<absl::StatusOr<DistributedIterator>>(absl::UnknownError("not run"));
+  const bool finished = RunInterruptibly([it, dataset = dataset_] { *it = dataset.MakeIterator(); });
+  if (!finished) throw py::error_already_set();
+  return std::make_unique<PyDistributedIterator>(ValueOrThrow(std::move(*it)), interruptible_);
 }
 
 py::object PyDistributedDataset::ElementSpec() const {
@@ -119,8 +181,8 @@ tf.distribute.DistributedIterator: next() returns one step, the element's struct
 PerReplica (one Tensor per local replica) at each leaf; StopIteration at the end of data.)doc")
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__", &PyDistributedIterator::Next)
-      .def("get_next", &PyDistributedIterator::Next,
-           "The next step; StopIteration at the end (TF raises OutOfRangeError inside).")
+      .def("get_next", &PyDistributedIterator::GetNext,
+           "The next step; OutOfRangeError at the end (as TF's get_next()).")
       .def("get_next_as_optional", &PyDistributedIterator::GetNextAsOptional,
            "A sluice.Optional: a value while any replica has data, empty at the end.")
       .def("checkpoint", &PyDistributedIterator::Checkpoint,
@@ -129,6 +191,8 @@ PerReplica (one Tensor per local replica) at each leaf; StopIteration at the end
       .def_property_readonly("element_spec", &PyDistributedIterator::ElementSpec)
       .def_property_readonly("_in_flight", &PyDistributedIterator::in_flight,
                              "True while a service call is waiting or was interrupted; tests.");
+  m.def("_handout_copies", &HandoutCopies,
+        "Tensors copied at hand-out because another step could share their memory; tests.");
 
   py::class_<PyDistributedDataset>(m, "_DistributedDataset")
       // The iterator keeps its dataset alive (iter(strategy.experimental_distribute_dataset(..))).

@@ -8,7 +8,13 @@
 // interrupts the wait at once (interruptible_worker.h). Either way a step fetched when the
 // KeyboardInterrupt came is kept and returned by the next call.
 //
-// Thread safety: one Python thread per iterator at a time (as TF's); datasets may be shared.
+// get_next() is TF's: OutOfRangeError at the end (next() raises StopIteration).
+//
+// Thread safety: one Python thread per iterator at a time (as TF's); a second thread calling
+// into an iterator while a call is in progress gets RuntimeError (never a crash). Datasets may
+// be shared. Iterators and datasets belong to the process that made them: used in a forked
+// child (a DataLoader worker) they raise FailedPreconditionError; make them in the child.
+// Teardown releases the GIL while the iterator's threads and streams stop.
 #ifndef SLUICE_PYTHON_SRC_PY_DISTRIBUTED_ITERATOR_H_
 #define SLUICE_PYTHON_SRC_PY_DISTRIBUTED_ITERATOR_H_
 
@@ -30,6 +36,8 @@ class PyDistributedIterator {
 
   // __next__: the step, or StopIteration at the end.
   pybind11::object Next();
+  // get_next(): the step, or OutOfRangeError at the end.
+  pybind11::object GetNext();
   // get_next_as_optional(): a sluice.Optional.
   pybind11::object GetNextAsOptional();
   // The step after the last one returned, serialised (IteratorCheckpoint::Serialize()).
@@ -43,20 +51,26 @@ class PyDistributedIterator {
   struct Call {
     StepOrEnd result = std::nullopt;
   };
-  // The next step (nullopt at the end); padded: GetNextAsOptional's kind of step.
+  // The next step (nullopt at the end); padded: GetNextAsOptional's kind of step. RuntimeError
+  // while another thread is inside a call; FailedPreconditionError in a forked child.
   StepOrEnd Fetch(bool padded);
+  StepOrEnd FetchLocked(bool padded);
 
   std::shared_ptr<DistributedIterator> it_;
-  const bool interruptible_;
+  const bool interruptible_;  // a service iterator (see StepToPython's may_share)
   std::unique_ptr<InterruptibleWorker> worker_;  // interruptible only
   std::shared_ptr<Call> in_flight_;              // submitted to worker_, not yet returned
   std::optional<StepOrEnd> stash_;               // fetched, not returned (interrupted)
+  bool busy_ = false;  // a call is in progress (read and written under the GIL)
+  const long pid_;     // the process that made the iterator
 };
+
+// FailedPreconditionError (raised) when called in a process other than `pid` (a fork).
+void CheckSameProcess(long pid, const char* what);
 
 class PyDistributedDataset {
  public:
-  PyDistributedDataset(DistributedDataset dataset, bool interruptible)
-      : dataset_(std::move(dataset)), interruptible_(interruptible) {}
+  PyDistributedDataset(DistributedDataset dataset, bool interruptible);
 
   std::unique_ptr<PyDistributedIterator> MakeIterator() const;
   pybind11::object ElementSpec() const;
@@ -66,6 +80,7 @@ class PyDistributedDataset {
  private:
   DistributedDataset dataset_;
   bool interruptible_;
+  long pid_;
 };
 
 }  // namespace sluice::python

@@ -1,5 +1,9 @@
 #include "python/src/py_element.h"
 
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,7 +70,59 @@ void LeavesInOrder(const Element& e, std::vector<const Tensor*>* out) {
   for (const Element& c : e.children()) LeavesInOrder(c, out);
 }
 
+std::atomic<int64_t> handout_copies{0};
+
+// How many leaves of `step` refer to each host buffer.
+std::map<const TensorBuffer*, long> BufferUsesInStep(const PerReplica<Element>& step) {
+  std::map<const TensorBuffer*, long> uses;
+  for (const Element& e : step) {
+    std::vector<const Tensor*> leaves;
+    LeavesInOrder(e, &leaves);
+    for (const Tensor* t : leaves) {
+      if (t->buffer() != nullptr) ++uses[t->buffer().get()];
+    }
+  }
+  return uses;
+}
+
+// `t`, or a copy of it when its host buffer is referenced from outside this step.
+Tensor Unshared(const Tensor& t, const std::map<const TensorBuffer*, long>& uses) {
+  if (!t.valid() || t.dtype() == DType::kString || t.buffer() == nullptr ||
+      t.buffer()->space() == MemorySpace::kDevice) {
+    return t;
+  }
+  // use_count() counts this step's leaves plus every other holder: a dataset's constant
+  // (from_tensors, from_tensor_slices), a cache, an earlier step still alive in Python, an op
+  // keeping the rest of a batch for the next step. Holders that only pass through (a prefetch
+  // thread) make it larger, never smaller, so a miss is an extra copy, never a shared buffer.
+  auto it = uses.find(t.buffer().get());
+  if (it != uses.end() && t.buffer().use_count() <= it->second) return t;
+  Tensor copy = Tensor::Allocate(t.dtype(), t.shape());
+  if (t.byte_size() > 0) std::memcpy(copy.mutable_raw_data(), t.raw_data(), t.byte_size());
+  handout_copies.fetch_add(1, std::memory_order_relaxed);
+  return copy;
+}
+
 }  // namespace
+
+int64_t HandoutCopies() { return handout_copies.load(std::memory_order_relaxed); }
+
+PerReplica<Element> UnsharedStep(const PerReplica<Element>& step) {
+  const std::map<const TensorBuffer*, long> uses = BufferUsesInStep(step);
+  bool shared = false;
+  for (const Element& e : step) {
+    std::vector<const Tensor*> leaves;
+    LeavesInOrder(e, &leaves);
+    for (const Tensor* t : leaves) {
+      auto it = uses.find(t->buffer().get());
+      shared = shared || (it != uses.end() && t->buffer().use_count() > it->second);
+    }
+  }
+  if (!shared) return step;
+  return step.Run([&](const Element& e) {
+    return e.Map([&](const Tensor& t) { return Unshared(t, uses); });
+  });
+}
 
 Element ElementFromPython(py::handle value) {
   if (PyTuple_Check(value.ptr())) {
@@ -96,7 +152,10 @@ py::object SpecToPython(const ElementSpec& spec) {
   return NestToPython(spec, [](const TensorSpec& s) { return TensorSpecToPython(s); });
 }
 
-py::object StepToPython(const PerReplica<Element>& step) {
+py::object StepToPython(const PerReplica<Element>& handed_out, bool may_share) {
+  std::optional<PerReplica<Element>> unshared;
+  if (may_share) unshared = UnsharedStep(handed_out);
+  const PerReplica<Element>& step = unshared.has_value() ? *unshared : handed_out;
   if (step.num_replicas() == 1) return ElementToPython(step[0]);
   static py::object* per_replica = new py::object(ValuesAttr("PerReplica"));
   bool same = true;
@@ -119,7 +178,10 @@ py::object StepToPython(const PerReplica<Element>& step) {
 
 py::object DistributedSpecToPython(const DistributedElementSpec& spec) {
   static py::object* cls = new py::object(ValuesAttr("PerReplicaSpec"));
-  return NestToPython(spec, [](const PerReplicaSpec& s) {
+  bool one_replica = true;
+  for (const PerReplicaSpec& s : spec.Flatten()) one_replica = one_replica && s.specs.size() == 1;
+  return NestToPython(spec, [one_replica](const PerReplicaSpec& s) {
+    if (one_replica) return TensorSpecToPython(s.specs[0]);  // as TF: no PerReplica to describe
     py::tuple specs(s.specs.size());
     for (size_t i = 0; i < s.specs.size(); ++i) specs[i] = TensorSpecToPython(s.specs[i]);
     return (*cls)(*specs);

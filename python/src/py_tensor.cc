@@ -179,15 +179,49 @@ py::object ToNumpy(py::object self, const Tensor& t) {
 }
 
 // DLPack: the managed tensor owns a reference to the sluice::Tensor (its buffer stays alive
-// until the consumer calls the deleter) and the shape array the DLTensor points into.
+// until the consumer calls the deleter) and the shape array the DLTensor points into. For a
+// device tensor it also knows the consumer's stream: when the consumer lets go (the deleter),
+// the buffer is fenced on that stream, so that its ring slot is refilled only after the
+// kernels the consumer queued there before letting go have run.
 struct DLPackContext {
   Tensor tensor;
   std::vector<int64_t> shape;
   SluiceDLManagedTensor managed{};
+  bool fence = false;
+  void* stream = nullptr;
 };
 
 void DeleteDLPack(SluiceDLManagedTensor* self) {
-  delete static_cast<DLPackContext*>(self->manager_ctx);
+  auto* ctx = static_cast<DLPackContext*>(self->manager_ctx);
+  if (ctx->fence) {
+    if (const DeviceTensorBuffer* d = DeviceBufferOf(ctx->tensor)) {
+      // Fails only when the device refuses an event on that stream, which then has failed too.
+      d->ReleaseAfter(ctx->stream).IgnoreError();
+    }
+  }
+  delete ctx;
+}
+
+// The consumer's stream of __dlpack__(stream=) for a CUDA tensor, as DLPack numbers it: None
+// is the legacy default stream (1), 2 the per-thread default stream, -1 "no synchronization"
+// (the consumer orders its work itself: no fence), any other value a cudaStream_t; 0 is
+// ambiguous and refused.
+void ConsumerStream(const py::object& stream, bool* fence, void** out) {
+  *fence = true;
+  if (stream.is_none()) {
+    *out = reinterpret_cast<void*>(uintptr_t{1});
+    return;
+  }
+  const long long value = stream.cast<long long>();
+  if (value == 0) {
+    throw py::buffer_error("__dlpack__: stream=0 is ambiguous for CUDA; pass 1 (legacy default "
+                           "stream), 2 (per-thread default stream) or a cudaStream_t");
+  }
+  if (value == -1) {
+    *fence = false;
+    return;
+  }
+  *out = reinterpret_cast<void*>(static_cast<uintptr_t>(value));
 }
 
 void DLPackCapsuleDestructor(PyObject* capsule) {
@@ -231,8 +265,14 @@ py::capsule ToDLPack(const Tensor& t, py::object stream) {
     throw py::buffer_error("__dlpack__: stream must be None for a tensor in host memory");
   }
   // Device tensors are complete when the iterator returns them (the prefetcher waits for each
-  // copy's event first), so there is nothing to order against the consumer's stream.
+  // copy's event first), so the consumer's stream needs no wait before reading; what needs
+  // ordering is the release (DeleteDLPack).
+  bool fence = false;
+  void* consumer_stream = nullptr;
+  if (!InHostMemory(t)) ConsumerStream(stream, &fence, &consumer_stream);
   auto* ctx = new DLPackContext;
+  ctx->fence = fence;
+  ctx->stream = consumer_stream;
   ctx->tensor = t;
   ctx->shape = t.shape().dims();
   SluiceDLTensor& dl = ctx->managed.dl_tensor;
@@ -374,11 +414,30 @@ str() and repr() print as TensorFlow prints a tf.Tensor.)doc");
           "bfloat16: float32).")
       .def(
           "__array__",
-          [](py::object self, py::object dtype) {
-            py::object a = ToNumpy(self, self.cast<const Tensor&>());
-            return dtype.is_none() ? a : a.attr("astype")(dtype);
+          [](py::object self, py::object dtype, py::object copy) {
+            // numpy 2's protocol: copy=None views when it can, True always copies, False
+            // raises ValueError when a view is impossible (strings, bfloat16, device memory,
+            // or a dtype change).
+            const Tensor& t = self.cast<const Tensor&>();
+            const bool must_copy = !copy.is_none() && copy.cast<bool>();
+            const bool no_copy = !copy.is_none() && !copy.cast<bool>();
+            if (no_copy) {
+              const std::string why = NoHostViewReason(t);
+              if (!why.empty()) throw py::value_error("__array__(copy=False): " + why);
+            }
+            py::object a = ToNumpy(self, t);
+            if (!dtype.is_none()) {
+              py::object want = Numpy().attr("dtype")(dtype);
+              if (!want.equal(a.attr("dtype"))) {
+                if (no_copy) {
+                  throw py::value_error("__array__(copy=False): a dtype change needs a copy");
+                }
+                return a.attr("astype")(want);
+              }
+            }
+            return must_copy ? a.attr("copy")() : a;
           },
-          py::arg("dtype") = py::none())
+          py::arg("dtype") = py::none(), py::kw_only(), py::arg("copy") = py::none())
       .def(
           "__dlpack__",
           [](const Tensor& t, py::object stream, py::object /*max_version*/,
@@ -390,7 +449,10 @@ str() and repr() print as TensorFlow prints a tf.Tensor.)doc");
           },
           py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
           py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
-          "A DLPack capsule viewing this tensor (host or CUDA memory), no copy.")
+          "A DLPack capsule viewing this tensor (host or CUDA memory), no copy. For a CUDA "
+          "tensor, `stream` is the consumer's stream (DLPack's numbering; None: the legacy "
+          "default stream): the buffer returns to the prefetch ring only after the work "
+          "queued there before the view is released has run.")
       .def("__dlpack_device__",
            [](const Tensor& t) {
              SluiceDLDevice d = DLDeviceOf(t);
@@ -404,6 +466,19 @@ str() and repr() print as TensorFlow prints a tf.Tensor.)doc");
       .def("__str__", [](const Tensor& t) { return FormatTensor(t); })
       .def("__repr__", [](const Tensor& t) { return FormatTensorRepr(t); });
 
+  m.def(
+      "_bfloat16_for_tests",
+      [](const Tensor& t) {
+        if (t.dtype() != DType::kFloat32 || !InHostMemory(t)) {
+          ThrowStatus(absl::InvalidArgumentError("_bfloat16_for_tests takes a float32 tensor"));
+        }
+        Tensor out = Tensor::Allocate(DType::kBFloat16, t.shape());
+        for (int64_t i = 0; i < t.num_elements(); ++i) {
+          out.mutable_data<uint16_t>()[i] = FloatToBFloat16(t.data<float>()[i]);
+        }
+        return out;
+      },
+      "A bfloat16 copy of a float32 tensor (no pipeline op makes bfloat16 yet); for tests.");
   m.def(
       "constant", [](py::handle value) { return TensorFromPython(value); }, py::arg("value"),
       R"doc(tf.constant(value): a Tensor from a numpy array (its dtype), a Python scalar or nested

@@ -5,7 +5,10 @@
 // tensors expose __dlpack__ / __dlpack_device__ for torch.from_dlpack, jax.dlpack and
 // tf.experimental.dlpack. Every view holds a reference to the tensor's buffer (a shared_ptr),
 // so the memory outlives the iterator and the step it came from, and a device buffer goes back
-// to the device prefetcher's ring only when the last view of it dies.
+// to the device prefetcher's ring only when the last view of it dies and the work its DLPack
+// consumers queued on their streams before letting go (__dlpack__(stream=)) has run. DLPack
+// views are writable (torch cannot honour read-only): a step's tensors are never memory another
+// step is handed (py_element.h, UnsharedStep), so in-place ops change that step alone.
 //
 // String tensors have no buffer: numpy() and numpy.asarray give an object array of bytes (a
 // copy). bfloat16 tensors have no numpy dtype: use __dlpack__ (or numpy(), which widens them to

@@ -1,6 +1,8 @@
 """One rank of the two-process DDP test (test_torch_ddp.py): trains a linear model on a job
-read from a real coordinator through sluice.torch, and prints one JSON line with the element
-ids it saw, its step count and the mean loss per epoch."""
+read from a real coordinator through sluice.torch, normalizing every batch in place (the
+README's training loop), and prints one JSON line with the element ids it saw, its step count,
+the mean loss per epoch, how many batches arrived with values other than the dataset's rows for
+their ids, and how many batches changed after the next one was fetched."""
 
 import json
 import sys
@@ -24,14 +26,25 @@ def main(coordinator, init_method, rank, world_size, epochs):
     ds = sluice.data.Dataset.from_tensor_slices({"id": ids, "x": x, "y": y}).batch(8)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    seen, losses, steps = [], [], 0
+    mean, std = torch.from_numpy(x.mean(axis=0)), torch.from_numpy(x.std(axis=0))
+    seen, losses, steps, bad_arrivals, changed_later = [], [], 0, 0, 0
     for epoch in range(epochs):
         data = sluice.torch.IterableDataset(ds, coordinator=coordinator,
                                             job="ddp-epoch-%d" % epoch, sharding_policy="ranges")
         total, count = 0.0, 0
+        previous = None  # the previous batch's tensor and a copy of its values
         for batch in torch.utils.data.DataLoader(data, batch_size=None, num_workers=0):
             assert isinstance(batch["x"], torch.Tensor)
-            seen += batch["id"].tolist()
+            ids = batch["id"].tolist()
+            seen += ids
+            # The batch is what the pipeline produced (a copy taken on arrival) ...
+            if not np.array_equal(batch["x"].numpy(), x[ids]):
+                bad_arrivals += 1
+            # ... and normalizing it in place changed no batch that came before it.
+            if previous is not None and not torch.equal(previous[0], previous[1]):
+                changed_later += 1
+            batch["x"].sub_(mean).div_(std)
+            previous = (batch["x"], batch["x"].clone())
             opt.zero_grad()
             loss = torch.nn.functional.mse_loss(model(batch["x"]), batch["y"])
             loss.backward()
@@ -40,7 +53,8 @@ def main(coordinator, init_method, rank, world_size, epochs):
             count += 1
             steps += 1
         losses.append(total / count)
-    print(json.dumps({"rank": rank, "ids": seen, "steps": steps, "losses": losses}), flush=True)
+    print(json.dumps({"rank": rank, "ids": seen, "steps": steps, "losses": losses,
+                      "bad_arrivals": bad_arrivals, "changed_later": changed_later}), flush=True)
     dist.destroy_process_group()
 
 

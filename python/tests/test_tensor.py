@@ -38,14 +38,95 @@ def test_replicas_of_a_step_are_views_of_one_received_batch():
 
 
 def test_buffers_outlive_the_iterator_and_the_dataset():
-    strategy, dist, it, x = _first_step("from_tensor_slices([[1., 2.], [3., 4.]]).batch(2)")
+    strategy, dist, it, x = _first_step("range(4).batch(2)")
     t = x.values[1]
+    assert t._buffer_refs == 2  # the two replicas' slices of one batch, nothing else
     a = np.asarray(t)
-    refs_before = t._buffer_refs
-    del strategy, dist, it, x, t
+    assert t._buffer_refs == 2  # a numpy view holds the Tensor, not another reference
+    del strategy, dist, it, x
     gc.collect()
-    np.testing.assert_array_equal(a, [[3., 4.]])  # still valid: the array holds the buffer
-    assert refs_before >= 1
+    assert t._buffer_refs == 1  # replica 0 and the iterator let go
+    del t
+    gc.collect()
+    np.testing.assert_array_equal(a, [1])  # still valid: the array holds the buffer
+
+
+def test_every_view_gives_its_reference_back():
+    torch = pytest.importorskip("torch")
+    t = sluice.constant(np.arange(6, dtype=np.float32))
+    assert t._buffer_refs == 1
+    views = [np.asarray(t), memoryview(t), np.from_dlpack(t), torch.from_dlpack(t)]
+    assert t._buffer_refs == 3  # each DLPack consumer holds the buffer until it lets go
+    del views
+    gc.collect()
+    assert t._buffer_refs == 1
+
+
+NUMPY_DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                np.uint64, np.float16, np.float32, np.float64]
+SHAPES = [(), (0,), (3, 0), (2, 3)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", NUMPY_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_every_dtype_and_shape_crosses_without_a_copy(dtype, shape):
+    want = (np.arange(int(np.prod(shape))) % 7).reshape(shape).astype(dtype)
+    t = sluice.constant(want)
+    assert t.shape == shape and t.dtype == np.dtype(dtype).name.replace("bool", "bool")
+    a = np.asarray(t)
+    assert a.dtype == want.dtype and a.shape == shape
+    np.testing.assert_array_equal(a, want)
+    assert not a.flags.writeable
+    m = memoryview(t)
+    assert m.readonly and m.shape == shape and m.nbytes == want.nbytes
+    if want.size:
+        assert a.ctypes.data == t._data_ptr
+    np.testing.assert_array_equal(t.numpy(), want)
+    refs = t._buffer_refs
+    capsule = t.__dlpack__()
+    assert t._buffer_refs == refs + 1
+    del capsule, a, m
+    gc.collect()
+    assert t._buffer_refs == refs
+
+
+TORCH_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32",
+                "float64"]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", TORCH_DTYPES)
+def test_every_torch_dtype_and_shape_crosses_with_dlpack(dtype, shape):
+    torch = pytest.importorskip("torch")
+    if dtype == "bool" and int(torch.__version__.split(".")[0]) < 2:
+        pytest.skip("torch %s's from_dlpack has no bool (DLPack code 6)" % torch.__version__)
+    want = (np.arange(int(np.prod(shape))) % 7).reshape(shape).astype(dtype)
+    t = sluice.constant(want)
+    pt = torch.from_dlpack(t)
+    assert pt.dtype == getattr(torch, dtype) and tuple(pt.shape) == shape
+    np.testing.assert_array_equal(pt.numpy(), want)
+    if want.size:
+        assert pt.data_ptr() == t._data_ptr
+    assert t._buffer_refs == 2
+    del pt
+    gc.collect()
+    assert t._buffer_refs == 1
+
+
+def test_bfloat16_crosses_to_torch_and_widens_for_numpy():
+    torch = pytest.importorskip("torch")
+    from sluice import _sluice
+    t = _sluice._bfloat16_for_tests(sluice.constant([1.5, -2., 3.25, 0.]))
+    assert t.dtype == "bfloat16" and t._buffer_refs == 1
+    pt = torch.from_dlpack(t)
+    assert pt.dtype == torch.bfloat16 and pt.tolist() == [1.5, -2., 3.25, 0.]
+    assert pt.data_ptr() == t._data_ptr
+    assert t.numpy().dtype == np.float32 and t.numpy().tolist() == [1.5, -2., 3.25, 0.]
+    with pytest.raises(BufferError):
+        memoryview(t)
+    del pt
+    gc.collect()
+    assert t._buffer_refs == 1
 
 
 def test_dlpack_to_numpy_without_a_copy():

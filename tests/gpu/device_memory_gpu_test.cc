@@ -14,6 +14,14 @@
 #include "gtest/gtest.h"
 #include "sluice/strategy.h"
 
+#if SLUICE_EXPECT_CUDA
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#endif
+
 namespace sluice {
 namespace {
 
@@ -317,6 +325,83 @@ TEST(GpuStrategyTest, MirroredStrategyOnGpusYieldsDeviceTensors) {
   }
   EXPECT_TRUE(absl::IsOutOfRange(it->GetNext().status()));
 }
+
+#if SLUICE_EXPECT_CUDA
+// Steps 0, 1, 2, ...: one float32 tensor of 1 MiB, every element equal to the step number.
+class StepNumberSource : public StepSource {
+ public:
+  absl::Status GetNextStep(std::vector<Element>* replicas, bool* end_of_data) override {
+    std::vector<float> values(size_t{1} << 18, static_cast<float>(next_++));
+    replicas->assign(1, Element(Tensor::FromVector(values)));
+    *end_of_data = false;
+    return absl::OkStatus();
+  }
+
+ private:
+  int next_ = 0;
+};
+
+// A host function enqueued on a stream: the stream stops there until the test opens the gate.
+void CUDART_CB WaitForGate(void* gate) {
+  auto* open = static_cast<std::atomic<bool>*>(gate);
+  while (!open->load()) std::this_thread::yield();
+}
+
+TEST(GpuPrefetcherTest, ASlotIsRefilledOnlyAfterTheConsumersStreamIsDoneWithIt) {
+  SKIP_WITHOUT_GPU();
+  std::shared_ptr<DeviceMemory> cuda = Cuda();
+  ASSERT_NE(cuda, nullptr);
+  DevicePrefetchOptions options;
+  options.buffer_size = 1;
+  options.replicas = {ReplicaPlacement{cuda, 0}};
+  absl::StatusOr<std::unique_ptr<StepSource>> wrapped =
+      DevicePrefetcher::Wrap(std::make_unique<StepNumberSource>(), options);
+  ASSERT_TRUE(wrapped.ok()) << wrapped.status();
+  StepSource* source = wrapped->get();
+  auto* prefetcher = dynamic_cast<DevicePrefetcher*>(source);
+  ASSERT_NE(prefetcher, nullptr);
+
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t consumer = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+  std::atomic<bool> gate{false};
+  std::vector<float> read(size_t{1} << 18, -1.0f);
+  {
+    std::vector<Element> step0;
+    bool end = false;
+    ASSERT_TRUE(source->GetNextStep(&step0, &end).ok());
+    const Tensor& t = step0[0].leaf();
+    const DeviceTensorBuffer* d = DeviceBufferOf(t);
+    ASSERT_NE(d, nullptr);
+    // The consumer's "kernel": held at the gate, then reads step 0's bytes.
+    ASSERT_EQ(cudaLaunchHostFunc(consumer, &WaitForGate, &gate), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(read.data(), t.raw_data(), t.byte_size(), cudaMemcpyDeviceToHost,
+                              consumer),
+              cudaSuccess);
+    ASSERT_TRUE(d->ReleaseAfter(consumer).ok());
+  }  // step 0 dropped while its reader has not run
+  std::vector<Element> step1;
+  bool end = false;
+  ASSERT_TRUE(source->GetNextStep(&step1, &end).ok());
+  // Step 2 would go into step 0's slot. Without the fence its copy would be enqueued now; give
+  // it the chance (bounded), then open the gate.
+  std::thread fetch2([&] {
+    std::vector<Element> step2;
+    bool end2 = false;
+    EXPECT_TRUE(source->GetNextStep(&step2, &end2).ok());
+  });
+  for (int i = 0; i < 200 && prefetcher->stats().copies < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  gate.store(true);
+  ASSERT_EQ(cudaStreamSynchronize(consumer), cudaSuccess);
+  fetch2.join();
+  for (float v : read) {
+    ASSERT_EQ(v, 0.0f);
+  }
+  cudaStreamDestroy(consumer);
+}
+#endif  // SLUICE_EXPECT_CUDA
 
 }  // namespace
 }  // namespace sluice

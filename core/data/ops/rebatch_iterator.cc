@@ -60,7 +60,10 @@ class RebatchIterator : public OpIterator {
         gathered += end_row - offset_;
       }
       offset_ = end_row;
-      if (offset_ == rows) offset_ = -1;
+      if (offset_ == rows) {
+        offset_ = -1;
+        ForgetBytes();
+      }
     }
     if (gathered == 0 || (drop_remainder_ && gathered < desired)) {
       *end_of_sequence = true;
@@ -117,6 +120,19 @@ class RebatchIterator : public OpIterator {
     leaves_ = std::move(leaves);
     offset_ = 0;
     return absl::OkStatus();
+  }
+
+  // The current batch is used up: keep its shapes (for empty pieces), not its bytes, so that
+  // the pieces handed out are the only references to them (a consumer may then change them in
+  // place without a copy: python/src/py_element.h, UnsharedStep).
+  void ForgetBytes() {
+    std::vector<Tensor> shapes;
+    shapes.reserve(leaves_.size());
+    for (const Tensor& t : leaves_) shapes.push_back(EmptyPieceFromSpec({t.dtype(), t.shape()}));
+    auto packed = Element::Pack(structure_, shapes);
+    if (!packed.ok()) return;  // the same structure: never happens; keep the batch then
+    structure_ = *std::move(packed);
+    leaves_ = std::move(shapes);
   }
 
   absl::Status EmptyPiece(Element* out, bool* end_of_sequence) {
@@ -193,6 +209,10 @@ class LegacyRebatchIterator : public OpIterator {
     auto packed = Element::Pack(structure_, std::move(piece));
     if (!packed.ok()) return InvalidArgument(packed.status().message());
     *out = *std::move(packed);
+    if (slice_ == 0) {  // the batch is used up: its pieces are the only references to it
+      structure_ = Element();
+      leaves_.clear();
+    }
     return absl::OkStatus();
   }
 
