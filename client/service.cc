@@ -51,6 +51,14 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
           "; this consumer is ", options.consumer_index, " of ", options.num_consumers));
     }
   }
+  if (options.num_consumers > 1 && options.job_name.empty()) {
+    // An empty name makes a job of this process alone: every consumer would get its own and
+    // wait for peers that never join (coordinated) or read a share of data nobody else reads.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ServiceOptions.job_name is required with num_consumers = ", options.num_consumers,
+        ": without a name every consumer shares, each process would get a job of its own and "
+        "wait for peers that never join; give every consumer the same job_name"));
+  }
   if (options.sharding_policy == ServiceShardingPolicy::kRanges) {
     const ServiceOrder& o = options.order;
     if (o.num_epochs < 1 || o.range_steps < 0 || o.shuffle_block_size < 0) {

@@ -83,7 +83,8 @@ struct ServiceSecurity {
 struct ServiceOptions {
   // The coordinator, "host:port". Required.
   std::string coordinator_address;
-  // Consumers naming the same job share it; an empty name makes a job of this process alone.
+  // Consumers naming the same job share it; an empty name makes a job of this process alone,
+  // so it is required (INVALID_ARGUMENT) when num_consumers > 1.
   std::string job_name;
   // This trainer process among the job's consumers.
   int64_t consumer_index = 0;

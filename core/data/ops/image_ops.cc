@@ -65,10 +65,11 @@ int64_t DrawUpTo(std::mt19937_64& gen, int64_t n) {
   return static_cast<int64_t>(gen() % (static_cast<uint64_t>(n) + 1));
 }
 
-// Copies rows [y0, y0 + h) x columns [x0, x0 + w) x channels [c0, c0 + c) of `in`.
-Tensor Window(const Tensor& in, int64_t y0, int64_t x0, int64_t c0, int64_t h, int64_t w,
-              int64_t c) {
-  Tensor out = Tensor::Allocate(in.dtype(), Shape({h, w, c}));
+// Copies rows [y0, y0 + h) x columns [x0, x0 + w) x channels [c0, c0 + c) of `in`, into a
+// tensor from the allocator (RESOURCE_EXHAUSTED naming `op` when refused).
+absl::StatusOr<Tensor> Window(const Tensor& in, int64_t y0, int64_t x0, int64_t c0, int64_t h,
+                              int64_t w, int64_t c, absl::string_view op) {
+  ASSIGN_OR_RETURN(Tensor out, Tensor::TryAllocate(in.dtype(), Shape({h, w, c}), op));
   const size_t e = DTypeSize(in.dtype());
   const int64_t in_w = in.shape().dim(1), in_c = in.shape().dim(2);
   const char* src = static_cast<const char*>(in.raw_data());
@@ -202,7 +203,8 @@ class DecodeImageFn : public ComponentFn {
                                       "all while decoding)",
                                       DType::kInt16, {height, width, components}));
     }
-    Tensor out = Tensor::Allocate(DType::kUInt8, Shape({height, width, c}));
+    ASSIGN_OR_RETURN(Tensor out,
+                     Tensor::TryAllocate(DType::kUInt8, Shape({height, width, c}), "decode_jpeg"));
     if (tjDecompress2(handle.h, src, bytes.size(), out.mutable_data<uint8_t>(), width, 0, height,
                       c == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_FASTDCT) != 0) {
       // Fatal errors and truncated data fail, as TF's decode_jpeg does (try_recover_truncated
@@ -254,7 +256,7 @@ class DecodeImageFn : public ComponentFn {
     const int bit_depth = static_cast<unsigned char>(bytes[24]);
     const uint8_t opaque =
         bit_depth >= 1 && bit_depth < 8 ? static_cast<uint8_t>((1 << bit_depth) - 1) : 255;
-    Tensor out = Tensor::Allocate(DType::kUInt8, Shape({h, w, c}));
+    ASSIGN_OR_RETURN(Tensor out, Tensor::TryAllocate(DType::kUInt8, Shape({h, w, c}), "decode_png"));
     uint8_t* dst = out.mutable_data<uint8_t>();
     const int64_t gray_or_rgb = color ? 3 : 1;
     for (int64_t p = 0; p < h * w; ++p) {
@@ -318,7 +320,8 @@ class ResizeFn : public ComponentFn {
     };
     const std::vector<Interp> ys = interps(height_, in_h, y_scale);
     const std::vector<Interp> xs = interps(width_, in_w, x_scale);
-    Tensor out = Tensor::Allocate(DType::kFloat32, Shape({height_, width_, c}));
+    ASSIGN_OR_RETURN(Tensor out,
+                     Tensor::TryAllocate(DType::kFloat32, Shape({height_, width_, c}), "resize"));
     float* dst = out.mutable_data<float>();
     VisitNumericDType(input.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -383,7 +386,9 @@ class RandomCropFn : public ComponentFn {
     const int64_t y0 = DrawUpTo(gen, h - size_[0]);
     const int64_t x0 = DrawUpTo(gen, w - size_[1]);
     const int64_t c0 = DrawUpTo(gen, c - ch);
-    return Element(Window(input, y0, x0, c0, size_[0], size_[1], ch));
+    ASSIGN_OR_RETURN(Tensor out,
+                     Window(input, y0, x0, c0, size_[0], size_[1], ch, "random_crop"));
+    return Element(std::move(out));
   }
 
  private:
@@ -408,7 +413,8 @@ class RandomFlipFn : public ComponentFn {
     std::mt19937_64 gen = ElementGenerator(seed_, input);
     if (DrawUpTo(gen, 1) == 0) return Element(input);
     const int64_t h = input.shape().dim(0), w = input.shape().dim(1), c = input.shape().dim(2);
-    Tensor out = Tensor::Allocate(input.dtype(), input.shape());
+    ASSIGN_OR_RETURN(Tensor out,
+                     Tensor::TryAllocate(input.dtype(), input.shape(), "random_flip_left_right"));
     const size_t px = static_cast<size_t>(c) * DTypeSize(input.dtype());
     const char* src = static_cast<const char*>(input.raw_data());
     char* dst = static_cast<char*>(out.mutable_raw_data());
@@ -443,7 +449,9 @@ class CentralCropFn : public ComponentFn {
     if (fraction_ == 1.0) return Element(input);
     const int64_t h = input.shape().dim(0), w = input.shape().dim(1);
     const int64_t y0 = Start(h), x0 = Start(w);
-    return Element(Window(input, y0, x0, 0, h - 2 * y0, w - 2 * x0, input.shape().dim(2)));
+    ASSIGN_OR_RETURN(Tensor out, Window(input, y0, x0, 0, h - 2 * y0, w - 2 * x0,
+                                        input.shape().dim(2), "central_crop"));
+    return Element(std::move(out));
   }
 
  private:

@@ -46,7 +46,7 @@ class OneHotFn : public ComponentFn {
     std::vector<int64_t> dims = input.shape().dims();
     dims.push_back(depth_);
     RETURN_IF_ERROR(CheckAllocation("the one-hot output", dtype_, dims));
-    Tensor out = Tensor::Allocate(dtype_, Shape(std::move(dims)));
+    ASSIGN_OR_RETURN(Tensor out, Tensor::TryAllocate(dtype_, Shape(std::move(dims)), "one_hot"));
     VisitNumericDType(input.dtype(), [&](auto in_tag) {
       using I = typename decltype(in_tag)::type;
       if constexpr (std::is_integral_v<I>) {
