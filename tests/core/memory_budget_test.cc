@@ -197,6 +197,11 @@ TEST(OpsInTheBudgetTest, HugeBatchesAndBuffersFailEarlyNamingTheirOp) {
       {"range(100000000000).batch(100000).batch(100000)",
        "op 2 (batch): a batch of 100000 elements needs more than the memory limit of one "
        "element, 268435456 bytes (--max_element_bytes)"},
+      // rebatch gathers slices of many input batches into one piece: it stops once the piece
+      // passes the element limit (it grew until the process limit, then failed elsewhere).
+      {"range(100000000000).batch(2).rebatch(1000000000)",
+       "op 2 (rebatch): a piece of 1000000000 rows needs more than the memory limit of one "
+       "element, 268435456 bytes (--max_element_bytes)"},
       // A buffer: the structure of the buffered elements and their payloads, against the
       // process limit.
       {"range(100000000000).shuffle(100000000000, seed=1)",

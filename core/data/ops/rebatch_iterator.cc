@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/memory_budget.h"
 #include "core/data/op_iterator.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
@@ -28,7 +30,9 @@ class RebatchIterator : public OpIterator {
         input_(std::move(input)),
         batch_sizes_(std::move(batch_sizes)),
         drop_remainder_(drop_remainder),
-        output_spec_(std::move(output_spec)) {}
+        output_spec_(std::move(output_spec)) {
+    for (int64_t size : batch_sizes_) describe_.push_back(absl::StrCat("a piece of ", size, " rows"));
+  }
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
@@ -37,11 +41,15 @@ class RebatchIterator : public OpIterator {
       return absl::OkStatus();
     }
     const int64_t desired = batch_sizes_[next_size_];
+    const std::string& describe = describe_[next_size_];
     next_size_ = (next_size_ + 1) % batch_sizes_.size();
     if (desired == 0) return EmptyPiece(out, end_of_sequence);
 
-    // pieces[j] holds the leaves of the j-th non-empty slice of this piece.
+    // pieces[j] holds the leaves of the j-th non-empty slice of this piece. The piece is one
+    // element: checked against the element limit as it grows (its slices keep their input
+    // batches alive), and the structure around them charged to the process's.
     std::vector<std::vector<Tensor>> pieces;
+    MemoryReservation held(label());
     int64_t gathered = 0;
     while (gathered < desired) {
       if (offset_ < 0) {
@@ -55,7 +63,14 @@ class RebatchIterator : public OpIterator {
       if (end_row > offset_) {
         std::vector<Tensor> slices;
         slices.reserve(leaves_.size());
-        for (const Tensor& t : leaves_) slices.push_back(t.Slice(offset_, end_row));
+        int64_t footprint = 0;  // the slices with their payloads
+        int64_t overhead = 0;   // the tensor objects alone: the payloads are the allocator's
+        for (const Tensor& t : leaves_) {
+          slices.push_back(t.Slice(offset_, end_row));
+          footprint += TensorFootprint(slices.back());
+          overhead += AllocationFootprint(t.dtype(), 0);
+        }
+        RETURN_IF_ERROR(held.GrowElement(footprint, overhead, describe));
         pieces.push_back(std::move(slices));
         gathered += end_row - offset_;
       }
@@ -167,6 +182,7 @@ class RebatchIterator : public OpIterator {
   const std::vector<int64_t> batch_sizes_;
   const bool drop_remainder_;
   const std::optional<ElementSpec> output_spec_;
+  std::vector<std::string> describe_;  // per batch size: "a piece of N rows", for errors
   size_t next_size_ = 0;
   Element structure_;           // the current (or last) input batch
   std::vector<Tensor> leaves_;  // its leaves; empty before the first one
