@@ -256,7 +256,8 @@ class DecodeImageFn : public ComponentFn {
     const int bit_depth = static_cast<unsigned char>(bytes[24]);
     const uint8_t opaque =
         bit_depth >= 1 && bit_depth < 8 ? static_cast<uint8_t>((1 << bit_depth) - 1) : 255;
-    ASSIGN_OR_RETURN(Tensor out, Tensor::TryAllocate(DType::kUInt8, Shape({h, w, c}), "decode_png"));
+    ASSIGN_OR_RETURN(Tensor out,
+                     Tensor::TryAllocate(DType::kUInt8, Shape({h, w, c}), "decode_png"));
     uint8_t* dst = out.mutable_data<uint8_t>();
     const int64_t gray_or_rgb = color ? 3 : 1;
     for (int64_t p = 0; p < h * w; ++p) {

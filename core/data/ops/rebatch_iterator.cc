@@ -31,7 +31,9 @@ class RebatchIterator : public OpIterator {
         batch_sizes_(std::move(batch_sizes)),
         drop_remainder_(drop_remainder),
         output_spec_(std::move(output_spec)) {
-    for (int64_t size : batch_sizes_) describe_.push_back(absl::StrCat("a piece of ", size, " rows"));
+    for (int64_t size : batch_sizes_) {
+      describe_.push_back(absl::StrCat("a piece of ", size, " rows"));
+    }
   }
 
  protected:
