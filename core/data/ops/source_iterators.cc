@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/data/op_iterator.h"
+#include "core/data/shape_limits.h"
+#include "core/util/status_macros.h"
 #include "core/io/input_stream.h"
 
 namespace sluice {
@@ -46,6 +49,8 @@ class RangeIterator : public OpIterator {
     const uint64_t left = span / stride + (span % stride != 0 ? 1 : 0);
     const int64_t count =
         static_cast<int64_t>(std::min<uint64_t>(left, static_cast<uint64_t>(max_elements)));
+    // A block as long as the batch asked for may not fit in memory, or its bytes in int64.
+    RETURN_IF_ERROR(CheckAllocation(label(), DType::kInt64, {count}));
     Tensor t = Tensor::Allocate(DType::kInt64, Shape({count}));
     int64_t* values = t.mutable_data<int64_t>();
     // Every value written lies in [start, stop) (or (stop, start]), so none overflows; wrapping
@@ -248,6 +253,14 @@ absl::StatusOr<std::unique_ptr<Iterator>> NewRangeIterator(std::string label, in
                                                            int64_t stop, int64_t step) {
   if (step == 0) {
     return absl::InvalidArgumentError(absl::StrCat(label, ": step must be a non-zero integer"));
+  }
+  const __int128 length =
+      step > 0 ? (stop > start ? (static_cast<__int128>(stop) - start - 1) / step + 1 : 0)
+               : (start > stop ? (static_cast<__int128>(start) - stop - 1) / -static_cast<__int128>(step) + 1 : 0);
+  if (length > std::numeric_limits<int64_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": range(", start, ", ", stop, ", ", step,
+                     ") has a length that does not fit in int64 (at most 2^63 - 1 elements)"));
   }
   return std::unique_ptr<Iterator>(new RangeIterator(std::move(label), start, stop, step));
 }
