@@ -68,8 +68,7 @@ class InterleaveIterator : public OpIterator {
         block_length_(block_length),
         parallel_(parallel),
         deterministic_(deterministic),
-        shared_(std::make_shared<SharedState>()),
-        slots_(static_cast<size_t>(cycle_length)) {
+        shared_(std::make_shared<SharedState>()) {
     shared_->pool = &ProcessThreadPool();
     shared_->read_ahead = std::max<int64_t>(block_length, 2);
   }
@@ -83,7 +82,7 @@ class InterleaveIterator : public OpIterator {
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
     while (!input_done_ || num_open_ > 0) {
-      std::shared_ptr<Slot>& slot = slots_[cycle_index_];
+      std::shared_ptr<Slot>& slot = SlotAt(cycle_index_);
       if (slot != nullptr) {
         Pulled p;
         if (!Take(slot, &p)) {
@@ -142,9 +141,31 @@ class InterleaveIterator : public OpIterator {
     return absl::InternalError("interleave: unexpected end");
   }
 
+  // The next slot of the cycle. Once the input is done, empty slots stay empty: skips to the
+  // next open one (wrapping), so a cycle_length far above the inputs (TF accepts 1e9) costs
+  // only the slots actually opened.
   void Advance() {
-    cycle_index_ = (cycle_index_ + 1) % cycle_length_;
     block_index_ = 0;
+    if (!input_done_) {
+      cycle_index_ = cycle_index_ + 1 == cycle_length_ ? 0 : cycle_index_ + 1;
+      return;
+    }
+    const int64_t n = static_cast<int64_t>(slots_.size());
+    for (int64_t k = 1; k <= n; ++k) {
+      const int64_t i = (cycle_index_ + k) % std::max<int64_t>(n, 1);
+      if (slots_[i] != nullptr) {
+        cycle_index_ = i;
+        return;
+      }
+    }
+    cycle_index_ = 0;
+  }
+
+  // Slot `i` of the cycle; slots are created as the cycle first reaches them (at most one per
+  // input element read), not cycle_length of them up front.
+  std::shared_ptr<Slot>& SlotAt(int64_t i) {
+    if (i >= static_cast<int64_t>(slots_.size())) slots_.resize(static_cast<size_t>(i) + 1);
+    return slots_[i];
   }
 
   std::shared_ptr<Slot> Open(std::unique_ptr<Iterator> input) {
