@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/data/executor.h"
+#include "core/data/memory_budget.h"
 #include "core/data/iterator.h"
 #include "gtest/gtest.h"
 #include "sluice/dataset.h"
@@ -92,16 +93,26 @@ TEST(OverflowSafetyTest, RangeOfMaximalLengthStillServes) {
   EXPECT_EQ(tail.elements[0], (std::vector<int64_t>{9223372036854775805, 9223372036854775806}));
 }
 
-// A batch of 2^62 int64 values is 2^65 bytes: the bulk range->batch block must be refused
-// before it is allocated (its byte count wrapped to 0 and the writes faulted).
-TEST(OverflowSafetyTest, RangeBlockWhoseBytesOverflowIsAnErrorNamingRange) {
+// A batch of 2^62 int64 values is 2^65 bytes: the bulk range->batch path must not ask for it
+// in one block (its byte count wrapped to 0 and the writes faulted); batch gathers blocks of
+// at most the element limit and is refused naming itself.
+TEST(OverflowSafetyTest, RangeBlockWhoseBytesOverflowIsRefusedNamingBatch) {
+  MemoryBudget& budget = ProcessMemoryBudget();
+  const MemoryLimits saved = budget.limits();
+  MemoryLimits small = saved;
+  small.element_bytes = int64_t{1} << 20;
+  budget.SetLimits(small);
   Outcome run = RunInProcess("range(9223372036854775807).batch(4611686018427387904)");
+  Outcome fits = RunInProcess("range(100000).batch(100000)");
+  budget.SetLimits(saved);
   EXPECT_TRUE(run.elements.empty());
-  EXPECT_FALSE(run.end.ok());
-  EXPECT_TRUE(run.end.code() == absl::StatusCode::kInvalidArgument ||
-              run.end.code() == absl::StatusCode::kResourceExhausted)
-      << run.end;
-  EXPECT_TRUE(absl::StrContains(run.end.message(), "range")) << run.end;
+  EXPECT_EQ(run.end.code(), absl::StatusCode::kResourceExhausted) << run.end;
+  EXPECT_TRUE(absl::StrContains(run.end.message(), "batch")) << run.end;
+  // A batch under the limit is served whole.
+  ASSERT_TRUE(fits.end.ok()) << fits.end;
+  ASSERT_EQ(fits.elements.size(), 1u);
+  ASSERT_EQ(fits.elements[0].size(), 100000u);
+  EXPECT_EQ(fits.elements[0][99999], 99999);
 }
 
 TEST(OverflowSafetyTest, ReshapeOfEmptyTensorToOverflowingShapeNamesReshape) {
@@ -187,10 +198,11 @@ TEST(OverflowSafetyTest, InterleaveWithHugeCycleLengthReadsItsFiles) {
   ASSERT_EQ(one.elements.size(), 5u);
   for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(one.elements[i][0], i);
   // Over three files the order is the one of a cycle as long as the files (all open at once).
-  auto expr = [&](const std::string& cycle, const std::string& block) {
+  auto expr = [&](const std::string& cycle, const std::string& block,
+                  const std::string& extra = "") {
     return absl::StrCat("from_tensor_slices(['", a, "', '", b, "', '", c,
                         "']).interleave(lambda f: text_line_dataset(f), cycle_length=", cycle,
-                        ", block_length=", block, ")");
+                        ", block_length=", block, extra, ")");
   };
   for (const char* block : {"1", "2"}) {
     Outcome huge = RunLines(expr("1000000000", block));
@@ -200,6 +212,15 @@ TEST(OverflowSafetyTest, InterleaveWithHugeCycleLengthReadsItsFiles) {
     EXPECT_EQ(huge.elements.size(), 12u);
     EXPECT_EQ(huge.elements, exact.elements) << "block_length " << block;
   }
+  // Parallel, and with a huge block_length (read-ahead is bounded, the order is TF's).
+  Outcome parallel = RunLines(expr("1000000000", "1", ", num_parallel_calls=2"));
+  ASSERT_TRUE(parallel.end.ok()) << parallel.end;
+  EXPECT_EQ(parallel.elements, RunLines(expr("3", "1")).elements);
+  Outcome whole = RunLines(expr("3", "1000000000", ", num_parallel_calls=3"));
+  ASSERT_TRUE(whole.end.ok()) << whole.end;
+  std::vector<int64_t> in_order;
+  for (const auto& e : whole.elements) in_order.push_back(e[0]);
+  EXPECT_EQ(in_order, (std::vector<int64_t>{0, 1, 2, 3, 4, 100, 101, 102, 200, 201, 202, 203}));
   // And a cycle shorter than the files, as before.
   Outcome two = RunLines(expr("2", "1"));
   ASSERT_TRUE(two.end.ok()) << two.end;

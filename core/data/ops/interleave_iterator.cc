@@ -58,6 +58,8 @@ struct Slot {
 
 class InterleaveIterator : public OpIterator {
  public:
+  static constexpr int64_t kMaxReadAhead = 64;
+
   InterleaveIterator(std::string label, std::unique_ptr<Iterator> input,
                      InterleaveInputFn make_input, int64_t cycle_length, int64_t block_length,
                      bool parallel, bool deterministic)
@@ -70,7 +72,9 @@ class InterleaveIterator : public OpIterator {
         deterministic_(deterministic),
         shared_(std::make_shared<SharedState>()) {
     shared_->pool = &ProcessThreadPool();
-    shared_->read_ahead = std::max<int64_t>(block_length, 2);
+    // A block ahead, but not block_length elements of every open input when that is huge (a
+    // hint TF accepts): read-ahead only overlaps reads, it does not change the output.
+    shared_->read_ahead = std::clamp<int64_t>(block_length, 2, kMaxReadAhead);
   }
 
   ~InterleaveIterator() override {
