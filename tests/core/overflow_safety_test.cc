@@ -93,21 +93,25 @@ TEST(OverflowSafetyTest, RangeOfMaximalLengthStillServes) {
   EXPECT_EQ(tail.elements[0], (std::vector<int64_t>{9223372036854775805, 9223372036854775806}));
 }
 
-// A batch of 2^62 int64 values is 2^65 bytes: the bulk range->batch path must not ask for it
-// in one block (its byte count wrapped to 0 and the writes faulted); batch gathers blocks of
-// at most the element limit and is refused naming itself.
-TEST(OverflowSafetyTest, RangeBlockWhoseBytesOverflowIsRefusedNamingBatch) {
+// A batch of 2^62 int64 values is 2^65 bytes: the bulk range->batch block must be refused
+// before it is allocated (its byte count wrapped to 0 and the writes faulted), naming the
+// batch that asked for it and the range.
+TEST(OverflowSafetyTest, RangeBlockTooLargeIsRefusedNamingBatchAndRange) {
   MemoryBudget& budget = ProcessMemoryBudget();
   const MemoryLimits saved = budget.limits();
   MemoryLimits small = saved;
   small.element_bytes = int64_t{1} << 20;
   budget.SetLimits(small);
   Outcome run = RunInProcess("range(9223372036854775807).batch(4611686018427387904)");
+  Outcome padded = RunInProcess("range(1000000000).padded_batch(1000000)");
   Outcome fits = RunInProcess("range(100000).batch(100000)");
   budget.SetLimits(saved);
   EXPECT_TRUE(run.elements.empty());
   EXPECT_EQ(run.end.code(), absl::StatusCode::kResourceExhausted) << run.end;
   EXPECT_TRUE(absl::StrContains(run.end.message(), "batch")) << run.end;
+  EXPECT_TRUE(absl::StrContains(run.end.message(), "range")) << run.end;
+  EXPECT_EQ(padded.end.code(), absl::StatusCode::kResourceExhausted) << padded.end;
+  EXPECT_TRUE(absl::StrContains(padded.end.message(), "padded_batch")) << padded.end;
   // A batch under the limit is served whole.
   ASSERT_TRUE(fits.end.ok()) << fits.end;
   ASSERT_EQ(fits.elements.size(), 1u);

@@ -65,6 +65,11 @@ class BatchIterator : public OpIterator {
       int64_t n = 0;
       bool end = false;
       absl::Status s = input_->GetNextBlock(batch_size_ - gathered, &block, &n, &end);
+      if (s.code() == absl::StatusCode::kResourceExhausted) {
+        // Blocks are as long as this batch asks for: name it (and its size), then the cause.
+        return absl::ResourceExhaustedError(
+            absl::StrCat(label(), ": reading ", describe, ": ", s.message()));
+      }
       if (!s.ok()) return s;
       if (end) break;
       RETURN_IF_ERROR(held.GrowElement(ElementFootprint(block), describe));

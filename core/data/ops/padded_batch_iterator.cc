@@ -107,7 +107,11 @@ class PaddedBatchIterator : public OpIterator {
       int64_t n = 0;
       bool end = false;
       absl::Status s = input_->GetNextBlock(op_.batch_size() - gathered, &block, &n, &end);
-      if (!s.ok()) return s;
+      if (s.code() == absl::StatusCode::kResourceExhausted) {
+        // Blocks are as long as this batch asks for: name it (and its size), then the cause.
+        return absl::ResourceExhaustedError(
+            absl::StrCat(label(), ": reading ", describe, ": ", s.message()));
+      }
       if (end) break;
       RETURN_IF_ERROR(held.GrowElement(ElementFootprint(block), describe));
       blocks.push_back(std::move(block));

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/op_iterator.h"
-#include "core/data/memory_budget.h"
+#include "core/data/shape_limits.h"
 #include "core/util/status_macros.h"
 #include "core/io/input_stream.h"
 
@@ -47,13 +47,15 @@ class RangeIterator : public OpIterator {
     const uint64_t stride = step_ > 0 ? static_cast<uint64_t>(step_)
                                       : static_cast<uint64_t>(0) - static_cast<uint64_t>(step_);
     const uint64_t left = span / stride + (span % stride != 0 ? 1 : 0);
-    // A block is part of one element: at most the element limit's worth of values (a batch of
-    // 2^62 would otherwise ask for 2^65 bytes, a count that wraps), so that the op gathering
-    // blocks (batch) reserves them against its element and names itself when they are too many.
-    const uint64_t max_values = static_cast<uint64_t>(std::max<int64_t>(
-        1, ProcessMemoryBudget().limits().element_bytes / static_cast<int64_t>(sizeof(int64_t))));
-    const int64_t count = static_cast<int64_t>(
-        std::min({left, static_cast<uint64_t>(max_elements), max_values}));
+    const int64_t count =
+        static_cast<int64_t>(std::min<uint64_t>(left, static_cast<uint64_t>(max_elements)));
+    // A block as long as the op reading it asked for (batch(2^62): 2^65 bytes, a count that
+    // wraps) is one element's worth: refused before it is allocated when over the limit. The
+    // request is legal (TF would run out of memory), so even a byte count past int64 is
+    // RESOURCE_EXHAUSTED, which the batch asking names itself in.
+    if (absl::Status a = CheckAllocation(label(), DType::kInt64, {count}); !a.ok()) {
+      return absl::ResourceExhaustedError(a.message());
+    }
     Tensor t = Tensor::Allocate(DType::kInt64, Shape({count}));
     int64_t* values = t.mutable_data<int64_t>();
     // Every value written lies in [start, stop) (or (stop, start]), so none overflows; wrapping
