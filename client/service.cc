@@ -92,6 +92,19 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
                                   }));
 
   RETURN_IF_ERROR(CheckResume(options, reg_response.dataset_id()));
+  // The spec first, from the options the job will have: a spec this client refuses must fail
+  // before the job exists, or the job's tasks would run on the workers for nobody.
+  proto::GetElementSpecRequest spec_request;
+  *spec_request.mutable_options() = JobOptionsProto(options, reg_response.dataset_id(), replicas);
+  proto::GetElementSpecResponse spec_response;
+  RETURN_IF_ERROR(CallCoordinator(options.coordinator_address, options.rpc_deadline,
+                                  options.retry_deadline, "GetElementSpec",
+                                  [&](grpc::ClientContext* c) {
+                                    return stub->GetElementSpec(c, spec_request, &spec_response);
+                                  }));
+  ASSIGN_OR_RETURN(ElementSpec replica_spec,
+                   ElementSpecFromProto(spec_response.per_replica_spec()));
+
   proto::GetOrCreateJobRequest job;
   job.set_wire_version(proto::WIRE_VERSION_1);
   job.set_job_name(ServiceJobName(options));
@@ -103,16 +116,6 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
                                     return stub->GetOrCreateJob(c, job, &job_response);
                                   }));
 
-  proto::GetElementSpecRequest spec_request;
-  spec_request.set_job_id(job_response.job_id());
-  proto::GetElementSpecResponse spec_response;
-  RETURN_IF_ERROR(CallCoordinator(options.coordinator_address, options.rpc_deadline,
-                                  options.retry_deadline, "GetElementSpec",
-                                  [&](grpc::ClientContext* c) {
-                                    return stub->GetElementSpec(c, spec_request, &spec_response);
-                                  }));
-  ASSIGN_OR_RETURN(ElementSpec replica_spec,
-                   ElementSpecFromProto(spec_response.per_replica_spec()));
   DistributedElementSpec spec = replica_spec.Map([replicas](const TensorSpec& s) {
     return PerReplicaSpec{std::vector<TensorSpec>(static_cast<size_t>(replicas), s)};
   });

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
@@ -27,6 +28,25 @@
 #include "server/task_planner.h"
 
 namespace sluice {
+namespace {
+
+// A backstop for the user-controlled pipeline work the coordinator runs (parsing, spec
+// inference, planning; these may read files, e.g. webdataset's first sample, or call plugins):
+// an allocation that throws fails that request with RESOURCE_EXHAUSTED naming it, instead of
+// escaping into the RPC handler (UNKNOWN) or ending the process. The limits in that work
+// (core/data/shape_limits.h, the readers' limits) are meant to make this unreachable.
+template <typename F>
+auto BadAllocToStatus(absl::string_view what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": out of memory while the coordinator inferred the dataset's spec "
+                           "or planned its job (the request is refused; the coordinator goes on)"));
+  }
+}
+
+}  // namespace
 
 absl::Status Coordinator::CollectFinishedJobsLocked() {
   const absl::Time now = clock_->Now();
@@ -135,18 +155,25 @@ absl::Status Coordinator::RegisterDataset(const proto::RegisterDatasetRequest& r
       "expression)");
   switch (request.graph_case()) {
     case proto::RegisterDatasetRequest::kDataset:
-      parsed = Dataset::FromDef(request.dataset());
+      parsed = BadAllocToStatus("RegisterDataset",
+                                [&] { return Dataset::FromDef(request.dataset()); });
       break;
     case proto::RegisterDatasetRequest::kPipeline:
-      parsed = Dataset::Parse(request.pipeline());
+      parsed = BadAllocToStatus("RegisterDataset",
+                                [&] { return Dataset::Parse(request.pipeline()); });
       break;
     case proto::RegisterDatasetRequest::GRAPH_NOT_SET:
       break;
   }
   if (!parsed.ok()) return parsed.status();
   const Dataset& dataset = *parsed;
-  ASSIGN_OR_RETURN(ElementSpec spec, dataset.element_spec());
-  const std::string fingerprint = dataset.Fingerprint();
+  std::string fingerprint;
+  ASSIGN_OR_RETURN(ElementSpec spec,
+                   BadAllocToStatus("RegisterDataset", [&]() -> absl::StatusOr<ElementSpec> {
+                     ASSIGN_OR_RETURN(ElementSpec spec, dataset.element_spec());
+                     fingerprint = dataset.Fingerprint();
+                     return spec;
+                   }));
 
   DurableLock lock(this);
   RETURN_IF_ERROR(CheckLivenessLocked());
@@ -303,7 +330,9 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
   // so that heartbeats and other jobs' requests are served meanwhile (docs/SERVICE.md,
   // "Isolation").
   if (options_.before_planning) options_.before_planning(options.dataset_id());
-  ASSIGN_OR_RETURN(JobPlan job_plan, PlanJob(dataset_def, options, live));
+  ASSIGN_OR_RETURN(JobPlan job_plan, BadAllocToStatus("GetOrCreateJob", [&] {
+                     return PlanJob(dataset_def, options, live);
+                   }));
 
   DurableLock lock(this);
   RETURN_IF_ERROR(CheckLivenessLocked());
@@ -409,11 +438,14 @@ absl::Status Coordinator::GetElementSpec(const proto::GetElementSpecRequest& req
     }
     def = ds->def;
   }
-  ASSIGN_OR_RETURN(Dataset dataset, Dataset::FromDef(std::move(def)));
   const bool coordinated = options.read_mode() == proto::READ_MODE_COORDINATED;
-  ASSIGN_OR_RETURN(ElementSpec spec,
-                   DistributedPerReplicaSpec(dataset, coordinated ? options.num_consumers() : 1,
-                                             options.replicas_per_consumer()));
+  ASSIGN_OR_RETURN(
+      ElementSpec spec,
+      BadAllocToStatus("GetElementSpec", [&]() -> absl::StatusOr<ElementSpec> {
+        ASSIGN_OR_RETURN(Dataset dataset, Dataset::FromDef(std::move(def)));
+        return DistributedPerReplicaSpec(dataset, coordinated ? options.num_consumers() : 1,
+                                         options.replicas_per_consumer());
+      }));
   *response->mutable_per_replica_spec() = ElementSpecToProto(spec);
   response->set_num_replicas(options.replicas_per_consumer());
   return absl::OkStatus();

@@ -1,6 +1,7 @@
 #include "server/task_planner.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -15,17 +16,15 @@
 namespace sluice {
 namespace {
 
-// Number of elements of range(start, stop, step); step != 0 (the graph validated).
+// Number of elements of range(start, stop, step); step != 0 (the graph validated, and refused
+// a range whose length does not fit in int64; computed in 128 bits so that no range overflows).
 int64_t RangeSize(const proto::RangeSource& r) {
-  if (r.step() > 0) {
-    if (r.stop() <= r.start()) return 0;
-    return (r.stop() - r.start() + r.step() - 1) / r.step();
-  }
-  if (r.step() < 0) {
-    if (r.stop() >= r.start()) return 0;
-    return (r.start() - r.stop() + (-r.step()) - 1) / (-r.step());
-  }
-  return 0;
+  const __int128 start = r.start(), stop = r.stop(), step = r.step();
+  __int128 n = 0;
+  if (step > 0 && stop > start) n = (stop - start - 1) / step + 1;
+  if (step < 0 && start > stop) n = (start - stop - 1) / -step + 1;
+  return n > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max()
+                                                  : static_cast<int64_t>(n);
 }
 
 // The reader message set in `source` and its `repeated string filenames` field, if it has one.
@@ -175,8 +174,14 @@ absl::StatusOr<Dataset> SplitDataset(const Dataset& dataset, int64_t begin, int6
     proto::RangeSource* r = src->mutable_range();
     const int64_t start = r->start();
     const int64_t step = r->step();
-    r->set_start(start + begin * step);
-    if (end < source.size) r->set_stop(start + end * step);
+    // The values lie between start and stop: wrapping arithmetic gives them without the
+    // intermediate products overflowing.
+    auto at = [&](int64_t i) {
+      return static_cast<int64_t>(static_cast<uint64_t>(start) +
+                                  static_cast<uint64_t>(i) * static_cast<uint64_t>(step));
+    };
+    r->set_start(at(begin));
+    if (end < source.size) r->set_stop(at(end));
     return Dataset::FromDef(std::move(def));
   }
   // skip(begin).take(end - begin) right after the source.

@@ -4,7 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/data/op_expression.h"
 #include "core/data/op_registry.h"
+#include "core/data/shape_limits.h"
 #include "core/format/python_literal.h"
 #include "core/tensor/proto_convert.h"
 #include "core/util/status_macros.h"
@@ -135,6 +137,32 @@ absl::StatusOr<ElementSpec> InferOpSpec(const proto::OpDef& op, const ElementSpe
   return r->infer_spec(op, input);
 }
 
+namespace {
+
+// A spec an op gives must describe tensors that can exist: the known dimensions of each
+// component multiply to an int64 (an op such as resize([2**40, 2**31 - 1]) or reshape could
+// claim more, which a spec's reader, e.g. the client library's ElementSpecFromProto, refuses
+// only after the job exists). INVALID_ARGUMENT naming the op's expression and the component.
+// `expression` is built only on failure (a literal's expression may be megabytes).
+template <typename ExpressionFn>
+absl::Status CheckSpecShapes(const ElementSpec& spec, ExpressionFn expression) {
+  const std::vector<TensorSpec> leaves = spec.Flatten();
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    std::vector<int64_t> known;
+    for (int64_t d : leaves[i].shape.dims()) {
+      if (d != kUnknownDim) known.push_back(d);
+    }
+    if (CheckedNumElements(known, "").ok()) continue;
+    std::string what = expression();
+    if (what.size() > 200) what = what.substr(0, 200) + "...";
+    absl::StrAppend(&what, ": its output", leaves.size() > 1 ? absl::StrCat(" component ", i) : "");
+    return CheckedNumElements(known, what).status();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<ElementSpec>> InferElementSpecs(const proto::DatasetDef& def,
                                                            int* failed_position) {
   int position = kGraphPosition;
@@ -157,11 +185,18 @@ absl::StatusOr<std::vector<ElementSpec>> InferElementSpecs(const proto::DatasetD
   position = 0;
   absl::StatusOr<ElementSpec> spec = InferSourceSpec(def.source());
   if (!spec.ok()) return fail(spec.status());
+  if (absl::Status c = CheckSpecShapes(*spec, [&] { return SourceExpression(def.source()); }); !c.ok()) {
+    return fail(c);
+  }
   specs.push_back(*std::move(spec));
   for (int i = 0; i < def.ops_size(); ++i) {
     position = i + 1;
     spec = InferOpSpec(def.ops(i), specs.back());
     if (!spec.ok()) return fail(spec.status());
+    if (absl::Status c = CheckSpecShapes(*spec, [&] { return OpExpression(def.ops(i)); });
+        !c.ok()) {
+      return fail(c);
+    }
     specs.push_back(*std::move(spec));
   }
   return specs;

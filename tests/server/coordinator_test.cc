@@ -1,6 +1,9 @@
 #include "server/coordinator.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <new>
 #include <atomic>
 #include <functional>
 #include <optional>
@@ -9,6 +12,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/plugin_loader.h"
+#include "sluice/plugin_api.h"
+#include "tests/core/crafted_tar.h"
 #include "absl/synchronization/notification.h"
 #include "core/data/distribute/distribute_spec.h"
 #include "core/tensor/proto_convert.h"
@@ -198,6 +204,66 @@ TEST_F(CoordinatorTest, BadRegistrationsFailWithTheirCodeAndChangeNothing) {
   EXPECT_EQ(Status().num_datasets(), 0);
   // And it keeps working.
   EXPECT_THAT(Register("range(10).batch(2)"), ::testing::StartsWith("ds-"));
+}
+
+// Issue 25 (FOUND.md §5): the coordinator runs user-controlled pipeline work (spec inference,
+// which may read a file or call a plugin). An allocation that throws there fails the request
+// with RESOURCE_EXHAUSTED naming it, never escapes (UNKNOWN from gRPC, or the process's end).
+TEST_F(CoordinatorTest, AllocationFailureInSpecInferenceIsResourceExhausted) {
+  static const SluiceOpDef kOps[] = {
+      {"spec_throws_bad_alloc",
+       +[](const SluiceArg*, int32_t, char*, size_t) -> void* {
+         static int state;
+         return &state;
+       },
+       +[](void*) {},
+       +[](void*, int32_t, int32_t, const int64_t*, int32_t*, int32_t*, int64_t*, char*,
+           size_t) -> int { throw std::bad_alloc(); },
+       +[](void*, const SluiceTensorView*, const SluiceHost*, SluiceOutput*) { return 1; }}};
+  static const SluicePlugin kPlugin = {SLUICE_PLUGIN_API_VERSION, "bad_alloc_test", 1, kOps};
+  static const absl::Status registered =
+      PluginRegistry::Global().Register(&kPlugin, "coordinator_test");
+  ASSERT_TRUE(registered.ok()) << registered;
+
+  const std::string pipeline = "range(4).map(plugin('spec_throws_bad_alloc')).batch(2)";
+  proto::RegisterDatasetRequest req;
+  req.set_wire_version(proto::WIRE_VERSION_1);
+  req.set_pipeline(pipeline);
+  proto::RegisterDatasetResponse resp;
+  absl::Status s = absl::OkStatus();
+  try {
+    s = coordinator_->RegisterDataset(req, &resp);
+  } catch (const std::bad_alloc&) {
+    s = absl::UnknownError("std::bad_alloc escaped RegisterDataset");
+  }
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("RegisterDataset"));
+  EXPECT_EQ(Status().num_datasets(), 0);
+  // And it keeps working.
+  EXPECT_THAT(Register("range(10).batch(2)"), ::testing::StartsWith("ds-"));
+}
+
+// A webdataset without keys= is read by the coordinator (its first sample gives the keys): a
+// GNU long-name header claiming 2 GiB gets a status naming the file, not an allocation of it.
+TEST_F(CoordinatorTest, TarBombReadAtRegistrationIsAStatusNamingTheFile) {
+  const std::string dir = ::testing::TempDir();
+  const std::string path = absl::StrCat(dir, "/coordinator_test_bomb.tar");
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << crafted::TarHeader("././@LongLink", 'L', uint64_t{1} << 31) << std::string(512, 'a')
+      << crafted::kTarEnd;
+  }
+  proto::RegisterDatasetRequest req;
+  req.set_wire_version(proto::WIRE_VERSION_1);
+  req.set_pipeline(absl::StrCat("webdataset_dataset(['", path, "']).batch(2)"));
+  proto::RegisterDatasetResponse resp;
+  absl::Status s = coordinator_->RegisterDataset(req, &resp);
+  std::remove(path.c_str());
+  EXPECT_TRUE(s.code() == absl::StatusCode::kDataLoss ||
+              s.code() == absl::StatusCode::kResourceExhausted ||
+              s.code() == absl::StatusCode::kInvalidArgument)
+      << s;
+  EXPECT_THAT(s.message(), HasSubstr("coordinator_test_bomb.tar"));
 }
 
 // ----- Workers.

@@ -137,6 +137,30 @@ TEST(TaskPlannerTest, RangeSplitsCoverTheSourceInOrder) {
   EXPECT_THAT(*RunValues(*down), ElementsAre(6, 2));
 }
 
+// A range whose stop - start (or start - stop) does not fit in int64, although its length does:
+// its size and split bounds are computed without overflowing (FOUND.md §2).
+TEST(TaskPlannerTest, RangeSplitsOfAWideRangeDoNotOverflow) {
+  const int64_t lo = -4611686018427387904;  // -2^62
+  const int64_t hi = 4611686018427387903;   // 2^62 - 1
+  Dataset up = Dataset::Range(lo, hi, 2);
+  auto source = DescribeSplitSource(up);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_EQ(source->size, 4611686018427387904);  // (2^63 - 1) / 2 rounded up
+  auto tail = SplitDataset(up, source->size - 2, source->size);
+  ASSERT_TRUE(tail.ok()) << tail.status();
+  EXPECT_THAT(*RunValues(*tail), ElementsAre(hi - 3, hi - 1));
+  auto mid = SplitDataset(up, 2305843009213693952, 2305843009213693954);  // around 0
+  ASSERT_TRUE(mid.ok()) << mid.status();
+  EXPECT_THAT(*RunValues(*mid), ElementsAre(0, 2));
+  Dataset down = Dataset::Range(hi, lo, -2);
+  auto down_source = DescribeSplitSource(down);
+  ASSERT_TRUE(down_source.ok()) << down_source.status();
+  EXPECT_EQ(down_source->size, 4611686018427387904);
+  auto down_tail = SplitDataset(down, down_source->size - 1, down_source->size);
+  ASSERT_TRUE(down_tail.ok()) << down_tail.status();
+  EXPECT_THAT(*RunValues(*down_tail), ElementsAre(lo + 1));
+}
+
 TEST(TaskPlannerTest, SliceSplitsSkipAndTakeRightAfterTheSource) {
   Dataset ds = Dataset::FromTensorSlices(Element(Tensor::FromVector<int64_t>({5, 6, 7, 8, 9})))
                    .Batch(2);

@@ -59,6 +59,8 @@ struct Slot {
 
 class InterleaveIterator : public OpIterator {
  public:
+  static constexpr int64_t kMaxReadAhead = 64;
+
   InterleaveIterator(std::string label, std::unique_ptr<Iterator> input,
                      InterleaveInputFn make_input, int64_t cycle_length, int64_t block_length,
                      bool parallel, bool deterministic)
@@ -69,10 +71,11 @@ class InterleaveIterator : public OpIterator {
         block_length_(block_length),
         parallel_(parallel),
         deterministic_(deterministic),
-        shared_(std::make_shared<SharedState>()),
-        slots_(static_cast<size_t>(cycle_length)) {
+        shared_(std::make_shared<SharedState>()) {
     shared_->pool = &ProcessThreadPool();
-    shared_->read_ahead = std::max<int64_t>(block_length, 2);
+    // A block ahead, but not block_length elements of every open input when that is huge (a
+    // hint TF accepts): read-ahead only overlaps reads, it does not change the output.
+    shared_->read_ahead = std::clamp<int64_t>(block_length, 2, kMaxReadAhead);
   }
 
   ~InterleaveIterator() override {
@@ -84,7 +87,7 @@ class InterleaveIterator : public OpIterator {
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
     while (!input_done_ || num_open_ > 0) {
-      std::shared_ptr<Slot>& slot = slots_[cycle_index_];
+      std::shared_ptr<Slot>& slot = SlotAt(cycle_index_);
       if (slot != nullptr) {
         Pulled p;
         if (!Take(slot, &p)) {
@@ -143,9 +146,31 @@ class InterleaveIterator : public OpIterator {
     return absl::InternalError("interleave: unexpected end");
   }
 
+  // The next slot of the cycle. Once the input is done, empty slots stay empty: skips to the
+  // next open one (wrapping), so a cycle_length far above the inputs (TF accepts 1e9) costs
+  // only the slots actually opened.
   void Advance() {
-    cycle_index_ = (cycle_index_ + 1) % cycle_length_;
     block_index_ = 0;
+    if (!input_done_) {
+      cycle_index_ = cycle_index_ + 1 == cycle_length_ ? 0 : cycle_index_ + 1;
+      return;
+    }
+    const int64_t n = static_cast<int64_t>(slots_.size());
+    for (int64_t k = 1; k <= n; ++k) {
+      const int64_t i = (cycle_index_ + k) % std::max<int64_t>(n, 1);
+      if (slots_[i] != nullptr) {
+        cycle_index_ = i;
+        return;
+      }
+    }
+    cycle_index_ = 0;
+  }
+
+  // Slot `i` of the cycle; slots are created as the cycle first reaches them (at most one per
+  // input element read), not cycle_length of them up front.
+  std::shared_ptr<Slot>& SlotAt(int64_t i) {
+    if (i >= static_cast<int64_t>(slots_.size())) slots_.resize(static_cast<size_t>(i) + 1);
+    return slots_[i];
   }
 
   std::shared_ptr<Slot> Open(std::unique_ptr<Iterator> input) {

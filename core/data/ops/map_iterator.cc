@@ -666,6 +666,8 @@ class ParallelMapIterator : public OpIterator {
 
 int64_t AutotuneParallelism() { return ProcessThreadPoolSize(); }
 
+int64_t MaxParallelCalls() { return std::max<int64_t>(64, 4 * int64_t{ProcessThreadPoolSize()}); }
+
 std::vector<std::pair<std::string, double>> AutotunedMapParallelism() {
   absl::MutexLock lock(&autotune_mu);
   std::vector<std::pair<std::string, double>> out;
@@ -679,6 +681,8 @@ std::unique_ptr<Iterator> NewMapIterator(std::string label, std::unique_ptr<Iter
                                          ElementFn fn, int64_t num_parallel_calls,
                                          bool deterministic, ElementFn block_fn,
                                          bool autotune) {
+  // Bounds the units in flight (2 * parallelism held) and keeps their counts from overflowing.
+  num_parallel_calls = std::min(num_parallel_calls, MaxParallelCalls());
   if (num_parallel_calls <= 1) {
     return std::make_unique<SequentialMapIterator>(std::move(label), std::move(input),
                                                    std::move(fn), std::move(block_fn));

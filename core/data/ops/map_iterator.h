@@ -63,6 +63,10 @@ using ElementFn = std::function<absl::StatusOr<Element>(Element)>;
 // starts running one unit at a time and hill-climbs as tf.data's AUTOTUNE does: every 256
 // outputs, if the caller spent more than a tenth of that time waiting for outputs, one more
 // unit may run at once, up to num_parallel_calls. AutotunedMapParallelism() reports the choice.
+//
+// num_parallel_calls is a parallelism hint (TF accepts any positive value): it is clamped to
+// MaxParallelCalls(), since more units in flight than the pool has threads only hold more
+// elements. The output (order, determinism) does not depend on it.
 std::unique_ptr<Iterator> NewMapIterator(std::string label, std::unique_ptr<Iterator> input,
                                          ElementFn fn, int64_t num_parallel_calls,
                                          bool deterministic, ElementFn block_fn = nullptr,
@@ -75,6 +79,9 @@ std::vector<std::pair<std::string, double>> AutotunedMapParallelism();
 // The parallelism for num_parallel_calls = -1 (AUTOTUNE): the size of the process's thread pool
 // (ProcessThreadPoolSize(), by default the number of cores).
 int64_t AutotuneParallelism();
+
+// The most map calls in flight for one map: 4 * ProcessThreadPoolSize(), at least 64.
+int64_t MaxParallelCalls();
 
 }  // namespace sluice
 

@@ -107,6 +107,10 @@ class PaddedBatchIterator : public OpIterator {
       int64_t n = 0;
       bool end = false;
       absl::Status s = input_->GetNextBlock(op_.batch_size() - gathered, &block, &n, &end);
+      // The block's size is this op's request: a block refused as too large says so.
+      if (absl::IsResourceExhausted(s) && !IsElementError(s)) {
+        return OpError(s.code(), absl::StrCat(describe, ": ", s.message()));
+      }
       if (!s.ok()) return s;
       if (end) break;
       RETURN_IF_ERROR(

@@ -1,5 +1,6 @@
 // range(start, stop, step): the registration of the source (core/data/op_registry.h); the
 // iterator is in source_iterators.h.
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,11 +13,13 @@
 namespace sluice {
 namespace {
 
-int64_t RangeCardinality(const proto::RangeSource& r) {
+__int128 RangeLength(const proto::RangeSource& r) {
   __int128 start = r.start(), stop = r.stop(), step = r.step();
-  if (step > 0) return CountOrUnknown(stop > start ? (stop - start - 1) / step + 1 : 0);
-  return CountOrUnknown(start > stop ? (start - stop - 1) / -step + 1 : 0);
+  if (step > 0) return stop > start ? (stop - start - 1) / step + 1 : 0;
+  return start > stop ? (start - stop - 1) / -step + 1 : 0;
 }
+
+int64_t RangeCardinality(const proto::RangeSource& r) { return CountOrUnknown(RangeLength(r)); }
 
 }  // namespace
 
@@ -25,6 +28,13 @@ SLUICE_REGISTER_OPS(range_op) {
   r.name = "range";
   r.infer_spec = [](const proto::SourceDef& s) -> absl::StatusOr<ElementSpec> {
     if (s.range().step() == 0) return absl::InvalidArgumentError("step must not be 0");
+    // Every count, split and shard of a range is an int64: one whose length does not fit is
+    // refused here rather than overflowing later.
+    if (RangeLength(s.range()) > std::numeric_limits<int64_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "range(", s.range().start(), ", ", s.range().stop(), ", ", s.range().step(),
+          "): its length does not fit in int64 (at most 2^63 - 1 elements)"));
+    }
     return ElementSpec(TensorSpec{DType::kInt64, Shape()});
   };
   r.cardinality = [](const proto::SourceDef& s) { return RangeCardinality(s.range()); };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -261,6 +262,14 @@ absl::StatusOr<std::unique_ptr<Iterator>> NewRangeIterator(std::string label, in
                                                            int64_t stop, int64_t step) {
   if (step == 0) {
     return absl::InvalidArgumentError(absl::StrCat(label, ": step must be a non-zero integer"));
+  }
+  const __int128 length =
+      step > 0 ? (stop > start ? (static_cast<__int128>(stop) - start - 1) / step + 1 : 0)
+               : (start > stop ? (static_cast<__int128>(start) - stop - 1) / -static_cast<__int128>(step) + 1 : 0);
+  if (length > std::numeric_limits<int64_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": range(", start, ", ", stop, ", ", step,
+                     ") has a length that does not fit in int64 (at most 2^63 - 1 elements)"));
   }
   return std::unique_ptr<Iterator>(new RangeIterator(std::move(label), start, stop, step));
 }
