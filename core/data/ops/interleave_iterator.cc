@@ -1,6 +1,9 @@
 #include "core/data/ops/interleave_iterator.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <utility>
 #include <vector>
@@ -8,11 +11,28 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/data/memory_budget.h"
 #include "core/data/op_iterator.h"
+#include "core/util/status_macros.h"
 #include "core/util/thread_pool.h"
 
 namespace sluice {
 namespace {
+
+// Inputs open in every interleave of the process together. Each holds a file, so a descriptor:
+// a cycle_length that keeps opening inputs would otherwise spend the process's open-file limit,
+// and then the server could not accept a connection or open a journal. The cap is a quarter of
+// the soft RLIMIT_NOFILE (at least 64); reaching it fails the interleave that asks, naming it.
+std::atomic<int64_t> g_open_inputs{0};
+
+int64_t OpenInputLimit() {
+  static const int64_t limit = [] {
+    struct rlimit r {};
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return int64_t{1} << 20;
+    return std::max<int64_t>(64, static_cast<int64_t>(r.rlim_cur) / 4);
+  }();
+  return limit;
+}
 
 // What a slot's next pull gave.
 struct Pulled {
@@ -60,6 +80,11 @@ struct Slot {
 class InterleaveIterator : public OpIterator {
  public:
   static constexpr int64_t kMaxReadAhead = 64;
+  // What one open input costs besides what its pipeline allocates (the slot, its queue, the
+  // iterator objects), charged to the process's budget while it is open: a cycle_length far
+  // above the inputs is free (TF accepts 1e9), but one that really opens that many inputs
+  // fails naming this op instead of growing without bound.
+  static constexpr int64_t kOpenInputBytes = 1024;
 
   InterleaveIterator(std::string label, std::unique_ptr<Iterator> input,
                      InterleaveInputFn make_input, int64_t cycle_length, int64_t block_length,
@@ -71,7 +96,8 @@ class InterleaveIterator : public OpIterator {
         block_length_(block_length),
         parallel_(parallel),
         deterministic_(deterministic),
-        shared_(std::make_shared<SharedState>()) {
+        shared_(std::make_shared<SharedState>()),
+        open_inputs_held_(this->label()) {
     shared_->pool = &ProcessThreadPool();
     // A block ahead, but not block_length elements of every open input when that is huge (a
     // hint TF accepts): read-ahead only overlaps reads, it does not change the output.
@@ -80,6 +106,7 @@ class InterleaveIterator : public OpIterator {
 
   ~InterleaveIterator() override {
     for (auto& slot : slots_) Close(slot);
+    g_open_inputs.fetch_sub(num_open_, std::memory_order_relaxed);
   }
   InterleaveIterator(const InterleaveIterator&) = delete;
   InterleaveIterator& operator=(const InterleaveIterator&) = delete;
@@ -98,6 +125,7 @@ class InterleaveIterator : public OpIterator {
         }
         if (p.kind == Pulled::Kind::kEnd) {
           Close(slot);
+          ReleaseInput();
           --num_open_;
           Advance();
           continue;
@@ -117,8 +145,10 @@ class InterleaveIterator : public OpIterator {
           input_done_ = true;
           continue;
         }
+        RETURN_IF_ERROR(AcquireInput());
         absl::StatusOr<std::unique_ptr<Iterator>> it = make_input_(name);
         if (!it.ok()) {
+          ReleaseInput();
           return MarkElementError(OpError(it.status().code(), it.status().message()));
         }
         slot = Open(*std::move(it));
@@ -168,6 +198,26 @@ class InterleaveIterator : public OpIterator {
 
   // Slot `i` of the cycle; slots are created as the cycle first reaches them (at most one per
   // input element read), not cycle_length of them up front.
+  // One more open input: its memory from the process's budget and its place under the
+  // process's open-input cap, or RESOURCE_EXHAUSTED naming this op (nothing taken then).
+  absl::Status AcquireInput() {
+    RETURN_IF_ERROR(open_inputs_held_.Grow(kOpenInputBytes));
+    const int64_t open = g_open_inputs.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (open > OpenInputLimit()) {
+      g_open_inputs.fetch_sub(1, std::memory_order_relaxed);
+      open_inputs_held_.Shrink(kOpenInputBytes);
+      return OpError(absl::StatusCode::kResourceExhausted,
+                     absl::StrCat("cycle_length=", cycle_length_, ": ", open - 1,
+                                  " inputs are open in this process, the most it keeps open (a "
+                                  "quarter of its open-file limit, RLIMIT_NOFILE)"));
+    }
+    return absl::OkStatus();
+  }
+  void ReleaseInput() {
+    g_open_inputs.fetch_sub(1, std::memory_order_relaxed);
+    open_inputs_held_.Shrink(kOpenInputBytes);
+  }
+
   std::shared_ptr<Slot>& SlotAt(int64_t i) {
     if (i >= static_cast<int64_t>(slots_.size())) slots_.resize(static_cast<size_t>(i) + 1);
     return slots_[i];
@@ -307,6 +357,7 @@ class InterleaveIterator : public OpIterator {
   const bool parallel_;
   const bool deterministic_;
   const std::shared_ptr<SharedState> shared_;
+  MemoryReservation open_inputs_held_;  // kOpenInputBytes for each open input
 
   std::vector<std::shared_ptr<Slot>> slots_;
   int64_t cycle_index_ = 0;

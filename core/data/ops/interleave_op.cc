@@ -129,15 +129,8 @@ SLUICE_REGISTER_OPS(interleave_op) {
     const proto::InterleaveOp& i = args.op.interleave();
     const int64_t cycle = i.cycle_length() > 0 ? i.cycle_length() : AutotuneParallelism();
     const int64_t block = i.block_length() > 0 ? i.block_length() : 1;
-    // One slot (an iterator handle and its read-ahead queue, ~128 bytes) per cycle position,
-    // allocated with the iterator: a client's cycle_length may not ask for more than an
-    // element's worth.
-    constexpr int64_t kSlotBytes = 128;
-    RETURN_IF_ERROR(ProcessMemoryBudget().CheckElement(
-        cycle > std::numeric_limits<int64_t>::max() / kSlotBytes
-            ? std::numeric_limits<int64_t>::max()
-            : cycle * kSlotBytes, label,
-        absl::StrCat("cycle_length=", cycle, " (", kSlotBytes, " bytes a slot)")));
+    // Slots are made as inputs open, each charged to the process's budget by the iterator
+    // (NewInterleaveIterator): no cycle_length is refused up front, as in TF.
     const int64_t threads = ResolveParallelCalls(i.num_parallel_calls(), args.options);
     const bool deterministic = !i.has_deterministic() || i.deterministic();
     InterleaveInputFn make = [fn = i.fn(), options = args.options](
