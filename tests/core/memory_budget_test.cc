@@ -18,23 +18,12 @@
 #include "core/data/ops/prefetch_iterator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/core/scoped_process_limits.h"
 
 namespace sluice {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Sets the process's limits for one test and restores them.
-class ScopedProcessLimits {
- public:
-  explicit ScopedProcessLimits(MemoryLimits limits) : saved_(ProcessMemoryBudget().limits()) {
-    ProcessMemoryBudget().SetLimits(limits);
-  }
-  ~ScopedProcessLimits() { ProcessMemoryBudget().SetLimits(saved_); }
-
- private:
-  const MemoryLimits saved_;
-};
 
 // Runs `pipeline` in-process to its end or first error; the elements it yielded.
 absl::Status Drain(const std::string& pipeline, int64_t* count = nullptr) {

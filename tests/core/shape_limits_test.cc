@@ -19,6 +19,7 @@
 #include "core/util/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/core/scoped_process_limits.h"
 #include "sluice/dataset.h"
 #include "tests/core/crafted_images.h"
 #include "tests/core/record_test_util.h"
@@ -29,18 +30,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-
-// Sets the process's limits for one test and restores them.
-class ScopedProcessLimits {
- public:
-  explicit ScopedProcessLimits(MemoryLimits limits) : saved_(ProcessMemoryBudget().limits()) {
-    ProcessMemoryBudget().SetLimits(limits);
-  }
-  ~ScopedProcessLimits() { ProcessMemoryBudget().SetLimits(saved_); }
-
- private:
-  const MemoryLimits saved_;
-};
 
 // Runs `pipeline` in-process (the executor) to its end or first error, at most 1000 elements.
 absl::Status RunPipeline(const std::string& pipeline) {
