@@ -2,7 +2,6 @@
 // deterministic): the registration of the op (core/data/op_registry.h); the iterator is in
 // interleave_iterator.h. `fn` is a graph whose file-reading source has no filenames; each input
 // element (a string scalar) becomes its only filename.
-#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -17,7 +16,6 @@
 #include "core/data/ops/interleave_iterator.h"
 #include "core/data/ops/parallel_calls.h"
 #include "core/data/spec_inference.h"
-#include "core/tensor/host_memory.h"
 #include "core/util/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
