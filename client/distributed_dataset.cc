@@ -61,8 +61,8 @@ absl::StatusOr<IteratorCheckpoint> DistributedIterator::Checkpoint() const {
 }
 
 DistributedIterator::DistributedIterator(std::unique_ptr<StepSource> source,
-                                         DistributedElementSpec spec)
-    : source_(std::move(source)), spec_(std::move(spec)) {}
+                                         DistributedElementSpec spec, PerReplicaWrapping wrapping)
+    : source_(std::move(source)), spec_(std::move(spec)), wrapping_(wrapping) {}
 
 absl::StatusOr<PerReplica<Element>> DistributedIterator::GetNext() {
   if (finished_ || source_ == nullptr) return EndOfSequence();
@@ -96,16 +96,18 @@ absl::StatusOr<std::optional<PerReplica<Element>>> DistributedIterator::GetNextA
   return std::optional<PerReplica<Element>>(PerReplica<Element>(std::move(replicas)));
 }
 
-DistributedDataset::DistributedDataset(DistributedElementSpec spec, StepSourceFactory factory)
+DistributedDataset::DistributedDataset(DistributedElementSpec spec, StepSourceFactory factory,
+                                       PerReplicaWrapping wrapping)
     : spec_(std::move(spec)),
       factory_(std::move(factory)),
+      wrapping_(wrapping),
       last_status_(std::make_shared<absl::Status>()) {}
 
 absl::StatusOr<DistributedIterator> DistributedDataset::MakeIterator() const {
   if (!factory_) return absl::FailedPreconditionError("DistributedDataset has no step source");
   absl::StatusOr<std::unique_ptr<StepSource>> source = factory_();
   if (!source.ok()) return source.status();
-  return DistributedIterator(*std::move(source), spec_);
+  return DistributedIterator(*std::move(source), spec_, wrapping_);
 }
 
 DistributedDataset::RangeIterator DistributedDataset::begin() const {

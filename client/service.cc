@@ -156,8 +156,11 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
     }
     return std::unique_ptr<StepSource>(std::move(s));
   };
-  return DistributedDataset(std::move(spec),
-                            PrefetchToDevices(std::move(factory), strategy.devices(), prefetch));
+  // Wrapping is the strategy's, as in TF (a tf.data service dataset distributed by a
+  // one-device MirroredStrategy gives plain values, however many consumers share the job).
+  return DistributedDataset(
+      std::move(spec), PrefetchToDevices(std::move(factory), strategy.devices(), prefetch),
+      WrappingFor(strategy.layout().num_workers, replicas));
 }
 
 }  // namespace sluice

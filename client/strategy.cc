@@ -132,7 +132,8 @@ absl::StatusOr<DistributedDataset> MirroredStrategy::ExperimentalDistributeDatas
   // Iterators on GPU devices prefetch into device memory (client/device_prefetcher.h).
   return DistributedDataset(
       PerReplicaSpecOf(replica_spec, replicas),
-      PrefetchToDevices(MakeFactory(std::move(pipelines), source_options), devices_, options));
+      PrefetchToDevices(MakeFactory(std::move(pipelines), source_options), devices_, options),
+      WrappingFor(num_workers, replicas));
 }
 
 absl::StatusOr<DistributedDataset> MirroredStrategy::DistributeDatasetsFromFunction(
@@ -184,7 +185,8 @@ absl::StatusOr<DistributedDataset> MirroredStrategy::DistributeDatasetsFromFunct
   // Iterators on GPU devices prefetch into device memory (client/device_prefetcher.h).
   return DistributedDataset(
       PerReplicaSpecOf(replica_spec, replicas),
-      PrefetchToDevices(MakeFactory(std::move(pipelines), source_options), devices_, options));
+      PrefetchToDevices(MakeFactory(std::move(pipelines), source_options), devices_, options),
+      WrappingFor(num_workers, replicas));
 }
 
 }  // namespace sluice

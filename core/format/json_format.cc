@@ -122,7 +122,11 @@ std::string ElementSpecToJson(const ElementSpec& spec) {
   return NestJson(spec, [](const TensorSpec& s) { return TensorSpecToJson(s); });
 }
 
-std::string FormatRunStepJson(int64_t step, const PerReplica<Element>& values) {
+std::string FormatRunStepJson(int64_t step, const PerReplica<Element>& values,
+                              PerReplicaWrapping wrapping) {
+  if (wrapping == PerReplicaWrapping::kPlainElement && values.num_replicas() == 1) {
+    return absl::StrCat("{\"step\": ", step, ", \"value\": ", ElementToJson(values[0]), "}");
+  }
   std::string out = absl::StrCat("{\"step\": ", step, ", \"per_replica\": [");
   for (size_t r = 0; r < values.num_replicas(); ++r) {
     if (r > 0) out += ", ";
@@ -131,8 +135,12 @@ std::string FormatRunStepJson(int64_t step, const PerReplica<Element>& values) {
   return out + "]}";
 }
 
-std::string FormatElementSpecJson(const DistributedElementSpec& spec) {
-  return NestJson(spec, [](const PerReplicaSpec& p) {
+std::string FormatElementSpecJson(const DistributedElementSpec& spec,
+                                  PerReplicaWrapping wrapping) {
+  return NestJson(spec, [wrapping](const PerReplicaSpec& p) {
+    if (wrapping == PerReplicaWrapping::kPlainElement && p.specs.size() == 1) {
+      return TensorSpecToJson(p.specs[0]);
+    }
     std::string out = "{\"per_replica\": [";
     for (size_t r = 0; r < p.specs.size(); ++r) {
       if (r > 0) out += ", ";

@@ -16,9 +16,13 @@
 //   A tensor in device memory has "values": null (copy it to the host first).
 // Element: a tuple or a list is an array, a dict an object (keys in insertion order), a leaf
 //   the tensor object.
-// Run step: {"step": 0, "per_replica": [E0, E1]} with Ei replica i's element.
+// Run step: {"step": 0, "per_replica": [E0, E1]} with Ei replica i's element; where TF gives the
+//   plain element (PerReplicaWrapping::kPlainElement, one device on one worker: see
+//   sluice/per_replica.h) {"step": 0, "value": E}.
 // Distributed element spec: the element's structure with each leaf
-//   {"per_replica": [{"dtype": "float32", "shape": [null, 1]}, ...]} (null: unknown dimension).
+//   {"per_replica": [{"dtype": "float32", "shape": [null, 1]}, ...]} (null: unknown dimension);
+//   with kPlainElement TF's spec is the dataset's own, each leaf {"dtype": ..., "shape": ...}.
+// (The goldens in tests/testdata/distribute/ are TF's output in these formats.)
 //
 // Nothing here ends with a newline; the caller writes one per line.
 //
@@ -42,11 +46,15 @@ std::string TensorSpecToJson(const TensorSpec& spec);
 // The same layout as ElementToJson with TensorSpecToJson at each leaf.
 std::string ElementSpecToJson(const ElementSpec& spec);
 
-// {"step": 0, "per_replica": [V0, V1]}
-std::string FormatRunStepJson(int64_t step, const PerReplica<Element>& values);
+// {"step": 0, "per_replica": [V0, V1]}, or {"step": 0, "value": V0} for kPlainElement and one
+// replica.
+std::string FormatRunStepJson(int64_t step, const PerReplica<Element>& values,
+                              PerReplicaWrapping wrapping = PerReplicaWrapping::kPerReplica);
 
-// The element structure with {"per_replica": [spec0, spec1, ...]} at each leaf.
-std::string FormatElementSpecJson(const DistributedElementSpec& spec);
+// The element structure with {"per_replica": [spec0, spec1, ...]} at each leaf, or with
+// kPlainElement the leaf of one replica's spec as it is.
+std::string FormatElementSpecJson(const DistributedElementSpec& spec,
+                                  PerReplicaWrapping wrapping = PerReplicaWrapping::kPerReplica);
 
 }  // namespace sluice
 

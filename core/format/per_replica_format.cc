@@ -67,8 +67,14 @@ std::string FormatValue(const PerReplica<Element>& v, bool repr) {
   return FormatNode(nodes, repr);
 }
 
+// A leaf of a kPlainElement spec: its one replica's TensorSpec (TF's own spec).
+bool PlainLeaf(const DistributedElementSpec& spec, bool plain) {
+  return plain && spec.is_leaf() && spec.leaf().specs.size() == 1;
+}
+
 // The seed layout; `col` is the column where this node's text starts.
-std::string FormatSpecAt(const DistributedElementSpec& spec, size_t col) {
+std::string FormatSpecAt(const DistributedElementSpec& spec, size_t col, bool plain) {
+  if (PlainLeaf(spec, plain)) return spec.leaf().specs[0].ToString();
   if (spec.is_leaf()) {
     static constexpr char kOpen[] = "PerReplicaSpec(";
     const std::string indent = ",\n" + std::string(col + sizeof(kOpen) - 1, ' ');
@@ -88,7 +94,7 @@ std::string FormatSpecAt(const DistributedElementSpec& spec, size_t col) {
     for (size_t i = 0; i < n; ++i) {
       if (i > 0) out += indent;
       const std::string key = PythonStrRepr(spec.keys()[i]) + ": ";
-      out += key + FormatSpecAt(spec.children()[i], col + 1 + key.size());
+      out += key + FormatSpecAt(spec.children()[i], col + 1 + key.size(), plain);
     }
     return out + "}";
   }
@@ -96,13 +102,14 @@ std::string FormatSpecAt(const DistributedElementSpec& spec, size_t col) {
   std::string out = tuple ? "(" : "[";
   for (size_t i = 0; i < n; ++i) {
     if (i > 0) out += indent;
-    out += FormatSpecAt(spec.children()[i], col + 1);
+    out += FormatSpecAt(spec.children()[i], col + 1, plain);
   }
   if (tuple && n == 1) out += ",";
   return out + (tuple ? ")" : "]");
 }
 
-std::string FormatSpecRepr(const DistributedElementSpec& spec) {
+std::string FormatSpecRepr(const DistributedElementSpec& spec, bool plain) {
+  if (PlainLeaf(spec, plain)) return spec.leaf().specs[0].ToString();
   if (spec.is_leaf()) {
     std::string out = "PerReplicaSpec(";
     const std::vector<TensorSpec>& specs = spec.leaf().specs;
@@ -120,7 +127,7 @@ std::string FormatSpecRepr(const DistributedElementSpec& spec) {
     for (size_t i = 0; i < n; ++i) {
       if (i > 0) out += ", ";
       absl::StrAppend(&out, PythonStrRepr(spec.keys()[i]), ": ",
-                      FormatSpecRepr(spec.children()[i]));
+                      FormatSpecRepr(spec.children()[i], plain));
     }
     return out + "}";
   }
@@ -128,24 +135,34 @@ std::string FormatSpecRepr(const DistributedElementSpec& spec) {
   std::string out = tuple ? "(" : "[";
   for (size_t i = 0; i < n; ++i) {
     if (i > 0) out += ", ";
-    out += FormatSpecRepr(spec.children()[i]);
+    out += FormatSpecRepr(spec.children()[i], plain);
   }
   if (tuple && n == 1) out += ",";
   return out + (tuple ? ")" : "]");
 }
 
-}  // namespace
-
-std::string FormatPerReplica(const PerReplica<Element>& v) { return FormatValue(v, false); }
-
-std::string FormatPerReplicaRepr(const PerReplica<Element>& v) { return FormatValue(v, true); }
-
-std::string FormatPerReplicaSpec(const DistributedElementSpec& spec) {
-  return FormatSpecAt(spec, 0);
+bool PlainValue(const PerReplica<Element>& v, PerReplicaWrapping wrapping) {
+  return wrapping == PerReplicaWrapping::kPlainElement && v.num_replicas() == 1;
 }
 
-std::string FormatPerReplicaSpecRepr(const DistributedElementSpec& spec) {
-  return FormatSpecRepr(spec);
+}  // namespace
+
+std::string FormatPerReplica(const PerReplica<Element>& v, PerReplicaWrapping wrapping) {
+  return PlainValue(v, wrapping) ? FormatElement(v[0]) : FormatValue(v, false);
+}
+
+std::string FormatPerReplicaRepr(const PerReplica<Element>& v, PerReplicaWrapping wrapping) {
+  return PlainValue(v, wrapping) ? FormatElementRepr(v[0]) : FormatValue(v, true);
+}
+
+std::string FormatPerReplicaSpec(const DistributedElementSpec& spec,
+                                 PerReplicaWrapping wrapping) {
+  return FormatSpecAt(spec, 0, wrapping == PerReplicaWrapping::kPlainElement);
+}
+
+std::string FormatPerReplicaSpecRepr(const DistributedElementSpec& spec,
+                                     PerReplicaWrapping wrapping) {
+  return FormatSpecRepr(spec, wrapping == PerReplicaWrapping::kPlainElement);
 }
 
 }  // namespace sluice

@@ -81,7 +81,9 @@ using StepSourceFactory = std::function<absl::StatusOr<std::unique_ptr<StepSourc
 
 class DistributedIterator {
  public:
-  explicit DistributedIterator(std::unique_ptr<StepSource> source, DistributedElementSpec spec);
+  // `wrapping`: see per_replica.h; kPlainElement requires one replica per leaf of `spec`.
+  DistributedIterator(std::unique_ptr<StepSource> source, DistributedElementSpec spec,
+                      PerReplicaWrapping wrapping = PerReplicaWrapping::kPerReplica);
   DistributedIterator(DistributedIterator&&) = default;
   DistributedIterator& operator=(DistributedIterator&&) = default;
 
@@ -93,6 +95,8 @@ class DistributedIterator {
   absl::StatusOr<std::optional<PerReplica<Element>>> GetNextAsOptional();
 
   const DistributedElementSpec& element_spec() const { return spec_; }
+  // Whether TF gives PerReplica values for this iterator or the plain element (per_replica.h).
+  PerReplicaWrapping wrapping() const { return wrapping_; }
 
   // Where this iterator stands: the step after the last one GetNext / GetNextAsOptional
   // returned. FAILED_PRECONDITION for datasets without a resumable order (local pipelines,
@@ -102,17 +106,26 @@ class DistributedIterator {
  private:
   std::unique_ptr<StepSource> source_;
   DistributedElementSpec spec_;
+  PerReplicaWrapping wrapping_;
   bool finished_ = false;
   int64_t steps_returned_ = 0;
 };
 
 class DistributedDataset {
  public:
-  DistributedDataset(DistributedElementSpec spec, StepSourceFactory factory);
+  // `wrapping`: what TF hands out for this strategy (per_replica.h: WrappingFor); the default
+  // wraps. kPlainElement requires one replica per leaf of `spec`.
+  DistributedDataset(DistributedElementSpec spec, StepSourceFactory factory,
+                     PerReplicaWrapping wrapping = PerReplicaWrapping::kPerReplica);
 
   // iter(dist_dataset): a new iterator starting a new pass over the data.
   absl::StatusOr<DistributedIterator> MakeIterator() const;
+  // The element's structure with a PerReplicaSpec per leaf, whatever wrapping() says (with
+  // kPlainElement each holds the one replica's spec: TF's element_spec is then that TensorSpec).
   const DistributedElementSpec& element_spec() const { return spec_; }
+  // Whether TF gives PerReplica values and PerReplicaSpecs here, or the plain element and
+  // TensorSpecs (one device on one worker); the printers take it (per_replica_format.h).
+  PerReplicaWrapping wrapping() const { return wrapping_; }
 
   // Range-for support. Iteration stops at the end of data or at the first error; the error is
   // then available from iteration_status() (OK after a clean end). iteration_status() belongs
@@ -125,6 +138,7 @@ class DistributedDataset {
  private:
   DistributedElementSpec spec_;
   StepSourceFactory factory_;
+  PerReplicaWrapping wrapping_;
   std::shared_ptr<absl::Status> last_status_;  // written by the range-for iterator
 };
 

@@ -4,6 +4,7 @@
 #define SLUICE_CLIENT_PER_REPLICA_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -49,6 +50,25 @@ struct PerReplicaSpec {
 
 // DistributedDataset::element_spec(): the element's structure with a PerReplicaSpec per leaf.
 using DistributedElementSpec = Nest<PerReplicaSpec>;
+
+// Whether TF would hand out PerReplica values and PerReplicaSpec leaves for a distributed
+// dataset, or the dataset's own element and TensorSpecs (TF's input_lib._always_wrap): TF wraps
+// when the strategy has more than one local replica or more than one worker
+// (MultiWorkerMirroredStrategy wraps even one replica per worker); with one device on one
+// worker, `next(iterator)` is the plain element and `element_spec` the dataset's own spec.
+// C++ keeps one static type (a PerReplica of one value is the one-device step);
+// DistributedDataset::wrapping() says which of the two TF gives, and the printers
+// (per_replica_format.h, core/format/json_format.h) and the Python API follow it.
+enum class PerReplicaWrapping {
+  kPerReplica,    // PerReplica values, PerReplicaSpec leaves
+  kPlainElement,  // one replica: its element and TensorSpecs, unwrapped
+};
+
+// TF's rule: kPlainElement for one local replica on one worker, else kPerReplica.
+inline PerReplicaWrapping WrappingFor(int64_t num_workers, int64_t num_local_replicas) {
+  return num_workers == 1 && num_local_replicas == 1 ? PerReplicaWrapping::kPlainElement
+                                                     : PerReplicaWrapping::kPerReplica;
+}
 
 }  // namespace sluice
 

@@ -14,9 +14,11 @@
 // one-element tuple, "{'key': ...}" with dict keys in insertion order.
 // (Goldens from TF itself: tests/testdata/format/per_replica.txt.)
 //
-// With one replica TF returns the plain tensors rather than PerReplica objects; these functions
-// print what they are given, so a one-replica PerReplica still prints as "PerReplica:{\n  0:
-// ...\n}". If the replicas' elements differ in structure, the whole elements are printed as the
+// With one device on one worker TF returns the plain element rather than PerReplica objects
+// (per_replica.h: PerReplicaWrapping); pass the dataset's wrapping() and a one-replica value
+// then prints as TF prints the element (FormatElement: "tf.Tensor([0 1], shape=(2,), ...)"),
+// its spec as the nest of TensorSpecs in the same layout. Without it (kPerReplica) these print
+// what they are given, so a one-replica PerReplica prints as "PerReplica:{\n  0: ...\n}". If the replicas' elements differ in structure, the whole elements are printed as the
 // replicas' values (each replica's element with str() at the top, repr() nested).
 //
 // FormatPerReplicaSpec prints a DistributedElementSpec in the seed's layout:
@@ -46,14 +48,21 @@
 namespace sluice {
 
 // print(value): str() of the element structure with PerReplica leaves.
-std::string FormatPerReplica(const PerReplica<Element>& v);
+// kPlainElement with other than one replica prints the PerReplica (it is not TF's plain case).
+std::string FormatPerReplica(const PerReplica<Element>& v,
+                             PerReplicaWrapping wrapping = PerReplicaWrapping::kPerReplica);
 // repr(value): the same with repr() at the top too.
-std::string FormatPerReplicaRepr(const PerReplica<Element>& v);
+std::string FormatPerReplicaRepr(const PerReplica<Element>& v,
+                                 PerReplicaWrapping wrapping = PerReplicaWrapping::kPerReplica);
 
-// The seed's multi-line layout of an element_spec (see the rule above).
-std::string FormatPerReplicaSpec(const DistributedElementSpec& spec);
+// The seed's multi-line layout of an element_spec (see the rule above); kPlainElement prints
+// each leaf's one TensorSpec without "PerReplicaSpec(...)" (TF's element_spec for one device).
+std::string FormatPerReplicaSpec(const DistributedElementSpec& spec,
+                                 PerReplicaWrapping wrapping = PerReplicaWrapping::kPerReplica);
 // Python's one-line repr of the element_spec.
-std::string FormatPerReplicaSpecRepr(const DistributedElementSpec& spec);
+std::string FormatPerReplicaSpecRepr(
+    const DistributedElementSpec& spec,
+    PerReplicaWrapping wrapping = PerReplicaWrapping::kPerReplica);
 
 }  // namespace sluice
 

@@ -56,7 +56,8 @@ class DistributedDataset:
     @property
     def element_spec(self):
         """The element's structure with a ``PerReplicaSpec`` (one ``TensorSpec`` per local
-        replica) at each leaf; with one local replica a plain ``TensorSpec``, as TF gives it.
+        replica) at each leaf; with one device on one worker the dataset's own ``TensorSpec``,
+        as TF gives it (a multi-worker strategy wraps even one replica per worker).
         ``sluice.pformat`` prints it in the seed's layout."""
         return self._dd.element_spec
 

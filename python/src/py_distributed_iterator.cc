@@ -110,21 +110,21 @@ py::object PyDistributedIterator::Next() {
   StepOrEnd step = Fetch(/*padded=*/false);
   if (!step.ok()) ThrowStatus(step.status());
   if (!step->has_value()) throw py::stop_iteration();
-  return StepToPython(**step, /*may_share=*/!interruptible_);
+  return StepToPython(**step, it_->wrapping(), /*may_share=*/!interruptible_);
 }
 
 py::object PyDistributedIterator::GetNext() {
   StepOrEnd step = Fetch(/*padded=*/false);
   if (!step.ok()) ThrowStatus(step.status());
   if (!step->has_value()) ThrowStatus(absl::OutOfRangeError("End of sequence"));
-  return StepToPython(**step, /*may_share=*/!interruptible_);
+  return StepToPython(**step, it_->wrapping(), /*may_share=*/!interruptible_);
 }
 
 py::object PyDistributedIterator::GetNextAsOptional() {
   StepOrEnd step = Fetch(/*padded=*/true);
   if (!step.ok()) ThrowStatus(step.status());
   if (!step->has_value()) return OptionalClass()(py::none(), false);
-  return OptionalClass()(StepToPython(**step, /*may_share=*/!interruptible_), true);
+  return OptionalClass()(StepToPython(**step, it_->wrapping(), /*may_share=*/!interruptible_), true);
 }
 
 py::bytes PyDistributedIterator::Checkpoint() {
@@ -141,7 +141,7 @@ py::bytes PyDistributedIterator::Checkpoint() {
 }
 
 py::object PyDistributedIterator::ElementSpec() const {
-  return DistributedSpecToPython(it_->element_spec());
+  return DistributedSpecToPython(it_->element_spec(), it_->wrapping());
 }
 
 PyDistributedDataset::PyDistributedDataset(DistributedDataset dataset, bool interruptible)
@@ -168,11 +168,11 @@ std::unique_ptr<PyDistributedIterator> PyDistributedDataset::MakeIterator() cons
 }
 
 py::object PyDistributedDataset::ElementSpec() const {
-  return DistributedSpecToPython(dataset_.element_spec());
+  return DistributedSpecToPython(dataset_.element_spec(), dataset_.wrapping());
 }
 
 std::string PyDistributedDataset::FormatElementSpec() const {
-  return FormatPerReplicaSpec(dataset_.element_spec());
+  return FormatPerReplicaSpec(dataset_.element_spec(), dataset_.wrapping());
 }
 
 void RegisterDistributedIterator(py::module_& m) {

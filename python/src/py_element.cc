@@ -152,11 +152,14 @@ py::object SpecToPython(const ElementSpec& spec) {
   return NestToPython(spec, [](const TensorSpec& s) { return TensorSpecToPython(s); });
 }
 
-py::object StepToPython(const PerReplica<Element>& handed_out, bool may_share) {
+py::object StepToPython(const PerReplica<Element>& handed_out, PerReplicaWrapping wrapping,
+                        bool may_share) {
   std::optional<PerReplica<Element>> unshared;
   if (may_share) unshared = UnsharedStep(handed_out);
   const PerReplica<Element>& step = unshared.has_value() ? *unshared : handed_out;
-  if (step.num_replicas() == 1) return ElementToPython(step[0]);
+  if (wrapping == PerReplicaWrapping::kPlainElement && step.num_replicas() == 1) {
+    return ElementToPython(step[0]);  // as TF: one device on one worker is not wrapped
+  }
   static py::object* per_replica = new py::object(ValuesAttr("PerReplica"));
   bool same = true;
   for (const Element& e : step) same = same && e.SameStructure(step[0]);
@@ -176,12 +179,14 @@ py::object StepToPython(const PerReplica<Element>& handed_out, bool may_share) {
   });
 }
 
-py::object DistributedSpecToPython(const DistributedElementSpec& spec) {
+py::object DistributedSpecToPython(const DistributedElementSpec& spec,
+                                   PerReplicaWrapping wrapping) {
   static py::object* cls = new py::object(ValuesAttr("PerReplicaSpec"));
   bool one_replica = true;
   for (const PerReplicaSpec& s : spec.Flatten()) one_replica = one_replica && s.specs.size() == 1;
-  return NestToPython(spec, [one_replica](const PerReplicaSpec& s) {
-    if (one_replica) return TensorSpecToPython(s.specs[0]);  // as TF: no PerReplica to describe
+  const bool plain = wrapping == PerReplicaWrapping::kPlainElement && one_replica;
+  return NestToPython(spec, [plain](const PerReplicaSpec& s) {
+    if (plain) return TensorSpecToPython(s.specs[0]);  // as TF: one device is not wrapped
     py::tuple specs(s.specs.size());
     for (size_t i = 0; i < s.specs.size(); ++i) specs[i] = TensorSpecToPython(s.specs[i]);
     return (*cls)(*specs);

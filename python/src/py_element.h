@@ -35,14 +35,19 @@ PerReplica<Element> UnsharedStep(const PerReplica<Element>& step);
 // How many tensors UnsharedStep has copied in this process (tests, measurements).
 int64_t HandoutCopies();
 
-// The structure of replica 0 with sluice.PerReplica leaves (the plain element with one
-// replica), over UnsharedStep(step) when `may_share`. Steps from the service pass
+// The structure of replica 0 with sluice.PerReplica leaves, or the plain element where TF gives
+// it (`wrapping` kPlainElement: one device on one worker; sluice/per_replica.h), over
+// UnsharedStep(step) when `may_share`. Steps from the service pass
 // may_share = false: they are decoded into receive buffers that no other step is ever given
 // while a view lives (several small steps may be views of one frame's buffer, at disjoint
 // offsets, which a reference count cannot tell from shared bytes).
-pybind11::object StepToPython(const PerReplica<Element>& step, bool may_share = true);
+pybind11::object StepToPython(const PerReplica<Element>& step, PerReplicaWrapping wrapping,
+                              bool may_share = true);
 
-pybind11::object DistributedSpecToPython(const DistributedElementSpec& spec);
+// The element's structure with sluice.PerReplicaSpec leaves, or TensorSpec leaves where TF
+// gives the dataset's own spec (kPlainElement).
+pybind11::object DistributedSpecToPython(const DistributedElementSpec& spec,
+                                         PerReplicaWrapping wrapping);
 
 }  // namespace sluice::python
 

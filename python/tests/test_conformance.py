@@ -44,13 +44,25 @@ def _build(case):
 
 
 def _spec_json(spec):
-    if isinstance(spec, sluice.TensorSpec):  # one local replica: TF's plain TensorSpec
-        return {"per_replica": [{"dtype": spec.dtype, "shape": list(spec.shape)}]}
+    """element_spec in the goldens' form, as it is: a TensorSpec leaf stays one (TF's spec for
+    one device on one worker), a PerReplicaSpec becomes {"per_replica": [...]}."""
+    if isinstance(spec, sluice.TensorSpec):
+        return {"dtype": spec.dtype, "shape": list(spec.shape)}
     if isinstance(spec, sluice.PerReplicaSpec):
         return {"per_replica": [{"dtype": s.dtype, "shape": list(s.shape)} for s in spec.specs]}
     if isinstance(spec, (tuple, list)):
         return [_spec_json(s) for s in spec]
     return {k: _spec_json(v) for k, v in spec.items()}
+
+
+def _has_per_replica(value):
+    if isinstance(value, sluice.PerReplica):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_has_per_replica(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_per_replica(v) for v in value.values())
+    return False
 
 
 def _assert_value(got, want, where):
@@ -95,6 +107,11 @@ def test_case_matches_tensorflow(case, monkeypatch):
     it = iter(dist)
     for s, want in enumerate(steps):
         x = next(it)
+        if "value" in want:  # TF gives the plain element (one device, one worker)
+            assert not _has_per_replica(x), "step %d: TF does not wrap this in PerReplica" % s
+            _assert_value(x, want["value"], "step %d" % s)
+            continue
+        assert _has_per_replica(x), "step %d: TF gives PerReplica values here" % s
         replicas = strategy.experimental_local_results(x)
         assert len(replicas) == len(want["per_replica"]), "step %d" % s
         for r, (got, w) in enumerate(zip(replicas, want["per_replica"])):

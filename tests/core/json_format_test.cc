@@ -94,6 +94,26 @@ TEST(JsonFormatTest, ElementSpec) {
   EXPECT_EQ(ElementSpecToJson(plain), R"([{"dtype": "string", "shape": []}])");
 }
 
+// One device on one worker: TF gives the plain element and the dataset's own spec
+// (tests/testdata/distribute/one_device_*), and a multi-worker strategy wraps even one replica.
+TEST(JsonFormatTest, OneDeviceIsNotWrappedWhereTfDoesNotWrap) {
+  EXPECT_EQ(WrappingFor(/*num_workers=*/1, /*num_local_replicas=*/1),
+            PerReplicaWrapping::kPlainElement);
+  EXPECT_EQ(WrappingFor(2, 1), PerReplicaWrapping::kPerReplica);
+  EXPECT_EQ(WrappingFor(1, 2), PerReplicaWrapping::kPerReplica);
+  PerReplica<Element> step({Element(Tensor::FromVector<int64_t>({0, 1}))});
+  EXPECT_EQ(FormatRunStepJson(3, step, PerReplicaWrapping::kPlainElement),
+            R"({"step": 3, "value": {"dtype": "int64", "shape": [2], "values": [0, 1]}})");
+  EXPECT_EQ(FormatRunStepJson(3, step, PerReplicaWrapping::kPerReplica),
+            R"({"step": 3, "per_replica": [{"dtype": "int64", "shape": [2], "values": [0, 1]}]})");
+  DistributedElementSpec spec = DistributedElementSpec::Tuple(
+      {PerReplicaSpec{{TensorSpec{DType::kInt64, Shape({kUnknownDim})}}}});
+  EXPECT_EQ(FormatElementSpecJson(spec, PerReplicaWrapping::kPlainElement),
+            R"([{"dtype": "int64", "shape": [null]}])");
+  EXPECT_EQ(FormatElementSpecJson(spec, PerReplicaWrapping::kPerReplica),
+            R"([{"per_replica": [{"dtype": "int64", "shape": [null]}]}])");
+}
+
 // Reports device memory; the bytes are never read.
 class FakeDeviceBuffer : public TensorBuffer {
  public:

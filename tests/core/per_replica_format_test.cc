@@ -135,6 +135,24 @@ TEST_F(PerReplicaFormatTest, SeedElementSpec) {
   EXPECT_EQ(FormatPerReplicaSpecRepr(spec), Golden("tuple_f32_i32_spec"));
 }
 
+// TF 2.15, MirroredStrategy(["CPU:0"]) over range(5).batch(2): repr(element_spec) is
+// "TensorSpec(shape=(None,), dtype=tf.int64, name=None)" and print(next(it)) is
+// "tf.Tensor([0 1], shape=(2,), dtype=int64)": one device is not wrapped.
+TEST_F(PerReplicaFormatTest, OneDevicePrintsAsTfWithoutPerReplica) {
+  DistributedElementSpec leaf(PerReplicaSpec{{Spec(DType::kInt64, {kUnknownDim})}});
+  EXPECT_EQ(FormatPerReplicaSpec(leaf, PerReplicaWrapping::kPlainElement),
+            "TensorSpec(shape=(None,), dtype=tf.int64, name=None)");
+  EXPECT_EQ(FormatPerReplicaSpecRepr(leaf, PerReplicaWrapping::kPlainElement),
+            "TensorSpec(shape=(None,), dtype=tf.int64, name=None)");
+  EXPECT_EQ(FormatPerReplicaSpec(leaf),
+            "PerReplicaSpec(TensorSpec(shape=(None,), dtype=tf.int64, name=None),)");
+  PerReplica<Element> step({Element(Tensor::FromVector<int64_t>({0, 1}))});
+  EXPECT_EQ(FormatPerReplica(step, PerReplicaWrapping::kPlainElement),
+            "tf.Tensor([0 1], shape=(2,), dtype=int64)");
+  EXPECT_EQ(FormatPerReplica(step),
+            "PerReplica:{\n  0: tf.Tensor([0 1], shape=(2,), dtype=int64)\n}");
+}
+
 TEST_F(PerReplicaFormatTest, SpecLayoutRule) {
   DistributedElementSpec leaf(TwoReplicas(Spec(DType::kInt32, {kUnknownDim})));
   EXPECT_EQ(FormatPerReplicaSpec(leaf),

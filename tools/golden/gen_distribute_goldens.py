@@ -7,37 +7,57 @@ root with the TF venv (tensorflow-cpu 2.15):
 
   /tmp/tfvenv/bin/python tools/golden/gen_distribute_goldens.py
 
-Writes, for every case of CASES:
-  <case>.jsonl       one line per step: {"step": 0, "per_replica": [V0, V1, ...]}, V_r the value
-                     of local replica r: a tensor is {"dtype": "float32", "shape": [2, 1],
-                     "values": [[1.0], [1.0]]}, a tuple or list a JSON array, a dict an object.
-                     Strings are UTF-8 text. At most max_steps lines for an infinite dataset.
+Writes, for every case of CASES, what TF gives, never reshaped into Sluice's form:
+  <case>.jsonl       one line per step. Where TF gives PerReplica values (more than one local
+                     replica, or a multi-worker strategy):
+                       {"step": 0, "per_replica": [V0, V1, ...]}, V_r the value of local replica r;
+                     where TF gives the plain element (one device, one worker: TF does not wrap
+                     it, input_lib._always_wrap):
+                       {"step": 0, "value": V}.
+                     A tensor is {"dtype": "float32", "shape": [2, 1], "values": [[1.0], [1.0]]},
+                     a tuple or list a JSON array, a dict an object. Strings are UTF-8 text. At
+                     most max_steps lines for an infinite dataset.
   <case>.spec.json   the element_spec: the element's structure with, at each leaf,
-                     {"per_replica": [{"dtype": "float32", "shape": [null, 1]}, ...]}.
+                     {"per_replica": [{"dtype": "float32", "shape": [null, 1]}, ...]} where TF's
+                     leaf is a PerReplicaSpec, or {"dtype": "float32", "shape": [null, 1]} where
+                     it is a plain TensorSpec (one device, one worker).
 and index.json: the list of cases (name, expression, api, devices, num_workers, worker_index,
-policy, replication_mode, max_steps, and for a case that must fail: "error", TF's message, and
-"error_contains", its first sentence, which Sluice's error must contain).
+policy, replication_mode, max_steps, "oracle": which program produced the case (see below), and
+for a case that must fail: "error", TF's message, and "error_contains", its first sentence,
+which Sluice's error must contain).
 
-How each case is produced:
-  * One worker (num_workers == 1): a real tf.distribute.MirroredStrategy over `devices` logical
-    CPU devices, experimental_distribute_dataset(dataset.with_options(policy)) or
-    distribute_datasets_from_function(lambda ctx: dataset, options). TF does not wrap the values
-    of a one-device strategy in PerReplica; they are written as a one-replica list anyway.
-  * Several workers: MultiWorkerMirroredStrategy needs one process per worker, so the per-worker
-    dataset is built with TF's own pieces exactly as input_lib.py builds it for an input worker
+How each case is produced ("oracle" in index.json):
+  * "MirroredStrategy": one worker (num_workers == 1): a real tf.distribute.MirroredStrategy
+    over `devices` logical CPU devices, experimental_distribute_dataset(dataset.with_options(
+    policy)) or distribute_datasets_from_function(lambda ctx: dataset, options); its values and
+    element_spec written as TF returns them.
+  * "MultiWorkerMirroredStrategy": several workers with one device each: a real
+    tf.distribute.MultiWorkerMirroredStrategy, one process of this script per worker, on
+    loopback through TF_CONFIG (ports picked free here); the case's worker_index process writes
+    what its DistributedDataset gives. This is TF's distributed iterator end to end (its
+    cross-worker "any has data" all-reduce included).
+  * "input_lib replay": several workers with more than one device each. TF's
+    MultiWorkerMirroredStrategy on CPUs has one device per worker (it only multiplies GPU or
+    TPU devices), so no TF program on this machine gives these cases. The per-worker dataset is
+    built with TF's own pieces exactly as input_lib.py builds it for an input worker
     (distribute.compute_batch_size, batch_sizes_for_worker, Dataset.rebatch or
     _LegacyRebatchDataset, prefetch, input_ops.auto_shard_dataset, whose grappler rewrite is
-    TF's), and the distributed iterator's lockstep is replayed here from input_lib.py's logic:
-    the elements of each worker's dataset go to its replicas in turn; a step exists while any
-    replica of any worker has a value; replicas without one get TF's dummy (unknown dimensions
-    and, for fully static shapes, dimension 0 set to 0). The spec is input_lib's: the worker's
-    rebatched element_spec per replica, made dynamic (_rebatch_as_dynamic) when partial-batch
-    handling is on (a dataset not known to be infinite).
+    TF's), and only the distributed iterator's lockstep is replayed here from input_lib.py's
+    logic: the elements of each worker's dataset go to its replicas in turn; a step exists while
+    any replica of any worker has a value; replicas without one get TF's dummy (unknown
+    dimensions and, for fully static shapes, dimension 0 set to 0). The spec is input_lib's:
+    the worker's rebatched element_spec per replica, made dynamic (_rebatch_as_dynamic) when
+    partial-batch handling is on (a dataset not known to be infinite). The generator also
+    replays every "MultiWorkerMirroredStrategy" case and stops if the replay differs from TF
+    there, so the replay is checked against TF wherever TF can run.
 Files for text_line_dataset cases are tests/testdata/distribute/files/*.txt (written here).
 """
 import json
 import os
+import socket
+import subprocess
 import sys
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -206,26 +226,30 @@ def spec_json(spec):
   return {"dtype": spec.dtype.name, "shape": spec.shape.as_list()}
 
 
-def per_replica_spec_json(spec, replicas):
+def dist_spec_json(spec):
+  """A DistributedDataset's element_spec as TF gives it: PerReplicaSpec leaves where TF wraps,
+  plain TensorSpec leaves where it does not (one device, one worker)."""
   def leaf(s):
     if isinstance(s, tf_values.PerReplicaSpec):
       return {"per_replica": [spec_json(v) for v in s._value_specs]}  # pylint: disable=protected-access
-    return {"per_replica": [spec_json(s)] * replicas}
+    return spec_json(s)
   return nest_json(spec, leaf)
 
 
-def replica_values(x, replicas):
-  """The list of per-replica element nests of one step."""
+def step_json(x):
+  """One step as TF gives it: {"per_replica": [...]} for PerReplica leaves, {"value": ...} for
+  the plain element TF returns on one device."""
+  leaves = tf.nest.flatten(x, expand_composites=False)
+  wrapped = [isinstance(v, tf_values.PerReplica) for v in leaves]
+  if not any(wrapped):
+    return {"value": nest_json(x, tensor_json)}
+  assert all(wrapped), "a step mixing PerReplica and plain leaves: %r" % (x,)
+  replicas = len(leaves[0].values)
   out = []
   for r in range(replicas):
-    def pick(v, r=r):
-      if isinstance(v, tf_values.PerReplica):
-        return v.values[r]
-      assert replicas == 1, type(v)
-      return v
-    out.append(nest_json(tf.nest.map_structure(pick, x, expand_composites=False),
-                         tensor_json))
-  return out
+    pick = lambda v, r=r: v.values[r]  # noqa: E731
+    out.append(nest_json(tf.nest.map_structure(pick, x, expand_composites=False), tensor_json))
+  return {"per_replica": out}
 
 
 def run_one_worker(c):
@@ -241,10 +265,10 @@ def run_one_worker(c):
         lambda ctx: make_dataset(c["expression"], policy), options)
   steps = []
   for x in dist:
-    steps.append(replica_values(x, c["devices"]))
+    steps.append(step_json(x))
     if len(steps) >= c["max_steps"]:
       break
-  return steps, per_replica_spec_json(dist.element_spec, c["devices"])
+  return steps, dist_spec_json(dist.element_spec)
 
 
 def worker_dataset(dataset, num_workers, worker_index, num_replicas):
@@ -298,11 +322,77 @@ def run_multi_worker(c):
     if not handling and any(v is None for vals in got for v in vals):
       break
     mine = [v if v is not None else tf.nest.map_structure(dummy, spec) for v in got[own]]
-    steps.append([nest_json(v, tensor_json) for v in mine])
-  return steps, per_replica_spec_json(dist_spec, replicas)
+    steps.append({"per_replica": [nest_json(v, tensor_json) for v in mine]})
+  return steps, dist_spec_json(dist_spec)
+
+
+def free_port():
+  with socket.socket() as sock:
+    sock.bind(("127.0.0.1", 0))
+    return sock.getsockname()[1]
+
+
+def run_mwms_worker(case_name, index, ports, out_path):
+  """One worker process of a MultiWorkerMirroredStrategy case (TF_CONFIG on loopback)."""
+  c = next(c for c in CASES if c["name"] == case_name)
+  os.environ["TF_CONFIG"] = json.dumps({
+      "cluster": {"worker": ["127.0.0.1:%d" % p for p in ports]},
+      "task": {"type": "worker", "index": index}})
+  strategy = tf.distribute.MultiWorkerMirroredStrategy()
+  assert strategy.num_replicas_in_sync == c["num_workers"], strategy.num_replicas_in_sync
+  result = {}
+  try:
+    dist = strategy.experimental_distribute_dataset(make_dataset(c["expression"], c["policy"]))
+    result["spec"] = dist_spec_json(dist.element_spec)
+    steps = []
+    for x in dist:
+      steps.append(step_json(x))
+      if len(steps) >= c["max_steps"]:
+        break
+    result["steps"] = steps
+  except (tf.errors.OpError, ValueError) as e:
+    result["error"] = getattr(e, "message", str(e))
+  with open(out_path, "w") as f:
+    json.dump(result, f)
+
+
+def run_mwms(c):
+  """Runs a case on a real MultiWorkerMirroredStrategy, one process per worker; returns what
+  worker c["worker_index"] got. A worker that fails or hangs past the timeout is killed."""
+  ports = [free_port() for _ in range(c["num_workers"])]
+  with tempfile.TemporaryDirectory() as tmp:
+    outs = [os.path.join(tmp, "w%d.json" % w) for w in range(c["num_workers"])]
+    procs = [subprocess.Popen(
+        [sys.executable, __file__, "--mwms_worker", c["name"], str(w),
+         ",".join(map(str, ports)), outs[w]]) for w in range(c["num_workers"])]
+    for p in procs:
+      try:
+        p.wait(timeout=300)
+      except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    own = outs[c["worker_index"]]
+    if not os.path.exists(own):
+      raise RuntimeError("%s: worker %d wrote nothing (exit %s)" % (
+          c["name"], c["worker_index"], procs[c["worker_index"]].returncode))
+    with open(own) as f:
+      result = json.load(f)
+  if "error" in result:
+    raise ValueError(result["error"])
+  return result["steps"], result["spec"]
+
+
+def oracle_of(c):
+  if c["num_workers"] == 1:
+    return "MirroredStrategy"
+  return "MultiWorkerMirroredStrategy" if c["devices"] == 1 else "input_lib replay"
 
 
 def main():
+  if len(sys.argv) > 1 and sys.argv[1] == "--mwms_worker":
+    name, index, ports, out = sys.argv[2:6]
+    run_mwms_worker(name, int(index), [int(p) for p in ports.split(",")], out)
+    return
   cpus = tf.config.list_physical_devices("CPU")
   tf.config.set_logical_device_configuration(
       cpus[0], [tf.config.LogicalDeviceConfiguration()] * MAX_DEVICES)
@@ -316,9 +406,16 @@ def main():
     if only and c["name"] not in only:
       continue
     entry = dict(c)
+    entry["oracle"] = oracle_of(c)
     try:
-      if c["num_workers"] == 1:
+      if entry["oracle"] == "MirroredStrategy":
         steps, spec = run_one_worker(c)
+      elif entry["oracle"] == "MultiWorkerMirroredStrategy":
+        steps, spec = run_mwms(c)
+        replay = run_multi_worker(c)
+        if replay != (steps, spec):
+          sys.exit("%s: the input_lib replay differs from MultiWorkerMirroredStrategy:\n"
+                   "TF:     %s\nreplay: %s" % (c["name"], (steps, spec), replay))
       else:
         steps, spec = run_multi_worker(c)
     except (tf.errors.OpError, ValueError) as e:
@@ -335,7 +432,7 @@ def main():
       continue
     with open(os.path.join(OUT, c["name"] + ".jsonl"), "w") as f:
       for i, s in enumerate(steps):
-        f.write(json.dumps({"step": i, "per_replica": s}) + "\n")
+        f.write(json.dumps(dict({"step": i}, **s)) + "\n")
     with open(os.path.join(OUT, c["name"] + ".spec.json"), "w") as f:
       f.write(json.dumps(spec) + "\n")
     index.append(entry)
@@ -343,7 +440,18 @@ def main():
   if not only:
     with open(os.path.join(OUT, "index.json"), "w") as f:
       json.dump({"generator": "tools/golden/gen_distribute_goldens.py",
-                 "tensorflow": tf.__version__, "cases": index}, f, indent=1)
+                 "tensorflow": tf.__version__,
+                 "oracles": {
+                     "MirroredStrategy": "TF's MirroredStrategy, values and spec as TF returns "
+                                         "them",
+                     "MultiWorkerMirroredStrategy": "TF's MultiWorkerMirroredStrategy, one "
+                                                    "process per worker on loopback (TF_CONFIG)",
+                     "input_lib replay": "TF's per-worker datasets (input_lib's construction) "
+                                         "with the distributed iterator's lockstep replayed in "
+                                         "the generator: TF's MultiWorkerMirroredStrategy has "
+                                         "one CPU device per worker, so no TF program here "
+                                         "runs several replicas per worker"},
+                 "cases": index}, f, indent=1)
       f.write("\n")
 
 

@@ -16,9 +16,9 @@ namespace {
 absl::Status PrintElementSpec(const SluicectlPipelineArgs& args, OutputFormat format) {
   ASSIGN_OR_RETURN(SluicectlDataset ds, MakeSluicectlDataset(args));
   if (format == OutputFormat::kTf) {
-    std::cout << FormatPerReplicaSpec(ds.dataset.element_spec()) << "\n";
+    std::cout << FormatPerReplicaSpec(ds.dataset.element_spec(), ds.dataset.wrapping()) << "\n";
   } else {
-    std::cout << FormatElementSpecJson(ds.dataset.element_spec()) << "\n";
+    std::cout << FormatElementSpecJson(ds.dataset.element_spec(), ds.dataset.wrapping()) << "\n";
   }
   return absl::OkStatus();
 }

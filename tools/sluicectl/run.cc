@@ -61,9 +61,9 @@ absl::Status RunSteps(const SluicectlPipelineArgs& args, OutputFormat format, in
     RETURN_IF_ERROR(x.status());
     // As Python's `for x in dist: print(x)`: each value, then a newline.
     if (format == OutputFormat::kTf) {
-      std::cout << FormatPerReplica(*x) << "\n";
+      std::cout << FormatPerReplica(*x, it.wrapping()) << "\n";
     } else {
-      std::cout << FormatRunStepJson(step, *x) << "\n";
+      std::cout << FormatRunStepJson(step, *x, it.wrapping()) << "\n";
     }
     std::cout.flush();
     if (!save_state.empty()) {

@@ -244,8 +244,10 @@ absl::StatusOr<SluicectlDataset> MakeServiceDataset(const SluicectlPipelineArgs&
     ASSIGN_OR_RETURN(DistributedIterator it, dist.MakeIterator());
     return std::unique_ptr<StepSource>(new IteratorStepSource(std::move(it)));
   };
-  return SluicectlDataset{DistributedDataset(std::move(spec), std::move(factory)),
-                          dataset.Cardinality()};
+  return SluicectlDataset{
+      DistributedDataset(std::move(spec), std::move(factory),
+                         WrappingFor(strategy.layout().num_workers, replicas)),
+      dataset.Cardinality()};
 }
 
 const bool kCoordinatorMakerRegistered = RegisterCoordinatorDatasetMaker(&MakeServiceDataset);
