@@ -5,7 +5,9 @@ Run from the repository root with tensorflow-cpu 2.15 and numpy:
     /tmp/tfvenv/bin/python tools/golden/gen_transforms_goldens.py
 
 Writes tests/testdata/transforms/:
-  csv/*.csv, il/*.txt, npy/*.npy   hand-made fixtures (npy written by numpy)
+  csv/*.csv, il/*.txt, npy/*.npy   hand-made fixtures (npy written by numpy; npy/expected.json
+                                    holds numpy's values: TF has no .npy reader, so numpy is
+                                    the oracle there, as the file says)
   goldens.json                      {"cases": [{"name", "pipeline", "elements" | "error"}]}
 Each case's "pipeline" is a Sluice pipeline expression; "elements" is what TensorFlow yields for
 the equivalent tf.data pipeline (built here next to it), as JSON: a tuple element is a list of
@@ -260,7 +262,9 @@ def npy_fixtures():
     with open(f"{d}/f32.npy", "rb") as f:
         whole = f.read()
     write(f"{d}/truncated.npy", whole[:-5], mode="wb")
+    # TF has no .npy reader: these values come from numpy (np.load's oracle), not from TF.
     expected = {
+        "_oracle": "numpy (np.save / np.load): TensorFlow has no .npy dataset to compare with",
         "f32": (np.arange(12, dtype="<f4").reshape(3, 2, 2) / 4).tolist(),
         "i32_be": [[1, -2], [300000, 4]],
         "u8": np.arange(12).reshape(4, 3).tolist(),
