@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data/distribute/auto_shard.h"
@@ -139,8 +140,16 @@ std::string CompareRuns(const ConformanceCase& c, const RecordedRun& local,
                                         "):\n", Show(service));
   if (!local.status.ok() || !service.status.ok()) {
     if (local.status.ok() != service.status.ok()) return absl::StrCat("status differs\n", both);
+    // Both fail: with the same code, and the service's message says what in-process mode says
+    // (it may add where: a worker, a task).
+    if (local.status.code() != service.status.code()) {
+      return absl::StrCat("both fail, with different codes\n", both);
+    }
+    if (!absl::StrContains(service.status.message(), local.status.message())) {
+      return absl::StrCat("both fail, the service without in-process mode's message\n", both);
+    }
     if (both_rejected != nullptr) *both_rejected = true;
-    return "";  // both reject the pipeline
+    return "";
   }
   if (c.multiset_only) {
     std::vector<std::string> a = local.rows, b = service.rows;

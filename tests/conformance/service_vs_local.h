@@ -46,8 +46,11 @@ std::vector<RecordedRun> RunService(const std::string& coordinator, const Confor
 GeneratorOptions WriteConformanceFiles(const std::string& dir);
 
 // "" when the service's runs equal in-process mode's (step by step, byte for byte, and the
-// element_spec; DYNAMIC: the multiset of rows); else what differs, with both outputs. A
-// pipeline both reject passes, and sets *both_rejected (may be null).
+// element_spec; DYNAMIC: the multiset of rows); else what differs, with both outputs. When both
+// fail, they must fail alike: the same status code, and the service's message containing
+// in-process mode's (the service may add where it failed); then *both_rejected is set (may be
+// null). The caller bounds how many cases may end so (a generator or a parser that makes most
+// pipelines fail would otherwise pass).
 std::string CompareServiceWithLocal(const std::string& coordinator, const ConformanceCase& c,
                                     const std::string& job_name, bool* both_rejected = nullptr);
 
