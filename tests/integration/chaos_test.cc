@@ -2,7 +2,10 @@
 // read a coordinated DATA or RANGES job, faults are injected at random: a worker SIGKILLed (and
 // a fresh one started), a worker SIGSTOPped for a while then SIGCONTinued, the coordinator
 // SIGKILLed and restarted on its journal. Afterwards each trainer must have printed exactly the
-// steps of a run with no fault, and across trainers every element exactly once.
+// steps of a run with no fault, and across trainers every element exactly once; both runs must
+// print the pipeline's own order, modelled in the test (step_model.h PipelineOrderViews: range(N)
+// for DATA, the seeded SHUFFLE_FULL permutation re-implemented from its specification for
+// RANGES).
 //
 // The coordinator runs its failure policy at the default (--max_task_worker_deaths=3): random
 // kills and stops are no evidence that a task kills workers, so no job may be quarantined.
@@ -20,6 +23,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -47,6 +51,7 @@ constexpr int kMaxWorkers = 24;  // workers ever started, in all
 struct Mode {
   std::string name;
   std::vector<std::string> flags;
+  std::optional<uint64_t> shuffle_seed;  // --shuffle=full --seed=S: the order's permutation
 };
 void PrintTo(const Mode& m, std::ostream* os) { *os << m.name; }
 
@@ -106,6 +111,22 @@ bool AnyRunning(std::vector<std::unique_ptr<Subprocess>>& trainers) {
   return false;
 }
 
+// Each consumer printed the pipeline's own order (step_model.h), 2 replicas each.
+void ExpectPipelineOrder(const Mode& mode, const std::vector<std::vector<ModelStep>>& got,
+                         const std::string& what) {
+  const std::vector<std::vector<ModelStep>> want =
+      PipelineOrderViews(kElements, kBatch, kConsumers, 2, mode.shuffle_seed);
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(got[k].size(), want[k].size()) << what << ": consumer " << k << " step count";
+    for (size_t s = 0; s < want[k].size(); ++s) {
+      ASSERT_EQ(got[k][s], want[k][s])
+          << what << ": consumer " << k << " step " << s << ": got " << DescribeSteps({got[k][s]})
+          << ", the pipeline's order " << DescribeSteps({want[k][s]});
+    }
+  }
+}
+
 class ChaosTest : public ::testing::TestWithParam<Mode> {};
 
 // One seed's run: a fresh cluster, a reference job, then rounds under faults for `budget`.
@@ -136,6 +157,7 @@ void RunChaos(const Mode& mode, uint64_t seed, absl::Duration budget) {
   ASSERT_TRUE(ref_trainers.ok()) << ref_trainers.status();
   auto want = Finish(*ref_trainers);
   ASSERT_TRUE(want.ok()) << want.status() << c.Logs();
+  ExpectPipelineOrder(mode, *want, "reference");
 
   const absl::Time end = absl::Now() + budget;
   int rounds = 0;
@@ -194,6 +216,7 @@ void RunChaos(const Mode& mode, uint64_t seed, absl::Duration budget) {
             << "; faults: " << absl::StrJoin(faults, " ");
       }
     }
+    ExpectPipelineOrder(mode, *got, absl::StrCat("faults: ", absl::StrJoin(faults, " ")));
     // Every element exactly once across the consumers.
     std::map<int64_t, int> count;
     for (const auto& view : *got) {
@@ -240,10 +263,11 @@ TEST_P(ChaosTest, RandomKillsStopsAndRestartsKeepTheStepsExactlyOnce) {
 
 INSTANTIATE_TEST_SUITE_P(
     Modes, ChaosTest,
-    ::testing::Values(Mode{"Data", {"--sharding_policy=DATA"}},
+    ::testing::Values(Mode{"Data", {"--sharding_policy=DATA"}, std::nullopt},
                       Mode{"Ranges",
                            {"--sharding_policy=RANGES", "--seed=20261203", "--shuffle=full",
-                            "--range_steps=8"}}),
+                            "--range_steps=8"},
+                           uint64_t{20261203}}),
     [](const ::testing::TestParamInfo<Mode>& info) { return info.param.name; });
 
 }  // namespace

@@ -3,7 +3,10 @@
 // Every test runs K trainer processes (`sluicectl run --consumer_index=c --num_consumers=K`,
 // 2 replicas each) side by side against a ProcessCluster, first a reference job with no fault,
 // then the same job with faults injected mid-epoch, and asserts that
-//  - every consumer printed exactly the reference's steps, element for element,
+//  - every consumer printed exactly the reference's steps, element for element, and both runs
+//    print the pipeline's own order, modelled in the test (step_model.h PipelineOrderViews:
+//    range(N) for DATA, the seeded SHUFFLE_FULL permutation re-implemented from its
+//    specification for RANGES), so a bug that changes the order for every run is caught too,
 //  - across consumers every element of the dataset (`range(N).batch(B)`: unique ints) came
 //    exactly once, and
 //  - the coordinator lists the job finished afterwards (finished jobs stay listed for the
@@ -29,6 +32,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <string>
@@ -65,13 +69,18 @@ struct Mode {
   std::string name;    // DATA or RANGES
   std::string policy;  // --sharding_policy
   std::vector<std::string> flags;  // extra sluicectl run flags
+  std::optional<uint64_t> shuffle_seed;  // --shuffle=full --seed=S: the order's permutation
 };
 
 void PrintTo(const Mode& m, std::ostream* os) { *os << m.name; }
 
-Mode DataMode() { return {"Data", "DATA", {}}; }
+constexpr uint64_t kRangesSeed = 20261202;
+
+Mode DataMode() { return {"Data", "DATA", {}, std::nullopt}; }
 Mode RangesMode() {
-  return {"Ranges", "RANGES", {"--seed=20261202", "--shuffle=full", "--range_steps=8"}};
+  return {"Ranges", "RANGES",
+          {absl::StrCat("--seed=", kRangesSeed), "--shuffle=full", "--range_steps=8"},
+          kRangesSeed};
 }
 
 ProcessClusterOptions FaultClusterOptions(int workers) {
@@ -132,6 +141,20 @@ void ExpectSameSteps(const std::vector<View>& want, const std::vector<View>& got
       }
     }
   }
+}
+
+// Every consumer printed the pipeline's own order (step_model.h PipelineOrderViews: range(N)
+// for DATA, the seeded permutation's test-side model for RANGES), 2 replicas each.
+void ExpectPipelineOrder(const Mode& mode, const std::vector<View>& got, const std::string& what) {
+  std::vector<View> want;
+  for (const std::vector<ModelStep>& steps :
+       PipelineOrderViews(kElements, kBatch, static_cast<int64_t>(got.size()), 2,
+                          mode.shuffle_seed)) {
+    View view;
+    for (size_t i = 0; i < steps.size(); ++i) view.emplace(static_cast<int64_t>(i), steps[i]);
+    want.push_back(std::move(view));
+  }
+  ExpectSameSteps(want, got, what + " against the pipeline's order");
 }
 
 // Across the views, every element of range(elements) exactly once and nothing else.
@@ -369,6 +392,7 @@ TEST_P(FaultTest, KillOneWorkerThenAnotherMidEpoch) {
   auto want = RunJob(cluster.coordinator(), "reference", mode);
   ASSERT_TRUE(want.ok()) << want.status() << cluster.Logs();
   ExpectExactlyOnce(*want, kElements, "reference");
+  ExpectPipelineOrder(mode, *want, "reference");
   const int64_t total = Steps(*want);
   ASSERT_GT(total, 100);
 
@@ -390,6 +414,7 @@ TEST_P(FaultTest, KillOneWorkerThenAnotherMidEpoch) {
   ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
   ExpectSameSteps(*want, *got, "after two worker kills");
   ExpectExactlyOnce(*got, kElements, "after two worker kills");
+  ExpectPipelineOrder(mode, *got, "after two worker kills");
   absl::Status finished = WaitForJobFinished(cluster, "faults");
   EXPECT_TRUE(finished.ok()) << finished << cluster.Logs();
   absl::Status stopped = cluster.StopAll();
@@ -422,6 +447,7 @@ TEST_P(FaultTest, HungWorkerSigstopMidEpoch) {
   ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
   ExpectSameSteps(*want, *got, "with a hung worker");
   ExpectExactlyOnce(*got, kElements, "with a hung worker");
+  ExpectPipelineOrder(mode, *got, "with a hung worker");
   EXPECT_TRUE(finished.ok()) << finished << cluster.Logs();
   absl::Status stopped = cluster.StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
@@ -471,6 +497,7 @@ TEST_P(FaultTest, TwoWorkersAddedMidEpoch) {
   ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
   ExpectSameSteps(*want, *got, "with two workers added");
   ExpectExactlyOnce(*got, kElements, "with two workers added");
+  ExpectPipelineOrder(mode, *got, "with two workers added");
   if (mode.policy == "RANGES") {
     EXPECT_EQ(got_work.size(), added.size())
         << "workers added mid-epoch that got ranges of the job: " << absl::StrJoin(got_work, ", ");
@@ -505,6 +532,7 @@ TEST_P(FaultTest, WorkerSigtermDrainsMidEpoch) {
   ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
   ExpectSameSteps(*want, *got, "with a worker drained");
   ExpectExactlyOnce(*got, kElements, "with a worker drained");
+  ExpectPipelineOrder(mode, *got, "with a worker drained");
   absl::Status finished = WaitForJobFinished(cluster, "faults");
   EXPECT_TRUE(finished.ok()) << finished << cluster.Logs();
   absl::Status stopped = cluster.StopAll();
@@ -539,6 +567,7 @@ TEST_P(FaultTest, CoordinatorKilledAndRestartedMidEpoch) {
   ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
   ExpectSameSteps(*want, *got, "with the coordinator restarted");
   ExpectExactlyOnce(*got, kElements, "with the coordinator restarted");
+  ExpectPipelineOrder(mode, *got, "with the coordinator restarted");
   absl::Status finished = WaitForJobFinished(cluster, "faults");
   EXPECT_TRUE(finished.ok()) << finished << cluster.Logs();
   // Every worker reconnected before the restarted coordinator could call it dead (its backoff
@@ -566,6 +595,7 @@ TEST_P(FaultTest, SameStepsWithOneTwoAndFourWorkers) {
     auto got = RunJob(cluster.coordinator(), "order", mode);
     ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
     ExpectExactlyOnce(*got, kElements, absl::StrCat(workers, " workers"));
+    ExpectPipelineOrder(mode, *got, absl::StrCat(workers, " workers"));
     if (first.empty()) {
       first = *got;
     } else {
@@ -625,6 +655,7 @@ TEST_P(FaultTest, ResumeWithAnotherNumberOfWorkers) {
   }
   ExpectSameSteps(*want, joined, "checkpoint + resume");
   ExpectExactlyOnce(joined, kElements, "checkpoint + resume");
+  ExpectPipelineOrder(mode, joined, "checkpoint + resume");
   absl::Status stopped = cluster.StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }

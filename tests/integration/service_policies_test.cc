@@ -4,14 +4,16 @@
 //  - every element delivered exactly once across all replicas (OFF: once per task, i.e. per
 //    worker copy: each of the K = 3 tasks produces the whole dataset);
 //  - both consumers read the same number of steps and see the end of data together;
-//  - the per-step piece sizes follow TF's rebatching rule (core/data/distribute/rebatch.h
-//    CoordinatedPieceSizes), partial steps filled in order and padded with size-0 pieces; and
-//    where the cut is the legacy one (DATA, AUTO on a range, a map after the batch), the
-//    consumers print, between them, exactly what in-process mode prints with all C x R
-//    replicas under DATA;
+//  - the per-step piece sizes follow TF's rebatching rule, written here from TF's
+//    distribute.batch_sizes_for_worker (TF_SEMANTICS.md) and not taken from the code under test,
+//    partial steps filled in order and padded with size-0 pieces; and where the cut is the legacy
+//    one (DATA, AUTO on a range, a map after the batch), the consumers print, between them,
+//    exactly TF's legacy rebatch of the single pipeline (_LegacyRebatchDataset's rule, written
+//    here) and what in-process mode prints with all C x R replicas under DATA;
 //  - for the static policies, the exact values of every step of every replica, as the
 //    round-robin schedule of docs/SERVICE.md gives them;
 //  - element_spec over RPC (`sluicectl element-spec --coordinator`) equals the local one.
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <functional>
@@ -23,7 +25,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/data/distribute/rebatch.h"
 #include "gtest/gtest.h"
 #include "tests/integration/process_cluster.h"
 #include "tests/integration/step_model.h"
@@ -53,6 +54,60 @@ struct PolicyCase {
   // prints (one global batch cut across all C x R replicas, docs/SERVICE.md).
   bool equals_local_data = false;
 };
+
+// The oracle, written from TensorFlow and not from Sluice's code (core/data/distribute/rebatch.h
+// and replica_cut.h are what is under test).
+//
+// TF's python/data/experimental/ops/distribute.py batch_sizes_for_worker: N = W x R sizes,
+// floor + 1 for the first B - N * floor, rotated left by worker_index * R.
+std::vector<int64_t> TfBatchSizesForWorker(int64_t global_batch, int64_t num_workers,
+                                           int64_t replicas, int64_t worker_index) {
+  const int64_t n = num_workers * replicas;
+  const int64_t floor = global_batch / n;
+  const int64_t num_ceil = global_batch - n * floor;
+  std::vector<int64_t> worker0;
+  for (int64_t i = 0; i < n; ++i) worker0.push_back(i < num_ceil ? floor + 1 : floor);
+  std::vector<int64_t> sizes;
+  for (int64_t i = 0; i < n; ++i) sizes.push_back(worker0[(worker_index * replicas + i) % n]);
+  return sizes;
+}
+
+// TF's multi-worker rebatching with the consumers as its workers: worker c's dataset is
+// rebatched with sizes cycling through TfBatchSizesForWorker(B, C, R, c), its R replicas taking
+// R consecutive pieces a step. One row per step for N steps (a whole number of periods),
+// pieces in global order c * R + r.
+std::vector<int64_t> TfCoordinatedPeriod() {
+  std::vector<int64_t> period;
+  for (int64_t s = 0; s < kN; ++s) {
+    for (int64_t c = 0; c < kConsumers; ++c) {
+      const std::vector<int64_t> sizes = TfBatchSizesForWorker(kBatch, kConsumers, kReplicas, c);
+      for (int64_t r = 0; r < kReplicas; ++r) period.push_back(sizes[(s * kReplicas + r) % kN]);
+    }
+  }
+  return period;
+}
+
+// TF's legacy rebatch (kernels/data/experimental/rebatch_dataset_op.cc, _LegacyRebatchDataset):
+// each input batch of b elements is cut into N pieces of ceil(b / N), the last ones shorter or
+// empty: range(8).batch(4) over 3 replicas gives [0 1] [2 3] [], [4 5] [6 7] [].
+std::vector<ModelStep> TfLegacyRebatch(const std::vector<int64_t>& elements, int64_t batch,
+                                       int64_t n) {
+  std::vector<ModelStep> steps;
+  for (size_t start = 0; start < elements.size(); start += batch) {
+    const int64_t b = std::min<int64_t>(batch, static_cast<int64_t>(elements.size() - start));
+    const int64_t slice = (b + n - 1) / n;
+    ModelStep step;
+    for (int64_t r = 0; r < n; ++r) {
+      std::vector<int64_t> piece;
+      for (int64_t i = r * slice; i < std::min(b, (r + 1) * slice); ++i) {
+        piece.push_back(elements[start + i]);
+      }
+      step.push_back(std::move(piece));
+    }
+    steps.push_back(std::move(step));
+  }
+  return steps;
+}
 
 std::vector<int64_t> Iota(int64_t n) {
   std::vector<int64_t> v;
@@ -192,14 +247,19 @@ TEST_P(ServicePolicyTest, FiniteEpochExactlyOnceInLockstepWithTfSizes) {
   EXPECT_EQ(count.size(), all.size());
   for (int64_t v : all) EXPECT_EQ(count[v], pc.copies) << "element " << v;
 
-  // Sizes by TF's rule, and for static policies the exact schedule.
-  auto period = CoordinatedPieceSizes(kBatch, kConsumers, kReplicas);
-  ASSERT_TRUE(period.ok()) << period.status();
+  // Sizes by TF's rule (written above from TF, not taken from rebatch.h), and for static
+  // policies the exact schedule.
+  const std::vector<int64_t> period = TfCoordinatedPeriod();
   for (size_t s = 0; s < global.size() && !pc.equals_local_data; ++s) {
-    EXPECT_TRUE(FollowsTfRule(PieceSizes(global[s]), *period, kN))
+    EXPECT_TRUE(FollowsTfRule(PieceSizes(global[s]), period, kN))
         << "step " << s << ": " << DescribeSteps({global[s]});
   }
   if (pc.equals_local_data) {
+    // TF's legacy cut of the single pipeline, then in-process mode (which shares replica_cut.h
+    // with the service, so it alone could not catch a wrong cut).
+    const std::vector<ModelStep> tf_legacy = TfLegacyRebatch(Iota(kRangeSize), kBatch, kN);
+    EXPECT_EQ(global, tf_legacy) << "got:  " << DescribeSteps(global)
+                                 << "\nTF's legacy rebatch: " << DescribeSteps(tf_legacy);
     auto local = RunSluicectl({"run", "--pipeline=" + pipeline,
                                "--devices=CPU:0,CPU:1,CPU:2,CPU:3", "--auto_shard_policy=DATA",
                                "--format=json"});
@@ -215,7 +275,7 @@ TEST_P(ServicePolicyTest, FiniteEpochExactlyOnceInLockstepWithTfSizes) {
   } else if (pc.task_elements) {
     std::vector<std::vector<ModelStep>> tasks;
     for (const auto& elements : pc.task_elements()) {
-      tasks.push_back(TaskSteps(elements, *period, kN));
+      tasks.push_back(TaskSteps(elements, period, kN));
     }
     const std::vector<ModelStep> want = RoundRobin(tasks);
     EXPECT_EQ(global, want) << "got:  " << DescribeSteps(global) << "\nwant: "

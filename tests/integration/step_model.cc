@@ -24,12 +24,16 @@ absl::StatusOr<std::vector<ModelStep>> ParseRunJson(const std::string& stdout_te
     if (!json.ok()) return bad(std::string(json.status().message()));
     const JsonValue* step = json->Find("step");
     const JsonValue* per_replica = json->Find("per_replica");
-    if (step == nullptr || per_replica == nullptr || !per_replica->is_array()) {
-      return bad("expected {\"step\": S, \"per_replica\": [...]}");
+    const JsonValue* plain = json->Find("value");  // one device on one worker: TF's plain value
+    const bool replicas_ok = per_replica != nullptr && per_replica->is_array();
+    if (step == nullptr || (plain == nullptr && !replicas_ok)) {
+      return bad(R"(expected {"step": S, "per_replica": [...]} or {"step": S, "value": V})");
     }
     if (step->int_value() != static_cast<int64_t>(steps.size())) return bad("step out of order");
     ModelStep model;
-    for (const JsonValue& value : per_replica->items()) {
+    const std::vector<JsonValue> replicas =
+        plain != nullptr ? std::vector<JsonValue>{*plain} : per_replica->items();
+    for (const JsonValue& value : replicas) {
       const JsonValue* values = value.Find("values");
       if (values == nullptr || !values->is_array()) return bad("replica value is not a tensor");
       std::vector<int64_t> piece;
@@ -149,6 +153,71 @@ std::string DescribeSteps(const std::vector<ModelStep>& steps, size_t max_steps)
   }
   if (steps.size() > max_steps) out.push_back("...");
   return absl::StrJoin(out, " | ");
+}
+
+namespace {
+
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+
+uint64_t SplitMix64Finalizer(uint64_t z) {
+  z ^= z >> 30;
+  z *= 0xbf58476d1ce4e5b9ULL;
+  z ^= z >> 27;
+  z *= 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return z;
+}
+
+}  // namespace
+
+int64_t ModelFullShufflePosition(int64_t n, uint64_t seed, int64_t epoch, int64_t position) {
+  if (n <= 1) return position;
+  const uint64_t key =
+      SplitMix64Finalizer(seed ^ SplitMix64Finalizer(static_cast<uint64_t>(epoch) ^ kGolden));
+  // h bits per half: the smallest 2^(2h) >= n.
+  int h = 0;
+  while ((uint64_t{1} << (2 * h)) < static_cast<uint64_t>(n)) ++h;
+  const uint64_t mask = (uint64_t{1} << h) - 1;
+  auto encrypt = [&](uint64_t x) {
+    uint64_t left = x >> h;
+    uint64_t right = x & mask;
+    for (int r = 0; r < 8; ++r) {
+      const uint64_t round_key = SplitMix64Finalizer(key + static_cast<uint64_t>(r + 1) * kGolden);
+      const uint64_t f = SplitMix64Finalizer(right ^ round_key) & mask;
+      const uint64_t new_right = left ^ f;
+      left = right;
+      right = new_right;
+    }
+    return (left << h) | right;
+  };
+  uint64_t y = encrypt(static_cast<uint64_t>(position));
+  for (int walk = 0; y >= static_cast<uint64_t>(n) && walk < 1000000; ++walk) y = encrypt(y);
+  return static_cast<int64_t>(y);
+}
+
+std::vector<std::vector<ModelStep>> PipelineOrderViews(int64_t elements, int64_t batch,
+                                                       int64_t consumers, int64_t replicas,
+                                                       std::optional<uint64_t> shuffle_seed) {
+  const int64_t n = consumers * replicas;
+  const int64_t piece = batch / n;
+  std::vector<std::vector<ModelStep>> views(static_cast<size_t>(consumers));
+  for (int64_t s = 0; s * batch < elements; ++s) {
+    for (int64_t c = 0; c < consumers; ++c) {
+      ModelStep step;
+      for (int64_t r = 0; r < replicas; ++r) {
+        std::vector<int64_t> values;
+        for (int64_t i = 0; i < piece; ++i) {
+          const int64_t position = s * batch + (c * replicas + r) * piece + i;
+          values.push_back(shuffle_seed.has_value()
+                               ? ModelFullShufflePosition(elements, *shuffle_seed, 0, position)
+                               : position);
+        }
+        step.push_back(std::move(values));
+      }
+      views[static_cast<size_t>(c)].push_back(std::move(step));
+    }
+  }
+  return views;
 }
 
 }  // namespace sluice

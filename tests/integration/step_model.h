@@ -13,6 +13,7 @@
 #define SLUICE_TESTS_INTEGRATION_STEP_MODEL_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,8 +25,9 @@ namespace sluice {
 // as decimal integers.
 using ModelStep = std::vector<std::vector<int64_t>>;
 
-// Parses `sluicectl run --format=json` output: one {"step": s, "per_replica": [...]} a line,
-// steps numbered 0, 1, ...; each replica's value one rank-1 tensor. INVALID_ARGUMENT naming the
+// Parses `sluicectl run --format=json` output: one {"step": s, "per_replica": [...]} a line (or
+// {"step": s, "value": V}, one replica's, where TF does not wrap), steps numbered 0, 1, ...;
+// each replica's value one rank-1 tensor. INVALID_ARGUMENT naming the
 // line otherwise.
 absl::StatusOr<std::vector<ModelStep>> ParseRunJson(const std::string& stdout_text);
 
@@ -53,6 +55,26 @@ bool FollowsTfRule(const std::vector<int64_t>& sizes, const std::vector<int64_t>
 
 // The piece sizes of a step.
 std::vector<int64_t> PieceSizes(const ModelStep& step);
+
+// The pipeline's own order, modelled from the documents and not from the service's code: what
+// each of `consumers` consumers (`replicas` replicas each) of a coordinated job over
+// range(elements).batch(batch) must print, in README's promise "the pipeline's order". Global
+// step s holds positions s*B .. s*B+B-1 of the epoch's order of the records: range(N) itself
+// for DATA (shuffle_seed unset), or for RANGES with --shuffle=full --seed=S the seeded
+// permutation core/util/index_permutation.h specifies (ModelFullShufflePosition), cut into
+// N = consumers x replicas contiguous pieces of B / N; consumer c prints pieces c*R .. c*R+R-1.
+// Requires batch % (consumers x replicas) == 0 and elements % batch == 0 (every rebatch rule
+// agrees then); one epoch.
+std::vector<std::vector<ModelStep>> PipelineOrderViews(int64_t elements, int64_t batch,
+                                                       int64_t consumers, int64_t replicas,
+                                                       std::optional<uint64_t> shuffle_seed);
+
+// The record position SHUFFLE_FULL visits at output `position` of epoch `epoch` of n records,
+// re-implemented here from index_permutation.h's specification (splitmix64 finalizer, epoch
+// key Mix(seed ^ Mix(epoch ^ golden)), an 8-round balanced Feistel network over the smallest
+// 2^(2h) >= n with round keys Mix(k + (r + 1) * golden), round function Mix(right ^ key) masked
+// to h bits, new right = left ^ F(right), cycle walking), as the test-side oracle.
+int64_t ModelFullShufflePosition(int64_t n, uint64_t seed, int64_t epoch, int64_t position);
 
 // Human-readable steps for failure messages: "[0 1] [2 3] | [4] []".
 std::string DescribeSteps(const std::vector<ModelStep>& steps, size_t max_steps = 40);
