@@ -192,8 +192,10 @@ if len(outs) != 2:
     sys.exit(f"expected 2 trainer outputs in {run}, found {outs}")
 def flat(v):
     return [x for e in v for x in flat(e)] if isinstance(v, list) else [v]
-def ints(step):  # {"step": S, "per_replica": [{"dtype", "shape", "values"}, ...]}
-    return [x for r in step["per_replica"] for x in flat(r["values"])]
+def ints(step):  # {"step": S, "per_replica": [{"dtype", "shape", "values"}, ...]}, or
+    # {"step": S, "value": {...}}: one device on one worker, which TF does not wrap
+    replicas = step["per_replica"] if "per_replica" in step else [step["value"]]
+    return [x for r in replicas for x in flat(r["values"])]
 seen, per_trainer = [], []
 for path in outs:
     got = []
