@@ -216,7 +216,8 @@ void RunChaos(const Mode& mode, uint64_t seed, absl::Duration budget) {
             << "; faults: " << absl::StrJoin(faults, " ");
       }
     }
-    ExpectPipelineOrder(mode, *got, absl::StrCat("faults: ", absl::StrJoin(faults, " ")));
+    ExpectPipelineOrder(mode, *got,
+                        absl::StrCat("round ", rounds, " (faults: ", absl::StrJoin(faults, " "), ")"));
     // Every element exactly once across the consumers.
     std::map<int64_t, int> count;
     for (const auto& view : *got) {
