@@ -4,6 +4,7 @@
 // (structure, dtypes, shapes, values, errors), checked over a seeded random set of pipelines
 // with SetBulkPathsEnabled switching the path.
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "core/data/deferred_check_blocks.h"
 #include "core/data/executor.h"
 #include "core/data/iterator.h"
 #include "core/data/op_iterator.h"
@@ -545,6 +547,111 @@ TEST(BulkPathTest, TFRecordBlocksPulledOnThePoolKeepElementsOrderAndErrors) {
     absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
     ASSERT_TRUE(it.ok()) << it.status();
     EXPECT_EQ((*it)->BlocksPullableOnPool(), !interleaved);
+  }
+}
+
+// A parallel map in input order verifies TFRecord data checksums outside its read lock
+// (DeferredCheckBlockSource): the source's read goes on past a corrupted record and the check
+// it hands back reports it, with the rows before it. Through the map, with several corrupted
+// records (the first in a file's first row, so a block keeps none of its rows; the others in
+// blocks read while later blocks are read and mapped), the run is exactly the per-element
+// path's: the rows before the first bad record, then its DATA_LOSS, nothing after it.
+TEST(BulkPathTest, TFRecordChecksDeferredOffTheReadLockKeepRowsAndErrors) {
+  record_test::TempDir dir;
+  std::mt19937_64 rng(2727);
+  std::printf("seed 2727\n");
+  const std::string good_file = dir.path() + "/good.tfrecord";
+  auto w = TFRecordWriter::Open(good_file);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (int64_t i = 0; i < 900; ++i) {
+    // Valid Examples only: every row before a corrupted record is yielded.
+    proto::Example ex;
+    auto& f = *ex.mutable_features()->mutable_feature();
+    f["image"].mutable_bytes_list()->add_value(std::string(In(rng, 1, 300), 'x'));
+    f["label"].mutable_int64_list()->add_value(i);
+    f["score"].mutable_float_list()->add_value(0.5f);
+    f["score"].mutable_float_list()->add_value(-0.5f);
+    ASSERT_TRUE((*w)->Write(ex.SerializeAsString()).ok());
+  }
+  ASSERT_TRUE((*w)->Close().ok());
+  const std::string whole = record_test::ReadWholeFile(good_file);
+  auto corrupt = [&](const std::string& name, std::vector<int64_t> records) {
+    std::string bytes = whole;
+    for (int64_t k : records) {
+      const size_t at = TFRecordOffset(whole, k) + 13;  // the record's second data byte
+      bytes[at] = static_cast<char>(bytes[at] ^ 0x20);
+    }
+    record_test::WriteWholeFile(dir.path() + "/" + name, bytes);
+    return dir.path() + "/" + name;
+  };
+  const std::string first = corrupt("first.tfrecord", {0});
+  const std::string two = corrupt("two.tfrecord", {517, 233});
+  const std::string late = corrupt("late.tfrecord", {899});
+
+  // The source itself: the read succeeds, the check finds record 233 (row 233 - 200 = 33).
+  {
+    absl::StatusOr<Dataset> ds = Dataset::Parse(absl::StrCat("tf_record_dataset(['", two, "'])"));
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
+    ASSERT_TRUE(it.ok()) << it.status();
+    auto* source = dynamic_cast<DeferredCheckBlockSource*>(it->get());
+    ASSERT_NE(source, nullptr);
+    Element block;
+    int64_t n = 0;
+    bool end = false;
+    DeferredCheckBlockSource::BlockCheck check;
+    ASSERT_TRUE(source->GetNextBlockDeferringChecks(200, &block, &n, &end, &check).ok());
+    ASSERT_EQ(n, 200);
+    ASSERT_NE(check, nullptr);
+    int64_t good = -1;
+    EXPECT_TRUE(check(&good).ok());
+    ASSERT_TRUE(source->GetNextBlockDeferringChecks(200, &block, &n, &end, &check).ok());
+    ASSERT_EQ(n, 200);
+    ASSERT_NE(check, nullptr);
+    const absl::Status s = check(&good);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_EQ(good, 33);
+    EXPECT_TRUE(absl::StrContains(
+        s.message(), absl::StrCat("byte offset ", TFRecordOffset(whole, 233), " of file ", two)))
+        << s;
+  }
+
+  const std::string spec =
+      "parse_example({'image': FixedLenFeature([], tf.string), "
+      "'label': FixedLenFeature([], tf.int64, default_value=-1), "
+      "'score': FixedLenFeature([2], tf.float32)})";
+  struct Case {
+    std::string files;
+    int64_t rows_before;  // rows the run yields before its DATA_LOSS
+    size_t offset;        // of the first corrupted record
+  };
+  const Case cases[] = {
+      {absl::StrCat("['", first, "']"), 0, 0},
+      {absl::StrCat("['", good_file, "', '", first, "']"), 900, 0},
+      {absl::StrCat("['", two, "']"), 233, TFRecordOffset(whole, 233)},
+      {absl::StrCat("['", late, "', '", good_file, "']"), 899, TFRecordOffset(whole, 899)},
+  };
+  for (const Case& c : cases) {
+    for (const std::string parallel : {", num_parallel_calls=2", ", num_parallel_calls=4",
+                                       ", num_parallel_calls=-1"}) {
+      for (const int batch : {1, 7, 64, 256}) {
+        const std::string p = absl::StrCat("tf_record_dataset(", c.files, ").map(", spec,
+                                           parallel, ").batch(", batch, ")");
+        SCOPED_TRACE(p);
+        ExpectSameRun(p);
+        const PipelineRun run = RunPipeline(p, true);
+        EXPECT_EQ(run.end.code(), absl::StatusCode::kDataLoss) << run.end;
+        EXPECT_TRUE(absl::StrContains(run.end.message(),
+                                      absl::StrCat("byte offset ", c.offset, " of file ")))
+            << run.end;
+        EXPECT_TRUE(run.errors.empty());
+        int64_t rows = 0;
+        for (const Element& e : run.elements) rows += e.Flatten()[0].shape().dim(0);
+        // The error ends a partial batch (its rows are dropped, as in TF).
+        EXPECT_EQ(rows, c.rows_before - c.rows_before % batch);
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
   }
 }
 

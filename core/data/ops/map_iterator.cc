@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/data/deferred_check_blocks.h"
 #include "core/data/op_iterator.h"
 #include "core/util/thread_pool.h"
 
@@ -185,6 +186,11 @@ class ParallelMapIterator : public OpIterator {
         pool_(pool),
         blocks_(std::move(fn), std::move(block_fn)),
         pull_on_pool_(blocks_.Supports(input_.get()) && input_->BlocksPullableOnPool()),
+        // Deferred checks only in input order: out of order, a later unit could be handed out
+        // before an earlier one's check fails, and rows after a bad record must never be.
+        deferring_(pull_on_pool_ && deterministic
+                       ? dynamic_cast<DeferredCheckBlockSource*>(input_.get())
+                       : nullptr),
         parallelism_(autotune ? 1 : parallelism) {
     if (autotune_) AutotuneTrack(this->label(), 1, 1);
   }
@@ -258,9 +264,7 @@ class ParallelMapIterator : public OpIterator {
         }
         if (FindReady()) {
           absl::Status s = bulk ? TakeBlock(max_elements, out, n) : TakeElement(out, n);
-          if (autotune_ && (period_outputs_ += std::max<int64_t>(*n, 1)) >= kAutotunePeriod) {
-            Autotune();
-          }
+          if (autotune_) CountOutputs(*n);
           return s;
         }
         // In input order the consumer must wait for the first unit anyway: when no pool thread
@@ -307,9 +311,7 @@ class ParallelMapIterator : public OpIterator {
         unit_rows_ = std::max(unit_rows_, (max_elements + parallelism_ - 1) / parallelism_);
         if (FindReady()) {
           absl::Status s = TakeBlock(max_elements, out, n);
-          if (autotune_ && (period_outputs_ += std::max<int64_t>(*n, 1)) >= kAutotunePeriod) {
-            Autotune();
-          }
+          if (autotune_) CountOutputs(*n);
           return s;
         }
         // No unit can be queued once the input is done (Pull checks under mu_).
@@ -386,7 +388,12 @@ class ParallelMapIterator : public OpIterator {
       rows = unit_rows_;
     }
     bool end = false;
-    absl::Status s = input_->GetNextBlock(rows, &unit->block, &unit->rows, &end);
+    DeferredCheckBlockSource::BlockCheck check;
+    absl::Status s =
+        deferring_ != nullptr
+            ? deferring_->GetNextBlockDeferringChecks(rows, &unit->block, &unit->rows, &end,
+                                                      &check)
+            : input_->GetNextBlock(rows, &unit->block, &unit->rows, &end);
     if (IsElementError(s)) {
       // The error stands where the element would be: a unit of that error alone.
       in_mu_.Unlock();
@@ -398,21 +405,63 @@ class ParallelMapIterator : public OpIterator {
     }
     if (!s.ok() || end) {
       absl::MutexLock lock(&mu_);
-      // The unit is the last one queued: only Pull queues them, under in_mu_, and the consumer
-      // takes only done units.
-      units_.pop_back();
-      input_done_ = true;
-      terminal_ = s;
+      // The unit is the last one queued (only Pull queues them, under in_mu_, and the consumer
+      // takes only done units), unless an earlier unit's deferred check failed meanwhile
+      // (CheckBlock): that dropped this unit and its error ends the input instead.
+      if (!units_.empty() && units_.back() == unit) {
+        units_.pop_back();
+        input_done_ = true;
+        terminal_ = s;
+      }
       in_mu_.Unlock();
       return;
     }
     in_mu_.Unlock();
+    if (check != nullptr && !CheckBlock(check, unit)) return;
     MapBlockUnit(unit.get());
     absl::MutexLock lock(&mu_);
     unit->done = true;
   }
 
-  // AUTOTUNE's hill-climb, as tf.data's: every kAutotunePeriod outputs, if the consumer spent
+  // Runs a block's deferred checks (DeferredCheckBlockSource), outside in_mu_. On a failure the
+  // unit keeps the rows before the bad one, the units read after it are dropped, and the error
+  // ends the input, as if the read had returned it after those rows; returns whether rows are
+  // left to map. When an earlier unit failed first, this unit is gone already and nothing changes.
+  bool CheckBlock(const DeferredCheckBlockSource::BlockCheck& check,
+                  const std::shared_ptr<Unit>& unit) ABSL_LOCKS_EXCLUDED(mu_, in_mu_) {
+    int64_t good = unit->rows;
+    absl::Status s = check(&good);
+    if (s.ok()) return true;
+    absl::MutexLock lock(&mu_);
+    auto it = std::find(units_.begin(), units_.end(), unit);
+    if (it == units_.end()) return false;  // dropped by an earlier unit's failure
+    units_.erase(good > 0 ? std::next(it) : it, units_.end());
+    input_done_ = true;
+    terminal_ = s;
+    if (good == 0) return false;
+    absl::StatusOr<Element> kept = SliceOf(unit->block, 0, good);
+    if (!kept.ok()) {
+      units_.erase(it, units_.end());
+      terminal_ = kept.status();
+      return false;
+    }
+    unit->block = *std::move(kept);
+    unit->rows = good;
+    return true;
+  }
+
+  // Counts `n` outputs handed out (at least one) and ends AUTOTUNE's period after
+  // kAutotunePeriod outputs or, checked every kAutotuneClockEvery outputs taken,
+  // kAutotunePeriodTime, whichever comes first: a map of slow elements (an image decode of
+  // milliseconds) adapts within tens of milliseconds, not after hundreds of elements.
+  void CountOutputs(int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    period_outputs_ += std::max<int64_t>(n, 1);
+    if (period_outputs_ >= kAutotunePeriod) return Autotune();
+    if (++period_takes_ % kAutotuneClockEvery != 0) return;
+    if (std::chrono::steady_clock::now() - period_start_ >= kAutotunePeriodTime) Autotune();
+  }
+
+  // AUTOTUNE's hill-climb, as tf.data's: at the end of each period (CountOutputs), if the consumer spent
   // more than a tenth of the period waiting for outputs (or mapping them itself), the map is
   // the bottleneck and may run one more unit at a time, up to the pool's size (the CPU budget;
   // each unit in flight holds at most kMaxUnit elements, the memory budget).
@@ -426,6 +475,7 @@ class ParallelMapIterator : public OpIterator {
     }
     period_start_ = now;
     period_outputs_ = 0;
+    period_takes_ = 0;
     stall_ = std::chrono::steady_clock::duration::zero();
   }
 
@@ -625,6 +675,8 @@ class ParallelMapIterator : public OpIterator {
   }
 
   static constexpr int64_t kAutotunePeriod = 256;
+  static constexpr int64_t kAutotuneClockEvery = 4;
+  static constexpr std::chrono::milliseconds kAutotunePeriodTime{10};
 
   // The consumer's thread only; under in_mu_ when pull_on_pool_.
   std::unique_ptr<Iterator> input_;
@@ -637,6 +689,8 @@ class ParallelMapIterator : public OpIterator {
   const std::shared_ptr<PoolJobGate> gate_ = std::make_shared<PoolJobGate>();
   BlockMapper blocks_;     // answers SupportsBlocks
   const bool pull_on_pool_;  // the bulk path pulls the input on the pool (NextPulledOnPool)
+  // The input, when pulled on the pool and it leaves its block checks to the map; else null.
+  DeferredCheckBlockSource* const deferring_;
   int64_t unit_size_ = 1;  // the consumer's thread only
 
   // Held while the input is pulled on the pool (Pull), before mu_.
@@ -658,6 +712,7 @@ class ParallelMapIterator : public OpIterator {
   int64_t parallelism_ ABSL_GUARDED_BY(mu_);
   // AUTOTUNE's measurements over the current period (outputs counted in elements).
   int64_t period_outputs_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t period_takes_ ABSL_GUARDED_BY(mu_) = 0;  // outputs taken (calls), not elements
   std::chrono::steady_clock::time_point period_start_ ABSL_GUARDED_BY(mu_);
   std::chrono::steady_clock::duration stall_ ABSL_GUARDED_BY(mu_){};
 };

@@ -61,8 +61,10 @@ using ElementFn = std::function<absl::StatusOr<Element>(Element)>;
 //
 // `autotune` (num_parallel_calls=AUTOTUNE, with num_parallel_calls the most it may use): the map
 // starts running one unit at a time and hill-climbs as tf.data's AUTOTUNE does: every 256
-// outputs, if the caller spent more than a tenth of that time waiting for outputs, one more
-// unit may run at once, up to num_parallel_calls. AutotunedMapParallelism() reports the choice.
+// outputs or every 10 ms, whichever ends first (so that a map of slow elements, such as image
+// decodes of milliseconds, adapts within a few elements), if the caller spent more than a tenth
+// of that period waiting for outputs, one more unit may run at once, up to num_parallel_calls.
+// AutotunedMapParallelism() reports the choice.
 //
 // num_parallel_calls is a parallelism hint (TF accepts any positive value): it is clamped to
 // MaxParallelCalls(), since more units in flight than the pool has threads only hold more
