@@ -35,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "core/data/executor.h"
 #include "core/data/iterator.h"
+#include "core/data/ops/map_iterator.h"
 #include "core/util/thread_pool.h"
 #include "sluice/dataset.h"
 
@@ -48,6 +49,7 @@ struct Result {
   int64_t batches = 0;
   double seconds = 0;
   double cpu_seconds = 0;  // user + system time of the whole process during the run
+  std::string autotuned;   // the parallelism AUTOTUNE chose per map at the end of the run
 };
 
 double ProcessCpuSeconds() {
@@ -86,6 +88,9 @@ Result Drain(const std::string& expression) {
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   r.cpu_seconds = ProcessCpuSeconds() - cpu_start;
+  for (const auto& [op, parallelism] : AutotunedMapParallelism()) {
+    absl::StrAppend(&r.autotuned, r.autotuned.empty() ? "" : ", ", op, ": ", parallelism);
+  }
   return r;
 }
 
@@ -102,6 +107,7 @@ void Row(const std::string& name, const Result& r) {
   std::printf("| %-58s | %12.0f | %10.1f | %8.3f | %5.2f |\n", name.c_str(),
               r.elements / r.seconds, r.batches / r.seconds, 1e6 * r.cpu_seconds / r.elements,
               r.cpu_seconds / r.seconds);
+  if (!r.autotuned.empty()) std::printf("  (AUTOTUNE chose %s)\n", r.autotuned.c_str());
   std::fflush(stdout);
 }
 
