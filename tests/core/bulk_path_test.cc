@@ -3,6 +3,8 @@
 // parallel, parse_example included) must give exactly the elements the per-element path gives
 // (structure, dtypes, shapes, values, errors), checked over a seeded random set of pipelines
 // with SetBulkPathsEnabled switching the path.
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -653,6 +656,60 @@ TEST(BulkPathTest, TFRecordChecksDeferredOffTheReadLockKeepRowsAndErrors) {
       }
     }
   }
+}
+
+// A source whose blocks may be pulled on the pool, counting the blocks read.
+class CountingPoolSource : public Iterator {
+ public:
+  explicit CountingPoolSource(std::unique_ptr<Iterator> inner) : inner_(std::move(inner)) {}
+  absl::Status GetNext(Element* out, bool* end) override { return inner_->GetNext(out, end); }
+  bool SupportsBlocks() const override { return true; }
+  bool BlocksPullableOnPool() const override { return true; }
+  absl::Status GetNextBlock(int64_t max, Element* out, int64_t* n, bool* end) override {
+    blocks->fetch_add(1);
+    return inner_->GetNextBlock(max, out, n, end);
+  }
+  // Shared, so the test reads it after the map (which owns this source) is gone.
+  const std::shared_ptr<std::atomic<int64_t>> blocks = std::make_shared<std::atomic<int64_t>>(0);
+
+ private:
+  std::unique_ptr<Iterator> inner_;
+};
+
+// A parallel map pulling its input on the pool keeps reading ahead while its consumer is away
+// (busy downstream or descheduled), up to its bound of 2 * parallelism blocks held, and no
+// further; the blocks still come in order. With 2 calls and 10 rows asked, blocks of 5 rows:
+// after the first call returns one, the pool reads until 4 are held (5 read in all), where
+// before it read only the 2 the consumer had queued.
+TEST(BulkPathTest, APoolPulledMapReadsAheadWhileItsConsumerIsAway) {
+  auto source = std::make_unique<CountingPoolSource>(
+      *NewRangeIterator("source (range)", 0, 100000, 1));
+  const std::shared_ptr<std::atomic<int64_t>> blocks = source->blocks;
+  ElementFn same = [](Element e) -> absl::StatusOr<Element> { return e; };
+  std::unique_ptr<Iterator> map = NewMapIterator("op 1 (map)", std::move(source), same,
+                                                 /*num_parallel_calls=*/2,
+                                                 /*deterministic=*/true, same);
+  Element out;
+  int64_t n = 0;
+  bool end = false;
+  ASSERT_TRUE(map->GetNextBlock(10, &out, &n, &end).ok());
+  ASSERT_EQ(n, 5);
+  // Generous: the pool's threads may wait long for a core on a loaded machine.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (blocks->load() < 5 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GE(blocks->load(), 5);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The bound: 2 * 2 held or coming, plus at most 2 being read, plus the one handed out.
+  EXPECT_LE(blocks->load(), 7);
+  int64_t next = 5;
+  for (int i = 0; i < 100000 && !end; ++i) {
+    ASSERT_TRUE(map->GetNextBlock(10, &out, &n, &end).ok());
+    for (int64_t k = 0; k < n; ++k) ASSERT_EQ(out.leaf().data<int64_t>()[k], next++);
+  }
+  EXPECT_TRUE(end);
+  EXPECT_EQ(next, 100000);
 }
 
 TEST(BulkPathTest, FixedLengthRecordsInBlocks) {

@@ -338,13 +338,7 @@ class ParallelMapIterator : public OpIterator {
           stall_ += std::chrono::steady_clock::now() - start;
         }
       }
-      for (int64_t i = 0; i < schedule; ++i) {
-        pool_->Schedule([this, gate = gate_] {
-          if (!gate->Enter()) return;  // the map is gone
-          PullJob();
-          gate->Leave();
-        });
-      }
+      for (int64_t i = 0; i < schedule; ++i) SchedulePull();
       if (help) {
         const auto start = std::chrono::steady_clock::now();
         Pull();
@@ -356,7 +350,21 @@ class ParallelMapIterator : public OpIterator {
     }
   }
 
-  // On a pool thread: one pull, unless the consumer ran every queued one already.
+  // Queues a pull job (one counted in queued_pulls_) on the pool.
+  void SchedulePull() {
+    pool_->Schedule([this, gate = gate_] {
+      if (!gate->Enter()) return;  // the map is gone
+      PullJob();
+      gate->Leave();
+    });
+  }
+
+  // On a pool thread: one pull, unless the consumer ran every queued one already. Then, while
+  // fewer than 2 * parallelism_ units are held or coming, it queues the next pull itself, so the
+  // pool reads ahead while the consumer's thread is away (mapping downstream, or descheduled on
+  // a loaded machine) instead of idling until the consumer comes back to schedule more. The
+  // next pull goes to the back of the pool's queue: other pipelines sharing the pool keep their
+  // turn.
   void PullJob() ABSL_LOCKS_EXCLUDED(mu_, in_mu_) {
     {
       absl::MutexLock lock(&mu_);
@@ -365,9 +373,18 @@ class ParallelMapIterator : public OpIterator {
       ++pulling_;
     }
     Pull();
-    absl::MutexLock lock(&mu_);
-    --pulling_;
-    done_.SignalAll();
+    bool more = false;
+    {
+      absl::MutexLock lock(&mu_);
+      --pulling_;
+      done_.SignalAll();
+      if (!cancelled_ && !input_done_ && queued_pulls_ + pulling_ < parallelism_ &&
+          static_cast<int64_t>(units_.size()) + queued_pulls_ < 2 * parallelism_) {
+        ++queued_pulls_;
+        more = true;
+      }
+    }
+    if (more) SchedulePull();
   }
 
   // Queues a unit and reads its input block under in_mu_ (so units are queued in read order),
