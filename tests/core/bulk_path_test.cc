@@ -3,6 +3,7 @@
 // parallel, parse_example included) must give exactly the elements the per-element path gives
 // (structure, dtypes, shapes, values, errors), checked over a seeded random set of pipelines
 // with SetBulkPathsEnabled switching the path.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -710,6 +711,55 @@ TEST(BulkPathTest, APoolPulledMapReadsAheadWhileItsConsumerIsAway) {
   }
   EXPECT_TRUE(end);
   EXPECT_EQ(next, 100000);
+}
+
+// A source of `n` elements, each a string of `bytes` bytes holding its index, counting pulls.
+class CountingBigElements : public Iterator {
+ public:
+  CountingBigElements(int64_t n, size_t bytes) : n_(n), bytes_(bytes) {}
+  absl::Status GetNext(Element* out, bool* end) override {
+    *end = pulled == n_;
+    if (*end) return absl::OkStatus();
+    std::string s(bytes_, 'x');
+    const std::string index = std::to_string(pulled++);
+    s.replace(0, index.size(), index);
+    *out = Element(Tensor::StringScalar(std::move(s)));
+    return absl::OkStatus();
+  }
+  int64_t pulled = 0;  // read by the test between GetNext calls of the map (one thread)
+
+ private:
+  const int64_t n_;
+  const size_t bytes_;
+};
+
+// A parallel map of large elements (100 KiB each: batches of records, decoded images) holds a
+// few of them per unit, not 32: at most 2 * parallelism units of 3 elements (256 KiB) are read
+// ahead of the consumer, where 32-element units would hold 128 (12.8 MB); the output is
+// unchanged, in order.
+TEST(BulkPathTest, AParallelMapOfLargeElementsKeepsFewInFlight) {
+  auto source = std::make_unique<CountingBigElements>(400, 100 << 10);
+  CountingBigElements* counting = source.get();  // owned by the map, alive while it is
+  ElementFn same = [](Element e) -> absl::StatusOr<Element> { return e; };
+  std::unique_ptr<Iterator> map = NewMapIterator("op 1 (map)", std::move(source), same,
+                                                 /*num_parallel_calls=*/2,
+                                                 /*deterministic=*/true);
+  int64_t taken = 0;
+  int64_t most_ahead = 0;
+  for (;;) {
+    Element e;
+    bool end = false;
+    ASSERT_TRUE(map->GetNext(&e, &end).ok());
+    if (end) break;
+    ASSERT_EQ(e.leaf().string_at(0).substr(0, std::to_string(taken).size()),
+              std::to_string(taken));
+    ++taken;
+    // Only the consumer's thread pulls the input on this path: the count is exact here.
+    most_ahead = std::max(most_ahead, counting->pulled - taken);
+  }
+  EXPECT_EQ(taken, 400);
+  EXPECT_LE(most_ahead, 2 * 2 * 3);
+  EXPECT_GT(most_ahead, 0);
 }
 
 TEST(BulkPathTest, FixedLengthRecordsInBlocks) {

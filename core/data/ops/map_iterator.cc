@@ -59,6 +59,14 @@ absl::StatusOr<Element> BlockOfOne(const Element& element) {
   return Element::Pack(element, std::move(leaves));
 }
 
+// The bytes an element's leaves hold (numeric data, string lengths).
+int64_t PayloadBytes(const Element& e) {
+  if (e.is_leaf()) return static_cast<int64_t>(e.leaf().payload_bytes());
+  int64_t n = 0;
+  for (const Element& c : e.children()) n += PayloadBytes(c);
+  return n;
+}
+
 // Rows [begin, end) of a block, sharing storage.
 absl::StatusOr<Element> SliceOf(const Element& block, int64_t begin, int64_t end) {
   std::vector<Tensor> leaves = block.Flatten();
@@ -172,6 +180,10 @@ class SequentialMapIterator : public OpIterator {
 class ParallelMapIterator : public OpIterator {
  public:
   static constexpr int64_t kMaxUnit = 32;
+  // A per-element unit stops taking input elements once they hold this many bytes (at least
+  // one element): 32 batches of 256 records, or 32 decoded images, would keep tens of MB in
+  // flight per unit and map them cache-cold, with too few units to share between threads.
+  static constexpr int64_t kMaxUnitBytes = 256 << 10;
 
   ParallelMapIterator(std::string label, std::unique_ptr<Iterator> input, ElementFn fn,
                       int64_t parallelism, bool deterministic, ElementFn block_fn,
@@ -537,7 +549,9 @@ class ParallelMapIterator : public OpIterator {
       }
       auto unit = std::make_shared<Unit>();
       unit->items.reserve(static_cast<size_t>(unit_size_));
-      while (static_cast<int64_t>(unit->items.size()) < unit_size_) {
+      int64_t unit_bytes = 0;
+      while (static_cast<int64_t>(unit->items.size()) < unit_size_ &&
+             unit_bytes < kMaxUnitBytes) {
         Element e;
         bool end = false;
         absl::Status s = input_->GetNext(&e, &end);
@@ -551,6 +565,7 @@ class ParallelMapIterator : public OpIterator {
           terminal_ = s;
           break;
         }
+        unit_bytes += PayloadBytes(e);
         unit->items.push_back(std::move(e));
       }
       if (unit->items.empty()) return;

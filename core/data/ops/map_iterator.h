@@ -1,7 +1,8 @@
 // map(fn, num_parallel_calls=None, deterministic=None): applies a MapFunction to every element.
 //
 // With num_parallel_calls <= 1 the fn runs in the caller's thread. With N > 1 the caller's thread
-// pulls input elements, in order, in units of up to 32 consecutive elements, and the fn runs on
+// pulls input elements, in order, in units of up to 32 consecutive elements (fewer once they hold
+// 256 KiB: a unit of large elements, such as batches or images, is one or a few), and the fn runs on
 // the process's shared thread pool (core/util/thread_pool.h), at most N units at a time; at most
 // 2 * N units are in flight or waiting to be taken, so a slow consumer stalls the map instead of
 // growing memory. With deterministic=true, when the next unit is not ready and no pool thread has
