@@ -4,13 +4,16 @@
 //
 //   executor_bench [--range_elements=33554432] [--batch_sizes=2048,131072,524288]
 //                  [--records=DIR] [--parallel=2] [--reps=3] [--threads=0]
-//                  [--maps=sequential,parallel,autotune]
+//                  [--maps=sequential,parallel,autotune,batched] [--images=DIR]
 //
 // --records: a folder of TFRecord files of Examples with 'image' (bytes) and 'label' (int64),
 // as `sluicectl gen` writes; without it the TFRecord rows are skipped. --threads sizes the
 // process's thread pool (0: the cores); --maps picks the TFRecord rows (--batch_sizes= with
 // nothing after it skips the range rows, e.g. to profile one map). Each row is the best of --reps runs (the machine is
-// shared; the best run is the least disturbed). Prints a Markdown table; "CPU µs/elem" is the
+// shared; the best run is the least disturbed). "batched" is TF's best form,
+// .batch(256).map(parse_example, AUTOTUNE). --images: the WebDataset shards bench/image_bench
+// wrote (its --dir); adds image_bench's pipeline (decode_image -> random_crop -> flip ->
+// normalize -> batch(256)) with every map sequential and with every map AUTOTUNE. Prints a Markdown table; "CPU µs/elem" is the
 // process's user + system time per element and "cores" its CPU time over wall time, which show
 // a parallel map's overhead and its use of the cores even on a loaded machine.
 #include <algorithm>
@@ -32,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "core/data/executor.h"
 #include "core/data/iterator.h"
+#include "core/data/ops/map_iterator.h"
 #include "core/util/thread_pool.h"
 #include "sluice/dataset.h"
 
@@ -45,6 +49,7 @@ struct Result {
   int64_t batches = 0;
   double seconds = 0;
   double cpu_seconds = 0;  // user + system time of the whole process during the run
+  std::string autotuned;   // the parallelism AUTOTUNE chose per map at the end of the run
 };
 
 double ProcessCpuSeconds() {
@@ -83,6 +88,9 @@ Result Drain(const std::string& expression) {
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   r.cpu_seconds = ProcessCpuSeconds() - cpu_start;
+  for (const auto& [op, parallelism] : AutotunedMapParallelism()) {
+    absl::StrAppend(&r.autotuned, r.autotuned.empty() ? "" : ", ", op, ": ", parallelism);
+  }
   return r;
 }
 
@@ -99,6 +107,7 @@ void Row(const std::string& name, const Result& r) {
   std::printf("| %-58s | %12.0f | %10.1f | %8.3f | %5.2f |\n", name.c_str(),
               r.elements / r.seconds, r.batches / r.seconds, 1e6 * r.cpu_seconds / r.elements,
               r.cpu_seconds / r.seconds);
+  if (!r.autotuned.empty()) std::printf("  (AUTOTUNE chose %s)\n", r.autotuned.c_str());
   std::fflush(stdout);
 }
 
@@ -120,6 +129,45 @@ std::string StringFlag(int argc, char** argv, const char* name, std::string def)
   return def;
 }
 
+// The files in `dir` whose names end in `suffix`, sorted, each in quotes.
+std::vector<std::string> QuotedFiles(const std::string& dir, const std::string& suffix) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().string();
+    if (entry.is_regular_file() && name.size() >= suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      files.push_back(absl::StrCat("'", name, "'"));
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// image_bench's pipeline on its shards, every map sequential or every map AUTOTUNE.
+template <typename Want>
+void ImageRows(const std::string& dir, int reps, int64_t parallel, const Want& want) {
+  const std::string source = absl::StrCat("webdataset_dataset([",
+                                          absl::StrJoin(QuotedFiles(dir, ".tar"), ", "),
+                                          "], keys=['cls', 'jpg'])");
+  auto pipeline = [&](const std::string& calls) {
+    return absl::StrCat(source, ".map(decode_image(channels=3), key='jpg'", calls, ")",
+                        ".map(random_crop([224, 224, 3], seed=1), key='jpg'", calls, ")",
+                        ".map(random_flip_left_right(seed=2), key='jpg'", calls, ")",
+                        ".map(normalize(mean=[123.7, 116.3, 103.5], std=[58.4, 57.1, 57.4]), "
+                        "key='jpg'",
+                        calls, ").batch(256)");
+  };
+  if (want("sequential")) Row("images decode/crop/flip/normalize, sequential", Best(pipeline(""), reps));
+  if (want("parallel")) {
+    Row(absl::StrCat("images decode/crop/flip/normalize, every map ", parallel, " calls"),
+        Best(pipeline(absl::StrCat(", num_parallel_calls=", parallel)), reps));
+  }
+  if (want("autotune")) {
+    Row("images decode/crop/flip/normalize, every map AUTOTUNE",
+        Best(pipeline(", num_parallel_calls=AUTOTUNE"), reps));
+  }
+}
+
 int Main(int argc, char** argv) {
   // Keep freed batches resident: a freshly faulted page costs more than the copy into it
   // (PERF_NOTES.md), and a service worker runs with the same settings.
@@ -130,6 +178,7 @@ int Main(int argc, char** argv) {
   const int64_t parallel = Flag(argc, argv, "parallel", 2);
   const int64_t threads = Flag(argc, argv, "threads", 0);
   const std::string records = StringFlag(argc, argv, "records", "");
+  const std::string images = StringFlag(argc, argv, "images", "");
   const std::string sizes = StringFlag(argc, argv, "batch_sizes", "2048,131072,524288");
   const std::string maps = StringFlag(argc, argv, "maps", "sequential,parallel,autotune");
   auto want = [&](absl::string_view m) {
@@ -157,12 +206,9 @@ int Main(int argc, char** argv) {
     Row(absl::StrCat("range(", n4, ").batch(", batch, ") [per-element]"), Best(p4, reps));
     SetBulkPathsEnabled(true);
   }
+  if (!images.empty()) ImageRows(images, reps, parallel, want);
   if (records.empty()) return 0;
-  std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(records)) {
-    if (entry.is_regular_file()) files.push_back(absl::StrCat("'", entry.path().string(), "'"));
-  }
-  std::sort(files.begin(), files.end());
+  const std::vector<std::string> files = QuotedFiles(records, "");
   const std::string source = absl::StrCat("tf_record_dataset([", absl::StrJoin(files, ", "), "])");
   const std::string parse =
       "parse_example({'image': FixedLenFeature([], tf.string), "
@@ -182,6 +228,11 @@ int Main(int argc, char** argv) {
       absl::StrCat(source, ".map(", parse, ", num_parallel_calls=AUTOTUNE).batch(256)");
   if (want("autotune")) {
     Row("tfrecord .map(parse_example, AUTOTUNE).batch(256)", Best(autotune, reps));
+  }
+  const std::string batched =
+      absl::StrCat(source, ".batch(256).map(", parse, ", num_parallel_calls=AUTOTUNE)");
+  if (want("batched")) {
+    Row("tfrecord .batch(256).map(parse_example, AUTOTUNE)", Best(batched, reps));
   }
   return 0;
 }

@@ -6,13 +6,16 @@
 #   bench/executor_bench.sh [BUILD_DIR] [TF_PYTHON]
 #
 # Writes 4 files of 16,384 Examples of ~3 KB (sluicectl gen) into a temporary folder, removed
-# at exit. Environment: RANGE_ELEMENTS (default 33554432), REPS (3), PARALLEL (2).
+# at exit. Environment: RANGE_ELEMENTS (default 33554432), REPS (3), PARALLEL (2), IMAGES (the
+# folder of WebDataset shards bench/image_bench wrote, e.g. /tmp/sluice-image-bench: adds the
+# image pipeline's rows, sequential, PARALLEL calls and AUTOTUNE; default none).
 set -euo pipefail
 build=${1:-build}
 tf_python=${2:-/work/tfvenv/bin/python}
 range_elements=${RANGE_ELEMENTS:-33554432}
 reps=${REPS:-3}
 parallel=${PARALLEL:-2}
+images=${IMAGES:-}
 here=$(cd "$(dirname "$0")" && pwd)
 records=$(mktemp -d)
 trap 'rm -rf "$records"' EXIT
@@ -22,7 +25,8 @@ trap 'rm -rf "$records"' EXIT
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 echo
 "$build/bench/executor_bench" --range_elements="$range_elements" --records="$records" \
-  --parallel="$parallel" --reps="$reps"
+  --parallel="$parallel" --reps="$reps" --maps=sequential,parallel,autotune,batched \
+  ${images:+--images="$images"}
 echo
 if [[ -x "$tf_python" ]] && "$tf_python" -c 'import tensorflow' 2> /dev/null; then
   "$tf_python" "$here/tf_executor_reference.py" --range_elements="$range_elements" \

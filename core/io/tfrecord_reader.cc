@@ -119,7 +119,23 @@ absl::Status TFRecordReader::ReadHeader(uint64_t* length) {
   return absl::OkStatus();
 }
 
-absl::Status TFRecordReader::ReadRecord(std::string* record) {
+absl::Status TFRecordReader::ReadRecord(std::string* record) { return Read(record, nullptr); }
+
+absl::Status TFRecordReader::ReadRecordUnchecked(std::string* record,
+                                                 UncheckedData* unchecked) {
+  return Read(record, unchecked);
+}
+
+absl::Status TFRecordReader::CheckData(absl::string_view data, const UncheckedData& unchecked,
+                                       absl::string_view filename) {
+  if (crc32c::Unmask(unchecked.masked_crc) == crc32c::Value(data.data(), data.size())) {
+    return absl::OkStatus();
+  }
+  return absl::DataLossError(absl::StrCat("corrupted record at byte offset ", unchecked.offset,
+                                          " of file ", filename, " (data checksum mismatch)"));
+}
+
+absl::Status TFRecordReader::Read(std::string* record, UncheckedData* unchecked) {
   if (!error_.ok()) return error_;
   uint64_t length;
   absl::Status s = ReadHeader(&length);
@@ -141,10 +157,12 @@ absl::Status TFRecordReader::ReadRecord(std::string* record) {
   // The data and its crc. Small records come out of the buffer in one piece.
   if (limit_ - pos_ >= length + kTFRecordFooterBytes) {
     const char* d = buf_.data() + pos_;
-    if (crc32c::Unmask(DecodeFixed32(d + length)) != crc32c::Value(d, length)) {
-      return Fail(absl::DataLossError(absl::StrCat("corrupted record at byte offset ", offset_,
-                                                   " of file ", filename(),
-                                                   " (data checksum mismatch)")));
+    const UncheckedData data{offset_, DecodeFixed32(d + length)};
+    if (unchecked != nullptr) {
+      *unchecked = data;
+    } else {
+      absl::Status s = CheckData(absl::string_view(d, length), data, filename());
+      if (!s.ok()) return Fail(s);
     }
     record->assign(d, length);
     pos_ += length + kTFRecordFooterBytes;
@@ -165,10 +183,12 @@ absl::Status TFRecordReader::ReadRecord(std::string* record) {
   absl::StatusOr<size_t> got = ReadBytes(crc, 4);
   if (!got.ok()) return Fail(got.status());
   if (*got < 4) return Fail(Truncated(total, kTFRecordHeaderBytes + length + *got));
-  if (crc32c::Unmask(DecodeFixed32(crc)) != crc32c::Value(record->data(), length)) {
-    return Fail(absl::DataLossError(absl::StrCat("corrupted record at byte offset ", offset_,
-                                                 " of file ", filename(),
-                                                 " (data checksum mismatch)")));
+  const UncheckedData data{offset_, DecodeFixed32(crc)};
+  if (unchecked != nullptr) {
+    *unchecked = data;
+  } else {
+    absl::Status s = CheckData(*record, data, filename());
+    if (!s.ok()) return Fail(s);
   }
   offset_ += total;
   return absl::OkStatus();

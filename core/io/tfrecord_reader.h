@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/io/input_stream.h"
 #include "core/io/zlib_stream.h"
 
@@ -55,6 +56,22 @@ class TFRecordReader {
   // The next record into *record. OUT_OF_RANGE at the clean end of the file; DATA_LOSS as
   // above.
   absl::Status ReadRecord(std::string* record);
+  // Where a record read by ReadRecordUnchecked lies and the checksum its data must have.
+  struct UncheckedData {
+    uint64_t offset = 0;      // byte offset of the record (uncompressed)
+    uint32_t masked_crc = 0;  // the masked crc32c stored after the data
+  };
+  // As ReadRecord, except that the data checksum is not verified: *unchecked says what
+  // CheckData needs to verify it later, on any thread (a parallel map verifies it outside the
+  // lock that orders its reads). The reader moves past the record whatever its data; a
+  // mismatch found later is the caller's to report, and it must not use later records then.
+  absl::Status ReadRecordUnchecked(std::string* record, UncheckedData* unchecked);
+  // OK when `data` has the checksum `unchecked` recorded; otherwise ReadRecord's DATA_LOSS
+  // "corrupted record at byte offset N of file F (data checksum mismatch)", with `filename`
+  // (this reader's filename()). Needs no reader: thread-safe.
+  static absl::Status CheckData(absl::string_view data, const UncheckedData& unchecked,
+                                absl::string_view filename);
+
   // Moves past the next record checking only its length checksum (what the record index
   // needs): the data is skipped with a seek on an uncompressed file. Same errors as ReadRecord
   // except data checksum mismatches.
@@ -79,6 +96,8 @@ class TFRecordReader {
   // Copies `n` bytes into dst, from the buffer then the stream; returns how many (less at EOF).
   absl::StatusOr<size_t> ReadBytes(char* dst, size_t n);
   absl::Status Truncated(uint64_t record_bytes, uint64_t got) const;
+  // ReadRecord (unchecked null) or ReadRecordUnchecked.
+  absl::Status Read(std::string* record, UncheckedData* unchecked);
   absl::Status Fail(absl::Status s) {
     error_ = s;
     return s;

@@ -3,17 +3,23 @@
 // parallel, parse_example included) must give exactly the elements the per-element path gives
 // (structure, dtypes, shapes, values, errors), checked over a seeded random set of pipelines
 // with SetBulkPathsEnabled switching the path.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "core/data/deferred_check_blocks.h"
 #include "core/data/executor.h"
 #include "core/data/iterator.h"
 #include "core/data/op_iterator.h"
@@ -546,6 +552,214 @@ TEST(BulkPathTest, TFRecordBlocksPulledOnThePoolKeepElementsOrderAndErrors) {
     ASSERT_TRUE(it.ok()) << it.status();
     EXPECT_EQ((*it)->BlocksPullableOnPool(), !interleaved);
   }
+}
+
+// A parallel map in input order verifies TFRecord data checksums outside its read lock
+// (DeferredCheckBlockSource): the source's read goes on past a corrupted record and the check
+// it hands back reports it, with the rows before it. Through the map, with several corrupted
+// records (the first in a file's first row, so a block keeps none of its rows; the others in
+// blocks read while later blocks are read and mapped), the run is exactly the per-element
+// path's: the rows before the first bad record, then its DATA_LOSS, nothing after it.
+TEST(BulkPathTest, TFRecordChecksDeferredOffTheReadLockKeepRowsAndErrors) {
+  record_test::TempDir dir;
+  std::mt19937_64 rng(2727);
+  std::printf("seed 2727\n");
+  const std::string good_file = dir.path() + "/good.tfrecord";
+  auto w = TFRecordWriter::Open(good_file);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (int64_t i = 0; i < 900; ++i) {
+    // Valid Examples only: every row before a corrupted record is yielded.
+    proto::Example ex;
+    auto& f = *ex.mutable_features()->mutable_feature();
+    f["image"].mutable_bytes_list()->add_value(std::string(In(rng, 1, 300), 'x'));
+    f["label"].mutable_int64_list()->add_value(i);
+    f["score"].mutable_float_list()->add_value(0.5f);
+    f["score"].mutable_float_list()->add_value(-0.5f);
+    ASSERT_TRUE((*w)->Write(ex.SerializeAsString()).ok());
+  }
+  ASSERT_TRUE((*w)->Close().ok());
+  const std::string whole = record_test::ReadWholeFile(good_file);
+  auto corrupt = [&](const std::string& name, std::vector<int64_t> records) {
+    std::string bytes = whole;
+    for (int64_t k : records) {
+      const size_t at = TFRecordOffset(whole, k) + 13;  // the record's second data byte
+      bytes[at] = static_cast<char>(bytes[at] ^ 0x20);
+    }
+    record_test::WriteWholeFile(dir.path() + "/" + name, bytes);
+    return dir.path() + "/" + name;
+  };
+  const std::string first = corrupt("first.tfrecord", {0});
+  const std::string two = corrupt("two.tfrecord", {517, 233});
+  const std::string late = corrupt("late.tfrecord", {899});
+
+  // The source itself: the read succeeds, the check finds record 233 (row 233 - 200 = 33).
+  {
+    absl::StatusOr<Dataset> ds = Dataset::Parse(absl::StrCat("tf_record_dataset(['", two, "'])"));
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
+    ASSERT_TRUE(it.ok()) << it.status();
+    auto* source = dynamic_cast<DeferredCheckBlockSource*>(it->get());
+    ASSERT_NE(source, nullptr);
+    Element block;
+    int64_t n = 0;
+    bool end = false;
+    DeferredCheckBlockSource::BlockCheck check;
+    ASSERT_TRUE(source->GetNextBlockDeferringChecks(200, &block, &n, &end, &check).ok());
+    ASSERT_EQ(n, 200);
+    ASSERT_NE(check, nullptr);
+    int64_t good = -1;
+    EXPECT_TRUE(check(&good).ok());
+    ASSERT_TRUE(source->GetNextBlockDeferringChecks(200, &block, &n, &end, &check).ok());
+    ASSERT_EQ(n, 200);
+    ASSERT_NE(check, nullptr);
+    const absl::Status s = check(&good);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_EQ(good, 33);
+    EXPECT_TRUE(absl::StrContains(
+        s.message(), absl::StrCat("byte offset ", TFRecordOffset(whole, 233), " of file ", two)))
+        << s;
+  }
+
+  const std::string spec =
+      "parse_example({'image': FixedLenFeature([], tf.string), "
+      "'label': FixedLenFeature([], tf.int64, default_value=-1), "
+      "'score': FixedLenFeature([2], tf.float32)})";
+  struct Case {
+    std::string files;
+    int64_t rows_before;  // rows the run yields before its DATA_LOSS
+    size_t offset;        // of the first corrupted record
+  };
+  const Case cases[] = {
+      {absl::StrCat("['", first, "']"), 0, 0},
+      {absl::StrCat("['", good_file, "', '", first, "']"), 900, 0},
+      {absl::StrCat("['", two, "']"), 233, TFRecordOffset(whole, 233)},
+      {absl::StrCat("['", late, "', '", good_file, "']"), 899, TFRecordOffset(whole, 899)},
+  };
+  for (const Case& c : cases) {
+    for (const std::string parallel : {", num_parallel_calls=2", ", num_parallel_calls=4",
+                                       ", num_parallel_calls=-1"}) {
+      for (const int batch : {1, 7, 64, 256}) {
+        const std::string p = absl::StrCat("tf_record_dataset(", c.files, ").map(", spec,
+                                           parallel, ").batch(", batch, ")");
+        SCOPED_TRACE(p);
+        ExpectSameRun(p);
+        const PipelineRun run = RunPipeline(p, true);
+        EXPECT_EQ(run.end.code(), absl::StatusCode::kDataLoss) << run.end;
+        EXPECT_TRUE(absl::StrContains(run.end.message(),
+                                      absl::StrCat("byte offset ", c.offset, " of file ")))
+            << run.end;
+        EXPECT_TRUE(run.errors.empty());
+        int64_t rows = 0;
+        for (const Element& e : run.elements) rows += e.Flatten()[0].shape().dim(0);
+        // The error ends a partial batch (its rows are dropped, as in TF).
+        EXPECT_EQ(rows, c.rows_before - c.rows_before % batch);
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+// A source whose blocks may be pulled on the pool, counting the blocks read.
+class CountingPoolSource : public Iterator {
+ public:
+  explicit CountingPoolSource(std::unique_ptr<Iterator> inner) : inner_(std::move(inner)) {}
+  absl::Status GetNext(Element* out, bool* end) override { return inner_->GetNext(out, end); }
+  bool SupportsBlocks() const override { return true; }
+  bool BlocksPullableOnPool() const override { return true; }
+  absl::Status GetNextBlock(int64_t max, Element* out, int64_t* n, bool* end) override {
+    blocks->fetch_add(1);
+    return inner_->GetNextBlock(max, out, n, end);
+  }
+  // Shared, so the test reads it after the map (which owns this source) is gone.
+  const std::shared_ptr<std::atomic<int64_t>> blocks = std::make_shared<std::atomic<int64_t>>(0);
+
+ private:
+  std::unique_ptr<Iterator> inner_;
+};
+
+// A parallel map pulling its input on the pool keeps reading ahead while its consumer is away
+// (busy downstream or descheduled), up to its bound of 2 * parallelism blocks held, and no
+// further; the blocks still come in order. With 2 calls and 10 rows asked, blocks of 5 rows:
+// after the first call returns one, the pool reads until 4 are held (5 read in all), where
+// before it read only the 2 the consumer had queued.
+TEST(BulkPathTest, APoolPulledMapReadsAheadWhileItsConsumerIsAway) {
+  auto source = std::make_unique<CountingPoolSource>(
+      *NewRangeIterator("source (range)", 0, 100000, 1));
+  const std::shared_ptr<std::atomic<int64_t>> blocks = source->blocks;
+  ElementFn same = [](Element e) -> absl::StatusOr<Element> { return e; };
+  std::unique_ptr<Iterator> map = NewMapIterator("op 1 (map)", std::move(source), same,
+                                                 /*num_parallel_calls=*/2,
+                                                 /*deterministic=*/true, same);
+  Element out;
+  int64_t n = 0;
+  bool end = false;
+  ASSERT_TRUE(map->GetNextBlock(10, &out, &n, &end).ok());
+  ASSERT_EQ(n, 5);
+  // Generous: the pool's threads may wait long for a core on a loaded machine.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (blocks->load() < 5 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GE(blocks->load(), 5);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The bound: 2 * 2 held or coming, plus at most 2 being read, plus the one handed out.
+  EXPECT_LE(blocks->load(), 7);
+  int64_t next = 5;
+  for (int i = 0; i < 100000 && !end; ++i) {
+    ASSERT_TRUE(map->GetNextBlock(10, &out, &n, &end).ok());
+    for (int64_t k = 0; k < n; ++k) ASSERT_EQ(out.leaf().data<int64_t>()[k], next++);
+  }
+  EXPECT_TRUE(end);
+  EXPECT_EQ(next, 100000);
+}
+
+// A source of `n` elements, each a string of `bytes` bytes holding its index, counting pulls.
+class CountingBigElements : public Iterator {
+ public:
+  CountingBigElements(int64_t n, size_t bytes) : n_(n), bytes_(bytes) {}
+  absl::Status GetNext(Element* out, bool* end) override {
+    *end = pulled == n_;
+    if (*end) return absl::OkStatus();
+    std::string s(bytes_, 'x');
+    const std::string index = std::to_string(pulled++);
+    s.replace(0, index.size(), index);
+    *out = Element(Tensor::StringScalar(std::move(s)));
+    return absl::OkStatus();
+  }
+  int64_t pulled = 0;  // read by the test between GetNext calls of the map (one thread)
+
+ private:
+  const int64_t n_;
+  const size_t bytes_;
+};
+
+// A parallel map of large elements (100 KiB each: batches of records, decoded images) holds a
+// few of them per unit, not 32: at most 2 * parallelism units of 3 elements (256 KiB) are read
+// ahead of the consumer, where 32-element units would hold 128 (12.8 MB); the output is
+// unchanged, in order.
+TEST(BulkPathTest, AParallelMapOfLargeElementsKeepsFewInFlight) {
+  auto source = std::make_unique<CountingBigElements>(400, 100 << 10);
+  CountingBigElements* counting = source.get();  // owned by the map, alive while it is
+  ElementFn same = [](Element e) -> absl::StatusOr<Element> { return e; };
+  std::unique_ptr<Iterator> map = NewMapIterator("op 1 (map)", std::move(source), same,
+                                                 /*num_parallel_calls=*/2,
+                                                 /*deterministic=*/true);
+  int64_t taken = 0;
+  int64_t most_ahead = 0;
+  for (;;) {
+    Element e;
+    bool end = false;
+    ASSERT_TRUE(map->GetNext(&e, &end).ok());
+    if (end) break;
+    ASSERT_EQ(e.leaf().string_at(0).substr(0, std::to_string(taken).size()),
+              std::to_string(taken));
+    ++taken;
+    // Only the consumer's thread pulls the input on this path: the count is exact here.
+    most_ahead = std::max(most_ahead, counting->pulled - taken);
+  }
+  EXPECT_EQ(taken, 400);
+  EXPECT_LE(most_ahead, 2 * 2 * 3);
+  EXPECT_GT(most_ahead, 0);
 }
 
 TEST(BulkPathTest, FixedLengthRecordsInBlocks) {

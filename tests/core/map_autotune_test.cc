@@ -52,5 +52,33 @@ TEST(MapAutotuneTest, ASlowFnRaisesTheParallelismAndTheOutputStaysInOrder) {
   EXPECT_EQ(ChosenParallelism(label), 0);  // gone with the map
 }
 
+TEST(MapAutotuneTest, ASlowFnRaisesTheParallelismWithinAFewElements) {
+  // Each call keeps a thread busy for 3 ms, an image decode's cost: AUTOTUNE's periods end on
+  // time as well as on outputs, so the map runs more than one call at a time long before 256
+  // outputs (the output-counted period). The 48 calls take at least 48 * 3 ms / 4 = 36 ms of
+  // mapping, several 10 ms periods, even on an idle machine with 4 threads.
+  ElementFn slow = [](Element e) -> absl::StatusOr<Element> {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(3);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    return e;
+  };
+  const std::string label = "op 1 (map, slow autotune test)";
+  std::unique_ptr<Iterator> it =
+      NewMapIterator(label, *NewRangeIterator("source (range)", 0, 48, 1), slow,
+                     /*num_parallel_calls=*/4, /*deterministic=*/true, nullptr,
+                     /*autotune=*/true);
+  double chosen = 0;
+  for (int64_t i = 0; i < 48; ++i) {
+    Element e;
+    bool end = false;
+    ASSERT_TRUE(it->GetNext(&e, &end).ok());
+    ASSERT_FALSE(end);
+    ASSERT_EQ(e.leaf().data<int64_t>()[0], i);
+    chosen = ChosenParallelism(label);
+  }
+  EXPECT_GT(chosen, 1);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -220,6 +220,44 @@ TEST(TFRecordReaderTest, CorruptDataIsDataLossAtItsOffsetAfterTheGoodRecords) {
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
 }
 
+// ReadRecordUnchecked (a parallel map's reads, checked off its lock) reads the same records
+// without verifying their data, goes on past a corrupted one, and CheckData then reports it
+// with ReadRecord's exact error; every good record passes CheckData.
+TEST(TFRecordReaderTest, UncheckedReadsLeaveTheSameDataCheckToCheckData) {
+  TempDir dir;
+  std::string bytes = ReadWholeFile(Fixture("plain.tfrecord"));
+  const uint64_t at = PlainOffsets()[3];
+  bytes[at + 12 + 100] ^= 0x40;  // inside record 3's data
+  WriteWholeFile(dir.File("bad.tfrecord"), bytes);
+  auto checked = TFRecordReader::Open(dir.File("bad.tfrecord"));
+  auto unchecked = TFRecordReader::Open(dir.File("bad.tfrecord"));
+  ASSERT_TRUE(checked.ok() && unchecked.ok());
+  const std::vector<std::string> want = BasicRecords();
+  std::string a, b;
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(i);
+    TFRecordReader::UncheckedData data;
+    ASSERT_TRUE((*unchecked)->ReadRecordUnchecked(&b, &data).ok());
+    EXPECT_EQ(data.offset, PlainOffsets()[i]);
+    const absl::Status check = TFRecordReader::CheckData(b, data, (*unchecked)->filename());
+    if (i < 3) {
+      ASSERT_TRUE((*checked)->ReadRecord(&a).ok());
+      EXPECT_EQ(a, b);
+      EXPECT_TRUE(check.ok()) << check;
+    } else if (i > 3) {  // the checked reader stopped at record 3; this one went on
+      EXPECT_EQ(b, want[i]);
+      EXPECT_TRUE(check.ok()) << check;
+    } else {
+      const absl::Status s = (*checked)->ReadRecord(&a);
+      ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss);
+      EXPECT_EQ(check, s);  // the same code and message: offset, file, "data checksum mismatch"
+      EXPECT_NE(b, want[i]);
+    }
+  }
+  TFRecordReader::UncheckedData data;
+  EXPECT_EQ((*unchecked)->ReadRecordUnchecked(&b, &data).code(), absl::StatusCode::kOutOfRange);
+}
+
 TEST(TFRecordReaderTest, TruncatedFinalRecordIsDataLoss) {
   TempDir dir;
   const std::string bytes = ReadWholeFile(Fixture("plain.tfrecord"));

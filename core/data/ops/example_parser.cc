@@ -490,9 +490,14 @@ absl::StatusOr<Element> ExampleParser::ParseBatch(
       switch (spec.dtype) {
         case DType::kString:
           for (int64_t j = 0; j < n; ++j) {
-            *out.mutable_string(i * n + j) =
-                from_default != nullptr ? from_default->string_at(j)
-                                        : std::string(v->bytes[static_cast<size_t>(j)]);
+            // Assigned in place: no temporary string to allocate, move and free per value.
+            std::string& dst = *out.mutable_string(i * n + j);
+            if (from_default != nullptr) {
+              dst = from_default->string_at(j);
+            } else {
+              const absl::string_view b = v->bytes[static_cast<size_t>(j)];
+              dst.assign(b.data(), b.size());
+            }
           }
           break;
         case DType::kFloat32:

@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/data/deferred_check_blocks.h"
 #include "core/data/op_iterator.h"
 #include "core/util/thread_pool.h"
 
@@ -56,6 +57,14 @@ absl::StatusOr<Element> BlockOfOne(const Element& element) {
     t = *std::move(r);
   }
   return Element::Pack(element, std::move(leaves));
+}
+
+// The bytes an element's leaves hold (numeric data, string lengths).
+int64_t PayloadBytes(const Element& e) {
+  if (e.is_leaf()) return static_cast<int64_t>(e.leaf().payload_bytes());
+  int64_t n = 0;
+  for (const Element& c : e.children()) n += PayloadBytes(c);
+  return n;
 }
 
 // Rows [begin, end) of a block, sharing storage.
@@ -171,6 +180,10 @@ class SequentialMapIterator : public OpIterator {
 class ParallelMapIterator : public OpIterator {
  public:
   static constexpr int64_t kMaxUnit = 32;
+  // A per-element unit stops taking input elements once they hold this many bytes (at least
+  // one element): 32 batches of 256 records, or 32 decoded images, would keep tens of MB in
+  // flight per unit and map them cache-cold, with too few units to share between threads.
+  static constexpr int64_t kMaxUnitBytes = 256 << 10;
 
   ParallelMapIterator(std::string label, std::unique_ptr<Iterator> input, ElementFn fn,
                       int64_t parallelism, bool deterministic, ElementFn block_fn,
@@ -185,6 +198,11 @@ class ParallelMapIterator : public OpIterator {
         pool_(pool),
         blocks_(std::move(fn), std::move(block_fn)),
         pull_on_pool_(blocks_.Supports(input_.get()) && input_->BlocksPullableOnPool()),
+        // Deferred checks only in input order: out of order, a later unit could be handed out
+        // before an earlier one's check fails, and rows after a bad record must never be.
+        deferring_(pull_on_pool_ && deterministic
+                       ? dynamic_cast<DeferredCheckBlockSource*>(input_.get())
+                       : nullptr),
         parallelism_(autotune ? 1 : parallelism) {
     if (autotune_) AutotuneTrack(this->label(), 1, 1);
   }
@@ -258,9 +276,7 @@ class ParallelMapIterator : public OpIterator {
         }
         if (FindReady()) {
           absl::Status s = bulk ? TakeBlock(max_elements, out, n) : TakeElement(out, n);
-          if (autotune_ && (period_outputs_ += std::max<int64_t>(*n, 1)) >= kAutotunePeriod) {
-            Autotune();
-          }
+          if (autotune_) CountOutputs(*n);
           return s;
         }
         // In input order the consumer must wait for the first unit anyway: when no pool thread
@@ -307,9 +323,7 @@ class ParallelMapIterator : public OpIterator {
         unit_rows_ = std::max(unit_rows_, (max_elements + parallelism_ - 1) / parallelism_);
         if (FindReady()) {
           absl::Status s = TakeBlock(max_elements, out, n);
-          if (autotune_ && (period_outputs_ += std::max<int64_t>(*n, 1)) >= kAutotunePeriod) {
-            Autotune();
-          }
+          if (autotune_) CountOutputs(*n);
           return s;
         }
         // No unit can be queued once the input is done (Pull checks under mu_).
@@ -336,13 +350,7 @@ class ParallelMapIterator : public OpIterator {
           stall_ += std::chrono::steady_clock::now() - start;
         }
       }
-      for (int64_t i = 0; i < schedule; ++i) {
-        pool_->Schedule([this, gate = gate_] {
-          if (!gate->Enter()) return;  // the map is gone
-          PullJob();
-          gate->Leave();
-        });
-      }
+      for (int64_t i = 0; i < schedule; ++i) SchedulePull();
       if (help) {
         const auto start = std::chrono::steady_clock::now();
         Pull();
@@ -354,7 +362,21 @@ class ParallelMapIterator : public OpIterator {
     }
   }
 
-  // On a pool thread: one pull, unless the consumer ran every queued one already.
+  // Queues a pull job (one counted in queued_pulls_) on the pool.
+  void SchedulePull() {
+    pool_->Schedule([this, gate = gate_] {
+      if (!gate->Enter()) return;  // the map is gone
+      PullJob();
+      gate->Leave();
+    });
+  }
+
+  // On a pool thread: one pull, unless the consumer ran every queued one already. Then, while
+  // fewer than 2 * parallelism_ units are held or coming, it queues the next pull itself, so the
+  // pool reads ahead while the consumer's thread is away (mapping downstream, or descheduled on
+  // a loaded machine) instead of idling until the consumer comes back to schedule more. The
+  // next pull goes to the back of the pool's queue: other pipelines sharing the pool keep their
+  // turn.
   void PullJob() ABSL_LOCKS_EXCLUDED(mu_, in_mu_) {
     {
       absl::MutexLock lock(&mu_);
@@ -363,9 +385,18 @@ class ParallelMapIterator : public OpIterator {
       ++pulling_;
     }
     Pull();
-    absl::MutexLock lock(&mu_);
-    --pulling_;
-    done_.SignalAll();
+    bool more = false;
+    {
+      absl::MutexLock lock(&mu_);
+      --pulling_;
+      done_.SignalAll();
+      if (!cancelled_ && !input_done_ && queued_pulls_ + pulling_ < parallelism_ &&
+          static_cast<int64_t>(units_.size()) + queued_pulls_ < 2 * parallelism_) {
+        ++queued_pulls_;
+        more = true;
+      }
+    }
+    if (more) SchedulePull();
   }
 
   // Queues a unit and reads its input block under in_mu_ (so units are queued in read order),
@@ -386,7 +417,12 @@ class ParallelMapIterator : public OpIterator {
       rows = unit_rows_;
     }
     bool end = false;
-    absl::Status s = input_->GetNextBlock(rows, &unit->block, &unit->rows, &end);
+    DeferredCheckBlockSource::BlockCheck check;
+    absl::Status s =
+        deferring_ != nullptr
+            ? deferring_->GetNextBlockDeferringChecks(rows, &unit->block, &unit->rows, &end,
+                                                      &check)
+            : input_->GetNextBlock(rows, &unit->block, &unit->rows, &end);
     if (IsElementError(s)) {
       // The error stands where the element would be: a unit of that error alone.
       in_mu_.Unlock();
@@ -398,21 +434,63 @@ class ParallelMapIterator : public OpIterator {
     }
     if (!s.ok() || end) {
       absl::MutexLock lock(&mu_);
-      // The unit is the last one queued: only Pull queues them, under in_mu_, and the consumer
-      // takes only done units.
-      units_.pop_back();
-      input_done_ = true;
-      terminal_ = s;
+      // The unit is the last one queued (only Pull queues them, under in_mu_, and the consumer
+      // takes only done units), unless an earlier unit's deferred check failed meanwhile
+      // (CheckBlock): that dropped this unit and its error ends the input instead.
+      if (!units_.empty() && units_.back() == unit) {
+        units_.pop_back();
+        input_done_ = true;
+        terminal_ = s;
+      }
       in_mu_.Unlock();
       return;
     }
     in_mu_.Unlock();
+    if (check != nullptr && !CheckBlock(check, unit)) return;
     MapBlockUnit(unit.get());
     absl::MutexLock lock(&mu_);
     unit->done = true;
   }
 
-  // AUTOTUNE's hill-climb, as tf.data's: every kAutotunePeriod outputs, if the consumer spent
+  // Runs a block's deferred checks (DeferredCheckBlockSource), outside in_mu_. On a failure the
+  // unit keeps the rows before the bad one, the units read after it are dropped, and the error
+  // ends the input, as if the read had returned it after those rows; returns whether rows are
+  // left to map. When an earlier unit failed first, this unit is gone already and nothing changes.
+  bool CheckBlock(const DeferredCheckBlockSource::BlockCheck& check,
+                  const std::shared_ptr<Unit>& unit) ABSL_LOCKS_EXCLUDED(mu_, in_mu_) {
+    int64_t good = unit->rows;
+    absl::Status s = check(&good);
+    if (s.ok()) return true;
+    absl::MutexLock lock(&mu_);
+    auto it = std::find(units_.begin(), units_.end(), unit);
+    if (it == units_.end()) return false;  // dropped by an earlier unit's failure
+    units_.erase(good > 0 ? std::next(it) : it, units_.end());
+    input_done_ = true;
+    terminal_ = s;
+    if (good == 0) return false;
+    absl::StatusOr<Element> kept = SliceOf(unit->block, 0, good);
+    if (!kept.ok()) {
+      units_.erase(it, units_.end());
+      terminal_ = kept.status();
+      return false;
+    }
+    unit->block = *std::move(kept);
+    unit->rows = good;
+    return true;
+  }
+
+  // Counts `n` outputs handed out (at least one) and ends AUTOTUNE's period after
+  // kAutotunePeriod outputs or, checked every kAutotuneClockEvery outputs taken,
+  // kAutotunePeriodTime, whichever comes first: a map of slow elements (an image decode of
+  // milliseconds) adapts within tens of milliseconds, not after hundreds of elements.
+  void CountOutputs(int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    period_outputs_ += std::max<int64_t>(n, 1);
+    if (period_outputs_ >= kAutotunePeriod) return Autotune();
+    if (++period_takes_ % kAutotuneClockEvery != 0) return;
+    if (std::chrono::steady_clock::now() - period_start_ >= kAutotunePeriodTime) Autotune();
+  }
+
+  // AUTOTUNE's hill-climb, as tf.data's: at the end of each period (CountOutputs), if the consumer spent
   // more than a tenth of the period waiting for outputs (or mapping them itself), the map is
   // the bottleneck and may run one more unit at a time, up to the pool's size (the CPU budget;
   // each unit in flight holds at most kMaxUnit elements, the memory budget).
@@ -426,6 +504,7 @@ class ParallelMapIterator : public OpIterator {
     }
     period_start_ = now;
     period_outputs_ = 0;
+    period_takes_ = 0;
     stall_ = std::chrono::steady_clock::duration::zero();
   }
 
@@ -470,7 +549,9 @@ class ParallelMapIterator : public OpIterator {
       }
       auto unit = std::make_shared<Unit>();
       unit->items.reserve(static_cast<size_t>(unit_size_));
-      while (static_cast<int64_t>(unit->items.size()) < unit_size_) {
+      int64_t unit_bytes = 0;
+      while (static_cast<int64_t>(unit->items.size()) < unit_size_ &&
+             unit_bytes < kMaxUnitBytes) {
         Element e;
         bool end = false;
         absl::Status s = input_->GetNext(&e, &end);
@@ -484,6 +565,7 @@ class ParallelMapIterator : public OpIterator {
           terminal_ = s;
           break;
         }
+        unit_bytes += PayloadBytes(e);
         unit->items.push_back(std::move(e));
       }
       if (unit->items.empty()) return;
@@ -625,6 +707,8 @@ class ParallelMapIterator : public OpIterator {
   }
 
   static constexpr int64_t kAutotunePeriod = 256;
+  static constexpr int64_t kAutotuneClockEvery = 4;
+  static constexpr std::chrono::milliseconds kAutotunePeriodTime{10};
 
   // The consumer's thread only; under in_mu_ when pull_on_pool_.
   std::unique_ptr<Iterator> input_;
@@ -637,6 +721,8 @@ class ParallelMapIterator : public OpIterator {
   const std::shared_ptr<PoolJobGate> gate_ = std::make_shared<PoolJobGate>();
   BlockMapper blocks_;     // answers SupportsBlocks
   const bool pull_on_pool_;  // the bulk path pulls the input on the pool (NextPulledOnPool)
+  // The input, when pulled on the pool and it leaves its block checks to the map; else null.
+  DeferredCheckBlockSource* const deferring_;
   int64_t unit_size_ = 1;  // the consumer's thread only
 
   // Held while the input is pulled on the pool (Pull), before mu_.
@@ -658,6 +744,7 @@ class ParallelMapIterator : public OpIterator {
   int64_t parallelism_ ABSL_GUARDED_BY(mu_);
   // AUTOTUNE's measurements over the current period (outputs counted in elements).
   int64_t period_outputs_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t period_takes_ ABSL_GUARDED_BY(mu_) = 0;  // outputs taken (calls), not elements
   std::chrono::steady_clock::time_point period_start_ ABSL_GUARDED_BY(mu_);
   std::chrono::steady_clock::duration stall_ ABSL_GUARDED_BY(mu_){};
 };

@@ -1,7 +1,8 @@
 // map(fn, num_parallel_calls=None, deterministic=None): applies a MapFunction to every element.
 //
 // With num_parallel_calls <= 1 the fn runs in the caller's thread. With N > 1 the caller's thread
-// pulls input elements, in order, in units of up to 32 consecutive elements, and the fn runs on
+// pulls input elements, in order, in units of up to 32 consecutive elements (fewer once they hold
+// 256 KiB: a unit of large elements, such as batches or images, is one or a few), and the fn runs on
 // the process's shared thread pool (core/util/thread_pool.h), at most N units at a time; at most
 // 2 * N units are in flight or waiting to be taken, so a slow consumer stalls the map instead of
 // growing memory. With deterministic=true, when the next unit is not ready and no pool thread has
@@ -57,12 +58,18 @@ using ElementFn = std::function<absl::StatusOr<Element>(Element)>;
 // file source), a parallel map's bulk path reads them there too: each pool job takes the
 // input's lock, reads the next block, releases the lock and maps it, so one job reads while
 // others map and the consumer's thread only hands out mapped blocks (or runs a job still
-// queued rather than wait). Blocks are queued in read order: same elements, order and errors.
+// queued rather than wait). A finished job queues the next one itself while fewer than
+// 2 * parallelism blocks are held or coming, so the pool reads ahead while the consumer is away.
+// Blocks are queued in read order: same elements, order and errors. In input order, TFRecord
+// data checksums are verified after the read, outside the input's lock
+// (core/data/deferred_check_blocks.h), with the same result as verifying them in the read.
 //
 // `autotune` (num_parallel_calls=AUTOTUNE, with num_parallel_calls the most it may use): the map
 // starts running one unit at a time and hill-climbs as tf.data's AUTOTUNE does: every 256
-// outputs, if the caller spent more than a tenth of that time waiting for outputs, one more
-// unit may run at once, up to num_parallel_calls. AutotunedMapParallelism() reports the choice.
+// outputs or every 10 ms, whichever ends first (so that a map of slow elements, such as image
+// decodes of milliseconds, adapts within a few elements), if the caller spent more than a tenth
+// of that period waiting for outputs, one more unit may run at once, up to num_parallel_calls.
+// AutotunedMapParallelism() reports the choice.
 //
 // num_parallel_calls is a parallelism hint (TF accepts any positive value): it is clamped to
 // MaxParallelCalls(), since more units in flight than the pool has threads only hold more

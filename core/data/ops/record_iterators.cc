@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <initializer_list>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "core/format/python_literal.h"
 #include "core/data/ops/source_iterators.h"
+#include "core/data/deferred_check_blocks.h"
 #include "core/io/fixed_length_record_reader.h"
 #include "core/data/ops/interleave_iterator.h"
 #include "core/data/op_iterator.h"
@@ -31,19 +33,38 @@ absl::Status ValidateRange(const proto::RecordRange& r) {
   return absl::OkStatus();
 }
 
+// A record read without verifying its data (RecordFile::ReadUnchecked): what verifies it.
+struct UncheckedRecord {
+  bool unchecked = false;  // false: verified already, or the format has nothing to verify
+  TFRecordReader::UncheckedData data;
+  std::shared_ptr<const std::string> filename;  // the file's, as its reader names it
+};
+
 // One file's records, whatever the format.
 class RecordFile {
  public:
   virtual ~RecordFile() = default;
   virtual absl::Status Read(std::string* record) = 0;  // OUT_OF_RANGE at the end
+  // As Read, leaving checks of the record's data to the caller, as *unchecked says.
+  virtual absl::Status ReadUnchecked(std::string* record, UncheckedRecord* unchecked) {
+    unchecked->unchecked = false;
+    return Read(record);
+  }
   virtual absl::Status SeekToRecord(int64_t i) = 0;
 };
 
 class TFRecordFile : public RecordFile {
  public:
   TFRecordFile(std::unique_ptr<TFRecordReader> r, std::optional<RecordIndex> index)
-      : reader_(std::move(r)), index_(std::move(index)) {}
+      : reader_(std::move(r)),
+        index_(std::move(index)),
+        filename_(std::make_shared<const std::string>(reader_->filename())) {}
   absl::Status Read(std::string* record) override { return reader_->ReadRecord(record); }
+  absl::Status ReadUnchecked(std::string* record, UncheckedRecord* unchecked) override {
+    unchecked->unchecked = true;
+    if (unchecked->filename != filename_) unchecked->filename = filename_;
+    return reader_->ReadRecordUnchecked(record, &unchecked->data);
+  }
   absl::Status SeekToRecord(int64_t i) override {
     if (index_.has_value()) {
       if (i >= index_->num_records()) {
@@ -65,6 +86,7 @@ class TFRecordFile : public RecordFile {
  private:
   std::unique_ptr<TFRecordReader> reader_;
   std::optional<RecordIndex> index_;
+  const std::shared_ptr<const std::string> filename_;
 };
 
 class FixedLengthFile : public RecordFile {
@@ -137,7 +159,9 @@ class FixedLengthFormat : public RecordFormat {
 };
 
 // Files in order, optionally limited to a record range.
-class SequentialRecordIterator : public OpIterator {
+// Implements DeferredCheckBlockSource: a parallel map pulling its blocks verifies the TFRecord
+// data checksums outside its read lock.
+class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSource {
  public:
   SequentialRecordIterator(std::string label, std::vector<std::string> files,
                            std::unique_ptr<RecordFormat> format,
@@ -166,15 +190,67 @@ class SequentialRecordIterator : public OpIterator {
   // next call, after those records, where the per-element path returns it.
   absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
                                     bool* end_of_sequence) override {
+    return ReadBlock(max_elements, out, n, end_of_sequence, nullptr);
+  }
+
+ public:
+  // Called only by a map that pulls this source on the pool, which stops at the first error or
+  // end (OpIterator's stickiness is not needed there).
+  absl::Status GetNextBlockDeferringChecks(int64_t max_elements, Element* out, int64_t* n,
+                                           bool* end_of_sequence, BlockCheck* check) override {
+    *check = nullptr;
+    *n = 0;
+    *end_of_sequence = false;
+    UncheckedBlock unchecked;
+    absl::Status s = ReadBlock(max_elements, out, n, end_of_sequence, &unchecked);
+    if (!s.ok() || *end_of_sequence) {
+      *n = 0;
+      return s;
+    }
+    if (unchecked.rows.empty()) return absl::OkStatus();
+    *check = [unchecked = std::move(unchecked), block = out->leaf(),
+              label = label()](int64_t* good_rows) -> absl::Status {
+      for (const UncheckedBlockRow& r : unchecked.rows) {
+        absl::Status c = TFRecordReader::CheckData(block.string_at(r.row), r.data,
+                                                   *unchecked.filenames[r.file]);
+        if (!c.ok()) {
+          *good_rows = r.row;
+          return absl::Status(c.code(), absl::StrCat(label, ": ", c.message()));
+        }
+      }
+      return absl::OkStatus();
+    };
+    return absl::OkStatus();
+  }
+
+ private:
+  // A row of a block read without verifying its data; `file` indexes the block's filenames.
+  struct UncheckedBlockRow {
+    int64_t row;
+    TFRecordReader::UncheckedData data;
+    size_t file;
+  };
+  // The rows of a block still to verify and the files they came from (one name per file, not
+  // per row: no reference count touched per record on the reading and the checking threads).
+  struct UncheckedBlock {
+    std::vector<UncheckedBlockRow> rows;
+    std::vector<std::shared_ptr<const std::string>> filenames;
+  };
+
+  // GetNextBlockInternal, verifying every record (unchecked null) or leaving the checks of the
+  // rows that need them to *unchecked.
+  absl::Status ReadBlock(int64_t max_elements, Element* out, int64_t* n, bool* end_of_sequence,
+                         UncheckedBlock* unchecked) {
     if (!pending_.ok()) return pending_;
     std::vector<std::string> records;
     records.reserve(static_cast<size_t>(std::min<int64_t>(max_elements, 4096)));
     const int64_t element_limit = ProcessMemoryBudget().limits().element_bytes;
     int64_t bytes = 0;
+    UncheckedRecord check;
     while (static_cast<int64_t>(records.size()) < max_elements) {
       std::string record;
       bool end = false;
-      absl::Status s = Read(&record, &end);
+      absl::Status s = Read(&record, &end, unchecked == nullptr ? nullptr : &check);
       if (!s.ok()) {
         if (records.empty()) return s;
         pending_ = s;
@@ -182,6 +258,13 @@ class SequentialRecordIterator : public OpIterator {
       }
       if (end) break;
       bytes += static_cast<int64_t>(record.size());
+      if (check.unchecked) {
+        if (unchecked->filenames.empty() || unchecked->filenames.back() != check.filename) {
+          unchecked->filenames.push_back(check.filename);
+        }
+        unchecked->rows.push_back({static_cast<int64_t>(records.size()), check.data,
+                                   unchecked->filenames.size() - 1});
+      }
       records.push_back(std::move(record));
       // A block is at most one element's worth (the batch it goes to checks the element limit
       // on what it gathers): a huge max_elements does not read the file into memory.
@@ -200,8 +283,9 @@ class SequentialRecordIterator : public OpIterator {
   }
 
  private:
-  // The next record, or *end at the end of the files (or of the range).
-  absl::Status Read(std::string* record, bool* end) {
+  // The next record, or *end at the end of the files (or of the range). With `unchecked`, its
+  // data checks may be left to the caller (RecordFile::ReadUnchecked).
+  absl::Status Read(std::string* record, bool* end, UncheckedRecord* unchecked = nullptr) {
     if (range_.has_value() && !positioned_) {
       RETURN_IF_ERROR(Position());
       positioned_ = true;
@@ -219,7 +303,8 @@ class SequentialRecordIterator : public OpIterator {
         current_ = *std::move(f);
         ++next_file_;
       }
-      absl::Status s = current_->Read(record);
+      absl::Status s = unchecked == nullptr ? current_->Read(record)
+                                            : current_->ReadUnchecked(record, unchecked);
       if (absl::IsOutOfRange(s)) {
         current_.reset();
         continue;
