@@ -36,6 +36,7 @@
 #include "core/format/tensor_format.h"
 #include "core/io/tfrecord_writer.h"
 #include "gtest/gtest.h"
+#include "tests/ci_environment.h"
 #include "tests/core/iterator_test_util.h"
 #include "tests/core/record_test_util.h"
 #include "tests/examples/subprocess.h"
@@ -48,15 +49,6 @@ namespace {
 constexpr char kBucket[] = "sluice-test";
 constexpr int kShards = 6;
 constexpr int kPerShard = 100;
-
-// Whether the CI environment variable says so (CI=true, as most CI runners set it; as
-// python/tests/dependencies.py reads it).
-bool InCi() {
-  const char* ci = std::getenv("CI");
-  if (ci == nullptr) return false;
-  const std::string v = absl::AsciiStrToLower(ci);
-  return v == "true" || v == "1" || v == "yes";
-}
 
 std::string BuildDir() {
   const char* d = std::getenv("SLUICE_BUILD_DIR");
