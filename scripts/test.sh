@@ -6,13 +6,28 @@
 #
 # --sanitize builds the same suite with ASan+UBSan (address) or TSan (thread) into build-asan /
 # build-tsan and runs it there: slower, for developers (CI runs the plain build).
+#
+# Under CI=true (as CI runners set it) a test dependency this script installs (the Debian
+# packages, slurm-wlm and munge, moto[server] for the storage tests) that it could not install
+# is an error, not a line on stderr: the tests that need it would skip, and CI would look green.
+# The tests check the same themselves (python/tests/dependencies.py, tests/storage/), and a
+# CTest run that finds no test at all fails (--no-tests=error).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
+in_ci() { case "${CI:-}" in [Tt][Rr][Uu][Ee] | 1 | [Yy][Ee][Ss]) return 0 ;; esac; return 1; }
+# A test dependency that could not be installed: an error under CI=true, else a warning.
+missing_test_dependency() {
+  if in_ci; then
+    echo "sluice: $1; CI=true requires it" >&2
+    exit 1
+  fi
+  echo "sluice: $1" >&2
+}
 sluice_install_deps
 # slurm-wlm and munge: only for the Slurm end-to-end test (ctest -L slurm), which skips without them.
 sluice_install_deps slurm-wlm munge ||
-  echo "sluice: slurm-wlm/munge not installed; the slurm test will skip" >&2
+  missing_test_dependency "slurm-wlm/munge not installed; the slurm test will skip"
 cmake_args=()
 SLUICE_BUILD=build
 if [[ "${1:-}" == --sanitize=* ]]; then
@@ -44,5 +59,5 @@ sluice_install_storage_server() {
   python3 -m venv "$venv" && "$venv/bin/pip" install -q 'moto[server]'
 }
 sluice_install_storage_server ||
-  echo "sluice: could not install moto[server] into $SLUICE_BUILD/storage-venv; the storage tests will skip" >&2
-ctest --test-dir "$SLUICE_BUILD" --output-on-failure -j"$(nproc)" --timeout 600 "$@"
+  missing_test_dependency "could not install moto[server] into $SLUICE_BUILD/storage-venv; the storage tests will skip"
+ctest --test-dir "$SLUICE_BUILD" --output-on-failure --no-tests=error -j"$(nproc)" --timeout 600 "$@"

@@ -745,6 +745,7 @@ StepBuffer::Stats StepBuffer::stats() const {
   s.bytes = bytes_;
   s.steps = steps_.size();
   s.max_bytes = options_.max_bytes;
+  s.producer_waiting_for_space = producer_wake_ != nullptr;
   s.independent = options_.independent;
   s.retained_bytes = retained_bytes_;
   s.retained_steps = retained_.size();

@@ -251,6 +251,9 @@ class StepBuffer {
     size_t bytes = 0;            // buffered
     size_t steps = 0;            // buffered
     size_t max_bytes = 0;
+    // The producer was refused for want of room (TryPush returned false) and waits for the
+    // buffer's space wake-up: it has stopped at max_bytes (what flow-control tests wait for).
+    bool producer_waiting_for_space = false;
     bool independent = false;
     // Coordinated mode: each consumer's cursor, -1 once detached or ended.
     std::vector<int64_t> cursors;

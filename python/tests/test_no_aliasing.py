@@ -8,10 +8,11 @@ successor is fetched."""
 import numpy as np
 import pytest
 
+import dependencies
 import sluice
 from sluice import _sluice
 
-torch = pytest.importorskip("torch", reason="python3-torch is not installed")
+torch = dependencies.import_installable("torch", "python3-torch")
 
 PIPELINES = [
     # (expression, local replicas)

@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+import dependencies
 import sluice
 import sluice_cluster
 from sluice import _sluice
@@ -43,7 +44,7 @@ def test_several_consumers_without_a_job_name_is_an_error(no_launcher):
 
 
 def test_torch_dataset_of_a_world_without_a_job_name_is_an_error(no_launcher):
-    pytest.importorskip("torch")
+    dependencies.import_installable("torch", "python3-torch")
     import sluice.torch
     data = sluice.torch.IterableDataset(sluice.data.parse("range(8).batch(2)"),
                                         coordinator="127.0.0.1:1", rank=1, world_size=2)
@@ -85,8 +86,7 @@ def test_two_processes_of_one_launch_share_a_derived_job(cluster, no_launcher, m
 # --- Iterators: threads, forks, get_next ------------------------------------------------------
 
 def test_a_second_thread_in_next_gets_runtime_error_not_a_crash():
-    if not os.path.exists(os.path.join(sluice_cluster.BUILD_DIR, "bin", "sluice-coordinator")):
-        pytest.skip("sluice-coordinator is not built")
+    dependencies.require_binaries()
     with sluice_cluster.Cluster(num_workers=1) as c:
         strategy = sluice.MirroredStrategy(["CPU:0"])
         dist = sluice.distribute_from_service(strategy, sluice.data.parse("range(8).batch(2)"),
@@ -152,7 +152,7 @@ def test_an_iterator_used_in_a_forked_child_raises_failed_precondition():
 
 
 def test_torch_dataloader_workers_get_a_clear_error():
-    torch = pytest.importorskip("torch")
+    torch = dependencies.import_installable("torch", "python3-torch")
     import sluice.torch
     data = sluice.torch.IterableDataset(sluice.data.parse("range(8).batch(2)"))
     loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=1)
@@ -174,8 +174,7 @@ def test_datasets_pickle_through_their_expression():
 
 
 def test_ctrl_c_interrupts_iter_of_a_service_dataset_waiting_for_the_coordinator():
-    if not os.path.exists(os.path.join(sluice_cluster.BUILD_DIR, "bin", "sluice-coordinator")):
-        pytest.skip("sluice-coordinator is not built")
+    dependencies.require_binaries()
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals reach the main thread only")
     with sluice_cluster.Cluster(num_workers=1) as c:

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import dependencies
 import sluice
 import sluice_cluster
 
@@ -124,8 +125,7 @@ def test_unreachable_coordinator_is_unavailable():
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                     reason="signals reach the main thread only")
 def test_ctrl_c_interrupts_a_wait_for_data_and_loses_no_step():
-    if not os.path.exists(os.path.join(sluice_cluster.BUILD_DIR, "bin", "sluice-coordinator")):
-        pytest.skip("sluice-coordinator is not built")
+    dependencies.require_binaries()
     with sluice_cluster.Cluster(num_workers=1) as c:
         strategy = sluice.MirroredStrategy(["CPU:0"])
         dist = sluice.distribute_from_service(strategy, sluice.data.parse("range(8).batch(2)"),
@@ -161,8 +161,7 @@ def test_ctrl_c_interrupts_a_wait_for_data_and_loses_no_step():
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                     reason="signals reach the main thread only")
 def test_ctrl_c_interrupts_creating_a_job_that_waits_for_workers():
-    if not os.path.exists(os.path.join(sluice_cluster.BUILD_DIR, "bin", "sluice-coordinator")):
-        pytest.skip("sluice-coordinator is not built")
+    dependencies.require_binaries()
     from sluice import _sluice
     with sluice_cluster.Cluster(num_workers=0) as c:  # no worker: the job cannot be made yet
         def interrupt_once_waiting():

@@ -5,6 +5,7 @@ import gc
 import numpy as np
 import pytest
 
+import dependencies
 import sluice
 
 
@@ -52,7 +53,7 @@ def test_buffers_outlive_the_iterator_and_the_dataset():
 
 
 def test_every_view_gives_its_reference_back():
-    torch = pytest.importorskip("torch")
+    torch = dependencies.import_installable("torch", "python3-torch")
     t = sluice.constant(np.arange(6, dtype=np.float32))
     assert t._buffer_refs == 1
     views = [np.asarray(t), memoryview(t), np.from_dlpack(t), torch.from_dlpack(t)]
@@ -97,7 +98,7 @@ TORCH_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", TORCH_DTYPES)
 def test_every_torch_dtype_and_shape_crosses_with_dlpack(dtype, shape):
-    torch = pytest.importorskip("torch")
+    torch = dependencies.import_installable("torch", "python3-torch")
     if dtype == "bool" and int(torch.__version__.split(".")[0]) < 2:
         pytest.skip("torch %s's from_dlpack has no bool (DLPack code 6)" % torch.__version__)
     want = (np.arange(int(np.prod(shape))) % 7).reshape(shape).astype(dtype)
@@ -114,7 +115,7 @@ def test_every_torch_dtype_and_shape_crosses_with_dlpack(dtype, shape):
 
 
 def test_bfloat16_crosses_to_torch_and_widens_for_numpy():
-    torch = pytest.importorskip("torch")
+    torch = dependencies.import_installable("torch", "python3-torch")
     from sluice import _sluice
     t = _sluice._bfloat16_for_tests(sluice.constant([1.5, -2., 3.25, 0.]))
     assert t.dtype == "bfloat16" and t._buffer_refs == 1
@@ -152,7 +153,7 @@ def test_dlpack_capsule_not_consumed_is_freed():
 
 
 def test_dlpack_to_torch_without_a_copy():
-    torch = pytest.importorskip("torch")
+    torch = dependencies.import_installable("torch", "python3-torch")
     _, _, _, x = _first_step("from_tensor_slices([1., 2., 3., 4.]).batch(4)")
     t = x.values[1]
     pt = torch.from_dlpack(t)

@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="python3-torch is not installed")
+import dependencies
+
+torch = dependencies.import_installable("torch", "python3-torch")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

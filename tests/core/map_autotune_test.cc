@@ -1,10 +1,10 @@
 // AUTOTUNE's hill-climb in the parallel map (core/data/ops/map_iterator.h): a map whose fn is
 // the bottleneck raises its parallelism from 1, and reports it; the elements stay the same.
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "absl/time/clock.h"
 #include "core/data/ops/map_iterator.h"
 #include "core/data/ops/source_iterators.h"
 #include "gtest/gtest.h"
@@ -20,12 +20,13 @@ double ChosenParallelism(const std::string& label) {
 }
 
 TEST(MapAutotuneTest, ASlowFnRaisesTheParallelismAndTheOutputStaysInOrder) {
-  // Each call keeps a thread busy for 50 µs of CPU: the consumer, which does nothing else,
-  // spends most of its time waiting for (or running) fn calls.
+  // Each call blocks for 100 µs without using the CPU (as a read waiting on storage would): the
+  // consumer, which does nothing else, spends nearly all of each period waiting for (or itself
+  // running) fn calls, however loaded the machine is. A busy-wait would make that share depend
+  // on how the machine's cores are shared out, and the map would not be the bottleneck on a
+  // machine where the consumer's thread is the one that waits for a core.
   ElementFn slow = [](Element e) -> absl::StatusOr<Element> {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-    while (std::chrono::steady_clock::now() < until) {
-    }
+    absl::SleepFor(absl::Microseconds(100));
     return e;
   };
   const std::string label = "op 1 (map, autotune test)";

@@ -13,8 +13,16 @@
 // Bounded: SLUICE_CHAOS_SEEDS seeds (default 3) per mode, each on a fresh cluster; rounds (each
 // a whole job under faults) repeat until the seed's share of SLUICE_CHAOS_SECONDS (default 20
 // per mode, about a minute and a half for the test in all) has passed and a fault has landed,
-// at least one and at most 50 rounds; every wait is bounded; every process is stopped (ProcessCluster, Subprocess
-// destructors). Reproduce with SLUICE_CHAOS_SEED=<the seed printed>. Loopback only.
+// at least one and at most 50 rounds; every wait is bounded; every process is stopped
+// (ProcessCluster, Subprocess destructors). Loopback only.
+//
+// Seeds are fixed (kDefaultSeed and the ones after it), so every run draws the same faults in
+// the same order; each is printed. SLUICE_CHAOS_SEED=<seed> runs that one seed instead (a
+// printed one to replay it, another to explore). What a fault waits out is derived from the
+// cluster's --worker_timeout, never a fixed time close to it: a worker paused for a "blip" is
+// back well before the coordinator would call it dead (at most a quarter of the timeout), a
+// "hang" lasts well past it (at least twice the timeout), so each fault is the one its name says
+// however loaded the machine; a coordinator is down at most half the timeout.
 #include <signal.h>
 
 #include <algorithm>
@@ -47,6 +55,10 @@ constexpr int64_t kElements = 4000;
 constexpr int64_t kBatch = 8;  // 2 consumers x 2 replicas: 500 global steps
 constexpr int kConsumers = 2;
 constexpr int kMaxWorkers = 24;  // workers ever started, in all
+// The first of the fixed seeds (SLUICE_CHAOS_SEEDS of them: kDefaultSeed + i * 7919).
+constexpr uint64_t kDefaultSeed = 20261205;
+// The cluster's --worker_timeout, which the faults' lengths derive from.
+constexpr absl::Duration kWorkerTimeout = absl::Seconds(2);
 
 struct Mode {
   std::string name;
@@ -140,7 +152,7 @@ void RunChaos(const Mode& mode, uint64_t seed, absl::Duration budget) {
 
   ProcessClusterOptions o;
   o.num_workers = 3;
-  o.worker_timeout = absl::Seconds(2);
+  o.worker_timeout = kWorkerTimeout;
   o.heartbeat_interval = absl::Milliseconds(100);
   o.worker_buffer_bytes = 512;
   o.work_dir = true;
@@ -188,13 +200,21 @@ void RunChaos(const Mode& mode, uint64_t seed, absl::Duration budget) {
       } else if (kind < 8 && running.size() > 1) {
         const int w = running[static_cast<size_t>(
             uniform(0, static_cast<int64_t>(running.size()) - 1))];
-        const absl::Duration pause = absl::Milliseconds(uniform(200, 3000));
-        faults.push_back(absl::StrCat("r", rounds, ":stop-w", w, "-", absl::FormatDuration(pause)));
+        // A blip (the worker is back long before it could be declared dead) or a hang (its
+        // tasks move), never a pause close to the timeout that could be either.
+        const int64_t timeout_ms = absl::ToInt64Milliseconds(kWorkerTimeout);
+        const bool hang = uniform(0, 1) == 1;
+        const absl::Duration pause =
+            hang ? absl::Milliseconds(uniform(2 * timeout_ms, 3 * timeout_ms))
+                 : absl::Milliseconds(uniform(timeout_ms / 10, timeout_ms / 4));
+        faults.push_back(absl::StrCat("r", rounds, hang ? ":hang-w" : ":blip-w", w, "-",
+                                      absl::FormatDuration(pause)));
         ASSERT_TRUE(c.StopWorker(w).ok());
         absl::SleepFor(pause);
         ASSERT_TRUE(c.ContinueWorker(w).ok());
       } else {
-        const absl::Duration down = absl::Milliseconds(uniform(100, 1500));
+        const absl::Duration down = absl::Milliseconds(
+            uniform(100, absl::ToInt64Milliseconds(kWorkerTimeout) / 2));
         faults.push_back(absl::StrCat("r", rounds, ":coordinator-", absl::FormatDuration(down)));
         ASSERT_TRUE(c.KillCoordinator().ok());
         absl::SleepFor(down);
@@ -243,16 +263,19 @@ void RunChaos(const Mode& mode, uint64_t seed, absl::Duration budget) {
 
 TEST_P(ChaosTest, RandomKillsStopsAndRestartsKeepTheStepsExactlyOnce) {
   const Mode& mode = GetParam();
-  // SLUICE_CHAOS_SEED=<seed> reproduces one seed; otherwise SLUICE_CHAOS_SEEDS seeds (default
-  // 3) from the clock, each on a fresh cluster, sharing SLUICE_CHAOS_SECONDS.
+  // SLUICE_CHAOS_SEED=<seed> runs that one seed; otherwise SLUICE_CHAOS_SEEDS fixed seeds
+  // (default 3, from kDefaultSeed), each on a fresh cluster, sharing SLUICE_CHAOS_SECONDS.
   std::vector<uint64_t> seeds;
   if (const int64_t one = EnvInt("SLUICE_CHAOS_SEED", -1); one >= 0) {
     seeds.push_back(static_cast<uint64_t>(one));
   } else {
-    const uint64_t base = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()) & 0xffffff);
     const int64_t n = std::max<int64_t>(EnvInt("SLUICE_CHAOS_SEEDS", 3), 1);
-    for (int64_t i = 0; i < n; ++i) seeds.push_back(base + static_cast<uint64_t>(i) * 7919);
+    for (int64_t i = 0; i < n; ++i) {
+      seeds.push_back(kDefaultSeed + static_cast<uint64_t>(i) * 7919);
+    }
   }
+  std::cout << "chaos " << mode.name << ": seeds " << absl::StrJoin(seeds, ", ")
+            << " (SLUICE_CHAOS_SEED=<seed> runs one)" << std::endl;
   const absl::Duration budget = absl::Seconds(EnvInt("SLUICE_CHAOS_SECONDS", 20));
   RecordProperty("chaos_seeds", absl::StrJoin(seeds, ","));
   for (uint64_t seed : seeds) {

@@ -49,6 +49,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "core/rpc/grpc_security.h"
 #include "core/util/status_macros.h"
 #include "tests/integration/process_cluster.h"
 #include "tests/integration/step_model.h"
@@ -81,6 +82,18 @@ Mode RangesMode() {
   return {"Ranges", "RANGES",
           {absl::StrCat("--seed=", kRangesSeed), "--shuffle=full", "--range_steps=8"},
           kRangesSeed};
+}
+
+// The --worker_timeout of a cluster whose coordinator restarts and must see every worker again
+// before it would declare one dead. A worker is heard from again at most this long after the
+// restart: gRPC's reconnect backoff (kMaxReconnectBackoffMs, +20% jitter), then the worker's
+// heartbeat backoff (capped at a quarter of the coordinator's --worker_timeout, +10% jitter)
+// and a heartbeat interval. The timeout is twice that bound, so that a loaded machine still
+// has every worker back in time: W = 2 * (reconnect + interval + 1.1 * W / 4), that is
+// W = 2 * (reconnect + interval) / 0.45 (about 5.8 s).
+absl::Duration RestartedWorkerTimeout(absl::Duration heartbeat_interval) {
+  const absl::Duration reconnect = absl::Milliseconds(kMaxReconnectBackoffMs) * 1.2;
+  return absl::Ceil((reconnect + heartbeat_interval) * 2 / 0.45, absl::Milliseconds(100));
 }
 
 ProcessClusterOptions FaultClusterOptions(int workers) {
@@ -541,7 +554,11 @@ TEST_P(FaultTest, WorkerSigtermDrainsMidEpoch) {
 
 TEST_P(FaultTest, CoordinatorKilledAndRestartedMidEpoch) {
   const Mode& mode = GetParam();
-  auto cluster_or = ProcessCluster::Start(FaultClusterOptions(3));
+  // The timeout derived from how fast workers come back (RestartedWorkerTimeout), not the
+  // 2 s the other fault tests use to see a dead worker's tasks move soon.
+  ProcessClusterOptions options = FaultClusterOptions(3);
+  options.worker_timeout = RestartedWorkerTimeout(options.heartbeat_interval);
+  auto cluster_or = ProcessCluster::Start(options);
   ASSERT_TRUE(cluster_or.ok()) << cluster_or.status();
   ProcessCluster& cluster = **cluster_or;
 
@@ -558,9 +575,9 @@ TEST_P(FaultTest, CoordinatorKilledAndRestartedMidEpoch) {
   ASSERT_FALSE(placed->empty());
   ASSERT_TRUE(cluster.KillCoordinator().ok());
   ASSERT_TRUE((*t)->Signal(SIGCONT).ok());
-  // Down for longer than --worker_timeout: the new coordinator must not lose the job while
-  // workers and consumers reconnect.
-  absl::SleepFor(absl::Seconds(3));
+  // Down for longer than --worker_timeout: the new coordinator must not count the outage
+  // against the workers, nor lose the job while workers and consumers reconnect.
+  absl::SleepFor(options.worker_timeout + absl::Seconds(1));
   absl::Status restarted = cluster.RestartCoordinator();
   ASSERT_TRUE(restarted.ok()) << restarted << cluster.Logs();
   auto got = (*t)->Finish();

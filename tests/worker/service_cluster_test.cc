@@ -85,6 +85,13 @@ TEST(ServiceClusterTest, IndependentReadsDeliverEachBatchToOneConsumer) {
       ASSERT_EQ(step.size(), 2u);
       EXPECT_EQ(step[0].size(), 3u);  // batch_sizes_for_worker(5, 1, 2, 0) = [3, 2]
       EXPECT_EQ(step[1].size(), 2u);
+      // Whole: the step's two pieces are one batch of the pipeline, [5b, 5b + 5), in order.
+      std::vector<int64_t> batch = step[0];
+      batch.insert(batch.end(), step[1].begin(), step[1].end());
+      ASSERT_FALSE(batch.empty());
+      const int64_t first = batch[0];
+      EXPECT_EQ(first % 5, 0) << "a step that does not start a batch: " << first;
+      EXPECT_EQ(batch, (std::vector<int64_t>{first, first + 1, first + 2, first + 3, first + 4}));
     }
   }
 }

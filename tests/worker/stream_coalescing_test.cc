@@ -225,6 +225,45 @@ TEST(StreamCoalescingTest, ReadyStepsShareOneFrameWithTheEnd) {
   EXPECT_TRUE(end);
 }
 
+// With coalescing on (a bound far beyond the test, so that only the end can close the frame),
+// the end rides on the frame of the last steps (docs/SERVICE.md, "Coalescing"): steps ready
+// before the consumer comes, and steps released one at a time while the frame fills, each
+// arrive as one frame that carries the end; no end frame of its own follows.
+TEST(StreamCoalescingTest, WithCoalescingTheEndRidesOnTheLastStepsFrame) {
+  {
+    SCOPED_TRACE("steps ready before the consumer");
+    GatedTask task(10);
+    Server server(&task, Options(absl::Minutes(10)));
+    task.Release(10);
+    ASSERT_TRUE(task.WaitProduced(10));
+    Consumer consumer(server.address(), 1 << 20);
+    std::vector<int64_t> steps;
+    bool end = false;
+    ASSERT_TRUE(consumer.Next(&steps, &end));
+    EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+    EXPECT_TRUE(end) << "the end did not ride on the last steps' frame";
+    EXPECT_TRUE(consumer.last_header.end_of_task());
+  }
+  {
+    // The frame is cut while the producer still runs: it waits for more steps, and the end,
+    // which comes after the fourth step, closes it.
+    SCOPED_TRACE("steps released one at a time, then the end");
+    GatedTask task(4);
+    Server server(&task, Options(absl::Minutes(10)));
+    Consumer consumer(server.address(), 1 << 20);
+    for (int64_t s = 0; s < 4; ++s) {
+      task.Release(1);
+      ASSERT_TRUE(task.WaitTaken(s + 1));
+    }
+    std::vector<int64_t> steps;
+    bool end = false;
+    ASSERT_TRUE(consumer.Next(&steps, &end));
+    EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2, 3}));
+    EXPECT_TRUE(end) << "the end did not ride on the last steps' frame";
+    EXPECT_TRUE(consumer.last_header.end_of_task());
+  }
+}
+
 // A consumer that asks for compact headers gets them (only what the spec leaves open: here
 // nothing but each step's numbers); one that does not ask gets full headers, from the same
 // worker and task.
