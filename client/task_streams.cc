@@ -143,6 +143,7 @@ absl::StatusOr<proto::ClientHeartbeatResponse> TaskStreams::Heartbeat(
   {
     absl::MutexLock lock(&mu_);
     for (int64_t id : completed_) request.add_completed_task_ids(id);
+    request.set_consumer_secret(consumer_secret_);
   }
   view_.FillRequest(&request);
   grpc::ClientContext context;
@@ -153,6 +154,10 @@ absl::StatusOr<proto::ClientHeartbeatResponse> TaskStreams::Heartbeat(
   if (!s.ok()) {
     return absl::Status(s.code(), absl::StrCat("ClientHeartbeat to coordinator ",
                                                options_.coordinator_address, ": ", s.message()));
+  }
+  if (response.consumer_secret() != 0) {
+    absl::MutexLock lock(&mu_);
+    consumer_secret_ = response.consumer_secret();
   }
   return view_.Apply(response);
 }
