@@ -159,16 +159,27 @@ TEST_F(ConsumerReportsTest, AnotherCallerCannotReportAsAConsumersIndex) {
   EXPECT_TRUE(Client(job, 1, s1, {task}).job_finished());
 }
 
+TEST_F(ConsumerReportsTest, AClientWithoutSecretsReportsAsBefore) {
+  const auto [job, task] = TwoConsumersOneTask();
+  ASSERT_GT(task, 0);
+  Client(job, 1, 0);
+  EXPECT_FALSE(Client(job, 0, 0, {task}).job_finished());
+  EXPECT_TRUE(Client(job, 1, 0, {task}).job_finished());
+}
+
 TEST_F(ConsumerReportsTest, ARestartedConsumerTakesItsIndexOnceTheOldProcessIsSilent) {
   const auto [job, task] = TwoConsumersOneTask();
   ASSERT_GT(task, 0);
   const uint64_t s0 = s0_;
-  Client(job, 1, 0);
+  const uint64_t old = Client(job, 1, 0).consumer_secret();
+  Client(job, 1, old);  // confirmed; then consumer 1's process dies
   clock_.Advance(kExpiry / 2);
   Client(job, 0, s0);  // consumer 0 lives on
+  EXPECT_EQ(Client(job, 1, 0).consumer_secret(), 0u) << "taken while the holder may live";
   clock_.Advance(kExpiry / 2);  // consumer 1 restarts; its old process said nothing since
   const uint64_t restarted = Client(job, 1, 0).consumer_secret();
   EXPECT_NE(restarted, 0u);
+  EXPECT_NE(restarted, old);
   EXPECT_FALSE(Client(job, 0, s0, {task}).job_finished());
   EXPECT_TRUE(Client(job, 1, restarted, {task}).job_finished());
 }
