@@ -511,6 +511,44 @@ TEST_P(FaultTest, WorkerSigtermDrainsMidEpoch) {
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
 
+// Issue 32, "Incarnations": a worker killed and restarted at the same address well within
+// worker_timeout (60 s here: the death can only be told by the new process incarnation) is the
+// death of the old process plus a new worker. Its tasks move at once and the job is read
+// exactly once; before incarnations the coordinator took the new process for the old one.
+TEST_P(FaultTest, WorkerRestartedAtTheSameAddressMidEpoch) {
+  const Mode& mode = GetParam();
+  ProcessClusterOptions options = FaultClusterOptions(3);
+  options.worker_timeout = absl::Seconds(60);
+  auto cluster_or = ProcessCluster::Start(options);
+  ASSERT_TRUE(cluster_or.ok()) << cluster_or.status();
+  ProcessCluster& cluster = **cluster_or;
+
+  auto want = RunJob(cluster.coordinator(), "reference", mode);
+  ASSERT_TRUE(want.ok()) << want.status() << cluster.Logs();
+  const int64_t total = Steps(*want);
+
+  auto t = Trainers::Start(cluster.coordinator(), "faults", mode);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::Status mid = PauseMidEpoch(**t, total / 3, total);
+  ASSERT_TRUE(mid.ok()) << mid << cluster.Logs();
+  absl::StatusOr<int> victim = WorkerWithUnfinishedTask(cluster, "faults");
+  ASSERT_TRUE(victim.ok()) << victim.status();
+  ASSERT_TRUE(cluster.RestartWorker(*victim).ok()) << cluster.Logs();
+  ASSERT_TRUE((*t)->Signal(SIGCONT).ok());
+  auto got = (*t)->Finish();
+  ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
+  ExpectSameSteps(*want, *got, "with a worker restarted at its address");
+  ExpectExactlyOnce(*got, kElements, "with a worker restarted at its address");
+  absl::Status finished = WaitForJobFinished(cluster, "faults");
+  EXPECT_TRUE(finished.ok()) << finished << cluster.Logs();
+  const std::string log = cluster.CoordinatorLog();
+  EXPECT_NE(log.find(absl::StrCat("(", cluster.worker_address(*victim), ") restarted")),
+            std::string::npos)
+      << cluster.Logs();
+  absl::Status stopped = cluster.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
 TEST_P(FaultTest, CoordinatorKilledAndRestartedMidEpoch) {
   const Mode& mode = GetParam();
   auto cluster_or = ProcessCluster::Start(FaultClusterOptions(3));
