@@ -533,7 +533,36 @@ TEST_P(FaultTest, WorkerRestartedAtTheSameAddressMidEpoch) {
   ASSERT_TRUE(mid.ok()) << mid << cluster.Logs();
   absl::StatusOr<int> victim = WorkerWithUnfinishedTask(cluster, "faults");
   ASSERT_TRUE(victim.ok()) << victim.status();
+  const std::string address = cluster.worker_address(*victim);
+  // Task id -> worker of the job's unfinished tasks.
+  auto unfinished = [&cluster]() -> absl::StatusOr<std::map<int64_t, std::string>> {
+    ASSIGN_OR_RETURN(proto::GetStatusResponse status, cluster.Status());
+    std::map<int64_t, std::string> out;
+    for (const proto::JobStatus& j : status.jobs()) {
+      if (j.job_name() != "faults") continue;
+      for (const proto::TaskInfo& t : j.tasks()) {
+        if (!t.finished()) out[t.task_id()] = t.worker_address();
+      }
+    }
+    return out;
+  };
+  absl::StatusOr<std::map<int64_t, std::string>> before = unfinished();
+  ASSERT_TRUE(before.ok()) << before.status();
   ASSERT_TRUE(cluster.RestartWorker(*victim).ok()) << cluster.Logs();
+  // Registered again (RestartWorker waited for that), the new process holds none of the old
+  // one's tasks: they moved to the other workers at once (the consumers are paused, so none
+  // finished meanwhile; RANGES may hand the new process new ranges).
+  absl::StatusOr<std::map<int64_t, std::string>> after = unfinished();
+  ASSERT_TRUE(after.ok()) << after.status();
+  int moved = 0;
+  for (const auto& [task, worker] : *before) {
+    if (worker != address) continue;
+    auto now = after->find(task);
+    ASSERT_NE(now, after->end()) << "task " << task << " finished while the consumers paused";
+    EXPECT_NE(now->second, address) << "task " << task << " stayed with the new process";
+    ++moved;
+  }
+  EXPECT_GT(moved, 0);
   ASSERT_TRUE((*t)->Signal(SIGCONT).ok());
   auto got = (*t)->Finish();
   ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
@@ -542,7 +571,7 @@ TEST_P(FaultTest, WorkerRestartedAtTheSameAddressMidEpoch) {
   absl::Status finished = WaitForJobFinished(cluster, "faults");
   EXPECT_TRUE(finished.ok()) << finished << cluster.Logs();
   const std::string log = cluster.CoordinatorLog();
-  EXPECT_NE(log.find(absl::StrCat("(", cluster.worker_address(*victim), ") restarted")),
+  EXPECT_NE(log.find(absl::StrCat("(", address, ") restarted")),
             std::string::npos)
       << cluster.Logs();
   absl::Status stopped = cluster.StopAll();
