@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <limits>
 #include <random>
+#include <string>
+#include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "client/read_order.h"
 #include "core/rpc/grpc_security.h"
@@ -23,6 +27,32 @@ uint64_t RandomConsumerId() {
   while (id == 0) id = (uint64_t{device()} << 32) ^ device();
   return id;
 }
+
+// The consumer secrets this process holds (ClientHeartbeatResponse.consumer_secret), by
+// (coordinator, job, consumer index): every iterator of one consumer in this process speaks as
+// the holder of its index, not only the first (server/consumer_claims.h). A few entries per
+// job read; never shrinks (a process reads few jobs).
+class ProcessConsumerSecrets {
+ public:
+  static ProcessConsumerSecrets& Get() {
+    static auto* secrets = new ProcessConsumerSecrets();
+    return *secrets;
+  }
+  uint64_t Find(const std::string& coordinator, int64_t job, int64_t index) {
+    absl::MutexLock lock(&mu_);
+    auto it = secrets_.find(std::make_tuple(coordinator, job, index));
+    return it == secrets_.end() ? 0 : it->second;
+  }
+  void Set(const std::string& coordinator, int64_t job, int64_t index, uint64_t secret) {
+    absl::MutexLock lock(&mu_);
+    secrets_[std::make_tuple(coordinator, job, index)] = secret;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::tuple<std::string, int64_t, int64_t>, uint64_t> secrets_
+      ABSL_GUARDED_BY(mu_);
+};
 
 }  // namespace
 
@@ -143,6 +173,11 @@ absl::StatusOr<proto::ClientHeartbeatResponse> TaskStreams::Heartbeat(
   {
     absl::MutexLock lock(&mu_);
     for (int64_t id : completed_) request.add_completed_task_ids(id);
+    if (consumer_secret_ == 0) {
+      consumer_secret_ = ProcessConsumerSecrets::Get().Find(
+          options_.coordinator_address, options_.job_id, options_.consumer_index);
+    }
+    request.set_consumer_secret(consumer_secret_);
   }
   view_.FillRequest(&request);
   grpc::ClientContext context;
@@ -153,6 +188,14 @@ absl::StatusOr<proto::ClientHeartbeatResponse> TaskStreams::Heartbeat(
   if (!s.ok()) {
     return absl::Status(s.code(), absl::StrCat("ClientHeartbeat to coordinator ",
                                                options_.coordinator_address, ": ", s.message()));
+  }
+  if (response.consumer_secret() != 0) {
+    {
+      absl::MutexLock lock(&mu_);
+      consumer_secret_ = response.consumer_secret();
+    }
+    ProcessConsumerSecrets::Get().Set(options_.coordinator_address, options_.job_id,
+                                      options_.consumer_index, response.consumer_secret());
   }
   return view_.Apply(response);
 }

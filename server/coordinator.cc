@@ -91,7 +91,10 @@ absl::Status Coordinator::ApplyLocked(const proto::Update& update) {
   }
   for (const auto& [job_id, task_id] : changes.tasks) versions_.TaskChanged(job_id, task_id);
   for (int64_t worker_id : changes.workers) versions_.WorkerChanged(worker_id);
-  if (update.has_remove_job()) versions_.ForgetJob(update.remove_job().job_id());
+  if (update.has_remove_job()) {
+    versions_.ForgetJob(update.remove_job().job_id());
+    consumer_claims_.ForgetJob(update.remove_job().job_id());
+  }
   if (in_batch_) batch_.push_back(update);
   if (journal_now) MaybeSnapshotLocked();
   return absl::OkStatus();

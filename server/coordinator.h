@@ -50,6 +50,7 @@
 #include "proto/coordinator.pb.h"
 #include "proto/journal.pb.h"
 #include "core/data/distribute/global_order.h"
+#include "server/consumer_claims.h"
 #include "server/coordinator_state.h"
 #include "server/heartbeat_versions.h"
 #include "server/task_progress.h"
@@ -330,6 +331,23 @@ class Coordinator {
   // Not state: when each dead worker was declared dead or drained (or first seen dead after a
   // restart), for the GC.
   absl::flat_hash_map<int64_t, absl::Time> dead_since_ ABSL_GUARDED_BY(mu_);
+  // Not state: each worker's process incarnation (WorkerHeartbeatRequest.process_incarnation)
+  // and the ones it replaced (the last kRetiredIncarnations), whose heartbeats are refused.
+  // After a restart the first heartbeat of each worker is taken as its incarnation.
+  struct WorkerIncarnations {
+    uint64_t current = 0;
+    std::vector<uint64_t> retired;
+  };
+  static constexpr size_t kRetiredIncarnations = 8;
+  absl::flat_hash_map<int64_t, WorkerIncarnations> incarnations_ ABSL_GUARDED_BY(mu_);
+  // Not state: which process speaks for each consumer (ClientHeartbeat's consumer_secret).
+  ConsumerClaims consumer_claims_ ABSL_GUARDED_BY(mu_);
+  // A heartbeat's process incarnation against the worker's: OK and *restarted false for the
+  // current one (or one of 0, or the first one seen); *restarted true for a new one (recorded;
+  // the caller declares the old process dead); FAILED_PRECONDITION for a retired one.
+  absl::Status CheckIncarnationLocked(int64_t worker_id, const std::string& address,
+                                      uint64_t incarnation, bool* restarted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Not state: when each consumer of each coordinated job last sent a ClientHeartbeat (by
   // clock_), indexed by consumer; made when the coordinator first needs it (every consumer
   // counts from then). Those declared gone are logged once (gone_logged_).
@@ -359,9 +377,11 @@ class Coordinator {
   absl::Status ConsumerCompletedTaskLocked(int64_t task_id, int64_t consumer, bool* finished)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ConsumerCompletedTaskLocked for each consumer in the request's
-  // TaskProgress.ended_consumers (coordinated jobs' unfinished tasks only).
-  absl::Status RecordEndedConsumersLocked(const proto::WorkerHeartbeatRequest& request)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // TaskProgress.ended_consumers (coordinated jobs' unfinished tasks only), for the tasks
+  // worker `worker_id` holds or held (lost_on_workers): a worker speaks only for the
+  // consumers it served, never for another worker's task.
+  absl::Status RecordEndedConsumersLocked(const proto::WorkerHeartbeatRequest& request,
+                                          int64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Not state: each ranges job's dataset, plan and cut (a function of its options, which are
   // kept to tell an entry from one left by a request that failed and was undone).
   struct RangesJob {

@@ -574,11 +574,18 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
                        " is back"));
     }
   }
+  // Only the process holding this consumer index speaks for it (server/consumer_claims.h).
+  const ConsumerClaims::Verdict claim = consumer_claims_.Check(
+      job->id, request.consumer_index(), request.consumer_secret(), clock_->Now(),
+      options_.consumer_timeout > absl::ZeroDuration() ? options_.consumer_timeout
+                                                       : options_.worker_timeout);
+  response->set_consumer_secret(claim.secret);
   // Tasks every consumer has read to the end are finished, whoever produced them. Each
   // consumer's report is journaled once, so that it still counts after a restart when that
   // consumer has exited meanwhile.
   bool finished_any = false;
-  for (int64_t task_id : request.completed_task_ids()) {
+  static const google::protobuf::RepeatedField<int64_t> kNoReports;
+  for (int64_t task_id : claim.holder ? request.completed_task_ids() : kNoReports) {
     const CoordinatorState::Task* task = state_.FindTask(task_id);
     if (task == nullptr || task->job_id != job->id) continue;
     bool finished = false;

@@ -3,7 +3,9 @@
 //   sluice-coordinator --port=0 --port_file=/tmp/coord.port [--worker_timeout=10s]
 //                      [--host=127.0.0.1] [--shutdown_deadline=5s]
 //                      [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM --tls_client_auth]]
-//                      [--token_file=PATH] [--data_root=DIR|URL[,...]] [--max_request_bytes=N]
+//                      [--token_file=PATH] [--worker_token_file=PATH]
+//                      [--trainer_token_file=PATH] [--admin_token_file=PATH]
+//                      [--data_root=DIR|URL[,...]] [--max_request_bytes=N]
 //                      [--work_dir=/var/lib/sluice/coordinator] [--snapshot_every=1000]
 //                      [--ranges_per_worker=2] [--finished_job_ttl=5m] [--dead_worker_ttl=10m]
 //                      [--max_task_worker_deaths=3] [--task_death_window=60s]
@@ -38,10 +40,13 @@
 #include "core/data/data_roots.h"
 #include "core/data/plugin_loader.h"
 #include "core/rpc/grpc_security.h"
+#include "core/rpc/role_auth.h"
+#include "core/rpc/token_auth.h"
 #include "core/util/logging.h"
 #include "core/obs/metrics_http_server.h"
 #include "server/coordinator_metrics.h"
 #include "server/grpc_coordinator_service.h"
+#include "server/request_admission.h"
 
 ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (see --port_file).");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Interface to listen on; 0.0.0.0 for all.");
@@ -87,7 +92,17 @@ ABSL_FLAG(bool, tls_client_auth, false,
           "Mutual TLS: require a client certificate signed by --tls_ca on every connection.");
 ABSL_FLAG(std::string, token_file, "",
           "File holding the shared token every RPC must carry (authorization: Bearer); the "
-          "token is never given on the command line. Empty: no token.");
+          "token is never given on the command line and grants every role. Empty: no token.");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "File holding the token that grants the worker role (WorkerHeartbeat, GetSplit): give "
+          "it to sluice-worker --worker_token_file. Empty: none.");
+ABSL_FLAG(std::string, trainer_token_file, "",
+          "File holding the token that grants the trainer role (RegisterDataset, "
+          "GetOrCreateJob, GetElementSpec, ClientHeartbeat): give it to consumers "
+          "(ServiceSecurity.token) and to sluice-worker --trainer_token_file. Empty: none.");
+ABSL_FLAG(std::string, admin_token_file, "",
+          "File holding the token that grants the admin role (GetStatus, RegisterDataset): "
+          "give it to sluicectl --token_file. Empty: none.");
 ABSL_FLAG(std::vector<std::string>, data_root, {},
           "Comma-separated folders and URL prefixes (s3://bucket/prefix, "
           "http://HOST:PORT/path) the coordinator may read data from; a pipeline naming a file "
@@ -116,6 +131,23 @@ bool WritePortFile(const std::string& path, int port) {
   }
   return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
+
+// The per-role token files of the flags, read into `tokens` (empty flags stay empty).
+absl::Status ReadRoleTokens(sluice::RoleTokens* tokens) {
+  const std::pair<std::string, std::string*> files[] = {
+      {absl::GetFlag(FLAGS_worker_token_file), &tokens->worker},
+      {absl::GetFlag(FLAGS_trainer_token_file), &tokens->trainer},
+      {absl::GetFlag(FLAGS_admin_token_file), &tokens->admin},
+  };
+  for (const auto& [path, token] : files) {
+    if (path.empty()) continue;
+    absl::StatusOr<std::string> read = sluice::ReadTokenFile(path);
+    if (!read.ok()) return read.status();
+    *token = *std::move(read);
+  }
+  return absl::OkStatus();
+}
+
 
 }  // namespace
 
@@ -203,6 +235,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.security = *security;
+    if (absl::Status s = ReadRoleTokens(&options.role_tokens); !s.ok()) {
+      std::cerr << "sluice-coordinator: " << s << std::endl;
+      return 2;
+    }
     if (absl::Status s = sluice::InstallProcessDataRoots(*roots); !s.ok()) {
       std::cerr << "sluice-coordinator: " << s << std::endl;
       return 2;
@@ -211,12 +247,20 @@ int main(int argc, char** argv) {
     std::cerr << "sluice-coordinator: " << (security->tls.enabled() ? "TLS" : "plaintext")
               << (security->tls.client_auth ? " with client certificates" : "")
               << (security->token.empty() ? "" : ", token required")
+              << (options.role_tokens.any() ? ", per-role tokens" : "")
               << (options.data_roots.restricted() ? ", data roots " : "")
               << absl::StrJoin(options.data_roots.roots(), ",")
               << std::endl;
-    if (!security->token.empty() && !security->tls.enabled()) {
+    if ((!security->token.empty() || options.role_tokens.any()) && !security->tls.enabled()) {
       std::cerr << "sluice-coordinator: warning: the token travels in plaintext without --tls_cert"
                 << std::endl;
+    }
+    const bool authenticated =
+        !security->token.empty() || options.role_tokens.any() || security->tls.client_auth;
+    if (const std::string warning =
+            sluice::RequestAdmission::OpenServiceWarning(options.host, authenticated);
+        !warning.empty()) {
+      std::cerr << "sluice-coordinator: warning: " << warning << std::endl;
     }
   }
   auto server = sluice::CoordinatorServer::Start(options);

@@ -284,6 +284,27 @@ absl::Status Coordinator::DrainWorkerLocked(int64_t worker_id) {
 }
 
 
+absl::Status Coordinator::CheckIncarnationLocked(int64_t worker_id, const std::string& address,
+                                                 uint64_t incarnation, bool* restarted) {
+  *restarted = false;
+  if (incarnation == 0) return absl::OkStatus();  // a worker that predates incarnations
+  WorkerIncarnations& known = incarnations_[worker_id];
+  if (known.current == incarnation) return absl::OkStatus();
+  if (std::find(known.retired.begin(), known.retired.end(), incarnation) != known.retired.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", address, ": process incarnation ", absl::Hex(incarnation),
+        " was replaced by a newer process at the same address (incarnation ",
+        absl::Hex(known.current), "); this process must stop or take another address"));
+  }
+  if (known.current != 0) {
+    *restarted = true;
+    known.retired.push_back(known.current);
+    if (known.retired.size() > kRetiredIncarnations) known.retired.erase(known.retired.begin());
+  }
+  known.current = incarnation;
+  return absl::OkStatus();
+}
+
 void Coordinator::NoteHeartbeatArrival(const std::string& worker_address) {
   const absl::Time now = clock_->Now();
   absl::MutexLock arrivals(&arrivals_mu_);
@@ -325,6 +346,7 @@ absl::Status Coordinator::CollectDeadWorkersLocked() {
     liveness_.Forget(id);
     versions_.ForgetWorker(id);
     dead_since_.erase(id);
+    incarnations_.erase(id);
     {
       absl::MutexLock arrivals(&arrivals_mu_);
       heartbeat_arrivals_.erase(address);
@@ -469,10 +491,15 @@ absl::Status Coordinator::FinishTaskLocked(int64_t task_id) {
 }
 
 absl::Status Coordinator::RecordEndedConsumersLocked(
-    const proto::WorkerHeartbeatRequest& request) {
+    const proto::WorkerHeartbeatRequest& request, int64_t worker_id) {
   for (const proto::TaskProgress& progress : request.task_progress()) {
     const CoordinatorState::Task* task = state_.FindTask(progress.task_id());
     if (task == nullptr || task->finished) continue;
+    if (task->worker_id != worker_id &&
+        std::find(task->lost_on_workers.begin(), task->lost_on_workers.end(), worker_id) ==
+            task->lost_on_workers.end()) {
+      continue;  // another worker's task: not this worker's consumers to report
+    }
     const CoordinatorState::Job* job = state_.FindJob(task->job_id);
     if (job->options.read_mode() != proto::READ_MODE_COORDINATED) continue;
     for (int64_t consumer : progress.ended_consumers()) {
@@ -514,6 +541,19 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   const absl::Time now = clock_->Now();
   const CoordinatorState::Worker* worker = state_.FindWorkerByAddress(request.worker_address());
   int64_t worker_id = worker != nullptr ? worker->id : state_.NextWorkerId();
+  // A new process at this address: the old one is dead (its tasks move now, as on a timeout)
+  // and this heartbeat registers the new one, whose reports cannot be about the old one's
+  // tasks (a fresh process has none; a forger has no business there).
+  bool restarted = false;
+  if (worker == nullptr) incarnations_.erase(worker_id);  // left by a refused registration
+  RETURN_IF_ERROR(CheckIncarnationLocked(worker_id, request.worker_address(),
+                                         request.process_incarnation(), &restarted));
+  if (restarted && worker != nullptr && worker->alive) {
+    Log(absl::StrCat(WorkerNameLocked(worker_id), " restarted (new process incarnation): ",
+                     "the old process is dead"));
+    RETURN_IF_ERROR(WorkerDiedLocked(worker_id));
+    RETURN_IF_ERROR(AssignWaitingTasksLocked());
+  }
   // Record this heartbeat before judging the others, so that a worker that was slow but is
   // talking now is not declared dead by its own heartbeat.
   if (worker != nullptr ? worker->alive : !request.draining()) liveness_.Heartbeat(worker_id, now);
@@ -522,7 +562,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   if (request.draining()) {
     // Leaving: its finished tasks count, its other tasks go elsewhere now, it gets nothing
     // new, and a draining heartbeat never revives it.
-    RETURN_IF_ERROR(RecordEndedConsumersLocked(request));
+    if (!restarted) RETURN_IF_ERROR(RecordEndedConsumersLocked(request, worker_id));
     if (worker != nullptr && worker->alive) {
       for (int64_t task_id : request.finished_task_ids()) {
         const CoordinatorState::Task* task = state_.FindTask(task_id);
@@ -550,7 +590,10 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
     RETURN_IF_ERROR(OnWorkerAvailableLocked(worker_id));
   }
 
-  for (int64_t task_id : request.finished_task_ids()) {
+  // A restarted worker's reports would be about its old process's tasks: not heeded.
+  static const google::protobuf::RepeatedField<int64_t> kNoTasks;
+  static const google::protobuf::RepeatedPtrField<proto::TaskFailure> kNoFailures;
+  for (int64_t task_id : restarted ? kNoTasks : request.finished_task_ids()) {
     const CoordinatorState::Task* task = state_.FindTask(task_id);
     if (task == nullptr || task->finished) continue;
     // Normally only the task's current worker finishes it. A coordinated task is also finished
@@ -573,12 +616,12 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
     }
     RETURN_IF_ERROR(FinishTaskLocked(task_id));
   }
-  for (const proto::TaskFailure& failure : request.failed_tasks()) {
+  for (const proto::TaskFailure& failure : restarted ? kNoFailures : request.failed_tasks()) {
     RETURN_IF_ERROR(TaskFailedLocked(worker_id, failure));
   }
   // The consumers that read a task to its end from this worker (whichever worker runs it now):
   // they count even if they exited before telling the coordinator themselves (it was down).
-  RETURN_IF_ERROR(RecordEndedConsumersLocked(request));
+  if (!restarted) RETURN_IF_ERROR(RecordEndedConsumersLocked(request, worker_id));
   // Tasks this worker runs that its consumers finished without it (some read them elsewhere
   // before a worker death, the others are gone): it cannot drain them itself.
   // Only tasks some consumer completed can be (FinishIfConsumersDoneLocked); collected first,
@@ -601,7 +644,8 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
       versions_.WorkerChangedSince(worker_id, request.known_version())) {
     absl::flat_hash_set<int64_t> known(request.active_task_ids().begin(),
                                        request.active_task_ids().end());
-    known.insert(request.finished_task_ids().begin(), request.finished_task_ids().end());
+    const auto& finished = restarted ? kNoTasks : request.finished_task_ids();
+    known.insert(finished.begin(), finished.end());
     for (int64_t task_id : state_.FindWorker(worker_id)->task_ids) {
       const CoordinatorState::Task& task = state_.tasks().at(task_id);
       if (task.finished || known.contains(task_id)) continue;

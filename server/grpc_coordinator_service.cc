@@ -9,6 +9,7 @@
 #include "google/protobuf/arena.h"
 #include "core/rpc/grpc_status.h"
 #include "core/rpc/rpc_metrics.h"
+#include "core/util/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -22,7 +23,8 @@ namespace sluice {
 grpc::Status GrpcCoordinatorService::RegisterDataset(grpc::ServerContext* context,
                                                      const proto::RegisterDatasetRequest* request,
                                                      proto::RegisterDatasetResponse* response) {
-  if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
+  grpc::Status a = admission_.Authenticate(*context, kTrainerRole | kAdminRole, "RegisterDataset");
+  if (!a.ok()) return a;
   if (grpc::Status a = admission_.CheckDataset(*request); !a.ok()) return a;
   return ToGrpcStatus(coordinator_->RegisterDataset(*request, response));
 }
@@ -30,14 +32,16 @@ grpc::Status GrpcCoordinatorService::RegisterDataset(grpc::ServerContext* contex
 grpc::Status GrpcCoordinatorService::GetOrCreateJob(grpc::ServerContext* context,
                                                     const proto::GetOrCreateJobRequest* request,
                                                     proto::GetOrCreateJobResponse* response) {
-  if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
+  grpc::Status a = admission_.Authenticate(*context, kTrainerRole, "GetOrCreateJob");
+  if (!a.ok()) return a;
   return ToGrpcStatus(coordinator_->GetOrCreateJob(*request, response));
 }
 
 grpc::Status GrpcCoordinatorService::GetElementSpec(grpc::ServerContext* context,
                                                     const proto::GetElementSpecRequest* request,
                                                     proto::GetElementSpecResponse* response) {
-  if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
+  grpc::Status a = admission_.Authenticate(*context, kTrainerRole, "GetElementSpec");
+  if (!a.ok()) return a;
   return ToGrpcStatus(coordinator_->GetElementSpec(*request, response));
 }
 
@@ -47,18 +51,19 @@ namespace {
 // the answer fit (the arena's own header takes part of it).
 constexpr size_t kHeartbeatArenaBlock = 2048;
 
-// One raw heartbeat: the token, then the request parsed from `request_bytes`, `method` run on
-// it, and its answer serialized into `response_bytes`; counted in `metrics`. Finishes the
+// One raw heartbeat: the caller's role (`needed`), then the request parsed from
+// `request_bytes`, `method` run on it, and its answer serialized into `response_bytes`;
+// counted in `metrics`. Finishes the
 // call before returning (the coordinator never blocks on the network).
 template <typename Request, typename Response, typename Method>
 grpc::ServerUnaryReactor* ServeHeartbeat(grpc::CallbackServerContext* context,
                                          const grpc::ByteBuffer* request_bytes,
                                          grpc::ByteBuffer* response_bytes,
-                                         const RequestAdmission& admission,
+                                         const RequestAdmission& admission, RoleSet needed,
                                          const RpcMethodMetrics& metrics,
                                          const char* method_name, Method method) {
   metrics.Started();
-  grpc::Status status = admission.Authenticate(*context);
+  grpc::Status status = admission.Authenticate(*context, needed, method_name);
   if (status.ok()) {
     // The request and the answer live on an arena whose first block is on this stack: a
     // heartbeat's strings and repeated fields cost no malloc/free pair each (larger answers,
@@ -100,29 +105,35 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::WorkerHeartbeat(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return ServeHeartbeat<proto::WorkerHeartbeatRequest, proto::WorkerHeartbeatResponse>(
-      context, request, response, admission_, worker_heartbeat_metrics_, kWorkerHeartbeatMethod,
-      [this](const auto& req, auto* resp) { return coordinator_->WorkerHeartbeat(req, resp); });
+      context, request, response, admission_, kWorkerRole, worker_heartbeat_metrics_,
+      kWorkerHeartbeatMethod, [this, context](const auto& req, auto* resp) {
+        RETURN_IF_ERROR(RequestAdmission::CheckWorkerAddress(*context, req.worker_address()));
+        return coordinator_->WorkerHeartbeat(req, resp);
+      });
 }
 
 grpc::ServerUnaryReactor* GrpcCoordinatorService::ClientHeartbeat(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return ServeHeartbeat<proto::ClientHeartbeatRequest, proto::ClientHeartbeatResponse>(
-      context, request, response, admission_, client_heartbeat_metrics_, kClientHeartbeatMethod,
+      context, request, response, admission_, kTrainerRole, client_heartbeat_metrics_,
+      kClientHeartbeatMethod,
       [this](const auto& req, auto* resp) { return coordinator_->ClientHeartbeat(req, resp); });
 }
 
 grpc::Status GrpcCoordinatorService::GetSplit(grpc::ServerContext* context,
                                               const proto::GetSplitRequest* request,
                                               proto::GetSplitResponse* response) {
-  if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
+  grpc::Status a = admission_.Authenticate(*context, kWorkerRole, "GetSplit");
+  if (!a.ok()) return a;
   return ToGrpcStatus(coordinator_->GetSplit(*request, response));
 }
 
 grpc::Status GrpcCoordinatorService::GetStatus(grpc::ServerContext* context,
                                                const proto::GetStatusRequest* request,
                                                proto::GetStatusResponse* response) {
-  if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
+  grpc::Status a = admission_.Authenticate(*context, kAdminRole, "GetStatus");
+  if (!a.ok()) return a;
   return ToGrpcStatus(coordinator_->GetStatus(*request, response));
 }
 
@@ -135,9 +146,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       Coordinator::Create(options.coordinator);
   if (!coordinator.ok()) return coordinator.status();
   s->coordinator_ = *std::move(coordinator);
+  // The shared token grants every role beside the per-role ones.
+  if (options.role_tokens.every_role.empty()) {
+    options.role_tokens.every_role = options.security.token;
+  }
   s->service_ = std::make_unique<GrpcCoordinatorService>(
       s->coordinator_.get(),
-      RequestAdmission(options.security.token, options.data_roots, options.dataset_limits));
+      RequestAdmission(options.role_tokens, options.data_roots, options.dataset_limits));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

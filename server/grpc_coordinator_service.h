@@ -49,7 +49,8 @@ inline constexpr char kClientHeartbeatMethod[] =
 class GrpcCoordinatorService final : public CoordinatorServiceBase {
  public:
   // `coordinator` is borrowed and must outlive the service. Every handler first checks the
-  // call with `admission` (token; RegisterDataset: graph bounds and data roots).
+  // call with `admission` (the caller's role; WorkerHeartbeat: the advertised address against
+  // the caller's certificate; RegisterDataset: graph bounds and data roots).
   explicit GrpcCoordinatorService(Coordinator* coordinator,
                                   RequestAdmission admission = RequestAdmission())
       : coordinator_(coordinator),
@@ -96,8 +97,13 @@ struct CoordinatorServerOptions {
   // How often the ticker checks worker liveness. Zero: worker_timeout / 4, at most 1 s.
   absl::Duration liveness_interval = absl::ZeroDuration();
   CoordinatorOptions coordinator;
-  // TLS, token and request size limit (docs/SERVICE.md, "Security").
+  // TLS, token and request size limit (docs/SERVICE.md, "Security"). security.token grants
+  // every role.
   ServerSecurity security;
+  // Per-role tokens (core/rpc/role_auth.h): each RPC needs its role (WorkerHeartbeat,
+  // GetSplit: worker; RegisterDataset: trainer or admin; GetOrCreateJob, GetElementSpec,
+  // ClientHeartbeat: trainer; GetStatus: admin). every_role empty: security.token.
+  RoleTokens role_tokens;
   // RegisterDataset refuses graphs naming files outside these folders (none: no restriction)
   // or over these bounds.
   DataRoots data_roots;

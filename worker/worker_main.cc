@@ -7,6 +7,7 @@
 //                 [--plugin=PATH[,PATH...]]
 //                 [--tls_cert=PEM --tls_key=PEM [--tls_ca=PEM] [--tls_client_auth]
 //                  [--tls_client_cert=PEM --tls_client_key=PEM]] [--token_file=PATH]
+//                 [--worker_token_file=PATH --trainer_token_file=PATH]
 //                 [--data_root=DIR|URL[,...]] [--max_request_bytes=N]
 //
 // Custom-op plugins are loaded only from --plugin, never because a client's pipeline names
@@ -75,6 +76,12 @@ ABSL_FLAG(bool, tls_client_auth, false,
 ABSL_FLAG(std::string, token_file, "",
           "File holding the shared token every RPC must carry (authorization: Bearer); the "
           "token is never given on the command line. Empty: no token.");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "Per-role tokens: the worker-role token this worker sends to the coordinator (the "
+          "coordinator's --worker_token_file). Empty: --token_file's.");
+ABSL_FLAG(std::string, trainer_token_file, "",
+          "Per-role tokens: the trainer-role token consumers' calls to this worker must carry "
+          "(the coordinator's --trainer_token_file). Empty: --token_file's.");
 ABSL_FLAG(std::vector<std::string>, data_root, {},
           "Comma-separated folders and URL prefixes (s3://bucket/prefix, "
           "http://HOST:PORT/path) this worker may read data from; a pipeline naming a file "
@@ -187,6 +194,21 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.security = *security;
+    // Per-role tokens: consumers dial this worker with the trainer token; the worker itself
+    // calls the coordinator with the worker token.
+    std::string coordinator_token = security->token;
+    for (auto [path, token] : {std::pair(absl::GetFlag(FLAGS_trainer_token_file),
+                                         &options.security.token),
+                               std::pair(absl::GetFlag(FLAGS_worker_token_file),
+                                         &coordinator_token)}) {
+      if (path.empty()) continue;
+      absl::StatusOr<std::string> read = sluice::ReadTokenFile(path);
+      if (!read.ok()) {
+        std::cerr << "sluice-worker: " << read.status() << std::endl;
+        return 2;
+      }
+      *token = *std::move(read);
+    }
     if (absl::Status s = sluice::InstallProcessDataRoots(*roots); !s.ok()) {
       std::cerr << "sluice-worker: " << s << std::endl;
       return 2;
@@ -200,18 +222,18 @@ int main(int argc, char** argv) {
     const bool own_cert = absl::GetFlag(FLAGS_tls_client_cert).empty();
     c.tls.cert_file = own_cert ? absl::GetFlag(FLAGS_tls_cert) : absl::GetFlag(FLAGS_tls_client_cert);
     c.tls.key_file = own_cert ? absl::GetFlag(FLAGS_tls_key) : absl::GetFlag(FLAGS_tls_client_key);
-    c.token = security->token;
+    c.token = coordinator_token;
     if (absl::Status ok = sluice::MakeChannelFactory(c).status(); !ok.ok()) {
       std::cerr << "sluice-worker: " << ok << std::endl;
       return 2;
     }
     std::cerr << "sluice-worker: " << (security->tls.enabled() ? "TLS" : "plaintext")
               << (security->tls.client_auth ? " with client certificates" : "")
-              << (security->token.empty() ? "" : ", token required")
+              << (options.security.token.empty() ? "" : ", token required")
               << (options.data_roots.restricted() ? ", data roots " : "")
               << absl::StrJoin(options.data_roots.roots(), ",")
               << std::endl;
-    if (!security->token.empty() && !security->tls.enabled()) {
+    if (!options.security.token.empty() && !security->tls.enabled()) {
       std::cerr << "sluice-worker: warning: the token travels in plaintext without --tls_cert"
                 << std::endl;
     }

@@ -104,6 +104,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
     return absl::UnavailableError(absl::StrCat("WorkerServer: cannot bind ", bind));
   }
   w->address_ = absl::StrCat(w->options_.host, ":", w->port_);
+  do {
+    w->process_incarnation_ = EntropyRandomSource()();
+  } while (w->process_incarnation_ == 0);
   ASSIGN_OR_RETURN(GrpcChannelFactory channels,
                    MakeChannelFactory(w->options_.coordinator_security));
   w->coordinator_ = proto::CoordinatorService::NewStub(channels(w->options_.coordinator_address));
@@ -160,6 +163,7 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   proto::WorkerHeartbeatRequest request;
   request.set_wire_version(proto::WIRE_VERSION_1);
   request.set_worker_address(address_);
+  request.set_process_incarnation(process_incarnation_);
   request.set_draining(draining);
   {
     absl::MutexLock lock(&mu_);

@@ -102,6 +102,8 @@ class WorkerServer : public TaskLookup {
   // True once a heartbeat has succeeded; the coordinator's worker id.
   bool registered() const;
   int64_t worker_id() const;
+  // This process's incarnation as the coordinator sees it (never 0).
+  uint64_t process_incarnation() const { return process_incarnation_; }
 
   // Leaves the cluster within `timeout`: stops heartbeating and sends the coordinator one
   // heartbeat with `draining` set, so that it reassigns this worker's unfinished tasks at once;
@@ -150,6 +152,9 @@ class WorkerServer : public TaskLookup {
   std::unique_ptr<proto::CoordinatorService::Stub> coordinator_;
   int port_ = 0;
   std::string address_;
+  // Drawn once per WorkerServer (WorkerHeartbeatRequest.process_incarnation): a restart at the
+  // same address is a new worker to the coordinator, never the old one resumed.
+  uint64_t process_incarnation_ = 0;
 
   // Wakes the heartbeat thread between heartbeats: a task's buffer changed (it may have
   // finished or failed), or the server stops. A leaf lock, held only to set or wait for the

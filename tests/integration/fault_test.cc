@@ -552,6 +552,73 @@ TEST_P(FaultTest, WorkerSigtermDrainsMidEpoch) {
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
 
+// Issue 32, "Incarnations": a worker killed and restarted at the same address well within
+// worker_timeout (60 s here: the death can only be told by the new process incarnation) is the
+// death of the old process plus a new worker. Its tasks move at once and the job is read
+// exactly once; before incarnations the coordinator took the new process for the old one.
+TEST_P(FaultTest, WorkerRestartedAtTheSameAddressMidEpoch) {
+  const Mode& mode = GetParam();
+  ProcessClusterOptions options = FaultClusterOptions(3);
+  options.worker_timeout = absl::Seconds(60);
+  auto cluster_or = ProcessCluster::Start(options);
+  ASSERT_TRUE(cluster_or.ok()) << cluster_or.status();
+  ProcessCluster& cluster = **cluster_or;
+
+  auto want = RunJob(cluster.coordinator(), "reference", mode);
+  ASSERT_TRUE(want.ok()) << want.status() << cluster.Logs();
+  const int64_t total = Steps(*want);
+
+  auto t = Trainers::Start(cluster.coordinator(), "faults", mode);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::Status mid = PauseMidEpoch(**t, total / 3, total);
+  ASSERT_TRUE(mid.ok()) << mid << cluster.Logs();
+  absl::StatusOr<int> victim = WorkerWithUnfinishedTask(cluster, "faults");
+  ASSERT_TRUE(victim.ok()) << victim.status();
+  const std::string address = cluster.worker_address(*victim);
+  // Task id -> worker of the job's unfinished tasks.
+  auto unfinished = [&cluster]() -> absl::StatusOr<std::map<int64_t, std::string>> {
+    ASSIGN_OR_RETURN(proto::GetStatusResponse status, cluster.Status());
+    std::map<int64_t, std::string> out;
+    for (const proto::JobStatus& j : status.jobs()) {
+      if (j.job_name() != "faults") continue;
+      for (const proto::TaskInfo& t : j.tasks()) {
+        if (!t.finished()) out[t.task_id()] = t.worker_address();
+      }
+    }
+    return out;
+  };
+  absl::StatusOr<std::map<int64_t, std::string>> before = unfinished();
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_TRUE(cluster.RestartWorker(*victim).ok()) << cluster.Logs();
+  // Registered again (RestartWorker waited for that), the new process holds none of the old
+  // one's tasks: they moved to the other workers at once (the consumers are paused, so none
+  // finished meanwhile; RANGES may hand the new process new ranges).
+  absl::StatusOr<std::map<int64_t, std::string>> after = unfinished();
+  ASSERT_TRUE(after.ok()) << after.status();
+  int moved = 0;
+  for (const auto& [task, worker] : *before) {
+    if (worker != address) continue;
+    auto now = after->find(task);
+    ASSERT_NE(now, after->end()) << "task " << task << " finished while the consumers paused";
+    EXPECT_NE(now->second, address) << "task " << task << " stayed with the new process";
+    ++moved;
+  }
+  EXPECT_GT(moved, 0);
+  ASSERT_TRUE((*t)->Signal(SIGCONT).ok());
+  auto got = (*t)->Finish();
+  ASSERT_TRUE(got.ok()) << got.status() << cluster.Logs();
+  ExpectSameSteps(*want, *got, "with a worker restarted at its address");
+  ExpectExactlyOnce(*got, kElements, "with a worker restarted at its address");
+  absl::Status finished = WaitForJobFinished(cluster, "faults");
+  EXPECT_TRUE(finished.ok()) << finished << cluster.Logs();
+  const std::string log = cluster.CoordinatorLog();
+  EXPECT_NE(log.find(absl::StrCat("(", address, ") restarted")),
+            std::string::npos)
+      << cluster.Logs();
+  absl::Status stopped = cluster.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
 TEST_P(FaultTest, CoordinatorKilledAndRestartedMidEpoch) {
   const Mode& mode = GetParam();
   // The timeout derived from how fast workers come back (RestartedWorkerTimeout), not the

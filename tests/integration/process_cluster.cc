@@ -114,21 +114,28 @@ absl::Status ProcessCluster::StartCoordinator(int port) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> ProcessCluster::StartWorker() {
-  const int i = num_workers();
+absl::StatusOr<int> ProcessCluster::StartWorker(int index, int port) {
+  const int i = index < 0 ? num_workers() : index;
+  const std::string port_file = absl::StrCat(dir_, "/worker-", i, ".port");
+  if (index >= 0) std::filesystem::remove(port_file);  // the old process's
   std::vector<std::string> argv = {
       BuildPath("bin/sluice-worker"), absl::StrCat("--coordinator=", coordinator_),
-      "--port=0", absl::StrCat("--port_file=", dir_, "/worker-", i, ".port"),
+      absl::StrCat("--port=", port), absl::StrCat("--port_file=", port_file),
       absl::StrCat("--heartbeat_interval=", DurationFlag(options_.heartbeat_interval)),
       absl::StrCat("--buffer_bytes=", options_.worker_buffer_bytes), "--drain_timeout=5s"};
   argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
   absl::StatusOr<std::unique_ptr<Subprocess>> worker = Subprocess::Start(argv);
   if (!worker.ok()) return worker.status();
-  workers_.push_back(*std::move(worker));
-  state_.push_back(WorkerState::kRunning);
-  worker_addresses_.push_back("");
+  if (index < 0) {
+    workers_.push_back(*std::move(worker));
+    state_.push_back(WorkerState::kRunning);
+    worker_addresses_.push_back("");
+  } else {
+    workers_[i] = *std::move(worker);
+    state_[i] = WorkerState::kRunning;
+  }
   absl::StatusOr<int> worker_port =
-      WaitForPortFile(absl::StrCat(dir_, "/worker-", i, ".port"), *workers_[i],
+      WaitForPortFile(port_file, *workers_[i],
                       absl::StrCat("sluice-worker ", i), options_.start_timeout);
   if (!worker_port.ok()) return worker_port.status();
   worker_addresses_[i] = absl::StrCat("127.0.0.1:", *worker_port);
@@ -205,6 +212,23 @@ std::vector<int> ProcessCluster::ReapExitedWorkers() {
     }
   }
   return out;
+}
+
+absl::Status ProcessCluster::RestartWorker(int i) {
+  if (i < 0 || i >= num_workers()) return absl::InvalidArgumentError(absl::StrCat("no worker ", i));
+  const std::string address = worker_addresses_[i];
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  if (state_[i] != WorkerState::kGone) {
+    if (state_[i] == WorkerState::kStopped) (void)workers_[i]->Signal(SIGCONT);
+    if (absl::Status s = KillWorker(i); !s.ok()) return s;
+  }
+  absl::StatusOr<int> restarted = StartWorker(i, port);
+  if (!restarted.ok()) return restarted.status();
+  if (worker_addresses_[i] != address) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", i, " restarted on ",
+                                                      worker_addresses_[i], ", not ", address));
+  }
+  return WaitForWorkersAlive({address});
 }
 
 absl::StatusOr<int> ProcessCluster::AddWorker() {
@@ -342,6 +366,10 @@ absl::Status ProcessCluster::CheckRunning() {
   }
   if (gone.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat("server processes gone:\n", gone));
+}
+
+std::string ProcessCluster::CoordinatorLog() {
+  return coordinator_process_ != nullptr ? coordinator_process_->stderr_text() : "";
 }
 
 std::string ProcessCluster::Logs() {

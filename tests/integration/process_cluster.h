@@ -82,6 +82,11 @@ class ProcessCluster {
   // SIGKILL to worker i (as if it crashed), reaped.
   absl::Status KillWorker(int i);
 
+  // SIGKILL to worker i (if it still runs), then a new sluice-worker process on the same port
+  // (a restart at the same address: a new process incarnation), waited for until the
+  // coordinator lists its address alive.
+  absl::Status RestartWorker(int i);
+
   // Starts one more worker (same flags as the others) and waits until the coordinator lists it
   // alive. Returns its index.
   absl::StatusOr<int> AddWorker();
@@ -123,13 +128,16 @@ class ProcessCluster {
 
   // Every process's stderr, for failure messages.
   std::string Logs();
+  // The running coordinator's whole stderr (Logs() keeps only each process's tail).
+  std::string CoordinatorLog();
 
  private:
   enum class WorkerState { kRunning, kStopped, kGone };
 
   ProcessCluster() = default;
   absl::Status StartCoordinator(int port);
-  absl::StatusOr<int> StartWorker();
+  // Worker `index` (-1: a new one) on `port` (0: any free port).
+  absl::StatusOr<int> StartWorker(int index = -1, int port = 0);
   absl::Status WaitForWorkersAlive(const std::vector<std::string>& addresses);
 
   ProcessClusterOptions options_;

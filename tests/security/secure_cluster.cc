@@ -15,6 +15,7 @@ absl::StatusOr<std::unique_ptr<SecureCluster>> SecureCluster::Start(SecureCluste
   CoordinatorServerOptions c;
   c.coordinator.log = Quiet;
   c.security = options.coordinator_security;
+  c.role_tokens = options.coordinator_roles;
   c.data_roots = options.coordinator_roots;
   c.dataset_limits = options.coordinator_limits;
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> coordinator = CoordinatorServer::Start(c);

@@ -20,6 +20,8 @@ namespace sluice {
 struct SecureClusterOptions {
   int num_workers = 2;
   ServerSecurity coordinator_security = {};
+  // Per-role tokens of the coordinator (core/rpc/role_auth.h); none: coordinator_security.token.
+  RoleTokens coordinator_roles = {};
   DataRoots coordinator_roots = {};
   DatasetLimits coordinator_limits = {};
   ServerSecurity worker_security = {};

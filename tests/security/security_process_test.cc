@@ -2,7 +2,8 @@
 // sluice-worker processes on loopback; `sluicectl run` with the client certificate and token
 // reads the job and prints what local mode prints; without the token, or without a client
 // certificate, it is refused; a pipeline naming a file outside the data roots is
-// PERMISSION_DENIED; every process exits 0 on SIGTERM.
+// PERMISSION_DENIED; every process exits 0 on SIGTERM. Per-role tokens: each binary's flags
+// and the role each call needs.
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -200,6 +201,74 @@ TEST(SecurityFlagsTest, BadSecurityFlagsStopTheServersAtStartUp) {
                                  << r->Describe() << "\n" << r->stderr_text;
       EXPECT_TRUE(absl::StrContains(r->stderr_text, dir)) << r->stderr_text;
     }
+  }
+  RemoveTree(dir);
+}
+
+// Per-role tokens with the real binaries (plaintext on loopback, no openssl needed): the
+// coordinator takes --worker/--trainer/--admin_token_file, a worker --worker_token_file (to the
+// coordinator) and --trainer_token_file (of its consumers); `sluicectl run` with the trainer
+// token reads the job, `sluicectl status` needs the admin token, and a worker given the
+// trainer token as its worker token never registers.
+TEST(RoleTokensProcessTest, EachBinaryUsesItsRolesToken) {
+  const std::string dir = MakeTempDir("sluice-roles-");
+  ASSERT_FALSE(dir.empty());
+  for (const char* role : {"worker", "trainer", "admin"}) {
+    ASSERT_TRUE(WriteFile(absl::StrCat(dir, "/", role, ".token"),
+                          absl::StrCat(role, "-process-token-0123456789\n")));
+  }
+  auto token = [&](const char* role) { return absl::StrCat(dir, "/", role, ".token"); };
+  auto coordinator = Subprocess::Start(
+      {BuildPath("bin/sluice-coordinator"), "--port=0", "--port_file=" + dir + "/coord.port",
+       "--worker_token_file=" + token("worker"), "--trainer_token_file=" + token("trainer"),
+       "--admin_token_file=" + token("admin")});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  auto port = WaitForPort(dir + "/coord.port", coordinator->get());
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string address = absl::StrCat("127.0.0.1:", *port);
+  auto start_worker = [&](const char* worker_token) {
+    return Subprocess::Start({BuildPath("bin/sluice-worker"), "--coordinator=" + address,
+                              "--port=0", "--heartbeat_interval=100ms",
+                              "--worker_token_file=" + token(worker_token),
+                              "--trainer_token_file=" + token("trainer")});
+  };
+  auto worker = start_worker("worker");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto registered = (*worker)->WaitForOutput(SubprocessStream::kStderr,
+                                             "registered with coordinator", absl::Seconds(60));
+  ASSERT_TRUE(registered.ok()) << registered.status() << "\n" << (*coordinator)->stderr_text();
+  // A worker holding the trainer's token is refused (PERMISSION_DENIED naming the role).
+  auto impostor = start_worker("trainer");
+  ASSERT_TRUE(impostor.ok()) << impostor.status();
+  auto refused = (*impostor)->WaitForOutput(SubprocessStream::kStderr, "needs the worker role",
+                                            absl::Seconds(60));
+  EXPECT_TRUE(refused.ok()) << refused.status() << "\n" << (*impostor)->stderr_text();
+
+  auto sluicectl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), BuildPath("bin/sluicectl"));
+    auto r = RunSubprocess(args, Timeout(absl::Seconds(120)));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : SubprocessResult();
+  };
+  SubprocessResult run = sluicectl({"run", "--coordinator=" + address,
+                                    "--token_file=" + token("trainer"),
+                                    "--pipeline=range(16).batch(4)", "--devices=CPU:0",
+                                    "--format=json", "--job=roles"});
+  EXPECT_EQ(run.exit_code, 0) << run.Describe() << "\n" << run.stderr_text;
+  EXPECT_FALSE(run.stdout_text.empty());
+  SubprocessResult status = sluicectl(
+      {"status", "--coordinator=" + address, "--token_file=" + token("admin")});
+  EXPECT_EQ(status.exit_code, 0) << status.Describe() << "\n" << status.stderr_text;
+  SubprocessResult denied = sluicectl(
+      {"status", "--coordinator=" + address, "--token_file=" + token("trainer")});
+  EXPECT_NE(denied.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(denied.stderr_text, "needs the admin role")) << denied.stderr_text;
+
+  for (Subprocess* p : {impostor->get(), worker->get(), coordinator->get()}) {
+    (void)p->Signal(SIGTERM);
+    auto r = p->Wait(absl::Seconds(60));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->exit_code, 0) << r->Describe() << "\n" << r->stderr_text;
   }
   RemoveTree(dir);
 }

@@ -39,7 +39,7 @@ subjectKeyIdentifier = hash
 constexpr char kLeafExtensions[] = R"(basicConstraints = CA:FALSE
 keyUsage = critical,digitalSignature,keyEncipherment
 extendedKeyUsage = serverAuth,clientAuth
-subjectAltName = IP:127.0.0.1,DNS:localhost
+subjectAltName = SAN_PLACEHOLDER
 )";
 
 absl::Status MakeKey(const std::string& path) {
@@ -61,12 +61,15 @@ absl::Status MakeCa(const std::string& dir, const std::string& name, std::string
 }
 
 absl::Status MakeLeaf(const std::string& dir, const std::string& name, const std::string& ca,
-                      const std::string& ca_key, int serial, std::string* pem, std::string* key) {
+                      const std::string& ca_key, int serial, std::string* pem, std::string* key,
+                      const std::string& san = "IP:127.0.0.1,DNS:localhost") {
   *pem = absl::StrCat(dir, "/", name, ".pem");
   *key = absl::StrCat(dir, "/", name, ".key");
   const std::string csr = absl::StrCat(dir, "/", name, ".csr");
   const std::string ext = absl::StrCat(dir, "/", name, ".ext");
-  if (!WriteFile(ext, kLeafExtensions)) return absl::InternalError("cannot write " + ext);
+  std::string extensions = kLeafExtensions;
+  extensions.replace(extensions.find("SAN_PLACEHOLDER"), 15, san);
+  if (!WriteFile(ext, extensions)) return absl::InternalError("cannot write " + ext);
   if (absl::Status s = MakeKey(*key); !s.ok()) return s;
   if (absl::Status s = Openssl({"req", "-new", "-key", *key, "-subj", "/CN=" + name, "-out", csr});
       !s.ok()) {
@@ -97,6 +100,10 @@ absl::StatusOr<TestCerts> MakeTestCerts(const std::string& dir) {
   absl::Status s = MakeCa(dir, "ca", &c.ca, &ca_key);
   if (s.ok()) s = MakeLeaf(dir, "server", c.ca, ca_key, 2, &c.server_cert, &c.server_key);
   if (s.ok()) s = MakeLeaf(dir, "client", c.ca, ca_key, 3, &c.client_cert, &c.client_key);
+  if (s.ok()) {
+    s = MakeLeaf(dir, "elsewhere", c.ca, ca_key, 6, &c.elsewhere_cert, &c.elsewhere_key,
+                 "DNS:worker-elsewhere.test,IP:10.9.8.7");
+  }
   if (s.ok()) s = MakeCa(dir, "other-ca", &c.other_ca, &other_ca_key);
   if (s.ok()) {
     s = MakeLeaf(dir, "other-server", c.other_ca, other_ca_key, 4, &c.other_server_cert,

@@ -1,7 +1,8 @@
 // TLS and mutual TLS on every channel of an in-process cluster: consumers read a job end to
 // end over TLS; a client that trusts another CA, or dials in plaintext, fails the handshake
 // (UNAVAILABLE once its retry deadline passes); under mTLS a client without a certificate, or
-// with one from another CA, is refused, and workers (presenting their own certificate) work.
+// with one from another CA, is refused, and workers (presenting their own certificate) work,
+// each only under an address its certificate names.
 #include <algorithm>
 #include <memory>
 #include <numeric>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/rpc/grpc_security.h"
+#include "proto/coordinator.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/ci_environment.h"
 #include "tests/security/secure_cluster.h"
@@ -150,6 +152,50 @@ TEST_F(TlsTest, MutualTlsWithTheRightClientCertificateWorks) {
                          Client(certs_->ca, certs_->client_cert, certs_->client_key));
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(Sorted(r.values), Range(24));
+}
+
+// The mTLS path binds a worker's advertised address to its certificate: a worker of the same CA
+// whose certificate names another host cannot heartbeat as the real worker (which it could
+// otherwise strip of its tasks, or report them finished), while it may heartbeat as itself.
+TEST_F(TlsTest, MutualTlsBindsAWorkersAdvertisedAddressToItsCertificate) {
+  auto cluster = SecureCluster::Start({.num_workers = 1,
+                                       .coordinator_security = Server(true),
+                                       .worker_security = Server(true),
+                                       .worker_to_coordinator = WorkerChannel()});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();  // the real worker (SAN 127.0.0.1) registered
+  ChannelSecurity elsewhere;
+  elsewhere.tls = {.enabled = true, .ca_file = certs_->ca, .cert_file = certs_->elsewhere_cert,
+                   .key_file = certs_->elsewhere_key};
+  absl::StatusOr<GrpcChannelFactory> channels = MakeChannelFactory(elsewhere);
+  ASSERT_TRUE(channels.ok()) << channels.status();
+  auto stub = proto::CoordinatorService::NewStub((*channels)((*cluster)->address()));
+  auto heartbeat = [&](const std::string& address) {
+    proto::WorkerHeartbeatRequest request;
+    request.set_wire_version(proto::WIRE_VERSION_1);
+    request.set_worker_address(address);
+    request.set_draining(true);
+    proto::WorkerHeartbeatResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return stub->WorkerHeartbeat(&context, request, &response);
+  };
+  const std::string victim = (*cluster)->worker(0)->address();
+  const grpc::Status forged = heartbeat(victim);
+  EXPECT_EQ(forged.error_code(), grpc::StatusCode::PERMISSION_DENIED) << forged.error_message();
+  EXPECT_NE(forged.error_message().find(victim), std::string::npos) << forged.error_message();
+  EXPECT_NE(forged.error_message().find("worker-elsewhere.test"), std::string::npos)
+      << forged.error_message();
+  EXPECT_EQ((*cluster)->num_registered(), 1);
+  // Its own names pass (a DNS name, case aside, and an IP address).
+  EXPECT_TRUE(heartbeat("Worker-Elsewhere.test:5000").ok());
+  EXPECT_TRUE(heartbeat("10.9.8.7:5000").ok());
+  // The real worker still reads a job end to end: the forged draining heartbeat did nothing.
+  auto ds = Dataset::Parse("range(12).batch(3)");
+  ASSERT_TRUE(ds.ok());
+  ReadResult r = ReadAll((*cluster)->address(), *ds,
+                         Client(certs_->ca, certs_->client_cert, certs_->client_key));
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(Sorted(r.values), Range(12));
 }
 
 TEST_F(TlsTest, MutualTlsRefusesAClientWithoutACertificate) {

@@ -1,14 +1,20 @@
 // The shared token on every RPC: each coordinator method and the worker's StreamSteps answer a
 // call without the token, or with another one, UNAUTHENTICATED "missing or invalid token" and
 // nothing else; with the token they work; a consumer and a worker without it get nowhere; the
-// gRPC health service stays open for probes.
+// gRPC health service stays open for probes. Per-role tokens: each method accepts only its
+// role's token (PERMISSION_DENIED naming the role otherwise), a trainer cannot forge a worker's
+// heartbeat, and a consumer reads with the trainer token only.
 #include <functional>
+#include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "core/rpc/grpc_security.h"
 #include "core/rpc/grpc_status.h"
+#include "core/rpc/role_auth.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/impl/client_unary_call.h"
@@ -141,7 +147,9 @@ TEST_F(TokenTest, EveryCoordinatorMethodRefusesMissingOrWrongToken) {
       EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
           << method << " with token '" << token << "': " << status.error_message();
       // Nothing else: no dataset, job, worker or address in the answer.
-      EXPECT_EQ(status.error_message(), "missing or invalid token") << method;
+      EXPECT_TRUE(absl::StartsWith(status.error_message(), "missing or invalid token: "))
+          << method << ": " << status.error_message();
+      EXPECT_EQ(status.error_message().find("127.0.0.1"), std::string::npos) << method;
     }
   }
 }
@@ -243,6 +251,150 @@ TEST(TokenAuthTest, ConstantTimeEqualsAndTokenFiles) {
   EXPECT_EQ(ReadTokenFile(dir + "/spaces").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ReadTokenFile(dir + "/missing").status().code(), absl::StatusCode::kNotFound);
   RemoveTree(dir);
+}
+
+// Per-role tokens (core/rpc/role_auth.h): workers, trainers and operators hold different
+// tokens, and each coordinator method accepts only its role's.
+constexpr char kWorkerToken[] = "worker-Token_0123456789";
+constexpr char kTrainerToken[] = "trainer-Token_0123456789";
+constexpr char kAdminToken[] = "admin-Token_0123456789";
+
+class RoleTokenTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerSecurity trainers_only;
+    trainers_only.token = kTrainerToken;  // what the workers require of consumers
+    auto cluster = SecureCluster::Start(
+        {.num_workers = 1,
+         .coordinator_roles = {.worker = kWorkerToken, .trainer = kTrainerToken,
+                               .admin = kAdminToken},
+         .worker_security = trainers_only,
+         .worker_to_coordinator = {.token = kWorkerToken}});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+  }
+  std::unique_ptr<SecureCluster> cluster_;
+};
+
+TEST_F(RoleTokenTest, EachCoordinatorMethodAcceptsOnlyItsRole) {
+  const std::map<std::string, std::set<std::string>> allowed = {
+      {kWorkerToken, {"WorkerHeartbeat", "GetSplit"}},
+      {kTrainerToken, {"RegisterDataset", "GetOrCreateJob", "GetElementSpec", "ClientHeartbeat"}},
+      {kAdminToken, {"RegisterDataset", "GetStatus"}},
+  };
+  const std::map<std::string, std::string> needs = {
+      {"RegisterDataset", "needs the trainer or admin role"},
+      {"GetOrCreateJob", "needs the trainer role"},
+      {"GetElementSpec", "needs the trainer role"},
+      {"WorkerHeartbeat", "needs the worker role"},
+      {"ClientHeartbeat", "needs the trainer role"},
+      {"GetSplit", "needs the worker role"},
+      {"GetStatus", "needs the admin role"},
+  };
+  for (const auto& [token, methods] : allowed) {
+    auto stub = Stub(cluster_->address(), token);
+    for (const auto& [method, status] : CallEveryMethod(stub.get())) {
+      if (methods.contains(method)) {
+        EXPECT_NE(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method;
+        EXPECT_NE(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+            << method << " with " << token << ": " << status.error_message();
+        continue;
+      }
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+          << method << " with " << token << ": " << status.error_message();
+      EXPECT_TRUE(absl::StrContains(status.error_message(), needs.at(method)))
+          << status.error_message();
+      EXPECT_FALSE(absl::StrContains(status.error_message(), token)) << status.error_message();
+    }
+  }
+  // No token, or an unknown one: UNAUTHENTICATED, naming the role the method needs.
+  for (const std::string& token : {std::string(), std::string(kWorkerToken) + "x"}) {
+    auto stub = Stub(cluster_->address(), token);
+    for (const auto& [method, status] : CallEveryMethod(stub.get())) {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << method;
+      EXPECT_TRUE(absl::StrContains(status.error_message(), needs.at(method)))
+          << status.error_message();
+    }
+  }
+}
+
+// The scenario: any caller sends WorkerHeartbeat{worker_address=victim,
+// finished_task_ids=[T]}. With a shared token (or none) the task was finished and the rest of
+// its data skipped; a trainer's token cannot speak for a worker.
+TEST_F(RoleTokenTest, ATrainerCannotForgeAWorkersHeartbeat) {
+  auto trainer = Stub(cluster_->address(), kTrainerToken);
+  auto admin = Stub(cluster_->address(), kAdminToken);
+  proto::RegisterDatasetRequest reg;
+  reg.set_wire_version(proto::WIRE_VERSION_1);
+  reg.set_pipeline("range(1000000).batch(4)");
+  proto::RegisterDatasetResponse reg_response;
+  ASSERT_TRUE(
+      Call([&](grpc::ClientContext* c) { return trainer->RegisterDataset(c, reg, &reg_response); })
+          .ok());
+  proto::GetOrCreateJobRequest job;
+  job.set_wire_version(proto::WIRE_VERSION_1);
+  job.mutable_options()->set_dataset_id(reg_response.dataset_id());
+  job.mutable_options()->set_num_consumers(1);
+  job.mutable_options()->set_replicas_per_consumer(1);
+  job.mutable_options()->set_sharding_policy(proto::SHARDING_OFF);
+  proto::GetOrCreateJobResponse job_response;
+  ASSERT_TRUE(
+      Call([&](grpc::ClientContext* c) { return trainer->GetOrCreateJob(c, job, &job_response); })
+          .ok());
+  proto::GetStatusResponse status;
+  ASSERT_TRUE(Call([&](grpc::ClientContext* c) {
+                return admin->GetStatus(c, proto::GetStatusRequest(), &status);
+              }).ok());
+  ASSERT_EQ(status.jobs_size(), 1);
+  ASSERT_EQ(status.jobs(0).tasks_size(), 1);
+  const proto::TaskInfo task = status.jobs(0).tasks(0);
+  ASSERT_EQ(task.worker_address(), cluster_->worker(0)->address());
+
+  proto::WorkerHeartbeatRequest forged;
+  forged.set_wire_version(proto::WIRE_VERSION_1);
+  forged.set_worker_address(task.worker_address());
+  forged.add_finished_task_ids(task.task_id());
+  forged.set_draining(true);
+  proto::WorkerHeartbeatResponse forged_response;
+  const grpc::Status refused = Call([&](grpc::ClientContext* c) {
+    return trainer->WorkerHeartbeat(c, forged, &forged_response);
+  });
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED) << refused.error_message();
+
+  ASSERT_TRUE(Call([&](grpc::ClientContext* c) {
+                return admin->GetStatus(c, proto::GetStatusRequest(), &status);
+              }).ok());
+  ASSERT_EQ(status.jobs_size(), 1);
+  EXPECT_FALSE(status.jobs(0).finished());
+  ASSERT_EQ(status.jobs(0).tasks_size(), 1);
+  EXPECT_EQ(status.jobs(0).tasks(0).worker_address(), task.worker_address())
+      << "the forged draining heartbeat stripped the worker of its task";
+  ASSERT_EQ(status.workers_size(), 1);
+  EXPECT_TRUE(status.workers(0).alive());
+}
+
+TEST_F(RoleTokenTest, AConsumerReadsWithTheTrainerTokenAndNotWithTheWorkers) {
+  auto ds = Dataset::Parse("range(20).batch(5)");
+  ASSERT_TRUE(ds.ok());
+  ServiceOptions o;
+  o.retry_deadline = absl::Seconds(5);
+  o.security.token = kTrainerToken;
+  ReadResult ok = ReadAll(cluster_->address(), *ds, o);
+  ASSERT_TRUE(ok.status.ok()) << ok.status;
+  EXPECT_EQ(ok.values.size(), 20u);
+
+  o.security.token = kWorkerToken;
+  ReadResult refused = ReadAll(cluster_->address(), *ds, o);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kPermissionDenied) << refused.status;
+  EXPECT_TRUE(absl::StrContains(refused.status.message(), "needs the trainer"))
+      << refused.status;
+}
+
+TEST(RoleNamesTest, NamesEveryRoleInTheSet) {
+  EXPECT_EQ(RoleNames(kWorkerRole), "worker");
+  EXPECT_EQ(RoleNames(kTrainerRole | kAdminRole), "trainer or admin");
+  EXPECT_EQ(RoleNames(kEveryRole), "worker or trainer or admin");
+  EXPECT_EQ(RoleNames(0), "none");
 }
 
 }  // namespace

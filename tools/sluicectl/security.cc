@@ -13,7 +13,9 @@ ABSL_FLAG(std::string, tls_cert, "",
           "certificates (mTLS); needs --tls_key.");
 ABSL_FLAG(std::string, tls_key, "", "Service mode: the private key of --tls_cert.");
 ABSL_FLAG(std::string, token_file, "",
-          "Service mode: file holding the service's shared token, sent on every call.");
+          "Service mode: file holding the token sent on every call: the service's shared token, "
+          "or with per-role tokens the trainer token (register, run, element-spec) or the "
+          "admin token (status, register).");
 
 namespace sluice {
 
