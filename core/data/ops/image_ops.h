@@ -19,8 +19,8 @@
 //                                  JPEG/PNG bytes (-> float32 [h, w, 3]) or a uint8 image (->
 //                                  float32 [h, w, c]), TF's bilinear resize (bilinear_resize.h).
 //                                  On JPEG bytes only the box is decoded (jpeg_window_decoder.h),
-//                                  at the smallest DCT scale keeping it >= size unless exact:
-//                                  exact gives decode_image + crop + resize's values exactly.
+//                                  at the smallest DCT scale keeping it >= size; exact decodes
+//                                  the whole image: decode_image + crop + resize's values.
 //   decode_and_crop_jpeg(crop_window=[y, x, h, w], channels=0)  TF's: the window's pixels, as
 //                                  decode_image then a crop, decoding the window alone.
 //   extract_jpeg_shape()           TF's: int32 [height, width, components] from the header.

@@ -2,7 +2,13 @@
 // scale of 1, 1/2, 1/4 or 1/8, through libjpeg-turbo's jpeg_crop_scanline (columns, widened to
 // whole iMCUs) and jpeg_skip_scanlines (rows above and below the window are not color-converted
 // or upsampled; for a baseline JPEG they are only entropy-decoded). TF's decode_and_crop_jpeg
-// decodes the same way; with scale 1 the window's pixels are those of a full decode cropped.
+// decodes the same way, and with scale 1 the window's pixels are its pixels (goldens); they may
+// differ from a full decode's in the window's edge rows and columns, where the chroma upsampler
+// sees the window's edge instead of the neighbouring pixels.
+//
+// Memory: the pixels come from the refusable allocator; libjpeg's own working memory (row
+// buffers, and for a multi-scan JPEG every DCT coefficient) is its own malloc, which callers
+// bound by checking the header first (JpegHeader::multi_scan).
 //
 // Decoding settings are TF's decode_jpeg defaults: fast integer DCT (JDCT_IFAST), fancy
 // upsampling, RGB or grayscale output. Scaling 1/s makes libjpeg compute an s-times smaller image
