@@ -396,9 +396,18 @@ TEST(RandomResizedCropTest, PipelineSpecsRoundTripAndArgumentErrors) {
     absl::Status s = d.ok() ? d->element_spec().status() : d.status();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad << ": " << s;
   }
+  // An output over the element limit is refused by the allocator, naming the op.
+  absl::StatusOr<Tensor> huge =
+      ApplyFn("random_resized_crop([1000000, 1000000], seed=1)", FileBytes("rgb.jpg"));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
+  EXPECT_THAT(std::string(huge.status().message()), HasSubstr("random_resized_crop"));
   // A crop window outside the image is an error naming it.
   absl::StatusOr<Tensor> out =
       ApplyFn("decode_and_crop_jpeg([30, 0, 10, 10])", FileBytes("rgb.jpg"));
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("does not fit the 37 x 53 image"));
+  out = ApplyFn("decode_and_crop_jpeg([9223372036854775000, 0, 10, 10])", FileBytes("rgb.jpg"));
   ASSERT_FALSE(out.ok());
   EXPECT_THAT(std::string(out.status().message()), HasSubstr("does not fit the 37 x 53 image"));
 }

@@ -507,6 +507,10 @@ void AxisTaps(int64_t out_size, int64_t start, int64_t size, int denom, int64_t 
 // row scratch are the thread's, reused from image to image.
 absl::StatusOr<Tensor> ResizeBox(const PixelsAround& p, const CropBox& box, int64_t out_h,
                                  int64_t out_w, absl::string_view op) {
+  // The output first: the allocator refuses a size over the element limit, which then bounds
+  // the taps and the scratch (smaller than the output).
+  ASSIGN_OR_RETURN(Tensor out, TryAllocateUninitialized(
+                                   DType::kFloat32, Shape({out_h, out_w, p.channels}), op));
   thread_local std::vector<BilinearTap> taps_y, taps_x;
   thread_local std::vector<float> scratch;
   taps_y.resize(static_cast<size_t>(out_h));
@@ -514,8 +518,6 @@ absl::StatusOr<Tensor> ResizeBox(const PixelsAround& p, const CropBox& box, int6
   scratch.resize(static_cast<size_t>(2 * out_w * p.channels));
   AxisTaps(out_h, box.y, box.height, p.denom, p.row0, p.scaled_height, taps_y.data());
   AxisTaps(out_w, box.x, box.width, p.denom, p.col0, p.scaled_width, taps_x.data());
-  ASSIGN_OR_RETURN(Tensor out, TryAllocateUninitialized(
-                                   DType::kFloat32, Shape({out_h, out_w, p.channels}), op));
   ResizeBilinearU8(p.data, p.cols * p.channels, p.channels, taps_y.data(), out_h, taps_x.data(),
                    out_w, out.mutable_data<float>(), scratch.data());
   return out;

@@ -92,8 +92,10 @@ void Decode(Session* s, absl::string_view bytes,
     s->out.plan = *p;
   }
   const JpegWindowPlan& p = s->out.plan;
-  if (p.y < 0 || p.x < 0 || p.height < 1 || p.width < 1 || p.y + p.height > header.height ||
-      p.x + p.width > header.width || (p.channels != 1 && p.channels != 3) ||
+  // Compared without sums: a hostile window's y + height could overflow.
+  if (p.y < 0 || p.x < 0 || p.height < 1 || p.width < 1 || p.height > header.height ||
+      p.y > header.height - p.height || p.width > header.width ||
+      p.x > header.width - p.width || (p.channels != 1 && p.channels != 3) ||
       (p.scale_denom != 1 && p.scale_denom != 2 && p.scale_denom != 4 && p.scale_denom != 8)) {
     s->status = absl::InvalidArgumentError(absl::StrCat(
         op, ": the window [", p.y, ", ", p.x, ", ", p.height, ", ", p.width,
