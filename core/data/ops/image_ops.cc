@@ -321,6 +321,21 @@ class ResizeFn : public ComponentFn {
     const int64_t c = input.shape().dim(2);
     if (in_h == 0 || in_w == 0) return Invalid("cannot resize an empty image");
     RETURN_IF_ERROR(CheckAllocation("the resized image", DType::kFloat32, {height_, width_, c}));
+    if (input.dtype() == DType::kUInt8) {
+      // Decoded images: the separable kernel (bilinear_resize.h), the same float operations.
+      ASSIGN_OR_RETURN(Tensor out, TryAllocateUninitialized(
+                                       DType::kFloat32, Shape({height_, width_, c}), "resize"));
+      thread_local std::vector<BilinearTap> taps_y, taps_x;
+      thread_local std::vector<float> scratch;
+      taps_y.resize(static_cast<size_t>(height_));
+      taps_x.resize(static_cast<size_t>(width_));
+      scratch.resize(static_cast<size_t>(2 * width_ * c));
+      ComputeBilinearTaps(height_, 0, in_h, 0.0f, static_cast<float>(in_h), taps_y.data());
+      ComputeBilinearTaps(width_, 0, in_w, 0.0f, static_cast<float>(in_w), taps_x.data());
+      ResizeBilinearU8(input.data<uint8_t>(), in_w * c, c, taps_y.data(), height_, taps_x.data(),
+                       width_, out.mutable_data<float>(), scratch.data());
+      return Element(std::move(out));
+    }
     // TF's image_resizer_state: scale = in / out as float; half-pixel centers.
     const float y_scale = static_cast<float>(in_h) / static_cast<float>(height_);
     const float x_scale = static_cast<float>(in_w) / static_cast<float>(width_);
