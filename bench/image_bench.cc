@@ -1,20 +1,29 @@
-// ImageNet-style input pipeline throughput, images/s on one core: WebDataset tar shards of
-// synthetic ~110 KB JPEGs (500x375, encoded here with libturbojpeg at quality 90), then
+// ImageNet-style input pipeline throughput, images per CPU-second on one core: WebDataset tar
+// shards of synthetic photos (by default 500x375, ~117 KB at quality 90; --size=2000x1500 for
+// large photos), encoded here with libturbojpeg, then one of
 //
-//   webdataset_dataset(shards, keys=['cls', 'jpg'])
-//     .map(decode_image(channels=3), key='jpg')
-//     .map(random_crop([224, 224, 3], seed=1), key='jpg')
-//     .map(random_flip_left_right(seed=2), key='jpg')
-//     .map(normalize(mean=[123.7, 116.3, 103.5], std=[58.4, 57.1, 57.4]), key='jpg')
-//     .batch(256)
+//   crop (--pipeline=crop):
+//     webdataset_dataset(shards, keys=['cls', 'jpg'])
+//       .map(decode_image(channels=3), key='jpg')
+//       .map(random_crop([224, 224, 3], seed=1), key='jpg')
+//       .map(random_flip_left_right(seed=2), key='jpg')
+//       .map(normalize(mean=[123.7, 116.3, 103.5], std=[58.4, 57.1, 57.4]), key='jpg')
+//       .batch(256)
+//   rrc (--pipeline=rrc): RandomResizedCrop, the ImageNet training transform: the crop window
+//     decoded alone at the smallest DCT scale that keeps it >= 224 x 224 (issue 27)
+//       .map(random_resized_crop([224, 224], seed=1), key='jpg') then flip, normalize, batch
+//   rrc_exact (--pipeline=rrc_exact): the same with exact=True (window decoded at full size)
 //
 // run by the in-process executor with every map sequential (num_parallel_calls=0: one core).
-// Also writes the same JPEGs as a TFRecord file (one record of JPEG bytes each) for the
-// TensorFlow reference, bench/tf_image_reference.py.
+// CPU time is the process's user + system time (getrusage), so it is the work whatever else
+// loads the machine. Also writes the same JPEGs as a TFRecord file (one record of JPEG bytes
+// each) for the TensorFlow reference, bench/tf_image_reference.py.
 //
 //   image_bench [--images=1024] [--shards=4] [--dir=/tmp/sluice-image-bench] [--reps=3]
+//               [--size=500x375] [--pipeline=crop|rrc|rrc_exact|all]
 //               [--reuse]   (read the shards a previous run wrote instead of writing them)
 #include <malloc.h>
+#include <sys/resource.h>
 #include <turbojpeg.h>
 
 #include <algorithm>
@@ -40,8 +49,7 @@ using Clock = std::chrono::steady_clock;
 
 // A 500x375 RGB picture with smooth structure and noise, so that quality-90 JPEG lands near the
 // ~110 KB of an average ImageNet training image.
-std::string MakeJpeg(int index, tjhandle tj) {
-  const int w = 500, h = 375;
+std::string MakeJpeg(int index, int w, int h, tjhandle tj) {
   std::vector<unsigned char> rgb(static_cast<size_t>(w * h * 3));
   std::mt19937 gen(static_cast<unsigned>(index));
   std::uniform_int_distribution<int> noise(-40, 40);
@@ -92,8 +100,9 @@ void WriteFile(const std::string& path, const std::string& bytes) {
   std::fclose(f);
 }
 
-void WriteShards(const std::string& dir, int images, const std::vector<std::string>& names);
-void RunPipeline(const std::vector<std::string>& names, int reps);
+void WriteShards(const std::string& dir, int images, int width, int height,
+                 const std::vector<std::string>& names);
+void RunPipeline(const std::vector<std::string>& names, const std::string& pipeline, int reps);
 
 int Main(int argc, char** argv) {
   // Keep decoded images' memory resident, as bench/stream_bench.cc does (PERF_NOTES.md: page
@@ -103,6 +112,8 @@ int Main(int argc, char** argv) {
   int images = 1024, shards = 4, reps = 3;
   std::string dir = "/tmp/sluice-image-bench";
   bool reuse = false;
+  int width = 500, height = 375;
+  std::string pipeline = "crop";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* flag) { return a.substr(std::strlen(flag)); };
@@ -111,23 +122,32 @@ int Main(int argc, char** argv) {
     if (a.rfind("--reps=", 0) == 0) reps = std::atoi(value("--reps=").c_str());
     if (a.rfind("--dir=", 0) == 0) dir = value("--dir=");
     if (a == "--reuse") reuse = true;
+    if (a.rfind("--pipeline=", 0) == 0) pipeline = value("--pipeline=");
+    if (a.rfind("--size=", 0) == 0 &&
+        std::sscanf(value("--size=").c_str(), "%dx%d", &width, &height) != 2) {
+      std::fprintf(stderr, "--size=WIDTHxHEIGHT\n");
+      return 1;
+    }
   }
   std::filesystem::create_directories(dir);
   std::vector<std::string> names;
   for (int s = 0; s < shards; ++s) names.push_back(absl::StrCat(dir, "/shard-", s, ".tar"));
-  if (!reuse) WriteShards(dir, images, names);
-  RunPipeline(names, reps);
+  if (!reuse) WriteShards(dir, images, width, height, names);
+  for (const char* p : {"crop", "rrc", "rrc_exact"}) {
+    if (pipeline == p || pipeline == "all") RunPipeline(names, p, reps);
+  }
   return 0;
 }
 
-void WriteShards(const std::string& dir, int images, const std::vector<std::string>& names) {
+void WriteShards(const std::string& dir, int images, int width, int height,
+                 const std::vector<std::string>& names) {
   const int shards = static_cast<int>(names.size());
   tjhandle tj = tjInitCompress();
   std::vector<std::string> tars(static_cast<size_t>(shards));
   std::string tfrecords;
   int64_t jpeg_bytes = 0;
   for (int i = 0; i < images; ++i) {
-    const std::string jpeg = MakeJpeg(i, tj);
+    const std::string jpeg = MakeJpeg(i, width, height, tj);
     jpeg_bytes += static_cast<int64_t>(jpeg.size());
     const std::string key = absl::StrCat("n", 100000 + i);
     std::string& tar = tars[static_cast<size_t>(i % shards)];
@@ -141,23 +161,35 @@ void WriteShards(const std::string& dir, int images, const std::vector<std::stri
     WriteFile(names[static_cast<size_t>(s)], tars[static_cast<size_t>(s)]);
   }
   WriteFile(dir + "/images.tfrecord", tfrecords);
-  std::printf("%d images, mean JPEG %.1f KB, %d shards in %s\n", images,
-              jpeg_bytes / 1024.0 / images, shards, dir.c_str());
+  std::printf("%d images of %dx%d, mean JPEG %.1f KB, %d shards in %s\n", images, width,
+              height, jpeg_bytes / 1024.0 / images, shards, dir.c_str());
 }
 
-void RunPipeline(const std::vector<std::string>& names, int reps) {
+// The process's CPU time (user + system), seconds.
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
 
+void RunPipeline(const std::vector<std::string>& names, const std::string& pipeline, int reps) {
   std::string files;
   for (const std::string& n : names) {
     absl::StrAppend(&files, files.empty() ? "" : ", ", "'", n, "'");
   }
+  const std::string crop =
+      pipeline == "crop"
+          ? ".map(decode_image(channels=3), key='jpg')"
+            ".map(random_crop([224, 224, 3], seed=1), key='jpg')"
+          : absl::StrCat(".map(random_resized_crop([224, 224], seed=1",
+                         pipeline == "rrc_exact" ? ", exact=True" : "", "), key='jpg')");
   const std::string expr = absl::StrCat(
-      "webdataset_dataset([", files, "], keys=['cls', 'jpg'])"
-      ".map(decode_image(channels=3), key='jpg')"
-      ".map(random_crop([224, 224, 3], seed=1), key='jpg')"
+      "webdataset_dataset([", files, "], keys=['cls', 'jpg'])", crop,
       ".map(random_flip_left_right(seed=2), key='jpg')"
       ".map(normalize(mean=[123.7, 116.3, 103.5], std=[58.4, 57.1, 57.4]), key='jpg')"
       ".batch(256)");
+  std::printf("pipeline %s\n", pipeline.c_str());
   absl::StatusOr<Dataset> ds = Dataset::Parse(expr);
   if (!ds.ok()) {
     std::fprintf(stderr, "%s\n", std::string(ds.status().message()).c_str());
@@ -169,7 +201,7 @@ void RunPipeline(const std::vector<std::string>& names, int reps) {
     if (!it.ok()) std::exit(1);
     int64_t n = 0;
     const auto t0 = Clock::now();
-    const std::clock_t c0 = std::clock();
+    const double c0 = CpuSeconds();
     for (;;) {
       Element e;
       bool end = false;
@@ -182,14 +214,14 @@ void RunPipeline(const std::vector<std::string>& names, int reps) {
       n += e.children()[1].leaf().shape().dim(0);  // dict order: __key__, cls, jpg
     }
     rates.push_back(n / std::chrono::duration<double>(Clock::now() - t0).count());
-    cpu_rates.push_back(n / (static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC));
+    cpu_rates.push_back(static_cast<double>(n) / (CpuSeconds() - c0));
     std::printf("rep %d: %lld images, %.0f images/s, %.0f images per CPU-second\n", r,
                 static_cast<long long>(n), rates.back(), cpu_rates.back());
   }
   std::sort(rates.begin(), rates.end());
   std::sort(cpu_rates.begin(), cpu_rates.end());
-  std::printf("sluice median: %.0f images/s on one core, %.0f images per CPU-second\n",
-              rates[rates.size() / 2], cpu_rates[cpu_rates.size() / 2]);
+  std::printf("sluice %s median: %.0f images/s on one core, %.0f images per CPU-second\n",
+              pipeline.c_str(), rates[rates.size() / 2], cpu_rates[cpu_rates.size() / 2]);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@ SLUICE_DEBIAN_PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev openssl libcpp-httplib-dev
   libcurl4-openssl-dev libssl-dev  # object stores: core/io/object_store_file_system.h, core/io/aws_sigv4.h
-  libturbojpeg0-dev libpng-dev     # image ops: core/data/ops/image_ops.h
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev  # image ops: core/data/ops/image_ops.h
   python3-yaml  # tests/deploy/manifests_test.py
   # The Python package (python/) and its tests: built for Debian's /usr/bin/python3.
   pybind11-dev python3-dev python3-numpy python3-pytest

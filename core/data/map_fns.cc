@@ -99,6 +99,7 @@ class ComponentMapFunction : public MapFunction {
 
   // Selecting a component depends on the structure alone, the same for a block.
   bool ElementWise() const override { return fn_->ElementWise(); }
+  bool DrawsPerElement() const override { return fn_->DrawsPerElement(); }
 
  private:
   const std::shared_ptr<const ComponentFn> fn_;

@@ -55,6 +55,9 @@ class ComponentFn {
   // exactly the n results of Apply on its rows stacked along dimension 0, and an error only
   // where some row's Apply fails. The bulk path (core/data/iterator.h) maps whole blocks then.
   virtual bool ElementWise() const { return false; }
+  // True if the fn's seeded draws depend on the element's (epoch, position) key
+  // (core/data/element_draws.h), which the map then sets around each Apply.
+  virtual bool DrawsPerElement() const { return false; }
 };
 
 // The fn of a MapOp, ready to run on the elements of one input spec.
@@ -66,6 +69,8 @@ class MapFunction {
   // True if Apply on a block of elements (each leaf stacked along a new dimension 0) gives the
   // block of the mapped elements, as ComponentFn::ElementWise.
   virtual bool ElementWise() const { return false; }
+  // As ComponentFn::DrawsPerElement.
+  virtual bool DrawsPerElement() const { return false; }
 };
 
 // The fn of `map` alone; INVALID_ARGUMENT for an unset fn or bad arguments, FAILED_PRECONDITION

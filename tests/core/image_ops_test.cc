@@ -3,7 +3,8 @@
 // bit for bit (sha256 of the uint8 tensor), resize TF's bilinear values within 1e-3 (the golden
 // holds them rounded to 4 decimals; float32 arithmetic in the same order as TF's kernel),
 // central_crop TF's window exactly. random_crop / random_flip_left_right: windows of the input,
-// a function of (seed, element) only, different across seeds; pipeline syntax, specs and errors.
+// a function of (seed, element key) only, different across seeds; pipeline syntax, specs and
+// errors. Per-epoch draws: tests/core/random_resized_crop_test.cc.
 #include "core/data/ops/image_ops.h"
 
 #include <cmath>
@@ -176,10 +177,10 @@ TEST(ImageOpsTest, RandomCropAndFlipAreFunctionsOfSeedAndElement) {
   EXPECT_LT(flipped, 14);
 }
 
-// Seeded draws are a function of the seed and the element only, the same in every process and
-// on every machine (docs/PIPELINES.md): these values are pinned. They were a per-process salted
-// hash's once, and two workers cropped and flipped the same image differently (the count of
-// flips above then varied from run to run).
+// Seeded draws are a function of (seed, op, epoch, element position) only (core/data/
+// element_draws.h), the same in every process and on every machine: these values, for position 0
+// of epoch 0 (a fn applied outside a map), are pinned. They were a per-process salted hash's
+// once, and two workers cropped and flipped the same image differently.
 TEST(ImageOpsTest, SeededDrawsArePinnedValuesOfSeedAndElement) {
   // 10 x 20 RGB, channel 0 of pixel (y, x) = y * 20 + x: a crop's first byte names its corner.
   Tensor img = Tensor::Allocate(DType::kUInt8, Shape({10, 20, 3}));
@@ -200,8 +201,8 @@ TEST(ImageOpsTest, SeededDrawsArePinnedValuesOfSeedAndElement) {
     ASSERT_TRUE(a.ok()) << a.status();
     flips += a->data<uint8_t>()[0] == 0 ? '.' : 'f';
   }
-  EXPECT_THAT(corners, ::testing::ElementsAre(80, 134, 13, 70, 43, 2, 28, 64));
-  EXPECT_EQ(flips, "..f.ff...f.f..f.");
+  EXPECT_THAT(corners, ::testing::ElementsAre(27, 94, 13, 25, 94, 123, 123, 124));
+  EXPECT_EQ(flips, "..fff.ff.ffff..f");
 }
 
 TEST(ImageOpsTest, PipelineSpecsAndRoundTrip) {

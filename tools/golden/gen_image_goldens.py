@@ -11,6 +11,9 @@ Images (tests/testdata/images/): synthetic patterns, encoded by TF (JPEG) and PI
   decode: shape and sha256 of the uint8 pixels for channels 0, 1, 3 (4 for PNG with alpha);
   resize: the float32 values (rounded to 4 decimals) of tf.image.resize(img, size) (bilinear, half-pixel centers, no
   antialias) for down- and upsampling; central_crop: shape and sha256.
+  photo.jpg (320x240, noisy smooth shapes) and progressive.jpg (the same, progressive);
+  decode_and_crop: shape and sha256 of tf.image.decode_and_crop_jpeg for windows;
+  jpeg_shape: tf.io.extract_jpeg_shape.
 """
 import hashlib
 import io
@@ -78,6 +81,29 @@ def main():
         out = tf.image.central_crop(img, fraction).numpy()
         golden["central_crop"].append({"file": name, "fraction": fraction,
                                        "shape": list(out.shape), "sha256": sha(out)})
+    # Window decode (issue 27): a larger photo-like JPEG (smooth shapes and noise), a progressive
+    # one, TF's decode_and_crop_jpeg pixels for windows and extract_jpeg_shape.
+    rng = np.random.default_rng(27)
+    yy, xx = np.meshgrid(np.arange(240), np.arange(320), indexing="ij")
+    photo = np.stack([128 + 100 * np.sin(xx / 23.0 + k) * np.cos(yy / 31.0 - k) for k in range(3)],
+                     axis=-1) + rng.normal(0, 12, (240, 320, 3))
+    photo = np.clip(photo, 0, 255).astype(np.uint8)
+    write("photo.jpg", tf.io.encode_jpeg(photo, quality=90).numpy())
+    write("progressive.jpg", tf.io.encode_jpeg(photo, quality=85, progressive=True).numpy())
+    golden["decode_and_crop"] = []
+    for name, window, c in [("rgb.jpg", [3, 5, 20, 30], 0), ("rgb.jpg", [0, 17, 37, 9], 3),
+                            ("gray.jpg", [2, 3, 10, 7], 0), ("rgb444.jpg", [11, 21, 9, 31], 0),
+                            ("photo.jpg", [37, 61, 150, 201], 0), ("photo.jpg", [0, 0, 240, 320], 1),
+                            ("progressive.jpg", [100, 7, 77, 300], 3)]:
+        data = open(os.path.join(OUT, name), "rb").read()
+        out = tf.image.decode_and_crop_jpeg(data, window, channels=c).numpy()
+        golden["decode_and_crop"].append({"file": name, "window": window, "channels": c,
+                                          "shape": list(out.shape), "sha256": sha(out)})
+    golden["jpeg_shape"] = []
+    for name in ["rgb.jpg", "gray.jpg", "photo.jpg", "progressive.jpg"]:
+        data = open(os.path.join(OUT, name), "rb").read()
+        golden["jpeg_shape"].append({"file": name,
+                                     "shape": tf.io.extract_jpeg_shape(data).numpy().tolist()})
     golden["tensorflow"] = tf.__version__
     with open(os.path.join(OUT, "golden.json"), "w") as f:
         json.dump(golden, f)

@@ -1,5 +1,5 @@
 // The image functions for map() (decode_image, resize, random_crop, random_flip_left_right,
-// central_crop): the registration (core/data/op_registry.h) of image_ops.h.
+// central_crop, random_resized_crop, decode_and_crop_jpeg, extract_jpeg_shape): the registration (core/data/op_registry.h) of image_ops.h.
 #include <memory>
 #include <string>
 #include <utility>
@@ -93,6 +93,73 @@ SLUICE_REGISTER_OPS(image_fn) {
     p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
       ASSIGN_OR_RETURN(double f, c.Number("central_fraction", *c.arg(0)));
       m->mutable_image()->mutable_central_crop()->set_central_fraction(f);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
+  {
+    MapFnParseRule p;
+    p.name = "random_resized_crop";
+    p.list_order = 12;
+    p.params = {{"size", true}, {"scale", false}, {"ratio", false}, {"seed", false},
+                {"exact", false}};
+    p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
+      proto::ImageFn::RandomResizedCrop* f = m->mutable_image()->mutable_random_resized_crop();
+      ASSIGN_OR_RETURN(std::vector<int64_t> size, c.Ints("size", *c.arg(0), false));
+      if (size.size() != 2) {
+        return c.Error(c.arg(0)->begin, "random_resized_crop: size must be [height, width]");
+      }
+      f->set_height(size[0]);
+      f->set_width(size[1]);
+      for (int i : {1, 2}) {
+        if (!c.given(i)) continue;
+        const char* name = i == 1 ? "scale" : "ratio";
+        ASSIGN_OR_RETURN(std::vector<float> range, c.Floats(name, *c.arg(i)));
+        if (range.size() != 2) {
+          return c.Error(c.arg(i)->begin,
+                         absl::StrCat("random_resized_crop: ", name, " must be (low, high)"));
+        }
+        for (float v : range) (i == 1 ? f->add_scale(v) : f->add_ratio(v));
+      }
+      if (c.given(3)) {
+        ASSIGN_OR_RETURN(int64_t seed, c.Int("seed", *c.arg(3)));
+        f->set_seed(seed);
+      }
+      if (c.given(4)) {
+        ASSIGN_OR_RETURN(bool exact, c.Bool("exact", *c.arg(4)));
+        f->set_exact(exact);
+      }
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
+  {
+    MapFnParseRule p;
+    p.name = "decode_and_crop_jpeg";
+    p.list_order = 13;
+    p.params = {{"crop_window", true}, {"channels", false}};
+    p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
+      proto::ImageFn::DecodeAndCropJpeg* f = m->mutable_image()->mutable_decode_and_crop_jpeg();
+      ASSIGN_OR_RETURN(std::vector<int64_t> window, c.Ints("crop_window", *c.arg(0), false));
+      if (window.size() != 4) {
+        return c.Error(c.arg(0)->begin,
+                       "decode_and_crop_jpeg: crop_window must be [y, x, height, width]");
+      }
+      for (int64_t v : window) f->add_crop_window(v);
+      if (c.given(1)) {
+        ASSIGN_OR_RETURN(int64_t channels, c.Int("channels", *c.arg(1)));
+        f->set_channels(channels);
+      }
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
+  {
+    MapFnParseRule p;
+    p.name = "extract_jpeg_shape";
+    p.list_order = 14;
+    p.parse = [](const ParseCall&, proto::MapOp* m) -> absl::Status {
+      m->mutable_image()->mutable_extract_jpeg_shape();
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

@@ -7,16 +7,21 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/data/element_draws.h"
 #include "core/data/shape_limits.h"
+#include "core/data/ops/bilinear_resize.h"
+#include "core/data/ops/jpeg_window_decoder.h"
+#include "core/data/ops/resized_crop_sampling.h"
+#include "core/tensor/uninitialized_tensor.h"
 #include "core/tensor/dtype_dispatch.h"
 #include "core/format/python_literal.h"
-#include "core/util/crc32c.h"
 #include "core/util/status_macros.h"
 #include "proto/dataset.pb.h"
 
@@ -42,38 +47,22 @@ absl::Status CheckImageSpec(const TensorSpec& s) {
   return absl::OkStatus();
 }
 
-// The generator for one element of a seeded op: a function of the seed and the element's
-// bytes and shape only, the same in every process and on every machine (absl::HashOf is salted
-// per process, so it cannot serve: two workers cropped the same image differently). The CRC,
-// std::seed_seq and mt19937_64 are each specified exactly.
-std::mt19937_64 ElementGenerator(const std::optional<int64_t>& seed, const Tensor& t) {
-  if (!seed.has_value()) {
-    thread_local absl::BitGen bits;
-    return std::mt19937_64(absl::Uniform<uint64_t>(bits));
-  }
-  const auto s = static_cast<uint64_t>(*seed);
-  const absl::string_view bytes(static_cast<const char*>(t.raw_data()), t.byte_size());
-  std::seed_seq seq{static_cast<uint32_t>(s), static_cast<uint32_t>(s >> 32),
-                    crc32c::Value(bytes), static_cast<uint32_t>(t.shape().dim(0)),
-                    static_cast<uint32_t>(t.shape().dim(1))};
-  return std::mt19937_64(seq);
-}
-
-// A draw in [0, n] that every standard library computes alike (uniform_int_distribution's
-// algorithm is each library's own); the modulo bias is below 2^-40 for any image size.
-int64_t DrawUpTo(std::mt19937_64& gen, int64_t n) {
-  return static_cast<int64_t>(gen() % (static_cast<uint64_t>(n) + 1));
-}
-
 // Copies rows [y0, y0 + h) x columns [x0, x0 + w) x channels [c0, c0 + c) of `in`, into a
 // tensor from the allocator (RESOURCE_EXHAUSTED naming `op` when refused).
 absl::StatusOr<Tensor> Window(const Tensor& in, int64_t y0, int64_t x0, int64_t c0, int64_t h,
                               int64_t w, int64_t c, absl::string_view op) {
-  ASSIGN_OR_RETURN(Tensor out, Tensor::TryAllocate(in.dtype(), Shape({h, w, c}), op));
+  ASSIGN_OR_RETURN(Tensor out, TryAllocateUninitialized(in.dtype(), Shape({h, w, c}), op));
   const size_t e = DTypeSize(in.dtype());
   const int64_t in_w = in.shape().dim(1), in_c = in.shape().dim(2);
   const char* src = static_cast<const char*>(in.raw_data());
   char* dst = static_cast<char*>(out.mutable_raw_data());
+  if (c0 == 0 && c == in_c) {  // whole pixels: one copy a row
+    const size_t row = static_cast<size_t>(w * c) * e;
+    for (int64_t y = 0; y < h; ++y) {
+      std::memcpy(dst + y * row, src + (((y0 + y) * in_w + x0) * in_c) * e, row);
+    }
+    return out;
+  }
   for (int64_t y = 0; y < h; ++y) {
     for (int64_t x = 0; x < w; ++x) {
       std::memcpy(dst + ((y * w + x) * c) * e, src + (((y0 + y) * in_w + x0 + x) * in_c + c0) * e,
@@ -81,6 +70,32 @@ absl::StatusOr<Tensor> Window(const Tensor& in, int64_t y0, int64_t x0, int64_t 
     }
   }
   return out;
+}
+
+// Mirrors each of `rows` rows of `w` pixels of kPixel bytes (a constant size, so each copy is a
+// few moves, not a memcpy call).
+template <size_t kPixel>
+void MirrorRows(const char* src, char* dst, int64_t rows, int64_t w) {
+  for (int64_t y = 0; y < rows; ++y) {
+    const char* s = src + y * w * kPixel;
+    char* d = dst + y * w * kPixel;
+    for (int64_t x = 0; x < w; ++x) std::memcpy(d + x * kPixel, s + (w - 1 - x) * kPixel, kPixel);
+  }
+}
+
+void MirrorRows(const char* src, char* dst, int64_t rows, int64_t w, size_t pixel) {
+  switch (pixel) {
+    case 1: return MirrorRows<1>(src, dst, rows, w);
+    case 3: return MirrorRows<3>(src, dst, rows, w);
+    case 4: return MirrorRows<4>(src, dst, rows, w);
+    case 12: return MirrorRows<12>(src, dst, rows, w);
+    default: break;
+  }
+  for (int64_t y = 0; y < rows; ++y) {
+    for (int64_t x = 0; x < w; ++x) {
+      std::memcpy(dst + (y * w + x) * pixel, src + (y * w + (w - 1 - x)) * pixel, pixel);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -189,6 +204,11 @@ class DecodeImageFn : public ComponentFn {
                             &colorspace) != 0) {
       return Invalid(absl::StrCat("corrupt JPEG: ", tjGetErrorStr2(handle.h)));
     }
+    // libturbojpeg accepts some headers it never reached the frame of (a cut APP segment) and
+    // reports 0 x 0: no image, not an empty one.
+    if (width < 1 || height < 1) {
+      return Invalid(absl::StrCat("corrupt JPEG: no frame header (", width, " x ", height, ")"));
+    }
     if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) {
       return Invalid("CMYK JPEGs are not supported");
     }
@@ -203,15 +223,15 @@ class DecodeImageFn : public ComponentFn {
                                       "all while decoding)",
                                       DType::kInt16, {height, width, components}));
     }
-    ASSIGN_OR_RETURN(Tensor out,
-                     Tensor::TryAllocate(DType::kUInt8, Shape({height, width, c}), "decode_jpeg"));
+    // Not zero-filled: the decoder writes every byte, or fails and the tensor is dropped.
+    ASSIGN_OR_RETURN(Tensor out, TryAllocateUninitialized(DType::kUInt8, Shape({height, width, c}),
+                                                          "decode_jpeg"));
     if (tjDecompress2(handle.h, src, bytes.size(), out.mutable_data<uint8_t>(), width, 0, height,
                       c == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_FASTDCT) != 0) {
       // Fatal errors and truncated data fail, as TF's decode_jpeg does (try_recover_truncated
       // is off); other warnings (extraneous bytes) do not.
       const std::string why = tjGetErrorStr2(handle.h);
-      if (tjGetErrorCode(handle.h) == TJERR_FATAL ||
-          why.find("Premature end") != std::string::npos) {
+      if (tjGetErrorCode(handle.h) == TJERR_FATAL || IsTruncationWarning(why)) {
         return Invalid(absl::StrCat("corrupt JPEG: ", why));
       }
     }
@@ -301,6 +321,21 @@ class ResizeFn : public ComponentFn {
     const int64_t c = input.shape().dim(2);
     if (in_h == 0 || in_w == 0) return Invalid("cannot resize an empty image");
     RETURN_IF_ERROR(CheckAllocation("the resized image", DType::kFloat32, {height_, width_, c}));
+    if (input.dtype() == DType::kUInt8) {
+      // Decoded images: the separable kernel (bilinear_resize.h), the same float operations.
+      ASSIGN_OR_RETURN(Tensor out, TryAllocateUninitialized(
+                                       DType::kFloat32, Shape({height_, width_, c}), "resize"));
+      thread_local std::vector<BilinearTap> taps_y, taps_x;
+      thread_local std::vector<float> scratch;
+      taps_y.resize(static_cast<size_t>(height_));
+      taps_x.resize(static_cast<size_t>(width_));
+      scratch.resize(static_cast<size_t>(2 * width_ * c));
+      ComputeBilinearTaps(height_, 0, in_h, 0.0f, static_cast<float>(in_h), taps_y.data());
+      ComputeBilinearTaps(width_, 0, in_w, 0.0f, static_cast<float>(in_w), taps_x.data());
+      ResizeBilinearU8(input.data<uint8_t>(), in_w * c, c, taps_y.data(), height_, taps_x.data(),
+                       width_, out.mutable_data<float>(), scratch.data());
+      return Element(std::move(out));
+    }
     // TF's image_resizer_state: scale = in / out as float; half-pixel centers.
     const float y_scale = static_cast<float>(in_h) / static_cast<float>(height_);
     const float x_scale = static_cast<float>(in_w) / static_cast<float>(width_);
@@ -378,12 +413,13 @@ class RandomCropFn : public ComponentFn {
     }
     return ElementSpec(TensorSpec{input.dtype, Shape({size_[0], size_[1], c})});
   }
+  bool DrawsPerElement() const override { return seed_.has_value(); }
 
   absl::StatusOr<Element> Apply(const Tensor& input) const override {
     RETURN_IF_ERROR(OutputSpec(TensorSpec{input.dtype(), input.shape()}).status());
     const int64_t h = input.shape().dim(0), w = input.shape().dim(1), c = input.shape().dim(2);
     const int64_t ch = size_.size() == 3 ? size_[2] : c;
-    std::mt19937_64 gen = ElementGenerator(seed_, input);
+    std::mt19937_64 gen = ElementGenerator(seed_, DrawingOp::kRandomCrop);
     const int64_t y0 = DrawUpTo(gen, h - size_[0]);
     const int64_t x0 = DrawUpTo(gen, w - size_[1]);
     const int64_t c0 = DrawUpTo(gen, c - ch);
@@ -409,21 +445,17 @@ class RandomFlipFn : public ComponentFn {
     RETURN_IF_ERROR(CheckImageSpec(input));
     return ElementSpec(input);
   }
+  bool DrawsPerElement() const override { return seed_.has_value(); }
   absl::StatusOr<Element> Apply(const Tensor& input) const override {
     RETURN_IF_ERROR(CheckImageSpec(TensorSpec{input.dtype(), input.shape()}));
-    std::mt19937_64 gen = ElementGenerator(seed_, input);
+    std::mt19937_64 gen = ElementGenerator(seed_, DrawingOp::kRandomFlipLeftRight);
     if (DrawUpTo(gen, 1) == 0) return Element(input);
     const int64_t h = input.shape().dim(0), w = input.shape().dim(1), c = input.shape().dim(2);
-    ASSIGN_OR_RETURN(Tensor out,
-                     Tensor::TryAllocate(input.dtype(), input.shape(), "random_flip_left_right"));
-    const size_t px = static_cast<size_t>(c) * DTypeSize(input.dtype());
-    const char* src = static_cast<const char*>(input.raw_data());
-    char* dst = static_cast<char*>(out.mutable_raw_data());
-    for (int64_t y = 0; y < h; ++y) {
-      for (int64_t x = 0; x < w; ++x) {
-        std::memcpy(dst + (y * w + x) * px, src + (y * w + (w - 1 - x)) * px, px);
-      }
-    }
+    ASSIGN_OR_RETURN(Tensor out, TryAllocateUninitialized(input.dtype(), input.shape(),
+                                                          "random_flip_left_right"));
+    MirrorRows(static_cast<const char*>(input.raw_data()),
+               static_cast<char*>(out.mutable_raw_data()), h, w,
+               static_cast<size_t>(c) * DTypeSize(input.dtype()));
     return Element(std::move(out));
   }
 
@@ -462,6 +494,252 @@ class CentralCropFn : public ComponentFn {
     return static_cast<int64_t>((d - d * fraction_) / 2);
   }
   const double fraction_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// random_resized_crop, decode_and_crop_jpeg, extract_jpeg_shape
+
+// Decoded pixels that cover a box: uint8 [rows, cols, c], pixel (0, 0) at (row0, col0) of the
+// image scaled by 1 / denom (scaled_height x scaled_width).
+struct PixelsAround {
+  const uint8_t* data;
+  int64_t cols, channels, row0, col0, scaled_height, scaled_width;
+  int denom;
+};
+
+// The taps along one axis for a box [start, start + size) of the full-size image read from
+// pixels scaled by 1 / denom whose first one is at `first` (scaled) with `limit` scaled pixels.
+void AxisTaps(int64_t out_size, int64_t start, int64_t size, int denom, int64_t first,
+              int64_t limit, BilinearTap* taps) {
+  const int64_t lo = start / denom;
+  const int64_t hi = std::min<int64_t>((start + size + denom - 1) / denom, limit);
+  const float offset = static_cast<float>(start - lo * denom) / static_cast<float>(denom);
+  const float extent_scaled = static_cast<float>(size) / static_cast<float>(denom);
+  ComputeBilinearTaps(out_size, lo - first, hi - lo, offset, extent_scaled, taps);
+}
+
+// The box of `pixels` resized to float32 [out_h, out_w, c] (TF's bilinear); the taps and the
+// row scratch are the thread's, reused from image to image.
+absl::StatusOr<Tensor> ResizeBox(const PixelsAround& p, const CropBox& box, int64_t out_h,
+                                 int64_t out_w, absl::string_view op) {
+  // The output first: the allocator refuses a size over the element limit, which then bounds
+  // the taps and the scratch (smaller than the output).
+  ASSIGN_OR_RETURN(Tensor out, TryAllocateUninitialized(
+                                   DType::kFloat32, Shape({out_h, out_w, p.channels}), op));
+  thread_local std::vector<BilinearTap> taps_y, taps_x;
+  thread_local std::vector<float> scratch;
+  taps_y.resize(static_cast<size_t>(out_h));
+  taps_x.resize(static_cast<size_t>(out_w));
+  scratch.resize(static_cast<size_t>(2 * out_w * p.channels));
+  AxisTaps(out_h, box.y, box.height, p.denom, p.row0, p.scaled_height, taps_y.data());
+  AxisTaps(out_w, box.x, box.width, p.denom, p.col0, p.scaled_width, taps_x.data());
+  ResizeBilinearU8(p.data, p.cols * p.channels, p.channels, taps_y.data(), out_h, taps_x.data(),
+                   out_w, out.mutable_data<float>(), scratch.data());
+  return out;
+}
+
+// The limits a JPEG header is checked against before anything is decoded (decode_image's).
+absl::Status CheckJpegHeader(const JpegHeader& h, int64_t channels) {
+  RETURN_IF_ERROR(CheckImageHeader("JPEG", h.width, h.height, channels));
+  if (h.multi_scan) {
+    RETURN_IF_ERROR(CheckAllocation("the JPEG's DCT coefficients (a multi-scan JPEG holds them "
+                                    "all while decoding)",
+                                    DType::kInt16, {h.height, h.width, h.components}));
+  }
+  return absl::OkStatus();
+}
+
+bool IsJpeg(const std::string& bytes) {
+  return bytes.size() >= 3 && static_cast<unsigned char>(bytes[0]) == 0xFF &&
+         static_cast<unsigned char>(bytes[1]) == 0xD8 &&
+         static_cast<unsigned char>(bytes[2]) == 0xFF;
+}
+
+class RandomResizedCropFn : public ComponentFn {
+ public:
+  RandomResizedCropFn(int64_t height, int64_t width, const double scale[2], const double ratio[2],
+                      std::optional<int64_t> seed, bool exact)
+      : height_(height), width_(width), scale_{scale[0], scale[1]}, ratio_{ratio[0], ratio[1]},
+        seed_(seed), exact_(exact) {}
+
+  std::string Describe() const override {
+    return absl::StrCat("random_resized_crop([", height_, ", ", width_, "], scale=(",
+                        PythonFloat64Literal(scale_[0]), ", ", PythonFloat64Literal(scale_[1]),
+                        "), ratio=(", PythonFloat64Literal(ratio_[0]), ", ",
+                        PythonFloat64Literal(ratio_[1]), ")",
+                        seed_.has_value() ? absl::StrCat(", seed=", *seed_) : "",
+                        exact_ ? ", exact=True" : "", ")");
+  }
+
+  absl::StatusOr<ElementSpec> OutputSpec(const TensorSpec& input) const override {
+    if (input.dtype == DType::kString && input.shape.rank() == 0) {
+      return ElementSpec(TensorSpec{DType::kFloat32, Shape({height_, width_, 3})});
+    }
+    if (input.dtype != DType::kUInt8 || input.shape.rank() != 3) {
+      return Invalid(absl::StrCat("needs JPEG or PNG bytes (a string scalar) or a uint8 image "
+                                  "[height, width, channels], got ",
+                                  SpecString(input)));
+    }
+    return ElementSpec(TensorSpec{DType::kFloat32, Shape({height_, width_, input.shape.dim(2)})});
+  }
+
+  bool DrawsPerElement() const override { return seed_.has_value(); }
+
+  absl::StatusOr<Element> Apply(const Tensor& input) const override {
+    RETURN_IF_ERROR(OutputSpec(TensorSpec{input.dtype(), input.shape()}).status());
+    if (input.dtype() == DType::kString) {
+      const std::string& bytes = input.string_at(0);
+      // exact: the whole image decoded, as decode_image; else the box alone (jpeg_window_decoder.h:
+      // TF's decode_and_crop_jpeg pixels, whose edge rows and columns may differ from a full
+      // decode's by the upsampler's edge handling, then DCT scaling when the box allows it).
+      if (IsJpeg(bytes) && !exact_) return FromJpeg(bytes);
+      ASSIGN_OR_RETURN(Element decoded, DecodeImageFn(3).Apply(input));
+      return FromImage(decoded.leaf());
+    }
+    return FromImage(input);
+  }
+
+ private:
+  // The smallest DCT scale that keeps the box at least the output size.
+  int Denominator(const CropBox& box) const {
+    for (int d : {8, 4, 2}) {
+      if (box.width >= width_ * d && box.height >= height_ * d) return d;
+    }
+    return 1;
+  }
+
+  absl::StatusOr<Element> FromJpeg(const std::string& bytes) const {
+    CropBox box{};
+    auto plan = [&](const JpegHeader& h) -> absl::StatusOr<JpegWindowPlan> {
+      RETURN_IF_ERROR(CheckJpegHeader(h, 3));
+      if (h.width < 1 || h.height < 1) return Invalid("the JPEG has no pixels");
+      std::mt19937_64 gen = ElementGenerator(seed_, DrawingOp::kRandomResizedCrop);
+      box = SampleResizedCrop(h.height, h.width, scale_, ratio_, gen);
+      JpegWindowPlan p;
+      p.y = box.y;
+      p.x = box.x;
+      p.height = box.height;
+      p.width = box.width;
+      p.scale_denom = Denominator(box);
+      p.channels = 3;
+      return p;
+    };
+    ASSIGN_OR_RETURN(DecodedJpegWindow w, DecodeJpegWindow(bytes, plan, "random_resized_crop"));
+    const PixelsAround p{w.pixels.data<uint8_t>(), w.pixels.shape().dim(1), 3, w.row0, w.col0,
+                         w.scaled_height, w.scaled_width, w.plan.scale_denom};
+    ASSIGN_OR_RETURN(Tensor out, ResizeBox(p, box, height_, width_, "random_resized_crop"));
+    return Element(std::move(out));
+  }
+
+  absl::StatusOr<Element> FromImage(const Tensor& image) const {
+    const int64_t h = image.shape().dim(0), w = image.shape().dim(1), c = image.shape().dim(2);
+    if (h < 1 || w < 1 || c < 1) return Invalid("cannot crop an empty image");
+    std::mt19937_64 gen = ElementGenerator(seed_, DrawingOp::kRandomResizedCrop);
+    const CropBox box = SampleResizedCrop(h, w, scale_, ratio_, gen);
+    const PixelsAround p{image.data<uint8_t>(), w, c, 0, 0, h, w, 1};
+    ASSIGN_OR_RETURN(Tensor out, ResizeBox(p, box, height_, width_, "random_resized_crop"));
+    return Element(std::move(out));
+  }
+
+  const int64_t height_, width_;
+  const double scale_[2], ratio_[2];
+  const std::optional<int64_t> seed_;
+  const bool exact_;
+};
+
+// A thread's libturbojpeg decompressor (a tjhandle is not thread-safe; one per image costs
+// more than decoding a small one). Null when libturbojpeg could not make one.
+tjhandle ThreadDecompressor() {
+  struct Handle {
+    tjhandle h = tjInitDecompress();
+    ~Handle() {
+      if (h != nullptr) tjDestroy(h);
+    }
+  };
+  thread_local Handle handle;
+  return handle.h;
+}
+
+class ExtractJpegShapeFn : public ComponentFn {
+ public:
+  std::string Describe() const override { return "extract_jpeg_shape()"; }
+  absl::StatusOr<ElementSpec> OutputSpec(const TensorSpec& input) const override {
+    if (input.dtype != DType::kString || input.shape.rank() != 0) {
+      return Invalid(absl::StrCat("needs a string scalar of JPEG bytes, got ", SpecString(input)));
+    }
+    return ElementSpec(TensorSpec{DType::kInt32, Shape({3})});
+  }
+  // TF's: [height, width, components] from the header, without decoding.
+  absl::StatusOr<Element> Apply(const Tensor& input) const override {
+    RETURN_IF_ERROR(OutputSpec(TensorSpec{input.dtype(), input.shape()}).status());
+    const std::string& bytes = input.string_at(0);
+    if (!IsJpeg(bytes)) return Invalid(absl::StrCat("the ", bytes.size(), " bytes are not a JPEG"));
+    tjhandle h = ThreadDecompressor();
+    if (h == nullptr) return absl::InternalError("tjInitDecompress failed");
+    int width = 0, height = 0, subsamp = 0, colorspace = 0;
+    if (tjDecompressHeader3(h, reinterpret_cast<const unsigned char*>(bytes.data()),
+                            bytes.size(), &width, &height, &subsamp, &colorspace) != 0) {
+      return Invalid(absl::StrCat("corrupt JPEG: ", tjGetErrorStr2(h)));
+    }
+    const int32_t components =
+        colorspace == TJCS_GRAY ? 1 : (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK ? 4 : 3);
+    return Element(Tensor::FromVector<int32_t>({height, width, components}, Shape({3})));
+  }
+};
+
+class DecodeAndCropJpegFn : public ComponentFn {
+ public:
+  DecodeAndCropJpegFn(CropBox window, int64_t channels) : window_(window), channels_(channels) {}
+
+  std::string Describe() const override {
+    return absl::StrCat("decode_and_crop_jpeg([", window_.y, ", ", window_.x, ", ",
+                        window_.height, ", ", window_.width, "]",
+                        channels_ == 0 ? "" : absl::StrCat(", channels=", channels_), ")");
+  }
+  absl::StatusOr<ElementSpec> OutputSpec(const TensorSpec& input) const override {
+    if (input.dtype != DType::kString || input.shape.rank() != 0) {
+      return Invalid(absl::StrCat("needs a string scalar of JPEG bytes, got ", SpecString(input)));
+    }
+    return ElementSpec(
+        TensorSpec{DType::kUInt8, Shape({window_.height, window_.width,
+                                         channels_ == 0 ? kUnknownDim : channels_})});
+  }
+  // TF's decode_and_crop_jpeg: the window decoded alone at full size, the same pixels as
+  // decode_jpeg then a crop.
+  absl::StatusOr<Element> Apply(const Tensor& input) const override {
+    RETURN_IF_ERROR(OutputSpec(TensorSpec{input.dtype(), input.shape()}).status());
+    const std::string& bytes = input.string_at(0);
+    if (!IsJpeg(bytes)) return Invalid(absl::StrCat("the ", bytes.size(), " bytes are not a JPEG"));
+    auto plan = [&](const JpegHeader& h) -> absl::StatusOr<JpegWindowPlan> {
+      const int64_t c = channels_ == 0 ? (h.components == 1 ? 1 : 3) : channels_;
+      RETURN_IF_ERROR(CheckJpegHeader(h, c));
+      JpegWindowPlan p;
+      p.y = window_.y;
+      p.x = window_.x;
+      p.height = window_.height;
+      p.width = window_.width;
+      p.channels = static_cast<int>(c);
+      return p;
+    };
+    ASSIGN_OR_RETURN(DecodedJpegWindow w,
+                     DecodeJpegWindow(bytes, plan, "decode_and_crop_jpeg"));
+    const int64_t c = w.plan.channels, cols = w.pixels.shape().dim(1);
+    if (w.col0 == window_.x && cols == window_.width) return Element(std::move(w.pixels));
+    ASSIGN_OR_RETURN(Tensor out,
+                     TryAllocateUninitialized(DType::kUInt8,
+                                              Shape({window_.height, window_.width, c}),
+                                              "decode_and_crop_jpeg"));
+    const size_t row = static_cast<size_t>(window_.width * c);
+    for (int64_t y = 0; y < window_.height; ++y) {
+      std::memcpy(out.mutable_data<uint8_t>() + y * static_cast<int64_t>(row),
+                  w.pixels.data<uint8_t>() + (y * cols + window_.x - w.col0) * c, row);
+    }
+    return Element(std::move(out));
+  }
+
+ private:
+  const CropBox window_;
+  const int64_t channels_;
 };
 
 std::optional<int64_t> SeedOf(bool has, int64_t seed) {
@@ -511,6 +789,50 @@ absl::StatusOr<std::unique_ptr<ComponentFn>> MakeImageComponentFn(const proto::I
       }
       return std::unique_ptr<ComponentFn>(new CentralCropFn(f));
     }
+    case proto::ImageFn::kRandomResizedCrop: {
+      const proto::ImageFn::RandomResizedCrop& r = fn.random_resized_crop();
+      if (r.height() < 1 || r.width() < 1) {
+        return Invalid(absl::StrCat("random_resized_crop: size must be positive, got [",
+                                    r.height(), ", ", r.width(), "]"));
+      }
+      RETURN_IF_ERROR(CheckedNumElements({r.height(), r.width(), 4}, "random_resized_crop")
+                          .status());
+      double scale[2] = {0.08, 1.0}, ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
+      for (auto [name, given, range] :
+           {std::tuple("scale", &r.scale(), scale), std::tuple("ratio", &r.ratio(), ratio)}) {
+        if (given->empty()) continue;
+        if (given->size() != 2 || !((*given)[0] > 0.0) || !((*given)[0] <= (*given)[1]) ||
+            !std::isfinite((*given)[1])) {
+          return Invalid(absl::StrCat("random_resized_crop: ", name,
+                                      " must be (low, high) with 0 < low <= high, got (",
+                                      absl::StrJoin(*given, ", "), ")"));
+        }
+        range[0] = (*given)[0];
+        range[1] = (*given)[1];
+      }
+      return std::unique_ptr<ComponentFn>(new RandomResizedCropFn(
+          r.height(), r.width(), scale, ratio, SeedOf(r.has_seed(), r.seed()), r.exact()));
+    }
+    case proto::ImageFn::kDecodeAndCropJpeg: {
+      const proto::ImageFn::DecodeAndCropJpeg& d = fn.decode_and_crop_jpeg();
+      if (d.crop_window_size() != 4 || d.crop_window(0) < 0 || d.crop_window(1) < 0 ||
+          d.crop_window(2) < 1 || d.crop_window(3) < 1) {
+        return Invalid("decode_and_crop_jpeg: crop_window must be [y, x, height, width] with "
+                       "y, x >= 0 and height, width >= 1");
+      }
+      if (d.channels() != 0 && d.channels() != 1 && d.channels() != 3) {
+        return Invalid(absl::StrCat("decode_and_crop_jpeg: channels must be 0, 1 or 3, got ",
+                                    d.channels()));
+      }
+      RETURN_IF_ERROR(
+          CheckedNumElements({d.crop_window(2), d.crop_window(3), 3}, "decode_and_crop_jpeg")
+              .status());
+      return std::unique_ptr<ComponentFn>(new DecodeAndCropJpegFn(
+          CropBox{d.crop_window(0), d.crop_window(1), d.crop_window(2), d.crop_window(3)},
+          d.channels()));
+    }
+    case proto::ImageFn::kExtractJpegShape:
+      return std::unique_ptr<ComponentFn>(new ExtractJpegShapeFn());
     case proto::ImageFn::OP_NOT_SET: break;
   }
   return Invalid("map: image function not set (written by a newer build?)");
@@ -523,6 +845,9 @@ std::string ImageFnName(const proto::ImageFn& fn) {
     case proto::ImageFn::kRandomCrop: return "random_crop";
     case proto::ImageFn::kRandomFlipLeftRight: return "random_flip_left_right";
     case proto::ImageFn::kCentralCrop: return "central_crop";
+    case proto::ImageFn::kRandomResizedCrop: return "random_resized_crop";
+    case proto::ImageFn::kDecodeAndCropJpeg: return "decode_and_crop_jpeg";
+    case proto::ImageFn::kExtractJpegShape: return "extract_jpeg_shape";
     case proto::ImageFn::OP_NOT_SET: break;
   }
   return "unset";

@@ -14,16 +14,26 @@
 //   random_flip_left_right(seed=None)  mirrors the width axis with probability 1/2.
 //   central_crop(central_fraction) tf.image.central_crop: the centered window of
 //                                  int((1 - f) * dim / 2) margins, fraction in (0, 1].
+//   random_resized_crop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3), seed=None, exact=False)
+//                                  torchvision's RandomResizedCrop (resized_crop_sampling.h) on
+//                                  JPEG/PNG bytes (-> float32 [h, w, 3]) or a uint8 image (->
+//                                  float32 [h, w, c]), TF's bilinear resize (bilinear_resize.h).
+//                                  On JPEG bytes only the box is decoded (jpeg_window_decoder.h),
+//                                  at the smallest DCT scale keeping it >= size; exact decodes
+//                                  the whole image: decode_image + crop + resize's values.
+//   decode_and_crop_jpeg(crop_window=[y, x, h, w], channels=0)  TF's: the window's pixels, as
+//                                  decode_image then a crop, decoding the window alone.
+//   extract_jpeg_shape()           TF's: int32 [height, width, components] from the header.
 //
-// Randomness, per element: a seeded random op draws from a generator seeded by the op's seed
-// and a hash of the element's own pixels, never from a shared stream, so that its output is a
-// function of (seed, element) whichever worker, range or thread handles the element (RANGES
-// jobs stay a function of the seed). The same image gets the same crop in every epoch; without
-// a seed, the draws differ from run to run. The random streams are Sluice's, not TF's (TF's
-// stateful random ops cannot be reproduced elsewhere).
+// Randomness, per element: a seeded random op draws from (seed, op, epoch, element position)
+// (core/data/element_draws.h), never from the pixels: a run repeats exactly, each epoch draws
+// anew, and a RANGES job's augmentations do not depend on its workers. Without a seed the draws
+// differ from run to run. The random streams are Sluice's, not TF's (TF's stateful random ops
+// cannot be reproduced elsewhere).
 //
 // Errors are INVALID_ARGUMENT naming the fn: bytes that are neither JPEG nor PNG, corrupt
-// image data (libjpeg/libpng's message), a rank other than 3, a window larger than the image.
+// image data (libjpeg/libpng's message; a JPEG whose data stops early, even one whose scan has
+// no data at all), a rank other than 3, a window larger than the image.
 //
 // Limits, checked before anything is decoded or allocated (per image, not per pixel):
 //  - decode_image: an image whose header claims more than kMaxImagePixels pixels (width x

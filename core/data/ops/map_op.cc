@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/element_draws.h"
 #include "core/data/map_fns.h"
+#include "core/data/op_iterator.h"
 #include "core/data/op_expression.h"
 #include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
@@ -22,6 +24,41 @@ std::string MapFnExpression(const proto::MapOp& m) {
   const MapFnRegistration* r = OpRegistry::Global().FindMapFn(m.fn_case());
   if (r == nullptr) return absl::StrCat("<unregistered fn ", MapFnName(m), ">()");
   return r->expression(m);
+}
+
+// Under a fn that draws per element (ComponentFn::DrawsPerElement): the map's input with each
+// element paired with its draw key, (int64 [epoch, position], element), which KeyedApply takes
+// apart on whichever thread maps the element. Keys travel with their elements, so a parallel
+// map's threads and its order mode change nothing. An element error takes its position too.
+class DrawKeyIterator : public Iterator {
+ public:
+  DrawKeyIterator(std::unique_ptr<Iterator> input, int64_t epoch, int64_t first_position)
+      : input_(std::move(input)), epoch_(epoch), next_position_(first_position) {}
+
+  absl::Status GetNext(Element* out, bool* end_of_sequence) override {
+    Element e;
+    absl::Status s = input_->GetNext(&e, end_of_sequence);
+    if (!s.ok()) {
+      if (IsElementError(s)) ++next_position_;
+      return s;
+    }
+    if (*end_of_sequence) return s;
+    Tensor key = Tensor::FromVector<int64_t>({epoch_, next_position_++}, Shape({2}));
+    *out = Element::Tuple({Element(std::move(key)), std::move(e)});
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::unique_ptr<Iterator> input_;
+  const int64_t epoch_;
+  int64_t next_position_;
+};
+
+// Applies `fn` to the element of a DrawKeyIterator pair under its key.
+absl::StatusOr<Element> KeyedApply(const MapFunction& fn, Element keyed) {
+  const int64_t* key = keyed.children()[0].leaf().data<int64_t>();
+  ScopedElementDrawKey scope(ElementDrawKey{key[0], key[1]});
+  return fn.Apply(std::move(keyed.mutable_children()[1]));
 }
 
 }  // namespace
@@ -85,10 +122,24 @@ SLUICE_REGISTER_OPS(map_op) {
     const ElementFn block_apply =
         (*fn)->ElementWise() ? ElementFn([fn = *fn](Element e) { return fn->Apply(std::move(e)); })
                              : ElementFn();
-    ElementFn apply = [fn = *std::move(fn)](Element e) { return fn->Apply(std::move(e)); };
     const int64_t threads = ResolveParallelCalls(m.num_parallel_calls(), args.options);
     const bool deterministic = !m.has_deterministic() || m.deterministic();
     const bool autotune = m.num_parallel_calls() == -1;
+    if ((*fn)->DrawsPerElement()) {
+      // Draw keys (core/data/element_draws.h): a RANGES task's PermutedSource fixes the epoch
+      // and the first position; else the repeat() epoch the iterator is built under.
+      const bool ranges = args.upstream.source().has_permuted();
+      const int64_t ranges_epoch = ranges ? args.upstream.source().permuted().epoch() : 0;
+      const int64_t first = ranges ? args.upstream.source().permuted().begin() : 0;
+      ElementFn keyed = [fn = *std::move(fn)](Element e) { return KeyedApply(*fn, std::move(e)); };
+      return IteratorFactory([label, input, keyed, threads, deterministic, autotune, ranges,
+                              ranges_epoch, first] {
+        const int64_t epoch = ranges ? ranges_epoch : CurrentRepeatEpoch();
+        return NewMapIterator(label, std::make_unique<DrawKeyIterator>(input(), epoch, first),
+                              keyed, threads, deterministic, nullptr, autotune);
+      });
+    }
+    ElementFn apply = [fn = *std::move(fn)](Element e) { return fn->Apply(std::move(e)); };
     return IteratorFactory([label, input, apply, threads, deterministic, block_apply, autotune] {
       return NewMapIterator(label, input(), apply, threads, deterministic, block_apply, autotune);
     });

@@ -14,6 +14,7 @@
 #include "core/data/op_registry.h"
 #include "core/format/python_literal.h"
 #include "core/tensor/dtype_dispatch.h"
+#include "core/tensor/uninitialized_tensor.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -70,16 +71,26 @@ class NormalizeFn : public ComponentFn {
     RETURN_IF_ERROR(OutputSpec(TensorSpec{input.dtype(), input.shape()}).status());
     const int64_t c = Channels();
     const int64_t n = input.num_elements();
-    ASSIGN_OR_RETURN(Tensor out, Tensor::TryAllocate(DType::kFloat32, input.shape(), "its output"));
+    // Every byte is written below: no zero-fill first.
+    ASSIGN_OR_RETURN(Tensor out,
+                     TryAllocateUninitialized(DType::kFloat32, input.shape(), "its output"));
     float* dst = out.mutable_data<float>();
     VisitNumericDType(input.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* src = input.data<T>();
-      for (int64_t i = 0; i < n; ++i) {
-        const size_t ch = static_cast<size_t>(c > 1 ? i % c : 0);
-        const float m = mean_.size() == 1 ? mean_[0] : mean_[ch];
-        const float s = std_.size() == 1 ? std_[0] : std_[ch];
-        dst[i] = (ConvertNumber<float>(src[i]) - m) / s;
+      if (c == 1) {
+        const float m = mean_[0], s = std_[0];
+        for (int64_t i = 0; i < n; ++i) dst[i] = (ConvertNumber<float>(src[i]) - m) / s;
+        return;
+      }
+      // Per channel: the last dimension is c (OutputSpec), so n is a multiple of c; a pixel at
+      // a time with the channel's constants, no modulo per value (vectorizes for c = 3 too).
+      const float* m = per_channel_mean_.data();
+      const float* s = per_channel_std_.data();
+      for (int64_t p = 0; p < n; p += c) {
+        for (int64_t k = 0; k < c; ++k) {
+          dst[p + k] = (ConvertNumber<float>(src[p + k]) - m[k]) / s[k];
+        }
       }
     });
     return Element(std::move(out));
@@ -88,8 +99,15 @@ class NormalizeFn : public ComponentFn {
  private:
   int64_t Channels() const { return static_cast<int64_t>(std::max(mean_.size(), std_.size())); }
 
+  // mean_ and std_ with the single value repeated to Channels() values.
+  static std::vector<float> PerChannel(const std::vector<float>& v, size_t channels) {
+    return v.size() == 1 ? std::vector<float>(channels, v[0]) : v;
+  }
+
   const std::vector<float> mean_;
   const std::vector<float> std_;
+  const std::vector<float> per_channel_mean_ = PerChannel(mean_, static_cast<size_t>(Channels()));
+  const std::vector<float> per_channel_std_ = PerChannel(std_, static_cast<size_t>(Channels()));
 };
 
 }  // namespace

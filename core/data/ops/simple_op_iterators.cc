@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/element_draws.h"
 
 namespace sluice {
 namespace {
@@ -26,7 +27,7 @@ class RepeatIterator : public OpIterator {
   bool SupportsBlocks() const override {
     if (!supports_blocks_.has_value()) {
       if (input_ == nullptr && epoch_ == 0 && count_ != 0) {
-        input_ = factory_();
+        input_ = MakeEpochInput();
         yielded_this_epoch_ = false;
       }
       supports_blocks_ = input_ != nullptr && input_->SupportsBlocks();
@@ -44,6 +45,13 @@ class RepeatIterator : public OpIterator {
   }
 
  private:
+  // The input's iterator for epoch_, built under the epoch's scope so that the random ops in it
+  // draw anew every epoch (core/data/element_draws.h).
+  std::unique_ptr<Iterator> MakeEpochInput() const {
+    ScopedRepeatEpoch scope(epoch_);
+    return factory_();
+  }
+
   // The epoch loop of both paths: `pull(&end)` reads the current epoch's iterator (an element
   // or a block); at its end the next epoch starts, until count_ epochs or an empty epoch.
   template <typename Pull>
@@ -54,7 +62,7 @@ class RepeatIterator : public OpIterator {
           *end_of_sequence = true;
           return absl::OkStatus();
         }
-        input_ = factory_();
+        input_ = MakeEpochInput();
         yielded_this_epoch_ = false;
       }
       bool end = false;

@@ -1,0 +1,43 @@
+// TF's bilinear resize (tf.image.resize(method='bilinear', antialias=False): half-pixel centers)
+// of a window of uint8 pixels into float32, separable and in the same float operations as TF's
+// kernel, so the values are TF's bit for bit when the window is read at full size:
+//   top    = tl + (tr - tl) * x_lerp        (per source row, once: a horizontal pass)
+//   bottom = bl + (br - bl) * x_lerp
+//   out    = top + (bottom - top) * y_lerp  (a vertical pass over whole rows: vectorizes)
+// The horizontal pass of a source row is computed once and kept while consecutive output rows
+// use it. No allocation: the caller passes the taps and a scratch of 2 * out_w * channels floats.
+//
+// Thread safety: plain functions on caller-owned memory.
+#ifndef SLUICE_CORE_BILINEAR_RESIZE_H_
+#define SLUICE_CORE_BILINEAR_RESIZE_H_
+
+#include <cstdint>
+
+namespace sluice {
+
+// The two source pixels one output coordinate reads, and the weight of the second.
+struct BilinearTap {
+  int64_t lower = 0;
+  int64_t upper = 0;
+  float lerp = 0;
+};
+
+// The taps of `out_size` outputs over a window of `extent` source pixels (extent > 0) whose first
+// pixel is source index `base`, as TF computes them for an input of `extent` pixels:
+// in = offset + (i + 0.5) * scale - 0.5 with scale = float(extent_scaled) / float(out_size),
+// clamped to [0, extent - 1], plus `base`. `offset` (in [0, 1)) and `extent_scaled` place a
+// window that starts and ends between source pixels (a DCT-scaled decode): a window at full size
+// has offset 0 and extent_scaled == extent, TF's own taps.
+void ComputeBilinearTaps(int64_t out_size, int64_t base, int64_t extent, float offset,
+                         float extent_scaled, BilinearTap* taps);
+
+// out[y][x][k] from the source rows taps_y[y].lower/upper and columns taps_x[x].lower/upper of
+// `src` (row r at src + r * row_stride bytes, `channels` interleaved uint8 values a pixel).
+// `scratch` holds 2 * out_w * channels floats.
+void ResizeBilinearU8(const uint8_t* src, int64_t row_stride, int64_t channels,
+                      const BilinearTap* taps_y, int64_t out_h, const BilinearTap* taps_x,
+                      int64_t out_w, float* out, float* scratch);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_BILINEAR_RESIZE_H_
