@@ -18,11 +18,22 @@
 #include "grpc/impl/codegen/grpc_types.h"
 
 namespace sluice {
+namespace {
+
+// A call whose caller gave up (its deadline passed, its connection was cut) while it waited
+// for a thread or for the coordinator's lock: dropped before any work, so that in a restart
+// storm the calls clients already retried do not run a second time behind the retries.
+grpc::Status Abandoned() {
+  return grpc::Status(grpc::StatusCode::CANCELLED, "the caller cancelled the call");
+}
+
+}  // namespace
 
 grpc::Status GrpcCoordinatorService::RegisterDataset(grpc::ServerContext* context,
                                                      const proto::RegisterDatasetRequest* request,
                                                      proto::RegisterDatasetResponse* response) {
   if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
+  if (context->IsCancelled()) return Abandoned();
   if (grpc::Status a = admission_.CheckDataset(*request); !a.ok()) return a;
   return ToGrpcStatus(coordinator_->RegisterDataset(*request, response));
 }
@@ -31,6 +42,7 @@ grpc::Status GrpcCoordinatorService::GetOrCreateJob(grpc::ServerContext* context
                                                     const proto::GetOrCreateJobRequest* request,
                                                     proto::GetOrCreateJobResponse* response) {
   if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
+  if (context->IsCancelled()) return Abandoned();
   return ToGrpcStatus(coordinator_->GetOrCreateJob(*request, response));
 }
 
@@ -38,6 +50,7 @@ grpc::Status GrpcCoordinatorService::GetElementSpec(grpc::ServerContext* context
                                                     const proto::GetElementSpecRequest* request,
                                                     proto::GetElementSpecResponse* response) {
   if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
+  if (context->IsCancelled()) return Abandoned();
   return ToGrpcStatus(coordinator_->GetElementSpec(*request, response));
 }
 
@@ -59,6 +72,7 @@ grpc::ServerUnaryReactor* ServeHeartbeat(grpc::CallbackServerContext* context,
                                          const char* method_name, Method method) {
   metrics.Started();
   grpc::Status status = admission.Authenticate(*context);
+  if (status.ok() && context->IsCancelled()) status = Abandoned();
   if (status.ok()) {
     // The request and the answer live on an arena whose first block is on this stack: a
     // heartbeat's strings and repeated fields cost no malloc/free pair each (larger answers,
@@ -116,6 +130,7 @@ grpc::Status GrpcCoordinatorService::GetSplit(grpc::ServerContext* context,
                                               const proto::GetSplitRequest* request,
                                               proto::GetSplitResponse* response) {
   if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
+  if (context->IsCancelled()) return Abandoned();
   return ToGrpcStatus(coordinator_->GetSplit(*request, response));
 }
 
@@ -123,6 +138,7 @@ grpc::Status GrpcCoordinatorService::GetStatus(grpc::ServerContext* context,
                                                const proto::GetStatusRequest* request,
                                                proto::GetStatusResponse* response) {
   if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
+  if (context->IsCancelled()) return Abandoned();
   return ToGrpcStatus(coordinator_->GetStatus(*request, response));
 }
 
@@ -130,6 +146,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     CoordinatorServerOptions options) {
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->host_ = options.host;
+  absl::Duration interval = options.liveness_interval;
+  if (interval <= absl::ZeroDuration()) {
+    interval = std::min(options.coordinator.worker_timeout / 4, absl::Seconds(1));
+    interval = std::max(interval, absl::Milliseconds(10));
+  }
+  // The ticker's period: the coordinator sees its own stalls against it.
+  options.coordinator.liveness_interval = interval;
   // With a work_dir, this replays the journal: a corrupt one is an error here.
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
       Coordinator::Create(options.coordinator);
@@ -165,11 +188,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         absl::StrCat("coordinator: cannot listen on ", listen, " (address in use or invalid?)"));
   }
 
-  absl::Duration interval = options.liveness_interval;
-  if (interval <= absl::ZeroDuration()) {
-    interval = std::min(options.coordinator.worker_timeout / 4, absl::Seconds(1));
-    interval = std::max(interval, absl::Milliseconds(10));
-  }
   CoordinatorServer* raw = s.get();
   s->ticker_ = std::thread([raw, interval] { raw->TickerLoop(interval); });
   return s;
