@@ -183,10 +183,12 @@ void TaskStreamCall::OnDone(const grpc::Status& status) {
     }
     if (outcome.ok() || streams->shutdown_) {
       task->done = true;  // the end of the task, or the consumer is going away
-    } else if (!Retryable(outcome) && task->deterministic_retries < kDeterministicRetries) {
+    } else if (!Retryable(outcome) && task->deterministic_retries < kDeterministicRetries &&
+               absl::Now() - task->last_progress <= streams->options_.retry_deadline) {
       // The worker reports the error to the coordinator at once, which moves the task when
       // the error may be local to that worker, or fails the job (its error then comes from
-      // the coordinator's answer): ask it again after a backoff.
+      // the coordinator's answer): ask it again after a backoff (while within retry_deadline
+      // of the last progress, so that the error keeps its code).
       ++task->deterministic_retries;
       task->last_error = absl::Status(outcome.code(), absl::StrCat("on worker ", address_, ": ",
                                                                    outcome.message()));
