@@ -55,7 +55,7 @@ ServiceOptions Options(const std::string& name) {
 // The "Why" of issue 32: a task whose pipeline ends with UNAVAILABLE (the coordinator down
 // longer than GetSplit retries, a store unreachable) used to keep that error in its buffer
 // forever: never reported, never moved, its consumers retrying until their deadline.
-TEST(TaskHealTest, ATaskThatMeetsATransientErrorIsGivenBackAndItsJobReadsEveryElementOnce) {
+TEST(TaskHealClusterTest, ATaskThatMeetsATransientErrorIsGivenBackAndItsJobReadsEveryElementOnce) {
   auto transient_left = std::make_shared<std::atomic<int>>(1);
   Cluster cluster(2, absl::Seconds(10), size_t{64} << 20,
                   CheckPerWorker([transient_left](int) -> GraphCheck {
@@ -77,7 +77,7 @@ TEST(TaskHealTest, ATaskThatMeetsATransientErrorIsGivenBackAndItsJobReadsEveryEl
 
 // The same, mid-stream in a DYNAMIC job: a split's build fails transiently after the task has
 // delivered steps.
-TEST(TaskHealTest, ADynamicTaskWhoseSplitFailsTransientlyMidStreamRunsAgain) {
+TEST(TaskHealClusterTest, ADynamicTaskWhoseSplitFailsTransientlyMidStreamRunsAgain) {
   auto builds = std::make_shared<std::atomic<int>>(0);
   Cluster cluster(2, absl::Seconds(10), size_t{64} << 20,
                   CheckPerWorker([builds](int) -> GraphCheck {
@@ -99,7 +99,7 @@ TEST(TaskHealTest, ADynamicTaskWhoseSplitFailsTransientlyMidStreamRunsAgain) {
 
 // An error local to one worker (its memory taken by another job, its data root, a plugin it
 // lacks) used to fail the whole job; now the task moves to a worker that can run it.
-TEST(TaskHealTest, AnErrorLocalToOneWorkerMovesTheTaskInsteadOfFailingTheJob) {
+TEST(TaskHealClusterTest, AnErrorLocalToOneWorkerMovesTheTaskInsteadOfFailingTheJob) {
   Cluster cluster(2, absl::Seconds(10), size_t{64} << 20,
                   CheckPerWorker([](int worker) -> GraphCheck {
                     return [worker](const proto::DatasetDef&) {
@@ -119,7 +119,7 @@ TEST(TaskHealTest, AnErrorLocalToOneWorkerMovesTheTaskInsteadOfFailingTheJob) {
 
 // The same deterministic error on two workers is the pipeline's own: the job fails with it,
 // naming both workers.
-TEST(TaskHealTest, TheSameErrorOnTwoWorkersFailsTheJob) {
+TEST(TaskHealClusterTest, TheSameErrorOnTwoWorkersFailsTheJob) {
   Cluster cluster(2, absl::Seconds(10), size_t{64} << 20,
                   CheckPerWorker([](int) -> GraphCheck {
                     return [](const proto::DatasetDef&) {
@@ -137,7 +137,7 @@ TEST(TaskHealTest, TheSameErrorOnTwoWorkersFailsTheJob) {
 // A slow pipeline build (a remote listing, a plugin loading) used to run on the heartbeat
 // thread under the worker's lock: heartbeats stopped, and the coordinator declared the worker
 // dead. The build is held here for three worker timeouts.
-TEST(TaskHealTest, ASlowPipelineBuildDoesNotMakeItsWorkerLookDead) {
+TEST(TaskHealClusterTest, ASlowPipelineBuildDoesNotMakeItsWorkerLookDead) {
   const absl::Duration worker_timeout = absl::Seconds(1);
   auto held = std::make_shared<std::atomic<bool>>(false);
   Cluster cluster(1, worker_timeout, size_t{64} << 20,
