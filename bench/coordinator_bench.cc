@@ -43,7 +43,16 @@
 // (asserted by the bench: it tracks each worker's largest gap between heartbeats and prints
 // it).
 //
+// With --restart_storm (issue 32, "Storms and locks") the coordinator journals to a work
+// dir, the jobs are SHARDING_RANGES (--tasks_per_job ranges each), and --storm_after seconds
+// into the run the coordinator is killed (SIGKILL) and started again on the same port and
+// work dir, while every simulated worker and consumer keeps calling (waiting for the
+// connection, as real ones retry). Prints how long the restarted coordinator took to serve,
+// and the time to steady state: until every worker and every consumer has had an answer from
+// it. False deaths are counted as above, at the end of the run.
+//
 //   build/bench/coordinator_bench --workers=1000 --consumers=10000 --seconds=60
+//   build/bench/coordinator_bench --restart_storm --seconds=40 --storm_after=10
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -104,6 +113,10 @@ ABSL_FLAG(bool, client_retries, true,
           "--lean_generator: keep gRPC's client retry machinery on its channels, as real "
           "workers' and consumers' channels do (the typed generator always does); false turns "
           "it off, which also changes the server's cost (see the comment at the top).");
+ABSL_FLAG(bool, restart_storm, false,
+          "Journal to a work dir, make RANGES jobs, and kill and restart the coordinator "
+          "--storm_after seconds into the run (see the comment at the top).");
+ABSL_FLAG(int, storm_after, 10, "--restart_storm: seconds into the run of the restart.");
 ABSL_FLAG(bool, versioned, true,
           "Send back the version of the last answer (as real workers and consumers do), so that "
           "answers carry only changes; false: every answer is full (older clients).");
@@ -350,32 +363,50 @@ int main(int argc, char** argv) {
   char dir_template[] = "/tmp/coordinator_bench.XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   const std::string port_file = dir + "/port";
+  const bool storm = absl::GetFlag(FLAGS_restart_storm) && !empty;
+  const std::string work_dir = dir + "/journal";
   std::vector<std::string> args = {
       binary, "--port=0", "--port_file=" + port_file, "--log_level=warning",
       "--worker_timeout=" + absl::FormatDuration(absl::GetFlag(FLAGS_worker_timeout))};
+  if (storm) args.push_back("--work_dir=" + work_dir);
   if (empty) {
     binary = SelfDir() + "/coordinator_bench";
     args = {binary, "--empty_server_port_file=" + port_file};
   }
-  std::vector<char*> argv_c;
-  for (auto& a : args) argv_c.push_back(a.data());
-  argv_c.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv_c.data(), environ) != 0) {
+  // Starts the server with `args`; 0 if it cannot.
+  auto spawn = [&binary](std::vector<std::string> a) -> pid_t {
+    std::vector<char*> argv_c;
+    for (auto& arg : a) argv_c.push_back(arg.data());
+    argv_c.push_back(nullptr);
+    pid_t child = 0;
+    if (posix_spawn(&child, binary.c_str(), nullptr, nullptr, argv_c.data(), environ) != 0) {
+      return 0;
+    }
+    return child;
+  };
+  // The port the server wrote to port_file, waiting for it (bounded: 30 s, or `limit`).
+  auto await_port = [&port_file](absl::Duration limit = absl::Seconds(30)) {
+    int p = 0;
+    const absl::Time until = absl::Now() + limit;
+    while (p == 0 && absl::Now() < until) {
+      std::ifstream in(port_file);
+      if (!(in >> p)) p = 0;
+      if (p == 0) absl::SleepFor(absl::Milliseconds(10));
+    }
+    return p;
+  };
+  pid_t pid = spawn(args);
+  if (pid == 0) {
     std::cerr << "cannot start " << binary << "\n";
     return 1;
   }
-  int port = 0;
-  for (int i = 0; i < 3000 && port == 0; ++i) {
-    std::ifstream in(port_file);
-    if (!(in >> port)) port = 0;
-    if (port == 0) absl::SleepFor(absl::Milliseconds(10));
-  }
+  int port = await_port();
   auto stop = [&] {
     kill(pid, SIGTERM);
     int status = 0;
     waitpid(pid, &status, 0);
     std::remove(port_file.c_str());
+    if (storm) std::system(absl::StrCat("rm -rf '", work_dir, "'").c_str());
     rmdir(dir.c_str());
   };
   if (port == 0) {
@@ -443,8 +474,16 @@ int main(int argc, char** argv) {
       o->set_dataset_id(reg_resp.dataset_id());
       o->set_num_consumers(per_job);
       o->set_replicas_per_consumer(1);
-      o->set_sharding_policy(sluice::proto::SHARDING_OFF);
-      o->set_num_tasks(absl::GetFlag(FLAGS_tasks_per_job));
+      if (storm) {
+        // range(1000000).batch(8): 125000 steps, cut into --tasks_per_job ranges.
+        o->set_sharding_policy(sluice::proto::SHARDING_RANGES);
+        o->mutable_order()->set_range_steps(
+            125000 / std::max(1, absl::GetFlag(FLAGS_tasks_per_job)) + 1);
+        o->mutable_order()->set_num_epochs(1);
+      } else {
+        o->set_sharding_policy(sluice::proto::SHARDING_OFF);
+        o->set_num_tasks(absl::GetFlag(FLAGS_tasks_per_job));
+      }
       sluice::proto::GetOrCreateJobResponse resp;
       grpc::ClientContext ctx;
       grpc::Status s = setup->GetOrCreateJob(&ctx, req, &resp);
@@ -469,6 +508,11 @@ int main(int argc, char** argv) {
   const int inflight = std::max(1, absl::GetFlag(FLAGS_inflight));
   const int channels = std::max(1, absl::GetFlag(FLAGS_channels));
   std::vector<char> worker_busy(workers.size(), 0), consumer_busy(consumers.size(), 0);
+  // --restart_storm: set once the coordinator was restarted; each worker and consumer counts
+  // once in `back` at its first answer after that (touched by its own thread only).
+  std::atomic<bool> restarted{false};
+  std::atomic<int64_t> back_workers{0}, back_consumers{0};
+  std::vector<char> worker_back(workers.size(), 0), consumer_back(consumers.size(), 0);
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
@@ -510,6 +554,9 @@ int main(int argc, char** argv) {
         CoordinatorService::Stub* stub = stubs[k % stubs.size()].get();
         call.ctx = std::make_unique<grpc::ClientContext>();
         call.ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+        // Across the restart, calls wait for the connection (as real callers retry) instead of
+        // failing at once in a tight loop.
+        if (storm) call.ctx->set_wait_for_ready(true);
         for (;; ++n) {
           if ((n % stride == 0 || my_consumers.empty()) && !my_workers.empty()) {
             const size_t i = my_workers[wi++ % my_workers.size()];
@@ -593,6 +640,10 @@ int main(int argc, char** argv) {
             ApplyWorkerHeartbeat(lean ? worker_response : call.worker_response, &w);
             w.last = absl::Now();
             worker_beats.fetch_add(1, std::memory_order_relaxed);
+            if (restarted.load(std::memory_order_acquire) && !worker_back[call.index]) {
+              worker_back[call.index] = 1;
+              back_workers.fetch_add(1, std::memory_order_relaxed);
+            }
           } else {
             errors.fetch_add(1, std::memory_order_relaxed);
           }
@@ -609,6 +660,10 @@ int main(int argc, char** argv) {
             c.version = resp.version();
             if (resp.delta()) delta_answers.fetch_add(1, std::memory_order_relaxed);
             consumer_beats.fetch_add(1, std::memory_order_relaxed);
+            if (restarted.load(std::memory_order_acquire) && !consumer_back[call.index]) {
+              consumer_back[call.index] = 1;
+              back_consumers.fetch_add(1, std::memory_order_relaxed);
+            }
           } else {
             errors.fetch_add(1, std::memory_order_relaxed);
           }
@@ -626,17 +681,60 @@ int main(int argc, char** argv) {
     });
   }
   const absl::Time start = absl::Now();
-  const double coordinator_cpu0 = ProcessCpuSeconds(pid), self_cpu0 = SelfCpuSeconds();
+  double coordinator_cpu0 = ProcessCpuSeconds(pid);
+  const double self_cpu0 = SelfCpuSeconds();
+  double coordinator_cpu_before_restart = 0;
   std::vector<int64_t> rss;
   const int seconds = absl::GetFlag(FLAGS_seconds);
+  // --restart_storm: when the restarted coordinator was started, served, and every worker and
+  // consumer had an answer from it (InfiniteFuture: not yet).
+  absl::Time restart_at = absl::InfiniteFuture(), serving_at = absl::InfiniteFuture();
+  absl::Time workers_back_at = absl::InfiniteFuture(), all_back_at = absl::InfiniteFuture();
+  double load_at_restart = -1;
   for (int s = 0; s < seconds; ++s) {
-    absl::SleepFor(start + absl::Seconds(s + 1) - absl::Now());
+    if (storm && s == absl::GetFlag(FLAGS_storm_after)) {
+      load_at_restart = LoadAverage();
+      coordinator_cpu_before_restart = ProcessCpuSeconds(pid) - coordinator_cpu0;
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      std::remove(port_file.c_str());
+      std::vector<std::string> again = args;
+      again[1] = absl::StrCat("--port=", port);
+      restart_at = absl::Now();
+      pid = spawn(again);
+      coordinator_cpu0 = 0;  // a new process
+      restarted.store(true, std::memory_order_release);
+      if (pid == 0 || await_port(absl::Seconds(60)) != port) {
+        std::cerr << "the restarted coordinator did not serve on port " << port << "\n";
+        done = true;
+        for (auto& th : pool) th.join();
+        stop();
+        return 1;
+      }
+      serving_at = absl::Now();
+    }
+    // Until the next second, watching for the storm to settle (every 10 ms).
+    const absl::Time next = start + absl::Seconds(s + 1);
+    while (absl::Now() < next) {
+      if (storm && restarted.load() && all_back_at == absl::InfiniteFuture()) {
+        if (workers_back_at == absl::InfiniteFuture() &&
+            back_workers.load() == static_cast<int64_t>(workers.size())) {
+          workers_back_at = absl::Now();
+        }
+        if (back_workers.load() == static_cast<int64_t>(workers.size()) &&
+            back_consumers.load() == static_cast<int64_t>(consumers.size())) {
+          all_back_at = absl::Now();
+        }
+      }
+      absl::SleepFor(std::min(absl::Milliseconds(10), next - absl::Now()));
+    }
     rss.push_back(RssKiB(pid));
   }
   done = true;
   for (auto& th : pool) th.join();
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
-  const double coordinator_cpu = ProcessCpuSeconds(pid) - coordinator_cpu0;
+  const double coordinator_cpu =
+      coordinator_cpu_before_restart + ProcessCpuSeconds(pid) - coordinator_cpu0;
   const double self_cpu = SelfCpuSeconds() - self_cpu0;
 
   sluice::proto::GetStatusResponse status;
@@ -676,6 +774,18 @@ int main(int argc, char** argv) {
               "worker_timeout %s)\n",
               static_cast<long long>(dead), absl::FormatDuration(max_gap).c_str(),
               absl::FormatDuration(absl::GetFlag(FLAGS_worker_timeout)).c_str());
+  if (storm) {
+    auto since_restart = [&](absl::Time t) {
+      return t == absl::InfiniteFuture() ? std::string("never (within the run)")
+                                         : absl::FormatDuration(t - restart_at);
+    };
+    std::printf("restart storm: %zu RANGES jobs; coordinator killed and restarted %d s into "
+                "the run (load average %.2f then); serving after %s; every worker answered "
+                "after %s; every worker and consumer after %s (steady state)\n",
+                static_cast<size_t>(num_jobs), absl::GetFlag(FLAGS_storm_after),
+                load_at_restart, since_restart(serving_at).c_str(),
+                since_restart(workers_back_at).c_str(), since_restart(all_back_at).c_str());
+  }
   if (!rss.empty()) {
     std::printf("coordinator RSS MiB: first %.1f, max %.1f, last %.1f (sampled every second)\n",
                 rss.front() / 1024.0, *std::max_element(rss.begin(), rss.end()) / 1024.0,
@@ -690,5 +800,6 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   stop();
-  return dead == 0 ? 0 : 2;
+  // --restart_storm: a storm that never settled fails the run too.
+  return dead == 0 && (!storm || all_back_at != absl::InfiniteFuture()) ? 0 : 2;
 }

@@ -13,6 +13,9 @@ namespace sluice {
 namespace {
 
 constexpr char kStreamStepsMethod[] = "/sluice.proto.WorkerService/StreamSteps";
+// A deterministic error a stream ended with is asked about again this many times (each after
+// the task's backoff) before the consumer fails with it (TaskStream::deterministic_retries).
+constexpr int kDeterministicRetries = 3;
 
 }  // namespace
 
@@ -165,6 +168,7 @@ void TaskStreamCall::OnDone(const grpc::Status& status) {
     if (progress_) {
       task->last_progress = absl::Now();
       task->backoff->Reset();
+      task->deterministic_retries = 0;
     }
     // A failure the worker reported in a frame (or a bad frame) is more telling than the
     // call's status; a stream that just ended is explained by the call's status, if it has one.
@@ -179,6 +183,17 @@ void TaskStreamCall::OnDone(const grpc::Status& status) {
     }
     if (outcome.ok() || streams->shutdown_) {
       task->done = true;  // the end of the task, or the consumer is going away
+    } else if (!Retryable(outcome) && task->deterministic_retries < kDeterministicRetries &&
+               absl::Now() - task->last_progress <= streams->options_.retry_deadline) {
+      // The worker reports the error to the coordinator at once, which moves the task when
+      // the error may be local to that worker, or fails the job (its error then comes from
+      // the coordinator's answer): ask it again after a backoff (while within retry_deadline
+      // of the last progress, so that the error keeps its code).
+      ++task->deterministic_retries;
+      task->last_error = absl::Status(outcome.code(), absl::StrCat("on worker ", address_, ": ",
+                                                                   outcome.message()));
+      task->last_address = address_;
+      streams->RetryLaterLocked(task_);
     } else if (!Retryable(outcome)) {
       streams->FailLocked(task, absl::Status(outcome.code(),
                                              absl::StrCat(streams->TaskName(*task), " on worker ",

@@ -144,6 +144,11 @@ struct TaskStream {
   std::unique_ptr<Backoff> backoff;
   absl::Status last_error;
   std::string last_address;
+  // Deterministic errors a worker's stream ended with, asked about again: the error may have
+  // been local to that worker, whose coordinator then moves the task (docs/SERVICE.md,
+  // "Failure policy"), so the consumer asks the coordinator where the task is (or the job's
+  // error) before it gives up. Reset by progress.
+  int deterministic_retries = 0;
 };
 
 class TaskStreams {

@@ -43,7 +43,20 @@ Coordinator::Coordinator(CoordinatorOptions options)
       clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
       versions_(RandomIncarnation()) {}
 
+namespace {
+// The lines of the DurableLock this thread holds (Coordinator::Log), if any.
+thread_local std::vector<std::string>* held_lock_log_lines = nullptr;
+}  // namespace
+
 void Coordinator::Log(absl::string_view line) const {
+  if (held_lock_log_lines != nullptr) {
+    held_lock_log_lines->emplace_back(line);
+    return;
+  }
+  EmitLog(line);
+}
+
+void Coordinator::EmitLog(absl::string_view line) const {
   if (options_.log) {
     options_.log(line);
   } else {
@@ -194,14 +207,20 @@ void Coordinator::ReloadFromJournalLocked() {
 }
 
 
-Coordinator::DurableLock::DurableLock(Coordinator* c) : c_(c) { c_->mu_.Lock(); }
+Coordinator::DurableLock::DurableLock(Coordinator* c) : c_(c) {
+  c_->mu_.Lock();
+  outer_log_lines_ = held_lock_log_lines;
+  held_lock_log_lines = &log_lines_;
+}
 
 
 Coordinator::DurableLock::~DurableLock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // journal_ is set once, by Create(), before any request.
   Journal* journal = c_->journal_.get();
   const uint64_t written = journal != nullptr ? journal->written() : 0;
+  held_lock_log_lines = outer_log_lines_;
   c_->mu_.Unlock();
+  for (const std::string& line : log_lines_) c_->Log(line);  // off the lock
   if (journal == nullptr || written == 0) return;
   absl::Status s = journal->WaitDurable(written);
   if (!s.ok()) {

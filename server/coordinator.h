@@ -102,6 +102,14 @@ struct CoordinatorOptions {
   // that a fleet whose machines come and go does not grow the coordinator. Checked by
   // CheckWorkerLiveness() (the server's ticker). Its address registers anew, as a new worker.
   absl::Duration dead_worker_ttl = absl::Minutes(10);
+  // How often the server calls CheckWorkerLiveness() (CoordinatorServer's ticker). When set,
+  // the coordinator measures its own loop lag: liveness checks (the ticker's, and every
+  // request's) more than twice this apart mean that the coordinator itself was not running
+  // (its process paused or starved of CPU, its lock held by a slow request), and the time
+  // beyond one interval is not counted as any worker's silence, so that a coordinator stall
+  // never declares deaths. Zero: not measured (tests that step a fake clock by whole
+  // timeouts without ticks).
+  absl::Duration liveness_interval = absl::ZeroDuration();
   // Test only: called by GetOrCreateJob, without the coordinator's lock, right before it plans
   // a new job (which may read the data), with the job's dataset id. Tests block here to show
   // that other requests are served while a job plans.
@@ -209,6 +217,10 @@ class Coordinator {
 
    private:
     Coordinator* const c_;
+    // Log lines written while mu_ is held, emitted once it is released (Log()): stderr can
+    // block (a full pipe, a slow terminal), and every request would wait behind it.
+    std::vector<std::string> log_lines_;
+    std::vector<std::string>* outer_log_lines_ = nullptr;
   };
 
   // Collects the updates of one request into one journal record (a request that creates a
@@ -255,8 +267,10 @@ class Coordinator {
   // After a worker (re)registers: waiting tasks, and with dynamic_tasks_for_new_workers a new
   // task of each running independent DYNAMIC job.
   absl::Status OnWorkerAvailableLocked(int64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The live worker with the fewest unfinished tasks (lowest id on ties); 0 if none.
-  int64_t LeastLoadedWorkerLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live worker with the fewest unfinished tasks (lowest id on ties), skipping those in
+  // `excluded`; 0 if none.
+  int64_t LeastLoadedWorkerLocked(const absl::flat_hash_set<int64_t>& excluded = {}) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t NumLiveWorkersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `range` (SHARDING_RANGES) sets first_step/num_steps; skip_steps is the DATA resume.
   absl::Status CreateTaskLocked(int64_t job_id, const proto::DatasetDef& dataset,
@@ -289,8 +303,20 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps runs_ in step with `update`, right before it is applied.
   void TrackTaskRunsLocked(const proto::Update& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A worker's report that `failure.task_id` failed deterministically.
+  // A worker's report that `failure.task_id` failed deterministically. The error may be local
+  // to that worker (RESOURCE_EXHAUSTED caused by another job, its data root, a plugin it
+  // lacks): the task moves to the least loaded live worker that has not failed it
+  // (task_failures_). The job fails when a second worker reports the same error (code and
+  // message), or when no live worker is left that has not failed the task.
   absl::Status TaskFailedLocked(int64_t worker_id, const proto::TaskFailure& failure)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker gave `failure.task_id` back after a transient error (WorkerHeartbeatRequest.
+  // handed_back_tasks): the task is assigned again, to another live worker when there is one,
+  // with no death and no evidence counted against it. A stale report is ignored.
+  absl::Status TaskHandedBackLocked(int64_t worker_id, const proto::TaskFailure& failure)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves unfinished `task_id` to `worker_id` (AssignTaskUpdate) and logs why.
+  absl::Status MoveTaskLocked(int64_t task_id, int64_t worker_id, absl::string_view why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The error consumers of `job` get (its failure, or a RANGES planning failure); OK if none.
   absl::Status JobErrorLocked(const CoordinatorState::Job& job) const
@@ -303,7 +329,10 @@ class Coordinator {
                            google::protobuf::RepeatedPtrField<proto::TaskInfo>* out) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string WorkerNameLocked(int64_t worker_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One log line (options_.log, or stderr). Under a DurableLock on this thread the line is
+  // kept and emitted once the lock is released, in order.
   void Log(absl::string_view line) const;
+  void EmitLog(absl::string_view line) const;
 
   const CoordinatorOptions options_;
   Clock* const clock_;
@@ -315,6 +344,9 @@ class Coordinator {
   // from the moment it is first noticed (liveness_synced_ false: CheckLivenessLocked looks).
   WorkerLiveness liveness_ ABSL_GUARDED_BY(mu_);
   bool liveness_synced_ ABSL_GUARDED_BY(mu_) = false;
+  // When CheckLivenessLocked last ran (by clock_), to see the coordinator's own stalls
+  // (options_.liveness_interval).
+  std::optional<absl::Time> last_liveness_check_ ABSL_GUARDED_BY(mu_);
   // When each worker address's latest heartbeat arrived, stamped before mu_ is taken (taken
   // alone, or after mu_): CheckLivenessLocked counts a heartbeat still queued for mu_.
   absl::Mutex arrivals_mu_ ABSL_ACQUIRED_AFTER(mu_);
@@ -422,6 +454,15 @@ class Coordinator {
     bool progressed = false;
   };
   absl::flat_hash_map<int64_t, TaskRun> runs_ ABSL_GUARDED_BY(mu_);
+  // Not state: the deterministic errors each unfinished task met, by worker (TaskFailedLocked),
+  // dropped with the task's run (TrackTaskRunsLocked). Lost on restart: a task then gets one
+  // more try before its job fails, which errs towards retrying, as runs_ does.
+  struct WorkerFailure {
+    int64_t worker_id = 0;
+    absl::StatusCode code = absl::StatusCode::kUnknown;
+    std::string message;
+  };
+  absl::flat_hash_map<int64_t, std::vector<WorkerFailure>> task_failures_ ABSL_GUARDED_BY(mu_);
   // Not state: versions of the changes heartbeat answers show (versioned answers).
   HeartbeatVersions versions_ ABSL_GUARDED_BY(mu_);
   // Records in versions_ what `update` changes; called right before it is applied.

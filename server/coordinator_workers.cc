@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
+#include <queue>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -42,11 +44,11 @@ int64_t Coordinator::NumLiveWorkersLocked() const {
 }
 
 
-int64_t Coordinator::LeastLoadedWorkerLocked() const {
+int64_t Coordinator::LeastLoadedWorkerLocked(const absl::flat_hash_set<int64_t>& excluded) const {
   int64_t best = 0;
   int64_t best_load = 0;
   for (const auto& [id, w] : state_.workers()) {
-    if (!w.alive) continue;
+    if (!w.alive || excluded.contains(id)) continue;
     int64_t load = state_.NumUnfinishedTasks(id);
     if (best == 0 || load < best_load) {
       best = id;
@@ -67,6 +69,20 @@ absl::Status Coordinator::CheckLivenessLocked() {
     }
     liveness_synced_ = true;
   }
+  // The coordinator's own loop lag: with no liveness check for more than two intervals, it
+  // was not running (paused, starved, its lock held); nobody could hear the workers then.
+  const absl::Duration interval = options_.liveness_interval;
+  if (interval > absl::ZeroDuration() && last_liveness_check_.has_value()) {
+    const absl::Duration stalled = now - *last_liveness_check_ - interval;
+    if (stalled > interval) {
+      liveness_.Excuse(stalled, now);
+      Log(absl::StrCat("coordinator stalled: no liveness check for ",
+                       absl::FormatDuration(now - *last_liveness_check_), " (interval ",
+                       absl::FormatDuration(interval), "); that time is not counted as the ",
+                       "workers' silence"));
+    }
+  }
+  last_liveness_check_ = now;
   // Only the workers silent for worker_timeout are looked at (oldest heartbeat first), not
   // every worker on every request.
   std::vector<int64_t> dead;
@@ -198,13 +214,17 @@ void Coordinator::TrackTaskRunsLocked(const proto::Update& update) {
       break;
     case proto::Update::kFinishTask:
       runs_.erase(update.finish_task().task_id());
+      task_failures_.erase(update.finish_task().task_id());
       break;
     case proto::Update::kFailJob:
     case proto::Update::kRemoveJob: {
       const int64_t job_id = update.has_fail_job() ? update.fail_job().job_id()
                                                    : update.remove_job().job_id();
       if (const CoordinatorState::Job* job = state_.FindJob(job_id)) {
-        for (int64_t t : job->task_ids) runs_.erase(t);
+        for (int64_t t : job->task_ids) {
+          runs_.erase(t);
+          task_failures_.erase(t);
+        }
       }
       break;
     }
@@ -263,11 +283,69 @@ absl::Status Coordinator::TaskFailedLocked(int64_t worker_id, const proto::TaskF
   const auto code = static_cast<absl::StatusCode>(failure.code());
   const CoordinatorState::Job* job = state_.FindJob(task->job_id);
   const std::string name = job->name.empty() ? "" : absl::StrCat(" (", job->name, ")");
-  return FailJobLocked(
-      job->id, absl::Status(code, absl::StrCat("job ", job->id, name, " failed: task ", task->id,
-                                               " (index ", task->index, ") failed on ",
-                                               WorkerNameLocked(worker_id), ": ",
-                                               failure.message())));
+  std::vector<WorkerFailure>& failures = task_failures_[task->id];
+  const auto same = std::find_if(failures.begin(), failures.end(), [&](const WorkerFailure& f) {
+    return f.worker_id != worker_id && f.code == code && f.message == failure.message();
+  });
+  if (same != failures.end()) {
+    return FailJobLocked(
+        job->id, absl::Status(code, absl::StrCat("job ", job->id, name, " failed: task ",
+                                                 task->id, " (index ", task->index,
+                                                 ") failed the same way on ",
+                                                 WorkerNameLocked(same->worker_id), " and ",
+                                                 WorkerNameLocked(worker_id), ": ",
+                                                 failure.message())));
+  }
+  failures.push_back(WorkerFailure{worker_id, code, failure.message()});
+  // Bounded: one entry per worker that failed the task, and a task that found no worker left
+  // to try fails its job below.
+  absl::flat_hash_set<int64_t> tried;
+  for (const WorkerFailure& f : failures) tried.insert(f.worker_id);
+  const int64_t next = LeastLoadedWorkerLocked(tried);
+  if (next == 0) {
+    return FailJobLocked(
+        job->id,
+        absl::Status(code, absl::StrCat("job ", job->id, name, " failed: task ", task->id,
+                                        " (index ", task->index, ") failed on ",
+                                        WorkerNameLocked(worker_id), ": ", failure.message(),
+                                        failures.size() > 1
+                                            ? absl::StrCat(" (and on ", failures.size() - 1,
+                                                           " other worker(s) with other errors)")
+                                            : std::string(),
+                                        "; no other live worker is left to try it")));
+  }
+  return MoveTaskLocked(task->id, next,
+                        absl::StrCat("it failed on ", WorkerNameLocked(worker_id), " with ",
+                                     absl::StatusCodeToString(code), " (", failure.message(),
+                                     "), which may be local to that worker"));
+}
+
+absl::Status Coordinator::TaskHandedBackLocked(int64_t worker_id,
+                                               const proto::TaskFailure& failure) {
+  const CoordinatorState::Task* task = state_.FindTask(failure.task_id());
+  if (task == nullptr || task->finished || task->worker_id != worker_id) return absl::OkStatus();
+  // Another worker when there is one (the error may be this worker's path to a store), else
+  // this one again: the task restarts at its next heartbeat, which paces the retries.
+  int64_t next = LeastLoadedWorkerLocked({worker_id});
+  if (next == 0) next = worker_id;
+  return MoveTaskLocked(task->id, next,
+                        absl::StrCat(WorkerNameLocked(worker_id), " gave it back after a ",
+                                     "transient error (",
+                                     absl::StatusCodeToString(
+                                         static_cast<absl::StatusCode>(failure.code())),
+                                     ": ", failure.message(), "); no death counted"));
+}
+
+absl::Status Coordinator::MoveTaskLocked(int64_t task_id, int64_t worker_id,
+                                         absl::string_view why) {
+  proto::Update u;
+  u.mutable_assign_task()->set_task_id(task_id);
+  u.mutable_assign_task()->set_worker_id(worker_id);
+  RETURN_IF_ERROR(ApplyLocked(u));
+  const CoordinatorState::Task* t = state_.FindTask(task_id);
+  Log(absl::StrCat("task ", task_id, " (job ", t->job_id, ", index ", t->index,
+                   ") assigned to ", WorkerNameLocked(worker_id), ": ", why));
+  return absl::OkStatus();
 }
 
 absl::Status Coordinator::DrainWorkerLocked(int64_t worker_id) {
@@ -403,9 +481,21 @@ absl::Status Coordinator::AssignWaitingTasksLocked() {
   for (const auto& [id, t] : state_.tasks()) {
     if (t.worker_id == 0 && !t.finished) waiting.push_back(id);
   }
+  if (waiting.empty()) return absl::OkStatus();
+  // Each live worker's load, counted once: moving T tasks costs O(T log W + W + their tasks),
+  // not O(T x W) (a worker death in a large fleet moves many tasks at once). Fewest unfinished
+  // tasks first, lowest id on ties, as LeastLoadedWorkerLocked.
+  using Load = std::pair<int64_t, int64_t>;  // (unfinished tasks, worker id)
+  std::priority_queue<Load, std::vector<Load>, std::greater<Load>> loads;
+  for (const auto& [id, w] : state_.workers()) {
+    if (w.alive) loads.push({state_.NumUnfinishedTasks(id), id});
+  }
+  if (loads.empty()) return absl::OkStatus();  // they wait for a worker to heartbeat
+  std::sort(waiting.begin(), waiting.end());  // in task order, whatever the hash order
   for (int64_t task_id : waiting) {
-    int64_t worker = LeastLoadedWorkerLocked();
-    if (worker == 0) return absl::OkStatus();  // they wait for a worker to heartbeat
+    auto [load, worker] = loads.top();
+    loads.pop();
+    loads.push({load + 1, worker});
     proto::Update u;
     u.mutable_assign_task()->set_task_id(task_id);
     u.mutable_assign_task()->set_worker_id(worker);
@@ -526,6 +616,13 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
           failure.code(), ", which is not a deterministic failure (core/util/transient_error.h)"));
     }
   }
+  for (const proto::TaskFailure& back : request.handed_back_tasks()) {
+    if (!IsTransientTaskError(static_cast<absl::StatusCode>(back.code()))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "WorkerHeartbeatRequest.handed_back_tasks: task ", back.task_id(), " with status code ",
+          back.code(), ", which is not a transient error (core/util/transient_error.h)"));
+    }
+  }
   progress_.Record(request);
   if (!request.draining()) NoteHeartbeatArrival(request.worker_address());
   DurableLock lock(this);
@@ -618,6 +715,9 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   }
   for (const proto::TaskFailure& failure : restarted ? kNoFailures : request.failed_tasks()) {
     RETURN_IF_ERROR(TaskFailedLocked(worker_id, failure));
+  }
+  for (const proto::TaskFailure& back : request.handed_back_tasks()) {
+    RETURN_IF_ERROR(TaskHandedBackLocked(worker_id, back));
   }
   // The consumers that read a task to its end from this worker (whichever worker runs it now):
   // they count even if they exited before telling the coordinator themselves (it was down).

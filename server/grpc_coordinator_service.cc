@@ -19,12 +19,23 @@
 #include "grpc/impl/codegen/grpc_types.h"
 
 namespace sluice {
+namespace {
+
+// A call whose caller gave up (its deadline passed, its connection was cut) while it waited
+// for a thread or for the coordinator's lock: dropped before any work, so that in a restart
+// storm the calls clients already retried do not run a second time behind the retries.
+grpc::Status Abandoned() {
+  return grpc::Status(grpc::StatusCode::CANCELLED, "the caller cancelled the call");
+}
+
+}  // namespace
 
 grpc::Status GrpcCoordinatorService::RegisterDataset(grpc::ServerContext* context,
                                                      const proto::RegisterDatasetRequest* request,
                                                      proto::RegisterDatasetResponse* response) {
   grpc::Status a = admission_.Authenticate(*context, kTrainerRole | kAdminRole, "RegisterDataset");
   if (!a.ok()) return a;
+  if (context->IsCancelled()) return Abandoned();
   if (grpc::Status a = admission_.CheckDataset(*request); !a.ok()) return a;
   return ToGrpcStatus(coordinator_->RegisterDataset(*request, response));
 }
@@ -34,6 +45,7 @@ grpc::Status GrpcCoordinatorService::GetOrCreateJob(grpc::ServerContext* context
                                                     proto::GetOrCreateJobResponse* response) {
   grpc::Status a = admission_.Authenticate(*context, kTrainerRole, "GetOrCreateJob");
   if (!a.ok()) return a;
+  if (context->IsCancelled()) return Abandoned();
   return ToGrpcStatus(coordinator_->GetOrCreateJob(*request, response));
 }
 
@@ -42,6 +54,7 @@ grpc::Status GrpcCoordinatorService::GetElementSpec(grpc::ServerContext* context
                                                     proto::GetElementSpecResponse* response) {
   grpc::Status a = admission_.Authenticate(*context, kTrainerRole, "GetElementSpec");
   if (!a.ok()) return a;
+  if (context->IsCancelled()) return Abandoned();
   return ToGrpcStatus(coordinator_->GetElementSpec(*request, response));
 }
 
@@ -64,6 +77,7 @@ grpc::ServerUnaryReactor* ServeHeartbeat(grpc::CallbackServerContext* context,
                                          const char* method_name, Method method) {
   metrics.Started();
   grpc::Status status = admission.Authenticate(*context, needed, method_name);
+  if (status.ok() && context->IsCancelled()) status = Abandoned();
   if (status.ok()) {
     // The request and the answer live on an arena whose first block is on this stack: a
     // heartbeat's strings and repeated fields cost no malloc/free pair each (larger answers,
@@ -126,6 +140,7 @@ grpc::Status GrpcCoordinatorService::GetSplit(grpc::ServerContext* context,
                                               proto::GetSplitResponse* response) {
   grpc::Status a = admission_.Authenticate(*context, kWorkerRole, "GetSplit");
   if (!a.ok()) return a;
+  if (context->IsCancelled()) return Abandoned();
   return ToGrpcStatus(coordinator_->GetSplit(*request, response));
 }
 
@@ -134,6 +149,7 @@ grpc::Status GrpcCoordinatorService::GetStatus(grpc::ServerContext* context,
                                                proto::GetStatusResponse* response) {
   grpc::Status a = admission_.Authenticate(*context, kAdminRole, "GetStatus");
   if (!a.ok()) return a;
+  if (context->IsCancelled()) return Abandoned();
   return ToGrpcStatus(coordinator_->GetStatus(*request, response));
 }
 
@@ -141,6 +157,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     CoordinatorServerOptions options) {
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->host_ = options.host;
+  absl::Duration interval = options.liveness_interval;
+  if (interval <= absl::ZeroDuration()) {
+    interval = std::min(options.coordinator.worker_timeout / 4, absl::Seconds(1));
+    interval = std::max(interval, absl::Milliseconds(10));
+  }
+  // The ticker's period: the coordinator sees its own stalls against it.
+  options.coordinator.liveness_interval = interval;
   // With a work_dir, this replays the journal: a corrupt one is an error here.
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
       Coordinator::Create(options.coordinator);
@@ -180,11 +203,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         absl::StrCat("coordinator: cannot listen on ", listen, " (address in use or invalid?)"));
   }
 
-  absl::Duration interval = options.liveness_interval;
-  if (interval <= absl::ZeroDuration()) {
-    interval = std::min(options.coordinator.worker_timeout / 4, absl::Seconds(1));
-    interval = std::max(interval, absl::Milliseconds(10));
-  }
   CoordinatorServer* raw = s.get();
   s->ticker_ = std::thread([raw, interval] { raw->TickerLoop(interval); });
   return s;

@@ -1,5 +1,8 @@
 #include "server/worker_liveness.h"
 
+#include <algorithm>
+#include <utility>
+
 namespace sluice {
 
 void WorkerLiveness::Heartbeat(int64_t worker_id, absl::Time at) {
@@ -33,6 +36,17 @@ std::optional<absl::Time> WorkerLiveness::LastHeartbeat(int64_t worker_id) const
   auto it = last_.find(worker_id);
   if (it == last_.end()) return std::nullopt;
   return it->second;
+}
+
+void WorkerLiveness::Excuse(absl::Duration stall, absl::Time now) {
+  if (stall <= absl::ZeroDuration()) return;
+  std::set<std::pair<absl::Time, int64_t>> shifted;
+  for (auto& [id, t] : watched_) {
+    t = std::min(t + stall, now);
+    last_[id] = t;
+    shifted.insert({t, id});
+  }
+  by_time_ = std::move(shifted);
 }
 
 std::vector<int64_t> WorkerLiveness::SilentSince(absl::Time cutoff) const {

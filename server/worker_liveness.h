@@ -25,6 +25,11 @@ class WorkerLiveness {
   void Heartbeat(int64_t worker_id, absl::Time at);
   // The worker is dead or drained: no longer watched (its last time stays known for status).
   void Unwatch(int64_t worker_id);
+  // The coordinator itself did not run for `stall` (its process paused or starved, its lock
+  // held): every watched worker's last heartbeat moves `stall` later (at most to `now`), so
+  // that time nobody could have heard them is not counted as their silence. O(W log W); called
+  // only when a stall is seen.
+  void Excuse(absl::Duration stall, absl::Time now);
   // Forgets the worker altogether.
   void Forget(int64_t worker_id);
   // When it last heartbeated, if ever (watched or not).

@@ -472,6 +472,12 @@ absl::Status TaskRunner::DeterministicError() const {
   return s;
 }
 
+absl::Status TaskRunner::TransientError() const {
+  absl::Status s = buffer_->producer_status();
+  if (s.ok() || !IsTransientTaskError(s.code())) return absl::OkStatus();
+  return s;
+}
+
 TaskRunner::~TaskRunner() {
   buffer_->Close();
   if (production_ != nullptr) production_->Close();

@@ -227,6 +227,11 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   // built (Failed()); OK otherwise. The worker reports it to the coordinator, which fails the
   // job (docs/SERVICE.md, "Failure policy").
   absl::Status DeterministicError() const;
+  // The pipeline's error when it is transient (IsTransientTaskError: GetSplit gave up while
+  // the coordinator was down, a store timed out), or the transient error that kept it from
+  // being built; OK otherwise. Its buffer has ended with it: the worker gives the task back
+  // to the coordinator, which runs it again (WorkerHeartbeatRequest.handed_back_tasks).
+  absl::Status TransientError() const;
 
   const proto::TaskDef& task() const { return task_; }
   StepBuffer* buffer() { return buffer_.get(); }

@@ -73,7 +73,17 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
     return absl::InvalidArgumentError("WorkerServer: coordinator_address is required");
   }
   options.service.token = options.security.token;
-  options.executor.check_graph = GraphAdmission(options.data_roots, options.dataset_limits);
+  auto admission = GraphAdmission(options.data_roots, options.dataset_limits);
+  if (options.executor.check_graph) {
+    // The caller's check first (tests delay or fail builds through it), then the data roots.
+    options.executor.check_graph = [first = std::move(options.executor.check_graph),
+                                    admission](const proto::DatasetDef& def) -> absl::Status {
+      RETURN_IF_ERROR(first(def));
+      return admission ? admission(def) : absl::OkStatus();
+    };
+  } else {
+    options.executor.check_graph = std::move(admission);
+  }
   std::unique_ptr<WorkerServer> w(new WorkerServer(std::move(options)));
   w->service_ = std::make_unique<GrpcWorkerService>(w.get(), w->options_.service);
   grpc::ServerBuilder builder;
@@ -111,6 +121,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
                    MakeChannelFactory(w->options_.coordinator_security));
   w->coordinator_ = proto::CoordinatorService::NewStub(channels(w->options_.coordinator_address));
   WorkerServer* raw = w.get();
+  w->build_thread_ = std::thread([raw] { raw->BuildLoop(); });
   w->heartbeat_thread_ = std::thread([raw] { raw->HeartbeatLoop(); });
   return w;
 }
@@ -172,6 +183,13 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     for (const auto& [id, runner] : tasks_) {
       if (runner->finished()) {
         request.add_finished_task_ids(id);
+      } else if (absl::Status transient = runner->TransientError();
+                 !transient.ok() && !draining) {
+        // Given back: the coordinator runs it again (here or elsewhere), no death counted.
+        proto::TaskFailure* f = request.add_handed_back_tasks();
+        f->set_task_id(id);
+        f->set_code(static_cast<int>(transient.code()));
+        f->set_message(std::string(transient.message()));
       } else {
         request.add_active_task_ids(id);
         // Failure policy: the coordinator fails the job and tells this worker to stop it.
@@ -184,6 +202,9 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
       }
       FillTaskProgress(*runner, request.add_task_progress());
     }
+    // Tasks whose pipelines are being built (BuildLoop) run here already, as far as the
+    // coordinator is concerned.
+    for (int64_t id : building_) request.add_active_task_ids(id);
   }
   grpc::ClientContext context;
   context.set_deadline(
@@ -205,32 +226,26 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
                      " as worker ", response.worker_id()));
     worker_id_ = response.worker_id();
   }
+  // Runners given back: dropped before the new tasks, which may list them again.
+  for (const proto::TaskFailure& back : request.handed_back_tasks()) {
+    auto it = tasks_.find(back.task_id());
+    if (it == tasks_.end()) continue;
+    Log(absl::StrCat("task ", back.task_id(), " given back to the coordinator after a ",
+                     "transient error: ", back.message()));
+    to_close.push_back(std::move(it->second));
+    tasks_.erase(it);
+    reported_finished_.erase(back.task_id());
+    first_step_unreported_.erase(back.task_id());
+  }
+  // Built on build_thread_, without mu_: a slow build (a remote listing, a large plan) must
+  // not hold up heartbeats, or the coordinator would take it for a death.
   for (const proto::TaskDef& task : response.new_tasks()) {
-    if (tasks_.contains(task.task_id())) continue;
-    TaskRunnerOptions o;
-    o.buffer_bytes = options_.buffer_bytes;
-    o.retention_bytes = options_.retention_bytes;
-    o.on_change = [wake = wake_] { wake->Signal(); };  // maybe finished: report it now
-    o.on_first_step = [wake = wake_] { wake->Signal(); };  // report its first step now
-    o.detach_unattached_after = options_.detach_unattached_after;
-    o.executor = options_.executor;
-    proto::CoordinatorService::Stub* stub = coordinator_.get();
-    const absl::Duration deadline = options_.rpc_deadline;
-    o.splits = [stub, deadline](const proto::TaskDef& t) -> std::unique_ptr<SplitProvider> {
-      return std::make_unique<CoordinatorSplitProvider>(stub, t, deadline);
-    };
-    absl::StatusOr<std::shared_ptr<TaskRunner>> runner = TaskRunner::Start(task, o);
-    if (!runner.ok()) {
-      // The pipeline cannot be built; its consumers get the error from their streams.
-      Log(absl::StrCat("task ", task.task_id(), " failed to start: ", runner.status().ToString()));
-      runner = TaskRunner::Failed(task, runner.status());
-    }
-    Log(absl::StrCat("started task ", task.task_id(), " (job ", task.job_id(), ", index ",
-                     task.task_index(), "/", task.num_tasks(), ")"));
-    if (runner->get()->DeterministicError().ok()) first_step_unreported_.insert(task.task_id());
-    tasks_[task.task_id()] = *std::move(runner);
+    if (tasks_.contains(task.task_id()) || building_.contains(task.task_id())) continue;
+    building_.insert(task.task_id());
+    to_build_.push_back(task);
   }
   for (int64_t id : response.tasks_to_stop()) {
+    if (building_.contains(id)) cancelled_builds_.insert(id);  // BuildLoop drops it
     auto it = tasks_.find(id);
     if (it == tasks_.end()) continue;
     to_close.push_back(std::move(it->second));
@@ -272,6 +287,63 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   return absl::OkStatus();
 }
 
+std::shared_ptr<TaskRunner> WorkerServer::StartTaskRunner(const proto::TaskDef& task) const {
+  TaskRunnerOptions o;
+  o.buffer_bytes = options_.buffer_bytes;
+  o.retention_bytes = options_.retention_bytes;
+  o.on_change = [wake = wake_] { wake->Signal(); };  // maybe finished: report it now
+  o.on_first_step = [wake = wake_] { wake->Signal(); };  // report its first step now
+  o.detach_unattached_after = options_.detach_unattached_after;
+  o.executor = options_.executor;
+  proto::CoordinatorService::Stub* stub = coordinator_.get();
+  const absl::Duration deadline = options_.rpc_deadline;
+  o.splits = [stub, deadline](const proto::TaskDef& t) -> std::unique_ptr<SplitProvider> {
+    return std::make_unique<CoordinatorSplitProvider>(stub, t, deadline);
+  };
+  absl::StatusOr<std::shared_ptr<TaskRunner>> runner = TaskRunner::Start(task, o);
+  if (!runner.ok()) {
+    // The pipeline cannot be built; its consumers get the error from their streams, and the
+    // next heartbeat reports it (failed_tasks, or handed_back_tasks when transient).
+    Log(absl::StrCat("task ", task.task_id(), " failed to start: ", runner.status().ToString()));
+    return TaskRunner::Failed(task, runner.status());
+  }
+  Log(absl::StrCat("started task ", task.task_id(), " (job ", task.job_id(), ", index ",
+                   task.task_index(), "/", task.num_tasks(), ")"));
+  return *std::move(runner);
+}
+
+bool WorkerServer::BuildDueLocked() const { return stopping_ || !to_build_.empty(); }
+
+void WorkerServer::BuildLoop() {
+  while (true) {
+    proto::TaskDef task;
+    {
+      absl::MutexLock lock(&mu_, absl::Condition(this, &WorkerServer::BuildDueLocked));
+      if (stopping_) return;
+      task = std::move(to_build_.front());
+      to_build_.pop_front();
+      if (cancelled_builds_.erase(task.task_id()) > 0) {
+        building_.erase(task.task_id());
+        continue;
+      }
+    }
+    std::shared_ptr<TaskRunner> runner = StartTaskRunner(task);
+    {
+      absl::MutexLock lock(&mu_);
+      building_.erase(task.task_id());
+      const bool cancelled = cancelled_builds_.erase(task.task_id()) > 0;
+      if (!stopping_ && !cancelled) {
+        if (runner->DeterministicError().ok() && runner->TransientError().ok()) {
+          first_step_unreported_.insert(task.task_id());
+        }
+        tasks_[task.task_id()] = std::move(runner);
+      }
+    }
+    if (runner != nullptr) runner->Close();  // stopped or cancelled while it was built
+    wake_->Signal();  // a failed build is reported at once
+  }
+}
+
 bool WorkerServer::UnreportedFirstStepLocked() const {
   for (int64_t id : first_step_unreported_) {
     auto it = tasks_.find(id);
@@ -284,6 +356,8 @@ bool WorkerServer::UnreportedFinishLocked() const {
   for (const auto& [id, runner] : tasks_) {
     if (reported_finished_.contains(id)) continue;
     if (runner->finished() || !runner->DeterministicError().ok()) return true;
+    // A task given back after a transient error is not hurried: the next heartbeat at its
+    // interval gives it back, which paces the retries of a task that keeps failing so.
   }
   return false;
 }
@@ -375,6 +449,7 @@ void WorkerServer::Stop() {
   }
   wake_->Signal();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (build_thread_.joinable()) build_thread_.join();  // after the build under way, if any
   for (auto& r : runners) r->Close();
   server_->Shutdown(absl::ToChronoTime(absl::Now()));
   server_->Wait();

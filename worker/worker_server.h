@@ -13,6 +13,14 @@
 // A task is reported finished once every consumer has received its end (not merely when the
 // pipeline ended), so a worker lost before that point gets its task reassigned.
 //
+// Pipelines are built on a thread of their own (one task at a time), not on the heartbeat
+// thread nor under the server's lock: a slow build (a remote listing, a plugin loading) must
+// not hold up heartbeats, or the coordinator would take it for a death. A task being built is
+// reported active. A task whose pipeline ends with a transient error (UNAVAILABLE,
+// DEADLINE_EXCEEDED, ...: GetSplit gave up while the coordinator was down) is given back at
+// the next heartbeat (handed_back_tasks) and dropped here; the coordinator runs it again,
+// here or elsewhere, and its consumers reconnect as after a worker death.
+//
 //   ASSIGN_OR_RETURN(auto worker, WorkerServer::Start({.coordinator_address = "host:5000"}));
 //   ... worker->address() ...
 //   worker->Drain(absl::Seconds(30));  // SIGTERM: hand the tasks back, end streams, stop
@@ -22,6 +30,7 @@
 #define SLUICE_WORKER_WORKER_SERVER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -71,6 +80,8 @@ struct WorkerServerOptions {
   // Deadline of each coordinator RPC.
   absl::Duration rpc_deadline = absl::Seconds(10);
   WorkerServiceOptions service;
+  // The executor of every pipeline built here. Its check_graph, when set, runs before the
+  // data-root and dataset-limit checks Start() adds (tests delay or fail builds with it).
   ExecutorOptions executor;
   // StepBufferOptions::detach_unattached_after.
   absl::Duration detach_unattached_after = absl::Seconds(10);
@@ -142,6 +153,12 @@ class WorkerServer : public TaskLookup {
  private:
   explicit WorkerServer(WorkerServerOptions options);
   void HeartbeatLoop();
+  // Builds the pipelines of the tasks heartbeat answers handed over (to_build_), one at a
+  // time, without mu_, and adds their runners to tasks_; exits once stopping_.
+  void BuildLoop();
+  bool BuildDueLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A runner for `task` (TaskRunner::Start), or a Failed one holding the build's error.
+  std::shared_ptr<TaskRunner> StartTaskRunner(const proto::TaskDef& task) const;
   absl::Status Heartbeat(bool draining = false,
                          absl::Duration deadline = absl::InfiniteDuration());
   void Log(absl::string_view line) const;
@@ -212,6 +229,13 @@ class WorkerServer : public TaskLookup {
   // .worker_timeout_ms); zero until one said it.
   absl::Duration coordinator_worker_timeout_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   std::thread heartbeat_thread_;
+  // Tasks handed over and not yet built (BuildLoop): queued in to_build_, and in building_
+  // until their runner is in tasks_ (heartbeats list them as active meanwhile). A task the
+  // coordinator stops while it is built is in cancelled_builds_ and dropped once built.
+  std::deque<proto::TaskDef> to_build_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<int64_t> building_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<int64_t> cancelled_builds_ ABSL_GUARDED_BY(mu_);
+  std::thread build_thread_;
 };
 
 }  // namespace sluice

@@ -845,6 +845,16 @@ TEST_F(CoordinatorTest, ADeterministicTaskFailureFailsItsJobOnceWithTheError) {
   resp.Clear();
   ASSERT_TRUE(coordinator_->WorkerHeartbeat(req, &resp).ok());
   EXPECT_THAT(resp.tasks_to_stop(), ElementsAre(bad_task));
+  // The error may be local to that worker (its memory taken by another job): the task moves
+  // to the other worker, and the job goes on.
+  EXPECT_FALSE(Status().jobs(0).finished());
+  EXPECT_EQ(Client(bad->job_id()).tasks(0).worker_address(), other_worker);
+  // The same error from a second worker fails the job.
+  req.set_worker_address(other_worker);
+  req.add_active_task_ids(good_task);
+  resp.Clear();
+  ASSERT_TRUE(coordinator_->WorkerHeartbeat(req, &resp).ok());
+  EXPECT_THAT(resp.tasks_to_stop(), ElementsAre(bad_task));
 
   proto::ClientHeartbeatRequest creq;
   creq.set_wire_version(proto::WIRE_VERSION_1);
@@ -855,6 +865,8 @@ TEST_F(CoordinatorTest, ADeterministicTaskFailureFailsItsJobOnceWithTheError) {
   EXPECT_THAT(error.message(), HasSubstr(absl::StrCat("job ", bad->job_id(), " (bad) failed")));
   EXPECT_THAT(error.message(), HasSubstr(absl::StrCat("task ", bad_task, " (index 0)")));
   EXPECT_THAT(error.message(), HasSubstr(bad_worker));
+  EXPECT_THAT(error.message(), HasSubstr(other_worker));
+  EXPECT_THAT(error.message(), HasSubstr("failed the same way"));
   EXPECT_THAT(error.message(), HasSubstr("exceed --max_element_bytes"));
   proto::GetStatusResponse status = Status();
   EXPECT_TRUE(status.jobs(0).finished());

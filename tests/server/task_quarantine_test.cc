@@ -4,6 +4,9 @@
 // max_task_worker_deaths distinct workers declared dead within task_death_window of being
 // handed it, none having reported a step of it, with no step of it produced in between.
 // Workers that die while making progress (preemption) never fail a job.
+// Errors that heal (TaskHealTest): a task given back after a transient error runs again with no
+// death counted; a deterministic error moves the task, and fails its job only when a second
+// worker reports the same error or no worker is left to try.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -301,6 +304,150 @@ TEST_F(TaskQuarantineTest, ZeroNeverQuarantines) {
   EXPECT_TRUE(JobError().ok()) << JobError();
   EXPECT_EQ(LogLinesWith("counts against it"), 0);
   HandTo("w9:1", task);
+}
+
+// Errors that heal: the same fixture, reports instead of deaths.
+using TaskHealTest = TaskQuarantineTest;
+
+// A heartbeat from `address` that gives `task` back after a transient error (code `code`).
+proto::WorkerHeartbeatRequest GiveBack(const std::string& address, int64_t task,
+                                       absl::StatusCode code = absl::StatusCode::kUnavailable) {
+  proto::WorkerHeartbeatRequest req;
+  req.set_wire_version(proto::WIRE_VERSION_1);
+  req.set_worker_address(address);
+  proto::TaskFailure* back = req.add_handed_back_tasks();
+  back->set_task_id(task);
+  back->set_code(static_cast<int>(code));
+  back->set_message(absl::StrCat("GetSplit for task ", task, " from the coordinator: ",
+                                 "failed to connect"));
+  return req;
+}
+
+// A heartbeat from `address` reporting that `task` failed with (code, message).
+proto::WorkerHeartbeatRequest Fail(const std::string& address, int64_t task, absl::StatusCode code,
+                                   const std::string& message) {
+  proto::WorkerHeartbeatRequest req;
+  req.set_wire_version(proto::WIRE_VERSION_1);
+  req.set_worker_address(address);
+  req.add_active_task_ids(task);
+  proto::TaskFailure* f = req.add_failed_tasks();
+  f->set_task_id(task);
+  f->set_code(static_cast<int>(code));
+  f->set_message(message);
+  return req;
+}
+
+// The "Why" of issue 32: a coordinator down longer than GetSplit retries ended the task's
+// buffer with UNAVAILABLE, which was never reported, so the task never moved. Now the worker
+// gives it back: it runs again on another worker, no death and no evidence counted.
+TEST_F(TaskHealTest, ATaskGivenBackAfterATransientErrorRunsAgainWithNoDeathCounted) {
+  Heartbeat("w1:1");
+  const int64_t task = PoisonJob();  // one task: made with one live worker
+  Heartbeat("w2:1");
+  HandTo("w1:1", task);
+  proto::WorkerHeartbeatResponse resp;
+  ASSERT_TRUE(coordinator_->WorkerHeartbeat(GiveBack("w1:1", task), &resp).ok());
+  for (const proto::TaskDef& t : resp.new_tasks()) EXPECT_NE(t.task_id(), task);
+  HandTo("w2:1", task);
+  // A stale give-back (the task moved since) changes nothing.
+  ASSERT_TRUE(coordinator_->WorkerHeartbeat(GiveBack("w1:1", task), &resp).ok());
+  EXPECT_THAT(Heartbeat("w2:1", {task}).tasks_to_stop(), IsEmpty());
+  // Given back again and again: it goes on moving, never counted against the task.
+  for (int i = 0; i < 5; ++i) {
+    const std::string from = i % 2 == 0 ? "w2:1" : "w1:1";
+    const std::string to = i % 2 == 0 ? "w1:1" : "w2:1";
+    ASSERT_TRUE(coordinator_->WorkerHeartbeat(GiveBack(from, task), &resp).ok());
+    HandTo(to, task);
+  }
+  EXPECT_TRUE(JobError().ok()) << JobError();
+  EXPECT_EQ(LogLinesWith("counts against it"), 0);
+  EXPECT_EQ(LogLinesWith("is dead"), 0);
+  EXPECT_GE(LogLinesWith("gave it back after a transient error"), 6);
+  const proto::StateSnapshot snapshot = coordinator_->Snapshot();
+  for (const proto::Update& u : snapshot.updates()) {
+    EXPECT_FALSE(u.has_task_worker_lost()) << u.ShortDebugString();
+    EXPECT_FALSE(u.has_fail_job()) << u.ShortDebugString();
+  }
+}
+
+// Alone, a worker that gives a task back gets it again at its next heartbeat (which paces
+// the retries); a give-back with a code that is not transient is refused.
+TEST_F(TaskHealTest, ALoneWorkerGetsItsGivenBackTaskAgain) {
+  Heartbeat("w1:1");
+  const int64_t task = PoisonJob();
+  HandTo("w1:1", task);
+  proto::WorkerHeartbeatResponse resp;
+  absl::Status refused = coordinator_->WorkerHeartbeat(
+      GiveBack("w1:1", task, absl::StatusCode::kInvalidArgument), &resp);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("handed_back_tasks"));
+  resp.Clear();
+  ASSERT_TRUE(coordinator_->WorkerHeartbeat(GiveBack("w1:1", task), &resp).ok());
+  ASSERT_EQ(resp.new_tasks_size(), 1);
+  EXPECT_EQ(resp.new_tasks(0).task_id(), task);
+  EXPECT_TRUE(JobError().ok()) << JobError();
+}
+
+// Errors local to one worker (its memory, its data root, a plugin it lacks) move the task;
+// different errors on two workers move it on to a third; with nobody left to try, the job
+// fails with the last error.
+TEST_F(TaskHealTest, ADeterministicErrorMovesTheTaskUntilNoWorkerIsLeftToTry) {
+  Heartbeat("w1:1");
+  const int64_t task = PoisonJob();
+  Heartbeat("w2:1");
+  Heartbeat("w3:1");
+  HandTo("w1:1", task);
+  proto::WorkerHeartbeatResponse resp;
+  ASSERT_TRUE(coordinator_
+                  ->WorkerHeartbeat(Fail("w1:1", task, absl::StatusCode::kResourceExhausted,
+                                         "batch: over --max_process_bytes"),
+                                    &resp)
+                  .ok());
+  EXPECT_THAT(resp.tasks_to_stop(), ::testing::ElementsAre(task));
+  EXPECT_TRUE(JobError().ok()) << JobError();
+  HandTo("w2:1", task);
+  ASSERT_TRUE(coordinator_
+                  ->WorkerHeartbeat(Fail("w2:1", task, absl::StatusCode::kNotFound,
+                                         "plugin libmy_op.so not found"),
+                                    &resp)
+                  .ok());
+  EXPECT_TRUE(JobError().ok()) << JobError();
+  HandTo("w3:1", task);
+  // A fourth worker joins after the task left; w3 fails it differently; w4 gets it.
+  Heartbeat("w4:1");
+  ASSERT_TRUE(coordinator_
+                  ->WorkerHeartbeat(Fail("w3:1", task, absl::StatusCode::kPermissionDenied,
+                                         "outside --data_root"),
+                                    &resp)
+                  .ok());
+  EXPECT_TRUE(JobError().ok()) << JobError();
+  HandTo("w4:1", task);
+  ASSERT_TRUE(coordinator_
+                  ->WorkerHeartbeat(Fail("w4:1", task, absl::StatusCode::kDataLoss,
+                                         "corrupt record at offset 12"),
+                                    &resp)
+                  .ok());
+  absl::Status error = JobError();
+  EXPECT_EQ(error.code(), absl::StatusCode::kDataLoss) << error;
+  EXPECT_THAT(error.message(), HasSubstr("corrupt record at offset 12"));
+  EXPECT_THAT(error.message(), HasSubstr("no other live worker is left to try it"));
+  EXPECT_THAT(error.message(), HasSubstr("3 other worker(s)"));
+}
+
+// One worker's deterministic error, with no other worker: the job fails at once, as before.
+TEST_F(TaskHealTest, ALoneWorkersDeterministicErrorFailsTheJobAtOnce) {
+  Heartbeat("w1:1");
+  const int64_t task = PoisonJob();
+  HandTo("w1:1", task);
+  proto::WorkerHeartbeatResponse resp;
+  ASSERT_TRUE(coordinator_
+                  ->WorkerHeartbeat(Fail("w1:1", task, absl::StatusCode::kInvalidArgument,
+                                         "map: no such column"),
+                                    &resp)
+                  .ok());
+  absl::Status error = JobError();
+  EXPECT_EQ(error.code(), absl::StatusCode::kInvalidArgument) << error;
+  EXPECT_THAT(error.message(), HasSubstr("w1:1"));
 }
 
 }  // namespace
