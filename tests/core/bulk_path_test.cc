@@ -387,11 +387,16 @@ TEST(BulkPathTest, TFRecordFilesParsedInBlocksSequentialAndParallel) {
       "'label': FixedLenFeature([], tf.int64, default_value=-1), "
       "'score': FixedLenFeature([2], tf.float32)})";
   int runs = 0;
-  for (const bool corrupt : {false, true}) {
+  // buffer_size=1000: records straddle the reader's buffers, which a parallel map's reads hand
+  // to its jobs as views (TFRecordReader::ReadRecordView).
+  for (const auto& [corrupt, buffer] : {std::pair<bool, std::string>{false, ""},
+                                        {true, ""},
+                                        {false, ", buffer_size=1000"},
+                                        {true, ", buffer_size=1000"}}) {
     std::vector<std::string> list = files;
     if (corrupt) list.push_back(cut);
     const std::string source =
-        absl::StrCat("tf_record_dataset(['", absl::StrJoin(list, "', '"), "'])");
+        absl::StrCat("tf_record_dataset(['", absl::StrJoin(list, "', '"), "']", buffer, ")");
     for (const std::string parallel : {"", ", num_parallel_calls=2", ", num_parallel_calls=3",
                                        ", num_parallel_calls=-1",
                                        ", num_parallel_calls=2, deterministic=True"}) {
@@ -408,7 +413,7 @@ TEST(BulkPathTest, TFRecordFilesParsedInBlocksSequentialAndParallel) {
       }
     }
   }
-  EXPECT_EQ(runs, 50);
+  EXPECT_EQ(runs, 100);
   // Not vacuous: bad records are element errors, and the cut file ends in DATA_LOSS after the
   // records before the cut, on both paths.
   for (const bool bulk : {true, false}) {
@@ -608,11 +613,11 @@ TEST(BulkPathTest, TFRecordChecksDeferredOffTheReadLockKeepRowsAndErrors) {
     ASSERT_EQ(n, 200);
     ASSERT_NE(check, nullptr);
     int64_t good = -1;
-    EXPECT_TRUE(check(&good).ok());
+    EXPECT_TRUE(check(&block, &good).ok());
     ASSERT_TRUE(source->GetNextBlockDeferringChecks(200, &block, &n, &end, &check).ok());
     ASSERT_EQ(n, 200);
     ASSERT_NE(check, nullptr);
-    const absl::Status s = check(&good);
+    const absl::Status s = check(&block, &good);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
     EXPECT_EQ(good, 33);
     EXPECT_TRUE(absl::StrContains(
