@@ -27,10 +27,12 @@
 #include "core/data/ops/map_iterator.h"
 #include "core/data/ops/source_iterators.h"
 #include "core/io/tfrecord_writer.h"
+#include "core/tensor/host_memory.h"
 #include "gtest/gtest.h"
 #include "proto/example.pb.h"
 #include "sluice/dataset.h"
 #include "tests/core/record_test_util.h"
+#include "tests/core/scoped_process_limits.h"
 
 namespace sluice {
 namespace {
@@ -681,6 +683,54 @@ class CountingPoolSource : public Iterator {
  private:
   std::unique_ptr<Iterator> inner_;
 };
+
+// A parallel map over a TFRecord file copies its records out of the reader's buffers on its
+// jobs, in the block's BlockCheck (TFRecordReader::ReadRecordView); when the allocator refuses
+// that block (here: a block is cut a record past --max_element_bytes, so it is over it), the
+// check returns the allocator's RESOURCE_EXHAUSTED naming the source with no good row (the map
+// then ends with it, as after a corrupted first row), and nothing stays charged.
+TEST(BulkPathTest, ARefusedViewBlockIsResourceExhaustedWithNoRows) {
+  record_test::TempDir dir;
+  const std::string file = dir.path() + "/big.tfrecord";
+  {
+    auto w = TFRecordWriter::Open(file);
+    ASSERT_TRUE(w.ok()) << w.status();
+    for (int i = 0; i < 400; ++i) ASSERT_TRUE((*w)->Write(std::string(2000, 'a' + i % 26)).ok());
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  const int64_t before = ProcessMemoryBudget().in_use();
+  for (const int64_t element_bytes : {int64_t{30000}, int64_t{1} << 30}) {
+    SCOPED_TRACE(element_bytes);
+    absl::StatusOr<Dataset> ds =
+        Dataset::Parse(absl::StrCat("tf_record_dataset(['", file, "'], buffer_size=8192)"));
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
+    ASSERT_TRUE(it.ok()) << it.status();
+    auto* source = dynamic_cast<DeferredCheckBlockSource*>(it->get());
+    ASSERT_NE(source, nullptr);
+    ScopedProcessLimits limits({.process_bytes = int64_t{1} << 40, .element_bytes = element_bytes});
+    Element block;
+    int64_t n = 0;
+    bool end = false;
+    DeferredCheckBlockSource::BlockCheck check;
+    ASSERT_TRUE(source->GetNextBlockDeferringChecks(32, &block, &n, &end, &check).ok());
+    ASSERT_NE(check, nullptr);
+    int64_t good = -1;
+    const absl::Status s = check(&block, &good);
+    if (element_bytes == 30000) {
+      EXPECT_EQ(n, 16);  // 16 x 2000 bytes: the first past 30000
+      EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+      EXPECT_TRUE(absl::StrContains(s.message(), "tf_record_dataset")) << s;
+      EXPECT_EQ(good, 0);
+    } else {  // not vacuous: the same block under the default limit
+      EXPECT_EQ(n, 32);
+      EXPECT_TRUE(s.ok()) << s;
+      ASSERT_EQ(block.leaf().num_elements(), 32);
+      EXPECT_EQ(block.leaf().string_at(31), std::string(2000, 'a' + 31 % 26));
+    }
+  }
+  EXPECT_EQ(ProcessMemoryBudget().in_use(), before);
+}
 
 // A parallel map pulling its input on the pool keeps reading ahead while its consumer is away
 // (busy downstream or descheduled), up to its bound of 2 * parallelism blocks held, and no
