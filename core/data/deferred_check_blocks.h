@@ -1,17 +1,20 @@
 // DeferredCheckBlockSource: a block source (Iterator::GetNextBlock) whose checks of a block's
-// content can run after the read, on another thread, outside the caller's lock.
+// content, and the building of the block itself, can run after the read, on another thread,
+// outside the caller's lock.
 //
 // Why: a parallel map that pulls a record file's blocks on the pool
 // (Iterator::BlocksPullableOnPool) reads them under a lock, so that blocks come in file order;
 // all the work done under that lock is serial, and it bounds how far the map scales. Verifying
-// TFRecord data checksums is about a third of a read's CPU time and needs no order, so a
-// source implementing this interface reads without verifying and hands the verification back
-// as a closure, which the map runs after releasing its lock, beside the next read.
+// TFRecord data checksums, copying each record out of the read buffer and allocating its
+// string are most of a read's CPU time and need no order, so a source implementing this
+// interface only frames the records under the lock (which bytes are which record) and hands
+// the rest back as a closure, which the map runs after releasing its lock, beside the next
+// read.
 //
 //   DeferredCheckBlockSource::BlockCheck check;
 //   { lock; s = source->GetNextBlockDeferringChecks(rows, &block, &n, &end, &check); }
 //   int64_t good = n;
-//   if (check != nullptr) s = check(&good);  // no lock held
+//   if (check != nullptr) s = check(&block, &good);  // no lock held
 //   // !s.ok(): use the block's first `good` rows, then end with s; pull the source no more.
 //
 // Thread safety: GetNextBlockDeferringChecks as GetNextBlock (one call at a time); a returned
@@ -29,16 +32,18 @@ namespace sluice {
 
 class DeferredCheckBlockSource {
  public:
-  // Verifies the block it came with. OK, or the error GetNextBlock would have returned after
-  // the block's first *good_rows rows (then set; *good_rows may be 0), e.g. DATA_LOSS naming
-  // the file and byte offset of a corrupted record.
-  using BlockCheck = std::function<absl::Status(int64_t* good_rows)>;
+  // Completes and verifies the block it came with: *block is the `out` of that call, which the
+  // check may build only now. OK, or the error GetNextBlock would have returned after the
+  // block's first *good_rows rows (then set; *good_rows may be 0, and *block holds at least
+  // those rows), e.g. DATA_LOSS naming the file and byte offset of a corrupted record, or
+  // RESOURCE_EXHAUSTED when the memory budget refuses the block.
+  using BlockCheck = std::function<absl::Status(Element* block, int64_t* good_rows)>;
 
-  // As Iterator::GetNextBlock, except that checks of the block's content may be left to *check
-  // (set to an empty function when there are none). The caller runs *check before it uses the
-  // block; a failed check is the source's terminal error: the caller uses the block's first
-  // *good_rows rows, then ends with that error, and calls the source no more (it has read past
-  // the bad row). Errors found while reading are returned here, as GetNextBlock's.
+  // As Iterator::GetNextBlock, except that checks of the block's content, and building *out,
+  // may be left to *check (set to an empty function when there are none; *n is set either
+  // way). The caller runs *check on *out before it uses the block; a failed check is the
+  // source's terminal error: the caller uses the block's first *good_rows rows, then ends with
+  // that error, and calls the source no more (it has read past the bad row). Errors found while reading are returned here, as GetNextBlock's.
   virtual absl::Status GetNextBlockDeferringChecks(int64_t max_elements, Element* out,
                                                    int64_t* n, bool* end_of_sequence,
                                                    BlockCheck* check) = 0;

@@ -51,27 +51,56 @@ TFRecordReader::TFRecordReader(std::unique_ptr<InputStream> stream,
                                const TFRecordReaderOptions& options,
                                std::optional<uint64_t> size)
     : compressed_(options.compression != Compression::kNone),
-      size_(compressed_ ? std::nullopt : size) {
-  size_t buffer_size = options.buffer_size == 0 ? kDefaultBufferSize : options.buffer_size;
-  buffer_size = std::max<size_t>(buffer_size, 64);
+      size_(compressed_ ? std::nullopt : size),
+      buffer_size_(std::max<size_t>(
+          options.buffer_size == 0 ? kDefaultBufferSize : options.buffer_size, 64)) {
   if (compressed_) {
-    stream_ = NewZlibInputStream(std::move(stream), options.compression, buffer_size);
+    stream_ = NewZlibInputStream(std::move(stream), options.compression, buffer_size_);
   } else {
     stream_ = std::move(stream);
   }
-  buf_.resize(buffer_size);
+}
+
+struct TFRecordReader::Chunk {
+  explicit Chunk(size_t n) : bytes(new char[n]), size(n) {}
+  ~Chunk() { ProcessMemoryBudget().Release(static_cast<int64_t>(size)); }
+  Chunk(const Chunk&) = delete;
+  Chunk& operator=(const Chunk&) = delete;
+
+  const std::unique_ptr<char[]> bytes;
+  const size_t size;
+};
+
+absl::Status TFRecordReader::NewChunk() {
+  const int64_t bytes = static_cast<int64_t>(buffer_size_);
+  if (!ProcessMemoryBudget().TryCharge(bytes)) {
+    return ProcessMemoryBudget().Refusal(
+        bytes, absl::StrCat("reading TFRecord file ", filename()),
+        absl::StrCat("a read buffer of ", bytes, " bytes"));
+  }
+  auto chunk = std::make_shared<Chunk>(buffer_size_);
+  const size_t avail = limit_ - pos_;
+  if (avail > 0) std::memcpy(chunk->bytes.get(), buf_ + pos_, avail);
+  chunk_ = std::move(chunk);
+  buf_ = chunk_->bytes.get();
+  chunk_lent_ = false;
+  pos_ = 0;
+  limit_ = avail;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<size_t> TFRecordReader::Fill(size_t n) {
   size_t avail = limit_ - pos_;
   if (avail >= n || eof_) return avail;
-  if (pos_ > 0) {
-    std::memmove(buf_.data(), buf_.data() + pos_, avail);
+  if (chunk_ == nullptr || chunk_lent_) {
+    RETURN_IF_ERROR(NewChunk());
+  } else if (pos_ > 0) {
+    std::memmove(buf_, buf_ + pos_, avail);
     pos_ = 0;
     limit_ = avail;
   }
   while (limit_ < n && !eof_) {
-    ASSIGN_OR_RETURN(size_t got, stream_->Read(buf_.data() + limit_, buf_.size() - limit_));
+    ASSIGN_OR_RETURN(size_t got, stream_->Read(buf_ + limit_, buffer_size_ - limit_));
     if (got == 0) eof_ = true;
     limit_ += got;
   }
@@ -80,18 +109,18 @@ absl::StatusOr<size_t> TFRecordReader::Fill(size_t n) {
 
 absl::StatusOr<size_t> TFRecordReader::ReadBytes(char* dst, size_t n) {
   size_t from_buf = std::min(n, limit_ - pos_);
-  std::memcpy(dst, buf_.data() + pos_, from_buf);
+  if (from_buf > 0) std::memcpy(dst, buf_ + pos_, from_buf);
   pos_ += from_buf;
   size_t done = from_buf;
   if (done == n || eof_) return done;
-  if (n - done >= buf_.size()) {  // large remainder: straight into dst
+  if (n - done >= buffer_size_) {  // large remainder: straight into dst
     ASSIGN_OR_RETURN(size_t got, stream_->Read(dst + done, n - done));
     if (got < n - done) eof_ = true;
     return done + got;
   }
   ASSIGN_OR_RETURN(size_t avail, Fill(n - done));
   size_t k = std::min(avail, n - done);
-  std::memcpy(dst + done, buf_.data() + pos_, k);
+  if (k > 0) std::memcpy(dst + done, buf_ + pos_, k);
   pos_ += k;
   return done + k;
 }
@@ -108,7 +137,7 @@ absl::Status TFRecordReader::ReadHeader(uint64_t* length) {
   if (avail < kTFRecordHeaderBytes) {
     return Truncated(kTFRecordHeaderBytes + kTFRecordFooterBytes, avail);
   }
-  const char* h = buf_.data() + pos_;
+  const char* h = buf_ + pos_;
   uint64_t len = DecodeFixed64(h);
   if (crc32c::Unmask(DecodeFixed32(h + 8)) != crc32c::Value(h, 8)) {
     return absl::DataLossError(absl::StrCat("corrupted record at byte offset ", offset_,
@@ -135,28 +164,38 @@ absl::Status TFRecordReader::CheckData(absl::string_view data, const UncheckedDa
                                           " of file ", filename, " (data checksum mismatch)"));
 }
 
-absl::Status TFRecordReader::Read(std::string* record, UncheckedData* unchecked) {
-  if (!error_.ok()) return error_;
-  uint64_t length;
-  absl::Status s = ReadHeader(&length);
+absl::Status TFRecordReader::ReadCheckedHeader(uint64_t* length, uint64_t* total) {
+  absl::Status s = ReadHeader(length);
   if (!s.ok()) return Fail(s);
-  const uint64_t total = kTFRecordHeaderBytes + length + kTFRecordFooterBytes;
-  if (length > UINT64_MAX - 64 ||
-      (size_.has_value() && (offset_ > *size_ || total > *size_ - offset_))) {
+  *total = kTFRecordHeaderBytes + *length + kTFRecordFooterBytes;
+  if (*length > UINT64_MAX - 64 ||
+      (size_.has_value() && (offset_ > *size_ || *total > *size_ - offset_))) {
     uint64_t got = size_.has_value() && *size_ > offset_ ? *size_ - offset_ : 0;
-    return Fail(Truncated(total, got));
+    return Fail(Truncated(*total, got));
   }
   const int64_t element_limit = ProcessMemoryBudget().limits().element_bytes;
-  if (length > static_cast<uint64_t>(element_limit)) {
+  if (*length > static_cast<uint64_t>(element_limit)) {
     return Fail(absl::ResourceExhaustedError(absl::StrCat(
-        "the record at byte offset ", offset_, " of file ", filename(), " has ", length,
+        "the record at byte offset ", offset_, " of file ", filename(), " has ", *length,
         " bytes, more than the memory limit of one element, ", element_limit,
         " bytes (--max_element_bytes)")));
   }
+  return absl::OkStatus();
+}
+
+absl::Status TFRecordReader::Read(std::string* record, UncheckedData* unchecked) {
+  if (!error_.ok()) return error_;
+  uint64_t length, total;
+  RETURN_IF_ERROR(ReadCheckedHeader(&length, &total));
   pos_ += kTFRecordHeaderBytes;
+  return ReadData(length, total, record, unchecked);
+}
+
+absl::Status TFRecordReader::ReadData(uint64_t length, uint64_t total, std::string* record,
+                                      UncheckedData* unchecked) {
   // The data and its crc. Small records come out of the buffer in one piece.
   if (limit_ - pos_ >= length + kTFRecordFooterBytes) {
-    const char* d = buf_.data() + pos_;
+    const char* d = buf_ + pos_;
     const UncheckedData data{offset_, DecodeFixed32(d + length)};
     if (unchecked != nullptr) {
       *unchecked = data;
@@ -194,6 +233,34 @@ absl::Status TFRecordReader::Read(std::string* record, UncheckedData* unchecked)
   return absl::OkStatus();
 }
 
+absl::Status TFRecordReader::ReadRecordView(absl::string_view* data, UncheckedData* unchecked,
+                                            std::shared_ptr<const void>* owner) {
+  if (!error_.ok()) return error_;
+  uint64_t length, total;
+  RETURN_IF_ERROR(ReadCheckedHeader(&length, &total));
+  if (total > buffer_size_) {  // larger than a buffer: a string of its own
+    pos_ += kTFRecordHeaderBytes;
+    auto record = std::make_shared<std::string>();
+    RETURN_IF_ERROR(ReadData(length, total, record.get(), unchecked));
+    *data = *record;
+    *owner = std::move(record);
+    return absl::OkStatus();
+  }
+  // The whole record in the buffer: the header is there already, Fill reads the rest (into a
+  // new buffer, with the header, when views hold this one).
+  absl::StatusOr<size_t> avail = Fill(static_cast<size_t>(total));
+  if (!avail.ok()) return Fail(avail.status());
+  if (*avail < total) return Fail(Truncated(total, *avail));
+  const char* d = buf_ + pos_ + kTFRecordHeaderBytes;
+  *unchecked = UncheckedData{offset_, DecodeFixed32(d + length)};
+  *data = absl::string_view(d, static_cast<size_t>(length));
+  if (*owner != chunk_) *owner = chunk_;
+  chunk_lent_ = true;
+  pos_ += static_cast<size_t>(total);
+  offset_ += total;
+  return absl::OkStatus();
+}
+
 absl::Status TFRecordReader::SkipRecord() {
   if (!error_.ok()) return error_;
   uint64_t length;
@@ -223,7 +290,7 @@ absl::Status TFRecordReader::SkipRecord() {
   skip -= limit_ - pos_;
   pos_ = limit_;
   while (skip > 0) {
-    absl::StatusOr<size_t> avail = Fill(std::min<uint64_t>(skip, buf_.size()));
+    absl::StatusOr<size_t> avail = Fill(std::min<uint64_t>(skip, buffer_size_));
     if (!avail.ok()) return Fail(avail.status());
     if (*avail == 0) return Fail(Truncated(total, total - skip));
     size_t k = static_cast<size_t>(std::min<uint64_t>(skip, *avail));

@@ -5,7 +5,13 @@
 //
 // (core/util/crc32c.h for the mask), optionally inside a GZIP or ZLIB stream. Reads are buffered
 // (`buffer_size`, 256 KiB by default) and records are copied once, from the buffer or straight
-// from the file, into the caller's string.
+// from the file, into the caller's string; or, with ReadRecordView, not at all: the caller gets
+// a view into the buffer and a reference that keeps that buffer alive (a parallel map copies
+// and parses the records on its own threads, outside the lock that orders the reads). Buffers
+// are charged to the process's memory budget (core/tensor/host_memory.h) for as long as the
+// reader or any view holds them; a buffer a view holds is never written again (the reader
+// reads on into a new one, copying the partial record at its end, so records straddling two
+// reads come out whole).
 //
 // Errors (the reader is then stuck on them):
 //   NOT_FOUND            the file is missing (naming it)
@@ -14,6 +20,7 @@
 //                        offset N of file F: ..." when the file ends inside a record (TF also
 //                        fails there); corrupt or truncated compressed data. Offsets of a
 //                        compressed file are in its uncompressed bytes.
+//   RESOURCE_EXHAUSTED   the memory budget refused a read buffer (naming the file).
 //
 // Thread safety: none; one reader per thread.
 #ifndef SLUICE_CORE_TFRECORD_READER_H_
@@ -72,6 +79,15 @@ class TFRecordReader {
   static absl::Status CheckData(absl::string_view data, const UncheckedData& unchecked,
                                 absl::string_view filename);
 
+  // As ReadRecordUnchecked, without copying: *data views the record in a read buffer that
+  // *owner keeps alive (*owner is replaced only when the buffer differs from the one it holds,
+  // so a caller keeping one reference per buffer passes the last one back). The buffer's bytes
+  // stay charged to the memory budget until the last such reference goes; a record larger than
+  // the buffer comes in a string of its own, owned by *owner. The view stays valid, and may be
+  // read on any thread, for as long as a reference lives, whatever the reader does meanwhile.
+  absl::Status ReadRecordView(absl::string_view* data, UncheckedData* unchecked,
+                              std::shared_ptr<const void>* owner);
+
   // Moves past the next record checking only its length checksum (what the record index
   // needs): the data is skipped with a seek on an uncompressed file. Same errors as ReadRecord
   // except data checksum mismatches.
@@ -88,9 +104,21 @@ class TFRecordReader {
   TFRecordReader(std::unique_ptr<InputStream> stream, const TFRecordReaderOptions& options,
                  std::optional<uint64_t> size);
 
-  // Makes at least `n` bytes available in the buffer unless the stream ends first; returns how
-  // many are available.
+  // A read buffer: its bytes, charged to the process's memory budget while it lives.
+  struct Chunk;
+
+  // Makes at least `n` (<= buffer_size_) bytes available in the buffer unless the stream ends
+  // first; returns how many are available. Reads into a new buffer when there is none yet or
+  // views hold the current one. RESOURCE_EXHAUSTED when the budget refuses the buffer.
   absl::StatusOr<size_t> Fill(size_t n);
+  // Moves the unread bytes into a new buffer of buffer_size_ bytes.
+  absl::Status NewChunk();
+  // ReadHeader, then the checks of the length against the file's size and the element limit;
+  // sets *total to the record's framed size. Failures are sticky (Fail).
+  absl::Status ReadCheckedHeader(uint64_t* length, uint64_t* total);
+  // The data and footer of a record whose header was consumed, into *record.
+  absl::Status ReadData(uint64_t length, uint64_t total, std::string* record,
+                        UncheckedData* unchecked);
   // Reads the header at offset_; sets *length. OUT_OF_RANGE at a clean end.
   absl::Status ReadHeader(uint64_t* length);
   // Copies `n` bytes into dst, from the buffer then the stream; returns how many (less at EOF).
@@ -106,7 +134,10 @@ class TFRecordReader {
   std::unique_ptr<InputStream> stream_;
   const bool compressed_;
   const std::optional<uint64_t> size_;
-  std::vector<char> buf_;
+  const size_t buffer_size_;
+  std::shared_ptr<Chunk> chunk_;  // null until the first read
+  char* buf_ = nullptr;           // chunk_'s bytes
+  bool chunk_lent_ = false;       // a view holds chunk_: never write it again
   size_t pos_ = 0;    // next unread byte in buf_
   size_t limit_ = 0;  // end of valid bytes in buf_
   bool eof_ = false;

@@ -27,10 +27,12 @@
 #include "core/data/ops/map_iterator.h"
 #include "core/data/ops/source_iterators.h"
 #include "core/io/tfrecord_writer.h"
+#include "core/tensor/host_memory.h"
 #include "gtest/gtest.h"
 #include "proto/example.pb.h"
 #include "sluice/dataset.h"
 #include "tests/core/record_test_util.h"
+#include "tests/core/scoped_process_limits.h"
 
 namespace sluice {
 namespace {
@@ -387,11 +389,16 @@ TEST(BulkPathTest, TFRecordFilesParsedInBlocksSequentialAndParallel) {
       "'label': FixedLenFeature([], tf.int64, default_value=-1), "
       "'score': FixedLenFeature([2], tf.float32)})";
   int runs = 0;
-  for (const bool corrupt : {false, true}) {
+  // buffer_size=1000: records straddle the reader's buffers, which a parallel map's reads hand
+  // to its jobs as views (TFRecordReader::ReadRecordView).
+  for (const auto& [corrupt, buffer] : {std::pair<bool, std::string>{false, ""},
+                                        {true, ""},
+                                        {false, ", buffer_size=1000"},
+                                        {true, ", buffer_size=1000"}}) {
     std::vector<std::string> list = files;
     if (corrupt) list.push_back(cut);
     const std::string source =
-        absl::StrCat("tf_record_dataset(['", absl::StrJoin(list, "', '"), "'])");
+        absl::StrCat("tf_record_dataset(['", absl::StrJoin(list, "', '"), "']", buffer, ")");
     for (const std::string parallel : {"", ", num_parallel_calls=2", ", num_parallel_calls=3",
                                        ", num_parallel_calls=-1",
                                        ", num_parallel_calls=2, deterministic=True"}) {
@@ -408,7 +415,7 @@ TEST(BulkPathTest, TFRecordFilesParsedInBlocksSequentialAndParallel) {
       }
     }
   }
-  EXPECT_EQ(runs, 50);
+  EXPECT_EQ(runs, 100);
   // Not vacuous: bad records are element errors, and the cut file ends in DATA_LOSS after the
   // records before the cut, on both paths.
   for (const bool bulk : {true, false}) {
@@ -608,11 +615,11 @@ TEST(BulkPathTest, TFRecordChecksDeferredOffTheReadLockKeepRowsAndErrors) {
     ASSERT_EQ(n, 200);
     ASSERT_NE(check, nullptr);
     int64_t good = -1;
-    EXPECT_TRUE(check(&good).ok());
+    EXPECT_TRUE(check(&block, &good).ok());
     ASSERT_TRUE(source->GetNextBlockDeferringChecks(200, &block, &n, &end, &check).ok());
     ASSERT_EQ(n, 200);
     ASSERT_NE(check, nullptr);
-    const absl::Status s = check(&good);
+    const absl::Status s = check(&block, &good);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
     EXPECT_EQ(good, 33);
     EXPECT_TRUE(absl::StrContains(
@@ -676,6 +683,54 @@ class CountingPoolSource : public Iterator {
  private:
   std::unique_ptr<Iterator> inner_;
 };
+
+// A parallel map over a TFRecord file copies its records out of the reader's buffers on its
+// jobs, in the block's BlockCheck (TFRecordReader::ReadRecordView); when the allocator refuses
+// that block (here: a block is cut a record past --max_element_bytes, so it is over it), the
+// check returns the allocator's RESOURCE_EXHAUSTED naming the source with no good row (the map
+// then ends with it, as after a corrupted first row), and nothing stays charged.
+TEST(BulkPathTest, ARefusedViewBlockIsResourceExhaustedWithNoRows) {
+  record_test::TempDir dir;
+  const std::string file = dir.path() + "/big.tfrecord";
+  {
+    auto w = TFRecordWriter::Open(file);
+    ASSERT_TRUE(w.ok()) << w.status();
+    for (int i = 0; i < 400; ++i) ASSERT_TRUE((*w)->Write(std::string(2000, 'a' + i % 26)).ok());
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  const int64_t before = ProcessMemoryBudget().in_use();
+  for (const int64_t element_bytes : {int64_t{30000}, int64_t{1} << 30}) {
+    SCOPED_TRACE(element_bytes);
+    absl::StatusOr<Dataset> ds =
+        Dataset::Parse(absl::StrCat("tf_record_dataset(['", file, "'], buffer_size=8192)"));
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
+    ASSERT_TRUE(it.ok()) << it.status();
+    auto* source = dynamic_cast<DeferredCheckBlockSource*>(it->get());
+    ASSERT_NE(source, nullptr);
+    ScopedProcessLimits limits({.process_bytes = int64_t{1} << 40, .element_bytes = element_bytes});
+    Element block;
+    int64_t n = 0;
+    bool end = false;
+    DeferredCheckBlockSource::BlockCheck check;
+    ASSERT_TRUE(source->GetNextBlockDeferringChecks(32, &block, &n, &end, &check).ok());
+    ASSERT_NE(check, nullptr);
+    int64_t good = -1;
+    const absl::Status s = check(&block, &good);
+    if (element_bytes == 30000) {
+      EXPECT_EQ(n, 16);  // 16 x 2000 bytes: the first past 30000
+      EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+      EXPECT_TRUE(absl::StrContains(s.message(), "tf_record_dataset")) << s;
+      EXPECT_EQ(good, 0);
+    } else {  // not vacuous: the same block under the default limit
+      EXPECT_EQ(n, 32);
+      EXPECT_TRUE(s.ok()) << s;
+      ASSERT_EQ(block.leaf().num_elements(), 32);
+      EXPECT_EQ(block.leaf().string_at(31), std::string(2000, 'a' + 31 % 26));
+    }
+  }
+  EXPECT_EQ(ProcessMemoryBudget().in_use(), before);
+}
 
 // A parallel map pulling its input on the pool keeps reading ahead while its consumer is away
 // (busy downstream or descheduled), up to its bound of 2 * parallelism blocks held, and no

@@ -452,14 +452,15 @@ class ParallelMapIterator : public OpIterator {
     unit->done = true;
   }
 
-  // Runs a block's deferred checks (DeferredCheckBlockSource), outside in_mu_. On a failure the
+  // Runs a block's deferred checks, which build the block (DeferredCheckBlockSource), outside
+  // in_mu_. On a failure the
   // unit keeps the rows before the bad one, the units read after it are dropped, and the error
   // ends the input, as if the read had returned it after those rows; returns whether rows are
   // left to map. When an earlier unit failed first, this unit is gone already and nothing changes.
   bool CheckBlock(const DeferredCheckBlockSource::BlockCheck& check,
                   const std::shared_ptr<Unit>& unit) ABSL_LOCKS_EXCLUDED(mu_, in_mu_) {
     int64_t good = unit->rows;
-    absl::Status s = check(&good);
+    absl::Status s = check(&unit->block, &good);
     if (s.ok()) return true;
     absl::MutexLock lock(&mu_);
     auto it = std::find(units_.begin(), units_.end(), unit);

@@ -60,9 +60,10 @@ using ElementFn = std::function<absl::StatusOr<Element>(Element)>;
 // others map and the consumer's thread only hands out mapped blocks (or runs a job still
 // queued rather than wait). A finished job queues the next one itself while fewer than
 // 2 * parallelism blocks are held or coming, so the pool reads ahead while the consumer is away.
-// Blocks are queued in read order: same elements, order and errors. In input order, TFRecord
-// data checksums are verified after the read, outside the input's lock
-// (core/data/deferred_check_blocks.h), with the same result as verifying them in the read.
+// Blocks are queued in read order: same elements, order and errors. Under the input's lock a
+// TFRecord source only frames its records in the reader's buffers; copying them out and
+// verifying their data checksums is done after it, outside the lock
+// (core/data/deferred_check_blocks.h), with the same result as doing it in the read.
 //
 // `autotune` (num_parallel_calls=AUTOTUNE, with num_parallel_calls the most it may use): the map
 // starts running one unit at a time and hill-climbs as tf.data's AUTOTUNE does: every 256

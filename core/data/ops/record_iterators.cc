@@ -33,11 +33,19 @@ absl::Status ValidateRange(const proto::RecordRange& r) {
   return absl::OkStatus();
 }
 
-// A record read without verifying its data (RecordFile::ReadUnchecked): what verifies it.
+// A record read without verifying its data (RecordFile::ReadView): what verifies it.
 struct UncheckedRecord {
   bool unchecked = false;  // false: verified already, or the format has nothing to verify
   TFRecordReader::UncheckedData data;
   std::shared_ptr<const std::string> filename;  // the file's, as its reader names it
+};
+
+// A record framed under the read lock and copied out (and verified) later, off it: a view into
+// a read buffer, or the record itself when its format copied it already.
+struct RecordView {
+  absl::string_view data;  // valid while the block holds the buffer's owner; unused if has_owned
+  std::string owned;
+  bool has_owned = false;
 };
 
 // One file's records, whatever the format.
@@ -45,10 +53,15 @@ class RecordFile {
  public:
   virtual ~RecordFile() = default;
   virtual absl::Status Read(std::string* record) = 0;  // OUT_OF_RANGE at the end
-  // As Read, leaving checks of the record's data to the caller, as *unchecked says.
-  virtual absl::Status ReadUnchecked(std::string* record, UncheckedRecord* unchecked) {
+  // As Read, leaving checks of the record's data to the caller, as *unchecked says, and the
+  // copy out of the read buffer too: *view views the record in a buffer that *owner keeps
+  // alive (TFRecordReader::ReadRecordView), or owns the record.
+  virtual absl::Status ReadView(RecordView* view, std::shared_ptr<const void>* owner,
+                                UncheckedRecord* unchecked) {
+    (void)owner;
     unchecked->unchecked = false;
-    return Read(record);
+    view->has_owned = true;
+    return Read(&view->owned);
   }
   virtual absl::Status SeekToRecord(int64_t i) = 0;
 };
@@ -60,10 +73,12 @@ class TFRecordFile : public RecordFile {
         index_(std::move(index)),
         filename_(std::make_shared<const std::string>(reader_->filename())) {}
   absl::Status Read(std::string* record) override { return reader_->ReadRecord(record); }
-  absl::Status ReadUnchecked(std::string* record, UncheckedRecord* unchecked) override {
+  absl::Status ReadView(RecordView* view, std::shared_ptr<const void>* owner,
+                        UncheckedRecord* unchecked) override {
     unchecked->unchecked = true;
     if (unchecked->filename != filename_) unchecked->filename = filename_;
-    return reader_->ReadRecordUnchecked(record, &unchecked->data);
+    view->has_owned = false;
+    return reader_->ReadRecordView(&view->data, &unchecked->data, owner);
   }
   absl::Status SeekToRecord(int64_t i) override {
     if (index_.has_value()) {
@@ -159,8 +174,10 @@ class FixedLengthFormat : public RecordFormat {
 };
 
 // Files in order, optionally limited to a record range.
-// Implements DeferredCheckBlockSource: a parallel map pulling its blocks verifies the TFRecord
-// data checksums outside its read lock.
+// Implements DeferredCheckBlockSource: a parallel map pulling its blocks does only the framing
+// under its read lock (one read() per buffer, record boundaries, length checksums); copying
+// the records out of the buffers and verifying their data checksums is the block's BlockCheck,
+// run outside the lock.
 class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSource {
  public:
   SequentialRecordIterator(std::string label, std::vector<std::string> files,
@@ -190,7 +207,7 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
   // next call, after those records, where the per-element path returns it.
   absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
                                     bool* end_of_sequence) override {
-    return ReadBlock(max_elements, out, n, end_of_sequence, nullptr);
+    return ReadBlock(max_elements, out, n, end_of_sequence);
   }
 
  public:
@@ -201,56 +218,131 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
     *check = nullptr;
     *n = 0;
     *end_of_sequence = false;
-    UncheckedBlock unchecked;
-    absl::Status s = ReadBlock(max_elements, out, n, end_of_sequence, &unchecked);
-    if (!s.ok() || *end_of_sequence) {
-      *n = 0;
-      return s;
-    }
-    if (unchecked.rows.empty()) return absl::OkStatus();
-    *check = [unchecked = std::move(unchecked), block = out->leaf(),
-              label = label()](int64_t* good_rows) -> absl::Status {
-      for (const UncheckedBlockRow& r : unchecked.rows) {
-        absl::Status c = TFRecordReader::CheckData(block.string_at(r.row), r.data,
-                                                   *unchecked.filenames[r.file]);
-        if (!c.ok()) {
-          *good_rows = r.row;
-          return absl::Status(c.code(), absl::StrCat(label, ": ", c.message()));
-        }
-      }
-      return absl::OkStatus();
+    ViewBlock views;
+    absl::Status s = ReadViews(max_elements, &views, end_of_sequence);
+    if (!s.ok() || *end_of_sequence) return s;
+    *n = static_cast<int64_t>(views.rows.size());
+    *out = Element();
+    *check = [views = std::move(views), label = label()](Element* block,
+                                                         int64_t* good_rows) mutable {
+      return BuildBlock(&views, label, block, good_rows);
     };
     return absl::OkStatus();
   }
 
  private:
-  // A row of a block read without verifying its data; `file` indexes the block's filenames.
-  struct UncheckedBlockRow {
-    int64_t row;
+  // A row of a block read as a view: the record, where its bytes live (`owner` indexes the
+  // block's owners) and, when its data is still to verify, its checksum (`file` indexes the
+  // block's filenames).
+  struct ViewRow {
+    RecordView record;
+    size_t owner = 0;
+    bool unchecked = false;
     TFRecordReader::UncheckedData data;
-    size_t file;
+    size_t file = 0;
   };
-  // The rows of a block still to verify and the files they came from (one name per file, not
-  // per row: no reference count touched per record on the reading and the checking threads).
-  struct UncheckedBlock {
-    std::vector<UncheckedBlockRow> rows;
+  // A block framed but not copied: its rows, the buffers they view and the files they came
+  // from (one reference per buffer and per file, not per row: no reference count touched per
+  // record on the reading and the copying threads).
+  struct ViewBlock {
+    std::vector<ViewRow> rows;
+    std::vector<std::shared_ptr<const void>> owners;
     std::vector<std::shared_ptr<const std::string>> filenames;
   };
 
-  // GetNextBlockInternal, verifying every record (unchecked null) or leaving the checks of the
-  // rows that need them to *unchecked.
-  absl::Status ReadBlock(int64_t max_elements, Element* out, int64_t* n, bool* end_of_sequence,
-                         UncheckedBlock* unchecked) {
+  // The BlockCheck of GetNextBlockDeferringChecks: copies the rows out of their buffers,
+  // verifying each one's data before it, into *block (a 1-D string tensor, charged to the
+  // memory budget), and drops the block's references to the buffers. On a corrupted record the
+  // block holds the rows before it (*good_rows of them) and its DATA_LOSS is returned; when the
+  // allocator refuses the tensor, *good_rows is 0 and its RESOURCE_EXHAUSTED is returned.
+  static absl::Status BuildBlock(ViewBlock* views, const std::string& label, Element* block,
+                                 int64_t* good_rows) {
+    std::vector<std::string> records;
+    records.reserve(views->rows.size());
+    absl::Status bad;
+    for (ViewRow& r : views->rows) {
+      const absl::string_view d = r.record.has_owned ? r.record.owned : r.record.data;
+      if (r.unchecked) {
+        absl::Status c = TFRecordReader::CheckData(d, r.data, *views->filenames[r.file]);
+        if (!c.ok()) {
+          bad = absl::Status(c.code(), absl::StrCat(label, ": ", c.message()));
+          break;
+        }
+      }
+      if (r.record.has_owned) {
+        records.push_back(std::move(r.record.owned));
+      } else {
+        records.emplace_back(d);
+      }
+    }
+    // The buffers go back to the budget as soon as their records are copied.
+    views->rows.clear();
+    views->owners.clear();
+    *good_rows = static_cast<int64_t>(records.size());
+    if (records.empty()) return bad;
+    absl::StatusOr<Tensor> t =
+        Tensor::TryFromStrings(std::move(records), Shape({*good_rows}), label);
+    if (!t.ok()) {
+      *good_rows = 0;
+      return t.status();
+    }
+    *block = Element(*std::move(t));
+    return bad;
+  }
+
+  // GetNextBlockInternal's reads as views: up to max_elements rows, fewer when they hold more
+  // than an element's bytes, or when a read error came after some (then pending_).
+  absl::Status ReadViews(int64_t max_elements, ViewBlock* views, bool* end_of_sequence) {
+    if (!pending_.ok()) return pending_;
+    views->rows.reserve(static_cast<size_t>(std::min<int64_t>(max_elements, 4096)));
+    const int64_t element_limit = ProcessMemoryBudget().limits().element_bytes;
+    int64_t bytes = 0;
+    UncheckedRecord check;
+    std::shared_ptr<const void> owner;
+    while (static_cast<int64_t>(views->rows.size()) < max_elements) {
+      ViewRow row;
+      bool end = false;
+      absl::Status s = ReadWith(
+          [&](RecordFile* f) { return f->ReadView(&row.record, &owner, &check); }, &end);
+      if (!s.ok()) {
+        if (views->rows.empty()) return s;
+        pending_ = s;
+        break;
+      }
+      if (end) break;
+      if (!row.record.has_owned) {
+        if (views->owners.empty() || views->owners.back() != owner) {
+          views->owners.push_back(owner);
+        }
+        row.owner = views->owners.size() - 1;
+      }
+      if (check.unchecked) {
+        if (views->filenames.empty() || views->filenames.back() != check.filename) {
+          views->filenames.push_back(check.filename);
+        }
+        row.unchecked = true;
+        row.data = check.data;
+        row.file = views->filenames.size() - 1;
+      }
+      bytes += static_cast<int64_t>(row.record.has_owned ? row.record.owned.size()
+                                                          : row.record.data.size());
+      views->rows.push_back(std::move(row));
+      if (bytes > element_limit) break;
+    }
+    if (views->rows.empty()) *end_of_sequence = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadBlock(int64_t max_elements, Element* out, int64_t* n, bool* end_of_sequence) {
     if (!pending_.ok()) return pending_;
     std::vector<std::string> records;
     records.reserve(static_cast<size_t>(std::min<int64_t>(max_elements, 4096)));
     const int64_t element_limit = ProcessMemoryBudget().limits().element_bytes;
     int64_t bytes = 0;
-    UncheckedRecord check;
     while (static_cast<int64_t>(records.size()) < max_elements) {
       std::string record;
       bool end = false;
-      absl::Status s = Read(&record, &end, unchecked == nullptr ? nullptr : &check);
+      absl::Status s = Read(&record, &end);
       if (!s.ok()) {
         if (records.empty()) return s;
         pending_ = s;
@@ -258,13 +350,6 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
       }
       if (end) break;
       bytes += static_cast<int64_t>(record.size());
-      if (check.unchecked) {
-        if (unchecked->filenames.empty() || unchecked->filenames.back() != check.filename) {
-          unchecked->filenames.push_back(check.filename);
-        }
-        unchecked->rows.push_back({static_cast<int64_t>(records.size()), check.data,
-                                   unchecked->filenames.size() - 1});
-      }
       records.push_back(std::move(record));
       // A block is at most one element's worth (the batch it goes to checks the element limit
       // on what it gathers): a huge max_elements does not read the file into memory.
@@ -283,9 +368,15 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
   }
 
  private:
-  // The next record, or *end at the end of the files (or of the range). With `unchecked`, its
-  // data checks may be left to the caller (RecordFile::ReadUnchecked).
-  absl::Status Read(std::string* record, bool* end, UncheckedRecord* unchecked = nullptr) {
+  // The next record, or *end at the end of the files (or of the range).
+  absl::Status Read(std::string* record, bool* end) {
+    return ReadWith([record](RecordFile* f) { return f->Read(record); }, end);
+  }
+
+  // The next record read from its file by `read` (a RecordFile method), or *end at the end of
+  // the files (or of the range).
+  template <typename ReadFn>
+  absl::Status ReadWith(const ReadFn& read, bool* end) {
     if (range_.has_value() && !positioned_) {
       RETURN_IF_ERROR(Position());
       positioned_ = true;
@@ -303,8 +394,7 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
         current_ = *std::move(f);
         ++next_file_;
       }
-      absl::Status s = unchecked == nullptr ? current_->Read(record)
-                                            : current_->ReadUnchecked(record, unchecked);
+      absl::Status s = read(current_.get());
       if (absl::IsOutOfRange(s)) {
         current_.reset();
         continue;
