@@ -23,15 +23,19 @@ grpc::Status GrpcCoordinatorService::RegisterDataset(grpc::ServerContext* contex
                                                      const proto::RegisterDatasetRequest* request,
                                                      proto::RegisterDatasetResponse* response) {
   if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
+  const std::string caller = admission_.Identify(*context);
+  if (grpc::Status a = admission_.AdmitCreate(caller, "RegisterDataset"); !a.ok()) return a;
   if (grpc::Status a = admission_.CheckDataset(*request); !a.ok()) return a;
-  return ToGrpcStatus(coordinator_->RegisterDataset(*request, response));
+  return ToGrpcStatus(coordinator_->RegisterDataset(*request, response, caller));
 }
 
 grpc::Status GrpcCoordinatorService::GetOrCreateJob(grpc::ServerContext* context,
                                                     const proto::GetOrCreateJobRequest* request,
                                                     proto::GetOrCreateJobResponse* response) {
   if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
-  return ToGrpcStatus(coordinator_->GetOrCreateJob(*request, response));
+  const std::string caller = admission_.Identify(*context);
+  if (grpc::Status a = admission_.AdmitCreate(caller, "GetOrCreateJob"); !a.ok()) return a;
+  return ToGrpcStatus(coordinator_->GetOrCreateJob(*request, response, caller));
 }
 
 grpc::Status GrpcCoordinatorService::GetElementSpec(grpc::ServerContext* context,
@@ -123,6 +127,9 @@ grpc::Status GrpcCoordinatorService::GetStatus(grpc::ServerContext* context,
                                                const proto::GetStatusRequest* request,
                                                proto::GetStatusResponse* response) {
   if (grpc::Status a = admission_.Authenticate(*context); !a.ok()) return a;
+  if (grpc::Status a = admission_.AdmitStatusPoll(admission_.Identify(*context)); !a.ok()) {
+    return a;
+  }
   return ToGrpcStatus(coordinator_->GetStatus(*request, response));
 }
 
@@ -137,7 +144,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   s->coordinator_ = *std::move(coordinator);
   s->service_ = std::make_unique<GrpcCoordinatorService>(
       s->coordinator_.get(),
-      RequestAdmission(options.security.token, options.data_roots, options.dataset_limits));
+      RequestAdmission(options.security.token, options.data_roots, options.dataset_limits,
+                       options.admission_rates, options.caller_identity));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -1,14 +1,20 @@
 // RequestAdmission: what the coordinator's gRPC adapter checks before a request reaches the
-// Coordinator: the shared token on every call, and on RegisterDataset the graph bounds and the
+// Coordinator: the shared token on every call, on RegisterDataset the graph bounds and the
 // data roots (the coordinator itself lists and indexes files for some policies, so it reads
-// only under its roots too). docs/SERVICE.md, "Security".
+// only under its roots too), and per caller identity (caller_identity.h) the rate of status
+// polls and of requests that create state (RegisterDataset, GetOrCreateJob). docs/SERVICE.md,
+// "Security" and "Admission". The quotas on what an identity holds are the Coordinator's
+// (CoordinatorOptions::max_jobs_per_identity and the others), as they need its state.
 //
 //   if (grpc::Status s = admission_.Authenticate(*context); !s.ok()) return s;
+//   const std::string caller = admission_.Identify(*context);
+//   if (grpc::Status s = admission_.AdmitStatusPoll(caller); !s.ok()) return s;
 //
-// Thread safety: immutable; thread-safe.
+// Thread safety: thread-safe (copies share their rate limiters).
 #ifndef SLUICE_SERVER_REQUEST_ADMISSION_H_
 #define SLUICE_SERVER_REQUEST_ADMISSION_H_
 
+#include <memory>
 #include <string>
 
 #include "core/data/data_roots.h"
@@ -16,15 +22,34 @@
 #include "core/rpc/token_auth.h"
 #include "grpcpp/server_context.h"
 #include "proto/coordinator.pb.h"
+#include "server/caller_identity.h"
+#include "server/rate_limiter.h"
 
 namespace sluice {
 
+// Per-identity rates (token buckets, rate_limiter.h). A rate of 0 or less: no limit.
+struct AdmissionRates {
+  // GetStatus calls per second of one identity (a page counts as a call), and the burst it
+  // may spend at once (sluicectl status following pages).
+  double status_per_second = 20;
+  double status_burst = 40;
+  // RegisterDataset and GetOrCreateJob calls per second of one identity, and their burst.
+  double creates_per_second = 50;
+  double creates_burst = 100;
+  // Identities tracked at most (RateLimiterOptions::max_keys).
+  size_t max_identities = 10000;
+  // Time source. Borrowed: must outlive the admission. nullptr: the real clock.
+  Clock* clock = nullptr;
+};
+
 class RequestAdmission {
  public:
-  // Admits everything (no token, no roots) within the default graph bounds.
-  RequestAdmission() = default;
-  RequestAdmission(std::string token, DataRoots roots, DatasetLimits limits)
-      : auth_(std::move(token)), roots_(std::move(roots)), limits_(limits) {}
+  // Admits everything (no token, no roots, no rate limit) within the default graph bounds.
+  RequestAdmission() : RequestAdmission("", DataRoots(), DatasetLimits(), NoRates()) {}
+  // `identify` finds a call's identity; nullptr: CallerIdentity.
+  RequestAdmission(std::string token, DataRoots roots, DatasetLimits limits,
+                   AdmissionRates rates = AdmissionRates(),
+                   CallerIdentityFunction identify = nullptr);
 
   // TokenAuth::Check: OK, or UNAUTHENTICATED "missing or invalid token".
   grpc::Status Authenticate(const grpc::ServerContextBase& context) const {
@@ -36,10 +61,28 @@ class RequestAdmission {
   // the Coordinator, which reports the parser's error.
   grpc::Status CheckDataset(const proto::RegisterDatasetRequest& request) const;
 
+  // The identity the call's limits and quotas are kept under (CallerIdentity by default).
+  std::string Identify(const grpc::ServerContextBase& context) const { return identify_(context); }
+  // RESOURCE_EXHAUSTED naming the limit (status_per_second) and its flag when `caller` polls
+  // status faster than AdmissionRates allow; OK otherwise.
+  grpc::Status AdmitStatusPoll(absl::string_view caller) const;
+  // The same for RegisterDataset and GetOrCreateJob (creates_per_second).
+  grpc::Status AdmitCreate(absl::string_view caller, absl::string_view method) const;
+
  private:
+  static AdmissionRates NoRates() {
+    AdmissionRates r;
+    r.status_per_second = 0;
+    r.creates_per_second = 0;
+    return r;
+  }
+
   TokenAuth auth_;
   DataRoots roots_;
   DatasetLimits limits_;
+  CallerIdentityFunction identify_;
+  std::shared_ptr<RateLimiter> status_polls_;
+  std::shared_ptr<RateLimiter> creates_;
 };
 
 }  // namespace sluice
