@@ -11,7 +11,7 @@
 //                      [--idle_job_ttl=10m] [--unused_dataset_ttl=10m]
 //                      [--max_jobs_per_identity=1000] [--max_datasets_per_identity=1000]
 //                      [--max_dataset_bytes_per_identity=268435456]
-//                      [--max_status_per_second=20] [--max_creates_per_second=50]
+//                      [--max_status_per_second=100] [--max_creates_per_second=200]
 //                      [--status_page_size=100]
 //
 // Bounded state and admission (docs/SERVICE.md, "Bounded state", "Admission"): abandoned jobs
@@ -96,10 +96,10 @@ ABSL_FLAG(int64_t, max_datasets_per_identity, 1000,
 ABSL_FLAG(int64_t, max_dataset_bytes_per_identity, int64_t{256} << 20,
           "Bytes of serialized dataset graphs one caller identity may have registered; 0: no "
           "limit.");
-ABSL_FLAG(double, max_status_per_second, 20,
+ABSL_FLAG(double, max_status_per_second, 100,
           "GetStatus calls per second of one caller identity (bursts of twice as many); 0: no "
           "limit.");
-ABSL_FLAG(double, max_creates_per_second, 50,
+ABSL_FLAG(double, max_creates_per_second, 200,
           "RegisterDataset and GetOrCreateJob calls per second of one caller identity (bursts "
           "of twice as many); 0: no limit.");
 ABSL_FLAG(int64_t, status_page_size, 100,

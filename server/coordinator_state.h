@@ -162,6 +162,7 @@ class CoordinatorState {
   // without walking every job.
   const std::set<int64_t>& ranges_jobs() const { return ranges_jobs_; }
   size_t num_datasets() const { return datasets_.size(); }
+  const std::map<std::string, Dataset>& datasets() const { return datasets_; }
   // The ids of the datasets no job names (Dataset::num_jobs 0), ascending: what the dataset
   // collector looks at, without walking every dataset.
   const std::set<std::string>& unused_datasets() const { return unused_datasets_; }

@@ -31,11 +31,11 @@ namespace sluice {
 struct AdmissionRates {
   // GetStatus calls per second of one identity (a page counts as a call), and the burst it
   // may spend at once (sluicectl status following pages).
-  double status_per_second = 20;
-  double status_burst = 40;
+  double status_per_second = 100;
+  double status_burst = 200;
   // RegisterDataset and GetOrCreateJob calls per second of one identity, and their burst.
-  double creates_per_second = 50;
-  double creates_burst = 100;
+  double creates_per_second = 200;
+  double creates_burst = 400;
   // Identities tracked at most (RateLimiterOptions::max_keys).
   size_t max_identities = 10000;
   // Time source. Borrowed: must outlive the admission. nullptr: the real clock.
