@@ -23,7 +23,7 @@ std::string PeerHost(absl::string_view peer) {
   return std::string(peer);
 }
 
-std::string CallerIdentity(const grpc::ServerContextBase& context) {
+std::string CoordinatorCallerIdentity(const grpc::ServerContextBase& context) {
   return PeerHost(context.peer());
 }
 

@@ -1,8 +1,8 @@
-// CallerIdentity: who is calling the coordinator, as the string the per-identity quotas and
-// rate limits (docs/SERVICE.md, "Admission") are kept under. Today: the host of the call's
-// peer address ("127.0.0.1", "::1"), so that one machine's callers share their limits; an
-// authenticated identity (mTLS certificate, per-role token) replaces it where it exists, by
-// changing this one function.
+// CoordinatorCallerIdentity: who is calling the coordinator, as the string the per-identity
+// quotas and rate limits (docs/SERVICE.md, "Admission") are kept under. Today: the host of the
+// call's peer address ("127.0.0.1", "::1"), so that one machine's callers share their limits;
+// an authenticated identity (mTLS certificate, per-role token: core/rpc/caller_identity.h on
+// the identity branch, CallerIdentity()) replaces it by changing this one function's body.
 //
 // Thread safety: a pure function; thread-safe.
 #ifndef SLUICE_SERVER_CALLER_IDENTITY_H_
@@ -18,13 +18,13 @@ namespace sluice {
 
 // The identity of the caller of `context`'s call: its peer's host, or the whole peer string
 // when it has no host (a Unix socket: "unix:/path"). Never empty ("unknown" without a peer).
-std::string CallerIdentity(const grpc::ServerContextBase& context);
+std::string CoordinatorCallerIdentity(const grpc::ServerContextBase& context);
 
 // The host part of a gRPC peer string: "ipv4:10.0.0.1:5000" -> "10.0.0.1",
 // "ipv6:[::1]:5000" -> "::1"; any other form is returned as it is ("unknown" when empty).
 std::string PeerHost(absl::string_view peer);
 
-// How the gRPC adapter finds a call's identity: CallerIdentity, or a test's fake.
+// How the gRPC adapter finds a call's identity: CoordinatorCallerIdentity, or a test's fake.
 using CallerIdentityFunction = std::function<std::string(const grpc::ServerContextBase&)>;
 
 }  // namespace sluice

@@ -104,7 +104,7 @@ struct CoordinatorServerOptions {
   DatasetLimits dataset_limits;
   // Per-identity rate limits (docs/SERVICE.md, "Admission"); the quotas are in `coordinator`.
   AdmissionRates admission_rates;
-  // Test only: how a call's identity is found. nullptr: CallerIdentity (the peer's host).
+  // Test only: how a call's identity is found. nullptr: CoordinatorCallerIdentity (the peer's host).
   CallerIdentityFunction caller_identity;
 };
 

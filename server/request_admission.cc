@@ -12,7 +12,7 @@ RequestAdmission::RequestAdmission(std::string token, DataRoots roots, DatasetLi
     : auth_(std::move(token)),
       roots_(std::move(roots)),
       limits_(limits),
-      identify_(identify ? std::move(identify) : CallerIdentityFunction(CallerIdentity)),
+      identify_(identify ? std::move(identify) : CallerIdentityFunction(CoordinatorCallerIdentity)),
       status_polls_(std::make_shared<RateLimiter>(RateLimiterOptions{
           rates.status_per_second, rates.status_burst, rates.max_identities, rates.clock})),
       creates_(std::make_shared<RateLimiter>(RateLimiterOptions{

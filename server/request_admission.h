@@ -46,7 +46,7 @@ class RequestAdmission {
  public:
   // Admits everything (no token, no roots, no rate limit) within the default graph bounds.
   RequestAdmission() : RequestAdmission("", DataRoots(), DatasetLimits(), NoRates()) {}
-  // `identify` finds a call's identity; nullptr: CallerIdentity.
+  // `identify` finds a call's identity; nullptr: CoordinatorCallerIdentity.
   RequestAdmission(std::string token, DataRoots roots, DatasetLimits limits,
                    AdmissionRates rates = AdmissionRates(),
                    CallerIdentityFunction identify = nullptr);
@@ -61,7 +61,7 @@ class RequestAdmission {
   // the Coordinator, which reports the parser's error.
   grpc::Status CheckDataset(const proto::RegisterDatasetRequest& request) const;
 
-  // The identity the call's limits and quotas are kept under (CallerIdentity by default).
+  // The identity the call's limits and quotas are kept under (CoordinatorCallerIdentity by default).
   std::string Identify(const grpc::ServerContextBase& context) const { return identify_(context); }
   // RESOURCE_EXHAUSTED naming the limit (status_per_second) and its flag when `caller` polls
   // status faster than AdmissionRates allow; OK otherwise.
