@@ -28,11 +28,9 @@ ABSL_FLAG(int64_t, watch_count, 0, "status --watch: stop after this many frames;
 namespace sluice {
 namespace {
 
-// GetStatus pages: entries asked per page (the coordinator caps it at its
-// max_status_page_size), and pages followed at most (a coordinator with more workers and jobs
-// than kStatusPageSize * kMaxStatusPages is shown in part).
-constexpr int64_t kStatusPageSize = 1000;
-constexpr int64_t kMaxStatusPages = 10000;
+// GetStatus pages followed at most (each of the coordinator's --status_page_size entries): a
+// bound on the loop, far above any fleet.
+constexpr int64_t kMaxStatusPages = 100000;
 
 const char* PolicyName(proto::ShardingPolicy p) {
   switch (p) {
@@ -215,11 +213,10 @@ int StatusMain(const std::vector<std::string>& positional) {
   std::optional<proto::GetStatusResponse> previous;
   absl::Time previous_at;
   for (int64_t frame = 1;; ++frame) {
-    // The status comes in pages (proto GetStatusRequest): follow them into one response,
-    // the largest pages the coordinator gives, each page a bounded call.
+    // The status comes in pages (proto GetStatusRequest) of the coordinator's size
+    // (--status_page_size): follow them into one response, each page a bounded call.
     proto::GetStatusResponse response;
     proto::GetStatusRequest request;
-    request.set_page_size(kStatusPageSize);
     absl::Status s;
     for (int64_t page = 0; page < kMaxStatusPages; ++page) {
       proto::GetStatusResponse part;
