@@ -10,8 +10,13 @@
 // Errors, by code: INVALID_ARGUMENT a malformed request (the message names the field, or
 // carries the pipeline parser's message); NOT_FOUND an unknown dataset, job or task id;
 // FAILED_PRECONDITION a wire version mismatch or a request that does not fit the state
-// (GetSplit on a non-DYNAMIC job); UNAVAILABLE no live input worker yet (retry). A failed
-// request changes nothing.
+// (GetSplit on a non-DYNAMIC job); UNAVAILABLE no live input worker yet (retry);
+// RESOURCE_EXHAUSTED a caller identity over a per-identity quota (max_jobs_per_identity and
+// the others, named in the message). A failed request changes nothing.
+//
+// Bounded state (docs/SERVICE.md, "Bounded state"): finished jobs, dead workers, abandoned
+// jobs (idle_job_ttl) and unused datasets (unused_dataset_ttl) are collected; workers' task
+// lists hold unfinished tasks only; GetStatus answers in pages.
 //
 // Liveness: a worker silent for `worker_timeout` (by the injected clock) is declared dead and
 // its unfinished tasks go to the live worker with the fewest unfinished tasks (or wait,
