@@ -737,13 +737,20 @@ int main(int argc, char** argv) {
       coordinator_cpu_before_restart + ProcessCpuSeconds(pid) - coordinator_cpu0;
   const double self_cpu = SelfCpuSeconds() - self_cpu0;
 
-  sluice::proto::GetStatusResponse status;
-  {
-    grpc::ClientContext ctx;
-    setup->GetStatus(&ctx, sluice::proto::GetStatusRequest(), &status);
-  }
+  // The status comes in pages (the workers first): follow them, a bounded number.
   int64_t dead = 0;
-  for (const auto& w : status.workers()) dead += w.alive() ? 0 : 1;
+  {
+    sluice::proto::GetStatusRequest req;
+    req.set_page_size(1000);
+    for (int page = 0; page < 1000; ++page) {
+      sluice::proto::GetStatusResponse status;
+      grpc::ClientContext ctx;
+      if (!setup->GetStatus(&ctx, req, &status).ok()) break;
+      for (const auto& w : status.workers()) dead += w.alive() ? 0 : 1;
+      if (status.next_page_token().empty() || status.workers_size() == 0) break;
+      req.set_page_token(status.next_page_token());
+    }
+  }
   absl::Duration max_gap = absl::ZeroDuration();
   for (const Worker& w : workers) max_gap = std::max(max_gap, w.max_gap);
   const int64_t wb = worker_beats.load(), cb = consumer_beats.load();

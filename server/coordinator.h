@@ -10,8 +10,13 @@
 // Errors, by code: INVALID_ARGUMENT a malformed request (the message names the field, or
 // carries the pipeline parser's message); NOT_FOUND an unknown dataset, job or task id;
 // FAILED_PRECONDITION a wire version mismatch or a request that does not fit the state
-// (GetSplit on a non-DYNAMIC job); UNAVAILABLE no live input worker yet (retry). A failed
-// request changes nothing.
+// (GetSplit on a non-DYNAMIC job); UNAVAILABLE no live input worker yet (retry);
+// RESOURCE_EXHAUSTED a caller identity over a per-identity quota (max_jobs_per_identity and
+// the others, named in the message). A failed request changes nothing.
+//
+// Bounded state (docs/SERVICE.md, "Bounded state"): finished jobs, dead workers, abandoned
+// jobs (idle_job_ttl) and unused datasets (unused_dataset_ttl) are collected; workers' task
+// lists hold unfinished tasks only; GetStatus answers in pages.
 //
 // Liveness: a worker silent for `worker_timeout` (by the injected clock) is declared dead and
 // its unfinished tasks go to the live worker with the fewest unfinished tasks (or wait,
@@ -110,6 +115,34 @@ struct CoordinatorOptions {
   // never declares deaths. Zero: not measured (tests that step a fake clock by whole
   // timeouts without ticks).
   absl::Duration liveness_interval = absl::ZeroDuration();
+  // Bounded state (docs/SERVICE.md, "Bounded state"). An unfinished job of any kind (named or
+  // anonymous, any number of consumers) that no consumer has asked about (GetOrCreateJob,
+  // ClientHeartbeat, GetElementSpec by job id) for this long is abandoned: it fails with
+  // FAILED_PRECONDITION naming idle_job_ttl, its workers stop its tasks, and it is removed
+  // finished_job_ttl later (its name then free). Counted from its creation, or from the
+  // coordinator's start for a job replayed from the journal. Checked by CheckWorkerLiveness().
+  // Zero or less: never.
+  absl::Duration idle_job_ttl = absl::Minutes(10);
+  // A dataset no job names (its last job was removed, or none was ever created) for this long
+  // is removed, and its owner's quota freed; registering the same graph again gives it back
+  // with the same id. Checked by CheckWorkerLiveness(). Zero or less: never.
+  absl::Duration unused_dataset_ttl = absl::Minutes(10);
+  // Per-identity quotas (docs/SERVICE.md, "Admission"): what one caller identity (the `caller`
+  // of RegisterDataset and GetOrCreateJob) may hold at once. Over one, the request fails with
+  // RESOURCE_EXHAUSTED naming the limit and its value, and changes nothing. 0: no limit.
+  int64_t max_jobs_per_identity = 1000;  // unfinished jobs it created
+  int64_t max_datasets_per_identity = 1000;  // datasets it registered first
+  int64_t max_dataset_bytes_per_identity = int64_t{256} << 20;  // their serialized graphs
+  // SHARDING_RANGES: a job whose next range cannot be made (its data changed after a
+  // restart, a file went missing) is retried this many times in all, ranges_retry_interval
+  // apart, then fails (FAILED_PRECONDITION... the planner's code and message), visibly in
+  // GetStatus and to its consumers, and is removed finished_job_ttl later. At least 1.
+  int64_t ranges_plan_attempts = 3;
+  absl::Duration ranges_retry_interval = absl::Seconds(10);
+  // GetStatus: entries (workers, then jobs) per page when the request leaves page_size 0, and
+  // the most a request may ask for.
+  int64_t status_page_size = 100;
+  int64_t max_status_page_size = 1000;
   // Test only: called by GetOrCreateJob, without the coordinator's lock, right before it plans
   // a new job (which may read the data), with the job's dataset id. Tests block here to show
   // that other requests are served while a job plans.
@@ -145,15 +178,22 @@ class Coordinator {
   // Registers a DatasetDef or a pipeline expression; same graph, same id ("ds-" + a prefix of
   // its fingerprint). INVALID_ARGUMENT with the parser's or validator's message for a bad
   // graph, or when neither is set.
+  // `caller` (the caller identity, server/caller_identity.h) owns a dataset it registers
+  // first; RESOURCE_EXHAUSTED when that would put it over max_datasets_per_identity or
+  // max_dataset_bytes_per_identity.
   absl::Status RegisterDataset(const proto::RegisterDatasetRequest& request,
-                               proto::RegisterDatasetResponse* response);
+                               proto::RegisterDatasetResponse* response,
+                               absl::string_view caller = "");
   // Returns the job named job_name, or creates it (an empty name always creates an anonymous
   // job) with its tasks: K static tasks (num_tasks, or one per live worker), or one DYNAMIC
   // task per live worker. INVALID_ARGUMENT for bad options, for a named job that exists with
   // other options (listing the fields), for an unbatched dataset, for FILE sharding with too
-  // few files; NOT_FOUND for an unknown dataset; UNAVAILABLE with no live worker.
+  // few files; NOT_FOUND for an unknown dataset; UNAVAILABLE with no live worker;
+  // RESOURCE_EXHAUSTED when creating it would put `caller` over max_jobs_per_identity (getting
+  // an existing named job is never refused).
   absl::Status GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
-                              proto::GetOrCreateJobResponse* response);
+                              proto::GetOrCreateJobResponse* response,
+                              absl::string_view caller = "");
   // Per-replica spec: DistributedPerReplicaSpec(dataset, num_consumers, R) in coordinated mode,
   // (dataset, 1, R) in independent mode.
   absl::Status GetElementSpec(const proto::GetElementSpecRequest& request,
@@ -173,11 +213,18 @@ class Coordinator {
   // DYNAMIC jobs: the task's next split, or end_of_splits. FAILED_PRECONDITION for another
   // policy or a finished task.
   absl::Status GetSplit(const proto::GetSplitRequest& request, proto::GetSplitResponse* response);
+  // One page of the status: up to page_size entries (status_page_size when 0, at most
+  // max_status_page_size), the workers by id then the jobs by id, from page_token (empty:
+  // the first); next_page_token is empty on the last page. Work and time under the lock grow
+  // with the page, not with the whole state. INVALID_ARGUMENT for a token this coordinator
+  // did not make or a negative page_size.
   absl::Status GetStatus(const proto::GetStatusRequest& request,
                          proto::GetStatusResponse* response);
 
   // Declares dead the workers silent for worker_timeout and reassigns their tasks; removes
-  // the jobs finished for finished_job_ttl and the workers dead for dead_worker_ttl.
+  // the jobs finished for finished_job_ttl and the workers dead for dead_worker_ttl; fails
+  // the jobs idle for idle_job_ttl; removes the datasets unused for unused_dataset_ttl;
+  // retries the RANGES jobs waiting to retry their plan.
   void CheckWorkerLiveness();
 
   // Test hook (and metrics): the sizes of every table that grows with workers, jobs, tasks
@@ -190,6 +237,9 @@ class Coordinator {
     size_t completed_by = 0;  // tasks that some consumer reported read to their end
     size_t progress_tasks = 0, version_jobs = 0, version_workers = 0;
     size_t task_runs = 0;  // the failure policy's view of unfinished tasks' current runs
+    size_t datasets = 0, owners = 0;  // in the state (OwnerUsage entries)
+    size_t job_activity = 0, unused_since = 0;
+    size_t max_worker_tasks = 0;  // the longest Worker::task_ids
     bool operator==(const TableSizes& o) const;
   };
   TableSizes TEST_TableSizes();
@@ -252,6 +302,17 @@ class Coordinator {
   absl::Status CollectFinishedJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the workers dead at least dead_worker_ttl ago that no task names (by clock_).
   absl::Status CollectDeadWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the unfinished jobs no consumer asked about for idle_job_ttl (job_activity_).
+  absl::Status FailIdleJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the datasets unused for unused_dataset_ttl (unused_since_).
+  absl::Status CollectUnusedDatasetsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A consumer asked about `job_id` now (idle_job_ttl).
+  void NoteJobActivityLocked(int64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED naming the limit when `caller` holds `held` of a quota `limit`
+  // (option and flag `name`) and asks for `more`; OK otherwise (or with no limit).
+  static absl::Status CheckQuota(absl::string_view method, absl::string_view caller,
+                                 absl::string_view name, int64_t held, int64_t more,
+                                 int64_t limit);
   // SHARDING_RANGES: makes the next ranges of every running ranges job, in range order, on
   // the live workers with room (fewest unfinished ranges of the job first). A job whose ranges
   // cannot be planned (its data changed after a restart, say) fails alone (failed_jobs_); the
@@ -440,9 +501,23 @@ class Coordinator {
   // Needs no lock: reads only its arguments and options_ (and the data, to plan).
   absl::StatusOr<JobPlan> PlanJob(const proto::DatasetDef& dataset_def,
                                   const proto::JobOptions& options, int64_t live) const;
-  // Jobs that cannot go on, and why: their consumers' ClientHeartbeat returns the error. Not
-  // journaled: a restarted coordinator finds the same error again when it plans the job.
-  absl::flat_hash_map<int64_t, absl::Status> failed_jobs_ ABSL_GUARDED_BY(mu_);
+  // RANGES jobs whose last attempt to make a range failed, waiting to retry (TableSizes::
+  // failed_jobs): attempts so far,
+  // when the next may run and the last error (ranges_plan_attempts). The last attempt's
+  // failure fails the job (journaled, FailJobUpdate), so an entry lives a few retries only.
+  // Not journaled: a restarted coordinator counts afresh.
+  struct RangeRetry {
+    int64_t attempts = 0;
+    absl::Time next;
+    absl::Status error;
+  };
+  absl::flat_hash_map<int64_t, RangeRetry> failed_jobs_ ABSL_GUARDED_BY(mu_);
+  // Not state: when a consumer last asked about each unfinished job (idle_job_ttl); erased
+  // when the job finishes or is removed. A job the state has that this misses (after a
+  // restart or a reload) counts from when it is first noticed.
+  absl::flat_hash_map<int64_t, absl::Time> job_activity_ ABSL_GUARDED_BY(mu_);
+  // Not state: since when each unused dataset (CoordinatorState::unused_datasets) is unused.
+  absl::flat_hash_map<std::string, absl::Time> unused_since_ ABSL_GUARDED_BY(mu_);
   // Not state: the failure policy's view of each unfinished assigned task's current run: the
   // worker it was assigned to, when a heartbeat answer handed it to that worker, and whether
   // the worker reported a step of it since. Lost on restart (and rebuilt as tasks move): a

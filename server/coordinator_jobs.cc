@@ -14,6 +14,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "core/data/distribute/auto_shard.h"
 #include "core/data/distribute/distribute_spec.h"
@@ -83,10 +85,90 @@ absl::Status Coordinator::CollectFinishedJobsLocked() {
     finished_at_.erase(id);
     ranges_jobs_.erase(id);
     failed_jobs_.erase(id);
+    job_activity_.erase(id);
     consumer_seen_.erase(id);
     Log(absl::StrCat("job ", id, name.empty() ? "" : absl::StrCat(" (", name, ")"),
                      " removed: finished ", absl::FormatDuration(options_.finished_job_ttl),
                      " ago (finished_job_ttl)"));
+  }
+  return absl::OkStatus();
+}
+
+
+absl::Status Coordinator::CheckQuota(absl::string_view method, absl::string_view caller,
+                                     absl::string_view name, int64_t held, int64_t more,
+                                     int64_t limit) {
+  if (limit <= 0 || held + more <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      method, ": caller \"", caller, "\" is over its quota ", name, " ", limit, " (it holds ",
+      held, ", the request adds ", more, "; the coordinator's flag --", name,
+      " sets it). Finished jobs and unused datasets free their quota when the coordinator "
+      "removes them (finished_job_ttl, unused_dataset_ttl)"));
+}
+
+
+void Coordinator::NoteJobActivityLocked(int64_t job_id) {
+  job_activity_[job_id] = clock_->Now();
+}
+
+
+absl::Status Coordinator::FailIdleJobsLocked() {
+  if (options_.idle_job_ttl <= absl::ZeroDuration()) return absl::OkStatus();
+  const absl::Time now = clock_->Now();
+  // Every unfinished job has an entry (one replayed or reloaded counts from now); a walk over
+  // the unfinished jobs, on the ticker only.
+  for (const auto& [id, job] : state_.jobs()) {
+    if (!job.finished) job_activity_.try_emplace(id, now);
+  }
+  std::vector<int64_t> idle;
+  for (auto it = job_activity_.begin(); it != job_activity_.end();) {
+    const CoordinatorState::Job* job = state_.FindJob(it->first);
+    if (job == nullptr || job->finished) {
+      job_activity_.erase(it++);
+      continue;
+    }
+    if (now - it->second >= options_.idle_job_ttl) idle.push_back(it->first);
+    ++it;
+  }
+  std::sort(idle.begin(), idle.end());
+  for (int64_t id : idle) {
+    const CoordinatorState::Job* job = state_.FindJob(id);
+    const absl::Duration quiet = now - job_activity_.at(id);
+    RETURN_IF_ERROR(FailJobLocked(
+        id, absl::FailedPreconditionError(absl::StrCat(
+                "job ", id, job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"),
+                " was abandoned: no consumer asked about it for ", absl::FormatDuration(quiet),
+                " (idle_job_ttl ", absl::FormatDuration(options_.idle_job_ttl),
+                ", flag --idle_job_ttl); its tasks are stopped"))));
+    job_activity_.erase(id);
+  }
+  return absl::OkStatus();
+}
+
+
+absl::Status Coordinator::CollectUnusedDatasetsLocked() {
+  if (options_.unused_dataset_ttl <= absl::ZeroDuration()) return absl::OkStatus();
+  const absl::Time now = clock_->Now();
+  const std::set<std::string>& unused = state_.unused_datasets();
+  for (auto it = unused_since_.begin(); it != unused_since_.end();) {
+    if (!unused.contains(it->first)) {
+      unused_since_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  std::vector<std::string> expired;
+  for (const std::string& id : unused) {
+    auto [it, made] = unused_since_.try_emplace(id, now);
+    if (now - it->second >= options_.unused_dataset_ttl) expired.push_back(id);
+  }
+  for (const std::string& id : expired) {
+    proto::Update u;
+    u.mutable_remove_dataset()->set_dataset_id(id);
+    RETURN_IF_ERROR(ApplyLocked(u));
+    unused_since_.erase(id);
+    Log(absl::StrCat("dataset ", id, " removed: no job named it for ",
+                     absl::FormatDuration(options_.unused_dataset_ttl), " (unused_dataset_ttl)"));
   }
   return absl::OkStatus();
 }
@@ -148,7 +230,8 @@ void Coordinator::FillTaskInfosLocked(
 
 
 absl::Status Coordinator::RegisterDataset(const proto::RegisterDatasetRequest& request,
-                                          proto::RegisterDatasetResponse* response) {
+                                          proto::RegisterDatasetResponse* response,
+                                          absl::string_view caller) {
   RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "RegisterDatasetRequest"));
   absl::StatusOr<Dataset> parsed = absl::InvalidArgumentError(
       "RegisterDatasetRequest: set one of `dataset` (a DatasetDef) or `pipeline` (an "
@@ -186,11 +269,22 @@ absl::Status Coordinator::RegisterDataset(const proto::RegisterDatasetRequest& r
     existing = state_.FindDataset(id);
   }
   if (existing == nullptr) {
+    const CoordinatorState::OwnerUsage usage = state_.Usage(caller);
+    RETURN_IF_ERROR(CheckQuota("RegisterDataset", caller, "max_datasets_per_identity",
+                               usage.datasets, 1, options_.max_datasets_per_identity));
+    RETURN_IF_ERROR(CheckQuota("RegisterDataset", caller, "max_dataset_bytes_per_identity",
+                               usage.dataset_bytes,
+                               static_cast<int64_t>(dataset.def().ByteSizeLong()),
+                               options_.max_dataset_bytes_per_identity));
     proto::Update u;
     u.mutable_register_dataset()->set_dataset_id(id);
     *u.mutable_register_dataset()->mutable_dataset() = dataset.def();
+    u.mutable_register_dataset()->set_owner(std::string(caller));
     RETURN_IF_ERROR(ApplyLocked(u));
-    Log(absl::StrCat("dataset ", id, " registered"));
+    Log(absl::StrCat("dataset ", id, " registered by \"", caller, "\""));
+  } else if (auto since = unused_since_.find(id); since != unused_since_.end()) {
+    // Registered again, as a client does right before it creates a job: unused from now.
+    since->second = clock_->Now();
   }
   response->set_dataset_id(id);
   *response->mutable_element_spec() = ElementSpecToProto(spec);
@@ -299,7 +393,8 @@ absl::StatusOr<Coordinator::JobPlan> Coordinator::PlanJob(const proto::DatasetDe
 }
 
 absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
-                                         proto::GetOrCreateJobResponse* response) {
+                                         proto::GetOrCreateJobResponse* response,
+                                         absl::string_view caller) {
   RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "GetOrCreateJobRequest"));
   const proto::JobOptions& options = request.options();
   RETURN_IF_ERROR(ValidateJobOptions(options, "GetOrCreateJobRequest.options"));
@@ -316,8 +411,13 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
           " is registered"));
     }
     if (const CoordinatorState::Job* job = state_.FindJobByName(request.job_name())) {
+      if (!job->finished) NoteJobActivityLocked(job->id);
       return ExistingJobLocked(*job, options, response);
     }
+    // Refused before planning, which may read the data.
+    RETURN_IF_ERROR(CheckQuota("GetOrCreateJob", caller, "max_jobs_per_identity",
+                               state_.Usage(caller).unfinished_jobs, 1,
+                               options_.max_jobs_per_identity));
     live = NumLiveWorkersLocked();
     if (live == 0) {
       return absl::UnavailableError(
@@ -339,7 +439,17 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
   JournalBatch batch(this);  // the job and its tasks: one record, or nothing
   // Another request may have made the job while this one planned.
   if (const CoordinatorState::Job* job = state_.FindJobByName(request.job_name())) {
+    if (!job->finished) NoteJobActivityLocked(job->id);
     return ExistingJobLocked(*job, options, response);
+  }
+  // Other requests of the same caller may have created jobs while this one planned.
+  RETURN_IF_ERROR(CheckQuota("GetOrCreateJob", caller, "max_jobs_per_identity",
+                             state_.Usage(caller).unfinished_jobs, 1,
+                             options_.max_jobs_per_identity));
+  if (state_.FindDataset(options.dataset_id()) == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "GetOrCreateJobRequest.options.dataset_id: dataset ", options.dataset_id(),
+        " was removed while the job was planned (unused_dataset_ttl); register it again"));
   }
   if (NumLiveWorkersLocked() == 0) {
     return absl::UnavailableError(
@@ -355,8 +465,10 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
   *c = job_plan.create;
   c->set_job_id(state_.NextJobId());
   c->set_job_name(request.job_name());
+  c->set_owner(std::string(caller));
   RETURN_IF_ERROR(ApplyLocked(create));
   const int64_t job_id = c->job_id();
+  NoteJobActivityLocked(job_id);
   Log(absl::StrCat("job ", job_id,
                    request.job_name().empty() ? "" : absl::StrCat(" (", request.job_name(), ")"),
                    " created: dataset ", options.dataset_id(), ", ",
@@ -420,6 +532,7 @@ absl::Status Coordinator::GetElementSpec(const proto::GetElementSpecRequest& req
       case proto::GetElementSpecRequest::kJobId: {
         const CoordinatorState::Job* job = state_.FindJob(request.job_id());
         if (job == nullptr) return JobNotFound("GetElementSpecRequest.job_id", request.job_id());
+        if (!job->finished) NoteJobActivityLocked(job->id);
         options = job->options;
         break;
       }
@@ -547,9 +660,7 @@ absl::Status Coordinator::ConsumerCompletedTaskLocked(int64_t task_id, int64_t c
 }
 
 absl::Status Coordinator::JobErrorLocked(const CoordinatorState::Job& job) const {
-  if (!job.error.ok()) return job.error;
-  auto failed = failed_jobs_.find(job.id);
-  return failed == failed_jobs_.end() ? absl::OkStatus() : failed->second;
+  return job.error;  // a RANGES job retrying its plan is not failed (yet): its consumers wait
 }
 
 absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
@@ -560,6 +671,7 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
   const CoordinatorState::Job* job = state_.FindJob(request.job_id());
   if (job == nullptr) return JobNotFound("ClientHeartbeatRequest.job_id", request.job_id());
   RETURN_IF_ERROR(JobErrorLocked(*job));
+  if (!job->finished) NoteJobActivityLocked(job->id);
   if (request.consumer_index() < 0 || request.consumer_index() >= job->options.num_consumers()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ClientHeartbeatRequest.consumer_index ", request.consumer_index(), " is outside [0, ",
@@ -640,21 +752,54 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& /*request*/,
+absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& request,
                                     proto::GetStatusResponse* response) {
+  if (request.page_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GetStatusRequest.page_size ", request.page_size(), " is negative"));
+  }
+  const int64_t page_size = std::max<int64_t>(
+      1, std::min(request.page_size() == 0 ? options_.status_page_size : request.page_size(),
+                  options_.max_status_page_size));
+  // The token names the first entry of the page: "w<worker id>" or "j<job id>".
+  bool in_jobs = false;
+  int64_t from = 0;
+  if (const std::string& token = request.page_token(); !token.empty()) {
+    if ((token[0] != 'w' && token[0] != 'j') ||
+        !absl::SimpleAtoi(absl::string_view(token).substr(1), &from) || from < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GetStatusRequest.page_token \"", absl::CHexEscape(token.substr(0, 64)),
+          "\" is not a token this coordinator made (pass next_page_token as it came)"));
+    }
+    in_jobs = token[0] == 'j';
+  }
   DurableLock lock(this);
   RETURN_IF_ERROR(CheckLivenessLocked());
   const absl::Time now = clock_->Now();
-  for (const auto& [id, w] : state_.workers()) {
-    proto::WorkerStatus* s = response->add_workers();
-    s->set_worker_id(id);
-    s->set_address(w.address);
-    s->set_alive(w.alive);
-    std::optional<absl::Time> last = liveness_.LastHeartbeat(id);
-    s->set_seconds_since_heartbeat(last.has_value() ? absl::ToDoubleSeconds(now - *last) : -1.0);
-    for (int64_t t : w.task_ids) s->add_task_ids(t);
+  int64_t left = page_size;
+  response->set_num_datasets(static_cast<int64_t>(state_.num_datasets()));
+  if (!in_jobs) {
+    auto it = state_.workers().lower_bound(from);
+    for (; it != state_.workers().end() && left > 0; ++it, --left) {
+      const auto& [id, w] = *it;
+      proto::WorkerStatus* s = response->add_workers();
+      s->set_worker_id(id);
+      s->set_address(w.address);
+      s->set_alive(w.alive);
+      std::optional<absl::Time> last = liveness_.LastHeartbeat(id);
+      s->set_seconds_since_heartbeat(last.has_value() ? absl::ToDoubleSeconds(now - *last)
+                                                      : -1.0);
+      for (int64_t t : w.task_ids) s->add_task_ids(t);
+    }
+    if (it != state_.workers().end()) {
+      response->set_next_page_token(absl::StrCat("w", it->first));
+      return absl::OkStatus();
+    }
+    from = 0;
   }
-  for (const auto& [id, job] : state_.jobs()) {
+  auto it = state_.jobs().lower_bound(from);
+  for (; it != state_.jobs().end() && left > 0; ++it, --left) {
+    const auto& [id, job] = *it;
     proto::JobStatus* s = response->add_jobs();
     s->set_job_id(id);
     s->set_job_name(job.name);
@@ -662,9 +807,12 @@ absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& /*request*/,
     FillTaskInfosLocked(job, s->mutable_tasks());
     s->set_finished(job.finished);
     if (absl::Status error = JobErrorLocked(job); !error.ok()) s->set_error(error.ToString());
+    if (auto retry = failed_jobs_.find(id); retry != failed_jobs_.end() && !job.finished) {
+      s->set_retrying(retry->second.error.ToString());
+    }
     progress_.FillJobStatus(job.task_ids, s);
   }
-  response->set_num_datasets(static_cast<int64_t>(state_.num_datasets()));
+  if (it != state_.jobs().end()) response->set_next_page_token(absl::StrCat("j", it->first));
   return absl::OkStatus();
 }
 

@@ -10,6 +10,15 @@
 //                      [--ranges_per_worker=2] [--finished_job_ttl=5m] [--dead_worker_ttl=10m]
 //                      [--max_task_worker_deaths=3] [--task_death_window=60s]
 //                      [--plugin=PATH[,PATH...]]
+//                      [--idle_job_ttl=10m] [--unused_dataset_ttl=10m]
+//                      [--max_jobs_per_identity=1000] [--max_datasets_per_identity=1000]
+//                      [--max_dataset_bytes_per_identity=268435456]
+//                      [--max_status_per_second=100] [--max_creates_per_second=200]
+//                      [--status_page_size=100]
+//
+// Bounded state and admission (docs/SERVICE.md, "Bounded state", "Admission"): abandoned jobs
+// and unused datasets are collected after their TTLs; a caller identity (the peer's host) over
+// a quota or a rate limit gets RESOURCE_EXHAUSTED naming the flag; 0 turns a limit off.
 //
 // --plugin loads custom-op plugins, so that pipelines naming their ops (map(plugin('op')))
 // can be registered and planned here; the workers that run them need the same libraries.
@@ -80,6 +89,26 @@ ABSL_FLAG(std::string, plugin, "",
 ABSL_FLAG(absl::Duration, consumer_timeout, absl::Seconds(60),
           "A consumer of a coordinated job silent this long is declared gone: workers stop "
           "holding steps for it (the other consumers go on). 0: never.");
+ABSL_FLAG(absl::Duration, idle_job_ttl, absl::Minutes(10),
+          "An unfinished job no consumer asked about for this long is failed as abandoned "
+          "(any kind of job); 0: never.");
+ABSL_FLAG(absl::Duration, unused_dataset_ttl, absl::Minutes(10),
+          "A dataset no job names for this long is removed; 0: never.");
+ABSL_FLAG(int64_t, max_jobs_per_identity, 1000,
+          "Unfinished jobs one caller identity may have created; 0: no limit.");
+ABSL_FLAG(int64_t, max_datasets_per_identity, 1000,
+          "Datasets one caller identity may have registered; 0: no limit.");
+ABSL_FLAG(int64_t, max_dataset_bytes_per_identity, int64_t{256} << 20,
+          "Bytes of serialized dataset graphs one caller identity may have registered; 0: no "
+          "limit.");
+ABSL_FLAG(double, max_status_per_second, 100,
+          "GetStatus calls per second of one caller identity (bursts of twice as many); 0: no "
+          "limit.");
+ABSL_FLAG(double, max_creates_per_second, 200,
+          "RegisterDataset and GetOrCreateJob calls per second of one caller identity (bursts "
+          "of twice as many); 0: no limit.");
+ABSL_FLAG(int64_t, status_page_size, 100,
+          "GetStatus entries (workers, jobs) per page when the caller does not say.");
 ABSL_FLAG(absl::Duration, shutdown_deadline, absl::Seconds(5),
           "On SIGTERM/SIGINT, how long calls in flight get to finish.");
 ABSL_FLAG(std::string, tls_cert, "",
@@ -219,6 +248,27 @@ int main(int argc, char** argv) {
   options.coordinator.dead_worker_ttl = absl::GetFlag(FLAGS_dead_worker_ttl);
   if (options.coordinator.dead_worker_ttl < absl::ZeroDuration()) {
     std::cerr << "sluice-coordinator: --dead_worker_ttl must not be negative" << std::endl;
+    return 2;
+  }
+  options.coordinator.idle_job_ttl = absl::GetFlag(FLAGS_idle_job_ttl);
+  options.coordinator.unused_dataset_ttl = absl::GetFlag(FLAGS_unused_dataset_ttl);
+  options.coordinator.max_jobs_per_identity = absl::GetFlag(FLAGS_max_jobs_per_identity);
+  options.coordinator.max_datasets_per_identity = absl::GetFlag(FLAGS_max_datasets_per_identity);
+  options.coordinator.max_dataset_bytes_per_identity =
+      absl::GetFlag(FLAGS_max_dataset_bytes_per_identity);
+  options.coordinator.status_page_size = absl::GetFlag(FLAGS_status_page_size);
+  options.admission_rates.status_per_second = absl::GetFlag(FLAGS_max_status_per_second);
+  options.admission_rates.status_burst = 2 * options.admission_rates.status_per_second;
+  options.admission_rates.creates_per_second = absl::GetFlag(FLAGS_max_creates_per_second);
+  options.admission_rates.creates_burst = 2 * options.admission_rates.creates_per_second;
+  if (options.coordinator.max_jobs_per_identity < 0 ||
+      options.coordinator.max_datasets_per_identity < 0 ||
+      options.coordinator.max_dataset_bytes_per_identity < 0 ||
+      options.admission_rates.status_per_second < 0 ||
+      options.admission_rates.creates_per_second < 0 || options.coordinator.status_page_size < 1) {
+    std::cerr << "sluice-coordinator: the --max_*_per_identity and --max_*_per_second flags must "
+                 "not be negative, --status_page_size must be at least 1"
+              << std::endl;
     return 2;
   }
   {

@@ -9,8 +9,19 @@ namespace sluice {
 CoordinatorMetrics::CoordinatorMetrics(Coordinator* coordinator, MetricsRegistry* registry) {
   if (registry == nullptr) registry = &MetricsRegistry::Default();
   handle_ = registry->AddCollector([coordinator](MetricSink& sink) {
+    // Page by page (each page holds the coordinator's lock briefly), into one answer.
     proto::GetStatusResponse status;
-    if (!coordinator->GetStatus(proto::GetStatusRequest(), &status).ok()) return;
+    proto::GetStatusRequest request;
+    request.set_page_size(coordinator->options().max_status_page_size);
+    while (true) {
+      proto::GetStatusResponse page;
+      if (!coordinator->GetStatus(request, &page).ok()) return;
+      status.mutable_workers()->MergeFrom(page.workers());
+      status.mutable_jobs()->MergeFrom(page.jobs());
+      status.set_num_datasets(page.num_datasets());
+      if (page.next_page_token().empty() || page.workers_size() + page.jobs_size() == 0) break;
+      request.set_page_token(page.next_page_token());
+    }
     int64_t alive = 0;
     int64_t dead = 0;
     for (const proto::WorkerStatus& w : status.workers()) {
@@ -22,7 +33,7 @@ CoordinatorMetrics::CoordinatorMetrics(Coordinator* coordinator, MetricsRegistry
                    "Seconds since the live worker's last heartbeat (-1: none seen yet).", labels,
                    w.seconds_since_heartbeat());
       }
-      sink.Gauge("sluice_coordinator_worker_tasks", "Tasks assigned to the worker.", labels,
+      sink.Gauge("sluice_coordinator_worker_tasks", "Unfinished tasks assigned to the worker.", labels,
                  w.task_ids_size());
     }
     sink.Gauge("sluice_coordinator_workers", "Workers known to the coordinator, by state.",

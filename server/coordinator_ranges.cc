@@ -59,11 +59,14 @@ absl::StatusOr<Dataset> Coordinator::NextRangeLocked(const CoordinatorState::Job
 
 absl::Status Coordinator::MakeRangesLocked() {
   const int64_t cap = std::max<int64_t>(1, options_.ranges_per_worker);
+  const absl::Time now = clock_->Now();
   // Only the ranges jobs (every worker heartbeat gets here; most jobs are not ranges jobs).
   std::vector<int64_t> jobs;
   for (int64_t id : state_.ranges_jobs()) {
     const CoordinatorState::Job& job = *state_.FindJob(id);
-    if (!job.finished && !job.all_ranges_made() && !failed_jobs_.contains(id)) {
+    auto retry = failed_jobs_.find(id);
+    if (!job.finished && !job.all_ranges_made() &&
+        (retry == failed_jobs_.end() || now >= retry->second.next)) {
       jobs.push_back(id);
     }
   }
@@ -76,11 +79,8 @@ absl::Status Coordinator::MakeRangesLocked() {
       int64_t best_load = cap;
       for (const auto& [wid, w] : state_.workers()) {
         if (!w.alive) continue;
-        int64_t load = 0;
-        for (int64_t t : w.task_ids) {
-          const CoordinatorState::Task& task = state_.tasks().at(t);
-          load += task.job_id == job_id && !task.finished ? 1 : 0;
-        }
+        int64_t load = 0;  // Worker::task_ids holds its unfinished tasks only
+        for (int64_t t : w.task_ids) load += state_.tasks().at(t).job_id == job_id ? 1 : 0;
         if (load < best_load) {
           best = wid;
           best_load = load;
@@ -90,15 +90,29 @@ absl::Status Coordinator::MakeRangesLocked() {
       GlobalRange range;
       absl::StatusOr<Dataset> piece = NextRangeLocked(*job, &range);
       if (!piece.ok()) {
-        // This job's problem, not the heartbeat's: fail the job, keep serving the others.
-        const absl::Status failed(piece.status().code(),
-                                  absl::StrCat("job ", job_id, " (", job->name,
-                                               ") cannot make its ranges: ",
-                                               piece.status().message()));
-        failed_jobs_[job_id] = failed;
-        Log(failed.ToString());
+        // This job's problem, not the heartbeat's: keep serving the others, retry it later
+        // (the data may come back), and after the last attempt fail it where everyone sees
+        // it (journaled: its consumers and GetStatus get the error, its name is freed when it
+        // is removed).
+        RangeRetry& retry = failed_jobs_[job_id];
+        ++retry.attempts;
+        const int64_t attempts = std::max<int64_t>(1, options_.ranges_plan_attempts);
+        retry.error = absl::Status(
+            piece.status().code() == absl::StatusCode::kOk ? absl::StatusCode::kInternal
+                                                          : piece.status().code(),
+            absl::StrCat("job ", job_id, job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"),
+                         " cannot make its ranges (attempt ", retry.attempts, " of ",
+                         attempts, ", ranges_plan_attempts): ", piece.status().message()));
+        retry.next = now + options_.ranges_retry_interval;
+        Log(retry.error.ToString());
+        if (retry.attempts >= attempts) {
+          const absl::Status error = retry.error;
+          failed_jobs_.erase(job_id);
+          RETURN_IF_ERROR(FailJobLocked(job_id, error));
+        }
         break;
       }
+      failed_jobs_.erase(job_id);  // planned again after a failed attempt
       RETURN_IF_ERROR(CreateTaskLocked(job_id, piece->def(), /*step_sharded=*/false, best,
                                        /*skip_steps=*/0, &range));
     }

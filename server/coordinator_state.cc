@@ -41,6 +41,8 @@ absl::Status CoordinatorState::Apply(const proto::Update& update) {
       return ApplyTaskPoisonEvidence(update.task_poison_evidence());
     case proto::Update::kTaskProgressed:
       return ApplyTaskProgressed(update.task_progressed());
+    case proto::Update::kRemoveDataset:
+      return ApplyRemoveDataset(update.remove_dataset());
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -85,12 +87,53 @@ const CoordinatorState::Task* CoordinatorState::FindTask(int64_t id) const {
 
 int64_t CoordinatorState::NumUnfinishedTasks(int64_t worker_id) const {
   const Worker* w = FindWorker(worker_id);
-  if (w == nullptr) return 0;
-  int64_t n = 0;
-  for (int64_t t : w->task_ids) {
-    if (!tasks_.at(t).finished) ++n;
+  return w == nullptr ? 0 : static_cast<int64_t>(w->task_ids.size());
+}
+
+CoordinatorState::OwnerUsage CoordinatorState::Usage(absl::string_view owner) const {
+  auto it = usage_.find(owner);
+  return it == usage_.end() ? OwnerUsage() : it->second;
+}
+
+void CoordinatorState::ChangeUsage(const std::string& owner, int64_t jobs, int64_t datasets,
+                                   int64_t bytes) {
+  OwnerUsage& u = usage_[owner];
+  u.unfinished_jobs += jobs;
+  u.datasets += datasets;
+  u.dataset_bytes += bytes;
+  if (u.unfinished_jobs == 0 && u.datasets == 0 && u.dataset_bytes == 0) usage_.erase(owner);
+}
+
+void CoordinatorState::MarkFinished(Task& task) {
+  if (task.finished) return;
+  task.finished = true;
+  if (task.worker_id != 0) {
+    Worker& w = workers_.at(task.worker_id);
+    w.task_ids.erase(std::remove(w.task_ids.begin(), w.task_ids.end(), task.id),
+                     w.task_ids.end());
+    ++w.finished_tasks;
   }
-  return n;
+  // A finished task is never handed out again: its pipeline (twice: the task's and its
+  // creating update's) is dropped, so that a long RANGES job does not keep one per range.
+  task.dataset.Clear();
+  task.created.clear_dataset();
+}
+
+absl::Status CoordinatorState::ApplyRemoveDataset(const proto::RemoveDatasetUpdate& u) {
+  auto it = datasets_.find(u.dataset_id());
+  if (it == datasets_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("RemoveDataset update: no dataset ", u.dataset_id()));
+  }
+  if (it->second.num_jobs != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "RemoveDataset update: dataset ", u.dataset_id(), " is named by ", it->second.num_jobs,
+        " job(s)"));
+  }
+  ChangeUsage(it->second.owner, 0, -1, -it->second.bytes);
+  unused_datasets_.erase(u.dataset_id());
+  datasets_.erase(it);
+  return absl::OkStatus();
 }
 
 absl::Status CoordinatorState::ApplyRegisterDataset(const proto::RegisterDatasetUpdate& u) {
@@ -101,7 +144,14 @@ absl::Status CoordinatorState::ApplyRegisterDataset(const proto::RegisterDataset
     return absl::FailedPreconditionError(
         absl::StrCat("RegisterDataset update: dataset ", u.dataset_id(), " already exists"));
   }
-  datasets_[u.dataset_id()] = Dataset{u.dataset_id(), u.dataset()};
+  Dataset d;
+  d.id = u.dataset_id();
+  d.def = u.dataset();
+  d.owner = u.owner();
+  d.bytes = static_cast<int64_t>(d.def.ByteSizeLong());
+  ChangeUsage(d.owner, 0, 1, d.bytes);
+  unused_datasets_.insert(d.id);
+  datasets_[d.id] = std::move(d);
   return absl::OkStatus();
 }
 
@@ -140,7 +190,7 @@ absl::Status CoordinatorState::ApplyRegisterWorker(const proto::RegisterWorkerUp
 }
 
 void CoordinatorState::Unassign(Task& task) {
-  if (task.worker_id == 0) return;
+  if (task.worker_id == 0 || task.finished) return;
   auto& ids = workers_.at(task.worker_id).task_ids;
   ids.erase(std::remove(ids.begin(), ids.end(), task.id), ids.end());
   task.worker_id = 0;
@@ -154,10 +204,7 @@ absl::Status CoordinatorState::ApplyWorkerDied(const proto::WorkerDiedUpdate& u)
   it->second.alive = false;
   // Its unfinished tasks wait for another worker; finished ones stay where they ran.
   std::vector<int64_t> ids = it->second.task_ids;
-  for (int64_t t : ids) {
-    Task& task = tasks_.at(t);
-    if (!task.finished) Unassign(task);
-  }
+  for (int64_t t : ids) Unassign(tasks_.at(t));
   return absl::OkStatus();
 }
 
@@ -178,6 +225,7 @@ absl::Status CoordinatorState::ApplyCreateJob(const proto::CreateJobUpdate& u) {
   Job job;
   job.id = u.job_id();
   job.name = u.job_name();
+  job.owner = u.owner();
   job.options = u.options();
   job.split_source_size = u.split_source_size();
   job.split_size = u.split_size();
@@ -189,6 +237,9 @@ absl::Status CoordinatorState::ApplyCreateJob(const proto::CreateJobUpdate& u) {
   job.created = u;
   if (!job.name.empty()) job_by_name_[job.name] = job.id;
   if (job.ranges) ranges_jobs_.insert(job.id);
+  Dataset& dataset = datasets_.at(u.options().dataset_id());
+  if (dataset.num_jobs++ == 0) unused_datasets_.erase(dataset.id);
+  ChangeUsage(job.owner, 1, 0, 0);
   jobs_[job.id] = std::move(job);
   last_job_id_ = u.job_id();
   return absl::OkStatus();
@@ -272,11 +323,7 @@ absl::Status CoordinatorState::ApplyFinishTask(const proto::FinishTaskUpdate& u)
   if (it == tasks_.end()) {
     return absl::NotFoundError(absl::StrCat("FinishTask update: no task ", u.task_id()));
   }
-  it->second.finished = true;
-  // A finished task is never handed out again: its pipeline (twice: the task's and its
-  // creating update's) is dropped, so that a long RANGES job does not keep one per range.
-  it->second.dataset.Clear();
-  it->second.created.clear_dataset();
+  MarkFinished(it->second);
   return absl::OkStatus();
 }
 
@@ -296,6 +343,7 @@ absl::Status CoordinatorState::ApplyFinishJob(const proto::FinishJobUpdate& u) {
         "FinishJob update: job ", u.job_id(), " has made ", it->second.task_ids.size(),
         " of its ", it->second.num_ranges, " ranges"));
   }
+  if (!it->second.finished) ChangeUsage(it->second.owner, -1, 0, 0);
   it->second.finished = true;
   return absl::OkStatus();
 }
@@ -338,9 +386,13 @@ absl::Status CoordinatorState::ApplyRemoveJob(const proto::RemoveJobUpdate& u) {
         absl::StrCat("RemoveJob update: job ", u.job_id(), " is not finished"));
   }
   for (int64_t t : it->second.task_ids) {
-    Unassign(tasks_.at(t));
+    const Task& task = tasks_.at(t);
+    // Finished (its job is): it leaves the finished count of the worker it ran on.
+    if (task.worker_id != 0) --workers_.at(task.worker_id).finished_tasks;
     tasks_.erase(t);
   }
+  Dataset& dataset = datasets_.at(it->second.options.dataset_id());
+  if (--dataset.num_jobs == 0) unused_datasets_.insert(dataset.id);
   if (!it->second.name.empty()) job_by_name_.erase(it->second.name);
   ranges_jobs_.erase(it->first);
   jobs_.erase(it);
@@ -423,7 +475,8 @@ absl::Status CoordinatorState::ApplyFailJob(const proto::FailJobUpdate& u) {
     return absl::FailedPreconditionError(
         absl::StrCat("FailJob update: job ", u.job_id(), " is finished"));
   }
-  for (int64_t t : it->second.task_ids) tasks_.at(t).finished = true;
+  for (int64_t t : it->second.task_ids) MarkFinished(tasks_.at(t));
+  ChangeUsage(it->second.owner, -1, 0, 0);
   it->second.finished = true;
   it->second.error = absl::Status(static_cast<absl::StatusCode>(u.code()), u.message());
   return absl::OkStatus();
@@ -434,7 +487,7 @@ absl::Status CoordinatorState::ApplyRemoveWorker(const proto::RemoveWorkerUpdate
   if (it == workers_.end()) {
     return absl::NotFoundError(absl::StrCat("RemoveWorker update: no worker ", u.worker_id()));
   }
-  if (it->second.alive || !it->second.task_ids.empty()) {
+  if (it->second.alive || !it->second.task_ids.empty() || it->second.finished_tasks != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "RemoveWorker update: worker ", u.worker_id(), " is alive or still holds tasks"));
   }
@@ -460,6 +513,7 @@ proto::StateSnapshot CoordinatorState::Snapshot() const {
     proto::RegisterDatasetUpdate* u = out.add_updates()->mutable_register_dataset();
     u->set_dataset_id(d.id);
     *u->mutable_dataset() = d.def;
+    u->set_owner(d.owner);
   }
   for (const auto& [id, w] : workers_) {
     proto::RegisterWorkerUpdate* u = out.add_updates()->mutable_register_worker();
@@ -486,6 +540,13 @@ proto::StateSnapshot CoordinatorState::Snapshot() const {
       u->set_task_id(t);
       u->set_worker_id(id);
     }
+  }
+  // Finished tasks keep the worker they ran on (assigned here, finished below).
+  for (const auto& [id, task] : tasks_) {
+    if (!task.finished || task.worker_id == 0) continue;
+    proto::AssignTaskUpdate* u = out.add_updates()->mutable_assign_task();
+    u->set_task_id(id);
+    u->set_worker_id(task.worker_id);
   }
   for (const auto& [id, task] : tasks_) {
     for (int64_t w : task.lost_on_workers) {

@@ -29,15 +29,34 @@ namespace sluice {
 
 class CoordinatorState {
  public:
+  // Refcounted by the jobs that name it: a dataset with no job (num_jobs 0) is unused, and
+  // the Coordinator removes it (RemoveDatasetUpdate) once it stayed unused for its
+  // unused_dataset_ttl.
   struct Dataset {
     std::string id;
     proto::DatasetDef def;
+    std::string owner;  // RegisterDatasetUpdate.owner
+    int64_t bytes = 0;  // the serialized graph's size, charged to the owner
+    int64_t num_jobs = 0;  // jobs in the state (finished or not) whose options name it
   };
   struct Worker {
     int64_t id = 0;
     std::string address;
     bool alive = true;
-    std::vector<int64_t> task_ids;  // every task ever assigned to it and still assigned
+    // The unfinished tasks assigned to it, in assignment order. A task leaves the list when it
+    // finishes (or is unassigned), so the list stays as short as the worker's current work and
+    // heartbeats never walk finished ids.
+    std::vector<int64_t> task_ids;
+    // Finished tasks whose Task::worker_id is this worker (they ran here), until their job is
+    // removed: the worker is not forgotten (RemoveWorkerUpdate) while any is left.
+    int64_t finished_tasks = 0;
+  };
+  // What one caller identity holds, for the per-identity quotas: its unfinished jobs, its
+  // datasets and their bytes (the owner fields of CreateJobUpdate and RegisterDatasetUpdate).
+  struct OwnerUsage {
+    int64_t unfinished_jobs = 0;
+    int64_t datasets = 0;
+    int64_t dataset_bytes = 0;
   };
   // DYNAMIC: one split handed to a task.
   struct Split {
@@ -76,6 +95,7 @@ class CoordinatorState {
   struct Job {
     int64_t id = 0;
     std::string name;
+    std::string owner;  // CreateJobUpdate.owner
     proto::JobOptions options;
     std::vector<int64_t> task_ids;  // in task_index order
     bool finished = false;
@@ -123,7 +143,8 @@ class CoordinatorState {
   absl::Status Restore(const proto::StateSnapshot& snapshot);
 
   // Lookups: nullptr when absent. Entries never move, so a pointer stays valid as long as the
-  // state, except that RemoveJobUpdate removes a finished job and its tasks.
+  // state, except that RemoveJobUpdate removes a finished job and its tasks, RemoveWorker a
+  // worker and RemoveDataset an unused dataset.
   const Dataset* FindDataset(absl::string_view id) const;
   const Worker* FindWorker(int64_t id) const;
   const Worker* FindWorkerByAddress(absl::string_view address) const;
@@ -141,6 +162,15 @@ class CoordinatorState {
   // without walking every job.
   const std::set<int64_t>& ranges_jobs() const { return ranges_jobs_; }
   size_t num_datasets() const { return datasets_.size(); }
+  const std::map<std::string, Dataset>& datasets() const { return datasets_; }
+  // The ids of the datasets no job names (Dataset::num_jobs 0), ascending: what the dataset
+  // collector looks at, without walking every dataset.
+  const std::set<std::string>& unused_datasets() const { return unused_datasets_; }
+  // What `owner` holds; all zero for an owner that holds nothing. The empty owner (requests
+  // made in-process, without a caller) is counted like any other.
+  OwnerUsage Usage(absl::string_view owner) const;
+  // Owners holding anything (for tests: the table must not grow with callers that left).
+  size_t num_owners() const { return usage_.size(); }
 
   // Unfinished tasks assigned to the worker.
   int64_t NumUnfinishedTasks(int64_t worker_id) const;
@@ -167,8 +197,14 @@ class CoordinatorState {
   absl::Status ApplyRemoveWorker(const proto::RemoveWorkerUpdate& u);
   absl::Status ApplyTaskPoisonEvidence(const proto::TaskPoisonEvidenceUpdate& u);
   absl::Status ApplyTaskProgressed(const proto::TaskProgressedUpdate& u);
+  absl::Status ApplyRemoveDataset(const proto::RemoveDatasetUpdate& u);
 
   void Unassign(Task& task);
+  // Marks an unfinished task finished: it leaves its worker's list (Worker::task_ids) and
+  // counts in the worker's finished_tasks, and its pipeline is dropped.
+  void MarkFinished(Task& task);
+  // Adds `delta` to `owner`'s usage, dropping the entry when it falls to zero.
+  void ChangeUsage(const std::string& owner, int64_t jobs, int64_t datasets, int64_t bytes);
 
   std::map<std::string, Dataset> datasets_;
   std::map<int64_t, Worker> workers_;
@@ -177,6 +213,8 @@ class CoordinatorState {
   absl::flat_hash_map<std::string, int64_t> job_by_name_;
   std::map<int64_t, Task> tasks_;
   std::set<int64_t> ranges_jobs_;  // ids in jobs_ whose Job::ranges is set
+  std::set<std::string> unused_datasets_;  // ids in datasets_ whose num_jobs is 0
+  absl::flat_hash_map<std::string, OwnerUsage> usage_;  // owners holding anything
   int64_t last_worker_id_ = 0;
   int64_t last_job_id_ = 0;
   int64_t last_task_id_ = 0;

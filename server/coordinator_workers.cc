@@ -393,6 +393,9 @@ void Coordinator::CheckWorkerLiveness() {
   DurableLock lock(this);
   absl::Status s = CheckLivenessLocked();
   if (s.ok()) s = CollectDeadWorkersLocked();
+  if (s.ok()) s = FailIdleJobsLocked();
+  if (s.ok()) s = CollectUnusedDatasetsLocked();
+  if (s.ok() && !failed_jobs_.empty()) s = MakeRangesLocked();  // retries that are due
   if (!s.ok()) Log(s.ToString());
 }
 
@@ -403,7 +406,7 @@ absl::Status Coordinator::CollectDeadWorkersLocked() {
   for (const auto& [id, w] : state_.workers()) {
     if (w.alive) continue;
     auto [it, first_seen] = dead_since_.try_emplace(id, now);  // after a restart: from now
-    if (w.task_ids.empty() && (now - it->second >= options_.dead_worker_ttl ||
+    if (w.task_ids.empty() && w.finished_tasks == 0 && (now - it->second >= options_.dead_worker_ttl ||
                                (first_seen && options_.dead_worker_ttl <= absl::ZeroDuration()))) {
       expired.push_back(id);
     }
@@ -443,7 +446,10 @@ bool Coordinator::TableSizes::operator==(const TableSizes& o) const {
          consumer_seen == o.consumer_seen && completed_by == o.completed_by &&
          ranges_jobs == o.ranges_jobs && failed_jobs == o.failed_jobs &&
          progress_tasks == o.progress_tasks && version_jobs == o.version_jobs &&
-         version_workers == o.version_workers && task_runs == o.task_runs;
+         version_workers == o.version_workers && task_runs == o.task_runs &&
+         datasets == o.datasets && owners == o.owners && job_activity == o.job_activity &&
+         unused_since == o.unused_since &&
+         max_worker_tasks == o.max_worker_tasks;
 }
 
 
@@ -472,6 +478,13 @@ Coordinator::TableSizes Coordinator::TEST_TableSizes() {
   t.version_jobs = versions_.tracked_jobs();
   t.version_workers = versions_.tracked_workers();
   t.task_runs = runs_.size();
+  t.datasets = state_.num_datasets();
+  t.owners = state_.num_owners();
+  t.job_activity = job_activity_.size();
+  t.unused_since = unused_since_.size();
+  for (const auto& [id, w] : state_.workers()) {
+    t.max_worker_tasks = std::max(t.max_worker_tasks, w.task_ids.size());
+  }
   return t;
 }
 

@@ -36,8 +36,10 @@ grpc::Status GrpcCoordinatorService::RegisterDataset(grpc::ServerContext* contex
   grpc::Status a = admission_.Authenticate(*context, kTrainerRole | kAdminRole, "RegisterDataset");
   if (!a.ok()) return a;
   if (context->IsCancelled()) return Abandoned();
+  const std::string caller = admission_.Identify(*context);
+  if (grpc::Status a = admission_.AdmitCreate(caller, "RegisterDataset"); !a.ok()) return a;
   if (grpc::Status a = admission_.CheckDataset(*request); !a.ok()) return a;
-  return ToGrpcStatus(coordinator_->RegisterDataset(*request, response));
+  return ToGrpcStatus(coordinator_->RegisterDataset(*request, response, caller));
 }
 
 grpc::Status GrpcCoordinatorService::GetOrCreateJob(grpc::ServerContext* context,
@@ -46,7 +48,9 @@ grpc::Status GrpcCoordinatorService::GetOrCreateJob(grpc::ServerContext* context
   grpc::Status a = admission_.Authenticate(*context, kTrainerRole, "GetOrCreateJob");
   if (!a.ok()) return a;
   if (context->IsCancelled()) return Abandoned();
-  return ToGrpcStatus(coordinator_->GetOrCreateJob(*request, response));
+  const std::string caller = admission_.Identify(*context);
+  if (grpc::Status a = admission_.AdmitCreate(caller, "GetOrCreateJob"); !a.ok()) return a;
+  return ToGrpcStatus(coordinator_->GetOrCreateJob(*request, response, caller));
 }
 
 grpc::Status GrpcCoordinatorService::GetElementSpec(grpc::ServerContext* context,
@@ -150,6 +154,9 @@ grpc::Status GrpcCoordinatorService::GetStatus(grpc::ServerContext* context,
   grpc::Status a = admission_.Authenticate(*context, kAdminRole, "GetStatus");
   if (!a.ok()) return a;
   if (context->IsCancelled()) return Abandoned();
+  if (grpc::Status a = admission_.AdmitStatusPoll(admission_.Identify(*context)); !a.ok()) {
+    return a;
+  }
   return ToGrpcStatus(coordinator_->GetStatus(*request, response));
 }
 
@@ -175,7 +182,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
   s->service_ = std::make_unique<GrpcCoordinatorService>(
       s->coordinator_.get(),
-      RequestAdmission(options.role_tokens, options.data_roots, options.dataset_limits));
+      RequestAdmission(options.role_tokens, options.data_roots, options.dataset_limits,
+                       options.admission_rates, options.caller_identity));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

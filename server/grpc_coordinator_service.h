@@ -108,6 +108,10 @@ struct CoordinatorServerOptions {
   // or over these bounds.
   DataRoots data_roots;
   DatasetLimits dataset_limits;
+  // Per-identity rate limits (docs/SERVICE.md, "Admission"); the quotas are in `coordinator`.
+  AdmissionRates admission_rates;
+  // Test only: how a call's identity is found. nullptr: CoordinatorCallerIdentity (the peer's host).
+  CallerIdentityFunction caller_identity;
 };
 
 class CoordinatorServer {

@@ -65,6 +65,42 @@ absl::Status RequestAdmission::CheckWorkerAddress(const grpc::ServerContextBase&
                    absl::StrJoin(names, ", "), "); a worker may only advertise its own address"));
 }
 
+RequestAdmission::RequestAdmission(RoleTokens tokens, DataRoots roots, DatasetLimits limits,
+                                   AdmissionRates rates, CallerIdentityFunction identify)
+    : auth_(std::move(tokens)),
+      roots_(std::move(roots)),
+      limits_(limits),
+      identify_(identify ? std::move(identify) : CallerIdentityFunction(CoordinatorCallerIdentity)),
+      status_polls_(std::make_shared<RateLimiter>(RateLimiterOptions{
+          rates.status_per_second, rates.status_burst, rates.max_identities, rates.clock})),
+      creates_(std::make_shared<RateLimiter>(RateLimiterOptions{
+          rates.creates_per_second, rates.creates_burst, rates.max_identities, rates.clock})) {}
+
+namespace {
+
+grpc::Status OverRate(absl::string_view method, absl::string_view caller,
+                      absl::string_view flag, const RateLimiter& limiter) {
+  return grpc::Status(
+      grpc::StatusCode::RESOURCE_EXHAUSTED,
+      absl::StrCat(method, ": caller \"", caller, "\" is over the rate limit ", flag, " (",
+                   limiter.options().per_second, " calls per second, bursts of ",
+                   limiter.options().burst, "; the coordinator's flag --", flag,
+                   " sets it); slow down"));
+}
+
+}  // namespace
+
+grpc::Status RequestAdmission::AdmitStatusPoll(absl::string_view caller) const {
+  if (status_polls_->Admit(caller)) return grpc::Status::OK;
+  return OverRate("GetStatus", caller, "max_status_per_second", *status_polls_);
+}
+
+grpc::Status RequestAdmission::AdmitCreate(absl::string_view caller,
+                                           absl::string_view method) const {
+  if (creates_->Admit(caller)) return grpc::Status::OK;
+  return OverRate(method, caller, "max_creates_per_second", *creates_);
+}
+
 grpc::Status RequestAdmission::CheckDataset(const proto::RegisterDatasetRequest& request) const {
   if (request.has_dataset()) {
     absl::Status s = CheckDatasetLimits(request.dataset(), limits_);

@@ -45,14 +45,15 @@ class CoordinatorMainTest : public ::testing::Test {
     std::remove(port_file_.c_str());
   }
 
-  void Launch() {
+  // `extra`: one more flag (nullptr: none).
+  void Launch(const char* extra = nullptr) {
     pid_ = fork();
     ASSERT_GE(pid_, 0);
     if (pid_ == 0) {
       const std::string bin = BinaryPath();
       const std::string port_file = absl::StrCat("--port_file=", port_file_);
       execl(bin.c_str(), bin.c_str(), "--port=0", port_file.c_str(), "--worker_timeout=30s",
-            static_cast<char*>(nullptr));
+            extra, static_cast<char*>(nullptr));
       _exit(127);
     }
   }
@@ -109,6 +110,53 @@ TEST_F(CoordinatorMainTest, WritesItsPortServesAndExitsCleanlyOnSigterm) {
     grpc::Status s = stub->RegisterDataset(&ctx, req, &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
     EXPECT_EQ(resp.dataset_id().rfind("ds-", 0), 0u);
+  }
+  EXPECT_EQ(SignalAndWait(SIGTERM), 0);
+}
+
+// The status comes in pages (--status_page_size): `sluicectl status` follows them and shows
+// every worker and job, not the first page only.
+TEST_F(CoordinatorMainTest, SluicectlStatusFollowsEveryPage) {
+  const std::string sluicectl =
+      absl::StrCat(std::getenv("SLUICE_BUILD_DIR") != nullptr ? std::getenv("SLUICE_BUILD_DIR")
+                                                               : "build",
+                   "/bin/sluicectl");
+  ASSERT_EQ(access(sluicectl.c_str(), X_OK), 0) << sluicectl << " not built";
+  Launch("--status_page_size=2");
+  const int port = WaitForPort();
+  ASSERT_GT(port, 0) << "no port in " << port_file_;
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  {
+    auto stub = proto::CoordinatorService::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    for (int w = 0; w < 5; ++w) {  // five workers (heartbeats from a fake worker each)
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+      proto::WorkerHeartbeatRequest req;
+      req.set_wire_version(proto::WIRE_VERSION_1);
+      req.set_worker_address(absl::StrCat("127.0.0.1:", 9100 + w));
+      proto::WorkerHeartbeatResponse resp;
+      ASSERT_TRUE(stub->WorkerHeartbeat(&ctx, req, &resp).ok());
+    }
+    proto::GetStatusResponse first;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    ASSERT_TRUE(stub->GetStatus(&ctx, proto::GetStatusRequest(), &first).ok());
+    EXPECT_EQ(first.workers_size(), 2) << "the flag sets the default page";
+    EXPECT_FALSE(first.next_page_token().empty());
+  }
+  const std::string command =
+      absl::StrCat(sluicectl, " status --coordinator=", address, " --format=json 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  EXPECT_EQ(pclose(pipe), 0) << out;
+  for (int w = 0; w < 5; ++w) {
+    EXPECT_NE(out.find(absl::StrCat("127.0.0.1:", 9100 + w)), std::string::npos)
+        << "worker " << w << " missing from:\n" << out;
   }
   EXPECT_EQ(SignalAndWait(SIGTERM), 0);
 }

@@ -120,7 +120,7 @@ std::string Dump(const CoordinatorState& s) {
   std::string out = absl::StrCat("datasets=", s.num_datasets(), "\n");
   for (const auto& [id, w] : s.workers()) {
     absl::StrAppend(&out, "worker ", id, " ", w.address, " alive=", w.alive, " tasks=",
-                    absl::StrJoin(w.task_ids, ","), "\n");
+                    absl::StrJoin(w.task_ids, ","), " finished_tasks=", w.finished_tasks, "\n");
   }
   for (const auto& [id, j] : s.jobs()) {
     absl::StrAppend(&out, "job ", id, " ", j.name, " tasks=", absl::StrJoin(j.task_ids, ","),
@@ -193,7 +193,10 @@ TEST(CoordinatorStateTest, DeadWorkerLosesUnfinishedTasksOnlyAndComesBackWithIts
   EXPECT_FALSE(s.FindWorker(2)->alive);
   EXPECT_EQ(s.FindTask(3)->worker_id, 0);  // unfinished: waits for another worker
   EXPECT_EQ(s.FindTask(2)->worker_id, 2);  // finished: stays where it ran
-  EXPECT_THAT(s.FindWorker(2)->task_ids, ElementsAre(2));
+  // The worker's list holds unfinished tasks only; the finished one is counted, so that the
+  // worker is not forgotten while it names the worker.
+  EXPECT_THAT(s.FindWorker(2)->task_ids, IsEmpty());
+  EXPECT_EQ(s.FindWorker(2)->finished_tasks, 1);
   // A dead worker takes no tasks.
   EXPECT_EQ(s.Apply(AssignTask(3, 2)).code(), absl::StatusCode::kFailedPrecondition);
   ApplyAll(s, {AssignTask(3, 1)});
@@ -205,6 +208,38 @@ TEST(CoordinatorStateTest, DeadWorkerLosesUnfinishedTasksOnlyAndComesBackWithIts
   EXPECT_EQ(s.NextWorkerId(), 3);
   // Alive already: registering again does not fit.
   EXPECT_EQ(s.Apply(RegisterWorker(2, "w2:1")).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Datasets are refcounted by the jobs naming them: one a job names cannot be removed; once
+// its last job is removed it is unused again and can be. Owners are charged for their
+// unfinished jobs and their datasets (and bytes) until those finish or go.
+TEST(CoordinatorStateTest, DatasetsAreRefcountedAndOwnersCharged) {
+  CoordinatorState s;
+  proto::Update ds = RegisterDataset("ds-a");
+  ds.mutable_register_dataset()->set_owner("alice");
+  proto::Update job = CreateJob(1, "train", "ds-a");
+  job.mutable_create_job()->set_owner("bob");
+  ApplyAll(s, {ds, RegisterWorker(1, "w1:1"), job, CreateTask(1, 1, 0, 1)});
+  EXPECT_TRUE(s.unused_datasets().empty());
+  EXPECT_EQ(s.Usage("alice").datasets, 1);
+  EXPECT_GT(s.Usage("alice").dataset_bytes, 0);
+  EXPECT_EQ(s.Usage("bob").unfinished_jobs, 1);
+  proto::Update remove;
+  remove.mutable_remove_dataset()->set_dataset_id("ds-a");
+  EXPECT_EQ(s.Apply(remove).code(), absl::StatusCode::kFailedPrecondition);
+  ApplyAll(s, {FinishTask(1), FinishJob(1)});
+  EXPECT_EQ(s.Usage("bob").unfinished_jobs, 0);
+  EXPECT_TRUE(s.unused_datasets().empty()) << "a finished job still names it";
+  proto::Update remove_job;
+  remove_job.mutable_remove_job()->set_job_id(1);
+  ApplyAll(s, {remove_job});
+  EXPECT_EQ(s.FindWorker(1)->finished_tasks, 0);
+  EXPECT_THAT(s.unused_datasets(), ElementsAre("ds-a"));
+  ApplyAll(s, {remove});
+  EXPECT_EQ(s.FindDataset("ds-a"), nullptr);
+  EXPECT_EQ(s.Usage("alice").datasets, 0);
+  EXPECT_EQ(s.num_owners(), 0u);
+  EXPECT_EQ(s.Apply(remove).code(), absl::StatusCode::kNotFound);
 }
 
 TEST(CoordinatorStateTest, AssignTaskMovesATaskBetweenWorkers) {

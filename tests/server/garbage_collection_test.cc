@@ -23,7 +23,9 @@ std::string Describe(const Coordinator::TableSizes& t) {
                       " consumer_seen ", t.consumer_seen, " completed_by ", t.completed_by,
                       " ranges_jobs ", t.ranges_jobs, " failed_jobs ", t.failed_jobs,
                       " progress ", t.progress_tasks, " version_jobs ", t.version_jobs,
-                      " version_workers ", t.version_workers);
+                      " version_workers ", t.version_workers, " datasets ", t.datasets,
+                      " owners ", t.owners, " job_activity ", t.job_activity, " unused_since ",
+                      t.unused_since, " max_worker_tasks ", t.max_worker_tasks);
 }
 
 class GarbageCollectionTest : public ::testing::Test {
@@ -34,6 +36,7 @@ class GarbageCollectionTest : public ::testing::Test {
     o.worker_timeout = absl::Seconds(10);
     o.finished_job_ttl = absl::Minutes(1);
     o.dead_worker_ttl = absl::Minutes(2);
+    o.unused_dataset_ttl = absl::Minutes(1);  // the datasets go too (refcounted by their jobs)
     o.log = [](absl::string_view) {};
     coordinator_ = std::make_unique<Coordinator>(o);
   }

@@ -780,6 +780,18 @@ TEST(StateSnapshotTest, RestoreOfSnapshotGivesAnEqualStateForEveryKindOfUpdate) 
     proto::Update removed;  // worker 4 died holding nothing, and no task names it
     removed.mutable_remove_worker()->set_worker_id(4);
     history.push_back(removed);
+    // Owned datasets (quotas): one kept, one no job named and removed.
+    for (const char* id : {"ds-c", "ds-d"}) {
+      proto::Update owned = Dataset(id, 30);
+      owned.mutable_register_dataset()->set_owner("alice");
+      history.push_back(owned);
+    }
+    proto::Update gone;
+    gone.mutable_remove_dataset()->set_dataset_id("ds-c");
+    history.push_back(gone);
+    proto::Update owned_job = Job(5, "owned", "ds-d", proto::SHARDING_DATA, 1);
+    owned_job.mutable_create_job()->set_owner("bob");
+    history.push_back(owned_job);
   }
 
   CoordinatorState state;

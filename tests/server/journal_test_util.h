@@ -194,7 +194,7 @@ constexpr int NumRangesFields() {
          (requires(T t) { t.fallback_reason; } ? 1 : 0);
 }
 // The members compared below.
-inline constexpr int kJobFields = 11 + NumRangesFields<CoordinatorState::Job>();
+inline constexpr int kJobFields = 12 + NumRangesFields<CoordinatorState::Job>();
 inline constexpr int kTaskFields = 12 + NumRangesFields<CoordinatorState::Task>();
 
 // Every field of every entity, the lookups and the id counters.
@@ -203,9 +203,9 @@ inline void ExpectSameState(const CoordinatorState& a, const CoordinatorState& b
   SCOPED_TRACE(where);
   // A field added to an entity must be compared here and carried by Snapshot(): the member
   // counts remind whoever adds one.
-  EXPECT_EQ(FieldCount<CoordinatorState::Dataset>(), 2)
+  EXPECT_EQ(FieldCount<CoordinatorState::Dataset>(), 5)
       << "CoordinatorState::Dataset changed: compare the new field here, check Snapshot()";
-  EXPECT_EQ(FieldCount<CoordinatorState::Worker>(), 4)
+  EXPECT_EQ(FieldCount<CoordinatorState::Worker>(), 5)
       << "CoordinatorState::Worker changed: compare the new field here, check Snapshot()";
   EXPECT_EQ(FieldCount<CoordinatorState::Split>(), 4)
       << "CoordinatorState::Split changed: compare the new field here, check Snapshot()";
@@ -215,6 +215,17 @@ inline void ExpectSameState(const CoordinatorState& a, const CoordinatorState& b
       << "CoordinatorState::Task changed: compare the new field here, check Snapshot()";
 
   EXPECT_EQ(a.num_datasets(), b.num_datasets());
+  for (const auto& [id, d] : a.datasets()) {
+    const CoordinatorState::Dataset* o = b.FindDataset(id);
+    ASSERT_NE(o, nullptr) << "dataset " << id;
+    EXPECT_TRUE(ProtoEq(d.def, o->def)) << "dataset " << id;
+    EXPECT_EQ(d.owner, o->owner) << "dataset " << id;
+    EXPECT_EQ(d.bytes, o->bytes) << "dataset " << id;
+    EXPECT_EQ(d.num_jobs, o->num_jobs) << "dataset " << id;
+    EXPECT_EQ(d.id, o->id);
+  }
+  EXPECT_EQ(a.unused_datasets(), b.unused_datasets());
+  EXPECT_EQ(a.num_owners(), b.num_owners());
   EXPECT_EQ(a.NextWorkerId(), b.NextWorkerId());
   EXPECT_EQ(a.NextJobId(), b.NextJobId());
   EXPECT_EQ(a.NextTaskId(), b.NextTaskId());
@@ -226,6 +237,7 @@ inline void ExpectSameState(const CoordinatorState& a, const CoordinatorState& b
     EXPECT_EQ(w.address, o->address);
     EXPECT_EQ(w.alive, o->alive) << "worker " << id;
     EXPECT_EQ(w.task_ids, o->task_ids) << "worker " << id;
+    EXPECT_EQ(w.finished_tasks, o->finished_tasks) << "worker " << id;
     EXPECT_EQ(b.FindWorkerByAddress(w.address), o);
     EXPECT_EQ(a.NumUnfinishedTasks(id), b.NumUnfinishedTasks(id));
   }
@@ -235,6 +247,8 @@ inline void ExpectSameState(const CoordinatorState& a, const CoordinatorState& b
     ASSERT_NE(o, nullptr) << "job " << id;
     EXPECT_EQ(j.id, o->id);
     EXPECT_EQ(j.name, o->name);
+    EXPECT_EQ(j.owner, o->owner) << "job " << id;
+    EXPECT_EQ(a.Usage(j.owner).unfinished_jobs, b.Usage(j.owner).unfinished_jobs);
     EXPECT_TRUE(ProtoEq(j.options, o->options)) << "job " << id;
     EXPECT_EQ(j.task_ids, o->task_ids) << "job " << id;
     EXPECT_EQ(j.finished, o->finished) << "job " << id;

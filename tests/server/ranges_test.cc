@@ -522,7 +522,10 @@ TEST_F(RangesTest, AnUnfinishedJobIsNeverCollected) {
 
 // One RANGES job whose ranges can no longer be planned (its file changed while the coordinator
 // was down) used to fail every worker's heartbeat, so every job stalled. It now fails alone:
-// its consumers get the error, the workers' heartbeats succeed, other jobs go on.
+// retried ranges_plan_attempts times ranges_retry_interval apart (shown in GetStatus as
+// retrying), then failed where everyone sees it: its consumers get the error, GetStatus shows
+// it, the workers' heartbeats succeed, other jobs go on, and the failed job is removed at
+// finished_job_ttl like any finished job, so that its name can be used again.
 TEST_F(RangesTest, AJobWhoseRangesCannotBePlannedFailsAloneAndOtherJobsGoOn) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/sluice_ranges_fail_", getpid());
   std::system(absl::StrCat("rm -rf '", dir, "'; mkdir -p '", dir, "/journal'").c_str());
@@ -536,6 +539,9 @@ TEST_F(RangesTest, AJobWhoseRangesCannotBePlannedFailsAloneAndOtherJobsGoOn) {
   options.clock = &clock_;
   options.worker_timeout = absl::Seconds(10);
   options.ranges_per_worker = 1;
+  options.ranges_plan_attempts = 3;
+  options.ranges_retry_interval = absl::Seconds(2);
+  options.finished_job_ttl = absl::Seconds(30);
   options.work_dir = dir + "/journal";
   options.log = [this](absl::string_view line) { log_.emplace_back(line); };
   auto created = Coordinator::Create(options);
@@ -569,16 +575,52 @@ TEST_F(RangesTest, AJobWhoseRangesCannotBePlannedFailsAloneAndOtherJobsGoOn) {
   ASSERT_EQ(hb.new_tasks_size(), 1);
   EXPECT_EQ(hb.new_tasks(0).job_id(), other->job_id());
   EXPECT_TRUE(Client(other->job_id()).ok());
+  // Attempt 1 failed: the job waits to retry, its consumers wait (no error yet) and the
+  // status says why.
+  EXPECT_TRUE(Client(ranges->job_id()).ok());
+  auto retrying_job = [&]() -> proto::JobStatus {
+    proto::GetStatusResponse status;
+    EXPECT_TRUE(coordinator_->GetStatus({}, &status).ok());
+    for (const proto::JobStatus& j : status.jobs()) {
+      if (j.job_id() == ranges->job_id()) return j;
+    }
+    return proto::JobStatus();
+  };
+  EXPECT_THAT(retrying_job().retrying(), HasSubstr("attempt 1 of 3"));
+  // Not retried before ranges_retry_interval; then attempts 2 and 3 (by the ticker).
+  Heartbeat("w1:1", /*active=*/{hb.new_tasks(0).task_id()});
+  EXPECT_THAT(retrying_job().retrying(), HasSubstr("attempt 1 of 3"));
+  for (int attempt = 2; attempt <= 3; ++attempt) {
+    clock_.Advance(absl::Seconds(2));
+    Heartbeat("w1:1", /*active=*/{hb.new_tasks(0).task_id()});
+    coordinator_->CheckWorkerLiveness();
+  }
   // The broken job's consumers are told why, naming it.
   auto broken = Client(ranges->job_id());
   ASSERT_FALSE(broken.ok());
   EXPECT_EQ(broken.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(broken.status().message()),
               HasSubstr(absl::StrCat("job ", ranges->job_id(), " (ranges) cannot make its "
-                                     "ranges: job ", ranges->job_id(), ": its dataset now has 6 "
+                                     "ranges (attempt 3 of 3, ranges_plan_attempts): job ",
+                                     ranges->job_id(), ": its dataset now has 6 "
                                      "steps per epoch, it had 4")));
+  const proto::JobStatus failed = retrying_job();
+  EXPECT_TRUE(failed.finished());
+  EXPECT_THAT(failed.error(), HasSubstr("cannot make its ranges"));
+  EXPECT_EQ(failed.retrying(), "");
+  EXPECT_EQ(coordinator_->TEST_TableSizes().failed_jobs, 0u);
   // Later heartbeats too (the error is kept, not recomputed into a failure each time).
   Heartbeat("w1:1", /*active=*/{hb.new_tasks(0).task_id()});
+  // Removed finished_job_ttl later: the name is free again.
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(absl::Seconds(9));
+    Heartbeat("w1:1", /*active=*/{hb.new_tasks(0).task_id()});
+  }
+  EXPECT_EQ(Client(ranges->job_id()).status().code(), absl::StatusCode::kNotFound);
+  write_records(8);
+  auto again = Job("ranges", Ranges(records, /*range_steps=*/1));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->created());
   std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
 }
 

@@ -387,9 +387,13 @@ TEST(ServiceRangesElasticTest, AWorkerAddedMidJobTakesRanges) {
   ASSERT_NE(late, nullptr);
   proto::GetStatusResponse status;
   ASSERT_TRUE(cluster.coordinator().GetStatus(proto::GetStatusRequest(), &status).ok());
+  // The ranges it ran (finished ones keep the worker they ran on; WorkerStatus.task_ids lists
+  // unfinished tasks only).
   bool late_ran_some = false;
-  for (const proto::WorkerStatus& w : status.workers()) {
-    if (w.address() == late->address()) late_ran_some = !w.task_ids().empty();
+  for (const proto::JobStatus& j : status.jobs()) {
+    for (const proto::TaskInfo& t : j.tasks()) {
+      late_ran_some = late_ran_some || t.worker_address() == late->address();
+    }
   }
   EXPECT_TRUE(late_ran_some) << "the worker added mid-job got no range";
 }

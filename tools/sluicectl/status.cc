@@ -28,6 +28,10 @@ ABSL_FLAG(int64_t, watch_count, 0, "status --watch: stop after this many frames;
 namespace sluice {
 namespace {
 
+// GetStatus pages followed at most (each of the coordinator's --status_page_size entries): a
+// bound on the loop, far above any fleet.
+constexpr int64_t kMaxStatusPages = 100000;
+
 const char* PolicyName(proto::ShardingPolicy p) {
   switch (p) {
     case proto::SHARDING_AUTO: return "AUTO";
@@ -209,13 +213,29 @@ int StatusMain(const std::vector<std::string>& positional) {
   std::optional<proto::GetStatusResponse> previous;
   absl::Time previous_at;
   for (int64_t frame = 1;; ++frame) {
-    proto::GetStatusRequest request;
+    // The status comes in pages (proto GetStatusRequest) of the coordinator's size
+    // (--status_page_size): follow them into one response, each page a bounded call.
     proto::GetStatusResponse response;
-    absl::Status s = CallCoordinator(coordinator, kRpcDeadline,
-                                     absl::GetFlag(FLAGS_retry_deadline), "GetStatus",
-                                     [&](grpc::ClientContext* c) {
-                                       return stub->GetStatus(c, request, &response);
-                                     });
+    proto::GetStatusRequest request;
+    absl::Status s;
+    for (int64_t page = 0; page < kMaxStatusPages; ++page) {
+      proto::GetStatusResponse part;
+      s = CallCoordinator(coordinator, kRpcDeadline, absl::GetFlag(FLAGS_retry_deadline),
+                          "GetStatus", [&](grpc::ClientContext* c) {
+                            return stub->GetStatus(c, request, &part);
+                          });
+      if (!s.ok()) break;
+      response.mutable_workers()->MergeFrom(part.workers());
+      response.mutable_jobs()->MergeFrom(part.jobs());
+      response.set_num_datasets(part.num_datasets());
+      if (part.next_page_token().empty()) break;
+      if (part.next_page_token() == request.page_token()) {
+        s = absl::DataLossError(absl::StrCat("GetStatus: the coordinator returned page token \"",
+                                             part.next_page_token(), "\" twice"));
+        break;
+      }
+      request.set_page_token(part.next_page_token());
+    }
     if (!s.ok()) return ReportError(s);
     const absl::Time now = absl::Now();
     if (format == "json") {
