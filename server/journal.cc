@@ -333,8 +333,11 @@ absl::StatusOr<uint64_t> Journal::Write(absl::Span<const proto::Update> updates)
                                     s.message(), ") could not be undone (", undo.message(),
                                     ")")));
     }
-    return absl::Status(s.code(), absl::StrCat("journal append to ", segment_path(), ": ",
-                                               s.message()));
+    // The record is undone (or the failure is sticky): the request changed nothing, and the
+    // disk's trouble is no fault of the caller's, who may retry.
+    return absl::UnavailableError(absl::StrCat("journal append to ", segment_path(),
+                                               " failed, the request changed nothing (retry): ",
+                                               s.ToString()));
   }
   size_ += data.size();
   ++records_since_snapshot_;

@@ -122,7 +122,8 @@ class Journal {
 
   // Appends one record holding `updates` and syncs it; when this returns OK the updates
   // survive a crash. On error the segment is cut back (and synced) to before the record, so
-  // that the journal still ends in a whole record, and the file system's error is returned;
+  // that the journal still ends in a whole record, and UNAVAILABLE is returned (the request
+  // changed nothing and may be retried; the message holds the file system's error);
   // if even that fails, the error sticks (as a failed sync's): this and every later call fail
   // (restart the coordinator: replay drops the torn tail). Write() then WaitDurable().
   absl::Status Append(absl::Span<const proto::Update> updates);

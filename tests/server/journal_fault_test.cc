@@ -142,7 +142,7 @@ TEST(JournalSyncErrorTest, AFailedUndoOfAFailedAppendIsStickyForRecordsWrittenBe
   fs.FailNext(JournalFileOp::kAppend, Enospc(), 0, /*partial_bytes=*/5);
   fs.FailNext(JournalFileOp::kTruncate, Eio("truncate's fdatasync"));
   absl::StatusOr<uint64_t> three = j.journal->Write({Dataset(3)});
-  EXPECT_EQ(three.status().code(), absl::StatusCode::kResourceExhausted) << three.status();
+  EXPECT_EQ(three.status().code(), absl::StatusCode::kUnavailable) << three.status();
   // The failed undo's sync may have dropped record 2's pages: a later successful fdatasync
   // must not acknowledge it.
   absl::Status s = j.journal->WaitDurable(*two);
@@ -160,7 +160,7 @@ TEST(JournalSyncErrorTest, AFailedAppendWhoseUndoSucceedsFailsOnlyItsRequest) {
   ASSERT_TRUE(Open(&fs, &j).ok());
   ASSERT_TRUE(j.journal->Append({Dataset(1)}).ok());
   fs.FailNext(JournalFileOp::kAppend, Enospc(), 0, /*partial_bytes=*/7);
-  EXPECT_EQ(j.journal->Append({Dataset(2)}).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(j.journal->Append({Dataset(2)}).code(), absl::StatusCode::kUnavailable);
   ASSERT_TRUE(j.journal->Append({Dataset(3)}).ok());
   EXPECT_TRUE(j.journal->sync_error().ok());
   ExpectReplays(disk, {}, {"ds1", "ds3"}, "after the undone append");
@@ -442,7 +442,7 @@ TEST(JournalBatchTest, AWorkerDeathIsOneRecordAndARetryAfterAFailedWriteCountsIt
   fs.FailAppendIf([](absl::string_view data) {
     return RecordHas(data, [](const proto::Update& u) { return u.has_worker_died(); });
   }, Enospc());
-  EXPECT_EQ(Beat(**c, "w2:1", {}, {}, &resp).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Beat(**c, "w2:1", {}, {}, &resp).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(fs.injected(JournalFileOp::kAppend), 1);
   // Nothing of the death stays: w1 is alive with its tasks.
   {
@@ -485,7 +485,7 @@ TEST(JournalBatchTest, AFailedWriteOfAJobsEndIsRetriedNotLeftUnfinished) {
   fs.FailAppendIf([](absl::string_view data) {
     return RecordHas(data, [](const proto::Update& u) { return u.has_finish_job(); });
   }, Enospc());
-  EXPECT_EQ(Beat(**c, "w1:1", {}, {task}, &resp).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Beat(**c, "w1:1", {}, {task}, &resp).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(fs.injected(JournalFileOp::kAppend), 1);
   EXPECT_FALSE(StateOf((*c)->Snapshot()).FindTask(task)->finished) << "undone whole";
   // The worker reports it again (it does until an answer comes): the job ends.

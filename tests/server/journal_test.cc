@@ -415,7 +415,7 @@ TEST(JournalWriteFailureTest, AFailedWriteFailsTheRequestAndChangesNothing) {
   req.set_pipeline("range(7).batch(7)");
   proto::RegisterDatasetResponse resp;
   absl::Status s = (*c)->RegisterDataset(req, &resp);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_THAT(s.message(), HasSubstr(SegmentPath(0)));
   EXPECT_TRUE(ProtoEq((*c)->Snapshot(), before));
   EXPECT_EQ(f.fs.files().at(SegmentPath(0)), file_before);
@@ -423,7 +423,7 @@ TEST(JournalWriteFailureTest, AFailedWriteFailsTheRequestAndChangesNothing) {
   // One request, many updates (a job and its tasks): nothing of it stays.
   f.fs.FailAppends(1, /*partial_bytes=*/100);
   auto job = MakeJob(**c, "job", ds, proto::SHARDING_DATA);
-  EXPECT_EQ(job.status().code(), absl::StatusCode::kResourceExhausted) << job.status();
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kUnavailable) << job.status();
   EXPECT_TRUE(ProtoEq((*c)->Snapshot(), before));
   EXPECT_EQ(f.fs.files().at(SegmentPath(0)), file_before);
 
