@@ -14,6 +14,7 @@
 //   shorter than what was answered).
 // - One event, one record: a worker's death and a task's end that ends its job, each undone
 //   whole by a failed write, so that a retry applies it once.
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -197,19 +198,25 @@ TEST(JournalSnapshotTest, AFailedDirectorySyncAfterTheRenameDropsNoAcknowledgedR
 }
 
 TEST(JournalSnapshotTest, ACrashAtEveryStepOfASnapshotDropsNoAcknowledgedRecord) {
-  // Count the operations of: 3 records, a snapshot, 2 records.
-  auto run = [](JournalFileSystem* fs) {
+  // 3 records, a snapshot, 2 records; `acked` gets the operations done when each append
+  // returned (it is acknowledged in every crash after them).
+  auto run = [](CrashSimulatingFileSystem* fs, std::vector<int64_t>* acked) {
     Opened j;
     ASSERT_TRUE(Open(fs, &j).ok());
     for (int64_t i = 1; i <= 3; ++i) {
       ASSERT_TRUE(j.journal->Append({Dataset(i)}).ok());
+      acked->push_back(fs->operations());
       ASSERT_TRUE(j.state.Apply(Dataset(i)).ok());
     }
     ASSERT_TRUE(j.journal->WriteSnapshot(j.state.Snapshot()).ok());
-    for (int64_t i = 4; i <= 5; ++i) ASSERT_TRUE(j.journal->Append({Dataset(i)}).ok());
+    for (int64_t i = 4; i <= 5; ++i) {
+      ASSERT_TRUE(j.journal->Append({Dataset(i)}).ok());
+      acked->push_back(fs->operations());
+    }
   };
   CrashSimulatingFileSystem count;
-  run(&count);
+  std::vector<int64_t> acked;
+  run(&count, &acked);
   const int64_t ops = count.operations();
   ASSERT_GT(ops, 10);
   for (int64_t k = 0; k <= ops; ++k) {
@@ -218,15 +225,19 @@ TEST(JournalSnapshotTest, ACrashAtEveryStepOfASnapshotDropsNoAcknowledgedRecord)
                                 static_cast<int>(mode)));
       CrashSimulatingFileSystem disk;
       disk.CrashAtOperation(k, {.mode = mode});
-      run(&disk);
+      std::vector<int64_t> unused;
+      run(&disk, &unused);
       CrashSimulatingFileSystem crashed(disk.CrashImageAtOperation());
       Opened r;
       absl::Status s = Open(&crashed, &r);
       ASSERT_TRUE(s.ok()) << s;
-      // A prefix of the records (the appends above are each acknowledged in turn).
+      // A prefix of the records, no shorter than what was acknowledged before the crash.
       const std::vector<std::string> got = DatasetsOf(r.state);
       ASSERT_LE(got.size(), 5u);
       EXPECT_EQ(got, Datasets(1, static_cast<int64_t>(got.size())));
+      const size_t acknowledged = static_cast<size_t>(
+          std::count_if(acked.begin(), acked.end(), [&](int64_t at) { return at <= k; }));
+      EXPECT_GE(got.size(), acknowledged);
     }
   }
 }
