@@ -19,9 +19,12 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "core/util/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -106,6 +109,24 @@ void ExpectReplays(CrashSimulatingFileSystem& fs, CrashOptions options,
   absl::Status s = Open(&crashed, &r);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(DatasetsOf(r.state), want);
+}
+
+CoordinatorOptions Options(FakeClock* clock, JournalFileSystem* fs, int64_t snapshot_every,
+                           std::vector<std::string>* log) {
+  CoordinatorOptions o;
+  o.clock = clock;
+  o.worker_timeout = absl::Seconds(10);
+  o.log = [log](absl::string_view line) { log->emplace_back(line); };
+  o.work_dir = kDir;
+  o.snapshot_every = snapshot_every;
+  o.journal_fs = fs;
+  return o;
+}
+
+CoordinatorState StateOf(const proto::StateSnapshot& snapshot) {
+  CoordinatorState s;
+  EXPECT_TRUE(s.Restore(snapshot).ok());
+  return s;
 }
 
 // ----- Sticky sync errors.
@@ -242,6 +263,47 @@ TEST(JournalSnapshotTest, ACrashAtEveryStepOfASnapshotDropsNoAcknowledgedRecord)
   }
 }
 
+// A snapshot's file blocks in WriteFile until released.
+class GatedSnapshotFileSystem : public CrashSimulatingFileSystem {
+ public:
+  absl::Status WriteFile(const std::string& path, absl::string_view data) override {
+    entered.Notify();
+    released.WaitForNotification();
+    return CrashSimulatingFileSystem::WriteFile(path, data);
+  }
+  absl::Notification entered, released;
+};
+
+TEST(JournalSnapshotTest, ASnapshotIsWrittenWithoutTheCoordinatorsMutex) {
+  FakeClock clock;
+  GatedSnapshotFileSystem disk;
+  std::vector<std::string> log;
+  auto c = Coordinator::Create(Options(&clock, &disk, /*snapshot_every=*/2, &log));
+  ASSERT_TRUE(c.ok());
+  Register(**c, "range(10).batch(2)");
+  // The second record makes a snapshot due: its request writes it after releasing the mutex.
+  std::thread writer([&] { Register(**c, "range(20).batch(2)"); });
+  disk.entered.WaitForNotification();
+  // Meanwhile other requests are served (with the mutex held across the write, this one
+  // would wait for the release below: the wait is generous, the write blocks forever).
+  absl::Notification served;
+  std::thread other([&] {
+    Register(**c, "range(30).batch(2)");
+    served.Notify();
+  });
+  EXPECT_TRUE(served.WaitForNotificationWithTimeout(absl::Seconds(60)))
+      << "a request waited for a snapshot's write";
+  disk.released.Notify();
+  writer.join();
+  other.join();
+  // The snapshot holds the state as of its record; the third record is in the new segment.
+  CrashSimulatingFileSystem crashed(disk.CrashImage({}));
+  auto r = Coordinator::Create(Options(&clock, &crashed, 2, &log));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(StateOf((*r)->Snapshot()).num_datasets(), 3u);
+  EXPECT_TRUE(crashed.files().contains(absl::StrCat(kDir, "/", Journal::SnapshotName(1))));
+}
+
 // ----- One torn tail after the last synced byte.
 
 TEST(JournalReplayTest, ALaterPageKeptAndAnEarlierOneLostIsATornTailNotDataLoss) {
@@ -298,18 +360,6 @@ struct History {
   std::vector<proto::StateSnapshot> prefix;
   std::vector<size_t> records_at_answer;
 };
-
-CoordinatorOptions Options(FakeClock* clock, JournalFileSystem* fs, int64_t snapshot_every,
-                           std::vector<std::string>* log) {
-  CoordinatorOptions o;
-  o.clock = clock;
-  o.worker_timeout = absl::Seconds(10);
-  o.log = [log](absl::string_view line) { log->emplace_back(line); };
-  o.work_dir = kDir;
-  o.snapshot_every = snapshot_every;
-  o.journal_fs = fs;
-  return o;
-}
 
 History ReferenceRun() {
   History h;
@@ -411,12 +461,6 @@ bool RecordHas(absl::string_view data, bool (*has)(const proto::Update&)) {
     if (has(u)) return true;
   }
   return false;
-}
-
-CoordinatorState StateOf(const proto::StateSnapshot& snapshot) {
-  CoordinatorState s;
-  EXPECT_TRUE(s.Restore(snapshot).ok());
-  return s;
 }
 
 absl::Status Beat(Coordinator& c, const std::string& address, std::vector<int64_t> active,
