@@ -34,8 +34,9 @@
 //   appended after it can sit in a segment it hides. Older files are deleted only once its
 //   directory entry is synced.
 //
-// Thread safety: none, except WaitDurable(), written(), syncs() and InstallSnapshot(), which
-// may be called from any thread at any time; the Coordinator calls the rest under its mutex.
+// Thread safety: none, except WaitDurable(), written(), syncs(), sync_error() and
+// InstallSnapshot(), which may be called from any thread at any time; the Coordinator calls the
+// rest under its mutex.
 #ifndef SLUICE_SERVER_JOURNAL_H_
 #define SLUICE_SERVER_JOURNAL_H_
 

@@ -7,8 +7,9 @@
 //
 // Paths are plain strings; a directory's entries are named without the directory.
 //
-// Thread safety: the real file system is thread-safe; an AppendFile is used by one thread at a
-// time (the Coordinator calls it under its mutex).
+// Thread safety: the real file system is thread-safe. An AppendFile's Append and Truncate are
+// called by one thread at a time (the Coordinator's, under its mutex); its Sync may run at the
+// same time from another (group commit, without the mutex).
 #ifndef SLUICE_SERVER_JOURNAL_FILE_H_
 #define SLUICE_SERVER_JOURNAL_FILE_H_
 
