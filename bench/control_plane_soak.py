@@ -88,7 +88,7 @@ class Soak:
                 f"--snapshot_every={self.args.snapshot_every}",
                 f"--worker_timeout={self.args.worker_timeout}", "--ranges_per_worker=2",
                 f"--finished_job_ttl={self.args.finished_job_ttl}", "--consumer_timeout=0",
-                "--dead_worker_ttl=60s"]
+                f"--dead_worker_ttl={self.args.dead_worker_ttl}"]
 
     def start_coordinator(self):
         self.coordinator_runs += 1
@@ -312,7 +312,10 @@ def main():
     ap.add_argument("--elements", type=int, default=400)
     ap.add_argument("--snapshot_every", type=int, default=50)
     ap.add_argument("--worker_timeout", default="2s")
-    ap.add_argument("--finished_job_ttl", default="30s")
+    # Short: the TTL clocks restart with every coordinator process (they are not journaled),
+    # so with a kill every few seconds longer TTLs never expire and the state grows.
+    ap.add_argument("--finished_job_ttl", default="2s")
+    ap.add_argument("--dead_worker_ttl", default="5s")
     ap.add_argument("--fault_interval", type=float, default=3.0,
                     help="most seconds between fault draws")
     ap.add_argument("--journal_faults",
@@ -325,6 +328,12 @@ def main():
     ap.add_argument("--sample_seconds", type=float, default=2.0)
     ap.add_argument("--keep_logs", action="store_true")
     args = ap.parse_args()
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)  # stop every process started, as on Ctrl-C
+    signal.signal(signal.SIGINT, on_term)  # also when started in the background
     soak = Soak(args)
     try:
         result = soak.run()
