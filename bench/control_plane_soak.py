@@ -72,7 +72,10 @@ class Soak:
         self.args = args
         self.rng = random.Random(args.seed)
         self.tmp = tempfile.TemporaryDirectory(prefix="sluice-soak-")
+        if args.keep_logs:
+            self.tmp._finalizer.detach()  # kept past the interpreter's exit too
         self.work_dir = os.path.join(self.tmp.name, "coordinator-work")
+        self.start_failures = []  # injected faults that failed a coordinator's start
         self.coordinator = None  # Popen
         self.coordinator_started = 0.0
         self.port = 0
@@ -91,6 +94,23 @@ class Soak:
                 f"--dead_worker_ttl={self.args.dead_worker_ttl}"]
 
     def start_coordinator(self):
+        """Starts a coordinator; a start failed by an injected fault (its journal's replay hit
+        one) is retried, up to 20 times; any other failure (DATA_LOSS) raises, with its log."""
+        for _ in range(20):
+            try:
+                return self._start_coordinator_once()
+            except RuntimeError as e:
+                log_path = os.path.join(self.tmp.name, f"coordinator{self.coordinator_runs}.log")
+                with open(log_path) as f:
+                    text = f.read()
+                if "injected fault" not in text:
+                    raise RuntimeError(f"{e}: {text[-1500:]}")
+                self.start_failures.append(text.strip().splitlines()[-1][-300:])
+                log(f"coordinator start failed on an injected fault, retrying: "
+                    f"{self.start_failures[-1][-200:]}")
+        raise RuntimeError("sluice-coordinator did not start in 20 tries")
+
+    def _start_coordinator_once(self):
         self.coordinator_runs += 1
         log_path = os.path.join(self.tmp.name, f"coordinator{self.coordinator_runs}.log")
         env = dict(os.environ)
@@ -270,6 +290,8 @@ class Soak:
             "faults": self.faults,
             "coordinator_processes": self.coordinator_runs,
             "coordinator_exit_reasons_sample": self.exit_reasons[:5],
+            "coordinator_starts_failed_by_injected_faults": len(self.start_failures),
+            "start_failures_sample": self.start_failures[:3],
             "rss_mib": {
                 "samples": len(rss_all),
                 "min": round(min(rss_all) / 1024, 1) if rss_all else None,
