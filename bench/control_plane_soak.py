@@ -252,9 +252,9 @@ class Soak:
                 if not running():
                     break
                 kind = self.rng.random()
-                if kind < 0.35:
+                if kind < a.worker_kill_share:
                     self.kill_worker()
-                elif kind < 0.5:
+                elif kind < a.worker_kill_share + a.coordinator_kill_share:
                     self.kill_coordinator()
             for job, t in trainers.items():
                 why = self.check_exactly_once(job, t, round_deadline + 60)
@@ -340,6 +340,11 @@ def main():
     ap.add_argument("--dead_worker_ttl", default="5s")
     ap.add_argument("--fault_interval", type=float, default=3.0,
                     help="most seconds between fault draws")
+    ap.add_argument("--worker_kill_share", type=float, default=0.35,
+                    help="share of fault draws that SIGKILL a worker")
+    ap.add_argument("--coordinator_kill_share", type=float, default=0.15,
+                    help="share of fault draws that SIGKILL the coordinator (lower it to "
+                         "see one coordinator process's memory over a long run)")
     ap.add_argument("--journal_faults",
                     default="append=0.002,sync=0.0005,truncate=0.05,write_file=0.02,"
                             "rename=0.01,sync_dir=0.01",
