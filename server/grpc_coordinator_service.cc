@@ -50,7 +50,8 @@ grpc::Status GrpcCoordinatorService::GetOrCreateJob(grpc::ServerContext* context
   if (context->IsCancelled()) return Abandoned();
   const std::string caller = admission_.Identify(*context);
   if (grpc::Status a = admission_.AdmitCreate(caller, "GetOrCreateJob"); !a.ok()) return a;
-  return ToGrpcStatus(coordinator_->GetOrCreateJob(*request, response, caller));
+  return ToGrpcStatus(coordinator_->GetOrCreateJob(*request, response, caller,
+                                                   [context] { return context->IsCancelled(); }));
 }
 
 grpc::Status GrpcCoordinatorService::GetElementSpec(grpc::ServerContext* context,
