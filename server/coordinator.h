@@ -31,6 +31,10 @@
 // again, its workers are told to stop them, and every ClientHeartbeat of the job returns the
 // error until the job is removed (finished_job_ttl).
 //
+// Planning (reading the data) never runs under the coordinator's lock: GetOrCreateJob plans
+// between two lock sections; a RANGES job planned again after a restart is planned on the
+// coordinator's own planner thread (one thread, started with it, joined by its destructor).
+//
 // Thread safety: every method may be called from any thread.
 #ifndef SLUICE_SERVER_COORDINATOR_H_
 #define SLUICE_SERVER_COORDINATOR_H_
