@@ -178,8 +178,15 @@ Coordinator::VersionedChanges Coordinator::ChangesOfLocked(const proto::Update& 
 
 void Coordinator::MaybeSnapshotLocked() {
   if (!journal_->snapshot_due()) return;
-  absl::Status s = journal_->WriteSnapshot(state_.Snapshot());
-  if (!s.ok()) Log(absl::StrCat("snapshot failed (the journal goes on): ", s.ToString()));
+  absl::StatusOr<int64_t> seq = journal_->StartSnapshot();
+  if (!seq.ok()) {
+    // A failed sync sticks: the DurableLock exits. Anything else: tried again later.
+    Log(absl::StrCat("snapshot failed (the journal goes on): ", seq.status().ToString()));
+    return;
+  }
+  // The copy is taken under mu_ (it is the state after every record written so far); the
+  // DurableLock writes it after releasing mu_.
+  pending_snapshot_ = PendingSnapshot{*seq, state_.Snapshot()};
 }
 
 
@@ -218,11 +225,19 @@ Coordinator::DurableLock::~DurableLock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // journal_ is set once, by Create(), before any request.
   Journal* journal = c_->journal_.get();
   const uint64_t written = journal != nullptr ? journal->written() : 0;
+  std::optional<PendingSnapshot> snapshot = std::move(c_->pending_snapshot_);
+  c_->pending_snapshot_.reset();
   held_lock_log_lines = outer_log_lines_;
   c_->mu_.Unlock();
   for (const std::string& line : log_lines_) c_->Log(line);  // off the lock
-  if (journal == nullptr || written == 0) return;
+  if (journal == nullptr) return;
+  // Also with nothing written: a sync that failed elsewhere (an undo, a snapshot) is fatal.
   absl::Status s = journal->WaitDurable(written);
+  if (s.ok() && snapshot.has_value()) {
+    absl::Status w = journal->InstallSnapshot(snapshot->seq, snapshot->state);
+    if (!w.ok()) c_->Log(absl::StrCat("snapshot failed (the journal goes on): ", w.ToString()));
+    s = journal->sync_error();
+  }
   if (!s.ok()) {
     c_->Log(absl::StrCat("exiting: ", s.ToString(),
                          " (the records not yet synced may be lost; a restart replays the "
@@ -242,14 +257,14 @@ void Coordinator::TEST_AwaitSyncWaiters(int n) {
 }
 
 
-Coordinator::JournalBatch::JournalBatch(Coordinator* c) : c_(c) {
-  c_->in_batch_ = c_->journal_ != nullptr;
+Coordinator::JournalBatch::JournalBatch(Coordinator* c) : c_(c), outer_(!c->in_batch_) {
+  if (outer_) c_->in_batch_ = c_->journal_ != nullptr;
 }
 
 
 absl::Status Coordinator::JournalBatch::Commit() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   done_ = true;
-  if (!c_->in_batch_) return absl::OkStatus();
+  if (!outer_ || !c_->in_batch_) return absl::OkStatus();
   c_->in_batch_ = false;
   std::vector<proto::Update> updates = std::move(c_->batch_);
   c_->batch_.clear();
@@ -265,7 +280,7 @@ absl::Status Coordinator::JournalBatch::Commit() ABSL_NO_THREAD_SAFETY_ANALYSIS 
 
 
 Coordinator::JournalBatch::~JournalBatch() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  if (done_ || !c_->in_batch_) return;
+  if (done_ || !outer_ || !c_->in_batch_) return;
   c_->in_batch_ = false;
   const bool applied = !c_->batch_.empty();
   c_->batch_.clear();

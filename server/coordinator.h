@@ -274,7 +274,8 @@ class Coordinator {
   // Holds mu_ for a request. On destruction releases it, then waits until every journal record
   // written so far is durable (group commit: requests that wait together share one sync, and
   // none holds mu_ while the disk works), so that the answer never shows state a crash could
-  // lose. A failed sync cannot be undone (the kernel may have dropped the unsynced pages): the
+  // lose, and writes a snapshot the request started (pending_snapshot_), also without mu_. A
+  // failed sync cannot be undone (the kernel may have dropped the unsynced pages): the
   // coordinator logs it and exits, and a restart replays the journal.
   class DurableLock {
    public:
@@ -294,7 +295,10 @@ class Coordinator {
   // Collects the updates of one request into one journal record (a request that creates a
   // job and its tasks): declared right after the lock, Commit() before answering. A batch
   // destroyed uncommitted, or whose Commit fails, is undone (the state is replayed from the
-  // journal), so that the failed request changes nothing.
+  // journal), so that the failed request changes nothing. One event (a worker's death, a
+  // task's end that ends its job) is one batch too, so that a retry after a failed write
+  // applies it once. A batch opened inside another joins it (its Commit and destruction do
+  // nothing; the outer one writes or undoes all): an inner batch's error must fail the outer.
   class JournalBatch {
    public:
     explicit JournalBatch(Coordinator* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_);
@@ -303,6 +307,7 @@ class Coordinator {
 
    private:
     Coordinator* const c_;
+    const bool outer_;  // false: joined an open batch
     bool done_ = false;
   };
 
@@ -599,6 +604,13 @@ class Coordinator {
   // The open JournalBatch's updates, applied but not yet journaled.
   bool in_batch_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<proto::Update> batch_ ABSL_GUARDED_BY(mu_);
+  // A snapshot the journal started (Journal::StartSnapshot) and that the next DurableLock
+  // writes once it released mu_: the state copied under the lock, written outside it.
+  struct PendingSnapshot {
+    int64_t seq = 0;
+    proto::StateSnapshot state;
+  };
+  std::optional<PendingSnapshot> pending_snapshot_ ABSL_GUARDED_BY(mu_);
   // The thread re-plans run on (RequestReplanLocked). Last: destroyed first, while everything
   // a running re-plan touches is still alive.
   std::unique_ptr<ThreadPool> replanner_ = std::make_unique<ThreadPool>(1);

@@ -29,6 +29,12 @@
 // With --work_dir, every state change is journaled there before it is answered and a restart
 // with the same --work_dir continues where the last one stopped (docs/SERVICE.md, "Journal and
 // restart"); a corrupt journal makes it exit 1 at start-up naming the file and byte offset.
+//
+// Test only: the environment variable SLUICE_TEST_JOURNAL_FAULTS (a spec as
+// FaultInjectingJournalFileSystem::SetRandomFaults takes, e.g. "seed=7,append=0.001,sync=0.001")
+// injects random failures into the journal's file operations (bench/control_plane_soak.py).
+// A failed sync is fatal (the coordinator exits and is meant to be restarted); a failed append
+// fails its request. Logged at start when set.
 #include <pthread.h>
 #include <signal.h>
 
@@ -51,6 +57,8 @@
 #include "core/rpc/grpc_security.h"
 #include "core/rpc/role_auth.h"
 #include "core/rpc/token_auth.h"
+#include "server/fault_injecting_journal_file.h"
+#include "server/journal_file.h"
 #include "core/util/logging.h"
 #include "core/obs/metrics_http_server.h"
 #include "server/coordinator_metrics.h"
@@ -213,6 +221,18 @@ int main(int argc, char** argv) {
   }
   options.coordinator.work_dir = absl::GetFlag(FLAGS_work_dir);
   options.coordinator.snapshot_every = absl::GetFlag(FLAGS_snapshot_every);
+  if (const char* faults = std::getenv("SLUICE_TEST_JOURNAL_FAULTS");
+      faults != nullptr && *faults != '\0') {
+    // Lives as long as the process (the coordinator borrows it).
+    auto* fs = new sluice::FaultInjectingJournalFileSystem(sluice::RealJournalFileSystem());
+    if (absl::Status s = fs->SetRandomFaults(faults); !s.ok()) {
+      std::cerr << "sluice-coordinator: SLUICE_TEST_JOURNAL_FAULTS: " << s.message() << std::endl;
+      return 2;
+    }
+    std::cerr << "sluice-coordinator: TEST ONLY: injecting journal faults (" << faults << ")"
+              << std::endl;
+    options.coordinator.journal_fs = fs;
+  }
   if (options.coordinator.snapshot_every < 1) {
     std::cerr << "sluice-coordinator: --snapshot_every must be at least 1" << std::endl;
     return 2;

@@ -112,6 +112,9 @@ absl::Status Coordinator::CheckLivenessLocked() {
 }
 
 absl::Status Coordinator::WorkerDiedLocked(int64_t worker_id) {
+  // One death, one journal record: a failed write undoes all of it, so that a retry counts it
+  // once (not its lost tasks twice).
+  JournalBatch batch(this);
   const std::optional<absl::Time> last_heartbeat = liveness_.LastHeartbeat(worker_id);
   std::vector<int64_t> lost;
   for (int64_t t : state_.FindWorker(worker_id)->task_ids) {
@@ -148,9 +151,14 @@ absl::Status Coordinator::WorkerDiedLocked(int64_t worker_id) {
   proto::Update u;
   u.mutable_worker_died()->set_worker_id(worker_id);
   RETURN_IF_ERROR(ApplyLocked(u));
-  liveness_.Unwatch(worker_id);
-  dead_since_[worker_id] = clock_->Now();
-  if (options_.max_task_worker_deaths <= 0) return absl::OkStatus();
+  // Once the batch is journaled: a failed one leaves the worker alive and watched.
+  auto commit = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    RETURN_IF_ERROR(batch.Commit());
+    liveness_.Unwatch(worker_id);
+    dead_since_[worker_id] = clock_->Now();
+    return absl::OkStatus();
+  };
+  if (options_.max_task_worker_deaths <= 0) return commit();
   for (int64_t t : lost) {
     const CoordinatorState::Task* task = state_.FindTask(t);
     if (task == nullptr || task->finished) continue;  // its job failed with an earlier task
@@ -173,7 +181,7 @@ absl::Status Coordinator::WorkerDiedLocked(int64_t worker_id) {
             "), so it is not handed to another worker. A pipeline that crashes its worker (out "
             "of memory, a native crash) does this; the workers' logs say more"))));
   }
-  return absl::OkStatus();
+  return commit();
 }
 
 std::string Coordinator::PoisonEvidenceLocked(int64_t task_id, int64_t worker_id,
@@ -574,22 +582,29 @@ absl::Status Coordinator::OnWorkerAvailableLocked(int64_t worker_id) {
 
 
 absl::Status Coordinator::FinishTaskLocked(int64_t task_id) {
+  // The task's end and the job's end it makes: one journal record, so that a failed write
+  // leaves both undone (the worker reports the task again) rather than a job that never ends.
+  JournalBatch batch(this);
   proto::Update u;
   u.mutable_finish_task()->set_task_id(task_id);
   RETURN_IF_ERROR(ApplyLocked(u));
   const CoordinatorState::Task* task = state_.FindTask(task_id);
   const CoordinatorState::Job* job = state_.FindJob(task->job_id);
   for (int64_t t : job->task_ids) {
-    if (!state_.tasks().at(t).finished) return absl::OkStatus();
+    if (!state_.tasks().at(t).finished) return batch.Commit();
   }
-  if (job->ranges && !job->all_ranges_made()) return absl::OkStatus();
+  if (job->ranges && !job->all_ranges_made()) return batch.Commit();
   // DYNAMIC: every task finishes only after end_of_splits, so the splits are all done too.
+  const int64_t job_id = job->id;
+  const std::string job_name = job->name;
+  const size_t num_tasks = job->task_ids.size();
   proto::Update f;
-  f.mutable_finish_job()->set_job_id(job->id);
+  f.mutable_finish_job()->set_job_id(job_id);
   RETURN_IF_ERROR(ApplyLocked(f));
-  Log(absl::StrCat("job ", job->id, job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"),
-                   " finished: all ", job->task_ids.size(), " tasks done"));
-  finished_at_[job->id] = clock_->Now();
+  RETURN_IF_ERROR(batch.Commit());
+  Log(absl::StrCat("job ", job_id, job_name.empty() ? "" : absl::StrCat(" (", job_name, ")"),
+                   " finished: all ", num_tasks, " tasks done"));
+  finished_at_[job_id] = clock_->Now();
   return absl::OkStatus();
 }
 

@@ -8,7 +8,10 @@
 //
 // A failed sync is not retried: the file's unsynced data may be lost (the kernel drops the
 // dirty pages of a failed fsync), so the error sticks and every later WaitDurable returns it;
-// the coordinator then exits and a restart replays what the journal holds.
+// the coordinator then exits and a restart replays what the journal holds. The journal's
+// other syncs (undoing a failed append, a new segment, a snapshot's directory) report their
+// failures through Fail(), with the same effect: no later sync acknowledges a record whose
+// pages a failed one may have dropped (the PostgreSQL fsync lesson).
 //
 // Thread safety: every method may be called from any thread.
 #ifndef SLUICE_SERVER_GROUP_COMMIT_H_
@@ -26,9 +29,19 @@ namespace sluice {
 
 class GroupCommit {
  public:
-  // A record was appended to `file` (the journal's current segment); returns its number
-  // (1, 2, ...). The caller's lock orders the calls.
-  uint64_t Written(std::shared_ptr<AppendFile> file) ABSL_LOCKS_EXCLUDED(mu_);
+  // A record was appended to `file` (the journal's current segment), which now holds
+  // `file_bytes` bytes; returns its number (1, 2, ...). The caller's lock orders the calls.
+  uint64_t Written(std::shared_ptr<AppendFile> file, uint64_t file_bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The journal opened `file`, whose `file_bytes` bytes are durable.
+  void Opened(std::shared_ptr<AppendFile> file, uint64_t file_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // Bytes of the current file known durable (synced): 0 for a new file.
+  uint64_t durable_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // A sync of the journal failed outside WaitDurable: `error` sticks as a failed sync's does
+  // (the first error is kept).
+  void Fail(const absl::Status& error) ABSL_LOCKS_EXCLUDED(mu_);
+  // The sticky error; OK while every sync succeeded.
+  absl::Status error() const ABSL_LOCKS_EXCLUDED(mu_);
   // Everything written is durable by other means (a snapshot that covers it was synced).
   void AllDurable() ABSL_LOCKS_EXCLUDED(mu_);
   // Returns once records 1..seq are durable (syncing them, or waiting for a sync that covers
@@ -46,6 +59,8 @@ class GroupCommit {
   uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t durable_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<AppendFile> file_ ABSL_GUARDED_BY(mu_);
+  uint64_t written_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of file_
+  uint64_t durable_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of file_
   bool syncing_ ABSL_GUARDED_BY(mu_) = false;
   int waiters_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t syncs_ ABSL_GUARDED_BY(mu_) = 0;

@@ -57,9 +57,39 @@ std::string EncodeJournalRecord(absl::string_view payload) {
   return out;
 }
 
+namespace {
+
+// The first record after byte `bad` (looked for at every byte offset) whose checksum holds and
+// that says more than `bad` bytes were synced: evidence that the bad record at `bad` was
+// synced, so it is corruption, not a torn tail. Returns {its offset, its synced_bytes}.
+std::optional<std::pair<uint64_t, uint64_t>> LaterSyncEvidence(
+    absl::string_view data, uint64_t bad, const SyncedBytesOf& synced_bytes_of) {
+  const uint64_t size = data.size();
+  for (uint64_t p = bad + 1; p + kJournalRecordHeaderBytes <= size; ++p) {
+    const uint64_t length = GetU32(data.data() + p);
+    if (length > size - p - kJournalRecordHeaderBytes) continue;
+    absl::string_view payload = data.substr(p + kJournalRecordHeaderBytes, length);
+    if (crc32c::Unmask(GetU32(data.data() + p + 4)) != crc32c::Value(payload)) continue;
+    std::optional<uint64_t> synced = synced_bytes_of(payload);
+    if (synced.has_value() && *synced > bad) return std::make_pair(p, *synced);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<uint64_t> JournalRecordSyncedBytes(absl::string_view payload) {
+  proto::JournalRecord record;
+  if (!record.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    return std::nullopt;
+  }
+  return record.synced_bytes();
+}
+
 absl::StatusOr<DecodedJournalFile> DecodeJournalRecords(absl::string_view data,
                                                         const std::string& name,
-                                                        bool allow_torn_tail) {
+                                                        bool allow_torn_tail,
+                                                        const SyncedBytesOf& synced_bytes_of) {
   DecodedJournalFile out;
   uint64_t offset = 0;
   const uint64_t size = data.size();
@@ -80,9 +110,13 @@ absl::StatusOr<DecodedJournalFile> DecodeJournalRecords(absl::string_view data,
         const uint64_t end = offset + kJournalRecordHeaderBytes + length;
         if (crc32c::Unmask(stored) != crc32c::Value(payload)) {
           // Only the file's last record can be half-written; a file system that extended the
-          // file before the data reached it leaves zeros instead.
+          // file before the data reached it leaves zeros instead; and records written after
+          // the last sync may reach the disk in any order.
           if (end == size || AllZero(data.substr(offset))) {
             torn = "a last record whose checksum does not match";
+          } else if (allow_torn_tail && synced_bytes_of) {
+            torn = absl::StrCat("a record whose checksum does not match, after the last synced "
+                                "byte (no later record says it was synced)");
           } else {
             return absl::DataLossError(absl::StrCat(
                 "journal file ", name, ": corrupt record at byte offset ", offset,
@@ -99,6 +133,14 @@ absl::StatusOr<DecodedJournalFile> DecodeJournalRecords(absl::string_view data,
     if (!allow_torn_tail) {
       return absl::DataLossError(absl::StrCat("journal file ", name, ": corrupt record at byte offset ",
                                               offset, ": ", torn));
+    }
+    if (synced_bytes_of) {
+      if (auto evidence = LaterSyncEvidence(data, offset, synced_bytes_of)) {
+        return absl::DataLossError(absl::StrCat(
+            "journal file ", name, ": corrupt record at byte offset ", offset, ": ", torn,
+            ", but the record at byte offset ", evidence->first, " says the file was synced to byte ",
+            evidence->second, ": a record that was synced (and answered) is damaged"));
+      }
     }
     out.valid_bytes = offset;
     out.dropped_bytes = size - offset;
@@ -144,6 +186,10 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(JournalOptions options,
   j->size_ = loaded.segment_exists ? loaded.size : 0;
   j->records_since_snapshot_ = loaded.records;
   ASSIGN_OR_RETURN(j->file_, j->fs_->OpenAppend(j->segment_path()));
+  // What was replayed may be a killed process's writes that never reached the disk: synced
+  // before anything is answered from it.
+  RETURN_IF_ERROR(j->file_->Sync());
+  j->commit_.Opened(j->file_, j->size_);
   return j;
 }
 
@@ -152,6 +198,7 @@ absl::Status Journal::Reload(CoordinatorState* state) {
 }
 
 absl::StatusOr<Journal::Loaded> Journal::Load(CoordinatorState* state, bool repair) {
+  absl::MutexLock files_lock(&files_mu_);
   ASSIGN_OR_RETURN(std::vector<std::string> names, fs_->ListDir(options_.dir));
   std::map<int64_t, std::string> snapshots, segments;
   for (const std::string& name : names) {
@@ -208,7 +255,8 @@ absl::StatusOr<Journal::Loaded> Journal::Load(CoordinatorState* state, bool repa
     const bool last = std::next(it) == segments.end();
     ASSIGN_OR_RETURN(std::string data, fs_->ReadFile(path));
     ASSIGN_OR_RETURN(DecodedJournalFile file,
-                     DecodeJournalRecords(data, path, /*allow_torn_tail=*/last));
+                     DecodeJournalRecords(data, path, /*allow_torn_tail=*/last,
+                                          JournalRecordSyncedBytes));
     for (const DecodedJournalFile::Record& r : file.records) {
       proto::JournalRecord record;
       if (!record.ParseFromArray(r.payload.data(), static_cast<int>(r.payload.size()))) {
@@ -227,8 +275,9 @@ absl::StatusOr<Journal::Loaded> Journal::Load(CoordinatorState* state, bool repa
     }
     if (file.dropped_bytes > 0 && repair) {
       Log(absl::StrCat("journal ", path, ": dropped ", file.dropped_bytes,
-                       " bytes of a torn last record at byte offset ", file.valid_bytes,
-                       " (a write cut short by a crash; its request was never answered)"));
+                       " bytes of a torn tail at byte offset ", file.valid_bytes,
+                       " (records written after the last sync, cut short by a crash; their "
+                       "requests were never answered)"));
       RETURN_IF_ERROR(fs_->Truncate(path, file.valid_bytes));
     }
     loaded.seq = seq;
@@ -259,67 +308,117 @@ absl::Status Journal::Append(absl::Span<const proto::Update> updates) {
   return WaitDurable(*seq);
 }
 
+absl::Status Journal::Broken() const {
+  absl::Status error = commit_.error();
+  if (error.ok()) return error;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "journal ", options_.dir, " is unusable after a failed sync (", error.message(),
+      "): unsynced records may be lost; restart the coordinator (it replays the journal)"));
+}
+
 absl::StatusOr<uint64_t> Journal::Write(absl::Span<const proto::Update> updates) {
-  if (!broken_.ok()) return broken_;
+  RETURN_IF_ERROR(Broken());
   proto::JournalRecord record;
   for (const proto::Update& u : updates) *record.add_updates() = u;
+  record.set_synced_bytes(commit_.durable_bytes());
   const std::string data = EncodeJournalRecord(record.SerializeAsString());
   absl::Status s = file_->Append(data);
   if (!s.ok()) {
     absl::Status undo = file_->Truncate(size_);
     if (!undo.ok()) {
-      broken_ = absl::FailedPreconditionError(absl::StrCat(
-          "journal ", segment_path(), " is unusable: a failed append (", s.message(),
-          ") could not be undone (", undo.message(), "); restart the coordinator"));
+      // The segment may end in part of this record and the undo's sync failed: its pages, and
+      // those of records not yet synced, may be lost whatever a later sync says.
+      commit_.Fail(absl::Status(
+          undo.code(), absl::StrCat("journal ", segment_path(), ": a failed append (",
+                                    s.message(), ") could not be undone (", undo.message(),
+                                    ")")));
     }
-    return absl::Status(s.code(), absl::StrCat("journal append to ", segment_path(), ": ",
-                                               s.message()));
+    // The record is undone (or the failure is sticky): the request changed nothing, and the
+    // disk's trouble is no fault of the caller's, who may retry.
+    return absl::UnavailableError(absl::StrCat("journal append to ", segment_path(),
+                                               " failed, the request changed nothing (retry): ",
+                                               s.ToString()));
   }
   size_ += data.size();
   ++records_since_snapshot_;
-  return commit_.Written(file_);
+  return commit_.Written(file_, size_);
 }
 
-absl::Status Journal::WriteSnapshot(const proto::StateSnapshot& snapshot) {
-  if (!broken_.ok()) return broken_;
-  const int64_t next = seq_ + 1;
-  const std::string snapshot_path = Path(SnapshotName(next));
-  absl::Status s =
-      fs_->WriteFileAtomically(snapshot_path, EncodeJournalRecord(snapshot.SerializeAsString()));
-  absl::StatusOr<std::unique_ptr<AppendFile>> file;
-  if (s.ok()) {
-    file = fs_->OpenAppend(Path(SegmentName(next)));
-    if (!file.ok()) {
-      s = file.status();
-      // Without its segment the snapshot would hide the records still appended to this one.
-      absl::Status undo = fs_->Delete(snapshot_path);
-      if (!undo.ok()) {
-        broken_ = absl::FailedPreconditionError(absl::StrCat(
-            "journal ", options_.dir, " is unusable: snapshot ", snapshot_path,
-            " has no segment (", s.message(), ") and cannot be removed (", undo.message(),
-            "); restart the coordinator"));
-      }
-    }
-  }
+absl::StatusOr<int64_t> Journal::StartSnapshot() {
+  RETURN_IF_ERROR(Broken());
+  // The current segment is whole before the next one begins: replay tolerates a torn tail in
+  // the last segment only.
+  absl::Status s = file_->Sync();
   if (!s.ok()) {
-    records_since_snapshot_ = 0;  // try again later
-    return absl::Status(s.code(), absl::StrCat("journal snapshot ", snapshot_path, ": ",
-                                               s.message()));
+    s = absl::Status(s.code(), absl::StrCat("journal sync of ", segment_path(),
+                                            " before a snapshot: ", s.message()));
+    commit_.Fail(s);
+    return s;
   }
-  const int64_t old = seq_;
+  commit_.AllDurable();
+  const int64_t next = seq_ + 1;
+  absl::StatusOr<std::unique_ptr<AppendFile>> file = fs_->OpenAppend(Path(SegmentName(next)));
+  if (!file.ok()) {
+    // Nothing changed: an empty segment left behind (if any) is harmless.
+    records_since_snapshot_ = 0;  // try again later
+    return absl::Status(file.status().code(),
+                        absl::StrCat("journal: cannot start segment ", SegmentName(next),
+                                     " for a snapshot: ", file.status().message()));
+  }
   file_ = *std::move(file);
-  commit_.AllDurable();  // the snapshot, synced, holds every record written so far
   seq_ = next;
   size_ = 0;
   records_since_snapshot_ = 0;
-  Log(absl::StrCat("journal: wrote snapshot ", snapshot_path, " (", snapshot.updates_size(),
+  snapshot_in_flight_.store(true);
+  return next;
+}
+
+absl::Status Journal::InstallSnapshot(int64_t seq, const proto::StateSnapshot& snapshot) {
+  struct ClearInFlight {
+    std::atomic<bool>* flag;
+    ~ClearInFlight() { flag->store(false); }
+  } clear{&snapshot_in_flight_};
+  const std::string path = Path(SnapshotName(seq));
+  const std::string tmp = absl::StrCat(path, kTmpSuffix);
+  absl::Status s = fs_->WriteFile(tmp, EncodeJournalRecord(snapshot.SerializeAsString()));
+  if (s.ok()) s = fs_->Rename(tmp, path);
+  if (!s.ok()) {
+    // No snapshot: the segments still hold every record. (A failed fsync of the temporary
+    // file is not sticky: the file is discarded and never read.)
+    absl::Status d = fs_->Delete(tmp);
+    if (!d.ok()) Log(absl::StrCat("journal: cannot delete ", tmp, ": ", d.message()));
+    return absl::Status(s.code(), absl::StrCat("journal snapshot ", path, ": ", s.message()));
+  }
+  s = fs_->SyncDir(options_.dir);
+  if (!s.ok()) {
+    // The rename may or may not survive a crash; either way replay is whole (see above), as
+    // long as no older file is deleted. The failed sync sticks.
+    s = absl::Status(s.code(), absl::StrCat("journal snapshot ", path,
+                                            ": sync of the directory after the rename: ",
+                                            s.message()));
+    commit_.Fail(s);
+    return s;
+  }
+  Log(absl::StrCat("journal: wrote snapshot ", path, " (", snapshot.updates_size(),
                    " updates)"));
   // Everything older is covered by the snapshot. A failure here only leaves stale files,
   // which the next start deletes.
-  absl::Status d = fs_->Delete(Path(SegmentName(old)));
-  if (d.ok()) d = fs_->Delete(Path(SnapshotName(old)));
+  absl::MutexLock files_lock(&files_mu_);
+  absl::StatusOr<std::vector<std::string>> names = fs_->ListDir(options_.dir);
+  absl::Status d = names.status();
+  if (names.ok()) {
+    for (const std::string& name : *names) {
+      const int64_t old = std::max(SeqOf(name, kSnapshotPrefix), SeqOf(name, kSegmentPrefix));
+      if (old >= 0 && old < seq && d.ok()) d = fs_->Delete(Path(name));
+    }
+  }
   if (!d.ok()) Log(absl::StrCat("journal: cannot delete old files: ", d.message()));
   return absl::OkStatus();
+}
+
+absl::Status Journal::WriteSnapshot(const proto::StateSnapshot& snapshot) {
+  ASSIGN_OR_RETURN(int64_t seq, StartSnapshot());
+  return InstallSnapshot(seq, snapshot);
 }
 
 }  // namespace sluice

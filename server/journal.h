@@ -10,28 +10,49 @@
 // order. Files older than the newest snapshot are deleted.
 //
 // Record framing (little-endian): u32 payload length, u32 masked CRC32C of the payload
-// (core/util/crc32c.h), payload. A record cut short at the end of the last segment, or whose
-// checksum fails when it is the file's last record (a crash during its write: the request was
-// never answered), is a torn tail: it is dropped and the file cut back. Anything else that
-// does not decode or apply is DATA_LOSS naming the file and byte offset.
+// (core/util/crc32c.h), payload. Each JournalRecord also says how many bytes of its segment
+// were synced when it was written (synced_bytes). Replay tolerates exactly one torn tail, in
+// the last segment, after its last synced byte: from the first record that is cut short or
+// whose checksum fails, when no later record in the file says that byte was synced (a crash
+// while records no request was answered for were in flight; the disk may have written their
+// pages in any order, a later one and not an earlier one). It is dropped and the file cut
+// back. Anything else that does not decode or apply is DATA_LOSS naming the file and offset.
 //
-// Group commit (server/group_commit.h): Write() appends a record without syncing it and
-// WaitDurable() makes it durable, sharing one sync among the requests that wait together.
+// Durability (every step can crash, every sync can fail):
+// - Group commit (server/group_commit.h): Write() appends a record without syncing it and
+//   WaitDurable() makes it durable, sharing one sync among the requests that wait together.
+// - Every failed sync is sticky and fatal: a failed fdatasync, a failed undo of a failed
+//   append (truncate + sync), a failed sync of the directory after a snapshot's rename. From
+//   then on WaitDurable and Write return the error (the coordinator exits; a restart replays
+//   the journal), so that no later successful sync acknowledges records whose pages the
+//   failed one may have dropped.
+// - A snapshot starts a new segment first (StartSnapshot, under the caller's lock: it syncs
+//   the current segment and creates the next one), and is written afterwards, outside the
+//   lock (InstallSnapshot: file, fsync, rename, directory sync). So snapshot-N+1 always holds
+//   exactly the segments < N+1, and whether or not it survives a crash, replay finds either
+//   it and the segments from N+1, or the older snapshot and every segment since: no record
+//   appended after it can sit in a segment it hides. Older files are deleted only once its
+//   directory entry is synced.
 //
-// Thread safety: none, except WaitDurable() and written(), which may be called from any thread
-// at any time; the Coordinator calls the rest under its mutex.
+// Thread safety: none, except WaitDurable(), written(), syncs(), sync_error() and
+// InstallSnapshot(), which may be called from any thread at any time; the Coordinator calls the
+// rest under its mutex.
 #ifndef SLUICE_SERVER_JOURNAL_H_
 #define SLUICE_SERVER_JOURNAL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "proto/journal.pb.h"
 #include "proto/journal_record.pb.h"
@@ -59,12 +80,23 @@ struct DecodedJournalFile {
   uint64_t dropped_bytes = 0;
 };
 
+// The bytes a record's payload says were synced when it was written; nullopt when it does not
+// parse.
+using SyncedBytesOf = std::function<std::optional<uint64_t>(absl::string_view payload)>;
+
 // Splits `data` (the content of the file `name`) into records. With `allow_torn_tail`, a torn
-// last record is dropped (see above); otherwise it is an error too. DATA_LOSS naming `name`,
-// the byte offset and what is wrong for any other corruption.
+// tail is dropped (see above); otherwise it is an error too. With `synced_bytes_of`, the
+// records after a bad one are looked for (at every byte offset) and the tail is torn only if
+// none of them says the bad one's offset was synced; without it, only a bad last record or
+// one followed by zeros is a torn tail. DATA_LOSS naming `name`, the byte offset and what is
+// wrong for any other corruption.
 absl::StatusOr<DecodedJournalFile> DecodeJournalRecords(absl::string_view data,
                                                         const std::string& name,
-                                                        bool allow_torn_tail);
+                                                        bool allow_torn_tail,
+                                                        const SyncedBytesOf& synced_bytes_of = {});
+
+// The synced_bytes of a JournalRecord payload (for DecodeJournalRecords).
+std::optional<uint64_t> JournalRecordSyncedBytes(absl::string_view payload);
 
 struct JournalOptions {
   // The work directory; created if absent. Required.
@@ -90,10 +122,11 @@ class Journal {
   Journal& operator=(const Journal&) = delete;
 
   // Appends one record holding `updates` and syncs it; when this returns OK the updates
-  // survive a crash. On error the segment is cut back to before the record, so that the
-  // journal still ends in a whole record, and the file system's error is returned; if even
-  // that fails, this and every later Append fail with FAILED_PRECONDITION (restart the
-  // coordinator: replay drops the torn tail). Write() then WaitDurable().
+  // survive a crash. On error the segment is cut back (and synced) to before the record, so
+  // that the journal still ends in a whole record, and UNAVAILABLE is returned (the request
+  // changed nothing and may be retried; the message holds the file system's error);
+  // if even that fails, the error sticks (as a failed sync's): this and every later call fail
+  // (restart the coordinator: replay drops the torn tail). Write() then WaitDurable().
   absl::Status Append(absl::Span<const proto::Update> updates);
   // Appends one record holding `updates` without syncing it; returns its number for
   // WaitDurable. Errors as Append's.
@@ -108,12 +141,27 @@ class Journal {
   // Test hook: waits until `n` callers of WaitDurable wait behind a running sync.
   void TEST_AwaitSyncWaiters(int n) { commit_.TEST_AwaitWaiters(n); }
 
-  // Whether snapshot_every records were appended since the last snapshot.
-  bool snapshot_due() const { return records_since_snapshot_ >= options_.snapshot_every; }
+  // The sticky error of a failed sync (see above); OK while there is none.
+  absl::Status sync_error() const { return commit_.error(); }
 
-  // Writes `snapshot` (the state after every record appended so far), starts a new segment and
-  // deletes the older files. On error the journal goes on in its current segment and the next
-  // attempt is due snapshot_every records later.
+  // Whether snapshot_every records were appended since the last snapshot and no snapshot is
+  // being written.
+  bool snapshot_due() const {
+    return records_since_snapshot_ >= options_.snapshot_every && !snapshot_in_flight_.load();
+  }
+
+  // The first half of a snapshot, under the caller's lock: syncs the current segment and
+  // starts the next one, N+1; later records go there. Returns N+1: the caller then writes the
+  // state as of now (after every record appended so far) with InstallSnapshot(N+1, ...),
+  // possibly without its lock. Until that returns, snapshot_due() is false. On error nothing
+  // changed (the sync's error sticks).
+  absl::StatusOr<int64_t> StartSnapshot();
+  // The second half, from any thread: writes snapshot-<seq> (a temporary file, synced,
+  // renamed, the directory synced), then deletes the files it makes stale. A failure before
+  // the rename leaves no snapshot (the segments still hold everything; the next one is due
+  // snapshot_every records later); a failed directory sync sticks (see above).
+  absl::Status InstallSnapshot(int64_t seq, const proto::StateSnapshot& snapshot);
+  // Both halves at once: `snapshot` is the state after every record appended so far.
   absl::Status WriteSnapshot(const proto::StateSnapshot& snapshot);
 
   // Replays the directory again into `state`, which must be empty: the state of the records
@@ -139,7 +187,9 @@ class Journal {
   explicit Journal(JournalOptions options);
   // Restores the newest snapshot and applies the segments after it. With `repair`, drops a
   // torn tail (cutting the file) and deletes stale files.
-  absl::StatusOr<Loaded> Load(CoordinatorState* state, bool repair);
+  absl::StatusOr<Loaded> Load(CoordinatorState* state, bool repair) ABSL_LOCKS_EXCLUDED(files_mu_);
+  // The sticky error of a journal that failed (a failed sync), for Write and StartSnapshot.
+  absl::Status Broken() const;
   std::string Path(const std::string& name) const;
   void Log(absl::string_view line) const;
 
@@ -150,7 +200,11 @@ class Journal {
   GroupCommit commit_;
   uint64_t size_ = 0;  // of the current segment: the end of its last whole record
   int64_t records_since_snapshot_ = 0;
-  absl::Status broken_;  // set when a failed append could not be undone
+  // Set by StartSnapshot, cleared when InstallSnapshot returns.
+  std::atomic<bool> snapshot_in_flight_{false};
+  // Held while a Load reads the directory and while InstallSnapshot deletes stale files, so
+  // that a Reload never lists a file that is gone when it reads it.
+  absl::Mutex files_mu_;
 };
 
 }  // namespace sluice

@@ -25,7 +25,7 @@ std::string Parent(const std::string& path) {
   return path.substr(0, slash);
 }
 
-absl::Status SyncDir(const std::string& dir) {
+absl::Status SyncDirectory(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Errno(errno, "open directory", dir);
   const int rc = ::fsync(fd);
@@ -141,22 +141,23 @@ class RealFileSystem : public JournalFileSystem {
     return file.Truncate(size);
   }
 
-  absl::Status WriteFileAtomically(const std::string& path, absl::string_view data) override {
-    const std::string tmp = absl::StrCat(path, ".tmp");
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return Errno(errno, "create", tmp);
-    absl::Status s = WriteAll(fd, data, tmp);
-    if (s.ok() && ::fsync(fd) != 0) s = Errno(errno, "fsync", tmp);
+  absl::Status WriteFile(const std::string& path, absl::string_view data) override {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return Errno(errno, "create", path);
+    absl::Status s = WriteAll(fd, data, path);
+    if (s.ok() && ::fsync(fd) != 0) s = Errno(errno, "fsync", path);
     ::close(fd);
-    if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-      s = Errno(errno, absl::StrCat("rename ", tmp, " to"), path);
-    }
-    if (!s.ok()) {
-      ::unlink(tmp.c_str());
-      return s;
-    }
-    return SyncDir(Parent(path));
+    return s;
   }
+
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      return Errno(errno, absl::StrCat("rename ", from, " to"), to);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SyncDir(const std::string& dir) override { return SyncDirectory(dir); }
 
   absl::Status Delete(const std::string& path) override {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Errno(errno, "unlink", path);

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
 #include "server/coordinator_state.h"
+#include "tests/server/journal_history.h"
 #include "tests/server/journal_test_util.h"
 
 namespace sluice {
@@ -95,136 +96,13 @@ TEST(JournalRecordsTest, ABadChecksumIsATornTailOnlyInTheLastRecord) {
   EXPECT_EQ(zeros->dropped_bytes, 64u);
 }
 
-// ----- A coordinator driven through a scripted history.
+// ----- A coordinator driven through a scripted history (tests/server/journal_history.h).
 
-std::string Register(Coordinator& c, const std::string& pipeline) {
-  proto::RegisterDatasetRequest req;
-  req.set_wire_version(proto::WIRE_VERSION_1);
-  req.set_pipeline(pipeline);
-  proto::RegisterDatasetResponse resp;
-  absl::Status s = c.RegisterDataset(req, &resp);
-  EXPECT_TRUE(s.ok()) << s;
-  return resp.dataset_id();
-}
-
-absl::StatusOr<int64_t> MakeJob(Coordinator& c, const std::string& name, const std::string& ds,
-                                proto::ShardingPolicy policy, int64_t num_tasks = 0) {
-  proto::GetOrCreateJobRequest req;
-  req.set_wire_version(proto::WIRE_VERSION_1);
-  req.set_job_name(name);
-  proto::JobOptions* o = req.mutable_options();
-  o->set_dataset_id(ds);
-  o->set_num_consumers(1);
-  o->set_replicas_per_consumer(1);
-  o->set_sharding_policy(policy);
-  o->set_num_tasks(num_tasks);
-  proto::GetOrCreateJobResponse resp;
-  absl::Status s = c.GetOrCreateJob(req, &resp);
-  if (!s.ok()) return s;
-  return resp.job_id();
-}
-
-// Workers as the coordinator sees them: each remembers its active tasks.
-class Workers {
- public:
-  // Heartbeats `address`, reporting `finish` (of its active tasks) as finished.
-  void Beat(Coordinator& c, const std::string& address, std::set<int64_t> finish = {}) {
-    proto::WorkerHeartbeatRequest req;
-    req.set_wire_version(proto::WIRE_VERSION_1);
-    req.set_worker_address(address);
-    std::set<int64_t>& active = active_[address];
-    for (int64_t t : active) {
-      if (finish.contains(t)) {
-        req.add_finished_task_ids(t);
-      } else {
-        req.add_active_task_ids(t);
-      }
-    }
-    proto::WorkerHeartbeatResponse resp;
-    absl::Status s = c.WorkerHeartbeat(req, &resp);
-    ASSERT_TRUE(s.ok()) << s;
-    for (int64_t t : finish) active.erase(t);
-    for (const proto::TaskDef& t : resp.new_tasks()) {
-      active.insert(t.task_id());
-      job_of_[t.task_id()] = t.job_id();
-    }
-    for (int64_t t : resp.tasks_to_stop()) active.erase(t);
-  }
-  std::set<int64_t> TasksOf(const std::string& address, int64_t job) {
-    std::set<int64_t> out;
-    for (int64_t t : active_[address]) {
-      if (job_of_[t] == job) out.insert(t);
-    }
-    return out;
-  }
-
- private:
-  std::map<std::string, std::set<int64_t>> active_;
-  std::map<int64_t, int64_t> job_of_;
-};
-
-void Split(Coordinator& c, int64_t job, int64_t task, int64_t index) {
-  proto::GetSplitRequest req;
-  req.set_job_id(job);
-  req.set_task_id(task);
-  req.set_task_split_index(index);
-  proto::GetSplitResponse resp;
-  absl::Status s = c.GetSplit(req, &resp);
-  ASSERT_TRUE(s.ok()) << s;
-}
-
-// Every kind of change: datasets, workers registering, dying and coming back, static and
-// DYNAMIC jobs created as one record each, splits, reassignment, finished tasks and jobs.
-// `after` runs after each request.
-void RunHistory(Coordinator& c, FakeClock& clock, const std::function<void()>& after) {
-  Workers w;
-  const std::string a = Register(c, "range(48).batch(2)");
-  after();
-  const std::string b = Register(c, "range(100).batch(4)");
-  after();
-  for (const char* addr : {"w1:1", "w2:1", "w3:1"}) {
-    w.Beat(c, addr);
-    after();
-  }
-  auto job1 = MakeJob(c, "static", a, proto::SHARDING_DATA);
-  ASSERT_TRUE(job1.ok()) << job1.status();
-  after();
-  auto job2 = MakeJob(c, "dynamic", b, proto::SHARDING_DYNAMIC);
-  ASSERT_TRUE(job2.ok()) << job2.status();
-  after();
-  auto job3 = MakeJob(c, "", a, proto::SHARDING_OFF, 2);
-  ASSERT_TRUE(job3.ok()) << job3.status();
-  after();
-  for (const char* addr : {"w1:1", "w2:1", "w3:1"}) {
-    w.Beat(c, addr);
-    after();
-  }
-  for (const char* addr : {"w1:1", "w2:1"}) {
-    for (int64_t t : w.TasksOf(addr, *job2)) {
-      for (int64_t i = 0; i < 2; ++i) {
-        Split(c, *job2, t, i);
-        after();
-      }
-    }
-  }
-  w.Beat(c, "w1:1", w.TasksOf("w1:1", *job1));  // w1 finishes its static task
-  after();
-  // w1 falls silent: declared dead, its unfinished tasks move to w2 and w3.
-  clock.Advance(absl::Seconds(6));
-  w.Beat(c, "w2:1");
-  w.Beat(c, "w3:1");
-  clock.Advance(absl::Seconds(6));
-  w.Beat(c, "w2:1");
-  after();
-  w.Beat(c, "w3:1");
-  after();
-  w.Beat(c, "w1:1");  // back, under its old id
-  after();
-  for (const char* addr : {"w2:1", "w3:1", "w1:1"}) {
-    w.Beat(c, addr, w.TasksOf(addr, *job1));
-    after();
-  }
-}
+using journal_test::MakeJob;
+using journal_test::Register;
+using journal_test::RunHistory;
+using journal_test::Split;
+using journal_test::Workers;
 
 struct Fixture {
   explicit Fixture(int64_t snapshot_every = 1000) {
@@ -537,7 +415,7 @@ TEST(JournalWriteFailureTest, AFailedWriteFailsTheRequestAndChangesNothing) {
   req.set_pipeline("range(7).batch(7)");
   proto::RegisterDatasetResponse resp;
   absl::Status s = (*c)->RegisterDataset(req, &resp);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_THAT(s.message(), HasSubstr(SegmentPath(0)));
   EXPECT_TRUE(ProtoEq((*c)->Snapshot(), before));
   EXPECT_EQ(f.fs.files().at(SegmentPath(0)), file_before);
@@ -545,7 +423,7 @@ TEST(JournalWriteFailureTest, AFailedWriteFailsTheRequestAndChangesNothing) {
   // One request, many updates (a job and its tasks): nothing of it stays.
   f.fs.FailAppends(1, /*partial_bytes=*/100);
   auto job = MakeJob(**c, "job", ds, proto::SHARDING_DATA);
-  EXPECT_EQ(job.status().code(), absl::StatusCode::kResourceExhausted) << job.status();
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kUnavailable) << job.status();
   EXPECT_TRUE(ProtoEq((*c)->Snapshot(), before));
   EXPECT_EQ(f.fs.files().at(SegmentPath(0)), file_before);
 
@@ -560,31 +438,8 @@ TEST(JournalWriteFailureTest, AFailedWriteFailsTheRequestAndChangesNothing) {
   ExpectSameState(StateOf((*c)->Snapshot()), StateOf((*r)->Snapshot()), "after the failures");
 }
 
-TEST(JournalWriteFailureTest, AFailureThatCannotBeUndoneStopsWritesUntilARestart) {
-  Fixture f;
-  auto c = Coordinator::Create(f.options);
-  ASSERT_TRUE(c.ok());
-  Register(**c, "range(10).batch(2)");
-  const proto::StateSnapshot before = (*c)->Snapshot();
-  f.fs.FailAppends(1, /*partial_bytes=*/6);
-  f.fs.FailTruncates(true);
-  proto::RegisterDatasetRequest req;
-  req.set_wire_version(proto::WIRE_VERSION_1);
-  req.set_pipeline("range(20).batch(2)");
-  proto::RegisterDatasetResponse resp;
-  EXPECT_FALSE((*c)->RegisterDataset(req, &resp).ok());
-  f.fs.FailTruncates(false);
-  absl::Status s = (*c)->RegisterDataset(req, &resp);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_THAT(s.message(), HasSubstr("restart the coordinator"));
-  EXPECT_TRUE(ProtoEq((*c)->Snapshot(), before));
-  // The restart drops the 6 torn bytes.
-  FakeFileSystem copy(f.fs);
-  auto r = f.Restart(&copy);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_TRUE(ProtoEq((*r)->Snapshot(), before));
-  EXPECT_TRUE((*r)->RegisterDataset(req, &resp).ok());
-}
+// A failure that cannot be undone is fatal: tests/server/journal_fault_test.cc
+// (JournalFatalDeathTest, JournalSyncErrorTest).
 
 TEST(JournalWriteFailureTest, AFailedSnapshotLeavesTheJournalWhole) {
   Fixture f(2);

@@ -71,12 +71,22 @@ class FakeFileSystem : public JournalFileSystem {
     it->second.resize(std::min<uint64_t>(size, it->second.size()));
     return absl::OkStatus();
   }
-  absl::Status WriteFileAtomically(const std::string& path, absl::string_view data) override {
+  absl::Status WriteFile(const std::string& path, absl::string_view data) override {
     absl::MutexLock lock(&mu_);
     if (fail_atomic_writes_) return absl::InternalError("injected write failure");
     files_[path] = std::string(data);
     return absl::OkStatus();
   }
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    absl::MutexLock lock(&mu_);
+    auto it = files_.find(from);
+    if (it == files_.end()) return absl::NotFoundError(absl::StrCat("no file ", from));
+    std::string data = std::move(it->second);
+    files_.erase(it);
+    files_[to] = std::move(data);
+    return absl::OkStatus();
+  }
+  absl::Status SyncDir(const std::string&) override { return absl::OkStatus(); }
   absl::Status Delete(const std::string& path) override {
     absl::MutexLock lock(&mu_);
     files_.erase(path);
