@@ -31,10 +31,15 @@
 // again, its workers are told to stop them, and every ClientHeartbeat of the job returns the
 // error until the job is removed (finished_job_ttl).
 //
+// Planning (reading the data) never runs under the coordinator's lock: GetOrCreateJob plans
+// between two lock sections; a RANGES job planned again after a restart is planned on the
+// coordinator's own planner thread (one thread, started with it, joined by its destructor).
+//
 // Thread safety: every method may be called from any thread.
 #ifndef SLUICE_SERVER_COORDINATOR_H_
 #define SLUICE_SERVER_COORDINATOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -50,6 +55,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/util/clock.h"
+#include "core/util/thread_pool.h"
 #include "proto/dataset.pb.h"
 #include "sluice/dataset.h"
 #include "proto/coordinator.pb.h"
@@ -147,6 +153,10 @@ struct CoordinatorOptions {
   // a new job (which may read the data), with the job's dataset id. Tests block here to show
   // that other requests are served while a job plans.
   std::function<void(absl::string_view dataset_id)> before_planning;
+  // Test only: called on the coordinator's planner thread, without its lock, right before it
+  // plans a RANGES job again (after a restart), with the job's id. Tests block here to show
+  // that heartbeats and other jobs' requests are served while a job re-plans.
+  std::function<void(int64_t job_id)> before_replanning;
   // Time source for heartbeat ages. Borrowed: must outlive the Coordinator. nullptr: the
   // real clock.
   Clock* clock = nullptr;
@@ -174,6 +184,8 @@ class Coordinator {
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options);
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
+  // Waits for a re-plan already running (without starting those still queued).
+  ~Coordinator();
 
   // Registers a DatasetDef or a pipeline expression; same graph, same id ("ds-" + a prefix of
   // its fingerprint). INVALID_ARGUMENT with the parser's or validator's message for a bad
@@ -190,10 +202,13 @@ class Coordinator {
   // other options (listing the fields), for an unbatched dataset, for FILE sharding with too
   // few files; NOT_FOUND for an unknown dataset; UNAVAILABLE with no live worker;
   // RESOURCE_EXHAUSTED when creating it would put `caller` over max_jobs_per_identity (getting
-  // an existing named job is never refused).
+  // an existing named job is never refused). `cancelled` (when set) says whether the caller
+  // gave up: checked after planning, which may take long, so that a cancelled call creates
+  // nothing; CANCELLED "the caller cancelled the call" then.
   absl::Status GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
                               proto::GetOrCreateJobResponse* response,
-                              absl::string_view caller = "");
+                              absl::string_view caller = "",
+                              const std::function<bool()>& cancelled = nullptr);
   // Per-replica spec: DistributedPerReplicaSpec(dataset, num_consumers, R) in coordinated mode,
   // (dataset, 1, R) in independent mode.
   absl::Status GetElementSpec(const proto::GetElementSpecRequest& request,
@@ -243,6 +258,9 @@ class Coordinator {
     bool operator==(const TableSizes& o) const;
   };
   TableSizes TEST_TableSizes();
+  // Test hook: waits until no RANGES job waits for or runs a re-plan (replans_), i.e. until
+  // every re-plan requested so far was applied or discarded.
+  void TEST_AwaitReplans();
   // Test hook: with a journal, waits until `n` requests wait for a journal sync that another
   // one is running (group commit).
   void TEST_AwaitSyncWaiters(int n);
@@ -321,7 +339,9 @@ class Coordinator {
   // SHARDING_RANGES: makes the next ranges of every running ranges job, in range order, on
   // the live workers with room (fewest unfinished ranges of the job first). A job whose ranges
   // cannot be planned (its data changed after a restart, say) fails alone (failed_jobs_); the
-  // others go on. Errors: only those that concern every job (the journal).
+  // others go on. A job with no plan here (after a restart) is skipped and re-planned on the
+  // planner thread without the lock (RequestReplanLocked); its ranges are made once the plan
+  // is applied. Errors: only those that concern every job (the journal).
   absl::Status MakeRangesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A draining worker: it is declared dead now and its tasks reassigned.
   absl::Status DrainWorkerLocked(int64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -488,12 +508,37 @@ class Coordinator {
     GlobalOrderPlan plan;
     RangeCut cut;
   };
-  absl::StatusOr<const RangesJob*> RangesJobLocked(const CoordinatorState::Job& job)
+  // `job`'s entry in ranges_jobs_, or nullptr when it has none (or a stale one).
+  const RangesJob* CachedRangesJobLocked(const CoordinatorState::Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The graph of `job`'s next range (the one after its last made), and its place in *range.
-  absl::StatusOr<Dataset> NextRangeLocked(const CoordinatorState::Job& job, GlobalRange* range)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Dataset> NextRangeLocked(const CoordinatorState::Job& job, const RangesJob& rj,
+                                          GlobalRange* range) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::flat_hash_map<int64_t, std::unique_ptr<RangesJob>> ranges_jobs_ ABSL_GUARDED_BY(mu_);
+  // Re-planning a RANGES job (after a restart: planning reads the data, a remote listing or a
+  // large record index) off the lock. RequestReplanLocked copies what the plan needs and
+  // schedules it on replanner_ (once per job: replans_ holds the job's ticket while it waits
+  // or runs); ReplanRangesJob plans without the lock, then ApplyReplanLocked installs the plan
+  // and makes the job's ranges, only if the ticket is still the job's (not removed meanwhile)
+  // and the job is unfinished with the same options; otherwise the plan is discarded (the next
+  // MakeRangesLocked asks again if the job still needs one). A failed plan counts as a failed
+  // attempt (failed_jobs_).
+  void RequestReplanLocked(const CoordinatorState::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReplanRangesJob(int64_t job_id, uint64_t ticket, const proto::DatasetDef& dataset_def,
+                       const proto::JobOptions& options, int64_t steps_per_epoch)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ApplyReplanLocked(int64_t job_id, uint64_t ticket,
+                                 const proto::JobOptions& options,
+                                 absl::StatusOr<std::unique_ptr<RangesJob>> planned)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a failed attempt to make `job_id`'s next range (RangeRetry), failing the job
+  // after the last (ranges_plan_attempts).
+  absl::Status RangesAttemptFailedLocked(int64_t job_id, const absl::Status& error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::flat_hash_map<int64_t, uint64_t> replans_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_replan_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set by the destructor: a re-plan still queued does not start.
+  std::atomic<bool> stopping_{false};
   // A new job's plan, made without the lock (GetOrCreateJob): its CreateJobUpdate but for the
   // id and name, its static tasks, its RANGES plan.
   struct JobPlan {
@@ -566,6 +611,9 @@ class Coordinator {
     proto::StateSnapshot state;
   };
   std::optional<PendingSnapshot> pending_snapshot_ ABSL_GUARDED_BY(mu_);
+  // The thread re-plans run on (RequestReplanLocked). Last: destroyed first, while everything
+  // a running re-plan touches is still alive.
+  std::unique_ptr<ThreadPool> replanner_ = std::make_unique<ThreadPool>(1);
 };
 
 }  // namespace sluice

@@ -84,6 +84,7 @@ absl::Status Coordinator::CollectFinishedJobsLocked() {
     RETURN_IF_ERROR(ApplyLocked(u));
     finished_at_.erase(id);
     ranges_jobs_.erase(id);
+    replans_.erase(id);  // a re-plan still running is discarded
     failed_jobs_.erase(id);
     job_activity_.erase(id);
     consumer_seen_.erase(id);
@@ -394,7 +395,8 @@ absl::StatusOr<Coordinator::JobPlan> Coordinator::PlanJob(const proto::DatasetDe
 
 absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
                                          proto::GetOrCreateJobResponse* response,
-                                         absl::string_view caller) {
+                                         absl::string_view caller,
+                                         const std::function<bool()>& cancelled) {
   RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "GetOrCreateJobRequest"));
   const proto::JobOptions& options = request.options();
   RETURN_IF_ERROR(ValidateJobOptions(options, "GetOrCreateJobRequest.options"));
@@ -433,6 +435,9 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
   ASSIGN_OR_RETURN(JobPlan job_plan, BadAllocToStatus("GetOrCreateJob", [&] {
                      return PlanJob(dataset_def, options, live);
                    }));
+  // The caller may have given up while the job planned (a deadline shorter than the plan, a
+  // client that retried): nothing is created for a call nobody waits for.
+  if (cancelled && cancelled()) return absl::CancelledError("the caller cancelled the call");
 
   DurableLock lock(this);
   RETURN_IF_ERROR(CheckLivenessLocked());

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,35 +27,122 @@
 
 namespace sluice {
 
-absl::StatusOr<const Coordinator::RangesJob*> Coordinator::RangesJobLocked(
-    const CoordinatorState::Job& job) {
+Coordinator::~Coordinator() {
+  stopping_.store(true);
+  replanner_.reset();  // waits for a re-plan already running; those queued return at once
+}
+
+const Coordinator::RangesJob* Coordinator::CachedRangesJobLocked(
+    const CoordinatorState::Job& job) const {
   auto it = ranges_jobs_.find(job.id);
   if (it != ranges_jobs_.end() &&
       google::protobuf::util::MessageDifferencer::Equals(it->second->options, job.options)) {
     return it->second.get();
   }
-  // After a restart: planned again from the dataset, which must still give the same steps.
-  ASSIGN_OR_RETURN(Dataset dataset, JobDatasetLocked(job));
-  ASSIGN_OR_RETURN(GlobalOrderPlan plan, PlanGlobalOrder(dataset));
-  if (plan.steps_per_epoch != job.steps_per_epoch) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job.id, ": its dataset now has ", plan.steps_per_epoch,
-        " steps per epoch, it had ", job.steps_per_epoch, " when the job was created"));
-  }
-  ASSIGN_OR_RETURN(RangeCut cut, CutJob(job.options, plan.steps_per_epoch));
-  auto entry = std::make_unique<RangesJob>(RangesJob{job.options, std::move(dataset), plan, cut});
-  const RangesJob* raw = entry.get();
-  ranges_jobs_[job.id] = std::move(entry);
-  return raw;
+  return nullptr;  // after a restart, or an entry left by a request that failed and was undone
 }
 
+void Coordinator::RequestReplanLocked(const CoordinatorState::Job& job) {
+  if (replans_.contains(job.id)) return;  // one at a time per job
+  const CoordinatorState::Dataset* ds = state_.FindDataset(job.options.dataset_id());
+  if (ds == nullptr) {
+    // Cannot be planned at all: an attempt that failed (without a trip to the planner).
+    absl::Status s = RangesAttemptFailedLocked(
+        job.id, absl::NotFoundError(absl::StrCat("job ", job.id, ": unknown dataset ",
+                                                 job.options.dataset_id())));
+    if (!s.ok()) Log(s.ToString());
+    return;
+  }
+  const uint64_t ticket = ++last_replan_ticket_;
+  replans_[job.id] = ticket;
+  Log(absl::StrCat("job ", job.id, ": planning its ranges again (after a restart), without the "
+                   "lock"));
+  replanner_->Schedule([this, job_id = job.id, ticket, def = ds->def, options = job.options,
+                        steps = job.steps_per_epoch] {
+    if (stopping_.load()) return;
+    ReplanRangesJob(job_id, ticket, def, options, steps);
+  });
+}
+
+void Coordinator::ReplanRangesJob(int64_t job_id, uint64_t ticket,
+                                  const proto::DatasetDef& dataset_def,
+                                  const proto::JobOptions& options, int64_t steps_per_epoch) {
+  if (options_.before_replanning) options_.before_replanning(job_id);
+  // Planned again from the dataset, which must still give the same steps; reads the data.
+  absl::StatusOr<std::unique_ptr<RangesJob>> planned =
+      [&]() -> absl::StatusOr<std::unique_ptr<RangesJob>> {
+    try {
+      ASSIGN_OR_RETURN(Dataset dataset, Dataset::FromDef(dataset_def));
+      ASSIGN_OR_RETURN(GlobalOrderPlan plan, PlanGlobalOrder(dataset));
+      if (plan.steps_per_epoch != steps_per_epoch) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job ", job_id, ": its dataset now has ", plan.steps_per_epoch,
+            " steps per epoch, it had ", steps_per_epoch, " when the job was created"));
+      }
+      ASSIGN_OR_RETURN(RangeCut cut, CutJob(options, plan.steps_per_epoch));
+      return std::make_unique<RangesJob>(RangesJob{options, std::move(dataset), plan, cut});
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "job ", job_id, ": out of memory planning its ranges again"));
+    }
+  }();
+  DurableLock lock(this);
+  absl::Status s = ApplyReplanLocked(job_id, ticket, options, std::move(planned));
+  if (!s.ok()) Log(s.ToString());
+}
+
+absl::Status Coordinator::ApplyReplanLocked(int64_t job_id, uint64_t ticket,
+                                            const proto::JobOptions& options,
+                                            absl::StatusOr<std::unique_ptr<RangesJob>> planned) {
+  auto it = replans_.find(job_id);
+  if (it == replans_.end() || it->second != ticket) return absl::OkStatus();  // job removed
+  replans_.erase(it);
+  const CoordinatorState::Job* job = state_.FindJob(job_id);
+  if (job == nullptr || job->finished ||
+      !google::protobuf::util::MessageDifferencer::Equals(job->options, options)) {
+    return absl::OkStatus();  // the job changed while it planned: the plan is stale
+  }
+  if (CachedRangesJobLocked(*job) != nullptr) return absl::OkStatus();  // planned meanwhile
+  if (!planned.ok()) return RangesAttemptFailedLocked(job_id, planned.status());
+  ranges_jobs_[job_id] = *std::move(planned);
+  return MakeRangesLocked();
+}
+
+absl::Status Coordinator::RangesAttemptFailedLocked(int64_t job_id, const absl::Status& error) {
+  // This job's problem, not the heartbeat's: keep serving the others, retry it later (the data
+  // may come back), and after the last attempt fail it where everyone sees it (journaled: its
+  // consumers and GetStatus get the error, its name is freed when it is removed).
+  const CoordinatorState::Job* job = state_.FindJob(job_id);
+  if (job == nullptr || job->finished) return absl::OkStatus();
+  RangeRetry& retry = failed_jobs_[job_id];
+  ++retry.attempts;
+  const int64_t attempts = std::max<int64_t>(1, options_.ranges_plan_attempts);
+  retry.error = absl::Status(
+      error.code() == absl::StatusCode::kOk ? absl::StatusCode::kInternal : error.code(),
+      absl::StrCat("job ", job_id, job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"),
+                   " cannot make its ranges (attempt ", retry.attempts, " of ", attempts,
+                   ", ranges_plan_attempts): ", error.message()));
+  retry.next = clock_->Now() + options_.ranges_retry_interval;
+  Log(retry.error.ToString());
+  if (retry.attempts >= attempts) {
+    const absl::Status failure = retry.error;
+    failed_jobs_.erase(job_id);
+    return FailJobLocked(job_id, failure);
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::TEST_AwaitReplans() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](absl::flat_hash_map<int64_t, uint64_t>* r) { return r->empty(); }, &replans_));
+}
 
 absl::StatusOr<Dataset> Coordinator::NextRangeLocked(const CoordinatorState::Job& job,
-                                                     GlobalRange* range) {
-  ASSIGN_OR_RETURN(const RangesJob* rj, RangesJobLocked(job));
-  *range = rj->cut.Range(static_cast<int64_t>(job.task_ids.size()));
+                                                     const RangesJob& rj, GlobalRange* range) {
+  *range = rj.cut.Range(static_cast<int64_t>(job.task_ids.size()));
   const int64_t begin = range->first_step - range->epoch_first_step;
-  return GlobalOrderRange(rj->dataset, rj->plan, OrderOptions(job.options.order()), range->epoch,
+  return GlobalOrderRange(rj.dataset, rj.plan, OrderOptions(job.options.order()), range->epoch,
                           begin, begin + range->num_steps);
 }
 
@@ -71,6 +160,13 @@ absl::Status Coordinator::MakeRangesLocked() {
     }
   }
   for (int64_t job_id : jobs) {
+    // Planning reads the data: never under the lock. A job without its plan gets its ranges
+    // once the planner thread has made it (ApplyReplanLocked calls this again).
+    const RangesJob* rj = CachedRangesJobLocked(*state_.FindJob(job_id));
+    if (rj == nullptr) {
+      RequestReplanLocked(*state_.FindJob(job_id));
+      continue;
+    }
     while (true) {
       const CoordinatorState::Job* job = state_.FindJob(job_id);
       if (job->all_ranges_made()) break;
@@ -88,28 +184,9 @@ absl::Status Coordinator::MakeRangesLocked() {
       }
       if (best == 0) break;
       GlobalRange range;
-      absl::StatusOr<Dataset> piece = NextRangeLocked(*job, &range);
+      absl::StatusOr<Dataset> piece = NextRangeLocked(*job, *rj, &range);
       if (!piece.ok()) {
-        // This job's problem, not the heartbeat's: keep serving the others, retry it later
-        // (the data may come back), and after the last attempt fail it where everyone sees
-        // it (journaled: its consumers and GetStatus get the error, its name is freed when it
-        // is removed).
-        RangeRetry& retry = failed_jobs_[job_id];
-        ++retry.attempts;
-        const int64_t attempts = std::max<int64_t>(1, options_.ranges_plan_attempts);
-        retry.error = absl::Status(
-            piece.status().code() == absl::StatusCode::kOk ? absl::StatusCode::kInternal
-                                                          : piece.status().code(),
-            absl::StrCat("job ", job_id, job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"),
-                         " cannot make its ranges (attempt ", retry.attempts, " of ",
-                         attempts, ", ranges_plan_attempts): ", piece.status().message()));
-        retry.next = now + options_.ranges_retry_interval;
-        Log(retry.error.ToString());
-        if (retry.attempts >= attempts) {
-          const absl::Status error = retry.error;
-          failed_jobs_.erase(job_id);
-          RETURN_IF_ERROR(FailJobLocked(job_id, error));
-        }
+        RETURN_IF_ERROR(RangesAttemptFailedLocked(job_id, piece.status()));
         break;
       }
       failed_jobs_.erase(job_id);  // planned again after a failed attempt

@@ -22,8 +22,9 @@ namespace sluice {
 namespace {
 
 // A call whose caller gave up (its deadline passed, its connection was cut) while it waited
-// for a thread or for the coordinator's lock: dropped before any work, so that in a restart
-// storm the calls clients already retried do not run a second time behind the retries.
+// for a thread: dropped before any work, so that in a restart storm the calls clients already
+// retried do not run a second time behind the retries (GetOrCreateJob also looks again after
+// planning its job).
 grpc::Status Abandoned() {
   return grpc::Status(grpc::StatusCode::CANCELLED, "the caller cancelled the call");
 }
@@ -35,7 +36,7 @@ grpc::Status GrpcCoordinatorService::RegisterDataset(grpc::ServerContext* contex
                                                      proto::RegisterDatasetResponse* response) {
   grpc::Status a = admission_.Authenticate(*context, kTrainerRole | kAdminRole, "RegisterDataset");
   if (!a.ok()) return a;
-  if (context->IsCancelled()) return Abandoned();
+  if (CallerGaveUp(*context, "RegisterDataset")) return Abandoned();
   const std::string caller = admission_.Identify(*context);
   if (grpc::Status a = admission_.AdmitCreate(caller, "RegisterDataset"); !a.ok()) return a;
   if (grpc::Status a = admission_.CheckDataset(*request); !a.ok()) return a;
@@ -47,10 +48,11 @@ grpc::Status GrpcCoordinatorService::GetOrCreateJob(grpc::ServerContext* context
                                                     proto::GetOrCreateJobResponse* response) {
   grpc::Status a = admission_.Authenticate(*context, kTrainerRole, "GetOrCreateJob");
   if (!a.ok()) return a;
-  if (context->IsCancelled()) return Abandoned();
+  if (CallerGaveUp(*context, "GetOrCreateJob")) return Abandoned();
   const std::string caller = admission_.Identify(*context);
   if (grpc::Status a = admission_.AdmitCreate(caller, "GetOrCreateJob"); !a.ok()) return a;
-  return ToGrpcStatus(coordinator_->GetOrCreateJob(*request, response, caller));
+  return ToGrpcStatus(coordinator_->GetOrCreateJob(*request, response, caller,
+                                                   [context] { return context->IsCancelled(); }));
 }
 
 grpc::Status GrpcCoordinatorService::GetElementSpec(grpc::ServerContext* context,
@@ -58,7 +60,7 @@ grpc::Status GrpcCoordinatorService::GetElementSpec(grpc::ServerContext* context
                                                     proto::GetElementSpecResponse* response) {
   grpc::Status a = admission_.Authenticate(*context, kTrainerRole, "GetElementSpec");
   if (!a.ok()) return a;
-  if (context->IsCancelled()) return Abandoned();
+  if (CallerGaveUp(*context, "GetElementSpec")) return Abandoned();
   return ToGrpcStatus(coordinator_->GetElementSpec(*request, response));
 }
 
@@ -144,7 +146,7 @@ grpc::Status GrpcCoordinatorService::GetSplit(grpc::ServerContext* context,
                                               proto::GetSplitResponse* response) {
   grpc::Status a = admission_.Authenticate(*context, kWorkerRole, "GetSplit");
   if (!a.ok()) return a;
-  if (context->IsCancelled()) return Abandoned();
+  if (CallerGaveUp(*context, "GetSplit")) return Abandoned();
   return ToGrpcStatus(coordinator_->GetSplit(*request, response));
 }
 
@@ -153,7 +155,7 @@ grpc::Status GrpcCoordinatorService::GetStatus(grpc::ServerContext* context,
                                                proto::GetStatusResponse* response) {
   grpc::Status a = admission_.Authenticate(*context, kAdminRole, "GetStatus");
   if (!a.ok()) return a;
-  if (context->IsCancelled()) return Abandoned();
+  if (CallerGaveUp(*context, "GetStatus")) return Abandoned();
   if (grpc::Status a = admission_.AdmitStatusPoll(admission_.Identify(*context)); !a.ok()) {
     return a;
   }
@@ -183,7 +185,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   s->service_ = std::make_unique<GrpcCoordinatorService>(
       s->coordinator_.get(),
       RequestAdmission(options.role_tokens, options.data_roots, options.dataset_limits,
-                       options.admission_rates, options.caller_identity));
+                       options.admission_rates, options.caller_identity),
+      options.before_cancellation_check);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -10,6 +10,7 @@
 #ifndef SLUICE_SERVER_GRPC_COORDINATOR_SERVICE_H_
 #define SLUICE_SERVER_GRPC_COORDINATOR_SERVICE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -51,10 +52,17 @@ class GrpcCoordinatorService final : public CoordinatorServiceBase {
   // `coordinator` is borrowed and must outlive the service. Every handler first checks the
   // call with `admission` (the caller's role; WorkerHeartbeat: the advertised address against
   // the caller's certificate; RegisterDataset: graph bounds and data roots).
+  // `before_cancellation_check` (test only): called by the unary non-heartbeat handlers right
+  // before they look whether the caller gave up (then CANCELLED "the caller cancelled the
+  // call", before any work), with the call's context and the method's name.
+  using CancellationCheckHook =
+      std::function<void(const grpc::ServerContextBase& context, absl::string_view method)>;
   explicit GrpcCoordinatorService(Coordinator* coordinator,
-                                  RequestAdmission admission = RequestAdmission())
+                                  RequestAdmission admission = RequestAdmission(),
+                                  CancellationCheckHook before_cancellation_check = nullptr)
       : coordinator_(coordinator),
         admission_(std::move(admission)),
+        before_cancellation_check_(std::move(before_cancellation_check)),
         worker_heartbeat_metrics_(kWorkerHeartbeatMethod),
         client_heartbeat_metrics_(kClientHeartbeatMethod) {}
 
@@ -83,8 +91,15 @@ class GrpcCoordinatorService final : public CoordinatorServiceBase {
                          proto::GetStatusResponse* response) override;
 
  private:
+  // Whether the caller of `method` gave up (cancelled, deadline passed) before any work.
+  bool CallerGaveUp(const grpc::ServerContextBase& context, absl::string_view method) const {
+    if (before_cancellation_check_) before_cancellation_check_(context, method);
+    return context.IsCancelled();
+  }
+
   Coordinator* const coordinator_;
   const RequestAdmission admission_;
+  const CancellationCheckHook before_cancellation_check_;
   const RpcMethodMetrics worker_heartbeat_metrics_;
   const RpcMethodMetrics client_heartbeat_metrics_;
 };
@@ -110,6 +125,8 @@ struct CoordinatorServerOptions {
   DatasetLimits dataset_limits;
   // Per-identity rate limits (docs/SERVICE.md, "Admission"); the quotas are in `coordinator`.
   AdmissionRates admission_rates;
+  // Test only: GrpcCoordinatorService's before_cancellation_check.
+  GrpcCoordinatorService::CancellationCheckHook before_cancellation_check;
   // Test only: how a call's identity is found. nullptr: CoordinatorCallerIdentity (the peer's host).
   CallerIdentityFunction caller_identity;
 };

@@ -1073,6 +1073,39 @@ TEST_F(CoordinatorTest, ASlowPlanDoesNotDelayOtherRequests) {
   EXPECT_EQ(Status().jobs_size(), 2);
 }
 
+// A caller that gives up while its job plans (planning reads the data and may take long; the
+// gRPC service passes ServerContext::IsCancelled) gets CANCELLED and the coordinator creates
+// nothing for it: no job, no task, and a later call with the same name creates the job.
+TEST_F(CoordinatorTest, ACallCancelledWhileItsJobPlansCreatesNothing) {
+  std::atomic<int> plans{0};
+  std::atomic<bool> gave_up{false};
+  CoordinatorOptions options = coordinator_->options();
+  options.before_planning = [&](absl::string_view) {
+    if (plans.fetch_add(1) == 0) gave_up = true;  // the first caller gives up while it plans
+  };
+  coordinator_ = std::make_unique<Coordinator>(options);
+  const std::string ds = Register("range(10).batch(2)");
+  Heartbeat("w1:1");
+  proto::GetOrCreateJobRequest req;
+  req.set_wire_version(proto::WIRE_VERSION_1);
+  req.set_job_name("train");
+  *req.mutable_options() = Options(ds);
+  proto::GetOrCreateJobResponse resp;
+  const absl::Status s =
+      coordinator_->GetOrCreateJob(req, &resp, "", [&] { return gave_up.load(); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_EQ(s.message(), "the caller cancelled the call");
+  EXPECT_EQ(plans.load(), 1);
+  EXPECT_EQ(Status().jobs_size(), 0) << "a job was created for a call nobody waited for";
+  EXPECT_EQ(coordinator_->TEST_TableSizes().tasks, 0u);
+  gave_up = false;
+  const absl::Status again =
+      coordinator_->GetOrCreateJob(req, &resp, "", [&] { return gave_up.load(); });
+  ASSERT_TRUE(again.ok()) << again;
+  EXPECT_TRUE(resp.created());
+  EXPECT_EQ(Status().jobs_size(), 1);
+}
+
 // Two requests for the same named job plan side by side: one creates it, the other gets it.
 TEST_F(CoordinatorTest, ConcurrentRequestsForOneNamedJobMakeItOnce) {
   absl::Notification planning, release;

@@ -1,9 +1,12 @@
 #include "server/grpc_coordinator_service.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "sluice/dataset.h"
 #include "core/obs/metrics.h"
 #include "core/rpc/grpc_status.h"
@@ -195,6 +198,71 @@ TEST_F(GrpcCoordinatorTest, MalformedHeartbeatsAreInvalidArgumentAndEveryCallIsC
   grpc::Status s = stub_->ClientHeartbeat(Context().get(), req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
   EXPECT_EQ(handled->Value({service, "ClientHeartbeat", "NOT_FOUND"}), not_found0 + 1);
+}
+
+// A call whose caller gave up before the handler got to it (a restart storm: clients retried
+// while the call waited for a thread) is dropped before any work: CANCELLED "the caller
+// cancelled the call", counted so, and nothing registered. The hook holds the handler until
+// the server has seen the cancellation (bounded: 3000 x 10 ms), which makes the order certain.
+TEST_F(GrpcCoordinatorTest, ACallCancelledBeforeItsHandlerRunsIsDroppedBeforeAnyWork) {
+  absl::Notification entered;
+  std::atomic<bool> saw_cancel{false};
+  CoordinatorServerOptions options;
+  options.port = 0;
+  options.coordinator.worker_timeout = absl::Hours(1);
+  options.coordinator.log = [](absl::string_view) {};
+  options.before_cancellation_check = [&](const grpc::ServerContextBase& context,
+                                          absl::string_view method) {
+    if (method != "RegisterDataset" || entered.HasBeenNotified()) return;
+    entered.Notify();
+    for (int i = 0; i < 3000 && !context.IsCancelled(); ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    saw_cancel = context.IsCancelled();
+  };
+  server_.reset();
+  auto server = CoordinatorServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = std::move(*server);
+  channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+  stub_ = proto::CoordinatorService::NewStub(channel_);
+
+  CounterFamily* handled = MetricsRegistry::Default().Counter("sluice_rpc_server_handled_total", "");
+  const std::string service = "sluice.proto.CoordinatorService";
+  auto handled_calls = [&] {
+    double n = 0;
+    for (const char* code : {"OK", "CANCELLED"}) {
+      n += handled->Value({service, "RegisterDataset", code});
+    }
+    return n;
+  };
+  const double handled0 = handled_calls();
+  const double cancelled0 = handled->Value({service, "RegisterDataset", "CANCELLED"});
+  auto ctx = Context();
+  grpc::Status status;
+  std::thread call([&] {
+    proto::RegisterDatasetRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_pipeline("range(20).batch(4)");
+    proto::RegisterDatasetResponse resp;
+    status = stub_->RegisterDataset(ctx.get(), req, &resp);
+  });
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(kCallSeconds)));
+  ctx->TryCancel();
+  call.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  for (int i = 0; i < 3000 && handled_calls() == handled0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(handled_calls(), handled0 + 1) << "the cancelled call's handler never finished";
+  ASSERT_TRUE(saw_cancel.load()) << "the server never saw the cancellation";
+  EXPECT_EQ(handled->Value({service, "RegisterDataset", "CANCELLED"}), cancelled0 + 1);
+  EXPECT_EQ(server_->coordinator().TEST_TableSizes().datasets, 0u)
+      << "the cancelled call registered its dataset";
+  // The server goes on serving: the same request from a caller that waits registers it.
+  proto::RegisterDatasetResponse ds;
+  ASSERT_TRUE(Register("range(20).batch(4)", &ds).ok());
+  EXPECT_EQ(server_->coordinator().TEST_TableSizes().datasets, 1u);
 }
 
 TEST_F(GrpcCoordinatorTest, MalformedPipelineIsInvalidArgumentAndTheServerKeepsServing) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "core/util/clock.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
@@ -571,7 +573,9 @@ TEST_F(RangesTest, AJobWhoseRangesCannotBePlannedFailsAloneAndOtherJobsGoOn) {
 
   // The worker finishes range 0: room for range 1, whose planning fails. Its heartbeat succeeds
   // all the same (Heartbeat() asserts it) and gets the other job's task.
+  // (The plan runs on the planner thread, without the lock: awaited.)
   const proto::WorkerHeartbeatResponse hb = Heartbeat("w1:1", /*active=*/{}, /*finished=*/{1});
+  coordinator_->TEST_AwaitReplans();
   ASSERT_EQ(hb.new_tasks_size(), 1);
   EXPECT_EQ(hb.new_tasks(0).job_id(), other->job_id());
   EXPECT_TRUE(Client(other->job_id()).ok());
@@ -593,6 +597,7 @@ TEST_F(RangesTest, AJobWhoseRangesCannotBePlannedFailsAloneAndOtherJobsGoOn) {
   for (int attempt = 2; attempt <= 3; ++attempt) {
     clock_.Advance(absl::Seconds(2));
     Heartbeat("w1:1", /*active=*/{hb.new_tasks(0).task_id()});
+    coordinator_->TEST_AwaitReplans();
     coordinator_->CheckWorkerLiveness();
   }
   // The broken job's consumers are told why, naming it.
@@ -621,6 +626,85 @@ TEST_F(RangesTest, AJobWhoseRangesCannotBePlannedFailsAloneAndOtherJobsGoOn) {
   auto again = Job("ranges", Ranges(records, /*range_steps=*/1));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->created());
+  std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
+}
+
+// After a restart a RANGES job is planned again from its data (a remote listing, a large
+// record index: slow). The plan runs without the coordinator's lock: while it is blocked,
+// workers' heartbeats (a new worker's registration too), another job's creation and consumers'
+// heartbeats are all answered; once it returns, its result is applied exactly once (one plan,
+// each range made once) and the ranges it was waiting for are made.
+TEST_F(RangesTest, ReplanningAfterARestartRunsWithoutTheLockAndIsAppliedOnce) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/sluice_ranges_replan_", getpid());
+  std::system(absl::StrCat("rm -rf '", dir, "'; mkdir -p '", dir, "'").c_str());
+  CoordinatorOptions options;
+  options.clock = &clock_;
+  options.worker_timeout = absl::Seconds(10);
+  options.ranges_per_worker = 1;
+  options.work_dir = dir;
+  options.log = [this](absl::string_view line) { log_.emplace_back(line); };
+  auto created = Coordinator::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  coordinator_ = *std::move(created);
+  const std::string ds = Register("range(40).batch(2)");  // 20 steps: 10 ranges of 2
+  Heartbeat("w1:1");
+  auto job = Job("ranges", Ranges(ds, /*range_steps=*/2));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const proto::WorkerHeartbeatResponse first = Heartbeat("w1:1");
+  ASSERT_THAT(Indices(first), ElementsAre(0));
+
+  // The restarted coordinator re-plans the job on its first chance, with a planner that blocks
+  // until the test releases it (30 s at most: what it waits out is this test's own calls).
+  coordinator_.reset();
+  absl::Notification entered, release;
+  std::atomic<int> plans{0};
+  std::atomic<bool> released_in_time{true};
+  options.before_replanning = [&](int64_t job_id) {
+    EXPECT_EQ(job_id, job->job_id());
+    ++plans;
+    if (!entered.HasBeenNotified()) entered.Notify();
+    if (!release.WaitForNotificationWithTimeout(absl::Seconds(30))) released_in_time = false;
+  };
+  created = Coordinator::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  coordinator_ = *std::move(created);
+  // w1 finished range 0: room for range 1, which needs the plan.
+  EXPECT_THAT(Indices(Heartbeat("w1:1", {}, {first.new_tasks(0).task_id()})), IsEmpty());
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(60)));
+
+  // While the plan is blocked: heartbeats, a new worker, another job and its consumer.
+  Heartbeat("w1:1");
+  Heartbeat("w2:1");
+  proto::JobOptions data;
+  data.set_dataset_id(Register("range(8).batch(2)"));
+  data.set_num_consumers(1);
+  data.set_replicas_per_consumer(1);
+  data.set_sharding_policy(proto::SHARDING_DATA);
+  auto other = Job("other", data);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_TRUE(Client(other->job_id()).ok());
+  // (Consumers list the unfinished ranges: range 0 is finished.)
+  EXPECT_THAT(ListedRanges(job->job_id()), IsEmpty()) << "no range without the plan";
+  EXPECT_FALSE(release.HasBeenNotified());
+  release.Notify();
+  coordinator_->TEST_AwaitReplans();
+  EXPECT_TRUE(released_in_time.load())
+      << "the plan held up a request: it ran under the coordinator's lock";
+
+  // Applied once: ranges 1 and 2, one per worker (ranges_per_worker 1), each made once, and no
+  // second plan on later heartbeats.
+  EXPECT_THAT(ListedRanges(job->job_id()), ElementsAre(1, 2));
+  Heartbeat("w1:1");
+  Heartbeat("w2:1");
+  coordinator_->TEST_AwaitReplans();
+  EXPECT_THAT(ListedRanges(job->job_id()), ElementsAre(1, 2));
+  EXPECT_EQ(plans.load(), 1);
+  EXPECT_EQ(std::count_if(log_.begin(), log_.end(),
+                          [](const std::string& l) {
+                            return l.find("planning its ranges again") != std::string::npos;
+                          }),
+            1);
+  coordinator_.reset();
   std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
 }
 
