@@ -33,25 +33,12 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sluice_cluster import wait_port  # noqa: E402
+
 
 def log(msg):
     print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def wait_port(path, proc, what, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}")
-        try:
-            with open(path) as f:
-                text = f.read().strip()
-            if text:
-                return int(text)
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"{what} wrote no port file in {timeout} s")
 
 
 def proc_stat(pid):
@@ -124,7 +111,7 @@ class Soak:
             self._coordinator_cmd(flag) + [f"--port_file={port_file}"], stdout=out, stderr=out,
             env=env)
         self.coordinator_started = time.monotonic()
-        self.port = wait_port(port_file, self.coordinator, "sluice-coordinator")
+        self.port = wait_port(port_file, self.coordinator, "sluice-coordinator", timeout=60.0)
 
     def coordinator_address(self):
         return f"127.0.0.1:{self.port}"
@@ -163,7 +150,7 @@ class Soak:
                               f"--port_file={port_file}", "--heartbeat_interval=200ms",
                               "--buffer_bytes=4096"], stdout=out, stderr=out)
         self.workers.append(p)
-        wait_port(port_file, p, f"sluice-worker {w}")
+        wait_port(port_file, p, f"sluice-worker {w}", timeout=60.0)
 
     def kill_worker(self):
         running = [p for p in self.workers if p.poll() is None]

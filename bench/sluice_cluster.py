@@ -15,6 +15,24 @@ import tempfile
 import time
 
 
+def wait_port(path, proc, what, timeout=30.0):
+    """The port a process wrote to its --port_file `path`; RuntimeError when `proc` exits first
+    or nothing is written within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+            if text:
+                return int(text)
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} wrote no port file in {timeout} s")
+
+
 class SluiceCluster:
     def __init__(self, build_dir, num_workers=1, worker_flags=()):
         self.build_dir = os.path.abspath(build_dir)
@@ -32,22 +50,6 @@ class SluiceCluster:
                                "sluicectl)")
         return path
 
-    @staticmethod
-    def _wait_port(path, proc, what, timeout=30.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{what} exited with {proc.returncode}")
-            try:
-                with open(path) as f:
-                    text = f.read().strip()
-                if text:
-                    return int(text)
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"{what} wrote no port file in {timeout} s")
-
     def __enter__(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="sluice-bench-")
         log = open(os.path.join(self.tmp.name, "coordinator.log"), "w")
@@ -55,7 +57,7 @@ class SluiceCluster:
         p = subprocess.Popen([self._bin("sluice-coordinator"), "--port=0",
                               f"--port_file={port_file}"], stdout=log, stderr=log)
         self.procs.append(p)
-        self.coordinator = f"127.0.0.1:{self._wait_port(port_file, p, 'sluice-coordinator')}"
+        self.coordinator = f"127.0.0.1:{wait_port(port_file, p, 'sluice-coordinator')}"
         for w in range(self.num_workers):
             log = open(os.path.join(self.tmp.name, f"worker{w}.log"), "w")
             port_file = os.path.join(self.tmp.name, f"worker{w}.port")
@@ -63,7 +65,7 @@ class SluiceCluster:
                                   "--port=0", f"--port_file={port_file}"] + self.worker_flags,
                                  stdout=log, stderr=log)
             self.procs.append(p)
-            self._wait_port(port_file, p, f"sluice-worker {w}")
+            wait_port(port_file, p, f"sluice-worker {w}")
         # Every worker registered and alive before the first job (one task per worker).
         deadline = time.monotonic() + 30
         want = f"{self.num_workers} alive"
