@@ -128,6 +128,11 @@ class StepStream final : public Reactor {
       absl::MutexLock lock(&link_->mu);
       link_->stream = nullptr;
     }
+    // A thread that called Finish() under mu_ (Open() refusing a stream, Pump() ending one)
+    // may still hold it: gRPC runs OnDone on its own thread once Finish completes, so wait for
+    // that holder to let go before the mutex goes (found by the control-plane soak: a worker
+    // aborted in ~MutexLock after Open() finished a stream whose task it did not have yet).
+    { absl::MutexLock lock(&mu_); }
     if (reader_ != nullptr) reader_->CancelNotify();
     delete this;
   }
