@@ -11,7 +11,7 @@
 #include <functional>
 #include <string>
 
-#include "absl/strings/string_view.h"
+#include "core/rpc/caller_identity.h"  // PeerHost
 #include "grpcpp/server_context.h"
 
 namespace sluice {
@@ -20,10 +20,6 @@ namespace sluice {
 // peer's host, or the whole peer string when it has no host (a Unix socket: "unix:/path").
 // Never empty ("unknown" without a peer).
 std::string CoordinatorCallerIdentity(const grpc::ServerContextBase& context);
-
-// The host part of a gRPC peer string: "ipv4:10.0.0.1:5000" -> "10.0.0.1",
-// "ipv6:[::1]:5000" -> "::1"; any other form is returned as it is ("unknown" when empty).
-std::string PeerHost(absl::string_view peer);
 
 // How the gRPC adapter finds a call's identity: CoordinatorCallerIdentity, or a test's fake.
 using CallerIdentityFunction = std::function<std::string(const grpc::ServerContextBase&)>;

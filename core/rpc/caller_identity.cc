@@ -27,26 +27,29 @@ std::vector<std::string> PeerProperty(const grpc::ServerContextBase& context,
   return out;
 }
 
-// "ipv4:1.2.3.4:5" -> "1.2.3.4", "ipv6:[::1]:5" -> "[::1]", anything else unchanged.
-std::string PeerHost(absl::string_view peer) {
-  for (absl::string_view scheme : {"ipv4:", "ipv6:"}) {
-    if (absl::StartsWith(peer, scheme)) {
-      peer.remove_prefix(scheme.size());
-      const size_t colon = peer.rfind(':');
-      // "[::1]:5": the port follows the bracket; "1.2.3.4:5": the last colon.
-      if (colon != absl::string_view::npos && (peer.front() != '[' || peer[colon - 1] == ']')) {
-        peer = peer.substr(0, colon);
-      }
-      break;
-    }
-  }
-  return std::string(peer);
-}
-
 }  // namespace
 
 std::vector<std::string> CallerCertificateNames(const grpc::ServerContextBase& context) {
   return PeerProperty(context, GRPC_X509_SAN_PROPERTY_NAME);
+}
+
+std::string PeerHost(absl::string_view peer) {
+  if (peer.empty()) return "unknown";
+  absl::string_view rest;
+  if (absl::StartsWith(peer, "ipv4:")) {
+    rest = peer.substr(5);
+    const size_t colon = rest.rfind(':');
+    return std::string(colon == absl::string_view::npos ? rest : rest.substr(0, colon));
+  }
+  if (absl::StartsWith(peer, "ipv6:")) {
+    rest = peer.substr(5);
+    if (absl::StartsWith(rest, "[")) {
+      const size_t close = rest.find(']');
+      if (close != absl::string_view::npos) return std::string(rest.substr(1, close - 1));
+    }
+    return std::string(rest);
+  }
+  return std::string(peer);
 }
 
 std::string CallerIdentity(const grpc::ServerContextBase& context) {
