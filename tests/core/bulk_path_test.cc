@@ -443,15 +443,7 @@ TEST(BulkPathTest, TFRecordFilesParsedInBlocksSequentialAndParallel) {
 }
 
 // The byte offset of record `k` of a TFRecord file's bytes (uncompressed framing).
-size_t TFRecordOffset(const std::string& bytes, int64_t k) {
-  size_t off = 0;
-  for (int64_t i = 0; i < k && off + 12 <= bytes.size(); ++i) {
-    uint64_t len;
-    std::memcpy(&len, bytes.data() + off, 8);
-    off += 12 + static_cast<size_t>(len) + 4;
-  }
-  return off;
-}
+using record_test::TFRecordOffset;
 
 // A parallel map over a TFRecord source reads the source's blocks on the pool (pulled by pool
 // jobs in turn, the consumer running queued ones itself): the same elements, order and errors

@@ -33,16 +33,7 @@
 namespace sluice {
 namespace {
 
-// Byte offset of record k in a TFRecord file's bytes.
-size_t RecordOffset(const std::string& bytes, int64_t k) {
-  size_t off = 0;
-  for (int64_t i = 0; i < k; ++i) {
-    uint64_t len;
-    std::memcpy(&len, bytes.data() + off, 8);
-    off += 12 + static_cast<size_t>(len) + 4;
-  }
-  return off;
-}
+using record_test::TFRecordOffset;
 
 // Writes `records` to `file`.
 void WriteRecords(const std::string& file, const std::vector<std::string>& records) {
@@ -121,7 +112,7 @@ TEST(MapParseFusionTest, RowsComeInOrderWithErrorsAtTheirRows) {
   WriteRecords(file, records);
   // The same file with record 2500's data corrupted.
   std::string bytes = record_test::ReadWholeFile(file);
-  const size_t bad_at = RecordOffset(bytes, 2500);
+  const size_t bad_at = TFRecordOffset(bytes, 2500);
   bytes[bad_at + 12 + 1] ^= 0x10;
   const std::string corrupt = dir.path() + "/b.tfrecord";
   record_test::WriteWholeFile(corrupt, bytes);
@@ -187,7 +178,7 @@ TEST(MapParseFusionTest, TheCheckMapsVerifiedRowsOrBuildsThemWhenTheFnFails) {
   const std::string file = dir.path() + "/a.tfrecord";
   WriteRecords(file, records);
   std::string bytes = record_test::ReadWholeFile(file);
-  const size_t bad_at = RecordOffset(bytes, 233);
+  const size_t bad_at = TFRecordOffset(bytes, 233);
   bytes[bad_at + 12 + 2] ^= 0x01;
   record_test::WriteWholeFile(file, bytes);
   const int64_t before = ProcessMemoryBudget().in_use();
