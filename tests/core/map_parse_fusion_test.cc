@@ -29,6 +29,7 @@
 #include "proto/example.pb.h"
 #include "sluice/dataset.h"
 #include "tests/core/record_test_util.h"
+#include "tests/core/scoped_process_limits.h"
 
 namespace sluice {
 namespace {
@@ -265,6 +266,66 @@ TEST(MapParseFusionTest, DestroyedMidBatchStopsAndReturnsItsMemory) {
     EXPECT_EQ(fns.calls.load(), calls) << "a rows fn ran after the map was destroyed";
     EXPECT_EQ(ProcessMemoryBudget().in_use(), before);
   }
+}
+
+// The fused parse allocates its output through the memory budget like the unfused one: under a
+// per-element limit the run ends with RESOURCE_EXHAUSTED naming the limit, after as many rows
+// as the sequential map's run, and everything charged goes back to the budget.
+TEST(MapParseFusionTest, TheFusedParseHonoursTheMemoryBudget) {
+  record_test::TempDir dir;
+  const std::string file = dir.path() + "/a.tfrecord";
+  std::vector<std::string> records;
+  for (int i = 0; i < 600; ++i) {
+    proto::Example ex;
+    auto& f = *ex.mutable_features()->mutable_feature();
+    f["image"].mutable_bytes_list()->add_value(std::string(1000 + i, 'q'));
+    f["label"].mutable_int64_list()->add_value(i);
+    records.push_back(ex.SerializeAsString());
+  }
+  WriteRecords(file, records);
+  const std::string spec =
+      "parse_example({'image': FixedLenFeature([], tf.string), "
+      "'label': FixedLenFeature([], tf.int64, default_value=-1)})";
+  const int64_t before = ProcessMemoryBudget().in_use();
+  for (const int64_t limit : {int64_t{1} << 30, int64_t{60000}}) {
+    SCOPED_TRACE(limit);
+    ScopedProcessLimits limits({.process_bytes = int64_t{1} << 40, .element_bytes = limit});
+    std::vector<std::pair<int64_t, absl::Status>> runs;  // rows, end
+    for (const std::string calls : {"", ", num_parallel_calls=2", ", num_parallel_calls=4"}) {
+      absl::StatusOr<Dataset> ds = Dataset::Parse(absl::StrCat(
+          "tf_record_dataset(['", file, "'], buffer_size=8192).map(", spec, calls,
+          ").batch(100)"));
+      ASSERT_TRUE(ds.ok()) << ds.status();
+      absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
+      ASSERT_TRUE(it.ok()) << it.status();
+      int64_t rows = 0;
+      absl::Status end;
+      for (int guard = 0; guard < 100; ++guard) {
+        Element e;
+        bool eos = false;
+        end = (*it)->GetNext(&e, &eos);
+        if (!end.ok() || eos) break;
+        rows += e.Flatten()[0].shape().dim(0);
+      }
+      runs.emplace_back(rows, end);
+    }
+    for (const auto& [rows, end] : runs) {
+      EXPECT_EQ(rows, runs[0].first);
+      EXPECT_EQ(end.code(), runs[0].second.code()) << end;
+    }
+    if (limit == 60000) {
+      // Not vacuous: the limit bites (a parallel map's slice of 50 or 25 parsed rows of ~1.3 KB,
+      // or the batch of 100, is over it), and the error names what was refused.
+      for (const auto& [rows, end] : runs) {
+        EXPECT_EQ(end.code(), absl::StatusCode::kResourceExhausted) << end;
+        EXPECT_TRUE(absl::StrContains(end.message(), "60000 bytes")) << end;
+      }
+    } else {
+      EXPECT_TRUE(runs[0].second.ok()) << runs[0].second;
+      EXPECT_EQ(runs[0].first, 600);
+    }
+  }
+  EXPECT_EQ(ProcessMemoryBudget().in_use(), before);
 }
 
 }  // namespace
