@@ -12,8 +12,9 @@
 // nothing after it skips the range rows, e.g. to profile one map). Each row is the best of --reps runs (the machine is
 // shared; the best run is the least disturbed). "batched" is TF's best form,
 // .batch(256).map(parse_example, AUTOTUNE). --images: the WebDataset shards bench/image_bench
-// wrote (its --dir); adds image_bench's pipeline (decode_image -> random_crop -> flip ->
-// normalize -> batch(256)) with every map sequential and with every map AUTOTUNE. Prints a Markdown table; "CPU µs/elem" is the
+// wrote (its --dir); adds image_bench's pipelines (decode_image -> random_crop, and
+// random_resized_crop; then flip -> normalize -> batch(256)) with every map sequential, with
+// --parallel calls and AUTOTUNE. Prints a Markdown table; "CPU µs/elem" is the
 // process's user + system time per element and "cores" its CPU time over wall time, which show
 // a parallel map's overhead and its use of the cores even on a loaded machine.
 #include <algorithm>
@@ -143,28 +144,36 @@ std::vector<std::string> QuotedFiles(const std::string& dir, const std::string& 
   return files;
 }
 
-// image_bench's pipeline on its shards, every map sequential or every map AUTOTUNE.
+// image_bench's pipelines on its shards (crop: decode_image -> random_crop; rrc:
+// random_resized_crop on the JPEG bytes; then flip -> normalize -> batch(256)), every map
+// sequential, with `parallel` calls, or AUTOTUNE.
 template <typename Want>
 void ImageRows(const std::string& dir, int reps, int64_t parallel, const Want& want) {
   const std::string source = absl::StrCat("webdataset_dataset([",
                                           absl::StrJoin(QuotedFiles(dir, ".tar"), ", "),
                                           "], keys=['cls', 'jpg'])");
-  auto pipeline = [&](const std::string& calls) {
-    return absl::StrCat(source, ".map(decode_image(channels=3), key='jpg'", calls, ")",
-                        ".map(random_crop([224, 224, 3], seed=1), key='jpg'", calls, ")",
-                        ".map(random_flip_left_right(seed=2), key='jpg'", calls, ")",
-                        ".map(normalize(mean=[123.7, 116.3, 103.5], std=[58.4, 57.1, 57.4]), "
-                        "key='jpg'",
-                        calls, ").batch(256)");
-  };
-  if (want("sequential")) Row("images decode/crop/flip/normalize, sequential", Best(pipeline(""), reps));
-  if (want("parallel")) {
-    Row(absl::StrCat("images decode/crop/flip/normalize, every map ", parallel, " calls"),
-        Best(pipeline(absl::StrCat(", num_parallel_calls=", parallel)), reps));
-  }
-  if (want("autotune")) {
-    Row("images decode/crop/flip/normalize, every map AUTOTUNE",
-        Best(pipeline(", num_parallel_calls=AUTOTUNE"), reps));
+  for (const std::string name : {"decode/crop", "rrc"}) {
+    auto pipeline = [&](const std::string& calls) {
+      const std::string crop =
+          name == "rrc"
+              ? absl::StrCat(".map(random_resized_crop([224, 224], seed=1), key='jpg'", calls, ")")
+              : absl::StrCat(".map(decode_image(channels=3), key='jpg'", calls, ")",
+                             ".map(random_crop([224, 224, 3], seed=1), key='jpg'", calls, ")");
+      return absl::StrCat(source, crop, ".map(random_flip_left_right(seed=2), key='jpg'", calls,
+                          ")",
+                          ".map(normalize(mean=[123.7, 116.3, 103.5], std=[58.4, 57.1, 57.4]), "
+                          "key='jpg'",
+                          calls, ").batch(256)");
+    };
+    const std::string row = absl::StrCat("images ", name, "/flip/normalize, ");
+    if (want("sequential")) Row(row + "sequential", Best(pipeline(""), reps));
+    if (want("parallel")) {
+      Row(absl::StrCat(row, "every map ", parallel, " calls"),
+          Best(pipeline(absl::StrCat(", num_parallel_calls=", parallel)), reps));
+    }
+    if (want("autotune")) {
+      Row(row + "every map AUTOTUNE", Best(pipeline(", num_parallel_calls=AUTOTUNE"), reps));
+    }
   }
 }
 

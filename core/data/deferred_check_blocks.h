@@ -14,8 +14,18 @@
 //   DeferredCheckBlockSource::BlockCheck check;
 //   { lock; s = source->GetNextBlockDeferringChecks(rows, &block, &n, &end, &check); }
 //   int64_t good = n;
-//   if (check != nullptr) s = check(&block, &good);  // no lock held
+//   bool mapped = false;
+//   if (check != nullptr) s = check(&block, &good, map_rows, &mapped);  // no lock held
 //   // !s.ok(): use the block's first `good` rows, then end with s; pull the source no more.
+//   // mapped: `block` is map_rows' result on those rows, not the rows themselves.
+//
+// Map-and-parse fusion (map_rows): a block of serialized records (a 1-D string block, such
+// as a TFRecord file's) is built by copying every record out of the read buffer into a string
+// of its own (a malloc, a copy and, after the parse, a free per record) only for a parse that
+// reads each record once and copies out what it keeps. With a map_rows fn (the map's fn on a
+// block of serialized rows, e.g. parse_example's tf.io.parse_example over the records' bytes),
+// the check hands it views of the verified rows in the read buffers instead and returns its
+// result: one pass over the bytes fewer, and no per-record allocation on the thread that maps.
 //
 // Thread safety: GetNextBlockDeferringChecks as GetNextBlock (one call at a time); a returned
 // BlockCheck may run on any thread, at most once, while the source is alive.
@@ -24,11 +34,21 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "sluice/element.h"
 
 namespace sluice {
+
+// A map's fn on a block of serialized rows given as views of their bytes: the same result as
+// the map's block fn on the 1-D string tensor of those rows, or an error (the caller then maps
+// that tensor its usual way, which finds and places the row's error). Must be safe to call from
+// many threads at once; the views are valid during the call only.
+using SerializedRowsFn =
+    std::function<absl::StatusOr<Element>(const std::vector<absl::string_view>& rows)>;
 
 class DeferredCheckBlockSource {
  public:
@@ -37,7 +57,13 @@ class DeferredCheckBlockSource {
   // block's first *good_rows rows (then set; *good_rows may be 0, and *block holds at least
   // those rows), e.g. DATA_LOSS naming the file and byte offset of a corrupted record, or
   // RESOURCE_EXHAUSTED when the memory budget refuses the block.
-  using BlockCheck = std::function<absl::Status(Element* block, int64_t* good_rows)>;
+  // With `map_rows` set, a check whose block is 1-D string rows may instead call map_rows on
+  // views of the block's verified rows (its first *good_rows) and return that result in *block,
+  // setting *mapped; when map_rows fails it builds the unmapped block as without it (*mapped
+  // false) so that the caller maps it, and places its errors, its usual way. *mapped is false
+  // whenever *block holds the rows themselves.
+  using BlockCheck = std::function<absl::Status(Element* block, int64_t* good_rows,
+                                                const SerializedRowsFn& map_rows, bool* mapped)>;
 
   // As Iterator::GetNextBlock, except that checks of the block's content, and building *out,
   // may be left to *check (set to an empty function when there are none; *n is set either

@@ -100,6 +100,16 @@ class ComponentMapFunction : public MapFunction {
   // Selecting a component depends on the structure alone, the same for a block.
   bool ElementWise() const override { return fn_->ElementWise(); }
   bool DrawsPerElement() const override { return fn_->DrawsPerElement(); }
+  // A fn on a component of the element, or one with per-element draws, has no row form.
+  SerializedRowsFn SerializedRowsApply() const override {
+    if (map_.component_case() != proto::MapOp::COMPONENT_NOT_SET || fn_->DrawsPerElement() ||
+        !fn_->MapsSerializedRows()) {
+      return nullptr;
+    }
+    return [fn = fn_](const std::vector<absl::string_view>& rows) {
+      return fn->ApplyToSerializedRows(rows);
+    };
+  }
 
  private:
   const std::shared_ptr<const ComponentFn> fn_;
@@ -108,6 +118,11 @@ class ComponentMapFunction : public MapFunction {
 };
 
 }  // namespace
+
+absl::StatusOr<Element> ComponentFn::ApplyToSerializedRows(
+    const std::vector<absl::string_view>&) const {
+  return absl::UnimplementedError(absl::StrCat(Describe(), " has no form on serialized rows"));
+}
 
 absl::StatusOr<int> SelectChild(NestKind kind, const std::vector<std::string>& keys,
                                 size_t num_children, const std::string* key,

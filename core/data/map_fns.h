@@ -36,6 +36,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/data/deferred_check_blocks.h"
 #include "sluice/element.h"
 #include "proto/dataset.pb.h"
 
@@ -58,6 +60,13 @@ class ComponentFn {
   // True if the fn's seeded draws depend on the element's (epoch, position) key
   // (core/data/element_draws.h), which the map then sets around each Apply.
   virtual bool DrawsPerElement() const { return false; }
+  // True if ApplyToSerializedRows is implemented (an ElementWise fn on string rows).
+  virtual bool MapsSerializedRows() const { return false; }
+  // What Apply gives on the 1-D string tensor whose strings are `rows`, read from views (no
+  // tensor of them is built: core/data/deferred_check_blocks.h). Only where MapsSerializedRows();
+  // its errors need not match Apply's (the caller then runs Apply, which places them).
+  virtual absl::StatusOr<Element> ApplyToSerializedRows(
+      const std::vector<absl::string_view>& rows) const;
 };
 
 // The fn of a MapOp, ready to run on the elements of one input spec.
@@ -71,6 +80,10 @@ class MapFunction {
   virtual bool ElementWise() const { return false; }
   // As ComponentFn::DrawsPerElement.
   virtual bool DrawsPerElement() const { return false; }
+  // Apply on a block of serialized records from views of their bytes (SerializedRowsFn, the
+  // map-and-parse fusion), when the fn maps the whole element with a ComponentFn that
+  // MapsSerializedRows(); null otherwise. The fn keeps this object's state alive.
+  virtual SerializedRowsFn SerializedRowsApply() const { return nullptr; }
 };
 
 // The fn of `map` alone; INVALID_ARGUMENT for an unset fn or bad arguments, FAILED_PRECONDITION

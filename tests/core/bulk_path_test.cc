@@ -443,15 +443,7 @@ TEST(BulkPathTest, TFRecordFilesParsedInBlocksSequentialAndParallel) {
 }
 
 // The byte offset of record `k` of a TFRecord file's bytes (uncompressed framing).
-size_t TFRecordOffset(const std::string& bytes, int64_t k) {
-  size_t off = 0;
-  for (int64_t i = 0; i < k && off + 12 <= bytes.size(); ++i) {
-    uint64_t len;
-    std::memcpy(&len, bytes.data() + off, 8);
-    off += 12 + static_cast<size_t>(len) + 4;
-  }
-  return off;
-}
+using record_test::TFRecordOffset;
 
 // A parallel map over a TFRecord source reads the source's blocks on the pool (pulled by pool
 // jobs in turn, the consumer running queued ones itself): the same elements, order and errors
@@ -615,11 +607,13 @@ TEST(BulkPathTest, TFRecordChecksDeferredOffTheReadLockKeepRowsAndErrors) {
     ASSERT_EQ(n, 200);
     ASSERT_NE(check, nullptr);
     int64_t good = -1;
-    EXPECT_TRUE(check(&block, &good).ok());
+    bool mapped = true;
+    EXPECT_TRUE(check(&block, &good, nullptr, &mapped).ok());
+    EXPECT_FALSE(mapped);
     ASSERT_TRUE(source->GetNextBlockDeferringChecks(200, &block, &n, &end, &check).ok());
     ASSERT_EQ(n, 200);
     ASSERT_NE(check, nullptr);
-    const absl::Status s = check(&block, &good);
+    const absl::Status s = check(&block, &good, nullptr, &mapped);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
     EXPECT_EQ(good, 33);
     EXPECT_TRUE(absl::StrContains(
@@ -716,7 +710,9 @@ TEST(BulkPathTest, ARefusedViewBlockIsResourceExhaustedWithNoRows) {
     ASSERT_TRUE(source->GetNextBlockDeferringChecks(32, &block, &n, &end, &check).ok());
     ASSERT_NE(check, nullptr);
     int64_t good = -1;
-    const absl::Status s = check(&block, &good);
+    bool mapped = true;
+    const absl::Status s = check(&block, &good, nullptr, &mapped);
+    EXPECT_FALSE(mapped);
     if (element_bytes == 30000) {
       EXPECT_EQ(n, 16);  // 16 x 2000 bytes: the first past 30000
       EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -34,6 +35,18 @@ inline std::string ReadWholeFile(const std::string& path) {
 inline void WriteWholeFile(const std::string& path, const std::string& data) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+// The byte offset of record k in the bytes of an uncompressed TFRecord file (its end when the
+// file has fewer records).
+inline size_t TFRecordOffset(const std::string& bytes, int64_t k) {
+  size_t off = 0;
+  for (int64_t i = 0; i < k && off + 12 <= bytes.size(); ++i) {
+    uint64_t len;
+    std::memcpy(&len, bytes.data() + off, 8);
+    off += 12 + static_cast<size_t>(len) + 4;
+  }
+  return off;
 }
 
 // The bytes of a version 1.0 .npy file of int32 rows of shape (2,) with the values base,

@@ -187,11 +187,12 @@ class ParallelMapIterator : public OpIterator {
 
   ParallelMapIterator(std::string label, std::unique_ptr<Iterator> input, ElementFn fn,
                       int64_t parallelism, bool deterministic, ElementFn block_fn,
-                      ThreadPool* pool, bool autotune)
+                      SerializedRowsFn rows_fn, ThreadPool* pool, bool autotune)
       : OpIterator(std::move(label)),
         input_(std::move(input)),
         fn_(fn),
         block_fn_(block_fn),
+        rows_fn_(std::move(rows_fn)),
         max_parallelism_(parallelism),
         deterministic_(deterministic),
         autotune_(autotune),
@@ -446,21 +447,30 @@ class ParallelMapIterator : public OpIterator {
       return;
     }
     in_mu_.Unlock();
-    if (check != nullptr && !CheckBlock(check, unit)) return;
-    MapBlockUnit(unit.get());
+    bool mapped = false;
+    if (check != nullptr && !CheckBlock(check, unit, &mapped)) return;
+    if (mapped) {
+      unit->block_ok = true;  // the check parsed the rows from the read buffers (rows_fn_)
+    } else {
+      MapBlockUnit(unit.get());
+    }
     absl::MutexLock lock(&mu_);
     unit->done = true;
   }
 
   // Runs a block's deferred checks, which build the block (DeferredCheckBlockSource), outside
-  // in_mu_. On a failure the
+  // in_mu_; with rows_fn_ the check may map the rows too (*mapped: the block is mapped). On a
+  // failure the
   // unit keeps the rows before the bad one, the units read after it are dropped, and the error
   // ends the input, as if the read had returned it after those rows; returns whether rows are
   // left to map. When an earlier unit failed first, this unit is gone already and nothing changes.
   bool CheckBlock(const DeferredCheckBlockSource::BlockCheck& check,
-                  const std::shared_ptr<Unit>& unit) ABSL_LOCKS_EXCLUDED(mu_, in_mu_) {
+                  const std::shared_ptr<Unit>& unit, bool* mapped)
+      ABSL_LOCKS_EXCLUDED(mu_, in_mu_) {
     int64_t good = unit->rows;
-    absl::Status s = check(&unit->block, &good);
+    absl::Status s = check(&unit->block, &good, rows_fn_, mapped);
+    // A mapped block holds its good rows only (the same rows the unmapped one would).
+    if (*mapped) unit->rows = good;
     if (s.ok()) return true;
     absl::MutexLock lock(&mu_);
     auto it = std::find(units_.begin(), units_.end(), unit);
@@ -715,6 +725,8 @@ class ParallelMapIterator : public OpIterator {
   std::unique_ptr<Iterator> input_;
   const ElementFn fn_;
   const ElementFn block_fn_;
+  // block_fn_ on serialized rows in the read buffers, handed to deferred checks; may be null.
+  const SerializedRowsFn rows_fn_;
   const int64_t max_parallelism_;
   const bool deterministic_;
   const bool autotune_;
@@ -768,7 +780,7 @@ std::vector<std::pair<std::string, double>> AutotunedMapParallelism() {
 std::unique_ptr<Iterator> NewMapIterator(std::string label, std::unique_ptr<Iterator> input,
                                          ElementFn fn, int64_t num_parallel_calls,
                                          bool deterministic, ElementFn block_fn,
-                                         bool autotune) {
+                                         bool autotune, SerializedRowsFn rows_fn) {
   // Bounds the units in flight (2 * parallelism held) and keeps their counts from overflowing.
   num_parallel_calls = std::min(num_parallel_calls, MaxParallelCalls());
   if (num_parallel_calls <= 1) {
@@ -777,8 +789,8 @@ std::unique_ptr<Iterator> NewMapIterator(std::string label, std::unique_ptr<Iter
   }
   return std::make_unique<ParallelMapIterator>(std::move(label), std::move(input), std::move(fn),
                                                num_parallel_calls, deterministic,
-                                               std::move(block_fn), &ProcessThreadPool(),
-                                               autotune);
+                                               std::move(block_fn), std::move(rows_fn),
+                                               &ProcessThreadPool(), autotune);
 }
 
 }  // namespace sluice

@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "sluice/element.h"
+#include "core/data/deferred_check_blocks.h"
 #include "core/data/iterator.h"
 
 namespace sluice {
@@ -64,6 +65,11 @@ using ElementFn = std::function<absl::StatusOr<Element>(Element)>;
 // TFRecord source only frames its records in the reader's buffers; copying them out and
 // verifying their data checksums is done after it, outside the lock
 // (core/data/deferred_check_blocks.h), with the same result as doing it in the read.
+// `rows_fn`, when set, is block_fn on serialized rows (core/data/deferred_check_blocks.h:
+// parse_example's fn over a block of records): such a map hands it to those checks, which then
+// parse the verified records straight from the reader's buffers instead of copying each one
+// into a string of its own first (map-and-parse fusion); where rows_fn fails, the block is
+// built and mapped as without it, so outputs, their order and errors are the same either way.
 //
 // `autotune` (num_parallel_calls=AUTOTUNE, with num_parallel_calls the most it may use): the map
 // starts running one unit at a time and hill-climbs as tf.data's AUTOTUNE does: every 256
@@ -78,7 +84,7 @@ using ElementFn = std::function<absl::StatusOr<Element>(Element)>;
 std::unique_ptr<Iterator> NewMapIterator(std::string label, std::unique_ptr<Iterator> input,
                                          ElementFn fn, int64_t num_parallel_calls,
                                          bool deterministic, ElementFn block_fn = nullptr,
-                                         bool autotune = false);
+                                         bool autotune = false, SerializedRowsFn rows_fn = nullptr);
 
 // The parallelism AUTOTUNE chose for the parallel maps alive in this process, by op label
 // ("op 1 (map)"), averaged over the maps of that label. Thread-safe.

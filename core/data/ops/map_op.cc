@@ -139,10 +139,14 @@ SLUICE_REGISTER_OPS(map_op) {
                               keyed, threads, deterministic, nullptr, autotune);
       });
     }
+    const SerializedRowsFn rows_apply =
+        block_apply != nullptr ? (*fn)->SerializedRowsApply() : SerializedRowsFn();
     ElementFn apply = [fn = *std::move(fn)](Element e) { return fn->Apply(std::move(e)); };
-    return IteratorFactory([label, input, apply, threads, deterministic, block_apply, autotune] {
-      return NewMapIterator(label, input(), apply, threads, deterministic, block_apply, autotune);
-    });
+    return IteratorFactory(
+        [label, input, apply, threads, deterministic, block_apply, autotune, rows_apply] {
+          return NewMapIterator(label, input(), apply, threads, deterministic, block_apply,
+                                autotune, rows_apply);
+        });
   };
   r.global_order_conflict = [](const proto::OpDef& op) -> std::string {
     if (op.map().has_deterministic() && !op.map().deterministic()) {

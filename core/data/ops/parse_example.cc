@@ -25,6 +25,12 @@ class ParseExampleComponentFn : public ComponentFn {
   // against parse_single_example), and fails only where some row fails: the bulk path parses
   // whole blocks of records. A VarLenFeature pads to the longest row of the batch, so not then.
   bool ElementWise() const override { return element_wise_; }
+  // Apply's batch parse on the records' bytes where they are (a reader's buffers).
+  bool MapsSerializedRows() const override { return element_wise_; }
+  absl::StatusOr<Element> ApplyToSerializedRows(
+      const std::vector<absl::string_view>& rows) const override {
+    return parser_.ParseBatch(rows);
+  }
 
  private:
   const ExampleParser parser_;

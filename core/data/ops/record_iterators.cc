@@ -223,8 +223,11 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
     if (!s.ok() || *end_of_sequence) return s;
     *n = static_cast<int64_t>(views.rows.size());
     *out = Element();
-    *check = [views = std::move(views), label = label()](Element* block,
-                                                         int64_t* good_rows) mutable {
+    *check = [views = std::move(views), label = label()](
+                 Element* block, int64_t* good_rows, const SerializedRowsFn& map_rows,
+                 bool* mapped) mutable {
+      *mapped = map_rows != nullptr && MapRowsInPlace(&views, label, map_rows, block, good_rows);
+      if (*mapped) return views.pending;
       return BuildBlock(&views, label, block, good_rows);
     };
     return absl::OkStatus();
@@ -248,7 +251,45 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
     std::vector<ViewRow> rows;
     std::vector<std::shared_ptr<const void>> owners;
     std::vector<std::shared_ptr<const std::string>> filenames;
+    absl::Status pending;  // MapRowsInPlace: the bad row's error, after the mapped rows
   };
+
+  // The data checksum of the block's rows, in order, up to the first bad one: the rows' views
+  // (the good ones, marked checked) and that row's DATA_LOSS, OK when every row is good.
+  static absl::Status CheckRows(ViewBlock* views, const std::string& label,
+                                std::vector<absl::string_view>* good) {
+    good->reserve(views->rows.size());
+    for (ViewRow& r : views->rows) {
+      const absl::string_view d = r.record.has_owned ? r.record.owned : r.record.data;
+      if (r.unchecked) {
+        absl::Status c = TFRecordReader::CheckData(d, r.data, *views->filenames[r.file]);
+        if (!c.ok()) return absl::Status(c.code(), absl::StrCat(label, ": ", c.message()));
+        r.unchecked = false;
+      }
+      good->push_back(d);
+    }
+    return absl::OkStatus();
+  }
+
+  // The map-and-parse fusion of BlockCheck (core/data/deferred_check_blocks.h): verifies the
+  // rows and maps the good ones with map_rows straight from the read buffers, with no copy of
+  // them; true with *block the result, *good_rows their count and views->pending the bad row's
+  // error (OK if none); the buffers are released. False when map_rows fails or no row is good
+  // (the rows already verified stay marked so): BuildBlock then builds the rows' block.
+  static bool MapRowsInPlace(ViewBlock* views, const std::string& label,
+                             const SerializedRowsFn& map_rows, Element* block,
+                             int64_t* good_rows) {
+    std::vector<absl::string_view> good;
+    views->pending = CheckRows(views, label, &good);
+    if (good.empty()) return false;
+    absl::StatusOr<Element> mapped = map_rows(good);
+    if (!mapped.ok()) return false;
+    *block = *std::move(mapped);
+    *good_rows = static_cast<int64_t>(good.size());
+    views->rows.clear();
+    views->owners.clear();
+    return true;
+  }
 
   // The BlockCheck of GetNextBlockDeferringChecks: copies the rows out of their buffers,
   // verifying each one's data before it, into *block (a 1-D string tensor, charged to the
@@ -257,22 +298,16 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
   // allocator refuses the tensor, *good_rows is 0 and its RESOURCE_EXHAUSTED is returned.
   static absl::Status BuildBlock(ViewBlock* views, const std::string& label, Element* block,
                                  int64_t* good_rows) {
+    std::vector<absl::string_view> good;
+    const absl::Status bad = CheckRows(views, label, &good);
     std::vector<std::string> records;
-    records.reserve(views->rows.size());
-    absl::Status bad;
-    for (ViewRow& r : views->rows) {
-      const absl::string_view d = r.record.has_owned ? r.record.owned : r.record.data;
-      if (r.unchecked) {
-        absl::Status c = TFRecordReader::CheckData(d, r.data, *views->filenames[r.file]);
-        if (!c.ok()) {
-          bad = absl::Status(c.code(), absl::StrCat(label, ": ", c.message()));
-          break;
-        }
-      }
+    records.reserve(good.size());
+    for (size_t i = 0; i < good.size(); ++i) {
+      ViewRow& r = views->rows[i];
       if (r.record.has_owned) {
         records.push_back(std::move(r.record.owned));
       } else {
-        records.emplace_back(d);
+        records.emplace_back(good[i]);
       }
     }
     // The buffers go back to the budget as soon as their records are copied.
