@@ -52,7 +52,7 @@ absl::Status Prepare(const Dataset& dataset, const std::string& directory,
     return existing.status();
   }
   absl::Status lock = AcquireSnapshotLock(directory, fingerprint);
-  if (absl::IsAlreadyExists(lock.code())) {
+  if (absl::IsAlreadyExists(lock)) {
     if (!options.resume) {
       return absl::AlreadyExistsError(absl::StrCat(
           lock.message(), "; two saves to one directory are refused (resume=true continues an "
