@@ -43,9 +43,11 @@ steps = len(files) * 8192 // 256
 
 with SluiceCluster(build, num_workers=num_workers) as c:
     workers = c.procs[1:]
+    w0 = sum(cpu_seconds(p.pid) for p in workers)
     b = c.bench(parse, warmup_steps=0)
+    w1 = sum(cpu_seconds(p.pid) for p in workers)
     print(f"service bench of the pipeline: {b['steps_per_second']:.1f} steps/s "
-          f"({b['steps']} steps) load {load()}", flush=True)
+          f"({b['steps']} steps; worker CPU {w1 - w0:.2f} s) load {load()}", flush=True)
     snap = tempfile.mkdtemp(prefix="snap-out-")
     w0 = sum(cpu_seconds(p.pid) for p in workers)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
