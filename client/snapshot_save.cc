@@ -180,12 +180,7 @@ absl::StatusOr<SnapshotSaveResult> SaveSnapshot(const Dataset& dataset,
                                                 const std::string& directory,
                                                 const SnapshotSaveOptions& options) {
   if (directory.empty()) return absl::InvalidArgumentError("save: the directory is empty");
-  if (!IsLocalPath(directory)) {
-    return absl::UnimplementedError(absl::StrCat(
-        "save: cannot write '", directory, "': snapshots are written to local (or shared, "
-        "mounted) paths only; the FileSystem layer has no writes for ", UrlScheme(directory),
-        "://"));
-  }
+  RETURN_IF_ERROR(CheckSnapshotWritable(directory));
   if (!ParseCompressionType(options.compression).ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "save: compression must be '', 'GZIP' or 'ZLIB', got '", options.compression, "'"));

@@ -120,6 +120,9 @@ SLUICE_REGISTER_OPS(save_chunks_op) {
                                                   input);
     });
   };
+  r.global_order_conflict = [](const proto::OpDef&) -> std::string {
+    return "writes one chunk per pass, and a range is part of a pass";
+  };
   {
     OpParseRule p;
     p.name = "save_chunks";

@@ -46,12 +46,7 @@ absl::Status CheckSpec(const Element& e, const ElementSpec& spec, const std::str
 
 absl::StatusOr<std::unique_ptr<SnapshotChunkWriter>> SnapshotChunkWriter::Create(
     const std::string& directory, const std::string& name, Compression compression) {
-  if (!IsLocalPath(directory)) {
-    return absl::UnimplementedError(absl::StrCat(
-        "cannot write snapshot chunks to '", directory,
-        "': snapshots are written to local paths only (the FileSystem of its scheme has no "
-        "writes)"));
-  }
+  RETURN_IF_ERROR(CheckSnapshotWritable(directory));
   const std::string chunks = LocalPathOf(SnapshotChunksDirectory(directory));
   const std::string final_name = absl::StrCat(chunks, "/", name);
   const std::string temp = absl::StrCat(chunks, "/.tmp-", name, "-", ::getpid(), "-",

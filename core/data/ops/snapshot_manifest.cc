@@ -159,14 +159,17 @@ absl::Status MakeLocalDirectories(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status CheckSnapshotWritable(const std::string& directory) {
+  if (IsLocalPath(directory)) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      "cannot write the snapshot '", directory, "': snapshots are written to local (or "
+      "mounted) paths only; the FileSystem layer has no writes for ", UrlScheme(directory),
+      "://"));
+}
+
 absl::Status WriteSnapshotManifest(const std::string& directory,
                                    const proto::SnapshotManifest& manifest) {
-  if (!IsLocalPath(directory)) {
-    return absl::UnimplementedError(absl::StrCat(
-        "cannot write the snapshot manifest of '", directory,
-        "': snapshots are written to local paths only (the FileSystem of its scheme has no "
-        "writes)"));
-  }
+  RETURN_IF_ERROR(CheckSnapshotWritable(directory));
   const std::string filename = LocalPathOf(SnapshotManifestPath(directory));
   const std::string temp = absl::StrCat(filename, ".tmp-", ::getpid(), "-",
                                         manifest_temp_counter.fetch_add(1));

@@ -64,6 +64,10 @@ absl::StatusOr<std::string> SnapshotLockOwner(const std::string& directory);
 // Removes DIR/save.lock (OK when it is already gone).
 absl::Status ReleaseSnapshotLock(const std::string& directory);
 
+// OK for a local directory; UNIMPLEMENTED naming `directory` otherwise (the FileSystem layer
+// has no writes, so snapshots are written to local or mounted paths only).
+absl::Status CheckSnapshotWritable(const std::string& directory);
+
 // fsync(2) of a local file or directory; errno's code naming it.
 absl::Status SyncLocalPath(const std::string& path);
 // mkdir -p of a local directory; errno's code naming it.
