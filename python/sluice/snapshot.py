@@ -12,7 +12,7 @@ Format, order and guarantees: docs/SNAPSHOTS.md.
 
 from . import _sluice
 from . import errors
-from .service import resolve_cluster
+from .service import resolve_cluster, set_connection
 
 
 def save(dataset, path, coordinator=None, compression="", resume=False, split_size=0,
@@ -35,13 +35,7 @@ def save(dataset, path, coordinator=None, compression="", resume=False, split_si
             "SLUICE_CLUSTER or TF_CONFIG)", errors.INVALID_ARGUMENT)
     o = _sluice._ServiceOptions()
     o.coordinator_address = cluster["coordinator"]
-    o.retry_deadline = retry_deadline
-    o.rpc_deadline = rpc_deadline
-    o.token = token
-    o.tls = tls
-    o.tls_ca_file = tls_ca_file
-    o.tls_cert_file = tls_cert_file
-    o.tls_key_file = tls_key_file
-    o.tls_server_name = tls_server_name
+    set_connection(o, retry_deadline, rpc_deadline, token, tls, tls_ca_file, tls_cert_file,
+                   tls_key_file, tls_server_name)
     return _sluice._save_snapshot(dataset._ds, str(path), o, compression or "", bool(resume),
                                   int(split_size))

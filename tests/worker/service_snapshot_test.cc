@@ -17,28 +17,14 @@
 #include "gtest/gtest.h"
 #include "sluice/snapshot.h"
 #include "sluice/snapshot_save.h"
+#include "tests/core/record_test_util.h"
 #include "tests/worker/in_process_cluster.h"
 #include "worker/worker_server.h"
 
 namespace sluice {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "sluice_snapshot_XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    path_ = p != nullptr ? p : ::testing::TempDir();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using record_test::TempDir;
 
 SnapshotSaveOptions SaveOptions(const Cluster& cluster, int64_t split_size) {
   SnapshotSaveOptions o;
