@@ -37,6 +37,7 @@ proto::JobOptions JobOptionsProto(const ServiceOptions& options, const std::stri
                        ? proto::READ_MODE_INDEPENDENT
                        : proto::READ_MODE_COORDINATED);
   jo.set_num_tasks(options.num_tasks);
+  jo.set_split_size(options.split_size);
   if (options.sharding_policy == ServiceShardingPolicy::kRanges) {
     proto::GlobalOrder* order = jo.mutable_order();
     order->set_seed(options.order.seed);

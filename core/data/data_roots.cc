@@ -216,7 +216,8 @@ absl::Status CheckMessage(const DataRoots& roots, const google::protobuf::Messag
       continue;
     }
     if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_STRING) continue;
-    const bool is_path = f->name() == "filenames" || f->name() == "filename";
+    const bool is_path =
+        f->name() == "filenames" || f->name() == "filename" || f->name() == "directory";
     const bool is_pattern = f->name() == "patterns";
     if (!is_path && !is_pattern) continue;
     std::vector<std::string> values;

@@ -46,6 +46,11 @@ absl::StatusOr<std::unique_ptr<TFRecordWriter>> TFRecordWriter::Open(const std::
     fd = ::open(filename.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return FileError(errno, "create", filename);
+  return FromDescriptor(filename, fd, compression);
+}
+
+absl::StatusOr<std::unique_ptr<TFRecordWriter>> TFRecordWriter::FromDescriptor(
+    const std::string& filename, int fd, Compression compression) {
   std::unique_ptr<TFRecordWriter> w(new TFRecordWriter(filename, fd, compression));
   if (!w->error_.ok()) return w->error_;
   return w;

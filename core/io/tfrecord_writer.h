@@ -25,6 +25,10 @@ class TFRecordWriter {
   // Creates or truncates `filename`. Errors name the file (errno's code).
   static absl::StatusOr<std::unique_ptr<TFRecordWriter>> Open(
       const std::string& filename, Compression compression = Compression::kNone);
+  // Writes to the open descriptor `fd` (taking it over; Close() closes it), naming `filename`
+  // in errors: for files opened under confinement (core/io/confined_open.h) or with O_EXCL.
+  static absl::StatusOr<std::unique_ptr<TFRecordWriter>> FromDescriptor(
+      const std::string& filename, int fd, Compression compression = Compression::kNone);
   // Closes if Close() was not called; errors are then lost, so call Close().
   ~TFRecordWriter();
 

@@ -93,6 +93,9 @@ struct ServiceOptions {
   ServiceShardingPolicy sharding_policy = ServiceShardingPolicy::kAuto;
   // Static policies: number of tasks; 0 means one per worker registered when the job is made.
   int64_t num_tasks = 0;
+  // kDynamic over a source of elements (not files): source elements per split; 0: the
+  // coordinator's default (a few global batches).
+  int64_t split_size = 0;
   // Deadline of each coordinator RPC.
   absl::Duration rpc_deadline = absl::Seconds(10);
   // How long UNAVAILABLE (no worker yet, a worker gone and its task not reassigned yet) is

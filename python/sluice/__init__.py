@@ -26,6 +26,7 @@ from .distribute import (DistributedDataset, DistributedIterator, InputContext, 
                          InputReplicationMode, MirroredStrategy, ReduceOp)
 from .function import function
 from .service import distribute_from_service, parse_checkpoint, resolve_cluster
+from .snapshot import save
 
 __version__ = _sluice.__version__  # the project's version, from CMakeLists.txt's project()
 
@@ -37,5 +38,5 @@ __all__ = [
     "DistributedDataset", "DistributedIterator", "InputContext", "InputOptions",
     "InputReplicationMode", "MirroredStrategy", "Optional", "PerReplica", "PerReplicaSpec",
     "ReduceOp", "Tensor", "TensorSpec", "constant", "data", "distribute_from_service", "errors", "function",
-    "parse_checkpoint", "pformat", "resolve_cluster",
+    "parse_checkpoint", "pformat", "resolve_cluster", "save",
 ]

@@ -98,6 +98,15 @@ class Dataset:
             list(filenames), record_bytes, header_bytes, footer_bytes, compression_type or ""))
 
     # Ops with a builder in C++.
+    @staticmethod
+    def load(path, wait=False):
+        """The elements of a distributed snapshot written by ``sluice.save`` (``tf.data.Dataset.load``
+        of a ``distributed_save``); the element spec comes from its manifest. ``wait=False``
+        needs a finished snapshot (FailedPreconditionError otherwise) and reads its chunks in
+        name order; ``wait=True`` reads one still being written, as its chunks are committed,
+        until its manifest says done."""
+        return Dataset(_sluice._load_snapshot(str(path), bool(wait)))
+
     def batch(self, batch_size, drop_remainder=False):
         return Dataset(self._ds.batch(batch_size, drop_remainder))
 

@@ -83,6 +83,19 @@ def job_name_for(job, num_consumers, where="distribute_from_service", derived=No
     return ""
 
 
+def set_connection(o, retry_deadline, rpc_deadline, token, tls, tls_ca_file, tls_cert_file,
+                   tls_key_file, tls_server_name):
+    """Sets the deadlines (seconds) and security of the _ServiceOptions ``o``."""
+    o.retry_deadline = retry_deadline
+    o.rpc_deadline = rpc_deadline
+    o.token = token
+    o.tls = tls
+    o.tls_ca_file = tls_ca_file
+    o.tls_cert_file = tls_cert_file
+    o.tls_key_file = tls_key_file
+    o.tls_server_name = tls_server_name
+
+
 def distribute_from_service(strategy, dataset, coordinator=None, job="", consumer_index=None,
                             num_consumers=None, sharding_policy="auto", read_mode="coordinated",
                             resume_from=None, cluster_spec="", num_tasks=0, seed=0,
@@ -123,14 +136,8 @@ def distribute_from_service(strategy, dataset, coordinator=None, job="", consume
     o.fetch_to_device = fetch_to_device
     o.per_replica_buffer_size = per_replica_buffer_size
     o.receive_budget_bytes = receive_budget_bytes
-    o.retry_deadline = retry_deadline
-    o.rpc_deadline = rpc_deadline
-    o.token = token
-    o.tls = tls
-    o.tls_ca_file = tls_ca_file
-    o.tls_cert_file = tls_cert_file
-    o.tls_key_file = tls_key_file
-    o.tls_server_name = tls_server_name
+    set_connection(o, retry_deadline, rpc_deadline, token, tls, tls_ca_file, tls_cert_file,
+                   tls_key_file, tls_server_name)
     o.resume_from = resume_from
     dd = _sluice._distribute_from_service(strategy._s, dataset._ds, o)
     length = None

@@ -12,4 +12,5 @@ PYBIND11_MODULE(_sluice, m) {
   sluice::python::RegisterDistributedIterator(m);
   sluice::python::RegisterStrategy(m);
   sluice::python::RegisterService(m);
+  sluice::python::RegisterSnapshot(m);
 }

@@ -12,6 +12,7 @@ void RegisterDataset(pybind11::module_& m);             // py_dataset.cc
 void RegisterDistributedIterator(pybind11::module_& m);  // py_distributed_iterator.cc
 void RegisterStrategy(pybind11::module_& m);            // py_strategy.cc
 void RegisterService(pybind11::module_& m);             // py_service.cc
+void RegisterSnapshot(pybind11::module_& m);            // py_snapshot.cc
 
 }  // namespace sluice::python
 

@@ -21,6 +21,7 @@ PUBLIC_LAYER = {
     "dtype.h": "tensor", "shape.h": "tensor", "tensor.h": "tensor", "nest.h": "tensor",
     "element.h": "tensor", "per_replica.h": "tensor", "per_replica_format.h": "format",
     "dataset.h": "data", "plugin_api.h": "data", "auto_shard_policy.h": "data",
+    "snapshot.h": "data",
 }
 CLIENT = len(LAYERS)
 C_STD = {"stddef.h", "stdint.h", "stdbool.h", "stdlib.h", "string.h"}

@@ -1,0 +1,297 @@
+// load(directory, wait=False): the registration of the source (core/data/op_registry.h), its
+// iterators and LoadSnapshot (include/sluice/snapshot.h). Format: snapshot_manifest.h,
+// snapshot_chunk.h; semantics: docs/SNAPSHOTS.md.
+//
+// wait=False reads a finished snapshot: the chunks the parser listed (in name order, each
+// chunk's elements in the order they were written; FILE sharding and DYNAMIC splits divide the
+// list), each checked against the count the manifest gives it. wait=True follows a snapshot
+// still being written: it reads the chunks as they are committed (in the order it finds them,
+// name order among those found together), polling the chunk folder and the manifest at an
+// interval that doubles from 10 ms to 1 s while nothing new appears, and ends when the manifest
+// says done and every chunk it lists has been read.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/data/op_iterator.h"
+#include "core/data/op_parse.h"
+#include "core/data/op_registry.h"
+#include "core/data/ops/snapshot_chunk.h"
+#include "core/data/ops/snapshot_manifest.h"
+#include "core/format/python_literal.h"
+#include "core/io/file_system.h"
+#include "core/tensor/proto_convert.h"
+#include "core/util/status_macros.h"
+#include "sluice/dataset.h"
+#include "sluice/snapshot.h"
+
+namespace sluice {
+namespace {
+
+constexpr absl::Duration kFirstPoll = absl::Milliseconds(10);
+constexpr absl::Duration kMaxPoll = absl::Seconds(1);
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The manifest's spec must be the one the graph was parsed with.
+absl::Status CheckManifestSpec(const proto::SnapshotManifest& m, const ElementSpec& spec,
+                               const std::string& directory) {
+  absl::StatusOr<ElementSpec> got = ElementSpecFromProto(m.element_spec());
+  if (!got.ok()) {
+    return absl::DataLossError(absl::StrCat("snapshot manifest '",
+                                            SnapshotManifestPath(directory),
+                                            "': bad element spec: ", got.status().message()));
+  }
+  if (!got->SameStructure(spec) || got->Flatten() != spec.Flatten()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "snapshot '", directory, "' now holds elements of another spec than when the pipeline "
+        "was parsed (", SnapshotManifestPath(directory), " was rewritten by another save)"));
+  }
+  return absl::OkStatus();
+}
+
+// Reads the chunks of a source, wait=False or wait=True.
+class LoadIterator : public OpIterator {
+ public:
+  LoadIterator(std::string label, proto::LoadSource source, ElementSpec spec)
+      : OpIterator(std::move(label)), source_(std::move(source)), spec_(std::move(spec)) {}
+
+ protected:
+  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    if (!started_) {
+      RETURN_IF_ERROR(Start());
+      started_ = true;
+    }
+    while (true) {
+      if (reader_ != nullptr) {
+        bool end_of_chunk = false;
+        RETURN_IF_ERROR(reader_->Next(out, &end_of_chunk));
+        if (!end_of_chunk) {
+          *end_of_sequence = false;
+          return absl::OkStatus();
+        }
+        RETURN_IF_ERROR(FinishChunk());
+      }
+      if (next_ < pending_.size()) {
+        RETURN_IF_ERROR(OpenChunk(pending_[next_++]));
+        continue;
+      }
+      if (!source_.wait()) {
+        *end_of_sequence = true;
+        return absl::OkStatus();
+      }
+      bool end = false;
+      RETURN_IF_ERROR(Poll(&end));
+      if (end) {
+        *end_of_sequence = true;
+        return absl::OkStatus();
+      }
+    }
+  }
+
+ private:
+  absl::Status Start() {
+    ASSIGN_OR_RETURN(proto::SnapshotManifest m, ReadSnapshotManifest(source_.directory()));
+    RETURN_IF_ERROR(CheckManifestSpec(m, spec_, source_.directory()));
+    ASSIGN_OR_RETURN(compression_, ParseCompressionType(m.compression_type()));
+    if (source_.wait()) return absl::OkStatus();
+    if (!m.done()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "snapshot '", source_.directory(), "' is incomplete (",
+          SnapshotManifestPath(directory()), " does not say done); load(..., wait=True) reads "
+          "a snapshot while it is written"));
+    }
+    Count(m);
+    pending_.assign(source_.filenames().begin(), source_.filenames().end());
+    return absl::OkStatus();
+  }
+
+  const std::string& directory() const { return source_.directory(); }
+
+  void Count(const proto::SnapshotManifest& m) {
+    expected_.clear();
+    for (const proto::SnapshotChunk& c : m.chunks()) expected_[c.name()] = c.num_elements();
+  }
+
+  absl::Status OpenChunk(const std::string& filename) {
+    const std::string name = BaseName(filename);
+    if (!source_.wait() && !expected_.contains(name)) {
+      return absl::DataLossError(absl::StrCat("snapshot chunk '", filename, "' is not listed in ",
+                                              SnapshotManifestPath(directory())));
+    }
+    ASSIGN_OR_RETURN(reader_, SnapshotChunkReader::Open(filename, compression_, spec_));
+    return absl::OkStatus();
+  }
+
+  // The chunk just read to its end has the count the manifest gives it (wait=True: checked
+  // once the manifest is done).
+  absl::Status FinishChunk() {
+    const std::string name = BaseName(reader_->filename());
+    read_[name] = reader_->num_read();
+    std::unique_ptr<SnapshotChunkReader> done = std::move(reader_);
+    if (source_.wait()) return absl::OkStatus();
+    return CheckCount(done->filename(), name);
+  }
+
+  absl::Status CheckCount(const std::string& filename, const std::string& name) const {
+    auto e = expected_.find(name);
+    auto r = read_.find(name);
+    const int64_t got = r == read_.end() ? 0 : r->second;
+    if (e == expected_.end() || e->second != got) {
+      return absl::DataLossError(absl::StrCat(
+          "snapshot chunk '", filename, "' holds ", got, " elements but ",
+          SnapshotManifestPath(directory()), " says ",
+          e == expected_.end() ? std::string("nothing of it") : absl::StrCat(e->second),
+          " (truncated or replaced?)"));
+    }
+    return absl::OkStatus();
+  }
+
+  // wait=True: queues the chunks committed since the last look; *end once the manifest says
+  // done and every chunk it lists has been read. Sleeps while nothing is new.
+  absl::Status Poll(bool* end) {
+    const std::string chunks = SnapshotChunksDirectory(directory());
+    while (true) {
+      // The manifest first: chunks listed as done were all committed before it was written.
+      ASSIGN_OR_RETURN(proto::SnapshotManifest m, ReadSnapshotManifest(directory()));
+      RETURN_IF_ERROR(CheckManifestSpec(m, spec_, directory()));
+      ASSIGN_OR_RETURN(std::vector<std::string> found,
+                       GlobFiles(absl::StrCat(chunks, "/chunk-*.tfrecord")));
+      pending_.clear();
+      next_ = 0;
+      for (std::string& f : found) {
+        if (IsSnapshotChunkName(BaseName(f)) && !read_.contains(BaseName(f))) {
+          pending_.push_back(std::move(f));
+        }
+      }
+      if (!pending_.empty()) {
+        poll_ = kFirstPoll;
+        return absl::OkStatus();
+      }
+      if (m.done()) {
+        Count(m);
+        for (const proto::SnapshotChunk& c : m.chunks()) {
+          RETURN_IF_ERROR(CheckCount(absl::StrCat(chunks, "/", c.name()), c.name()));
+        }
+        if (read_.size() != expected_.size()) {
+          return absl::DataLossError(absl::StrCat(
+              "snapshot '", directory(), "': chunks were read that ",
+              SnapshotManifestPath(directory()), " does not list"));
+        }
+        *end = true;
+        return absl::OkStatus();
+      }
+      absl::SleepFor(poll_);
+      poll_ = std::min(poll_ * 2, kMaxPoll);
+    }
+  }
+
+  const proto::LoadSource source_;
+  const ElementSpec spec_;
+  bool started_ = false;
+  Compression compression_ = Compression::kNone;
+  std::vector<std::string> pending_;  // chunk files to read, from next_ on
+  size_t next_ = 0;
+  std::unique_ptr<SnapshotChunkReader> reader_;
+  absl::flat_hash_map<std::string, int64_t> expected_;  // chunk name -> manifest count
+  absl::flat_hash_map<std::string, int64_t> read_;      // chunk name -> elements read
+  absl::Duration poll_ = kFirstPoll;
+};
+
+// The source of load(directory, wait): the manifest's spec and (wait=false) chunks.
+absl::StatusOr<proto::SourceDef> MakeLoadSource(const std::string& directory, bool wait) {
+  if (directory.empty()) return absl::InvalidArgumentError("load: the directory is empty");
+  ASSIGN_OR_RETURN(proto::SnapshotManifest m, ReadSnapshotManifest(directory));
+  if (!wait && !m.done()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "load: snapshot '", directory, "' is incomplete (", SnapshotManifestPath(directory),
+        " does not say done); wait=True reads a snapshot while it is written"));
+  }
+  RETURN_IF_ERROR(ParseCompressionType(m.compression_type()).status());
+  proto::SourceDef source;
+  proto::LoadSource* l = source.mutable_load();
+  l->set_directory(directory);
+  l->set_wait(wait);
+  *l->mutable_element_spec() = m.element_spec();
+  l->set_compression_type(m.compression_type());
+  if (!wait) {
+    const std::string chunks = SnapshotChunksDirectory(directory);
+    for (const proto::SnapshotChunk& c : m.chunks()) {
+      l->add_filenames(absl::StrCat(chunks, "/", c.name()));
+    }
+  }
+  return source;
+}
+
+}  // namespace
+
+absl::StatusOr<Dataset> LoadSnapshot(const std::string& directory, bool wait) {
+  ASSIGN_OR_RETURN(proto::SourceDef source, MakeLoadSource(directory, wait));
+  proto::DatasetDef def;
+  def.set_version(proto::DATASET_GRAPH_VERSION_1);
+  *def.mutable_source() = std::move(source);
+  return Dataset::FromDef(std::move(def));
+}
+
+SLUICE_REGISTER_OPS(load_op) {
+  SourceRegistration r;
+  r.name = "load";
+  r.infer_spec = [](const proto::SourceDef& s) -> absl::StatusOr<ElementSpec> {
+    const proto::LoadSource& l = s.load();
+    if (l.directory().empty()) return absl::InvalidArgumentError("load: the directory is empty");
+    if (l.wait() && l.filenames_size() > 0) {
+      return absl::InvalidArgumentError("load: wait=True lists no chunk files");
+    }
+    RETURN_IF_ERROR(ParseCompressionType(l.compression_type()).status());
+    absl::StatusOr<ElementSpec> spec = ElementSpecFromProto(l.element_spec());
+    if (!spec.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("load: bad element spec: ", spec.status().message()));
+    }
+    return spec;
+  };
+  r.expression = [](const proto::SourceDef& s) {
+    const proto::LoadSource& l = s.load();
+    return absl::StrCat("load(", PythonStringLiteral(l.directory()),
+                        l.wait() ? ", wait=True" : "", ")");
+  };
+  r.build = [](const SourceBuildArgs& args) -> absl::StatusOr<IteratorFactory> {
+    const std::string label = args.label;
+    const proto::LoadSource load = args.source.load();
+    ASSIGN_OR_RETURN(ElementSpec spec, ElementSpecFromProto(load.element_spec()));
+    return IteratorFactory(
+        [label, load, spec] { return std::make_unique<LoadIterator>(label, load, spec); });
+  };
+  {
+    SourceParseRule p;
+    p.name = "load";
+    p.list_order = 180;
+    p.params = {{"directory", true}, {"wait", false}};
+    p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
+      ASSIGN_OR_RETURN(std::string directory, c.Str("directory", *c.arg(0)));
+      bool wait = false;
+      if (c.given(1)) {
+        ASSIGN_OR_RETURN(wait, c.Bool("wait", *c.arg(1)));
+      }
+      absl::StatusOr<proto::SourceDef> made = MakeLoadSource(directory, wait);
+      if (!made.ok()) return PipelineError(c.at(), made.status(), "load: ");
+      *source = *std::move(made);
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
+  r.no_random_access = "load reads its chunks in order";
+  registry.AddSource(proto::SourceDef::kLoad, std::move(r));
+}
+
+}  // namespace sluice

@@ -1,0 +1,148 @@
+#include "core/data/ops/snapshot_chunk.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/data/ops/snapshot_manifest.h"
+#include "core/io/confined_open.h"
+#include "core/io/file_system.h"
+#include "core/io/input_stream.h"
+#include "core/tensor/proto_convert.h"
+#include "core/util/status_macros.h"
+
+namespace sluice {
+namespace {
+
+std::atomic<uint64_t> chunk_temp_counter{0};
+
+absl::Status ChunkCorrupt(const std::string& filename, int64_t index, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("snapshot chunk '", filename, "': element ", index,
+                                          " ", what));
+}
+
+// OK when `e` has the structure of `spec` and each leaf is compatible with its spec.
+absl::Status CheckSpec(const Element& e, const ElementSpec& spec, const std::string& filename,
+                       int64_t index) {
+  bool ok = e.SameStructure(spec);
+  if (ok) {
+    const std::vector<Tensor> leaves = e.Flatten();
+    const std::vector<TensorSpec> specs = spec.Flatten();
+    for (size_t i = 0; ok && i < leaves.size(); ++i) ok = specs[i].IsCompatibleWith(leaves[i]);
+  }
+  if (ok) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "snapshot chunk '", filename, "': element ", index, " does not match the snapshot's "
+      "element spec (the chunk was written by another pipeline?)"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SnapshotChunkWriter>> SnapshotChunkWriter::Create(
+    const std::string& directory, const std::string& name, Compression compression) {
+  RETURN_IF_ERROR(CheckSnapshotWritable(directory));
+  const std::string chunks = LocalPathOf(SnapshotChunksDirectory(directory));
+  const std::string final_name = absl::StrCat(chunks, "/", name);
+  const std::string temp = absl::StrCat(chunks, "/.tmp-", name, "-", ::getpid(), "-",
+                                        chunk_temp_counter.fetch_add(1));
+  ASSIGN_OR_RETURN(int fd, OpenLocalFile(temp, O_WRONLY | O_CREAT | O_EXCL, 0644));
+  const int sync_fd = ::dup(fd);
+  if (sync_fd < 0) {
+    const int err = errno;
+    ::close(fd);
+    std::remove(temp.c_str());
+    return FileError(err, "dup", temp);
+  }
+  absl::StatusOr<std::unique_ptr<TFRecordWriter>> writer =
+      TFRecordWriter::FromDescriptor(temp, fd, compression);
+  if (!writer.ok()) {
+    ::close(sync_fd);
+    std::remove(temp.c_str());
+    return writer.status();
+  }
+  return std::unique_ptr<SnapshotChunkWriter>(
+      new SnapshotChunkWriter(temp, final_name, *std::move(writer), sync_fd));
+}
+
+SnapshotChunkWriter::~SnapshotChunkWriter() {
+  if (writer_ != nullptr) writer_->Close().IgnoreError();
+  if (sync_fd_ >= 0) ::close(sync_fd_);
+  if (!committed_) std::remove(temp_.c_str());
+}
+
+absl::Status SnapshotChunkWriter::Append(const Element& element) {
+  record_.clear();
+  if (!ElementToProto(element).SerializeToString(&record_)) {
+    return absl::InternalError(absl::StrCat("cannot serialize an element for '", final_, "'"));
+  }
+  RETURN_IF_ERROR(writer_->Write(record_));
+  ++num_elements_;
+  return absl::OkStatus();
+}
+
+absl::Status SnapshotChunkWriter::Commit() {
+  RETURN_IF_ERROR(writer_->Close());
+  writer_.reset();
+  if (::fsync(sync_fd_) != 0) return FileError(errno, "fsync", temp_);
+  ::close(sync_fd_);
+  sync_fd_ = -1;
+  if (std::rename(temp_.c_str(), final_.c_str()) != 0) {
+    return FileError(errno, absl::StrCat("rename to ", final_), temp_);
+  }
+  committed_ = true;
+  return SyncLocalPath(final_.substr(0, final_.rfind('/')));
+}
+
+absl::StatusOr<std::unique_ptr<SnapshotChunkReader>> SnapshotChunkReader::Open(
+    const std::string& filename, Compression compression, ElementSpec spec) {
+  TFRecordReaderOptions options;
+  options.compression = compression;
+  ASSIGN_OR_RETURN(std::unique_ptr<TFRecordReader> reader,
+                   TFRecordReader::Open(filename, options));
+  return std::unique_ptr<SnapshotChunkReader>(
+      new SnapshotChunkReader(std::move(reader), std::move(spec)));
+}
+
+absl::Status SnapshotChunkReader::Next(Element* out, bool* end_of_chunk) {
+  absl::Status s = reader_->ReadRecord(&record_);
+  if (absl::IsOutOfRange(s)) {
+    *end_of_chunk = true;
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(s);
+  const int64_t index = num_read_;
+  proto::ElementProto p;
+  if (!p.ParseFromString(record_)) {
+    return ChunkCorrupt(filename(), index, "is not a serialized ElementProto");
+  }
+  absl::StatusOr<Element> e = ElementFromProto(p);
+  if (!e.ok()) return ChunkCorrupt(filename(), index, e.status().message());
+  RETURN_IF_ERROR(CheckSpec(*e, spec_, filename(), index));
+  *out = *std::move(e);
+  *end_of_chunk = false;
+  ++num_read_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CountSnapshotChunkRecords(const std::string& filename,
+                                                  Compression compression) {
+  TFRecordReaderOptions options;
+  options.compression = compression;
+  ASSIGN_OR_RETURN(std::unique_ptr<TFRecordReader> reader,
+                   TFRecordReader::Open(filename, options));
+  int64_t n = 0;
+  while (true) {
+    absl::Status s = reader->SkipRecord();
+    if (absl::IsOutOfRange(s)) return n;
+    RETURN_IF_ERROR(s);
+    ++n;
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,100 @@
+// One chunk file of a distributed snapshot (layout: snapshot_manifest.h): TFRecord framing
+// (masked CRC32C of length and data; optional GZIP / ZLIB) around serialized
+// proto::ElementProto records, one per element, in the order they were produced.
+//
+// Writing commits a chunk or leaves nothing: the records go to DIR/chunks/.tmp-<name>-<pid>-<n>
+// (created with O_EXCL), which Commit() fsyncs and renames to DIR/chunks/<name>, then fsyncs
+// the folder. A chunk file name is a function of the input it holds (the fingerprint of the
+// split's graph), so a writer that runs again after a crash, or beside a writer taken for dead,
+// writes the same name: the rename replaces one whole chunk with another, and every element is
+// in the snapshot exactly once.
+//
+//   ASSIGN_OR_RETURN(auto w, SnapshotChunkWriter::Create(dir, name, Compression::kNone));
+//   RETURN_IF_ERROR(w->Append(element));
+//   RETURN_IF_ERROR(w->Commit());
+//
+// Reading: SnapshotChunkReader yields the elements and checks each against the snapshot's
+// element spec. Errors name the chunk file: DATA_LOSS for a record that fails its checksum, is
+// truncated, does not parse as an ElementProto or holds an invalid tensor;
+// FAILED_PRECONDITION for an element of another spec; RESOURCE_EXHAUSTED when the memory
+// budget refuses a buffer (the record reader's limits: core/io/tfrecord_reader.h).
+//
+// Thread safety: none; one writer or reader per thread.
+#ifndef SLUICE_CORE_DATA_OPS_SNAPSHOT_CHUNK_H_
+#define SLUICE_CORE_DATA_OPS_SNAPSHOT_CHUNK_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/io/tfrecord_reader.h"
+#include "core/io/tfrecord_writer.h"
+#include "core/io/zlib_stream.h"
+#include "sluice/element.h"
+
+namespace sluice {
+
+class SnapshotChunkWriter {
+ public:
+  // Creates the temporary file of chunk `name` in DIR/chunks/ (which must exist). Local
+  // directories only (UNIMPLEMENTED otherwise); errno's code naming the file.
+  static absl::StatusOr<std::unique_ptr<SnapshotChunkWriter>> Create(
+      const std::string& directory, const std::string& name, Compression compression);
+  // Removes the temporary file unless Commit() succeeded.
+  ~SnapshotChunkWriter();
+  SnapshotChunkWriter(const SnapshotChunkWriter&) = delete;
+  SnapshotChunkWriter& operator=(const SnapshotChunkWriter&) = delete;
+
+  absl::Status Append(const Element& element);
+  // Closes, fsyncs and renames the file to its name; then the folder is fsynced.
+  absl::Status Commit();
+  int64_t num_elements() const { return num_elements_; }
+
+ private:
+  SnapshotChunkWriter(std::string temp, std::string final_name,
+                      std::unique_ptr<TFRecordWriter> writer, int sync_fd)
+      : temp_(std::move(temp)),
+        final_(std::move(final_name)),
+        writer_(std::move(writer)),
+        sync_fd_(sync_fd) {}
+
+  const std::string temp_;
+  const std::string final_;
+  std::unique_ptr<TFRecordWriter> writer_;
+  int sync_fd_;  // a second descriptor of temp_, for the fsync after the writer closes
+  bool committed_ = false;
+  int64_t num_elements_ = 0;
+  std::string record_;
+};
+
+class SnapshotChunkReader {
+ public:
+  // Opens `filename` (any scheme the FileSystem layer reads). NOT_FOUND naming it.
+  static absl::StatusOr<std::unique_ptr<SnapshotChunkReader>> Open(const std::string& filename,
+                                                                   Compression compression,
+                                                                   ElementSpec spec);
+  // The next element; *end_of_chunk at the clean end of the file. Errors above.
+  absl::Status Next(Element* out, bool* end_of_chunk);
+  int64_t num_read() const { return num_read_; }
+  const std::string& filename() const { return reader_->filename(); }
+
+ private:
+  SnapshotChunkReader(std::unique_ptr<TFRecordReader> reader, ElementSpec spec)
+      : reader_(std::move(reader)), spec_(std::move(spec)) {}
+
+  std::unique_ptr<TFRecordReader> reader_;
+  const ElementSpec spec_;
+  std::string record_;
+  int64_t num_read_ = 0;
+};
+
+// Counts the records of a chunk, checking only their framing (length checksums); the elements
+// are not parsed. Errors as SnapshotChunkReader's.
+absl::StatusOr<int64_t> CountSnapshotChunkRecords(const std::string& filename,
+                                                  Compression compression);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_DATA_OPS_SNAPSHOT_CHUNK_H_

@@ -1,0 +1,34 @@
+// Reading a distributed snapshot: the elements a save (include/sluice/snapshot_save.h,
+// `sluicectl save`, Python `sluice.save`) wrote to a directory, as a Dataset source. The same
+// source in a pipeline expression is `load('DIR')` / `load('DIR', wait=True)`. Format, order
+// and guarantees: docs/SNAPSHOTS.md.
+//
+//   ASSIGN_OR_RETURN(Dataset ds, LoadSnapshot("/data/snap"));
+//   ds = ds.Batch(32);  // any ops, as after any source; element_spec() from the manifest
+//
+// Order: wait=false reads the chunks in the order of their file names, each chunk's elements
+// in the order they were written: the same order for every load of a snapshot. wait=true
+// reads chunks as they are committed (the order they are found in).
+//
+// Thread safety: LoadSnapshot is thread-safe.
+#ifndef SLUICE_SNAPSHOT_H_
+#define SLUICE_SNAPSHOT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "sluice/dataset.h"
+
+namespace sluice {
+
+// The snapshot in `directory` (a local path or a URL the FileSystem layer reads: s3://, ...)
+// as a source. Reads its manifest now, for the element spec and (wait=false) the chunk list.
+// NOT_FOUND naming the manifest when `directory` holds none; DATA_LOSS naming it when it is
+// corrupt; FAILED_PRECONDITION when wait=false and the snapshot is not finished. Errors while
+// reading come from the iterators: DATA_LOSS naming a corrupt or truncated chunk,
+// FAILED_PRECONDITION for a chunk or manifest of another element spec.
+absl::StatusOr<Dataset> LoadSnapshot(const std::string& directory, bool wait = false);
+
+}  // namespace sluice
+
+#endif  // SLUICE_SNAPSHOT_H_
