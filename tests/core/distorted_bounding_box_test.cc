@@ -4,7 +4,8 @@
 //  - the boxes keep TF's constraints (inside the image, area and aspect ratio in range, the
 //    object covered, the whole image after max_attempts) and their statistics match TF 2.15.1's
 //    (tests/testdata/images/distorted_boxes_golden.json, tools/golden/gen_distorted_box_goldens.py);
-//  - equal (seed, epoch, position) give equal boxes, other positions and epochs other boxes;
+//  - equal (seed, epoch, position) give equal boxes, other positions and epochs other boxes, and
+//    a RANGES epoch gives the same boxes however it is cut into ranges;
 //  - map(sample_distorted_bounding_box(...), key='jpg').map(decode_and_crop_jpeg(...), key='jpg')
 //    decodes each element's own box, with TF's pixels for that window (decode_and_crop_jpeg's
 //    goldens, random_resized_crop_test.cc);
@@ -22,6 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/data/distribute/global_order.h"
 #include "core/data/element_draws.h"
 #include "core/data/map_fns.h"
 #include "core/data/op_iterator.h"
@@ -206,6 +208,45 @@ TEST(SampleDistortedBoundingBoxTest, DrawsDependOnSeedEpochAndPositionOnly) {
   std::set<std::vector<int64_t>> fresh;
   for (int i = 0; i < 16; ++i) fresh.insert(BoxOf(*unseeded, ImageSize(375, 500), {0, 0}));
   EXPECT_GT(fresh.size(), 8u);
+}
+
+// In a pipeline, the boxes of a RANGES epoch do not depend on how the epoch is cut into ranges
+// (as 1, 2 or 3 workers would run it), and another epoch draws other boxes.
+TEST(SampleDistortedBoundingBoxTest, RangesCutsAgreeAndEpochsDiffer) {
+  absl::StatusOr<Dataset> ds = Dataset::Parse(
+      "from_tensor_slices([[375, 500, 3], [500, 375, 3], [240, 320, 3], [1500, 2000, 3], "
+      "[375, 500, 3], [64, 64, 1], [480, 640, 3], [375, 500, 3]])"
+      ".map(sample_distorted_bounding_box(seed=4, "
+      "area_range=(0.08, 1.0))).batch(2)");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  absl::StatusOr<GlobalOrderPlan> plan = PlanGlobalOrder(*ds);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  GlobalOrderOptions options;
+  options.shuffle = proto::SHUFFLE_NONE;  // the same order every epoch: only the draws differ
+  // The begin and size of every element of the ranges of steps cut at `cuts`, in order.
+  auto boxes = [&](int64_t epoch, const std::vector<int64_t>& cuts) {
+    std::vector<std::vector<int32_t>> out;
+    for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+      absl::StatusOr<Dataset> range =
+          GlobalOrderRange(*ds, *plan, options, epoch, cuts[k], cuts[k + 1]);
+      EXPECT_TRUE(range.ok()) << range.status();
+      if (!range.ok()) return out;
+      absl::StatusOr<std::vector<Element>> got = RunDataset(*range);
+      EXPECT_TRUE(got.ok()) << got.status();
+      if (!got.ok()) return out;
+      for (const Element& e : *got) {  // batches of 2: begin and size are [2, 3]
+        const int32_t* b = e.children()[0].leaf().data<int32_t>();
+        const int32_t* z = e.children()[1].leaf().data<int32_t>();
+        for (int r = 0; r < 2; ++r) out.push_back({b[r * 3], b[r * 3 + 1], z[r * 3], z[r * 3 + 1]});
+      }
+    }
+    return out;
+  };
+  const std::vector<std::vector<int32_t>> whole = boxes(0, {0, 4});
+  ASSERT_EQ(whole.size(), 8u);
+  EXPECT_EQ(boxes(0, {0, 2, 4}), whole);
+  EXPECT_EQ(boxes(0, {0, 1, 3, 4}), whole);
+  EXPECT_NE(boxes(1, {0, 4}), whole);
 }
 
 // A string tensor of `files` for from_tensor_slices.
