@@ -13,6 +13,12 @@
 //     decoded alone at the smallest DCT scale that keeps it >= 224 x 224 (issue 27)
 //       .map(random_resized_crop([224, 224], seed=1), key='jpg') then flip, normalize, batch
 //   rrc_exact (--pipeline=rrc_exact): the same with exact=True (window decoded at full size)
+//   inception (--pipeline=inception): TF's best form written in Sluice, as
+//     bench/tf_image_reference.py's rrc_best: the box from sample_distorted_bounding_box on the
+//     header's size, decode_and_crop_jpeg of it, resize, then flip, normalize, batch
+//       .map(sample_distorted_bounding_box(area_range=(0.08, 1.0),
+//            aspect_ratio_range=(0.75, 1.3333334), max_attempts=10, seed=1), key='jpg')
+//       .map(decode_and_crop_jpeg(channels=3), key='jpg').map(resize([224, 224]), key='jpg')
 //
 // run by the in-process executor with every map sequential (num_parallel_calls=0: one core).
 // CPU time is the process's user + system time (getrusage), so it is the work whatever else
@@ -20,7 +26,7 @@
 // each) for the TensorFlow reference, bench/tf_image_reference.py.
 //
 //   image_bench [--images=1024] [--shards=4] [--dir=/tmp/sluice-image-bench] [--reps=3]
-//               [--size=500x375] [--pipeline=crop|rrc|rrc_exact|all]
+//               [--size=500x375] [--pipeline=crop|rrc|rrc_exact|inception|all]
 //               [--reuse]   (read the shards a previous run wrote instead of writing them)
 #include <malloc.h>
 #include <sys/resource.h>
@@ -133,7 +139,7 @@ int Main(int argc, char** argv) {
   std::vector<std::string> names;
   for (int s = 0; s < shards; ++s) names.push_back(absl::StrCat(dir, "/shard-", s, ".tar"));
   if (!reuse) WriteShards(dir, images, width, height, names);
-  for (const char* p : {"crop", "rrc", "rrc_exact"}) {
+  for (const char* p : {"crop", "rrc", "rrc_exact", "inception"}) {
     if (pipeline == p || pipeline == "all") RunPipeline(names, p, reps);
   }
   return 0;
@@ -178,12 +184,18 @@ void RunPipeline(const std::vector<std::string>& names, const std::string& pipel
   for (const std::string& n : names) {
     absl::StrAppend(&files, files.empty() ? "" : ", ", "'", n, "'");
   }
-  const std::string crop =
-      pipeline == "crop"
-          ? ".map(decode_image(channels=3), key='jpg')"
-            ".map(random_crop([224, 224, 3], seed=1), key='jpg')"
-          : absl::StrCat(".map(random_resized_crop([224, 224], seed=1",
-                         pipeline == "rrc_exact" ? ", exact=True" : "", "), key='jpg')");
+  std::string crop;
+  if (pipeline == "crop") {
+    crop = ".map(decode_image(channels=3), key='jpg')"
+           ".map(random_crop([224, 224, 3], seed=1), key='jpg')";
+  } else if (pipeline == "inception") {
+    crop = ".map(sample_distorted_bounding_box(area_range=(0.08, 1.0), "
+           "aspect_ratio_range=(0.75, 1.3333334), max_attempts=10, seed=1), key='jpg')"
+           ".map(decode_and_crop_jpeg(channels=3), key='jpg').map(resize([224, 224]), key='jpg')";
+  } else {
+    crop = absl::StrCat(".map(random_resized_crop([224, 224], seed=1",
+                        pipeline == "rrc_exact" ? ", exact=True" : "", "), key='jpg')");
+  }
   const std::string expr = absl::StrCat(
       "webdataset_dataset([", files, "], keys=['cls', 'jpg'])", crop,
       ".map(random_flip_left_right(seed=2), key='jpg')"

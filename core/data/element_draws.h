@@ -72,6 +72,7 @@ enum class DrawingOp : uint32_t {
   kRandomCrop = 1,
   kRandomFlipLeftRight = 2,
   kRandomResizedCrop = 3,
+  kSampleDistortedBoundingBox = 4,
 };
 
 // The generator of one seeded op for the calling thread's current element: a function of

@@ -31,15 +31,55 @@ std::string Describe(const TensorSpec& s) {
 // ---------------------------------------------------------------------------------------------
 // Applying a component fn to an element.
 
+// True if `fn` takes `e` whole: a tuple or list of TupleArity() leaves.
+template <typename T>
+bool TakesWhole(const ComponentFn& fn, const Nest<T>& e) {
+  if (fn.TupleArity() < 2 || (e.kind() != NestKind::kTuple && e.kind() != NestKind::kList) ||
+      e.children().size() != static_cast<size_t>(fn.TupleArity())) {
+    return false;
+  }
+  return std::all_of(e.children().begin(), e.children().end(),
+                     [](const Nest<T>& c) { return c.is_leaf(); });
+}
+
+// The leaves of a tuple TakesWhole accepted, and how messages show them: "(string [], int32 [4])".
+template <typename T>
+std::vector<T> TupleParts(const Nest<T>& e, std::string* described) {
+  std::vector<T> parts;
+  std::vector<std::string> shown;
+  for (const Nest<T>& c : e.children()) {
+    parts.push_back(c.leaf());
+    shown.push_back(Describe(c.leaf()));
+  }
+  *described = absl::StrCat("(", absl::StrJoin(shown, ", "), ")");
+  return parts;
+}
+
+// " on component 'x'" / " on leaf 2" / "": where a message places a failed leaf.
+std::string LeafPlace(const std::string& where, int index) {
+  if (!where.empty()) return absl::StrCat(" on component ", where);
+  return index == 0 ? "" : absl::StrCat(" on leaf ", index);
+}
+
 // Applies `fn` to every leaf of `e`; `*leaf` counts leaves for messages.
 absl::StatusOr<Element> MapLeaves(const ComponentFn& fn, const Element& e,
                                   const std::string& where, int* leaf) {
+  if (TakesWhole(fn, e)) {
+    const int index = (*leaf)++;
+    std::string described;
+    absl::StatusOr<Element> out = fn.ApplyTuple(TupleParts(e, &described));
+    if (!out.ok()) {
+      return MarkElementError(absl::Status(
+          out.status().code(), absl::StrCat(fn.Describe(), LeafPlace(where, index), " (",
+                                            described, "): ", out.status().message())));
+    }
+    return out;
+  }
   if (e.is_leaf()) {
     const int index = (*leaf)++;
     absl::StatusOr<Element> out = fn.Apply(e.leaf());
     if (!out.ok()) {
-      std::string at = where.empty() ? (index == 0 ? "" : absl::StrCat(" on leaf ", index))
-                                     : absl::StrCat(" on component ", where);
+      const std::string at = LeafPlace(where, index);
       return MarkElementError(absl::Status(
           out.status().code(), absl::StrCat(fn.Describe(), at, " (", Describe(e.leaf()),
                                             "): ", out.status().message())));
@@ -55,12 +95,21 @@ absl::StatusOr<Element> MapLeaves(const ComponentFn& fn, const Element& e,
 
 absl::StatusOr<ElementSpec> MapLeafSpecs(const ComponentFn& fn, const ElementSpec& s,
                                          const std::string& where, int* leaf) {
+  if (TakesWhole(fn, s)) {
+    const int index = (*leaf)++;
+    std::string described;
+    absl::StatusOr<ElementSpec> out = fn.TupleOutputSpec(TupleParts(s, &described));
+    if (!out.ok()) {
+      return Invalid(absl::StrCat(fn.Describe(), LeafPlace(where, index), " (", described,
+                                  "): ", out.status().message()));
+    }
+    return out;
+  }
   if (s.is_leaf()) {
     const int index = (*leaf)++;
     absl::StatusOr<ElementSpec> out = fn.OutputSpec(s.leaf());
     if (!out.ok()) {
-      std::string at = where.empty() ? (index == 0 ? "" : absl::StrCat(" on leaf ", index))
-                                     : absl::StrCat(" on component ", where);
+      const std::string at = LeafPlace(where, index);
       return Invalid(absl::StrCat(fn.Describe(), at, " (", Describe(s.leaf()),
                                   "): ", out.status().message()));
     }
@@ -122,6 +171,13 @@ class ComponentMapFunction : public MapFunction {
 absl::StatusOr<Element> ComponentFn::ApplyToSerializedRows(
     const std::vector<absl::string_view>&) const {
   return absl::UnimplementedError(absl::StrCat(Describe(), " has no form on serialized rows"));
+}
+
+absl::StatusOr<ElementSpec> ComponentFn::TupleOutputSpec(const std::vector<TensorSpec>&) const {
+  return Invalid("takes one tensor, not a tuple");
+}
+absl::StatusOr<Element> ComponentFn::ApplyTuple(const std::vector<Tensor>&) const {
+  return Invalid("takes one tensor, not a tuple");
 }
 
 absl::StatusOr<int> SelectChild(NestKind kind, const std::vector<std::string>& keys,

@@ -21,6 +21,10 @@
 // Each fn is a ComponentFn in core/data/ops/<name>_fn.cc, registered there under its MapOp
 // oneof case (core/data/op_registry.h); this file applies one to an element.
 //
+// A fn may take a tuple of tensors whole (ComponentFn::TupleArity):
+//   map(sample_distorted_bounding_box(seed=1), key='jpg')   'jpg': bytes -> (bytes, crop_window)
+//   map(decode_and_crop_jpeg(channels=3), key='jpg')         (bytes, crop_window) -> image
+//
 // Errors while applying are INVALID_ARGUMENT naming the fn, the component and its dtype and
 // shape: "cast(tf.string -> tf.float32) on component 'image' (string [2]): ...". They are
 // element errors (core/data/op_iterator.h): the map can go on with the next element, and
@@ -67,6 +71,13 @@ class ComponentFn {
   // its errors need not match Apply's (the caller then runs Apply, which places them).
   virtual absl::StatusOr<Element> ApplyToSerializedRows(
       const std::vector<absl::string_view>& rows) const;
+  // A fn of several tensors (decode_and_crop_jpeg() on (bytes, crop_window)) returns their
+  // number, n >= 2: where the map meets a tuple (or list) of n tensors it applies the Tuple
+  // forms below to them whole instead of Apply to each. 0: a fn of one tensor.
+  virtual int TupleArity() const { return 0; }
+  // As OutputSpec / Apply, for a tuple of TupleArity() tensors.
+  virtual absl::StatusOr<ElementSpec> TupleOutputSpec(const std::vector<TensorSpec>& inputs) const;
+  virtual absl::StatusOr<Element> ApplyTuple(const std::vector<Tensor>& inputs) const;
 };
 
 // The fn of a MapOp, ready to run on the elements of one input spec.

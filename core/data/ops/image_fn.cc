@@ -1,5 +1,6 @@
 // The image functions for map() (decode_image, resize, random_crop, random_flip_left_right,
-// central_crop, random_resized_crop, decode_and_crop_jpeg, extract_jpeg_shape): the registration (core/data/op_registry.h) of image_ops.h.
+// central_crop, random_resized_crop, decode_and_crop_jpeg, extract_jpeg_shape,
+// sample_distorted_bounding_box): the registration (core/data/op_registry.h) of image_ops.h.
 #include <memory>
 #include <string>
 #include <utility>
@@ -7,10 +8,48 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
+#include "core/data/ops/distorted_box_sampling.h"
 #include "core/data/ops/image_ops.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
+namespace {
+
+// bounding_boxes as TF takes them, [batch, boxes, 4] (or any nesting of lists of numbers, read
+// in order): every number appended to `out`; errors at the value that is not a number.
+absl::Status BoxCoordinates(const ParseCall& c, const PyValue& v,
+                            google::protobuf::RepeatedField<float>* out) {
+  if (v.kind == PyValue::Kind::kList || v.kind == PyValue::Kind::kTuple) {
+    for (const PyValue& item : v.items) RETURN_IF_ERROR(BoxCoordinates(c, item, out));
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(double x, c.Number("bounding_boxes", v));
+  out->Add(static_cast<float>(x));
+  return absl::OkStatus();
+}
+
+// Clears the arguments given with TF's default values: written or not, the same proto (and the
+// fn's expression, which leaves defaults out, reads back to it).
+void DropDefaults(proto::ImageFn::SampleDistortedBoundingBox* f) {
+  const DistortedBoxOptions d;
+  if (f->has_min_object_covered() && f->min_object_covered() == d.min_object_covered) {
+    f->clear_min_object_covered();
+  }
+  if (f->aspect_ratio_range_size() == 2 && f->aspect_ratio_range(0) == d.aspect_ratio_range[0] &&
+      f->aspect_ratio_range(1) == d.aspect_ratio_range[1]) {
+    f->clear_aspect_ratio_range();
+  }
+  if (f->area_range_size() == 2 && f->area_range(0) == d.area_range[0] &&
+      f->area_range(1) == d.area_range[1]) {
+    f->clear_area_range();
+  }
+  if (f->has_max_attempts() && f->max_attempts() == d.max_attempts) f->clear_max_attempts();
+  if (f->has_use_image_if_no_bounding_boxes() && f->use_image_if_no_bounding_boxes()) {
+    f->clear_use_image_if_no_bounding_boxes();
+  }
+}
+
+}  // namespace
 
 SLUICE_REGISTER_OPS(image_fn) {
   MapFnRegistration r;
@@ -137,15 +176,18 @@ SLUICE_REGISTER_OPS(image_fn) {
     MapFnParseRule p;
     p.name = "decode_and_crop_jpeg";
     p.list_order = 13;
-    p.params = {{"crop_window", true}, {"channels", false}};
+    // Without a crop_window: on a (bytes, crop_window) tuple (sample_distorted_bounding_box's).
+    p.params = {{"crop_window", false}, {"channels", false}};
     p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
       proto::ImageFn::DecodeAndCropJpeg* f = m->mutable_image()->mutable_decode_and_crop_jpeg();
-      ASSIGN_OR_RETURN(std::vector<int64_t> window, c.Ints("crop_window", *c.arg(0), false));
-      if (window.size() != 4) {
-        return c.Error(c.arg(0)->begin,
-                       "decode_and_crop_jpeg: crop_window must be [y, x, height, width]");
+      if (c.given(0)) {
+        ASSIGN_OR_RETURN(std::vector<int64_t> window, c.Ints("crop_window", *c.arg(0), false));
+        if (window.size() != 4) {
+          return c.Error(c.arg(0)->begin,
+                         "decode_and_crop_jpeg: crop_window must be [y, x, height, width]");
+        }
+        for (int64_t v : window) f->add_crop_window(v);
       }
-      for (int64_t v : window) f->add_crop_window(v);
       if (c.given(1)) {
         ASSIGN_OR_RETURN(int64_t channels, c.Int("channels", *c.arg(1)));
         f->set_channels(channels);
@@ -160,6 +202,49 @@ SLUICE_REGISTER_OPS(image_fn) {
     p.list_order = 14;
     p.parse = [](const ParseCall&, proto::MapOp* m) -> absl::Status {
       m->mutable_image()->mutable_extract_jpeg_shape();
+      return absl::OkStatus();
+    };
+    r.parse.push_back(std::move(p));
+  }
+  {
+    MapFnParseRule p;
+    p.name = "sample_distorted_bounding_box";
+    p.list_order = 15;
+    p.params = {{"bounding_boxes", false},     {"seed", false},
+                {"min_object_covered", false}, {"aspect_ratio_range", false},
+                {"area_range", false},         {"max_attempts", false},
+                {"use_image_if_no_bounding_boxes", false}};
+    p.parse = [](const ParseCall& c, proto::MapOp* m) -> absl::Status {
+      proto::ImageFn::SampleDistortedBoundingBox* f =
+          m->mutable_image()->mutable_sample_distorted_bounding_box();
+      if (c.given(0)) RETURN_IF_ERROR(BoxCoordinates(c, *c.arg(0), f->mutable_bounding_boxes()));
+      if (c.given(1)) {
+        ASSIGN_OR_RETURN(int64_t seed, c.Int("seed", *c.arg(1)));
+        f->set_seed(seed);
+      }
+      if (c.given(2)) {
+        ASSIGN_OR_RETURN(double v, c.Number("min_object_covered", *c.arg(2)));
+        f->set_min_object_covered(static_cast<float>(v));
+      }
+      for (size_t i : {3, 4}) {
+        if (!c.given(i)) continue;
+        const char* name = i == 3 ? "aspect_ratio_range" : "area_range";
+        ASSIGN_OR_RETURN(std::vector<float> range, c.Floats(name, *c.arg(i)));
+        if (range.size() != 2) {
+          return c.Error(c.arg(i)->begin, absl::StrCat("sample_distorted_bounding_box: ", name,
+                                                       " must be (low, high)"));
+        }
+        for (float v : range) (i == 3 ? f->add_aspect_ratio_range(v) : f->add_area_range(v));
+      }
+      if (c.given(5)) {
+        ASSIGN_OR_RETURN(int64_t attempts, c.Int("max_attempts", *c.arg(5)));
+        f->set_max_attempts(attempts);
+      }
+      if (c.given(6)) {
+        ASSIGN_OR_RETURN(bool use, c.Bool("use_image_if_no_bounding_boxes", *c.arg(6)));
+        f->set_use_image_if_no_bounding_boxes(use);
+      }
+      DropDefaults(f);
       return absl::OkStatus();
     };
     r.parse.push_back(std::move(p));

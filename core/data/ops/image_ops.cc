@@ -4,6 +4,7 @@
 #include <turbojpeg.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -17,6 +18,7 @@
 #include "core/data/element_draws.h"
 #include "core/data/shape_limits.h"
 #include "core/data/ops/bilinear_resize.h"
+#include "core/data/ops/distorted_box_sampling.h"
 #include "core/data/ops/jpeg_window_decoder.h"
 #include "core/data/ops/resized_crop_sampling.h"
 #include "core/tensor/uninitialized_tensor.h"
@@ -648,8 +650,10 @@ class RandomResizedCropFn : public ComponentFn {
 };
 
 // A thread's libturbojpeg decompressor (a tjhandle is not thread-safe; one per image costs
-// more than decoding a small one). Null when libturbojpeg could not make one.
-tjhandle ThreadDecompressor() {
+// more than decoding a small one). Null when libturbojpeg could not make one. `renew` replaces
+// it: after a failed call the handle keeps the failed data's state, and the next header read
+// on it fails too ("Unsupported marker type", seen after random bytes).
+tjhandle ThreadDecompressor(bool renew = false) {
   struct Handle {
     tjhandle h = tjInitDecompress();
     ~Handle() {
@@ -657,7 +661,28 @@ tjhandle ThreadDecompressor() {
     }
   };
   thread_local Handle handle;
+  if (renew) {
+    if (handle.h != nullptr) tjDestroy(handle.h);
+    handle.h = tjInitDecompress();
+  }
   return handle.h;
+}
+
+// TF's extract_jpeg_shape: [height, width, components] from the header, without decoding.
+absl::StatusOr<std::array<int32_t, 3>> ReadJpegShape(const std::string& bytes) {
+  if (!IsJpeg(bytes)) return Invalid(absl::StrCat("the ", bytes.size(), " bytes are not a JPEG"));
+  tjhandle h = ThreadDecompressor();
+  if (h == nullptr) return absl::InternalError("tjInitDecompress failed");
+  int width = 0, height = 0, subsamp = 0, colorspace = 0;
+  if (tjDecompressHeader3(h, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
+                          &width, &height, &subsamp, &colorspace) != 0) {
+    const absl::Status error = Invalid(absl::StrCat("corrupt JPEG: ", tjGetErrorStr2(h)));
+    ThreadDecompressor(/*renew=*/true);
+    return error;
+  }
+  const int32_t components =
+      colorspace == TJCS_GRAY ? 1 : (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK ? 4 : 3);
+  return std::array<int32_t, 3>{height, width, components};
 }
 
 class ExtractJpegShapeFn : public ComponentFn {
@@ -669,77 +694,227 @@ class ExtractJpegShapeFn : public ComponentFn {
     }
     return ElementSpec(TensorSpec{DType::kInt32, Shape({3})});
   }
-  // TF's: [height, width, components] from the header, without decoding.
   absl::StatusOr<Element> Apply(const Tensor& input) const override {
     RETURN_IF_ERROR(OutputSpec(TensorSpec{input.dtype(), input.shape()}).status());
-    const std::string& bytes = input.string_at(0);
-    if (!IsJpeg(bytes)) return Invalid(absl::StrCat("the ", bytes.size(), " bytes are not a JPEG"));
-    tjhandle h = ThreadDecompressor();
-    if (h == nullptr) return absl::InternalError("tjInitDecompress failed");
-    int width = 0, height = 0, subsamp = 0, colorspace = 0;
-    if (tjDecompressHeader3(h, reinterpret_cast<const unsigned char*>(bytes.data()),
-                            bytes.size(), &width, &height, &subsamp, &colorspace) != 0) {
-      return Invalid(absl::StrCat("corrupt JPEG: ", tjGetErrorStr2(h)));
-    }
-    const int32_t components =
-        colorspace == TJCS_GRAY ? 1 : (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK ? 4 : 3);
-    return Element(Tensor::FromVector<int32_t>({height, width, components}, Shape({3})));
+    ASSIGN_OR_RETURN(auto shape, ReadJpegShape(input.string_at(0)));
+    return Element(Tensor::FromVector<int32_t>({shape[0], shape[1], shape[2]}, Shape({3})));
   }
 };
 
+// The window a (bytes, crop_window) tuple carries: int32 or int64 [y, x, height, width].
+absl::StatusOr<CropBox> WindowOf(const Tensor& t) {
+  if ((t.dtype() != DType::kInt32 && t.dtype() != DType::kInt64) || t.shape().rank() != 1 ||
+      t.shape().dim(0) != 4) {
+    return Invalid(absl::StrCat("crop_window must be int32 or int64 [4] ([y, x, height, width]), "
+                                "got ", DTypeName(t.dtype()), " ", t.shape().ToString()));
+  }
+  int64_t v[4];
+  for (int i = 0; i < 4; ++i) {
+    v[i] = t.dtype() == DType::kInt32 ? t.data<int32_t>()[i] : t.data<int64_t>()[i];
+  }
+  if (v[0] < 0 || v[1] < 0 || v[2] < 1 || v[3] < 1) {
+    return Invalid(absl::StrCat("crop_window must be [y, x, height, width] with y, x >= 0 and "
+                                "height, width >= 1, got [", absl::StrJoin(v, ", "), "]"));
+  }
+  return CropBox{v[0], v[1], v[2], v[3]};
+}
+
+// decode_and_crop_jpeg with a fixed window (crop_window=[...]) or, without one, on a
+// (bytes, crop_window) tuple: TF's op, whose window is a tensor.
 class DecodeAndCropJpegFn : public ComponentFn {
  public:
-  DecodeAndCropJpegFn(CropBox window, int64_t channels) : window_(window), channels_(channels) {}
+  DecodeAndCropJpegFn(std::optional<CropBox> window, int64_t channels)
+      : window_(window), channels_(channels) {}
 
   std::string Describe() const override {
-    return absl::StrCat("decode_and_crop_jpeg([", window_.y, ", ", window_.x, ", ",
-                        window_.height, ", ", window_.width, "]",
-                        channels_ == 0 ? "" : absl::StrCat(", channels=", channels_), ")");
+    std::vector<std::string> args;
+    if (window_.has_value()) {
+      args.push_back(absl::StrCat("[", window_->y, ", ", window_->x, ", ", window_->height, ", ",
+                                  window_->width, "]"));
+    }
+    if (channels_ != 0) args.push_back(absl::StrCat("channels=", channels_));
+    return absl::StrCat("decode_and_crop_jpeg(", absl::StrJoin(args, ", "), ")");
   }
   absl::StatusOr<ElementSpec> OutputSpec(const TensorSpec& input) const override {
+    if (!window_.has_value()) {
+      return Invalid(absl::StrCat("without a crop_window needs a (bytes, crop_window) tuple "
+                                  "(sample_distorted_bounding_box's output), got ",
+                                  SpecString(input)));
+    }
+    RETURN_IF_ERROR(CheckBytes(input));
+    return ElementSpec(TensorSpec{DType::kUInt8, Shape({window_->height, window_->width,
+                                                        channels_ == 0 ? kUnknownDim : channels_})});
+  }
+  absl::StatusOr<Element> Apply(const Tensor& input) const override {
+    RETURN_IF_ERROR(OutputSpec(TensorSpec{input.dtype(), input.shape()}).status());
+    return Decode(input.string_at(0), *window_);
+  }
+
+  int TupleArity() const override { return window_.has_value() ? 0 : 2; }
+  absl::StatusOr<ElementSpec> TupleOutputSpec(
+      const std::vector<TensorSpec>& inputs) const override {
+    RETURN_IF_ERROR(CheckBytes(inputs[0]));
+    const TensorSpec& w = inputs[1];
+    if ((w.dtype != DType::kInt32 && w.dtype != DType::kInt64) ||
+        !w.shape.IsCompatibleWith(Shape({4}))) {
+      return Invalid(absl::StrCat("crop_window must be int32 or int64 [4] ([y, x, height, "
+                                  "width]), got ", SpecString(w)));
+    }
+    return ElementSpec(TensorSpec{DType::kUInt8, Shape({kUnknownDim, kUnknownDim,
+                                                        channels_ == 0 ? kUnknownDim : channels_})});
+  }
+  absl::StatusOr<Element> ApplyTuple(const std::vector<Tensor>& inputs) const override {
+    RETURN_IF_ERROR(TupleOutputSpec({TensorSpec{inputs[0].dtype(), inputs[0].shape()},
+                                     TensorSpec{inputs[1].dtype(), inputs[1].shape()}})
+                        .status());
+    ASSIGN_OR_RETURN(CropBox window, WindowOf(inputs[1]));
+    return Decode(inputs[0].string_at(0), window);
+  }
+
+ private:
+  static absl::Status CheckBytes(const TensorSpec& input) {
     if (input.dtype != DType::kString || input.shape.rank() != 0) {
       return Invalid(absl::StrCat("needs a string scalar of JPEG bytes, got ", SpecString(input)));
     }
-    return ElementSpec(
-        TensorSpec{DType::kUInt8, Shape({window_.height, window_.width,
-                                         channels_ == 0 ? kUnknownDim : channels_})});
+    return absl::OkStatus();
   }
+
   // TF's decode_and_crop_jpeg: the window decoded alone at full size, the same pixels as
   // decode_jpeg then a crop.
-  absl::StatusOr<Element> Apply(const Tensor& input) const override {
-    RETURN_IF_ERROR(OutputSpec(TensorSpec{input.dtype(), input.shape()}).status());
-    const std::string& bytes = input.string_at(0);
+  absl::StatusOr<Element> Decode(const std::string& bytes, const CropBox& window) const {
     if (!IsJpeg(bytes)) return Invalid(absl::StrCat("the ", bytes.size(), " bytes are not a JPEG"));
     auto plan = [&](const JpegHeader& h) -> absl::StatusOr<JpegWindowPlan> {
       const int64_t c = channels_ == 0 ? (h.components == 1 ? 1 : 3) : channels_;
       RETURN_IF_ERROR(CheckJpegHeader(h, c));
       JpegWindowPlan p;
-      p.y = window_.y;
-      p.x = window_.x;
-      p.height = window_.height;
-      p.width = window_.width;
+      p.y = window.y;
+      p.x = window.x;
+      p.height = window.height;
+      p.width = window.width;
       p.channels = static_cast<int>(c);
       return p;
     };
-    ASSIGN_OR_RETURN(DecodedJpegWindow w,
-                     DecodeJpegWindow(bytes, plan, "decode_and_crop_jpeg"));
+    ASSIGN_OR_RETURN(DecodedJpegWindow w, DecodeJpegWindow(bytes, plan, "decode_and_crop_jpeg"));
     const int64_t c = w.plan.channels, cols = w.pixels.shape().dim(1);
-    if (w.col0 == window_.x && cols == window_.width) return Element(std::move(w.pixels));
+    if (w.col0 == window.x && cols == window.width) return Element(std::move(w.pixels));
     ASSIGN_OR_RETURN(Tensor out,
-                     TryAllocateUninitialized(DType::kUInt8,
-                                              Shape({window_.height, window_.width, c}),
+                     TryAllocateUninitialized(DType::kUInt8, Shape({window.height, window.width, c}),
                                               "decode_and_crop_jpeg"));
-    const size_t row = static_cast<size_t>(window_.width * c);
-    for (int64_t y = 0; y < window_.height; ++y) {
+    const size_t row = static_cast<size_t>(window.width * c);
+    for (int64_t y = 0; y < window.height; ++y) {
       std::memcpy(out.mutable_data<uint8_t>() + y * static_cast<int64_t>(row),
-                  w.pixels.data<uint8_t>() + (y * cols + window_.x - w.col0) * c, row);
+                  w.pixels.data<uint8_t>() + (y * cols + window.x - w.col0) * c, row);
     }
     return Element(std::move(out));
   }
 
- private:
-  const CropBox window_;
+  const std::optional<CropBox> window_;
   const int64_t channels_;
+};
+
+// sample_distorted_bounding_box: TF's box sampling (distorted_box_sampling.h) with per-element
+// draws. On an image_size [3] (int32 or int64): TF's (begin, size, bboxes). On JPEG bytes:
+// (bytes, crop_window int32 [y, x, height, width]), the size read from the header (TF's
+// extract_jpeg_shape), for decode_and_crop_jpeg() to decode.
+class SampleDistortedBoundingBoxFn : public ComponentFn {
+ public:
+  SampleDistortedBoundingBoxFn(DistortedBoxOptions options, std::optional<int64_t> seed)
+      : options_(std::move(options)), seed_(seed) {}
+
+  std::string Describe() const override {
+    std::vector<std::string> boxes;
+    for (size_t i = 0; i + 4 <= options_.bounding_boxes.size(); i += 4) {
+      std::vector<std::string> v;
+      for (size_t k = 0; k < 4; ++k) v.push_back(PythonFloat32Literal(options_.bounding_boxes[i + k]));
+      boxes.push_back(absl::StrCat("[", absl::StrJoin(v, ", "), "]"));
+    }
+    // The arguments that differ from TF's defaults (the parser drops those equal to them, so
+    // that the expression reads back to the same proto).
+    const DistortedBoxOptions defaults;
+    std::vector<std::string> args;
+    if (!boxes.empty()) args.push_back(absl::StrCat("[[", absl::StrJoin(boxes, ", "), "]]"));
+    if (seed_.has_value()) args.push_back(absl::StrCat("seed=", *seed_));
+    if (options_.min_object_covered != defaults.min_object_covered) {
+      args.push_back(absl::StrCat("min_object_covered=",
+                                  PythonFloat32Literal(options_.min_object_covered)));
+    }
+    for (auto [name, range, fallback] :
+         {std::tuple("aspect_ratio_range", options_.aspect_ratio_range, defaults.aspect_ratio_range),
+          std::tuple("area_range", options_.area_range, defaults.area_range)}) {
+      if (range[0] == fallback[0] && range[1] == fallback[1]) continue;
+      args.push_back(absl::StrCat(name, "=(", PythonFloat32Literal(range[0]), ", ",
+                                  PythonFloat32Literal(range[1]), ")"));
+    }
+    if (options_.max_attempts != defaults.max_attempts) {
+      args.push_back(absl::StrCat("max_attempts=", options_.max_attempts));
+    }
+    if (!options_.use_image_if_no_bounding_boxes) {
+      args.push_back("use_image_if_no_bounding_boxes=False");
+    }
+    return absl::StrCat("sample_distorted_bounding_box(", absl::StrJoin(args, ", "), ")");
+  }
+
+  absl::StatusOr<ElementSpec> OutputSpec(const TensorSpec& input) const override {
+    if (input.dtype == DType::kString && input.shape.rank() == 0) {
+      return ElementSpec::Tuple({ElementSpec(input),
+                                 ElementSpec(TensorSpec{DType::kInt32, Shape({4})})});
+    }
+    if ((input.dtype == DType::kInt32 || input.dtype == DType::kInt64) &&
+        input.shape.IsCompatibleWith(Shape({3}))) {
+      const TensorSpec three{input.dtype, Shape({3})};
+      return ElementSpec::Tuple({ElementSpec(three), ElementSpec(three),
+                                 ElementSpec(TensorSpec{DType::kFloat32, Shape({1, 1, 4})})});
+    }
+    return Invalid(absl::StrCat("needs JPEG bytes (a string scalar) or an image_size of 3 ints "
+                                "(int32 or int64 [height, width, channels]), got ",
+                                SpecString(input)));
+  }
+
+  bool DrawsPerElement() const override { return seed_.has_value(); }
+
+  absl::StatusOr<Element> Apply(const Tensor& input) const override {
+    RETURN_IF_ERROR(OutputSpec(TensorSpec{input.dtype(), input.shape()}).status());
+    if (input.dtype() == DType::kString) {
+      ASSIGN_OR_RETURN(auto shape, ReadJpegShape(input.string_at(0)));
+      if (shape[0] < 1 || shape[1] < 1) return Invalid("the JPEG has no pixels");
+      const CropBox box = Sample(shape[0], shape[1]);
+      return Element::Tuple({Element(input), Element(Tensor::FromVector<int32_t>(
+                                                 {static_cast<int32_t>(box.y),
+                                                  static_cast<int32_t>(box.x),
+                                                  static_cast<int32_t>(box.height),
+                                                  static_cast<int32_t>(box.width)},
+                                                 Shape({4})))});
+    }
+    const bool i32 = input.dtype() == DType::kInt32;
+    auto at = [&](int i) { return i32 ? int64_t{input.data<int32_t>()[i]} : input.data<int64_t>()[i]; };
+    const int64_t height = at(0), width = at(1);
+    if (height < 1 || width < 1 || height > INT32_MAX || width > INT32_MAX) {
+      return Invalid(absl::StrCat("image_size [", at(0), ", ", at(1), ", ", at(2),
+                                  "]: height and width must be in [1, 2^31)"));
+    }
+    const CropBox box = Sample(height, width);
+    const float fh = static_cast<float>(height), fw = static_cast<float>(width);
+    Tensor bboxes = Tensor::FromVector<float>(
+        {static_cast<float>(box.y) / fh, static_cast<float>(box.x) / fw,
+         static_cast<float>(box.y + box.height) / fh, static_cast<float>(box.x + box.width) / fw},
+        Shape({1, 1, 4}));
+    auto triple = [&](int64_t a, int64_t b, int64_t c) {
+      return i32 ? Tensor::FromVector<int32_t>({static_cast<int32_t>(a), static_cast<int32_t>(b),
+                                                static_cast<int32_t>(c)}, Shape({3}))
+                 : Tensor::FromVector<int64_t>({a, b, c}, Shape({3}));
+    };
+    return Element::Tuple({Element(triple(box.y, box.x, 0)),
+                           Element(triple(box.height, box.width, -1)), Element(std::move(bboxes))});
+  }
+
+ private:
+  CropBox Sample(int64_t height, int64_t width) const {
+    std::mt19937_64 gen = ElementGenerator(seed_, DrawingOp::kSampleDistortedBoundingBox);
+    return SampleDistortedBox(height, width, options_, gen);
+  }
+
+  const DistortedBoxOptions options_;
+  const std::optional<int64_t> seed_;
 };
 
 std::optional<int64_t> SeedOf(bool has, int64_t seed) {
@@ -815,14 +990,17 @@ absl::StatusOr<std::unique_ptr<ComponentFn>> MakeImageComponentFn(const proto::I
     }
     case proto::ImageFn::kDecodeAndCropJpeg: {
       const proto::ImageFn::DecodeAndCropJpeg& d = fn.decode_and_crop_jpeg();
+      if (d.channels() != 0 && d.channels() != 1 && d.channels() != 3) {
+        return Invalid(absl::StrCat("decode_and_crop_jpeg: channels must be 0, 1 or 3, got ",
+                                    d.channels()));
+      }
+      if (d.crop_window_size() == 0) {  // the window comes with the bytes, as a tuple
+        return std::unique_ptr<ComponentFn>(new DecodeAndCropJpegFn(std::nullopt, d.channels()));
+      }
       if (d.crop_window_size() != 4 || d.crop_window(0) < 0 || d.crop_window(1) < 0 ||
           d.crop_window(2) < 1 || d.crop_window(3) < 1) {
         return Invalid("decode_and_crop_jpeg: crop_window must be [y, x, height, width] with "
                        "y, x >= 0 and height, width >= 1");
-      }
-      if (d.channels() != 0 && d.channels() != 1 && d.channels() != 3) {
-        return Invalid(absl::StrCat("decode_and_crop_jpeg: channels must be 0, 1 or 3, got ",
-                                    d.channels()));
       }
       RETURN_IF_ERROR(
           CheckedNumElements({d.crop_window(2), d.crop_window(3), 3}, "decode_and_crop_jpeg")
@@ -830,6 +1008,33 @@ absl::StatusOr<std::unique_ptr<ComponentFn>> MakeImageComponentFn(const proto::I
       return std::unique_ptr<ComponentFn>(new DecodeAndCropJpegFn(
           CropBox{d.crop_window(0), d.crop_window(1), d.crop_window(2), d.crop_window(3)},
           d.channels()));
+    }
+    case proto::ImageFn::kSampleDistortedBoundingBox: {
+      const proto::ImageFn::SampleDistortedBoundingBox& b = fn.sample_distorted_bounding_box();
+      DistortedBoxOptions o;
+      o.bounding_boxes.assign(b.bounding_boxes().begin(), b.bounding_boxes().end());
+      if (b.has_min_object_covered()) o.min_object_covered = b.min_object_covered();
+      for (auto [name, given, range] :
+           {std::tuple("aspect_ratio_range", &b.aspect_ratio_range(), o.aspect_ratio_range),
+            std::tuple("area_range", &b.area_range(), o.area_range)}) {
+        if (given->empty()) continue;
+        if (given->size() != 2) {
+          return Invalid(absl::StrCat("sample_distorted_bounding_box: ", name,
+                                      " must be (low, high), got ", given->size(), " values"));
+        }
+        range[0] = (*given)[0];
+        range[1] = (*given)[1];
+      }
+      if (b.has_max_attempts()) o.max_attempts = b.max_attempts();
+      if (b.has_use_image_if_no_bounding_boxes()) {
+        o.use_image_if_no_bounding_boxes = b.use_image_if_no_bounding_boxes();
+      }
+      absl::Status checked = CheckDistortedBoxOptions(o);
+      if (!checked.ok()) {
+        return Invalid(absl::StrCat("sample_distorted_bounding_box: ", checked.message()));
+      }
+      return std::unique_ptr<ComponentFn>(
+          new SampleDistortedBoundingBoxFn(std::move(o), SeedOf(b.has_seed(), b.seed())));
     }
     case proto::ImageFn::kExtractJpegShape:
       return std::unique_ptr<ComponentFn>(new ExtractJpegShapeFn());
@@ -848,6 +1053,7 @@ std::string ImageFnName(const proto::ImageFn& fn) {
     case proto::ImageFn::kRandomResizedCrop: return "random_resized_crop";
     case proto::ImageFn::kDecodeAndCropJpeg: return "decode_and_crop_jpeg";
     case proto::ImageFn::kExtractJpegShape: return "extract_jpeg_shape";
+    case proto::ImageFn::kSampleDistortedBoundingBox: return "sample_distorted_bounding_box";
     case proto::ImageFn::OP_NOT_SET: break;
   }
   return "unset";

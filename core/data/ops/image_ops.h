@@ -23,7 +23,17 @@
 //                                  the whole image: decode_image + crop + resize's values.
 //   decode_and_crop_jpeg(crop_window=[y, x, h, w], channels=0)  TF's: the window's pixels, as
 //                                  decode_image then a crop, decoding the window alone.
+//                                  Without crop_window: on a (bytes, crop_window) tuple, the
+//                                  window int32 or int64 [4] per element (ComponentFn::TupleArity).
 //   extract_jpeg_shape()           TF's: int32 [height, width, components] from the header.
+//   sample_distorted_bounding_box(bounding_boxes=[], seed=None, min_object_covered=0.1,
+//       aspect_ratio_range=(0.75, 1.33), area_range=(0.05, 1.0), max_attempts=100,
+//       use_image_if_no_bounding_boxes=True)
+//                                  TF's box sampling (distorted_box_sampling.h). On an int32 or
+//                                  int64 image_size [3]: TF's (begin [y, x, 0], size [h, w, -1],
+//                                  bboxes float32 [1, 1, 4]). On JPEG bytes: (the bytes,
+//                                  crop_window int32 [y, x, h, w]) from the header's size, which
+//                                  decode_and_crop_jpeg() without a window decodes.
 //
 // Randomness, per element: a seeded random op draws from (seed, op, epoch, element position)
 // (core/data/element_draws.h), never from the pixels: a run repeats exactly, each epoch draws
@@ -33,7 +43,9 @@
 //
 // Errors are INVALID_ARGUMENT naming the fn: bytes that are neither JPEG nor PNG, corrupt
 // image data (libjpeg/libpng's message; a JPEG whose data stops early, even one whose scan has
-// no data at all), a rank other than 3, a window larger than the image.
+// no data at all), a rank other than 3, a window larger than the image or not [y, x, h, w] with
+// y, x >= 0 and h, w >= 1, an image_size that is not 3 ints or whose height or width is not
+// in [1, 2^31); bounding boxes outside [0, 1] or inverted and bad ranges when the fn is made.
 //
 // Limits, checked before anything is decoded or allocated (per image, not per pixel):
 //  - decode_image: an image whose header claims more than kMaxImagePixels pixels (width x
