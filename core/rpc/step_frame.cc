@@ -676,7 +676,7 @@ absl::Status StepFrameEncoder::EncodeCompressed(absl::Span<const WireStepView> s
       }
     }
   }
-  // The payload compressed into a pooled string; sent only when it shrank.
+  // The payload compressed into a pooled string; sent only when it shrank enough.
   SendBufferPool::Buffer* compressed = nullptr;
   if (raw > 0) {
     compressed = send_pool_->Take();
@@ -684,10 +684,14 @@ absl::Status StepFrameEncoder::EncodeCompressed(absl::Span<const WireStepView> s
     absl::Status s = CompressPayload(compression_, parts_, &compressed->bytes);
     const double cpu = ThreadCpuSeconds() - cpu_start;
     compression_stats_.cpu_seconds += cpu;
-    // Counted whether it shrank or not: the CPU was spent either way.
-    CountCompression(s.ok() && compressed->bytes.size() < raw ? compressed->bytes.size() : raw,
+    // Counted whether it is sent compressed or not: the CPU was spent either way.
+    CountCompression(s.ok() && compressed->bytes.size() <= raw - raw / 16
+                         ? compressed->bytes.size()
+                         : raw,
                      raw, cpu);
-    if (!s.ok() || compressed->bytes.size() >= raw) {
+    // Sent compressed only when it saves at least 1/16 of the bytes: below that the
+    // consumer's decompression costs more than the wire saves (bench/RESULTS.md, issue 28).
+    if (!s.ok() || compressed->bytes.size() > raw - raw / 16) {
       SendBufferPool::Release(compressed);
       compressed = nullptr;
       if (!s.ok() && s.code() != absl::StatusCode::kInvalidArgument) return s;

@@ -45,8 +45,8 @@
 //
 // Compression (core/rpc/wire_compression.h): an encoder made with a codec compresses each
 // frame's payload as one block and sends [L][header][compressed payload], the header saying
-// the codec, compressed_bytes and raw_payload_bytes; a frame whose payload does not shrink (or
-// is empty) goes raw. The decoder checks, before it allocates anything, that compressed_bytes
+// the codec, compressed_bytes and raw_payload_bytes; a frame whose payload shrinks by less
+// than 1/16 (or is empty) goes raw. The decoder checks, before it allocates anything, that compressed_bytes
 // is what follows, that raw_payload_bytes is what the header's tensors describe, that the
 // codec could expand that many bytes to it (LZ4 at most 256x, zstd 43691x) and that it fits
 // the credit; it then decompresses into one buffer from its allocator (RESOURCE_EXHAUSTED when
@@ -195,8 +195,8 @@ class StepFrameEncoder {
  private:
   bool AllMatch(absl::Span<const WireStepView> steps) const;
   // After the header is filled: sends the frame with its payload compressed (*sent true), or
-  // leaves *out and the header alone (*sent false) when the payload is empty or does not
-  // shrink. INTERNAL when the codec fails.
+  // leaves *out and the header alone (*sent false) when the payload is empty or shrinks by
+  // less than 1/16. INTERNAL when the codec fails.
   absl::Status EncodeCompressed(absl::Span<const WireStepView> steps, grpc::ByteBuffer* out,
                                 bool* sent);
 
