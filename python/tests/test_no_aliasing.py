@@ -140,6 +140,24 @@ def test_service_steps_are_never_copied(cluster):
         assert np.asarray(step).tolist() == [-v for v in range(8 * i, 8 * i + 8)]
 
 
+def test_service_steps_received_as_views_change_only_themselves(cluster):
+    # 8 KiB steps: most arrive as views of gRPC's received 64 KiB slices, several steps to a
+    # slice (core/rpc/step_frame.h). Changing each in place changes no other, nor any later one.
+    strategy = sluice.MirroredStrategy(["CPU:0"])
+    dist = sluice.distribute_from_service(
+        strategy, sluice.data.parse("range(65536).batch(1024)"), coordinator=cluster.coordinator,
+        job="received-views", sharding_policy="ranges")
+    before = _sluice._handout_copies()
+    steps = []
+    for step in dist:
+        torch.from_dlpack(step).mul_(-1)
+        steps.append(step)
+    assert _sluice._handout_copies() == before  # handed out as received, no copy
+    assert len(steps) == 64
+    for i, step in enumerate(steps):
+        assert np.asarray(step).tolist() == [-v for v in range(1024 * i, 1024 * i + 1024)]
+
+
 def test_a_step_from_a_constant_does_not_hold_the_constant():
     strategy = sluice.MirroredStrategy(["CPU:0"])
     it = iter(strategy.experimental_distribute_dataset(sluice.data.parse(
