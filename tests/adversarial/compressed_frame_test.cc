@@ -15,6 +15,7 @@
 #include "core/rpc/wire_compression.h"
 #include "gtest/gtest.h"
 #include "tests/seeded_rng.h"
+#include "tests/worker/step_frame_test_util.h"
 
 namespace sluice {
 namespace {
@@ -27,16 +28,6 @@ constexpr int64_t kCredit = int64_t{1} << 20;
 uint64_t Seed() {
   const char* v = std::getenv("SLUICE_ADVERSARIAL_SEED");
   return v != nullptr ? std::strtoull(v, nullptr, 10) : kDefaultSeed;
-}
-
-std::string Flatten(const grpc::ByteBuffer& bb) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(bb.Dump(&slices).ok());
-  std::string out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
 }
 
 // A frame of 1 to 4 steps of compressible tensors (a ramp, a constant, strings), and sometimes a

@@ -12,24 +12,10 @@
 #include "core/rpc/step_frame.h"
 #include "core/rpc/wire_compression.h"
 #include "gtest/gtest.h"
+#include "tests/worker/step_frame_test_util.h"
 
 namespace sluice {
 namespace {
-
-std::string Flatten(const grpc::ByteBuffer& bb) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(bb.Dump(&slices).ok());
-  std::string out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
-}
-
-grpc::ByteBuffer FromString(const std::string& bytes) {
-  grpc::Slice s(bytes);
-  return grpc::ByteBuffer(&s, 1);
-}
 
 proto::StepFrameHeader HeaderOf(const std::string& frame) {
   uint32_t len = 0;
@@ -68,20 +54,12 @@ StepFrame Compressible() {
   return f;
 }
 
-void ExpectSame(const StepFrame& a, const StepFrame& b) {
-  ASSERT_EQ(a.steps.size(), b.steps.size());
-  EXPECT_EQ(a.end_of_task, b.end_of_task);
-  for (size_t s = 0; s < a.steps.size(); ++s) {
-    EXPECT_EQ(a.steps[s].task_step, b.steps[s].task_step);
-    ASSERT_EQ(a.steps[s].pieces.size(), b.steps[s].pieces.size());
-    for (size_t p = 0; p < a.steps[s].pieces.size(); ++p) {
-      ASSERT_EQ(a.steps[s].pieces[p].size(), b.steps[s].pieces[p].size());
-      for (size_t i = 0; i < a.steps[s].pieces[p].size(); ++i) {
-        EXPECT_TRUE(a.steps[s].pieces[p][i].Equals(b.steps[s].pieces[p][i]))
-            << "step " << s << " piece " << p << " tensor " << i;
-      }
-    }
-  }
+// The bytes of `frame` encoded with `codec` (full headers).
+std::string CompressedWith(WireCompression codec, const StepFrame& frame) {
+  StepFrameEncoder encoder(nullptr, codec);
+  grpc::ByteBuffer bb;
+  EXPECT_TRUE(encoder.Encode(frame, &bb).ok());
+  return Flatten(bb);
 }
 
 class CodecTest : public ::testing::TestWithParam<WireCompression> {};
@@ -107,7 +85,7 @@ TEST_P(CodecTest, FramesRoundTripCompressedInBothHeaderForms) {
       EXPECT_EQ(encoder.last_compact(), compact);
       StepFrame got;
       ASSERT_TRUE(decoder.Decode(FromString(wire), &got).ok());
-      ExpectSame(sent, got);
+      ExpectSameFrame(sent, got);
     }
     EXPECT_EQ(encoder.compression_stats().frames_compressed, 3u);
     EXPECT_EQ(decoder.stats().compressed_frames, 3u);
@@ -131,7 +109,7 @@ TEST_P(CodecTest, APayloadThatDoesNotShrinkGoesRaw) {
   EXPECT_EQ(encoder.compression_stats().frames_raw, 1u);
   StepFrame got;
   ASSERT_TRUE(StepFrameDecoder(nullptr, nullptr).Decode(FromString(wire), &got).ok());
-  ExpectSame(sent, got);
+  ExpectSameFrame(sent, got);
   // A frame without steps (the end, an error) has nothing to compress.
   StepFrame end;
   end.end_of_task = true;
@@ -141,10 +119,7 @@ TEST_P(CodecTest, APayloadThatDoesNotShrinkGoesRaw) {
 
 TEST_P(CodecTest, SizesAHeaderClaimsAreCheckedBeforeAllocating) {
   const StepFrame sent = Compressible();
-  StepFrameEncoder encoder(nullptr, GetParam());
-  grpc::ByteBuffer bb;
-  ASSERT_TRUE(encoder.Encode(sent, &bb).ok());
-  const std::string wire = Flatten(bb);
+  const std::string wire = CompressedWith(GetParam(), sent);
   const proto::StepFrameHeader good = HeaderOf(wire);
   int allocations = 0;
   TensorAllocator counting = [&allocations](size_t bytes) {
@@ -186,15 +161,12 @@ TEST_P(CodecTest, SizesAHeaderClaimsAreCheckedBeforeAllocating) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   // The decoder still decodes after all that.
   ASSERT_TRUE(decoder.Decode(FromString(wire), &got).ok());
-  ExpectSame(sent, got);
+  ExpectSameFrame(sent, got);
 }
 
 TEST_P(CodecTest, CorruptOrTruncatedDataIsDataLoss) {
   const StepFrame sent = Compressible();
-  StepFrameEncoder encoder(nullptr, GetParam());
-  grpc::ByteBuffer bb;
-  ASSERT_TRUE(encoder.Encode(sent, &bb).ok());
-  const std::string wire = Flatten(bb);
+  const std::string wire = CompressedWith(GetParam(), sent);
   const proto::StepFrameHeader good = HeaderOf(wire);
   const size_t payload_at = wire.size() - good.compressed_bytes();
   StepFrameDecoder decoder(nullptr, nullptr);
@@ -209,7 +181,7 @@ TEST_P(CodecTest, CorruptOrTruncatedDataIsDataLoss) {
     bad[i] = static_cast<char>(bad[i] ^ 0x5a);
     absl::Status s = decoder.Decode(FromString(bad), &got);
     if (s.ok()) {
-      ExpectSame(sent, got);
+      ExpectSameFrame(sent, got);
       continue;
     }
     ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss) << "byte " << i << ": " << s;
@@ -228,7 +200,7 @@ TEST_P(CodecTest, CorruptOrTruncatedDataIsDataLoss) {
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << keep << ": " << s;
   }
   ASSERT_TRUE(decoder.Decode(FromString(wire), &got).ok());
-  ExpectSame(sent, got);
+  ExpectSameFrame(sent, got);
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, CodecTest,

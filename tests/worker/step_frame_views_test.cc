@@ -10,6 +10,7 @@
 
 #include "core/rpc/step_frame.h"
 #include "gtest/gtest.h"
+#include "tests/worker/step_frame_test_util.h"
 
 namespace sluice {
 namespace {
@@ -19,16 +20,6 @@ Tensor Filled(DType dtype, const Shape& shape, uint8_t seed) {
   auto* p = static_cast<uint8_t*>(t.mutable_raw_data());
   for (size_t i = 0; i < t.byte_size(); ++i) p[i] = static_cast<uint8_t>(i * 13 + seed);
   return t;
-}
-
-std::string Flatten(const grpc::ByteBuffer& bb) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(bb.Dump(&slices).ok());
-  std::string out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
 }
 
 // Counts the received slices gRPC would free: a view must keep its slice alive.
@@ -77,6 +68,13 @@ StepFrame TwoTensors() {
   return f;
 }
 
+// The bytes of `frame` encoded with full headers.
+std::string Encoded(const StepFrame& frame) {
+  grpc::ByteBuffer bb;
+  EXPECT_TRUE(EncodeStepFrame(frame, &bb).ok());
+  return Flatten(bb);
+}
+
 // Where the payload starts in an encoded frame: after [fixed32 L][L header bytes].
 size_t PayloadStart(const std::string& frame) {
   uint32_t len = 0;
@@ -91,9 +89,7 @@ bool Inside(const Tensor& t, const void* begin, size_t size) {
 
 TEST(StepFrameViewsTest, TensorsInsideOneAlignedSliceAreViewsThatKeepTheSliceAlive) {
   const StepFrame sent = TwoTensors();
-  grpc::ByteBuffer encoded;
-  ASSERT_TRUE(EncodeStepFrame(sent, &encoded).ok());
-  const std::string frame = Flatten(encoded);
+  const std::string frame = Encoded(sent);
   const size_t payload = PayloadStart(frame);
   StepFrame got;
   {
@@ -126,9 +122,7 @@ TEST(StepFrameViewsTest, TensorsInsideOneAlignedSliceAreViewsThatKeepTheSliceAli
 
 TEST(StepFrameViewsTest, StraddlingMisalignedAndSmallTensorsAreCopied) {
   const StepFrame sent = TwoTensors();
-  grpc::ByteBuffer encoded;
-  ASSERT_TRUE(EncodeStepFrame(sent, &encoded).ok());
-  const std::string frame = Flatten(encoded);
+  const std::string frame = Encoded(sent);
   const size_t payload = PayloadStart(frame);
 
   // Cut inside the float tensor: it straddles two slices (copied); the uint8 one lies in the
@@ -164,9 +158,7 @@ TEST(StepFrameViewsTest, StraddlingMisalignedAndSmallTensorsAreCopied) {
     WireStep s;
     s.pieces.push_back({Filled(DType::kInt64, Shape({16}), 5)});
     small.steps.push_back(std::move(s));
-    grpc::ByteBuffer bb;
-    ASSERT_TRUE(EncodeStepFrame(small, &bb).ok());
-    const std::string f = Flatten(bb);
+    const std::string f = Encoded(small);
     StepFrameDecoder decoder(nullptr, nullptr, true);
     StepFrame got;
     ASSERT_TRUE(decoder.Decode(Cut(f, {PayloadStart(f)}, 0), &got).ok());
@@ -178,9 +170,7 @@ TEST(StepFrameViewsTest, StraddlingMisalignedAndSmallTensorsAreCopied) {
 
 TEST(StepFrameViewsTest, WithoutTheOptionEveryTensorIsCopied) {
   const StepFrame sent = TwoTensors();
-  grpc::ByteBuffer encoded;
-  ASSERT_TRUE(EncodeStepFrame(sent, &encoded).ok());
-  const std::string frame = Flatten(encoded);
+  const std::string frame = Encoded(sent);
   StepFrameDecoder decoder(nullptr, nullptr);
   StepFrame got;
   ASSERT_TRUE(decoder.Decode(Cut(frame, {PayloadStart(frame)}, 0), &got).ok());
@@ -192,9 +182,7 @@ TEST(StepFrameViewsTest, WithoutTheOptionEveryTensorIsCopied) {
 // neither the other tensors of its frame nor any later frame decoded by the same decoder.
 TEST(StepFrameViewsTest, WritingAViewChangesThatTensorOnly) {
   const StepFrame sent = TwoTensors();
-  grpc::ByteBuffer encoded;
-  ASSERT_TRUE(EncodeStepFrame(sent, &encoded).ok());
-  const std::string frame = Flatten(encoded);
+  const std::string frame = Encoded(sent);
   const size_t payload = PayloadStart(frame);
   StepFrameDecoder decoder(nullptr, nullptr, true);
   StepFrame first;
