@@ -4,7 +4,8 @@
 //
 //   build/bench/stream_bench [--sizes=1024,16384,...] [--bytes=2147483648] [--replicas=1]
 //                            [--reps=3] [--credits=16] [--budget=67108864]
-//                            [--coalesce_wait_us=500] [--compact=1]
+//                            [--coalesce_wait_us=500] [--compact=1] [--views=1]
+//                            [--max_frame=0] [--tx_zerocopy=0] [--show_slices=0]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -15,9 +16,13 @@
 //    stub listing the one task;
 //  - "TCP": the same bytes over a plain socket (the ceiling).
 // --compact=1 (the default, as the production client): raw and client ask for compact frame
-// headers (core/rpc/step_frame.h); --compact=0: full headers, for comparison.
+// headers (core/rpc/step_frame.h); --compact=0: full headers, for comparison. --views=1 (the
+// default, as the production client on host memory): tensors inside one received slice are
+// views of it ("raw viewed": the share of bytes received so); --views=0: every byte copied.
+// --max_frame: the consumer's HTTP/2 SETTINGS_MAX_FRAME_SIZE (0: gRPC's 16 KiB); --tx_zerocopy:
+// MSG_ZEROCOPY sends on the worker (bench/RESULTS.md, "Receive views and zero-copy send").
 // The consumer receives every byte into a buffer of its own (copied once from the received
-// slices) and drops it. Reports medians of `reps` runs. Memory is kept resident (malloc
+// slices, or viewed there with --views=1) and drops it. Reports medians of `reps` runs. Memory is kept resident (malloc
 // tunables, pooled receive buffers), as PERF_NOTES.md says any such benchmark must.
 #include <arpa/inet.h>
 #include <malloc.h>
@@ -111,6 +116,7 @@ struct Result {
   double seconds = 0;
   int64_t steps = 0;
   int64_t bytes = 0;
+  int64_t viewed_bytes = 0;  // raw: payload received as views of gRPC's slices
 };
 
 // The coordinator as ServiceStepSource sees it: job 1 has task 1 on `worker`.
@@ -134,6 +140,12 @@ class StubCoordinator : public proto::CoordinatorService::Service {
 
 // --compact: whether the consumers ask for compact frame headers.
 bool g_compact = true;
+// --views=1: tensors as views of gRPC's received slices where they can be (raw and client).
+bool g_views = true;
+// --max_frame=N: the consumer's HTTP/2 max frame size (0: what the production client sets).
+int64_t g_max_frame = 0;
+// --show_slices=1: print one frame's received slices per raw run (sizes, alignment).
+bool g_show_slices = false;
 
 // Starts the task's runner: `steps` steps of `replicas` pieces of one `size`-byte tensor.
 void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
@@ -173,7 +185,8 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
   o.per_replica_spec = ElementSpec(TensorSpec{DType::kUInt8, Shape({static_cast<int64_t>(size)})});
   o.compact_headers = g_compact;
   o.receive_budget_bytes = budget;
-  o.allocator = [pool](size_t bytes) { return pool->Get(bytes); };
+  // --views=1: no allocator of our own, so tensors may be views of the received slices.
+  if (!g_views) o.allocator = [pool](size_t bytes) { return pool->Get(bytes); };
   Result r;
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<ServiceStepSource>> source = ServiceStepSource::Create(o);
@@ -216,6 +229,7 @@ Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (g_max_frame > 0) args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, static_cast<int>(g_max_frame));
   auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
@@ -243,12 +257,21 @@ Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64
     first.mutable_request()->set_compact_headers(true);
     spec->ToProto(first.mutable_request()->mutable_compact_spec());
   }
-  StepFrameDecoder decoder(alloc, spec);
+  StepFrameDecoder decoder(alloc, spec, g_views);
   StepFrame frame;
   stream->Write(EncodeConsumerMessage(first));
   grpc::ByteBuffer bb;
   bool end = false;
   while (!end && stream->Read(&bb)) {
+    if (g_show_slices && r.steps == 5) {  // one frame's received slices: size@address%64
+      std::vector<grpc::Slice> sl;
+      (void)bb.Dump(&sl);
+      std::string d;
+      for (const grpc::Slice& x : sl) {
+        absl::StrAppend(&d, x.size(), "@", reinterpret_cast<uintptr_t>(x.begin()) % 64, " ");
+      }
+      std::fprintf(stderr, "received slices: %s\n", d.c_str());
+    }
     absl::Status s = decoder.Decode(bb, &frame);
     if (!s.ok() || !frame.status.ok()) {
       std::fprintf(stderr, "decode: %s %s\n", s.ToString().c_str(), frame.status.ToString().c_str());
@@ -268,6 +291,7 @@ Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64
     }
   }
   r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  r.viewed_bytes = static_cast<int64_t>(decoder.stats().viewed_bytes);
   stream->WritesDone();
   grpc::Status st = stream->Finish();
   if (!st.ok()) std::fprintf(stderr, "stream: %s\n", st.error_message().c_str());
@@ -341,6 +365,11 @@ int Main(int argc, char** argv) {
   }
   int64_t total = 0, replicas = 0, reps = 0, credits = 0, budget = 0, coalesce_us = 0;
   g_compact = Flag(argc, argv, "compact", "1") != "0";
+  g_views = Flag(argc, argv, "views", "1") != "0";
+  g_show_slices = Flag(argc, argv, "show_slices", "0") != "0";
+  // --tx_zerocopy=1: the worker's gRPC sends with MSG_ZEROCOPY (slices of 16 KiB or more).
+  const bool tx_zerocopy = Flag(argc, argv, "tx_zerocopy", "0") != "0";
+  if (!absl::SimpleAtoi(Flag(argc, argv, "max_frame", "0"), &g_max_frame)) g_max_frame = -1;
   if (!absl::SimpleAtoi(Flag(argc, argv, "bytes", "2147483648"), &total) ||
       !absl::SimpleAtoi(Flag(argc, argv, "replicas", "1"), &replicas) ||
       !absl::SimpleAtoi(Flag(argc, argv, "reps", "3"), &reps) ||
@@ -368,6 +397,10 @@ int Main(int argc, char** argv) {
   builder.RegisterService(&service);
   builder.RegisterService(&coordinator);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
+  if (tx_zerocopy) {
+    builder.AddChannelArgument(GRPC_ARG_TCP_TX_ZEROCOPY_ENABLED, 1);
+    builder.AddChannelArgument(GRPC_ARG_TCP_TX_ZEROCOPY_SEND_BYTES_THRESHOLD, 16 << 10);
+  }
   builder.SetMaxSendMessageSize(-1);
   auto server = builder.BuildAndStart();
   const std::string address = absl::StrCat("127.0.0.1:", port);
@@ -375,12 +408,12 @@ int Main(int argc, char** argv) {
   auto pool = std::make_shared<BufferPool>();
 
   std::printf("| per-replica bytes | replicas | steps | raw GB/s | raw steps/s | client GB/s | "
-              "client steps/s | TCP GB/s | raw/TCP | client/TCP |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+              "client steps/s | TCP GB/s | raw/TCP | client/TCP | raw viewed |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t size : sizes) {
     const int64_t step_bytes = static_cast<int64_t>(size) * replicas;
     const int64_t steps = std::max<int64_t>(total / step_bytes, 1);
-    std::vector<double> gbs, sps, cgbs, csps, tcp;
+    std::vector<double> gbs, sps, cgbs, csps, tcp, viewed;
     RunSluice(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), credits,
               pool.get());  // warm-up: connections, pools
     RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget, pool.get());
@@ -392,13 +425,15 @@ int Main(int argc, char** argv) {
       const int64_t chunk = std::max<int64_t>(step_bytes, 1 << 20);
       Result t = RunTcp(static_cast<size_t>(chunk), std::max<int64_t>(steps * step_bytes / chunk, 1));
       gbs.push_back(static_cast<double>(s.bytes) / s.seconds / 1e9);
+      viewed.push_back(static_cast<double>(s.viewed_bytes) / std::max<double>(s.bytes, 1));
       sps.push_back(static_cast<double>(s.steps) / s.seconds);
       tcp.push_back(static_cast<double>(t.bytes) / t.seconds / 1e9);
     }
     const double g = Median(gbs), cg = Median(cgbs), t = Median(tcp);
-    std::printf("| %zu | %lld | %lld | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f%% | %.0f%% |\n",
+    std::printf("| %zu | %lld | %lld | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f%% | %.0f%% | %.0f%% |\n",
                 size, static_cast<long long>(replicas), static_cast<long long>(steps), g,
-                Median(sps), cg, Median(csps), t, 100.0 * g / t, 100.0 * cg / t);
+                Median(sps), cg, Median(csps), t, 100.0 * g / t, 100.0 * cg / t,
+                100.0 * Median(viewed));
     std::fflush(stdout);
   }
   server->Shutdown();

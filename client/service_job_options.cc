@@ -47,6 +47,17 @@ proto::JobOptions JobOptionsProto(const ServiceOptions& options, const std::stri
     order->set_range_steps(options.order.range_steps);
   }
   if (options.resume_from.has_value()) jo.set_start_step(options.resume_from->step);
+  switch (options.compression) {
+    case ServiceCompression::kNone:
+      break;
+    case ServiceCompression::kLz4:
+      jo.set_compression(proto::WIRE_COMPRESSION_LZ4);
+      break;
+    case ServiceCompression::kZstd:
+      jo.set_compression(proto::WIRE_COMPRESSION_ZSTD);
+      break;
+  }
+  jo.set_force_compression(options.force_compression);
   return jo;
 }
 

@@ -109,6 +109,15 @@ struct ServiceStepSourceOptions {
   // Where received frames are decoded into. Empty: one pool of reused host buffers shared by
   // all of this consumer's streams, keeping at most min(16 MiB, receive_budget_bytes / 4) idle.
   TensorAllocator allocator;
+  // Numeric tensors of 4 KiB or more that arrive inside one of gRPC's received slices, aligned
+  // to their dtype, are views of that slice instead of copies (core/rpc/step_frame.h). Only
+  // without an allocator (ordinary host memory); false: every tensor is copied into buffers
+  // of the pool.
+  bool view_received_slices = true;
+  // Tell workers this consumer decodes LZ4 and zstd frames (StreamRequest.
+  // accepted_compression), so that a job with JobOptions.compression gets them compressed
+  // when the worker is remote (or the job forces it). false: raw frames whatever the job says.
+  bool accept_compression = true;
   // Ask workers for compact frame headers (StreamRequest.compact_headers, core/rpc/step_frame.h):
   // only the dimensions per_replica_spec leaves open travel with each step. false: full
   // headers (what a consumer of an older release gets).

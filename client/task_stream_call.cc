@@ -23,7 +23,8 @@ TaskStreamCall::TaskStreamCall(TaskStreams* streams, std::shared_ptr<TaskStream>
                                std::shared_ptr<grpc::Channel> channel, std::string address)
     : streams_(streams), task_(std::move(task)), channel_(std::move(channel)),
       address_(std::move(address)),
-      decoder_(streams->options_.allocator, streams->compact_spec_) {
+      decoder_(streams->options_.allocator, streams->compact_spec_,
+               streams->view_received_slices_) {
   grpc::internal::ClientCallbackReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
       channel_.get(),
       grpc::internal::RpcMethod(kStreamStepsMethod, grpc::internal::RpcMethod::BIDI_STREAMING,

@@ -121,7 +121,8 @@ ServiceStepSourceOptions WithSharedAllocator(ServiceStepSourceOptions options) {
 }  // namespace
 
 TaskStreams::TaskStreams(ServiceStepSourceOptions options)
-    : options_(WithSharedAllocator(std::move(options))),
+    : view_received_slices_(options.view_received_slices && !options.allocator),
+      options_(WithSharedAllocator(std::move(options))),
       compact_spec_(CompactSpecFor(options_)),
       consumer_id_(RandomConsumerId()),
       consumer_instance_(options_.consumer_instance != 0 ? options_.consumer_instance
@@ -485,6 +486,11 @@ void TaskStreams::ConnectTask(const std::shared_ptr<TaskStream>& task,
   if (compact_spec_ != nullptr) {
     request->set_compact_headers(true);
     compact_spec_->ToProto(request->mutable_compact_spec());
+  }
+  // This consumer decodes every codec; the worker uses the job's (if any) when it is remote.
+  if (options_.accept_compression) {
+    request->add_accepted_compression(proto::WIRE_COMPRESSION_LZ4);
+    request->add_accepted_compression(proto::WIRE_COMPRESSION_ZSTD);
   }
   {
     std::lock_guard<std::mutex> live(live_mu_);

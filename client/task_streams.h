@@ -279,6 +279,9 @@ class TaskStreams {
   void CreditLoop();
   FlowStats FlowStatsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Calls decode numeric tensors as views of gRPC's received slices where they can
+  // (options.view_received_slices, and no allocator of the caller's: its memory is wanted).
+  const bool view_received_slices_;
   const ServiceStepSourceOptions options_;
   // The per-replica spec's leaves, when options_.compact_headers: every call asks for compact
   // headers with it and decodes with it. Null otherwise.

@@ -6,6 +6,7 @@ SLUICE_DEBIAN_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev openssl libcpp-httplib-dev
+  liblz4-dev libzstd-dev  # wire compression of step frames: core/rpc/wire_compression.h
   libcurl4-openssl-dev libssl-dev  # object stores: core/io/object_store_file_system.h, core/io/aws_sigv4.h
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev  # image ops: core/data/ops/image_ops.h
   python3-yaml  # tests/deploy/manifests_test.py

@@ -60,6 +60,10 @@ absl::Status ValidateJobOptions(const proto::JobOptions& o, absl::string_view wh
     return absl::InvalidArgumentError(
         absl::StrCat(where, ".start_step must be >= 0, got ", o.start_step()));
   }
+  if (!proto::WireCompression_IsValid(o.compression())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".compression: unknown value ", o.compression()));
+  }
   const proto::GlobalOrder& order = o.order();
   if (!proto::ShuffleMode_IsValid(order.shuffle())) {
     return absl::InvalidArgumentError(

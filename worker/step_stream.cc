@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "core/rpc/grpc_status.h"
 #include "core/rpc/step_frame.h"
+#include "core/rpc/wire_compression.h"
 #include "core/util/status_macros.h"
 #include "grpcpp/alarm.h"
 #include "worker/consumer_credits.h"
@@ -186,6 +187,7 @@ class StepStream final : public Reactor {
     std::shared_ptr<TaskRunner> runner;
     std::unique_ptr<StepReader> reader;
     std::shared_ptr<const CompactSpec> spec;
+    WireCompression compression = WireCompression::kNone;
     bool coordinated = true;
     int64_t replicas = 1;
   };
@@ -208,7 +210,7 @@ class StepStream final : public Reactor {
     coordinated_ = opened.coordinated;
     replicas_ = opened.replicas;
     consumer_ = opened.request.consumer_index();
-    encoder_.emplace(std::move(opened.spec));
+    encoder_.emplace(std::move(opened.spec), opened.compression);
     credits_.emplace(opened.request.initial_credit_bytes(), opened.request.window_bytes());
     // What one frame may take: steps whose costs fit the credit and the frame size; the first
     // step whatever its cost once the credit reaches CreditForAnyStep (a step larger than the
@@ -246,6 +248,9 @@ class StepStream final : public Reactor {
       }
       out->spec = std::make_shared<const CompactSpec>(*std::move(parsed));
     }
+    // The job's codec, if this consumer decodes it and is remote (or the job forces it).
+    out->compression =
+        ChooseWireCompression(job, request.accepted_compression(), context_->peer());
     ReaderOptions open;
     // Coordinated reads: one process per consumer_index (independent reads key their consumers
     // by consumer_id; several processes may share an index there, each stealing steps).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <map>
 #include <string>
@@ -55,6 +56,49 @@ void PutFixed32(std::string* out, uint32_t v) {
 }
 
 void DeleteBufferRef(void* p) { delete static_cast<std::shared_ptr<TensorBuffer>*>(p); }
+
+// This thread's CPU time, for the codec's cost.
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// The most raw bytes `codec` can make of `compressed` bytes: LZ4's block format expands a byte
+// at most 255 times; a zstd block of at most 128 KiB takes at least 3 bytes. A header claiming
+// more is refused before anything is allocated.
+uint64_t MaxRawBytes(WireCompression codec, uint64_t compressed) {
+  const uint64_t ratio = codec == WireCompression::kLz4 ? 256 : 43691;
+  const uint64_t slack = codec == WireCompression::kLz4 ? 64 : (uint64_t{1} << 17);
+  if (compressed > (std::numeric_limits<uint64_t>::max() - slack) / ratio) {
+    return std::numeric_limits<uint64_t>::max();
+  }
+  return compressed * ratio + slack;
+}
+
+// One received gRPC slice that decoded tensors view (StepFrameDecoder's view_received_slices):
+// holds a reference to the slice, so gRPC frees its memory only when the last tensor viewing
+// it goes, and charges the slice's size to the process's memory budget meanwhile.
+class ReceivedSliceBuffer : public TensorBuffer {
+ public:
+  // nullptr when the budget refuses the slice's size (the tensors are then copied).
+  static std::shared_ptr<TensorBuffer> Create(const grpc::Slice& slice) {
+    const int64_t charge = static_cast<int64_t>(slice.size());
+    if (!ProcessMemoryBudget().TryCharge(charge)) return nullptr;
+    return std::shared_ptr<TensorBuffer>(new ReceivedSliceBuffer(slice, charge));
+  }
+  ~ReceivedSliceBuffer() override { ProcessMemoryBudget().Release(charged_); }
+  // gRPC hands received bytes out as const; they are this buffer's alone once received (see
+  // step_frame.h), so a trainer may write its tensor's bytes.
+  void* data() override { return const_cast<uint8_t*>(slice_.begin()); }
+  size_t size() const override { return slice_.size(); }
+
+ private:
+  ReceivedSliceBuffer(const grpc::Slice& slice, int64_t charged)
+      : slice_(slice), charged_(charged) {}
+  const grpc::Slice slice_;
+  const int64_t charged_;
+};
 
 }  // namespace
 
@@ -159,6 +203,10 @@ class SliceBuilder {
   SendBufferPool::Buffer* pending_ = nullptr;
 };
 
+}  // namespace
+
+namespace step_frame_internal {
+
 // Reads the received slices as one byte stream.
 class SliceReader {
  public:
@@ -171,6 +219,24 @@ class SliceReader {
     slices_.clear();
     return std::move(slices_);
   }
+
+  // Where the reader is: Seek(position()) returns to it.
+  struct Position {
+    size_t index;
+    size_t offset;
+    size_t remaining;
+  };
+  Position position() const { return Position{index_, offset_, remaining_}; }
+  void Seek(const Position& p) {
+    index_ = p.index;
+    offset_ = p.offset;
+    remaining_ = p.remaining;
+  }
+  // After a successful Peek: the slice the bytes lie in, and their offset in it.
+  size_t slice_index() const { return index_; }
+  size_t slice_offset() const { return offset_; }
+  const grpc::Slice& slice(size_t i) const { return slices_[i]; }
+  size_t num_slices() const { return slices_.size(); }
 
   // Requires n <= remaining().
   void Read(void* dst, size_t n) {
@@ -218,6 +284,12 @@ class SliceReader {
   size_t offset_ = 0;
   size_t remaining_ = 0;
 };
+
+}  // namespace step_frame_internal
+
+namespace {
+
+using step_frame_internal::SliceReader;
 
 // Reads [fixed32 L][L bytes] and parses the L bytes into `message` (which parsing clears).
 absl::Status ReadHeader(SliceReader* reader, google::protobuf::MessageLite* message,
@@ -553,6 +625,11 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
     }
   }
   if (send_pool_ == nullptr) send_pool_ = std::make_shared<SendBufferPool>();
+  if (compression_ != WireCompression::kNone) {
+    bool sent = false;
+    RETURN_IF_ERROR(EncodeCompressed(steps, out, &sent));
+    if (sent) return absl::OkStatus();
+  }
   SliceBuilder builder(send_pool_.get(), &slices_);
   std::string* pending = builder.pending(4 + header_size + inline_bytes);
   PutFixed32(pending, static_cast<uint32_t>(header_size));
@@ -581,6 +658,74 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
   return absl::OkStatus();
 }
 
+absl::Status StepFrameEncoder::EncodeCompressed(absl::Span<const WireStepView> steps,
+                                                grpc::ByteBuffer* out, bool* sent) {
+  parts_.clear();
+  size_t raw = 0;
+  for (const WireStepView& step : steps) {
+    for (size_t p = 0; p < step.num_pieces; ++p) {
+      for (const Tensor& t : step.pieces[p]) {
+        if (t.dtype() == DType::kString) {
+          for (int64_t e = 0; e < t.num_elements(); ++e) {
+            if (!t.string_at(e).empty()) parts_.push_back(t.string_at(e));
+          }
+        } else if (t.byte_size() > 0) {
+          parts_.emplace_back(static_cast<const char*>(t.raw_data()), t.byte_size());
+        }
+        raw += t.payload_bytes();
+      }
+    }
+  }
+  // The payload compressed into a pooled string; sent only when it shrank enough.
+  SendBufferPool::Buffer* compressed = nullptr;
+  if (raw > 0) {
+    compressed = send_pool_->Take();
+    const double cpu_start = ThreadCpuSeconds();
+    absl::Status s = CompressPayload(compression_, parts_, &compressed->bytes);
+    const double cpu = ThreadCpuSeconds() - cpu_start;
+    compression_stats_.cpu_seconds += cpu;
+    // Counted whether it is sent compressed or not: the CPU was spent either way.
+    CountCompression(s.ok() && compressed->bytes.size() <= raw - raw / 16
+                         ? compressed->bytes.size()
+                         : raw,
+                     raw, cpu);
+    // Sent compressed only when it saves at least 1/16 of the bytes: below that the
+    // consumer's decompression costs more than the wire saves (bench/RESULTS.md, issue 28).
+    if (!s.ok() || compressed->bytes.size() > raw - raw / 16) {
+      SendBufferPool::Release(compressed);
+      compressed = nullptr;
+      if (!s.ok() && s.code() != absl::StatusCode::kInvalidArgument) return s;
+    }
+  }
+  compression_stats_.raw_bytes += raw;
+  if (compressed == nullptr) {  // the caller sends the frame raw
+    ++compression_stats_.frames_raw;
+    compression_stats_.sent_bytes += raw;
+    *sent = false;
+    return absl::OkStatus();
+  }
+  ++compression_stats_.frames_compressed;
+  compression_stats_.sent_bytes += compressed->bytes.size();
+  header_.set_compression(ToProto(compression_));
+  header_.set_compressed_bytes(compressed->bytes.size());
+  header_.set_raw_payload_bytes(raw);
+  const size_t header_size = header_.ByteSizeLong();
+  SliceBuilder builder(send_pool_.get(), &slices_);
+  std::string* pending = builder.pending(4 + header_size);
+  PutFixed32(pending, static_cast<uint32_t>(header_size));
+  const size_t at = pending->size();
+  pending->resize(at + header_size);
+  header_.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(pending->data() + at));
+  builder.Flush();
+  slices_.emplace_back(compressed->bytes.data(), compressed->bytes.size(),
+                       &SendBufferPool::Release, compressed);
+  grpc::ByteBuffer bb(slices_.data(), slices_.size());
+  slices_.clear();
+  out->Swap(&bb);
+  *sent = true;
+  return absl::OkStatus();
+}
+
 absl::Status EncodeStepFrame(const StepFrame& frame, grpc::ByteBuffer* out) {
   StepFrameEncoder encoder;
   return encoder.Encode(frame, out);
@@ -599,7 +744,11 @@ struct StepFrameDecoder::Scratch {
     int64_t elements;
     uint64_t byte_size;
     uint32_t lengths_begin;  // into lengths (strings)
-    size_t offset;           // in the frame buffer (numeric, byte_size > 0)
+    size_t offset;           // in the frame buffer (numeric, byte_size > 0, copied)
+    // A view (PlanViews): the received slice it lies in (into slice_buffers) and its offset
+    // there; -1: copied into the frame buffer.
+    int64_t view_slice = -1;
+    size_t view_offset = 0;
   };
   struct StepDesc {
     int64_t task_step;
@@ -640,7 +789,11 @@ struct StepFrameDecoder::Scratch {
 
   proto::StepFrameHeader header;
   std::string header_copy;  // a header split across slices
+  std::string compressed_copy;  // a compressed payload split across slices
   std::vector<grpc::Slice> slices;
+  // Per received slice of the frame being decoded, the buffer its views share (null: none
+  // yet); emptied after each frame, so that only the decoded tensors keep slices alive.
+  std::vector<std::shared_ptr<TensorBuffer>> slice_buffers;
   std::vector<TensorDesc> tensors;
   std::vector<StepDesc> steps;
   std::vector<uint32_t> piece_sizes;  // tensors per piece
@@ -813,17 +966,115 @@ absl::Status DescribeCompact(const proto::StepFrameHeader& header, const Compact
   return absl::OkStatus();
 }
 
+// A compressed frame's header: a codec this build knows, compressed_bytes exactly what
+// follows, and a raw size the codec could make of them (the caller then checks it against the
+// tensors the header describes and the credit).
+absl::Status CheckCompressedSizes(const proto::StepFrameHeader& header, size_t following,
+                                  WireCompression* codec) {
+  absl::StatusOr<WireCompression> c = FromProto(header.compression());
+  if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("step frame: ", c.status().message()));
+  if (header.compressed_bytes() != following) {
+    return absl::DataLossError(absl::StrCat("step frame: the header says ",
+                                            header.compressed_bytes(), " compressed bytes, ",
+                                            following, " follow"));
+  }
+  if (header.raw_payload_bytes() > MaxRawBytes(*c, following)) {
+    return absl::DataLossError(absl::StrCat(
+        "step frame: ", following, " bytes of ", WireCompressionName(*c),
+        " cannot decompress to the ", header.raw_payload_bytes(), " raw bytes the header says"));
+  }
+  *codec = *c;
+  return absl::OkStatus();
+}
+
+// For view_received_slices: decides, for each numeric tensor of the described frame, whether
+// it is a view of the slice it lies in (large enough, inside one slice, aligned to its dtype,
+// the budget accepting the slice) or copied, and lays the copied ones out in the frame buffer
+// again (x->numeric shrinks to their size). `reader` is at the payload and is left there.
+// `decompressed`: the buffer the reader's one slice is (a decompressed payload), whose tensors
+// are views of it where aligned; null: the received slices.
+void PlanViews(SliceReader* reader, Scratch* x, std::shared_ptr<TensorBuffer> decompressed) {
+  const SliceReader::Position start = reader->position();
+  x->slice_buffers.assign(reader->num_slices(), nullptr);
+  if (decompressed != nullptr && !x->slice_buffers.empty()) {
+    x->slice_buffers[0] = std::move(decompressed);
+  }
+  x->numeric = 0;
+  for (Scratch::TensorDesc& d : x->tensors) {
+    d.view_slice = -1;
+    if (d.dtype != DType::kString && d.byte_size >= kViewMinBytes) {
+      const uint8_t* p = reader->Peek(d.byte_size);
+      if (p != nullptr && reinterpret_cast<uintptr_t>(p) % DTypeSize(d.dtype) == 0) {
+        std::shared_ptr<TensorBuffer>& buffer = x->slice_buffers[reader->slice_index()];
+        if (buffer == nullptr) buffer = ReceivedSliceBuffer::Create(reader->slice(reader->slice_index()));
+        if (buffer != nullptr) {
+          d.view_slice = static_cast<int64_t>(reader->slice_index());
+          d.view_offset = reader->slice_offset();
+        }
+      }
+    }
+    if (d.view_slice < 0 && d.dtype != DType::kString && d.byte_size > 0) {
+      d.offset = RoundUpToAlignment(x->numeric);
+      x->numeric = d.offset + d.byte_size;
+    }
+    reader->Skip(d.byte_size);
+  }
+  reader->Seek(start);
+}
+
 }  // namespace
 
 StepFrameDecoder::StepFrameDecoder(TensorAllocator allocator,
-                                   std::shared_ptr<const CompactSpec> spec)
+                                   std::shared_ptr<const CompactSpec> spec,
+                                   bool view_received_slices)
     : allocator_(allocator ? std::move(allocator) : PooledHostAllocator()),
-      spec_(std::move(spec)), scratch_(std::make_unique<Scratch>()) {}
+      spec_(std::move(spec)), view_received_slices_(view_received_slices),
+      scratch_(std::make_unique<Scratch>()) {}
 
 StepFrameDecoder::~StepFrameDecoder() = default;
 
 absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame* out) {
   return Decode(buffer, out, FrameCreditLimit{});
+}
+
+absl::Status StepFrameDecoder::Decompress(WireCompression codec, size_t raw_bytes,
+                                          step_frame_internal::SliceReader* reader,
+                                          std::shared_ptr<TensorBuffer>* raw) {
+  Scratch* x = scratch_.get();
+  const size_t compressed = reader->remaining();
+  const uint8_t* src = reader->Peek(compressed);
+  if (src == nullptr) {  // spread over slices: one contiguous copy
+    x->compressed_copy.resize(compressed);
+    reader->Read(x->compressed_copy.data(), compressed);
+    src = reinterpret_cast<const uint8_t*>(x->compressed_copy.data());
+  }
+  if (raw_bytes > 0) {
+    *raw = allocator_(raw_bytes);
+    if (*raw == nullptr || (*raw)->data() == nullptr || (*raw)->size() < raw_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "step frame: cannot allocate ", raw_bytes, " bytes to decompress the payload into"));
+    }
+  }
+  const double cpu_start = ThreadCpuSeconds();
+  absl::Status s = DecompressPayload(
+      codec, src, compressed,
+      raw_bytes > 0 ? static_cast<uint8_t*>((*raw)->data()) : nullptr, raw_bytes);
+  const double cpu = ThreadCpuSeconds() - cpu_start;
+  stats_.decompress_cpu_seconds += cpu;
+  if (!s.ok()) return absl::DataLossError(absl::StrCat("step frame: ", s.message()));
+  CountDecompression(compressed, raw_bytes, cpu);
+  stats_.compressed_frames += 1;
+  stats_.compressed_bytes += compressed;
+  stats_.decompressed_bytes += raw_bytes;
+  // From here the reader reads the decompressed payload (the received slices go back).
+  x->slices = reader->TakeSlices();
+  std::vector<grpc::Slice> one;
+  if (raw_bytes > 0) {
+    one.emplace_back((*raw)->data(), raw_bytes, &DeleteBufferRef,
+                     new std::shared_ptr<TensorBuffer>(*raw));
+  }
+  *reader = SliceReader(std::move(one));
+  return absl::OkStatus();
 }
 
 absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame* out,
@@ -841,7 +1092,13 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
   SliceReader reader(std::move(x->slices));
   proto::StepFrameHeader& header = x->header;
   absl::Status s = ReadHeader(&reader, &header, "step frame", &x->header_copy);
-  const size_t available = reader.remaining();
+  // The payload's bytes: what follows, or what it decompresses to.
+  size_t available = reader.remaining();
+  WireCompression codec = WireCompression::kNone;
+  if (s.ok() && header.compression() != proto::WIRE_COMPRESSION_NONE) {
+    s = CheckCompressedSizes(header, available, &codec);
+    if (s.ok()) available = static_cast<size_t>(header.raw_payload_bytes());
+  }
   if (s.ok()) {
     if (header.compact_steps() > 0 || header.compact_values_size() > 0) {
       if (header.steps_size() > 0) {
@@ -871,6 +1128,13 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
                                            " bytes of credit granted"));
     }
   }
+  if (s.ok() && codec != WireCompression::kNone) {
+    std::shared_ptr<TensorBuffer> raw;
+    s = Decompress(codec, available, &reader, &raw);
+    if (s.ok()) PlanViews(&reader, x, std::move(raw));
+  } else if (s.ok() && view_received_slices_) {
+    PlanViews(&reader, x, nullptr);
+  }
   std::shared_ptr<TensorBuffer> frame_buffer;
   if (s.ok() && x->numeric > 0) {
     frame_buffer = allocator_(x->numeric);
@@ -881,10 +1145,12 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
     }
   }
   if (!s.ok()) {
+    x->slice_buffers.clear();
     x->slices = reader.TakeSlices();
     return s;
   }
 
+  Stats counted;
   out->steps.clear();
   out->end_of_task = header.end_of_task();
   out->status = header.error_code() == 0
@@ -915,6 +1181,7 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
           }
           absl::StatusOr<Tensor> strings = Tensor::TryAllocateStrings(shape, chars, "step frame");
           if (!strings.ok()) {
+            x->slice_buffers.clear();
             x->slices = reader.TakeSlices();
             return absl::Status(strings.status().code(),
                                 absl::StrCat(WhereText(Where{sd.task_step, p, i}), ": ",
@@ -930,9 +1197,20 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
         } else if (d.byte_size == 0) {
           piece.push_back(Tensor::Allocate(d.dtype, shape));  // no bytes
         } else {
-          reader.Read(static_cast<char*>(frame_buffer->data()) + d.offset, d.byte_size);
-          absl::StatusOr<Tensor> t = Tensor::Wrap(d.dtype, shape, frame_buffer, d.offset);
+          absl::StatusOr<Tensor> t;
+          if (d.view_slice >= 0) {
+            reader.Skip(d.byte_size);
+            t = Tensor::Wrap(d.dtype, shape, x->slice_buffers[d.view_slice], d.view_offset);
+            ++counted.viewed_tensors;
+            counted.viewed_bytes += d.byte_size;
+          } else {
+            reader.Read(static_cast<char*>(frame_buffer->data()) + d.offset, d.byte_size);
+            t = Tensor::Wrap(d.dtype, shape, frame_buffer, d.offset);
+            ++counted.copied_tensors;
+            counted.copied_bytes += d.byte_size;
+          }
           if (!t.ok()) {
+            x->slice_buffers.clear();
             x->slices = reader.TakeSlices();
             return absl::Status(t.status().code(),
                                 absl::StrCat(WhereText(Where{sd.task_step, p, i}), ": ",
@@ -943,7 +1221,12 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
       }
     }
   }
+  x->slice_buffers.clear();
   x->slices = reader.TakeSlices();
+  stats_.viewed_tensors += counted.viewed_tensors;
+  stats_.viewed_bytes += counted.viewed_bytes;
+  stats_.copied_tensors += counted.copied_tensors;
+  stats_.copied_bytes += counted.copied_bytes;
   return absl::OkStatus();
 }
 

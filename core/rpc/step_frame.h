@@ -30,9 +30,28 @@
 // one buffer per frame from an injectable TensorAllocator (pinned host memory, a pool, ...):
 // the frame's numeric tensors are views of it at 64-byte aligned offsets (one allocation a
 // frame, however many steps and tensors it carries; the buffer lives while any of them does).
+// A decoder made with view_received_slices copies less: a numeric tensor of kViewMinBytes or
+// more that lies inside one received slice, at an address aligned to its dtype's size (what
+// numpy, DLPack consumers and typed C++ access need), is a view of that slice instead, its
+// TensorBuffer holding a reference to the slice (gRPC frees the slice's memory when the last
+// reference goes, and never writes it again: a trainer writing into such a tensor changes that
+// tensor only). Tensors that straddle slices, are misaligned or small are copied as above. A
+// view keeps its whole slice alive (at most one of gRPC's read chunks) and is charged to the
+// process's memory budget for the slice's size while it lives; when the budget refuses, the
+// tensor is copied (and the allocator decides).
 // StepFrameEncoder / StepFrameDecoder keep their header message and scratch vectors from frame
 // to frame, so a stream's steady state parses into memory it already has. Error messages are
 // built only on the error path.
+//
+// Compression (core/rpc/wire_compression.h): an encoder made with a codec compresses each
+// frame's payload as one block and sends [L][header][compressed payload], the header saying
+// the codec, compressed_bytes and raw_payload_bytes; a frame whose payload shrinks by less
+// than 1/16 (or is empty) goes raw. The decoder checks, before it allocates anything, that compressed_bytes
+// is what follows, that raw_payload_bytes is what the header's tensors describe, that the
+// codec could expand that many bytes to it (LZ4 at most 256x, zstd 43691x) and that it fits
+// the credit; it then decompresses into one buffer from its allocator (RESOURCE_EXHAUSTED when
+// refused) and decodes the tensors from there (views of it where aligned, else copies).
+// Corrupt data or a size that does not match is DATA_LOSS.
 //
 // Consumer -> worker messages (StreamRequest, CreditGrant) are [fixed32 L][ConsumerMessage].
 //
@@ -50,6 +69,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/rpc/wire_compression.h"
 #include "sluice/element.h"
 #include "sluice/tensor.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -58,6 +78,9 @@
 namespace sluice {
 
 class SendBufferPool;
+namespace step_frame_internal {
+class SliceReader;  // step_frame.cc
+}  // namespace step_frame_internal
 
 // One consumer's share of one step: the pieces of its local replicas, each piece the leaves of
 // one element in flatten order.
@@ -91,6 +114,10 @@ TensorAllocator PooledHostAllocator(size_t max_idle_bytes = kDefaultIdleHostByte
 
 // Numeric tensors at least this large are sent from their own buffers; smaller ones are copied.
 inline constexpr size_t kZeroCopyMinBytes = 4096;
+// Numeric tensors at least this large may be received as views of gRPC's slices
+// (StepFrameDecoder's view_received_slices); smaller ones are always copied, so that a small
+// tensor a trainer keeps does not keep a whole read chunk alive.
+inline constexpr size_t kViewMinBytes = 4096;
 
 // Bytes of tensor payload the frame carries (what a bandwidth figure counts).
 size_t StepPayloadBytes(const WireStep& step);
@@ -140,9 +167,11 @@ struct WireStepView {
 // Thread-compatible (one per stream).
 class StepFrameEncoder {
  public:
-  // `spec`: the stream's negotiated spec; null for full headers only.
-  explicit StepFrameEncoder(std::shared_ptr<const CompactSpec> spec = nullptr)
-      : spec_(std::move(spec)) {}
+  // `spec`: the stream's negotiated spec; null for full headers only. `compression`: the
+  // stream's negotiated codec (kNone: raw frames).
+  explicit StepFrameEncoder(std::shared_ptr<const CompactSpec> spec = nullptr,
+                            WireCompression compression = WireCompression::kNone)
+      : spec_(std::move(spec)), compression_(compression) {}
 
   // INVALID_ARGUMENT naming the step, piece and tensor for an invalid tensor or one not in
   // host memory. A non-OK `status` is the frame's error (the stream's last frame).
@@ -151,11 +180,30 @@ class StepFrameEncoder {
   absl::Status Encode(const StepFrame& frame, grpc::ByteBuffer* out);
   // Whether the last successful Encode wrote the compact form (tests, metrics).
   bool last_compact() const { return last_compact_; }
+  // What compression did over this encoder's frames: payload bytes given to the codec, the
+  // bytes that left (compressed, or raw where a frame did not shrink), CPU seconds of the
+  // codec. Metrics and benchmarks.
+  struct CompressionStats {
+    uint64_t raw_bytes = 0;
+    uint64_t sent_bytes = 0;
+    uint64_t frames_compressed = 0;
+    uint64_t frames_raw = 0;
+    double cpu_seconds = 0;
+  };
+  const CompressionStats& compression_stats() const { return compression_stats_; }
 
  private:
   bool AllMatch(absl::Span<const WireStepView> steps) const;
+  // After the header is filled: sends the frame with its payload compressed (*sent true), or
+  // leaves *out and the header alone (*sent false) when the payload is empty or shrinks by
+  // less than 1/16. INTERNAL when the codec fails.
+  absl::Status EncodeCompressed(absl::Span<const WireStepView> steps, grpc::ByteBuffer* out,
+                                bool* sent);
 
   const std::shared_ptr<const CompactSpec> spec_;
+  const WireCompression compression_;
+  CompressionStats compression_stats_;
+  std::vector<absl::string_view> parts_;
   proto::StepFrameHeader header_;
   std::vector<WireStepView> views_;
   std::vector<grpc::Slice> slices_;
@@ -180,8 +228,11 @@ struct FrameCreditLimit {
 class StepFrameDecoder {
  public:
   // `allocator` may be empty (a PooledHostAllocator of the decoder's own); `spec` null: no
-  // compact headers.
-  StepFrameDecoder(TensorAllocator allocator, std::shared_ptr<const CompactSpec> spec);
+  // compact headers; `view_received_slices`: tensors as views of the received slices where
+  // they can be (see the top of this file); only for host memory consumers (a consumer that
+  // wants its tensors in the allocator's memory, pinned for a device copy, leaves it false).
+  StepFrameDecoder(TensorAllocator allocator, std::shared_ptr<const CompactSpec> spec,
+                   bool view_received_slices = false);
   ~StepFrameDecoder();
 
   // As DecodeStepFrame. A compact header is INVALID_ARGUMENT naming the step, piece and tensor
@@ -194,12 +245,37 @@ class StepFrameDecoder {
   absl::Status Decode(const grpc::ByteBuffer& buffer, StepFrame* out,
                       const FrameCreditLimit& limit);
 
+  // What the decoder did with the numeric tensors (size > 0) of the frames it decoded
+  // successfully: received as views of gRPC's slices (or of a decompressed payload), or
+  // copied; and the compressed frames: their bytes received, raw bytes, and the thread CPU
+  // seconds decompression took. Tests, metrics and benchmarks.
+  struct Stats {
+    uint64_t viewed_tensors = 0;
+    uint64_t viewed_bytes = 0;
+    uint64_t copied_tensors = 0;
+    uint64_t copied_bytes = 0;
+    uint64_t compressed_frames = 0;
+    uint64_t compressed_bytes = 0;
+    uint64_t decompressed_bytes = 0;
+    double decompress_cpu_seconds = 0;
+  };
+  const Stats& stats() const { return stats_; }
+
   // The header and frame description kept between frames (step_frame.cc only).
   struct Scratch;
 
  private:
+  // Decompresses the rest of `reader` (`codec`, into `raw_bytes` from the allocator) and
+  // points the reader at the result. RESOURCE_EXHAUSTED when the allocator refuses,
+  // DATA_LOSS when the data is corrupt or not raw_bytes long.
+  absl::Status Decompress(WireCompression codec, size_t raw_bytes,
+                          step_frame_internal::SliceReader* reader,
+                          std::shared_ptr<TensorBuffer>* raw);
+
   TensorAllocator allocator_;
   const std::shared_ptr<const CompactSpec> spec_;
+  const bool view_received_slices_;
+  Stats stats_;
   std::unique_ptr<Scratch> scratch_;
 };
 

@@ -46,6 +46,11 @@ enum class ServiceReadMode { kCoordinated, kIndependent };
 // whichever workers have room (elastic; docs/SERVICE.md, "Global order").
 enum class ServiceShardingPolicy { kAuto, kFile, kData, kHint, kOff, kDynamic, kRanges };
 
+// Wire compression of the steps workers send this job's consumers (docs/SERVICE.md, "Wire
+// compression"): for clusters whose network, not CPU, limits input. kLz4 is fast (GB/s a
+// core), kZstd (level 1) shrinks more for more CPU.
+enum class ServiceCompression { kNone, kLz4, kZstd };
+
 // How a kRanges job visits the dataset's records each epoch.
 enum class ServiceShuffle {
   kNone,   // record order
@@ -143,6 +148,12 @@ struct ServiceOptions {
   // How often each iterator asks the coordinator where its tasks are (new ranges, tasks moved
   // to another worker: a stream to a worker whose link was cut is then abandoned).
   absl::Duration heartbeat_interval = absl::Milliseconds(200);
+  // The job's wire compression (an option of the job: consumers of one job name must agree).
+  // Workers compress a stream's frames with it only when the consumer is on another host;
+  // force_compression compresses on loopback too (tests, measuring the codec's cost). Each
+  // frame whose payload shrinks by less than 1/16 (random or compressed bytes) goes raw.
+  ServiceCompression compression = ServiceCompression::kNone;
+  bool force_compression = false;
 };
 
 // Registers `dataset` with the coordinator, gets or creates the job (replicas_per_consumer =

@@ -24,6 +24,7 @@ from .distribute import DistributedDataset
 ReadMode = _sluice.ServiceReadMode
 ShardingPolicy = _sluice.ServiceShardingPolicy
 Shuffle = _sluice.ServiceShuffle
+Compression = _sluice.ServiceCompression
 
 
 def _enum(enum, value, what):
@@ -103,7 +104,8 @@ def distribute_from_service(strategy, dataset, coordinator=None, job="", consume
                             per_replica_buffer_size=1, receive_budget_bytes=64 << 20,
                             retry_deadline=60.0,
                             rpc_deadline=10.0, token="", tls=False, tls_ca_file="",
-                            tls_cert_file="", tls_key_file="", tls_server_name=""):
+                            tls_cert_file="", tls_key_file="", tls_server_name="",
+                            compression="none", force_compression=False):
     """A DistributedDataset whose iterators stream ``dataset``'s steps from the service.
 
     Consumers naming the same ``job`` share it (required with more than one consumer unless
@@ -112,6 +114,9 @@ def distribute_from_service(strategy, dataset, coordinator=None, job="", consume
     consumer sees the same number of steps. ``sharding_policy``: auto, file, data, hint, off,
     dynamic or ranges (a deterministic global order that survives worker failures and can be
     resumed). ``resume_from``: bytes from an earlier iterator's ``checkpoint()``.
+    ``compression``: the job's wire compression, none, lz4 or zstd (for network-bound
+    clusters: workers on other hosts compress each frame that shrinks; ``force_compression``
+    compresses on loopback too).
     Durations are in seconds. Raises InvalidArgumentError for bad options and the
     coordinator's validation errors, UnavailableError when the coordinator cannot be reached
     within ``retry_deadline``.
@@ -139,6 +144,8 @@ def distribute_from_service(strategy, dataset, coordinator=None, job="", consume
     set_connection(o, retry_deadline, rpc_deadline, token, tls, tls_ca_file, tls_cert_file,
                    tls_key_file, tls_server_name)
     o.resume_from = resume_from
+    o.compression = _enum(Compression, compression, "compression")
+    o.force_compression = bool(force_compression)
     dd = _sluice._distribute_from_service(strategy._s, dataset._ds, o)
     length = None
     if o.read_mode == ReadMode.COORDINATED and resume_from is None:

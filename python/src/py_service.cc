@@ -49,6 +49,11 @@ void RegisterService(py::module_& m) {
       .value("FULL", ServiceShuffle::kFull)
       .value("BLOCK", ServiceShuffle::kBlock);
 
+  py::enum_<ServiceCompression>(m, "ServiceCompression")
+      .value("NONE", ServiceCompression::kNone)
+      .value("LZ4", ServiceCompression::kLz4)
+      .value("ZSTD", ServiceCompression::kZstd);
+
   py::class_<ServiceOptions> options(m, "_ServiceOptions");
   options.def(py::init<>())
       .def_readwrite("coordinator_address", &ServiceOptions::coordinator_address)
@@ -61,6 +66,8 @@ void RegisterService(py::module_& m) {
       .def_readwrite("receive_budget_bytes", &ServiceOptions::receive_budget_bytes)
       .def_readwrite("fetch_to_device", &ServiceOptions::fetch_to_device)
       .def_readwrite("per_replica_buffer_size", &ServiceOptions::per_replica_buffer_size)
+      .def_readwrite("compression", &ServiceOptions::compression)
+      .def_readwrite("force_compression", &ServiceOptions::force_compression)
       .def_property(
           "tls", [](const ServiceOptions& o) { return o.security.tls; },
           [](ServiceOptions& o, bool v) { o.security.tls = v; })

@@ -122,22 +122,26 @@ def test_steps_that_share_nothing_are_not_copied():
     assert step.values[0]._buffer_refs == 2  # the two replicas, nothing else
 
 
-def test_service_steps_are_never_copied(cluster):
-    # Small steps arrive several to a frame (views of one receive buffer at disjoint offsets):
-    # none of them is copied, and changing one in place changes no other.
+@pytest.mark.parametrize("batch,steps", [(8, 500), (1024, 64)])
+def test_service_steps_are_never_copied(cluster, batch, steps):
+    # Small steps arrive several to a frame (views of one receive buffer at disjoint offsets);
+    # 8 KiB steps mostly as views of gRPC's received 64 KiB slices, several steps to a slice
+    # (core/rpc/step_frame.h). None of them is copied, and changing one in place changes no
+    # other, nor any later one.
     strategy = sluice.MirroredStrategy(["CPU:0"])
     dist = sluice.distribute_from_service(
-        strategy, sluice.data.parse("range(4000).batch(8)"), coordinator=cluster.coordinator,
-        job="never-copied", sharding_policy="ranges")
+        strategy, sluice.data.parse("range(%d).batch(%d)" % (batch * steps, batch)),
+        coordinator=cluster.coordinator, job="never-copied-%d" % batch,
+        sharding_policy="ranges")
     before = _sluice._handout_copies()
-    steps = []
+    got = []
     for step in dist:
         torch.from_dlpack(step).mul_(-1)
-        steps.append(step)
+        got.append(step)
     assert _sluice._handout_copies() == before
-    assert len(steps) == 500
-    for i, step in enumerate(steps):
-        assert np.asarray(step).tolist() == [-v for v in range(8 * i, 8 * i + 8)]
+    assert len(got) == steps
+    for i, step in enumerate(got):
+        assert np.asarray(step).tolist() == [-v for v in range(batch * i, batch * i + batch)]
 
 
 def test_a_step_from_a_constant_does_not_hold_the_constant():

@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/worker/step_frame_test_util.h"
 
 namespace sluice {
 namespace {
@@ -17,41 +18,6 @@ Tensor Filled(DType dtype, const Shape& shape) {
   auto* p = static_cast<uint8_t*>(t.mutable_raw_data());
   for (size_t i = 0; i < t.byte_size(); ++i) p[i] = static_cast<uint8_t>(i * 7 + 3);
   return t;
-}
-
-std::vector<grpc::Slice> SlicesOf(const grpc::ByteBuffer& bb) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(bb.Dump(&slices).ok());
-  return slices;
-}
-
-std::string Flatten(const grpc::ByteBuffer& bb) {
-  std::string out;
-  for (const grpc::Slice& s : SlicesOf(bb)) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return out;
-}
-
-grpc::ByteBuffer FromString(const std::string& bytes) {
-  grpc::Slice s(bytes);
-  return grpc::ByteBuffer(&s, 1);
-}
-
-void ExpectSameFrame(const StepFrame& a, const StepFrame& b) {
-  ASSERT_EQ(a.steps.size(), b.steps.size());
-  EXPECT_EQ(a.end_of_task, b.end_of_task);
-  for (size_t s = 0; s < a.steps.size(); ++s) {
-    EXPECT_EQ(a.steps[s].task_step, b.steps[s].task_step);
-    EXPECT_EQ(a.steps[s].global_step, b.steps[s].global_step);
-    EXPECT_EQ(a.steps[s].num_real_pieces, b.steps[s].num_real_pieces);
-    ASSERT_EQ(a.steps[s].pieces.size(), b.steps[s].pieces.size());
-    for (size_t p = 0; p < a.steps[s].pieces.size(); ++p) {
-      ASSERT_EQ(a.steps[s].pieces[p].size(), b.steps[s].pieces[p].size());
-      for (size_t i = 0; i < a.steps[s].pieces[p].size(); ++i) {
-        EXPECT_TRUE(a.steps[s].pieces[p][i].Equals(b.steps[s].pieces[p][i]))
-            << "step " << s << " piece " << p << " tensor " << i;
-      }
-    }
-  }
 }
 
 TEST(StepFrameTest, RoundTripsEveryDTypeAndEmptyTensors) {

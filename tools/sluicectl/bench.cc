@@ -24,7 +24,15 @@
 //     {"op": "op 2 (batch)", "elements": .., "calls": .., "seconds": .., "self_seconds": ..}
 //     (core/data/op_profile.h; warm-up steps included); otherwise null. Through the service the
 //     ops run on the workers: `sluice-worker --op_metrics` exports the same figures.
+//   - wire (service mode; null in local mode), over the measured steps: "compression" (the
+//     --compression asked for), "compressed_frames" received, "wire_bytes" and "raw_bytes" of
+//     those frames, "ratio" (raw / wire; null without compressed frames),
+//     "decompress_cpu_seconds_per_gb" (this process's CPU in the codec per GB of raw bytes),
+//     "process_cpu_seconds_per_gb" (all of this process's CPU, user + system, per GB of
+//     `bytes`: the consumer's whole cost of receiving). The workers' compression CPU is on
+//     the workers (their sluice_wire_compress_* metrics are not read here).
 // While stderr is a terminal, a progress line is redrawn there about twice a second.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -44,6 +52,7 @@
 #include "absl/strings/str_format.h"
 #include "core/data/op_profile.h"
 #include "core/obs/latency_histogram.h"
+#include "core/rpc/wire_compression.h"
 #include "core/util/json_value.h"
 #include "core/util/status_macros.h"
 #include "sluice/dataset.h"
@@ -88,6 +97,9 @@ struct BenchResult {
   int64_t bytes = 0;
   bool end_of_data = false;
   LatencyHistogram wait;
+  // Over the measured steps: the decompression this process did, and its CPU time.
+  WireCodecTotals decompressed;
+  double process_cpu_seconds = 0;
   std::shared_ptr<OpProfile> profile;  // null without --profile
 };
 
@@ -143,6 +155,16 @@ class Progress {
   Clock::time_point next_ = Clock::now() + std::chrono::milliseconds(500);
 };
 
+// This process's CPU time so far, user + system.
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+  };
+  return seconds(u.ru_utime) + seconds(u.ru_stime);
+}
+
 absl::StatusOr<BenchResult> RunBench(const BenchParams& p) {
   BenchResult r;
   if (p.profile) {  // before the pipeline is built: MakeIterator wraps the ops it builds
@@ -167,6 +189,8 @@ absl::StatusOr<BenchResult> RunBench(const BenchParams& p) {
     RETURN_IF_ERROR(x.status());
   }
   Progress progress;
+  const WireCodecTotals codec_start = DecompressionTotals();
+  const double cpu_start = ProcessCpuSeconds();
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline =
       p.seconds > 0 ? start + std::chrono::duration_cast<Clock::duration>(
@@ -195,7 +219,35 @@ absl::StatusOr<BenchResult> RunBench(const BenchParams& p) {
   }
   progress.Clear();
   r.seconds = SecondsBetween(start, after);
+  r.process_cpu_seconds = ProcessCpuSeconds() - cpu_start;
+  const WireCodecTotals codec_end = DecompressionTotals();
+  r.decompressed.frames = codec_end.frames - codec_start.frames;
+  r.decompressed.wire_bytes = codec_end.wire_bytes - codec_start.wire_bytes;
+  r.decompressed.raw_bytes = codec_end.raw_bytes - codec_start.raw_bytes;
+  r.decompressed.cpu_seconds = codec_end.cpu_seconds - codec_start.cpu_seconds;
   return r;
+}
+
+// The "wire" object (see the file comment).
+JsonValue WireJson(const BenchResult& r) {
+  const WireCodecTotals& d = r.decompressed;
+  const double raw_gb = static_cast<double>(d.raw_bytes) / 1e9;
+  const double gb = static_cast<double>(r.bytes) / 1e9;
+  return JsonValue::Object({
+      {"compression", JsonValue::String(absl::GetFlag(FLAGS_compression).empty()
+                                            ? "none"
+                                            : absl::GetFlag(FLAGS_compression))},
+      {"compressed_frames", JsonValue::Integer(static_cast<int64_t>(d.frames))},
+      {"wire_bytes", JsonValue::Integer(static_cast<int64_t>(d.wire_bytes))},
+      {"raw_bytes", JsonValue::Integer(static_cast<int64_t>(d.raw_bytes))},
+      {"ratio", d.wire_bytes > 0 ? JsonValue::Number(static_cast<double>(d.raw_bytes) /
+                                                     static_cast<double>(d.wire_bytes))
+                                 : JsonValue::Null()},
+      {"decompress_cpu_seconds_per_gb",
+       raw_gb > 0 ? JsonValue::Number(d.cpu_seconds / raw_gb) : JsonValue::Null()},
+      {"process_cpu_seconds_per_gb",
+       gb > 0 ? JsonValue::Number(r.process_cpu_seconds / gb) : JsonValue::Null()},
+  });
 }
 
 JsonValue Rate(double count, double seconds) {
@@ -258,6 +310,7 @@ std::string ResultJson(const BenchParams& p, const BenchResult& r) {
       {"end_of_data", JsonValue::Bool(r.end_of_data)},
       {"parameters", JsonValue::Object(std::move(params))},
       {"ops", OpsJson(r.profile.get())},
+      {"wire", p.args.coordinator.empty() ? JsonValue::Null() : WireJson(r)},
   });
   return out.ToString();
 }
@@ -309,7 +362,8 @@ SLUICECTL_REGISTER_COMMAND({
               // Service mode (tools/sluicectl/service_dataset.cc).
               "job", "consumer_index", "num_consumers", "sharding_policy", "read_mode",
               "num_tasks", "retry_deadline", "seed", "shuffle", "shuffle_block_size", "epochs",
-              "range_steps", "receive_budget_bytes", "profile"},
+              "range_steps", "receive_budget_bytes", "profile",
+              "compression", "force_compression"},
     .run = &BenchMain,
 });
 

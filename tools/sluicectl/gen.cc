@@ -27,7 +27,8 @@ ABSL_FLAG(int64_t, image_bytes, 3072, "gen: bytes of each Example's 'image' feat
 ABSL_FLAG(int64_t, num_classes, 10, "gen: labels are in [0, num_classes).");
 ABSL_FLAG(std::string, compression, "",
           "gen/inspect: TFRecord compression_type; save: the chunks' compression: '' (none), "
-          "GZIP or ZLIB.");
+          "GZIP or ZLIB. run/bench with --coordinator: the job's wire compression: '' or none, "
+          "lz4, zstd (used for workers on other hosts; --force_compression: on loopback too).");
 
 namespace sluice {
 namespace {

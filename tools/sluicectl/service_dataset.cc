@@ -65,6 +65,9 @@ ABSL_FLAG(absl::Duration, retry_deadline, absl::Seconds(60),
 ABSL_FLAG(int64_t, receive_budget_bytes, int64_t{64} << 20,
           "Service mode: this consumer's receive budget in bytes, shared by its streams: steps "
           "received and not yet consumed plus credit granted to workers (docs/SERVICE.md).");
+ABSL_FLAG(bool, force_compression, false,
+          "Service mode: use --compression on loopback and same-host workers too (by default "
+          "only remote workers compress).");
 namespace sluice {
 namespace {
 
@@ -144,6 +147,19 @@ absl::StatusOr<ServiceFlags> ReadServiceFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--receive_budget_bytes must be positive, got ",
                                                    o.receive_budget_bytes));
   }
+  const std::string compression = absl::AsciiStrToLower(absl::GetFlag(FLAGS_compression));
+  if (compression.empty() || compression == "none") {
+    o.compression = ServiceCompression::kNone;
+  } else if (compression == "lz4") {
+    o.compression = ServiceCompression::kLz4;
+  } else if (compression == "zstd") {
+    o.compression = ServiceCompression::kZstd;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--compression must be none, lz4 or zstd with --coordinator, got '",
+        absl::GetFlag(FLAGS_compression), "'"));
+  }
+  o.force_compression = absl::GetFlag(FLAGS_force_compression);
   o.order.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   ASSIGN_OR_RETURN(o.order.shuffle, ParseShuffle(absl::GetFlag(FLAGS_shuffle)));
   o.order.shuffle_block_size = absl::GetFlag(FLAGS_shuffle_block_size);
