@@ -113,6 +113,9 @@ struct ServiceStepSourceOptions {
   // only the dimensions per_replica_spec leaves open travel with each step. false: full
   // headers (what a consumer of an older release gets).
   bool compact_headers = true;
+  // Offer workers this host's identity for shared memory (StreamRequest.shm_offer,
+  // core/rpc/shm_ring.h); false: TCP only.
+  bool shared_memory = true;
   ChannelFactory channel_factory;  // empty: LimitedChannel with the limits below
   // The channels' receive limit when channel_factory is empty; 0: ReceiveLimitBytes(budget).
   int max_receive_message_bytes = 0;

@@ -487,6 +487,27 @@ bool CompactSpec::Matches(const std::vector<Tensor>& piece) const {
 
 // ---- StepFrameEncoder ----
 
+namespace {
+
+// Calls fn(tensor, end) for each numeric tensor of `steps` with bytes, in header order, `end`
+// being where it ends in the frame buffer the decoder lays out (StepFrameDecoder::Scratch::Add:
+// each tensor at the next 64-byte aligned offset). The last `end` is the buffer's extent.
+template <typename Fn>
+void ForEachNumeric(absl::Span<const WireStepView> steps, Fn fn) {
+  size_t extent = 0;
+  for (const WireStepView& step : steps) {
+    for (size_t p = 0; p < step.num_pieces; ++p) {
+      for (const Tensor& t : step.pieces[p]) {
+        if (t.dtype() == DType::kString || t.byte_size() == 0) continue;
+        extent = RoundUpToAlignment(extent) + t.byte_size();
+        fn(t, extent);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 bool StepFrameEncoder::AllMatch(absl::Span<const WireStepView> steps) const {
   for (const WireStepView& step : steps) {
     for (size_t p = 0; p < step.num_pieces; ++p) {
@@ -538,6 +559,19 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
   } else {
     RETURN_IF_ERROR(FillFullHeader(steps, &header_));
   }
+  if (accept_.has_value()) {
+    *header_.mutable_shm_accept() = *std::move(accept_);
+    accept_.reset();
+  }
+  // Shared memory: the numeric tensors go to the sink's region when it has room.
+  uint8_t* shared = nullptr;
+  size_t extent = 0;
+  if (sink_ != nullptr) {
+    ForEachNumeric(steps, [&](const Tensor&, size_t end) { extent = end; });
+    if (extent > 0) shared = sink_->Reserve(extent, header_.mutable_shm_payload());
+    if (shared == nullptr) header_.clear_shm_payload();
+  }
+  last_shared_bytes_ = shared != nullptr ? extent : 0;
   const size_t header_size = header_.ByteSizeLong();
   if (header_size > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError("step frame header exceeds 4 GiB");
@@ -546,7 +580,8 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
   for (const WireStepView& step : steps) {
     for (size_t p = 0; p < step.num_pieces; ++p) {
       for (const Tensor& t : step.pieces[p]) {
-        if (t.dtype() == DType::kString || t.byte_size() < kZeroCopyMinBytes) {
+        if (t.dtype() == DType::kString ||
+            (shared == nullptr && t.byte_size() < kZeroCopyMinBytes)) {
           inline_bytes += t.payload_bytes();
         }
       }
@@ -559,6 +594,11 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
   const size_t at = pending->size();
   pending->resize(at + header_size);
   header_.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(pending->data() + at));
+  if (shared != nullptr) {
+    ForEachNumeric(steps, [&](const Tensor& t, size_t end) {
+      std::memcpy(shared + (end - t.byte_size()), t.raw_data(), t.byte_size());
+    });
+  }
   for (const WireStepView& step : steps) {
     for (size_t p = 0; p < step.num_pieces; ++p) {
       for (const Tensor& t : step.pieces[p]) {
@@ -566,6 +606,8 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
           for (int64_t e = 0; e < t.num_elements(); ++e) {
             builder.pending()->append(t.string_at(e));
           }
+        } else if (shared != nullptr) {
+          continue;  // in the shared region
         } else if (t.byte_size() >= kZeroCopyMinBytes) {
           builder.AddZeroCopy(t);
         } else if (t.byte_size() > 0) {
@@ -617,6 +659,7 @@ struct StepFrameDecoder::Scratch {
     lengths.clear();
     payload = 0;
     numeric = 0;
+    strings = 0;
   }
   // Adds one tensor after its dims and lengths were appended; checks the payload fits
   // `available` so that a corrupt header cannot make the decoder describe (or later
@@ -631,6 +674,8 @@ struct StepFrameDecoder::Scratch {
     if (dtype != DType::kString && byte_size > 0) {
       offset = RoundUpToAlignment(numeric);
       numeric = offset + byte_size;
+    } else if (dtype == DType::kString) {
+      strings += byte_size;
     }
     tensors.push_back(TensorDesc{dtype, dims_begin,
                                  static_cast<uint32_t>(dims.size() - dims_begin), elements,
@@ -648,6 +693,7 @@ struct StepFrameDecoder::Scratch {
   std::vector<uint64_t> lengths;
   uint64_t payload = 0;
   size_t numeric = 0;
+  uint64_t strings = 0;  // of payload, the string tensors' bytes
 };
 
 namespace {
@@ -841,7 +887,16 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
   SliceReader reader(std::move(x->slices));
   proto::StepFrameHeader& header = x->header;
   absl::Status s = ReadHeader(&reader, &header, "step frame", &x->header_copy);
-  const size_t available = reader.remaining();
+  // A shared-memory frame's numeric bytes are in the segment, the payload has its strings.
+  const bool shared = s.ok() && header.has_shm_payload();
+  size_t available = reader.remaining();
+  if (shared) {
+    if (source_ == nullptr) {
+      s = absl::DataLossError("step frame: a shared-memory payload on a stream without a segment");
+    } else if (__builtin_add_overflow(available, header.shm_payload().bytes(), &available)) {
+      available = std::numeric_limits<size_t>::max();
+    }
+  }
   if (s.ok()) {
     if (header.compact_steps() > 0 || header.compact_values_size() > 0) {
       if (header.steps_size() > 0) {
@@ -856,7 +911,14 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
       s = DescribeFull(header, available, x);
     }
   }
-  if (s.ok() && x->payload != available) {
+  if (s.ok() && shared) {
+    if (x->numeric != header.shm_payload().bytes() || x->strings != reader.remaining()) {
+      s = absl::DataLossError(absl::StrCat(
+          "step frame: the header describes ", x->numeric, " shared and ", x->strings,
+          " inline byte(s) but the shared-memory region has ", header.shm_payload().bytes(),
+          " and ", reader.remaining(), " follow"));
+    }
+  } else if (s.ok() && x->payload != available) {
     s = absl::DataLossError(absl::StrCat("step frame: the header describes ", x->payload,
                                          " payload byte(s) but ", available, " follow"));
   }
@@ -872,7 +934,14 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
     }
   }
   std::shared_ptr<TensorBuffer> frame_buffer;
-  if (s.ok() && x->numeric > 0) {
+  if (s.ok() && shared) {
+    absl::StatusOr<std::shared_ptr<TensorBuffer>> region = source_->Resolve(header.shm_payload());
+    if (region.ok()) {
+      frame_buffer = *std::move(region);
+    } else {
+      s = region.status();
+    }
+  } else if (s.ok() && x->numeric > 0) {
     frame_buffer = allocator_(x->numeric);
     if (frame_buffer == nullptr || frame_buffer->data() == nullptr ||
         frame_buffer->size() < x->numeric) {
@@ -930,7 +999,9 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
         } else if (d.byte_size == 0) {
           piece.push_back(Tensor::Allocate(d.dtype, shape));  // no bytes
         } else {
-          reader.Read(static_cast<char*>(frame_buffer->data()) + d.offset, d.byte_size);
+          if (!shared) {
+            reader.Read(static_cast<char*>(frame_buffer->data()) + d.offset, d.byte_size);
+          }
           absl::StatusOr<Tensor> t = Tensor::Wrap(d.dtype, shape, frame_buffer, d.offset);
           if (!t.ok()) {
             x->slices = reader.TakeSlices();
@@ -945,6 +1016,10 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
   }
   x->slices = reader.TakeSlices();
   return absl::OkStatus();
+}
+
+const proto::ShmAccept* StepFrameDecoder::last_shm_accept() const {
+  return scratch_->header.has_shm_accept() ? &scratch_->header.shm_accept() : nullptr;
 }
 
 absl::Status DecodeStepFrame(const grpc::ByteBuffer& buffer, const TensorAllocator& allocator,

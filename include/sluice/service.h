@@ -140,6 +140,11 @@ struct ServiceOptions {
   // How often each iterator asks the coordinator where its tasks are (new ranges, tasks moved
   // to another worker: a stream to a worker whose link was cut is then abandoned).
   absl::Duration heartbeat_interval = absl::Milliseconds(200);
+  // Steps from a worker on this host travel through shared memory (a segment the worker writes
+  // and this process maps; the tensors are views of it until dropped), negotiated per stream
+  // and falling back to TCP when the worker is remote, has it off, or the hand-over fails.
+  // false: TCP only (docs/SERVICE.md "Shared memory").
+  bool shared_memory = true;
 };
 
 // Registers `dataset` with the coordinator, gets or creates the job (replicas_per_consumer =
