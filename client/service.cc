@@ -147,6 +147,8 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   prefetch.experimental_per_replica_buffer_size = options.per_replica_buffer_size;
   source.allocator =
       options.allocator ? options.allocator : ReceiveAllocatorFor(strategy.devices(), prefetch);
+  // Steps received into pinned memory are bound for a real GPU: lock the segments likewise.
+  if (!options.allocator && source.allocator) source.shared_memory_devices = DefaultDeviceMemory();
   Collective* agreement = options.end_of_data_collective;
   StepSourceFactory factory = [source,
                                agreement]() -> absl::StatusOr<std::unique_ptr<StepSource>> {

@@ -53,14 +53,13 @@ void TaskStreamCall::WriteLocked() {
     RemoveHold();
     return;
   }
-  const bool shm_due = ring_ != nullptr && !shm_ready_sent_;
-  if (write_failed_ || !(shm_due || streams_->GrantDueLocked(*task_))) return;
+  if (write_failed_ || !(shm_answer_due_ || streams_->GrantDueLocked(*task_))) return;
   proto::ConsumerMessage grant = streams_->TakeGrantLocked(task_.get());
   if (ring_ != nullptr) {
     grant.mutable_credit()->set_shm_ready(true);
     grant.mutable_credit()->set_shm_released(ring_->released());
-    shm_ready_sent_ = true;
   }
+  shm_answer_due_ = false;
   write_buffer_ = EncodeConsumerMessage(grant);
   writing_ = true;
   StartWrite(&write_buffer_);  // a broken call is noticed by the read
@@ -169,17 +168,23 @@ void TaskStreamCall::OnReadDone(bool ok) {
 }
 
 void TaskStreamCall::TakeSharedMemory(const proto::ShmAccept& accept) {
+  // The worker waits for the answer either way: a grant, saying shm_ready once mapped.
+  std::unique_ptr<ShmRingReader> ring;
   absl::StatusOr<UniqueFd> fd =
       ReceiveShmFd(accept.socket_name(), accept.token(), kSharedMemoryHandOverTimeout);
-  if (!fd.ok()) return;  // another host or namespace, say: TCP
-  absl::StatusOr<std::shared_ptr<ShmSegment>> segment =
-      ShmSegment::Map(*std::move(fd), accept.segment_bytes());
-  if (!segment.ok()) return;
-  auto ring = std::make_unique<ShmRingReader>(*std::move(segment));
-  decoder_.set_shared_payload(ring.get());
+  if (fd.ok()) {  // else another host or network namespace, say: TCP
+    absl::StatusOr<std::shared_ptr<ShmSegment>> segment =
+        ShmSegment::Map(*std::move(fd), accept.segment_bytes());
+    if (segment.ok()) {
+      ring = std::make_unique<ShmRingReader>(*std::move(segment),
+                                             streams_->options_.shared_memory_devices);
+      decoder_.set_shared_payload(ring.get());
+    }
+  }
   absl::MutexLock lock(&streams_->mu_);
   ring_ = std::move(ring);
-  WriteLocked();  // tells the worker, now or when the write in flight completes
+  shm_answer_due_ = true;
+  WriteLocked();  // now, or when the write in flight completes
 }
 
 void TaskStreamCall::OnDone(const grpc::Status& status) {

@@ -89,7 +89,8 @@ struct WorkerServiceOptions {
   std::string token;
   // Shared memory for consumers on this host (docs/SERVICE.md "Shared memory"): a stream whose
   // consumer offers this host's boot id gets a segment (charged to the memory budget) of twice
-  // its window, clamped to [shm_min_segment_bytes, shm_max_segment_bytes]; false: TCP only.
+  // its window, clamped to [shm_min_segment_bytes, shm_max_segment_bytes] and to a quarter of
+  // the memory budget's room (under 1 MiB of room: none); false: TCP only.
   bool shared_memory = true;
   size_t shm_min_segment_bytes = size_t{8} << 20;
   size_t shm_max_segment_bytes = size_t{256} << 20;

@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "core/rpc/grpc_status.h"
 #include "core/rpc/shm_ring.h"
+#include "core/tensor/host_memory.h"
 #include "core/rpc/step_frame.h"
 #include "core/util/status_macros.h"
 #include "grpcpp/alarm.h"
@@ -72,6 +73,7 @@ class StepStream final : public Reactor {
             // reads: the steps handed to this consumer; coordinated: its in-flight steps).
             if (received > 0) reader_->Acknowledge(received);
             awaiting_ack_ = false;
+            awaiting_shm_answer_ = false;
             ApplySharedMemoryGrant();
             if (!credits_->closed()) StartRead(&read_);
           }
@@ -238,9 +240,16 @@ class StepStream final : public Reactor {
       return;
     }
     const size_t want = static_cast<size_t>(std::min<int64_t>(credits_->window(), int64_t{1} << 40)) * 2;
-    const size_t bytes =
+    size_t bytes =
         std::clamp(want, options_.shm_min_segment_bytes,
                    std::max(options_.shm_min_segment_bytes, options_.shm_max_segment_bytes));
+    // The segment must not crowd out the pipelines: at most a quarter of the memory budget's
+    // room (and one allocation's limit); with less than 1 MiB there, TCP.
+    const MemoryLimits limits = ProcessMemoryBudget().limits();
+    const int64_t room = std::min(
+        (limits.process_bytes - ProcessMemoryBudget().in_use()) / 4, limits.element_bytes);
+    if (room < (int64_t{1} << 20)) return;
+    bytes = std::min(bytes, static_cast<size_t>(room));
     absl::StatusOr<std::shared_ptr<ShmSegment>> segment = ShmSegment::Create(bytes);
     if (!segment.ok()) return;  // over the memory budget, say: TCP
     ring_ = std::make_unique<ShmRingWriter>(*segment);
@@ -250,6 +259,7 @@ class StepStream final : public Reactor {
     accept.set_token(shm_token_);
     accept.set_segment_bytes((*segment)->size());
     encoder_->AttachToNextFrame(std::move(accept));
+    accept_attached_ = true;
   }
 
   // The shared-memory fields of the grant just read: the consumer mapped the segment (frames
@@ -355,6 +365,7 @@ class StepStream final : public Reactor {
         return;
       }
       if (awaiting_ack_) return;  // OnReadDone pumps again on the consumer's next message
+      if (awaiting_shm_answer_) return;  // likewise: the answer to the segment offered
       if (!credits_->HasCredit(need_)) return;  // OnReadDone pumps again on a grant
       SetCredit(credits_->credit());
       bool end = false;
@@ -477,6 +488,13 @@ class StepStream final : public Reactor {
     if (UseBufferHint(first_write_, frame_end_, left > 0 && reader_->ReadyWithin(limits_))) {
       write_options.set_buffer_hint();
     }
+    // The frame offering a segment: nothing more until the consumer answers (its next grant),
+    // so that the frames after it can take the ring (a consumer that took the offer maps it
+    // first) instead of the whole first window going over TCP.
+    if (accept_attached_) {
+      accept_attached_ = false;
+      awaiting_shm_answer_ = !frame_end_;
+    }
     write_ = std::move(bb);
     write_steps_ = static_cast<int64_t>(frame_.size());
     write_bytes_ = static_cast<int64_t>(write_.Length() + encoder_->last_shared_bytes());
@@ -546,6 +564,8 @@ class StepStream final : public Reactor {
   std::unique_ptr<ShmRingWriter> ring_ ABSL_GUARDED_BY(mu_);
   std::string shm_token_;  // written under mu_; read in OnDone, after every other reaction
   bool shm_on_ ABSL_GUARDED_BY(mu_) = false;
+  bool accept_attached_ ABSL_GUARDED_BY(mu_) = false;      // the next frame offers the segment
+  bool awaiting_shm_answer_ ABSL_GUARDED_BY(mu_) = false;  // it went out; no answer yet
   bool coordinated_ ABSL_GUARDED_BY(mu_) = true;
   int64_t consumer_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t replicas_ ABSL_GUARDED_BY(mu_) = 1;

@@ -1,5 +1,6 @@
 #include "core/rpc/shm_ring.h"
 
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,7 +10,24 @@ namespace {
 
 constexpr uint64_t RoundUp64(uint64_t n) { return (n + 63) / 64 * 64; }
 
+std::atomic<int64_t> g_frames_written{0};
+std::atomic<int64_t> g_frames_read{0};
+std::atomic<int64_t> g_writers{0};
+std::atomic<int64_t> g_readers{0};
+
 }  // namespace
+
+ShmRingCounts ProcessShmRingCounts() {
+  return ShmRingCounts{g_frames_written.load(), g_frames_read.load(), g_writers.load(),
+                       g_readers.load()};
+}
+
+ShmRingWriter::ShmRingWriter(std::shared_ptr<ShmSegment> segment)
+    : segment_(std::move(segment)) {
+  g_writers.fetch_add(1);
+}
+
+ShmRingWriter::~ShmRingWriter() { g_writers.fetch_sub(1); }
 
 uint8_t* ShmRingWriter::Reserve(size_t bytes, proto::ShmPayload* out) {
   const uint64_t size = segment_->size();
@@ -23,6 +41,7 @@ uint8_t* ShmRingWriter::Reserve(size_t bytes, proto::ShmPayload* out) {
   out->set_offset(start % size);
   out->set_bytes(bytes);
   out->set_ring_end(written_);
+  g_frames_written.fetch_add(1, std::memory_order_relaxed);
   return segment_->data() + start % size;
 }
 
@@ -37,8 +56,18 @@ absl::Status ShmRingWriter::Release(uint64_t position) {
 }
 
 struct ShmRingReader::State {
-  explicit State(std::shared_ptr<ShmSegment> s) : segment(std::move(s)) {}
+  State(std::shared_ptr<ShmSegment> s, std::shared_ptr<DeviceMemory> p)
+      : segment(std::move(s)), pin(std::move(p)) {
+    if (pin != nullptr && !pin->RegisterHostMemory(segment->data(), segment->size()).ok()) {
+      pin = nullptr;
+    }
+  }
+  // Unlocked before the segment (a member, destroyed after this body) is unmapped.
+  ~State() {
+    if (pin != nullptr) pin->UnregisterHostMemory(segment->data());
+  }
   const std::shared_ptr<ShmSegment> segment;
+  std::shared_ptr<DeviceMemory> pin;  // set while the segment is page-locked
   mutable absl::Mutex mu;
   // Resolved regions in ring order: their ring_end, and whether released.
   struct Held {
@@ -71,6 +100,9 @@ class ShmRingReader::Region : public TensorBuffer {
   ~Region() override { state_->Release(end_); }
   void* data() override { return data_; }
   size_t size() const override { return size_; }
+  MemorySpace space() const override {
+    return state_->pin != nullptr ? MemorySpace::kPinnedHost : MemorySpace::kHost;
+  }
 
  private:
   const std::shared_ptr<State> state_;
@@ -79,8 +111,13 @@ class ShmRingReader::Region : public TensorBuffer {
   const uint64_t end_;
 };
 
-ShmRingReader::ShmRingReader(std::shared_ptr<ShmSegment> segment)
-    : state_(std::make_shared<State>(std::move(segment))) {}
+ShmRingReader::ShmRingReader(std::shared_ptr<ShmSegment> segment,
+                             std::shared_ptr<DeviceMemory> pin)
+    : state_(std::make_shared<State>(std::move(segment), std::move(pin))) {
+  g_readers.fetch_add(1);
+}
+
+ShmRingReader::~ShmRingReader() { g_readers.fetch_sub(1); }
 
 absl::StatusOr<std::shared_ptr<TensorBuffer>> ShmRingReader::Resolve(
     const proto::ShmPayload& payload) {
@@ -108,8 +145,11 @@ absl::StatusOr<std::shared_ptr<TensorBuffer>> ShmRingReader::Resolve(
   if (end - oldest > size) return bad("overlaps a region still held");
   state_->last_end = end;
   state_->held.push_back(State::Held{end, false});
+  g_frames_read.fetch_add(1, std::memory_order_relaxed);
   return std::make_shared<Region>(state_, state_->segment->data() + offset, bytes, end);
 }
+
+bool ShmRingReader::pinned() const { return state_->pin != nullptr; }
 
 uint64_t ShmRingReader::released() const {
   absl::MutexLock lock(&state_->mu);

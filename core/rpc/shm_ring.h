@@ -25,15 +25,27 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/device/device_memory.h"
 #include "core/rpc/shm_segment.h"
 #include "core/rpc/step_frame.h"
 
 namespace sluice {
 
+// What this process's rings did (process-wide, for metrics and tests): frames whose payload
+// went through a segment, written (worker) and resolved (consumer), and the rings alive now.
+struct ShmRingCounts {
+  int64_t frames_written = 0;
+  int64_t frames_read = 0;
+  int64_t writers_alive = 0;
+  int64_t readers_alive = 0;
+};
+ShmRingCounts ProcessShmRingCounts();
+
 // The worker's side. Not thread-safe (the stream calls it under its own lock).
 class ShmRingWriter : public SharedPayloadSink {
  public:
-  explicit ShmRingWriter(std::shared_ptr<ShmSegment> segment) : segment_(std::move(segment)) {}
+  explicit ShmRingWriter(std::shared_ptr<ShmSegment> segment);
+  ~ShmRingWriter() override;
 
   // Room for `bytes` (> 0) at a 64-byte aligned offset, or nullptr when the unreleased
   // regions leave none (or bytes exceeds the segment); fills *out.
@@ -57,7 +69,13 @@ class ShmRingWriter : public SharedPayloadSink {
 // released from whatever thread drops a trainer's last tensor.
 class ShmRingReader : public SharedPayloadSource {
  public:
-  explicit ShmRingReader(std::shared_ptr<ShmSegment> segment);
+  // `pin`, when set, page-locks the segment for its devices (DeviceMemory::RegisterHostMemory)
+  // while it is mapped; the regions are then kPinnedHost buffers, which a device prefetcher
+  // copies from with no staging. A refusal leaves them ordinary host memory.
+  explicit ShmRingReader(std::shared_ptr<ShmSegment> segment,
+                         std::shared_ptr<DeviceMemory> pin = nullptr);
+  ~ShmRingReader() override;
+  bool pinned() const;
 
   // The frame buffer of `payload`: a view of the segment that keeps the segment mapped while
   // it lives and releases its region when destroyed. DATA_LOSS naming the values when the

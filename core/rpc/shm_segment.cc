@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <utility>
@@ -103,6 +104,11 @@ absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Map(UniqueFd fd, size_t 
 ShmSegment::~ShmSegment() {
   munmap(data_, size_);
   if (charged_ > 0) ProcessMemoryBudget().Release(charged_);
+}
+
+bool SharedMemoryDefaultFromEnvironment() {
+  const char* v = std::getenv("SLUICE_SHARED_MEMORY");
+  return v == nullptr || std::string(v) != "0";
 }
 
 std::string HostBootId() {

@@ -80,6 +80,11 @@ class ShmSegment {
   const int64_t charged_;  // to ProcessMemoryBudget() (the creator's only)
 };
 
+// The default of the binaries' --shared_memory flags: false when the environment sets
+// SLUICE_SHARED_MEMORY=0 (to run a whole test suite or deployment over TCP), else true. For
+// main() only; libraries take an option.
+bool SharedMemoryDefaultFromEnvironment();
+
 // This host's boot id (/proc/sys/kernel/random/boot_id, trimmed); empty when unreadable (then
 // no peer is taken for co-located).
 std::string HostBootId();

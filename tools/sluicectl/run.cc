@@ -129,7 +129,8 @@ SLUICECTL_REGISTER_COMMAND({
               // Service mode (tools/sluicectl/service_dataset.cc).
               "job", "consumer_index", "num_consumers", "sharding_policy", "read_mode",
               "num_tasks", "retry_deadline", "seed", "shuffle", "shuffle_block_size", "epochs",
-              "range_steps", "resume_state", "save_state", "receive_budget_bytes", "profile"},
+              "range_steps", "resume_state", "save_state", "receive_budget_bytes", "shared_memory",
+              "profile"},
     .run = &RunMain,
 });
 
