@@ -4,7 +4,7 @@
 //
 //   build/bench/stream_bench [--sizes=1024,16384,...] [--bytes=2147483648] [--replicas=1]
 //                            [--reps=3] [--credits=16] [--budget=67108864]
-//                            [--coalesce_wait_us=500] [--compact=1] [--views=1]
+//                            [--coalesce_wait_us=500] [--compact=1] [--views=1] [--shm=1]
 //                            [--max_frame=0] [--tx_zerocopy=0] [--show_slices=0]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
@@ -14,7 +14,11 @@
 //    `--budget`, Element packing) under a DevicePrefetcher on the host path (its prefetch
 //    thread, replicas on the CPU), the trainer's loop calling GetNextStep; the coordinator is a
 //    stub listing the one task;
-//  - "TCP": the same bytes over a plain socket (the ceiling).
+//  - "shm": the same production client with the worker on its host taking the shared-memory
+//    path (core/rpc/shm_ring.h: the tensors are views of the worker's segment); "client" is
+//    that client with shared memory off (TCP);
+//  - "TCP": the same bytes over a plain socket (the ceiling of the TCP paths).
+// --shm=0 leaves the shm column out.
 // --compact=1 (the default, as the production client): raw and client ask for compact frame
 // headers (core/rpc/step_frame.h); --compact=0: full headers, for comparison. --views=1 (the
 // default, as the production client on host memory): tensors inside one received slice are
@@ -176,7 +180,7 @@ void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
 
 // The production client path: ServiceStepSource + DevicePrefetcher (host path).
 Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64_t replicas,
-                 int64_t steps, int64_t budget, BufferPool* pool) {
+                 int64_t steps, int64_t budget, BufferPool* pool, bool shared_memory) {
   StartTask(lookup, size, replicas, steps);
   ServiceStepSourceOptions o;
   o.coordinator_address = address;
@@ -184,6 +188,7 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
   o.num_local_replicas = replicas;
   o.per_replica_spec = ElementSpec(TensorSpec{DType::kUInt8, Shape({static_cast<int64_t>(size)})});
   o.compact_headers = g_compact;
+  o.shared_memory = shared_memory;
   o.receive_budget_bytes = budget;
   // --views=1: no allocator of our own, so tensors may be views of the received slices.
   if (!g_views) o.allocator = [pool](size_t bytes) { return pool->Get(bytes); };
@@ -370,6 +375,7 @@ int Main(int argc, char** argv) {
   // --tx_zerocopy=1: the worker's gRPC sends with MSG_ZEROCOPY (slices of 16 KiB or more).
   const bool tx_zerocopy = Flag(argc, argv, "tx_zerocopy", "0") != "0";
   if (!absl::SimpleAtoi(Flag(argc, argv, "max_frame", "0"), &g_max_frame)) g_max_frame = -1;
+  const bool shm = Flag(argc, argv, "shm", "1") != "0";
   if (!absl::SimpleAtoi(Flag(argc, argv, "bytes", "2147483648"), &total) ||
       !absl::SimpleAtoi(Flag(argc, argv, "replicas", "1"), &replicas) ||
       !absl::SimpleAtoi(Flag(argc, argv, "reps", "3"), &reps) ||
@@ -408,18 +414,29 @@ int Main(int argc, char** argv) {
   auto pool = std::make_shared<BufferPool>();
 
   std::printf("| per-replica bytes | replicas | steps | raw GB/s | raw steps/s | client GB/s | "
-              "client steps/s | TCP GB/s | raw/TCP | client/TCP | raw viewed |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "client steps/s | shm GB/s | shm steps/s | TCP GB/s | raw/TCP | client/TCP | "
+              "shm/TCP | raw viewed |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t size : sizes) {
     const int64_t step_bytes = static_cast<int64_t>(size) * replicas;
     const int64_t steps = std::max<int64_t>(total / step_bytes, 1);
-    std::vector<double> gbs, sps, cgbs, csps, tcp, viewed;
+    std::vector<double> gbs, sps, cgbs, csps, tcp, mgbs, msps, viewed;
     RunSluice(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), credits,
               pool.get());  // warm-up: connections, pools
-    RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget, pool.get());
+    RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget, pool.get(),
+              false);
+    if (shm) {
+      RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget,
+                pool.get(), true);
+    }
     for (int64_t rep = 0; rep < reps; ++rep) {
       Result s = RunSluice(&lookup, address, size, replicas, steps, credits, pool.get());
-      Result c = RunClient(&lookup, address, size, replicas, steps, budget, pool.get());
+      Result c = RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), false);
+      if (shm) {
+        Result m = RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), true);
+        mgbs.push_back(static_cast<double>(m.bytes) / m.seconds / 1e9);
+        msps.push_back(static_cast<double>(m.steps) / m.seconds);
+      }
       cgbs.push_back(static_cast<double>(c.bytes) / c.seconds / 1e9);
       csps.push_back(static_cast<double>(c.steps) / c.seconds);
       const int64_t chunk = std::max<int64_t>(step_bytes, 1 << 20);
@@ -430,10 +447,12 @@ int Main(int argc, char** argv) {
       tcp.push_back(static_cast<double>(t.bytes) / t.seconds / 1e9);
     }
     const double g = Median(gbs), cg = Median(cgbs), t = Median(tcp);
-    std::printf("| %zu | %lld | %lld | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f%% | %.0f%% | %.0f%% |\n",
+    const double mg = shm ? Median(mgbs) : 0, ms = shm ? Median(msps) : 0;
+    std::printf("| %zu | %lld | %lld | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f%% | "
+                "%.0f%% | %.0f%% | %.0f%% |\n",
                 size, static_cast<long long>(replicas), static_cast<long long>(steps), g,
-                Median(sps), cg, Median(csps), t, 100.0 * g / t, 100.0 * cg / t,
-                100.0 * Median(viewed));
+                Median(sps), cg, Median(csps), mg, ms, t, 100.0 * g / t, 100.0 * cg / t,
+                100.0 * mg / t, 100.0 * Median(viewed));
     std::fflush(stdout);
   }
   server->Shutdown();

@@ -132,6 +132,7 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   source.retry_deadline = options.retry_deadline;
   source.receive_budget_bytes = options.receive_budget_bytes;
   source.heartbeat_interval = options.heartbeat_interval;
+  source.shared_memory = options.shared_memory;
   // A RANGES job that fell back to DATA (no random access) is read round-robin like DATA.
   source.sequential = options.sharding_policy == ServiceShardingPolicy::kRanges &&
                       job_response.fallback_reason().empty();
@@ -146,6 +147,8 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   prefetch.experimental_per_replica_buffer_size = options.per_replica_buffer_size;
   source.allocator =
       options.allocator ? options.allocator : ReceiveAllocatorFor(strategy.devices(), prefetch);
+  // Steps received into pinned memory are bound for a real GPU: lock the segments likewise.
+  if (!options.allocator && source.allocator) source.shared_memory_devices = DefaultDeviceMemory();
   Collective* agreement = options.end_of_data_collective;
   StepSourceFactory factory = [source,
                                agreement]() -> absl::StatusOr<std::unique_ptr<StepSource>> {

@@ -59,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "sluice/element.h"
+#include "core/device/device_memory.h"
 #include "core/rpc/grpc_security.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
@@ -122,6 +123,12 @@ struct ServiceStepSourceOptions {
   // only the dimensions per_replica_spec leaves open travel with each step. false: full
   // headers (what a consumer of an older release gets).
   bool compact_headers = true;
+  // Offer workers this host's identity for shared memory (StreamRequest.shm_offer,
+  // core/rpc/shm_ring.h); false: TCP only.
+  bool shared_memory = true;
+  // Page-locks shared-memory segments for these devices (the consumer prefetches to a real
+  // GPU), so that the device copy from a segment needs no staging; null: not locked.
+  std::shared_ptr<DeviceMemory> shared_memory_devices;
   ChannelFactory channel_factory;  // empty: LimitedChannel with the limits below
   // The channels' receive limit when channel_factory is empty; 0: ReceiveLimitBytes(budget).
   int max_receive_message_bytes = 0;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/rpc/grpc_status.h"
+#include "core/rpc/shm_fd_passing.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/impl/rpc_method.h"
 
@@ -16,6 +17,8 @@ constexpr char kStreamStepsMethod[] = "/sluice.proto.WorkerService/StreamSteps";
 // A deterministic error a stream ended with is asked about again this many times (each after
 // the task's backoff) before the consumer fails with it (TaskStream::deterministic_retries).
 constexpr int kDeterministicRetries = 3;
+// The worker answers a segment hand-over at once (a local socket): this bounds a stuck one.
+constexpr absl::Duration kSharedMemoryHandOverTimeout = absl::Seconds(2);
 
 }  // namespace
 
@@ -51,8 +54,14 @@ void TaskStreamCall::WriteLocked() {
     RemoveHold();
     return;
   }
-  if (write_failed_ || !streams_->GrantDueLocked(*task_)) return;
-  write_buffer_ = EncodeConsumerMessage(streams_->TakeGrantLocked(task_.get()));
+  if (write_failed_ || !(shm_answer_due_ || streams_->GrantDueLocked(*task_))) return;
+  proto::ConsumerMessage grant = streams_->TakeGrantLocked(task_.get());
+  if (ring_ != nullptr) {
+    grant.mutable_credit()->set_shm_ready(true);
+    grant.mutable_credit()->set_shm_released(ring_->released());
+  }
+  shm_answer_due_ = false;
+  write_buffer_ = EncodeConsumerMessage(grant);
   writing_ = true;
   StartWrite(&write_buffer_);  // a broken call is noticed by the read
 }
@@ -90,6 +99,10 @@ void TaskStreamCall::OnReadDone(bool ok) {
                                streams_->window_ + 1};
   absl::Status s = decoder_.Decode(read_buffer_, &frame, limit);
   read_buffer_.Clear();
+  if (s.ok() && !shm_tried_ && decoder_.last_shm_accept() != nullptr) {
+    shm_tried_ = true;
+    TakeSharedMemory(*decoder_.last_shm_accept());
+  }
   TaskStream* task = task_.get();
   absl::MutexLock lock(&streams_->mu_);
   std::vector<TaskStream::Queued> steps;
@@ -153,6 +166,26 @@ void TaskStreamCall::OnReadDone(bool ok) {
     return;
   }
   StartRead(&read_buffer_);
+}
+
+void TaskStreamCall::TakeSharedMemory(const proto::ShmAccept& accept) {
+  // The worker waits for the answer either way: a grant, saying shm_ready once mapped.
+  std::unique_ptr<ShmRingReader> ring;
+  absl::StatusOr<UniqueFd> fd =
+      ReceiveShmFd(accept.socket_name(), accept.token(), kSharedMemoryHandOverTimeout);
+  if (fd.ok()) {  // else another host or network namespace, say: TCP
+    absl::StatusOr<std::shared_ptr<ShmSegment>> segment =
+        ShmSegment::Map(*std::move(fd), accept.segment_bytes());
+    if (segment.ok()) {
+      ring = std::make_unique<ShmRingReader>(*std::move(segment),
+                                             streams_->options_.shared_memory_devices);
+      decoder_.set_shared_payload(ring.get());
+    }
+  }
+  absl::MutexLock lock(&streams_->mu_);
+  ring_ = std::move(ring);
+  shm_answer_due_ = true;
+  WriteLocked();  // now, or when the write in flight completes
 }
 
 void TaskStreamCall::OnDone(const grpc::Status& status) {

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "client/task_streams.h"
+#include "core/rpc/shm_ring.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/client_callback.h"
@@ -50,6 +51,10 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
  private:
   // Reading is over (the end, an error, or the stream ended): no more credit for this call.
   void FinishReadingLocked();
+  // Shared memory: takes the segment the frame just decoded offers (on the read's thread,
+  // without mu: a local socket round trip), so that later frames decode from it. Any failure
+  // leaves the call on TCP.
+  void TakeSharedMemory(const proto::ShmAccept& accept);
 
   TaskStreams* const streams_;
   const std::shared_ptr<TaskStream> task_;
@@ -62,6 +67,13 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   StepFrameDecoder decoder_;
   StepFrame frame_;
   grpc::ByteBuffer write_buffer_;
+  // Shared memory: the ring of the segment the worker handed over (set under mu once mapped;
+  // the decoder borrows it), whether the worker waits for the answer to its offer (a grant,
+  // with shm_ready when mapped: it sends nothing more until then), and whether an offer was
+  // tried (one per call).
+  std::unique_ptr<ShmRingReader> ring_;
+  bool shm_answer_due_ = false;
+  bool shm_tried_ = false;
 
   bool writing_ = false;        // a write (request or grant) is in flight
   bool write_failed_ = false;   // a write failed: the call is broken, write nothing more

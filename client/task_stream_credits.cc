@@ -104,9 +104,10 @@ void TaskStreams::WaitForStepLocked(absl::Span<TaskStream* const> wanted,
 }
 
 proto::ConsumerMessage TaskStreams::TakeGrantLocked(TaskStream* task) {
-  const int64_t n = FreeLocked(*task);
+  // At least 1 when GrantDueLocked; 0 for a call's shared-memory notice alone.
+  const int64_t n = std::max<int64_t>(FreeLocked(*task), 0);
   SetOutstandingLocked(task, task->outstanding + n);
-  ++(task->raised ? credit_raises_ : credit_grants_);
+  if (n > 0) ++(task->raised ? credit_raises_ : credit_grants_);  // not a notice alone
   proto::ConsumerMessage m;
   m.mutable_credit()->set_bytes(n);
   // Acknowledges what arrived, so that the worker can let it go (independent reads: the steps

@@ -13,6 +13,7 @@
 #include "client/read_order.h"
 #include "core/rpc/grpc_security.h"
 #include "client/task_stream_call.h"
+#include "core/rpc/shm_segment.h"
 #include "core/rpc/grpc_status.h"
 #include "core/util/backoff.h"
 #include "core/util/transient_error.h"
@@ -127,6 +128,7 @@ TaskStreams::TaskStreams(ServiceStepSourceOptions options)
       consumer_id_(RandomConsumerId()),
       consumer_instance_(options_.consumer_instance != 0 ? options_.consumer_instance
                                                          : ProcessConsumerInstance()),
+      boot_id_(options_.shared_memory ? HostBootId() : std::string()),
       random_(options_.random ? options_.random : EntropyRandomSource()) {
   coordinator_ = proto::CoordinatorService::NewStub(NewChannel(options_.coordinator_address));
 }
@@ -483,6 +485,7 @@ void TaskStreams::ConnectTask(const std::shared_ptr<TaskStream>& task,
   if (options_.independent) request->set_consumer_id(consumer_id_);
   // Another process claiming this consumer_index is refused by the worker.
   request->set_consumer_instance(consumer_instance_);
+  if (!boot_id_.empty()) request->mutable_shm_offer()->set_boot_id(boot_id_);
   if (compact_spec_ != nullptr) {
     request->set_compact_headers(true);
     compact_spec_->ToProto(request->mutable_compact_spec());

@@ -290,6 +290,8 @@ class TaskStreams {
   const uint64_t consumer_id_;
   // StreamRequest.consumer_instance on every call.
   const uint64_t consumer_instance_;
+  // This host's boot id, offered to workers for shared memory; empty: shared memory off.
+  const std::string boot_id_;
   std::unique_ptr<proto::CoordinatorService::Stub> coordinator_;
   // The job's tasks from versioned heartbeat answers: requests send its version, deltas are
   // merged into it, and Heartbeat() returns it as a full answer.

@@ -35,6 +35,8 @@ absl::Status ConsumerCredits::OnMessage(const grpc::ByteBuffer& message,
     return error_;
   }
   *received_steps = m.credit().received_steps();
+  shm_ready_ = shm_ready_ || m.credit().shm_ready();
+  shm_released_ = m.credit().shm_released();
   credits_ = SaturatingAdd(credits_, m.credit().bytes());
   return absl::OkStatus();
 }

@@ -16,6 +16,7 @@
 #define SLUICE_WORKER_CONSUMER_CREDITS_H_
 
 #include <cstdint>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -33,6 +34,16 @@ class ConsumerCredits {
   // received_steps, and anything but a CreditGrant, is INVALID_ARGUMENT "StreamSteps: ..." and
   // closes the consumer's side (error() keeps it).
   absl::Status OnMessage(const grpc::ByteBuffer& message, int64_t* received_steps);
+  // Refuses what the consumer sent (`error`: INVALID_ARGUMENT "StreamSteps: ..."): closes its
+  // side as a malformed message does.
+  void Refuse(absl::Status error) {
+    error_ = std::move(error);
+    closed_ = true;
+  }
+  // Shared memory (core/rpc/shm_ring.h): whether a grant said the consumer mapped the segment,
+  // and the last grant's shm_released.
+  bool shm_ready() const { return shm_ready_; }
+  uint64_t shm_released() const { return shm_released_; }
   // The consumer's side closed: it half-closed, or the call ended.
   void OnClosed() { closed_ = true; }
 
@@ -57,6 +68,8 @@ class ConsumerCredits {
   int64_t credits_ = 0;
   bool closed_ = false;
   absl::Status error_;
+  bool shm_ready_ = false;
+  uint64_t shm_released_ = 0;
 };
 
 }  // namespace sluice

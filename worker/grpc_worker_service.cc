@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+#include "core/util/logging.h"
 #include "grpcpp/impl/codegen/server_callback_handlers.h"
 #include "grpcpp/impl/rpc_service_method.h"
 #include "grpcpp/support/server_callback.h"
@@ -23,7 +25,17 @@ GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions opt
       auth_(options.token),
       pump_(std::make_unique<ThreadPool>(PumpThreads(options.pump_threads))),
       open_(std::make_unique<ThreadPool>(std::max(options.open_threads, 1))),
-      replays_(std::make_shared<ReplaySlots>(options.max_concurrent_replays)) {
+      replays_(std::make_shared<ReplaySlots>(options.max_concurrent_replays)),
+      boot_id_(options.shared_memory ? HostBootId() : std::string()) {
+  if (!boot_id_.empty()) {
+    absl::StatusOr<std::unique_ptr<ShmFdServer>> fds = ShmFdServer::Create();
+    if (fds.ok()) {
+      shm_fds_ = *std::move(fds);
+    } else {
+      LogEvent(LogLevel::kWarning, "worker",
+               absl::StrCat("shared memory off: ", fds.status().message()));
+    }
+  }
   AddMethod(new grpc::internal::RpcServiceMethod(
       kStreamStepsMethod, grpc::internal::RpcMethod::BIDI_STREAMING, nullptr));
   MarkMethodCallback(
@@ -34,7 +46,9 @@ GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions opt
                                                            .auth = &auth_,
                                                            .pump = pump_.get(),
                                                            .open = open_.get(),
-                                                           .replays = replays_});
+                                                           .replays = replays_,
+                                                           .shm_fds = shm_fds_.get(),
+                                                           .boot_id = boot_id_});
              }));
 }
 

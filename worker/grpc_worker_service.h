@@ -38,6 +38,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/service_type.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "core/rpc/shm_fd_passing.h"
 #include "core/rpc/token_auth.h"
 #include "core/util/thread_pool.h"
 #include "worker/task_runner.h"
@@ -86,6 +87,13 @@ struct WorkerServiceOptions {
   absl::Duration close_grace = absl::Seconds(5);
   // Shared token every call must carry (core/rpc/token_auth.h); empty: none.
   std::string token;
+  // Shared memory for consumers on this host (docs/SERVICE.md "Shared memory"): a stream whose
+  // consumer offers this host's boot id gets a segment (charged to the memory budget) of twice
+  // its window, clamped to [shm_min_segment_bytes, shm_max_segment_bytes] and to a quarter of
+  // the memory budget's room (under 1 MiB of room: none); false: TCP only.
+  bool shared_memory = true;
+  size_t shm_min_segment_bytes = size_t{8} << 20;
+  size_t shm_max_segment_bytes = size_t{256} << 20;
 };
 
 class GrpcWorkerService : public grpc::Service {
@@ -102,6 +110,9 @@ class GrpcWorkerService : public grpc::Service {
   std::unique_ptr<ThreadPool> pump_;
   std::unique_ptr<ThreadPool> open_;
   const std::shared_ptr<ReplaySlots> replays_;
+  // Hands segments to co-located consumers; null when shared memory is off or unavailable.
+  std::unique_ptr<ShmFdServer> shm_fds_;
+  const std::string boot_id_;
 };
 
 }  // namespace sluice

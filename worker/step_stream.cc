@@ -14,6 +14,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/rpc/grpc_status.h"
+#include "core/rpc/shm_ring.h"
+#include "core/tensor/host_memory.h"
 #include "core/rpc/step_frame.h"
 #include "core/rpc/wire_compression.h"
 #include "core/util/status_macros.h"
@@ -72,7 +74,9 @@ class StepStream final : public Reactor {
             // reads: the steps handed to this consumer; coordinated: its in-flight steps).
             if (received > 0) reader_->Acknowledge(received);
             awaiting_ack_ = false;
-            StartRead(&read_);
+            awaiting_shm_answer_ = false;
+            ApplySharedMemoryGrant();
+            if (!credits_->closed()) StartRead(&read_);
           }
         }
         if (phase_ == Phase::kStreaming) {
@@ -135,6 +139,8 @@ class StepStream final : public Reactor {
     // aborted in ~MutexLock after Open() finished a stream whose task it did not have yet).
     { absl::MutexLock lock(&mu_); }
     if (reader_ != nullptr) reader_->CancelNotify();
+    // The segment goes with the stream (and with the consumer's mapping, if it took it).
+    if (!shm_token_.empty()) env_.shm_fds->Withdraw(shm_token_);
     delete this;
   }
 
@@ -221,9 +227,63 @@ class StepStream final : public Reactor {
                     replicas = replicas_](const TaskStep& step) {
       return ConsumerStepCost(step, coordinated, consumer, replicas);
     };
+    // A stream the job compresses (a remote consumer, or compression forced on this host) stays
+    // on TCP: shared memory would bypass the codec the job asked for.
+    if (opened.compression == WireCompression::kNone) OfferSharedMemory(opened.request);
     phase_ = Phase::kStreaming;
     StartRead(&read_);
     Pump();
+  }
+
+  // A consumer on this host (its boot id is ours) gets a segment; its handle rides on the
+  // first frame (ShmAccept), and frames use the ring once the consumer says it mapped it.
+  // Anything that fails leaves the stream on TCP.
+  void OfferSharedMemory(const proto::StreamRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (env_.shm_fds == nullptr || !request.has_shm_offer() || env_.boot_id.empty() ||
+        request.shm_offer().boot_id() != env_.boot_id) {
+      return;
+    }
+    const size_t want = static_cast<size_t>(std::min<int64_t>(credits_->window(), int64_t{1} << 40)) * 2;
+    size_t bytes =
+        std::clamp(want, options_.shm_min_segment_bytes,
+                   std::max(options_.shm_min_segment_bytes, options_.shm_max_segment_bytes));
+    // The segment must not crowd out the pipelines: at most a quarter of the memory budget's
+    // room (and one allocation's limit); with less than 1 MiB there, TCP.
+    const MemoryLimits limits = ProcessMemoryBudget().limits();
+    const int64_t room = std::min(
+        (limits.process_bytes - ProcessMemoryBudget().in_use()) / 4, limits.element_bytes);
+    if (room < (int64_t{1} << 20)) return;
+    bytes = std::min(bytes, static_cast<size_t>(room));
+    absl::StatusOr<std::shared_ptr<ShmSegment>> segment = ShmSegment::Create(bytes);
+    if (!segment.ok()) return;  // over the memory budget, say: TCP
+    ring_ = std::make_unique<ShmRingWriter>(*segment);
+    shm_token_ = env_.shm_fds->Offer(*segment);
+    proto::ShmAccept accept;
+    accept.set_socket_name(env_.shm_fds->name());
+    accept.set_token(shm_token_);
+    accept.set_segment_bytes((*segment)->size());
+    encoder_->AttachToNextFrame(std::move(accept));
+    accept_attached_ = true;
+  }
+
+  // The shared-memory fields of the grant just read: the consumer mapped the segment (frames
+  // use the ring from now on), and what it released. A release the ring refuses, or a ready
+  // without a segment offered, ends the stream (INVALID_ARGUMENT).
+  void ApplySharedMemoryGrant() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ring_ == nullptr) {
+      if (credits_->shm_ready() || credits_->shm_released() != 0) {
+        credits_->Refuse(absl::InvalidArgumentError(
+            "StreamSteps: a shared-memory grant on a stream that was offered no segment"));
+      }
+      return;
+    }
+    if (credits_->shm_ready() && !shm_on_) {
+      shm_on_ = true;
+      env_.shm_fds->Withdraw(shm_token_);  // taken, or never to be
+      shm_token_.clear();
+      encoder_->set_shared_payload(ring_.get());
+    }
+    if (absl::Status s = ring_->Release(credits_->shm_released()); !s.ok()) credits_->Refuse(s);
   }
 
   absl::Status OpenReader(const grpc::ByteBuffer& first, Opened* out) ABSL_LOCKS_EXCLUDED(mu_) {
@@ -312,6 +372,7 @@ class StepStream final : public Reactor {
         return;
       }
       if (awaiting_ack_) return;  // OnReadDone pumps again on the consumer's next message
+      if (awaiting_shm_answer_) return;  // likewise: the answer to the segment offered
       if (!credits_->HasCredit(need_)) return;  // OnReadDone pumps again on a grant
       SetCredit(credits_->credit());
       bool end = false;
@@ -434,9 +495,16 @@ class StepStream final : public Reactor {
     if (UseBufferHint(first_write_, frame_end_, left > 0 && reader_->ReadyWithin(limits_))) {
       write_options.set_buffer_hint();
     }
+    // The frame offering a segment: nothing more until the consumer answers (its next grant),
+    // so that the frames after it can take the ring (a consumer that took the offer maps it
+    // first) instead of the whole first window going over TCP.
+    if (accept_attached_) {
+      accept_attached_ = false;
+      awaiting_shm_answer_ = !frame_end_;
+    }
     write_ = std::move(bb);
     write_steps_ = static_cast<int64_t>(frame_.size());
-    write_bytes_ = static_cast<int64_t>(write_.Length());
+    write_bytes_ = static_cast<int64_t>(write_.Length() + encoder_->last_shared_bytes());
     write_end_ = frame_end_;
     write_is_error_ = false;
     frame_.clear();
@@ -498,6 +566,13 @@ class StepStream final : public Reactor {
   // Frames in the form the consumer asked for; kept for its reused header (set in Open()).
   std::optional<StepFrameEncoder> encoder_ ABSL_GUARDED_BY(mu_);
   std::vector<WireStepView> views_ ABSL_GUARDED_BY(mu_);  // SendFrame's scratch
+  // Shared memory: the ring (null: TCP only), the token of its segment's offer until taken,
+  // whether the consumer mapped it. The encoder borrows ring_ once shm_on_.
+  std::unique_ptr<ShmRingWriter> ring_ ABSL_GUARDED_BY(mu_);
+  std::string shm_token_;  // written under mu_; read in OnDone, after every other reaction
+  bool shm_on_ ABSL_GUARDED_BY(mu_) = false;
+  bool accept_attached_ ABSL_GUARDED_BY(mu_) = false;      // the next frame offers the segment
+  bool awaiting_shm_answer_ ABSL_GUARDED_BY(mu_) = false;  // it went out; no answer yet
   bool coordinated_ ABSL_GUARDED_BY(mu_) = true;
   int64_t consumer_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t replicas_ ABSL_GUARDED_BY(mu_) = 1;

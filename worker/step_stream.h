@@ -34,6 +34,8 @@ struct StepStreamEnv {
   ThreadPool* pump = nullptr;  // runs wake-ups, alarms and frames
   ThreadPool* open = nullptr;  // opens streams (finding a task may build a private replay)
   std::shared_ptr<ReplaySlots> replays;  // bounds the private replays alive at once
+  ShmFdServer* shm_fds = nullptr;  // null: no shared memory
+  std::string boot_id;             // this host's (HostBootId)
 };
 
 // A new reactor for one StreamSteps call; it deletes itself in OnDone().

@@ -36,6 +36,7 @@
 #include "core/data/plugin_loader.h"
 #include "core/obs/metrics_http_server.h"
 #include "core/rpc/grpc_security.h"
+#include "core/rpc/shm_segment.h"
 #include "core/util/logging.h"
 #include "core/util/thread_pool.h"
 #include "worker/worker_metrics.h"
@@ -90,6 +91,10 @@ ABSL_FLAG(std::vector<std::string>, data_root, {},
           "endpoint (loopback, link-local such as the cloud metadata service, private "
           "networks). Empty: any local file, public addresses only.");
 ABSL_FLAG(int, max_request_bytes, 4 << 20, "Largest request message accepted, in bytes.");
+ABSL_FLAG(bool, shared_memory, sluice::SharedMemoryDefaultFromEnvironment(),
+          "Serve consumers on this host through shared memory (a memfd ring per stream, "
+          "negotiated; docs/SERVICE.md \"Shared memory\"); false: TCP only. Default: true "
+          "unless the environment sets SLUICE_SHARED_MEMORY=0.");
 ABSL_FLAG(std::string, tls_client_cert, "",
           "mTLS to the coordinator: the certificate this worker presents as a client; empty: "
           "--tls_cert.");
@@ -176,6 +181,7 @@ int main(int argc, char** argv) {
   }
   options.retention_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_retention_bytes));
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.service.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   if (options.heartbeat_interval <= absl::ZeroDuration()) {
     std::cerr << "sluice-worker: --heartbeat_interval must be positive" << std::endl;
     return 2;

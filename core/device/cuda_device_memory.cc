@@ -111,6 +111,16 @@ class CudaDeviceMemory : public DeviceMemory {
     return std::shared_ptr<TensorBuffer>(std::make_shared<PinnedBuffer>(p, bytes));
   }
 
+  absl::Status RegisterHostMemory(void* p, size_t bytes) override {
+    cudaError_t err = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+    if (err != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("cudaHostRegister of ", bytes,
+                                              " bytes failed: ", Describe(err)));
+    }
+    return absl::OkStatus();
+  }
+  void UnregisterHostMemory(void* p) override { cudaHostUnregister(p); }
+
   absl::StatusOr<std::shared_ptr<TensorBuffer>> AllocateDevice(int device, size_t bytes) override {
     if (absl::Status s = CheckOrdinal(device); !s.ok()) return s;
     cudaError_t err = cudaSetDevice(device);

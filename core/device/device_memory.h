@@ -112,6 +112,14 @@ class DeviceMemory {
   // Errors: INVALID_ARGUMENT for a bad ordinal, INTERNAL naming the device if it refuses.
   // The default (no streams) returns an event that is always ready.
   virtual absl::StatusOr<std::unique_ptr<DeviceEvent>> RecordOnStream(int device, void* stream);
+  // Page-locks `bytes` of existing host memory at `p` (CUDA: cudaHostRegister, portable), so
+  // that copies from it need no staging (a shared-memory segment, core/rpc/shm_ring.h); undo
+  // with UnregisterHostMemory before the memory goes. UNIMPLEMENTED where there is nothing to
+  // lock for (host memory); INTERNAL naming the call when the driver refuses.
+  virtual absl::Status RegisterHostMemory(void* /*p*/, size_t /*bytes*/) {
+    return absl::UnimplementedError("no device to register host memory with");
+  }
+  virtual void UnregisterHostMemory(void* /*p*/) {}
 };
 
 // Host memory standing in for devices: allocations are 64-byte aligned host memory (pinned ones

@@ -559,6 +559,27 @@ bool CompactSpec::Matches(const std::vector<Tensor>& piece) const {
 
 // ---- StepFrameEncoder ----
 
+namespace {
+
+// Calls fn(tensor, end) for each numeric tensor of `steps` with bytes, in header order, `end`
+// being where it ends in the frame buffer the decoder lays out (StepFrameDecoder::Scratch::Add:
+// each tensor at the next 64-byte aligned offset). The last `end` is the buffer's extent.
+template <typename Fn>
+void ForEachNumeric(absl::Span<const WireStepView> steps, Fn fn) {
+  size_t extent = 0;
+  for (const WireStepView& step : steps) {
+    for (size_t p = 0; p < step.num_pieces; ++p) {
+      for (const Tensor& t : step.pieces[p]) {
+        if (t.dtype() == DType::kString || t.byte_size() == 0) continue;
+        extent = RoundUpToAlignment(extent) + t.byte_size();
+        fn(t, extent);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 bool StepFrameEncoder::AllMatch(absl::Span<const WireStepView> steps) const {
   for (const WireStepView& step : steps) {
     for (size_t p = 0; p < step.num_pieces; ++p) {
@@ -610,6 +631,19 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
   } else {
     RETURN_IF_ERROR(FillFullHeader(steps, &header_));
   }
+  if (accept_.has_value()) {
+    *header_.mutable_shm_accept() = *std::move(accept_);
+    accept_.reset();
+  }
+  // Shared memory: the numeric tensors go to the sink's region when it has room.
+  uint8_t* shared = nullptr;
+  size_t extent = 0;
+  if (sink_ != nullptr) {
+    ForEachNumeric(steps, [&](const Tensor&, size_t end) { extent = end; });
+    if (extent > 0) shared = sink_->Reserve(extent, header_.mutable_shm_payload());
+    if (shared == nullptr) header_.clear_shm_payload();
+  }
+  last_shared_bytes_ = shared != nullptr ? extent : 0;
   const size_t header_size = header_.ByteSizeLong();
   if (header_size > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError("step frame header exceeds 4 GiB");
@@ -618,14 +652,15 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
   for (const WireStepView& step : steps) {
     for (size_t p = 0; p < step.num_pieces; ++p) {
       for (const Tensor& t : step.pieces[p]) {
-        if (t.dtype() == DType::kString || t.byte_size() < kZeroCopyMinBytes) {
+        if (t.dtype() == DType::kString ||
+            (shared == nullptr && t.byte_size() < kZeroCopyMinBytes)) {
           inline_bytes += t.payload_bytes();
         }
       }
     }
   }
   if (send_pool_ == nullptr) send_pool_ = std::make_shared<SendBufferPool>();
-  if (compression_ != WireCompression::kNone) {
+  if (compression_ != WireCompression::kNone && shared == nullptr) {  // never both
     bool sent = false;
     RETURN_IF_ERROR(EncodeCompressed(steps, out, &sent));
     if (sent) return absl::OkStatus();
@@ -636,6 +671,11 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
   const size_t at = pending->size();
   pending->resize(at + header_size);
   header_.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(pending->data() + at));
+  if (shared != nullptr) {
+    ForEachNumeric(steps, [&](const Tensor& t, size_t end) {
+      std::memcpy(shared + (end - t.byte_size()), t.raw_data(), t.byte_size());
+    });
+  }
   for (const WireStepView& step : steps) {
     for (size_t p = 0; p < step.num_pieces; ++p) {
       for (const Tensor& t : step.pieces[p]) {
@@ -643,6 +683,8 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
           for (int64_t e = 0; e < t.num_elements(); ++e) {
             builder.pending()->append(t.string_at(e));
           }
+        } else if (shared != nullptr) {
+          continue;  // in the shared region
         } else if (t.byte_size() >= kZeroCopyMinBytes) {
           builder.AddZeroCopy(t);
         } else if (t.byte_size() > 0) {
@@ -766,6 +808,7 @@ struct StepFrameDecoder::Scratch {
     lengths.clear();
     payload = 0;
     numeric = 0;
+    strings = 0;
   }
   // Adds one tensor after its dims and lengths were appended; checks the payload fits
   // `available` so that a corrupt header cannot make the decoder describe (or later
@@ -780,6 +823,8 @@ struct StepFrameDecoder::Scratch {
     if (dtype != DType::kString && byte_size > 0) {
       offset = RoundUpToAlignment(numeric);
       numeric = offset + byte_size;
+    } else if (dtype == DType::kString) {
+      strings += byte_size;
     }
     tensors.push_back(TensorDesc{dtype, dims_begin,
                                  static_cast<uint32_t>(dims.size() - dims_begin), elements,
@@ -801,6 +846,7 @@ struct StepFrameDecoder::Scratch {
   std::vector<uint64_t> lengths;
   uint64_t payload = 0;
   size_t numeric = 0;
+  uint64_t strings = 0;  // of payload, the string tensors' bytes
 };
 
 namespace {
@@ -1092,12 +1138,26 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
   SliceReader reader(std::move(x->slices));
   proto::StepFrameHeader& header = x->header;
   absl::Status s = ReadHeader(&reader, &header, "step frame", &x->header_copy);
-  // The payload's bytes: what follows, or what it decompresses to.
+  // The payload's bytes: what follows, what it decompresses to, or (a shared-memory frame) the
+  // strings that follow plus the numeric bytes in the segment. A frame is never both compressed
+  // and shared (workers compress only for consumers on other hosts).
+  const bool shared = s.ok() && header.has_shm_payload();
   size_t available = reader.remaining();
   WireCompression codec = WireCompression::kNone;
   if (s.ok() && header.compression() != proto::WIRE_COMPRESSION_NONE) {
-    s = CheckCompressedSizes(header, available, &codec);
-    if (s.ok()) available = static_cast<size_t>(header.raw_payload_bytes());
+    if (shared) {
+      s = absl::DataLossError("step frame: a compressed frame with a shared-memory payload");
+    } else {
+      s = CheckCompressedSizes(header, available, &codec);
+      if (s.ok()) available = static_cast<size_t>(header.raw_payload_bytes());
+    }
+  }
+  if (s.ok() && shared) {
+    if (source_ == nullptr) {
+      s = absl::DataLossError("step frame: a shared-memory payload on a stream without a segment");
+    } else if (__builtin_add_overflow(available, header.shm_payload().bytes(), &available)) {
+      available = std::numeric_limits<size_t>::max();
+    }
   }
   if (s.ok()) {
     if (header.compact_steps() > 0 || header.compact_values_size() > 0) {
@@ -1113,7 +1173,14 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
       s = DescribeFull(header, available, x);
     }
   }
-  if (s.ok() && x->payload != available) {
+  if (s.ok() && shared) {
+    if (x->numeric != header.shm_payload().bytes() || x->strings != reader.remaining()) {
+      s = absl::DataLossError(absl::StrCat(
+          "step frame: the header describes ", x->numeric, " shared and ", x->strings,
+          " inline byte(s) but the shared-memory region has ", header.shm_payload().bytes(),
+          " and ", reader.remaining(), " follow"));
+    }
+  } else if (s.ok() && x->payload != available) {
     s = absl::DataLossError(absl::StrCat("step frame: the header describes ", x->payload,
                                          " payload byte(s) but ", available, " follow"));
   }
@@ -1132,11 +1199,18 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
     std::shared_ptr<TensorBuffer> raw;
     s = Decompress(codec, available, &reader, &raw);
     if (s.ok()) PlanViews(&reader, x, std::move(raw));
-  } else if (s.ok() && view_received_slices_) {
+  } else if (s.ok() && view_received_slices_ && !shared) {
     PlanViews(&reader, x, nullptr);
   }
   std::shared_ptr<TensorBuffer> frame_buffer;
-  if (s.ok() && x->numeric > 0) {
+  if (s.ok() && shared) {
+    absl::StatusOr<std::shared_ptr<TensorBuffer>> region = source_->Resolve(header.shm_payload());
+    if (region.ok()) {
+      frame_buffer = *std::move(region);
+    } else {
+      s = region.status();
+    }
+  } else if (s.ok() && x->numeric > 0) {
     frame_buffer = allocator_(x->numeric);
     if (frame_buffer == nullptr || frame_buffer->data() == nullptr ||
         frame_buffer->size() < x->numeric) {
@@ -1203,6 +1277,8 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
             t = Tensor::Wrap(d.dtype, shape, x->slice_buffers[d.view_slice], d.view_offset);
             ++counted.viewed_tensors;
             counted.viewed_bytes += d.byte_size;
+          } else if (shared) {
+            t = Tensor::Wrap(d.dtype, shape, frame_buffer, d.offset);  // a view of the segment
           } else {
             reader.Read(static_cast<char*>(frame_buffer->data()) + d.offset, d.byte_size);
             t = Tensor::Wrap(d.dtype, shape, frame_buffer, d.offset);
@@ -1228,6 +1304,10 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
   stats_.copied_tensors += counted.copied_tensors;
   stats_.copied_bytes += counted.copied_bytes;
   return absl::OkStatus();
+}
+
+const proto::ShmAccept* StepFrameDecoder::last_shm_accept() const {
+  return scratch_->header.has_shm_accept() ? &scratch_->header.shm_accept() : nullptr;
 }
 
 absl::Status DecodeStepFrame(const grpc::ByteBuffer& buffer, const TensorAllocator& allocator,

@@ -64,6 +64,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -152,6 +153,27 @@ class CompactSpec {
   std::vector<TensorSpec> leaves_;
 };
 
+// Shared memory (core/rpc/shm_ring.h): where an encoder may put a frame's numeric tensor bytes
+// instead of the payload, laid out as the decoder lays out its frame buffer (each tensor at a
+// 64-byte aligned offset in header order), the header then carrying a ShmPayload.
+class SharedPayloadSink {
+ public:
+  virtual ~SharedPayloadSink() = default;
+  // Room for `bytes` (> 0), filling *out with where it is; nullptr when there is none now
+  // (the frame then carries its bytes inline).
+  virtual uint8_t* Reserve(size_t bytes, proto::ShmPayload* out) = 0;
+};
+
+// Where a decoder finds a frame's numeric bytes that a ShmPayload points at.
+class SharedPayloadSource {
+ public:
+  virtual ~SharedPayloadSource() = default;
+  // The buffer holding them (its size is payload.bytes()); an error (DATA_LOSS) when the
+  // payload is out of bounds.
+  virtual absl::StatusOr<std::shared_ptr<TensorBuffer>> Resolve(
+      const proto::ShmPayload& payload) = 0;
+};
+
 // A step to encode, borrowing its pieces (the caller keeps them alive during Encode): the
 // worker encodes a consumer's share of its buffered steps without copying the tensors.
 struct WireStepView {
@@ -191,6 +213,13 @@ class StepFrameEncoder {
     double cpu_seconds = 0;
   };
   const CompressionStats& compression_stats() const { return compression_stats_; }
+  // From now on, frames whose numeric bytes fit `sink` put them there (borrowed; must outlive
+  // the encoder's use; nullptr: inline again). The bytes the last Encode put there (0: none):
+  // last_shared_bytes().
+  void set_shared_payload(SharedPayloadSink* sink) { sink_ = sink; }
+  size_t last_shared_bytes() const { return last_shared_bytes_; }
+  // The next frame encoded carries `accept` (the worker's answer to a ShmOffer).
+  void AttachToNextFrame(proto::ShmAccept accept) { accept_ = std::move(accept); }
 
  private:
   bool AllMatch(absl::Span<const WireStepView> steps) const;
@@ -210,6 +239,9 @@ class StepFrameEncoder {
   // The strings frames' copied bytes travel in, back from gRPC once sent (step_frame.cc).
   std::shared_ptr<SendBufferPool> send_pool_;
   bool last_compact_ = false;
+  SharedPayloadSink* sink_ = nullptr;
+  size_t last_shared_bytes_ = 0;
+  std::optional<proto::ShmAccept> accept_;
 };
 
 // Encodes `frame` with full headers (StepFrameEncoder without a spec).
@@ -244,6 +276,11 @@ class StepFrameDecoder {
   // the consumer granted).
   absl::Status Decode(const grpc::ByteBuffer& buffer, StepFrame* out,
                       const FrameCreditLimit& limit);
+  // Frames with a ShmPayload take their numeric tensors as views of what `source` resolves
+  // (borrowed, outliving the decoder's use); without a source such a frame is DATA_LOSS.
+  // The ShmAccept of the last frame decoded, if it had one: last_shm_accept().
+  void set_shared_payload(SharedPayloadSource* source) { source_ = source; }
+  const proto::ShmAccept* last_shm_accept() const;
 
   // What the decoder did with the numeric tensors (size > 0) of the frames it decoded
   // successfully: received as views of gRPC's slices (or of a decompressed payload), or
@@ -277,6 +314,7 @@ class StepFrameDecoder {
   const bool view_received_slices_;
   Stats stats_;
   std::unique_ptr<Scratch> scratch_;
+  SharedPayloadSource* source_ = nullptr;
 };
 
 // Decodes a frame. DATA_LOSS when bytes are missing or left over (a short or padded frame),

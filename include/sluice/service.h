@@ -154,6 +154,11 @@ struct ServiceOptions {
   // frame whose payload shrinks by less than 1/16 (random or compressed bytes) goes raw.
   ServiceCompression compression = ServiceCompression::kNone;
   bool force_compression = false;
+  // Steps from a worker on this host travel through shared memory (a segment the worker writes
+  // and this process maps; the tensors are views of it until dropped), negotiated per stream
+  // and falling back to TCP when the worker is remote, has it off, or the hand-over fails.
+  // false: TCP only (docs/SERVICE.md "Shared memory").
+  bool shared_memory = true;
 };
 
 // Registers `dataset` with the coordinator, gets or creates the job (replicas_per_consumer =

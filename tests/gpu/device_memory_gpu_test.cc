@@ -11,6 +11,8 @@
 #include "core/device/cuda_device_memory.h"
 #include "sluice/dataset.h"
 #include "core/device/device_memory.h"
+#include "core/rpc/shm_ring.h"
+#include "core/rpc/shm_segment.h"
 #include "gtest/gtest.h"
 #include "sluice/strategy.h"
 
@@ -94,6 +96,42 @@ TEST(CudaDeviceMemoryTest, DeviceContentsEqualHostContentsForEveryDtype) {
       EXPECT_TRUE(back.Equals(host));
     }
   }
+}
+
+// A shared-memory segment (core/rpc/shm_ring.h) page-locked with cudaHostRegister: its regions
+// are pinned buffers (the prefetcher copies from them with no staging) and a device copy from
+// one gives its bytes. Without a device, nothing is locked and the regions stay kHost.
+TEST(CudaDeviceMemoryTest, SharedMemorySegmentIsRegisteredAndCopiesWithoutStaging) {
+  auto segment = ShmSegment::Create(size_t{4} << 20);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  ShmRingWriter writer(*segment);
+  if (CudaDeviceCount() == 0) {
+    ShmRingReader host_reader(*segment, DefaultDeviceMemory());
+    EXPECT_FALSE(host_reader.pinned());
+    GTEST_SKIP() << "no CUDA device on this machine";
+  }
+  std::shared_ptr<DeviceMemory> cuda = Cuda();
+  ASSERT_NE(cuda, nullptr);
+  ShmRingReader reader(*segment, cuda);
+  ASSERT_TRUE(reader.pinned());
+  proto::ShmPayload payload;
+  uint8_t* p = writer.Reserve(size_t{1} << 20, &payload);
+  ASSERT_NE(p, nullptr);
+  for (size_t i = 0; i < (size_t{1} << 20); ++i) p[i] = static_cast<uint8_t>(i * 13 + 5);
+  absl::StatusOr<std::shared_ptr<TensorBuffer>> region = reader.Resolve(payload);
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_EQ((*region)->space(), MemorySpace::kPinnedHost);
+  absl::StatusOr<std::shared_ptr<TensorBuffer>> device = cuda->AllocateDevice(0, payload.bytes());
+  ASSERT_TRUE(device.ok()) << device.status();
+  ASSERT_TRUE(
+      cuda->CopyToDeviceAsync(0, (*region)->data(), (*device)->data(), payload.bytes()).ok());
+  absl::StatusOr<std::unique_ptr<DeviceEvent>> event = cuda->CreateEvent(0);
+  ASSERT_TRUE(event.ok());
+  ASSERT_TRUE((*event)->Record().ok());
+  ASSERT_TRUE((*event)->Wait().ok());
+  std::vector<uint8_t> back(payload.bytes());
+  ASSERT_TRUE(cuda->CopyToHost(0, (*device)->data(), back.data(), back.size()).ok());
+  EXPECT_EQ(std::memcmp(back.data(), p, back.size()), 0);
 }
 
 TEST(CudaDeviceMemoryTest, BadOrdinalsAreInvalidArguments) {

@@ -73,6 +73,8 @@ class ProcessCluster {
   // "127.0.0.1:PORT" of worker i.
   const std::string& worker_address(int i) const { return worker_addresses_[i]; }
   int num_workers() const { return static_cast<int>(workers_.size()); }
+  // The process id of worker i (its current process; inspect /proc/<pid> while it runs).
+  pid_t worker_pid(int i) const { return workers_[i]->pid(); }
   // A directory for the test's own files; removed with the cluster.
   const std::string& temp_dir() const { return dir_; }
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/rpc/shm_segment.h"
 #include "core/util/json_value.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -66,6 +67,10 @@ TEST_P(SluicectlBenchServiceTest, FixedTensorsThroughTheService) {
   EXPECT_EQ(p["mode"].string_value(), "service");
   EXPECT_EQ(p["coordinator"].string_value(), cluster_->coordinator());
   EXPECT_EQ(p["job"].string_value(), "fixed");
+  // The consumer shares the workers' host: shared memory unless the environment turns it off
+  // (the suite's tcp. run), and then no frame came through it.
+  EXPECT_EQ(p["shared_memory"].bool_value(), SharedMemoryDefaultFromEnvironment());
+  if (!SharedMemoryDefaultFromEnvironment()) EXPECT_EQ(Int(p, "shared_memory_frames"), 0);
   absl::Status stopped = cluster_->StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }

@@ -50,44 +50,53 @@ void Cluster::AddWorker(size_t buffer_bytes) {
   workers_.push_back(*std::move(worker));
 }
 
+absl::Status ForEachStep(const std::string& coordinator, const Dataset& ds,
+                         ServiceOptions options, int64_t replicas,
+                         const std::function<void(int64_t, const PerReplica<Element>&)>& fn,
+                         int64_t max_steps, DistributedElementSpec* spec,
+                         std::optional<IteratorCheckpoint>* checkpoint) {
+  std::vector<std::string> devices;
+  for (int64_t r = 0; r < replicas; ++r) devices.push_back(absl::StrCat("CPU:", r));
+  auto strategy = MirroredStrategy::Create(devices);
+  if (!strategy.ok()) return strategy.status();
+  options.coordinator_address = coordinator;
+  auto dist = DistributeDatasetFromService(*strategy, ds, options);
+  if (!dist.ok()) return dist.status();
+  if (spec != nullptr) *spec = dist->element_spec();
+  auto it = dist->MakeIterator();
+  if (!it.ok()) return it.status();
+  absl::Status status;
+  for (int64_t s = 0; s < 100000 && (max_steps < 0 || s < max_steps); ++s) {
+    absl::StatusOr<PerReplica<Element>> x = it->GetNext();
+    if (!x.ok()) {
+      if (x.status().code() != absl::StatusCode::kOutOfRange) status = x.status();
+      break;
+    }
+    fn(s, *x);
+  }
+  if (checkpoint != nullptr) {
+    if (absl::StatusOr<IteratorCheckpoint> c = it->Checkpoint(); c.ok()) *checkpoint = *c;
+  }
+  return status;
+}
+
 Consumed Consume(const std::string& coordinator, const Dataset& ds, ServiceOptions options,
                  int64_t replicas, std::function<void(int64_t step)> after_step,
                  int64_t max_steps) {
   Consumed out;
-  std::vector<std::string> devices;
-  for (int64_t r = 0; r < replicas; ++r) devices.push_back(absl::StrCat("CPU:", r));
-  auto strategy = MirroredStrategy::Create(devices);
-  if (!strategy.ok()) {
-    out.status = strategy.status();
-    return out;
-  }
-  options.coordinator_address = coordinator;
-  auto dist = DistributeDatasetFromService(*strategy, ds, options);
-  if (!dist.ok()) {
-    out.status = dist.status();
-    return out;
-  }
-  out.spec = dist->element_spec();
-  auto it = dist->MakeIterator();
-  if (!it.ok()) {
-    out.status = it.status();
-    return out;
-  }
-  for (int64_t s = 0; s < 100000 && (max_steps < 0 || s < max_steps); ++s) {
-    absl::StatusOr<PerReplica<Element>> x = it->GetNext();
-    if (!x.ok()) {
-      if (x.status().code() != absl::StatusCode::kOutOfRange) out.status = x.status();
-      break;
-    }
-    std::vector<std::vector<int64_t>> step;
-    for (const Element& e : x->values()) {
-      const Tensor& t = e.leaf();
-      step.push_back(std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.num_elements()));
-    }
-    out.steps.push_back(std::move(step));
-    if (after_step) after_step(s);
-  }
-  if (absl::StatusOr<IteratorCheckpoint> c = it->Checkpoint(); c.ok()) out.checkpoint = *c;
+  out.status = ForEachStep(
+      coordinator, ds, std::move(options), replicas,
+      [&](int64_t s, const PerReplica<Element>& x) {
+        std::vector<std::vector<int64_t>> step;
+        for (const Element& e : x.values()) {
+          const Tensor& t = e.leaf();
+          step.push_back(
+              std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.num_elements()));
+        }
+        out.steps.push_back(std::move(step));
+        if (after_step) after_step(s);
+      },
+      max_steps, &out.spec, &out.checkpoint);
   return out;
 }
 

@@ -61,6 +61,16 @@ struct Consumed {
   std::optional<IteratorCheckpoint> checkpoint;
 };
 
+// Reads `ds` through the service as one consumer with `replicas` CPU replicas (devices CPU:0..),
+// to the end of data or `max_steps` steps (bounded at 100000), calling fn(step, value) for each
+// step; sets *spec (the element spec) and *checkpoint (after the last step) when given. The
+// first error other than the end of data.
+absl::Status ForEachStep(const std::string& coordinator, const Dataset& ds,
+                         ServiceOptions options, int64_t replicas,
+                         const std::function<void(int64_t, const PerReplica<Element>&)>& fn,
+                         int64_t max_steps = -1, DistributedElementSpec* spec = nullptr,
+                         std::optional<IteratorCheckpoint>* checkpoint = nullptr);
+
 // Reads `ds` through the service as one consumer with `replicas` CPU replicas, to the end of
 // data or `max_steps` steps (-1: no limit; the loop is bounded at 100000 steps anyway), calling
 // after_step after each step.

@@ -20,6 +20,8 @@
 //   - wait_seconds: the time the caller spent in GetNext per measured step (the trainer's wait
 //     for input), quantiles to within 1.1% (core/obs/latency_histogram.h);
 //   - end_of_data: the data ended before --steps / --seconds;
+//   - parameters: the flags that shaped the run; through the service also shared_memory (the
+//     flag) and shared_memory_frames (frames this process decoded from shared memory);
 //   - ops: with --profile (local mode only), one object per op of the pipeline, source first:
 //     {"op": "op 2 (batch)", "elements": .., "calls": .., "seconds": .., "self_seconds": ..}
 //     (core/data/op_profile.h; warm-up steps included); otherwise null. Through the service the
@@ -52,6 +54,7 @@
 #include "absl/strings/str_format.h"
 #include "core/data/op_profile.h"
 #include "core/obs/latency_histogram.h"
+#include "core/rpc/shm_ring.h"
 #include "core/rpc/wire_compression.h"
 #include "core/util/json_value.h"
 #include "core/util/status_macros.h"
@@ -64,6 +67,7 @@ ABSL_DECLARE_FLAG(std::string, sharding_policy);
 ABSL_DECLARE_FLAG(std::string, read_mode);
 ABSL_DECLARE_FLAG(int64_t, num_consumers);
 ABSL_DECLARE_FLAG(int64_t, consumer_index);
+ABSL_DECLARE_FLAG(bool, shared_memory);
 ABSL_DECLARE_FLAG(bool, profile);  // tools/sluicectl/run.cc
 
 ABSL_FLAG(double, seconds, 0,
@@ -293,6 +297,11 @@ std::string ResultJson(const BenchParams& p, const BenchResult& r) {
     params.push_back({"read_mode", JsonValue::String(absl::GetFlag(FLAGS_read_mode))});
     params.push_back({"num_consumers", JsonValue::Integer(absl::GetFlag(FLAGS_num_consumers))});
     params.push_back({"consumer_index", JsonValue::Integer(absl::GetFlag(FLAGS_consumer_index))});
+    // Whether steps may come through shared memory, and how many frames did (0: all over TCP,
+    // the workers being remote or having it off).
+    params.push_back({"shared_memory", JsonValue::Bool(absl::GetFlag(FLAGS_shared_memory))});
+    params.push_back({"shared_memory_frames",
+                      JsonValue::Integer(ProcessShmRingCounts().frames_read)});
   }
   const double s = r.seconds;
   JsonValue out = JsonValue::Object({
@@ -363,7 +372,7 @@ SLUICECTL_REGISTER_COMMAND({
               "job", "consumer_index", "num_consumers", "sharding_policy", "read_mode",
               "num_tasks", "retry_deadline", "seed", "shuffle", "shuffle_block_size", "epochs",
               "range_steps", "receive_budget_bytes", "profile",
-              "compression", "force_compression"},
+              "compression", "force_compression", "shared_memory"},
     .run = &BenchMain,
 });
 

@@ -130,7 +130,7 @@ SLUICECTL_REGISTER_COMMAND({
               "job", "consumer_index", "num_consumers", "sharding_policy", "read_mode",
               "num_tasks", "retry_deadline", "seed", "shuffle", "shuffle_block_size", "epochs",
               "range_steps", "resume_state", "save_state", "receive_budget_bytes", "profile",
-              "compression", "force_compression"},
+              "compression", "force_compression", "shared_memory"},
     .run = &RunMain,
 });
 

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/service_job_options.h"
+#include "core/rpc/shm_segment.h"
 #include "client/service_step_source.h"
 #include "core/rpc/coordinator_call.h"
 #include "core/tensor/proto_convert.h"
@@ -68,6 +69,10 @@ ABSL_FLAG(int64_t, receive_budget_bytes, int64_t{64} << 20,
 ABSL_FLAG(bool, force_compression, false,
           "Service mode: use --compression on loopback and same-host workers too (by default "
           "only remote workers compress).");
+ABSL_FLAG(bool, shared_memory, sluice::SharedMemoryDefaultFromEnvironment(),
+          "Service mode: read from workers on this host through shared memory (negotiated, TCP "
+          "otherwise); false: TCP only. Default: true unless the environment sets "
+          "SLUICE_SHARED_MEMORY=0.");
 namespace sluice {
 namespace {
 
@@ -143,6 +148,7 @@ absl::StatusOr<ServiceFlags> ReadServiceFlags() {
     return absl::InvalidArgumentError("--retry_deadline must be non-negative");
   }
   o.receive_budget_bytes = absl::GetFlag(FLAGS_receive_budget_bytes);
+  o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   if (o.receive_budget_bytes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--receive_budget_bytes must be positive, got ",
                                                    o.receive_budget_bytes));

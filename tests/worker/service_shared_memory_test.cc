@@ -1,0 +1,130 @@
+// Shared memory end to end in one process (core/rpc/shm_ring.h): a consumer and workers of an
+// in-process cluster share the host, so streams negotiate the ring; the same pipeline read with
+// shared memory on, off on the consumer, and off on the workers gives the same steps byte for
+// byte, exactly once, and the rings are gone once the consumers are.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/rpc/shm_ring.h"
+#include "gtest/gtest.h"
+#include "sluice/distributed_dataset.h"
+#include "sluice/service.h"
+#include "tests/worker/in_process_cluster.h"
+
+namespace sluice {
+namespace {
+
+// Every step as bytes: per replica, per leaf, dtype, shape and payload (numeric bytes or the
+// strings with their lengths), so that two reads compare every byte.
+struct Read {
+  absl::Status status;
+  std::vector<std::string> steps;
+};
+
+std::string Describe(const Tensor& t) {
+  std::string out = absl::StrCat(static_cast<int>(t.dtype()), ":", t.shape().ToString(), ":");
+  if (t.dtype() == DType::kString) {
+    for (int64_t e = 0; e < t.num_elements(); ++e) {
+      absl::StrAppend(&out, t.string_at(e).size(), "=", t.string_at(e), ";");
+    }
+  } else {
+    out.append(static_cast<const char*>(t.raw_data()), t.byte_size());
+  }
+  return out;
+}
+
+Read ReadAll(const std::string& coordinator, const Dataset& ds, ServiceOptions options) {
+  Read out;
+  out.status = ForEachStep(coordinator, ds, std::move(options), /*replicas=*/2,
+                           [&](int64_t, const PerReplica<Element>& x) {
+                             std::string step;
+                             for (const Element& e : x.values()) {
+                               for (const Tensor& t : e.Flatten()) {
+                                 absl::StrAppend(&step, Describe(t), "|");
+                               }
+                             }
+                             out.steps.push_back(std::move(step));
+                           });
+  return out;
+}
+
+// (int64 index, float32 row of 300 values, string) elements: numeric tensors above and below
+// the zero-copy threshold, and strings, which stay inline.
+Dataset MixedPipeline() {
+  const int64_t n = 96;
+  Tensor idx = Tensor::Allocate(DType::kInt64, Shape({n}));
+  Tensor rows = Tensor::Allocate(DType::kFloat32, Shape({n, 300}));
+  Tensor words = Tensor::Allocate(DType::kString, Shape({n}));
+  for (int64_t i = 0; i < n; ++i) {
+    idx.mutable_data<int64_t>()[i] = i;
+    for (int64_t j = 0; j < 300; ++j) rows.mutable_data<float>()[i * 300 + j] = i * 0.5f + j;
+    *words.mutable_string(i) = std::string(static_cast<size_t>(i % 7), 'a' + i % 26);
+  }
+  return Dataset::FromTensorSlices(Element::Tuple(
+                                       {Element::Leaf(idx), Element::Leaf(rows),
+                                        Element::Leaf(words)}))
+      .Batch(8);
+}
+
+TEST(ServiceSharedMemoryTest, SameStepsOverSharedMemoryAndTcp) {
+  ShmRingCounts before = ProcessShmRingCounts();
+  Read shm, tcp_consumer, tcp_worker;
+  {
+    Cluster cluster(2);
+    ServiceOptions options;
+    options.job_name = "shm-on";
+    options.receive_budget_bytes = 16384;  // several frames: the first one only is inline
+    shm = ReadAll(cluster.address(), MixedPipeline(), options);
+    ASSERT_TRUE(shm.status.ok()) << shm.status;
+    ShmRingCounts after_shm = ProcessShmRingCounts();
+    // Every frame that carried numeric bytes went through a ring, both ways counted.
+    EXPECT_GT(after_shm.frames_read - before.frames_read, 0);
+    EXPECT_EQ(after_shm.frames_read - before.frames_read,
+              after_shm.frames_written - before.frames_written);
+
+    options.job_name = "shm-off-consumer";
+    options.shared_memory = false;
+    ShmRingCounts b2 = ProcessShmRingCounts();
+    tcp_consumer = ReadAll(cluster.address(), MixedPipeline(), options);
+    ASSERT_TRUE(tcp_consumer.status.ok()) << tcp_consumer.status;
+    EXPECT_EQ(ProcessShmRingCounts().frames_read, b2.frames_read);
+    EXPECT_EQ(ProcessShmRingCounts().frames_written, b2.frames_written);
+  }
+  {
+    // The workers have it off: a consumer that offers still gets TCP.
+    Cluster cluster(2, absl::Seconds(10), size_t{64} << 20,
+                    [](WorkerServerOptions* o) { o->service.shared_memory = false; });
+    ServiceOptions options;
+    options.job_name = "shm-off-worker";
+    options.receive_budget_bytes = 16384;
+    ShmRingCounts b3 = ProcessShmRingCounts();
+    tcp_worker = ReadAll(cluster.address(), MixedPipeline(), options);
+    ASSERT_TRUE(tcp_worker.status.ok()) << tcp_worker.status;
+    EXPECT_EQ(ProcessShmRingCounts().frames_read, b3.frames_read);
+  }
+  // 96 elements, batch 8: 12 steps, each of both replicas; the same bytes every way.
+  ASSERT_EQ(shm.steps.size(), 12u);
+  EXPECT_EQ(shm.steps, tcp_consumer.steps);
+  EXPECT_EQ(shm.steps, tcp_worker.steps);
+  // No ring outlives its stream: every segment is unmapped once the consumers and workers are.
+  EXPECT_EQ(ProcessShmRingCounts().writers_alive, 0);
+  EXPECT_EQ(ProcessShmRingCounts().readers_alive, 0);
+}
+
+TEST(ServiceSharedMemoryTest, ExactlyOnceOverSharedMemoryWithSeveralConsumers) {
+  Cluster cluster(3);
+  ServiceOptions options;
+  options.job_name = "shm-exactly-once";
+  options.num_consumers = 2;
+  const ShmRingCounts before = ProcessShmRingCounts();
+  std::vector<Consumed> results =
+      ConsumeAll(cluster.address(), Dataset::Range(4000).Batch(16), options, 2, 2);
+  for (const Consumed& c : results) ASSERT_TRUE(c.status.ok()) << c.status;
+  ExpectExactlyOnce(results, 4000);
+  EXPECT_GT(ProcessShmRingCounts().frames_read - before.frames_read, 0);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,256 @@
+// The shared-memory transport's pieces (core/rpc/shm_segment.h, shm_fd_passing.h, shm_ring.h)
+// and the step-frame codec over a ring: what a hostile peer may send is checked, a segment is
+// handed over once, regions are reused only once released, decoded tensors are views of the
+// segment with the bytes that were encoded.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/rpc/shm_fd_passing.h"
+#include "core/rpc/shm_ring.h"
+#include "core/rpc/shm_segment.h"
+#include "core/rpc/step_frame.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Segments small enough to fill: one page.
+constexpr size_t kPage = 4096;
+
+TEST(ShmSegmentTest, HandedOverOnceAndSharesBytes) {
+  auto server = ShmFdServer::Create();
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto segment = ShmSegment::Create(3 * kPage);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  const std::string token = (*server)->Offer(*segment);
+  auto fd = ReceiveShmFd((*server)->name(), token, absl::Seconds(10));
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  auto mapped = ShmSegment::Map(*std::move(fd), (*segment)->size());
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  std::memcpy((*segment)->data() + 100, "hello", 5);
+  EXPECT_EQ(std::string(reinterpret_cast<char*>((*mapped)->data()) + 100, 5), "hello");
+  EXPECT_NE((*mapped)->data(), (*segment)->data());  // two mappings of one memory
+  // The token is spent: asking again gets nothing.
+  auto again = ReceiveShmFd((*server)->name(), token, absl::Seconds(10));
+  EXPECT_FALSE(again.ok());
+  EXPECT_EQ((*server)->pending(), 0u);
+}
+
+TEST(ShmSegmentTest, UnknownTokenGetsNoDescriptor) {
+  auto server = ShmFdServer::Create();
+  ASSERT_TRUE(server.ok());
+  auto segment = ShmSegment::Create(kPage);
+  ASSERT_TRUE(segment.ok());
+  (*server)->Offer(*segment);
+  auto fd = ReceiveShmFd((*server)->name(), std::string(kShmTokenBytes, 'x'), absl::Seconds(10));
+  ASSERT_FALSE(fd.ok());
+  EXPECT_EQ((*server)->pending(), 1u);  // the real offer still waits
+}
+
+TEST(ShmSegmentTest, ReceiverRefusesForeignSocketsAndBadTokens) {
+  auto a = ReceiveShmFd("some-other-service", std::string(kShmTokenBytes, 'x'), absl::Seconds(1));
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  auto b = ReceiveShmFd(std::string(kShmSocketPrefix) + "1", "short", absl::Seconds(1));
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  // A name of the protocol that nobody serves (a worker gone, another namespace).
+  auto c = ReceiveShmFd(std::string(kShmSocketPrefix) + "nobody-serves-this",
+                        std::string(kShmTokenBytes, 'x'), absl::Seconds(1));
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(ShmSegmentTest, MapRefusesUnsealedWrongSizeAndNonFiles) {
+  // A memfd a hostile worker could shrink under the consumer's mapping (SIGBUS on read).
+  UniqueFd unsealed(memfd_create("test", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  ASSERT_GE(unsealed.get(), 0);
+  ASSERT_EQ(ftruncate(unsealed.get(), kPage), 0);
+  auto m = ShmSegment::Map(std::move(unsealed), kPage);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("sealed"));
+
+  auto segment = ShmSegment::Create(kPage);
+  ASSERT_TRUE(segment.ok());
+  UniqueFd dup_fd(dup((*segment)->fd()));
+  auto wrong = ShmSegment::Map(std::move(dup_fd), 2 * kPage);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(wrong.status().message()), HasSubstr("announced"));
+
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  close(pipe_fds[1]);
+  auto not_file = ShmSegment::Map(UniqueFd(pipe_fds[0]), kPage);
+  EXPECT_EQ(not_file.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ShmRingWriterTest, ReusesOnlyReleasedRegionsAndRefusesBadReleases) {
+  auto segment = ShmSegment::Create(kPage);
+  ASSERT_TRUE(segment.ok());
+  ShmRingWriter ring(*segment);
+  proto::ShmPayload a, b, c;
+  // The worked example of shm_ring.h.
+  ASSERT_NE(ring.Reserve(1000, &a), nullptr);
+  ASSERT_NE(ring.Reserve(2000, &b), nullptr);
+  EXPECT_EQ(a.offset(), 0u);
+  EXPECT_EQ(a.ring_end(), 1024u);
+  EXPECT_EQ(b.offset(), 1024u);
+  EXPECT_EQ(b.ring_end(), 3072u);
+  EXPECT_EQ(ring.Reserve(1500, &c), nullptr);  // would overwrite region a
+  EXPECT_EQ(ring.Reserve(kPage + 1, &c), nullptr);  // never fits
+  // A consumer cannot release what was not written, nor go back.
+  EXPECT_EQ(ring.Release(3073).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ring.Release(1024).ok());
+  EXPECT_EQ(ring.Release(1000).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ring.Reserve(1500, &c), nullptr);  // still needs [4096, 5632): 1536 released
+  ASSERT_TRUE(ring.Release(3072).ok());
+  uint8_t* p = ring.Reserve(1500, &c);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(c.offset(), 0u);
+  EXPECT_EQ(c.ring_end(), 4096u + 1536u);
+  EXPECT_EQ(p, (*segment)->data());
+}
+
+TEST(ShmRingReaderTest, RefusesRegionsOutsideOrOutOfOrder) {
+  auto segment = ShmSegment::Create(kPage);
+  ASSERT_TRUE(segment.ok());
+  ShmRingReader ring(*segment);
+  auto payload = [](uint64_t offset, uint64_t bytes, uint64_t end) {
+    proto::ShmPayload p;
+    p.set_offset(offset);
+    p.set_bytes(bytes);
+    p.set_ring_end(end);
+    return p;
+  };
+  EXPECT_EQ(ring.Resolve(payload(kPage - 64, 128, kPage + 64)).status().code(),
+            absl::StatusCode::kDataLoss);  // past the end
+  EXPECT_EQ(ring.Resolve(payload(8, 64, 128)).status().code(),
+            absl::StatusCode::kDataLoss);  // unaligned
+  EXPECT_EQ(ring.Resolve(payload(1ull << 63, 64, 64)).status().code(),
+            absl::StatusCode::kDataLoss);  // offset overflow
+  EXPECT_EQ(ring.Resolve(payload(0, ~0ull, 64)).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ring.Resolve(payload(0, 64, 128)).status().code(),
+            absl::StatusCode::kDataLoss);  // ring_end disagrees with the offset
+  auto first = ring.Resolve(payload(0, 1000, 1024));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(ring.Resolve(payload(0, 1000, 1024)).status().code(),
+            absl::StatusCode::kDataLoss);  // the same region again
+  // A region that wraps onto the one still held.
+  EXPECT_EQ(ring.Resolve(payload(0, 1000, kPage + 1024)).status().code(),
+            absl::StatusCode::kDataLoss);
+  auto second = ring.Resolve(payload(1024, 2000, 3072));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(ring.held(), 2u);
+  // Released out of order: the position moves only over a released prefix.
+  second->reset();
+  EXPECT_EQ(ring.released(), 0u);
+  first->reset();
+  EXPECT_EQ(ring.released(), 3072u);
+  EXPECT_EQ(ring.held(), 0u);
+}
+
+// One frame of a uint8 tensor, an int32 tensor and a string tensor, through a ring.
+TEST(ShmStepFrameTest, DecodedTensorsAreViewsOfTheSegmentWithTheEncodedBytes) {
+  auto segment = ShmSegment::Create(size_t{1} << 20);
+  ASSERT_TRUE(segment.ok());
+  ShmRingWriter writer(*segment);
+  ShmRingReader reader(*segment);  // the same mapping stands in for the consumer's
+  Tensor bytes = Tensor::Allocate(DType::kUInt8, Shape({5000}));
+  for (int i = 0; i < 5000; ++i) static_cast<uint8_t*>(bytes.mutable_raw_data())[i] = i * 7;
+  Tensor ints = Tensor::Allocate(DType::kInt32, Shape({3}));
+  for (int i = 0; i < 3; ++i) static_cast<int32_t*>(ints.mutable_raw_data())[i] = -i - 1;
+  Tensor strings = Tensor::Allocate(DType::kString, Shape({2}));
+  *strings.mutable_string(0) = "ab";
+  *strings.mutable_string(1) = "cde";
+  StepFrame frame;
+  frame.steps.push_back(WireStep{4, -1, 1, {{bytes, ints, strings}}});
+
+  StepFrameEncoder encoder;
+  encoder.set_shared_payload(&writer);
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
+  EXPECT_GT(encoder.last_shared_bytes(), 5000u);
+  EXPECT_LT(bb.Length(), 200u);  // header and the 5 string bytes only
+
+  // Without a source the frame cannot be read.
+  StepFrameDecoder plain(nullptr, nullptr);
+  StepFrame out;
+  EXPECT_EQ(plain.Decode(bb, &out).code(), absl::StatusCode::kDataLoss);
+
+  StepFrameDecoder decoder(nullptr, nullptr);
+  decoder.set_shared_payload(&reader);
+  ASSERT_TRUE(decoder.Decode(bb, &out).ok());
+  ASSERT_EQ(out.steps.size(), 1u);
+  const std::vector<Tensor>& piece = out.steps[0].pieces[0];
+  ASSERT_EQ(piece.size(), 3u);
+  EXPECT_EQ(std::memcmp(piece[0].raw_data(), bytes.raw_data(), 5000), 0);
+  EXPECT_EQ(std::memcmp(piece[1].raw_data(), ints.raw_data(), 12), 0);
+  EXPECT_EQ(piece[2].string_at(1), "cde");
+  const uint8_t* seg = (*segment)->data();
+  for (int i = 0; i < 2; ++i) {
+    const uint8_t* p = static_cast<const uint8_t*>(piece[i].raw_data());
+    EXPECT_TRUE(p >= seg && p < seg + (*segment)->size()) << "tensor " << i << " copied";
+  }
+  EXPECT_EQ(reader.held(), 1u);
+  out.steps.clear();  // the trainer drops the step
+  EXPECT_EQ(reader.held(), 0u);
+  EXPECT_EQ(reader.released(), writer.written());
+}
+
+TEST(ShmStepFrameTest, FrameThatDoesNotFitGoesInline) {
+  auto segment = ShmSegment::Create(kPage);
+  ASSERT_TRUE(segment.ok());
+  ShmRingWriter writer(*segment);
+  Tensor big = Tensor::Allocate(DType::kUInt8, Shape({2 * static_cast<int64_t>(kPage)}));
+  StepFrame frame;
+  frame.steps.push_back(WireStep{0, -1, 1, {{big}}});
+  StepFrameEncoder encoder;
+  encoder.set_shared_payload(&writer);
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
+  EXPECT_EQ(encoder.last_shared_bytes(), 0u);
+  StepFrameDecoder decoder(nullptr, nullptr);  // no segment needed
+  StepFrame out;
+  ASSERT_TRUE(decoder.Decode(bb, &out).ok());
+  EXPECT_EQ(out.steps[0].pieces[0][0].byte_size(), 2 * kPage);
+}
+
+TEST(ShmStepFrameTest, HeaderDisagreeingWithTheRegionIsDataLoss) {
+  auto segment = ShmSegment::Create(size_t{1} << 16);
+  ASSERT_TRUE(segment.ok());
+  // A worker that announces more shared bytes than its header's tensors take.
+  class ShortSink : public SharedPayloadSink {
+   public:
+    explicit ShortSink(ShmRingWriter* w) : w_(w) {}
+    uint8_t* Reserve(size_t bytes, proto::ShmPayload* out) override {
+      uint8_t* p = w_->Reserve(bytes, out);
+      out->set_bytes(bytes + 8);
+      return p;
+    }
+    ShmRingWriter* w_;
+  };
+  ShmRingWriter writer(*segment);
+  ShortSink sink(&writer);
+  ShmRingReader reader(*segment);
+  Tensor t = Tensor::Allocate(DType::kInt64, Shape({100}));
+  StepFrame frame;
+  frame.steps.push_back(WireStep{0, -1, 1, {{t}}});
+  StepFrameEncoder encoder;
+  encoder.set_shared_payload(&sink);
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
+  StepFrameDecoder decoder(nullptr, nullptr);
+  decoder.set_shared_payload(&reader);
+  StepFrame out;
+  absl::Status s = decoder.Decode(bb, &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("shared-memory region has"));
+}
+
+}  // namespace
+}  // namespace sluice
