@@ -27,8 +27,10 @@ ServiceOptions Options(const std::string& job) {
   ServiceOptions o;
   o.job_name = job;
   // Bounds the wait for a task that never reaches its worker: the failure is an error, not a
-  // hang.
-  o.retry_deadline = absl::Seconds(30);
+  // hang. Under the coordinator's max_assignment_watch (30 s), after which an expired watch
+  // would be watched again and answered as a poll: the test then fails instead of passing
+  // late. Generous for what it waits out with the watch (milliseconds).
+  o.retry_deadline = absl::Seconds(20);
   return o;
 }
 
