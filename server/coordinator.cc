@@ -41,7 +41,8 @@ uint64_t RandomIncarnation() {
 Coordinator::Coordinator(CoordinatorOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
-      versions_(RandomIncarnation()) {}
+      versions_(RandomIncarnation()),
+      watchers_(static_cast<size_t>(std::max<int64_t>(options_.max_assignment_watches, 1))) {}
 
 namespace {
 // The lines of the DurableLock this thread holds (Coordinator::Log), if any.
@@ -103,7 +104,10 @@ absl::Status Coordinator::ApplyLocked(const proto::Update& update) {
                                             s.message()));
   }
   for (const auto& [job_id, task_id] : changes.tasks) versions_.TaskChanged(job_id, task_id);
-  for (int64_t worker_id : changes.workers) versions_.WorkerChanged(worker_id);
+  for (int64_t worker_id : changes.workers) {
+    versions_.WorkerChanged(worker_id);
+    watchers_.Notify(worker_id);  // its watch answers now: tasks reach it without waiting
+  }
   if (update.has_remove_job()) {
     versions_.ForgetJob(update.remove_job().job_id());
     consumer_claims_.ForgetJob(update.remove_job().job_id());
@@ -195,6 +199,7 @@ void Coordinator::ReloadFromJournalLocked() {
   liveness_synced_ = false;
   finished_synced_ = false;
   versions_.Reset(RandomIncarnation());  // every caller's next answer is full
+  watchers_.NotifyAll();  // and every watcher's version is unknown
   absl::Status s = journal_->Reload(&state_);
   if (!s.ok()) {
     // The state is unknown: answering from it could lose or duplicate data. A restart

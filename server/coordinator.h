@@ -61,6 +61,7 @@
 #include "proto/coordinator.pb.h"
 #include "proto/journal.pb.h"
 #include "core/data/distribute/global_order.h"
+#include "server/assignment_watchers.h"
 #include "server/consumer_claims.h"
 #include "server/coordinator_state.h"
 #include "server/heartbeat_versions.h"
@@ -149,6 +150,13 @@ struct CoordinatorOptions {
   // the most a request may ask for.
   int64_t status_page_size = 100;
   int64_t max_status_page_size = 1000;
+  // Assignment watches (WatchAssignment, docs/SERVICE.md, "Assignment watch"): the longest a
+  // watch waits for a change before it is answered (a request's wait_ms is capped by it; the
+  // ticker expires watches, so one may last up to a liveness interval longer), and the most
+  // watches waiting at once (more are refused with RESOURCE_EXHAUSTED; their workers fall back
+  // to their heartbeats).
+  absl::Duration max_assignment_watch = absl::Seconds(30);
+  int64_t max_assignment_watches = 4096;
   // Test only: called by GetOrCreateJob, without the coordinator's lock, right before it plans
   // a new job (which may read the data), with the job's dataset id. Tests block here to show
   // that other requests are served while a job plans.
@@ -225,6 +233,24 @@ class Coordinator {
   }
   absl::Status ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
                                proto::ClientHeartbeatResponse* response);
+  // Assignment watch (docs/SERVICE.md, "Assignment watch"): calls done(true) as soon as the
+  // assignment of the worker at request.worker_address changes after request.known_version
+  // (at once when it already has, or when known_incarnation is not the coordinator's), and
+  // done(false) when the wait (wait_ms, at most max_assignment_watch) runs out, a newer watch
+  // of the worker supersedes it, it is cancelled or the watches close. `done` runs exactly
+  // once, possibly under the coordinator's lock (it must not block nor call back). Returns the
+  // watch's id for CancelAssignmentWatch (0: answered already). INVALID_ARGUMENT for a bad
+  // request, NOT_FOUND for a worker not registered, FAILED_PRECONDITION for a process
+  // incarnation that is not the worker's current one, RESOURCE_EXHAUSTED over
+  // max_assignment_watches, UNAVAILABLE once closed; `done` is not called on error.
+  absl::StatusOr<uint64_t> WatchAssignment(const proto::WatchAssignmentRequest& request,
+                                           AssignmentWatchers::Done done);
+  // Answers the watch `id` with false if it still waits (its caller went away).
+  void CancelAssignmentWatch(uint64_t id) { watchers_.Cancel(id); }
+  // Answers every watch with false and refuses new ones (the server shuts down).
+  void CloseAssignmentWatches() { watchers_.Close(); }
+  // Watches waiting now (tests, /metrics).
+  size_t assignment_watches() const { return watchers_.size(); }
   // DYNAMIC jobs: the task's next split, or end_of_splits. FAILED_PRECONDITION for another
   // policy or a finished task.
   absl::Status GetSplit(const proto::GetSplitRequest& request, proto::GetSplitResponse* response);
@@ -590,6 +616,9 @@ class Coordinator {
   absl::flat_hash_map<int64_t, std::vector<WorkerFailure>> task_failures_ ABSL_GUARDED_BY(mu_);
   // Not state: versions of the changes heartbeat answers show (versioned answers).
   HeartbeatVersions versions_ ABSL_GUARDED_BY(mu_);
+  // Workers' assignment watches: notified under mu_ wherever versions_ records a worker's
+  // change, so that a watch registered under mu_ after its version check misses none.
+  AssignmentWatchers watchers_;
   // Records in versions_ what `update` changes; called right before it is applied.
   struct VersionedChanges {
     std::vector<std::pair<int64_t, int64_t>> tasks;  // (job id, task id; 0: the job)

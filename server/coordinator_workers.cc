@@ -405,6 +405,7 @@ void Coordinator::CheckWorkerLiveness() {
   if (s.ok()) s = CollectUnusedDatasetsLocked();
   if (s.ok() && !failed_jobs_.empty()) s = MakeRangesLocked();  // retries that are due
   if (!s.ok()) Log(s.ToString());
+  watchers_.ExpireUntil(clock_->Now());
 }
 
 
@@ -434,6 +435,7 @@ absl::Status Coordinator::CollectDeadWorkersLocked() {
     RETURN_IF_ERROR(ApplyLocked(u));
     liveness_.Forget(id);
     versions_.ForgetWorker(id);
+    watchers_.Notify(id);  // its next heartbeat registers it anew
     dead_since_.erase(id);
     incarnations_.erase(id);
     {
@@ -798,6 +800,43 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   response->set_version(versions_.version());
   response->set_worker_timeout_ms(absl::ToInt64Milliseconds(options_.worker_timeout));
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Coordinator::WatchAssignment(const proto::WatchAssignmentRequest& request,
+                                                      AssignmentWatchers::Done done) {
+  RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "WatchAssignmentRequest"));
+  if (request.worker_address().empty()) {
+    return absl::InvalidArgumentError("WatchAssignmentRequest.worker_address is empty");
+  }
+  if (request.wait_ms() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WatchAssignmentRequest.wait_ms is negative (", request.wait_ms(), ")"));
+  }
+  absl::Duration wait = options_.max_assignment_watch;
+  if (request.wait_ms() > 0) wait = std::min(wait, absl::Milliseconds(request.wait_ms()));
+  {
+    absl::MutexLock lock(&mu_);
+    const CoordinatorState::Worker* worker = state_.FindWorkerByAddress(request.worker_address());
+    if (worker == nullptr) {
+      return absl::NotFoundError(absl::StrCat("worker ", request.worker_address(),
+                                              " is not registered: heartbeat first"));
+    }
+    auto known = incarnations_.find(worker->id);
+    if (request.process_incarnation() != 0 && known != incarnations_.end() &&
+        known->second.current != 0 && known->second.current != request.process_incarnation()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker ", request.worker_address(), ": process incarnation ",
+          absl::Hex(request.process_incarnation()), " is not the registered one (",
+          absl::Hex(known->second.current), "); heartbeat first"));
+    }
+    // Checked and registered under mu_, where every change notifies: none is missed.
+    if (request.known_incarnation() == versions_.incarnation() &&
+        !versions_.WorkerChangedSince(worker->id, request.known_version())) {
+      return watchers_.Add(worker->id, clock_->Now() + wait, std::move(done));
+    }
+  }
+  done(true);
+  return uint64_t{0};
 }
 
 }  // namespace sluice

@@ -1,6 +1,7 @@
 #include "server/grpc_coordinator_service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <utility>
 #include <vector>
@@ -162,6 +163,80 @@ grpc::Status GrpcCoordinatorService::GetStatus(grpc::ServerContext* context,
   return ToGrpcStatus(coordinator_->GetStatus(*request, response));
 }
 
+namespace {
+
+// One WatchAssignment call: finished by the coordinator's watch callback (from whatever
+// thread notifies it), or at once on error. Deleted when both OnDone and Start are through
+// (the callback may finish the call, and gRPC run OnDone, before Start returns).
+class AssignmentWatchReactor final : public grpc::ServerUnaryReactor {
+ public:
+  AssignmentWatchReactor(Coordinator* coordinator, proto::WatchAssignmentResponse* response)
+      : coordinator_(coordinator), response_(response) {}
+
+  // Registers the watch (or finishes with `admitted` when it is an error).
+  void Start(const grpc::Status& admitted, const proto::WatchAssignmentRequest& request) {
+    if (!admitted.ok()) {
+      Finish(admitted);
+    } else {
+      absl::StatusOr<uint64_t> id =
+          coordinator_->WatchAssignment(request, [this](bool changed) {
+            response_->set_changed(changed);
+            Finish(grpc::Status::OK);
+          });
+      if (!id.ok()) {
+        Finish(ToGrpcStatus(id.status()));
+      } else {
+        bool cancel = false;
+        {
+          absl::MutexLock lock(&mu_);
+          id_ = *id;
+          cancel = cancelled_;
+        }
+        if (cancel && *id != 0) coordinator_->CancelAssignmentWatch(*id);
+      }
+    }
+    Unref();
+  }
+
+  void OnCancel() override {
+    uint64_t id = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      id = id_;
+    }
+    if (id != 0) coordinator_->CancelAssignmentWatch(id);  // no-op once answered
+  }
+  void OnDone() override { Unref(); }
+
+ private:
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  Coordinator* const coordinator_;
+  proto::WatchAssignmentResponse* const response_;
+  std::atomic<int> refs_{2};  // Start's and OnDone's
+  absl::Mutex mu_;
+  uint64_t id_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* GrpcCoordinatorService::WatchAssignment(
+    grpc::CallbackServerContext* context, const proto::WatchAssignmentRequest* request,
+    proto::WatchAssignmentResponse* response) {
+  grpc::Status admitted = admission_.Authenticate(*context, kWorkerRole, "WatchAssignment");
+  if (admitted.ok()) {
+    admitted = ToGrpcStatus(RequestAdmission::CheckWorkerAddress(*context,
+                                                                 request->worker_address()));
+  }
+  auto* reactor = new AssignmentWatchReactor(coordinator_, response);
+  reactor->Start(admitted, *request);
+  return reactor;
+}
+
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     CoordinatorServerOptions options) {
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
@@ -231,6 +306,8 @@ void CoordinatorServer::Shutdown(absl::Duration deadline) {
     if (shut_down_) return;
     shut_down_ = true;
   }
+  // Waiting watches are answered now, not cancelled at the deadline: workers watch again.
+  coordinator_->CloseAssignmentWatches();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline));
     server_->Wait();

@@ -38,9 +38,12 @@ namespace sluice {
 // parse), counts the call's metrics (RpcMethodMetrics) and serializes the answer itself, so
 // that no interceptor runs on them (kSelfServedMethods). The other methods are synchronous
 // (they may plan a job or build a large status) and go through the interceptors.
+// WatchAssignment, a long-poll, is a callback method too: a waiting watch holds no thread (it
+// is a callback in the coordinator's AssignmentWatchers until it is answered).
 using CoordinatorServiceBase = proto::CoordinatorService::WithRawCallbackMethod_WorkerHeartbeat<
     proto::CoordinatorService::WithRawCallbackMethod_ClientHeartbeat<
-        proto::CoordinatorService::Service>>;
+        proto::CoordinatorService::WithCallbackMethod_WatchAssignment<
+            proto::CoordinatorService::Service>>>;
 
 inline constexpr char kWorkerHeartbeatMethod[] =
     "/sluice.proto.CoordinatorService/WorkerHeartbeat";
@@ -89,6 +92,12 @@ class GrpcCoordinatorService final : public CoordinatorServiceBase {
                         proto::GetSplitResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext*, const proto::GetStatusRequest* request,
                          proto::GetStatusResponse* response) override;
+  // The worker role; the advertised address against the caller's certificate, as for
+  // WorkerHeartbeat. Answered when the coordinator's watch is (Coordinator::WatchAssignment);
+  // a caller that goes away cancels its watch.
+  grpc::ServerUnaryReactor* WatchAssignment(grpc::CallbackServerContext* context,
+                                            const proto::WatchAssignmentRequest* request,
+                                            proto::WatchAssignmentResponse* response) override;
 
  private:
   // Whether the caller of `method` gave up (cancelled, deadline passed) before any work.
@@ -116,8 +125,9 @@ struct CoordinatorServerOptions {
   // every role.
   ServerSecurity security;
   // Per-role tokens (core/rpc/role_auth.h): each RPC needs its role (WorkerHeartbeat,
-  // GetSplit: worker; RegisterDataset: trainer or admin; GetOrCreateJob, GetElementSpec,
-  // ClientHeartbeat: trainer; GetStatus: admin). every_role empty: security.token.
+  // WatchAssignment, GetSplit: worker; RegisterDataset: trainer or admin; GetOrCreateJob,
+  // GetElementSpec, ClientHeartbeat: trainer; GetStatus: admin). every_role empty:
+  // security.token.
   RoleTokens role_tokens;
   // RegisterDataset refuses graphs naming files outside these folders (none: no restriction)
   // or over these bounds.

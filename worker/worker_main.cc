@@ -62,7 +62,13 @@ ABSL_FLAG(std::string, memory_limit, "",
 ABSL_FLAG(std::string, max_element_bytes, "",
           "Bytes one element (one batch: one step), or one allocation, may hold, e.g. 2GiB. "
           "Empty: a quarter of --memory_limit");
-ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Heartbeat period");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
+          "Heartbeat period (liveness and reports; new tasks arrive through the assignment "
+          "watch unless --nowatch_assignments)");
+ABSL_FLAG(bool, watch_assignments, true,
+          "Keep a WatchAssignment long-poll open at the coordinator, so that a task assigned "
+          "here starts at once instead of at the next heartbeat (docs/SERVICE.md, "
+          "\"Assignment watch\")");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM, the most the drain takes (telling the coordinator, ending streams)");
 ABSL_FLAG(std::string, plugin, "", "Comma-separated custom-op plugin libraries to load");
@@ -182,6 +188,7 @@ int main(int argc, char** argv) {
   options.retention_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_retention_bytes));
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.service.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  options.watch_assignments = absl::GetFlag(FLAGS_watch_assignments);
   if (options.heartbeat_interval <= absl::ZeroDuration()) {
     std::cerr << "sluice-worker: --heartbeat_interval must be positive" << std::endl;
     return 2;

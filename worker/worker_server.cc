@@ -123,6 +123,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
   WorkerServer* raw = w.get();
   w->build_thread_ = std::thread([raw] { raw->BuildLoop(); });
   w->heartbeat_thread_ = std::thread([raw] { raw->HeartbeatLoop(); });
+  if (w->options_.watch_assignments) w->watch_thread_ = std::thread([raw] { raw->WatchLoop(); });
   return w;
 }
 
@@ -180,6 +181,7 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     absl::MutexLock lock(&mu_);
     request.set_known_incarnation(known_incarnation_);
     request.set_known_version(known_version_);
+    assignment_changed_ = false;  // this heartbeat fetches the change
     for (const auto& [id, runner] : tasks_) {
       if (runner->finished()) {
         request.add_finished_task_ids(id);
@@ -378,6 +380,7 @@ void WorkerServer::HeartbeatLoop() {
         if (stopping_) return;
         if (!failing && UnreportedFinishLocked()) break;  // report a finished task now
         if (!failing && UnreportedFirstStepLocked()) break;  // and a task's first step
+        if (!failing && assignment_changed_) break;  // fetch a new assignment now
       }
       if (absl::Now() >= until) break;
       wake_->WaitUntil(until);
@@ -406,6 +409,71 @@ void WorkerServer::HeartbeatLoop() {
   }
 }
 
+bool WorkerServer::WatchDueLocked() const { return stopping_ || known_version_ != 0; }
+
+bool WorkerServer::WatchedVersionPassedLocked() const {
+  return stopping_ || known_version_ != watched_version_ ||
+         known_incarnation_ != watched_incarnation_;
+}
+
+absl::StatusOr<bool> WorkerServer::WatchOnce(uint64_t incarnation, uint64_t version) {
+  proto::WatchAssignmentRequest request;
+  request.set_wire_version(proto::WIRE_VERSION_1);
+  request.set_worker_address(address_);
+  request.set_process_incarnation(process_incarnation_);
+  request.set_known_incarnation(incarnation);
+  request.set_known_version(version);
+  request.set_wait_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(
+                                               options_.assignment_watch_wait)));
+  grpc::ClientContext context;
+  // The coordinator answers within the wait (plus its ticker's period); the RPC deadline on
+  // top covers the network and a coordinator that caps the wait differently.
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.assignment_watch_wait +
+                                          options_.rpc_deadline));
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::CancelledError("the worker is stopping");
+    watch_call_ = &context;
+  }
+  proto::WatchAssignmentResponse response;
+  grpc::Status status = coordinator_->WatchAssignment(&context, request, &response);
+  absl::MutexLock lock(&mu_);
+  watch_call_ = nullptr;
+  RETURN_IF_ERROR(FromGrpcStatus(status));
+  return response.changed();
+}
+
+void WorkerServer::WatchLoop() {
+  while (true) {
+    uint64_t incarnation = 0;
+    uint64_t version = 0;
+    {
+      absl::MutexLock lock(&mu_, absl::Condition(this, &WorkerServer::WatchDueLocked));
+      if (stopping_) return;
+      incarnation = watched_incarnation_ = known_incarnation_;
+      version = watched_version_ = known_version_;
+    }
+    absl::StatusOr<bool> changed = WatchOnce(incarnation, version);
+    if (changed.ok() && !*changed) continue;  // the wait ran out: watch again
+    if (!changed.ok() && changed.status().code() == absl::StatusCode::kUnimplemented) {
+      Log(absl::StrCat("coordinator ", options_.coordinator_address,
+                       " has no WatchAssignment: new tasks start at heartbeats"));
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    if (changed.ok() && !WatchedVersionPassedLocked()) {
+      assignment_changed_ = true;
+      wake_->Signal();
+    }
+    // Until a newer answer is applied (the heartbeat just asked for, or after a failed watch
+    // the next one): watching from the same version again would return at once. A heartbeat
+    // applied meanwhile may predate the change; the next watch, from its version, says so.
+    mu_.AwaitWithTimeout(absl::Condition(this, &WorkerServer::WatchedVersionPassedLocked),
+                         options_.heartbeat_interval);
+  }
+}
+
 void WorkerServer::Drain(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   std::vector<std::shared_ptr<TaskRunner>> runners;
@@ -414,9 +482,11 @@ void WorkerServer::Drain(absl::Duration timeout) {
     if (stopped_) return;
     stopping_ = true;
     for (const auto& [id, r] : tasks_) runners.push_back(r);
+    if (watch_call_ != nullptr) watch_call_->TryCancel();
   }
   wake_->Signal();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
   // Half the time at most for the coordinator, the rest for the streams to end.
   absl::Status told = Heartbeat(/*draining=*/true, timeout / 2);
   if (told.ok()) {
@@ -446,9 +516,11 @@ void WorkerServer::Stop() {
     stopped_ = true;
     stopping_ = true;
     for (auto& [id, r] : tasks_) runners.push_back(r);
+    if (watch_call_ != nullptr) watch_call_->TryCancel();
   }
   wake_->Signal();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
   if (build_thread_.joinable()) build_thread_.join();  // after the build under way, if any
   for (auto& r : runners) r->Close();
   server_->Shutdown(absl::ToChronoTime(absl::Now()));

@@ -3,6 +3,13 @@
 // and task states, starts a TaskRunner for each new task the coordinator assigns and stops the
 // ones it is told to stop.
 //
+// A task assigned to this worker starts at once, not at the next heartbeat: a watch thread keeps
+// a WatchAssignment long-poll open at the coordinator (docs/SERVICE.md, "Assignment watch"),
+// which answers it as soon as this worker's assignment changes after the version of the last
+// heartbeat answer applied here; the watch then wakes the heartbeat thread, whose heartbeat
+// fetches the new tasks (and the tasks to stop). The heartbeat interval is for liveness only.
+// A coordinator without the RPC (UNIMPLEMENTED) leaves the worker on heartbeats alone.
+//
 // A task that finishes (or fails) is reported at once, not at the next interval: its buffer
 // wakes the heartbeat thread (StepBufferOptions::on_change), which is otherwise idle between
 // heartbeats (no polling). So is a task's first step (TaskRunnerOptions::on_first_step), for
@@ -73,6 +80,12 @@ struct WorkerServerOptions {
   // started (or cut off) together do not reach the coordinator in waves.
   absl::Duration heartbeat_interval = absl::Seconds(1);
   double heartbeat_jitter = 0.1;
+  // Keep a WatchAssignment long-poll open (see the file comment), each asking to wait at most
+  // assignment_watch_wait (the coordinator caps it with its max_assignment_watch). After a
+  // failed watch, the next waits for the next heartbeat answer (or a heartbeat_interval).
+  // Off: new tasks start at the next heartbeat.
+  bool watch_assignments = true;
+  absl::Duration assignment_watch_wait = absl::Seconds(30);
   // Cap of the backoff between failed heartbeats; once a heartbeat answer has said the
   // coordinator's worker_timeout, at most a quarter of it, so that a worker reconnecting to a
   // restarted coordinator is heard from before that coordinator would declare it dead.
@@ -153,6 +166,14 @@ class WorkerServer : public TaskLookup {
  private:
   explicit WorkerServer(WorkerServerOptions options);
   void HeartbeatLoop();
+  // The watch thread (watch_assignments): long-polls WatchAssignment while the server runs.
+  void WatchLoop();
+  // One watch with the last answer's version; whether the assignment changed since.
+  absl::StatusOr<bool> WatchOnce(uint64_t incarnation, uint64_t version);
+  // The watch may start: registered (an answer applied), or stopping.
+  bool WatchDueLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A heartbeat answer newer than the watched one was applied, or stopping.
+  bool WatchedVersionPassedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds the pipelines of the tasks heartbeat answers handed over (to_build_), one at a
   // time, without mu_, and adds their runners to tasks_; exits once stopping_.
   void BuildLoop();
@@ -229,6 +250,13 @@ class WorkerServer : public TaskLookup {
   // .worker_timeout_ms); zero until one said it.
   absl::Duration coordinator_worker_timeout_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   std::thread heartbeat_thread_;
+  // The assignment watch: the version it watches from, the call in flight (cancelled by
+  // Stop/Drain), and whether its answer asks the heartbeat thread for a heartbeat now.
+  uint64_t watched_incarnation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t watched_version_ ABSL_GUARDED_BY(mu_) = 0;
+  grpc::ClientContext* watch_call_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool assignment_changed_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread watch_thread_;
   // Tasks handed over and not yet built (BuildLoop): queued in to_build_, and in building_
   // until their runner is in tasks_ (heartbeats list them as active meanwhile). A task the
   // coordinator stops while it is built is in cancelled_builds_ and dropped once built.

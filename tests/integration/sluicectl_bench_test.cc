@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/rpc/shm_segment.h"
@@ -108,6 +109,52 @@ TEST_P(SluicectlBenchServiceTest, BadServiceFlagsAreClearErrors) {
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_THAT(r->stderr_text, HasSubstr("consumer index 3 out of range for 2 consumers"));
   absl::Status stopped = cluster_->StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+// --first_step_runs against real processes whose workers heartbeat once an hour (and whose
+// coordinator journals): each run's job is made after the workers' last heartbeat, so its
+// tasks reach them only through their assignment watches (docs/SERVICE.md, "Assignment
+// watch"); without them every run would wait an hour, and fail after --retry_deadline.
+TEST(SluicectlBenchFirstStepTest, FirstStepRunsReportMediansOnHourlyHeartbeats) {
+  auto cluster = ProcessCluster::Start({.num_workers = 2,
+                                        .worker_timeout = absl::Hours(1),
+                                        .heartbeat_interval = absl::Hours(1),
+                                        .work_dir = true});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string coordinator = "--coordinator=" + (*cluster)->coordinator();
+  auto r = RunSluicectl({"bench", coordinator, "--pipeline=range(10).batch(2)",
+                         "--devices=CPU:0", "--steps=0", "--first_step_runs=3",
+                         "--retry_deadline=30s"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->exit_code, 0) << r->Describe() << "\n" << r->stderr_text << (*cluster)->Logs();
+  absl::StatusOr<JsonValue> j = ParseJson(std::string(absl::StripTrailingAsciiWhitespace(
+      r->stdout_text)));
+  ASSERT_TRUE(j.ok()) << j.status() << "\n" << r->stdout_text;
+  ASSERT_TRUE((*j)["first_step_seconds"].is_number()) << j->ToString();
+  ASSERT_TRUE((*j)["turnaround_seconds"].is_number()) << j->ToString();
+  const double first = (*j)["first_step_seconds"].number();
+  const double turnaround = (*j)["turnaround_seconds"].number();
+  EXPECT_GT(first, 0);
+  EXPECT_GE(turnaround, first);
+  EXPECT_EQ(Int((*j)["parameters"], "first_step_runs"), 3);
+  EXPECT_EQ(Int(*j, "steps"), 0);
+
+  // Without the flag the fields are null; the flag needs one consumer.
+  r = RunSluicectl({"bench", coordinator, "--pipeline=range(10).batch(2)", "--devices=CPU:0",
+                    "--steps=1", "--job=plain"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->exit_code, 0) << r->stderr_text;
+  j = ParseJson(std::string(absl::StripTrailingAsciiWhitespace(r->stdout_text)));
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_TRUE((*j)["first_step_seconds"].is_null());
+  EXPECT_TRUE((*j)["turnaround_seconds"].is_null());
+  r = RunSluicectl({"bench", coordinator, "--pipeline=range(10).batch(2)", "--devices=CPU:0",
+                    "--first_step_runs=2", "--num_consumers=2"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->stderr_text, HasSubstr("--first_step_runs"));
+  absl::Status stopped = (*cluster)->StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
 

@@ -89,6 +89,14 @@ std::vector<std::pair<std::string, grpc::Status>> CallEveryMethod(
   out.emplace_back("GetSplit", Call([&](grpc::ClientContext* c) {
                      return stub->GetSplit(c, split, &split_response);
                    }));
+  proto::WatchAssignmentRequest watch;
+  watch.set_wire_version(proto::WIRE_VERSION_1);
+  watch.set_worker_address("127.0.0.1:1");
+  watch.set_wait_ms(1);  // answered at once anyway: it knows no version
+  proto::WatchAssignmentResponse watch_response;
+  out.emplace_back("WatchAssignment", Call([&](grpc::ClientContext* c) {
+                     return stub->WatchAssignment(c, watch, &watch_response);
+                   }));
   proto::GetStatusRequest status;
   proto::GetStatusResponse status_response;
   out.emplace_back("GetStatus", Call([&](grpc::ClientContext* c) {
@@ -278,7 +286,7 @@ class RoleTokenTest : public ::testing::Test {
 
 TEST_F(RoleTokenTest, EachCoordinatorMethodAcceptsOnlyItsRole) {
   const std::map<std::string, std::set<std::string>> allowed = {
-      {kWorkerToken, {"WorkerHeartbeat", "GetSplit"}},
+      {kWorkerToken, {"WorkerHeartbeat", "GetSplit", "WatchAssignment"}},
       {kTrainerToken, {"RegisterDataset", "GetOrCreateJob", "GetElementSpec", "ClientHeartbeat"}},
       {kAdminToken, {"RegisterDataset", "GetStatus"}},
   };
@@ -289,6 +297,7 @@ TEST_F(RoleTokenTest, EachCoordinatorMethodAcceptsOnlyItsRole) {
       {"WorkerHeartbeat", "needs the worker role"},
       {"ClientHeartbeat", "needs the trainer role"},
       {"GetSplit", "needs the worker role"},
+      {"WatchAssignment", "needs the worker role"},
       {"GetStatus", "needs the admin role"},
   };
   for (const auto& [token, methods] : allowed) {

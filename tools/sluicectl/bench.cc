@@ -11,7 +11,8 @@
 // Output (stdout, exactly one line; fields in this order):
 //   {"steps": N, "seconds": S, "steps_per_second": .., "elements": E, "elements_per_second": ..,
 //    "bytes": B, "bytes_per_second": .., "wait_seconds": {"p50": .., "p99": .., "max": ..,
-//    "mean": ..}, "end_of_data": false, "parameters": {...}, "ops": null}
+//    "mean": ..}, "end_of_data": false, "first_step_seconds": .., "turnaround_seconds": ..,
+//    "parameters": {...}, "ops": null}
 //   - steps: measured steps (after --warmup_steps, which are not counted);
 //   - seconds: from the first measured GetNext call to the return of the last;
 //   - elements: per step, the sum over replicas of the leading dimension of the replica's first
@@ -22,6 +23,12 @@
 //   - end_of_data: the data ended before --steps / --seconds;
 //   - parameters: the flags that shaped the run; through the service also shared_memory (the
 //     flag) and shared_memory_frames (frames this process decoded from shared memory);
+//   - first_step_seconds, turnaround_seconds: with --first_step_runs=N (service mode), the
+//     median over N runs, each on a new anonymous job, of the time from the start of
+//     DistributeDatasetFromService (register, create the job) to the return of the first
+//     GetNext, and of that plus releasing the iterator and dataset (the job's turnaround:
+//     create, read one step, release). Measured before the throughput run, on the cluster as
+//     it is (warm when its processes run already); null without the flag;
 //   - ops: with --profile (local mode only), one object per op of the pipeline, source first:
 //     {"op": "op 2 (batch)", "elements": .., "calls": .., "seconds": .., "self_seconds": ..}
 //     (core/data/op_profile.h; warm-up steps included); otherwise null. Through the service the
@@ -37,6 +44,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -73,6 +81,10 @@ ABSL_DECLARE_FLAG(bool, profile);  // tools/sluicectl/run.cc
 ABSL_FLAG(double, seconds, 0,
           "bench: measure for this many seconds (0: no time limit); with --steps, whichever "
           "comes first.");
+ABSL_FLAG(int64_t, first_step_runs, 0,
+          "bench, service mode: also measure the time to the first step and the job "
+          "turnaround (create, read one step, release) over this many new anonymous jobs, "
+          "reporting the medians (first_step_seconds, turnaround_seconds); 0: not measured.");
 ABSL_FLAG(int64_t, warmup_steps, 0,
           "bench: steps taken before measuring (connections, pools, the job's start), not "
           "counted.");
@@ -91,6 +103,7 @@ struct BenchParams {
   int64_t steps = -1;     // -1: no step limit
   double seconds = 0;     // 0: no time limit
   int64_t warmup_steps = 0;
+  int64_t first_step_runs = 0;  // service mode: jobs timed to their first step
   bool profile = false;  // per-op profile of the local pipeline
 };
 
@@ -105,7 +118,39 @@ struct BenchResult {
   WireCodecTotals decompressed;
   double process_cpu_seconds = 0;
   std::shared_ptr<OpProfile> profile;  // null without --profile
+  // --first_step_runs: each run's time to its first step and its turnaround, in seconds.
+  std::vector<double> first_step;
+  std::vector<double> turnaround;
 };
+
+// Times --first_step_runs new anonymous jobs (see the file comment) into r->first_step and
+// r->turnaround. Errors: the service's; FAILED_PRECONDITION when a job has no step at all.
+absl::Status MeasureFirstSteps(const BenchParams& p, BenchResult* r) {
+  for (int64_t run = 0; run < p.first_step_runs; ++run) {
+    const Clock::time_point start = Clock::now();
+    {
+      ASSIGN_OR_RETURN(SluicectlDataset ds, MakeTrainerServiceDataset(p.args, std::string()));
+      ASSIGN_OR_RETURN(DistributedIterator it, ds.dataset.MakeIterator());
+      absl::StatusOr<PerReplica<Element>> x = it.GetNext();
+      if (absl::IsOutOfRange(x.status())) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--first_step_runs: the pipeline '", p.args.pipeline, "' has no step"));
+      }
+      RETURN_IF_ERROR(x.status());
+      r->first_step.push_back(SecondsBetween(start, Clock::now()));
+    }  // the step, the iterator and the dataset released: the job is left
+    r->turnaround.push_back(SecondsBetween(start, Clock::now()));
+  }
+  return absl::OkStatus();
+}
+
+// The median of `v` (the mean of the middle two for an even count); null when empty.
+JsonValue Median(std::vector<double> v) {
+  if (v.empty()) return JsonValue::Null();
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return JsonValue::Number(n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
+}
 
 // Elements and payload bytes of one step (see the file comment).
 void CountStep(const PerReplica<Element>& x, int64_t* elements, int64_t* bytes) {
@@ -175,6 +220,7 @@ absl::StatusOr<BenchResult> RunBench(const BenchParams& p) {
     r.profile = std::make_shared<OpProfile>();
     SetProcessOpProfile(r.profile);
   }
+  RETURN_IF_ERROR(MeasureFirstSteps(p, &r));
   ASSIGN_OR_RETURN(SluicectlDataset ds, p.args.coordinator.empty()
                                             ? MakeLocalDataset(p.args)
                                             : MakeTrainerServiceDataset(p.args));
@@ -287,6 +333,7 @@ std::string ResultJson(const BenchParams& p, const BenchResult& r) {
       {"steps", p.steps >= 0 ? JsonValue::Integer(p.steps) : JsonValue::Null()},
       {"seconds", p.seconds > 0 ? JsonValue::Number(p.seconds) : JsonValue::Null()},
       {"warmup_steps", JsonValue::Integer(p.warmup_steps)},
+      {"first_step_runs", JsonValue::Integer(p.first_step_runs)},
   };
   if (p.args.coordinator.empty()) {
     params.push_back({"num_workers", JsonValue::Integer(p.args.layout.num_workers)});
@@ -317,6 +364,8 @@ std::string ResultJson(const BenchParams& p, const BenchResult& r) {
                                           {"max", seconds(r.wait.max())},
                                           {"mean", seconds(r.wait.mean())}})},
       {"end_of_data", JsonValue::Bool(r.end_of_data)},
+      {"first_step_seconds", Median(r.first_step)},
+      {"turnaround_seconds", Median(r.turnaround)},
       {"parameters", JsonValue::Object(std::move(params))},
       {"ops", OpsJson(r.profile.get())},
       {"wire", p.args.coordinator.empty() ? JsonValue::Null() : WireJson(r)},
@@ -332,6 +381,19 @@ int BenchMain(const std::vector<std::string>& positional) {
   p.seconds = absl::GetFlag(FLAGS_seconds);
   p.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   p.profile = absl::GetFlag(FLAGS_profile);
+  p.first_step_runs = absl::GetFlag(FLAGS_first_step_runs);
+  if (p.first_step_runs < 0) {
+    return ReportUsageError("bench", absl::StrCat("--first_step_runs must be non-negative, got ",
+                                                  p.first_step_runs));
+  }
+  if (p.first_step_runs > 0 && p.args.coordinator.empty()) {
+    return ReportUsageError("bench", "--first_step_runs times jobs of the service: it needs "
+                                     "--coordinator");
+  }
+  if (p.first_step_runs > 0 && absl::GetFlag(FLAGS_num_consumers) != 1) {
+    return ReportUsageError("bench", "--first_step_runs times new anonymous jobs, which have "
+                                     "one consumer: it needs --num_consumers=1");
+  }
   if (p.profile && !p.args.coordinator.empty()) {
     return ReportUsageError(
         "bench", "--profile profiles a local pipeline; through the service the ops run on the "
@@ -359,14 +421,17 @@ int BenchMain(const std::vector<std::string>& positional) {
 SLUICECTL_REGISTER_COMMAND({
     .name = "bench",
     .synopsis = "bench --pipeline=EXPR --devices=GPU:0,GPU:1 [--steps=N] [--seconds=T] "
-                "[--warmup_steps=W] [--profile] [--coordinator=HOST:PORT ...]",
+                "[--warmup_steps=W] [--profile] [--coordinator=HOST:PORT [--first_step_runs=N] ...]",
     .help = "Iterates the distributed pipeline as a trainer does (local, or through the service\n"
             "with --coordinator), without printing values, and prints one JSON line: steps,\n"
             "seconds, steps/s, elements/s, bytes/s, the trainer's wait in GetNext per step\n"
             "(p50, p99, max, mean) and the parameters. Stops after --steps or --seconds,\n"
             "whichever comes first, or at the end of data. A progress line is shown on stderr\n"
-            "when it is a terminal. --profile (local mode) adds each op's elements and time.",
-    .flags = {"pipeline", "devices", "steps", "seconds", "warmup_steps", "num_workers",
+            "when it is a terminal. --profile (local mode) adds each op's elements and time.\n"
+            "--first_step_runs=N (service mode) first times N new jobs to their first step\n"
+            "and to their release (first_step_seconds, turnaround_seconds: medians).",
+    .flags = {"pipeline", "devices", "steps", "seconds", "warmup_steps", "first_step_runs",
+              "num_workers",
               "worker_index", "auto_shard_policy", "coordinator",
               // Service mode (tools/sluicectl/service_dataset.cc).
               "job", "consumer_index", "num_consumers", "sharding_policy", "read_mode",

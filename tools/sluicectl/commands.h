@@ -23,6 +23,7 @@
 #define SLUICE_TOOLS_SLUICECTL_COMMANDS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -122,8 +123,9 @@ absl::StatusOr<SluicectlDataset> MakeLocalDataset(const SluicectlPipelineArgs& a
 // (service_dataset.cc; `bench --coordinator`): registers the pipeline and joins (or creates)
 // the job at once, and iterates through the client's own step source and device prefetch with
 // no adapter in between. Errors: bad service flags (INVALID_ARGUMENT naming the flag), the
-// coordinator's.
-absl::StatusOr<SluicectlDataset> MakeTrainerServiceDataset(const SluicectlPipelineArgs& args);
+// coordinator's. `job_name`, when set, replaces --job ("" : a new anonymous job).
+absl::StatusOr<SluicectlDataset> MakeTrainerServiceDataset(
+    const SluicectlPipelineArgs& args, std::optional<std::string> job_name = std::nullopt);
 // The maker for `args`: the coordinator one when args.coordinator is set, else the local one.
 absl::StatusOr<SluicectlDataset> MakeSluicectlDataset(const SluicectlPipelineArgs& args);
 

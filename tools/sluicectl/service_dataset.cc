@@ -276,8 +276,10 @@ const bool kCoordinatorMakerRegistered = RegisterCoordinatorDatasetMaker(&MakeSe
 
 }  // namespace
 
-absl::StatusOr<SluicectlDataset> MakeTrainerServiceDataset(const SluicectlPipelineArgs& args) {
+absl::StatusOr<SluicectlDataset> MakeTrainerServiceDataset(const SluicectlPipelineArgs& args,
+                                                           std::optional<std::string> job_name) {
   ASSIGN_OR_RETURN(ServiceFlags flags, ReadServiceFlags());
+  if (job_name.has_value()) flags.options.job_name = *std::move(job_name);
   ASSIGN_OR_RETURN(Dataset dataset, Dataset::Parse(args.pipeline));
   ASSIGN_OR_RETURN(MirroredStrategy strategy, MirroredStrategy::Create(args.devices));
   ASSIGN_OR_RETURN(DistributedDataset dist,

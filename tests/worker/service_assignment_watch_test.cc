@@ -1,0 +1,65 @@
+// Tasks reach their workers when they exist, not at the worker's next heartbeat
+// (docs/SERVICE.md, "Assignment watch"). The workers here heartbeat once an hour (and the
+// coordinator's worker timeout is as long): after its registering heartbeat a worker only
+// heartbeats when its assignment watch is answered or a task of its own finishes. Every job
+// below is made after the workers' last heartbeat, so without the watch its consumers would
+// wait an hour for their first step and fail after retry_deadline without progress.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "sluice/service.h"
+#include "tests/worker/in_process_cluster.h"
+#include "worker/worker_server.h"
+
+namespace sluice {
+namespace {
+
+constexpr absl::Duration kHour = absl::Hours(1);
+
+void HeartbeatHourly(WorkerServerOptions* w) {
+  w->heartbeat_interval = kHour;
+  w->heartbeat_jitter = 0;
+}
+
+ServiceOptions Options(const std::string& job) {
+  ServiceOptions o;
+  o.job_name = job;
+  // Bounds the wait for a task that never reaches its worker: the failure is an error, not a
+  // hang. Under the coordinator's max_assignment_watch (30 s), after which an expired watch
+  // would be watched again and answered as a poll: the test then fails instead of passing
+  // late. Generous for what it waits out with the watch (milliseconds).
+  o.retry_deadline = absl::Seconds(20);
+  return o;
+}
+
+TEST(ServiceAssignmentWatchTest, JobsMadeAfterTheLastHeartbeatAreReadExactlyOnce) {
+  Cluster cluster(2, /*worker_timeout=*/kHour, size_t{64} << 20, HeartbeatHourly);
+  // Several jobs one after the other: each watch is answered, and watched again from the
+  // version of the heartbeat it caused.
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    auto results = ConsumeAll(cluster.address(), Dataset::Range(60).Batch(4),
+                              Options(absl::StrCat("static-", round)), /*consumers=*/2,
+                              /*replicas=*/1);
+    for (const Consumed& r : results) ASSERT_TRUE(r.status.ok()) << r.status;
+    ExpectExactlyOnce(results, 60);
+  }
+}
+
+TEST(ServiceAssignmentWatchTest, RangesMadeAsWorkersFinishReachTheOtherWorkerToo) {
+  Cluster cluster(2, /*worker_timeout=*/kHour, size_t{64} << 20, HeartbeatHourly);
+  // RANGES: one range per worker at a time; the ranges made when one worker finishes its range
+  // go to whichever has room, the idle one included, which learns it through its watch.
+  ServiceOptions o = Options("ranges");
+  o.sharding_policy = ServiceShardingPolicy::kRanges;
+  o.order.range_steps = 2;
+  auto results = ConsumeAll(cluster.address(), Dataset::Range(96).Batch(4), o, /*consumers=*/1,
+                            /*replicas=*/2);
+  ASSERT_TRUE(results[0].status.ok()) << results[0].status;
+  ExpectExactlyOnce(results, 96);
+}
+
+}  // namespace
+}  // namespace sluice
