@@ -335,7 +335,7 @@ def check_autoscaling(docs):
     spec = hpa.get("spec", {})
     target = spec.get("scaleTargetRef", {})
     workers = [o for o in objects if o.get("kind") == "Deployment"
-               and any(binary_of(c.get("command", [])) == "sluice-worker" for c in containers(o))]
+               and any(binary_of((c.get("command") or [""])[0]) == "sluice-worker" for c in containers(o))]
     check(any(target.get("kind") == "Deployment" and target.get("name") == w["metadata"]["name"]
               for w in workers),
           f"the HPA scales {target}, not the sluice-worker Deployment")
@@ -360,7 +360,7 @@ def check_autoscaling(docs):
     coords = [o for o in objects if o.get("kind") == "StatefulSet"]
     for c_obj in coords:
         for c in containers(c_obj):
-            if binary_of(c.get("command", [])) != "sluice-coordinator":
+            if binary_of((c.get("command") or [""])[0]) != "sluice-coordinator":
                 continue
             args = c.get("args", [])
             check(str(spec.get("minReplicas")) == flag_value(args, "min_workers"),
