@@ -229,7 +229,10 @@ TEST(AutoscaleTest, RangesPoolGrowsToTheWaitTargetThenShrinksWhenTheTrainerSlows
   // Fast again to the end (the pool may grow again meanwhile).
   WriteFile(run.sleep_file, "0s");
   ExpectExactlyOnce(run);
-  EXPECT_NE(run.pool->stderr_text().find("(drained)"), std::string::npos)
+  // Scale-in went through the workers' drain: each drained worker exited 0 on its SIGTERM.
+  EXPECT_NE(run.pool->stderr_text().find("with code 0 (drained)"), std::string::npos)
+      << run.pool->stderr_text();
+  EXPECT_EQ(run.pool->stderr_text().find("its drain failed"), std::string::npos)
       << run.pool->stderr_text();
   StopAll(run);
 }

@@ -174,7 +174,10 @@ class LocalWorkerPool {
         Log(absl::StrCat("worker pid ", it->pid, " exited",
                          WIFEXITED(status) ? absl::StrCat(" with code ", WEXITSTATUS(status))
                                            : absl::StrCat(" on signal ", WTERMSIG(status)),
-                         it->terminated_at.has_value() ? " (drained)" : ""));
+                         !it->terminated_at.has_value() ? ""
+                         : WIFEXITED(status) && WEXITSTATUS(status) == 0
+                             ? " (drained)"
+                             : " (its drain failed)"));
         it = workers_.erase(it);
       } else {
         ++it;
