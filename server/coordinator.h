@@ -599,7 +599,8 @@ class Coordinator {
   absl::flat_hash_map<int64_t, std::vector<WorkerFailure>> task_failures_ ABSL_GUARDED_BY(mu_);
   // Not state (coordinator_scaling.cc, docs/AUTOSCALING.md): the load reports of the current
   // decision interval, the policy, each running job's workers at the last decision (a window
-  // in which they changed is not measured), the last decision's per-job loads for GetStatus.
+  // in which they changed, or the one after it, is not measured), the last decision's per-job
+  // loads for GetStatus.
   void NoteWorkerLoadLocked(int64_t worker_id, const proto::WorkerHeartbeatRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NoteConsumerLoadLocked(int64_t job_id, const proto::ClientHeartbeatRequest& request)
@@ -612,7 +613,11 @@ class Coordinator {
   JobLoadTable load_ ABSL_GUARDED_BY(mu_);
   ScalingPolicy scaling_ ABSL_GUARDED_BY(mu_){options_.scaling};
   std::optional<absl::Time> last_scaling_decision_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<int64_t, int64_t> scaling_job_workers_ ABSL_GUARDED_BY(mu_);
+  struct JobWorkersSeen {
+    int64_t workers = 0;
+    int64_t unchanged = 0;  // consecutive decisions that saw the same count before this one
+  };
+  absl::flat_hash_map<int64_t, JobWorkersSeen> scaling_job_workers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, proto::JobLoad> job_loads_ ABSL_GUARDED_BY(mu_);
   int64_t scaling_decisions_ ABSL_GUARDED_BY(mu_) = 0;
   std::string scaling_last_change_ ABSL_GUARDED_BY(mu_);

@@ -74,7 +74,7 @@ void Coordinator::MaybeDecideScalingLocked() {
   std::vector<JobWindow> windows;
   std::vector<JobLoadWindow> loads;
   absl::flat_hash_set<int64_t> running;
-  absl::flat_hash_map<int64_t, int64_t> workers_now;
+  absl::flat_hash_map<int64_t, JobWorkersSeen> workers_now;
   for (const auto& [id, job] : state_.jobs()) {
     if (job.finished) continue;
     running.insert(id);
@@ -85,11 +85,16 @@ void Coordinator::MaybeDecideScalingLocked() {
     w.workers = jw.workers;
     w.wait_fraction = load.WaitFraction();
     w.steps_per_second = load.StepsPerSecond();
-    // Enough of the interval reported (one consumer's half at least), by the same workers.
+    // Enough of the interval reported (one consumer's half at least), by workers that did not
+    // change in it nor in the interval before (the first interval after a change is the new
+    // workers' warm-up: their first ranges, their consumers' streams).
     auto before = scaling_job_workers_.find(id);
-    w.measured = load.consumer_seconds >= 0.5 * absl::ToDoubleSeconds(interval) &&
-                 before != scaling_job_workers_.end() && before->second == jw.workers;
-    workers_now[id] = jw.workers;
+    const int64_t unchanged = before != scaling_job_workers_.end() &&
+                                      before->second.workers == jw.workers
+                                  ? before->second.unchanged + 1
+                                  : 0;
+    w.measured = load.consumer_seconds >= 0.5 * absl::ToDoubleSeconds(interval) && unchanged >= 2;
+    workers_now[id] = {jw.workers, unchanged};
     if (!job.ranges) {
       // A static or DYNAMIC job has a fixed set of tasks: more workers than its unfinished
       // ones would get nothing to do.

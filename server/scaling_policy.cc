@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 
 namespace sluice {
 
@@ -57,7 +56,13 @@ JobDecision ScalingPolicy::DecideJob(absl::Time now, const JobWindow& w, JobStat
     d.bound = JobBound::kTrainerBound;
     if (s.floor > 0 &&
         w.steps_per_second < s.floor_rate * (1 - options_.forget_floor_rate_drop)) {
-      s.floor = 0;  // the demand fell: the floor no longer holds
+      if (!s.low_rate_since.has_value()) s.low_rate_since = now;
+      if (now - *s.low_rate_since >= options_.scale_in_cooldown) {
+        s.floor = 0;  // the demand fell and stayed low: the floor no longer holds
+        s.low_rate_since.reset();
+      }
+    } else {
+      s.low_rate_since.reset();
     }
     if (now - s.last_change >= options_.scale_in_cooldown) {
       const int64_t base = std::min(s.desired, std::max<int64_t>(n, 1));

@@ -14,7 +14,8 @@
 //   - trainer-bound (W < shrink_wait_fraction): after scale_in_cooldown since the job's last
 //     change, one worker less, but not below the job's floor: a count that proved too small
 //     once (a shrink that made the job input-bound again) is not tried again until its
-//     consumers' step rate falls by forget_floor_rate_drop from when that was learned.
+//     consumers' step rate has stayed forget_floor_rate_drop below the rate when that was
+//     learned for scale_in_cooldown (a dip of a loaded trainer is not a lower demand).
 //   - in between (the hysteresis band) or unmeasured: hold.
 // The job's desire is capped by its useful parallelism (a static job's unfinished tasks).
 // Total: the largest job's desire (every live worker takes tasks of every job), bounded by
@@ -50,7 +51,8 @@ struct ScalingPolicyOptions {
   double max_estimated_wait = 0.9;
   // No shrink of a job (nor of the total) sooner than this after its last change.
   absl::Duration scale_in_cooldown = absl::Minutes(2);
-  // A learned floor is forgotten once the job's step rate fell this much (0.2: by 20%).
+  // A learned floor is forgotten once the job's step rate stayed this much lower (0.2: by 20%)
+  // for scale_in_cooldown.
   double forget_floor_rate_drop = 0.2;
   int64_t min_workers = 1;
   int64_t max_workers = 64;
@@ -106,6 +108,7 @@ class ScalingPolicy {
     int64_t floor = 0;          // 0: none learned
     double floor_rate = 0;      // the step rate when the floor was learned
     bool last_was_shrink = false;
+    std::optional<absl::Time> low_rate_since;  // the rate under the floor's since
   };
   JobDecision DecideJob(absl::Time now, const JobWindow& w, JobState& state) const;
   int64_t Bounded(int64_t n) const;

@@ -110,8 +110,9 @@ TEST_F(CoordinatorScalingTest, AnInputBoundJobWantsMoreWorkers) {
   const int64_t job = CreateJob();
   coordinator_->CheckWorkerLiveness();  // the first window starts
   uint64_t secret = 0;
-  // Two intervals: the first sees the job's worker count for the first time (unmeasured).
-  for (int i = 0; i < 2; ++i) {
+  // Three intervals: the first sees the job's worker count for the first time and the second
+  // is their warm-up (both unmeasured).
+  for (int i = 0; i < 3; ++i) {
     WorkerHeartbeat("w1:1", /*cpu=*/0.9, /*task_rate=*/5);
     secret = ClientReport(job, /*wait_fraction=*/0.6, /*steps=*/50, secret);
     Decide();
@@ -128,7 +129,7 @@ TEST_F(CoordinatorScalingTest, AnInputBoundJobWantsMoreWorkers) {
   EXPECT_EQ(load.desired_workers(), 3);  // ceil(1 * 1.1 / 0.4)
   EXPECT_EQ(status.scaling().desired_workers(), 3);
   EXPECT_EQ(status.scaling().live_workers(), 1);
-  EXPECT_EQ(status.scaling().decisions(), 2);
+  EXPECT_EQ(status.scaling().decisions(), 3);
   EXPECT_NE(status.scaling().last_change().find("grow from 1 to 3"), std::string::npos)
       << status.scaling().last_change();
 }

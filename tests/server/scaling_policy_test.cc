@@ -167,6 +167,21 @@ TEST_F(ScalingPolicyTest, ForgetsTheFloorWhenDemandFalls) {
   EXPECT_EQ(policy.Decide(t, {Window(0.0, 3, 50)}, 3).total_desired, 2);
 }
 
+TEST_F(ScalingPolicyTest, ABriefDipInTheTrainersRateKeepsTheFloor) {
+  // Learn a floor of 3 (cool-down 60 s = 6 intervals).
+  for (int i = 0; i < 7; ++i) Next({Window(0.0, 3, 100)}, 3);
+  ASSERT_EQ(policy_.total_desired(), 2);  // the probe down, a cool-down after the start
+  ASSERT_EQ(Next({Window(0.3, 2, 70)}, 2).total_desired, 4);  // too few: back up
+  for (int i = 0; i < 6; ++i) Next({Window(0.0, 4, 100)}, 4);
+  ASSERT_EQ(policy_.total_desired(), 3);  // down to the floor
+  // A loaded trainer dips for two intervals (less than the cool-down), then recovers: the
+  // floor holds for an hour.
+  for (int i = 0; i < 360; ++i) {
+    const double rate = i % 30 < 2 ? 50 : 100;
+    EXPECT_EQ(Next({Window(0.0, 3, rate)}, 3).total_desired, 3) << "decision " << i;
+  }
+}
+
 TEST_F(ScalingPolicyTest, ForgetsJobsThatEnded) {
   EXPECT_EQ(Next({Window(0.5, 2)}, 2).total_desired, 5);
   // The job ended: the total falls to min, but only after the cool-down.
