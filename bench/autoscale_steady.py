@@ -86,28 +86,24 @@ def main():
             samples.append((time.time() - start, s["scaling"]["desired_workers"],
                             sum(1 for w in s["workers"] if w["alive"]),
                             job["load"]["wait_fraction"] if job else None,
-                            job["load"]["bound"] if job else ""))
+                            job["load"]["bound"] if job else "",
+                            job["load"]["steps_per_second"] if job else None))
         load = os.getloadavg()
-        first_input_bound = next((t for t, d, n, w, b in samples if b == "input-bound"), None)
-        reached = next((t for t, d, n, w, b in samples
+        first_input_bound = next((t for t, d, n, w, b, r in samples if b == "input-bound"), None)
+        reached = next((t for t, d, n, w, b, r in samples
                         if w is not None and w < a.target and b not in ("unmeasured", "input-bound")
                         and n >= 2), None)
-        # The target counts from when enough workers exist: the last time before reaching it that
-        # the live workers caught up with the desired count.
-        workers_up = None
-        if reached is not None:
-            for t, d, n, w, b in samples:
-                if t > reached:
-                    break
-                if n >= d and (workers_up is None or prev_short):
-                    workers_up = t
-                prev_short = n < d
+        # The target counts from when enough workers exist: the first sample, after the first
+        # input-bound decision, in which the pool had grown and every desired worker was alive.
+        workers_up = next((t for t, d, n, w, b, r in samples
+                           if first_input_bound is not None and t >= first_input_bound
+                           and d > 1 and n >= d), None)
         changes_after = []
         seen = set()
         prev_short = False
         prev = None
         oscillations = 0
-        for t, d, n, w, b in samples:
+        for t, d, n, w, b, r in samples:
             if reached is not None and t >= reached:
                 if prev is not None and d != prev:
                     changes_after.append((round(t, 1), prev, d))
@@ -128,8 +124,11 @@ def main():
                                                     else round((reached - workers_up) /
                                                                a.scaling_interval, 1)),
             "changes_after_target": changes_after, "oscillations": oscillations,
-            "waits_after_target": [round(w, 4) for t, d, n, w, b in samples
+            "waits_after_target": [round(w, 4) for t, d, n, w, b, r in samples
                                    if reached is not None and t >= reached and w is not None][-10:],
+            # Each sample: seconds, desired, alive, wait, bound, steps/s per consumer.
+            "samples": [(round(t, 1), d, n, None if w is None else round(w, 4), b,
+                         None if r is None else round(r, 1)) for t, d, n, w, b, r in samples],
             "load_average": load, "logs": tmp}))
     finally:
         for proc in reversed(procs):
