@@ -51,9 +51,21 @@
 // and the time to steady state: until every worker and every consumer has had an answer from
 // it. False deaths are counted as above, at the end of the run.
 //
+// With --scaling_decision (issue 30, docs/AUTOSCALING.md) no process is started: an in-process
+// Coordinator gets --workers workers and --jobs jobs of --consumers consumers in all, every
+// heartbeat carrying a load report (wait, steps, interval; CPU and per-task rates), and the
+// bench measures, in this thread's CPU time, one heartbeat with its report and one autoscaling
+// decision (CheckWorkerLiveness when the decision interval has passed, less one when it has
+// not), over --seconds. It prints the decision's cost against the heartbeat budget of one
+// decision interval: the CPU the coordinator's handlers spend on the heartbeats of that
+// interval, at --worker_hb_interval and --client_hb_interval (the defaults' 1 s and 200 ms)
+// and --decision_interval (10 s).
+//
 //   build/bench/coordinator_bench --workers=1000 --consumers=10000 --seconds=60
 //   build/bench/coordinator_bench --restart_storm --seconds=40 --storm_after=10
+//   build/bench/coordinator_bench --scaling_decision --workers=1000 --consumers=10000
 #include <pthread.h>
+#include <time.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -84,7 +96,9 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/async_unary_call.h"
 #include "grpcpp/impl/codegen/rpc_method.h"
+#include "core/util/clock.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "server/coordinator.h"
 
 ABSL_FLAG(int, workers, 1000, "Simulated workers.");
 ABSL_FLAG(int, consumers, 10000, "Simulated consumers, spread evenly over --jobs jobs.");
@@ -120,6 +134,15 @@ ABSL_FLAG(int, storm_after, 10, "--restart_storm: seconds into the run of the re
 ABSL_FLAG(bool, versioned, true,
           "Send back the version of the last answer (as real workers and consumers do), so that "
           "answers carry only changes; false: every answer is full (older clients).");
+
+ABSL_FLAG(bool, scaling_decision, false,
+          "Measure the autoscaling decision's cost in process (see the comment at the top).");
+ABSL_FLAG(absl::Duration, decision_interval, absl::Seconds(10),
+          "--scaling_decision: the coordinator's --scaling_interval.");
+ABSL_FLAG(absl::Duration, worker_hb_interval, absl::Seconds(1),
+          "--scaling_decision: how often each worker heartbeats (sluice-worker's default).");
+ABSL_FLAG(absl::Duration, client_hb_interval, absl::Milliseconds(200),
+          "--scaling_decision: how often each consumer heartbeats (the client's default).");
 
 namespace {
 
@@ -344,8 +367,171 @@ double ProcessCpuSeconds(pid_t pid) {
 
 }  // namespace
 
+double ThreadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
+// --scaling_decision: see the comment at the top.
+int RunScalingDecisionBench() {
+  const int num_workers = absl::GetFlag(FLAGS_workers);
+  const int num_consumers = absl::GetFlag(FLAGS_consumers);
+  const int num_jobs = std::max(1, absl::GetFlag(FLAGS_jobs));
+  const int tasks_per_job = std::max(1, absl::GetFlag(FLAGS_tasks_per_job));
+  const absl::Duration interval = absl::GetFlag(FLAGS_decision_interval);
+  sluice::FakeClock clock;
+  sluice::CoordinatorOptions options;
+  options.clock = &clock;
+  options.worker_timeout = absl::Hours(24);
+  options.consumer_timeout = absl::Hours(24);
+  options.idle_job_ttl = absl::Hours(24);
+  options.scaling_interval = interval;
+  options.scaling.max_workers = num_workers;
+  options.max_jobs_per_identity = 0;
+  options.log = [](absl::string_view) {};
+  sluice::Coordinator coordinator(options);
+  auto check = [](const absl::Status& s, const char* what) {
+    if (!s.ok()) {
+      std::cerr << "coordinator_bench --scaling_decision: " << what << ": " << s << "\n";
+      std::exit(1);
+    }
+  };
+  // Workers (one registration heartbeat each), then the jobs: OFF sharding, tasks spread over
+  // the workers.
+  std::vector<sluice::proto::WorkerHeartbeatRequest> workers(num_workers);
+  for (int i = 0; i < num_workers; ++i) {
+    workers[i].set_wire_version(sluice::proto::WIRE_VERSION_1);
+    workers[i].set_worker_address(absl::StrCat("10.0.", i / 250, ".", i % 250, ":5051"));
+    workers[i].set_report_interval_us(absl::ToInt64Microseconds(absl::GetFlag(FLAGS_worker_hb_interval)));
+    workers[i].set_cpu_busy_fraction(0.5);
+    sluice::proto::WorkerHeartbeatResponse r;
+    check(coordinator.WorkerHeartbeat(workers[i], &r), "register a worker");
+  }
+  sluice::proto::RegisterDatasetRequest reg;
+  reg.set_wire_version(sluice::proto::WIRE_VERSION_1);
+  reg.set_pipeline("range(1000000).batch(4)");
+  sluice::proto::RegisterDatasetResponse reg_resp;
+  check(coordinator.RegisterDataset(reg, &reg_resp), "register the dataset");
+  const int per_job = std::max(1, num_consumers / num_jobs);
+  std::vector<sluice::proto::ClientHeartbeatRequest> consumers;
+  for (int j = 0; j < num_jobs; ++j) {
+    sluice::proto::GetOrCreateJobRequest req;
+    req.set_wire_version(sluice::proto::WIRE_VERSION_1);
+    req.set_job_name(absl::StrCat("job-", j));
+    req.mutable_options()->set_dataset_id(reg_resp.dataset_id());
+    req.mutable_options()->set_num_consumers(per_job);
+    req.mutable_options()->set_replicas_per_consumer(1);
+    req.mutable_options()->set_sharding_policy(sluice::proto::SHARDING_OFF);
+    req.mutable_options()->set_num_tasks(tasks_per_job);
+    sluice::proto::GetOrCreateJobResponse resp;
+    check(coordinator.GetOrCreateJob(req, &resp), "create a job");
+    for (int c = 0; c < per_job; ++c) {
+      sluice::proto::ClientHeartbeatRequest h;
+      h.set_wire_version(sluice::proto::WIRE_VERSION_1);
+      h.set_job_id(resp.job_id());
+      h.set_consumer_index(c);
+      h.set_report_interval_us(absl::ToInt64Microseconds(absl::GetFlag(FLAGS_client_hb_interval)));
+      h.set_input_wait_us(h.report_interval_us() / 10);
+      h.set_steps_consumed(20);
+      consumers.push_back(h);
+    }
+  }
+  // Each worker's tasks, with a rate each, as its heartbeats report them.
+  for (auto& w : workers) {
+    sluice::proto::WorkerHeartbeatResponse r;
+    check(coordinator.WorkerHeartbeat(w, &r), "a worker heartbeat");
+    for (const sluice::proto::TaskDef& t : r.new_tasks()) {
+      w.add_active_task_ids(t.task_id());
+      sluice::proto::TaskProgress* p = w.add_task_progress();
+      p->set_task_id(t.task_id());
+      p->set_steps_per_second(10);
+    }
+    w.set_known_incarnation(r.incarnation());
+    w.set_known_version(r.version());
+  }
+  coordinator.CheckWorkerLiveness();  // the first decision window starts
+  const double load = LoadAverage();
+  const absl::Time end = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  double worker_cpu = 0, client_cpu = 0, decision_cpu = 0, tick_cpu = 0;
+  int64_t worker_hbs = 0, client_hbs = 0, decisions = 0, ticks = 0;
+  size_t next_worker = 0, next_consumer = 0;
+  while (absl::Now() < end) {
+    // One interval's worth of reports would be 10^5+ heartbeats: a round of each caller is
+    // enough to fill every job's window; the per-heartbeat cost is measured over them.
+    double t0 = ThreadCpuSeconds();
+    for (int i = 0; i < 200; ++i) {
+      sluice::proto::WorkerHeartbeatResponse r;
+      check(coordinator.WorkerHeartbeat(workers[next_worker], &r), "a worker heartbeat");
+      next_worker = (next_worker + 1) % workers.size();
+    }
+    double t1 = ThreadCpuSeconds();
+    worker_cpu += t1 - t0;
+    worker_hbs += 200;
+    for (int i = 0; i < 2000; ++i) {
+      sluice::proto::ClientHeartbeatRequest& h = consumers[next_consumer];
+      sluice::proto::ClientHeartbeatResponse r;
+      check(coordinator.ClientHeartbeat(h, &r), "a consumer heartbeat");
+      h.set_consumer_secret(r.consumer_secret());
+      h.set_known_incarnation(r.incarnation());
+      h.set_known_version(r.version());
+      next_consumer = (next_consumer + 1) % consumers.size();
+    }
+    double t2 = ThreadCpuSeconds();
+    client_cpu += t2 - t1;
+    client_hbs += 2000;
+    // A tick with no decision due, then one with a decision.
+    clock.Advance(absl::Milliseconds(1));
+    coordinator.CheckWorkerLiveness();
+    double t3 = ThreadCpuSeconds();
+    tick_cpu += t3 - t2;
+    ++ticks;
+    clock.Advance(interval);
+    coordinator.CheckWorkerLiveness();
+    double t4 = ThreadCpuSeconds();
+    decision_cpu += t4 - t3;
+    ++decisions;
+  }
+  sluice::proto::GetStatusRequest status_req;
+  status_req.set_page_size(1);
+  sluice::proto::GetStatusResponse status;
+  check(coordinator.GetStatus(status_req, &status), "GetStatus");
+  const double per_worker_hb = worker_cpu / worker_hbs;
+  const double per_client_hb = client_cpu / client_hbs;
+  const double per_decision = decision_cpu / decisions - tick_cpu / ticks;
+  const double interval_s = absl::ToDoubleSeconds(interval);
+  const double budget =
+      num_workers * interval_s / absl::ToDoubleSeconds(absl::GetFlag(FLAGS_worker_hb_interval)) *
+          per_worker_hb +
+      static_cast<double>(consumers.size()) * interval_s /
+          absl::ToDoubleSeconds(absl::GetFlag(FLAGS_client_hb_interval)) * per_client_hb;
+  std::printf(
+      "scaling decision: %d workers, %zu consumers in %d jobs (%d tasks each); load average "
+      "%.2f\n"
+      "  worker heartbeat with report: %.2f us CPU (%lld measured)\n"
+      "  consumer heartbeat with report: %.2f us CPU (%lld measured)\n"
+      "  decision: %.1f us CPU (%lld measured; a tick without one: %.1f us)\n"
+      "  heartbeat budget of one %.0f s interval (workers every %s, consumers every %s): "
+      "%.3f s CPU\n"
+      "  decision / budget: %.4f%%  (target < 5%%)\n"
+      "  desired workers %lld, decisions %lld, reports refused %lld\n",
+      num_workers, consumers.size(), num_jobs, tasks_per_job, load, per_worker_hb * 1e6,
+      static_cast<long long>(worker_hbs), per_client_hb * 1e6, static_cast<long long>(client_hbs),
+      per_decision * 1e6, static_cast<long long>(decisions), tick_cpu / ticks * 1e6, interval_s,
+      absl::FormatDuration(absl::GetFlag(FLAGS_worker_hb_interval)).c_str(),
+      absl::FormatDuration(absl::GetFlag(FLAGS_client_hb_interval)).c_str(), budget,
+      100 * per_decision / budget, static_cast<long long>(status.scaling().desired_workers()),
+      static_cast<long long>(status.scaling().decisions()),
+      static_cast<long long>(status.scaling().reports_refused()));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_scaling_decision)) {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+    return RunScalingDecisionBench();
+  }
   // As sluice-coordinator does: no lock-order graph on every absl::Mutex (Debian's Abseil is
   // built without NDEBUG), so the load generator's gRPC costs what it costs in production.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

@@ -1,4 +1,5 @@
 #include "client/device_prefetcher.h"
+#include "client/service_step_source.h"
 
 #include <algorithm>
 #include <cstring>
@@ -447,6 +448,9 @@ absl::StatusOr<std::unique_ptr<StepSource>> DevicePrefetcher::Wrap(
 
 DevicePrefetcher::DevicePrefetcher(std::unique_ptr<StepSource> inner, DevicePrefetchOptions options)
     : options_(std::move(options)), inner_(std::move(inner)) {
+  if (auto* service = dynamic_cast<ServiceStepSource*>(inner_.get()); service != nullptr) {
+    wait_meter_ = service->TakeOverWaitMeter();
+  }
   for (const ReplicaPlacement& p : options_.replicas) {
     rings_.push_back(options_.fetch_to_device && p.memory != nullptr ? std::make_shared<Ring>(p)
                                                                      : nullptr);
@@ -467,12 +471,19 @@ DevicePrefetcher::~DevicePrefetcher() {
 }
 
 absl::Status DevicePrefetcher::GetNextStep(std::vector<Element>* replicas, bool* end_of_data) {
-  return Next(/*padded=*/false, replicas, end_of_data);
+  // The trainer's wait is its wait here, not the read-ahead's (docs/AUTOSCALING.md).
+  if (wait_meter_ != nullptr) wait_meter_->BeginWait();
+  absl::Status s = Next(/*padded=*/false, replicas, end_of_data);
+  if (wait_meter_ != nullptr) wait_meter_->EndWait(s.ok() && !*end_of_data);
+  return s;
 }
 
 absl::Status DevicePrefetcher::GetNextStepPadded(std::vector<Element>* replicas,
                                                  bool* end_of_data) {
-  return Next(/*padded=*/true, replicas, end_of_data);
+  if (wait_meter_ != nullptr) wait_meter_->BeginWait();
+  absl::Status s = Next(/*padded=*/true, replicas, end_of_data);
+  if (wait_meter_ != nullptr) wait_meter_->EndWait(s.ok() && !*end_of_data);
+  return s;
 }
 
 absl::Status DevicePrefetcher::Next(bool padded, std::vector<Element>* replicas,

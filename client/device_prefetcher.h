@@ -70,6 +70,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "client/input_wait_meter.h"
 #include "core/device/device_memory.h"
 #include "sluice/element.h"
 #include "core/rpc/step_frame.h"
@@ -198,6 +199,9 @@ class DevicePrefetcher : public StepSource {
   const DevicePrefetchOptions options_;
   // Used by the thread only, once started (but CheckpointAfter, thread-safe, from any).
   std::unique_ptr<StepSource> inner_;
+  // Autoscaling (docs/AUTOSCALING.md): when inner_ is a ServiceStepSource, its input wait
+  // meter, which this prefetcher's callers' waits feed instead of its own read-ahead reads.
+  InputWaitMeter* wait_meter_ = nullptr;
   std::vector<std::shared_ptr<Ring>> rings_;  // one per replica
 
   mutable absl::Mutex mu_;

@@ -88,6 +88,11 @@ absl::StatusOr<IteratorCheckpoint> ServiceStepSource::CheckpointAfter(
   return c;
 }
 
+InputWaitMeter* ServiceStepSource::TakeOverWaitMeter() {
+  wait_meter_taken_.store(true, std::memory_order_relaxed);
+  return &streams_->wait_meter();
+}
+
 ServiceStepSource::FlowStats ServiceStepSource::flow_stats() const {
   return streams_->flow_stats();
 }
@@ -99,7 +104,12 @@ bool ServiceStepSource::WaitForFlowStats(const std::function<bool(const FlowStat
 
 absl::Status ServiceStepSource::GetNextStep(std::vector<Element>* replicas, bool* end_of_data) {
   const bool was_finished = finished_;
+  // The time this call blocks is the trainer's input wait (docs/AUTOSCALING.md).
+  InputWaitMeter& meter = streams_->wait_meter();
+  const bool timed = !wait_meter_taken_.load(std::memory_order_relaxed);
+  if (timed) meter.BeginWait();
   absl::Status s = NextStep(replicas, end_of_data);
+  if (timed) meter.EndWait(s.ok() && !*end_of_data);
   if (s.ok() && *end_of_data && !was_finished && streams_->HasUnreportedEnds()) {
     // The ends just received would otherwise be reported only by the monitor's next heartbeat,
     // which may never come now (the caller is done): one last report, best effort.

@@ -50,6 +50,7 @@
 #ifndef SLUICE_CLIENT_SERVICE_STEP_SOURCE_H_
 #define SLUICE_CLIENT_SERVICE_STEP_SOURCE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -162,6 +163,8 @@ struct ServiceStepSourceOptions {
   int64_t steps_per_epoch = -1;
 };
 
+class InputWaitMeter;  // client/input_wait_meter.h
+
 class ServiceStepSource : public StepSource {
  public:
   // Waits (up to retry_deadline) until the coordinator reports the job's tasks, then opens
@@ -171,6 +174,11 @@ class ServiceStepSource : public StepSource {
 
   absl::Status GetNextStep(std::vector<Element>* replicas, bool* end_of_data) override;
   absl::StatusOr<IteratorCheckpoint> CheckpointAfter(int64_t steps_returned) const override;
+  // Autoscaling (docs/AUTOSCALING.md): the meter of the trainer's input wait, reported in the
+  // heartbeats. A wrapper that reads ahead of the trainer (DevicePrefetcher) takes it over
+  // before the first read: this source then stops timing its own reads, and the wrapper times
+  // its callers' waits instead. Never null; lives as long as this source.
+  InputWaitMeter* TakeOverWaitMeter();
 
   // Flow control, for tests and metrics. Bytes are credit bytes (StepCreditBytes).
   struct FlowStats {
@@ -204,6 +212,8 @@ class ServiceStepSource : public StepSource {
   std::unique_ptr<ReadOrder> order_;
   // The read's end or failure, once returned: answered from then on.
   bool finished_ = false;
+  // A wrapper times the waits (TakeOverWaitMeter).
+  std::atomic<bool> wait_meter_taken_{false};
   absl::Status status_;
 };
 

@@ -183,6 +183,13 @@ absl::StatusOr<proto::ClientHeartbeatResponse> TaskStreams::Heartbeat(
     request.set_consumer_secret(consumer_secret_);
   }
   view_.FillRequest(&request);
+  {
+    // A report lost with a failed call is gone: the next one covers a new interval.
+    const InputWaitMeter::Report wait = wait_meter_.TakeReport();
+    request.set_input_wait_us(wait.wait_us);
+    request.set_steps_consumed(wait.steps);
+    request.set_report_interval_us(wait.interval_us);
+  }
   grpc::ClientContext context;
   const absl::Duration timeout = deadline.value_or(options_.rpc_deadline);
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));

@@ -80,6 +80,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/heartbeat_view.h"
+#include "client/input_wait_meter.h"
 #include "core/util/backoff.h"
 #include "client/service_step_source.h"
 #include "core/rpc/step_frame.h"
@@ -169,6 +170,8 @@ class TaskStreams {
       std::optional<absl::Duration> deadline = std::nullopt);
   // Whether some task's end is not yet known to the coordinator (the next Heartbeat reports it).
   bool HasUnreportedEnds() const;
+  // The trainer's input wait, reported in every Heartbeat (docs/AUTOSCALING.md).
+  InputWaitMeter& wait_meter() { return wait_meter_; }
 
   // Each stream's window in bytes (at least 1; the budget less one byte, over the streams: the
   // byte is the raise's). Set once, before any task is added.
@@ -344,6 +347,7 @@ class TaskStreams {
   // The coordinator's secret for this consumer (ClientHeartbeatResponse.consumer_secret),
   // sent back on every heartbeat so that this process's completed reports count; 0 before.
   uint64_t consumer_secret_ ABSL_GUARDED_BY(mu_) = 0;
+  InputWaitMeter wait_meter_;
   absl::Status monitor_error_ ABSL_GUARDED_BY(mu_);
   // Wakes the monitor early.
   absl::CondVar monitor_cv_;

@@ -68,7 +68,9 @@
 #include "server/task_progress.h"
 #include "server/task_planner.h"
 #include "server/journal.h"
+#include "server/job_load.h"
 #include "server/journal_file.h"
+#include "server/scaling_policy.h"
 #include "server/worker_liveness.h"
 
 namespace sluice {
@@ -179,6 +181,12 @@ struct CoordinatorOptions {
   int64_t snapshot_every = 1000;
   // The journal's file system. Borrowed: must outlive the Coordinator. nullptr: the real one.
   JournalFileSystem* journal_fs = nullptr;
+  // Autoscaling (docs/AUTOSCALING.md): the policy's targets and bounds, and how often it
+  // decides (each decision looks at the reports since the previous one; checked by
+  // CheckWorkerLiveness(), the server's ticker, so an interval shorter than the ticker's
+  // period is the period).
+  ScalingPolicyOptions scaling;
+  absl::Duration scaling_interval = absl::Seconds(10);
 };
 
 class Coordinator {
@@ -265,7 +273,8 @@ class Coordinator {
   // Declares dead the workers silent for worker_timeout and reassigns their tasks; removes
   // the jobs finished for finished_job_ttl and the workers dead for dead_worker_ttl; fails
   // the jobs idle for idle_job_ttl; removes the datasets unused for unused_dataset_ttl;
-  // retries the RANGES jobs waiting to retry their plan.
+  // retries the RANGES jobs waiting to retry their plan; makes the autoscaling decision once
+  // per scaling_interval (GetStatusResponse.scaling, JobStatus.load).
   void CheckWorkerLiveness();
 
   // Test hook (and metrics): the sizes of every table that grows with workers, jobs, tasks
@@ -614,6 +623,30 @@ class Coordinator {
     std::string message;
   };
   absl::flat_hash_map<int64_t, std::vector<WorkerFailure>> task_failures_ ABSL_GUARDED_BY(mu_);
+  // Not state (coordinator_scaling.cc, docs/AUTOSCALING.md): the load reports of the current
+  // decision interval, the policy, each running job's workers at the last decision (a window
+  // in which they changed, or the one after it, is not measured), the last decision's per-job
+  // loads for GetStatus.
+  void NoteWorkerLoadLocked(int64_t worker_id, const proto::WorkerHeartbeatRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteConsumerLoadLocked(int64_t job_id, const proto::ClientHeartbeatRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Decides when scaling_interval has passed since the last decision.
+  void MaybeDecideScalingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillScalingStatusLocked(proto::ScalingStatus* s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillJobLoadLocked(int64_t job_id, proto::JobStatus* s) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobLoadTable load_ ABSL_GUARDED_BY(mu_);
+  ScalingPolicy scaling_ ABSL_GUARDED_BY(mu_){options_.scaling};
+  std::optional<absl::Time> last_scaling_decision_ ABSL_GUARDED_BY(mu_);
+  struct JobWorkersSeen {
+    int64_t workers = 0;
+    int64_t unchanged = 0;  // consecutive decisions that saw the same count before this one
+  };
+  absl::flat_hash_map<int64_t, JobWorkersSeen> scaling_job_workers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, proto::JobLoad> job_loads_ ABSL_GUARDED_BY(mu_);
+  int64_t scaling_decisions_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string scaling_last_change_ ABSL_GUARDED_BY(mu_);
   // Not state: versions of the changes heartbeat answers show (versioned answers).
   HeartbeatVersions versions_ ABSL_GUARDED_BY(mu_);
   // Workers' assignment watches: notified under mu_ wherever versions_ records a worker's

@@ -697,6 +697,8 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
       options_.consumer_timeout > absl::ZeroDuration() ? options_.consumer_timeout
                                                        : options_.worker_timeout);
   response->set_consumer_secret(claim.secret);
+  // Only the holder's load counts (a second process claiming the index is not this consumer).
+  if (claim.holder && !job->finished) NoteConsumerLoadLocked(job->id, request);
   // Tasks every consumer has read to the end are finished, whoever produced them. Each
   // consumer's report is journaled once, so that it still counts after a restart when that
   // consumer has exited meanwhile.
@@ -783,6 +785,7 @@ absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& request,
   const absl::Time now = clock_->Now();
   int64_t left = page_size;
   response->set_num_datasets(static_cast<int64_t>(state_.num_datasets()));
+  FillScalingStatusLocked(response->mutable_scaling());
   if (!in_jobs) {
     auto it = state_.workers().lower_bound(from);
     for (; it != state_.workers().end() && left > 0; ++it, --left) {
@@ -816,6 +819,7 @@ absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& request,
       s->set_retrying(retry->second.error.ToString());
     }
     progress_.FillJobStatus(job.task_ids, s);
+    FillJobLoadLocked(id, s);
   }
   if (it != state_.jobs().end()) response->set_next_page_token(absl::StrCat("j", it->first));
   return absl::OkStatus();

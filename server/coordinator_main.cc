@@ -38,6 +38,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -153,6 +154,23 @@ ABSL_FLAG(int, metrics_port, -1,
           "free one (see --metrics_port_file); -1: off.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, the bound metrics port is written here (atomically) before --port_file.");
+ABSL_FLAG(int64_t, min_workers, 1,
+          "Autoscaling (docs/AUTOSCALING.md): the fewest workers the coordinator ever wants.");
+ABSL_FLAG(int64_t, max_workers, 64,
+          "Autoscaling: the most workers the coordinator ever wants (sluice_coordinator_"
+          "desired_workers, GetStatus.scaling never exceed it).");
+ABSL_FLAG(absl::Duration, scaling_interval, absl::Seconds(10),
+          "Autoscaling: how often the desired number of workers is decided, each time from the "
+          "heartbeats' load reports since the previous decision.");
+ABSL_FLAG(absl::Duration, scale_in_cooldown, absl::Minutes(2),
+          "Autoscaling: no shrink sooner than this after the last change of a job's (or the "
+          "total's) desired workers.");
+ABSL_FLAG(double, target_wait_fraction, 0.02,
+          "Autoscaling: grow while trainers wait for input at least this fraction of their "
+          "time.");
+ABSL_FLAG(double, shrink_wait_fraction, 0.005,
+          "Autoscaling: shrink only while trainers wait less than this fraction (at most "
+          "--target_wait_fraction; in between the pool holds).");
 ABSL_FLAG(std::string, log_level, "info", "Least level logged: debug, info, warning or error.");
 ABSL_FLAG(std::string, log_format, "text", "Log lines as text or json (one object a line).");
 
@@ -277,6 +295,26 @@ int main(int argc, char** argv) {
   options.coordinator.max_dataset_bytes_per_identity =
       absl::GetFlag(FLAGS_max_dataset_bytes_per_identity);
   options.coordinator.status_page_size = absl::GetFlag(FLAGS_status_page_size);
+  options.coordinator.scaling.min_workers = absl::GetFlag(FLAGS_min_workers);
+  options.coordinator.scaling.max_workers = absl::GetFlag(FLAGS_max_workers);
+  options.coordinator.scaling.scale_in_cooldown = absl::GetFlag(FLAGS_scale_in_cooldown);
+  options.coordinator.scaling.target_wait_fraction = absl::GetFlag(FLAGS_target_wait_fraction);
+  options.coordinator.scaling.shrink_wait_fraction = absl::GetFlag(FLAGS_shrink_wait_fraction);
+  options.coordinator.scaling_interval = absl::GetFlag(FLAGS_scaling_interval);
+  {
+    const sluice::ScalingPolicyOptions& p = options.coordinator.scaling;
+    if (p.min_workers < 0 || p.max_workers < std::max<int64_t>(p.min_workers, 1) ||
+        options.coordinator.scaling_interval <= absl::ZeroDuration() ||
+        p.scale_in_cooldown < absl::ZeroDuration() || !(p.target_wait_fraction > 0) ||
+        !(p.target_wait_fraction < 1) || !(p.shrink_wait_fraction >= 0) ||
+        p.shrink_wait_fraction > p.target_wait_fraction) {
+      std::cerr << "sluice-coordinator: autoscaling flags: need 0 <= --min_workers <= "
+                   "--max_workers (>= 1), --scaling_interval > 0, --scale_in_cooldown >= 0 and "
+                   "0 <= --shrink_wait_fraction <= --target_wait_fraction < 1 (target > 0)"
+                << std::endl;
+      return 2;
+    }
+  }
   options.admission_rates.status_per_second = absl::GetFlag(FLAGS_max_status_per_second);
   options.admission_rates.status_burst = 2 * options.admission_rates.status_per_second;
   options.admission_rates.creates_per_second = absl::GetFlag(FLAGS_max_creates_per_second);

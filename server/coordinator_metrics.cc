@@ -19,6 +19,7 @@ CoordinatorMetrics::CoordinatorMetrics(Coordinator* coordinator, MetricsRegistry
       status.mutable_workers()->MergeFrom(page.workers());
       status.mutable_jobs()->MergeFrom(page.jobs());
       status.set_num_datasets(page.num_datasets());
+      *status.mutable_scaling() = page.scaling();
       if (page.next_page_token().empty() || page.workers_size() + page.jobs_size() == 0) break;
       request.set_page_token(page.next_page_token());
     }
@@ -43,6 +44,17 @@ CoordinatorMetrics::CoordinatorMetrics(Coordinator* coordinator, MetricsRegistry
     sink.Gauge("sluice_coordinator_datasets", "Datasets registered.", {},
                static_cast<double>(status.num_datasets()));
 
+    const proto::ScalingStatus& scaling = status.scaling();
+    sink.Gauge("sluice_coordinator_desired_workers",
+               "Input workers the autoscaling policy wants in all (docs/AUTOSCALING.md), in "
+               "[--min_workers, --max_workers].",
+               {}, static_cast<double>(scaling.desired_workers()));
+    sink.Counter("sluice_coordinator_scaling_reports_refused_total",
+                 "Load reports refused (negative, NaN or absurd values).", {},
+                 static_cast<double>(scaling.reports_refused()));
+    sink.Counter("sluice_coordinator_scaling_reports_clamped_total",
+                 "Load reports clamped (a wait longer than its interval, CPU busy over 1).", {},
+                 static_cast<double>(scaling.reports_clamped()));
     int64_t running = 0;
     int64_t finished_jobs = 0;
     for (const proto::JobStatus& j : status.jobs()) {

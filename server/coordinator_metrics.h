@@ -12,6 +12,11 @@
 //                                                     SHARDING_RANGES)
 //   sluice_coordinator_job_steps_delivered_total{job,name}, _job_bytes_delivered_total,
 //   sluice_coordinator_job_steps_produced_total        the workers' heartbeat reports
+//   sluice_coordinator_desired_workers              the autoscaling decision (docs/AUTOSCALING.md)
+//   sluice_coordinator_scaling_reports_refused_total / _clamped_total   bad load reports
+//   sluice_coordinator_job_input_wait_ratio{job,name}, _job_consumed_steps_per_second,
+//   _job_produced_steps_per_second, _job_workers, _job_input_bound (0/1),
+//   _job_desired_workers                             running jobs, last decision interval
 // RPC counts and errors by method and code come from the RPC interceptor (core/rpc/rpc_metrics.h).
 //
 // Thread safety: thread-safe.

@@ -406,6 +406,7 @@ void Coordinator::CheckWorkerLiveness() {
   if (s.ok() && !failed_jobs_.empty()) s = MakeRangesLocked();  // retries that are due
   if (!s.ok()) Log(s.ToString());
   watchers_.ExpireUntil(clock_->Now());
+  MaybeDecideScalingLocked();
 }
 
 
@@ -686,6 +687,9 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   if (worker != nullptr ? worker->alive : !request.draining()) liveness_.Heartbeat(worker_id, now);
   RETURN_IF_ERROR(CheckLivenessLocked());
   worker = state_.FindWorker(worker_id);
+  if (worker != nullptr && worker->alive && !request.draining()) {
+    NoteWorkerLoadLocked(worker_id, request);
+  }
   if (request.draining()) {
     // Leaving: its finished tasks count, its other tasks go elsewhere now, it gets nothing
     // new, and a draining heartbeat never revives it.

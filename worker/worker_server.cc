@@ -207,6 +207,7 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     // Tasks whose pipelines are being built (BuildLoop) run here already, as far as the
     // coordinator is concerned.
     for (int64_t id : building_) request.add_active_task_ids(id);
+    load_meter_.Fill(&request);
   }
   grpc::ClientContext context;
   context.set_deadline(

@@ -57,6 +57,7 @@
 #include "core/data/data_roots.h"
 #include "core/data/dataset_limits.h"
 #include "core/rpc/grpc_security.h"
+#include "worker/worker_load_meter.h"
 #include "worker/grpc_worker_service.h"
 #include "worker/task_runner.h"
 
@@ -246,6 +247,9 @@ class WorkerServer : public TaskLookup {
   // back so that the coordinator skips new_tasks while this worker's assignment is unchanged.
   uint64_t known_incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t known_version_ ABSL_GUARDED_BY(mu_) = 0;
+  // CPU busy fraction and per-task rates for each heartbeat (docs/AUTOSCALING.md).
+  WorkerLoadMeter load_meter_ ABSL_GUARDED_BY(mu_){
+      nullptr, &ProcessCpuSeconds, static_cast<int>(std::thread::hardware_concurrency())};
   // The coordinator's worker_timeout from its last answer (WorkerHeartbeatResponse
   // .worker_timeout_ms); zero until one said it.
   absl::Duration coordinator_worker_timeout_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();

@@ -308,6 +308,80 @@ def check_k8s_data_root(where, container, args):
 
 # --- systemd ----------------------------------------------------------------------------------
 
+def duration_seconds(text):
+    """'30s', '5m', '1h' -> seconds; None if it is none of these."""
+    m = re.fullmatch(r"(\d+)(s|m|h)", text or "")
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)] if m else None
+
+
+def flag_value(args, name):
+    for a in args:
+        if isinstance(a, str) and a.startswith(f"--{name}="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def check_autoscaling(docs):
+    """worker-hpa.yaml follows the coordinator's desired-workers metric (docs/AUTOSCALING.md):
+    it scales the workers' Deployment; its metric is one the coordinator exports and the one the
+    Prometheus adapter rules serve; its bounds are the coordinator's --min_workers/--max_workers;
+    the coordinator exposes --metrics_port as a container port Prometheus is told to scrape; a
+    worker's grace period covers its --drain_timeout (the SIGTERM drain of a scale-in)."""
+    objects = [o for name in sorted(docs) for o in docs[name]]
+    hpas = [o for o in objects if o.get("kind") == "HorizontalPodAutoscaler"]
+    if not check(len(hpas) == 1, "deploy/kubernetes: expected one HorizontalPodAutoscaler"):
+        return
+    hpa = hpas[0]
+    spec = hpa.get("spec", {})
+    target = spec.get("scaleTargetRef", {})
+    workers = [o for o in objects if o.get("kind") == "Deployment"
+               and any(binary_of((c.get("command") or [""])[0]) == "sluice-worker" for c in containers(o))]
+    check(any(target.get("kind") == "Deployment" and target.get("name") == w["metadata"]["name"]
+              for w in workers),
+          f"the HPA scales {target}, not the sluice-worker Deployment")
+    metrics = [m.get("external", {}).get("metric", {}).get("name") for m in spec.get("metrics", [])
+               if m.get("type") == "External"]
+    check(metrics == ["sluice_coordinator_desired_workers"],
+          f"the HPA must follow the external metric sluice_coordinator_desired_workers, got {metrics}")
+    with open(os.path.join(REPO, "server", "coordinator_metrics.cc")) as f:
+        exported = f.read()
+    for m in metrics:
+        check(f'"{m}"' in exported, f"the coordinator does not export {m} (server/coordinator_metrics.cc)")
+    for m in spec.get("metrics", []):
+        t = m.get("external", {}).get("target", {})
+        check(t.get("type") == "AverageValue" and str(t.get("averageValue")) == "1",
+              "the HPA's target must be averageValue 1 (replicas = desired workers)")
+    with open(os.path.join(K8S, "prometheus-adapter", "rules.yaml")) as f:
+        adapter = list(yaml.safe_load_all(f))
+    config = yaml.safe_load(adapter[0]["data"]["config.yaml"])
+    served = [r.get("name", {}).get("as") for r in config.get("externalRules", [])]
+    for m in metrics:
+        check(m in served, f"the Prometheus adapter rules do not serve {m} (served: {served})")
+    coords = [o for o in objects if o.get("kind") == "StatefulSet"]
+    for c_obj in coords:
+        for c in containers(c_obj):
+            if binary_of((c.get("command") or [""])[0]) != "sluice-coordinator":
+                continue
+            args = c.get("args", [])
+            check(str(spec.get("minReplicas")) == flag_value(args, "min_workers"),
+                  "the HPA's minReplicas differs from the coordinator's --min_workers")
+            check(str(spec.get("maxReplicas")) == flag_value(args, "max_workers"),
+                  "the HPA's maxReplicas differs from the coordinator's --max_workers")
+            port = flag_value(args, "metrics_port")
+            check(port is not None and any(str(p.get("containerPort")) == port
+                                           for p in c.get("ports", [])),
+                  "the coordinator's --metrics_port is not one of its container ports")
+            annotations = pod_template(c_obj).get("metadata", {}).get("annotations", {})
+            check(annotations.get("prometheus.io/port") == port,
+                  "the coordinator pod's prometheus.io/port annotation is not its --metrics_port")
+    for w in workers:
+        grace = pod_template(w).get("spec", {}).get("terminationGracePeriodSeconds", 30)
+        for c in containers(w):
+            drain = duration_seconds(flag_value(c.get("args", []), "drain_timeout") or "30s")
+            check(drain is not None and grace > drain,
+                  f"the workers' grace period ({grace}s) must exceed --drain_timeout ({drain}s)")
+
+
 def check_systemd():
     units = sorted(glob.glob(os.path.join(REPO, "deploy", "systemd", "*.service")))
     check(units, "deploy/systemd has no .service units")
@@ -397,6 +471,7 @@ def main():
             if pod_template(o) is not None and o["kind"] != "Job":
                 for c in containers(o):
                     ports |= {p["containerPort"] for p in c.get("ports", [])}
+    check_autoscaling(docs)
     check_systemd()
     check_dockerfile(ports)
     check_slurm()

@@ -2,6 +2,9 @@
 // TensorFlow prints them (--format=tf) or as JSON lines (--format=json). In local mode the
 // pipeline runs in this process; with --coordinator the registered coordinator maker supplies
 // the DistributedDataset (tools/sluicectl/service_dataset.cc).
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +18,8 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/data/op_profile.h"
 #include "core/format/json_format.h"
 #include "core/util/status_macros.h"
@@ -27,8 +32,40 @@ ABSL_FLAG(bool, profile, false,
           "(total and self), a table summed over this process's pipelines "
           "(core/data/op_profile.h).");
 
+ABSL_FLAG(std::string, step_sleep_file, "",
+          "run: a simulated trainer's compute time: after each step, sleep for the duration "
+          "this file holds (absl syntax: 20ms, 0s), read again whenever the file changes; a "
+          "missing or empty file: no sleep. For autoscaling drills (docs/AUTOSCALING.md).");
+
 namespace sluice {
 namespace {
+
+// The sleep --step_sleep_file asks for now; re-read only when the file's mtime changes.
+class StepSleep {
+ public:
+  explicit StepSleep(std::string path) : path_(std::move(path)) {}
+  absl::Duration Get() {
+    if (path_.empty()) return absl::ZeroDuration();
+    struct stat st {};
+    if (stat(path_.c_str(), &st) != 0) return absl::ZeroDuration();
+    if (st.st_mtim.tv_sec != mtime_.tv_sec || st.st_mtim.tv_nsec != mtime_.tv_nsec) {
+      mtime_ = st.st_mtim;
+      std::ifstream in(path_);
+      std::string text;
+      std::getline(in, text);
+      absl::Duration d;
+      sleep_ = absl::ParseDuration(text, &d) && d > absl::ZeroDuration()
+                   ? std::min(d, absl::Seconds(60))
+                   : absl::ZeroDuration();
+    }
+    return sleep_;
+  }
+
+ private:
+  const std::string path_;
+  timespec mtime_{};
+  absl::Duration sleep_ = absl::ZeroDuration();
+};
 
 // restarted run) never sees a partial file.
 absl::Status SaveCheckpoint(const IteratorCheckpoint& checkpoint, const std::string& path) {
@@ -55,7 +92,11 @@ absl::Status RunSteps(const SluicectlPipelineArgs& args, OutputFormat format, in
         "' is infinite (it repeats forever); pass --steps=N to print N steps"));
   }
   ASSIGN_OR_RETURN(DistributedIterator it, ds.dataset.MakeIterator());
+  StepSleep step_sleep(absl::GetFlag(FLAGS_step_sleep_file));
   for (int64_t step = 0; steps < 0 || step < steps; ++step) {
+    if (step > 0) {
+      if (const absl::Duration d = step_sleep.Get(); d > absl::ZeroDuration()) absl::SleepFor(d);
+    }
     absl::StatusOr<PerReplica<Element>> x = it.GetNext();
     if (absl::IsOutOfRange(x.status())) break;
     RETURN_IF_ERROR(x.status());
@@ -130,7 +171,8 @@ SLUICECTL_REGISTER_COMMAND({
               "job", "consumer_index", "num_consumers", "sharding_policy", "read_mode",
               "num_tasks", "retry_deadline", "seed", "shuffle", "shuffle_block_size", "epochs",
               "range_steps", "resume_state", "save_state", "receive_budget_bytes", "profile",
-              "compression", "force_compression", "shared_memory"},
+              "compression", "force_compression", "shared_memory",
+              "step_sleep_file"},
     .run = &RunMain,
 });
 

@@ -96,6 +96,28 @@ std::string JobThroughput(const proto::JobStatus& j, const proto::GetStatusRespo
 }
 
 // `previous`, taken `elapsed_seconds` earlier, gives the throughput column (nullptr: "-").
+// The autoscaling decision and each running job's load (docs/AUTOSCALING.md).
+std::string ScalingText(const proto::GetStatusResponse& r) {
+  const proto::ScalingStatus& sc = r.scaling();
+  std::string out = absl::StrFormat(
+      "\nAUTOSCALING\ndesired workers: %d (live %d, bounds [%d, %d]; %d decision(s), every "
+      "%.3gs; reports refused %d, clamped %d)\n",
+      sc.desired_workers(), sc.live_workers(), sc.min_workers(), sc.max_workers(), sc.decisions(),
+      sc.decision_interval_seconds(), sc.reports_refused(), sc.reports_clamped());
+  if (!sc.last_change().empty()) absl::StrAppend(&out, "last change: ", sc.last_change(), "\n");
+  for (const proto::JobStatus& j : r.jobs()) {
+    if (!j.has_load() || j.finished()) continue;
+    const proto::JobLoad& l = j.load();
+    absl::StrAppend(&out, absl::StrFormat(
+        "job %d: %s; consumers' wait %.1f%%, %.3g steps/s per consumer, workers produce %.3g "
+        "steps/s; %d worker(s) (CPU busy %.0f%%); desired workers: %d\n",
+        j.job_id(), l.bound(), 100 * l.wait_fraction(), l.steps_per_second(),
+        l.produced_steps_per_second(), l.workers(), 100 * l.worker_cpu_busy(),
+        l.desired_workers()));
+  }
+  return out;
+}
+
 std::string StatusTable(const std::string& coordinator, const proto::GetStatusResponse& r,
                         const proto::GetStatusResponse* previous = nullptr,
                         double elapsed_seconds = 0) {
@@ -129,6 +151,7 @@ std::string StatusTable(const std::string& coordinator, const proto::GetStatusRe
                     !j.error().empty() ? "failed" : j.finished() ? "yes" : "no"});
   }
   out += FormatTable(jobs);
+  out += ScalingText(r);
   // Failed jobs: the error their consumers get (docs/SERVICE.md, "Failure policy").
   for (const proto::JobStatus& j : r.jobs()) {
     if (!j.error().empty()) absl::StrAppend(&out, "\njob ", j.job_id(), ": ", j.error(), "\n");
@@ -179,12 +202,38 @@ std::string StatusJson(const proto::GetStatusResponse& r) {
         {"finished", JsonValue::Bool(j.finished())},
     };
     if (!j.error().empty()) fields.emplace_back("error", JsonValue::String(j.error()));
+    if (j.has_load()) {
+      const proto::JobLoad& l = j.load();
+      fields.emplace_back("load", JsonValue::Object({
+          {"wait_fraction", JsonValue::Number(l.wait_fraction())},
+          {"steps_per_second", JsonValue::Number(l.steps_per_second())},
+          {"produced_steps_per_second", JsonValue::Number(l.produced_steps_per_second())},
+          {"workers", JsonValue::Integer(l.workers())},
+          {"worker_cpu_busy", JsonValue::Number(l.worker_cpu_busy())},
+          {"consumers_reporting", JsonValue::Integer(l.consumers_reporting())},
+          {"bound", JsonValue::String(l.bound())},
+          {"desired_workers", JsonValue::Integer(l.desired_workers())},
+      }));
+    }
     jobs.push_back(JsonValue::Object(std::move(fields)));
   }
   return JsonValue::Object({
                                {"workers", JsonValue::Array(std::move(workers))},
                                {"jobs", JsonValue::Array(std::move(jobs))},
                                {"num_datasets", JsonValue::Integer(r.num_datasets())},
+                               {"scaling", JsonValue::Object({
+                                   {"desired_workers",
+                                    JsonValue::Integer(r.scaling().desired_workers())},
+                                   {"live_workers", JsonValue::Integer(r.scaling().live_workers())},
+                                   {"min_workers", JsonValue::Integer(r.scaling().min_workers())},
+                                   {"max_workers", JsonValue::Integer(r.scaling().max_workers())},
+                                   {"decisions", JsonValue::Integer(r.scaling().decisions())},
+                                   {"reports_refused",
+                                    JsonValue::Integer(r.scaling().reports_refused())},
+                                   {"reports_clamped",
+                                    JsonValue::Integer(r.scaling().reports_clamped())},
+                                   {"last_change", JsonValue::String(r.scaling().last_change())},
+                               })},
                            })
       .ToString();
 }
@@ -228,6 +277,7 @@ int StatusMain(const std::vector<std::string>& positional) {
       response.mutable_workers()->MergeFrom(part.workers());
       response.mutable_jobs()->MergeFrom(part.jobs());
       response.set_num_datasets(part.num_datasets());
+      *response.mutable_scaling() = part.scaling();
       if (part.next_page_token().empty()) break;
       if (part.next_page_token() == request.page_token()) {
         s = absl::DataLossError(absl::StrCat("GetStatus: the coordinator returned page token \"",
