@@ -46,6 +46,13 @@ proto::JobOptions JobOptionsProto(const ServiceOptions& options, const std::stri
     order->set_range_steps(options.order.range_steps);
   }
   if (options.resume_from.has_value()) jo.set_start_step(options.resume_from->step);
+  if (options.cross_trainer.enabled) {
+    proto::CrossTrainerOptions* x = jo.mutable_cross_trainer();
+    x->set_enabled(true);
+    x->set_lossless(options.cross_trainer.lossless);
+    x->set_expected_trainers(options.cross_trainer.expected_trainers);
+    x->set_max_trainers(options.cross_trainer.max_trainers);
+  }
   return jo;
 }
 

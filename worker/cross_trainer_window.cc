@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/rpc/trainer_id.h"
 
 namespace sluice {
 namespace {
@@ -17,40 +18,10 @@ struct RunWakeups {
   }
 };
 
-// A client-supplied id, shortened and made printable for an error message.
-std::string QuoteId(absl::string_view id) {
-  constexpr size_t kShown = 40;
-  std::string out;
-  for (char c : id.substr(0, kShown)) {
-    out.push_back(c >= 0x21 && c <= 0x7e ? c : '?');
-  }
-  if (id.size() > kShown) absl::StrAppend(&out, "...");
-  return absl::StrCat("'", out, "'");
-}
-
 }  // namespace
 
-CrossTrainerWindow::CrossTrainerWindow(CrossTrainerWindowOptions options)
-    : options_(std::move(options)) {}
-
-absl::Status CrossTrainerWindow::ValidateTrainerId(absl::string_view trainer_id,
-                                                   size_t max_bytes) {
-  if (trainer_id.empty()) return absl::InvalidArgumentError("trainer_id is empty");
-  if (trainer_id.size() > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("trainer_id ", QuoteId(trainer_id), " has ",
-                                                   trainer_id.size(), " bytes, more than the ",
-                                                   max_bytes, " allowed"));
-  }
-  for (size_t i = 0; i < trainer_id.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(trainer_id[i]);
-    if (c < 0x21 || c > 0x7e) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("trainer_id ", QuoteId(trainer_id), " has byte ", static_cast<int>(c),
-                       " at offset ", i, "; only printable ASCII without spaces is allowed"));
-    }
-  }
-  return absl::OkStatus();
-}
+CrossTrainerWindow::CrossTrainerWindow(CrossTrainerWindowOptions options, Callback on_change)
+    : options_(std::move(options)), on_change_(std::move(on_change)) {}
 
 const CrossTrainerWindow::Trainer* CrossTrainerWindow::FindLocked(int64_t trainer) const {
   if (trainer < 0 || trainer >= static_cast<int64_t>(trainers_.size())) return nullptr;
@@ -95,7 +66,9 @@ absl::StatusOr<bool> CrossTrainerWindow::TryPush(const std::shared_ptr<const Tas
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   producer_wake_ = nullptr;
-  if (closed_) return absl::CancelledError("cross-trainer window: producer stopped");
+  if (closed_ || stop_producing_) {
+    return absl::CancelledError("cross-trainer window: producer stopped");
+  }
   if (step->task_step != next_push_) {
     return absl::InternalError(absl::StrCat("cross-trainer window: pushed task step ",
                                             step->task_step, ", expected ", next_push_));
@@ -115,8 +88,10 @@ absl::Status CrossTrainerWindow::Push(std::shared_ptr<const TaskStep> step) {
     return absl::InternalError(absl::StrCat("cross-trainer window: pushed task step ",
                                             step->task_step, ", expected ", next_push_));
   }
-  while (!closed_ && !MakeRoomLocked(*step)) cv_.Wait(&mu_);
-  if (closed_) return absl::CancelledError("cross-trainer window: producer stopped");
+  while (!closed_ && !stop_producing_ && !MakeRoomLocked(*step)) cv_.Wait(&mu_);
+  if (closed_ || stop_producing_) {
+    return absl::CancelledError("cross-trainer window: producer stopped");
+  }
   AdmitLocked(std::move(step), &run.wake);
   return absl::OkStatus();
 }
@@ -129,6 +104,26 @@ void CrossTrainerWindow::Finish(absl::Status status) {
   status_ = std::move(status);
   cv_.SignalAll();
   WakeAllLocked(&run.wake);
+  if (on_change_) run.wake.push_back(on_change_);
+}
+
+void CrossTrainerWindow::StopProducing() {
+  RunWakeups run;
+  absl::MutexLock lock(&mu_);
+  stop_producing_ = true;
+  cv_.SignalAll();
+  WakeAllLocked(&run.wake);
+  WakeProducerLocked(&run.wake);
+}
+
+bool CrossTrainerWindow::producer_stopped() const {
+  absl::MutexLock lock(&mu_);
+  return closed_ || stop_producing_;
+}
+
+absl::Status CrossTrainerWindow::producer_status() const {
+  absl::MutexLock lock(&mu_);
+  return finished_ ? status_ : absl::OkStatus();
 }
 
 void CrossTrainerWindow::Close() {
@@ -143,14 +138,15 @@ void CrossTrainerWindow::Close() {
 }
 
 absl::StatusOr<int64_t> CrossTrainerWindow::Join(absl::string_view trainer_id) {
-  absl::Status valid = ValidateTrainerId(trainer_id, options_.max_trainer_id_bytes);
+  absl::Status valid =
+      ValidateTrainerId(trainer_id, "trainer_id", options_.max_trainer_id_bytes);
   if (!valid.ok()) return valid;
   absl::MutexLock lock(&mu_);
   auto it = slots_.find(trainer_id);
   if (it != slots_.end()) return it->second;  // another consumer of the same trainer
   if (static_cast<int64_t>(slots_.size()) >= options_.max_trainers) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "trainer_id ", QuoteId(trainer_id), " refused: the job is shared by its maximum of ",
+        "trainer_id ", QuoteTrainerId(trainer_id), " refused: the job is shared by its maximum of ",
         options_.max_trainers, " trainers"));
   }
   size_t slot = 0;
@@ -188,6 +184,7 @@ void CrossTrainerWindow::RemoveTrainer(absl::string_view trainer_id) {
   }
   cv_.SignalAll();
   WakeProducerLocked(&run.wake);
+  if (on_change_) run.wake.push_back(on_change_);
 }
 
 void CrossTrainerWindow::ApplySkipLocked(Trainer* t) {
@@ -206,18 +203,46 @@ void CrossTrainerWindow::SetCursorLocked(Trainer* t, int64_t cursor) {
 }
 
 bool CrossTrainerWindow::ReadyLocked(const Trainer& t) const {
-  if (closed_ || finished_) return true;
-  return std::max(t.cursor, first_step_) < next_push_ && !steps_.empty();
+  return closed_ || finished_ || stop_producing_ || NextStepLocked(t) != nullptr;
+}
+
+const TaskStep* CrossTrainerWindow::NextStepLocked(const Trainer& t) const {
+  if (steps_.empty()) return nullptr;
+  const int64_t cursor = std::max(t.cursor, first_step_);
+  const int64_t last = first_step_ + static_cast<int64_t>(steps_.size());
+  return cursor < last ? steps_[static_cast<size_t>(cursor - first_step_)].get() : nullptr;
+}
+
+bool CrossTrainerWindow::ReadyWithin(int64_t trainer, const StepLimits& limits) const {
+  absl::MutexLock lock(&mu_);
+  const Trainer* t = FindLocked(trainer);
+  if (t == nullptr || closed_) return true;
+  if (const TaskStep* s = NextStepLocked(*t)) {
+    return (limits.cost ? limits.cost(*s) : s->bytes) <= limits.first_max;
+  }
+  return finished_ || stop_producing_;
 }
 
 absl::Status CrossTrainerWindow::Next(int64_t trainer, size_t max_steps, size_t max_bytes,
                                       absl::Time deadline,
                                       std::vector<std::shared_ptr<const TaskStep>>* steps,
                                       bool* end) {
+  StepLimits limits;
+  limits.max_steps = max_steps;
+  limits.max_cost = max_bytes;
+  return Next(trainer, limits, deadline, steps, end);
+}
+
+absl::Status CrossTrainerWindow::Next(int64_t trainer, const StepLimits& limits,
+                                      absl::Time deadline,
+                                      std::vector<std::shared_ptr<const TaskStep>>* steps,
+                                      bool* end, size_t* blocked_cost) {
   RunWakeups run;
   steps->clear();
   *end = false;
-  max_steps = std::max<size_t>(max_steps, 1);
+  if (blocked_cost != nullptr) *blocked_cost = 0;
+  const size_t max_steps = std::max<size_t>(limits.max_steps, 1);
+  auto cost = [&limits](const TaskStep& s) { return limits.cost ? limits.cost(s) : s.bytes; };
   absl::MutexLock lock(&mu_);
   while (true) {
     if (closed_) return absl::UnavailableError("task closed on this worker");
@@ -232,8 +257,13 @@ absl::Status CrossTrainerWindow::Next(int64_t trainer, size_t max_steps, size_t 
     size_t total = 0;
     while (cursor < last && steps->size() < max_steps) {
       const auto& s = steps_[static_cast<size_t>(cursor - first_step_)];
-      if (!steps->empty() && total + s->bytes > max_bytes) break;
-      total += s->bytes;
+      const size_t c = cost(*s);
+      if (steps->empty() && c > limits.first_max) {
+        if (blocked_cost != nullptr) *blocked_cost = c;  // waits for credit
+        return absl::OkStatus();
+      }
+      if (!steps->empty() && total + c > limits.max_cost) break;
+      total += c;
       steps->push_back(s);
       ++cursor;
     }
@@ -249,6 +279,7 @@ absl::Status CrossTrainerWindow::Next(int64_t trainer, size_t max_steps, size_t 
       *end = true;
       return absl::OkStatus();
     }
+    if (stop_producing_) return absl::UnavailableError("task stopped on this worker (draining)");
     if (cv_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
       return absl::OkStatus();
     }
@@ -269,10 +300,12 @@ void CrossTrainerWindow::CancelNotify(int64_t key) {
 }
 
 void CrossTrainerWindow::ConfirmEnd(int64_t trainer) {
+  RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (!finished_ || !status_.ok() || FindLocked(trainer) == nullptr) return;
   trainers_[static_cast<size_t>(trainer)].ended = true;
   cv_.SignalAll();
+  if (on_change_) run.wake.push_back(on_change_);
 }
 
 void CrossTrainerWindow::WakeProducerLocked(Wakeups* wake) {

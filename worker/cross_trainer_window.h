@@ -57,6 +57,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/rpc/trainer_id.h"
 #include "worker/cursor_counts.h"
 #include "worker/step_buffer.h"
 
@@ -72,19 +73,17 @@ struct CrossTrainerWindowOptions {
   // awaited).
   int64_t expected_trainers = 0;
   // Bounds on client input: trainers at once, and the length of a trainer id.
-  int64_t max_trainers = 16;
-  size_t max_trainer_id_bytes = 128;
+  int64_t max_trainers = kDefaultMaxTrainers;
+  size_t max_trainer_id_bytes = kMaxTrainerIdBytes;
 };
 
 class CrossTrainerWindow {
  public:
   using Callback = std::function<void()>;
 
-  explicit CrossTrainerWindow(CrossTrainerWindowOptions options);
-
-  // Checks a trainer id as client input: INVALID_ARGUMENT when empty, longer than `max_bytes`
-  // or holding a byte outside printable ASCII (space excluded), naming the id (shortened).
-  static absl::Status ValidateTrainerId(absl::string_view trainer_id, size_t max_bytes);
+  // `on_change`, when set, is called (without the lock, must not block) after a change that
+  // can make drained() or producer_status() change: Finish, ConfirmEnd, RemoveTrainer.
+  explicit CrossTrainerWindow(CrossTrainerWindowOptions options, Callback on_change = nullptr);
 
   // Producer: adds `step` (its task_step must be the next one) if the window has room or can
   // make room by eviction (see the class comment). Otherwise returns false and registers
@@ -98,10 +97,17 @@ class CrossTrainerWindow {
   void Finish(absl::Status status);
   // Everything stops: Push returns CANCELLED, Next UNAVAILABLE.
   void Close();
+  // The producer stops (Push returns CANCELLED); trainers are served what the window holds,
+  // then get UNAVAILABLE. Used to drain a worker.
+  void StopProducing();
+  // True after Close() or StopProducing().
+  bool producer_stopped() const;
+  // The status the producer finished with; OK before then.
+  absl::Status producer_status() const;
 
   // A consumer of `trainer_id` joins: returns the trainer's slot, the same for every consumer
   // of that id. A new trainer starts at the oldest step the window holds. INVALID_ARGUMENT for
-  // a bad id (ValidateTrainerId), RESOURCE_EXHAUSTED when max_trainers other trainers are
+  // a bad id (core/rpc/trainer_id.h), RESOURCE_EXHAUSTED when max_trainers other trainers are
   // joined.
   absl::StatusOr<int64_t> Join(absl::string_view trainer_id);
   // The coordinator declared the trainer gone: its cursor no longer holds anything (lossless
@@ -116,6 +122,15 @@ class CrossTrainerWindow {
   // (or removed), the pipeline's error after the steps before it, UNAVAILABLE after Close().
   absl::Status Next(int64_t trainer, size_t max_steps, size_t max_bytes, absl::Time deadline,
                     std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end);
+  // The same within `limits` (StepBuffer's: a stream's frame and credit; unacked_bytes is not
+  // used): when the trainer's next step costs more than limits.first_max, returns OK at once
+  // with no step and its cost in *blocked_cost (0 otherwise; may be null).
+  absl::Status Next(int64_t trainer, const StepLimits& limits, absl::Time deadline,
+                    std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end,
+                    size_t* blocked_cost = nullptr);
+  // True if Next(trainer, limits) would return at once (a step within first_max, the end or an
+  // error).
+  bool ReadyWithin(int64_t trainer, const StepLimits& limits) const;
   // Streams that do not block in Next: if Next(trainer) would return at once, returns false
   // and registers nothing; else registers `ready` under `key` (unique per stream; a new
   // registration replaces the key's old one) and returns true: `ready` is called once, when a
@@ -172,12 +187,15 @@ class CrossTrainerWindow {
   void ApplySkipLocked(Trainer* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetCursorLocked(Trainer* t, int64_t cursor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadyLocked(const Trainer& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The trainer's next step (after any skip due), or null.
+  const TaskStep* NextStepLocked(const Trainer& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After cursors moved: the producer may have room.
   void WakeProducerLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeAllLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Trainer* FindLocked(int64_t trainer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CrossTrainerWindowOptions options_;
+  const Callback on_change_;
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   std::deque<std::shared_ptr<const TaskStep>> steps_ ABSL_GUARDED_BY(mu_);
@@ -202,6 +220,7 @@ class CrossTrainerWindow {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_producing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace sluice

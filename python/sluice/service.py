@@ -83,6 +83,32 @@ def job_name_for(job, num_consumers, where="distribute_from_service", derived=No
     return ""
 
 
+class CrossTrainerCache:
+    """Shares a job across trainers, as ``tf.data.experimental.service.CrossTrainerCache``.
+
+    Trainers that pass the same ``job`` and a ``CrossTrainerCache`` with different
+    ``trainer_id`` s read one production: the workers keep each task's steps in a window
+    bounded in bytes (``sluice-worker --cross_trainer_window_bytes``) and every trainer reads
+    it at its own pace. The same ``trainer_id`` in several processes makes them consumers of
+    one trainer (they split its steps). ``lossless=False`` (TF's behaviour): a trainer that
+    falls behind the window's start skips to it (the worker counts the skipped steps);
+    ``lossless=True``: the slowest trainer holds the producer and every trainer reads every
+    step from where it joined (``expected_trainers``: steps are kept until that many have
+    joined). ``max_trainers``: distinct trainers the job admits (0: 16; at most 64).
+    """
+
+    def __init__(self, trainer_id, lossless=False, expected_trainers=0, max_trainers=0):
+        if not isinstance(trainer_id, str) or not trainer_id:
+            from .errors import InvalidArgumentError, INVALID_ARGUMENT
+            raise InvalidArgumentError(
+                "CrossTrainerCache: trainer_id must be a non-empty string, got %r" % (trainer_id,),
+                INVALID_ARGUMENT)
+        self.trainer_id = trainer_id
+        self.lossless = bool(lossless)
+        self.expected_trainers = int(expected_trainers)
+        self.max_trainers = int(max_trainers)
+
+
 def distribute_from_service(strategy, dataset, coordinator=None, job="", consumer_index=None,
                             num_consumers=None, sharding_policy="auto", read_mode="coordinated",
                             resume_from=None, cluster_spec="", num_tasks=0, seed=0,
@@ -90,7 +116,8 @@ def distribute_from_service(strategy, dataset, coordinator=None, job="", consume
                             per_replica_buffer_size=1, receive_budget_bytes=64 << 20,
                             retry_deadline=60.0,
                             rpc_deadline=10.0, token="", tls=False, tls_ca_file="",
-                            tls_cert_file="", tls_key_file="", tls_server_name=""):
+                            tls_cert_file="", tls_key_file="", tls_server_name="",
+                            cross_trainer_cache=None):
     """A DistributedDataset whose iterators stream ``dataset``'s steps from the service.
 
     Consumers naming the same ``job`` share it (required with more than one consumer unless
@@ -99,6 +126,8 @@ def distribute_from_service(strategy, dataset, coordinator=None, job="", consume
     consumer sees the same number of steps. ``sharding_policy``: auto, file, data, hint, off,
     dynamic or ranges (a deterministic global order that survives worker failures and can be
     resumed). ``resume_from``: bytes from an earlier iterator's ``checkpoint()``.
+    ``cross_trainer_cache``: a ``CrossTrainerCache`` to share ``job`` across trainers (the job
+    then reads independently: each step goes to one consumer of each trainer).
     Durations are in seconds. Raises InvalidArgumentError for bad options and the
     coordinator's validation errors, UnavailableError when the coordinator cannot be reached
     within ``retry_deadline``.
@@ -132,6 +161,13 @@ def distribute_from_service(strategy, dataset, coordinator=None, job="", consume
     o.tls_key_file = tls_key_file
     o.tls_server_name = tls_server_name
     o.resume_from = resume_from
+    if cross_trainer_cache is not None:
+        o.read_mode = ReadMode.INDEPENDENT
+        o.cross_trainer = True
+        o.trainer_id = cross_trainer_cache.trainer_id
+        o.cross_trainer_lossless = cross_trainer_cache.lossless
+        o.expected_trainers = cross_trainer_cache.expected_trainers
+        o.max_trainers = cross_trainer_cache.max_trainers
     dd = _sluice._distribute_from_service(strategy._s, dataset._ds, o)
     length = None
     if o.read_mode == ReadMode.COORDINATED and resume_from is None:

@@ -218,6 +218,35 @@ TEST(CrossTrainerWindowTest, PipelineErrorReachesEveryTrainerAfterItsSteps) {
             absl::StatusCode::kDataLoss);
 }
 
+// The data plane's limits: a step over the stream's credit waits (its cost said), the frame
+// takes what fits; draining serves what the window holds, then UNAVAILABLE.
+TEST(CrossTrainerWindowTest, HonoursStreamLimitsAndDrains) {
+  CrossTrainerWindow w(Window(4, /*lossless=*/false));
+  auto a = w.Join("A");
+  ASSERT_TRUE(a.ok());
+  for (int64_t i = 0; i < 3; ++i) ASSERT_TRUE(w.Push(MakeStep(i, kStepBytes)).ok());
+  StepLimits limits;
+  limits.max_steps = 8;
+  limits.first_max = kStepBytes - 1;
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  bool end = false;
+  size_t blocked = 0;
+  ASSERT_TRUE(w.Next(*a, limits, absl::Now(), &steps, &end, &blocked).ok());
+  EXPECT_TRUE(steps.empty());
+  EXPECT_EQ(blocked, kStepBytes);
+  EXPECT_FALSE(w.ReadyWithin(*a, limits));
+  limits.first_max = kStepBytes;
+  limits.max_cost = 2 * kStepBytes;
+  EXPECT_TRUE(w.ReadyWithin(*a, limits));
+  ASSERT_TRUE(w.Next(*a, limits, absl::Now(), &steps, &end, &blocked).ok());
+  EXPECT_EQ(steps.size(), 2u);  // max_cost
+  w.StopProducing();
+  EXPECT_EQ(w.Push(MakeStep(3, kStepBytes)).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(ReadNow(&w, *a), (std::vector<int64_t>{2}));
+  EXPECT_EQ(w.Next(*a, 1, 1 << 20, absl::Now(), &steps, &end).code(),
+            absl::StatusCode::kUnavailable);
+}
+
 // Three trainers at different speeds on their own threads, the producer on another: the
 // property users rely on, under real concurrency.
 void RunThreeTrainers(bool lossless, uint64_t seed) {
