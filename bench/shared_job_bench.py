@@ -13,13 +13,13 @@ figure (the machine may be shared: prefer the CPU ratio to the rates).
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluice_cluster import SluiceCluster, run_sluicectl_bench  # noqa: E402
+from sluice_cluster import (SluiceCluster, run_sluicectl_bench,  # noqa: E402
+                            tfrecord_parse_pipeline)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -68,15 +68,7 @@ def main():
     build = sys.argv[1]
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 10
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 4
-    records = tempfile.mkdtemp(prefix="shared-job-rec-")
-    subprocess.run([f"{build}/bin/sluicectl", "gen", "--format=tfrecord", f"--out={records}",
-                    "--num_files=4", "--records_per_file=16384", "--image_bytes=3072"],
-                   check=True, capture_output=True)
-    files = sorted(os.path.join(records, f) for f in os.listdir(records))
-    flist = ", ".join(f"'{f}'" for f in files)
-    pipeline = (f"tf_record_dataset([{flist}]).repeat().map(parse_example({{'image': "
-                f"FixedLenFeature([], tf.string), 'label': FixedLenFeature([], tf.int64)}}))"
-                ".batch(256)")
+    pipeline = tfrecord_parse_pipeline(build, tempfile.mkdtemp(prefix="shared-job-rec-"))
     configs = [("own job", [("own", "")]),
                (f"{n} separate jobs", [(f"separate-{i}", "") for i in range(n)]),
                (f"{n} trainers, shared job", [("shared", f"trainer-{i}") for i in range(n)])]
