@@ -152,7 +152,9 @@ TEST_F(SharedJobTest, LosslessTrainersAtDifferentSpeedsEachSeeEveryStepOnce) {
 }
 
 TEST_F(SharedJobTest, SlowTrainerInSkippingModeSeesACountedSkipAndNoDuplicate) {
-  constexpr int64_t kSlowSteps = 60;
+  // Many more than it reads before the pause below takes effect (it reads a few hundred steps
+  // a second), so that it is still reading when "fast" runs ahead.
+  constexpr int64_t kSlowSteps = 5000;
   constexpr int64_t kFastSteps = 300;
   std::unique_ptr<Subprocess> slow = Trainer("slow", kSlowSteps, {});
   ASSERT_NE(slow, nullptr);
@@ -179,7 +181,8 @@ TEST_F(SharedJobTest, SlowTrainerInSkippingModeSeesACountedSkipAndNoDuplicate) {
   // The worker counted the same skip (steps it handed out beyond what was printed are after
   // the last printed one, so they add no gap).
   EXPECT_EQ(Skipped(job, "slow"), gap) << job.DebugString();
-  EXPECT_EQ(Skipped(job, "fast"), 0);
+  // ("fast" saw no gap, checked above; once it exited it stays a trainer of the window until
+  // the job ends, and the steps "slow" then drove past it count as its due skip.)
   absl::Status stopped = cluster_->StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
