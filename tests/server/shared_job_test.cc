@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
+#include "server/coordinator_state.h"
 
 namespace sluice {
 namespace {
@@ -110,6 +111,17 @@ TEST_F(SharedJobTest, AdmittedTrainersSurviveARestart) {
   EXPECT_THAT(Trainers(), ElementsAre("trainer-a", "trainer-b"));
   EXPECT_TRUE(Join(Shared(2), "trainer-b").ok());
   EXPECT_EQ(Join(Shared(2), "trainer-c").status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// A journal snapshot (written every snapshot_every records) carries the trainers too.
+TEST_F(SharedJobTest, AdmittedTrainersAreInTheStateSnapshot) {
+  auto job = Join(Shared(3), "trainer-a");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(Join(Shared(3), "trainer-b").ok());
+  CoordinatorState restored;
+  ASSERT_TRUE(restored.Restore(coordinator_->Snapshot()).ok());
+  ASSERT_NE(restored.FindJob(*job), nullptr);
+  EXPECT_THAT(restored.FindJob(*job)->trainer_ids, ElementsAre("trainer-a", "trainer-b"));
 }
 
 TEST_F(SharedJobTest, TrainerIdsAreCheckedClientInput) {
