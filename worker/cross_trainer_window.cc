@@ -5,20 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/rpc/trainer_id.h"
+#include "worker/run_wakeups.h"
 
 namespace sluice {
-namespace {
-
-// Runs the wake-ups collected under the window's lock once it is released: declared before the
-// MutexLock, it is destroyed after it.
-struct RunWakeups {
-  std::vector<std::function<void()>> wake;
-  ~RunWakeups() {
-    for (auto& f : wake) f();
-  }
-};
-
-}  // namespace
 
 CrossTrainerWindow::CrossTrainerWindow(CrossTrainerWindowOptions options, Callback on_change)
     : options_(std::move(options)), on_change_(std::move(on_change)) {}

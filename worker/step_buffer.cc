@@ -6,18 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/cross_trainer_window.h"
+#include "worker/run_wakeups.h"
 
 namespace sluice {
 namespace {
-
-// Runs the wake-ups collected under the buffer's lock once it is released: declared before the
-// MutexLock, it is destroyed after it.
-struct RunWakeups {
-  std::vector<std::function<void()>> wake;
-  ~RunWakeups() {
-    for (auto& f : wake) f();
-  }
-};
 
 // The most a consumer may leave unacknowledged (StepLimits::unacked_bytes), whatever window it
 // names: max(max_unacked_bytes, 4 x the buffer's budget).
