@@ -83,16 +83,18 @@ class SharedJobTest : public ::testing::Test {
   }
 
   // The job's trainer reports, waiting (bounded) until `done` holds for them.
-  proto::JobStatus WaitForJob(const std::function<bool(const proto::JobStatus&)>& done) {
+  proto::JobStatus WaitForJob(const std::function<bool(const proto::JobStatus&)>& done,
+                              absl::Duration poll = absl::Milliseconds(100)) {
     proto::JobStatus last;
-    // Heartbeats every 100 ms carry the reports: 600 polls of 100 ms is far more than needed.
-    for (int i = 0; i < 600; ++i) {
+    // Heartbeats every 100 ms carry the reports: polls for 60 s is far more than needed.
+    const int polls = static_cast<int>(absl::Seconds(60) / poll);
+    for (int i = 0; i < polls; ++i) {
       auto status = cluster_->Status();
       if (status.ok() && status->jobs_size() == 1) {
         last = status->jobs(0);
         if (done(last)) return last;
       }
-      absl::SleepFor(absl::Milliseconds(100));
+      absl::SleepFor(poll);
     }
     ADD_FAILURE() << "the job's status never got there: " << last.DebugString();
     return last;
@@ -152,14 +154,16 @@ TEST_F(SharedJobTest, LosslessTrainersAtDifferentSpeedsEachSeeEveryStepOnce) {
 }
 
 TEST_F(SharedJobTest, SlowTrainerInSkippingModeSeesACountedSkipAndNoDuplicate) {
-  // Many more than it reads before the pause below takes effect (it reads a few hundred steps
-  // a second), so that it is still reading when "fast" runs ahead.
-  constexpr int64_t kSlowSteps = 5000;
+  // Far more than it reads before the pause below takes effect (it reads thousands of steps a
+  // second, and the pause follows its first reads by a heartbeat and a poll), so that it is
+  // still reading when "fast" runs ahead.
+  constexpr int64_t kSlowSteps = 30000;
   constexpr int64_t kFastSteps = 300;
   std::unique_ptr<Subprocess> slow = Trainer("slow", kSlowSteps, {});
   ASSERT_NE(slow, nullptr);
   // Once it reads, pause it while "fast" reads far past the window.
-  WaitForJob([](const proto::JobStatus& j) { return Read(j, "slow") >= 5; });
+  WaitForJob([](const proto::JobStatus& j) { return Read(j, "slow") >= 5; },
+             absl::Milliseconds(10));
   ASSERT_TRUE(slow->Signal(SIGSTOP).ok());
   std::unique_ptr<Subprocess> fast = Trainer("fast", kFastSteps, {});
   ASSERT_NE(fast, nullptr);
