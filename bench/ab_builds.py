@@ -9,18 +9,12 @@ fixed streams. Prints steps/s per run and the load average around each.
 """
 import os, subprocess, sys, tempfile, json
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluice_cluster import SluiceCluster, run_sluicectl_bench, fixed_size_pipelines
+from sluice_cluster import (SluiceCluster, run_sluicectl_bench, fixed_size_pipelines,
+                            tfrecord_parse_pipeline)
 
 old, new = sys.argv[1], sys.argv[2]
 rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-records = tempfile.mkdtemp(prefix="ab-rec-")
-subprocess.run([f"{old}/bin/sluicectl", "gen", "--format=tfrecord", f"--out={records}",
-                "--num_files=4", "--records_per_file=16384", "--image_bytes=3072"],
-               check=True, capture_output=True)
-files = sorted(os.path.join(records, f) for f in os.listdir(records))
-flist = ", ".join(f"'{f}'" for f in files)
-parse = (f"tf_record_dataset([{flist}]).repeat().map(parse_example({{'image': "
-         f"FixedLenFeature([], tf.string), 'label': FixedLenFeature([], tf.int64)}})).batch(256)")
+parse = tfrecord_parse_pipeline(old, tempfile.mkdtemp(prefix="ab-rec-"))
 local_rows = [("range.batch(131072)", "range(1099511627776).batch(131072)"),
               ("tfrecord parse batch(256)", parse)]
 service_rows = [("1 KiB stream", fixed_size_pipelines(1024)[1]),

@@ -120,6 +120,21 @@ def run_sluicectl_bench(build_dir, pipeline, devices="CPU:0", seconds=None, step
     return json.loads(out.stdout)
 
 
+def tfrecord_parse_pipeline(build_dir, out_dir):
+    """The TFRecord parse pipeline of the benchmarks: `sluicectl gen` writes 4 files of 16384
+    records (a 3072-byte image and a label each) to `out_dir`; returns the expression that
+    reads them forever, parses each record and batches 256."""
+    subprocess.run([os.path.join(os.path.abspath(build_dir), "bin", "sluicectl"), "gen",
+                    "--format=tfrecord", f"--out={out_dir}", "--num_files=4",
+                    "--records_per_file=16384", "--image_bytes=3072"],
+                   check=True, capture_output=True)
+    files = sorted(os.path.join(out_dir, f) for f in os.listdir(out_dir))
+    flist = ", ".join(f"'{f}'" for f in files)
+    return (f"tf_record_dataset([{flist}]).repeat().map(parse_example({{'image': "
+            f"FixedLenFeature([], tf.string), 'label': FixedLenFeature([], tf.int64)}}))"
+            ".batch(256)")
+
+
 # The largest constant a pipeline expression carries: the coordinator refuses dataset graphs
 # over 16 MiB, and a tf.constant literal is stored whole in the graph.
 MAX_CONSTANT_BYTES = 1 << 20

@@ -59,6 +59,10 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
         ": without a name every consumer shares, each process would get a job of its own and "
         "wait for peers that never join; give every consumer the same job_name"));
   }
+  if (options.cross_trainer.enabled && options.job_name.empty()) {
+    return absl::InvalidArgumentError(
+        "ServiceOptions.cross_trainer needs a job_name: trainers share the job of that name");
+  }
   if (options.sharding_policy == ServiceShardingPolicy::kRanges) {
     const ServiceOrder& o = options.order;
     if (o.num_epochs < 1 || o.range_steps < 0 || o.shuffle_block_size < 0) {
@@ -109,6 +113,7 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   job.set_wire_version(proto::WIRE_VERSION_1);
   job.set_job_name(ServiceJobName(options));
   *job.mutable_options() = JobOptionsProto(options, reg_response.dataset_id(), replicas);
+  job.set_trainer_id(options.trainer_id);
   proto::GetOrCreateJobResponse job_response;
   RETURN_IF_ERROR(CallCoordinator(options.coordinator_address, options.rpc_deadline,
                                   options.retry_deadline, "GetOrCreateJob",
@@ -127,6 +132,7 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   source.consumer_index = options.consumer_index;
   source.num_local_replicas = replicas;
   source.independent = options.read_mode == ServiceReadMode::kIndependent;
+  source.trainer_id = options.cross_trainer.enabled ? options.trainer_id : std::string();
   source.per_replica_spec = replica_spec;
   source.rpc_deadline = options.rpc_deadline;
   source.retry_deadline = options.retry_deadline;

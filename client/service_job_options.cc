@@ -58,6 +58,13 @@ proto::JobOptions JobOptionsProto(const ServiceOptions& options, const std::stri
       break;
   }
   jo.set_force_compression(options.force_compression);
+  if (options.cross_trainer.enabled) {
+    proto::CrossTrainerOptions* x = jo.mutable_cross_trainer();
+    x->set_enabled(true);
+    x->set_lossless(options.cross_trainer.lossless);
+    x->set_expected_trainers(options.cross_trainer.expected_trainers);
+    x->set_max_trainers(options.cross_trainer.max_trainers);
+  }
   return jo;
 }
 

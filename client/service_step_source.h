@@ -96,6 +96,9 @@ struct ServiceStepSourceOptions {
   int64_t consumer_index = 0;
   int64_t num_local_replicas = 1;
   bool independent = false;
+  // A job shared across trainers (proto JobOptions.cross_trainer): the trainer this consumer
+  // reads for (StreamRequest.trainer_id). Empty for other jobs.
+  std::string trainer_id;
   // The spec of one replica's value: decoded leaves are packed into its structure.
   ElementSpec per_replica_spec;
   absl::Duration rpc_deadline = absl::Seconds(10);

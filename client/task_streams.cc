@@ -490,6 +490,7 @@ void TaskStreams::ConnectTask(const std::shared_ptr<TaskStream>& task,
   // Independent reads: next_step counts the steps received, and the id lets the worker send
   // again what an earlier call sent and this consumer did not receive.
   if (options_.independent) request->set_consumer_id(consumer_id_);
+  if (!options_.trainer_id.empty()) request->set_trainer_id(options_.trainer_id);
   // Another process claiming this consumer_index is refused by the worker.
   request->set_consumer_instance(consumer_instance_);
   if (!boot_id_.empty()) request->mutable_shm_offer()->set_boot_id(boot_id_);

@@ -404,6 +404,11 @@ class Coordinator {
                                  const proto::JobOptions& options,
                                  proto::GetOrCreateJobResponse* response) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A shared job (options.cross_trainer): admits `trainer_id` (a TrainerJoinedUpdate) unless
+  // it joined before; RESOURCE_EXHAUSTED naming it beyond the job's max_trainers. Nothing for
+  // an empty id (GetOrCreateJob checked that the request and the job agree).
+  absl::Status AdmitTrainerLocked(int64_t job_id, absl::string_view trainer_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails an unfinished job with `error` (FailJobUpdate); a finished job is left as it is.
   absl::Status FailJobLocked(int64_t job_id, const absl::Status& error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

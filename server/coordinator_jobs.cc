@@ -20,6 +20,7 @@
 #include "core/data/distribute/auto_shard.h"
 #include "core/data/distribute/distribute_spec.h"
 #include "core/data/distribute/global_order.h"
+#include "core/rpc/trainer_id.h"
 #include "core/tensor/proto_convert.h"
 #include "core/util/status_macros.h"
 #include "google/protobuf/descriptor.h"
@@ -310,6 +311,30 @@ absl::Status Coordinator::ExistingJobLocked(const CoordinatorState::Job& job,
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::AdmitTrainerLocked(int64_t job_id, absl::string_view trainer_id) {
+  if (trainer_id.empty()) return absl::OkStatus();
+  const CoordinatorState::Job* job = state_.FindJob(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  const std::vector<std::string>& ids = job->trainer_ids;
+  if (std::find(ids.begin(), ids.end(), trainer_id) != ids.end()) return absl::OkStatus();
+  const int64_t max = job->options.cross_trainer().max_trainers() > 0
+                          ? job->options.cross_trainer().max_trainers()
+                          : kDefaultMaxTrainers;
+  if (static_cast<int64_t>(ids.size()) >= max) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "GetOrCreateJobRequest.trainer_id ", QuoteTrainerId(trainer_id), ": job \"", job->name,
+        "\" (id ", job_id, ") is shared by its maximum of ", max,
+        " trainers (options.cross_trainer.max_trainers)"));
+  }
+  proto::Update u;
+  u.mutable_trainer_joined()->set_job_id(job_id);
+  u.mutable_trainer_joined()->set_trainer_id(std::string(trainer_id));
+  RETURN_IF_ERROR(ApplyLocked(u));
+  Log(absl::StrCat("job ", job_id, ": trainer ", QuoteTrainerId(trainer_id), " joined (",
+                   ids.size(), " of at most ", max, ")"));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Coordinator::JobPlan> Coordinator::PlanJob(const proto::DatasetDef& dataset_def,
                                                           const proto::JobOptions& options,
                                                           int64_t live) const {
@@ -400,6 +425,7 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
   RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "GetOrCreateJobRequest"));
   const proto::JobOptions& options = request.options();
   RETURN_IF_ERROR(ValidateJobOptions(options, "GetOrCreateJobRequest.options"));
+  RETURN_IF_ERROR(ValidateJobTrainer(options, request.trainer_id(), "GetOrCreateJobRequest"));
 
   proto::DatasetDef dataset_def;
   int64_t live = 0;
@@ -414,7 +440,8 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
     }
     if (const CoordinatorState::Job* job = state_.FindJobByName(request.job_name())) {
       if (!job->finished) NoteJobActivityLocked(job->id);
-      return ExistingJobLocked(*job, options, response);
+      RETURN_IF_ERROR(ExistingJobLocked(*job, options, response));
+      return AdmitTrainerLocked(job->id, request.trainer_id());
     }
     // Refused before planning, which may read the data.
     RETURN_IF_ERROR(CheckQuota("GetOrCreateJob", caller, "max_jobs_per_identity",
@@ -445,7 +472,9 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
   // Another request may have made the job while this one planned.
   if (const CoordinatorState::Job* job = state_.FindJobByName(request.job_name())) {
     if (!job->finished) NoteJobActivityLocked(job->id);
-    return ExistingJobLocked(*job, options, response);
+    RETURN_IF_ERROR(ExistingJobLocked(*job, options, response));
+    RETURN_IF_ERROR(AdmitTrainerLocked(job->id, request.trainer_id()));
+    return batch.Commit();
   }
   // Other requests of the same caller may have created jobs while this one planned.
   RETURN_IF_ERROR(CheckQuota("GetOrCreateJob", caller, "max_jobs_per_identity",
@@ -516,6 +545,7 @@ absl::Status Coordinator::GetOrCreateJob(const proto::GetOrCreateJobRequest& req
                                        plan.step_sharded ? skip_steps : 0));
     }
   }
+  RETURN_IF_ERROR(AdmitTrainerLocked(job_id, request.trainer_id()));
   RETURN_IF_ERROR(batch.Commit());
   response->set_job_id(job_id);
   response->set_created(true);
@@ -820,6 +850,7 @@ absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& request,
     }
     progress_.FillJobStatus(job.task_ids, s);
     FillJobLoadLocked(id, s);
+    for (const std::string& trainer : job.trainer_ids) s->add_trainer_ids(trainer);
   }
   if (it != state_.jobs().end()) response->set_next_page_token(absl::StrCat("j", it->first));
   return absl::OkStatus();

@@ -43,6 +43,8 @@ absl::Status CoordinatorState::Apply(const proto::Update& update) {
       return ApplyTaskProgressed(update.task_progressed());
     case proto::Update::kRemoveDataset:
       return ApplyRemoveDataset(update.remove_dataset());
+    case proto::Update::kTrainerJoined:
+      return ApplyTrainerJoined(update.trainer_joined());
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -117,6 +119,25 @@ void CoordinatorState::MarkFinished(Task& task) {
   // creating update's) is dropped, so that a long RANGES job does not keep one per range.
   task.dataset.Clear();
   task.created.clear_dataset();
+}
+
+absl::Status CoordinatorState::ApplyTrainerJoined(const proto::TrainerJoinedUpdate& u) {
+  auto it = jobs_.find(u.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("TrainerJoined update: no job ", u.job_id()));
+  }
+  Job& job = it->second;
+  if (!job.options.cross_trainer().enabled()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("TrainerJoined update: job ", u.job_id(), " is not shared"));
+  }
+  if (std::find(job.trainer_ids.begin(), job.trainer_ids.end(), u.trainer_id()) !=
+      job.trainer_ids.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "TrainerJoined update: trainer ", u.trainer_id(), " already joined job ", u.job_id()));
+  }
+  job.trainer_ids.push_back(u.trainer_id());
+  return absl::OkStatus();
 }
 
 absl::Status CoordinatorState::ApplyRemoveDataset(const proto::RemoveDatasetUpdate& u) {
@@ -522,6 +543,11 @@ proto::StateSnapshot CoordinatorState::Snapshot() const {
   }
   for (const auto& [id, job] : jobs_) {
     *out.add_updates()->mutable_create_job() = job.created;
+    for (const std::string& trainer : job.trainer_ids) {
+      proto::TrainerJoinedUpdate* u = out.add_updates()->mutable_trainer_joined();
+      u->set_job_id(id);
+      u->set_trainer_id(trainer);
+    }
     for (int64_t t : job.task_ids) {
       *out.add_updates()->mutable_create_task() = tasks_.at(t).created;
     }

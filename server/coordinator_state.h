@@ -115,6 +115,9 @@ class CoordinatorState {
     proto::CreateJobUpdate created;  // the update that created it, for Snapshot()
     // Not OK for a failed job (FailJobUpdate), which is also finished.
     absl::Status error;
+    // A shared job (options.cross_trainer): the trainers admitted (TrainerJoinedUpdate), in
+    // order; at most its max_trainers.
+    std::vector<std::string> trainer_ids;
 
     bool dynamic() const { return options.sharding_policy() == proto::SHARDING_DYNAMIC; }
     bool splits_exhausted() const { return split_cursor >= split_source_size; }
@@ -198,6 +201,7 @@ class CoordinatorState {
   absl::Status ApplyTaskPoisonEvidence(const proto::TaskPoisonEvidenceUpdate& u);
   absl::Status ApplyTaskProgressed(const proto::TaskProgressedUpdate& u);
   absl::Status ApplyRemoveDataset(const proto::RemoveDatasetUpdate& u);
+  absl::Status ApplyTrainerJoined(const proto::TrainerJoinedUpdate& u);
 
   void Unassign(Task& task);
   // Marks an unfinished task finished: it leaves its worker's list (Worker::task_ids) and

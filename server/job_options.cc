@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/rpc/trainer_id.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 
@@ -19,7 +20,44 @@ std::string WireVersionName(int v) {
   return name.empty() ? absl::StrCat("wire version ", v) : name;
 }
 
+absl::Status ValidateCrossTrainerOptions(const proto::JobOptions& o, absl::string_view where) {
+  const proto::CrossTrainerOptions& x = o.cross_trainer();
+  if (!x.enabled()) return absl::OkStatus();
+  if (o.read_mode() != proto::READ_MODE_INDEPENDENT) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ".cross_trainer: a job shared across trainers needs READ_MODE_INDEPENDENT (the "
+               "consumers of one trainer split its steps)"));
+  }
+  if (x.max_trainers() < 0 || x.max_trainers() > kMaxTrainersPerJob) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".cross_trainer.max_trainers must be in [0, ",
+                                                   kMaxTrainersPerJob, "], got ", x.max_trainers()));
+  }
+  const int64_t max = x.max_trainers() > 0 ? x.max_trainers() : kDefaultMaxTrainers;
+  if (x.expected_trainers() < 0 || x.expected_trainers() > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".cross_trainer.expected_trainers must be in [0, ", max,
+                     "] (max_trainers), got ", x.expected_trainers()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status ValidateJobTrainer(const proto::JobOptions& o, absl::string_view trainer_id,
+                                absl::string_view where) {
+  const std::string field = absl::StrCat(where, ".trainer_id");
+  if (!o.cross_trainer().enabled()) {
+    if (trainer_id.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " ", QuoteTrainerId(trainer_id),
+        " names a trainer, but the job is not shared (options.cross_trainer.enabled is false)"));
+  }
+  if (trainer_id.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " is empty: a job shared across trainers (options.cross_trainer) needs one"));
+  }
+  return ValidateTrainerId(trainer_id, field);
+}
 
 absl::Status CheckWireVersion(int version, absl::string_view request) {
   if (version == kWireVersion) return absl::OkStatus();
@@ -74,6 +112,7 @@ absl::Status ValidateJobOptions(const proto::JobOptions& o, absl::string_view wh
         where, ".order: shuffle_block_size (", order.shuffle_block_size(), "), num_epochs (",
         order.num_epochs(), ") and range_steps (", order.range_steps(), ") must be >= 0"));
   }
+  if (absl::Status s = ValidateCrossTrainerOptions(o, where); !s.ok()) return s;
   if (o.sharding_policy() == proto::SHARDING_RANGES &&
       o.read_mode() == proto::READ_MODE_INDEPENDENT) {
     return absl::InvalidArgumentError(absl::StrCat(

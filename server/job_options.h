@@ -28,6 +28,12 @@ absl::Status CheckWireVersion(int version, absl::string_view request);
 // INVALID_ARGUMENT naming the field (`where` is the path of the options message).
 absl::Status ValidateJobOptions(const proto::JobOptions& o, absl::string_view where);
 
+// A request's trainer_id against its job options: a shared job (cross_trainer.enabled) needs
+// a valid trainer id (core/rpc/trainer_id.h), any other job refuses one. INVALID_ARGUMENT
+// naming `where`.trainer_id.
+absl::Status ValidateJobTrainer(const proto::JobOptions& o, absl::string_view trainer_id,
+                                absl::string_view where);
+
 // The global order of a RANGES job (defaults filled in).
 GlobalOrderOptions OrderOptions(const proto::GlobalOrder& order);
 

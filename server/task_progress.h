@@ -27,7 +27,8 @@ class TaskProgressTable {
   // Records the reports of one heartbeat.
   void Record(const proto::WorkerHeartbeatRequest& request);
   // Sets steps_delivered, bytes_delivered and steps_produced of `job` from the reports of
-  // `task_ids` (0 for tasks without a report).
+  // `task_ids` (0 for tasks without a report), and a shared job's trainer_progress (each
+  // trainer's counts summed over the tasks, by trainer id).
   void FillJobStatus(const std::vector<int64_t>& task_ids, proto::JobStatus* job) const;
   // Forgets the reports of these tasks (their job was removed).
   void Forget(const std::vector<int64_t>& task_ids);

@@ -5,18 +5,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "worker/cross_trainer_window.h"
+#include "worker/run_wakeups.h"
 
 namespace sluice {
 namespace {
-
-// Runs the wake-ups collected under the buffer's lock once it is released: declared before the
-// MutexLock, it is destroyed after it.
-struct RunWakeups {
-  std::vector<std::function<void()>> wake;
-  ~RunWakeups() {
-    for (auto& f : wake) f();
-  }
-};
 
 // The most a consumer may leave unacknowledged (StepLimits::unacked_bytes), whatever window it
 // names: max(max_unacked_bytes, 4 x the buffer's budget).
@@ -31,7 +24,11 @@ size_t UnackedCap(const StepLimits& limits, const StepBufferOptions& options) {
 }  // namespace
 
 StepBuffer::StepBuffer(StepBufferOptions options, std::function<void()> on_change)
-    : options_(std::move(options)), on_change_(std::move(on_change)) {
+    : options_(std::move(options)),
+      on_change_(std::move(on_change)),
+      window_(options_.cross_trainer != nullptr
+                  ? std::make_unique<CrossTrainerWindow>(*options_.cross_trainer, on_change_)
+                  : nullptr) {
   const size_t n = static_cast<size_t>(std::max<int64_t>(options_.num_consumers, 1));
   cursors_.assign(n, 0);
   generations_.assign(n, 0);
@@ -44,6 +41,8 @@ StepBuffer::StepBuffer(StepBufferOptions options, std::function<void()> on_chang
   not_ended_ = static_cast<int64_t>(n);
   for (size_t c = 0; c < n; ++c) cursor_counts_.Insert(0);
 }
+
+StepBuffer::~StepBuffer() = default;
 
 int64_t StepBuffer::MinCursor() const { return cursor_counts_.min(); }
 
@@ -128,6 +127,7 @@ void StepBuffer::ClearRetainedLocked() {
 }
 
 absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
+  if (window_) return window_->Push(std::move(step));
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (step->task_step != next_push_) {
@@ -187,6 +187,10 @@ void StepBuffer::AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeups* wake
 
 absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& step,
                                          ReadyCallback space, absl::Time* retry_at) {
+  if (window_) {
+    *retry_at = absl::InfiniteFuture();
+    return window_->TryPush(step, std::move(space));
+  }
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   *retry_at = absl::InfiniteFuture();
@@ -228,6 +232,7 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
 }
 
 bool StepBuffer::producer_stopped() const {
+  if (window_) return window_->producer_stopped();
   absl::MutexLock lock(&mu_);
   return closed_ || stop_producing_;
 }
@@ -239,6 +244,7 @@ void StepBuffer::WakeProducerLocked(Wakeups* wake) {
 }
 
 void StepBuffer::Finish(absl::Status status) {
+  if (window_) return window_->Finish(std::move(status));
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (finished_) return;
@@ -266,6 +272,7 @@ void StepBuffer::AcknowledgeLocked(Unacked* u, int64_t received_steps, Wakeups* 
 }
 
 void StepBuffer::Acknowledge(int64_t consumer, int64_t received_steps) {
+  if (window_) return;
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (!options_.independent) {
@@ -283,6 +290,10 @@ void StepBuffer::Acknowledge(int64_t consumer, int64_t received_steps) {
 }
 
 absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step) {
+  if (window_) {
+    // A trainer's slot; its cursor is the window's (start_step does not apply).
+    return window_generations_.fetch_add(1, std::memory_order_relaxed);
+  }
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (options_.independent) {
@@ -388,6 +399,7 @@ bool StepBuffer::ReadyLocked(int64_t consumer) const {
 }
 
 bool StepBuffer::Ready(int64_t consumer) const {
+  if (window_) return window_->ReadyWithin(consumer, StepLimits());
   absl::MutexLock lock(&mu_);
   if (!options_.independent &&
       (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size()))) {
@@ -405,6 +417,7 @@ const TaskStep* StepBuffer::NextStepLocked(int64_t consumer) const {
 }
 
 bool StepBuffer::ReadyWithin(int64_t consumer, const StepLimits& limits) const {
+  if (window_) return window_->ReadyWithin(consumer, limits);
   absl::MutexLock lock(&mu_);
   if (!options_.independent &&
       (consumer < 0 || consumer >= static_cast<int64_t>(cursors_.size()))) {
@@ -436,6 +449,7 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, size_t max_s
 }
 
 bool StepBuffer::NotifyWhenReady(int64_t consumer, int64_t generation, ReadyCallback ready) {
+  if (window_) return window_->NotifyWhenReady(consumer, generation, std::move(ready));
   absl::MutexLock lock(&mu_);
   if (closed_ || finished_ || stop_producing_) return false;
   if (options_.independent) {
@@ -458,6 +472,7 @@ bool StepBuffer::NotifyWhenReady(int64_t consumer, int64_t generation, ReadyCall
 }
 
 void StepBuffer::CancelNotify(int64_t consumer, int64_t generation) {
+  if (window_) return window_->CancelNotify(generation);
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   (void)consumer;
@@ -509,6 +524,7 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
                               absl::Time deadline,
                               std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end,
                               size_t* blocked_cost) {
+  if (window_) return window_->Next(consumer, limits, deadline, steps, end, blocked_cost);
   RunWakeups run;
   steps->clear();
   *end = false;
@@ -643,6 +659,7 @@ void StepBuffer::KeepInFlightLocked(int64_t consumer,
 }
 
 void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
+  if (window_) return window_->ConfirmEnd(consumer);
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (!finished_ || !status_.ok()) return;
@@ -667,6 +684,7 @@ void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
 }
 
 void StepBuffer::ConfirmEndReplayed(int64_t consumer) {
+  if (window_) return;
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (options_.independent) return;
@@ -680,6 +698,7 @@ void StepBuffer::ConfirmEndReplayed(int64_t consumer) {
 }
 
 void StepBuffer::Detach(int64_t consumer) {
+  if (window_) return;
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (options_.independent) return;
@@ -700,6 +719,7 @@ void StepBuffer::Detach(int64_t consumer) {
 }
 
 void StepBuffer::StopProducing() {
+  if (window_) return window_->StopProducing();
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   stop_producing_ = true;
@@ -709,6 +729,7 @@ void StepBuffer::StopProducing() {
 }
 
 void StepBuffer::Close(absl::string_view message) {
+  if (window_) return window_->Close();
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   if (!closed_) close_message_ = std::string(message);
@@ -724,11 +745,13 @@ void StepBuffer::Close(absl::string_view message) {
 }
 
 size_t StepBuffer::buffered_bytes() const {
+  if (window_) return window_->stats().bytes;
   absl::MutexLock lock(&mu_);
   return bytes_;
 }
 
 size_t StepBuffer::buffered_steps() const {
+  if (window_) return window_->stats().steps;
   absl::MutexLock lock(&mu_);
   return steps_.size();
 }
@@ -739,6 +762,17 @@ size_t StepBuffer::retained_bytes() const {
 }
 
 StepBuffer::Stats StepBuffer::stats() const {
+  if (window_) {
+    const CrossTrainerWindow::Stats w = window_->stats();
+    Stats s;
+    s.steps_produced = w.steps_produced;
+    s.bytes = w.bytes;
+    s.steps = w.steps;
+    s.max_bytes = w.window_bytes;
+    s.producer_waiting_for_space = w.producer_waiting;
+    s.independent = true;
+    return s;
+  }
   absl::MutexLock lock(&mu_);
   Stats s;
   s.steps_produced = next_push_;
@@ -762,11 +796,13 @@ StepBuffer::Stats StepBuffer::stats() const {
 }
 
 absl::Status StepBuffer::producer_status() const {
+  if (window_) return window_->producer_status();
   absl::MutexLock lock(&mu_);
   return finished_ ? status_ : absl::OkStatus();
 }
 
 bool StepBuffer::drained() const {
+  if (window_) return window_->drained();
   absl::MutexLock lock(&mu_);
   return DrainedLocked();
 }

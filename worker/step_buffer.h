@@ -62,6 +62,7 @@
 #ifndef SLUICE_WORKER_STEP_BUFFER_H_
 #define SLUICE_WORKER_STEP_BUFFER_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -82,6 +83,9 @@
 #include "worker/cursor_counts.h"
 
 namespace sluice {
+
+class CrossTrainerWindow;
+struct CrossTrainerWindowOptions;
 
 // One step of a task, all of its pieces (N in coordinated mode, R in independent mode), each
 // piece the leaves of one element in flatten order. Immutable once pushed.
@@ -110,6 +114,11 @@ struct StepBufferOptions {
   // every quarter of its window (its CreditGrants), so one whose window is below 4 x this
   // never waits on it.
   size_t max_unacked_bytes = size_t{1} << 30;
+  // Set: a task of a job shared across trainers. The buffer is then this window
+  // (worker/cross_trainer_window.h) and the options above do not apply: Attach, Next, Ready,
+  // NotifyWhenReady and ConfirmEnd take a trainer's slot (cross_trainer_window()->Join) as
+  // `consumer`; Acknowledge, Detach and ConfirmEndReplayed do nothing.
+  std::shared_ptr<const CrossTrainerWindowOptions> cross_trainer = nullptr;
 };
 
 // How much one Next() may take of a consumer's next steps (a stream's frame and credit).
@@ -146,6 +155,10 @@ class StepBuffer {
   // detaches consumers under its lock): it must only note the change and wake whoever acts on
   // it (worker/worker_server.h), never block nor call the buffer.
   explicit StepBuffer(StepBufferOptions options, std::function<void()> on_change = nullptr);
+  ~StepBuffer();
+
+  // The cross-trainer window this buffer is (StepBufferOptions::cross_trainer), or null.
+  CrossTrainerWindow* cross_trainer_window() const { return window_.get(); }
 
   // Producer: adds `step` (its task_step must be the next one), blocking while over budget.
   // CANCELLED after Close() or StopProducing().
@@ -329,6 +342,8 @@ class StepBuffer {
 
   const StepBufferOptions options_;
   const std::function<void()> on_change_;
+  const std::unique_ptr<CrossTrainerWindow> window_;  // see cross_trainer_window()
+  std::atomic<int64_t> window_generations_{1};        // Attach's, in window mode
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   std::deque<std::shared_ptr<const TaskStep>> steps_ ABSL_GUARDED_BY(mu_);

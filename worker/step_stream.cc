@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "core/rpc/trainer_id.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/rpc/grpc_status.h"
@@ -316,6 +317,12 @@ class StepStream final : public Reactor {
     // by consumer_id; several processes may share an index there, each stealing steps).
     open.instance = out->coordinated ? request.consumer_instance() : 0;
     open.consumer_index = consumer;
+    if (job.cross_trainer().enabled()) {
+      // A shared job: the stream reads at its trainer's cursor, checked as client input here
+      // as on the coordinator.
+      RETURN_IF_ERROR(ValidateTrainerId(request.trainer_id(), "StreamRequest.trainer_id"));
+      open.trainer_id = request.trainer_id();
+    }
     open.replay_slots = env_.replays;
     ASSIGN_OR_RETURN(out->reader,
                      out->runner->OpenReader(

@@ -15,6 +15,7 @@
 #include "core/data/ops/rebatch_iterator.h"
 #include "core/util/status_macros.h"
 #include "core/util/transient_error.h"
+#include "worker/cross_trainer_window.h"
 
 namespace sluice {
 namespace {
@@ -421,6 +422,14 @@ TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
   b.num_consumers = b.independent ? 1 : task_.job().num_consumers();
   b.detach_unattached_after = options_.detach_unattached_after;
   b.retention_bytes = options_.retention_bytes;
+  if (const proto::CrossTrainerOptions& x = task_.job().cross_trainer(); x.enabled()) {
+    auto w = std::make_shared<CrossTrainerWindowOptions>();
+    w->window_bytes = options_.cross_trainer_window_bytes;
+    w->lossless = x.lossless();
+    w->expected_trainers = x.expected_trainers();
+    w->max_trainers = x.max_trainers() > 0 ? x.max_trainers() : kDefaultMaxTrainers;
+    b.cross_trainer = std::move(w);
+  }
   buffer_ = std::make_shared<StepBuffer>(b, options_.on_change);
 }
 
@@ -493,6 +502,14 @@ absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consu
     RETURN_IF_ERROR(ClaimIndex(open.consumer_index, open.instance));
     reader->instance_ = open.instance;
     reader->claimed_index_ = open.consumer_index;
+  }
+  if (CrossTrainerWindow* window = buffer_->cross_trainer_window()) {
+    absl::StatusOr<int64_t> slot = window->Join(open.trainer_id);
+    if (!slot.ok()) return Prefixed(task_, slot.status());
+    reader->consumer_ = *slot;
+    ASSIGN_OR_RETURN(reader->generation_, buffer_->Attach(*slot, 0));
+    reader->buffer_ = buffer_.get();
+    return reader;
   }
   absl::StatusOr<int64_t> gen = buffer_->Attach(consumer, start_step);
   if (gen.ok()) {

@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -97,6 +98,9 @@ struct TaskRunnerOptions {
   // StepBufferOptions::retention_bytes: released steps kept for consumers that come late or
   // reconnect, so that they read from memory instead of a private replay.
   size_t retention_bytes = size_t{64} << 20;
+  // Tasks of jobs shared across trainers (JobOptions.cross_trainer): the bytes of steps their
+  // window keeps (CrossTrainerWindowOptions::window_bytes), instead of buffer_bytes.
+  size_t cross_trainer_window_bytes = size_t{64} << 20;
   // The task's buffer's on_change (StepBuffer's constructor; not its private replays').
   std::function<void()> on_change;
   // Called once, on the producing thread, when the buffer has taken the task's first step (a
@@ -149,6 +153,9 @@ struct ReaderOptions {
   // Private replays take a slot here for as long as their reader lives; none free is
   // UNAVAILABLE (the consumer retries). Null: no bound.
   std::shared_ptr<ReplaySlots> replay_slots;
+  // A job shared across trainers: the trainer the stream reads for (StreamRequest.trainer_id);
+  // its consumers share the trainer's cursor in the task's window.
+  std::string trainer_id;
 };
 
 // One consumer stream's view of a task: the shared buffer at the consumer's cursor (from its
@@ -204,8 +211,9 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   static std::shared_ptr<TaskRunner> Failed(const proto::TaskDef& task, absl::Status error);
   ~TaskRunner();  // Close()s and waits for a step being produced now
 
-  // A reader for `consumer` starting at task step `start_step`. INVALID_ARGUMENT for a bad
-  // consumer; FAILED_PRECONDITION when the steps are gone and the task cannot be replayed
+  // A reader for `consumer` starting at task step `start_step`. A task of a shared job reads
+  // for open.trainer_id instead, from its trainer's cursor (consumer and start_step unused;
+  // CrossTrainerWindow::Join's errors). INVALID_ARGUMENT for a bad consumer; FAILED_PRECONDITION when the steps are gone and the task cannot be replayed
   // (DYNAMIC).
   // With `open`: FAILED_PRECONDITION when another instance holds open.consumer_index, and
   // UNAVAILABLE when the reader needs a private replay and open.replay_slots has none free

@@ -2,6 +2,7 @@
 //
 //   sluice-worker --coordinator=HOST:PORT [--port=0] [--port_file=PATH] [--host=127.0.0.1]
 //                 [--buffer_bytes=268435456] [--retention_bytes=67108864]
+//                 [--cross_trainer_window_bytes=67108864]
 //                 [--memory_limit=16GiB] [--max_element_bytes=4GiB]
 //                 [--heartbeat_interval=1s] [--drain_timeout=30s]
 //                 [--plugin=PATH[,PATH...]]
@@ -54,6 +55,10 @@ ABSL_FLAG(int64_t, retention_bytes, int64_t{64} << 20,
           "Per task (coordinated reads): bytes of steps every consumer has read that stay in "
           "memory, on top of --buffer_bytes, for consumers that come late or reconnect (they "
           "read them from memory instead of a replay of the task); 0 keeps none");
+ABSL_FLAG(int64_t, cross_trainer_window_bytes, int64_t{64} << 20,
+          "Per task of a job shared across trainers (JobOptions.cross_trainer): bytes of steps "
+          "kept for the trainers to read at their own pace, instead of --buffer_bytes (at least "
+          "one step); its tensors count in --memory_limit as every step's do");
 ABSL_FLAG(std::string, memory_limit, "",
           "Bytes all tasks' pipelines may hold: every live tensor and the op buffers (batch, "
           "shuffle, cache, prefetch), e.g. 16GiB; a task that needs more fails with "
@@ -186,6 +191,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.retention_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_retention_bytes));
+  if (absl::GetFlag(FLAGS_cross_trainer_window_bytes) <= 0) {
+    std::cerr << "sluice-worker: --cross_trainer_window_bytes must be positive, got "
+              << absl::GetFlag(FLAGS_cross_trainer_window_bytes) << std::endl;
+    return 2;
+  }
+  options.cross_trainer_window_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_cross_trainer_window_bytes));
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.service.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   options.watch_assignments = absl::GetFlag(FLAGS_watch_assignments);

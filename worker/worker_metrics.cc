@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/ops/map_iterator.h"
 #include "core/util/thread_pool.h"
+#include "worker/cross_trainer_window.h"
 #include "worker/worker_server.h"
 
 namespace sluice {
@@ -16,6 +17,15 @@ void FillTaskProgress(TaskRunner& runner, proto::TaskProgress* progress) {
   for (int64_t c : stats.confirmed_ends) progress->add_ended_consumers(c);
   progress->set_steps_delivered(runner.steps_delivered());
   progress->set_bytes_delivered(runner.bytes_delivered());
+  if (const CrossTrainerWindow* window = runner.buffer()->cross_trainer_window()) {
+    for (const CrossTrainerWindow::TrainerStats& t : window->stats().trainers) {
+      proto::TrainerProgress* p = progress->add_trainers();
+      p->set_trainer_id(t.trainer_id);
+      p->set_steps_read(t.steps_read);
+      p->set_skipped_steps(t.skipped_steps);
+      p->set_lag_steps(t.lag_steps);
+    }
+  }
 }
 
 namespace {
@@ -25,6 +35,27 @@ constexpr const char* kReplaysHelp =
 constexpr const char* kRetentionHitsHelp =
     "Streams that started at a released step still in the retention window: served from "
     "memory, each a replay avoided.";
+
+// A task of a job shared across trainers (worker/cross_trainer_window.h): per trainer.
+void ExportTrainers(const CrossTrainerWindow::Stats& stats, const MetricLabels& task,
+                    MetricSink& sink) {
+  sink.Counter("sluice_worker_window_evicted_steps_total",
+               "Steps that left the task's cross-trainer window to make room.", task,
+               static_cast<double>(stats.steps_evicted));
+  for (const CrossTrainerWindow::TrainerStats& t : stats.trainers) {
+    MetricLabels l = task;
+    l.emplace_back("trainer", t.trainer_id);
+    sink.Gauge("sluice_worker_trainer_lag_steps",
+               "Steps of the task's window produced that the trainer has not read yet.", l,
+               static_cast<double>(t.lag_steps));
+    sink.Counter("sluice_worker_trainer_skipped_steps_total",
+                 "Steps the trainer missed: it fell behind the window's start (skipping mode).",
+                 l, static_cast<double>(t.skipped_steps));
+    sink.Counter("sluice_worker_trainer_steps_read_total",
+                 "Steps handed to the trainer's consumers.", l,
+                 static_cast<double>(t.steps_read));
+  }
+}
 
 }  // namespace
 
@@ -94,7 +125,9 @@ WorkerMetrics::WorkerMetrics(WorkerServer* worker, MetricsRegistry* registry) {
       const char* lag_help =
           "Steps the task produced that the consumer has not taken yet (independent jobs: "
           "consumer=\"any\", the buffered steps).";
-      if (stats.independent) {
+      if (const CrossTrainerWindow* window = runner->buffer()->cross_trainer_window()) {
+        ExportTrainers(window->stats(), task, sink);
+      } else if (stats.independent) {
         MetricLabels l = task;
         l.emplace_back("consumer", "any");
         sink.Gauge("sluice_worker_consumer_lag_steps", lag_help, l, static_cast<double>(stats.steps));

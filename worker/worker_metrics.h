@@ -18,6 +18,11 @@
 //   sluice_worker_consumer_lag_steps{job,task,consumer}       steps produced minus the consumer's
 //                                                             position (coordinated; independent
 //                                                             jobs: consumer="any", buffered steps)
+// Tasks of jobs shared across trainers (worker/cross_trainer_window.h), per trainer id:
+//   sluice_worker_trainer_lag_steps{job,task,trainer}         steps it has not read yet
+//   sluice_worker_trainer_skipped_steps_total{job,task,trainer}  steps it missed (skipping mode)
+//   sluice_worker_trainer_steps_read_total{job,task,trainer}  steps its consumers took
+//   sluice_worker_window_evicted_steps_total{job,task}        steps that left the window
 // The executor (ExecutorMetrics, process-wide):
 //   sluice_worker_threads                                     the shared thread pool's threads
 //   sluice_worker_autotune_parallelism                        the most num_parallel_calls=

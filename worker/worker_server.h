@@ -76,6 +76,9 @@ struct WorkerServerOptions {
   // of buffer_bytes, so that a consumer that comes late or reconnects while its steps are still
   // kept reads them from memory instead of a private replay (StepBuffer, "Retention window").
   size_t retention_bytes = size_t{64} << 20;
+  // Per task of a job shared across trainers: bytes of steps its window keeps for the trainers
+  // (worker/cross_trainer_window.h), instead of buffer_bytes.
+  size_t cross_trainer_window_bytes = size_t{64} << 20;
   // Each wait between heartbeats (and each backoff after a failed one) is spread uniformly
   // over [1 - heartbeat_jitter, 1 + heartbeat_jitter] times its nominal value, so that workers
   // started (or cut off) together do not reach the coordinator in waves.

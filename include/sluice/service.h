@@ -85,6 +85,23 @@ struct ServiceSecurity {
   std::string token;
 };
 
+// A job shared across trainers, as the tf.data service's CrossTrainerCache (docs/SERVICE.md,
+// "Shared jobs"): trainers naming the same job_name with different ServiceOptions::trainer_id
+// read one production; each worker keeps the task's steps in a window bounded in bytes
+// (sluice-worker --cross_trainer_window_bytes) and every trainer reads it at its own pace.
+// Needs ServiceReadMode::kIndependent and a job_name.
+struct ServiceCrossTrainer {
+  bool enabled = false;
+  // false: a trainer that falls behind the window's start skips to it (as TF; the worker's
+  // sluice_worker_trainer_skipped_steps_total counts the steps it missed). true: the slowest
+  // trainer holds the producer, so every trainer reads every step from where it joined.
+  bool lossless = false;
+  // Lossless: workers keep every step until this many trainers have joined (0: none awaited).
+  int64_t expected_trainers = 0;
+  // Distinct trainers the job admits; 0: the coordinator's default (16); at most 64.
+  int64_t max_trainers = 0;
+};
+
 struct ServiceOptions {
   // The coordinator, "host:port". Required.
   std::string coordinator_address;
@@ -159,6 +176,13 @@ struct ServiceOptions {
   // and falling back to TCP when the worker is remote, has it off, or the hand-over fails.
   // false: TCP only (docs/SERVICE.md "Shared memory").
   bool shared_memory = true;
+  // Share the job across trainers (see ServiceCrossTrainer); every trainer must give the same
+  // cross_trainer options (the job's options must match, INVALID_ARGUMENT otherwise).
+  ServiceCrossTrainer cross_trainer;
+  // With cross_trainer: the trainer this process reads for (printable ASCII, at most 128
+  // bytes). Processes giving the same trainer_id are consumers of one trainer and split its
+  // steps; a new id beyond max_trainers is RESOURCE_EXHAUSTED.
+  std::string trainer_id;
 };
 
 // Registers `dataset` with the coordinator, gets or creates the job (replicas_per_consumer =

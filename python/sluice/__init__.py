@@ -25,7 +25,7 @@ from ._values import Optional, PerReplica, PerReplicaSpec, TensorSpec, pformat
 from .distribute import (DistributedDataset, DistributedIterator, InputContext, InputOptions,
                          InputReplicationMode, MirroredStrategy, ReduceOp)
 from .function import function
-from .service import distribute_from_service, parse_checkpoint, resolve_cluster
+from .service import CrossTrainerCache, distribute_from_service, parse_checkpoint, resolve_cluster
 from .snapshot import save
 
 __version__ = _sluice.__version__  # the project's version, from CMakeLists.txt's project()
@@ -34,7 +34,7 @@ Tensor = _sluice.Tensor
 constant = _sluice.constant
 
 __all__ = [
-    "__version__",
+    "__version__", "CrossTrainerCache",
     "DistributedDataset", "DistributedIterator", "InputContext", "InputOptions",
     "InputReplicationMode", "MirroredStrategy", "Optional", "PerReplica", "PerReplicaSpec",
     "ReduceOp", "Tensor", "TensorSpec", "constant", "data", "distribute_from_service", "errors", "function",

@@ -188,6 +188,11 @@ class _ServiceOptions:
     rpc_deadline: float
     retry_deadline: float
     heartbeat_interval: float
+    trainer_id: str
+    cross_trainer: bool
+    cross_trainer_lossless: bool
+    expected_trainers: int
+    max_trainers: int
     def __init__(self) -> None: ...
 
 def _distribute_from_service(strategy: _MirroredStrategy, dataset: _Dataset,

@@ -97,6 +97,32 @@ def set_connection(o, retry_deadline, rpc_deadline, token, tls, tls_ca_file, tls
     o.tls_server_name = tls_server_name
 
 
+class CrossTrainerCache:
+    """Shares a job across trainers, as ``tf.data.experimental.service.CrossTrainerCache``.
+
+    Trainers that pass the same ``job`` and a ``CrossTrainerCache`` with different
+    ``trainer_id`` s read one production: the workers keep each task's steps in a window
+    bounded in bytes (``sluice-worker --cross_trainer_window_bytes``) and every trainer reads
+    it at its own pace. The same ``trainer_id`` in several processes makes them consumers of
+    one trainer (they split its steps). ``lossless=False`` (TF's behaviour): a trainer that
+    falls behind the window's start skips to it (the worker counts the skipped steps);
+    ``lossless=True``: the slowest trainer holds the producer and every trainer reads every
+    step from where it joined (``expected_trainers``: steps are kept until that many have
+    joined). ``max_trainers``: distinct trainers the job admits (0: 16; at most 64).
+    """
+
+    def __init__(self, trainer_id, lossless=False, expected_trainers=0, max_trainers=0):
+        if not isinstance(trainer_id, str) or not trainer_id:
+            from .errors import InvalidArgumentError, INVALID_ARGUMENT
+            raise InvalidArgumentError(
+                "CrossTrainerCache: trainer_id must be a non-empty string, got %r" % (trainer_id,),
+                INVALID_ARGUMENT)
+        self.trainer_id = trainer_id
+        self.lossless = bool(lossless)
+        self.expected_trainers = int(expected_trainers)
+        self.max_trainers = int(max_trainers)
+
+
 def distribute_from_service(strategy, dataset, coordinator=None, job="", consumer_index=None,
                             num_consumers=None, sharding_policy="auto", read_mode="coordinated",
                             resume_from=None, cluster_spec="", num_tasks=0, seed=0,
@@ -105,7 +131,8 @@ def distribute_from_service(strategy, dataset, coordinator=None, job="", consume
                             retry_deadline=60.0,
                             rpc_deadline=10.0, token="", tls=False, tls_ca_file="",
                             tls_cert_file="", tls_key_file="", tls_server_name="",
-                            compression="none", force_compression=False):
+                            compression="none", force_compression=False,
+                            cross_trainer_cache=None):
     """A DistributedDataset whose iterators stream ``dataset``'s steps from the service.
 
     Consumers naming the same ``job`` share it (required with more than one consumer unless
@@ -117,6 +144,8 @@ def distribute_from_service(strategy, dataset, coordinator=None, job="", consume
     ``compression``: the job's wire compression, none, lz4 or zstd (for network-bound
     clusters: workers on other hosts compress each frame that shrinks; ``force_compression``
     compresses on loopback too).
+    ``cross_trainer_cache``: a ``CrossTrainerCache`` to share ``job`` across trainers (the job
+    then reads independently: each step goes to one consumer of each trainer).
     Durations are in seconds. Raises InvalidArgumentError for bad options and the
     coordinator's validation errors, UnavailableError when the coordinator cannot be reached
     within ``retry_deadline``.
@@ -146,6 +175,13 @@ def distribute_from_service(strategy, dataset, coordinator=None, job="", consume
     o.resume_from = resume_from
     o.compression = _enum(Compression, compression, "compression")
     o.force_compression = bool(force_compression)
+    if cross_trainer_cache is not None:
+        o.read_mode = ReadMode.INDEPENDENT
+        o.cross_trainer = True
+        o.trainer_id = cross_trainer_cache.trainer_id
+        o.cross_trainer_lossless = cross_trainer_cache.lossless
+        o.expected_trainers = cross_trainer_cache.expected_trainers
+        o.max_trainers = cross_trainer_cache.max_trainers
     dd = _sluice._distribute_from_service(strategy._s, dataset._ds, o)
     length = None
     if o.read_mode == ReadMode.COORDINATED and resume_from is None:

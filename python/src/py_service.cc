@@ -114,6 +114,21 @@ void RegisterService(py::module_& m) {
             }
             o.resume_from = ValueOrThrow(IteratorCheckpoint::Parse(v.cast<std::string>()));
           });
+  options.def_readwrite("trainer_id", &ServiceOptions::trainer_id)
+      .def_property(
+          "cross_trainer", [](const ServiceOptions& o) { return o.cross_trainer.enabled; },
+          [](ServiceOptions& o, bool v) { o.cross_trainer.enabled = v; })
+      .def_property(
+          "cross_trainer_lossless",
+          [](const ServiceOptions& o) { return o.cross_trainer.lossless; },
+          [](ServiceOptions& o, bool v) { o.cross_trainer.lossless = v; })
+      .def_property(
+          "expected_trainers",
+          [](const ServiceOptions& o) { return o.cross_trainer.expected_trainers; },
+          [](ServiceOptions& o, int64_t v) { o.cross_trainer.expected_trainers = v; })
+      .def_property(
+          "max_trainers", [](const ServiceOptions& o) { return o.cross_trainer.max_trainers; },
+          [](ServiceOptions& o, int64_t v) { o.cross_trainer.max_trainers = v; });
   DurationProperty(options, "rpc_deadline", &ServiceOptions::rpc_deadline);
   DurationProperty(options, "retry_deadline", &ServiceOptions::retry_deadline);
   DurationProperty(options, "heartbeat_interval", &ServiceOptions::heartbeat_interval);

@@ -182,3 +182,32 @@ def test_ctrl_c_interrupts_creating_a_job_that_waits_for_workers():
         finally:
             t.join()
         assert _sluice._waiting_calls() == 0
+
+
+def test_trainers_of_a_shared_job_read_one_production(cluster):
+    # One task (num_tasks=1): one element sequence, which both trainers read whole (lossless,
+    # both awaited), at their own pace; a third trainer is over the job's bound.
+    strategy = sluice.MirroredStrategy(["CPU:0"])
+    ds = sluice.data.parse("range(1000000000000).batch(4)")
+
+    def trainer(trainer_id):
+        cache = sluice.CrossTrainerCache(trainer_id, lossless=True, expected_trainers=2,
+                                         max_trainers=2)
+        return sluice.distribute_from_service(strategy, ds, coordinator=cluster.coordinator,
+                                              job="sweep", sharding_policy="data", num_tasks=1,
+                                              cross_trainer_cache=cache)
+
+    its = {t: iter(trainer(t)) for t in ("a", "b")}
+    seen = {t: [] for t in its}
+    for step in range(60):
+        seen["a"] += next(its["a"]).numpy().tolist()
+        if step % 3 == 0:  # "b" reads at a third of the pace, then catches up
+            seen["b"] += next(its["b"]).numpy().tolist()
+    while len(seen["b"]) < len(seen["a"]):
+        seen["b"] += next(its["b"]).numpy().tolist()
+    assert seen["a"] == seen["b"] == list(range(240))
+    with pytest.raises(sluice.errors.ResourceExhaustedError) as e:
+        trainer("c")
+    assert "'c'" in str(e.value)
+    with pytest.raises(sluice.errors.InvalidArgumentError):
+        sluice.CrossTrainerCache("")

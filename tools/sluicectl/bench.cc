@@ -76,6 +76,7 @@ ABSL_DECLARE_FLAG(std::string, read_mode);
 ABSL_DECLARE_FLAG(int64_t, num_consumers);
 ABSL_DECLARE_FLAG(int64_t, consumer_index);
 ABSL_DECLARE_FLAG(bool, shared_memory);
+ABSL_DECLARE_FLAG(std::string, trainer_id);
 ABSL_DECLARE_FLAG(bool, profile);  // tools/sluicectl/run.cc
 
 ABSL_FLAG(double, seconds, 0,
@@ -349,6 +350,7 @@ std::string ResultJson(const BenchParams& p, const BenchResult& r) {
     params.push_back({"shared_memory", JsonValue::Bool(absl::GetFlag(FLAGS_shared_memory))});
     params.push_back({"shared_memory_frames",
                       JsonValue::Integer(ProcessShmRingCounts().frames_read)});
+    params.push_back({"trainer_id", JsonValue::String(absl::GetFlag(FLAGS_trainer_id))});
   }
   const double s = r.seconds;
   JsonValue out = JsonValue::Object({
@@ -435,6 +437,7 @@ SLUICECTL_REGISTER_COMMAND({
               "worker_index", "auto_shard_policy", "coordinator",
               // Service mode (tools/sluicectl/service_dataset.cc).
               "job", "consumer_index", "num_consumers", "sharding_policy", "read_mode",
+              "trainer_id", "cross_trainer_mode", "expected_trainers", "max_trainers",
               "num_tasks", "retry_deadline", "seed", "shuffle", "shuffle_block_size", "epochs",
               "range_steps", "receive_budget_bytes", "profile",
               "compression", "force_compression", "shared_memory"},

@@ -169,6 +169,7 @@ SLUICECTL_REGISTER_COMMAND({
               "format", "coordinator",
               // Service mode (tools/sluicectl/service_dataset.cc).
               "job", "consumer_index", "num_consumers", "sharding_policy", "read_mode",
+              "trainer_id", "cross_trainer_mode", "expected_trainers", "max_trainers",
               "num_tasks", "retry_deadline", "seed", "shuffle", "shuffle_block_size", "epochs",
               "range_steps", "resume_state", "save_state", "receive_budget_bytes", "profile",
               "compression", "force_compression", "shared_memory",

@@ -45,6 +45,21 @@ ABSL_FLAG(std::string, sharding_policy, "AUTO",
 ABSL_FLAG(std::string, read_mode, "coordinated",
           "Service mode: coordinated (every step is one global batch, all consumers in "
           "lockstep) or independent (each consumer reads its own stream).");
+ABSL_FLAG(std::string, trainer_id, "",
+          "Service mode: share --job across trainers (as tf.data's CrossTrainerCache): the "
+          "trainer this process reads for; trainers with different ids read one production at "
+          "their own pace, processes with the same id split that trainer's steps. Implies "
+          "--read_mode=independent and needs --job.");
+ABSL_FLAG(std::string, cross_trainer_mode, "skip",
+          "Service mode, with --trainer_id: skip (a trainer that falls behind the workers' "
+          "window skips to its start, as TF) or lossless (the slowest trainer holds the "
+          "producer; every trainer reads every step).");
+ABSL_FLAG(int64_t, expected_trainers, 0,
+          "Service mode, --cross_trainer_mode=lossless: workers keep every step until this many "
+          "trainers have joined (0: none awaited).");
+ABSL_FLAG(int64_t, max_trainers, 0,
+          "Service mode, with --trainer_id: distinct trainers the job admits (0: the "
+          "coordinator's default, 16; at most 64).");
 ABSL_FLAG(int64_t, num_tasks, 0,
           "Service mode, static policies: number of tasks; 0: one per registered worker.");
 ABSL_FLAG(std::string, shuffle, "none",
@@ -105,6 +120,27 @@ absl::StatusOr<ServiceShuffle> ParseShuffle(const std::string& text) {
       absl::StrCat("--shuffle must be none, full or block, got '", text, "'"));
 }
 
+// --trainer_id and the sharing flags into `o` (after --read_mode, which they override).
+absl::Status ReadCrossTrainerFlags(ServiceOptions* o) {
+  o->trainer_id = absl::GetFlag(FLAGS_trainer_id);
+  const std::string mode = absl::AsciiStrToLower(absl::GetFlag(FLAGS_cross_trainer_mode));
+  if (mode != "skip" && mode != "lossless") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cross_trainer_mode must be skip or lossless, got '",
+        absl::GetFlag(FLAGS_cross_trainer_mode), "'"));
+  }
+  if (o->trainer_id.empty()) return absl::OkStatus();
+  if (o->job_name.empty()) {
+    return absl::InvalidArgumentError("--trainer_id needs --job: trainers share the named job");
+  }
+  o->read_mode = ServiceReadMode::kIndependent;
+  o->cross_trainer.enabled = true;
+  o->cross_trainer.lossless = mode == "lossless";
+  o->cross_trainer.expected_trainers = absl::GetFlag(FLAGS_expected_trainers);
+  o->cross_trainer.max_trainers = absl::GetFlag(FLAGS_max_trainers);
+  return absl::OkStatus();
+}
+
 // INVALID_ARGUMENT naming the flag for bad values (sluicectl reports them as usage errors).
 absl::StatusOr<ServiceFlags> ReadServiceFlags() {
   ServiceFlags f;
@@ -137,6 +173,7 @@ absl::StatusOr<ServiceFlags> ReadServiceFlags() {
         "--read_mode must be coordinated or independent, got '", absl::GetFlag(FLAGS_read_mode),
         "'"));
   }
+  RETURN_IF_ERROR(ReadCrossTrainerFlags(&o));
   o.num_tasks = absl::GetFlag(FLAGS_num_tasks);
   if (o.num_tasks < 0) {
     return absl::InvalidArgumentError(

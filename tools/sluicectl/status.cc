@@ -95,6 +95,24 @@ std::string JobThroughput(const proto::JobStatus& j, const proto::GetStatusRespo
   return "-";
 }
 
+// Jobs shared across trainers: one row per trainer (empty when there is none).
+std::string TrainersTable(const proto::GetStatusResponse& r) {
+  std::vector<std::vector<std::string>> rows = {
+      {"JOB", "TRAINER", "STEPS READ", "SKIPPED STEPS", "LAG STEPS"}};
+  for (const proto::JobStatus& j : r.jobs()) {
+    for (const std::string& id : j.trainer_ids()) {
+      std::vector<std::string> row = {absl::StrCat(j.job_id()), id, "-", "-", "-"};
+      for (const proto::TrainerProgress& t : j.trainer_progress()) {
+        if (t.trainer_id() != id) continue;
+        row = {absl::StrCat(j.job_id()), id, absl::StrCat(t.steps_read()),
+               absl::StrCat(t.skipped_steps()), absl::StrCat(t.lag_steps())};
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows.size() == 1 ? std::string() : absl::StrCat("\nTRAINERS\n", FormatTable(rows));
+}
+
 // `previous`, taken `elapsed_seconds` earlier, gives the throughput column (nullptr: "-").
 // The autoscaling decision and each running job's load (docs/AUTOSCALING.md).
 std::string ScalingText(const proto::GetStatusResponse& r) {
@@ -152,6 +170,7 @@ std::string StatusTable(const std::string& coordinator, const proto::GetStatusRe
   }
   out += FormatTable(jobs);
   out += ScalingText(r);
+  out += TrainersTable(r);
   // Failed jobs: the error their consumers get (docs/SERVICE.md, "Failure policy").
   for (const proto::JobStatus& j : r.jobs()) {
     if (!j.error().empty()) absl::StrAppend(&out, "\njob ", j.job_id(), ": ", j.error(), "\n");
@@ -214,6 +233,20 @@ std::string StatusJson(const proto::GetStatusResponse& r) {
           {"bound", JsonValue::String(l.bound())},
           {"desired_workers", JsonValue::Integer(l.desired_workers())},
       }));
+    }
+    if (j.trainer_ids_size() > 0) {
+      std::vector<JsonValue> trainers;
+      for (const std::string& id : j.trainer_ids()) {
+        std::vector<JsonValue::Member> t = {{"trainer_id", JsonValue::String(id)}};
+        for (const proto::TrainerProgress& p : j.trainer_progress()) {
+          if (p.trainer_id() != id) continue;
+          t.emplace_back("steps_read", JsonValue::Integer(p.steps_read()));
+          t.emplace_back("skipped_steps", JsonValue::Integer(p.skipped_steps()));
+          t.emplace_back("lag_steps", JsonValue::Integer(p.lag_steps()));
+        }
+        trainers.push_back(JsonValue::Object(std::move(t)));
+      }
+      fields.emplace_back("trainers", JsonValue::Array(std::move(trainers)));
     }
     jobs.push_back(JsonValue::Object(std::move(fields)));
   }

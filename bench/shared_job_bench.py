@@ -1,0 +1,97 @@
+"""Shared jobs (docs/SERVICE.md, "Shared jobs") against separate jobs, issue 29's target:
+4 trainers reading the TFRecord parse pipeline through one shared job should cost the worker
+<= 0.3x the CPU per trainer-step of 4 separate jobs, and each trainer's throughput should stay
+within 10% of a job of its own.
+
+    python3 bench/shared_job_bench.py BUILD_DIR [SECONDS] [TRAINERS]
+
+Each configuration runs on a fresh cluster (one coordinator, one worker): a job of its own (1
+trainer), TRAINERS separate jobs side by side, and one job shared by TRAINERS trainers
+(`sluicectl bench --trainer_id`). The worker's CPU seconds (utime + stime from /proc) over
+the run are divided by the steps all trainers read; the load average is printed next to every
+figure (the machine may be shared: prefer the CPU ratio to the rates).
+"""
+import json
+import os
+import sys
+import tempfile
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sluice_cluster import (SluiceCluster, run_sluicectl_bench,  # noqa: E402
+                            tfrecord_parse_pipeline)
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def load():
+    return open("/proc/loadavg").read().split()[0]
+
+
+def run_trainers(cluster, pipeline, seconds, jobs):
+    """`sluicectl bench` once per (job, trainer_id) in `jobs`, side by side; their results and
+    the worker's CPU seconds over the run."""
+    worker = cluster.procs[1].pid
+    results = [None] * len(jobs)
+    errors = []
+
+    def one(i, job, trainer):
+        extra = [f"--coordinator={cluster.coordinator}", f"--job={job}"]
+        if trainer:
+            extra.append(f"--trainer_id={trainer}")
+        else:
+            extra.append("--read_mode=independent")
+        try:
+            results[i] = run_sluicectl_bench(cluster.build_dir, pipeline, seconds=seconds,
+                                             warmup_steps=5, extra=extra)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    before = cpu_seconds(worker)
+    threads = [threading.Thread(target=one, args=(i, j, t)) for i, (j, t) in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results, cpu_seconds(worker) - before
+
+
+def main():
+    build = sys.argv[1]
+    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 10
+    n = int(sys.argv[3]) if len(sys.argv) > 3 else 4
+    pipeline = tfrecord_parse_pipeline(build, tempfile.mkdtemp(prefix="shared-job-rec-"))
+    configs = [("own job", [("own", "")]),
+               (f"{n} separate jobs", [(f"separate-{i}", "") for i in range(n)]),
+               (f"{n} trainers, shared job", [("shared", f"trainer-{i}") for i in range(n)])]
+    rows = {}
+    for name, jobs in configs:
+        with SluiceCluster(build, num_workers=1) as cluster:
+            la = load()
+            results, cpu = run_trainers(cluster, pipeline, seconds, jobs)
+            steps = sum(r["steps"] + 5 for r in results)  # the warm-up steps cost the worker too
+            rates = [r["steps_per_second"] for r in results]
+            rows[name] = {"worker_cpu_s": cpu, "trainer_steps": steps,
+                          "cpu_ms_per_trainer_step": 1000 * cpu / max(steps, 1),
+                          "steps_per_second": rates, "load_before": la, "load_after": load()}
+            print(json.dumps({name: rows[name]}), flush=True)
+    sep = rows[f"{n} separate jobs"]["cpu_ms_per_trainer_step"]
+    shared = rows[f"{n} trainers, shared job"]["cpu_ms_per_trainer_step"]
+    own = rows["own job"]["steps_per_second"][0]
+    slowest = min(rows[f"{n} trainers, shared job"]["steps_per_second"])
+    print(json.dumps({"cpu_per_trainer_step_shared_over_separate": shared / sep,
+                      "target_cpu_ratio": 0.3,
+                      "slowest_shared_trainer_over_own_job": slowest / own,
+                      "target_throughput_ratio": 0.9}))
+
+
+if __name__ == "__main__":
+    main()

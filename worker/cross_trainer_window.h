@@ -1,0 +1,228 @@
+// CrossTrainerWindow: the steps of one task of a job shared across trainers (a job created
+// with JobOptions.cross_trainer, as the tf.data service's CrossTrainerCache): the task's
+// pipeline runs once, its steps are kept in a window bounded in bytes, and every trainer (a
+// distinct trainer_id) reads the same step sequence at its own pace through a cursor of its
+// own. Consumers that name the same trainer_id share that trainer's cursor: each step of the
+// trainer goes to one of them, whichever asks first (as consumers of an independent job split
+// its steps), never to two.
+//
+// Eviction (the window is full, the producer has a step to add):
+//  - skipping mode (the default, TF's behaviour): the oldest step leaves once the leading
+//    trainer (the highest cursor) has read it. A trainer whose cursor is below the window's
+//    first step when it reads next skips to that step: it sees a gap, never a duplicate, and
+//    its skipped_steps counts the steps it missed. The producer waits only when no trainer has
+//    read the oldest step (the fastest trainer drives production; the slow ones never hold it).
+//  - lossless mode: the oldest step leaves only once every trainer has read it; the slowest
+//    trainer holds the producer (backpressure), so every trainer reads every step from where
+//    it joined. Until `expected_trainers` trainers have joined nothing leaves (so that
+//    trainers starting at different times all read from step 0 while the window holds it).
+// Steps leave only when the producer needs room: the window keeps what fits, and a trainer
+// that joins starts at the oldest step it still holds.
+//
+// Worked example, window of 3 steps, skipping mode, trainers A and B: the producer pushes
+// 0, 1, 2 and waits (no one has read step 0). A reads 0, 1 (A's cursor 2): 3 evicts 0, 4
+// evicts 1, then the producer waits again (A has not read 2). B, still at 0, reads next: it
+// skips 0 and 1 (skipped_steps 2) and gets 2. In lossless mode 3 would wait for B to read 0.
+//
+// Memory: at most window_bytes of steps, but an empty window always admits one step (a step
+// larger than the window still flows). Each step is produced once (Stats::steps_produced)
+// however many trainers read it.
+//
+// Client input: trainer ids are bounded in length and in number per window (INVALID_ARGUMENT /
+// RESOURCE_EXHAUSTED naming the id and the bound); a trainer removed (RemoveTrainer: the
+// coordinator declared it gone) frees its slot.
+//
+// A step handed out by Next counts as read by the trainer: a stream that breaks after Next and
+// before the step reaches the trainer loses it for that trainer (unlike StepBuffer's keyed
+// reconnects). The window is for infinite or long datasets where a trainer wants the freshest
+// shared steps; a trainer that must resume exactly uses a job of its own.
+//
+// Thread-safe. Wake-ups registered by NotifyWhenReady / TryPush run without the lock, on the
+// thread that made the change, and must not block.
+#ifndef SLUICE_WORKER_CROSS_TRAINER_WINDOW_H_
+#define SLUICE_WORKER_CROSS_TRAINER_WINDOW_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/rpc/trainer_id.h"
+#include "worker/cursor_counts.h"
+#include "worker/step_buffer.h"
+
+namespace sluice {
+
+struct CrossTrainerWindowOptions {
+  // Bytes of steps the window keeps (TaskStep::bytes); at least one step is always admitted.
+  // Counted in the worker's memory budget as a task's step buffer is.
+  size_t window_bytes = size_t{64} << 20;
+  // See the class comment: false skips slow trainers ahead, true holds the producer.
+  bool lossless = false;
+  // Lossless mode: nothing leaves the window before this many trainers have joined (0: none
+  // awaited).
+  int64_t expected_trainers = 0;
+  // Bounds on client input: trainers at once, and the length of a trainer id.
+  int64_t max_trainers = kDefaultMaxTrainers;
+  size_t max_trainer_id_bytes = kMaxTrainerIdBytes;
+};
+
+class CrossTrainerWindow {
+ public:
+  using Callback = std::function<void()>;
+
+  // `on_change`, when set, is called (without the lock, must not block) after a change that
+  // can make drained() or producer_status() change: Finish, ConfirmEnd, RemoveTrainer.
+  explicit CrossTrainerWindow(CrossTrainerWindowOptions options, Callback on_change = nullptr);
+
+  // Producer: adds `step` (its task_step must be the next one) if the window has room or can
+  // make room by eviction (see the class comment). Otherwise returns false and registers
+  // `space` (replacing an earlier one), called once when room may have appeared; the producer
+  // then calls TryPush again. CANCELLED after Close().
+  absl::StatusOr<bool> TryPush(const std::shared_ptr<const TaskStep>& step, Callback space);
+  // Producer, blocking until the step is admitted. CANCELLED after Close().
+  absl::Status Push(std::shared_ptr<const TaskStep> step);
+  // Producer: no more steps; `status` is OK at the end of data or the pipeline's error, which
+  // trainers get after the steps before it.
+  void Finish(absl::Status status);
+  // Everything stops: Push returns CANCELLED, Next UNAVAILABLE.
+  void Close();
+  // The producer stops (Push returns CANCELLED); trainers are served what the window holds,
+  // then get UNAVAILABLE. Used to drain a worker.
+  void StopProducing();
+  // True after Close() or StopProducing().
+  bool producer_stopped() const;
+  // The status the producer finished with; OK before then.
+  absl::Status producer_status() const;
+
+  // A consumer of `trainer_id` joins: returns the trainer's slot, the same for every consumer
+  // of that id. A new trainer starts at the oldest step the window holds. INVALID_ARGUMENT for
+  // a bad id (core/rpc/trainer_id.h), RESOURCE_EXHAUSTED when max_trainers other trainers are
+  // joined.
+  absl::StatusOr<int64_t> Join(absl::string_view trainer_id);
+  // The coordinator declared the trainer gone: its cursor no longer holds anything (lossless
+  // mode) and its slot is free. Unknown ids are ignored. A consumer of it still reading gets
+  // NOT_FOUND; joining again starts a new trainer.
+  void RemoveTrainer(absl::string_view trainer_id);
+
+  // Waits until `deadline` for the trainer's next steps: on return *steps holds 1 to
+  // max_steps steps (fewer when they would exceed max_bytes, never fewer than one), or is
+  // empty with *end at the end of the task, or empty with neither at the deadline. The steps
+  // are the trainer's (its cursor moved past them). Errors: NOT_FOUND for a slot not joined
+  // (or removed), the pipeline's error after the steps before it, UNAVAILABLE after Close().
+  absl::Status Next(int64_t trainer, size_t max_steps, size_t max_bytes, absl::Time deadline,
+                    std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end);
+  // The same within `limits` (StepBuffer's: a stream's frame and credit; unacked_bytes is not
+  // used): when the trainer's next step costs more than limits.first_max, returns OK at once
+  // with no step and its cost in *blocked_cost (0 otherwise; may be null).
+  absl::Status Next(int64_t trainer, const StepLimits& limits, absl::Time deadline,
+                    std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end,
+                    size_t* blocked_cost = nullptr);
+  // True if Next(trainer, limits) would return at once (a step within first_max, the end or an
+  // error).
+  bool ReadyWithin(int64_t trainer, const StepLimits& limits) const;
+  // Streams that do not block in Next: if Next(trainer) would return at once, returns false
+  // and registers nothing; else registers `ready` under `key` (unique per stream; a new
+  // registration replaces the key's old one) and returns true: `ready` is called once, when a
+  // step, the end or an error arrives.
+  bool NotifyWhenReady(int64_t trainer, int64_t key, Callback ready);
+  // Removes `key`'s registration; after it returns, its callback is not called (unless it is
+  // running on another thread now).
+  void CancelNotify(int64_t key);
+  // A consumer of the trainer received the end of the task (its stream half-closed after it).
+  void ConfirmEnd(int64_t trainer);
+
+  struct TrainerStats {
+    std::string trainer_id;
+    int64_t slot = 0;
+    int64_t steps_read = 0;     // steps handed to this trainer's consumers
+    int64_t skipped_steps = 0;  // steps it missed: it fell behind the window (skipping mode)
+    int64_t lag_steps = 0;      // steps produced that it has not read and can still read
+    int64_t cursor = 0;         // the task step it reads next (after any skip due)
+  };
+  struct Stats {
+    int64_t steps_produced = 0;  // each produced once, whatever the number of trainers
+    int64_t steps_evicted = 0;
+    size_t bytes = 0;  // held now
+    size_t steps = 0;
+    size_t window_bytes = 0;
+    bool lossless = false;
+    bool producer_waiting = false;  // TryPush refused for want of room
+    std::vector<TrainerStats> trainers;  // by slot
+  };
+  // A consistent snapshot, O(trainers).
+  Stats stats() const;
+  // True once the producer finished and every joined trainer confirmed the end (at least one).
+  bool drained() const;
+
+ private:
+  struct Trainer {
+    std::string id;
+    bool joined = false;
+    bool ended = false;
+    int64_t cursor = 0;
+    int64_t steps_read = 0;
+    int64_t skipped = 0;
+  };
+  using Wakeups = std::vector<Callback>;
+
+  bool FitsLocked(const TaskStep& step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the oldest step may leave now (see the class comment).
+  bool CanEvictFrontLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts oldest steps until `step` fits or none may leave; true when it fits.
+  bool MakeRoomLocked(const TaskStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeups* wake)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves a trainer behind the window to its first step, counting the skip.
+  void ApplySkipLocked(Trainer* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetCursorLocked(Trainer* t, int64_t cursor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ReadyLocked(const Trainer& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The trainer's next step (after any skip due), or null.
+  const TaskStep* NextStepLocked(const Trainer& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After cursors moved: the producer may have room.
+  void WakeProducerLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WakeAllLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Trainer* FindLocked(int64_t trainer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CrossTrainerWindowOptions options_;
+  const Callback on_change_;
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::deque<std::shared_ptr<const TaskStep>> steps_ ABSL_GUARDED_BY(mu_);
+  int64_t first_step_ ABSL_GUARDED_BY(mu_) = 0;  // task step of steps_.front()
+  int64_t next_push_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t evicted_ ABSL_GUARDED_BY(mu_) = 0;
+  // The highest cursor any trainer reached (cursors only move forward, and a trainer joins at
+  // or below it): what skipping mode may evict below.
+  int64_t max_cursor_ ABSL_GUARDED_BY(mu_) = 0;
+  // Lossless mode: the joined trainers' cursors (the lowest one bounds eviction).
+  CursorCounts cursor_counts_ ABSL_GUARDED_BY(mu_);
+  int64_t joined_ever_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Trainer> trainers_ ABSL_GUARDED_BY(mu_);  // by slot; !joined: a free slot
+  absl::flat_hash_map<std::string, int64_t> slots_ ABSL_GUARDED_BY(mu_);
+  struct Waiter {
+    int64_t trainer = 0;
+    Callback ready;
+  };
+  absl::flat_hash_map<int64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  Callback producer_wake_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_producing_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_WORKER_CROSS_TRAINER_WINDOW_H_
