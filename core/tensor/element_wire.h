@@ -15,12 +15,19 @@
 
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "proto/tensor.pb.h"
 #include "sluice/element.h"
 
 namespace sluice {
 
 // Replaces *out with the serialized ElementProto of `e`. Keeps out's capacity.
 void SerializeElementProto(const Element& e, std::string* out);
+
+// The reading side: ElementFromProto (core/tensor/proto_convert.h, which defines this beside it
+// and checks the same), but the strings move out of *p instead of being copied; *p is left
+// unspecified. Saves one copy of every string of a snapshot element read back.
+absl::StatusOr<Element> ConsumeElementProto(proto::ElementProto* p);
 
 }  // namespace sluice
 

@@ -31,6 +31,19 @@ void ExpectSameBytesAndRoundTrip(const Element& e) {
   std::string again;
   SerializeElementProto(*back, &again);
   EXPECT_EQ(again, wire);
+  // The consuming parse gives the same element as the copying one.
+  absl::StatusOr<Element> consumed = ConsumeElementProto(&p);
+  ASSERT_TRUE(consumed.ok()) << consumed.status();
+  SerializeElementProto(*consumed, &again);
+  EXPECT_EQ(again, wire);
+}
+
+TEST(ElementWireTest, ConsumeElementProtoChecksLikeElementFromProto) {
+  proto::ElementProto p = ElementToProto(
+      Element(Tensor::FromStrings({"a", "b", "c"}, Shape({3}))));
+  p.mutable_tensors(0)->set_shape(0, 4);  // 4 strings claimed, 3 present
+  absl::StatusOr<Element> e = ConsumeElementProto(&p);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.status();
 }
 
 TEST(ElementWireTest, NumericStringScalarAndEmptyTensorsMatchTheProtoLibrary) {

@@ -127,7 +127,7 @@ absl::Status SnapshotChunkReader::Next(Element* out, bool* end_of_chunk) {
   if (!p.ParseFromString(record_)) {
     return ChunkCorrupt(filename(), index, "is not a serialized ElementProto");
   }
-  absl::StatusOr<Element> e = ElementFromProto(p);
+  absl::StatusOr<Element> e = ConsumeElementProto(&p);
   if (!e.ok()) return ChunkCorrupt(filename(), index, e.status().message());
   RETURN_IF_ERROR(CheckSpec(*e, spec_, filename(), index));
   *out = *std::move(e);
