@@ -1,5 +1,7 @@
 #include "core/tensor/proto_convert.h"
 
+#include "core/tensor/element_wire.h"
+
 #include <cstring>
 #include <set>
 
@@ -47,7 +49,12 @@ proto::TensorProto TensorToProto(const Tensor& t) {
   return p;
 }
 
-absl::StatusOr<Tensor> TensorFromProto(const proto::TensorProto& p) {
+namespace {
+
+// TensorFromProto; with `consume` (which is &p) the strings are moved out of the proto, not
+// copied.
+absl::StatusOr<Tensor> TensorFromProtoImpl(const proto::TensorProto& p,
+                                           proto::TensorProto* consume) {
   ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(p.dtype()));
   ASSIGN_OR_RETURN(Shape shape, ShapeFromProto(p.shape(), /*allow_unknown=*/false));
   // The element count and byte size, checked for overflow: a proto's shape may claim anything.
@@ -61,9 +68,14 @@ absl::StatusOr<Tensor> TensorFromProto(const proto::TensorProto& p) {
       return absl::InvalidArgumentError(absl::StrCat("string tensor of shape ", shape.ToString(),
                                                      " has ", p.string_val_size(), " values"));
     }
-    return Tensor::TryFromStrings(
-        std::vector<std::string>(p.string_val().begin(), p.string_val().end()), shape,
-        "a tensor proto");
+    std::vector<std::string> values;
+    if (consume != nullptr) {
+      values.reserve(consume->string_val_size());
+      for (std::string& v : *consume->mutable_string_val()) values.push_back(std::move(v));
+    } else {
+      values.assign(p.string_val().begin(), p.string_val().end());
+    }
+    return Tensor::TryFromStrings(std::move(values), shape, "a tensor proto");
   }
   int64_t need = 0;
   if (overflow || __builtin_mul_overflow(elements, static_cast<int64_t>(DTypeSize(dtype)), &need) ||
@@ -76,6 +88,12 @@ absl::StatusOr<Tensor> TensorFromProto(const proto::TensorProto& p) {
   ASSIGN_OR_RETURN(Tensor t, Tensor::TryAllocate(dtype, shape, "a tensor proto"));
   if (need > 0) std::memcpy(t.mutable_raw_data(), p.content().data(), need);
   return t;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> TensorFromProto(const proto::TensorProto& p) {
+  return TensorFromProtoImpl(p, nullptr);
 }
 
 proto::TensorSpecProto TensorSpecToProto(const TensorSpec& s) {
@@ -131,14 +149,31 @@ proto::ElementProto ElementToProto(const Element& e) {
   return p;
 }
 
-absl::StatusOr<Element> ElementFromProto(const proto::ElementProto& p) {
+namespace {
+
+absl::StatusOr<Element> ElementFromProtoImpl(const proto::ElementProto& p,
+                                             proto::ElementProto* consume) {
   ASSIGN_OR_RETURN(Nest<bool> structure, StructureFromProto(p.structure()));
   std::vector<Tensor> flat;
-  for (const auto& t : p.tensors()) {
-    ASSIGN_OR_RETURN(Tensor tensor, TensorFromProto(t));
+  flat.reserve(p.tensors_size());
+  for (int i = 0; i < p.tensors_size(); ++i) {
+    ASSIGN_OR_RETURN(Tensor tensor,
+                     TensorFromProtoImpl(p.tensors(i), consume == nullptr
+                                                           ? nullptr
+                                                           : consume->mutable_tensors(i)));
     flat.push_back(std::move(tensor));
   }
   return Element::Pack(structure, std::move(flat));
+}
+
+}  // namespace
+
+absl::StatusOr<Element> ElementFromProto(const proto::ElementProto& p) {
+  return ElementFromProtoImpl(p, nullptr);
+}
+
+absl::StatusOr<Element> ConsumeElementProto(proto::ElementProto* p) {
+  return ElementFromProtoImpl(*p, p);
 }
 
 proto::ElementSpecProto ElementSpecToProto(const ElementSpec& s) {

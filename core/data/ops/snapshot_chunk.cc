@@ -14,6 +14,7 @@
 #include "core/io/confined_open.h"
 #include "core/io/file_system.h"
 #include "core/io/input_stream.h"
+#include "core/tensor/element_wire.h"
 #include "core/tensor/proto_convert.h"
 #include "core/util/status_macros.h"
 
@@ -77,12 +78,17 @@ SnapshotChunkWriter::~SnapshotChunkWriter() {
 }
 
 absl::Status SnapshotChunkWriter::Append(const Element& element) {
-  record_.clear();
-  if (!ElementToProto(element).SerializeToString(&record_)) {
-    return absl::InternalError(absl::StrCat("cannot serialize an element for '", final_, "'"));
-  }
+  SerializeElementProto(element, &record_);
   RETURN_IF_ERROR(writer_->Write(record_));
   ++num_elements_;
+  unsynced_bytes_ += record_.size();
+  if (unsynced_bytes_ >= kWritebackEveryBytes) {
+    // Starts the write-back of what the file holds so far without waiting for it, so that the
+    // disk works while the next elements are produced and Commit()'s fsync finds little left
+    // to write. Advisory: a failure here is reported by that fsync, which checks every byte.
+    ::sync_file_range(sync_fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
+    unsynced_bytes_ = 0;
+  }
   return absl::OkStatus();
 }
 
@@ -121,7 +127,7 @@ absl::Status SnapshotChunkReader::Next(Element* out, bool* end_of_chunk) {
   if (!p.ParseFromString(record_)) {
     return ChunkCorrupt(filename(), index, "is not a serialized ElementProto");
   }
-  absl::StatusOr<Element> e = ElementFromProto(p);
+  absl::StatusOr<Element> e = ConsumeElementProto(&p);
   if (!e.ok()) return ChunkCorrupt(filename(), index, e.status().message());
   RETURN_IF_ERROR(CheckSpec(*e, spec_, filename(), index));
   *out = *std::move(e);

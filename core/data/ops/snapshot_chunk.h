@@ -60,13 +60,18 @@ class SnapshotChunkWriter {
         writer_(std::move(writer)),
         sync_fd_(sync_fd) {}
 
+  // Append() starts the write-back of the temporary file after this many bytes (sync_file_range
+  // without waiting): Commit()'s fsync then waits for the last few MiB, not the whole chunk.
+  static constexpr int64_t kWritebackEveryBytes = 8 << 20;
+
   const std::string temp_;
   const std::string final_;
   std::unique_ptr<TFRecordWriter> writer_;
   int sync_fd_;  // a second descriptor of temp_, for the fsync after the writer closes
   bool committed_ = false;
   int64_t num_elements_ = 0;
-  std::string record_;
+  int64_t unsynced_bytes_ = 0;  // appended since the last write-back started
+  std::string record_;  // reused: one allocation per chunk once it fits the largest element
 };
 
 class SnapshotChunkReader {
