@@ -19,6 +19,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/data/deferred_check_blocks.h"
 #include "core/data/executor.h"
 #include "core/data/iterator.h"
@@ -28,6 +31,7 @@
 #include "core/data/ops/source_iterators.h"
 #include "core/io/tfrecord_writer.h"
 #include "core/tensor/host_memory.h"
+#include "core/util/thread_pool.h"
 #include "gtest/gtest.h"
 #include "proto/example.pb.h"
 #include "sluice/dataset.h"
@@ -762,6 +766,84 @@ TEST(BulkPathTest, APoolPulledMapReadsAheadWhileItsConsumerIsAway) {
   }
   EXPECT_TRUE(end);
   EXPECT_EQ(next, 100000);
+}
+
+// Returns once every closure scheduled on the process's pool before this call has returned (or
+// after `timeout`): it holds each of the pool's threads in a closure of its own until all of
+// them are in one, and a thread takes its next closure only once its last one has returned.
+void AwaitPoolClosuresScheduledBefore(absl::Duration timeout) {
+  struct Barrier {
+    explicit Barrier(int threads) : threads(threads) {}
+    bool AllIn() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return entered == threads; }
+    const int threads;
+    absl::Mutex mu;
+    int entered ABSL_GUARDED_BY(mu) = 0;
+    bool released ABSL_GUARDED_BY(mu) = false;
+  };
+  // Shared: the closures may outlive a timeout.
+  const auto barrier = std::make_shared<Barrier>(ProcessThreadPool().num_threads());
+  for (int i = 0; i < barrier->threads; ++i) {
+    ProcessThreadPool().Schedule([barrier, timeout] {
+      absl::MutexLock lock(&barrier->mu);
+      ++barrier->entered;
+      barrier->mu.AwaitWithTimeout(absl::Condition(&barrier->released), timeout);
+    });
+  }
+  absl::MutexLock lock(&barrier->mu);
+  barrier->mu.AwaitWithTimeout(absl::Condition(barrier.get(), &Barrier::AllIn), timeout);
+  barrier->released = true;
+}
+
+// Once the pool's jobs have stopped reading at the bound (2 * parallelism blocks held while
+// the consumer was away), a block the consumer takes frees room and the pool reads again,
+// without waiting for the consumer to find no block ready. The test above failed when its
+// first take came only after the jobs had stopped (4 read, none after, on a loaded machine);
+// here the jobs are let stop first, every time.
+TEST(BulkPathTest, APoolPulledMapReadsAgainOnceItsConsumerTakesFromAFullMap) {
+  auto source = std::make_unique<CountingPoolSource>(
+      *NewRangeIterator("source (range)", 0, 1000, 1));
+  const std::shared_ptr<std::atomic<int64_t>> blocks = source->blocks;
+  ElementFn same = [](Element e) -> absl::StatusOr<Element> { return e; };
+  std::unique_ptr<Iterator> map = NewMapIterator("op 1 (map)", std::move(source), same,
+                                                 /*num_parallel_calls=*/2,
+                                                 /*deterministic=*/true, same);
+  // What is waited out: a few reads of 5 rows on the pool, whose threads may wait long for a
+  // core on a loaded machine.
+  const absl::Duration timeout = absl::Seconds(60);
+  const auto await_blocks = [&](int64_t at_least) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (blocks->load() < at_least && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return blocks->load();
+  };
+  Element out;
+  int64_t n = 0;
+  bool end = false;
+  int64_t next = 0;
+  const auto take = [&](int64_t max) {
+    ASSERT_TRUE(map->GetNextBlock(max, &out, &n, &end).ok());
+    ASSERT_FALSE(end);
+    ASSERT_EQ(n, 5);  // one whole block of ceil(10 / 2) rows
+    for (int64_t k = 0; k < n; ++k) ASSERT_EQ(out.leaf().data<int64_t>()[k], next++);
+  };
+  ASSERT_NO_FATAL_FAILURE(take(10));
+  ASSERT_GE(await_blocks(5), 5);
+  // The jobs read no further now: every one queued has returned, the last finding no room.
+  AwaitPoolClosuresScheduledBefore(timeout);
+  const int64_t read = blocks->load();
+  const int64_t held = read - 1;
+  ASSERT_GE(held, 4);
+  // Takes down to 3 held, every block ready, so the consumer never waits, runs or queues a
+  // read for want of one; only the take's freeing of room can start the next read.
+  for (int64_t i = 0; i < held - 3; ++i) ASSERT_NO_FATAL_FAILURE(take(5));
+  EXPECT_GE(await_blocks(read + 1), read + 1) << "nothing read after a take left 3 held";
+  for (int i = 0; i < 1000 && !end; ++i) {
+    ASSERT_TRUE(map->GetNextBlock(10, &out, &n, &end).ok());
+    for (int64_t k = 0; k < n; ++k) ASSERT_EQ(out.leaf().data<int64_t>()[k], next++);
+  }
+  EXPECT_TRUE(end);
+  EXPECT_EQ(next, 1000);
 }
 
 // A source of `n` elements, each a string of `bytes` bytes holding its index, counting pulls.

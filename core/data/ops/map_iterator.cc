@@ -316,42 +316,42 @@ class ParallelMapIterator : public OpIterator {
                                 bool* end_of_sequence) ABSL_LOCKS_EXCLUDED(mu_, in_mu_) {
     while (true) {
       bool help = false;
+      bool taken = false;
+      absl::Status taken_status;
       int64_t schedule = 0;
       {
         absl::MutexLock lock(&mu_);
         // The largest slice asked for so far: a batch asks for its remaining rows after each
         // block, and blocks that shrink with them would cost more hand-offs per batch.
         unit_rows_ = std::max(unit_rows_, (max_elements + parallelism_ - 1) / parallelism_);
-        if (FindReady()) {
-          absl::Status s = TakeBlock(max_elements, out, n);
+        taken = FindReady();
+        if (taken) {
+          taken_status = TakeBlock(max_elements, out, n);
           if (autotune_) CountOutputs(*n);
-          return s;
-        }
-        // No unit can be queued once the input is done (Pull checks under mu_).
-        if (units_.empty() && input_done_) {
+        } else if (units_.empty() && input_done_) {
+          // No unit can be queued once the input is done (Pull checks under mu_).
           if (terminal_.ok()) *end_of_sequence = true;
           return terminal_;
         }
         // Keep `parallelism_` jobs queued or pulling, and at most 2 * parallelism_ units held
-        // or coming.
-        while (!input_done_ && queued_pulls_ + pulling_ < parallelism_ &&
-               static_cast<int64_t>(units_.size()) + queued_pulls_ < 2 * parallelism_) {
-          ++queued_pulls_;
-          ++schedule;
-        }
+        // or coming. After a take too: the jobs' read-ahead may have stopped at that bound
+        // while the consumer was away, and nothing else would read again until the consumer
+        // next finds no block ready.
+        schedule = QueuePulls(parallelism_);
         // Every unit not done is being read or mapped by a running job: the consumer waits only
         // for those, and runs a job still queued (possibly behind itself) rather than wait.
-        if (queued_pulls_ > 0) {
+        if (!taken && queued_pulls_ > 0) {
           --queued_pulls_;
           ++pulling_;
           help = true;
-        } else {
+        } else if (!taken) {
           const auto start = std::chrono::steady_clock::now();
           done_.Wait(&mu_);
           stall_ += std::chrono::steady_clock::now() - start;
         }
       }
       for (int64_t i = 0; i < schedule; ++i) SchedulePull();
+      if (taken) return taken_status;
       if (help) {
         const auto start = std::chrono::steady_clock::now();
         Pull();
@@ -391,13 +391,23 @@ class ParallelMapIterator : public OpIterator {
       absl::MutexLock lock(&mu_);
       --pulling_;
       done_.SignalAll();
-      if (!cancelled_ && !input_done_ && queued_pulls_ + pulling_ < parallelism_ &&
-          static_cast<int64_t>(units_.size()) + queued_pulls_ < 2 * parallelism_) {
-        ++queued_pulls_;
-        more = true;
-      }
+      more = QueuePulls(1) == 1;
     }
     if (more) SchedulePull();
+  }
+
+  // Counts up to `most` pull jobs more in queued_pulls_ while fewer than parallelism_ are
+  // queued or pulling and fewer than 2 * parallelism_ units are held or coming; returns how
+  // many, for the caller to schedule (SchedulePull) once it has released mu_.
+  int64_t QueuePulls(int64_t most) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int64_t queued = 0;
+    while (queued < most && !cancelled_ && !input_done_ &&
+           queued_pulls_ + pulling_ < parallelism_ &&
+           static_cast<int64_t>(units_.size()) + queued_pulls_ < 2 * parallelism_) {
+      ++queued_pulls_;
+      ++queued;
+    }
+    return queued;
   }
 
   // Queues a unit and reads its input block under in_mu_ (so units are queued in read order),

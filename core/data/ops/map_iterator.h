@@ -60,7 +60,8 @@ using ElementFn = std::function<absl::StatusOr<Element>(Element)>;
 // input's lock, reads the next block, releases the lock and maps it, so one job reads while
 // others map and the consumer's thread only hands out mapped blocks (or runs a job still
 // queued rather than wait). A finished job queues the next one itself while fewer than
-// 2 * parallelism blocks are held or coming, so the pool reads ahead while the consumer is away.
+// 2 * parallelism blocks are held or coming, so the pool reads ahead while the consumer is away;
+// a block the consumer takes queues one too when it frees room under that bound.
 // Blocks are queued in read order: same elements, order and errors. Under the input's lock a
 // TFRecord source only frames its records in the reader's buffers; copying them out and
 // verifying their data checksums is done after it, outside the lock
