@@ -162,6 +162,11 @@ class ServiceShuffle:
     FULL: ServiceShuffle
     BLOCK: ServiceShuffle
 
+class ServiceCompression:
+    NONE: ServiceCompression
+    LZ4: ServiceCompression
+    ZSTD: ServiceCompression
+
 class _ServiceOptions:
     coordinator_address: str
     job_name: str
@@ -173,6 +178,8 @@ class _ServiceOptions:
     receive_budget_bytes: int
     fetch_to_device: bool
     per_replica_buffer_size: int
+    compression: ServiceCompression
+    force_compression: bool
     tls: bool
     tls_ca_file: str
     tls_cert_file: str
