@@ -307,7 +307,8 @@ void CoordinatorServer::Shutdown(absl::Duration deadline) {
     shut_down_ = true;
   }
   // Waiting watches are answered now, not cancelled at the deadline: workers watch again.
-  coordinator_->CloseAssignmentWatches();
+  // (No coordinator: Start failed before making one, e.g. on a corrupt journal.)
+  if (coordinator_ != nullptr) coordinator_->CloseAssignmentWatches();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline));
     server_->Wait();

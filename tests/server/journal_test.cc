@@ -647,6 +647,14 @@ TEST(StateSnapshotTest, RestoreOfSnapshotGivesAnEqualStateForEveryKindOfUpdate) 
     proto::Update owned_job = Job(5, "owned", "ds-d", proto::SHARDING_DATA, 1);
     owned_job.mutable_create_job()->set_owner("bob");
     history.push_back(owned_job);
+    // A job shared across trainers, and a trainer joining it.
+    proto::Update shared_job = Job(6, "shared", "ds-d", proto::SHARDING_DATA, 1);
+    shared_job.mutable_create_job()->mutable_options()->mutable_cross_trainer()->set_enabled(true);
+    history.push_back(shared_job);
+    proto::Update joined;
+    joined.mutable_trainer_joined()->set_job_id(6);
+    joined.mutable_trainer_joined()->set_trainer_id("trial-3");
+    history.push_back(joined);
   }
 
   CoordinatorState state;
