@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/data/ops/snapshot_chunk.h"
@@ -92,7 +93,13 @@ absl::StatusOr<Dataset> JobDataset(const Dataset& dataset, const std::string& di
 absl::Status RunJob(const Dataset& job, const std::string& directory,
                     const SnapshotSaveOptions& options, ChunkReports* reports) {
   ServiceOptions service = options.service;
-  service.job_name = absl::StrCat("snapshot:", directory);
+  // One job per SaveSnapshot call: a resumed save (a new call) must not join the job of an
+  // earlier call, which may have ended and whose tasks the workers have dropped; what the earlier
+  // call committed is kept anyway (a committed chunk is not computed again). Within this call,
+  // the name lets the saver rejoin its job after a coordinator restart.
+  absl::BitGen gen;
+  service.job_name = absl::StrCat("snapshot:", directory, ":",
+                                  absl::Hex(absl::Uniform<uint64_t>(gen), absl::kZeroPad16));
   service.consumer_index = 0;
   service.num_consumers = 1;
   service.read_mode = ServiceReadMode::kIndependent;

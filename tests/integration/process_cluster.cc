@@ -222,13 +222,37 @@ absl::Status ProcessCluster::RestartWorker(int i) {
     if (state_[i] == WorkerState::kStopped) (void)workers_[i]->Signal(SIGCONT);
     if (absl::Status s = KillWorker(i); !s.ok()) return s;
   }
+  // The old process is dead from here: a heartbeat the coordinator saw after this instant is the
+  // new process's. (Its address being alive is not enough: the old registration stays alive
+  // until the coordinator's worker timeout.)
+  const absl::Time started = absl::Now();
   absl::StatusOr<int> restarted = StartWorker(i, port);
   if (!restarted.ok()) return restarted.status();
   if (worker_addresses_[i] != address) {
     return absl::FailedPreconditionError(absl::StrCat("worker ", i, " restarted on ",
                                                       worker_addresses_[i], ", not ", address));
   }
-  return WaitForWorkersAlive({address});
+  const absl::Time deadline = absl::Now() + options_.start_timeout;
+  while (true) {
+    // Asked before the call: a heartbeat seen within this of the status is after `started`.
+    const double since_start = absl::ToDoubleSeconds(absl::Now() - started);
+    absl::StatusOr<proto::GetStatusResponse> status = Status();
+    if (status.ok()) {
+      for (const proto::WorkerStatus& w : status->workers()) {
+        if (w.address() == address && w.alive() && w.seconds_since_heartbeat() >= 0 &&
+            w.seconds_since_heartbeat() < since_start) {
+          return absl::OkStatus();
+        }
+      }
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "restarted worker ", address, " sent no heartbeat within ",
+          absl::FormatDuration(options_.start_timeout), " (last status: ",
+          status.status().ToString(), ")\n", Logs()));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
 }
 
 absl::StatusOr<int> ProcessCluster::AddWorker() {

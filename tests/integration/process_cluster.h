@@ -86,7 +86,8 @@ class ProcessCluster {
 
   // SIGKILL to worker i (if it still runs), then a new sluice-worker process on the same port
   // (a restart at the same address: a new process incarnation), waited for until the
-  // coordinator lists its address alive.
+  // coordinator has seen a heartbeat sent after the kill (the new process's: the old
+  // registration stays alive until the worker timeout).
   absl::Status RestartWorker(int i);
 
   // Starts one more worker (same flags as the others) and waits until the coordinator lists it
