@@ -524,10 +524,13 @@ TEST(DevicePrefetcherTest, GrowsASlotWhenABiggerStepComesAndKeepsItAfterwards) {
     ExpectStep(step, s, so.rows_of(s), fake.get());
   }
   DevicePrefetcher::Stats stats = AsPrefetcher(source.get())->stats();
-  // At most two slots (depth 1 + the one held), allocated once each, and one of them grown
-  // once for step 3; the smaller steps after it fit.
+  // At most two slots (depth 1 + the one held), allocated once each, and at most one
+  // allocation more: a slot grown once for step 3 (when both slots already held an 8-row step;
+  // when the trainer released each step before the next was placed, the second slot is first
+  // allocated for step 3 at its size and nothing grows); the smaller steps after it fit.
   EXPECT_LE(stats.slots, 2);
-  EXPECT_EQ(stats.device_allocations, stats.slots + 1);
+  EXPECT_GE(stats.device_allocations, stats.slots);
+  EXPECT_LE(stats.device_allocations, stats.slots + 1);
 }
 
 TEST(DevicePrefetcherTest, NeverPullsMoreThanItsDepthAhead) {
