@@ -159,9 +159,11 @@ TEST(ClusterMetricsTest, ScrapedAndParsedDuringARun) {
   ASSERT_EQ(*read, kSteps);
   ASSERT_EQ(scrapes.size(), 2u);
 
-  // During the run: steps flowed, the workers and buffers are visible.
+  // During the run: steps flowed, the workers and buffers are visible. (A step is counted
+  // delivered when its write completes on the worker, which can come after the consumer read
+  // it: the 11 steps read are not all counted yet; the end of the run checks the exact count.)
   const testing::PromText& first = scrapes[0];
-  EXPECT_GE(first.Sum("sluice_worker_steps_delivered_total"), 11);
+  EXPECT_GT(first.Sum("sluice_worker_steps_delivered_total"), 0);
   EXPECT_GT(first.Sum("sluice_worker_bytes_delivered_total"), 0);
   EXPECT_GE(first.Sum("sluice_worker_task_steps_produced_total"), 11);
   EXPECT_EQ(first.Sum("sluice_coordinator_workers", {{"state", "alive"}}), 2);
