@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "server/assignment_watchers.h"
 #include "server/coordinator.h"
+#include "tests/server/server_test_util.h"
 
 namespace sluice {
 namespace {
@@ -108,18 +109,9 @@ class CoordinatorWatchTest : public ::testing::Test {
 
   proto::WorkerHeartbeatResponse Heartbeat(const std::string& address,
                                            const proto::WorkerHeartbeatResponse* known) {
-    proto::WorkerHeartbeatRequest req;
-    req.set_wire_version(proto::WIRE_VERSION_1);
-    req.set_worker_address(address);
+    proto::WorkerHeartbeatRequest req = server_test::HeartbeatRequestFrom(address, known);
     req.set_process_incarnation(kIncarnation);
-    if (known != nullptr) {
-      req.set_known_incarnation(known->incarnation());
-      req.set_known_version(known->version());
-    }
-    proto::WorkerHeartbeatResponse resp;
-    absl::Status s = coordinator_->WorkerHeartbeat(req, &resp);
-    EXPECT_TRUE(s.ok()) << s;
-    return resp;
+    return server_test::HeartbeatExpectingOk(*coordinator_, req);
   }
 
   absl::StatusOr<uint64_t> Watch(const std::string& address,

@@ -12,7 +12,10 @@
 #include "sluice/dataset.h"
 #include "core/data/executor.h"
 #include "core/data/iterator.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.pb.h"
 #include "proto/dataset.pb.h"
+#include "server/coordinator.h"
 
 namespace sluice {
 namespace server_test {
@@ -51,6 +54,29 @@ inline absl::StatusOr<std::vector<int64_t>> RunValues(const proto::DatasetDef& d
 inline std::vector<std::string> Filenames(const proto::DatasetDef& def) {
   const auto& f = def.source().text_line().filenames();
   return std::vector<std::string>(f.begin(), f.end());
+}
+
+// A worker heartbeat from `address` (wire version 1) acknowledging `known`, the coordinator's
+// previous answer to this worker (nullptr: none yet); callers add tasks or an incarnation.
+inline proto::WorkerHeartbeatRequest HeartbeatRequestFrom(
+    const std::string& address, const proto::WorkerHeartbeatResponse* known) {
+  proto::WorkerHeartbeatRequest req;
+  req.set_wire_version(proto::WIRE_VERSION_1);
+  req.set_worker_address(address);
+  if (known != nullptr) {
+    req.set_known_incarnation(known->incarnation());
+    req.set_known_version(known->version());
+  }
+  return req;
+}
+
+// `coordinator`'s answer to `req`, which the test expects to succeed.
+inline proto::WorkerHeartbeatResponse HeartbeatExpectingOk(Coordinator& coordinator,
+                                                           const proto::WorkerHeartbeatRequest& req) {
+  proto::WorkerHeartbeatResponse resp;
+  absl::Status s = coordinator.WorkerHeartbeat(req, &resp);
+  EXPECT_TRUE(s.ok()) << s;
+  return resp;
 }
 
 }  // namespace server_test

@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
+#include "tests/server/server_test_util.h"
 #include "server/heartbeat_versions.h"
 
 namespace sluice {
@@ -51,19 +52,10 @@ class VersionedHeartbeatTest : public ::testing::Test {
                                         std::vector<int64_t> active = {},
                                         std::vector<int64_t> finished = {},
                                         const proto::WorkerHeartbeatResponse* known = nullptr) {
-    proto::WorkerHeartbeatRequest req;
-    req.set_wire_version(proto::WIRE_VERSION_1);
-    req.set_worker_address(address);
+    proto::WorkerHeartbeatRequest req = server_test::HeartbeatRequestFrom(address, known);
     for (int64_t t : active) req.add_active_task_ids(t);
     for (int64_t t : finished) req.add_finished_task_ids(t);
-    if (known != nullptr) {
-      req.set_known_incarnation(known->incarnation());
-      req.set_known_version(known->version());
-    }
-    proto::WorkerHeartbeatResponse resp;
-    absl::Status s = coordinator_->WorkerHeartbeat(req, &resp);
-    EXPECT_TRUE(s.ok()) << s;
-    return resp;
+    return server_test::HeartbeatExpectingOk(*coordinator_, req);
   }
 
   proto::ClientHeartbeatResponse Client(int64_t job_id,
