@@ -63,7 +63,7 @@ absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Create(size_t bytes) {
   if (fd.get() < 0) return refund(Errno("memfd_create"));
   if (ftruncate(fd.get(), static_cast<off_t>(size)) != 0) return refund(Errno("ftruncate"));
   if (fcntl(fd.get(), F_ADD_SEALS, kRequiredSeals) != 0) return refund(Errno("F_ADD_SEALS"));
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) {
     return refund(errno == ENOMEM ? absl::ResourceExhaustedError(absl::StrCat(
                                         "shared memory: cannot map ", size, " bytes"))
@@ -94,7 +94,7 @@ absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Map(UniqueFd fd, size_t 
     return absl::FailedPreconditionError(
         "shared memory: the segment is not sealed against shrinking and growing");
   }
-  void* p = mmap(nullptr, expected_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+  void* p = mmap(nullptr, expected_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
                  fd.get(), 0);
   if (p == MAP_FAILED) return Errno("mmap");
   return std::shared_ptr<ShmSegment>(

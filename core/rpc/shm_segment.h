@@ -51,15 +51,20 @@ inline constexpr char kShmSegmentName[] = "sluice-shm";
 class ShmSegment {
  public:
   // A new segment of `bytes` (rounded up to the page size; > 0 and at most 1 TiB), charged to
-  // ProcessMemoryBudget() while it lives and populated so that writing it faults no page.
+  // ProcessMemoryBudget() while it lives. Not populated: a page is allocated when the ring
+  // first reaches it, so creating a 256 MiB segment costs microseconds, not the ~100 ms of
+  // zeroing it that used to delay every stream's first step (bench/RESULTS.md, issue 28), and
+  // a short job touches only the pages its steps fill.
   // RESOURCE_EXHAUSTED when the budget or the system refuses; INVALID_ARGUMENT for a bad size;
   // INTERNAL naming the call that failed.
   static absl::StatusOr<std::shared_ptr<ShmSegment>> Create(size_t bytes);
   // Maps a segment received from a peer: `fd` must be a regular file (a memfd) of exactly
   // `expected_bytes` bytes, sealed against shrinking and growing and its seals sealed (else a
   // peer could truncate it under the mapping and fault this process); FAILED_PRECONDITION
-  // naming what is wrong otherwise. Mapped read-write shared: the peer never reads it back,
-  // so what the consumer writes into its own tensors concerns only them.
+  // naming what is wrong otherwise. Mapped without populating (pages map in as the ring
+  // reaches them: the stream's first frame waits for no whole-segment work), read-write
+  // shared: the peer never reads it back, so what the consumer writes into its own tensors
+  // concerns only them.
   static absl::StatusOr<std::shared_ptr<ShmSegment>> Map(UniqueFd fd, size_t expected_bytes);
 
   ~ShmSegment();
