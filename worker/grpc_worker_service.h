@@ -51,7 +51,9 @@ inline constexpr char kStreamStepsMethod[] = "/sluice.proto.WorkerService/Stream
 class TaskLookup {
  public:
   virtual ~TaskLookup() = default;
-  // UNAVAILABLE when this worker does not run the task (not yet, or no longer).
+  // UNAVAILABLE when this worker does not run the task (not yet, or no longer). May block for
+  // a bounded time (a consumer that arrives before its task: see WorkerServer::FindTask); the
+  // service calls it on its open pool, never on gRPC's threads.
   virtual absl::StatusOr<std::shared_ptr<TaskRunner>> FindTask(int64_t job_id,
                                                                int64_t task_id) = 0;
 };

@@ -150,6 +150,24 @@ int64_t WorkerServer::worker_id() const {
 absl::StatusOr<std::shared_ptr<TaskRunner>> WorkerServer::FindTask(int64_t job_id,
                                                                    int64_t task_id) {
   absl::MutexLock lock(&mu_);
+  const absl::Time give_up = absl::Now() + options_.unknown_task_wait;
+  if (!tasks_.contains(task_id) && !building_.contains(task_id) && !stopping_) {
+    // The next heartbeat goes now (the heartbeat thread wakes for assignment_changed_), and
+    // it is sent after this call arrived, so after the coordinator made the task the consumer
+    // names: its answer lists the task if it is ours.
+    const uint64_t answer = heartbeats_sent_ + 1;
+    assignment_changed_ = true;
+    wake_->Signal();
+    auto answered = [this, answer]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || heartbeats_answered_ >= answer;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&answered), give_up);
+  }
+  // A task handed over is built on build_thread_: wait for its runner.
+  auto built = [this, task_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || !building_.contains(task_id);
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&built), give_up);
   auto it = tasks_.find(task_id);
   if (it == tasks_.end() || it->second->task().job_id() != job_id) {
     return absl::UnavailableError(absl::StrCat("worker ", address_, " does not run task ",
@@ -173,6 +191,7 @@ WorkerServer::TaskSnapshot WorkerServer::Tasks() const {
 
 absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   proto::WorkerHeartbeatRequest request;
+  uint64_t sequence = 0;  // this heartbeat's, counted in heartbeats_sent_
   request.set_wire_version(proto::WIRE_VERSION_1);
   request.set_worker_address(address_);
   request.set_process_incarnation(process_incarnation_);
@@ -182,6 +201,7 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
     request.set_known_incarnation(known_incarnation_);
     request.set_known_version(known_version_);
     assignment_changed_ = false;  // this heartbeat fetches the change
+    sequence = ++heartbeats_sent_;
     for (const auto& [id, runner] : tasks_) {
       if (runner->finished()) {
         request.add_finished_task_ids(id);
@@ -213,10 +233,14 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   context.set_deadline(
       absl::ToChronoTime(absl::Now() + std::min(options_.rpc_deadline, deadline)));
   proto::WorkerHeartbeatResponse response;
-  RETURN_IF_ERROR(FromGrpcStatus(coordinator_->WorkerHeartbeat(&context, request, &response)));
+  const absl::Status sent =
+      FromGrpcStatus(coordinator_->WorkerHeartbeat(&context, request, &response));
 
   std::vector<std::shared_ptr<TaskRunner>> to_close;
   absl::MutexLock lock(&mu_);
+  // Applied below (under this lock) or failed: FindTask's waiters look again either way.
+  heartbeats_answered_ = std::max(heartbeats_answered_, sequence);
+  RETURN_IF_ERROR(sent);
   if (stopping_) return absl::OkStatus();
   reported_finished_.insert(request.finished_task_ids().begin(),
                             request.finished_task_ids().end());

@@ -96,6 +96,10 @@ struct WorkerServerOptions {
   absl::Duration max_backoff = absl::Seconds(10);
   // Deadline of each coordinator RPC.
   absl::Duration rpc_deadline = absl::Seconds(10);
+  // A consumer whose stream reaches this worker before its task (FindTask) waits at most this
+  // long for the heartbeat it triggers and for the task's pipeline to be built, instead of
+  // being refused and retrying after its backoff (see FindTask).
+  absl::Duration unknown_task_wait = absl::Seconds(5);
   WorkerServiceOptions service;
   // The executor of every pipeline built here. Its check_graph, when set, runs before the
   // data-root and dataset-limit checks Start() adds (tests delay or fail builds with it).
@@ -145,6 +149,14 @@ class WorkerServer : public TaskLookup {
   void Stop();
 
   // TaskLookup.
+  // The runner of `task_id` of `job_id`. A consumer learns its task from the coordinator and
+  // may dial this worker before the task reached it (the assignment watch, the heartbeat it
+  // wakes and the pipeline build are in flight): a task unknown here makes the heartbeat
+  // thread fetch the assignment at once, and the call waits for the answer to a heartbeat
+  // sent after it arrived, then for the task's build, so that the consumer's first call gets
+  // its task rather than a refusal and a retry after its backoff. Blocks at most
+  // unknown_task_wait (and returns as soon as that answer says the task is not ours).
+  // UNAVAILABLE when the task is not (or no longer) this worker's, or the job differs.
   absl::StatusOr<std::shared_ptr<TaskRunner>> FindTask(int64_t job_id, int64_t task_id) override;
   // The task runners this worker holds now (metrics: worker/worker_metrics.h).
   std::vector<std::shared_ptr<TaskRunner>> TaskRunners() const;
@@ -263,6 +275,10 @@ class WorkerServer : public TaskLookup {
   uint64_t watched_version_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::ClientContext* watch_call_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool assignment_changed_ ABSL_GUARDED_BY(mu_) = false;
+  // Heartbeats sent, and the highest of them answered (applied or failed): FindTask waits for
+  // the answer to one sent after a consumer asked for a task unknown here.
+  uint64_t heartbeats_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t heartbeats_answered_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread watch_thread_;
   // Tasks handed over and not yet built (BuildLoop): queued in to_build_, and in building_
   // until their runner is in tasks_ (heartbeats list them as active meanwhile). A task the

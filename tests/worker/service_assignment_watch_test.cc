@@ -61,5 +61,26 @@ TEST(ServiceAssignmentWatchTest, RangesMadeAsWorkersFinishReachTheOtherWorkerToo
   ExpectExactlyOnce(results, 96);
 }
 
+TEST(ServiceAssignmentWatchTest, AConsumersFirstCallBringsItsTaskToAWorkerThatWatchesNothing) {
+  // No watch, heartbeats hourly on the workers and on the consumers: after registering, a
+  // worker hears of a new task only when a consumer's stream asks it for one
+  // (WorkerServer::FindTask fetches the assignment and waits for it). Nothing on the path to
+  // the first step waits for a timer: without that fetch the stream is refused, and each
+  // retry is refused again until retry_deadline fails the consumer.
+  Cluster cluster(2, /*worker_timeout=*/kHour, size_t{64} << 20, [](WorkerServerOptions* w) {
+    HeartbeatHourly(w);
+    w->watch_assignments = false;
+  });
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    ServiceOptions o = Options(absl::StrCat("unwatched-", round));
+    o.heartbeat_interval = kHour;
+    auto results = ConsumeAll(cluster.address(), Dataset::Range(40).Batch(4), o,
+                              /*consumers=*/2, /*replicas=*/1);
+    for (const Consumed& r : results) ASSERT_TRUE(r.status.ok()) << r.status;
+    ExpectExactlyOnce(results, 40);
+  }
+}
+
 }  // namespace
 }  // namespace sluice
