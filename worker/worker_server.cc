@@ -151,7 +151,10 @@ absl::StatusOr<std::shared_ptr<TaskRunner>> WorkerServer::FindTask(int64_t job_i
                                                                    int64_t task_id) {
   absl::MutexLock lock(&mu_);
   const absl::Time give_up = absl::Now() + options_.unknown_task_wait;
-  if (!tasks_.contains(task_id) && !building_.contains(task_id) && !stopping_) {
+  // While heartbeats fail (the coordinator is down) no answer is coming: refuse at once rather
+  // than hold an open-pool thread, which streams of known tasks need, for unknown_task_wait.
+  if (!tasks_.contains(task_id) && !building_.contains(task_id) && !stopping_ &&
+      !last_heartbeat_failed_) {
     // The next heartbeat goes now (the heartbeat thread wakes for assignment_changed_), and
     // it is sent after this call arrived, so after the coordinator made the task the consumer
     // names: its answer lists the task if it is ours.
@@ -240,6 +243,7 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   absl::MutexLock lock(&mu_);
   // Applied below (under this lock) or failed: FindTask's waiters look again either way.
   heartbeats_answered_ = std::max(heartbeats_answered_, sequence);
+  last_heartbeat_failed_ = !sent.ok();
   RETURN_IF_ERROR(sent);
   if (stopping_) return absl::OkStatus();
   reported_finished_.insert(request.finished_task_ids().begin(),

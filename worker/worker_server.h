@@ -155,7 +155,8 @@ class WorkerServer : public TaskLookup {
   // thread fetch the assignment at once, and the call waits for the answer to a heartbeat
   // sent after it arrived, then for the task's build, so that the consumer's first call gets
   // its task rather than a refusal and a retry after its backoff. Blocks at most
-  // unknown_task_wait (and returns as soon as that answer says the task is not ours).
+  // unknown_task_wait (and returns as soon as that answer says the task is not ours; at once
+  // while the last heartbeat failed).
   // UNAVAILABLE when the task is not (or no longer) this worker's, or the job differs.
   absl::StatusOr<std::shared_ptr<TaskRunner>> FindTask(int64_t job_id, int64_t task_id) override;
   // The task runners this worker holds now (metrics: worker/worker_metrics.h).
@@ -279,6 +280,8 @@ class WorkerServer : public TaskLookup {
   // the answer to one sent after a consumer asked for a task unknown here.
   uint64_t heartbeats_sent_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t heartbeats_answered_ ABSL_GUARDED_BY(mu_) = 0;
+  // The last heartbeat failed: FindTask does not wait for an answer then.
+  bool last_heartbeat_failed_ ABSL_GUARDED_BY(mu_) = false;
   std::thread watch_thread_;
   // Tasks handed over and not yet built (BuildLoop): queued in to_build_, and in building_
   // until their runner is in tasks_ (heartbeats list them as active meanwhile). A task the
