@@ -4,10 +4,14 @@
 // heartbeats when its assignment watch is answered or a task of its own finishes. Every job
 // below is made after the workers' last heartbeat, so without the watch its consumers would
 // wait an hour for their first step and fail after retry_deadline without progress.
+#include <atomic>
+#include <future>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "sluice/service.h"
 #include "tests/worker/in_process_cluster.h"
@@ -80,6 +84,36 @@ TEST(ServiceAssignmentWatchTest, AConsumersFirstCallBringsItsTaskToAWorkerThatWa
     for (const Consumed& r : results) ASSERT_TRUE(r.status.ok()) << r.status;
     ExpectExactlyOnce(results, 40);
   }
+}
+
+TEST(ServiceAssignmentWatchTest, AWorkerCutOffFromItsCoordinatorRefusesAnUnknownTaskAtOnce) {
+  // A stream for a task this worker does not know waits for a heartbeat's answer, but none is
+  // coming while the coordinator is unreachable (nothing listens on port 1; heartbeats and
+  // their backoff an hour apart): the lookup must not hold its open-pool thread for
+  // unknown_task_wait (an hour here), which streams of known tasks need.
+  std::atomic<bool> logged_failure{false};
+  absl::Notification heartbeat_failed;
+  WorkerServerOptions w;
+  w.coordinator_address = "127.0.0.1:1";
+  HeartbeatHourly(&w);
+  w.max_backoff = kHour;
+  w.unknown_task_wait = kHour;
+  w.rpc_deadline = absl::Seconds(30);
+  w.log = [&](absl::string_view line) {
+    if (absl::StrContains(line, "failed") && !logged_failure.exchange(true)) {
+      heartbeat_failed.Notify();
+    }
+  };
+  auto worker = WorkerServer::Start(w);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  // The first heartbeat goes at start and fails within its rpc_deadline.
+  ASSERT_TRUE(heartbeat_failed.WaitForNotificationWithTimeout(2 * w.rpc_deadline));
+  auto lookup = std::async(std::launch::async, [&] { return (*worker)->FindTask(1, 1).status(); });
+  // Nothing to wait out: a minute is generous; a lookup still waiting then waits for the hour.
+  const bool answered = lookup.wait_for(std::chrono::minutes(1)) == std::future_status::ready;
+  (*worker)->Stop();  // ends a lookup still waiting
+  ASSERT_TRUE(answered) << "FindTask waited for a heartbeat answer while heartbeats fail";
+  EXPECT_EQ(lookup.get().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace
