@@ -55,7 +55,9 @@ def test_load_wait_reports_a_failed_save_at_once(cluster, tmp_path):
     strategy = sluice.MirroredStrategy(["CPU:0"])
     # The default timeout is 10 minutes: only the recorded failure ends this load quickly.
     loaded = sluice.data.Dataset.load(path, wait=True)
+    # wait=True lists no chunk files: no FILE auto-sharding of it.
+    off = sluice.InputOptions(auto_shard_policy=sluice.data.AutoShardPolicy.OFF)
     with pytest.raises(sluice.errors.FailedPreconditionError, match="save failed"):
-        list(strategy.experimental_distribute_dataset(loaded))
+        list(strategy.experimental_distribute_dataset(loaded, options=off))
     with pytest.raises(sluice.errors.FailedPreconditionError, match="save failed"):
         sluice.data.Dataset.load(path)

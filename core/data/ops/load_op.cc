@@ -203,6 +203,7 @@ class LoadIterator : public OpIterator {
       }
       if (!pending_.empty()) {
         poll_ = kFirstPoll;
+        last_change_ = absl::InfinitePast();  // grown: the timeout starts again at the next look
         return absl::OkStatus();
       }
       if (m.done()) {
