@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Distributed snapshots (docs/SNAPSHOTS.md): save and load rates against the pipeline's own.
 
-    python3 bench/snapshot_bench.py BUILD [NUM_WORKERS]
+    python3 bench/snapshot_bench.py BUILD [NUM_WORKERS] [REPEAT]
 
 On the TFRecord parse pipeline (sluicectl gen: 8 files x 8192 records of 3 KiB,
 tf_record_dataset(...).map(parse_example({image, label})).batch(256)), through a local
@@ -10,7 +10,9 @@ coordinator + NUM_WORKERS workers (default 2):
   2. `sluicectl save` of the same pipeline: steps (chunks' elements) per wall second, and the
      CPU seconds of the workers and sluicectl over it;
   3. `sluicectl bench` (local, in-process) of the pipeline and of load('DIR'): steps/s and the
-     process's CPU seconds per step.
+     process's CPU seconds per step, over one pass (256 steps: the process's start-up and the
+     first reads weigh in) and over REPEAT passes (`.repeat(REPEAT)` on both, default 10: the
+     steady rate; from the page cache, as the chunks were just written).
 Prints the load average next to every figure.
 """
 import json, os, resource, subprocess, sys, tempfile, time
@@ -19,6 +21,7 @@ from sluice_cluster import SluiceCluster, run_sluicectl_bench
 
 build = os.path.abspath(sys.argv[1])
 num_workers = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+repeat = int(sys.argv[3]) if len(sys.argv) > 3 else 10
 ctl = os.path.join(build, "bin", "sluicectl")
 
 
@@ -83,3 +86,12 @@ l_rate, l_cpu = local(f"load('{snap}/s')")
 print(f"local bench of load(): {l_rate:.1f} steps/s, {l_cpu * 1e3:.2f} ms CPU/step "
       f"load {load()}", flush=True)
 print(f"load / pipeline: {l_rate / p_rate:.2f}x steps/s, {p_cpu / l_cpu:.2f}x less CPU per step")
+
+p_rate, p_cpu = local(f"{parse}.repeat({repeat})")
+print(f"local bench of the pipeline x{repeat}: {p_rate:.1f} steps/s, {p_cpu * 1e3:.3f} ms CPU/step "
+      f"load {load()}", flush=True)
+l_rate, l_cpu = local(f"load('{snap}/s').repeat({repeat})")
+print(f"local bench of load() x{repeat}: {l_rate:.1f} steps/s, {l_cpu * 1e3:.3f} ms CPU/step "
+      f"load {load()}", flush=True)
+print(f"load / pipeline x{repeat}: {l_rate / p_rate:.2f}x steps/s, "
+      f"{p_cpu / l_cpu:.2f}x less CPU per step")

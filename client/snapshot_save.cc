@@ -68,7 +68,11 @@ absl::Status Prepare(const Dataset& dataset, const std::string& directory,
   } else {
     RETURN_IF_ERROR(lock);
   }
-  if (existing.ok()) return absl::OkStatus();
+  if (existing.ok()) {
+    if (existing->save_error().empty()) return absl::OkStatus();
+    existing->clear_save_error();  // this save takes over: loaders wait for it again
+    return WriteSnapshotManifest(directory, *existing);
+  }
   proto::SnapshotManifest m;
   m.set_format_version(kSnapshotFormatVersion);
   *m.mutable_element_spec() = ElementSpecToProto(spec);
@@ -78,13 +82,15 @@ absl::Status Prepare(const Dataset& dataset, const std::string& directory,
   return WriteSnapshotManifest(directory, m);
 }
 
-// The job's graph: the dataset, save_chunks, batch(1) (the service streams batches).
+// The job's graph: the dataset, save_chunks, batch(1) (the service streams batches). The chunks
+// have the manifest's format (a resumed save keeps the format its snapshot started with).
 absl::StatusOr<Dataset> JobDataset(const Dataset& dataset, const std::string& directory,
-                                   const std::string& compression) {
+                                   const proto::SnapshotManifest& manifest) {
   proto::DatasetDef def = dataset.def();
   proto::SaveChunksOp* save = def.add_ops()->mutable_save_chunks();
   save->set_directory(directory);
-  save->set_compression_type(compression);
+  save->set_compression_type(manifest.compression_type());
+  save->set_format_version(manifest.format_version());
   def.add_ops()->mutable_batch()->set_batch_size(1);
   return Dataset::FromDef(std::move(def));
 }
@@ -208,9 +214,18 @@ absl::StatusOr<SnapshotSaveResult> SaveSnapshot(const Dataset& dataset,
   }
   const std::string dir = resolved;
   RETURN_IF_ERROR(Prepare(dataset, dir, options));
-  ASSIGN_OR_RETURN(Dataset job, JobDataset(dataset, dir, options.compression));
+  ASSIGN_OR_RETURN(proto::SnapshotManifest manifest, ReadSnapshotManifest(dir));
+  ASSIGN_OR_RETURN(Dataset job, JobDataset(dataset, dir, manifest));
   ChunkReports reports;
-  RETURN_IF_ERROR(RunJob(job, dir, options, &reports));
+  absl::Status ran = RunJob(job, dir, options, &reports);
+  if (!ran.ok()) {
+    // Loads with wait=True stop on this instead of waiting for chunks that will not come. The
+    // lock stays: resume=true continues this save. Best effort: the save's own error is what
+    // the caller needs.
+    manifest.set_save_error(ran.ToString().substr(0, 1000));
+    WriteSnapshotManifest(dir, manifest).IgnoreError();
+    return ran;
+  }
   return Finish(dir, reports);
 }
 

@@ -208,16 +208,18 @@ absl::Status TFRecordReader::ReadData(uint64_t length, uint64_t total, std::stri
     offset_ += total;
     return absl::OkStatus();
   }
-  record->clear();
+  // The string keeps what it held (a previous record): growing it zero-fills only the bytes
+  // it never had, not every record's (a reader reusing one string reads without a memset).
   uint64_t done = 0;
   while (done < length) {
     size_t step = static_cast<size_t>(std::min<uint64_t>(length - done, kGrowStep));
-    record->resize(done + step);
+    if (record->size() < done + step) record->resize(done + step);
     absl::StatusOr<size_t> got = ReadBytes(record->data() + done, step);
     if (!got.ok()) return Fail(got.status());
     done += *got;
     if (*got < step) return Fail(Truncated(total, kTFRecordHeaderBytes + done));
   }
+  record->resize(length);
   char crc[4];
   absl::StatusOr<size_t> got = ReadBytes(crc, 4);
   if (!got.ok()) return Fail(got.status());

@@ -8,7 +8,8 @@
 //
 // Order: wait=false reads the chunks in the order of their file names, each chunk's elements
 // in the order they were written: the same order for every load of a snapshot. wait=true
-// reads chunks as they are committed (the order they are found in).
+// reads chunks as they are committed (the order they are found in), and gives up when the
+// snapshot stops growing (SnapshotLoadOptions::timeout_seconds) or its save failed.
 //
 // Thread safety: LoadSnapshot is thread-safe.
 #ifndef SLUICE_SNAPSHOT_H_
@@ -28,6 +29,25 @@ namespace sluice {
 // reading come from the iterators: DATA_LOSS naming a corrupt or truncated chunk,
 // FAILED_PRECONDITION for a chunk or manifest of another element spec.
 absl::StatusOr<Dataset> LoadSnapshot(const std::string& directory, bool wait = false);
+
+// wait=true gives up after this many seconds in which the snapshot did not grow.
+inline constexpr double kDefaultSnapshotWaitTimeoutSeconds = 600;
+
+struct SnapshotLoadOptions {
+  // Read a snapshot still being written, as its chunks are committed, until its manifest says
+  // done (false: the snapshot must be finished).
+  bool wait = false;
+  // wait=true: the iterator fails with DEADLINE_EXCEEDED, naming the directory, the chunks read
+  // and whether a save still holds the lock, after this many seconds in which the snapshot did
+  // not grow (no chunk committed, no temporary chunk written to, the manifest unchanged);
+  // <= 0: it waits as long as it takes. A snapshot whose save failed (the manifest records the
+  // error) fails at once with FAILED_PRECONDITION quoting it.
+  double timeout_seconds = kDefaultSnapshotWaitTimeoutSeconds;
+};
+
+// As above, with options (errors as above).
+absl::StatusOr<Dataset> LoadSnapshot(const std::string& directory,
+                                     const SnapshotLoadOptions& options);
 
 }  // namespace sluice
 

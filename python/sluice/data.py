@@ -99,13 +99,17 @@ class Dataset:
 
     # Ops with a builder in C++.
     @staticmethod
-    def load(path, wait=False):
+    def load(path, wait=False, timeout=600):
         """The elements of a distributed snapshot written by ``sluice.save`` (``tf.data.Dataset.load``
         of a ``distributed_save``); the element spec comes from its manifest. ``wait=False``
         needs a finished snapshot (FailedPreconditionError otherwise) and reads its chunks in
         name order; ``wait=True`` reads one still being written, as its chunks are committed,
-        until its manifest says done."""
-        return Dataset(_sluice._load_snapshot(str(path), bool(wait)))
+        until its manifest says done. With ``wait=True``, iterating raises DeadlineExceededError
+        (naming the directory and what is missing) once the snapshot has not grown for
+        ``timeout`` seconds (None: wait as long as it takes), and FailedPreconditionError at once
+        when its save failed."""
+        return Dataset(_sluice._load_snapshot(
+            str(path), bool(wait), 0.0 if timeout is None else float(timeout)))
 
     def batch(self, batch_size, drop_remainder=False):
         return Dataset(self._ds.batch(batch_size, drop_remainder))

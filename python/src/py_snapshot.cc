@@ -42,8 +42,11 @@ void RegisterSnapshot(py::module_& m) {
         d["num_elements"] = r.num_elements;
         return d;
       });
-  m.def("_load_snapshot", [](const std::string& path, bool wait) {
-    return ValueOrThrow(LoadSnapshot(path, wait));
+  m.def("_load_snapshot", [](const std::string& path, bool wait, double timeout_seconds) {
+    SnapshotLoadOptions options;
+    options.wait = wait;
+    options.timeout_seconds = timeout_seconds;
+    return ValueOrThrow(LoadSnapshot(path, options));
   });
 }
 

@@ -1,7 +1,7 @@
 """sluice.save and sluice.data.Dataset.load against a real sluice-coordinator and sluice-worker
 processes on loopback: every element saved once and loaded back with the manifest's spec, the
 pipeline syntax load('DIR'), a second save to one directory refused, an unfinished snapshot
-refused by load(wait=False)."""
+refused by load(wait=False), and a save that failed reported by load(wait=True) at once."""
 
 import os
 
@@ -41,3 +41,23 @@ def test_second_save_and_unfinished_load_are_refused(cluster, tmp_path):
         sluice.save(ds, other, coordinator=cluster.coordinator)
     with pytest.raises(sluice.errors.NotFoundError, match="manifest"):
         sluice.data.Dataset.load(other)
+
+
+def test_load_wait_reports_a_failed_save_at_once(cluster, tmp_path):
+    # A "TFRecord" file of garbage: the worker's split fails with DATA_LOSS, so the save fails
+    # and records its error in the manifest.
+    bad = tmp_path / "bad.tfrecord"
+    bad.write_bytes(b"this is not a TFRecord file at all, not even its first header")
+    path = tmp_path / "snap"
+    ds = sluice.data.parse("tf_record_dataset('%s')" % bad)
+    with pytest.raises(sluice.errors.OpError):
+        sluice.save(ds, path, coordinator=cluster.coordinator)
+    strategy = sluice.MirroredStrategy(["CPU:0"])
+    # The default timeout is 10 minutes: only the recorded failure ends this load quickly.
+    loaded = sluice.data.Dataset.load(path, wait=True)
+    # wait=True lists no chunk files: no FILE auto-sharding of it.
+    off = sluice.InputOptions(auto_shard_policy=sluice.data.AutoShardPolicy.OFF)
+    with pytest.raises(sluice.errors.FailedPreconditionError, match="save failed"):
+        list(strategy.experimental_distribute_dataset(loaded, options=off))
+    with pytest.raises(sluice.errors.FailedPreconditionError, match="save failed"):
+        sluice.data.Dataset.load(path)

@@ -6,6 +6,7 @@
 // The save through the service: tests/worker/service_snapshot_test.cc.
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <algorithm>
 #include <chrono>
@@ -23,6 +24,7 @@
 #include "core/data/ops/snapshot_manifest.h"
 #include "core/io/tfrecord_writer.h"
 #include "core/tensor/proto_convert.h"
+#include "core/tensor/raw_element.h"
 #include "gtest/gtest.h"
 #include "sluice/dataset.h"
 #include "sluice/snapshot.h"
@@ -41,11 +43,37 @@ using testing_util::Scalars;
 
 std::string Quoted(const std::string& s) { return "'" + s + "'"; }
 
+// The snapshot format the helpers write: each test runs for every format loads read (1:
+// ElementProto records, written by saves before format 2; 2: raw element records).
+int64_t g_format = kSnapshotFormatVersion;
+
+class SnapshotTest : public testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override { g_format = GetParam(); }
+  void TearDown() override { g_format = kSnapshotFormatVersion; }
+};
+
+INSTANTIATE_TEST_SUITE_P(Formats, SnapshotTest, testing::Values(1, 2),
+                         [](const testing::TestParamInfo<int64_t>& i) {
+                           return absl::StrCat("Format", i.param);
+                         });
+
+// One chunk record of `e` in the current format, framed.
+void AppendChunkRecord(const Element& e, std::string* out) {
+  std::string record;
+  if (g_format == 2) {
+    SerializeRawElement(e, &record);
+  } else {
+    record = ElementToProto(e).SerializeAsString();
+  }
+  AppendTFRecord(record, out);
+}
+
 // The manifest a save starts with: the spec of `ds`, not done.
 void StartManifest(const std::string& dir, const Dataset& ds, const std::string& compression = "") {
   ASSERT_TRUE(MakeLocalDirectories(SnapshotChunksDirectory(dir)).ok());
   proto::SnapshotManifest m;
-  m.set_format_version(kSnapshotFormatVersion);
+  m.set_format_version(g_format);
   *m.mutable_element_spec() = ElementSpecToProto(*ds.element_spec());
   m.set_compression_type(compression);
   m.set_fingerprint(ds.Fingerprint());
@@ -58,7 +86,7 @@ std::pair<std::string, int64_t> WriteChunk(const std::string& dir, const std::st
                                            const std::string& compression = "") {
   absl::StatusOr<Dataset> ds = Dataset::Parse(absl::StrCat(
       piece, ".save_chunks(", Quoted(dir), compression.empty() ? "" : ", compression=",
-      compression.empty() ? "" : Quoted(compression), ")"));
+      compression.empty() ? "" : Quoted(compression), ", format_version=", g_format, ")"));
   EXPECT_TRUE(ds.ok()) << ds.status();
   absl::StatusOr<std::vector<Element>> out = RunDataset(*ds);
   EXPECT_TRUE(out.ok()) << out.status();
@@ -112,7 +140,7 @@ std::vector<int64_t> Sorted(std::vector<int64_t> v) {
   return v;
 }
 
-TEST(SnapshotTest, RoundTripKeepsEveryElementOnceInChunkNameOrder) {
+TEST_P(SnapshotTest, RoundTripKeepsEveryElementOnceInChunkNameOrder) {
   TempDir tmp;
   const std::map<std::string, int64_t> chunks = SaveRange40(tmp.path());
   ASSERT_EQ(chunks.size(), 4u);
@@ -128,13 +156,25 @@ TEST(SnapshotTest, RoundTripKeepsEveryElementOnceInChunkNameOrder) {
   std::vector<int64_t> expected;
   for (const auto& [name, count] : chunks) {
     absl::StatusOr<std::unique_ptr<SnapshotChunkReader>> r = SnapshotChunkReader::Open(
-        ChunkPath(tmp.path(), name), Compression::kNone, *Dataset::Parse("range(1)")->element_spec());
+        ChunkPath(tmp.path(), name), Compression::kNone, g_format,
+        *Dataset::Parse("range(1)")->element_spec());
     ASSERT_TRUE(r.ok());
     Element e;
     bool end = false;
     while ((*r)->Next(&e, &end).ok() && !end) expected.push_back(e.leaf().data<int64_t>()[0]);
   }
   EXPECT_EQ(values, expected);
+  // The chunks hold records of the manifest's format: format 2 a raw record (its first word
+  // is the component count, 1), format 1 an ElementProto (its first byte field 1's tag).
+  const std::string first = ReadWholeFile(ChunkPath(tmp.path(), chunks.begin()->first));
+  ASSERT_GT(first.size(), kTFRecordHeaderBytes + 8);
+  uint64_t word = 0;
+  std::memcpy(&word, first.data() + kTFRecordHeaderBytes, 8);
+  if (g_format == 2) {
+    EXPECT_EQ(word, 1u);
+  } else {
+    EXPECT_EQ(first[kTFRecordHeaderBytes], 0x0a);
+  }
   // The same order on every load, and through the pipeline syntax.
   absl::StatusOr<Dataset> parsed = Dataset::Parse("load(" + Quoted(tmp.path()) + ").batch(8)");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -145,7 +185,7 @@ TEST(SnapshotTest, RoundTripKeepsEveryElementOnceInChunkNameOrder) {
   EXPECT_EQ(Scalars(*again), values);
 }
 
-TEST(SnapshotTest, CompressedChunksRoundTrip) {
+TEST_P(SnapshotTest, CompressedChunksRoundTrip) {
   TempDir tmp;
   SaveRange40(tmp.path(), "GZIP");
   absl::StatusOr<std::vector<Element>> got = LoadAll(tmp.path());
@@ -153,7 +193,7 @@ TEST(SnapshotTest, CompressedChunksRoundTrip) {
   EXPECT_EQ(Sorted(Scalars(*got)), testing_util::Iota(40));
 }
 
-TEST(SnapshotTest, ElementSpecComesFromTheManifestForNestedElements) {
+TEST_P(SnapshotTest, ElementSpecComesFromTheManifestForNestedElements) {
   TempDir tmp;
   const std::string piece =
       "from_tensor_slices({'x': [[1.0, 2.0], [3.0, 4.0]], 'label': ['a', 'b']})";
@@ -171,7 +211,7 @@ TEST(SnapshotTest, ElementSpecComesFromTheManifestForNestedElements) {
   EXPECT_EQ((*got)[1].children()[1].leaf().string_at(0), "b");
 }
 
-TEST(SnapshotTest, ACommittedChunkIsNotWrittenAgain) {
+TEST_P(SnapshotTest, ACommittedChunkIsNotWrittenAgain) {
   TempDir tmp;
   StartManifest(tmp.path(), *Dataset::Parse("range(10)"));
   auto first = WriteChunk(tmp.path(), "range(10)");
@@ -187,7 +227,7 @@ TEST(SnapshotTest, ACommittedChunkIsNotWrittenAgain) {
   EXPECT_NE(WriteChunk(tmp.path(), "range(10, 20)").first, first.first);
 }
 
-TEST(SnapshotTest, AFailedSplitLeavesNoChunk) {
+TEST_P(SnapshotTest, AFailedSplitLeavesNoChunk) {
   TempDir tmp;
   StartManifest(tmp.path(), *Dataset::Parse("range(10)"));
   // take(3) of a file that does not exist: the input fails, nothing is committed.
@@ -199,7 +239,7 @@ TEST(SnapshotTest, AFailedSplitLeavesNoChunk) {
   EXPECT_TRUE(std::filesystem::is_empty(SnapshotChunksDirectory(tmp.path())));
 }
 
-TEST(SnapshotTest, FileShardingSplitsTheChunks) {
+TEST_P(SnapshotTest, FileShardingSplitsTheChunks) {
   TempDir tmp;
   SaveRange40(tmp.path());
   absl::StatusOr<Dataset> ds = LoadSnapshot(tmp.path());
@@ -216,7 +256,7 @@ TEST(SnapshotTest, FileShardingSplitsTheChunks) {
   EXPECT_EQ(Sorted(all), testing_util::Iota(40));
 }
 
-TEST(SnapshotTest, WaitFollowsASnapshotBeingWritten) {
+TEST_P(SnapshotTest, WaitFollowsASnapshotBeingWritten) {
   TempDir tmp;
   const std::string dir = tmp.path();
   StartManifest(dir, *Dataset::Parse("range(40)"));
@@ -245,7 +285,7 @@ TEST(SnapshotTest, WaitFollowsASnapshotBeingWritten) {
   EXPECT_EQ(Sorted(Scalars(*got)), testing_util::Iota(40));
 }
 
-TEST(SnapshotTest, LockRefusesASecondSave) {
+TEST(SnapshotLockTest, RefusesASecondSave) {
   TempDir tmp;
   ASSERT_TRUE(AcquireSnapshotLock(tmp.path(), "fp-1").ok());
   absl::Status second = AcquireSnapshotLock(tmp.path(), "fp-2");
@@ -258,7 +298,7 @@ TEST(SnapshotTest, LockRefusesASecondSave) {
 
 // --- Bad input. ---
 
-TEST(SnapshotTest, MissingOrIncompleteSnapshotIsRefusedNamingTheManifest) {
+TEST_P(SnapshotTest, MissingOrIncompleteSnapshotIsRefusedNamingTheManifest) {
   TempDir tmp;
   absl::StatusOr<Dataset> none = Dataset::Parse("load(" + Quoted(tmp.path()) + ")");
   EXPECT_TRUE(absl::IsNotFound(none.status())) << none.status();
@@ -275,7 +315,7 @@ absl::Status LoadStatus(const std::string& dir) {
   return got.status();
 }
 
-TEST(SnapshotTest, BitFlippedChunkIsDataLossNamingTheFile) {
+TEST_P(SnapshotTest, BitFlippedChunkIsDataLossNamingTheFile) {
   TempDir tmp;
   const auto chunks = SaveRange40(tmp.path());
   const std::string victim = ChunkPath(tmp.path(), chunks.begin()->first);
@@ -287,7 +327,7 @@ TEST(SnapshotTest, BitFlippedChunkIsDataLossNamingTheFile) {
   EXPECT_TRUE(absl::StrContains(s.message(), victim)) << s;
 }
 
-TEST(SnapshotTest, TruncatedChunkIsDataLossNamingTheFile) {
+TEST_P(SnapshotTest, TruncatedChunkIsDataLossNamingTheFile) {
   TempDir tmp;
   const auto chunks = SaveRange40(tmp.path());
   const std::string victim = ChunkPath(tmp.path(), chunks.rbegin()->first);
@@ -299,8 +339,7 @@ TEST(SnapshotTest, TruncatedChunkIsDataLossNamingTheFile) {
   EXPECT_TRUE(absl::StrContains(s.message(), victim)) << s;
 
   std::string one_record;
-  AppendTFRecord(ElementToProto(Element::Leaf(Tensor::Scalar<int64_t>(7))).SerializeAsString(),
-                 &one_record);
+  AppendChunkRecord(Element::Leaf(Tensor::Scalar<int64_t>(7)), &one_record);
   WriteWholeFile(victim, one_record);
   s = LoadStatus(tmp.path());
   EXPECT_TRUE(absl::IsDataLoss(s)) << s;
@@ -308,7 +347,7 @@ TEST(SnapshotTest, TruncatedChunkIsDataLossNamingTheFile) {
   EXPECT_TRUE(absl::StrContains(s.message(), "holds 1 elements")) << s;
 }
 
-TEST(SnapshotTest, MissingChunkIsNotFoundNamingIt) {
+TEST_P(SnapshotTest, MissingChunkIsNotFoundNamingIt) {
   TempDir tmp;
   const auto chunks = SaveRange40(tmp.path());
   const std::string victim = ChunkPath(tmp.path(), chunks.begin()->first);
@@ -318,14 +357,13 @@ TEST(SnapshotTest, MissingChunkIsNotFoundNamingIt) {
   EXPECT_TRUE(absl::StrContains(s.message(), victim)) << s;
 }
 
-TEST(SnapshotTest, ChunkOfAnotherSpecIsFailedPrecondition) {
+TEST_P(SnapshotTest, ChunkOfAnotherSpecIsFailedPrecondition) {
   TempDir tmp;
   const auto chunks = SaveRange40(tmp.path());
   const std::string victim = ChunkPath(tmp.path(), chunks.begin()->first);
   std::string bytes;
   for (int i = 0; i < 10; ++i) {
-    AppendTFRecord(ElementToProto(Element::Leaf(Tensor::StringScalar("x"))).SerializeAsString(),
-                   &bytes);
+    AppendChunkRecord(Element::Leaf(Tensor::StringScalar("x")), &bytes);
   }
   WriteWholeFile(victim, bytes);
   absl::Status s = LoadStatus(tmp.path());
@@ -333,7 +371,7 @@ TEST(SnapshotTest, ChunkOfAnotherSpecIsFailedPrecondition) {
   EXPECT_TRUE(absl::StrContains(s.message(), victim)) << s;
 }
 
-TEST(SnapshotTest, ManifestRewrittenWithAnotherSpecIsFailedPrecondition) {
+TEST_P(SnapshotTest, ManifestRewrittenWithAnotherSpecIsFailedPrecondition) {
   TempDir tmp;
   SaveRange40(tmp.path());
   absl::StatusOr<Dataset> ds = LoadSnapshot(tmp.path());
@@ -347,7 +385,7 @@ TEST(SnapshotTest, ManifestRewrittenWithAnotherSpecIsFailedPrecondition) {
   EXPECT_TRUE(absl::StrContains(got.status().message(), SnapshotManifestPath(tmp.path())));
 }
 
-TEST(SnapshotTest, ManifestGarbageAndHugeCountsAreDataLoss) {
+TEST_P(SnapshotTest, ManifestGarbageAndHugeCountsAreDataLoss) {
   TempDir tmp;
   const auto chunks = SaveRange40(tmp.path());
   const std::string manifest = SnapshotManifestPath(tmp.path());
@@ -398,7 +436,7 @@ TEST(SnapshotTest, ManifestGarbageAndHugeCountsAreDataLoss) {
 
 // Random bytes, random bit flips and truncations of chunks and manifest (seeded, printed):
 // every load ends in OK or a clean error, never a crash or a hang.
-TEST(SnapshotTest, RandomCorruptionNeverCrashes) {
+TEST_P(SnapshotTest, RandomCorruptionNeverCrashes) {
   const uint64_t seed = 20261205;
   std::cout << "seed " << seed << "\n";
   SeededRng rng(seed);
@@ -440,6 +478,106 @@ TEST(SnapshotTest, RandomCorruptionNeverCrashes) {
     }
     WriteWholeFile(files[which], originals[which]);
   }
+}
+
+
+// A raw record whose checksum is good but whose header claims 2^62 int64s (the spec's
+// dimension is unknown, so only the record's size bounds it): DATA_LOSS naming the chunk and
+// the element, before anything is allocated for it.
+TEST(SnapshotRawFormatTest, HostileRecordBehindAGoodChecksumIsDataLossNamingTheChunk) {
+  TempDir tmp;
+  g_format = 2;
+  StartManifest(tmp.path(), *Dataset::Parse("range(40).batch(10)"));  // int64 (None,)
+  const std::string name = SnapshotChunkName(std::string(32, 'a'));
+  std::string bytes;
+  for (int i = 0; i < 4; ++i) {
+    Tensor t = Tensor::Allocate(DType::kInt64, Shape({10}));
+    std::string record;
+    SerializeRawElement(Element::Leaf(t), &record);
+    if (i == 3) {
+      const uint64_t dim = uint64_t{1} << 62;  // words: count | header | dim | data
+      record.replace(16, 8, reinterpret_cast<const char*>(&dim), 8);
+    }
+    AppendTFRecord(record, &bytes);
+  }
+  WriteWholeFile(ChunkPath(tmp.path(), name), bytes);
+  FinishManifest(tmp.path(), {{name, 4}});
+  absl::StatusOr<std::vector<Element>> got = LoadAll(tmp.path());
+  EXPECT_TRUE(absl::IsDataLoss(got.status())) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), ChunkPath(tmp.path(), name)))
+      << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "element 3")) << got.status();
+  g_format = kSnapshotFormatVersion;
+}
+
+// --- load(wait=True): a snapshot that stops growing, a save that failed. ---
+
+TEST_P(SnapshotTest, WaitGivesUpWhenTheSnapshotStopsGrowingNamingWhatIsMissing) {
+  TempDir tmp;
+  const std::string dir = tmp.path();
+  StartManifest(dir, *Dataset::Parse("range(40)"));
+  WriteChunk(dir, "range(0, 10)");
+  // The timeout is what the test waits out: 0.3 s without a change after the first chunk.
+  absl::StatusOr<Dataset> ds =
+      Dataset::Parse("load(" + Quoted(dir) + ", wait=True, timeout=0.3)");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_TRUE(absl::StrContains(ds->ToExpression(), "wait=True, timeout=0.3"))
+      << ds->ToExpression();
+  absl::StatusOr<std::vector<Element>> got = RunDataset(*ds);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(got.status())) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), dir)) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "1 chunks (10 elements) read"))
+      << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "no save holds")) << got.status();
+
+  // A save still holds the lock (it may have died): the message says so.
+  ASSERT_TRUE(AcquireSnapshotLock(dir, "fp-of-the-save").ok());
+  got = RunDataset(*ds);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(got.status())) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "fp-of-the-save holds")) << got.status();
+}
+
+TEST_P(SnapshotTest, WaitStopsAtOnceWhenTheSaveFailed) {
+  TempDir tmp;
+  const std::string dir = tmp.path();
+  StartManifest(dir, *Dataset::Parse("range(40)"));
+  WriteChunk(dir, "range(0, 10)");
+  absl::StatusOr<proto::SnapshotManifest> m = ReadSnapshotManifest(dir);
+  ASSERT_TRUE(m.ok());
+  m->set_save_error("UNAVAILABLE: the coordinator went away");
+  ASSERT_TRUE(WriteSnapshotManifest(dir, *m).ok());
+  // The default timeout (10 minutes): the failure is reported without waiting for it.
+  absl::StatusOr<std::vector<Element>> got = LoadAll(dir, /*wait=*/true);
+  EXPECT_TRUE(absl::IsFailedPrecondition(got.status())) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "the coordinator went away"))
+      << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), dir)) << got.status();
+  // wait=False says it too.
+  absl::StatusOr<Dataset> now = LoadSnapshot(dir);
+  EXPECT_TRUE(absl::IsFailedPrecondition(now.status())) << now.status();
+  EXPECT_TRUE(absl::StrContains(now.status().message(), "its save failed")) << now.status();
+}
+
+TEST(SnapshotLoadTimeoutTest, ArgumentsAreCheckedAndRoundTrip) {
+  g_format = 2;
+  TempDir tmp;
+  StartManifest(tmp.path(), *Dataset::Parse("range(3)"));
+  const std::string dir = Quoted(tmp.path());
+  absl::StatusOr<Dataset> none = Dataset::Parse("load(" + dir + ", wait=True, timeout=None)");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(absl::StrContains(none->ToExpression(), "timeout=None")) << none->ToExpression();
+  absl::StatusOr<Dataset> again = Dataset::Parse(none->ToExpression());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->Fingerprint(), none->Fingerprint());
+  EXPECT_TRUE(absl::IsInvalidArgument(Dataset::Parse("load(" + dir + ", timeout=5)").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      Dataset::Parse("load(" + dir + ", wait=True, timeout=-1)").status()));
+  SnapshotLoadOptions options;
+  options.wait = true;
+  options.timeout_seconds = 2.5;
+  absl::StatusOr<Dataset> cc = LoadSnapshot(tmp.path(), options);
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  EXPECT_TRUE(absl::StrContains(cc->ToExpression(), "timeout=2.5")) << cc->ToExpression();
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "sluice/snapshot.h"
 #include "sluice/snapshot_save.h"
+#include "tests/core/iterator_test_util.h"
 #include "tests/core/record_test_util.h"
 #include "tests/worker/in_process_cluster.h"
 #include "worker/worker_server.h"
@@ -153,6 +154,43 @@ TEST(ServiceSnapshotTest, WorkerStoppedMidSaveLosesAndDuplicatesNothing) {
   EXPECT_EQ(r->num_chunks, kN / 20);
   std::cout << "worker stopped " << (stopped_mid_save ? "mid-save" : "after the save") << "\n";
   ExpectServiceLoadExactlyOnce(cluster, tmp.path(), kN);
+}
+
+
+// A save whose job fails records the error in the manifest: a load with wait=True stops at once
+// quoting it (instead of waiting out its timeout), and the resumed save clears it.
+TEST(ServiceSnapshotTest, AFailedSaveIsReportedByWaitingLoadsAtOnce) {
+  Cluster cluster(1);
+  TempDir tmp;
+  const std::string bad = tmp.File("bad.tfrecord");
+  record_test::WriteWholeFile(bad, "not a TFRecord file: not even its first header");
+  const std::string dir = tmp.path() + "/snap";
+  absl::StatusOr<Dataset> ds = Dataset::Parse("tf_record_dataset('" + bad + "')");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  absl::StatusOr<SnapshotSaveResult> r = SaveSnapshot(*ds, dir, SaveOptions(cluster, 100));
+  ASSERT_FALSE(r.ok());
+  absl::StatusOr<proto::SnapshotManifest> m = ReadSnapshotManifest(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_FALSE(m->done());
+  ASSERT_FALSE(m->save_error().empty());  // else the load below would wait its 600 s
+
+  absl::StatusOr<Dataset> waiting = LoadSnapshot(dir, /*wait=*/true);  // default timeout: 600 s
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  absl::StatusOr<std::vector<Element>> got = testing_util::RunDataset(*waiting);
+  EXPECT_TRUE(absl::IsFailedPrecondition(got.status())) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "save failed")) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), m->save_error())) << got.status();
+
+  // The file is fixed; the same save resumed clears the error and finishes.
+  record_test::WriteWholeFile(bad, "");
+  SnapshotSaveOptions resume = SaveOptions(cluster, 100);
+  resume.resume = true;
+  r = SaveSnapshot(*ds, dir, resume);
+  ASSERT_TRUE(r.ok()) << r.status();
+  m = ReadSnapshotManifest(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->done());
+  EXPECT_TRUE(m->save_error().empty());
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// load(directory, wait=False): the registration of the source (core/data/op_registry.h), its
+// load(directory, wait=False, timeout=600): the registration of the source (core/data/op_registry.h), its
 // iterators and LoadSnapshot (include/sluice/snapshot.h). Format: snapshot_manifest.h,
 // snapshot_chunk.h; semantics: docs/SNAPSHOTS.md.
 //
@@ -8,7 +8,10 @@
 // still being written: it reads the chunks as they are committed (in the order it finds them,
 // name order among those found together), polling the chunk folder and the manifest at an
 // interval that doubles from 10 ms to 1 s while nothing new appears, and ends when the manifest
-// says done and every chunk it lists has been read.
+// says done and every chunk it lists has been read. It gives up with DEADLINE_EXCEEDED after
+// `timeout` seconds in which the snapshot did not grow (no chunk committed, no temporary chunk
+// created, grown or removed, the manifest unchanged), naming what is missing and whether a save
+// still holds the lock; and at once, with the error, when the manifest says the save failed.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -37,6 +40,28 @@ namespace {
 
 constexpr absl::Duration kFirstPoll = absl::Milliseconds(10);
 constexpr absl::Duration kMaxPoll = absl::Seconds(1);
+
+absl::Duration WaitTimeout(const proto::LoadSource& source) {
+  if (!source.has_timeout_seconds()) return absl::Seconds(kDefaultSnapshotWaitTimeoutSeconds);
+  if (source.timeout_seconds() <= 0) return absl::InfiniteDuration();
+  return absl::Seconds(source.timeout_seconds());
+}
+
+// Why a snapshot that is not done will not become done by waiting: "" while a save may still
+// finish it.
+std::string SaveFailure(const proto::SnapshotManifest& m) {
+  if (m.save_error().empty()) return "";
+  return absl::StrCat("its save failed (", m.save_error(), "); a save of the same pipeline with "
+                      "resume=True (sluicectl save --resume) continues it");
+}
+
+absl::Status Incomplete(const proto::SnapshotManifest& m, const std::string& directory) {
+  const std::string failure = SaveFailure(m);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "load: snapshot '", directory, "' is incomplete (", SnapshotManifestPath(directory),
+      " does not say done", failure.empty() ? "" : "; ", failure,
+      "); wait=True reads a snapshot while it is written"));
+}
 
 std::string BaseName(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -105,12 +130,7 @@ class LoadIterator : public OpIterator {
     RETURN_IF_ERROR(CheckManifestSpec(m, spec_, source_.directory()));
     ASSIGN_OR_RETURN(compression_, ParseCompressionType(m.compression_type()));
     if (source_.wait()) return absl::OkStatus();
-    if (!m.done()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "snapshot '", source_.directory(), "' is incomplete (",
-          SnapshotManifestPath(directory()), " does not say done); load(..., wait=True) reads "
-          "a snapshot while it is written"));
-    }
+    if (!m.done()) return Incomplete(m, directory());
     Count(m);
     pending_.assign(source_.filenames().begin(), source_.filenames().end());
     return absl::OkStatus();
@@ -129,7 +149,8 @@ class LoadIterator : public OpIterator {
       return absl::DataLossError(absl::StrCat("snapshot chunk '", filename, "' is not listed in ",
                                               SnapshotManifestPath(directory())));
     }
-    ASSIGN_OR_RETURN(reader_, SnapshotChunkReader::Open(filename, compression_, spec_));
+    ASSIGN_OR_RETURN(reader_, SnapshotChunkReader::Open(filename, compression_,
+                                                        source_.format_version(), spec_));
     return absl::OkStatus();
   }
 
@@ -158,13 +179,19 @@ class LoadIterator : public OpIterator {
   }
 
   // wait=True: queues the chunks committed since the last look; *end once the manifest says
-  // done and every chunk it lists has been read. Sleeps while nothing is new.
+  // done and every chunk it lists has been read. Sleeps while nothing is new; errors when the
+  // save failed or nothing changed for the timeout.
   absl::Status Poll(bool* end) {
     const std::string chunks = SnapshotChunksDirectory(directory());
     while (true) {
       // The manifest first: chunks listed as done were all committed before it was written.
       ASSIGN_OR_RETURN(proto::SnapshotManifest m, ReadSnapshotManifest(directory()));
       RETURN_IF_ERROR(CheckManifestSpec(m, spec_, directory()));
+      if (!m.done() && !SaveFailure(m).empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "load: snapshot '", directory(), "' will not be finished: ", SaveFailure(m),
+            " (", read_.size(), " chunks read)"));
+      }
       ASSIGN_OR_RETURN(std::vector<std::string> found,
                        GlobFiles(absl::StrCat(chunks, "/chunk-*.tfrecord")));
       pending_.clear();
@@ -176,6 +203,7 @@ class LoadIterator : public OpIterator {
       }
       if (!pending_.empty()) {
         poll_ = kFirstPoll;
+        last_change_ = absl::InfinitePast();  // grown: the timeout starts again at the next look
         return absl::OkStatus();
       }
       if (m.done()) {
@@ -191,9 +219,53 @@ class LoadIterator : public OpIterator {
         *end = true;
         return absl::OkStatus();
       }
+      RETURN_IF_ERROR(CheckGrowing(m));
       absl::SleepFor(poll_);
       poll_ = std::min(poll_ * 2, kMaxPoll);
     }
+  }
+
+  // Notes whether the snapshot changed since the last look (the manifest, or the temporary
+  // chunks being written: their names and sizes); DEADLINE_EXCEEDED once it has not for the
+  // timeout.
+  absl::Status CheckGrowing(const proto::SnapshotManifest& m) {
+    std::string look = m.SerializeAsString();
+    absl::StatusOr<std::vector<std::string>> temps =
+        GlobFiles(absl::StrCat(SnapshotChunksDirectory(directory()), "/.tmp-*"));
+    if (temps.ok()) {
+      for (const std::string& t : *temps) {
+        absl::StatusOr<FileStat> st = StatFile(t);
+        absl::StrAppend(&look, "|", t, ":", st.ok() ? st->size : 0);
+      }
+    }
+    const absl::Time now = absl::Now();
+    if (look != last_look_ || last_change_ == absl::InfinitePast()) {
+      last_look_ = std::move(look);
+      last_change_ = now;
+      return absl::OkStatus();
+    }
+    const absl::Duration timeout = WaitTimeout(source_);
+    if (now - last_change_ < timeout) return absl::OkStatus();
+    int64_t elements = 0;
+    for (const auto& [name, n] : read_) elements += n;
+    absl::StatusOr<std::string> owner = SnapshotLockOwner(directory());
+    std::string saver;
+    if (owner.ok()) {
+      saver = absl::StrCat("a save of pipeline ", *owner, " holds ", SnapshotLockPath(directory()),
+                           " but wrote nothing in that time (if it died, the same save with "
+                           "resume=True, sluicectl save --resume, continues it)");
+    } else if (absl::IsNotFound(owner.status())) {
+      saver = absl::StrCat("no save holds ", SnapshotLockPath(directory()),
+                           ": the save that wrote it stopped without finishing (the same save "
+                           "with resume=True, sluicectl save --resume, continues it)");
+    } else {
+      saver = absl::StrCat("its lock could not be read: ", owner.status().message());
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "load(wait=True): snapshot '", directory(), "' did not grow for ",
+        absl::FormatDuration(timeout), " (timeout): ", SnapshotManifestPath(directory()),
+        " does not say done, ", read_.size(), " chunks (", elements, " elements) read, ",
+        temps.ok() ? temps->size() : 0, " chunks being written; ", saver));
   }
 
   const proto::LoadSource source_;
@@ -206,22 +278,27 @@ class LoadIterator : public OpIterator {
   absl::flat_hash_map<std::string, int64_t> expected_;  // chunk name -> manifest count
   absl::flat_hash_map<std::string, int64_t> read_;      // chunk name -> elements read
   absl::Duration poll_ = kFirstPoll;
+  std::string last_look_;  // what CheckGrowing saw last
+  absl::Time last_change_ = absl::InfinitePast();
 };
 
-// The source of load(directory, wait): the manifest's spec and (wait=false) chunks.
-absl::StatusOr<proto::SourceDef> MakeLoadSource(const std::string& directory, bool wait) {
+// The source of load(directory, wait, timeout): the manifest's spec and format and (wait=false)
+// chunks.
+absl::StatusOr<proto::SourceDef> MakeLoadSource(const std::string& directory,
+                                                const SnapshotLoadOptions& options) {
   if (directory.empty()) return absl::InvalidArgumentError("load: the directory is empty");
+  const bool wait = options.wait;
   ASSIGN_OR_RETURN(proto::SnapshotManifest m, ReadSnapshotManifest(directory));
-  if (!wait && !m.done()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "load: snapshot '", directory, "' is incomplete (", SnapshotManifestPath(directory),
-        " does not say done); wait=True reads a snapshot while it is written"));
-  }
+  if (!wait && !m.done()) return Incomplete(m, directory);
   RETURN_IF_ERROR(ParseCompressionType(m.compression_type()).status());
   proto::SourceDef source;
   proto::LoadSource* l = source.mutable_load();
   l->set_directory(directory);
   l->set_wait(wait);
+  l->set_format_version(m.format_version());
+  if (wait && options.timeout_seconds != kDefaultSnapshotWaitTimeoutSeconds) {
+    l->set_timeout_seconds(options.timeout_seconds);
+  }
   *l->mutable_element_spec() = m.element_spec();
   l->set_compression_type(m.compression_type());
   if (!wait) {
@@ -236,7 +313,14 @@ absl::StatusOr<proto::SourceDef> MakeLoadSource(const std::string& directory, bo
 }  // namespace
 
 absl::StatusOr<Dataset> LoadSnapshot(const std::string& directory, bool wait) {
-  ASSIGN_OR_RETURN(proto::SourceDef source, MakeLoadSource(directory, wait));
+  SnapshotLoadOptions options;
+  options.wait = wait;
+  return LoadSnapshot(directory, options);
+}
+
+absl::StatusOr<Dataset> LoadSnapshot(const std::string& directory,
+                                     const SnapshotLoadOptions& options) {
+  ASSIGN_OR_RETURN(proto::SourceDef source, MakeLoadSource(directory, options));
   proto::DatasetDef def;
   def.set_version(proto::DATASET_GRAPH_VERSION_1);
   *def.mutable_source() = std::move(source);
@@ -252,6 +336,13 @@ SLUICE_REGISTER_OPS(load_op) {
     if (l.wait() && l.filenames_size() > 0) {
       return absl::InvalidArgumentError("load: wait=True lists no chunk files");
     }
+    if (!l.wait() && l.has_timeout_seconds()) {
+      return absl::InvalidArgumentError("load: timeout is for wait=True");
+    }
+    if (l.format_version() < 0 || l.format_version() > kSnapshotFormatVersion) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("load: unknown snapshot format_version ", l.format_version()));
+    }
     RETURN_IF_ERROR(ParseCompressionType(l.compression_type()).status());
     absl::StatusOr<ElementSpec> spec = ElementSpecFromProto(l.element_spec());
     if (!spec.ok()) {
@@ -262,8 +353,13 @@ SLUICE_REGISTER_OPS(load_op) {
   };
   r.expression = [](const proto::SourceDef& s) {
     const proto::LoadSource& l = s.load();
+    std::string timeout;
+    if (l.has_timeout_seconds()) {
+      timeout = l.timeout_seconds() <= 0 ? ", timeout=None"
+                                         : absl::StrCat(", timeout=", l.timeout_seconds());
+    }
     return absl::StrCat("load(", PythonStringLiteral(l.directory()),
-                        l.wait() ? ", wait=True" : "", ")");
+                        l.wait() ? ", wait=True" : "", timeout, ")");
   };
   r.build = [](const SourceBuildArgs& args) -> absl::StatusOr<IteratorFactory> {
     const std::string label = args.label;
@@ -276,14 +372,24 @@ SLUICE_REGISTER_OPS(load_op) {
     SourceParseRule p;
     p.name = "load";
     p.list_order = 180;
-    p.params = {{"directory", true}, {"wait", false}};
+    p.params = {{"directory", true}, {"wait", false}, {"timeout", false}};
     p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
       ASSIGN_OR_RETURN(std::string directory, c.Str("directory", *c.arg(0)));
-      bool wait = false;
+      SnapshotLoadOptions options;
       if (c.given(1)) {
-        ASSIGN_OR_RETURN(wait, c.Bool("wait", *c.arg(1)));
+        ASSIGN_OR_RETURN(options.wait, c.Bool("wait", *c.arg(1)));
       }
-      absl::StatusOr<proto::SourceDef> made = MakeLoadSource(directory, wait);
+      if (c.arg(2).has_value()) {
+        if (!options.wait) return c.Error(c.at(), "load: timeout is for wait=True");
+        options.timeout_seconds = 0;  // None: no limit
+        if (c.given(2)) {
+          ASSIGN_OR_RETURN(options.timeout_seconds, c.Number("timeout", *c.arg(2)));
+          if (!(options.timeout_seconds > 0)) {
+            return c.Error(c.at(), "load: timeout must be positive seconds, or None (no limit)");
+          }
+        }
+      }
+      absl::StatusOr<proto::SourceDef> made = MakeLoadSource(directory, options);
       if (!made.ok()) return PipelineError(c.at(), made.status(), "load: ");
       *source = *std::move(made);
       return absl::OkStatus();

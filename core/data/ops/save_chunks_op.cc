@@ -1,6 +1,8 @@
-// save_chunks(directory, compression=''): the registration of the op (core/data/op_registry.h)
-// and its iterator. What a distributed snapshot's job runs on the workers (docs/SNAPSHOTS.md;
-// the save itself: include/sluice/snapshot.h).
+// save_chunks(directory, compression='', format_version=0): the registration of the op
+// (core/data/op_registry.h) and its iterator. format_version is the chunks' record format
+// (snapshot_chunk.h; 0 means 1, what graphs journaled before the field was added wrote). What
+// a distributed snapshot's job runs on the workers (docs/SNAPSHOTS.md; the save itself:
+// include/sluice/snapshot.h).
 //
 // An iterator writes its whole input to one chunk (snapshot_chunk.h) named by the fingerprint
 // of the graph up to the op. Under DYNAMIC sharding each split is a graph of its own (the
@@ -30,10 +32,11 @@ namespace {
 class SaveChunksIterator : public OpIterator {
  public:
   SaveChunksIterator(std::string label, std::string directory, Compression compression,
-                     std::string chunk_name, IteratorFactory input)
+                     int64_t format_version, std::string chunk_name, IteratorFactory input)
       : OpIterator(std::move(label)),
         directory_(std::move(directory)),
         compression_(compression),
+        format_version_(format_version),
         chunk_name_(std::move(chunk_name)),
         make_input_(std::move(input)) {}
 
@@ -59,7 +62,7 @@ class SaveChunksIterator : public OpIterator {
         absl::StrCat(SnapshotChunksDirectory(directory_), "/", chunk_name_);
     if (StatFile(final_name).ok()) return -1;
     absl::StatusOr<std::unique_ptr<SnapshotChunkWriter>> writer =
-        SnapshotChunkWriter::Create(directory_, chunk_name_, compression_);
+        SnapshotChunkWriter::Create(directory_, chunk_name_, compression_, format_version_);
     if (!writer.ok()) {
       return OpError(writer.status().code(), writer.status().message());
     }
@@ -79,6 +82,7 @@ class SaveChunksIterator : public OpIterator {
 
   const std::string directory_;
   const Compression compression_;
+  const int64_t format_version_;
   const std::string chunk_name_;
   const IteratorFactory make_input_;
   bool done_ = false;
@@ -94,6 +98,10 @@ SLUICE_REGISTER_OPS(save_chunks_op) {
       return absl::InvalidArgumentError("directory is empty");
     }
     RETURN_IF_ERROR(ParseCompressionType(op.save_chunks().compression_type()).status());
+    const int64_t format = op.save_chunks().format_version();
+    if (format < 0 || format > kSnapshotFormatVersion) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown snapshot format_version ", format));
+    }
     return ElementSpec::Tuple({ElementSpec::Leaf(TensorSpec{DType::kString, Shape({})}),
                                ElementSpec::Leaf(TensorSpec{DType::kInt64, Shape({})})});
   };
@@ -105,6 +113,9 @@ SLUICE_REGISTER_OPS(save_chunks_op) {
                             ? std::string()
                             : absl::StrCat(", compression=",
                                            PythonStringLiteral(s.compression_type())),
+                        s.format_version() == 0
+                            ? std::string()
+                            : absl::StrCat(", format_version=", s.format_version()),
                         ")");
   };
   r.build = [](OpBuildArgs args) -> absl::StatusOr<IteratorFactory> {
@@ -114,10 +125,11 @@ SLUICE_REGISTER_OPS(save_chunks_op) {
     const std::string chunk_name = SnapshotChunkName(upstream.Fingerprint());
     const std::string label = args.label;
     const std::string directory = args.op.save_chunks().directory();
+    const int64_t format_version = args.op.save_chunks().format_version();
     IteratorFactory input = std::move(args.input);
-    return IteratorFactory([label, directory, compression, chunk_name, input] {
-      return std::make_unique<SaveChunksIterator>(label, directory, compression, chunk_name,
-                                                  input);
+    return IteratorFactory([label, directory, compression, format_version, chunk_name, input] {
+      return std::make_unique<SaveChunksIterator>(label, directory, compression, format_version,
+                                                  chunk_name, input);
     });
   };
   r.global_order_conflict = [](const proto::OpDef&) -> std::string {
@@ -127,7 +139,7 @@ SLUICE_REGISTER_OPS(save_chunks_op) {
     OpParseRule p;
     p.name = "save_chunks";
     p.list_order = 180;
-    p.params = {{"directory", true}, {"compression", false}};
+    p.params = {{"directory", true}, {"compression", false}, {"format_version", false}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
       proto::SaveChunksOp* s = op->mutable_save_chunks();
       ASSIGN_OR_RETURN(std::string directory, c.Str("directory", *c.arg(0)));
@@ -135,6 +147,10 @@ SLUICE_REGISTER_OPS(save_chunks_op) {
       if (c.given(1)) {
         ASSIGN_OR_RETURN(std::string compression, c.Str("compression", *c.arg(1)));
         s->set_compression_type(compression);
+      }
+      if (c.given(2)) {
+        ASSIGN_OR_RETURN(int64_t format, c.Int("format_version", *c.arg(2)));
+        s->set_format_version(format);
       }
       return absl::OkStatus();
     };

@@ -16,12 +16,21 @@
 #include "core/io/input_stream.h"
 #include "core/tensor/element_wire.h"
 #include "core/tensor/proto_convert.h"
+#include "core/tensor/raw_element.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
 
 std::atomic<uint64_t> chunk_temp_counter{0};
+
+// Whether `format_version` is raw element records (2) or ElementProto records (0 or 1: a graph
+// written before the field existed means the only format there was).
+absl::StatusOr<bool> IsRawFormat(int64_t format_version, const std::string& filename) {
+  if (format_version >= 0 && format_version <= kSnapshotFormatVersion) return format_version == 2;
+  return absl::InvalidArgumentError(absl::StrCat("snapshot chunk '", filename,
+                                                 "': unknown record format ", format_version));
+}
 
 absl::Status ChunkCorrupt(const std::string& filename, int64_t index, absl::string_view what) {
   return absl::DataLossError(absl::StrCat("snapshot chunk '", filename, "': element ", index,
@@ -46,10 +55,12 @@ absl::Status CheckSpec(const Element& e, const ElementSpec& spec, const std::str
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SnapshotChunkWriter>> SnapshotChunkWriter::Create(
-    const std::string& directory, const std::string& name, Compression compression) {
+    const std::string& directory, const std::string& name, Compression compression,
+    int64_t format_version) {
   RETURN_IF_ERROR(CheckSnapshotWritable(directory));
   const std::string chunks = LocalPathOf(SnapshotChunksDirectory(directory));
   const std::string final_name = absl::StrCat(chunks, "/", name);
+  ASSIGN_OR_RETURN(const bool raw, IsRawFormat(format_version, final_name));
   const std::string temp = absl::StrCat(chunks, "/.tmp-", name, "-", ::getpid(), "-",
                                         chunk_temp_counter.fetch_add(1));
   ASSIGN_OR_RETURN(int fd, OpenLocalFile(temp, O_WRONLY | O_CREAT | O_EXCL, 0644));
@@ -68,7 +79,7 @@ absl::StatusOr<std::unique_ptr<SnapshotChunkWriter>> SnapshotChunkWriter::Create
     return writer.status();
   }
   return std::unique_ptr<SnapshotChunkWriter>(
-      new SnapshotChunkWriter(temp, final_name, *std::move(writer), sync_fd));
+      new SnapshotChunkWriter(temp, final_name, *std::move(writer), sync_fd, raw));
 }
 
 SnapshotChunkWriter::~SnapshotChunkWriter() {
@@ -78,7 +89,11 @@ SnapshotChunkWriter::~SnapshotChunkWriter() {
 }
 
 absl::Status SnapshotChunkWriter::Append(const Element& element) {
-  SerializeElementProto(element, &record_);
+  if (raw_) {
+    SerializeRawElement(element, &record_);
+  } else {
+    SerializeElementProto(element, &record_);
+  }
   RETURN_IF_ERROR(writer_->Write(record_));
   ++num_elements_;
   unsynced_bytes_ += record_.size();
@@ -106,13 +121,15 @@ absl::Status SnapshotChunkWriter::Commit() {
 }
 
 absl::StatusOr<std::unique_ptr<SnapshotChunkReader>> SnapshotChunkReader::Open(
-    const std::string& filename, Compression compression, ElementSpec spec) {
+    const std::string& filename, Compression compression, int64_t format_version,
+    ElementSpec spec) {
+  ASSIGN_OR_RETURN(const bool raw, IsRawFormat(format_version, filename));
   TFRecordReaderOptions options;
   options.compression = compression;
   ASSIGN_OR_RETURN(std::unique_ptr<TFRecordReader> reader,
                    TFRecordReader::Open(filename, options));
   return std::unique_ptr<SnapshotChunkReader>(
-      new SnapshotChunkReader(std::move(reader), std::move(spec)));
+      new SnapshotChunkReader(std::move(reader), raw, std::move(spec)));
 }
 
 absl::Status SnapshotChunkReader::Next(Element* out, bool* end_of_chunk) {
@@ -122,7 +139,24 @@ absl::Status SnapshotChunkReader::Next(Element* out, bool* end_of_chunk) {
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(s);
-  const int64_t index = num_read_;
+  ASSIGN_OR_RETURN(*out, Decode(num_read_));
+  *end_of_chunk = false;
+  ++num_read_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Element> SnapshotChunkReader::Decode(int64_t index) {
+  if (raw_) {
+    absl::StatusOr<Element> e = ParseRawElement(record_, spec_, filename());
+    if (e.ok() || absl::IsResourceExhausted(e.status())) return e;
+    if (absl::IsFailedPrecondition(e.status())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "snapshot chunk '", filename(), "': element ", index, " does not match the "
+          "snapshot's element spec (the chunk was written by another pipeline?): ",
+          e.status().message()));
+    }
+    return ChunkCorrupt(filename(), index, e.status().message());
+  }
   proto::ElementProto p;
   if (!p.ParseFromString(record_)) {
     return ChunkCorrupt(filename(), index, "is not a serialized ElementProto");
@@ -130,10 +164,7 @@ absl::Status SnapshotChunkReader::Next(Element* out, bool* end_of_chunk) {
   absl::StatusOr<Element> e = ConsumeElementProto(&p);
   if (!e.ok()) return ChunkCorrupt(filename(), index, e.status().message());
   RETURN_IF_ERROR(CheckSpec(*e, spec_, filename(), index));
-  *out = *std::move(e);
-  *end_of_chunk = false;
-  ++num_read_;
-  return absl::OkStatus();
+  return e;
 }
 
 absl::StatusOr<int64_t> CountSnapshotChunkRecords(const std::string& filename,

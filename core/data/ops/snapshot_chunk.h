@@ -1,6 +1,8 @@
 // One chunk file of a distributed snapshot (layout: snapshot_manifest.h): TFRecord framing
-// (masked CRC32C of length and data; optional GZIP / ZLIB) around serialized
-// proto::ElementProto records, one per element, in the order they were produced.
+// (masked CRC32C of length and data; optional GZIP / ZLIB) around one record per element, in
+// the order they were produced. The record format is the manifest's format_version: 2 (what
+// saves write) a raw element record (core/tensor/raw_element.h: a small header, then each
+// tensor's bytes; read back with one copy per tensor), 1 a serialized proto::ElementProto.
 //
 // Writing commits a chunk or leaves nothing: the records go to DIR/chunks/.tmp-<name>-<pid>-<n>
 // (created with O_EXCL), which Commit() fsyncs and renames to DIR/chunks/<name>, then fsyncs
@@ -9,13 +11,14 @@
 // writes the same name: the rename replaces one whole chunk with another, and every element is
 // in the snapshot exactly once.
 //
-//   ASSIGN_OR_RETURN(auto w, SnapshotChunkWriter::Create(dir, name, Compression::kNone));
+//   ASSIGN_OR_RETURN(auto w, SnapshotChunkWriter::Create(dir, name, Compression::kNone,
+//                                                        kSnapshotFormatVersion));
 //   RETURN_IF_ERROR(w->Append(element));
 //   RETURN_IF_ERROR(w->Commit());
 //
 // Reading: SnapshotChunkReader yields the elements and checks each against the snapshot's
 // element spec. Errors name the chunk file: DATA_LOSS for a record that fails its checksum, is
-// truncated, does not parse as an ElementProto or holds an invalid tensor;
+// truncated, does not parse as a record of its format or holds an invalid tensor;
 // FAILED_PRECONDITION for an element of another spec; RESOURCE_EXHAUSTED when the memory
 // budget refuses a buffer (the record reader's limits: core/io/tfrecord_reader.h).
 //
@@ -38,10 +41,12 @@ namespace sluice {
 
 class SnapshotChunkWriter {
  public:
-  // Creates the temporary file of chunk `name` in DIR/chunks/ (which must exist). Local
-  // directories only (UNIMPLEMENTED otherwise); errno's code naming the file.
+  // Creates the temporary file of chunk `name` in DIR/chunks/ (which must exist), for records
+  // of `format_version` (1 or 2; INVALID_ARGUMENT otherwise). Local directories only
+  // (UNIMPLEMENTED otherwise); errno's code naming the file.
   static absl::StatusOr<std::unique_ptr<SnapshotChunkWriter>> Create(
-      const std::string& directory, const std::string& name, Compression compression);
+      const std::string& directory, const std::string& name, Compression compression,
+      int64_t format_version);
   // Removes the temporary file unless Commit() succeeded.
   ~SnapshotChunkWriter();
   SnapshotChunkWriter(const SnapshotChunkWriter&) = delete;
@@ -54,11 +59,12 @@ class SnapshotChunkWriter {
 
  private:
   SnapshotChunkWriter(std::string temp, std::string final_name,
-                      std::unique_ptr<TFRecordWriter> writer, int sync_fd)
+                      std::unique_ptr<TFRecordWriter> writer, int sync_fd, bool raw)
       : temp_(std::move(temp)),
         final_(std::move(final_name)),
         writer_(std::move(writer)),
-        sync_fd_(sync_fd) {}
+        sync_fd_(sync_fd),
+        raw_(raw) {}
 
   // Append() starts the write-back of the temporary file after this many bytes (sync_file_range
   // without waiting): Commit()'s fsync then waits for the last few MiB, not the whole chunk.
@@ -68,6 +74,7 @@ class SnapshotChunkWriter {
   const std::string final_;
   std::unique_ptr<TFRecordWriter> writer_;
   int sync_fd_;  // a second descriptor of temp_, for the fsync after the writer closes
+  const bool raw_;  // format 2: raw element records; else ElementProto records
   bool committed_ = false;
   int64_t num_elements_ = 0;
   int64_t unsynced_bytes_ = 0;  // appended since the last write-back started
@@ -76,9 +83,12 @@ class SnapshotChunkWriter {
 
 class SnapshotChunkReader {
  public:
-  // Opens `filename` (any scheme the FileSystem layer reads). NOT_FOUND naming it.
+  // Opens `filename` (any scheme the FileSystem layer reads), a chunk of `format_version` (0 or
+  // 1: ElementProto records; 2: raw element records; INVALID_ARGUMENT otherwise). NOT_FOUND
+  // naming it.
   static absl::StatusOr<std::unique_ptr<SnapshotChunkReader>> Open(const std::string& filename,
                                                                    Compression compression,
+                                                                   int64_t format_version,
                                                                    ElementSpec spec);
   // The next element; *end_of_chunk at the clean end of the file. Errors above.
   absl::Status Next(Element* out, bool* end_of_chunk);
@@ -86,12 +96,16 @@ class SnapshotChunkReader {
   const std::string& filename() const { return reader_->filename(); }
 
  private:
-  SnapshotChunkReader(std::unique_ptr<TFRecordReader> reader, ElementSpec spec)
-      : reader_(std::move(reader)), spec_(std::move(spec)) {}
+  SnapshotChunkReader(std::unique_ptr<TFRecordReader> reader, bool raw, ElementSpec spec)
+      : reader_(std::move(reader)), raw_(raw), spec_(std::move(spec)) {}
+
+  // The element a record of the chunk's format holds, checked against spec_.
+  absl::StatusOr<Element> Decode(int64_t index);
 
   std::unique_ptr<TFRecordReader> reader_;
+  const bool raw_;
   const ElementSpec spec_;
-  std::string record_;
+  std::string record_;  // reused: read without a zero-fill once it fits the largest record
   int64_t num_read_ = 0;
 };
 

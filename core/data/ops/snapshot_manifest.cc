@@ -79,10 +79,12 @@ absl::StatusOr<proto::SnapshotManifest> ParseSnapshotManifest(absl::string_view 
   if (!m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return ManifestCorrupt(filename, "the record is not a SnapshotManifest");
   }
-  if (m.format_version() != kSnapshotFormatVersion) {
+  if (m.format_version() < kOldestSnapshotFormatVersion ||
+      m.format_version() > kSnapshotFormatVersion) {
     return ManifestCorrupt(filename, absl::StrCat("format_version ", m.format_version(),
-                                                  " (this build reads ", kSnapshotFormatVersion,
-                                                  ")"));
+                                                  " (this build reads ",
+                                                  kOldestSnapshotFormatVersion, " to ",
+                                                  kSnapshotFormatVersion, ")"));
   }
   if (!m.done() && m.chunks_size() > 0) {
     return ManifestCorrupt(filename, "chunks listed before the snapshot is done");

@@ -32,7 +32,10 @@
 
 namespace sluice {
 
-inline constexpr int64_t kSnapshotFormatVersion = 1;
+// The format saves write: chunks of raw element records (core/tensor/raw_element.h). Loads
+// also read the oldest, chunks of serialized proto::ElementProto records.
+inline constexpr int64_t kSnapshotFormatVersion = 2;
+inline constexpr int64_t kOldestSnapshotFormatVersion = 1;
 // A manifest larger than this is corrupt (a million chunks take about 50 MiB).
 inline constexpr uint64_t kMaxSnapshotManifestBytes = uint64_t{64} << 20;
 
