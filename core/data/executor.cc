@@ -5,6 +5,7 @@
 // that outlives one iterator (shuffle's iteration count) lives in the closure.
 #include "core/data/executor.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -46,6 +47,14 @@ absl::StatusOr<IteratorFactory> BuildOp(OpBuildArgs args) {
   return (*r)->build(std::move(args));
 }
 
+// How many ops after op i its registration runs as part of op i (OpRegistration::fusable_next),
+// at most those left.
+int FusableNext(const proto::DatasetDef& def, int i, const ElementSpec& input) {
+  absl::StatusOr<const OpRegistration*> r = FindOpRegistration(def.ops(i));
+  if (!r.ok() || !(*r)->fusable_next) return 0;
+  return std::clamp((*r)->fusable_next(def, i, input), 0, def.ops_size() - i - 1);
+}
+
 // Per-op profiling (core/data/op_profile.h): each iterator `factory` makes is wrapped to count
 // its calls in `profile`; without a profile the factory is returned as is.
 IteratorFactory Profiled(IteratorFactory factory, int position, const std::string& label,
@@ -71,12 +80,19 @@ absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
   factory = Profiled(std::move(factory), 0, DescribePosition(def, 0), profile);
   proto::DatasetDef upstream = def;  // the graph up to op i
   upstream.clear_ops();
-  for (int i = 0; i < def.ops_size(); ++i) {
+  for (int i = 0; i < def.ops_size();) {
     const std::string label = DescribePosition(def, i + 1);
-    ASSIGN_OR_RETURN(factory, BuildOp(OpBuildArgs{label, def.ops(i), std::move(factory),
-                                                  specs[i], specs[i + 1], upstream, options}));
+    // Ops that op i runs as part of itself (map fusion): the label and the profile are op i's.
+    const int fused = options.fuse_maps ? FusableNext(def, i, specs[i]) : 0;
+    std::vector<proto::OpDef> fused_next(def.ops().begin() + i + 1,
+                                         def.ops().begin() + i + 1 + fused);
+    ASSIGN_OR_RETURN(factory,
+                     BuildOp(OpBuildArgs{label, def.ops(i), std::move(factory), specs[i],
+                                         specs[i + 1 + fused], upstream, options,
+                                         std::move(fused_next)}));
     factory = Profiled(std::move(factory), i + 1, label, profile);
-    *upstream.add_ops() = def.ops(i);
+    for (int j = i; j <= i + fused; ++j) *upstream.add_ops() = def.ops(j);
+    i += 1 + fused;
   }
   return factory();
 }

@@ -39,6 +39,11 @@ struct ExecutorOptions {
   // Where every op's iterator counts its elements and time (core/data/op_profile.h); null: the
   // process's profile (SetProcessOpProfile) if one is set, else no profiling and no cost.
   std::shared_ptr<OpProfile> profile;
+  // Map fusion (core/data/ops/map_fusion.h): consecutive maps whose fns fuse run as one map
+  // with one fn (random_resized_crop then random_flip_left_right and normalize: one pass, one
+  // tensor). The same values either way; false builds every op on its own (the reference the
+  // tests compare with; the profile then lists every map).
+  bool fuse_maps = true;
 };
 
 // INVALID_ARGUMENT if the graph does not Validate(), or names an unresolved

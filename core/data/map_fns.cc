@@ -173,6 +173,8 @@ absl::StatusOr<Element> ComponentFn::ApplyToSerializedRows(
   return absl::UnimplementedError(absl::StrCat(Describe(), " has no form on serialized rows"));
 }
 
+std::unique_ptr<ComponentFn> ComponentFn::FuseWith(const ComponentFn&) const { return nullptr; }
+
 absl::StatusOr<ElementSpec> ComponentFn::TupleOutputSpec(const std::vector<TensorSpec>&) const {
   return Invalid("takes one tensor, not a tuple");
 }
@@ -263,6 +265,16 @@ absl::StatusOr<std::shared_ptr<const MapFunction>> MakeMapFunction(const proto::
   ASSIGN_OR_RETURN(std::unique_ptr<ComponentFn> fn, MakeComponentFn(map));
   return std::shared_ptr<const MapFunction>(
       new ComponentMapFunction(std::shared_ptr<const ComponentFn>(std::move(fn)), map));
+}
+
+absl::StatusOr<std::shared_ptr<const MapFunction>> MakeMapFunctionOf(
+    std::shared_ptr<const ComponentFn> fn, const proto::MapOp& map, const ElementSpec& input) {
+  ASSIGN_OR_RETURN(int at, SelectComponent(map, input));
+  int leaf = 0;
+  RETURN_IF_ERROR(
+      MapLeafSpecs(*fn, at < 0 ? input : input.children()[at], ComponentName(map), &leaf)
+          .status());
+  return std::shared_ptr<const MapFunction>(new ComponentMapFunction(std::move(fn), map));
 }
 
 }  // namespace sluice

@@ -47,6 +47,8 @@
 
 namespace sluice {
 
+struct PixelStep;  // core/data/ops/pixel_step.h
+
 // One fn applied to one tensor. The result may be a structure (parse_example gives a dict).
 class ComponentFn {
  public:
@@ -78,6 +80,12 @@ class ComponentFn {
   // As OutputSpec / Apply, for a tuple of TupleArity() tensors.
   virtual absl::StatusOr<ElementSpec> TupleOutputSpec(const std::vector<TensorSpec>& inputs) const;
   virtual absl::StatusOr<Element> ApplyTuple(const std::vector<Tensor>& inputs) const;
+  // Map fusion (core/data/ops/map_fusion.h): the fn that applies this fn and then `next` to its
+  // output in one call, whose Apply gives exactly next.Apply(Apply(x)) (values, draws, errors),
+  // or null when this fn cannot take `next` over (the default).
+  virtual std::unique_ptr<ComponentFn> FuseWith(const ComponentFn& next) const;
+  // What the fn does, for fns that another may take over (FuseWith); null for the others.
+  virtual const PixelStep* AsPixelStep() const { return nullptr; }
 };
 
 // The fn of a MapOp, ready to run on the elements of one input spec.
@@ -108,6 +116,11 @@ absl::StatusOr<ElementSpec> InferMapSpec(const proto::MapOp& map, const ElementS
 // Builds the fn for elements of `input`; checks what InferMapSpec checks.
 absl::StatusOr<std::shared_ptr<const MapFunction>> MakeMapFunction(const proto::MapOp& map,
                                                                    const ElementSpec& input);
+
+// As MakeMapFunction with `fn` in place of the map's own (a fused fn, core/data/ops/map_fusion.h)
+// applied to the component `map` selects; INVALID_ARGUMENT when `fn` cannot apply to `input`.
+absl::StatusOr<std::shared_ptr<const MapFunction>> MakeMapFunctionOf(
+    std::shared_ptr<const ComponentFn> fn, const proto::MapOp& map, const ElementSpec& input);
 
 // The registered name: "cast", "decode_raw", ..., "plugin", the image op's ("resize"); "unset"
 // when empty.

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "core/data/ops/output_slot.h"
 
 namespace sluice {
 
@@ -65,6 +66,7 @@ class ProfilingIterator : public Iterator {
 
   absl::Status GetNext(Element* out, bool* end_of_sequence) override {
     const auto start = std::chrono::steady_clock::now();
+    ForwardSlotOffer(this, inner_.get());  // batch's output slot (ops/output_slot.h)
     absl::Status s = inner_->GetNext(out, end_of_sequence);
     Count(start, s.ok() && !*end_of_sequence ? 1 : 0);
     return s;

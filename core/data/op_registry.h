@@ -86,6 +86,9 @@ struct OpBuildArgs {
   const ElementSpec& output_spec;     // ... and of the op's output
   const proto::DatasetDef& upstream;  // the graph up to (without) the op
   const ExecutorOptions& options;
+  // The ops right after `op` that this op runs as part of itself (OpRegistration::fusable_next;
+  // output_spec is then the last one's); empty without fusion.
+  std::vector<proto::OpDef> fused_next = {};
 };
 
 // The batch size an op cuts its input into, for the distribute rules.
@@ -126,6 +129,10 @@ struct OpRegistration {
   // source, "drops elements depending on their values"; "" when the op is element-wise. A batch
   // op's answer applies to a second batch op. Unset: the op prevents a global order.
   std::function<std::string(const proto::OpDef&)> global_order_conflict;
+  // Fusion: how many of the ops right after def.ops(i) the op can run as part of itself (0:
+  // none), given op i's input spec; the build then gets them in OpBuildArgs::fused_next. Called
+  // only on a graph InferElementSpecs() accepted. Unset: 0.
+  std::function<int(const proto::DatasetDef& def, int i, const ElementSpec& input)> fusable_next;
 };
 
 // A function of map() (proto::MapOp's oneof `fn`), registered in core/data/ops/<name>_fn.cc.

@@ -447,6 +447,16 @@ HostileCase ImageBombCase(Rng& rng) {
     const auto [w, h] = rng.Pick(kJpeg);
     bomb = JpegBomb(w, h, rng.Chance(50) ? 3 : 1);
   }
+  if (!png && rng.Chance(25)) {
+    // The fused window decode (random_resized_crop taking flip and normalize over:
+    // core/data/ops/map_fusion.h) refuses the header before it decodes or allocates.
+    return Case("image_bomb",
+                absl::StrCat("from_tensors(", BytesLiteral(bomb),
+                             ").repeat(2).map(random_resized_crop([224, 224], seed=1))"
+                             ".map(random_flip_left_right(seed=2))"
+                             ".map(normalize(mean=[0.5], std=[2.0])).batch(2)"),
+                {"random_resized_crop"}, kWithDataLoss);
+  }
   static const std::vector<std::string> kFns = {"decode_image", "decode_png", "decode_jpeg",
                                                 "tf.io.decode_image", "tf.image.decode_png"};
   std::string fn = rng.Pick(kFns);

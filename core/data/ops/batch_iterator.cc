@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/data/memory_budget.h"
 #include "core/data/op_iterator.h"
+#include "core/data/ops/output_slot.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -21,7 +23,8 @@ class BatchIterator : public OpIterator {
         input_(std::move(input)),
         batch_size_(batch_size),
         drop_remainder_(drop_remainder),
-        bulk_(input_ != nullptr && input_->SupportsBlocks() && BulkPathsEnabled()) {}
+        bulk_(input_ != nullptr && input_->SupportsBlocks() && BulkPathsEnabled()),
+        slots_(input_.get(), batch_size, this->label()) {}
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
@@ -33,13 +36,20 @@ class BatchIterator : public OpIterator {
     const std::string describe = absl::StrCat("a batch of ", batch_size_, " elements");
     std::vector<Element> elements;
     elements.reserve(static_cast<size_t>(std::min<int64_t>(batch_size_, 1 << 16)));
+    slots_.BeginBatch();
     while (static_cast<int64_t>(elements.size()) < batch_size_) {
       Element e;
       bool end = false;
-      absl::Status s = input_->GetNext(&e, &end);
+      absl::Status s;
+      {
+        // The map below may write the element's largest leaf in place (output_slot.h).
+        const ScopedSlotOffer offer = slots_.Offer(static_cast<int64_t>(elements.size()));
+        s = input_->GetNext(&e, &end);
+      }
       if (!s.ok()) return s;
       if (end) break;
       RETURN_IF_ERROR(held.GrowElement(ElementFootprint(e), ElementOverhead(e), describe));
+      if (elements.empty()) slots_.Learn(e);
       elements.push_back(std::move(e));
     }
     if (elements.empty() ||
@@ -139,7 +149,7 @@ class BatchIterator : public OpIterator {
     return absl::OkStatus();
   }
 
-  absl::Status Stack(const std::vector<Element>& elements, Element* out) const {
+  absl::Status Stack(const std::vector<Element>& elements, Element* out) {
     const size_t n = elements.size();
     std::vector<std::vector<Tensor>> columns;  // columns[leaf][element]
     for (size_t e = 0; e < n; ++e) {
@@ -154,9 +164,16 @@ class BatchIterator : public OpIterator {
       }
       for (size_t i = 0; i < leaves.size(); ++i) columns[i].push_back(std::move(leaves[i]));
     }
-    std::vector<Tensor> stacked;
-    stacked.reserve(columns.size());
+    std::vector<Tensor> stacked(columns.size());
+    // The slot leaf last: the other leaves may view the rows it overwrites.
+    std::vector<size_t> order;
     for (size_t i = 0; i < columns.size(); ++i) {
+      if (static_cast<int>(i) != slots_.leaf()) order.push_back(i);
+    }
+    if (slots_.leaf() >= 0 && slots_.leaf() < static_cast<int>(columns.size())) {
+      order.push_back(static_cast<size_t>(slots_.leaf()));
+    }
+    for (size_t i : order) {
       const std::vector<Tensor>& col = columns[i];
       for (size_t e = 1; e < n; ++e) {
         if (col[e].shape() != col[0].shape()) {
@@ -172,9 +189,13 @@ class BatchIterator : public OpIterator {
               " had dtype ", DTypeName(col[e].dtype()), "."));
         }
       }
+      if (std::optional<Tensor> in_place = slots_.Stacked(static_cast<int>(i), col)) {
+        stacked[i] = *std::move(in_place);
+        continue;
+      }
       auto t = Tensor::Stack(col, label());
       if (!t.ok()) return CopyError(t.status());
-      stacked.push_back(*std::move(t));
+      stacked[i] = *std::move(t);
     }
     auto packed = Element::Pack(elements[0], std::move(stacked));
     if (!packed.ok()) return InvalidArgument(packed.status().message());
@@ -193,6 +214,7 @@ class BatchIterator : public OpIterator {
   const int64_t batch_size_;
   const bool drop_remainder_;
   const bool bulk_;  // pulls blocks (core/data/iterator.h) instead of elements
+  BatchSlots slots_;  // the per-element path's output slots
 };
 
 class UnbatchIterator : public OpIterator {

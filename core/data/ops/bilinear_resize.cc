@@ -56,7 +56,8 @@ void ComputeBilinearTaps(int64_t out_size, int64_t base, int64_t extent, float o
 
 void ResizeBilinearU8(const uint8_t* src, int64_t row_stride, int64_t channels,
                       const BilinearTap* taps_y, int64_t out_h, const BilinearTap* taps_x,
-                      int64_t out_w, float* out, float* scratch) {
+                      int64_t out_w, float* out, float* scratch,
+                      const RowNormalize* normalize) {
   const int64_t n = out_w * channels;
   // Two cached horizontal passes: rows[i] holds source row cached[i].
   float* rows[2] = {scratch, scratch + n};
@@ -76,7 +77,16 @@ void ResizeBilinearU8(const uint8_t* src, int64_t row_stride, int64_t channels,
     const float* bottom = row_of(t.upper, t.lower);
     const float lerp = t.lerp;
     float* o = out + y * n;
-    for (int64_t j = 0; j < n; ++j) o[j] = top[j] + (bottom[j] - top[j]) * lerp;
+    if (normalize == nullptr) {
+      for (int64_t j = 0; j < n; ++j) o[j] = top[j] + (bottom[j] - top[j]) * lerp;
+      continue;
+    }
+    const float* mean = normalize->mean;
+    const float* std = normalize->std;
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = top[j] + (bottom[j] - top[j]) * lerp;
+      o[j] = (v - mean[j]) / std[j];
+    }
   }
 }
 

@@ -7,6 +7,12 @@
 // The horizontal pass of a source row is computed once and kept while consecutive output rows
 // use it. No allocation: the caller passes the taps and a scratch of 2 * out_w * channels floats.
 //
+// Fused steps (map fusion, core/data/ops/map_fusion.h): a mirrored output is the same call with
+// taps_x reversed (each output value is computed exactly as without the mirror, only written
+// elsewhere), and a per-channel normalize, (v - mean) / std, is applied to each value v as the
+// vertical pass writes it, in the same float operations as normalize() applies them afterwards:
+// the values are bit for bit those of resize, then flip, then normalize.
+//
 // Thread safety: plain functions on caller-owned memory.
 #ifndef SLUICE_CORE_BILINEAR_RESIZE_H_
 #define SLUICE_CORE_BILINEAR_RESIZE_H_
@@ -33,10 +39,17 @@ void ComputeBilinearTaps(int64_t out_size, int64_t base, int64_t extent, float o
 
 // out[y][x][k] from the source rows taps_y[y].lower/upper and columns taps_x[x].lower/upper of
 // `src` (row r at src + r * row_stride bytes, `channels` interleaved uint8 values a pixel).
-// `scratch` holds 2 * out_w * channels floats.
+// `scratch` holds 2 * out_w * channels floats. With `normalize` set (arrays of out_w * channels
+// floats: the channel's mean and std repeated for every pixel of a row), each value written is
+// (v - mean[j]) / std[j] instead of v.
+struct RowNormalize {
+  const float* mean = nullptr;
+  const float* std = nullptr;
+};
 void ResizeBilinearU8(const uint8_t* src, int64_t row_stride, int64_t channels,
                       const BilinearTap* taps_y, int64_t out_h, const BilinearTap* taps_x,
-                      int64_t out_w, float* out, float* scratch);
+                      int64_t out_w, float* out, float* scratch,
+                      const RowNormalize* normalize = nullptr);
 
 }  // namespace sluice
 

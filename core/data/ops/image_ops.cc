@@ -20,6 +20,8 @@
 #include "core/data/ops/bilinear_resize.h"
 #include "core/data/ops/distorted_box_sampling.h"
 #include "core/data/ops/jpeg_window_decoder.h"
+#include "core/data/ops/output_slot.h"
+#include "core/data/ops/pixel_step.h"
 #include "core/data/ops/resized_crop_sampling.h"
 #include "core/tensor/uninitialized_tensor.h"
 #include "core/tensor/dtype_dispatch.h"
@@ -448,6 +450,7 @@ class RandomFlipFn : public ComponentFn {
     return ElementSpec(input);
   }
   bool DrawsPerElement() const override { return seed_.has_value(); }
+  const PixelStep* AsPixelStep() const override { return &step_; }
   absl::StatusOr<Element> Apply(const Tensor& input) const override {
     RETURN_IF_ERROR(CheckImageSpec(TensorSpec{input.dtype(), input.shape()}));
     std::mt19937_64 gen = ElementGenerator(seed_, DrawingOp::kRandomFlipLeftRight);
@@ -463,6 +466,7 @@ class RandomFlipFn : public ComponentFn {
 
  private:
   const std::optional<int64_t> seed_;
+  const PixelStep step_{PixelStep::Kind::kFlipLeftRight, seed_, {}, {}};
 };
 
 class CentralCropFn : public ComponentFn {
@@ -520,14 +524,31 @@ void AxisTaps(int64_t out_size, int64_t start, int64_t size, int denom, int64_t 
   ComputeBilinearTaps(out_size, lo - first, hi - lo, offset, extent_scaled, taps);
 }
 
-// The box of `pixels` resized to float32 [out_h, out_w, c] (TF's bilinear); the taps and the
-// row scratch are the thread's, reused from image to image.
+// What random_resized_crop applies to the resized box besides the resize: steps it took over
+// from the maps after it (map fusion, core/data/ops/map_fusion.h).
+struct BoxEpilogue {
+  bool mirror = false;            // random_flip_left_right drew a flip
+  const std::vector<float>* mean = nullptr;  // normalize: one value or one per channel; null: none
+  const std::vector<float>* std = nullptr;
+};
+
+// The box of `pixels` resized to float32 [out_h, out_w, c] (TF's bilinear), then mirrored and
+// normalized as `epilogue` says, in one pass (bilinear_resize.h); the taps and the row scratch
+// are the thread's, reused from image to image.
 absl::StatusOr<Tensor> ResizeBox(const PixelsAround& p, const CropBox& box, int64_t out_h,
-                                 int64_t out_w, absl::string_view op) {
+                                 int64_t out_w, absl::string_view op,
+                                 const BoxEpilogue& epilogue = {}) {
   // The output first: the allocator refuses a size over the element limit, which then bounds
-  // the taps and the scratch (smaller than the output).
-  ASSIGN_OR_RETURN(Tensor out, TryAllocateUninitialized(
-                                   DType::kFloat32, Shape({out_h, out_w, p.channels}), op));
+  // the taps and the scratch (smaller than the output). Under a batch that offers this
+  // element's row (output_slot.h), the values go straight there.
+  const Shape shape({out_h, out_w, p.channels});
+  std::optional<Tensor> slot = TakeFnSlot(DType::kFloat32, shape);
+  Tensor out;
+  if (slot.has_value()) {
+    out = *std::move(slot);
+  } else {
+    ASSIGN_OR_RETURN(out, TryAllocateUninitialized(DType::kFloat32, shape, op));
+  }
   thread_local std::vector<BilinearTap> taps_y, taps_x;
   thread_local std::vector<float> scratch;
   taps_y.resize(static_cast<size_t>(out_h));
@@ -535,8 +556,26 @@ absl::StatusOr<Tensor> ResizeBox(const PixelsAround& p, const CropBox& box, int6
   scratch.resize(static_cast<size_t>(2 * out_w * p.channels));
   AxisTaps(out_h, box.y, box.height, p.denom, p.row0, p.scaled_height, taps_y.data());
   AxisTaps(out_w, box.x, box.width, p.denom, p.col0, p.scaled_width, taps_x.data());
+  // Output column x of the mirrored image is column out_w - 1 - x of the unmirrored one.
+  if (epilogue.mirror) std::reverse(taps_x.begin(), taps_x.end());
+  RowNormalize normalize;
+  if (epilogue.mean != nullptr) {
+    thread_local std::vector<float> mean_row, std_row;
+    const size_t n = static_cast<size_t>(out_w * p.channels);
+    mean_row.resize(n);
+    std_row.resize(n);
+    const std::vector<float>& mean = *epilogue.mean;
+    const std::vector<float>& std = *epilogue.std;
+    for (size_t j = 0; j < n; ++j) {
+      const size_t k = j % static_cast<size_t>(p.channels);
+      mean_row[j] = mean.size() == 1 ? mean[0] : mean[k];
+      std_row[j] = std.size() == 1 ? std[0] : std[k];
+    }
+    normalize = RowNormalize{mean_row.data(), std_row.data()};
+  }
   ResizeBilinearU8(p.data, p.cols * p.channels, p.channels, taps_y.data(), out_h, taps_x.data(),
-                   out_w, out.mutable_data<float>(), scratch.data());
+                   out_w, out.mutable_data<float>(), scratch.data(),
+                   epilogue.mean != nullptr ? &normalize : nullptr);
   return out;
 }
 
@@ -574,18 +613,42 @@ class RandomResizedCropFn : public ComponentFn {
   }
 
   absl::StatusOr<ElementSpec> OutputSpec(const TensorSpec& input) const override {
-    if (input.dtype == DType::kString && input.shape.rank() == 0) {
-      return ElementSpec(TensorSpec{DType::kFloat32, Shape({height_, width_, 3})});
-    }
-    if (input.dtype != DType::kUInt8 || input.shape.rank() != 3) {
+    const bool bytes = input.dtype == DType::kString && input.shape.rank() == 0;
+    if (!bytes && (input.dtype != DType::kUInt8 || input.shape.rank() != 3)) {
       return Invalid(absl::StrCat("needs JPEG or PNG bytes (a string scalar) or a uint8 image "
                                   "[height, width, channels], got ",
                                   SpecString(input)));
     }
-    return ElementSpec(TensorSpec{DType::kFloat32, Shape({height_, width_, input.shape.dim(2)})});
+    const int64_t c = bytes ? 3 : input.shape.dim(2);
+    // A fused per-channel normalize needs the channels known to match (map fusion then happens
+    // only where the unfused normalize could not fail).
+    const size_t normalized = std::max(mean_.size(), std_.size());
+    if (normalized > 1 && c != static_cast<int64_t>(normalized)) {
+      return Invalid(absl::StrCat("a fused normalize has ", normalized,
+                                  " values per channel for ", c, " channels"));
+    }
+    return ElementSpec(TensorSpec{DType::kFloat32, Shape({height_, width_, c})});
   }
 
-  bool DrawsPerElement() const override { return seed_.has_value(); }
+  bool DrawsPerElement() const override { return seed_.has_value() || flip_seed_.has_value(); }
+
+  // Takes over one random_flip_left_right and one normalize, in either order (they commute: a
+  // flip moves values, normalize changes each in place by its channel).
+  std::unique_ptr<ComponentFn> FuseWith(const ComponentFn& next) const override {
+    const PixelStep* step = next.AsPixelStep();
+    if (step == nullptr) return nullptr;
+    auto fused = std::make_unique<RandomResizedCropFn>(*this);
+    if (step->kind == PixelStep::Kind::kFlipLeftRight) {
+      if (flip_) return nullptr;
+      fused->flip_ = true;
+      fused->flip_seed_ = step->seed;
+    } else {
+      if (!mean_.empty()) return nullptr;
+      fused->mean_ = step->mean;
+      fused->std_ = step->std;
+    }
+    return fused;
+  }
 
   absl::StatusOr<Element> Apply(const Tensor& input) const override {
     RETURN_IF_ERROR(OutputSpec(TensorSpec{input.dtype(), input.shape()}).status());
@@ -629,7 +692,8 @@ class RandomResizedCropFn : public ComponentFn {
     ASSIGN_OR_RETURN(DecodedJpegWindow w, DecodeJpegWindow(bytes, plan, "random_resized_crop"));
     const PixelsAround p{w.pixels.data<uint8_t>(), w.pixels.shape().dim(1), 3, w.row0, w.col0,
                          w.scaled_height, w.scaled_width, w.plan.scale_denom};
-    ASSIGN_OR_RETURN(Tensor out, ResizeBox(p, box, height_, width_, "random_resized_crop"));
+    ASSIGN_OR_RETURN(Tensor out,
+                     ResizeBox(p, box, height_, width_, "random_resized_crop", Epilogue()));
     return Element(std::move(out));
   }
 
@@ -639,14 +703,34 @@ class RandomResizedCropFn : public ComponentFn {
     std::mt19937_64 gen = ElementGenerator(seed_, DrawingOp::kRandomResizedCrop);
     const CropBox box = SampleResizedCrop(h, w, scale_, ratio_, gen);
     const PixelsAround p{image.data<uint8_t>(), w, c, 0, 0, h, w, 1};
-    ASSIGN_OR_RETURN(Tensor out, ResizeBox(p, box, height_, width_, "random_resized_crop"));
+    ASSIGN_OR_RETURN(Tensor out,
+                     ResizeBox(p, box, height_, width_, "random_resized_crop", Epilogue()));
     return Element(std::move(out));
+  }
+
+  // The fused steps for the calling thread's element: the flip's draw is random_flip_left_right's
+  // (its seed and op under the same element key), so the fused map mirrors the same elements.
+  BoxEpilogue Epilogue() const {
+    BoxEpilogue e;
+    if (flip_) {
+      std::mt19937_64 gen = ElementGenerator(flip_seed_, DrawingOp::kRandomFlipLeftRight);
+      e.mirror = DrawUpTo(gen, 1) != 0;
+    }
+    if (!mean_.empty()) {
+      e.mean = &mean_;
+      e.std = &std_;
+    }
+    return e;
   }
 
   const int64_t height_, width_;
   const double scale_[2], ratio_[2];
   const std::optional<int64_t> seed_;
   const bool exact_;
+  // Taken over from the maps after it (FuseWith): a flip, and a normalize (mean_ not empty).
+  bool flip_ = false;
+  std::optional<int64_t> flip_seed_;
+  std::vector<float> mean_, std_;
 };
 
 // A thread's libturbojpeg decompressor (a tjhandle is not thread-safe; one per image costs

@@ -21,6 +21,8 @@
 //                                  On JPEG bytes only the box is decoded (jpeg_window_decoder.h),
 //                                  at the smallest DCT scale keeping it >= size; exact decodes
 //                                  the whole image: decode_image + crop + resize's values.
+//                                  Takes over a random_flip_left_right and a normalize mapped
+//                                  after it (map fusion, map_fusion.h): one pass, same values.
 //   decode_and_crop_jpeg(crop_window=[y, x, h, w], channels=0)  TF's: the window's pixels, as
 //                                  decode_image then a crop, decoding the window alone.
 //                                  Without crop_window: on a (bytes, crop_window) tuple, the

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/data/deferred_check_blocks.h"
 #include "core/data/op_iterator.h"
+#include "core/data/ops/output_slot.h"
 #include "core/util/thread_pool.h"
 
 namespace sluice {
@@ -140,9 +142,13 @@ class SequentialMapIterator : public OpIterator {
   }
 
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    // A batch right above offers where this element goes (output_slot.h): taken before the
+    // input is pulled, so that only this map's fn sees it.
+    std::optional<OutputSlot> slot = TakeSlotOffer(this);
     Element e;
     absl::Status s = input_->GetNext(&e, end_of_sequence);
     if (!s.ok() || *end_of_sequence) return s;
+    ScopedFnSlot fn_slot(std::move(slot));
     absl::StatusOr<Element> r = fn_(std::move(e));
     if (!r.ok()) return Labeled(label(), r.status());
     *out = *std::move(r);

@@ -12,6 +12,7 @@
 #include "core/data/op_expression.h"
 #include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
+#include "core/data/ops/map_fusion.h"
 #include "core/data/ops/map_iterator.h"
 #include "core/data/ops/parallel_calls.h"
 #include "core/util/status_macros.h"
@@ -114,7 +115,10 @@ SLUICE_REGISTER_OPS(map_op) {
     const std::string label = args.label;
     IteratorFactory input = std::move(args.input);
     const proto::MapOp& m = args.op.map();
-    absl::StatusOr<std::shared_ptr<const MapFunction>> fn = MakeMapFunction(m, args.input_spec);
+    // With maps fused into this one (map_fusion.h) their fns run as one, in this map's settings.
+    absl::StatusOr<std::shared_ptr<const MapFunction>> fn =
+        args.fused_next.empty() ? MakeMapFunction(m, args.input_spec)
+                                : MakeFusedMapFunction(m, args.fused_next, args.input_spec);
     if (!fn.ok()) {
       return absl::Status(fn.status().code(), absl::StrCat(label, ": ", fn.status().message()));
     }
@@ -148,6 +152,7 @@ SLUICE_REGISTER_OPS(map_op) {
                                 autotune, rows_apply);
         });
   };
+  r.fusable_next = FusableMaps;
   r.global_order_conflict = [](const proto::OpDef& op) -> std::string {
     if (op.map().has_deterministic() && !op.map().deterministic()) {
       return "has deterministic=False: its output order is not fixed";

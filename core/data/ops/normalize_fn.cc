@@ -12,6 +12,7 @@
 #include "core/data/op_expression.h"
 #include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
+#include "core/data/ops/pixel_step.h"
 #include "core/format/python_literal.h"
 #include "core/tensor/dtype_dispatch.h"
 #include "core/tensor/uninitialized_tensor.h"
@@ -67,6 +68,8 @@ class NormalizeFn : public ComponentFn {
     return ElementSpec(TensorSpec{DType::kFloat32, input.shape});
   }
 
+  const PixelStep* AsPixelStep() const override { return &step_; }
+
   absl::StatusOr<Element> Apply(const Tensor& input) const override {
     RETURN_IF_ERROR(OutputSpec(TensorSpec{input.dtype(), input.shape()}).status());
     const int64_t c = Channels();
@@ -108,6 +111,7 @@ class NormalizeFn : public ComponentFn {
   const std::vector<float> std_;
   const std::vector<float> per_channel_mean_ = PerChannel(mean_, static_cast<size_t>(Channels()));
   const std::vector<float> per_channel_std_ = PerChannel(std_, static_cast<size_t>(Channels()));
+  const PixelStep step_{PixelStep::Kind::kNormalize, std::nullopt, mean_, std_};
 };
 
 }  // namespace

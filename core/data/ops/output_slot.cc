@@ -1,0 +1,111 @@
+#include "core/data/ops/output_slot.h"
+
+#include <cstring>
+#include <utility>
+
+#include "core/tensor/uninitialized_tensor.h"
+
+namespace sluice {
+namespace {
+
+struct SlotState {
+  const Iterator* offered_to = nullptr;
+  std::optional<OutputSlot> offered;
+  std::optional<OutputSlot> fn_slot;
+};
+
+SlotState& State() {
+  thread_local SlotState state;
+  return state;
+}
+
+}  // namespace
+
+ScopedSlotOffer::ScopedSlotOffer(const Iterator* to, std::optional<OutputSlot> slot)
+    : saved_to_(State().offered_to), saved_slot_(std::move(State().offered)) {
+  State().offered_to = slot.has_value() ? to : nullptr;
+  State().offered = std::move(slot);
+}
+
+ScopedSlotOffer::~ScopedSlotOffer() {
+  State().offered_to = saved_to_;
+  State().offered = std::move(saved_slot_);
+}
+
+void ForwardSlotOffer(const Iterator* wrapper, const Iterator* inner) {
+  if (State().offered_to == wrapper && wrapper != nullptr) State().offered_to = inner;
+}
+
+std::optional<OutputSlot> TakeSlotOffer(const Iterator* self) {
+  SlotState& s = State();
+  if (s.offered_to != self || self == nullptr) return std::nullopt;
+  s.offered_to = nullptr;
+  std::optional<OutputSlot> slot = std::move(s.offered);
+  s.offered.reset();
+  return slot;
+}
+
+ScopedFnSlot::ScopedFnSlot(std::optional<OutputSlot> slot) : saved_(std::move(State().fn_slot)) {
+  State().fn_slot = std::move(slot);
+}
+
+ScopedFnSlot::~ScopedFnSlot() { State().fn_slot = std::move(saved_); }
+
+std::optional<Tensor> TakeFnSlot(DType dtype, const Shape& shape) {
+  std::optional<OutputSlot>& slot = State().fn_slot;
+  if (!slot.has_value() || slot->row.dtype() != dtype || slot->row.shape() != shape) {
+    return std::nullopt;
+  }
+  Tensor row = std::move(slot->row);
+  slot.reset();
+  return row;
+}
+
+void BatchSlots::BeginBatch() {
+  stacked_.reset();
+  if (leaf_ < 0) return;
+  absl::StatusOr<Tensor> t =
+      TryAllocateUninitialized(dtype_, shape_.Prepend(batch_size_), what_);
+  if (t.ok()) stacked_ = *std::move(t);
+}
+
+void BatchSlots::Learn(const Element& first) {
+  if (!planned_) {
+    planned_ = true;
+    const std::vector<Tensor> leaves = first.Flatten();
+    int64_t largest = kMinBytes - 1;
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      const Tensor& t = leaves[i];
+      if (t.dtype() == DType::kString || static_cast<int64_t>(t.byte_size()) <= largest) continue;
+      largest = static_cast<int64_t>(t.byte_size());
+      leaf_ = static_cast<int>(i);
+      dtype_ = t.dtype();
+      shape_ = t.shape();
+    }
+  }
+}
+
+ScopedSlotOffer BatchSlots::Offer(int64_t row) const {
+  if (!stacked_.has_value() || row >= batch_size_) return ScopedSlotOffer(input_, std::nullopt);
+  return ScopedSlotOffer(input_, OutputSlot{stacked_->Index(row)});
+}
+
+std::optional<Tensor> BatchSlots::Stacked(int leaf, const std::vector<Tensor>& column) {
+  if (leaf != leaf_ || !stacked_.has_value() ||
+      static_cast<int64_t>(column.size()) != batch_size_ || column.empty() ||
+      column[0].dtype() != dtype_ || column[0].shape() != shape_) {
+    return std::nullopt;
+  }
+  Tensor out = *std::move(stacked_);
+  stacked_.reset();
+  for (int64_t row = 0; row < batch_size_; ++row) {
+    Tensor dst = out.Index(row);
+    const Tensor& src = column[static_cast<size_t>(row)];
+    if (src.raw_data() != dst.raw_data()) {
+      std::memcpy(dst.mutable_raw_data(), src.raw_data(), src.byte_size());
+    }
+  }
+  return out;
+}
+
+}  // namespace sluice

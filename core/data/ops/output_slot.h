@@ -1,0 +1,123 @@
+// Output slots: batch() offers the map right below it the memory where the element it asks for
+// will be stacked, so that a fn that writes a whole leaf (random_resized_crop, fused or not:
+// map_fusion.h) writes it there, and batch() copies nothing for that leaf: no per-element tensor,
+// no copy of it.
+//
+// The protocol, on the consumer's thread (no locks, thread-local state):
+//  1. batch allocates its stacked tensor for one leaf (the largest numeric leaf of its first
+//     element) and, around its input's GetNext for row i, offers that row: ScopedSlotOffer
+//     addressed to its input iterator.
+//  2. The profiling wrapper (core/data/op_profile.h) passes an offer addressed to it on to the
+//     iterator it wraps (ForwardSlotOffer). No other op passes it on, so an element made for
+//     row i can never be buffered (shuffle, prefetch) and come out for another row.
+//  3. A sequential map takes the offer addressed to it (TakeSlotOffer) before it pulls its own
+//     input, so nothing below it sees the offer, and holds it around its fn call only
+//     (ScopedFnSlot).
+//  4. A fn about to allocate an output of exactly the slot's dtype and shape takes the slot
+//     (TakeFnSlot: once) instead, writes every value of it, and returns it.
+//  5. batch stacks that leaf last: a row whose tensor is the slot's row is in place; any other
+//     row is copied over it (what was written there is then no one's: the other leaves, which
+//     might view it, were stacked first).
+// Everything else is unchanged: values, errors, memory limits (the slot tensor comes from the
+// refusable allocator; where it is refused, batch offers nothing and stacks as before).
+//
+// Thread safety: all state is the calling thread's.
+#ifndef SLUICE_CORE_OUTPUT_SLOT_H_
+#define SLUICE_CORE_OUTPUT_SLOT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/data/iterator.h"
+#include "sluice/element.h"
+#include "sluice/tensor.h"
+
+namespace sluice {
+
+// Where one element's leaf goes: a row of batch's stacked tensor (a view: Tensor::Index).
+struct OutputSlot {
+  Tensor row;
+};
+
+// Offers `slot` to `to` (the caller's input iterator) for this object's lifetime; the offer in
+// place before is restored after (a batch nested in a pipeline run inside another's GetNext).
+class ScopedSlotOffer {
+ public:
+  ScopedSlotOffer(const Iterator* to, std::optional<OutputSlot> slot);
+  ~ScopedSlotOffer();
+  ScopedSlotOffer(const ScopedSlotOffer&) = delete;
+  ScopedSlotOffer& operator=(const ScopedSlotOffer&) = delete;
+
+ private:
+  const Iterator* saved_to_;
+  std::optional<OutputSlot> saved_slot_;
+};
+
+// Readdresses an offer made to `wrapper` to `inner` (an iterator that only observes its inner
+// one's elements).
+void ForwardSlotOffer(const Iterator* wrapper, const Iterator* inner);
+
+// The offer addressed to `self`, taken (no one else sees it); nullopt when none is.
+std::optional<OutputSlot> TakeSlotOffer(const Iterator* self);
+
+// Makes `slot` (may be empty) the one TakeFnSlot gives for this object's lifetime.
+class ScopedFnSlot {
+ public:
+  explicit ScopedFnSlot(std::optional<OutputSlot> slot);
+  ~ScopedFnSlot();
+  ScopedFnSlot(const ScopedFnSlot&) = delete;
+  ScopedFnSlot& operator=(const ScopedFnSlot&) = delete;
+
+ private:
+  std::optional<OutputSlot> saved_;
+};
+
+// The fn slot's tensor when it is `dtype` of `shape` (then taken: once); nullopt otherwise. The
+// caller must write every value of it.
+std::optional<Tensor> TakeFnSlot(DType dtype, const Shape& shape);
+
+// batch()'s side: which leaf it offers (the largest numeric leaf of its first element, when at
+// least kMinBytes: smaller ones cost less to copy than to plan), the stacked tensor of the
+// current batch, and the rows already in place. One per batch iterator; not thread-safe.
+class BatchSlots {
+ public:
+  static constexpr int64_t kMinBytes = 64 << 10;
+
+  // `input`: the batch's input iterator, to which offers are addressed; `what` names the batch
+  // in the allocator's errors.
+  BatchSlots(const Iterator* input, int64_t batch_size, std::string what)
+      : input_(input), batch_size_(batch_size), what_(std::move(what)) {}
+
+  // Starts a batch: allocates its stacked tensor once the leaf is known, so from the second
+  // batch on (the first was full: a short batch is the last), and not when the allocator
+  // refuses (the batch then stacks as without slots, and meets the refusal there).
+  void BeginBatch();
+  // The first element of a batch: picks the leaf, the first time.
+  void Learn(const Element& first);
+  // The offer for row `row` (to wrap the input's GetNext in): none before the leaf is known.
+  ScopedSlotOffer Offer(int64_t row) const;
+  // The leaf offered, -1 when none.
+  int leaf() const { return leaf_; }
+  // The stacked tensor of leaf `leaf` whose rows are `column` (their dtypes and shapes already
+  // checked equal) when it is the offered leaf of a full batch: rows in place are kept, the
+  // others copied in. nullopt otherwise: stack as usual. Must come after every other leaf of
+  // the batch is stacked (they may view rows it overwrites).
+  std::optional<Tensor> Stacked(int leaf, const std::vector<Tensor>& column);
+
+ private:
+  const Iterator* const input_;
+  const int64_t batch_size_;
+  const std::string what_;
+  int leaf_ = -1;
+  bool planned_ = false;
+  DType dtype_ = DType::kInvalid;
+  Shape shape_;
+  std::optional<Tensor> stacked_;  // [batch_size] + shape_, of the current batch
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_OUTPUT_SLOT_H_
