@@ -79,6 +79,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/rpc/shared_step_payload.h"
 #include "sluice/tensor.h"
 #include "worker/cursor_counts.h"
 
@@ -95,6 +96,9 @@ struct TaskStep {
   int64_t num_real_pieces = 0;
   std::vector<std::vector<Tensor>> pieces;
   size_t bytes = 0;  // payload bytes, for the budget
+  // Set for the steps of a job shared across trainers (each sent to several streams): its
+  // payload encoded once for all of them (worker/consumer_frame.h passes it to the encoder).
+  std::shared_ptr<const SharedStepPayload> shared_payload;
 };
 
 struct StepBufferOptions {

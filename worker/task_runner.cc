@@ -191,6 +191,10 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
           done = true;
           break;
         }
+        // A step of a job shared across trainers goes to several streams: encoded once.
+        if (buffer_->cross_trainer_window() != nullptr) {
+          step->shared_payload = std::make_shared<const SharedStepPayload>();
+        }
         pending_ = std::move(step);
       }
       absl::StatusOr<bool> taken = buffer_->TryPush(pending_, WakeCallback(), &retry_at);
