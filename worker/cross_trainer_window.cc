@@ -52,10 +52,11 @@ void CrossTrainerWindow::AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeu
 }
 
 absl::StatusOr<bool> CrossTrainerWindow::TryPush(const std::shared_ptr<const TaskStep>& step,
-                                                 Callback space) {
+                                                 Callback space, absl::Time* retry_at) {
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   producer_wake_ = nullptr;
+  if (retry_at != nullptr) *retry_at = absl::InfiniteFuture();
   if (closed_ || stop_producing_) {
     return absl::CancelledError("cross-trainer window: producer stopped");
   }
@@ -63,8 +64,10 @@ absl::StatusOr<bool> CrossTrainerWindow::TryPush(const std::shared_ptr<const Tas
     return absl::InternalError(absl::StrCat("cross-trainer window: pushed task step ",
                                             step->task_step, ", expected ", next_push_));
   }
+  const absl::Time due = DropDepartedLocked(options_.now(), &run.wake);
   if (!MakeRoomLocked(*step)) {
     producer_wake_ = std::move(space);
+    if (retry_at != nullptr) *retry_at = due;  // a departed trainer may be what holds it
     return false;
   }
   AdmitLocked(step, &run.wake);
@@ -78,7 +81,17 @@ absl::Status CrossTrainerWindow::Push(std::shared_ptr<const TaskStep> step) {
     return absl::InternalError(absl::StrCat("cross-trainer window: pushed task step ",
                                             step->task_step, ", expected ", next_push_));
   }
-  while (!closed_ && !stop_producing_ && !MakeRoomLocked(*step)) cv_.Wait(&mu_);
+  while (!closed_ && !stop_producing_) {
+    const absl::Time due = DropDepartedLocked(options_.now(), &run.wake);
+    if (MakeRoomLocked(*step)) break;
+    if (due == absl::InfiniteFuture()) {
+      cv_.Wait(&mu_);
+    } else {
+      // Measured on options_.now's clock, waited for on the real one: a fake clock's due time
+      // is checked again at least every second.
+      cv_.WaitWithTimeout(&mu_, std::min(due - options_.now(), absl::Seconds(1)));
+    }
+  }
   if (closed_ || stop_producing_) {
     return absl::CancelledError("cross-trainer window: producer stopped");
   }
@@ -149,6 +162,7 @@ absl::StatusOr<int64_t> CrossTrainerWindow::Join(absl::string_view trainer_id) {
   t.id = std::string(trainer_id);
   t.joined = true;
   t.cursor = steps_.empty() ? next_push_ : first_step_;
+  t.left_at = options_.now();  // no reader yet (Attach follows)
   if (options_.lossless) cursor_counts_.Insert(t.cursor);
   ++joined_ever_;
   slots_[t.id] = static_cast<int64_t>(slot);
@@ -158,6 +172,34 @@ absl::StatusOr<int64_t> CrossTrainerWindow::Join(absl::string_view trainer_id) {
 void CrossTrainerWindow::RemoveTrainer(absl::string_view trainer_id) {
   RunWakeups run;
   absl::MutexLock lock(&mu_);
+  RemoveTrainerLocked(std::string(trainer_id), &run.wake);
+}
+
+void CrossTrainerWindow::ReaderGoneLocked(int64_t trainer) {
+  Trainer& t = trainers_[static_cast<size_t>(trainer)];
+  if (!t.joined || t.open_readers <= 0) return;
+  if (--t.open_readers == 0) t.left_at = options_.now();
+}
+
+absl::Time CrossTrainerWindow::DropDepartedLocked(absl::Time now, Wakeups* wake) {
+  if (options_.drop_departed_after == absl::InfiniteDuration()) return absl::InfiniteFuture();
+  absl::Time next = absl::InfiniteFuture();
+  std::vector<std::string> gone;
+  for (const Trainer& t : trainers_) {
+    if (!t.joined || t.open_readers > 0) continue;
+    const absl::Time due = t.left_at + options_.drop_departed_after;
+    if (due <= now) {
+      gone.push_back(t.id);
+    } else {
+      next = std::min(next, due);
+    }
+  }
+  for (const std::string& id : gone) RemoveTrainerLocked(id, wake);
+  dropped_ += static_cast<int64_t>(gone.size());
+  return next;
+}
+
+void CrossTrainerWindow::RemoveTrainerLocked(const std::string& trainer_id, Wakeups* wake) {
   auto it = slots_.find(trainer_id);
   if (it == slots_.end()) return;
   Trainer& t = trainers_[static_cast<size_t>(it->second)];
@@ -170,15 +212,15 @@ void CrossTrainerWindow::RemoveTrainer(absl::string_view trainer_id) {
   // Its streams waiting for a step learn that it is gone.
   for (auto w = waiters_.begin(); w != waiters_.end();) {
     if (w->second.trainer == slot) {
-      run.wake.push_back(std::move(w->second.ready));
+      wake->push_back(std::move(w->second.ready));
       waiters_.erase(w++);
     } else {
       ++w;
     }
   }
   cv_.SignalAll();
-  WakeProducerLocked(&run.wake);
-  if (on_change_) run.wake.push_back(on_change_);
+  WakeProducerLocked(wake);
+  if (on_change_) wake->push_back(on_change_);
 }
 
 void CrossTrainerWindow::ApplySkipLocked(Trainer* t) {
@@ -261,7 +303,7 @@ absl::StatusOr<int64_t> CrossTrainerWindow::Attach(int64_t trainer, uint64_t con
       c.unacked.clear();
       c.unacked_bytes = 0;
       if (c.reader != 0) {  // its older stream is superseded
-        readers_.erase(c.reader);
+        if (readers_.erase(c.reader) > 0) ReaderGoneLocked(trainer);
         if (auto w = waiters_.find(c.reader); w != waiters_.end()) {
           run.wake.push_back(std::move(w->second.ready));
           waiters_.erase(w);
@@ -272,6 +314,9 @@ absl::StatusOr<int64_t> CrossTrainerWindow::Attach(int64_t trainer, uint64_t con
     it->second.reader = id;
   }
   readers_[id] = Reader{trainer, consumer_key};
+  Trainer& joined = trainers_[static_cast<size_t>(trainer)];
+  ++joined.open_readers;
+  joined.left_at = absl::InfiniteFuture();
   return id;
 }
 
@@ -285,6 +330,7 @@ void CrossTrainerWindow::Release(int64_t reader) {
   auto r = readers_.find(reader);
   if (r == readers_.end()) return;
   const uint64_t key = r->second.key;
+  ReaderGoneLocked(r->second.trainer);
   readers_.erase(r);
   waiters_.erase(reader);
   if (key == 0) return;
@@ -483,6 +529,7 @@ CrossTrainerWindow::Stats CrossTrainerWindow::stats() const {
   s.lossless = options_.lossless;
   s.producer_waiting = producer_wake_ != nullptr;
   s.steps_redelivered = redelivered_;
+  s.trainers_dropped = dropped_;
   std::vector<int64_t> unacked(trainers_.size(), 0);
   for (const auto& [key, c] : consumers_) {
     unacked[static_cast<size_t>(c.trainer)] += static_cast<int64_t>(c.unacked.size());
@@ -502,6 +549,7 @@ CrossTrainerWindow::Stats CrossTrainerWindow::stats() const {
     ts.lag_steps = next_push_ - from;
     ts.returned_steps = static_cast<int64_t>(t.returned.size());
     ts.unacked_steps = unacked[slot];
+    ts.open_readers = t.open_readers;
     s.trainers.push_back(std::move(ts));
   }
   return s;

@@ -32,6 +32,14 @@
 // RESOURCE_EXHAUSTED naming the id and the bound); a trainer removed (RemoveTrainer: the
 // coordinator declared it gone) frees its slot.
 //
+// Trainers that leave: a trainer whose readers (Attach) have all been released, and that has
+// none again for `drop_departed_after`, is dropped as RemoveTrainer drops one (Stats::
+// trainers_dropped counts them): in lossless mode it no longer holds the producer, and its
+// consumers' unacknowledged steps are freed. The check runs when the producer finds no room
+// (TryPush's *retry_at says when the next departed trainer falls due, so a producer held by
+// one retries then) and in stats(). A trainer that comes back after that joins as a new one,
+// at the oldest step the window holds.
+//
 // Consumers and broken streams (as StepBuffer's keyed independent consumers): a consumer
 // attaches with its key (StreamRequest.consumer_id, stable across its reconnects) and the number
 // of steps of this task it has received. The steps handed to a keyed consumer stay with it,
@@ -92,6 +100,11 @@ struct CrossTrainerWindowOptions {
   // A keyed consumer leaves at most max(this, 4 x window_bytes) unacknowledged, whatever window
   // it names.
   size_t max_unacked_bytes = size_t{1} << 30;
+  // A trainer without a reader for this long is dropped (see the class comment);
+  // absl::InfiniteDuration() never drops one.
+  absl::Duration drop_departed_after = absl::Minutes(5);
+  // The clock departures are measured with (tests inject one).
+  std::function<absl::Time()> now = [] { return absl::Now(); };
 };
 
 class CrossTrainerWindow {
@@ -106,7 +119,10 @@ class CrossTrainerWindow {
   // make room by eviction (see the class comment). Otherwise returns false and registers
   // `space` (replacing an earlier one), called once when room may have appeared; the producer
   // then calls TryPush again. CANCELLED after Close().
-  absl::StatusOr<bool> TryPush(const std::shared_ptr<const TaskStep>& step, Callback space);
+  // *retry_at (may be null): when a departed trainer holding the producer falls due to be
+  // dropped (call TryPush again then, even without a wake-up), else absl::InfiniteFuture().
+  absl::StatusOr<bool> TryPush(const std::shared_ptr<const TaskStep>& step, Callback space,
+                               absl::Time* retry_at = nullptr);
   // Producer, blocking until the step is admitted. CANCELLED after Close().
   absl::Status Push(std::shared_ptr<const TaskStep> step);
   // Producer: no more steps; `status` is OK at the end of data or the pipeline's error, which
@@ -189,11 +205,13 @@ class CrossTrainerWindow {
     int64_t cursor = 0;         // the task step it reads next (after any skip due)
     int64_t returned_steps = 0;  // steps given back by broken streams, queued for it now
     int64_t unacked_steps = 0;   // steps its keyed consumers hold unacknowledged
+    int64_t open_readers = 0;    // streams of it open now (0: departed, may be dropped)
   };
   struct Stats {
     int64_t steps_produced = 0;  // each produced once, whatever the number of trainers
     int64_t steps_evicted = 0;
     int64_t steps_redelivered = 0;  // handed again after a broken stream gave them back
+    int64_t trainers_dropped = 0;   // departed for drop_departed_after (see the class comment)
     size_t bytes = 0;  // held now (the window; unacknowledged steps it evicted are extra)
     size_t steps = 0;
     size_t window_bytes = 0;
@@ -216,6 +234,8 @@ class CrossTrainerWindow {
     int64_t skipped = 0;
     // Steps a broken stream gave back, in task-step order, all below the cursor: read first.
     std::deque<std::shared_ptr<const TaskStep>> returned;
+    int64_t open_readers = 0;  // Attach'ed and not released
+    absl::Time left_at = absl::InfiniteFuture();  // when open_readers last fell to 0
   };
   // A keyed consumer (StreamRequest.consumer_id) and what it holds unacknowledged.
   struct Consumer {
@@ -252,6 +272,14 @@ class CrossTrainerWindow {
   void AcknowledgeLocked(Consumer* c, int64_t received) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the trainer's consumers and readers (it was removed).
   void ForgetConsumersLocked(int64_t trainer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RemoveTrainer's work, the id found; wake-ups into *wake.
+  void RemoveTrainerLocked(const std::string& trainer_id, Wakeups* wake)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A reader of `trainer` closed (or was superseded).
+  void ReaderGoneLocked(int64_t trainer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the trainers departed for drop_departed_after by `now`; returns when the next one
+  // falls due (absl::InfiniteFuture(): none).
+  absl::Time DropDepartedLocked(absl::Time now, Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The trainer's next step (after any skip due), or null.
   const TaskStep* NextStepLocked(const Trainer& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After cursors moved: the producer may have room.
@@ -285,6 +313,7 @@ class CrossTrainerWindow {
   absl::flat_hash_map<int64_t, Reader> readers_ ABSL_GUARDED_BY(mu_);        // open, by id
   int64_t next_reader_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t redelivered_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
   Callback producer_wake_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);

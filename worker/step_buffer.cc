@@ -187,10 +187,7 @@ void StepBuffer::AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeups* wake
 
 absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& step,
                                          ReadyCallback space, absl::Time* retry_at) {
-  if (window_) {
-    *retry_at = absl::InfiniteFuture();
-    return window_->TryPush(step, std::move(space));
-  }
+  if (window_) return window_->TryPush(step, std::move(space), retry_at);
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   *retry_at = absl::InfiniteFuture();

@@ -439,6 +439,7 @@ TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
   if (const proto::CrossTrainerOptions& x = task_.job().cross_trainer(); x.enabled()) {
     auto w = std::make_shared<CrossTrainerWindowOptions>();
     w->window_bytes = options_.cross_trainer_window_bytes;
+    w->drop_departed_after = options_.cross_trainer_drop_departed_after;
     w->lossless = x.lossless();
     w->expected_trainers = x.expected_trainers();
     w->max_trainers = x.max_trainers() > 0 ? x.max_trainers() : kDefaultMaxTrainers;

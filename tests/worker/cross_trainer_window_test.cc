@@ -443,3 +443,77 @@ TEST(CrossTrainerWindowConsumersTest, ConsumerKeysAreBoundedClientInput) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Trainers that leave (worker/cross_trainer_window.h): one with no reader open for
+// drop_departed_after is dropped, so a lossless producer is not held forever; one that comes
+// back in time is kept. A fake clock; the producer's retry time says when to look again.
+TEST(CrossTrainerWindowDepartureTest, ADepartedTrainerIsDroppedAndReleasesALosslessProducer) {
+  auto now = std::make_shared<absl::Time>(absl::FromUnixSeconds(1000));
+  CrossTrainerWindowOptions o = Window(2, /*lossless=*/true);
+  o.drop_departed_after = absl::Seconds(10);
+  o.now = [now] { return *now; };
+  CrossTrainerWindow w(o);
+  const int64_t a = *w.Join("A");
+  const int64_t b = *w.Join("B");
+  const int64_t ra = *w.Attach(a, 1, 0);
+  const int64_t rb = *w.Attach(b, 2, 0);
+  int64_t next = 0;
+  EXPECT_EQ(PushWhileRoom(&w, &next), 2);
+  EXPECT_EQ(ReadAs(&w, a, ra, 2), (std::vector<int64_t>{0, 1}));
+  absl::Time retry = absl::InfinitePast();
+  // B, with a stream open, holds the producer (lossless): no retry time.
+  EXPECT_FALSE(*w.TryPush(MakeStep(next, kStepBytes), [] {}, &retry));
+  EXPECT_EQ(retry, absl::InfiniteFuture());
+  // B's stream goes: it falls due 10 s later, and until then it still holds the producer.
+  w.Release(rb);
+  EXPECT_EQ(w.stats().trainers[1].open_readers, 0);
+  *now += absl::Seconds(9);
+  EXPECT_FALSE(*w.TryPush(MakeStep(next, kStepBytes), [] {}, &retry));
+  EXPECT_EQ(retry, absl::FromUnixSeconds(1010));
+  *now += absl::Seconds(1);
+  EXPECT_TRUE(*w.TryPush(MakeStep(next++, kStepBytes), [] {}, &retry));
+  const CrossTrainerWindow::Stats s = w.stats();
+  EXPECT_EQ(s.trainers_dropped, 1);
+  ASSERT_EQ(s.trainers.size(), 1u);
+  EXPECT_EQ(s.trainers[0].trainer_id, "A");
+  // Its old stream learns it is gone; coming back, it is a new trainer at the oldest step.
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  bool end = false;
+  EXPECT_EQ(w.Next(b, rb, StepLimits(), absl::Now(), &steps, &end).code(),
+            absl::StatusCode::kNotFound);
+  const int64_t b2 = *w.Join("B");
+  const int64_t rb2 = *w.Attach(b2, 2, 0);
+  EXPECT_EQ(ReadAs(&w, b2, rb2, 1), (std::vector<int64_t>{1}));
+}
+
+TEST(CrossTrainerWindowDepartureTest, ATrainerBackInTimeIsKept) {
+  auto now = std::make_shared<absl::Time>(absl::FromUnixSeconds(1000));
+  CrossTrainerWindowOptions o = Window(2, /*lossless=*/true);
+  o.drop_departed_after = absl::Seconds(10);
+  o.now = [now] { return *now; };
+  CrossTrainerWindow w(o);
+  const int64_t a = *w.Join("A");
+  const int64_t b = *w.Join("B");
+  const int64_t ra = *w.Attach(a, 1, 0);
+  const int64_t rb = *w.Attach(b, 2, 0);
+  int64_t next = 0;
+  PushWhileRoom(&w, &next);
+  EXPECT_EQ(ReadAs(&w, a, ra, 2), (std::vector<int64_t>{0, 1}));
+  // B's call breaks before it read anything; it calls again 9 s later.
+  w.Release(rb);
+  *now += absl::Seconds(9);
+  const int64_t rb2 = *w.Attach(b, 2, 0);
+  *now += absl::Seconds(60);
+  absl::Time retry;
+  EXPECT_FALSE(*w.TryPush(MakeStep(next, kStepBytes), [] {}, &retry));  // B holds it
+  EXPECT_EQ(w.stats().trainers_dropped, 0);
+  // And it reads on from where it was, nothing lost.
+  EXPECT_EQ(ReadAs(&w, b, rb2, 2), (std::vector<int64_t>{0, 1}));
+  EXPECT_TRUE(*w.TryPush(MakeStep(next, kStepBytes), [] {}, &retry));
+}
+
+}  // namespace
+}  // namespace sluice
