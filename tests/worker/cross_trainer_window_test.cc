@@ -449,70 +449,71 @@ namespace {
 
 // Trainers that leave (worker/cross_trainer_window.h): one with no reader open for
 // drop_departed_after is dropped, so a lossless producer is not held forever; one that comes
-// back in time is kept. A fake clock; the producer's retry time says when to look again.
-TEST(CrossTrainerWindowDepartureTest, ADepartedTrainerIsDroppedAndReleasesALosslessProducer) {
-  auto now = std::make_shared<absl::Time>(absl::FromUnixSeconds(1000));
-  CrossTrainerWindowOptions o = Window(2, /*lossless=*/true);
-  o.drop_departed_after = absl::Seconds(10);
-  o.now = [now] { return *now; };
-  CrossTrainerWindow w(o);
-  const int64_t a = *w.Join("A");
-  const int64_t b = *w.Join("B");
-  const int64_t ra = *w.Attach(a, 1, 0);
-  const int64_t rb = *w.Attach(b, 2, 0);
-  int64_t next = 0;
-  EXPECT_EQ(PushWhileRoom(&w, &next), 2);
-  EXPECT_EQ(ReadAs(&w, a, ra, 2), (std::vector<int64_t>{0, 1}));
+// back in time is kept. A lossless window of 2 steps, a fake clock (the producer's retry time
+// says when to look again), trainers A and B each with a stream; the window holds steps 0 and
+// 1, which A has read and B has not.
+class CrossTrainerWindowDepartureTest : public ::testing::Test {
+ protected:
+  CrossTrainerWindowDepartureTest() : w_(Options(now_)) {
+    a_ = *w_.Join("A");
+    b_ = *w_.Join("B");
+    ra_ = *w_.Attach(a_, 1, 0);
+    rb_ = *w_.Attach(b_, 2, 0);
+    EXPECT_EQ(PushWhileRoom(&w_, &next_), 2);
+    EXPECT_EQ(ReadAs(&w_, a_, ra_, 2), (std::vector<int64_t>{0, 1}));
+  }
+  static CrossTrainerWindowOptions Options(std::shared_ptr<absl::Time> now) {
+    CrossTrainerWindowOptions o = Window(2, /*lossless=*/true);
+    o.drop_departed_after = absl::Seconds(10);
+    o.now = [now] { return *now; };
+    return o;
+  }
+
+  std::shared_ptr<absl::Time> now_ = std::make_shared<absl::Time>(absl::FromUnixSeconds(1000));
+  CrossTrainerWindow w_;
+  int64_t a_ = 0, b_ = 0, ra_ = 0, rb_ = 0;
+  int64_t next_ = 0;
+};
+
+TEST_F(CrossTrainerWindowDepartureTest, ADepartedTrainerIsDroppedAndReleasesALosslessProducer) {
   absl::Time retry = absl::InfinitePast();
   // B, with a stream open, holds the producer (lossless): no retry time.
-  EXPECT_FALSE(*w.TryPush(MakeStep(next, kStepBytes), [] {}, &retry));
+  EXPECT_FALSE(*w_.TryPush(MakeStep(next_, kStepBytes), [] {}, &retry));
   EXPECT_EQ(retry, absl::InfiniteFuture());
   // B's stream goes: it falls due 10 s later, and until then it still holds the producer.
-  w.Release(rb);
-  EXPECT_EQ(w.stats().trainers[1].open_readers, 0);
-  *now += absl::Seconds(9);
-  EXPECT_FALSE(*w.TryPush(MakeStep(next, kStepBytes), [] {}, &retry));
+  w_.Release(rb_);
+  EXPECT_EQ(w_.stats().trainers[1].open_readers, 0);
+  *now_ += absl::Seconds(9);
+  EXPECT_FALSE(*w_.TryPush(MakeStep(next_, kStepBytes), [] {}, &retry));
   EXPECT_EQ(retry, absl::FromUnixSeconds(1010));
-  *now += absl::Seconds(1);
-  EXPECT_TRUE(*w.TryPush(MakeStep(next++, kStepBytes), [] {}, &retry));
-  const CrossTrainerWindow::Stats s = w.stats();
+  *now_ += absl::Seconds(1);
+  EXPECT_TRUE(*w_.TryPush(MakeStep(next_++, kStepBytes), [] {}, &retry));
+  const CrossTrainerWindow::Stats s = w_.stats();
   EXPECT_EQ(s.trainers_dropped, 1);
   ASSERT_EQ(s.trainers.size(), 1u);
   EXPECT_EQ(s.trainers[0].trainer_id, "A");
   // Its old stream learns it is gone; coming back, it is a new trainer at the oldest step.
   std::vector<std::shared_ptr<const TaskStep>> steps;
   bool end = false;
-  EXPECT_EQ(w.Next(b, rb, StepLimits(), absl::Now(), &steps, &end).code(),
+  EXPECT_EQ(w_.Next(b_, rb_, StepLimits(), absl::Now(), &steps, &end).code(),
             absl::StatusCode::kNotFound);
-  const int64_t b2 = *w.Join("B");
-  const int64_t rb2 = *w.Attach(b2, 2, 0);
-  EXPECT_EQ(ReadAs(&w, b2, rb2, 1), (std::vector<int64_t>{1}));
+  const int64_t b2 = *w_.Join("B");
+  const int64_t rb2 = *w_.Attach(b2, 2, 0);
+  EXPECT_EQ(ReadAs(&w_, b2, rb2, 1), (std::vector<int64_t>{1}));
 }
 
-TEST(CrossTrainerWindowDepartureTest, ATrainerBackInTimeIsKept) {
-  auto now = std::make_shared<absl::Time>(absl::FromUnixSeconds(1000));
-  CrossTrainerWindowOptions o = Window(2, /*lossless=*/true);
-  o.drop_departed_after = absl::Seconds(10);
-  o.now = [now] { return *now; };
-  CrossTrainerWindow w(o);
-  const int64_t a = *w.Join("A");
-  const int64_t b = *w.Join("B");
-  const int64_t ra = *w.Attach(a, 1, 0);
-  const int64_t rb = *w.Attach(b, 2, 0);
-  int64_t next = 0;
-  PushWhileRoom(&w, &next);
-  EXPECT_EQ(ReadAs(&w, a, ra, 2), (std::vector<int64_t>{0, 1}));
+TEST_F(CrossTrainerWindowDepartureTest, ATrainerBackInTimeIsKept) {
   // B's call breaks before it read anything; it calls again 9 s later.
-  w.Release(rb);
-  *now += absl::Seconds(9);
-  const int64_t rb2 = *w.Attach(b, 2, 0);
-  *now += absl::Seconds(60);
+  w_.Release(rb_);
+  *now_ += absl::Seconds(9);
+  const int64_t rb2 = *w_.Attach(b_, 2, 0);
+  *now_ += absl::Seconds(60);
   absl::Time retry;
-  EXPECT_FALSE(*w.TryPush(MakeStep(next, kStepBytes), [] {}, &retry));  // B holds it
-  EXPECT_EQ(w.stats().trainers_dropped, 0);
+  EXPECT_FALSE(*w_.TryPush(MakeStep(next_, kStepBytes), [] {}, &retry));  // B holds it
+  EXPECT_EQ(w_.stats().trainers_dropped, 0);
   // And it reads on from where it was, nothing lost.
-  EXPECT_EQ(ReadAs(&w, b, rb2, 2), (std::vector<int64_t>{0, 1}));
-  EXPECT_TRUE(*w.TryPush(MakeStep(next, kStepBytes), [] {}, &retry));
+  EXPECT_EQ(ReadAs(&w_, b_, rb2, 2), (std::vector<int64_t>{0, 1}));
+  EXPECT_TRUE(*w_.TryPush(MakeStep(next_, kStepBytes), [] {}, &retry));
 }
 
 }  // namespace

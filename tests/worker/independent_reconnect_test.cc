@@ -142,6 +142,29 @@ class Call {
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream_;
 };
 
+// A GrpcWorkerService serving `task` on a loopback port 0, frames sent at once (no
+// coalescing wait), at most `max_frame_steps` steps each.
+struct Served {
+  Served(IndependentTask* task, size_t max_frame_steps)
+      : service(task, Options(max_frame_steps)) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+    address = absl::StrCat("127.0.0.1:", port);
+  }
+  static WorkerServiceOptions Options(size_t max_frame_steps) {
+    WorkerServiceOptions options;
+    options.max_frame_steps = max_frame_steps;
+    options.coalesce_wait = absl::ZeroDuration();
+    return options;
+  }
+  GrpcWorkerService service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
 std::vector<int64_t> Iota(int64_t n) {
   std::vector<int64_t> v;
   for (int64_t i = 0; i < n; ++i) v.push_back(i);
@@ -150,16 +173,8 @@ std::vector<int64_t> Iota(int64_t n) {
 
 TEST(IndependentReconnectTest, ABrokenCallLosesAndDuplicatesNothing) {
   IndependentTask task;
-  WorkerServiceOptions options;
-  options.max_frame_steps = 2;
-  options.coalesce_wait = absl::ZeroDuration();
-  GrpcWorkerService service(&task, options);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  const std::string address = absl::StrCat("127.0.0.1:", port);
+  Served served(&task, /*max_frame_steps=*/2);
+  const std::string& address = served.address;
   constexpr uint64_t kId = 77;
 
   std::vector<int64_t> got;
@@ -191,16 +206,8 @@ TEST(IndependentReconnectTest, ABrokenCallLosesAndDuplicatesNothing) {
 // another trainer reads every step of its own.
 TEST(IndependentReconnectTest, ASharedJobsTrainerLosesAndDuplicatesNothingAcrossABrokenCall) {
   IndependentTask task(/*cross_trainer=*/true);
-  WorkerServiceOptions options;
-  options.max_frame_steps = 2;
-  options.coalesce_wait = absl::ZeroDuration();
-  GrpcWorkerService service(&task, options);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  const std::string address = absl::StrCat("127.0.0.1:", port);
+  Served served(&task, /*max_frame_steps=*/2);
+  const std::string& address = served.address;
   constexpr uint64_t kId = 77;
 
   std::vector<int64_t> got;
@@ -240,15 +247,8 @@ TEST(IndependentReconnectTest, ASharedJobsTrainerLosesAndDuplicatesNothingAcross
 // buffered once it has acknowledged everything.
 TEST(IndependentReconnectTest, AcknowledgedStepsAreReleased) {
   IndependentTask task;
-  WorkerServiceOptions options;
-  options.coalesce_wait = absl::ZeroDuration();
-  GrpcWorkerService service(&task, options);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  Call call(absl::StrCat("127.0.0.1:", port), 5, 0, 10 * kCost);
+  Served served(&task, WorkerServiceOptions().max_frame_steps);
+  Call call(served.address, 5, 0, 10 * kCost);
   ASSERT_TRUE(task.WaitQueued(kSteps - 10));
   std::vector<int64_t> got;
   bool end = false;
