@@ -16,8 +16,11 @@ void ConsumerFrameViews(const std::vector<std::shared_ptr<const TaskStep>>& step
       begin = std::min(step->pieces.size(), static_cast<size_t>(consumer * replicas));
       stop = std::min(step->pieces.size(), begin + static_cast<size_t>(replicas));
     }
+    // A step encoded once for all its streams, when this consumer sends it whole.
+    const SharedStepPayload* shared =
+        begin == 0 && stop == step->pieces.size() ? step->shared_payload.get() : nullptr;
     out->push_back(WireStepView{step->task_step, step->global_step, step->num_real_pieces,
-                                step->pieces.data() + begin, stop - begin});
+                                step->pieces.data() + begin, stop - begin, shared});
   }
 }
 

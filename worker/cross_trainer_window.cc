@@ -1,6 +1,7 @@
 #include "worker/cross_trainer_window.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -51,10 +52,11 @@ void CrossTrainerWindow::AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeu
 }
 
 absl::StatusOr<bool> CrossTrainerWindow::TryPush(const std::shared_ptr<const TaskStep>& step,
-                                                 Callback space) {
+                                                 Callback space, absl::Time* retry_at) {
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   producer_wake_ = nullptr;
+  if (retry_at != nullptr) *retry_at = absl::InfiniteFuture();
   if (closed_ || stop_producing_) {
     return absl::CancelledError("cross-trainer window: producer stopped");
   }
@@ -62,8 +64,10 @@ absl::StatusOr<bool> CrossTrainerWindow::TryPush(const std::shared_ptr<const Tas
     return absl::InternalError(absl::StrCat("cross-trainer window: pushed task step ",
                                             step->task_step, ", expected ", next_push_));
   }
+  const absl::Time due = DropDepartedLocked(options_.now(), &run.wake);
   if (!MakeRoomLocked(*step)) {
     producer_wake_ = std::move(space);
+    if (retry_at != nullptr) *retry_at = due;  // a departed trainer may be what holds it
     return false;
   }
   AdmitLocked(step, &run.wake);
@@ -77,7 +81,17 @@ absl::Status CrossTrainerWindow::Push(std::shared_ptr<const TaskStep> step) {
     return absl::InternalError(absl::StrCat("cross-trainer window: pushed task step ",
                                             step->task_step, ", expected ", next_push_));
   }
-  while (!closed_ && !stop_producing_ && !MakeRoomLocked(*step)) cv_.Wait(&mu_);
+  while (!closed_ && !stop_producing_) {
+    const absl::Time due = DropDepartedLocked(options_.now(), &run.wake);
+    if (MakeRoomLocked(*step)) break;
+    if (due == absl::InfiniteFuture()) {
+      cv_.Wait(&mu_);
+    } else {
+      // Measured on options_.now's clock, waited for on the real one: a fake clock's due time
+      // is checked again at least every second.
+      cv_.WaitWithTimeout(&mu_, std::min(due - options_.now(), absl::Seconds(1)));
+    }
+  }
   if (closed_ || stop_producing_) {
     return absl::CancelledError("cross-trainer window: producer stopped");
   }
@@ -121,6 +135,8 @@ void CrossTrainerWindow::Close() {
   closed_ = true;
   steps_.clear();
   bytes_ = 0;
+  consumers_.clear();  // their unacknowledged steps: nobody reads them any more
+  for (Trainer& t : trainers_) t.returned.clear();
   cv_.SignalAll();
   WakeAllLocked(&run.wake);
   WakeProducerLocked(&run.wake);
@@ -146,6 +162,7 @@ absl::StatusOr<int64_t> CrossTrainerWindow::Join(absl::string_view trainer_id) {
   t.id = std::string(trainer_id);
   t.joined = true;
   t.cursor = steps_.empty() ? next_push_ : first_step_;
+  t.left_at = options_.now();  // no reader yet (Attach follows)
   if (options_.lossless) cursor_counts_.Insert(t.cursor);
   ++joined_ever_;
   slots_[t.id] = static_cast<int64_t>(slot);
@@ -155,25 +172,55 @@ absl::StatusOr<int64_t> CrossTrainerWindow::Join(absl::string_view trainer_id) {
 void CrossTrainerWindow::RemoveTrainer(absl::string_view trainer_id) {
   RunWakeups run;
   absl::MutexLock lock(&mu_);
+  RemoveTrainerLocked(std::string(trainer_id), &run.wake);
+}
+
+void CrossTrainerWindow::ReaderGoneLocked(int64_t trainer) {
+  Trainer& t = trainers_[static_cast<size_t>(trainer)];
+  if (!t.joined || t.open_readers <= 0) return;
+  if (--t.open_readers == 0) t.left_at = options_.now();
+}
+
+absl::Time CrossTrainerWindow::DropDepartedLocked(absl::Time now, Wakeups* wake) {
+  if (options_.drop_departed_after == absl::InfiniteDuration()) return absl::InfiniteFuture();
+  absl::Time next = absl::InfiniteFuture();
+  std::vector<std::string> gone;
+  for (const Trainer& t : trainers_) {
+    if (!t.joined || t.open_readers > 0) continue;
+    const absl::Time due = t.left_at + options_.drop_departed_after;
+    if (due <= now) {
+      gone.push_back(t.id);
+    } else {
+      next = std::min(next, due);
+    }
+  }
+  for (const std::string& id : gone) RemoveTrainerLocked(id, wake);
+  dropped_ += static_cast<int64_t>(gone.size());
+  return next;
+}
+
+void CrossTrainerWindow::RemoveTrainerLocked(const std::string& trainer_id, Wakeups* wake) {
   auto it = slots_.find(trainer_id);
   if (it == slots_.end()) return;
   Trainer& t = trainers_[static_cast<size_t>(it->second)];
   if (options_.lossless) cursor_counts_.Erase(t.cursor);
   t.joined = false;
+  t.returned.clear();
   const int64_t slot = it->second;
   slots_.erase(it);
+  ForgetConsumersLocked(slot);
   // Its streams waiting for a step learn that it is gone.
   for (auto w = waiters_.begin(); w != waiters_.end();) {
     if (w->second.trainer == slot) {
-      run.wake.push_back(std::move(w->second.ready));
+      wake->push_back(std::move(w->second.ready));
       waiters_.erase(w++);
     } else {
       ++w;
     }
   }
   cv_.SignalAll();
-  WakeProducerLocked(&run.wake);
-  if (on_change_) run.wake.push_back(on_change_);
+  WakeProducerLocked(wake);
+  if (on_change_) wake->push_back(on_change_);
 }
 
 void CrossTrainerWindow::ApplySkipLocked(Trainer* t) {
@@ -196,20 +243,151 @@ bool CrossTrainerWindow::ReadyLocked(const Trainer& t) const {
 }
 
 const TaskStep* CrossTrainerWindow::NextStepLocked(const Trainer& t) const {
+  if (!t.returned.empty()) return t.returned.front().get();
   if (steps_.empty()) return nullptr;
   const int64_t cursor = std::max(t.cursor, first_step_);
   const int64_t last = first_step_ + static_cast<int64_t>(steps_.size());
   return cursor < last ? steps_[static_cast<size_t>(cursor - first_step_)].get() : nullptr;
 }
 
-bool CrossTrainerWindow::ReadyWithin(int64_t trainer, const StepLimits& limits) const {
+bool CrossTrainerWindow::ReadyWithin(int64_t trainer, const StepLimits& limits,
+                                     int64_t reader) const {
   absl::MutexLock lock(&mu_);
   const Trainer* t = FindLocked(trainer);
   if (t == nullptr || closed_) return true;
+  if (reader != 0 && !readers_.contains(reader)) return true;  // superseded: CANCELLED
   if (const TaskStep* s = NextStepLocked(*t)) {
-    return (limits.cost ? limits.cost(*s) : s->bytes) <= limits.first_max;
+    return (limits.cost ? limits.cost(*s) : s->bytes) <= limits.first_max &&
+           UnackedRoomLocked(ConsumerLocked(reader), limits, s->bytes);
   }
   return finished_ || stop_producing_;
+}
+
+absl::StatusOr<int64_t> CrossTrainerWindow::Attach(int64_t trainer, uint64_t consumer_key,
+                                                   int64_t received_steps) {
+  RunWakeups run;
+  absl::MutexLock lock(&mu_);
+  if (FindLocked(trainer) == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("trainer slot ", trainer, " is not joined to this task's window"));
+  }
+  if (received_steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("StreamRequest.start_step ", received_steps, " of consumer_id ",
+                     consumer_key, " is negative (the steps it received)"));
+  }
+  const int64_t id = next_reader_++;
+  if (consumer_key != 0) {
+    auto it = consumers_.find(consumer_key);
+    if (it == consumers_.end()) {
+      if (static_cast<int64_t>(consumers_.size()) >= options_.max_consumers) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "consumer_id ", consumer_key, " refused: the task's window remembers its maximum of ",
+            options_.max_consumers, " consumers"));
+      }
+      it = consumers_.emplace(consumer_key, Consumer{}).first;
+      it->second.trainer = trainer;
+      it->second.received = received_steps;
+    } else {
+      Consumer& c = it->second;
+      if (c.trainer != trainer) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "consumer_id ", consumer_key, " already reads for trainer ",
+            QuoteTrainerId(trainers_[static_cast<size_t>(c.trainer)].id)));
+      }
+      // What it received is acknowledged; the rest of what it was handed goes back, in order,
+      // to the front of its trainer's queue.
+      AcknowledgeLocked(&c, received_steps);
+      Trainer& t = trainers_[static_cast<size_t>(trainer)];
+      t.returned.insert(t.returned.begin(), c.unacked.begin(), c.unacked.end());
+      c.unacked.clear();
+      c.unacked_bytes = 0;
+      if (c.reader != 0) {  // its older stream is superseded
+        if (readers_.erase(c.reader) > 0) ReaderGoneLocked(trainer);
+        if (auto w = waiters_.find(c.reader); w != waiters_.end()) {
+          run.wake.push_back(std::move(w->second.ready));
+          waiters_.erase(w);
+        }
+      }
+      WakeAllLocked(&run.wake);  // the trainer's streams may take what came back
+    }
+    it->second.reader = id;
+  }
+  readers_[id] = Reader{trainer, consumer_key};
+  Trainer& joined = trainers_[static_cast<size_t>(trainer)];
+  ++joined.open_readers;
+  joined.left_at = absl::InfiniteFuture();
+  return id;
+}
+
+void CrossTrainerWindow::Acknowledge(int64_t reader, int64_t received_steps) {
+  absl::MutexLock lock(&mu_);
+  if (Consumer* c = ConsumerLocked(reader)) AcknowledgeLocked(c, received_steps);
+}
+
+void CrossTrainerWindow::Release(int64_t reader) {
+  absl::MutexLock lock(&mu_);
+  auto r = readers_.find(reader);
+  if (r == readers_.end()) return;
+  const uint64_t key = r->second.key;
+  ReaderGoneLocked(r->second.trainer);
+  readers_.erase(r);
+  waiters_.erase(reader);
+  if (key == 0) return;
+  auto c = consumers_.find(key);
+  if (c == consumers_.end() || c->second.reader != reader) return;
+  c->second.reader = 0;
+  if (c->second.unacked.empty()) consumers_.erase(c);  // nothing to give back on a return
+}
+
+CrossTrainerWindow::Consumer* CrossTrainerWindow::ConsumerLocked(int64_t reader) {
+  return const_cast<Consumer*>(std::as_const(*this).ConsumerLocked(reader));
+}
+
+const CrossTrainerWindow::Consumer* CrossTrainerWindow::ConsumerLocked(int64_t reader) const {
+  if (reader == 0) return nullptr;
+  auto r = readers_.find(reader);
+  if (r == readers_.end() || r->second.key == 0) return nullptr;
+  auto c = consumers_.find(r->second.key);
+  return c == consumers_.end() || c->second.reader != reader ? nullptr : &c->second;
+}
+
+bool CrossTrainerWindow::UnackedRoomLocked(const Consumer* c, const StepLimits& limits,
+                                           size_t bytes) const {
+  if (c == nullptr || c->unacked.empty()) return true;  // one step always goes
+  const size_t four = options_.window_bytes > std::numeric_limits<size_t>::max() / 4
+                          ? std::numeric_limits<size_t>::max()
+                          : 4 * options_.window_bytes;
+  const size_t cap = std::min(limits.unacked_bytes, std::max(four, options_.max_unacked_bytes));
+  return c->unacked_bytes + bytes <= cap;
+}
+
+void CrossTrainerWindow::AcknowledgeLocked(Consumer* c, int64_t received) {
+  while (c->received < received && !c->unacked.empty()) {
+    c->unacked_bytes -= c->unacked.front()->bytes;
+    c->unacked.pop_front();
+    ++c->received;
+  }
+  // A count beyond what it was handed (a consumer new to this worker's task, or a hostile
+  // one) moves its base: it is owed nothing below it.
+  c->received = std::max(c->received, received);
+}
+
+void CrossTrainerWindow::ForgetConsumersLocked(int64_t trainer) {
+  for (auto r = readers_.begin(); r != readers_.end();) {
+    if (r->second.trainer == trainer) {
+      readers_.erase(r++);
+    } else {
+      ++r;
+    }
+  }
+  for (auto c = consumers_.begin(); c != consumers_.end();) {
+    if (c->second.trainer == trainer) {
+      consumers_.erase(c++);
+    } else {
+      ++c;
+    }
+  }
 }
 
 absl::Status CrossTrainerWindow::Next(int64_t trainer, size_t max_steps, size_t max_bytes,
@@ -226,6 +404,13 @@ absl::Status CrossTrainerWindow::Next(int64_t trainer, const StepLimits& limits,
                                       absl::Time deadline,
                                       std::vector<std::shared_ptr<const TaskStep>>* steps,
                                       bool* end, size_t* blocked_cost) {
+  return Next(trainer, /*reader=*/0, limits, deadline, steps, end, blocked_cost);
+}
+
+absl::Status CrossTrainerWindow::Next(int64_t trainer, int64_t reader, const StepLimits& limits,
+                                      absl::Time deadline,
+                                      std::vector<std::shared_ptr<const TaskStep>>* steps,
+                                      bool* end, size_t* blocked_cost) {
   RunWakeups run;
   steps->clear();
   *end = false;
@@ -239,14 +424,29 @@ absl::Status CrossTrainerWindow::Next(int64_t trainer, const StepLimits& limits,
       return absl::NotFoundError(absl::StrCat("trainer slot ", trainer,
                                               " is not joined to this task's window"));
     }
+    if (reader != 0 && !readers_.contains(reader)) {
+      return absl::CancelledError(absl::StrCat(
+          "stream of trainer slot ", trainer, " superseded by a newer one of its consumer"));
+    }
     Trainer& t = trainers_[static_cast<size_t>(trainer)];
+    Consumer* consumer = ConsumerLocked(reader);
     ApplySkipLocked(&t);
     const int64_t last = first_step_ + static_cast<int64_t>(steps_.size());
     int64_t cursor = t.cursor;
     size_t total = 0;
-    while (cursor < last && steps->size() < max_steps) {
-      const auto& s = steps_[static_cast<size_t>(cursor - first_step_)];
+    size_t returned = 0;  // taken from t.returned
+    while (steps->size() < max_steps) {
+      const bool again = returned < t.returned.size();
+      if (!again && cursor >= last) break;
+      const auto& s =
+          again ? t.returned[returned] : steps_[static_cast<size_t>(cursor - first_step_)];
       const size_t c = cost(*s);
+      if (!UnackedRoomLocked(consumer, limits, s->bytes)) {
+        // Its window of unacknowledged steps is full: more after an acknowledgement.
+        if (steps->empty() && blocked_cost != nullptr) *blocked_cost = kBlockedOnAcknowledgement;
+        if (steps->empty()) return absl::OkStatus();
+        break;
+      }
       if (steps->empty() && c > limits.first_max) {
         if (blocked_cost != nullptr) *blocked_cost = c;  // waits for credit
         return absl::OkStatus();
@@ -254,10 +454,20 @@ absl::Status CrossTrainerWindow::Next(int64_t trainer, const StepLimits& limits,
       if (!steps->empty() && total + c > limits.max_cost) break;
       total += c;
       steps->push_back(s);
-      ++cursor;
+      if (consumer != nullptr) {  // kept until acknowledged
+        consumer->unacked.push_back(s);
+        consumer->unacked_bytes += s->bytes;
+      }
+      if (again) {
+        ++returned;
+      } else {
+        ++cursor;
+      }
     }
     if (!steps->empty()) {
-      t.steps_read += static_cast<int64_t>(steps->size());
+      t.returned.erase(t.returned.begin(), t.returned.begin() + static_cast<ptrdiff_t>(returned));
+      redelivered_ += static_cast<int64_t>(returned);
+      t.steps_read += static_cast<int64_t>(steps->size() - returned);
       SetCursorLocked(&t, cursor);
       WakeProducerLocked(&run.wake);  // the leading or the slowest trainer may have moved
       cv_.SignalAll();
@@ -318,6 +528,12 @@ CrossTrainerWindow::Stats CrossTrainerWindow::stats() const {
   s.window_bytes = options_.window_bytes;
   s.lossless = options_.lossless;
   s.producer_waiting = producer_wake_ != nullptr;
+  s.steps_redelivered = redelivered_;
+  s.trainers_dropped = dropped_;
+  std::vector<int64_t> unacked(trainers_.size(), 0);
+  for (const auto& [key, c] : consumers_) {
+    unacked[static_cast<size_t>(c.trainer)] += static_cast<int64_t>(c.unacked.size());
+  }
   for (size_t slot = 0; slot < trainers_.size(); ++slot) {
     const Trainer& t = trainers_[slot];
     if (!t.joined) continue;
@@ -331,6 +547,9 @@ CrossTrainerWindow::Stats CrossTrainerWindow::stats() const {
     ts.skipped_steps = t.skipped + (from - t.cursor);
     ts.cursor = from;
     ts.lag_steps = next_push_ - from;
+    ts.returned_steps = static_cast<int64_t>(t.returned.size());
+    ts.unacked_steps = unacked[slot];
+    ts.open_readers = t.open_readers;
     s.trainers.push_back(std::move(ts));
   }
   return s;

@@ -32,10 +32,30 @@
 // RESOURCE_EXHAUSTED naming the id and the bound); a trainer removed (RemoveTrainer: the
 // coordinator declared it gone) frees its slot.
 //
-// A step handed out by Next counts as read by the trainer: a stream that breaks after Next and
-// before the step reaches the trainer loses it for that trainer (unlike StepBuffer's keyed
-// reconnects). The window is for infinite or long datasets where a trainer wants the freshest
-// shared steps; a trainer that must resume exactly uses a job of its own.
+// Trainers that leave: a trainer whose readers (Attach) have all been released, and that has
+// none again for `drop_departed_after`, is dropped as RemoveTrainer drops one (Stats::
+// trainers_dropped counts them): in lossless mode it no longer holds the producer, and its
+// consumers' unacknowledged steps are freed. The check runs when the producer finds no room
+// (TryPush's *retry_at says when the next departed trainer falls due, so a producer held by
+// one retries then) and in stats(). A trainer that comes back after that joins as a new one,
+// at the oldest step the window holds.
+//
+// Consumers and broken streams (as StepBuffer's keyed independent consumers): a consumer
+// attaches with its key (StreamRequest.consumer_id, stable across its reconnects) and the number
+// of steps of this task it has received. The steps handed to a keyed consumer stay with it,
+// outside the window's bytes and eviction, until it acknowledges them (Acknowledge: its credit
+// grants); when it attaches again, the ones beyond what it says it received go back to the front
+// of its trainer's queue, and the trainer's next reads (by that consumer or another of the same
+// trainer) get them before the cursor's steps: a stream cut after the worker wrote a frame and
+// before it arrived loses nothing and duplicates nothing for the trainer. A keyed consumer
+// leaves at most its window (StepLimits::unacked_bytes, capped at max(max_unacked_bytes,
+// 4 x window_bytes)) unacknowledged: beyond it Next hands it nothing (kBlockedOnAcknowledgement)
+// until it acknowledges. A consumer that never comes back (its process died) keeps its
+// unacknowledged steps until its trainer is removed or the task ends, as StepBuffer's do: they
+// are not given to the trainer's other consumers, since the dead process may have used them.
+// Worked example: consumer k of trainer A is handed 4, 5, 6; it acknowledges 5 steps in all
+// (4 is released); its call breaks; it attaches again having received 6 steps (5 arrived, 6
+// did not): 6 goes back to A's queue and A's next read gets 6, then the cursor's 7.
 //
 // Thread-safe. Wake-ups registered by NotifyWhenReady / TryPush run without the lock, on the
 // thread that made the change, and must not block.
@@ -75,6 +95,16 @@ struct CrossTrainerWindowOptions {
   // Bounds on client input: trainers at once, and the length of a trainer id.
   int64_t max_trainers = kDefaultMaxTrainers;
   size_t max_trainer_id_bytes = kMaxTrainerIdBytes;
+  // Keyed consumers remembered at once (each with its unacknowledged steps), over all trainers.
+  int64_t max_consumers = 4096;
+  // A keyed consumer leaves at most max(this, 4 x window_bytes) unacknowledged, whatever window
+  // it names.
+  size_t max_unacked_bytes = size_t{1} << 30;
+  // A trainer without a reader for this long is dropped (see the class comment);
+  // absl::InfiniteDuration() never drops one.
+  absl::Duration drop_departed_after = absl::Minutes(5);
+  // The clock departures are measured with (tests inject one).
+  std::function<absl::Time()> now = [] { return absl::Now(); };
 };
 
 class CrossTrainerWindow {
@@ -89,7 +119,10 @@ class CrossTrainerWindow {
   // make room by eviction (see the class comment). Otherwise returns false and registers
   // `space` (replacing an earlier one), called once when room may have appeared; the producer
   // then calls TryPush again. CANCELLED after Close().
-  absl::StatusOr<bool> TryPush(const std::shared_ptr<const TaskStep>& step, Callback space);
+  // *retry_at (may be null): when a departed trainer holding the producer falls due to be
+  // dropped (call TryPush again then, even without a wake-up), else absl::InfiniteFuture().
+  absl::StatusOr<bool> TryPush(const std::shared_ptr<const TaskStep>& step, Callback space,
+                               absl::Time* retry_at = nullptr);
   // Producer, blocking until the step is admitted. CANCELLED after Close().
   absl::Status Push(std::shared_ptr<const TaskStep> step);
   // Producer: no more steps; `status` is OK at the end of data or the pipeline's error, which
@@ -115,6 +148,20 @@ class CrossTrainerWindow {
   // NOT_FOUND; joining again starts a new trainer.
   void RemoveTrainer(absl::string_view trainer_id);
 
+  // A consumer of the joined `trainer` (a slot) opens a stream: returns its reader id (> 0), which
+  // Next, ReadyWithin, Acknowledge and Release take. `consumer_key` 0: a consumer without a key
+  // (nothing is kept for it). Otherwise `received_steps` is how many steps of this task the
+  // consumer has received; the steps handed to it beyond that go back to the trainer's queue
+  // (see the class comment), and an earlier reader of the key is superseded (its Next returns
+  // CANCELLED). NOT_FOUND for a slot not joined, INVALID_ARGUMENT for a key already reading for
+  // another trainer or a negative count, RESOURCE_EXHAUSTED beyond max_consumers.
+  absl::StatusOr<int64_t> Attach(int64_t trainer, uint64_t consumer_key, int64_t received_steps);
+  // The keyed consumer of `reader` has received `received_steps` steps of this task in all: the
+  // ones handed to it up to there are released. Unknown or superseded readers are ignored.
+  void Acknowledge(int64_t reader, int64_t received_steps);
+  // The reader's stream is gone. Its key is forgotten when it has nothing unacknowledged.
+  void Release(int64_t reader);
+
   // Waits until `deadline` for the trainer's next steps: on return *steps holds 1 to
   // max_steps steps (fewer when they would exceed max_bytes, never fewer than one), or is
   // empty with *end at the end of the task, or empty with neither at the deadline. The steps
@@ -128,9 +175,16 @@ class CrossTrainerWindow {
   absl::Status Next(int64_t trainer, const StepLimits& limits, absl::Time deadline,
                     std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end,
                     size_t* blocked_cost = nullptr);
-  // True if Next(trainer, limits) would return at once (a step within first_max, the end or an
-  // error).
-  bool ReadyWithin(int64_t trainer, const StepLimits& limits) const;
+  // The same for the stream of `reader` (Attach; 0: none): the steps handed to a keyed
+  // consumer are kept until acknowledged, and while its unacknowledged steps fill its window
+  // (limits.unacked_bytes) it gets none (*blocked_cost kBlockedOnAcknowledgement). CANCELLED for
+  // a superseded or released reader.
+  absl::Status Next(int64_t trainer, int64_t reader, const StepLimits& limits,
+                    absl::Time deadline, std::vector<std::shared_ptr<const TaskStep>>* steps,
+                    bool* end, size_t* blocked_cost = nullptr);
+  // True if Next(trainer, reader, limits) would return at once (a step within first_max, the
+  // end or an error).
+  bool ReadyWithin(int64_t trainer, const StepLimits& limits, int64_t reader = 0) const;
   // Streams that do not block in Next: if Next(trainer) would return at once, returns false
   // and registers nothing; else registers `ready` under `key` (unique per stream; a new
   // registration replaces the key's old one) and returns true: `ready` is called once, when a
@@ -149,11 +203,16 @@ class CrossTrainerWindow {
     int64_t skipped_steps = 0;  // steps it missed: it fell behind the window (skipping mode)
     int64_t lag_steps = 0;      // steps produced that it has not read and can still read
     int64_t cursor = 0;         // the task step it reads next (after any skip due)
+    int64_t returned_steps = 0;  // steps given back by broken streams, queued for it now
+    int64_t unacked_steps = 0;   // steps its keyed consumers hold unacknowledged
+    int64_t open_readers = 0;    // streams of it open now (0: departed, may be dropped)
   };
   struct Stats {
     int64_t steps_produced = 0;  // each produced once, whatever the number of trainers
     int64_t steps_evicted = 0;
-    size_t bytes = 0;  // held now
+    int64_t steps_redelivered = 0;  // handed again after a broken stream gave them back
+    int64_t trainers_dropped = 0;   // departed for drop_departed_after (see the class comment)
+    size_t bytes = 0;  // held now (the window; unacknowledged steps it evicted are extra)
     size_t steps = 0;
     size_t window_bytes = 0;
     bool lossless = false;
@@ -173,6 +232,22 @@ class CrossTrainerWindow {
     int64_t cursor = 0;
     int64_t steps_read = 0;
     int64_t skipped = 0;
+    // Steps a broken stream gave back, in task-step order, all below the cursor: read first.
+    std::deque<std::shared_ptr<const TaskStep>> returned;
+    int64_t open_readers = 0;  // Attach'ed and not released
+    absl::Time left_at = absl::InfiniteFuture();  // when open_readers last fell to 0
+  };
+  // A keyed consumer (StreamRequest.consumer_id) and what it holds unacknowledged.
+  struct Consumer {
+    int64_t trainer = 0;
+    int64_t reader = 0;    // its current stream's reader id; 0: none open
+    int64_t received = 0;  // steps of this task it acknowledged or said it received
+    std::deque<std::shared_ptr<const TaskStep>> unacked;  // handed after `received`, in order
+    size_t unacked_bytes = 0;
+  };
+  struct Reader {
+    int64_t trainer = 0;
+    uint64_t key = 0;  // 0: no Consumer
   };
   using Wakeups = std::vector<Callback>;
 
@@ -187,6 +262,24 @@ class CrossTrainerWindow {
   void ApplySkipLocked(Trainer* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetCursorLocked(Trainer* t, int64_t cursor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadyLocked(const Trainer& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The keyed consumer of `reader`, or null (no key, or no such reader).
+  Consumer* ConsumerLocked(int64_t reader) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Consumer* ConsumerLocked(int64_t reader) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `c` may take one more step of cost `cost` within `limits`' unacknowledged window.
+  bool UnackedRoomLocked(const Consumer* c, const StepLimits& limits, size_t cost) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases c's unacknowledged steps up to `received` steps in all.
+  void AcknowledgeLocked(Consumer* c, int64_t received) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the trainer's consumers and readers (it was removed).
+  void ForgetConsumersLocked(int64_t trainer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RemoveTrainer's work, the id found; wake-ups into *wake.
+  void RemoveTrainerLocked(const std::string& trainer_id, Wakeups* wake)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A reader of `trainer` closed (or was superseded).
+  void ReaderGoneLocked(int64_t trainer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the trainers departed for drop_departed_after by `now`; returns when the next one
+  // falls due (absl::InfiniteFuture(): none).
+  absl::Time DropDepartedLocked(absl::Time now, Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The trainer's next step (after any skip due), or null.
   const TaskStep* NextStepLocked(const Trainer& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After cursors moved: the producer may have room.
@@ -216,6 +309,11 @@ class CrossTrainerWindow {
     Callback ready;
   };
   absl::flat_hash_map<int64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Consumer> consumers_ ABSL_GUARDED_BY(mu_);  // by key
+  absl::flat_hash_map<int64_t, Reader> readers_ ABSL_GUARDED_BY(mu_);        // open, by id
+  int64_t next_reader_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t redelivered_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
   Callback producer_wake_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);

@@ -187,10 +187,7 @@ void StepBuffer::AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeups* wake
 
 absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& step,
                                          ReadyCallback space, absl::Time* retry_at) {
-  if (window_) {
-    *retry_at = absl::InfiniteFuture();
-    return window_->TryPush(step, std::move(space));
-  }
+  if (window_) return window_->TryPush(step, std::move(space), retry_at);
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   *retry_at = absl::InfiniteFuture();
@@ -291,8 +288,9 @@ void StepBuffer::Acknowledge(int64_t consumer, int64_t received_steps) {
 
 absl::StatusOr<int64_t> StepBuffer::Attach(int64_t consumer, int64_t start_step) {
   if (window_) {
-    // A trainer's slot; its cursor is the window's (start_step does not apply).
-    return window_generations_.fetch_add(1, std::memory_order_relaxed);
+    // A trainer's slot, read by a consumer without a key (TaskRunner::OpenReader attaches the
+    // data plane's keyed consumers to the window itself).
+    return window_->Attach(consumer, 0, 0);
   }
   RunWakeups run;
   absl::MutexLock lock(&mu_);
@@ -524,7 +522,9 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
                               absl::Time deadline,
                               std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end,
                               size_t* blocked_cost) {
-  if (window_) return window_->Next(consumer, limits, deadline, steps, end, blocked_cost);
+  if (window_) {
+    return window_->Next(consumer, generation, limits, deadline, steps, end, blocked_cost);
+  }
   RunWakeups run;
   steps->clear();
   *end = false;

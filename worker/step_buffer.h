@@ -79,6 +79,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/rpc/shared_step_payload.h"
 #include "sluice/tensor.h"
 #include "worker/cursor_counts.h"
 
@@ -95,6 +96,9 @@ struct TaskStep {
   int64_t num_real_pieces = 0;
   std::vector<std::vector<Tensor>> pieces;
   size_t bytes = 0;  // payload bytes, for the budget
+  // Set for the steps of a job shared across trainers (each sent to several streams): its
+  // payload encoded once for all of them (worker/consumer_frame.h passes it to the encoder).
+  std::shared_ptr<const SharedStepPayload> shared_payload;
 };
 
 struct StepBufferOptions {
@@ -117,7 +121,8 @@ struct StepBufferOptions {
   // Set: a task of a job shared across trainers. The buffer is then this window
   // (worker/cross_trainer_window.h) and the options above do not apply: Attach, Next, Ready,
   // NotifyWhenReady and ConfirmEnd take a trainer's slot (cross_trainer_window()->Join) as
-  // `consumer`; Acknowledge, Detach and ConfirmEndReplayed do nothing.
+  // `consumer` and the window's reader id (CrossTrainerWindow::Attach) as generation;
+  // Acknowledge, Detach and ConfirmEndReplayed do nothing (a reader acknowledges to the window).
   std::shared_ptr<const CrossTrainerWindowOptions> cross_trainer = nullptr;
 };
 
@@ -343,7 +348,6 @@ class StepBuffer {
   const StepBufferOptions options_;
   const std::function<void()> on_change_;
   const std::unique_ptr<CrossTrainerWindow> window_;  // see cross_trainer_window()
-  std::atomic<int64_t> window_generations_{1};        // Attach's, in window mode
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   std::deque<std::shared_ptr<const TaskStep>> steps_ ABSL_GUARDED_BY(mu_);

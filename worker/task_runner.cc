@@ -191,6 +191,10 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
           done = true;
           break;
         }
+        // A step of a job shared across trainers goes to several streams: encoded once.
+        if (buffer_->cross_trainer_window() != nullptr) {
+          step->shared_payload = std::make_shared<const SharedStepPayload>();
+        }
         pending_ = std::move(step);
       }
       absl::StatusOr<bool> taken = buffer_->TryPush(pending_, WakeCallback(), &retry_at);
@@ -348,6 +352,9 @@ absl::Status TaskStepIterator::GetNext(TaskStep* step, bool* end) {
 
 StepReader::~StepReader() {
   if (instance_ != 0 && owner_ != nullptr) owner_->ReleaseIndex(claimed_index_, instance_);
+  if (buffer_ != nullptr && buffer_->cross_trainer_window() != nullptr) {
+    buffer_->cross_trainer_window()->Release(generation_);
+  }
   // The replay (private_) is freed before the slot goes back.
   private_.reset();
   if (replay_slot_ != nullptr) replay_slot_->Release();
@@ -397,10 +404,17 @@ absl::Status StepReader::Next(const StepLimits& limits, absl::Time deadline,
 bool StepReader::Ready() const { return buffer_->Ready(consumer_); }
 
 void StepReader::Acknowledge(int64_t received_steps) {
+  // A shared job's window keys what it keeps by the reader (generation_, its Attach).
+  if (CrossTrainerWindow* window = buffer_->cross_trainer_window()) {
+    return window->Acknowledge(generation_, received_steps);
+  }
   buffer_->Acknowledge(consumer_, received_steps);
 }
 
 bool StepReader::ReadyWithin(const StepLimits& limits) const {
+  if (CrossTrainerWindow* window = buffer_->cross_trainer_window()) {
+    return window->ReadyWithin(consumer_, limits, generation_);
+  }
   return buffer_->ReadyWithin(consumer_, limits);
 }
 
@@ -425,6 +439,7 @@ TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
   if (const proto::CrossTrainerOptions& x = task_.job().cross_trainer(); x.enabled()) {
     auto w = std::make_shared<CrossTrainerWindowOptions>();
     w->window_bytes = options_.cross_trainer_window_bytes;
+    w->drop_departed_after = options_.cross_trainer_drop_departed_after;
     w->lossless = x.lossless();
     w->expected_trainers = x.expected_trainers();
     w->max_trainers = x.max_trainers() > 0 ? x.max_trainers() : kDefaultMaxTrainers;
@@ -507,7 +522,12 @@ absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consu
     absl::StatusOr<int64_t> slot = window->Join(open.trainer_id);
     if (!slot.ok()) return Prefixed(task_, slot.status());
     reader->consumer_ = *slot;
-    ASSIGN_OR_RETURN(reader->generation_, buffer_->Attach(*slot, 0));
+    // Independent reads: `consumer` is the consumer's key and start_step the steps it has
+    // received (what it was handed beyond them comes back to its trainer).
+    absl::StatusOr<int64_t> id =
+        window->Attach(*slot, static_cast<uint64_t>(consumer), start_step);
+    if (!id.ok()) return Prefixed(task_, id.status());
+    reader->generation_ = *id;
     reader->buffer_ = buffer_.get();
     return reader;
   }

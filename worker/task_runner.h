@@ -101,6 +101,9 @@ struct TaskRunnerOptions {
   // Tasks of jobs shared across trainers (JobOptions.cross_trainer): the bytes of steps their
   // window keeps (CrossTrainerWindowOptions::window_bytes), instead of buffer_bytes.
   size_t cross_trainer_window_bytes = size_t{64} << 20;
+  // Such a task's trainer without a stream open for this long is dropped from its window
+  // (CrossTrainerWindowOptions::drop_departed_after).
+  absl::Duration cross_trainer_drop_departed_after = absl::Minutes(5);
   // The task's buffer's on_change (StepBuffer's constructor; not its private replays').
   std::function<void()> on_change;
   // Called once, on the producing thread, when the buffer has taken the task's first step (a

@@ -2,7 +2,7 @@
 //
 //   sluice-worker --coordinator=HOST:PORT [--port=0] [--port_file=PATH] [--host=127.0.0.1]
 //                 [--buffer_bytes=268435456] [--retention_bytes=67108864]
-//                 [--cross_trainer_window_bytes=67108864]
+//                 [--cross_trainer_window_bytes=67108864] [--drop_departed_trainers_after=5m]
 //                 [--memory_limit=16GiB] [--max_element_bytes=4GiB]
 //                 [--heartbeat_interval=1s] [--drain_timeout=30s]
 //                 [--plugin=PATH[,PATH...]]
@@ -59,6 +59,11 @@ ABSL_FLAG(int64_t, cross_trainer_window_bytes, int64_t{64} << 20,
           "Per task of a job shared across trainers (JobOptions.cross_trainer): bytes of steps "
           "kept for the trainers to read at their own pace, instead of --buffer_bytes (at least "
           "one step); its tensors count in --memory_limit as every step's do");
+ABSL_FLAG(absl::Duration, drop_departed_trainers_after, absl::Minutes(5),
+          "Jobs shared across trainers: a trainer with no stream open to a task on this worker "
+          "for this long is dropped from the task's window (its unacknowledged steps freed; in "
+          "lossless mode it no longer holds the producer); coming back later, it starts again "
+          "at the window's oldest step. 'inf' never drops one");
 ABSL_FLAG(std::string, memory_limit, "",
           "Bytes all tasks' pipelines may hold: every live tensor and the op buffers (batch, "
           "shuffle, cache, prefetch), e.g. 16GiB; a task that needs more fails with "
@@ -198,6 +203,12 @@ int main(int argc, char** argv) {
   }
   options.cross_trainer_window_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_cross_trainer_window_bytes));
+  if (absl::GetFlag(FLAGS_drop_departed_trainers_after) <= absl::ZeroDuration()) {
+    std::cerr << "sluice-worker: --drop_departed_trainers_after must be positive, got "
+              << absl::GetFlag(FLAGS_drop_departed_trainers_after) << std::endl;
+    return 2;
+  }
+  options.cross_trainer_drop_departed_after = absl::GetFlag(FLAGS_drop_departed_trainers_after);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.service.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   options.watch_assignments = absl::GetFlag(FLAGS_watch_assignments);

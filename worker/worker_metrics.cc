@@ -42,6 +42,13 @@ void ExportTrainers(const CrossTrainerWindow::Stats& stats, const MetricLabels& 
   sink.Counter("sluice_worker_window_evicted_steps_total",
                "Steps that left the task's cross-trainer window to make room.", task,
                static_cast<double>(stats.steps_evicted));
+  sink.Counter("sluice_worker_window_dropped_trainers_total",
+               "Trainers dropped from the task's window after no stream of theirs was open for "
+               "--drop_departed_trainers_after.",
+               task, static_cast<double>(stats.trainers_dropped));
+  sink.Counter("sluice_worker_window_redelivered_steps_total",
+               "Steps handed again to a trainer after a broken stream gave them back.", task,
+               static_cast<double>(stats.steps_redelivered));
   for (const CrossTrainerWindow::TrainerStats& t : stats.trainers) {
     MetricLabels l = task;
     l.emplace_back("trainer", t.trainer_id);

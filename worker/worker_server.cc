@@ -323,6 +323,7 @@ std::shared_ptr<TaskRunner> WorkerServer::StartTaskRunner(const proto::TaskDef& 
   o.buffer_bytes = options_.buffer_bytes;
   o.retention_bytes = options_.retention_bytes;
   o.cross_trainer_window_bytes = options_.cross_trainer_window_bytes;
+  o.cross_trainer_drop_departed_after = options_.cross_trainer_drop_departed_after;
   o.on_change = [wake = wake_] { wake->Signal(); };  // maybe finished: report it now
   o.on_first_step = [wake = wake_] { wake->Signal(); };  // report its first step now
   o.detach_unattached_after = options_.detach_unattached_after;

@@ -79,6 +79,9 @@ struct WorkerServerOptions {
   // Per task of a job shared across trainers: bytes of steps its window keeps for the trainers
   // (worker/cross_trainer_window.h), instead of buffer_bytes.
   size_t cross_trainer_window_bytes = size_t{64} << 20;
+  // A trainer of such a task with no stream open on this worker for this long is dropped from
+  // the task's window, so that it no longer holds a lossless producer (--drop_departed_trainers_after).
+  absl::Duration cross_trainer_drop_departed_after = absl::Minutes(5);
   // Each wait between heartbeats (and each backoff after a failed one) is spread uniformly
   // over [1 - heartbeat_jitter, 1 + heartbeat_jitter] times its nominal value, so that workers
   // started (or cut off) together do not reach the coordinator in waves.

@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/rpc/shared_step_payload.h"
 #include "core/tensor/host_memory.h"
 #include "core/util/status_macros.h"
 
@@ -186,6 +187,11 @@ class SliceBuilder {
     void* data = const_cast<void*>(t.raw_data());
     slices_->emplace_back(data, t.byte_size(), &DeleteBufferRef, ref);
   }
+  // Slices encoded earlier (SharedStepPayload), after what is pending.
+  void AddShared(const std::vector<grpc::Slice>& slices) {
+    Flush();
+    slices_->insert(slices_->end(), slices.begin(), slices.end());
+  }
   void Flush() {
     if (pending_ == nullptr) return;
     SendBufferPool::Buffer* b = pending_;
@@ -203,9 +209,56 @@ class SliceBuilder {
   SendBufferPool::Buffer* pending_ = nullptr;
 };
 
+// Adds the payload of `num_pieces` pieces to `builder` in header order: strings and small
+// numeric tensors copied, larger numeric ones zero-copy; with `numeric_elsewhere` (in a
+// shared-memory region) the strings only.
+void AppendPayload(const std::vector<Tensor>* pieces, size_t num_pieces, bool numeric_elsewhere,
+                   SliceBuilder* builder) {
+  for (size_t p = 0; p < num_pieces; ++p) {
+    for (const Tensor& t : pieces[p]) {
+      if (t.dtype() == DType::kString) {
+        for (int64_t e = 0; e < t.num_elements(); ++e) {
+          builder->pending()->append(t.string_at(e));
+        }
+      } else if (numeric_elsewhere) {
+        continue;  // in the shared region
+      } else if (t.byte_size() >= kZeroCopyMinBytes) {
+        builder->AddZeroCopy(t);
+      } else if (t.byte_size() > 0) {
+        builder->pending()->append(static_cast<const char*>(t.raw_data()), t.byte_size());
+      }
+    }
+  }
+}
+
+// The buffers SharedStepPayload's copies live in (one pool for the process: a step's copy
+// comes back when its last slice goes, for the next step's).
+SendBufferPool* SharedPayloadPool() {
+  static auto* pool = new std::shared_ptr<SendBufferPool>(std::make_shared<SendBufferPool>());
+  return pool->get();
+}
+
 }  // namespace
 
 namespace step_frame_internal {
+
+size_t EncodePayloadSlices(const std::vector<Tensor>* pieces, size_t num_pieces,
+                           bool strings_only, std::vector<grpc::Slice>* out) {
+  size_t copied = 0;
+  for (size_t p = 0; p < num_pieces; ++p) {
+    for (const Tensor& t : pieces[p]) {
+      if (t.dtype() == DType::kString ||
+          (!strings_only && t.byte_size() < kZeroCopyMinBytes)) {
+        copied += t.payload_bytes();
+      }
+    }
+  }
+  SliceBuilder builder(SharedPayloadPool(), out);
+  if (copied > 0) builder.pending(copied);
+  AppendPayload(pieces, num_pieces, strings_only, &builder);
+  builder.Flush();
+  return copied;
+}
 
 // Reads the received slices as one byte stream.
 class SliceReader {
@@ -650,6 +703,7 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
   }
   size_t inline_bytes = 0;
   for (const WireStepView& step : steps) {
+    if (step.shared_payload != nullptr) continue;  // its own slices
     for (size_t p = 0; p < step.num_pieces; ++p) {
       for (const Tensor& t : step.pieces[p]) {
         if (t.dtype() == DType::kString ||
@@ -677,20 +731,14 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
     });
   }
   for (const WireStepView& step : steps) {
-    for (size_t p = 0; p < step.num_pieces; ++p) {
-      for (const Tensor& t : step.pieces[p]) {
-        if (t.dtype() == DType::kString) {
-          for (int64_t e = 0; e < t.num_elements(); ++e) {
-            builder.pending()->append(t.string_at(e));
-          }
-        } else if (shared != nullptr) {
-          continue;  // in the shared region
-        } else if (t.byte_size() >= kZeroCopyMinBytes) {
-          builder.AddZeroCopy(t);
-        } else if (t.byte_size() > 0) {
-          builder.pending()->append(static_cast<const char*>(t.raw_data()), t.byte_size());
-        }
-      }
+    if (step.shared_payload != nullptr) {
+      // Encoded once for every stream sending the step: references, no copy.
+      builder.AddShared(step.shared_payload->Slices(
+          shared != nullptr ? SharedStepPayload::Form::kStringsOnly
+                            : SharedStepPayload::Form::kWhole,
+          step.pieces, step.num_pieces));
+    } else {
+      AppendPayload(step.pieces, step.num_pieces, shared != nullptr, &builder);
     }
   }
   builder.Flush();

@@ -79,8 +79,14 @@
 namespace sluice {
 
 class SendBufferPool;
+class SharedStepPayload;  // core/rpc/shared_step_payload.h
 namespace step_frame_internal {
 class SliceReader;  // step_frame.cc
+// The payload of `num_pieces` pieces (all numeric tensors and strings, or the strings only) as
+// slices, the copied bytes in buffers of their own: SharedStepPayload's builder. Replaces *out;
+// returns the bytes copied.
+size_t EncodePayloadSlices(const std::vector<Tensor>* pieces, size_t num_pieces,
+                           bool strings_only, std::vector<grpc::Slice>* out);
 }  // namespace step_frame_internal
 
 // One consumer's share of one step: the pieces of its local replicas, each piece the leaves of
@@ -182,6 +188,10 @@ struct WireStepView {
   int64_t num_real_pieces = 0;
   const std::vector<Tensor>* pieces = nullptr;  // num_pieces of them
   size_t num_pieces = 0;
+  // Set only when `pieces` are all of the step's: the step's payload encoded once for every
+  // stream that sends it (borrowed, alive during Encode). An uncompressed frame then sends
+  // those slices instead of copying the step's bytes again.
+  const SharedStepPayload* shared_payload = nullptr;
 };
 
 // Encodes frames, in the compact form when it has a spec and every tensor of the frame

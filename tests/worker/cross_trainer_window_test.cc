@@ -323,3 +323,198 @@ TEST(CrossTrainerWindowTest, ThreeTrainersSkippingNeverSeeADuplicate) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// What a reader's stream takes now (up to `max_steps`, within `unacked_bytes`): its task steps,
+// or {-2} when it waits for an acknowledgement. *status: Next's.
+std::vector<int64_t> ReadAs(CrossTrainerWindow* w, int64_t trainer, int64_t reader,
+                            size_t max_steps, size_t unacked_bytes = size_t{1} << 30,
+                            absl::Status* status = nullptr) {
+  StepLimits limits;
+  limits.max_steps = max_steps;
+  limits.unacked_bytes = unacked_bytes;
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  bool end = false;
+  size_t blocked = 0;
+  absl::Status s = w->Next(trainer, reader, limits, absl::Now(), &steps, &end, &blocked);
+  if (status != nullptr) *status = s;
+  if (blocked == kBlockedOnAcknowledgement) return {-2};
+  std::vector<int64_t> out;
+  for (const auto& step : steps) out.push_back(step->task_step);
+  return out;
+}
+
+const CrossTrainerWindow::TrainerStats& StatsOf(const CrossTrainerWindow::Stats& s,
+                                                const std::string& id) {
+  for (const auto& t : s.trainers) {
+    if (t.trainer_id == id) return t;
+  }
+  ADD_FAILURE() << "no trainer " << id;
+  return s.trainers.front();
+}
+
+// The class comment's worked example: a broken stream's unacknowledged steps go back to its
+// trainer, and the trainer reads each step exactly once; the other trainer is not affected.
+TEST(CrossTrainerWindowConsumersTest, ABrokenStreamsStepsGoBackToItsTrainerExactlyOnce) {
+  CrossTrainerWindow w(Window(100, /*lossless=*/false));
+  const int64_t a = *w.Join("A");
+  const int64_t b = *w.Join("B");
+  int64_t next = 0;
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(*w.TryPush(MakeStep(next++, kStepBytes), [] {}));
+  constexpr uint64_t kKey = 77;
+  absl::StatusOr<int64_t> first = w.Attach(a, kKey, 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(ReadAs(&w, a, *first, 3), (std::vector<int64_t>{0, 1, 2}));
+  w.Acknowledge(*first, 1);  // step 0 arrived and was acknowledged
+  EXPECT_EQ(StatsOf(w.stats(), "A").unacked_steps, 2);
+  // Its call breaks having delivered 1 (step 1 arrived, 2 did not); it attaches again.
+  absl::StatusOr<int64_t> second = w.Attach(a, kKey, 2);
+  ASSERT_TRUE(second.ok());
+  absl::Status old;
+  ReadAs(&w, a, *first, 1, size_t{1} << 30, &old);
+  EXPECT_EQ(old.code(), absl::StatusCode::kCancelled);  // the old stream is superseded
+  EXPECT_EQ(StatsOf(w.stats(), "A").returned_steps, 1);
+  // Another consumer of A reads first: it gets the returned step 2, then the cursor's.
+  absl::StatusOr<int64_t> other = w.Attach(a, 78, 0);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(ReadAs(&w, a, *other, 2), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(ReadAs(&w, a, *second, 100), (std::vector<int64_t>{4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(w.stats().steps_redelivered, 1);
+  EXPECT_EQ(StatsOf(w.stats(), "A").steps_read, 10);  // each step once
+  // B reads its own sequence from 0.
+  absl::StatusOr<int64_t> rb = w.Attach(b, 90, 0);
+  ASSERT_TRUE(rb.ok());
+  EXPECT_EQ(ReadAs(&w, b, *rb, 100), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
+TEST(CrossTrainerWindowConsumersTest, EvictedStepsStayUntilAcknowledgedAndBoundTheConsumer) {
+  // A window of 2 steps: steps the consumer holds unacknowledged survive their eviction.
+  CrossTrainerWindow w(Window(2, /*lossless=*/false));
+  const int64_t a = *w.Join("A");
+  int64_t next = 0;
+  PushWhileRoom(&w, &next);
+  const int64_t r = *w.Attach(a, 5, 0);
+  // Its window is 3 steps' bytes: it gets 3 and then waits for an acknowledgement.
+  const size_t unacked = 3 * kStepBytes;
+  EXPECT_EQ(ReadAs(&w, a, r, 2, unacked), (std::vector<int64_t>{0, 1}));
+  PushWhileRoom(&w, &next);  // evicts 0 and 1
+  EXPECT_EQ(ReadAs(&w, a, r, 5, unacked), (std::vector<int64_t>{2}));
+  StepLimits limits;
+  limits.unacked_bytes = unacked;
+  EXPECT_FALSE(w.ReadyWithin(a, limits, r));
+  EXPECT_EQ(ReadAs(&w, a, r, 5, unacked), (std::vector<int64_t>{-2}));
+  w.Acknowledge(r, 1);
+  EXPECT_EQ(ReadAs(&w, a, r, 5, unacked), (std::vector<int64_t>{3}));
+  EXPECT_GE(w.stats().steps_evicted, 2);
+  // Reconnecting having received 1: 1, 2, 3 come back although 1 left the window.
+  const int64_t r2 = *w.Attach(a, 5, 1);
+  PushWhileRoom(&w, &next);
+  EXPECT_EQ(ReadAs(&w, a, r2, 3), (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST(CrossTrainerWindowConsumersTest, ConsumerKeysAreBoundedClientInput) {
+  CrossTrainerWindowOptions o = Window(10, false);
+  o.max_consumers = 2;
+  CrossTrainerWindow w(o);
+  const int64_t a = *w.Join("A");
+  const int64_t b = *w.Join("B");
+  EXPECT_EQ(w.Attach(a, 1, -3).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.Attach(7, 1, 0).status().code(), absl::StatusCode::kNotFound);
+  const int64_t r1 = *w.Attach(a, 1, 0);
+  ASSERT_TRUE(w.Attach(a, 2, 0).ok());
+  absl::Status third = w.Attach(a, 3, 0).status();
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(third.message().find("consumer_id 3"), absl::string_view::npos) << third;
+  // A key reading for A cannot read for B.
+  absl::Status cross = w.Attach(b, 2, 0).status();
+  EXPECT_EQ(cross.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(cross.message().find("trainer 'A'"), absl::string_view::npos) << cross;
+  // A released consumer holding nothing is forgotten: its place is free.
+  w.Release(r1);
+  EXPECT_TRUE(w.Attach(a, 3, 0).ok());
+  EXPECT_EQ(w.Attach(b, 4, 0).status().code(), absl::StatusCode::kResourceExhausted);
+  // Removing a trainer forgets its consumers (and what they held).
+  w.RemoveTrainer("A");
+  EXPECT_TRUE(w.Attach(b, 4, 0).ok());
+  EXPECT_TRUE(w.Attach(*w.Join("C"), 5, 0).ok());
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Trainers that leave (worker/cross_trainer_window.h): one with no reader open for
+// drop_departed_after is dropped, so a lossless producer is not held forever; one that comes
+// back in time is kept. A lossless window of 2 steps, a fake clock (the producer's retry time
+// says when to look again), trainers A and B each with a stream; the window holds steps 0 and
+// 1, which A has read and B has not.
+class CrossTrainerWindowDepartureTest : public ::testing::Test {
+ protected:
+  CrossTrainerWindowDepartureTest() : w_(Options(now_)) {
+    a_ = *w_.Join("A");
+    b_ = *w_.Join("B");
+    ra_ = *w_.Attach(a_, 1, 0);
+    rb_ = *w_.Attach(b_, 2, 0);
+    EXPECT_EQ(PushWhileRoom(&w_, &next_), 2);
+    EXPECT_EQ(ReadAs(&w_, a_, ra_, 2), (std::vector<int64_t>{0, 1}));
+  }
+  static CrossTrainerWindowOptions Options(std::shared_ptr<absl::Time> now) {
+    CrossTrainerWindowOptions o = Window(2, /*lossless=*/true);
+    o.drop_departed_after = absl::Seconds(10);
+    o.now = [now] { return *now; };
+    return o;
+  }
+
+  std::shared_ptr<absl::Time> now_ = std::make_shared<absl::Time>(absl::FromUnixSeconds(1000));
+  CrossTrainerWindow w_;
+  int64_t a_ = 0, b_ = 0, ra_ = 0, rb_ = 0;
+  int64_t next_ = 0;
+};
+
+TEST_F(CrossTrainerWindowDepartureTest, ADepartedTrainerIsDroppedAndReleasesALosslessProducer) {
+  absl::Time retry = absl::InfinitePast();
+  // B, with a stream open, holds the producer (lossless): no retry time.
+  EXPECT_FALSE(*w_.TryPush(MakeStep(next_, kStepBytes), [] {}, &retry));
+  EXPECT_EQ(retry, absl::InfiniteFuture());
+  // B's stream goes: it falls due 10 s later, and until then it still holds the producer.
+  w_.Release(rb_);
+  EXPECT_EQ(w_.stats().trainers[1].open_readers, 0);
+  *now_ += absl::Seconds(9);
+  EXPECT_FALSE(*w_.TryPush(MakeStep(next_, kStepBytes), [] {}, &retry));
+  EXPECT_EQ(retry, absl::FromUnixSeconds(1010));
+  *now_ += absl::Seconds(1);
+  EXPECT_TRUE(*w_.TryPush(MakeStep(next_++, kStepBytes), [] {}, &retry));
+  const CrossTrainerWindow::Stats s = w_.stats();
+  EXPECT_EQ(s.trainers_dropped, 1);
+  ASSERT_EQ(s.trainers.size(), 1u);
+  EXPECT_EQ(s.trainers[0].trainer_id, "A");
+  // Its old stream learns it is gone; coming back, it is a new trainer at the oldest step.
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  bool end = false;
+  EXPECT_EQ(w_.Next(b_, rb_, StepLimits(), absl::Now(), &steps, &end).code(),
+            absl::StatusCode::kNotFound);
+  const int64_t b2 = *w_.Join("B");
+  const int64_t rb2 = *w_.Attach(b2, 2, 0);
+  EXPECT_EQ(ReadAs(&w_, b2, rb2, 1), (std::vector<int64_t>{1}));
+}
+
+TEST_F(CrossTrainerWindowDepartureTest, ATrainerBackInTimeIsKept) {
+  // B's call breaks before it read anything; it calls again 9 s later.
+  w_.Release(rb_);
+  *now_ += absl::Seconds(9);
+  const int64_t rb2 = *w_.Attach(b_, 2, 0);
+  *now_ += absl::Seconds(60);
+  absl::Time retry;
+  EXPECT_FALSE(*w_.TryPush(MakeStep(next_, kStepBytes), [] {}, &retry));  // B holds it
+  EXPECT_EQ(w_.stats().trainers_dropped, 0);
+  // And it reads on from where it was, nothing lost.
+  EXPECT_EQ(ReadAs(&w_, b_, rb2, 2), (std::vector<int64_t>{0, 1}));
+  EXPECT_TRUE(*w_.TryPush(MakeStep(next_, kStepBytes), [] {}, &retry));
+}
+
+}  // namespace
+}  // namespace sluice

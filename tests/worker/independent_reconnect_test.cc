@@ -17,6 +17,7 @@
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
+#include "worker/cross_trainer_window.h"
 #include "worker/grpc_worker_service.h"
 #include "worker/task_runner.h"
 
@@ -29,8 +30,10 @@ constexpr int64_t kCost = 8 + static_cast<int64_t>(kStepCreditOverheadBytes);
 
 class IndependentTask : public TaskLookup {
  public:
-  IndependentTask() {
+  // `cross_trainer`: a task of a job shared across trainers (its buffer is a window).
+  explicit IndependentTask(bool cross_trainer = false) {
     proto::TaskDef task;
+    task.mutable_job()->mutable_cross_trainer()->set_enabled(cross_trainer);
     task.set_task_id(1);
     task.set_job_id(1);
     task.set_num_tasks(1);
@@ -64,6 +67,21 @@ class IndependentTask : public TaskLookup {
     return false;
   }
   size_t buffered_bytes() { return runner_->buffer()->buffered_bytes(); }
+  // A shared job: bounded wait until every step is produced and trainer `id` was handed `read`.
+  bool WaitTrainerRead(const std::string& id, int64_t read) {
+    const absl::Time give_up = absl::Now() + kStuck;
+    while (absl::Now() < give_up) {
+      CrossTrainerWindow::Stats s = runner_->buffer()->cross_trainer_window()->stats();
+      for (const auto& t : s.trainers) {
+        if (s.steps_produced == kSteps && t.trainer_id == id && t.steps_read == read) return true;
+      }
+      absl::SleepFor(absl::Microseconds(200));
+    }
+    return false;
+  }
+  CrossTrainerWindow::Stats window_stats() {
+    return runner_->buffer()->cross_trainer_window()->stats();
+  }
 
  private:
   std::shared_ptr<TaskRunner> runner_;
@@ -71,8 +89,10 @@ class IndependentTask : public TaskLookup {
 
 class Call {
  public:
-  // A call of consumer `id` that has received `received` steps, with `credit` bytes.
-  Call(const std::string& address, uint64_t id, int64_t received, int64_t credit)
+  // A call of consumer `id` (of trainer `trainer_id` in a shared job) that has received
+  // `received` steps, with `credit` bytes.
+  Call(const std::string& address, uint64_t id, int64_t received, int64_t credit,
+       const std::string& trainer_id = "")
       : channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())) {
     context_.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
     stream_.reset(
@@ -90,6 +110,7 @@ class Call {
     r->set_consumer_id(id);
     r->set_initial_credit_bytes(credit);
     r->set_window_bytes(credit);
+    r->set_trainer_id(trainer_id);
     EXPECT_TRUE(stream_->Write(EncodeConsumerMessage(m)));
   }
   ~Call() {
@@ -121,6 +142,29 @@ class Call {
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream_;
 };
 
+// A GrpcWorkerService serving `task` on a loopback port 0, frames sent at once (no
+// coalescing wait), at most `max_frame_steps` steps each.
+struct Served {
+  Served(IndependentTask* task, size_t max_frame_steps)
+      : service(task, Options(max_frame_steps)) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+    address = absl::StrCat("127.0.0.1:", port);
+  }
+  static WorkerServiceOptions Options(size_t max_frame_steps) {
+    WorkerServiceOptions options;
+    options.max_frame_steps = max_frame_steps;
+    options.coalesce_wait = absl::ZeroDuration();
+    return options;
+  }
+  GrpcWorkerService service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
 std::vector<int64_t> Iota(int64_t n) {
   std::vector<int64_t> v;
   for (int64_t i = 0; i < n; ++i) v.push_back(i);
@@ -129,16 +173,8 @@ std::vector<int64_t> Iota(int64_t n) {
 
 TEST(IndependentReconnectTest, ABrokenCallLosesAndDuplicatesNothing) {
   IndependentTask task;
-  WorkerServiceOptions options;
-  options.max_frame_steps = 2;
-  options.coalesce_wait = absl::ZeroDuration();
-  GrpcWorkerService service(&task, options);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  const std::string address = absl::StrCat("127.0.0.1:", port);
+  Served served(&task, /*max_frame_steps=*/2);
+  const std::string& address = served.address;
   constexpr uint64_t kId = 77;
 
   std::vector<int64_t> got;
@@ -165,19 +201,54 @@ TEST(IndependentReconnectTest, ABrokenCallLosesAndDuplicatesNothing) {
   EXPECT_EQ(got, Iota(kSteps));
 }
 
+// The same for a trainer of a job shared across trainers (issue 29): the window keeps what it
+// handed the broken call, and the trainer's sequence stays gap-free and duplicate-free while
+// another trainer reads every step of its own.
+TEST(IndependentReconnectTest, ASharedJobsTrainerLosesAndDuplicatesNothingAcrossABrokenCall) {
+  IndependentTask task(/*cross_trainer=*/true);
+  Served served(&task, /*max_frame_steps=*/2);
+  const std::string& address = served.address;
+  constexpr uint64_t kId = 77;
+
+  std::vector<int64_t> got;
+  bool end = false;
+  {
+    // Credit for 10 steps: trainer A's consumer is handed 10, reads the first frame, and its
+    // call breaks with 8 steps sent and never read.
+    Call first(address, kId, 0, 10 * kCost, "A");
+    ASSERT_TRUE(task.WaitTrainerRead("A", 10));
+    ASSERT_TRUE(first.Next(&got, &end));
+    ASSERT_EQ(got, (std::vector<int64_t>{0, 1}));
+  }
+  // Trainer B reads all of its own meanwhile.
+  std::vector<int64_t> got_b;
+  bool end_b = false;
+  {
+    Call b(address, 88, 0, 100 * kCost, "B");
+    while (!end_b && b.Next(&got_b, &end_b)) b.Grant(0, static_cast<int64_t>(got_b.size()));
+    b.HalfClose();
+  }
+  EXPECT_EQ(got_b, Iota(kSteps));
+  {
+    Call second(address, kId, 2, 100 * kCost, "A");
+    while (!end && second.Next(&got, &end)) {
+      second.Grant(0, static_cast<int64_t>(got.size()));
+    }
+    EXPECT_TRUE(end);
+    second.HalfClose();
+  }
+  EXPECT_EQ(got, Iota(kSteps));
+  const CrossTrainerWindow::Stats s = task.window_stats();
+  EXPECT_EQ(s.steps_produced, kSteps);  // produced once for both trainers
+  EXPECT_EQ(s.steps_redelivered, 8);
+}
+
 // A consumer that acknowledges as it reads lets the worker release the steps: nothing stays
 // buffered once it has acknowledged everything.
 TEST(IndependentReconnectTest, AcknowledgedStepsAreReleased) {
   IndependentTask task;
-  WorkerServiceOptions options;
-  options.coalesce_wait = absl::ZeroDuration();
-  GrpcWorkerService service(&task, options);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  Call call(absl::StrCat("127.0.0.1:", port), 5, 0, 10 * kCost);
+  Served served(&task, WorkerServiceOptions().max_frame_steps);
+  Call call(served.address, 5, 0, 10 * kCost);
   ASSERT_TRUE(task.WaitQueued(kSteps - 10));
   std::vector<int64_t> got;
   bool end = false;

@@ -1,0 +1,32 @@
+#include "core/rpc/shared_step_payload.h"
+
+#include "core/rpc/step_frame.h"
+
+namespace sluice {
+
+const std::vector<grpc::Slice>& SharedStepPayload::Slices(Form form,
+                                                          const std::vector<Tensor>* pieces,
+                                                          size_t num_pieces) const {
+  const int f = static_cast<int>(form);
+  absl::MutexLock lock(&mu_);
+  if (!built_[f]) {
+    // Built under the lock: a second stream asking meanwhile waits instead of copying too.
+    copied_bytes_ += step_frame_internal::EncodePayloadSlices(
+        pieces, num_pieces, form == Form::kStringsOnly, &slices_[f]);
+    built_[f] = true;
+    ++builds_;
+  }
+  return slices_[f];
+}
+
+size_t SharedStepPayload::copied_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return copied_bytes_;
+}
+
+int SharedStepPayload::builds() const {
+  absl::MutexLock lock(&mu_);
+  return builds_;
+}
+
+}  // namespace sluice
