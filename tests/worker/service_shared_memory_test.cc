@@ -83,6 +83,8 @@ TEST(ServiceSharedMemoryTest, SameStepsOverSharedMemoryAndTcp) {
     EXPECT_GT(after_shm.frames_read - before.frames_read, 0);
     EXPECT_EQ(after_shm.frames_read - before.frames_read,
               after_shm.frames_written - before.frames_written);
+    // The worker built the steps in the ring (one consumer): frames went as headers alone.
+    EXPECT_GT(after_shm.frames_in_place - before.frames_in_place, 0);
 
     options.job_name = "shm-off-consumer";
     options.shared_memory = false;
@@ -111,6 +113,37 @@ TEST(ServiceSharedMemoryTest, SameStepsOverSharedMemoryAndTcp) {
   // No ring outlives its stream: every segment is unmapped once the consumers and workers are.
   EXPECT_EQ(ProcessShmRingCounts().writers_alive, 0);
   EXPECT_EQ(ProcessShmRingCounts().readers_alive, 0);
+}
+
+// Steps of 1.2 MiB and more with strings, through a worker whose rings are 1 MiB: no step fits
+// the ring (each goes over TCP, built in ordinary memory), and the steps are those of TCP.
+TEST(ServiceSharedMemoryTest, StepsLargerThanTheRingGiveTheSameStepsAsTcp) {
+  const int64_t n = 24, row = 100000;  // float32 rows of 400 KB, batch 3: 1.2 MB a step
+  Tensor rows = Tensor::Allocate(DType::kFloat32, Shape({n, row}));
+  Tensor words = Tensor::Allocate(DType::kString, Shape({n}));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < row; ++j) rows.mutable_data<float>()[i * row + j] = i + j * 1e-3f;
+    *words.mutable_string(i) = std::string(static_cast<size_t>(i % 5), 'a' + i % 26);
+  }
+  const Dataset ds =
+      Dataset::FromTensorSlices(Element::Tuple({Element::Leaf(rows), Element::Leaf(words)}))
+          .Batch(3);
+  Cluster cluster(1, absl::Seconds(10), size_t{64} << 20, [](WorkerServerOptions* o) {
+    o->service.shm_min_segment_bytes = size_t{1} << 20;
+    o->service.shm_max_segment_bytes = size_t{1} << 20;
+  });
+  ServiceOptions options;
+  options.job_name = "shm-big";
+  const ShmRingCounts before = ProcessShmRingCounts();
+  Read shm = ReadAll(cluster.address(), ds, options);
+  ASSERT_TRUE(shm.status.ok()) << shm.status;
+  EXPECT_EQ(ProcessShmRingCounts().frames_written, before.frames_written);  // none fit
+  options.job_name = "tcp-big";
+  options.shared_memory = false;
+  Read tcp = ReadAll(cluster.address(), ds, options);
+  ASSERT_TRUE(tcp.status.ok()) << tcp.status;
+  ASSERT_EQ(shm.steps.size(), 8u);
+  EXPECT_EQ(shm.steps, tcp.steps);
 }
 
 TEST(ServiceSharedMemoryTest, ExactlyOnceOverSharedMemoryWithSeveralConsumers) {
