@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "worker/step_placement.h"
+#include "tests/worker/task_step_test_util.h"
 #include "worker/task_runner.h"
 
 namespace sluice {
@@ -235,12 +236,7 @@ TEST(StepPlacementTest, RunnerBuildsInTheRingAndLetsGoOfItWhenDetached) {
   ASSERT_TRUE(segment.ok());
   auto writer = std::make_shared<ShmRingWriter>(*segment);
   auto placement = std::make_shared<StepPlacement>(writer);
-  proto::TaskDef task;
-  task.set_task_id(1);
-  task.set_job_id(1);
-  task.set_num_tasks(1);
-  task.mutable_job()->set_num_consumers(1);
-  task.mutable_job()->set_replicas_per_consumer(1);
+  const proto::TaskDef task = OneConsumerTask();
   TaskRunnerOptions options;
   options.buffer_bytes = 8 * 1000;  // the producer stays ahead by a few steps
   auto attached = std::make_shared<absl::Notification>();
