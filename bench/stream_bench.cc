@@ -5,7 +5,8 @@
 //   build/bench/stream_bench [--sizes=1024,16384,...] [--bytes=2147483648] [--replicas=1]
 //                            [--reps=3] [--credits=16] [--budget=67108864]
 //                            [--coalesce_wait_us=500] [--compact=1] [--views=1] [--shm=1]
-//                            [--max_frame=0] [--tx_zerocopy=0] [--show_slices=0]
+//                            [--max_frame=0] [--tx_zerocopy=0] [--show_slices=0] [--only_shm=0]
+//                            [--build_steps=1] [--prefetch=1]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -18,7 +19,12 @@
 //    path (core/rpc/shm_ring.h: the tensors are views of the worker's segment); "client" is
 //    that client with shared memory off (TCP);
 //  - "TCP": the same bytes over a plain socket (the ceiling of the TCP paths).
-// --shm=0 leaves the shm column out.
+// --shm=0 leaves the shm column out; --only_shm=1 runs that column alone (for a profiler).
+// --build_steps=1 (the default): the worker's producer writes each step's bytes afresh, as a
+// pipeline's batch op does: with shared memory, straight into the consumer's ring (the frame is
+// then only a header); otherwise into ordinary memory. --build_steps=0: one tensor shared by
+// every step (the producer does no work; the shm path copies it into the ring per step).
+// --prefetch=0: the client columns without the DevicePrefetcher (ServiceStepSource alone).
 // --compact=1 (the default, as the production client): raw and client ask for compact frame
 // headers (core/rpc/step_frame.h); --compact=0: full headers, for comparison. --views=1 (the
 // default, as the production client on host memory): tensors inside one received slice are
@@ -51,12 +57,14 @@
 #include "absl/time/clock.h"
 #include "client/device_prefetcher.h"
 #include "client/service_step_source.h"
+#include "core/rpc/shm_ring.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/sync_stream.h"
 #include "worker/grpc_worker_service.h"
+#include "worker/step_placement.h"
 
 namespace sluice {
 namespace {
@@ -150,6 +158,12 @@ bool g_views = true;
 int64_t g_max_frame = 0;
 // --show_slices=1: print one frame's received slices per raw run (sizes, alignment).
 bool g_show_slices = false;
+// --build_steps=1: the producer writes every step's bytes afresh (as a pipeline's batch does),
+// in the consumer's shared-memory ring when there is one; 0: every step shares one tensor.
+bool g_build_steps = true;
+// --prefetch=0: the trainer's loop reads ServiceStepSource directly (no DevicePrefetcher and its
+// thread), to tell the prefetcher's per-step cost from the source's.
+bool g_prefetch = true;
 
 // Starts the task's runner: `steps` steps of `replicas` pieces of one `size`-byte tensor.
 void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
@@ -161,6 +175,7 @@ void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
   task.mutable_job()->set_replicas_per_consumer(replicas);
   Tensor piece = Tensor::Allocate(DType::kUInt8, Shape({static_cast<int64_t>(size)}));
   std::memset(piece.mutable_raw_data(), 7, size);
+  const bool build = g_build_steps;
   TaskRunnerOptions options;
   options.buffer_bytes = std::max<size_t>(size * replicas * 8, 8 << 20);
   auto produced = std::make_shared<int64_t>(0);
@@ -171,7 +186,19 @@ void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
     }
     step->task_step = (*produced)++;
     step->num_real_pieces = replicas;
-    step->pieces.assign(static_cast<size_t>(replicas), std::vector<Tensor>{piece});
+    if (!build) {
+      step->pieces.assign(static_cast<size_t>(replicas), std::vector<Tensor>{piece});
+    } else {
+      // As a batch op: every piece written afresh, into the consumer's ring when the worker
+      // has one for this task (worker/step_placement.h), else into ordinary memory.
+      step->pieces.resize(static_cast<size_t>(replicas));
+      for (std::vector<Tensor>& p : step->pieces) {
+        std::shared_ptr<TensorBuffer> b = AllocateStepBuffer(size);
+        if (b == nullptr) b = AllocateUninitializedHost(size);
+        std::memcpy(b->data(), piece.raw_data(), size);
+        p.assign(1, *Tensor::Wrap(DType::kUInt8, piece.shape(), std::move(b)));
+      }
+    }
     step->bytes = size * replicas;
     *end = false;
     return absl::OkStatus();
@@ -203,7 +230,8 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
   prefetch.replicas.resize(static_cast<size_t>(replicas));  // CPU replicas: the host path
   prefetch.buffer_size = 2;
   absl::StatusOr<std::unique_ptr<StepSource>> wrapped =
-      DevicePrefetcher::Wrap(*std::move(source), prefetch);
+      g_prefetch ? DevicePrefetcher::Wrap(*std::move(source), prefetch)
+                 : absl::StatusOr<std::unique_ptr<StepSource>>(*std::move(source));
   if (!wrapped.ok()) {
     std::fprintf(stderr, "client: %s\n", wrapped.status().ToString().c_str());
     return r;
@@ -372,10 +400,14 @@ int Main(int argc, char** argv) {
   g_compact = Flag(argc, argv, "compact", "1") != "0";
   g_views = Flag(argc, argv, "views", "1") != "0";
   g_show_slices = Flag(argc, argv, "show_slices", "0") != "0";
+  g_build_steps = Flag(argc, argv, "build_steps", "1") != "0";
+  g_prefetch = Flag(argc, argv, "prefetch", "1") != "0";
   // --tx_zerocopy=1: the worker's gRPC sends with MSG_ZEROCOPY (slices of 16 KiB or more).
   const bool tx_zerocopy = Flag(argc, argv, "tx_zerocopy", "0") != "0";
   if (!absl::SimpleAtoi(Flag(argc, argv, "max_frame", "0"), &g_max_frame)) g_max_frame = -1;
   const bool shm = Flag(argc, argv, "shm", "1") != "0";
+  // --only_shm=1: only the shm column (profiling that path: perf record sees nothing else).
+  const bool only_shm = shm && Flag(argc, argv, "only_shm", "0") != "0";
   if (!absl::SimpleAtoi(Flag(argc, argv, "bytes", "2147483648"), &total) ||
       !absl::SimpleAtoi(Flag(argc, argv, "replicas", "1"), &replicas) ||
       !absl::SimpleAtoi(Flag(argc, argv, "reps", "3"), &reps) ||
@@ -421,22 +453,30 @@ int Main(int argc, char** argv) {
     const int64_t step_bytes = static_cast<int64_t>(size) * replicas;
     const int64_t steps = std::max<int64_t>(total / step_bytes, 1);
     std::vector<double> gbs, sps, cgbs, csps, tcp, mgbs, msps, viewed;
-    RunSluice(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), credits,
-              pool.get());  // warm-up: connections, pools
-    RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget, pool.get(),
-              false);
+    if (!only_shm) {
+      RunSluice(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), credits,
+                pool.get());  // warm-up: connections, pools
+      RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget,
+                pool.get(), false);
+    }
     if (shm) {
       RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget,
                 pool.get(), true);
     }
     for (int64_t rep = 0; rep < reps; ++rep) {
-      Result s = RunSluice(&lookup, address, size, replicas, steps, credits, pool.get());
-      Result c = RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), false);
       if (shm) {
         Result m = RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), true);
         mgbs.push_back(static_cast<double>(m.bytes) / m.seconds / 1e9);
         msps.push_back(static_cast<double>(m.steps) / m.seconds);
+        const ShmRingCounts counts = ProcessShmRingCounts();
+        std::fprintf(stderr, "shm %zu: %.3f s, %lld steps; frames through rings so far %lld, "
+                     "%lld of them in place\n", size, m.seconds, static_cast<long long>(m.steps),
+                     static_cast<long long>(counts.frames_written),
+                     static_cast<long long>(counts.frames_in_place));
       }
+      if (only_shm) continue;
+      Result s = RunSluice(&lookup, address, size, replicas, steps, credits, pool.get());
+      Result c = RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), false);
       cgbs.push_back(static_cast<double>(c.bytes) / c.seconds / 1e9);
       csps.push_back(static_cast<double>(c.steps) / c.seconds);
       const int64_t chunk = std::max<int64_t>(step_bytes, 1 << 20);
@@ -445,6 +485,11 @@ int Main(int argc, char** argv) {
       viewed.push_back(static_cast<double>(s.viewed_bytes) / std::max<double>(s.bytes, 1));
       sps.push_back(static_cast<double>(s.steps) / s.seconds);
       tcp.push_back(static_cast<double>(t.bytes) / t.seconds / 1e9);
+    }
+    if (only_shm) {
+      std::printf("| %zu | shm only: %.2f GB/s, %.0f steps/s |\n", size, Median(mgbs),
+                  Median(msps));
+      continue;
     }
     const double g = Median(gbs), cg = Median(cgbs), t = Median(tcp);
     const double mg = shm ? Median(mgbs) : 0, ms = shm ? Median(msps) : 0;

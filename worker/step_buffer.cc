@@ -126,6 +126,23 @@ void StepBuffer::ClearRetainedLocked() {
   retained_bytes_ = 0;
 }
 
+void StepBuffer::ReplaceSteps(const std::function<std::shared_ptr<const TaskStep>(
+                                  const std::shared_ptr<const TaskStep>&)>& replace) {
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_map<const TaskStep*, std::shared_ptr<const TaskStep>> done;
+  auto each = [&](std::deque<std::shared_ptr<const TaskStep>>& steps) {
+    for (std::shared_ptr<const TaskStep>& step : steps) {
+      auto [it, fresh] = done.try_emplace(step.get());
+      if (fresh) it->second = replace(step);
+      step = it->second;
+    }
+  };
+  each(steps_);
+  each(retained_);
+  for (auto& [key, u] : unacked_) each(u.steps);
+  for (InFlight& f : in_flight_) each(f.steps);
+}
+
 absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
   if (window_) return window_->Push(std::move(step));
   RunWakeups run;

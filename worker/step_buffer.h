@@ -199,6 +199,13 @@ class StepBuffer {
   // (index) has received every task step below `received_steps`; the ones kept for its
   // reconnect below there are dropped.
   void Acknowledge(int64_t consumer, int64_t received_steps);
+  // Replaces every step the buffer holds (queued, retained, handed out and not acknowledged)
+  // by replace(step), the same replacement for each step wherever it is held (a stream that
+  // ended moves the steps placed in its shared-memory ring to ordinary memory,
+  // worker/step_placement.h). Steps a reader already took are not affected. Not for a
+  // cross-trainer window's steps.
+  void ReplaceSteps(const std::function<std::shared_ptr<const TaskStep>(
+                        const std::shared_ptr<const TaskStep>&)>& replace);
 
   // Waits until `deadline` for the consumer's next step(s): on return *steps holds between 1 and
   // max_steps steps (fewer if that would exceed max_bytes, never fewer than one), or is empty

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "core/rpc/grpc_status.h"
 #include "core/rpc/shm_ring.h"
+#include "worker/step_placement.h"
 #include "core/tensor/host_memory.h"
 #include "core/rpc/step_frame.h"
 #include "core/rpc/wire_compression.h"
@@ -138,7 +139,10 @@ class StepStream final : public Reactor {
     // may still hold it: gRPC runs OnDone on its own thread once Finish completes, so wait for
     // that holder to let go before the mutex goes (found by the control-plane soak: a worker
     // aborted in ~MutexLock after Open() finished a stream whose task it did not have yet).
-    { absl::MutexLock lock(&mu_); }
+    {
+      absl::MutexLock lock(&mu_);
+      StopPlacingSteps();  // a stream that ended without Complete()
+    }
     if (reader_ != nullptr) reader_->CancelNotify();
     // The segment goes with the stream (and with the consumer's mapping, if it took it).
     if (!shm_token_.empty()) env_.shm_fds->Withdraw(shm_token_);
@@ -257,7 +261,7 @@ class StepStream final : public Reactor {
     bytes = std::min(bytes, static_cast<size_t>(room));
     absl::StatusOr<std::shared_ptr<ShmSegment>> segment = ShmSegment::Create(bytes);
     if (!segment.ok()) return;  // over the memory budget, say: TCP
-    ring_ = std::make_unique<ShmRingWriter>(*segment);
+    ring_ = std::make_shared<ShmRingWriter>(*segment);
     shm_token_ = env_.shm_fds->Offer(*segment);
     proto::ShmAccept accept;
     accept.set_socket_name(env_.shm_fds->name());
@@ -283,8 +287,30 @@ class StepStream final : public Reactor {
       env_.shm_fds->Withdraw(shm_token_);  // taken, or never to be
       shm_token_.clear();
       encoder_->set_shared_payload(ring_.get());
+      PlaceStepsInRing();
     }
     if (absl::Status s = ring_->Release(credits_->shm_released()); !s.ok()) credits_->Refuse(s);
+  }
+
+  // The worker batches straight into the ring (worker/step_placement.h) when this stream is
+  // the task's one reader of whole steps: a job of one consumer, not shared across trainers
+  // (a step several trainers read cannot live in one consumer's ring), not a private replay.
+  // Steps produced before, and any other stream's, are copied as before.
+  void PlaceStepsInRing() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const proto::JobOptions& job = runner_->task().job();
+    if (job.num_consumers() != 1 || job.cross_trainer().enabled() || reader_->replaying()) {
+      return;
+    }
+    auto placement = std::make_shared<StepPlacement>(ring_);
+    if (runner_->AttachPlacement(placement)) placement_ = std::move(placement);
+  }
+
+  // Steps produced from now on stay in ordinary memory (those placed keep the segment mapped
+  // until they go).
+  void StopPlacingSteps() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (placement_ == nullptr) return;
+    runner_->DetachPlacement(placement_.get());
+    placement_.reset();
   }
 
   absl::Status OpenReader(const grpc::ByteBuffer& first, Opened* out) ABSL_LOCKS_EXCLUDED(mu_) {
@@ -548,6 +574,7 @@ class StepStream final : public Reactor {
   void Complete() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (phase_ == Phase::kFinished) return;
     phase_ = Phase::kFinished;
+    StopPlacingSteps();
     alarm_.reset();
     const bool closed = credits_->closed();
     // The consumer half-closes only once it has read the end frame: now its end counts (for
@@ -575,7 +602,9 @@ class StepStream final : public Reactor {
   std::vector<WireStepView> views_ ABSL_GUARDED_BY(mu_);  // SendFrame's scratch
   // Shared memory: the ring (null: TCP only), the token of its segment's offer until taken,
   // whether the consumer mapped it. The encoder borrows ring_ once shm_on_.
-  std::unique_ptr<ShmRingWriter> ring_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<ShmRingWriter> ring_ ABSL_GUARDED_BY(mu_);
+  // Set while the task's runner builds its steps in ring_ (PlaceStepsInRing).
+  std::shared_ptr<StepPlacement> placement_ ABSL_GUARDED_BY(mu_);
   std::string shm_token_;  // written under mu_; read in OnDone, after every other reaction
   bool shm_on_ ABSL_GUARDED_BY(mu_) = false;
   bool accept_attached_ ABSL_GUARDED_BY(mu_) = false;      // the next frame offers the segment

@@ -16,6 +16,7 @@
 #include "core/util/status_macros.h"
 #include "core/util/transient_error.h"
 #include "worker/cross_trainer_window.h"
+#include "worker/step_placement.h"
 
 namespace sluice {
 namespace {
@@ -101,8 +102,10 @@ constexpr absl::Duration kSliceTime = absl::Milliseconds(10);
 class TaskRunner::Production : public std::enable_shared_from_this<Production> {
  public:
   Production(std::shared_ptr<StepBuffer> buffer, std::unique_ptr<TaskStepIterator> steps,
-             StepProducer producer, TaskRunnerPool* pool, std::function<void()> on_first_step)
+             StepProducer producer, TaskRunnerPool* pool, std::function<void()> on_first_step,
+             std::shared_ptr<PlacementSlot> placement)
       : buffer_(std::move(buffer)),
+        placement_(std::move(placement)),
         pool_(pool),
         steps_(std::move(steps)),
         producer_(std::move(producer)),
@@ -119,6 +122,15 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
     }
     scheduled_ = true;
     ScheduleLocked();
+  }
+
+  // Runs fn(&pending step) with no slice running (waits for the one running, if any) and none
+  // starting until fn returns.
+  void Quiesce(const std::function<void(std::shared_ptr<const TaskStep>*)>& fn)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    while (running_) idle_.Wait(&mu_);
+    fn(&pending_);
   }
 
   // No slice starts any more; waits for the one running, if any; frees the pipeline.
@@ -153,8 +165,18 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
   // an allocation outside its reach that throws std::bad_alloc fails this task, hence its job,
   // with RESOURCE_EXHAUSTED; the worker and its other tasks keep running.
   absl::Status ProduceStep(TaskStep* step, bool* end) {
+    std::shared_ptr<StepPlacement> placement;
+    {
+      absl::MutexLock lock(&placement_->mu);
+      placement = placement_->placement;
+    }
     try {
-      return producer_ ? producer_(step, end) : steps_->GetNext(step, end);
+      // A stream with a shared-memory ring is attached: the step is built there (what the
+      // producer did not build there is copied once, here, off the stream's lock).
+      StepPlacement::Scope scope(placement.get());
+      absl::Status s = producer_ ? producer_(step, end) : steps_->GetNext(step, end);
+      if (s.ok() && !*end && placement != nullptr) placement->Place(step);
+      return s;
     } catch (const std::bad_alloc&) {
       return absl::ResourceExhaustedError(
           "the pipeline ran the worker out of memory (std::bad_alloc) outside the memory budget's "
@@ -229,6 +251,7 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
   }
 
   const std::shared_ptr<StepBuffer> buffer_;
+  const std::shared_ptr<PlacementSlot> placement_;
   TaskRunnerPool* const pool_;
   // Used by the one slice running (scheduled_ admits one at a time), or by Close() once none
   // runs.
@@ -452,8 +475,38 @@ void TaskRunner::StartProducing() {
   production_ = std::make_shared<Production>(
       buffer_, std::move(steps_), std::move(producer_),
       options_.pool != nullptr ? options_.pool : &ProcessTaskRunnerPool(),
-      options_.on_first_step);
+      options_.on_first_step, placement_);
   production_->Wake();
+}
+
+bool TaskRunner::AttachPlacement(std::shared_ptr<StepPlacement> placement) {
+  absl::MutexLock lock(&placement_->mu);
+  if (placement_->placement != nullptr) return false;
+  placement_->placement = std::move(placement);
+  return true;
+}
+
+void TaskRunner::DetachPlacement(const StepPlacement* placement) {
+  std::shared_ptr<StepPlacement> detached;
+  {
+    absl::MutexLock lock(&placement_->mu);
+    if (placement_->placement.get() != placement) return;
+    detached = std::move(placement_->placement);
+  }
+  TaskRunnerPool* pool = options_.pool != nullptr ? options_.pool : &ProcessTaskRunnerPool();
+  pool->Schedule([production = production_, buffer = buffer_, detached] {
+    auto unplace = [&](std::shared_ptr<const TaskStep>* pending) {
+      if (pending != nullptr && *pending != nullptr) *pending = detached->Unplaced(*pending);
+      buffer->ReplaceSteps(
+          [&](const std::shared_ptr<const TaskStep>& step) { return detached->Unplaced(step); });
+    };
+    // A step placed by a slice that read the placement before it went is pushed by then.
+    if (production != nullptr) {
+      production->Quiesce(unplace);
+    } else {
+      unplace(nullptr);
+    }
+  });
 }
 
 absl::StatusOr<std::unique_ptr<TaskRunner>> TaskRunner::Make(const proto::TaskDef& task,

@@ -51,6 +51,8 @@
 
 namespace sluice {
 
+class StepPlacement;  // worker/step_placement.h
+
 // The splits of a DYNAMIC task (the coordinator's GetSplit in production).
 class SplitProvider {
  public:
@@ -247,6 +249,16 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   const proto::TaskDef& task() const { return task_; }
   StepBuffer* buffer() { return buffer_.get(); }
 
+  // Steps produced from now on are built in `placement`'s shared-memory ring
+  // (worker/step_placement.h), until DetachPlacement(placement). False, and nothing changes,
+  // when another placement is attached (one consumer's ring at a time).
+  bool AttachPlacement(std::shared_ptr<StepPlacement> placement);
+  // Stops placing steps in `placement` (if attached; at once) and moves the steps placed
+  // there that the task still holds to ordinary memory (StepPlacement::Unplaced) in a job on
+  // the runner's pool, once no step is being produced. Returns without waiting: callable under
+  // any lock.
+  void DetachPlacement(const StepPlacement* placement);
+
   // Steps and bytes written to consumers' streams (every consumer's copy counts), recorded by
   // the stream service, for metrics and heartbeats (worker/worker_metrics.h).
   void RecordDelivered(int64_t steps, int64_t bytes) {
@@ -267,6 +279,12 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   void StartProducing();
 
   class Production;  // the producing state, shared with the pool's jobs (task_runner.cc)
+  // The placement attached (AttachPlacement), shared with the Production that reads it.
+  struct PlacementSlot {
+    absl::Mutex mu;
+    std::shared_ptr<StepPlacement> placement ABSL_GUARDED_BY(mu);
+  };
+  const std::shared_ptr<PlacementSlot> placement_ = std::make_shared<PlacementSlot>();
 
   const proto::TaskDef task_;
   const TaskRunnerOptions options_;

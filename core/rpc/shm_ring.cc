@@ -1,5 +1,6 @@
 #include "core/rpc/shm_ring.h"
 
+#include <algorithm>
 #include <atomic>
 #include <utility>
 
@@ -11,6 +12,7 @@ namespace {
 constexpr uint64_t RoundUp64(uint64_t n) { return (n + 63) / 64 * 64; }
 
 std::atomic<int64_t> g_frames_written{0};
+std::atomic<int64_t> g_frames_in_place{0};
 std::atomic<int64_t> g_frames_read{0};
 std::atomic<int64_t> g_writers{0};
 std::atomic<int64_t> g_readers{0};
@@ -18,41 +20,182 @@ std::atomic<int64_t> g_readers{0};
 }  // namespace
 
 ShmRingCounts ProcessShmRingCounts() {
-  return ShmRingCounts{g_frames_written.load(), g_frames_read.load(), g_writers.load(),
-                       g_readers.load()};
+  return ShmRingCounts{g_frames_written.load(), g_frames_in_place.load(), g_frames_read.load(),
+                       g_writers.load(), g_readers.load()};
 }
 
+// The writer's bookkeeping, shared with the buffers it allocated (they may outlive it).
+struct ShmRingWriter::State {
+  explicit State(std::shared_ptr<ShmSegment> s) : segment(std::move(s)) {}
+  const std::shared_ptr<ShmSegment> segment;
+  mutable absl::Mutex mu;
+  uint64_t written ABSL_GUARDED_BY(mu) = 0;   // the ring position after the last region
+  uint64_t released ABSL_GUARDED_BY(mu) = 0;  // what the consumer released
+  uint64_t sent ABSL_GUARDED_BY(mu) = 0;      // the end of the last region sent
+  // Allocate's regions in ring order while the oldest of them lives (dead ones behind a
+  // live one wait for it): their start, and whether a buffer still views them.
+  struct Allocated {
+    uint64_t start;
+    bool alive;
+  };
+  std::deque<Allocated> allocated ABSL_GUARDED_BY(mu);
+  size_t live ABSL_GUARDED_BY(mu) = 0;
+
+  // Where free space begins: nothing the consumer holds, nor a buffer the worker holds, is
+  // reused.
+  uint64_t FreeFrom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return allocated.empty() ? released : std::min(released, allocated.front().start);
+  }
+
+  // A region of `bytes` (> 0): its ring position, or nullopt when there is no room.
+  std::optional<uint64_t> Take(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const uint64_t size = segment->size();
+    const uint64_t n = RoundUp64(bytes);
+    if (bytes == 0 || n > size) return std::nullopt;
+    const uint64_t offset = written % size;
+    const uint64_t pad = offset + n > size ? size - offset : 0;
+    if (written + pad + n - FreeFrom() > size) return std::nullopt;  // would overwrite a held one
+    const uint64_t start = written + pad;
+    written = start + n;
+    return start;
+  }
+
+  // Whether a live Allocate buffer lies at or after the end of the last region sent.
+  bool PlacedAhead() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (auto it = allocated.rbegin(); it != allocated.rend() && it->start >= sent; ++it) {
+      if (it->alive) return true;
+    }
+    return false;
+  }
+
+  void Free(uint64_t start) ABSL_LOCKS_EXCLUDED(mu) {
+    absl::MutexLock lock(&mu);
+    for (Allocated& a : allocated) {
+      if (a.start == start) {
+        a.alive = false;
+        break;
+      }
+    }
+    --live;
+    while (!allocated.empty() && !allocated.front().alive) allocated.pop_front();
+  }
+};
+
+class ShmRingWriter::RingBuffer : public TensorBuffer {
+ public:
+  RingBuffer(std::shared_ptr<State> state, uint64_t start, size_t size)
+      : state_(std::move(state)),
+        start_(start),
+        data_(state_->segment->data() + start % state_->segment->size()),
+        size_(size) {}
+  ~RingBuffer() override { state_->Free(start_); }
+  void* data() override { return data_; }
+  size_t size() const override { return size_; }
+  const State* state() const { return state_.get(); }
+  uint64_t start() const { return start_; }
+
+ private:
+  const std::shared_ptr<State> state_;
+  const uint64_t start_;
+  uint8_t* const data_;
+  const size_t size_;
+};
+
 ShmRingWriter::ShmRingWriter(std::shared_ptr<ShmSegment> segment)
-    : segment_(std::move(segment)) {
+    : segment_(segment), state_(std::make_shared<State>(std::move(segment))) {
   g_writers.fetch_add(1);
 }
 
 ShmRingWriter::~ShmRingWriter() { g_writers.fetch_sub(1); }
 
 uint8_t* ShmRingWriter::Reserve(size_t bytes, proto::ShmPayload* out) {
+  absl::MutexLock lock(&state_->mu);
+  // A step built in the ring and not sent yet would have to be copied too once this region
+  // went past it (regions go in ring order): this frame goes inline instead.
+  if (state_->PlacedAhead()) return nullptr;
+  std::optional<uint64_t> start = state_->Take(bytes);
+  if (!start.has_value()) return nullptr;
   const uint64_t size = segment_->size();
-  const uint64_t n = RoundUp64(bytes);
-  if (bytes == 0 || n > size) return nullptr;
-  const uint64_t offset = written_ % size;
-  const uint64_t pad = offset + n > size ? size - offset : 0;
-  if (written_ + pad + n - released_ > size) return nullptr;  // would overwrite a held region
-  const uint64_t start = written_ + pad;
-  written_ = start + n;
-  out->set_offset(start % size);
+  out->set_offset(*start % size);
   out->set_bytes(bytes);
-  out->set_ring_end(written_);
+  out->set_ring_end(state_->written);
+  state_->sent = state_->written;
   g_frames_written.fetch_add(1, std::memory_order_relaxed);
-  return segment_->data() + start % size;
+  return segment_->data() + *start % size;
+}
+
+std::shared_ptr<TensorBuffer> ShmRingWriter::Allocate(size_t bytes) {
+  absl::MutexLock lock(&state_->mu);
+  std::optional<uint64_t> start = state_->Take(bytes);
+  if (!start.has_value()) return nullptr;
+  state_->allocated.push_back(State::Allocated{*start, true});
+  ++state_->live;
+  return std::make_shared<RingBuffer>(state_, *start, bytes);
+}
+
+std::optional<uint64_t> ShmRingWriter::Locate(absl::Span<const Tensor* const> tensors,
+                                              absl::Span<const size_t> at, size_t extent) const {
+  if (tensors.empty() || tensors.size() != at.size() || at[0] != 0) return std::nullopt;
+  uint64_t first = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto* ring = dynamic_cast<const RingBuffer*>(tensors[i]->buffer().get());
+    if (ring == nullptr || ring->state() != state_.get()) return std::nullopt;
+    const uint64_t position = ring->start() + tensors[i]->buffer_offset();
+    if (i == 0) first = position;
+    if (position != first + at[i]) return std::nullopt;
+  }
+  // One region that does not wrap (consecutive allocations across the segment's end do not
+  // lie at consecutive offsets: the padding between them breaks the layout above).
+  const uint64_t size = segment_->size();
+  if (first % size + RoundUp64(extent) > size) return std::nullopt;
+  return first;
+}
+
+bool ShmRingWriter::Holds(const Tensor& t) const {
+  const auto* ring = dynamic_cast<const RingBuffer*>(t.buffer().get());
+  return ring != nullptr && ring->state() == state_.get();
+}
+
+bool ShmRingWriter::InPlace(absl::Span<const Tensor* const> tensors,
+                            absl::Span<const size_t> at, size_t extent, proto::ShmPayload* out) {
+  std::optional<uint64_t> first = Locate(tensors, at, extent);
+  if (!first.has_value()) return false;
+  absl::MutexLock lock(&state_->mu);
+  if (*first < state_->sent) return false;  // the consumer takes regions in ring order
+  const uint64_t end = *first + RoundUp64(extent);
+  out->set_offset(*first % segment_->size());
+  out->set_bytes(extent);
+  out->set_ring_end(end);
+  state_->sent = end;
+  g_frames_written.fetch_add(1, std::memory_order_relaxed);
+  g_frames_in_place.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 absl::Status ShmRingWriter::Release(uint64_t position) {
-  if (position < released_ || position > written_) {
+  absl::MutexLock lock(&state_->mu);
+  if (position < state_->released || position > state_->sent) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "StreamSteps: shared memory released up to ", position, ", but ", released_,
-        " was released before and ", written_, " written"));
+        "StreamSteps: shared memory released up to ", position, ", but ", state_->released,
+        " was released before and ", state_->sent, " sent"));
   }
-  released_ = position;
+  state_->released = position;
   return absl::OkStatus();
+}
+
+uint64_t ShmRingWriter::written() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->written;
+}
+
+uint64_t ShmRingWriter::released() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->released;
+}
+
+size_t ShmRingWriter::live_buffers() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->live;
 }
 
 struct ShmRingReader::State {

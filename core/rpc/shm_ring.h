@@ -7,6 +7,16 @@
 // dropped). The worker reuses a region only once released, so a trainer's tensors are never
 // overwritten (DESIGN.md invariant 9); a frame finding no room goes inline over the stream.
 //
+// Direct path (the worker batches straight into the segment): Allocate hands a buffer in the
+// ring to whoever builds a step (worker/step_placement.h), and a frame whose numeric tensors
+// already lie in the ring laid out as the decoder lays out its frame buffer is sent as its
+// header alone (InPlace: no copy). Such a region is reused only once both the consumer
+// released it and the worker dropped every tensor viewing it (the worker keeps a step until it
+// is acknowledged, to send it again after a reconnect); a region allocated and never sent is
+// covered by the consumer's release of a later one. A frame may go in place only after every
+// region sent before it (ring order is what the consumer checks); otherwise it is copied, or
+// sent inline when a step built in the ring waits to be sent (a copy would go past it).
+//
 // Positions count bytes written since the ring began, padding included (a region never wraps:
 // when it would, the rest of the segment is skipped); a region starts at a multiple of 64.
 // Worked example, a 4096-byte segment: regions of 1000 and 2000 bytes are at offsets 0 and
@@ -20,11 +30,13 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "core/device/device_memory.h"
 #include "core/rpc/shm_segment.h"
 #include "core/rpc/step_frame.h"
@@ -32,37 +44,60 @@
 namespace sluice {
 
 // What this process's rings did (process-wide, for metrics and tests): frames whose payload
-// went through a segment, written (worker) and resolved (consumer), and the rings alive now.
+// went through a segment, written (worker; those already in the ring counted apart) and
+// resolved (consumer), and the rings alive now.
 struct ShmRingCounts {
   int64_t frames_written = 0;
+  int64_t frames_in_place = 0;  // of frames_written: sent as a header alone (no copy)
   int64_t frames_read = 0;
   int64_t writers_alive = 0;
   int64_t readers_alive = 0;
 };
 ShmRingCounts ProcessShmRingCounts();
 
-// The worker's side. Not thread-safe (the stream calls it under its own lock).
+// The worker's side. Thread-safe: the stream reserves and sends under its lock, the task's
+// producer allocates from its own thread, and buffers are freed from wherever a step's last
+// tensor goes.
 class ShmRingWriter : public SharedPayloadSink {
  public:
   explicit ShmRingWriter(std::shared_ptr<ShmSegment> segment);
   ~ShmRingWriter() override;
 
   // Room for `bytes` (> 0) at a 64-byte aligned offset, or nullptr when the unreleased
-  // regions leave none (or bytes exceeds the segment); fills *out.
+  // regions leave none (or bytes exceeds the segment) or an Allocate buffer not sent yet lies
+  // ahead (it could then no longer go in place); fills *out. The region counts as sent.
   uint8_t* Reserve(size_t bytes, proto::ShmPayload* out) override;
+  // A buffer of `bytes` (> 0) in the ring for a step being built (64-byte aligned, not
+  // zero-filled, host memory), or nullptr when there is no room now (the caller then uses
+  // ordinary memory; nothing waits). Its region is not reused while the buffer lives. The
+  // buffer keeps the segment mapped; it may outlive the writer.
+  std::shared_ptr<TensorBuffer> Allocate(size_t bytes);
+  // Whether the numeric tensors `tensors` lie in this ring's buffers at the frame offsets `at`
+  // (tensors[0] at at[0] == 0) of one region of `extent` bytes; its ring position if so.
+  std::optional<uint64_t> Locate(absl::Span<const Tensor* const> tensors,
+                                 absl::Span<const size_t> at, size_t extent) const;
+  // Locate, and the region may be sent now (after every region sent before): fills *out,
+  // counts the region as sent and returns true; false (nothing changes) otherwise.
+  bool InPlace(absl::Span<const Tensor* const> tensors, absl::Span<const size_t> at,
+               size_t extent, proto::ShmPayload* out) override;
+  // Whether `t` (numeric) views one of this ring's Allocate buffers.
+  bool Holds(const Tensor& t) const;
   // The consumer released every region up to `position` (CreditGrant.shm_released).
-  // INVALID_ARGUMENT when it goes backwards or beyond what was written: the consumer cannot
+  // INVALID_ARGUMENT when it goes backwards or beyond what was sent: the consumer cannot
   // make the worker write over a region it still holds, nor outside the segment.
   absl::Status Release(uint64_t position);
 
   const std::shared_ptr<ShmSegment>& segment() const { return segment_; }
-  uint64_t written() const { return written_; }
-  uint64_t released() const { return released_; }
+  uint64_t written() const;
+  uint64_t released() const;
+  // Buffers from Allocate alive now (tests).
+  size_t live_buffers() const;
 
  private:
+  struct State;
+  class RingBuffer;
   const std::shared_ptr<ShmSegment> segment_;
-  uint64_t written_ = 0;
-  uint64_t released_ = 0;
+  const std::shared_ptr<State> state_;
 };
 
 // The consumer's side. Thread-safe: Resolve runs on the stream's read, the regions are

@@ -691,12 +691,26 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
   // Shared memory: the numeric tensors go to the sink's region when it has room.
   uint8_t* shared = nullptr;
   size_t extent = 0;
+  // A frame built in the sink already (worker/step_placement.h) is sent as its header alone.
+  last_in_place_ = false;
   if (sink_ != nullptr) {
-    ForEachNumeric(steps, [&](const Tensor&, size_t end) { extent = end; });
-    if (extent > 0) shared = sink_->Reserve(extent, header_.mutable_shm_payload());
-    if (shared == nullptr) header_.clear_shm_payload();
+    shared_tensors_.clear();
+    shared_at_.clear();
+    ForEachNumeric(steps, [&](const Tensor& t, size_t end) {
+      shared_tensors_.push_back(&t);
+      shared_at_.push_back(end - t.byte_size());
+      extent = end;
+    });
+    if (extent > 0) {
+      last_in_place_ =
+          sink_->InPlace(shared_tensors_, shared_at_, extent, header_.mutable_shm_payload());
+      if (!last_in_place_) shared = sink_->Reserve(extent, header_.mutable_shm_payload());
+    }
+    if (shared == nullptr && !last_in_place_) header_.clear_shm_payload();
   }
-  last_shared_bytes_ = shared != nullptr ? extent : 0;
+  // The numeric bytes are in the sink: copied there below (shared), or there already.
+  const bool in_sink = shared != nullptr || last_in_place_;
+  last_shared_bytes_ = in_sink ? extent : 0;
   const size_t header_size = header_.ByteSizeLong();
   if (header_size > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError("step frame header exceeds 4 GiB");
@@ -707,14 +721,14 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
     for (size_t p = 0; p < step.num_pieces; ++p) {
       for (const Tensor& t : step.pieces[p]) {
         if (t.dtype() == DType::kString ||
-            (shared == nullptr && t.byte_size() < kZeroCopyMinBytes)) {
+            (!in_sink && t.byte_size() < kZeroCopyMinBytes)) {
           inline_bytes += t.payload_bytes();
         }
       }
     }
   }
   if (send_pool_ == nullptr) send_pool_ = std::make_shared<SendBufferPool>();
-  if (compression_ != WireCompression::kNone && shared == nullptr) {  // never both
+  if (compression_ != WireCompression::kNone && !in_sink) {  // never both
     bool sent = false;
     RETURN_IF_ERROR(EncodeCompressed(steps, out, &sent));
     if (sent) return absl::OkStatus();
@@ -734,11 +748,10 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
     if (step.shared_payload != nullptr) {
       // Encoded once for every stream sending the step: references, no copy.
       builder.AddShared(step.shared_payload->Slices(
-          shared != nullptr ? SharedStepPayload::Form::kStringsOnly
-                            : SharedStepPayload::Form::kWhole,
+          in_sink ? SharedStepPayload::Form::kStringsOnly : SharedStepPayload::Form::kWhole,
           step.pieces, step.num_pieces));
     } else {
-      AppendPayload(step.pieces, step.num_pieces, shared != nullptr, &builder);
+      AppendPayload(step.pieces, step.num_pieces, in_sink, &builder);
     }
   }
   builder.Flush();

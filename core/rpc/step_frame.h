@@ -168,6 +168,14 @@ class SharedPayloadSink {
   // Room for `bytes` (> 0), filling *out with where it is; nullptr when there is none now
   // (the frame then carries its bytes inline).
   virtual uint8_t* Reserve(size_t bytes, proto::ShmPayload* out) = 0;
+  // When the frame's numeric tensors (`tensors`, in header order, at the offsets `at` of the
+  // layout above, `extent` bytes in all) already lie in one region of the sink laid out so:
+  // fills *out and returns true, and the frame carries no copy of them. False otherwise.
+  virtual bool InPlace(absl::Span<const Tensor* const> /*tensors*/,
+                       absl::Span<const size_t> /*at*/, size_t /*extent*/,
+                       proto::ShmPayload* /*out*/) {
+    return false;
+  }
 };
 
 // Where a decoder finds a frame's numeric bytes that a ShmPayload points at.
@@ -228,6 +236,8 @@ class StepFrameEncoder {
   // last_shared_bytes().
   void set_shared_payload(SharedPayloadSink* sink) { sink_ = sink; }
   size_t last_shared_bytes() const { return last_shared_bytes_; }
+  // Whether the last Encode found them in the sink already (SharedPayloadSink::InPlace).
+  bool last_in_place() const { return last_in_place_; }
   // The next frame encoded carries `accept` (the worker's answer to a ShmOffer).
   void AttachToNextFrame(proto::ShmAccept accept) { accept_ = std::move(accept); }
 
@@ -251,6 +261,9 @@ class StepFrameEncoder {
   bool last_compact_ = false;
   SharedPayloadSink* sink_ = nullptr;
   size_t last_shared_bytes_ = 0;
+  bool last_in_place_ = false;
+  std::vector<const Tensor*> shared_tensors_;  // InPlace's arguments, kept between frames
+  std::vector<size_t> shared_at_;
   std::optional<proto::ShmAccept> accept_;
 };
 

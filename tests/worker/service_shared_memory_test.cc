@@ -52,8 +52,7 @@ Read ReadAll(const std::string& coordinator, const Dataset& ds, ServiceOptions o
 
 // (int64 index, float32 row of 300 values, string) elements: numeric tensors above and below
 // the zero-copy threshold, and strings, which stay inline.
-Dataset MixedPipeline() {
-  const int64_t n = 96;
+Dataset MixedPipeline(int64_t n = 96) {
   Tensor idx = Tensor::Allocate(DType::kInt64, Shape({n}));
   Tensor rows = Tensor::Allocate(DType::kFloat32, Shape({n, 300}));
   Tensor words = Tensor::Allocate(DType::kString, Shape({n}));
@@ -111,6 +110,58 @@ TEST(ServiceSharedMemoryTest, SameStepsOverSharedMemoryAndTcp) {
   // No ring outlives its stream: every segment is unmapped once the consumers and workers are.
   EXPECT_EQ(ProcessShmRingCounts().writers_alive, 0);
   EXPECT_EQ(ProcessShmRingCounts().readers_alive, 0);
+}
+
+// A worker that keeps only a few steps ahead (8 KiB of buffer) builds most of a long job's steps
+// in the consumer's ring once it mapped it (worker/step_placement.h): those frames go as their
+// headers alone, and every step is the same, byte for byte, as over TCP.
+TEST(ServiceSharedMemoryTest, StepsBuiltInTheRingGiveTheSameStepsAsTcp) {
+  Cluster cluster(1, absl::Seconds(10), 8192);
+  ServiceOptions options;
+  options.job_name = "shm-direct";
+  options.receive_budget_bytes = 16384;
+  const ShmRingCounts before = ProcessShmRingCounts();
+  Read shm = ReadAll(cluster.address(), MixedPipeline(2000), options);
+  ASSERT_TRUE(shm.status.ok()) << shm.status;
+  const ShmRingCounts after = ProcessShmRingCounts();
+  EXPECT_GT(after.frames_in_place - before.frames_in_place, 0);
+  options.job_name = "tcp-direct";
+  options.shared_memory = false;
+  Read tcp = ReadAll(cluster.address(), MixedPipeline(2000), options);
+  ASSERT_TRUE(tcp.status.ok()) << tcp.status;
+  ASSERT_EQ(shm.steps.size(), 250u);
+  EXPECT_EQ(shm.steps, tcp.steps);
+}
+
+// Steps of 1.2 MiB and more with strings, through a worker whose rings are 1 MiB: no step fits
+// the ring (each goes over TCP, built in ordinary memory), and the steps are those of TCP.
+TEST(ServiceSharedMemoryTest, StepsLargerThanTheRingGiveTheSameStepsAsTcp) {
+  const int64_t n = 24, row = 100000;  // float32 rows of 400 KB, batch 3: 1.2 MB a step
+  Tensor rows = Tensor::Allocate(DType::kFloat32, Shape({n, row}));
+  Tensor words = Tensor::Allocate(DType::kString, Shape({n}));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < row; ++j) rows.mutable_data<float>()[i * row + j] = i + j * 1e-3f;
+    *words.mutable_string(i) = std::string(static_cast<size_t>(i % 5), 'a' + i % 26);
+  }
+  const Dataset ds =
+      Dataset::FromTensorSlices(Element::Tuple({Element::Leaf(rows), Element::Leaf(words)}))
+          .Batch(3);
+  Cluster cluster(1, absl::Seconds(10), size_t{64} << 20, [](WorkerServerOptions* o) {
+    o->service.shm_min_segment_bytes = size_t{1} << 20;
+    o->service.shm_max_segment_bytes = size_t{1} << 20;
+  });
+  ServiceOptions options;
+  options.job_name = "shm-big";
+  const ShmRingCounts before = ProcessShmRingCounts();
+  Read shm = ReadAll(cluster.address(), ds, options);
+  ASSERT_TRUE(shm.status.ok()) << shm.status;
+  EXPECT_EQ(ProcessShmRingCounts().frames_written, before.frames_written);  // none fit
+  options.job_name = "tcp-big";
+  options.shared_memory = false;
+  Read tcp = ReadAll(cluster.address(), ds, options);
+  ASSERT_TRUE(tcp.status.ok()) << tcp.status;
+  ASSERT_EQ(shm.steps.size(), 8u);
+  EXPECT_EQ(shm.steps, tcp.steps);
 }
 
 TEST(ServiceSharedMemoryTest, ExactlyOnceOverSharedMemoryWithSeveralConsumers) {

@@ -1,4 +1,5 @@
-// Steps for the StepBuffer tests: task step i holding the int64 scalar i.
+// Steps for the StepBuffer tests: task step i holding the int64 scalar i; the TaskDef of a
+// data-plane test's one task.
 #ifndef SLUICE_TESTS_WORKER_TASK_STEP_TEST_UTIL_H_
 #define SLUICE_TESTS_WORKER_TASK_STEP_TEST_UTIL_H_
 
@@ -6,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "proto/coordinator.pb.h"
 #include "sluice/tensor.h"
 #include "worker/step_buffer.h"
 
@@ -19,6 +21,17 @@ inline std::shared_ptr<const TaskStep> MakeStep(int64_t i, size_t bytes = 100) {
   s->pieces = {{Tensor::Scalar<int64_t>(i)}};
   s->bytes = bytes;
   return s;
+}
+
+// Task 1 of job 1, its only task, read by one consumer with `replicas` replicas (coordinated).
+inline proto::TaskDef OneConsumerTask(int64_t replicas = 1) {
+  proto::TaskDef task;
+  task.set_task_id(1);
+  task.set_job_id(1);
+  task.set_num_tasks(1);
+  task.mutable_job()->set_num_consumers(1);
+  task.mutable_job()->set_replicas_per_consumer(replicas);
+  return task;
 }
 
 }  // namespace sluice

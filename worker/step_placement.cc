@@ -1,0 +1,88 @@
+#include "worker/step_placement.h"
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+namespace sluice {
+namespace {
+
+thread_local const StepPlacement* g_current = nullptr;
+
+constexpr size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
+
+// The step's numeric tensors of size > 0 in frame order, and their offsets in the frame
+// layout (core/rpc/step_frame.h: each at a 64-byte aligned offset); the layout's size.
+size_t Layout(const TaskStep& step, std::vector<const Tensor*>* tensors, std::vector<size_t>* at) {
+  size_t extent = 0;
+  for (const std::vector<Tensor>& piece : step.pieces) {
+    for (const Tensor& t : piece) {
+      if (t.dtype() == DType::kString || t.byte_size() == 0) continue;
+      const size_t offset = RoundUp64(extent);
+      tensors->push_back(&t);
+      at->push_back(offset);
+      extent = offset + t.byte_size();
+    }
+  }
+  return extent;
+}
+
+}  // namespace
+
+void StepPlacement::Place(TaskStep* step) const {
+  std::vector<const Tensor*> tensors;
+  std::vector<size_t> at;
+  const size_t extent = Layout(*step, &tensors, &at);
+  if (extent == 0 || ring_->Locate(tensors, at, extent).has_value()) return;
+  std::shared_ptr<TensorBuffer> region = ring_->Allocate(extent);
+  if (region == nullptr) return;  // no room: the stream copies or sends it inline
+  auto* base = static_cast<uint8_t*>(region->data());
+  size_t i = 0;
+  for (std::vector<Tensor>& piece : step->pieces) {
+    for (Tensor& t : piece) {
+      if (t.dtype() == DType::kString || t.byte_size() == 0) continue;
+      std::memcpy(base + at[i], t.raw_data(), t.byte_size());
+      absl::StatusOr<Tensor> view = Tensor::Wrap(t.dtype(), t.shape(), region, at[i]);
+      if (view.ok()) t = *std::move(view);  // Wrap cannot fail: the region holds the layout
+      ++i;
+    }
+  }
+}
+
+std::shared_ptr<const TaskStep> StepPlacement::Unplaced(
+    const std::shared_ptr<const TaskStep>& step) const {
+  bool placed = false;
+  for (const std::vector<Tensor>& piece : step->pieces) {
+    for (const Tensor& t : piece) {
+      placed = placed || (t.dtype() != DType::kString && t.byte_size() > 0 && ring_->Holds(t));
+    }
+  }
+  if (!placed) return step;
+  auto copy = std::make_shared<TaskStep>(*step);
+  for (std::vector<Tensor>& piece : copy->pieces) {
+    for (Tensor& t : piece) {
+      if (t.dtype() == DType::kString || t.byte_size() == 0 || !ring_->Holds(t)) continue;
+      absl::StatusOr<Tensor> moved = Tensor::TryAllocate(t.dtype(), t.shape(), "shared memory");
+      if (!moved.ok()) continue;  // refused by the budget: stays in the ring
+      std::memcpy(moved->mutable_raw_data(), t.raw_data(), t.byte_size());
+      t = *std::move(moved);
+    }
+  }
+  return copy;
+}
+
+const StepPlacement* StepPlacement::Current() { return g_current; }
+
+StepPlacement::Scope::Scope(const StepPlacement* placement) : previous_(g_current) {
+  g_current = placement;
+}
+
+StepPlacement::Scope::~Scope() { g_current = previous_; }
+
+std::shared_ptr<TensorBuffer> AllocateStepBuffer(size_t bytes) {
+  const StepPlacement* placement = StepPlacement::Current();
+  if (placement == nullptr || bytes == 0) return nullptr;
+  return placement->Allocate(bytes);
+}
+
+}  // namespace sluice

@@ -1,0 +1,76 @@
+// StepPlacement: the worker batching straight into a co-located consumer's shared-memory ring
+// (docs/SERVICE.md "Shared memory", core/rpc/shm_ring.h). While a stream with a ring is
+// attached to its task's runner (TaskRunner::AttachPlacement), each step the runner produces
+// has its numeric tensors in the ring, laid out as the stream's frame layout wants them (each
+// at a 64-byte aligned offset, in piece and leaf order), so that sending the step is only its
+// header (ShmRingWriter::InPlace). A producer that builds its tensors through
+// AllocateStepBuffer (the thread's placement, set by the runner around each step) builds them
+// there directly; Place copies the rest (a pipeline's output built elsewhere) once, on the
+// producer's thread, not under the stream's lock. Strings stay where they are (they travel
+// inline). When the ring has no room, a step is left as it was (the stream copies it or
+// sends it over TCP): nothing waits for room.
+//
+//   auto placement = std::make_shared<StepPlacement>(ring);  // the stream's ShmRingWriter
+//   runner->AttachPlacement(placement);
+//   ... the runner: Scope scope(placement.get()); produce(&step); placement->Place(&step);
+//   ... the stream, when it ends (off its lock: this waits for a step being produced):
+//   runner->DetachPlacement(placement.get());
+//
+// A placed step's ring region is reused only once the worker dropped the step (acknowledged)
+// and the consumer released it. When the stream ends, DetachPlacement moves the steps still
+// held by the task (queued, or kept for the consumer's reconnect) to ordinary memory, so that
+// the segment goes with the stream and its consumer's views, as without placement; a frame a
+// stream is writing at that moment keeps its steps (and the segment) until it is written.
+// Thread-safe.
+#ifndef SLUICE_WORKER_STEP_PLACEMENT_H_
+#define SLUICE_WORKER_STEP_PLACEMENT_H_
+
+#include <cstddef>
+#include <memory>
+
+#include "core/rpc/shm_ring.h"
+#include "sluice/tensor.h"
+#include "worker/step_buffer.h"
+
+namespace sluice {
+
+class StepPlacement {
+ public:
+  explicit StepPlacement(std::shared_ptr<ShmRingWriter> ring) : ring_(std::move(ring)) {}
+
+  // Puts `step`'s numeric tensors into the ring (one region for the step) unless they lie
+  // there already in the frame layout; leaves the step as it was when the ring has no room.
+  void Place(TaskStep* step) const;
+  // `step` itself when none of its tensors is in the ring, else a copy of it whose tensors
+  // that were are in ordinary memory (charged to the memory budget; a tensor the budget
+  // refuses stays in the ring, keeping the segment mapped while it lives).
+  std::shared_ptr<const TaskStep> Unplaced(const std::shared_ptr<const TaskStep>& step) const;
+  // A buffer of `bytes` (> 0) in the ring, or nullptr when it has no room.
+  std::shared_ptr<TensorBuffer> Allocate(size_t bytes) const { return ring_->Allocate(bytes); }
+
+  // The placement producers on this thread build for (nullptr outside a Scope).
+  static const StepPlacement* Current();
+  // Makes `placement` (may be null) the thread's current one for the scope's life.
+  class Scope {
+   public:
+    explicit Scope(const StepPlacement* placement);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    const StepPlacement* const previous_;
+  };
+
+ private:
+  const std::shared_ptr<ShmRingWriter> ring_;
+};
+
+// For a producer building a step's numeric tensor of `bytes` (> 0): a buffer in the ring of
+// the thread's current placement, or nullptr when there is none or it has no room (then the
+// producer allocates as usual: Tensor::TryAllocate). Not zero-filled.
+std::shared_ptr<TensorBuffer> AllocateStepBuffer(size_t bytes);
+
+}  // namespace sluice
+
+#endif  // SLUICE_WORKER_STEP_PLACEMENT_H_
