@@ -12,7 +12,8 @@ import sluice
 
 def _steps(ds):
     strategy = sluice.MirroredStrategy(["GPU:0"])
-    return [step.values[0] for step in strategy.experimental_distribute_dataset(ds)]
+    return [strategy.experimental_local_results(step)[0]
+            for step in strategy.experimental_distribute_dataset(ds)]
 
 
 def test_jsonl_tokenize_pack(tmp_path):
