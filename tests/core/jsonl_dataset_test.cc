@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -193,6 +194,7 @@ TEST(JsonlDatasetTest, HundredMegabyteLineUnderASmallBudgetIsSkippedWithoutBeing
       << p.errors[0];
   // The 100 MB line was never held: the peak grew by far less than it.
   EXPECT_LT(PeakRssBytes() - rss_before, 40 << 20);
+  std::remove(path.c_str());
 }
 
 TEST(JsonlDatasetTest, MissingFileAndBadKeys) {

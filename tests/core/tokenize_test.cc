@@ -1,6 +1,8 @@
 // tokenize(model, add_bos, add_eos): the ids equal those of the `spm_encode` binary (Debian's
 // sentencepiece) for the same model and text, on a model trained here by `spm_train`; the model
 // is shared by a parallel map's threads; a missing or corrupt model is an error naming it.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -20,7 +22,9 @@
 namespace sluice {
 namespace {
 
-std::string Dir() { return absl::StrCat(::testing::TempDir(), "/tokenize_test"); }
+// Per process: CTest runs each test in a process of its own, two at a time, and each trains
+// the model.
+std::string Dir() { return absl::StrCat(::testing::TempDir(), "/tokenize_test_", getpid()); }
 
 // Texts with ASCII, accents, CJK, emoji, whitespace runs; one per line (no '\n' inside).
 std::vector<std::string> Texts() {
@@ -53,6 +57,10 @@ class TokenizeTest : public ::testing::Test {
         "--character_coverage=1.0 "
         "--num_threads=1 --seed_sentencepiece_size=5000 > ", Dir(), "/train.log 2>&1");
     ASSERT_EQ(std::system(train.c_str()), 0) << "spm_train failed: see " << Dir() << "/train.log";
+  }
+
+  static void TearDownTestSuite() {
+    EXPECT_EQ(std::system(absl::StrCat("rm -rf ", Dir()).c_str()), 0);
   }
 
   static std::string Model() { return Dir() + "/m.model"; }
