@@ -9,6 +9,8 @@ SLUICE_DEBIAN_PACKAGES=(
   liblz4-dev libzstd-dev  # wire compression of step frames: core/rpc/wire_compression.h
   libcurl4-openssl-dev libssl-dev  # object stores: core/io/object_store_file_system.h, core/io/aws_sigv4.h
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev  # image ops: core/data/ops/image_ops.h
+  libsimdjson-dev  # jsonl_dataset: core/data/ops/jsonl_reader.h
+  libsentencepiece-dev sentencepiece  # tokenize (core/data/ops/tokenize_fn.cc); spm_train/spm_encode in its tests
   python3-yaml  # tests/deploy/manifests_test.py
   # The Python package (python/) and its tests: built for Debian's /usr/bin/python3.
   pybind11-dev python3-dev python3-numpy python3-pytest

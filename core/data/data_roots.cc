@@ -216,8 +216,9 @@ absl::Status CheckMessage(const DataRoots& roots, const google::protobuf::Messag
       continue;
     }
     if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_STRING) continue;
-    const bool is_path =
-        f->name() == "filenames" || f->name() == "filename" || f->name() == "directory";
+    // "model": tokenize's SentencePiece model file (proto::TokenizeFn), read by the workers.
+    const bool is_path = f->name() == "filenames" || f->name() == "filename" ||
+                         f->name() == "directory" || f->name() == "model";
     const bool is_pattern = f->name() == "patterns";
     if (!is_path && !is_pattern) continue;
     std::vector<std::string> values;

@@ -77,6 +77,54 @@ Dataset Dataset::FixedLengthRecord(std::vector<std::string> filenames, int64_t r
   return Dataset(std::move(def));
 }
 
+Dataset Dataset::Jsonl(std::vector<std::string> filenames, std::vector<JsonlKey> keys) {
+  proto::DatasetDef def;
+  def.set_version(proto::DATASET_GRAPH_VERSION_1);
+  auto* j = def.mutable_source()->mutable_jsonl();
+  for (auto& f : filenames) j->add_filenames(std::move(f));
+  for (JsonlKey& k : keys) {
+    auto* key = j->add_keys();
+    key->set_name(std::move(k.name));
+    key->set_dtype(static_cast<proto::DataType>(k.dtype));
+    key->set_vector(k.vector);
+  }
+  return Dataset(std::move(def));
+}
+
+Dataset Dataset::Tokenize(std::string model, std::string key, bool add_bos, bool add_eos,
+                          int64_t num_parallel_calls) const {
+  proto::OpDef op;
+  proto::MapOp* m = op.mutable_map();
+  m->mutable_tokenize()->set_model(std::move(model));
+  m->mutable_tokenize()->set_add_bos(add_bos);
+  m->mutable_tokenize()->set_add_eos(add_eos);
+  m->set_key(std::move(key));
+  m->set_num_parallel_calls(num_parallel_calls);
+  return WithOp(std::move(op));
+}
+
+Dataset Dataset::Pack(int64_t sequence_length, std::vector<std::string> keys,
+                      int64_t max_open_rows) const {
+  proto::OpDef op;
+  op.mutable_pack()->set_sequence_length(sequence_length);
+  for (auto& k : keys) op.mutable_pack()->add_keys(std::move(k));
+  op.mutable_pack()->set_max_open_rows(max_open_rows);
+  return WithOp(std::move(op));
+}
+
+Dataset Dataset::BucketBySequenceLength(std::string length_key, std::vector<int64_t> boundaries,
+                                        std::vector<int64_t> batch_sizes,
+                                        bool pad_to_bucket_boundary, bool drop_remainder) const {
+  proto::OpDef op;
+  proto::BucketBySequenceLengthOp* b = op.mutable_bucket_by_sequence_length();
+  b->set_key(std::move(length_key));
+  for (int64_t x : boundaries) b->add_bucket_boundaries(x);
+  for (int64_t x : batch_sizes) b->add_bucket_batch_sizes(x);
+  b->set_pad_to_bucket_boundary(pad_to_bucket_boundary);
+  b->set_drop_remainder(drop_remainder);
+  return WithOp(std::move(op));
+}
+
 Dataset::Dataset(proto::DatasetDef def)
     : def_(std::make_shared<const proto::DatasetDef>(std::move(def))) {}
 

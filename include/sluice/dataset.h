@@ -70,6 +70,28 @@ class Dataset {
   // TF's legacy rebatch: each input batch split into `num_replicas` pieces on its own.
   Dataset LegacyRebatch(int64_t num_replicas) const;
 
+  // Text (docs/PIPELINES.md "Text and tokens"). One key of jsonl_dataset: a `dtype` scalar, or
+  // with `vector` a 1-D vector from a JSON array.
+  struct JsonlKey {
+    std::string name;
+    DType dtype = DType::kString;
+    bool vector = false;
+  };
+  // jsonl_dataset(filenames, keys): one dict of `keys` per JSON line.
+  static Dataset Jsonl(std::vector<std::string> filenames, std::vector<JsonlKey> keys);
+  // map(tokenize(model, add_bos, add_eos), key=key, num_parallel_calls=...): SentencePiece ids.
+  Dataset Tokenize(std::string model, std::string key, bool add_bos = false, bool add_eos = false,
+                   int64_t num_parallel_calls = 0) const;
+  // pack(sequence_length, keys, max_open_rows); empty keys: every key; 0 rows: the default (8).
+  Dataset Pack(int64_t sequence_length, std::vector<std::string> keys = {},
+               int64_t max_open_rows = 0) const;
+  // bucket_by_sequence_length(length(length_key), boundaries, batch_sizes, ...), padding every
+  // component to the longest in its batch (padded shapes and values: Parse()).
+  Dataset BucketBySequenceLength(std::string length_key, std::vector<int64_t> boundaries,
+                                 std::vector<int64_t> batch_sizes,
+                                 bool pad_to_bucket_boundary = false,
+                                 bool drop_remainder = false) const;
+
   // Parses a pipeline expression in tf.data's syntax (core/data/pipeline_parser.h).
   static absl::StatusOr<Dataset> Parse(absl::string_view expression);
   // Wraps a graph received from elsewhere; INVALID_ARGUMENT if it does not Validate().

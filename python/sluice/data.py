@@ -43,6 +43,18 @@ def _call(name, *args, **kwargs):
     return "%s(%s)" % (name, ", ".join(parts))
 
 
+def _dtype_name(dtype):
+    """'int32' for 'int32', tf.int32, np.int32 or np.dtype('int32')."""
+    if isinstance(dtype, str):
+        return dtype
+    name = getattr(dtype, "name", None)
+    if isinstance(name, str):
+        return name
+    import numpy as np  # only for numpy scalar types such as np.int32
+
+    return np.dtype(dtype).name
+
+
 class Dataset:
     """``tf.data.Dataset``: a source and a chain of ops (an immutable graph)."""
 
@@ -96,6 +108,22 @@ class Dataset:
             filenames = [filenames]
         return Dataset(_sluice._Dataset.fixed_length_record(
             list(filenames), record_bytes, header_bytes, footer_bytes, compression_type or ""))
+
+    @staticmethod
+    def jsonl_dataset(filenames, keys):
+        """One dict per line of JSON Lines files (core/data/ops/jsonl_reader.h): ``keys`` is a
+        list of names (string values) or a dict of name -> dtype (``'int32'``, ``tf.int32``,
+        ``np.float32``) or ``[dtype]`` for a 1-D vector from a JSON array. Bad lines, missing
+        keys and wrong types are element errors naming file and line (``ignore_errors()``
+        skips them)."""
+        if isinstance(filenames, str):
+            filenames = [filenames]
+        if isinstance(keys, dict):
+            keys = {k: ([_dtype_name(v[0])] if isinstance(v, (list, tuple)) else _dtype_name(v))
+                    for k, v in keys.items()}
+        else:
+            keys = list(keys)
+        return Dataset(_sluice._Dataset.parse(_call("jsonl_dataset", list(filenames), keys=keys)))
 
     # Ops with a builder in C++.
     @staticmethod
@@ -168,6 +196,37 @@ class Dataset:
                      drop_remainder=False):
         return self._then(_call("padded_batch", batch_size, padded_shapes=padded_shapes,
                                 padding_values=padding_values, drop_remainder=drop_remainder))
+
+    def pack(self, sequence_length, keys=None, max_open_rows=None):
+        """Packs dict elements' token vectors into rows of ``sequence_length`` with
+        ``<key>_segment_ids`` and ``<key>_positions``, as seqio's trim_and_pack (greedy first fit
+        over ``max_open_rows`` open rows, default 8; core/data/ops/pack_iterator.h)."""
+        return self._then(_call("pack", sequence_length,
+                                keys=list(keys) if keys is not None else None,
+                                max_open_rows=max_open_rows))
+
+    def bucket_by_sequence_length(self, element_length_func, bucket_boundaries,
+                                  bucket_batch_sizes, padded_shapes=None, padding_values=None,
+                                  pad_to_bucket_boundary=False, no_padding=False,
+                                  drop_remainder=False):
+        """``tf.data.Dataset.bucket_by_sequence_length``. ``element_length_func`` is the key
+        (or tuple index) whose dimension 0 is the length, None for the element itself, or the
+        expression text ``"length('ids')"``; Python callables cannot run on input workers."""
+        if callable(element_length_func):
+            raise TypeError("bucket_by_sequence_length() takes the key whose length counts, "
+                            "such as 'ids' (Python callables cannot run on input workers)")
+        if element_length_func is None:
+            length = "$length()"
+        elif isinstance(element_length_func, str) and element_length_func.startswith("length("):
+            length = "$" + element_length_func
+        else:
+            length = "$length(%r)" % (element_length_func,)
+        return self._then(_call("bucket_by_sequence_length", length, list(bucket_boundaries),
+                                list(bucket_batch_sizes), padded_shapes=padded_shapes,
+                                padding_values=padding_values,
+                                pad_to_bucket_boundary=pad_to_bucket_boundary or None,
+                                no_padding=no_padding or None,
+                                drop_remainder=drop_remainder or None))
 
     def cache(self, filename=""):
         return self._then(_call("cache", filename))

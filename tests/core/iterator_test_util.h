@@ -14,6 +14,7 @@
 #include "sluice/dataset.h"
 #include "core/data/executor.h"
 #include "core/data/iterator.h"
+#include "gtest/gtest.h"
 
 namespace sluice {
 namespace testing_util {
@@ -57,6 +58,16 @@ inline std::vector<std::vector<int64_t>> Rows(const std::vector<Element>& elemen
   std::vector<std::vector<int64_t>> out;
   for (const Element& e : elements) out.push_back(Values(e.leaf()));
   return out;
+}
+
+// The leaf under `key` of a dict element; an invalid tensor (and a test failure) when absent.
+inline const Tensor& DictLeaf(const Element& e, const std::string& key) {
+  for (size_t i = 0; i < e.keys().size(); ++i) {
+    if (e.keys()[i] == key) return e.children()[i].leaf();
+  }
+  static const Tensor* none = new Tensor();
+  ADD_FAILURE() << "the element has no key '" << key << "'";
+  return *none;
 }
 
 inline std::vector<int64_t> Iota(int64_t n, int64_t start = 0) {

@@ -152,12 +152,13 @@ TEST(PipelineParserTest, NameErrorsListWhatIsKnown) {
   EXPECT_EQ(ErrorOf("range(10).frobnicate(f)"),
             "pipeline expression, column 11: unknown op 'frobnicate'; known ops: batch, repeat, "
             "take, skip, shard, shuffle, prefetch, unbatch, rebatch, legacy_rebatch, map, "
-            "filter, padded_batch, cache, ignore_errors, interleave, save_chunks");
+            "filter, padded_batch, cache, ignore_errors, interleave, pack, "
+            "bucket_by_sequence_length, save_chunks");
   EXPECT_EQ(ErrorOf("foo(1)"),
             "pipeline expression, column 1: unknown source 'foo'; known sources: range, "
             "from_tensors, from_tensor_slices, text_line_dataset, tf_record_dataset, "
             "fixed_length_record_dataset, csv_dataset, npy_dataset, webdataset_dataset, "
-            "list_files, load (or TextLineDataset)");
+            "list_files, jsonl_dataset, load (or TextLineDataset)");
   EXPECT_THAT(ErrorOf("batch(4)"), HasSubstr("'batch' is an op; a pipeline starts with a source"));
   EXPECT_THAT(ErrorOf("np.range(4)"), HasSubstr("unknown source 'np.range'"));
 }

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "sluice/element.h"
 #include "core/data/iterator.h"
+#include "core/data/op_parse.h"
 #include "proto/dataset.pb.h"
 
 namespace sluice {
@@ -31,6 +32,18 @@ absl::StatusOr<ElementSpec> InferPaddedBatchSpec(const proto::PaddedBatchOp& op,
 std::unique_ptr<Iterator> NewPaddedBatchIterator(std::string label,
                                                  std::unique_ptr<Iterator> input,
                                                  proto::PaddedBatchOp op);
+
+// The parse of padded_shapes= and padding_values= (arguments `shapes_arg` and `values_arg` of
+// `c`, each optional) into `p`: shapes in flatten order (a list per component, None for -1),
+// scalar values in flatten order. Errors at the argument (op_parse.h). Defined in
+// padded_batch_op.cc; bucket_by_sequence_length reads the same arguments.
+absl::Status ParsePaddedShapesAndValues(const ParseCall& c, size_t shapes_arg, size_t values_arg,
+                                        proto::PaddedBatchOp* p);
+// What ParsePaddedShapesAndValues reads back: ", padded_shapes=..., padding_values=..." (each
+// part only when non-empty).
+std::string PaddedShapesAndValuesExpression(
+    const google::protobuf::RepeatedPtrField<proto::PaddedShape>& padded_shapes,
+    const google::protobuf::RepeatedPtrField<proto::TensorProto>& padding_values);
 
 }  // namespace sluice
 

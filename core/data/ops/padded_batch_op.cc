@@ -37,6 +37,58 @@ void FlattenPy(const PyValue& v, IsLeaf is_leaf, std::vector<const PyValue*>* ou
 
 }  // namespace
 
+std::string PaddedShapesAndValuesExpression(
+    const google::protobuf::RepeatedPtrField<proto::PaddedShape>& padded_shapes,
+    const google::protobuf::RepeatedPtrField<proto::TensorProto>& padding_values) {
+  std::string out;
+  if (!padded_shapes.empty()) {
+    std::vector<std::string> shapes;
+    for (const proto::PaddedShape& s : padded_shapes) {
+      std::vector<std::string> dims;
+      for (int64_t d : s.dims()) dims.push_back(d < 0 ? "None" : absl::StrCat(d));
+      shapes.push_back(absl::StrCat("[", absl::StrJoin(dims, ", "), "]"));
+    }
+    absl::StrAppend(&out, ", padded_shapes=", Structure(shapes));
+  }
+  if (!padding_values.empty()) {
+    std::vector<std::string> values;
+    for (const proto::TensorProto& v : padding_values) values.push_back(TensorLiteral(v));
+    absl::StrAppend(&out, ", padding_values=", Structure(values));
+  }
+  return out;
+}
+
+absl::Status ParsePaddedShapesAndValues(const ParseCall& c, size_t shapes_arg, size_t values_arg,
+                                        proto::PaddedBatchOp* p) {
+  if (c.given(shapes_arg)) {
+    // A shape is a list (or a bare int n for [n]); tuples and dicts are structure.
+    std::vector<const PyValue*> shapes;
+    FlattenPy(
+        *c.arg(shapes_arg), [](const PyValue& x) { return x.kind == PyValue::Kind::kList; }, &shapes);
+    for (const PyValue* s : shapes) {
+      if (s->kind != PyValue::Kind::kList && s->kind != PyValue::Kind::kInt) {
+        return c.Error(s->begin, absl::StrCat(c.name(), ": a padded shape must be a list "
+                                              "such as [None, 5] (None pads to the longest), "
+                                              "got ",
+                                              c.Text(*s)));
+      }
+      ASSIGN_OR_RETURN(std::vector<int64_t> dims, c.Ints("padded_shapes", *s, true));
+      proto::PaddedShape* out = p->add_padded_shapes();
+      for (int64_t d : dims) out->add_dims(d);
+    }
+  }
+  if (c.given(values_arg)) {
+    std::vector<const PyValue*> values;
+    FlattenPy(
+        *c.arg(values_arg), [](const PyValue&) { return false; }, &values);
+    for (const PyValue* v : values) {
+      ASSIGN_OR_RETURN(Tensor t, c.Scalar("padding_values", *v));
+      *p->add_padding_values() = TensorToProto(t);
+    }
+  }
+  return absl::OkStatus();
+}
+
 SLUICE_REGISTER_OPS(padded_batch_op) {
   OpRegistration r;
   r.name = "padded_batch";
@@ -52,20 +104,7 @@ SLUICE_REGISTER_OPS(padded_batch_op) {
   r.expression = [](const proto::OpDef& op) {
     const proto::PaddedBatchOp& p = op.padded_batch();
     std::string out = absl::StrCat("padded_batch(", p.batch_size());
-    if (p.padded_shapes_size() > 0) {
-      std::vector<std::string> shapes;
-      for (const proto::PaddedShape& s : p.padded_shapes()) {
-        std::vector<std::string> dims;
-        for (int64_t d : s.dims()) dims.push_back(d < 0 ? "None" : absl::StrCat(d));
-        shapes.push_back(absl::StrCat("[", absl::StrJoin(dims, ", "), "]"));
-      }
-      absl::StrAppend(&out, ", padded_shapes=", Structure(shapes));
-    }
-    if (p.padding_values_size() > 0) {
-      std::vector<std::string> values;
-      for (const proto::TensorProto& v : p.padding_values()) values.push_back(TensorLiteral(v));
-      absl::StrAppend(&out, ", padding_values=", Structure(values));
-    }
+    out += PaddedShapesAndValuesExpression(p.padded_shapes(), p.padding_values());
     return absl::StrCat(out, ", drop_remainder=", PyBool(p.drop_remainder()), ")");
   };
   r.build = [](OpBuildArgs args) -> absl::StatusOr<IteratorFactory> {
@@ -92,32 +131,7 @@ SLUICE_REGISTER_OPS(padded_batch_op) {
       proto::PaddedBatchOp* p = op->mutable_padded_batch();
       ASSIGN_OR_RETURN(int64_t n, c.Int("batch_size", *c.arg(0)));
       p->set_batch_size(n);
-      if (c.given(1)) {
-        // A shape is a list (or a bare int n for [n]); tuples and dicts are structure.
-        std::vector<const PyValue*> shapes;
-        FlattenPy(
-            *c.arg(1), [](const PyValue& x) { return x.kind == PyValue::Kind::kList; }, &shapes);
-        for (const PyValue* s : shapes) {
-          if (s->kind != PyValue::Kind::kList && s->kind != PyValue::Kind::kInt) {
-            return c.Error(s->begin, absl::StrCat("padded_batch: a padded shape must be a list "
-                                                  "such as [None, 5] (None pads to the longest), "
-                                                  "got ",
-                                                  c.Text(*s)));
-          }
-          ASSIGN_OR_RETURN(std::vector<int64_t> dims, c.Ints("padded_shapes", *s, true));
-          proto::PaddedShape* out = p->add_padded_shapes();
-          for (int64_t d : dims) out->add_dims(d);
-        }
-      }
-      if (c.given(2)) {
-        std::vector<const PyValue*> values;
-        FlattenPy(
-            *c.arg(2), [](const PyValue&) { return false; }, &values);
-        for (const PyValue* v : values) {
-          ASSIGN_OR_RETURN(Tensor t, c.Scalar("padding_values", *v));
-          *p->add_padding_values() = TensorToProto(t);
-        }
-      }
+      RETURN_IF_ERROR(ParsePaddedShapesAndValues(c, 1, 2, p));
       if (c.given(3)) {
         ASSIGN_OR_RETURN(bool drop, c.Bool("drop_remainder", *c.arg(3)));
         p->set_drop_remainder(drop);

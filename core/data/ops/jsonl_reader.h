@@ -1,0 +1,53 @@
+// jsonl_dataset(filenames, keys): one element per line of JSON Lines files, a dict of the named
+// keys, parsed with simdjson (Debian's libsimdjson-dev).
+//
+//   jsonl_dataset(['a.jsonl'], keys=['text'])                        {'text': string []}
+//   jsonl_dataset(['a.jsonl'], keys={'text': tf.string, 'ids': [tf.int32], 'score': tf.float32})
+//
+// Each key is a dtype scalar or, written `[dtype]`, a 1-D vector of that dtype from a JSON array
+// (a list of keys means tf.string scalars). What a JSON value may become:
+//   tf.string            a JSON string (UTF-8, which simdjson validates), its bytes unescaped
+//   tf.bool              true / false
+//   tf.int32, tf.int64   an integer that fits the dtype (no fraction or exponent: 1.0 is not one)
+//   tf.float32, float64  any number (float32 rounds to nearest)
+//   [dtype]              an array whose every item is one of the above for dtype (no nesting)
+// Anything else for a key (another type, null, an integer out of range, a nested array), a key
+// missing from the line, a line that is not a JSON object, invalid JSON or UTF-8, nesting deeper
+// than 64 and a line longer than the element limit (--max_element_bytes) are element errors
+// (INVALID_ARGUMENT, op_iterator.h's IsElementError) naming the file and the line number (from
+// 1): "a.jsonl line 7: key 'ids': expected an array of int32, got a string"; the iterator goes
+// on with the next line, so ignore_errors() skips them. Keys not asked for are not converted
+// (their values must still be valid JSON). Empty lines and lines of only whitespace yield
+// nothing; a trailing '\r' is dropped.
+//
+// The files are read in blocks of 1 MiB through core/io (local paths, s3://, ...), opened
+// lazily in order; an overlong line is skipped without being held, so memory stays bounded by
+// the block and the element limit. A file that cannot be opened or read ends the iterator with
+// an error naming it (NOT_FOUND when missing).
+//
+// Sharding: FILE takes files k, k+K, ... (the `filenames` field, as every file source); DATA and
+// RANGES (which falls back to DATA: a line's position is known only by reading the lines before
+// it) run the whole source and keep steps s % K == k, exactly once and resumable by step.
+#ifndef SLUICE_CORE_DATA_OPS_JSONL_READER_H_
+#define SLUICE_CORE_DATA_OPS_JSONL_READER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/data/iterator.h"
+#include "proto/dataset.pb.h"
+#include "sluice/element.h"
+
+namespace sluice {
+
+// The element spec: a dict of the keys. INVALID_ARGUMENT for no keys, a repeated or empty key
+// name or an unsupported dtype.
+absl::StatusOr<ElementSpec> JsonlSourceSpec(const proto::JsonlSource& source);
+
+// Requires JsonlSourceSpec to accept `source`. `label` names the op in errors. Not thread-safe.
+std::unique_ptr<Iterator> NewJsonlIterator(std::string label, proto::JsonlSource source);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_DATA_OPS_JSONL_READER_H_

@@ -1,0 +1,124 @@
+#include "core/data/ops/sentencepiece_model.h"
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/io/input_stream.h"
+#include "core/tensor/host_memory.h"
+
+namespace sluice {
+namespace {
+
+// The file's bytes, at most the element limit of them.
+absl::StatusOr<std::string> ReadModelFile(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<InputStream>> stream = OpenFileStream(path);
+  if (!stream.ok()) return stream.status();
+  const size_t limit = static_cast<size_t>(ProcessMemoryBudget().limits().element_bytes);
+  std::string bytes;
+  std::vector<char> block(1 << 20);
+  while (true) {
+    absl::StatusOr<size_t> n = (*stream)->Read(block.data(), block.size());
+    if (!n.ok()) return n.status();
+    if (*n == 0) return bytes;
+    if (bytes.size() + *n > limit) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the SentencePiece model ", path, " is larger than the memory limit of "
+                       "one element, ", limit, " bytes (--max_element_bytes)"));
+    }
+    bytes.append(block.data(), *n);
+  }
+}
+
+class ModelCache {
+ public:
+  absl::StatusOr<std::shared_ptr<const SentencePieceModel>> Find(const std::string& path) {
+    absl::MutexLock lock(&mu_);
+    auto it = models_.find(path);
+    if (it == models_.end()) return absl::NotFoundError(path);
+    return it->second;
+  }
+  // Keeps the first model stored for `path` (two threads may load it at once).
+  std::shared_ptr<const SentencePieceModel> Store(const std::string& path,
+                                                  std::shared_ptr<const SentencePieceModel> m) {
+    absl::MutexLock lock(&mu_);
+    return models_.emplace(path, std::move(m)).first->second;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const SentencePieceModel>> models_
+      ABSL_GUARDED_BY(mu_);
+};
+
+ModelCache& Cache() {
+  static ModelCache* cache = new ModelCache();
+  return *cache;
+}
+
+}  // namespace
+
+SentencePieceModel::SentencePieceModel(
+    std::string path, std::shared_ptr<const SentencePieceProcessorHandle> processor)
+    : path_(std::move(path)), processor_(std::move(processor)) {}
+
+SentencePieceModel::~SentencePieceModel() = default;
+
+absl::StatusOr<std::shared_ptr<const SentencePieceModel>> SentencePieceModel::Get(
+    const std::string& path) {
+  absl::StatusOr<std::shared_ptr<const SentencePieceModel>> found = Cache().Find(path);
+  if (found.ok()) return found;
+  // Loaded outside the lock: a slow read does not hold up the models already loaded.
+  absl::StatusOr<std::string> bytes = ReadModelFile(path);
+  if (!bytes.ok()) {
+    return absl::Status(bytes.status().code(),
+                        absl::StrCat("cannot read the SentencePiece model ", path, ": ",
+                                     bytes.status().message()));
+  }
+  std::string error;
+  std::shared_ptr<const SentencePieceProcessorHandle> processor =
+      SentencePieceLoad(*bytes, &error);
+  if (processor == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a SentencePiece model: ", error));
+  }
+  std::shared_ptr<const SentencePieceModel> model(
+      new SentencePieceModel(path, std::move(processor)));
+  return Cache().Store(path, std::move(model));
+}
+
+int SentencePieceModel::vocab_size() const { return SentencePieceVocabSize(*processor_); }
+
+absl::StatusOr<Tensor> SentencePieceModel::Encode(absl::string_view text, bool add_bos,
+                                                  bool add_eos) const {
+  const int bos = SentencePieceBosId(*processor_);
+  const int eos = SentencePieceEosId(*processor_);
+  if (add_bos && bos < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("add_bos: the model ", path_, " has no beginning-of-sentence piece"));
+  }
+  if (add_eos && eos < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("add_eos: the model ", path_, " has no end-of-sentence piece"));
+  }
+  std::vector<int32_t> ids;
+  std::string error;
+  if (!SentencePieceEncode(*processor_, std::string_view(text.data(), text.size()), &ids,
+                           &error)) {
+    return absl::InvalidArgumentError(absl::StrCat("SentencePiece: ", error));
+  }
+  const int64_t n = static_cast<int64_t>(ids.size()) + (add_bos ? 1 : 0) + (add_eos ? 1 : 0);
+  absl::StatusOr<Tensor> out = Tensor::TryAllocate(DType::kInt32, Shape({n}), "tokenize");
+  if (!out.ok()) return out.status();
+  int32_t* dst = out->mutable_data<int32_t>();
+  if (add_bos) *dst++ = bos;
+  if (!ids.empty()) std::memcpy(dst, ids.data(), ids.size() * sizeof(int32_t));
+  if (add_eos) dst[ids.size()] = eos;
+  return out;
+}
+
+}  // namespace sluice
