@@ -389,20 +389,21 @@ void TaskStreams::FailLocked(TaskStream* task, absl::Status s) {
   cv_.SignalAll();
 }
 
+absl::Status TaskStreams::NoProgressErrorLocked(const TaskStream& task) const {
+  return absl::UnavailableError(absl::StrCat(
+      TaskName(task), ": no progress for ", absl::FormatDuration(options_.retry_deadline),
+      task.last_address.empty() ? std::string()
+                                : absl::StrCat("; worker ", task.last_address, " unavailable"),
+      ": ", task.last_error.message()));
+}
+
 void TaskStreams::RetryLaterLocked(const std::shared_ptr<TaskStream>& task) {
   const absl::Time now = absl::Now();
-  if (now - task->last_progress > options_.retry_deadline) {
-    return FailLocked(
-        task.get(),
-        absl::UnavailableError(absl::StrCat(
-            TaskName(*task), ": no progress for ", absl::FormatDuration(options_.retry_deadline),
-            task->last_address.empty()
-                ? std::string()
-                : absl::StrCat("; worker ", task->last_address, " unavailable"),
-            ": ", task->last_error.message())));
-  }
+  const bool past_deadline = now - task->last_progress > options_.retry_deadline;
+  if (past_deadline && task->last_ask) return FailLocked(task.get(), NoProgressErrorLocked(*task));
+  task->last_ask = past_deadline;
   task->connect_wanted = true;
-  task->connect_at = now + task->backoff->Next();
+  task->connect_at = past_deadline ? now : now + task->backoff->Next();
   connecting_.push_back(task);
   connector_cv_.Signal();
 }
@@ -473,6 +474,8 @@ void TaskStreams::ConnectTask(const std::shared_ptr<TaskStream>& task,
     task->last_error = attempt;
     return RetryLaterLocked(task);
   }
+  // The coordinator still places the task, and the job has not failed: no more tries.
+  if (task->last_ask) return FailLocked(task.get(), NoProgressErrorLocked(*task));
   proto::ConsumerMessage first;
   proto::StreamRequest* request = first.mutable_request();
   request->set_wire_version(proto::WIRE_VERSION_2);

@@ -150,6 +150,9 @@ struct TaskStream {
   // "Failure policy"), so the consumer asks the coordinator where the task is (or the job's
   // error) before it gives up. Reset by progress.
   int deterministic_retries = 0;
+  // retry_deadline passed without progress: the connector asks the coordinator once more (a
+  // failed job's error, with its code, is the answer then) and the task fails.
+  bool last_ask = false;
 };
 
 class TaskStreams {
@@ -247,9 +250,15 @@ class TaskStreams {
   void ConnectTask(const std::shared_ptr<TaskStream>& task,
                    const absl::StatusOr<proto::ClientHeartbeatResponse>& hb);
   // After a failed attempt (a call, or the search for the task's worker) with no call left:
-  // the task fails once retry_deadline has passed without progress, else it goes back to the
-  // connector after the backoff.
+  // the task goes back to the connector after the backoff, or at once for a last ask once
+  // retry_deadline has passed without progress (TaskStream::last_ask), after which it fails.
+  // The last ask matters when the job failed meanwhile: a worker stops the tasks of a failed
+  // job, and a consumer that retried that stop until its deadline would report UNAVAILABLE
+  // instead of the job's error.
   void RetryLaterLocked(const std::shared_ptr<TaskStream>& task)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // UNAVAILABLE: no progress for retry_deadline, with the task's last error.
+  absl::Status NoProgressErrorLocked(const TaskStream& task) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the task's error; it is done.
   void FailLocked(TaskStream* task, absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -427,6 +427,10 @@ class Coordinator {
   // a task's evidence (TaskProgressedUpdate, journaled only when there was some).
   absl::Status NoteTaskRunsLocked(int64_t worker_id, const proto::WorkerHeartbeatRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Failure policy: whether `task`'s current worker reported a step of it since it was
+  // handed the task (TaskInfo.progressed_on_worker).
+  bool ProgressedOnWorkerLocked(const CoordinatorState::Task& task) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps runs_ in step with `update`, right before it is applied.
   void TrackTaskRunsLocked(const proto::Update& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker's report that `failure.task_id` failed deterministically. The error may be local

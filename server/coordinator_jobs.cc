@@ -843,6 +843,11 @@ absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& request,
     s->set_job_name(job.name);
     *s->mutable_options() = job.options;
     FillTaskInfosLocked(job, s->mutable_tasks());
+    for (proto::TaskInfo& info : *s->mutable_tasks()) {
+      if (const CoordinatorState::Task* task = state_.FindTask(info.task_id())) {
+        info.set_progressed_on_worker(ProgressedOnWorkerLocked(*task));
+      }
+    }
     s->set_finished(job.finished);
     if (absl::Status error = JobErrorLocked(job); !error.ok()) s->set_error(error.ToString());
     if (auto retry = failed_jobs_.find(id); retry != failed_jobs_.end() && !job.finished) {

@@ -202,6 +202,11 @@ std::string Coordinator::PoisonEvidenceLocked(int64_t task_id, int64_t worker_id
                       " after it was handed the task, no step of it produced");
 }
 
+bool Coordinator::ProgressedOnWorkerLocked(const CoordinatorState::Task& task) const {
+  auto run = runs_.find(task.id);
+  return run != runs_.end() && run->second.worker_id == task.worker_id && run->second.progressed;
+}
+
 void Coordinator::TrackTaskRunsLocked(const proto::Update& update) {
   // A new run of `task` on `worker` (none on worker 0: unassigned).
   auto start = [this](int64_t task, int64_t worker) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/rpc/trainer_id.h"
+#include "core/util/transient_error.h"
 #include "worker/run_wakeups.h"
 
 namespace sluice {
@@ -419,7 +420,10 @@ absl::Status CrossTrainerWindow::Next(int64_t trainer, int64_t reader, const Ste
   auto cost = [&limits](const TaskStep& s) { return limits.cost ? limits.cost(s) : s.bytes; };
   absl::MutexLock lock(&mu_);
   while (true) {
-    if (closed_) return absl::UnavailableError("task closed on this worker");
+    if (closed_) {
+      return ClosedTaskStatus(finished_ ? status_ : absl::OkStatus(),
+                              "task closed on this worker");
+    }
     if (FindLocked(trainer) == nullptr) {
       return absl::NotFoundError(absl::StrCat("trainer slot ", trainer,
                                               " is not joined to this task's window"));

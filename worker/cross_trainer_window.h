@@ -128,7 +128,8 @@ class CrossTrainerWindow {
   // Producer: no more steps; `status` is OK at the end of data or the pipeline's error, which
   // trainers get after the steps before it.
   void Finish(absl::Status status);
-  // Everything stops: Push returns CANCELLED, Next UNAVAILABLE.
+  // Everything stops: Push returns CANCELLED, Next UNAVAILABLE (the pipeline's error if it
+  // failed deterministically, as StepBuffer::Close).
   void Close();
   // The producer stops (Push returns CANCELLED); trainers are served what the window holds,
   // then get UNAVAILABLE. Used to drain a worker.

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/transient_error.h"
 #include "worker/cross_trainer_window.h"
 #include "worker/run_wakeups.h"
 
@@ -561,8 +562,9 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
   }
   while (true) {
     if (closed_) {
-      return absl::UnavailableError(close_message_.empty() ? "task closed on this worker"
-                                                           : close_message_);
+      return ClosedTaskStatus(finished_ ? status_ : absl::OkStatus(),
+                              close_message_.empty() ? "task closed on this worker"
+                                                     : close_message_);
     }
     size_t total = 0;
     size_t c = 0;

@@ -212,7 +212,8 @@ class StepBuffer {
   // with *end set at the end of the task, or empty with neither at the deadline. The steps
   // count as delivered (cursor advanced / claimed). Errors: the pipeline's (after all steps
   // before it), CANCELLED for a superseded generation, UNAVAILABLE after StopProducing() once
-  // the buffered steps are served, or after Close().
+  // the buffered steps are served, or after Close() (the pipeline's error instead if it failed
+  // deterministically: see Close).
   absl::Status Next(int64_t consumer, int64_t generation, size_t max_steps, size_t max_bytes,
                     absl::Time deadline, std::vector<std::shared_ptr<const TaskStep>>* steps,
                     bool* end);
@@ -262,7 +263,9 @@ class StepBuffer {
   // get UNAVAILABLE. Used to drain a worker.
   void StopProducing();
   // Everything stops: Push returns CANCELLED, Next UNAVAILABLE with `message` (default: "task
-  // closed on this worker").
+  // closed on this worker"), or the pipeline's error if it failed deterministically
+  // (ClosedTaskStatus, core/util/transient_error.h: a consumer that had not read it yet still
+  // gets it when the worker stops the failed task).
   void Close(absl::string_view message = {});
 
   // Bytes and steps buffered for consumers (the retention window not included).

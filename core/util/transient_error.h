@@ -7,6 +7,7 @@
 #define SLUICE_CORE_UTIL_TRANSIENT_ERROR_H_
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace sluice {
 
@@ -16,6 +17,17 @@ namespace sluice {
 inline bool IsTransientTaskError(absl::StatusCode code) {
   return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kCancelled ||
          code == absl::StatusCode::kAborted || code == absl::StatusCode::kDeadlineExceeded;
+}
+
+// What a consumer reading a task that its worker closed is told, given the task's pipeline
+// status (OK while it runs): the pipeline's own error when it failed deterministically, else
+// UNAVAILABLE `message` (read it elsewhere). A worker closes a failed task as soon as the
+// coordinator moves it or fails its job, which can be before a consumer read the error: that
+// consumer must still get the error, with its code, not a retryable close it would retry until
+// its deadline.
+inline absl::Status ClosedTaskStatus(const absl::Status& pipeline, absl::string_view message) {
+  if (!pipeline.ok() && !IsTransientTaskError(pipeline.code())) return pipeline;
+  return absl::UnavailableError(message);
 }
 
 }  // namespace sluice

@@ -349,7 +349,9 @@ class Harness {
                 << (failure.empty() ? "" : " FAILED") << std::endl;
       if (!failure.empty()) {
         failures.push_back(absl::StrCat(n.id, " [", n.c.Describe(200), "]: ", failure));
-        ADD_FAILURE() << "case " << failures.back();
+        // The servers' side of it (each process's tail), while they are the ones that ran it.
+        ADD_FAILURE() << "case " << failures.back()
+                      << (service_ ? absl::StrCat("\nserver logs:\n", cluster_->Logs()) : "");
       }
       previous = n.id;
       if (service_ && restart) {

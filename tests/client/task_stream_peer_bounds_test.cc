@@ -3,8 +3,9 @@
 // worker, refused before anything is allocated for it; a message over the channel's receive
 // limit (derived from the receive budget) fails the task instead of being received; and a
 // worker whose connection goes silent (a partition: a loopback proxy that stops forwarding)
-// ends in a retry through keepalive instead of a hang. A fake coordinator and fake workers
-// in-process on loopback.
+// ends in a retry through keepalive instead of a hang; a task its worker stopped once the
+// consumer's retry deadline had passed ends in the job's error when the job failed. A fake
+// coordinator and fake workers in-process on loopback.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -23,6 +24,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -48,12 +50,20 @@ constexpr absl::Duration kStuck = absl::Seconds(60);  // liveness bound only
 
 using Stream = grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
 
-// One task (id 1, index 0) on `worker`.
+// One task (id 1, index 0) on `worker`, until FailJob: then the job's error.
 class FakeCoordinator : public proto::CoordinatorService::Service {
  public:
   explicit FakeCoordinator(std::string worker) : worker_(std::move(worker)) {}
+  void FailJob(grpc::Status error) {
+    absl::MutexLock lock(&mu_);
+    job_error_ = std::move(error);
+  }
   grpc::Status ClientHeartbeat(grpc::ServerContext*, const proto::ClientHeartbeatRequest*,
                                proto::ClientHeartbeatResponse* response) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!job_error_.ok()) return job_error_;
+    }
     response->set_num_tasks(1);
     response->set_num_tasks_created(1);
     proto::TaskInfo* t = response->add_tasks();
@@ -65,6 +75,8 @@ class FakeCoordinator : public proto::CoordinatorService::Service {
 
  private:
   const std::string worker_;
+  absl::Mutex mu_;
+  grpc::Status job_error_ ABSL_GUARDED_BY(mu_);
 };
 
 // A StreamSteps that answers each call with `serve(start_step, stream)`, whatever the credit.
@@ -149,6 +161,7 @@ class Servers {
     worker_server_->Shutdown();
   }
   const std::string& worker_address() const { return worker_address_; }
+  FakeCoordinator& coordinator() { return *coordinator_; }
   const std::string& coordinator_address() const { return coordinator_address_; }
 
  private:
@@ -399,6 +412,40 @@ TEST(TaskStreamPeerBoundsTest, ASilentPartitionEndsInARetryThroughKeepalive) {
     EXPECT_EQ(calls.load(), 2);
     EXPECT_GE(proxy.connections(), 2);  // the retry came over a new connection
   }
+}
+
+// A worker stops the tasks of a job that failed (here as it answers the consumer's call: the
+// job failed on another task), after the consumer's retry_deadline passed without progress
+// (a task slow to fail on two workers under load). The consumer asks the coordinator once more
+// and reports the job's error, with its code and message, not UNAVAILABLE "no progress" with
+// the worker's "task closed" (AdversarialTest gen-10 under load).
+TEST(TaskStreamPeerBoundsTest, ATaskStoppedPastTheDeadlineBecauseItsJobFailedGivesTheJobsError) {
+  constexpr absl::Duration kRetryDeadline = absl::Milliseconds(50);
+  const std::string job_error =
+      "job 7 failed: task 1 (index 0) failed the same way on worker 1 and worker 2: op 5 "
+      "(rebatch): a piece of 1000000000 rows needs more than the memory limit of one element";
+  std::atomic<FakeCoordinator*> coordinator{nullptr};
+  std::atomic<int> calls{0};
+  Servers servers([&](int64_t, grpc::ServerContext*, Stream*) {
+    calls.fetch_add(1);
+    // Past the consumer's deadline (twice over), the job fails and this worker stops the task.
+    absl::SleepFor(2 * kRetryDeadline);
+    coordinator.load()->FailJob(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, job_error));
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "task closed on this worker");
+  });
+  servers.StartCoordinator();
+  coordinator = &servers.coordinator();
+  ServiceStepSourceOptions o =
+      Options(servers.coordinator_address(), ElementSpec(TensorSpec{DType::kInt64, Shape()}));
+  o.retry_deadline = kRetryDeadline;
+  o.heartbeat_interval = absl::Hours(1);  // the connector's ask is the one that counts
+  auto source = ServiceStepSource::Create(o);
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<std::vector<int64_t>> read = ReadAll(**source);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kResourceExhausted) << read.status();
+  EXPECT_TRUE(absl::StrContains(read.status().message(), job_error)) << read.status();
+  EXPECT_EQ(calls.load(), 1);
 }
 
 }  // namespace

@@ -177,6 +177,39 @@ TEST_F(TaskQuarantineTest, WorkersThatDieWhileTheTaskMakesProgressNeverQuarantin
   HandTo("w9:1", task);
 }
 
+// GetStatus shows the failure policy's view of each task's current run (TaskInfo.
+// progressed_on_worker): whether the worker holding it reported a step of it since it was
+// handed the task. The job's steps_produced is no such signal: it keeps the counts of the
+// workers that ran the task before (FailurePolicyTest killed a new worker on it before that
+// worker's first step, 1 in ~10 under load, and that death rightly counted against the task).
+TEST_F(TaskQuarantineTest, GetStatusShowsWhetherTheTasksCurrentWorkerProducedAStep) {
+  auto status = [this]() {
+    proto::GetStatusRequest req;
+    proto::GetStatusResponse resp;
+    EXPECT_TRUE(coordinator_->GetStatus(req, &resp).ok());
+    EXPECT_EQ(resp.jobs_size(), 1);
+    EXPECT_EQ(resp.jobs(0).tasks_size(), 1);
+    return resp.jobs(0);
+  };
+  Heartbeat("w1:1");
+  const int64_t task = PoisonJob();
+  EXPECT_FALSE(status().tasks(0).progressed_on_worker());
+  HandTo("w1:1", task);
+  EXPECT_FALSE(status().tasks(0).progressed_on_worker());
+  Heartbeat("w1:1", {task}, /*steps=*/5);
+  EXPECT_TRUE(status().tasks(0).progressed_on_worker());
+  Silence();
+  HandTo("w2:1", task);
+  const proto::JobStatus moved = status();
+  EXPECT_EQ(moved.tasks(0).worker_address(), "w2:1");
+  EXPECT_EQ(moved.steps_produced(), 5);  // w1's
+  EXPECT_FALSE(moved.tasks(0).progressed_on_worker());
+  Heartbeat("w2:1", {task}, /*steps=*/0);
+  EXPECT_FALSE(status().tasks(0).progressed_on_worker());
+  Heartbeat("w2:1", {task}, /*steps=*/1);
+  EXPECT_TRUE(status().tasks(0).progressed_on_worker());
+}
+
 // "With no progress in between": a step of the task on any worker clears the evidence so far.
 TEST_F(TaskQuarantineTest, AStepOnAnyWorkerClearsTheEvidence) {
   Heartbeat("w1:1");

@@ -218,6 +218,25 @@ TEST(CrossTrainerWindowTest, PipelineErrorReachesEveryTrainerAfterItsSteps) {
             absl::StatusCode::kDataLoss);
 }
 
+// The worker stops a failed task when the coordinator moves it or fails its job, maybe before
+// a trainer read the error: that trainer still gets it (StepBuffer's test of the same).
+TEST(CrossTrainerWindowTest, AFailedTaskClosedBeforeATrainerReadTheErrorStillGivesTheError) {
+  for (const bool failed : {true, false}) {
+    CrossTrainerWindow w(Window(4, /*lossless=*/true));
+    auto a = w.Join("A");
+    ASSERT_TRUE(a.ok());
+    ASSERT_TRUE(w.Push(MakeStep(0, kStepBytes)).ok());
+    if (failed) w.Finish(absl::ResourceExhaustedError("op 2 (batch): over the memory limit"));
+    w.Close();
+    std::vector<std::shared_ptr<const TaskStep>> steps;
+    bool end = false;
+    absl::Status s = w.Next(*a, 1, 1 << 20, absl::Now(), &steps, &end);
+    EXPECT_EQ(s.code(), failed ? absl::StatusCode::kResourceExhausted
+                               : absl::StatusCode::kUnavailable)
+        << s;
+  }
+}
+
 // The data plane's limits: a step over the stream's credit waits (its cost said), the frame
 // takes what fits; draining serves what the window holds, then UNAVAILABLE.
 TEST(CrossTrainerWindowTest, HonoursStreamLimitsAndDrains) {

@@ -303,6 +303,49 @@ TEST(StepBufferTest, CloseWakesABlockedProducerAndConsumers) {
   (void)g1;
 }
 
+// A worker stops a task whose pipeline failed as soon as the coordinator moves it or fails
+// its job (the heartbeat that reported the error), which can be before a consumer's stream read
+// the error: the stream must still get the error, with its code (RESOURCE_EXHAUSTED naming the
+// op and the limit), not UNAVAILABLE "task closed", which the consumer would retry until its
+// deadline (AdversarialTest gen-10 under load). A transient error or a task stopped while it
+// runs stays UNAVAILABLE: read it elsewhere.
+TEST(StepBufferTest, AFailedTaskClosedBeforeItsConsumerReadTheErrorStillGivesTheError) {
+  const absl::Status limit = absl::ResourceExhaustedError(
+      "op 5 (rebatch): a piece of 1000000000 rows needs more than the memory limit of one "
+      "element, 201326592 bytes (--max_element_bytes)");
+  for (const bool independent : {false, true}) {
+    SCOPED_TRACE(independent ? "independent" : "coordinated");
+    struct Case {
+      absl::Status pipeline;  // OK: still running when closed
+      absl::StatusCode want;
+    };
+    for (const Case& c : {Case{limit, absl::StatusCode::kResourceExhausted},
+                          Case{absl::UnavailableError("split provider: coordinator down"),
+                               absl::StatusCode::kUnavailable},
+                          Case{absl::OkStatus(), absl::StatusCode::kUnavailable}}) {
+      SCOPED_TRACE(c.pipeline.ToString());
+      StepBuffer b({.num_consumers = 1, .independent = independent});
+      auto g = b.Attach(independent ? 7 : 0, 0);
+      ASSERT_TRUE(g.ok()) << g.status();
+      ASSERT_TRUE(b.Push(MakeStep(0)).ok());
+      if (!c.pipeline.ok()) b.Finish(c.pipeline);
+      b.Close();
+      std::vector<std::shared_ptr<const TaskStep>> steps;
+      bool end = false;
+      absl::Status s =
+          b.Next(independent ? 7 : 0, *g, 1, 1 << 30, absl::Now(), &steps, &end);
+      EXPECT_EQ(s.code(), c.want) << s;
+      if (c.want == absl::StatusCode::kResourceExhausted) {
+        EXPECT_EQ(s.message(), limit.message());
+      } else {
+        EXPECT_EQ(s.message(), "task closed on this worker");
+      }
+      EXPECT_TRUE(steps.empty());
+      EXPECT_FALSE(end);
+    }
+  }
+}
+
 TEST(StepBufferTest, StopProducingServesWhatIsBufferedThenUnavailable) {
   StepBuffer b({.max_bytes = 150, .num_consumers = 1});
   auto g = b.Attach(0, 0);
