@@ -106,7 +106,7 @@ SLUICE_REGISTER_OPS(ragged_batch_op) {
   {
     OpParseRule p;
     p.name = "ragged_batch";
-    p.list_order = 1;
+    p.list_order = 16;
     p.params = {{"batch_size", true}, {"drop_remainder", false}, {"row_splits_dtype", false}};
     p.parse = [](const ParseCall& c, proto::OpDef* op) -> absl::Status {
       ASSIGN_OR_RETURN(int64_t n, c.Int("batch_size", *c.arg(0)));
