@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "sluice/composite_tensor.h"
 #include "absl/time/clock.h"
 #include "core/rpc/grpc_status.h"
 #include "core/rpc/shm_fd_passing.h"
@@ -124,6 +125,11 @@ void TaskStreamCall::OnReadDone(bool ok) {
     step.cost = static_cast<int64_t>(StepCreditBytes(w));
     for (std::vector<Tensor>& leaves : w.pieces) {
       absl::StatusOr<Element> e = Element::Pack(options.per_replica_spec, std::move(leaves));
+      // A SparseTensor's or RaggedTensor's components from a peer must agree (row_splits
+      // monotone, indices inside dense_shape, ...): sluice/composite_tensor.h.
+      if (e.ok() && options.per_replica_spec.HasComposite()) {
+        if (absl::Status c = CheckComposites(*e, "received piece"); !c.ok()) e = c;
+      }
       if (!e.ok()) {
         s = absl::DataLossError(
             absl::StrCat("task step ", w.task_step, ": ", e.status().message()));

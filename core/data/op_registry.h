@@ -116,6 +116,11 @@ struct OpRegistration {
   // Clears fields that carry no meaning before Dataset::Fingerprint() hashes the op (a seed
   // without has_seed). Unset: the op is hashed as it is.
   std::function<void(proto::OpDef*)> canonicalize;
+  // True when the op handles SparseTensor / RaggedTensor components (sluice/composite_tensor.h)
+  // as TF does: it passes elements through whole (repeat, take, cache, ...) or knows composites
+  // (batch). Unset: InferOpSpec refuses an input spec holding a composite with INVALID_ARGUMENT
+  // naming the op, so that no op treats a composite's components as separate tensors.
+  bool takes_composites = false;
   // The op's syntax in pipeline expressions (core/data/op_parse.h), one rule per spelling that
   // writes this kind (rebatch and legacy_rebatch both write a RebatchOp).
   std::vector<OpParseRule> parse;

@@ -241,7 +241,7 @@ class PipelineParser {
           return absl::OkStatus();
         }
       }
-      if (Peek() == '(' && name != "tf.constant" && name != "float") {
+      if (Peek() == '(' && !IsLiteralCall(name)) {
         ASSIGN_OR_RETURN(std::vector<ParsedArg> inner, Arguments(name));
         SetCall(arg, name, start);
         arg->call_args = std::make_shared<std::vector<ParsedArg>>(std::move(inner));

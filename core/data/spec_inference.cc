@@ -10,6 +10,7 @@
 #include "core/format/python_literal.h"
 #include "core/tensor/proto_convert.h"
 #include "core/util/status_macros.h"
+#include "sluice/composite_tensor.h"
 #include "google/protobuf/descriptor.h"
 #include "proto/dataset.pb.h"
 
@@ -67,6 +68,10 @@ void AppendSpec(const ElementSpec& spec, std::string* out) {
   switch (spec.kind()) {
     case NestKind::kLeaf:
       out->append(spec.leaf().ToString());
+      return;
+    case NestKind::kSparse:
+    case NestKind::kRagged:
+      out->append(CompositeSpecToString(spec));
       return;
     case NestKind::kDict:
       out->push_back('{');
@@ -134,6 +139,11 @@ absl::StatusOr<ElementSpec> InferSourceSpec(const proto::SourceDef& source) {
 
 absl::StatusOr<ElementSpec> InferOpSpec(const proto::OpDef& op, const ElementSpec& input) {
   ASSIGN_OR_RETURN(const OpRegistration* r, FindOpRegistration(op));
+  if (!r->takes_composites && input.HasComposite()) {
+    return Invalid(absl::StrCat(r->name_of ? r->name_of(op) : r->name,
+                                " does not support SparseTensor or RaggedTensor components yet "
+                                "(input element_spec: ", ElementSpecToString(input), ")"));
+  }
   return r->infer_spec(op, input);
 }
 

@@ -74,7 +74,9 @@ std::string NestJson(const Nest<T>& n, const F& leaf) {
   switch (n.kind()) {
     case NestKind::kLeaf: return leaf(n.leaf());
     case NestKind::kTuple:
-    case NestKind::kList: {
+    case NestKind::kList:
+    case NestKind::kSparse:  // components in order: [indices, values, dense_shape]
+    case NestKind::kRagged: {  // [flat_values, row_splits...]
       std::string out = "[";
       for (size_t i = 0; i < n.children().size(); ++i) {
         if (i > 0) out += ", ";

@@ -22,11 +22,9 @@ std::string PerReplicaBlock(const std::vector<std::string>& texts) {
 // `nodes` holds the same position of every replica's element.
 std::string FormatNode(const std::vector<const Element*>& nodes, bool repr) {
   const Element& first = *nodes[0];
-  if (first.is_leaf()) {
+  if (first.is_leaf() || first.is_composite()) {  // a SparseTensor or RaggedTensor is one value
     std::vector<std::string> texts;
-    for (const Element* n : nodes) {
-      texts.push_back(repr ? FormatTensorRepr(n->leaf()) : FormatTensor(n->leaf()));
-    }
+    for (const Element* n : nodes) texts.push_back(repr ? FormatElementRepr(*n) : FormatElement(*n));
     return PerReplicaBlock(texts);
   }
   auto child = [&](size_t i) {

@@ -1,5 +1,6 @@
 #include "core/format/python_literal.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -7,11 +8,13 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/util/status_macros.h"
+#include "sluice/composite_tensor.h"
 
 namespace sluice {
 namespace {
@@ -553,9 +556,18 @@ class LiteralParser {
     }
     if (name == "tf.constant") return Constant(start, depth);
     if (name == "float") return FloatCall(start, depth);
+    if (name == "tf.ragged.constant") return RaggedConstant(start, depth);
+    if (absl::StartsWith(name, "tf.RaggedTensor.") && IsLiteralCall(name)) {
+      return RaggedFromSplits(name, start, depth);
+    }
+    if (absl::EndsWith(name, "SparseTensor") && IsLiteralCall(name)) {
+      return SparseTensorCall(name, start, depth);
+    }
     return Error(start, absl::StrCat("unsupported call '", name,
-                                     "(...)'; a literal may only call tf.constant(...) and "
-                                     "float(...)"));
+                                     "(...)'; a literal may only call tf.constant(...), "
+                                     "tf.ragged.constant(...), tf.RaggedTensor.from_row_splits(...), "
+                                     "tf.RaggedTensor.from_nested_row_splits(...), "
+                                     "tf.sparse.SparseTensor(...) and float(...)"));
   }
 
   absl::StatusOr<PyValue> FloatCall(size_t start, int depth) {
@@ -594,12 +606,13 @@ class LiteralParser {
                                                                         arg.end - arg.begin)));
   }
 
-  // tf.constant(value, dtype=None, shape=None, name=None).
-  absl::StatusOr<PyValue> Constant(size_t start, int depth) {
+  // The arguments of a call `name(...)` at `start` (pos_ on its '('), bound to `params` by
+  // position or keyword as Python binds them; an argument left out stays nullopt.
+  absl::StatusOr<std::vector<std::optional<PyValue>>> CallArgs(
+      absl::string_view name, const std::vector<absl::string_view>& params, int depth) {
     ++pos_;  // (
-    static const char* const kParams[] = {"value", "dtype", "shape", "name"};
-    std::optional<PyValue> args[4];
-    int positional = 0;
+    std::vector<std::optional<PyValue>> args(params.size());
+    size_t positional = 0;
     bool saw_keyword = false;
     for (;;) {
       SkipWs();
@@ -616,12 +629,12 @@ class LiteralParser {
         SkipWs();
         if (Peek() == '=' && Peek(1) != '=') {
           ++pos_;
-          for (int i = 0; i < 4; ++i) {
-            if (kw == kParams[i]) slot = i;
+          for (size_t i = 0; i < params.size(); ++i) {
+            if (kw == params[i]) slot = static_cast<int>(i);
           }
           if (slot < 0) {
-            return Error(arg_at, absl::StrCat("tf.constant: unexpected keyword argument '", kw,
-                                              "' (known: value, dtype, shape, name)"));
+            return Error(arg_at, absl::StrCat(name, ": unexpected keyword argument '", kw,
+                                              "' (known: ", absl::StrJoin(params, ", "), ")"));
           }
           saw_keyword = true;
         } else {
@@ -630,16 +643,16 @@ class LiteralParser {
       }
       if (slot < 0) {
         if (saw_keyword) {
-          return Error(arg_at, "tf.constant: positional argument follows keyword argument");
+          return Error(arg_at, absl::StrCat(name, ": positional argument follows keyword argument"));
         }
-        if (positional >= 4) {
-          return Error(arg_at, "tf.constant: takes at most 4 positional arguments");
+        if (positional >= params.size()) {
+          return Error(arg_at, absl::StrCat(name, ": takes at most ", params.size(),
+                                            " positional arguments"));
         }
-        slot = positional++;
+        slot = static_cast<int>(positional++);
       }
       if (args[slot].has_value()) {
-        return Error(arg_at, absl::StrCat("tf.constant: argument ", kParams[slot],
-                                          " given twice"));
+        return Error(arg_at, absl::StrCat(name, ": argument ", params[slot], " given twice"));
       }
       ASSIGN_OR_RETURN(PyValue a, Value(depth + 1));
       args[slot] = std::move(a);
@@ -652,29 +665,122 @@ class LiteralParser {
         ++pos_;
         break;
       }
-      return Expected("',' or ')' in tf.constant(...)");
+      return Expected(absl::StrCat("',' or ')' in ", name, "(...)"));
     }
+    return args;
+  }
+
+  // A dtype argument (tf.int64, 'int64'); nullopt when absent or None.
+  absl::StatusOr<std::optional<DType>> DTypeArg(absl::string_view call,
+                                                const std::optional<PyValue>& arg) {
+    if (!arg.has_value() || arg->kind == PyValue::Kind::kNone) return std::optional<DType>();
+    const PyValue& d = *arg;
+    if (d.kind != PyValue::Kind::kName && d.kind != PyValue::Kind::kStr) {
+      return Error(d.begin, absl::StrCat(call, ": dtype must be a dtype such as tf.int64, found ",
+                                         d.KindName()));
+    }
+    absl::StatusOr<DType> dtype = ParseDType(d.text);
+    if (!dtype.ok()) return Error(d.begin, absl::StrCat(call, ": unknown dtype '", d.text, "'"));
+    return std::optional<DType>(*dtype);
+  }
+
+  // A required argument that must be a tensor value (a number, string, list or tf.constant).
+  absl::StatusOr<PyValue> TensorArg(absl::string_view call, size_t start, absl::string_view param,
+                                    std::optional<PyValue>& arg) {
+    if (!arg.has_value()) return Error(start, absl::StrCat(call, ": missing argument ", param));
+    if (arg->kind == PyValue::Kind::kDict || arg->kind == PyValue::Kind::kNone ||
+        arg->kind == PyValue::Kind::kName || arg->kind == PyValue::Kind::kRagged ||
+        arg->kind == PyValue::Kind::kSparse) {
+      return Error(arg->begin, absl::StrCat(call, ": ", param, " must be a tensor value, found ",
+                                            arg->KindName()));
+    }
+    return std::move(*arg);
+  }
+
+  // tf.ragged.constant(pylist, dtype=None, ragged_rank=None, inner_shape=None, name=None,
+  // row_splits_dtype=tf.int64); inner_shape is not supported, row_splits_dtype must be int64.
+  absl::StatusOr<PyValue> RaggedConstant(size_t start, int depth) {
+    static constexpr absl::string_view kCall = "tf.ragged.constant";
+    ASSIGN_OR_RETURN(auto args, CallArgs(kCall, {"pylist", "dtype", "ragged_rank", "inner_shape",
+                                                 "name", "row_splits_dtype"}, depth));
+    PyValue v;
+    v.kind = PyValue::Kind::kRagged;
+    ASSIGN_OR_RETURN(PyValue list, TensorArg(kCall, start, "pylist", args[0]));
+    ASSIGN_OR_RETURN(v.constant_dtype, DTypeArg(kCall, args[1]));
+    if (args[2].has_value() && args[2]->kind != PyValue::Kind::kNone) {
+      std::optional<int64_t> r = args[2]->AsInt64();
+      if (!r.has_value() || *r < 0) {
+        return Error(args[2]->begin, absl::StrCat(kCall, ": ragged_rank must be an int >= 0"));
+      }
+      v.ragged_rank = *r;
+    }
+    if (args[3].has_value() && args[3]->kind != PyValue::Kind::kNone) {
+      return Error(args[3]->begin, absl::StrCat(kCall, ": inner_shape is not supported"));
+    }
+    ASSIGN_OR_RETURN(std::optional<DType> splits, DTypeArg(kCall, args[5]));
+    if (splits.has_value() && *splits != DType::kInt64) {
+      return Error(args[5]->begin, absl::StrCat(kCall, ": row_splits_dtype must be tf.int64"));
+    }
+    v.items.push_back(std::move(list));
+    return v;
+  }
+
+  // tf.RaggedTensor.from_nested_row_splits(flat_values, nested_row_splits) and
+  // tf.RaggedTensor.from_row_splits(values, row_splits) (values itself a tensor).
+  absl::StatusOr<PyValue> RaggedFromSplits(absl::string_view call, size_t start, int depth) {
+    const bool nested = absl::EndsWith(call, "from_nested_row_splits");
+    ASSIGN_OR_RETURN(auto args,
+                     CallArgs(call, {nested ? "flat_values" : "values",
+                                     nested ? "nested_row_splits" : "row_splits", "name",
+                                     "validate"}, depth));
+    PyValue v;
+    v.kind = PyValue::Kind::kRagged;
+    v.ragged_from_splits = true;
+    ASSIGN_OR_RETURN(PyValue values, TensorArg(call, start, nested ? "flat_values" : "values",
+                                               args[0]));
+    v.items.push_back(std::move(values));
+    if (!args[1].has_value()) return Error(start, absl::StrCat(call, ": missing row splits"));
+    if (nested) {
+      if (args[1]->kind != PyValue::Kind::kTuple && args[1]->kind != PyValue::Kind::kList) {
+        return Error(args[1]->begin,
+                     absl::StrCat(call, ": nested_row_splits must be a tuple or list"));
+      }
+      for (PyValue& s : args[1]->items) v.items.push_back(std::move(s));
+    } else {
+      ASSIGN_OR_RETURN(PyValue splits, TensorArg(call, start, "row_splits", args[1]));
+      v.items.push_back(std::move(splits));
+    }
+    return v;
+  }
+
+  // tf.sparse.SparseTensor(indices, values, dense_shape) (also tf.SparseTensor).
+  absl::StatusOr<PyValue> SparseTensorCall(absl::string_view call, size_t start, int depth) {
+    ASSIGN_OR_RETURN(auto args, CallArgs(call, {"indices", "values", "dense_shape"}, depth));
+    PyValue v;
+    v.kind = PyValue::Kind::kSparse;
+    for (size_t i = 0; i < args.size(); ++i) {
+      static constexpr absl::string_view kParams[] = {"indices", "values", "dense_shape"};
+      ASSIGN_OR_RETURN(PyValue a, TensorArg(call, start, kParams[i], args[i]));
+      v.items.push_back(std::move(a));
+    }
+    return v;
+  }
+
+  // tf.constant(value, dtype=None, shape=None, name=None).
+  absl::StatusOr<PyValue> Constant(size_t start, int depth) {
+    ASSIGN_OR_RETURN(auto args, CallArgs("tf.constant", {"value", "dtype", "shape", "name"},
+                                         depth));
     if (!args[0].has_value()) return Error(start, "tf.constant: missing argument value");
     PyValue v;
     v.kind = PyValue::Kind::kConstant;
     const PyValue& value = *args[0];
     if (value.kind == PyValue::Kind::kConstant || value.kind == PyValue::Kind::kDict ||
-        value.kind == PyValue::Kind::kNone || value.kind == PyValue::Kind::kName) {
+        value.kind == PyValue::Kind::kNone || value.kind == PyValue::Kind::kName ||
+        value.kind == PyValue::Kind::kRagged || value.kind == PyValue::Kind::kSparse) {
       return Error(value.begin, absl::StrCat("tf.constant: value must be a number, string, "
                                              "bool or nested list, found ", value.KindName()));
     }
-    if (args[1].has_value() && args[1]->kind != PyValue::Kind::kNone) {
-      const PyValue& d = *args[1];
-      if (d.kind != PyValue::Kind::kName && d.kind != PyValue::Kind::kStr) {
-        return Error(d.begin, absl::StrCat("tf.constant: dtype must be a dtype such as tf.int64, "
-                                           "found ", d.KindName()));
-      }
-      absl::StatusOr<DType> dtype = ParseDType(d.text);
-      if (!dtype.ok()) {
-        return Error(d.begin, absl::StrCat("tf.constant: unknown dtype '", d.text, "'"));
-      }
-      v.constant_dtype = *dtype;
-    }
+    ASSIGN_OR_RETURN(v.constant_dtype, DTypeArg("tf.constant", args[1]));
     if (args[2].has_value() && args[2]->kind != PyValue::Kind::kNone) {
       const PyValue& s = *args[2];
       if (s.kind != PyValue::Kind::kTuple && s.kind != PyValue::Kind::kList) {
@@ -752,6 +858,11 @@ absl::StatusOr<std::vector<int64_t>> NestedShape(const PyValue& v,
     case PyValue::Kind::kConstant:
       return ConvError(absl::StrCat("tf.constant at column ", v.column(),
                                     " cannot be nested inside a list"));
+    case PyValue::Kind::kRagged:
+    case PyValue::Kind::kSparse:
+      return ConvError(absl::StrCat("the ", v.KindName(), " at column ", v.column(),
+                                    " is not a dense tensor (it can only be an element or a "
+                                    "component of one)"));
   }
   return ConvError("unknown literal kind");
 }
@@ -909,7 +1020,121 @@ absl::StatusOr<Tensor> BuildTensor(DType dtype, const Shape& shape,
   return t;
 }
 
+bool IsListLike(const PyValue& v) {
+  return v.kind == PyValue::Kind::kList || v.kind == PyValue::Kind::kTuple;
+}
+
+// The list nesting depth of `v`: 0 for a scalar, 1 for an empty list.
+int MaxListDepth(const PyValue& v) {
+  if (!IsListLike(v)) return 0;
+  int depth = 0;
+  for (const PyValue& item : v.items) depth = std::max(depth, MaxListDepth(item));
+  return depth + 1;
+}
+
+// tf.ragged.constant's rule: every scalar sits at nesting depth `depth` (empty lists may end
+// a branch early). INVALID_ARGUMENT naming the column of the first scalar that does not.
+absl::Status CheckScalarDepth(const PyValue& v, int level, int depth) {
+  if (!IsListLike(v)) {
+    if (level == depth) return absl::OkStatus();
+    return ConvError(absl::StrCat("tf.ragged.constant: all scalar values must have the same "
+                                  "nesting depth; the value at column ", v.column(), " is at ",
+                                  level, ", others at ", depth));
+  }
+  for (const PyValue& item : v.items) RETURN_IF_ERROR(CheckScalarDepth(item, level + 1, depth));
+  return absl::OkStatus();
+}
+
+// `v` as tf.constant(v, dtype=tf.int64) unless it names a dtype itself: TF converts indices,
+// dense_shape and row_splits given as Python lists to int64.
+PyValue AsInt64Constant(const PyValue& v) {
+  PyValue c;
+  if (v.kind == PyValue::Kind::kConstant) {
+    c = v;
+  } else {
+    c.kind = PyValue::Kind::kConstant;
+    c.begin = v.begin;
+    c.items.push_back(v);
+  }
+  if (!c.constant_dtype.has_value()) c.constant_dtype = DType::kInt64;
+  return c;
+}
+
+absl::StatusOr<Element> RaggedToElement(const PyValue& v) {
+  std::vector<Tensor> splits;
+  if (v.ragged_from_splits) {
+    ASSIGN_OR_RETURN(Tensor flat, PyValueToTensor(v.items[0]));
+    for (size_t i = 1; i < v.items.size(); ++i) {
+      ASSIGN_OR_RETURN(Tensor s, PyValueToTensor(AsInt64Constant(v.items[i])));
+      splits.push_back(std::move(s));
+    }
+    return MakeRaggedTensor(std::move(flat), std::move(splits),
+                            absl::StrCat("RaggedTensor at column ", v.column()));
+  }
+  const PyValue& list = v.items[0];
+  if (list.kind != PyValue::Kind::kList && list.kind != PyValue::Kind::kTuple) {
+    return ConvError(absl::StrCat("tf.ragged.constant at column ", v.column(),
+                                  ": pylist must be a nested list"));
+  }
+  const int depth = MaxListDepth(list);
+  RETURN_IF_ERROR(CheckScalarDepth(list, 0, depth));
+  const int64_t ragged_rank = v.ragged_rank.value_or(depth - 1);
+  if (ragged_rank >= depth) {
+    return ConvError(absl::StrCat("tf.ragged.constant at column ", v.column(), ": ragged_rank ",
+                                  ragged_rank, " must be below the nesting depth ", depth));
+  }
+  // Peel one list level per ragged dimension: the rows' lengths become its row_splits.
+  std::vector<const PyValue*> rows;
+  for (const PyValue& item : list.items) rows.push_back(&item);
+  for (int64_t level = 0; level < ragged_rank; ++level) {
+    std::vector<int64_t> s = {0};
+    std::vector<const PyValue*> next;
+    for (const PyValue* row : rows) {
+      for (const PyValue& item : row->items) next.push_back(&item);
+      s.push_back(static_cast<int64_t>(next.size()));
+    }
+    splits.push_back(Tensor::FromVector(s));
+    rows = std::move(next);
+  }
+  // What is left is uniform: flat_values, converted as tf.constant converts a list.
+  PyValue flat;
+  flat.kind = PyValue::Kind::kList;
+  flat.begin = list.begin;
+  for (const PyValue* row : rows) flat.items.push_back(*row);
+  if (v.constant_dtype.has_value()) {
+    PyValue constant;
+    constant.kind = PyValue::Kind::kConstant;
+    constant.begin = list.begin;
+    constant.constant_dtype = v.constant_dtype;
+    constant.items.push_back(std::move(flat));
+    flat = std::move(constant);
+  }
+  ASSIGN_OR_RETURN(Tensor flat_values, PyValueToTensor(flat));
+  // tf.ragged.constant of ragged rank 0 is a tf.Tensor.
+  if (ragged_rank == 0) return Element(std::move(flat_values));
+  return MakeRaggedTensor(std::move(flat_values), std::move(splits),
+                          absl::StrCat("tf.ragged.constant at column ", v.column()));
+}
+
+absl::StatusOr<Element> SparseToElement(const PyValue& v) {
+  ASSIGN_OR_RETURN(Tensor indices, PyValueToTensor(AsInt64Constant(v.items[0])));
+  ASSIGN_OR_RETURN(Tensor values, PyValueToTensor(v.items[1]));
+  ASSIGN_OR_RETURN(Tensor dense_shape, PyValueToTensor(AsInt64Constant(v.items[2])));
+  const std::string what = absl::StrCat("SparseTensor at column ", v.column());
+  if (indices.num_elements() == 0 && indices.shape().rank() == 1 &&
+      dense_shape.shape().rank() == 1) {
+    // indices=[]: no entries, of the rank dense_shape gives (TF reads it the same way).
+    ASSIGN_OR_RETURN(indices, indices.Reshape(Shape({0, dense_shape.shape().dim(0)})));
+  }
+  if (indices.dtype() != DType::kInt64 || dense_shape.dtype() != DType::kInt64) {
+    return ConvError(absl::StrCat(what, ": indices and dense_shape must be int64"));
+  }
+  return MakeSparseTensor(std::move(indices), std::move(values), std::move(dense_shape), what);
+}
+
 absl::StatusOr<Element> ToElement(const PyValue& v) {
+  if (v.kind == PyValue::Kind::kRagged) return RaggedToElement(v);
+  if (v.kind == PyValue::Kind::kSparse) return SparseToElement(v);
   if (v.kind == PyValue::Kind::kTuple) {
     std::vector<Element> children;
     for (const PyValue& item : v.items) {
@@ -1024,6 +1249,8 @@ absl::string_view PyValue::KindName() const {
     case Kind::kDict: return "dict";
     case Kind::kName: return "name";
     case Kind::kConstant: return "tf.constant";
+    case Kind::kRagged: return "tf.RaggedTensor";
+    case Kind::kSparse: return "tf.sparse.SparseTensor";
   }
   return "?";
 }
@@ -1031,6 +1258,13 @@ absl::string_view PyValue::KindName() const {
 absl::StatusOr<PyValue> ParsePyValue(absl::string_view text, size_t* pos,
                                      absl::string_view context) {
   return LiteralParser(text, context).Parse(pos);
+}
+
+bool IsLiteralCall(absl::string_view name) {
+  return name == "tf.constant" || name == "float" || name == "tf.ragged.constant" ||
+         name == "tf.RaggedTensor.from_nested_row_splits" ||
+         name == "tf.RaggedTensor.from_row_splits" || name == "tf.sparse.SparseTensor" ||
+         name == "tf.SparseTensor";
 }
 
 absl::StatusOr<PyValue> ParsePythonLiteral(absl::string_view text) {
@@ -1182,10 +1416,29 @@ std::string TensorToPythonLiteral(const Tensor& t) {
   return out;
 }
 
+std::string CompositeToPythonLiteral(const Element& node) {
+  if (node.kind() == NestKind::kSparse) {
+    return absl::StrCat("tf.sparse.SparseTensor(indices=",
+                        TensorToPythonLiteral(node.children()[0].leaf()),
+                        ", values=", TensorToPythonLiteral(node.children()[1].leaf()),
+                        ", dense_shape=", TensorToPythonLiteral(node.children()[2].leaf()), ")");
+  }
+  std::vector<std::string> splits;
+  for (size_t i = 1; i < node.children().size(); ++i) {
+    splits.push_back(TensorToPythonLiteral(node.children()[i].leaf()));
+  }
+  return absl::StrCat("tf.RaggedTensor.from_nested_row_splits(flat_values=",
+                      TensorToPythonLiteral(node.children()[0].leaf()), ", nested_row_splits=(",
+                      absl::StrJoin(splits, ", "), splits.size() == 1 ? ",)" : ")", ")");
+}
+
 std::string ElementToPythonLiteral(const Element& e) {
   switch (e.kind()) {
     case NestKind::kLeaf:
       return TensorToPythonLiteral(e.leaf());
+    case NestKind::kSparse:
+    case NestKind::kRagged:
+      return CompositeToPythonLiteral(e);
     case NestKind::kDict: {
       std::vector<std::string> parts;
       for (size_t i = 0; i < e.children().size(); ++i) {

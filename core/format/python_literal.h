@@ -10,6 +10,11 @@
 //             PyValue::kName for the caller to resolve (a name is never a tensor)
 //   tf.constant(value, dtype=None, shape=None): value converted to `dtype`
 //             (tf.int64, 'int64', ...) and reshaped or filled to `shape`, as tf.constant does.
+//   tf.ragged.constant(pylist, dtype=None, ragged_rank=None) (row_splits_dtype int64 only),
+//   tf.RaggedTensor.from_row_splits(values, row_splits),
+//   tf.RaggedTensor.from_nested_row_splits(flat_values, nested_row_splits),
+//   tf.sparse.SparseTensor(indices, values, dense_shape) (also tf.SparseTensor): composite
+//             values (sluice/composite_tensor.h), elements only (PyValueToElement).
 //   Whitespace is free and a trailing comma is allowed wherever Python allows it.
 //
 // Conversion to tensors (PyValueToTensor) follows tf.constant without a dtype:
@@ -42,7 +47,7 @@ namespace sluice {
 // A literal as written, before any conversion.
 struct PyValue {
   enum class Kind { kNone, kBool, kInt, kFloat, kStr, kBytes, kTuple, kList, kDict, kName,
-                    kConstant };
+                    kConstant, kRagged, kSparse };
   Kind kind = Kind::kNone;
   // Byte offsets [begin, end) of the literal in the parsed text; column() is begin + 1.
   size_t begin = 0;
@@ -59,6 +64,11 @@ struct PyValue {
   std::vector<std::string> keys;          // kDict, parallel to items
   std::optional<DType> constant_dtype;    // kConstant
   std::optional<std::vector<int64_t>> constant_shape;  // kConstant
+  // kRagged: tf.ragged.constant(items[0], dtype=constant_dtype, ragged_rank=ragged_rank), or,
+  // when ragged_from_splits, items = {flat_values, row_splits...}. kSparse: items = {indices,
+  // values, dense_shape}.
+  std::optional<int64_t> ragged_rank;
+  bool ragged_from_splits = false;
 
   int column() const { return static_cast<int>(begin) + 1; }
   // The value as int64, if it is a kInt within int64's range.
@@ -71,6 +81,9 @@ struct PyValue {
 // it. Errors are INVALID_ARGUMENT "<context>, column N: expected ..., found ...".
 absl::StatusOr<PyValue> ParsePyValue(absl::string_view text, size_t* pos,
                                      absl::string_view context = "python literal");
+// True for the calls a literal may make (tf.constant, float, tf.ragged.constant, ...): a
+// pipeline parser hands a call of these names to ParsePyValue.
+bool IsLiteralCall(absl::string_view name);
 // Parses `text`, which must hold exactly one literal (surrounding whitespace allowed).
 absl::StatusOr<PyValue> ParsePythonLiteral(absl::string_view text);
 
@@ -81,6 +94,10 @@ absl::StatusOr<Tensor> PyValueToTensor(const PyValue& v);
 // tf.data's structure rules: a tuple or dict is a structure of elements, anything else a tensor.
 absl::StatusOr<Element> PyValueToElement(const PyValue& v);
 
+// A SparseTensor node as tf.sparse.SparseTensor(indices=..., values=..., dense_shape=...), a
+// RaggedTensor node as tf.RaggedTensor.from_nested_row_splits(flat_values=..., nested_row_splits=
+// (...)); PyValueToElement reads both back to an equal node.
+std::string CompositeToPythonLiteral(const Element& node);
 // A Python literal that ParsePythonLiteral + PyValueToTensor read back to an equal tensor
 // (bitwise, except that every NaN reads back as the canonical NaN). Plain Python literals where
 // tf.constant's inference gives this dtype and shape back (int32, float32, bool, string);

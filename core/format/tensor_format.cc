@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "core/device/device_memory.h"
 #include "sluice/dtype.h"
 
@@ -589,9 +591,120 @@ std::string NumpyText(const Tensor& t, bool repr) {
   return text;
 }
 
+// Indents every line after the first of `text` by `indent` spaces (numpy's hanging indent for
+// a multi-line item of an array).
+std::string IndentFollowingLines(const std::string& text, int indent) {
+  return absl::StrReplaceAll(text, {{"\n", "\n" + std::string(indent, ' ')}});
+}
+
+// A numpy array as RaggedTensor.numpy() builds it: numeric (`dense`) or dtype=object with
+// arrays as its items (`objects`, row-major over `shape`).
+struct NumpyArray {
+  std::vector<int64_t> shape;
+  Tensor dense;
+  std::vector<NumpyArray> objects;
+  bool object = false;
+
+  int64_t size() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  // Rows [begin, end) along dimension 0.
+  NumpyArray Rows(int64_t begin, int64_t end) const {
+    NumpyArray out = *this;
+    out.shape[0] = end - begin;
+    if (!object) {
+      out.dense = dense.Slice(begin, end);
+      return out;
+    }
+    const int64_t row = shape[0] == 0 ? 0 : size() / shape[0];
+    out.objects.assign(objects.begin() + begin * row, objects.begin() + end * row);
+    return out;
+  }
+};
+
+// RaggedTensor.numpy() of rows [begin, end) of ragged level `level` of `node`: rows of equal
+// length stack into one more dimension, rows of different lengths make a 1-d object array.
+NumpyArray RaggedNumpy(const Element& node, size_t level, int64_t begin, int64_t end) {
+  const Tensor& flat = node.children()[0].leaf();
+  if (level + 1 >= node.children().size()) {
+    NumpyArray dense;
+    dense.dense = flat.Slice(begin, end);
+    dense.shape = dense.dense.shape().dims();
+    return dense;
+  }
+  const int64_t* splits = node.children()[level + 1].leaf().data<int64_t>();
+  NumpyArray values = RaggedNumpy(node, level + 1, splits[begin], splits[end]);
+  const int64_t base = splits[begin];
+  bool uniform = true;
+  for (int64_t r = begin; r < end; ++r) {
+    uniform = uniform && splits[r + 1] - splits[r] == splits[begin + 1] - splits[begin];
+  }
+  if (end == begin || uniform) {  // np.array(rows) stacks them (np.zeros((0, 0)) when none)
+    const int64_t length = end == begin ? 0 : splits[begin + 1] - splits[begin];
+    std::vector<int64_t> shape = {end - begin, length};
+    shape.insert(shape.end(), values.shape.begin() + 1, values.shape.end());
+    if (!values.object) {
+      values.dense = *values.dense.Reshape(Shape(shape));
+    }
+    values.shape = std::move(shape);
+    return values;
+  }
+  NumpyArray rows;
+  rows.object = true;
+  rows.shape = {end - begin};
+  for (int64_t r = begin; r < end; ++r) {
+    rows.objects.push_back(values.Rows(splits[r] - base, splits[r + 1] - base));
+  }
+  return rows;
+}
+
+std::string NumpyItemsText(const NumpyArray& a, size_t dim, int64_t offset, int64_t stride);
+
+// repr(np.zeros(shape).tolist()) for a shape with a 0 in it: "[]", "[[], []]".
+std::string EmptyListText(const std::vector<int64_t>& shape, size_t dim) {
+  if (shape[dim] == 0) return "[]";
+  std::vector<std::string> items(shape[dim], EmptyListText(shape, dim + 1));
+  return "[" + absl::StrJoin(items, ", ") + "]";
+}
+
+// RaggedTensor's _formatter: np.array2string(a, separator=', ') with str() of each scalar and
+// the formatter again for object items; repr(a.tolist()) for an empty array.
+std::string FormatterText(const NumpyArray& a) {
+  if (a.size() == 0) return EmptyListText(a.shape, 0);
+  return NumpyItemsText(a, 0, 0, a.size());
+}
+
+// The text of the sub-array at `offset` (flat index) spanning `stride` items, from dim `dim`.
+std::string NumpyItemsText(const NumpyArray& a, size_t dim, int64_t offset, int64_t stride) {
+  const int64_t n = a.shape[dim];
+  const int64_t inner = stride / n;
+  std::vector<std::string> items;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t at = offset + i * inner;
+    if (dim + 1 < a.shape.size()) {
+      items.push_back(IndentFollowingLines(NumpyItemsText(a, dim + 1, at, inner), 1));
+    } else if (a.object) {
+      items.push_back(IndentFollowingLines(FormatterText(a.objects[at]), 1));
+    } else {
+      items.push_back(FormatNumpy(a.dense.Reshape(Shape({a.size()}))->Index(at)));
+    }
+  }
+  const size_t below = a.shape.size() - dim - 1;
+  const std::string sep = below == 0 ? ", " : ",\n" + std::string(below - 1, '\n') + " ";
+  return "[" + absl::StrJoin(items, sep) + "]";
+}
+
 std::string FormatNest(const Element& e, bool repr) {
   switch (e.kind()) {
     case NestKind::kLeaf: return repr ? FormatTensorRepr(e.leaf()) : FormatTensor(e.leaf());
+    case NestKind::kSparse:
+    case NestKind::kRagged:
+      if (e.kind() == NestKind::kRagged && e.children().size() == 1) {
+        return FormatNest(e.children()[0], repr);  // ragged_rank 0: a tensor, as TF prints it
+      }
+      return FormatComposite(e);
     case NestKind::kTuple:
     case NestKind::kList: {
       const bool tuple = e.kind() == NestKind::kTuple;
@@ -696,6 +809,21 @@ std::string FormatTensorRepr(const Tensor& t) {
   if (!t.valid()) return "<invalid Tensor>";
   return absl::StrCat("<tf.Tensor: shape=", t.shape().ToString(), ", dtype=",
                       DTypeName(t.dtype()), ", numpy=", NumpyText(t, true), ">");
+}
+
+std::string FormatComposite(const Element& node) {
+  if (node.kind() == NestKind::kSparse) {
+    return absl::StrCat("SparseTensor(indices=", FormatTensor(node.children()[0].leaf()),
+                        ", values=", FormatTensor(node.children()[1].leaf()),
+                        ", dense_shape=", FormatTensor(node.children()[2].leaf()), ")");
+  }
+  for (const Element& c : node.children()) {
+    if (!IsHostReadable(c.leaf())) return "<tf.RaggedTensor <unprintable>>";
+  }
+  const Tensor& splits = node.children()[1].leaf();
+  // TF: f"<tf.RaggedTensor {_formatter(self.numpy())}>", with no indent for the prefix.
+  return absl::StrCat("<tf.RaggedTensor ",
+                      FormatterText(RaggedNumpy(node, 0, 0, splits.shape().dim(0) - 1)), ">");
 }
 
 std::string FormatElement(const Element& e) { return FormatNest(e, false); }

@@ -64,6 +64,12 @@ std::string FormatTensorRepr(const Tensor& t);
 // container as Python prints it (tuple "(a, b)", "(a,)", list "[a]", dict "{'k': v}"), which
 // uses repr() for what it contains.
 std::string FormatElement(const Element& e);
+// A composite value node (sluice/composite_tensor.h) as TF 2.15 prints it (str and repr agree):
+//   SparseTensor(indices=tf.Tensor(...), values=tf.Tensor(...), dense_shape=tf.Tensor(...))
+//   <tf.RaggedTensor [[1, 2], [3]]>  (np.array2string of the rows with separator ', ' and str()
+//   of each scalar; numpy's wrapping at 75 columns and summarising are not reproduced)
+// FormatElement prints a ragged node of ragged rank 0 as the tensor it is, as TF does.
+std::string FormatComposite(const Element& node);
 // Python's repr() of the same.
 std::string FormatElementRepr(const Element& e);
 

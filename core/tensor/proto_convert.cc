@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/util/status_macros.h"
+#include "sluice/composite_tensor.h"
 
 namespace sluice {
 namespace {
@@ -109,6 +110,57 @@ absl::StatusOr<TensorSpec> TensorSpecFromProto(const proto::TensorSpecProto& p) 
   return TensorSpec{dtype, std::move(shape)};
 }
 
+namespace {
+
+absl::StatusOr<Nest<bool>> CompositeStructureFromProto(const proto::StructureProto& p) {
+  const bool sparse = p.kind() == proto::StructureProto::SPARSE;
+  const char* name = sparse ? "SparseTensor" : "RaggedTensor";
+  if (p.keys_size() != 0) return absl::InvalidArgumentError(absl::StrCat(name, " has keys"));
+  if (sparse ? p.children_size() != 3 : p.children_size() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " structure has ", p.children_size(), " components"));
+  }
+  const int ragged_rank = p.children_size() - 1;
+  if (!sparse && p.composite_dims_size() < ragged_rank + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " of ragged rank ", ragged_rank, " has rank ", p.composite_dims_size()));
+  }
+  std::vector<Nest<bool>> children;
+  for (const auto& c : p.children()) {
+    if (c.kind() != proto::StructureProto::LEAF || c.children_size() != 0 || c.keys_size() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " component is not a tensor"));
+    }
+    children.emplace_back(false);
+  }
+  for (int64_t d : p.composite_dims()) {
+    if (d < kUnknownDim) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " static shape has dimension ", d));
+    }
+  }
+  return Nest<bool>::Composite(static_cast<NestKind>(p.kind()), std::move(children),
+                               std::vector<int64_t>(p.composite_dims().begin(),
+                                                    p.composite_dims().end()));
+}
+
+// Each composite spec node's components are the canonical ones for its dtype and shape.
+absl::Status CheckCompositeSpecs(const ElementSpec& s) {
+  if (s.is_composite()) {
+    const DType dtype = CompositeValues(s).leaf().dtype;
+    ElementSpec want = s.kind() == NestKind::kSparse
+                           ? SparseTensorSpecOf(dtype, s.composite_dims())
+                           : RaggedTensorSpecOf(dtype, s.composite_dims(), RaggedRank(s));
+    if (want.Flatten() != s.Flatten()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the component specs of ", CompositeSpecToString(s), " are not TF's"));
+    }
+    return absl::OkStatus();
+  }
+  for (const ElementSpec& c : s.children()) RETURN_IF_ERROR(CheckCompositeSpecs(c));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Nest<bool>> StructureFromProto(const proto::StructureProto& p) {
   switch (p.kind()) {
     case proto::StructureProto::LEAF:
@@ -137,6 +189,9 @@ absl::StatusOr<Nest<bool>> StructureFromProto(const proto::StructureProto& p) {
       return Nest<bool>::FromParts(static_cast<NestKind>(p.kind()), std::move(children),
                                    std::vector<std::string>(p.keys().begin(), p.keys().end()));
     }
+    case proto::StructureProto::SPARSE:
+    case proto::StructureProto::RAGGED:
+      return CompositeStructureFromProto(p);
     default:
       return absl::InvalidArgumentError(absl::StrCat("unknown structure kind ", p.kind()));
   }
@@ -163,7 +218,9 @@ absl::StatusOr<Element> ElementFromProtoImpl(const proto::ElementProto& p,
                                                            : consume->mutable_tensors(i)));
     flat.push_back(std::move(tensor));
   }
-  return Element::Pack(structure, std::move(flat));
+  ASSIGN_OR_RETURN(Element e, Element::Pack(structure, std::move(flat)));
+  RETURN_IF_ERROR(CheckComposites(e, "element"));
+  return e;
 }
 
 }  // namespace
@@ -190,7 +247,9 @@ absl::StatusOr<ElementSpec> ElementSpecFromProto(const proto::ElementSpecProto& 
     ASSIGN_OR_RETURN(TensorSpec spec, TensorSpecFromProto(s));
     flat.push_back(std::move(spec));
   }
-  return ElementSpec::Pack(structure, std::move(flat));
+  ASSIGN_OR_RETURN(ElementSpec spec, ElementSpec::Pack(structure, std::move(flat)));
+  RETURN_IF_ERROR(CheckCompositeSpecs(spec));
+  return spec;
 }
 
 }  // namespace sluice

@@ -3,6 +3,8 @@
 #define SLUICE_CORE_ELEMENT_H_
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sluice/dtype.h"
 #include "sluice/nest.h"
@@ -34,9 +36,19 @@ struct TensorSpec {
 using Element = Nest<Tensor>;
 using ElementSpec = Nest<TensorSpec>;
 
-// The spec of a concrete element: each leaf's dtype and exact shape.
+// The spec of a composite value node (sluice/composite_tensor.h): TF's SparseTensorSpec or
+// RaggedTensorSpec of it, with TF's component specs. Defined in core/tensor/composite_tensor.cc.
+ElementSpec CompositeSpecOf(const Element& node);
+
+// The spec of a concrete element: each leaf's dtype and exact shape; a composite's spec as TF's
+// *TensorSpec.from_value gives it.
 inline ElementSpec SpecOf(const Element& e) {
-  return e.Map([](const Tensor& t) { return TensorSpec{t.dtype(), t.shape()}; });
+  if (e.is_leaf()) return ElementSpec(TensorSpec{e.leaf().dtype(), e.leaf().shape()});
+  if (e.is_composite()) return CompositeSpecOf(e);
+  std::vector<ElementSpec> children;
+  children.reserve(e.children().size());
+  for (const Element& c : e.children()) children.push_back(SpecOf(c));
+  return ElementSpec::FromParts(e.kind(), std::move(children), e.keys());
 }
 
 }  // namespace sluice

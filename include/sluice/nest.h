@@ -5,12 +5,23 @@
 // in sorted order, as tf.nest.flatten does; Pack() is its inverse. An Element is a
 // Nest<Tensor> and an ElementSpec a Nest<TensorSpec> (element.h).
 //
+// Composite values (TF's CompositeTensor) are nodes of kind kSparse and kRagged whose children
+// are their dense components in TF's _to_components order, always leaves:
+//   kSparse: indices int64 [N, rank], values [N], dense_shape int64 [rank]
+//   kRagged: flat_values, then one int64 row_splits per ragged dimension (outermost first)
+// plus the static dense shape of the value (composite_dims(), kUnknownDim = -1 for unknown:
+// SparseTensorSpec's and RaggedTensorSpec's shape). Flatten() yields the components, so every
+// path that moves dense leaves (wire, budgets, shared memory) carries composites unchanged;
+// ops that must see a composite as one value (batch, unbatch, printing) test is_composite().
+// element.h builds and checks composites; a Nest never checks its components itself.
+//
 // Thread safety: a const Nest may be read from many threads; it is a plain value type.
 #ifndef SLUICE_CORE_NEST_H_
 #define SLUICE_CORE_NEST_H_
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,7 +33,7 @@
 
 namespace sluice {
 
-enum class NestKind { kLeaf, kTuple, kList, kDict };
+enum class NestKind { kLeaf, kTuple, kList, kDict, kSparse, kRagged };
 
 template <typename T>
 class Nest {
@@ -48,8 +59,27 @@ class Nest {
     return Nest(NestKind::kDict, std::move(children), std::move(keys));
   }
 
+  // A composite node: kSparse or kRagged, `children` its components (leaves), `dims` the static
+  // dense shape (kUnknownDim for unknown dimensions). Callers check the components (element.h).
+  static Nest Composite(NestKind kind, std::vector<Nest> children, std::vector<int64_t> dims) {
+    Nest n(kind, std::move(children), {});
+    n.composite_dims_ = std::move(dims);
+    return n;
+  }
+
   NestKind kind() const { return kind_; }
   bool is_leaf() const { return kind_ == NestKind::kLeaf; }
+  bool is_composite() const { return kind_ == NestKind::kSparse || kind_ == NestKind::kRagged; }
+  // The static dense shape of a composite node; empty for other kinds.
+  const std::vector<int64_t>& composite_dims() const { return composite_dims_; }
+  // True if this node or one below it is a composite.
+  bool HasComposite() const {
+    if (is_composite()) return true;
+    for (const Nest& c : children_) {
+      if (c.HasComposite()) return true;
+    }
+    return false;
+  }
   const T& leaf() const { return *leaf_; }
   T& mutable_leaf() { return *leaf_; }
   const std::vector<Nest>& children() const { return children_; }
@@ -89,7 +119,7 @@ class Nest {
     std::vector<Nest<U>> children;
     children.reserve(children_.size());
     for (const Nest& c : children_) children.push_back(c.Map(f));
-    return Nest<U>::FromParts(kind_, std::move(children), keys_);
+    return Nest<U>::FromParts(kind_, std::move(children), keys_, composite_dims_);
   }
 
   // The structure of `structure` with `flat` (in flatten order) at its leaves.
@@ -105,7 +135,8 @@ class Nest {
     return PackFrom(structure, flat, &next);
   }
 
-  // True if `other` has the same kinds, arity and keys everywhere.
+  // True if `other` has the same kinds, arity and keys everywhere (a composite's static shape is
+  // not structure: batching changes it).
   template <typename U>
   bool SameStructure(const Nest<U>& other) const {
     if (kind_ != other.kind() || children_.size() != other.children().size() ||
@@ -118,9 +149,12 @@ class Nest {
     return true;
   }
 
-  // Builds a non-leaf nest; for Map() and Pack().
-  static Nest FromParts(NestKind kind, std::vector<Nest> children, std::vector<std::string> keys) {
-    return Nest(kind, std::move(children), std::move(keys));
+  // Builds a non-leaf nest; for Map() and Pack(). `composite_dims` only for composite kinds.
+  static Nest FromParts(NestKind kind, std::vector<Nest> children, std::vector<std::string> keys,
+                        std::vector<int64_t> composite_dims = {}) {
+    Nest n(kind, std::move(children), std::move(keys));
+    n.composite_dims_ = std::move(composite_dims);
+    return n;
   }
 
  private:
@@ -142,13 +176,15 @@ class Nest {
     for (size_t i : structure.FlattenOrder()) {
       children[i] = PackFrom(structure.children()[i], flat, next);
     }
-    return Nest(structure.kind(), std::move(children), structure.keys());
+    return FromParts(structure.kind(), std::move(children), structure.keys(),
+                     structure.composite_dims());
   }
 
   NestKind kind_ = NestKind::kTuple;
   std::optional<T> leaf_;
   std::vector<Nest> children_;
   std::vector<std::string> keys_;
+  std::vector<int64_t> composite_dims_;
 };
 
 }  // namespace sluice

@@ -3,7 +3,9 @@
 ``PerReplica`` holds one value per local replica and prints exactly as TensorFlow prints it.
 ``TensorSpec`` / ``PerReplicaSpec`` describe what an iterator yields (``element_spec``);
 ``pformat`` lays an ``element_spec`` out the way the seed shows it. ``Optional`` is what
-``get_next_as_optional()`` returns.
+``get_next_as_optional()`` returns. ``SparseTensor`` and ``RaggedTensor`` are the composite
+components (include/sluice/composite_tensor.h) as numpy views, scipy-free; their specs print as
+TensorFlow's ``SparseTensorSpec`` / ``RaggedTensorSpec``.
 """
 
 from . import errors
@@ -168,3 +170,146 @@ class Optional:
 
     def __repr__(self):
         return "Optional(%r)" % (self._value,) if self._has_value else "Optional(None)"
+
+
+class SparseTensor:
+    """A ``tf.SparseTensor`` value: ``indices`` int64 [N, rank], ``values`` [N] and
+    ``dense_shape`` int64 [rank], numpy arrays viewing the received buffers (no copy)."""
+
+    __slots__ = ("indices", "values", "dense_shape")
+
+    def __init__(self, indices, values, dense_shape):
+        import numpy as np
+        self.indices = np.asarray(indices)
+        self.values = np.asarray(values)
+        self.dense_shape = np.asarray(dense_shape)
+
+    @property
+    def shape(self):
+        return tuple(int(d) for d in self.dense_shape)
+
+    def to_dense(self, default_value=0):
+        """A new dense numpy array of ``shape`` with ``values`` at ``indices``."""
+        import numpy as np
+        out = np.full(self.shape, default_value, dtype=self.values.dtype)
+        if len(self.values):
+            out[tuple(self.indices.T)] = self.values
+        return out
+
+    def __repr__(self):
+        return "SparseTensor(indices=%r, values=%r, dense_shape=%r)" % (
+            self.indices, self.values, self.dense_shape)
+
+
+class RaggedTensor:
+    """A ``tf.RaggedTensor`` value: ``values`` (its flat values) and ``nested_row_splits``
+    (int64, outermost first), numpy arrays viewing the received buffers (no copy).
+    ``row_splits`` is the outermost. Row ``i`` of the outermost dimension is
+    ``values[row_splits[i]:row_splits[i + 1]]`` when the ragged rank is 1."""
+
+    __slots__ = ("values", "nested_row_splits")
+
+    def __init__(self, values, nested_row_splits):
+        import numpy as np
+        self.values = np.asarray(values)
+        self.nested_row_splits = tuple(np.asarray(s) for s in nested_row_splits)
+
+    @property
+    def row_splits(self):
+        return self.nested_row_splits[0] if self.nested_row_splits else None
+
+    @property
+    def ragged_rank(self):
+        return len(self.nested_row_splits)
+
+    def __len__(self):
+        return len(self.row_splits) - 1 if self.nested_row_splits else len(self.values)
+
+    def to_list(self):
+        """Nested Python lists, as ``tf.RaggedTensor.to_list()``."""
+        rows = self.values.tolist()
+        for splits in reversed(self.nested_row_splits):
+            rows = [rows[splits[i]:splits[i + 1]] for i in range(len(splits) - 1)]
+        return rows
+
+    def rows(self):
+        """The outermost rows as numpy views (ragged rank 1) or RaggedTensors (deeper)."""
+        s = self.row_splits
+        if self.ragged_rank == 1:
+            return [self.values[s[i]:s[i + 1]] for i in range(len(s) - 1)]
+        inner = self.nested_row_splits[1:]
+        out = []
+        for i in range(len(s) - 1):
+            begin, end = int(s[i]), int(s[i + 1])
+            splits = []
+            for level in inner:
+                splits.append(level[begin:end + 1] - level[begin])
+                begin, end = int(level[begin]), int(level[end])
+            out.append(RaggedTensor(self.values[begin:end], splits))
+        return out
+
+    def __repr__(self):
+        return "<sluice.RaggedTensor %r>" % (self.to_list(),)
+
+
+def _tensor_shape(dims):
+    return "TensorShape([%s])" % ", ".join("None" if d is None else str(d) for d in dims)
+
+
+class SparseTensorSpec:
+    """``tf.SparseTensorSpec``: the static dense shape and the values' dtype name."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+    def __eq__(self, other):
+        return (isinstance(other, SparseTensorSpec) and self.shape == other.shape
+                and self.dtype == other.dtype)
+
+    def __hash__(self):
+        return hash(("sparse", self.shape, self.dtype))
+
+    def __repr__(self):
+        return "SparseTensorSpec(%s, tf.%s)" % (_tensor_shape(self.shape), self.dtype)
+
+
+class RaggedTensorSpec:
+    """``tf.RaggedTensorSpec``: shape, values' dtype name, ragged rank; row splits int64."""
+
+    __slots__ = ("shape", "dtype", "ragged_rank", "row_splits_dtype")
+
+    def __init__(self, shape, dtype, ragged_rank, row_splits_dtype="int64"):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.ragged_rank = ragged_rank
+        self.row_splits_dtype = row_splits_dtype
+
+    def __eq__(self, other):
+        return (isinstance(other, RaggedTensorSpec) and self.shape == other.shape
+                and self.dtype == other.dtype and self.ragged_rank == other.ragged_rank)
+
+    def __hash__(self):
+        return hash(("ragged", self.shape, self.dtype, self.ragged_rank))
+
+    def __repr__(self):
+        return "RaggedTensorSpec(%s, tf.%s, %d, tf.%s)" % (
+            _tensor_shape(self.shape), self.dtype, self.ragged_rank, self.row_splits_dtype)
+
+
+def composite(kind, parts, dims):
+    """Builds a composite from its components (what the C++ binding hands over): specs from
+    TensorSpecs, values from tensors, and a PerReplica of values from PerReplica components."""
+    if parts and isinstance(parts[0], TensorSpec):
+        values = parts[1] if kind == "sparse" else parts[0]
+        if kind == "sparse":
+            return SparseTensorSpec(dims, values.dtype)
+        return RaggedTensorSpec(dims, values.dtype, len(parts) - 1)
+    if parts and isinstance(parts[0], PerReplica):
+        per_replica = zip(*(p.values for p in parts))
+        return PerReplica(composite(kind, list(v), dims) for v in per_replica)
+    if kind == "sparse":
+        return SparseTensor(parts[0], parts[1], parts[2])
+    return RaggedTensor(parts[0], parts[1:])

@@ -29,24 +29,50 @@ import torch as _torch
 import torch.utils.data as _tud
 
 from . import _sluice
+from . import _values
 from .distribute import MirroredStrategy
 from . import errors
 from .service import distribute_from_service, job_name_for
 
 
-def to_torch(value):
-    """A step (nest of sluice.Tensor) as the same nest of torch.Tensor, without a copy."""
+def ragged_to_torch(value, ragged="nested", padding_value=0):
+    """A sluice RaggedTensor of ragged rank 1 as a torch.nested tensor of its rows
+    (``ragged="nested"``) or as one dense tensor padded with ``padding_value`` to the longest
+    row (``ragged="padded"``, rows first). Rows are copied (torch.nested copies its inputs)."""
+    if value.ragged_rank != 1:
+        raise ValueError("sluice.torch converts RaggedTensors of ragged rank 1, not %d"
+                         % value.ragged_rank)
+    rows = [_torch.from_numpy(row) for row in value.rows()]
+    if ragged == "nested":
+        return _torch.nested.nested_tensor(rows)
+    if ragged == "padded":
+        if not rows:
+            return _torch.empty((0, 0) + tuple(value.values.shape[1:]),
+                                dtype=_torch.from_numpy(value.values[:0]).dtype)
+        return _torch.nn.utils.rnn.pad_sequence(rows, batch_first=True,
+                                                padding_value=padding_value)
+    raise ValueError("ragged must be 'nested' or 'padded', not %r" % (ragged,))
+
+
+def to_torch(value, ragged="nested", padding_value=0):
+    """A step (nest of sluice.Tensor) as the same nest of torch.Tensor, without a copy.
+    SparseTensors become torch sparse COO tensors; RaggedTensors as ragged_to_torch gives them."""
     if isinstance(value, _sluice.Tensor):
         if value.dtype == "string":
             return value.numpy().ravel().tolist()
         # The object, not a capsule: torch then passes its current stream to __dlpack__.
         return _torch.utils.dlpack.from_dlpack(value)
+    if isinstance(value, _values.SparseTensor):
+        return _torch.sparse_coo_tensor(_torch.from_numpy(value.indices.T.copy()),
+                                        _torch.from_numpy(value.values), value.shape)
+    if isinstance(value, _values.RaggedTensor):
+        return ragged_to_torch(value, ragged, padding_value)
     if isinstance(value, tuple):
-        return tuple(to_torch(v) for v in value)
+        return tuple(to_torch(v, ragged, padding_value) for v in value)
     if isinstance(value, list):
-        return [to_torch(v) for v in value]
+        return [to_torch(v, ragged, padding_value) for v in value]
     if isinstance(value, dict):
-        return {k: to_torch(v) for k, v in value.items()}
+        return {k: to_torch(v, ragged, padding_value) for k, v in value.items()}
     return value
 
 

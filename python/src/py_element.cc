@@ -47,6 +47,18 @@ py::object NestToPython(const Nest<T>& nest, const F& leaf) {
       }
       return out;
     }
+    case NestKind::kSparse:
+    case NestKind::kRagged: {  // sluice._values.composite: SparseTensor, RaggedTensor, their specs
+      static py::object* composite = new py::object(ValuesAttr("composite"));
+      py::list parts;
+      for (const Nest<T>& c : nest.children()) parts.append(NestToPython(c, leaf));
+      py::tuple dims(nest.composite_dims().size());
+      for (size_t i = 0; i < nest.composite_dims().size(); ++i) {
+        const int64_t d = nest.composite_dims()[i];
+        dims[i] = d == kUnknownDim ? py::object(py::none()) : py::object(py::int_(d));
+      }
+      return (*composite)(nest.kind() == NestKind::kSparse ? "sparse" : "ragged", parts, dims);
+    }
   }
   return py::none();
 }

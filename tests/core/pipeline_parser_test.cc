@@ -153,7 +153,7 @@ TEST(PipelineParserTest, NameErrorsListWhatIsKnown) {
             "pipeline expression, column 11: unknown op 'frobnicate'; known ops: batch, repeat, "
             "take, skip, shard, shuffle, prefetch, unbatch, rebatch, legacy_rebatch, map, "
             "filter, padded_batch, cache, ignore_errors, interleave, pack, "
-            "bucket_by_sequence_length, save_chunks");
+            "bucket_by_sequence_length, ragged_batch, save_chunks");
   EXPECT_EQ(ErrorOf("foo(1)"),
             "pipeline expression, column 1: unknown source 'foo'; known sources: range, "
             "from_tensors, from_tensor_slices, text_line_dataset, tf_record_dataset, "

@@ -10,6 +10,7 @@
 #include "core/data/memory_budget.h"
 #include "core/data/op_iterator.h"
 #include "core/data/ops/output_slot.h"
+#include "core/tensor/composite_rows.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -55,6 +56,12 @@ class BatchIterator : public OpIterator {
     if (elements.empty() ||
         (drop_remainder_ && static_cast<int64_t>(elements.size()) < batch_size_)) {
       *end_of_sequence = true;
+      return absl::OkStatus();
+    }
+    if (elements[0].HasComposite()) {  // SparseTensor / RaggedTensor rows: composite_rows.h
+      absl::StatusOr<Element> stacked = StackRows(elements, label());
+      if (!stacked.ok()) return CopyError(stacked.status());
+      *out = *std::move(stacked);
       return absl::OkStatus();
     }
     return Stack(elements, out);  // the stacked copy is the allocator's to refuse
@@ -233,6 +240,15 @@ class UnbatchIterator : public OpIterator {
         *end_of_sequence = true;
         return absl::OkStatus();
       }
+      if (e.HasComposite()) {  // SparseTensor / RaggedTensor components: composite_rows.h
+        absl::StatusOr<std::vector<Element>> rows = UnstackRows(e, label());
+        if (!rows.ok()) return InvalidArgument(rows.status().message());
+        composite_rows_ = *std::move(rows);
+        rows_ = static_cast<int64_t>(composite_rows_.size());
+        next_row_ = 0;
+        continue;
+      }
+      composite_rows_.clear();
       std::vector<Tensor> leaves = e.Flatten();
       if (leaves.empty()) return InvalidArgument("cannot unbatch an element with no tensors");
       for (size_t i = 0; i < leaves.size(); ++i) {
@@ -254,6 +270,10 @@ class UnbatchIterator : public OpIterator {
       rows_ = leaves_[0].shape().dim(0);
       next_row_ = 0;
     }
+    if (!composite_rows_.empty()) {
+      *out = std::move(composite_rows_[next_row_++]);
+      return absl::OkStatus();
+    }
     std::vector<Tensor> row;
     row.reserve(leaves_.size());
     for (const Tensor& t : leaves_) row.push_back(t.Index(next_row_));
@@ -268,6 +288,7 @@ class UnbatchIterator : public OpIterator {
   std::unique_ptr<Iterator> input_;
   Element structure_;           // the current input element
   std::vector<Tensor> leaves_;  // its leaves
+  std::vector<Element> composite_rows_;  // its rows, when it holds a composite
   int64_t rows_ = 0;
   int64_t next_row_ = 0;
 };

@@ -8,6 +8,7 @@
 #include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/batch_iterator.h"
+#include "core/tensor/composite_rows.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -15,6 +16,7 @@ namespace sluice {
 SLUICE_REGISTER_OPS(batch_op) {
   OpRegistration r;
   r.name = "batch";
+  r.takes_composites = true;  // SparseTensor / RaggedTensor batched as TF (composite_rows.h)
   r.infer_spec = [](const proto::OpDef& op,
                     const ElementSpec& input) -> absl::StatusOr<ElementSpec> {
     const int64_t n = op.batch().batch_size();
@@ -22,9 +24,7 @@ SLUICE_REGISTER_OPS(batch_op) {
       return absl::InvalidArgumentError(absl::StrCat("batch_size must be positive, got ", n));
     }
     const int64_t dim = op.batch().drop_remainder() ? n : kUnknownDim;
-    return input.Map([dim](const TensorSpec& s) {
-      return TensorSpec{s.dtype, s.shape.Prepend(dim)};
-    });
+    return BatchedSpec(input, dim);
   };
   r.cardinality = [](const proto::OpDef& op, const ElementSpec&, int64_t n) -> int64_t {
     if (n < 0) return n;

@@ -16,6 +16,7 @@ namespace sluice {
 
 SLUICE_REGISTER_OPS(cache_op) {
   OpRegistration r;
+  r.takes_composites = true;  // elements pass through whole
   r.name = "cache";
   r.infer_spec = [](const proto::OpDef&, const ElementSpec& input) -> absl::StatusOr<ElementSpec> {
     return input;

@@ -15,6 +15,7 @@ namespace sluice {
 
 SLUICE_REGISTER_OPS(ignore_errors_op) {
   OpRegistration r;
+  r.takes_composites = true;  // elements pass through whole
   r.name = "ignore_errors";
   r.infer_spec = [](const proto::OpDef&, const ElementSpec& input) -> absl::StatusOr<ElementSpec> {
     return input;

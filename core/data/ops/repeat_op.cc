@@ -13,6 +13,7 @@ namespace sluice {
 
 SLUICE_REGISTER_OPS(repeat_op) {
   OpRegistration r;
+  r.takes_composites = true;  // elements pass through whole
   r.name = "repeat";
   r.infer_spec = [](const proto::OpDef& op,
                     const ElementSpec& input) -> absl::StatusOr<ElementSpec> {

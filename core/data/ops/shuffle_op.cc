@@ -17,6 +17,7 @@ namespace sluice {
 
 SLUICE_REGISTER_OPS(shuffle_op) {
   OpRegistration r;
+  r.takes_composites = true;  // elements pass through whole
   r.name = "shuffle";
   r.infer_spec = [](const proto::OpDef& op,
                     const ElementSpec& input) -> absl::StatusOr<ElementSpec> {

@@ -9,7 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/op_iterator.h"
 #include "core/io/input_stream.h"
+#include "core/tensor/composite_rows.h"
 #include "core/tensor/host_memory.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
@@ -90,6 +92,27 @@ class FromTensorsIterator : public OpIterator {
  private:
   const Element element_;
   bool done_ = false;
+};
+
+// The rows of an element already split (composite components have no block path).
+class RowsIterator : public OpIterator {
+ public:
+  RowsIterator(std::string label, std::vector<Element> rows)
+      : OpIterator(std::move(label)), rows_(std::move(rows)) {}
+
+ protected:
+  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    if (next_ >= rows_.size()) {
+      *end_of_sequence = true;
+      return absl::OkStatus();
+    }
+    *out = rows_[next_++];
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::vector<Element> rows_;
+  size_t next_ = 0;
 };
 
 class FromTensorSlicesIterator : public OpIterator {
@@ -280,6 +303,10 @@ std::unique_ptr<Iterator> NewFromTensorsIterator(std::string label, Element elem
 
 absl::StatusOr<std::unique_ptr<Iterator>> NewFromTensorSlicesIterator(std::string label,
                                                                       Element element) {
+  if (element.HasComposite()) {  // SparseTensor / RaggedTensor slices: composite_rows.h
+    ASSIGN_OR_RETURN(std::vector<Element> rows, UnstackRows(element, label));
+    return std::unique_ptr<Iterator>(new RowsIterator(std::move(label), std::move(rows)));
+  }
   std::vector<Tensor> leaves = element.Flatten();
   if (leaves.empty()) {
     return absl::InvalidArgumentError(

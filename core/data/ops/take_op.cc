@@ -14,6 +14,7 @@ namespace sluice {
 
 SLUICE_REGISTER_OPS(take_op) {
   OpRegistration r;
+  r.takes_composites = true;  // elements pass through whole
   r.name = "take";
   r.infer_spec = [](const proto::OpDef& op,
                     const ElementSpec& input) -> absl::StatusOr<ElementSpec> {

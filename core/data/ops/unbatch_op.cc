@@ -8,6 +8,7 @@
 #include "core/data/op_registry.h"
 #include "core/data/ops/batch_iterator.h"
 #include "core/data/spec_inference.h"
+#include "core/tensor/composite_rows.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -15,21 +16,20 @@ namespace sluice {
 SLUICE_REGISTER_OPS(unbatch_op) {
   OpRegistration r;
   r.name = "unbatch";
+  r.takes_composites = true;  // SparseTensor / RaggedTensor split as TF (composite_rows.h)
   r.infer_spec = [](const proto::OpDef&, const ElementSpec& input) -> absl::StatusOr<ElementSpec> {
     const int scalar = FirstScalarComponent(input);
     if (scalar >= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot unbatch scalar components: component ", scalar, " has shape ()"));
     }
-    return input.Map([](const TensorSpec& s) { return TensorSpec{s.dtype, s.shape.DropFirst()}; });
+    return UnbatchedSpec(input);
   };
   r.cardinality = [](const proto::OpDef&, const ElementSpec& input, int64_t n) -> int64_t {
     if (n < 0) return n;
     // TF uses the first statically known dimension 0 among the components.
-    for (const TensorSpec& s : input.Flatten()) {
-      if (s.shape.dim(0) != kUnknownDim) {
-        return CountOrUnknown(static_cast<__int128>(n) * s.shape.dim(0));
-      }
+    for (int64_t rows : RowCounts(input)) {  // a composite counts as one component
+      if (rows != kUnknownDim) return CountOrUnknown(static_cast<__int128>(n) * rows);
     }
     return kUnknownCardinality;
   };
