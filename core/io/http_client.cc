@@ -110,6 +110,14 @@ class CurlHttpClient : public HttpClient {
     }
     // No "Expect: 100-continue" and no Accept header of curl's own.
     headers = curl_slist_append(headers, "Expect:");
+    // A body is bytes, not the form curl's POST would declare (a server would parse it as one).
+    if (request.method == "PUT" || request.method == "POST") {
+      bool typed = false;
+      for (const auto& entry : request.headers) {
+        typed |= absl::AsciiStrToLower(entry.first) == "content-type";
+      }
+      if (!typed) headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
+    }
     curl_slist* resolve = nullptr;
     SocketGuard guard;
     guard.allowed = &request.connect_to;
