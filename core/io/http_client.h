@@ -31,7 +31,8 @@ namespace sluice {
 struct HttpRequest {
   std::string method = "GET";  // GET, HEAD, PUT, POST or DELETE
   std::string url;
-  // Sent with PUT and POST (Content-Length set from it).
+  // Sent with PUT and POST (Content-Length set from it; Content-Type application/octet-stream
+  // unless `headers` give one).
   std::string body;
   // When not 0: a response body longer than this ends the transfer with RESOURCE_EXHAUSTED
   // naming the URL (a server's answer to a write is small; a hostile one is not kept).
