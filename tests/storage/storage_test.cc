@@ -14,7 +14,8 @@
 //    and the 12 MB file (a chunk of 12 multipart parts of 1 MiB; moto takes parts that small with
 //    S3_UPLOAD_PART_MIN_SIZE) loads back exactly the pipeline's elements; a save of 400 chunks
 //    under a worker SIGKILL and a coordinator kill and restart loads back every element exactly
-//    once; a second save to a locked path is refused (the lock is a conditional PUT, which moto
+//    once; a save whose sluicectl is SIGKILLed is refused without --resume and finishes with
+//    it, every element once; a second save to a locked path is refused (the lock is a conditional PUT, which moto
 //    honours).
 // The server listens on loopback, which remote reads refuse unless a data root names the
 // endpoint: this process installs roots for its folder, the bucket and the endpoint, and the
@@ -479,6 +480,54 @@ TEST_F(S3StorageTest, SnapshotSaveToS3ResumesAfterWorkerAndCoordinatorKills) {
   absl::StatusOr<std::vector<std::string>> expected = Render("range(20000)");
   ASSERT_TRUE(expected.ok()) << expected.status();
   ASSERT_EQ(loaded->size(), static_cast<size_t>(kN));
+  EXPECT_EQ(Sorted(*loaded), Sorted(*expected));
+  EXPECT_TRUE((*cluster)->StopAll().ok());
+}
+
+TEST_F(S3StorageTest, InterruptedSaveToS3ResumesWithEveryElementOnce) {
+  auto cluster = ProcessCluster::Start({.coordinator_flags = {DataRootFlag()},
+                                        .worker_flags = {DataRootFlag()}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string snap = Remote("snapshots/resumed");
+  const std::vector<std::string> args = {"save", "--coordinator=" + (*cluster)->coordinator(),
+                                         "--pipeline=range(20000)", "--path=" + snap,
+                                         "--split_size=50", "--retry_deadline=120s",
+                                         DataRootFlag()};
+  auto first = StartSluicectl(args);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // The save is killed once its first chunks are committed (bounded: 60 s of 20 ms polls).
+  for (int i = 0; i < 3000 && ChunkSizes(snap).size() < 5; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE((*first)->Signal(SIGKILL).ok());
+  ASSERT_TRUE((*first)->Wait(absl::Seconds(30)).ok());
+  std::cout << "chunks committed before the kill: " << ChunkSizes(snap).size() << " of 400\n";
+
+  // Without --resume the lock refuses; with it the save finishes.
+  absl::StatusOr<SubprocessResult> refused =
+      RunSubprocess([&] {
+        std::vector<std::string> argv = {BuildDir() + "/bin/sluicectl"};
+        argv.insert(argv.end(), args.begin(), args.end());
+        return argv;
+      }(), {.timeout = absl::Seconds(120)});
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_NE(refused->exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(refused->stderr_text, "two saves to one directory"))
+      << refused->stderr_text;
+  std::vector<std::string> resume_args = args;
+  resume_args.push_back("--resume");
+  auto second = StartSluicectl(resume_args);
+  ASSERT_TRUE(second.ok()) << second.status();
+  absl::StatusOr<SubprocessResult> r = (*second)->Wait(absl::Seconds(300));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->exit_code, 0) << r->stderr_text << (*cluster)->Logs();
+  EXPECT_TRUE(absl::StrContains(r->stdout_text, "saved 20000 elements in 400 chunks"))
+      << r->stdout_text;
+
+  absl::StatusOr<std::vector<std::string>> loaded = Render(absl::StrCat("load('", snap, "')"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  absl::StatusOr<std::vector<std::string>> expected = Render("range(20000)");
+  ASSERT_TRUE(expected.ok()) << expected.status();
   EXPECT_EQ(Sorted(*loaded), Sorted(*expected));
   EXPECT_TRUE((*cluster)->StopAll().ok());
 }
