@@ -36,7 +36,9 @@ absl::Status Prepare(const Dataset& dataset, const std::string& directory,
                      const SnapshotSaveOptions& options) {
   ASSIGN_OR_RETURN(ElementSpec spec, dataset.element_spec());
   const std::string fingerprint = dataset.Fingerprint();
-  RETURN_IF_ERROR(MakeLocalDirectories(SnapshotChunksDirectory(directory)));
+  if (IsLocalPath(directory)) {
+    RETURN_IF_ERROR(MakeLocalDirectories(SnapshotChunksDirectory(directory)));
+  }
   absl::StatusOr<proto::SnapshotManifest> existing = ReadSnapshotManifest(directory);
   if (existing.ok()) {
     if (existing->done()) {
@@ -135,6 +137,19 @@ absl::Status RunJob(const Dataset& job, const std::string& directory,
 // The committed chunk files of DIR/chunks, in name order; removes temporary files left by
 // writers that died.
 absl::StatusOr<std::vector<std::string>> CommittedChunks(const std::string& directory) {
+  if (!IsLocalPath(directory)) {
+    // An object store lists the prefix; it holds only whole chunks (uploads appear when
+    // complete), so there is nothing to remove.
+    const std::string chunks = SnapshotChunksDirectory(directory);
+    ASSIGN_OR_RETURN(std::vector<std::string> urls,
+                     GlobFiles(absl::StrCat(chunks, "/", SnapshotChunkName("*"))));
+    std::vector<std::string> names;
+    for (const std::string& url : urls) {
+      std::string name = url.substr(chunks.size() + 1);
+      if (IsSnapshotChunkName(name)) names.push_back(std::move(name));
+    }
+    return names;  // GlobFiles sorts
+  }
   const std::string chunks = LocalPathOf(SnapshotChunksDirectory(directory));
   DIR* dir = ::opendir(chunks.c_str());
   if (dir == nullptr) return FileError(errno, "list", chunks);
@@ -206,13 +221,19 @@ absl::StatusOr<SnapshotSaveResult> SaveSnapshot(const Dataset& dataset,
     return absl::InvalidArgumentError("save: service.coordinator_address is required");
   }
   RETURN_IF_ERROR(dataset.Validate());
-  // Workers resolve the path on their own hosts, and the job is named by it: absolute.
-  RETURN_IF_ERROR(MakeLocalDirectories(SnapshotChunksDirectory(LocalPathOf(directory))));
-  char resolved[PATH_MAX];
-  if (::realpath(LocalPathOf(directory).c_str(), resolved) == nullptr) {
-    return FileError(errno, "resolve", directory);
+  // Workers resolve the path on their own hosts, and the job is named by it: absolute (an
+  // object store's URL is).
+  std::string dir = directory;
+  if (IsLocalPath(directory)) {
+    RETURN_IF_ERROR(MakeLocalDirectories(SnapshotChunksDirectory(LocalPathOf(directory))));
+    char resolved[PATH_MAX];
+    if (::realpath(LocalPathOf(directory).c_str(), resolved) == nullptr) {
+      return FileError(errno, "resolve", directory);
+    }
+    dir = resolved;
+  } else {
+    while (absl::EndsWith(dir, "/")) dir.pop_back();
   }
-  const std::string dir = resolved;
   RETURN_IF_ERROR(Prepare(dataset, dir, options));
   ASSIGN_OR_RETURN(proto::SnapshotManifest manifest, ReadSnapshotManifest(dir));
   ASSIGN_OR_RETURN(Dataset job, JobDataset(dataset, dir, manifest));

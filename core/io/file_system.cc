@@ -95,6 +95,17 @@ std::string LocalPathOf(absl::string_view url) {
   return std::string(url);
 }
 
+absl::StatusOr<std::unique_ptr<WritableFile>> FileSystem::NewWritableFile(
+    const std::string& url, const WritableFileOptions&) {
+  return absl::UnimplementedError(
+      absl::StrCat("cannot write ", url, ": this file system has no writes"));
+}
+
+absl::Status FileSystem::DeleteFile(const std::string& url) {
+  return absl::UnimplementedError(
+      absl::StrCat("cannot delete ", url, ": this file system has no writes"));
+}
+
 absl::StatusOr<FileSystem*> FileSystemFor(absl::string_view url) {
   return Registry::Get().Find(UrlScheme(url), url);
 }

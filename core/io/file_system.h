@@ -13,6 +13,9 @@
 // refused, INVALID_ARGUMENT a malformed URL or an unknown scheme, UNAVAILABLE a remote store
 // failed after its retries, UNIMPLEMENTED what a scheme cannot do (globbing http URLs).
 //
+// Writes (NewWritableFile, DeleteFile) exist for the object stores (s3://, gs://): a file appears
+// whole when it is closed, so a writer needs no rename (docs/SNAPSHOTS.md).
+//
 // Thread safety: FileSystem objects are thread-safe; a RandomAccessFile may be read from many
 // threads at once; an InputStream has one caller at a time.
 #ifndef SLUICE_CORE_FILE_SYSTEM_H_
@@ -24,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/io/input_stream.h"
@@ -41,6 +45,27 @@ class RandomAccessFile {
   virtual const std::string& name() const = 0;
 };
 
+// A file being written, that appears whole or not at all: nothing is visible under its name
+// until Close() succeeds (then all of it is), and a file destroyed without a successful
+// Close() leaves nothing behind (an object store aborts the upload). One caller at a time.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  // Adds `data` at the end. Errors name the file; after one, the file can only be destroyed.
+  virtual absl::Status Append(absl::string_view data) = 0;
+  // Makes the whole file visible under its name, replacing what was there (ALREADY_EXISTS
+  // naming it instead when it was opened with `fail_if_exists` and something is there).
+  virtual absl::Status Close() = 0;
+  // The name errors use (the URL or path it was opened with).
+  virtual const std::string& name() const = 0;
+};
+
+struct WritableFileOptions {
+  // Close() fails with ALREADY_EXISTS rather than replace an existing file (a lock). A store
+  // that cannot refuse conditionally says UNIMPLEMENTED at Close().
+  bool fail_if_exists = false;
+};
+
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
@@ -56,6 +81,13 @@ class FileSystem {
   // The names matching `pattern` (`*`, `?`, `[...]` within one path segment), sorted bytewise,
   // in the pattern's own form (URLs for URLs). No match is an empty list, not an error.
   virtual absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) = 0;
+
+  // A new file `url` (see WritableFile). UNIMPLEMENTED naming the URL where the scheme has no
+  // writes (the default; the local file system's writes are the snapshot writer's own).
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& url, const WritableFileOptions& options);
+  // Removes `url`; OK when it is already gone. UNIMPLEMENTED where the scheme has no writes.
+  virtual absl::Status DeleteFile(const std::string& url);
 };
 
 // The scheme of `url` in lower case ("s3" for "s3://b/k"); empty for a local path (no "://"

@@ -19,8 +19,20 @@
 namespace sluice {
 namespace {
 
+// Where WriteBody puts a response body, and how much it may hold (0: no limit).
+struct BodySink {
+  std::string* body = nullptr;
+  size_t limit = 0;
+  bool overflowed = false;
+};
+
 size_t WriteBody(char* data, size_t size, size_t count, void* user) {
-  static_cast<std::string*>(user)->append(data, size * count);
+  auto* sink = static_cast<BodySink*>(user);
+  if (sink->limit != 0 && sink->body->size() + size * count > sink->limit) {
+    sink->overflowed = true;
+    return 0;  // curl ends the transfer (CURLE_WRITE_ERROR)
+  }
+  sink->body->append(data, size * count);
   return size * count;
 }
 
@@ -98,6 +110,14 @@ class CurlHttpClient : public HttpClient {
     }
     // No "Expect: 100-continue" and no Accept header of curl's own.
     headers = curl_slist_append(headers, "Expect:");
+    // A body is bytes, not the form curl's POST would declare (a server would parse it as one).
+    if (request.method == "PUT" || request.method == "POST") {
+      bool typed = false;
+      for (const auto& entry : request.headers) {
+        typed |= absl::AsciiStrToLower(entry.first) == "content-type";
+      }
+      if (!typed) headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
+    }
     curl_slist* resolve = nullptr;
     SocketGuard guard;
     guard.allowed = &request.connect_to;
@@ -122,11 +142,20 @@ class CurlHttpClient : public HttpClient {
                      static_cast<long>(absl::ToInt64Seconds(options_.stall_timeout)));
     if (request.method == "HEAD") {
       curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    } else if (request.method == "PUT" || request.method == "POST") {
+      curl_easy_setopt(h, CURLOPT_POST, 1L);
+      curl_easy_setopt(h, CURLOPT_POSTFIELDS, request.body.data());
+      curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
+                       static_cast<curl_off_t>(request.body.size()));
+      curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+    } else if (request.method == "DELETE") {
+      curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
     } else {
       curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
     }
+    BodySink sink{&response.body, request.max_response_bytes};
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteBody);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &response.body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, WriteHeader);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &response);
     const CURLcode rc = curl_easy_perform(h);
@@ -140,6 +169,11 @@ class CurlHttpClient : public HttpClient {
         return absl::PermissionDeniedError(
             absl::StrCat(request.method, " ", RedactUrl(request.url), ": refused a connection to ",
                          guard.refused_address, " (not an address that was checked)"));
+      }
+      if (sink.overflowed) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            request.method, " ", RedactUrl(request.url), ": the response body passed ",
+            request.max_response_bytes, " bytes (not a store's answer; ended the transfer)"));
       }
       return absl::UnavailableError(absl::StrCat(request.method, " ", RedactUrl(request.url),
                                                  ": ", curl_easy_strerror(rc)));

@@ -29,8 +29,14 @@
 namespace sluice {
 
 struct HttpRequest {
-  std::string method = "GET";  // GET or HEAD
+  std::string method = "GET";  // GET, HEAD, PUT, POST or DELETE
   std::string url;
+  // Sent with PUT and POST (Content-Length set from it; Content-Type application/octet-stream
+  // unless `headers` give one).
+  std::string body;
+  // When not 0: a response body longer than this ends the transfer with RESOURCE_EXHAUSTED
+  // naming the URL (a server's answer to a write is small; a hostile one is not kept).
+  size_t max_response_bytes = 0;
   // Sent as given (a "Host" entry replaces the one derived from the URL).
   std::vector<std::pair<std::string, std::string>> headers;
   // When not empty: the only addresses the connection for the URL's host may go to; the host is
@@ -49,7 +55,8 @@ class HttpClient {
   virtual ~HttpClient() = default;
   // The response, whatever its HTTP status (a redirect included). UNAVAILABLE naming the URL
   // when no response came (connection refused or reset, DNS, timeouts); PERMISSION_DENIED when
-  // the connection would go to an address not in `connect_to`.
+  // the connection would go to an address not in `connect_to`; RESOURCE_EXHAUSTED when the body
+  // passed `max_response_bytes`.
   virtual absl::StatusOr<HttpResponse> Send(const HttpRequest& request) = 0;
 };
 

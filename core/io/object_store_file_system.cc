@@ -12,83 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/io/object_store_response.h"
+#include "core/io/object_store_upload.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
-
-// The text of every <tag>...</tag> in `xml`, unescaped. Enough for S3's flat list and error
-// documents.
-std::vector<std::string> XmlValues(absl::string_view xml, absl::string_view tag) {
-  const std::string open = absl::StrCat("<", tag, ">");
-  const std::string close = absl::StrCat("</", tag, ">");
-  std::vector<std::string> out;
-  size_t at = 0;
-  while ((at = xml.find(open, at)) != absl::string_view::npos) {
-    const size_t begin = at + open.size();
-    const size_t end = xml.find(close, begin);
-    if (end == absl::string_view::npos) break;
-    absl::string_view raw = xml.substr(begin, end - begin);
-    std::string text;
-    for (size_t i = 0; i < raw.size(); ++i) {
-      if (raw[i] != '&') {
-        text.push_back(raw[i]);
-        continue;
-      }
-      const size_t semi = raw.find(';', i);
-      if (semi == absl::string_view::npos) {
-        text.push_back(raw[i]);
-        continue;
-      }
-      absl::string_view entity = raw.substr(i + 1, semi - i - 1);
-      uint32_t code = 0;
-      if (entity == "amp") {
-        text.push_back('&');
-      } else if (entity == "lt") {
-        text.push_back('<');
-      } else if (entity == "gt") {
-        text.push_back('>');
-      } else if (entity == "quot") {
-        text.push_back('"');
-      } else if (entity == "apos") {
-        text.push_back('\'');
-      } else if (absl::ConsumePrefix(&entity, "#x") && absl::SimpleHexAtoi(entity, &code) &&
-                 code < 128) {
-        text.push_back(static_cast<char>(code));
-      } else if (absl::ConsumePrefix(&entity, "#") && absl::SimpleAtoi(entity, &code) &&
-                 code < 128) {
-        text.push_back(static_cast<char>(code));
-      } else {
-        absl::StrAppend(&text, raw.substr(i, semi - i + 1));
-      }
-      i = semi;
-    }
-    out.push_back(std::move(text));
-    at = end + close.size();
-  }
-  return out;
-}
-
-// The status for a response that is not a success: the code by HTTP status, the message naming
-// what was done to which URL and what the store said.
-absl::Status ResponseError(const HttpResponse& r, absl::string_view what) {
-  std::string detail;
-  const std::vector<std::string> codes = XmlValues(r.body, "Code");
-  const std::vector<std::string> messages = XmlValues(r.body, "Message");
-  if (!codes.empty()) absl::StrAppend(&detail, " ", codes[0]);
-  if (!messages.empty()) absl::StrAppend(&detail, ": ", messages[0]);
-  const std::string message = absl::StrCat(what, ": HTTP ", r.status, detail);
-  if (r.status == 404) return absl::NotFoundError(message);
-  if (r.status == 401 || r.status == 403) return absl::PermissionDeniedError(message);
-  if (IsRetryableHttpStatus(r.status)) {
-    return absl::UnavailableError(absl::StrCat(message, " (retries spent)"));
-  }
-  if (r.status == 301 || r.status == 307 || r.status == 308) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        message, " (the bucket is elsewhere: set AWS_REGION or the endpoint to its region)"));
-  }
-  return absl::InvalidArgumentError(message);
-}
 
 absl::StatusOr<FileStat> StatOfResponse(const HttpResponse& r, const std::string& url) {
   FileStat st;
@@ -222,6 +151,33 @@ class ObjectStoreFileSystem : public FileSystem,
     return out;
   }
 
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& url, const WritableFileOptions& options) override {
+    ASSIGN_OR_RETURN(ObjectRef ref, Parse(url));
+    if (ref.key.empty() || absl::EndsWith(ref.key, "/")) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot write ", url, ": it names no object"));
+    }
+    ObjectStoreUploadOptions upload;
+    upload.part_bytes = options_.upload_part_bytes;
+    upload.fail_if_exists = options.fail_if_exists;
+    return NewObjectStoreUpload(
+        url,
+        [self = shared_from_this(), ref, path = ObjectPath(ref)](const ObjectStoreRequest& r) {
+          return self->Send(r, ref, path);
+        },
+        upload);
+  }
+
+  absl::Status DeleteFile(const std::string& url) override {
+    ASSIGN_OR_RETURN(ObjectRef ref, Parse(url));
+    if (ref.key.empty()) return absl::InvalidArgumentError(absl::StrCat(url, " names no object"));
+    ObjectStoreRequest del;
+    del.method = "DELETE";
+    ASSIGN_OR_RETURN(HttpResponse r, Send(del, ref, ObjectPath(ref)));
+    if (r.status == 204 || r.status == 200 || r.status == 404) return absl::OkStatus();
+    return ResponseError(r, absl::StrCat("delete ", url));
+  }
+
  private:
   absl::StatusOr<ObjectRef> Parse(const std::string& url) const {
     absl::string_view rest = url;
@@ -270,6 +226,19 @@ class ObjectStoreFileSystem : public FileSystem,
                                     const std::string& path,
                                     const std::vector<std::pair<std::string, std::string>>& query,
                                     const std::string& range) const {
+    ObjectStoreRequest request;
+    request.method = method;
+    request.query = query;
+    if (!range.empty()) request.headers.emplace_back("range", range);
+    return Send(request, ref, path);
+  }
+
+  // `extra.headers` are signed (names lower case); a body is signed by its SHA-256, and answers
+  // to requests with one are bounded (kMaxStoreAnswerBytes).
+  absl::StatusOr<HttpResponse> Send(const ObjectStoreRequest& extra, const ObjectRef& ref,
+                                    const std::string& path) const {
+    const std::string& method = extra.method;
+    const std::vector<std::pair<std::string, std::string>>& query = extra.query;
     const std::string origin = Origin(ref);
     absl::string_view host = origin;
     if (!absl::ConsumePrefix(&host, "https://")) absl::ConsumePrefix(&host, "http://");
@@ -278,9 +247,13 @@ class ObjectStoreFileSystem : public FileSystem,
     sig.canonical_uri = path;
     sig.query = query;
     sig.headers = {{"host", std::string(host)}};
-    if (!range.empty()) sig.headers.emplace_back("range", range);
+    for (const auto& [name, value] : extra.headers) {
+      sig.headers.emplace_back(absl::AsciiStrToLower(name), value);
+    }
     HttpRequest request;
     request.method = method;
+    request.body = extra.body;
+    if (method != "GET" && method != "HEAD") request.max_response_bytes = kMaxStoreAnswerBytes;
     const std::string query_string = SigV4CanonicalQuery(query);
     request.url = absl::StrCat(origin, path, query_string.empty() ? "" : "?", query_string);
     if (!options_.bearer_token.empty()) {
@@ -290,7 +263,8 @@ class ObjectStoreFileSystem : public FileSystem,
     } else if (!options_.credentials.anonymous()) {
       const std::string date = AmzDate(options_.now());
       sig.headers.emplace_back("x-amz-date", date);
-      sig.headers.emplace_back("x-amz-content-sha256", kEmptySha256);
+      if (!extra.body.empty()) sig.payload_hash = Sha256Hex(extra.body);
+      sig.headers.emplace_back("x-amz-content-sha256", sig.payload_hash);
       if (!options_.credentials.session_token.empty()) {
         sig.headers.emplace_back("x-amz-security-token", options_.credentials.session_token);
       }
@@ -422,6 +396,10 @@ absl::StatusOr<ObjectStoreOptions> ObjectStoreOptionsFromEnvironment(const std::
   ObjectStoreOptions o;
   o.scheme = scheme;
   o.read_ahead = ReadAheadFromEnvironment(env);
+  size_t part = 0;
+  if (absl::SimpleAtoi(env("SLUICE_UPLOAD_PART_BYTES"), &part) && part > 0) {
+    o.upload_part_bytes = std::clamp(part, kMinUploadPartBytes, kMaxUploadPartBytes);
+  }
   if (scheme == "gs") {
     o.endpoint = env("GCS_ENDPOINT_URL");
     if (o.endpoint.empty()) o.endpoint = "https://storage.googleapis.com";

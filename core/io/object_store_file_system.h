@@ -1,7 +1,8 @@
 // Remote file systems over HTTP (core/io/http_client.h):
 //
 //   s3://bucket/key    Amazon S3 or any S3-compatible store (MinIO, moto, Ceph): SigV4-signed
-//                      ranged GETs, HEAD for stat, ListObjectsV2 for globs.
+//                      ranged GETs, HEAD for stat, ListObjectsV2 for globs; writes by PUT or
+//                      multipart upload (object_store_upload.h), DELETE.
 //   gs://bucket/key    Google Cloud Storage's XML API, the same protocol: HMAC keys signed with
 //                      SigV4, or an OAuth bearer token.
 //   http(s)://host/p   read-only: ranged GETs and HEAD; a pattern without wildcards "globs" to
@@ -24,6 +25,7 @@
 //       GCS_HMAC_SECRET (SigV4, region "auto"), else anonymous; endpoint GCS_ENDPOINT_URL, else
 //       https://storage.googleapis.com.
 //   Read-ahead: SLUICE_READ_AHEAD_CHUNK_BYTES (default 4 MiB), SLUICE_READ_AHEAD_PARALLEL (4).
+//   Writes: SLUICE_UPLOAD_PART_BYTES (default 16 MiB, clamped to 64 KiB .. 1 GiB).
 //
 // Every request goes through NewGuardedHttpClient (core/io/remote_access.h): an endpoint or an
 // http(s) URL whose host is loopback, link-local (cloud metadata), private or otherwise not
@@ -43,6 +45,7 @@
 #include "core/io/aws_sigv4.h"
 #include "core/io/file_system.h"
 #include "core/io/http_client.h"
+#include "core/io/object_store_upload.h"
 #include "core/io/read_ahead_stream.h"
 #include "core/io/remote_access.h"
 
@@ -62,6 +65,10 @@ struct ObjectStoreOptions {
   std::string bearer_token;
   RetryOptions retry;
   ReadAheadOptions read_ahead;
+  // Writes (NewWritableFile, core/io/object_store_upload.h): objects up to this size are one
+  // PUT, larger ones multipart uploads of parts this size, buffered in memory (charged to the
+  // memory budget). Clamped to [kMinUploadPartBytes, kMaxUploadPartBytes].
+  size_t upload_part_bytes = kDefaultUploadPartBytes;
   // Keys per ListObjectsV2 page (the store may return fewer).
   int list_page_size = 1000;
   // The transport. Null: NewCurlHttpClient().

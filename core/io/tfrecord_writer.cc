@@ -56,6 +56,14 @@ absl::StatusOr<std::unique_ptr<TFRecordWriter>> TFRecordWriter::FromDescriptor(
   return w;
 }
 
+absl::StatusOr<std::unique_ptr<TFRecordWriter>> TFRecordWriter::ToFile(
+    std::unique_ptr<WritableFile> file, Compression compression) {
+  std::unique_ptr<TFRecordWriter> w(new TFRecordWriter(file->name(), -1, compression));
+  w->file_ = std::move(file);
+  if (!w->error_.ok()) return w->error_;
+  return w;
+}
+
 TFRecordWriter::TFRecordWriter(std::string filename, int fd, Compression compression)
     : filename_(std::move(filename)), fd_(fd), compression_(compression), out_(kOutBufferSize) {
   if (compression_ != Compression::kNone) {
@@ -71,10 +79,17 @@ TFRecordWriter::TFRecordWriter(std::string filename, int fd, Compression compres
 
 TFRecordWriter::~TFRecordWriter() {
   if (fd_ >= 0) Close().IgnoreError();
+  // A WritableFile not closed is abandoned whole (nothing appears): no Close() here.
   if (z_ != nullptr) deflateEnd(&z_->z);
 }
 
 absl::Status TFRecordWriter::FlushOut() {
+  if (file_ != nullptr) {
+    absl::Status s = file_->Append(absl::string_view(out_.data(), out_len_));
+    if (!s.ok()) return error_ = s;
+    out_len_ = 0;
+    return absl::OkStatus();
+  }
   size_t done = 0;
   while (done < out_len_) {
     ssize_t w = ::write(fd_, out_.data() + done, out_len_ - done);
@@ -121,7 +136,9 @@ absl::Status TFRecordWriter::Deflate(const char* data, size_t n, int flush) {
 
 absl::Status TFRecordWriter::Write(absl::string_view record) {
   if (!error_.ok()) return error_;
-  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(filename_, " is closed"));
+  if (fd_ < 0 && file_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(filename_, " is closed"));
+  }
   char header[12];
   PutFixed64(header, record.size());
   PutFixed32(header + 8, crc32c::Mask(crc32c::Value(header, 8)));
@@ -143,11 +160,16 @@ absl::Status TFRecordWriter::Write(absl::string_view record) {
 }
 
 absl::Status TFRecordWriter::Close() {
-  if (fd_ < 0) return error_;
+  if (fd_ < 0 && file_ == nullptr) return error_;
   absl::Status s = error_;
   if (s.ok() && z_ != nullptr) s = Deflate(nullptr, 0, Z_FINISH);
   if (s.ok()) s = FlushOut();
-  if (::close(fd_) != 0 && s.ok()) s = FileError(errno, "close", filename_);
+  if (file_ != nullptr) {
+    if (s.ok()) s = file_->Close();
+    file_.reset();  // not closed after an error: abandoned whole
+  } else if (::close(fd_) != 0 && s.ok()) {
+    s = FileError(errno, "close", filename_);
+  }
   fd_ = -1;
   if (!s.ok()) error_ = s;
   return s;

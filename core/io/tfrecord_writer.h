@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/io/file_system.h"
 #include "core/io/zlib_stream.h"
 
 namespace sluice {
@@ -29,7 +30,11 @@ class TFRecordWriter {
   // in errors: for files opened under confinement (core/io/confined_open.h) or with O_EXCL.
   static absl::StatusOr<std::unique_ptr<TFRecordWriter>> FromDescriptor(
       const std::string& filename, int fd, Compression compression = Compression::kNone);
-  // Closes if Close() was not called; errors are then lost, so call Close().
+  // Writes to `file` (core/io/file_system.h: an object store's upload), which Close() closes,
+  // making the whole file appear; a writer destroyed without Close() abandons it.
+  static absl::StatusOr<std::unique_ptr<TFRecordWriter>> ToFile(
+      std::unique_ptr<WritableFile> file, Compression compression = Compression::kNone);
+  // Closes a descriptor if Close() was not called; errors are then lost, so call Close().
   ~TFRecordWriter();
 
   absl::Status Write(absl::string_view record);
@@ -43,7 +48,8 @@ class TFRecordWriter {
   absl::Status Deflate(const char* data, size_t n, int flush);
 
   const std::string filename_;
-  int fd_;
+  int fd_;  // -1 when closed or writing to file_
+  std::unique_ptr<WritableFile> file_;  // when writing to a WritableFile
   const Compression compression_;
   struct ZState;
   std::unique_ptr<ZState> z_;

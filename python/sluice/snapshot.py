@@ -26,8 +26,8 @@ def save(dataset, path, coordinator=None, compression="", resume=False, split_si
     coordinator restart neither loses nor repeats an element. ``compression``: "", "GZIP" or
     "ZLIB". ``resume=True`` continues an interrupted save of the same pipeline. Raises
     AlreadyExistsError when another save holds ``path``, FailedPreconditionError when ``path``
-    holds a finished snapshot or one of another pipeline, UnimplementedError for an object-store
-    path, and the job's errors. Waiting releases the GIL and Ctrl-C interrupts it."""
+    holds a finished snapshot or one of another pipeline, UnimplementedError for an http(s)
+    path (s3:// and gs:// are written: docs/SNAPSHOTS.md), and the job's errors. Waiting releases the GIL and Ctrl-C interrupts it."""
     cluster = resolve_cluster(coordinator, None, None, cluster_spec)
     if not cluster["coordinator"]:
         raise errors.InvalidArgumentError(

@@ -9,7 +9,14 @@
 //    and a wrong secret PERMISSION_DENIED, both naming the URL;
 //  - a service job (real coordinator, 3 workers, 2 consumers x 2 replicas, DATA sharding) on the
 //    s3:// shards, with a worker SIGKILLed mid-epoch, gives exactly the steps of the same job on
-//    the local files.
+//    the local files;
+//  - snapshots saved to s3:// (docs/SNAPSHOTS.md): `sluicectl save --path=s3://...` of the shards
+//    and the 12 MB file (a chunk of 12 multipart parts of 1 MiB; moto takes parts that small with
+//    S3_UPLOAD_PART_MIN_SIZE) loads back exactly the pipeline's elements; a save of 400 chunks
+//    under a worker SIGKILL and a coordinator kill and restart loads back every element exactly
+//    once; a save whose sluicectl is SIGKILLed is refused without --resume and finishes with
+//    it, every element once; a second save to a locked path is refused (the lock is a conditional PUT, which moto
+//    honours).
 // The server listens on loopback, which remote reads refuse unless a data root names the
 // endpoint: this process installs roots for its folder, the bucket and the endpoint, and the
 // coordinator and workers get the same --data_root, as a user would run them.
@@ -19,6 +26,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,7 +38,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "sluice/dataset.h"
+#include "sluice/snapshot_save.h"
 #include "core/data/data_roots.h"
+#include "core/data/ops/snapshot_manifest.h"
 #include "core/io/file_system.h"
 #include "core/io/object_store_file_system.h"
 #include "core/format/tensor_format.h"
@@ -49,6 +59,8 @@ namespace {
 constexpr char kBucket[] = "sluice-test";
 constexpr int kShards = 6;
 constexpr int kPerShard = 100;
+// The part size of this process's and the workers' uploads (SLUICE_UPLOAD_PART_BYTES).
+constexpr size_t kSmallPartBytes = size_t{1} << 20;
 
 std::string BuildDir() {
   const char* d = std::getenv("SLUICE_BUILD_DIR");
@@ -69,8 +81,12 @@ class S3StorageTest : public ::testing::Test {
       if (InCi()) FAIL() << why << "; CI=true requires it";
       GTEST_SKIP() << why;
     }
-    auto server = Subprocess::Start({venv + "moto_server", "-H", "127.0.0.1", "-p", "0"},
-                                    {.env = {"INITIAL_NO_AUTH_ACTION_COUNT=3"}});
+    // Multipart parts down to kSmallPartBytes (S3 wants 5 MiB), so that snapshot chunks of a
+    // test's size are multipart uploads.
+    auto server = Subprocess::Start(
+        {venv + "moto_server", "-H", "127.0.0.1", "-p", "0"},
+        {.env = {"INITIAL_NO_AUTH_ACTION_COUNT=3",
+                 absl::StrCat("S3_UPLOAD_PART_MIN_SIZE=", kSmallPartBytes)}});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     auto line = server_->WaitForOutput(SubprocessStream::kStderr, "Running on http://127.0.0.1:",
@@ -133,6 +149,7 @@ class S3StorageTest : public ::testing::Test {
     unsetenv("AWS_ENDPOINT_URL_S3");
     // Small chunks, so that even these objects are read in several parallel ranged GETs.
     setenv("SLUICE_READ_AHEAD_CHUNK_BYTES", "65536", 1);
+    setenv("SLUICE_UPLOAD_PART_BYTES", absl::StrCat(kSmallPartBytes).c_str(), 1);
     // Reads in this process: the local folder, the bucket, and the loopback endpoint.
     absl::StatusOr<DataRoots> roots = DataRoots::Create(RootList());
     ASSERT_TRUE(roots.ok()) << roots.status();
@@ -370,6 +387,175 @@ TEST_F(S3StorageTest, ServiceJobOnS3EqualsTheLocalJobUnderAWorkerKill) {
   EXPECT_FALSE((*cluster)->worker_running(1));
   absl::Status stopped = (*cluster)->StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+// The committed chunks of the snapshot at `url`, by size.
+std::vector<uint64_t> ChunkSizes(const std::string& url) {
+  std::vector<uint64_t> out;
+  absl::StatusOr<std::vector<std::string>> chunks =
+      GlobFiles(SnapshotChunksDirectory(url) + "/chunk-*.tfrecord");
+  if (!chunks.ok()) return out;
+  for (const std::string& c : *chunks) {
+    absl::StatusOr<FileStat> st = StatFile(c);
+    if (st.ok()) out.push_back(st->size);
+  }
+  return out;
+}
+
+std::vector<std::string> Sorted(std::vector<std::string> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST_F(S3StorageTest, SnapshotSavedToS3LoadsBackThePipelineExactlyOnce) {
+  auto cluster = ProcessCluster::Start({.coordinator_flags = {DataRootFlag()},
+                                        .worker_flags = {DataRootFlag()}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<std::string> files = Shards(/*remote=*/true);
+  files.push_back(Remote("big/big.tfrecord"));
+  const std::string pipeline = absl::StrCat("tf_record_dataset(", PyList(files), ")");
+  const std::string snap = Remote("snapshots/one");
+  auto save = StartSluicectl({"save", "--coordinator=" + (*cluster)->coordinator(),
+                              "--pipeline=" + pipeline, "--path=" + snap, "--retry_deadline=120s",
+                              DataRootFlag()});
+  ASSERT_TRUE(save.ok()) << save.status();
+  absl::StatusOr<SubprocessResult> r = (*save)->Wait(absl::Seconds(300));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->exit_code, 0) << r->stderr_text << (*cluster)->Logs();
+  EXPECT_TRUE(absl::StrContains(r->stdout_text, "saved 640 elements in 7 chunks"))
+      << r->stdout_text;
+
+  // The big file's chunk (12 MB) went up in 1 MiB parts: a multipart upload moto completed.
+  const std::vector<uint64_t> sizes = ChunkSizes(snap);
+  ASSERT_EQ(sizes.size(), 7u);
+  EXPECT_GT(*std::max_element(sizes.begin(), sizes.end()), 10 * kSmallPartBytes);
+  // Done: the manifest lists the chunks, and the lock is gone.
+  absl::StatusOr<proto::SnapshotManifest> m = ReadSnapshotManifest(snap);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->done());
+  EXPECT_EQ(m->num_elements(), 640);
+  EXPECT_TRUE(absl::IsNotFound(StatFile(SnapshotLockPath(snap)).status()));
+
+  absl::StatusOr<std::vector<std::string>> loaded = Render(absl::StrCat("load('", snap, "')"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  absl::StatusOr<std::vector<std::string>> expected = Render(pipeline);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_EQ(loaded->size(), 640u);
+  EXPECT_EQ(Sorted(*loaded), Sorted(*expected));
+  EXPECT_TRUE((*cluster)->StopAll().ok());
+}
+
+TEST_F(S3StorageTest, SnapshotSaveToS3ResumesAfterWorkerAndCoordinatorKills) {
+  if (!BinaryHasFlag("bin/sluice-coordinator", "work_dir")) GTEST_SKIP() << "no --work_dir";
+  auto cluster = ProcessCluster::Start({.num_workers = 3,
+                                        .worker_timeout = absl::Seconds(2),
+                                        .work_dir = true,
+                                        .coordinator_flags = {DataRootFlag()},
+                                        .worker_flags = {DataRootFlag()}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  constexpr int64_t kN = 20000;
+  const std::string snap = Remote("snapshots/faults");
+  auto save = StartSluicectl({"save", "--coordinator=" + (*cluster)->coordinator(),
+                              "--pipeline=range(20000)", "--path=" + snap, "--split_size=50",
+                              "--retry_deadline=120s", DataRootFlag()});
+  ASSERT_TRUE(save.ok()) << save.status();
+  // Faults once the first chunks are committed (bounded: 60 s of 20 ms polls).
+  for (int i = 0; i < 3000 && ChunkSizes(snap).size() < 5; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const size_t before = ChunkSizes(snap).size();
+  ASSERT_TRUE((*cluster)->KillWorker(0).ok());
+  ASSERT_TRUE((*cluster)->KillCoordinator().ok());
+  ASSERT_TRUE((*cluster)->RestartCoordinator().ok());
+  absl::StatusOr<SubprocessResult> r = (*save)->Wait(absl::Seconds(300));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->exit_code, 0) << r->stderr_text << (*cluster)->Logs();
+  EXPECT_TRUE(absl::StrContains(r->stdout_text, "saved 20000 elements in 400 chunks"))
+      << r->stdout_text;
+  std::cout << "chunks committed before the faults: " << before << " of 400\n";
+
+  // Every element exactly once: the loaded multiset is range(20000)'s.
+  absl::StatusOr<std::vector<std::string>> loaded = Render(absl::StrCat("load('", snap, "')"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  absl::StatusOr<std::vector<std::string>> expected = Render("range(20000)");
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_EQ(loaded->size(), static_cast<size_t>(kN));
+  EXPECT_EQ(Sorted(*loaded), Sorted(*expected));
+  EXPECT_TRUE((*cluster)->StopAll().ok());
+}
+
+TEST_F(S3StorageTest, InterruptedSaveToS3ResumesWithEveryElementOnce) {
+  auto cluster = ProcessCluster::Start({.coordinator_flags = {DataRootFlag()},
+                                        .worker_flags = {DataRootFlag()}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string snap = Remote("snapshots/resumed");
+  const std::vector<std::string> args = {"save", "--coordinator=" + (*cluster)->coordinator(),
+                                         "--pipeline=range(20000)", "--path=" + snap,
+                                         "--split_size=50", "--retry_deadline=120s",
+                                         DataRootFlag()};
+  auto first = StartSluicectl(args);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // The save is killed once its first chunks are committed (bounded: 60 s of 20 ms polls).
+  for (int i = 0; i < 3000 && ChunkSizes(snap).size() < 5; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE((*first)->Signal(SIGKILL).ok());
+  ASSERT_TRUE((*first)->Wait(absl::Seconds(30)).ok());
+  std::cout << "chunks committed before the kill: " << ChunkSizes(snap).size() << " of 400\n";
+
+  // Without --resume the lock refuses; with it the save finishes.
+  absl::StatusOr<SubprocessResult> refused =
+      RunSubprocess([&] {
+        std::vector<std::string> argv = {BuildDir() + "/bin/sluicectl"};
+        argv.insert(argv.end(), args.begin(), args.end());
+        return argv;
+      }(), {.timeout = absl::Seconds(120)});
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_NE(refused->exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(refused->stderr_text, "two saves to one directory"))
+      << refused->stderr_text;
+  std::vector<std::string> resume_args = args;
+  resume_args.push_back("--resume");
+  auto second = StartSluicectl(resume_args);
+  ASSERT_TRUE(second.ok()) << second.status();
+  absl::StatusOr<SubprocessResult> r = (*second)->Wait(absl::Seconds(300));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->exit_code, 0) << r->stderr_text << (*cluster)->Logs();
+  EXPECT_TRUE(absl::StrContains(r->stdout_text, "saved 20000 elements in 400 chunks"))
+      << r->stdout_text;
+
+  absl::StatusOr<std::vector<std::string>> loaded = Render(absl::StrCat("load('", snap, "')"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  absl::StatusOr<std::vector<std::string>> expected = Render("range(20000)");
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_EQ(Sorted(*loaded), Sorted(*expected));
+  EXPECT_TRUE((*cluster)->StopAll().ok());
+}
+
+TEST_F(S3StorageTest, SecondSaveToALockedS3PathIsRefused) {
+  const std::string snap = Remote("snapshots/locked");
+  ASSERT_TRUE(AcquireSnapshotLock(snap, "first-owner").ok());
+  // The conditional PUT is what refuses: the lock object exists.
+  absl::Status again = AcquireSnapshotLock(snap, "second-owner");
+  EXPECT_TRUE(absl::IsAlreadyExists(again)) << again;
+  EXPECT_TRUE(absl::StrContains(again.message(), "first-owner")) << again;
+  absl::StatusOr<std::string> owner = SnapshotLockOwner(snap);
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  EXPECT_EQ(*owner, "first-owner");
+
+  // A whole save is refused before it starts a job (the coordinator is never reached).
+  absl::StatusOr<Dataset> ds = Dataset::Parse("range(10)");
+  ASSERT_TRUE(ds.ok());
+  SnapshotSaveOptions options;
+  options.service.coordinator_address = "127.0.0.1:1";
+  absl::StatusOr<SnapshotSaveResult> saved = SaveSnapshot(*ds, snap, options);
+  EXPECT_TRUE(absl::IsAlreadyExists(saved.status())) << saved.status();
+  EXPECT_TRUE(absl::StrContains(saved.status().message(), "two saves to one directory"))
+      << saved.status();
+
+  ASSERT_TRUE(ReleaseSnapshotLock(snap).ok());
+  EXPECT_TRUE(absl::IsNotFound(SnapshotLockOwner(snap).status()));
+  EXPECT_TRUE(AcquireSnapshotLock(snap, "third-owner").ok());
 }
 
 }  // namespace

@@ -14,8 +14,8 @@
 #include "tools/sluicectl/security.h"
 
 ABSL_FLAG(std::string, path, "",
-          "save: the snapshot's directory (local or a shared mount every worker sees; created "
-          "when missing).");
+          "save: the snapshot's directory (local or a shared mount every worker sees, created "
+          "when missing; or s3://BUCKET/PREFIX, gs://BUCKET/PREFIX: docs/SNAPSHOTS.md).");
 ABSL_FLAG(bool, resume, false,
           "save: continue an interrupted save of the same pipeline to --path (its save.lock is "
           "still there) instead of refusing it.");
@@ -65,7 +65,9 @@ SLUICECTL_REGISTER_COMMAND({
                 "[--resume] [--split_size=N]",
     .help = "Runs a job whose workers write the pipeline's elements to DIR as chunk files (one\n"
             "per DYNAMIC split) beside a manifest with the element spec; `load('DIR')` reads\n"
-            "them back. Two saves to one DIR are refused; --resume continues an interrupted one.",
+            "them back. Two saves to one DIR are refused; --resume continues an interrupted one.\n"
+            "DIR may be an object store's (s3://BUCKET/PREFIX): chunks are uploaded whole\n"
+            "(SLUICE_UPLOAD_PART_BYTES per multipart part), the manifest last.",
     .flags = {"coordinator", "pipeline", "path", "compression", "resume", "split_size",
               "retry_deadline"},
     .run = &SaveMain,

@@ -58,6 +58,19 @@ absl::StatusOr<std::unique_ptr<SnapshotChunkWriter>> SnapshotChunkWriter::Create
     const std::string& directory, const std::string& name, Compression compression,
     int64_t format_version) {
   RETURN_IF_ERROR(CheckSnapshotWritable(directory));
+  if (!IsLocalPath(directory)) {
+    // An object store: the chunk is uploaded under its final name and appears whole at
+    // Commit() (no temporary object, no rename).
+    const std::string final_name = absl::StrCat(SnapshotChunksDirectory(directory), "/", name);
+    ASSIGN_OR_RETURN(const bool raw, IsRawFormat(format_version, final_name));
+    ASSIGN_OR_RETURN(FileSystem * fs, FileSystemFor(final_name));
+    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                     fs->NewWritableFile(final_name, WritableFileOptions()));
+    ASSIGN_OR_RETURN(std::unique_ptr<TFRecordWriter> writer,
+                     TFRecordWriter::ToFile(std::move(file), compression));
+    return std::unique_ptr<SnapshotChunkWriter>(
+        new SnapshotChunkWriter("", final_name, std::move(writer), -1, raw));
+  }
   const std::string chunks = LocalPathOf(SnapshotChunksDirectory(directory));
   const std::string final_name = absl::StrCat(chunks, "/", name);
   ASSIGN_OR_RETURN(const bool raw, IsRawFormat(format_version, final_name));
@@ -83,9 +96,11 @@ absl::StatusOr<std::unique_ptr<SnapshotChunkWriter>> SnapshotChunkWriter::Create
 }
 
 SnapshotChunkWriter::~SnapshotChunkWriter() {
-  if (writer_ != nullptr) writer_->Close().IgnoreError();
+  // An upload's writer is dropped without Close(), which would commit a part of the chunk.
+  if (writer_ != nullptr && !temp_.empty()) writer_->Close().IgnoreError();
+  writer_.reset();
   if (sync_fd_ >= 0) ::close(sync_fd_);
-  if (!committed_) std::remove(temp_.c_str());
+  if (!committed_ && !temp_.empty()) std::remove(temp_.c_str());
 }
 
 absl::Status SnapshotChunkWriter::Append(const Element& element) {
@@ -97,7 +112,7 @@ absl::Status SnapshotChunkWriter::Append(const Element& element) {
   RETURN_IF_ERROR(writer_->Write(record_));
   ++num_elements_;
   unsynced_bytes_ += record_.size();
-  if (unsynced_bytes_ >= kWritebackEveryBytes) {
+  if (sync_fd_ >= 0 && unsynced_bytes_ >= kWritebackEveryBytes) {
     // Starts the write-back of what the file holds so far without waiting for it, so that the
     // disk works while the next elements are produced and Commit()'s fsync finds little left
     // to write. Advisory: a failure here is reported by that fsync, which checks every byte.
@@ -108,6 +123,13 @@ absl::Status SnapshotChunkWriter::Append(const Element& element) {
 }
 
 absl::Status SnapshotChunkWriter::Commit() {
+  if (temp_.empty()) {
+    // An upload: closing it completes the object under its final name, atomically.
+    RETURN_IF_ERROR(writer_->Close());
+    writer_.reset();
+    committed_ = true;
+    return absl::OkStatus();
+  }
   RETURN_IF_ERROR(writer_->Close());
   writer_.reset();
   if (::fsync(sync_fd_) != 0) return FileError(errno, "fsync", temp_);

@@ -6,7 +6,9 @@
 //
 // Writing commits a chunk or leaves nothing: the records go to DIR/chunks/.tmp-<name>-<pid>-<n>
 // (created with O_EXCL), which Commit() fsyncs and renames to DIR/chunks/<name>, then fsyncs
-// the folder. A chunk file name is a function of the input it holds (the fingerprint of the
+// the folder. On an object store (s3://, gs://) there is no rename: the records are uploaded
+// to DIR/chunks/<name> itself (core/io/object_store_upload.h), which appears whole when
+// Commit() completes the upload; a writer destroyed before aborts it. A chunk file name is a function of the input it holds (the fingerprint of the
 // split's graph), so a writer that runs again after a crash, or beside a writer taken for dead,
 // writes the same name: the rename replaces one whole chunk with another, and every element is
 // in the snapshot exactly once.
@@ -42,12 +44,12 @@ namespace sluice {
 class SnapshotChunkWriter {
  public:
   // Creates the temporary file of chunk `name` in DIR/chunks/ (which must exist), for records
-  // of `format_version` (1 or 2; INVALID_ARGUMENT otherwise). Local directories only
-  // (UNIMPLEMENTED otherwise); errno's code naming the file.
+  // of `format_version` (1 or 2; INVALID_ARGUMENT otherwise). Local directories, or an object
+  // store's (UNIMPLEMENTED for other schemes: CheckSnapshotWritable); errors name the file.
   static absl::StatusOr<std::unique_ptr<SnapshotChunkWriter>> Create(
       const std::string& directory, const std::string& name, Compression compression,
       int64_t format_version);
-  // Removes the temporary file unless Commit() succeeded.
+  // Removes the temporary file (aborts the upload) unless Commit() succeeded.
   ~SnapshotChunkWriter();
   SnapshotChunkWriter(const SnapshotChunkWriter&) = delete;
   SnapshotChunkWriter& operator=(const SnapshotChunkWriter&) = delete;
@@ -70,10 +72,11 @@ class SnapshotChunkWriter {
   // without waiting): Commit()'s fsync then waits for the last few MiB, not the whole chunk.
   static constexpr int64_t kWritebackEveryBytes = 8 << 20;
 
-  const std::string temp_;
+  const std::string temp_;  // empty for an upload
   const std::string final_;
   std::unique_ptr<TFRecordWriter> writer_;
-  int sync_fd_;  // a second descriptor of temp_, for the fsync after the writer closes
+  // -1 for an upload; else a second descriptor of temp_, for the fsync after the writer closes
+  int sync_fd_;
   const bool raw_;  // format 2: raw element records; else ElementProto records
   bool committed_ = false;
   int64_t num_elements_ = 0;

@@ -49,6 +49,15 @@ absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& filena
 
 std::atomic<uint64_t> manifest_temp_counter{0};
 
+// Writes `bytes` as the object `url` (an object store's: it appears whole at Close()).
+absl::Status WriteObject(const std::string& url, absl::string_view bytes,
+                         const WritableFileOptions& options) {
+  ASSIGN_OR_RETURN(FileSystem * fs, FileSystemFor(url));
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs->NewWritableFile(url, options));
+  RETURN_IF_ERROR(file->Append(bytes));
+  return file->Close();
+}
+
 }  // namespace
 
 std::string SnapshotManifestPath(absl::string_view directory) {
@@ -162,21 +171,25 @@ absl::Status MakeLocalDirectories(const std::string& path) {
 }
 
 absl::Status CheckSnapshotWritable(const std::string& directory) {
-  if (IsLocalPath(directory)) return absl::OkStatus();
+  const std::string scheme = UrlScheme(directory);
+  if (IsLocalPath(directory) || scheme == "s3" || scheme == "gs") return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat(
       "cannot write the snapshot '", directory, "': snapshots are written to local (or "
-      "mounted) paths only; the FileSystem layer has no writes for ", UrlScheme(directory),
-      "://"));
+      "mounted) paths and object stores (s3://, gs://) only; ", scheme, ":// has no writes"));
 }
 
 absl::Status WriteSnapshotManifest(const std::string& directory,
                                    const proto::SnapshotManifest& manifest) {
   RETURN_IF_ERROR(CheckSnapshotWritable(directory));
+  std::string framed;
+  AppendTFRecord(manifest.SerializeAsString(), &framed);
+  if (!IsLocalPath(directory)) {
+    // One PUT (a manifest is far below a part): the new object replaces the old whole.
+    return WriteObject(SnapshotManifestPath(directory), framed, WritableFileOptions());
+  }
   const std::string filename = LocalPathOf(SnapshotManifestPath(directory));
   const std::string temp = absl::StrCat(filename, ".tmp-", ::getpid(), "-",
                                         manifest_temp_counter.fetch_add(1));
-  std::string framed;
-  AppendTFRecord(manifest.SerializeAsString(), &framed);
   ASSIGN_OR_RETURN(int fd, OpenLocalFile(temp, O_WRONLY | O_CREAT | O_EXCL, 0644));
   absl::Status s = WriteAll(fd, framed, temp);
   if (s.ok() && ::fsync(fd) != 0) s = FileError(errno, "fsync", temp);
@@ -192,6 +205,16 @@ absl::Status WriteSnapshotManifest(const std::string& directory,
 }
 
 absl::Status AcquireSnapshotLock(const std::string& directory, const std::string& owner) {
+  if (!IsLocalPath(directory)) {
+    WritableFileOptions exclusive;
+    exclusive.fail_if_exists = true;  // If-None-Match: *, the store's O_EXCL
+    absl::Status s = WriteObject(SnapshotLockPath(directory), owner, exclusive);
+    if (!absl::IsAlreadyExists(s)) return s;
+    absl::StatusOr<std::string> held = SnapshotLockOwner(directory);
+    return absl::AlreadyExistsError(absl::StrCat(
+        "another save is writing the snapshot '", directory, "' (", SnapshotLockPath(directory),
+        " exists", held.ok() ? absl::StrCat(", held for pipeline ", *held) : std::string(), ")"));
+  }
   const std::string filename = LocalPathOf(SnapshotLockPath(directory));
   absl::StatusOr<int> fd = OpenLocalFile(filename, O_WRONLY | O_CREAT | O_EXCL, 0644);
   // O_EXCL made the choice; the failed open's errno is gone, so EEXIST is told by the file.
@@ -214,6 +237,13 @@ absl::Status AcquireSnapshotLock(const std::string& directory, const std::string
 }
 
 absl::StatusOr<std::string> SnapshotLockOwner(const std::string& directory) {
+  if (!IsLocalPath(directory)) {
+    ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> lock,
+                     OpenRandomAccessFile(SnapshotLockPath(directory)));
+    char buf[256];
+    ASSIGN_OR_RETURN(size_t n, lock->ReadAt(0, buf, sizeof(buf)));
+    return std::string(buf, n);
+  }
   const std::string filename = LocalPathOf(SnapshotLockPath(directory));
   ASSIGN_OR_RETURN(int fd, OpenLocalFile(filename, O_RDONLY));
   char buf[256];
@@ -228,6 +258,10 @@ absl::StatusOr<std::string> SnapshotLockOwner(const std::string& directory) {
 }
 
 absl::Status ReleaseSnapshotLock(const std::string& directory) {
+  if (!IsLocalPath(directory)) {
+    ASSIGN_OR_RETURN(FileSystem * fs, FileSystemFor(directory));
+    return fs->DeleteFile(SnapshotLockPath(directory));
+  }
   const std::string filename = LocalPathOf(SnapshotLockPath(directory));
   if (std::remove(filename.c_str()) != 0 && errno != ENOENT) {
     return FileError(errno, "remove", filename);

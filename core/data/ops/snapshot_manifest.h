@@ -10,7 +10,10 @@
 //   if (!m.done()) ...
 //
 // Reads go through the FileSystem of the URL's scheme (core/io/file_system.h), so a snapshot on
-// s3:// can be loaded; writes are local only (the FileSystem interface has no writes).
+// s3:// can be loaded. Writes go to local directories, or to an object store (s3://, gs://)
+// without rename: each object is written whole under its final name (a PUT or a completed
+// multipart upload is atomic), the manifest last, and the lock is created with
+// "If-None-Match: *" (docs/SNAPSHOTS.md says what a store without conditional writes allows).
 //
 // Errors name the file: NOT_FOUND no manifest (not a snapshot directory), DATA_LOSS a manifest
 // that fails its checksum, is truncated, larger than kMaxSnapshotManifestBytes, does not parse
@@ -53,12 +56,13 @@ absl::StatusOr<proto::SnapshotManifest> ReadSnapshotManifest(const std::string& 
 absl::StatusOr<proto::SnapshotManifest> ParseSnapshotManifest(absl::string_view bytes,
                                                               const std::string& filename);
 // Writes DIR/manifest atomically (a temporary file, fsync, rename, fsync of DIR): a reader sees
-// the old manifest or the new one, never a part. Local directories only (UNIMPLEMENTED
-// otherwise); errno's code naming the file.
+// the old manifest or the new one, never a part; on an object store one PUT, as atomic.
+// UNIMPLEMENTED for a scheme without writes; errors name the file.
 absl::Status WriteSnapshotManifest(const std::string& directory,
                                    const proto::SnapshotManifest& manifest);
 
-// Creates DIR/save.lock with O_EXCL holding `owner` (the saved pipeline's fingerprint).
+// Creates DIR/save.lock with O_EXCL (on an object store: a PUT with If-None-Match: *) holding
+// `owner` (the saved pipeline's fingerprint).
 // ALREADY_EXISTS naming the lock and the owner it holds when another save has it; errno's code
 // otherwise.
 absl::Status AcquireSnapshotLock(const std::string& directory, const std::string& owner);
@@ -67,8 +71,8 @@ absl::StatusOr<std::string> SnapshotLockOwner(const std::string& directory);
 // Removes DIR/save.lock (OK when it is already gone).
 absl::Status ReleaseSnapshotLock(const std::string& directory);
 
-// OK for a local directory; UNIMPLEMENTED naming `directory` otherwise (the FileSystem layer
-// has no writes, so snapshots are written to local or mounted paths only).
+// OK for a local directory and an object store's (s3://, gs://); UNIMPLEMENTED naming
+// `directory` otherwise (http(s):// has no writes).
 absl::Status CheckSnapshotWritable(const std::string& directory);
 
 // fsync(2) of a local file or directory; errno's code naming it.
