@@ -263,6 +263,7 @@ absl::StatusOr<std::shared_ptr<const MapFunction>> MakeMapFunction(const proto::
                                                                    const ElementSpec& input) {
   RETURN_IF_ERROR(InferMapSpec(map, input).status());
   ASSIGN_OR_RETURN(std::unique_ptr<ComponentFn> fn, MakeComponentFn(map));
+  RETURN_IF_ERROR(fn->Open());
   return std::shared_ptr<const MapFunction>(
       new ComponentMapFunction(std::shared_ptr<const ComponentFn>(std::move(fn)), map));
 }

@@ -59,6 +59,11 @@ class ComponentFn {
   virtual absl::StatusOr<ElementSpec> OutputSpec(const TensorSpec& input) const = 0;
   // INVALID_ARGUMENT (no position prefix) when the input does not fit.
   virtual absl::StatusOr<Element> Apply(const Tensor& input) const = 0;
+  // Loads what Apply needs from outside the pipeline (tokenize's model file). MakeMapFunction
+  // calls it once when a pipeline is built, before any Apply; spec inference does not (a client
+  // need not reach the file). An error fails the pipeline, not an element, so ignore_errors()
+  // cannot skip it. The default has nothing to load.
+  virtual absl::Status Open() { return absl::OkStatus(); }
   // True if the fn works row by row: Apply on a tensor of shape [n] + S gives, for every n >= 1,
   // exactly the n results of Apply on its rows stacked along dimension 0, and an error only
   // where some row's Apply fails. The bulk path (core/data/iterator.h) maps whole blocks then.
@@ -113,7 +118,8 @@ absl::StatusOr<std::unique_ptr<ComponentFn>> MakeComponentFn(const proto::MapOp&
 // element or the fn cannot apply (the message names both).
 absl::StatusOr<ElementSpec> InferMapSpec(const proto::MapOp& map, const ElementSpec& input);
 
-// Builds the fn for elements of `input`; checks what InferMapSpec checks.
+// Builds the fn for elements of `input`; checks what InferMapSpec checks, then opens the fn
+// (ComponentFn::Open), whose error it returns.
 absl::StatusOr<std::shared_ptr<const MapFunction>> MakeMapFunction(const proto::MapOp& map,
                                                                    const ElementSpec& input);
 

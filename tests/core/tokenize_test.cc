@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -183,6 +184,30 @@ TEST_F(TokenizeTest, MissingOrCorruptModelIsAnErrorNamingIt) {
   EXPECT_NE(rows.status().message().find(corrupt + " is not a SentencePiece model"),
             std::string::npos)
       << rows.status();
+}
+
+// A model that cannot be loaded fails the pipeline when it is built, so ignore_errors() cannot
+// skip every element and leave an empty dataset (silently dropped data); the spec, which a
+// client computes without the file, is still known.
+TEST_F(TokenizeTest, UnloadableModelFailsThePipelineEvenUnderIgnoreErrors) {
+  const std::string missing = Dir() + "/missing.model";
+  const std::string corrupt = Dir() + "/corrupt_for_ignore.model";
+  std::ofstream(corrupt) << "this is not a protobuf \xff\xff\xff";
+  const std::vector<std::pair<std::string, absl::StatusCode>> models = {
+      {missing, absl::StatusCode::kNotFound}, {corrupt, absl::StatusCode::kInvalidArgument}};
+  for (const auto& [model, code] : models) {
+    SCOPED_TRACE(model);
+    auto ds = Dataset::Parse(absl::StrCat("from_tensors('a').repeat(5).map(tokenize('", model,
+                                          "')).ignore_errors()"));
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    auto spec = ds->element_spec();
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->leaf().dtype, DType::kInt32);
+    auto it = MakeIterator(*ds, ExecutorOptions());
+    ASSERT_FALSE(it.ok()) << "the pipeline was built with an unloadable model";
+    EXPECT_EQ(it.status().code(), code) << it.status();
+    EXPECT_NE(it.status().message().find(model), std::string::npos) << it.status();
+  }
 }
 
 TEST_F(TokenizeTest, DataRootsConfineTheModelPath) {

@@ -1,9 +1,10 @@
 // tokenize(model, add_bos=False, add_eos=False) for map(): a string scalar becomes its
 // SentencePiece ids, an int32 vector [n] (n varies per element: padded_batch,
-// bucket_by_sequence_length or pack batch them). The model (sentencepiece_model.h) is loaded on
-// the first element a process maps and shared by all its threads and pipelines; a model that
-// cannot be loaded fails that element with an error naming the file (so the pipeline stops
-// there, unless ignore_errors() skips every element).
+// bucket_by_sequence_length or pack batch them). The model (sentencepiece_model.h) is loaded
+// when the pipeline is built (ComponentFn::Open) and shared by all the process's threads and
+// pipelines; a model that cannot be loaded fails the pipeline, not its elements, with an error
+// naming the file (NOT_FOUND, INVALID_ARGUMENT, ...), so ignore_errors() cannot turn it into an
+// empty dataset. Spec inference does not load it (a client need not reach the file).
 #include <memory>
 #include <string>
 #include <utility>
@@ -32,12 +33,19 @@ class TokenizeFn : public ComponentFn {
     return ElementSpec(TensorSpec{DType::kInt32, Shape({kUnknownDim})});
   }
 
+  absl::Status Open() override {
+    ASSIGN_OR_RETURN(model_, SentencePieceModel::Get(options_.model()));
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<Element> Apply(const Tensor& input) const override {
     RETURN_IF_ERROR(Check(input.dtype(), input.shape()));
-    ASSIGN_OR_RETURN(std::shared_ptr<const SentencePieceModel> model,
-                     SentencePieceModel::Get(options_.model()));
+    if (model_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Describe(), " was applied before its model was loaded (Open)"));
+    }
     ASSIGN_OR_RETURN(Tensor ids,
-                     model->Encode(input.string_at(0), options_.add_bos(), options_.add_eos()));
+                     model_->Encode(input.string_at(0), options_.add_bos(), options_.add_eos()));
     return Element(std::move(ids));
   }
 
@@ -52,6 +60,8 @@ class TokenizeFn : public ComponentFn {
   }
 
   const proto::TokenizeFn options_;
+  // Set by Open, before any Apply; immutable after.
+  std::shared_ptr<const SentencePieceModel> model_;
 };
 
 }  // namespace
