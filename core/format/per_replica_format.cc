@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/format/tensor_format.h"
+#include "sluice/composite_tensor.h"
 
 namespace sluice {
 namespace {
@@ -70,9 +71,37 @@ bool PlainLeaf(const DistributedElementSpec& spec, bool plain) {
   return plain && spec.is_leaf() && spec.leaf().specs.size() == 1;
 }
 
+// A composite node (SparseTensor / RaggedTensor) as TF prints it: its spec for one replica of a
+// kPlainElement spec, else PerReplicaSpec(spec of replica 0, spec of replica 1, ...).
+std::string FormatCompositeSpec(const DistributedElementSpec& spec, bool plain,
+                                const std::string& separator) {
+  const size_t replicas =
+      spec.children().empty() ? 0 : spec.children()[0].leaf().specs.size();
+  std::vector<std::string> texts;
+  for (size_t r = 0; r < replicas; ++r) {
+    std::vector<ElementSpec> components;
+    for (const DistributedElementSpec& c : spec.children()) {
+      components.push_back(ElementSpec(c.leaf().specs[r]));
+    }
+    texts.push_back(CompositeSpecToString(
+        ElementSpec::Composite(spec.kind(), std::move(components), spec.composite_dims())));
+  }
+  if (plain && texts.size() == 1) return texts[0];
+  std::string out = "PerReplicaSpec(";
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (i > 0) out += separator;
+    out += texts[i];
+  }
+  if (texts.size() == 1) out += ",";
+  return out + ")";
+}
+
 // The seed layout; `col` is the column where this node's text starts.
 std::string FormatSpecAt(const DistributedElementSpec& spec, size_t col, bool plain) {
   if (PlainLeaf(spec, plain)) return spec.leaf().specs[0].ToString();
+  if (spec.is_composite()) {
+    return FormatCompositeSpec(spec, plain, ",\n" + std::string(col + 15, ' '));
+  }
   if (spec.is_leaf()) {
     static constexpr char kOpen[] = "PerReplicaSpec(";
     const std::string indent = ",\n" + std::string(col + sizeof(kOpen) - 1, ' ');
@@ -108,6 +137,7 @@ std::string FormatSpecAt(const DistributedElementSpec& spec, size_t col, bool pl
 
 std::string FormatSpecRepr(const DistributedElementSpec& spec, bool plain) {
   if (PlainLeaf(spec, plain)) return spec.leaf().specs[0].ToString();
+  if (spec.is_composite()) return FormatCompositeSpec(spec, plain, ", ");
   if (spec.is_leaf()) {
     std::string out = "PerReplicaSpec(";
     const std::vector<TensorSpec>& specs = spec.leaf().specs;

@@ -21,7 +21,8 @@ from . import errors
 from . import _sluice
 from . import _tensor_ops  # noqa: F401 (gives Tensor its arithmetic)
 from . import data
-from ._values import Optional, PerReplica, PerReplicaSpec, TensorSpec, pformat
+from ._values import (Optional, PerReplica, PerReplicaSpec, RaggedTensor, RaggedTensorSpec,
+                      SparseTensor, SparseTensorSpec, TensorSpec, pformat)
 from .distribute import (DistributedDataset, DistributedIterator, InputContext, InputOptions,
                          InputReplicationMode, MirroredStrategy, ReduceOp)
 from .function import function
@@ -37,6 +38,7 @@ __all__ = [
     "__version__", "CrossTrainerCache",
     "DistributedDataset", "DistributedIterator", "InputContext", "InputOptions",
     "InputReplicationMode", "MirroredStrategy", "Optional", "PerReplica", "PerReplicaSpec",
-    "ReduceOp", "Tensor", "TensorSpec", "constant", "data", "distribute_from_service", "errors", "function",
+    "RaggedTensor", "RaggedTensorSpec", "ReduceOp", "SparseTensor", "SparseTensorSpec",
+    "Tensor", "TensorSpec", "constant", "data", "distribute_from_service", "errors", "function",
     "parse_checkpoint", "pformat", "resolve_cluster", "save",
 ]

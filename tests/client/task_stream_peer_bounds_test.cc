@@ -12,9 +12,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <limits>
 #include <memory>
 #include <string>
@@ -32,6 +35,7 @@
 #include "absl/time/time.h"
 #include "client/service_step_source.h"
 #include "core/rpc/step_frame.h"
+#include "core/tensor/proto_convert.h"
 #include "core/util/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/rpc_service_method.h"
@@ -39,8 +43,10 @@
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "proto/worker.pb.h"
+#include "sluice/composite_tensor.h"
 #include "sluice/element.h"
 #include "sluice/tensor.h"
+#include "tests/seeded_rng.h"
 
 namespace sluice {
 namespace {
@@ -446,6 +452,198 @@ TEST(TaskStreamPeerBoundsTest, ATaskStoppedPastTheDeadlineBecauseItsJobFailedGiv
   EXPECT_EQ(read.status().code(), absl::StatusCode::kResourceExhausted) << read.status();
   EXPECT_TRUE(absl::StrContains(read.status().message(), job_error)) << read.status();
   EXPECT_EQ(calls.load(), 1);
+}
+
+// Hostile SparseTensor / RaggedTensor components from a worker (issue 31): the job's spec says
+// what each piece holds, the worker's frame carries only the dense components, so a worker can
+// send row_splits that decrease or do not span the values, indices outside dense_shape, counts
+// that disagree, or too few components. Each is DATA_LOSS naming the step and the composite,
+// never a crash or a value handed to the trainer. A seeded generated set
+// (SLUICE_ADVERSARIAL_SEED, printed), after a good value that must read back whole.
+Tensor Int64s(const std::vector<int64_t>& v, std::vector<int64_t> dims) {
+  Tensor t = Tensor::Allocate(DType::kInt64, Shape(std::move(dims)));
+  for (size_t i = 0; i < v.size(); ++i) t.mutable_data<int64_t>()[i] = v[i];
+  return t;
+}
+
+struct HostileComposite {
+  std::string what;                 // the planted fault, for failure messages
+  bool sparse = false;              // the spec: SparseTensor int64 [None, None], else ragged
+  std::vector<Tensor> components;   // what the worker sends
+  std::string named;                // what the error must name
+};
+
+// A ragged [n, None] value (flat_values, row_splits) or a sparse [a, b] one (indices, values,
+// dense_shape), valid, then one fault planted.
+HostileComposite GenerateHostile(SeededRng* rng) {
+  HostileComposite h;
+  h.sparse = rng->Chance(50);
+  if (!h.sparse) {
+    h.named = "RaggedTensor";
+    const int64_t rows = rng->In(1, 6);
+    std::vector<int64_t> splits = {0};
+    for (int64_t r = 0; r < rows; ++r) splits.push_back(splits.back() + rng->In(0, 4));
+    int64_t m = splits.back();
+    switch (rng->In(0, 4)) {
+      case 0: {  // a split below the one before it
+        const size_t k = static_cast<size_t>(rng->In(1, rows));
+        splits[k] = splits[k - 1] - rng->In(1, 3);
+        h.what = "row_splits decrease";
+        break;
+      }
+      case 1:
+        splits[0] = rng->In(1, 3);
+        if (splits[1] < splits[0]) splits[1] = splits[0];
+        for (size_t k = 2; k < splits.size(); ++k) splits[k] = std::max(splits[k], splits[k - 1]);
+        m = splits.back();
+        h.what = "row_splits start above 0";
+        break;
+      case 2:
+        m = splits.back() + (rng->Chance(50) ? rng->In(1, 5) : -rng->In(1, 5));
+        if (m < 0) m = splits.back() + 1;
+        h.what = "row_splits end away from the values";
+        break;
+      case 3:
+        splits.clear();
+        h.what = "no row_splits";
+        break;
+      default:
+        splits.back() = std::numeric_limits<int64_t>::max() - rng->In(0, 3);
+        h.what = "row_splits end far beyond the values";
+        break;
+    }
+    std::vector<int64_t> values(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) values[static_cast<size_t>(i)] = i;
+    h.components = {Int64s(values, {m}),
+                    Int64s(splits, {static_cast<int64_t>(splits.size())})};
+  } else {
+    h.named = "SparseTensor";
+    std::vector<int64_t> dense_shape = {rng->In(1, 5), rng->In(1, 5)};
+    const int64_t n = rng->In(1, 4);
+    std::vector<int64_t> indices;
+    for (int64_t i = 0; i < n; ++i) {
+      indices.push_back(rng->In(0, dense_shape[0] - 1));
+      indices.push_back(rng->In(0, dense_shape[1] - 1));
+    }
+    int64_t num_values = n;
+    int64_t width = 2;
+    const size_t at = static_cast<size_t>(rng->In(0, 2 * n - 1));
+    switch (rng->In(0, 4)) {
+      case 0:
+        indices[at] = dense_shape[at % 2] + rng->In(0, 1000);
+        h.what = "an index outside dense_shape";
+        break;
+      case 1:
+        indices[at] = -rng->In(1, 1000);
+        h.what = "a negative index";
+        break;
+      case 2:
+        num_values = n + (rng->Chance(50) ? rng->In(1, 3) : -rng->In(1, n));
+        h.what = "values and indices disagree on the count";
+        break;
+      case 3:
+        dense_shape[static_cast<size_t>(rng->In(0, 1))] = -rng->In(1, 1000);
+        h.what = "a negative dense_shape";
+        break;
+      default:
+        indices.resize(static_cast<size_t>(n));  // one column for a rank-2 dense_shape
+        width = 1;
+        h.what = "indices narrower than the rank";
+        break;
+    }
+    std::vector<int64_t> values(static_cast<size_t>(num_values), 7);
+    h.components = {Int64s(indices, {n, width}), Int64s(values, {num_values}),
+                    Int64s(dense_shape, {2})};
+  }
+  if (rng->Chance(15)) {  // a component missing: the counts of the spec and the frame disagree
+    h.components.pop_back();
+    h.what += ", a component missing";
+    h.named = "";
+  }
+  return h;
+}
+
+grpc::ByteBuffer CompositeFrame(std::vector<Tensor> components) {
+  StepFrame frame;
+  WireStep w;
+  w.task_step = 0;
+  w.num_real_pieces = 1;
+  w.pieces.push_back(std::move(components));
+  frame.steps.push_back(std::move(w));
+  frame.end_of_task = true;
+  grpc::ByteBuffer out;
+  EXPECT_TRUE(EncodeStepFrame(frame, &out).ok());
+  return out;
+}
+
+TEST(TaskStreamPeerBoundsTest, HostileCompositeComponentsAreDataLossNamingTheComposite) {
+  uint64_t seed = 31;
+  if (const char* v = std::getenv("SLUICE_ADVERSARIAL_SEED")) seed = std::strtoull(v, nullptr, 10);
+  std::cout << "SLUICE_ADVERSARIAL_SEED=" << seed << std::endl;
+  SeededRng rng(seed);
+  absl::Mutex mu;
+  std::vector<Tensor> sent;  // what the worker sends next: one frame, one step
+  Servers servers([&](int64_t, grpc::ServerContext*, Stream* stream) {
+    std::vector<Tensor> components;
+    {
+      absl::MutexLock lock(&mu);
+      components = sent;
+    }
+    stream->Write(CompositeFrame(std::move(components)));
+    return DrainAndEnd(stream);
+  });
+  servers.StartCoordinator();
+  const ElementSpec ragged_spec = RaggedTensorSpecOf(DType::kInt64, {kUnknownDim, kUnknownDim}, 1);
+  const ElementSpec sparse_spec = SparseTensorSpecOf(DType::kInt64, {kUnknownDim, kUnknownDim});
+  // Reads the one step the worker sends.
+  auto read_one = [&](const ElementSpec& spec,
+                      std::vector<Tensor> components) -> absl::StatusOr<Element> {
+    {
+      absl::MutexLock lock(&mu);
+      sent = std::move(components);
+    }
+    auto source = ServiceStepSource::Create(Options(servers.coordinator_address(), spec));
+    if (!source.ok()) return source.status();
+    std::vector<Element> replicas;
+    bool end = false;
+    RETURN_IF_ERROR((*source)->GetNextStep(&replicas, &end));
+    if (end) return absl::InternalError("end of data before the step");
+    return replicas.at(0);
+  };
+
+  // A good ragged value [[1, 2], [], [3]] reads back whole: the harness delivers composites.
+  absl::StatusOr<Element> good = read_one(
+      ragged_spec, {Int64s({1, 2, 3}, {3}), Int64s({0, 2, 2, 3}, {4})});
+  ASSERT_TRUE(good.ok()) << good.status();
+  ASSERT_EQ(good->kind(), NestKind::kRagged);
+  EXPECT_EQ(good->children()[1].leaf().shape().dim(0), 4);
+  EXPECT_EQ(good->children()[1].leaf().data<int64_t>()[1], 2);
+
+  // The spec the consumer reads pieces by comes from the coordinator as a proto: one claiming a
+  // SparseTensor of 2 components (a worker's frame could then match it) is refused on arrival.
+  {
+    proto::ElementSpecProto p = ElementSpecToProto(sparse_spec);
+    p.mutable_structure()->mutable_children()->RemoveLast();
+    p.mutable_specs()->RemoveLast();
+    absl::StatusOr<ElementSpec> spec = ElementSpecFromProto(p);
+    ASSERT_FALSE(spec.ok()) << "a SparseTensor of 2 components was accepted";
+    EXPECT_TRUE(absl::StrContains(spec.status().message(), "SparseTensor")) << spec.status();
+  }
+
+  constexpr int kCases = 60;
+  for (int i = 0; i < kCases; ++i) {
+    HostileComposite h = GenerateHostile(&rng);
+    absl::StatusOr<Element> got =
+        read_one(h.sparse ? sparse_spec : ragged_spec, std::move(h.components));
+    ASSERT_FALSE(got.ok()) << "case " << i << " (" << h.what << ", seed " << seed
+                           << ") was accepted";
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss)
+        << "case " << i << " (" << h.what << "): " << got.status();
+    EXPECT_TRUE(absl::StrContains(got.status().message(), "task step 0"))
+        << "case " << i << " (" << h.what << "): " << got.status();
+    EXPECT_TRUE(absl::StrContains(got.status().message(), h.named))
+        << "case " << i << " (" << h.what << "): " << got.status();
+  }
 }
 
 }  // namespace

@@ -69,6 +69,15 @@ absl::StatusOr<ElementSpec> DistributedPerReplicaSpec(const Dataset& dataset, in
   ASSIGN_OR_RETURN(ElementSpec spec, dataset.element_spec());
   const int64_t n = num_workers * replicas_per_worker;
   if (n == 1) return spec;  // TF does not rebatch for one replica in sync.
+  if (spec.HasComposite()) {
+    // TF's rebatch splits a RaggedTensor's or SparseTensor's rows; Sluice's cut does not yet.
+    // Refused here, where every mode (in-process, the coordinator's job creation) asks for the
+    // per-replica spec, so a job is refused before it starts rather than mid-stream.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot distribute an element with SparseTensor or RaggedTensor components across ", n,
+        " replicas in sync: rebatching composites is not supported yet; use one replica per "
+        "consumer (one device)"));
+  }
 
   ASSIGN_OR_RETURN(int64_t global_batch, GlobalBatchSize(dataset, n));
   ElementSpec per_replica;
