@@ -3,7 +3,6 @@
 // 2.15.1) runs on the same int64 vectors (written as JSON Lines {"x": [...]}) and must give TF's
 // batches, padded values and element_spec shape, or contain TF's error message.
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -13,17 +12,11 @@
 #include "core/util/json_value.h"
 #include "gtest/gtest.h"
 #include "iterator_test_util.h"
+#include "record_test_util.h"
 #include "sluice/dataset.h"
 
 namespace sluice {
 namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string IntList(const JsonValue& v) {
   std::vector<std::string> parts;
@@ -54,7 +47,8 @@ std::string Expression(const std::string& file, const JsonValue& args) {
 class BucketGoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BucketGoldenTest, MatchesTensorFlow) {
-  absl::StatusOr<JsonValue> goldens = ParseJson(ReadFile("tests/testdata/text/bucket_goldens.json"));
+  absl::StatusOr<JsonValue> goldens =
+      ParseJson(record_test::ReadWholeFile("tests/testdata/text/bucket_goldens.json"));
   ASSERT_TRUE(goldens.ok()) << goldens.status();
   const JsonValue& c = (*goldens)["cases"][GetParam()];
   std::string lines;
