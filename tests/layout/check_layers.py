@@ -19,7 +19,7 @@ LAYERS = ["util", "tensor", "device", "format", "io", "obs", "data", "rpc"]
 # include/sluice/<name> -> the core layer that implements it; absent: client (above core).
 PUBLIC_LAYER = {
     "dtype.h": "tensor", "shape.h": "tensor", "tensor.h": "tensor", "nest.h": "tensor",
-    "element.h": "tensor", "per_replica.h": "tensor", "per_replica_format.h": "format",
+    "element.h": "tensor", "composite_tensor.h": "tensor", "per_replica.h": "tensor", "per_replica_format.h": "format",
     "dataset.h": "data", "plugin_api.h": "data", "auto_shard_policy.h": "data",
     "snapshot.h": "data",
 }
