@@ -182,8 +182,10 @@ void RunChaos(const Mode& mode, uint64_t seed, absl::Duration budget) {
     auto trainers = StartTrainers(c.coordinator(), absl::StrCat("chaos", rounds), mode);
     ASSERT_TRUE(trainers.ok()) << trainers.status();
     // Faults while the trainers run (at most 30 per round).
+    // The first soon after the start: a DATA job reads its first steps in milliseconds now that
+    // tasks reach workers at once, and may end before 100 ms.
     for (int f = 0; f < 30 && AnyRunning(*trainers); ++f) {
-      absl::SleepFor(absl::Milliseconds(uniform(100, 600)));
+      absl::SleepFor(absl::Milliseconds(f == 0 ? uniform(5, 100) : uniform(100, 600)));
       if (!AnyRunning(*trainers)) break;
       std::vector<int> running;
       for (int w = 0; w < c.num_workers(); ++w) {
