@@ -28,6 +28,8 @@ class PieceTrie {
   explicit PieceTrie(std::vector<std::pair<std::string, int>> keys);
 
   bool empty() const { return nodes_.size() <= 1; }
+  // Whether some key starts with `byte`.
+  bool HasKeyStartingWith(uint8_t byte) const { return root_children_[byte] >= 0; }
 
   // Calls visit(length, value) for each key that is a prefix of `text`, shorter keys first.
   template <typename Visit>

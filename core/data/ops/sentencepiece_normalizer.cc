@@ -50,7 +50,39 @@ absl::StatusOr<std::unique_ptr<SentencePieceNormalizer>> SentencePieceNormalizer
     }
   }
   if (!user_defined.empty()) n->user_defined_ = std::make_unique<PieceTrie>(user_defined);
+  const auto user_defined_start = [&](uint8_t byte) {
+    return n->user_defined_ != nullptr && n->user_defined_->HasKeyStartingWith(byte);
+  };
+  bool is_key = false;
+  n->plain_space_ = !user_defined_start(' ') && !n->CharsmapHasKeyStartingWith(" ", &is_key);
+  for (int b = 0; b < 0x80; ++b) {
+    const char byte[1] = {static_cast<char>(b)};
+    bool free = b != ' ' && !user_defined_start(static_cast<uint8_t>(b));
+    if (free && n->CharsmapHasKeyStartingWith(absl::string_view(byte, 1), &is_key)) {
+      free = !is_key;
+      for (int c = 0; free && c < 0x80; ++c) {
+        const char pair[2] = {static_cast<char>(b), static_cast<char>(c)};
+        free = !n->CharsmapHasKeyStartingWith(absl::string_view(pair, 2), &is_key);
+      }
+    }
+    n->verbatim_before_ascii_[static_cast<size_t>(b)] = free;
+  }
   return n;
+}
+
+bool SentencePieceNormalizer::CharsmapHasKeyStartingWith(absl::string_view prefix,
+                                                         bool* is_key) const {
+  *is_key = false;
+  if (units_.empty()) return false;
+  size_t pos = Offset(units_[0]);
+  for (char c : prefix) {
+    const uint8_t byte = static_cast<uint8_t>(c);
+    pos ^= byte;
+    if (pos >= units_.size() || Label(units_[pos]) != byte) return false;
+    *is_key = HasLeaf(units_[pos]);
+    pos ^= Offset(units_[pos]);
+  }
+  return true;
 }
 
 size_t SentencePieceNormalizer::LongestCharsmapMatch(absl::string_view input,
@@ -112,6 +144,24 @@ bool SentencePieceNormalizer::Normalize(absl::string_view input, std::string* ou
   if (!treat_whitespace_as_suffix_ && add_dummy_prefix_) add_space();
   bool previous_is_space = remove_extra_whitespaces_;
   while (!input.empty()) {
+    // The common cases first, with what the general rule below would do with them.
+    size_t n = 0;
+    while (n < input.size() && verbatim_before_ascii_[static_cast<uint8_t>(input[n])] &&
+           (n + 1 == input.size() || static_cast<uint8_t>(input[n + 1]) < 0x80)) {
+      ++n;
+    }
+    if (n > 0) {
+      out->append(input.data(), n);
+      input.remove_prefix(n);
+      previous_is_space = false;
+      continue;
+    }
+    if (input[0] == ' ' && plain_space_) {
+      if (!previous_is_space) add_space();
+      previous_is_space = remove_extra_whitespaces_;
+      input.remove_prefix(1);
+      continue;
+    }
     auto [replacement, consumed] = NormalizePrefix(input, &valid_utf8);
     if (previous_is_space) {
       while (absl::ConsumePrefix(&replacement, " ")) {

@@ -19,6 +19,7 @@
 #ifndef SLUICE_CORE_DATA_OPS_SENTENCEPIECE_NORMALIZER_H_
 #define SLUICE_CORE_DATA_OPS_SENTENCEPIECE_NORMALIZER_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -59,6 +60,10 @@ class SentencePieceNormalizer {
   // Length of the longest charsmap key prefixing `input` (0: none) and its replacement offset.
   size_t LongestCharsmapMatch(absl::string_view input, uint32_t* value) const;
 
+  // Whether some charsmap key starts with `prefix` (non-empty); *is_key says whether
+  // `prefix` itself is one.
+  bool CharsmapHasKeyStartingWith(absl::string_view prefix, bool* is_key) const;
+
   // The charsmap's double array (units) and its replacement strings, NUL-terminated.
   std::vector<uint32_t> units_;
   std::string replacements_;
@@ -68,6 +73,13 @@ class SentencePieceNormalizer {
   bool escape_whitespaces_ = true;
   bool treat_whitespace_as_suffix_ = false;
   absl::string_view space_symbol_;
+  // ASCII bytes other than space that normalize to themselves when an ASCII byte (or the end)
+  // follows: no user-defined symbol starts with them, no charsmap key is the byte alone or
+  // starts with it and an ASCII byte (NFKC's keys start with a letter and a combining mark).
+  // Runs of them are copied at once.
+  std::array<bool, 256> verbatim_before_ascii_{};
+  // Whether a space is only a space (no rule starts with it).
+  bool plain_space_ = false;
 };
 
 }  // namespace sluice
