@@ -146,10 +146,9 @@ bool SentencePieceNormalizer::Normalize(absl::string_view input, std::string* ou
   while (!input.empty()) {
     // The common cases first, with what the general rule below would do with them.
     size_t n = 0;
-    while (n < input.size() && verbatim_before_ascii_[static_cast<uint8_t>(input[n])] &&
-           (n + 1 == input.size() || static_cast<uint8_t>(input[n + 1]) < 0x80)) {
-      ++n;
-    }
+    while (n < input.size() && verbatim_before_ascii_[static_cast<uint8_t>(input[n])]) ++n;
+    // Inside the run an ASCII byte follows each byte; the last one's follower may not be.
+    if (n > 0 && n < input.size() && static_cast<uint8_t>(input[n]) >= 0x80) --n;
     if (n > 0) {
       out->append(input.data(), n);
       input.remove_prefix(n);

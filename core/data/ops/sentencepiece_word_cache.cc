@@ -13,9 +13,8 @@ size_t SentencePieceWordCache::EntryBytes(absl::string_view word, const WordSegm
 const WordSegmentation* SentencePieceWordCache::Find(absl::string_view word) {
   auto it = index_.find(word);
   if (it == index_.end()) return nullptr;
-  Slot& slot = slots_[it->second];
-  slot.referenced = true;
-  return &slot.segmentation;
+  it->second->referenced = true;
+  return &it->second->segmentation;
 }
 
 size_t SentencePieceWordCache::MakeRoom(size_t incoming) {
@@ -54,7 +53,7 @@ const WordSegmentation& SentencePieceWordCache::Insert(absl::string_view word,
   slot.referenced = false;
   slot.used = true;
   bytes_ += entry_bytes;
-  index_.emplace(absl::string_view(slot.word), index);
+  index_.emplace(absl::string_view(slot.word), &slot);
   return slot.segmentation;
 }
 

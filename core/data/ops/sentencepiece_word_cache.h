@@ -69,7 +69,7 @@ class SentencePieceWordCache {
   size_t hand_ = 0;
   std::deque<Slot> slots_;  // a deque: keys of index_ point into slots' words, which never move
   std::vector<size_t> free_slots_;
-  absl::flat_hash_map<absl::string_view, size_t> index_;
+  absl::flat_hash_map<absl::string_view, Slot*> index_;  // into slots_
 };
 
 }  // namespace sluice
