@@ -257,6 +257,9 @@ class SentencePieceEncoderTest : public ::testing::Test {
     std::vector<std::string> texts = {"", " ", "   \t\n ", "a", "\xe2\x96\x81", "\xef\xbf\xbd",
                                       std::string(1, '\0')};
     for (int i = 0; i < count; ++i) texts.push_back(gen.Text(1 + gen.Uniform(max_words), false));
+    std::string long_word = "a ";  // past the cache's longest word: segmented in place
+    for (int i = 0; i < 100; ++i) long_word += gen.Word(false);
+    texts.push_back(long_word + " b " + long_word);
     return texts;
   }
 };

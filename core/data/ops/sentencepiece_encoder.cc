@@ -21,6 +21,10 @@ namespace {
 constexpr float kUnknownPenalty = 10.0f;
 // Per-thread word caches kept for encoders other than the latest ones used.
 constexpr size_t kMaxCachesPerThread = 4;
+// Longer words are not cached.
+constexpr size_t kMaxCachedWordBytes = 256;
+// Scratch space a thread keeps after a text (a longer text's is freed after it).
+constexpr size_t kKeptScratchBytes = 1 << 20;
 
 // The best path ending at a position of the text: its last piece and total score. The float
 // instantiation is the library's search; the double one measures decision margins.
@@ -270,6 +274,7 @@ void SentencePieceEncoder::Encode(absl::string_view text, std::vector<int32_t>* 
   const bool valid_utf8 = normalizer_->Normalize(text, &scratch.normalized);
   const size_t first = ids->size();
   EncodeNormalized(scratch.normalized, scratch, split_words_ && valid_utf8, ids);
+  if (scratch.normalized.capacity() > kKeptScratchBytes) scratch = Scratch();
   if (!byte_fallback_) {
     // As the library, a run of unknown pieces is one <unk> (byte_fallback spells them out).
     const auto runs = std::unique(ids->begin() + static_cast<std::ptrdiff_t>(first), ids->end(),
@@ -298,8 +303,9 @@ void SentencePieceEncoder::EncodeNormalized(absl::string_view text, Scratch& scr
     if (end == absl::string_view::npos) end = text.size();
     const absl::string_view word = text.substr(begin, end - begin);
     begin = end;
-    const WordSegmentation* s = cache.Find(word);
-    if (s == nullptr) {
+    // Long words (rarely seen twice) are segmented in place, not cached.
+    const WordSegmentation* s = word.size() <= kMaxCachedWordBytes ? cache.Find(word) : nullptr;
+    if (s == nullptr && word.size() <= kMaxCachedWordBytes) {
       if (bpe_) {
         WordSegmentation fresh;
         BpeSegment(word, scratch);
@@ -309,14 +315,17 @@ void SentencePieceEncoder::EncodeNormalized(absl::string_view text, Scratch& scr
         s = &cache.Insert(word, UnigramAnalyze(word, scratch));
       }
     }
-    if (bpe_ || ReusableAt(*s, word.size(), path_score)) {
+    if (s != nullptr && (bpe_ || ReusableAt(*s, word.size(), path_score))) {
       ids->insert(ids->end(), s->ids.begin(), s->ids.end());
       for (double piece_score : s->path_scores) {
         path_score = static_cast<float>(piece_score + static_cast<double>(path_score));
       }
+    } else if (bpe_) {
+      BpeSegment(word, scratch);
+      AppendPathIds(word, scratch, ids);
     } else {
-      path_score =
-          UnigramSearch::Run<float>(*this, word, path_score, scratch.best_float, exact, scratch.path);
+      path_score = UnigramSearch::Run<float>(*this, word, path_score, scratch.best_float, exact,
+                                             scratch.path);
       AppendPathIds(word, scratch, ids);
     }
   }

@@ -22,7 +22,9 @@
 // than the float rounding error that the path score reached before the word can add (bounded
 // from the word's length and the scores' magnitude); otherwise the word is searched again from
 // the real start score. Models whose pieces contain "▁" elsewhere, or with whitespace as a
-// suffix, are searched whole (still exact, without the cache).
+// suffix, are searched whole (still exact, without the cache); so are words longer than 256
+// bytes. Memory: each thread keeps up to word_cache_bytes for each of the last 4 encoders it
+// used, and scratch space for its longest text up to 1 MiB (a longer text's is freed after it).
 //
 // Thread safety: immutable after Create; Encode may run on many threads at once (each thread
 // has its own cache and scratch space, so the steady state allocates nothing but what *ids
