@@ -18,6 +18,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -226,6 +227,22 @@ class SentencePieceEncoderTest : public ::testing::Test {
     return out;
   }
 
+  // Sluice's encoder for the model `bytes`; null (and a test failure) when it does not load.
+  static std::unique_ptr<SentencePieceEncoder> EncoderFor(
+      const std::string& bytes, SentencePieceEncoderOptions options = {}) {
+    auto proto = ParseSentencePieceModelProto(bytes);
+    if (!proto.ok()) {
+      ADD_FAILURE() << proto.status();
+      return nullptr;
+    }
+    auto e = SentencePieceEncoder::Create(*proto, options);
+    if (!e.ok()) {
+      ADD_FAILURE() << e.status();
+      return nullptr;
+    }
+    return std::move(*e);
+  }
+
   // Encodes `texts` with the library and with Sluice's encoder with and without the cache,
   // twice (the second time from the cache); reports each difference (at most 5).
   static void ExpectSameIds(const std::string& name, const std::vector<std::string>& texts) {
@@ -233,19 +250,16 @@ class SentencePieceEncoderTest : public ::testing::Test {
     const std::string bytes = ModelBytes(name);
     auto library = Library(bytes);
     ASSERT_NE(library, nullptr);
-    auto proto = ParseSentencePieceModelProto(bytes);
-    ASSERT_TRUE(proto.ok()) << proto.status();
-    auto cached = SentencePieceEncoder::Create(*proto);
-    ASSERT_TRUE(cached.ok()) << cached.status();
-    auto whole = SentencePieceEncoder::Create(*proto, {.word_cache = false});
-    ASSERT_TRUE(whole.ok()) << whole.status();
+    auto cached = EncoderFor(bytes);
+    auto whole = EncoderFor(bytes, {.word_cache = false});
+    ASSERT_TRUE(cached != nullptr && whole != nullptr);
     int failures = 0;
     for (int pass = 0; pass < 2; ++pass) {  // the second pass hits the cache
       for (const std::string& text : texts) {
         const std::vector<int32_t> want = LibraryIds(*library, text);
-        EXPECT_EQ(SluiceIds(**cached, text), want) << "cached, text: " << Printable(text);
-        EXPECT_EQ(SluiceIds(**whole, text), want) << "whole, text: " << Printable(text);
-        if (SluiceIds(**cached, text) != want || SluiceIds(**whole, text) != want) {
+        EXPECT_EQ(SluiceIds(*cached, text), want) << "cached, text: " << Printable(text);
+        EXPECT_EQ(SluiceIds(*whole, text), want) << "whole, text: " << Printable(text);
+        if (SluiceIds(*cached, text) != want || SluiceIds(*whole, text) != want) {
           ASSERT_LT(++failures, 5) << "stopping after 5 differing texts";
         }
       }
@@ -286,11 +300,9 @@ TEST_F(SentencePieceEncoderTest, WordsAreCachedOnlyWherePiecesStayInsideWords) {
                                       {"unigram_identity_bytes", true}, {"unigram_suffix", false},
                                       {"bpe_across_words", false}};
   for (const auto& [name, splits] : want) {
-    auto proto = ParseSentencePieceModelProto(ModelBytes(name));
-    ASSERT_TRUE(proto.ok()) << proto.status();
-    auto e = SentencePieceEncoder::Create(*proto);
-    ASSERT_TRUE(e.ok()) << e.status();
-    EXPECT_EQ((*e)->splits_words(), splits) << name;
+    auto e = EncoderFor(ModelBytes(name));
+    ASSERT_NE(e, nullptr) << name;
+    EXPECT_EQ(e->splits_words(), splits) << name;
   }
 }
 
@@ -298,12 +310,10 @@ TEST_F(SentencePieceEncoderTest, TinyCacheEvictsAndStaysCorrect) {
   const std::string bytes = ModelBytes("unigram_nfkc");
   auto library = Library(bytes);
   ASSERT_NE(library, nullptr);
-  auto proto = ParseSentencePieceModelProto(bytes);
-  ASSERT_TRUE(proto.ok());
-  auto e = SentencePieceEncoder::Create(*proto, {.word_cache = true, .word_cache_bytes = 2000});
-  ASSERT_TRUE(e.ok());
+  auto e = EncoderFor(bytes, {.word_cache = true, .word_cache_bytes = 2000});
+  ASSERT_NE(e, nullptr);
   for (const std::string& text : Texts(kTextSeed + 2, 200, 30)) {
-    ASSERT_EQ(SluiceIds(**e, text), LibraryIds(*library, text)) << Printable(text);
+    ASSERT_EQ(SluiceIds(*e, text), LibraryIds(*library, text)) << Printable(text);
   }
   SentencePieceWordCache cache(2000);
   for (int i = 0; i < 1000; ++i) {
@@ -477,11 +487,9 @@ TEST_F(SentencePieceEncoderTest, NearTiesResolveAsTheLibrarysFloatSearchDoes) {
                                                   {"ab", -1.0f - 0x1p-20f}});
   auto library = Library(model);
   ASSERT_NE(library, nullptr);
-  auto proto = ParseSentencePieceModelProto(model);
-  ASSERT_TRUE(proto.ok()) << proto.status();
-  auto e = SentencePieceEncoder::Create(*proto);
-  ASSERT_TRUE(e.ok()) << e.status();
-  ASSERT_TRUE((*e)->splits_words());
+  auto e = EncoderFor(model);
+  ASSERT_NE(e, nullptr);
+  ASSERT_TRUE(e->splits_words());
   std::string text;
   for (int i = 0; i < 20000; ++i) text += "ab ";
   const std::vector<int32_t> want = LibraryIds(*library, text);
@@ -489,8 +497,8 @@ TEST_F(SentencePieceEncoderTest, NearTiesResolveAsTheLibrarysFloatSearchDoes) {
   const int64_t ab = std::count(want.begin(), want.end(), 7);
   EXPECT_GT(ab, 0);
   EXPECT_LT(ab, 20000);
-  EXPECT_EQ(SluiceIds(**e, text), want);
-  EXPECT_EQ(SluiceIds(**e, text), want);  // from the cache
+  EXPECT_EQ(SluiceIds(*e, text), want);
+  EXPECT_EQ(SluiceIds(*e, text), want);  // from the cache
 }
 
 }  // namespace
