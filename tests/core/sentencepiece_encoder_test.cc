@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <random>
 #include <sstream>
@@ -499,6 +500,27 @@ TEST_F(SentencePieceEncoderTest, NearTiesResolveAsTheLibrarysFloatSearchDoes) {
   EXPECT_LT(ab, 20000);
   EXPECT_EQ(SluiceIds(*e, text), want);
   EXPECT_EQ(SluiceIds(*e, text), want);  // from the cache
+}
+
+TEST_F(SentencePieceEncoderTest, ExtremeOrNanScoresAreSearchedWholeAndMatchTheLibrary) {
+  // Float path scores that overflow to -inf, or NaN, tie where exact ones do not: the word
+  // cache's reuse rule does not cover them, so such models are never cached.
+  const std::vector<std::string> texts = Texts(kTextSeed + 5, 30, 20);
+  for (float extreme : {-3e38f, std::numeric_limits<float>::quiet_NaN()}) {
+    const std::string model = HandMadeUnigramModel({{"\xe2\x96\x81", -2.0f},
+                                                    {"a", extreme},
+                                                    {"b", -2.0f},
+                                                    {"\xe2\x96\x81" "a", extreme},
+                                                    {"ab", -3e38f}});
+    auto library = Library(model);
+    ASSERT_NE(library, nullptr);
+    auto e = EncoderFor(model);
+    ASSERT_NE(e, nullptr);
+    EXPECT_FALSE(e->splits_words()) << extreme;
+    for (const std::string& text : texts) {
+      ASSERT_EQ(SluiceIds(*e, text), LibraryIds(*library, text)) << Printable(text);
+    }
+  }
 }
 
 }  // namespace

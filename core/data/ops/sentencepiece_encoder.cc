@@ -21,6 +21,9 @@ namespace {
 constexpr float kUnknownPenalty = 10.0f;
 // Per-thread word caches kept for encoders other than the latest ones used.
 constexpr size_t kMaxCachesPerThread = 4;
+// Models with a score of larger magnitude (or NaN) are not cached: a path's float score then
+// stays far from overflow (text of at most 2^31 pieces).
+constexpr float kMaxCacheableScore = 1e6f;
 // Longer words are not cached.
 constexpr size_t kMaxCachedWordBytes = 256;
 // Scratch space a thread keeps after a text (a longer text's is freed after it).
@@ -164,6 +167,11 @@ absl::Status SentencePieceEncoder::Init(const SentencePieceModelProto& proto) {
   std::vector<std::pair<std::string, int>> trie_keys;
   std::vector<std::pair<std::string, int>> user_defined;
   split_words_ = options_.word_cache && !proto.treat_whitespace_as_suffix;
+  // The cache's reuse rule bounds float rounding, not overflow or NaN: with scores this
+  // large (real models' lie in [-50, 0]) or not finite, every text is searched whole.
+  for (float score : scores_) {
+    if (!(std::fabs(score) <= kMaxCacheableScore)) split_words_ = false;
+  }
   for (const auto& [piece, id] : normal_ids_) {
     trie_keys.emplace_back(std::string(piece), id);
     if (types_[static_cast<size_t>(id)] == PieceType::kUserDefined) {
