@@ -167,6 +167,7 @@ absl::StatusOr<Tensor> SentencePieceModel::Encode(absl::string_view text, bool a
   if (add_bos) *dst++ = bos;
   if (!ids.empty()) std::memcpy(dst, ids.data(), ids.size() * sizeof(int32_t));
   if (add_eos) dst[ids.size()] = eos;
+  if (ids.capacity() > (1 << 20)) ids = std::vector<int32_t>();  // a long text's, not kept
   return out;
 }
 
