@@ -6,7 +6,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -250,6 +252,120 @@ TEST(ShmStepFrameTest, HeaderDisagreeingWithTheRegionIsDataLoss) {
   absl::Status s = decoder.Decode(bb, &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(s.message()), HasSubstr("shared-memory region has"));
+}
+
+// The early lap of shm_ring.h's worked example: a 4096-byte segment whose laps may end past
+// 2048 bytes.
+TEST(ShmRingWriterTest, EarlyLapStartsOverOnceWhatIsHeldAllowsIt) {
+  auto segment = ShmSegment::Create(kPage);
+  ASSERT_TRUE(segment.ok());
+  ShmRingWriter ring(*segment, /*early_lap_bytes=*/2048);
+  ShmRingReader reader(*segment);  // the consumer takes the jump: no held region is overlapped
+  proto::ShmPayload a, b, d;
+  ASSERT_NE(ring.Reserve(1000, &a), nullptr);
+  ASSERT_NE(ring.Reserve(2000, &b), nullptr);
+  EXPECT_EQ(b.ring_end(), 3072u);
+  auto ra = reader.Resolve(a);
+  auto rb = reader.Resolve(b);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  ra->reset();  // a released, b held
+  ASSERT_TRUE(ring.Release(reader.released()).ok());
+  // [3072, 4096) would do too, but the lap is past 2048 and [0, 1024) is free.
+  uint8_t* p = ring.Reserve(1000, &d);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(d.offset(), 0u);
+  EXPECT_EQ(d.ring_end(), 4096u + 1024u);
+  EXPECT_EQ(p, (*segment)->data());
+  auto rd = reader.Resolve(d);
+  EXPECT_TRUE(rd.ok()) << rd.status();
+}
+
+// A stream of batched frames (3 steps each) whose consumer holds the last two frames: the ring
+// cycles through what is held (the first early_lap_bytes of the segment and one frame), not
+// the whole segment, and no byte a trainer holds is ever overwritten.
+TEST(ShmRingWriterTest, SteadyStreamCyclesThroughWhatIsHeldNotTheWholeSegment) {
+  constexpr size_t kSegment = size_t{1} << 20;
+  constexpr size_t kEarlyLap = size_t{64} << 10;
+  constexpr int kFrames = 300;
+  constexpr int64_t kStepBytes = 5000;
+  auto segment = ShmSegment::Create(kSegment);
+  ASSERT_TRUE(segment.ok());
+  ShmRingWriter writer(*segment, kEarlyLap);
+  ShmRingReader reader(*segment);
+  StepFrameEncoder encoder;
+  encoder.set_shared_payload(&writer);
+  StepFrameDecoder decoder(nullptr, nullptr);
+  decoder.set_shared_payload(&reader);
+  std::deque<StepFrame> held;  // what the trainer still holds
+  uint64_t highest_end = 0;
+  auto fill = [](int frame, int step) { return static_cast<uint8_t>(frame * 3 + step); };
+  for (int f = 0; f < kFrames; ++f) {
+    StepFrame frame;
+    for (int s = 0; s < 3; ++s) {
+      Tensor t = Tensor::Allocate(DType::kUInt8, Shape({kStepBytes}));
+      std::memset(t.mutable_raw_data(), fill(f, s), kStepBytes);
+      frame.steps.push_back(WireStep{3 * f + s, -1, 1, {{t}}});
+    }
+    grpc::ByteBuffer bb;
+    ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
+    ASSERT_GT(encoder.last_shared_bytes(), 0u) << "frame " << f << " went inline";
+    StepFrame out;
+    ASSERT_TRUE(decoder.Decode(bb, &out).ok()) << "frame " << f;
+    const auto* first = static_cast<const uint8_t*>(out.steps[0].pieces[0][0].raw_data());
+    const auto* last = static_cast<const uint8_t*>(out.steps[2].pieces[0][0].raw_data());
+    highest_end = std::max<uint64_t>(highest_end, last + kStepBytes - (*segment)->data());
+    EXPECT_LT(first, last);  // one region, in frame order
+    held.push_back(std::move(out));
+    if (held.size() > 2) held.pop_front();
+    // Every step held still has its own bytes.
+    for (size_t h = 0; h < held.size(); ++h) {
+      const int frame_index = f - static_cast<int>(held.size() - 1 - h);
+      for (int s = 0; s < 3; ++s) {
+        const auto* b = static_cast<const uint8_t*>(held[h].steps[s].pieces[0][0].raw_data());
+        ASSERT_EQ(b[0], fill(frame_index, s)) << "frame " << frame_index << " overwritten";
+        ASSERT_EQ(b[kStepBytes - 1], fill(frame_index, s));
+      }
+    }
+    ASSERT_TRUE(writer.Release(reader.released()).ok());
+  }
+  EXPECT_GT(writer.written(), 2 * kSegment);  // it lapped, many times
+  EXPECT_LE(highest_end, kEarlyLap + 3 * 5056);
+}
+
+// A batch (one frame of 3 steps, one region) whose steps the trainer drops out of order: the
+// region is released only with its last step, and the worker reuses it only then.
+TEST(ShmRingWriterTest, PartOfABatchReleasedKeepsItsRegionHeld) {
+  auto segment = ShmSegment::Create(4 * kPage);
+  ASSERT_TRUE(segment.ok());
+  ShmRingWriter writer(*segment);
+  ShmRingReader reader(*segment);
+  StepFrame frame;
+  for (int s = 0; s < 3; ++s) {
+    Tensor t = Tensor::Allocate(DType::kUInt8, Shape({4000}));
+    std::memset(t.mutable_raw_data(), s + 1, 4000);
+    frame.steps.push_back(WireStep{s, -1, 1, {{t}}});
+  }
+  StepFrameEncoder encoder;
+  encoder.set_shared_payload(&writer);
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
+  StepFrameDecoder decoder(nullptr, nullptr);
+  decoder.set_shared_payload(&reader);
+  StepFrame out;
+  ASSERT_TRUE(decoder.Decode(bb, &out).ok());
+  ASSERT_EQ(out.steps.size(), 3u);
+  std::vector<Tensor> middle = out.steps[1].pieces[0];
+  out.steps.clear();  // steps 0 and 2 dropped, step 1 still held
+  EXPECT_EQ(reader.held(), 1u);
+  EXPECT_EQ(reader.released(), 0u);
+  ASSERT_TRUE(writer.Release(reader.released()).ok());
+  proto::ShmPayload p;
+  EXPECT_EQ(writer.Reserve(5000, &p), nullptr);  // it would need the frame's region
+  EXPECT_EQ(static_cast<const uint8_t*>(middle[0].raw_data())[3999], 2);
+  middle.clear();
+  EXPECT_EQ(reader.released(), writer.written());
+  ASSERT_TRUE(writer.Release(reader.released()).ok());
+  EXPECT_NE(writer.Reserve(5000, &p), nullptr);
 }
 
 }  // namespace
