@@ -26,10 +26,8 @@ ShmRingCounts ProcessShmRingCounts() {
 
 // The writer's bookkeeping, shared with the buffers it allocated (they may outlive it).
 struct ShmRingWriter::State {
-  State(std::shared_ptr<ShmSegment> s, size_t early_lap)
-      : segment(std::move(s)), early_lap_bytes(early_lap) {}
+  explicit State(std::shared_ptr<ShmSegment> s) : segment(std::move(s)) {}
   const std::shared_ptr<ShmSegment> segment;
-  const uint64_t early_lap_bytes;
   mutable absl::Mutex mu;
   uint64_t written ABSL_GUARDED_BY(mu) = 0;   // the ring position after the last region
   uint64_t released ABSL_GUARDED_BY(mu) = 0;  // what the consumer released
@@ -55,12 +53,7 @@ struct ShmRingWriter::State {
     const uint64_t n = RoundUp64(bytes);
     if (bytes == 0 || n > size) return std::nullopt;
     const uint64_t offset = written % size;
-    uint64_t pad = offset + n > size ? size - offset : 0;
-    // An early lap (shm_ring.h): the next lap's start, when nothing held lies there.
-    if (pad == 0 && offset >= early_lap_bytes &&
-        written + (size - offset) + n - FreeFrom() <= size) {
-      pad = size - offset;
-    }
+    const uint64_t pad = offset + n > size ? size - offset : 0;
     if (written + pad + n - FreeFrom() > size) return std::nullopt;  // would overwrite a held one
     const uint64_t start = written + pad;
     written = start + n;
@@ -108,9 +101,8 @@ class ShmRingWriter::RingBuffer : public TensorBuffer {
   const size_t size_;
 };
 
-ShmRingWriter::ShmRingWriter(std::shared_ptr<ShmSegment> segment, size_t early_lap_bytes)
-    : segment_(segment),
-      state_(std::make_shared<State>(std::move(segment), std::max<size_t>(early_lap_bytes, 1))) {
+ShmRingWriter::ShmRingWriter(std::shared_ptr<ShmSegment> segment)
+    : segment_(segment), state_(std::make_shared<State>(std::move(segment))) {
   g_writers.fetch_add(1);
 }
 

@@ -23,16 +23,6 @@
 // 1024 (ring_end 1024 and 3072); one of 1500 bytes does not fit before the end, so it skips
 // 1024 bytes and needs [4096, 5632): it waits until the consumer released up to 1536 or more
 // (the first region and then the second, at 3072).
-//
-// Early laps: a ring writes each new lap over pages it has touched already, so its memory is
-// faulted in once per stream (the first lap) and is warm after; but a 128 MiB segment streamed
-// through whole costs 32k page faults per side (each a page zeroed: ~6x the cost of writing the
-// page warm, bench/RESULTS.md) and keeps no step in the CPU's caches. So once a lap has passed
-// `early_lap_bytes`, a region starts the next lap (offset 0) as soon as that is legal (the
-// regions still held all lie at least its size into the current lap): the ring then cycles
-// through about what is held at once, not the whole segment. Worked example, early_lap_bytes
-// 2048 in the 4096-byte segment above: with [0, 1024) released and [1024, 3072) held, a
-// region of 1000 bytes goes to offset 0 (ring position 4096), not to 3072.
 #ifndef SLUICE_CORE_RPC_SHM_RING_H_
 #define SLUICE_CORE_RPC_SHM_RING_H_
 
@@ -70,10 +60,7 @@ ShmRingCounts ProcessShmRingCounts();
 // tensor goes.
 class ShmRingWriter : public SharedPayloadSink {
  public:
-  // The early lap's threshold (see above): laps of at least this many bytes.
-  static constexpr size_t kDefaultEarlyLapBytes = size_t{4} << 20;
-  explicit ShmRingWriter(std::shared_ptr<ShmSegment> segment,
-                         size_t early_lap_bytes = kDefaultEarlyLapBytes);
+  explicit ShmRingWriter(std::shared_ptr<ShmSegment> segment);
   ~ShmRingWriter() override;
 
   // Room for `bytes` (> 0) at a 64-byte aligned offset, or nullptr when the unreleased
