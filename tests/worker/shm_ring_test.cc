@@ -28,6 +28,19 @@ using ::testing::HasSubstr;
 // Segments small enough to fill: one page.
 constexpr size_t kPage = 4096;
 
+// `frame` encoded with `sink` taking its numeric bytes and decoded with `source` into *out:
+// the decoder's status.
+absl::Status RoundTrip(const StepFrame& frame, SharedPayloadSink* sink,
+                       SharedPayloadSource* source, StepFrame* out) {
+  StepFrameEncoder encoder;
+  encoder.set_shared_payload(sink);
+  grpc::ByteBuffer bb;
+  if (absl::Status s = encoder.Encode(frame, &bb); !s.ok()) return s;
+  StepFrameDecoder decoder(nullptr, nullptr);
+  decoder.set_shared_payload(source);
+  return decoder.Decode(bb, out);
+}
+
 TEST(ShmSegmentTest, HandedOverOnceAndSharesBytes) {
   auto server = ShmFdServer::Create();
   ASSERT_TRUE(server.ok()) << server.status();
@@ -243,14 +256,8 @@ TEST(ShmStepFrameTest, HeaderDisagreeingWithTheRegionIsDataLoss) {
   Tensor t = Tensor::Allocate(DType::kInt64, Shape({100}));
   StepFrame frame;
   frame.steps.push_back(WireStep{0, -1, 1, {{t}}});
-  StepFrameEncoder encoder;
-  encoder.set_shared_payload(&sink);
-  grpc::ByteBuffer bb;
-  ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
-  StepFrameDecoder decoder(nullptr, nullptr);
-  decoder.set_shared_payload(&reader);
   StepFrame out;
-  absl::Status s = decoder.Decode(bb, &out);
+  absl::Status s = RoundTrip(frame, &sink, &reader, &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(s.message()), HasSubstr("shared-memory region has"));
 }
@@ -320,14 +327,8 @@ TEST(ShmRingWriterTest, PartOfABatchReleasedKeepsItsRegionHeld) {
     std::memset(t.mutable_raw_data(), s + 1, 4000);
     frame.steps.push_back(WireStep{s, -1, 1, {{t}}});
   }
-  StepFrameEncoder encoder;
-  encoder.set_shared_payload(&writer);
-  grpc::ByteBuffer bb;
-  ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
-  StepFrameDecoder decoder(nullptr, nullptr);
-  decoder.set_shared_payload(&reader);
   StepFrame out;
-  ASSERT_TRUE(decoder.Decode(bb, &out).ok());
+  ASSERT_TRUE(RoundTrip(frame, &writer, &reader, &out).ok());
   ASSERT_EQ(out.steps.size(), 3u);
   std::vector<Tensor> middle = out.steps[1].pieces[0];
   out.steps.clear();  // steps 0 and 2 dropped, step 1 still held
