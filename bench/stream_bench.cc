@@ -166,8 +166,9 @@ double ThreadCpuSeconds() {
 // Nanoseconds of CPU the producers spent building steps (StartTask), process-wide.
 std::atomic<int64_t> g_build_cpu_ns{0};
 
-// The process's CPU time and minor faults so far; Stop() fills a Result's fields with what
-// was spent since Start.
+// The process's CPU time, minor faults and producers' build time at construction; Stop()
+// fills a Result's fields with what was spent since. Constructed before a run's task starts,
+// so that the steps its producer builds ahead are counted.
 class UsageMeter {
  public:
   UsageMeter() { Read(&cpu_, &faults_, &build_); }
@@ -272,6 +273,7 @@ void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
 // The production client path: ServiceStepSource + DevicePrefetcher (host path).
 Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64_t replicas,
                  int64_t steps, int64_t budget, BufferPool* pool, bool shared_memory) {
+  const UsageMeter usage;
   StartTask(lookup, size, replicas, steps);
   ServiceStepSourceOptions o;
   o.coordinator_address = address;
@@ -284,7 +286,6 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
   // --views=1: no allocator of our own, so tensors may be views of the received slices.
   if (!g_views) o.allocator = [pool](size_t bytes) { return pool->Get(bytes); };
   Result r;
-  const UsageMeter usage;
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<ServiceStepSource>> source = ServiceStepSource::Create(o);
   if (!source.ok()) {
@@ -323,6 +324,7 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
 // Streams `steps` steps of `replicas` x `size` bytes through the service at `address`.
 Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64_t replicas,
                  int64_t steps, int64_t credits, BufferPool* pool) {
+  const UsageMeter usage;
   StartTask(lookup, size, replicas, steps);
 
   grpc::ChannelArguments args;
@@ -339,7 +341,6 @@ Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64
           &context));
   TensorAllocator alloc = [pool](size_t bytes) { return pool->Get(bytes); };
   Result r;
-  const UsageMeter usage;
   const absl::Time start = absl::Now();
   proto::ConsumerMessage first;
   // A window of `credits` steps, in bytes (StepCreditBytes), granted back frame by frame.
@@ -403,6 +404,7 @@ Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64
 // The same bytes over a plain TCP socket on loopback: `size`-byte writes into one reused
 // receive buffer (the ceiling: iperf3-like, at least 1 MiB a write).
 Result RunTcp(size_t size, int64_t messages) {
+  const UsageMeter usage;
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -430,7 +432,6 @@ Result RunTcp(size_t size, int64_t messages) {
   connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   std::vector<char> buf(chunk);
   Result r;
-  const UsageMeter usage;
   const absl::Time start = absl::Now();
   for (int64_t m = 0; m < messages; ++m) {
     size_t off = 0;
