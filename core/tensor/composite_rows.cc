@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/tensor/row_pieces.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -12,22 +13,6 @@ namespace {
 
 absl::Status Bad(absl::string_view what, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(what, ": ", message));
-}
-
-// Rows `positions` of `t` (rank >= 1), in that order: one slice per run of consecutive rows.
-absl::StatusOr<Tensor> GatherRows(const Tensor& t, const std::vector<int64_t>& positions,
-                                  absl::string_view what) {
-  std::vector<Tensor> runs;
-  size_t i = 0;
-  while (i < positions.size()) {
-    size_t j = i + 1;
-    while (j < positions.size() && positions[j] == positions[j - 1] + 1) ++j;
-    runs.push_back(t.Slice(positions[i], positions[j - 1] + 1));
-    i = j;
-  }
-  if (runs.empty()) return t.Slice(0, 0);
-  if (runs.size() == 1) return runs[0];
-  return Tensor::Concat(runs, what);
 }
 
 absl::StatusOr<Element> StackSparse(std::span<const Element> rows, absl::string_view what) {
