@@ -33,6 +33,12 @@ absl::StatusOr<Element> SliceSparse(const Element& node, int64_t begin, int64_t 
   for (int64_t i = 0; i < indices.shape().dim(0); ++i) {
     if (idx[i * rank] >= begin && idx[i * rank] < end) positions.push_back(i);
   }
+  // Row by row, each row's entries in their input order: the order a batch of the rows has
+  // (TF's batch of serialized rows; composite_rows.h).
+  auto by_row = [idx, rank](int64_t a, int64_t b) { return idx[a * rank] < idx[b * rank]; };
+  if (!std::is_sorted(positions.begin(), positions.end(), by_row)) {
+    std::stable_sort(positions.begin(), positions.end(), by_row);
+  }
   const int64_t n = static_cast<int64_t>(positions.size());
   ASSIGN_OR_RETURN(Tensor out_indices,
                    Tensor::TryAllocate(DType::kInt64, Shape({n, rank}), what));
@@ -234,6 +240,25 @@ absl::StatusOr<Element> ConcatRows(std::span<const Element> pieces, absl::string
   for (const Element& p : pieces) parts.push_back(p.leaf());
   ASSIGN_OR_RETURN(Tensor t, Tensor::Concat(parts, what));
   return Element(std::move(t));
+}
+
+absl::Status CheckSameRows(const Element& piece, absl::string_view what) {
+  std::vector<const Element*> nodes = RowNodes(piece);
+  auto name = [&](size_t i) {
+    const NestKind kind = nodes[i]->kind();
+    return absl::StrCat(kind == NestKind::kSparse   ? "SparseTensor "
+                        : kind == NestKind::kRagged ? "RaggedTensor "
+                                                    : "",
+                        "component ", i);
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (RowNodeRank(*nodes[i]) == 0) return Bad(what, absl::StrCat(name(i), " is a scalar"));
+    if (RowCount(*nodes[i]) != RowCount(*nodes[0])) {
+      return Bad(what, absl::StrCat(name(0), " has ", RowCount(*nodes[0]), " rows but ",
+                                    name(i), " has ", RowCount(*nodes[i])));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> GatherRows(const Tensor& t, const std::vector<int64_t>& positions,

@@ -67,6 +67,11 @@ absl::StatusOr<Element> SliceRows(const Element& node, int64_t begin, int64_t en
 // one kind; a single piece is returned as is.
 absl::StatusOr<Element> ConcatRows(std::span<const Element> pieces, absl::string_view what);
 
+// A piece of a cut batch has one row count in every component. INVALID_ARGUMENT naming `what`
+// and the component otherwise ("received piece: RaggedTensor component 0 has 3 rows but
+// component 1 has 2"), and for a scalar component: for pieces from a peer.
+absl::Status CheckSameRows(const Element& piece, absl::string_view what);
+
 // Rows `positions` of `t` (rank >= 1) in that order: one slice per run of consecutive rows,
 // joined by Tensor::Concat only when there are several.
 absl::StatusOr<Tensor> GatherRows(const Tensor& t, const std::vector<int64_t>& positions,
