@@ -10,6 +10,7 @@
 #include "core/data/op_iterator.h"
 #include "core/io/input_stream.h"
 #include "core/tensor/composite_rows.h"
+#include "core/tensor/row_pieces.h"
 #include "core/tensor/host_memory.h"
 #include "core/util/status_macros.h"
 
@@ -94,11 +95,17 @@ class FromTensorsIterator : public OpIterator {
   bool done_ = false;
 };
 
-// The rows of an element already split (composite components have no block path).
+// The rows of an element holding SparseTensor / RaggedTensor components, split up front for
+// the per-element path (composite_rows.h); blocks are row pieces of the whole element
+// (row_pieces.h: what stacking those rows gives, the flat_values shared, row_splits rebased).
 class RowsIterator : public OpIterator {
  public:
-  RowsIterator(std::string label, std::vector<Element> rows)
-      : OpIterator(std::move(label)), rows_(std::move(rows)) {}
+  RowsIterator(std::string label, Element element, std::vector<Element> rows)
+      : OpIterator(std::move(label)), element_(std::move(element)), rows_(std::move(rows)) {
+    for (const Element* node : RowNodes(element_)) nodes_.push_back(*node);
+  }
+
+  bool SupportsBlocks() const override { return true; }
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
@@ -110,7 +117,33 @@ class RowsIterator : public OpIterator {
     return absl::OkStatus();
   }
 
+  absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
+                                    bool* end_of_sequence) override {
+    const int64_t total = static_cast<int64_t>(rows_.size());
+    const int64_t begin = static_cast<int64_t>(next_);
+    if (begin >= total) {
+      *end_of_sequence = true;
+      return absl::OkStatus();
+    }
+    const int64_t count = std::min(max_elements, total - begin);
+    std::vector<Element> block;
+    block.reserve(nodes_.size());
+    for (const Element& node : nodes_) {
+      absl::StatusOr<Element> piece = SliceRows(node, begin, begin + count, label());
+      if (!piece.ok()) return piece.status();
+      block.push_back(*std::move(piece));
+    }
+    auto packed = PackRowNodes(element_, std::move(block));
+    if (!packed.ok()) return InvalidArgument(packed.status().message());
+    *out = *std::move(packed);
+    *n = count;
+    next_ += static_cast<size_t>(count);
+    return absl::OkStatus();
+  }
+
  private:
+  const Element element_;
+  std::vector<Element> nodes_;  // its row nodes
   const std::vector<Element> rows_;
   size_t next_ = 0;
 };
@@ -305,7 +338,8 @@ absl::StatusOr<std::unique_ptr<Iterator>> NewFromTensorSlicesIterator(std::strin
                                                                       Element element) {
   if (element.HasComposite()) {  // SparseTensor / RaggedTensor slices: composite_rows.h
     ASSIGN_OR_RETURN(std::vector<Element> rows, UnstackRows(element, label));
-    return std::unique_ptr<Iterator>(new RowsIterator(std::move(label), std::move(rows)));
+    return std::unique_ptr<Iterator>(
+        new RowsIterator(std::move(label), std::move(element), std::move(rows)));
   }
   std::vector<Tensor> leaves = element.Flatten();
   if (leaves.empty()) {
