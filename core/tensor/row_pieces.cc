@@ -1,10 +1,12 @@
 #include "core/tensor/row_pieces.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/tensor/uninitialized_tensor.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -23,12 +25,65 @@ Element PackFrom(const Element& structure, std::vector<Element>& nodes, size_t* 
   return Element::FromParts(structure.kind(), std::move(children), structure.keys());
 }
 
+// Composite nodes built here from pieces of checked values, and so valid by construction:
+// no second pass over their components (MakeSparseTensor's checks cost more than the cut).
+Element SparseNode(Tensor indices, Tensor values, std::vector<int64_t> dims) {
+  std::vector<Element> children;
+  children.emplace_back(std::move(indices));
+  children.emplace_back(std::move(values));
+  children.emplace_back(Tensor::FromVector(dims));
+  return Element::Composite(NestKind::kSparse, std::move(children), std::move(dims));
+}
+Element RaggedNode(Tensor flat_values, std::vector<Tensor> nested_row_splits) {
+  std::vector<int64_t> dims = {nested_row_splits[0].shape().dim(0) - 1};
+  for (size_t i = 0; i < nested_row_splits.size(); ++i) dims.push_back(kUnknownDim);
+  for (int d = 1; d < flat_values.shape().rank(); ++d) dims.push_back(flat_values.shape().dim(d));
+  std::vector<Element> children;
+  children.emplace_back(std::move(flat_values));
+  for (Tensor& s : nested_row_splits) children.emplace_back(std::move(s));
+  return Element::Composite(NestKind::kRagged, std::move(children), std::move(dims));
+}
+
+// The entries [lo, hi) of a sparse node whose entries are ordered by row: a zero-copy slice of
+// its values, its indices copied with the row rebased by -begin.
+absl::StatusOr<Element> SliceSortedSparse(const Element& node, int64_t begin, int64_t end,
+                                          absl::string_view what) {
+  const Tensor& indices = node.children()[0].leaf();
+  const int64_t rank = indices.shape().dim(1);
+  const int64_t* idx = indices.data<int64_t>();
+  auto first_at_or_after = [&](int64_t row) {  // the first entry whose row is >= row
+    int64_t lo = 0, hi = indices.shape().dim(0);
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (idx[mid * rank] < row) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+  };
+  const int64_t lo = first_at_or_after(begin);
+  const int64_t hi = first_at_or_after(end);
+  ASSIGN_OR_RETURN(Tensor out_indices,
+                   TryAllocateUninitialized(DType::kInt64, Shape({hi - lo, rank}), what));
+  int64_t* out = out_indices.mutable_data<int64_t>();
+  if (hi > lo) std::memcpy(out, idx + lo * rank, static_cast<size_t>((hi - lo) * rank) * 8);
+  for (int64_t i = 0; i < hi - lo; ++i) out[i * rank] -= begin;
+  const Tensor& dense_shape = node.children()[2].leaf();
+  std::vector<int64_t> dims(dense_shape.data<int64_t>(), dense_shape.data<int64_t>() + rank);
+  dims[0] = end - begin;
+  return SparseNode(std::move(out_indices), node.children()[1].leaf().Slice(lo, hi),
+                    std::move(dims));
+}
+
 absl::StatusOr<Element> SliceSparse(const Element& node, int64_t begin, int64_t end,
                                     absl::string_view what) {
   const Tensor& indices = node.children()[0].leaf();
   const Tensor& dense_shape = node.children()[2].leaf();
   const int64_t rank = indices.shape().dim(1);
   const int64_t* idx = indices.data<int64_t>();
+  bool ordered = true;  // by row, as TF's ops give them: then no scan for the rows' entries
+  for (int64_t i = 1; ordered && i < indices.shape().dim(0); ++i) {
+    ordered = idx[i * rank] >= idx[(i - 1) * rank];
+  }
+  if (ordered) return SliceSortedSparse(node, begin, end, what);
   std::vector<int64_t> positions;
   for (int64_t i = 0; i < indices.shape().dim(0); ++i) {
     if (idx[i * rank] >= begin && idx[i * rank] < end) positions.push_back(i);
@@ -41,7 +96,7 @@ absl::StatusOr<Element> SliceSparse(const Element& node, int64_t begin, int64_t 
   }
   const int64_t n = static_cast<int64_t>(positions.size());
   ASSIGN_OR_RETURN(Tensor out_indices,
-                   Tensor::TryAllocate(DType::kInt64, Shape({n, rank}), what));
+                   TryAllocateUninitialized(DType::kInt64, Shape({n, rank}), what));
   int64_t* out = out_indices.mutable_data<int64_t>();
   for (int64_t i : positions) {
     *out++ = idx[i * rank] - begin;
@@ -50,8 +105,7 @@ absl::StatusOr<Element> SliceSparse(const Element& node, int64_t begin, int64_t 
   ASSIGN_OR_RETURN(Tensor values, GatherRows(node.children()[1].leaf(), positions, what));
   std::vector<int64_t> dims(dense_shape.data<int64_t>(), dense_shape.data<int64_t>() + rank);
   dims[0] = end - begin;
-  return MakeSparseTensor(std::move(out_indices), std::move(values), Tensor::FromVector(dims),
-                          what);
+  return SparseNode(std::move(out_indices), std::move(values), std::move(dims));
 }
 
 absl::StatusOr<Element> SliceRagged(const Element& node, int64_t begin, int64_t end,
@@ -62,7 +116,7 @@ absl::StatusOr<Element> SliceRagged(const Element& node, int64_t begin, int64_t 
   for (size_t level = 0; level < levels; ++level) {
     const int64_t* s = node.children()[level + 1].leaf().data<int64_t>();
     ASSIGN_OR_RETURN(Tensor splits,
-                     Tensor::TryAllocate(DType::kInt64, Shape({end - begin + 1}), what));
+                     TryAllocateUninitialized(DType::kInt64, Shape({end - begin + 1}), what));
     int64_t* out = splits.mutable_data<int64_t>();
     for (int64_t i = begin; i <= end; ++i) *out++ = s[i] - s[begin];
     nested.push_back(std::move(splits));
@@ -70,7 +124,7 @@ absl::StatusOr<Element> SliceRagged(const Element& node, int64_t begin, int64_t 
     end = s[end];
     begin = next_begin;
   }
-  return MakeRaggedTensor(node.children()[0].leaf().Slice(begin, end), std::move(nested), what);
+  return RaggedNode(node.children()[0].leaf().Slice(begin, end), std::move(nested));
 }
 
 absl::StatusOr<Element> ConcatSparse(std::span<const Element> pieces, absl::string_view what) {
@@ -96,21 +150,19 @@ absl::StatusOr<Element> ConcatSparse(std::span<const Element> pieces, absl::stri
     values.push_back(v);
   }
   ASSIGN_OR_RETURN(Tensor indices,
-                   Tensor::TryAllocate(DType::kInt64, Shape({entries, rank}), what));
+                   TryAllocateUninitialized(DType::kInt64, Shape({entries, rank}), what));
   int64_t* out = indices.mutable_data<int64_t>();
   int64_t row_base = 0;
-  for (const Element& piece : pieces) {
+  for (const Element& piece : pieces) {  // each piece's indices copied whole, rows shifted
     const Tensor& idx = piece.children()[0].leaf();
-    const int64_t* in = idx.data<int64_t>();
-    for (int64_t i = 0; i < idx.shape().dim(0); ++i) {
-      *out++ = in[i * rank] + row_base;
-      for (int64_t d = 1; d < rank; ++d) *out++ = in[i * rank + d];
-    }
+    const int64_t n = idx.shape().dim(0);
+    if (n > 0) std::memcpy(out, idx.data<int64_t>(), static_cast<size_t>(n * rank) * 8);
+    for (int64_t i = 0; i < n; ++i) out[i * rank] += row_base;
+    out += n * rank;
     row_base += piece.children()[2].leaf().data<int64_t>()[0];
   }
   ASSIGN_OR_RETURN(Tensor all_values, Tensor::Concat(values, what));
-  return MakeSparseTensor(std::move(indices), std::move(all_values), Tensor::FromVector(dims),
-                          what);
+  return SparseNode(std::move(indices), std::move(all_values), std::move(dims));
 }
 
 absl::StatusOr<Element> ConcatRagged(std::span<const Element> pieces, absl::string_view what) {
@@ -138,7 +190,7 @@ absl::StatusOr<Element> ConcatRagged(std::span<const Element> pieces, absl::stri
   std::vector<Tensor> nested;
   for (size_t level = 0; level < levels; ++level) {
     ASSIGN_OR_RETURN(Tensor splits,
-                     Tensor::TryAllocate(DType::kInt64, Shape({lengths[level]}), what));
+                     TryAllocateUninitialized(DType::kInt64, Shape({lengths[level]}), what));
     int64_t* out = splits.mutable_data<int64_t>();
     *out++ = 0;
     int64_t base = 0;
@@ -151,7 +203,7 @@ absl::StatusOr<Element> ConcatRagged(std::span<const Element> pieces, absl::stri
     nested.push_back(std::move(splits));
   }
   ASSIGN_OR_RETURN(Tensor flat, Tensor::Concat(flats, what));
-  return MakeRaggedTensor(std::move(flat), std::move(nested), what);
+  return RaggedNode(std::move(flat), std::move(nested));
 }
 
 int64_t KnownOrZero(int64_t d) { return d == kUnknownDim ? 0 : d; }

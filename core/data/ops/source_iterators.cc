@@ -95,13 +95,14 @@ class FromTensorsIterator : public OpIterator {
   bool done_ = false;
 };
 
-// The rows of an element holding SparseTensor / RaggedTensor components, split up front for
-// the per-element path (composite_rows.h); blocks are row pieces of the whole element
-// (row_pieces.h: what stacking those rows gives, the flat_values shared, row_splits rebased).
+// The rows of an element holding SparseTensor / RaggedTensor components: blocks are row pieces
+// of the whole element (row_pieces.h: what stacking those rows gives, the flat_values shared,
+// row_splits rebased); the per-element path splits the element into rows (composite_rows.h)
+// when it is first used, so that a repeated source read in blocks never does.
 class RowsIterator : public OpIterator {
  public:
-  RowsIterator(std::string label, Element element, std::vector<Element> rows)
-      : OpIterator(std::move(label)), element_(std::move(element)), rows_(std::move(rows)) {
+  RowsIterator(std::string label, Element element, int64_t rows)
+      : OpIterator(std::move(label)), element_(std::move(element)), num_rows_(rows) {
     for (const Element* node : RowNodes(element_)) nodes_.push_back(*node);
   }
 
@@ -109,18 +110,23 @@ class RowsIterator : public OpIterator {
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
-    if (next_ >= rows_.size()) {
+    if (next_ >= num_rows_) {
       *end_of_sequence = true;
       return absl::OkStatus();
     }
-    *out = rows_[next_++];
+    if (rows_.empty()) {
+      absl::StatusOr<std::vector<Element>> rows = UnstackRows(element_, label());
+      if (!rows.ok()) return rows.status();
+      rows_ = *std::move(rows);
+    }
+    *out = rows_[static_cast<size_t>(next_++)];
     return absl::OkStatus();
   }
 
   absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
                                     bool* end_of_sequence) override {
-    const int64_t total = static_cast<int64_t>(rows_.size());
-    const int64_t begin = static_cast<int64_t>(next_);
+    const int64_t total = num_rows_;
+    const int64_t begin = next_;
     if (begin >= total) {
       *end_of_sequence = true;
       return absl::OkStatus();
@@ -137,15 +143,16 @@ class RowsIterator : public OpIterator {
     if (!packed.ok()) return InvalidArgument(packed.status().message());
     *out = *std::move(packed);
     *n = count;
-    next_ += static_cast<size_t>(count);
+    next_ += count;
     return absl::OkStatus();
   }
 
  private:
   const Element element_;
+  const int64_t num_rows_;
   std::vector<Element> nodes_;  // its row nodes
-  const std::vector<Element> rows_;
-  size_t next_ = 0;
+  std::vector<Element> rows_;   // its rows, once the per-element path needs them
+  int64_t next_ = 0;
 };
 
 class FromTensorSlicesIterator : public OpIterator {
@@ -337,9 +344,10 @@ std::unique_ptr<Iterator> NewFromTensorsIterator(std::string label, Element elem
 absl::StatusOr<std::unique_ptr<Iterator>> NewFromTensorSlicesIterator(std::string label,
                                                                       Element element) {
   if (element.HasComposite()) {  // SparseTensor / RaggedTensor slices: composite_rows.h
-    ASSIGN_OR_RETURN(std::vector<Element> rows, UnstackRows(element, label));
-    return std::unique_ptr<Iterator>(
-        new RowsIterator(std::move(label), std::move(element), std::move(rows)));
+    // Every component has rows, as many as the first (what unbatching them requires).
+    RETURN_IF_ERROR(CheckSameRows(element, label));
+    const int64_t rows = RowCount(*RowNodes(element)[0]);
+    return std::unique_ptr<Iterator>(new RowsIterator(std::move(label), std::move(element), rows));
   }
   std::vector<Tensor> leaves = element.Flatten();
   if (leaves.empty()) {
