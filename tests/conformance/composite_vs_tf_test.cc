@@ -9,13 +9,11 @@
 // SLUICE_DIFFERENTIAL_SEED=<seed> runs one case.
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "core/data/executor.h"
@@ -24,6 +22,7 @@
 #include "core/io/tfrecord_writer.h"
 #include "gtest/gtest.h"
 #include "sluice/dataset.h"
+#include "tests/core/golden_blocks.h"
 
 namespace sluice {
 namespace {
@@ -40,35 +39,13 @@ struct Goldens {
 };
 
 Goldens ReadGoldens() {
-  std::ifstream in("tests/testdata/conformance/composites_vs_tf.txt");
-  EXPECT_TRUE(in.good()) << "run from the source root";
+  golden::File file = golden::ReadFile("tests/testdata/conformance/composites_vs_tf.txt");
+  EXPECT_TRUE(file.read) << "run from the source root";
   Goldens g;
-  DifferentialCase c;
-  std::string* text = nullptr;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("@record ", 0) == 0) {
-      g.records.push_back(absl::HexStringToBytes(line.substr(8)));
-    } else if (line.rfind("@case ", 0) == 0) {
-      c = DifferentialCase{line.substr(6), "", "", "", false, {}};
-    } else if (line.rfind("@pipeline ", 0) == 0) {
-      c.pipeline = line.substr(10);
-    } else if (line.rfind("@order ", 0) == 0) {
-      c.multiset = line.substr(7) == "multiset";
-    } else if (line.rfind("@spec ", 0) == 0) {
-      c.spec = line.substr(6);
-    } else if (line.rfind("@error ", 0) == 0) {
-      c.error = line.substr(7);
-      text = nullptr;
-    } else if (line == "@element") {
-      c.elements.emplace_back();
-      text = &c.elements.back();
-    } else if (line == "@end") {
-      text = nullptr;
-      g.cases.push_back(c);
-    } else if (text != nullptr) {
-      *text += text->empty() ? line : "\n" + line;
-    }
+  if (!file.record_sets.empty()) g.records = file.record_sets.front().second;
+  for (golden::Block& b : file.blocks) {
+    g.cases.push_back({b.Field("case"), b.Field("pipeline"), b.Field("spec"), b.Field("error"),
+                       b.Field("order") == "multiset", std::move(b.elements)});
   }
   return g;
 }

@@ -2,12 +2,10 @@
 // TensorFlow 2.15 (tests/testdata/format/parse_composites.txt, tools/golden/gen_composite_goldens.py):
 // pipelines on TFRecord files this test writes, their element_spec and printed elements; the
 // var_len_as_dense flag; the C++ builder; feature-spec errors; hostile records.
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -21,56 +19,26 @@
 #include "gtest/gtest.h"
 #include "proto/example.pb.h"
 #include "sluice/dataset.h"
+#include "tests/core/golden_blocks.h"
 
 namespace sluice {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct ParseCase {
-  std::string name, pipeline, spec, error;
-  std::vector<std::string> elements;
-};
-
 struct ParseGoldens {
-  // "{records}" (as the pipelines write it) -> the path of the file this test wrote.
+  // "'{records}'" (as the pipelines write it) -> the path of the file this test wrote.
   std::vector<std::pair<std::string, std::string>> files;
-  std::vector<ParseCase> cases;
+  std::vector<golden::Block> cases;
 };
 
 // Reads parse_composites.txt and writes each record set as a TFRecord file under TempDir.
 ParseGoldens ReadParseGoldens() {
-  std::ifstream in("tests/testdata/format/parse_composites.txt");
-  EXPECT_TRUE(in.good()) << "run from the source root";
+  golden::File file = golden::ReadFile("tests/testdata/format/parse_composites.txt");
+  EXPECT_TRUE(file.read) << "run from the source root";
   ParseGoldens g;
-  std::vector<std::pair<std::string, std::vector<std::string>>> sets;
-  ParseCase c;
-  std::string* text = nullptr;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("@records ", 0) == 0) {
-      sets.emplace_back(line.substr(9), std::vector<std::string>());
-    } else if (line.rfind("@record ", 0) == 0) {
-      sets.back().second.push_back(absl::HexStringToBytes(line.substr(8)));
-    } else if (line.rfind("@case ", 0) == 0) {
-      c = ParseCase{line.substr(6), "", "", "", {}};
-    } else if (line.rfind("@pipeline ", 0) == 0) {
-      c.pipeline = line.substr(10);
-    } else if (line.rfind("@spec ", 0) == 0) {
-      c.spec = line.substr(6);
-    } else if (line.rfind("@error ", 0) == 0) {
-      c.error = line.substr(7);
-    } else if (line == "@element") {
-      c.elements.emplace_back();
-      text = &c.elements.back();
-    } else if (line == "@end") {
-      text = nullptr;
-      g.cases.push_back(c);
-    } else if (text != nullptr) {
-      *text += text->empty() ? line : "\n" + line;
-    }
-  }
-  for (const auto& [name, records] : sets) {
+  g.cases = std::move(file.blocks);
+  for (const auto& [name, records] : file.record_sets) {
     const std::string path = absl::StrCat(::testing::TempDir(), "/parse_composites_", name,
                                           ".tfrecord");
     absl::StatusOr<std::unique_ptr<TFRecordWriter>> w = TFRecordWriter::Open(path);
@@ -121,20 +89,20 @@ TEST(ParseCompositesGoldenTest, PipelinesOnTfRecordFilesGiveTensorFlowsElements)
   const ParseGoldens g = ReadParseGoldens();
   int pipelines = 0;
   int errors = 0;
-  for (const ParseCase& c : g.cases) {
-    SCOPED_TRACE(c.name + ": " + c.pipeline);
-    const std::string expression = absl::StrReplaceAll(c.pipeline, g.files);
+  for (const golden::Block& c : g.cases) {
+    SCOPED_TRACE(c.Field("case") + ": " + c.Field("pipeline"));
+    const std::string expression = absl::StrReplaceAll(c.Field("pipeline"), g.files);
     const PipelineRun run = RunPipeline(expression);
     ASSERT_TRUE(run.spec_status.ok()) << run.spec_status;
-    if (!c.error.empty()) {
+    if (!c.Field("error").empty()) {
       ++errors;
       EXPECT_EQ(run.end.code(), absl::StatusCode::kInvalidArgument) << run.end;
-      EXPECT_THAT(std::string(run.end.message()), HasSubstr(c.error));
+      EXPECT_THAT(std::string(run.end.message()), HasSubstr(c.Field("error")));
       continue;
     }
     ++pipelines;
     ASSERT_TRUE(run.end.ok()) << run.end;
-    EXPECT_EQ(run.spec, c.spec);
+    EXPECT_EQ(run.spec, c.Field("spec"));
     EXPECT_EQ(run.elements, c.elements);
     // The expression reads back to the same graph (RaggedFeature and the flag print).
     absl::StatusOr<Dataset> d = Dataset::Parse(expression);

@@ -95,6 +95,15 @@ PIPELINES = [
 TF_SPELLING = {".map(decode_raw(tf.uint8))": ".map(lambda x: tf.io.decode_raw(x, tf.uint8))"}
 
 
+def pipeline_lines(name, expression, dataset):
+    """A pipeline case: its expression, TF's element_spec and printed elements."""
+    lines = ["@case " + name, "@pipeline " + expression, "@spec " + repr(dataset.element_spec)]
+    for element in dataset:
+        lines.append("@element")
+        lines += str(element).split("\n")
+    return lines + ["@end"]
+
+
 def example(features):
     """A serialized tf.train.Example of {key: list of int | float | bytes}."""
     feature = {}
@@ -273,13 +282,7 @@ def parse_goldens(out_dir):
     with tempfile.TemporaryDirectory() as tmp:
         files = {name: write_records(tmp, name, records) for name, records in sets.items()}
         for name, expression in PARSE_PIPELINES:
-            dataset = tf_pipeline(expression, files)
-            lines += ["@case " + name, "@pipeline " + expression,
-                      "@spec " + repr(dataset.element_spec)]
-            for element in dataset:
-                lines.append("@element")
-                lines += str(element).split("\n")
-            lines.append("@end")
+            lines += pipeline_lines(name, expression, tf_pipeline(expression, files))
         for name, expression, tf_error, sluice_error in PARSE_ERRORS:
             dataset = tf_pipeline(expression, files)
             try:
@@ -308,12 +311,7 @@ def main(out_dir):
         for sluice, spelled in TF_SPELLING.items():
             tf_expression = tf_expression.replace(sluice, spelled)
         dataset = eval("tf.data.Dataset." + tf_expression, {"tf": tf})  # noqa: S307
-        lines += ["@case " + name, "@pipeline " + expression,
-                  "@spec " + repr(dataset.element_spec)]
-        for element in dataset:
-            lines.append("@element")
-            lines += str(element).split("\n")
-        lines.append("@end")
+        lines += pipeline_lines(name, expression, dataset)
     with open(os.path.join(out_dir, "composites.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     parse_goldens(out_dir)
