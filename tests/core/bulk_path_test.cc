@@ -471,7 +471,8 @@ TEST(BulkPathTest, TFRecordFilesParsedInBlocksSequentialAndParallel) {
   absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
   ASSERT_TRUE(it.ok()) << it.status();
   EXPECT_TRUE((*it)->SupportsBlocks());
-  // A VarLenFeature pads to the longest row of a batch: not element-wise, no bulk map.
+  // A VarLenFeature (a SparseTensor whose dense shape is the longest row of a batch) is not
+  // element-wise: no bulk map.
   ds = Dataset::Parse(absl::StrCat("tf_record_dataset(['", files[0],
                                    "']).map(parse_example({'image': VarLenFeature(tf.string)}))"));
   ASSERT_TRUE(ds.ok()) << ds.status();
