@@ -1,7 +1,13 @@
 #include "core/data/ops/bilinear_resize.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
 
 namespace sluice {
 namespace {
@@ -40,7 +46,99 @@ void HorizontalPassAny(const uint8_t* src, int64_t channels, const BilinearTap* 
   }
 }
 
+std::atomic<bool> force_scalar{false};
+
+bool CpuHasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+
+// The horizontal pass of one call as per-value gathers: output value j = x * C + k reads the
+// source bytes lower[j] and upper[j] and weighs them with lerp[j]. A block of 8 values is
+// gathered as 32-bit loads (4 bytes from each index, the low byte kept), so it is gathered
+// only when every index of it has 3 readable bytes after it in the row (safe[b]); the others
+// are computed one by one.
+struct GatherPlan {
+  std::vector<int32_t> lower;
+  std::vector<int32_t> upper;
+  std::vector<float> lerp;
+  std::vector<uint8_t> safe;  // per block of 8 values
+};
+
+// Fills `plan` for `taps_x`; false when an index does not fit in 32 bits (the caller then
+// takes the scalar pass).
+bool PlanGathers(int64_t channels, const BilinearTap* taps_x, int64_t out_w, GatherPlan* plan) {
+  const int64_t n = out_w * channels;
+  plan->lower.resize(static_cast<size_t>(n));
+  plan->upper.resize(static_cast<size_t>(n));
+  plan->lerp.resize(static_cast<size_t>(n));
+  int64_t last = 0;  // the largest byte index the row is read at: the row has it
+  for (int64_t x = 0; x < out_w; ++x) {
+    last = std::max({last, taps_x[x].lower * channels + channels - 1,
+                     taps_x[x].upper * channels + channels - 1});
+  }
+  if (last > std::numeric_limits<int32_t>::max() - 4) return false;
+  for (int64_t x = 0; x < out_w; ++x) {
+    for (int64_t k = 0; k < channels; ++k) {
+      const size_t j = static_cast<size_t>(x * channels + k);
+      plan->lower[j] = static_cast<int32_t>(taps_x[x].lower * channels + k);
+      plan->upper[j] = static_cast<int32_t>(taps_x[x].upper * channels + k);
+      plan->lerp[j] = taps_x[x].lerp;
+    }
+  }
+  plan->safe.assign(static_cast<size_t>(n / 8), 1);
+  for (int64_t j = 0; j < n / 8 * 8; ++j) {
+    const int64_t most = std::max(plan->lower[static_cast<size_t>(j)],
+                                  plan->upper[static_cast<size_t>(j)]);
+    if (most + 3 > last) plan->safe[static_cast<size_t>(j / 8)] = 0;
+  }
+  return true;
+}
+
+// HorizontalPass with AVX2 gathers: the same float operations (a subtraction, a multiplication
+// and an addition, never fused: this function's target has no FMA), so the same values.
+__attribute__((target("avx2"))) void HorizontalPassAvx2(const uint8_t* src,
+                                                       const GatherPlan& plan, float* row) {
+  const int64_t n = static_cast<int64_t>(plan.lerp.size());
+  const __m256i low_byte = _mm256_set1_epi32(0xFF);
+  const int* base = reinterpret_cast<const int*>(src);
+  for (int64_t b = 0; b < n / 8; ++b) {
+    const int64_t j0 = b * 8;
+    if (!plan.safe[static_cast<size_t>(b)]) {
+      for (int64_t j = j0; j < j0 + 8; ++j) {
+        const float a = static_cast<float>(src[plan.lower[static_cast<size_t>(j)]]);
+        const float c = static_cast<float>(src[plan.upper[static_cast<size_t>(j)]]);
+        row[j] = a + (c - a) * plan.lerp[static_cast<size_t>(j)];
+      }
+      continue;
+    }
+    const __m256i il =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(plan.lower.data() + j0));
+    const __m256i iu =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(plan.upper.data() + j0));
+    const __m256 a =
+        _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_i32gather_epi32(base, il, 1), low_byte));
+    const __m256 c =
+        _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_i32gather_epi32(base, iu, 1), low_byte));
+    const __m256 w = _mm256_loadu_ps(plan.lerp.data() + j0);
+    _mm256_storeu_ps(row + j0, _mm256_add_ps(a, _mm256_mul_ps(_mm256_sub_ps(c, a), w)));
+  }
+  for (int64_t j = n / 8 * 8; j < n; ++j) {
+    const float a = static_cast<float>(src[plan.lower[static_cast<size_t>(j)]]);
+    const float c = static_cast<float>(src[plan.upper[static_cast<size_t>(j)]]);
+    row[j] = a + (c - a) * plan.lerp[static_cast<size_t>(j)];
+  }
+}
+
 }  // namespace
+
+bool BilinearResizeUsesAvx2() {
+  return CpuHasAvx2() && !force_scalar.load(std::memory_order_relaxed);
+}
+
+void TEST_ForceScalarBilinearResize(bool scalar) {
+  force_scalar.store(scalar, std::memory_order_relaxed);
+}
 
 void ComputeBilinearTaps(int64_t out_size, int64_t base, int64_t extent, float offset,
                          float extent_scaled, BilinearTap* taps) {
@@ -62,12 +160,20 @@ void ResizeBilinearU8(const uint8_t* src, int64_t row_stride, int64_t channels,
   // Two cached horizontal passes: rows[i] holds source row cached[i].
   float* rows[2] = {scratch, scratch + n};
   int64_t cached[2] = {-1, -1};
+  // The gather plan is the thread's, reused from call to call (no allocation once grown).
+  thread_local GatherPlan plan;
+  const bool gather =
+      BilinearResizeUsesAvx2() && PlanGathers(channels, taps_x, out_w, &plan);
   auto row_of = [&](int64_t r, int64_t keep) -> const float* {
     for (int i = 0; i < 2; ++i) {
       if (cached[i] == r) return rows[i];
     }
     const int slot = cached[0] == keep ? 1 : 0;  // never evict the other row in use
-    HorizontalPassAny(src + r * row_stride, channels, taps_x, out_w, rows[slot]);
+    if (gather) {
+      HorizontalPassAvx2(src + r * row_stride, plan, rows[slot]);
+    } else {
+      HorizontalPassAny(src + r * row_stride, channels, taps_x, out_w, rows[slot]);
+    }
     cached[slot] = r;
     return rows[slot];
   };
