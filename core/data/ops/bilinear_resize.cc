@@ -130,6 +130,28 @@ __attribute__((target("avx2"))) void HorizontalPassAvx2(const uint8_t* src,
   }
 }
 
+// One output row from two horizontal passes: top + (bottom - top) * lerp, then (v - mean) / std
+// with `normalize`; 8 values at a time, in the scalar loop's float operations (no FMA).
+__attribute__((target("avx2"))) void VerticalPassAvx2(const float* top, const float* bottom,
+                                                     float lerp, int64_t n,
+                                                     const RowNormalize* normalize, float* o) {
+  const __m256 w = _mm256_set1_ps(lerp);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 t = _mm256_loadu_ps(top + j);
+    __m256 v = _mm256_add_ps(t, _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(bottom + j), t), w));
+    if (normalize != nullptr) {
+      v = _mm256_div_ps(_mm256_sub_ps(v, _mm256_loadu_ps(normalize->mean + j)),
+                        _mm256_loadu_ps(normalize->std + j));
+    }
+    _mm256_storeu_ps(o + j, v);
+  }
+  for (; j < n; ++j) {
+    const float v = top[j] + (bottom[j] - top[j]) * lerp;
+    o[j] = normalize == nullptr ? v : (v - normalize->mean[j]) / normalize->std[j];
+  }
+}
+
 }  // namespace
 
 bool BilinearResizeUsesAvx2() {
@@ -162,6 +184,7 @@ void ResizeBilinearU8(const uint8_t* src, int64_t row_stride, int64_t channels,
   int64_t cached[2] = {-1, -1};
   // The gather plan is the thread's, reused from call to call (no allocation once grown).
   thread_local GatherPlan plan;
+  // With AVX2: the horizontal pass by gathers and the vertical pass 8 values at a time.
   const bool gather =
       BilinearResizeUsesAvx2() && PlanGathers(channels, taps_x, out_w, &plan);
   auto row_of = [&](int64_t r, int64_t keep) -> const float* {
@@ -183,6 +206,10 @@ void ResizeBilinearU8(const uint8_t* src, int64_t row_stride, int64_t channels,
     const float* bottom = row_of(t.upper, t.lower);
     const float lerp = t.lerp;
     float* o = out + y * n;
+    if (gather) {
+      VerticalPassAvx2(top, bottom, lerp, n, normalize, o);
+      continue;
+    }
     if (normalize == nullptr) {
       for (int64_t j = 0; j < n; ++j) o[j] = top[j] + (bottom[j] - top[j]) * lerp;
       continue;

@@ -109,10 +109,17 @@ ScopedSlotOffer BatchSlots::Offer(int64_t row) const {
 }
 
 std::optional<Tensor> BatchSlots::Stacked(int leaf, const std::vector<Tensor>& column) {
-  if (leaf != leaf_ || !stacked_.has_value() ||
-      static_cast<int64_t>(column.size()) != batch_size_ || column.empty() ||
+  if (leaf != leaf_ || static_cast<int64_t>(column.size()) != batch_size_ || column.empty() ||
       column[0].dtype() != dtype_ || column[0].shape() != shape_) {
     return std::nullopt;
+  }
+  if (!stacked_.has_value()) {
+    // The first batch (no slots offered yet) is stacked into the pool's memory too, so the
+    // second is written into it once released.
+    absl::StatusOr<Tensor> t = pool_->Take(dtype_, shape_.Prepend(batch_size_), what_);
+    if (!t.ok()) return std::nullopt;
+    buffers_allocated.fetch_add(1, std::memory_order_relaxed);
+    stacked_ = *std::move(t);
   }
   Tensor out = *std::move(stacked_);
   stacked_.reset();

@@ -132,7 +132,8 @@ class BatchSlots {
   int leaf() const { return leaf_; }
   // The stacked tensor of leaf `leaf` whose rows are `column` (their dtypes and shapes already
   // checked equal) when it is the offered leaf of a full batch: rows in place are kept, the
-  // others copied in. nullopt otherwise: stack as usual. Must come after every other leaf of
+  // others copied in (into the pool's memory also when no slot was offered: the first batch).
+  // nullopt otherwise: stack as usual. Must come after every other leaf of
   // the batch is stacked (they may view rows it overwrites).
   std::optional<Tensor> Stacked(int leaf, const std::vector<Tensor>& column);
 
