@@ -53,16 +53,22 @@ bool CpuHasAvx2() {
   return has;
 }
 
-// The horizontal pass of one call as per-value gathers: output value j = x * C + k reads the
-// source bytes lower[j] and upper[j] and weighs them with lerp[j]. A block of 8 values is
-// gathered as 32-bit loads (4 bytes from each index, the low byte kept), so it is gathered
-// only when every index of it has 3 readable bytes after it in the row (safe[b]); the others
-// are computed one by one.
+// The horizontal pass of one call, planned per block of 8 output values: value j = x * C + k
+// reads the source bytes lower[j] and upper[j] and weighs them with lerp[j]. A block whose
+// bytes lie within 32 consecutive readable bytes (a downscale by up to ~4x, or any upscale) is
+// read as two 16-byte loads from window[b] and picked apart with byte shuffles (kShuffle);
+// else, when every index has 3 readable bytes after it, by 32-bit gathers (4 bytes from each
+// index, the low byte kept: kGather); else value by value (kScalar). Gathers are a last resort:
+// with the Gather Data Sampling microcode mitigation they cost several times the shuffles.
 struct GatherPlan {
+  enum Mode : uint8_t { kScalar, kGather, kShuffle };
   std::vector<int32_t> lower;
   std::vector<int32_t> upper;
   std::vector<float> lerp;
-  std::vector<uint8_t> safe;  // per block of 8 values
+  std::vector<uint8_t> mode;      // per block of 8 values
+  std::vector<int32_t> window;    // kShuffle: the first byte of the block's 32
+  std::vector<uint8_t> shuffles;  // kShuffle: 64 bytes a block: lower from the first and
+                                  // second 16 bytes, upper from the first and second
 };
 
 // Fills `plan` for `taps_x`; false when an index does not fit in 32 bits (the caller then
@@ -86,16 +92,37 @@ bool PlanGathers(int64_t channels, const BilinearTap* taps_x, int64_t out_w, Gat
       plan->lerp[j] = taps_x[x].lerp;
     }
   }
-  plan->safe.assign(static_cast<size_t>(n / 8), 1);
-  for (int64_t j = 0; j < n / 8 * 8; ++j) {
-    const int64_t most = std::max(plan->lower[static_cast<size_t>(j)],
-                                  plan->upper[static_cast<size_t>(j)]);
-    if (most + 3 > last) plan->safe[static_cast<size_t>(j / 8)] = 0;
+  const int64_t blocks = n / 8;
+  plan->mode.assign(static_cast<size_t>(blocks), GatherPlan::kScalar);
+  plan->window.assign(static_cast<size_t>(blocks), 0);
+  plan->shuffles.assign(static_cast<size_t>(blocks * 64), 0x80);  // 0x80: a zero byte
+  for (int64_t b = 0; b < blocks; ++b) {
+    int64_t least = std::numeric_limits<int64_t>::max(), most = 0;
+    for (int64_t j = b * 8; j < b * 8 + 8; ++j) {
+      for (const int32_t i : {plan->lower[static_cast<size_t>(j)], plan->upper[static_cast<size_t>(j)]}) {
+        least = std::min<int64_t>(least, i);
+        most = std::max<int64_t>(most, i);
+      }
+    }
+    const size_t bs = static_cast<size_t>(b);
+    if (most - least < 32 && least + 31 <= last) {
+      plan->mode[bs] = GatherPlan::kShuffle;
+      plan->window[bs] = static_cast<int32_t>(least);
+      uint8_t* shuffle = plan->shuffles.data() + b * 64;
+      for (int64_t v = 0; v < 8; ++v) {
+        const size_t j = static_cast<size_t>(b * 8 + v);
+        const int64_t l = plan->lower[j] - least, u = plan->upper[j] - least;
+        shuffle[(l < 16 ? 0 : 16) + v] = static_cast<uint8_t>(l % 16);
+        shuffle[(u < 16 ? 32 : 48) + v] = static_cast<uint8_t>(u % 16);
+      }
+    } else if (most + 3 <= last) {
+      plan->mode[bs] = GatherPlan::kGather;
+    }
   }
   return true;
 }
 
-// HorizontalPass with AVX2 gathers: the same float operations (a subtraction, a multiplication
+// HorizontalPass with AVX2 shuffles or gathers (GatherPlan): the same float operations (a subtraction, a multiplication
 // and an addition, never fused: this function's target has no FMA), so the same values.
 __attribute__((target("avx2"))) void HorizontalPassAvx2(const uint8_t* src,
                                                        const GatherPlan& plan, float* row) {
@@ -104,7 +131,25 @@ __attribute__((target("avx2"))) void HorizontalPassAvx2(const uint8_t* src,
   const int* base = reinterpret_cast<const int*>(src);
   for (int64_t b = 0; b < n / 8; ++b) {
     const int64_t j0 = b * 8;
-    if (!plan.safe[static_cast<size_t>(b)]) {
+    const GatherPlan::Mode mode = static_cast<GatherPlan::Mode>(plan.mode[static_cast<size_t>(b)]);
+    if (mode == GatherPlan::kShuffle) {
+      const uint8_t* w = src + plan.window[static_cast<size_t>(b)];
+      const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+      const __m128i second = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16));
+      const __m128i* shuffle = reinterpret_cast<const __m128i*>(plan.shuffles.data() + b * 64);
+      const __m128i lower8 =
+          _mm_or_si128(_mm_shuffle_epi8(first, _mm_loadu_si128(shuffle)),
+                       _mm_shuffle_epi8(second, _mm_loadu_si128(shuffle + 1)));
+      const __m128i upper8 =
+          _mm_or_si128(_mm_shuffle_epi8(first, _mm_loadu_si128(shuffle + 2)),
+                       _mm_shuffle_epi8(second, _mm_loadu_si128(shuffle + 3)));
+      const __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lower8));
+      const __m256 c = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(upper8));
+      const __m256 wt = _mm256_loadu_ps(plan.lerp.data() + j0);
+      _mm256_storeu_ps(row + j0, _mm256_add_ps(a, _mm256_mul_ps(_mm256_sub_ps(c, a), wt)));
+      continue;
+    }
+    if (mode == GatherPlan::kScalar) {
       for (int64_t j = j0; j < j0 + 8; ++j) {
         const float a = static_cast<float>(src[plan.lower[static_cast<size_t>(j)]]);
         const float c = static_cast<float>(src[plan.upper[static_cast<size_t>(j)]]);
