@@ -40,12 +40,14 @@ Tensor RandomImages(SeededRng& rng, int64_t n, int64_t h, int64_t w) {
   return t;
 }
 
-// Drains `ds`, keeping every batch: their bytes as they were when each was handed out, and
-// the batches themselves (still held).
-void DrainHolding(const Dataset& ds, std::vector<std::string>* bytes_then,
-                  std::vector<Element>* held) {
+// Drains `ds`: each batch's bytes as they were when it was handed out, and, with `hold`, the
+// batches themselves (still held); without, each batch is dropped once the next one is out,
+// and each must be referenced by the consumer alone when handed out.
+void Drain(const Dataset& ds, bool hold, std::vector<std::string>* bytes_then,
+           std::vector<Element>* held) {
   absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(ds);
   ASSERT_TRUE(it.ok()) << it.status();
+  Element previous;
   for (int i = 0; i < 1000; ++i) {
     Element e;
     bool end = false;
@@ -54,7 +56,13 @@ void DrainHolding(const Dataset& ds, std::vector<std::string>* bytes_then,
     const std::vector<Tensor> leaves = e.Flatten();
     const Tensor& t = leaves[0];
     bytes_then->emplace_back(static_cast<const char*>(t.raw_data()), t.byte_size());
-    held->push_back(std::move(e));
+    if (hold) {
+      held->push_back(std::move(e));
+      continue;
+    }
+    // The element's leaf and this copy of it.
+    EXPECT_EQ(t.buffer().use_count(), 2) << "batch " << i << " has another holder";
+    previous = std::move(e);
   }
 }
 
@@ -129,7 +137,7 @@ TEST(OutputSlotTest, HeldBatchesAreNeverWrittenAgainAndReleasedOnesAreReused) {
         Pipeline(source, {"random_resized_crop([128, 96], seed=3)"}, args, ".batch(4)");
     std::vector<std::string> then;
     std::vector<Element> held;
-    DrainHolding(ds, &then, &held);
+    Drain(ds, /*hold=*/true, &then, &held);
     ASSERT_EQ(held.size(), 10u);
     for (size_t i = 0; i < held.size(); ++i) {
       const std::vector<Tensor> leaves = held[i].Flatten();
@@ -138,24 +146,10 @@ TEST(OutputSlotTest, HeldBatchesAreNeverWrittenAgainAndReleasedOnesAreReused) {
           << "batch " << i << " changed while its consumer held it";
     }
     // Dropping each batch before asking for the one after the next: every batch from the
-    // third on is written into a released one's memory, and each is held by its holder alone.
+    // third on is written into a released one's memory, with the same bytes.
     const BatchSlotCounts before = BatchSlotCountsSoFar();
-    absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(ds);
-    ASSERT_TRUE(it.ok()) << it.status();
-    Element previous;
     std::vector<std::string> batches;
-    for (int i = 0; i < 100; ++i) {
-      Element e;
-      bool end = false;
-      ASSERT_TRUE((*it)->GetNext(&e, &end).ok());
-      if (end) break;
-      const std::vector<Tensor> leaves = e.Flatten();
-      const Tensor& t = leaves[0];
-      // The element's leaf and this copy of it.
-      EXPECT_EQ(t.buffer().use_count(), 2) << "batch " << i << " has another holder";
-      batches.emplace_back(static_cast<const char*>(t.raw_data()), t.byte_size());
-      previous = std::move(e);
-    }
+    Drain(ds, /*hold=*/false, &batches, nullptr);
     const BatchSlotCounts after = BatchSlotCountsSoFar();
     EXPECT_GE(after.buffers_reused - before.buffers_reused, 7) << args;
     EXPECT_EQ(batches, then) << args;
