@@ -79,12 +79,16 @@ std::optional<Tensor> TakeFnSlot(DType dtype, const Shape& shape) {
 void BatchSlots::BeginBatch() {
   stacked_.reset();
   if (leaf_ < 0) return;
+  TakeStacked();
+}
+
+bool BatchSlots::TakeStacked() {
   const int64_t reused = pool_->reused();
   absl::StatusOr<Tensor> t = pool_->Take(dtype_, shape_.Prepend(batch_size_), what_);
-  if (!t.ok()) return;
+  if (!t.ok()) return false;
   stacked_ = *std::move(t);
-  (pool_->reused() > reused ? buffers_reused : buffers_allocated)
-      .fetch_add(1, std::memory_order_relaxed);
+  stacked_reused_ = pool_->reused() > reused;
+  return true;
 }
 
 void BatchSlots::Learn(const Element& first) {
@@ -116,10 +120,7 @@ std::optional<Tensor> BatchSlots::Stacked(int leaf, const std::vector<Tensor>& c
   if (!stacked_.has_value()) {
     // The first batch (no slots offered yet) is stacked into the pool's memory too, so the
     // second is written into it once released.
-    absl::StatusOr<Tensor> t = pool_->Take(dtype_, shape_.Prepend(batch_size_), what_);
-    if (!t.ok()) return std::nullopt;
-    buffers_allocated.fetch_add(1, std::memory_order_relaxed);
-    stacked_ = *std::move(t);
+    if (!TakeStacked()) return std::nullopt;
   }
   Tensor out = *std::move(stacked_);
   stacked_.reset();
@@ -151,6 +152,7 @@ std::optional<Tensor> BatchSlots::Stacked(int leaf, const std::vector<Tensor>& c
       ++in_place;
     }
   }
+  (stacked_reused_ ? buffers_reused : buffers_allocated).fetch_add(1, std::memory_order_relaxed);
   rows_in_place.fetch_add(in_place, std::memory_order_relaxed);
   rows_copied.fetch_add(batch_size_ - in_place, std::memory_order_relaxed);
   return out;

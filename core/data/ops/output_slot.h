@@ -54,8 +54,8 @@ struct OutputSlot {
   int64_t index = 0;
 };
 
-// Process-wide counts of batch()'s offered leaf, over every batch stacked so far: rows found
-// in place and rows copied, stacked tensors on a reused buffer and on a fresh one.
+// Process-wide counts of batch()'s offered leaf, over every batch stacked through its slots so
+// far: rows found in place and rows copied, batches on a reused buffer and on a fresh one.
 struct BatchSlotCounts {
   int64_t rows_in_place = 0;
   int64_t rows_copied = 0;
@@ -138,6 +138,9 @@ class BatchSlots {
   std::optional<Tensor> Stacked(int leaf, const std::vector<Tensor>& column);
 
  private:
+  // stacked_ from the pool (not when the allocator refuses: false).
+  bool TakeStacked();
+
   const Iterator* const input_;
   const int64_t batch_size_;
   const std::string what_;
@@ -147,6 +150,7 @@ class BatchSlots {
   DType dtype_ = DType::kInvalid;
   Shape shape_;
   std::optional<Tensor> stacked_;  // [batch_size] + shape_, of the current batch
+  bool stacked_reused_ = false;     // stacked_ is a released batch's memory
 };
 
 }  // namespace sluice
