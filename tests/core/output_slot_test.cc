@@ -11,6 +11,7 @@
 // Seeds are fixed and printed in failure messages.
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -153,6 +154,36 @@ TEST(OutputSlotTest, HeldBatchesAreNeverWrittenAgainAndReleasedOnesAreReused) {
     const BatchSlotCounts after = BatchSlotCountsSoFar();
     EXPECT_GE(after.buffers_reused - before.buffers_reused, 7) << args;
     EXPECT_EQ(batches, then) << args;
+  }
+}
+
+TEST(OutputSlotTest, RowsWrittenForOtherRowsAreReadBeforeAnyIsOverwritten) {
+  // Four rows of 64 KB (the smallest offered), each row r written in place as the value r;
+  // the column then hands them out in a rotated order, as if each element had come out one
+  // row later than its slot: row r must get the bytes written into row r - 1.
+  constexpr int64_t kRows = 4, kValues = BatchSlots::kMinBytes / 4;
+  const Iterator* input = reinterpret_cast<const Iterator*>(&kRows);  // an address, never used
+  BatchSlots slots(input, kRows, "test batch");
+  slots.Learn(Element(Tensor::Allocate(DType::kInt32, Shape({kValues}))));
+  ASSERT_EQ(slots.leaf(), 0);
+  slots.BeginBatch();
+  std::vector<Tensor> written;
+  for (int64_t r = 0; r < kRows; ++r) {
+    const ScopedSlotOffer offer = slots.Offer(r);
+    std::optional<OutputSlot> slot = TakeSlotOffer(input);
+    ASSERT_TRUE(slot.has_value());
+    int32_t* p = slot->row.mutable_data<int32_t>();
+    for (int64_t i = 0; i < kValues; ++i) p[i] = static_cast<int32_t>(r);
+    written.push_back(slot->row);
+  }
+  std::vector<Tensor> column;
+  for (int64_t r = 0; r < kRows; ++r) column.push_back(written[(r + kRows - 1) % kRows]);
+  std::optional<Tensor> stacked = slots.Stacked(0, column);
+  ASSERT_TRUE(stacked.has_value());
+  for (int64_t r = 0; r < kRows; ++r) {
+    const int32_t* p = stacked->Index(r).data<int32_t>();
+    EXPECT_EQ(p[0], (r + kRows - 1) % kRows) << "row " << r;
+    EXPECT_EQ(p[kValues - 1], (r + kRows - 1) % kRows) << "row " << r;
   }
 }
 

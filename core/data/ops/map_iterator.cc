@@ -251,8 +251,9 @@ class ParallelMapIterator : public OpIterator {
   struct Unit {
     // Per-element units: input elements, replaced by their mapped ones when the unit is done;
     // an input element error stays in its place. slots[i]: item i's row of the batch above
-    // (output_slot.h), or none; moved into the fn's slot when item i is mapped. Block units: empty, or the rows mapped one by
-    // one when the block_fn call failed (or the one input element error the unit stands for).
+    // (output_slot.h), or none; moved into the fn's slot when item i is mapped. Block units:
+    // empty, or the rows mapped one by one when the block_fn call failed (or the one input
+    // element error the unit stands for).
     std::vector<absl::StatusOr<Element>> items;
     std::vector<std::optional<OutputSlot>> slots;
     size_t next = 0;       // the next item the consumer takes

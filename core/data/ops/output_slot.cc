@@ -1,6 +1,7 @@
 #include "core/data/ops/output_slot.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -125,18 +126,19 @@ std::optional<Tensor> BatchSlots::Stacked(int leaf, const std::vector<Tensor>& c
   Tensor out = *std::move(stacked_);
   stacked_.reset();
   const size_t row_bytes = out.Index(0).byte_size();
-  const char* const begin = static_cast<const char*>(out.raw_data());
-  const char* const end = begin + row_bytes * static_cast<size_t>(batch_size_);
+  // Addresses as integers: a row may lie in any other buffer.
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(out.raw_data());
+  const uintptr_t end = begin + row_bytes * static_cast<size_t>(batch_size_);
   // A row that views another row of `out` (written there for another position) is read
   // before any row is overwritten.
   std::vector<Tensor> moved(column.size());
   for (int64_t row = 0; row < batch_size_; ++row) {
     const Tensor& src = column[static_cast<size_t>(row)];
-    const char* p = static_cast<const char*>(src.raw_data());
+    const uintptr_t p = reinterpret_cast<uintptr_t>(src.raw_data());
     if (p >= begin && p < end && p != begin + row_bytes * static_cast<size_t>(row)) {
       absl::StatusOr<Tensor> copy = TryAllocateUninitialized(dtype_, shape_, what_);
       if (!copy.ok()) return std::nullopt;  // `out` untouched: stacked as usual
-      std::memcpy(copy->mutable_raw_data(), p, row_bytes);
+      std::memcpy(copy->mutable_raw_data(), src.raw_data(), row_bytes);
       moved[static_cast<size_t>(row)] = *std::move(copy);
     }
   }
