@@ -2,13 +2,16 @@
 # Text -> tokenize -> pack(2048): Sluice (build/bench/text_bench) against tf.data +
 # tf_text.SentencepieceTokenizer (bench/tf_text_reference.py), on a generated corpus and a
 # SentencePiece model trained here by spm_train; checks that both give identical ids for the
-# first 2000 texts. Prints the load average before and after.
+# first 2000 texts. Prints the load average before and after. With BASELINE (another build
+# folder, e.g. one from before a change), also runs that build's text_bench on the same corpus
+# and model and checks its ids are the same.
 #
-#   bench/text_bench.sh [BUILD=build] [PYTHON=/tmp/text-venv/bin/python] [MB=64]
+#   bench/text_bench.sh [BUILD=build] [PYTHON=/tmp/text-venv/bin/python] [MB=64] [BASELINE=]
 set -euo pipefail
 BUILD=${1:-build}
 PYTHON=${2:-/tmp/text-venv/bin/python}
 MB=${3:-64}
+BASELINE=${4:-}
 WORK=$(mktemp -d /tmp/text_bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 python3 - "$WORK/corpus.jsonl" "$MB" <<'PY'
@@ -38,6 +41,14 @@ echo "load before: $(cat /proc/loadavg)"
 "$BUILD/bench/text_bench" --jsonl="$WORK/corpus.jsonl" --model="$WORK/spm.model" --length=2048 \
   --dump_ids="$WORK/sluice_ids.txt" --dump_count=2000
 echo "load between: $(cat /proc/loadavg)"
+if [[ -n "$BASELINE" ]]; then
+  echo "baseline $BASELINE:"
+  "$BASELINE/bench/text_bench" --jsonl="$WORK/corpus.jsonl" --model="$WORK/spm.model" \
+    --length=2048 --dump_ids="$WORK/baseline_ids.txt" --dump_count=2000
+  echo "load after the baseline: $(cat /proc/loadavg)"
+  cmp -s "$WORK/sluice_ids.txt" "$WORK/baseline_ids.txt" || { echo "ids: baseline DIFFERS"; exit 1; }
+  echo "ids: the baseline's are identical"
+fi
 "$PYTHON" bench/tf_text_reference.py --jsonl="$WORK/corpus.jsonl" --model="$WORK/spm.model" \
   --length=2048 --dump_ids="$WORK/tf_ids.txt" --dump_count=2000 2>/dev/null
 echo "load after: $(cat /proc/loadavg)"

@@ -71,6 +71,13 @@ PIPELINES = [
     ("tuple_mixed", "from_tensor_slices((%s, [10, 20, 30, 40, 50])).batch(2)" % RAGGED),
     ("dict_mixed", "from_tensor_slices({'ids': %s, 'label': [1, 0, 1, 1]}).batch(3)" % SPARSE),
     ("repeat_take_ragged", "from_tensors(%s).repeat(3).take(2)" % RAGGED),
+    # rebatch(): rows of composites cut and joined across input batches, size-0 pieces.
+    ("rebatch_ragged_sizes", "from_tensor_slices(%s).batch(2).rebatch([3, 0, 1])" % RAGGED),
+    ("rebatch_ragged2_drop", "from_tensor_slices(%s).batch(2).rebatch(3, drop_remainder=True)"
+     % RAGGED2),
+    ("rebatch_sparse_sizes", "from_tensor_slices(%s).batch(3).rebatch([1, 2, 1])" % SPARSE),
+    ("rebatch_mixed", "from_tensor_slices((%s, [10, 20, 30, 40, 50])).batch(2).rebatch(4)"
+     % RAGGED),
     ("ragged_batch_of_ragged", "from_tensor_slices(%s).ragged_batch(2)" % RAGGED),
     ("ragged_batch_dense_fixed", "from_tensor_slices([[1, 2], [3, 4], [5, 6]]).ragged_batch(2)"),
     # Sluice's map(decode_raw(...)) is TF's map(lambda x: tf.io.decode_raw(x, ...)).

@@ -6,10 +6,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/data/ops/sentencepiece_model_proto.h"
 #include "core/io/input_stream.h"
 #include "core/tensor/host_memory.h"
+#include "core/util/logging.h"
 
 namespace sluice {
 namespace {
@@ -63,8 +66,9 @@ ModelCache& Cache() {
 }  // namespace
 
 SentencePieceModel::SentencePieceModel(
-    std::string path, std::shared_ptr<const SentencePieceProcessorHandle> processor)
-    : path_(std::move(path)), processor_(std::move(processor)) {}
+    std::string path, std::unique_ptr<const SentencePieceEncoder> encoder,
+    std::shared_ptr<const SentencePieceProcessorHandle> processor)
+    : path_(std::move(path)), encoder_(std::move(encoder)), processor_(std::move(processor)) {}
 
 SentencePieceModel::~SentencePieceModel() = default;
 
@@ -79,24 +83,63 @@ absl::StatusOr<std::shared_ptr<const SentencePieceModel>> SentencePieceModel::Ge
                         absl::StrCat("cannot read the SentencePiece model ", path, ": ",
                                      bytes.status().message()));
   }
+  absl::StatusOr<SentencePieceModelProto> proto = ParseSentencePieceModelProto(*bytes);
+  if (!proto.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a SentencePiece model: ",
+                                                   proto.status().message()));
+  }
+  absl::StatusOr<std::unique_ptr<SentencePieceEncoder>> encoder =
+      SentencePieceEncoder::Create(*proto);
+  std::shared_ptr<const SentencePieceProcessorHandle> processor;
+  if (encoder.ok()) {
+    std::shared_ptr<const SentencePieceModel> model(
+        new SentencePieceModel(path, std::move(*encoder), nullptr));
+    return Cache().Store(path, std::move(model));
+  }
+  if (!absl::IsUnimplemented(encoder.status())) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a SentencePiece model: ",
+                                                   encoder.status().message()));
+  }
   std::string error;
-  std::shared_ptr<const SentencePieceProcessorHandle> processor =
-      SentencePieceLoad(*bytes, &error);
+  processor = SentencePieceLoad(*bytes, &error);
   if (processor == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is not a SentencePiece model: ", error));
   }
   std::shared_ptr<const SentencePieceModel> model(
-      new SentencePieceModel(path, std::move(processor)));
-  return Cache().Store(path, std::move(model));
+      new SentencePieceModel(path, nullptr, std::move(processor)));
+  std::shared_ptr<const SentencePieceModel> stored = Cache().Store(path, std::move(model));
+  if (stored->processor_ != nullptr) {
+    // Once per path: the cache keeps the model for the process's life.
+    static absl::Mutex* logged_mu = new absl::Mutex();
+    static auto* logged = new absl::flat_hash_set<std::string>();
+    absl::MutexLock lock(logged_mu);
+    if (logged->insert(path).second) {
+      LogEvent(LogLevel::kWarning, "tokenize",
+               "SentencePiece model encoded by libsentencepiece (slower)",
+               {{"model", path}, {"reason", std::string(encoder.status().message())}});
+    }
+  }
+  return stored;
 }
 
-int SentencePieceModel::vocab_size() const { return SentencePieceVocabSize(*processor_); }
+int SentencePieceModel::vocab_size() const {
+  return encoder_ != nullptr ? encoder_->vocab_size() : SentencePieceVocabSize(*processor_);
+}
+int SentencePieceModel::bos_id() const {
+  return encoder_ != nullptr ? encoder_->bos_id() : SentencePieceBosId(*processor_);
+}
+int SentencePieceModel::eos_id() const {
+  return encoder_ != nullptr ? encoder_->eos_id() : SentencePieceEosId(*processor_);
+}
+absl::string_view SentencePieceModel::encoder_name() const {
+  return encoder_ != nullptr ? "sluice" : "libsentencepiece";
+}
 
 absl::StatusOr<Tensor> SentencePieceModel::Encode(absl::string_view text, bool add_bos,
                                                   bool add_eos) const {
-  const int bos = SentencePieceBosId(*processor_);
-  const int eos = SentencePieceEosId(*processor_);
+  const int bos = bos_id();
+  const int eos = eos_id();
   if (add_bos && bos < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("add_bos: the model ", path_, " has no beginning-of-sentence piece"));
@@ -105,11 +148,17 @@ absl::StatusOr<Tensor> SentencePieceModel::Encode(absl::string_view text, bool a
     return absl::InvalidArgumentError(
         absl::StrCat("add_eos: the model ", path_, " has no end-of-sentence piece"));
   }
-  std::vector<int32_t> ids;
-  std::string error;
-  if (!SentencePieceEncode(*processor_, std::string_view(text.data(), text.size()), &ids,
-                           &error)) {
-    return absl::InvalidArgumentError(absl::StrCat("SentencePiece: ", error));
+  // Reused by the thread's next text: no allocation once it has grown.
+  thread_local std::vector<int32_t> ids;
+  ids.clear();
+  if (encoder_ != nullptr) {
+    encoder_->Encode(text, &ids);
+  } else {
+    std::string error;
+    if (!SentencePieceEncode(*processor_, std::string_view(text.data(), text.size()), &ids,
+                             &error)) {
+      return absl::InvalidArgumentError(absl::StrCat("SentencePiece: ", error));
+    }
   }
   const int64_t n = static_cast<int64_t>(ids.size()) + (add_bos ? 1 : 0) + (add_eos ? 1 : 0);
   absl::StatusOr<Tensor> out = Tensor::TryAllocate(DType::kInt32, Shape({n}), "tokenize");
@@ -118,6 +167,7 @@ absl::StatusOr<Tensor> SentencePieceModel::Encode(absl::string_view text, bool a
   if (add_bos) *dst++ = bos;
   if (!ids.empty()) std::memcpy(dst, ids.data(), ids.size() * sizeof(int32_t));
   if (add_eos) dst[ids.size()] = eos;
+  if (ids.capacity() > (1 << 20)) ids = std::vector<int32_t>();  // a long text's, not kept
   return out;
 }
 
