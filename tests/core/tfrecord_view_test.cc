@@ -74,6 +74,7 @@ std::unique_ptr<TFRecordReader> Reader(const std::string& bytes, size_t buffer_s
                                        bool from_file, const TempDir& dir) {
   TFRecordReaderOptions o;
   o.buffer_size = buffer_size;
+  o.map_local_file = false;  // the read buffers are under test (mapped: tfrecord_mapped_test)
   if (!from_file) {
     return TFRecordReader::FromStream(NewStringStream(dir.File("in.tfrecord"), bytes), o);
   }
