@@ -42,15 +42,6 @@ std::vector<std::string> RandomRecords(int n, size_t max_bytes) {
   return out;
 }
 
-std::string Framed(const std::vector<std::string>& records, const TempDir& dir) {
-  const std::string path = dir.File("framed.tfrecord");
-  auto w = TFRecordWriter::Open(path, Compression::kNone);
-  EXPECT_TRUE(w.ok()) << w.status();
-  for (const std::string& r : records) EXPECT_TRUE((*w)->Write(r).ok());
-  EXPECT_TRUE((*w)->Close().ok());
-  return ReadWholeFile(path);
-}
-
 std::unique_ptr<TFRecordReader> OpenReader(const std::string& path, bool mapped) {
   TFRecordReaderOptions o;
   o.buffer_size = 4096;  // records larger than the read path's buffer too
@@ -132,7 +123,7 @@ TEST(TFRecordMappedTest, RecordsAndViewsAreTheReadPathsBytes) {
   std::printf("seed %llu\n", static_cast<unsigned long long>(kSeed));
   TempDir dir;
   const std::vector<std::string> records = RandomRecords(300, 9000);
-  WriteWholeFile(dir.File("in.tfrecord"), Framed(records, dir));
+  WriteWholeFile(dir.File("in.tfrecord"), record_test::FramedTFRecords(records, dir));
   std::unique_ptr<TFRecordReader> mapped = OpenReader(dir.File("in.tfrecord"), true);
   ASSERT_TRUE(mapped);
   const ReaderRun views = ViewAll(mapped.get());
@@ -157,7 +148,7 @@ TEST(TFRecordMappedTest, CorruptAndTruncatedFilesGiveTheReadPathsErrors) {
   std::printf("seed %llu\n", static_cast<unsigned long long>(kSeed));
   TempDir dir;
   const std::vector<std::string> records = RandomRecords(40, 3000);
-  const std::string bytes = Framed(records, dir);
+  const std::string bytes = record_test::FramedTFRecords(records, dir);
   const std::string path = dir.File("bad.tfrecord");
   const size_t r5 = record_test::TFRecordOffset(bytes, 5);
   const size_t r6 = record_test::TFRecordOffset(bytes, 6);
@@ -201,7 +192,7 @@ TEST(TFRecordMappedTest, ViewOutlivesItsReaderAndTheFile) {
   TempDir dir;
   const std::vector<std::string> records = RandomRecords(50, 5000);
   const std::string path = dir.File("gone.tfrecord");
-  WriteWholeFile(path, Framed(records, dir));
+  WriteWholeFile(path, record_test::FramedTFRecords(records, dir));
   std::vector<absl::string_view> views;
   std::vector<TFRecordReader::UncheckedData> unchecked;
   std::shared_ptr<const void> owner;
@@ -235,7 +226,7 @@ TEST(TFRecordMappedTest, FileTruncatedWhileMappedIsDataLossNotSigbus) {
   TempDir dir;
   const std::vector<std::string> records(64, std::string(4000, 'x'));
   const std::string path = dir.File("shrinks.tfrecord");
-  WriteWholeFile(path, Framed(records, dir));
+  WriteWholeFile(path, record_test::FramedTFRecords(records, dir));
   std::unique_ptr<TFRecordReader> r = OpenReader(path, true);
   ASSERT_TRUE(r);
   // Ten records read (and their pages touched) before the file loses all but 8 KiB.
@@ -274,7 +265,7 @@ TEST(TFRecordMappedTest, FileTruncatedWhileMappedIsDataLossNotSigbus) {
   // ReadRecord (copying) on another mapped file, cut inside its first page: the bytes past the
   // new end read as zeros without a SIGBUS, and the reader finds the file shorter.
   const std::string path2 = dir.File("shrinks2.tfrecord");
-  WriteWholeFile(path2, Framed(records, dir));
+  WriteWholeFile(path2, record_test::FramedTFRecords(records, dir));
   std::unique_ptr<TFRecordReader> copying = OpenReader(path2, true);
   ASSERT_TRUE(copying);
   std::string rec;
