@@ -14,11 +14,16 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/data/executor.h"
 #include "core/io/mapped_file.h"
 #include "core/io/mapping_truncation_guard.h"
 #include "core/io/tfrecord_reader.h"
 #include "core/io/tfrecord_writer.h"
 #include "gtest/gtest.h"
+#include "proto/example.pb.h"
+#include "sluice/dataset.h"
+#include "tests/core/iterator_test_util.h"
 #include "tests/core/record_test_util.h"
 
 namespace sluice {
@@ -274,6 +279,40 @@ TEST(TFRecordMappedTest, FileTruncatedWhileMappedIsDataLossNotSigbus) {
   s = copying->ReadRecord(&rec);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "truncated while it was read")) << s;
+}
+
+// As a user runs it: a parallel parse pipeline over a file that another process truncates while
+// the pipeline reads it ends in DATA_LOSS naming the file; the process lives on.
+TEST(TFRecordMappedTest, ParallelParsePipelineOverAFileTruncatedWhileReadIsDataLoss) {
+  TempDir dir;
+  const std::string path = dir.File("examples.tfrecord");
+  {
+    auto w = TFRecordWriter::Open(path, Compression::kNone);
+    ASSERT_TRUE(w.ok()) << w.status();
+    for (int i = 0; i < 2000; ++i) {
+      proto::Example ex;
+      (*ex.mutable_features()->mutable_feature())["image"].mutable_bytes_list()->add_value(
+          std::string(3000, static_cast<char>('a' + i % 26)));
+      ASSERT_TRUE((*w)->Write(ex.SerializeAsString()).ok());
+    }
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  absl::StatusOr<Dataset> ds = Dataset::Parse(
+      absl::StrCat("tf_record_dataset(['", path,
+                   "']).map(parse_example({'image': FixedLenFeature([], tf.string)}), "
+                   "num_parallel_calls=AUTOTUNE)"));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds, {});
+  ASSERT_TRUE(it.ok()) << it.status();
+  Element first;
+  bool end = false;
+  ASSERT_TRUE((*it)->GetNext(&first, &end).ok());
+  ASSERT_FALSE(end);
+  TruncateInPlace(path, 64 << 10);
+  absl::StatusOr<std::vector<Element>> rest = testing_util::Drain(it->get(), 5000);
+  ASSERT_FALSE(rest.ok());
+  EXPECT_EQ(rest.status().code(), absl::StatusCode::kDataLoss) << rest.status();
+  EXPECT_TRUE(absl::StrContains(rest.status().message(), path)) << rest.status();
 }
 
 // A SIGBUS outside every guarded mapping keeps its meaning: the process dies of it.
