@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/data/cancellation.h"
 #include "core/data/iterator.h"
 #include "sluice/shape.h"
 
@@ -68,6 +69,16 @@ class OpIterator : public Iterator {
 
   const std::string& label() const { return label_; }
 
+  // The pipeline's token (core/data/cancellation.h), set by the executor on every op's
+  // iterator it builds, before the first GetNext: once it is cancelled, GetNext and
+  // GetNextBlock return CANCELLED naming the op (sticky) before calling into the op, so an op
+  // that loops over its input stops within one pull. Null (the default): never cancelled.
+  void set_cancellation(std::shared_ptr<CancellationToken> token) {
+    cancellation_ = std::move(token);
+  }
+  // For ops with threads or waits of their own (OnCancel); null when none was set.
+  CancellationToken* cancellation() const { return cancellation_.get(); }
+
  protected:
   // Same contract as GetNext; called only while no error or end has been returned.
   virtual absl::Status GetNextInternal(Element* out, bool* end_of_sequence) = 0;
@@ -83,7 +94,11 @@ class OpIterator : public Iterator {
   }
 
  private:
+  // CANCELLED (sticky) when the token is cancelled, else OK.
+  absl::Status CheckCancelled();
+
   const std::string label_;
+  std::shared_ptr<CancellationToken> cancellation_;
   absl::Status status_;
   bool ended_ = false;
 };

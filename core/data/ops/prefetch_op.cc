@@ -39,8 +39,10 @@ SLUICE_REGISTER_OPS(prefetch_op) {
           absl::StrCat(label, ": buffer_size must be non-negative or -1 (AUTOTUNE), got ", n));
     }
     if (n == 0) return input;  // prefetch(0) is a no-op, as in TF
-    return IteratorFactory([label, input, n]() -> std::unique_ptr<Iterator> {
-      return std::make_unique<PrefetchIterator>(input(), n, label);
+    return IteratorFactory([label, input, n, cancellation = args.options.cancellation]()
+                               -> std::unique_ptr<Iterator> {
+      return std::make_unique<PrefetchIterator>(input(), n, label, /*pool=*/nullptr,
+                                                cancellation);
     });
   };
   r.keeps_batch_size = true;
