@@ -154,7 +154,7 @@ class BlockingInput : public Iterator {
  public:
   absl::Status GetNext(Element* out, bool* end_of_sequence) override {
     if (calls_++ > 0) {
-      entered_.Notify();
+      if (!entered_.HasBeenNotified()) entered_.Notify();  // the read-ahead calls again later
       release_.WaitForNotification();
     }
     *out = Element::Leaf(Tensor::Scalar<int64_t>(1));
