@@ -6,6 +6,23 @@
 
 namespace sluice {
 
+namespace {
+thread_local const std::shared_ptr<CancellationToken>* g_current = nullptr;
+}  // namespace
+
+const std::shared_ptr<CancellationToken>& CurrentCancellation() {
+  static const std::shared_ptr<CancellationToken> kNone;
+  return g_current != nullptr ? *g_current : kNone;
+}
+
+ScopedCancellationContext::ScopedCancellationContext(
+    const std::shared_ptr<CancellationToken>& token)
+    : previous_(g_current) {
+  g_current = &token;
+}
+
+ScopedCancellationContext::~ScopedCancellationContext() { g_current = previous_; }
+
 void CancellationToken::Cancel(absl::string_view reason) {
   absl::MutexLock lock(&mu_);
   if (cancelled_.load(std::memory_order_relaxed)) return;

@@ -27,6 +27,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -70,6 +71,26 @@ class CancellationToken {
   mutable absl::Mutex mu_;  // held while wake-ups run, so Unregister waits for a running one
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<int64_t, std::function<void()>> wakes_ ABSL_GUARDED_BY(mu_);
+};
+
+// The token of the pipeline being built or pulled on this thread (null when none): the
+// executor sets it around building a graph's iterators (MakeIterator), and every op iterator
+// around its own GetNext, so that an iterator built then (the next epoch's input under
+// repeat(), a nested pipeline) takes its pipeline's token without any factory carrying it.
+// OpIterator's constructor reads it.
+const std::shared_ptr<CancellationToken>& CurrentCancellation();
+
+// Makes `token` the thread's CurrentCancellation() for the life of the scope (scopes nest).
+// `token` must outlive the scope.
+class ScopedCancellationContext {
+ public:
+  explicit ScopedCancellationContext(const std::shared_ptr<CancellationToken>& token);
+  ~ScopedCancellationContext();
+  ScopedCancellationContext(const ScopedCancellationContext&) = delete;
+  ScopedCancellationContext& operator=(const ScopedCancellationContext&) = delete;
+
+ private:
+  const std::shared_ptr<CancellationToken>* const previous_;
 };
 
 // Registers a wake-up for the life of a scope (an op's iterator): nothing when `token` is null.

@@ -66,19 +66,6 @@ IteratorFactory Profiled(IteratorFactory factory, int position, const std::strin
   };
 }
 
-// Cancellation (core/data/cancellation.h): each op iterator `factory` makes checks `token`
-// before each pull. Iterators that are not OpIterators (prefetch) take the token from
-// ExecutorOptions when they are built.
-IteratorFactory Cancellable(IteratorFactory factory,
-                            const std::shared_ptr<CancellationToken>& token) {
-  if (token == nullptr) return factory;
-  return [factory = std::move(factory), token] {
-    std::unique_ptr<Iterator> it = factory();
-    if (auto* op = dynamic_cast<OpIterator*>(it.get())) op->set_cancellation(token);
-    return it;
-  };
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
@@ -91,7 +78,6 @@ absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
                    BuildSource(DescribePosition(def, 0), def.source(), options));
   const std::shared_ptr<OpProfile> profile =
       options.profile != nullptr ? options.profile : ProcessOpProfile();
-  factory = Cancellable(std::move(factory), options.cancellation);
   factory = Profiled(std::move(factory), 0, DescribePosition(def, 0), profile);
   proto::DatasetDef upstream = def;  // the graph up to op i
   upstream.clear_ops();
@@ -105,11 +91,13 @@ absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
                      BuildOp(OpBuildArgs{label, def.ops(i), std::move(factory), specs[i],
                                          specs[i + 1 + fused], upstream, options,
                                          std::move(fused_next)}));
-    factory = Cancellable(std::move(factory), options.cancellation);
     factory = Profiled(std::move(factory), i + 1, label, profile);
     for (int j = i; j <= i + fused; ++j) *upstream.add_ops() = def.ops(j);
     i += 1 + fused;
   }
+  // The op iterators built now take the token (OpIterator, CurrentCancellation()); no factory
+  // carries it, so a long chain of ops costs no more to build with one.
+  const ScopedCancellationContext context(options.cancellation);
   return factory();
 }
 

@@ -54,7 +54,13 @@ absl::Status OpIterator::GetNext(Element* out, bool* end_of_sequence) {
   }
   RETURN_IF_ERROR(CheckCancelled());
   *end_of_sequence = false;
-  absl::Status s = GetNextInternal(out, end_of_sequence);
+  absl::Status s;
+  if (cancellation_ != nullptr) {
+    const ScopedCancellationContext context(cancellation_);  // for iterators built meanwhile
+    s = GetNextInternal(out, end_of_sequence);
+  } else {
+    s = GetNextInternal(out, end_of_sequence);
+  }
   if (!s.ok()) {
     if (!IsElementError(s)) status_ = s;
     return s;
@@ -73,7 +79,13 @@ absl::Status OpIterator::GetNextBlock(int64_t max_elements, Element* out, int64_
   }
   RETURN_IF_ERROR(CheckCancelled());
   *end_of_sequence = false;
-  absl::Status s = GetNextBlockInternal(max_elements, out, n, end_of_sequence);
+  absl::Status s;
+  if (cancellation_ != nullptr) {
+    const ScopedCancellationContext context(cancellation_);  // for iterators built meanwhile
+    s = GetNextBlockInternal(max_elements, out, n, end_of_sequence);
+  } else {
+    s = GetNextBlockInternal(max_elements, out, n, end_of_sequence);
+  }
   if (!s.ok()) {
     *n = 0;
     if (!IsElementError(s)) status_ = s;

@@ -59,8 +59,11 @@ auto CatchingBadAlloc(absl::string_view label, F&& f) -> decltype(f()) {
 // (IsElementError), which is returned once and iteration may continue. Not thread-safe.
 class OpIterator : public Iterator {
  public:
-  // `label` names the op in errors this iterator raises (OpLabel()).
-  explicit OpIterator(std::string label) : label_(std::move(label)) {}
+  // `label` names the op in errors this iterator raises (OpLabel()). The iterator takes the
+  // thread's CurrentCancellation() (core/data/cancellation.h): the pipeline's token while the
+  // executor builds it, or while an op of it pulls.
+  explicit OpIterator(std::string label)
+      : label_(std::move(label)), cancellation_(CurrentCancellation()) {}
 
   absl::Status GetNext(Element* out, bool* end_of_sequence) final;
   // As GetNext: errors and the end are sticky, an element error is returned once.
@@ -69,14 +72,10 @@ class OpIterator : public Iterator {
 
   const std::string& label() const { return label_; }
 
-  // The pipeline's token (core/data/cancellation.h), set by the executor on every op's
-  // iterator it builds, before the first GetNext: once it is cancelled, GetNext and
-  // GetNextBlock return CANCELLED naming the op (sticky) before calling into the op, so an op
-  // that loops over its input stops within one pull. Null (the default): never cancelled.
-  void set_cancellation(std::shared_ptr<CancellationToken> token) {
-    cancellation_ = std::move(token);
-  }
-  // For ops with threads or waits of their own (OnCancel); null when none was set.
+  // The pipeline's token (core/data/cancellation.h; taken at construction): once it is
+  // cancelled, GetNext and GetNextBlock return CANCELLED naming the op (sticky) before calling
+  // into the op, so an op that loops over its input stops within one pull. For ops with
+  // threads or waits of their own (OnCancel); null when the pipeline has none.
   CancellationToken* cancellation() const { return cancellation_.get(); }
 
  protected:
