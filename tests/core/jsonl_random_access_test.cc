@@ -274,5 +274,35 @@ TEST(JsonlRandomAccessTest, JsonlPipelinesHaveAGlobalOrderButPackDoesNot) {
   std::remove(path.c_str());
 }
 
+TEST(JsonlRandomAccessTest, ABadLineInARangeIsAnElementErrorNamingFileAndLine) {
+  const std::string path = TempPath("range_bad.jsonl");
+  {
+    std::ofstream out(path, std::ios::binary);
+    for (int k = 0; k < 20; ++k) {
+      out << (k == 12 ? std::string("{\"t\": oops}") : absl::StrCat("{\"t\": \"w\", \"n\": ", k, "}"))
+          << "\n";
+    }
+  }
+  auto ds = Dataset::Parse(
+      absl::StrCat("jsonl_dataset('", path, "', keys={'t': tf.string, 'n': tf.int64}).batch(4)"));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  absl::StatusOr<GlobalOrderPlan> plan = PlanGlobalOrder(*ds);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Steps [2, 4): elements 8..15, line 13 among them.
+  absl::StatusOr<Dataset> range = GlobalOrderRange(*ds, *plan, GlobalOrderOptions(), 0, 2, 4);
+  ASSERT_TRUE(range.ok()) << range.status();
+  auto it = MakeIterator(*range);
+  ASSERT_TRUE(it.ok()) << it.status();
+  Element e;
+  bool end = false;
+  ASSERT_TRUE((*it)->GetNext(&e, &end).ok());
+  EXPECT_EQ(testing_util::Values(DictLeaf(e, "n")), testing_util::Iota(4, 8));
+  absl::Status bad = (*it)->GetNext(&e, &end);
+  EXPECT_TRUE(IsElementError(bad)) << bad;
+  EXPECT_TRUE(absl::StrContains(bad.message(), absl::StrCat(path, " line 13: invalid JSON")))
+      << bad;
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace sluice

@@ -17,8 +17,8 @@
 // (INVALID_ARGUMENT, op_iterator.h's IsElementError) naming the file and the line number (from
 // 1): "a.jsonl line 7: key 'ids': expected an array of int32, got a string"; the iterator goes
 // on with the next line, so ignore_errors() skips them. Keys not asked for are not converted
-// (their values must still be valid JSON). Empty lines and lines of only whitespace yield
-// nothing; a trailing '\r' is dropped.
+// (their values must still be valid JSON). Empty lines and lines of only spaces, tabs and '\r'
+// yield nothing, whatever their length (jsonl_line_scanner.h); a trailing '\r' is dropped.
 //
 // The files are read in blocks of 1 MiB through core/io (local paths, s3://, ...), opened
 // lazily in order; an overlong line is skipped without being held, so memory stays bounded by
