@@ -3,7 +3,7 @@
 // workers read every line exactly once (files with blank and whitespace-only lines, CRLF, a
 // last line without '\n', an empty file), a worker SIGKILLed mid-range loses and repeats
 // nothing and the steps are in-process mode's, and jsonl -> tokenize -> padded_batch under
-// RANGES gives in-process mode's steps.
+// RANGES gives in-process mode's steps (and has a global order: it can be globally shuffled).
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -203,6 +203,10 @@ TEST(JsonlRangesTest, TokenizeThenPaddedBatchUnderRangesEqualsLocalMode) {
   }
   absl::StatusOr<PerReplica<Element>> end = it->GetNext();
   EXPECT_EQ(end.status().code(), absl::StatusCode::kOutOfRange) << end.status();
+  // The pipeline has a global order (a global shuffle, which a fallback to DATA refuses, runs).
+  auto shuffled = RangesIterator(c, *ds, "jsonl-ranges-tokenize-shuffled", ServiceShuffle::kFull);
+  ASSERT_TRUE(shuffled.ok()) << shuffled.status();
+  EXPECT_TRUE(shuffled->GetNext().ok()) << c.Logs();
   EXPECT_TRUE(c.StopAll().ok()) << c.Logs();
 }
 
