@@ -5,13 +5,12 @@
 // 100 MB line is skipped without being held; a file changed under an open source is DATA_LOSS
 // naming it; the index stays sparse; and a jsonl pipeline now has a global order (pack still
 // has none).
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +23,7 @@
 #include "core/data/ops/random_access_source.h"
 #include "gtest/gtest.h"
 #include "iterator_test_util.h"
+#include "peak_rss.h"
 #include "scoped_process_limits.h"
 #include "sluice/dataset.h"
 
@@ -84,6 +84,15 @@ Item RandomItem(RandomAccessSource& source, int64_t i) {
   return FromElement(*e);
 }
 
+std::unique_ptr<RandomAccessSource> OpenSource(const std::string& expression) {
+  auto ds = Dataset::Parse(expression);
+  EXPECT_TRUE(ds.ok()) << ds.status();
+  if (!ds.ok()) return nullptr;
+  auto source = RandomAccessSource::Open(ds->def().source());
+  EXPECT_TRUE(source.ok()) << source.status();
+  return source.ok() ? *std::move(source) : nullptr;
+}
+
 void ExpectSame(const Item& got, const Item& want, int64_t i) {
   ASSERT_EQ(got.error, want.error) << "element " << i << ": " << got.message << want.message;
   EXPECT_EQ(got.message, want.message) << "element " << i;
@@ -133,30 +142,22 @@ TEST(JsonlRandomAccessTest, EveryElementIsTheSequentialOnesInAnyOrder) {
   const std::vector<Item> want = Sequential(expression);
   ASSERT_GT(want.size(), 4000u);
 
-  auto ds = Dataset::Parse(expression);
-  ASSERT_TRUE(ds.ok()) << ds.status();
-  auto source = RandomAccessSource::Open(ds->def().source());
-  ASSERT_TRUE(source.ok()) << source.status();
-  ASSERT_EQ((*source)->size(), static_cast<int64_t>(want.size()));
+  std::unique_ptr<RandomAccessSource> source = OpenSource(expression);
+  ASSERT_NE(source, nullptr);
+  ASSERT_EQ(source->size(), static_cast<int64_t>(want.size()));
   // In order (a range read with SHUFFLE_NONE) ...
-  for (int64_t i = 0; i < (*source)->size(); ++i) {
-    ExpectSame(RandomItem(**source, i), want[static_cast<size_t>(i)], i);
+  for (int64_t i = 0; i < source->size(); ++i) {
+    ExpectSame(RandomItem(*source, i), want[static_cast<size_t>(i)], i);
   }
   // ... and in a seeded random order (SHUFFLE_FULL), through the same object.
   std::vector<int64_t> order(want.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   std::shuffle(order.begin(), order.end(), rng);
-  for (int64_t i : order) ExpectSame(RandomItem(**source, i), want[static_cast<size_t>(i)], i);
+  for (int64_t i : order) ExpectSame(RandomItem(*source, i), want[static_cast<size_t>(i)], i);
   // The last element of a.jsonl came from its last line, which has no '\n'.
   EXPECT_EQ(std::count_if(want.begin(), want.end(), [](const Item& x) { return x.n == 2999; }),
             1);
   for (const std::string& f : files) std::remove(f.c_str());
-}
-
-int64_t PeakRssBytes() {
-  struct rusage u {};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
 TEST(JsonlRandomAccessTest, HundredMegabyteLineIsAnErrorNamingItsLineAndIsNeverHeld) {
@@ -166,20 +167,20 @@ TEST(JsonlRandomAccessTest, HundredMegabyteLineIsAnErrorNamingItsLineAndIsNeverH
     out << "{\"t\": \"first\", \"n\": 1}\n\n{\"t\": \"";
     const std::string chunk(1 << 20, 'a');
     for (int i = 0; i < 100; ++i) out << chunk;
-    out << "\", \"n\": 2}\r\n{\"t\": \"after\", \"n\": 3}";
+    // The last line: 5 MB of spaces, over the limit but blank, so no element (in order too).
+    out << "\", \"n\": 2}\r\n{\"t\": \"after\", \"n\": 3}\n" << std::string(5 << 20, ' ');
   }
   MemoryLimits limits = ProcessMemoryBudget().limits();
   limits.element_bytes = 4 << 20;
   ScopedProcessLimits scoped(limits);
   const int64_t rss_before = PeakRssBytes();
-  auto ds = Dataset::Parse(
-      absl::StrCat("jsonl_dataset('", path, "', keys={'t': tf.string, 'n': tf.int64})"));
-  ASSERT_TRUE(ds.ok()) << ds.status();
-  auto source = RandomAccessSource::Open(ds->def().source());
-  ASSERT_TRUE(source.ok()) << source.status();
-  ASSERT_EQ((*source)->size(), 3);
+  const std::string expression =
+      absl::StrCat("jsonl_dataset('", path, "', keys={'t': tf.string, 'n': tf.int64})");
+  std::unique_ptr<RandomAccessSource> source = OpenSource(expression);
+  ASSERT_NE(source, nullptr);
+  ASSERT_EQ(source->size(), 3);
   for (int64_t i : {2, 1, 0, 1, 2}) {
-    absl::StatusOr<Element> e = (*source)->Get(i);
+    absl::StatusOr<Element> e = source->Get(i);
     if (i == 1) {
       ASSERT_TRUE(IsElementError(e.status())) << e.status();
       EXPECT_TRUE(absl::StrContains(
@@ -194,6 +195,11 @@ TEST(JsonlRandomAccessTest, HundredMegabyteLineIsAnErrorNamingItsLineAndIsNeverH
   }
   // Neither the index nor the reads held the 100 MB line.
   EXPECT_LT(PeakRssBytes() - rss_before, 40 << 20);
+  // The sequential iterator counts the same elements: the same error, the blank line skipped.
+  const std::vector<Item> in_order = Sequential(expression);
+  ASSERT_EQ(in_order.size(), 3u);
+  ExpectSame(RandomItem(*source, 1), in_order[1], 1);
+  EXPECT_EQ(in_order[2].t, "after");
   std::remove(path.c_str());
 }
 
@@ -204,17 +210,16 @@ TEST(JsonlRandomAccessTest, FileChangedUnderAnOpenSourceIsDataLossNamingIt) {
     for (int k = first; k < 20000; ++k) out << "{\"t\": \"line\", \"n\": " << k << "}\n";
   };
   write(0);
-  auto ds = Dataset::Parse(
-      absl::StrCat("jsonl_dataset('", path, "', keys={'t': tf.string, 'n': tf.int64})"));
-  ASSERT_TRUE(ds.ok()) << ds.status();
-  auto source = RandomAccessSource::Open(ds->def().source());
-  ASSERT_TRUE(source.ok()) << source.status();
-  ASSERT_EQ((*source)->size(), 20000);
+  const std::string expression =
+      absl::StrCat("jsonl_dataset('", path, "', keys={'t': tf.string, 'n': tf.int64})");
+  std::unique_ptr<RandomAccessSource> source = OpenSource(expression);
+  ASSERT_NE(source, nullptr);
+  ASSERT_EQ(source->size(), 20000);
   // Lines now start elsewhere (one digit more at the front shifts every offset).
   write(-1);
   bool data_loss = false;
   for (int64_t i : {int64_t{15000}, int64_t{19999}, int64_t{7000}}) {
-    absl::StatusOr<Element> e = (*source)->Get(i);
+    absl::StatusOr<Element> e = source->Get(i);
     if (e.ok()) continue;
     EXPECT_EQ(e.status().code(), absl::StatusCode::kDataLoss) << e.status();
     EXPECT_TRUE(absl::StrContains(e.status().message(), path)) << e.status();
@@ -223,9 +228,9 @@ TEST(JsonlRandomAccessTest, FileChangedUnderAnOpenSourceIsDataLossNamingIt) {
   EXPECT_TRUE(data_loss);
   // A source opened now indexes the file as it is.
   std::ofstream(path, std::ios::binary | std::ios::app) << "{\"t\": \"x\", \"n\": 7}\n";
-  auto reopened = RandomAccessSource::Open(ds->def().source());
-  ASSERT_TRUE(reopened.ok()) << reopened.status();
-  EXPECT_EQ((*reopened)->size(), 20002);
+  std::unique_ptr<RandomAccessSource> reopened = OpenSource(expression);
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(reopened->size(), 20002);
   std::remove(path.c_str());
 }
 

@@ -95,6 +95,20 @@ absl::StatusOr<DistributedIterator> RangesIterator(const ProcessCluster& c, cons
   return dist->MakeIterator();
 }
 
+// Reads `it` to its end (OUT_OF_RANGE; at most `max_steps` steps), appending each step's n.
+void ReadToEnd(ProcessCluster& c, DistributedIterator* it, int64_t max_steps,
+               std::vector<int64_t>* ns) {
+  for (int64_t s = 0; s < max_steps; ++s) {
+    absl::StatusOr<PerReplica<Element>> x = it->GetNext();
+    if (!x.ok()) {
+      ASSERT_EQ(x.status().code(), absl::StatusCode::kOutOfRange) << x.status() << c.Logs();
+      return;
+    }
+    AppendNs(x->values()[0], ns);
+  }
+  FAIL() << "no end after " << max_steps << " steps";
+}
+
 TEST(JsonlRangesTest, EveryLineOnceInLocalOrderWithAWorkerKilledMidRange) {
   std::cout << "seed " << kSeed << "\n";
   ProcessClusterOptions o;
@@ -121,14 +135,7 @@ TEST(JsonlRangesTest, EveryLineOnceInLocalOrderWithAWorkerKilledMidRange) {
     AppendNs(x->values()[0], &got);
   }
   ASSERT_TRUE(c.KillWorker(0).ok());
-  for (int64_t s = 0; s < steps + 10; ++s) {
-    absl::StatusOr<PerReplica<Element>> x = it->GetNext();
-    if (!x.ok()) {
-      ASSERT_EQ(x.status().code(), absl::StatusCode::kOutOfRange) << x.status() << c.Logs();
-      break;
-    }
-    AppendNs(x->values()[0], &got);
-  }
+  ReadToEnd(c, &*it, steps + 10, &got);
   // No line lost or repeated, in in-process mode's order.
   ASSERT_EQ(got, want);
 
@@ -137,14 +144,7 @@ TEST(JsonlRangesTest, EveryLineOnceInLocalOrderWithAWorkerKilledMidRange) {
   auto shuffled = RangesIterator(c, *ds, "jsonl-ranges-shuffled", ServiceShuffle::kFull);
   ASSERT_TRUE(shuffled.ok()) << shuffled.status();
   std::vector<int64_t> mixed;
-  for (int64_t s = 0; s < steps + 10; ++s) {
-    absl::StatusOr<PerReplica<Element>> x = shuffled->GetNext();
-    if (!x.ok()) {
-      ASSERT_EQ(x.status().code(), absl::StatusCode::kOutOfRange) << x.status() << c.Logs();
-      break;
-    }
-    AppendNs(x->values()[0], &mixed);
-  }
+  ReadToEnd(c, &*shuffled, steps + 10, &mixed);
   EXPECT_NE(mixed, want);
   std::sort(mixed.begin(), mixed.end());
   EXPECT_EQ(mixed, want);
