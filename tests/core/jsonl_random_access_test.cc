@@ -253,6 +253,10 @@ TEST(JsonlRandomAccessTest, LineIndexIsSparseAndBuiltOnce) {
   EXPECT_EQ(index->CheckpointBefore(99999), index->checkpoints().size() - 1);
   EXPECT_EQ(JsonlLineIndex::Build(TempPath("missing.jsonl")).status().code(),
             absl::StatusCode::kNotFound);
+  // A file that never ends is an error naming it, not an endless scan.
+  absl::Status endless = JsonlLineIndex::Build("/dev/zero").status();
+  EXPECT_EQ(endless.code(), absl::StatusCode::kAborted) << endless;
+  EXPECT_TRUE(absl::StrContains(endless.message(), "/dev/zero")) << endless;
   std::remove(path.c_str());
 }
 

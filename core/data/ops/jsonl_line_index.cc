@@ -30,7 +30,21 @@ absl::StatusOr<JsonlLineIndex> JsonlLineIndex::Build(const std::string& filename
   ASSIGN_OR_RETURN(std::unique_ptr<InputStream> stream, OpenFileStream(filename));
   JsonlLineScanner scanner(kBuildBlockBytes);
   InputStream* in = stream.get();
-  scanner.Reset([in](char* dst, size_t n) { return in->Read(dst, n); }, 0, 0);
+  // Reads no more than the file had when it was stat'ed (and one block to see it end), so a
+  // file that grows without end (a pipe, a writer at work) is an error, not an endless scan.
+  const uint64_t bound = index.stat_.size + kBuildBlockBytes;
+  uint64_t total = 0;
+  scanner.Reset(
+      [in, bound, &total, &filename](char* dst, size_t n) -> absl::StatusOr<size_t> {
+        ASSIGN_OR_RETURN(size_t done, in->Read(dst, n));
+        total += done;
+        if (total > bound) {
+          return absl::AbortedError(absl::StrCat("file ", filename, " grew past ", bound,
+                                                 " bytes while its lines were indexed"));
+        }
+        return done;
+      },
+      0, 0);
   uint64_t next_checkpoint = 0;
   while (true) {
     JsonlLineScanner::Line line;

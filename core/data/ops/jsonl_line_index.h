@@ -39,7 +39,8 @@ class JsonlLineIndex {
   };
 
   // Reads `filename` once. NOT_FOUND when missing, the read's errors naming the file, ABORTED
-  // naming it when its size or mtime changed while it was read (a writer is still at work).
+  // naming it when its size or mtime changed while it was read or it gives a block more than
+  // its size (a writer is still at work; a device or pipe that never ends).
   static absl::StatusOr<JsonlLineIndex> Build(const std::string& filename,
                                               size_t spacing_bytes = kDefaultSpacingBytes);
 
