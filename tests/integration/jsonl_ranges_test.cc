@@ -2,13 +2,15 @@
 // ranges (no fallback to DATA: a global shuffle, which DATA refuses, is accepted), several
 // workers read every line exactly once (files with blank and whitespace-only lines, CRLF, a
 // last line without '\n', an empty file), a worker SIGKILLed mid-range loses and repeats
-// nothing and the steps are in-process mode's, and jsonl -> tokenize -> padded_batch under
+// nothing and the steps are in-process mode's, a consumer resumed from a checkpoint mid-range
+// gets exactly the rest, and jsonl -> tokenize -> padded_batch under
 // RANGES gives in-process mode's steps (and has a global order: it can be globally shuffled).
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -78,7 +80,8 @@ std::vector<Element> LocalSteps(const Dataset& ds) {
 
 absl::StatusOr<DistributedIterator> RangesIterator(const ProcessCluster& c, const Dataset& ds,
                                                    const std::string& job,
-                                                   ServiceShuffle shuffle) {
+                                                   ServiceShuffle shuffle,
+                                                   std::optional<IteratorCheckpoint> resume = {}) {
   auto strategy = MirroredStrategy::Create({"CPU:0"});
   if (!strategy.ok()) return strategy.status();
   ServiceOptions options;
@@ -90,6 +93,7 @@ absl::StatusOr<DistributedIterator> RangesIterator(const ProcessCluster& c, cons
   options.order.range_steps = 4;
   options.receive_budget_bytes = 16 << 10;
   options.retry_deadline = absl::Seconds(90);
+  options.resume_from = std::move(resume);
   auto dist = DistributeDatasetFromService(*strategy, ds, options);
   if (!dist.ok()) return dist.status();
   return dist->MakeIterator();
@@ -148,6 +152,41 @@ TEST(JsonlRangesTest, EveryLineOnceInLocalOrderWithAWorkerKilledMidRange) {
   EXPECT_NE(mixed, want);
   std::sort(mixed.begin(), mixed.end());
   EXPECT_EQ(mixed, want);
+  EXPECT_TRUE(c.StopAll().ok()) << c.Logs();
+}
+
+TEST(JsonlRangesTest, ResumedFromACheckpointMidRangeTheRestComesExactlyOnce) {
+  ProcessClusterOptions o;
+  o.num_workers = 2;
+  auto started = ProcessCluster::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  ProcessCluster& c = **started;
+  auto ds = Dataset::Parse(absl::StrCat(WriteCorpus(c.temp_dir()), ".batch(", kBatch, ")"));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  std::vector<int64_t> want;
+  for (const Element& e : LocalSteps(*ds)) AppendNs(e, &want);
+  const int64_t steps = static_cast<int64_t>((want.size() + kBatch - 1) / kBatch);
+
+  std::vector<int64_t> got;
+  std::optional<IteratorCheckpoint> checkpoint;
+  {
+    auto it = RangesIterator(c, *ds, "jsonl-ranges-resume", ServiceShuffle::kNone);
+    ASSERT_TRUE(it.ok()) << it.status();
+    for (int s = 0; s < 10; ++s) {  // step 10 is inside range 2 (4 steps a range)
+      absl::StatusOr<PerReplica<Element>> x = it->GetNext();
+      ASSERT_TRUE(x.ok()) << x.status() << c.Logs();
+      AppendNs(x->values()[0], &got);
+    }
+    absl::StatusOr<IteratorCheckpoint> saved = it->Checkpoint();
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    checkpoint = *saved;
+  }
+  // As after a trainer restart: a new iterator from the checkpoint.
+  auto resumed =
+      RangesIterator(c, *ds, "jsonl-ranges-resume", ServiceShuffle::kNone, checkpoint);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  ReadToEnd(c, &*resumed, steps + 10, &got);
+  ASSERT_EQ(got, want);
   EXPECT_TRUE(c.StopAll().ok()) << c.Logs();
 }
 
