@@ -78,6 +78,24 @@ std::vector<Element> LocalSteps(const Dataset& ds) {
   return steps.ok() ? *steps : std::vector<Element>{};
 }
 
+// The corpus (WriteCorpus) in `c`'s folder, batched; *want gets the n of every line in
+// in-process mode's order, which must be 0, 1, 2, ... over 3000 lines (INTERNAL otherwise).
+absl::StatusOr<Dataset> CorpusBatches(const ProcessCluster& c, std::vector<int64_t>* want) {
+  auto ds = Dataset::Parse(absl::StrCat(WriteCorpus(c.temp_dir()), ".batch(", kBatch, ")"));
+  if (!ds.ok()) return ds.status();
+  for (const Element& e : LocalSteps(*ds)) AppendNs(e, want);
+  if (want->size() < 3000) {
+    return absl::InternalError(absl::StrCat("in-process mode gave ", want->size(), " lines"));
+  }
+  for (size_t i = 0; i < want->size(); ++i) {
+    if ((*want)[i] != static_cast<int64_t>(i)) {
+      return absl::InternalError(
+          absl::StrCat("in-process mode's element ", i, " is ", (*want)[i]));
+    }
+  }
+  return ds;
+}
+
 absl::StatusOr<DistributedIterator> RangesIterator(const ProcessCluster& c, const Dataset& ds,
                                                    const std::string& job,
                                                    ServiceShuffle shuffle,
@@ -122,12 +140,9 @@ TEST(JsonlRangesTest, EveryLineOnceInLocalOrderWithAWorkerKilledMidRange) {
   auto started = ProcessCluster::Start(o);
   ASSERT_TRUE(started.ok()) << started.status();
   ProcessCluster& c = **started;
-  auto ds = Dataset::Parse(absl::StrCat(WriteCorpus(c.temp_dir()), ".batch(", kBatch, ")"));
-  ASSERT_TRUE(ds.ok()) << ds.status();
   std::vector<int64_t> want;
-  for (const Element& e : LocalSteps(*ds)) AppendNs(e, &want);
-  ASSERT_GT(want.size(), 3000u);
-  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(want[i], static_cast<int64_t>(i));
+  auto ds = CorpusBatches(c, &want);
+  ASSERT_TRUE(ds.ok()) << ds.status();
   const int64_t steps = static_cast<int64_t>((want.size() + kBatch - 1) / kBatch);
 
   auto it = RangesIterator(c, *ds, "jsonl-ranges-kill", ServiceShuffle::kNone);
@@ -156,15 +171,12 @@ TEST(JsonlRangesTest, EveryLineOnceInLocalOrderWithAWorkerKilledMidRange) {
 }
 
 TEST(JsonlRangesTest, ResumedFromACheckpointMidRangeTheRestComesExactlyOnce) {
-  ProcessClusterOptions o;
-  o.num_workers = 2;
-  auto started = ProcessCluster::Start(o);
+  auto started = ProcessCluster::Start({.num_workers = 2});
   ASSERT_TRUE(started.ok()) << started.status();
   ProcessCluster& c = **started;
-  auto ds = Dataset::Parse(absl::StrCat(WriteCorpus(c.temp_dir()), ".batch(", kBatch, ")"));
-  ASSERT_TRUE(ds.ok()) << ds.status();
   std::vector<int64_t> want;
-  for (const Element& e : LocalSteps(*ds)) AppendNs(e, &want);
+  auto ds = CorpusBatches(c, &want);
+  ASSERT_TRUE(ds.ok()) << ds.status();
   const int64_t steps = static_cast<int64_t>((want.size() + kBatch - 1) / kBatch);
 
   std::vector<int64_t> got;
@@ -191,9 +203,7 @@ TEST(JsonlRangesTest, ResumedFromACheckpointMidRangeTheRestComesExactlyOnce) {
 }
 
 TEST(JsonlRangesTest, TokenizeThenPaddedBatchUnderRangesEqualsLocalMode) {
-  ProcessClusterOptions o;
-  o.num_workers = 2;
-  auto started = ProcessCluster::Start(o);
+  auto started = ProcessCluster::Start({.num_workers = 2});
   ASSERT_TRUE(started.ok()) << started.status();
   ProcessCluster& c = **started;
   const std::string dir = c.temp_dir();
