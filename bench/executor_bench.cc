@@ -37,6 +37,7 @@
 #include "core/data/executor.h"
 #include "core/data/iterator.h"
 #include "core/data/ops/map_iterator.h"
+#include "core/data/ops/output_slot.h"
 #include "core/util/thread_pool.h"
 #include "sluice/dataset.h"
 
@@ -51,6 +52,7 @@ struct Result {
   double seconds = 0;
   double cpu_seconds = 0;  // user + system time of the whole process during the run
   std::string autotuned;   // the parallelism AUTOTUNE chose per map at the end of the run
+  BatchSlotCounts slots;   // batch()'s in-place rows and reused buffers during the run
 };
 
 double ProcessCpuSeconds() {
@@ -67,6 +69,7 @@ Result Drain(const std::string& expression) {
     std::exit(1);
   }
   Result r;
+  const BatchSlotCounts slots_start = BatchSlotCountsSoFar();
   const Clock::time_point start = Clock::now();
   const double cpu_start = ProcessCpuSeconds();
   absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
@@ -89,6 +92,11 @@ Result Drain(const std::string& expression) {
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   r.cpu_seconds = ProcessCpuSeconds() - cpu_start;
+  const BatchSlotCounts slots_end = BatchSlotCountsSoFar();
+  r.slots.rows_in_place = slots_end.rows_in_place - slots_start.rows_in_place;
+  r.slots.rows_copied = slots_end.rows_copied - slots_start.rows_copied;
+  r.slots.buffers_reused = slots_end.buffers_reused - slots_start.buffers_reused;
+  r.slots.buffers_allocated = slots_end.buffers_allocated - slots_start.buffers_allocated;
   for (const auto& [op, parallelism] : AutotunedMapParallelism()) {
     absl::StrAppend(&r.autotuned, r.autotuned.empty() ? "" : ", ", op, ": ", parallelism);
   }
@@ -109,6 +117,14 @@ void Row(const std::string& name, const Result& r) {
               r.elements / r.seconds, r.batches / r.seconds, 1e6 * r.cpu_seconds / r.elements,
               r.cpu_seconds / r.seconds);
   if (!r.autotuned.empty()) std::printf("  (AUTOTUNE chose %s)\n", r.autotuned.c_str());
+  if (r.slots.rows_in_place + r.slots.rows_copied > 0) {
+    std::printf("  (batch rows written in place %lld, copied %lld; batch buffers reused %lld, "
+                "allocated %lld)\n",
+                static_cast<long long>(r.slots.rows_in_place),
+                static_cast<long long>(r.slots.rows_copied),
+                static_cast<long long>(r.slots.buffers_reused),
+                static_cast<long long>(r.slots.buffers_allocated));
+  }
   std::fflush(stdout);
 }
 

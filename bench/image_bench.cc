@@ -34,6 +34,8 @@
 //               [--nofuse]  (ExecutorOptions::fuse_maps = false)
 //               [--ab]      (fused and unfused passes alternating in one process; each one's
 //                           median and best images per CPU-second)
+//               [--ab_resize] (fused passes alternating between the AVX2 and the scalar
+//                           horizontal resize pass, core/data/ops/bilinear_resize.h)
 #include <malloc.h>
 #include <sys/resource.h>
 #include <turbojpeg.h>
@@ -52,6 +54,7 @@
 #include "absl/strings/str_cat.h"
 #include "sluice/dataset.h"
 #include "core/data/executor.h"
+#include "core/data/ops/bilinear_resize.h"
 #include "core/io/tfrecord_writer.h"
 
 namespace sluice {
@@ -118,6 +121,7 @@ void RunPipeline(const std::vector<std::string>& names, const std::string& pipel
 
 bool fuse_maps = true;  // --nofuse clears it
 bool ab = false;        // --ab: fused and unfused passes alternate
+bool ab_resize = false; // --ab_resize: AVX2 and scalar horizontal resize passes alternate
 
 int Main(int argc, char** argv) {
   // Keep decoded images' memory resident, as bench/stream_bench.cc does (PERF_NOTES.md: page
@@ -139,6 +143,7 @@ int Main(int argc, char** argv) {
     if (a == "--reuse") reuse = true;
     if (a == "--nofuse") fuse_maps = false;
     if (a == "--ab") ab = true;
+    if (a == "--ab_resize") ab_resize = true;
     if (a.rfind("--pipeline=", 0) == 0) pipeline = value("--pipeline=");
     if (a.rfind("--size=", 0) == 0 &&
         std::sscanf(value("--size=").c_str(), "%dx%d", &width, &height) != 2) {
@@ -244,17 +249,25 @@ void RunPipeline(const std::vector<std::string>& names, const std::string& pipel
   };
   // --ab: fused and unfused passes alternate in this process, so that both meet the same load;
   // the best pass of each is the figure least disturbed by other processes.
-  std::vector<bool> variants = {fuse_maps};
-  if (ab) variants = {true, false};
+  // --ab_resize: the same with the scalar horizontal resize pass instead of AVX2's.
+  struct Variant {
+    bool fuse;
+    bool scalar_resize;
+    const char* name;
+  };
+  std::vector<Variant> variants = {{fuse_maps, false, fuse_maps ? "" : " (not fused)"}};
+  if (ab) variants = {{true, false, ""}, {false, false, " (not fused)"}};
+  if (ab_resize) variants = {{fuse_maps, false, ""}, {fuse_maps, true, " (scalar resize)"}};
   std::vector<std::vector<double>> rates(variants.size()), cpu_rates(variants.size());
   for (int r = 0; r < reps; ++r) {
     for (size_t v = 0; v < variants.size(); ++v) {
       double wall = 0, cpu = 0;
-      const int64_t n = pass(variants[v], &wall, &cpu);
+      TEST_ForceScalarBilinearResize(variants[v].scalar_resize);
+      const int64_t n = pass(variants[v].fuse, &wall, &cpu);
       rates[v].push_back(static_cast<double>(n) / wall);
       cpu_rates[v].push_back(static_cast<double>(n) / cpu);
       std::printf("rep %d%s: %lld images, %.0f images/s, %.0f images per CPU-second\n", r,
-                  variants[v] ? "" : " (not fused)", static_cast<long long>(n), rates[v].back(),
+                  variants[v].name, static_cast<long long>(n), rates[v].back(),
                   cpu_rates[v].back());
     }
   }
@@ -263,7 +276,7 @@ void RunPipeline(const std::vector<std::string>& names, const std::string& pipel
     std::sort(cpu_rates[v].begin(), cpu_rates[v].end());
     std::printf("sluice %s%s median: %.0f images/s on one core, %.0f images per CPU-second "
                 "(best %.0f)\n",
-                pipeline.c_str(), variants[v] ? "" : " (not fused)", rates[v][rates[v].size() / 2],
+                pipeline.c_str(), variants[v].name, rates[v][rates[v].size() / 2],
                 cpu_rates[v][cpu_rates[v].size() / 2], cpu_rates[v].back());
   }
 }

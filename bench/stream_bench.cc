@@ -34,15 +34,33 @@
 // The consumer receives every byte into a buffer of its own (copied once from the received
 // slices, or viewed there with --views=1) and drops it. Reports medians of `reps` runs. Memory is kept resident (malloc
 // tunables, pooled receive buffers), as PERF_NOTES.md says any such benchmark must.
+//
+// What each column includes (the second table gives CPU-seconds per GB, from getrusage over
+// the run: every thread of this one process, worker and consumer alike, so it holds on a
+// loaded machine where wall time does not):
+//  - raw, client, shm: the whole stream from its opening (for shm: the segment's creation,
+//    hand-over and the page faults of its first lap) to the last step, and the worker's
+//    producer building each step ("build", measured on the producer's thread: with
+//    --build_steps=1 one write of the step's bytes, the pipeline's own output, into the ring
+//    for shm or into fresh memory otherwise). Less build, shm's cost is the transport alone:
+//    frame headers over gRPC, credit grants and releases, the consumer's Element packing and
+//    prefetch hand-off; it copies no byte.
+//  - TCP: a sender thread writing one reused buffer and a receiver reading into another: two
+//    kernel copies, no step built, no framing. So its bytes/s is a ceiling for a socket, and
+//    shm/TCP compares a path that builds every step with one that builds none.
 #include <arpa/inet.h>
 #include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,6 +70,7 @@
 #include "bench/bench_flags.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -129,6 +148,50 @@ struct Result {
   int64_t steps = 0;
   int64_t bytes = 0;
   int64_t viewed_bytes = 0;  // raw: payload received as views of gRPC's slices
+  // CPU time of the whole process during the run (every thread: worker, gRPC, consumer), the
+  // part of it the worker's producer spent building steps (the pipeline's own output, which
+  // raw TCP does not have), and the minor page faults taken.
+  double cpu_seconds = 0;
+  double build_cpu_seconds = 0;
+  int64_t minor_faults = 0;
+};
+
+// The CPU time of the calling thread.
+double ThreadCpuSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+// Nanoseconds of CPU the producers spent building steps (StartTask), process-wide.
+std::atomic<int64_t> g_build_cpu_ns{0};
+
+// The process's CPU time, minor faults and producers' build time at construction; Stop()
+// fills a Result's fields with what was spent since. Constructed before a run's task starts,
+// so that the steps its producer builds ahead are counted.
+class UsageMeter {
+ public:
+  UsageMeter() { Read(&cpu_, &faults_, &build_); }
+  void Stop(Result* r) const {
+    double cpu = 0;
+    int64_t faults = 0, build = 0;
+    Read(&cpu, &faults, &build);
+    r->cpu_seconds = cpu - cpu_;
+    r->minor_faults = faults - faults_;
+    r->build_cpu_seconds = static_cast<double>(build - build_) * 1e-9;
+  }
+
+ private:
+  static void Read(double* cpu, int64_t* faults, int64_t* build) {
+    rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    *cpu = static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+    *faults = u.ru_minflt;
+    *build = g_build_cpu_ns.load();
+  }
+  double cpu_ = 0;
+  int64_t faults_ = 0, build_ = 0;
 };
 
 // The coordinator as ServiceStepSource sees it: job 1 has task 1 on `worker`.
@@ -186,6 +249,7 @@ void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
     }
     step->task_step = (*produced)++;
     step->num_real_pieces = replicas;
+    const double build_start = ThreadCpuSeconds();
     if (!build) {
       step->pieces.assign(static_cast<size_t>(replicas), std::vector<Tensor>{piece});
     } else {
@@ -200,6 +264,7 @@ void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
       }
     }
     step->bytes = size * replicas;
+    g_build_cpu_ns.fetch_add(static_cast<int64_t>((ThreadCpuSeconds() - build_start) * 1e9));
     *end = false;
     return absl::OkStatus();
   }));
@@ -208,6 +273,7 @@ void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
 // The production client path: ServiceStepSource + DevicePrefetcher (host path).
 Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64_t replicas,
                  int64_t steps, int64_t budget, BufferPool* pool, bool shared_memory) {
+  const UsageMeter usage;
   StartTask(lookup, size, replicas, steps);
   ServiceStepSourceOptions o;
   o.coordinator_address = address;
@@ -250,6 +316,7 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
   }
   r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   wrapped->reset();
+  usage.Stop(&r);
   lookup->Set(nullptr);
   return r;
 }
@@ -257,6 +324,7 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
 // Streams `steps` steps of `replicas` x `size` bytes through the service at `address`.
 Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64_t replicas,
                  int64_t steps, int64_t credits, BufferPool* pool) {
+  const UsageMeter usage;
   StartTask(lookup, size, replicas, steps);
 
   grpc::ChannelArguments args;
@@ -327,6 +395,7 @@ Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64
   r.viewed_bytes = static_cast<int64_t>(decoder.stats().viewed_bytes);
   stream->WritesDone();
   grpc::Status st = stream->Finish();
+  usage.Stop(&r);
   if (!st.ok()) std::fprintf(stderr, "stream: %s\n", st.error_message().c_str());
   lookup->Set(nullptr);
   return r;
@@ -335,6 +404,7 @@ Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64
 // The same bytes over a plain TCP socket on loopback: `size`-byte writes into one reused
 // receive buffer (the ceiling: iperf3-like, at least 1 MiB a write).
 Result RunTcp(size_t size, int64_t messages) {
+  const UsageMeter usage;
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -375,15 +445,42 @@ Result RunTcp(size_t size, int64_t messages) {
   }
   r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   sender.join();
+  usage.Stop(&r);
   close(fd);
   close(listener);
   return r;
 }
 
 double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+
+// One column's runs: rates by wall time and by CPU time.
+struct Column {
+  std::vector<double> gbs, sps;             // wall: GB/s, steps/s
+  std::vector<double> cpu_per_gb;           // process CPU-seconds per GB moved
+  std::vector<double> build_per_gb;         // of which the producer's building of steps
+  std::vector<double> steps_per_cpu;        // steps per process CPU-second
+  std::vector<double> faults_per_gb;        // minor page faults per GB moved
+  void Add(const Result& r) {
+    const double gb = std::max<double>(static_cast<double>(r.bytes), 1) / 1e9;
+    gbs.push_back(gb / r.seconds);
+    sps.push_back(static_cast<double>(r.steps) / r.seconds);
+    cpu_per_gb.push_back(r.cpu_seconds / gb);
+    build_per_gb.push_back(r.build_cpu_seconds / gb);
+    steps_per_cpu.push_back(static_cast<double>(r.steps) / std::max(r.cpu_seconds, 1e-9));
+    faults_per_gb.push_back(static_cast<double>(r.minor_faults) / gb);
+  }
+  double Median(std::vector<double> Column::*field) const { return sluice::Median(this->*field); }
+  // "CPU-s/GB (of which building)".
+  std::string Cpu() const {
+    if (gbs.empty()) return "-";
+    return absl::StrFormat("%.3f (%.3f)", Median(&Column::cpu_per_gb),
+                           Median(&Column::build_per_gb));
+  }
+};
 
 int Main(int argc, char** argv) {
   // Keep memory resident: no trimming, large blocks from the heap, few arenas.
@@ -445,6 +542,7 @@ int Main(int argc, char** argv) {
   coordinator.set_worker(address);
   auto pool = std::make_shared<BufferPool>();
 
+  std::vector<std::string> cpu_rows;
   std::printf("| per-replica bytes | replicas | steps | raw GB/s | raw steps/s | client GB/s | "
               "client steps/s | shm GB/s | shm steps/s | TCP GB/s | raw/TCP | client/TCP | "
               "shm/TCP | raw viewed |\n");
@@ -452,7 +550,8 @@ int Main(int argc, char** argv) {
   for (size_t size : sizes) {
     const int64_t step_bytes = static_cast<int64_t>(size) * replicas;
     const int64_t steps = std::max<int64_t>(total / step_bytes, 1);
-    std::vector<double> gbs, sps, cgbs, csps, tcp, mgbs, msps, viewed;
+    Column raw, client, mem, tcp;
+    std::vector<double> viewed;
     if (!only_shm) {
       RunSluice(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), credits,
                 pool.get());  // warm-up: connections, pools
@@ -466,8 +565,7 @@ int Main(int argc, char** argv) {
     for (int64_t rep = 0; rep < reps; ++rep) {
       if (shm) {
         Result m = RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), true);
-        mgbs.push_back(static_cast<double>(m.bytes) / m.seconds / 1e9);
-        msps.push_back(static_cast<double>(m.steps) / m.seconds);
+        mem.Add(m);
         const ShmRingCounts counts = ProcessShmRingCounts();
         std::fprintf(stderr, "shm %zu: %.3f s, %lld steps; frames through rings so far %lld, "
                      "%lld of them in place\n", size, m.seconds, static_cast<long long>(m.steps),
@@ -477,29 +575,42 @@ int Main(int argc, char** argv) {
       if (only_shm) continue;
       Result s = RunSluice(&lookup, address, size, replicas, steps, credits, pool.get());
       Result c = RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), false);
-      cgbs.push_back(static_cast<double>(c.bytes) / c.seconds / 1e9);
-      csps.push_back(static_cast<double>(c.steps) / c.seconds);
+      client.Add(c);
       const int64_t chunk = std::max<int64_t>(step_bytes, 1 << 20);
       Result t = RunTcp(static_cast<size_t>(chunk), std::max<int64_t>(steps * step_bytes / chunk, 1));
-      gbs.push_back(static_cast<double>(s.bytes) / s.seconds / 1e9);
+      raw.Add(s);
       viewed.push_back(static_cast<double>(s.viewed_bytes) / std::max<double>(s.bytes, 1));
-      sps.push_back(static_cast<double>(s.steps) / s.seconds);
-      tcp.push_back(static_cast<double>(t.bytes) / t.seconds / 1e9);
+      tcp.Add(t);
     }
+    double load = 0;
+    getloadavg(&load, 1);
+    cpu_rows.push_back(absl::StrFormat(
+        "| %zu | %.2f | %s | %s | %s | %s | %.0f | %.0f | %.0f | %.0f / %.0f |", size, load,
+        raw.Cpu(), client.Cpu(), mem.Cpu(), tcp.Cpu(), client.Median(&Column::steps_per_cpu),
+        mem.Median(&Column::steps_per_cpu), raw.Median(&Column::steps_per_cpu),
+        client.Median(&Column::faults_per_gb), mem.Median(&Column::faults_per_gb)));
     if (only_shm) {
-      std::printf("| %zu | shm only: %.2f GB/s, %.0f steps/s |\n", size, Median(mgbs),
-                  Median(msps));
+      std::printf("| %zu | shm only: %.2f GB/s, %.0f steps/s |\n", size,
+                  mem.Median(&Column::gbs), mem.Median(&Column::sps));
       continue;
     }
-    const double g = Median(gbs), cg = Median(cgbs), t = Median(tcp);
-    const double mg = shm ? Median(mgbs) : 0, ms = shm ? Median(msps) : 0;
+    const double g = raw.Median(&Column::gbs), cg = client.Median(&Column::gbs),
+                 t = tcp.Median(&Column::gbs);
+    const double mg = mem.Median(&Column::gbs), ms = mem.Median(&Column::sps);
     std::printf("| %zu | %lld | %lld | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f%% | "
                 "%.0f%% | %.0f%% | %.0f%% |\n",
                 size, static_cast<long long>(replicas), static_cast<long long>(steps), g,
-                Median(sps), cg, Median(csps), mg, ms, t, 100.0 * g / t, 100.0 * cg / t,
-                100.0 * mg / t, 100.0 * Median(viewed));
+                raw.Median(&Column::sps), cg, client.Median(&Column::sps), mg, ms, t,
+                100.0 * g / t, 100.0 * cg / t, 100.0 * mg / t, 100.0 * Median(viewed));
     std::fflush(stdout);
   }
+  // CPU per byte moved (every thread of this process; see the header comment for what each
+  // column includes).
+  std::printf("\n| per-replica bytes | load (1-min) | raw CPU-s/GB (build) | client CPU-s/GB "
+              "(build) | shm CPU-s/GB (build) | TCP CPU-s/GB | client steps/CPU-s | "
+              "shm steps/CPU-s | raw steps/CPU-s | minor faults/GB client / shm |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& row : cpu_rows) std::printf("%s\n", row.c_str());
   server->Shutdown();
   return 0;
 }

@@ -134,6 +134,7 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   source.independent = options.read_mode == ServiceReadMode::kIndependent;
   source.trainer_id = options.cross_trainer.enabled ? options.trainer_id : std::string();
   source.per_replica_spec = replica_spec;
+  source.pieces_are_cut = replicas * options.num_consumers > 1;
   source.rpc_deadline = options.rpc_deadline;
   source.retry_deadline = options.retry_deadline;
   source.receive_budget_bytes = options.receive_budget_bytes;

@@ -101,6 +101,10 @@ struct ServiceStepSourceOptions {
   std::string trainer_id;
   // The spec of one replica's value: decoded leaves are packed into its structure.
   ElementSpec per_replica_spec;
+  // The job cuts batches into pieces (more than one replica in sync): every received piece
+  // holding a SparseTensor or RaggedTensor must then have one row count in all its components
+  // (core/tensor/row_pieces.h, CheckSameRows), else the stream fails with DATA_LOSS.
+  bool pieces_are_cut = false;
   absl::Duration rpc_deadline = absl::Seconds(10);
   absl::Duration retry_deadline = absl::Seconds(60);
   // The receive budget in bytes, shared by the open streams (see above). At least 1.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sluice/composite_tensor.h"
+#include "core/tensor/row_pieces.h"
 #include "absl/time/clock.h"
 #include "core/rpc/grpc_status.h"
 #include "core/rpc/shm_fd_passing.h"
@@ -123,12 +124,18 @@ void TaskStreamCall::OnReadDone(bool ok) {
     }
     TaskStream::Queued step;
     step.cost = static_cast<int64_t>(StepCreditBytes(w));
-    for (std::vector<Tensor>& leaves : w.pieces) {
-      absl::StatusOr<Element> e = Element::Pack(options.per_replica_spec, std::move(leaves));
+    for (size_t r = 0; r < w.pieces.size(); ++r) {
+      absl::StatusOr<Element> e = Element::Pack(options.per_replica_spec, std::move(w.pieces[r]));
       // A SparseTensor's or RaggedTensor's components from a peer must agree (row_splits
-      // monotone, indices inside dense_shape, ...): sluice/composite_tensor.h.
+      // monotone, indices inside dense_shape, ...): sluice/composite_tensor.h; and a piece cut
+      // from a batch has as many rows in its composites as in its other components.
       if (e.ok() && options.per_replica_spec.HasComposite()) {
-        if (absl::Status c = CheckComposites(*e, "received piece"); !c.ok()) e = c;
+        const std::string what = absl::StrCat("received piece for local replica ", r);
+        if (absl::Status c = CheckComposites(*e, what); !c.ok()) {
+          e = c;
+        } else if (options.pieces_are_cut) {
+          if (absl::Status rows = CheckSameRows(*e, what); !rows.ok()) e = rows;
+        }
       }
       if (!e.ok()) {
         s = absl::DataLossError(

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "core/tensor/row_pieces.h"
+
 namespace sluice {
 
 bool KeepShardedStep(int64_t global_step, int64_t skip_steps, int64_t num_tasks,
@@ -11,13 +13,7 @@ bool KeepShardedStep(int64_t global_step, int64_t skip_steps, int64_t num_tasks,
 }
 
 Element DummyElement(const ElementSpec& spec) {
-  return spec.Map([](const TensorSpec& s) {
-    std::vector<int64_t> dims = s.shape.dims();
-    for (int64_t& d : dims) {
-      if (d == kUnknownDim) d = 0;
-    }
-    return Tensor::Allocate(s.dtype, Shape(std::move(dims)));  // a size-0 batch: no rows
-  });
+  return EmptyRows(spec, /*zero_rows=*/false);  // a size-0 batch where dimension 0 is unknown
 }
 
 StepIterator::StepIterator(std::unique_ptr<Iterator> pieces, int64_t pieces_per_step,

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "core/device/device_memory.h"
 #include "sluice/dtype.h"
 
@@ -591,12 +592,6 @@ std::string NumpyText(const Tensor& t, bool repr) {
   return text;
 }
 
-// Indents every line after the first of `text` by `indent` spaces (numpy's hanging indent for
-// a multi-line item of an array).
-std::string IndentFollowingLines(const std::string& text, int indent) {
-  return absl::StrReplaceAll(text, {{"\n", "\n" + std::string(indent, ' ')}});
-}
-
 // A numpy array as RaggedTensor.numpy() builds it: numeric (`dense`) or dtype=object with
 // arrays as its items (`objects`, row-major over `shape`).
 struct NumpyArray {
@@ -660,7 +655,8 @@ NumpyArray RaggedNumpy(const Element& node, size_t level, int64_t begin, int64_t
   return rows;
 }
 
-std::string NumpyItemsText(const NumpyArray& a, size_t dim, int64_t offset, int64_t stride);
+std::string NumpyItemsText(const NumpyArray& a, size_t dim, int64_t offset, int64_t stride,
+                           const std::string& hanging, int64_t width);
 
 // repr(np.zeros(shape).tolist()) for a shape with a 0 in it: "[]", "[[], []]".
 std::string EmptyListText(const std::vector<int64_t>& shape, size_t dim) {
@@ -669,31 +665,87 @@ std::string EmptyListText(const std::vector<int64_t>& shape, size_t dim) {
   return "[" + absl::StrJoin(items, ", ") + "]";
 }
 
+// numpy's line width for array2string (np.get_printoptions()['linewidth']).
+constexpr int64_t kNumpyLineWidth = 75;
+
 // RaggedTensor's _formatter: np.array2string(a, separator=', ') with str() of each scalar and
 // the formatter again for object items; repr(a.tolist()) for an empty array.
 std::string FormatterText(const NumpyArray& a) {
   if (a.size() == 0) return EmptyListText(a.shape, 0);
-  return NumpyItemsText(a, 0, 0, a.size());
+  // array2string's next_line_prefix is " " (past the "["), its width the line width.
+  return NumpyItemsText(a, 0, 0, a.size(), " ", kNumpyLineWidth);
 }
 
-// The text of the sub-array at `offset` (flat index) spanning `stride` items, from dim `dim`.
-std::string NumpyItemsText(const NumpyArray& a, size_t dim, int64_t offset, int64_t stride) {
+// numpy 1.26's _extendLine: `word` onto `line`, starting a new line (at `prefix`) when it
+// would pass `width`, unless that would not help.
+void ExtendLine(std::string* s, std::string* line, const std::string& word, int64_t width,
+                const std::string& prefix) {
+  const bool wrap = static_cast<int64_t>(line->size() + word.size()) > width &&
+                    line->size() > prefix.size();
+  if (wrap) {
+    *s += RStrip(*line) + "\n";
+    *line = prefix;
+  }
+  *line += word;
+}
+
+// numpy 1.26's _extendLine_pretty: a multi-line `word` continues at the column it started in
+// (or starts a new line at `prefix` when its widest line would pass `width`), and its last line
+// is padded to its widest.
+void ExtendLinePretty(std::string* s, std::string* line, const std::string& word, int64_t width,
+                      const std::string& prefix) {
+  const std::vector<std::string> words = absl::StrSplit(word, '\n');
+  if (words.size() == 1) return ExtendLine(s, line, word, width, prefix);
+  size_t widest = 0;
+  for (const std::string& w : words) widest = std::max(widest, w.size());
+  std::string indent;
+  if (static_cast<int64_t>(line->size() + widest) > width && line->size() > prefix.size()) {
+    *s += RStrip(*line) + "\n";
+    *line = prefix + words[0];
+    indent = prefix;
+  } else {
+    indent = std::string(line->size(), ' ');
+    *line += words[0];
+  }
+  for (size_t i = 1; i < words.size(); ++i) {
+    *s += RStrip(*line) + "\n";
+    *line = indent + words[i];
+  }
+  *line += std::string(widest - words.back().size(), ' ');
+}
+
+// numpy 1.26's _formatArray (no summarization) for the sub-array at `offset` (flat index)
+// spanning `stride` items from dimension `dim`: `hanging` is the indent of its continuation
+// lines, `width` what is left of the line for it.
+std::string NumpyItemsText(const NumpyArray& a, size_t dim, int64_t offset, int64_t stride,
+                           const std::string& hanging, int64_t width) {
   const int64_t n = a.shape[dim];
   const int64_t inner = stride / n;
-  std::vector<std::string> items;
-  for (int64_t i = 0; i < n; ++i) {
+  const size_t axes_left = a.shape.size() - dim;
+  const std::string next_hanging = hanging + " ";
+  auto item = [&](int64_t i) -> std::string {
     const int64_t at = offset + i * inner;
-    if (dim + 1 < a.shape.size()) {
-      items.push_back(IndentFollowingLines(NumpyItemsText(a, dim + 1, at, inner), 1));
-    } else if (a.object) {
-      items.push_back(IndentFollowingLines(FormatterText(a.objects[at]), 1));
-    } else {
-      items.push_back(FormatNumpy(a.dense.Reshape(Shape({a.size()}))->Index(at)));
+    if (axes_left > 1) return NumpyItemsText(a, dim + 1, at, inner, next_hanging, width - 1);
+    if (a.object) return FormatterText(a.objects[at]);
+    return FormatNumpy(a.dense.Reshape(Shape({a.size()}))->Index(at));
+  };
+  std::string s;
+  if (axes_left == 1) {
+    const int64_t elem_width = width - 1;  // max(len(','), len(']'))
+    std::string line = hanging;
+    for (int64_t i = 0; i < n; ++i) {
+      ExtendLinePretty(&s, &line, item(i), elem_width, hanging);
+      if (i + 1 < n) line += ", ";
+    }
+    s += line;
+  } else {
+    const std::string line_sep = "," + std::string(axes_left - 1, '\n');
+    for (int64_t i = 0; i < n; ++i) {
+      s += hanging + item(i);
+      if (i + 1 < n) s += line_sep;
     }
   }
-  const size_t below = a.shape.size() - dim - 1;
-  const std::string sep = below == 0 ? ", " : ",\n" + std::string(below - 1, '\n') + " ";
-  return "[" + absl::StrJoin(items, sep) + "]";
+  return "[" + s.substr(hanging.size()) + "]";
 }
 
 std::string FormatNest(const Element& e, bool repr) {

@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/tensor/row_pieces.h"
+#include "core/tensor/uninitialized_tensor.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -12,22 +14,6 @@ namespace {
 
 absl::Status Bad(absl::string_view what, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(what, ": ", message));
-}
-
-// Rows `positions` of `t` (rank >= 1), in that order: one slice per run of consecutive rows.
-absl::StatusOr<Tensor> GatherRows(const Tensor& t, const std::vector<int64_t>& positions,
-                                  absl::string_view what) {
-  std::vector<Tensor> runs;
-  size_t i = 0;
-  while (i < positions.size()) {
-    size_t j = i + 1;
-    while (j < positions.size() && positions[j] == positions[j - 1] + 1) ++j;
-    runs.push_back(t.Slice(positions[i], positions[j - 1] + 1));
-    i = j;
-  }
-  if (runs.empty()) return t.Slice(0, 0);
-  if (runs.size() == 1) return runs[0];
-  return Tensor::Concat(runs, what);
 }
 
 absl::StatusOr<Element> StackSparse(std::span<const Element> rows, absl::string_view what) {
@@ -72,14 +58,20 @@ int64_t RaggedRows(const Element& node) {
                                      : node.children()[1].leaf().shape().dim(0) - 1;
 }
 
+// In bulk: the row_splits of every level are sized first, then written in one pass straight
+// into their tensors, and the flat_values are one copy per row (Tensor::Concat); nothing is
+// allocated per row.
 absl::StatusOr<Element> StackRagged(std::span<const Element> rows, absl::string_view what) {
   const size_t levels = rows[0].children().size() - 1;
   const Tensor& flat0 = rows[0].children()[0].leaf();
   std::vector<Tensor> flats;
-  std::vector<std::vector<int64_t>> splits(levels + 1, std::vector<int64_t>{0});
+  flats.reserve(rows.size());
+  std::vector<int64_t> lengths(levels + 1, 1);  // row_splits lengths, outermost first
+  lengths[0] += static_cast<int64_t>(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     const Tensor& flat = rows[r].children()[0].leaf();
     if (rows[r].children().size() != levels + 1 || flat.dtype() != flat0.dtype() ||
+        flat.shape().rank() != flat0.shape().rank() ||
         flat.shape().DropFirst() != flat0.shape().DropFirst()) {
       return Bad(what, absl::StrCat(
           "Cannot batch RaggedTensors of different ragged ranks, dtypes or inner shapes: element "
@@ -88,18 +80,34 @@ absl::StatusOr<Element> StackRagged(std::span<const Element> rows, absl::string_
           rows[r].children().size() - 1, " and ", DTypeName(flat.dtype()), " ",
           flat.shape().ToString()));
     }
-    splits[0].push_back(splits[0].back() + RaggedRows(rows[r]));
     for (size_t level = 0; level < levels; ++level) {
-      const Tensor& s = rows[r].children()[level + 1].leaf();
-      std::vector<int64_t>& out = splits[level + 1];
-      const int64_t base = out.back();
-      for (int64_t i = 1; i < s.shape().dim(0); ++i) out.push_back(base + s.data<int64_t>()[i]);
+      lengths[level + 1] += rows[r].children()[level + 1].leaf().shape().dim(0) - 1;
     }
     flats.push_back(flat);
   }
-  ASSIGN_OR_RETURN(Tensor flat, Tensor::Concat(flats, what));
   std::vector<Tensor> nested;
-  for (const auto& s : splits) nested.push_back(Tensor::FromVector(s));
+  nested.reserve(levels + 1);
+  for (size_t level = 0; level <= levels; ++level) {
+    ASSIGN_OR_RETURN(Tensor splits,
+                     TryAllocateUninitialized(DType::kInt64, Shape({lengths[level]}), what));
+    int64_t* out = splits.mutable_data<int64_t>();
+    *out++ = 0;
+    int64_t base = 0;
+    for (const Element& row : rows) {
+      if (level == 0) {  // the new outermost level: each element's row count
+        base += RaggedRows(row);
+        *out++ = base;
+        continue;
+      }
+      const Tensor& s = row.children()[level].leaf();
+      const int64_t* in = s.data<int64_t>();
+      const int64_t n = s.shape().dim(0);
+      for (int64_t i = 1; i < n; ++i) *out++ = base + in[i];
+      base += in[n - 1];
+    }
+    nested.push_back(std::move(splits));
+  }
+  ASSIGN_OR_RETURN(Tensor flat, Tensor::Concat(flats, what));
   return MakeRaggedTensor(std::move(flat), std::move(nested), what);
 }
 

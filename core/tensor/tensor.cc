@@ -405,9 +405,10 @@ absl::StatusOr<Tensor> Tensor::Concat(std::span<const Tensor> parts, absl::strin
   if (!rows.ok()) return rows.status();
   const Tensor& first = parts[0];
   const Shape shape = first.shape().WithFirst(*rows);
-  absl::StatusOr<Tensor> allocated = first.dtype() == DType::kString
-                                         ? TryAllocateStrings(shape, StringChars(parts), what)
-                                         : TryAllocate(first.dtype(), shape, what);
+  // Not zero-filled: the copies below write every byte.
+  absl::StatusOr<Tensor> allocated =
+      first.dtype() == DType::kString ? TryAllocateStrings(shape, StringChars(parts), what)
+                                      : TryAllocateUninitialized(first.dtype(), shape, what);
   if (!allocated.ok()) return allocated.status();
   Tensor out = *std::move(allocated);
   if (first.dtype() == DType::kString) {

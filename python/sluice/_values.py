@@ -301,7 +301,11 @@ class RaggedTensorSpec:
 
 def composite(kind, parts, dims):
     """Builds a composite from its components (what the C++ binding hands over): specs from
-    TensorSpecs, values from tensors, and a PerReplica of values from PerReplica components."""
+    TensorSpecs, values from tensors, a PerReplica of values from PerReplica components and a
+    PerReplicaSpec of specs from PerReplicaSpec components (several replicas)."""
+    if parts and isinstance(parts[0], PerReplicaSpec):
+        per_replica = zip(*(p.specs for p in parts))
+        return PerReplicaSpec(*(composite(kind, list(v), dims) for v in per_replica))
     if parts and isinstance(parts[0], TensorSpec):
         values = parts[1] if kind == "sparse" else parts[0]
         if kind == "sparse":

@@ -56,7 +56,8 @@ def ragged_to_torch(value, ragged="nested", padding_value=0):
 
 def to_torch(value, ragged="nested", padding_value=0):
     """A step (nest of sluice.Tensor) as the same nest of torch.Tensor, without a copy.
-    SparseTensors become torch sparse COO tensors; RaggedTensors as ragged_to_torch gives them."""
+    SparseTensors become torch sparse COO tensors; RaggedTensors as ragged_to_torch gives them;
+    a PerReplica (several local replicas) stays one, of its replicas' converted values."""
     if isinstance(value, _sluice.Tensor):
         if value.dtype == "string":
             return value.numpy().ravel().tolist()
@@ -67,6 +68,8 @@ def to_torch(value, ragged="nested", padding_value=0):
                                         _torch.from_numpy(value.values), value.shape)
     if isinstance(value, _values.RaggedTensor):
         return ragged_to_torch(value, ragged, padding_value)
+    if isinstance(value, _values.PerReplica):  # each replica's value converted
+        return _values.PerReplica(to_torch(v, ragged, padding_value) for v in value.values)
     if isinstance(value, tuple):
         return tuple(to_torch(v, ragged, padding_value) for v in value)
     if isinstance(value, list):

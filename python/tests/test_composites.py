@@ -1,7 +1,8 @@
 """SparseTensor and RaggedTensor values in Python (issue 31): numpy views of their components
 with TF's dtypes and shapes, from a local pipeline and through real sluice-coordinator and
 sluice-worker processes (the same values and element_spec), and sluice.torch's nested, padded
-and sparse COO forms; more than one replica is refused before anything is read."""
+and sparse COO forms; across several replicas, PerReplica values of composites whose rows are
+the batch's rows, cut as TF cuts them, remote equal to local."""
 
 import pytest
 
@@ -74,16 +75,53 @@ def test_through_the_service_values_and_spec_equal_local(cluster):
         check(list(remote))
 
 
-def test_more_than_one_replica_is_refused_before_reading(cluster):
+def _rows(value):
+    """A RaggedTensor's rows, or a SparseTensor's rows densified, as lists."""
+    if isinstance(value, sluice.RaggedTensor):
+        return value.to_list()
+    return value.to_dense().tolist()
+
+
+@pytest.mark.parametrize("replicas", [2, 3])
+def test_several_replicas_get_per_replica_composites_cut_by_rows(cluster, replicas):
+    devices = ["CPU:%d" % i for i in range(replicas)]
+    for i, expr in enumerate([RAGGED, SPARSE]):
+        strategy = sluice.MirroredStrategy(devices)
+        local = strategy.experimental_distribute_dataset(sluice.data.parse(expr))
+        remote = sluice.distribute_from_service(strategy, sluice.data.parse(expr),
+                                                coordinator=cluster.coordinator,
+                                                job="replicas-%d-%d" % (replicas, i))
+        kind = "RaggedTensorSpec" if expr == RAGGED else "SparseTensorSpec"
+        assert repr(remote.element_spec).startswith("PerReplicaSpec(" + kind)
+        assert repr(remote.element_spec) == repr(local.element_spec)
+        local_steps, remote_steps = list(local), list(remote)
+        assert [str(s) for s in remote_steps] == [str(s) for s in local_steps]
+        # The pieces of each step, joined in replica order, are the input's batches' rows.
+        joined = []
+        for step in remote_steps:
+            assert isinstance(step, sluice.PerReplica)
+            assert len(step.values) == replicas
+            for piece in step.values:
+                assert isinstance(piece, sluice.RaggedTensor if expr == RAGGED
+                                  else sluice.SparseTensor)
+                joined += _rows(piece)
+        whole = [_rows(s) for s in _local(expr)]
+        assert joined == [row for batch in whole for row in batch]
+
+
+def test_torch_per_replica_composites(cluster):
+    torch = dependencies.import_installable("torch", "python3-torch")
+    import sluice.torch as st
     strategy = sluice.MirroredStrategy(["CPU:0", "CPU:1"])
-    with pytest.raises(sluice.errors.InvalidArgumentError,
-                       match="SparseTensor or RaggedTensor components across 2 replicas"):
-        dist = sluice.distribute_from_service(strategy, sluice.data.parse(RAGGED),
-                                              coordinator=cluster.coordinator, job="two")
-        next(iter(dist))
-    with pytest.raises(sluice.errors.InvalidArgumentError,
-                       match="SparseTensor or RaggedTensor components across 2 replicas"):
-        next(iter(strategy.experimental_distribute_dataset(sluice.data.parse(RAGGED))))
+    step = next(iter(sluice.distribute_from_service(strategy, sluice.data.parse(RAGGED),
+                                                    coordinator=cluster.coordinator,
+                                                    job="torch-replicas")))
+    nested = st.to_torch(step, ragged="nested")
+    assert isinstance(nested, sluice.PerReplica)
+    assert [[t.tolist() for t in r.unbind()] for r in nested.values] == [ROWS[:2], ROWS[2:]]
+    padded = st.to_torch(step, ragged="padded", padding_value=-1)
+    assert padded.values[1].dtype == torch.int32
+    assert padded.values[1].tolist() == [[4, 5, 6], [-1, -1, -1]]
 
 
 def test_torch_nested_padded_and_sparse(cluster):

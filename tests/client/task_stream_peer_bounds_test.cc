@@ -646,5 +646,84 @@ TEST(TaskStreamPeerBoundsTest, HostileCompositeComponentsAreDataLossNamingTheCom
   }
 }
 
+// Composite pieces of one step that disagree with the rest of their replica's piece: in a job
+// that cuts batches across replicas every piece has one row count in all its components, so a
+// worker sending replica 1 a RaggedTensor (or SparseTensor) of 3 rows next to a label of 2 is
+// DATA_LOSS naming the step, the replica and the composite; the same step with consistent
+// pieces reads back whole.
+TEST(TaskStreamPeerBoundsTest, CompositePiecesInconsistentAcrossReplicasAreDataLoss) {
+  absl::Mutex mu;
+  StepFrame next;  // what the worker sends: one frame, one step of two pieces
+  Servers servers([&](int64_t, grpc::ServerContext*, Stream* stream) {
+    StepFrame frame;
+    {
+      absl::MutexLock lock(&mu);
+      frame = next;
+    }
+    grpc::ByteBuffer out;
+    EXPECT_TRUE(EncodeStepFrame(frame, &out).ok());
+    stream->Write(out);
+    return DrainAndEnd(stream);
+  });
+  servers.StartCoordinator();
+  const ElementSpec ragged = RaggedTensorSpecOf(DType::kInt64, {kUnknownDim, kUnknownDim}, 1);
+  const ElementSpec sparse = SparseTensorSpecOf(DType::kInt64, {kUnknownDim, kUnknownDim});
+  const TensorSpec labels{DType::kInt64, Shape({kUnknownDim})};
+  // A step whose replica 1 carries `rows1` composite rows beside 2 labels.
+  auto step = [](bool is_sparse, int64_t rows1) {
+    StepFrame frame;
+    WireStep w;
+    w.task_step = 0;
+    w.num_real_pieces = 2;
+    for (int64_t rows : {int64_t{2}, rows1}) {
+      std::vector<Tensor> piece;
+      if (is_sparse) {  // one entry in row 0
+        piece = {Int64s({0, 1}, {1, 2}), Int64s({7}, {1}), Int64s({rows, 4}, {2})};
+      } else {  // rows of one value each
+        std::vector<int64_t> splits(static_cast<size_t>(rows) + 1);
+        for (int64_t i = 0; i <= rows; ++i) splits[static_cast<size_t>(i)] = i;
+        piece = {Int64s(std::vector<int64_t>(static_cast<size_t>(rows), 5), {rows}),
+                 Int64s(splits, {rows + 1})};
+      }
+      piece.push_back(Int64s({1, 2}, {2}));
+      w.pieces.push_back(std::move(piece));
+    }
+    frame.steps.push_back(std::move(w));
+    frame.end_of_task = true;
+    return frame;
+  };
+  for (const bool is_sparse : {false, true}) {
+    const ElementSpec spec = ElementSpec::Tuple({is_sparse ? sparse : ragged, labels});
+    for (const int64_t rows1 : {int64_t{2}, int64_t{3}}) {
+      SCOPED_TRACE(absl::StrCat(is_sparse ? "sparse" : "ragged", ", replica 1 rows ", rows1));
+      {
+        absl::MutexLock lock(&mu);
+        next = step(is_sparse, rows1);
+      }
+      ServiceStepSourceOptions o = Options(servers.coordinator_address(), spec);
+      o.num_local_replicas = 2;
+      o.pieces_are_cut = true;
+      auto source = ServiceStepSource::Create(std::move(o));
+      ASSERT_TRUE(source.ok()) << source.status();
+      std::vector<Element> replicas;
+      bool end = false;
+      absl::Status s = (*source)->GetNextStep(&replicas, &end);
+      if (rows1 == 2) {
+        ASSERT_TRUE(s.ok()) << s;
+        ASSERT_EQ(replicas.size(), 2u);
+        EXPECT_TRUE(replicas[1].children()[0].is_composite());
+        continue;
+      }
+      EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+      for (const std::string& part :
+           {std::string("task step 0"), std::string("local replica 1"),
+            std::string(is_sparse ? "SparseTensor component 0 has 3 rows"
+                                  : "RaggedTensor component 0 has 3 rows")}) {
+        EXPECT_TRUE(absl::StrContains(s.message(), part)) << s;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice

@@ -26,10 +26,13 @@ constexpr absl::string_view kSpec =
     "'tags': VarLenFeature(tf.string), "
     "'ids': tf.io.VarLenFeature(tf.int64)}";
 
-ExampleParser SpecParser(absl::string_view text = kSpec) {
+// The fixture goldens hold each VarLenFeature as tf.sparse.to_dense gives it: these tests
+// parse with var_len_as_dense (the SparseTensor form: parse_example_composites_test.cc).
+ExampleParser SpecParser(absl::string_view text = kSpec, bool var_len_as_dense = true) {
   size_t pos = 0;
   absl::StatusOr<proto::ParseExampleFn> fn = ExampleParser::ParseFeatureSpec(text, &pos);
   EXPECT_TRUE(fn.ok()) << fn.status();
+  fn->set_var_len_as_dense(var_len_as_dense);
   absl::StatusOr<ExampleParser> p = ExampleParser::Create(*fn);
   EXPECT_TRUE(p.ok()) << p.status();
   return *std::move(p);
@@ -128,6 +131,15 @@ TEST(ExampleParserTest, OutputSpecsForScalarsAndBatches) {
   ASSERT_TRUE(fixed.ok());
   EXPECT_TRUE(absl::StrContains(ElementSpecToString(*fixed),
                                 "'label': TensorSpec(shape=(4,), dtype=tf.int64"));
+  // Without the flag, TF's SparseTensorSpecs.
+  auto sparse = SpecParser(kSpec, /*var_len_as_dense=*/false)
+                    .OutputSpec(TensorSpec{DType::kString, Shape({kUnknownDim})});
+  ASSERT_TRUE(sparse.ok());
+  EXPECT_TRUE(absl::StrContains(ElementSpecToString(*sparse),
+                                "{'ids': SparseTensorSpec(TensorShape([None, None]), tf.int64), "
+                                "'tags': SparseTensorSpec(TensorShape([None, None]), tf.string), "
+                                "'image': TensorSpec(shape=(None,)"))
+      << ElementSpecToString(*sparse);
   EXPECT_EQ(p.OutputSpec(TensorSpec{DType::kInt64, Shape()}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(p.OutputSpec(TensorSpec{DType::kString, Shape({2, 2})}).status().code(),

@@ -257,7 +257,8 @@ constexpr const char* kGoldenSpec =
 
 TEST(RecordDatasetTest, MapParseExampleAfterBatchMatchesTensorFlow) {
   const std::string expr = "tf_record_dataset(" + Quoted(Fixture("examples.tfrecord")) +
-                           ").batch(3).map(parse_example(" + kGoldenSpec + "))";
+                           ").batch(3).map(parse_example(" + kGoldenSpec +
+                           ", var_len_as_dense=True))";
   auto ds = Dataset::Parse(expr);
   ASSERT_TRUE(ds.ok()) << ds.status();
   auto spec = ds->element_spec();
@@ -274,7 +275,8 @@ TEST(RecordDatasetTest, MapParseExampleAfterBatchMatchesTensorFlow) {
   ASSERT_EQ(got->size(), 1u);
   const Element& e = (*got)[0];
   const JsonValue& g = Golden()["parse"]["batch"];
-  // ids (VarLen int64), padded to the longest row as tf.sparse.to_dense gives it.
+  // ids (VarLen int64), with var_len_as_dense padded to the longest row as tf.sparse.to_dense
+  // gives it (the SparseTensor form: parse_example_composites_test.cc).
   const Tensor& ids = e.children()[0].leaf();
   EXPECT_EQ(ids.shape(), Shape({3, 3}));
   EXPECT_EQ(testing_util::Values(ids), (std::vector<int64_t>{1, 2, 3, 4, 0, 0, 0, 0, 0}));

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "core/data/ops/example_parser.h"
+#include "sluice/composite_tensor.h"
 
 namespace {
 
@@ -20,7 +22,10 @@ const sluice::ExampleParser& Parser() {
         "'scores': FixedLenFeature([2], tf.float32, default_value=[0.0, 0.0]), "
         "'tags': VarLenFeature(tf.string), 'ids': VarLenFeature(tf.int64), "
         "'f': VarLenFeature(tf.float32), 'm': FixedLenFeature([2, 2], tf.int64, "
-        "default_value=[[1, 2], [3, 4]])}",
+        "default_value=[[1, 2], [3, 4]]), "
+        "'r': RaggedFeature(tf.int64, value_key='ids2', partitions=["
+        "RaggedFeature.RowLengths('lens'), RaggedFeature.RowSplits('spl'), "
+        "RaggedFeature.UniformRowLength(2)], row_splits_dtype=tf.int64)}",
         &pos);
     if (!fn.ok()) std::abort();
     auto p = sluice::ExampleParser::Create(*fn);
@@ -35,8 +40,15 @@ void Check(const absl::StatusOr<sluice::Element>& parsed, int64_t batch) {
     if (!absl::IsInvalidArgument(parsed.status())) std::abort();
     return;
   }
-  if (parsed->children().size() != 7) std::abort();
+  if (parsed->children().size() != 8) std::abort();
+  // SparseTensors (VarLen) and the RaggedTensor hold consistent components.
+  if (!sluice::CheckComposites(*parsed, "fuzz").ok()) std::abort();
   for (const sluice::Element& c : parsed->children()) {
+    if (c.is_composite()) {
+      const std::vector<int64_t>& dims = c.composite_dims();
+      if (batch >= 0 && (dims.empty() || dims[0] != batch)) std::abort();
+      continue;
+    }
     const sluice::Tensor& t = c.leaf();
     if (batch >= 0 && (t.shape().rank() < 1 || t.shape().dim(0) != batch)) std::abort();
   }

@@ -177,5 +177,30 @@ TEST(ServiceSharedMemoryTest, ExactlyOnceOverSharedMemoryWithSeveralConsumers) {
   EXPECT_GT(ProcessShmRingCounts().frames_read - before.frames_read, 0);
 }
 
+// Small steps go several to a frame (one header, one ring region per frame): a job whose last
+// batch is partial (8 x 203 + 5 elements) gives every step once, in order, as over TCP, with
+// fewer ring frames than steps, each written once and read once.
+TEST(ServiceSharedMemoryTest, BatchedFramesWithAPartialLastBatchGiveEveryStepOnce) {
+  constexpr int64_t kElements = 8 * 203 + 5;
+  Cluster cluster(1);
+  ServiceOptions options;
+  options.job_name = "shm-batched";
+  options.receive_budget_bytes = 65536;  // room for several ~10 KB steps a frame
+  const ShmRingCounts before = ProcessShmRingCounts();
+  Read shm = ReadAll(cluster.address(), MixedPipeline(kElements), options);
+  ASSERT_TRUE(shm.status.ok()) << shm.status;
+  const ShmRingCounts after = ProcessShmRingCounts();
+  options.job_name = "tcp-batched";
+  options.shared_memory = false;
+  Read tcp = ReadAll(cluster.address(), MixedPipeline(kElements), options);
+  ASSERT_TRUE(tcp.status.ok()) << tcp.status;
+  ASSERT_EQ(shm.steps.size(), 204u);  // 203 batches of 8 and one of 5
+  EXPECT_EQ(shm.steps, tcp.steps);
+  const int64_t frames = after.frames_read - before.frames_read;
+  EXPECT_GT(frames, 0);
+  EXPECT_LT(frames, static_cast<int64_t>(shm.steps.size()));
+  EXPECT_EQ(frames, after.frames_written - before.frames_written);
+}
+
 }  // namespace
 }  // namespace sluice

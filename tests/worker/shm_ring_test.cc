@@ -6,8 +6,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/rpc/shm_fd_passing.h"
@@ -24,6 +27,19 @@ using ::testing::HasSubstr;
 
 // Segments small enough to fill: one page.
 constexpr size_t kPage = 4096;
+
+// `frame` encoded with `sink` taking its numeric bytes and decoded with `source` into *out:
+// the decoder's status.
+absl::Status RoundTrip(const StepFrame& frame, SharedPayloadSink* sink,
+                       SharedPayloadSource* source, StepFrame* out) {
+  StepFrameEncoder encoder;
+  encoder.set_shared_payload(sink);
+  grpc::ByteBuffer bb;
+  if (absl::Status s = encoder.Encode(frame, &bb); !s.ok()) return s;
+  StepFrameDecoder decoder(nullptr, nullptr);
+  decoder.set_shared_payload(source);
+  return decoder.Decode(bb, out);
+}
 
 TEST(ShmSegmentTest, HandedOverOnceAndSharesBytes) {
   auto server = ShmFdServer::Create();
@@ -240,16 +256,92 @@ TEST(ShmStepFrameTest, HeaderDisagreeingWithTheRegionIsDataLoss) {
   Tensor t = Tensor::Allocate(DType::kInt64, Shape({100}));
   StepFrame frame;
   frame.steps.push_back(WireStep{0, -1, 1, {{t}}});
-  StepFrameEncoder encoder;
-  encoder.set_shared_payload(&sink);
-  grpc::ByteBuffer bb;
-  ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
-  StepFrameDecoder decoder(nullptr, nullptr);
-  decoder.set_shared_payload(&reader);
   StepFrame out;
-  absl::Status s = decoder.Decode(bb, &out);
+  absl::Status s = RoundTrip(frame, &sink, &reader, &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(s.message()), HasSubstr("shared-memory region has"));
+}
+
+// A stream of batched frames (3 steps each, one region of ~15 KB) over many laps of a 64 KiB
+// ring, whose consumer holds 1 to 4 of the latest frames (seed-free: the pattern is fixed):
+// a frame goes through the ring when there is room and inline when not, its steps in one
+// region in frame order, and no byte a trainer holds is ever overwritten.
+TEST(ShmRingWriterTest, BatchedFramesOverManyLapsNeverOverwriteWhatIsHeld) {
+  constexpr size_t kSegment = size_t{64} << 10;
+  constexpr int kFrames = 300;
+  constexpr int64_t kStepBytes = 5000;
+  auto segment = ShmSegment::Create(kSegment);
+  ASSERT_TRUE(segment.ok());
+  ShmRingWriter writer(*segment);
+  ShmRingReader reader(*segment);
+  StepFrameEncoder encoder;
+  encoder.set_shared_payload(&writer);
+  StepFrameDecoder decoder(nullptr, nullptr);
+  decoder.set_shared_payload(&reader);
+  std::deque<std::pair<int, StepFrame>> held;  // what the trainer still holds, by frame
+  auto fill = [](int frame, int step) { return static_cast<uint8_t>(frame * 3 + step); };
+  int in_ring = 0, inline_frames = 0;
+  for (int f = 0; f < kFrames; ++f) {
+    StepFrame frame;
+    for (int s = 0; s < 3; ++s) {
+      Tensor t = Tensor::Allocate(DType::kUInt8, Shape({kStepBytes}));
+      std::memset(t.mutable_raw_data(), fill(f, s), kStepBytes);
+      frame.steps.push_back(WireStep{3 * f + s, -1, 1, {{t}}});
+    }
+    grpc::ByteBuffer bb;
+    ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
+    ++(encoder.last_shared_bytes() > 0 ? in_ring : inline_frames);
+    StepFrame out;
+    ASSERT_TRUE(decoder.Decode(bb, &out).ok()) << "frame " << f;
+    ASSERT_EQ(out.steps.size(), 3u);
+    const auto* first = static_cast<const uint8_t*>(out.steps[0].pieces[0][0].raw_data());
+    const auto* last = static_cast<const uint8_t*>(out.steps[2].pieces[0][0].raw_data());
+    EXPECT_LT(first, last);  // in frame order
+    held.emplace_back(f, std::move(out));
+    while (held.size() > static_cast<size_t>(1 + f % 4)) held.pop_front();
+    // Every step held still has its own bytes.
+    for (const auto& [index, h] : held) {
+      for (int s = 0; s < 3; ++s) {
+        const auto* b = static_cast<const uint8_t*>(h.steps[s].pieces[0][0].raw_data());
+        ASSERT_EQ(b[0], fill(index, s)) << "frame " << index << " overwritten";
+        ASSERT_EQ(b[kStepBytes - 1], fill(index, s)) << "frame " << index << " overwritten";
+      }
+    }
+    ASSERT_TRUE(writer.Release(reader.released()).ok());
+  }
+  EXPECT_GT(in_ring, kFrames / 2);
+  EXPECT_GT(inline_frames, 0);                 // no room while 4 frames were held
+  EXPECT_GT(writer.written(), 20 * kSegment);  // it lapped, many times
+}
+
+// A batch (one frame of 3 steps, one region) whose steps the trainer drops out of order: the
+// region is released only with its last step, and the worker reuses it only then.
+TEST(ShmRingWriterTest, PartOfABatchReleasedKeepsItsRegionHeld) {
+  auto segment = ShmSegment::Create(4 * kPage);
+  ASSERT_TRUE(segment.ok());
+  ShmRingWriter writer(*segment);
+  ShmRingReader reader(*segment);
+  StepFrame frame;
+  for (int s = 0; s < 3; ++s) {
+    Tensor t = Tensor::Allocate(DType::kUInt8, Shape({4000}));
+    std::memset(t.mutable_raw_data(), s + 1, 4000);
+    frame.steps.push_back(WireStep{s, -1, 1, {{t}}});
+  }
+  StepFrame out;
+  ASSERT_TRUE(RoundTrip(frame, &writer, &reader, &out).ok());
+  ASSERT_EQ(out.steps.size(), 3u);
+  std::vector<Tensor> middle = out.steps[1].pieces[0];
+  out.steps.clear();  // steps 0 and 2 dropped, step 1 still held
+  EXPECT_EQ(reader.held(), 1u);
+  EXPECT_EQ(reader.released(), 0u);
+  ASSERT_TRUE(writer.Release(reader.released()).ok());
+  proto::ShmPayload p;
+  EXPECT_EQ(writer.Reserve(5000, &p), nullptr);  // it would need the frame's region
+  EXPECT_EQ(static_cast<const uint8_t*>(middle[0].raw_data())[3999], 2);
+  middle.clear();
+  EXPECT_EQ(reader.released(), writer.written());
+  ASSERT_TRUE(writer.Release(reader.released()).ok());
+  EXPECT_NE(writer.Reserve(5000, &p), nullptr);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/distribute/rebatch.h"
 #include "core/data/op_registry.h"
+#include "core/tensor/row_pieces.h"
 #include "core/util/status_macros.h"
 #include "proto/dataset.pb.h"
 
@@ -26,24 +27,27 @@ absl::Status NotBatchedError(int64_t num_replicas_in_sync, absl::string_view det
 
 absl::StatusOr<int64_t> GlobalBatchSize(const Dataset& dataset, int64_t num_replicas_in_sync) {
   ASSIGN_OR_RETURN(ElementSpec spec, dataset.element_spec());
-  std::vector<TensorSpec> leaves = spec.Flatten();
-  if (leaves.empty()) return NotBatchedError(num_replicas_in_sync, "the element has no tensors");
+  // A SparseTensor or RaggedTensor counts as one component, its rows dimension 0 of its static
+  // shape (TF's nest.flatten without expand_composites).
+  std::vector<const ElementSpec*> nodes = RowNodes(spec);
+  if (nodes.empty()) return NotBatchedError(num_replicas_in_sync, "the element has no tensors");
   // As distribute.compute_batch_size: the static batch dimension when every component has one
   // (this is how an unbatched from_tensors([1, 2, 3, 4]) gets B = 4, as in TF) ...
   bool all_known = true;
-  for (const TensorSpec& leaf : leaves) {
-    if (leaf.shape.rank() == 0) {
+  for (const ElementSpec* node : nodes) {
+    if (RowNodeRank(*node) == 0) {
       return NotBatchedError(num_replicas_in_sync,
                              absl::StrCat("the dataset's elements have a scalar component, ",
-                                          leaf.ToString()));
+                                          node->is_leaf() ? node->leaf().ToString()
+                                                          : CompositeSpecToString(*node)));
     }
-    if (leaf.shape.dim(0) == kUnknownDim) all_known = false;
+    if (RowCount(*node) == kUnknownDim) all_known = false;
   }
   if (all_known) {
-    for (const TensorSpec& leaf : leaves) {
-      if (leaf.shape.dim(0) != leaves[0].shape.dim(0)) return int64_t{-1};
+    for (const ElementSpec* node : nodes) {
+      if (RowCount(*node) != RowCount(*nodes[0])) return int64_t{-1};
     }
-    return leaves[0].shape.dim(0);
+    return RowCount(*nodes[0]);
   }
   // ... else the batch size of the batch op nearest the end, through ops that keep it (TF
   // 2.15's compute_batch_size walks through repeat, take, skip, shard, shuffle, prefetch, cache
@@ -69,15 +73,6 @@ absl::StatusOr<ElementSpec> DistributedPerReplicaSpec(const Dataset& dataset, in
   ASSIGN_OR_RETURN(ElementSpec spec, dataset.element_spec());
   const int64_t n = num_workers * replicas_per_worker;
   if (n == 1) return spec;  // TF does not rebatch for one replica in sync.
-  if (spec.HasComposite()) {
-    // TF's rebatch splits a RaggedTensor's or SparseTensor's rows; Sluice's cut does not yet.
-    // Refused here, where every mode (in-process, the coordinator's job creation) asks for the
-    // per-replica spec, so a job is refused before it starts rather than mid-stream.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot distribute an element with SparseTensor or RaggedTensor components across ", n,
-        " replicas in sync: rebatching composites is not supported yet; use one replica per "
-        "consumer (one device)"));
-  }
 
   ASSIGN_OR_RETURN(int64_t global_batch, GlobalBatchSize(dataset, n));
   ElementSpec per_replica;
@@ -92,8 +87,8 @@ absl::StatusOr<ElementSpec> DistributedPerReplicaSpec(const Dataset& dataset, in
     }
     if (size > 0) {
       bool any_known = false;
-      for (const TensorSpec& leaf : spec.Flatten()) {
-        int64_t d = leaf.shape.dim(0);
+      for (const ElementSpec* node : RowNodes(spec)) {
+        int64_t d = RowCount(*node);
         if (d == kUnknownDim) continue;
         any_known = true;
         if (d % size != 0) size = kUnknownDim;
@@ -102,14 +97,11 @@ absl::StatusOr<ElementSpec> DistributedPerReplicaSpec(const Dataset& dataset, in
     } else {
       size = kUnknownDim;
     }
-    per_replica =
-        spec.Map([size](const TensorSpec& s) { return TensorSpec{s.dtype, s.shape.WithFirst(size)}; });
+    per_replica = MapBatchDim(spec, [size](int64_t) { return size; });
   } else {
     // _LegacyRebatchDataset: each component on its own.
-    per_replica = spec.Map([n](const TensorSpec& s) {
-      int64_t d = s.shape.dim(0);
-      int64_t out = (d != kUnknownDim && d % n == 0) ? d / n : kUnknownDim;
-      return TensorSpec{s.dtype, s.shape.WithFirst(out)};
+    per_replica = MapBatchDim(spec, [n](int64_t d) {
+      return (d != kUnknownDim && d % n == 0) ? d / n : kUnknownDim;
     });
   }
   // input_lib.py: multi-worker with partial-batch handling (any dataset not known to be
@@ -121,10 +113,8 @@ absl::StatusOr<ElementSpec> DistributedPerReplicaSpec(const Dataset& dataset, in
 }
 
 ElementSpec DynamicBatchDimension(const ElementSpec& spec) {
-  return spec.Map([](const TensorSpec& s) {
-    if (s.shape.rank() == 0) return s;  // TF's _rebatch_as_dynamic leaves scalars alone
-    return TensorSpec{s.dtype, s.shape.WithFirst(kUnknownDim)};
-  });
+  // TF's _rebatch_as_dynamic leaves scalars alone (MapBatchDim does).
+  return MapBatchDim(spec, [](int64_t) { return kUnknownDim; });
 }
 
 }  // namespace sluice

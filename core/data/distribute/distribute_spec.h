@@ -31,13 +31,14 @@ absl::StatusOr<int64_t> GlobalBatchSize(const Dataset& dataset, int64_t num_repl
 //  - B unknown (-1): the legacy rebatch's spec, per component: d/N when d is static and d % N == 0;
 //  - num_workers > 1 and a dataset not known to be infinite: every batch dimension is None
 //    (multi-worker partial-batch handling can always produce empty batches).
-// Errors: those of GlobalBatchSize, and INVALID_ARGUMENT for non-positive counts and, with
-// N > 1, for an element holding a SparseTensor or RaggedTensor (rebatching composites is not
-// implemented yet; TF would split their rows).
+// A SparseTensor or RaggedTensor is one component whose batch dimension is that of its static
+// shape, as in TF (its rows are cut, core/tensor/row_pieces.h).
+// Errors: those of GlobalBatchSize, and INVALID_ARGUMENT for non-positive counts.
 absl::StatusOr<ElementSpec> DistributedPerReplicaSpec(const Dataset& dataset, int64_t num_workers,
                                                       int64_t replicas_per_worker);
 
-// `spec` with dimension 0 of every non-scalar component made unknown (TF's _rebatch_as_dynamic).
+// `spec` with dimension 0 of every non-scalar component (composites too) made unknown (TF's
+// _rebatch_as_dynamic).
 ElementSpec DynamicBatchDimension(const ElementSpec& spec);
 
 }  // namespace sluice

@@ -11,6 +11,7 @@
 #include "core/data/op_iterator.h"
 #include "core/data/ops/output_slot.h"
 #include "core/tensor/composite_rows.h"
+#include "core/tensor/row_pieces.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -108,6 +109,7 @@ class BatchIterator : public OpIterator {
   // from block to block, which is the per-element path's shape error, worded as there.
   // Consumes the blocks, so that strings no other tensor holds are moved, not copied.
   absl::Status ConcatBlocks(std::vector<Element> blocks, Element* out) const {
+    if (blocks[0].HasComposite()) return ConcatCompositeBlocks(blocks, out);
     const Nest<int> structure = blocks[0].Map([](const Tensor&) { return 0; });
     std::vector<std::vector<Tensor>> columns;  // columns[leaf][block]
     int64_t first_row = 0;                      // of the current block, in the batch
@@ -151,6 +153,32 @@ class BatchIterator : public OpIterator {
       batched.push_back(*std::move(t));
     }
     auto packed = Element::Pack(structure, std::move(batched));
+    if (!packed.ok()) return InvalidArgument(packed.status().message());
+    *out = *std::move(packed);
+    return absl::OkStatus();
+  }
+
+  // Blocks holding SparseTensor / RaggedTensor components: each component's rows joined as
+  // row pieces (core/tensor/row_pieces.h), dense ones by Tensor::Concat, as stacking the
+  // blocks' elements would give.
+  absl::Status ConcatCompositeBlocks(const std::vector<Element>& blocks, Element* out) const {
+    std::vector<std::vector<Element>> columns;  // columns[node][block]
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      if (!blocks[b].SameStructure(blocks[0])) {
+        return InvalidArgument("Cannot batch elements with different structures");
+      }
+      std::vector<const Element*> nodes = RowNodes(blocks[b]);
+      columns.resize(nodes.size());
+      for (size_t i = 0; i < nodes.size(); ++i) columns[i].push_back(*nodes[i]);
+    }
+    std::vector<Element> joined;
+    joined.reserve(columns.size());
+    for (const std::vector<Element>& column : columns) {
+      absl::StatusOr<Element> j = ConcatRows(column, label());
+      if (!j.ok()) return CopyError(j.status());
+      joined.push_back(*std::move(j));
+    }
+    auto packed = PackRowNodes(blocks[0], std::move(joined));
     if (!packed.ok()) return InvalidArgument(packed.status().message());
     *out = *std::move(packed);
     return absl::OkStatus();

@@ -13,7 +13,13 @@
 // vertical pass writes it, in the same float operations as normalize() applies them afterwards:
 // the values are bit for bit those of resize, then flip, then normalize.
 //
-// Thread safety: plain functions on caller-owned memory.
+// Where the CPU has AVX2 (__builtin_cpu_supports, checked once) the horizontal pass runs with
+// AVX2 gathers and the vertical pass (with the normalize) 8 values at a time, else both are
+// scalar; each value is computed with the same float operations either way (no fused
+// multiply-add), so the values are the same bit for bit on every x86-64 CPU.
+//
+// Thread safety: plain functions on caller-owned memory (each thread keeps its own gather
+// plan).
 #ifndef SLUICE_CORE_BILINEAR_RESIZE_H_
 #define SLUICE_CORE_BILINEAR_RESIZE_H_
 
@@ -50,6 +56,13 @@ void ResizeBilinearU8(const uint8_t* src, int64_t row_stride, int64_t channels,
                       const BilinearTap* taps_y, int64_t out_h, const BilinearTap* taps_x,
                       int64_t out_w, float* out, float* scratch,
                       const RowNormalize* normalize = nullptr);
+
+// Whether ResizeBilinearU8 takes the AVX2 passes: the CPU has AVX2 and
+// TEST_ForceScalarBilinearResize(true) is not in effect.
+bool BilinearResizeUsesAvx2();
+// Tests and benchmarks only: makes both passes scalar (true) or back to the CPU's
+// choice (false), process-wide, for the calls that start afterwards.
+void TEST_ForceScalarBilinearResize(bool scalar);
 
 }  // namespace sluice
 

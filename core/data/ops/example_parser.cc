@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <span>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -15,6 +17,7 @@
 #include "core/format/python_literal.h"
 #include "core/data/spec_inference.h"
 #include "core/util/status_macros.h"
+#include "sluice/composite_tensor.h"
 
 namespace sluice {
 namespace {
@@ -324,8 +327,120 @@ proto::FeatureSpec VarLenFeatureSpec(std::string key, DType dtype) {
   return f;
 }
 
+proto::FeatureSpec RaggedFeatureSpec(std::string key, DType dtype, std::string value_key,
+                                     std::vector<proto::RaggedPartition> partitions) {
+  proto::FeatureSpec f;
+  f.set_key(std::move(key));
+  f.set_kind(proto::FeatureSpec::RAGGED);
+  f.set_dtype(static_cast<proto::DataType>(dtype));
+  f.set_value_key(std::move(value_key));
+  for (proto::RaggedPartition& p : partitions) *f.add_partitions() = std::move(p);
+  f.set_row_splits_dtype(static_cast<proto::DataType>(DType::kInt64));
+  return f;
+}
+
+proto::RaggedPartition RowLengthsPartition(std::string key) {
+  proto::RaggedPartition p;
+  p.set_kind(proto::RaggedPartition::ROW_LENGTHS);
+  p.set_key(std::move(key));
+  return p;
+}
+
+proto::RaggedPartition RowSplitsPartition(std::string key) {
+  proto::RaggedPartition p;
+  p.set_kind(proto::RaggedPartition::ROW_SPLITS);
+  p.set_key(std::move(key));
+  return p;
+}
+
+proto::RaggedPartition UniformRowLengthPartition(int64_t length) {
+  proto::RaggedPartition p;
+  p.set_kind(proto::RaggedPartition::UNIFORM_ROW_LENGTH);
+  p.set_length(length);
+  return p;
+}
+
+namespace {
+
+// The rows of a RaggedFeature from its spec: RowLengths / RowSplits, then UniformRowLengths.
+absl::StatusOr<RaggedLayout> RaggedLayoutOf(const proto::FeatureSpec& f) {
+  auto fail = [&](absl::string_view why) {
+    return Invalid(absl::StrCat("parse_example: feature '", f.key(), "': RaggedFeature ", why));
+  };
+  RaggedLayout layout;
+  layout.key = f.key();
+  layout.value_key = f.value_key().empty() ? f.key() : f.value_key();
+  if (f.shape_size() > 0 || f.has_default_value()) return fail("has no shape or default_value");
+  if (static_cast<DType>(f.row_splits_dtype()) != DType::kInt64) {
+    return fail(absl::StrCat(
+        "row_splits_dtype must be tf.int64 (Sluice's row splits are int64; TF's default is "
+        "tf.int32, so give row_splits_dtype=tf.int64), got ",
+        f.row_splits_dtype() == 0 ? "none" : DTypeName(static_cast<DType>(f.row_splits_dtype()))));
+  }
+  int64_t uniform_size = 1;
+  for (int i = 0; i < f.partitions_size(); ++i) {
+    const proto::RaggedPartition& p = f.partitions(i);
+    if (p.kind() == proto::RaggedPartition::UNIFORM_ROW_LENGTH) {
+      if (p.length() <= 0 || p.length() > (int64_t{1} << 40) / uniform_size) {
+        return fail(absl::StrCat("UniformRowLength(", p.length(),
+                                 ") must be positive (and all of them multiply to at most 2**40)"));
+      }
+      uniform_size *= p.length();
+      layout.uniform.push_back(p.length());
+      continue;
+    }
+    if (p.kind() != proto::RaggedPartition::ROW_LENGTHS &&
+        p.kind() != proto::RaggedPartition::ROW_SPLITS) {
+      return fail(absl::StrCat("partition ", i, " has unknown kind ", static_cast<int>(p.kind())));
+    }
+    if (!layout.uniform.empty()) {
+      return fail(absl::StrCat(
+          "partition ", i, ": a RowLengths or RowSplits partition may not follow a "
+          "UniformRowLength (Sluice's RaggedTensors have no uniform dimension between ragged ones)"));
+    }
+    if (p.key().empty()) return fail(absl::StrCat("partition ", i, " has no feature key"));
+    layout.ragged.push_back(
+        {p.kind() == proto::RaggedPartition::ROW_LENGTHS ? RaggedLayout::PartitionKind::kRowLengths
+                                                         : RaggedLayout::PartitionKind::kRowSplits,
+         p.key()});
+  }
+  return layout;
+}
+
+}  // namespace
+
+void ExampleParser::OrderRaggedFeaturesAsTf(std::vector<Feature>* features) {
+  // TF's parse_example returns its raw outputs keyed by the keys RaggedFeatures read (in
+  // the order the features, sorted by key, first read them), then replaces them by the
+  // features (dict.update, so a feature whose key is such a key keeps that place, and the
+  // others follow sorted) and drops the rest (parsing_config.py,
+  // _construct_tensors_for_composite_features).
+  std::vector<std::string> read;
+  auto add = [&](const std::string& k) {
+    if (std::find(read.begin(), read.end(), k) == read.end()) read.push_back(k);
+  };
+  auto ragged = std::find_if(features->begin(), features->end(),
+                             [](const Feature& f) { return f.kind == Kind::kRagged; });
+  for (auto it = ragged; it != features->end(); ++it) {
+    add(it->ragged.value_key);
+    for (const RaggedLayout::Partition& p : it->ragged.ragged) add(p.key);
+  }
+  auto place = [&](const Feature& f) {
+    return static_cast<size_t>(std::find(read.begin(), read.end(), f.key) - read.begin());
+  };
+  std::stable_sort(ragged, features->end(),
+                   [&](const Feature& a, const Feature& b) { return place(a) < place(b); });
+}
+
+int ExampleParser::Slot(const std::string& key) {
+  auto [it, inserted] = index_.emplace(key, static_cast<int>(keys_read_.size()));
+  if (inserted) keys_read_.push_back(key);
+  return it->second;
+}
+
 absl::StatusOr<ExampleParser> ExampleParser::Create(const proto::ParseExampleFn& fn) {
   ExampleParser parser;
+  parser.var_len_as_dense_ = fn.var_len_as_dense();
   if (fn.features_size() == 0) return Invalid("parse_example: the feature spec is empty");
   for (const proto::FeatureSpec& f : fn.features()) {
     Feature out;
@@ -343,11 +458,18 @@ absl::StatusOr<ExampleParser> ExampleParser::Create(const proto::ParseExampleFn&
       return fail(absl::StrCat("dtype must be tf.string, tf.int64 or tf.float32, got ",
                                DTypeName(out.dtype)));
     }
+    if (f.kind() != proto::FeatureSpec::RAGGED &&
+        (!f.value_key().empty() || f.partitions_size() > 0)) {
+      return fail("only a RaggedFeature has a value_key or partitions");
+    }
     if (f.kind() == proto::FeatureSpec::VAR_LEN) {
-      out.var_len = true;
+      out.kind = Kind::kVarLen;
       if (f.shape_size() > 0 || f.has_default_value()) {
         return fail("a VarLenFeature has no shape or default_value");
       }
+    } else if (f.kind() == proto::FeatureSpec::RAGGED) {
+      out.kind = Kind::kRagged;
+      ASSIGN_OR_RETURN(out.ragged, RaggedLayoutOf(f));
     } else if (f.kind() == proto::FeatureSpec::FIXED_LEN) {
       int64_t n = 1;
       for (int64_t d : f.shape()) {
@@ -370,14 +492,39 @@ absl::StatusOr<ExampleParser> ExampleParser::Create(const proto::ParseExampleFn&
     }
     parser.features_.push_back(std::move(out));
   }
-  // TF's output order: sparse (VarLen) keys sorted, then dense (FixedLen) keys sorted.
+  // As TF's _ParseOpParams: the keys a RaggedFeature reads are not another feature's key.
+  for (const Feature& r : parser.features_) {
+    if (r.kind != Kind::kRagged) continue;
+    std::vector<std::string> keys = {r.ragged.value_key};
+    for (const RaggedLayout::Partition& p : r.ragged.ragged) keys.push_back(p.key);
+    for (const Feature& other : parser.features_) {
+      if (other.kind == Kind::kRagged) continue;
+      for (const std::string& k : keys) {
+        if (k != other.key) continue;
+        return Invalid(absl::StrCat(
+            "parse_example: feature '", r.key, "': the RaggedFeature reads '", k, "', which is a ",
+            other.kind == Kind::kVarLen ? "VarLenFeature" : "FixedLenFeature",
+            " too (TF: ragged keys must not intersect sparse or dense keys)"));
+      }
+    }
+  }
+  // TF's output order: sparse (VarLen) keys sorted, then dense (FixedLen), then ragged (see
+  // OrderRaggedFeaturesAsTf).
   std::stable_sort(parser.features_.begin(), parser.features_.end(),
                    [](const Feature& a, const Feature& b) {
-                     if (a.var_len != b.var_len) return a.var_len;
+                     if (a.kind != b.kind) return a.kind < b.kind;
                      return a.key < b.key;
                    });
-  for (size_t f = 0; f < parser.features_.size(); ++f) {
-    parser.index_[parser.features_[f].key] = static_cast<int>(f);
+  OrderRaggedFeaturesAsTf(&parser.features_);
+  for (Feature& f : parser.features_) {
+    if (f.kind != Kind::kRagged) {
+      f.slot = parser.Slot(f.key);
+      continue;
+    }
+    f.slot = parser.Slot(f.ragged.value_key);
+    for (const RaggedLayout::Partition& p : f.ragged.ragged) {
+      f.partition_slots.push_back(parser.Slot(p.key));
+    }
   }
   return parser;
 }
@@ -403,7 +550,21 @@ absl::StatusOr<ElementSpec> ExampleParser::OutputSpec(const TensorSpec& input) c
   const int64_t b = batched ? input.shape.dim(0) : 0;
   std::vector<std::pair<std::string, ElementSpec>> items;
   for (const Feature& f : features_) {
-    Shape s = f.var_len ? Shape({kUnknownDim}) : f.shape;
+    if (f.kind == Kind::kRagged) {
+      items.emplace_back(f.key, f.ragged.Spec(f.dtype, batched, b));
+      continue;
+    }
+    if (f.kind == Kind::kVarLen) {
+      // TF's spec of a batch's VarLenFeature has no static batch size, also in the dense form
+      // (tf.sparse.to_dense of a SparseTensorSpec([None, None])).
+      std::vector<int64_t> dims = {kUnknownDim};
+      if (batched) dims.push_back(kUnknownDim);
+      items.emplace_back(f.key, var_len_as_dense_
+                                    ? ElementSpec(TensorSpec{f.dtype, Shape(dims)})
+                                    : SparseTensorSpecOf(f.dtype, std::move(dims)));
+      continue;
+    }
+    Shape s = f.shape;
     if (batched) s = s.Prepend(b);
     items.emplace_back(f.key, ElementSpec(TensorSpec{f.dtype, s}));
   }
@@ -424,19 +585,130 @@ absl::StatusOr<Element> ExampleParser::Parse(const Tensor& serialized) const {
 }
 
 absl::StatusOr<Element> ExampleParser::ParseSingle(absl::string_view serialized) const {
-  ASSIGN_OR_RETURN(Element batch, ParseBatch({serialized}));
-  return batch.Map([](const Tensor& t) { return t.Index(0); });
+  return ParseRows({serialized}, /*single=*/true);
 }
 
 absl::StatusOr<Element> ExampleParser::ParseBatch(
     const std::vector<absl::string_view>& serialized) const {
+  return ParseRows(serialized, /*single=*/false);
+}
+
+namespace {
+
+// The values of `rows` (each of `dtype` or empty) one after another, as a 1-D tensor allocated
+// through the memory budget.
+absl::StatusOr<Tensor> ConcatValues(absl::string_view key, DType dtype,
+                                    const std::vector<Values>& rows) {
+  int64_t n = 0;
+  int64_t chars = 0;
+  for (const Values& v : rows) {
+    n += static_cast<int64_t>(v.size());
+    for (absl::string_view b : v.bytes) chars += static_cast<int64_t>(b.size());
+  }
+  absl::StatusOr<Tensor> allocated =
+      dtype == DType::kString ? Tensor::TryAllocateStrings(Shape({n}), chars, "parse_example")
+                              : Tensor::TryAllocate(dtype, Shape({n}), "parse_example");
+  if (!allocated.ok()) return OutputRefused(key, allocated.status());
+  Tensor out = *std::move(allocated);
+  int64_t at = 0;
+  for (const Values& v : rows) {
+    switch (dtype) {
+      case DType::kString:
+        for (absl::string_view b : v.bytes) out.mutable_string(at++)->assign(b.data(), b.size());
+        break;
+      case DType::kFloat32:
+        CopyNumbers(v.floats, out.mutable_data<float>() + at);
+        at += static_cast<int64_t>(v.floats.size());
+        break;
+      default:
+        CopyNumbers(v.ints, out.mutable_data<int64_t>() + at);
+        at += static_cast<int64_t>(v.ints.size());
+        break;
+    }
+  }
+  return out;
+}
+
+// A VarLenFeature as TF's SparseTensor: indices [N, 2] (row, position) and dense_shape
+// [rows, max n]; for one Example (`single`) indices [n, 1] and dense_shape [n].
+absl::StatusOr<Element> SparseVarLen(absl::string_view key, DType dtype,
+                                     const std::vector<Values>& rows, bool single) {
+  ASSIGN_OR_RETURN(Tensor values, ConcatValues(key, dtype, rows));
+  const int64_t n = values.num_elements();
+  const int64_t rank = single ? 1 : 2;
+  absl::StatusOr<Tensor> indices = Tensor::TryAllocate(DType::kInt64, Shape({n, rank}),
+                                                       "parse_example");
+  if (!indices.ok()) return OutputRefused(key, indices.status());
+  int64_t* idx = indices->mutable_data<int64_t>();
+  int64_t width = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int64_t m = static_cast<int64_t>(rows[r].size());
+    width = std::max(width, m);
+    for (int64_t j = 0; j < m; ++j) {
+      if (!single) *idx++ = static_cast<int64_t>(r);
+      *idx++ = j;
+    }
+  }
+  Tensor dense_shape = Tensor::Allocate(DType::kInt64, Shape({rank}));
+  int64_t* dims = dense_shape.mutable_data<int64_t>();
+  if (!single) *dims++ = static_cast<int64_t>(rows.size());
+  *dims = width;
+  return MakeSparseTensor(*std::move(indices), std::move(values), std::move(dense_shape),
+                          absl::StrCat("parse_example: feature '", key, "'"));
+}
+
+// A VarLenFeature as tf.sparse.to_dense gives it: [rows, max n], padded with 0 / "".
+absl::StatusOr<Tensor> DenseVarLen(absl::string_view key, DType dtype,
+                                   const std::vector<Values>& rows) {
+  const int64_t batch = static_cast<int64_t>(rows.size());
+  size_t width = 0;
+  for (const Values& v : rows) width = std::max(width, v.size());
+  absl::StatusOr<Tensor> allocated = Tensor::TryAllocate(
+      dtype, Shape({batch, static_cast<int64_t>(width)}), "parse_example");
+  if (!allocated.ok()) return OutputRefused(key, allocated.status());
+  Tensor out = *std::move(allocated);
+  for (int64_t i = 0; i < batch; ++i) {
+    const Values& v = rows[static_cast<size_t>(i)];
+    const int64_t row = i * static_cast<int64_t>(width);
+    switch (dtype) {
+      case DType::kString:
+        for (size_t j = 0; j < v.bytes.size(); ++j) {
+          *out.mutable_string(row + static_cast<int64_t>(j)) = std::string(v.bytes[j]);
+        }
+        break;
+      case DType::kFloat32:
+        CopyNumbers(v.floats, out.mutable_data<float>() + row);
+        break;
+      default:
+        CopyNumbers(v.ints, out.mutable_data<int64_t>() + row);
+        break;
+    }
+  }
+  return out;
+}
+
+// TF's ParseExampleV2 message for a RaggedFeature's values or partitions of the wrong type.
+absl::Status RaggedTypeMismatch(absl::string_view key, int64_t index, DType found,
+                                DType expected) {
+  return Invalid(absl::StrCat("Name: <unknown>, Key: ", key, ", Index: ", index,
+                              ".  Data types don't match. Expected type: ",
+                              TfTypeName(expected), ", Actual type: ", TfTypeName(found)));
+}
+
+}  // namespace
+
+absl::StatusOr<Element> ExampleParser::ParseRows(const std::vector<absl::string_view>& serialized,
+                                                 bool single) const {
   const int64_t batch = static_cast<int64_t>(serialized.size());
 
   std::vector<Tensor> dense(features_.size());
+  // VarLen and Ragged features: each row's values (views of `serialized`).
   std::vector<std::vector<Values>> var(features_.size());
+  std::vector<std::optional<RaggedRows>> ragged(features_.size());
   for (size_t f = 0; f < features_.size(); ++f) {
-    if (features_[f].var_len) {
+    if (features_[f].kind != Kind::kFixedLen) {
       var[f].resize(static_cast<size_t>(batch));
+      if (features_[f].kind == Kind::kRagged) ragged[f].emplace(features_[f].ragged, !single);
     } else {
       // The shape is the client's FixedLenFeature: checked (INVALID_ARGUMENT when impossible,
       // naming the feature) before the allocator is asked for it.
@@ -449,8 +721,10 @@ absl::StatusOr<Element> ExampleParser::ParseBatch(
       dense[f] = *std::move(t);
     }
   }
-  std::vector<std::optional<absl::string_view>> found(features_.size());
+  std::vector<std::optional<absl::string_view>> found(keys_read_.size());
   Values values;
+  std::vector<Values> partitions;
+  std::vector<std::span<const int64_t>> partition_ints;
   for (int64_t i = 0; i < batch; ++i) {
     std::fill(found.begin(), found.end(), std::nullopt);
     if (!FindFeatures(serialized[static_cast<size_t>(i)], index_, &found)) {
@@ -458,11 +732,37 @@ absl::StatusOr<Element> ExampleParser::ParseBatch(
     }
     for (size_t f = 0; f < features_.size(); ++f) {
       const Feature& spec = features_[f];
-      Values* v = spec.var_len ? &var[f][static_cast<size_t>(i)] : &values;
+      const std::optional<absl::string_view>& bytes = found[static_cast<size_t>(spec.slot)];
+      Values* v = spec.kind != Kind::kFixedLen ? &var[f][static_cast<size_t>(i)] : &values;
       v->Reset(DType::kInvalid);
-      if (found[f].has_value() && !DecodeFeature(*found[f], v)) {
+      if (bytes.has_value() && !DecodeFeature(*bytes, v)) {
         return Invalid(absl::StrCat("Could not parse example input at index ", i,
-                                    " (feature '", spec.key, "')"));
+                                    " (feature '", keys_read_[static_cast<size_t>(spec.slot)],
+                                    "')"));
+      }
+      if (spec.kind == Kind::kRagged) {
+        if (v->kind != DType::kInvalid && v->kind != spec.dtype) {
+          return RaggedTypeMismatch(spec.ragged.value_key, i, v->kind, spec.dtype);
+        }
+        const size_t k = spec.partition_slots.size();
+        partitions.resize(k);
+        partition_ints.clear();
+        for (size_t p = 0; p < k; ++p) {
+          const std::optional<absl::string_view>& pb =
+              found[static_cast<size_t>(spec.partition_slots[p])];
+          partitions[p].Reset(DType::kInvalid);
+          if (pb.has_value() && !DecodeFeature(*pb, &partitions[p])) {
+            return Invalid(absl::StrCat("Could not parse example input at index ", i,
+                                        " (feature '", spec.ragged.ragged[p].key, "')"));
+          }
+          if (partitions[p].kind != DType::kInvalid && partitions[p].kind != DType::kInt64) {
+            return RaggedTypeMismatch(spec.ragged.ragged[p].key, i, partitions[p].kind,
+                                      DType::kInt64);
+          }
+          partition_ints.emplace_back(partitions[p].ints);
+        }
+        RETURN_IF_ERROR(ragged[f]->AddRecord(i, static_cast<int64_t>(v->size()), partition_ints));
+        continue;
       }
       if (v->kind != DType::kInvalid && v->kind != spec.dtype) {
         return Invalid(absl::StrCat("Name: <unknown>, Key: ", spec.key, ", Index: ", i,
@@ -470,10 +770,10 @@ absl::StatusOr<Element> ExampleParser::ParseBatch(
                                     TfTypeName(v->kind),
                                     " but expected type: ", TfTypeName(spec.dtype)));
       }
-      if (spec.var_len) continue;
+      if (spec.kind == Kind::kVarLen) continue;
       const int64_t n = spec.shape.num_elements();
       const Tensor* from_default = nullptr;
-      if (!found[f].has_value()) {
+      if (!bytes.has_value()) {
         if (!spec.default_value.has_value()) {
           return Invalid(absl::StrCat("Name: <unknown>, Feature: ", spec.key,
                                       " (data type: ", TfTypeName(spec.dtype),
@@ -522,34 +822,26 @@ absl::StatusOr<Element> ExampleParser::ParseBatch(
   std::vector<std::pair<std::string, Element>> items;
   for (size_t f = 0; f < features_.size(); ++f) {
     const Feature& spec = features_[f];
-    if (!spec.var_len) {
-      items.emplace_back(spec.key, Element(std::move(dense[f])));
-      continue;
-    }
-    size_t width = 0;
-    for (const Values& v : var[f]) width = std::max(width, v.size());
-    absl::StatusOr<Tensor> allocated = Tensor::TryAllocate(
-        spec.dtype, Shape({batch, static_cast<int64_t>(width)}), "parse_example");
-    if (!allocated.ok()) return OutputRefused(spec.key, allocated.status());
-    Tensor out = *std::move(allocated);
-    for (int64_t i = 0; i < batch; ++i) {
-      const Values& v = var[f][static_cast<size_t>(i)];
-      const int64_t row = i * static_cast<int64_t>(width);
-      switch (spec.dtype) {
-        case DType::kString:
-          for (size_t j = 0; j < v.bytes.size(); ++j) {
-            *out.mutable_string(row + static_cast<int64_t>(j)) = std::string(v.bytes[j]);
-          }
-          break;
-        case DType::kFloat32:
-          if (v.kind == DType::kFloat32) CopyNumbers(v.floats, out.mutable_data<float>() + row);
-          break;
-        default:
-          if (v.kind == DType::kInt64) CopyNumbers(v.ints, out.mutable_data<int64_t>() + row);
-          break;
+    switch (spec.kind) {
+      case Kind::kFixedLen:
+        items.emplace_back(spec.key, Element(single ? dense[f].Index(0) : std::move(dense[f])));
+        break;
+      case Kind::kVarLen:
+        if (var_len_as_dense_) {
+          ASSIGN_OR_RETURN(Tensor t, DenseVarLen(spec.key, spec.dtype, var[f]));
+          items.emplace_back(spec.key, Element(single ? t.Index(0) : std::move(t)));
+        } else {
+          ASSIGN_OR_RETURN(Element e, SparseVarLen(spec.key, spec.dtype, var[f], single));
+          items.emplace_back(spec.key, std::move(e));
+        }
+        break;
+      case Kind::kRagged: {
+        ASSIGN_OR_RETURN(Tensor flat, ConcatValues(spec.key, spec.dtype, var[f]));
+        ASSIGN_OR_RETURN(Element e, ragged[f]->Finish(flat));
+        items.emplace_back(spec.key, std::move(e));
+        break;
       }
     }
-    items.emplace_back(spec.key, Element(std::move(out)));
   }
   return Element::Dict(std::move(items));
 }
@@ -561,6 +853,35 @@ std::string ExampleParser::ToExpression(const proto::ParseExampleFn& fn) {
     std::string dt = absl::StrCat("tf.", DTypeName(dtype));
     if (f.kind() == proto::FeatureSpec::VAR_LEN) {
       parts.push_back(absl::StrCat(PythonStringLiteral(f.key()), ": VarLenFeature(", dt, ")"));
+      continue;
+    }
+    if (f.kind() == proto::FeatureSpec::RAGGED) {
+      std::string s = absl::StrCat(PythonStringLiteral(f.key()), ": RaggedFeature(", dt);
+      if (!f.value_key().empty()) {
+        absl::StrAppend(&s, ", value_key=", PythonStringLiteral(f.value_key()));
+      }
+      std::vector<std::string> partitions;
+      for (const proto::RaggedPartition& p : f.partitions()) {
+        switch (p.kind()) {
+          case proto::RaggedPartition::ROW_LENGTHS:
+            partitions.push_back(absl::StrCat("RaggedFeature.RowLengths(",
+                                              PythonStringLiteral(p.key()), ")"));
+            break;
+          case proto::RaggedPartition::ROW_SPLITS:
+            partitions.push_back(absl::StrCat("RaggedFeature.RowSplits(",
+                                              PythonStringLiteral(p.key()), ")"));
+            break;
+          default:
+            partitions.push_back(absl::StrCat("RaggedFeature.UniformRowLength(", p.length(), ")"));
+        }
+      }
+      if (!partitions.empty()) {
+        absl::StrAppend(&s, ", partitions=[", absl::StrJoin(partitions, ", "), "]");
+      }
+      absl::StrAppend(&s, ", row_splits_dtype=tf.",
+                      DTypeName(static_cast<DType>(f.row_splits_dtype())),
+                      f.validate() ? ", validate=True)" : ")");
+      parts.push_back(std::move(s));
       continue;
     }
     std::string s = absl::StrCat(PythonStringLiteral(f.key()), ": FixedLenFeature([",
@@ -666,16 +987,22 @@ class FeatureSpecParser {
       }
     }
     const bool fixed = name == "FixedLenFeature";
-    if (!fixed && name != "VarLenFeature") {
+    const bool ragged = name == "RaggedFeature";
+    if (!fixed && !ragged && name != "VarLenFeature") {
       return Error(at, absl::StrCat("parse_example: feature '", key,
-                                    "' must be FixedLenFeature(shape, dtype, default_value=None) "
-                                    "or VarLenFeature(dtype)"));
+                                    "' must be FixedLenFeature(shape, dtype, default_value=None), "
+                                    "VarLenFeature(dtype) or RaggedFeature(dtype, value_key=None, "
+                                    "partitions=(), row_splits_dtype=tf.int64)"));
     }
     static const char* const kFixed[] = {"shape", "dtype", "default_value"};
     static const char* const kVar[] = {"dtype"};
-    const char* const* params = fixed ? kFixed : kVar;
-    const size_t nparams = fixed ? 3 : 1;
-    std::optional<PyValue> args[3];
+    static const char* const kRagged[] = {"dtype", "value_key", "partitions", "row_splits_dtype",
+                                          "validate"};
+    const char* const* params = fixed ? kFixed : ragged ? kRagged : kVar;
+    const size_t nparams = fixed ? 3 : ragged ? 5 : 1;
+    constexpr size_t kPartitionsSlot = 2;
+    std::vector<proto::RaggedPartition> partitions;
+    std::optional<PyValue> args[5];
     SkipWs();
     if (Peek() != '(') return Expected(absl::StrCat("'(' after ", name));
     ++pos_;
@@ -718,8 +1045,13 @@ class FeatureSpecParser {
       if (args[slot].has_value()) {
         return Error(arg_at, absl::StrCat(name, ": argument ", params[slot], " given twice"));
       }
-      ASSIGN_OR_RETURN(PyValue v, ParsePyValue(text_, &pos_, context_));
-      args[slot] = std::move(v);
+      if (ragged && slot == kPartitionsSlot) {
+        ASSIGN_OR_RETURN(partitions, Partitions(key));
+        args[slot] = PyValue();
+      } else {
+        ASSIGN_OR_RETURN(PyValue v, ParsePyValue(text_, &pos_, context_));
+        args[slot] = std::move(v);
+      }
       SkipWs();
       if (Peek() == ',') {
         ++pos_;
@@ -731,6 +1063,7 @@ class FeatureSpecParser {
       }
       return Expected(absl::StrCat("',' or ')' in ", name, "(...)"));
     }
+    if (ragged) return Ragged(key, at, args, std::move(partitions));
     if (!fixed) {
       if (!args[0].has_value()) return Error(at, "VarLenFeature: missing argument dtype");
       ASSIGN_OR_RETURN(DType d, Dtype(key, *args[0]));
@@ -771,6 +1104,121 @@ class FeatureSpecParser {
       def = *std::move(c);
     }
     return FixedLenFeatureSpec(key, std::move(dims), dtype, std::move(def));
+  }
+
+  // The rest of RaggedFeature(...): dtype, value_key, row_splits_dtype and validate in `args`
+  // (kPartitionsSlot already read into `partitions`).
+  absl::StatusOr<proto::FeatureSpec> Ragged(const std::string& key, size_t at,
+                                            const std::optional<PyValue> (&args)[5],
+                                            std::vector<proto::RaggedPartition> partitions) {
+    if (!args[0].has_value()) return Error(at, "RaggedFeature: missing argument dtype");
+    ASSIGN_OR_RETURN(DType dtype, Dtype(key, *args[0]));
+    std::string value_key;
+    if (args[1].has_value() && args[1]->kind != PyValue::Kind::kNone) {
+      if (args[1]->kind != PyValue::Kind::kStr && args[1]->kind != PyValue::Kind::kBytes) {
+        return Error(args[1]->begin, absl::StrCat("parse_example: feature '", key,
+                                                  "': RaggedFeature value_key must be a string"));
+      }
+      value_key = args[1]->text;
+    }
+    proto::FeatureSpec f = RaggedFeatureSpec(key, dtype, std::move(value_key),
+                                             std::move(partitions));
+    // TF's default row_splits_dtype is tf.int32; Sluice's splits are int64 (Create says so).
+    f.set_row_splits_dtype(static_cast<proto::DataType>(DType::kInvalid));
+    if (args[3].has_value()) {
+      absl::StatusOr<DType> d = ParseDType(args[3]->text);
+      if ((args[3]->kind != PyValue::Kind::kName && args[3]->kind != PyValue::Kind::kStr) ||
+          !d.ok()) {
+        return Error(args[3]->begin, absl::StrCat("parse_example: feature '", key,
+                                                  "': row_splits_dtype must be tf.int64"));
+      }
+      f.set_row_splits_dtype(static_cast<proto::DataType>(*d));
+    }
+    if (args[4].has_value()) {
+      if (args[4]->kind != PyValue::Kind::kBool) {
+        return Error(args[4]->begin, absl::StrCat("parse_example: feature '", key,
+                                                  "': validate must be True or False"));
+      }
+      f.set_validate(args[4]->bool_value);
+    }
+    return f;
+  }
+
+  // A partitions list or tuple: [RaggedFeature.RowLengths('lens'), ...], each call with or
+  // without the tf.io. prefix, its argument positional or by keyword (key= / length=).
+  absl::StatusOr<std::vector<proto::RaggedPartition>> Partitions(const std::string& key) {
+    std::vector<proto::RaggedPartition> out;
+    const char open = Peek();
+    if (open != '[' && open != '(') {
+      return Expected("a list of partitions such as [tf.io.RaggedFeature.RowLengths('lens')]");
+    }
+    const char close = open == '[' ? ']' : ')';
+    ++pos_;
+    for (;;) {
+      SkipWs();
+      if (Peek() == close) {
+        ++pos_;
+        return out;
+      }
+      const size_t at = pos_;
+      std::string name;
+      while (pos_ < text_.size() &&
+             (absl::ascii_isalnum(static_cast<unsigned char>(text_[pos_])) ||
+              text_[pos_] == '_' || text_[pos_] == '.')) {
+        name.push_back(text_[pos_++]);
+      }
+      for (absl::string_view prefix : {"tf.io.", "tf.", "io."}) {
+        if (absl::StartsWith(name, prefix)) {
+          name = name.substr(prefix.size());
+          break;
+        }
+      }
+      if (absl::StartsWith(name, "RaggedFeature.")) name = name.substr(14);
+      const bool uniform = name == "UniformRowLength";
+      if (!uniform && name != "RowLengths" && name != "RowSplits") {
+        return Error(at, absl::StrCat("parse_example: feature '", key,
+                                      "': partitions may be RaggedFeature.RowLengths(key), "
+                                      ".RowSplits(key) or .UniformRowLength(length), got '",
+                                      name, "'"));
+      }
+      SkipWs();
+      if (Peek() != '(') return Expected(absl::StrCat("'(' after ", name));
+      ++pos_;
+      SkipWs();
+      const absl::string_view keyword = uniform ? "length" : "key";
+      if (text_.substr(pos_, keyword.size()) == keyword) {
+        size_t after = pos_ + keyword.size();
+        while (after < text_.size() &&
+               absl::ascii_isspace(static_cast<unsigned char>(text_[after]))) {
+          ++after;
+        }
+        if (after < text_.size() && text_[after] == '=') pos_ = after + 1;
+      }
+      SkipWs();
+      ASSIGN_OR_RETURN(PyValue v, ParsePyValue(text_, &pos_, context_));
+      if (uniform) {
+        std::optional<int64_t> n = v.AsInt64();
+        if (v.kind != PyValue::Kind::kInt || !n.has_value()) {
+          return Error(v.begin, absl::StrCat("parse_example: feature '", key,
+                                             "': UniformRowLength needs an integer length"));
+        }
+        out.push_back(UniformRowLengthPartition(*n));
+      } else {
+        if (v.kind != PyValue::Kind::kStr && v.kind != PyValue::Kind::kBytes) {
+          return Error(v.begin, absl::StrCat("parse_example: feature '", key, "': ", name,
+                                             " needs a feature key string"));
+        }
+        out.push_back(name == "RowLengths" ? RowLengthsPartition(v.text)
+                                           : RowSplitsPartition(v.text));
+      }
+      SkipWs();
+      if (Peek() != ')') return Expected(absl::StrCat("')' to close ", name, "(...)"));
+      ++pos_;
+      SkipWs();
+      if (Peek() == ',') ++pos_;
+      else if (Peek() != close) return Expected(absl::StrCat("',' or '", std::string(1, close),
+                                                             "' in the partitions"));
+    }
   }
 
   absl::string_view text_;

@@ -232,8 +232,13 @@ class ParallelMapIterator : public OpIterator {
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    TakeRowsOfBatch();
     int64_t n = 0;
-    return Next(0, out, &n, end_of_sequence);
+    absl::Status s = Next(0, out, &n, end_of_sequence);
+    if (s.ok() ? !*end_of_sequence : IsElementError(s)) ++outputs_;
+    // The batch's last row is out: hold no reference to a batch its consumer now holds.
+    if (outputs_ >= rows_end_) rows_of_ = Tensor();
+    return s;
   }
 
   absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
@@ -245,9 +250,12 @@ class ParallelMapIterator : public OpIterator {
  private:
   struct Unit {
     // Per-element units: input elements, replaced by their mapped ones when the unit is done;
-    // an input element error stays in its place. Block units: empty, or the rows mapped one by
-    // one when the block_fn call failed (or the one input element error the unit stands for).
+    // an input element error stays in its place. slots[i]: item i's row of the batch above
+    // (output_slot.h), or none; moved into the fn's slot when item i is mapped. Block units:
+    // empty, or the rows mapped one by one when the block_fn call failed (or the one input
+    // element error the unit stands for).
     std::vector<absl::StatusOr<Element>> items;
+    std::vector<std::optional<OutputSlot>> slots;
     size_t next = 0;       // the next item the consumer takes
     bool started = false;  // a thread (the pool's or the consumer's) maps it
     bool done = false;     // the fn ran on every item
@@ -584,6 +592,8 @@ class ParallelMapIterator : public OpIterator {
         absl::Status s = input_->GetNext(&e, &end);
         if (IsElementError(s)) {
           unit->items.push_back(s);
+          unit->slots.push_back(std::nullopt);
+          ++pulled_;
           continue;
         }
         if (!s.ok() || end) {
@@ -594,6 +604,7 @@ class ParallelMapIterator : public OpIterator {
         }
         unit_bytes += PayloadBytes(e);
         unit->items.push_back(std::move(e));
+        unit->slots.push_back(RowFor(pulled_++));
       }
       if (unit->items.empty()) return;
       unit_size_ = std::min(2 * unit_size_, kMaxUnit);
@@ -647,8 +658,12 @@ class ParallelMapIterator : public OpIterator {
   // Runs the fn on the unit's elements; by the one thread that set unit->started.
   void MapUnit(Unit* unit) const {
     if (unit->is_block) return MapBlockUnit(unit);
-    for (absl::StatusOr<Element>& item : unit->items) {
+    for (size_t i = 0; i < unit->items.size(); ++i) {
+      absl::StatusOr<Element>& item = unit->items[i];
       if (!item.ok()) continue;
+      std::optional<OutputSlot> slot;
+      if (i < unit->slots.size()) slot = std::move(unit->slots[i]);
+      ScopedFnSlot fn_slot(std::move(slot));
       // On a pool thread, where a std::bad_alloc would end the process.
       absl::StatusOr<Element> mapped =
           CatchingBadAlloc(label(), [&] { return fn_(*std::move(item)); });
@@ -676,6 +691,28 @@ class ParallelMapIterator : public OpIterator {
       unit->items.push_back(std::move(row));
     }
     unit->block = Element();
+  }
+
+  // In input order, a batch right above offers the row its next output goes to (output_slot.h):
+  // that output and the ones after it, up to the batch's last row, are rows of the same
+  // stacked tensor. Remembered for Fill, which gives each element it pulls for one of those
+  // rows its row. Out of order, or with no offer, elements pulled from here get no row.
+  void TakeRowsOfBatch() {
+    std::optional<OutputSlot> offer = TakeSlotOffer(this);
+    if (!deterministic_ || !offer.has_value() || !offer->stacked.valid() ||
+        offer->stacked.shape().rank() == 0) {
+      rows_of_ = Tensor();
+      return;
+    }
+    rows_base_ = outputs_ - offer->index;
+    rows_end_ = rows_base_ + offer->stacked.shape().dim(0);
+    rows_of_ = std::move(offer->stacked);
+  }
+
+  // The row of the batch above that the output at input position `position` goes to, if any.
+  std::optional<OutputSlot> RowFor(int64_t position) const {
+    if (!rows_of_.valid() || position < rows_base_ || position >= rows_end_) return std::nullopt;
+    return OutputSlot{rows_of_.Index(position - rows_base_), Tensor(), 0};
   }
 
   // Points taken_ at the unit the consumer may take from now; false when none is ready.
@@ -753,6 +790,15 @@ class ParallelMapIterator : public OpIterator {
   // The input, when pulled on the pool and it leaves its block checks to the map; else null.
   DeferredCheckBlockSource* const deferring_;
   int64_t unit_size_ = 1;  // the consumer's thread only
+  // The consumer's thread only: per-element outputs handed out (elements and element errors)
+  // and input positions pulled, which are equal for the same element in input order; the
+  // stacked tensor of the batch above whose row 0 is output position rows_base_, and the
+  // position after its last row (TakeRowsOfBatch).
+  int64_t outputs_ = 0;
+  int64_t pulled_ = 0;
+  Tensor rows_of_;
+  int64_t rows_base_ = 0;
+  int64_t rows_end_ = 0;
 
   // Held while the input is pulled on the pool (Pull), before mu_.
   absl::Mutex in_mu_ ABSL_ACQUIRED_BEFORE(mu_);

@@ -15,6 +15,10 @@
 //   deterministic=true (TF's default): outputs come in input order.
 //   deterministic=false: a unit's outputs are returned as soon as the unit is done, so a slow
 //     unit does not hold up later ones; the multiset of outputs is the same.
+// Under a batch() (output_slot.h), a parallel map in input order gives each element it pulls
+// for a row of the batch being built that row as the fn's slot, on whichever thread maps it,
+// so a fn that writes a whole output (random_resized_crop) writes it into the batch; out of
+// order it gives none. The outputs are the same either way.
 // An fn error is an element error (core/data/op_iterator.h): returned in that element's place and
 // iteration can go on. The input's end, or a non-element input error, comes after every earlier
 // element (in either mode) and then repeats.

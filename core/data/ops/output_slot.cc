@@ -1,5 +1,7 @@
 #include "core/data/ops/output_slot.h"
 
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -19,7 +21,21 @@ SlotState& State() {
   return state;
 }
 
+std::atomic<int64_t> rows_in_place{0};
+std::atomic<int64_t> rows_copied{0};
+std::atomic<int64_t> buffers_reused{0};
+std::atomic<int64_t> buffers_allocated{0};
+
 }  // namespace
+
+BatchSlotCounts BatchSlotCountsSoFar() {
+  BatchSlotCounts c;
+  c.rows_in_place = rows_in_place.load(std::memory_order_relaxed);
+  c.rows_copied = rows_copied.load(std::memory_order_relaxed);
+  c.buffers_reused = buffers_reused.load(std::memory_order_relaxed);
+  c.buffers_allocated = buffers_allocated.load(std::memory_order_relaxed);
+  return c;
+}
 
 ScopedSlotOffer::ScopedSlotOffer(const Iterator* to, std::optional<OutputSlot> slot)
     : saved_to_(State().offered_to), saved_slot_(std::move(State().offered)) {
@@ -64,9 +80,16 @@ std::optional<Tensor> TakeFnSlot(DType dtype, const Shape& shape) {
 void BatchSlots::BeginBatch() {
   stacked_.reset();
   if (leaf_ < 0) return;
-  absl::StatusOr<Tensor> t =
-      TryAllocateUninitialized(dtype_, shape_.Prepend(batch_size_), what_);
-  if (t.ok()) stacked_ = *std::move(t);
+  TakeStacked();
+}
+
+bool BatchSlots::TakeStacked() {
+  const int64_t reused = pool_->reused();
+  absl::StatusOr<Tensor> t = pool_->Take(dtype_, shape_.Prepend(batch_size_), what_);
+  if (!t.ok()) return false;
+  stacked_ = *std::move(t);
+  stacked_reused_ = pool_->reused() > reused;
+  return true;
 }
 
 void BatchSlots::Learn(const Element& first) {
@@ -87,24 +110,53 @@ void BatchSlots::Learn(const Element& first) {
 
 ScopedSlotOffer BatchSlots::Offer(int64_t row) const {
   if (!stacked_.has_value() || row >= batch_size_) return ScopedSlotOffer(input_, std::nullopt);
-  return ScopedSlotOffer(input_, OutputSlot{stacked_->Index(row)});
+  return ScopedSlotOffer(input_, OutputSlot{stacked_->Index(row), *stacked_, row});
 }
 
 std::optional<Tensor> BatchSlots::Stacked(int leaf, const std::vector<Tensor>& column) {
-  if (leaf != leaf_ || !stacked_.has_value() ||
-      static_cast<int64_t>(column.size()) != batch_size_ || column.empty() ||
+  if (leaf != leaf_ || static_cast<int64_t>(column.size()) != batch_size_ || column.empty() ||
       column[0].dtype() != dtype_ || column[0].shape() != shape_) {
     return std::nullopt;
   }
+  if (!stacked_.has_value()) {
+    // The first batch (no slots offered yet) is stacked into the pool's memory too, so the
+    // second is written into it once released.
+    if (!TakeStacked()) return std::nullopt;
+  }
   Tensor out = *std::move(stacked_);
   stacked_.reset();
+  const size_t row_bytes = out.Index(0).byte_size();
+  // Addresses as integers: a row may lie in any other buffer.
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(out.raw_data());
+  const uintptr_t end = begin + row_bytes * static_cast<size_t>(batch_size_);
+  // A row that views another row of `out` (written there for another position) is read
+  // before any row is overwritten.
+  std::vector<Tensor> moved(column.size());
   for (int64_t row = 0; row < batch_size_; ++row) {
-    Tensor dst = out.Index(row);
     const Tensor& src = column[static_cast<size_t>(row)];
-    if (src.raw_data() != dst.raw_data()) {
-      std::memcpy(dst.mutable_raw_data(), src.raw_data(), src.byte_size());
+    const uintptr_t p = reinterpret_cast<uintptr_t>(src.raw_data());
+    if (p >= begin && p < end && p != begin + row_bytes * static_cast<size_t>(row)) {
+      absl::StatusOr<Tensor> copy = TryAllocateUninitialized(dtype_, shape_, what_);
+      if (!copy.ok()) return std::nullopt;  // `out` untouched: stacked as usual
+      std::memcpy(copy->mutable_raw_data(), src.raw_data(), row_bytes);
+      moved[static_cast<size_t>(row)] = *std::move(copy);
     }
   }
+  int64_t in_place = 0;
+  for (int64_t row = 0; row < batch_size_; ++row) {
+    Tensor dst = out.Index(row);
+    const Tensor& src = moved[static_cast<size_t>(row)].valid()
+                            ? moved[static_cast<size_t>(row)]
+                            : column[static_cast<size_t>(row)];
+    if (src.raw_data() != dst.raw_data()) {
+      std::memcpy(dst.mutable_raw_data(), src.raw_data(), src.byte_size());
+    } else {
+      ++in_place;
+    }
+  }
+  (stacked_reused_ ? buffers_reused : buffers_allocated).fetch_add(1, std::memory_order_relaxed);
+  rows_in_place.fetch_add(in_place, std::memory_order_relaxed);
+  rows_copied.fetch_add(batch_size_ - in_place, std::memory_order_relaxed);
   return out;
 }
 

@@ -23,7 +23,8 @@ class ParseExampleComponentFn : public ComponentFn {
   }
   // With FixedLenFeatures only, parsing a batch gives its rows' parses stacked (tf.io.parse_example
   // against parse_single_example), and fails only where some row fails: the bulk path parses
-  // whole blocks of records. A VarLenFeature pads to the longest row of the batch, so not then.
+  // whole blocks of records. A VarLenFeature (its dense shape is the longest row of the batch)
+  // or RaggedFeature (a batch gains a ragged dimension) is not element-wise.
   bool ElementWise() const override { return element_wise_; }
   // Apply's batch parse on the records' bytes where they are (a reader's buffers).
   bool MapsSerializedRows() const override { return element_wise_; }

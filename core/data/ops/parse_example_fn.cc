@@ -16,8 +16,9 @@ namespace sluice {
 
 namespace {
 
-// parse_example(features) / parse_example(features={...}) from its '(': the dict holds
-// FixedLenFeature / VarLenFeature calls, which ExampleParser reads.
+// parse_example(features) / parse_example(features={...}, var_len_as_dense=False) from its '(':
+// the dict holds FixedLenFeature / VarLenFeature / RaggedFeature calls, which ExampleParser
+// reads.
 absl::StatusOr<proto::MapOp> ParseExampleText(absl::string_view text, size_t* pos) {
   auto peek = [&] { return *pos < text.size() ? text[*pos] : '\0'; };
   auto skip_ws = [&] {
@@ -47,6 +48,30 @@ absl::StatusOr<proto::MapOp> ParseExampleText(absl::string_view text, size_t* po
     ++*pos;
     skip_ws();
   }
+  // var_len_as_dense=True|False (Sluice's: VarLenFeatures as dense tensors, parse_example.h).
+  constexpr absl::string_view kDense = "var_len_as_dense";
+  if (text.substr(*pos, kDense.size()) == kDense) {
+    *pos += kDense.size();
+    skip_ws();
+    if (peek() != '=') return PipelineExpected(text, *pos, "'=' after var_len_as_dense");
+    ++*pos;
+    skip_ws();
+    bool value = false;
+    if (text.substr(*pos, 4) == "True") {
+      value = true;
+      *pos += 4;
+    } else if (text.substr(*pos, 5) == "False") {
+      *pos += 5;
+    } else {
+      return PipelineExpected(text, *pos, "True or False for var_len_as_dense");
+    }
+    m.mutable_parse_example()->set_var_len_as_dense(value);
+    skip_ws();
+    if (peek() == ',') {
+      ++*pos;
+      skip_ws();
+    }
+  }
   if (peek() != ')')
     return PipelineExpected(text, *pos, "')' to close the arguments of parse_example");
   ++*pos;
@@ -60,7 +85,9 @@ SLUICE_REGISTER_OPS(parse_example_fn) {
   r.name = "parse_example";
   r.make = [](const proto::MapOp& m) { return MakeParseExampleComponentFn(m.parse_example()); };
   r.expression = [](const proto::MapOp& m) {
-    return absl::StrCat("parse_example(", ExampleParser::ToExpression(m.parse_example()), ")");
+    return absl::StrCat("parse_example(", ExampleParser::ToExpression(m.parse_example()),
+                        m.parse_example().var_len_as_dense() ? ", var_len_as_dense=True" : "",
+                        ")");
   };
   {
     MapFnParseRule p;

@@ -89,11 +89,16 @@ SLUICE_REGISTER_OPS(ragged_batch_op) {
     const proto::BatchOp b = args.op.ragged_batch();
     ASSIGN_OR_RETURN(ElementSpec ragged, RaggedInputSpec(args.input_spec));
     ElementFn to_ragged = [ragged](Element e) { return ToRagged(std::move(e), ragged); };
-    return CheckedFactory(std::move(args.input), [label, b, to_ragged](std::unique_ptr<Iterator> in) {
+    // When no component becomes ragged (the input's are composites or fully defined), batch
+    // reads the input directly, so that its bulk path (blocks of rows) is kept.
+    const bool wraps = !ragged.SameStructure(args.input_spec);
+    return CheckedFactory(std::move(args.input),
+                          [label, b, to_ragged, wraps](std::unique_ptr<Iterator> in) {
       std::unique_ptr<Iterator> ragged =
-          in == nullptr ? nullptr
-                        : NewMapIterator(label, std::move(in), to_ragged,
-                                         /*num_parallel_calls=*/1, /*deterministic=*/true);
+          in == nullptr || !wraps
+              ? std::move(in)
+              : NewMapIterator(label, std::move(in), to_ragged,
+                               /*num_parallel_calls=*/1, /*deterministic=*/true);
       return NewBatchIterator(label, std::move(ragged), b.batch_size(), b.drop_remainder());
     });
   };

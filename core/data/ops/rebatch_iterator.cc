@@ -6,19 +6,33 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/memory_budget.h"
 #include "core/data/op_iterator.h"
+#include "core/tensor/row_pieces.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
 
-// A zero-row tensor of `spec`'s dtype: dim 0 = 0, unknown dims 0.
-Tensor EmptyPieceFromSpec(const TensorSpec& spec) {
-  std::vector<int64_t> dims = spec.shape.dims();
-  if (!dims.empty()) dims[0] = 0;
-  for (int64_t& d : dims) {
-    if (d == kUnknownDim) d = 0;
+// The memory of a piece: its tensors with their payloads (`footprint`) and the tensor objects
+// alone (`overhead`: the payloads are the allocator's).
+void AddFootprint(const Element& node, int64_t* footprint, int64_t* overhead) {
+  for (const Tensor& t : node.Flatten()) {
+    *footprint += TensorFootprint(t);
+    *overhead += AllocationFootprint(t.dtype(), 0);
   }
-  return Tensor::Allocate(spec.dtype, Shape(std::move(dims)));  // no rows: no bytes
+}
+
+// The row nodes of `e` (leaves and composites, row_pieces.h), copied.
+std::vector<Element> RowNodeValues(const Element& e) {
+  std::vector<Element> nodes;
+  for (const Element* n : RowNodes(e)) nodes.push_back(*n);
+  return nodes;
+}
+
+// What a node is called in errors: "SparseTensor component 1", "component 0".
+std::string ComponentName(const Element& node, size_t i) {
+  if (node.kind() == NestKind::kSparse) return absl::StrCat("SparseTensor component ", i);
+  if (node.kind() == NestKind::kRagged) return absl::StrCat("RaggedTensor component ", i);
+  return absl::StrCat("component ", i);
 }
 
 class RebatchIterator : public OpIterator {
@@ -47,10 +61,10 @@ class RebatchIterator : public OpIterator {
     next_size_ = (next_size_ + 1) % batch_sizes_.size();
     if (desired == 0) return EmptyPiece(out, end_of_sequence);
 
-    // pieces[j] holds the leaves of the j-th non-empty slice of this piece. The piece is one
+    // pieces[j] holds the row nodes of the j-th non-empty slice of this piece. The piece is one
     // element: checked against the element limit as it grows (its slices keep their input
     // batches alive), and the structure around them charged to the process's.
-    std::vector<std::vector<Tensor>> pieces;
+    std::vector<std::vector<Element>> pieces;
     MemoryReservation held(label());
     int64_t gathered = 0;
     while (gathered < desired) {
@@ -60,17 +74,18 @@ class RebatchIterator : public OpIterator {
         if (!s.ok()) return s;
         if (end) break;
       }
-      const int64_t rows = leaves_[0].shape().dim(0);
+      const int64_t rows = RowCount(nodes_[0]);
       const int64_t end_row = std::min(offset_ + desired - gathered, rows);
       if (end_row > offset_) {
-        std::vector<Tensor> slices;
-        slices.reserve(leaves_.size());
-        int64_t footprint = 0;  // the slices with their payloads
-        int64_t overhead = 0;   // the tensor objects alone: the payloads are the allocator's
-        for (const Tensor& t : leaves_) {
-          slices.push_back(t.Slice(offset_, end_row));
-          footprint += TensorFootprint(slices.back());
-          overhead += AllocationFootprint(t.dtype(), 0);
+        std::vector<Element> slices;
+        slices.reserve(nodes_.size());
+        int64_t footprint = 0;
+        int64_t overhead = 0;
+        for (const Element& node : nodes_) {
+          absl::StatusOr<Element> slice = SliceRows(node, offset_, end_row, label());
+          if (!slice.ok()) return slice.status();
+          AddFootprint(*slice, &footprint, &overhead);
+          slices.push_back(*std::move(slice));
         }
         RETURN_IF_ERROR(held.GrowElement(footprint, overhead, describe));
         pieces.push_back(std::move(slices));
@@ -86,29 +101,30 @@ class RebatchIterator : public OpIterator {
       *end_of_sequence = true;
       return absl::OkStatus();
     }
-    std::vector<Tensor> result;
+    std::vector<Element> result;
     if (pieces.size() == 1) {
       result = std::move(pieces[0]);
     } else {
-      result.reserve(leaves_.size());
-      for (size_t i = 0; i < leaves_.size(); ++i) {
-        std::vector<Tensor> parts;
+      result.reserve(nodes_.size());
+      for (size_t i = 0; i < nodes_.size(); ++i) {
+        std::vector<Element> parts;
         parts.reserve(pieces.size());
         for (const auto& p : pieces) parts.push_back(p[i]);
-        auto t = Tensor::Concat(parts, label());
-        if (absl::IsResourceExhausted(t.status())) return t.status();
-        if (!t.ok()) {
-          return InvalidArgument(absl::StrCat("cannot join a piece across input batches in "
-                                              "component ", i, ": ", t.status().message()));
+        absl::StatusOr<Element> joined = ConcatRows(parts, label());
+        if (absl::IsResourceExhausted(joined.status())) return joined.status();
+        if (!joined.ok()) {
+          return InvalidArgument(absl::StrCat("cannot join a piece across input batches in ",
+                                              ComponentName(nodes_[i], i), ": ",
+                                              joined.status().message()));
         }
-        result.push_back(*std::move(t));
+        result.push_back(*std::move(joined));
       }
     }
     return Pack(std::move(result), out);
   }
 
  private:
-  // Reads the next input batch into structure_/leaves_ and sets offset_ = 0, or sets *end.
+  // Reads the next input batch into structure_/nodes_ and sets offset_ = 0, or sets *end.
   absl::Status ReadInput(bool* end) {
     Element e;
     absl::Status s = input_->GetNext(&e, end);
@@ -117,24 +133,23 @@ class RebatchIterator : public OpIterator {
       input_ended_ = true;
       return absl::OkStatus();
     }
-    std::vector<Tensor> leaves = e.Flatten();
-    if (leaves.empty()) return InvalidArgument("cannot rebatch an element with no tensors");
-    for (size_t i = 0; i < leaves.size(); ++i) {
-      if (leaves[i].shape().rank() == 0) {
+    std::vector<Element> nodes = RowNodeValues(e);
+    if (nodes.empty()) return InvalidArgument("cannot rebatch an element with no tensors");
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (RowNodeRank(nodes[i]) == 0) {
         return InvalidArgument(absl::StrCat(
             "Input element must have a non-scalar value in each component. Component ", i,
             " is a scalar; is the input batched?"));
       }
-      if (leaves[i].shape().dim(0) != leaves[0].shape().dim(0)) {
+      if (RowCount(nodes[i]) != RowCount(nodes[0])) {
         return InvalidArgument(absl::StrCat(
             "Input element must have the same batch size in each component. Component 0 had "
             "size ",
-            leaves[0].shape().dim(0), " but component ", i, " had size ",
-            leaves[i].shape().dim(0), "."));
+            RowCount(nodes[0]), " but component ", i, " had size ", RowCount(nodes[i]), "."));
       }
     }
     structure_ = std::move(e);
-    leaves_ = std::move(leaves);
+    nodes_ = std::move(nodes);
     offset_ = 0;
     return absl::OkStatus();
   }
@@ -143,21 +158,21 @@ class RebatchIterator : public OpIterator {
   // the pieces handed out are the only references to them (a consumer may then change them in
   // place without a copy: python/src/py_element.h, UnsharedStep).
   void ForgetBytes() {
-    std::vector<Tensor> shapes;
-    shapes.reserve(leaves_.size());
-    for (const Tensor& t : leaves_) shapes.push_back(EmptyPieceFromSpec({t.dtype(), t.shape()}));
-    auto packed = Element::Pack(structure_, shapes);
+    std::vector<Element> shapes;
+    shapes.reserve(nodes_.size());
+    for (const Element& node : nodes_) shapes.push_back(EmptyRows(SpecOf(node), true));
+    auto packed = PackRowNodes(structure_, shapes);
     if (!packed.ok()) return;  // the same structure: never happens; keep the batch then
     structure_ = *std::move(packed);
-    leaves_ = std::move(shapes);
+    nodes_ = std::move(shapes);
   }
 
   absl::Status EmptyPiece(Element* out, bool* end_of_sequence) {
     if (output_spec_.has_value()) {
-      *out = output_spec_->Map(EmptyPieceFromSpec);
+      *out = EmptyRows(*output_spec_, /*zero_rows=*/true);
       return absl::OkStatus();
     }
-    if (leaves_.empty()) {
+    if (nodes_.empty()) {
       // Nothing seen yet: read ahead one batch for the shapes; it stays the current batch.
       bool end = false;
       absl::Status s = ReadInput(&end);
@@ -167,14 +182,18 @@ class RebatchIterator : public OpIterator {
         return absl::OkStatus();
       }
     }
-    std::vector<Tensor> empty;
-    empty.reserve(leaves_.size());
-    for (const Tensor& t : leaves_) empty.push_back(t.Slice(0, 0));
+    std::vector<Element> empty;
+    empty.reserve(nodes_.size());
+    for (const Element& node : nodes_) {
+      absl::StatusOr<Element> none = SliceRows(node, 0, 0, label());
+      if (!none.ok()) return none.status();
+      empty.push_back(*std::move(none));
+    }
     return Pack(std::move(empty), out);
   }
 
-  absl::Status Pack(std::vector<Tensor> leaves, Element* out) const {
-    auto packed = Element::Pack(structure_, std::move(leaves));
+  absl::Status Pack(std::vector<Element> nodes, Element* out) const {
+    auto packed = PackRowNodes(structure_, std::move(nodes));
     if (!packed.ok()) return InvalidArgument(packed.status().message());
     *out = *std::move(packed);
     return absl::OkStatus();
@@ -187,7 +206,7 @@ class RebatchIterator : public OpIterator {
   std::vector<std::string> describe_;  // per batch size: "a piece of N rows", for errors
   size_t next_size_ = 0;
   Element structure_;           // the current (or last) input batch
-  std::vector<Tensor> leaves_;  // its leaves; empty before the first one
+  std::vector<Element> nodes_;  // its row nodes (row_pieces.h); empty before the first one
   int64_t offset_ = -1;         // next row of the current batch; -1: read another
   bool input_ended_ = false;
 };
@@ -203,33 +222,35 @@ class LegacyRebatchIterator : public OpIterator {
       Element e;
       absl::Status s = input_->GetNext(&e, end_of_sequence);
       if (!s.ok() || *end_of_sequence) return s;
-      std::vector<Tensor> leaves = e.Flatten();
-      for (size_t i = 0; i < leaves.size(); ++i) {
-        if (leaves[i].shape().rank() == 0) {
+      std::vector<Element> nodes = RowNodeValues(e);
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (RowNodeRank(nodes[i]) == 0) {
           return InvalidArgument(absl::StrCat(
               "Cannot rebatch dataset: All components must have at least one dimension. "
               "Perhaps your input dataset is not batched? Component ", i, " is scalar."));
         }
       }
       structure_ = std::move(e);
-      leaves_ = std::move(leaves);
+      nodes_ = std::move(nodes);
     }
-    std::vector<Tensor> piece;
-    piece.reserve(leaves_.size());
-    for (const Tensor& t : leaves_) {
-      const int64_t rows = t.shape().dim(0);
+    std::vector<Element> piece;
+    piece.reserve(nodes_.size());
+    for (const Element& node : nodes_) {
+      const int64_t rows = RowCount(node);
       const int64_t interval = (rows + num_replicas_ - 1) / num_replicas_;
       const int64_t end = std::min(interval * (slice_ + 1), rows);
       const int64_t start = std::min(interval * slice_, end);
-      piece.push_back(t.Slice(start, end));
+      absl::StatusOr<Element> slice = SliceRows(node, start, end, label());
+      if (!slice.ok()) return slice.status();
+      piece.push_back(*std::move(slice));
     }
     slice_ = (slice_ + 1) % num_replicas_;
-    auto packed = Element::Pack(structure_, std::move(piece));
+    auto packed = PackRowNodes(structure_, std::move(piece));
     if (!packed.ok()) return InvalidArgument(packed.status().message());
     *out = *std::move(packed);
     if (slice_ == 0) {  // the batch is used up: its pieces are the only references to it
       structure_ = Element();
-      leaves_.clear();
+      nodes_.clear();
     }
     return absl::OkStatus();
   }
@@ -239,7 +260,7 @@ class LegacyRebatchIterator : public OpIterator {
   const int64_t num_replicas_;
   int64_t slice_ = 0;  // the piece of the current batch to yield next
   Element structure_;
-  std::vector<Tensor> leaves_;
+  std::vector<Element> nodes_;
 };
 
 }  // namespace

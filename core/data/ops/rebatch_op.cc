@@ -16,6 +16,7 @@
 #include "core/data/op_registry.h"
 #include "core/data/ops/rebatch_iterator.h"
 #include "core/data/spec_inference.h"
+#include "core/tensor/row_pieces.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -25,10 +26,19 @@ absl::Status Invalid(absl::string_view message) {
   return absl::InvalidArgumentError(std::string(message));
 }
 
+// TF's ts._unbatch()._batch(dim) on every component: a SparseTensorSpec's or RaggedTensorSpec's
+// static shape changes as a dense component's (row_pieces.h).
 ElementSpec WithBatchDim(const ElementSpec& spec, int64_t dim) {
-  return spec.Map([dim](const TensorSpec& s) {
-    return TensorSpec{s.dtype, s.shape.DropFirst().Prepend(dim)};
-  });
+  return MapBatchDim(spec, [dim](int64_t) { return dim; });
+}
+
+// The first scalar component, a SparseTensor of rank 0 counting as one; -1 if none.
+int FirstScalarRowNode(const ElementSpec& spec) {
+  std::vector<const ElementSpec*> nodes = RowNodes(spec);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (RowNodeRank(*nodes[i]) == 0) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 absl::StatusOr<ElementSpec> RebatchSpec(const proto::RebatchOp& r, const ElementSpec& input) {
@@ -38,15 +48,13 @@ absl::StatusOr<ElementSpec> RebatchSpec(const proto::RebatchOp& r, const Element
     }
     int64_t n = r.legacy_num_replicas();
     if (n <= 0) return Invalid(absl::StrCat("num_replicas must be positive, got ", n));
-    int scalar = FirstScalarComponent(input);
+    int scalar = FirstScalarRowNode(input);
     if (scalar >= 0) {
       return Invalid(absl::StrCat("component ", scalar,
                                   " is a scalar; rebatch needs a batched input (rank >= 1)"));
     }
-    return input.Map([n](const TensorSpec& s) {
-      int64_t d = s.shape.dim(0);
-      int64_t out = (d != kUnknownDim && d % n == 0) ? d / n : kUnknownDim;
-      return TensorSpec{s.dtype, s.shape.WithFirst(out)};
+    return MapBatchDim(input, [n](int64_t d) {
+      return (d != kUnknownDim && d % n == 0) ? d / n : kUnknownDim;
     });
   }
   if (r.batch_sizes_size() == 0) return Invalid("batch_sizes must not be empty");
@@ -59,7 +67,7 @@ absl::StatusOr<ElementSpec> RebatchSpec(const proto::RebatchOp& r, const Element
     if (r.batch_sizes(i) != 0) all_zero = false;
   }
   if (all_zero) return Invalid("batch_sizes must not all be 0");
-  int scalar = FirstScalarComponent(input);
+  int scalar = FirstScalarRowNode(input);
   if (scalar >= 0) {
     return Invalid(absl::StrCat("component ", scalar,
                                 " is a scalar; rebatch needs a batched input (rank >= 1)"));
@@ -70,11 +78,11 @@ absl::StatusOr<ElementSpec> RebatchSpec(const proto::RebatchOp& r, const Element
     if (s != b) return WithBatchDim(input, kUnknownDim);
   }
   if (r.drop_remainder()) return WithBatchDim(input, b);
-  std::vector<TensorSpec> leaves = input.Flatten();
+  std::vector<const ElementSpec*> nodes = RowNodes(input);
   int64_t known = kUnknownDim;
   int known_at = -1;
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    int64_t d = leaves[i].shape.dim(0);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    int64_t d = RowCount(*nodes[i]);
     if (d == kUnknownDim) continue;
     if (known == kUnknownDim) {
       known = d;
@@ -93,6 +101,7 @@ absl::StatusOr<ElementSpec> RebatchSpec(const proto::RebatchOp& r, const Element
 SLUICE_REGISTER_OPS(rebatch_op) {
   OpRegistration r;
   r.name = "rebatch";
+  r.takes_composites = true;  // SparseTensor / RaggedTensor rows cut as TF (row_pieces.h)
   r.name_of = [](const proto::OpDef& op) -> std::string {
     return op.rebatch().legacy_num_replicas() != 0 ? "legacy_rebatch" : "rebatch";
   };

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/element_draws.h"
+#include "core/tensor/composite_rows.h"
+#include "core/tensor/row_pieces.h"
 
 namespace sluice {
 namespace {
@@ -87,6 +89,13 @@ class RepeatIterator : public OpIterator {
     Element e;
     absl::Status s = input_->GetNext(&e, end);
     if (!s.ok() || *end) return s;
+    if (e.HasComposite()) {  // SparseTensor / RaggedTensor rows stack as batch() stacks them
+      absl::StatusOr<Element> block = StackRows(std::span<const Element>(&e, 1), label());
+      if (!block.ok()) return block.status();
+      *out = *std::move(block);
+      *n = 1;
+      return absl::OkStatus();
+    }
     std::vector<Tensor> leaves = e.Flatten();
     for (Tensor& t : leaves) {
       absl::StatusOr<Tensor> r = t.Reshape(t.shape().Prepend(1));
@@ -235,6 +244,7 @@ class ShardIterator : public OpIterator {
         // be lost. want = max_elements * num_shards rows keeps this from happening.
         return OpError(absl::StatusCode::kInternal, "shard block bookkeeping");
       }
+      if (block.HasComposite()) return EveryNthRowOfNodes(block, first, count, out, n);
       std::vector<Tensor> leaves = block.Flatten();
       for (Tensor& t : leaves) t = EveryNthRow(t, first, count);
       absl::StatusOr<Element> packed = Element::Pack(block, std::move(leaves));
@@ -246,6 +256,31 @@ class ShardIterator : public OpIterator {
   }
 
  private:
+  // As EveryNthRow for a block holding SparseTensor / RaggedTensor components: each component's
+  // rows cut and joined as row pieces (core/tensor/row_pieces.h).
+  absl::Status EveryNthRowOfNodes(const Element& block, int64_t first, int64_t count,
+                                  Element* out, int64_t* n) const {
+    std::vector<Element> nodes;
+    for (const Element* node : RowNodes(block)) {
+      std::vector<Element> rows;
+      rows.reserve(static_cast<size_t>(count));
+      for (int64_t r = 0; r < count; ++r) {
+        const int64_t row = first + r * num_shards_;
+        absl::StatusOr<Element> piece = SliceRows(*node, row, row + 1, label());
+        if (!piece.ok()) return piece.status();
+        rows.push_back(*std::move(piece));
+      }
+      absl::StatusOr<Element> joined = ConcatRows(rows, label());
+      if (!joined.ok()) return joined.status();
+      nodes.push_back(*std::move(joined));
+    }
+    absl::StatusOr<Element> packed = PackRowNodes(block, std::move(nodes));
+    if (!packed.ok()) return InvalidArgument(packed.status().message());
+    *out = *std::move(packed);
+    *n = count;
+    return absl::OkStatus();
+  }
+
   // Rows first, first + num_shards, ... (`count` of them) of `t` (rank >= 1), copied.
   Tensor EveryNthRow(const Tensor& t, int64_t first, int64_t count) const {
     if (num_shards_ == 1) return t.Slice(first, first + count);

@@ -10,6 +10,7 @@
 #include "core/data/op_iterator.h"
 #include "core/io/input_stream.h"
 #include "core/tensor/composite_rows.h"
+#include "core/tensor/row_pieces.h"
 #include "core/tensor/host_memory.h"
 #include "core/util/status_macros.h"
 
@@ -94,25 +95,64 @@ class FromTensorsIterator : public OpIterator {
   bool done_ = false;
 };
 
-// The rows of an element already split (composite components have no block path).
+// The rows of an element holding SparseTensor / RaggedTensor components: blocks are row pieces
+// of the whole element (row_pieces.h: what stacking those rows gives, the flat_values shared,
+// row_splits rebased); the per-element path splits the element into rows (composite_rows.h)
+// when it is first used, so that a repeated source read in blocks never does.
 class RowsIterator : public OpIterator {
  public:
-  RowsIterator(std::string label, std::vector<Element> rows)
-      : OpIterator(std::move(label)), rows_(std::move(rows)) {}
+  RowsIterator(std::string label, Element element, int64_t rows)
+      : OpIterator(std::move(label)), element_(std::move(element)), num_rows_(rows) {
+    for (const Element* node : RowNodes(element_)) nodes_.push_back(*node);
+  }
+
+  bool SupportsBlocks() const override { return true; }
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
-    if (next_ >= rows_.size()) {
+    if (next_ >= num_rows_) {
       *end_of_sequence = true;
       return absl::OkStatus();
     }
-    *out = rows_[next_++];
+    if (rows_.empty()) {
+      absl::StatusOr<std::vector<Element>> rows = UnstackRows(element_, label());
+      if (!rows.ok()) return rows.status();
+      rows_ = *std::move(rows);
+    }
+    *out = rows_[static_cast<size_t>(next_++)];
+    return absl::OkStatus();
+  }
+
+  absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
+                                    bool* end_of_sequence) override {
+    const int64_t total = num_rows_;
+    const int64_t begin = next_;
+    if (begin >= total) {
+      *end_of_sequence = true;
+      return absl::OkStatus();
+    }
+    const int64_t count = std::min(max_elements, total - begin);
+    std::vector<Element> block;
+    block.reserve(nodes_.size());
+    for (const Element& node : nodes_) {
+      absl::StatusOr<Element> piece = SliceRows(node, begin, begin + count, label());
+      if (!piece.ok()) return piece.status();
+      block.push_back(*std::move(piece));
+    }
+    auto packed = PackRowNodes(element_, std::move(block));
+    if (!packed.ok()) return InvalidArgument(packed.status().message());
+    *out = *std::move(packed);
+    *n = count;
+    next_ += count;
     return absl::OkStatus();
   }
 
  private:
-  const std::vector<Element> rows_;
-  size_t next_ = 0;
+  const Element element_;
+  const int64_t num_rows_;
+  std::vector<Element> nodes_;  // its row nodes
+  std::vector<Element> rows_;   // its rows, once the per-element path needs them
+  int64_t next_ = 0;
 };
 
 class FromTensorSlicesIterator : public OpIterator {
@@ -304,8 +344,10 @@ std::unique_ptr<Iterator> NewFromTensorsIterator(std::string label, Element elem
 absl::StatusOr<std::unique_ptr<Iterator>> NewFromTensorSlicesIterator(std::string label,
                                                                       Element element) {
   if (element.HasComposite()) {  // SparseTensor / RaggedTensor slices: composite_rows.h
-    ASSIGN_OR_RETURN(std::vector<Element> rows, UnstackRows(element, label));
-    return std::unique_ptr<Iterator>(new RowsIterator(std::move(label), std::move(rows)));
+    // Every component has rows, as many as the first (what unbatching them requires).
+    RETURN_IF_ERROR(CheckSameRows(element, label));
+    const int64_t rows = RowCount(*RowNodes(element)[0]);
+    return std::unique_ptr<Iterator>(new RowsIterator(std::move(label), std::move(element), rows));
   }
   std::vector<Tensor> leaves = element.Flatten();
   if (leaves.empty()) {
