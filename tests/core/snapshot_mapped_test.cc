@@ -4,7 +4,9 @@
 // the read path byte for byte, are charged to the memory budget, and keep the mapping alive
 // after the dataset is gone; a chunk truncated or corrupted is DATA_LOSS naming the file and
 // the byte offset (or both sizes, when the manifest lists the chunk's size).
+#include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -20,6 +22,7 @@
 #include "core/data/executor.h"
 #include "core/data/ops/snapshot_chunk.h"
 #include "core/data/ops/snapshot_manifest.h"
+#include "core/io/confined_open.h"
 #include "core/io/tfrecord_reader.h"
 #include "core/tensor/host_memory.h"
 #include "core/tensor/proto_convert.h"
@@ -397,6 +400,36 @@ TEST(SnapshotMappedTest, ANegativeChunkSizeInTheManifestIsDataLoss) {
   absl::Status s = LoadStatus(tmp.path());
   EXPECT_TRUE(absl::IsDataLoss(s)) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), SnapshotManifestPath(tmp.path()))) << s;
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A chunk is mapped through the process's confinement (--data_root): outside the roots the
+// open is refused as a read would be, and nothing is mapped.
+TEST(SnapshotMappedTest, MappingKeepsTheDataRootConfinement) {
+  TempDir tmp, elsewhere;
+  const std::vector<std::string> chunks = SaveMixed(tmp.path(), 1, 3, /*list_sizes=*/true);
+  char resolved[PATH_MAX];
+  ASSERT_NE(::realpath(elsewhere.path().c_str(), resolved), nullptr);
+  const LocalConfinement before = ProcessLocalConfinement();
+  SetProcessLocalConfinement(LocalConfinement{.confined = true, .roots = {resolved}});
+  absl::StatusOr<std::unique_ptr<SnapshotChunkReader>> r = SnapshotChunkReader::Open(
+      chunks[0], Compression::kNone, kSnapshotFormatVersion, MixedSpec());
+  SetProcessLocalConfinement(before);
+  EXPECT_TRUE(absl::IsPermissionDenied(r.status())) << r.status();
+  EXPECT_FALSE(MappingOf(chunks[0]).has_value());
+  // Inside the roots it maps.
+  ASSERT_NE(::realpath(tmp.path().c_str(), resolved), nullptr);
+  SetProcessLocalConfinement(LocalConfinement{.confined = true, .roots = {resolved}});
+  r = SnapshotChunkReader::Open(chunks[0], Compression::kNone, kSnapshotFormatVersion,
+                                MixedSpec());
+  SetProcessLocalConfinement(before);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE((*r)->mapped());
 }
 
 }  // namespace
