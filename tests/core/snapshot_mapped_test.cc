@@ -318,12 +318,26 @@ std::vector<uint64_t> RecordOffsets(const std::string& bytes) {
   return offsets;
 }
 
+// A snapshot of two chunks of 20 elements, and chunk `which`: its path, bytes and the offset
+// of each of its records.
+struct Victim {
+  std::string path;
+  std::string bytes;
+  std::vector<uint64_t> offsets;
+};
+Victim SaveTwoChunks(const std::string& dir, int which) {
+  const std::vector<std::string> chunks = SaveMixed(dir, 2, 20, /*list_sizes=*/true);
+  Victim v;
+  v.path = chunks.at(static_cast<size_t>(which));
+  v.bytes = ReadWholeFile(v.path);
+  v.offsets = RecordOffsets(v.bytes);
+  EXPECT_EQ(v.offsets.size(), 20u);
+  return v;
+}
+
 TEST(SnapshotMappedTest, TruncatedChunkIsDataLossNamingItBeforeItIsRead) {
   TempDir tmp;
-  const std::vector<std::string> chunks = SaveMixed(tmp.path(), 2, 20, /*list_sizes=*/true);
-  const std::string victim = chunks[1];
-  const std::string bytes = ReadWholeFile(victim);
-  const std::vector<uint64_t> offsets = RecordOffsets(bytes);
+  const auto [victim, bytes, offsets] = SaveTwoChunks(tmp.path(), 1);
   ASSERT_EQ(offsets.size(), 20u);
   // At a record boundary: the manifest's size says so before a record is read.
   WriteWholeFile(victim, bytes.substr(0, offsets[10]));
@@ -353,10 +367,7 @@ TEST(SnapshotMappedTest, TruncatedChunkIsDataLossNamingItBeforeItIsRead) {
 
 TEST(SnapshotMappedTest, CorruptChunkIsDataLossNamingTheFileAndOffset) {
   TempDir tmp;
-  const std::vector<std::string> chunks = SaveMixed(tmp.path(), 2, 20, /*list_sizes=*/true);
-  const std::string victim = chunks[0];
-  const std::string bytes = ReadWholeFile(victim);
-  const std::vector<uint64_t> offsets = RecordOffsets(bytes);
+  const auto [victim, bytes, offsets] = SaveTwoChunks(tmp.path(), 0);
   ASSERT_EQ(offsets.size(), 20u);
   // A flipped data byte in record 7, then a flipped length byte of record 12.
   std::string flipped = bytes;
