@@ -203,9 +203,9 @@ TEST(ServiceSharedMemoryTest, BatchedFramesWithAPartialLastBatchGiveEveryStepOnc
 }
 
 // A consumer with default options (the 64 MiB receive budget) on the workers' host reads its
-// steps through the ring: every frame after the one offering the segment goes through it
-// (204 steps, at most 64 a frame: at least 3 such frames). The worker waits for the answer to
-// its offer; a credit raise the consumer sent while waiting for its first step (after 1 ms)
+// steps through the ring (not every frame: one mixing steps built before the consumer mapped
+// the segment with steps built in the ring goes inline, worker/step_placement.h). The worker
+// waits for the answer to its offer; a credit raise the consumer sent while waiting for its first step (after 1 ms)
 // used to count as that answer, and the whole first window (here the whole job) went inline.
 // That race depends on timing, so several jobs are read, each of which must take the ring.
 TEST(ServiceSharedMemoryTest, DefaultOptionsTakeTheRing) {
@@ -220,7 +220,7 @@ TEST(ServiceSharedMemoryTest, DefaultOptionsTakeTheRing) {
     const ShmRingCounts after = ProcessShmRingCounts();
     ASSERT_EQ(shm.steps.size(), 204u);
     const int64_t frames = after.frames_read - before.frames_read;
-    EXPECT_GE(frames, 3) << "job " << job << ": frames after the offer went inline";
+    EXPECT_GT(frames, 0) << "job " << job << ": every frame went inline";
     EXPECT_EQ(frames, after.frames_written - before.frames_written) << "job " << job;
   }
 }
