@@ -207,11 +207,11 @@ TEST(ServiceSharedMemoryTest, BatchedFramesWithAPartialLastBatchGiveEveryStepOnc
 // the segment with steps built in the ring goes inline, worker/step_placement.h). The worker
 // waits for the answer to its offer; a credit raise the consumer sent while waiting for its first step (after 1 ms)
 // used to count as that answer, and the whole first window (here the whole job) went inline.
-// That race depends on timing, so several jobs are read, each of which must take the ring.
+// That race depends on timing, so 20 jobs are read, each of which must take the ring.
 TEST(ServiceSharedMemoryTest, DefaultOptionsTakeTheRing) {
   constexpr int64_t kElements = 8 * 203 + 5;
   Cluster cluster(1);
-  for (int job = 0; job < 5; ++job) {
+  for (int job = 0; job < 20; ++job) {
     ServiceOptions options;
     options.job_name = absl::StrCat("shm-default-", job);
     const ShmRingCounts before = ProcessShmRingCounts();
