@@ -61,6 +61,8 @@ void TaskStreamCall::WriteLocked() {
   if (ring_ != nullptr) {
     grant.mutable_credit()->set_shm_ready(true);
     grant.mutable_credit()->set_shm_released(ring_->released());
+  } else if (shm_declined_) {
+    grant.mutable_credit()->set_shm_declined(true);
   }
   shm_answer_due_ = false;
   write_buffer_ = EncodeConsumerMessage(grant);
@@ -182,7 +184,8 @@ void TaskStreamCall::OnReadDone(bool ok) {
 }
 
 void TaskStreamCall::TakeSharedMemory(const proto::ShmAccept& accept) {
-  // The worker waits for the answer either way: a grant, saying shm_ready once mapped.
+  // The worker waits for the answer either way: a grant saying shm_ready once mapped, or
+  // shm_declined (any other grant does not end its wait).
   std::unique_ptr<ShmRingReader> ring;
   absl::StatusOr<UniqueFd> fd =
       ReceiveShmFd(accept.socket_name(), accept.token(), kSharedMemoryHandOverTimeout);
@@ -196,6 +199,7 @@ void TaskStreamCall::TakeSharedMemory(const proto::ShmAccept& accept) {
     }
   }
   absl::MutexLock lock(&streams_->mu_);
+  shm_declined_ = ring == nullptr;
   ring_ = std::move(ring);
   shm_answer_due_ = true;
   WriteLocked();  // now, or when the write in flight completes

@@ -69,10 +69,12 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   grpc::ByteBuffer write_buffer_;
   // Shared memory: the ring of the segment the worker handed over (set under mu once mapped;
   // the decoder borrows it), whether the worker waits for the answer to its offer (a grant,
-  // with shm_ready when mapped: it sends nothing more until then), and whether an offer was
-  // tried (one per call).
+  // with shm_ready when mapped, shm_declined when not: it sends nothing more until then),
+  // whether the offer could not be taken (set under mu; every later grant says so), and
+  // whether an offer was tried (one per call).
   std::unique_ptr<ShmRingReader> ring_;
   bool shm_answer_due_ = false;
+  bool shm_declined_ = false;
   bool shm_tried_ = false;
 
   bool writing_ = false;        // a write (request or grant) is in flight

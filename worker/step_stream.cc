@@ -76,7 +76,10 @@ class StepStream final : public Reactor {
             // reads: the steps handed to this consumer; coordinated: its in-flight steps).
             if (received > 0) reader_->Acknowledge(received);
             awaiting_ack_ = false;
-            awaiting_shm_answer_ = false;
+            // Only the consumer's answer to the offer ends that wait: a grant it wrote before
+            // it read the offer (a credit raise while it waited for its first step) is none,
+            // and frames sent on it would all go inline.
+            if (credits_->shm_ready() || credits_->shm_declined()) awaiting_shm_answer_ = false;
             ApplySharedMemoryGrant();
             if (!credits_->closed()) StartRead(&read_);
           }
@@ -272,9 +275,15 @@ class StepStream final : public Reactor {
   }
 
   // The shared-memory fields of the grant just read: the consumer mapped the segment (frames
-  // use the ring from now on), and what it released. A release the ring refuses, or a ready
-  // without a segment offered, ends the stream (INVALID_ARGUMENT).
+  // use the ring from now on) or could not (the segment is freed), and what it released. A
+  // release the ring refuses, or a ready without a segment offered (or after a decline), ends
+  // the stream (INVALID_ARGUMENT).
   void ApplySharedMemoryGrant() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ring_ != nullptr && !shm_on_ && credits_->shm_declined()) {
+      env_.shm_fds->Withdraw(shm_token_);
+      shm_token_.clear();
+      ring_.reset();  // its memory goes back to the budget
+    }
     if (ring_ == nullptr) {
       if (credits_->shm_ready() || credits_->shm_released() != 0) {
         credits_->Refuse(absl::InvalidArgumentError(
