@@ -7,19 +7,10 @@
 // task with a step (handed out), fails, or has nothing ready (then it waits for the streams'
 // next event and asks again, raising the awaited task's credit once it has waited
 // raise_credit_after: TaskStreams::WaitForStepLocked).
-//
-// Batched hand-over: under that one lock, Next() takes every step ready in turn order (up to
-// kMaxBatchSteps, and TaskStreams::TakeBatchBytes of cost after the first) into a batch of its
-// own, and the calls after it hand the batch out without the lock. The batch's steps stay
-// counted as held (no credit is granted for them) until the call that finds the batch empty
-// releases them, so the receive budget still bounds what the consumer holds; an error or the
-// end comes out after the steps taken before it, as before. Moving the steps' element vectors
-// in and out allocates nothing per step.
 #ifndef SLUICE_CLIENT_TASK_ROTATION_H_
 #define SLUICE_CLIENT_TASK_ROTATION_H_
 
 #include <cstddef>
-#include <utility>
 #include <vector>
 
 #include "client/read_order.h"
@@ -33,9 +24,6 @@ class TaskRotation : public ReadOrder {
   TaskRotation(TaskStreams* streams, const proto::ClientHeartbeatResponse& tasks);
 
   absl::Status Next(std::vector<Element>* replicas, bool* end_of_data) final;
-
-  // The most steps one Next() takes under the lock.
-  static constexpr size_t kMaxBatchSteps = 64;
 
  protected:
   // What one look at the rotation decided.
@@ -56,17 +44,6 @@ class TaskRotation : public ReadOrder {
   // next turn starts.
   std::vector<TaskStream*> rotation_;
   size_t next_ = 0;
-
- private:
-  // Releases the batch's costs (the batch is handed out) and refills it; the steps' order, the
-  // error and the end are the turns'. With the streams' lock held.
-  absl::Status RefillLocked(bool* end_of_data);
-
-  // The batch (the caller's thread only): steps taken, handed out from batch_next_ on, and
-  // the cost each task still holds for them (one entry per run of one task's steps).
-  std::vector<std::vector<Element>> batch_;
-  size_t batch_next_ = 0;
-  std::vector<std::pair<TaskStream*, int64_t>> batch_costs_;
 };
 
 }  // namespace sluice

@@ -50,21 +50,12 @@ void TaskStreams::ReceivedLocked(TaskStream* task, int64_t cost) {
 }
 
 void TaskStreams::PopLocked(TaskStream* task, std::vector<Element>* replicas) {
-  ReleaseLocked(task, TakeLocked(task, replicas));
-}
-
-int64_t TaskStreams::TakeLocked(TaskStream* task, std::vector<Element>* replicas) {
   TaskStream::Queued& front = task->queue.front();
   *replicas = std::move(front.replicas);
-  const int64_t cost = front.cost;
-  task->queue.pop_front();
-  return cost;
-}
-
-void TaskStreams::ReleaseLocked(TaskStream* task, int64_t cost) {
   const int64_t before = FreeLocked(*task);
-  task->held -= cost;
-  held_ -= cost;
+  task->held -= front.cost;
+  held_ -= front.cost;
+  task->queue.pop_front();
   // Wake the credit thread only when this pop makes a grant due (a quarter of the window free).
   const int64_t quantum = GrantQuantum();
   if (task->calling && before < quantum && FreeLocked(*task) >= quantum) credit_cv_.Signal();

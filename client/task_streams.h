@@ -209,17 +209,6 @@ class TaskStreams {
   // credit thread when this makes a grant due.
   void PopLocked(TaskStream* task, std::vector<Element>* replicas)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // PopLocked in two halves, for a caller that moves several steps out at once and hands them
-  // out later: TakeLocked moves the first queued step (the queue must not be empty) and returns
-  // its cost, which stays held (counted against the window, no grant for it) until
-  // ReleaseLocked(task, cost), once the step left the caller's hands. `task` must not be
-  // retired in between.
-  int64_t TakeLocked(TaskStream* task, std::vector<Element>* replicas)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseLocked(TaskStream* task, int64_t cost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The most a caller should take out at once (TakeLocked) before releasing: a grant's quantum
-  // (a quarter of the window), so that the worker keeps three quarters of its credit.
-  int64_t TakeBatchBytes() const { return GrantQuantum(); }
   // A task read to its end leaves the open tasks; its call (possibly still waiting for the
   // worker's status) ends on its own, or is cancelled by the monitor or Shutdown.
   void RetireLocked(TaskStream* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
