@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
     return absl::InvalidArgumentError("WorkerServer: coordinator_address is required");
   }
   options.service.token = options.security.token;
+  if (options.service.data_host.empty()) options.service.data_host = options.host;
   auto admission = GraphAdmission(options.data_roots, options.dataset_limits);
   if (options.executor.check_graph) {
     // The caller's check first (tests delay or fail builds through it), then the data roots.
