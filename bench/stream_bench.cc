@@ -6,7 +6,7 @@
 //                            [--reps=3] [--credits=16] [--budget=67108864]
 //                            [--coalesce_wait_us=500] [--compact=1] [--views=1] [--shm=1]
 //                            [--max_frame=0] [--tx_zerocopy=0] [--show_slices=0] [--only_shm=0]
-//                            [--build_steps=1] [--prefetch=1]
+//                            [--build_steps=1] [--prefetch=1] [--bulk=1]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -18,7 +18,13 @@
 //  - "shm": the same production client with the worker on its host taking the shared-memory
 //    path (core/rpc/shm_ring.h: the tensors are views of the worker's segment); "client" is
 //    that client with shared memory off (TCP);
+//  - "bulk": the same production client, shared memory off, with the bulk data channel on
+//    (core/rpc/bulk_channel.h: frames' tensor bytes on a socket of their own, received
+//    straight into the pool's buffers); "client" has it off (every byte through gRPC);
 //  - "TCP": the same bytes over a plain socket (the ceiling of the TCP paths).
+// Each of client, bulk and TCP also reports the process's CPU seconds per GB moved (worker
+// and consumer share the process, so both ends count): what a loaded machine pays.
+// --bulk=0 leaves the bulk column out.
 // --shm=0 leaves the shm column out; --only_shm=1 runs that column alone (for a profiler).
 // --build_steps=1 (the default): the worker's producer writes each step's bytes afresh, as a
 // pipeline's batch op does: with shared memory, straight into the consumer's ring (the frame is
@@ -36,6 +42,7 @@
 // tunables, pooled receive buffers), as PERF_NOTES.md says any such benchmark must.
 #include <arpa/inet.h>
 #include <malloc.h>
+#include <sys/resource.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -129,7 +136,15 @@ struct Result {
   int64_t steps = 0;
   int64_t bytes = 0;
   int64_t viewed_bytes = 0;  // raw: payload received as views of gRPC's slices
+  double cpu_seconds = 0;    // the process's user + system CPU over the run
 };
+
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return absl::ToDoubleSeconds(absl::DurationFromTimeval(u.ru_utime) +
+                               absl::DurationFromTimeval(u.ru_stime));
+}
 
 // The coordinator as ServiceStepSource sees it: job 1 has task 1 on `worker`.
 class StubCoordinator : public proto::CoordinatorService::Service {
@@ -207,7 +222,8 @@ void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
 
 // The production client path: ServiceStepSource + DevicePrefetcher (host path).
 Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64_t replicas,
-                 int64_t steps, int64_t budget, BufferPool* pool, bool shared_memory) {
+                 int64_t steps, int64_t budget, BufferPool* pool, bool shared_memory,
+                 bool bulk_data) {
   StartTask(lookup, size, replicas, steps);
   ServiceStepSourceOptions o;
   o.coordinator_address = address;
@@ -216,11 +232,13 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
   o.per_replica_spec = ElementSpec(TensorSpec{DType::kUInt8, Shape({static_cast<int64_t>(size)})});
   o.compact_headers = g_compact;
   o.shared_memory = shared_memory;
+  o.bulk_data = bulk_data;
   o.receive_budget_bytes = budget;
   // --views=1: no allocator of our own, so tensors may be views of the received slices.
   if (!g_views) o.allocator = [pool](size_t bytes) { return pool->Get(bytes); };
   Result r;
   const absl::Time start = absl::Now();
+  const double cpu_start = ProcessCpuSeconds();
   absl::StatusOr<std::unique_ptr<ServiceStepSource>> source = ServiceStepSource::Create(o);
   if (!source.ok()) {
     std::fprintf(stderr, "client: %s\n", source.status().ToString().c_str());
@@ -249,6 +267,7 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
     ++r.steps;
   }
   r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  r.cpu_seconds = ProcessCpuSeconds() - cpu_start;
   wrapped->reset();
   lookup->Set(nullptr);
   return r;
@@ -335,6 +354,7 @@ Result RunSluice(OneTask* lookup, const std::string& address, size_t size, int64
 // The same bytes over a plain TCP socket on loopback: `size`-byte writes into one reused
 // receive buffer (the ceiling: iperf3-like, at least 1 MiB a write).
 Result RunTcp(size_t size, int64_t messages) {
+  const double cpu_start = ProcessCpuSeconds();
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -375,6 +395,7 @@ Result RunTcp(size_t size, int64_t messages) {
   }
   r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   sender.join();
+  r.cpu_seconds = ProcessCpuSeconds() - cpu_start;
   close(fd);
   close(listener);
   return r;
@@ -406,6 +427,7 @@ int Main(int argc, char** argv) {
   const bool tx_zerocopy = Flag(argc, argv, "tx_zerocopy", "0") != "0";
   if (!absl::SimpleAtoi(Flag(argc, argv, "max_frame", "0"), &g_max_frame)) g_max_frame = -1;
   const bool shm = Flag(argc, argv, "shm", "1") != "0";
+  const bool bulk = Flag(argc, argv, "bulk", "1") != "0";
   // --only_shm=1: only the shm column (profiling that path: perf record sees nothing else).
   const bool only_shm = shm && Flag(argc, argv, "only_shm", "0") != "0";
   if (!absl::SimpleAtoi(Flag(argc, argv, "bytes", "2147483648"), &total) ||
@@ -427,6 +449,7 @@ int Main(int argc, char** argv) {
   // 0: a frame takes what is ready when it is cut, plus what arrives while the previous frame
   // is being written; no timed wait.
   service_options.coalesce_wait = absl::Microseconds(coalesce_us);
+  service_options.data_host = "127.0.0.1";
   GrpcWorkerService service(&lookup, service_options);
   StubCoordinator coordinator;
   grpc::ServerBuilder builder;
@@ -446,26 +469,33 @@ int Main(int argc, char** argv) {
   auto pool = std::make_shared<BufferPool>();
 
   std::printf("| per-replica bytes | replicas | steps | raw GB/s | raw steps/s | client GB/s | "
-              "client steps/s | shm GB/s | shm steps/s | TCP GB/s | raw/TCP | client/TCP | "
-              "shm/TCP | raw viewed |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "client steps/s | bulk GB/s | bulk steps/s | shm GB/s | shm steps/s | TCP GB/s | "
+              "raw/TCP | client/TCP | bulk/TCP | shm/TCP | raw viewed | client CPU s/GB | "
+              "bulk CPU s/GB | TCP CPU s/GB |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t size : sizes) {
     const int64_t step_bytes = static_cast<int64_t>(size) * replicas;
     const int64_t steps = std::max<int64_t>(total / step_bytes, 1);
-    std::vector<double> gbs, sps, cgbs, csps, tcp, mgbs, msps, viewed;
+    std::vector<double> gbs, sps, cgbs, csps, tcp, mgbs, msps, viewed, bgbs, bsps, ccpu, bcpu,
+        tcpu;
     if (!only_shm) {
       RunSluice(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), credits,
                 pool.get());  // warm-up: connections, pools
       RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget,
-                pool.get(), false);
+                pool.get(), false, false);
+      if (bulk) {
+        RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget,
+                  pool.get(), false, true);
+      }
     }
     if (shm) {
       RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget,
-                pool.get(), true);
+                pool.get(), true, false);
     }
     for (int64_t rep = 0; rep < reps; ++rep) {
       if (shm) {
-        Result m = RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), true);
+        Result m =
+            RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), true, false);
         mgbs.push_back(static_cast<double>(m.bytes) / m.seconds / 1e9);
         msps.push_back(static_cast<double>(m.steps) / m.seconds);
         const ShmRingCounts counts = ProcessShmRingCounts();
@@ -476,15 +506,25 @@ int Main(int argc, char** argv) {
       }
       if (only_shm) continue;
       Result s = RunSluice(&lookup, address, size, replicas, steps, credits, pool.get());
-      Result c = RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), false);
+      Result c =
+          RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), false, false);
       cgbs.push_back(static_cast<double>(c.bytes) / c.seconds / 1e9);
       csps.push_back(static_cast<double>(c.steps) / c.seconds);
+      ccpu.push_back(c.cpu_seconds / (static_cast<double>(c.bytes) / 1e9));
+      if (bulk) {
+        Result b =
+            RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), false, true);
+        bgbs.push_back(static_cast<double>(b.bytes) / b.seconds / 1e9);
+        bsps.push_back(static_cast<double>(b.steps) / b.seconds);
+        bcpu.push_back(b.cpu_seconds / (static_cast<double>(b.bytes) / 1e9));
+      }
       const int64_t chunk = std::max<int64_t>(step_bytes, 1 << 20);
       Result t = RunTcp(static_cast<size_t>(chunk), std::max<int64_t>(steps * step_bytes / chunk, 1));
       gbs.push_back(static_cast<double>(s.bytes) / s.seconds / 1e9);
       viewed.push_back(static_cast<double>(s.viewed_bytes) / std::max<double>(s.bytes, 1));
       sps.push_back(static_cast<double>(s.steps) / s.seconds);
       tcp.push_back(static_cast<double>(t.bytes) / t.seconds / 1e9);
+      tcpu.push_back(t.cpu_seconds / (static_cast<double>(t.bytes) / 1e9));
     }
     if (only_shm) {
       std::printf("| %zu | shm only: %.2f GB/s, %.0f steps/s |\n", size, Median(mgbs),
@@ -493,11 +533,13 @@ int Main(int argc, char** argv) {
     }
     const double g = Median(gbs), cg = Median(cgbs), t = Median(tcp);
     const double mg = shm ? Median(mgbs) : 0, ms = shm ? Median(msps) : 0;
-    std::printf("| %zu | %lld | %lld | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f%% | "
-                "%.0f%% | %.0f%% | %.0f%% |\n",
+    const double bg = bulk ? Median(bgbs) : 0, bs = bulk ? Median(bsps) : 0;
+    std::printf("| %zu | %lld | %lld | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f | "
+                "%.2f | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.2f | %.2f | %.2f |\n",
                 size, static_cast<long long>(replicas), static_cast<long long>(steps), g,
-                Median(sps), cg, Median(csps), mg, ms, t, 100.0 * g / t, 100.0 * cg / t,
-                100.0 * mg / t, 100.0 * Median(viewed));
+                Median(sps), cg, Median(csps), bg, bs, mg, ms, t, 100.0 * g / t,
+                100.0 * cg / t, 100.0 * bg / t, 100.0 * mg / t, 100.0 * Median(viewed),
+                Median(ccpu), bulk ? Median(bcpu) : 0.0, Median(tcpu));
     std::fflush(stdout);
   }
   server->Shutdown();

@@ -10,7 +10,7 @@
 //                  [--tls_client_cert=PEM --tls_client_key=PEM]] [--token_file=PATH]
 //                 [--worker_token_file=PATH --trainer_token_file=PATH]
 //                 [--data_root=DIR|URL[,...]] [--max_request_bytes=N]
-//                 [--bulk_data=true] [--data_port=0]
+//                 [--bulk_data=true] [--data_port=0] [--bulk_min_bytes=65536]
 //
 // Custom-op plugins are loaded only from --plugin, never because a client's pipeline names
 // one: a pipeline calling map(plugin('op')) runs only on workers started with its library.
@@ -121,6 +121,9 @@ ABSL_FLAG(bool, bulk_data, sluice::BulkDataDefaultFromEnvironment(),
 ABSL_FLAG(int, data_port, 0,
           "Port of the bulk data channel (--bulk_data) on --host; 0 picks a free one, which "
           "consumers learn on their stream.");
+ABSL_FLAG(int64_t, bulk_min_bytes, int64_t{64} << 10,
+          "Frames with fewer tensor bytes than this stay on gRPC when the bulk data channel is "
+          "up (a socket write costs more than it saves).");
 ABSL_FLAG(std::string, tls_client_cert, "",
           "mTLS to the coordinator: the certificate this worker presents as a client; empty: "
           "--tls_cert.");
@@ -223,6 +226,12 @@ int main(int argc, char** argv) {
   options.service.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   options.service.bulk_data = absl::GetFlag(FLAGS_bulk_data);
   options.service.data_port = absl::GetFlag(FLAGS_data_port);
+  if (absl::GetFlag(FLAGS_bulk_min_bytes) < 1) {
+    std::cerr << "sluice-worker: --bulk_min_bytes must be >= 1, got "
+              << absl::GetFlag(FLAGS_bulk_min_bytes) << std::endl;
+    return 2;
+  }
+  options.service.bulk_min_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_bulk_min_bytes));
   if (options.service.data_port < 0 || options.service.data_port > 65535) {
     std::cerr << "sluice-worker: --data_port must be in [0, 65535], got "
               << options.service.data_port << std::endl;

@@ -235,8 +235,8 @@ struct BulkChannelCounts {
 };
 BulkChannelCounts ProcessBulkChannelCounts();
 
-// --bulk_data's default (workers) and ServiceStepSourceOptions::bulk_data's (sluicectl): true
-// unless the environment sets SLUICE_BULK_DATA=0 (the test suites' gRPC-only runs).
+// sluice-worker --bulk_data's default: true unless the environment sets SLUICE_BULK_DATA=0
+// (a deployment that firewalls data ports turns it off without a flag).
 bool BulkDataDefaultFromEnvironment();
 
 // The host part of a gRPC target as the client dials workers ("host:port", "[v6]:port", with
