@@ -472,7 +472,8 @@ int Main(int argc, char** argv) {
               "client steps/s | bulk GB/s | bulk steps/s | shm GB/s | shm steps/s | TCP GB/s | "
               "raw/TCP | client/TCP | bulk/TCP | shm/TCP | raw viewed | client CPU s/GB | "
               "bulk CPU s/GB | TCP CPU s/GB |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+              "---|\n");
   for (size_t size : sizes) {
     const int64_t step_bytes = static_cast<int64_t>(size) * replicas;
     const int64_t steps = std::max<int64_t>(total / step_bytes, 1);

@@ -517,7 +517,8 @@ absl::StatusOr<std::unique_ptr<BulkReceiver>> BulkReceiver::Connect(
 
 absl::StatusOr<std::shared_ptr<TensorBuffer>> BulkReceiver::Receive(
     size_t bytes, const TensorAllocator& allocator) {
-  std::shared_ptr<TensorBuffer> buffer = allocator ? allocator(bytes) : AllocateUninitializedHost(bytes);
+  std::shared_ptr<TensorBuffer> buffer =
+      allocator ? allocator(bytes) : AllocateUninitializedHost(bytes);
   if (buffer == nullptr || buffer->data() == nullptr || buffer->size() < bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("bulk channel: cannot allocate ", bytes, " bytes"));

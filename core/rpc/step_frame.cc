@@ -689,12 +689,14 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
     *header_.mutable_shm_accept() = *std::move(accept_);
     accept_.reset();
   }
-  // Shared memory: the numeric tensors go to the sink's region when it has room.
+  // Shared memory: the numeric tensors go to the sink's region when it has room; else, on the
+  // bulk data channel, to its socket when it takes them. Either way their layout first: each
+  // at its 64-byte aligned offset (InPlace's and Take's arguments), `extent` bytes in all.
   uint8_t* shared = nullptr;
   size_t extent = 0;
-  // A frame built in the sink already (worker/step_placement.h) is sent as its header alone.
-  last_in_place_ = false;
-  if (sink_ != nullptr) {
+  const bool bulk_wanted =
+      sink_ == nullptr && bulk_sink_ != nullptr && compression_ == WireCompression::kNone;
+  if (sink_ != nullptr || bulk_wanted) {
     shared_tensors_.clear();
     shared_at_.clear();
     ForEachNumeric(steps, [&](const Tensor& t, size_t end) {
@@ -702,6 +704,10 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
       shared_at_.push_back(end - t.byte_size());
       extent = end;
     });
+  }
+  // A frame built in the sink already (worker/step_placement.h) is sent as its header alone.
+  last_in_place_ = false;
+  if (sink_ != nullptr) {
     if (extent > 0) {
       last_in_place_ =
           sink_->InPlace(shared_tensors_, shared_at_, extent, header_.mutable_shm_payload());
@@ -713,19 +719,9 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
     *header_.mutable_bulk_accept() = *std::move(bulk_accept_);
     bulk_accept_.reset();
   }
-  // The bulk data channel: the numeric tensors go on its socket when it takes them.
-  bool bulk = false;
-  if (sink_ == nullptr && bulk_sink_ != nullptr && compression_ == WireCompression::kNone) {
-    shared_tensors_.clear();
-    shared_at_.clear();
-    ForEachNumeric(steps, [&](const Tensor& t, size_t end) {
-      shared_tensors_.push_back(&t);
-      shared_at_.push_back(end - t.byte_size());
-      extent = end;
-    });
-    bulk = extent > 0 && bulk_sink_->Take(shared_tensors_, shared_at_, extent);
-    if (bulk) header_.mutable_bulk_payload()->set_bytes(extent);
-  }
+  const bool bulk =
+      bulk_wanted && extent > 0 && bulk_sink_->Take(shared_tensors_, shared_at_, extent);
+  if (bulk) header_.mutable_bulk_payload()->set_bytes(extent);
   // The numeric bytes are in the sink (copied there below, or there already) or on the
   // bulk channel.
   const bool in_sink = shared != nullptr || last_in_place_ || bulk;
@@ -1241,8 +1237,9 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
   }
   if (s.ok() && shared) {
     if (bulk ? bulk_source_ == nullptr : source_ == nullptr) {
-      s = absl::DataLossError(bulk ? "step frame: a bulk payload on a stream without a bulk socket"
-                                   : "step frame: a shared-memory payload on a stream without a segment");
+      s = absl::DataLossError(
+          bulk ? "step frame: a bulk payload on a stream without a bulk socket"
+               : "step frame: a shared-memory payload on a stream without a segment");
     } else if (__builtin_add_overflow(available, shared_bytes, &available)) {
       available = std::numeric_limits<size_t>::max();
     }
