@@ -133,7 +133,9 @@ void TaskStreamCall::OnReadDone(bool ok) {
     shm_tried_ = true;
     TakeSharedMemory(*decoder_.last_shm_accept());
   }
-  if (s.ok() && !bulk_tried_ && decoder_.last_bulk_accept() != nullptr) {
+  // (Not on the task's last frame: the stream ends, and its token with it.)
+  if (s.ok() && !bulk_tried_ && decoder_.last_bulk_accept() != nullptr && !frame.end_of_task &&
+      frame.status.ok()) {
     bulk_tried_ = true;
     TakeBulkChannel(*decoder_.last_bulk_accept());
   }
@@ -237,14 +239,17 @@ void TaskStreamCall::TakeBulkChannel(const proto::BulkAccept& accept) {
   absl::MutexLock lock(&streams_->mu_);
   if (bulk.ok()) {
     bulk_ = *std::move(bulk);
-  } else if (streams_->bulk_unreachable_.insert(address_).second) {
+  } else if (bulk.status().code() == absl::StatusCode::kUnavailable &&
+             streams_->bulk_unreachable_.insert(address_).second) {
     // A firewalled data port, say: this worker's calls stay on gRPC from now on.
     CountBulkFallback();
     LogEvent(LogLevel::kWarning, "client",
              absl::StrCat("bulk data channel to worker ", address_,
                           " unavailable, falling back to gRPC: ", bulk.status().message()));
   }
-  bulk_answer_due_ = true;  // ready or declined: the worker waits for it
+  // Ready or declined (this call stays on gRPC; a refused token is not a firewall, so the
+  // worker's next call offers the channel again): the worker waits for it.
+  bulk_answer_due_ = true;
   WriteLocked();  // now, or when the write in flight completes
 }
 

@@ -508,7 +508,9 @@ absl::StatusOr<std::unique_ptr<BulkReceiver>> BulkReceiver::Connect(
   if (send(socket.get(), hello.data(), hello.size(), MSG_NOSIGNAL) !=
           static_cast<ssize_t>(hello.size()) ||
       recv(socket.get(), &answer, 1, MSG_WAITALL) != 1 || answer != 1) {
-    return absl::UnavailableError(
+    // Reached, but refused (a stream that ended meanwhile withdrew its token): ABORTED, not
+    // a port that cannot be reached.
+    return absl::AbortedError(
         absl::StrCat("bulk channel: the worker at ", where, " did not accept the token"));
   }
   SetTimeout(socket.get(), SO_RCVTIMEO, receive_timeout);

@@ -32,7 +32,7 @@
 // acknowledgement protocol resends exactly the steps it did not queue), offering a new socket.
 // A consumer that cannot reach the port answers bulk_ready false and stays on gRPC.
 //
-// Thread safety: BulkListener is thread-safe; BulkSender's Take and Abort may be called from
+// Thread safety: BulkListener is thread-safe; BulkSender's Take and bytes_sent may be called from
 // any thread; BulkReceiver is used by one reader at a time, Abort from any thread.
 #ifndef SLUICE_CORE_RPC_BULK_CHANNEL_H_
 #define SLUICE_CORE_RPC_BULK_CHANNEL_H_
@@ -203,8 +203,8 @@ class BulkReceiver final : public BulkPayloadSource {
  public:
   // Connects to `worker_address`'s host ("host:port", "[v6]:port", "ipv4:host:port") at
   // `port` and presents `token`, within `connect_timeout`. UNAVAILABLE naming the address when
-  // the port cannot be reached or the worker does not accept the token; INVALID_ARGUMENT for a
-  // bad address, port or token. A later Receive that waits `receive_timeout` with no byte
+  // the port cannot be reached, ABORTED when the worker does not accept the token;
+  // INVALID_ARGUMENT for a bad address, port or token. A later Receive that waits `receive_timeout` with no byte
   // arriving fails.
   static absl::StatusOr<std::unique_ptr<BulkReceiver>> Connect(
       const std::string& worker_address, uint32_t port, const std::string& token,
