@@ -46,6 +46,10 @@ class ConsumerCredits {
   bool shm_ready() const { return shm_ready_; }
   bool shm_declined() const { return shm_declined_; }
   uint64_t shm_released() const { return shm_released_; }
+  // The bulk data channel (core/rpc/bulk_channel.h): whether a grant said the socket is up.
+  bool bulk_ready() const { return bulk_ready_; }
+  // Whether a grant answered the bulk offer (ready or declined).
+  bool bulk_answered() const { return bulk_ready_ || bulk_declined_; }
   // The consumer's side closed: it half-closed, or the call ended.
   void OnClosed() { closed_ = true; }
 
@@ -73,6 +77,8 @@ class ConsumerCredits {
   bool shm_ready_ = false;
   bool shm_declined_ = false;
   uint64_t shm_released_ = 0;
+  bool bulk_ready_ = false;
+  bool bulk_declined_ = false;
 };
 
 }  // namespace sluice

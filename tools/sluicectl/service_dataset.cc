@@ -88,6 +88,10 @@ ABSL_FLAG(bool, shared_memory, sluice::SharedMemoryDefaultFromEnvironment(),
           "Service mode: read from workers on this host through shared memory (negotiated, TCP "
           "otherwise); false: TCP only. Default: true unless the environment sets "
           "SLUICE_SHARED_MEMORY=0.");
+ABSL_FLAG(bool, bulk_data, true,
+          "Service mode: take the tensor bytes of workers that shared memory does not serve on "
+          "a TCP socket of each stream's own (the bulk data channel, negotiated; falls back to "
+          "gRPC when a worker's data port cannot be reached); false: every byte on gRPC.");
 namespace sluice {
 namespace {
 
@@ -186,6 +190,7 @@ absl::StatusOr<ServiceFlags> ReadServiceFlags() {
   }
   o.receive_budget_bytes = absl::GetFlag(FLAGS_receive_budget_bytes);
   o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  o.bulk_data = absl::GetFlag(FLAGS_bulk_data);
   if (o.receive_budget_bytes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--receive_budget_bytes must be positive, got ",
                                                    o.receive_budget_bytes));
