@@ -140,8 +140,8 @@ struct ServiceStepSourceOptions {
   // bulk_connect_timeout is not offered it again by this consumer (logged once, counted in
   // sluice_client_bulk_fallbacks_total); a socket that ends, fails or sends no byte for
   // bulk_receive_timeout ends its call, which is made again (exactly once, as any broken
-  // call). false: every byte on gRPC.
-  bool bulk_data = true;
+  // call). false (the default, as ServiceOptions::bulk_data): every byte on gRPC.
+  bool bulk_data = false;
   absl::Duration bulk_connect_timeout = absl::Seconds(2);
   absl::Duration bulk_receive_timeout = absl::Seconds(60);
   // Page-locks shared-memory segments for these devices (the consumer prefetches to a real

@@ -239,6 +239,11 @@ BulkChannelCounts ProcessBulkChannelCounts();
 // (a deployment that firewalls data ports turns it off without a flag).
 bool BulkDataDefaultFromEnvironment();
 
+// A consumer's default (sluicectl --bulk_data): false unless the environment sets
+// SLUICE_BULK_DATA=1 (the `tcp.` test runs do, so kills and restarts hit the channel). The
+// channel is opt-in on the consumer: docs/SERVICE.md "Bulk data channel", "Why opt-in".
+bool ConsumerBulkDataDefaultFromEnvironment();
+
 // The host part of a gRPC target as the client dials workers ("host:port", "[v6]:port", with
 // an optional "ipv4:" / "ipv6:" / "dns:///" scheme); INVALID_ARGUMENT when there is none.
 absl::StatusOr<std::string> BulkHostOf(const std::string& worker_address);

@@ -180,9 +180,11 @@ struct ServiceOptions {
   // on a TCP socket of their own next to the gRPC stream, received straight into this
   // process's buffers (one kernel copy); negotiated per stream, falling back to gRPC when the
   // worker has it off or its data port cannot be reached (logged once per worker, counted in
-  // sluice_client_bulk_fallbacks_total). false: every byte on gRPC (docs/SERVICE.md "Bulk
-  // data channel").
-  bool bulk_data = true;
+  // sluice_client_bulk_fallbacks_total). false (the default for now): every byte on gRPC.
+  // Opt-in because the consumer receives a frame's socket bytes on gRPC's callback thread: a
+  // worker stopped between a header and its bytes holds that thread up to the receive timeout
+  // (docs/SERVICE.md "Bulk data channel", "Why opt-in").
+  bool bulk_data = false;
   // Share the job across trainers (see ServiceCrossTrainer); every trainer must give the same
   // cross_trainer options (the job's options must match, INVALID_ARGUMENT otherwise).
   ServiceCrossTrainer cross_trainer;
