@@ -3,7 +3,10 @@
 // split the batches between consumers; SparseTensor and RaggedTensor elements (literals and
 // parse_example's VarLenFeature / RaggedFeature outputs) go through as local mode gives them, to
 // one replica and split across several.
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,12 +32,17 @@ namespace {
 constexpr char kSeedIterPipeline[] = "from_tensor_slices([1, 2, 3, 4]).repeat().batch(4)";
 constexpr char kSeedForLoopPipeline[] = "from_tensors(([1.],[1.])).repeat(4).batch(4)";
 
-// A TFRecord file of tf.train.Examples under TempDir, written once: `ids` (int64) and `tags`
-// (bytes) of every length (absent in some records), `w` (float), `lens` (row lengths of `ids`)
-// and a scalar `label`.
+// A TFRecord file of tf.train.Examples under TempDir, written once per process: `ids` (int64)
+// and `tags` (bytes) of every length (absent in some records), `w` (float), `lens` (row lengths
+// of `ids`) and a scalar `label`.
+// This process's own file: ctest runs the tests (and their tcp. twins) in parallel.
+std::string ParseCompositesPath() {
+  return absl::StrCat(::testing::TempDir(), "sluicectl_parse_", getpid(), ".tfrecord");
+}
+
 std::string ParseCompositesFile() {
   static const std::string* path = [] {
-    auto* p = new std::string(absl::StrCat(::testing::TempDir(), "sluicectl_parse.tfrecord"));
+    auto* p = new std::string(ParseCompositesPath());
     struct Record {
       std::vector<int64_t> ids;
       std::vector<std::string> tags;
@@ -96,6 +104,8 @@ const std::vector<std::string>& CompositePipelines() {
 
 class SluicectlServiceTest : public ::testing::Test {
  protected:
+  static void TearDownTestSuite() { std::remove(ParseCompositesPath().c_str()); }
+
   void SetUp() override {
     auto cluster = ProcessCluster::Start({.num_workers = 3});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
