@@ -1,6 +1,7 @@
 """parse_example's composite outputs in Python (issue 31): a TFRecord file of tf.train.Example
 records this test writes, parsed with ``VarLenFeature`` (a SparseTensor) and ``RaggedFeature``
-(a RaggedTensor) next to a ``FixedLenFeature``; the numpy views of their components
+(a RaggedTensor, ragged rank 1 and, with row lengths, 2; string values too) next to a
+``FixedLenFeature``; the numpy views of their components
 (indices/values/dense_shape, values + row_splits) with TF's dtypes, the element_spec TF 2.15
 prints for the same pipeline, and sluice.torch's sparse COO, nested and padded forms; in this
 process and through real sluice-coordinator and sluice-worker processes, for 1 and 2 replicas,
@@ -42,12 +43,20 @@ def _field(number, payload):  # a length-delimited field
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
-def _example(ids, w, label):
-    features = {"label": _field(3, _field(1, _varint(label)))}  # Feature.int64_list, packed
+def _int64s(values):  # Feature.int64_list, packed
+    return _field(3, _field(1, b"".join(_varint(v) for v in values)))
+
+
+def _example(ids, w, label, lens=None, tags=None):
+    features = {"label": _int64s([label])}
     if ids is not None:
-        features["ids"] = _field(3, _field(1, b"".join(_varint(v) for v in ids)))
+        features["ids"] = _int64s(ids)
     if w is not None:  # Feature.float_list, packed little-endian floats
         features["w"] = _field(2, _field(1, struct.pack("<%df" % len(w), *w)))
+    if lens is not None:
+        features["lens"] = _int64s(lens)
+    if tags is not None:  # Feature.bytes_list
+        features["tags"] = _field(1, b"".join(_field(1, t) for t in tags))
     entries = b"".join(_field(1, _field(1, k.encode()) + _field(2, v))
                        for k, v in sorted(features.items()))
     return _field(1, entries)  # Example.features = Features{map<string, Feature> feature = 1}
@@ -200,3 +209,41 @@ def test_torch_sparse_nested_and_padded_from_the_service(cluster, pipeline):
     nested = st.to_torch(step, ragged="nested")
     assert nested["w"].is_nested
     assert [t.tolist() for t in nested["w"].unbind()] == [[1.5, 2.5], []]
+
+
+NESTED = ("{'tags': tf.io.VarLenFeature(tf.string), "
+          "'words': tf.io.RaggedFeature(tf.int64, value_key='ids', "
+          "partitions=[tf.io.RaggedFeature.RowLengths('lens')], row_splits_dtype=tf.int64)}")
+# TF 2.15's element_spec for the batch of 3 parsed with NESTED.
+NESTED_SPEC = ("{'tags': SparseTensorSpec(TensorShape([None, None]), tf.string), "
+               "'words': RaggedTensorSpec(TensorShape([None, None, None]), tf.int64, 2, "
+               "tf.int64)}")
+
+
+def _check_nested_step(step):
+    words, tags = step["words"], step["tags"]
+    assert words.ragged_rank == 2
+    assert [s.tolist() for s in words.nested_row_splits] == [[0, 2, 4, 4], [0, 2, 3, 3, 4]]
+    assert words.values.tolist() == [1, 2, 3, 4]
+    assert words.to_list() == [[[1, 2], [3]], [[], [4]], []]
+    assert tags.indices.tolist() == [[0, 0], [0, 1], [2, 0]]
+    assert tags.values.tolist() == [b"a", b"bc", b"d"]
+    assert tags.dense_shape.tolist() == [3, 2]
+
+
+def test_ragged_rank_2_and_string_sparse_local_and_through_the_service(cluster, tmp_path):
+    path = tmp_path / "nested.tfrecord"
+    _write_tfrecord(path, [_example([1, 2, 3], None, 0, lens=[2, 1], tags=[b"a", b"bc"]),
+                           _example([4], None, 1, lens=[0, 1], tags=[]),
+                           _example(None, None, 2, tags=[b"d"])])
+    pipeline = "tf_record_dataset('%s').batch(3).map(parse_example(%s))" % (path, NESTED)
+    strategy = sluice.MirroredStrategy(["CPU:0"])
+    local = strategy.experimental_distribute_dataset(sluice.data.parse(pipeline))
+    remote = sluice.distribute_from_service(strategy, sluice.data.parse(pipeline),
+                                            coordinator=cluster.coordinator, job="parse-nested",
+                                            sharding_policy="DATA")
+    for dist in (local, remote):
+        assert repr(dist.element_spec) == NESTED_SPEC
+        steps = list(dist)
+        assert len(steps) == 1
+        _check_nested_step(steps[0])
