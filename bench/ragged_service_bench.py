@@ -13,7 +13,9 @@ a 64-row constant would not fit one command-line argument as a SparseTensor lite
 Measured: wall-clock value bytes per second, and value bytes per CPU-second of the whole service
 (the worker's and the coordinator's CPU time from /proc, plus the sluicectl client's from
 getrusage), the row_splits and indices not counted, so every side counts the same payload;
-medians over the rounds, with the load average.
+and the same rates counting every component's bytes (values plus row_splits, or plus indices
+and dense_shape: what the service moves, "all bytes"); medians over the rounds, with the load
+average.
 
     python3 bench/ragged_service_bench.py [build_dir] [steps]
 """
@@ -51,6 +53,16 @@ def pipelines():
     }
 
 
+def component_bytes(name):
+    """Bytes of every component of one batch: what the service moves per step."""
+    values = ROWS * MEAN_LENGTH * 4
+    if name == "ragged":
+        return values + (ROWS + 1) * 8                 # int64 row_splits
+    if name == "sparse":
+        return values + ROWS * MEAN_LENGTH * 2 * 8 + 2 * 8  # int64 indices [N, 2], dense_shape
+    return values
+
+
 def cpu_seconds(pids):
     total = 0
     for pid in pids:
@@ -86,8 +98,11 @@ def main():
     dense_cpu = statistics.median(per_cpu["dense"])
     for name in pipelines():
         w, c = statistics.median(wall[name]), statistics.median(per_cpu[name])
-        print(f"{name}: {w / 1e6:.0f} MB/s wall ({w / dense_wall:.2f}x dense), "
-              f"{c / 1e6:.0f} MB/CPU-s ({c / dense_cpu:.2f}x dense); runs wall "
+        scale = component_bytes(name) / value_bytes  # all bytes per value byte
+        print(f"{name}: values {w / 1e6:.0f} MB/s wall ({w / dense_wall:.2f}x dense), "
+              f"{c / 1e6:.0f} MB/CPU-s ({c / dense_cpu:.2f}x dense); all bytes "
+              f"{w * scale / 1e6:.0f} MB/s wall ({w * scale / dense_wall:.2f}x dense), "
+              f"{c * scale / 1e6:.0f} MB/CPU-s ({c * scale / dense_cpu:.2f}x dense); runs wall "
               f"{[round(x / 1e6) for x in wall[name]]} MB/s, per CPU-s "
               f"{[round(x / 1e6) for x in per_cpu[name]]} MB")
     print(f"{steps} steps of {value_bytes} value bytes per run, medians of {ROUNDS}; "

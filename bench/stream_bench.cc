@@ -6,7 +6,7 @@
 //                            [--reps=3] [--credits=16] [--budget=67108864]
 //                            [--coalesce_wait_us=500] [--compact=1] [--views=1] [--shm=1]
 //                            [--max_frame=0] [--tx_zerocopy=0] [--show_slices=0] [--only_shm=0]
-//                            [--build_steps=1] [--prefetch=1]
+//                            [--build_steps=1] [--prefetch=1] [--bulk=1]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -18,7 +18,11 @@
 //  - "shm": the same production client with the worker on its host taking the shared-memory
 //    path (core/rpc/shm_ring.h: the tensors are views of the worker's segment); "client" is
 //    that client with shared memory off (TCP);
+//  - "bulk": the same production client, shared memory off, with the bulk data channel on
+//    (core/rpc/bulk_channel.h: frames' tensor bytes on a socket of their own, received
+//    straight into the pool's buffers); "client" has it off (every byte through gRPC);
 //  - "TCP": the same bytes over a plain socket (the ceiling of the TCP paths).
+// --bulk=0 leaves the bulk column out.
 // --shm=0 leaves the shm column out; --only_shm=1 runs that column alone (for a profiler).
 // --build_steps=1 (the default): the worker's producer writes each step's bytes afresh, as a
 // pipeline's batch op does: with shared memory, straight into the consumer's ring (the frame is
@@ -272,7 +276,8 @@ void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
 
 // The production client path: ServiceStepSource + DevicePrefetcher (host path).
 Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64_t replicas,
-                 int64_t steps, int64_t budget, BufferPool* pool, bool shared_memory) {
+                 int64_t steps, int64_t budget, BufferPool* pool, bool shared_memory,
+                 bool bulk_data) {
   const UsageMeter usage;
   StartTask(lookup, size, replicas, steps);
   ServiceStepSourceOptions o;
@@ -282,6 +287,7 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
   o.per_replica_spec = ElementSpec(TensorSpec{DType::kUInt8, Shape({static_cast<int64_t>(size)})});
   o.compact_headers = g_compact;
   o.shared_memory = shared_memory;
+  o.bulk_data = bulk_data;
   o.receive_budget_bytes = budget;
   // --views=1: no allocator of our own, so tensors may be views of the received slices.
   if (!g_views) o.allocator = [pool](size_t bytes) { return pool->Get(bytes); };
@@ -503,6 +509,7 @@ int Main(int argc, char** argv) {
   const bool tx_zerocopy = Flag(argc, argv, "tx_zerocopy", "0") != "0";
   if (!absl::SimpleAtoi(Flag(argc, argv, "max_frame", "0"), &g_max_frame)) g_max_frame = -1;
   const bool shm = Flag(argc, argv, "shm", "1") != "0";
+  const bool bulk = Flag(argc, argv, "bulk", "1") != "0";
   // --only_shm=1: only the shm column (profiling that path: perf record sees nothing else).
   const bool only_shm = shm && Flag(argc, argv, "only_shm", "0") != "0";
   if (!absl::SimpleAtoi(Flag(argc, argv, "bytes", "2147483648"), &total) ||
@@ -544,27 +551,32 @@ int Main(int argc, char** argv) {
 
   std::vector<std::string> cpu_rows;
   std::printf("| per-replica bytes | replicas | steps | raw GB/s | raw steps/s | client GB/s | "
-              "client steps/s | shm GB/s | shm steps/s | TCP GB/s | raw/TCP | client/TCP | "
-              "shm/TCP | raw viewed |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "client steps/s | bulk GB/s | bulk steps/s | shm GB/s | shm steps/s | TCP GB/s | "
+              "raw/TCP | client/TCP | bulk/TCP | shm/TCP | raw viewed |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t size : sizes) {
     const int64_t step_bytes = static_cast<int64_t>(size) * replicas;
     const int64_t steps = std::max<int64_t>(total / step_bytes, 1);
-    Column raw, client, mem, tcp;
+    Column raw, client, bulk_column, mem, tcp;
     std::vector<double> viewed;
     if (!only_shm) {
       RunSluice(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), credits,
                 pool.get());  // warm-up: connections, pools
       RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget,
-                pool.get(), false);
+                pool.get(), false, false);
+      if (bulk) {
+        RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget,
+                  pool.get(), false, true);
+      }
     }
     if (shm) {
       RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget,
-                pool.get(), true);
+                pool.get(), true, false);
     }
     for (int64_t rep = 0; rep < reps; ++rep) {
       if (shm) {
-        Result m = RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), true);
+        Result m =
+            RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), true, false);
         mem.Add(m);
         const ShmRingCounts counts = ProcessShmRingCounts();
         std::fprintf(stderr, "shm %zu: %.3f s, %lld steps; frames through rings so far %lld, "
@@ -574,8 +586,13 @@ int Main(int argc, char** argv) {
       }
       if (only_shm) continue;
       Result s = RunSluice(&lookup, address, size, replicas, steps, credits, pool.get());
-      Result c = RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), false);
+      Result c =
+          RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), false, false);
       client.Add(c);
+      if (bulk) {
+        bulk_column.Add(
+            RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), false, true));
+      }
       const int64_t chunk = std::max<int64_t>(step_bytes, 1 << 20);
       Result t = RunTcp(static_cast<size_t>(chunk), std::max<int64_t>(steps * step_bytes / chunk, 1));
       raw.Add(s);
@@ -585,8 +602,8 @@ int Main(int argc, char** argv) {
     double load = 0;
     getloadavg(&load, 1);
     cpu_rows.push_back(absl::StrFormat(
-        "| %zu | %.2f | %s | %s | %s | %s | %.0f | %.0f | %.0f | %.0f / %.0f |", size, load,
-        raw.Cpu(), client.Cpu(), mem.Cpu(), tcp.Cpu(), client.Median(&Column::steps_per_cpu),
+        "| %zu | %.2f | %s | %s | %s | %s | %s | %.0f | %.0f | %.0f | %.0f / %.0f |", size, load,
+        raw.Cpu(), client.Cpu(), bulk_column.Cpu(), mem.Cpu(), tcp.Cpu(), client.Median(&Column::steps_per_cpu),
         mem.Median(&Column::steps_per_cpu), raw.Median(&Column::steps_per_cpu),
         client.Median(&Column::faults_per_gb), mem.Median(&Column::faults_per_gb)));
     if (only_shm) {
@@ -597,19 +614,21 @@ int Main(int argc, char** argv) {
     const double g = raw.Median(&Column::gbs), cg = client.Median(&Column::gbs),
                  t = tcp.Median(&Column::gbs);
     const double mg = mem.Median(&Column::gbs), ms = mem.Median(&Column::sps);
-    std::printf("| %zu | %lld | %lld | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f%% | "
-                "%.0f%% | %.0f%% | %.0f%% |\n",
+    const double bg = bulk_column.Median(&Column::gbs), bs = bulk_column.Median(&Column::sps);
+    std::printf("| %zu | %lld | %lld | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f | "
+                "%.2f | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% |\n",
                 size, static_cast<long long>(replicas), static_cast<long long>(steps), g,
-                raw.Median(&Column::sps), cg, client.Median(&Column::sps), mg, ms, t,
-                100.0 * g / t, 100.0 * cg / t, 100.0 * mg / t, 100.0 * Median(viewed));
+                raw.Median(&Column::sps), cg, client.Median(&Column::sps), bg, bs, mg, ms, t,
+                100.0 * g / t, 100.0 * cg / t, 100.0 * bg / t, 100.0 * mg / t,
+                100.0 * Median(viewed));
     std::fflush(stdout);
   }
   // CPU per byte moved (every thread of this process; see the header comment for what each
   // column includes).
   std::printf("\n| per-replica bytes | load (1-min) | raw CPU-s/GB (build) | client CPU-s/GB "
-              "(build) | shm CPU-s/GB (build) | TCP CPU-s/GB | client steps/CPU-s | "
+              "(build) | bulk CPU-s/GB (build) | shm CPU-s/GB (build) | TCP CPU-s/GB | client steps/CPU-s | "
               "shm steps/CPU-s | raw steps/CPU-s | minor faults/GB client / shm |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& row : cpu_rows) std::printf("%s\n", row.c_str());
   server->Shutdown();
   return 0;

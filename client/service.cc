@@ -140,6 +140,7 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   source.receive_budget_bytes = options.receive_budget_bytes;
   source.heartbeat_interval = options.heartbeat_interval;
   source.shared_memory = options.shared_memory;
+  source.bulk_data = options.bulk_data;
   // A RANGES job that fell back to DATA (no random access) is read round-robin like DATA.
   source.sequential = options.sharding_policy == ServiceShardingPolicy::kRanges &&
                       job_response.fallback_reason().empty();

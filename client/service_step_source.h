@@ -134,6 +134,16 @@ struct ServiceStepSourceOptions {
   // Offer workers this host's identity for shared memory (StreamRequest.shm_offer,
   // core/rpc/shm_ring.h); false: TCP only.
   bool shared_memory = true;
+  // Offer workers the bulk data channel (StreamRequest.bulk_offer, core/rpc/bulk_channel.h):
+  // a frame's numeric bytes on a socket of the stream's own, received straight into the
+  // allocator's buffers. A worker whose data port cannot be reached within
+  // bulk_connect_timeout is not offered it again by this consumer (logged once, counted in
+  // sluice_client_bulk_fallbacks_total); a socket that ends, fails or sends no byte for
+  // bulk_receive_timeout ends its call, which is made again (exactly once, as any broken
+  // call). false (the default, as ServiceOptions::bulk_data): every byte on gRPC.
+  bool bulk_data = false;
+  absl::Duration bulk_connect_timeout = absl::Seconds(2);
+  absl::Duration bulk_receive_timeout = absl::Seconds(60);
   // Page-locks shared-memory segments for these devices (the consumer prefetches to a real
   // GPU), so that the device copy from a segment needs no staging; null: not locked.
   std::shared_ptr<DeviceMemory> shared_memory_devices;

@@ -189,9 +189,12 @@ absl::StatusOr<SnapshotSaveResult> Finish(const std::string& directory,
                                   absl::StrCat(SnapshotChunksDirectory(directory), "/", name),
                                   compression));
     }
+    const std::string path = absl::StrCat(SnapshotChunksDirectory(directory), "/", name);
+    ASSIGN_OR_RETURN(FileStat st, StatFile(path));
     proto::SnapshotChunk* c = m.add_chunks();
     c->set_name(name);
     c->set_num_elements(count);
+    c->set_num_bytes(static_cast<int64_t>(st.size));
     result.num_elements += count;
   }
   result.num_chunks = static_cast<int64_t>(names.size());

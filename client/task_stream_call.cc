@@ -7,7 +7,9 @@
 #include "sluice/composite_tensor.h"
 #include "core/tensor/row_pieces.h"
 #include "absl/time/clock.h"
+#include "core/obs/metrics.h"
 #include "core/rpc/grpc_status.h"
+#include "core/util/logging.h"
 #include "core/rpc/shm_fd_passing.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/impl/rpc_method.h"
@@ -21,6 +23,20 @@ constexpr char kStreamStepsMethod[] = "/sluice.proto.WorkerService/StreamSteps";
 constexpr int kDeterministicRetries = 3;
 // The worker answers a segment hand-over at once (a local socket): this bounds a stuck one.
 constexpr absl::Duration kSharedMemoryHandOverTimeout = absl::Seconds(2);
+
+// The bulk data channel's process-wide counters (docs/SERVICE.md "Metrics and status").
+void CountBulkFallback() {
+  static CounterFamily* const fallbacks = MetricsRegistry::Default().Counter(
+      "sluice_client_bulk_fallbacks_total",
+      "Workers whose bulk data port this process could not reach (their steps stay on gRPC)");
+  fallbacks->Add({});
+}
+void CountBulkFailure() {
+  static CounterFamily* const failures = MetricsRegistry::Default().Counter(
+      "sluice_client_bulk_failures_total",
+      "Calls whose bulk data socket ended or failed mid-frame (each made again)");
+  failures->Add({});
+}
 
 }  // namespace
 
@@ -56,12 +72,19 @@ void TaskStreamCall::WriteLocked() {
     RemoveHold();
     return;
   }
-  if (write_failed_ || !(shm_answer_due_ || streams_->GrantDueLocked(*task_))) return;
+  if (write_failed_ || !(shm_answer_due_ || bulk_answer_due_ || streams_->GrantDueLocked(*task_))) {
+    return;
+  }
   proto::ConsumerMessage grant = streams_->TakeGrantLocked(task_.get());
   if (ring_ != nullptr) {
     grant.mutable_credit()->set_shm_ready(true);
     grant.mutable_credit()->set_shm_released(ring_->released());
+  } else if (shm_declined_) {
+    grant.mutable_credit()->set_shm_declined(true);
   }
+  if (bulk_ != nullptr) grant.mutable_credit()->set_bulk_ready(true);
+  if (bulk_answer_due_ && bulk_ == nullptr) grant.mutable_credit()->set_bulk_declined(true);
+  bulk_answer_due_ = false;
   shm_answer_due_ = false;
   write_buffer_ = EncodeConsumerMessage(grant);
   writing_ = true;
@@ -81,7 +104,9 @@ void TaskStreamCall::FinishReadingLocked() {
   task->calling = false;
   task->raised = false;
   streams_->SetOutstandingLocked(task, 0);  // nothing more arrives on this call
-  if (!ended_ && result_.code() == absl::StatusCode::kDataLoss) context_.TryCancel();
+  if (!ended_ && (result_.code() == absl::StatusCode::kDataLoss || bulk_failed_)) {
+    context_.TryCancel();
+  }
   WriteLocked();  // the half-close, now or when the write in flight completes
 }
 
@@ -101,9 +126,21 @@ void TaskStreamCall::OnReadDone(bool ok) {
                                streams_->window_ + 1};
   absl::Status s = decoder_.Decode(read_buffer_, &frame, limit);
   read_buffer_.Clear();
+  // A frame whose bytes the bulk socket did not bring (it ended, failed or timed out): the
+  // call is broken; cancelled and made again, it resends what this one did not queue.
+  if (!s.ok() && bulk_ != nullptr && s.code() == absl::StatusCode::kUnavailable) {
+    bulk_failed_ = true;
+    CountBulkFailure();
+  }
   if (s.ok() && !shm_tried_ && decoder_.last_shm_accept() != nullptr) {
     shm_tried_ = true;
     TakeSharedMemory(*decoder_.last_shm_accept());
+  }
+  // (Not on the task's last frame: the stream ends, and its token with it.)
+  if (s.ok() && !bulk_tried_ && decoder_.last_bulk_accept() != nullptr && !frame.end_of_task &&
+      frame.status.ok()) {
+    bulk_tried_ = true;
+    TakeBulkChannel(*decoder_.last_bulk_accept());
   }
   TaskStream* task = task_.get();
   absl::MutexLock lock(&streams_->mu_);
@@ -182,7 +219,8 @@ void TaskStreamCall::OnReadDone(bool ok) {
 }
 
 void TaskStreamCall::TakeSharedMemory(const proto::ShmAccept& accept) {
-  // The worker waits for the answer either way: a grant, saying shm_ready once mapped.
+  // The worker waits for the answer either way: a grant saying shm_ready once mapped, or
+  // shm_declined (any other grant does not end its wait).
   std::unique_ptr<ShmRingReader> ring;
   absl::StatusOr<UniqueFd> fd =
       ReceiveShmFd(accept.socket_name(), accept.token(), kSharedMemoryHandOverTimeout);
@@ -196,8 +234,33 @@ void TaskStreamCall::TakeSharedMemory(const proto::ShmAccept& accept) {
     }
   }
   absl::MutexLock lock(&streams_->mu_);
+  shm_declined_ = ring == nullptr;
   ring_ = std::move(ring);
   shm_answer_due_ = true;
+  WriteLocked();  // now, or when the write in flight completes
+}
+
+void TaskStreamCall::TakeBulkChannel(const proto::BulkAccept& accept) {
+  // The worker waits for the answer either way: a grant, saying bulk_ready once connected.
+  const ServiceStepSourceOptions& options = streams_->options_;
+  absl::StatusOr<std::unique_ptr<BulkReceiver>> bulk =
+      BulkReceiver::Connect(address_, accept.port(), accept.token(),
+                            options.bulk_connect_timeout, options.bulk_receive_timeout);
+  if (bulk.ok()) decoder_.set_bulk_payload(bulk->get());
+  absl::MutexLock lock(&streams_->mu_);
+  if (bulk.ok()) {
+    bulk_ = *std::move(bulk);
+  } else if (bulk.status().code() == absl::StatusCode::kUnavailable &&
+             streams_->bulk_unreachable_.insert(address_).second) {
+    // A firewalled data port, say: this worker's calls stay on gRPC from now on.
+    CountBulkFallback();
+    LogEvent(LogLevel::kWarning, "client",
+             absl::StrCat("bulk data channel to worker ", address_,
+                          " unavailable, falling back to gRPC: ", bulk.status().message()));
+  }
+  // Ready or declined (this call stays on gRPC; a refused token is not a firewall, so the
+  // worker's next call offers the channel again): the worker waits for it.
+  bulk_answer_due_ = true;
   WriteLocked();  // now, or when the write in flight completes
 }
 

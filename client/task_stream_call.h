@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "client/task_streams.h"
+#include "core/rpc/bulk_channel.h"
 #include "core/rpc/shm_ring.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
@@ -41,7 +42,10 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   // half-closes (if writing still works) and drops the hold instead.
   void WriteLocked();
   // Cancels the call; OnDone follows.
-  void CancelLocked() { context_.TryCancel(); }
+  void CancelLocked() {
+    if (bulk_ != nullptr) bulk_->Abort();  // a receive in progress returns at once
+    context_.TryCancel();
+  }
   bool writing_locked() const { return writing_; }
 
   void OnReadDone(bool ok) override;
@@ -55,6 +59,10 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   // without mu: a local socket round trip), so that later frames decode from it. Any failure
   // leaves the call on TCP.
   void TakeSharedMemory(const proto::ShmAccept& accept);
+  // The bulk data channel: connects to the port the frame just decoded offers (on the read's
+  // thread, without mu), so that later frames receive their numeric bytes on it. A port that
+  // cannot be reached leaves the call on gRPC and is not offered again by this worker.
+  void TakeBulkChannel(const proto::BulkAccept& accept);
 
   TaskStreams* const streams_;
   const std::shared_ptr<TaskStream> task_;
@@ -69,11 +77,21 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   grpc::ByteBuffer write_buffer_;
   // Shared memory: the ring of the segment the worker handed over (set under mu once mapped;
   // the decoder borrows it), whether the worker waits for the answer to its offer (a grant,
-  // with shm_ready when mapped: it sends nothing more until then), and whether an offer was
-  // tried (one per call).
+  // with shm_ready when mapped, shm_declined when not: it sends nothing more until then),
+  // whether the offer could not be taken (set under mu; every later grant says so), and
+  // whether an offer was tried (one per call).
   std::unique_ptr<ShmRingReader> ring_;
   bool shm_answer_due_ = false;
+  bool shm_declined_ = false;
   bool shm_tried_ = false;
+  // The bulk data channel's socket (set under mu once connected; the decoder borrows it;
+  // CancelLocked aborts it), whether an offer was tried (one per call), and whether the last
+  // frame failed on it (the call is then cancelled and made again).
+  std::unique_ptr<BulkReceiver> bulk_;
+  bool bulk_tried_ = false;
+  bool bulk_failed_ = false;
+  // The worker waits for the answer to its offer (bulk_ready, or bulk_declined).
+  bool bulk_answer_due_ = false;
 
   bool writing_ = false;        // a write (request or grant) is in flight
   bool write_failed_ = false;   // a write failed: the call is broken, write nothing more

@@ -497,6 +497,9 @@ void TaskStreams::ConnectTask(const std::shared_ptr<TaskStream>& task,
   // Another process claiming this consumer_index is refused by the worker.
   request->set_consumer_instance(consumer_instance_);
   if (!boot_id_.empty()) request->mutable_shm_offer()->set_boot_id(boot_id_);
+  if (options_.bulk_data && !bulk_unreachable_.contains(address)) {
+    request->mutable_bulk_offer()->set_enabled(true);
+  }
   if (compact_spec_ != nullptr) {
     request->set_compact_headers(true);
     compact_spec_->ToProto(request->mutable_compact_spec());

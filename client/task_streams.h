@@ -353,6 +353,8 @@ class TaskStreams {
   // Tasks whose end this consumer received and that the coordinator has not yet reported
   // finished: every heartbeat reports them (ClientHeartbeatRequest.completed_task_ids).
   absl::flat_hash_set<int64_t> completed_ ABSL_GUARDED_BY(mu_);
+  // Workers whose bulk data port this consumer could not reach: their calls stay on gRPC.
+  absl::flat_hash_set<std::string> bulk_unreachable_ ABSL_GUARDED_BY(mu_);
   // The coordinator's secret for this consumer (ClientHeartbeatResponse.consumer_secret),
   // sent back on every heartbeat so that this process's completed reports count; 0 before.
   uint64_t consumer_secret_ ABSL_GUARDED_BY(mu_) = 0;

@@ -36,7 +36,10 @@ absl::Status ConsumerCredits::OnMessage(const grpc::ByteBuffer& message,
   }
   *received_steps = m.credit().received_steps();
   shm_ready_ = shm_ready_ || m.credit().shm_ready();
+  shm_declined_ = shm_declined_ || m.credit().shm_declined();
   shm_released_ = m.credit().shm_released();
+  bulk_ready_ = bulk_ready_ || m.credit().bulk_ready();
+  bulk_declined_ = bulk_declined_ || m.credit().bulk_declined();
   credits_ = SaturatingAdd(credits_, m.credit().bytes());
   return absl::OkStatus();
 }

@@ -41,9 +41,15 @@ class ConsumerCredits {
     closed_ = true;
   }
   // Shared memory (core/rpc/shm_ring.h): whether a grant said the consumer mapped the segment,
-  // and the last grant's shm_released.
+  // or that it could not (each stays set once a grant said so), and the last grant's
+  // shm_released.
   bool shm_ready() const { return shm_ready_; }
+  bool shm_declined() const { return shm_declined_; }
   uint64_t shm_released() const { return shm_released_; }
+  // The bulk data channel (core/rpc/bulk_channel.h): whether a grant said the socket is up.
+  bool bulk_ready() const { return bulk_ready_; }
+  // Whether a grant answered the bulk offer (ready or declined).
+  bool bulk_answered() const { return bulk_ready_ || bulk_declined_; }
   // The consumer's side closed: it half-closed, or the call ended.
   void OnClosed() { closed_ = true; }
 
@@ -69,7 +75,10 @@ class ConsumerCredits {
   bool closed_ = false;
   absl::Status error_;
   bool shm_ready_ = false;
+  bool shm_declined_ = false;
   uint64_t shm_released_ = 0;
+  bool bulk_ready_ = false;
+  bool bulk_declined_ = false;
 };
 
 }  // namespace sluice

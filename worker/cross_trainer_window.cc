@@ -1,6 +1,7 @@
 #include "worker/cross_trainer_window.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <utility>
 
@@ -182,8 +183,44 @@ void CrossTrainerWindow::ReaderGoneLocked(int64_t trainer) {
   if (--t.open_readers == 0) t.left_at = options_.now();
 }
 
+void CrossTrainerWindow::HandOverDeadConsumersLocked(absl::Time now, Wakeups* wake) {
+  if (now < next_dead_due_) return;
+  next_dead_due_ = absl::InfiniteFuture();
+  bool handed = false;
+  for (auto it = consumers_.begin(); it != consumers_.end();) {
+    Consumer& c = it->second;
+    Trainer& t = trainers_[static_cast<size_t>(c.trainer)];
+    const absl::Time due = c.left_at + options_.drop_departed_after;
+    if (c.reader != 0 || c.unacked.empty()) {
+      ++it;
+      continue;
+    }
+    if (due > now || t.open_readers == 0) {
+      // Not dead yet, or no one to hand to: its trainer departs as a whole.
+      if (due > now) next_dead_due_ = std::min(next_dead_due_, due);
+      ++it;
+      continue;
+    }
+    // Both queues are in task-step order: merge them, so the trainer reads in order.
+    std::deque<std::shared_ptr<const TaskStep>> merged;
+    std::merge(t.returned.begin(), t.returned.end(), c.unacked.begin(), c.unacked.end(),
+               std::back_inserter(merged),
+               [](const auto& a, const auto& b) { return a->task_step < b->task_step; });
+    t.returned = std::move(merged);
+    handed_over_ += static_cast<int64_t>(c.unacked.size());
+    ++consumers_dead_;
+    handed = true;
+    consumers_.erase(it++);
+  }
+  if (handed) {
+    WakeAllLocked(wake);
+    cv_.SignalAll();
+  }
+}
+
 absl::Time CrossTrainerWindow::DropDepartedLocked(absl::Time now, Wakeups* wake) {
   if (options_.drop_departed_after == absl::InfiniteDuration()) return absl::InfiniteFuture();
+  HandOverDeadConsumersLocked(now, wake);
   absl::Time next = absl::InfiniteFuture();
   std::vector<std::string> gone;
   for (const Trainer& t : trainers_) {
@@ -313,11 +350,14 @@ absl::StatusOr<int64_t> CrossTrainerWindow::Attach(int64_t trainer, uint64_t con
       WakeAllLocked(&run.wake);  // the trainer's streams may take what came back
     }
     it->second.reader = id;
+    it->second.left_at = absl::InfiniteFuture();
   }
   readers_[id] = Reader{trainer, consumer_key};
   Trainer& joined = trainers_[static_cast<size_t>(trainer)];
   ++joined.open_readers;
   joined.left_at = absl::InfiniteFuture();
+  // A trainer that had no reader may now take over the steps of its dead consumers.
+  if (joined.open_readers == 1) next_dead_due_ = absl::InfinitePast();
   return id;
 }
 
@@ -338,7 +378,13 @@ void CrossTrainerWindow::Release(int64_t reader) {
   auto c = consumers_.find(key);
   if (c == consumers_.end() || c->second.reader != reader) return;
   c->second.reader = 0;
-  if (c->second.unacked.empty()) consumers_.erase(c);  // nothing to give back on a return
+  if (c->second.unacked.empty()) {
+    consumers_.erase(c);  // nothing to give back on a return
+    return;
+  }
+  if (options_.drop_departed_after == absl::InfiniteDuration()) return;
+  c->second.left_at = options_.now();
+  next_dead_due_ = std::min(next_dead_due_, c->second.left_at + options_.drop_departed_after);
 }
 
 CrossTrainerWindow::Consumer* CrossTrainerWindow::ConsumerLocked(int64_t reader) {
@@ -432,6 +478,7 @@ absl::Status CrossTrainerWindow::Next(int64_t trainer, int64_t reader, const Ste
       return absl::CancelledError(absl::StrCat(
           "stream of trainer slot ", trainer, " superseded by a newer one of its consumer"));
     }
+    if (!finished_) HandOverDeadConsumersLocked(options_.now(), &run.wake);
     Trainer& t = trainers_[static_cast<size_t>(trainer)];
     Consumer* consumer = ConsumerLocked(reader);
     ApplySkipLocked(&t);
@@ -483,7 +530,13 @@ absl::Status CrossTrainerWindow::Next(int64_t trainer, int64_t reader, const Ste
       return absl::OkStatus();
     }
     if (stop_producing_) return absl::UnavailableError("task stopped on this worker (draining)");
-    if (cv_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
+    // Also wakes when a dead consumer's steps fall due to be handed over (next_dead_due_ is
+    // on options_.now()'s clock: with an injected clock the stream's deadline bounds the wait).
+    const absl::Time wake_at =
+        options_.now() < next_dead_due_ ? std::min(deadline, absl::Now() + (next_dead_due_ -
+                                                                            options_.now()))
+                                         : deadline;
+    if (cv_.WaitWithDeadline(&mu_, wake_at) && absl::Now() >= deadline) {
       return absl::OkStatus();
     }
   }
@@ -534,6 +587,8 @@ CrossTrainerWindow::Stats CrossTrainerWindow::stats() const {
   s.producer_waiting = producer_wake_ != nullptr;
   s.steps_redelivered = redelivered_;
   s.trainers_dropped = dropped_;
+  s.consumers_dead = consumers_dead_;
+  s.steps_handed_over = handed_over_;
   std::vector<int64_t> unacked(trainers_.size(), 0);
   for (const auto& [key, c] : consumers_) {
     unacked[static_cast<size_t>(c.trainer)] += static_cast<int64_t>(c.unacked.size());

@@ -50,9 +50,15 @@
 // before it arrived loses nothing and duplicates nothing for the trainer. A keyed consumer
 // leaves at most its window (StepLimits::unacked_bytes, capped at max(max_unacked_bytes,
 // 4 x window_bytes)) unacknowledged: beyond it Next hands it nothing (kBlockedOnAcknowledgement)
-// until it acknowledges. A consumer that never comes back (its process died) keeps its
-// unacknowledged steps until its trainer is removed or the task ends, as StepBuffer's do: they
-// are not given to the trainer's other consumers, since the dead process may have used them.
+// until it acknowledges. A consumer that does not come back (its process died) for
+// `drop_departed_after` while its trainer has other consumers reading is dead: its
+// unacknowledged steps go to the front of its trainer's queue, as a returning consumer's would,
+// and the trainer's other consumers read them next (Stats::consumers_dead, steps_handed_over):
+// the trainer loses none of the steps handed to a dead process, at the price of reading again
+// those the process had received but not acknowledged (at-least-once for that trainer, as the
+// tf.data service's consumers that retry). Without another consumer the trainer itself departs
+// and is dropped (above). A consumer that dies within drop_departed_after of the task's end
+// keeps its steps (its trainer's other consumers may have received the end already).
 // Worked example: consumer k of trainer A is handed 4, 5, 6; it acknowledges 5 steps in all
 // (4 is released); its call breaks; it attaches again having received 6 steps (5 arrived, 6
 // did not): 6 goes back to A's queue and A's next read gets 6, then the cursor's 7.
@@ -213,6 +219,8 @@ class CrossTrainerWindow {
     int64_t steps_evicted = 0;
     int64_t steps_redelivered = 0;  // handed again after a broken stream gave them back
     int64_t trainers_dropped = 0;   // departed for drop_departed_after (see the class comment)
+    int64_t consumers_dead = 0;     // keyed consumers gone for drop_departed_after (above)
+    int64_t steps_handed_over = 0;  // their unacknowledged steps, queued for their trainers
     size_t bytes = 0;  // held now (the window; unacknowledged steps it evicted are extra)
     size_t steps = 0;
     size_t window_bytes = 0;
@@ -245,6 +253,7 @@ class CrossTrainerWindow {
     int64_t received = 0;  // steps of this task it acknowledged or said it received
     std::deque<std::shared_ptr<const TaskStep>> unacked;  // handed after `received`, in order
     size_t unacked_bytes = 0;
+    absl::Time left_at = absl::InfiniteFuture();  // when its last stream was released
   };
   struct Reader {
     int64_t trainer = 0;
@@ -281,6 +290,10 @@ class CrossTrainerWindow {
   // Drops the trainers departed for drop_departed_after by `now`; returns when the next one
   // falls due (absl::InfiniteFuture(): none).
   absl::Time DropDepartedLocked(absl::Time now, Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands the unacknowledged steps of the consumers dead by `now` (see the class comment) to
+  // their trainers' queues; sets next_dead_due_ to when the next one falls due.
+  void HandOverDeadConsumersLocked(absl::Time now, Wakeups* wake)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The trainer's next step (after any skip due), or null.
   const TaskStep* NextStepLocked(const Trainer& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After cursors moved: the producer may have room.
@@ -315,6 +328,10 @@ class CrossTrainerWindow {
   int64_t next_reader_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t redelivered_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t consumers_dead_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t handed_over_ ABSL_GUARDED_BY(mu_) = 0;
+  // The earliest time a released consumer with unacknowledged steps may be dead.
+  absl::Time next_dead_due_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   Callback producer_wake_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);

@@ -36,6 +36,18 @@ GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions opt
                absl::StrCat("shared memory off: ", fds.status().message()));
     }
   }
+  if (options.bulk_data) {
+    absl::StatusOr<std::unique_ptr<BulkListener>> bulk = BulkListener::Create(
+        {.host = options.data_host,
+         .port = options.data_port,
+         .handshake_timeout = options.bulk_handshake_timeout});
+    if (bulk.ok()) {
+      bulk_ = *std::move(bulk);
+    } else {
+      LogEvent(LogLevel::kWarning, "worker",
+               absl::StrCat("bulk data channel off: ", bulk.status().message()));
+    }
+  }
   AddMethod(new grpc::internal::RpcServiceMethod(
       kStreamStepsMethod, grpc::internal::RpcMethod::BIDI_STREAMING, nullptr));
   MarkMethodCallback(
@@ -48,10 +60,13 @@ GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions opt
                                                            .open = open_.get(),
                                                            .replays = replays_,
                                                            .shm_fds = shm_fds_.get(),
-                                                           .boot_id = boot_id_});
+                                                           .boot_id = boot_id_,
+                                                           .bulk = bulk_.get()});
              }));
 }
 
 GrpcWorkerService::~GrpcWorkerService() = default;
+
+int GrpcWorkerService::data_port() const { return bulk_ == nullptr ? 0 : bulk_->port(); }
 
 }  // namespace sluice

@@ -38,6 +38,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/service_type.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "core/rpc/bulk_channel.h"
 #include "core/rpc/shm_fd_passing.h"
 #include "core/rpc/token_auth.h"
 #include "core/util/thread_pool.h"
@@ -96,6 +97,23 @@ struct WorkerServiceOptions {
   bool shared_memory = true;
   size_t shm_min_segment_bytes = size_t{8} << 20;
   size_t shm_max_segment_bytes = size_t{256} << 20;
+  // The bulk data channel (core/rpc/bulk_channel.h, docs/SERVICE.md "Bulk data channel"): a
+  // stream whose consumer offers it, and that neither shared memory nor compression serves,
+  // sends its frames' numeric bytes on a TCP socket of its own, listening on data_host (the
+  // worker's host; empty: every address) at data_port (0: any free port). false, or a port
+  // that cannot be bound (logged): every byte on gRPC.
+  bool bulk_data = true;
+  std::string data_host;
+  int data_port = 0;
+  // Frames with fewer numeric bytes stay on gRPC (a socket write costs more than it saves).
+  size_t bulk_min_bytes = size_t{64} << 10;
+  // A consumer's connection gets this long to present its token; a write to a consumer that
+  // reads nothing for bulk_write_timeout ends its stream.
+  absl::Duration bulk_handshake_timeout = absl::Seconds(5);
+  absl::Duration bulk_write_timeout = absl::Seconds(60);
+  // Fault tests only (> 0): every stream's bulk socket is cut after this many bytes, in the
+  // middle of a frame (BulkSender's TEST_cut_after_bytes).
+  uint64_t TEST_bulk_cut_after_bytes = 0;
 };
 
 class GrpcWorkerService : public grpc::Service {
@@ -104,6 +122,9 @@ class GrpcWorkerService : public grpc::Service {
   // serving it (shut the server down first: that ends every stream).
   GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions options = {});
   ~GrpcWorkerService() override;
+
+  // The bulk data channel's port; 0 when it is off.
+  int data_port() const;
 
  private:
   TaskLookup* const tasks_;
@@ -115,6 +136,8 @@ class GrpcWorkerService : public grpc::Service {
   // Hands segments to co-located consumers; null when shared memory is off or unavailable.
   std::unique_ptr<ShmFdServer> shm_fds_;
   const std::string boot_id_;
+  // The bulk data channel's listener; null when it is off or could not bind.
+  std::unique_ptr<BulkListener> bulk_;
 };
 
 }  // namespace sluice

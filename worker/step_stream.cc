@@ -15,11 +15,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/rpc/grpc_status.h"
+#include "core/rpc/bulk_channel.h"
 #include "core/rpc/shm_ring.h"
 #include "worker/step_placement.h"
 #include "core/tensor/host_memory.h"
 #include "core/rpc/step_frame.h"
 #include "core/rpc/wire_compression.h"
+#include "core/util/logging.h"
 #include "core/util/status_macros.h"
 #include "grpcpp/alarm.h"
 #include "worker/consumer_credits.h"
@@ -76,8 +78,13 @@ class StepStream final : public Reactor {
             // reads: the steps handed to this consumer; coordinated: its in-flight steps).
             if (received > 0) reader_->Acknowledge(received);
             awaiting_ack_ = false;
-            awaiting_shm_answer_ = false;
+            // Only the consumer's answer to the offer ends that wait: a grant it wrote before
+            // it read the offer (a credit raise while it waited for its first step) is none,
+            // and frames sent on it would all go inline.
+            if (credits_->shm_ready() || credits_->shm_declined()) awaiting_shm_answer_ = false;
             ApplySharedMemoryGrant();
+            ApplyBulkGrant();
+            if (credits_->bulk_answered()) awaiting_bulk_answer_ = false;
             if (!credits_->closed()) StartRead(&read_);
           }
         }
@@ -146,6 +153,10 @@ class StepStream final : public Reactor {
     if (reader_ != nullptr) reader_->CancelNotify();
     // The segment goes with the stream (and with the consumer's mapping, if it took it).
     if (!shm_token_.empty()) env_.shm_fds->Withdraw(shm_token_);
+    if (!bulk_token_.empty()) env_.bulk->Withdraw(bulk_token_);
+    // Joins the sender's thread (a write in progress is cut short); its error callback finds
+    // the link cleared.
+    bulk_sender_.reset();
     delete this;
   }
 
@@ -235,6 +246,11 @@ class StepStream final : public Reactor {
     // A stream the job compresses (a remote consumer, or compression forced on this host) stays
     // on TCP: shared memory would bypass the codec the job asked for.
     if (opened.compression == WireCompression::kNone) OfferSharedMemory(opened.request);
+    // A consumer shared memory does not serve may take the bulk data channel (it carries raw
+    // bytes only, so not with compression either).
+    if (opened.compression == WireCompression::kNone && !accept_attached_) {
+      OfferBulkChannel(opened.request);
+    }
     phase_ = Phase::kStreaming;
     StartRead(&read_);
     Pump();
@@ -272,9 +288,15 @@ class StepStream final : public Reactor {
   }
 
   // The shared-memory fields of the grant just read: the consumer mapped the segment (frames
-  // use the ring from now on), and what it released. A release the ring refuses, or a ready
-  // without a segment offered, ends the stream (INVALID_ARGUMENT).
+  // use the ring from now on) or could not (the segment is freed), and what it released. A
+  // release the ring refuses, or a ready without a segment offered (or after a decline), ends
+  // the stream (INVALID_ARGUMENT).
   void ApplySharedMemoryGrant() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ring_ != nullptr && !shm_on_ && credits_->shm_declined()) {
+      env_.shm_fds->Withdraw(shm_token_);
+      shm_token_.clear();
+      ring_.reset();  // its memory goes back to the budget
+    }
     if (ring_ == nullptr) {
       if (credits_->shm_ready() || credits_->shm_released() != 0) {
         credits_->Refuse(absl::InvalidArgumentError(
@@ -290,6 +312,48 @@ class StepStream final : public Reactor {
       PlaceStepsInRing();
     }
     if (absl::Status s = ring_->Release(credits_->shm_released()); !s.ok()) credits_->Refuse(s);
+  }
+
+  // The bulk data channel (core/rpc/bulk_channel.h): a token for the consumer's socket rides
+  // on the first frame (BulkAccept), and frames use the socket once the consumer says it is up.
+  void OfferBulkChannel(const proto::StreamRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (env_.bulk == nullptr || !request.has_bulk_offer()) return;
+    bulk_token_ = env_.bulk->Offer();
+    proto::BulkAccept accept;
+    accept.set_port(static_cast<uint32_t>(env_.bulk->port()));
+    accept.set_token(bulk_token_);
+    encoder_->AttachToNextFrame(std::move(accept));
+    bulk_accept_attached_ = true;
+  }
+
+  // The grant just read says the consumer's socket is up: frames send their numeric bytes
+  // there from now on. A ready without an offer, or with no socket that presented the token,
+  // ends the stream (INVALID_ARGUMENT).
+  void ApplyBulkGrant() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!credits_->bulk_ready() || bulk_on_) return;
+    bulk_on_ = true;
+    absl::StatusOr<UniqueFd> socket =
+        bulk_token_.empty() ? absl::NotFoundError("no bulk channel was offered")
+                            : env_.bulk->Take(bulk_token_);
+    bulk_token_.clear();
+    if (!socket.ok()) {
+      credits_->Refuse(absl::InvalidArgumentError(
+          absl::StrCat("StreamSteps: bulk_ready, but ", socket.status().message())));
+      return;
+    }
+    // A failed write ends the stream, as a broken call does: the consumer calls again and the
+    // steps it did not queue are sent again (exactly once, docs/SERVICE.md).
+    bulk_sender_ = std::make_unique<BulkSender>(
+        *std::move(socket),
+        [link = link_](const absl::Status& error) {
+          absl::MutexLock link_lock(&link->mu);
+          if (link->stream != nullptr) link->stream->context_->TryCancel();
+          LogEvent(LogLevel::kWarning, "worker",
+                   absl::StrCat("StreamSteps: ", error.message(), "; the stream ends"));
+        },
+        options_.bulk_write_timeout, options_.bulk_min_bytes,
+        options_.TEST_bulk_cut_after_bytes);
+    encoder_->set_bulk_payload(bulk_sender_.get());
   }
 
   // The worker batches straight into the ring (worker/step_placement.h) when this stream is
@@ -406,6 +470,7 @@ class StepStream final : public Reactor {
       }
       if (awaiting_ack_) return;  // OnReadDone pumps again on the consumer's next message
       if (awaiting_shm_answer_) return;  // likewise: the answer to the segment offered
+      if (awaiting_bulk_answer_) return;  // and to the bulk channel offered (not any grant)
       if (!credits_->HasCredit(need_)) return;  // OnReadDone pumps again on a grant
       SetCredit(credits_->credit());
       bool end = false;
@@ -535,6 +600,13 @@ class StepStream final : public Reactor {
       accept_attached_ = false;
       awaiting_shm_answer_ = !frame_end_;
     }
+    // Likewise for the bulk channel, but only its answer (bulk_ready or bulk_declined) ends
+    // the wait: a grant of credit sent while the consumer connects would leave the first
+    // window on gRPC.
+    if (bulk_accept_attached_) {
+      bulk_accept_attached_ = false;
+      awaiting_bulk_answer_ = !frame_end_ && !credits_->bulk_answered();
+    }
     write_ = std::move(bb);
     write_steps_ = static_cast<int64_t>(frame_.size());
     write_bytes_ = static_cast<int64_t>(write_.Length() + encoder_->last_shared_bytes());
@@ -607,6 +679,14 @@ class StepStream final : public Reactor {
   std::shared_ptr<StepPlacement> placement_ ABSL_GUARDED_BY(mu_);
   std::string shm_token_;  // written under mu_; read in OnDone, after every other reaction
   bool shm_on_ ABSL_GUARDED_BY(mu_) = false;
+  // The bulk data channel: the token of its offer until taken (written under mu_, read in
+  // OnDone), whether the consumer said its socket is up, and the socket's writer (the encoder
+  // borrows it; reset in OnDone).
+  std::string bulk_token_;
+  bool bulk_on_ ABSL_GUARDED_BY(mu_) = false;
+  bool bulk_accept_attached_ ABSL_GUARDED_BY(mu_) = false;  // the next frame offers the socket
+  bool awaiting_bulk_answer_ ABSL_GUARDED_BY(mu_) = false;  // it went out; no answer yet
+  std::unique_ptr<BulkSender> bulk_sender_;
   bool accept_attached_ ABSL_GUARDED_BY(mu_) = false;      // the next frame offers the segment
   bool awaiting_shm_answer_ ABSL_GUARDED_BY(mu_) = false;  // it went out; no answer yet
   bool coordinated_ ABSL_GUARDED_BY(mu_) = true;

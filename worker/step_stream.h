@@ -36,6 +36,7 @@ struct StepStreamEnv {
   std::shared_ptr<ReplaySlots> replays;  // bounds the private replays alive at once
   ShmFdServer* shm_fds = nullptr;  // null: no shared memory
   std::string boot_id;             // this host's (HostBootId)
+  BulkListener* bulk = nullptr;    // null: no bulk data channel
 };
 
 // A new reactor for one StreamSteps call; it deletes itself in OnDone().

@@ -51,6 +51,9 @@ class SplitChainIterator : public Iterator {
         }
         current_.reset();
       }
+      if (executor_.cancellation != nullptr) {
+        RETURN_IF_ERROR(executor_.cancellation->Check("the task's next split"));
+      }
       ASSIGN_OR_RETURN(std::optional<Dataset> split, splits_->NextSplit());
       if (!split.has_value()) {
         done_ = true;
@@ -103,8 +106,10 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
  public:
   Production(std::shared_ptr<StepBuffer> buffer, std::unique_ptr<TaskStepIterator> steps,
              StepProducer producer, TaskRunnerPool* pool, std::function<void()> on_first_step,
-             std::shared_ptr<PlacementSlot> placement)
-      : buffer_(std::move(buffer)),
+             std::shared_ptr<PlacementSlot> placement,
+             std::shared_ptr<CancellationToken> cancellation)
+      : cancellation_(std::move(cancellation)),
+        buffer_(std::move(buffer)),
         placement_(std::move(placement)),
         pool_(pool),
         steps_(std::move(steps)),
@@ -208,6 +213,10 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
         auto step = std::make_shared<TaskStep>();
         bool end = false;
         absl::Status s = ProduceStep(step.get(), &end);
+        if (!s.ok() && cancellation_->cancelled()) {
+          done = true;  // the runner stopped it: no error of the pipeline's
+          break;
+        }
         if (!s.ok() || end) {
           buffer_->Finish(s);  // OK at the end of data
           done = true;
@@ -250,6 +259,7 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
     ScheduleLocked();  // to the back of the queue (or woken while full: try again)
   }
 
+  const std::shared_ptr<CancellationToken> cancellation_;  // the runner's
   const std::shared_ptr<StepBuffer> buffer_;
   const std::shared_ptr<PlacementSlot> placement_;
   TaskRunnerPool* const pool_;
@@ -449,7 +459,12 @@ void StepReader::CancelNotify() { buffer_->CancelNotify(consumer_, generation_);
 
 TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
                        std::unique_ptr<TaskStepIterator> steps)
-    : task_(std::move(task)), options_(std::move(options)), steps_(std::move(steps)) {
+    : task_(std::move(task)),
+      options_(std::move(options)),
+      cancellation_(options_.executor.cancellation != nullptr
+                        ? options_.executor.cancellation
+                        : std::make_shared<CancellationToken>()),
+      steps_(std::move(steps)) {
   if (steps_ != nullptr) {
     piece_leaves_ = static_cast<int64_t>(steps_->piece_spec().Flatten().size());
   }
@@ -475,7 +490,7 @@ void TaskRunner::StartProducing() {
   production_ = std::make_shared<Production>(
       buffer_, std::move(steps_), std::move(producer_),
       options_.pool != nullptr ? options_.pool : &ProcessTaskRunnerPool(),
-      options_.on_first_step, placement_);
+      options_.on_first_step, placement_, cancellation_);
   production_->Wake();
 }
 
@@ -515,6 +530,7 @@ absl::StatusOr<std::unique_ptr<TaskRunner>> TaskRunner::Make(const proto::TaskDe
   if (task.job().sharding_policy() == proto::SHARDING_DYNAMIC && options.splits) {
     splits = options.splits(task);
   }
+  options.executor.cancellation = std::make_shared<CancellationToken>();  // this runner's
   ASSIGN_OR_RETURN(auto steps, TaskStepIterator::Create(task, std::move(splits), options.executor));
   return std::unique_ptr<TaskRunner>(new TaskRunner(task, std::move(options), std::move(steps)));
 }
@@ -557,7 +573,19 @@ absl::Status TaskRunner::TransientError() const {
 
 TaskRunner::~TaskRunner() {
   buffer_->Close();
+  cancellation_->Cancel(absl::StrCat(TaskName(task_), " ended on this worker"));
   if (production_ != nullptr) production_->Close();
+}
+
+void TaskRunner::StopProducing() {
+  buffer_->StopProducing();
+  cancellation_->Cancel(absl::StrCat(TaskName(task_), " stopped producing on this worker"));
+}
+
+void TaskRunner::Close(absl::string_view message) {
+  buffer_->Close(message);
+  cancellation_->Cancel(absl::StrCat(TaskName(task_), " closed on this worker",
+                                     message.empty() ? "" : ": ", message));
 }
 
 absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consumer,

@@ -19,9 +19,11 @@
 // back of the pool's queue, so that the runners of all tasks take turns). A step is produced on
 // one pool thread at a time, never on two at once; a step that blocks inside its pipeline holds
 // its thread (the pool starts threads in its place, up to a bound, see task_runner_pool.h).
-// Close() and the destructor stop production at the next step boundary: the destructor waits
-// only for a step being produced now (as it joined the producer thread before), and frees the
-// pipeline.
+// Close(), StopProducing() and the destructor cancel the pipeline (core/data/cancellation.h), so
+// that a step being produced now (a long shuffle fill, a filter scanning for a match) ends
+// within one input pull of each op instead of running to its end, and stop production there:
+// the destructor waits only for that step to notice, and frees the pipeline. The CANCELLED this
+// gives is the runner's own doing, never reported as the task's error.
 //
 // Thread safety: TaskRunner is thread-safe; TaskStepIterator and StepReader are not.
 #ifndef SLUICE_WORKER_TASK_RUNNER_H_
@@ -43,6 +45,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "sluice/dataset.h"
+#include "core/data/cancellation.h"
 #include "core/data/executor.h"
 #include "core/data/step_iterator.h"
 #include "proto/coordinator.pb.h"
@@ -112,6 +115,8 @@ struct TaskRunnerOptions {
   // WorkerServer reports it at once: the coordinator's failure policy tells a worker that dies
   // before a task's first step from one that dies making progress). Same rules as on_change.
   std::function<void()> on_first_step;
+  // The pipeline's executor options; `cancellation` is replaced by the runner's own token
+  // (each runner, replays included, cancels its pipeline when it is closed).
   ExecutorOptions executor;
   // DYNAMIC tasks get their splits from here.
   SplitProviderFactory splits;
@@ -229,10 +234,12 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   // known (StartWith, Failed).
   int64_t piece_leaves() const { return piece_leaves_; }
 
-  // Stops producing; readers get what is buffered, then UNAVAILABLE.
-  void StopProducing() { buffer_->StopProducing(); }
-  // Stops everything now; readers get UNAVAILABLE (with `message`, if not empty).
-  void Close(absl::string_view message = {}) { buffer_->Close(message); }
+  // Stops producing (cancelling the step in progress); readers get what is buffered, then
+  // UNAVAILABLE.
+  void StopProducing();
+  // Stops everything now (cancelling the step in progress); readers get UNAVAILABLE (with
+  // `message`, if not empty).
+  void Close(absl::string_view message = {});
   // True once every consumer received the end of the task.
   bool finished() const { return buffer_->drained(); }
   // The pipeline's error when it failed deterministically (not IsTransientTaskError: running
@@ -288,6 +295,9 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
 
   const proto::TaskDef task_;
   const TaskRunnerOptions options_;
+  // The pipeline's (options_.executor.cancellation, set by Make; a fresh one for StartWith
+  // and Failed runners): cancelled by Close, StopProducing and the destructor.
+  const std::shared_ptr<CancellationToken> cancellation_;
   std::unique_ptr<TaskStepIterator> steps_;  // until StartProducing()
   StepProducer producer_;                    // instead of steps_, when set
   bool replayable_ = true;                   // false for StartWith runners

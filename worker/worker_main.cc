@@ -10,6 +10,7 @@
 //                  [--tls_client_cert=PEM --tls_client_key=PEM]] [--token_file=PATH]
 //                 [--worker_token_file=PATH --trainer_token_file=PATH]
 //                 [--data_root=DIR|URL[,...]] [--max_request_bytes=N]
+//                 [--bulk_data=true] [--data_port=0] [--bulk_min_bytes=65536]
 //
 // Custom-op plugins are loaded only from --plugin, never because a client's pipeline names
 // one: a pipeline calling map(plugin('op')) runs only on workers started with its library.
@@ -37,6 +38,7 @@
 #include "core/data/plugin_loader.h"
 #include "core/obs/metrics_http_server.h"
 #include "core/rpc/grpc_security.h"
+#include "core/rpc/bulk_channel.h"
 #include "core/rpc/shm_segment.h"
 #include "core/util/logging.h"
 #include "core/util/thread_pool.h"
@@ -111,6 +113,17 @@ ABSL_FLAG(bool, shared_memory, sluice::SharedMemoryDefaultFromEnvironment(),
           "Serve consumers on this host through shared memory (a memfd ring per stream, "
           "negotiated; docs/SERVICE.md \"Shared memory\"); false: TCP only. Default: true "
           "unless the environment sets SLUICE_SHARED_MEMORY=0.");
+ABSL_FLAG(bool, bulk_data, sluice::BulkDataDefaultFromEnvironment(),
+          "Send remote consumers' tensor bytes on a TCP socket of their own next to the gRPC "
+          "stream (the bulk data channel, negotiated; docs/SERVICE.md \"Bulk data channel\"), "
+          "listening on --host at --data_port; false: every byte on gRPC. Default: true "
+          "unless the environment sets SLUICE_BULK_DATA=0.");
+ABSL_FLAG(int, data_port, 0,
+          "Port of the bulk data channel (--bulk_data) on --host; 0 picks a free one, which "
+          "consumers learn on their stream.");
+ABSL_FLAG(int64_t, bulk_min_bytes, int64_t{64} << 10,
+          "Frames with fewer tensor bytes than this stay on gRPC when the bulk data channel is "
+          "up (a socket write costs more than it saves).");
 ABSL_FLAG(std::string, tls_client_cert, "",
           "mTLS to the coordinator: the certificate this worker presents as a client; empty: "
           "--tls_cert.");
@@ -211,6 +224,19 @@ int main(int argc, char** argv) {
   options.cross_trainer_drop_departed_after = absl::GetFlag(FLAGS_drop_departed_trainers_after);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.service.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  options.service.bulk_data = absl::GetFlag(FLAGS_bulk_data);
+  options.service.data_port = absl::GetFlag(FLAGS_data_port);
+  if (absl::GetFlag(FLAGS_bulk_min_bytes) < 1) {
+    std::cerr << "sluice-worker: --bulk_min_bytes must be >= 1, got "
+              << absl::GetFlag(FLAGS_bulk_min_bytes) << std::endl;
+    return 2;
+  }
+  options.service.bulk_min_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_bulk_min_bytes));
+  if (options.service.data_port < 0 || options.service.data_port > 65535) {
+    std::cerr << "sluice-worker: --data_port must be in [0, 65535], got "
+              << options.service.data_port << std::endl;
+    return 2;
+  }
   options.watch_assignments = absl::GetFlag(FLAGS_watch_assignments);
   if (options.heartbeat_interval <= absl::ZeroDuration()) {
     std::cerr << "sluice-worker: --heartbeat_interval must be positive" << std::endl;
@@ -281,6 +307,10 @@ int main(int argc, char** argv) {
   }
   std::cerr << "sluice-worker: serving on " << (*worker)->address() << ", coordinator "
             << options.coordinator_address << std::endl;
+  if ((*worker)->data_port() != 0) {
+    std::cerr << "sluice-worker: bulk data channel on " << options.host << ":"
+              << (*worker)->data_port() << std::endl;
+  }
   // Metrics (docs/SERVICE.md, "Metrics and status"); both live until main returns.
   sluice::WorkerMetrics worker_metrics(worker->get());
   sluice::ExecutorMetrics executor_metrics(options.executor.profile);

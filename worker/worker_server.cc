@@ -73,6 +73,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
     return absl::InvalidArgumentError("WorkerServer: coordinator_address is required");
   }
   options.service.token = options.security.token;
+  if (options.service.data_host.empty()) options.service.data_host = options.host;
+  // The bulk socket is plaintext: a worker serving over TLS keeps every byte on gRPC.
+  if (!options.security.tls.cert_file.empty()) options.service.bulk_data = false;
   auto admission = GraphAdmission(options.data_roots, options.dataset_limits);
   if (options.executor.check_graph) {
     // The caller's check first (tests delay or fail builds through it), then the data roots.

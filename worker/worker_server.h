@@ -132,6 +132,8 @@ class WorkerServer : public TaskLookup {
   ~WorkerServer() override;  // Stop()
 
   int port() const { return port_; }
+  // The bulk data channel's port (WorkerServiceOptions::data_port, on host); 0 when it is off.
+  int data_port() const { return service_->data_port(); }
   // "host:port", what consumers dial.
   const std::string& address() const { return address_; }
   // True once a heartbeat has succeeded; the coordinator's worker id.

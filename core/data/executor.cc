@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/cancellation.h"
 #include "core/data/op_iterator.h"
 #include "core/data/op_profile.h"
 #include "core/data/op_registry.h"
@@ -94,6 +95,9 @@ absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
     for (int j = i; j <= i + fused; ++j) *upstream.add_ops() = def.ops(j);
     i += 1 + fused;
   }
+  // The op iterators built now take the token (OpIterator, CurrentCancellation()); no factory
+  // carries it, so a long chain of ops costs no more to build with one.
+  const ScopedCancellationContext context(options.cancellation);
   return factory();
 }
 

@@ -16,7 +16,8 @@
 
 namespace sluice {
 
-class OpProfile;  // core/data/op_profile.h
+class CancellationToken;  // core/data/cancellation.h
+class OpProfile;          // core/data/op_profile.h
 
 // Counters the iterators of one executor graph update; read them at any time.
 struct ExecutorStats {
@@ -44,6 +45,11 @@ struct ExecutorOptions {
   // tensor). The same values either way; false builds every op on its own (the reference the
   // tests compare with; the profile then lists every map).
   bool fuse_maps = true;
+  // Stops the pipeline (core/data/cancellation.h): once cancelled, GetNext returns CANCELLED
+  // naming the op that noticed, within one input pull of each op (prefetch and parallel map
+  // without waiting for the element in progress). Set on every op's iterator, and nested
+  // pipelines (interleave's) share it. Null: the pipeline runs until it ends or is destroyed.
+  std::shared_ptr<CancellationToken> cancellation;
 };
 
 // INVALID_ARGUMENT if the graph does not Validate(), or names an unresolved

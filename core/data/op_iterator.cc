@@ -4,6 +4,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 
@@ -39,14 +40,27 @@ bool IsElementError(const absl::Status& status) {
   return !status.ok() && status.GetPayload(kElementErrorPayload).has_value();
 }
 
+absl::Status OpIterator::CheckCancelled() {
+  if (cancellation_ == nullptr || !cancellation_->cancelled()) return absl::OkStatus();
+  if (status_.ok()) status_ = cancellation_->Check(label_);
+  return status_;
+}
+
 absl::Status OpIterator::GetNext(Element* out, bool* end_of_sequence) {
   if (!status_.ok()) return status_;
   if (ended_) {
     *end_of_sequence = true;
     return absl::OkStatus();
   }
+  RETURN_IF_ERROR(CheckCancelled());
   *end_of_sequence = false;
-  absl::Status s = GetNextInternal(out, end_of_sequence);
+  absl::Status s;
+  if (cancellation_ != nullptr) {
+    const ScopedCancellationContext context(cancellation_);  // for iterators built meanwhile
+    s = GetNextInternal(out, end_of_sequence);
+  } else {
+    s = GetNextInternal(out, end_of_sequence);
+  }
   if (!s.ok()) {
     if (!IsElementError(s)) status_ = s;
     return s;
@@ -63,8 +77,15 @@ absl::Status OpIterator::GetNextBlock(int64_t max_elements, Element* out, int64_
     *end_of_sequence = true;
     return absl::OkStatus();
   }
+  RETURN_IF_ERROR(CheckCancelled());
   *end_of_sequence = false;
-  absl::Status s = GetNextBlockInternal(max_elements, out, n, end_of_sequence);
+  absl::Status s;
+  if (cancellation_ != nullptr) {
+    const ScopedCancellationContext context(cancellation_);  // for iterators built meanwhile
+    s = GetNextBlockInternal(max_elements, out, n, end_of_sequence);
+  } else {
+    s = GetNextBlockInternal(max_elements, out, n, end_of_sequence);
+  }
   if (!s.ok()) {
     *n = 0;
     if (!IsElementError(s)) status_ = s;

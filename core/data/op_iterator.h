@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/data/cancellation.h"
 #include "core/data/iterator.h"
 #include "sluice/shape.h"
 
@@ -58,8 +59,11 @@ auto CatchingBadAlloc(absl::string_view label, F&& f) -> decltype(f()) {
 // (IsElementError), which is returned once and iteration may continue. Not thread-safe.
 class OpIterator : public Iterator {
  public:
-  // `label` names the op in errors this iterator raises (OpLabel()).
-  explicit OpIterator(std::string label) : label_(std::move(label)) {}
+  // `label` names the op in errors this iterator raises (OpLabel()). The iterator takes the
+  // thread's CurrentCancellation() (core/data/cancellation.h): the pipeline's token while the
+  // executor builds it, or while an op of it pulls.
+  explicit OpIterator(std::string label)
+      : label_(std::move(label)), cancellation_(CurrentCancellation()) {}
 
   absl::Status GetNext(Element* out, bool* end_of_sequence) final;
   // As GetNext: errors and the end are sticky, an element error is returned once.
@@ -67,6 +71,12 @@ class OpIterator : public Iterator {
                             bool* end_of_sequence) final;
 
   const std::string& label() const { return label_; }
+
+  // The pipeline's token (core/data/cancellation.h; taken at construction): once it is
+  // cancelled, GetNext and GetNextBlock return CANCELLED naming the op (sticky) before calling
+  // into the op, so an op that loops over its input stops within one pull. For ops with
+  // threads or waits of their own (OnCancel); null when the pipeline has none.
+  CancellationToken* cancellation() const { return cancellation_.get(); }
 
  protected:
   // Same contract as GetNext; called only while no error or end has been returned.
@@ -83,7 +93,11 @@ class OpIterator : public Iterator {
   }
 
  private:
+  // CANCELLED (sticky) when the token is cancelled, else OK.
+  absl::Status CheckCancelled();
+
   const std::string label_;
+  std::shared_ptr<CancellationToken> cancellation_;
   absl::Status status_;
   bool ended_ = false;
 };

@@ -1,6 +1,7 @@
 #include "core/rpc/shared_step_payload.h"
 
 #include "core/rpc/step_frame.h"
+#include "core/tensor/host_memory.h"
 
 namespace sluice {
 
@@ -11,12 +12,19 @@ const std::vector<grpc::Slice>& SharedStepPayload::Slices(Form form,
   absl::MutexLock lock(&mu_);
   if (!built_[f]) {
     // Built under the lock: a second stream asking meanwhile waits instead of copying too.
-    copied_bytes_ += step_frame_internal::EncodePayloadSlices(
+    const size_t copied = step_frame_internal::EncodePayloadSlices(
         pieces, num_pieces, form == Form::kStringsOnly, &slices_[f]);
+    ProcessMemoryBudget().ForceCharge(static_cast<int64_t>(copied));
+    copied_bytes_ += copied;
     built_[f] = true;
     ++builds_;
   }
   return slices_[f];
+}
+
+SharedStepPayload::~SharedStepPayload() {
+  absl::MutexLock lock(&mu_);
+  ProcessMemoryBudget().Release(static_cast<int64_t>(copied_bytes_));
 }
 
 size_t SharedStepPayload::copied_bytes() const {

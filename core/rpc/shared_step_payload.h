@@ -16,7 +16,11 @@
 //
 // Memory: a form holds a copy of the step's string and small tensors (their payload bytes at
 // most) for as long as the step is alive; gRPC keeps the slices of frames in flight alive
-// after that. Thread-safe: any number of streams may ask for the slices at once; the first
+// after that. The copy is charged to the process's memory budget (core/tensor/host_memory.h)
+// when a form is built and given back when this object goes (a frame still in flight then
+// holds it a little longer, uncounted): a worker's shared jobs count it against --memory_limit
+// as they count the step itself. It is counted, not refused: the step is already produced and
+// must be served, so the producer's next allocation is what the limit stops. Thread-safe: any number of streams may ask for the slices at once; the first
 // builds a form, the others wait for it, and the slices never change afterwards.
 #ifndef SLUICE_CORE_RPC_SHARED_STEP_PAYLOAD_H_
 #define SLUICE_CORE_RPC_SHARED_STEP_PAYLOAD_H_
@@ -36,6 +40,7 @@ class SharedStepPayload {
   enum class Form { kWhole = 0, kStringsOnly = 1 };
 
   SharedStepPayload() = default;
+  ~SharedStepPayload();
   SharedStepPayload(const SharedStepPayload&) = delete;
   SharedStepPayload& operator=(const SharedStepPayload&) = delete;
 

@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/rpc/bulk_channel.h"
 #include "core/rpc/shared_step_payload.h"
 #include "core/tensor/host_memory.h"
 #include "core/util/status_macros.h"
@@ -688,12 +689,14 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
     *header_.mutable_shm_accept() = *std::move(accept_);
     accept_.reset();
   }
-  // Shared memory: the numeric tensors go to the sink's region when it has room.
+  // Shared memory: the numeric tensors go to the sink's region when it has room; else, on the
+  // bulk data channel, to its socket when it takes them. Either way their layout first: each
+  // at its 64-byte aligned offset (InPlace's and Take's arguments), `extent` bytes in all.
   uint8_t* shared = nullptr;
   size_t extent = 0;
-  // A frame built in the sink already (worker/step_placement.h) is sent as its header alone.
-  last_in_place_ = false;
-  if (sink_ != nullptr) {
+  const bool bulk_wanted =
+      sink_ == nullptr && bulk_sink_ != nullptr && compression_ == WireCompression::kNone;
+  if (sink_ != nullptr || bulk_wanted) {
     shared_tensors_.clear();
     shared_at_.clear();
     ForEachNumeric(steps, [&](const Tensor& t, size_t end) {
@@ -701,6 +704,10 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
       shared_at_.push_back(end - t.byte_size());
       extent = end;
     });
+  }
+  // A frame built in the sink already (worker/step_placement.h) is sent as its header alone.
+  last_in_place_ = false;
+  if (sink_ != nullptr) {
     if (extent > 0) {
       last_in_place_ =
           sink_->InPlace(shared_tensors_, shared_at_, extent, header_.mutable_shm_payload());
@@ -708,8 +715,16 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
     }
     if (shared == nullptr && !last_in_place_) header_.clear_shm_payload();
   }
-  // The numeric bytes are in the sink: copied there below (shared), or there already.
-  const bool in_sink = shared != nullptr || last_in_place_;
+  if (bulk_accept_.has_value()) {
+    *header_.mutable_bulk_accept() = *std::move(bulk_accept_);
+    bulk_accept_.reset();
+  }
+  const bool bulk =
+      bulk_wanted && extent > 0 && bulk_sink_->Take(shared_tensors_, shared_at_, extent);
+  if (bulk) header_.mutable_bulk_payload()->set_bytes(extent);
+  // The numeric bytes are in the sink (copied there below, or there already) or on the
+  // bulk channel.
+  const bool in_sink = shared != nullptr || last_in_place_ || bulk;
   last_shared_bytes_ = in_sink ? extent : 0;
   const size_t header_size = header_.ByteSizeLong();
   if (header_size > std::numeric_limits<uint32_t>::max()) {
@@ -1202,9 +1217,16 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
   // The payload's bytes: what follows, what it decompresses to, or (a shared-memory frame) the
   // strings that follow plus the numeric bytes in the segment. A frame is never both compressed
   // and shared (workers compress only for consumers on other hosts).
-  const bool shared = s.ok() && header.has_shm_payload();
+  // A bulk frame's numeric bytes follow on the bulk socket: laid out as a shared one's.
+  const bool bulk = s.ok() && header.has_bulk_payload();
+  const bool shared = s.ok() && (header.has_shm_payload() || bulk);
+  const uint64_t shared_bytes =
+      bulk ? header.bulk_payload().bytes() : header.shm_payload().bytes();
   size_t available = reader.remaining();
   WireCompression codec = WireCompression::kNone;
+  if (s.ok() && bulk && header.has_shm_payload()) {
+    s = absl::DataLossError("step frame: both a shared-memory and a bulk payload");
+  }
   if (s.ok() && header.compression() != proto::WIRE_COMPRESSION_NONE) {
     if (shared) {
       s = absl::DataLossError("step frame: a compressed frame with a shared-memory payload");
@@ -1214,9 +1236,11 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
     }
   }
   if (s.ok() && shared) {
-    if (source_ == nullptr) {
-      s = absl::DataLossError("step frame: a shared-memory payload on a stream without a segment");
-    } else if (__builtin_add_overflow(available, header.shm_payload().bytes(), &available)) {
+    if (bulk ? bulk_source_ == nullptr : source_ == nullptr) {
+      s = absl::DataLossError(
+          bulk ? "step frame: a bulk payload on a stream without a bulk socket"
+               : "step frame: a shared-memory payload on a stream without a segment");
+    } else if (__builtin_add_overflow(available, shared_bytes, &available)) {
       available = std::numeric_limits<size_t>::max();
     }
   }
@@ -1235,10 +1259,12 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
     }
   }
   if (s.ok() && shared) {
-    if (x->numeric != header.shm_payload().bytes() || x->strings != reader.remaining()) {
+    if (x->numeric != shared_bytes || x->strings != reader.remaining() ||
+        (bulk && shared_bytes == 0)) {
       s = absl::DataLossError(absl::StrCat(
           "step frame: the header describes ", x->numeric, " shared and ", x->strings,
-          " inline byte(s) but the shared-memory region has ", header.shm_payload().bytes(),
+          " inline byte(s) but the ", bulk ? "bulk payload" : "shared-memory region", " has ",
+          shared_bytes,
           " and ", reader.remaining(), " follow"));
     }
   } else if (s.ok() && x->payload != available) {
@@ -1265,7 +1291,9 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
   }
   std::shared_ptr<TensorBuffer> frame_buffer;
   if (s.ok() && shared) {
-    absl::StatusOr<std::shared_ptr<TensorBuffer>> region = source_->Resolve(header.shm_payload());
+    absl::StatusOr<std::shared_ptr<TensorBuffer>> region =
+        bulk ? bulk_source_->Receive(x->numeric, allocator_)
+             : source_->Resolve(header.shm_payload());
     if (region.ok()) {
       frame_buffer = *std::move(region);
     } else {
@@ -1364,7 +1392,15 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
   stats_.viewed_bytes += counted.viewed_bytes;
   stats_.copied_tensors += counted.copied_tensors;
   stats_.copied_bytes += counted.copied_bytes;
+  if (bulk) {
+    ++stats_.bulk_frames;
+    stats_.bulk_bytes += x->numeric;
+  }
   return absl::OkStatus();
+}
+
+const proto::BulkAccept* StepFrameDecoder::last_bulk_accept() const {
+  return scratch_->header.has_bulk_accept() ? &scratch_->header.bulk_accept() : nullptr;
 }
 
 const proto::ShmAccept* StepFrameDecoder::last_shm_accept() const {

@@ -80,6 +80,8 @@ namespace sluice {
 
 class SendBufferPool;
 class SharedStepPayload;  // core/rpc/shared_step_payload.h
+class BulkPayloadSink;    // core/rpc/bulk_channel.h
+class BulkPayloadSource;  // core/rpc/bulk_channel.h
 namespace step_frame_internal {
 class SliceReader;  // step_frame.cc
 // The payload of `num_pieces` pieces (all numeric tensors and strings, or the strings only) as
@@ -240,6 +242,12 @@ class StepFrameEncoder {
   bool last_in_place() const { return last_in_place_; }
   // The next frame encoded carries `accept` (the worker's answer to a ShmOffer).
   void AttachToNextFrame(proto::ShmAccept accept) { accept_ = std::move(accept); }
+  // The bulk data channel (core/rpc/bulk_channel.h): from now on, a frame's numeric tensors
+  // go to `sink` when it takes them (borrowed; nullptr: inline again), the header then saying
+  // BulkPayload. Never with a shared-memory sink or compression (those win). The next frame
+  // encoded carries `accept` (the worker's answer to a BulkOffer).
+  void set_bulk_payload(BulkPayloadSink* sink) { bulk_sink_ = sink; }
+  void AttachToNextFrame(proto::BulkAccept accept) { bulk_accept_ = std::move(accept); }
 
  private:
   bool AllMatch(absl::Span<const WireStepView> steps) const;
@@ -265,6 +273,8 @@ class StepFrameEncoder {
   std::vector<const Tensor*> shared_tensors_;  // InPlace's arguments, kept between frames
   std::vector<size_t> shared_at_;
   std::optional<proto::ShmAccept> accept_;
+  BulkPayloadSink* bulk_sink_ = nullptr;
+  std::optional<proto::BulkAccept> bulk_accept_;
 };
 
 // Encodes `frame` with full headers (StepFrameEncoder without a spec).
@@ -304,6 +314,12 @@ class StepFrameDecoder {
   // The ShmAccept of the last frame decoded, if it had one: last_shm_accept().
   void set_shared_payload(SharedPayloadSource* source) { source_ = source; }
   const proto::ShmAccept* last_shm_accept() const;
+  // Frames with a BulkPayload receive their numeric tensors from `source` (borrowed, outliving
+  // the decoder's use) into one buffer from the allocator, after the header passed every check
+  // above (sizes, credit); without a source such a frame is DATA_LOSS, and what the source
+  // fails with is the frame's error. The BulkAccept of the last frame decoded: last_bulk_accept().
+  void set_bulk_payload(BulkPayloadSource* source) { bulk_source_ = source; }
+  const proto::BulkAccept* last_bulk_accept() const;
 
   // What the decoder did with the numeric tensors (size > 0) of the frames it decoded
   // successfully: received as views of gRPC's slices (or of a decompressed payload), or
@@ -318,6 +334,9 @@ class StepFrameDecoder {
     uint64_t compressed_bytes = 0;
     uint64_t decompressed_bytes = 0;
     double decompress_cpu_seconds = 0;
+    // Numeric bytes received on the bulk data channel (not counted above).
+    uint64_t bulk_frames = 0;
+    uint64_t bulk_bytes = 0;
   };
   const Stats& stats() const { return stats_; }
 
@@ -338,6 +357,7 @@ class StepFrameDecoder {
   Stats stats_;
   std::unique_ptr<Scratch> scratch_;
   SharedPayloadSource* source_ = nullptr;
+  BulkPayloadSource* bulk_source_ = nullptr;
 };
 
 // Decodes a frame. DATA_LOSS when bytes are missing or left over (a short or padded frame),

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/tensor/charged_view.h"
 #include "core/tensor/uninitialized_tensor.h"
 #include "core/util/status_macros.h"
 
@@ -123,8 +124,11 @@ int64_t FittingElements(const Shape& shape, size_t left) {
   return static_cast<int64_t>(n);
 }
 
+// A numeric component: a charged view of `backing` (null: none) when its bytes are aligned for
+// its dtype there, else a copy.
 absl::StatusOr<Tensor> ReadNumeric(RecordCursor* c, size_t component, DType dtype,
-                                   const Shape& shape, absl::string_view what) {
+                                   const Shape& shape, absl::string_view what,
+                                   const std::shared_ptr<TensorBuffer>* backing) {
   const int64_t n = FittingElements(shape, c->left());
   const size_t bytes = n < 0 ? 0 : static_cast<size_t>(n) * DTypeSize(dtype);
   const char* data = nullptr;
@@ -138,6 +142,11 @@ absl::StatusOr<Tensor> ReadNumeric(RecordCursor* c, size_t component, DType dtyp
         return Corrupt(absl::StrCat("component ", component, " bool ", i, " is neither 0 nor 1"));
       }
     }
+  }
+  if (backing != nullptr && bytes > 0 &&
+      reinterpret_cast<uintptr_t>(data) % DTypeSize(dtype) == 0) {
+    const char* base = static_cast<const char*>((*backing)->data());
+    return TryWrapCharged(dtype, shape, *backing, static_cast<size_t>(data - base), what);
   }
   ASSIGN_OR_RETURN(Tensor t, TryAllocateUninitialized(dtype, shape, what));
   if (bytes > 0) std::memcpy(t.mutable_raw_data(), data, bytes);
@@ -208,8 +217,11 @@ void SerializeRawElement(const Element& e, std::string* out) {
   }
 }
 
-absl::StatusOr<Element> ParseRawElement(absl::string_view record, const ElementSpec& spec,
-                                        absl::string_view what) {
+namespace {
+
+absl::StatusOr<Element> Parse(absl::string_view record, const ElementSpec& spec,
+                              absl::string_view what,
+                              const std::shared_ptr<TensorBuffer>* backing) {
   RecordCursor c(record);
   uint64_t count;
   if (!c.U64(&count)) return Corrupt("shorter than its header");
@@ -230,7 +242,8 @@ absl::StatusOr<Element> ParseRawElement(absl::string_view record, const ElementS
   for (size_t i = 0; i < headers.size(); ++i) {
     const auto& [dtype, shape] = headers[i];
     absl::StatusOr<Tensor> t = dtype == DType::kString ? ReadStrings(&c, i, shape, what)
-                                                       : ReadNumeric(&c, i, dtype, shape, what);
+                                                       : ReadNumeric(&c, i, dtype, shape, what,
+                                                                     backing);
     if (!t.ok()) return t.status();
     leaves.push_back(*std::move(t));
   }
@@ -238,6 +251,25 @@ absl::StatusOr<Element> ParseRawElement(absl::string_view record, const ElementS
     return Corrupt(absl::StrCat(c.left(), " bytes left over after the last component"));
   }
   return Element::Pack(spec, std::move(leaves));
+}
+
+}  // namespace
+
+absl::StatusOr<Element> ParseRawElement(absl::string_view record, const ElementSpec& spec,
+                                        absl::string_view what) {
+  return Parse(record, spec, what, nullptr);
+}
+
+absl::StatusOr<Element> ParseRawElementInPlace(absl::string_view record,
+                                               const std::shared_ptr<TensorBuffer>& backing,
+                                               const ElementSpec& spec, absl::string_view what) {
+  const char* base = backing == nullptr ? nullptr : static_cast<const char*>(backing->data());
+  if (base == nullptr || record.data() < base ||
+      record.size() > backing->size() - static_cast<size_t>(record.data() - base)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ParseRawElementInPlace: the record is not inside its backing"));
+  }
+  return Parse(record, spec, what, &backing);
 }
 
 }  // namespace sluice

@@ -1,6 +1,7 @@
 // The raw record of an element: the tensors' bytes behind a small header, so that reading one
 // back is a bounds check and one copy per tensor (per string for string tensors), with no
-// protobuf parse. Snapshot chunks of format version 2 hold one such record per element
+// protobuf parse; from a mapped chunk (ParseRawElementInPlace) aligned numeric tensors are
+// views and only strings are copied. Snapshot chunks of format version 2 hold one such record per element
 // (core/data/ops/snapshot_chunk.h); the element's nesting is not in the record but in the
 // element spec it is read against (the snapshot's manifest), so a record is its spec's leaves,
 // in Flatten() order: any number of dense components, which is also what a composite value
@@ -27,11 +28,13 @@
 #ifndef SLUICE_CORE_TENSOR_RAW_ELEMENT_H_
 #define SLUICE_CORE_TENSOR_RAW_ELEMENT_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "sluice/element.h"
+#include "sluice/tensor.h"
 
 namespace sluice {
 
@@ -47,6 +50,16 @@ void SerializeRawElement(const Element& e, std::string* out);
 //   RESOURCE_EXHAUSTED  the memory budget refused a tensor (naming `what`)
 absl::StatusOr<Element> ParseRawElement(absl::string_view record, const ElementSpec& spec,
                                         absl::string_view what);
+
+// As ParseRawElement for a record that lies inside `backing` (a mapped chunk file), with the
+// same checks and errors: each numeric component whose bytes are aligned there for its dtype
+// (a multiple of its size) is a view of `backing` (core/tensor/charged_view.h: charged to the
+// memory budget as a copy would be, and keeping `backing` alive), any other one copied; strings
+// are copied once (a string tensor owns its strings). INVALID_ARGUMENT when `record` is not
+// inside `backing`.
+absl::StatusOr<Element> ParseRawElementInPlace(absl::string_view record,
+                                               const std::shared_ptr<TensorBuffer>& backing,
+                                               const ElementSpec& spec, absl::string_view what);
 
 }  // namespace sluice
 

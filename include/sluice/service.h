@@ -176,6 +176,15 @@ struct ServiceOptions {
   // and falling back to TCP when the worker is remote, has it off, or the hand-over fails.
   // false: TCP only (docs/SERVICE.md "Shared memory").
   bool shared_memory = true;
+  // Steps from a remote worker (or one shared memory does not serve) send their tensor bytes
+  // on a TCP socket of their own next to the gRPC stream, received straight into this
+  // process's buffers (one kernel copy); negotiated per stream, falling back to gRPC when the
+  // worker has it off or its data port cannot be reached (logged once per worker, counted in
+  // sluice_client_bulk_fallbacks_total). false (the default for now): every byte on gRPC.
+  // Opt-in because the consumer receives a frame's socket bytes on gRPC's callback thread: a
+  // worker stopped between a header and its bytes holds that thread up to the receive timeout
+  // (docs/SERVICE.md "Bulk data channel", "Why opt-in").
+  bool bulk_data = false;
   // Share the job across trainers (see ServiceCrossTrainer); every trainer must give the same
   // cross_trainer options (the job's options must match, INVALID_ARGUMENT otherwise).
   ServiceCrossTrainer cross_trainer;

@@ -2,8 +2,6 @@
 // lines (bad JSON, missing keys, wrong types, deep nesting, huge numbers, invalid UTF-8, a
 // 100 MB line under a small element limit) are element errors naming file and line that
 // ignore_errors() skips, never a crash or unbounded memory.
-#include <sys/resource.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +12,7 @@
 #include "core/data/op_iterator.h"
 #include "gtest/gtest.h"
 #include "iterator_test_util.h"
+#include "peak_rss.h"
 #include "scoped_process_limits.h"
 #include "sluice/dataset.h"
 
@@ -162,12 +161,6 @@ TEST(JsonlDatasetTest, HostileLinesAreElementErrorsNamingFileAndLine) {
   ASSERT_TRUE(skipped.final_status.ok()) << skipped.final_status;
   EXPECT_TRUE(skipped.errors.empty());
   EXPECT_EQ(skipped.elements.size(), 2u);
-}
-
-int64_t PeakRssBytes() {
-  struct rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
 
 TEST(JsonlDatasetTest, HundredMegabyteLineUnderASmallBudgetIsSkippedWithoutBeingHeld) {

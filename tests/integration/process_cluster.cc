@@ -123,6 +123,12 @@ absl::StatusOr<int> ProcessCluster::StartWorker(int index, int port) {
       absl::StrCat("--port=", port), absl::StrCat("--port_file=", port_file),
       absl::StrCat("--heartbeat_interval=", DurationFlag(options_.heartbeat_interval)),
       absl::StrCat("--buffer_bytes=", options_.worker_buffer_bytes), "--drain_timeout=5s"};
+  // The suites' TCP runs (`tcp.`, SLUICE_SHARED_MEMORY=0): every frame with tensor bytes on
+  // the bulk data channel (core/rpc/bulk_channel.h), so that kills, restarts and drains hit it.
+  if (const char* shm = std::getenv("SLUICE_SHARED_MEMORY");
+      shm != nullptr && shm == std::string("0")) {
+    argv.push_back("--bulk_min_bytes=1");
+  }
   argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
   absl::StatusOr<std::unique_ptr<Subprocess>> worker = Subprocess::Start(argv);
   if (!worker.ok()) return worker.status();

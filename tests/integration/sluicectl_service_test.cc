@@ -1,8 +1,12 @@
 // sluicectl against real service processes: `run --coordinator` prints what local mode prints
 // (the seed's examples byte for byte), `status` shows the workers and jobs, independent reads
-// split the batches between consumers; SparseTensor and RaggedTensor elements go through as local
-// mode gives them, and across several replicas are refused before the job starts.
+// split the batches between consumers; SparseTensor and RaggedTensor elements (literals and
+// parse_example's VarLenFeature / RaggedFeature outputs) go through as local mode gives them, to
+// one replica and split across several.
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -12,8 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/io/tfrecord_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/example.pb.h"
 #include "tests/examples/test_paths.h"
 #include "tests/integration/process_cluster.h"
 #include "tests/integration/step_model.h"
@@ -26,8 +32,53 @@ namespace {
 constexpr char kSeedIterPipeline[] = "from_tensor_slices([1, 2, 3, 4]).repeat().batch(4)";
 constexpr char kSeedForLoopPipeline[] = "from_tensors(([1.],[1.])).repeat(4).batch(4)";
 
+// A TFRecord file of tf.train.Examples under TempDir, written once per process: `ids` (int64)
+// and `tags` (bytes) of every length (absent in some records), `w` (float), `lens` (row lengths
+// of `ids`) and a scalar `label`.
+// This process's own file: ctest runs the tests (and their tcp. twins) in parallel.
+std::string ParseCompositesPath() {
+  return absl::StrCat(::testing::TempDir(), "sluicectl_parse_", getpid(), ".tfrecord");
+}
+
+std::string ParseCompositesFile() {
+  static const std::string* path = [] {
+    auto* p = new std::string(ParseCompositesPath());
+    struct Record {
+      std::vector<int64_t> ids;
+      std::vector<std::string> tags;
+      std::vector<float> w;
+      std::vector<int64_t> lens;
+    };
+    const std::vector<Record> records = {{{1, 2, 3}, {"a", "bc"}, {1.5, 2.5}, {2, 1}},
+                                         {{4}, {}, {}, {0, 1}},
+                                         {{}, {"d"}, {3.5}, {}},
+                                         {{5, 6}, {"e", "f", ""}, {4.5, 5.5, 6.5}, {2}},
+                                         {{7}, {"g"}, {}, {1, 0}}};
+    absl::StatusOr<std::unique_ptr<TFRecordWriter>> writer = TFRecordWriter::Open(*p);
+    EXPECT_TRUE(writer.ok()) << writer.status();
+    if (!writer.ok()) return p;
+    for (size_t i = 0; i < records.size(); ++i) {
+      const Record& r = records[i];
+      proto::Example ex;
+      auto* features = ex.mutable_features()->mutable_feature();
+      (*features)["label"].mutable_int64_list()->add_value(static_cast<int64_t>(10 + i));
+      for (int64_t v : r.ids) (*features)["ids"].mutable_int64_list()->add_value(v);
+      for (const std::string& t : r.tags) (*features)["tags"].mutable_bytes_list()->add_value(t);
+      for (float v : r.w) (*features)["w"].mutable_float_list()->add_value(v);
+      for (int64_t v : r.lens) (*features)["lens"].mutable_int64_list()->add_value(v);
+      EXPECT_TRUE((*writer)->Write(ex.SerializeAsString()).ok());
+    }
+    EXPECT_TRUE((*writer)->Close().ok());
+    return p;
+  }();
+  return *path;
+}
+
 // Ragged rows batched into RaggedTensors, a batched SparseTensor, and a tuple mixing a
-// RaggedTensor with a dense component; each repeated so that batches cross the epochs.
+// RaggedTensor with a dense component; each repeated so that batches cross the epochs. Then
+// parse_example's composites from ParseCompositesFile(): VarLenFeature (SparseTensor) and
+// RaggedFeature (RaggedTensor, ragged rank 1 and, with row lengths, 2), parsed from batches
+// and parsed then batched.
 const std::vector<std::string>& CompositePipelines() {
   static const auto* pipelines = new std::vector<std::string>{
       "from_tensor_slices(tf.ragged.constant([[1, 2], [3], [4, 5, 6], []])).repeat(3)"
@@ -38,12 +89,23 @@ const std::vector<std::string>& CompositePipelines() {
       "dense_shape=[2, 3])).repeat(6).batch(4)",
       "from_tensor_slices((tf.ragged.constant([[1], [2, 3], [4, 5, 6]]), [7, 8, 9])).repeat(2)"
       ".ragged_batch(2)",
+      absl::StrCat("tf_record_dataset('", ParseCompositesFile(),
+                   "').repeat(2).batch(4).map(parse_example({'ids': tf.io.VarLenFeature(tf.int64), "
+                   "'tags': tf.io.VarLenFeature(tf.string), 'w': tf.io.RaggedFeature(tf.float32, "
+                   "row_splits_dtype=tf.int64), 'label': tf.io.FixedLenFeature([], tf.int64)}))"),
+      absl::StrCat("tf_record_dataset('", ParseCompositesFile(),
+                   "').map(parse_example({'words': tf.io.RaggedFeature(tf.int64, value_key='ids', "
+                   "partitions=[tf.io.RaggedFeature.RowLengths('lens')], "
+                   "row_splits_dtype=tf.int64), 'tags': tf.io.VarLenFeature(tf.string)}))"
+                   ".repeat(2).batch(3)"),
   };
   return *pipelines;
 }
 
 class SluicectlServiceTest : public ::testing::Test {
  protected:
+  static void TearDownTestSuite() { std::remove(ParseCompositesPath().c_str()); }
+
   void SetUp() override {
     auto cluster = ProcessCluster::Start({.num_workers = 3});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -199,9 +261,10 @@ TEST_F(SluicectlServiceTest, SparseAndRaggedElementsPrintWhatLocalModePrints) {
     for (const std::string format : {"tf", "json"}) {
       const std::string local =
           Ok({"run", "--pipeline=" + pipeline, "--devices=CPU:0", "--format=" + format});
+      // DATA: AUTO would shard a pipeline of one file by FILE, which 3 workers cannot.
       const std::string remote = Ok({"run", coordinator, "--job=composite-" + std::to_string(job++),
                                      "--pipeline=" + pipeline, "--devices=CPU:0",
-                                     "--format=" + format});
+                                     "--sharding_policy=DATA", "--format=" + format});
       EXPECT_EQ(remote, local) << pipeline << " " << format;
       EXPECT_FALSE(remote.empty()) << pipeline;
       if (format == "tf") {

@@ -471,9 +471,18 @@ namespace {
 // back in time is kept. A lossless window of 2 steps, a fake clock (the producer's retry time
 // says when to look again), trainers A and B each with a stream; the window holds steps 0 and
 // 1, which A has read and B has not.
+// A window of `steps` steps whose departures are timed on the fake clock `now`, 10 s.
+CrossTrainerWindowOptions DepartingWindow(int64_t steps, bool lossless,
+                                          std::shared_ptr<absl::Time> now) {
+  CrossTrainerWindowOptions o = Window(steps, lossless);
+  o.drop_departed_after = absl::Seconds(10);
+  o.now = [now] { return *now; };
+  return o;
+}
+
 class CrossTrainerWindowDepartureTest : public ::testing::Test {
  protected:
-  CrossTrainerWindowDepartureTest() : w_(Options(now_)) {
+  CrossTrainerWindowDepartureTest() : w_(DepartingWindow(2, /*lossless=*/true, now_)) {
     a_ = *w_.Join("A");
     b_ = *w_.Join("B");
     ra_ = *w_.Attach(a_, 1, 0);
@@ -481,13 +490,6 @@ class CrossTrainerWindowDepartureTest : public ::testing::Test {
     EXPECT_EQ(PushWhileRoom(&w_, &next_), 2);
     EXPECT_EQ(ReadAs(&w_, a_, ra_, 2), (std::vector<int64_t>{0, 1}));
   }
-  static CrossTrainerWindowOptions Options(std::shared_ptr<absl::Time> now) {
-    CrossTrainerWindowOptions o = Window(2, /*lossless=*/true);
-    o.drop_departed_after = absl::Seconds(10);
-    o.now = [now] { return *now; };
-    return o;
-  }
-
   std::shared_ptr<absl::Time> now_ = std::make_shared<absl::Time>(absl::FromUnixSeconds(1000));
   CrossTrainerWindow w_;
   int64_t a_ = 0, b_ = 0, ra_ = 0, rb_ = 0;
@@ -533,6 +535,65 @@ TEST_F(CrossTrainerWindowDepartureTest, ATrainerBackInTimeIsKept) {
   // And it reads on from where it was, nothing lost.
   EXPECT_EQ(ReadAs(&w_, b_, rb2, 2), (std::vector<int64_t>{0, 1}));
   EXPECT_TRUE(*w_.TryPush(MakeStep(next_, kStepBytes), [] {}, &retry));
+}
+
+// A dead consumer (worker/cross_trainer_window.h): a keyed consumer whose stream is gone for
+// drop_departed_after, while its trainer has another consumer reading, hands its unacknowledged
+// steps to that consumer; before then it would get them back itself. A skipping window of 4
+// steps, a fake clock, trainer A with consumers 1 and 2.
+class CrossTrainerWindowDeadConsumerTest : public ::testing::Test {
+ protected:
+  CrossTrainerWindowDeadConsumerTest() : w_(DepartingWindow(4, /*lossless=*/false, now_)) {
+    a_ = *w_.Join("A");
+    r1_ = *w_.Attach(a_, 1, 0);
+    EXPECT_EQ(PushWhileRoom(&w_, &next_), 4);
+    EXPECT_EQ(ReadAs(&w_, a_, r1_, 2), (std::vector<int64_t>{0, 1}));  // never acknowledged
+  }
+  std::shared_ptr<absl::Time> now_ = std::make_shared<absl::Time>(absl::FromUnixSeconds(1000));
+  CrossTrainerWindow w_;
+  int64_t a_ = 0, r1_ = 0;
+  int64_t next_ = 0;
+};
+
+TEST_F(CrossTrainerWindowDeadConsumerTest, ItsUnacknowledgedStepsGoToTheTrainersOtherConsumer) {
+  const int64_t r2 = *w_.Attach(a_, 2, 0);
+  w_.Release(r1_);  // consumer 1's process died
+  *now_ += absl::Seconds(9);
+  EXPECT_EQ(ReadAs(&w_, a_, r2, 1), (std::vector<int64_t>{2}));  // not dead yet
+  EXPECT_EQ(w_.stats().consumers_dead, 0);
+  *now_ += absl::Seconds(1);
+  EXPECT_EQ(ReadAs(&w_, a_, r2, 8), (std::vector<int64_t>{0, 1, 3}));
+  const CrossTrainerWindow::Stats s = w_.stats();
+  EXPECT_EQ(s.consumers_dead, 1);
+  EXPECT_EQ(s.steps_handed_over, 2);
+  EXPECT_EQ(s.steps_redelivered, 2);
+  EXPECT_EQ(s.trainers_dropped, 0);
+  // Consumer 1 coming back later is a new consumer: it is owed nothing, and A reads on.
+  const int64_t r1 = *w_.Attach(a_, 1, 2);
+  EXPECT_EQ(ReadAs(&w_, a_, r1, 8), (std::vector<int64_t>{}));
+  EXPECT_TRUE(*w_.TryPush(MakeStep(next_++, kStepBytes), [] {}, nullptr));
+  EXPECT_EQ(ReadAs(&w_, a_, r1, 8), (std::vector<int64_t>{4}));
+}
+
+TEST_F(CrossTrainerWindowDeadConsumerTest, ATrainerWithoutAnotherConsumerKeepsThemUntilOneComes) {
+  w_.Release(r1_);
+  *now_ += absl::Seconds(12);
+  EXPECT_EQ(w_.stats().consumers_dead, 0);  // no one to hand them to
+  // A second consumer of A arrives after consumer 1 fell due: it reads 0 and 1 first.
+  const int64_t r2 = *w_.Attach(a_, 2, 0);
+  EXPECT_EQ(ReadAs(&w_, a_, r2, 8), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(w_.stats().steps_handed_over, 2);
+}
+
+TEST_F(CrossTrainerWindowDeadConsumerTest, AConsumerBackInTimeGetsItsOwnStepsBack) {
+  const int64_t r2 = *w_.Attach(a_, 2, 0);
+  w_.Release(r1_);
+  *now_ += absl::Seconds(9);
+  const int64_t r1 = *w_.Attach(a_, 1, 0);  // it received none of 0, 1
+  *now_ += absl::Seconds(60);
+  EXPECT_EQ(ReadAs(&w_, a_, r1, 2), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(ReadAs(&w_, a_, r2, 8), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(w_.stats().consumers_dead, 0);
 }
 
 }  // namespace

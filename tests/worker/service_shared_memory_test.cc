@@ -202,5 +202,28 @@ TEST(ServiceSharedMemoryTest, BatchedFramesWithAPartialLastBatchGiveEveryStepOnc
   EXPECT_EQ(frames, after.frames_written - before.frames_written);
 }
 
+// A consumer with default options (the 64 MiB receive budget) on the workers' host reads its
+// steps through the ring (not every frame: one mixing steps built before the consumer mapped
+// the segment with steps built in the ring goes inline, worker/step_placement.h). The worker
+// waits for the answer to its offer; a credit raise the consumer sent while waiting for its first step (after 1 ms)
+// used to count as that answer, and the whole first window (here the whole job) went inline.
+// That race depends on timing, so 20 jobs are read, each of which must take the ring.
+TEST(ServiceSharedMemoryTest, DefaultOptionsTakeTheRing) {
+  constexpr int64_t kElements = 8 * 203 + 5;
+  Cluster cluster(1);
+  for (int job = 0; job < 20; ++job) {
+    ServiceOptions options;
+    options.job_name = absl::StrCat("shm-default-", job);
+    const ShmRingCounts before = ProcessShmRingCounts();
+    Read shm = ReadAll(cluster.address(), MixedPipeline(kElements), options);
+    ASSERT_TRUE(shm.status.ok()) << shm.status;
+    const ShmRingCounts after = ProcessShmRingCounts();
+    ASSERT_EQ(shm.steps.size(), 204u);
+    const int64_t frames = after.frames_read - before.frames_read;
+    EXPECT_GT(frames, 0) << "job " << job << ": every frame went inline";
+    EXPECT_EQ(frames, after.frames_written - before.frames_written) << "job " << job;
+  }
+}
+
 }  // namespace
 }  // namespace sluice

@@ -70,6 +70,12 @@ TEST(ServiceSnapshotTest, WorkersWriteEveryElementOnceAndLoadReadsItBack) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_TRUE(m->done());
   EXPECT_EQ(m->num_elements(), 1000);
+  // Each chunk is listed with its size, which a load checks before it maps the chunk.
+  for (const proto::SnapshotChunk& c : m->chunks()) {
+    ASSERT_TRUE(c.has_num_bytes()) << c.name();
+    EXPECT_EQ(static_cast<uintmax_t>(c.num_bytes()),
+              std::filesystem::file_size(SnapshotChunksDirectory(tmp.path()) + "/" + c.name()));
+  }
   EXPECT_EQ(CountChunkFiles(tmp.path(), false), 10u);
   EXPECT_EQ(CountChunkFiles(tmp.path(), true), 0u);
   EXPECT_FALSE(std::filesystem::exists(SnapshotLockPath(tmp.path())));

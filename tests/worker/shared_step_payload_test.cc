@@ -10,6 +10,7 @@
 #include "core/rpc/shm_ring.h"
 #include "core/rpc/shm_segment.h"
 #include "core/rpc/step_frame.h"
+#include "core/tensor/host_memory.h"
 #include "gtest/gtest.h"
 #include "tests/worker/step_frame_test_util.h"
 #include "worker/consumer_frame.h"
@@ -173,6 +174,25 @@ TEST(SharedStepPayloadTest, CompressedFramesAndPartialStepsEncodeTheirOwn) {
   EXPECT_EQ(views[0].shared_payload, nullptr);
   ConsumerFrameViews({two}, /*coordinated=*/false, 0, 1, &views);
   EXPECT_NE(views[0].shared_payload, nullptr);
+}
+
+TEST(SharedStepPayloadTest, TheSharedCopyIsChargedToTheMemoryBudgetWhileTheStepLives) {
+  MemoryBudget& budget = ProcessMemoryBudget();
+  const int64_t before = budget.in_use();
+  size_t copied = 0;
+  {
+    std::vector<std::shared_ptr<const TaskStep>> steps = {ImageStep(0, 64)};
+    const int64_t with_step = budget.in_use();
+    StepFrameEncoder a(nullptr), b(nullptr);
+    grpc::ByteBuffer bb_a, bb_b;
+    ASSERT_TRUE(a.Encode(Views(steps), false, absl::OkStatus(), &bb_a).ok());
+    ASSERT_TRUE(b.Encode(Views(steps), false, absl::OkStatus(), &bb_b).ok());
+    copied = steps[0]->shared_payload->copied_bytes();
+    ASSERT_GE(copied, 64 * kImageBytes);
+    // One copy for both streams, counted once.
+    EXPECT_EQ(budget.in_use() - with_step, static_cast<int64_t>(copied));
+  }  // the step, its shared copy and the frames are gone
+  EXPECT_EQ(budget.in_use(), before);
 }
 
 }  // namespace

@@ -440,7 +440,7 @@ SLUICECTL_REGISTER_COMMAND({
               "trainer_id", "cross_trainer_mode", "expected_trainers", "max_trainers",
               "num_tasks", "retry_deadline", "seed", "shuffle", "shuffle_block_size", "epochs",
               "range_steps", "receive_budget_bytes", "profile",
-              "compression", "force_compression", "shared_memory"},
+              "compression", "force_compression", "shared_memory", "bulk_data"},
     .run = &BenchMain,
 });
 

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/service_job_options.h"
+#include "core/rpc/bulk_channel.h"
 #include "core/rpc/shm_segment.h"
 #include "client/service_step_source.h"
 #include "core/rpc/coordinator_call.h"
@@ -88,6 +89,11 @@ ABSL_FLAG(bool, shared_memory, sluice::SharedMemoryDefaultFromEnvironment(),
           "Service mode: read from workers on this host through shared memory (negotiated, TCP "
           "otherwise); false: TCP only. Default: true unless the environment sets "
           "SLUICE_SHARED_MEMORY=0.");
+ABSL_FLAG(bool, bulk_data, sluice::ConsumerBulkDataDefaultFromEnvironment(),
+          "Service mode: take the tensor bytes of workers that shared memory does not serve on "
+          "a TCP socket of each stream's own (the bulk data channel, negotiated; falls back to "
+          "gRPC when a worker's data port cannot be reached); false: every byte on gRPC. "
+          "Default: false unless the environment sets SLUICE_BULK_DATA=1 (opt-in for now).");
 namespace sluice {
 namespace {
 
@@ -186,6 +192,7 @@ absl::StatusOr<ServiceFlags> ReadServiceFlags() {
   }
   o.receive_budget_bytes = absl::GetFlag(FLAGS_receive_budget_bytes);
   o.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  o.bulk_data = absl::GetFlag(FLAGS_bulk_data);
   if (o.receive_budget_bytes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--receive_budget_bytes must be positive, got ",
                                                    o.receive_budget_bytes));

@@ -36,8 +36,12 @@ class BatchIterator : public OpIterator {
     // (the payloads by the allocator, the structure around the gathered ones here).
     MemoryReservation held(label());
     const std::string describe = absl::StrCat("a batch of ", batch_size_, " elements");
+    // The vector's own slots are charged as it grows (a batch of 10^9 elements would otherwise
+    // double it outside the budget until the element limit stops the batch).
     std::vector<Element> elements;
-    elements.reserve(static_cast<size_t>(std::min<int64_t>(batch_size_, 1 << 16)));
+    const int64_t initial = std::min<int64_t>(batch_size_, 1 << 10);
+    RETURN_IF_ERROR(held.Grow(initial * static_cast<int64_t>(sizeof(Element))));
+    elements.reserve(static_cast<size_t>(initial));
     slots_.BeginBatch();
     while (static_cast<int64_t>(elements.size()) < batch_size_) {
       Element e;
@@ -52,6 +56,12 @@ class BatchIterator : public OpIterator {
       if (end) break;
       RETURN_IF_ERROR(held.GrowElement(ElementFootprint(e), ElementOverhead(e), describe));
       if (elements.empty()) slots_.Learn(e);
+      if (elements.size() == elements.capacity()) {
+        const int64_t more = std::min<int64_t>(static_cast<int64_t>(elements.capacity()),
+                                               batch_size_ - static_cast<int64_t>(elements.size()));
+        RETURN_IF_ERROR(held.Grow(more * static_cast<int64_t>(sizeof(Element))));
+        elements.reserve(elements.capacity() + static_cast<size_t>(more));
+      }
       elements.push_back(std::move(e));
     }
     if (elements.empty() ||

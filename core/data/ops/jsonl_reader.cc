@@ -11,6 +11,7 @@
 #include "core/data/op_iterator.h"
 #include "core/io/input_stream.h"
 #include "core/tensor/host_memory.h"
+#include "core/data/ops/jsonl_line_scanner.h"
 #include "simdjson.h"
 
 namespace sluice {
@@ -135,15 +136,71 @@ absl::StatusOr<Tensor> KeyTensor(simdjson::dom::element v, const proto::JsonlSou
   return t;
 }
 
+}  // namespace
+
+size_t JsonlLineLimit() {
+  return static_cast<size_t>(ProcessMemoryBudget().limits().element_bytes);
+}
+
+JsonlLineParser::JsonlLineParser(proto::JsonlSource source, std::string label)
+    : source_(std::move(source)), label_(std::move(label)) {}
+JsonlLineParser::~JsonlLineParser() = default;
+
+absl::Status JsonlLineParser::Parse(const JsonlLineScanner::Line& line, absl::string_view file,
+                                    Element* out) {
+  auto line_error = [&](absl::string_view message) {
+    return MarkElementError(absl::InvalidArgumentError(
+        absl::StrCat(file, " line ", line.number, ": ", message)));
+  };
+  if (line.too_long) {
+    return line_error(absl::StrCat("the line is longer than the memory limit of one element, ",
+                                   JsonlLineLimit(), " bytes (--max_element_bytes)"));
+  }
+  if (parser_ == nullptr) {
+    auto parser = std::make_unique<simdjson::dom::parser>(JsonlLineLimit());
+    if (parser->allocate(4096, kMaxDepth) != simdjson::SUCCESS) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(label_, ": ", file, ": cannot allocate the JSON parser"));
+    }
+    parser_ = std::move(parser);
+  }
+  simdjson::dom::element doc;
+  simdjson::error_code e =
+      parser_->parse(line.data, line.length, /*realloc_if_needed=*/false).get(doc);
+  if (e != simdjson::SUCCESS) {
+    return line_error(absl::StrCat("invalid JSON: ", simdjson::error_message(e)));
+  }
+  simdjson::dom::object object;
+  if (doc.get_object().get(object) != simdjson::SUCCESS) {
+    return line_error(absl::StrCat("expected a JSON object, got ", JsonTypeName(doc.type())));
+  }
+  std::vector<std::pair<std::string, Element>> items;
+  items.reserve(source_.keys_size());
+  for (const proto::JsonlSource::Key& key : source_.keys()) {
+    simdjson::dom::element v;
+    if (object.at_key(key.name()).get(v) != simdjson::SUCCESS) {
+      return line_error(absl::StrCat("key '", key.name(), "' is missing"));
+    }
+    absl::StatusOr<Tensor> t = KeyTensor(v, key, label_);
+    if (absl::IsResourceExhausted(t.status())) return t.status();
+    if (!t.ok()) return line_error(absl::StrCat("key '", key.name(), "': ", t.status().message()));
+    items.emplace_back(key.name(), Element(*std::move(t)));
+  }
+  *out = Element::Dict(std::move(items));
+  return absl::OkStatus();
+}
+
+namespace {
+
 class JsonlIterator : public OpIterator {
  public:
   JsonlIterator(std::string label, proto::JsonlSource source)
-      : OpIterator(std::move(label)), source_(std::move(source)) {}
+      : OpIterator(label), parser_(source, label), source_(std::move(source)) {}
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
     while (true) {
-      if (stream_ == nullptr) {
+      if (!open_) {
         if (next_file_ >= source_.filenames_size()) {
           *end_of_sequence = true;
           return absl::OkStatus();
@@ -151,169 +208,49 @@ class JsonlIterator : public OpIterator {
         absl::Status s = OpenFile(source_.filenames(next_file_++));
         if (!s.ok()) return s;
       }
-      const char* line = nullptr;
-      size_t length = 0;
-      bool too_long = false;
+      JsonlLineScanner::Line line;
       bool have = false;
-      absl::Status s = NextLine(&line, &length, &too_long, &have);
-      if (!s.ok()) return s;
-      if (!have) continue;  // the file ended; the next one
-      if (too_long) {
-        const int64_t limit = ProcessMemoryBudget().limits().element_bytes;
-        return LineError(absl::StrCat("the line is longer than the memory limit of one element, ",
-                                      limit, " bytes (--max_element_bytes)"));
+      absl::Status s = scanner_.Next(JsonlLineLimit(), &line, &have);
+      if (!s.ok()) {
+        CloseFile();
+        return OpError(s.code(), absl::StrCat(file_name_, ": ", s.message()));
       }
-      if (IsBlank(line, length)) continue;
-      return Parse(line, length, out);
+      if (!have) {  // the file ended; the next one
+        CloseFile();
+        continue;
+      }
+      if (line.blank) continue;
+      s = parser_.Parse(line, file_name_, out);
+      // Element errors get the op's name; others (RESOURCE_EXHAUSTED) pass as they are.
+      if (IsElementError(s)) return MarkElementError(InvalidArgument(s.message()));
+      return s;
     }
   }
 
  private:
-  static bool IsBlank(const char* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-      if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r') return false;
-    }
-    return true;
-  }
-
-  // The next line of the open file (without its '\n' or a trailing '\r'), readable for
-  // SIMDJSON_PADDING bytes past its end. *have is false once the file has ended (it is closed
-  // then). A line longer than the element limit is skipped to its end and reported by
-  // *too_long, without being kept.
-  absl::Status NextLine(const char** line, size_t* length, bool* too_long, bool* have) {
-    const size_t limit = static_cast<size_t>(ProcessMemoryBudget().limits().element_bytes);
-    bool skipping = false;
-    carry_size_ = 0;
-    while (true) {
-      if (pos_ < end_) {
-        const char* begin = block_.data() + pos_;
-        const char* newline = static_cast<const char*>(std::memchr(begin, '\n', end_ - pos_));
-        const size_t n = newline != nullptr ? static_cast<size_t>(newline - begin) : end_ - pos_;
-        pos_ += n + (newline != nullptr ? 1 : 0);
-        if (newline != nullptr) ++line_number_;
-        if (newline != nullptr && carry_size_ == 0 && !skipping) {
-          *line = begin;
-          *length = TrimCr(begin, n);
-          *too_long = n > limit;
-          *have = true;
-          return absl::OkStatus();
-        }
-        if (!skipping && carry_size_ + n > limit) {
-          skipping = true;
-          carry_size_ = 0;
-          carry_.clear();
-          carry_.shrink_to_fit();
-        }
-        if (!skipping) Append(begin, n);
-        if (newline != nullptr) return FinishCarried(line, length, too_long, have, skipping);
-        continue;
-      }
-      absl::StatusOr<size_t> n = stream_->Read(block_.data(), kBlockBytes);
-      if (!n.ok()) {
-        const std::string file = stream_->name();
-        CloseFile();
-        return OpError(n.status().code(), absl::StrCat(file, ": ", n.status().message()));
-      }
-      pos_ = 0;
-      end_ = *n;
-      if (*n == 0) {
-        // A last line without '\n' is still a line.
-        const bool pending = carry_size_ > 0 || skipping;
-        if (pending) ++line_number_;
-        if (pending) return FinishCarried(line, length, too_long, have, skipping);
-        CloseFile();
-        *have = false;
-        return absl::OkStatus();
-      }
-    }
-  }
-
-  absl::Status FinishCarried(const char** line, size_t* length, bool* too_long, bool* have,
-                             bool skipping) {
-    *have = true;
-    *too_long = skipping;
-    carry_.resize(carry_size_ + simdjson::SIMDJSON_PADDING);
-    *line = carry_.data();
-    *length = TrimCr(carry_.data(), carry_size_);
-    return absl::OkStatus();
-  }
-
-  void Append(const char* p, size_t n) {
-    if (carry_.size() < carry_size_ + n) carry_.resize(carry_size_ + n);
-    std::memcpy(carry_.data() + carry_size_, p, n);
-    carry_size_ += n;
-  }
-
-  static size_t TrimCr(const char* p, size_t n) { return n > 0 && p[n - 1] == '\r' ? n - 1 : n; }
-
-  absl::Status Parse(const char* line, size_t length, Element* out) {
-    simdjson::dom::element doc;
-    simdjson::error_code e = parser_.parse(line, length, /*realloc_if_needed=*/false).get(doc);
-    if (e != simdjson::SUCCESS) {
-      return LineError(absl::StrCat("invalid JSON: ", simdjson::error_message(e)));
-    }
-    simdjson::dom::object object;
-    if (doc.get_object().get(object) != simdjson::SUCCESS) {
-      return LineError(absl::StrCat("expected a JSON object, got ", JsonTypeName(doc.type())));
-    }
-    std::vector<std::pair<std::string, Element>> items;
-    items.reserve(source_.keys_size());
-    for (const proto::JsonlSource::Key& key : source_.keys()) {
-      simdjson::dom::element v;
-      if (object.at_key(key.name()).get(v) != simdjson::SUCCESS) {
-        return LineError(absl::StrCat("key '", key.name(), "' is missing"));
-      }
-      absl::StatusOr<Tensor> t = KeyTensor(v, key, label());
-      if (absl::IsResourceExhausted(t.status())) return t.status();
-      if (!t.ok()) return LineError(absl::StrCat("key '", key.name(), "': ", t.status().message()));
-      items.emplace_back(key.name(), Element(*std::move(t)));
-    }
-    *out = Element::Dict(std::move(items));
-    return absl::OkStatus();
-  }
-
-  // An element error naming the file and the line just read.
-  absl::Status LineError(absl::string_view message) const {
-    return MarkElementError(InvalidArgument(
-        absl::StrCat(file_name_, " line ", line_number_, ": ", message)));
-  }
-
   absl::Status OpenFile(const std::string& name) {
     absl::StatusOr<std::unique_ptr<InputStream>> stream = OpenFileStream(name);
     if (!stream.ok()) return OpError(stream.status().code(), stream.status().message());
     stream_ = *std::move(stream);
     file_name_ = name;
-    if (block_.empty()) block_.resize(kBlockBytes + simdjson::SIMDJSON_PADDING);
-    if (!parser_allocated_) {
-      const size_t limit = static_cast<size_t>(ProcessMemoryBudget().limits().element_bytes);
-      parser_ = simdjson::dom::parser(limit);
-      if (parser_.allocate(4096, kMaxDepth) != simdjson::SUCCESS) {
-        return OpError(absl::StatusCode::kResourceExhausted, "cannot allocate the JSON parser");
-      }
-      parser_allocated_ = true;
-    }
-    pos_ = end_ = 0;
-    line_number_ = 0;
+    InputStream* in = stream_.get();
+    scanner_.Reset([in](char* dst, size_t n) { return in->Read(dst, n); }, 0, 0);
+    open_ = true;
     return absl::OkStatus();
   }
 
   void CloseFile() {
     stream_.reset();
-    pos_ = end_ = 0;
+    open_ = false;
   }
 
+  JsonlLineParser parser_;
   const proto::JsonlSource source_;
   int next_file_ = 0;
   std::unique_ptr<InputStream> stream_;
+  bool open_ = false;
   std::string file_name_;
-  int64_t line_number_ = 0;  // of the line last read, from 1
-  std::vector<char> block_;  // kBlockBytes + padding
-  size_t pos_ = 0;
-  size_t end_ = 0;
-  std::vector<char> carry_;  // a line that crosses blocks, padded once complete
-  size_t carry_size_ = 0;
-  simdjson::dom::parser parser_;
-  bool parser_allocated_ = false;
+  JsonlLineScanner scanner_{kBlockBytes};
 };
 
 }  // namespace

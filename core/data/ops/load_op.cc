@@ -140,7 +140,11 @@ class LoadIterator : public OpIterator {
 
   void Count(const proto::SnapshotManifest& m) {
     expected_.clear();
-    for (const proto::SnapshotChunk& c : m.chunks()) expected_[c.name()] = c.num_elements();
+    expected_bytes_.clear();
+    for (const proto::SnapshotChunk& c : m.chunks()) {
+      expected_[c.name()] = c.num_elements();
+      if (c.has_num_bytes()) expected_bytes_[c.name()] = c.num_bytes();
+    }
   }
 
   absl::Status OpenChunk(const std::string& filename) {
@@ -149,8 +153,12 @@ class LoadIterator : public OpIterator {
       return absl::DataLossError(absl::StrCat("snapshot chunk '", filename, "' is not listed in ",
                                               SnapshotManifestPath(directory())));
     }
+    SnapshotChunkReadOptions options;
+    auto bytes = expected_bytes_.find(name);
+    if (!source_.wait() && bytes != expected_bytes_.end()) options.expected_bytes = bytes->second;
     ASSIGN_OR_RETURN(reader_, SnapshotChunkReader::Open(filename, compression_,
-                                                        source_.format_version(), spec_));
+                                                        source_.format_version(), spec_,
+                                                        options));
     return absl::OkStatus();
   }
 
@@ -276,6 +284,7 @@ class LoadIterator : public OpIterator {
   size_t next_ = 0;
   std::unique_ptr<SnapshotChunkReader> reader_;
   absl::flat_hash_map<std::string, int64_t> expected_;  // chunk name -> manifest count
+  absl::flat_hash_map<std::string, int64_t> expected_bytes_;  // chunk name -> manifest size
   absl::flat_hash_map<std::string, int64_t> read_;      // chunk name -> elements read
   absl::Duration poll_ = kFirstPoll;
   std::string last_look_;  // what CheckGrowing saw last

@@ -217,6 +217,7 @@ class ParallelMapIterator : public OpIterator {
   // Waits for this map's closures running on the pool, not for those still queued (they then
   // do nothing): a map destroyed on a pool thread must not wait for work queued behind it.
   ~ParallelMapIterator() override {
+    cancel_wake_.reset();  // before mu_ is taken: a running wake-up takes it
     {
       absl::MutexLock lock(&mu_);
       cancelled_ = true;
@@ -232,6 +233,7 @@ class ParallelMapIterator : public OpIterator {
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    WatchCancellation();
     TakeRowsOfBatch();
     int64_t n = 0;
     absl::Status s = Next(0, out, &n, end_of_sequence);
@@ -243,6 +245,7 @@ class ParallelMapIterator : public OpIterator {
 
   absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
                                     bool* end_of_sequence) override {
+    WatchCancellation();
     if (pull_on_pool_) return NextPulledOnPool(max_elements, out, n, end_of_sequence);
     return Next(max_elements, out, n, end_of_sequence);
   }
@@ -267,6 +270,20 @@ class ParallelMapIterator : public OpIterator {
     int64_t next_row = 0;    // the next row of the mapped block the consumer takes
   };
 
+  // From the first call on, a cancelled token (core/data/cancellation.h) wakes the consumer
+  // waiting for a unit, which then returns CANCELLED without waiting for it (the pool's jobs
+  // finish the element they map, and their next pull from the input is CANCELLED).
+  void WatchCancellation() ABSL_LOCKS_EXCLUDED(mu_) {
+    if (cancel_wake_ != nullptr || cancellation() == nullptr) return;
+    cancel_wake_ = std::make_unique<ScopedCancelWake>(cancellation(), [this] {
+      absl::MutexLock lock(&mu_);
+      done_.SignalAll();
+    });
+  }
+  bool CancelledNow() const {
+    return cancellation() != nullptr && cancellation()->cancelled();
+  }
+
   // The next output: an element (max_elements == 0) or a block of at most max_elements rows.
   absl::Status Next(int64_t max_elements, Element* out, int64_t* n, bool* end_of_sequence) {
     const bool bulk = max_elements > 0;
@@ -284,6 +301,7 @@ class ParallelMapIterator : public OpIterator {
       std::shared_ptr<Unit> help;
       {
         absl::MutexLock lock(&mu_);
+        if (CancelledNow()) return cancellation()->Check(label());
         if (units_.empty()) {
           // Every earlier output is taken: now the input's end or its error.
           if (terminal_.ok()) *end_of_sequence = true;
@@ -335,6 +353,7 @@ class ParallelMapIterator : public OpIterator {
       int64_t schedule = 0;
       {
         absl::MutexLock lock(&mu_);
+        if (CancelledNow()) return cancellation()->Check(label());
         // The largest slice asked for so far: a batch asks for its remaining rows after each
         // block, and blocks that shrink with them would cost more hand-offs per batch.
         unit_rows_ = std::max(unit_rows_, (max_elements + parallelism_ - 1) / parallelism_);
@@ -814,7 +833,8 @@ class ParallelMapIterator : public OpIterator {
   bool input_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status terminal_ ABSL_GUARDED_BY(mu_);  // the input's error once input_done_
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  absl::CondVar done_;  // a unit finished
+  absl::CondVar done_;  // a unit finished, or the token was cancelled
+  std::unique_ptr<ScopedCancelWake> cancel_wake_;  // set by the consumer's first call
   // Units that may run at once: max_parallelism_, or AUTOTUNE's current choice.
   int64_t parallelism_ ABSL_GUARDED_BY(mu_);
   // AUTOTUNE's measurements over the current period (outputs counted in elements).

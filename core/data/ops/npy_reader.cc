@@ -1,14 +1,7 @@
 #include "core/data/ops/npy_reader.h"
 
 #include <algorithm>
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -17,9 +10,9 @@
 #include "core/data/op_iterator.h"
 #include "core/data/shape_limits.h"
 #include "core/format/python_literal.h"
-#include "core/io/confined_open.h"
 #include "core/io/file_system.h"
 #include "core/io/input_stream.h"
+#include "core/io/mapped_file.h"
 #include "core/util/status_macros.h"
 #include "proto/dataset.pb.h"
 
@@ -32,11 +25,6 @@ constexpr uint32_t kMaxHeaderBytes = 1 << 20;
 
 absl::Status BadFile(const std::string& file, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("npy file '", file, "': ", why));
-}
-
-absl::Status OpenError(const std::string& file, int err) {
-  return absl::Status(absl::ErrnoToStatusCode(err),
-                      absl::StrCat("cannot open npy file '", file, "': ", std::strerror(err)));
 }
 
 absl::StatusOr<DType> DTypeOfDescr(const std::string& file, const std::string& descr,
@@ -60,23 +48,6 @@ absl::StatusOr<DType> DTypeOfDescr(const std::string& file, const std::string& d
   return BadFile(file, absl::StrCat("unsupported dtype '", descr,
                                     "' (Sluice reads bool, integer and float arrays)"));
 }
-
-// A read-only mapping of a whole file, shared by the tensors that view it.
-class MappedFile : public TensorBuffer {
- public:
-  MappedFile(void* data, size_t size) : data_(data), size_(size) {}
-  ~MappedFile() override {
-    if (data_ != nullptr) ::munmap(data_, size_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  void* data() override { return data_; }
-  size_t size() const override { return size_; }
-
- private:
-  void* data_;
-  size_t size_;
-};
 
 class NpyIterator : public OpIterator {
  public:
@@ -172,31 +143,13 @@ class NpyIterator : public OpIterator {
     const uint64_t need = header_.data_offset + static_cast<uint64_t>(rows_) *
                                                     row_shape_.num_elements() * DTypeSize(dtype_);
     if (!IsLocalPath(file)) return ReadWhole(file, need);
-    const std::string path = LocalPathOf(file);
-    absl::StatusOr<int> opened = OpenLocalFile(path, O_RDONLY);  // confined to the data roots
-    if (!opened.ok()) {
-      return absl::Status(opened.status().code(), absl::StrCat("cannot open npy file '", file,
-                                                               "': ", opened.status().message()));
+    absl::StatusOr<std::shared_ptr<MappedFile>> mapped = MappedFile::Map(file);
+    if (!mapped.ok()) {
+      return absl::Status(mapped.status().code(), absl::StrCat("cannot open npy file '", file,
+                                                               "': ", mapped.status().message()));
     }
-    const int fd = *opened;
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
-      ::close(fd);
-      return OpenError(file, err);
-    }
-    if (static_cast<uint64_t>(st.st_size) < need) {
-      ::close(fd);
-      return Truncated(file, need, st.st_size);
-    }
-    void* data = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-    const int err = errno;
-    ::close(fd);
-    if (data == MAP_FAILED) {
-      return absl::Status(absl::ErrnoToStatusCode(err),
-                          absl::StrCat("cannot map npy file '", file, "': ", std::strerror(err)));
-    }
-    mapping_ = std::make_shared<MappedFile>(data, static_cast<size_t>(st.st_size));
+    if ((*mapped)->size() < need) return Truncated(file, need, (*mapped)->size());
+    mapping_ = *std::move(mapped);
     return absl::OkStatus();
   }
 

@@ -37,6 +37,10 @@ class PermutedSourceIterator : public OpIterator {
       return absl::OkStatus();
     }
     absl::StatusOr<Element> e = inner_->Get((*permutation_)(next_));
+    if (IsElementError(e.status())) {  // a bad jsonl line: only this element is spoiled
+      ++next_;
+      return MarkElementError(OpError(e.status().code(), e.status().message()));
+    }
     if (!e.ok()) return OpError(e.status().code(), e.status().message());
     ++next_;
     *out = *std::move(e);

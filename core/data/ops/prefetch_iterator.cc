@@ -28,7 +28,7 @@ struct PrefetchIterator::State : std::enable_shared_from_this<State> {
   MemoryReservation held ABSL_GUARDED_BY(mu);          // their sum
   bool finished ABSL_GUARDED_BY(mu) = false;  // the input ended or failed
   absl::Status final_status ABSL_GUARDED_BY(mu);  // OK means end of sequence
-  bool cancelled ABSL_GUARDED_BY(mu) = false;
+  bool cancelled ABSL_GUARDED_BY(mu) = false;  // the iterator is being destroyed
   bool started ABSL_GUARDED_BY(mu) = false;
   Puller puller ABSL_GUARDED_BY(mu) = Puller::kNone;
   int64_t ticket ABSL_GUARDED_BY(mu) = 0;  // the queued job's; bumped when the caller takes over
@@ -78,12 +78,22 @@ struct PrefetchIterator::State : std::enable_shared_from_this<State> {
 };
 
 PrefetchIterator::PrefetchIterator(std::unique_ptr<Iterator> input, int64_t buffer_size,
-                                   std::string label, ThreadPool* pool)
+                                   std::string label, ThreadPool* pool,
+                                   std::shared_ptr<CancellationToken> cancellation)
     : state_(std::make_shared<State>(std::move(input), std::max<int64_t>(buffer_size, 1),
                                      std::move(label),
-                                     pool != nullptr ? pool : &ProcessThreadPool())) {}
+                                     pool != nullptr ? pool : &ProcessThreadPool())),
+      cancellation_(std::move(cancellation)) {
+  if (cancellation_ != nullptr) {
+    cancel_wake_ = std::make_unique<ScopedCancelWake>(cancellation_.get(), [s = state_.get()] {
+      absl::MutexLock lock(&s->mu);
+      s->changed.SignalAll();
+    });
+  }
+}
 
 PrefetchIterator::~PrefetchIterator() {
+  cancel_wake_.reset();  // before s.mu is taken: a running wake-up takes it
   State& s = *state_;
   std::unique_ptr<Iterator> input;
   {
@@ -105,7 +115,13 @@ absl::Status PrefetchIterator::GetNext(Element* out, bool* end_of_sequence) {
     s.started = true;
     s.ScheduleLocked();
   }
-  while (s.queue.empty() && !s.finished) {
+  while (true) {
+    if (cancellation_ != nullptr && cancellation_->cancelled()) {
+      // The pool's puller (if any) finds its input cancelled at its next pull; what it
+      // queued is dropped with the iterator.
+      return cancellation_->Check(s.label);
+    }
+    if (!s.queue.empty() || s.finished) break;
     if (s.puller == State::Puller::kPool) {
       s.changed.Wait(&s.mu);
       continue;

@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "core/data/cancellation.h"
 #include "core/data/iterator.h"
 #include "core/data/memory_budget.h"
 
@@ -28,6 +29,10 @@ class ThreadPool;  // core/util/thread_pool.h
 // pool of any size. Elements, then the input's error or end of sequence, come out in the
 // input's order; the error or end then repeats.
 //
+// Cancellation (core/data/cancellation.h): once `cancellation` is cancelled, GetNext returns
+// CANCELLED at once, also while a pool thread is in the middle of pulling an element (the
+// element it pulls is dropped, and its input returns CANCELLED at its next pull).
+//
 // The destructor stops reading ahead and returns promptly, also mid-stream: the only wait is
 // for an input GetNext call in progress on a pool thread (a job still queued then does nothing).
 //
@@ -37,9 +42,11 @@ class PrefetchIterator : public Iterator {
  public:
   // Requires buffer_size > 0. The queued elements count against the process's memory budget
   // (core/data/memory_budget.h); `label` names the op when they would exceed it. `pool`:
-  // borrowed, must outlive the iterator; null: ProcessThreadPool().
+  // borrowed, must outlive the iterator; null: ProcessThreadPool(). `cancellation`: the
+  // pipeline's token (ExecutorOptions::cancellation), or null.
   PrefetchIterator(std::unique_ptr<Iterator> input, int64_t buffer_size,
-                   std::string label = "prefetch", ThreadPool* pool = nullptr);
+                   std::string label = "prefetch", ThreadPool* pool = nullptr,
+                   std::shared_ptr<CancellationToken> cancellation = nullptr);
   ~PrefetchIterator() override;
   PrefetchIterator(const PrefetchIterator&) = delete;
   PrefetchIterator& operator=(const PrefetchIterator&) = delete;
@@ -52,6 +59,10 @@ class PrefetchIterator : public Iterator {
  private:
   struct State;  // shared with the pool's jobs (prefetch_iterator.cc)
   std::shared_ptr<State> state_;
+  std::shared_ptr<CancellationToken> cancellation_;
+  // Wakes a GetNext waiting for the pool's puller when the token is cancelled. Declared last:
+  // unregistered first, while state_ lives.
+  std::unique_ptr<ScopedCancelWake> cancel_wake_;
 };
 
 }  // namespace sluice

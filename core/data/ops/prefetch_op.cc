@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/cancellation.h"
 #include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/prefetch_iterator.h"
@@ -40,7 +41,9 @@ SLUICE_REGISTER_OPS(prefetch_op) {
     }
     if (n == 0) return input;  // prefetch(0) is a no-op, as in TF
     return IteratorFactory([label, input, n]() -> std::unique_ptr<Iterator> {
-      return std::make_unique<PrefetchIterator>(input(), n, label);
+      // Built where its pipeline's op iterators are: the executor's context holds the token.
+      return std::make_unique<PrefetchIterator>(input(), n, label, /*pool=*/nullptr,
+                                                CurrentCancellation());
     });
   };
   r.keeps_batch_size = true;

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -15,6 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/data/op_registry.h"
+#include "core/data/ops/jsonl_line_index.h"
+#include "core/data/ops/jsonl_line_scanner.h"
+#include "core/data/ops/jsonl_reader.h"
 #include "core/data/ops/npy_reader.h"
 #include "core/data/ops/record_iterators.h"
 #include "core/data/spec_inference.h"
@@ -53,13 +57,21 @@ absl::Status BadIndex(int64_t index, int64_t size) {
       absl::StrCat("random access: element ", index, " is outside [0, ", size, ")"));
 }
 
-// ---- Record index cache ----
+// ---- Index caches ----
 
-// Record indexes by file name (and cache folder), so that a worker opening the same files for
-// one range after another loads each index once. Entries are checked against the file's current
-// size and mtime. Above kMaxOffsets cached offsets, the entries least recently used are dropped,
-// but never those of the Open in progress (`use`): a dataset larger than the limit stays cached
-// whole rather than being reloaded by every range.
+// What an index holds, in 8-byte units, for the cache's limit.
+int64_t IndexUnits(const RecordIndex& index) { return index.num_records(); }
+int64_t IndexUnits(const JsonlLineIndex& index) {
+  return static_cast<int64_t>(index.checkpoints().size() * sizeof(JsonlLineIndex::Checkpoint) /
+                              sizeof(uint64_t));
+}
+
+// Indexes (RecordIndex, JsonlLineIndex) by file name (and cache folder), so that a worker opening
+// the same files for one range after another loads each index once. Entries are checked against
+// the file's current size and mtime. Above kMaxUnits cached units, the entries least recently
+// used are dropped, but never those of the Open in progress (`use`): a dataset larger than the
+// limit stays cached whole rather than being reloaded by every range.
+template <typename Index>
 class IndexCache {
  public:
   static IndexCache& Get() {
@@ -73,10 +85,12 @@ class IndexCache {
     return ++last_use_;
   }
 
-  absl::StatusOr<std::shared_ptr<const RecordIndex>> LoadOrBuild(
-      const std::string& file, const RecordIndexOptions& options, uint64_t use) {
+  // The cached index of `file` under `key` when the file's size and mtime are those it was made
+  // from, else build()'s.
+  absl::StatusOr<std::shared_ptr<const Index>> LoadOrBuild(
+      const std::string& file, const std::string& key,
+      const std::function<absl::StatusOr<Index>()>& build, uint64_t use) {
     ASSIGN_OR_RETURN(FileStat stat, StatFile(file));
-    const std::string key = absl::StrCat(file, std::string(1, '\0'), options.cache_dir);
     {
       absl::MutexLock lock(&mu_);
       auto it = entries_.find(key);
@@ -86,23 +100,23 @@ class IndexCache {
         return it->second.index;
       }
     }
-    ASSIGN_OR_RETURN(RecordIndex index, RecordIndex::LoadOrBuild(file, options));
-    auto shared = std::make_shared<const RecordIndex>(std::move(index));
+    ASSIGN_OR_RETURN(Index index, build());
+    auto shared = std::make_shared<const Index>(std::move(index));
     absl::MutexLock lock(&mu_);
     Entry& entry = entries_[key];
-    if (entry.index != nullptr) offsets_ -= entry.index->num_records();
+    if (entry.index != nullptr) units_ -= IndexUnits(*entry.index);
     entry.index = shared;
     entry.last_use = use;
-    offsets_ += shared->num_records();
-    if (offsets_ > kMaxOffsets) EvictLocked(use);
+    units_ += IndexUnits(*shared);
+    if (units_ > kMaxUnits) EvictLocked(use);
     return shared;
   }
 
  private:
-  static constexpr int64_t kMaxOffsets = int64_t{1} << 25;  // 256 MiB of offsets
+  static constexpr int64_t kMaxUnits = int64_t{1} << 25;  // 256 MiB
 
   struct Entry {
-    std::shared_ptr<const RecordIndex> index;
+    std::shared_ptr<const Index> index;
     uint64_t last_use = 0;
   };
 
@@ -113,16 +127,16 @@ class IndexCache {
     }
     std::sort(victims.begin(), victims.end());
     for (const auto& [last_use, key] : victims) {
-      if (offsets_ <= kMaxOffsets) break;
+      if (units_ <= kMaxUnits) break;
       auto it = entries_.find(key);
-      offsets_ -= it->second.index->num_records();
+      units_ -= IndexUnits(*it->second.index);
       entries_.erase(it);
     }
   }
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
-  int64_t offsets_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t units_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_use_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -138,6 +152,9 @@ class FileHandles {
   FileHandles& operator=(const FileHandles&) = delete;
 
   const std::string& name(size_t file) const { return names_[file]; }
+
+  // File `file`, open until another Open or ReadAt closes it (at most kMaxOpen stay open).
+  absl::StatusOr<RandomAccessFile*> Open(size_t file) { return File(file); }
 
   // Reads exactly `n` bytes at `offset` of file `file` into `dst`. A file shorter than that is
   // DATA_LOSS (it changed since it was indexed).
@@ -398,6 +415,119 @@ class NpyAccess : public RandomAccessSource {
   const FileLayout layout_;
 };
 
+// Element i of jsonl_dataset: the non-blank line found by reading forward from the last
+// checkpoint of its file's line index at or before it, or from where the previous Get stopped
+// when that is on the way (reading a range in order reads each line once).
+class JsonlAccess : public RandomAccessSource {
+ public:
+  JsonlAccess(const proto::JsonlSource& source, std::vector<std::string> files,
+              std::vector<std::shared_ptr<const JsonlLineIndex>> indexes, FileLayout layout)
+      : parser_(source, "jsonl_dataset"),
+        files_(std::move(files)),
+        indexes_(std::move(indexes)),
+        layout_(std::move(layout)) {}
+  int64_t size() const override { return layout_.size(); }
+
+  absl::StatusOr<Element> Get(int64_t index) override {
+    if (index < 0 || index >= layout_.size()) return BadIndex(index, layout_.size());
+    const auto [file, element] = layout_.Locate(index);
+    const JsonlLineIndex& idx = *indexes_[file];
+    const size_t checkpoint = idx.CheckpointBefore(element);
+    const bool on_the_way = cursor_file_ == static_cast<int64_t>(file) &&
+                            cursor_element_ <= element &&
+                            cursor_element_ >= idx.checkpoints()[checkpoint].element;
+    if (!on_the_way) {
+      absl::Status s = Seek(file, checkpoint);
+      if (!s.ok()) return Fail(file, s);
+    }
+    while (true) {
+      JsonlLineScanner::Line line;
+      bool have = false;
+      // Lines before the one asked for are only counted, never kept.
+      const size_t limit = cursor_element_ == element ? JsonlLineLimit() : 0;
+      absl::Status s = scanner_.Next(limit, &line, &have);
+      if (!s.ok()) return Fail(file, s);
+      if (!have) {
+        return Fail(file, Changed(absl::StrCat("it ends before its element ", element,
+                                               " (its index counted ", idx.num_elements(), ")")));
+      }
+      if (line.blank) continue;
+      s = CheckCheckpoint(idx, line);
+      if (!s.ok()) return Fail(file, s);
+      if (cursor_element_++ < element) continue;
+      Element out;
+      RETURN_IF_ERROR(parser_.Parse(line, files_.name(file), &out));
+      return out;
+    }
+  }
+
+ private:
+  static constexpr size_t kBlockBytes = JsonlLineIndex::kDefaultSpacingBytes;
+
+  static absl::Status Changed(absl::string_view why) {
+    return absl::DataLossError(
+        absl::StrCat(why, ": did the file change since its lines were indexed?"));
+  }
+
+  // `s` naming the file; the next Get seeks.
+  absl::Status Fail(size_t file, const absl::Status& s) {
+    cursor_file_ = -1;
+    return absl::Status(s.code(),
+                        absl::StrCat("jsonl_dataset: file ", files_.name(file), ": ", s.message()));
+  }
+
+  // Reads from checkpoint `c` of `file`, one byte early: a checkpoint starts a line, so that byte
+  // must be a '\n', which the scanner returns as an empty line of its own.
+  absl::Status Seek(size_t file, size_t c) {
+    ASSIGN_OR_RETURN(RandomAccessFile * f, files_.Open(file));
+    const JsonlLineIndex::Checkpoint& cp = indexes_[file]->checkpoints()[c];
+    const uint64_t start = cp.offset > 0 ? cp.offset - 1 : 0;
+    scanner_.Reset(
+        [f, offset = start](char* dst, size_t n) mutable -> absl::StatusOr<size_t> {
+          ASSIGN_OR_RETURN(size_t done, f->ReadAt(offset, dst, n));
+          offset += done;
+          return done;
+        },
+        start, cp.offset > 0 ? cp.line - 2 : 0);
+    cursor_file_ = static_cast<int64_t>(file);
+    cursor_element_ = cp.element;
+    next_check_ = c;
+    if (cp.offset == 0) return absl::OkStatus();
+    JsonlLineScanner::Line before;
+    bool have = false;
+    RETURN_IF_ERROR(scanner_.Next(0, &before, &have));
+    if (!have || scanner_.next_offset() != cp.offset) {
+      return Changed(absl::StrCat("line ", cp.line, " no longer starts at byte offset ",
+                                  cp.offset));
+    }
+    return absl::OkStatus();
+  }
+
+  // Each checkpoint passed must still start its element's line.
+  absl::Status CheckCheckpoint(const JsonlLineIndex& idx, const JsonlLineScanner::Line& line) {
+    const auto& cps = idx.checkpoints();
+    if (next_check_ >= cps.size() || cps[next_check_].element != cursor_element_) {
+      return absl::OkStatus();
+    }
+    const JsonlLineIndex::Checkpoint& cp = cps[next_check_++];
+    if (line.offset != cp.offset || line.number != cp.line) {
+      return Changed(absl::StrCat("its element ", cp.element, " was line ", cp.line,
+                                  " at byte offset ", cp.offset, " and is now line ",
+                                  line.number, " at byte offset ", line.offset));
+    }
+    return absl::OkStatus();
+  }
+
+  JsonlLineParser parser_;
+  FileHandles files_;
+  const std::vector<std::shared_ptr<const JsonlLineIndex>> indexes_;
+  const FileLayout layout_;
+  JsonlLineScanner scanner_{kBlockBytes};
+  int64_t cursor_file_ = -1;    // the file the scanner reads, -1: none (the next Get seeks)
+  int64_t cursor_element_ = 0;  // the element the scanner's next non-blank line is
+  size_t next_check_ = 0;       // the next checkpoint of cursor_file_ to check
+};
+
 absl::StatusOr<int64_t> RangeSize(const proto::RangeSource& r) {
   if (r.step() == 0) return absl::InvalidArgumentError("range: step must not be 0");
   __int128 start = r.start(), stop = r.stop(), step = r.step();
@@ -441,10 +571,14 @@ absl::StatusOr<std::unique_ptr<RandomAccessSource>> OpenTFRecord(
   std::vector<std::string> files(s.filenames().begin(), s.filenames().end());
   std::vector<std::shared_ptr<const RecordIndex>> indexes;
   FileLayout layout;
-  const uint64_t use = IndexCache::Get().NewUse();
+  IndexCache<RecordIndex>& cache = IndexCache<RecordIndex>::Get();
+  const uint64_t use = cache.NewUse();
   for (const std::string& f : files) {
     ASSIGN_OR_RETURN(std::shared_ptr<const RecordIndex> index,
-                     IndexCache::Get().LoadOrBuild(f, index_options, use));
+                     cache.LoadOrBuild(f, absl::StrCat(f, std::string(1, '\0'),
+                                                       index_options.cache_dir),
+                                       [&] { return RecordIndex::LoadOrBuild(f, index_options); },
+                                       use));
     layout.AddFile(index->num_records());
     indexes.push_back(std::move(index));
   }
@@ -516,6 +650,24 @@ absl::StatusOr<std::unique_ptr<RandomAccessSource>> OpenNpy(const proto::NpySour
       std::move(files), std::move(headers), dtype, row_shape, std::move(layout)));
 }
 
+absl::StatusOr<std::unique_ptr<RandomAccessSource>> OpenJsonl(const proto::JsonlSource& s) {
+  RETURN_IF_ERROR(JsonlSourceSpec(s).status());
+  std::vector<std::string> files(s.filenames().begin(), s.filenames().end());
+  std::vector<std::shared_ptr<const JsonlLineIndex>> indexes;
+  FileLayout layout;
+  IndexCache<JsonlLineIndex>& cache = IndexCache<JsonlLineIndex>::Get();
+  const uint64_t use = cache.NewUse();
+  for (const std::string& f : files) {
+    ASSIGN_OR_RETURN(std::shared_ptr<const JsonlLineIndex> index,
+                     cache.LoadOrBuild(f, f, [&] { return JsonlLineIndex::Build(f); }, use));
+    layout.AddFile(index->num_elements());
+    indexes.push_back(std::move(index));
+  }
+  layout.Unrestricted();
+  return std::unique_ptr<RandomAccessSource>(
+      new JsonlAccess(s, std::move(files), std::move(indexes), std::move(layout)));
+}
+
 }  // namespace
 
 absl::Status CheckUncompressedRandomAccess(const proto::SourceDef& source,
@@ -560,6 +712,8 @@ absl::StatusOr<std::unique_ptr<RandomAccessSource>> RandomAccessSource::Open(
       return OpenFixedLength(source.fixed_length_record());
     case proto::SourceDef::kNpy:
       return OpenNpy(source.npy());
+    case proto::SourceDef::kJsonl:
+      return OpenJsonl(source.jsonl());
     default:
       break;
   }

@@ -13,11 +13,17 @@
 //   fixed_length_record_dataset uncompressed only: header_bytes + i * record_bytes of its file
 //   npy_dataset                 row i over the files in order, read with pread (byte-swapped
 //                               when the file's byte order is not the machine's)
+//   jsonl_dataset               the i-th non-blank line over the files in order, read forward
+//                               from the last checkpoint before it of its file's sparse line
+//                               index (ops/jsonl_line_index.h, built and cached on first use),
+//                               or from where the previous Get stopped; a bad line is the same
+//                               element error, naming file and line, as in order
 // A record_range (tf_record, fixed_length_record) is honoured: element i is record start + i
 // counted over the files, and size() is what the range keeps of them.
 //
 // Not supported (FAILED_PRECONDITION naming the source and why): text_line_dataset and
-// csv_dataset (a line's position is known only by reading the lines before it), list_files
+// csv_dataset (a line's position is known only by reading the lines before it: TF's text
+// semantics, header rows and quoted newlines, are theirs to index), list_files
 // (its elements exist only once its patterns are expanded), compressed record files (a
 // compressed stream is read from its start), permuted (already a range of a global order).
 //
@@ -42,8 +48,9 @@ class RandomAccessSource {
  public:
   // FAILED_PRECONDITION for the unsupported sources above (CheckRandomAccess); INVALID_ARGUMENT
   // for bad source arguments (no files, step 0, ...); NOT_FOUND naming a missing file;
-  // DATA_LOSS naming a corrupt file while indexing. Opens (and indexes) every file to count its
-  // elements. Record indexes are cached per process by file name, size and modification time,
+  // DATA_LOSS naming a corrupt file while indexing; ABORTED naming a jsonl file that changed
+  // while its lines were indexed. Opens (and indexes) every file to count its elements. Record
+  // and line indexes are cached per process by file name, size and modification time,
   // so opening the same files again (one range after another) costs a stat per file.
   static absl::StatusOr<std::unique_ptr<RandomAccessSource>> Open(
       const proto::SourceDef& source);
@@ -56,8 +63,10 @@ class RandomAccessSource {
   // The number of elements.
   virtual int64_t size() const = 0;
   // Element `index` (0 <= index < size(), else INVALID_ARGUMENT). Errors name the file and the
-  // record: DATA_LOSS for a checksum mismatch or a file that changed since it was indexed,
-  // the errno's code for a failed read. Not thread-safe.
+  // record (jsonl: the line): DATA_LOSS for a checksum mismatch or a file that changed since it
+  // was indexed, the errno's code for a failed read; a jsonl line that is no element (bad JSON,
+  // a missing key, ...) is the element error (IsElementError) jsonl_reader.h describes. Not
+  // thread-safe.
   virtual absl::StatusOr<Element> Get(int64_t index) = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/budgeted_vector.h"
 #include "core/data/memory_budget.h"
 #include "core/data/op_iterator.h"
 #include "core/util/status_macros.h"
@@ -29,11 +30,12 @@ class ShuffleIterator : public OpIterator {
         input_(std::move(input)),
         buffer_size_(buffer_size),
         rng_(generator_seed),
-        held_(OpIterator::label()) {}
+        held_(OpIterator::label()),
+        buffer_(&held_, std::min<int64_t>(buffer_size, kChunkSlots)) {}
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
-    while (!input_ended_ && static_cast<int64_t>(buffer_.size()) < buffer_size_) {
+    while (!input_ended_ && buffer_.size() < buffer_size_) {
       Element e;
       bool end = false;
       absl::Status s = input_->GetNext(&e, &end);
@@ -44,34 +46,42 @@ class ShuffleIterator : public OpIterator {
       }
       const int64_t footprint = ElementOverhead(e);  // the payload is the allocator's
       RETURN_IF_ERROR(held_.Grow(footprint));
-      buffer_.push_back(std::move(e));
-      footprints_.push_back(footprint);
+      absl::Status pushed = buffer_.PushBack(Slot{std::move(e), footprint});
+      if (!pushed.ok()) {
+        held_.Shrink(footprint);
+        return pushed;
+      }
     }
     if (buffer_.empty()) {
       *end_of_sequence = true;
       return absl::OkStatus();
     }
-    size_t slot = static_cast<size_t>(UniformBelow(rng_, buffer_.size()));
-    *out = std::move(buffer_[slot]);
+    const int64_t slot = static_cast<int64_t>(UniformBelow(rng_, buffer_.size()));
+    *out = std::move(buffer_[slot].element);
     // The slot is refilled on the next call; moving the last element into it keeps the buffer
     // dense, which only relabels slots and does not change the distribution.
-    held_.Shrink(footprints_[slot]);
-    if (slot + 1 != buffer_.size()) {
-      buffer_[slot] = std::move(buffer_.back());
-      footprints_[slot] = footprints_.back();
-    }
-    buffer_.pop_back();
-    footprints_.pop_back();
+    held_.Shrink(buffer_[slot].footprint);
+    if (slot + 1 != buffer_.size()) buffer_[slot] = std::move(buffer_.back());
+    buffer_.PopBack();
     return absl::OkStatus();
   }
 
  private:
   std::unique_ptr<Iterator> input_;
   const int64_t buffer_size_;
+  // A buffered element and its ElementOverhead (what held_ was charged for it).
+  struct Slot {
+    Element element;
+    int64_t footprint = 0;
+  };
+  // Slots per chunk of the buffer's storage (core/data/budgeted_vector.h): ~0.7 MB of slots, so
+  // a huge buffer_size grows in steps the budget sees, and a small one allocates what it holds.
+  static constexpr int64_t kChunkSlots = 4096;
+
   std::mt19937_64 rng_;
-  std::vector<Element> buffer_;
-  std::vector<int64_t> footprints_;  // ElementOverhead of each buffer_ slot
-  MemoryReservation held_;           // their sum, from the process's memory budget
+  // From the process's memory budget: the elements' ElementOverhead and buffer_'s storage.
+  MemoryReservation held_;
+  BudgetedVector<Slot> buffer_;  // declared after held_, which it charges
   bool input_ended_ = false;
 };
 

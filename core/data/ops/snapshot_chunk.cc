@@ -14,6 +14,7 @@
 #include "core/io/confined_open.h"
 #include "core/io/file_system.h"
 #include "core/io/input_stream.h"
+#include "core/io/mapped_file.h"
 #include "core/tensor/element_wire.h"
 #include "core/tensor/proto_convert.h"
 #include "core/tensor/raw_element.h"
@@ -142,34 +143,64 @@ absl::Status SnapshotChunkWriter::Commit() {
   return SyncLocalPath(final_.substr(0, final_.rfind('/')));
 }
 
+namespace {
+
+absl::Status CheckChunkSize(const std::string& filename, uint64_t size, int64_t expected) {
+  if (expected < 0 || size == static_cast<uint64_t>(expected)) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat("snapshot chunk '", filename, "' has ", size,
+                                          " bytes but its manifest says ", expected,
+                                          " (truncated or replaced?)"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<SnapshotChunkReader>> SnapshotChunkReader::Open(
     const std::string& filename, Compression compression, int64_t format_version,
-    ElementSpec spec) {
+    ElementSpec spec, const SnapshotChunkReadOptions& options) {
   ASSIGN_OR_RETURN(const bool raw, IsRawFormat(format_version, filename));
-  TFRecordReaderOptions options;
-  options.compression = compression;
-  ASSIGN_OR_RETURN(std::unique_ptr<TFRecordReader> reader,
-                   TFRecordReader::Open(filename, options));
+  if (options.map && raw && compression == Compression::kNone && IsLocalPath(filename)) {
+    ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::Map(filename));
+    RETURN_IF_ERROR(CheckChunkSize(filename, file->size(), options.expected_bytes));
+    return std::unique_ptr<SnapshotChunkReader>(new SnapshotChunkReader(
+        filename, nullptr, std::make_unique<MappedTFRecordReader>(std::move(file)), raw,
+        std::move(spec)));
+  }
+  if (options.expected_bytes >= 0) {
+    ASSIGN_OR_RETURN(FileStat st, StatFile(filename));
+    RETURN_IF_ERROR(CheckChunkSize(filename, st.size, options.expected_bytes));
+  }
+  TFRecordReaderOptions read;
+  read.compression = compression;
+  ASSIGN_OR_RETURN(std::unique_ptr<TFRecordReader> reader, TFRecordReader::Open(filename, read));
   return std::unique_ptr<SnapshotChunkReader>(
-      new SnapshotChunkReader(std::move(reader), raw, std::move(spec)));
+      new SnapshotChunkReader(filename, std::move(reader), nullptr, raw, std::move(spec)));
 }
 
 absl::Status SnapshotChunkReader::Next(Element* out, bool* end_of_chunk) {
-  absl::Status s = reader_->ReadRecord(&record_);
+  absl::string_view record;
+  absl::Status s;
+  if (mapped_ != nullptr) {
+    s = mapped_->Next(&record);
+  } else {
+    s = reader_->ReadRecord(&record_);
+    record = record_;
+  }
   if (absl::IsOutOfRange(s)) {
     *end_of_chunk = true;
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(s);
-  ASSIGN_OR_RETURN(*out, Decode(num_read_));
+  ASSIGN_OR_RETURN(*out, Decode(record, num_read_));
   *end_of_chunk = false;
   ++num_read_;
   return absl::OkStatus();
 }
 
-absl::StatusOr<Element> SnapshotChunkReader::Decode(int64_t index) {
+absl::StatusOr<Element> SnapshotChunkReader::Decode(absl::string_view record, int64_t index) {
   if (raw_) {
-    absl::StatusOr<Element> e = ParseRawElement(record_, spec_, filename());
+    absl::StatusOr<Element> e =
+        mapped_ != nullptr ? ParseRawElementInPlace(record, mapped_->file(), spec_, filename())
+                           : ParseRawElement(record, spec_, filename());
     if (e.ok() || absl::IsResourceExhausted(e.status())) return e;
     if (absl::IsFailedPrecondition(e.status())) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -180,7 +211,7 @@ absl::StatusOr<Element> SnapshotChunkReader::Decode(int64_t index) {
     return ChunkCorrupt(filename(), index, e.status().message());
   }
   proto::ElementProto p;
-  if (!p.ParseFromString(record_)) {
+  if (!p.ParseFromArray(record.data(), static_cast<int>(record.size()))) {
     return ChunkCorrupt(filename(), index, "is not a serialized ElementProto");
   }
   absl::StatusOr<Element> e = ConsumeElementProto(&p);

@@ -34,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/io/mapped_tfrecord_reader.h"
 #include "core/io/tfrecord_reader.h"
 #include "core/io/tfrecord_writer.h"
 #include "core/io/zlib_stream.h"
@@ -84,28 +85,58 @@ class SnapshotChunkWriter {
   std::string record_;  // reused: one allocation per chunk once it fits the largest element
 };
 
+// How a chunk is read. Mapping: an uncompressed local chunk of raw element records (format 2)
+// is mapped (core/io/mapped_file.h) instead of read: no read(2) copy, each record's checksum
+// verified in place, and every numeric component that lies aligned for its dtype in the file
+// handed out as a view of the mapping (charged to the memory budget as a copy would be,
+// core/tensor/charged_view.h; the view keeps the mapping alive after the reader and the dataset
+// are gone); strings are copied once. Compressed chunks, format 1 and object stores are read.
+//
+// SIGBUS policy: only committed chunks are opened (load() never opens a .tmp- file), and a
+// committed chunk is never written in place (it appears by rename, whole; a retried split
+// renames a new file over it, which leaves a mapping of the old one intact). What remains is a
+// foreign process truncating a chunk in place while it is mapped: `expected_bytes` (the size the
+// manifest lists) catches one truncated before it is opened; one truncated while mapped raises
+// SIGBUS, as for any mapped-file reader (LevelDB's tables). `map = false` reads instead.
+struct SnapshotChunkReadOptions {
+  // Map an uncompressed local chunk of format 2 (above); false: always read.
+  bool map = true;
+  // The chunk's size in bytes as the manifest lists it, checked before any record is read
+  // (DATA_LOSS naming the chunk and both sizes); -1: unknown (a manifest written before sizes
+  // were listed, or wait=True before the manifest is done), not checked.
+  int64_t expected_bytes = -1;
+};
+
 class SnapshotChunkReader {
  public:
   // Opens `filename` (any scheme the FileSystem layer reads), a chunk of `format_version` (0 or
   // 1: ElementProto records; 2: raw element records; INVALID_ARGUMENT otherwise). NOT_FOUND
-  // naming it.
-  static absl::StatusOr<std::unique_ptr<SnapshotChunkReader>> Open(const std::string& filename,
-                                                                   Compression compression,
-                                                                   int64_t format_version,
-                                                                   ElementSpec spec);
+  // naming it; DATA_LOSS when its size is not options.expected_bytes.
+  static absl::StatusOr<std::unique_ptr<SnapshotChunkReader>> Open(
+      const std::string& filename, Compression compression, int64_t format_version,
+      ElementSpec spec, const SnapshotChunkReadOptions& options = {});
   // The next element; *end_of_chunk at the clean end of the file. Errors above.
   absl::Status Next(Element* out, bool* end_of_chunk);
   int64_t num_read() const { return num_read_; }
-  const std::string& filename() const { return reader_->filename(); }
+  const std::string& filename() const { return filename_; }
+  // Whether the chunk is mapped (SnapshotChunkReadOptions) rather than read.
+  bool mapped() const { return mapped_ != nullptr; }
 
  private:
-  SnapshotChunkReader(std::unique_ptr<TFRecordReader> reader, bool raw, ElementSpec spec)
-      : reader_(std::move(reader)), raw_(raw), spec_(std::move(spec)) {}
+  SnapshotChunkReader(std::string filename, std::unique_ptr<TFRecordReader> reader,
+                      std::unique_ptr<MappedTFRecordReader> mapped, bool raw, ElementSpec spec)
+      : filename_(std::move(filename)),
+        reader_(std::move(reader)),
+        mapped_(std::move(mapped)),
+        raw_(raw),
+        spec_(std::move(spec)) {}
 
-  // The element a record of the chunk's format holds, checked against spec_.
-  absl::StatusOr<Element> Decode(int64_t index);
+  // The element `record` of the chunk's format holds, checked against spec_.
+  absl::StatusOr<Element> Decode(absl::string_view record, int64_t index);
 
-  std::unique_ptr<TFRecordReader> reader_;
+  const std::string filename_;
+  std::unique_ptr<TFRecordReader> reader_;         // null when mapped
+  std::unique_ptr<MappedTFRecordReader> mapped_;  // null when read
   const bool raw_;
   const ElementSpec spec_;
   std::string record_;  // reused: read without a zero-fill once it fits the largest record

@@ -114,6 +114,10 @@ absl::StatusOr<proto::SnapshotManifest> ParseSnapshotManifest(absl::string_view 
       return ManifestCorrupt(filename, absl::StrCat("chunk '", c.name(), "' has ",
                                                     c.num_elements(), " elements"));
     }
+    if (c.has_num_bytes() && c.num_bytes() < 0) {
+      return ManifestCorrupt(filename, absl::StrCat("chunk '", c.name(), "' has ", c.num_bytes(),
+                                                    " bytes"));
+    }
     total += c.num_elements();
   }
   if (m.done() && total != m.num_elements()) {

@@ -1,0 +1,253 @@
+// The bulk data channel (docs/SERVICE.md "Bulk data channel"): a TCP socket per StreamSteps
+// call, outside gRPC, that carries the frames' numeric tensor bytes so that the consumer
+// receives them with one recv() straight into its pooled frame buffer (one kernel copy, as raw
+// TCP), instead of out of gRPC's 64 KiB read slices and a second copy for every tensor that
+// straddles them. Control stays on the gRPC stream: the frame header (which steps, which
+// tensors, their sizes and order), credits, acknowledgements, end of data and errors; the
+// header of a frame whose numeric bytes go on the socket says so (StepFrameHeader.bulk_payload)
+// and how many follow there. The socket carries nothing else, in frame order, so it needs no
+// framing of its own, and the consumer never trusts it for more than those bytes.
+//
+// Protocol (proto/worker.proto BulkOffer / BulkAccept / BulkPayload / CreditGrant.bulk_ready):
+//
+//   consumer                                   worker
+//   StreamRequest{bulk_offer}          ──gRPC──►
+//                                      ◄─gRPC── frame 0 {bulk_accept{port, token}} (+ its steps)
+//   connect(worker host, port)         ──TCP───► BulkListener: accept
+//   "SLB1" + token (36 bytes)          ──TCP───► token known and unclaimed: socket kept
+//                                      ◄─TCP─── 0x01
+//   CreditGrant{bulk_ready: true}      ──gRPC──► the stream's BulkSender takes the socket
+//                                      ◄─gRPC── frame 1 {steps.., bulk_payload{bytes: 262144}}
+//                                      ◄─TCP─── 262144 bytes (each tensor at a 64-byte aligned
+//                                               offset, zero padding between), by writev
+//
+// The token is 32 random bytes that only the authenticated gRPC stream saw; the listener keeps
+// a connection only when its first 36 bytes are the magic and a token offered and not yet
+// claimed, within handshake_timeout (a peer that sends less, other bytes, or nothing is closed
+// then), and holds at most max_handshakes connections in their handshake (more are closed at
+// accept). Tokens not claimed expire after offer_ttl.
+//
+// Failure: a socket that breaks (a write fails, a read times out or ends early) ends the
+// StreamSteps call, and the consumer calls again as after any broken call (the credit and
+// acknowledgement protocol resends exactly the steps it did not queue), offering a new socket.
+// A consumer that cannot reach the port answers bulk_ready false and stays on gRPC.
+//
+// Thread safety: BulkListener is thread-safe; BulkSender's Take and bytes_sent may be called from
+// any thread; BulkReceiver is used by one reader at a time, Abort from any thread.
+#ifndef SLUICE_CORE_RPC_BULK_CHANNEL_H_
+#define SLUICE_CORE_RPC_BULK_CHANNEL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/rpc/shm_segment.h"  // UniqueFd
+#include "core/rpc/step_frame.h"
+#include "sluice/tensor.h"
+
+namespace sluice {
+
+inline constexpr char kBulkMagic[] = "SLB1";  // 4 bytes on the wire, no NUL
+inline constexpr size_t kBulkTokenBytes = 32;
+inline constexpr size_t kBulkHandshakeBytes = 4 + kBulkTokenBytes;
+
+struct BulkListenerOptions {
+  // Where to listen: the worker's --host (an IP address; empty or a host name: every address)
+  // and --data_port (0: any free port, see port()).
+  std::string host;
+  int port = 0;
+  // What a connection gets to send its magic and token.
+  absl::Duration handshake_timeout = absl::Seconds(5);
+  // Connections in their handshake at once; a connection beyond this is closed at accept.
+  size_t max_handshakes = 64;
+  // Offers waiting at once (the oldest is dropped beyond this), and how long one waits.
+  size_t max_offers = 4096;
+  absl::Duration offer_ttl = absl::Seconds(60);
+};
+
+// The worker's listening socket and its handshakes, on a thread of its own.
+class BulkListener {
+ public:
+  // Binds and listens; INTERNAL naming the call and address that failed (a port in use, say),
+  // INVALID_ARGUMENT for a port outside [0, 65535].
+  static absl::StatusOr<std::unique_ptr<BulkListener>> Create(BulkListenerOptions options);
+  ~BulkListener();  // stops the thread; sockets not taken are closed
+
+  int port() const { return port_; }
+  // A fresh token for one connection.
+  std::string Offer() ABSL_LOCKS_EXCLUDED(mu_);
+  // The socket that presented `token` (blocking, with its handshake done), and the offer is
+  // gone; NOT_FOUND when no connection claimed it (yet), or it is unknown or expired.
+  absl::StatusOr<UniqueFd> Take(const std::string& token) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops an offer (its stream ended); no-op for an unknown token.
+  void Withdraw(const std::string& token) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // What the handshakes came to (tests, metrics).
+  struct Stats {
+    uint64_t accepted = 0;    // connections that presented an offered token
+    uint64_t refused = 0;     // wrong magic or token, a claimed token, or closed early
+    uint64_t timed_out = 0;   // sent too little within handshake_timeout
+    uint64_t overloaded = 0;  // closed at accept: max_handshakes were in progress
+  };
+  Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Offered {
+    UniqueFd socket;  // set once claimed
+    absl::Time expires;
+  };
+  struct Handshake {
+    UniqueFd socket;
+    absl::Time deadline;
+    std::string bytes;  // received so far (at most kBulkHandshakeBytes)
+  };
+
+  BulkListener(BulkListenerOptions options, UniqueFd listener, int port, UniqueFd wake_read,
+               UniqueFd wake_write);
+  void Loop();
+  void AcceptAll(std::vector<Handshake>* handshakes);
+  // Reads what `h` has sent; true when it is done (claimed, refused or gone).
+  bool Advance(Handshake* h);
+  void Expire(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const BulkListenerOptions options_;
+  const UniqueFd listener_;
+  const int port_;
+  const UniqueFd wake_read_;  // the destructor writes wake_write_ to stop Loop()
+  const UniqueFd wake_write_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Offered> offers_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);  // oldest first (may hold gone ones)
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+// Where a StepFrameEncoder puts a frame's numeric tensor bytes instead of its payload
+// (step_frame.h set_bulk_payload).
+class BulkPayloadSink {
+ public:
+  virtual ~BulkPayloadSink() = default;
+  // Takes the frame's numeric tensors (`tensors`, in header order, at the offsets `at` of the
+  // decoder's layout, `extent` bytes in all) to send in frame order, keeping them alive until
+  // sent; false leaves the frame's bytes inline (a frame too small to be worth a socket
+  // write, or a channel that failed).
+  virtual bool Take(absl::Span<const Tensor* const> tensors, absl::Span<const size_t> at,
+                    size_t extent) = 0;
+};
+
+// Where a StepFrameDecoder receives the numeric bytes of a frame whose header has a
+// BulkPayload (step_frame.h set_bulk_payload).
+class BulkPayloadSource {
+ public:
+  virtual ~BulkPayloadSource() = default;
+  // `bytes` (> 0) bytes in a buffer from `allocator`; RESOURCE_EXHAUSTED when it refuses,
+  // UNAVAILABLE when the socket ends, fails or times out first.
+  virtual absl::StatusOr<std::shared_ptr<TensorBuffer>> Receive(
+      size_t bytes, const TensorAllocator& allocator) = 0;
+};
+
+// The worker's side of one stream's socket: a thread that writes each frame's tensors with
+// writev, from the tensors' own buffers (no contiguous copy), in the order taken.
+class BulkSender final : public BulkPayloadSink {
+ public:
+  // `on_error` runs once, on the sender's thread, when a write fails (the socket is then
+  // useless: later frames stay inline and the stream should end). A write that makes no
+  // progress for `write_timeout` fails. Frames under `min_bytes` stay inline.
+  // `TEST_cut_after_bytes` (> 0, fault tests only): the socket is shut down once that many
+  // bytes are written, in the middle of a frame, as a network fault would cut it.
+  BulkSender(UniqueFd socket, std::function<void(const absl::Status&)> on_error,
+             absl::Duration write_timeout = absl::Seconds(60), size_t min_bytes = 64 << 10,
+             uint64_t TEST_cut_after_bytes = 0);
+  ~BulkSender() override;  // shuts the socket down (unblocking a write) and joins
+
+  bool Take(absl::Span<const Tensor* const> tensors, absl::Span<const size_t> at,
+            size_t extent) override ABSL_LOCKS_EXCLUDED(mu_);
+  // Bytes written so far (metrics, tests).
+  uint64_t bytes_sent() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Frame {
+    std::vector<Tensor> tensors;
+    std::vector<size_t> at;
+    size_t extent = 0;
+  };
+  void Loop();
+  absl::Status Write(const Frame& frame);
+
+  const UniqueFd socket_;
+  const std::function<void(const absl::Status&)> on_error_;
+  const size_t min_bytes_;
+  const uint64_t cut_after_bytes_;
+  mutable absl::Mutex mu_;
+  std::deque<Frame> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
+
+// The consumer's side: connects, authenticates, and receives each frame's bytes into the
+// decoder's allocator's buffers.
+class BulkReceiver final : public BulkPayloadSource {
+ public:
+  // Connects to `worker_address`'s host ("host:port", "[v6]:port", "ipv4:host:port") at
+  // `port` and presents `token`, within `connect_timeout`. UNAVAILABLE naming the address when
+  // the port cannot be reached, ABORTED when the worker does not accept the token;
+  // INVALID_ARGUMENT for a bad address, port or token. A later Receive that waits `receive_timeout` with no byte
+  // arriving fails.
+  static absl::StatusOr<std::unique_ptr<BulkReceiver>> Connect(
+      const std::string& worker_address, uint32_t port, const std::string& token,
+      absl::Duration connect_timeout, absl::Duration receive_timeout);
+
+  absl::StatusOr<std::shared_ptr<TensorBuffer>> Receive(
+      size_t bytes, const TensorAllocator& allocator) override;
+  // Shuts the socket down: a Receive in progress or later fails at once (UNAVAILABLE).
+  void Abort();
+  uint64_t bytes_received() const { return bytes_received_; }
+
+ private:
+  BulkReceiver(UniqueFd socket, std::string where)
+      : socket_(std::move(socket)), where_(std::move(where)) {}
+  const UniqueFd socket_;
+  const std::string where_;  // "host:port", for errors
+  uint64_t bytes_received_ = 0;
+};
+
+// What the process's bulk channels did, both ends (tests, benchmarks): frames and bytes sent
+// and received on bulk sockets, and senders alive now.
+struct BulkChannelCounts {
+  int64_t frames_sent = 0;
+  int64_t bytes_sent = 0;
+  int64_t frames_received = 0;
+  int64_t bytes_received = 0;
+  int64_t senders_alive = 0;
+};
+BulkChannelCounts ProcessBulkChannelCounts();
+
+// sluice-worker --bulk_data's default: true unless the environment sets SLUICE_BULK_DATA=0
+// (a deployment that firewalls data ports turns it off without a flag).
+bool BulkDataDefaultFromEnvironment();
+
+// A consumer's default (sluicectl --bulk_data): false unless the environment sets
+// SLUICE_BULK_DATA=1 (the `tcp.` test runs do, so kills and restarts hit the channel). The
+// channel is opt-in on the consumer: docs/SERVICE.md "Bulk data channel", "Why opt-in".
+bool ConsumerBulkDataDefaultFromEnvironment();
+
+// The host part of a gRPC target as the client dials workers ("host:port", "[v6]:port", with
+// an optional "ipv4:" / "ipv6:" / "dns:///" scheme); INVALID_ARGUMENT when there is none.
+absl::StatusOr<std::string> BulkHostOf(const std::string& worker_address);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_RPC_BULK_CHANNEL_H_

@@ -1,0 +1,341 @@
+// The bulk data channel (core/rpc/bulk_channel.h) on loopback: frames whose numeric bytes go
+// on the socket decode to the same steps as frames carrying every byte inline; hostile peers
+// on the data port (random bytes, a wrong or reused token, a truncated handshake, silence, a
+// flood of connections) are refused or timed out and the listener keeps serving; a frame
+// header naming more bytes than the credit is refused before anything is received; a socket
+// that ends mid-frame fails the frame (UNAVAILABLE), never hangs.
+#include "core/rpc/bulk_channel.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/seeded_rng.h"
+#include "tests/worker/step_frame_test_util.h"
+
+namespace sluice {
+namespace {
+
+// Polls `done` every 5 ms for up to `limit` (bounds every wait on the listener's thread).
+template <typename F>
+bool Eventually(F done, absl::Duration limit = absl::Seconds(20)) {
+  const absl::Time end = absl::Now() + limit;
+  while (!done()) {
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+// A raw client socket connected to 127.0.0.1:port.
+UniqueFd Dial(int port) {
+  UniqueFd s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  timeval tv{10, 0};  // a read the listener should answer at once; bounded anyway
+  setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return s;
+}
+
+// Whether the listener closed `s` without accepting: a read sees the end (or a reset, when
+// the listener left bytes unread), not the 0x01, and not the read timeout.
+bool ClosedByListener(int s) {
+  char c = 0;
+  const ssize_t n = recv(s, &c, 1, 0);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+void SendAll(int s, const std::string& bytes) {
+  ASSERT_EQ(send(s, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+}
+
+std::unique_ptr<BulkListener> Listen(absl::Duration handshake_timeout = absl::Seconds(5),
+                                     size_t max_handshakes = 64) {
+  absl::StatusOr<std::unique_ptr<BulkListener>> l = BulkListener::Create(
+      {.host = "127.0.0.1", .handshake_timeout = handshake_timeout,
+       .max_handshakes = max_handshakes});
+  EXPECT_TRUE(l.ok()) << l.status();
+  return l.ok() ? *std::move(l) : nullptr;
+}
+
+// A connected sender and receiver through `listener`, as a stream sets them up.
+struct Channel {
+  std::unique_ptr<BulkReceiver> receiver;
+  std::unique_ptr<BulkSender> sender;
+};
+Channel Connect(BulkListener* listener, size_t min_bytes = 0, uint64_t cut_after = 0) {
+  Channel c;
+  const std::string token = listener->Offer();
+  absl::StatusOr<std::unique_ptr<BulkReceiver>> r = BulkReceiver::Connect(
+      "127.0.0.1:1", static_cast<uint32_t>(listener->port()), token, absl::Seconds(10),
+      absl::Seconds(20));
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return c;
+  c.receiver = *std::move(r);
+  absl::StatusOr<UniqueFd> fd = listener->Take(token);
+  EXPECT_TRUE(fd.ok()) << fd.status();
+  if (!fd.ok()) return c;
+  c.sender = std::make_unique<BulkSender>(*std::move(fd), nullptr, absl::Seconds(20), min_bytes,
+                                          cut_after);
+  return c;
+}
+
+// Steps mixing what a frame carries: numeric tensors above and below the zero-copy size (their
+// offsets padded to 64 bytes), strings (always inline), an empty tensor.
+StepFrame MixedFrame(uint64_t seed, int steps) {
+  SeededRng rng(seed);
+  StepFrame f;
+  for (int s = 0; s < steps; ++s) {
+    WireStep w;
+    w.task_step = s;
+    w.num_real_pieces = 2;
+    for (int p = 0; p < 2; ++p) {
+      Tensor big = Tensor::Allocate(DType::kFloat32, Shape({rng.In(1, 300), 257}));
+      for (int64_t i = 0; i < big.num_elements(); ++i) {
+        big.mutable_data<float>()[i] = static_cast<float>(rng.In(-1000, 1000)) / 7;
+      }
+      Tensor small = Tensor::Allocate(DType::kInt16, Shape({rng.In(1, 33)}));
+      for (int64_t i = 0; i < small.num_elements(); ++i) {
+        small.mutable_data<int16_t>()[i] = static_cast<int16_t>(rng.In(-30000, 30000));
+      }
+      Tensor words = Tensor::Allocate(DType::kString, Shape({3}));
+      for (int i = 0; i < 3; ++i) {
+        *words.mutable_string(i) = std::string(static_cast<size_t>(rng.In(0, 9)), 'a' + i);
+      }
+      w.pieces.push_back({big, small, words, Tensor::Allocate(DType::kInt32, Shape({0, 4}))});
+    }
+    f.steps.push_back(std::move(w));
+  }
+  return f;
+}
+
+TEST(BulkChannelTest, FramesOverTheSocketDecodeToTheSameStepsAsInline) {
+  constexpr uint64_t kSeed = 2028;
+  std::cout << "seed " << kSeed << std::endl;
+  std::unique_ptr<BulkListener> listener = Listen();
+  ASSERT_NE(listener, nullptr);
+  Channel c = Connect(listener.get());
+  ASSERT_NE(c.sender, nullptr);
+  StepFrameEncoder bulk_encoder, inline_encoder;
+  bulk_encoder.set_bulk_payload(c.sender.get());
+  StepFrameDecoder bulk_decoder(nullptr, nullptr), inline_decoder(nullptr, nullptr);
+  bulk_decoder.set_bulk_payload(c.receiver.get());
+  for (int i = 0; i < 20; ++i) {
+    const StepFrame frame = MixedFrame(kSeed + i, 1 + i % 4);
+    grpc::ByteBuffer on_bulk, on_grpc;
+    ASSERT_TRUE(bulk_encoder.Encode(frame, &on_bulk).ok());
+    ASSERT_TRUE(inline_encoder.Encode(frame, &on_grpc).ok());
+    // The bulk frame's gRPC message holds the header and the strings only.
+    EXPECT_LT(on_bulk.Length(), on_grpc.Length()) << "frame " << i;
+    StepFrame a, b;
+    ASSERT_TRUE(bulk_decoder.Decode(on_bulk, &a).ok()) << "frame " << i;
+    ASSERT_TRUE(inline_decoder.Decode(on_grpc, &b).ok()) << "frame " << i;
+    ExpectSameFrame(a, b);
+    ExpectSameFrame(a, frame);
+  }
+  EXPECT_EQ(bulk_decoder.stats().bulk_frames, 20u);
+  EXPECT_EQ(bulk_decoder.stats().bulk_bytes, c.receiver->bytes_received());
+  EXPECT_EQ(c.sender->bytes_sent(), c.receiver->bytes_received());
+}
+
+TEST(BulkChannelTest, SmallFramesStayInline) {
+  std::unique_ptr<BulkListener> listener = Listen();
+  ASSERT_NE(listener, nullptr);
+  Channel c = Connect(listener.get(), /*min_bytes=*/size_t{1} << 30);
+  ASSERT_NE(c.sender, nullptr);
+  StepFrameEncoder encoder;
+  encoder.set_bulk_payload(c.sender.get());
+  StepFrameDecoder decoder(nullptr, nullptr);  // no source: a bulk frame would be DATA_LOSS
+  const StepFrame frame = MixedFrame(7, 2);
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
+  StepFrame out;
+  ASSERT_TRUE(decoder.Decode(bb, &out).ok());
+  ExpectSameFrame(out, frame);
+  EXPECT_EQ(c.sender->bytes_sent(), 0u);
+}
+
+TEST(BulkChannelTest, HostilePeersAreRefusedAndTheListenerKeepsServing) {
+  constexpr uint64_t kSeed = 4242;
+  std::cout << "seed " << kSeed << std::endl;
+  std::unique_ptr<BulkListener> listener = Listen(absl::Milliseconds(300));
+  ASSERT_NE(listener, nullptr);
+  const std::string token = listener->Offer();
+  SeededRng rng(kSeed);
+  int expected_refused = 0;
+  // Random bytes (never the magic: its first byte differs).
+  for (int i = 0; i < 10; ++i) {
+    UniqueFd s = Dial(listener->port());
+    std::string junk(static_cast<size_t>(rng.In(1, 4096)), '\0');
+    for (char& ch : junk) ch = static_cast<char>(rng.In(0, 255));
+    junk[0] = 'X';
+    SendAll(s.get(), junk);
+    EXPECT_TRUE(ClosedByListener(s.get())) << "junk " << i;
+    ++expected_refused;
+  }
+  // The magic and a wrong token.
+  {
+    UniqueFd s = Dial(listener->port());
+    std::string wrong = token;
+    wrong[5] ^= 1;
+    SendAll(s.get(), absl::StrCat("SLB1", wrong));
+    EXPECT_TRUE(ClosedByListener(s.get()));
+    ++expected_refused;
+  }
+  // A truncated handshake: half the token, then the peer goes away.
+  {
+    UniqueFd s = Dial(listener->port());
+    SendAll(s.get(), absl::StrCat("SLB1", token.substr(0, 10)));
+    shutdown(s.get(), SHUT_WR);
+    EXPECT_TRUE(ClosedByListener(s.get()));
+    ++expected_refused;
+  }
+  // Slow loris: half the token and then nothing; closed at the handshake timeout.
+  {
+    UniqueFd s = Dial(listener->port());
+    SendAll(s.get(), absl::StrCat("SLB1", token.substr(0, 10)));
+    EXPECT_TRUE(ClosedByListener(s.get()));
+  }
+  ASSERT_TRUE(Eventually([&] { return listener->stats().timed_out == 1; }));
+  ASSERT_TRUE(Eventually(
+      [&] { return listener->stats().refused == static_cast<uint64_t>(expected_refused); }));
+  // The token is still good for its stream's consumer, once.
+  absl::StatusOr<std::unique_ptr<BulkReceiver>> good = BulkReceiver::Connect(
+      "ipv4:127.0.0.1:9", static_cast<uint32_t>(listener->port()), token, absl::Seconds(10),
+      absl::Seconds(10));
+  ASSERT_TRUE(good.ok()) << good.status();
+  // A second connection with the same token (a replay) is refused.
+  {
+    UniqueFd s = Dial(listener->port());
+    SendAll(s.get(), absl::StrCat("SLB1", token));
+    EXPECT_TRUE(ClosedByListener(s.get()));
+  }
+  EXPECT_TRUE(listener->Take(token).ok());
+  EXPECT_EQ(listener->Take(token).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(listener->stats().accepted, 1u);
+  // A receiver presenting an unknown token gets ABORTED, not a socket.
+  absl::StatusOr<std::unique_ptr<BulkReceiver>> stranger = BulkReceiver::Connect(
+      "127.0.0.1:9", static_cast<uint32_t>(listener->port()), std::string(kBulkTokenBytes, 'z'),
+      absl::Seconds(10), absl::Seconds(10));
+  EXPECT_EQ(stranger.status().code(), absl::StatusCode::kAborted);
+}
+
+TEST(BulkChannelTest, AFloodOfSilentConnectionsIsBoundedAndTimesOut) {
+  std::unique_ptr<BulkListener> listener = Listen(absl::Milliseconds(300), /*max_handshakes=*/4);
+  ASSERT_NE(listener, nullptr);
+  std::vector<UniqueFd> flood;
+  for (int i = 0; i < 12; ++i) flood.push_back(Dial(listener->port()));
+  // Beyond 4 in their handshake, connections are closed at accept; the 4 time out.
+  ASSERT_TRUE(Eventually([&] {
+    const BulkListener::Stats s = listener->stats();
+    return s.overloaded + s.timed_out == 12;
+  }));
+  EXPECT_GE(listener->stats().overloaded, 8u);
+  // And then it serves.
+  const std::string token = listener->Offer();
+  absl::StatusOr<std::unique_ptr<BulkReceiver>> good = BulkReceiver::Connect(
+      "127.0.0.1:9", static_cast<uint32_t>(listener->port()), token, absl::Seconds(10),
+      absl::Seconds(10));
+  EXPECT_TRUE(good.ok()) << good.status();
+}
+
+TEST(BulkChannelTest, AHeaderBeyondTheCreditIsRefusedBeforeReceiving) {
+  std::unique_ptr<BulkListener> listener = Listen();
+  ASSERT_NE(listener, nullptr);
+  Channel c = Connect(listener.get());
+  ASSERT_NE(c.sender, nullptr);
+  StepFrameEncoder encoder;
+  encoder.set_bulk_payload(c.sender.get());
+  const StepFrame frame = MixedFrame(11, 3);
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
+  StepFrameDecoder decoder(nullptr, nullptr);
+  decoder.set_bulk_payload(c.receiver.get());
+  StepFrame out;
+  absl::Status s = decoder.Decode(bb, &out, FrameCreditLimit{.credit = 1000});
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_EQ(c.receiver->bytes_received(), 0u);
+  // A header whose bulk size disagrees with its tensors (a hostile length): refused too.
+  std::string bytes = Flatten(bb);
+  proto::StepFrameHeader header;
+  uint32_t len = 0;
+  std::memcpy(&len, bytes.data(), 4);
+  ASSERT_TRUE(header.ParseFromArray(bytes.data() + 4, static_cast<int>(len)));
+  header.mutable_bulk_payload()->set_bytes(uint64_t{1} << 62);
+  std::string forged;
+  const std::string h = header.SerializeAsString();
+  const uint32_t hl = static_cast<uint32_t>(h.size());
+  forged.append(reinterpret_cast<const char*>(&hl), 4);
+  forged += h;
+  forged += bytes.substr(4 + len);
+  s = decoder.Decode(FromString(forged), &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_EQ(c.receiver->bytes_received(), 0u);
+}
+
+TEST(BulkChannelTest, ASocketCutMidFrameFailsTheFrameUnavailable) {
+  std::unique_ptr<BulkListener> listener = Listen();
+  ASSERT_NE(listener, nullptr);
+  Channel c = Connect(listener.get(), 0, /*cut_after=*/1000000);
+  ASSERT_NE(c.sender, nullptr);
+  StepFrameEncoder encoder;
+  encoder.set_bulk_payload(c.sender.get());
+  StepFrameDecoder decoder(nullptr, nullptr);
+  decoder.set_bulk_payload(c.receiver.get());
+  absl::Status last;
+  int decoded = 0;
+  for (int i = 0; i < 50 && last.ok(); ++i) {
+    grpc::ByteBuffer bb;
+    ASSERT_TRUE(encoder.Encode(MixedFrame(100 + i, 2), &bb).ok());
+    StepFrame out;
+    last = decoder.Decode(bb, &out);
+    if (last.ok()) ++decoded;
+  }
+  EXPECT_EQ(last.code(), absl::StatusCode::kUnavailable) << last;
+  EXPECT_NE(last.message().find("the socket ended"), absl::string_view::npos) << last;
+  EXPECT_LE(c.receiver->bytes_received(), 1000000u);
+  EXPECT_GT(decoded, 0);
+}
+
+TEST(BulkChannelTest, AbortEndsAReceiveInProgress) {
+  std::unique_ptr<BulkListener> listener = Listen();
+  ASSERT_NE(listener, nullptr);
+  Channel c = Connect(listener.get());
+  ASSERT_NE(c.receiver, nullptr);
+  absl::Notification done;
+  absl::Status status;
+  std::thread reader([&] {
+    status = c.receiver->Receive(4096, nullptr).status();  // nothing is ever sent
+    done.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  c.receiver->Abort();
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  reader.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+}
+
+TEST(BulkChannelTest, HostOfWorkerAddresses) {
+  EXPECT_EQ(*BulkHostOf("127.0.0.1:5000"), "127.0.0.1");
+  EXPECT_EQ(*BulkHostOf("ipv4:10.0.0.2:5000"), "10.0.0.2");
+  EXPECT_EQ(*BulkHostOf("[::1]:5000"), "::1");
+  EXPECT_EQ(*BulkHostOf("dns:///worker-0.svc:5000"), "worker-0.svc");
+  EXPECT_FALSE(BulkHostOf(":5000").ok());
+  EXPECT_FALSE(BulkHostOf("[::1:5000").ok());
+}
+
+}  // namespace
+}  // namespace sluice
