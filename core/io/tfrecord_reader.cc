@@ -5,6 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/file_system.h"
+#include "core/io/mapped_file.h"
+#include "core/io/mapping_truncation_guard.h"
 #include "core/tensor/host_memory.h"
 #include "core/util/crc32c.h"
 #include "core/util/status_macros.h"
@@ -30,6 +33,12 @@ uint32_t DecodeFixed32(const char* p) {
 
 }  // namespace
 
+struct TFRecordReader::Mapping {
+  explicit Mapping(std::shared_ptr<MappedFile> f) : file(std::move(f)), guard(file->bytes()) {}
+  const std::shared_ptr<MappedFile> file;
+  const MappingTruncationGuard guard;  // declared after file: unguarded before the unmap
+};
+
 absl::StatusOr<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(
     const std::string& filename, const TFRecordReaderOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<InputStream> stream, OpenFileStream(filename));
@@ -38,7 +47,46 @@ absl::StatusOr<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(
     absl::StatusOr<FileStat> st = StatFile(filename);
     if (st.ok()) size = st->size;
   }
-  return FromStream(std::move(stream), options, size);
+  std::unique_ptr<TFRecordReader> reader = FromStream(std::move(stream), options, size);
+  // Only a local file with bytes in it is mapped (a FIFO or a /proc file has size 0); one that
+  // cannot be mapped or guarded is read, as before.
+  if (options.map_local_file && size.value_or(0) > 0 && IsLocalPath(filename)) {
+    absl::StatusOr<std::shared_ptr<MappedFile>> file = MappedFile::Map(filename);
+    if (file.ok() && (*file)->size() > 0) {
+      auto mapping = std::make_shared<const Mapping>(*std::move(file));
+      if (mapping->guard.guarded()) reader->UseMapping(std::move(mapping));
+    }
+  }
+  return reader;
+}
+
+void TFRecordReader::UseMapping(std::shared_ptr<const Mapping> mapping) {
+  mapping_ = std::move(mapping);
+  size_ = mapping_->file->size();
+  buf_ = const_cast<char*>(mapping_->file->bytes().data());  // only ever read
+  pos_ = 0;
+  limit_ = mapping_->file->size();
+  eof_ = true;  // Fill never reads: the mapping is the whole file
+}
+
+absl::Status TFRecordReader::CheckNotTruncated() {
+  if (mapping_ == nullptr || !mapping_->guard.truncated()) return absl::OkStatus();
+  return Fail(TruncatedWhileRead());
+}
+
+absl::Status TFRecordReader::TruncatedWhileRead() const {
+  return absl::DataLossError(absl::StrCat("file ", filename(),
+                                          " was truncated while it was read (found at byte "
+                                          "offset ",
+                                          offset_, ")"));
+}
+
+absl::Status TFRecordReader::ExplainMappedFailure(absl::Status s) const {
+  if (!absl::IsDataLoss(s)) return s;
+  if (mapping_->guard.truncated()) return TruncatedWhileRead();
+  absl::StatusOr<FileStat> now = StatFile(filename());
+  if (now.ok() && now->size < mapping_->file->size()) return TruncatedWhileRead();
+  return s;
 }
 
 std::unique_ptr<TFRecordReader> TFRecordReader::FromStream(std::unique_ptr<InputStream> stream,
@@ -187,8 +235,15 @@ absl::Status TFRecordReader::Read(std::string* record, UncheckedData* unchecked)
   if (!error_.ok()) return error_;
   uint64_t length, total;
   RETURN_IF_ERROR(ReadCheckedHeader(&length, &total));
+  RETURN_IF_ERROR(CheckNotTruncated());
   pos_ += kTFRecordHeaderBytes;
-  return ReadData(length, total, record, unchecked);
+  const uint64_t at = offset_;
+  absl::Status s = ReadData(length, total, record, unchecked);
+  if (mapping_ != nullptr && mapping_->guard.truncated()) {  // zeros were copied (or checked)
+    offset_ = at;
+    return CheckNotTruncated();
+  }
+  return s;
 }
 
 absl::Status TFRecordReader::ReadData(uint64_t length, uint64_t total, std::string* record,
@@ -240,7 +295,8 @@ absl::Status TFRecordReader::ReadRecordView(absl::string_view* data, UncheckedDa
   if (!error_.ok()) return error_;
   uint64_t length, total;
   RETURN_IF_ERROR(ReadCheckedHeader(&length, &total));
-  if (total > buffer_size_) {  // larger than a buffer: a string of its own
+  RETURN_IF_ERROR(CheckNotTruncated());
+  if (total > buffer_size_ && mapping_ == nullptr) {  // larger than a buffer: a string of its own
     pos_ += kTFRecordHeaderBytes;
     auto record = std::make_shared<std::string>();
     RETURN_IF_ERROR(ReadData(length, total, record.get(), unchecked));
@@ -256,7 +312,11 @@ absl::Status TFRecordReader::ReadRecordView(absl::string_view* data, UncheckedDa
   const char* d = buf_ + pos_ + kTFRecordHeaderBytes;
   *unchecked = UncheckedData{offset_, DecodeFixed32(d + length)};
   *data = absl::string_view(d, static_cast<size_t>(length));
-  if (*owner != chunk_) *owner = chunk_;
+  if (mapping_ != nullptr) {
+    if (*owner != mapping_) *owner = mapping_;
+  } else if (*owner != chunk_) {
+    *owner = chunk_;
+  }
   chunk_lent_ = true;
   pos_ += static_cast<size_t>(total);
   offset_ += total;
@@ -268,6 +328,7 @@ absl::Status TFRecordReader::SkipRecord() {
   uint64_t length;
   absl::Status s = ReadHeader(&length);
   if (!s.ok()) return Fail(s);
+  RETURN_IF_ERROR(CheckNotTruncated());
   const uint64_t total = kTFRecordHeaderBytes + length + kTFRecordFooterBytes;
   if (length > UINT64_MAX - 64 ||
       (size_.has_value() && (offset_ > *size_ || total > *size_ - offset_))) {
@@ -310,6 +371,11 @@ absl::Status TFRecordReader::Seek(uint64_t offset) {
                      "; record indexes need uncompressed TFRecord files"));
   }
   error_ = absl::OkStatus();
+  if (mapping_ != nullptr) {  // past the end: reads then find the end (or the truncation)
+    pos_ = static_cast<size_t>(std::min<uint64_t>(offset, limit_));
+    offset_ = offset;
+    return CheckNotTruncated();
+  }
   RETURN_IF_ERROR(stream_->Seek(offset));
   pos_ = limit_ = 0;
   eof_ = false;

@@ -13,6 +13,16 @@
 // reads on into a new one, copying the partial record at its end, so records straddling two
 // reads come out whole).
 //
+// A local uncompressed file (not an object store's) is mapped instead (core/io/mapped_file.h,
+// `map_local_file`): records are then views of the mapping, which the views keep alive, and a
+// parallel map's jobs, not the thread holding its read lock, are the first to touch a record's
+// bytes beyond its header (no read(2) copy at all). The file's size is taken when it is opened
+// (records appended later are not read); pages mapped are the page cache's, not charged to the
+// memory budget. A file truncated while mapped does not kill the process
+// (core/io/mapping_truncation_guard.h): the lost bytes read as zeros, and the reader or the
+// records' checksums report DATA_LOSS. An empty or special file (size 0), or one that cannot be
+// mapped, is read.
+//
 // Errors (the reader is then stuck on them):
 //   NOT_FOUND            the file is missing (naming it)
 //   DATA_LOSS            "corrupted record at byte offset N of file F (length checksum
@@ -20,6 +30,8 @@
 //                        offset N of file F: ..." when the file ends inside a record (TF also
 //                        fails there); corrupt or truncated compressed data. Offsets of a
 //                        compressed file are in its uncompressed bytes.
+//                        A mapped file truncated under the reader: "file F was truncated
+//                        while it was read (found at byte offset N)".
 //   RESOURCE_EXHAUSTED   the memory budget refused a read buffer (naming the file).
 //
 // Thread safety: none; one reader per thread.
@@ -47,6 +59,8 @@ struct TFRecordReaderOptions {
   Compression compression = Compression::kNone;
   // Bytes buffered per read (uncompressed bytes; also the compressed read size). 0: default.
   size_t buffer_size = 256 << 10;
+  // Open() maps an uncompressed local file rather than reading it (see above). false: read.
+  bool map_local_file = true;
 };
 
 class TFRecordReader {
@@ -96,6 +110,8 @@ class TFRecordReader {
   // index). FAILED_PRECONDITION on a compressed file.
   absl::Status Seek(uint64_t offset);
 
+  // Whether the reader reads from a mapping of the file (see above).
+  bool mapped() const { return mapping_ != nullptr; }
   // Byte offset (uncompressed) of the next record.
   uint64_t offset() const { return offset_; }
   const std::string& filename() const { return stream_->name(); }
@@ -106,6 +122,18 @@ class TFRecordReader {
 
   // A read buffer: its bytes, charged to the process's memory budget while it lives.
   struct Chunk;
+  // The file's mapping and its truncation guard, which views hold.
+  struct Mapping;
+
+  // Makes the reader read from `mapping` (the whole file, as one buffer that is never refilled).
+  void UseMapping(std::shared_ptr<const Mapping> mapping);
+  // DATA_LOSS when the mapped file was truncated under the reader (sticky).
+  absl::Status CheckNotTruncated();
+  // The DATA_LOSS that says the mapped file was truncated under the reader at offset_.
+  absl::Status TruncatedWhileRead() const;
+  // `s`, or TruncatedWhileRead() when `s` is a DATA_LOSS and the mapped file has shrunk since
+  // it was mapped (the zeros past its new end are what failed the checks).
+  absl::Status ExplainMappedFailure(absl::Status s) const;
 
   // Makes at least `n` (<= buffer_size_) bytes available in the buffer unless the stream ends
   // first; returns how many are available. Reads into a new buffer when there is none yet or
@@ -127,15 +155,16 @@ class TFRecordReader {
   // ReadRecord (unchecked null) or ReadRecordUnchecked.
   absl::Status Read(std::string* record, UncheckedData* unchecked);
   absl::Status Fail(absl::Status s) {
-    error_ = s;
-    return s;
+    error_ = mapping_ != nullptr ? ExplainMappedFailure(std::move(s)) : std::move(s);
+    return error_;
   }
 
   std::unique_ptr<InputStream> stream_;
   const bool compressed_;
-  const std::optional<uint64_t> size_;
+  std::optional<uint64_t> size_;  // for a mapped file: the mapping's size
   const size_t buffer_size_;
-  std::shared_ptr<Chunk> chunk_;  // null until the first read
+  std::shared_ptr<Chunk> chunk_;  // null until the first read, and always when mapped
+  std::shared_ptr<const Mapping> mapping_;  // null unless mapped
   char* buf_ = nullptr;           // chunk_'s bytes
   bool chunk_lent_ = false;       // a view holds chunk_: never write it again
   size_t pos_ = 0;    // next unread byte in buf_

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "core/io/tfrecord_writer.h"
 #include "core/util/json_value.h"
 #include "gtest/gtest.h"
 
@@ -123,6 +124,17 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The bytes of an uncompressed TFRecord file of `records`, as TFRecordWriter frames them
+// (written through a file in `dir`).
+inline std::string FramedTFRecords(const std::vector<std::string>& records, const TempDir& dir) {
+  const std::string path = dir.File("framed.tfrecord");
+  auto w = TFRecordWriter::Open(path, Compression::kNone);
+  EXPECT_TRUE(w.ok()) << w.status();
+  for (const std::string& r : records) EXPECT_TRUE((*w)->Write(r).ok());
+  EXPECT_TRUE((*w)->Close().ok());
+  return ReadWholeFile(path);
+}
 
 }  // namespace record_test
 }  // namespace sluice

@@ -42,15 +42,6 @@ std::vector<std::string> RandomRecords(int n) {
   return out;
 }
 
-std::string Framed(const std::vector<std::string>& records, const TempDir& dir) {
-  const std::string path = dir.File("framed.tfrecord");
-  auto w = TFRecordWriter::Open(path, Compression::kNone);
-  EXPECT_TRUE(w.ok()) << w.status();
-  for (const std::string& r : records) EXPECT_TRUE((*w)->Write(r).ok());
-  EXPECT_TRUE((*w)->Close().ok());
-  return ReadWholeFile(path);
-}
-
 // Byte offsets of the records of a well-framed file.
 std::vector<uint64_t> Offsets(const std::vector<std::string>& records) {
   std::vector<uint64_t> out;
@@ -74,6 +65,7 @@ std::unique_ptr<TFRecordReader> Reader(const std::string& bytes, size_t buffer_s
                                        bool from_file, const TempDir& dir) {
   TFRecordReaderOptions o;
   o.buffer_size = buffer_size;
+  o.map_local_file = false;  // the read buffers are under test (mapped: tfrecord_mapped_test)
   if (!from_file) {
     return TFRecordReader::FromStream(NewStringStream(dir.File("in.tfrecord"), bytes), o);
   }
@@ -134,7 +126,7 @@ TEST(TFRecordViewTest, ViewsAreReadRecordsRecordsAcrossBufferEdges) {
   std::printf("seed %llu\n", static_cast<unsigned long long>(kSeed));
   TempDir dir;
   const std::vector<std::string> want = RandomRecords(300);
-  const std::string bytes = Framed(want, dir);
+  const std::string bytes = record_test::FramedTFRecords(want, dir);
   for (const size_t buffer : {64, 1000, 4096, 10000}) {
     for (const bool from_file : {true, false}) {
       SCOPED_TRACE(absl::StrCat("buffer ", buffer, from_file ? ", file" : ", stream"));
@@ -159,7 +151,7 @@ TEST(TFRecordViewTest, ViewsAreReadRecordsRecordsAcrossBufferEdges) {
 TEST(TFRecordViewTest, CorruptionAndTruncationAtBufferEdgesGiveReadRecordsErrors) {
   TempDir dir;
   const std::vector<std::string> records = RandomRecords(40);
-  const std::string good = Framed(records, dir);
+  const std::string good = record_test::FramedTFRecords(records, dir);
   const std::vector<uint64_t> offsets = Offsets(records);
   constexpr size_t kBuffer = 4000;
   std::vector<std::pair<std::string, std::string>> cases;  // name, bytes
@@ -196,7 +188,7 @@ TEST(TFRecordViewTest, CorruptionAndTruncationAtBufferEdgesGiveReadRecordsErrors
 // gone, and all of it comes back when the last view goes.
 TEST(TFRecordViewTest, BuffersStayChargedWhileViewsLiveAndComeBack) {
   TempDir dir;
-  const std::string bytes = Framed(RandomRecords(50), dir);
+  const std::string bytes = record_test::FramedTFRecords(RandomRecords(50), dir);
   const int64_t before = ProcessMemoryBudget().in_use();
   std::shared_ptr<const void> first_owner;
   {
@@ -218,7 +210,7 @@ TEST(TFRecordViewTest, BuffersStayChargedWhileViewsLiveAndComeBack) {
 // and ReadRecord alike, and charges nothing.
 TEST(TFRecordViewTest, RefusedBufferIsAnErrorNamingTheFile) {
   TempDir dir;
-  const std::string bytes = Framed(RandomRecords(5), dir);
+  const std::string bytes = record_test::FramedTFRecords(RandomRecords(5), dir);
   for (const bool view : {true, false}) {
     const int64_t before = ProcessMemoryBudget().in_use();
     absl::Status s;

@@ -171,6 +171,7 @@ absl::StatusOr<std::unique_ptr<SnapshotChunkReader>> SnapshotChunkReader::Open(
   }
   TFRecordReaderOptions read;
   read.compression = compression;
+  read.map_local_file = options.map;  // map = false: always read (TFRecordReader maps otherwise)
   ASSIGN_OR_RETURN(std::unique_ptr<TFRecordReader> reader, TFRecordReader::Open(filename, read));
   return std::unique_ptr<SnapshotChunkReader>(
       new SnapshotChunkReader(filename, std::move(reader), nullptr, raw, std::move(spec)));

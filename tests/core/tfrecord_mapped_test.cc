@@ -1,0 +1,338 @@
+// TFRecordReader on a mapped local file (TFRecordReaderOptions::map_local_file): the records,
+// views and errors must be byte for byte those of the read path (corruption and truncation
+// included, DATA_LOSS naming the file and offset), a view must stay valid after its reader is
+// gone and the file deleted, and a file truncated while mapped must be DATA_LOSS, not SIGBUS.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/data/executor.h"
+#include "core/io/mapped_file.h"
+#include "core/io/mapping_truncation_guard.h"
+#include "core/io/tfrecord_reader.h"
+#include "core/io/tfrecord_writer.h"
+#include "gtest/gtest.h"
+#include "proto/example.pb.h"
+#include "sluice/dataset.h"
+#include "tests/core/iterator_test_util.h"
+#include "tests/core/record_test_util.h"
+
+namespace sluice {
+namespace {
+
+using record_test::ReadWholeFile;
+using record_test::TempDir;
+using record_test::WriteWholeFile;
+
+constexpr uint64_t kSeed = 2728;
+
+// `n` records of 0..max_bytes bytes, seeded.
+std::vector<std::string> RandomRecords(int n, size_t max_bytes) {
+  std::mt19937_64 rng(kSeed);
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    std::string r(rng() % (max_bytes + 1), '\0');
+    for (char& c : r) c = static_cast<char>(rng());
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::unique_ptr<TFRecordReader> OpenReader(const std::string& path, bool mapped) {
+  TFRecordReaderOptions o;
+  o.buffer_size = 4096;  // records larger than the read path's buffer too
+  o.map_local_file = mapped;
+  absl::StatusOr<std::unique_ptr<TFRecordReader>> r = TFRecordReader::Open(path, o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return nullptr;
+  EXPECT_EQ((*r)->mapped(), mapped) << path;
+  return *std::move(r);
+}
+
+struct ReaderRun {
+  std::vector<std::string> records;
+  std::string end;  // how the run ended, as a status string
+};
+
+ReaderRun ReadAll(TFRecordReader* r) {
+  ReaderRun run;
+  for (int i = 0; i < 100000; ++i) {
+    std::string rec;
+    absl::Status s = r->ReadRecord(&rec);
+    if (!s.ok()) {
+      run.end = s.ToString();
+      return run;
+    }
+    run.records.push_back(std::move(rec));
+  }
+  run.end = "too many records";
+  return run;
+}
+
+// Views checked with CheckData as a parallel map's jobs do, after all were read.
+ReaderRun ViewAll(TFRecordReader* r) {
+  struct Held {
+    absl::string_view data;
+    TFRecordReader::UncheckedData unchecked;
+    std::shared_ptr<const void> owner;
+  };
+  std::vector<Held> held;
+  std::shared_ptr<const void> owner;
+  ReaderRun run;
+  for (int i = 0; i < 100000; ++i) {
+    Held h;
+    absl::Status s = r->ReadRecordView(&h.data, &h.unchecked, &owner);
+    if (!s.ok()) {
+      run.end = s.ToString();
+      break;
+    }
+    h.owner = owner;
+    held.push_back(h);
+  }
+  for (const Held& h : held) {
+    absl::Status c = TFRecordReader::CheckData(h.data, h.unchecked, r->filename());
+    if (!c.ok()) {
+      run.end = c.ToString();
+      break;
+    }
+    run.records.emplace_back(h.data);
+  }
+  return run;
+}
+
+void ExpectSameRuns(const std::string& path, const std::string& what) {
+  SCOPED_TRACE(what);
+  std::unique_ptr<TFRecordReader> read = OpenReader(path, false);
+  std::unique_ptr<TFRecordReader> mapped = OpenReader(path, true);
+  std::unique_ptr<TFRecordReader> mapped_views = OpenReader(path, true);
+  ASSERT_TRUE(read && mapped && mapped_views);
+  const ReaderRun expected = ReadAll(read.get());
+  const ReaderRun got = ReadAll(mapped.get());
+  EXPECT_EQ(got.records, expected.records);
+  EXPECT_EQ(got.end, expected.end);
+  const ReaderRun views = ViewAll(mapped_views.get());
+  EXPECT_EQ(views.records, expected.records);
+  EXPECT_EQ(views.end, expected.end);
+}
+
+TEST(TFRecordMappedTest, RecordsAndViewsAreTheReadPathsBytes) {
+  std::printf("seed %llu\n", static_cast<unsigned long long>(kSeed));
+  TempDir dir;
+  const std::vector<std::string> records = RandomRecords(300, 9000);
+  WriteWholeFile(dir.File("in.tfrecord"), record_test::FramedTFRecords(records, dir));
+  std::unique_ptr<TFRecordReader> mapped = OpenReader(dir.File("in.tfrecord"), true);
+  ASSERT_TRUE(mapped);
+  const ReaderRun views = ViewAll(mapped.get());
+  EXPECT_EQ(views.records, records);
+  EXPECT_TRUE(absl::StrContains(views.end, "OUT_OF_RANGE")) << views.end;
+  ExpectSameRuns(dir.File("in.tfrecord"), "clean file");
+
+  // Skipping and seeking (what ranges and the record index do) land on the same records.
+  std::unique_ptr<TFRecordReader> r = OpenReader(dir.File("in.tfrecord"), true);
+  ASSERT_TRUE(r);
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(r->SkipRecord().ok());
+  std::string rec;
+  ASSERT_TRUE(r->ReadRecord(&rec).ok());
+  EXPECT_EQ(rec, records[7]);
+  const uint64_t at = record_test::TFRecordOffset(ReadWholeFile(dir.File("in.tfrecord")), 123);
+  ASSERT_TRUE(r->Seek(at).ok());
+  ASSERT_TRUE(r->ReadRecord(&rec).ok());
+  EXPECT_EQ(rec, records[123]);
+}
+
+TEST(TFRecordMappedTest, CorruptAndTruncatedFilesGiveTheReadPathsErrors) {
+  std::printf("seed %llu\n", static_cast<unsigned long long>(kSeed));
+  TempDir dir;
+  const std::vector<std::string> records = RandomRecords(40, 3000);
+  const std::string bytes = record_test::FramedTFRecords(records, dir);
+  const std::string path = dir.File("bad.tfrecord");
+  const size_t r5 = record_test::TFRecordOffset(bytes, 5);
+  const size_t r6 = record_test::TFRecordOffset(bytes, 6);
+  struct Case {
+    std::string what;
+    std::string bytes;
+  };
+  std::vector<Case> cases;
+  {
+    std::string b = bytes;
+    b[r5 + 3] ^= 0x10;  // the length
+    cases.push_back({"length corrupt", b});
+  }
+  {
+    std::string b = bytes;
+    b[r5 + kTFRecordHeaderBytes + 1] ^= 0x01;  // the data
+    cases.push_back({"data corrupt", b});
+  }
+  {
+    std::string b = bytes;
+    b[r6 - 1] ^= 0x01;  // the data's checksum
+    cases.push_back({"data crc corrupt", b});
+  }
+  for (size_t cut : {r5 + 5, r5 + kTFRecordHeaderBytes + 2, r6 - 2}) {
+    cases.push_back({"truncated at " + std::to_string(cut), bytes.substr(0, cut)});
+  }
+  for (const Case& c : cases) {
+    WriteWholeFile(path, c.bytes);
+    ExpectSameRuns(path, c.what);
+    std::unique_ptr<TFRecordReader> r = OpenReader(path, true);
+    ASSERT_TRUE(r);
+    const ReaderRun run = ReadAll(r.get());
+    EXPECT_EQ(run.records.size(), 5u) << c.what;
+    EXPECT_TRUE(absl::StrContains(run.end, "DATA_LOSS")) << run.end;
+    EXPECT_TRUE(absl::StrContains(run.end, "byte offset " + std::to_string(r5))) << run.end;
+    EXPECT_TRUE(absl::StrContains(run.end, path)) << run.end;
+  }
+}
+
+TEST(TFRecordMappedTest, ViewOutlivesItsReaderAndTheFile) {
+  TempDir dir;
+  const std::vector<std::string> records = RandomRecords(50, 5000);
+  const std::string path = dir.File("gone.tfrecord");
+  WriteWholeFile(path, record_test::FramedTFRecords(records, dir));
+  std::vector<absl::string_view> views;
+  std::vector<TFRecordReader::UncheckedData> unchecked;
+  std::shared_ptr<const void> owner;
+  {
+    std::unique_ptr<TFRecordReader> r = OpenReader(path, true);
+    ASSERT_TRUE(r);
+    for (size_t i = 0; i < records.size(); ++i) {
+      absl::string_view v;
+      TFRecordReader::UncheckedData u;
+      ASSERT_TRUE(r->ReadRecordView(&v, &u, &owner).ok());
+      views.push_back(v);
+      unchecked.push_back(u);
+    }
+  }
+  ASSERT_EQ(std::remove(path.c_str()), 0);
+  for (size_t i = 0; i < records.size(); ++i) {
+    EXPECT_TRUE(TFRecordReader::CheckData(views[i], unchecked[i], path).ok()) << i;
+    EXPECT_EQ(views[i], records[i]) << i;
+  }
+}
+
+// Truncates `path` to `size` bytes in place, as another process would.
+void TruncateInPlace(const std::string& path, off_t size) {
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(::ftruncate(fd, size), 0) << path;
+  ::close(fd);
+}
+
+TEST(TFRecordMappedTest, FileTruncatedWhileMappedIsDataLossNotSigbus) {
+  TempDir dir;
+  const std::vector<std::string> records(64, std::string(4000, 'x'));
+  const std::string path = dir.File("shrinks.tfrecord");
+  WriteWholeFile(path, record_test::FramedTFRecords(records, dir));
+  std::unique_ptr<TFRecordReader> r = OpenReader(path, true);
+  ASSERT_TRUE(r);
+  // Ten records read (and their pages touched) before the file loses all but 8 KiB.
+  std::vector<absl::string_view> views;
+  std::vector<TFRecordReader::UncheckedData> unchecked;
+  std::shared_ptr<const void> owner;
+  for (int i = 0; i < 10; ++i) {
+    absl::string_view v;
+    TFRecordReader::UncheckedData u;
+    ASSERT_TRUE(r->ReadRecordView(&v, &u, &owner).ok());
+    ASSERT_TRUE(TFRecordReader::CheckData(v, u, path).ok());
+    views.push_back(v);
+    unchecked.push_back(u);
+  }
+  TruncateInPlace(path, 8192);
+
+  absl::string_view v;
+  TFRecordReader::UncheckedData u;
+  absl::Status s = r->ReadRecordView(&v, &u, &owner);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), path)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "truncated while it was read")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "byte offset " + std::to_string(10 * 4016))) << s;
+  EXPECT_EQ(r->ReadRecordView(&v, &u, &owner).code(), absl::StatusCode::kDataLoss);  // sticky
+  // Views read before: intact below the new end, DATA_LOSS (not garbage) past it.
+  for (size_t i = 0; i < views.size(); ++i) {
+    absl::Status c = TFRecordReader::CheckData(views[i], unchecked[i], path);
+    if (unchecked[i].offset + 4016 <= 8192) {
+      EXPECT_TRUE(c.ok()) << i << ": " << c;
+      EXPECT_EQ(views[i], records[i]);
+    } else {
+      EXPECT_EQ(c.code(), absl::StatusCode::kDataLoss) << i;
+    }
+  }
+
+  // ReadRecord (copying) on another mapped file, cut inside its first page: the bytes past the
+  // new end read as zeros without a SIGBUS, and the reader finds the file shorter.
+  const std::string path2 = dir.File("shrinks2.tfrecord");
+  WriteWholeFile(path2, record_test::FramedTFRecords(records, dir));
+  std::unique_ptr<TFRecordReader> copying = OpenReader(path2, true);
+  ASSERT_TRUE(copying);
+  std::string rec;
+  ASSERT_TRUE(copying->ReadRecord(&rec).ok());
+  TruncateInPlace(path2, 100);
+  s = copying->ReadRecord(&rec);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "truncated while it was read")) << s;
+}
+
+// As a user runs it: a parallel parse pipeline over a file that another process truncates while
+// the pipeline reads it ends in DATA_LOSS naming the file; the process lives on.
+TEST(TFRecordMappedTest, ParallelParsePipelineOverAFileTruncatedWhileReadIsDataLoss) {
+  TempDir dir;
+  const std::string path = dir.File("examples.tfrecord");
+  {
+    auto w = TFRecordWriter::Open(path, Compression::kNone);
+    ASSERT_TRUE(w.ok()) << w.status();
+    for (int i = 0; i < 2000; ++i) {
+      proto::Example ex;
+      (*ex.mutable_features()->mutable_feature())["image"].mutable_bytes_list()->add_value(
+          std::string(3000, static_cast<char>('a' + i % 26)));
+      ASSERT_TRUE((*w)->Write(ex.SerializeAsString()).ok());
+    }
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  absl::StatusOr<Dataset> ds = Dataset::Parse(
+      absl::StrCat("tf_record_dataset(['", path,
+                   "']).map(parse_example({'image': FixedLenFeature([], tf.string)}), "
+                   "num_parallel_calls=AUTOTUNE)"));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds, {});
+  ASSERT_TRUE(it.ok()) << it.status();
+  Element first;
+  bool end = false;
+  ASSERT_TRUE((*it)->GetNext(&first, &end).ok());
+  ASSERT_FALSE(end);
+  TruncateInPlace(path, 64 << 10);
+  absl::StatusOr<std::vector<Element>> rest = testing_util::Drain(it->get(), 5000);
+  ASSERT_FALSE(rest.ok());
+  EXPECT_EQ(rest.status().code(), absl::StatusCode::kDataLoss) << rest.status();
+  EXPECT_TRUE(absl::StrContains(rest.status().message(), path)) << rest.status();
+}
+
+// A SIGBUS outside every guarded mapping keeps its meaning: the process dies of it.
+TEST(TFRecordMappedDeathTest, SigbusOutsideGuardedMappingsStillKills) {
+  TempDir dir;
+  const std::string path = dir.File("unguarded.bin");
+  WriteWholeFile(path, std::string(3 * 4096, 'u'));
+  EXPECT_EXIT(
+      {
+        std::string guarded_bytes(64, 'g');
+        MappingTruncationGuard guard(guarded_bytes);  // installs the handler
+        absl::StatusOr<std::shared_ptr<MappedFile>> m = MappedFile::Map(path);
+        if (!m.ok()) std::_Exit(3);
+        TruncateInPlace(path, 0);
+        volatile char c = (*m)->bytes()[2 * 4096];
+        (void)c;
+        std::_Exit(0);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
+}
+
+}  // namespace
+}  // namespace sluice
