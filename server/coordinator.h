@@ -632,6 +632,10 @@ class Coordinator {
     std::string message;
   };
   absl::flat_hash_map<int64_t, std::vector<WorkerFailure>> task_failures_ ABSL_GUARDED_BY(mu_);
+  // Not state: each worker's memory limit of one element, from its heartbeats (a restarted
+  // coordinator hears it again with the next one); where a task refused at one worker's element
+  // limit may be tried again (TaskFailedLocked).
+  absl::flat_hash_map<int64_t, int64_t> element_limits_ ABSL_GUARDED_BY(mu_);
   // Not state (coordinator_scaling.cc, docs/AUTOSCALING.md): the load reports of the current
   // decision interval, the policy, each running job's workers at the last decision (a window
   // in which they changed, or the one after it, is not measured), the last decision's per-job

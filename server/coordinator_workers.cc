@@ -314,7 +314,25 @@ absl::Status Coordinator::TaskFailedLocked(int64_t worker_id, const proto::TaskF
   // to try fails its job below.
   absl::flat_hash_set<int64_t> tried;
   for (const WorkerFailure& f : failures) tried.insert(f.worker_id);
+  // Refused at the element limit: whatever else a worker holds, one with a limit as low refuses
+  // it too (and may report a process-limit refusal instead, which would hide the cause), so
+  // only a worker known to have a larger limit is tried.
+  const int64_t refused_at = failure.element_limit_bytes();
+  if (refused_at > 0) {
+    for (const auto& [id, limit] : element_limits_) {
+      if (limit <= refused_at) tried.insert(id);
+    }
+  }
   const int64_t next = LeastLoadedWorkerLocked(tried);
+  if (next == 0 && refused_at > 0) {
+    return FailJobLocked(
+        job->id, absl::Status(code, absl::StrCat("job ", job->id, name, " failed: task ",
+                                                 task->id, " (index ", task->index, ") failed on ",
+                                                 WorkerNameLocked(worker_id), ": ",
+                                                 failure.message(), "; no other live worker has ",
+                                                 "a memory limit of one element above ",
+                                                 refused_at, " bytes")));
+  }
   if (next == 0) {
     return FailJobLocked(
         job->id,
@@ -443,6 +461,7 @@ absl::Status Coordinator::CollectDeadWorkersLocked() {
     versions_.ForgetWorker(id);
     watchers_.Notify(id);  // its next heartbeat registers it anew
     dead_since_.erase(id);
+    element_limits_.erase(id);
     incarnations_.erase(id);
     {
       absl::MutexLock arrivals(&arrivals_mu_);
@@ -694,6 +713,9 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   worker = state_.FindWorker(worker_id);
   if (worker != nullptr && worker->alive && !request.draining()) {
     NoteWorkerLoadLocked(worker_id, request);
+  }
+  if (request.max_element_bytes() > 0) {
+    element_limits_[worker_id] = request.max_element_bytes();
   }
   if (request.draining()) {
     // Leaving: its finished tasks count, its other tasks go elsewhere now, it gets nothing

@@ -13,6 +13,7 @@
 #include "core/data/distribute/rebatch.h"
 #include "core/data/distribute/replica_cut.h"
 #include "core/data/ops/rebatch_iterator.h"
+#include "core/util/status_context.h"
 #include "core/util/status_macros.h"
 #include "core/util/transient_error.h"
 #include "worker/cross_trainer_window.h"
@@ -27,7 +28,7 @@ std::string TaskName(const proto::TaskDef& t) {
 }
 
 absl::Status Prefixed(const proto::TaskDef& t, const absl::Status& s) {
-  return absl::Status(s.code(), absl::StrCat(TaskName(t), ": ", s.message()));
+  return WithContext(TaskName(t), s);
 }
 
 // The batches of a DYNAMIC task: its splits' pipelines one after another.

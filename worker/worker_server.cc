@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/rpc/grpc_status.h"
 #include "core/rpc/rpc_metrics.h"
+#include "core/tensor/host_memory.h"
 #include "core/util/backoff.h"
 #include "core/util/jitter.h"
 #include "core/util/status_macros.h"
@@ -202,6 +204,7 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
   request.set_worker_address(address_);
   request.set_process_incarnation(process_incarnation_);
   request.set_draining(draining);
+  request.set_max_element_bytes(ProcessMemoryBudget().limits().element_bytes);
   {
     absl::MutexLock lock(&mu_);
     request.set_known_incarnation(known_incarnation_);
@@ -226,6 +229,9 @@ absl::Status WorkerServer::Heartbeat(bool draining, absl::Duration deadline) {
           f->set_task_id(id);
           f->set_code(static_cast<int>(error.code()));
           f->set_message(std::string(error.message()));
+          if (std::optional<int64_t> limit = RefusedElementLimit(error)) {
+            f->set_element_limit_bytes(*limit);
+          }
         }
       }
       FillTaskProgress(*runner, request.add_task_progress());

@@ -9,6 +9,7 @@
 #include "core/data/op_iterator.h"
 #include "core/data/op_registry.h"
 #include "core/format/python_literal.h"
+#include "core/util/status_context.h"
 #include "core/util/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "proto/dataset.pb.h"
@@ -69,9 +70,9 @@ absl::StatusOr<Element> MapLeaves(const ComponentFn& fn, const Element& e,
     std::string described;
     absl::StatusOr<Element> out = fn.ApplyTuple(TupleParts(e, &described));
     if (!out.ok()) {
-      return MarkElementError(absl::Status(
-          out.status().code(), absl::StrCat(fn.Describe(), LeafPlace(where, index), " (",
-                                            described, "): ", out.status().message())));
+      return MarkElementError(WithContext(
+          absl::StrCat(fn.Describe(), LeafPlace(where, index), " (", described, ")"),
+          out.status()));
     }
     return out;
   }
@@ -80,9 +81,8 @@ absl::StatusOr<Element> MapLeaves(const ComponentFn& fn, const Element& e,
     absl::StatusOr<Element> out = fn.Apply(e.leaf());
     if (!out.ok()) {
       const std::string at = LeafPlace(where, index);
-      return MarkElementError(absl::Status(
-          out.status().code(), absl::StrCat(fn.Describe(), at, " (", Describe(e.leaf()),
-                                            "): ", out.status().message())));
+      return MarkElementError(WithContext(
+          absl::StrCat(fn.Describe(), at, " (", Describe(e.leaf()), ")"), out.status()));
     }
     return out;
   }

@@ -223,10 +223,11 @@ absl::Status TFRecordReader::ReadCheckedHeader(uint64_t* length, uint64_t* total
   }
   const int64_t element_limit = ProcessMemoryBudget().limits().element_bytes;
   if (*length > static_cast<uint64_t>(element_limit)) {
-    return Fail(absl::ResourceExhaustedError(absl::StrCat(
-        "the record at byte offset ", offset_, " of file ", filename(), " has ", *length,
-        " bytes, more than the memory limit of one element, ", element_limit,
-        " bytes (--max_element_bytes)")));
+    return Fail(ElementLimitError(
+        absl::StrCat("the record at byte offset ", offset_, " of file ", filename(), " has ",
+                     *length, " bytes, more than the memory limit of one element, ",
+                     element_limit, " bytes (--max_element_bytes)"),
+        element_limit));
   }
   return absl::OkStatus();
 }

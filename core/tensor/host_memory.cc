@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -92,9 +93,10 @@ absl::Status MemoryBudget::CheckElement(int64_t bytes, absl::string_view what,
                                         absl::string_view describe) const {
   const int64_t limit = element_bytes_.load(std::memory_order_relaxed);
   if (bytes <= limit) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      what, ": ", describe, " needs more than the memory limit of one element, ", limit,
-      " bytes (--max_element_bytes)"));
+  return ElementLimitError(absl::StrCat(what, ": ", describe,
+                                        " needs more than the memory limit of one element, ",
+                                        limit, " bytes (--max_element_bytes)"),
+                           limit);
 }
 
 bool MemoryBudget::TryCharge(int64_t bytes) {
@@ -110,9 +112,11 @@ absl::Status MemoryBudget::Refusal(int64_t bytes, absl::string_view what,
                                    absl::string_view describe) const {
   const int64_t element_limit = element_bytes_.load(std::memory_order_relaxed);
   if (bytes > element_limit) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, ": ", describe, " needs ", bytes, " bytes, more than the memory limit of one "
-        "element, ", element_limit, " bytes (--max_element_bytes)"));
+    return ElementLimitError(
+        absl::StrCat(what, ": ", describe, " needs ", bytes,
+                     " bytes, more than the memory limit of one element, ", element_limit,
+                     " bytes (--max_element_bytes)"),
+        element_limit);
   }
   return absl::ResourceExhaustedError(absl::StrCat(
       what, ": ", describe, " needs ", bytes, " bytes, but ", in_use(),
@@ -124,6 +128,26 @@ absl::Status MemoryBudget::Charge(int64_t bytes, absl::string_view what,
                                   absl::string_view describe) {
   if (TryCharge(bytes)) return absl::OkStatus();
   return Refusal(bytes, what, describe);
+}
+
+namespace {
+constexpr absl::string_view kElementLimitPayload = "type.sluice.dev/element_limit";
+}  // namespace
+
+absl::Status ElementLimitError(absl::string_view message, int64_t limit) {
+  absl::Status status = absl::ResourceExhaustedError(message);
+  status.SetPayload(kElementLimitPayload, absl::Cord(absl::StrCat(limit)));
+  return status;
+}
+
+std::optional<int64_t> RefusedElementLimit(const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kResourceExhausted) return std::nullopt;
+  const auto payload = status.GetPayload(kElementLimitPayload);
+  int64_t limit = 0;
+  if (!payload.has_value() || !absl::SimpleAtoi(std::string(*payload), &limit)) {
+    return std::nullopt;
+  }
+  return limit;
 }
 
 MemoryBudget& ProcessMemoryBudget() {

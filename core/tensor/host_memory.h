@@ -34,6 +34,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -92,6 +93,16 @@ class MemoryBudget {
   std::atomic<int64_t> element_bytes_{0};
   std::atomic<int64_t> in_use_{0};
 };
+
+// A refusal at the memory limit of one element, `limit` bytes: RESOURCE_EXHAUSTED with `message`
+// (which names what, where and the limit) and the limit attached as a payload, so whoever
+// handles the error can tell it from a process-limit refusal. It does not depend on what else
+// the process holds: the same element is refused by every process with this limit, so the
+// coordinator tries the task again only on a worker with a larger one. A context added with
+// WithContext (core/util/status_context.h) keeps it.
+absl::Status ElementLimitError(absl::string_view message, int64_t limit);
+// The element limit `status` was refused at, or nullopt when it is no ElementLimitError.
+std::optional<int64_t> RefusedElementLimit(const absl::Status& status);
 
 // The process's budget, the one the allocator charges; its limits start as
 // DefaultMemoryLimits() (a binary's main() sets them from flags: ConfigureProcessMemoryBudget

@@ -99,10 +99,12 @@ absl::StatusOr<int64_t> CheckedBytes(DType dtype, const Shape& shape, int64_t un
   }
   int64_t bytes = 0;
   if (overflow || __builtin_mul_overflow(n, unit, &bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, ": ", DescribeTensor(dtype, shape),
-        " needs more than 2^63 bytes, more than the memory limit of one element, ",
-        ProcessMemoryBudget().limits().element_bytes, " bytes (--max_element_bytes)"));
+    const int64_t limit = ProcessMemoryBudget().limits().element_bytes;
+    return ElementLimitError(
+        absl::StrCat(what, ": ", DescribeTensor(dtype, shape),
+                     " needs more than 2^63 bytes, more than the memory limit of one element, ",
+                     limit, " bytes (--max_element_bytes)"),
+        limit);
   }
   return bytes;
 }
@@ -139,10 +141,12 @@ absl::StatusOr<std::shared_ptr<TensorBuffer>> AllocateCharged(size_t bytes, size
 absl::StatusOr<std::shared_ptr<TensorBuffer>> TensorBuffer::TryAllocateHost(
     size_t bytes, absl::string_view what) {
   if (bytes > static_cast<size_t>(std::numeric_limits<int64_t>::max()) - kAlignment) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, ": a host buffer of ", bytes,
-        " bytes needs more than the memory limit of one element, ",
-        ProcessMemoryBudget().limits().element_bytes, " bytes (--max_element_bytes)"));
+    const int64_t limit = ProcessMemoryBudget().limits().element_bytes;
+    return ElementLimitError(absl::StrCat(what, ": a host buffer of ", bytes,
+                                          " bytes needs more than the memory limit of one "
+                                          "element, ",
+                                          limit, " bytes (--max_element_bytes)"),
+                             limit);
   }
   const size_t charged = RoundedBytes(bytes);
   if (!ProcessMemoryBudget().TryCharge(static_cast<int64_t>(charged))) {

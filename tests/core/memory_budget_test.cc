@@ -13,6 +13,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/util/status_context.h"
 #include "sluice/dataset.h"
 #include "core/data/executor.h"
 #include "core/data/ops/prefetch_iterator.h"
@@ -83,6 +85,32 @@ TEST(MemoryBudgetTest, ReservesUpToTheLimitAndNamesWhatWentOver) {
             "op 2 (batch): a batch of 7 elements needs more than the memory limit of one "
             "element, 100 bytes (--max_element_bytes)");
   EXPECT_TRUE(budget.CheckElement(100, "x", "y").ok());
+}
+
+// The coordinator retries a task refused at a worker's element limit only on a worker with a
+// larger one: the refusal carries the limit, through the contexts ops and tasks add to it; a
+// process-limit refusal (it depends on what else the process holds) carries none.
+TEST(MemoryBudgetTest, AnElementLimitRefusalCarriesItsLimitThroughAddedContext) {
+  MemoryBudget budget(MemoryLimits{.process_bytes = 1000, .element_bytes = 100});
+  const absl::Status element = budget.CheckElement(101, "op 2 (batch)", "a batch");
+  EXPECT_EQ(RefusedElementLimit(element), 100);
+  EXPECT_EQ(RefusedElementLimit(budget.Refusal(101, "op 1 (map)", "a tensor")), 100);
+  const absl::Status wrapped = WithContext("task 3 (job 1, index 0/2)", element);
+  EXPECT_EQ(wrapped.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(wrapped.message(), absl::StrCat("task 3 (job 1, index 0/2): ", element.message()));
+  EXPECT_EQ(RefusedElementLimit(wrapped), 100);
+  EXPECT_EQ(RefusedElementLimit(budget.Reserve(1001, "op 3 (cache)")), std::nullopt);
+  EXPECT_EQ(RefusedElementLimit(budget.Refusal(99, "op 3 (cache)", "x")), std::nullopt);
+  EXPECT_EQ(RefusedElementLimit(absl::ResourceExhaustedError("x")), std::nullopt);
+
+  // Through a pipeline: the refusal a worker reports for its task keeps the limit.
+  ScopedProcessLimits limits({.process_bytes = int64_t{256} << 20, .element_bytes = 4 << 20});
+  for (const char* pipeline : {"from_tensors([1]).repeat().batch(1000000000)",
+                               "range(4).map(one_hot(100000000000))"}) {
+    SCOPED_TRACE(pipeline);
+    EXPECT_EQ(RefusedElementLimit(Drain(pipeline)), 4 << 20);
+  }
+  EXPECT_EQ(RefusedElementLimit(Drain("range(10000000).shuffle(10000000, seed=1)")), std::nullopt);
 }
 
 TEST(MemoryReservationTest, TakesChunksGivesThemBackAndFailsWithoutHoldingMore) {

@@ -483,5 +483,79 @@ TEST_F(TaskHealTest, ALoneWorkersDeterministicErrorFailsTheJobAtOnce) {
   EXPECT_THAT(error.message(), HasSubstr("w1:1"));
 }
 
+// A task refused at one worker's memory limit of one element (TaskFailure.element_limit_bytes)
+// is refused the same way by every worker with a limit as low, whatever else they hold (one
+// that holds the job's other task may report its process limit instead, hiding the cause: the
+// flake ServiceMemoryLimitTest had). It moves only to a worker known to have a larger limit
+// (a worker that reports none counts as any); with none, the job fails at once with the
+// refusal.
+TEST_F(TaskHealTest, AnElementLimitRefusalMovesTheTaskOnlyToAWorkerWithALargerLimit) {
+  // A heartbeat from `address` reporting its element limit, optionally failing `task`.
+  auto beat = [this](const std::string& address, int64_t limit, int64_t task = 0) {
+    proto::WorkerHeartbeatRequest req;
+    if (task == 0) {
+      req.set_wire_version(proto::WIRE_VERSION_1);
+      req.set_worker_address(address);
+    } else {
+      req = Fail(address, task, absl::StatusCode::kResourceExhausted,
+                 absl::StrCat("op 2 (batch): a batch of 1000000000 elements needs more than the "
+                              "memory limit of one element, ", limit,
+                              " bytes (--max_element_bytes)"));
+      req.mutable_failed_tasks(0)->set_element_limit_bytes(limit);
+    }
+    req.set_max_element_bytes(limit);
+    proto::WorkerHeartbeatResponse resp;
+    EXPECT_TRUE(coordinator_->WorkerHeartbeat(req, &resp).ok());
+    return resp;
+  };
+  constexpr int64_t k64MiB = int64_t{64} << 20;
+  beat("w1:1", k64MiB);
+  const int64_t task = PoisonJob();
+  beat("w2:1", k64MiB);           // as low: never tried
+  beat("w3:1", int64_t{1} << 30);  // larger: tried
+  EXPECT_THAT(beat("w1:1", k64MiB).new_tasks(), ::testing::SizeIs(1));
+  EXPECT_THAT(beat("w1:1", k64MiB, task).tasks_to_stop(), ::testing::ElementsAre(task));
+  EXPECT_TRUE(JobError().ok()) << JobError();
+  EXPECT_THAT(beat("w2:1", k64MiB).new_tasks(), IsEmpty());
+  ASSERT_EQ(beat("w3:1", int64_t{1} << 30).new_tasks_size(), 1);
+  // w3 refuses it too, at its own limit: no worker with a larger one is left.
+  beat("w3:1", int64_t{1} << 30, task);
+  absl::Status error = JobError();
+  EXPECT_EQ(error.code(), absl::StatusCode::kResourceExhausted) << error;
+  EXPECT_THAT(error.message(), HasSubstr("(--max_element_bytes)"));
+  EXPECT_THAT(error.message(), HasSubstr("no other live worker has a memory limit of one "
+                                         "element above 1073741824 bytes"));
+  EXPECT_THAT(beat("w2:1", k64MiB).new_tasks(), IsEmpty());
+}
+
+// With every worker at the same limit the first refusal fails the job: no retry elsewhere.
+TEST_F(TaskHealTest, AnElementLimitRefusalFailsTheJobAtOnceWhenNoWorkerHasALargerLimit) {
+  constexpr int64_t k64MiB = int64_t{64} << 20;
+  auto beat = [this](const std::string& address) {
+    proto::WorkerHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_worker_address(address);
+    req.set_max_element_bytes(k64MiB);
+    proto::WorkerHeartbeatResponse resp;
+    EXPECT_TRUE(coordinator_->WorkerHeartbeat(req, &resp).ok());
+    return resp;
+  };
+  beat("w1:1");
+  const int64_t task = PoisonJob();
+  beat("w2:1");
+  ASSERT_EQ(beat("w1:1").new_tasks_size(), 1);
+  proto::WorkerHeartbeatRequest failed =
+      Fail("w1:1", task, absl::StatusCode::kResourceExhausted, "op 2 (batch): over the limit");
+  failed.mutable_failed_tasks(0)->set_element_limit_bytes(k64MiB);
+  failed.set_max_element_bytes(k64MiB);
+  proto::WorkerHeartbeatResponse resp;
+  ASSERT_TRUE(coordinator_->WorkerHeartbeat(failed, &resp).ok());
+  absl::Status error = JobError();
+  EXPECT_EQ(error.code(), absl::StatusCode::kResourceExhausted) << error;
+  EXPECT_THAT(error.message(), HasSubstr("op 2 (batch): over the limit"));
+  EXPECT_THAT(error.message(), HasSubstr("above 67108864 bytes"));
+  EXPECT_THAT(beat("w2:1").new_tasks(), IsEmpty());
+}
+
 }  // namespace
 }  // namespace sluice

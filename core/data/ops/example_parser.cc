@@ -16,6 +16,7 @@
 #include "core/tensor/proto_convert.h"
 #include "core/format/python_literal.h"
 #include "core/data/spec_inference.h"
+#include "core/util/status_context.h"
 #include "core/util/status_macros.h"
 #include "sluice/composite_tensor.h"
 
@@ -257,7 +258,7 @@ namespace {
 // A feature's output the allocator refused (RESOURCE_EXHAUSTED "parse_example: ..."), with the
 // feature named.
 absl::Status OutputRefused(absl::string_view key, const absl::Status& s) {
-  return absl::Status(s.code(), absl::StrCat("feature '", key, "': ", s.message()));
+  return WithContext(absl::StrCat("feature '", key, "'"), s);
 }
 
 }  // namespace

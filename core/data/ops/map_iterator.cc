@@ -14,6 +14,7 @@
 #include "core/data/deferred_check_blocks.h"
 #include "core/data/op_iterator.h"
 #include "core/data/ops/output_slot.h"
+#include "core/util/status_context.h"
 #include "core/util/thread_pool.h"
 
 namespace sluice {
@@ -39,7 +40,7 @@ void AutotuneTrack(const std::string& label, int64_t maps, int64_t parallelism) 
 
 // The fn's error with the op's label in front; stays an element error.
 absl::Status Labeled(const std::string& label, const absl::Status& s) {
-  return MarkElementError(absl::Status(s.code(), absl::StrCat(label, ": ", s.message())));
+  return MarkElementError(WithContext(label, s));
 }
 
 // Row `i` of a block of elements (core/data/iterator.h), sharing storage.

@@ -17,6 +17,7 @@
 #include "core/data/op_iterator.h"
 #include "core/data/shape_limits.h"
 #include "core/tensor/host_memory.h"
+#include "core/util/status_context.h"
 #include "core/util/status_macros.h"
 #include "core/io/tfrecord_reader.h"
 
@@ -441,7 +442,7 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
   }
 
   absl::Status Labeled(const absl::Status& s) const {
-    return absl::Status(s.code(), absl::StrCat(label(), ": ", s.message()));
+    return WithContext(label(), s);
   }
 
   // Skips whole files before range_->start using their counts, then seeks inside the file.

@@ -29,9 +29,10 @@ absl::StatusOr<std::string> ReadModelFile(const std::string& path) {
     if (!n.ok()) return n.status();
     if (*n == 0) return bytes;
     if (bytes.size() + *n > limit) {
-      return absl::ResourceExhaustedError(
+      return ElementLimitError(
           absl::StrCat("the SentencePiece model ", path, " is larger than the memory limit of "
-                       "one element, ", limit, " bytes (--max_element_bytes)"));
+                       "one element, ", limit, " bytes (--max_element_bytes)"),
+          static_cast<int64_t>(limit));
     }
     bytes.append(block.data(), *n);
   }

@@ -255,9 +255,10 @@ class TextLineIterator : public OpIterator {
         if (static_cast<int64_t>(partial_.size()) > limit) {
           const std::string file = stream_->name();
           CloseFile();
-          return OpError(absl::StatusCode::kResourceExhausted,
-                         absl::StrCat("a line of ", file, " is longer than the memory limit of "
-                                      "one element, ", limit, " bytes (--max_element_bytes)"));
+          return ElementLimitError(
+              absl::StrCat(label(), ": a line of ", file, " is longer than the memory limit of "
+                           "one element, ", limit, " bytes (--max_element_bytes)"),
+              limit);
         }
       }
       absl::StatusOr<size_t> n = stream_->Read(buffer_.get(), kBufferBytes);
