@@ -11,7 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "core/obs/metrics.h"
 #include "server/coordinator.h"
+#include "server/coordinator_metrics.h"
 #include "server/coordinator_state.h"
 
 namespace sluice {
@@ -176,6 +178,17 @@ TEST_F(SharedJobTest, DroppedTrainersAreJournaledAndRefusedWhenTheyComeBack) {
   check("before a restart");
   Start();  // replays the journal
   check("after a restart");
+  {
+    MetricsRegistry registry;
+    CoordinatorMetrics metrics(coordinator_.get(), &registry);
+    const std::string text = registry.Scrape();
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("sluice_coordinator_job_trainers{job=\"", *job,
+                                             "\",name=\"sweep\",state=\"dropped\"} 1")))
+        << text;
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("sluice_coordinator_job_trainers{job=\"", *job,
+                                             "\",name=\"sweep\",state=\"joined\"} 1")))
+        << text;
+  }
   // Its place is free: a new trainer fits within max_trainers 2.
   ASSERT_TRUE(Join(Shared(2), "trainer-c").ok());
   EXPECT_THAT(Trainers(), ElementsAre("trainer-b", "trainer-c"));
