@@ -405,7 +405,8 @@ class Coordinator {
                                  proto::GetOrCreateJobResponse* response) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A shared job (options.cross_trainer): admits `trainer_id` (a TrainerJoinedUpdate) unless
-  // it joined before; RESOURCE_EXHAUSTED naming it beyond the job's max_trainers. Nothing for
+  // it joined before; RESOURCE_EXHAUSTED naming it beyond the job's max_trainers,
+  // FAILED_PRECONDITION naming it if a worker dropped it (TrainerDroppedUpdate). Nothing for
   // an empty id (GetOrCreateJob checked that the request and the job agree).
   absl::Status AdmitTrainerLocked(int64_t job_id, absl::string_view trainer_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -544,6 +545,13 @@ class Coordinator {
   // consumers it served, never for another worker's task.
   absl::Status RecordEndedConsumersLocked(const proto::WorkerHeartbeatRequest& request,
                                           int64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Journals a TrainerDroppedUpdate for each trainer the request's
+  // TaskProgress.dropped_trainer_ids name that is still a trainer of the task's job, for the
+  // tasks worker `worker_id` holds or held (lost_on_workers). Ids the job does not have as a
+  // trainer (dropped before, never admitted) are ignored: the worker repeats its list in
+  // every heartbeat, and it is not trusted.
+  absl::Status RecordDroppedTrainersLocked(const proto::WorkerHeartbeatRequest& request,
+                                           int64_t worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Not state: each ranges job's dataset, plan and cut (a function of its options, which are
   // kept to tell an entry from one left by a request that failed and was undone).
   struct RangesJob {

@@ -317,6 +317,14 @@ absl::Status Coordinator::AdmitTrainerLocked(int64_t job_id, absl::string_view t
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job ", job_id));
   const std::vector<std::string>& ids = job->trainer_ids;
   if (std::find(ids.begin(), ids.end(), trainer_id) != ids.end()) return absl::OkStatus();
+  const std::vector<std::string>& dropped = job->dropped_trainer_ids;
+  if (std::find(dropped.begin(), dropped.end(), trainer_id) != dropped.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "GetOrCreateJobRequest.trainer_id ", QuoteTrainerId(trainer_id), ": job \"", job->name,
+        "\" (id ", job_id, ") dropped this trainer after no stream of it was open to a worker "
+        "for the worker's --drop_departed_trainers_after, and the steps it missed are gone; "
+        "join under a new trainer_id"));
+  }
   const int64_t max = job->options.cross_trainer().max_trainers() > 0
                           ? job->options.cross_trainer().max_trainers()
                           : kDefaultMaxTrainers;
@@ -856,6 +864,9 @@ absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& request,
     progress_.FillJobStatus(job.task_ids, s);
     FillJobLoadLocked(id, s);
     for (const std::string& trainer : job.trainer_ids) s->add_trainer_ids(trainer);
+    for (const std::string& trainer : job.dropped_trainer_ids) {
+      s->add_dropped_trainer_ids(trainer);
+    }
   }
   if (it != state_.jobs().end()) response->set_next_page_token(absl::StrCat("j", it->first));
   return absl::OkStatus();

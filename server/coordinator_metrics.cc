@@ -97,6 +97,19 @@ CoordinatorMetrics::CoordinatorMetrics(Coordinator* coordinator, MetricsRegistry
       sink.Counter("sluice_coordinator_job_steps_produced_total",
                    "Steps the job's workers report produced.", labels,
                    static_cast<double>(j.steps_produced()));
+      if (j.options().cross_trainer().enabled()) {
+        const char* trainers_help =
+            "Trainers of a shared job by state: joined (counted against max_trainers), or "
+            "dropped by a worker after --drop_departed_trainers_after (refused if they return).";
+        MetricLabels joined = labels;
+        joined.emplace_back("state", "joined");
+        sink.Gauge("sluice_coordinator_job_trainers", trainers_help, joined,
+                   static_cast<double>(j.trainer_ids_size()));
+        MetricLabels dropped = labels;
+        dropped.emplace_back("state", "dropped");
+        sink.Gauge("sluice_coordinator_job_trainers", trainers_help, dropped,
+                   static_cast<double>(j.dropped_trainer_ids_size()));
+      }
     }
     sink.Gauge("sluice_coordinator_jobs", "Jobs by state.", {{"state", "running"}},
                static_cast<double>(running));

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/rpc/trainer_id.h"
 
 namespace sluice {
 
@@ -45,6 +46,8 @@ absl::Status CoordinatorState::Apply(const proto::Update& update) {
       return ApplyRemoveDataset(update.remove_dataset());
     case proto::Update::kTrainerJoined:
       return ApplyTrainerJoined(update.trainer_joined());
+    case proto::Update::kTrainerDropped:
+      return ApplyTrainerDropped(update.trainer_dropped());
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -137,6 +140,26 @@ absl::Status CoordinatorState::ApplyTrainerJoined(const proto::TrainerJoinedUpda
         "TrainerJoined update: trainer ", u.trainer_id(), " already joined job ", u.job_id()));
   }
   job.trainer_ids.push_back(u.trainer_id());
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorState::ApplyTrainerDropped(const proto::TrainerDroppedUpdate& u) {
+  auto it = jobs_.find(u.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("TrainerDropped update: no job ", u.job_id()));
+  }
+  Job& job = it->second;
+  auto trainer = std::find(job.trainer_ids.begin(), job.trainer_ids.end(), u.trainer_id());
+  if (trainer == job.trainer_ids.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "TrainerDropped update: trainer ", u.trainer_id(), " is not a trainer of job ",
+        u.job_id()));
+  }
+  job.trainer_ids.erase(trainer);
+  job.dropped_trainer_ids.push_back(u.trainer_id());
+  if (job.dropped_trainer_ids.size() > kMaxDroppedTrainersPerJob) {
+    job.dropped_trainer_ids.erase(job.dropped_trainer_ids.begin());
+  }
   return absl::OkStatus();
 }
 
@@ -543,6 +566,16 @@ proto::StateSnapshot CoordinatorState::Snapshot() const {
   }
   for (const auto& [id, job] : jobs_) {
     *out.add_updates()->mutable_create_job() = job.created;
+    // The dropped ones first (joined, then dropped, in their order), so that the joined ones
+    // keep theirs.
+    for (const std::string& trainer : job.dropped_trainer_ids) {
+      proto::TrainerJoinedUpdate* u = out.add_updates()->mutable_trainer_joined();
+      u->set_job_id(id);
+      u->set_trainer_id(trainer);
+      proto::TrainerDroppedUpdate* d = out.add_updates()->mutable_trainer_dropped();
+      d->set_job_id(id);
+      d->set_trainer_id(trainer);
+    }
     for (const std::string& trainer : job.trainer_ids) {
       proto::TrainerJoinedUpdate* u = out.add_updates()->mutable_trainer_joined();
       u->set_job_id(id);

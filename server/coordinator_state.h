@@ -118,6 +118,9 @@ class CoordinatorState {
     // A shared job (options.cross_trainer): the trainers admitted (TrainerJoinedUpdate), in
     // order; at most its max_trainers.
     std::vector<std::string> trainer_ids;
+    // The trainers a worker dropped (TrainerDroppedUpdate), in order of dropping: out of
+    // trainer_ids, refused if they come back. The last kMaxDroppedTrainersPerJob.
+    std::vector<std::string> dropped_trainer_ids;
 
     bool dynamic() const { return options.sharding_policy() == proto::SHARDING_DYNAMIC; }
     bool splits_exhausted() const { return split_cursor >= split_source_size; }
@@ -202,6 +205,7 @@ class CoordinatorState {
   absl::Status ApplyTaskProgressed(const proto::TaskProgressedUpdate& u);
   absl::Status ApplyRemoveDataset(const proto::RemoveDatasetUpdate& u);
   absl::Status ApplyTrainerJoined(const proto::TrainerJoinedUpdate& u);
+  absl::Status ApplyTrainerDropped(const proto::TrainerDroppedUpdate& u);
 
   void Unassign(Task& task);
   // Marks an unfinished task finished: it leaves its worker's list (Worker::task_ids) and

@@ -20,6 +20,7 @@
 #include "core/data/distribute/global_order.h"
 #include "core/tensor/proto_convert.h"
 #include "core/util/status_macros.h"
+#include "core/rpc/trainer_id.h"
 #include "core/util/transient_error.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -656,6 +657,43 @@ absl::Status Coordinator::RecordEndedConsumersLocked(
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::RecordDroppedTrainersLocked(
+    const proto::WorkerHeartbeatRequest& request, int64_t worker_id) {
+  for (const proto::TaskProgress& progress : request.task_progress()) {
+    if (progress.dropped_trainer_ids().empty()) continue;
+    const CoordinatorState::Task* task = state_.FindTask(progress.task_id());
+    if (task == nullptr) continue;
+    if (task->worker_id != worker_id &&
+        std::find(task->lost_on_workers.begin(), task->lost_on_workers.end(), worker_id) ==
+            task->lost_on_workers.end()) {
+      continue;  // another worker's task: not this worker's trainers to report
+    }
+    const CoordinatorState::Job* job = state_.FindJob(task->job_id);
+    if (job == nullptr || !job->options.cross_trainer().enabled()) continue;
+    const int64_t job_id = job->id;
+    // A worker's list is at most kMaxDroppedTrainersPerWindow long; more is not looked at.
+    const int n = std::min<int>(progress.dropped_trainer_ids_size(),
+                                static_cast<int>(kMaxDroppedTrainersPerWindow));
+    for (int i = 0; i < n; ++i) {
+      const std::string& id = progress.dropped_trainer_ids(i);
+      const std::vector<std::string>& ids = state_.FindJob(job_id)->trainer_ids;
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) continue;
+      proto::Update u;
+      proto::TrainerDroppedUpdate* d = u.mutable_trainer_dropped();
+      d->set_job_id(job_id);
+      d->set_trainer_id(id);
+      d->set_task_id(task->id);
+      d->set_worker_address(request.worker_address());
+      RETURN_IF_ERROR(ApplyLocked(u));
+      Log(absl::StrCat("job ", job_id, ": trainer ", QuoteTrainerId(id), " dropped by ",
+                       WorkerNameLocked(worker_id), " (task ", progress.task_id(),
+                       "): no stream of it for --drop_departed_trainers_after; refused if it "
+                       "comes back"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
                                           proto::WorkerHeartbeatResponse* response) {
   RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "WorkerHeartbeatRequest"));
@@ -783,6 +821,7 @@ absl::Status Coordinator::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& r
   // The consumers that read a task to its end from this worker (whichever worker runs it now):
   // they count even if they exited before telling the coordinator themselves (it was down).
   if (!restarted) RETURN_IF_ERROR(RecordEndedConsumersLocked(request, worker_id));
+  if (!restarted) RETURN_IF_ERROR(RecordDroppedTrainersLocked(request, worker_id));
   // Tasks this worker runs that its consumers finished without it (some read them elsewhere
   // before a worker death, the others are gone): it cannot drain them itself.
   // Only tasks some consumer completed can be (FinishIfConsumersDoneLocked); collected first,

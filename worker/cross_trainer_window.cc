@@ -151,6 +151,14 @@ absl::StatusOr<int64_t> CrossTrainerWindow::Join(absl::string_view trainer_id) {
   absl::MutexLock lock(&mu_);
   auto it = slots_.find(trainer_id);
   if (it != slots_.end()) return it->second;  // another consumer of the same trainer
+  if (std::find(dropped_ids_.begin(), dropped_ids_.end(), trainer_id) != dropped_ids_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "trainer_id ", QuoteTrainerId(trainer_id),
+        " refused: it was dropped from the job's window after no stream of it was open for ",
+        absl::FormatDuration(options_.drop_departed_after),
+        " (--drop_departed_trainers_after), and the steps it missed are gone; join the job "
+        "under a new trainer_id"));
+  }
   if (static_cast<int64_t>(slots_.size()) >= options_.max_trainers) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "trainer_id ", QuoteTrainerId(trainer_id), " refused: the job is shared by its maximum of ",
@@ -232,7 +240,11 @@ absl::Time CrossTrainerWindow::DropDepartedLocked(absl::Time now, Wakeups* wake)
       next = std::min(next, due);
     }
   }
-  for (const std::string& id : gone) RemoveTrainerLocked(id, wake);
+  for (std::string& id : gone) {
+    RemoveTrainerLocked(id, wake);
+    dropped_ids_.push_back(std::move(id));
+    if (dropped_ids_.size() > kMaxDroppedTrainersPerWindow) dropped_ids_.pop_front();
+  }
   dropped_ += static_cast<int64_t>(gone.size());
   return next;
 }
@@ -367,11 +379,20 @@ void CrossTrainerWindow::Acknowledge(int64_t reader, int64_t received_steps) {
 }
 
 void CrossTrainerWindow::Release(int64_t reader) {
+  RunWakeups run;
   absl::MutexLock lock(&mu_);
   auto r = readers_.find(reader);
   if (r == readers_.end()) return;
   const uint64_t key = r->second.key;
   ReaderGoneLocked(r->second.trainer);
+  const Trainer& t = trainers_[static_cast<size_t>(r->second.trainer)];
+  if (t.joined && t.open_readers == 0 && options_.drop_departed_after != absl::InfiniteDuration()) {
+    // The trainer departed: a producer already waiting for room learns when it falls due to be
+    // dropped (TryPush's retry time, Push's timed wait), or it would wait for reads that may
+    // never come.
+    WakeProducerLocked(&run.wake);
+    cv_.SignalAll();
+  }
   readers_.erase(r);
   waiters_.erase(reader);
   if (key == 0) return;
@@ -589,6 +610,7 @@ CrossTrainerWindow::Stats CrossTrainerWindow::stats() const {
   s.trainers_dropped = dropped_;
   s.consumers_dead = consumers_dead_;
   s.steps_handed_over = handed_over_;
+  s.dropped_trainer_ids.assign(dropped_ids_.begin(), dropped_ids_.end());
   std::vector<int64_t> unacked(trainers_.size(), 0);
   for (const auto& [key, c] : consumers_) {
     unacked[static_cast<size_t>(c.trainer)] += static_cast<int64_t>(c.unacked.size());

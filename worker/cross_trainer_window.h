@@ -37,8 +37,12 @@
 // trainers_dropped counts them): in lossless mode it no longer holds the producer, and its
 // consumers' unacknowledged steps are freed. The check runs when the producer finds no room
 // (TryPush's *retry_at says when the next departed trainer falls due, so a producer held by
-// one retries then) and in stats(). A trainer that comes back after that joins as a new one,
-// at the oldest step the window holds.
+// one retries then). A trainer dropped so is refused if it comes back (Join: FAILED_PRECONDITION
+// naming it): its place in the step sequence is gone, and reading on from the window's oldest
+// step would hide the steps it missed (or, in lossless mode, break its promise); it joins
+// again under a new id. The window remembers the last kMaxDroppedTrainersPerWindow ids dropped
+// (Stats::dropped_trainer_ids; the worker reports them to the coordinator, which journals them
+// and refuses them in GetOrCreateJob).
 //
 // Consumers and broken streams (as StepBuffer's keyed independent consumers): a consumer
 // attaches with its key (StreamRequest.consumer_id, stable across its reconnects) and the number
@@ -148,7 +152,7 @@ class CrossTrainerWindow {
   // A consumer of `trainer_id` joins: returns the trainer's slot, the same for every consumer
   // of that id. A new trainer starts at the oldest step the window holds. INVALID_ARGUMENT for
   // a bad id (core/rpc/trainer_id.h), RESOURCE_EXHAUSTED when max_trainers other trainers are
-  // joined.
+  // joined, FAILED_PRECONDITION for a trainer dropped after departing (see the class comment).
   absl::StatusOr<int64_t> Join(absl::string_view trainer_id);
   // The coordinator declared the trainer gone: its cursor no longer holds anything (lossless
   // mode) and its slot is free. Unknown ids are ignored. A consumer of it still reading gets
@@ -227,6 +231,8 @@ class CrossTrainerWindow {
     bool lossless = false;
     bool producer_waiting = false;  // TryPush refused for want of room
     std::vector<TrainerStats> trainers;  // by slot
+    // Trainers dropped after departing, oldest first (the last kMaxDroppedTrainersPerWindow).
+    std::vector<std::string> dropped_trainer_ids;
   };
   // A consistent snapshot, O(trainers).
   Stats stats() const;
@@ -328,6 +334,8 @@ class CrossTrainerWindow {
   int64_t next_reader_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t redelivered_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  // The ids dropped after departing, oldest first, at most kMaxDroppedTrainersPerWindow.
+  std::deque<std::string> dropped_ids_ ABSL_GUARDED_BY(mu_);
   int64_t consumers_dead_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t handed_over_ ABSL_GUARDED_BY(mu_) = 0;
   // The earliest time a released consumer with unacknowledged steps may be dead.

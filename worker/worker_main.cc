@@ -41,6 +41,7 @@
 #include "core/rpc/bulk_channel.h"
 #include "core/rpc/shm_segment.h"
 #include "core/util/logging.h"
+#include "core/util/malloc_retention.h"
 #include "core/util/thread_pool.h"
 #include "worker/worker_metrics.h"
 #include "worker/task_runner_pool.h"
@@ -147,6 +148,9 @@ ABSL_FLAG(std::string, log_level, "info", "Least level logged: debug, info, warn
 ABSL_FLAG(std::string, log_format, "text", "Log lines as text or json (one object a line).");
 
 int main(int argc, char** argv) {
+  // Steps are built and freed continuously: keep freed memory for the next ones instead of
+  // faulting it in again (core/util/malloc_retention.h; GLIBC_TUNABLES overrides it).
+  sluice::RetainFreedMemory();
   absl::ParseCommandLine(argc, argv);
   if (absl::Status s = sluice::ConfigureLoggingFromFlags(absl::GetFlag(FLAGS_log_level),
                                                          absl::GetFlag(FLAGS_log_format));

@@ -18,7 +18,11 @@ void FillTaskProgress(TaskRunner& runner, proto::TaskProgress* progress) {
   progress->set_steps_delivered(runner.steps_delivered());
   progress->set_bytes_delivered(runner.bytes_delivered());
   if (const CrossTrainerWindow* window = runner.buffer()->cross_trainer_window()) {
-    for (const CrossTrainerWindow::TrainerStats& t : window->stats().trainers) {
+    CrossTrainerWindow::Stats window_stats = window->stats();
+    for (std::string& id : window_stats.dropped_trainer_ids) {
+      progress->add_dropped_trainer_ids(std::move(id));
+    }
+    for (const CrossTrainerWindow::TrainerStats& t : window_stats.trainers) {
       proto::TrainerProgress* p = progress->add_trainers();
       p->set_trainer_id(t.trainer_id);
       p->set_steps_read(t.steps_read);

@@ -18,6 +18,11 @@ inline constexpr size_t kMaxTrainerIdBytes = 128;
 // Trainers of one shared job: CrossTrainerOptions.max_trainers when 0, and its upper bound.
 inline constexpr int64_t kDefaultMaxTrainers = 16;
 inline constexpr int64_t kMaxTrainersPerJob = 64;
+// Dropped trainers (no stream for --drop_departed_trainers_after) remembered, to refuse them if
+// they come back: per task window on a worker (and reported in each heartbeat), and per job on
+// the coordinator. The oldest is forgotten beyond these.
+inline constexpr size_t kMaxDroppedTrainersPerWindow = 64;
+inline constexpr size_t kMaxDroppedTrainersPerJob = 1024;
 
 // OK for a non-empty id of at most `max_bytes` bytes of printable ASCII without spaces;
 // INVALID_ARGUMENT otherwise, naming `where`, the id (shortened, made printable) and the rule.

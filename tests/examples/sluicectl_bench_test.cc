@@ -181,6 +181,19 @@ TEST(SluicectlBenchTest, SecondsBoundsAnInfinitePipeline) {
   EXPECT_EQ(Int(both, "elements"), 7);  // scalars: one element per replica per step
 }
 
+// --step_interval paces it as a trainer whose step takes that long: each GetNext comes at least
+// that long after the one before (a lower bound on the time, which a loaded machine only
+// lengthens), and the steps it takes are still all counted.
+TEST(SluicectlBenchTest, StepIntervalPacesTheLoop) {
+  JsonValue j = BenchJson({"bench", "--pipeline=range(1000).batch(2)", "--devices=CPU:0",
+                           "--steps=11", "--step_interval=0.02"});
+  EXPECT_EQ(Int(j, "steps"), 11);
+  EXPECT_EQ(Int(j, "elements"), 22);
+  // Ten full intervals between the first GetNext and the last, and the last one's pause.
+  EXPECT_GE(Num(j, "seconds"), 10 * 0.02);
+  EXPECT_EQ(Num(j["parameters"], "step_interval"), 0.02);
+}
+
 TEST(SluicectlBenchTest, BadFlagsAreClearErrors) {
   struct Case {
     std::vector<std::string> args;
@@ -192,6 +205,7 @@ TEST(SluicectlBenchTest, BadFlagsAreClearErrors) {
       {{"--pipeline=range(4)", "--seconds=-1"}, 2, "--seconds must be a non-negative number"},
       {{"--pipeline=range(4)", "--seconds=abc"}, 2, "--seconds"},
       {{"--pipeline=range(4)", "--warmup_steps=-1"}, 2, "--warmup_steps must be non-negative"},
+      {{"--pipeline=range(4)", "--step_interval=-0.5"}, 2, "--step_interval must be in [0, 3600]"},
       {{"--pipeline=range(4)", "--format=json"}, 2, "unknown flag --format"},
       {{"--devices=CPU:0"}, 2, "--pipeline is required"},
       {{"--pipeline=range(4).repeat()", "--devices=CPU:0"}, 1,

@@ -6,11 +6,14 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "core/obs/metrics.h"
 #include "server/coordinator.h"
+#include "server/coordinator_metrics.h"
 #include "server/coordinator_state.h"
 
 namespace sluice {
@@ -122,6 +125,78 @@ TEST_F(SharedJobTest, AdmittedTrainersAreInTheStateSnapshot) {
   ASSERT_TRUE(restored.Restore(coordinator_->Snapshot()).ok());
   ASSERT_NE(restored.FindJob(*job), nullptr);
   EXPECT_THAT(restored.FindJob(*job)->trainer_ids, ElementsAre("trainer-a", "trainer-b"));
+}
+
+// A worker's heartbeat saying it dropped trainers from task `task_id`'s window.
+absl::Status ReportDropped(Coordinator* coordinator, const std::string& worker_address,
+                           int64_t task_id, const std::vector<std::string>& dropped) {
+  proto::WorkerHeartbeatRequest hb;
+  hb.set_wire_version(proto::WIRE_VERSION_1);
+  hb.set_worker_address(worker_address);
+  hb.add_active_task_ids(task_id);
+  proto::TaskProgress* p = hb.add_task_progress();
+  p->set_task_id(task_id);
+  for (const std::string& id : dropped) p->add_dropped_trainer_ids(id);
+  proto::WorkerHeartbeatResponse resp;
+  return coordinator->WorkerHeartbeat(hb, &resp);
+}
+
+// Trainers a worker dropped (--drop_departed_trainers_after) are journaled: out of the job's
+// trainers (their place in max_trainers is free), listed as dropped, refused if they come back,
+// and all of it after a restart and in a snapshot.
+TEST_F(SharedJobTest, DroppedTrainersAreJournaledAndRefusedWhenTheyComeBack) {
+  auto job = Join(Shared(2), "trainer-a");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(Join(Shared(2), "trainer-b").ok());
+  proto::GetStatusRequest req;
+  proto::GetStatusResponse status;
+  ASSERT_TRUE(coordinator_->GetStatus(req, &status).ok());
+  ASSERT_EQ(status.jobs_size(), 1);
+  ASSERT_GE(status.jobs(0).tasks_size(), 1);
+  const int64_t task = status.jobs(0).tasks(0).task_id();
+  // Another worker's report about this task, and ids that are no trainer of it, change nothing.
+  ASSERT_TRUE(ReportDropped(coordinator_.get(), "127.0.0.1:2", task, {"trainer-a"}).ok());
+  ASSERT_TRUE(ReportDropped(coordinator_.get(), "127.0.0.1:1", task, {"never-joined"}).ok());
+  EXPECT_THAT(Trainers(), ElementsAre("trainer-a", "trainer-b"));
+  // The task's worker dropped trainer-a (it repeats the list in every heartbeat).
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(ReportDropped(coordinator_.get(), "127.0.0.1:1", task, {"trainer-a"}).ok());
+  }
+  auto check = [&](const char* when) {
+    SCOPED_TRACE(when);
+    EXPECT_THAT(Trainers(), ElementsAre("trainer-b"));
+    proto::GetStatusResponse r;
+    ASSERT_TRUE(coordinator_->GetStatus(req, &r).ok());
+    ASSERT_EQ(r.jobs_size(), 1);
+    EXPECT_THAT(r.jobs(0).dropped_trainer_ids(), ElementsAre("trainer-a"));
+    absl::Status back = Join(Shared(2), "trainer-a").status();
+    EXPECT_EQ(back.code(), absl::StatusCode::kFailedPrecondition) << back;
+    EXPECT_THAT(back.message(), HasSubstr("'trainer-a'"));
+    EXPECT_THAT(back.message(), HasSubstr("dropped"));
+    EXPECT_THAT(back.message(), HasSubstr("new trainer_id"));
+  };
+  check("before a restart");
+  Start();  // replays the journal
+  check("after a restart");
+  {
+    MetricsRegistry registry;
+    CoordinatorMetrics metrics(coordinator_.get(), &registry);
+    const std::string text = registry.Scrape();
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("sluice_coordinator_job_trainers{job=\"", *job,
+                                             "\",name=\"sweep\",state=\"dropped\"} 1")))
+        << text;
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("sluice_coordinator_job_trainers{job=\"", *job,
+                                             "\",name=\"sweep\",state=\"joined\"} 1")))
+        << text;
+  }
+  // Its place is free: a new trainer fits within max_trainers 2.
+  ASSERT_TRUE(Join(Shared(2), "trainer-c").ok());
+  EXPECT_THAT(Trainers(), ElementsAre("trainer-b", "trainer-c"));
+  CoordinatorState restored;
+  ASSERT_TRUE(restored.Restore(coordinator_->Snapshot()).ok());
+  ASSERT_NE(restored.FindJob(*job), nullptr);
+  EXPECT_THAT(restored.FindJob(*job)->trainer_ids, ElementsAre("trainer-b", "trainer-c"));
+  EXPECT_THAT(restored.FindJob(*job)->dropped_trainer_ids, ElementsAre("trainer-a"));
 }
 
 TEST_F(SharedJobTest, TrainerIdsAreCheckedClientInput) {

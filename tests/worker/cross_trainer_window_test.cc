@@ -15,12 +15,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "core/rpc/trainer_id.h"
 #include "tests/seeded_rng.h"
 #include "tests/worker/task_step_test_util.h"
 
 namespace sluice {
 namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 constexpr size_t kStepBytes = 100;
 
@@ -513,14 +518,64 @@ TEST_F(CrossTrainerWindowDepartureTest, ADepartedTrainerIsDroppedAndReleasesALos
   EXPECT_EQ(s.trainers_dropped, 1);
   ASSERT_EQ(s.trainers.size(), 1u);
   EXPECT_EQ(s.trainers[0].trainer_id, "A");
-  // Its old stream learns it is gone; coming back, it is a new trainer at the oldest step.
+  // Listed for the coordinator (the worker's heartbeats carry the list).
+  EXPECT_THAT(s.dropped_trainer_ids, ElementsAre("B"));
+  // Its old stream learns it is gone; coming back, it is refused, naming it and why: reading
+  // on from the window's oldest step would hide the step it never read (0).
   std::vector<std::shared_ptr<const TaskStep>> steps;
   bool end = false;
   EXPECT_EQ(w_.Next(b_, rb_, StepLimits(), absl::Now(), &steps, &end).code(),
             absl::StatusCode::kNotFound);
-  const int64_t b2 = *w_.Join("B");
-  const int64_t rb2 = *w_.Attach(b2, 2, 0);
-  EXPECT_EQ(ReadAs(&w_, b2, rb2, 1), (std::vector<int64_t>{1}));
+  const absl::Status back = w_.Join("B").status();
+  EXPECT_EQ(back.code(), absl::StatusCode::kFailedPrecondition) << back;
+  EXPECT_THAT(back.message(), HasSubstr("'B'"));
+  EXPECT_THAT(back.message(), HasSubstr("dropped"));
+  EXPECT_THAT(back.message(), HasSubstr("new trainer_id"));
+  // Under a new id it joins at the oldest step the window holds.
+  const int64_t c = *w_.Join("C");
+  const int64_t rc = *w_.Attach(c, 3, 0);
+  EXPECT_EQ(ReadAs(&w_, c, rc, 1), (std::vector<int64_t>{1}));
+}
+
+// The dropped ids a window remembers are bounded: the oldest is forgotten (and may join again
+// as a new trainer) beyond kMaxDroppedTrainersPerWindow.
+TEST(CrossTrainerWindowDroppedTest, RemembersTheLastDroppedIdsOnly) {
+  auto now = std::make_shared<absl::Time>(absl::FromUnixSeconds(1000));
+  CrossTrainerWindowOptions o = DepartingWindow(1000, /*lossless=*/false, now);
+  o.max_trainers = kMaxTrainersPerJob;
+  CrossTrainerWindow w(o);
+  int64_t next = 0;
+  const size_t total = kMaxDroppedTrainersPerWindow + 3;
+  for (size_t i = 0; i < total; ++i) {
+    const std::string id = absl::StrCat("t", i);
+    const int64_t slot = *w.Join(id);
+    w.Release(*w.Attach(slot, 0, 0));
+    *now += absl::Seconds(11);
+    ASSERT_TRUE(*w.TryPush(MakeStep(next++, kStepBytes), [] {}));  // drops it
+  }
+  const CrossTrainerWindow::Stats s = w.stats();
+  EXPECT_EQ(s.trainers_dropped, static_cast<int64_t>(total));
+  ASSERT_EQ(s.dropped_trainer_ids.size(), kMaxDroppedTrainersPerWindow);
+  EXPECT_EQ(s.dropped_trainer_ids.front(), "t3");
+  EXPECT_EQ(s.dropped_trainer_ids.back(), absl::StrCat("t", total - 1));
+  EXPECT_EQ(w.Join("t3").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(w.Join("t0").ok());  // forgotten
+}
+
+// A producer already waiting when the trainer holding it departs is woken, and its next try
+// says when to look again (else it would wait for reads that never come, and never drop it).
+TEST_F(CrossTrainerWindowDepartureTest, AProducerWaitingWhenATrainerDepartsLearnsWhenToRetry) {
+  absl::Time retry = absl::InfinitePast();
+  bool woken = false;
+  EXPECT_FALSE(*w_.TryPush(MakeStep(next_, kStepBytes), [&woken] { woken = true; }, &retry));
+  EXPECT_EQ(retry, absl::InfiniteFuture());  // B reads: nothing falls due
+  w_.Release(rb_);
+  EXPECT_TRUE(woken);
+  EXPECT_FALSE(*w_.TryPush(MakeStep(next_, kStepBytes), [] {}, &retry));
+  EXPECT_EQ(retry, absl::FromUnixSeconds(1010));
+  *now_ = retry;
+  EXPECT_TRUE(*w_.TryPush(MakeStep(next_, kStepBytes), [] {}, &retry));
+  EXPECT_EQ(w_.stats().trainers_dropped, 1);
 }
 
 TEST_F(CrossTrainerWindowDepartureTest, ATrainerBackInTimeIsKept) {

@@ -52,6 +52,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -86,6 +87,10 @@ ABSL_FLAG(int64_t, first_step_runs, 0,
           "bench, service mode: also measure the time to the first step and the job "
           "turnaround (create, read one step, release) over this many new anonymous jobs, "
           "reporting the medians (first_step_seconds, turnaround_seconds); 0: not measured.");
+ABSL_FLAG(double, step_interval, 0,
+          "bench: a trainer's step time, in seconds: after each step the loop sleeps until "
+          "this long after that step's GetNext began (0: no pause), so that steps/s and the "
+          "wait show whether the input keeps up with a trainer of that pace.");
 ABSL_FLAG(int64_t, warmup_steps, 0,
           "bench: steps taken before measuring (connections, pools, the job's start), not "
           "counted.");
@@ -104,6 +109,7 @@ struct BenchParams {
   int64_t steps = -1;     // -1: no step limit
   double seconds = 0;     // 0: no time limit
   int64_t warmup_steps = 0;
+  double step_interval = 0;  // seconds; 0: no pause between steps
   int64_t first_step_runs = 0;  // service mode: jobs timed to their first step
   bool profile = false;  // per-op profile of the local pipeline
 };
@@ -267,6 +273,13 @@ absl::StatusOr<BenchResult> RunBench(const BenchParams& p) {
     }  // the step is dropped before the next call, as a trainer's loop drops it
     progress.MaybeDraw(r, start, after);
     if (after >= deadline) break;
+    if (p.step_interval > 0) {
+      // The trainer's compute: the next GetNext comes step_interval after this one began.
+      const Clock::time_point next = before + std::chrono::duration_cast<Clock::duration>(
+                                                  std::chrono::duration<double>(p.step_interval));
+      std::this_thread::sleep_until(std::min(next, deadline));
+      after = std::max(after, std::min(Clock::now(), deadline));
+    }
   }
   progress.Clear();
   r.seconds = SecondsBetween(start, after);
@@ -334,6 +347,7 @@ std::string ResultJson(const BenchParams& p, const BenchResult& r) {
       {"steps", p.steps >= 0 ? JsonValue::Integer(p.steps) : JsonValue::Null()},
       {"seconds", p.seconds > 0 ? JsonValue::Number(p.seconds) : JsonValue::Null()},
       {"warmup_steps", JsonValue::Integer(p.warmup_steps)},
+      {"step_interval", JsonValue::Number(p.step_interval)},
       {"first_step_runs", JsonValue::Integer(p.first_step_runs)},
   };
   if (p.args.coordinator.empty()) {
@@ -382,6 +396,11 @@ int BenchMain(const std::vector<std::string>& positional) {
   p.steps = absl::GetFlag(FLAGS_steps);
   p.seconds = absl::GetFlag(FLAGS_seconds);
   p.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  p.step_interval = absl::GetFlag(FLAGS_step_interval);
+  if (!(p.step_interval >= 0) || p.step_interval > 3600) {
+    return ReportUsageError("bench", absl::StrCat("--step_interval must be in [0, 3600] seconds, "
+                                                  "got ", p.step_interval));
+  }
   p.profile = absl::GetFlag(FLAGS_profile);
   p.first_step_runs = absl::GetFlag(FLAGS_first_step_runs);
   if (p.first_step_runs < 0) {
@@ -430,9 +449,11 @@ SLUICECTL_REGISTER_COMMAND({
             "(p50, p99, max, mean) and the parameters. Stops after --steps or --seconds,\n"
             "whichever comes first, or at the end of data. A progress line is shown on stderr\n"
             "when it is a terminal. --profile (local mode) adds each op's elements and time.\n"
+            "--step_interval=S paces it as a trainer whose step takes S seconds.\n"
             "--first_step_runs=N (service mode) first times N new jobs to their first step\n"
             "and to their release (first_step_seconds, turnaround_seconds: medians).",
-    .flags = {"pipeline", "devices", "steps", "seconds", "warmup_steps", "first_step_runs",
+    .flags = {"pipeline", "devices", "steps", "seconds", "warmup_steps", "step_interval",
+              "first_step_runs",
               "num_workers",
               "worker_index", "auto_shard_policy", "coordinator",
               // Service mode (tools/sluicectl/service_dataset.cc).

@@ -5,11 +5,15 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/util/malloc_retention.h"
 #include "tools/sluicectl/command_line.h"
 #include "tools/sluicectl/commands.h"
 
 int main(int argc, char** argv) {
   using namespace sluice;  // NOLINT: main only
+  // run, bench and save build and free batches continuously: keep freed memory for the next
+  // ones instead of faulting it in again (core/util/malloc_retention.h).
+  RetainFreedMemory();
   const SluicectlCommand* command = nullptr;
   std::vector<std::string> args;
   bool help_requested = false;

@@ -95,19 +95,23 @@ std::string JobThroughput(const proto::JobStatus& j, const proto::GetStatusRespo
   return "-";
 }
 
-// Jobs shared across trainers: one row per trainer (empty when there is none).
+// Jobs shared across trainers: one row per trainer, joined ones then the ones a worker dropped
+// (empty when there is none).
 std::string TrainersTable(const proto::GetStatusResponse& r) {
   std::vector<std::vector<std::string>> rows = {
-      {"JOB", "TRAINER", "STEPS READ", "SKIPPED STEPS", "LAG STEPS"}};
+      {"JOB", "TRAINER", "STATE", "STEPS READ", "SKIPPED STEPS", "LAG STEPS"}};
   for (const proto::JobStatus& j : r.jobs()) {
     for (const std::string& id : j.trainer_ids()) {
-      std::vector<std::string> row = {absl::StrCat(j.job_id()), id, "-", "-", "-"};
+      std::vector<std::string> row = {absl::StrCat(j.job_id()), id, "joined", "-", "-", "-"};
       for (const proto::TrainerProgress& t : j.trainer_progress()) {
         if (t.trainer_id() != id) continue;
-        row = {absl::StrCat(j.job_id()), id, absl::StrCat(t.steps_read()),
+        row = {absl::StrCat(j.job_id()), id, "joined", absl::StrCat(t.steps_read()),
                absl::StrCat(t.skipped_steps()), absl::StrCat(t.lag_steps())};
       }
       rows.push_back(std::move(row));
+    }
+    for (const std::string& id : j.dropped_trainer_ids()) {
+      rows.push_back({absl::StrCat(j.job_id()), id, "dropped", "-", "-", "-"});
     }
   }
   return rows.size() == 1 ? std::string() : absl::StrCat("\nTRAINERS\n", FormatTable(rows));
@@ -247,6 +251,11 @@ std::string StatusJson(const proto::GetStatusResponse& r) {
         trainers.push_back(JsonValue::Object(std::move(t)));
       }
       fields.emplace_back("trainers", JsonValue::Array(std::move(trainers)));
+    }
+    if (j.dropped_trainer_ids_size() > 0) {
+      std::vector<JsonValue> dropped;
+      for (const std::string& id : j.dropped_trainer_ids()) dropped.push_back(JsonValue::String(id));
+      fields.emplace_back("dropped_trainers", JsonValue::Array(std::move(dropped)));
     }
     jobs.push_back(JsonValue::Object(std::move(fields)));
   }
