@@ -81,6 +81,7 @@
 #include "client/device_prefetcher.h"
 #include "client/service_step_source.h"
 #include "core/rpc/shm_ring.h"
+#include "core/rpc/shm_segment_pool.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -579,10 +580,14 @@ int Main(int argc, char** argv) {
             RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), true, false);
         mem.Add(m);
         const ShmRingCounts counts = ProcessShmRingCounts();
+        const ShmPoolCounts pooled = ProcessShmPoolCounts();
         std::fprintf(stderr, "shm %zu: %.3f s, %lld steps; frames through rings so far %lld, "
-                     "%lld of them in place\n", size, m.seconds, static_cast<long long>(m.steps),
+                     "%lld of them in place; segments created %lld, warm %lld\n", size,
+                     m.seconds, static_cast<long long>(m.steps),
                      static_cast<long long>(counts.frames_written),
-                     static_cast<long long>(counts.frames_in_place));
+                     static_cast<long long>(counts.frames_in_place),
+                     static_cast<long long>(pooled.segments_created),
+                     static_cast<long long>(pooled.segments_reused));
       }
       if (only_shm) continue;
       Result s = RunSluice(&lookup, address, size, replicas, steps, credits, pool.get());

@@ -1,0 +1,179 @@
+#include "core/rpc/shm_segment_pool.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <list>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+
+namespace sluice {
+namespace {
+
+std::atomic<int64_t> g_created{0};
+std::atomic<int64_t> g_reused{0};
+std::atomic<int64_t> g_trimmed{0};
+
+}  // namespace
+
+ShmPoolCounts ProcessShmPoolCounts() {
+  return ShmPoolCounts{g_created.load(), g_reused.load(), g_trimmed.load()};
+}
+
+struct ShmSegmentPool::State {
+  explicit State(ShmSegmentPoolOptions o) : options(std::move(o)) {}
+
+  struct Entry {
+    std::string key;
+    uint64_t id = 0;
+    std::shared_ptr<ShmSegment> segment;
+    absl::Time returned;
+  };
+
+  // Takes back a segment whose last lease copy was dropped. Frees what no longer fits.
+  void Return(Entry entry) {
+    std::vector<std::shared_ptr<ShmSegment>> freed;  // unmapped outside the lock
+    {
+      absl::MutexLock lock(&mu);
+      if (stopped || entry.key.empty() || entry.segment->size() > options.max_bytes) {
+        freed.push_back(std::move(entry.segment));
+      } else {
+        entry.returned = options.now();
+        pooled += entry.segment->size();
+        entries.push_back(std::move(entry));
+        while (pooled > options.max_bytes) {
+          freed.push_back(PopOldestLocked());
+          g_trimmed += 1;
+        }
+      }
+    }
+  }
+
+  std::shared_ptr<ShmSegment> PopOldestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::shared_ptr<ShmSegment> s = std::move(entries.front().segment);
+    pooled -= s->size();
+    entries.pop_front();
+    return s;
+  }
+
+  const ShmSegmentPoolOptions options;
+  mutable absl::Mutex mu;
+  std::list<Entry> entries ABSL_GUARDED_BY(mu);  // oldest returned first
+  size_t pooled ABSL_GUARDED_BY(mu) = 0;
+  uint64_t next_id ABSL_GUARDED_BY(mu) = 1;
+  bool stopped ABSL_GUARDED_BY(mu) = false;
+};
+
+ShmSegmentPool::ShmSegmentPool(ShmSegmentPoolOptions options)
+    : state_(std::make_shared<State>(std::move(options))) {
+  if (state_->options.trim_interval > absl::ZeroDuration()) {
+    trimmer_ = std::thread([this] { TrimLoop(); });
+  }
+}
+
+ShmSegmentPool::~ShmSegmentPool() {
+  std::list<State::Entry> freed;
+  {
+    absl::MutexLock lock(&state_->mu);
+    state_->stopped = true;
+    freed.swap(state_->entries);
+    state_->pooled = 0;
+  }
+  if (trimmer_.joinable()) trimmer_.join();
+}
+
+void ShmSegmentPool::TrimLoop() {
+  State& s = *state_;
+  while (true) {
+    {
+      absl::MutexLock lock(&s.mu);
+      auto stopped = [&s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) { return s.stopped; };
+      s.mu.AwaitWithTimeout(absl::Condition(&stopped), s.options.trim_interval);
+      if (s.stopped) return;
+    }
+    Trim();
+  }
+}
+
+void ShmSegmentPool::Trim() {
+  State& s = *state_;
+  std::vector<std::shared_ptr<ShmSegment>> freed;
+  {
+    absl::MutexLock lock(&s.mu);
+    const absl::Time now = s.options.now();
+    while (!s.entries.empty() && now - s.entries.front().returned >= s.options.idle_ttl) {
+      freed.push_back(s.PopOldestLocked());
+    }
+  }
+  g_trimmed += static_cast<int64_t>(freed.size());
+}
+
+size_t ShmSegmentPool::pooled_bytes() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->pooled;
+}
+
+absl::StatusOr<ShmSegmentPool::Lease> ShmSegmentPool::Acquire(
+    const std::string& consumer_key, const std::vector<uint64_t>& idle_ids, size_t bytes) {
+  Trim();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (bytes > 0) bytes = (bytes + page - 1) / page * page;
+  State& s = *state_;
+  Lease lease;
+  std::shared_ptr<ShmSegment> segment;
+  std::vector<std::shared_ptr<ShmSegment>> freed;
+  {
+    absl::MutexLock lock(&s.mu);
+    for (size_t i = 0; i < std::min(idle_ids.size(), kMaxIdleIds); ++i) {
+      const uint64_t id = idle_ids[i];
+      auto it = std::find_if(s.entries.begin(), s.entries.end(), [&](const State::Entry& e) {
+        return e.id == id && !consumer_key.empty() && e.key == consumer_key;
+      });
+      if (it == s.entries.end()) {
+        lease.dropped.push_back(id);
+      } else if (segment == nullptr && it->segment->size() == bytes) {
+        segment = std::move(it->segment);
+        lease.id = id;
+        s.pooled -= segment->size();
+        s.entries.erase(it);
+      }
+    }
+  }
+  lease.warm = segment != nullptr;
+  while (segment == nullptr) {
+    absl::StatusOr<std::shared_ptr<ShmSegment>> fresh = ShmSegment::Create(bytes);
+    if (fresh.ok()) {
+      segment = *std::move(fresh);
+      break;
+    }
+    // Pooled segments hold budget that a fresh one may need: free the oldest and retry.
+    absl::MutexLock lock(&s.mu);
+    if (!absl::IsResourceExhausted(fresh.status()) || s.entries.empty()) return fresh.status();
+    freed.push_back(s.PopOldestLocked());
+    g_trimmed += 1;
+  }
+  freed.clear();
+  if (lease.warm) {
+    g_reused += 1;
+  } else {
+    g_created += 1;
+    absl::MutexLock lock(&s.mu);
+    lease.id = s.next_id++;
+  }
+  ShmSegment* raw = segment.get();
+  State::Entry entry{
+      .key = consumer_key, .id = lease.id, .segment = std::move(segment), .returned = {}};
+  std::weak_ptr<State> weak = state_;
+  lease.segment = std::shared_ptr<ShmSegment>(
+      raw, [weak, entry = std::move(entry)](ShmSegment*) mutable {
+        if (std::shared_ptr<State> state = weak.lock()) state->Return(std::move(entry));
+        // else the pool is gone: entry's segment is freed with this deleter
+      });
+  return lease;
+}
+
+}  // namespace sluice
