@@ -232,13 +232,19 @@ absl::StatusOr<std::shared_ptr<ShmSegment>> TaskStreamCall::MapSegment(
   if (accept.warm()) {
     std::shared_ptr<ShmSegment> kept = mappings.Find(address_, accept.socket_name(),
                                                      accept.segment_id(), accept.segment_bytes());
-    if (kept != nullptr) return kept;
+    if (kept != nullptr) {
+      shm_segment_id_ = accept.segment_id();
+      return kept;
+    }
   }
   ASSIGN_OR_RETURN(UniqueFd fd, ReceiveShmFd(accept.socket_name(), accept.token(),
                                              kSharedMemoryHandOverTimeout));
   ASSIGN_OR_RETURN(std::shared_ptr<ShmSegment> segment,
                    ShmSegment::Map(std::move(fd), accept.segment_bytes(), accept.warm()));
-  mappings.Put(address_, accept.socket_name(), accept.segment_id(), segment);
+  if (accept.segment_id() != 0) {
+    mappings.Put(address_, accept.socket_name(), accept.segment_id(), segment);
+    shm_segment_id_ = accept.segment_id();
+  }
   return segment;
 }
 
@@ -285,6 +291,11 @@ void TaskStreamCall::TakeBulkChannel(const proto::BulkAccept& accept) {
 
 void TaskStreamCall::OnDone(const grpc::Status& status) {
   TaskStreams* const streams = streams_;
+  // A warm segment is kept only after a clean end (as the worker does): one whose worker died
+  // goes once its last tensor does.
+  if (!ended_ && shm_segment_id_ != 0) {
+    ProcessShmMappingCache().Drop(address_, {shm_segment_id_});
+  }
   {
     absl::MutexLock lock(&streams->mu_);
     TaskStream* task = task_.get();

@@ -88,6 +88,7 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   bool shm_answer_due_ = false;
   bool shm_declined_ = false;
   bool shm_tried_ = false;
+  uint64_t shm_segment_id_ = 0;  // the worker's id of the segment mapped (0: none)
   // The bulk data channel's socket (set under mu once connected; the decoder borrows it;
   // CancelLocked aborts it), whether an offer was tried (one per call), and whether the last
   // frame failed on it (the call is then cancelled and made again).

@@ -663,6 +663,9 @@ class StepStream final : public Reactor {
     // the task's drained(), hence the worker's finished report).
     if (wrote_end_ && closed && credits_->error().ok() && !context_->IsCancelled()) {
       reader_->ConfirmEnd();
+    } else if (ring_ != nullptr) {
+      // Kept only after a clean end: a consumer that vanished never names it again.
+      ShmSegmentPool::DoNotKeep(ring_->segment());
     }
     if (!closed) context_->TryCancel();
     Finish(ToGrpcStatus(result_));

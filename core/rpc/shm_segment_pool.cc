@@ -68,6 +68,20 @@ struct ShmSegmentPool::State {
   bool stopped ABSL_GUARDED_BY(mu) = false;
 };
 
+// The deleter of a leased segment: gives it back to the pool (while the pool lives and
+// DoNotKeep was not called), else frees it.
+struct ShmSegmentPool::Returner {
+  std::weak_ptr<State> pool;
+  State::Entry entry;
+  std::shared_ptr<std::atomic<bool>> keep;  // shared: the deleter must be movable
+
+  void operator()(ShmSegment*) {
+    std::shared_ptr<State> state = pool.lock();
+    if (state != nullptr && keep->load()) state->Return(std::move(entry));
+    entry.segment.reset();
+  }
+};
+
 ShmSegmentPool::ShmSegmentPool(ShmSegmentPoolOptions options)
     : state_(std::make_shared<State>(std::move(options))) {
   if (state_->options.trim_interval > absl::ZeroDuration()) {
@@ -165,15 +179,18 @@ absl::StatusOr<ShmSegmentPool::Lease> ShmSegmentPool::Acquire(
     lease.id = s.next_id++;
   }
   ShmSegment* raw = segment.get();
-  State::Entry entry{
-      .key = consumer_key, .id = lease.id, .segment = std::move(segment), .returned = {}};
-  std::weak_ptr<State> weak = state_;
   lease.segment = std::shared_ptr<ShmSegment>(
-      raw, [weak, entry = std::move(entry)](ShmSegment*) mutable {
-        if (std::shared_ptr<State> state = weak.lock()) state->Return(std::move(entry));
-        // else the pool is gone: entry's segment is freed with this deleter
-      });
+      raw, Returner{.pool = state_,
+                    .entry = State::Entry{.key = consumer_key,
+                                          .id = lease.id,
+                                          .segment = std::move(segment),
+                                          .returned = {}},
+                    .keep = std::make_shared<std::atomic<bool>>(true)});
   return lease;
+}
+
+void ShmSegmentPool::DoNotKeep(const std::shared_ptr<ShmSegment>& segment) {
+  if (Returner* r = std::get_deleter<Returner>(segment)) r->keep->store(false);
 }
 
 }  // namespace sluice

@@ -88,6 +88,11 @@ class ShmSegmentPool {
   absl::StatusOr<Lease> Acquire(const std::string& consumer_key,
                                 const std::vector<uint64_t>& idle_ids, size_t bytes);
 
+  // Marks a leased segment not to be kept: it is freed when its last reference drops (a
+  // stream that did not end cleanly: its consumer may be dead, or will not name it again).
+  // No-op for a segment this pool did not lease.
+  static void DoNotKeep(const std::shared_ptr<ShmSegment>& segment);
+
   // Frees segments idle for idle_ttl or longer.
   void Trim();
 
@@ -96,6 +101,7 @@ class ShmSegmentPool {
 
  private:
   struct State;
+  struct Returner;
   void TrimLoop();
 
   const std::shared_ptr<State> state_;
