@@ -618,8 +618,8 @@ int Main(int argc, char** argv) {
                      static_cast<long long>(pooled.segments_created),
                      static_cast<long long>(pooled.segments_reused));
       }
-      copy.Add(RunMemcpy(size * static_cast<size_t>(replicas), steps));
       if (only_shm) continue;
+      copy.Add(RunMemcpy(size * static_cast<size_t>(replicas), steps));
       Result s = RunSluice(&lookup, address, size, replicas, steps, credits, pool.get());
       Result c =
           RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), false, false);
@@ -642,10 +642,8 @@ int Main(int argc, char** argv) {
         mem.Median(&Column::steps_per_cpu), raw.Median(&Column::steps_per_cpu),
         client.Median(&Column::faults_per_gb), mem.Median(&Column::faults_per_gb)));
     if (only_shm) {
-      std::printf("| %zu | shm only: %.2f GB/s, %.0f steps/s; memcpy %.2f GB/s (shm/memcpy %.0f%%) |\n",
-                  size, mem.Median(&Column::gbs), mem.Median(&Column::sps),
-                  copy.Median(&Column::gbs),
-                  100.0 * mem.Median(&Column::gbs) / copy.Median(&Column::gbs));
+      std::printf("| %zu | shm only: %.2f GB/s, %.0f steps/s |\n", size,
+                  mem.Median(&Column::gbs), mem.Median(&Column::sps));
       continue;
     }
     const double g = raw.Median(&Column::gbs), cg = client.Median(&Column::gbs),
