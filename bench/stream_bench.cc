@@ -637,8 +637,9 @@ int Main(int argc, char** argv) {
     double load = 0;
     getloadavg(&load, 1);
     cpu_rows.push_back(absl::StrFormat(
-        "| %zu | %.2f | %s | %s | %s | %s | %s | %.0f | %.0f | %.0f | %.0f / %.0f |", size, load,
-        raw.Cpu(), client.Cpu(), bulk_column.Cpu(), mem.Cpu(), tcp.Cpu(), client.Median(&Column::steps_per_cpu),
+        "| %zu | %.2f | %s | %s | %s | %s | %s | %s | %.0f | %.0f | %.0f | %.0f / %.0f |", size,
+        load, raw.Cpu(), client.Cpu(), bulk_column.Cpu(), mem.Cpu(), tcp.Cpu(), copy.Cpu(),
+        client.Median(&Column::steps_per_cpu),
         mem.Median(&Column::steps_per_cpu), raw.Median(&Column::steps_per_cpu),
         client.Median(&Column::faults_per_gb), mem.Median(&Column::faults_per_gb)));
     if (only_shm) {
@@ -662,9 +663,9 @@ int Main(int argc, char** argv) {
   // CPU per byte moved (every thread of this process; see the header comment for what each
   // column includes).
   std::printf("\n| per-replica bytes | load (1-min) | raw CPU-s/GB (build) | client CPU-s/GB "
-              "(build) | bulk CPU-s/GB (build) | shm CPU-s/GB (build) | TCP CPU-s/GB | client steps/CPU-s | "
-              "shm steps/CPU-s | raw steps/CPU-s | minor faults/GB client / shm |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "(build) | bulk CPU-s/GB (build) | shm CPU-s/GB (build) | TCP CPU-s/GB | memcpy CPU-s/GB | "
+              "client steps/CPU-s | shm steps/CPU-s | raw steps/CPU-s | minor faults/GB client / shm |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& row : cpu_rows) std::printf("%s\n", row.c_str());
   server->Shutdown();
   return 0;
