@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 
@@ -34,12 +35,14 @@ struct ShmSegmentPool::State {
     absl::Time returned;
   };
 
-  // Takes back a segment whose last lease copy was dropped. Frees what no longer fits.
-  void Return(Entry entry) {
+  // Takes back a segment whose last lease copy was dropped (kept when `keep`). Frees what no
+  // longer fits.
+  void Return(Entry entry, bool keep) {
     std::vector<std::shared_ptr<ShmSegment>> freed;  // unmapped outside the lock
     {
       absl::MutexLock lock(&mu);
-      if (stopped || entry.key.empty() || entry.segment->size() > options.max_bytes) {
+      leased.erase(entry.id);
+      if (!keep || stopped || entry.key.empty() || entry.segment->size() > options.max_bytes) {
         freed.push_back(std::move(entry.segment));
       } else {
         entry.returned = options.now();
@@ -65,6 +68,9 @@ struct ShmSegmentPool::State {
   std::list<Entry> entries ABSL_GUARDED_BY(mu);  // oldest returned first
   size_t pooled ABSL_GUARDED_BY(mu) = 0;
   uint64_t next_id ABSL_GUARDED_BY(mu) = 1;
+  // Segments in use, by id: a stream's offer may name one another stream of the same process
+  // holds (not to be reported dropped: the consumer would forget a mapping it may reuse).
+  absl::flat_hash_map<uint64_t, std::string> leased ABSL_GUARDED_BY(mu);
   bool stopped ABSL_GUARDED_BY(mu) = false;
 };
 
@@ -77,7 +83,7 @@ struct ShmSegmentPool::Returner {
 
   void operator()(ShmSegment*) {
     std::shared_ptr<State> state = pool.lock();
-    if (state != nullptr && keep->load()) state->Return(std::move(entry));
+    if (state != nullptr) state->Return(std::move(entry), keep->load());
     entry.segment.reset();
   }
 };
@@ -148,7 +154,8 @@ absl::StatusOr<ShmSegmentPool::Lease> ShmSegmentPool::Acquire(
         return e.id == id && !consumer_key.empty() && e.key == consumer_key;
       });
       if (it == s.entries.end()) {
-        lease.dropped.push_back(id);
+        auto held = s.leased.find(id);
+        if (held == s.leased.end() || held->second != consumer_key) lease.dropped.push_back(id);
       } else if (segment == nullptr && it->segment->size() == bytes) {
         segment = std::move(it->segment);
         lease.id = id;
@@ -175,8 +182,11 @@ absl::StatusOr<ShmSegmentPool::Lease> ShmSegmentPool::Acquire(
     g_reused += 1;
   } else {
     g_created += 1;
+  }
+  {
     absl::MutexLock lock(&s.mu);
-    lease.id = s.next_id++;
+    if (!lease.warm) lease.id = s.next_id++;
+    s.leased[lease.id] = consumer_key;
   }
   ShmSegment* raw = segment.get();
   lease.segment = std::shared_ptr<ShmSegment>(

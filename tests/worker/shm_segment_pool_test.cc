@@ -86,11 +86,17 @@ TEST(ShmSegmentPoolTest, ASegmentStillInUseOrNotNamedIdleIsNotHandedOut) {
   ShmSegmentPool pool(PoolOptions(&clock));
   absl::StatusOr<ShmSegmentPool::Lease> held = pool.Acquire(kKeyA, {}, kBytes);
   ASSERT_TRUE(held.ok());
-  // The worker still holds it (a step placed in it, say): not in the pool.
+  // The worker still holds it (a step placed in it, say, or another stream of the process):
+  // not handed out, and not reported dropped (the consumer keeps its mapping for later).
   absl::StatusOr<ShmSegmentPool::Lease> second = pool.Acquire(kKeyA, {held->id}, kBytes);
   ASSERT_TRUE(second.ok());
   EXPECT_FALSE(second->warm);
-  EXPECT_THAT(second->dropped, ElementsAre(held->id));
+  EXPECT_THAT(second->dropped, IsEmpty());
+  // Another consumer naming it learns nothing of it either way: dropped, as unknown.
+  absl::StatusOr<ShmSegmentPool::Lease> stranger = pool.Acquire(kKeyB, {held->id}, kBytes);
+  ASSERT_TRUE(stranger.ok());
+  EXPECT_FALSE(stranger->warm);
+  EXPECT_THAT(stranger->dropped, ElementsAre(held->id));
   const uint64_t first_id = held->id;
   held->segment.reset();
   // Released by the worker, but the consumer did not name it idle (a tensor still views it).
