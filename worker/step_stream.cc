@@ -281,7 +281,10 @@ class StepStream final : public Reactor {
     const proto::ShmOffer& offer = request.shm_offer();
     absl::StatusOr<ShmSegmentPool::Lease> lease = env_.shm_pool->Acquire(
         offer.consumer_key(),
-        std::vector<uint64_t>(offer.idle_segment_ids().begin(), offer.idle_segment_ids().end()),
+        std::vector<uint64_t>(offer.idle_segment_ids().begin(),
+                              offer.idle_segment_ids().begin() +
+                                  std::min<int>(offer.idle_segment_ids_size(),
+                                                ShmSegmentPool::kMaxIdleIds)),
         bytes);
     if (!lease.ok()) return;  // over the memory budget, say: TCP
     ring_ = std::make_shared<ShmRingWriter>(lease->segment);

@@ -138,8 +138,10 @@ size_t ShmSegmentPool::pooled_bytes() const {
 }
 
 absl::StatusOr<ShmSegmentPool::Lease> ShmSegmentPool::Acquire(
-    const std::string& consumer_key, const std::vector<uint64_t>& idle_ids, size_t bytes) {
+    const std::string& offered_key, const std::vector<uint64_t>& idle_ids, size_t bytes) {
   Trim();
+  const std::string consumer_key =
+      offered_key.size() == kConsumerKeyBytes ? offered_key : std::string();
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   if (bytes > 0) bytes = (bytes + page - 1) / page * page;
   State& s = *state_;
@@ -148,7 +150,7 @@ absl::StatusOr<ShmSegmentPool::Lease> ShmSegmentPool::Acquire(
   std::vector<std::shared_ptr<ShmSegment>> freed;
   {
     absl::MutexLock lock(&s.mu);
-    for (size_t i = 0; i < std::min(idle_ids.size(), kMaxIdleIds); ++i) {
+    for (size_t i = 0; i < std::min<size_t>(idle_ids.size(), kMaxIdleIds); ++i) {
       const uint64_t id = idle_ids[i];
       auto it = std::find_if(s.entries.begin(), s.entries.end(), [&](const State::Entry& e) {
         return e.id == id && !consumer_key.empty() && e.key == consumer_key;

@@ -62,7 +62,8 @@ ShmPoolCounts ProcessShmPoolCounts();
 
 class ShmSegmentPool {
  public:
-  static constexpr size_t kMaxIdleIds = 64;
+  static constexpr int kMaxIdleIds = 64;
+  static constexpr size_t kConsumerKeyBytes = 16;
 
   explicit ShmSegmentPool(ShmSegmentPoolOptions options = {});
   ~ShmSegmentPool();  // frees pooled segments; those in use are freed when their users let go
@@ -83,8 +84,8 @@ class ShmSegmentPool {
   // one of that key whose id is among the first kMaxIdleIds of `idle_ids` (a peer's list) and
   // whose size is `bytes`, else a fresh one
   // (ShmSegment::Create; when the memory budget refuses it, pooled segments are freed, oldest
-  // first, until it fits or none is left). An empty key never gets a pooled segment and its
-  // segments are not kept. Errors as ShmSegment::Create.
+  // first, until it fits or none is left). A key of any length but kConsumerKeyBytes (none,
+  // or one a peer made guessable) never gets a pooled segment and its segments are not kept. Errors as ShmSegment::Create.
   absl::StatusOr<Lease> Acquire(const std::string& consumer_key,
                                 const std::vector<uint64_t>& idle_ids, size_t bytes);
 

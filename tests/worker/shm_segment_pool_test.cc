@@ -75,10 +75,14 @@ TEST(ShmSegmentPoolTest, AnotherConsumerNamingThatIdGetsAFreshZeroedSegment) {
   EXPECT_THAT(other->dropped, ElementsAre(id));
   for (size_t i = 0; i < kBytes; i += 4096) ASSERT_EQ(other->segment->data()[i], 0) << i;
   EXPECT_EQ(pool.pooled_bytes(), kBytes);  // A's is still kept for A
-  // An empty key (a consumer that sends none) never gets a kept segment either.
+  // An empty key (a consumer that sends none) never gets a kept segment either, and a short
+  // (guessable) key's segments are not kept at all.
   absl::StatusOr<ShmSegmentPool::Lease> none = pool.Acquire("", {id}, kBytes);
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->warm);
+  const size_t kept = pool.pooled_bytes();
+  ASSERT_TRUE(pool.Acquire("k", {}, kBytes).ok());  // its lease dropped at once
+  EXPECT_EQ(pool.pooled_bytes(), kept);
 }
 
 TEST(ShmSegmentPoolTest, ASegmentStillInUseOrNotNamedIdleIsNotHandedOut) {
