@@ -21,7 +21,10 @@
 //  - "bulk": the same production client, shared memory off, with the bulk data channel on
 //    (core/rpc/bulk_channel.h: frames' tensor bytes on a socket of their own, received
 //    straight into the pool's buffers); "client" has it off (every byte through gRPC);
-//  - "TCP": the same bytes over a plain socket (the ceiling of the TCP paths).
+//  - "TCP": the same bytes over a plain socket (the ceiling of the TCP paths);
+//  - "memcpy": one thread copying each step into a warm 128 MiB buffer: the machine's bound
+//    for any path that writes every byte once, as the shm path's producer does (memcpy/TCP
+//    is then the most shm/TCP can reach on this machine).
 // --bulk=0 leaves the bulk column out.
 // --shm=0 leaves the shm column out; --only_shm=1 runs that column alone (for a profiler).
 // --build_steps=1 (the default): the worker's producer writes each step's bytes afresh, as a
@@ -65,6 +68,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -81,6 +85,7 @@
 #include "client/device_prefetcher.h"
 #include "client/service_step_source.h"
 #include "core/rpc/shm_ring.h"
+#include "core/rpc/shm_segment_pool.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -457,6 +462,30 @@ Result RunTcp(size_t size, int64_t messages) {
   return r;
 }
 
+// The machine's bound for a path that writes every byte once: one thread copying each step
+// (`size` bytes, as the producer's build does) into a warm 128 MiB buffer used as a ring, the
+// size of a default segment. Same run, same sizes as the columns it bounds.
+Result RunMemcpy(size_t size, int64_t steps) {
+  const size_t ring = std::max<size_t>(size_t{128} << 20, size);
+  std::vector<char> src(size, 7), dst(ring, 0);
+  for (size_t off = 0; off < ring; off += 4096) dst[off] = 1;  // warm: pages allocated
+  const UsageMeter usage;
+  Result r;
+  size_t off = 0;
+  const absl::Time start = absl::Now();
+  for (int64_t s = 0; s < steps; ++s) {
+    if (off + size > ring) off = 0;
+    std::memcpy(dst.data() + off, src.data(), size);
+    off += (size + 63) / 64 * 64;
+    r.bytes += static_cast<int64_t>(size);
+    ++r.steps;
+  }
+  r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  usage.Stop(&r);
+  if (dst[ring / 2] == 42) std::printf(" ");  // keeps the copies
+  return r;
+}
+
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -552,12 +581,13 @@ int Main(int argc, char** argv) {
   std::vector<std::string> cpu_rows;
   std::printf("| per-replica bytes | replicas | steps | raw GB/s | raw steps/s | client GB/s | "
               "client steps/s | bulk GB/s | bulk steps/s | shm GB/s | shm steps/s | TCP GB/s | "
-              "raw/TCP | client/TCP | bulk/TCP | shm/TCP | raw viewed |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "raw/TCP | client/TCP | bulk/TCP | shm/TCP | raw viewed | memcpy GB/s | "
+              "shm/memcpy | memcpy/TCP |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t size : sizes) {
     const int64_t step_bytes = static_cast<int64_t>(size) * replicas;
     const int64_t steps = std::max<int64_t>(total / step_bytes, 1);
-    Column raw, client, bulk_column, mem, tcp;
+    Column raw, client, bulk_column, mem, tcp, copy;
     std::vector<double> viewed;
     if (!only_shm) {
       RunSluice(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), credits,
@@ -579,12 +609,17 @@ int Main(int argc, char** argv) {
             RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), true, false);
         mem.Add(m);
         const ShmRingCounts counts = ProcessShmRingCounts();
+        const ShmPoolCounts pooled = ProcessShmPoolCounts();
         std::fprintf(stderr, "shm %zu: %.3f s, %lld steps; frames through rings so far %lld, "
-                     "%lld of them in place\n", size, m.seconds, static_cast<long long>(m.steps),
+                     "%lld of them in place; segments created %lld, warm %lld\n", size,
+                     m.seconds, static_cast<long long>(m.steps),
                      static_cast<long long>(counts.frames_written),
-                     static_cast<long long>(counts.frames_in_place));
+                     static_cast<long long>(counts.frames_in_place),
+                     static_cast<long long>(pooled.segments_created),
+                     static_cast<long long>(pooled.segments_reused));
       }
       if (only_shm) continue;
+      copy.Add(RunMemcpy(size * static_cast<size_t>(replicas), steps));
       Result s = RunSluice(&lookup, address, size, replicas, steps, credits, pool.get());
       Result c =
           RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), false, false);
@@ -602,8 +637,9 @@ int Main(int argc, char** argv) {
     double load = 0;
     getloadavg(&load, 1);
     cpu_rows.push_back(absl::StrFormat(
-        "| %zu | %.2f | %s | %s | %s | %s | %s | %.0f | %.0f | %.0f | %.0f / %.0f |", size, load,
-        raw.Cpu(), client.Cpu(), bulk_column.Cpu(), mem.Cpu(), tcp.Cpu(), client.Median(&Column::steps_per_cpu),
+        "| %zu | %.2f | %s | %s | %s | %s | %s | %s | %.0f | %.0f | %.0f | %.0f / %.0f |", size,
+        load, raw.Cpu(), client.Cpu(), bulk_column.Cpu(), mem.Cpu(), tcp.Cpu(), copy.Cpu(),
+        client.Median(&Column::steps_per_cpu),
         mem.Median(&Column::steps_per_cpu), raw.Median(&Column::steps_per_cpu),
         client.Median(&Column::faults_per_gb), mem.Median(&Column::faults_per_gb)));
     if (only_shm) {
@@ -615,20 +651,21 @@ int Main(int argc, char** argv) {
                  t = tcp.Median(&Column::gbs);
     const double mg = mem.Median(&Column::gbs), ms = mem.Median(&Column::sps);
     const double bg = bulk_column.Median(&Column::gbs), bs = bulk_column.Median(&Column::sps);
+    const double cp = copy.Median(&Column::gbs);
     std::printf("| %zu | %lld | %lld | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f | "
-                "%.2f | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% |\n",
+                "%.2f | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.2f | %.0f%% | %.2f |\n",
                 size, static_cast<long long>(replicas), static_cast<long long>(steps), g,
                 raw.Median(&Column::sps), cg, client.Median(&Column::sps), bg, bs, mg, ms, t,
                 100.0 * g / t, 100.0 * cg / t, 100.0 * bg / t, 100.0 * mg / t,
-                100.0 * Median(viewed));
+                100.0 * Median(viewed), cp, 100.0 * mg / cp, cp / t);
     std::fflush(stdout);
   }
   // CPU per byte moved (every thread of this process; see the header comment for what each
   // column includes).
   std::printf("\n| per-replica bytes | load (1-min) | raw CPU-s/GB (build) | client CPU-s/GB "
-              "(build) | bulk CPU-s/GB (build) | shm CPU-s/GB (build) | TCP CPU-s/GB | client steps/CPU-s | "
-              "shm steps/CPU-s | raw steps/CPU-s | minor faults/GB client / shm |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "(build) | bulk CPU-s/GB (build) | shm CPU-s/GB (build) | TCP CPU-s/GB | memcpy CPU-s/GB | "
+              "client steps/CPU-s | shm steps/CPU-s | raw steps/CPU-s | minor faults/GB client / shm |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& row : cpu_rows) std::printf("%s\n", row.c_str());
   server->Shutdown();
   return 0;

@@ -11,7 +11,9 @@
 #include "core/rpc/grpc_status.h"
 #include "core/util/logging.h"
 #include "core/rpc/shm_fd_passing.h"
+#include "core/rpc/shm_mapping_cache.h"
 #include "core/rpc/step_frame.h"
+#include "core/util/status_macros.h"
 #include "grpcpp/impl/rpc_method.h"
 
 namespace sluice {
@@ -218,20 +220,43 @@ void TaskStreamCall::OnReadDone(bool ok) {
   StartRead(&read_buffer_);
 }
 
+absl::StatusOr<std::shared_ptr<ShmSegment>> TaskStreamCall::MapSegment(
+    const proto::ShmAccept& accept) {
+  ShmMappingCache& mappings = ProcessShmMappingCache();
+  if (accept.dropped_segment_ids_size() > 0) {
+    mappings.Drop(address_, std::vector<uint64_t>(accept.dropped_segment_ids().begin(),
+                                                  accept.dropped_segment_ids().end()));
+  }
+  // A warm segment this process still maps: its mapping, no hand-over (the worker withdraws
+  // the token on shm_ready).
+  if (accept.warm()) {
+    std::shared_ptr<ShmSegment> kept = mappings.Find(address_, accept.socket_name(),
+                                                     accept.segment_id(), accept.segment_bytes());
+    if (kept != nullptr) {
+      shm_segment_id_ = accept.segment_id();
+      return kept;
+    }
+  }
+  ASSIGN_OR_RETURN(UniqueFd fd, ReceiveShmFd(accept.socket_name(), accept.token(),
+                                             kSharedMemoryHandOverTimeout));
+  ASSIGN_OR_RETURN(std::shared_ptr<ShmSegment> segment,
+                   ShmSegment::Map(std::move(fd), accept.segment_bytes(), accept.warm()));
+  if (accept.segment_id() != 0) {
+    mappings.Put(address_, accept.socket_name(), accept.segment_id(), segment);
+    shm_segment_id_ = accept.segment_id();
+  }
+  return segment;
+}
+
 void TaskStreamCall::TakeSharedMemory(const proto::ShmAccept& accept) {
   // The worker waits for the answer either way: a grant saying shm_ready once mapped, or
   // shm_declined (any other grant does not end its wait).
   std::unique_ptr<ShmRingReader> ring;
-  absl::StatusOr<UniqueFd> fd =
-      ReceiveShmFd(accept.socket_name(), accept.token(), kSharedMemoryHandOverTimeout);
-  if (fd.ok()) {  // else another host or network namespace, say: TCP
-    absl::StatusOr<std::shared_ptr<ShmSegment>> segment =
-        ShmSegment::Map(*std::move(fd), accept.segment_bytes());
-    if (segment.ok()) {
-      ring = std::make_unique<ShmRingReader>(*std::move(segment),
-                                             streams_->options_.shared_memory_devices);
-      decoder_.set_shared_payload(ring.get());
-    }
+  absl::StatusOr<std::shared_ptr<ShmSegment>> segment = MapSegment(accept);
+  if (segment.ok()) {  // else another host or network namespace, say: TCP
+    ring = std::make_unique<ShmRingReader>(*std::move(segment),
+                                           streams_->options_.shared_memory_devices);
+    decoder_.set_shared_payload(ring.get());
   }
   absl::MutexLock lock(&streams_->mu_);
   shm_declined_ = ring == nullptr;
@@ -266,6 +291,11 @@ void TaskStreamCall::TakeBulkChannel(const proto::BulkAccept& accept) {
 
 void TaskStreamCall::OnDone(const grpc::Status& status) {
   TaskStreams* const streams = streams_;
+  // A warm segment is kept only after a clean end (as the worker does): one whose worker died
+  // goes once its last tensor does.
+  if (!ended_ && shm_segment_id_ != 0) {
+    ProcessShmMappingCache().Drop(address_, {shm_segment_id_});
+  }
   {
     absl::MutexLock lock(&streams->mu_);
     TaskStream* task = task_.get();

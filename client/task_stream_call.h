@@ -59,6 +59,10 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   // without mu: a local socket round trip), so that later frames decode from it. Any failure
   // leaves the call on TCP.
   void TakeSharedMemory(const proto::ShmAccept& accept);
+  // The segment `accept` names: this process's kept mapping of a warm one, else received over
+  // the worker's socket and mapped (and kept, core/rpc/shm_mapping_cache.h). Errors as
+  // ReceiveShmFd and ShmSegment::Map.
+  absl::StatusOr<std::shared_ptr<ShmSegment>> MapSegment(const proto::ShmAccept& accept);
   // The bulk data channel: connects to the port the frame just decoded offers (on the read's
   // thread, without mu), so that later frames receive their numeric bytes on it. A port that
   // cannot be reached leaves the call on gRPC and is not offered again by this worker.
@@ -84,6 +88,7 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   bool shm_answer_due_ = false;
   bool shm_declined_ = false;
   bool shm_tried_ = false;
+  uint64_t shm_segment_id_ = 0;  // the worker's id of the segment mapped (0: none)
   // The bulk data channel's socket (set under mu once connected; the decoder borrows it;
   // CancelLocked aborts it), whether an offer was tried (one per call), and whether the last
   // frame failed on it (the call is then cancelled and made again).

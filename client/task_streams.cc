@@ -13,6 +13,7 @@
 #include "client/read_order.h"
 #include "core/rpc/grpc_security.h"
 #include "client/task_stream_call.h"
+#include "core/rpc/shm_mapping_cache.h"
 #include "core/rpc/shm_segment.h"
 #include "core/rpc/grpc_status.h"
 #include "core/util/backoff.h"
@@ -496,7 +497,14 @@ void TaskStreams::ConnectTask(const std::shared_ptr<TaskStream>& task,
   if (!options_.trainer_id.empty()) request->set_trainer_id(options_.trainer_id);
   // Another process claiming this consumer_index is refused by the worker.
   request->set_consumer_instance(consumer_instance_);
-  if (!boot_id_.empty()) request->mutable_shm_offer()->set_boot_id(boot_id_);
+  if (!boot_id_.empty()) {
+    // Warm segments: this process's key, and the segments of this worker it may hand back.
+    proto::ShmOffer* offer = request->mutable_shm_offer();
+    offer->set_boot_id(boot_id_);
+    ShmMappingCache& mappings = ProcessShmMappingCache();
+    offer->set_consumer_key(mappings.consumer_key());
+    for (uint64_t id : mappings.IdleIds(address)) offer->add_idle_segment_ids(id);
+  }
   if (options_.bulk_data && !bulk_unreachable_.contains(address)) {
     request->mutable_bulk_offer()->set_enabled(true);
   }

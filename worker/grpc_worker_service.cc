@@ -31,6 +31,8 @@ GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions opt
     absl::StatusOr<std::unique_ptr<ShmFdServer>> fds = ShmFdServer::Create();
     if (fds.ok()) {
       shm_fds_ = *std::move(fds);
+      shm_pool_ = std::make_unique<ShmSegmentPool>(ShmSegmentPoolOptions{
+          .max_bytes = options.shm_pool_bytes, .idle_ttl = options.shm_pool_idle});
     } else {
       LogEvent(LogLevel::kWarning, "worker",
                absl::StrCat("shared memory off: ", fds.status().message()));
@@ -60,6 +62,7 @@ GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions opt
                                                            .open = open_.get(),
                                                            .replays = replays_,
                                                            .shm_fds = shm_fds_.get(),
+                                                           .shm_pool = shm_pool_.get(),
                                                            .boot_id = boot_id_,
                                                            .bulk = bulk_.get()});
              }));

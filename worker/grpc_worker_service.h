@@ -40,6 +40,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "core/rpc/bulk_channel.h"
 #include "core/rpc/shm_fd_passing.h"
+#include "core/rpc/shm_segment_pool.h"
 #include "core/rpc/token_auth.h"
 #include "core/util/thread_pool.h"
 #include "worker/task_runner.h"
@@ -97,6 +98,11 @@ struct WorkerServiceOptions {
   bool shared_memory = true;
   size_t shm_min_segment_bytes = size_t{8} << 20;
   size_t shm_max_segment_bytes = size_t{256} << 20;
+  // Warm segments (core/rpc/shm_segment_pool.h): the most bytes of segments kept after their
+  // streams end for later streams of the same consumer process (0: none; charged to the
+  // memory budget while kept), and how long one is kept unused.
+  size_t shm_pool_bytes = size_t{512} << 20;
+  absl::Duration shm_pool_idle = absl::Seconds(30);
   // The bulk data channel (core/rpc/bulk_channel.h, docs/SERVICE.md "Bulk data channel"): a
   // stream whose consumer offers it, and that neither shared memory nor compression serves,
   // sends its frames' numeric bytes on a TCP socket of its own, listening on data_host (the
@@ -135,6 +141,8 @@ class GrpcWorkerService : public grpc::Service {
   const std::shared_ptr<ReplaySlots> replays_;
   // Hands segments to co-located consumers; null when shared memory is off or unavailable.
   std::unique_ptr<ShmFdServer> shm_fds_;
+  // Segments kept between a consumer's streams; null with shm_fds_.
+  std::unique_ptr<ShmSegmentPool> shm_pool_;
   const std::string boot_id_;
   // The bulk data channel's listener; null when it is off or could not bind.
   std::unique_ptr<BulkListener> bulk_;

@@ -270,19 +270,32 @@ class StepStream final : public Reactor {
                    std::max(options_.shm_min_segment_bytes, options_.shm_max_segment_bytes));
     // The segment must not crowd out the pipelines: at most a quarter of the memory budget's
     // room (and one allocation's limit); with less than 1 MiB there, TCP.
+    // Segments the pool keeps are part of that room: it frees them for a fresh one.
     const MemoryLimits limits = ProcessMemoryBudget().limits();
     const int64_t room = std::min(
-        (limits.process_bytes - ProcessMemoryBudget().in_use()) / 4, limits.element_bytes);
+        (limits.process_bytes - ProcessMemoryBudget().in_use() +
+         static_cast<int64_t>(env_.shm_pool->pooled_bytes())) / 4,
+        limits.element_bytes);
     if (room < (int64_t{1} << 20)) return;
     bytes = std::min(bytes, static_cast<size_t>(room));
-    absl::StatusOr<std::shared_ptr<ShmSegment>> segment = ShmSegment::Create(bytes);
-    if (!segment.ok()) return;  // over the memory budget, say: TCP
-    ring_ = std::make_shared<ShmRingWriter>(*segment);
-    shm_token_ = env_.shm_fds->Offer(*segment);
+    const proto::ShmOffer& offer = request.shm_offer();
+    absl::StatusOr<ShmSegmentPool::Lease> lease = env_.shm_pool->Acquire(
+        offer.consumer_key(),
+        std::vector<uint64_t>(offer.idle_segment_ids().begin(),
+                              offer.idle_segment_ids().begin() +
+                                  std::min<int>(offer.idle_segment_ids_size(),
+                                                ShmSegmentPool::kMaxIdleIds)),
+        bytes);
+    if (!lease.ok()) return;  // over the memory budget, say: TCP
+    ring_ = std::make_shared<ShmRingWriter>(lease->segment);
+    shm_token_ = env_.shm_fds->Offer(lease->segment);
     proto::ShmAccept accept;
     accept.set_socket_name(env_.shm_fds->name());
     accept.set_token(shm_token_);
-    accept.set_segment_bytes((*segment)->size());
+    accept.set_segment_bytes(lease->segment->size());
+    accept.set_segment_id(lease->id);
+    accept.set_warm(lease->warm);
+    for (uint64_t id : lease->dropped) accept.add_dropped_segment_ids(id);
     encoder_->AttachToNextFrame(std::move(accept));
     accept_attached_ = true;
   }
@@ -653,6 +666,9 @@ class StepStream final : public Reactor {
     // the task's drained(), hence the worker's finished report).
     if (wrote_end_ && closed && credits_->error().ok() && !context_->IsCancelled()) {
       reader_->ConfirmEnd();
+    } else if (ring_ != nullptr) {
+      // Kept only after a clean end: a consumer that vanished never names it again.
+      ShmSegmentPool::DoNotKeep(ring_->segment());
     }
     if (!closed) context_->TryCancel();
     Finish(ToGrpcStatus(result_));

@@ -35,6 +35,7 @@ struct StepStreamEnv {
   ThreadPool* open = nullptr;  // opens streams (finding a task may build a private replay)
   std::shared_ptr<ReplaySlots> replays;  // bounds the private replays alive at once
   ShmFdServer* shm_fds = nullptr;  // null: no shared memory
+  ShmSegmentPool* shm_pool = nullptr;  // set with shm_fds
   std::string boot_id;             // this host's (HostBootId)
   BulkListener* bulk = nullptr;    // null: no bulk data channel
 };

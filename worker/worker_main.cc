@@ -20,7 +20,9 @@
 // ends its streams with UNAVAILABLE so that consumers move to the new workers, and exits 0
 // within --drain_timeout. Without an answer from the coordinator it stops producing and serves
 // the steps it has buffered until --drain_timeout, then exits 0.
+#include <algorithm>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -114,6 +116,12 @@ ABSL_FLAG(bool, shared_memory, sluice::SharedMemoryDefaultFromEnvironment(),
           "Serve consumers on this host through shared memory (a memfd ring per stream, "
           "negotiated; docs/SERVICE.md \"Shared memory\"); false: TCP only. Default: true "
           "unless the environment sets SLUICE_SHARED_MEMORY=0.");
+ABSL_FLAG(int64_t, shm_pool_bytes, int64_t{512} << 20,
+          "Shared memory: the most bytes of segments kept after their streams end, for the "
+          "same consumer process's next stream (warm pages; charged to --memory_limit; 0: "
+          "none; docs/SERVICE.md \"Shared memory\", 7).");
+ABSL_FLAG(absl::Duration, shm_pool_idle, absl::Seconds(30),
+          "Shared memory: a kept segment no stream took for this long is freed.");
 ABSL_FLAG(bool, bulk_data, sluice::BulkDataDefaultFromEnvironment(),
           "Send remote consumers' tensor bytes on a TCP socket of their own next to the gRPC "
           "stream (the bulk data channel, negotiated; docs/SERVICE.md \"Bulk data channel\"), "
@@ -228,6 +236,9 @@ int main(int argc, char** argv) {
   options.cross_trainer_drop_departed_after = absl::GetFlag(FLAGS_drop_departed_trainers_after);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.service.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  options.service.shm_pool_bytes =
+      static_cast<size_t>(std::max<int64_t>(absl::GetFlag(FLAGS_shm_pool_bytes), 0));
+  options.service.shm_pool_idle = absl::GetFlag(FLAGS_shm_pool_idle);
   options.service.bulk_data = absl::GetFlag(FLAGS_bulk_data);
   options.service.data_port = absl::GetFlag(FLAGS_data_port);
   if (absl::GetFlag(FLAGS_bulk_min_bytes) < 1) {

@@ -73,7 +73,8 @@ absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Create(size_t bytes) {
       new ShmSegment(std::move(fd), static_cast<uint8_t*>(p), size, charged));
 }
 
-absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Map(UniqueFd fd, size_t expected_bytes) {
+absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Map(UniqueFd fd, size_t expected_bytes,
+                                                            bool populate) {
   if (expected_bytes == 0 || expected_bytes > kMaxSegmentBytes) {
     return absl::FailedPreconditionError(absl::StrCat(
         "shared memory: the peer announced a segment of ", expected_bytes, " bytes"));
@@ -94,8 +95,8 @@ absl::StatusOr<std::shared_ptr<ShmSegment>> ShmSegment::Map(UniqueFd fd, size_t 
     return absl::FailedPreconditionError(
         "shared memory: the segment is not sealed against shrinking and growing");
   }
-  void* p = mmap(nullptr, expected_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                 fd.get(), 0);
+  void* p = mmap(nullptr, expected_bytes, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | (populate ? MAP_POPULATE : 0), fd.get(), 0);
   if (p == MAP_FAILED) return Errno("mmap");
   return std::shared_ptr<ShmSegment>(
       new ShmSegment(std::move(fd), static_cast<uint8_t*>(p), expected_bytes, 0));

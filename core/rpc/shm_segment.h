@@ -64,8 +64,11 @@ class ShmSegment {
   // naming what is wrong otherwise. Mapped without populating (pages map in as the ring
   // reaches them: the stream's first frame waits for no whole-segment work), read-write
   // shared: the peer never reads it back, so what the consumer writes into its own tensors
-  // concerns only them.
-  static absl::StatusOr<std::shared_ptr<ShmSegment>> Map(UniqueFd fd, size_t expected_bytes);
+  // concerns only them. `populate`: map every page now (MAP_POPULATE), for a warm segment
+  // (ShmAccept.warm) whose pages exist: one call fills the page tables instead of a fault
+  // per page-around on the consumer's thread.
+  static absl::StatusOr<std::shared_ptr<ShmSegment>> Map(UniqueFd fd, size_t expected_bytes,
+                                                         bool populate = false);
 
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;

@@ -95,6 +95,9 @@ TEST(ShmReclaimTest, AKilledConsumersSegmentIsGoneFromItsWorker) {
   ProcessClusterOptions o;
   o.num_workers = 1;
   o.worker_buffer_bytes = 4096;  // the worker keeps streaming while the consumer lives
+  // Kept segments would wait an hour: the dead consumer's goes because its stream did not end
+  // cleanly (a killed consumer never names it again), not because the pool trimmed it.
+  o.worker_flags = {"--shm_pool_idle=1h"};
   auto started = ProcessCluster::Start(o);
   ASSERT_TRUE(started.ok()) << started.status();
   ProcessCluster& c = **started;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/rpc/shm_ring.h"
+#include "core/rpc/shm_segment_pool.h"
 #include "gtest/gtest.h"
 #include "sluice/distributed_dataset.h"
 #include "sluice/service.h"
@@ -52,13 +53,13 @@ Read ReadAll(const std::string& coordinator, const Dataset& ds, ServiceOptions o
 
 // (int64 index, float32 row of 300 values, string) elements: numeric tensors above and below
 // the zero-copy threshold, and strings, which stay inline.
-Dataset MixedPipeline(int64_t n = 96) {
+Dataset MixedPipeline(int64_t n = 96, float base = 0) {
   Tensor idx = Tensor::Allocate(DType::kInt64, Shape({n}));
   Tensor rows = Tensor::Allocate(DType::kFloat32, Shape({n, 300}));
   Tensor words = Tensor::Allocate(DType::kString, Shape({n}));
   for (int64_t i = 0; i < n; ++i) {
     idx.mutable_data<int64_t>()[i] = i;
-    for (int64_t j = 0; j < 300; ++j) rows.mutable_data<float>()[i * 300 + j] = i * 0.5f + j;
+    for (int64_t j = 0; j < 300; ++j) rows.mutable_data<float>()[i * 300 + j] = base + i * 0.5f + j;
     *words.mutable_string(i) = std::string(static_cast<size_t>(i % 7), 'a' + i % 26);
   }
   return Dataset::FromTensorSlices(Element::Tuple(
@@ -229,6 +230,75 @@ TEST(ServiceSharedMemoryTest, DefaultOptionsTakeTheRing) {
   }
   EXPECT_GE(jobs_through_the_ring, kJobs / 2)
       << jobs_through_the_ring << " of " << kJobs << " jobs took the ring; the rest went inline";
+}
+
+// Warm segments (core/rpc/shm_segment_pool.h): a consumer process's next job gets the segment
+// of its earlier one back, pages allocated, but never while a tensor of the earlier job views
+// it: a trainer that kept job 1's steps (views of the segment) reads job 2 through a fresh
+// segment and its kept tensors are unchanged; once it dropped them, job 3 reuses a segment.
+// Every job's steps are byte for byte what TCP gives.
+TEST(ServiceSharedMemoryTest, ANextJobReusesAWarmSegmentButNeverOneATensorViews) {
+  Cluster cluster(1);
+  ServiceOptions options;
+  options.receive_budget_bytes = 65536;
+  auto read_kept = [&](const std::string& job, float base, std::vector<Element>* kept) {
+    options.job_name = job;
+    Read out;
+    out.status = ForEachStep(cluster.address(), MixedPipeline(96, base), options, 2,
+                             [&](int64_t, const PerReplica<Element>& x) {
+                               std::string step;
+                               for (const Element& e : x.values()) {
+                                 for (const Tensor& t : e.Flatten()) {
+                                   absl::StrAppend(&step, Describe(t), "|");
+                                 }
+                                 if (kept != nullptr) kept->push_back(e);
+                               }
+                               out.steps.push_back(std::move(step));
+                             });
+    return out;
+  };
+  auto describe_kept = [](const std::vector<Element>& kept) {
+    std::string out;
+    for (const Element& e : kept) {
+      for (const Tensor& t : e.Flatten()) absl::StrAppend(&out, Describe(t), "|");
+    }
+    return out;
+  };
+  ServiceOptions tcp = options;
+  tcp.shared_memory = false;
+  tcp.job_name = "warm-tcp-2";
+  Read tcp2 = ReadAll(cluster.address(), MixedPipeline(96, 1000), tcp);
+  ASSERT_TRUE(tcp2.status.ok()) << tcp2.status;
+
+  std::vector<Element> kept;
+  const ShmRingCounts rings0 = ProcessShmRingCounts();
+  Read job1 = read_kept("warm-1", 0, &kept);
+  ASSERT_TRUE(job1.status.ok()) << job1.status;
+  ASSERT_GT(ProcessShmRingCounts().frames_read, rings0.frames_read) << "job 1 took no ring";
+  const std::string kept_before = describe_kept(kept);
+
+  const ShmPoolCounts pool1 = ProcessShmPoolCounts();
+  const ShmRingCounts rings1 = ProcessShmRingCounts();
+  Read job2 = read_kept("warm-2", 1000, nullptr);
+  ASSERT_TRUE(job2.status.ok()) << job2.status;
+  EXPECT_GT(ProcessShmRingCounts().frames_read, rings1.frames_read) << "job 2 took no ring";
+  EXPECT_EQ(job2.steps, tcp2.steps);
+  EXPECT_EQ(ProcessShmPoolCounts().segments_reused, pool1.segments_reused)
+      << "job 2 got the segment job 1's kept tensors view";
+  EXPECT_TRUE(describe_kept(kept) == kept_before) << "job 2 wrote over job 1's kept tensors";
+
+  kept.clear();
+  // Job 2's segment returns to the worker's pool when its stream's last reference goes, which
+  // may be just after the consumer saw the end: a few jobs, each taking a warm segment if one
+  // is there; job 1's is (its stream ended a whole job earlier).
+  const ShmPoolCounts pool2 = ProcessShmPoolCounts();
+  for (int job = 3; job < 6; ++job) {
+    Read next = read_kept(absl::StrCat("warm-", job), 1000, nullptr);
+    ASSERT_TRUE(next.status.ok()) << next.status;
+    EXPECT_EQ(next.steps, tcp2.steps) << "job " << job;
+  }
+  EXPECT_GE(ProcessShmPoolCounts().segments_reused - pool2.segments_reused, 1)
+      << "no job reused a warm segment";
 }
 
 }  // namespace
