@@ -116,15 +116,23 @@ void TaskStreamCall::OnReadDone(bool ok) {
     FinishReadingLocked();
     return;
   }
-  const ServiceStepSourceOptions& options = streams_->options_;
+  // With a bulk socket the frame's bytes may take long to come (a stalled worker): handled on
+  // the call's own thread, gRPC's is free at once.
+  if (receive_thread_ != nullptr) {
+    receive_thread_->Run([this] { HandleFrame(); });
+    return;
+  }
+  HandleFrame();
+}
+
+void TaskStreamCall::HandleFrame() {
   // Decoded with no lock held: the copy into the allocator's buffers is the bulk of the work.
   // A frame beyond the credit granted is refused before anything is allocated for it (a
   // worker must not make this trainer allocate what it did not ask for): DATA_LOSS, naming
   // the task and the worker (OnDone).
-  StepFrame& frame = frame_;
   const FrameCreditLimit limit{task_->credit.load(std::memory_order_relaxed),
                                streams_->window_ + 1};
-  absl::Status s = decoder_.Decode(read_buffer_, &frame, limit);
+  absl::Status s = decoder_.Decode(read_buffer_, &frame_, limit);
   read_buffer_.Clear();
   // A frame whose bytes the bulk socket did not bring (it ended, failed or timed out): the
   // call is broken; cancelled and made again, it resends what this one did not queue.
@@ -136,12 +144,25 @@ void TaskStreamCall::OnReadDone(bool ok) {
     shm_tried_ = true;
     TakeSharedMemory(*decoder_.last_shm_accept());
   }
-  // (Not on the task's last frame: the stream ends, and its token with it.)
-  if (s.ok() && !bulk_tried_ && decoder_.last_bulk_accept() != nullptr && !frame.end_of_task &&
-      frame.status.ok()) {
+  // (Not on the task's last frame: the stream ends, and its token with it.) The connect, and
+  // every frame after it, on the call's own thread.
+  if (s.ok() && !bulk_tried_ && decoder_.last_bulk_accept() != nullptr && !frame_.end_of_task &&
+      frame_.status.ok()) {
     bulk_tried_ = true;
-    TakeBulkChannel(*decoder_.last_bulk_accept());
+    receive_thread_ = std::make_unique<BulkReceiveThread>();
+    receive_thread_->Run([this, accept = *decoder_.last_bulk_accept()] {
+      TakeBulkChannel(accept);
+      QueueFrame(absl::OkStatus());
+    });
+    return;
   }
+  QueueFrame(std::move(s));
+}
+
+void TaskStreamCall::QueueFrame(absl::Status decoded) {
+  const ServiceStepSourceOptions& options = streams_->options_;
+  absl::Status s = std::move(decoded);
+  StepFrame& frame = frame_;
   TaskStream* task = task_.get();
   absl::MutexLock lock(&streams_->mu_);
   std::vector<TaskStream::Queued> steps;

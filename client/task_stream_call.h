@@ -11,6 +11,15 @@
 // does next (done, failed, or back to the connector), deletes the call and only then decrements
 // the live-call count: nothing touches the call or TaskStreams after that.
 //
+// The bulk data channel: once a frame offers it, the call handles its frames on a
+// BulkReceiveThread of its own (connect, receive the socket bytes, decode, queue, start the next
+// read): OnReadDone only hands the read over, so a worker that stalls between a header and its
+// bytes holds that thread, not gRPC's callback threads that every other stream needs. Only one
+// read is outstanding and the next starts when the thread is done with the frame, so the
+// decoder and frame are used by one thread at a time. OnDone (scheduled by gRPC, never on the
+// receive thread: the hold is dropped from outside a reaction there) joins the thread by
+// deleting the call.
+//
 // Every member is guarded by the owning TaskStreams' mu, except the buffers gRPC reads into
 // and writes from, which only the one read or write in flight uses.
 #ifndef SLUICE_CLIENT_TASK_STREAM_CALL_H_
@@ -55,6 +64,12 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
  private:
   // Reading is over (the end, an error, or the stream ended): no more credit for this call.
   void FinishReadingLocked();
+  // Decodes the frame just read (on gRPC's thread, or on receive_thread_ once the call has a
+  // bulk socket) and hands it to QueueFrame.
+  void HandleFrame();
+  // Queues the decoded frame's steps (or ends reading on `decoded`'s error, the frame's error or
+  // the end of the task) and starts the next read.
+  void QueueFrame(absl::Status decoded);
   // Shared memory: takes the segment the frame just decoded offers (on the read's thread,
   // without mu: a local socket round trip), so that later frames decode from it. Any failure
   // leaves the call on TCP.
@@ -103,6 +118,9 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   absl::Status result_ = absl::UnavailableError("the stream ended before the end of the task");
   bool ended_early_ = true;
   bool ended_ = false;  // the end of the task arrived
+  // Where the frames are handled from the bulk offer on (created on the read that brought the
+  // offer, before any use off gRPC's thread). Declared last: destroyed (joined) first.
+  std::unique_ptr<BulkReceiveThread> receive_thread_;
 };
 
 }  // namespace sluice
