@@ -139,6 +139,9 @@ void TaskStreamCall::HandleFrame() {
   if (!s.ok() && bulk_ != nullptr && s.code() == absl::StatusCode::kUnavailable) {
     bulk_failed_ = true;
     CountBulkFailure();
+    LogEvent(LogLevel::kWarning, "client",
+             absl::StrCat("task ", task_->task_id, " on worker ", address_, ": ", s.message(),
+                          "; the call is made again"));
   }
   if (s.ok() && !shm_tried_ && decoder_.last_shm_accept() != nullptr) {
     shm_tried_ = true;

@@ -224,8 +224,10 @@ class BulkReceiver final : public BulkPayloadSource {
   // Connects to `worker_address`'s host ("host:port", "[v6]:port", "ipv4:host:port") at
   // `port` and presents `token`, within `connect_timeout`. UNAVAILABLE naming the address when
   // the port cannot be reached, ABORTED when the worker does not accept the token;
-  // INVALID_ARGUMENT for a bad address, port or token. A later Receive that waits `receive_timeout` with no byte
-  // arriving fails.
+  // INVALID_ARGUMENT for a bad address, port or token. A later Receive that waits
+  // `receive_timeout` with no byte arriving fails; one that got part of its bytes fails within
+  // twice that after the last byte (a receive waits for the whole frame, MSG_WAITALL, and the
+  // socket's timeout bounds each such wait).
   static absl::StatusOr<std::unique_ptr<BulkReceiver>> Connect(
       const std::string& worker_address, uint32_t port, const std::string& token,
       absl::Duration connect_timeout, absl::Duration receive_timeout);

@@ -185,6 +185,9 @@ struct ServiceOptions {
   // to the receive timeout, after which the stream is made again (docs/SERVICE.md "Bulk data
   // channel", "Why it is safe on by default"). false: every byte on gRPC.
   bool bulk_data = true;
+  // A bulk socket that brings no byte of a frame it owes for this long fails that stream,
+  // which is made again (the steps it did not deliver are sent again, exactly once).
+  absl::Duration bulk_receive_timeout = absl::Seconds(60);
   // Share the job across trainers (see ServiceCrossTrainer); every trainer must give the same
   // cross_trainer options (the job's options must match, INVALID_ARGUMENT otherwise).
   ServiceCrossTrainer cross_trainer;
