@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -325,7 +326,10 @@ BulkSender::BulkSender(UniqueFd socket, std::function<void(const absl::Status&)>
       cut_after_bytes_(faults.cut_after_bytes), stall_after_bytes_(faults.stall_after_bytes) {
   ProcessCounts().senders_alive.fetch_add(1);
   SetTimeout(socket_.get(), SO_SNDTIMEO, write_timeout);
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "sluice-bulk-tx");  // a profile tells it from gRPC's
+    Loop();
+  });
 }
 
 BulkSender::~BulkSender() {
@@ -569,7 +573,12 @@ void BulkReceiver::Abort() { shutdown(socket_.get(), SHUT_RDWR); }
 // ---------------------------------------------------------------------------------------------
 // BulkReceiveThread
 
-BulkReceiveThread::BulkReceiveThread() { thread_ = std::thread([this] { Loop(); }); }
+BulkReceiveThread::BulkReceiveThread() {
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "sluice-bulk-rx");  // a profile tells it from gRPC's
+    Loop();
+  });
+}
 
 BulkReceiveThread::~BulkReceiveThread() {
   {
