@@ -1,5 +1,6 @@
 // TaskStreamCall: one StreamSteps call of a TaskStreams task, on gRPC's callback API (a
-// ClientBidiReactor: no thread of its own). See client/task_streams.h for the protocol.
+// ClientBidiReactor: no thread of its own until it has a bulk socket, see below). See
+// client/task_streams.h for the protocol.
 //
 // Contract: created by the connector under TaskStreams::mu with the task's call slot empty and
 // the TaskStreams' live-call count already incremented; StartLocked sends the StreamRequest,
