@@ -68,6 +68,15 @@ Counts& ProcessCounts() {
   return *counts;
 }
 
+// A thread running `body`, named so that a profile tells it from gRPC's (a thread otherwise
+// inherits the name of the gRPC thread that made it).
+std::thread NamedThread(const char* name, std::function<void()> body) {
+  return std::thread([name, body = std::move(body)] {
+    pthread_setname_np(pthread_self(), name);
+    body();
+  });
+}
+
 // Padding between tensors comes from here (a tensor's offset is 64-byte aligned).
 const char kZeros[64] = {};
 
@@ -326,10 +335,7 @@ BulkSender::BulkSender(UniqueFd socket, std::function<void(const absl::Status&)>
       cut_after_bytes_(faults.cut_after_bytes), stall_after_bytes_(faults.stall_after_bytes) {
   ProcessCounts().senders_alive.fetch_add(1);
   SetTimeout(socket_.get(), SO_SNDTIMEO, write_timeout);
-  thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "sluice-bulk-tx");  // a profile tells it from gRPC's
-    Loop();
-  });
+  thread_ = NamedThread("sluice-bulk-tx", [this] { Loop(); });
 }
 
 BulkSender::~BulkSender() {
@@ -574,10 +580,7 @@ void BulkReceiver::Abort() { shutdown(socket_.get(), SHUT_RDWR); }
 // BulkReceiveThread
 
 BulkReceiveThread::BulkReceiveThread() {
-  thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "sluice-bulk-rx");  // a profile tells it from gRPC's
-    Loop();
-  });
+  thread_ = NamedThread("sluice-bulk-rx", [this] { Loop(); });
 }
 
 BulkReceiveThread::~BulkReceiveThread() {
