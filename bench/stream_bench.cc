@@ -552,10 +552,15 @@ int Main(int argc, char** argv) {
   auto pool = std::make_shared<BufferPool>();
 
   std::vector<std::string> cpu_rows;
-  std::printf("| per-replica bytes | replicas | steps | raw GB/s | raw steps/s | client GB/s | "
-              "client steps/s | bulk GB/s | bulk steps/s | shm GB/s | shm steps/s | TCP GB/s | "
-              "raw/TCP | client/TCP | bulk/TCP | shm/TCP | raw viewed |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  if (only_bulk) {
+    std::printf("| per-replica bytes | bulk | TCP | bulk/TCP | CPU-s/GB (build) | load (1-min) |\n"
+                "|---|---|---|---|---|---|\n");
+  } else {
+    std::printf("| per-replica bytes | replicas | steps | raw GB/s | raw steps/s | client GB/s | "
+                "client steps/s | bulk GB/s | bulk steps/s | shm GB/s | shm steps/s | TCP GB/s | "
+                "raw/TCP | client/TCP | bulk/TCP | shm/TCP | raw viewed |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  }
   for (size_t size : sizes) {
     const int64_t step_bytes = static_cast<int64_t>(size) * replicas;
     const int64_t steps = std::max<int64_t>(total / step_bytes, 1);
@@ -620,8 +625,8 @@ int Main(int argc, char** argv) {
         client.Median(&Column::faults_per_gb), mem.Median(&Column::faults_per_gb)));
     if (only_bulk) {
       const double bg = bulk_column.Median(&Column::gbs), t = tcp.Median(&Column::gbs);
-      std::printf("| %zu | bulk only: %.2f GB/s, %.0f steps/s | TCP %.2f GB/s | bulk/TCP %.0f%% "
-                  "| CPU-s/GB bulk %s, TCP %s | load %.2f |\n",
+      std::printf("| %zu | %.2f GB/s, %.0f steps/s | %.2f GB/s | %.0f%% | bulk %s, TCP %s | "
+                  "%.2f |\n",
                   size, bg, bulk_column.Median(&Column::sps), t, 100.0 * bg / t,
                   bulk_column.Cpu().c_str(), tcp.Cpu().c_str(), load);
       std::fflush(stdout);
@@ -646,6 +651,11 @@ int Main(int argc, char** argv) {
   }
   // CPU per byte moved (every thread of this process; see the header comment for what each
   // column includes).
+  if (only_bulk) cpu_rows.clear();  // in the rows above
+  if (cpu_rows.empty()) {
+    server->Shutdown();
+    return 0;
+  }
   std::printf("\n| per-replica bytes | load (1-min) | raw CPU-s/GB (build) | client CPU-s/GB "
               "(build) | bulk CPU-s/GB (build) | shm CPU-s/GB (build) | TCP CPU-s/GB | client steps/CPU-s | "
               "shm steps/CPU-s | raw steps/CPU-s | minor faults/GB client / shm |\n");
