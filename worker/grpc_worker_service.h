@@ -113,7 +113,7 @@ struct WorkerServiceOptions {
   absl::Duration bulk_handshake_timeout = absl::Seconds(5);
   absl::Duration bulk_write_timeout = absl::Seconds(60);
   // Fault tests only (> 0): every stream's bulk socket is cut after this many bytes, in the
-  // middle of a frame (BulkSender's TEST_cut_after_bytes).
+  // middle of a frame (BulkSenderFaults::cut_after_bytes).
   uint64_t TEST_bulk_cut_after_bytes = 0;
   // Fault tests only: the next *TEST_bulk_stalls streams that take the bulk channel (each
   // takes one, process-wide for whoever shares the counter) write TEST_bulk_stall_after_bytes
