@@ -111,29 +111,63 @@ void TaskStreamCall::FinishReadingLocked() {
 }
 
 void TaskStreamCall::OnReadDone(bool ok) {
+  if (receive_thread_ != nullptr) {
+    // With a bulk socket the frame's bytes may take long to come (a stalled worker): handled
+    // on the call's own thread, gRPC's is free at once, and the next header is read meanwhile.
+    grpc::ByteBuffer frame;
+    frame.Swap(&read_buffer_);
+    bool read_next = false;
+    {
+      absl::MutexLock lock(&streams_->mu_);
+      read_in_flight_ = false;
+      ++frames_ahead_;
+      read_next = ok && !read_finished_ && frames_ahead_ < kFramesAhead;
+      read_in_flight_ = read_next;
+    }
+    // Handed over before the next read starts: frames reach the thread in order. The call
+    // lives on until this reaction returns, whatever the thread does meanwhile.
+    receive_thread_->Run([this, ok, frame]() mutable { HandleHandedOver(ok, &frame); });
+    if (read_next) StartRead(&read_buffer_);
+    return;
+  }
   if (!ok) {
     absl::MutexLock lock(&streams_->mu_);
     FinishReadingLocked();
     return;
   }
-  // With a bulk socket the frame's bytes may take long to come (a stalled worker): handled on
-  // the call's own thread, gRPC's is free at once.
-  if (receive_thread_ != nullptr) {
-    receive_thread_->Run([this] { HandleFrame(); });
-    return;
-  }
-  HandleFrame();
+  HandleFrame(&read_buffer_);
 }
 
-void TaskStreamCall::HandleFrame() {
+void TaskStreamCall::HandleHandedOver(bool ok, grpc::ByteBuffer* buffer) {
+  {
+    absl::MutexLock lock(&streams_->mu_);
+    if (!ok || read_finished_) {  // the stream ended, or reading ended on an earlier frame
+      --frames_ahead_;
+      if (!read_finished_) FinishReadingLocked();
+      return;
+    }
+  }
+  HandleFrame(buffer);
+  absl::MutexLock lock(&streams_->mu_);
+  --frames_ahead_;
+  ReadAheadLocked();
+}
+
+void TaskStreamCall::ReadAheadLocked() {
+  if (read_in_flight_ || read_finished_ || frames_ahead_ >= kFramesAhead) return;
+  read_in_flight_ = true;
+  StartRead(&read_buffer_);
+}
+
+void TaskStreamCall::HandleFrame(grpc::ByteBuffer* buffer) {
   // Decoded with no lock held: the copy into the allocator's buffers is the bulk of the work.
   // A frame beyond the credit granted is refused before anything is allocated for it (a
   // worker must not make this trainer allocate what it did not ask for): DATA_LOSS, naming
   // the task and the worker (OnDone).
   const FrameCreditLimit limit{task_->credit.load(std::memory_order_relaxed),
                                streams_->window_ + 1};
-  absl::Status s = decoder_.Decode(read_buffer_, &frame_, limit);
-  read_buffer_.Clear();
+  absl::Status s = decoder_.Decode(*buffer, &frame_, limit);
+  buffer->Clear();
   // A frame whose bytes the bulk socket did not bring (it ended, failed or timed out): the
   // call is broken; cancelled and made again, it resends what this one did not queue.
   if (!s.ok() && bulk_ != nullptr && s.code() == absl::StatusCode::kUnavailable) {
@@ -156,6 +190,8 @@ void TaskStreamCall::HandleFrame() {
     receive_thread_->Run([this, accept = *decoder_.last_bulk_accept()] {
       TakeBulkChannel(accept);
       QueueFrame(absl::OkStatus());
+      absl::MutexLock lock(&streams_->mu_);
+      ReadAheadLocked();
     });
     return;
   }
@@ -239,7 +275,7 @@ void TaskStreamCall::QueueFrame(absl::Status decoded) {
     task->end_received = absl::Now();
     return;
   }
-  StartRead(&read_buffer_);
+  if (receive_thread_ == nullptr) StartRead(&read_buffer_);  // else ReadAheadLocked
 }
 
 void TaskStreamCall::TakeSharedMemory(const proto::ShmAccept& accept) {

@@ -13,13 +13,17 @@
 // the live-call count: nothing touches the call or TaskStreams after that.
 //
 // The bulk data channel: once a frame offers it, the call handles its frames on a
-// BulkReceiveThread of its own (connect, receive the socket bytes, decode, queue, start the next
-// read): OnReadDone only hands the read over, so a worker that stalls between a header and its
-// bytes holds that thread, not gRPC's callback threads that every other stream needs. Only one
-// read is outstanding and the next starts when the thread is done with the frame, so the
-// decoder and frame are used by one thread at a time. OnDone (scheduled by gRPC, never on the
-// receive thread: the hold is dropped from outside a reaction there) joins the thread by
-// deleting the call.
+// BulkReceiveThread of its own (connect, receive the socket bytes, decode, queue): OnReadDone
+// only hands the read frame over, so a worker that stalls between a header and its bytes holds
+// that thread, not gRPC's callback threads that every other stream needs. Reads stay one at a
+// time, but the next one starts as soon as a frame is handed over while at most
+// kFramesAhead frames wait for the thread (the header of frame N+1 arrives while N's bytes are
+// received; what is read ahead is what the worker sent within its credit, so no memory beyond
+// it). The thread handles frames in order, so the decoder and frame are used by one thread at
+// a time; a frame handed over after reading ended (an error, the end) is dropped, its steps
+// never queued (the next call asks for them again). OnDone (scheduled by gRPC, never on the
+// receive thread: the hold is dropped from outside a reaction there, and reads complete on
+// gRPC's threads) joins the thread by deleting the call.
 //
 // Every member is guarded by the owning TaskStreams' mu, except the buffers gRPC reads into
 // and writes from, which only the one read or write in flight uses.
@@ -65,12 +69,17 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
  private:
   // Reading is over (the end, an error, or the stream ended): no more credit for this call.
   void FinishReadingLocked();
-  // Decodes the frame just read (on gRPC's thread, or on receive_thread_ once the call has a
-  // bulk socket) and hands it to QueueFrame.
-  void HandleFrame();
+  // Decodes `buffer` (the frame just read, cleared once decoded; on gRPC's thread, or on
+  // receive_thread_ once the call has a bulk socket) and hands it to QueueFrame.
+  void HandleFrame(grpc::ByteBuffer* buffer);
   // Queues the decoded frame's steps (or ends reading on `decoded`'s error, the frame's error or
-  // the end of the task) and starts the next read.
+  // the end of the task); without a receive thread, starts the next read.
   void QueueFrame(absl::Status decoded);
+  // On receive_thread_: the frame a read brought (`ok`) or the end of reading (!ok).
+  void HandleHandedOver(bool ok, grpc::ByteBuffer* buffer);
+  // With a receive thread: starts the next read unless one is in flight, reading is over, or
+  // kFramesAhead frames wait for the thread.
+  void ReadAheadLocked();
   // Shared memory: takes the segment the frame just decoded offers (on the read's thread,
   // without mu: a local socket round trip), so that later frames decode from it. Any failure
   // leaves the call on TCP.
@@ -108,6 +117,11 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   bool bulk_failed_ = false;
   // The worker waits for the answer to its offer (bulk_ready, or bulk_declined).
   bool bulk_answer_due_ = false;
+  // With a receive thread (under mu): frames handed over and not yet handled, and whether a
+  // read is in flight.
+  static constexpr int kFramesAhead = 2;
+  int frames_ahead_ = 0;
+  bool read_in_flight_ = false;
 
   bool writing_ = false;        // a write (request or grant) is in flight
   bool write_failed_ = false;   // a write failed: the call is broken, write nothing more
