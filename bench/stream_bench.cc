@@ -6,7 +6,7 @@
 //                            [--reps=3] [--credits=16] [--budget=67108864]
 //                            [--coalesce_wait_us=500] [--compact=1] [--views=1] [--shm=1]
 //                            [--max_frame=0] [--tx_zerocopy=0] [--show_slices=0] [--only_shm=0]
-//                            [--build_steps=1] [--prefetch=1] [--bulk=1]
+//                            [--build_steps=1] [--prefetch=1] [--bulk=1] [--only_bulk=0]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -25,7 +25,8 @@
 //  - "memcpy": one thread copying each step into a warm 128 MiB buffer: the machine's bound
 //    for any path that writes every byte once, as the shm path's producer does (memcpy/TCP
 //    is then the most shm/TCP can reach on this machine).
-// --bulk=0 leaves the bulk column out.
+// --bulk=0 leaves the bulk column out; --only_bulk=1 runs the bulk and TCP columns alone,
+// alternating (for a profiler, and for bulk/TCP on a loaded machine: CPU-s/GB of each).
 // --shm=0 leaves the shm column out; --only_shm=1 runs that column alone (for a profiler).
 // --build_steps=1 (the default): the worker's producer writes each step's bytes afresh, as a
 // pipeline's batch op does: with shared memory, straight into the consumer's ring (the frame is
@@ -541,6 +542,7 @@ int Main(int argc, char** argv) {
   const bool bulk = Flag(argc, argv, "bulk", "1") != "0";
   // --only_shm=1: only the shm column (profiling that path: perf record sees nothing else).
   const bool only_shm = shm && Flag(argc, argv, "only_shm", "0") != "0";
+  const bool only_bulk = !only_shm && Flag(argc, argv, "only_bulk", "0") != "0";
   if (!absl::SimpleAtoi(Flag(argc, argv, "bytes", "2147483648"), &total) ||
       !absl::SimpleAtoi(Flag(argc, argv, "replicas", "1"), &replicas) ||
       !absl::SimpleAtoi(Flag(argc, argv, "reps", "3"), &reps) ||
@@ -579,17 +581,25 @@ int Main(int argc, char** argv) {
   auto pool = std::make_shared<BufferPool>();
 
   std::vector<std::string> cpu_rows;
-  std::printf("| per-replica bytes | replicas | steps | raw GB/s | raw steps/s | client GB/s | "
-              "client steps/s | bulk GB/s | bulk steps/s | shm GB/s | shm steps/s | TCP GB/s | "
-              "raw/TCP | client/TCP | bulk/TCP | shm/TCP | raw viewed | memcpy GB/s | "
-              "shm/memcpy | memcpy/TCP |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  if (only_bulk) {
+    std::printf("| per-replica bytes | bulk | TCP | bulk/TCP | CPU-s/GB (build) | load (1-min) |\n"
+                "|---|---|---|---|---|---|\n");
+  } else {
+    std::printf("| per-replica bytes | replicas | steps | raw GB/s | raw steps/s | client GB/s | "
+                "client steps/s | bulk GB/s | bulk steps/s | shm GB/s | shm steps/s | TCP GB/s | "
+                "raw/TCP | client/TCP | bulk/TCP | shm/TCP | raw viewed | memcpy GB/s | "
+                "shm/memcpy | memcpy/TCP |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  }
   for (size_t size : sizes) {
     const int64_t step_bytes = static_cast<int64_t>(size) * replicas;
     const int64_t steps = std::max<int64_t>(total / step_bytes, 1);
     Column raw, client, bulk_column, mem, tcp, copy;
     std::vector<double> viewed;
-    if (!only_shm) {
+    if (only_bulk) {
+      RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget,
+                pool.get(), false, true);  // warm-up: connections, pools
+    } else if (!only_shm) {
       RunSluice(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), credits,
                 pool.get());  // warm-up: connections, pools
       RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget,
@@ -599,11 +609,19 @@ int Main(int argc, char** argv) {
                   pool.get(), false, true);
       }
     }
-    if (shm) {
+    if (shm && !only_bulk) {
       RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget,
                 pool.get(), true, false);
     }
+    const int64_t tcp_chunk = std::max<int64_t>(step_bytes, 1 << 20);
+    const int64_t tcp_messages = std::max<int64_t>(steps * step_bytes / tcp_chunk, 1);
     for (int64_t rep = 0; rep < reps; ++rep) {
+      if (only_bulk) {
+        bulk_column.Add(
+            RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), false, true));
+        tcp.Add(RunTcp(static_cast<size_t>(tcp_chunk), tcp_messages));
+        continue;
+      }
       if (shm) {
         Result m =
             RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), true, false);
@@ -628,8 +646,7 @@ int Main(int argc, char** argv) {
         bulk_column.Add(
             RunClient(&lookup, address, size, replicas, steps, budget, pool.get(), false, true));
       }
-      const int64_t chunk = std::max<int64_t>(step_bytes, 1 << 20);
-      Result t = RunTcp(static_cast<size_t>(chunk), std::max<int64_t>(steps * step_bytes / chunk, 1));
+      Result t = RunTcp(static_cast<size_t>(tcp_chunk), tcp_messages);
       raw.Add(s);
       viewed.push_back(static_cast<double>(s.viewed_bytes) / std::max<double>(s.bytes, 1));
       tcp.Add(t);
@@ -642,6 +659,15 @@ int Main(int argc, char** argv) {
         client.Median(&Column::steps_per_cpu),
         mem.Median(&Column::steps_per_cpu), raw.Median(&Column::steps_per_cpu),
         client.Median(&Column::faults_per_gb), mem.Median(&Column::faults_per_gb)));
+    if (only_bulk) {
+      const double bg = bulk_column.Median(&Column::gbs), t = tcp.Median(&Column::gbs);
+      std::printf("| %zu | %.2f GB/s, %.0f steps/s | %.2f GB/s | %.0f%% | bulk %s, TCP %s | "
+                  "%.2f |\n",
+                  size, bg, bulk_column.Median(&Column::sps), t, 100.0 * bg / t,
+                  bulk_column.Cpu().c_str(), tcp.Cpu().c_str(), load);
+      std::fflush(stdout);
+      continue;
+    }
     if (only_shm) {
       std::printf("| %zu | shm only: %.2f GB/s, %.0f steps/s |\n", size,
                   mem.Median(&Column::gbs), mem.Median(&Column::sps));
@@ -662,6 +688,11 @@ int Main(int argc, char** argv) {
   }
   // CPU per byte moved (every thread of this process; see the header comment for what each
   // column includes).
+  if (only_bulk) cpu_rows.clear();  // in the rows above
+  if (cpu_rows.empty()) {
+    server->Shutdown();
+    return 0;
+  }
   std::printf("\n| per-replica bytes | load (1-min) | raw CPU-s/GB (build) | client CPU-s/GB "
               "(build) | bulk CPU-s/GB (build) | shm CPU-s/GB (build) | TCP CPU-s/GB | memcpy CPU-s/GB | "
               "client steps/CPU-s | shm steps/CPU-s | raw steps/CPU-s | minor faults/GB client / shm |\n");

@@ -141,6 +141,7 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   source.heartbeat_interval = options.heartbeat_interval;
   source.shared_memory = options.shared_memory;
   source.bulk_data = options.bulk_data;
+  source.bulk_receive_timeout = options.bulk_receive_timeout;
   // A RANGES job that fell back to DATA (no random access) is read round-robin like DATA.
   source.sequential = options.sharding_policy == ServiceShardingPolicy::kRanges &&
                       job_response.fallback_reason().empty();

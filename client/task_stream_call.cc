@@ -113,37 +113,97 @@ void TaskStreamCall::FinishReadingLocked() {
 }
 
 void TaskStreamCall::OnReadDone(bool ok) {
+  if (receive_thread_ != nullptr) {
+    // With a bulk socket the frame's bytes may take long to come (a stalled worker): handled
+    // on the call's own thread, gRPC's is free at once, and the next header is read meanwhile.
+    grpc::ByteBuffer frame;
+    frame.Swap(&read_buffer_);
+    bool read_next = false;
+    {
+      absl::MutexLock lock(&streams_->mu_);
+      read_in_flight_ = false;
+      ++frames_ahead_;
+      read_next = ok && !read_finished_ && frames_ahead_ < kFramesAhead;
+      read_in_flight_ = read_next;
+    }
+    // Handed over before the next read starts: frames reach the thread in order. The call
+    // lives on until this reaction returns, whatever the thread does meanwhile.
+    receive_thread_->Run([this, ok, frame]() mutable { HandleHandedOver(ok, &frame); });
+    if (read_next) StartRead(&read_buffer_);
+    return;
+  }
   if (!ok) {
     absl::MutexLock lock(&streams_->mu_);
     FinishReadingLocked();
     return;
   }
-  const ServiceStepSourceOptions& options = streams_->options_;
+  HandleFrame(&read_buffer_);
+}
+
+void TaskStreamCall::HandleHandedOver(bool ok, grpc::ByteBuffer* buffer) {
+  {
+    absl::MutexLock lock(&streams_->mu_);
+    if (!ok || read_finished_) {  // the stream ended, or reading ended on an earlier frame
+      --frames_ahead_;
+      if (!read_finished_) FinishReadingLocked();
+      return;
+    }
+  }
+  HandleFrame(buffer);
+  absl::MutexLock lock(&streams_->mu_);
+  --frames_ahead_;
+  ReadAheadLocked();
+}
+
+void TaskStreamCall::ReadAheadLocked() {
+  if (read_in_flight_ || read_finished_ || frames_ahead_ >= kFramesAhead) return;
+  read_in_flight_ = true;
+  StartRead(&read_buffer_);
+}
+
+void TaskStreamCall::HandleFrame(grpc::ByteBuffer* buffer) {
   // Decoded with no lock held: the copy into the allocator's buffers is the bulk of the work.
   // A frame beyond the credit granted is refused before anything is allocated for it (a
   // worker must not make this trainer allocate what it did not ask for): DATA_LOSS, naming
   // the task and the worker (OnDone).
-  StepFrame& frame = frame_;
   const FrameCreditLimit limit{task_->credit.load(std::memory_order_relaxed),
                                streams_->window_ + 1};
-  absl::Status s = decoder_.Decode(read_buffer_, &frame, limit);
-  read_buffer_.Clear();
+  absl::Status s = decoder_.Decode(*buffer, &frame_, limit);
+  buffer->Clear();
   // A frame whose bytes the bulk socket did not bring (it ended, failed or timed out): the
   // call is broken; cancelled and made again, it resends what this one did not queue.
   if (!s.ok() && bulk_ != nullptr && s.code() == absl::StatusCode::kUnavailable) {
     bulk_failed_ = true;
     CountBulkFailure();
+    LogEvent(LogLevel::kWarning, "client",
+             absl::StrCat("task ", task_->task_id, " on worker ", address_, ": ", s.message(),
+                          "; the call is made again"));
   }
   if (s.ok() && !shm_tried_ && decoder_.last_shm_accept() != nullptr) {
     shm_tried_ = true;
     TakeSharedMemory(*decoder_.last_shm_accept());
   }
-  // (Not on the task's last frame: the stream ends, and its token with it.)
-  if (s.ok() && !bulk_tried_ && decoder_.last_bulk_accept() != nullptr && !frame.end_of_task &&
-      frame.status.ok()) {
+  // (Not on the task's last frame: the stream ends, and its token with it.) The connect, and
+  // every frame after it, on the call's own thread.
+  if (s.ok() && !bulk_tried_ && decoder_.last_bulk_accept() != nullptr && !frame_.end_of_task &&
+      frame_.status.ok()) {
     bulk_tried_ = true;
-    TakeBulkChannel(*decoder_.last_bulk_accept());
+    receive_thread_ = std::make_unique<BulkReceiveThread>();
+    receive_thread_->Run([this, accept = *decoder_.last_bulk_accept()] {
+      TakeBulkChannel(accept);
+      QueueFrame(absl::OkStatus());
+      absl::MutexLock lock(&streams_->mu_);
+      ReadAheadLocked();
+    });
+    return;
   }
+  QueueFrame(std::move(s));
+}
+
+void TaskStreamCall::QueueFrame(absl::Status decoded) {
+  const ServiceStepSourceOptions& options = streams_->options_;
+  absl::Status s = std::move(decoded);
+  StepFrame& frame = frame_;
   TaskStream* task = task_.get();
   absl::MutexLock lock(&streams_->mu_);
   std::vector<TaskStream::Queued> steps;
@@ -217,7 +277,7 @@ void TaskStreamCall::OnReadDone(bool ok) {
     task->end_received = absl::Now();
     return;
   }
-  StartRead(&read_buffer_);
+  if (receive_thread_ == nullptr) StartRead(&read_buffer_);  // else ReadAheadLocked
 }
 
 absl::StatusOr<std::shared_ptr<ShmSegment>> TaskStreamCall::MapSegment(

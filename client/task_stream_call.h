@@ -1,5 +1,6 @@
 // TaskStreamCall: one StreamSteps call of a TaskStreams task, on gRPC's callback API (a
-// ClientBidiReactor: no thread of its own). See client/task_streams.h for the protocol.
+// ClientBidiReactor: no thread of its own until it has a bulk socket, see below). See
+// client/task_streams.h for the protocol.
 //
 // Contract: created by the connector under TaskStreams::mu with the task's call slot empty and
 // the TaskStreams' live-call count already incremented; StartLocked sends the StreamRequest,
@@ -10,6 +11,19 @@
 // call is cancelled: CancelLocked). OnDone clears the task's call slot, decides what the task
 // does next (done, failed, or back to the connector), deletes the call and only then decrements
 // the live-call count: nothing touches the call or TaskStreams after that.
+//
+// The bulk data channel: once a frame offers it, the call handles its frames on a
+// BulkReceiveThread of its own (connect, receive the socket bytes, decode, queue): OnReadDone
+// only hands the read frame over, so a worker that stalls between a header and its bytes holds
+// that thread, not gRPC's callback threads that every other stream needs. Reads stay one at a
+// time, but the next one starts as soon as a frame is handed over while at most
+// kFramesAhead frames wait for the thread (the header of frame N+1 arrives while N's bytes are
+// received; what is read ahead is what the worker sent within its credit, so no memory beyond
+// it). The thread handles frames in order, so the decoder and frame are used by one thread at
+// a time; a frame handed over after reading ended (an error, the end) is dropped, its steps
+// never queued (the next call asks for them again). OnDone (scheduled by gRPC, never on the
+// receive thread: the hold is dropped from outside a reaction there, and reads complete on
+// gRPC's threads) joins the thread by deleting the call.
 //
 // Every member is guarded by the owning TaskStreams' mu, except the buffers gRPC reads into
 // and writes from, which only the one read or write in flight uses.
@@ -55,6 +69,17 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
  private:
   // Reading is over (the end, an error, or the stream ended): no more credit for this call.
   void FinishReadingLocked();
+  // Decodes `buffer` (the frame just read, cleared once decoded; on gRPC's thread, or on
+  // receive_thread_ once the call has a bulk socket) and hands it to QueueFrame.
+  void HandleFrame(grpc::ByteBuffer* buffer);
+  // Queues the decoded frame's steps (or ends reading on `decoded`'s error, the frame's error or
+  // the end of the task); without a receive thread, starts the next read.
+  void QueueFrame(absl::Status decoded);
+  // On receive_thread_: the frame a read brought (`ok`) or the end of reading (!ok).
+  void HandleHandedOver(bool ok, grpc::ByteBuffer* buffer);
+  // With a receive thread: starts the next read unless one is in flight, reading is over, or
+  // kFramesAhead frames wait for the thread.
+  void ReadAheadLocked();
   // Shared memory: takes the segment the frame just decoded offers (on the read's thread,
   // without mu: a local socket round trip), so that later frames decode from it. Any failure
   // leaves the call on TCP.
@@ -97,6 +122,11 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   bool bulk_failed_ = false;
   // The worker waits for the answer to its offer (bulk_ready, or bulk_declined).
   bool bulk_answer_due_ = false;
+  // With a receive thread (under mu): frames handed over and not yet handled, and whether a
+  // read is in flight.
+  static constexpr int kFramesAhead = 2;
+  int frames_ahead_ = 0;
+  bool read_in_flight_ = false;
 
   bool writing_ = false;        // a write (request or grant) is in flight
   bool write_failed_ = false;   // a write failed: the call is broken, write nothing more
@@ -108,6 +138,9 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   absl::Status result_ = absl::UnavailableError("the stream ended before the end of the task");
   bool ended_early_ = true;
   bool ended_ = false;  // the end of the task arrived
+  // Where the frames are handled from the bulk offer on (created on the read that brought the
+  // offer, before any use off gRPC's thread). Declared last: destroyed (joined) first.
+  std::unique_ptr<BulkReceiveThread> receive_thread_;
 };
 
 }  // namespace sluice

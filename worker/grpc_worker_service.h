@@ -28,6 +28,7 @@
 #ifndef SLUICE_WORKER_GRPC_WORKER_SERVICE_H_
 #define SLUICE_WORKER_GRPC_WORKER_SERVICE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -118,8 +119,13 @@ struct WorkerServiceOptions {
   absl::Duration bulk_handshake_timeout = absl::Seconds(5);
   absl::Duration bulk_write_timeout = absl::Seconds(60);
   // Fault tests only (> 0): every stream's bulk socket is cut after this many bytes, in the
-  // middle of a frame (BulkSender's TEST_cut_after_bytes).
+  // middle of a frame (BulkSenderFaults::cut_after_bytes).
   uint64_t TEST_bulk_cut_after_bytes = 0;
+  // Fault tests only: the next *TEST_bulk_stalls streams that take the bulk channel (each
+  // takes one, process-wide for whoever shares the counter) write TEST_bulk_stall_after_bytes
+  // bytes on it and then stall, socket open, until their stream ends (BulkSenderFaults).
+  std::shared_ptr<std::atomic<int>> TEST_bulk_stalls;
+  uint64_t TEST_bulk_stall_after_bytes = 0;
 };
 
 class GrpcWorkerService : public grpc::Service {

@@ -364,9 +364,21 @@ class StepStream final : public Reactor {
           LogEvent(LogLevel::kWarning, "worker",
                    absl::StrCat("StreamSteps: ", error.message(), "; the stream ends"));
         },
-        options_.bulk_write_timeout, options_.bulk_min_bytes,
-        options_.TEST_bulk_cut_after_bytes);
+        options_.bulk_write_timeout, options_.bulk_min_bytes, TEST_BulkFaults());
     encoder_->set_bulk_payload(bulk_sender_.get());
+  }
+
+  // Fault tests: what this stream's bulk sender is to suffer (WorkerServiceOptions TEST_).
+  BulkSenderFaults TEST_BulkFaults() const {
+    BulkSenderFaults faults{.cut_after_bytes = options_.TEST_bulk_cut_after_bytes};
+    std::atomic<int>* stalls = options_.TEST_bulk_stalls.get();
+    for (int left = stalls == nullptr ? 0 : stalls->load(); left > 0;) {
+      if (stalls->compare_exchange_weak(left, left - 1)) {
+        faults.stall_after_bytes = options_.TEST_bulk_stall_after_bytes;
+        break;
+      }
+    }
+    return faults;
   }
 
   // The worker batches straight into the ring (worker/step_placement.h) when this stream is

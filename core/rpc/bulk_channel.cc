@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -60,10 +61,20 @@ struct Counts {
   std::atomic<int64_t> frames_received{0};
   std::atomic<int64_t> bytes_received{0};
   std::atomic<int64_t> senders_alive{0};
+  std::atomic<int64_t> senders_stalled{0};
 };
 Counts& ProcessCounts() {
   static Counts* const counts = new Counts;
   return *counts;
+}
+
+// A thread running `body`, named so that a profile tells it from gRPC's (a thread otherwise
+// inherits the name of the gRPC thread that made it).
+std::thread NamedThread(const char* name, std::function<void()> body) {
+  return std::thread([name, body = std::move(body)] {
+    pthread_setname_np(pthread_self(), name);
+    body();
+  });
 }
 
 // Padding between tensors comes from here (a tensor's offset is 64-byte aligned).
@@ -74,17 +85,12 @@ const char kZeros[64] = {};
 BulkChannelCounts ProcessBulkChannelCounts() {
   const Counts& c = ProcessCounts();
   return {c.frames_sent.load(), c.bytes_sent.load(), c.frames_received.load(),
-          c.bytes_received.load(), c.senders_alive.load()};
+          c.bytes_received.load(), c.senders_alive.load(), c.senders_stalled.load()};
 }
 
 bool BulkDataDefaultFromEnvironment() {
   const char* v = std::getenv("SLUICE_BULK_DATA");
   return v == nullptr || std::string(v) != "0";
-}
-
-bool ConsumerBulkDataDefaultFromEnvironment() {
-  const char* v = std::getenv("SLUICE_BULK_DATA");
-  return v != nullptr && std::string(v) == "1";
 }
 
 absl::StatusOr<std::string> BulkHostOf(const std::string& worker_address) {
@@ -324,12 +330,12 @@ void BulkListener::Loop() {
 
 BulkSender::BulkSender(UniqueFd socket, std::function<void(const absl::Status&)> on_error,
                        absl::Duration write_timeout, size_t min_bytes,
-                       uint64_t TEST_cut_after_bytes)
+                       BulkSenderFaults faults)
     : socket_(std::move(socket)), on_error_(std::move(on_error)), min_bytes_(min_bytes),
-      cut_after_bytes_(TEST_cut_after_bytes) {
+      cut_after_bytes_(faults.cut_after_bytes), stall_after_bytes_(faults.stall_after_bytes) {
   ProcessCounts().senders_alive.fetch_add(1);
   SetTimeout(socket_.get(), SO_SNDTIMEO, write_timeout);
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = NamedThread("sluice-bulk-tx", [this] { Loop(); });
 }
 
 BulkSender::~BulkSender() {
@@ -378,13 +384,21 @@ absl::Status BulkSender::Write(const Frame& frame) {
     msghdr msg{};
     msg.msg_iov = iov.data() + first;
     msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
-    std::vector<iovec> cut;  // fault tests: the pieces up to the cut, the last one trimmed
-    if (cut_after_bytes_ > 0) {
-      absl::MutexLock lock(&mu_);
-      if (bytes_sent_ >= cut_after_bytes_) {
+    std::vector<iovec> cut;  // fault tests: the pieces up to the fault, the last one trimmed
+    const uint64_t fault_at = cut_after_bytes_ > 0 ? cut_after_bytes_ : stall_after_bytes_;
+    if (fault_at > 0) {
+      uint64_t sent = 0;
+      {
+        absl::MutexLock lock(&mu_);
+        sent = bytes_sent_;
+      }
+      if (sent >= fault_at && cut_after_bytes_ > 0) {
         shutdown(socket_.get(), SHUT_RDWR);  // the fault, in the middle of a frame
+      } else if (sent >= fault_at) {
+        Stall();  // until destroyed
+        return absl::CancelledError("bulk channel: the sender stopped (stalled by a test)");
       } else {
-        size_t room = cut_after_bytes_ - bytes_sent_;
+        size_t room = fault_at - sent;
         for (size_t k = 0; k < msg.msg_iovlen && room > 0; ++k) {
           cut.push_back(msg.msg_iov[k]);
           cut.back().iov_len = std::min(room, cut.back().iov_len);
@@ -423,6 +437,14 @@ absl::Status BulkSender::Write(const Frame& frame) {
   }
   ProcessCounts().frames_sent.fetch_add(1);
   return absl::OkStatus();
+}
+
+void BulkSender::Stall() {
+  ProcessCounts().senders_stalled.fetch_add(1);
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](BulkSender* s) ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->stopping_; }, this));
+  ProcessCounts().senders_stalled.fetch_sub(1);
 }
 
 void BulkSender::Loop() {
@@ -553,5 +575,43 @@ absl::StatusOr<std::shared_ptr<TensorBuffer>> BulkReceiver::Receive(
 }
 
 void BulkReceiver::Abort() { shutdown(socket_.get(), SHUT_RDWR); }
+
+// ---------------------------------------------------------------------------------------------
+// BulkReceiveThread
+
+BulkReceiveThread::BulkReceiveThread() {
+  thread_ = NamedThread("sluice-bulk-rx", [this] { Loop(); });
+}
+
+BulkReceiveThread::~BulkReceiveThread() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+void BulkReceiveThread::Run(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  tasks_.push_back(std::move(task));
+}
+
+void BulkReceiveThread::Loop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](BulkReceiveThread* t) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return t->stopping_ || !t->tasks_.empty();
+          },
+          this));
+      if (tasks_.empty()) return;  // stopping, and nothing left to run
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();
+  }
+}
 
 }  // namespace sluice

@@ -32,8 +32,15 @@
 // acknowledgement protocol resends exactly the steps it did not queue), offering a new socket.
 // A consumer that cannot reach the port answers bulk_ready false and stays on gRPC.
 //
+// Threads: the consumer receives a frame's socket bytes on a BulkReceiveThread of the stream's
+// own, never on one of gRPC's callback threads (which every stream of the process shares): the
+// gRPC reactor only hands the frame's header over. A worker stopped between a header and its
+// bytes (SIGSTOP, a stalled host) holds that one thread until bulk_receive_timeout fails the
+// frame (or the call is cancelled, which aborts the socket); every other stream goes on.
+//
 // Thread safety: BulkListener is thread-safe; BulkSender's Take and bytes_sent may be called from
-// any thread; BulkReceiver is used by one reader at a time, Abort from any thread.
+// any thread; BulkReceiver is used by one reader at a time, Abort from any thread;
+// BulkReceiveThread is thread-safe.
 #ifndef SLUICE_CORE_RPC_BULK_CHANNEL_H_
 #define SLUICE_CORE_RPC_BULK_CHANNEL_H_
 
@@ -157,6 +164,17 @@ class BulkPayloadSource {
       size_t bytes, const TensorAllocator& allocator) = 0;
 };
 
+// Faults a test plants in a BulkSender (0: none).
+struct BulkSenderFaults {
+  // The socket is shut down once this many bytes are written, in the middle of a frame, as a
+  // network fault would cut it.
+  uint64_t cut_after_bytes = 0;
+  // The sender writes this many bytes and then nothing more, keeping the socket open, until it
+  // is destroyed: a worker stopped between a frame's header and its bytes (SIGSTOP). Counted in
+  // BulkChannelCounts::senders_stalled while it lasts.
+  uint64_t stall_after_bytes = 0;
+};
+
 // The worker's side of one stream's socket: a thread that writes each frame's tensors with
 // writev, from the tensors' own buffers (no contiguous copy), in the order taken.
 class BulkSender final : public BulkPayloadSink {
@@ -164,11 +182,10 @@ class BulkSender final : public BulkPayloadSink {
   // `on_error` runs once, on the sender's thread, when a write fails (the socket is then
   // useless: later frames stay inline and the stream should end). A write that makes no
   // progress for `write_timeout` fails. Frames under `min_bytes` stay inline.
-  // `TEST_cut_after_bytes` (> 0, fault tests only): the socket is shut down once that many
-  // bytes are written, in the middle of a frame, as a network fault would cut it.
+  // Fault tests only (`faults`): see BulkSenderFaults.
   BulkSender(UniqueFd socket, std::function<void(const absl::Status&)> on_error,
              absl::Duration write_timeout = absl::Seconds(60), size_t min_bytes = 64 << 10,
-             uint64_t TEST_cut_after_bytes = 0);
+             BulkSenderFaults faults = {});
   ~BulkSender() override;  // shuts the socket down (unblocking a write) and joins
 
   bool Take(absl::Span<const Tensor* const> tensors, absl::Span<const size_t> at,
@@ -184,11 +201,14 @@ class BulkSender final : public BulkPayloadSink {
   };
   void Loop();
   absl::Status Write(const Frame& frame);
+  // Fault tests: holds the thread, writing nothing, until the sender is destroyed.
+  void Stall() ABSL_LOCKS_EXCLUDED(mu_);
 
   const UniqueFd socket_;
   const std::function<void(const absl::Status&)> on_error_;
   const size_t min_bytes_;
   const uint64_t cut_after_bytes_;
+  const uint64_t stall_after_bytes_;
   mutable absl::Mutex mu_;
   std::deque<Frame> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -204,8 +224,10 @@ class BulkReceiver final : public BulkPayloadSource {
   // Connects to `worker_address`'s host ("host:port", "[v6]:port", "ipv4:host:port") at
   // `port` and presents `token`, within `connect_timeout`. UNAVAILABLE naming the address when
   // the port cannot be reached, ABORTED when the worker does not accept the token;
-  // INVALID_ARGUMENT for a bad address, port or token. A later Receive that waits `receive_timeout` with no byte
-  // arriving fails.
+  // INVALID_ARGUMENT for a bad address, port or token. A later Receive that waits
+  // `receive_timeout` with no byte arriving fails; one that got part of its bytes fails within
+  // twice that after the last byte (a receive waits for the whole frame, MSG_WAITALL, and the
+  // socket's timeout bounds each such wait).
   static absl::StatusOr<std::unique_ptr<BulkReceiver>> Connect(
       const std::string& worker_address, uint32_t port, const std::string& token,
       absl::Duration connect_timeout, absl::Duration receive_timeout);
@@ -224,25 +246,45 @@ class BulkReceiver final : public BulkPayloadSource {
   uint64_t bytes_received_ = 0;
 };
 
+// A thread of one stream's own that runs the consumer's handling of its frames (receive the
+// socket bytes, decode, queue the steps, start the next gRPC read) in the order given, so that
+// a receive that waits holds no thread another stream needs. Thread-safe.
+class BulkReceiveThread {
+ public:
+  BulkReceiveThread();
+  // Runs what was given, then joins. Must not run on this thread (a task must not destroy
+  // its own BulkReceiveThread).
+  ~BulkReceiveThread() ABSL_LOCKS_EXCLUDED(mu_);
+  BulkReceiveThread(const BulkReceiveThread&) = delete;
+  BulkReceiveThread& operator=(const BulkReceiveThread&) = delete;
+
+  // Runs `task` on the thread after the tasks given before it.
+  void Run(std::function<void()> task) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void Loop();
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
 // What the process's bulk channels did, both ends (tests, benchmarks): frames and bytes sent
-// and received on bulk sockets, and senders alive now.
+// and received on bulk sockets, senders alive now, and senders a test stalled.
 struct BulkChannelCounts {
   int64_t frames_sent = 0;
   int64_t bytes_sent = 0;
   int64_t frames_received = 0;
   int64_t bytes_received = 0;
   int64_t senders_alive = 0;
+  int64_t senders_stalled = 0;  // BulkSenderFaults::stall_after_bytes: stalled now (tests)
 };
 BulkChannelCounts ProcessBulkChannelCounts();
 
-// sluice-worker --bulk_data's default: true unless the environment sets SLUICE_BULK_DATA=0
-// (a deployment that firewalls data ports turns it off without a flag).
+// sluice-worker's and sluicectl's --bulk_data default: true unless the environment sets
+// SLUICE_BULK_DATA=0 (a deployment that firewalls data ports turns it off without a flag).
 bool BulkDataDefaultFromEnvironment();
-
-// A consumer's default (sluicectl --bulk_data): false unless the environment sets
-// SLUICE_BULK_DATA=1 (the `tcp.` test runs do, so kills and restarts hit the channel). The
-// channel is opt-in on the consumer: docs/SERVICE.md "Bulk data channel", "Why opt-in".
-bool ConsumerBulkDataDefaultFromEnvironment();
 
 // The host part of a gRPC target as the client dials workers ("host:port", "[v6]:port", with
 // an optional "ipv4:" / "ipv6:" / "dns:///" scheme); INVALID_ARGUMENT when there is none.

@@ -180,11 +180,14 @@ struct ServiceOptions {
   // on a TCP socket of their own next to the gRPC stream, received straight into this
   // process's buffers (one kernel copy); negotiated per stream, falling back to gRPC when the
   // worker has it off or its data port cannot be reached (logged once per worker, counted in
-  // sluice_client_bulk_fallbacks_total). false (the default for now): every byte on gRPC.
-  // Opt-in because the consumer receives a frame's socket bytes on gRPC's callback thread: a
-  // worker stopped between a header and its bytes holds that thread up to the receive timeout
-  // (docs/SERVICE.md "Bulk data channel", "Why opt-in").
-  bool bulk_data = false;
+  // sluice_client_bulk_fallbacks_total). Each stream receives its socket's bytes on a thread of
+  // its own, so a worker stopped between a header and its bytes delays that stream only, up
+  // to the receive timeout, after which the stream is made again (docs/SERVICE.md "Bulk data
+  // channel", "Why it is safe on by default"). false: every byte on gRPC.
+  bool bulk_data = true;
+  // A bulk socket that brings no byte of a frame it owes for this long fails that stream,
+  // which is made again (the steps it did not deliver are sent again, exactly once).
+  absl::Duration bulk_receive_timeout = absl::Seconds(60);
   // Share the job across trainers (see ServiceCrossTrainer); every trainer must give the same
   // cross_trainer options (the job's options must match, INVALID_ARGUMENT otherwise).
   ServiceCrossTrainer cross_trainer;

@@ -89,7 +89,7 @@ Channel Connect(BulkListener* listener, size_t min_bytes = 0, uint64_t cut_after
   EXPECT_TRUE(fd.ok()) << fd.status();
   if (!fd.ok()) return c;
   c.sender = std::make_unique<BulkSender>(*std::move(fd), nullptr, absl::Seconds(20), min_bytes,
-                                          cut_after);
+                                          BulkSenderFaults{.cut_after_bytes = cut_after});
   return c;
 }
 

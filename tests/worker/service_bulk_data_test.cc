@@ -2,10 +2,20 @@
 // shared memory off take their large frames' bytes on a socket next to the gRPC stream; the
 // same job read over the bulk channel and over gRPC alone gives the same steps, exactly once;
 // a socket cut in the middle of a frame on every call loses and duplicates no step (the call is
-// made again); a data port nobody listens on falls back to gRPC once, counted.
+// made again); a data port nobody listens on falls back to gRPC once, counted; a worker that
+// stalls between a frame's header and its bytes delays no other stream of the consumer's
+// process, and its own stream is made again once, after the receive timeout.
+#include <atomic>
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "core/obs/metrics.h"
 #include "core/rpc/bulk_channel.h"
 #include "gtest/gtest.h"
@@ -25,8 +35,20 @@ ServiceOptions Remote(const std::string& name) {
   ServiceOptions options;
   options.job_name = name;
   options.shared_memory = false;  // as a consumer on another host
-  options.bulk_data = true;       // opt-in
+  options.bulk_data = true;       // the default
   return options;
+}
+
+// sluice_client_bulk_failures_total of this process (0 before the first failure).
+int64_t BulkFailures() {
+  for (absl::string_view line : absl::StrSplit(MetricsRegistry::Default().Scrape(), '\n')) {
+    int64_t n = 0;
+    if (absl::ConsumePrefix(&line, "sluice_client_bulk_failures_total ") &&
+        absl::SimpleAtoi(line, &n)) {
+      return n;
+    }
+  }
+  return 0;
 }
 
 TEST(ServiceBulkDataTest, SameStepsOverTheBulkChannelAndGrpc) {
@@ -97,6 +119,68 @@ TEST(ServiceBulkDataTest, AnUnreachableDataPortFallsBackToGrpcOnce) {
   EXPECT_EQ(ProcessBulkChannelCounts().frames_received, before.frames_received);
   const std::string scrape = MetricsRegistry::Default().Scrape();
   EXPECT_NE(scrape.find("sluice_client_bulk_fallbacks_total 1"), std::string::npos) << scrape;
+}
+
+// The worker's first kStalled streams to take the bulk channel (one per job, each job read
+// by a thread of this process) write 200000 bytes on it (inside their first frame there: 2 x
+// 128 KiB a step) and then stall with the socket open, as a worker stopped between a frame's
+// header and its bytes, within a credit window that keeps it from reaching the job's end.
+// More streams stall than gRPC has callback threads to spare, so a receive on those threads
+// would hold them all. The process reads another job from the same worker to its end while
+// those streams are still stalled (each one's receive is on its own thread); each stalled
+// stream fails once bulk_receive_timeout passes, its call is made again exactly once, and
+// every job delivers every element once.
+TEST(ServiceBulkDataTest, StalledWorkerStreamsDelayNoOtherStream) {
+  constexpr int kStalled = 8;
+  auto stalls = std::make_shared<std::atomic<int>>(kStalled);
+  Cluster cluster(1, absl::Seconds(10), size_t{256} << 20, [stalls](WorkerServerOptions* o) {
+    o->service.TEST_bulk_stalls = stalls;
+    o->service.TEST_bulk_stall_after_bytes = 200000;
+  });
+  const int64_t failures_before = BulkFailures();
+  std::vector<Consumed> stalled(kStalled);
+  std::vector<std::thread> stalled_readers;
+  for (int j = 0; j < kStalled; ++j) {
+    stalled_readers.emplace_back([&, j] {
+      ServiceOptions options = Remote(absl::StrCat("bulk-stalled-", j));
+      // Long enough for the other job to be read many times over on a loaded machine (it
+      // takes well under a second), short enough for a test. (A receive that got part of a
+      // frame fails within twice this: core/rpc/bulk_channel.h.)
+      options.bulk_receive_timeout = absl::Seconds(8);
+      options.retry_deadline = absl::Seconds(120);
+      // A window of about half the job: the worker cannot send the end (and close the stream
+      // after close_grace) while its bytes stall; only the consumer's receive timeout ends it.
+      options.receive_budget_bytes = int64_t{4} << 20;
+      stalled[j] = Consume(cluster.address(), LargeSteps(), options, 2);
+    });
+  }
+  // Bounded wait for the stalls: the jobs' first frames (a connect, a few MiB) take far less.
+  const absl::Time until = absl::Now() + absl::Seconds(60);
+  while (ProcessBulkChannelCounts().senders_stalled < kStalled && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(ProcessBulkChannelCounts().senders_stalled, kStalled)
+      << "the worker's first bulk senders did not all stall";
+
+  Consumed beside = Consume(cluster.address(), LargeSteps(), Remote("bulk-beside"), 2);
+  // Read to its end while the other streams still wait for their bytes: not delayed by them.
+  const int64_t stalled_at_end = ProcessBulkChannelCounts().senders_stalled;
+  const int64_t failures_at_end = BulkFailures() - failures_before;
+  ASSERT_TRUE(beside.status.ok()) << beside.status;
+  EXPECT_EQ(beside.steps.size(), static_cast<size_t>(kSteps));
+  ExpectExactlyOnce({beside}, kElements);
+  EXPECT_EQ(stalled_at_end, kStalled) << "the other job ended only after a stall did";
+  EXPECT_EQ(failures_at_end, 0) << "the other job ended only after a stalled stream failed";
+
+  for (std::thread& t : stalled_readers) t.join();
+  for (const Consumed& c : stalled) {
+    ASSERT_TRUE(c.status.ok()) << c.status;
+    EXPECT_EQ(c.steps.size(), static_cast<size_t>(kSteps));
+    ExpectExactlyOnce({c}, kElements);
+  }
+  // Each stalled stream failed once (its receive timed out) and its call was made again once.
+  EXPECT_EQ(BulkFailures() - failures_before, kStalled);
+  EXPECT_EQ(ProcessBulkChannelCounts().senders_stalled, 0);
 }
 
 }  // namespace
