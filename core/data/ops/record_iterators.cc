@@ -4,6 +4,7 @@
 #include <deque>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -64,6 +65,8 @@ class RecordFile {
     return Read(&view->owned);
   }
   virtual absl::Status SeekToRecord(int64_t i) = 0;
+  // Pages of the file to fault in ahead of the reads (TFRecordReader::TakePagesAhead).
+  virtual std::optional<TFRecordReader::PagesAhead> TakePagesAhead() { return std::nullopt; }
 };
 
 class TFRecordFile : public RecordFile {
@@ -79,6 +82,9 @@ class TFRecordFile : public RecordFile {
     if (unchecked->filename != filename_) unchecked->filename = filename_;
     view->has_owned = false;
     return reader_->ReadRecordView(&view->data, &unchecked->data, owner);
+  }
+  std::optional<TFRecordReader::PagesAhead> TakePagesAhead() override {
+    return reader_->TakePagesAhead();
   }
   absl::Status SeekToRecord(int64_t i) override {
     if (index_.has_value()) {
@@ -226,6 +232,10 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
     *check = [views = std::move(views), label = label()](
                  Element* block, int64_t* good_rows, const SerializedRowsFn& map_rows,
                  bool* mapped) mutable {
+      // Off the read lock: the next blocks' pages, and the files read to their end.
+      if (views.ahead.has_value()) TFRecordReader::FaultIn(*views.ahead);
+      views.ahead.reset();
+      views.finished.clear();
       *mapped = map_rows != nullptr && MapRowsInPlace(&views, label, map_rows, block, good_rows);
       if (*mapped) return views.pending;
       return BuildBlock(&views, label, block, good_rows);
@@ -252,6 +262,11 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
     std::vector<std::shared_ptr<const void>> owners;
     std::vector<std::shared_ptr<const std::string>> filenames;
     absl::Status pending;  // MapRowsInPlace: the bad row's error, after the mapped rows
+    // Work the read lock need not wait for, done by the check: pages of the file to fault in
+    // before later blocks' reads touch them, and the files the block's reads finished, whose
+    // closing (a munmap of the whole file) would otherwise run under the lock.
+    std::optional<TFRecordReader::PagesAhead> ahead;
+    std::vector<std::shared_ptr<RecordFile>> finished;
   };
 
   // The data checksum of the block's rows, in order, up to the first bad one: the rows' views
@@ -338,7 +353,8 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
       ViewRow row;
       bool end = false;
       absl::Status s = ReadWith(
-          [&](RecordFile* f) { return f->ReadView(&row.record, &owner, &check); }, &end);
+          [&](RecordFile* f) { return f->ReadView(&row.record, &owner, &check); }, &end,
+          &views->finished);
       if (!s.ok()) {
         if (views->rows.empty()) return s;
         pending_ = s;
@@ -364,6 +380,7 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
       views->rows.push_back(std::move(row));
       if (bytes > element_limit) break;
     }
+    if (current_ != nullptr) views->ahead = current_->TakePagesAhead();
     if (views->rows.empty()) *end_of_sequence = true;
     return absl::OkStatus();
   }
@@ -409,9 +426,11 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
   }
 
   // The next record read from its file by `read` (a RecordFile method), or *end at the end of
-  // the files (or of the range).
+  // the files (or of the range). A file read to its end is closed, or moved to *finished for
+  // the caller to close later (off its lock) when `finished` is not null.
   template <typename ReadFn>
-  absl::Status ReadWith(const ReadFn& read, bool* end) {
+  absl::Status ReadWith(const ReadFn& read, bool* end,
+                        std::vector<std::shared_ptr<RecordFile>>* finished = nullptr) {
     if (range_.has_value() && !positioned_) {
       RETURN_IF_ERROR(Position());
       positioned_ = true;
@@ -431,6 +450,7 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
       }
       absl::Status s = read(current_.get());
       if (absl::IsOutOfRange(s)) {
+        if (finished != nullptr) finished->push_back(std::move(current_));
         current_.reset();
         continue;
       }
