@@ -39,6 +39,7 @@
 namespace sluice {
 namespace {
 
+using record_test::MappingOf;
 using record_test::ReadWholeFile;
 using record_test::TempDir;
 using record_test::WriteWholeFile;
@@ -112,22 +113,6 @@ std::vector<std::string> SaveMixed(const std::string& dir, int chunks, int per_c
   m.set_done(true);
   EXPECT_TRUE(WriteSnapshotManifest(dir, m).ok());
   return paths;
-}
-
-// The address range [begin, end) this process maps `path` at; nullopt when it is not mapped.
-std::optional<std::pair<uintptr_t, uintptr_t>> MappingOf(const std::string& path) {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    if (!absl::EndsWith(line, " " + path)) continue;
-    std::vector<std::string> range = absl::StrSplit(line.substr(0, line.find(' ')), '-');
-    uint64_t begin = 0, end = 0;
-    if (range.size() == 2 && absl::SimpleHexAtoi(range[0], &begin) &&
-        absl::SimpleHexAtoi(range[1], &end)) {
-      return std::make_pair(static_cast<uintptr_t>(begin), static_cast<uintptr_t>(end));
-    }
-  }
-  return std::nullopt;
 }
 
 // Whether numeric `t`'s bytes lie in `range` (strings never do: a string tensor owns them).

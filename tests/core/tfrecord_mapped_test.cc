@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/data/executor.h"
 #include "core/io/mapped_file.h"
 #include "core/io/mapping_truncation_guard.h"
@@ -282,22 +283,66 @@ TEST(TFRecordMappedTest, FileTruncatedWhileMappedIsDataLossNotSigbus) {
   EXPECT_TRUE(absl::StrContains(s.message(), "truncated while it was read")) << s;
 }
 
+// A TFRecord file of `n` Examples whose 'image' is 3000 bytes of fill(i).
+template <typename Fill>
+void WriteExamples(const std::string& path, int n, const Fill& fill) {
+  auto w = TFRecordWriter::Open(path, Compression::kNone);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (int i = 0; i < n; ++i) {
+    proto::Example ex;
+    (*ex.mutable_features()->mutable_feature())["image"].mutable_bytes_list()->add_value(
+        std::string(3000, fill(i)));
+    ASSERT_TRUE((*w)->Write(ex.SerializeAsString()).ok());
+  }
+  ASSERT_TRUE((*w)->Close().ok());
+}
+
+// A parallel parse pipeline over many files keeps no file it has read mapped: when a batch
+// starts with file k's records, files 0..k-1 are unmapped (their last blocks were checked,
+// which closes them off the read lock), and nothing is left mapped once the iterator is gone.
+TEST(TFRecordMappedTest, AParallelMapUnmapsEachFileItHasRead) {
+  TempDir dir;
+  std::vector<std::string> paths;
+  for (int k = 0; k < 5; ++k) {
+    paths.push_back(dir.File(absl::StrCat("part-", k, ".tfrecord")));
+    WriteExamples(paths.back(), 300, [k](int) { return static_cast<char>('a' + k); });
+  }
+  absl::StatusOr<Dataset> ds = Dataset::Parse(absl::StrCat(
+      "tf_record_dataset(['", absl::StrJoin(paths, "', '"),
+      "']).map(parse_example({'image': FixedLenFeature([], tf.string)}), "
+      "num_parallel_calls=2).batch(10)"));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  {
+    absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds, {});
+    ASSERT_TRUE(it.ok()) << it.status();
+    int batches = 0;
+    std::vector<bool> seen(paths.size(), false);
+    for (; batches < 1000; ++batches) {
+      Element e;
+      bool end = false;
+      ASSERT_TRUE((*it)->GetNext(&e, &end).ok());
+      if (end) break;
+      const Tensor images = e.Flatten()[0];
+      const size_t k = static_cast<size_t>(images.string_at(0)[0] - 'a');
+      ASSERT_LT(k, paths.size());
+      seen[k] = true;
+      for (size_t f = 0; f < k; ++f) {
+        EXPECT_FALSE(record_test::MappingOf(paths[f]).has_value())
+            << paths[f] << " still mapped at batch " << batches << " (file " << k << ")";
+      }
+    }
+    EXPECT_EQ(batches, 150);
+    EXPECT_EQ(seen, std::vector<bool>(paths.size(), true));
+  }
+  for (const std::string& p : paths) EXPECT_FALSE(record_test::MappingOf(p).has_value()) << p;
+}
+
 // As a user runs it: a parallel parse pipeline over a file that another process truncates while
 // the pipeline reads it ends in DATA_LOSS naming the file; the process lives on.
 TEST(TFRecordMappedTest, ParallelParsePipelineOverAFileTruncatedWhileReadIsDataLoss) {
   TempDir dir;
   const std::string path = dir.File("examples.tfrecord");
-  {
-    auto w = TFRecordWriter::Open(path, Compression::kNone);
-    ASSERT_TRUE(w.ok()) << w.status();
-    for (int i = 0; i < 2000; ++i) {
-      proto::Example ex;
-      (*ex.mutable_features()->mutable_feature())["image"].mutable_bytes_list()->add_value(
-          std::string(3000, static_cast<char>('a' + i % 26)));
-      ASSERT_TRUE((*w)->Write(ex.SerializeAsString()).ok());
-    }
-    ASSERT_TRUE((*w)->Close().ok());
-  }
+  WriteExamples(path, 2000, [](int i) { return static_cast<char>('a' + i % 26); });
   absl::StatusOr<Dataset> ds = Dataset::Parse(
       absl::StrCat("tf_record_dataset(['", path,
                    "']).map(parse_example({'image': FixedLenFeature([], tf.string)}), "
