@@ -181,9 +181,11 @@ class FixedLengthFormat : public RecordFormat {
 
 // Files in order, optionally limited to a record range.
 // Implements DeferredCheckBlockSource: a parallel map pulling its blocks does only the framing
-// under its read lock (one read() per buffer, record boundaries, length checksums); copying
-// the records out of the buffers and verifying their data checksums is the block's BlockCheck,
-// run outside the lock.
+// under its read lock (one read() per buffer, or none for a mapped file; record boundaries,
+// length checksums); copying the records out of the buffers and verifying their data
+// checksums is the block's BlockCheck, run outside the lock, which also faults in the pages of
+// a mapped file that the next reads will touch (TFRecordReader::TakePagesAhead) and closes the
+// files the block's reads finished (a munmap for a mapped one).
 class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSource {
  public:
   SequentialRecordIterator(std::string label, std::vector<std::string> files,
