@@ -271,35 +271,53 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
     std::vector<std::shared_ptr<RecordFile>> finished;
   };
 
+  // The data checksum of row i of the block, verified once (the row is then marked checked):
+  // OK, or its DATA_LOSS.
+  static absl::Status CheckRow(ViewBlock* views, const std::string& label, size_t i) {
+    ViewRow& r = views->rows[i];
+    if (!r.unchecked) return absl::OkStatus();
+    const absl::string_view d = r.record.has_owned ? r.record.owned : r.record.data;
+    absl::Status c = TFRecordReader::CheckData(d, r.data, *views->filenames[r.file]);
+    if (!c.ok()) return absl::Status(c.code(), absl::StrCat(label, ": ", c.message()));
+    r.unchecked = false;
+    return absl::OkStatus();
+  }
+
   // The data checksum of the block's rows, in order, up to the first bad one: the rows' views
   // (the good ones, marked checked) and that row's DATA_LOSS, OK when every row is good.
   static absl::Status CheckRows(ViewBlock* views, const std::string& label,
                                 std::vector<absl::string_view>* good) {
     good->reserve(views->rows.size());
-    for (ViewRow& r : views->rows) {
-      const absl::string_view d = r.record.has_owned ? r.record.owned : r.record.data;
-      if (r.unchecked) {
-        absl::Status c = TFRecordReader::CheckData(d, r.data, *views->filenames[r.file]);
-        if (!c.ok()) return absl::Status(c.code(), absl::StrCat(label, ": ", c.message()));
-        r.unchecked = false;
-      }
-      good->push_back(d);
+    for (size_t i = 0; i < views->rows.size(); ++i) {
+      RETURN_IF_ERROR(CheckRow(views, label, i));
+      const ViewRow& r = views->rows[i];
+      good->push_back(r.record.has_owned ? r.record.owned : r.record.data);
     }
     return absl::OkStatus();
   }
 
-  // The map-and-parse fusion of BlockCheck (core/data/deferred_check_blocks.h): verifies the
-  // rows and maps the good ones with map_rows straight from the read buffers, with no copy of
-  // them; true with *block the result, *good_rows their count and views->pending the bad row's
-  // error (OK if none); the buffers are released. False when map_rows fails or no row is good
-  // (the rows already verified stay marked so): BuildBlock then builds the rows' block.
+  // The map-and-parse fusion of BlockCheck (core/data/deferred_check_blocks.h): maps the rows
+  // with map_rows straight from the read buffers, with no copy of them, each row verified just
+  // before map_rows reads it (its bytes are then in the L1 cache when the parse reads them);
+  // true with *block the result, *good_rows their count and views->pending the bad row's error
+  // (OK if none: then the rows before it were mapped again, on their own); the buffers are
+  // released. False when map_rows fails on good rows or no row is good (the rows already
+  // verified stay marked so): BuildBlock then builds the rows' block.
   static bool MapRowsInPlace(ViewBlock* views, const std::string& label,
                              const SerializedRowsFn& map_rows, Element* block,
                              int64_t* good_rows) {
+    std::vector<absl::string_view> rows;
+    rows.reserve(views->rows.size());
+    for (const ViewRow& r : views->rows) {
+      rows.push_back(r.record.has_owned ? r.record.owned : r.record.data);
+    }
+    absl::StatusOr<Element> mapped =
+        map_rows(rows, [views, &label](size_t i) { return CheckRow(views, label, i); });
+    // Rows map_rows did not verify (it failed before them, or does not call its check).
     std::vector<absl::string_view> good;
     views->pending = CheckRows(views, label, &good);
     if (good.empty()) return false;
-    absl::StatusOr<Element> mapped = map_rows(good);
+    if (!views->pending.ok()) mapped = map_rows(good, nullptr);  // the rows before the bad one
     if (!mapped.ok()) return false;
     *block = *std::move(mapped);
     *good_rows = static_cast<int64_t>(good.size());
