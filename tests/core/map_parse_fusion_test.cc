@@ -23,6 +23,7 @@
 #include "core/data/executor.h"
 #include "core/data/iterator.h"
 #include "core/data/op_iterator.h"
+#include "core/data/ops/example_parser.h"
 #include "core/data/ops/map_iterator.h"
 #include "core/io/tfrecord_writer.h"
 #include "core/tensor/host_memory.h"
@@ -289,6 +290,41 @@ TEST(MapParseFusionTest, DestroyedMidBatchStopsAndReturnsItsMemory) {
 // The fused parse allocates its output through the memory budget like the unfused one: under a
 // per-element limit the run ends with RESOURCE_EXHAUSTED naming the limit, after as many rows
 // as the sequential map's run, and everything charged goes back to the budget.
+// The fused parse's row check (RowCheck): ExampleParser::ParseBatch calls it on each row, in
+// order, before it reads the row, and stops with its error at the first row it fails.
+TEST(MapParseFusionTest, ParseBatchChecksEachRowBeforeReadingIt) {
+  proto::Example ex;
+  (*ex.mutable_features()->mutable_feature())["label"].mutable_int64_list()->add_value(7);
+  const std::string good = ex.SerializeAsString();
+  size_t pos = 0;
+  absl::StatusOr<proto::ParseExampleFn> fn = ExampleParser::ParseFeatureSpec(
+      "{'label': FixedLenFeature([], tf.int64)}", &pos);
+  ASSERT_TRUE(fn.ok()) << fn.status();
+  absl::StatusOr<ExampleParser> parser = ExampleParser::Create(*fn);
+  ASSERT_TRUE(parser.ok()) << parser.status();
+  // Row 2 is garbage the parser would reject; the check rejects row 1 first.
+  const std::vector<absl::string_view> rows = {good, good, "\xff\xff garbage", good};
+  std::vector<size_t> checked;
+  absl::StatusOr<Element> e = parser->ParseBatch(rows, [&](size_t i) {
+    checked.push_back(i);
+    return i == 1 ? absl::DataLossError("row 1 is corrupt") : absl::OkStatus();
+  });
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kDataLoss) << e.status();
+  EXPECT_EQ(checked, (std::vector<size_t>{0, 1}));
+  // Every row passing: all checked, in order, and the parse is the unchecked one's.
+  checked.clear();
+  const std::vector<absl::string_view> three = {good, good, good};
+  e = parser->ParseBatch(three, [&](size_t i) {
+    checked.push_back(i);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(checked, (std::vector<size_t>{0, 1, 2}));
+  absl::StatusOr<Element> plain = parser->ParseBatch(three);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(e->Flatten()[0].Equals(plain->Flatten()[0]));
+}
+
 TEST(MapParseFusionTest, TheFusedParseHonoursTheMemoryBudget) {
   record_test::TempDir dir;
   const std::string file = dir.path() + "/a.tfrecord";
