@@ -24,8 +24,9 @@
 // of its own (a malloc, a copy and, after the parse, a free per record) only for a parse that
 // reads each record once and copies out what it keeps. With a map_rows fn (the map's fn on a
 // block of serialized rows, e.g. parse_example's tf.io.parse_example over the records' bytes),
-// the check hands it views of the verified rows in the read buffers instead and returns its
-// result: one pass over the bytes fewer, and no per-record allocation on the thread that maps.
+// the check hands it views of the rows in the read buffers instead, each verified just before
+// the fn reads it (RowCheck), and returns its result: one pass over the bytes fewer, no
+// per-record allocation on the thread that maps, and each record's bytes read from memory once.
 //
 // Thread safety: GetNextBlockDeferringChecks as GetNextBlock (one call at a time); a returned
 // BlockCheck may run on any thread, at most once, while the source is alive.
@@ -43,12 +44,19 @@
 
 namespace sluice {
 
+// Verifies row `i` of the rows given to a SerializedRowsFn (a record's data checksum): OK, or
+// the row's error.
+using RowCheck = std::function<absl::Status(size_t i)>;
+
 // A map's fn on a block of serialized rows given as views of their bytes: the same result as
 // the map's block fn on the 1-D string tensor of those rows, or an error (the caller then maps
-// that tensor its usual way, which finds and places the row's error). Must be safe to call from
-// many threads at once; the views are valid during the call only.
-using SerializedRowsFn =
-    std::function<absl::StatusOr<Element>(const std::vector<absl::string_view>& rows)>;
+// that tensor its usual way, which finds and places the row's error). When `check` is set, the
+// fn calls check(i), in row order, before it reads row i, and fails with its error: rows are
+// verified just before they are parsed, while their bytes are in the L1 cache (one pass over
+// each record from memory instead of two). Must be safe to call from many threads at once; the
+// views are valid during the call only.
+using SerializedRowsFn = std::function<absl::StatusOr<Element>(
+    const std::vector<absl::string_view>& rows, const RowCheck& check)>;
 
 class DeferredCheckBlockSource {
  public:
@@ -58,8 +66,9 @@ class DeferredCheckBlockSource {
   // those rows), e.g. DATA_LOSS naming the file and byte offset of a corrupted record, or
   // RESOURCE_EXHAUSTED when the memory budget refuses the block.
   // With `map_rows` set, a check whose block is 1-D string rows may instead call map_rows on
-  // views of the block's verified rows (its first *good_rows) and return that result in *block,
-  // setting *mapped; when map_rows fails it builds the unmapped block as without it (*mapped
+  // views of the block's rows, with a RowCheck that verifies each row as map_rows reaches it
+  // (or on its verified rows alone), and return the result on its first *good_rows rows (the
+  // verified ones before any bad row) in *block, setting *mapped; when map_rows fails it builds the unmapped block as without it (*mapped
   // false) so that the caller maps it, and places its errors, its usual way. *mapped is false
   // whenever *block holds the rows themselves.
   using BlockCheck = std::function<absl::Status(Element* block, int64_t* good_rows,

@@ -155,8 +155,8 @@ class ComponentMapFunction : public MapFunction {
         !fn_->MapsSerializedRows()) {
       return nullptr;
     }
-    return [fn = fn_](const std::vector<absl::string_view>& rows) {
-      return fn->ApplyToSerializedRows(rows);
+    return [fn = fn_](const std::vector<absl::string_view>& rows, const RowCheck& check) {
+      return fn->ApplyToSerializedRows(rows, check);
     };
   }
 
@@ -169,7 +169,7 @@ class ComponentMapFunction : public MapFunction {
 }  // namespace
 
 absl::StatusOr<Element> ComponentFn::ApplyToSerializedRows(
-    const std::vector<absl::string_view>&) const {
+    const std::vector<absl::string_view>&, const RowCheck&) const {
   return absl::UnimplementedError(absl::StrCat(Describe(), " has no form on serialized rows"));
 }
 

@@ -75,9 +75,10 @@ class ComponentFn {
   virtual bool MapsSerializedRows() const { return false; }
   // What Apply gives on the 1-D string tensor whose strings are `rows`, read from views (no
   // tensor of them is built: core/data/deferred_check_blocks.h). Only where MapsSerializedRows();
-  // its errors need not match Apply's (the caller then runs Apply, which places them).
+  // its errors need not match Apply's (the caller then runs Apply, which places them). `check`
+  // as SerializedRowsFn's (may be empty).
   virtual absl::StatusOr<Element> ApplyToSerializedRows(
-      const std::vector<absl::string_view>& rows) const;
+      const std::vector<absl::string_view>& rows, const RowCheck& check) const;
   // A fn of several tensors (decode_and_crop_jpeg() on (bytes, crop_window)) returns their
   // number, n >= 2: where the map meets a tuple (or list) of n tensors it applies the Tuple
   // forms below to them whole instead of Apply to each. 0: a fn of one tensor.

@@ -1,5 +1,8 @@
 #include "core/io/tfrecord_reader.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -311,8 +314,15 @@ absl::Status TFRecordReader::ReadRecordView(absl::string_view* data, UncheckedDa
   if (!avail.ok()) return Fail(avail.status());
   if (*avail < total) return Fail(Truncated(total, *avail));
   const char* d = buf_ + pos_ + kTFRecordHeaderBytes;
-  *unchecked = UncheckedData{offset_, DecodeFixed32(d + length)};
+  const UncheckedData crc{offset_, DecodeFixed32(d + length)};
   *data = absl::string_view(d, static_cast<size_t>(length));
+  if (unchecked != nullptr) {
+    *unchecked = crc;
+  } else {
+    absl::Status s = CheckData(*data, crc, filename());
+    RETURN_IF_ERROR(CheckNotTruncated());  // the zeros of a truncated mapping were checked
+    if (!s.ok()) return Fail(s);
+  }
   if (mapping_ != nullptr) {
     if (*owner != mapping_) *owner = mapping_;
   } else if (*owner != chunk_) {
@@ -365,6 +375,35 @@ absl::Status TFRecordReader::SkipRecord() {
   return absl::OkStatus();
 }
 
+std::shared_ptr<TensorBuffer> TFRecordReader::mapped_file() const {
+  if (mapping_ == nullptr) return nullptr;
+  return std::shared_ptr<TensorBuffer>(mapping_, mapping_->file.get());  // holds the guard too
+}
+
+std::optional<TFRecordReader::PagesAhead> TFRecordReader::TakePagesAhead() {
+  if (mapping_ == nullptr) return std::nullopt;
+  const uint64_t size = mapping_->file->size();
+  const uint64_t to = std::min(size, offset_ + kFaultAheadBytes);
+  const uint64_t from = std::max(faulted_ahead_to_, offset_);
+  if (from >= to) return std::nullopt;
+  faulted_ahead_to_ = to;
+  // madvise wants a page-aligned start; the mapping's is.
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t aligned = from - from % page;
+  return PagesAhead{mapping_, mapping_->file->bytes().substr(aligned, to - aligned)};
+}
+
+void TFRecordReader::FaultIn(const PagesAhead& pages) {
+#ifdef MADV_POPULATE_READ
+  if (pages.mapping == nullptr || pages.bytes.empty()) return;
+  // EFAULT where a page lies past the file's end (truncated since it was mapped), EINVAL on a
+  // kernel without it: the reader's own touches then fault as they would have.
+  ::madvise(const_cast<char*>(pages.bytes.data()), pages.bytes.size(), MADV_POPULATE_READ);
+#else
+  (void)pages;
+#endif
+}
+
 absl::Status TFRecordReader::Seek(uint64_t offset) {
   if (compressed_) {
     return absl::FailedPreconditionError(
@@ -375,6 +414,7 @@ absl::Status TFRecordReader::Seek(uint64_t offset) {
   if (mapping_ != nullptr) {  // past the end: reads then find the end (or the truncation)
     pos_ = static_cast<size_t>(std::min<uint64_t>(offset, limit_));
     offset_ = offset;
+    faulted_ahead_to_ = offset;
     return CheckNotTruncated();
   }
   RETURN_IF_ERROR(stream_->Seek(offset));

@@ -17,11 +17,19 @@
 // `map_local_file`): records are then views of the mapping, which the views keep alive, and a
 // parallel map's jobs, not the thread holding its read lock, are the first to touch a record's
 // bytes beyond its header (no read(2) copy at all). The file's size is taken when it is opened
-// (records appended later are not read); pages mapped are the page cache's, not charged to the
-// memory budget. A file truncated while mapped does not kill the process
-// (core/io/mapping_truncation_guard.h): the lost bytes read as zeros, and the reader or the
-// records' checksums report DATA_LOSS. An empty or special file (size 0), or one that cannot be
-// mapped, is read.
+// (records appended later are not read). A file truncated while mapped does not kill the
+// process (core/io/mapping_truncation_guard.h): the lost bytes read as zeros, and the reader or
+// the records' checksums report DATA_LOSS. An empty or special file (size 0), or one that
+// cannot be mapped, is read.
+//
+// Mappings and the memory budget: a mapping is not charged. Its pages are the page cache's
+// (clean, file-backed, reclaimed by the kernel under pressure and read again when touched), not
+// memory the process allocated, which is what the budget bounds. A view (ReadRecordView) keeps
+// the whole mapping, and the file, alive after the reader is gone: callers bound how long (a
+// parallel map drops its views once their block is checked; tensors viewing a snapshot chunk
+// are charged as copies, core/tensor/charged_view.h). The number of mappings alive is bounded:
+// each holds one of the truncation guard's kMaxGuardedRanges slots for as long as any view
+// does, and a file opened while every slot is held is read (into charged buffers) instead.
 //
 // Errors (the reader is then stuck on them):
 //   NOT_FOUND            the file is missing (naming it)
@@ -48,6 +56,7 @@
 #include "absl/strings/string_view.h"
 #include "core/io/input_stream.h"
 #include "core/io/zlib_stream.h"
+#include "sluice/tensor.h"
 
 namespace sluice {
 
@@ -93,14 +102,23 @@ class TFRecordReader {
   static absl::Status CheckData(absl::string_view data, const UncheckedData& unchecked,
                                 absl::string_view filename);
 
-  // As ReadRecordUnchecked, without copying: *data views the record in a read buffer that
-  // *owner keeps alive (*owner is replaced only when the buffer differs from the one it holds,
-  // so a caller keeping one reference per buffer passes the last one back). The buffer's bytes
-  // stay charged to the memory budget until the last such reference goes; a record larger than
-  // the buffer comes in a string of its own, owned by *owner. The view stays valid, and may be
-  // read on any thread, for as long as a reference lives, whatever the reader does meanwhile.
+  // As ReadRecordUnchecked, without copying: *data views the record in a read buffer (or the
+  // mapping) that *owner keeps alive (*owner is replaced only when the buffer differs from the
+  // one it holds, so a caller keeping one reference per buffer passes the last one back). The
+  // buffer's bytes stay charged to the memory budget until the last such reference goes; a
+  // record larger than the buffer comes in a string of its own, owned by *owner. The view stays
+  // valid, and may be read on any thread, for as long as a reference lives, whatever the reader
+  // does meanwhile.
+  // The data checksum, as a policy per call: deferred to CheckData (`unchecked` set, what a
+  // parallel map does off its read lock), or verified here before the view is returned
+  // (`unchecked` null, as ReadRecord does: what a snapshot chunk's reader does; the bytes are
+  // then in the cache for whoever parses them next), with ReadRecord's DATA_LOSS.
   absl::Status ReadRecordView(absl::string_view* data, UncheckedData* unchecked,
                               std::shared_ptr<const void>* owner);
+  // The mapping a mapped reader reads (null when it reads): every view of a record lies in it.
+  // The pointer keeps the file mapped, and guarded against truncation, for as long as it lives
+  // (a tensor viewing the mapping holds it: core/tensor/raw_element.h ParseRawElementInPlace).
+  std::shared_ptr<TensorBuffer> mapped_file() const;
 
   // Moves past the next record checking only its length checksum (what the record index
   // needs): the data is skipped with a seek on an uncompressed file. Same errors as ReadRecord
@@ -109,6 +127,27 @@ class TFRecordReader {
   // Positions the reader at byte `offset`, which must be the start of a record (from the record
   // index). FAILED_PRECONDITION on a compressed file.
   absl::Status Seek(uint64_t offset);
+
+  // Pages of a mapped file for another thread to fault in (FaultIn) before the reader first
+  // touches them: their bytes, and a reference that keeps the mapping alive meanwhile.
+  struct PagesAhead {
+    std::shared_ptr<const void> mapping;
+    absl::string_view bytes;
+  };
+  // How far ahead of its position a mapped reader hands out pages to fault in.
+  static constexpr uint64_t kFaultAheadBytes = 2 << 20;
+  // Mapped only (nullopt otherwise, or when there is nothing new): the file's pages from the
+  // reader's position up to kFaultAheadBytes past it that no earlier call handed out. A reader
+  // that serializes its callers (a parallel map's input lock) lets them fault the pages in
+  // after releasing its lock, so that its header reads under the lock find them mapped: the
+  // page-table work of a mapped file (about a tenth of a parse pipeline's CPU) leaves the
+  // serial part. Never needed for correctness.
+  std::optional<PagesAhead> TakePagesAhead();
+  // Maps `pages` into the page tables (madvise MADV_POPULATE_READ), reading them from the disk
+  // when they are not cached. Advisory: failures (a kernel before 5.14, a file truncated
+  // meanwhile, whose lost pages are then left to the truncation guard) are ignored; never
+  // raises SIGBUS. Thread-safe.
+  static void FaultIn(const PagesAhead& pages);
 
   // Whether the reader reads from a mapping of the file (see above).
   bool mapped() const { return mapping_ != nullptr; }
@@ -171,6 +210,7 @@ class TFRecordReader {
   size_t limit_ = 0;  // end of valid bytes in buf_
   bool eof_ = false;
   uint64_t offset_ = 0;
+  uint64_t faulted_ahead_to_ = 0;  // mapped: TakePagesAhead handed out pages up to here
   absl::Status error_;
 };
 

@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -22,9 +23,11 @@
 #include "core/data/executor.h"
 #include "core/data/iterator.h"
 #include "core/data/op_iterator.h"
+#include "core/data/ops/example_parser.h"
 #include "core/data/ops/map_iterator.h"
 #include "core/io/tfrecord_writer.h"
 #include "core/tensor/host_memory.h"
+#include "core/util/status_macros.h"
 #include "gtest/gtest.h"
 #include "proto/example.pb.h"
 #include "sluice/dataset.h"
@@ -73,7 +76,8 @@ struct EchoFns {
     return e;
   };
   SerializedRowsFn RowsFn() {
-    return [this](const std::vector<absl::string_view>& rows) -> absl::StatusOr<Element> {
+    return [this](const std::vector<absl::string_view>& rows,
+                  const RowCheck& check) -> absl::StatusOr<Element> {
       calls.fetch_add(1);
       int delay_us;
       {
@@ -82,9 +86,10 @@ struct EchoFns {
       }
       std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
       std::vector<std::string> out;
-      for (absl::string_view r : rows) {
-        if (absl::StartsWith(r, "BAD")) return absl::InvalidArgumentError("a bad row");
-        out.emplace_back(r);
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (check != nullptr) RETURN_IF_ERROR(check(i));
+        if (absl::StartsWith(rows[i], "BAD")) return absl::InvalidArgumentError("a bad row");
+        out.emplace_back(rows[i]);
       }
       const int64_t n = static_cast<int64_t>(out.size());
       return Element(Tensor::FromStrings(std::move(out), Shape({n})));
@@ -183,13 +188,23 @@ TEST(MapParseFusionTest, TheCheckMapsVerifiedRowsOrBuildsThemWhenTheFnFails) {
   bytes[bad_at + 12 + 2] ^= 0x01;
   record_test::WriteWholeFile(file, bytes);
   const int64_t before = ProcessMemoryBudget().in_use();
-  for (const bool fail : {false, true}) {
-    SCOPED_TRACE(fail ? "rows fn fails" : "rows fn maps");
+  for (const std::pair<bool, bool>& mode : {std::pair{false, true}, std::pair{false, false},
+                                           std::pair{true, true}}) {
+    const bool fail = mode.first;
+    const bool use_check = mode.second;
+    SCOPED_TRACE(fail ? "rows fn fails" : use_check ? "rows fn maps" : "rows fn maps unchecked");
     std::vector<std::string> seen;
-    SerializedRowsFn rows_fn =
-        [&](const std::vector<absl::string_view>& rows) -> absl::StatusOr<Element> {
+    // As a parse does: each row verified (when a check is given) before it is read; what it
+    // read counts only when it succeeds. A fn that skips its check is verified after it.
+    SerializedRowsFn rows_fn = [&](const std::vector<absl::string_view>& rows,
+                                   const RowCheck& check) -> absl::StatusOr<Element> {
       if (fail) return absl::InvalidArgumentError("no");
-      for (absl::string_view r : rows) seen.emplace_back(r);
+      std::vector<std::string> read;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (check != nullptr && use_check) RETURN_IF_ERROR(check(i));
+        read.emplace_back(rows[i]);
+      }
+      seen.insert(seen.end(), read.begin(), read.end());
       return Element(Tensor::FromStrings({"mapped"}, Shape({1})));
     };
     {
@@ -220,7 +235,11 @@ TEST(MapParseFusionTest, TheCheckMapsVerifiedRowsOrBuildsThemWhenTheFnFails) {
           }
         } else if (good > 0) {
           EXPECT_EQ(block.leaf().string_at(0), "mapped");
-          EXPECT_EQ(seen.size() - seen_before, static_cast<size_t>(good));
+          // (A fn that skips its check read the bad row too, in a call whose result was
+          // dropped: only the checking fn's reads are exactly the verified rows.)
+          if (use_check) {
+            EXPECT_EQ(seen.size() - seen_before, static_cast<size_t>(good));
+          }
         }
         row += good;
       }
@@ -228,7 +247,7 @@ TEST(MapParseFusionTest, TheCheckMapsVerifiedRowsOrBuildsThemWhenTheFnFails) {
       EXPECT_TRUE(absl::StrContains(s.message(), absl::StrCat("byte offset ", bad_at))) << s;
       EXPECT_EQ(row, 233);
     }
-    if (!fail) {
+    if (!fail && use_check) {
       ASSERT_EQ(seen.size(), 233u);
       for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], records[i]);
     }
@@ -271,6 +290,41 @@ TEST(MapParseFusionTest, DestroyedMidBatchStopsAndReturnsItsMemory) {
 // The fused parse allocates its output through the memory budget like the unfused one: under a
 // per-element limit the run ends with RESOURCE_EXHAUSTED naming the limit, after as many rows
 // as the sequential map's run, and everything charged goes back to the budget.
+// The fused parse's row check (RowCheck): ExampleParser::ParseBatch calls it on each row, in
+// order, before it reads the row, and stops with its error at the first row it fails.
+TEST(MapParseFusionTest, ParseBatchChecksEachRowBeforeReadingIt) {
+  proto::Example ex;
+  (*ex.mutable_features()->mutable_feature())["label"].mutable_int64_list()->add_value(7);
+  const std::string good = ex.SerializeAsString();
+  size_t pos = 0;
+  absl::StatusOr<proto::ParseExampleFn> fn = ExampleParser::ParseFeatureSpec(
+      "{'label': FixedLenFeature([], tf.int64)}", &pos);
+  ASSERT_TRUE(fn.ok()) << fn.status();
+  absl::StatusOr<ExampleParser> parser = ExampleParser::Create(*fn);
+  ASSERT_TRUE(parser.ok()) << parser.status();
+  // Row 2 is garbage the parser would reject; the check rejects row 1 first.
+  const std::vector<absl::string_view> rows = {good, good, "\xff\xff garbage", good};
+  std::vector<size_t> checked;
+  absl::StatusOr<Element> e = parser->ParseBatch(rows, [&](size_t i) {
+    checked.push_back(i);
+    return i == 1 ? absl::DataLossError("row 1 is corrupt") : absl::OkStatus();
+  });
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kDataLoss) << e.status();
+  EXPECT_EQ(checked, (std::vector<size_t>{0, 1}));
+  // Every row passing: all checked, in order, and the parse is the unchecked one's.
+  checked.clear();
+  const std::vector<absl::string_view> three = {good, good, good};
+  e = parser->ParseBatch(three, [&](size_t i) {
+    checked.push_back(i);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(checked, (std::vector<size_t>{0, 1, 2}));
+  absl::StatusOr<Element> plain = parser->ParseBatch(three);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(e->Flatten()[0].Equals(plain->Flatten()[0]));
+}
+
 TEST(MapParseFusionTest, TheFusedParseHonoursTheMemoryBudget) {
   record_test::TempDir dir;
   const std::string file = dir.path() + "/a.tfrecord";

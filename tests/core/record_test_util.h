@@ -1,5 +1,6 @@
 // Helpers for the record-file tests: fixture paths, the golden file written by
-// tools/golden/gen_tfrecord_fixtures.py, temporary folders and whole-file reads/writes.
+// tools/golden/gen_tfrecord_fixtures.py, temporary folders, whole-file reads/writes and where
+// this process maps a file.
 #ifndef SLUICE_TESTS_CORE_RECORD_TEST_UTIL_H_
 #define SLUICE_TESTS_CORE_RECORD_TEST_UTIL_H_
 
@@ -10,11 +11,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "core/io/tfrecord_writer.h"
 #include "core/util/json_value.h"
 #include "gtest/gtest.h"
@@ -134,6 +140,22 @@ inline std::string FramedTFRecords(const std::vector<std::string>& records, cons
   for (const std::string& r : records) EXPECT_TRUE((*w)->Write(r).ok());
   EXPECT_TRUE((*w)->Close().ok());
   return ReadWholeFile(path);
+}
+
+// The address range [begin, end) this process maps `path` at; nullopt when it is not mapped.
+inline std::optional<std::pair<uintptr_t, uintptr_t>> MappingOf(const std::string& path) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (!absl::EndsWith(line, " " + path)) continue;
+    std::vector<std::string> range = absl::StrSplit(line.substr(0, line.find(' ')), '-');
+    uint64_t begin = 0, end = 0;
+    if (range.size() == 2 && absl::SimpleHexAtoi(range[0], &begin) &&
+        absl::SimpleHexAtoi(range[1], &end)) {
+      return std::make_pair(static_cast<uintptr_t>(begin), static_cast<uintptr_t>(end));
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace record_test

@@ -1,9 +1,11 @@
 // Mapped snapshot chunks (core/data/ops/snapshot_chunk.h SnapshotChunkReadOptions,
-// core/io/mapped_tfrecord_reader.h, core/tensor/charged_view.h): an uncompressed local chunk is
+// core/io/tfrecord_reader.h, core/tensor/charged_view.h): an uncompressed local chunk is
 // mapped, not read; its aligned numeric components come out as views of the mapping that equal
 // the read path byte for byte, are charged to the memory budget, and keep the mapping alive
 // after the dataset is gone; a chunk truncated or corrupted is DATA_LOSS naming the file and
 // the byte offset (or both sizes, when the manifest lists the chunk's size).
+#include <unistd.h>
+
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -37,6 +39,7 @@
 namespace sluice {
 namespace {
 
+using record_test::MappingOf;
 using record_test::ReadWholeFile;
 using record_test::TempDir;
 using record_test::WriteWholeFile;
@@ -110,22 +113,6 @@ std::vector<std::string> SaveMixed(const std::string& dir, int chunks, int per_c
   m.set_done(true);
   EXPECT_TRUE(WriteSnapshotManifest(dir, m).ok());
   return paths;
-}
-
-// The address range [begin, end) this process maps `path` at; nullopt when it is not mapped.
-std::optional<std::pair<uintptr_t, uintptr_t>> MappingOf(const std::string& path) {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    if (!absl::EndsWith(line, " " + path)) continue;
-    std::vector<std::string> range = absl::StrSplit(line.substr(0, line.find(' ')), '-');
-    uint64_t begin = 0, end = 0;
-    if (range.size() == 2 && absl::SimpleHexAtoi(range[0], &begin) &&
-        absl::SimpleHexAtoi(range[1], &end)) {
-      return std::make_pair(static_cast<uintptr_t>(begin), static_cast<uintptr_t>(end));
-    }
-  }
-  return std::nullopt;
 }
 
 // Whether numeric `t`'s bytes lie in `range` (strings never do: a string tensor owns them).
@@ -441,6 +428,29 @@ TEST(SnapshotMappedTest, MappingKeepsTheDataRootConfinement) {
   SetProcessLocalConfinement(before);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE((*r)->mapped());
+}
+
+// A chunk that another process truncates in place while it is mapped: the reader, shared with
+// tf_record_dataset (core/io/tfrecord_reader.h), reports DATA_LOSS naming the chunk and the
+// process lives on (the separate mapped reader chunks used before raised SIGBUS here).
+TEST(SnapshotMappedTest, ChunkTruncatedWhileMappedIsDataLossNotSigbus) {
+  TempDir tmp;
+  const std::vector<std::string> chunks = SaveMixed(tmp.path(), 1, 200, /*list_sizes=*/true);
+  ASSERT_EQ(chunks.size(), 1u);
+  ASSERT_GT(ReadWholeFile(chunks[0]).size(), 64u << 10);
+  auto r = SnapshotChunkReader::Open(chunks[0], Compression::kNone, kSnapshotFormatVersion,
+                                     MixedSpec());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE((*r)->mapped());
+  Element e;
+  bool end = false;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*r)->Next(&e, &end).ok() && !end) << i;
+  ASSERT_EQ(::truncate(chunks[0].c_str(), 16 << 10), 0) << chunks[0];
+  absl::Status s;
+  for (int i = 0; i < 200 && s.ok() && !end; ++i) s = (*r)->Next(&e, &end);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), chunks[0])) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "truncated while it was read")) << s;
 }
 
 }  // namespace

@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/data/executor.h"
 #include "core/io/mapped_file.h"
 #include "core/io/mapping_truncation_guard.h"
@@ -281,22 +283,66 @@ TEST(TFRecordMappedTest, FileTruncatedWhileMappedIsDataLossNotSigbus) {
   EXPECT_TRUE(absl::StrContains(s.message(), "truncated while it was read")) << s;
 }
 
+// A TFRecord file of `n` Examples whose 'image' is 3000 bytes of fill(i).
+template <typename Fill>
+void WriteExamples(const std::string& path, int n, const Fill& fill) {
+  auto w = TFRecordWriter::Open(path, Compression::kNone);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (int i = 0; i < n; ++i) {
+    proto::Example ex;
+    (*ex.mutable_features()->mutable_feature())["image"].mutable_bytes_list()->add_value(
+        std::string(3000, fill(i)));
+    ASSERT_TRUE((*w)->Write(ex.SerializeAsString()).ok());
+  }
+  ASSERT_TRUE((*w)->Close().ok());
+}
+
+// A parallel parse pipeline over many files keeps no file it has read mapped: when a batch
+// starts with file k's records, files 0..k-1 are unmapped (their last blocks were checked,
+// which closes them off the read lock), and nothing is left mapped once the iterator is gone.
+TEST(TFRecordMappedTest, AParallelMapUnmapsEachFileItHasRead) {
+  TempDir dir;
+  std::vector<std::string> paths;
+  for (int k = 0; k < 5; ++k) {
+    paths.push_back(dir.File(absl::StrCat("part-", k, ".tfrecord")));
+    WriteExamples(paths.back(), 300, [k](int) { return static_cast<char>('a' + k); });
+  }
+  absl::StatusOr<Dataset> ds = Dataset::Parse(absl::StrCat(
+      "tf_record_dataset(['", absl::StrJoin(paths, "', '"),
+      "']).map(parse_example({'image': FixedLenFeature([], tf.string)}), "
+      "num_parallel_calls=2).batch(10)"));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  {
+    absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds, {});
+    ASSERT_TRUE(it.ok()) << it.status();
+    int batches = 0;
+    std::vector<bool> seen(paths.size(), false);
+    for (; batches < 1000; ++batches) {
+      Element e;
+      bool end = false;
+      ASSERT_TRUE((*it)->GetNext(&e, &end).ok());
+      if (end) break;
+      const Tensor images = e.Flatten()[0];
+      const size_t k = static_cast<size_t>(images.string_at(0)[0] - 'a');
+      ASSERT_LT(k, paths.size());
+      seen[k] = true;
+      for (size_t f = 0; f < k; ++f) {
+        EXPECT_FALSE(record_test::MappingOf(paths[f]).has_value())
+            << paths[f] << " still mapped at batch " << batches << " (file " << k << ")";
+      }
+    }
+    EXPECT_EQ(batches, 150);
+    EXPECT_EQ(seen, std::vector<bool>(paths.size(), true));
+  }
+  for (const std::string& p : paths) EXPECT_FALSE(record_test::MappingOf(p).has_value()) << p;
+}
+
 // As a user runs it: a parallel parse pipeline over a file that another process truncates while
 // the pipeline reads it ends in DATA_LOSS naming the file; the process lives on.
 TEST(TFRecordMappedTest, ParallelParsePipelineOverAFileTruncatedWhileReadIsDataLoss) {
   TempDir dir;
   const std::string path = dir.File("examples.tfrecord");
-  {
-    auto w = TFRecordWriter::Open(path, Compression::kNone);
-    ASSERT_TRUE(w.ok()) << w.status();
-    for (int i = 0; i < 2000; ++i) {
-      proto::Example ex;
-      (*ex.mutable_features()->mutable_feature())["image"].mutable_bytes_list()->add_value(
-          std::string(3000, static_cast<char>('a' + i % 26)));
-      ASSERT_TRUE((*w)->Write(ex.SerializeAsString()).ok());
-    }
-    ASSERT_TRUE((*w)->Close().ok());
-  }
+  WriteExamples(path, 2000, [](int i) { return static_cast<char>('a' + i % 26); });
   absl::StatusOr<Dataset> ds = Dataset::Parse(
       absl::StrCat("tf_record_dataset(['", path,
                    "']).map(parse_example({'image': FixedLenFeature([], tf.string)}), "
@@ -313,6 +359,144 @@ TEST(TFRecordMappedTest, ParallelParsePipelineOverAFileTruncatedWhileReadIsDataL
   ASSERT_FALSE(rest.ok());
   EXPECT_EQ(rest.status().code(), absl::StatusCode::kDataLoss) << rest.status();
   EXPECT_TRUE(absl::StrContains(rest.status().message(), path)) << rest.status();
+}
+
+// The pages a mapped reader hands out to fault in ahead (what a parallel map's jobs fault in off
+// its read lock): each stretch starts where the last one ended (rounded down to a page) and
+// ends at most kFaultAheadBytes past the reader's position, so the stretches follow one another
+// without overlap and cover the file by its end; faulting them in changes no record.
+TEST(TFRecordMappedTest, PagesAheadCoverTheFileOnceAheadOfTheReader) {
+  std::printf("seed %llu\n", static_cast<unsigned long long>(kSeed));
+  TempDir dir;
+  const std::vector<std::string> records = RandomRecords(1500, 9000);  // ~6.7 MB
+  const std::string path = dir.File("ahead.tfrecord");
+  WriteWholeFile(path, record_test::FramedTFRecords(records, dir));
+  const uint64_t size = ReadWholeFile(path).size();
+  ASSERT_GT(size, 3 * TFRecordReader::kFaultAheadBytes);
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+
+  std::unique_ptr<TFRecordReader> r = OpenReader(path, true);
+  ASSERT_TRUE(r);
+  std::shared_ptr<const void> owner;
+  uint64_t covered = 0;  // the stretches so far cover [0, covered)
+  int stretches = 0;
+  for (size_t i = 0; i <= records.size(); ++i) {
+    std::optional<TFRecordReader::PagesAhead> ahead = r->TakePagesAhead();
+    if (ahead.has_value()) {
+      const char* base = r->mapped_file() != nullptr
+                             ? static_cast<const char*>(r->mapped_file()->data())
+                             : nullptr;
+      ASSERT_NE(base, nullptr);
+      const uint64_t begin = static_cast<uint64_t>(ahead->bytes.data() - base);
+      const uint64_t end = begin + ahead->bytes.size();
+      EXPECT_EQ(begin % page, 0u) << i;
+      EXPECT_EQ(begin, covered - covered % page) << i << ": a gap or an overlap";
+      EXPECT_GT(end, covered) << i;
+      EXPECT_LE(end, std::min(size, r->offset() + TFRecordReader::kFaultAheadBytes)) << i;
+      EXPECT_NE(ahead->mapping, nullptr);
+      TFRecordReader::FaultIn(*ahead);
+      covered = end;
+      ++stretches;
+    }
+    if (i == records.size()) break;
+    absl::string_view v;
+    TFRecordReader::UncheckedData u;
+    ASSERT_TRUE(r->ReadRecordView(&v, &u, &owner).ok()) << i;
+    ASSERT_TRUE(TFRecordReader::CheckData(v, u, path).ok()) << i;
+    ASSERT_EQ(v, records[i]) << i;
+  }
+  EXPECT_EQ(covered, size);
+  EXPECT_GT(stretches, 3);
+  EXPECT_FALSE(r->TakePagesAhead().has_value());  // nothing left
+
+  // A reader that reads (not maps) has no pages to hand out.
+  std::unique_ptr<TFRecordReader> read = OpenReader(path, false);
+  ASSERT_TRUE(read);
+  EXPECT_FALSE(read->TakePagesAhead().has_value());
+  EXPECT_EQ(read->mapped_file(), nullptr);
+}
+
+// Faulting in pages of a file truncated since it was mapped is harmless (no SIGBUS: the pages
+// past the new end are left alone), and the reader still reports the truncation.
+TEST(TFRecordMappedTest, FaultingInATruncatedFileIsHarmless) {
+  TempDir dir;
+  const std::vector<std::string> records(200, std::string(4000, 'y'));
+  const std::string path = dir.File("cut.tfrecord");
+  WriteWholeFile(path, record_test::FramedTFRecords(records, dir));
+  std::unique_ptr<TFRecordReader> r = OpenReader(path, true);
+  ASSERT_TRUE(r);
+  std::optional<TFRecordReader::PagesAhead> ahead = r->TakePagesAhead();
+  ASSERT_TRUE(ahead.has_value());
+  TruncateInPlace(path, 8192);
+  TFRecordReader::FaultIn(*ahead);  // past the end: EFAULT, not SIGBUS
+  absl::Status s;
+  std::shared_ptr<const void> owner;
+  for (int i = 0; i < 200 && s.ok(); ++i) {
+    absl::string_view v;
+    TFRecordReader::UncheckedData u;
+    s = r->ReadRecordView(&v, &u, &owner);
+    if (s.ok()) s = TFRecordReader::CheckData(v, u, path);
+  }
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+}
+
+// The policy of ReadRecordView's data checksum: with no UncheckedData it is verified in the read
+// (a snapshot chunk's reader), giving ReadRecord's error at the corrupt record, sticky.
+TEST(TFRecordMappedTest, CheckedViewsFailAtTheCorruptRecord) {
+  TempDir dir;
+  const std::vector<std::string> records = RandomRecords(20, 3000);
+  std::string bytes = record_test::FramedTFRecords(records, dir);
+  const size_t r7 = record_test::TFRecordOffset(bytes, 7);
+  bytes[r7 + kTFRecordHeaderBytes + 2] ^= 0x04;
+  const std::string path = dir.File("flip.tfrecord");
+  WriteWholeFile(path, bytes);
+  for (bool mapped : {true, false}) {
+    SCOPED_TRACE(mapped ? "mapped" : "read");
+    std::unique_ptr<TFRecordReader> r = OpenReader(path, mapped);
+    ASSERT_TRUE(r);
+    std::shared_ptr<const void> owner;
+    absl::string_view v;
+    for (int i = 0; i < 7; ++i) {
+      ASSERT_TRUE(r->ReadRecordView(&v, nullptr, &owner).ok()) << i;
+      EXPECT_EQ(v, records[i]) << i;
+    }
+    absl::Status s = r->ReadRecordView(&v, nullptr, &owner);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "byte offset " + std::to_string(r7))) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "data checksum mismatch")) << s;
+    EXPECT_EQ(r->ReadRecordView(&v, nullptr, &owner).code(), absl::StatusCode::kDataLoss);
+  }
+}
+
+// Views that outlive their readers cannot pin mappings without bound: each mapping holds a
+// truncation guard slot while a view lives, and a file opened while every slot is held is read
+// (same records) instead; once the views go, files are mapped again.
+TEST(TFRecordMappedTest, MappingsHeldByViewsAreBounded) {
+  TempDir dir;
+  const std::vector<std::string> records = RandomRecords(5, 2000);
+  const std::string path = dir.File("many.tfrecord");
+  WriteWholeFile(path, record_test::FramedTFRecords(records, dir));
+  std::vector<std::shared_ptr<const void>> held;  // one view's owner per reader, reader gone
+  std::unique_ptr<TFRecordReader> unmapped;
+  for (int i = 0; i <= kMaxGuardedRanges && unmapped == nullptr; ++i) {
+    absl::StatusOr<std::unique_ptr<TFRecordReader>> r = TFRecordReader::Open(path);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (!(*r)->mapped()) {
+      unmapped = *std::move(r);
+      break;
+    }
+    std::shared_ptr<const void> owner;
+    absl::string_view v;
+    ASSERT_TRUE((*r)->ReadRecordView(&v, nullptr, &owner).ok());
+    held.push_back(std::move(owner));
+  }
+  ASSERT_NE(unmapped, nullptr) << "more than kMaxGuardedRanges mappings alive";
+  EXPECT_LE(held.size(), static_cast<size_t>(kMaxGuardedRanges));
+  EXPECT_EQ(ReadAll(unmapped.get()).records, records);
+  held.clear();
+  std::unique_ptr<TFRecordReader> again = OpenReader(path, true);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(ReadAll(again.get()).records, records);
 }
 
 // A SIGBUS outside every guarded mapping keeps its meaning: the process dies of it.

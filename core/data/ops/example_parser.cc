@@ -590,8 +590,9 @@ absl::StatusOr<Element> ExampleParser::ParseSingle(absl::string_view serialized)
 }
 
 absl::StatusOr<Element> ExampleParser::ParseBatch(
-    const std::vector<absl::string_view>& serialized) const {
-  return ParseRows(serialized, /*single=*/false);
+    const std::vector<absl::string_view>& serialized,
+    const std::function<absl::Status(size_t)>& check) const {
+  return ParseRows(serialized, /*single=*/false, check);
 }
 
 namespace {
@@ -698,8 +699,9 @@ absl::Status RaggedTypeMismatch(absl::string_view key, int64_t index, DType foun
 
 }  // namespace
 
-absl::StatusOr<Element> ExampleParser::ParseRows(const std::vector<absl::string_view>& serialized,
-                                                 bool single) const {
+absl::StatusOr<Element> ExampleParser::ParseRows(
+    const std::vector<absl::string_view>& serialized, bool single,
+    const std::function<absl::Status(size_t)>& check) const {
   const int64_t batch = static_cast<int64_t>(serialized.size());
 
   std::vector<Tensor> dense(features_.size());
@@ -727,6 +729,7 @@ absl::StatusOr<Element> ExampleParser::ParseRows(const std::vector<absl::string_
   std::vector<Values> partitions;
   std::vector<std::span<const int64_t>> partition_ints;
   for (int64_t i = 0; i < batch; ++i) {
+    if (check != nullptr) RETURN_IF_ERROR(check(static_cast<size_t>(i)));
     std::fill(found.begin(), found.end(), std::nullopt);
     if (!FindFeatures(serialized[static_cast<size_t>(i)], index_, &found)) {
       return Invalid(absl::StrCat("Could not parse example input at index ", i));

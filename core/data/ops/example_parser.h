@@ -45,6 +45,7 @@
 #ifndef SLUICE_CORE_EXAMPLE_PARSER_H_
 #define SLUICE_CORE_EXAMPLE_PARSER_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -74,7 +75,12 @@ class ExampleParser {
   // Parses a string scalar (one Example) or a 1-D string tensor (a batch).
   absl::StatusOr<Element> Parse(const Tensor& serialized) const;
   absl::StatusOr<Element> ParseSingle(absl::string_view serialized) const;
-  absl::StatusOr<Element> ParseBatch(const std::vector<absl::string_view>& serialized) const;
+  // `check`, when set, is called on row i before row i is read; its error is returned as is
+  // (core/data/deferred_check_blocks.h RowCheck: a record's checksum, verified just before the
+  // parse reads the record).
+  absl::StatusOr<Element> ParseBatch(
+      const std::vector<absl::string_view>& serialized,
+      const std::function<absl::Status(size_t)>& check = nullptr) const;
 
   // The feature spec as pipeline syntax: {'image': FixedLenFeature([], tf.string), ...}, which
   // ParseFeatureSpec reads back to an equal spec.
@@ -113,8 +119,9 @@ class ExampleParser {
 
  private:
   // One Example (`single`: parse_single_example's shapes) or a batch.
-  absl::StatusOr<Element> ParseRows(const std::vector<absl::string_view>& serialized,
-                                    bool single) const;
+  absl::StatusOr<Element> ParseRows(
+      const std::vector<absl::string_view>& serialized, bool single,
+      const std::function<absl::Status(size_t)>& check = nullptr) const;
   // Orders the RaggedFeatures (the tail of `features`, sorted by key) as TF's dict gives them.
   static void OrderRaggedFeaturesAsTf(std::vector<Feature>* features);
   // The position of `key` among the keys read from each Example (added if new).

@@ -28,9 +28,9 @@ class ParseExampleComponentFn : public ComponentFn {
   bool ElementWise() const override { return element_wise_; }
   // Apply's batch parse on the records' bytes where they are (a reader's buffers).
   bool MapsSerializedRows() const override { return element_wise_; }
-  absl::StatusOr<Element> ApplyToSerializedRows(
-      const std::vector<absl::string_view>& rows) const override {
-    return parser_.ParseBatch(rows);
+  absl::StatusOr<Element> ApplyToSerializedRows(const std::vector<absl::string_view>& rows,
+                                                const RowCheck& check) const override {
+    return parser_.ParseBatch(rows, check);
   }
 
  private:

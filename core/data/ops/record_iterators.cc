@@ -4,6 +4,7 @@
 #include <deque>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -65,6 +66,8 @@ class RecordFile {
     return Read(&view->owned);
   }
   virtual absl::Status SeekToRecord(int64_t i) = 0;
+  // Pages of the file to fault in ahead of the reads (TFRecordReader::TakePagesAhead).
+  virtual std::optional<TFRecordReader::PagesAhead> TakePagesAhead() { return std::nullopt; }
 };
 
 class TFRecordFile : public RecordFile {
@@ -80,6 +83,9 @@ class TFRecordFile : public RecordFile {
     if (unchecked->filename != filename_) unchecked->filename = filename_;
     view->has_owned = false;
     return reader_->ReadRecordView(&view->data, &unchecked->data, owner);
+  }
+  std::optional<TFRecordReader::PagesAhead> TakePagesAhead() override {
+    return reader_->TakePagesAhead();
   }
   absl::Status SeekToRecord(int64_t i) override {
     if (index_.has_value()) {
@@ -176,9 +182,11 @@ class FixedLengthFormat : public RecordFormat {
 
 // Files in order, optionally limited to a record range.
 // Implements DeferredCheckBlockSource: a parallel map pulling its blocks does only the framing
-// under its read lock (one read() per buffer, record boundaries, length checksums); copying
-// the records out of the buffers and verifying their data checksums is the block's BlockCheck,
-// run outside the lock.
+// under its read lock (one read() per buffer, or none for a mapped file; record boundaries,
+// length checksums); copying the records out of the buffers and verifying their data
+// checksums is the block's BlockCheck, run outside the lock, which also faults in the pages of
+// a mapped file that the next reads will touch (TFRecordReader::TakePagesAhead) and closes the
+// files the block's reads finished (a munmap for a mapped one).
 class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSource {
  public:
   SequentialRecordIterator(std::string label, std::vector<std::string> files,
@@ -227,6 +235,10 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
     *check = [views = std::move(views), label = label()](
                  Element* block, int64_t* good_rows, const SerializedRowsFn& map_rows,
                  bool* mapped) mutable {
+      // Off the read lock: the next blocks' pages, and the files read to their end.
+      if (views.ahead.has_value()) TFRecordReader::FaultIn(*views.ahead);
+      views.ahead.reset();
+      views.finished.clear();
       *mapped = map_rows != nullptr && MapRowsInPlace(&views, label, map_rows, block, good_rows);
       if (*mapped) return views.pending;
       return BuildBlock(&views, label, block, good_rows);
@@ -253,37 +265,60 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
     std::vector<std::shared_ptr<const void>> owners;
     std::vector<std::shared_ptr<const std::string>> filenames;
     absl::Status pending;  // MapRowsInPlace: the bad row's error, after the mapped rows
+    // Work the read lock need not wait for, done by the check: pages of the file to fault in
+    // before later blocks' reads touch them, and the files the block's reads finished, whose
+    // closing (a munmap of the whole file) would otherwise run under the lock.
+    std::optional<TFRecordReader::PagesAhead> ahead;
+    std::vector<std::shared_ptr<RecordFile>> finished;
   };
+
+  // The data checksum of row i of the block, verified once (the row is then marked checked):
+  // OK, or its DATA_LOSS.
+  static absl::Status CheckRow(ViewBlock* views, const std::string& label, size_t i) {
+    ViewRow& r = views->rows[i];
+    if (!r.unchecked) return absl::OkStatus();
+    const absl::string_view d = r.record.has_owned ? r.record.owned : r.record.data;
+    absl::Status c = TFRecordReader::CheckData(d, r.data, *views->filenames[r.file]);
+    if (!c.ok()) return absl::Status(c.code(), absl::StrCat(label, ": ", c.message()));
+    r.unchecked = false;
+    return absl::OkStatus();
+  }
 
   // The data checksum of the block's rows, in order, up to the first bad one: the rows' views
   // (the good ones, marked checked) and that row's DATA_LOSS, OK when every row is good.
   static absl::Status CheckRows(ViewBlock* views, const std::string& label,
                                 std::vector<absl::string_view>* good) {
     good->reserve(views->rows.size());
-    for (ViewRow& r : views->rows) {
-      const absl::string_view d = r.record.has_owned ? r.record.owned : r.record.data;
-      if (r.unchecked) {
-        absl::Status c = TFRecordReader::CheckData(d, r.data, *views->filenames[r.file]);
-        if (!c.ok()) return absl::Status(c.code(), absl::StrCat(label, ": ", c.message()));
-        r.unchecked = false;
-      }
-      good->push_back(d);
+    for (size_t i = 0; i < views->rows.size(); ++i) {
+      RETURN_IF_ERROR(CheckRow(views, label, i));
+      const ViewRow& r = views->rows[i];
+      good->push_back(r.record.has_owned ? r.record.owned : r.record.data);
     }
     return absl::OkStatus();
   }
 
-  // The map-and-parse fusion of BlockCheck (core/data/deferred_check_blocks.h): verifies the
-  // rows and maps the good ones with map_rows straight from the read buffers, with no copy of
-  // them; true with *block the result, *good_rows their count and views->pending the bad row's
-  // error (OK if none); the buffers are released. False when map_rows fails or no row is good
-  // (the rows already verified stay marked so): BuildBlock then builds the rows' block.
+  // The map-and-parse fusion of BlockCheck (core/data/deferred_check_blocks.h): maps the rows
+  // with map_rows straight from the read buffers, with no copy of them, each row verified just
+  // before map_rows reads it (its bytes are then in the L1 cache when the parse reads them);
+  // true with *block the result, *good_rows their count and views->pending the bad row's error
+  // (OK if none: then the rows before it were mapped again, on their own); the buffers are
+  // released. False when map_rows fails on good rows or no row is good (the rows already
+  // verified stay marked so): BuildBlock then builds the rows' block.
   static bool MapRowsInPlace(ViewBlock* views, const std::string& label,
                              const SerializedRowsFn& map_rows, Element* block,
                              int64_t* good_rows) {
+    std::vector<absl::string_view> rows;
+    rows.reserve(views->rows.size());
+    for (const ViewRow& r : views->rows) {
+      rows.push_back(r.record.has_owned ? r.record.owned : r.record.data);
+    }
+    absl::StatusOr<Element> mapped =
+        map_rows(rows, [views, &label](size_t i) { return CheckRow(views, label, i); });
+    // Rows map_rows did not verify (it failed before them, or does not call its check).
     std::vector<absl::string_view> good;
     views->pending = CheckRows(views, label, &good);
     if (good.empty()) return false;
-    absl::StatusOr<Element> mapped = map_rows(good);
+    if (!views->pending.ok()) mapped = map_rows(good, nullptr);  // the rows before the bad one
     if (!mapped.ok()) return false;
     *block = *std::move(mapped);
     *good_rows = static_cast<int64_t>(good.size());
@@ -339,7 +374,8 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
       ViewRow row;
       bool end = false;
       absl::Status s = ReadWith(
-          [&](RecordFile* f) { return f->ReadView(&row.record, &owner, &check); }, &end);
+          [&](RecordFile* f) { return f->ReadView(&row.record, &owner, &check); }, &end,
+          &views->finished);
       if (!s.ok()) {
         if (views->rows.empty()) return s;
         pending_ = s;
@@ -365,6 +401,7 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
       views->rows.push_back(std::move(row));
       if (bytes > element_limit) break;
     }
+    if (current_ != nullptr) views->ahead = current_->TakePagesAhead();
     if (views->rows.empty()) *end_of_sequence = true;
     return absl::OkStatus();
   }
@@ -410,9 +447,11 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
   }
 
   // The next record read from its file by `read` (a RecordFile method), or *end at the end of
-  // the files (or of the range).
+  // the files (or of the range). A file read to its end is closed, or moved to *finished for
+  // the caller to close later (off its lock) when `finished` is not null.
   template <typename ReadFn>
-  absl::Status ReadWith(const ReadFn& read, bool* end) {
+  absl::Status ReadWith(const ReadFn& read, bool* end,
+                        std::vector<std::shared_ptr<RecordFile>>* finished = nullptr) {
     if (range_.has_value() && !positioned_) {
       RETURN_IF_ERROR(Position());
       positioned_ = true;
@@ -432,6 +471,7 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
       }
       absl::Status s = read(current_.get());
       if (absl::IsOutOfRange(s)) {
+        if (finished != nullptr) finished->push_back(std::move(current_));
         current_.reset();
         continue;
       }

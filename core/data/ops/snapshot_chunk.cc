@@ -158,30 +158,26 @@ absl::StatusOr<std::unique_ptr<SnapshotChunkReader>> SnapshotChunkReader::Open(
     const std::string& filename, Compression compression, int64_t format_version,
     ElementSpec spec, const SnapshotChunkReadOptions& options) {
   ASSIGN_OR_RETURN(const bool raw, IsRawFormat(format_version, filename));
-  if (options.map && raw && compression == Compression::kNone && IsLocalPath(filename)) {
-    ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::Map(filename));
-    RETURN_IF_ERROR(CheckChunkSize(filename, file->size(), options.expected_bytes));
-    return std::unique_ptr<SnapshotChunkReader>(new SnapshotChunkReader(
-        filename, nullptr, std::make_unique<MappedTFRecordReader>(std::move(file)), raw,
-        std::move(spec)));
-  }
-  if (options.expected_bytes >= 0) {
-    ASSIGN_OR_RETURN(FileStat st, StatFile(filename));
-    RETURN_IF_ERROR(CheckChunkSize(filename, st.size, options.expected_bytes));
-  }
   TFRecordReaderOptions read;
   read.compression = compression;
   read.map_local_file = options.map;  // map = false: always read (TFRecordReader maps otherwise)
   ASSIGN_OR_RETURN(std::unique_ptr<TFRecordReader> reader, TFRecordReader::Open(filename, read));
+  if (reader->mapped()) {
+    // The size mapped is the size read: no window between a stat and the open.
+    RETURN_IF_ERROR(CheckChunkSize(filename, reader->mapped_file()->size(), options.expected_bytes));
+  } else if (options.expected_bytes >= 0) {
+    ASSIGN_OR_RETURN(FileStat st, StatFile(filename));
+    RETURN_IF_ERROR(CheckChunkSize(filename, st.size, options.expected_bytes));
+  }
   return std::unique_ptr<SnapshotChunkReader>(
-      new SnapshotChunkReader(filename, std::move(reader), nullptr, raw, std::move(spec)));
+      new SnapshotChunkReader(filename, std::move(reader), raw, std::move(spec)));
 }
 
 absl::Status SnapshotChunkReader::Next(Element* out, bool* end_of_chunk) {
   absl::string_view record;
   absl::Status s;
-  if (mapped_ != nullptr) {
-    s = mapped_->Next(&record);
+  if (mapped()) {
+    s = reader_->ReadRecordView(&record, nullptr, &view_owner_);  // checksum verified here
   } else {
     s = reader_->ReadRecord(&record_);
     record = record_;
@@ -200,7 +196,7 @@ absl::Status SnapshotChunkReader::Next(Element* out, bool* end_of_chunk) {
 absl::StatusOr<Element> SnapshotChunkReader::Decode(absl::string_view record, int64_t index) {
   if (raw_) {
     absl::StatusOr<Element> e =
-        mapped_ != nullptr ? ParseRawElementInPlace(record, mapped_->file(), spec_, filename())
+        mapped() ? ParseRawElementInPlace(record, mapped_file_, spec_, filename())
                            : ParseRawElement(record, spec_, filename());
     if (e.ok() || absl::IsResourceExhausted(e.status())) return e;
     if (absl::IsFailedPrecondition(e.status())) {

@@ -34,7 +34,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/io/mapped_tfrecord_reader.h"
 #include "core/io/tfrecord_reader.h"
 #include "core/io/tfrecord_writer.h"
 #include "core/io/zlib_stream.h"
@@ -85,19 +84,25 @@ class SnapshotChunkWriter {
   std::string record_;  // reused: one allocation per chunk once it fits the largest element
 };
 
-// How a chunk is read. Mapping: an uncompressed local chunk of raw element records (format 2)
-// is mapped (core/io/mapped_file.h) instead of read: no read(2) copy, each record's checksum
-// verified in place, and every numeric component that lies aligned for its dtype in the file
-// handed out as a view of the mapping (charged to the memory budget as a copy would be,
-// core/tensor/charged_view.h; the view keeps the mapping alive after the reader and the dataset
-// are gone); strings are copied once. Compressed chunks, format 1 and object stores are read.
+// How a chunk is read. Mapping: an uncompressed local chunk is mapped by its TFRecordReader
+// (core/io/tfrecord_reader.h, map_local_file) instead of read: no read(2) copy. Raw element
+// records (format 2) are then read as views of the mapping, each record's checksum verified in
+// place before it is parsed (the reader's checked-view policy), and every numeric component
+// that lies aligned for its dtype in the file handed out as a view of the mapping (charged to
+// the memory budget as a copy would be, core/tensor/charged_view.h; the view keeps the mapping
+// alive after the reader and the dataset are gone); strings are copied once. Format 1 records
+// are copied out of the mapping and parsed. Compressed chunks and object stores are read. When
+// the process already has kMaxGuardedRanges mappings alive (views hold them), a chunk is read
+// instead, the same elements copied (core/io/mapping_truncation_guard.h).
 //
 // SIGBUS policy: only committed chunks are opened (load() never opens a .tmp- file), and a
 // committed chunk is never written in place (it appears by rename, whole; a retried split
 // renames a new file over it, which leaves a mapping of the old one intact). What remains is a
 // foreign process truncating a chunk in place while it is mapped: `expected_bytes` (the size the
-// manifest lists) catches one truncated before it is opened; one truncated while mapped raises
-// SIGBUS, as for any mapped-file reader (LevelDB's tables). `map = false` reads instead.
+// manifest lists) catches one truncated before it is opened; one truncated while mapped is
+// DATA_LOSS ("file F was truncated while it was read"), not SIGBUS, as for any TFRecord file
+// the reader maps; a view handed out before the truncation reads zeros where the file lost
+// bytes. `map = false` reads instead.
 struct SnapshotChunkReadOptions {
   // Map an uncompressed local chunk of format 2 (above); false: always read.
   bool map = true;
@@ -119,15 +124,16 @@ class SnapshotChunkReader {
   absl::Status Next(Element* out, bool* end_of_chunk);
   int64_t num_read() const { return num_read_; }
   const std::string& filename() const { return filename_; }
-  // Whether the chunk is mapped (SnapshotChunkReadOptions) rather than read.
-  bool mapped() const { return mapped_ != nullptr; }
+  // Whether the chunk's raw records are views of its mapping (SnapshotChunkReadOptions) rather
+  // than copies.
+  bool mapped() const { return mapped_file_ != nullptr; }
 
  private:
-  SnapshotChunkReader(std::string filename, std::unique_ptr<TFRecordReader> reader,
-                      std::unique_ptr<MappedTFRecordReader> mapped, bool raw, ElementSpec spec)
+  SnapshotChunkReader(std::string filename, std::unique_ptr<TFRecordReader> reader, bool raw,
+                      ElementSpec spec)
       : filename_(std::move(filename)),
         reader_(std::move(reader)),
-        mapped_(std::move(mapped)),
+        mapped_file_(raw ? reader_->mapped_file() : nullptr),
         raw_(raw),
         spec_(std::move(spec)) {}
 
@@ -135,8 +141,10 @@ class SnapshotChunkReader {
   absl::StatusOr<Element> Decode(absl::string_view record, int64_t index);
 
   const std::string filename_;
-  std::unique_ptr<TFRecordReader> reader_;         // null when mapped
-  std::unique_ptr<MappedTFRecordReader> mapped_;  // null when read
+  const std::unique_ptr<TFRecordReader> reader_;
+  // The mapping raw records are read from as views; null when they are copied.
+  const std::shared_ptr<TensorBuffer> mapped_file_;
+  std::shared_ptr<const void> view_owner_;  // ReadRecordView's (the mapping)
   const bool raw_;
   const ElementSpec spec_;
   std::string record_;  // reused: read without a zero-fill once it fits the largest record
