@@ -81,20 +81,24 @@ absl::Status CheckSparse(const Tensor& indices, const Tensor& values, const Tens
 // Checks one level's row_splits against the row count of the level below.
 absl::Status CheckRowSplits(const Tensor& splits, int level, int64_t inner_rows,
                             absl::string_view what) {
-  const std::string name = absl::StrCat("RaggedTensor row_splits ", level);
-  RETURN_IF_ERROR(CheckInt64(splits, 1, what, name));
+  // The name is built only for an error: this runs on every ragged component a consumer
+  // receives.
+  auto name = [level] { return absl::StrCat("RaggedTensor row_splits ", level); };
+  if (!splits.valid() || splits.dtype() != DType::kInt64 || splits.shape().rank() != 1) {
+    return CheckInt64(splits, 1, what, name());
+  }
   const int64_t n = splits.shape().dim(0);
-  if (n < 1) return Bad(what, absl::StrCat(name, " is empty (it needs at least [0])"));
+  if (n < 1) return Bad(what, absl::StrCat(name(), " is empty (it needs at least [0])"));
   const int64_t* s = splits.data<int64_t>();
-  if (s[0] != 0) return Bad(what, absl::StrCat(name, " starts at ", s[0], ", not 0"));
+  if (s[0] != 0) return Bad(what, absl::StrCat(name(), " starts at ", s[0], ", not 0"));
   for (int64_t i = 1; i < n; ++i) {
     if (s[i] < s[i - 1]) {
-      return Bad(what, absl::StrCat(name, " decreases at position ", i, " (", s[i], " after ",
+      return Bad(what, absl::StrCat(name(), " decreases at position ", i, " (", s[i], " after ",
                                     s[i - 1], ")"));
     }
   }
   if (s[n - 1] != inner_rows) {
-    return Bad(what, absl::StrCat(name, " ends at ", s[n - 1], " but the level below has ",
+    return Bad(what, absl::StrCat(name(), " ends at ", s[n - 1], " but the level below has ",
                                   inner_rows, " rows"));
   }
   return absl::OkStatus();

@@ -248,6 +248,26 @@ absl::StatusOr<Element> PackRowNodes(const Element& structure, std::vector<Eleme
   return PackFrom(structure, nodes, &next);
 }
 
+std::vector<Element> TakeRowNodes(Element* e) {
+  std::vector<Element> nodes;
+  std::vector<Element*> pending = {e};  // depth first, in flatten order
+  while (!pending.empty()) {
+    Element* n = pending.back();
+    pending.pop_back();
+    if (n->is_leaf()) {
+      nodes.push_back(std::exchange(*n, Element(Tensor())));
+    } else if (n->is_composite()) {
+      nodes.push_back(std::exchange(*n, Element::Composite(n->kind(), {}, {})));
+    } else {
+      const std::vector<size_t> order = n->FlattenOrder();
+      for (auto i = order.rbegin(); i != order.rend(); ++i) {
+        pending.push_back(&n->mutable_children()[*i]);
+      }
+    }
+  }
+  return nodes;
+}
+
 int64_t RowNodeRank(const Element& node) {
   return node.is_leaf() ? node.leaf().shape().rank()
                         : static_cast<int64_t>(node.composite_dims().size());
@@ -271,6 +291,9 @@ absl::StatusOr<Element> SliceRows(const Element& node, int64_t begin, int64_t en
                                   absl::string_view what) {
   if (node.is_leaf()) return Element(node.leaf().Slice(begin, end));
   if (node.kind() == NestKind::kSparse) return SliceSparse(node, begin, end, what);
+  // All rows of a valid RaggedTensor (splits from 0 to its values' rows) are the node itself:
+  // a source repeated in blocks of all its rows rebuilds nothing.
+  if (begin == 0 && end == RowCount(node)) return node;
   if (node.children().size() == 1) {
     return MakeRaggedTensor(node.children()[0].leaf().Slice(begin, end), {}, what);
   }

@@ -47,6 +47,10 @@ std::vector<const Nest<T>*> RowNodes(const Nest<T>& e) {
   return out;
 }
 
+// RowNodes(*e) moved out of `*e` (same order), each replaced by an empty node of its kind, so
+// that `*e` still serves as PackRowNodes' `structure`: joins its nodes without copying them.
+std::vector<Element> TakeRowNodes(Element* e);
+
 // The structure of `structure` with `nodes` (in RowNodes order) at its leaves and composites.
 // INVALID_ARGUMENT if the counts differ.
 absl::StatusOr<Element> PackRowNodes(const Element& structure, std::vector<Element> nodes);
@@ -60,7 +64,8 @@ int64_t RowCount(const ElementSpec& node);
 
 // Rows [begin, end) of a row node (0 <= begin <= end <= RowCount). Dense leaves and a ragged
 // node's flat_values are zero-copy slices; a sparse node's values too when its selected entries
-// are contiguous (entries ordered by row, as TF's ops make them).
+// are contiguous (entries ordered by row, as TF's ops make them). All rows of a ragged node are
+// the node itself, row_splits included (no copy).
 absl::StatusOr<Element> SliceRows(const Element& node, int64_t begin, int64_t end,
                                   absl::string_view what);
 // The pieces' rows one after the other (see the file comment). Requires non-empty `pieces` of

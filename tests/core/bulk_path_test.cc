@@ -303,6 +303,11 @@ TEST(BulkPathTest, CompositeRowsInBlocks) {
            "from_tensor_slices({'s': " + sparse + ", 'r': tf.ragged.constant([[1], [], [2, 3], "
            "[4], [5]])}).repeat(2).shard(3, 1).batch(2)",
            "from_tensor_slices(" + ragged + ").shard(2, 0).ragged_batch(2)",
+           // Batches of whole source blocks: the blocks are the source's value, joined as is.
+           "from_tensor_slices(" + ragged + ").repeat(4).ragged_batch(12)",
+           "from_tensor_slices(" + ragged2 + ").repeat(3).batch(8)",
+           "from_tensor_slices({'s': " + sparse + ", 'r': tf.ragged.constant([[1], [], [2, 3], "
+           "[4], [5]])}).repeat(3).batch(10)",
        }) {
     SCOPED_TRACE(p);
     elements += ExpectSameRun(p);

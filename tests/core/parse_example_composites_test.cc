@@ -12,6 +12,7 @@
 #include "core/data/executor.h"
 #include "core/data/memory_budget.h"
 #include "core/data/ops/example_parser.h"
+#include "core/data/ops/ragged_feature.h"
 #include "core/data/spec_inference.h"
 #include "core/format/tensor_format.h"
 #include "core/io/tfrecord_writer.h"
@@ -191,9 +192,13 @@ TEST(ParseCompositesTest, BadRaggedSpecsSayWhat) {
   s = SpecError("{'r': RaggedFeature(tf.int64, partitions=[RaggedFeature.UniformRowLength(0)], "
                 "row_splits_dtype=tf.int64)}");
   EXPECT_THAT(std::string(s.message()), HasSubstr("UniformRowLength(0) must be positive"));
-  s = SpecError("{'r': RaggedFeature(tf.int64, partitions=[RaggedFeature.ValueRowIds('i')], "
+  s = SpecError("{'r': RaggedFeature(tf.int64, partitions=[RaggedFeature.RowIds('i')], "
                 "row_splits_dtype=tf.int64)}");
-  EXPECT_THAT(std::string(s.message()), HasSubstr("got 'ValueRowIds'"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("got 'RowIds'"));
+  s = SpecError("{'r': RaggedFeature(tf.int64, partitions=[RaggedFeature.UniformRowLength(2), "
+                "RaggedFeature.ValueRowIds('i')], row_splits_dtype=tf.int64)}");
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("a ValueRowIds partition may not follow a UniformRowLength"));
   s = SpecError("{'r': RaggedFeature(tf.int64, value_key='v', row_splits_dtype=tf.int64), "
                 "'v': VarLenFeature(tf.int64)}");
   EXPECT_THAT(std::string(s.message()), HasSubstr("reads 'v', which is a VarLenFeature too"));
@@ -206,6 +211,23 @@ TEST(ParseCompositesTest, BadRaggedSpecsSayWhat) {
   EXPECT_THAT(std::string(flag.status().message()), HasSubstr("True or False"));
 }
 
+struct Bad {
+  std::string record;
+  std::string message;
+};
+
+// `parser` refuses each bad record, parsed after `good` (so as record 1), with INVALID_ARGUMENT
+// naming feature 'x' and its message.
+void ExpectRefused(const ExampleParser& parser, const std::string& good,
+                   const std::vector<Bad>& bad) {
+  for (const Bad& b : bad) {
+    absl::StatusOr<Element> e = parser.ParseBatch({good, b.record});
+    ASSERT_FALSE(e.ok()) << b.message;
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(e.status().message()), HasSubstr("RaggedFeature 'x', " + b.message));
+  }
+}
+
 // Hostile records: lengths and splits that do not fit, huge counts. Element errors naming the
 // feature and the record (its index in the batch), never a crash or a huge allocation.
 TEST(ParseCompositesTest, HostileRecordsAreErrorsNamingFeatureAndRecord) {
@@ -216,10 +238,6 @@ TEST(ParseCompositesTest, HostileRecordsAreErrorsNamingFeatureAndRecord) {
   const std::string good = ExampleBytes({{"ids", {1, 2, 3}}, {"inner", {0, 1, 3}},
                                          {"outer", {2}}});
   ASSERT_TRUE(p.ParseBatch({good, good}).ok());
-  struct Bad {
-    std::string record;
-    std::string message;
-  };
   const int64_t huge = int64_t{1} << 62;
   const std::vector<Bad> bad = {
       {ExampleBytes({{"ids", {1, 2, 3}}, {"inner", {0, 1, 3}}, {"outer", {huge, huge}}}),
@@ -237,12 +255,56 @@ TEST(ParseCompositesTest, HostileRecordsAreErrorsNamingFeatureAndRecord) {
       {ExampleBytes({{"ids", {1, 2, 3}}, {"inner", {1, 3}}, {"outer", {1}}}),
        "record 1: the row splits of 'inner' start at 1, not 0"},
   };
-  for (const Bad& b : bad) {
-    absl::StatusOr<Element> e = p.ParseBatch({good, b.record});
-    ASSERT_FALSE(e.ok()) << b.message;
-    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(e.status().message()), HasSubstr("RaggedFeature 'x', " + b.message));
-  }
+  ExpectRefused(p, good, bad);
+  // RowStarts, RowLimits and ValueRowIds (outermost first, over the splits of 'inner'): huge
+  // starts, limits and row ids are refused before anything is allocated for them.
+  const ExampleParser q = ParserOf(
+      "{'x': RaggedFeature(tf.int64, value_key='ids', partitions=["
+      "RaggedFeature.ValueRowIds('ids2'), RaggedFeature.RowStarts('st'), "
+      "RaggedFeature.RowLimits('li')], row_splits_dtype=tf.int64)}");
+  const std::string fits = ExampleBytes({{"ids", {1, 2, 3}}, {"li", {1, 3}}, {"st", {0, 1, 2}},
+                                         {"ids2", {0, 0, 1}}});
+  absl::StatusOr<Element> parsed = q.ParseBatch({fits, fits});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  // What TF 2.15 prints for tf.io.parse_example([fits, fits], <the same spec>).
+  EXPECT_EQ(FormatElement(*parsed), "{'x': <tf.RaggedTensor [[[[[1]], [[2, 3]]], [[]]],\n"
+                                    " [[[[1]], [[2, 3]]], [[]]]]>}");
+  const int64_t max_empty = RaggedRows::kMaxEmptyRowsPerRecord;
+  const std::vector<Bad> bad_keyed = {
+      {ExampleBytes({{"ids", {1, 2, 3}}, {"li", {1, huge}}, {"st", {0, 1, 2}},
+                     {"ids2", {0, 0, 1}}}),
+       "record 1: the row limits of 'li' end at 4611686018427387904 but the level below has 3 "
+       "rows (the values of 'ids')"},
+      {ExampleBytes({{"ids", {1, 2, 3}}, {"li", {-1, 3}}, {"st", {0, 1, 2}},
+                     {"ids2", {0, 0, 1}}}),
+       "record 1: the row limits of 'li' decrease at position 0 (-1 after 0)"},
+      {ExampleBytes({{"ids", {1, 2, 3}}, {"li", {1, 3}}, {"st", {0, huge, 2}},
+                     {"ids2", {0, 0, 1}}}),
+       "record 1: row start 4611686018427387904 of 'st' at position 1 is past the 2 rows of the "
+       "level below (the partition 'li')"},
+      {ExampleBytes({{"ids", {1, 2, 3}}, {"li", {1, 3}}, {"st", {}}, {"ids2", {}}}),
+       "record 1: the row starts of 'st' are empty but the level below has 2 rows (the "
+       "partition 'li')"},
+      {ExampleBytes({{"ids", {1, 2, 3}}, {"li", {1, 3}}, {"st", {0, 1, 2}},
+                     {"ids2", {0, 0, huge}}}),
+       "record 1: value row id 4611686018427387904 of 'ids2' at position 2 leaves more than "
+       "1048576 empty rows before it"},
+      {ExampleBytes({{"ids", {1, 2, 3}}, {"li", {1, 3}}, {"st", {0, 1, 2}},
+                     {"ids2", {0, max_empty}}}),
+       "record 1: 'ids2' has 2 value row ids but the level below has 3 rows (the partition "
+       "'st')"},
+  };
+  ExpectRefused(q, fits, bad_keyed);
+  // At the bound (rows 1 .. max_empty empty), the empty rows are made; one more is refused.
+  const std::string many_empty = ExampleBytes(
+      {{"ids", {1, 2, 3}}, {"li", {1, 3}}, {"st", {0, 1, 2}}, {"ids2", {0, 0, max_empty + 1}}});
+  absl::StatusOr<Element> wide = q.ParseBatch({many_empty});
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_EQ(wide->children()[0].children()[2].leaf().num_elements(), max_empty + 3);
+  ExpectRefused(q, fits, {{ExampleBytes({{"ids", {1, 2, 3}}, {"li", {1, 3}}, {"st", {0, 1, 2}},
+                                         {"ids2", {0, 0, max_empty + 2}}}),
+                           "record 1: value row id 1048578 of 'ids2' at position 2 leaves more "
+                           "than 1048576 empty rows before it"}});
   // A float list where the lengths go: TF's message, naming the key and the record.
   absl::StatusOr<Element> e = p.ParseBatch({good, ExampleBytes({{"ids", {1}}}, {{"outer", {1}}})});
   EXPECT_THAT(std::string(e.status().message()),

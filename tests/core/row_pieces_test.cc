@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/spec_inference.h"
+#include "core/format/tensor_format.h"
 #include "core/tensor/composite_rows.h"
 #include "core/tensor/row_pieces.h"
 #include "gtest/gtest.h"
@@ -100,6 +101,34 @@ TEST(RowPiecesTest, RandomCutsJoinBackAndEachPieceIsItsRows) {
     ASSERT_TRUE(joined.ok()) << joined.status();
     EXPECT_TRUE(SameValue(*joined, value)) << "trial " << trial;
   }
+}
+
+// Joining blocks moves their nodes out (TakeRowNodes) and packs the joined ones back into the
+// first block's structure: what is taken is exactly RowNodes, and the rest still packs.
+TEST(RowPiecesTest, TakenNodesAreTheRowNodesAndTheirStructurePacksThemBack) {
+  SeededRng rng(Seed());
+  const Element value = Element::Dict(
+      {{"s", RandomSparse(rng, 4)},
+       {"r", RandomRagged(rng, 4)},
+       {"t", Element::Tuple({Element(Tensor::FromVector(std::vector<int32_t>{1, 2, 3, 4})),
+                             RandomRagged(rng, 4)})}});
+  Element taken_from = value;
+  std::vector<Element> nodes = TakeRowNodes(&taken_from);
+  const std::vector<const Element*> expected = RowNodes(value);
+  ASSERT_EQ(nodes.size(), expected.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    EXPECT_TRUE(SameValue(nodes[i], *expected[i])) << "node " << i;
+  }
+  absl::StatusOr<Element> packed = PackRowNodes(taken_from, std::move(nodes));
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_EQ(FormatElement(*packed), FormatElement(value));
+  // All rows of a RaggedTensor are the tensor itself: its row_splits are not copied.
+  const Element& ragged = *expected[0];  // flatten order: 'r' first
+  ASSERT_EQ(ragged.kind(), NestKind::kRagged);
+  absl::StatusOr<Element> whole = SliceRows(ragged, 0, RowCount(ragged), "test");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->children()[1].leaf().data<int64_t>(),
+            ragged.children()[1].leaf().data<int64_t>());
 }
 
 TEST(RowPiecesTest, EmptyRowsAndBatchDimsFollowTheSpec) {

@@ -9,8 +9,12 @@ Developer tooling only: the build and the tests never run TensorFlow. Run it wit
 
   /tmp/tfvenv/bin/python tools/golden/gen_composite_differential.py [FIRST_SEED [COUNT]]
 
-Seeds FIRST_SEED .. FIRST_SEED + COUNT - 1 (default 1 .. 120); each case names its seed, and
-the same seed draws the same pipeline (random.Random(seed), nothing else).
+Seeds FIRST_SEED .. FIRST_SEED + COUNT - 1 (default 1 .. 280); each case names its seed, and
+the same seed draws the same pipeline (random.Random(seed), nothing else). Seeds 1..120 draw
+the first op set above (kept as it was, so their pipelines and known differences stay put);
+seeds from 121 also draw rebatch, padded_batch and bucket_by_sequence_length (with and without
+no_padding) over whatever the pipeline holds: where TF 2.15 refuses one (padded_batch of a
+composite, a length of a scalar), the case records TF's error and Sluice must refuse it too.
 
 Format (line oriented), after the records of the file '{records}' (@records / @record <hex>):
   @case <seed>
@@ -20,6 +24,8 @@ Format (line oriented), after the records of the file '{records}' (@records / @r
   @spec <element_spec>
   @element                     followed by the lines of str(element), once per element
   @error <TF's error, first line>  (TF failed after the elements listed; Sluice must fail too)
+  @error_kind <TF's exception class> (Sluice's status must be of that kind: INVALID_ARGUMENT for
+                               TypeError, ValueError and InvalidArgumentError)
   @end
 """
 import os
@@ -74,6 +80,7 @@ def sparse_literal(rng, rows):
 
 
 def feature_spec(rng):
+    """The spec text and the keys of its dict, in the order written."""
     chosen = []
     for key, text, reads in rng.sample(FEATURES, rng.randint(1, 4)):
         dense_keys = {k for k, t, _ in chosen if "RaggedFeature" not in t}
@@ -84,7 +91,11 @@ def feature_spec(rng):
         if "RaggedFeature" not in text and key in ragged_reads:
             continue
         chosen.append((key, text, reads))
-    return "{%s}" % ", ".join("'%s': %s" % (k, t) for k, t, _ in chosen)
+    return ("{%s}" % ", ".join("'%s': %s" % (k, t) for k, t, _ in chosen),
+            [k for k, _, _ in chosen])
+
+
+SINGLE = ("length()", "lambda e: tf.shape(e)[0]")
 
 
 class Case:
@@ -97,12 +108,17 @@ class Case:
         self.batched = 0       # batch levels applied (unbatch needs one)
         self.var_rows = False  # dense rows of different lengths: only ragged_batch batches them
         self.multiset = False
+        self.extended = seed > 120  # draws rebatch, padded_batch, bucket_by_sequence_length
+        self.length_of = None  # bucket's element_length_func: (Sluice's, TF's) for the element
 
     def op(self, sluice, tf_text=None):
         self.sluice += sluice
         self.tf_ops.append(tf_text if tf_text is not None else sluice)
 
-    def parse(self, spec):
+    def parse(self, spec_and_keys):
+        spec, keys = spec_and_keys
+        key = self.rng.choice(keys) if self.extended else keys[0]
+        self.length_of = ("length('%s')" % key, "lambda e: tf.shape(e['%s'])[0]" % key)
         self.parsers.append(tf_parse(spec, dense=False))
         self.op(".map(parse_example(%s))" % spec, ".map(P[%d])" % (len(self.parsers) - 1))
 
@@ -112,17 +128,22 @@ class Case:
         rows = rng.randint(2, 7)
         if kind == 0:
             self.op("from_tensor_slices(%s)" % ragged_literal(rng, rows))
-            self.var_rows = True  # rows of a ragged_rank-1 value are dense [None] tensors
+            self.var_rows = True
+            self.length_of = SINGLE  # rows of a ragged_rank-1 value are dense [None] tensors
         elif kind == 1:
             self.op("from_tensor_slices(%s)" % ragged_literal(rng, rows, rank2=True))
+            self.length_of = SINGLE
         elif kind == 2:
             self.op("from_tensor_slices(%s)" % sparse_literal(rng, rows))
+            self.length_of = SINGLE
         elif kind == 3:
             self.op("from_tensor_slices({'r': %s, 'x': %r})" % (
                 ragged_literal(rng, rows, rank2=True), list(range(rows))))
+            self.length_of = ("length('r')", "lambda e: tf.shape(e['r'])[0]")
         elif kind == 4:
             self.op("from_tensor_slices((%s, %r))" % (
                 sparse_literal(rng, rows), [i * 1.5 for i in range(rows)]))
+            self.length_of = ("length(0)", "lambda s, x: tf.shape(s)[0]")
         elif kind == 5:
             words = [bytes(rng.choice(b"abcdef") for _ in range(rng.randrange(5)))
                      for _ in range(rows)]
@@ -130,6 +151,7 @@ class Case:
                     "from_tensor_slices(%r).map(lambda x: tf.io.decode_raw(x, tf.uint8))"
                     % words)
             self.var_rows = True
+            self.length_of = SINGLE
         else:
             self.records()
 
@@ -149,7 +171,9 @@ class Case:
 
     def element_op(self, allow_batch=True):
         rng = self.rng
-        choice = rng.randrange(7 if allow_batch else 3)
+        choice = rng.randrange((10 if self.extended else 7) if allow_batch else 3)
+        if choice >= 7:
+            return self.extended_op(choice)
         if choice == 0:
             self.op(".take(%d)" % rng.randint(0, 6))
         elif choice == 1:
@@ -168,6 +192,30 @@ class Case:
             self.batched -= 1
         else:
             self.op(".take(%d)" % rng.randint(1, 6))
+
+    def extended_op(self, choice):
+        """rebatch (of a batch), padded_batch, bucket_by_sequence_length."""
+        rng = self.rng
+        drop = rng.random() < 0.25
+        if choice == 7 and self.batched > 0:
+            self.op(".rebatch(%d%s)" % (rng.randint(1, 4), ", drop_remainder=True" if drop else ""))
+            return
+        if choice == 7 or self.length_of is None:
+            self.op(".padded_batch(%d%s)" % (rng.randint(1, 3),
+                                               ", drop_remainder=True" if drop else ""))
+        else:
+            sizes = [rng.randint(1, 3), rng.randint(1, 3)]
+            no_padding = rng.random() < 0.6
+            tail = "%s%s)" % (", no_padding=True" if no_padding else "",
+                              ", drop_remainder=True" if drop else "")
+            boundary = rng.randint(1, 4)
+            self.op(".bucket_by_sequence_length(%s, [%d], %r%s" % (
+                        self.length_of[0], boundary, sizes, tail),
+                    ".bucket_by_sequence_length(%s, [%d], %r%s" % (
+                        self.length_of[1], boundary, sizes, tail))
+        self.batched += 1
+        self.var_rows = False
+        self.length_of = None  # the batch's length would be its batch size: not drawn again
 
     def ragged_batch(self):
         size = self.rng.randint(1, 4)
@@ -198,7 +246,7 @@ class Case:
 
 def main():
     first = int(sys.argv[1]) if len(sys.argv) > 1 else 1
-    count = int(sys.argv[2]) if len(sys.argv) > 2 else 120
+    count = int(sys.argv[2]) if len(sys.argv) > 2 else 280
     lines = ["# Generated by tools/golden/gen_composite_differential.py with TensorFlow %s, "
              "numpy %s: seeds %d..%d." % (tf.__version__, np.__version__, first,
                                           first + count - 1),
@@ -212,8 +260,9 @@ def main():
                       "@order " + ("multiset" if case.multiset else "sequence")]
             try:
                 dataset = case.tf_dataset(path)
-            except (ValueError, TypeError, tf.errors.OpError) as e:
-                lines += ["@error " + str(e).strip().split("\n")[0], "@end"]
+            except (ValueError, TypeError, AttributeError, tf.errors.OpError) as e:
+                lines += ["@error " + str(e).strip().split("\n")[0],
+                          "@error_kind " + type(e).__name__, "@end"]
                 continue
             lines.append("@spec " + repr(dataset.element_spec))
             elements = []
@@ -223,13 +272,14 @@ def main():
                     elements.append(str(element))
             except tf.errors.OpError as e:
                 error = str(e).strip().split("\n")[0]
+                error_kind = type(e).__name__
             if case.multiset:
                 elements.sort()
             for e in elements:
                 lines.append("@element")
                 lines += e.split("\n")
             if error is not None:
-                lines.append("@error " + error)
+                lines += ["@error " + error, "@error_kind " + error_kind]
             lines.append("@end")
     out = "tests/testdata/conformance/composites_vs_tf.txt"
     os.makedirs(os.path.dirname(out), exist_ok=True)

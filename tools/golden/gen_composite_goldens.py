@@ -96,10 +96,25 @@ PIPELINES = [
     ("ragged_batch_drop_unbatch",
      "from_tensor_slices([b'ab', b'cde', b'', b'f', b'ghij']).map(decode_raw(tf.uint8))"
      ".ragged_batch(2, drop_remainder=True).unbatch()"),
+    # Issue 31's table (docs/PIPELINES.md): ragged_batch of a SparseTensor batches it as batch();
+    # bucket_by_sequence_length with no_padding batches composites, their length their rows.
+    ("ragged_batch_sparse", "from_tensor_slices(%s).ragged_batch(3)" % SPARSE),
+    ("bucket_ragged_no_padding",
+     "from_tensor_slices(%s).bucket_by_sequence_length(length(), [2], [2, 3], no_padding=True)"
+     % RAGGED2),
+    ("bucket_sparse_no_padding",
+     "from_tensors(%s).repeat(3).bucket_by_sequence_length(length(), [3, 5], [1, 2, 2], "
+     "no_padding=True)" % SPARSE),
+    ("bucket_dict_no_padding",
+     "from_tensor_slices({'ids': %s, 'tokens': %s}).bucket_by_sequence_length("
+     "length('tokens'), [2], [1, 2], no_padding=True, drop_remainder=True)"
+     % (SPARSE, "tf.ragged.constant([[[1], [2, 3]], [[4]], [], [[5], [6]]])")),
 ]
 
 # Sluice map() functions as TF spells them.
-TF_SPELLING = {".map(decode_raw(tf.uint8))": ".map(lambda x: tf.io.decode_raw(x, tf.uint8))"}
+TF_SPELLING = {".map(decode_raw(tf.uint8))": ".map(lambda x: tf.io.decode_raw(x, tf.uint8))",
+               "length()": "lambda e: tf.shape(e)[0]",
+               "length('tokens')": "lambda e: tf.shape(e['tokens'])[0]"}
 
 
 def pipeline_lines(name, expression, dataset):
@@ -206,6 +221,58 @@ NESTED_RECORDS = [
     example({"w": [7.0, 8.0], "lens2": [0, 1, 0], "v": [2, 3]}),
     example({"lens2": [], "v": []}),
 ]
+# RaggedFeature's other row partitions (RowStarts, RowLimits, ValueRowIds): the same rows
+# spelled three ways, empty rows and a record without values included; 'ri2' / 'st2' split
+# the rows that 'ri' makes again (two ragged partitions, outermost first).
+PARTITION_RECORDS = [
+    example({"ids": [1, 2, 3], "st": [0, 2], "li": [2, 3], "ri": [0, 0, 1], "ri2": [0, 1],
+             "st2": [0, 2]}),
+    example({"ids": [4], "st": [0, 0, 1], "li": [0, 0, 1], "ri": [2], "ri2": [0, 1, 1],
+             "st2": [0, 0, 3]}),
+    example({"st": [], "li": [], "ri": [], "ri2": [], "st2": []}),
+    example({"ids": [5, 6, 7, 8], "st": [0, 0], "li": [0, 4], "ri": [1, 1, 1, 1],
+             "ri2": [0, 0], "st2": [0]}),
+]
+PARTITIONS = (
+    "{'starts': tf.io.RaggedFeature(tf.int64, value_key='ids', partitions=["
+    "tf.io.RaggedFeature.RowStarts('st')], row_splits_dtype=tf.int64), "
+    "'limits': tf.io.RaggedFeature(tf.int64, value_key='ids', partitions=["
+    "tf.io.RaggedFeature.RowLimits('li')], row_splits_dtype=tf.int64), "
+    "'rowids': tf.io.RaggedFeature(tf.int64, value_key='ids', partitions=["
+    "tf.io.RaggedFeature.ValueRowIds('ri')], row_splits_dtype=tf.int64), "
+    "'two': tf.io.RaggedFeature(tf.int64, value_key='ids', partitions=["
+    "tf.io.RaggedFeature.RowStarts('st2'), tf.io.RaggedFeature.ValueRowIds('ri')], "
+    "row_splits_dtype=tf.int64)}")
+PARTITION_PIPELINES = [
+    ("ragged_partitions_single",
+     "tf_record_dataset('{partitions}').map(parse_example(%s))" % PARTITIONS),
+    ("ragged_partitions_batch",
+     "tf_record_dataset('{partitions}').batch(3).map(parse_example(%s))" % PARTITIONS),
+    ("ragged_rowids_nested_batch",
+     "tf_record_dataset('{partitions}').batch(4).map(parse_example({'x': tf.io.RaggedFeature("
+     "tf.int64, value_key='ids', partitions=[tf.io.RaggedFeature.ValueRowIds('ri2'), "
+     "tf.io.RaggedFeature.RowLimits('li')], row_splits_dtype=tf.int64)}))"),
+]
+BROKEN.update({
+    "starts_decrease": [example({"ids": [1, 2, 3], "st": [0, 2, 1]})],
+    "starts_range": [example({"ids": [1, 2, 3], "st": [0, 4]})],
+    "starts_first": [example({"ids": [1, 2, 3], "st": [1, 2]})],
+    "limits_decrease": [example({"ids": [1, 2, 3], "li": [2, 1, 3]})],
+    "limits_total": [example({"ids": [1, 2, 3], "li": [1, 2]})],
+    "rowids_decrease": [example({"ids": [1, 2, 3], "ri": [0, 1, 0]})],
+    "rowids_negative": [example({"ids": [1, 2, 3], "ri": [0, 0, -1]})],
+    "rowids_count": [example({"ids": [1, 2, 3], "ri": [0, 0]})],
+})
+
+
+def partition_error(name, kind, key, sluice_error, tf_error, batched=False):
+    return ("error_" + name, "tf_record_dataset('{%s}')%s.map(parse_example({'x': "
+            "tf.io.RaggedFeature(tf.int64, value_key='ids', partitions=["
+            "tf.io.RaggedFeature.%s('%s')], row_splits_dtype=tf.int64, validate=True)}))"
+            % (name, ".batch(1)" if batched else "", kind, key), tf_error,
+            "RaggedFeature 'x', record 0: " + sluice_error)
+
+
 # TF 2.15 without validate=True gives undefined rows for inconsistent partitions; with it the
 # error comes from the RaggedTensor constructors ("do not form a valid RaggedTensor"). Sluice
 # always validates; its message names the feature, the record and the partition.
@@ -234,6 +301,36 @@ PARSE_ERRORS = [
      "Actual type: float",
      "Name: <unknown>, Key: lens, Index: 0.  Data types don't match. Expected type: int64, "
      "Actual type: float"),
+]
+# RowStarts / RowLimits / ValueRowIds that do not fit: (record set, partition, key, batched,
+# where TF's "Arguments to <it> do not form a valid ..." comes from, Sluice's error).
+PARTITION_ERRORS = [
+    ("starts_decrease", "RowStarts", "st", False, "from_row_starts",
+     "the row starts of 'st' decrease at position 2 (1 after 2)"),
+    ("starts_range", "RowStarts", "st", True, "from_row_starts",
+     "row start 4 of 'st' at position 1 is past the 3 rows of the level below (the values of "
+     "'ids')"),
+    ("starts_first", "RowStarts", "st", False, "from_row_starts",
+     "the row starts of 'st' start at 1, not 0"),
+    ("limits_decrease", "RowLimits", "li", False, "from_row_limits",
+     "the row limits of 'li' decrease at position 1 (1 after 2)"),
+    ("limits_total", "RowLimits", "li", True, "_from_row_partition",
+     "the row limits of 'li' end at 2 but the level below has 3 rows (the values of 'ids')"),
+    ("rowids_decrease", "ValueRowIds", "ri", False, "from_value_rowids",
+     "value row id 0 of 'ri' at position 2 is below the one before"),
+    ("rowids_negative", "ValueRowIds", "ri", True, "from_value_rowids",
+     "value row id -1 of 'ri' at position 2 is negative"),
+]
+PARSE_ERRORS += [partition_error(name, kind, key, sluice, "Arguments to %s do not form" % tf_from,
+                                 batched)
+                 for name, kind, key, batched, tf_from, sluice in PARTITION_ERRORS]
+# TF refuses a ValueRowIds feature whose count differs from the values' while it builds the
+# graph (a ValueError from the static shapes), not as an InvalidArgumentError, so this case is
+# Sluice's alone: INVALID_ARGUMENT naming feature, record and partition.
+SLUICE_ONLY_ERRORS = [
+    partition_error("rowids_count", "ValueRowIds", "ri",
+                    "'ri' has 2 value row ids but the level below has 3 rows (the values of "
+                    "'ids')", None),
 ]
 
 
@@ -281,23 +378,22 @@ def write_records(directory, name, records):
 def parse_goldens(out_dir):
     lines = ["# Generated by tools/golden/gen_composite_goldens.py with TensorFlow %s, numpy %s."
              % (tf.__version__, np.__version__)]
-    sets = {"records": RECORDS, "nested": NESTED_RECORDS}
+    sets = {"records": RECORDS, "nested": NESTED_RECORDS, "partitions": PARTITION_RECORDS}
     sets.update(BROKEN)
     for name, records in sets.items():
         lines.append("@records " + name)
         lines += ["@record " + r.hex() for r in records]
     with tempfile.TemporaryDirectory() as tmp:
         files = {name: write_records(tmp, name, records) for name, records in sets.items()}
-        for name, expression in PARSE_PIPELINES:
+        for name, expression in PARSE_PIPELINES + PARTITION_PIPELINES:
             lines += pipeline_lines(name, expression, tf_pipeline(expression, files))
-        for name, expression, tf_error, sluice_error in PARSE_ERRORS:
-            dataset = tf_pipeline(expression, files)
-            try:
-                for _ in dataset:
+        for name, expression, tf_error, sluice_error in PARSE_ERRORS + SLUICE_ONLY_ERRORS:
+            try:  # TF must fail too (SLUICE_ONLY_ERRORS: its message is not compared)
+                for _ in tf_pipeline(expression, files):
                     pass
                 raise AssertionError(name + ": TF did not fail")
-            except tf.errors.InvalidArgumentError as e:
-                assert tf_error in str(e), (name, str(e))
+            except (ValueError, tf.errors.InvalidArgumentError) as e:
+                assert tf_error is None or tf_error in str(e), (name, str(e))
             lines += ["@case " + name, "@pipeline " + expression, "@error " + sluice_error,
                       "@end"]
     with open(os.path.join(out_dir, "parse_composites.txt"), "w") as f:

@@ -119,7 +119,7 @@ class BatchIterator : public OpIterator {
   // from block to block, which is the per-element path's shape error, worded as there.
   // Consumes the blocks, so that strings no other tensor holds are moved, not copied.
   absl::Status ConcatBlocks(std::vector<Element> blocks, Element* out) const {
-    if (blocks[0].HasComposite()) return ConcatCompositeBlocks(blocks, out);
+    if (blocks[0].HasComposite()) return ConcatCompositeBlocks(std::move(blocks), out);
     const Nest<int> structure = blocks[0].Map([](const Tensor&) { return 0; });
     std::vector<std::vector<Tensor>> columns;  // columns[leaf][block]
     int64_t first_row = 0;                      // of the current block, in the batch
@@ -171,15 +171,20 @@ class BatchIterator : public OpIterator {
   // Blocks holding SparseTensor / RaggedTensor components: each component's rows joined as
   // row pieces (core/tensor/row_pieces.h), dense ones by Tensor::Concat, as stacking the
   // blocks' elements would give.
-  absl::Status ConcatCompositeBlocks(const std::vector<Element>& blocks, Element* out) const {
-    std::vector<std::vector<Element>> columns;  // columns[node][block]
-    for (size_t b = 0; b < blocks.size(); ++b) {
+  absl::Status ConcatCompositeBlocks(std::vector<Element> blocks, Element* out) const {
+    for (size_t b = 1; b < blocks.size(); ++b) {
       if (!blocks[b].SameStructure(blocks[0])) {
         return InvalidArgument("Cannot batch elements with different structures");
       }
-      std::vector<const Element*> nodes = RowNodes(blocks[b]);
+    }
+    // A block that is one composite (a ragged_batch of rows, a batch of sparse rows) joins as
+    // it is; the nodes of a structure are moved out of the blocks, never copied.
+    if (blocks[0].is_composite()) return JoinedOrCopyError(ConcatRows(blocks, label()), out);
+    std::vector<std::vector<Element>> columns;  // columns[node][block]
+    for (Element& block : blocks) {
+      std::vector<Element> nodes = TakeRowNodes(&block);
       columns.resize(nodes.size());
-      for (size_t i = 0; i < nodes.size(); ++i) columns[i].push_back(*nodes[i]);
+      for (size_t i = 0; i < nodes.size(); ++i) columns[i].push_back(std::move(nodes[i]));
     }
     std::vector<Element> joined;
     joined.reserve(columns.size());
@@ -191,6 +196,12 @@ class BatchIterator : public OpIterator {
     auto packed = PackRowNodes(blocks[0], std::move(joined));
     if (!packed.ok()) return InvalidArgument(packed.status().message());
     *out = *std::move(packed);
+    return absl::OkStatus();
+  }
+
+  absl::Status JoinedOrCopyError(absl::StatusOr<Element> joined, Element* out) const {
+    if (!joined.ok()) return CopyError(joined.status());
+    *out = *std::move(joined);
     return absl::OkStatus();
   }
 

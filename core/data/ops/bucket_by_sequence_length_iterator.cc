@@ -10,6 +10,8 @@
 #include "core/data/op_iterator.h"
 #include "core/data/ops/batch_iterator.h"
 #include "core/data/ops/padded_batch_iterator.h"
+#include "core/tensor/composite_rows.h"
+#include "core/tensor/row_pieces.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -45,6 +47,12 @@ const Nest<T>* LengthChild(const proto::BucketBySequenceLengthOp& op, const Nest
       break;
   }
   return &nest;
+}
+
+// A length component has rows: a tensor or composite of rank >= 1.
+template <typename T>
+bool HasRows(const Nest<T>& node) {
+  return (node.is_leaf() || node.is_composite()) && RowNodeRank(node) >= 1;
 }
 
 // An in-memory run of elements (one bucket's window), given to padded_batch / batch.
@@ -138,12 +146,12 @@ class BucketBySequenceLengthIterator : public OpIterator {
   absl::StatusOr<size_t> Bucket(const Element& e) const {
     std::string error;
     const Element* child = LengthChild(op_, e, &error);
-    if (child == nullptr || !child->is_leaf() || child->leaf().shape().rank() == 0) {
+    if (child == nullptr || !HasRows(*child)) {
       return MarkElementError(InvalidArgument(
           error.empty() ? "element_length_func: the length component is not a tensor of rank >= 1"
                         : error));
     }
-    const int64_t length = child->leaf().shape().dim(0);
+    const int64_t length = RowCount(*child);
     const int n = op_.bucket_boundaries_size();
     for (int i = 0; i <= n; ++i) {
       const int64_t lower = i == 0 ? std::numeric_limits<int32_t>::min() : op_.bucket_boundaries(i - 1);
@@ -208,7 +216,7 @@ absl::StatusOr<ElementSpec> InferBucketBySequenceLengthSpec(
   std::string error;
   const ElementSpec* child = LengthChild(op, input, &error);
   if (child == nullptr) return Invalid(error);
-  if (!child->is_leaf() || child->leaf().shape.rank() == 0) {
+  if (!HasRows(*child)) {
     return Invalid("element_length_func: the length component must be a tensor of rank >= 1 "
                    "(its dimension 0 is the length)");
   }
@@ -216,11 +224,12 @@ absl::StatusOr<ElementSpec> InferBucketBySequenceLengthSpec(
     if (op.padded_shapes_size() > 0 || op.padding_values_size() > 0) {
       return Invalid("no_padding=True takes no padded_shapes or padding_values");
     }
-    std::vector<TensorSpec> out;
-    for (const TensorSpec& s : input.Flatten()) {
-      out.push_back(TensorSpec{s.dtype, s.shape.Prepend(kUnknownDim)});
-    }
-    return ElementSpec::Pack(input, std::move(out));
+    return BatchedSpec(input, kUnknownDim);
+  }
+  if (input.HasComposite()) {
+    return Invalid("bucket_by_sequence_length pads with padded_batch, which does not support "
+                   "SparseTensor or RaggedTensor components (as in TF); give no_padding=True "
+                   "to batch them");
   }
   // padded_batch's checks and spec, with the batch dimension unknown (each bucket has its own
   // batch size, as in TF).

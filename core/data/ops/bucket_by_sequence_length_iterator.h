@@ -20,6 +20,11 @@
 // elements must have length < max(bucket_boundaries)." (an element error: the bucket is
 // dropped).
 //
+// SparseTensor / RaggedTensor components (issue 31), as TF 2.15: with no_padding they batch as
+// batch() batches them, and length() / length(key) / length(i) of a composite is its number of
+// rows (TF's tf.shape(e)[0]: dense_shape[0], nrows). Without no_padding they are refused
+// (INVALID_ARGUMENT, spec time), as TF's padded_batch refuses them (a TypeError).
+//
 // Static errors (INVALID_ARGUMENT): TF's "`len(bucket_batch_sizes)` must equal
 // `len(bucket_boundaries) + 1` ...", a non-positive batch size, a length component that is
 // missing or a scalar, and padded_batch's checks of padded_shapes / padding_values. Memory: at

@@ -108,6 +108,7 @@ absl::Status ParseBucketBySequenceLength(const ParseCall& c, proto::OpDef* def) 
 
 SLUICE_REGISTER_OPS(bucket_by_sequence_length_op) {
   OpRegistration r;
+  r.takes_composites = true;  // with no_padding, batched as batch() does; refused otherwise
   r.name = "bucket_by_sequence_length";
   r.infer_spec = [](const proto::OpDef& op, const ElementSpec& input) {
     return InferBucketBySequenceLengthSpec(op.bucket_by_sequence_length(), input);

@@ -340,18 +340,19 @@ proto::FeatureSpec RaggedFeatureSpec(std::string key, DType dtype, std::string v
   return f;
 }
 
-proto::RaggedPartition RowLengthsPartition(std::string key) {
+proto::RaggedPartition KeyedPartition(proto::RaggedPartition::Kind kind, std::string key) {
   proto::RaggedPartition p;
-  p.set_kind(proto::RaggedPartition::ROW_LENGTHS);
+  p.set_kind(kind);
   p.set_key(std::move(key));
   return p;
 }
 
+proto::RaggedPartition RowLengthsPartition(std::string key) {
+  return KeyedPartition(proto::RaggedPartition::ROW_LENGTHS, std::move(key));
+}
+
 proto::RaggedPartition RowSplitsPartition(std::string key) {
-  proto::RaggedPartition p;
-  p.set_kind(proto::RaggedPartition::ROW_SPLITS);
-  p.set_key(std::move(key));
-  return p;
+  return KeyedPartition(proto::RaggedPartition::ROW_SPLITS, std::move(key));
 }
 
 proto::RaggedPartition UniformRowLengthPartition(int64_t length) {
@@ -363,7 +364,34 @@ proto::RaggedPartition UniformRowLengthPartition(int64_t length) {
 
 namespace {
 
-// The rows of a RaggedFeature from its spec: RowLengths / RowSplits, then UniformRowLengths.
+// RaggedFeature's partitions that read a feature: TF's class name, the proto kind, the layout's.
+struct KeyedPartitionKind {
+  absl::string_view name;
+  proto::RaggedPartition::Kind proto_kind;
+  RaggedLayout::PartitionKind layout_kind;
+};
+constexpr KeyedPartitionKind kKeyedPartitions[] = {
+    {"RowLengths", proto::RaggedPartition::ROW_LENGTHS, RaggedLayout::PartitionKind::kRowLengths},
+    {"RowSplits", proto::RaggedPartition::ROW_SPLITS, RaggedLayout::PartitionKind::kRowSplits},
+    {"RowStarts", proto::RaggedPartition::ROW_STARTS, RaggedLayout::PartitionKind::kRowStarts},
+    {"RowLimits", proto::RaggedPartition::ROW_LIMITS, RaggedLayout::PartitionKind::kRowLimits},
+    {"ValueRowIds", proto::RaggedPartition::VALUE_ROWIDS,
+     RaggedLayout::PartitionKind::kValueRowIds},
+};
+const KeyedPartitionKind* FindKeyedPartition(proto::RaggedPartition::Kind kind) {
+  for (const KeyedPartitionKind& k : kKeyedPartitions) {
+    if (k.proto_kind == kind) return &k;
+  }
+  return nullptr;
+}
+const KeyedPartitionKind* FindKeyedPartition(absl::string_view name) {
+  for (const KeyedPartitionKind& k : kKeyedPartitions) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+// The rows of a RaggedFeature from its spec: the keyed partitions, then UniformRowLengths.
 absl::StatusOr<RaggedLayout> RaggedLayoutOf(const proto::FeatureSpec& f) {
   auto fail = [&](absl::string_view why) {
     return Invalid(absl::StrCat("parse_example: feature '", f.key(), "': RaggedFeature ", why));
@@ -390,20 +418,17 @@ absl::StatusOr<RaggedLayout> RaggedLayoutOf(const proto::FeatureSpec& f) {
       layout.uniform.push_back(p.length());
       continue;
     }
-    if (p.kind() != proto::RaggedPartition::ROW_LENGTHS &&
-        p.kind() != proto::RaggedPartition::ROW_SPLITS) {
+    const KeyedPartitionKind* keyed = FindKeyedPartition(p.kind());
+    if (keyed == nullptr) {
       return fail(absl::StrCat("partition ", i, " has unknown kind ", static_cast<int>(p.kind())));
     }
     if (!layout.uniform.empty()) {
       return fail(absl::StrCat(
-          "partition ", i, ": a RowLengths or RowSplits partition may not follow a "
+          "partition ", i, ": a ", keyed->name, " partition may not follow a "
           "UniformRowLength (Sluice's RaggedTensors have no uniform dimension between ragged ones)"));
     }
     if (p.key().empty()) return fail(absl::StrCat("partition ", i, " has no feature key"));
-    layout.ragged.push_back(
-        {p.kind() == proto::RaggedPartition::ROW_LENGTHS ? RaggedLayout::PartitionKind::kRowLengths
-                                                         : RaggedLayout::PartitionKind::kRowSplits,
-         p.key()});
+    layout.ragged.push_back({keyed->layout_kind, p.key()});
   }
   return layout;
 }
@@ -866,18 +891,12 @@ std::string ExampleParser::ToExpression(const proto::ParseExampleFn& fn) {
       }
       std::vector<std::string> partitions;
       for (const proto::RaggedPartition& p : f.partitions()) {
-        switch (p.kind()) {
-          case proto::RaggedPartition::ROW_LENGTHS:
-            partitions.push_back(absl::StrCat("RaggedFeature.RowLengths(",
-                                              PythonStringLiteral(p.key()), ")"));
-            break;
-          case proto::RaggedPartition::ROW_SPLITS:
-            partitions.push_back(absl::StrCat("RaggedFeature.RowSplits(",
-                                              PythonStringLiteral(p.key()), ")"));
-            break;
-          default:
-            partitions.push_back(absl::StrCat("RaggedFeature.UniformRowLength(", p.length(), ")"));
-        }
+        const KeyedPartitionKind* keyed = FindKeyedPartition(p.kind());
+        partitions.push_back(
+            keyed != nullptr
+                ? absl::StrCat("RaggedFeature.", keyed->name, "(", PythonStringLiteral(p.key()),
+                               ")")
+                : absl::StrCat("RaggedFeature.UniformRowLength(", p.length(), ")"));
       }
       if (!partitions.empty()) {
         absl::StrAppend(&s, ", partitions=[", absl::StrJoin(partitions, ", "), "]");
@@ -1179,10 +1198,12 @@ class FeatureSpecParser {
       }
       if (absl::StartsWith(name, "RaggedFeature.")) name = name.substr(14);
       const bool uniform = name == "UniformRowLength";
-      if (!uniform && name != "RowLengths" && name != "RowSplits") {
+      const KeyedPartitionKind* keyed = FindKeyedPartition(name);
+      if (!uniform && keyed == nullptr) {
         return Error(at, absl::StrCat("parse_example: feature '", key,
                                       "': partitions may be RaggedFeature.RowLengths(key), "
-                                      ".RowSplits(key) or .UniformRowLength(length), got '",
+                                      ".RowSplits(key), .RowStarts(key), .RowLimits(key), "
+                                      ".ValueRowIds(key) or .UniformRowLength(length), got '",
                                       name, "'"));
       }
       SkipWs();
@@ -1212,8 +1233,7 @@ class FeatureSpecParser {
           return Error(v.begin, absl::StrCat("parse_example: feature '", key, "': ", name,
                                              " needs a feature key string"));
         }
-        out.push_back(name == "RowLengths" ? RowLengthsPartition(v.text)
-                                           : RowSplitsPartition(v.text));
+        out.push_back(KeyedPartition(keyed->proto_kind, v.text));
       }
       SkipWs();
       if (Peek() != ')') return Expected(absl::StrCat("')' to close ", name, "(...)"));

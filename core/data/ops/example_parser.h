@@ -14,7 +14,8 @@
 //              [n], or [batch, max n] padded with 0 / "".
 //   RAGGED     tf.io.RaggedFeature(dtype, value_key=key, partitions=[...], row_splits_dtype=
 //              tf.int64, validate=False): the values of `value_key` split by RowLengths(key),
-//              RowSplits(key) and trailing UniformRowLength(n) partitions, outermost first
+//              RowSplits(key), RowStarts(key), RowLimits(key), ValueRowIds(key) and trailing
+//              UniformRowLength(n) partitions, outermost first
 //              (core/data/ops/ragged_feature.h gives the shapes and the per-record checks).
 //              Sluice's row splits are int64: row_splits_dtype must be tf.int64 (TF's default
 //              is tf.int32, whose specs print differently). Records are always validated.
@@ -149,6 +150,8 @@ proto::FeatureSpec RaggedFeatureSpec(std::string key, DType dtype, std::string v
                                      std::vector<proto::RaggedPartition> partitions = {});
 proto::RaggedPartition RowLengthsPartition(std::string key);
 proto::RaggedPartition RowSplitsPartition(std::string key);
+// RaggedFeature.RowStarts / RowLimits / ValueRowIds (`kind`) of the int64 feature `key`.
+proto::RaggedPartition KeyedPartition(proto::RaggedPartition::Kind kind, std::string key);
 proto::RaggedPartition UniformRowLengthPartition(int64_t length);
 
 }  // namespace sluice

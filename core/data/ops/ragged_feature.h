@@ -1,6 +1,6 @@
 // The row structure of one tf.io.RaggedFeature over the Examples of a parse_example batch: each
-// record's partitions (RowLengths / RowSplits read from the record, trailing UniformRowLengths
-// from the spec) checked and concatenated into the row_splits of the RaggedTensor TF 2.15 gives.
+// record's partitions (RowLengths / RowSplits / RowStarts / RowLimits / ValueRowIds read from
+// the record, trailing UniformRowLengths from the spec) checked and concatenated into the row_splits of the RaggedTensor TF 2.15 gives.
 //
 //   RaggedRows rows(layout, /*batched=*/true);
 //   RETURN_IF_ERROR(rows.AddRecord(0, /*num_values=*/4, {{2, 2}}));  // RowLengths [2, 2]
@@ -40,10 +40,11 @@ namespace sluice {
 
 // What a RaggedFeature spec says about the rows (validated by ExampleParser::Create).
 struct RaggedLayout {
-  enum class PartitionKind { kRowLengths, kRowSplits };
+  // TF's RaggedFeature.RowLengths, RowSplits, RowStarts, RowLimits and ValueRowIds.
+  enum class PartitionKind { kRowLengths, kRowSplits, kRowStarts, kRowLimits, kValueRowIds };
   struct Partition {
     PartitionKind kind = PartitionKind::kRowLengths;
-    std::string key;  // the int64 feature holding the lengths or splits
+    std::string key;  // the int64 feature holding the lengths, splits, starts, limits or ids
   };
   std::string key;                   // the output's dict key, for errors
   std::string value_key;             // the values' feature, for errors
@@ -59,6 +60,10 @@ struct RaggedLayout {
 
 class RaggedRows {
  public:
+  // A record's ValueRowIds may open at most this many empty rows before a value (each costs
+  // 8 bytes of row_splits; a hostile row id must not allocate without bound).
+  static constexpr int64_t kMaxEmptyRowsPerRecord = int64_t{1} << 20;
+
   // `layout` is borrowed for the RaggedRows' lifetime.
   RaggedRows(const RaggedLayout& layout, bool batched);
 
@@ -75,6 +80,20 @@ class RaggedRows {
 
  private:
   absl::Status Fail(int64_t record, absl::string_view why) const;
+  // The row splits partition `part` of record `record` gives from its int64s `v` over the
+  // `below` rows of the level below (`below_name`, for errors), checked as the file comment says.
+  absl::Status PartitionSplits(int64_t record, const RaggedLayout::Partition& part,
+                               std::span<const int64_t> v, int64_t below,
+                               const std::string& below_name, std::vector<int64_t>* s) const;
+  absl::Status LengthsToSplits(int64_t record, const std::string& key,
+                               std::span<const int64_t> v, int64_t below,
+                               const std::string& below_name, std::vector<int64_t>* s) const;
+  absl::Status CheckSplits(int64_t record, absl::string_view what, const std::string& key,
+                           const std::vector<int64_t>& s, int64_t below,
+                           const std::string& below_name) const;
+  absl::Status RowIdsToSplits(int64_t record, const std::string& key,
+                              std::span<const int64_t> v, int64_t below,
+                              const std::string& below_name, std::vector<int64_t>* s) const;
 
   const RaggedLayout& layout_;
   const bool batched_;

@@ -102,9 +102,10 @@ class FromTensorsIterator : public OpIterator {
 class RowsIterator : public OpIterator {
  public:
   RowsIterator(std::string label, Element element, int64_t rows)
-      : OpIterator(std::move(label)), element_(std::move(element)), num_rows_(rows) {
-    for (const Element* node : RowNodes(element_)) nodes_.push_back(*node);
-  }
+      : OpIterator(std::move(label)),
+        element_(std::move(element)),
+        num_rows_(rows),
+        nodes_(RowNodes(element_)) {}
 
   bool SupportsBlocks() const override { return true; }
 
@@ -134,8 +135,8 @@ class RowsIterator : public OpIterator {
     const int64_t count = std::min(max_elements, total - begin);
     std::vector<Element> block;
     block.reserve(nodes_.size());
-    for (const Element& node : nodes_) {
-      absl::StatusOr<Element> piece = SliceRows(node, begin, begin + count, label());
+    for (const Element* node : nodes_) {
+      absl::StatusOr<Element> piece = SliceRows(*node, begin, begin + count, label());
       if (!piece.ok()) return piece.status();
       block.push_back(*std::move(piece));
     }
@@ -150,7 +151,7 @@ class RowsIterator : public OpIterator {
  private:
   const Element element_;
   const int64_t num_rows_;
-  std::vector<Element> nodes_;  // its row nodes
+  const std::vector<const Element*> nodes_;  // its row nodes, in element_
   std::vector<Element> rows_;   // its rows, once the per-element path needs them
   int64_t next_ = 0;
 };
