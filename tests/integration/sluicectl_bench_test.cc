@@ -71,7 +71,9 @@ TEST_P(SluicectlBenchServiceTest, FixedTensorsThroughTheService) {
   // The consumer shares the workers' host: shared memory unless the environment turns it off
   // (the suite's tcp. run), and then no frame came through it.
   EXPECT_EQ(p["shared_memory"].bool_value(), SharedMemoryDefaultFromEnvironment());
-  if (!SharedMemoryDefaultFromEnvironment()) EXPECT_EQ(Int(p, "shared_memory_frames"), 0);
+  if (!SharedMemoryDefaultFromEnvironment()) {
+    EXPECT_EQ(Int(p, "shared_memory_frames"), 0);
+  }
   absl::Status stopped = cluster_->StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
