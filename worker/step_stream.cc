@@ -361,7 +361,9 @@ class StepStream final : public Reactor {
         [link = link_](const absl::Status& error) {
           absl::MutexLock link_lock(&link->mu);
           if (link->stream != nullptr) link->stream->context_->TryCancel();
-          LogEvent(LogLevel::kWarning, "worker",
+          // A consumer that closed its socket left (info); a write that failed otherwise or
+          // timed out is worth a warning.
+          LogEvent(absl::IsCancelled(error) ? LogLevel::kInfo : LogLevel::kWarning, "worker",
                    absl::StrCat("StreamSteps: ", error.message(), "; the stream ends"));
         },
         options_.bulk_write_timeout, options_.bulk_min_bytes, TEST_BulkFaults());

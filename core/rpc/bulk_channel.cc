@@ -415,6 +415,12 @@ absl::Status BulkSender::Write(const Frame& frame) {
         return absl::UnavailableError(
             "bulk channel: the consumer read nothing within the write timeout");
       }
+      if (errno == EPIPE || errno == ECONNRESET) {
+        // The consumer closed its end: it left, or its call ended (a step count reached, a
+        // cancel, a crash). Its call ends too; nothing is lost (exactly once as any broken call).
+        return absl::CancelledError(absl::StrCat("bulk channel: the consumer closed its socket (",
+                                                 std::strerror(errno), ")"));
+      }
       return absl::UnavailableError(
           absl::StrCat("bulk channel: writing to the consumer: ", std::strerror(errno)));
     }

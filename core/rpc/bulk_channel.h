@@ -180,8 +180,9 @@ struct BulkSenderFaults {
 class BulkSender final : public BulkPayloadSink {
  public:
   // `on_error` runs once, on the sender's thread, when a write fails (the socket is then
-  // useless: later frames stay inline and the stream should end). A write that makes no
-  // progress for `write_timeout` fails. Frames under `min_bytes` stay inline.
+  // useless: later frames stay inline and the stream should end): CANCELLED when the consumer
+  // closed its end (it left), UNAVAILABLE otherwise. A write that makes no progress for
+  // `write_timeout` fails. Frames under `min_bytes` stay inline.
   // Fault tests only (`faults`): see BulkSenderFaults.
   BulkSender(UniqueFd socket, std::function<void(const absl::Status&)> on_error,
              absl::Duration write_timeout = absl::Seconds(60), size_t min_bytes = 64 << 10,

@@ -148,6 +148,12 @@ TEST(BulkChannelTest, FramesOverTheSocketDecodeToTheSameStepsAsInline) {
   }
   EXPECT_EQ(bulk_decoder.stats().bulk_frames, 20u);
   EXPECT_EQ(bulk_decoder.stats().bulk_bytes, c.receiver->bytes_received());
+  // The sender counts a write when sendmsg returns, which can be after the receiver has the
+  // bytes (its thread preempted in between: 1 in ~10 under load): wait for the count, bounded.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (c.sender->bytes_sent() < c.receiver->bytes_received() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   EXPECT_EQ(c.sender->bytes_sent(), c.receiver->bytes_received());
 }
 
