@@ -655,6 +655,14 @@ TEST(StateSnapshotTest, RestoreOfSnapshotGivesAnEqualStateForEveryKindOfUpdate) 
     joined.mutable_trainer_joined()->set_job_id(6);
     joined.mutable_trainer_joined()->set_trainer_id("trial-3");
     history.push_back(joined);
+    // Another trainer joins and is dropped by a worker (gone too long): the snapshot keeps it
+    // out of the joined ones and refused.
+    joined.mutable_trainer_joined()->set_trainer_id("trial-4");
+    history.push_back(joined);
+    proto::Update dropped;
+    dropped.mutable_trainer_dropped()->set_job_id(6);
+    dropped.mutable_trainer_dropped()->set_trainer_id("trial-4");
+    history.push_back(dropped);
   }
 
   CoordinatorState state;
