@@ -4,6 +4,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "core/util/status_context.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -117,6 +118,14 @@ void SetBulkPathsEnabled(bool enabled) {
 
 absl::Status OpIterator::OpError(absl::StatusCode code, absl::string_view message) const {
   return absl::Status(code, absl::StrCat(label_, ": ", message));
+}
+
+absl::Status OpIterator::OpError(const absl::Status& status) const {
+  return WithContext(label_, status);
+}
+
+absl::Status OpIterator::OpError(absl::string_view context, const absl::Status& status) const {
+  return WithContext(absl::StrCat(label_, ": ", context), status);
 }
 
 }  // namespace sluice

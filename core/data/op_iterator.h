@@ -88,6 +88,10 @@ class OpIterator : public Iterator {
 
   // `code` with "<label>: <message>".
   absl::Status OpError(absl::StatusCode code, absl::string_view message) const;
+  // `status` (an error from below: its code and payloads kept, core/util/status_context.h)
+  // with "<label>: " or "<label>: <context>: " before its message. OK stays OK.
+  absl::Status OpError(const absl::Status& status) const;
+  absl::Status OpError(absl::string_view context, const absl::Status& status) const;
   absl::Status InvalidArgument(absl::string_view message) const {
     return OpError(absl::StatusCode::kInvalidArgument, message);
   }

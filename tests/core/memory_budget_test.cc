@@ -105,7 +105,9 @@ TEST(MemoryBudgetTest, AnElementLimitRefusalCarriesItsLimitThroughAddedContext) 
 
   // Through a pipeline: the refusal a worker reports for its task keeps the limit.
   ScopedProcessLimits limits({.process_bytes = int64_t{256} << 20, .element_bytes = 4 << 20});
+  // batch over a source with blocks (range) refuses the block it asks for, not an element.
   for (const char* pipeline : {"from_tensors([1]).repeat().batch(1000000000)",
+                               "range(2000000000).batch(1000000000)",
                                "range(4).map(one_hot(100000000000))"}) {
     SCOPED_TRACE(pipeline);
     EXPECT_EQ(RefusedElementLimit(Drain(pipeline)), 4 << 20);

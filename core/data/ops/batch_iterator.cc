@@ -95,7 +95,7 @@ class BatchIterator : public OpIterator {
       absl::Status s = input_->GetNextBlock(batch_size_ - gathered, &block, &n, &end);
       // The block's size is this op's request: a block refused as too large says so.
       if (absl::IsResourceExhausted(s) && !IsElementError(s)) {
-        return OpError(s.code(), absl::StrCat(describe, ": ", s.message()));
+        return OpError(describe, s);
       }
       if (!s.ok()) return s;
       if (end) break;

@@ -213,7 +213,7 @@ class JsonlIterator : public OpIterator {
       absl::Status s = scanner_.Next(JsonlLineLimit(), &line, &have);
       if (!s.ok()) {
         CloseFile();
-        return OpError(s.code(), absl::StrCat(file_name_, ": ", s.message()));
+        return OpError(file_name_, s);
       }
       if (!have) {  // the file ended; the next one
         CloseFile();
@@ -230,7 +230,7 @@ class JsonlIterator : public OpIterator {
  private:
   absl::Status OpenFile(const std::string& name) {
     absl::StatusOr<std::unique_ptr<InputStream>> stream = OpenFileStream(name);
-    if (!stream.ok()) return OpError(stream.status().code(), stream.status().message());
+    if (!stream.ok()) return OpError(stream.status());
     stream_ = *std::move(stream);
     file_name_ = name;
     InputStream* in = stream_.get();

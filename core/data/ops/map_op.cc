@@ -15,6 +15,7 @@
 #include "core/data/ops/map_fusion.h"
 #include "core/data/ops/map_iterator.h"
 #include "core/data/ops/parallel_calls.h"
+#include "core/util/status_context.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -120,7 +121,7 @@ SLUICE_REGISTER_OPS(map_op) {
         args.fused_next.empty() ? MakeMapFunction(m, args.input_spec)
                                 : MakeFusedMapFunction(m, args.fused_next, args.input_spec);
     if (!fn.ok()) {
-      return absl::Status(fn.status().code(), absl::StrCat(label, ": ", fn.status().message()));
+      return WithContext(label, fn.status());
     }
     // An element-wise fn also maps whole blocks (the bulk path, core/data/iterator.h).
     const ElementFn block_apply =

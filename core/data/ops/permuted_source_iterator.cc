@@ -30,7 +30,7 @@ class PermutedSourceIterator : public OpIterator {
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
     if (inner_ == nullptr) {
       absl::Status s = Open();
-      if (!s.ok()) return OpError(s.code(), s.message());
+      if (!s.ok()) return OpError(s);
     }
     if (next_ >= source_.end()) {
       *end_of_sequence = true;
@@ -39,9 +39,9 @@ class PermutedSourceIterator : public OpIterator {
     absl::StatusOr<Element> e = inner_->Get((*permutation_)(next_));
     if (IsElementError(e.status())) {  // a bad jsonl line: only this element is spoiled
       ++next_;
-      return MarkElementError(OpError(e.status().code(), e.status().message()));
+      return MarkElementError(OpError(e.status()));
     }
-    if (!e.ok()) return OpError(e.status().code(), e.status().message());
+    if (!e.ok()) return OpError(e.status());
     ++next_;
     *out = *std::move(e);
     return absl::OkStatus();

@@ -279,7 +279,7 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
     if (!r.unchecked) return absl::OkStatus();
     const absl::string_view d = r.record.has_owned ? r.record.owned : r.record.data;
     absl::Status c = TFRecordReader::CheckData(d, r.data, *views->filenames[r.file]);
-    if (!c.ok()) return absl::Status(c.code(), absl::StrCat(label, ": ", c.message()));
+    if (!c.ok()) return WithContext(label, c);
     r.unchecked = false;
     return absl::OkStatus();
   }
