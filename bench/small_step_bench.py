@@ -1,12 +1,13 @@
 """1 KiB steps through the client API a trainer uses, co-located worker (issue 28, small steps).
 
     python3 bench/small_step_bench.py [--build=build] [--seconds=5] [--size=1024] [--reps=3]
-        [--devices=CPU:0,GPU:0] [--shared_memory=1]
+        [--devices=CPU:0,GPU:0] [--shared_memory=1] [--pipeline=EXPR]
 
 Starts a sluice-coordinator and one sluice-worker on loopback (bench/sluice_cluster.py) and runs
 `sluicectl bench --coordinator` (DistributeDatasetFromService, DistributedIterator::GetNext in
 a loop, each step dropped before the next call) on
-`from_tensors(tf.constant(0, dtype=tf.uint8, shape=[size])).repeat()`: the worker runs the
+`from_tensors(tf.constant(0, dtype=tf.uint8, shape=[size])).repeat()` (or --pipeline, e.g.
+`range(1 << 40).batch(128)`: 1 KiB of int64 per step from a batch op): the worker runs the
 pipeline and streams the steps, through shared memory when --shared_memory=1 (the default, as
 users get it on one host). --devices=GPU:0 adds the device prefetcher (host memory standing in
 without a GPU). Per run it reports steps/s and the CPU each process spent per step:
@@ -62,8 +63,11 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--devices", default="CPU:0,GPU:0")
     ap.add_argument("--shared_memory", default="1")
+    ap.add_argument("--pipeline", default="",
+                    help="another pipeline expression (default: the from_tensors one above)")
     args = ap.parse_args()
-    expr = (f"from_tensors(tf.constant(0, dtype=tf.uint8, shape=[{args.size}])).repeat()")
+    expr = args.pipeline or (
+        f"from_tensors(tf.constant(0, dtype=tf.uint8, shape=[{args.size}])).repeat()")
     print("| devices | shm | steps/s | consumer CPU us/step | worker CPU us/step | "
           "worker switches/step | steps/frame | load (1-min) start / end |")
     print("|---|---|---|---|---|---|---|---|")
