@@ -471,18 +471,17 @@ DevicePrefetcher::~DevicePrefetcher() {
 }
 
 absl::Status DevicePrefetcher::GetNextStep(std::vector<Element>* replicas, bool* end_of_data) {
-  // The trainer's wait is its wait here, not the read-ahead's (docs/AUTOSCALING.md).
-  if (wait_meter_ != nullptr) wait_meter_->BeginWait();
+  // The trainer's wait is its wait here, not the read-ahead's (docs/AUTOSCALING.md): Next
+  // starts it when the queue is empty, EndCall ends it.
   absl::Status s = Next(/*padded=*/false, replicas, end_of_data);
-  if (wait_meter_ != nullptr) wait_meter_->EndWait(s.ok() && !*end_of_data);
+  if (wait_meter_ != nullptr) wait_meter_->EndCall(s.ok() && !*end_of_data);
   return s;
 }
 
 absl::Status DevicePrefetcher::GetNextStepPadded(std::vector<Element>* replicas,
                                                  bool* end_of_data) {
-  if (wait_meter_ != nullptr) wait_meter_->BeginWait();
   absl::Status s = Next(/*padded=*/true, replicas, end_of_data);
-  if (wait_meter_ != nullptr) wait_meter_->EndWait(s.ok() && !*end_of_data);
+  if (wait_meter_ != nullptr) wait_meter_->EndCall(s.ok() && !*end_of_data);
   return s;
 }
 
@@ -498,6 +497,7 @@ absl::Status DevicePrefetcher::Next(bool padded, std::vector<Element>* replicas,
       thread_ = std::thread([this] { Run(); });
     }
     waiting_ = true;
+    if (queue_.empty() && wait_meter_ != nullptr) wait_meter_->BeginWait();
     while (queue_.empty()) ready_.Wait(&mu_);
     waiting_ = false;
     const Entry& front = queue_.front();

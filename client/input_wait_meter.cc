@@ -10,7 +10,16 @@ InputWaitMeter::InputWaitMeter(Clock* clock)
 void InputWaitMeter::BeginWait() {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
-  waiting_since_ = now;
+  if (!waiting_since_.has_value()) waiting_since_ = now;
+}
+
+void InputWaitMeter::EndCall(bool got_step) {
+  absl::MutexLock lock(&mu_);
+  if (waiting_since_.has_value()) {
+    waited_ += clock_->Now() - std::max(*waiting_since_, interval_start_);
+    waiting_since_.reset();
+  }
+  if (got_step) ++steps_;
 }
 
 void InputWaitMeter::EndWait(bool got_step) {

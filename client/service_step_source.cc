@@ -89,7 +89,7 @@ absl::StatusOr<IteratorCheckpoint> ServiceStepSource::CheckpointAfter(
 }
 
 InputWaitMeter* ServiceStepSource::TakeOverWaitMeter() {
-  wait_meter_taken_.store(true, std::memory_order_relaxed);
+  streams_->set_time_caller_waits(false);
   return &streams_->wait_meter();
 }
 
@@ -104,12 +104,11 @@ bool ServiceStepSource::WaitForFlowStats(const std::function<bool(const FlowStat
 
 absl::Status ServiceStepSource::GetNextStep(std::vector<Element>* replicas, bool* end_of_data) {
   const bool was_finished = finished_;
-  // The time this call blocks is the trainer's input wait (docs/AUTOSCALING.md).
-  InputWaitMeter& meter = streams_->wait_meter();
-  const bool timed = !wait_meter_taken_.load(std::memory_order_relaxed);
-  if (timed) meter.BeginWait();
+  // The time this call blocks is the trainer's input wait (docs/AUTOSCALING.md): started by
+  // TaskStreams::WaitForStepLocked when the call has to wait, ended here.
+  const bool timed = streams_->time_caller_waits();
   absl::Status s = NextStep(replicas, end_of_data);
-  if (timed) meter.EndWait(s.ok() && !*end_of_data);
+  if (timed) streams_->wait_meter().EndCall(s.ok() && !*end_of_data);
   if (s.ok() && *end_of_data && !was_finished && streams_->HasUnreportedEnds()) {
     // The ends just received would otherwise be reported only by the monitor's next heartbeat,
     // which may never come now (the caller is done): one last report, best effort.

@@ -231,8 +231,6 @@ class ServiceStepSource : public StepSource {
   std::unique_ptr<ReadOrder> order_;
   // The read's end or failure, once returned: answered from then on.
   bool finished_ = false;
-  // A wrapper times the waits (TakeOverWaitMeter).
-  std::atomic<bool> wait_meter_taken_{false};
   absl::Status status_;
 };
 

@@ -88,6 +88,7 @@ bool TaskStreams::RaiseLocked(TaskStream* task) {
 
 void TaskStreams::WaitForStepLocked(absl::Span<TaskStream* const> wanted,
                                     absl::Time waiting_since, absl::Duration max_wait) {
+  if (time_caller_waits()) wait_meter_.BeginWait();  // ended by the caller's EndCall
   const absl::Time now = absl::Now();
   absl::Time until = now + max_wait;  // InfiniteFuture for an infinite max_wait
   // Once steps larger than a window have come, the next one is likely too: raise at once.

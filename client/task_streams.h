@@ -175,6 +175,12 @@ class TaskStreams {
   bool HasUnreportedEnds() const;
   // The trainer's input wait, reported in every Heartbeat (docs/AUTOSCALING.md).
   InputWaitMeter& wait_meter() { return wait_meter_; }
+  // Whether WaitForStepLocked starts the caller's wait on wait_meter() (true: the step source's
+  // caller is the trainer; false once a wrapper times its own callers' waits instead:
+  // ServiceStepSource::TakeOverWaitMeter). Only calls that block start one, so a step that is
+  // ready costs no clock read (the caller ends every call with InputWaitMeter::EndCall).
+  bool time_caller_waits() const { return time_caller_waits_.load(std::memory_order_relaxed); }
+  void set_time_caller_waits(bool on) { time_caller_waits_.store(on, std::memory_order_relaxed); }
 
   // Each stream's window in bytes (at least 1; the budget less one byte, over the streams: the
   // byte is the raise's). Set once, before any task is added.
@@ -359,6 +365,7 @@ class TaskStreams {
   // sent back on every heartbeat so that this process's completed reports count; 0 before.
   uint64_t consumer_secret_ ABSL_GUARDED_BY(mu_) = 0;
   InputWaitMeter wait_meter_;
+  std::atomic<bool> time_caller_waits_{true};
   absl::Status monitor_error_ ABSL_GUARDED_BY(mu_);
   // Wakes the monitor early.
   absl::CondVar monitor_cv_;

@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
+
 namespace sluice {
 namespace {
 
@@ -12,8 +14,12 @@ thread_local const StepPlacement* g_current = nullptr;
 constexpr size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
 
 // The step's numeric tensors of size > 0 in frame order, and their offsets in the frame
-// layout (core/rpc/step_frame.h: each at a 64-byte aligned offset); the layout's size.
-size_t Layout(const TaskStep& step, std::vector<const Tensor*>* tensors, std::vector<size_t>* at) {
+// layout (core/rpc/step_frame.h: each at a 64-byte aligned offset); the layout's size. Inline
+// storage for a few tensors: Place runs once per step, and at 1 KiB steps two heap vectors a
+// step were a measurable share of the worker's CPU.
+using PlacedTensors = absl::InlinedVector<const Tensor*, 8>;
+using PlacedOffsets = absl::InlinedVector<size_t, 8>;
+size_t Layout(const TaskStep& step, PlacedTensors* tensors, PlacedOffsets* at) {
   size_t extent = 0;
   for (const std::vector<Tensor>& piece : step.pieces) {
     for (const Tensor& t : piece) {
@@ -30,8 +36,8 @@ size_t Layout(const TaskStep& step, std::vector<const Tensor*>* tensors, std::ve
 }  // namespace
 
 void StepPlacement::Place(TaskStep* step) const {
-  std::vector<const Tensor*> tensors;
-  std::vector<size_t> at;
+  PlacedTensors tensors;
+  PlacedOffsets at;
   const size_t extent = Layout(*step, &tensors, &at);
   if (extent == 0 || ring_->Locate(tensors, at, extent).has_value()) return;
   std::shared_ptr<TensorBuffer> region = ring_->Allocate(extent);

@@ -70,12 +70,13 @@ struct ShmRingWriter::State {
 
   void Free(uint64_t start) ABSL_LOCKS_EXCLUDED(mu) {
     absl::MutexLock lock(&mu);
-    for (Allocated& a : allocated) {
-      if (a.start == start) {
-        a.alive = false;
-        break;
-      }
-    }
+    // Regions are allocated at increasing ring positions, so `allocated` is sorted by start: a
+    // binary search, not a scan (a 1 KiB step's buffer freed behind a long-lived oldest one
+    // scanned up to the ring's ~100k regions per free, most of the worker's CPU at 1 KiB).
+    auto it = std::lower_bound(
+        allocated.begin(), allocated.end(), start,
+        [](const Allocated& a, uint64_t s) { return a.start < s; });
+    if (it != allocated.end() && it->start == start) it->alive = false;
     --live;
     while (!allocated.empty() && !allocated.front().alive) allocated.pop_front();
   }

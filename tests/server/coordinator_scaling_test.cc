@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "client/input_wait_meter.h"
+#include "core/util/clock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
 #include "worker/worker_load_meter.h"
@@ -216,6 +218,63 @@ TEST(InputWaitMeterTest, ReportsTheWaitOfEachIntervalIncludingOneUnderWay) {
   EXPECT_EQ(r.interval_us, 1'000'000);
   EXPECT_EQ(r.wait_us, 100'000);
   EXPECT_EQ(r.steps, 1);
+}
+
+// A FakeClock that counts its reads.
+class CountingClock final : public Clock {
+ public:
+  absl::Time Now() const override {
+    absl::MutexLock lock(&mu_);
+    ++reads_;
+    return now_;
+  }
+  void Advance(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    now_ += d;
+  }
+  int reads() const {
+    absl::MutexLock lock(&mu_);
+    return reads_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  mutable int reads_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::UnixEpoch() + absl::Hours(24);
+};
+
+// The step sources time only the calls that block (BeginWait just before blocking, EndCall at
+// every return): a step that was ready costs no clock read, and still counts as a step.
+TEST(InputWaitMeterTest, CallsThatFindTheirStepReadyCountStepsWithoutReadingTheClock) {
+  CountingClock clock;
+  InputWaitMeter meter(&clock);
+  const int reads_at_start = clock.reads();
+  for (int i = 0; i < 1000; ++i) {
+    meter.EndCall(/*got_step=*/true);
+    clock.Advance(absl::Milliseconds(1));  // the trainer computes
+  }
+  meter.EndCall(/*got_step=*/false);  // the end of data is no step
+  EXPECT_EQ(clock.reads(), reads_at_start) << "a ready step read the clock";
+  InputWaitMeter::Report r = meter.TakeReport();
+  EXPECT_EQ(r.steps, 1000);
+  EXPECT_EQ(r.wait_us, 0);
+  EXPECT_EQ(r.interval_us, 1'000'000);
+}
+
+TEST(InputWaitMeterTest, AWaitBegunTwiceInOneCallCountsFromItsFirstBeginUntilEndCall) {
+  FakeClock clock;
+  InputWaitMeter meter(&clock);
+  meter.BeginWait();  // the call blocks for its step
+  clock.Advance(absl::Milliseconds(100));
+  meter.BeginWait();  // woken without a step, it blocks again: still the same wait
+  clock.Advance(absl::Milliseconds(50));
+  meter.EndCall(/*got_step=*/true);
+  clock.Advance(absl::Milliseconds(850));  // the trainer computes; ready steps need no wait
+  meter.EndCall(/*got_step=*/true);
+  InputWaitMeter::Report r = meter.TakeReport();
+  EXPECT_EQ(r.wait_us, 150'000);
+  EXPECT_EQ(r.steps, 2);
+  EXPECT_EQ(r.interval_us, 1'000'000);
 }
 
 TEST(WorkerLoadMeterTest, ReportsCpuBusyAndPerTaskRates) {

@@ -8,7 +8,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cstdio>
 #include <deque>
+#include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -342,6 +345,55 @@ TEST(ShmRingWriterTest, PartOfABatchReleasedKeepsItsRegionHeld) {
   EXPECT_EQ(reader.released(), writer.written());
   ASSERT_TRUE(writer.Release(reader.released()).ok());
   EXPECT_NE(writer.Reserve(5000, &p), nullptr);
+}
+
+// The worker's step buffers in the ring (Allocate) die in any order: a pipeline drops steps
+// out of order, and a long-lived oldest one holds every region behind it. Each dead one is
+// found among thousands (a binary search: a scan made each free cost the ring's length), and
+// the region of one still alive is never reused, whatever died around it.
+TEST(ShmRingWriterTest, StepBuffersFreedInAnyOrderKeepOnlyTheLiveOnesHeld) {
+  constexpr size_t kRegions = 4096;
+  constexpr size_t kRegion = 64;
+  auto segment = ShmSegment::Create(kRegions * kRegion);
+  ASSERT_TRUE(segment.ok());
+  ShmRingWriter writer(*segment);
+  std::vector<std::shared_ptr<TensorBuffer>> buffers;
+  for (size_t i = 0; i < kRegions; ++i) {
+    std::shared_ptr<TensorBuffer> b = writer.Allocate(kRegion);
+    ASSERT_NE(b, nullptr) << i;
+    // Sent in place and released by the consumer: only the worker's buffers hold them now.
+    absl::StatusOr<Tensor> t = Tensor::Wrap(DType::kUInt8, Shape({kRegion}), b, 0);
+    ASSERT_TRUE(t.ok());
+    const Tensor* tensors[] = {&*t};
+    const size_t at[] = {0};
+    proto::ShmPayload p;
+    ASSERT_TRUE(writer.InPlace(tensors, at, kRegion, &p)) << i;
+    buffers.push_back(std::move(b));
+  }
+  ASSERT_TRUE(writer.Release(writer.written()).ok());
+  EXPECT_EQ(writer.Allocate(kRegion), nullptr);  // full
+  const size_t kept = 1234;  // stays alive to the end
+  std::vector<size_t> order;
+  for (size_t i = 1; i < kRegions; ++i) {
+    if (i != kept) order.push_back(i);
+  }
+  const uint32_t seed = 28;
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (size_t i : order) buffers[i].reset();
+  EXPECT_EQ(writer.live_buffers(), 2u);
+  EXPECT_EQ(writer.Allocate(kRegion), nullptr) << "the oldest buffer's region was reused";
+  buffers[0].reset();  // the regions up to the kept one become free, and only those
+  EXPECT_EQ(writer.live_buffers(), 1u);
+  std::shared_ptr<TensorBuffer> room = writer.Allocate(kept * kRegion);
+  ASSERT_NE(room, nullptr) << "the regions before the kept buffer stayed held";
+  EXPECT_EQ(writer.Allocate(kRegion), nullptr) << "the kept buffer's region was reused";
+  EXPECT_EQ(static_cast<uint8_t*>(room->data()), (*segment)->data());
+  room.reset();
+  buffers[kept].reset();
+  EXPECT_EQ(writer.live_buffers(), 0u);
+  EXPECT_NE(writer.Allocate((kRegions - kept) * kRegion), nullptr);  // up to the lap end
 }
 
 }  // namespace
