@@ -82,6 +82,13 @@ std::string WriteFiles(const record_test::TempDir& dir, std::mt19937_64& rng, in
   return absl::StrCat("[", absl::StrJoin(names, ", "), "]");
 }
 
+// WriteFiles without errors, from a printed seed.
+std::string CleanFiles(const record_test::TempDir& dir, uint64_t seed, int files, int records) {
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  return WriteFiles(dir, rng, files, records, /*errors=*/false, /*corrupt=*/false);
+}
+
 constexpr char kParse[] =
     "parse_example({'image': FixedLenFeature([], tf.string, default_value=''), "
     "'label': FixedLenFeature([], tf.int64, default_value=7), "
@@ -196,11 +203,8 @@ TEST(FusedMapBatchTest, RandomPipelinesMatchSequentialMapThenBatchByteForByte) {
 // Without errors every full batch after the first few (before the batch has seen a block, and
 // the blocks the map read ahead meanwhile) is handed out as written in place.
 TEST(FusedMapBatchTest, FullBatchesAreWrittenInPlace) {
-  const uint64_t seed = 27941;
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
   record_test::TempDir dir;
-  const std::string names = WriteFiles(dir, rng, 2, 3000, /*errors=*/false, /*corrupt=*/false);
+  const std::string names = CleanFiles(dir, 27941, 2, 3000);
   for (const std::string calls : {"2", "3", "AUTOTUNE"}) {
     SCOPED_TRACE(calls);
     const std::string p = absl::StrCat("tf_record_dataset(", names, ").map(", kParse,
@@ -216,11 +220,8 @@ TEST(FusedMapBatchTest, FullBatchesAreWrittenInPlace) {
 // Out of order the map writes no rows in place (a block could be handed out in another
 // batch); the rows are the same multiset.
 TEST(FusedMapBatchTest, OutOfOrderGivesTheSameRows) {
-  const uint64_t seed = 27942;
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
   record_test::TempDir dir;
-  const std::string names = WriteFiles(dir, rng, 3, 700, /*errors=*/false, /*corrupt=*/false);
+  const std::string names = CleanFiles(dir, 27942, 3, 700);
   const std::string source = absl::StrCat("tf_record_dataset(", names, ")");
   auto rows = [](const std::string& expression) {
     std::vector<std::string> out;
