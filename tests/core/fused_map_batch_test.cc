@@ -237,6 +237,11 @@ TEST(FusedMapBatchTest, OutOfOrderGivesTheSameRows) {
   EXPECT_EQ(want.size(), 2100u);
 }
 
+// A block of the dict {'a': int64 rows, 's': string rows}.
+Element BlockOf(const std::vector<Tensor>& rows) {
+  return Element::Dict({{"a", Element(rows[0])}, {"s", Element(rows[1])}});
+}
+
 // BatchDestinations places rows where the batch stacks them: rows [p, p + n) of the map's
 // output are rows [p % B, p % B + n) of batch p / B (counted from the last restart), none that
 // span two batches, lie behind the batch being built or too far ahead of it.
@@ -264,7 +269,7 @@ TEST(FusedMapBatchTest, DestinationsAreTheBatchRowsOfEachPosition) {
   }
   std::vector<Element> blocks;
   for (auto* rows : {&*first, &*second}) {
-    blocks.push_back(Element::Dict({{"a", Element((*rows)[0])}, {"s", Element((*rows)[1])}}));
+    blocks.push_back(BlockOf(*rows));
   }
   std::optional<Element> batch = d.Assemble(0, blocks);
   ASSERT_TRUE(batch.has_value());
@@ -281,8 +286,7 @@ TEST(FusedMapBatchTest, DestinationsAreTheBatchRowsOfEachPosition) {
   std::optional<std::vector<Tensor>> b = d.RowsFor(15, 5);
   ASSERT_TRUE(a.has_value() && b.has_value());
   EXPECT_TRUE((*next)[0].IsRowsOf((*a)[0].Slice(0, 5), 3));  // position 13: batch 1, row 3
-  std::vector<Element> swapped = {Element::Dict({{"a", Element((*b)[0])}, {"s", Element((*b)[1])}}),
-                                  Element::Dict({{"a", Element((*a)[0])}, {"s", Element((*a)[1])}})};
+  std::vector<Element> swapped = {BlockOf(*b), BlockOf(*a)};
   EXPECT_FALSE(d.Assemble(10, swapped).has_value());
   // A batch starting off the predicted grid (after an error) moves the prediction there.
   d.Handed(23);
@@ -293,9 +297,7 @@ TEST(FusedMapBatchTest, DestinationsAreTheBatchRowsOfEachPosition) {
   ASSERT_TRUE(c.has_value());
   d.Handed(33);
   EXPECT_EQ(d.StartBatch(), 33);
-  EXPECT_TRUE(d.Assemble(33, {Element::Dict({{"a", Element((*c)[0])},
-                                             {"s", Element((*c)[1])}})})
-                  .has_value());
+  EXPECT_TRUE(d.Assemble(33, {BlockOf(*c)}).has_value());
 }
 
 // The string pool reuses a vector only once every tensor viewing it is gone, keeps the

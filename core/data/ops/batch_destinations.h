@@ -100,9 +100,9 @@ class BatchDestinations {
   std::optional<std::vector<Tensor>> RowsFor(int64_t position, int64_t rows);
 
   // The batch starting at `start` made of `blocks` (received in order, `start` from
-  // StartBatch, the batch full): its stacked tensors, packed as blocks[0], when every block's leaves
-  // are their rows at the block's place; nullopt otherwise (then concatenate). Either way the
-  // batch's tensors are forgotten here.
+  // StartBatch, the batch full): its stacked tensors, packed as blocks[0], when every block's
+  // leaves are their rows at the block's place; nullopt otherwise (then concatenate). Either
+  // way the batch's tensors are forgotten here.
   std::optional<Element> Assemble(int64_t start, const std::vector<Element>& blocks);
 
  private:

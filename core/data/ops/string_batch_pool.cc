@@ -57,7 +57,9 @@ absl::StatusOr<Tensor> StringBatchPool::Take(const Shape& shape, absl::string_vi
 void StringBatchPool::Return(std::weak_ptr<StringBatchPool> pool,
                              std::vector<std::string>* strings, int64_t objects) {
   std::unique_ptr<std::vector<std::string>> owned(strings);
-  if (std::shared_ptr<StringBatchPool> p = pool.lock()) return p->GiveBack(std::move(owned), objects);
+  if (std::shared_ptr<StringBatchPool> p = pool.lock()) {
+    return p->GiveBack(std::move(owned), objects);
+  }
   owned.reset();
   ProcessMemoryBudget().Release(objects);
 }
