@@ -300,6 +300,24 @@ TEST(FusedMapBatchTest, DestinationsAreTheBatchRowsOfEachPosition) {
   EXPECT_TRUE(d.Assemble(33, {BlockOf(*c)}).has_value());
 }
 
+// Batches too large to prepare ahead of their rows are not fused (nothing is allocated for a
+// batch size far beyond the data), and still batch as before.
+TEST(FusedMapBatchTest, HugeBatchSizesAreNotPreparedAhead) {
+  BatchDestinations d(int64_t{1} << 40, "op 2 (batch)");
+  d.Learn(Element(Tensor::FromVector<int64_t>({1, 2})));
+  EXPECT_FALSE(d.fusing());
+  d.Handed(0);
+  EXPECT_FALSE(d.RowsFor(0, 2).has_value());
+  record_test::TempDir dir;
+  const std::string names = CleanFiles(dir, 27943, 1, 300);
+  const std::string source = absl::StrCat("tf_record_dataset(", names, ")");
+  const Outputs want = Drain(absl::StrCat(source, ".map(", kParse, ").batch(1000000000)"), false);
+  const Outputs got = Drain(
+      absl::StrCat(source, ".map(", kParse, ", num_parallel_calls=2).batch(1000000000)"), false);
+  ASSERT_EQ(got.outputs.size(), 1u);
+  EXPECT_EQ(got.outputs, want.outputs);
+}
+
 // The string pool reuses a vector only once every tensor viewing it is gone, keeps the
 // characters of its strings, and gives back every byte it charged.
 TEST(FusedMapBatchTest, StringPoolReusesReleasedBatchesOnly) {

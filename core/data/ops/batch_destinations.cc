@@ -41,10 +41,18 @@ void BatchDestinations::Learn(const Element& block) {
   if (block.HasComposite()) return;
   const std::vector<Tensor> leaves = block.Flatten();
   std::vector<Planned> planned;
+  // A batch's stacked memory (numbers, string objects), in 128 bits: shapes come from data.
+  unsigned __int128 batch_bytes = 0;
   for (const Tensor& t : leaves) {
     if (!t.valid() || t.shape().rank() == 0) return;
     planned.push_back(Planned{t.dtype(), t.shape().DropFirst()});
+    const size_t unit = t.dtype() == DType::kString ? sizeof(std::string) : DTypeSize(t.dtype());
+    batch_bytes += static_cast<unsigned __int128>(planned.back().row.num_elements()) * unit *
+                   static_cast<uint64_t>(batch_size_);
   }
+  // Batches are prepared before their rows exist (a small dataset under a huge batch size
+  // would allocate them for nothing): only where that stays small.
+  if (batch_bytes > static_cast<unsigned __int128>(kMaxBatchBytes)) return;
   // Idle buffers per pool: enough for a map reading ahead 2 * 2 blocks of a batch each and the
   // batch the consumer holds, so that in steady state every batch is written into memory a
   // released one had (more are allocated afresh, not kept).

@@ -73,12 +73,16 @@ class BatchDestinations {
   // Batches prepared beyond the one being built (a parallel map reads ahead 2 * parallelism
   // blocks, each at most a batch; the memory is what those blocks would allocate anyway).
   static constexpr int64_t kMaxAhead = 8;
+  // No fusion for batches whose stacked tensors (numbers and string objects, not characters)
+  // would take more: they are prepared before their rows are read.
+  static constexpr int64_t kMaxBatchBytes = int64_t{32} << 20;
 
   // `batch_size` rows per batch; `what` names the batch in the allocator's errors.
   BatchDestinations(int64_t batch_size, std::string what);
 
   // The first block a batch received: learns its leaves' dtypes and row shapes (once; a block
-  // holding SparseTensor / RaggedTensor components disables the fusion).
+  // holding SparseTensor / RaggedTensor components, or batches over kMaxBatchBytes, disable
+  // the fusion).
   void Learn(const Element& block);
   // Whether rows may be written in place (the leaves are learnt and fusable).
   bool fusing();
