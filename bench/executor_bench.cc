@@ -3,7 +3,7 @@
 // bench/executor_bench.sh runs it next to TensorFlow's tf.data on the same pipelines.
 //
 //   executor_bench [--range_elements=33554432] [--batch_sizes=2048,131072,524288]
-//                  [--records=DIR] [--parallel=2] [--reps=3] [--threads=0]
+//                  [--records=DIR] [--parallel=2] [--reps=3] [--threads=0] [--rounds=0]
 //                  [--maps=sequential,parallel,autotune,batched] [--images=DIR]
 //
 // --records: a folder of TFRecord files of Examples with 'image' (bytes) and 'label' (int64),
@@ -36,6 +36,7 @@
 #include "absl/strings/str_split.h"
 #include "core/data/executor.h"
 #include "core/data/iterator.h"
+#include "core/data/ops/batch_destinations.h"
 #include "core/data/ops/map_iterator.h"
 #include "core/data/ops/output_slot.h"
 #include "core/util/thread_pool.h"
@@ -53,6 +54,7 @@ struct Result {
   double cpu_seconds = 0;  // user + system time of the whole process during the run
   std::string autotuned;   // the parallelism AUTOTUNE chose per map at the end of the run
   BatchSlotCounts slots;   // batch()'s in-place rows and reused buffers during the run
+  FusedBatchCounts fused;  // batches a fused map-and-batch handed out in place / concatenated
 };
 
 double ProcessCpuSeconds() {
@@ -70,6 +72,7 @@ Result Drain(const std::string& expression) {
   }
   Result r;
   const BatchSlotCounts slots_start = BatchSlotCountsSoFar();
+  const FusedBatchCounts fused_start = FusedBatchCountsSoFar();
   const Clock::time_point start = Clock::now();
   const double cpu_start = ProcessCpuSeconds();
   absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
@@ -97,6 +100,9 @@ Result Drain(const std::string& expression) {
   r.slots.rows_copied = slots_end.rows_copied - slots_start.rows_copied;
   r.slots.buffers_reused = slots_end.buffers_reused - slots_start.buffers_reused;
   r.slots.buffers_allocated = slots_end.buffers_allocated - slots_start.buffers_allocated;
+  const FusedBatchCounts fused_end = FusedBatchCountsSoFar();
+  r.fused.in_place = fused_end.in_place - fused_start.in_place;
+  r.fused.concatenated = fused_end.concatenated - fused_start.concatenated;
   for (const auto& [op, parallelism] : AutotunedMapParallelism()) {
     absl::StrAppend(&r.autotuned, r.autotuned.empty() ? "" : ", ", op, ": ", parallelism);
   }
@@ -124,6 +130,11 @@ void Row(const std::string& name, const Result& r) {
                 static_cast<long long>(r.slots.rows_copied),
                 static_cast<long long>(r.slots.buffers_reused),
                 static_cast<long long>(r.slots.buffers_allocated));
+  }
+  if (r.fused.in_place + r.fused.concatenated > 0) {
+    std::printf("  (map-and-batch fusion: batches written in place %lld, concatenated %lld)\n",
+                static_cast<long long>(r.fused.in_place),
+                static_cast<long long>(r.fused.concatenated));
   }
   std::fflush(stdout);
 }
@@ -158,6 +169,53 @@ std::vector<std::string> QuotedFiles(const std::string& dir, const std::string& 
   }
   std::sort(files.begin(), files.end());
   return files;
+}
+
+// --rounds=N: the sequential map, AUTOTUNE with the map-and-batch fusion off and AUTOTUNE with
+// it on, one run each per round, alternating, so that neighbouring runs see the same load on a
+// shared machine; prints every round and the medians (CPU per element and the cores used are
+// what the load disturbs least).
+void AlternatingRounds(const std::string& seq, const std::string& autotune, int64_t rounds) {
+  struct Mode {
+    const char* name;
+    const std::string* expression;
+    bool fusion;
+    std::vector<Result> results;
+  };
+  std::vector<Mode> modes = {{"sequential", &seq, true, {}},
+                             {"AUTOTUNE, fusion off", &autotune, false, {}},
+                             {"AUTOTUNE, fusion on", &autotune, true, {}}};
+  std::printf("\n| round | mode | elements/s | CPU µs/elem | cores | batches in place |\n"
+              "|---|---|---|---|---|---|\n");
+  for (int64_t r = 0; r < rounds; ++r) {
+    for (Mode& m : modes) {
+      SetMapBatchFusionEnabled(m.fusion);
+      Result x = Drain(*m.expression);
+      std::printf("| %lld | %s | %.0f | %.3f | %.2f | %lld of %lld |\n",
+                  static_cast<long long>(r), m.name, x.elements / x.seconds,
+                  1e6 * x.cpu_seconds / x.elements, x.cpu_seconds / x.seconds,
+                  static_cast<long long>(x.fused.in_place), static_cast<long long>(x.batches));
+      m.results.push_back(std::move(x));
+    }
+    std::fflush(stdout);
+  }
+  SetMapBatchFusionEnabled(true);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("\n| mode (median of %lld rounds) | elements/s | CPU µs/elem | cores |\n"
+              "|---|---|---|---|\n", static_cast<long long>(rounds));
+  for (const Mode& m : modes) {
+    std::vector<double> rate, cpu, cores;
+    for (const Result& x : m.results) {
+      rate.push_back(x.elements / x.seconds);
+      cpu.push_back(1e6 * x.cpu_seconds / x.elements);
+      cores.push_back(x.cpu_seconds / x.seconds);
+    }
+    std::printf("| %s | %.0f | %.3f | %.2f |\n", m.name, median(rate), median(cpu),
+                median(cores));
+  }
 }
 
 // image_bench's pipelines on its shards (crop: decode_image -> random_crop; rrc:
@@ -259,6 +317,8 @@ int Main(int argc, char** argv) {
   if (want("batched")) {
     Row("tfrecord .batch(256).map(parse_example, AUTOTUNE)", Best(batched, reps));
   }
+  const int64_t rounds = Flag(argc, argv, "rounds", 0);
+  if (rounds > 0) AlternatingRounds(seq, autotune, rounds);
   return 0;
 }
 

@@ -78,6 +78,7 @@ class ProfilingIterator : public Iterator {
   absl::Status GetNextBlock(int64_t max_elements, Element* out, int64_t* n,
                             bool* end_of_sequence) override {
     const auto start = std::chrono::steady_clock::now();
+    ForwardSlotOffer(this, inner_.get());  // batch's destinations (ops/batch_destinations.h)
     absl::Status s = inner_->GetNextBlock(max_elements, out, n, end_of_sequence);
     Count(start, s.ok() && !*end_of_sequence ? *n : 0);
     return s;

@@ -465,6 +465,36 @@ absl::StatusOr<Tensor> Tensor::ConcatConsuming(std::vector<Tensor> parts,
   return out;
 }
 
+bool Tensor::IsRowsOf(const Tensor& whole, int64_t row) const {
+  if (!valid() || dtype_ != whole.dtype_ || shape_.rank() == 0 || whole.shape_.rank() == 0 ||
+      shape_.DropFirst() != whole.shape_.DropFirst() || row < 0 ||
+      row + shape_.dim(0) > whole.shape_.dim(0)) {
+    return false;
+  }
+  const size_t row_elements = static_cast<size_t>(RowElements(whole.shape_));
+  if (dtype_ == DType::kString) {
+    return strings_ != nullptr && strings_ == whole.strings_ &&
+           offset_ == whole.offset_ + static_cast<size_t>(row) * row_elements;
+  }
+  return buffer_ != nullptr && buffer_ == whole.buffer_ &&
+         offset_ == whole.offset_ + static_cast<size_t>(row) * row_elements * DTypeSize(dtype_);
+}
+
+absl::StatusOr<Tensor> Tensor::WrapStrings(std::shared_ptr<std::vector<std::string>> strings,
+                                           const Shape& shape) {
+  if (!shape.IsFullyDefined() || strings == nullptr ||
+      static_cast<int64_t>(strings->size()) != shape.num_elements()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Tensor::WrapStrings: ", strings == nullptr ? 0 : strings->size(),
+        " strings cannot be a tensor of shape ", shape.ToString()));
+  }
+  Tensor t;
+  t.dtype_ = DType::kString;
+  t.shape_ = shape;
+  t.strings_ = std::move(strings);
+  return t;
+}
+
 bool Tensor::Equals(const Tensor& other) const {
   if (dtype_ != other.dtype_ || shape_ != other.shape_) return false;
   if (!valid()) return true;

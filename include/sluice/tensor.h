@@ -164,6 +164,18 @@ class Tensor {
   // Value equality: dtype, shape and every element (bitwise for floats).
   bool Equals(const Tensor& other) const;
 
+  // Whether this tensor is rows [row, row + dim(0)) of `whole` itself (the same storage at that
+  // row's offset, not equal values): what a fused map wrote in place (ops/batch_destinations.h).
+  // Requires nothing; false for invalid or scalar tensors and differing dtypes or row shapes.
+  bool IsRowsOf(const Tensor& whole, int64_t row) const;
+
+  // A string tensor of `shape` over `strings` (exactly shape.num_elements() of them), no copy:
+  // the shared_ptr's owner decides what happens when the last tensor viewing them goes (a pool
+  // keeps them for reuse: ops/string_batch_pool.h) and has charged them to the memory budget.
+  // INVALID_ARGUMENT when the counts differ or the shape is not fully defined.
+  static absl::StatusOr<Tensor> WrapStrings(std::shared_ptr<std::vector<std::string>> strings,
+                                            const Shape& shape);
+
  private:
   DType dtype_ = DType::kInvalid;
   Shape shape_;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/memory_budget.h"
 #include "core/data/op_iterator.h"
+#include "core/data/ops/batch_destinations.h"
 #include "core/data/ops/output_slot.h"
 #include "core/tensor/composite_rows.h"
 #include "core/tensor/row_pieces.h"
@@ -26,7 +27,9 @@ class BatchIterator : public OpIterator {
         batch_size_(batch_size),
         drop_remainder_(drop_remainder),
         bulk_(input_ != nullptr && input_->SupportsBlocks() && BulkPathsEnabled()),
-        slots_(input_.get(), batch_size, this->label()) {}
+        slots_(input_.get(), batch_size, this->label()),
+        destinations_(bulk_ ? std::make_shared<BatchDestinations>(batch_size, this->label())
+                            : nullptr) {}
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
@@ -83,22 +86,33 @@ class BatchIterator : public OpIterator {
   // stacked, so a batch is at most one copy per component (none when one block fills it).
   // Gives what the per-element path gives, errors included: an error drops the elements
   // gathered for the batch, as there.
+  // A parallel map right below writes its rows straight into the batch when it can
+  // (batch_destinations.h): a full batch of such rows is handed out with no copy.
   absl::Status GetNextFromBlocks(Element* out, bool* end_of_sequence) {
     MemoryReservation held(label());
     const std::string describe = absl::StrCat("a batch of ", batch_size_, " elements");
     std::vector<Element> blocks;
     int64_t gathered = 0;
+    int64_t start = -1;  // the map's position of the batch's first row, when it reports one
     while (gathered < batch_size_) {
       Element block;
       int64_t n = 0;
       bool end = false;
-      absl::Status s = input_->GetNextBlock(batch_size_ - gathered, &block, &n, &end);
+      absl::Status s;
+      {
+        const ScopedSlotOffer offer(input_.get(), OutputSlot{Tensor(), Tensor(), 0, destinations_});
+        s = input_->GetNextBlock(batch_size_ - gathered, &block, &n, &end);
+      }
       // The block's size is this op's request: a block refused as too large says so.
       if (absl::IsResourceExhausted(s) && !IsElementError(s)) {
         return OpError(describe, s);
       }
       if (!s.ok()) return s;
       if (end) break;
+      if (blocks.empty()) {
+        destinations_->Learn(block);
+        start = destinations_->StartBatch();
+      }
       RETURN_IF_ERROR(
           held.GrowElement(ElementFootprint(block), ElementOverhead(block), describe));
       blocks.push_back(std::move(block));
@@ -108,7 +122,15 @@ class BatchIterator : public OpIterator {
       *end_of_sequence = true;
       return absl::OkStatus();
     }
-    if (blocks.size() == 1) {
+    if (gathered == batch_size_ && start >= 0) {
+      if (std::optional<Element> in_place = destinations_->Assemble(start, blocks)) {
+        *out = *std::move(in_place);
+        return absl::OkStatus();
+      }
+    }
+    // A partial batch is copied when rows may have been written in place: blocks dropped by
+    // an error could still be writing other rows of the memory its rows are in.
+    if (blocks.size() == 1 && (gathered == batch_size_ || !destinations_->fusing())) {
       *out = std::move(blocks[0]);
       return absl::OkStatus();
     }
@@ -271,6 +293,8 @@ class BatchIterator : public OpIterator {
   const bool drop_remainder_;
   const bool bulk_;  // pulls blocks (core/data/iterator.h) instead of elements
   BatchSlots slots_;  // the per-element path's output slots
+  // The bulk path's map-and-batch fusion (null without the bulk path).
+  const std::shared_ptr<BatchDestinations> destinations_;
 };
 
 class UnbatchIterator : public OpIterator {

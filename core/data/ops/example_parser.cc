@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/data/op_iterator.h"
+#include "core/data/ops/batch_destinations.h"
 #include "core/data/shape_limits.h"
 #include "core/tensor/proto_convert.h"
 #include "core/format/python_literal.h"
@@ -730,10 +731,18 @@ absl::StatusOr<Element> ExampleParser::ParseRows(
   const int64_t batch = static_cast<int64_t>(serialized.size());
 
   std::vector<Tensor> dense(features_.size());
+  // Under a fused map-and-batch, the batch's rows to write this block into (every value of
+  // them is written below, or the parse fails).
+  if (!single) {
+    if (std::optional<std::vector<Tensor>> in_place = FusedBatchRows(batch)) {
+      for (size_t f = 0; f < features_.size(); ++f) dense[f] = std::move((*in_place)[f]);
+    }
+  }
   // VarLen and Ragged features: each row's values (views of `serialized`).
   std::vector<std::vector<Values>> var(features_.size());
   std::vector<std::optional<RaggedRows>> ragged(features_.size());
   for (size_t f = 0; f < features_.size(); ++f) {
+    if (dense[f].valid()) continue;
     if (features_[f].kind != Kind::kFixedLen) {
       var[f].resize(static_cast<size_t>(batch));
       if (features_[f].kind == Kind::kRagged) ragged[f].emplace(features_[f].ragged, !single);
@@ -873,6 +882,27 @@ absl::StatusOr<Element> ExampleParser::ParseRows(
     }
   }
   return Element::Dict(std::move(items));
+}
+
+std::optional<std::vector<Tensor>> ExampleParser::FusedBatchRows(int64_t batch) const {
+  // The output dict's leaves, in the order Flatten() visits them (sorted keys); dense ones only.
+  std::vector<size_t> order(features_.size());
+  for (size_t f = 0; f < features_.size(); ++f) {
+    if (features_[f].kind != Kind::kFixedLen) return std::nullopt;
+    order[f] = f;
+  }
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return features_[a].key < features_[b].key; });
+  std::vector<LeafPlan> plan;
+  plan.reserve(order.size());
+  for (size_t f : order) {
+    plan.push_back(LeafPlan{features_[f].dtype, features_[f].shape.Prepend(batch)});
+  }
+  std::optional<std::vector<Tensor>> taken = TakeFnBlockSlot(plan);
+  if (!taken.has_value()) return std::nullopt;
+  std::vector<Tensor> by_feature(features_.size());
+  for (size_t i = 0; i < order.size(); ++i) by_feature[order[i]] = std::move((*taken)[i]);
+  return by_feature;
 }
 
 std::string ExampleParser::ToExpression(const proto::ParseExampleFn& fn) {

@@ -123,6 +123,10 @@ class ExampleParser {
   absl::StatusOr<Element> ParseRows(
       const std::vector<absl::string_view>& serialized, bool single,
       const std::function<absl::Status(size_t)>& check = nullptr) const;
+  // A batch's rows of `batch` records to write the output into, when this parse runs under a
+  // fused map-and-batch (batch_destinations.h) and every feature is a FixedLenFeature: the
+  // tensors by feature, taken from the fn block slot. nullopt otherwise.
+  std::optional<std::vector<Tensor>> FusedBatchRows(int64_t batch) const;
   // Orders the RaggedFeatures (the tail of `features`, sorted by key) as TF's dict gives them.
   static void OrderRaggedFeaturesAsTf(std::vector<Feature>* features);
   // The position of `key` among the keys read from each Example (added if new).

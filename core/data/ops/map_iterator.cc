@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/data/deferred_check_blocks.h"
 #include "core/data/op_iterator.h"
+#include "core/data/ops/batch_destinations.h"
 #include "core/data/ops/output_slot.h"
 #include "core/util/status_context.h"
 #include "core/util/thread_pool.h"
@@ -247,6 +248,7 @@ class ParallelMapIterator : public OpIterator {
   absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
                                     bool* end_of_sequence) override {
     WatchCancellation();
+    TakeBatchDestinations();
     if (pull_on_pool_) return NextPulledOnPool(max_elements, out, n, end_of_sequence);
     return Next(max_elements, out, n, end_of_sequence);
   }
@@ -269,6 +271,10 @@ class ParallelMapIterator : public OpIterator {
     int64_t rows = 0;        // rows of `block`
     bool block_ok = false;   // block_fn mapped the whole block
     int64_t next_row = 0;    // the next row of the mapped block the consumer takes
+    // The batch's rows this block's mapped rows go to (batch_destinations.h), or none; moved
+    // into the fn block slot when the block is mapped.
+    std::optional<std::vector<Tensor>> dest;
+    int64_t position = -1;  // the output position of the block's first row, when it has rows
   };
 
   // From the first call on, a cancelled token (core/data/cancellation.h) wakes the consumer
@@ -461,6 +467,7 @@ class ParallelMapIterator : public OpIterator {
       units_.push_back(unit);
       rows = unit_rows_;
     }
+    rows = ClampToBatch(rows);
     bool end = false;
     DeferredCheckBlockSource::BlockCheck check;
     absl::Status s =
@@ -490,9 +497,17 @@ class ParallelMapIterator : public OpIterator {
       in_mu_.Unlock();
       return;
     }
+    PlaceRows(unit.get());
     in_mu_.Unlock();
     bool mapped = false;
-    if (check != nullptr && !CheckBlock(check, unit, &mapped)) return;
+    if (check != nullptr) {
+      // rows_fn_ writes the block's rows where the batch above stacks them, if it can.
+      ScopedFnBlockSlot dest(std::move(unit->dest));
+      unit->dest.reset();
+      const bool rows_left = CheckBlock(check, unit, &mapped);
+      unit->dest = dest.Release();  // for MapBlockUnit, when the check did not map the rows
+      if (!rows_left) return;
+    }
     if (mapped) {
       unit->block_ok = true;  // the check parsed the rows from the read buffers (rows_fn_)
     } else {
@@ -642,7 +657,12 @@ class ParallelMapIterator : public OpIterator {
       auto unit = std::make_shared<Unit>();
       unit->is_block = true;
       bool end = false;
-      absl::Status s = input_->GetNextBlock(unit_rows, &unit->block, &unit->rows, &end);
+      absl::Status s;
+      {
+        absl::MutexLock lock(&in_mu_);
+        s = input_->GetNextBlock(ClampToBatch(unit_rows), &unit->block, &unit->rows, &end);
+        if (s.ok() && !end) PlaceRows(unit.get());
+      }
       if (IsElementError(s)) {
         // The error stands where the element would be: a unit of that error alone.
         unit->items.push_back(s);
@@ -693,8 +713,14 @@ class ParallelMapIterator : public OpIterator {
   }
 
   // A block unit: one block_fn call, or, when it fails, fn on each row (BlockMapper's way).
+  // The block_fn call writes the block's rows into unit->dest when it can.
   void MapBlockUnit(Unit* unit) const {
-    absl::StatusOr<Element> mapped = block_fn_(unit->block);
+    absl::StatusOr<Element> mapped;
+    {
+      ScopedFnBlockSlot dest(std::move(unit->dest));
+      unit->dest.reset();
+      mapped = block_fn_(unit->block);
+    }
     if (mapped.ok()) {
       unit->block = *std::move(mapped);
       unit->block_ok = true;
@@ -732,7 +758,36 @@ class ParallelMapIterator : public OpIterator {
   // The row of the batch above that the output at input position `position` goes to, if any.
   std::optional<OutputSlot> RowFor(int64_t position) const {
     if (!rows_of_.valid() || position < rows_base_ || position >= rows_end_) return std::nullopt;
-    return OutputSlot{rows_of_.Index(position - rows_base_), Tensor(), 0};
+    return OutputSlot{rows_of_.Index(position - rows_base_), Tensor(), 0, nullptr};
+  }
+
+  // Map-and-batch fusion (batch_destinations.h): in input order, a batch right above offers
+  // where the rows of this map's output go; kept for the map's life (the batch is the same).
+  void TakeBatchDestinations() {
+    std::optional<OutputSlot> offer = TakeSlotOffer(this);
+    if (!deterministic_ || !offer.has_value() || offer->destinations == nullptr) return;
+    if (handed_to_ == nullptr) handed_to_ = offer->destinations;
+    absl::MutexLock lock(&in_mu_);
+    if (destinations_ == nullptr) destinations_ = std::move(offer->destinations);
+  }
+
+  // Tells the batch above the position of the rows handed out now (the consumer's thread).
+  void Handing(const Unit& u, int64_t row) const {
+    if (handed_to_ != nullptr && u.position >= 0) handed_to_->Handed(u.position + row);
+  }
+
+  // The rows of the next block to read: `rows`, or fewer so that the block ends where a batch
+  // above ends (no block spans two batches, so each can be written in place).
+  int64_t ClampToBatch(int64_t rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(in_mu_) {
+    return destinations_ == nullptr ? rows : destinations_->ClampToBatch(rows_read_, rows);
+  }
+
+  // A block just read: the rows of the batch above its rows go to, and the next block's
+  // output position.
+  void PlaceRows(Unit* unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(in_mu_) {
+    if (destinations_ != nullptr) unit->dest = destinations_->RowsFor(rows_read_, unit->rows);
+    unit->position = rows_read_;
+    rows_read_ += unit->rows;
   }
 
   // Points taken_ at the unit the consumer may take from now; false when none is ready.
@@ -764,6 +819,7 @@ class ParallelMapIterator : public OpIterator {
     Unit& u = **taken_;
     absl::Status s;
     if (u.block_ok) {
+      Handing(u, u.next_row);
       const int64_t k = std::min(max_elements, u.rows - u.next_row);
       if (u.next_row == 0 && k == u.rows) {
         *out = std::move(u.block);
@@ -779,6 +835,7 @@ class ParallelMapIterator : public OpIterator {
     }
     absl::StatusOr<Element>& item = u.items[u.next];
     if (item.ok()) {
+      Handing(u, static_cast<int64_t>(u.next));  // a block mapped row by row: item i is row i
       absl::StatusOr<Element> one = BlockOfOne(*item);
       if (one.ok()) *out = *std::move(one);
       s = one.status();
@@ -822,6 +879,11 @@ class ParallelMapIterator : public OpIterator {
 
   // Held while the input is pulled on the pool (Pull), before mu_.
   absl::Mutex in_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // The batch above's destinations for this map's rows (map-and-batch fusion), or null; the
+  // rows of blocks read so far (the output position of the next block's first row).
+  std::shared_ptr<BatchDestinations> destinations_ ABSL_GUARDED_BY(in_mu_);
+  std::shared_ptr<BatchDestinations> handed_to_;  // the same, for the consumer's thread
+  int64_t rows_read_ ABSL_GUARDED_BY(in_mu_) = 0;
   absl::Mutex mu_;
   std::deque<std::shared_ptr<Unit>> units_ ABSL_GUARDED_BY(mu_);  // in input order
   // Pulled on the pool: jobs scheduled and not yet claimed, jobs claimed and running, and the

@@ -70,6 +70,11 @@ using ElementFn = std::function<absl::StatusOr<Element>(Element)>;
 // TFRecord source only frames its records in the reader's buffers; copying them out and
 // verifying their data checksums is done after it, outside the lock
 // (core/data/deferred_check_blocks.h), with the same result as doing it in the read.
+// Map-and-batch fusion (batch_destinations.h): in input order, under a batch() on the bulk
+// path, each block read is given the rows of the batch's stacked tensors it will fill, and its
+// block_fn / rows_fn call runs with them as its fn block slot (parse_example writes its rows
+// there, on the thread that maps the block); batch checks every row is in place before it
+// uses them, else concatenates as without the fusion. Out of order no rows are given.
 // `rows_fn`, when set, is block_fn on serialized rows (core/data/deferred_check_blocks.h:
 // parse_example's fn over a block of records): such a map hands it to those checks, which then
 // parse the verified records straight from the reader's buffers instead of copying each one

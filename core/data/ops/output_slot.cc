@@ -110,7 +110,7 @@ void BatchSlots::Learn(const Element& first) {
 
 ScopedSlotOffer BatchSlots::Offer(int64_t row) const {
   if (!stacked_.has_value() || row >= batch_size_) return ScopedSlotOffer(input_, std::nullopt);
-  return ScopedSlotOffer(input_, OutputSlot{stacked_->Index(row), *stacked_, row});
+  return ScopedSlotOffer(input_, OutputSlot{stacked_->Index(row), *stacked_, row, nullptr});
 }
 
 std::optional<Tensor> BatchSlots::Stacked(int leaf, const std::vector<Tensor>& column) {

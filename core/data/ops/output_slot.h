@@ -46,12 +46,17 @@
 namespace sluice {
 
 // Where one element's leaf goes: a row of batch's stacked tensor (a view: Tensor::Index).
+class BatchDestinations;  // batch_destinations.h
+
 struct OutputSlot {
   Tensor row;
   // In an offer: the stacked tensor of which `row` is row `index` (a parallel map gives the
   // rows after it to the elements it maps ahead). Unset in a fn slot.
   Tensor stacked;
   int64_t index = 0;
+  // In an offer of batch()'s bulk path (row and stacked unset): where a parallel map's blocks
+  // go (map-and-batch fusion, batch_destinations.h).
+  std::shared_ptr<BatchDestinations> destinations;
 };
 
 // Process-wide counts of batch()'s offered leaf, over every batch stacked through its slots so
