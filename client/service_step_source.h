@@ -141,9 +141,8 @@ struct ServiceStepSourceOptions {
   // sluice_client_bulk_fallbacks_total); a socket that ends, fails or sends no byte for
   // bulk_receive_timeout ends its call, which is made again (exactly once, as any broken
   // call). The socket's bytes are received on a thread of the call's own, never on gRPC's
-  // (core/rpc/bulk_channel.h "Threads"). Off by default (docs/SERVICE.md "Why opt-in").
-  // false: every byte on gRPC.
-  bool bulk_data = false;
+  // (core/rpc/bulk_channel.h "Threads"). false: every byte on gRPC.
+  bool bulk_data = true;
   absl::Duration bulk_connect_timeout = absl::Seconds(2);
   absl::Duration bulk_receive_timeout = absl::Seconds(60);
   // Page-locks shared-memory segments for these devices (the consumer prefetches to a real

@@ -113,23 +113,13 @@ void TaskStreamCall::FinishReadingLocked() {
 }
 
 void TaskStreamCall::OnReadDone(bool ok) {
-  if (receive_thread_ != nullptr) {
+  if (read_ahead_ != nullptr) {
     // With a bulk socket the frame's bytes may take long to come (a stalled worker): handled
     // on the call's own thread, gRPC's is free at once, and the next header is read meanwhile.
+    // The call lives on until this reaction returns, whatever the thread does meanwhile.
     grpc::ByteBuffer frame;
     frame.Swap(&read_buffer_);
-    bool read_next = false;
-    {
-      absl::MutexLock lock(&streams_->mu_);
-      read_in_flight_ = false;
-      ++frames_ahead_;
-      read_next = ok && !read_finished_ && frames_ahead_ < kFramesAhead;
-      read_in_flight_ = read_next;
-    }
-    // Handed over before the next read starts: frames reach the thread in order. The call
-    // lives on until this reaction returns, whatever the thread does meanwhile.
-    receive_thread_->Run([this, ok, frame]() mutable { HandleHandedOver(ok, &frame); });
-    if (read_next) StartRead(&read_buffer_);
+    read_ahead_->OnReadDone(ok, [this, ok, frame]() mutable { HandleHandedOver(ok, &frame); });
     return;
   }
   if (!ok) {
@@ -144,21 +134,14 @@ void TaskStreamCall::HandleHandedOver(bool ok, grpc::ByteBuffer* buffer) {
   {
     absl::MutexLock lock(&streams_->mu_);
     if (!ok || read_finished_) {  // the stream ended, or reading ended on an earlier frame
-      --frames_ahead_;
       if (!read_finished_) FinishReadingLocked();
+      read_ahead_->FrameHandled();
       return;
     }
   }
   HandleFrame(buffer);
   absl::MutexLock lock(&streams_->mu_);
-  --frames_ahead_;
-  ReadAheadLocked();
-}
-
-void TaskStreamCall::ReadAheadLocked() {
-  if (read_in_flight_ || read_finished_ || frames_ahead_ >= kFramesAhead) return;
-  read_in_flight_ = true;
-  StartRead(&read_buffer_);
+  read_ahead_->FrameHandled();
 }
 
 void TaskStreamCall::HandleFrame(grpc::ByteBuffer* buffer) {
@@ -189,11 +172,18 @@ void TaskStreamCall::HandleFrame(grpc::ByteBuffer* buffer) {
       frame_.status.ok()) {
     bulk_tried_ = true;
     receive_thread_ = std::make_unique<BulkReceiveThread>();
+    read_ahead_ = std::make_unique<FrameReadAhead>(FrameReadAhead::Env{
+        .mu = &streams_->mu_,
+        .start_read = [this] { StartRead(&read_buffer_); },
+        .hand_over = [thread = receive_thread_.get()](
+                         std::function<void()> task) { thread->Run(std::move(task)); },
+        .reading_finished = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return read_finished_; },
+        .TEST_after_hand_over = nullptr});
     receive_thread_->Run([this, accept = *decoder_.last_bulk_accept()] {
       TakeBulkChannel(accept);
       QueueFrame(absl::OkStatus());
       absl::MutexLock lock(&streams_->mu_);
-      ReadAheadLocked();
+      read_ahead_->ReadAhead();
     });
     return;
   }
@@ -277,7 +267,7 @@ void TaskStreamCall::QueueFrame(absl::Status decoded) {
     task->end_received = absl::Now();
     return;
   }
-  if (receive_thread_ == nullptr) StartRead(&read_buffer_);  // else ReadAheadLocked
+  if (read_ahead_ == nullptr) StartRead(&read_buffer_);  // else read_ahead_ reads on
 }
 
 absl::StatusOr<std::shared_ptr<ShmSegment>> TaskStreamCall::MapSegment(

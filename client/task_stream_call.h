@@ -17,9 +17,11 @@
 // only hands the read frame over, so a worker that stalls between a header and its bytes holds
 // that thread, not gRPC's callback threads that every other stream needs. Reads stay one at a
 // time, but the next one starts as soon as a frame is handed over while at most
-// kFramesAhead frames wait for the thread (the header of frame N+1 arrives while N's bytes are
-// received; what is read ahead is what the worker sent within its credit, so no memory beyond
-// it). The thread handles frames in order, so the decoder and frame are used by one thread at
+// FrameReadAhead::kFramesAhead frames wait for the thread (the header of frame N+1 arrives
+// while N's bytes are received; what is read ahead is what the worker sent within its credit,
+// so no memory beyond it). Frames reach the thread in the order read (client/frame_read_ahead.h
+// says why that takes care: the socket's bytes follow that order). The thread handles frames
+// in order, so the decoder and frame are used by one thread at
 // a time; a frame handed over after reading ended (an error, the end) is dropped, its steps
 // never queued (the next call asks for them again). OnDone (scheduled by gRPC, never on the
 // receive thread: the hold is dropped from outside a reaction there, and reads complete on
@@ -34,6 +36,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "client/frame_read_ahead.h"
 #include "client/task_streams.h"
 #include "core/rpc/bulk_channel.h"
 #include "core/rpc/shm_ring.h"
@@ -77,9 +80,6 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   void QueueFrame(absl::Status decoded);
   // On receive_thread_: the frame a read brought (`ok`) or the end of reading (!ok).
   void HandleHandedOver(bool ok, grpc::ByteBuffer* buffer);
-  // With a receive thread: starts the next read unless one is in flight, reading is over, or
-  // kFramesAhead frames wait for the thread.
-  void ReadAheadLocked();
   // Shared memory: takes the segment the frame just decoded offers (on the read's thread,
   // without mu: a local socket round trip), so that later frames decode from it. Any failure
   // leaves the call on TCP.
@@ -122,11 +122,9 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   bool bulk_failed_ = false;
   // The worker waits for the answer to its offer (bulk_ready, or bulk_declined).
   bool bulk_answer_due_ = false;
-  // With a receive thread (under mu): frames handed over and not yet handled, and whether a
-  // read is in flight.
-  static constexpr int kFramesAhead = 2;
-  int frames_ahead_ = 0;
-  bool read_in_flight_ = false;
+  // With a receive thread: the reads ahead of it and the frames handed over to it, in the
+  // order read (client/frame_read_ahead.h; created with receive_thread_).
+  std::unique_ptr<FrameReadAhead> read_ahead_;
 
   bool writing_ = false;        // a write (request or grant) is in flight
   bool write_failed_ = false;   // a write failed: the call is broken, write nothing more

@@ -93,11 +93,6 @@ bool BulkDataDefaultFromEnvironment() {
   return v == nullptr || std::string(v) != "0";
 }
 
-bool ConsumerBulkDataDefaultFromEnvironment() {
-  const char* v = std::getenv("SLUICE_BULK_DATA");
-  return v != nullptr && std::string(v) == "1";
-}
-
 absl::StatusOr<std::string> BulkHostOf(const std::string& worker_address) {
   absl::string_view a = worker_address;
   for (absl::string_view scheme : {"ipv4:", "ipv6:", "dns:///", "dns:"}) {

@@ -286,9 +286,6 @@ BulkChannelCounts ProcessBulkChannelCounts();
 // sluice-worker's and sluicectl's --bulk_data default: true unless the environment sets
 // SLUICE_BULK_DATA=0 (a deployment that firewalls data ports turns it off without a flag).
 bool BulkDataDefaultFromEnvironment();
-// sluicectl's consumer side (--bulk_data): false unless the environment sets SLUICE_BULK_DATA=1
-// (opt-in, docs/SERVICE.md "Why opt-in").
-bool ConsumerBulkDataDefaultFromEnvironment();
 
 // The host part of a gRPC target as the client dials workers ("host:port", "[v6]:port", with
 // an optional "ipv4:" / "ipv6:" / "dns:///" scheme); INVALID_ARGUMENT when there is none.

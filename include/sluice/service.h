@@ -183,10 +183,8 @@ struct ServiceOptions {
   // sluice_client_bulk_fallbacks_total). Each stream receives its socket's bytes on a thread of
   // its own, so a worker stopped between a header and its bytes delays that stream only, up
   // to the receive timeout, after which the stream is made again (docs/SERVICE.md "Bulk data
-  // channel"). Off by default (docs/SERVICE.md "Why opt-in"): a zero-filled step reached a
-  // trainer in 2 of ~90 runs of tcp.SharedJobTest.SlowTrainerInSkippingMode with it on, cause
-  // not found yet. false: every byte on gRPC.
-  bool bulk_data = false;
+  // channel", "Why it is safe on by default"). false: every byte on gRPC.
+  bool bulk_data = true;
   // A bulk socket that brings no byte of a frame it owes for this long fails that stream,
   // which is made again (the steps it did not deliver are sent again, exactly once).
   absl::Duration bulk_receive_timeout = absl::Seconds(60);

@@ -35,7 +35,7 @@ ServiceOptions Remote(const std::string& name) {
   ServiceOptions options;
   options.job_name = name;
   options.shared_memory = false;  // as a consumer on another host
-  options.bulk_data = true;       // opt-in
+  options.bulk_data = true;       // the default
   return options;
 }
 

@@ -89,12 +89,11 @@ ABSL_FLAG(bool, shared_memory, sluice::SharedMemoryDefaultFromEnvironment(),
           "Service mode: read from workers on this host through shared memory (negotiated, TCP "
           "otherwise); false: TCP only. Default: true unless the environment sets "
           "SLUICE_SHARED_MEMORY=0.");
-ABSL_FLAG(bool, bulk_data, sluice::ConsumerBulkDataDefaultFromEnvironment(),
+ABSL_FLAG(bool, bulk_data, sluice::BulkDataDefaultFromEnvironment(),
           "Service mode: take the tensor bytes of workers that shared memory does not serve on "
           "a TCP socket of each stream's own (the bulk data channel, negotiated; falls back to "
           "gRPC when a worker's data port cannot be reached); false: every byte on gRPC. "
-          "Default: false unless the environment sets SLUICE_BULK_DATA=1 (opt-in: "
-          "docs/SERVICE.md \"Why opt-in\").");
+          "Default: true unless the environment sets SLUICE_BULK_DATA=0.");
 namespace sluice {
 namespace {
 
