@@ -27,7 +27,9 @@
 #include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/snapshot_chunk.h"
+#include "core/data/ops/parallel_calls.h"
 #include "core/data/ops/snapshot_manifest.h"
+#include "core/data/ops/snapshot_read_ahead.h"
 #include "core/format/python_literal.h"
 #include "core/io/file_system.h"
 #include "core/tensor/proto_convert.h"
@@ -85,11 +87,16 @@ absl::Status CheckManifestSpec(const proto::SnapshotManifest& m, const ElementSp
   return absl::OkStatus();
 }
 
-// Reads the chunks of a source, wait=False or wait=True.
+// Reads the chunks of a source, wait=False or wait=True. wait=False with `parallelism` > 1
+// reads through a SnapshotReadAhead (snapshot_read_ahead.h): the mapped chunks' records are
+// checked and decoded on the process's pool, ahead of the consumer, in the same order.
 class LoadIterator : public OpIterator {
  public:
-  LoadIterator(std::string label, proto::LoadSource source, ElementSpec spec)
-      : OpIterator(std::move(label)), source_(std::move(source)), spec_(std::move(spec)) {}
+  LoadIterator(std::string label, proto::LoadSource source, ElementSpec spec, int parallelism)
+      : OpIterator(std::move(label)),
+        source_(std::move(source)),
+        spec_(std::move(spec)),
+        parallelism_(parallelism) {}
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
@@ -97,6 +104,7 @@ class LoadIterator : public OpIterator {
       RETURN_IF_ERROR(Start());
       started_ = true;
     }
+    if (ahead_ != nullptr) return NextAhead(out, end_of_sequence);
     while (true) {
       if (reader_ != nullptr) {
         bool end_of_chunk = false;
@@ -133,7 +141,49 @@ class LoadIterator : public OpIterator {
     if (!m.done()) return Incomplete(m, directory());
     Count(m);
     pending_.assign(source_.filenames().begin(), source_.filenames().end());
+    if (parallelism_ > 1) {
+      ahead_ = std::make_unique<SnapshotReadAhead>(parallelism_,
+                                                   SnapshotReadAhead::kDefaultMaxBytesAhead);
+    }
     return absl::OkStatus();
+  }
+
+  // wait=False, read ahead: the next element in chunk order, or the error in its place.
+  absl::Status NextAhead(Element* out, bool* end_of_sequence) {
+    while (!fill_stopped_ && ahead_->HasRoom()) {
+      absl::Status s = QueueNext();
+      if (!s.ok()) {
+        ahead_->AddResult(std::move(s));  // in its place; nothing is queued after it
+        fill_stopped_ = true;
+      }
+    }
+    *end_of_sequence = ahead_->empty();
+    if (*end_of_sequence) return absl::OkStatus();
+    return ahead_->TakeFront(out);
+  }
+
+  // Queues the next record of the chunk being framed (a mapped chunk's for the pool to decode,
+  // any other's decoded here), that chunk's count check at its end, or opens the next chunk;
+  // sets fill_stopped_ after the last chunk.
+  absl::Status QueueNext() {
+    if (reader_ == nullptr) {
+      if (next_ >= pending_.size()) {
+        fill_stopped_ = true;
+        return absl::OkStatus();
+      }
+      return OpenChunk(pending_[next_++]);
+    }
+    bool end_of_chunk = false;
+    if (reader_->mapped()) {
+      SnapshotChunkReader::FramedRecord record;
+      RETURN_IF_ERROR(reader_->NextRecord(&record, &end_of_chunk));
+      if (!end_of_chunk) ahead_->Add(reader_, record);
+    } else {
+      Element e;
+      RETURN_IF_ERROR(reader_->Next(&e, &end_of_chunk));
+      if (!end_of_chunk) ahead_->AddResult(std::move(e));
+    }
+    return end_of_chunk ? FinishChunk() : absl::OkStatus();
   }
 
   const std::string& directory() const { return source_.directory(); }
@@ -167,7 +217,7 @@ class LoadIterator : public OpIterator {
   absl::Status FinishChunk() {
     const std::string name = BaseName(reader_->filename());
     read_[name] = reader_->num_read();
-    std::unique_ptr<SnapshotChunkReader> done = std::move(reader_);
+    std::shared_ptr<SnapshotChunkReader> done = std::move(reader_);
     if (source_.wait()) return absl::OkStatus();
     return CheckCount(done->filename(), name);
   }
@@ -278,11 +328,14 @@ class LoadIterator : public OpIterator {
 
   const proto::LoadSource source_;
   const ElementSpec spec_;
+  const int parallelism_;  // > 1: wait=False reads ahead on the pool
   bool started_ = false;
   Compression compression_ = Compression::kNone;
   std::vector<std::string> pending_;  // chunk files to read, from next_ on
   size_t next_ = 0;
-  std::unique_ptr<SnapshotChunkReader> reader_;
+  std::shared_ptr<SnapshotChunkReader> reader_;  // the read-ahead's decodes share it
+  std::unique_ptr<SnapshotReadAhead> ahead_;     // wait=False with parallelism_ > 1
+  bool fill_stopped_ = false;                    // ahead_ holds everything up to the end or an error
   absl::flat_hash_map<std::string, int64_t> expected_;  // chunk name -> manifest count
   absl::flat_hash_map<std::string, int64_t> expected_bytes_;  // chunk name -> manifest size
   absl::flat_hash_map<std::string, int64_t> read_;      // chunk name -> elements read
@@ -374,8 +427,10 @@ SLUICE_REGISTER_OPS(load_op) {
     const std::string label = args.label;
     const proto::LoadSource load = args.source.load();
     ASSIGN_OR_RETURN(ElementSpec spec, ElementSpecFromProto(load.element_spec()));
-    return IteratorFactory(
-        [label, load, spec] { return std::make_unique<LoadIterator>(label, load, spec); });
+    const int parallelism = static_cast<int>(ResolveParallelCalls(-1, args.options));
+    return IteratorFactory([label, load, spec, parallelism] {
+      return std::make_unique<LoadIterator>(label, load, spec, parallelism);
+    });
   };
   {
     SourceParseRule p;

@@ -193,7 +193,36 @@ absl::Status SnapshotChunkReader::Next(Element* out, bool* end_of_chunk) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Element> SnapshotChunkReader::Decode(absl::string_view record, int64_t index) {
+absl::Status SnapshotChunkReader::NextRecord(FramedRecord* out, bool* end_of_chunk) {
+  absl::Status s = reader_->ReadRecordView(&out->data, &out->unchecked, &view_owner_);
+  if (absl::IsOutOfRange(s)) {
+    *end_of_chunk = true;
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(s);
+  out->index = num_read_++;
+  *end_of_chunk = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Element> SnapshotChunkReader::DecodeRecord(const FramedRecord& record) const {
+  absl::Status s = TFRecordReader::CheckData(record.data, record.unchecked, filename());
+  if (!s.ok()) {
+    // As the reader explains a mismatch it finds itself: zeros past a new end of the file.
+    absl::StatusOr<FileStat> now = StatFile(filename());
+    if (now.ok() && mapped_file_ != nullptr && now->size < mapped_file_->size()) {
+      return absl::DataLossError(absl::StrCat("file ", filename(),
+                                              " was truncated while it was read (found at byte "
+                                              "offset ",
+                                              record.unchecked.offset, ")"));
+    }
+    return s;
+  }
+  return Decode(record.data, record.index);
+}
+
+absl::StatusOr<Element> SnapshotChunkReader::Decode(absl::string_view record,
+                                                    int64_t index) const {
   if (raw_) {
     absl::StatusOr<Element> e =
         mapped() ? ParseRawElementInPlace(record, mapped_file_, spec_, filename())

@@ -1,0 +1,339 @@
+// load()'s read-ahead (core/data/ops/snapshot_read_ahead.h): mapped chunks' records checked and
+// decoded on the pool come out as the same elements, in the same order, with the same errors in
+// the same places as reading them one after the other; the queue stays within its bounds; the
+// consumer never waits for a decode no pool thread has started; an iterator destroyed with
+// decodes in flight leaves nothing running or charged, and the views it handed out live on.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "core/data/executor.h"
+#include "core/data/ops/snapshot_chunk.h"
+#include "core/data/ops/snapshot_manifest.h"
+#include "core/data/ops/snapshot_read_ahead.h"
+#include "core/io/tfrecord_reader.h"
+#include "core/tensor/host_memory.h"
+#include "core/tensor/proto_convert.h"
+#include "core/util/status_macros.h"
+#include "core/util/thread_pool.h"
+#include "gtest/gtest.h"
+#include "sluice/dataset.h"
+#include "sluice/snapshot.h"
+#include "tests/core/record_test_util.h"
+#include "tests/seeded_rng.h"
+
+namespace sluice {
+namespace {
+
+using record_test::ReadWholeFile;
+using record_test::TempDir;
+using record_test::TFRecordOffset;
+using record_test::WriteWholeFile;
+
+constexpr uint64_t kSeed = 20261205;
+
+ElementSpec Spec() {
+  return ElementSpec::Tuple({ElementSpec(TensorSpec{DType::kUInt8, Shape({kUnknownDim})}),
+                             ElementSpec(TensorSpec{DType::kString, Shape({kUnknownDim})})});
+}
+
+// Bytes and strings of seeded sizes, so the records (and the components in them) have many
+// sizes and offsets.
+Element RandomElement(SeededRng& rng) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(rng.In(0, 6000)));
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng.Next());
+  std::vector<std::string> strings(static_cast<size_t>(rng.In(0, 5)));
+  for (std::string& s : strings) {
+    s.resize(static_cast<size_t>(rng.In(0, 3000)));
+    for (char& c : s) c = static_cast<char>(rng.Next());
+  }
+  const int64_t n = static_cast<int64_t>(strings.size());
+  return Element::Tuple({Element(Tensor::FromVector(bytes)),
+                         Element(Tensor::FromStrings(std::move(strings), Shape({n})))});
+}
+
+// A finished snapshot (format 2, uncompressed: mapped) of `chunks` chunks of `per_chunk`
+// elements; the chunk paths in load order.
+std::vector<std::string> Save(const std::string& dir, int chunks, int per_chunk) {
+  std::cout << "seed " << kSeed << "\n";
+  SeededRng rng(kSeed);
+  EXPECT_TRUE(MakeLocalDirectories(SnapshotChunksDirectory(dir)).ok());
+  proto::SnapshotManifest m;
+  m.set_format_version(kSnapshotFormatVersion);
+  *m.mutable_element_spec() = ElementSpecToProto(Spec());
+  std::vector<std::string> names;
+  for (int c = 0; c < chunks; ++c) {
+    names.push_back(SnapshotChunkName(absl::StrCat("ab", c)));
+    auto w = SnapshotChunkWriter::Create(dir, names.back(), Compression::kNone,
+                                         kSnapshotFormatVersion);
+    EXPECT_TRUE(w.ok()) << w.status();
+    if (!w.ok()) return {};
+    for (int i = 0; i < per_chunk; ++i) EXPECT_TRUE((*w)->Append(RandomElement(rng)).ok());
+    EXPECT_TRUE((*w)->Commit().ok());
+  }
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> paths;
+  for (const std::string& name : names) {
+    paths.push_back(absl::StrCat(SnapshotChunksDirectory(dir), "/", name));
+    proto::SnapshotChunk* c = m.add_chunks();
+    c->set_name(name);
+    c->set_num_elements(per_chunk);
+    c->set_num_bytes(static_cast<int64_t>(ReadWholeFile(paths.back()).size()));
+    m.set_num_elements(m.num_elements() + per_chunk);
+  }
+  m.set_done(true);
+  EXPECT_TRUE(WriteSnapshotManifest(dir, m).ok());
+  return paths;
+}
+
+struct Loaded {
+  std::vector<Element> elements;
+  absl::Status status;  // the error that ended the load, or OK at its end
+};
+
+// Every element of load(dir) with `parallelism` threads (1: no read-ahead), up to its end or
+// its first error.
+Loaded LoadAll(const std::string& dir, int parallelism) {
+  Loaded out;
+  absl::StatusOr<Dataset> ds = LoadSnapshot(dir, false);
+  if (!ds.ok()) {
+    out.status = ds.status();
+    return out;
+  }
+  ExecutorOptions options;
+  options.autotune_parallel_calls = parallelism;
+  auto it = MakeIterator(*ds, options);
+  if (!it.ok()) {
+    out.status = it.status();
+    return out;
+  }
+  while (true) {
+    Element e;
+    bool end = false;
+    out.status = (*it)->GetNext(&e, &end);
+    if (!out.status.ok() || end) return out;
+    out.elements.push_back(std::move(e));
+  }
+}
+
+void ExpectSameElements(const std::vector<Element>& want, const std::vector<Element>& got,
+                        const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::vector<Tensor> a = want[i].Flatten(), b = got[i].Flatten();
+    ASSERT_EQ(a.size(), b.size()) << what << " element " << i;
+    for (size_t k = 0; k < a.size(); ++k) {
+      EXPECT_TRUE(a[k].Equals(b[k])) << what << " element " << i << " component " << k;
+    }
+  }
+}
+
+TEST(SnapshotReadAheadTest, SameElementsInTheSameOrderAtAnyParallelism) {
+  TempDir tmp;
+  ASSERT_EQ(Save(tmp.path(), 5, 40).size(), 5u);
+  const Loaded one = LoadAll(tmp.path(), 1);
+  ASSERT_TRUE(one.status.ok()) << one.status;
+  ASSERT_EQ(one.elements.size(), 200u);
+  for (int parallelism : {2, 3, 8}) {
+    const Loaded many = LoadAll(tmp.path(), parallelism);
+    ASSERT_TRUE(many.status.ok()) << many.status;
+    ExpectSameElements(one.elements, many.elements, absl::StrCat("parallelism ", parallelism));
+  }
+}
+
+// A flipped data byte (its checksum now fails on a pool thread), a flipped length byte (the
+// framing fails on the consumer's) and a chunk holding fewer records than the manifest says:
+// each error comes after exactly the elements before it, naming the file and offset.
+TEST(SnapshotReadAheadTest, ErrorsComeInTheirPlaceNamingTheChunk) {
+  TempDir tmp;
+  const std::vector<std::string> chunks = Save(tmp.path(), 3, 20);
+  ASSERT_EQ(chunks.size(), 3u);
+  const std::string victim = chunks[1];
+  const std::string bytes = ReadWholeFile(victim);
+  const Loaded clean = LoadAll(tmp.path(), 1);
+  ASSERT_TRUE(clean.status.ok()) << clean.status;
+  struct Case {
+    std::string name;
+    std::string file;
+    size_t elements_before;
+    std::string message;
+  };
+  std::string data_flip = bytes;
+  data_flip[TFRecordOffset(bytes, 7) + kTFRecordHeaderBytes + 9] ^= 0x10;
+  std::string length_flip = bytes;
+  length_flip[TFRecordOffset(bytes, 12) + 2] ^= 0x01;
+  const std::vector<Case> cases = {
+      {"data byte", data_flip, 20 + 7,
+       absl::StrCat("corrupted record at byte offset ", TFRecordOffset(bytes, 7), " of file ",
+                    victim, " (data checksum mismatch)")},
+      {"length byte", length_flip, 20 + 12,
+       absl::StrCat("corrupted record at byte offset ", TFRecordOffset(bytes, 12), " of file ",
+                    victim, " (length checksum mismatch)")},
+  };
+  for (const Case& c : cases) {
+    WriteWholeFile(victim, c.file);
+    for (int parallelism : {1, 4}) {
+      const std::string what = absl::StrCat(c.name, ", parallelism ", parallelism);
+      const Loaded got = LoadAll(tmp.path(), parallelism);
+      EXPECT_TRUE(absl::IsDataLoss(got.status)) << what << ": " << got.status;
+      EXPECT_TRUE(absl::StrContains(got.status.message(), c.message)) << what << ": " << got.status;
+      ExpectSameElements(std::vector<Element>(clean.elements.begin(),
+                                              clean.elements.begin() + c.elements_before),
+                         got.elements, what);
+    }
+  }
+  // Fewer records than the manifest lists (and its size updated to match): the count check
+  // comes after the chunk's last element.
+  WriteWholeFile(victim, bytes.substr(0, TFRecordOffset(bytes, 15)));
+  absl::StatusOr<proto::SnapshotManifest> m = ReadSnapshotManifest(tmp.path());
+  ASSERT_TRUE(m.ok()) << m.status();
+  m->mutable_chunks(1)->set_num_bytes(static_cast<int64_t>(TFRecordOffset(bytes, 15)));
+  ASSERT_TRUE(WriteSnapshotManifest(tmp.path(), *m).ok());
+  for (int parallelism : {1, 4}) {
+    const Loaded got = LoadAll(tmp.path(), parallelism);
+    EXPECT_TRUE(absl::IsDataLoss(got.status)) << got.status;
+    EXPECT_TRUE(absl::StrContains(got.status.message(),
+                                  absl::StrCat(victim, "' holds 15 elements but")))
+        << got.status;
+    EXPECT_EQ(got.elements.size(), 35u) << "parallelism " << parallelism;
+  }
+}
+
+// The queue's bounds: 2 * parallelism records, and no more once their bytes reach the limit
+// (one always fits, however large).
+TEST(SnapshotReadAheadTest, QueueStaysWithinItsRecordAndByteBounds) {
+  TempDir tmp;
+  const std::vector<std::string> chunks = Save(tmp.path(), 1, 20);
+  ASSERT_EQ(chunks.size(), 1u);
+  auto opened = SnapshotChunkReader::Open(chunks[0], Compression::kNone, kSnapshotFormatVersion,
+                                          Spec());
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::shared_ptr<SnapshotChunkReader> reader = *std::move(opened);
+  ASSERT_TRUE(reader->mapped());
+  std::vector<SnapshotChunkReader::FramedRecord> records;
+  while (true) {
+    SnapshotChunkReader::FramedRecord r;
+    bool end = false;
+    ASSERT_TRUE(reader->NextRecord(&r, &end).ok());
+    if (end) break;
+    records.push_back(r);
+  }
+  ASSERT_EQ(records.size(), 20u);
+  {
+    SnapshotReadAhead ahead(3, 1 << 30);
+    size_t queued = 0;
+    while (ahead.HasRoom() && queued < records.size()) ahead.Add(reader, records[queued++]);
+    EXPECT_EQ(queued, 6u);
+  }
+  {
+    // A byte limit smaller than the first record: that one is queued, nothing after it.
+    SnapshotReadAhead ahead(8, 1);
+    size_t queued = 0;
+    while (ahead.HasRoom() && queued < records.size()) ahead.Add(reader, records[queued++]);
+    EXPECT_EQ(queued, 1u);
+    Element e;
+    ASSERT_TRUE(ahead.TakeFront(&e).ok());
+    EXPECT_TRUE(ahead.HasRoom());
+  }
+  {
+    // The byte limit in between: records are queued while the queued bytes are under it.
+    const size_t limit = records[0].data.size() + records[1].data.size() + 1;
+    SnapshotReadAhead ahead(8, limit);
+    size_t queued = 0;
+    while (ahead.HasRoom() && queued < records.size()) ahead.Add(reader, records[queued++]);
+    EXPECT_EQ(queued, 3u);
+  }
+}
+
+// A pool whose only thread is busy elsewhere (another pipeline's job): the consumer decodes the
+// records itself instead of waiting for the pool, and gets every element in order.
+TEST(SnapshotReadAheadTest, ConsumerDecodesWhatNoPoolThreadStarted) {
+  TempDir tmp;
+  const std::vector<std::string> chunks = Save(tmp.path(), 1, 12);
+  ASSERT_EQ(chunks.size(), 1u);
+  const Loaded want = LoadAll(tmp.path(), 1);
+  ASSERT_TRUE(want.status.ok()) << want.status;
+  auto opened = SnapshotChunkReader::Open(chunks[0], Compression::kNone, kSnapshotFormatVersion,
+                                          Spec());
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::shared_ptr<SnapshotChunkReader> reader = *std::move(opened);
+  auto pool = std::make_unique<ThreadPool>(1);
+  absl::Notification release;
+  // Generous: the loop below takes milliseconds; the wait only keeps a broken queue (one that
+  // waits for the pool) from hanging the test forever, and then the test fails.
+  const absl::Duration kBlockAtMost = absl::Seconds(30);
+  std::atomic<bool> timed_out{false};
+  pool->Schedule([&] { timed_out = !release.WaitForNotificationWithTimeout(kBlockAtMost); });
+  std::vector<Element> got;
+  {
+    SnapshotReadAhead ahead(2, SnapshotReadAhead::kDefaultMaxBytesAhead, pool.get());
+    bool end = false;
+    while (!end || !ahead.empty()) {
+      while (!end && ahead.HasRoom()) {
+        SnapshotChunkReader::FramedRecord r;
+        ASSERT_TRUE(reader->NextRecord(&r, &end).ok());
+        if (!end) ahead.Add(reader, r);
+      }
+      if (ahead.empty()) break;
+      Element e;
+      ASSERT_TRUE(ahead.TakeFront(&e).ok());
+      got.push_back(std::move(e));
+    }
+    release.Notify();
+  }  // the queue goes with its jobs still queued behind the blocker: they must leave it alone
+  pool.reset();  // runs those jobs, joins the thread
+  EXPECT_FALSE(timed_out) << "the consumer waited for the pool";
+  ExpectSameElements(want.elements, got, "decoded by the consumer");
+}
+
+// An iterator destroyed while its decodes are queued or running: nothing is left charged to the
+// memory budget once the elements taken are gone, and the views taken before outlive it.
+TEST(SnapshotReadAheadTest, DestroyedMidReadLeavesNothingBehindAndViewsLive) {
+  TempDir tmp;
+  ASSERT_EQ(Save(tmp.path(), 4, 30).size(), 4u);
+  const Loaded want = LoadAll(tmp.path(), 1);
+  ASSERT_TRUE(want.status.ok()) << want.status;
+  MemoryBudget& budget = ProcessMemoryBudget();
+  const int64_t before = budget.in_use();
+  for (int stop_after : {0, 1, 29, 30, 31, 77}) {
+    std::vector<Element> taken;
+    {
+      absl::StatusOr<Dataset> ds = LoadSnapshot(tmp.path(), false);
+      ASSERT_TRUE(ds.ok()) << ds.status();
+      ExecutorOptions options;
+      options.autotune_parallel_calls = 4;
+      auto it = MakeIterator(*ds, options);
+      ASSERT_TRUE(it.ok()) << it.status();
+      for (int i = 0; i < stop_after; ++i) {
+        Element e;
+        bool end = false;
+        ASSERT_TRUE((*it)->GetNext(&e, &end).ok());
+        ASSERT_FALSE(end);
+        taken.push_back(std::move(e));
+      }
+    }  // the iterator and its read-ahead are gone, decodes may have been in flight
+    ExpectSameElements(std::vector<Element>(want.elements.begin(),
+                                            want.elements.begin() + stop_after),
+                       taken, absl::StrCat("stopped after ", stop_after));
+    taken.clear();
+    // Decodes queued when the iterator went may still hold their entries on the pool for a
+    // moment; each holds at most its element's charge until its job returns. Wait them out,
+    // bounded: the pool runs nothing else here.
+    for (int i = 0; i < 2000 && budget.in_use() != before; ++i) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    EXPECT_EQ(budget.in_use(), before) << "stopped after " << stop_after;
+  }
+}
+
+}  // namespace
+}  // namespace sluice
