@@ -1,8 +1,9 @@
-// load()'s read-ahead (core/data/ops/snapshot_read_ahead.h): mapped chunks' records checked and
-// decoded on the pool come out as the same elements, in the same order, with the same errors in
-// the same places as reading them one after the other; the queue stays within its bounds; the
-// consumer never waits for a decode no pool thread has started; an iterator destroyed with
-// decodes in flight leaves nothing running or charged, and the views it handed out live on.
+// load()'s read-ahead (core/data/ops/snapshot_read_ahead.h): mapped chunks' records verified on
+// the pool and decoded by the consumer come out as the same elements, in the same order, with
+// the same errors in the same places as reading them one after the other; the queue stays within
+// its bounds; the consumer never waits for a unit no pool thread has started; an iterator
+// destroyed with verifications in flight leaves nothing running or charged, and the views it
+// handed out live on.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -48,12 +49,12 @@ ElementSpec Spec() {
 
 // Bytes and strings of seeded sizes, so the records (and the components in them) have many
 // sizes and offsets.
-Element RandomElement(SeededRng& rng) {
-  std::vector<uint8_t> bytes(static_cast<size_t>(rng.In(0, 6000)));
+Element RandomElement(SeededRng& rng, int64_t max_bytes) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(rng.In(0, max_bytes)));
   for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng.Next());
   std::vector<std::string> strings(static_cast<size_t>(rng.In(0, 5)));
   for (std::string& s : strings) {
-    s.resize(static_cast<size_t>(rng.In(0, 3000)));
+    s.resize(static_cast<size_t>(rng.In(0, max_bytes / 2)));
     for (char& c : s) c = static_cast<char>(rng.Next());
   }
   const int64_t n = static_cast<int64_t>(strings.size());
@@ -62,8 +63,9 @@ Element RandomElement(SeededRng& rng) {
 }
 
 // A finished snapshot (format 2, uncompressed: mapped) of `chunks` chunks of `per_chunk`
-// elements; the chunk paths in load order.
-std::vector<std::string> Save(const std::string& dir, int chunks, int per_chunk) {
+// elements of up to about 2 * max_bytes bytes; the chunk paths in load order.
+std::vector<std::string> Save(const std::string& dir, int chunks, int per_chunk,
+                              int64_t max_bytes = 6000) {
   std::cout << "seed " << kSeed << "\n";
   SeededRng rng(kSeed);
   EXPECT_TRUE(MakeLocalDirectories(SnapshotChunksDirectory(dir)).ok());
@@ -77,7 +79,7 @@ std::vector<std::string> Save(const std::string& dir, int chunks, int per_chunk)
                                          kSnapshotFormatVersion);
     EXPECT_TRUE(w.ok()) << w.status();
     if (!w.ok()) return {};
-    for (int i = 0; i < per_chunk; ++i) EXPECT_TRUE((*w)->Append(RandomElement(rng)).ok());
+    for (int i = 0; i < per_chunk; ++i) EXPECT_TRUE((*w)->Append(RandomElement(rng, max_bytes)).ok());
     EXPECT_TRUE((*w)->Commit().ok());
   }
   std::sort(names.begin(), names.end());
@@ -208,38 +210,47 @@ TEST(SnapshotReadAheadTest, ErrorsComeInTheirPlaceNamingTheChunk) {
   }
 }
 
-// The queue's bounds: 2 * parallelism records, and no more once their bytes reach the limit
-// (one always fits, however large).
-TEST(SnapshotReadAheadTest, QueueStaysWithinItsRecordAndByteBounds) {
+// Frames every record of a mapped chunk.
+std::vector<SnapshotChunkReader::FramedRecord> FrameAll(SnapshotChunkReader* reader) {
+  std::vector<SnapshotChunkReader::FramedRecord> records;
+  while (true) {
+    SnapshotChunkReader::FramedRecord r;
+    bool end = false;
+    EXPECT_TRUE(reader->NextRecord(&r, &end).ok());
+    if (end) return records;
+    records.push_back(r);
+  }
+}
+
+// The queue's bounds: 2 * parallelism units of kUnitRecords records, and no more once their
+// bytes reach the limit (one record always fits, however large).
+TEST(SnapshotReadAheadTest, QueueStaysWithinItsUnitAndByteBounds) {
   TempDir tmp;
-  const std::vector<std::string> chunks = Save(tmp.path(), 1, 20);
+  // Small records (< 200 bytes): units end at kUnitRecords, not at kUnitBytes.
+  const std::vector<std::string> chunks = Save(tmp.path(), 1, 250, /*max_bytes=*/60);
   ASSERT_EQ(chunks.size(), 1u);
   auto opened = SnapshotChunkReader::Open(chunks[0], Compression::kNone, kSnapshotFormatVersion,
                                           Spec());
   ASSERT_TRUE(opened.ok()) << opened.status();
   std::shared_ptr<SnapshotChunkReader> reader = *std::move(opened);
   ASSERT_TRUE(reader->mapped());
-  std::vector<SnapshotChunkReader::FramedRecord> records;
-  while (true) {
-    SnapshotChunkReader::FramedRecord r;
-    bool end = false;
-    ASSERT_TRUE(reader->NextRecord(&r, &end).ok());
-    if (end) break;
-    records.push_back(r);
-  }
-  ASSERT_EQ(records.size(), 20u);
-  {
-    SnapshotReadAhead ahead(3, 1 << 30);
+  const std::vector<SnapshotChunkReader::FramedRecord> records = FrameAll(reader.get());
+  ASSERT_EQ(records.size(), 250u);
+  const auto fill = [&](SnapshotReadAhead& ahead) {
     size_t queued = 0;
     while (ahead.HasRoom() && queued < records.size()) ahead.Add(reader, records[queued++]);
-    EXPECT_EQ(queued, 6u);
+    ahead.Flush();
+    return queued;
+  };
+  for (int parallelism : {1, 3}) {
+    SnapshotReadAhead ahead(parallelism, 1 << 30);
+    EXPECT_EQ(fill(ahead), 2 * parallelism * SnapshotReadAhead::kUnitRecords)
+        << "parallelism " << parallelism;
   }
   {
     // A byte limit smaller than the first record: that one is queued, nothing after it.
     SnapshotReadAhead ahead(8, 1);
-    size_t queued = 0;
-    while (ahead.HasRoom() && queued < records.size()) ahead.Add(reader, records[queued++]);
-    EXPECT_EQ(queued, 1u);
+    EXPECT_EQ(fill(ahead), 1u);
     Element e;
     ASSERT_TRUE(ahead.TakeFront(&e).ok());
     EXPECT_TRUE(ahead.HasRoom());
@@ -248,17 +259,15 @@ TEST(SnapshotReadAheadTest, QueueStaysWithinItsRecordAndByteBounds) {
     // The byte limit in between: records are queued while the queued bytes are under it.
     const size_t limit = records[0].data.size() + records[1].data.size() + 1;
     SnapshotReadAhead ahead(8, limit);
-    size_t queued = 0;
-    while (ahead.HasRoom() && queued < records.size()) ahead.Add(reader, records[queued++]);
-    EXPECT_EQ(queued, 3u);
+    EXPECT_EQ(fill(ahead), 3u);
   }
 }
 
-// A pool whose only thread is busy elsewhere (another pipeline's job): the consumer decodes the
+// A pool whose only thread is busy elsewhere (another pipeline's job): the consumer verifies the
 // records itself instead of waiting for the pool, and gets every element in order.
-TEST(SnapshotReadAheadTest, ConsumerDecodesWhatNoPoolThreadStarted) {
+TEST(SnapshotReadAheadTest, ConsumerVerifiesWhatNoPoolThreadStarted) {
   TempDir tmp;
-  const std::vector<std::string> chunks = Save(tmp.path(), 1, 12);
+  const std::vector<std::string> chunks = Save(tmp.path(), 1, 100, /*max_bytes=*/2000);
   ASSERT_EQ(chunks.size(), 1u);
   const Loaded want = LoadAll(tmp.path(), 1);
   ASSERT_TRUE(want.status.ok()) << want.status;
@@ -283,6 +292,7 @@ TEST(SnapshotReadAheadTest, ConsumerDecodesWhatNoPoolThreadStarted) {
         ASSERT_TRUE(reader->NextRecord(&r, &end).ok());
         if (!end) ahead.Add(reader, r);
       }
+      ahead.Flush();
       if (ahead.empty()) break;
       Element e;
       ASSERT_TRUE(ahead.TakeFront(&e).ok());
@@ -292,16 +302,32 @@ TEST(SnapshotReadAheadTest, ConsumerDecodesWhatNoPoolThreadStarted) {
   }  // the queue goes with its jobs still queued behind the blocker: they must leave it alone
   pool.reset();  // runs those jobs, joins the thread
   EXPECT_FALSE(timed_out) << "the consumer waited for the pool";
-  ExpectSameElements(want.elements, got, "decoded by the consumer");
+  ExpectSameElements(want.elements, got, "verified by the consumer");
 }
 
-// An iterator destroyed while its decodes are queued or running: nothing is left charged to the
+// An iterator destroyed while its verifications are queued or running: nothing is left charged to the
 // memory budget once the elements taken are gone, and the views taken before outlive it.
 TEST(SnapshotReadAheadTest, DestroyedMidReadLeavesNothingBehindAndViewsLive) {
   TempDir tmp;
-  ASSERT_EQ(Save(tmp.path(), 4, 30).size(), 4u);
-  const Loaded want = LoadAll(tmp.path(), 1);
-  ASSERT_TRUE(want.status.ok()) << want.status;
+  const std::vector<std::string> chunks = Save(tmp.path(), 4, 30);
+  ASSERT_EQ(chunks.size(), 4u);
+  // Read, not mapped: views in `want` would keep the chunks mapped.
+  Loaded want;
+  for (const std::string& chunk : chunks) {
+    SnapshotChunkReadOptions read;
+    read.map = false;
+    auto r = SnapshotChunkReader::Open(chunk, Compression::kNone, kSnapshotFormatVersion, Spec(),
+                                       read);
+    ASSERT_TRUE(r.ok()) << r.status();
+    while (true) {
+      Element e;
+      bool end = false;
+      ASSERT_TRUE((*r)->Next(&e, &end).ok());
+      if (end) break;
+      want.elements.push_back(std::move(e));
+    }
+  }
+  ASSERT_EQ(want.elements.size(), 120u);
   MemoryBudget& budget = ProcessMemoryBudget();
   const int64_t before = budget.in_use();
   for (int stop_after : {0, 1, 29, 30, 31, 77}) {
@@ -320,16 +346,16 @@ TEST(SnapshotReadAheadTest, DestroyedMidReadLeavesNothingBehindAndViewsLive) {
         ASSERT_FALSE(end);
         taken.push_back(std::move(e));
       }
-    }  // the iterator and its read-ahead are gone, decodes may have been in flight
+    }  // the iterator and its read-ahead are gone, verifications may have been in flight
     ExpectSameElements(std::vector<Element>(want.elements.begin(),
                                             want.elements.begin() + stop_after),
                        taken, absl::StrCat("stopped after ", stop_after));
     taken.clear();
-    // Decodes queued when the iterator went may still hold their entries on the pool for a
-    // moment; each holds at most its element's charge until its job returns. Wait them out,
-    // bounded: the pool runs nothing else here.
-    for (int i = 0; i < 2000 && budget.in_use() != before; ++i) {
-      absl::SleepFor(absl::Milliseconds(5));
+    // The queue held views of the mapping, never elements: nothing of it is charged, and with
+    // the last view gone no chunk stays mapped (no job left on the pool holds a reader).
+    for (const std::string& chunk : chunks) {
+      EXPECT_FALSE(record_test::MappingOf(chunk).has_value())
+          << chunk << " still mapped, stopped after " << stop_after;
     }
     EXPECT_EQ(budget.in_use(), before) << "stopped after " << stop_after;
   }

@@ -89,7 +89,7 @@ absl::Status CheckManifestSpec(const proto::SnapshotManifest& m, const ElementSp
 
 // Reads the chunks of a source, wait=False or wait=True. wait=False with `parallelism` > 1
 // reads through a SnapshotReadAhead (snapshot_read_ahead.h): the mapped chunks' records are
-// checked and decoded on the process's pool, ahead of the consumer, in the same order.
+// checksummed on the process's pool, ahead of the consumer, which decodes them in order.
 class LoadIterator : public OpIterator {
  public:
   LoadIterator(std::string label, proto::LoadSource source, ElementSpec spec, int parallelism)
@@ -157,12 +157,13 @@ class LoadIterator : public OpIterator {
         fill_stopped_ = true;
       }
     }
+    ahead_->Flush();
     *end_of_sequence = ahead_->empty();
     if (*end_of_sequence) return absl::OkStatus();
     return ahead_->TakeFront(out);
   }
 
-  // Queues the next record of the chunk being framed (a mapped chunk's for the pool to decode,
+  // Queues the next record of the chunk being framed (a mapped chunk's for the pool to verify,
   // any other's decoded here), that chunk's count check at its end, or opens the next chunk;
   // sets fill_stopped_ after the last chunk.
   absl::Status QueueNext() {

@@ -205,20 +205,18 @@ absl::Status SnapshotChunkReader::NextRecord(FramedRecord* out, bool* end_of_chu
   return absl::OkStatus();
 }
 
-absl::StatusOr<Element> SnapshotChunkReader::DecodeRecord(const FramedRecord& record) const {
+absl::Status SnapshotChunkReader::VerifyRecord(const FramedRecord& record) const {
   absl::Status s = TFRecordReader::CheckData(record.data, record.unchecked, filename());
-  if (!s.ok()) {
-    // As the reader explains a mismatch it finds itself: zeros past a new end of the file.
-    absl::StatusOr<FileStat> now = StatFile(filename());
-    if (now.ok() && mapped_file_ != nullptr && now->size < mapped_file_->size()) {
-      return absl::DataLossError(absl::StrCat("file ", filename(),
-                                              " was truncated while it was read (found at byte "
-                                              "offset ",
-                                              record.unchecked.offset, ")"));
-    }
-    return s;
+  if (s.ok()) return s;
+  // As the reader explains a mismatch it finds itself: zeros past a new end of the file.
+  absl::StatusOr<FileStat> now = StatFile(filename());
+  if (now.ok() && mapped_file_ != nullptr && now->size < mapped_file_->size()) {
+    return absl::DataLossError(absl::StrCat("file ", filename(),
+                                            " was truncated while it was read (found at byte "
+                                            "offset ",
+                                            record.unchecked.offset, ")"));
   }
-  return Decode(record.data, record.index);
+  return s;
 }
 
 absl::StatusOr<Element> SnapshotChunkReader::Decode(absl::string_view record,

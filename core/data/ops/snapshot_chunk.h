@@ -124,22 +124,27 @@ class SnapshotChunkReader {
   absl::Status Next(Element* out, bool* end_of_chunk);
 
   // A record of a mapped chunk framed by NextRecord, its data not yet touched: neither its
-  // checksum verified nor its element decoded (DecodeRecord does both, on any thread).
+  // checksum verified (VerifyRecord) nor its element decoded (DecodeVerified).
   struct FramedRecord {
     absl::string_view data;                   // a view of the mapping (mapped_file())
     TFRecordReader::UncheckedData unchecked;  // the checksum `data` must have
     int64_t index = 0;                        // the element's position in the chunk
   };
   // Mapped chunks only (requires mapped()): as Next, but reads only the record's framing (its
-  // length and the length's checksum), so that the data's first touch, the checksum pass and
-  // the decode can run on another thread (load's read-ahead, snapshot_read_ahead.h). Errors of
-  // the framing as Next's; the record counts in num_read().
+  // length and the length's checksum), so that the data's first touch, the checksum pass, can
+  // run on another thread (load's read-ahead, snapshot_read_ahead.h). Errors of the framing as
+  // Next's; the record counts in num_read().
   absl::Status NextRecord(FramedRecord* out, bool* end_of_chunk);
-  // The element of `record` (from this reader's NextRecord): its data checksum verified, then
-  // decoded as Next does, with Next's errors; a checksum mismatch of a chunk truncated since it
-  // was mapped is "file F was truncated while it was read". Const and thread-safe: many calls
-  // may run at once, on any threads, while NextRecord goes on; the reader must outlive them.
-  absl::StatusOr<Element> DecodeRecord(const FramedRecord& record) const;
+  // OK when `record` (from this reader's NextRecord) has its checksum; else Next's DATA_LOSS
+  // naming the chunk and the record's offset, or "file F was truncated while it was read" when
+  // the chunk has shrunk since it was mapped. Const and thread-safe: many calls may run at once,
+  // on any threads, while NextRecord goes on; the reader must outlive them.
+  absl::Status VerifyRecord(const FramedRecord& record) const;
+  // The element of a record VerifyRecord passed, as Next decodes it, with Next's errors.
+  // Thread-safe as VerifyRecord.
+  absl::StatusOr<Element> DecodeVerified(const FramedRecord& record) const {
+    return Decode(record.data, record.index);
+  }
   int64_t num_read() const { return num_read_; }
   const std::string& filename() const { return filename_; }
   // Whether the chunk's raw records are views of its mapping (SnapshotChunkReadOptions) rather
