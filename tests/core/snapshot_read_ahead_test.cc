@@ -106,14 +106,14 @@ struct Loaded {
 // its first error.
 Loaded LoadAll(const std::string& dir, int parallelism) {
   Loaded out;
-  absl::StatusOr<Dataset> ds = LoadSnapshot(dir, false);
+  SnapshotLoadOptions options;
+  options.num_parallel_calls = parallelism;
+  absl::StatusOr<Dataset> ds = LoadSnapshot(dir, options);
   if (!ds.ok()) {
     out.status = ds.status();
     return out;
   }
-  ExecutorOptions options;
-  options.autotune_parallel_calls = parallelism;
-  auto it = MakeIterator(*ds, options);
+  auto it = MakeIterator(*ds);
   if (!it.ok()) {
     out.status = it.status();
     return out;
@@ -152,9 +152,10 @@ TEST(SnapshotReadAheadTest, SameElementsInTheSameOrderAtAnyParallelism) {
   }
 }
 
-// A flipped data byte (its checksum now fails on a pool thread), a flipped length byte (the
-// framing fails on the consumer's) and a chunk holding fewer records than the manifest says:
-// each error comes after exactly the elements before it, naming the file and offset.
+// A flipped header byte of a record (it no longer parses), a flipped payload byte (it parses;
+// only the checksum, fused with the parse or verified on the pool, tells), a flipped length byte
+// (the framing fails) and a chunk holding fewer records than the manifest says: each error
+// comes after exactly the elements before it, naming the file and offset.
 TEST(SnapshotReadAheadTest, ErrorsComeInTheirPlaceNamingTheChunk) {
   TempDir tmp;
   const std::vector<std::string> chunks = Save(tmp.path(), 3, 20);
@@ -171,11 +172,18 @@ TEST(SnapshotReadAheadTest, ErrorsComeInTheirPlaceNamingTheChunk) {
   };
   std::string data_flip = bytes;
   data_flip[TFRecordOffset(bytes, 7) + kTFRecordHeaderBytes + 9] ^= 0x10;
+  // The last data byte of record 9 (string bytes or padding): the record still parses, only its
+  // checksum tells.
+  std::string payload_flip = bytes;
+  payload_flip[TFRecordOffset(bytes, 10) - kTFRecordFooterBytes - 1] ^= 0x01;
   std::string length_flip = bytes;
   length_flip[TFRecordOffset(bytes, 12) + 2] ^= 0x01;
   const std::vector<Case> cases = {
       {"data byte", data_flip, 20 + 7,
        absl::StrCat("corrupted record at byte offset ", TFRecordOffset(bytes, 7), " of file ",
+                    victim, " (data checksum mismatch)")},
+      {"payload byte", payload_flip, 20 + 9,
+       absl::StrCat("corrupted record at byte offset ", TFRecordOffset(bytes, 9), " of file ",
                     victim, " (data checksum mismatch)")},
       {"length byte", length_flip, 20 + 12,
        absl::StrCat("corrupted record at byte offset ", TFRecordOffset(bytes, 12), " of file ",
@@ -333,11 +341,11 @@ TEST(SnapshotReadAheadTest, DestroyedMidReadLeavesNothingBehindAndViewsLive) {
   for (int stop_after : {0, 1, 29, 30, 31, 77}) {
     std::vector<Element> taken;
     {
-      absl::StatusOr<Dataset> ds = LoadSnapshot(tmp.path(), false);
+      SnapshotLoadOptions options;
+      options.num_parallel_calls = 4;
+      absl::StatusOr<Dataset> ds = LoadSnapshot(tmp.path(), options);
       ASSERT_TRUE(ds.ok()) << ds.status();
-      ExecutorOptions options;
-      options.autotune_parallel_calls = 4;
-      auto it = MakeIterator(*ds, options);
+      auto it = MakeIterator(*ds);
       ASSERT_TRUE(it.ok()) << it.status();
       for (int i = 0; i < stop_after; ++i) {
         Element e;
@@ -359,6 +367,57 @@ TEST(SnapshotReadAheadTest, DestroyedMidReadLeavesNothingBehindAndViewsLive) {
     }
     EXPECT_EQ(budget.in_use(), before) << "stopped after " << stop_after;
   }
+}
+
+// load(DIR, num_parallel_calls=N): checked, printed back, and the same elements at any N.
+TEST(SnapshotReadAheadTest, NumParallelCallsIsCheckedAndRoundTrips) {
+  TempDir tmp;
+  ASSERT_EQ(Save(tmp.path(), 2, 10).size(), 2u);
+  const std::string dir = absl::StrCat("'", tmp.path(), "'");
+  absl::StatusOr<Dataset> two = Dataset::Parse("load(" + dir + ", num_parallel_calls=2)");
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_TRUE(absl::StrContains(two->ToExpression(), "num_parallel_calls=2"))
+      << two->ToExpression();
+  absl::StatusOr<Dataset> again = Dataset::Parse(two->ToExpression());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->Fingerprint(), two->Fingerprint());
+  // Sequential is the default: the graph of a plain load() is unchanged. AUTOTUNE round-trips.
+  absl::StatusOr<Dataset> plain = Dataset::Parse("load(" + dir + ")");
+  absl::StatusOr<Dataset> one = Dataset::Parse("load(" + dir + ", num_parallel_calls=1)");
+  ASSERT_TRUE(plain.ok() && one.ok()) << plain.status() << one.status();
+  EXPECT_EQ(plain->Fingerprint(), one->Fingerprint());
+  EXPECT_NE(plain->Fingerprint(), two->Fingerprint());
+  EXPECT_FALSE(absl::StrContains(plain->ToExpression(), "num_parallel_calls"));
+  absl::StatusOr<Dataset> autotune =
+      Dataset::Parse("load(" + dir + ", num_parallel_calls=tf.data.AUTOTUNE)");
+  ASSERT_TRUE(autotune.ok()) << autotune.status();
+  EXPECT_TRUE(absl::StrContains(autotune->ToExpression(), "num_parallel_calls=tf.data.AUTOTUNE"))
+      << autotune->ToExpression();
+  EXPECT_EQ(Dataset::Parse(autotune->ToExpression())->Fingerprint(), autotune->Fingerprint());
+  for (const std::string bad : {"num_parallel_calls=0", "num_parallel_calls=-2",
+                                "wait=True, num_parallel_calls=2"}) {
+    absl::StatusOr<Dataset> ds = Dataset::Parse("load(" + dir + ", " + bad + ")");
+    EXPECT_TRUE(absl::IsInvalidArgument(ds.status())) << bad << ": " << ds.status();
+  }
+  // C++: the option, and the elements it reads.
+  SnapshotLoadOptions options;
+  options.num_parallel_calls = 3;
+  absl::StatusOr<Dataset> cc = LoadSnapshot(tmp.path(), options);
+  ASSERT_TRUE(cc.ok()) << cc.status();
+  EXPECT_TRUE(absl::StrContains(cc->ToExpression(), "num_parallel_calls=3"));
+  std::vector<Element> got;
+  auto it = MakeIterator(*cc);
+  ASSERT_TRUE(it.ok()) << it.status();
+  while (true) {
+    Element e;
+    bool end = false;
+    ASSERT_TRUE((*it)->GetNext(&e, &end).ok());
+    if (end) break;
+    got.push_back(std::move(e));
+  }
+  const Loaded want = LoadAll(tmp.path(), 1);
+  ASSERT_TRUE(want.status.ok()) << want.status;
+  ExpectSameElements(want.elements, got, "num_parallel_calls=3");
 }
 
 }  // namespace

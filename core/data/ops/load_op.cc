@@ -1,4 +1,4 @@
-// load(directory, wait=False, timeout=600): the registration of the source (core/data/op_registry.h), its
+// load(directory, wait=False, timeout=600, num_parallel_calls=1): the registration of the source (core/data/op_registry.h), its
 // iterators and LoadSnapshot (include/sluice/snapshot.h). Format: snapshot_manifest.h,
 // snapshot_chunk.h; semantics: docs/SNAPSHOTS.md.
 //
@@ -23,11 +23,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/data/op_expression.h"
 #include "core/data/op_iterator.h"
 #include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
-#include "core/data/ops/snapshot_chunk.h"
 #include "core/data/ops/parallel_calls.h"
+#include "core/data/ops/snapshot_chunk.h"
 #include "core/data/ops/snapshot_manifest.h"
 #include "core/data/ops/snapshot_read_ahead.h"
 #include "core/format/python_literal.h"
@@ -362,6 +363,8 @@ absl::StatusOr<proto::SourceDef> MakeLoadSource(const std::string& directory,
   if (wait && options.timeout_seconds != kDefaultSnapshotWaitTimeoutSeconds) {
     l->set_timeout_seconds(options.timeout_seconds);
   }
+  // Unset when sequential: the graph (and its fingerprint) of a plain load() stays what it was.
+  if (options.num_parallel_calls != 1) l->set_num_parallel_calls(options.num_parallel_calls);
   *l->mutable_element_spec() = m.element_spec();
   l->set_compression_type(m.compression_type());
   if (!wait) {
@@ -402,6 +405,17 @@ SLUICE_REGISTER_OPS(load_op) {
     if (!l.wait() && l.has_timeout_seconds()) {
       return absl::InvalidArgumentError("load: timeout is for wait=True");
     }
+    if (l.has_num_parallel_calls()) {
+      if (l.num_parallel_calls() < -1 || l.num_parallel_calls() == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "load: num_parallel_calls must be positive or -1 (AUTOTUNE), got ",
+            l.num_parallel_calls()));
+      }
+      if (l.wait() && l.num_parallel_calls() != 1) {
+        return absl::InvalidArgumentError(
+            "load: num_parallel_calls is for wait=False (wait=True reads sequentially)");
+      }
+    }
     if (l.format_version() < 0 || l.format_version() > kSnapshotFormatVersion) {
       return absl::InvalidArgumentError(
           absl::StrCat("load: unknown snapshot format_version ", l.format_version()));
@@ -422,13 +436,18 @@ SLUICE_REGISTER_OPS(load_op) {
                                          : absl::StrCat(", timeout=", l.timeout_seconds());
     }
     return absl::StrCat("load(", PythonStringLiteral(l.directory()),
-                        l.wait() ? ", wait=True" : "", timeout, ")");
+                        l.wait() ? ", wait=True" : "", timeout,
+                        l.has_num_parallel_calls()
+                            ? ParallelArgs(l.num_parallel_calls(), false, false)
+                            : "",
+                        ")");
   };
   r.build = [](const SourceBuildArgs& args) -> absl::StatusOr<IteratorFactory> {
     const std::string label = args.label;
     const proto::LoadSource load = args.source.load();
     ASSIGN_OR_RETURN(ElementSpec spec, ElementSpecFromProto(load.element_spec()));
-    const int parallelism = static_cast<int>(ResolveParallelCalls(-1, args.options));
+    const int parallelism = static_cast<int>(ResolveParallelCalls(
+        load.has_num_parallel_calls() ? load.num_parallel_calls() : 1, args.options));
     return IteratorFactory([label, load, spec, parallelism] {
       return std::make_unique<LoadIterator>(label, load, spec, parallelism);
     });
@@ -437,7 +456,10 @@ SLUICE_REGISTER_OPS(load_op) {
     SourceParseRule p;
     p.name = "load";
     p.list_order = 180;
-    p.params = {{"directory", true}, {"wait", false}, {"timeout", false}};
+    p.params = {{"directory", true},
+                {"wait", false},
+                {"timeout", false},
+                {"num_parallel_calls", false}};
     p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
       ASSIGN_OR_RETURN(std::string directory, c.Str("directory", *c.arg(0)));
       SnapshotLoadOptions options;
@@ -453,6 +475,9 @@ SLUICE_REGISTER_OPS(load_op) {
             return c.Error(c.at(), "load: timeout must be positive seconds, or None (no limit)");
           }
         }
+      }
+      if (c.given(3)) {
+        ASSIGN_OR_RETURN(options.num_parallel_calls, c.Int("num_parallel_calls", *c.arg(3)));
       }
       absl::StatusOr<proto::SourceDef> made = MakeLoadSource(directory, options);
       if (!made.ok()) return PipelineError(c.at(), made.status(), "load: ");

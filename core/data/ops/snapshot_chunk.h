@@ -86,8 +86,9 @@ class SnapshotChunkWriter {
 
 // How a chunk is read. Mapping: an uncompressed local chunk is mapped by its TFRecordReader
 // (core/io/tfrecord_reader.h, map_local_file) instead of read: no read(2) copy. Raw element
-// records (format 2) are then read as views of the mapping, each record's checksum verified in
-// place before it is parsed (the reader's checked-view policy), and every numeric component
+// records (format 2) are then read as views of the mapping, each record's checksum computed in
+// the same pass as its parse (each string summed from its copy: the bytes are read from memory
+// once) and compared before the element is handed out, and every numeric component
 // that lies aligned for its dtype in the file handed out as a view of the mapping (charged to
 // the memory budget as a copy would be, core/tensor/charged_view.h; the view keeps the mapping
 // alive after the reader and the dataset are gone); strings are copied once. Format 1 records
@@ -162,6 +163,8 @@ class SnapshotChunkReader {
 
   // The element `record` of the chunk's format holds, checked against spec_. Thread-safe.
   absl::StatusOr<Element> Decode(absl::string_view record, int64_t index) const;
+  // The error for element `index` of a raw record that failed to parse with `s` (not OK).
+  absl::StatusOr<Element> RawError(absl::Status s, int64_t index) const;
 
   const std::string filename_;
   const std::unique_ptr<TFRecordReader> reader_;
