@@ -89,6 +89,7 @@ absl::Status CheckManifestSpec(const proto::SnapshotManifest& m, const ElementSp
 }
 
 // Reads the chunks of a source, wait=False or wait=True. wait=False with `parallelism` > 1
+// (num_parallel_calls)
 // reads through a SnapshotReadAhead (snapshot_read_ahead.h): the mapped chunks' records are
 // checksummed on the process's pool, ahead of the consumer, which decodes them in order.
 class LoadIterator : public OpIterator {

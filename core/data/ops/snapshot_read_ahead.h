@@ -1,5 +1,5 @@
-// SnapshotReadAhead: the queue through which load() (load_op.cc) reads a snapshot's mapped
-// chunks: the records' checksums are verified on the process's thread pool
+// SnapshotReadAhead: the queue through which load(DIR, num_parallel_calls=N > 1) (load_op.cc)
+// reads a snapshot's mapped chunks: the records' checksums are verified on the process's pool
 // (core/util/thread_pool.h) ahead of the consumer, which decodes each verified record and hands
 // the elements out in the order their records were framed: the same elements, order and errors
 // as reading them one after the other.
@@ -10,7 +10,10 @@
 // cache and allocate. The pass runs on pool threads, records in parallel, ahead of the consumer;
 // the decode stays on the consumer's thread, so the strings are allocated and (usually) freed by
 // one thread, with no hand-over of each element between threads (decoding on the pool measured
-// 15-20% more CPU per element, mostly malloc's arena traffic). tf.data's Dataset.load reads its
+// 15-20% more CPU per element, mostly malloc's arena traffic). It still costs 10-20% more CPU
+// per element than the sequential read, whose checksum is fused with the parse (the copy here
+// reads bytes another core's pass brought into the cache): opt-in, for consumers with idle
+// cores (docs/SNAPSHOTS.md). tf.data's Dataset.load reads its
 // chunks in parallel too (an interleave with num_parallel_calls), in an order that depends on
 // the machine's cores; this one keeps load's order (chunk by chunk).
 //
