@@ -20,7 +20,7 @@
 // Records are verified in units: consecutive records of one chunk, up to kUnitRecords of them
 // or kUnitBytes (a larger record is a unit of its own), one pool job each, so that small records
 // do not cost a job each. Bounds: at most 2 * parallelism units queued (verifying, verified or
-// waiting), and none is started once the queued records' bytes reach max_bytes_ahead (one
+// waiting), and no record is queued once the queued records' bytes reach max_bytes_ahead (one
 // always is). The queue holds views of the mappings, not elements: it charges nothing to the
 // memory budget. The consumer never waits for a unit that no pool thread has started (it
 // verifies that one itself: the pool may be busy with other pipelines), only for one being
