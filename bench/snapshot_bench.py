@@ -12,7 +12,8 @@ coordinator + NUM_WORKERS workers (default 2):
   3. `sluicectl bench` (local, in-process) of the pipeline and of load('DIR'): steps/s and the
      process's CPU seconds per step, over one pass (256 steps: the process's start-up and the
      first reads weigh in) and over REPEAT passes (`.repeat(REPEAT)` on both, default 10: the
-     steady rate; from the page cache, as the chunks were just written).
+     steady rate; from the page cache, as the chunks were just written); then over REPEAT
+     passes load('DIR', num_parallel_calls=tf.data.AUTOTUNE), the opt-in read-ahead.
 Prints the load average next to every figure.
 """
 import json, os, resource, subprocess, sys, tempfile, time
@@ -95,3 +96,9 @@ print(f"local bench of load() x{repeat}: {l_rate:.1f} steps/s, {l_cpu * 1e3:.3f}
       f"load {load()}", flush=True)
 print(f"load / pipeline x{repeat}: {l_rate / p_rate:.2f}x steps/s, "
       f"{p_cpu / l_cpu:.2f}x less CPU per step")
+# The opt-in read-ahead (docs/SNAPSHOTS.md): checksums verified on the pool ahead of the consumer.
+a_rate, a_cpu = local(f"load('{snap}/s', num_parallel_calls=tf.data.AUTOTUNE).repeat({repeat})")
+print(f"local bench of load(num_parallel_calls=AUTOTUNE) x{repeat}: {a_rate:.1f} steps/s, "
+      f"{a_cpu * 1e3:.3f} ms CPU/step load {load()}", flush=True)
+print(f"load(AUTOTUNE) / pipeline x{repeat}: {a_rate / p_rate:.2f}x steps/s, "
+      f"{p_cpu / a_cpu:.2f}x less CPU per step")

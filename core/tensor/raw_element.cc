@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/tensor/charged_view.h"
 #include "core/tensor/uninitialized_tensor.h"
+#include "core/util/crc32c.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -37,10 +38,13 @@ char* PutU64(char* p, uint64_t v) {
   return p + kWord;
 }
 
-// Reads the record front to back; every read is checked against what is left.
+// Reads the record front to back; every read is checked against what is left. With `crc`, the
+// CRC32C of the bytes passed is kept in *crc as they are read (front to back, so after the last
+// read it is the record's CRC): the checksum pass and the parse are one pass over the bytes.
 class RecordCursor {
  public:
-  explicit RecordCursor(absl::string_view record) : p_(record.data()), left_(record.size()) {}
+  RecordCursor(absl::string_view record, uint32_t* crc)
+      : p_(record.data()), left_(record.size()), crc_(crc) {}
 
   size_t left() const { return left_; }
   size_t offset(absl::string_view record) const { return p_ - record.data(); }
@@ -48,15 +52,27 @@ class RecordCursor {
   bool U64(uint64_t* v) {
     if (left_ < kWord) return false;
     std::memcpy(v, p_, kWord);
+    Sum(p_, kWord);
     Skip(kWord);
     return true;
   }
   // `n` bytes at the cursor, then the cursor moves past them and their padding.
   bool Bytes(size_t n, const char** data) {
+    if (!BytesUnsummed(n, data)) return false;
+    Sum(*data, Padded(n));
+    return true;
+  }
+  // As Bytes, leaving the n bytes and their padding out of the CRC: the caller sums them
+  // (Sum), in order, before the next read (from its copy, while that is in the cache).
+  bool BytesUnsummed(size_t n, const char** data) {
     if (n > left_ || Padded(n) > left_) return false;
     *data = p_;
     Skip(Padded(n));
     return true;
+  }
+  bool summing() const { return crc_ != nullptr; }
+  void Sum(const char* data, size_t n) {
+    if (crc_ != nullptr && n > 0) *crc_ = crc32c::Extend(*crc_, data, n);
   }
 
  private:
@@ -66,6 +82,7 @@ class RecordCursor {
   }
   const char* p_;
   size_t left_;
+  uint32_t* const crc_;  // null: no checksum kept
 };
 
 absl::Status Corrupt(absl::string_view what) {
@@ -172,7 +189,7 @@ absl::StatusOr<Tensor> ReadStrings(RecordCursor* c, size_t component, const Shap
     chars += len;
   }
   const char* data = nullptr;
-  if (!c->Bytes(chars, &data)) {
+  if (!c->BytesUnsummed(chars, &data)) {
     return Corrupt(absl::StrCat("component ", component, ": strings truncated"));
   }
   ASSIGN_OR_RETURN(Tensor t,
@@ -180,9 +197,12 @@ absl::StatusOr<Tensor> ReadStrings(RecordCursor* c, size_t component, const Shap
   for (int64_t i = 0; i < n; ++i) {
     uint64_t len;
     std::memcpy(&len, lengths + i * kWord, kWord);
-    t.mutable_string(i)->assign(data, len);
+    std::string* s = t.mutable_string(i);
+    s->assign(data, len);
+    c->Sum(s->data(), len);  // from the copy, in the cache: the source is read once
     data += len;
   }
+  c->Sum(data, Padded(chars) - chars);
   return t;
 }
 
@@ -221,8 +241,9 @@ namespace {
 
 absl::StatusOr<Element> Parse(absl::string_view record, const ElementSpec& spec,
                               absl::string_view what,
-                              const std::shared_ptr<TensorBuffer>* backing) {
-  RecordCursor c(record);
+                              const std::shared_ptr<TensorBuffer>* backing, uint32_t* crc) {
+  if (crc != nullptr) *crc = 0;
+  RecordCursor c(record, crc);
   uint64_t count;
   if (!c.U64(&count)) return Corrupt("shorter than its header");
   const std::vector<TensorSpec> specs = spec.Flatten();
@@ -257,19 +278,20 @@ absl::StatusOr<Element> Parse(absl::string_view record, const ElementSpec& spec,
 
 absl::StatusOr<Element> ParseRawElement(absl::string_view record, const ElementSpec& spec,
                                         absl::string_view what) {
-  return Parse(record, spec, what, nullptr);
+  return Parse(record, spec, what, nullptr, nullptr);
 }
 
 absl::StatusOr<Element> ParseRawElementInPlace(absl::string_view record,
                                                const std::shared_ptr<TensorBuffer>& backing,
-                                               const ElementSpec& spec, absl::string_view what) {
+                                               const ElementSpec& spec, absl::string_view what,
+                                               uint32_t* crc) {
   const char* base = backing == nullptr ? nullptr : static_cast<const char*>(backing->data());
   if (base == nullptr || record.data() < base ||
       record.size() > backing->size() - static_cast<size_t>(record.data() - base)) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": ParseRawElementInPlace: the record is not inside its backing"));
   }
-  return Parse(record, spec, what, &backing);
+  return Parse(record, spec, what, &backing, crc);
 }
 
 }  // namespace sluice

@@ -28,6 +28,7 @@
 #ifndef SLUICE_CORE_TENSOR_RAW_ELEMENT_H_
 #define SLUICE_CORE_TENSOR_RAW_ELEMENT_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -57,9 +58,15 @@ absl::StatusOr<Element> ParseRawElement(absl::string_view record, const ElementS
 // memory budget as a copy would be, and keeping `backing` alive), any other one copied; strings
 // are copied once (a string tensor owns its strings). INVALID_ARGUMENT when `record` is not
 // inside `backing`.
+// With `crc`, *crc is the CRC32C (core/util/crc32c.h, unmasked) of the whole record once the
+// parse succeeds, computed in the same pass (each string summed from its copy, while that is
+// in the cache: the record's bytes are read from memory once, where a checksum pass before the
+// parse reads them twice); after an error it covers only a prefix. The caller compares it
+// before it uses the element.
 absl::StatusOr<Element> ParseRawElementInPlace(absl::string_view record,
                                                const std::shared_ptr<TensorBuffer>& backing,
-                                               const ElementSpec& spec, absl::string_view what);
+                                               const ElementSpec& spec, absl::string_view what,
+                                               uint32_t* crc = nullptr);
 
 }  // namespace sluice
 

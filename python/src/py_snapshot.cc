@@ -42,10 +42,12 @@ void RegisterSnapshot(py::module_& m) {
         d["num_elements"] = r.num_elements;
         return d;
       });
-  m.def("_load_snapshot", [](const std::string& path, bool wait, double timeout_seconds) {
+  m.def("_load_snapshot", [](const std::string& path, bool wait, double timeout_seconds,
+                             int64_t num_parallel_calls) {
     SnapshotLoadOptions options;
     options.wait = wait;
     options.timeout_seconds = timeout_seconds;
+    options.num_parallel_calls = num_parallel_calls;
     return ValueOrThrow(LoadSnapshot(path, options));
   });
 }

@@ -25,6 +25,11 @@ def test_save_then_load_reads_every_element_once(cluster, tmp_path):
     steps = list(strategy.experimental_distribute_dataset(
         sluice.data.parse("load('%s').batch(100)" % path)))
     assert sum(len(s.numpy()) for s in steps) == 500
+    # Read ahead on the pool: the same elements in the same order as sequentially.
+    ahead = sluice.data.Dataset.load(path, num_parallel_calls=sluice.data.AUTOTUNE)
+    steps_ahead = list(strategy.experimental_distribute_dataset(ahead.batch(1000)))
+    steps = list(strategy.experimental_distribute_dataset(loaded.batch(1000)))
+    assert steps_ahead[0].numpy().tolist() == steps[0].numpy().tolist()
     assert not os.path.exists(path / "save.lock")
 
 

@@ -1,4 +1,4 @@
-// load(directory, wait=False, timeout=600): the registration of the source (core/data/op_registry.h), its
+// load(directory, wait=False, timeout=600, num_parallel_calls=1): the registration of the source (core/data/op_registry.h), its
 // iterators and LoadSnapshot (include/sluice/snapshot.h). Format: snapshot_manifest.h,
 // snapshot_chunk.h; semantics: docs/SNAPSHOTS.md.
 //
@@ -23,11 +23,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/data/op_expression.h"
 #include "core/data/op_iterator.h"
 #include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
+#include "core/data/ops/parallel_calls.h"
 #include "core/data/ops/snapshot_chunk.h"
 #include "core/data/ops/snapshot_manifest.h"
+#include "core/data/ops/snapshot_read_ahead.h"
 #include "core/format/python_literal.h"
 #include "core/io/file_system.h"
 #include "core/tensor/proto_convert.h"
@@ -85,11 +88,17 @@ absl::Status CheckManifestSpec(const proto::SnapshotManifest& m, const ElementSp
   return absl::OkStatus();
 }
 
-// Reads the chunks of a source, wait=False or wait=True.
+// Reads the chunks of a source, wait=False or wait=True. wait=False with `parallelism` > 1
+// (num_parallel_calls)
+// reads through a SnapshotReadAhead (snapshot_read_ahead.h): the mapped chunks' records are
+// checksummed on the process's pool, ahead of the consumer, which decodes them in order.
 class LoadIterator : public OpIterator {
  public:
-  LoadIterator(std::string label, proto::LoadSource source, ElementSpec spec)
-      : OpIterator(std::move(label)), source_(std::move(source)), spec_(std::move(spec)) {}
+  LoadIterator(std::string label, proto::LoadSource source, ElementSpec spec, int parallelism)
+      : OpIterator(std::move(label)),
+        source_(std::move(source)),
+        spec_(std::move(spec)),
+        parallelism_(parallelism) {}
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
@@ -97,6 +106,7 @@ class LoadIterator : public OpIterator {
       RETURN_IF_ERROR(Start());
       started_ = true;
     }
+    if (ahead_ != nullptr) return NextAhead(out, end_of_sequence);
     while (true) {
       if (reader_ != nullptr) {
         bool end_of_chunk = false;
@@ -133,7 +143,50 @@ class LoadIterator : public OpIterator {
     if (!m.done()) return Incomplete(m, directory());
     Count(m);
     pending_.assign(source_.filenames().begin(), source_.filenames().end());
+    if (parallelism_ > 1) {
+      ahead_ = std::make_unique<SnapshotReadAhead>(parallelism_,
+                                                   SnapshotReadAhead::kDefaultMaxBytesAhead);
+    }
     return absl::OkStatus();
+  }
+
+  // wait=False, read ahead: the next element in chunk order, or the error in its place.
+  absl::Status NextAhead(Element* out, bool* end_of_sequence) {
+    while (!fill_stopped_ && ahead_->HasRoom()) {
+      absl::Status s = QueueNext();
+      if (!s.ok()) {
+        ahead_->AddResult(std::move(s));  // in its place; nothing is queued after it
+        fill_stopped_ = true;
+      }
+    }
+    ahead_->Flush();
+    *end_of_sequence = ahead_->empty();
+    if (*end_of_sequence) return absl::OkStatus();
+    return ahead_->TakeFront(out);
+  }
+
+  // Queues the next record of the chunk being framed (a mapped chunk's for the pool to verify,
+  // any other's decoded here), that chunk's count check at its end, or opens the next chunk;
+  // sets fill_stopped_ after the last chunk.
+  absl::Status QueueNext() {
+    if (reader_ == nullptr) {
+      if (next_ >= pending_.size()) {
+        fill_stopped_ = true;
+        return absl::OkStatus();
+      }
+      return OpenChunk(pending_[next_++]);
+    }
+    bool end_of_chunk = false;
+    if (reader_->mapped()) {
+      SnapshotChunkReader::FramedRecord record;
+      RETURN_IF_ERROR(reader_->NextRecord(&record, &end_of_chunk));
+      if (!end_of_chunk) ahead_->Add(reader_, record);
+    } else {
+      Element e;
+      RETURN_IF_ERROR(reader_->Next(&e, &end_of_chunk));
+      if (!end_of_chunk) ahead_->AddResult(std::move(e));
+    }
+    return end_of_chunk ? FinishChunk() : absl::OkStatus();
   }
 
   const std::string& directory() const { return source_.directory(); }
@@ -167,7 +220,7 @@ class LoadIterator : public OpIterator {
   absl::Status FinishChunk() {
     const std::string name = BaseName(reader_->filename());
     read_[name] = reader_->num_read();
-    std::unique_ptr<SnapshotChunkReader> done = std::move(reader_);
+    std::shared_ptr<SnapshotChunkReader> done = std::move(reader_);
     if (source_.wait()) return absl::OkStatus();
     return CheckCount(done->filename(), name);
   }
@@ -278,11 +331,14 @@ class LoadIterator : public OpIterator {
 
   const proto::LoadSource source_;
   const ElementSpec spec_;
+  const int parallelism_;  // > 1: wait=False reads ahead on the pool
   bool started_ = false;
   Compression compression_ = Compression::kNone;
   std::vector<std::string> pending_;  // chunk files to read, from next_ on
   size_t next_ = 0;
-  std::unique_ptr<SnapshotChunkReader> reader_;
+  std::shared_ptr<SnapshotChunkReader> reader_;  // the read-ahead's decodes share it
+  std::unique_ptr<SnapshotReadAhead> ahead_;     // wait=False with parallelism_ > 1
+  bool fill_stopped_ = false;                    // ahead_ holds everything up to the end or an error
   absl::flat_hash_map<std::string, int64_t> expected_;  // chunk name -> manifest count
   absl::flat_hash_map<std::string, int64_t> expected_bytes_;  // chunk name -> manifest size
   absl::flat_hash_map<std::string, int64_t> read_;      // chunk name -> elements read
@@ -308,6 +364,8 @@ absl::StatusOr<proto::SourceDef> MakeLoadSource(const std::string& directory,
   if (wait && options.timeout_seconds != kDefaultSnapshotWaitTimeoutSeconds) {
     l->set_timeout_seconds(options.timeout_seconds);
   }
+  // Unset when sequential: the graph (and its fingerprint) of a plain load() stays what it was.
+  if (options.num_parallel_calls != 1) l->set_num_parallel_calls(options.num_parallel_calls);
   *l->mutable_element_spec() = m.element_spec();
   l->set_compression_type(m.compression_type());
   if (!wait) {
@@ -348,6 +406,17 @@ SLUICE_REGISTER_OPS(load_op) {
     if (!l.wait() && l.has_timeout_seconds()) {
       return absl::InvalidArgumentError("load: timeout is for wait=True");
     }
+    if (l.has_num_parallel_calls()) {
+      if (l.num_parallel_calls() < -1 || l.num_parallel_calls() == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "load: num_parallel_calls must be positive or -1 (AUTOTUNE), got ",
+            l.num_parallel_calls()));
+      }
+      if (l.wait() && l.num_parallel_calls() != 1) {
+        return absl::InvalidArgumentError(
+            "load: num_parallel_calls is for wait=False (wait=True reads sequentially)");
+      }
+    }
     if (l.format_version() < 0 || l.format_version() > kSnapshotFormatVersion) {
       return absl::InvalidArgumentError(
           absl::StrCat("load: unknown snapshot format_version ", l.format_version()));
@@ -368,20 +437,30 @@ SLUICE_REGISTER_OPS(load_op) {
                                          : absl::StrCat(", timeout=", l.timeout_seconds());
     }
     return absl::StrCat("load(", PythonStringLiteral(l.directory()),
-                        l.wait() ? ", wait=True" : "", timeout, ")");
+                        l.wait() ? ", wait=True" : "", timeout,
+                        l.has_num_parallel_calls()
+                            ? ParallelArgs(l.num_parallel_calls(), false, false)
+                            : "",
+                        ")");
   };
   r.build = [](const SourceBuildArgs& args) -> absl::StatusOr<IteratorFactory> {
     const std::string label = args.label;
     const proto::LoadSource load = args.source.load();
     ASSIGN_OR_RETURN(ElementSpec spec, ElementSpecFromProto(load.element_spec()));
-    return IteratorFactory(
-        [label, load, spec] { return std::make_unique<LoadIterator>(label, load, spec); });
+    const int parallelism = static_cast<int>(ResolveParallelCalls(
+        load.has_num_parallel_calls() ? load.num_parallel_calls() : 1, args.options));
+    return IteratorFactory([label, load, spec, parallelism] {
+      return std::make_unique<LoadIterator>(label, load, spec, parallelism);
+    });
   };
   {
     SourceParseRule p;
     p.name = "load";
     p.list_order = 180;
-    p.params = {{"directory", true}, {"wait", false}, {"timeout", false}};
+    p.params = {{"directory", true},
+                {"wait", false},
+                {"timeout", false},
+                {"num_parallel_calls", false}};
     p.parse = [](const ParseCall& c, proto::SourceDef* source) -> absl::Status {
       ASSIGN_OR_RETURN(std::string directory, c.Str("directory", *c.arg(0)));
       SnapshotLoadOptions options;
@@ -397,6 +476,9 @@ SLUICE_REGISTER_OPS(load_op) {
             return c.Error(c.at(), "load: timeout must be positive seconds, or None (no limit)");
           }
         }
+      }
+      if (c.given(3)) {
+        ASSIGN_OR_RETURN(options.num_parallel_calls, c.Int("num_parallel_calls", *c.arg(3)));
       }
       absl::StatusOr<proto::SourceDef> made = MakeLoadSource(directory, options);
       if (!made.ok()) return PipelineError(c.at(), made.status(), "load: ");

@@ -18,6 +18,7 @@
 #include "core/tensor/element_wire.h"
 #include "core/tensor/proto_convert.h"
 #include "core/tensor/raw_element.h"
+#include "core/util/crc32c.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -174,38 +175,85 @@ absl::StatusOr<std::unique_ptr<SnapshotChunkReader>> SnapshotChunkReader::Open(
 }
 
 absl::Status SnapshotChunkReader::Next(Element* out, bool* end_of_chunk) {
-  absl::string_view record;
-  absl::Status s;
   if (mapped()) {
-    s = reader_->ReadRecordView(&record, nullptr, &view_owner_);  // checksum verified here
-  } else {
-    s = reader_->ReadRecord(&record_);
-    record = record_;
+    // The checksum pass and the parse in one (ParseRawElementInPlace's crc), checked before
+    // the element is handed out.
+    FramedRecord record;
+    RETURN_IF_ERROR(NextRecord(&record, end_of_chunk));
+    if (*end_of_chunk) return absl::OkStatus();
+    uint32_t crc = 0;
+    absl::StatusOr<Element> e =
+        ParseRawElementInPlace(record.data, mapped_file_, spec_, filename(), &crc);
+    if (e.ok() && crc == crc32c::Unmask(record.unchecked.masked_crc)) {
+      *out = *std::move(e);
+      return absl::OkStatus();
+    }
+    // A corrupt record is a checksum error, as when the checksum was verified first; the
+    // parse's error (another spec, the budget) only for a record whose checksum holds.
+    RETURN_IF_ERROR(VerifyRecord(record));
+    ASSIGN_OR_RETURN(*out, RawError(std::move(e).status(), record.index));
+    return absl::OkStatus();
   }
+  absl::Status s = reader_->ReadRecord(&record_);
   if (absl::IsOutOfRange(s)) {
     *end_of_chunk = true;
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(s);
-  ASSIGN_OR_RETURN(*out, Decode(record, num_read_));
+  ASSIGN_OR_RETURN(*out, Decode(record_, num_read_));
   *end_of_chunk = false;
   ++num_read_;
   return absl::OkStatus();
 }
 
-absl::StatusOr<Element> SnapshotChunkReader::Decode(absl::string_view record, int64_t index) {
+absl::Status SnapshotChunkReader::NextRecord(FramedRecord* out, bool* end_of_chunk) {
+  absl::Status s = reader_->ReadRecordView(&out->data, &out->unchecked, &view_owner_);
+  if (absl::IsOutOfRange(s)) {
+    *end_of_chunk = true;
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(s);
+  out->index = num_read_++;
+  *end_of_chunk = false;
+  return absl::OkStatus();
+}
+
+absl::Status SnapshotChunkReader::VerifyRecord(const FramedRecord& record) const {
+  absl::Status s = TFRecordReader::CheckData(record.data, record.unchecked, filename());
+  if (s.ok()) return s;
+  // As the reader explains a mismatch it finds itself: zeros past a new end of the file.
+  absl::StatusOr<FileStat> now = StatFile(filename());
+  if (now.ok() && mapped_file_ != nullptr && now->size < mapped_file_->size()) {
+    return absl::DataLossError(absl::StrCat("file ", filename(),
+                                            " was truncated while it was read (found at byte "
+                                            "offset ",
+                                            record.unchecked.offset, ")"));
+  }
+  return s;
+}
+
+absl::StatusOr<Element> SnapshotChunkReader::RawError(absl::Status s, int64_t index) const {
+  if (s.ok()) {  // the fused checksum failed, the second pass held: bytes changed meanwhile
+    return ChunkCorrupt(filename(), index, "changed while it was read (rewritten in place?)");
+  }
+  if (absl::IsResourceExhausted(s)) return s;
+  if (absl::IsFailedPrecondition(s)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "snapshot chunk '", filename(), "': element ", index, " does not match the "
+        "snapshot's element spec (the chunk was written by another pipeline?): ",
+        s.message()));
+  }
+  return ChunkCorrupt(filename(), index, s.message());
+}
+
+absl::StatusOr<Element> SnapshotChunkReader::Decode(absl::string_view record,
+                                                    int64_t index) const {
   if (raw_) {
     absl::StatusOr<Element> e =
         mapped() ? ParseRawElementInPlace(record, mapped_file_, spec_, filename())
                            : ParseRawElement(record, spec_, filename());
-    if (e.ok() || absl::IsResourceExhausted(e.status())) return e;
-    if (absl::IsFailedPrecondition(e.status())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "snapshot chunk '", filename(), "': element ", index, " does not match the "
-          "snapshot's element spec (the chunk was written by another pipeline?): ",
-          e.status().message()));
-    }
-    return ChunkCorrupt(filename(), index, e.status().message());
+    if (e.ok()) return e;
+    return RawError(std::move(e).status(), index);
   }
   proto::ElementProto p;
   if (!p.ParseFromArray(record.data(), static_cast<int>(record.size()))) {

@@ -86,8 +86,9 @@ class SnapshotChunkWriter {
 
 // How a chunk is read. Mapping: an uncompressed local chunk is mapped by its TFRecordReader
 // (core/io/tfrecord_reader.h, map_local_file) instead of read: no read(2) copy. Raw element
-// records (format 2) are then read as views of the mapping, each record's checksum verified in
-// place before it is parsed (the reader's checked-view policy), and every numeric component
+// records (format 2) are then read as views of the mapping, each record's checksum computed in
+// the same pass as its parse (each string summed from its copy: the bytes are read from memory
+// once) and compared before the element is handed out, and every numeric component
 // that lies aligned for its dtype in the file handed out as a view of the mapping (charged to
 // the memory budget as a copy would be, core/tensor/charged_view.h; the view keeps the mapping
 // alive after the reader and the dataset are gone); strings are copied once. Format 1 records
@@ -122,6 +123,29 @@ class SnapshotChunkReader {
       ElementSpec spec, const SnapshotChunkReadOptions& options = {});
   // The next element; *end_of_chunk at the clean end of the file. Errors above.
   absl::Status Next(Element* out, bool* end_of_chunk);
+
+  // A record of a mapped chunk framed by NextRecord, its data not yet touched: neither its
+  // checksum verified (VerifyRecord) nor its element decoded (DecodeVerified).
+  struct FramedRecord {
+    absl::string_view data;                   // a view of the mapping (mapped_file())
+    TFRecordReader::UncheckedData unchecked;  // the checksum `data` must have
+    int64_t index = 0;                        // the element's position in the chunk
+  };
+  // Mapped chunks only (requires mapped()): as Next, but reads only the record's framing (its
+  // length and the length's checksum), so that the data's first touch, the checksum pass, can
+  // run on another thread (load's read-ahead, snapshot_read_ahead.h). Errors of the framing as
+  // Next's; the record counts in num_read().
+  absl::Status NextRecord(FramedRecord* out, bool* end_of_chunk);
+  // OK when `record` (from this reader's NextRecord) has its checksum; else Next's DATA_LOSS
+  // naming the chunk and the record's offset, or "file F was truncated while it was read" when
+  // the chunk has shrunk since it was mapped. Const and thread-safe: many calls may run at once,
+  // on any threads, while NextRecord goes on; the reader must outlive them.
+  absl::Status VerifyRecord(const FramedRecord& record) const;
+  // The element of a record VerifyRecord passed, as Next decodes it, with Next's errors.
+  // Thread-safe as VerifyRecord.
+  absl::StatusOr<Element> DecodeVerified(const FramedRecord& record) const {
+    return Decode(record.data, record.index);
+  }
   int64_t num_read() const { return num_read_; }
   const std::string& filename() const { return filename_; }
   // Whether the chunk's raw records are views of its mapping (SnapshotChunkReadOptions) rather
@@ -137,8 +161,10 @@ class SnapshotChunkReader {
         raw_(raw),
         spec_(std::move(spec)) {}
 
-  // The element `record` of the chunk's format holds, checked against spec_.
-  absl::StatusOr<Element> Decode(absl::string_view record, int64_t index);
+  // The element `record` of the chunk's format holds, checked against spec_. Thread-safe.
+  absl::StatusOr<Element> Decode(absl::string_view record, int64_t index) const;
+  // The error for element `index` of a raw record that failed to parse with `s` (not OK).
+  absl::StatusOr<Element> RawError(absl::Status s, int64_t index) const;
 
   const std::string filename_;
   const std::unique_ptr<TFRecordReader> reader_;
