@@ -7,14 +7,14 @@ Rows: sluicectl bench (in-process) on range(N).batch(131072) and on the TFRecord
 and sluicectl bench --coordinator through a local coordinator + 1 worker on the 1 KiB and 4 MiB
 fixed streams. Prints steps/s per run and the load average around each.
 """
-import os, subprocess, sys, tempfile, json
+import os, subprocess, sys, json
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluice_cluster import (SluiceCluster, run_sluicectl_bench, fixed_size_pipelines,
-                            tfrecord_parse_pipeline)
+                            scratch_dir, tfrecord_parse_pipeline)
 
 old, new = sys.argv[1], sys.argv[2]
 rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-parse = tfrecord_parse_pipeline(old, tempfile.mkdtemp(prefix="ab-rec-"))
+parse = tfrecord_parse_pipeline(old, scratch_dir("ab-rec-"))
 local_rows = [("range.batch(131072)", "range(1099511627776).batch(131072)"),
               ("tfrecord parse batch(256)", parse)]
 service_rows = [("1 KiB stream", fixed_size_pipelines(1024)[1]),

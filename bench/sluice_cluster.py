@@ -8,11 +8,21 @@ on loopback (port 0 + port files), plus `sluicectl bench` through it.
 Every process is started here and stopped (SIGTERM, then SIGKILL after 10 s) on exit; every
 wait is bounded.
 """
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
+
+
+def scratch_dir(prefix):
+    """A new directory under the system's temporary directory, removed when the script exits
+    (a bench's records and snapshots are hundreds of MB: left behind, repeated runs fill /tmp)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def wait_port(path, proc, what, timeout=30.0):

@@ -16,9 +16,9 @@ coordinator + NUM_WORKERS workers (default 2):
      passes load('DIR', num_parallel_calls=tf.data.AUTOTUNE), the opt-in read-ahead.
 Prints the load average next to every figure.
 """
-import json, os, resource, subprocess, sys, tempfile, time
+import json, os, resource, subprocess, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluice_cluster import SluiceCluster, run_sluicectl_bench
+from sluice_cluster import SluiceCluster, run_sluicectl_bench, scratch_dir
 
 build = os.path.abspath(sys.argv[1])
 num_workers = int(sys.argv[2]) if len(sys.argv) > 2 else 2
@@ -36,7 +36,7 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-records = tempfile.mkdtemp(prefix="snap-rec-")
+records = scratch_dir("snap-rec-")
 subprocess.run([ctl, "gen", "--format=tfrecord", f"--out={records}", "--num_files=8",
                 "--records_per_file=8192", "--image_bytes=3072"], check=True, capture_output=True)
 files = sorted(os.path.join(records, f) for f in os.listdir(records))
@@ -52,7 +52,7 @@ with SluiceCluster(build, num_workers=num_workers) as c:
     w1 = sum(cpu_seconds(p.pid) for p in workers)
     print(f"service bench of the pipeline: {b['steps_per_second']:.1f} steps/s "
           f"({b['steps']} steps; worker CPU {w1 - w0:.2f} s) load {load()}", flush=True)
-    snap = tempfile.mkdtemp(prefix="snap-out-")
+    snap = scratch_dir("snap-out-")
     w0 = sum(cpu_seconds(p.pid) for p in workers)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
