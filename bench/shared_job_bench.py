@@ -14,7 +14,10 @@ Each configuration runs on a fresh cluster (one coordinator, one worker): a job 
 trainer), TRAINERS separate jobs side by side, and one job shared by TRAINERS trainers
 (`sluicectl bench --trainer_id`). The worker's CPU seconds (utime + stime from /proc) over
 the run are divided by the steps all trainers read; the load average is printed next to every
-figure (the machine may be shared: prefer the CPU ratio to the rates).
+figure (the machine may be shared: prefer the CPU ratio to the rates). Each row also shows the
+worker's `sluice_worker_job_segment_*` counters (docs/SERVICE.md "One copy per step": steps
+written once into the job segment, frames naming them, steps without room), null for a build
+without them.
 """
 import json
 import os

@@ -210,6 +210,18 @@ class SliceBuilder {
   SendBufferPool::Buffer* pending_ = nullptr;
 };
 
+// Starts the frame in `builder`: [fixed32 L][`header`, whose cached size is `header_size`], in
+// a pending buffer with room for `more` bytes after it. Returns that buffer.
+std::string* PutHeader(const proto::StepFrameHeader& header, size_t header_size, size_t more,
+                       SliceBuilder* builder) {
+  std::string* pending = builder->pending(4 + header_size + more);
+  PutFixed32(pending, static_cast<uint32_t>(header_size));
+  const size_t at = pending->size();
+  pending->resize(at + header_size);
+  header.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(pending->data() + at));
+  return pending;
+}
+
 // Adds the payload of `num_pieces` pieces to `builder` in header order: strings and small
 // numeric tensors copied, larger numeric ones zero-copy; with `numeric_elsewhere` (in a
 // shared-memory region) the strings only.
@@ -760,11 +772,7 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
     if (sent) return absl::OkStatus();
   }
   SliceBuilder builder(send_pool_.get(), &slices_);
-  std::string* pending = builder.pending(4 + header_size + inline_bytes);
-  PutFixed32(pending, static_cast<uint32_t>(header_size));
-  const size_t at = pending->size();
-  pending->resize(at + header_size);
-  header_.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(pending->data() + at));
+  PutHeader(header_, header_size, inline_bytes, &builder);
   if (shared != nullptr) {
     ForEachNumeric(steps, [&](const Tensor& t, size_t end) {
       std::memcpy(shared + (end - t.byte_size()), t.raw_data(), t.byte_size());
@@ -791,11 +799,7 @@ absl::Status StepFrameEncoder::EncodeHeaderOnly(grpc::ByteBuffer* out) {
   const size_t header_size = header_.ByteSizeLong();
   if (send_pool_ == nullptr) send_pool_ = std::make_shared<SendBufferPool>();
   SliceBuilder builder(send_pool_.get(), &slices_);
-  std::string* pending = builder.pending(4 + header_size);
-  PutFixed32(pending, static_cast<uint32_t>(header_size));
-  const size_t at = pending->size();
-  pending->resize(at + header_size);
-  header_.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(pending->data() + at));
+  PutHeader(header_, header_size, /*more=*/0, &builder);
   builder.Flush();
   grpc::ByteBuffer bb(slices_.data(), slices_.size());
   slices_.clear();
@@ -856,11 +860,7 @@ absl::Status StepFrameEncoder::EncodeCompressed(absl::Span<const WireStepView> s
   header_.set_raw_payload_bytes(raw);
   const size_t header_size = header_.ByteSizeLong();
   SliceBuilder builder(send_pool_.get(), &slices_);
-  std::string* pending = builder.pending(4 + header_size);
-  PutFixed32(pending, static_cast<uint32_t>(header_size));
-  const size_t at = pending->size();
-  pending->resize(at + header_size);
-  header_.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(pending->data() + at));
+  PutHeader(header_, header_size, /*more=*/0, &builder);
   builder.Flush();
   slices_.emplace_back(compressed->bytes.data(), compressed->bytes.size(),
                        &SendBufferPool::Release, compressed);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "core/rpc/step_frame.h"
 #include "gtest/gtest.h"
 #include "tests/worker/step_frame_test_util.h"
+#include "tests/worker/task_step_test_util.h"
 #include "worker/consumer_frame.h"
 
 namespace sluice {
@@ -48,17 +50,11 @@ std::shared_ptr<TaskStep> ImageStep(int64_t task_step) {
   return step;
 }
 
-std::vector<WireStepView> Views(const std::vector<std::shared_ptr<const TaskStep>>& steps) {
-  std::vector<WireStepView> views;
-  ConsumerFrameViews(steps, /*coordinated=*/false, 0, 1, &views);
-  return views;
-}
-
 // What a frame of `steps` decodes to over TCP (no shared memory of any kind).
 StepFrame OverTcp(const std::vector<std::shared_ptr<const TaskStep>>& steps) {
   StepFrameEncoder encoder;
   grpc::ByteBuffer bb;
-  EXPECT_TRUE(encoder.Encode(Views(steps), false, absl::OkStatus(), &bb).ok());
+  EXPECT_TRUE(encoder.Encode(WholeStepViews(steps), false, absl::OkStatus(), &bb).ok());
   StepFrameDecoder decoder(nullptr, nullptr);
   StepFrame out;
   EXPECT_TRUE(decoder.Decode(bb, &out).ok());
@@ -86,7 +82,7 @@ struct Trainer {
   absl::Status Receive(const std::vector<std::shared_ptr<const TaskStep>>& steps, StepFrame* out,
                        bool* placed = nullptr, size_t* frame_bytes = nullptr) {
     grpc::ByteBuffer bb;
-    absl::Status s = encoder.Encode(Views(steps), false, absl::OkStatus(), &bb);
+    absl::Status s = encoder.Encode(WholeStepViews(steps), false, absl::OkStatus(), &bb);
     if (!s.ok()) return s;
     if (placed != nullptr) *placed = encoder.last_job_placed();
     if (frame_bytes != nullptr) *frame_bytes = bb.Length();
@@ -210,6 +206,16 @@ TEST(JobShmSegmentTest, AKilledTrainerFreesNothingOthersView) {
   if (child == 0) {
     while (true) pause();  // the "trainer" the test kills
   }
+  // Killed and reaped however the test ends (a failed assertion returns early).
+  bool child_reaped = false;
+  std::unique_ptr<pid_t, std::function<void(pid_t*)>> stop_child(
+      new pid_t(child), [&child_reaped](pid_t* pid) {
+        if (!child_reaped) {
+          kill(*pid, SIGKILL);
+          waitpid(*pid, nullptr, 0);
+        }
+        delete pid;
+      });
   Trainer doomed(*server, *segment, "doomed", child);
   Trainer live(*server, *segment, "live");
   StepFrame live_view, doomed_view0, doomed_view1;
@@ -234,6 +240,7 @@ TEST(JobShmSegmentTest, AKilledTrainerFreesNothingOthersView) {
   ASSERT_EQ(kill(child, SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
+  child_reaped = true;
   const int64_t reaped = ProcessJobShmCounts().holders_reaped;
   std::vector<std::shared_ptr<const TaskStep>> step3 = {ImageStep(3)};
   ASSERT_TRUE(live.Receive(step3, &got, &placed).ok());
@@ -277,7 +284,7 @@ TEST(JobShmSegmentTest, HostileRegionsAndReleasesAreRefused) {
   // A header whose tensors need more (or fewer) bytes than the region it names.
   std::vector<std::shared_ptr<const TaskStep>> step = {ImageStep(0)};
   grpc::ByteBuffer bb;
-  ASSERT_TRUE(t.encoder.Encode(Views(step), false, absl::OkStatus(), &bb).ok());
+  ASSERT_TRUE(t.encoder.Encode(WholeStepViews(step), false, absl::OkStatus(), &bb).ok());
   ASSERT_TRUE(t.encoder.last_job_placed());
   const std::string frame = Flatten(bb);
   uint32_t len = 0;
@@ -314,7 +321,7 @@ TEST(JobShmSegmentTest, HostileRegionsAndReleasesAreRefused) {
   EXPECT_EQ((*segment)->Release("stranger", {offset}).code(), absl::StatusCode::kInvalidArgument);
   // Held twice (a second frame of the step, as after a reconnect): released twice, not three
   // times.
-  ASSERT_TRUE(t.encoder.Encode(Views(step), false, absl::OkStatus(), &bb).ok());
+  ASSERT_TRUE(t.encoder.Encode(WholeStepViews(step), false, absl::OkStatus(), &bb).ok());
   ASSERT_TRUE(t.encoder.last_job_placed());
   EXPECT_EQ((*segment)->held_by("trainer"), 2u);
   EXPECT_TRUE((*segment)->Release("trainer", {offset, offset}).ok());
