@@ -508,7 +508,7 @@ std::shared_ptr<JobShmSegment> TaskRunner::JobSegment(size_t min_bytes, size_t m
   if (!task_.job().cross_trainer().enabled() || max_bytes == 0) return nullptr;
   absl::MutexLock lock(&job_segment_mu_);
   if (job_segment_ == nullptr) {
-    const size_t want = std::clamp(options_.cross_trainer_window_bytes * 2, min_bytes,
+    const size_t want = std::clamp(options_.cross_trainer_window_bytes * 4, min_bytes,
                                    std::max(min_bytes, max_bytes));
     absl::StatusOr<std::shared_ptr<JobShmSegment>> created =
         JobShmSegment::Create(std::min(want, max_bytes));

@@ -279,8 +279,9 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   int64_t replays() const { return replays_.load(std::memory_order_relaxed); }
 
   // A task of a job shared across trainers: its job segment (core/rpc/job_shm_segment.h), which
-  // every co-located consumer maps; created on the first call, of twice the window's bytes
-  // clamped to [min_bytes, max_bytes]. Null (and not tried again until a call with more room)
+  // every co-located consumer maps; created on the first call, of four times the window's
+  // bytes (the window's steps plus what paced trainers hold ahead of it, each up to its receive
+  // budget) clamped to [min_bytes, max_bytes]. Null (and not tried again until a call with more room)
   // when the memory budget refuses it; null for other tasks.
   std::shared_ptr<JobShmSegment> JobSegment(size_t min_bytes, size_t max_bytes);
 

@@ -93,7 +93,7 @@ std::vector<TrainerRead> ReadShared(const std::string& coordinator, const std::s
 }
 
 void ConfigureSmallSegments(WorkerServerOptions* o) {
-  // A window of a few steps and a job segment of twice that: trainer 0's kept tensors fill it,
+  // A window of a few steps and a job segment of 4 times that: trainer 0's kept tensors fill it,
   // so later steps find no room and go the ordinary way.
   o->cross_trainer_window_bytes = 128 << 10;
   o->service.shm_min_segment_bytes = 64 << 10;
