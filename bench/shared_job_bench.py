@@ -14,13 +14,17 @@ Each configuration runs on a fresh cluster (one coordinator, one worker): a job 
 trainer), TRAINERS separate jobs side by side, and one job shared by TRAINERS trainers
 (`sluicectl bench --trainer_id`). The worker's CPU seconds (utime + stime from /proc) over
 the run are divided by the steps all trainers read; the load average is printed next to every
-figure (the machine may be shared: prefer the CPU ratio to the rates).
+figure (the machine may be shared: prefer the CPU ratio to the rates). Each row also shows the
+worker's `sluice_worker_job_segment_*` counters (docs/SERVICE.md "One copy per step": steps
+written once into the job segment, frames naming them, steps without room), null for a build
+without them.
 """
 import json
 import os
 import sys
 import tempfile
 import threading
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluice_cluster import (SluiceCluster, run_sluicectl_bench,  # noqa: E402
@@ -37,6 +41,22 @@ def cpu_seconds(pid):
 
 def load():
     return open("/proc/loadavg").read().split()[0]
+
+
+def job_segment_counters(port_file):
+    """The worker's sluice_worker_job_segment_* counters (docs/SERVICE.md "One copy per step"),
+    its metrics port in `port_file`; None when its build has none."""
+    try:
+        port = int(open(port_file).read().strip())
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    except (OSError, ValueError):
+        return None
+    out = {}
+    for line in text.decode().splitlines():
+        if line.startswith("sluice_worker_job_segment_"):
+            name, value = line.rsplit(" ", 1)
+            out[name.replace("sluice_worker_job_segment_", "")] = float(value)
+    return out or None
 
 
 def run_trainers(cluster, pipeline, seconds, jobs, step_interval=0.0):
@@ -82,7 +102,9 @@ def main():
                (f"{n} trainers, shared job", [("shared", f"trainer-{i}") for i in range(n)])]
     rows = {}
     for name, jobs in configs:
-        with SluiceCluster(build, num_workers=1) as cluster:
+        metrics_port_file = os.path.join(tempfile.mkdtemp(prefix="shared-job-metrics-"), "port")
+        with SluiceCluster(build, num_workers=1, worker_flags=[
+                "--metrics_port=0", f"--metrics_port_file={metrics_port_file}"]) as cluster:
             la = load()
             results, cpu = run_trainers(cluster, pipeline, seconds, jobs, step_interval)
             steps = sum(r["steps"] + 5 for r in results)  # the warm-up steps cost the worker too
@@ -92,7 +114,8 @@ def main():
                           "steps_per_second": rates,
                           "wait_p99_ms": [1000 * r["wait_seconds"]["p99"] for r in results],
                           "step_interval": step_interval,
-                          "load_before": la, "load_after": load()}
+                          "load_before": la, "load_after": load(),
+                          "job_segment": job_segment_counters(metrics_port_file)}
             print(json.dumps({name: rows[name]}), flush=True)
     sep = rows[f"{n} separate jobs"]["cpu_ms_per_trainer_step"]
     shared = rows[f"{n} trainers, shared job"]["cpu_ms_per_trainer_step"]

@@ -25,6 +25,8 @@ constexpr char kStreamStepsMethod[] = "/sluice.proto.WorkerService/StreamSteps";
 constexpr int kDeterministicRetries = 3;
 // The worker answers a segment hand-over at once (a local socket): this bounds a stuck one.
 constexpr absl::Duration kSharedMemoryHandOverTimeout = absl::Seconds(2);
+// At most this many released job segment regions ride on one grant (the rest on the next).
+constexpr size_t kMaxJobReleasesPerGrant = 4096;
 
 // The bulk data channel's process-wide counters (docs/SERVICE.md "Metrics and status").
 void CountBulkFallback() {
@@ -83,6 +85,13 @@ void TaskStreamCall::WriteLocked() {
     grant.mutable_credit()->set_shm_released(ring_->released());
   } else if (shm_declined_) {
     grant.mutable_credit()->set_shm_declined(true);
+  }
+  if (job_reader_ != nullptr) {
+    grant.mutable_credit()->set_job_shm_mapped(true);
+    job_released_.clear();
+    job_reader_->TakeReleased(kMaxJobReleasesPerGrant, &job_released_);
+    grant.mutable_credit()->mutable_job_shm_released()->Add(job_released_.begin(),
+                                                            job_released_.end());
   }
   if (bulk_ != nullptr) grant.mutable_credit()->set_bulk_ready(true);
   if (bulk_answer_due_ && bulk_ == nullptr) grant.mutable_credit()->set_bulk_declined(true);
@@ -298,7 +307,33 @@ absl::StatusOr<std::shared_ptr<ShmSegment>> TaskStreamCall::MapSegment(
   return segment;
 }
 
+absl::StatusOr<std::shared_ptr<JobShmReader>> TaskStreamCall::MapJobSegment(
+    const proto::ShmAccept& accept) {
+  const proto::JobShmAccept& job = accept.job_segment();
+  JobShmReaders& readers = ProcessJobShmReaders();
+  std::shared_ptr<JobShmReader> reader =
+      readers.Find(address_, accept.socket_name(), job.segment_id(), job.segment_bytes());
+  if (reader != nullptr) return reader;  // mapped by another call of this process
+  ASSIGN_OR_RETURN(UniqueFd fd, ReceiveShmFd(accept.socket_name(), job.token(),
+                                             kSharedMemoryHandOverTimeout));
+  ASSIGN_OR_RETURN(std::shared_ptr<ShmSegment> segment,
+                   ShmSegment::Map(std::move(fd), job.segment_bytes()));
+  reader = std::make_shared<JobShmReader>(std::move(segment), job.segment_id());
+  readers.Put(address_, accept.socket_name(), reader);
+  return reader;
+}
+
 void TaskStreamCall::TakeSharedMemory(const proto::ShmAccept& accept) {
+  // A shared job's segment: steps written once for every co-located trainer. A failure leaves
+  // this call's steps on its own ring or TCP.
+  std::shared_ptr<JobShmReader> job_reader;
+  if (accept.has_job_segment()) {
+    absl::StatusOr<std::shared_ptr<JobShmReader>> mapped = MapJobSegment(accept);
+    if (mapped.ok()) {
+      job_reader = *std::move(mapped);
+      decoder_.set_job_payload(job_reader.get());
+    }
+  }
   // The worker waits for the answer either way: a grant saying shm_ready once mapped, or
   // shm_declined (any other grant does not end its wait).
   std::unique_ptr<ShmRingReader> ring;
@@ -311,6 +346,7 @@ void TaskStreamCall::TakeSharedMemory(const proto::ShmAccept& accept) {
   absl::MutexLock lock(&streams_->mu_);
   shm_declined_ = ring == nullptr;
   ring_ = std::move(ring);
+  job_reader_ = std::move(job_reader);
   shm_answer_due_ = true;
   WriteLocked();  // now, or when the write in flight completes
 }

@@ -39,6 +39,7 @@
 #include "client/frame_read_ahead.h"
 #include "client/task_streams.h"
 #include "core/rpc/bulk_channel.h"
+#include "core/rpc/job_shm_reader.h"
 #include "core/rpc/shm_ring.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
@@ -88,6 +89,10 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   // the worker's socket and mapped (and kept, core/rpc/shm_mapping_cache.h). Errors as
   // ReceiveShmFd and ShmSegment::Map.
   absl::StatusOr<std::shared_ptr<ShmSegment>> MapSegment(const proto::ShmAccept& accept);
+  // The job segment `accept` names (a shared job's, core/rpc/job_shm_reader.h): this process's
+  // reader of it, else received over the worker's socket, mapped and registered. Errors as
+  // ReceiveShmFd and ShmSegment::Map.
+  absl::StatusOr<std::shared_ptr<JobShmReader>> MapJobSegment(const proto::ShmAccept& accept);
   // The bulk data channel: connects to the port the frame just decoded offers (on the read's
   // thread, without mu), so that later frames receive their numeric bytes on it. A port that
   // cannot be reached leaves the call on gRPC and is not offered again by this worker.
@@ -114,6 +119,10 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   bool shm_declined_ = false;
   bool shm_tried_ = false;
   uint64_t shm_segment_id_ = 0;  // the worker's id of the segment mapped (0: none)
+  // The job segment's reader (a shared job; set under mu once mapped; the decoder borrows
+  // it): every grant says job_shm_mapped and carries the offsets its regions released.
+  std::shared_ptr<JobShmReader> job_reader_;
+  std::vector<uint64_t> job_released_;  // WriteLocked's scratch
   // The bulk data channel's socket (set under mu once connected; the decoder borrows it;
   // CancelLocked aborts it), whether an offer was tried (one per call), and whether the last
   // frame failed on it (the call is then cancelled and made again).

@@ -34,10 +34,20 @@ absl::Status ConsumerCredits::OnMessage(const grpc::ByteBuffer& message,
     closed_ = true;
     return error_;
   }
+  if (m.credit().job_shm_released_size() > kMaxJobShmReleasesPerGrant) {
+    error_ = absl::InvalidArgumentError(absl::StrCat(
+        "StreamSteps: a CreditGrant releasing ", m.credit().job_shm_released_size(),
+        " job segment regions (at most ", kMaxJobShmReleasesPerGrant, ")"));
+    closed_ = true;
+    return error_;
+  }
   *received_steps = m.credit().received_steps();
   shm_ready_ = shm_ready_ || m.credit().shm_ready();
   shm_declined_ = shm_declined_ || m.credit().shm_declined();
   shm_released_ = m.credit().shm_released();
+  job_shm_mapped_ = job_shm_mapped_ || m.credit().job_shm_mapped();
+  job_shm_released_.assign(m.credit().job_shm_released().begin(),
+                           m.credit().job_shm_released().end());
   bulk_ready_ = bulk_ready_ || m.credit().bulk_ready();
   bulk_declined_ = bulk_declined_ || m.credit().bulk_declined();
   credits_ = SaturatingAdd(credits_, m.credit().bytes());

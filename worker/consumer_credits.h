@@ -16,6 +16,7 @@
 #define SLUICE_WORKER_CONSUMER_CREDITS_H_
 
 #include <cstdint>
+#include <vector>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -46,6 +47,12 @@ class ConsumerCredits {
   bool shm_ready() const { return shm_ready_; }
   bool shm_declined() const { return shm_declined_; }
   uint64_t shm_released() const { return shm_released_; }
+  // The job segment (core/rpc/job_shm_segment.h): whether a grant said the consumer mapped it,
+  // and the offsets the last grant released.
+  // A grant releasing more than kMaxJobShmReleasesPerGrant is INVALID_ARGUMENT.
+  static constexpr int kMaxJobShmReleasesPerGrant = 4096;
+  bool job_shm_mapped() const { return job_shm_mapped_; }
+  const std::vector<uint64_t>& job_shm_released() const { return job_shm_released_; }
   // The bulk data channel (core/rpc/bulk_channel.h): whether a grant said the socket is up.
   bool bulk_ready() const { return bulk_ready_; }
   // Whether a grant answered the bulk offer (ready or declined).
@@ -77,6 +84,8 @@ class ConsumerCredits {
   bool shm_ready_ = false;
   bool shm_declined_ = false;
   uint64_t shm_released_ = 0;
+  bool job_shm_mapped_ = false;
+  std::vector<uint64_t> job_shm_released_;
   bool bulk_ready_ = false;
   bool bulk_declined_ = false;
 };

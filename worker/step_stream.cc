@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "core/rpc/grpc_status.h"
 #include "core/rpc/bulk_channel.h"
+#include "core/rpc/job_shm_segment.h"
 #include "core/rpc/shm_ring.h"
 #include "worker/step_placement.h"
 #include "core/tensor/host_memory.h"
@@ -82,6 +83,7 @@ class StepStream final : public Reactor {
             // it read the offer (a credit raise while it waited for its first step) is none,
             // and frames sent on it would all go inline.
             if (credits_->shm_ready() || credits_->shm_declined()) awaiting_shm_answer_ = false;
+            ApplyJobSegmentGrant();
             ApplySharedMemoryGrant();
             ApplyBulkGrant();
             if (credits_->bulk_answered()) awaiting_bulk_answer_ = false;
@@ -153,6 +155,7 @@ class StepStream final : public Reactor {
     if (reader_ != nullptr) reader_->CancelNotify();
     // The segment goes with the stream (and with the consumer's mapping, if it took it).
     if (!shm_token_.empty()) env_.shm_fds->Withdraw(shm_token_);
+    if (!job_token_.empty()) env_.shm_fds->Withdraw(job_token_);
     if (!bulk_token_.empty()) env_.bulk->Withdraw(bulk_token_);
     // Joins the sender's thread (a write in progress is cut short); its error callback finds
     // the link cleared.
@@ -211,6 +214,7 @@ class StepStream final : public Reactor {
     std::shared_ptr<const CompactSpec> spec;
     WireCompression compression = WireCompression::kNone;
     bool coordinated = true;
+    bool shared_job = false;  // JobOptions.cross_trainer
     int64_t replicas = 1;
   };
 
@@ -230,6 +234,7 @@ class StepStream final : public Reactor {
     runner_ = std::move(opened.runner);
     reader_ = std::move(opened.reader);
     coordinated_ = opened.coordinated;
+    shared_job_ = opened.shared_job;
     replicas_ = opened.replicas;
     consumer_ = opened.request.consumer_index();
     encoder_.emplace(std::move(opened.spec), opened.compression);
@@ -237,7 +242,8 @@ class StepStream final : public Reactor {
     // What one frame may take: steps whose costs fit the credit and the frame size; the first
     // step whatever its cost once the credit reaches CreditForAnyStep (a step larger than the
     // window still flows); no more unacknowledged steps than the window.
-    limits_.max_steps = options_.max_frame_steps;
+    max_frame_steps_ = options_.max_frame_steps;
+    limits_.max_steps = max_frame_steps_;
     limits_.unacked_bytes = static_cast<size_t>(credits_->window());
     limits_.cost = [coordinated = coordinated_, consumer = consumer_,
                     replicas = replicas_](const TaskStep& step) {
@@ -279,6 +285,7 @@ class StepStream final : public Reactor {
     if (room < (int64_t{1} << 20)) return;
     bytes = std::min(bytes, static_cast<size_t>(room));
     const proto::ShmOffer& offer = request.shm_offer();
+    const size_t job_room = static_cast<size_t>(room) - bytes;
     absl::StatusOr<ShmSegmentPool::Lease> lease = env_.shm_pool->Acquire(
         offer.consumer_key(),
         std::vector<uint64_t>(offer.idle_segment_ids().begin(),
@@ -296,8 +303,59 @@ class StepStream final : public Reactor {
     accept.set_segment_id(lease->id);
     accept.set_warm(lease->warm);
     for (uint64_t id : lease->dropped) accept.add_dropped_segment_ids(id);
+    if (shared_job_) OfferJobSegment(offer.consumer_key(), job_room, &accept);
     encoder_->AttachToNextFrame(std::move(accept));
     accept_attached_ = true;
+  }
+
+  // A shared job: the task's job segment (every co-located trainer maps it, each step is
+  // written there once) rides on the ShmAccept, for a consumer process that names itself
+  // (consumer_key: the regions it receives are held for that process until it releases them or
+  // exits; the process taking the hand-over is watched).
+  void OfferJobSegment(const std::string& consumer_key, size_t room, proto::ShmAccept* accept)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (consumer_key.empty() || consumer_key.size() > 64) return;
+    std::shared_ptr<JobShmSegment> job =
+        runner_->JobSegment(options_.shm_min_segment_bytes,
+                            std::min(room, options_.shm_max_segment_bytes));
+    if (job == nullptr) return;
+    job_sink_ = std::make_unique<JobShmStreamSink>(job, consumer_key);
+    job_token_ = env_.shm_fds->Offer(
+        job->segment(), [weak = std::weak_ptr<JobShmSegment>(job), consumer_key](int pid) {
+          if (std::shared_ptr<JobShmSegment> j = weak.lock()) j->WatchHolder(consumer_key, pid);
+        });
+    proto::JobShmAccept* offered = accept->mutable_job_segment();
+    offered->set_segment_id(job->id());
+    offered->set_segment_bytes(job->segment()->size());
+    offered->set_token(job_token_);
+  }
+
+  // The job segment's fields of the grant just read: mapped (frames of one step go as a
+  // header naming the step's region from now on) and the regions released. A grant mapping
+  // or releasing with no job segment offered, or releasing what the consumer does not hold,
+  // ends the stream (INVALID_ARGUMENT).
+  void ApplyJobSegmentGrant() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (job_sink_ == nullptr) {
+      if (credits_->job_shm_mapped() || !credits_->job_shm_released().empty()) {
+        credits_->Refuse(absl::InvalidArgumentError(
+            "StreamSteps: a job segment grant on a stream that was offered no job segment"));
+      }
+      return;
+    }
+    if (credits_->job_shm_mapped() && !job_on_) {
+      job_on_ = true;
+      env_.shm_fds->Withdraw(job_token_);  // taken, or never to be
+      job_token_.clear();
+      encoder_->set_job_payload(job_sink_.get());
+      // A region holds one step: frames of one step (a header each).
+      max_frame_steps_ = 1;
+      limits_.max_steps = 1;
+    }
+    if (absl::Status s = job_sink_->segment()->Release(job_sink_->consumer_key(),
+                                                       credits_->job_shm_released());
+        !s.ok()) {
+      credits_->Refuse(s);
+    }
   }
 
   // The shared-memory fields of the grant just read: the consumer mapped the segment (frames
@@ -434,6 +492,7 @@ class StepStream final : public Reactor {
     // by consumer_id; several processes may share an index there, each stealing steps).
     open.instance = out->coordinated ? request.consumer_instance() : 0;
     open.consumer_index = consumer;
+    out->shared_job = job.cross_trainer().enabled();
     if (job.cross_trainer().enabled()) {
       // A shared job: the stream reads at its trainer's cursor, checked as client input here
       // as on the coordinator.
@@ -558,7 +617,7 @@ class StepStream final : public Reactor {
   bool FrameFull() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const size_t cost = FrameCost();
     return cost >= options_.coalesce_bytes || cost >= FrameCap() ||
-           frame_.size() >= options_.max_frame_steps;
+           frame_.size() >= max_frame_steps_;
   }
 
   // Adds the steps ready now to the frame being filled; sends it once full, at the end, when
@@ -569,7 +628,7 @@ class StepStream final : public Reactor {
     while (!cancelled_ && !FrameFull()) {
       const size_t cost = FrameCost();
       StepLimits room = limits_;
-      room.max_steps = options_.max_frame_steps - frame_.size();
+      room.max_steps = max_frame_steps_ - frame_.size();
       room.max_cost = FrameCap() - cost;
       room.first_max = FrameCap() - cost;
       bool more_end = false;
@@ -709,6 +768,13 @@ class StepStream final : public Reactor {
   std::shared_ptr<StepPlacement> placement_ ABSL_GUARDED_BY(mu_);
   std::string shm_token_;  // written under mu_; read in OnDone, after every other reaction
   bool shm_on_ ABSL_GUARDED_BY(mu_) = false;
+  // A shared job's segment: this stream's sink (set when offered), the token of its offer
+  // until taken (written under mu_, read in OnDone), whether the consumer mapped it.
+  std::unique_ptr<JobShmStreamSink> job_sink_ ABSL_GUARDED_BY(mu_);
+  std::string job_token_;
+  bool job_on_ ABSL_GUARDED_BY(mu_) = false;
+  bool shared_job_ ABSL_GUARDED_BY(mu_) = false;
+  size_t max_frame_steps_ ABSL_GUARDED_BY(mu_) = 1;  // options_.max_frame_steps, or 1 (job_on_)
   // The bulk data channel: the token of its offer until taken (written under mu_, read in
   // OnDone), whether the consumer said its socket is up, and the socket's writer (the encoder
   // borrows it; reset in OnDone).

@@ -1,5 +1,6 @@
 #include "worker/task_runner.h"
 
+#include <algorithm>
 #include <new>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "core/data/distribute/rebatch.h"
 #include "core/data/distribute/replica_cut.h"
 #include "core/data/ops/rebatch_iterator.h"
+#include "core/rpc/job_shm_segment.h"
 #include "core/util/status_context.h"
 #include "core/util/status_macros.h"
 #include "core/util/transient_error.h"
@@ -500,6 +502,19 @@ bool TaskRunner::AttachPlacement(std::shared_ptr<StepPlacement> placement) {
   if (placement_->placement != nullptr) return false;
   placement_->placement = std::move(placement);
   return true;
+}
+
+std::shared_ptr<JobShmSegment> TaskRunner::JobSegment(size_t min_bytes, size_t max_bytes) {
+  if (!task_.job().cross_trainer().enabled() || max_bytes == 0) return nullptr;
+  absl::MutexLock lock(&job_segment_mu_);
+  if (job_segment_ == nullptr) {
+    const size_t want = std::clamp(options_.cross_trainer_window_bytes * 4, min_bytes,
+                                   std::max(min_bytes, max_bytes));
+    absl::StatusOr<std::shared_ptr<JobShmSegment>> created =
+        JobShmSegment::Create(std::min(want, max_bytes));
+    if (created.ok()) job_segment_ = *std::move(created);
+  }
+  return job_segment_;
 }
 
 void TaskRunner::DetachPlacement(const StepPlacement* placement) {

@@ -55,6 +55,7 @@
 namespace sluice {
 
 class StepPlacement;  // worker/step_placement.h
+class JobShmSegment;  // core/rpc/job_shm_segment.h
 
 // The splits of a DYNAMIC task (the coordinator's GetSplit in production).
 class SplitProvider {
@@ -277,6 +278,13 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   // Private replays OpenReader started (streams that asked for steps no longer in memory).
   int64_t replays() const { return replays_.load(std::memory_order_relaxed); }
 
+  // A task of a job shared across trainers: its job segment (core/rpc/job_shm_segment.h), which
+  // every co-located consumer maps; created on the first call, of four times the window's
+  // bytes (the window's steps plus what paced trainers hold ahead of it, each up to its receive
+  // budget) clamped to [min_bytes, max_bytes]. Null (and not tried again until a call with more room)
+  // when the memory budget refuses it; null for other tasks.
+  std::shared_ptr<JobShmSegment> JobSegment(size_t min_bytes, size_t max_bytes);
+
  private:
   TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
              std::unique_ptr<TaskStepIterator> steps);
@@ -318,6 +326,9 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   void ReleaseIndex(int64_t index, uint64_t instance);
   absl::Mutex claims_mu_;
   absl::flat_hash_map<int64_t, Claim> claims_ ABSL_GUARDED_BY(claims_mu_);
+
+  absl::Mutex job_segment_mu_;
+  std::shared_ptr<JobShmSegment> job_segment_ ABSL_GUARDED_BY(job_segment_mu_);
 };
 
 }  // namespace sluice

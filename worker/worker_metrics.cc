@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/data/ops/map_iterator.h"
+#include "core/rpc/job_shm_segment.h"
 #include "core/util/thread_pool.h"
 #include "worker/cross_trainer_window.h"
 #include "worker/worker_server.h"
@@ -68,6 +69,24 @@ void ExportTrainers(const CrossTrainerWindow::Stats& stats, const MetricLabels& 
   }
 }
 
+// Shared jobs' job segments (core/rpc/job_shm_segment.h), over this process.
+void ExportJobSegments(MetricSink& sink) {
+  const JobShmCounts c = ProcessJobShmCounts();
+  sink.Counter("sluice_worker_job_segment_steps_written_total",
+               "Steps of shared jobs written into their task's job segment (once each, "
+               "however many co-located trainers read them).",
+               {}, static_cast<double>(c.steps_written));
+  sink.Counter("sluice_worker_job_segment_frames_total",
+               "Frames sent as a header naming a step in a job segment.", {},
+               static_cast<double>(c.frames_placed));
+  sink.Counter("sluice_worker_job_segment_no_room_total",
+               "Steps that found no room in their job segment (sent the ordinary way).", {},
+               static_cast<double>(c.no_room));
+  sink.Counter("sluice_worker_job_segment_holders_reaped_total",
+               "Consumer processes found exited, the job segment regions they held freed.", {},
+               static_cast<double>(c.holders_reaped));
+}
+
 }  // namespace
 
 WorkerMetrics::WorkerMetrics(WorkerServer* worker, MetricsRegistry* registry) {
@@ -76,6 +95,7 @@ WorkerMetrics::WorkerMetrics(WorkerServer* worker, MetricsRegistry* registry) {
     sink.Gauge("sluice_worker_registered",
                "1 once this worker's heartbeats reach the coordinator.", {},
                worker->registered() ? 1 : 0);
+    ExportJobSegments(sink);
     int64_t running = 0;
     int64_t finished = 0;
     const WorkerServer::TaskSnapshot tasks = worker->Tasks();

@@ -1,5 +1,6 @@
 #include "core/rpc/shared_step_payload.h"
 
+#include "core/rpc/job_shm_segment.h"
 #include "core/rpc/step_frame.h"
 #include "core/tensor/host_memory.h"
 
@@ -20,6 +21,16 @@ const std::vector<grpc::Slice>& SharedStepPayload::Slices(Form form,
     ++builds_;
   }
   return slices_[f];
+}
+
+std::shared_ptr<const JobShmRegion> SharedStepPayload::JobRegion(
+    JobShmSegment& segment, const std::vector<Tensor>* pieces, size_t num_pieces) const {
+  // Under the lock: a second stream asking meanwhile waits instead of writing the step again.
+  absl::MutexLock lock(&mu_);
+  if (job_region_ != nullptr && job_region_->segment() == &segment) return job_region_;
+  if (job_region_ != nullptr) return nullptr;  // in another segment (a task has one)
+  job_region_ = segment.Write(pieces, num_pieces);
+  return job_region_;
 }
 
 SharedStepPayload::~SharedStepPayload() {

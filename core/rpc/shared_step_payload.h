@@ -13,6 +13,8 @@
 //    consumer's shared-memory ring (each stream has a ring of its own, so those are copied per
 //    stream, as before).
 // A compressed frame compresses its whole payload per stream and does not use this.
+// A third form, for co-located trainers: the step written once into its task's job segment
+// (core/rpc/job_shm_segment.h, JobRegion), the region held while this object lives.
 //
 // Memory: a form holds a copy of the step's string and small tensors (their payload bytes at
 // most) for as long as the step is alive; gRPC keeps the slices of frames in flight alive
@@ -26,6 +28,7 @@
 #define SLUICE_CORE_RPC_SHARED_STEP_PAYLOAD_H_
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -34,6 +37,9 @@
 #include "sluice/tensor.h"
 
 namespace sluice {
+
+class JobShmSegment;  // core/rpc/job_shm_segment.h
+class JobShmRegion;
 
 class SharedStepPayload {
  public:
@@ -50,6 +56,13 @@ class SharedStepPayload {
   // valid while this object lives; copying a slice takes a reference (no byte is copied).
   const std::vector<grpc::Slice>& Slices(Form form, const std::vector<Tensor>* pieces,
                                          size_t num_pieces) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The step's region in `segment` (its pieces as for Slices), written on the first call that
+  // finds room and kept while this object lives (the window, or a consumer's unacknowledged
+  // steps, keep the step); nullptr when the segment has no room now (a later call tries
+  // again). A step is written into one job segment at most once.
+  std::shared_ptr<const JobShmRegion> JobRegion(JobShmSegment& segment,
+                                                const std::vector<Tensor>* pieces,
+                                                size_t num_pieces) const ABSL_LOCKS_EXCLUDED(mu_);
   // Bytes copied into this object's buffers so far (both forms): what it adds to the step's
   // memory.
   size_t copied_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -62,6 +75,7 @@ class SharedStepPayload {
   mutable std::vector<grpc::Slice> slices_[2];  // written once under mu_, before built_ is set
   mutable size_t copied_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   mutable int builds_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable std::shared_ptr<const JobShmRegion> job_region_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice

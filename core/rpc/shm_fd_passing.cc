@@ -83,14 +83,15 @@ ShmFdServer::~ShmFdServer() {
   thread_.join();
 }
 
-std::string ShmFdServer::Offer(std::shared_ptr<ShmSegment> segment) {
+std::string ShmFdServer::Offer(std::shared_ptr<ShmSegment> segment,
+                               std::function<void(int pid)> on_taken) {
   std::string token = RandomBytes(kShmTokenBytes);
   absl::MutexLock lock(&mu_);
   while (offers_.size() >= max_offers_ && !order_.empty()) {
     offers_.erase(order_.front());
     order_.pop_front();
   }
-  offers_[token] = std::move(segment);
+  offers_[token] = Pending{std::move(segment), std::move(on_taken)};
   order_.push_back(token);
   // Taken and withdrawn tokens stay in order_ until popped: keep it bounded too.
   while (order_.size() > 2 * max_offers_) {
@@ -137,14 +138,15 @@ void ShmFdServer::Serve(int connection) {
     if (r <= 0) return;  // closed early or timed out: no descriptor
     got += static_cast<size_t>(r);
   }
-  std::shared_ptr<ShmSegment> segment;
+  Pending taken;
   {
     absl::MutexLock lock(&mu_);
     auto it = offers_.find(token);
     if (it == offers_.end()) return;
-    segment = std::move(it->second);
+    taken = std::move(it->second);
     offers_.erase(it);  // one hand-over per token
   }
+  const std::shared_ptr<ShmSegment>& segment = taken.segment;
   char byte = 'S';
   iovec iov{&byte, 1};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
@@ -159,7 +161,16 @@ void ShmFdServer::Serve(int connection) {
   cm->cmsg_len = CMSG_LEN(sizeof(int));
   const int fd = segment->fd();
   std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-  while (sendmsg(connection, &msg, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+  ssize_t sent;
+  do {
+    sent = sendmsg(connection, &msg, MSG_NOSIGNAL);
+  } while (sent < 0 && errno == EINTR);
+  if (sent > 0 && taken.on_taken) {
+    ucred peer{};
+    socklen_t len = sizeof(peer);
+    const bool known =
+        getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 && len == sizeof(peer);
+    taken.on_taken(known ? static_cast<int>(peer.pid) : 0);
   }
 }
 

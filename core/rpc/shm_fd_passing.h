@@ -17,6 +17,7 @@
 #define SLUICE_CORE_RPC_SHM_FD_PASSING_H_
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -45,7 +46,10 @@ class ShmFdServer {
   // The socket's abstract name (without the leading NUL).
   const std::string& name() const { return name_; }
   // Registers `segment` for one hand-over; returns its token (kShmTokenBytes random bytes).
-  std::string Offer(std::shared_ptr<ShmSegment> segment);
+  // `on_taken`, if set, runs on the server's thread after the hand-over with the taker's pid
+  // as this process sees it (SO_PEERCRED; 0 when unknown, another pid namespace say).
+  std::string Offer(std::shared_ptr<ShmSegment> segment,
+                    std::function<void(int pid)> on_taken = nullptr);
   // Drops an offer not taken (its stream ended); no-op for an unknown token.
   void Withdraw(const std::string& token);
   // Offers waiting (tests).
@@ -64,7 +68,11 @@ class ShmFdServer {
   const size_t max_offers_;
   const absl::Duration io_timeout_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<ShmSegment>> offers_ ABSL_GUARDED_BY(mu_);
+  struct Pending {
+    std::shared_ptr<ShmSegment> segment;
+    std::function<void(int pid)> on_taken;
+  };
+  absl::flat_hash_map<std::string, Pending> offers_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);  // oldest first (may hold taken ones)
   std::thread thread_;
 };

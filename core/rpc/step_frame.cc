@@ -210,6 +210,18 @@ class SliceBuilder {
   SendBufferPool::Buffer* pending_ = nullptr;
 };
 
+// Starts the frame in `builder`: [fixed32 L][`header`, whose cached size is `header_size`], in
+// a pending buffer with room for `more` bytes after it. Returns that buffer.
+std::string* PutHeader(const proto::StepFrameHeader& header, size_t header_size, size_t more,
+                       SliceBuilder* builder) {
+  std::string* pending = builder->pending(4 + header_size + more);
+  PutFixed32(pending, static_cast<uint32_t>(header_size));
+  const size_t at = pending->size();
+  pending->resize(at + header_size);
+  header.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(pending->data() + at));
+  return pending;
+}
+
 // Adds the payload of `num_pieces` pieces to `builder` in header order: strings and small
 // numeric tensors copied, larger numeric ones zero-copy; with `numeric_elsewhere` (in a
 // shared-memory region) the strings only.
@@ -689,6 +701,17 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
     *header_.mutable_shm_accept() = *std::move(accept_);
     accept_.reset();
   }
+  // A job segment: a frame of one step written there once for every co-located consumer is
+  // its header alone.
+  last_job_placed_ = job_sink_ != nullptr && compression_ == WireCompression::kNone &&
+                     steps.size() == 1 && steps[0].shared_payload != nullptr && status.ok() &&
+                     job_sink_->Place(steps[0], header_.mutable_job_shm_payload());
+  if (last_job_placed_) {
+    last_in_place_ = false;
+    last_shared_bytes_ = static_cast<size_t>(header_.job_shm_payload().bytes());
+    return EncodeHeaderOnly(out);
+  }
+  header_.clear_job_shm_payload();
   // Shared memory: the numeric tensors go to the sink's region when it has room; else, on the
   // bulk data channel, to its socket when it takes them. Either way their layout first: each
   // at its 64-byte aligned offset (InPlace's and Take's arguments), `extent` bytes in all.
@@ -749,11 +772,7 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
     if (sent) return absl::OkStatus();
   }
   SliceBuilder builder(send_pool_.get(), &slices_);
-  std::string* pending = builder.pending(4 + header_size + inline_bytes);
-  PutFixed32(pending, static_cast<uint32_t>(header_size));
-  const size_t at = pending->size();
-  pending->resize(at + header_size);
-  header_.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(pending->data() + at));
+  PutHeader(header_, header_size, inline_bytes, &builder);
   if (shared != nullptr) {
     ForEachNumeric(steps, [&](const Tensor& t, size_t end) {
       std::memcpy(shared + (end - t.byte_size()), t.raw_data(), t.byte_size());
@@ -769,6 +788,18 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
       AppendPayload(step.pieces, step.num_pieces, in_sink, &builder);
     }
   }
+  builder.Flush();
+  grpc::ByteBuffer bb(slices_.data(), slices_.size());
+  slices_.clear();
+  out->Swap(&bb);
+  return absl::OkStatus();
+}
+
+absl::Status StepFrameEncoder::EncodeHeaderOnly(grpc::ByteBuffer* out) {
+  const size_t header_size = header_.ByteSizeLong();
+  if (send_pool_ == nullptr) send_pool_ = std::make_shared<SendBufferPool>();
+  SliceBuilder builder(send_pool_.get(), &slices_);
+  PutHeader(header_, header_size, /*more=*/0, &builder);
   builder.Flush();
   grpc::ByteBuffer bb(slices_.data(), slices_.size());
   slices_.clear();
@@ -829,11 +860,7 @@ absl::Status StepFrameEncoder::EncodeCompressed(absl::Span<const WireStepView> s
   header_.set_raw_payload_bytes(raw);
   const size_t header_size = header_.ByteSizeLong();
   SliceBuilder builder(send_pool_.get(), &slices_);
-  std::string* pending = builder.pending(4 + header_size);
-  PutFixed32(pending, static_cast<uint32_t>(header_size));
-  const size_t at = pending->size();
-  pending->resize(at + header_size);
-  header_.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(pending->data() + at));
+  PutHeader(header_, header_size, /*more=*/0, &builder);
   builder.Flush();
   slices_.emplace_back(compressed->bytes.data(), compressed->bytes.size(),
                        &SendBufferPool::Release, compressed);
@@ -1219,13 +1246,18 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
   // and shared (workers compress only for consumers on other hosts).
   // A bulk frame's numeric bytes follow on the bulk socket: laid out as a shared one's.
   const bool bulk = s.ok() && header.has_bulk_payload();
-  const bool shared = s.ok() && (header.has_shm_payload() || bulk);
-  const uint64_t shared_bytes =
-      bulk ? header.bulk_payload().bytes() : header.shm_payload().bytes();
+  const bool job = s.ok() && header.has_job_shm_payload();
+  const bool shared = s.ok() && (header.has_shm_payload() || bulk || job);
+  const uint64_t shared_bytes = job    ? header.job_shm_payload().bytes()
+                                : bulk ? header.bulk_payload().bytes()
+                                       : header.shm_payload().bytes();
   size_t available = reader.remaining();
   WireCompression codec = WireCompression::kNone;
   if (s.ok() && bulk && header.has_shm_payload()) {
     s = absl::DataLossError("step frame: both a shared-memory and a bulk payload");
+  }
+  if (s.ok() && job && (bulk || header.has_shm_payload())) {
+    s = absl::DataLossError("step frame: a job segment payload with another shared payload");
   }
   if (s.ok() && header.compression() != proto::WIRE_COMPRESSION_NONE) {
     if (shared) {
@@ -1236,10 +1268,12 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
     }
   }
   if (s.ok() && shared) {
-    if (bulk ? bulk_source_ == nullptr : source_ == nullptr) {
+    if (job ? job_source_ == nullptr
+            : (bulk ? bulk_source_ == nullptr : source_ == nullptr)) {
       s = absl::DataLossError(
-          bulk ? "step frame: a bulk payload on a stream without a bulk socket"
-               : "step frame: a shared-memory payload on a stream without a segment");
+          job    ? "step frame: a job segment payload on a stream without the job segment"
+          : bulk ? "step frame: a bulk payload on a stream without a bulk socket"
+                 : "step frame: a shared-memory payload on a stream without a segment");
     } else if (__builtin_add_overflow(available, shared_bytes, &available)) {
       available = std::numeric_limits<size_t>::max();
     }
@@ -1258,7 +1292,16 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
       s = DescribeFull(header, available, x);
     }
   }
-  if (s.ok() && shared) {
+  if (s.ok() && job) {
+    // The region holds the step whole: its numeric layout, then its strings; nothing follows.
+    if (x->steps.size() != 1 || reader.remaining() != 0 ||
+        x->numeric + x->strings != shared_bytes) {
+      s = absl::DataLossError(absl::StrCat(
+          "step frame: the header describes ", x->steps.size(), " step(s) of ", x->numeric,
+          " numeric and ", x->strings, " string byte(s) but the job segment region has ",
+          shared_bytes, " and ", reader.remaining(), " follow"));
+    }
+  } else if (s.ok() && shared) {
     if (x->numeric != shared_bytes || x->strings != reader.remaining() ||
         (bulk && shared_bytes == 0)) {
       s = absl::DataLossError(absl::StrCat(
@@ -1292,8 +1335,9 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
   std::shared_ptr<TensorBuffer> frame_buffer;
   if (s.ok() && shared) {
     absl::StatusOr<std::shared_ptr<TensorBuffer>> region =
-        bulk ? bulk_source_->Receive(x->numeric, allocator_)
-             : source_->Resolve(header.shm_payload());
+        job    ? job_source_->Resolve(header.job_shm_payload())
+        : bulk ? bulk_source_->Receive(x->numeric, allocator_)
+               : source_->Resolve(header.shm_payload());
     if (region.ok()) {
       frame_buffer = *std::move(region);
     } else {
@@ -1313,6 +1357,15 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
     return s;
   }
 
+  // A job segment frame's strings are read from the region, after its numeric layout.
+  std::optional<SliceReader> region_strings;
+  if (job) {
+    std::vector<grpc::Slice> tail;
+    tail.emplace_back(static_cast<const uint8_t*>(frame_buffer->data()) + x->numeric,
+                      static_cast<size_t>(x->strings), grpc::Slice::STATIC_SLICE);
+    region_strings.emplace(std::move(tail));
+  }
+  SliceReader& strings_from = job ? *region_strings : reader;
   Stats counted;
   out->steps.clear();
   out->end_of_task = header.end_of_task();
@@ -1354,7 +1407,7 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
           for (int64_t e = 0; e < d.elements; ++e) {
             std::string* str = t.mutable_string(e);
             str->resize(x->lengths[d.lengths_begin + e]);
-            reader.Read(str->data(), str->size());
+            strings_from.Read(str->data(), str->size());
           }
           piece.push_back(std::move(t));
         } else if (d.byte_size == 0) {
@@ -1395,6 +1448,10 @@ absl::Status StepFrameDecoder::Decode(const grpc::ByteBuffer& buffer, StepFrame*
   if (bulk) {
     ++stats_.bulk_frames;
     stats_.bulk_bytes += x->numeric;
+  }
+  if (job) {
+    ++stats_.job_frames;
+    stats_.job_string_bytes += x->strings;
   }
   return absl::OkStatus();
 }

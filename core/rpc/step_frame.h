@@ -190,6 +190,30 @@ class SharedPayloadSource {
       const proto::ShmPayload& payload) = 0;
 };
 
+// A job shared across trainers (core/rpc/job_shm_segment.h): where an encoder may find a
+// frame's one step written once, whole (numeric tensors laid out as a frame buffer, then the
+// strings), in a segment every co-located consumer of the job maps; the header then carries a
+// JobShmPayload and the frame no payload.
+struct WireStepView;
+class JobPayloadSink {
+ public:
+  virtual ~JobPayloadSink() = default;
+  // Fills *out and returns true when `step` (all of its pieces, shared_payload set) lies in
+  // the segment for this stream's consumer (it then counts as handed to it); false: the frame
+  // goes as without the sink.
+  virtual bool Place(const WireStepView& step, proto::JobShmPayload* out) = 0;
+};
+
+// The consumer's side: the region a JobShmPayload names.
+class JobPayloadSource {
+ public:
+  virtual ~JobPayloadSource() = default;
+  // A buffer of exactly payload.bytes() bytes viewing the region; DATA_LOSS naming the values
+  // when it is not one of the segment (another segment id, unaligned, outside it).
+  virtual absl::StatusOr<std::shared_ptr<TensorBuffer>> Resolve(
+      const proto::JobShmPayload& payload) = 0;
+};
+
 // A step to encode, borrowing its pieces (the caller keeps them alive during Encode): the
 // worker encodes a consumer's share of its buffered steps without copying the tensors.
 struct WireStepView {
@@ -248,9 +272,16 @@ class StepFrameEncoder {
   // encoded carries `accept` (the worker's answer to a BulkOffer).
   void set_bulk_payload(BulkPayloadSink* sink) { bulk_sink_ = sink; }
   void AttachToNextFrame(proto::BulkAccept accept) { bulk_accept_ = std::move(accept); }
+  // A job segment: from now on, an uncompressed frame of one step whose whole payload the sink
+  // places is sent as its header alone (borrowed; nullptr: off). Whether the last Encode did:
+  // last_job_placed() (last_shared_bytes() is then the region's size).
+  void set_job_payload(JobPayloadSink* sink) { job_sink_ = sink; }
+  bool last_job_placed() const { return last_job_placed_; }
 
  private:
   bool AllMatch(absl::Span<const WireStepView> steps) const;
+  // Writes header_ (filled) as the whole frame: a job segment's frame.
+  absl::Status EncodeHeaderOnly(grpc::ByteBuffer* out);
   // After the header is filled: sends the frame with its payload compressed (*sent true), or
   // leaves *out and the header alone (*sent false) when the payload is empty or shrinks by
   // less than 1/16. INTERNAL when the codec fails.
@@ -275,6 +306,8 @@ class StepFrameEncoder {
   std::optional<proto::ShmAccept> accept_;
   BulkPayloadSink* bulk_sink_ = nullptr;
   std::optional<proto::BulkAccept> bulk_accept_;
+  JobPayloadSink* job_sink_ = nullptr;
+  bool last_job_placed_ = false;
 };
 
 // Encodes `frame` with full headers (StepFrameEncoder without a spec).
@@ -320,6 +353,11 @@ class StepFrameDecoder {
   // fails with is the frame's error. The BulkAccept of the last frame decoded: last_bulk_accept().
   void set_bulk_payload(BulkPayloadSource* source) { bulk_source_ = source; }
   const proto::BulkAccept* last_bulk_accept() const;
+  // Frames with a JobShmPayload (one step, no payload following) take their numeric tensors
+  // as views of what `source` resolves and copy their strings out of it (borrowed, outliving
+  // the decoder's use); without a source such a frame is DATA_LOSS, as is one whose header
+  // describes other than exactly the region's bytes.
+  void set_job_payload(JobPayloadSource* source) { job_source_ = source; }
 
   // What the decoder did with the numeric tensors (size > 0) of the frames it decoded
   // successfully: received as views of gRPC's slices (or of a decompressed payload), or
@@ -337,6 +375,10 @@ class StepFrameDecoder {
     // Numeric bytes received on the bulk data channel (not counted above).
     uint64_t bulk_frames = 0;
     uint64_t bulk_bytes = 0;
+    // Frames whose step lay in a job segment, and the string bytes copied out of it (the
+    // Tensor type holds strings in std::string: one copy, on the consumer's side).
+    uint64_t job_frames = 0;
+    uint64_t job_string_bytes = 0;
   };
   const Stats& stats() const { return stats_; }
 
@@ -358,6 +400,7 @@ class StepFrameDecoder {
   std::unique_ptr<Scratch> scratch_;
   SharedPayloadSource* source_ = nullptr;
   BulkPayloadSource* bulk_source_ = nullptr;
+  JobPayloadSource* job_source_ = nullptr;
 };
 
 // Decodes a frame. DATA_LOSS when bytes are missing or left over (a short or padded frame),

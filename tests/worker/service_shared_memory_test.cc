@@ -13,6 +13,7 @@
 #include "sluice/distributed_dataset.h"
 #include "sluice/service.h"
 #include "tests/worker/in_process_cluster.h"
+#include "tests/worker/step_frame_test_util.h"
 
 namespace sluice {
 namespace {
@@ -24,18 +25,6 @@ struct Read {
   std::vector<std::string> steps;
 };
 
-std::string Describe(const Tensor& t) {
-  std::string out = absl::StrCat(static_cast<int>(t.dtype()), ":", t.shape().ToString(), ":");
-  if (t.dtype() == DType::kString) {
-    for (int64_t e = 0; e < t.num_elements(); ++e) {
-      absl::StrAppend(&out, t.string_at(e).size(), "=", t.string_at(e), ";");
-    }
-  } else {
-    out.append(static_cast<const char*>(t.raw_data()), t.byte_size());
-  }
-  return out;
-}
-
 Read ReadAll(const std::string& coordinator, const Dataset& ds, ServiceOptions options) {
   Read out;
   out.status = ForEachStep(coordinator, ds, std::move(options), /*replicas=*/2,
@@ -43,7 +32,7 @@ Read ReadAll(const std::string& coordinator, const Dataset& ds, ServiceOptions o
                              std::string step;
                              for (const Element& e : x.values()) {
                                for (const Tensor& t : e.Flatten()) {
-                                 absl::StrAppend(&step, Describe(t), "|");
+                                 absl::StrAppend(&step, TensorBytesText(t), "|");
                                }
                              }
                              out.steps.push_back(std::move(step));
@@ -249,7 +238,7 @@ TEST(ServiceSharedMemoryTest, ANextJobReusesAWarmSegmentButNeverOneATensorViews)
                                std::string step;
                                for (const Element& e : x.values()) {
                                  for (const Tensor& t : e.Flatten()) {
-                                   absl::StrAppend(&step, Describe(t), "|");
+                                   absl::StrAppend(&step, TensorBytesText(t), "|");
                                  }
                                  if (kept != nullptr) kept->push_back(e);
                                }
@@ -260,7 +249,7 @@ TEST(ServiceSharedMemoryTest, ANextJobReusesAWarmSegmentButNeverOneATensorViews)
   auto describe_kept = [](const std::vector<Element>& kept) {
     std::string out;
     for (const Element& e : kept) {
-      for (const Tensor& t : e.Flatten()) absl::StrAppend(&out, Describe(t), "|");
+      for (const Tensor& t : e.Flatten()) absl::StrAppend(&out, TensorBytesText(t), "|");
     }
     return out;
   };

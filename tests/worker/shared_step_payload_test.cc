@@ -13,6 +13,7 @@
 #include "core/tensor/host_memory.h"
 #include "gtest/gtest.h"
 #include "tests/worker/step_frame_test_util.h"
+#include "tests/worker/task_step_test_util.h"
 #include "worker/consumer_frame.h"
 
 namespace sluice {
@@ -40,12 +41,6 @@ std::shared_ptr<TaskStep> ImageStep(int64_t task_step, int64_t batch) {
   return step;
 }
 
-std::vector<WireStepView> Views(const std::vector<std::shared_ptr<const TaskStep>>& steps) {
-  std::vector<WireStepView> views;
-  ConsumerFrameViews(steps, /*coordinated=*/false, 0, 1, &views);
-  return views;
-}
-
 // The same views without the shared payload: what a stream encodes on its own.
 std::vector<WireStepView> Unshared(std::vector<WireStepView> views) {
   for (WireStepView& v : views) v.shared_payload = nullptr;
@@ -62,7 +57,7 @@ const uint8_t* SliceOfSize(const grpc::ByteBuffer& bb, size_t size) {
 
 TEST(SharedStepPayloadTest, FramesCarryTheBytesOfAFrameEncodedOnItsOwn) {
   std::vector<std::shared_ptr<const TaskStep>> steps = {ImageStep(0, 8), ImageStep(1, 8)};
-  const std::vector<WireStepView> views = Views(steps);
+  const std::vector<WireStepView> views = WholeStepViews(steps);
   ASSERT_NE(views[0].shared_payload, nullptr);
   // Full headers and compact ones (the header differs per stream; the payload is shared).
   auto spec = std::make_shared<const CompactSpec>(CompactSpec::FromElementSpec(ElementSpec::Tuple(
@@ -95,10 +90,10 @@ TEST(SharedStepPayloadTest, EveryStreamSendsTheSameCopyOfAStep) {
   // Four trainers' streams, coalescing differently: [0], [0, 1], [1], [0].
   StepFrameEncoder a, b, c, d;
   grpc::ByteBuffer fa, fb, fc, fd;
-  ASSERT_TRUE(a.Encode(Views({steps[0]}), false, absl::OkStatus(), &fa).ok());
-  ASSERT_TRUE(b.Encode(Views(steps), false, absl::OkStatus(), &fb).ok());
-  ASSERT_TRUE(c.Encode(Views({steps[1]}), false, absl::OkStatus(), &fc).ok());
-  ASSERT_TRUE(d.Encode(Views({steps[0]}), false, absl::OkStatus(), &fd).ok());
+  ASSERT_TRUE(a.Encode(WholeStepViews({steps[0]}), false, absl::OkStatus(), &fa).ok());
+  ASSERT_TRUE(b.Encode(WholeStepViews(steps), false, absl::OkStatus(), &fb).ok());
+  ASSERT_TRUE(c.Encode(WholeStepViews({steps[1]}), false, absl::OkStatus(), &fc).ok());
+  ASSERT_TRUE(d.Encode(WholeStepViews({steps[0]}), false, absl::OkStatus(), &fd).ok());
   // A step's strings and labels, copied once: one buffer per step, referenced by every frame.
   const size_t copied = kBatch * kImageBytes + kBatch * sizeof(int64_t);
   const uint8_t* step0 = SliceOfSize(fa, copied);
@@ -127,7 +122,7 @@ TEST(SharedStepPayloadTest, EveryStreamSendsTheSameCopyOfAStep) {
 
 TEST(SharedStepPayloadTest, ASharedMemoryFrameTakesOnlyTheStringsFromTheSharedCopy) {
   std::vector<std::shared_ptr<const TaskStep>> steps = {ImageStep(0, 8)};
-  const std::vector<WireStepView> views = Views(steps);
+  const std::vector<WireStepView> views = WholeStepViews(steps);
   auto segment = ShmSegment::Create(size_t{1} << 20);
   ASSERT_TRUE(segment.ok());
   ShmRingWriter writer(*segment);
@@ -159,7 +154,7 @@ TEST(SharedStepPayloadTest, CompressedFramesAndPartialStepsEncodeTheirOwn) {
   std::vector<std::shared_ptr<const TaskStep>> steps = {ImageStep(0, 8)};
   StepFrameEncoder compressed(nullptr, WireCompression::kLz4);
   grpc::ByteBuffer bb;
-  ASSERT_TRUE(compressed.Encode(Views(steps), false, absl::OkStatus(), &bb).ok());
+  ASSERT_TRUE(compressed.Encode(WholeStepViews(steps), false, absl::OkStatus(), &bb).ok());
   EXPECT_EQ(compressed.compression_stats().frames_compressed, 1u);
   EXPECT_EQ(steps[0]->shared_payload->builds(), 0);
   StepFrame decoded;
@@ -185,8 +180,8 @@ TEST(SharedStepPayloadTest, TheSharedCopyIsChargedToTheMemoryBudgetWhileTheStepL
     const int64_t with_step = budget.in_use();
     StepFrameEncoder a(nullptr), b(nullptr);
     grpc::ByteBuffer bb_a, bb_b;
-    ASSERT_TRUE(a.Encode(Views(steps), false, absl::OkStatus(), &bb_a).ok());
-    ASSERT_TRUE(b.Encode(Views(steps), false, absl::OkStatus(), &bb_b).ok());
+    ASSERT_TRUE(a.Encode(WholeStepViews(steps), false, absl::OkStatus(), &bb_a).ok());
+    ASSERT_TRUE(b.Encode(WholeStepViews(steps), false, absl::OkStatus(), &bb_b).ok());
     copied = steps[0]->shared_payload->copied_bytes();
     ASSERT_GE(copied, 64 * kImageBytes);
     // One copy for both streams, counted once.

@@ -1,12 +1,13 @@
 // Helpers shared by the step-frame codec's tests (tests/worker/step_frame*_test.cc,
 // tests/adversarial/compressed_frame_test.cc): a frame's bytes as one string and back, and a
-// frame-by-frame comparison. Header-only; gtest expectations.
+// frame-by-frame comparison, a tensor's bytes as text. Header-only; gtest expectations.
 #ifndef SLUICE_TESTS_WORKER_STEP_FRAME_TEST_UTIL_H_
 #define SLUICE_TESTS_WORKER_STEP_FRAME_TEST_UTIL_H_
 
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/rpc/step_frame.h"
 #include "gtest/gtest.h"
 
@@ -16,6 +17,20 @@ inline std::vector<grpc::Slice> SlicesOf(const grpc::ByteBuffer& bb) {
   std::vector<grpc::Slice> slices;
   EXPECT_TRUE(bb.Dump(&slices).ok());
   return slices;
+}
+
+// A tensor as text that holds every byte: dtype, shape and payload (numeric bytes, or each
+// string with its length), so that two reads compare byte for byte.
+inline std::string TensorBytesText(const Tensor& t) {
+  std::string out = absl::StrCat(static_cast<int>(t.dtype()), ":", t.shape().ToString(), ":");
+  if (t.dtype() == DType::kString) {
+    for (int64_t e = 0; e < t.num_elements(); ++e) {
+      absl::StrAppend(&out, t.string_at(e).size(), "=", t.string_at(e), ";");
+    }
+  } else {
+    out.append(static_cast<const char*>(t.raw_data()), t.byte_size());
+  }
+  return out;
 }
 
 // The frame's bytes, all slices in order.

@@ -1,0 +1,332 @@
+// The job segment (core/rpc/job_shm_segment.h, job_shm_reader.h): co-located trainers of a
+// shared job read one copy of each step, strings included, byte for byte what TCP brings; a
+// region is reused only once the step is gone and every consumer process that received it
+// released it or exited; hostile offsets and releases are refused.
+#include "core/rpc/job_shm_segment.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rpc/job_shm_reader.h"
+#include "core/rpc/shared_step_payload.h"
+#include "core/rpc/shm_fd_passing.h"
+#include "core/rpc/step_frame.h"
+#include "gtest/gtest.h"
+#include "tests/worker/step_frame_test_util.h"
+#include "tests/worker/task_step_test_util.h"
+#include "worker/consumer_frame.h"
+
+namespace sluice {
+namespace {
+
+constexpr size_t kImageBytes = 3072;
+constexpr int64_t kBatch = 8;
+
+// A step like the TFRecord parse pipeline's: image strings, labels, a float feature tensor.
+std::shared_ptr<TaskStep> ImageStep(int64_t task_step) {
+  auto step = std::make_shared<TaskStep>();
+  step->task_step = task_step;
+  step->num_real_pieces = 1;
+  std::vector<std::string> images;
+  for (int64_t i = 0; i < kBatch; ++i) {
+    images.push_back(std::string(kImageBytes + i, static_cast<char>('a' + (task_step + i) % 26)));
+  }
+  Tensor labels = Tensor::Allocate(DType::kInt64, Shape({kBatch}));
+  for (int64_t i = 0; i < kBatch; ++i) labels.mutable_data<int64_t>()[i] = task_step * 100 + i;
+  Tensor features = Tensor::Allocate(DType::kFloat32, Shape({kBatch, 64}));
+  for (int64_t i = 0; i < kBatch * 64; ++i) {
+    features.mutable_data<float>()[i] = 0.5f * static_cast<float>(i + task_step);
+  }
+  step->pieces.push_back(
+      {Tensor::FromStrings(std::move(images), Shape({kBatch})), labels, features});
+  step->shared_payload = std::make_shared<const SharedStepPayload>();
+  return step;
+}
+
+// What a frame of `steps` decodes to over TCP (no shared memory of any kind).
+StepFrame OverTcp(const std::vector<std::shared_ptr<const TaskStep>>& steps) {
+  StepFrameEncoder encoder;
+  grpc::ByteBuffer bb;
+  EXPECT_TRUE(encoder.Encode(WholeStepViews(steps), false, absl::OkStatus(), &bb).ok());
+  StepFrameDecoder decoder(nullptr, nullptr);
+  StepFrame out;
+  EXPECT_TRUE(decoder.Decode(bb, &out).ok());
+  return out;
+}
+
+// One co-located consumer process: its hand-over of the segment (watched by `segment` as the
+// process `pid`), its reader, its stream's encoder (worker side) and decoder.
+struct Trainer {
+  Trainer(ShmFdServer& server, const std::shared_ptr<JobShmSegment>& segment, std::string key,
+          int pid = 0)
+      : key(key), sink(segment, key) {
+    const std::string token = server.Offer(
+        segment->segment(), [segment, key, pid](int) { segment->WatchHolder(key, pid); });
+    absl::StatusOr<UniqueFd> fd = ReceiveShmFd(server.name(), token, absl::Seconds(30));
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    absl::StatusOr<std::shared_ptr<ShmSegment>> mapped =
+        ShmSegment::Map(*std::move(fd), segment->segment()->size());
+    EXPECT_TRUE(mapped.ok()) << mapped.status();
+    reader = std::make_shared<JobShmReader>(*std::move(mapped), segment->id());
+    encoder.set_job_payload(&sink);
+    decoder.set_job_payload(reader.get());
+  }
+  // Sends `steps` in one frame and decodes it; *placed: whether it named a region.
+  absl::Status Receive(const std::vector<std::shared_ptr<const TaskStep>>& steps, StepFrame* out,
+                       bool* placed = nullptr, size_t* frame_bytes = nullptr) {
+    grpc::ByteBuffer bb;
+    absl::Status s = encoder.Encode(WholeStepViews(steps), false, absl::OkStatus(), &bb);
+    if (!s.ok()) return s;
+    if (placed != nullptr) *placed = encoder.last_job_placed();
+    if (frame_bytes != nullptr) *frame_bytes = bb.Length();
+    return decoder.Decode(bb, out);
+  }
+  // Reports what the reader released (as the next CreditGrant does).
+  absl::Status ReportReleases(JobShmSegment& segment) {
+    std::vector<uint64_t> released;
+    reader->TakeReleased(4096, &released);
+    return segment.Release(key, released);
+  }
+
+  std::string key;
+  JobShmStreamSink sink;
+  std::shared_ptr<JobShmReader> reader;
+  StepFrameEncoder encoder;
+  StepFrameDecoder decoder{nullptr, nullptr};
+};
+
+std::unique_ptr<ShmFdServer> Server() {
+  absl::StatusOr<std::unique_ptr<ShmFdServer>> server = ShmFdServer::Create();
+  EXPECT_TRUE(server.ok()) << server.status();
+  return *std::move(server);
+}
+
+TEST(JobShmSegmentTest, ThreeTrainersReadTheBytesOfTcpFromOneCopyPerStep) {
+  std::unique_ptr<ShmFdServer> server = Server();
+  auto segment = JobShmSegment::Create(size_t{4} << 20);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  for (const char* key : {"trainer-a", "trainer-b", "trainer-c"}) {
+    trainers.push_back(std::make_unique<Trainer>(*server, *segment, key));
+  }
+  const JobShmCounts before = ProcessJobShmCounts();
+  constexpr int kSteps = 6;
+  for (int i = 0; i < kSteps; ++i) {
+    std::vector<std::shared_ptr<const TaskStep>> step = {ImageStep(i)};
+    const StepFrame tcp = OverTcp(step);
+    for (auto& t : trainers) {
+      StepFrame got;
+      bool placed = false;
+      size_t frame_bytes = 0;
+      ASSERT_TRUE(t->Receive(step, &got, &placed, &frame_bytes).ok());
+      EXPECT_TRUE(placed) << t->key << " step " << i;
+      EXPECT_LT(frame_bytes, 256u) << "a placed frame is its header alone";
+      ExpectSameFrame(got, tcp);
+      // The numeric tensors are views of the mapped segment.
+      const Tensor& features = got.steps[0].pieces[0][2];
+      const uint8_t* base = t->reader->segment()->data();
+      const uint8_t* at = static_cast<const uint8_t*>(features.raw_data());
+      EXPECT_TRUE(at >= base && at < base + t->reader->segment()->size());
+    }
+  }
+  // One copy per step however many trainers read it.
+  EXPECT_EQ((*segment)->steps_written(), kSteps);
+  EXPECT_EQ(ProcessJobShmCounts().steps_written - before.steps_written, kSteps);
+  EXPECT_EQ(ProcessJobShmCounts().frames_placed - before.frames_placed, 3 * kSteps);
+  // A frame of two steps is not placed (a region holds one step): inline, the same bytes.
+  std::vector<std::shared_ptr<const TaskStep>> two = {ImageStep(10), ImageStep(11)};
+  StepFrame got;
+  bool placed = true;
+  ASSERT_TRUE(trainers[0]->Receive(two, &got, &placed).ok());
+  EXPECT_FALSE(placed);
+  ExpectSameFrame(got, OverTcp(two));
+}
+
+// Trainer A keeps the tensors of step 0 while B reads on over many laps of a small segment:
+// A's numeric views (of the segment) keep their bytes, and step 0's region is never written
+// again until A releases it.
+TEST(JobShmSegmentTest, AHeldViewStaysIntactWhileOthersAdvance) {
+  std::unique_ptr<ShmFdServer> server = Server();
+  const size_t step_bytes =
+      JobShmStepBytes(ImageStep(0)->pieces.data(), ImageStep(0)->pieces.size());
+  auto segment = JobShmSegment::Create(3 * ((step_bytes + 4095) / 4096) * 4096);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  Trainer a(*server, *segment, "trainer-a");
+  Trainer b(*server, *segment, "trainer-b");
+  StepFrame held;
+  {
+    std::vector<std::shared_ptr<const TaskStep>> step0 = {ImageStep(0)};
+    bool placed = false;
+    ASSERT_TRUE(a.Receive(step0, &held, &placed).ok());
+    ASSERT_TRUE(placed);
+    StepFrame dropped;
+    ASSERT_TRUE(b.Receive(step0, &dropped).ok());
+  }  // the window dropped step 0, and B its tensors
+  ASSERT_TRUE(b.ReportReleases(**segment).ok());
+  const StepFrame expected = OverTcp({ImageStep(0)});
+  int placed_steps = 0;
+  for (int i = 1; i <= 40; ++i) {
+    std::vector<std::shared_ptr<const TaskStep>> step = {ImageStep(i)};
+    StepFrame got;
+    bool placed = false;
+    ASSERT_TRUE(b.Receive(step, &got, &placed).ok());
+    placed_steps += placed ? 1 : 0;
+    ExpectSameFrame(got, OverTcp(step));
+    got = StepFrame();
+    ASSERT_TRUE(b.ReportReleases(**segment).ok());
+  }
+  EXPECT_GE(placed_steps, 40) << "the rest of the segment is reused lap after lap";
+  ExpectSameFrame(held, expected);  // A's views were never overwritten
+  EXPECT_EQ((*segment)->held_by("trainer-a"), 1u);
+  held = StepFrame();
+  ASSERT_TRUE(a.ReportReleases(**segment).ok());
+  EXPECT_EQ((*segment)->held_by("trainer-a"), 0u);
+  EXPECT_EQ((*segment)->live_regions(), 0u);
+}
+
+// A consumer process that is killed frees what it held, and nothing another trainer views.
+TEST(JobShmSegmentTest, AKilledTrainerFreesNothingOthersView) {
+  std::unique_ptr<ShmFdServer> server = Server();
+  const size_t step_bytes =
+      JobShmStepBytes(ImageStep(0)->pieces.data(), ImageStep(0)->pieces.size());
+  const size_t region = (step_bytes + 63) / 64 * 64;
+  auto segment = JobShmSegment::Create(2 * region);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  // Room for exactly two steps (the segment is a whole number of pages).
+  ASSERT_LT((*segment)->segment()->size(), 3 * region);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    while (true) pause();  // the "trainer" the test kills
+  }
+  // Killed and reaped however the test ends (a failed assertion returns early).
+  bool child_reaped = false;
+  std::unique_ptr<pid_t, std::function<void(pid_t*)>> stop_child(
+      new pid_t(child), [&child_reaped](pid_t* pid) {
+        if (!child_reaped) {
+          kill(*pid, SIGKILL);
+          waitpid(*pid, nullptr, 0);
+        }
+        delete pid;
+      });
+  Trainer doomed(*server, *segment, "doomed", child);
+  Trainer live(*server, *segment, "live");
+  StepFrame live_view, doomed_view0, doomed_view1;
+  uint64_t offset1 = 0;
+  {
+    std::vector<std::shared_ptr<const TaskStep>> step0 = {ImageStep(0)};
+    std::vector<std::shared_ptr<const TaskStep>> step1 = {ImageStep(1)};
+    ASSERT_TRUE(live.Receive(step0, &live_view).ok());
+    ASSERT_TRUE(doomed.Receive(step0, &doomed_view0).ok());
+    bool placed = false;
+    ASSERT_TRUE(doomed.Receive(step1, &doomed_view1, &placed).ok());
+    ASSERT_TRUE(placed);
+    offset1 = static_cast<uint64_t>(static_cast<const uint8_t*>(
+                                        doomed_view1.steps[0].pieces[0][1].raw_data()) -
+                                    doomed.reader->segment()->data());
+  }  // both steps dropped by the window; "doomed" never releases (it is killed)
+  std::vector<std::shared_ptr<const TaskStep>> step2 = {ImageStep(2)};
+  StepFrame got;
+  bool placed = true;
+  ASSERT_TRUE(live.Receive(step2, &got, &placed).ok());
+  EXPECT_FALSE(placed) << "no room while the doomed process lives";
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  child_reaped = true;
+  const int64_t reaped = ProcessJobShmCounts().holders_reaped;
+  std::vector<std::shared_ptr<const TaskStep>> step3 = {ImageStep(3)};
+  ASSERT_TRUE(live.Receive(step3, &got, &placed).ok());
+  EXPECT_TRUE(placed) << "the killed process's regions are free again";
+  EXPECT_EQ(ProcessJobShmCounts().holders_reaped - reaped, 1);
+  ExpectSameFrame(got, OverTcp(step3));
+  // Step 3 took step 1's region (only the doomed process held it); step 0's, which "live"
+  // views, was not reused.
+  EXPECT_EQ(static_cast<const uint8_t*>(got.steps[0].pieces[0][1].raw_data()) -
+                live.reader->segment()->data(),
+            static_cast<ptrdiff_t>(offset1));
+  ExpectSameFrame(live_view, OverTcp({ImageStep(0)}));
+  EXPECT_EQ((*segment)->held_by("live"), 2u);
+}
+
+// Hostile values: a worker's header naming a region outside the segment, unaligned, of
+// another segment or disagreeing with the tensors it describes is DATA_LOSS; a consumer's
+// release of a region it does not hold is INVALID_ARGUMENT.
+TEST(JobShmSegmentTest, HostileRegionsAndReleasesAreRefused) {
+  std::unique_ptr<ShmFdServer> server = Server();
+  auto segment = JobShmSegment::Create(size_t{1} << 20);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  Trainer t(*server, *segment, "trainer");
+  const uint64_t size = (*segment)->segment()->size();
+  const uint64_t id = (*segment)->id();
+  struct Bad {
+    uint64_t segment_id, offset, bytes;
+  };
+  for (const Bad& bad : {Bad{id + 1, 0, 64}, Bad{id, 32, 64}, Bad{id, size, 64},
+                         Bad{id, size - 64, 128}, Bad{id, 64, ~uint64_t{0}}, Bad{id, 0, 0}}) {
+    proto::JobShmPayload p;
+    p.set_segment_id(bad.segment_id);
+    p.set_offset(bad.offset);
+    p.set_bytes(bad.bytes);
+    absl::StatusOr<std::shared_ptr<TensorBuffer>> r = t.reader->Resolve(p);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss)
+        << bad.segment_id << " " << bad.offset << " " << bad.bytes;
+  }
+  EXPECT_EQ(t.reader->held(), 0u);
+
+  // A header whose tensors need more (or fewer) bytes than the region it names.
+  std::vector<std::shared_ptr<const TaskStep>> step = {ImageStep(0)};
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(t.encoder.Encode(WholeStepViews(step), false, absl::OkStatus(), &bb).ok());
+  ASSERT_TRUE(t.encoder.last_job_placed());
+  const std::string frame = Flatten(bb);
+  uint32_t len = 0;
+  std::memcpy(&len, frame.data(), 4);
+  proto::StepFrameHeader header;
+  ASSERT_TRUE(header.ParseFromArray(frame.data() + 4, static_cast<int>(len)));
+  for (int64_t delta : {-1, 1, 64}) {
+    proto::StepFrameHeader h = header;
+    h.mutable_job_shm_payload()->set_bytes(header.job_shm_payload().bytes() + delta);
+    std::string edited(4, '\0');
+    const uint32_t n = static_cast<uint32_t>(h.ByteSizeLong());
+    std::memcpy(edited.data(), &n, 4);
+    edited += h.SerializeAsString();
+    StepFrame out;
+    EXPECT_EQ(t.decoder.Decode(FromString(edited), &out).code(), absl::StatusCode::kDataLoss)
+        << delta;
+  }
+  // Bytes after a placed frame's header, or no job segment on the stream.
+  {
+    StepFrame out;
+    EXPECT_EQ(t.decoder.Decode(FromString(frame + "x"), &out).code(),
+              absl::StatusCode::kDataLoss);
+    StepFrameDecoder plain(nullptr, nullptr);
+    EXPECT_EQ(plain.Decode(FromString(frame), &out).code(), absl::StatusCode::kDataLoss);
+  }
+  StepFrame ok;
+  ASSERT_TRUE(t.decoder.Decode(FromString(frame), &ok).ok());
+  ExpectSameFrame(ok, OverTcp(step));
+
+  // Releases: an offset the process does not hold, or a process that holds nothing.
+  const uint64_t offset = header.job_shm_payload().offset();
+  EXPECT_EQ((*segment)->Release("trainer", {offset + 64}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*segment)->Release("stranger", {offset}).code(), absl::StatusCode::kInvalidArgument);
+  // Held twice (a second frame of the step, as after a reconnect): released twice, not three
+  // times.
+  ASSERT_TRUE(t.encoder.Encode(WholeStepViews(step), false, absl::OkStatus(), &bb).ok());
+  ASSERT_TRUE(t.encoder.last_job_placed());
+  EXPECT_EQ((*segment)->held_by("trainer"), 2u);
+  EXPECT_TRUE((*segment)->Release("trainer", {offset, offset}).ok());
+  EXPECT_EQ((*segment)->Release("trainer", {offset}).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sluice
