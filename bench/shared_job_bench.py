@@ -22,13 +22,12 @@ without them.
 import json
 import os
 import sys
-import tempfile
 import threading
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluice_cluster import (SluiceCluster, run_sluicectl_bench,  # noqa: E402
-                            tfrecord_parse_pipeline)
+                            scratch_dir, tfrecord_parse_pipeline)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -96,13 +95,13 @@ def main():
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 10
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 4
     step_interval = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
-    pipeline = tfrecord_parse_pipeline(build, tempfile.mkdtemp(prefix="shared-job-rec-"))
+    pipeline = tfrecord_parse_pipeline(build, scratch_dir("shared-job-rec-"))
     configs = [("own job", [("own", "")]),
                (f"{n} separate jobs", [(f"separate-{i}", "") for i in range(n)]),
                (f"{n} trainers, shared job", [("shared", f"trainer-{i}") for i in range(n)])]
     rows = {}
     for name, jobs in configs:
-        metrics_port_file = os.path.join(tempfile.mkdtemp(prefix="shared-job-metrics-"), "port")
+        metrics_port_file = os.path.join(scratch_dir("shared-job-metrics-"), "port")
         with SluiceCluster(build, num_workers=1, worker_flags=[
                 "--metrics_port=0", f"--metrics_port_file={metrics_port_file}"]) as cluster:
             la = load()
