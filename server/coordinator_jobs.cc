@@ -668,6 +668,11 @@ absl::Status Coordinator::FinishIfConsumersDoneLocked(int64_t task_id, bool* fin
   const CoordinatorState::Task* task = state_.FindTask(task_id);
   if (task == nullptr || task->finished || task->completed_by.empty()) return absl::OkStatus();
   const CoordinatorState::Job* job = state_.FindJob(task->job_id);
+  // A shared job's consumers are trainers' processes that all carry consumer index 0: one
+  // trainer's end says nothing of the others (still reading, or expected and not yet joined).
+  // The worker running the task knows its trainers (worker/cross_trainer_window.h: drained())
+  // and reports the task finished itself.
+  if (job->options.cross_trainer().enabled() && task->worker_id != 0) return absl::OkStatus();
   const int64_t n = std::max<int64_t>(job->options.num_consumers(), 1);
   std::vector<int64_t> gone;
   for (int64_t c = 0; c < n; ++c) {

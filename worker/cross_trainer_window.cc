@@ -639,6 +639,9 @@ CrossTrainerWindow::Stats CrossTrainerWindow::stats() const {
 bool CrossTrainerWindow::drained() const {
   absl::MutexLock lock(&mu_);
   if (!finished_ || slots_.empty()) return false;
+  // A lossless window keeps every step for the trainers it awaits: one that joins after the
+  // others read to the end still reads the whole sequence, so the task must outlive them.
+  if (options_.lossless && joined_ever_ < options_.expected_trainers) return false;
   for (const auto& [id, slot] : slots_) {
     if (!trainers_[static_cast<size_t>(slot)].ended) return false;
   }

@@ -236,7 +236,8 @@ class CrossTrainerWindow {
   };
   // A consistent snapshot, O(trainers).
   Stats stats() const;
-  // True once the producer finished and every joined trainer confirmed the end (at least one).
+  // True once the producer finished and every joined trainer confirmed the end (at least one;
+  // in lossless mode at least expected_trainers, who read every step whenever they join).
   bool drained() const;
 
  private:

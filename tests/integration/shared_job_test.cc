@@ -40,19 +40,21 @@ class SharedJobTest : public ::testing::Test {
     cluster_ = *std::move(cluster);
   }
 
-  // A trainer reading `steps` steps of the shared job as `trainer_id`.
+  // A trainer reading `steps` steps of the shared job as `trainer_id` (steps < 0: to the end
+  // of a finite `pipeline`).
   std::unique_ptr<Subprocess> Trainer(const std::string& trainer_id, int64_t steps,
-                                      const std::vector<std::string>& extra) {
+                                      const std::vector<std::string>& extra,
+                                      const std::string& pipeline = kPipeline) {
     std::vector<std::string> args = {"run",
                                      "--coordinator=" + cluster_->coordinator(),
-                                     kPipeline,
+                                     pipeline,
                                      "--job=sweep",
                                      "--trainer_id=" + trainer_id,
-                                     absl::StrCat("--steps=", steps),
                                      "--devices=CPU:0",
                                      "--format=json",
                                      // A few steps in flight: a paused trainer holds little.
                                      "--receive_budget_bytes=512"};
+    if (steps >= 0) args.push_back(absl::StrCat("--steps=", steps));
     args.insert(args.end(), extra.begin(), extra.end());
     auto p = StartSluicectl(args);
     EXPECT_TRUE(p.ok()) << p.status();
@@ -187,6 +189,32 @@ TEST_F(SharedJobTest, SlowTrainerInSkippingModeSeesACountedSkipAndNoDuplicate) {
   EXPECT_EQ(Skipped(job, "slow"), gap) << job.DebugString();
   // ("fast" saw no gap, checked above; once it exited it stays a trainer of the window until
   // the job ends, and the steps "slow" then drove past it count as its due skip.)
+  absl::Status stopped = cluster_->StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
+// A finite shared job ends for every trainer only once that trainer has read it: with
+// expected_trainers, a trainer that joins after the others have read the whole dataset (it fits
+// the window) still reads every step, then its end. Trainers started together on a finite
+// dataset each read all of it (a trainer that finished first must not end the job's task for
+// those still reading).
+TEST_F(SharedJobTest, EveryLosslessTrainerOfAFiniteJobReadsItToItsEndWhenEverItJoins) {
+  constexpr int64_t kSteps = kWindowSteps;  // the whole dataset fits the window
+  const std::string pipeline = absl::StrCat("--pipeline=range(", kSteps * kBatch, ").batch(4)");
+  const std::vector<std::string> lossless = {"--cross_trainer_mode=lossless",
+                                             "--expected_trainers=3"};
+  std::vector<int64_t> want(kSteps);
+  for (int64_t i = 0; i < kSteps; ++i) want[static_cast<size_t>(i)] = i;
+  std::unique_ptr<Subprocess> a = Trainer("a", -1, lossless, pipeline);
+  std::unique_ptr<Subprocess> b = Trainer("b", -1, lossless, pipeline);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(Steps(a.get()), want) << "trainer a";
+  EXPECT_EQ(Steps(b.get()), want) << "trainer b";
+  // "c" joins after both have read to the end.
+  std::unique_ptr<Subprocess> c = Trainer("c", -1, lossless, pipeline);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(Steps(c.get()), want) << "trainer c";
   absl::Status stopped = cluster_->StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
 }

@@ -210,6 +210,28 @@ TEST(CrossTrainerWindowTest, WakesWaitingStreamsAndEndsForEveryTrainer) {
   EXPECT_TRUE(w.drained());
 }
 
+// Lossless with expected trainers: the task is not drained while one is still awaited (it
+// would be stopped, and the trainer joining later could not read the steps kept for it).
+TEST(CrossTrainerWindowTest, ALosslessWindowIsNotDrainedBeforeItsExpectedTrainersJoined) {
+  CrossTrainerWindowOptions o = Window(4, /*lossless=*/true);
+  o.expected_trainers = 2;
+  CrossTrainerWindow w(o);
+  auto a = w.Join("A");
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(w.Push(MakeStep(0, kStepBytes)).ok());
+  w.Finish(absl::OkStatus());
+  EXPECT_EQ(ReadNow(&w, *a), (std::vector<int64_t>{0}));
+  EXPECT_EQ(ReadNow(&w, *a), (std::vector<int64_t>{-1}));
+  w.ConfirmEnd(*a);
+  EXPECT_FALSE(w.drained()) << "B is still expected";
+  auto b = w.Join("B");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(ReadNow(&w, *b), (std::vector<int64_t>{0}));
+  EXPECT_EQ(ReadNow(&w, *b), (std::vector<int64_t>{-1}));
+  w.ConfirmEnd(*b);
+  EXPECT_TRUE(w.drained());
+}
+
 TEST(CrossTrainerWindowTest, PipelineErrorReachesEveryTrainerAfterItsSteps) {
   CrossTrainerWindow w(Window(4, /*lossless=*/true));
   auto a = w.Join("A");
