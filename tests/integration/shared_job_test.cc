@@ -219,5 +219,33 @@ TEST_F(SharedJobTest, EveryLosslessTrainerOfAFiniteJobReadsItToItsEndWhenEverItJ
   EXPECT_TRUE(stopped.ok()) << stopped;
 }
 
+// Skipping mode, finite dataset: a trainer that finished first does not end the task for one
+// still reading (paused here until the first exited); it skips to what the window holds and
+// reads to the end.
+TEST_F(SharedJobTest, ATrainerStillReadingAFiniteJobIsNotCutOffByOneThatFinished) {
+  // Far more than "slow" reads before the pause below takes effect (as in the test above).
+  constexpr int64_t kSteps = 20000;
+  const std::string pipeline = absl::StrCat("--pipeline=range(", kSteps * kBatch, ").batch(4)");
+  std::unique_ptr<Subprocess> slow = Trainer("slow", -1, {}, pipeline);
+  ASSERT_NE(slow, nullptr);
+  WaitForJob([](const proto::JobStatus& j) { return Read(j, "slow") >= 5; },
+             absl::Milliseconds(10));
+  ASSERT_TRUE(slow->Signal(SIGSTOP).ok());
+  // "fast" joins where the window is and reads to the end; then "slow" goes on.
+  std::unique_ptr<Subprocess> fast = Trainer("fast", -1, {}, pipeline);
+  ASSERT_NE(fast, nullptr);
+  const std::vector<int64_t> fast_steps = Steps(fast.get());
+  ASSERT_TRUE(slow->Signal(SIGCONT).ok());
+  const std::vector<int64_t> slow_steps = Steps(slow.get());
+  for (const auto* steps : {&fast_steps, &slow_steps}) {
+    ASSERT_FALSE(steps->empty());
+    for (size_t i = 1; i < steps->size(); ++i) ASSERT_LT((*steps)[i - 1], (*steps)[i]);
+    EXPECT_EQ(steps->back(), kSteps - 1) << "a trainer did not read to the end";
+  }
+  EXPECT_LT(slow_steps.front(), fast_steps.front()) << "slow read before fast joined";
+  absl::Status stopped = cluster_->StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+}
+
 }  // namespace
 }  // namespace sluice
