@@ -28,7 +28,8 @@ AtomicCounts& Counts() {
   return *counts;
 }
 
-constexpr uint64_t kAlignment = 64;
+// Where the reader (job_shm_reader.cc) expects numeric tensors: at TensorBuffer's alignment.
+constexpr uint64_t kAlignment = TensorBuffer::kAlignment;
 
 uint64_t RoundUp(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
