@@ -1,5 +1,6 @@
 #include "worker/step_placement.h"
 
+#include <atomic>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -10,6 +11,9 @@ namespace sluice {
 namespace {
 
 thread_local const StepPlacement* g_current = nullptr;
+
+std::atomic<int64_t> g_steps_built_in_ring{0};
+std::atomic<int64_t> g_steps_copied_to_ring{0};
 
 constexpr size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -39,9 +43,14 @@ void StepPlacement::Place(TaskStep* step) const {
   PlacedTensors tensors;
   PlacedOffsets at;
   const size_t extent = Layout(*step, &tensors, &at);
-  if (extent == 0 || ring_->Locate(tensors, at, extent).has_value()) return;
+  if (extent == 0) return;
+  if (ring_->Locate(tensors, at, extent).has_value()) {
+    g_steps_built_in_ring.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   std::shared_ptr<TensorBuffer> region = ring_->Allocate(extent);
   if (region == nullptr) return;  // no room: the stream copies or sends it inline
+  g_steps_copied_to_ring.fetch_add(1, std::memory_order_relaxed);
   auto* base = static_cast<uint8_t*>(region->data());
   size_t i = 0;
   for (std::vector<Tensor>& piece : step->pieces) {
@@ -79,7 +88,15 @@ std::shared_ptr<const TaskStep> StepPlacement::Unplaced(
 
 const StepPlacement* StepPlacement::Current() { return g_current; }
 
-StepPlacement::Scope::Scope(const StepPlacement* placement) : previous_(g_current) {
+StepPlacementCounts ProcessStepPlacementCounts() {
+  StepPlacementCounts c;
+  c.steps_built_in_ring = g_steps_built_in_ring.load(std::memory_order_relaxed);
+  c.steps_copied_to_ring = g_steps_copied_to_ring.load(std::memory_order_relaxed);
+  return c;
+}
+
+StepPlacement::Scope::Scope(const StepPlacement* placement)
+    : previous_(g_current), output_scope_(placement) {
   g_current = placement;
 }
 

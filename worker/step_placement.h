@@ -4,8 +4,11 @@
 // has its numeric tensors in the ring, laid out as the stream's frame layout wants them (each
 // at a 64-byte aligned offset, in piece and leaf order), so that sending the step is only its
 // header (ShmRingWriter::InPlace). A producer that builds its tensors through
-// AllocateStepBuffer (the thread's placement, set by the runner around each step) builds them
-// there directly; Place copies the rest (a pipeline's output built elsewhere) once, on the
+// AllocateStepBuffer (the thread's placement, set by the runner around each step) or through
+// core's AllocateStepOutput (core/tensor/step_output_allocator.h: the placement is the thread's
+// StepOutputAllocator too, so that a pipeline's last op, fixed_length_record_dataset reading
+// records for map(decode_raw) say, reads them there) builds them there directly; Place copies
+// the rest (a pipeline's output built elsewhere) once, on the
 // producer's thread, not under the stream's lock. Strings stay where they are (they travel
 // inline). When the ring has no room, a step is left as it was (the stream copies it or
 // sends it over TCP): nothing waits for room.
@@ -26,15 +29,25 @@
 #define SLUICE_WORKER_STEP_PLACEMENT_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "core/rpc/shm_ring.h"
+#include "core/tensor/step_output_allocator.h"
 #include "sluice/tensor.h"
 #include "worker/step_buffer.h"
 
 namespace sluice {
 
-class StepPlacement {
+// What this process's placements did with the steps they placed (process-wide, for metrics
+// and tests): steps found in the ring already (built there: no copy) and steps copied there.
+struct StepPlacementCounts {
+  int64_t steps_built_in_ring = 0;
+  int64_t steps_copied_to_ring = 0;
+};
+StepPlacementCounts ProcessStepPlacementCounts();
+
+class StepPlacement : public StepOutputAllocator {
  public:
   explicit StepPlacement(std::shared_ptr<ShmRingWriter> ring) : ring_(std::move(ring)) {}
 
@@ -47,10 +60,15 @@ class StepPlacement {
   std::shared_ptr<const TaskStep> Unplaced(const std::shared_ptr<const TaskStep>& step) const;
   // A buffer of `bytes` (> 0) in the ring, or nullptr when it has no room.
   std::shared_ptr<TensorBuffer> Allocate(size_t bytes) const { return ring_->Allocate(bytes); }
+  // StepOutputAllocator: the same as Allocate.
+  std::shared_ptr<TensorBuffer> AllocateStepOutput(size_t bytes) const override {
+    return Allocate(bytes);
+  }
 
   // The placement producers on this thread build for (nullptr outside a Scope).
   static const StepPlacement* Current();
-  // Makes `placement` (may be null) the thread's current one for the scope's life.
+  // Makes `placement` (may be null) the thread's current one, and its StepOutputAllocator, for
+  // the scope's life.
   class Scope {
    public:
     explicit Scope(const StepPlacement* placement);
@@ -60,6 +78,7 @@ class StepPlacement {
 
    private:
     const StepPlacement* const previous_;
+    const StepOutputAllocator::Scope output_scope_;
   };
 
  private:

@@ -23,10 +23,13 @@
 namespace sluice {
 namespace {
 
-// `label` names the source in errors (DescribePosition()).
+// `label` names the source in errors (DescribePosition()). *absorbed: the op the source runs
+// as part of itself (SourceRegistration::absorbed_op), -1 when none.
 absl::StatusOr<IteratorFactory> BuildSource(const std::string& label,
-                                            const proto::SourceDef& source,
-                                            const ExecutorOptions& options) {
+                                            const proto::DatasetDef& def,
+                                            const ExecutorOptions& options, int* absorbed) {
+  const proto::SourceDef& source = def.source();
+  *absorbed = -1;
   absl::StatusOr<const SourceRegistration*> r = FindSourceRegistration(source);
   if (!r.ok()) {
     if (source.kind_case() == proto::SourceDef::KIND_NOT_SET) {
@@ -34,7 +37,11 @@ absl::StatusOr<IteratorFactory> BuildSource(const std::string& label,
     }
     return absl::InvalidArgumentError(absl::StrCat(label, ": ", r.status().message()));
   }
-  return (*r)->build(SourceBuildArgs{label, source, options});
+  if (options.fuse_maps && (*r)->absorbed_op) {
+    const int i = (*r)->absorbed_op(def);
+    if (i >= 0 && i < def.ops_size()) *absorbed = i;
+  }
+  return (*r)->build(SourceBuildArgs{label, source, options, &def, *absorbed});
 }
 
 absl::StatusOr<IteratorFactory> BuildOp(OpBuildArgs args) {
@@ -74,14 +81,20 @@ absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
   if (options.check_graph) RETURN_IF_ERROR(options.check_graph(def));
   // Validates the graph (what Dataset::Validate() does) and gives each op's output spec.
   ASSIGN_OR_RETURN(std::vector<ElementSpec> specs, InferElementSpecs(def));
+  int absorbed = -1;  // an op the source runs itself: no iterator of its own
   ASSIGN_OR_RETURN(IteratorFactory factory,
-                   BuildSource(DescribePosition(def, 0), def.source(), options));
+                   BuildSource(DescribePosition(def, 0), def, options, &absorbed));
   const std::shared_ptr<OpProfile> profile =
       options.profile != nullptr ? options.profile : ProcessOpProfile();
   factory = Profiled(std::move(factory), 0, DescribePosition(def, 0), profile);
   proto::DatasetDef upstream = def;  // the graph up to op i
   upstream.clear_ops();
   for (int i = 0; i < def.ops_size();) {
+    if (i == absorbed) {
+      *upstream.add_ops() = def.ops(i);
+      ++i;
+      continue;
+    }
     const std::string label = DescribePosition(def, i + 1);
     // Ops that op i runs as part of itself (map fusion): the label and the profile are op i's.
     const int fused = options.fuse_maps ? FusableNext(def, i, specs[i]) : 0;

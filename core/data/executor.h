@@ -43,7 +43,9 @@ struct ExecutorOptions {
   // Map fusion (core/data/ops/map_fusion.h): consecutive maps whose fns fuse run as one map
   // with one fn (random_resized_crop then random_flip_left_right and normalize: one pass, one
   // tensor). The same values either way; false builds every op on its own (the reference the
-  // tests compare with; the profile then lists every map).
+  // tests compare with; the profile then lists every map). It also governs source fusion
+  // (SourceRegistration::absorbed_op: fixed_length_record_dataset reading its records straight
+  // into a map(decode_raw)'s tensors).
   bool fuse_maps = true;
   // Stops the pipeline (core/data/cancellation.h): once cancelled, GetNext returns CANCELLED
   // naming the op that noticed, within one input pull of each op (prefetch and parallel map

@@ -51,6 +51,10 @@ struct SourceBuildArgs {
   const std::string& label;
   const proto::SourceDef& source;
   const ExecutorOptions& options;
+  // Source fusion (SourceRegistration::absorbed_op): the whole graph, and the index of the op
+  // the source runs as part of itself (graph->ops(absorbed_op)), -1 when none.
+  const proto::DatasetDef* graph = nullptr;
+  int absorbed_op = -1;
 };
 
 struct SourceRegistration {
@@ -67,6 +71,14 @@ struct SourceRegistration {
   // The factory of the source's iterators (core/data/executor.h); called only on a graph that
   // InferElementSpecs() accepted. Errors name `label`. Required.
   std::function<absl::StatusOr<IteratorFactory>(const SourceBuildArgs&)> build;
+  // Source fusion: the index i of an op (graph.ops(i)) that the source runs as part of its
+  // reads, or -1 (fixed_length_record_dataset reads its records straight into the tensors of
+  // the map(decode_raw) after it). Every op before op i must pass the source's elements on
+  // whole and unchanged (repeat, take, skip, shard), so that applying op i first changes no
+  // element; its errors must be op i's. The executor then builds no iterator for op i (the
+  // per-op profile has no line for it). Called only on a graph InferElementSpecs() accepted,
+  // and only with ExecutorOptions::fuse_maps. Unset: none.
+  std::function<int(const proto::DatasetDef& graph)> absorbed_op;
   // The source's syntax in pipeline expressions (core/data/op_parse.h); empty for a source that
   // only the graph rewrites write (permuted).
   std::vector<SourceParseRule> parse;

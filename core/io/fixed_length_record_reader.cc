@@ -86,21 +86,56 @@ absl::Status FixedLengthRecordReader::Fill(size_t n) {
 }
 
 absl::Status FixedLengthRecordReader::ReadRecord(std::string* record) {
-  if (!error_.ok()) return error_;
+  return ReadRecordInto([record](size_t bytes) -> absl::StatusOr<char*> {
+    record->resize(bytes);
+    return record->data();
+  });
+}
+
+absl::Status FixedLengthRecordReader::ReadUncompressedInto(RecordDestination destination) {
   const size_t rb = static_cast<size_t>(options_.record_bytes);
-  if (num_records_.has_value()) {  // uncompressed: the size is known
-    if (next_ >= *num_records_) return absl::OutOfRangeError("end of file");
+  if (next_ >= *num_records_) return absl::OutOfRangeError("end of file");
+  const bool direct = rb >= kDirectReadBytes;
+  if (!direct) {
     absl::Status s = Fill(rb);
     if (!s.ok()) return error_ = s;
-    if (pending_.size() - pos_ < rb) {  // the file shrank under us
-      return error_ = absl::DataLossError(absl::StrCat(
-                 "truncated record ", next_, " of ", filename_, " (the file changed while read)"));
-    }
-    record->assign(pending_.data() + pos_, rb);
-    pos_ += rb;
-    ++next_;
-    return absl::OkStatus();
   }
+  const size_t buffered = std::min(pending_.size() - pos_, rb);
+  if (!direct && buffered < rb) {  // the file shrank under us
+    return error_ = absl::DataLossError(absl::StrCat(
+               "truncated record ", next_, " of ", filename_, " (the file changed while read)"));
+  }
+  absl::StatusOr<char*> to = destination(rb);
+  if (!to.ok()) {  // the caller failed on this record: the next call reads the next one
+    if (buffered == rb) {
+      pos_ += rb;
+      ++next_;
+      return to.status();
+    }
+    absl::Status skipped = SeekToRecord(next_ + 1);
+    if (!skipped.ok()) error_ = skipped;
+    return to.status();
+  }
+  std::memcpy(*to, pending_.data() + pos_, buffered);
+  pos_ += buffered;
+  for (size_t done = buffered; done < rb;) {
+    absl::StatusOr<size_t> got = stream_->Read(*to + done, rb - done);
+    if (!got.ok()) return error_ = got.status();
+    if (*got == 0) {
+      return error_ = absl::DataLossError(absl::StrCat("truncated record ", next_, " of ",
+                                                       filename_,
+                                                       " (the file changed while read)"));
+    }
+    done += *got;
+  }
+  ++next_;
+  return absl::OkStatus();
+}
+
+absl::Status FixedLengthRecordReader::ReadRecordInto(RecordDestination destination) {
+  if (!error_.ok()) return error_;
+  if (num_records_.has_value()) return ReadUncompressedInto(destination);
+  const size_t rb = static_cast<size_t>(options_.record_bytes);
   if (!header_skipped_) {
     absl::Status s = Fill(static_cast<size_t>(options_.header_bytes));
     if (!s.ok()) return error_ = s;
@@ -113,11 +148,12 @@ absl::Status FixedLengthRecordReader::ReadRecord(std::string* record) {
   if (!s.ok()) return error_ = s;
   size_t avail = pending_.size() - pos_;
   if (avail >= rb + footer) {
-    record->assign(pending_.data() + pos_, rb);
+    absl::StatusOr<char*> to = destination(rb);
+    if (to.ok()) std::memcpy(*to, pending_.data() + pos_, rb);
     pos_ += rb;
     body_consumed_ += rb;
     ++next_;
-    return absl::OkStatus();
+    return to.status();
   }
   // The end: what is left must be exactly the footer.
   if (avail == footer) return error_ = absl::OutOfRangeError("end of file");

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "core/io/input_stream.h"
 #include "core/io/zlib_stream.h"
@@ -40,6 +41,18 @@ class FixedLengthRecordReader {
 
   // The next record. OUT_OF_RANGE at the end; DATA_LOSS for a short compressed body.
   absl::Status ReadRecord(std::string* record);
+  // Where ReadRecordInto writes a record of `bytes` bytes: memory for them, or an error.
+  using RecordDestination = absl::FunctionRef<absl::StatusOr<char*>(size_t bytes)>;
+  // As ReadRecord, writing the record's record_bytes bytes to `destination(record_bytes)`,
+  // which is called once the record is known to exist. On an uncompressed file the bytes not
+  // buffered yet are read from the file straight there when the record is at least
+  // kDirectReadBytes long: one copy from the page cache, none through a buffer (no buffer
+  // allocated or faulted in for it either). OUT_OF_RANGE and DATA_LOSS as ReadRecord (DATA_LOSS
+  // also when the file shrinks while the record is read: then the destination holds part of
+  // it); an error of `destination` is returned as it is, with the record skipped (the next call
+  // reads the one after it, as a reader whose caller failed on the record would).
+  absl::Status ReadRecordInto(RecordDestination destination);
+  static constexpr size_t kDirectReadBytes = 16 << 10;
   // Positions at record `i` (seek on an uncompressed file, read-through on a compressed one,
   // where i must not be behind the current record: FAILED_PRECONDITION).
   absl::Status SeekToRecord(int64_t i);
@@ -51,6 +64,8 @@ class FixedLengthRecordReader {
   FixedLengthRecordReader(std::string filename, std::unique_ptr<InputStream> stream,
                           const FixedLengthRecordOptions& options);
   absl::Status Fill(size_t n);  // compressed: at least n bytes in pending_ unless EOF
+  // ReadRecordInto of an uncompressed file: its buffered bytes, then straight from the file.
+  absl::Status ReadUncompressedInto(RecordDestination destination);
 
   const std::string filename_;
   std::unique_ptr<InputStream> stream_;

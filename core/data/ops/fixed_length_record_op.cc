@@ -1,16 +1,79 @@
 // fixed_length_record_dataset(files, record_bytes, ...): the registration of the source
 // (core/data/op_registry.h); the reader is in record_iterators.h.
+//
+// Source fusion (SourceRegistration::absorbed_op): the first map after the source, past any
+// repeat(), take(), skip() and shard() (which pass records on whole), when it is a sequential
+// map(decode_raw(out_type, little_endian)) of the whole record and record_bytes is a multiple of
+// out_type's size, runs in the source: each record is read straight into its decoded tensor
+// (NewDecodedFixedLengthRecordIterator). When no op but those follows it, the tensor is the
+// pipeline's output as it is, and it is built in the step's place (a co-located consumer's
+// ring on a worker): the record's bytes are copied once, from the page cache to the consumer.
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/map_fns.h"
 #include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
 #include "core/data/ops/random_access_source.h"
 #include "core/data/ops/record_iterators.h"
+#include "core/data/spec_inference.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
+namespace {
+
+// Ops that pass the source's elements on whole and unchanged (only which and how many).
+bool PassesElementsOn(const proto::OpDef& op) {
+  switch (op.kind_case()) {
+    case proto::OpDef::kRepeat:
+    case proto::OpDef::kTake:
+    case proto::OpDef::kSkip:
+    case proto::OpDef::kShard:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The op the source fuses with (see the top of this file), or -1.
+int DecodeRawToFuse(const proto::DatasetDef& graph) {
+  int i = 0;
+  while (i < graph.ops_size() && PassesElementsOn(graph.ops(i))) ++i;
+  if (i == graph.ops_size() || graph.ops(i).kind_case() != proto::OpDef::kMap) return -1;
+  const proto::MapOp& map = graph.ops(i).map();
+  if (map.fn_case() != proto::MapOp::kDecodeRaw ||
+      map.component_case() != proto::MapOp::COMPONENT_NOT_SET ||
+      (map.num_parallel_calls() != 0 && map.num_parallel_calls() != 1)) {
+    return -1;
+  }
+  const DType out = static_cast<DType>(map.decode_raw().out_type());
+  const size_t width = out == DType::kString || out == DType::kInvalid ? 0 : DTypeSize(out);
+  const int64_t record_bytes = graph.source().fixed_length_record().record_bytes();
+  if (width == 0 || record_bytes <= 0 || record_bytes % static_cast<int64_t>(width) != 0) {
+    return -1;
+  }
+  return i;
+}
+
+// The fused iterators' arguments for op `i` of `graph` (DecodeRawToFuse's); INVALID_ARGUMENT
+// as the map's fn would be.
+absl::StatusOr<DecodedRecords> FusedDecodeRaw(const proto::DatasetDef& graph, int i) {
+  const proto::MapOp& map = graph.ops(i).map();
+  // The fn as the unfused map makes it: its errors' name (Describe) is the fused source's.
+  ASSIGN_OR_RETURN(const MapFnRegistration* registration, FindMapFnRegistration(map));
+  ASSIGN_OR_RETURN(std::unique_ptr<ComponentFn> fn, registration->make(map));
+  DecodedRecords d;
+  d.out_type = static_cast<DType>(map.decode_raw().out_type());
+  d.big_endian = map.decode_raw().big_endian();
+  d.map_label = DescribePosition(graph, i + 1);
+  d.fn = fn->Describe();
+  d.to_step = true;
+  for (int j = i + 1; j < graph.ops_size(); ++j) d.to_step &= PassesElementsOn(graph.ops(j));
+  return d;
+}
+
+}  // namespace
 
 SLUICE_REGISTER_OPS(fixed_length_record_op) {
   SourceRegistration r;
@@ -23,9 +86,16 @@ SLUICE_REGISTER_OPS(fixed_length_record_op) {
   r.expression = [](const proto::SourceDef& s) {
     return FixedLengthRecordSourceExpression(s.fixed_length_record());
   };
+  r.absorbed_op = DecodeRawToFuse;
   r.build = [](const SourceBuildArgs& args) -> absl::StatusOr<IteratorFactory> {
     const std::string label = args.label;
     const proto::FixedLengthRecordSource source = args.source.fixed_length_record();
+    if (args.graph != nullptr && args.absorbed_op >= 0) {
+      ASSIGN_OR_RETURN(DecodedRecords decoded, FusedDecodeRaw(*args.graph, args.absorbed_op));
+      return IteratorFactory([label, source, decoded] {
+        return NewDecodedFixedLengthRecordIterator(label, source, decoded);
+      });
+    }
     return IteratorFactory([label, source] { return NewFixedLengthRecordIterator(label, source); });
   };
   {

@@ -1,6 +1,8 @@
 #include "core/data/ops/record_iterators.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <deque>
 #include <initializer_list>
 #include <memory>
@@ -18,6 +20,8 @@
 #include "core/data/op_iterator.h"
 #include "core/data/shape_limits.h"
 #include "core/tensor/host_memory.h"
+#include "core/tensor/step_output_allocator.h"
+#include "core/tensor/uninitialized_tensor.h"
 #include "core/util/status_context.h"
 #include "core/util/status_macros.h"
 #include "core/io/tfrecord_reader.h"
@@ -64,6 +68,15 @@ class RecordFile {
     unchecked->unchecked = false;
     view->has_owned = true;
     return Read(&view->owned);
+  }
+  // As Read, into memory `destination(size)` gives once the record's size is known
+  // (FixedLengthRecordReader::ReadRecordInto's contract). The default reads and copies.
+  virtual absl::Status ReadInto(FixedLengthRecordReader::RecordDestination destination) {
+    std::string record;
+    RETURN_IF_ERROR(Read(&record));
+    ASSIGN_OR_RETURN(char* to, destination(record.size()));
+    std::memcpy(to, record.data(), record.size());
+    return absl::OkStatus();
   }
   virtual absl::Status SeekToRecord(int64_t i) = 0;
   // Pages of the file to fault in ahead of the reads (TFRecordReader::TakePagesAhead).
@@ -115,6 +128,9 @@ class FixedLengthFile : public RecordFile {
  public:
   explicit FixedLengthFile(std::unique_ptr<FixedLengthRecordReader> r) : reader_(std::move(r)) {}
   absl::Status Read(std::string* record) override { return reader_->ReadRecord(record); }
+  absl::Status ReadInto(FixedLengthRecordReader::RecordDestination destination) override {
+    return reader_->ReadRecordInto(destination);
+  }
   absl::Status SeekToRecord(int64_t i) override { return reader_->SeekToRecord(i); }
 
  private:
@@ -440,7 +456,7 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
     return absl::OkStatus();
   }
 
- private:
+ protected:
   // The next record, or *end at the end of the files (or of the range).
   absl::Status Read(std::string* record, bool* end) {
     return ReadWith([record](RecordFile* f) { return f->Read(record); }, end);
@@ -485,6 +501,7 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
     return WithContext(label(), s);
   }
 
+ private:
   // Skips whole files before range_->start using their counts, then seeks inside the file.
   absl::Status Position() {
     int64_t skip = range_->start();
@@ -515,6 +532,77 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
   size_t next_file_ = 0;
   std::unique_ptr<RecordFile> current_;
   absl::Status pending_;  // a read error after the last block's records (bulk path)
+};
+
+// fixed_length_record_dataset fused with the map(decode_raw) after it (record_iterators.h:
+// DecodedRecords): each record read straight into its decoded tensor. Not a block source: its
+// elements are no longer the records the block paths hand out.
+class DecodedFixedLengthRecordIterator : public SequentialRecordIterator {
+ public:
+  DecodedFixedLengthRecordIterator(std::string label, std::vector<std::string> files,
+                                   std::unique_ptr<RecordFormat> format,
+                                   std::optional<proto::RecordRange> range,
+                                   DecodedRecords decoded)
+      : SequentialRecordIterator(std::move(label), std::move(files), std::move(format),
+                                 std::move(range)),
+        decoded_(std::move(decoded)),
+        width_(DTypeSize(decoded_.out_type)),
+        swap_(width_ > 1 && decoded_.big_endian == (std::endian::native == std::endian::little)) {}
+
+ protected:
+  bool SupportsBlocks() const override { return false; }
+  bool BlocksPullableOnPool() const override { return false; }
+
+  absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
+    Tensor decoded;
+    absl::Status refused;  // the decoded tensor's allocation: the map's element error
+    const auto destination = [&](size_t bytes) -> absl::StatusOr<char*> {
+      absl::StatusOr<Tensor> t = Allocate(bytes);
+      if (!t.ok()) return refused = t.status();
+      decoded = *std::move(t);
+      return static_cast<char*>(decoded.mutable_raw_data());
+    };
+    // A refused record counts as read (the unfused source read it, its map failed on it).
+    RETURN_IF_ERROR(ReadWith(
+        [&](RecordFile* f) {
+          absl::Status s = f->ReadInto(destination);
+          return refused.ok() ? s : absl::OkStatus();
+        },
+        end_of_sequence));
+    if (!refused.ok()) {
+      return MarkElementError(WithContext(
+          decoded_.map_label, WithContext(absl::StrCat(decoded_.fn, " (string [])"), refused)));
+    }
+    if (*end_of_sequence) return absl::OkStatus();
+    if (swap_) SwapBytes(&decoded);
+    *out = Element(std::move(decoded));
+    return absl::OkStatus();
+  }
+
+ private:
+  // The decoded tensor of a record of `bytes`: in the step's place when it has one, else
+  // charged to the memory budget (not zero-filled: the record overwrites it whole).
+  absl::StatusOr<Tensor> Allocate(size_t bytes) const {
+    const Shape shape({static_cast<int64_t>(bytes / width_)});
+    if (decoded_.to_step) {
+      if (std::shared_ptr<TensorBuffer> b = AllocateStepOutput(bytes)) {
+        return Tensor::Wrap(decoded_.out_type, shape, std::move(b));
+      }
+    }
+    return TryAllocateUninitialized(decoded_.out_type, shape, "its output");
+  }
+
+  void SwapBytes(Tensor* t) const {
+    char* p = static_cast<char*>(t->mutable_raw_data());
+    const size_t total = t->byte_size();
+    for (size_t off = 0; off < total; off += width_) {
+      for (size_t a = 0, b = width_ - 1; a < b; ++a, --b) std::swap(p[off + a], p[off + b]);
+    }
+  }
+
+  const DecodedRecords decoded_;
+  const size_t width_;
+  const bool swap_;
 };
 
 // An iterator whose arguments were bad: fails with that status.
@@ -633,8 +721,13 @@ std::unique_ptr<Iterator> NewTFRecordIterator(std::string label, proto::TFRecord
                                                     std::move(format), std::move(range));
 }
 
-std::unique_ptr<Iterator> NewFixedLengthRecordIterator(std::string label,
-                                                       proto::FixedLengthRecordSource source) {
+namespace {
+
+// The fixed-length source's iterator: a SequentialRecordIterator, or with `decoded` a
+// DecodedFixedLengthRecordIterator over the same files; a FailingIterator for bad arguments.
+std::unique_ptr<Iterator> FixedLengthIterator(std::string label,
+                                              const proto::FixedLengthRecordSource& source,
+                                              std::optional<DecodedRecords> decoded) {
   absl::Status valid = ValidateFixedLengthRecordSource(source);
   if (!valid.ok()) {
     return std::make_unique<FailingIterator>(
@@ -654,9 +747,26 @@ std::unique_ptr<Iterator> NewFixedLengthRecordIterator(std::string label,
   std::vector<std::string> files(source.filenames().begin(), source.filenames().end());
   std::optional<proto::RecordRange> range;
   if (source.has_record_range()) range = source.record_range();
-  return std::make_unique<SequentialRecordIterator>(
-      std::move(label), std::move(files), std::make_unique<FixedLengthFormat>(o),
-      std::move(range));
+  auto format = std::make_unique<FixedLengthFormat>(o);
+  if (decoded.has_value()) {
+    return std::make_unique<DecodedFixedLengthRecordIterator>(
+        std::move(label), std::move(files), std::move(format), std::move(range),
+        *std::move(decoded));
+  }
+  return std::make_unique<SequentialRecordIterator>(std::move(label), std::move(files),
+                                                    std::move(format), std::move(range));
+}
+
+}  // namespace
+
+std::unique_ptr<Iterator> NewFixedLengthRecordIterator(std::string label,
+                                                       proto::FixedLengthRecordSource source) {
+  return FixedLengthIterator(std::move(label), source, std::nullopt);
+}
+
+std::unique_ptr<Iterator> NewDecodedFixedLengthRecordIterator(
+    std::string label, proto::FixedLengthRecordSource source, DecodedRecords decoded) {
+  return FixedLengthIterator(std::move(label), source, std::move(decoded));
 }
 
 namespace {

@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "core/data/iterator.h"
+#include "sluice/dtype.h"
 #include "core/io/record_index.h"
 #include "core/io/zlib_stream.h"
 #include "proto/dataset.pb.h"
@@ -41,6 +42,31 @@ std::unique_ptr<Iterator> NewTFRecordIterator(std::string label, proto::TFRecord
                                               RecordIndexOptions index_options = {});
 std::unique_ptr<Iterator> NewFixedLengthRecordIterator(std::string label,
                                                        proto::FixedLengthRecordSource source);
+
+// fixed_length_record_dataset(...) whose records a map(decode_raw(out_type, little_endian))
+// decodes, run as one op (the source's registration decides when: fixed_length_record_op.cc):
+// each record is read from its file straight into its decoded tensor, a 1-D tensor of
+// record_bytes / DTypeSize(out_type) elements (bytes swapped in place for a big-endian
+// out_type wider than a byte), instead of into a string that decode_raw copies. The elements,
+// their order, the source's errors (named by `label`) and the specs are the unfused pair's.
+// Requires record_bytes to be a multiple of DTypeSize(out_type) (otherwise every record is
+// decode_raw's error: the pair is not fused).
+struct DecodedRecords {
+  DType out_type = DType::kUInt8;
+  bool big_endian = false;
+  // How the map names the fn's errors: its label ("op 2 (map)") and the fn's Describe().
+  std::string map_label;
+  std::string fn;
+  // True when the elements are the pipeline's output as they are (only repeat, take, skip or
+  // shard after the source): each decoded tensor is then built where the step it ends in wants
+  // it (core/tensor/step_output_allocator.h), when the thread has such a place.
+  bool to_step = false;
+};
+// A decoded tensor the memory budget refuses is an element error of the map (named as the
+// unfused map names it: "op 2 (map): decode_raw(tf.uint8) (string []): its output: ..."),
+// after which the next record is read.
+std::unique_ptr<Iterator> NewDecodedFixedLengthRecordIterator(
+    std::string label, proto::FixedLengthRecordSource source, DecodedRecords decoded);
 
 // The sources in pipeline syntax, only non-default arguments:
 //   tf_record_dataset(['a.tfrecord'], compression_type='GZIP', start_record=10, num_records=5)
