@@ -9,8 +9,6 @@
 #include <string>
 #include <vector>
 
-#include <zlib.h>
-
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
@@ -21,6 +19,7 @@
 #include "core/tensor/step_output_allocator.h"
 #include "gtest/gtest.h"
 #include "sluice/dataset.h"
+#include "tests/core/random_record_files.h"
 #include "tests/core/record_test_util.h"
 #include "tests/core/scoped_process_limits.h"
 
@@ -28,24 +27,12 @@ namespace sluice {
 namespace {
 
 using record_test::Fixture;
+using record_test::RandomBytes;
 using record_test::TempDir;
+using record_test::WriteGzip;
 using record_test::WriteWholeFile;
 
 constexpr uint32_t kSeed = 1205;
-
-std::string RandomBytes(size_t n, std::mt19937* rng) {
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>((*rng)() & 0xff);
-  return s;
-}
-
-void WriteGzip(const std::string& path, const std::string& data) {
-  gzFile f = gzopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, data.data(), static_cast<unsigned>(data.size())),
-            static_cast<int>(data.size()));
-  ASSERT_EQ(gzclose(f), Z_OK);
-}
 
 std::unique_ptr<Iterator> Build(const std::string& expression, bool fuse) {
   absl::StatusOr<Dataset> ds = Dataset::Parse(expression);
@@ -119,25 +106,20 @@ TEST_F(DecodedFixedLengthRecordsTest, SameElementsAsDecodeRawApart) {
   const std::string b = File("b.bin", 70000, 2, 5, 7);
   const std::string small = File("small.bin", 24, 10, 3, 2);
   const std::string gz = File("c.bin.gz", 40000, 3, 1, 4, /*gzip=*/true);
-  const std::string files = absl::StrCat("['", a, "', '", b, "']");
+  // Two files of 70000-byte records (read straight into the tensors), and files of small
+  // records (through the reader's buffer), a compressed one and TF's fixture.
+  const std::string two = absl::StrCat("fixed_length_record_dataset(['", a, "', '", b,
+                                       "'], 70000, header_bytes=5, footer_bytes=7");
+  const std::string small24 = absl::StrCat("fixed_length_record_dataset(['", small,
+                                           "'], 24, header_bytes=3, footer_bytes=2)");
   for (const std::string& e : {
-           absl::StrCat("fixed_length_record_dataset(", files,
-                        ", 70000, header_bytes=5, footer_bytes=7).repeat(2)"
-                        ".map(decode_raw(tf.uint8))"),
-           absl::StrCat("fixed_length_record_dataset(", files,
-                        ", 70000, header_bytes=5, footer_bytes=7).map(decode_raw(tf.int16))"),
-           absl::StrCat("fixed_length_record_dataset(", files,
-                        ", 70000, header_bytes=5, footer_bytes=7).skip(1).take(3)"
-                        ".map(decode_raw(tf.int32, little_endian=False))"),
-           absl::StrCat("fixed_length_record_dataset(", files,
-                        ", 70000, header_bytes=5, footer_bytes=7, start_record=2, num_records=2)"
-                        ".map(decode_raw(tf.float64, little_endian=False)).repeat(2)"),
-           absl::StrCat("fixed_length_record_dataset(['", small,
-                        "'], 24, header_bytes=3, footer_bytes=2).shard(2, 1)"
-                        ".map(decode_raw(tf.int64, little_endian=False))"),
-           absl::StrCat("fixed_length_record_dataset(['", small,
-                        "'], 24, header_bytes=3, footer_bytes=2).map(decode_raw(tf.float32))"
-                        ".batch(3)"),
+           two + ").repeat(2).map(decode_raw(tf.uint8))",
+           two + ").map(decode_raw(tf.int16))",
+           two + ").skip(1).take(3).map(decode_raw(tf.int32, little_endian=False))",
+           two + ", start_record=2, num_records=2).map(decode_raw(tf.float64, "
+                 "little_endian=False)).repeat(2)",
+           small24 + ".shard(2, 1).map(decode_raw(tf.int64, little_endian=False))",
+           small24 + ".map(decode_raw(tf.float32)).batch(3)",
            absl::StrCat("fixed_length_record_dataset(['", gz,
                         "'], 40000, header_bytes=1, footer_bytes=4, compression_type='GZIP')"
                         ".map(decode_raw(tf.uint16, little_endian=False))"),
@@ -148,18 +130,13 @@ TEST_F(DecodedFixedLengthRecordsTest, SameElementsAsDecodeRawApart) {
   }
   // The decoded elements are the records' bytes, as TF's decode_raw gives them: uint8 of the
   // record itself; a big-endian int16 swapped into the host's order.
-  std::vector<std::string> u8 = Drain(
-      absl::StrCat("fixed_length_record_dataset(['", small, "'], 24, header_bytes=3, "
-                   "footer_bytes=2).map(decode_raw(tf.uint8))"),
-      true);
+  std::vector<std::string> u8 = Drain(small24 + ".map(decode_raw(tf.uint8))", true);
   const std::string data = record_test::ReadWholeFile(small);
   ASSERT_EQ(u8.size(), 11u);
   EXPECT_EQ(u8[0], "uint8 (24,) " + absl::BytesToHexString(data.substr(3, 24)));
   EXPECT_EQ(u8[10], "end");
-  std::vector<std::string> be = Drain(
-      absl::StrCat("fixed_length_record_dataset(['", small, "'], 24, header_bytes=3, "
-                   "footer_bytes=2).map(decode_raw(tf.int16, little_endian=False))"),
-      true);
+  std::vector<std::string> be =
+      Drain(small24 + ".map(decode_raw(tf.int16, little_endian=False))", true);
   std::string swapped = data.substr(3, 24);
   for (size_t i = 0; i < swapped.size(); i += 2) std::swap(swapped[i], swapped[i + 1]);
   EXPECT_EQ(be[0], "int16 (12,) " + absl::BytesToHexString(swapped));
