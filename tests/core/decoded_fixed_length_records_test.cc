@@ -310,7 +310,9 @@ TEST_F(DecodedFixedLengthRecordsTest, BuiltInTheStepsPlaceOnlyWhenTheyEndThePipe
       } else {
         EXPECT_EQ(in_place, 0);
       }
-      if (!c.to_step) EXPECT_EQ(place.calls(), 0);
+      if (!c.to_step) {
+        EXPECT_EQ(place.calls(), 0);
+      }
     }
   }
 }
