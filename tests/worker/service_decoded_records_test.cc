@@ -26,19 +26,16 @@ constexpr uint32_t kSeed = 28960;
 constexpr int64_t kRecordBytes = 70000;
 constexpr int kRecords = 60;
 
-struct Read {
-  absl::Status status;
+// Each step's one uint8 tensor as bytes (one replica: a step is one element); *status is the
+// read's end (OK at the end of data).
+std::vector<std::string> StepBytes(const std::string& coordinator, const Dataset& ds,
+                                   ServiceOptions options, absl::Status* status) {
   std::vector<std::string> steps;
-};
-
-// One replica: a step is one element, one uint8 tensor.
-Read ReadAll(const std::string& coordinator, const Dataset& ds, ServiceOptions options) {
-  Read out;
-  out.status = ForEachStep(coordinator, ds, std::move(options), /*replicas=*/1,
-                           [&](int64_t, const PerReplica<Element>& x) {
-                             out.steps.push_back(TensorBytesText(x.values().at(0).leaf()));
-                           });
-  return out;
+  *status = ForEachStep(coordinator, ds, std::move(options), /*replicas=*/1,
+                        [&](int64_t, const PerReplica<Element>& x) {
+                          steps.push_back(TensorBytesText(x.values().at(0).leaf()));
+                        });
+  return steps;
 }
 
 TEST(ServiceDecodedRecordsTest, RecordsReadStraightIntoTheRingGiveTheStepsOfTcp) {
@@ -61,8 +58,9 @@ TEST(ServiceDecodedRecordsTest, RecordsReadStraightIntoTheRingGiveTheStepsOfTcp)
   options.job_name = "decoded-shm";
   options.receive_budget_bytes = 2 * kRecordBytes;
   const StepPlacementCounts before = ProcessStepPlacementCounts();
-  Read shm = ReadAll(cluster.address(), *ds, options);
-  ASSERT_TRUE(shm.status.ok()) << shm.status;
+  absl::Status status;
+  const std::vector<std::string> shm = StepBytes(cluster.address(), *ds, options, &status);
+  ASSERT_TRUE(status.ok()) << status;
   const StepPlacementCounts after = ProcessStepPlacementCounts();
   const int64_t built = after.steps_built_in_ring - before.steps_built_in_ring;
   const int64_t copied = after.steps_copied_to_ring - before.steps_copied_to_ring;
@@ -73,14 +71,14 @@ TEST(ServiceDecodedRecordsTest, RecordsReadStraightIntoTheRingGiveTheStepsOfTcp)
 
   options.job_name = "decoded-tcp";
   options.shared_memory = false;
-  Read tcp = ReadAll(cluster.address(), *ds, options);
-  ASSERT_TRUE(tcp.status.ok()) << tcp.status;
-  ASSERT_EQ(shm.steps.size(), static_cast<size_t>(kRecords));
-  EXPECT_EQ(shm.steps, tcp.steps);
+  const std::vector<std::string> tcp = StepBytes(cluster.address(), *ds, options, &status);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_EQ(shm.size(), static_cast<size_t>(kRecords));
+  EXPECT_EQ(shm, tcp);
   // The first step is the first record itself.
   Tensor first = Tensor::Allocate(DType::kUInt8, Shape({kRecordBytes}));
   std::memcpy(first.mutable_raw_data(), data.data(), static_cast<size_t>(kRecordBytes));
-  EXPECT_EQ(shm.steps[0], TensorBytesText(first));
+  EXPECT_EQ(shm[0], TensorBytesText(first));
 }
 
 }  // namespace
