@@ -5,13 +5,12 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "core/tensor/aligned_size.h"
 
 namespace sluice {
 namespace {
 
 thread_local const StepPlacement* g_current = nullptr;
-
-constexpr size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
 
 // The step's numeric tensors of size > 0 in frame order, and their offsets in the frame
 // layout (core/rpc/step_frame.h: each at a 64-byte aligned offset); the layout's size. Inline
@@ -24,7 +23,7 @@ size_t Layout(const TaskStep& step, PlacedTensors* tensors, PlacedOffsets* at) {
   for (const std::vector<Tensor>& piece : step.pieces) {
     for (const Tensor& t : piece) {
       if (t.dtype() == DType::kString || t.byte_size() == 0) continue;
-      const size_t offset = RoundUp64(extent);
+      const size_t offset = AlignedSize(extent);
       tensors->push_back(&t);
       at->push_back(offset);
       extent = offset + t.byte_size();
