@@ -115,7 +115,6 @@ class StepStream final : public Reactor {
       BeginClose();
       return;
     }
-    runner_->RecordDelivered(write_steps_, write_bytes_);
     first_write_ = false;
     if (write_end_) {
       wrote_last_ = true;
@@ -698,6 +697,13 @@ class StepStream final : public Reactor {
     write_bytes_ = static_cast<int64_t>(write_.Length() + encoder_->last_shared_bytes());
     write_end_ = frame_end_;
     write_is_error_ = false;
+    // Counted now, not when the write completes: the consumer can receive this frame, confirm
+    // the task's end and have the worker report the task finished before gRPC runs
+    // OnWriteDone, and that report is the coordinator's last word on what the task delivered
+    // (ServiceFinishReportTest saw 0 of 30 under load). A write that then fails stays counted,
+    // as a redelivered step counts again: the counts are of frames written (monotonic, as the
+    // metric's counter must be), not of steps a consumer kept.
+    runner_->RecordDelivered(write_steps_, write_bytes_);
     frame_.clear();
     frame_end_ = false;
     writing_ = true;
