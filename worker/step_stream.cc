@@ -521,11 +521,15 @@ class StepStream final : public Reactor {
   // Registers for a wake-up when a step (or the end) is there for this stream. False when
   // there is one already (call Next again).
   bool WaitForSteps() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::shared_ptr<Link> link = link_;
-    ThreadPool* pump = env_.pump;
     // Called by the step buffer without its lock, maybe under another stream's: it only
     // schedules.
-    return reader_->NotifyWhenReady([link, pump] {
+    return reader_->NotifyWhenReady(StepsReadyWakeUp());
+  }
+
+  // A wake-up that runs OnStepsReady on the pump pool if the stream still exists; it only
+  // schedules, so it may run under another object's lock.
+  std::function<void()> StepsReadyWakeUp() const {
+    return [link = link_, pump = env_.pump] {
       pump->Schedule([link] {
         absl::MutexLock link_lock(&link->mu);
         StepStream* s = link->stream;
@@ -533,7 +537,18 @@ class StepStream final : public Reactor {
         absl::MutexLock lock(&s->mu_);
         s->OnStepsReady();
       });
-    });
+    };
+  }
+
+  // Opportunistic coalescing on the bulk data channel: while a frame waits in the socket's
+  // sender behind the one it writes, a frame cut now could not start sooner, so the stream
+  // cuts none and registers for a wake-up when the sender starts on the waiting frame; the
+  // steps produced meanwhile then go out together (one header, one writev, up to
+  // max_frame_bytes). A stream whose sender has nothing waiting sends what is ready at once:
+  // no wait for a step that is not there. True when the stream is to wait.
+  bool WaitForBulkSender() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (bulk_sender_ == nullptr) return false;
+    return bulk_sender_->NotifyWhenNoneWaiting(StepsReadyWakeUp());
   }
 
   void OnStepsReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -558,6 +573,7 @@ class StepStream final : public Reactor {
       if (awaiting_shm_answer_) return;  // likewise: the answer to the segment offered
       if (awaiting_bulk_answer_) return;  // and to the bulk channel offered (not any grant)
       if (!credits_->HasCredit(need_)) return;  // OnReadDone pumps again on a grant
+      if (WaitForBulkSender()) return;  // its wake-up pumps again
       SetCredit(credits_->credit());
       bool end = false;
       size_t blocked_cost = 0;
@@ -676,7 +692,12 @@ class StepStream final : public Reactor {
     SetCredit(left);
     grpc::WriteOptions write_options;
     // The next frame follows at once only with credit left (the stream waits for >= 1 byte).
-    if (UseBufferHint(first_write_, frame_end_, left > 0 && reader_->ReadyWithin(limits_))) {
+    // A stream that is to wait for its bulk sender (WaitForBulkSender) follows with nothing
+    // at once: a hint would hold this header in gRPC while the sender waits for the consumer
+    // to read the frame that header announces.
+    const bool bulk_backlog = bulk_sender_ != nullptr && bulk_sender_->has_waiting_frames();
+    if (UseBufferHint(first_write_, frame_end_,
+                      left > 0 && !bulk_backlog && reader_->ReadyWithin(limits_))) {
       write_options.set_buffer_hint();
     }
     // The frame offering a segment: nothing more until the consumer answers (its next grant),

@@ -362,6 +362,18 @@ bool BulkSender::Take(absl::Span<const Tensor* const> tensors, absl::Span<const 
   return true;
 }
 
+bool BulkSender::NotifyWhenNoneWaiting(std::function<void()> ready) {
+  absl::MutexLock lock(&mu_);
+  if (queue_.empty() || failed_ || stopping_) return false;
+  on_none_waiting_ = std::move(ready);
+  return true;
+}
+
+bool BulkSender::has_waiting_frames() const {
+  absl::MutexLock lock(&mu_);
+  return !queue_.empty() && !failed_ && !stopping_;
+}
+
 uint64_t BulkSender::bytes_sent() const {
   absl::MutexLock lock(&mu_);
   return bytes_sent_;
@@ -456,6 +468,7 @@ void BulkSender::Stall() {
 void BulkSender::Loop() {
   for (;;) {
     Frame frame;
+    std::function<void()> ready;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
@@ -466,15 +479,20 @@ void BulkSender::Loop() {
       if (stopping_) return;
       frame = std::move(queue_.front());
       queue_.pop_front();
+      if (queue_.empty()) ready.swap(on_none_waiting_);
     }
+    if (ready) ready();  // the stream may cut its next frame now, while this one is written
     absl::Status s = Write(frame);
     if (!s.ok()) {
+      std::function<void()> waiter;
       {
         absl::MutexLock lock(&mu_);
         failed_ = true;
         queue_.clear();
+        waiter.swap(on_none_waiting_);
         if (stopping_) return;
       }
+      if (waiter) waiter();
       if (on_error_) on_error_(s);
       return;
     }

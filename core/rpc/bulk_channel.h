@@ -191,6 +191,17 @@ class BulkSender final : public BulkPayloadSink {
 
   bool Take(absl::Span<const Tensor* const> tensors, absl::Span<const size_t> at,
             size_t extent) override ABSL_LOCKS_EXCLUDED(mu_);
+  // Opportunistic coalescing (docs/SERVICE.md "Bulk data channel"): false when no frame
+  // waits behind the one being written (a frame taken now would be written at once);
+  // otherwise true, and `ready` runs once, on the sender's thread without its lock, when the
+  // sender starts writing the last waiting frame (or fails, so that a waiter never hangs; not
+  // when it is destroyed). A later call replaces a `ready` not yet run. So a stream that cuts
+  // no frame while one waits here adds no latency (the socket could not take the frame
+  // sooner) and sends the steps produced meanwhile in one frame.
+  bool NotifyWhenNoneWaiting(std::function<void()> ready) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a frame waits behind the one being written (only Take adds one, so a caller that
+  // takes none meanwhile sees NotifyWhenNoneWaiting return what this said, or false).
+  bool has_waiting_frames() const ABSL_LOCKS_EXCLUDED(mu_);
   // Bytes written so far (metrics, tests).
   uint64_t bytes_sent() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -212,6 +223,7 @@ class BulkSender final : public BulkPayloadSink {
   const uint64_t stall_after_bytes_;
   mutable absl::Mutex mu_;
   std::deque<Frame> queue_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> on_none_waiting_ ABSL_GUARDED_BY(mu_);  // NotifyWhenNoneWaiting
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;
