@@ -164,6 +164,11 @@ struct Result {
   double cpu_seconds = 0;
   double build_cpu_seconds = 0;
   int64_t minor_faults = 0;
+  // The bulk channel's threads (sluice-bulk-tx: the send copy; sluice-bulk-rx: the receive
+  // copy and the consumer's handling of each frame) and the frames on its sockets.
+  double tx_cpu_seconds = 0;
+  double rx_cpu_seconds = 0;
+  int64_t bulk_frames = 0;
 };
 
 // The CPU time of the calling thread.
@@ -181,14 +186,24 @@ std::atomic<int64_t> g_build_cpu_ns{0};
 // so that the steps its producer builds ahead are counted.
 class UsageMeter {
  public:
-  UsageMeter() { Read(&cpu_, &faults_, &build_); }
+  UsageMeter() : bulk_(ProcessBulkChannelCounts()) { Read(&cpu_, &faults_, &build_); }
   void Stop(Result* r) const {
+    // A stream's bulk sender counts its CPU when its thread ends, after the consumer left
+    // (the worker's OnDone): wait for it, bounded.
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (ProcessBulkChannelCounts().senders_alive > 0 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
     double cpu = 0;
     int64_t faults = 0, build = 0;
     Read(&cpu, &faults, &build);
     r->cpu_seconds = cpu - cpu_;
     r->minor_faults = faults - faults_;
     r->build_cpu_seconds = static_cast<double>(build - build_) * 1e-9;
+    const BulkChannelCounts bulk = ProcessBulkChannelCounts();
+    r->tx_cpu_seconds = static_cast<double>(bulk.sender_cpu_ns - bulk_.sender_cpu_ns) * 1e-9;
+    r->rx_cpu_seconds = static_cast<double>(bulk.receiver_cpu_ns - bulk_.receiver_cpu_ns) * 1e-9;
+    r->bulk_frames = bulk.frames_received - bulk_.frames_received;
   }
 
  private:
@@ -200,6 +215,7 @@ class UsageMeter {
     *faults = u.ru_minflt;
     *build = g_build_cpu_ns.load();
   }
+  const BulkChannelCounts bulk_;
   double cpu_ = 0;
   int64_t faults_ = 0, build_ = 0;
 };
@@ -500,6 +516,8 @@ struct Column {
   std::vector<double> build_per_gb;         // of which the producer's building of steps
   std::vector<double> steps_per_cpu;        // steps per process CPU-second
   std::vector<double> faults_per_gb;        // minor page faults per GB moved
+  std::vector<double> tx_per_gb, rx_per_gb;  // of which the bulk channel's threads
+  std::vector<double> steps_per_frame;       // steps per frame on the bulk socket
   void Add(const Result& r) {
     const double gb = std::max<double>(static_cast<double>(r.bytes), 1) / 1e9;
     gbs.push_back(gb / r.seconds);
@@ -508,6 +526,20 @@ struct Column {
     build_per_gb.push_back(r.build_cpu_seconds / gb);
     steps_per_cpu.push_back(static_cast<double>(r.steps) / std::max(r.cpu_seconds, 1e-9));
     faults_per_gb.push_back(static_cast<double>(r.minor_faults) / gb);
+    tx_per_gb.push_back(r.tx_cpu_seconds / gb);
+    rx_per_gb.push_back(r.rx_cpu_seconds / gb);
+    steps_per_frame.push_back(static_cast<double>(r.steps) /
+                              static_cast<double>(std::max<int64_t>(r.bulk_frames, 1)));
+  }
+  // "build B, tx T, rx R, rest X" CPU-s/GB: where the bulk column's CPU goes (rest: gRPC,
+  // the pump pool, the client's credit and prefetch threads).
+  std::string Terms() const {
+    if (gbs.empty()) return "-";
+    const double build = Median(&Column::build_per_gb), tx = Median(&Column::tx_per_gb),
+                 rx = Median(&Column::rx_per_gb);
+    return absl::StrFormat("build %.3f, tx %.3f, rx %.3f, rest %.3f; %.1f steps/frame", build,
+                           tx, rx, Median(&Column::cpu_per_gb) - build - tx - rx,
+                           Median(&Column::steps_per_frame));
   }
   double Median(std::vector<double> Column::*field) const { return sluice::Median(this->*field); }
   // "CPU-s/GB (of which building)".
@@ -582,8 +614,9 @@ int Main(int argc, char** argv) {
 
   std::vector<std::string> cpu_rows;
   if (only_bulk) {
-    std::printf("| per-replica bytes | bulk | TCP | bulk/TCP | CPU-s/GB (build) | load (1-min) |\n"
-                "|---|---|---|---|---|---|\n");
+    std::printf("| per-replica bytes | bulk | TCP | bulk/TCP | CPU-s/GB (build) | bulk CPU-s/GB "
+                "by thread | load (1-min) |\n"
+                "|---|---|---|---|---|---|---|\n");
   } else {
     std::printf("| per-replica bytes | replicas | steps | raw GB/s | raw steps/s | client GB/s | "
                 "client steps/s | bulk GB/s | bulk steps/s | shm GB/s | shm steps/s | TCP GB/s | "
@@ -662,9 +695,10 @@ int Main(int argc, char** argv) {
     if (only_bulk) {
       const double bg = bulk_column.Median(&Column::gbs), t = tcp.Median(&Column::gbs);
       std::printf("| %zu | %.2f GB/s, %.0f steps/s | %.2f GB/s | %.0f%% | bulk %s, TCP %s | "
-                  "%.2f |\n",
+                  "%s | %.2f |\n",
                   size, bg, bulk_column.Median(&Column::sps), t, 100.0 * bg / t,
-                  bulk_column.Cpu().c_str(), tcp.Cpu().c_str(), load);
+                  bulk_column.Cpu().c_str(), tcp.Cpu().c_str(), bulk_column.Terms().c_str(),
+                  load);
       std::fflush(stdout);
       continue;
     }

@@ -284,7 +284,8 @@ class BulkReceiveThread {
 };
 
 // What the process's bulk channels did, both ends (tests, benchmarks): frames and bytes sent
-// and received on bulk sockets, senders alive now, and senders a test stalled.
+// and received on bulk sockets, senders alive now, senders a test stalled, and the CPU time
+// of their threads.
 struct BulkChannelCounts {
   int64_t frames_sent = 0;
   int64_t bytes_sent = 0;
@@ -292,6 +293,10 @@ struct BulkChannelCounts {
   int64_t bytes_received = 0;
   int64_t senders_alive = 0;
   int64_t senders_stalled = 0;  // BulkSenderFaults::stall_after_bytes: stalled now (tests)
+  // CPU time of the senders' and the receive threads that have ended (benchmarks: the send
+  // copy and its syscalls; the receive copy and the consumer's handling of each frame).
+  int64_t sender_cpu_ns = 0;
+  int64_t receiver_cpu_ns = 0;
 };
 BulkChannelCounts ProcessBulkChannelCounts();
 
