@@ -7,6 +7,7 @@
 //                            [--coalesce_wait_us=500] [--compact=1] [--views=1] [--shm=1]
 //                            [--max_frame=0] [--tx_zerocopy=0] [--show_slices=0] [--only_shm=0]
 //                            [--build_steps=1] [--prefetch=1] [--bulk=1] [--only_bulk=0]
+//                            [--worker_buffer=0]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -26,7 +27,11 @@
 //    for any path that writes every byte once, as the shm path's producer does (memcpy/TCP
 //    is then the most shm/TCP can reach on this machine).
 // --bulk=0 leaves the bulk column out; --only_bulk=1 runs the bulk and TCP columns alone,
-// alternating (for a profiler, and for bulk/TCP on a loaded machine: CPU-s/GB of each).
+// alternating (for a profiler, and for bulk/TCP on a loaded machine: CPU-s/GB of each), and
+// splits bulk's CPU by thread: the producer's build, sluice-bulk-tx (the send copy),
+// sluice-bulk-rx (the receive copy, decode, queueing), the rest (gRPC, the pump pool, the
+// client's credit and prefetch threads); with steps per frame on the socket.
+// --worker_buffer=N: the producer builds at most N bytes ahead of the stream (see below).
 // --shm=0 leaves the shm column out; --only_shm=1 runs that column alone (for a profiler).
 // --build_steps=1 (the default): the worker's producer writes each step's bytes afresh, as a
 // pipeline's batch op does: with shared memory, straight into the consumer's ring (the frame is
@@ -253,6 +258,9 @@ bool g_build_steps = true;
 // --prefetch=0: the trainer's loop reads ServiceStepSource directly (no DevicePrefetcher and its
 // thread), to tell the prefetcher's per-step cost from the source's.
 bool g_prefetch = true;
+// --worker_buffer=N: the task's step buffer in bytes, how far the producer builds ahead of the
+// stream (0: the default, max(8 steps, 8 MiB)); smaller sends steps closer to their build.
+int64_t g_worker_buffer = 0;
 
 // Starts the task's runner: `steps` steps of `replicas` pieces of one `size`-byte tensor.
 void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
@@ -266,7 +274,8 @@ void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
   std::memset(piece.mutable_raw_data(), 7, size);
   const bool build = g_build_steps;
   TaskRunnerOptions options;
-  options.buffer_bytes = std::max<size_t>(size * replicas * 8, 8 << 20);
+  options.buffer_bytes = g_worker_buffer > 0 ? static_cast<size_t>(g_worker_buffer)
+                                             : std::max<size_t>(size * replicas * 8, 8 << 20);
   auto produced = std::make_shared<int64_t>(0);
   lookup->Set(TaskRunner::StartWith(task, options, [=](TaskStep* step, bool* end) {
     if (*produced == steps) {
@@ -578,13 +587,14 @@ int Main(int argc, char** argv) {
   if (!absl::SimpleAtoi(Flag(argc, argv, "bytes", "2147483648"), &total) ||
       !absl::SimpleAtoi(Flag(argc, argv, "replicas", "1"), &replicas) ||
       !absl::SimpleAtoi(Flag(argc, argv, "reps", "3"), &reps) ||
+      !absl::SimpleAtoi(Flag(argc, argv, "worker_buffer", "0"), &g_worker_buffer) ||
       !absl::SimpleAtoi(Flag(argc, argv, "credits", "16"), &credits) ||
       !absl::SimpleAtoi(Flag(argc, argv, "budget", "67108864"), &budget) ||
       !absl::SimpleAtoi(Flag(argc, argv, "coalesce_wait_us",
                              absl::StrCat(absl::ToInt64Microseconds(
                                  WorkerServiceOptions().coalesce_wait))),
                         &coalesce_us) ||
-      replicas < 1 || reps < 1 || budget < 1 || coalesce_us < 0) {
+      replicas < 1 || reps < 1 || budget < 1 || coalesce_us < 0 || g_worker_buffer < 0) {
     std::fprintf(stderr, "bad flags\n");
     return 2;
   }

@@ -545,9 +545,11 @@ class StepStream final : public Reactor {
   // cuts none and registers for a wake-up when the sender starts on the waiting frame; the
   // steps produced meanwhile then go out together (one header, one writev, up to
   // max_frame_bytes). A stream whose sender has nothing waiting sends what is ready at once:
-  // no wait for a step that is not there. True when the stream is to wait.
+  // no wait for a step that is not there. Nor does a stream whose steps fill a frame one by
+  // one (two of the last frame's steps would not fit): waiting could add nothing to its frame
+  // and would cost a wake-up per frame. True when the stream is to wait.
   bool WaitForBulkSender() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (bulk_sender_ == nullptr) return false;
+    if (bulk_sender_ == nullptr || 2 * last_step_cost_ > options_.max_frame_bytes) return false;
     return bulk_sender_->NotifyWhenNoneWaiting(StepsReadyWakeUp());
   }
 
@@ -714,6 +716,7 @@ class StepStream final : public Reactor {
       bulk_accept_attached_ = false;
       awaiting_bulk_answer_ = !frame_end_ && !credits_->bulk_answered();
     }
+    if (!frame_.empty()) last_step_cost_ = FrameCost() / frame_.size();
     write_ = std::move(bb);
     write_steps_ = static_cast<int64_t>(frame_.size());
     write_bytes_ = static_cast<int64_t>(write_.Length() + encoder_->last_shared_bytes());
@@ -821,6 +824,7 @@ class StepStream final : public Reactor {
   bool frame_end_ ABSL_GUARDED_BY(mu_) = false;
   int64_t frame_credit_ ABSL_GUARDED_BY(mu_) = 0;  // the credit before it
   size_t frame_cost_ ABSL_GUARDED_BY(mu_) = 0;     // FrameCost()
+  size_t last_step_cost_ ABSL_GUARDED_BY(mu_) = 0;  // the last frame's cost per step
   bool coalescing_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time coalesce_until_ ABSL_GUARDED_BY(mu_);
   bool coalesce_timed_out_ ABSL_GUARDED_BY(mu_) = false;
