@@ -7,7 +7,7 @@
 //                            [--coalesce_wait_us=500] [--compact=1] [--views=1] [--shm=1]
 //                            [--max_frame=0] [--tx_zerocopy=0] [--show_slices=0] [--only_shm=0]
 //                            [--build_steps=1] [--prefetch=1] [--bulk=1] [--only_bulk=0]
-//                            [--worker_buffer=0]
+//                            [--worker_buffer=0] [--bulk_max_frame=0]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -32,6 +32,7 @@
 // sluice-bulk-rx (the receive copy, decode, queueing), the rest (gRPC, the pump pool, the
 // client's credit and prefetch threads); with steps per frame on the socket.
 // --worker_buffer=N: the producer builds at most N bytes ahead of the stream (see below).
+// --bulk_max_frame=N: the worker's bulk_max_frame_bytes (0: its default).
 // --shm=0 leaves the shm column out; --only_shm=1 runs that column alone (for a profiler).
 // --build_steps=1 (the default): the worker's producer writes each step's bytes afresh, as a
 // pipeline's batch op does: with shared memory, straight into the consumer's ring (the frame is
@@ -571,6 +572,7 @@ int Main(int argc, char** argv) {
     if (absl::SimpleAtoi(s, &v)) sizes.push_back(v);
   }
   int64_t total = 0, replicas = 0, reps = 0, credits = 0, budget = 0, coalesce_us = 0;
+  int64_t bulk_max_frame = 0;
   g_compact = Flag(argc, argv, "compact", "1") != "0";
   g_views = Flag(argc, argv, "views", "1") != "0";
   g_show_slices = Flag(argc, argv, "show_slices", "0") != "0";
@@ -588,13 +590,15 @@ int Main(int argc, char** argv) {
       !absl::SimpleAtoi(Flag(argc, argv, "replicas", "1"), &replicas) ||
       !absl::SimpleAtoi(Flag(argc, argv, "reps", "3"), &reps) ||
       !absl::SimpleAtoi(Flag(argc, argv, "worker_buffer", "0"), &g_worker_buffer) ||
+      !absl::SimpleAtoi(Flag(argc, argv, "bulk_max_frame", "0"), &bulk_max_frame) ||
       !absl::SimpleAtoi(Flag(argc, argv, "credits", "16"), &credits) ||
       !absl::SimpleAtoi(Flag(argc, argv, "budget", "67108864"), &budget) ||
       !absl::SimpleAtoi(Flag(argc, argv, "coalesce_wait_us",
                              absl::StrCat(absl::ToInt64Microseconds(
                                  WorkerServiceOptions().coalesce_wait))),
                         &coalesce_us) ||
-      replicas < 1 || reps < 1 || budget < 1 || coalesce_us < 0 || g_worker_buffer < 0) {
+      replicas < 1 || reps < 1 || budget < 1 || coalesce_us < 0 || g_worker_buffer < 0 ||
+      bulk_max_frame < 0) {
     std::fprintf(stderr, "bad flags\n");
     return 2;
   }
@@ -604,6 +608,7 @@ int Main(int argc, char** argv) {
   // 0: a frame takes what is ready when it is cut, plus what arrives while the previous frame
   // is being written; no timed wait.
   service_options.coalesce_wait = absl::Microseconds(coalesce_us);
+  if (bulk_max_frame > 0) service_options.bulk_max_frame_bytes = static_cast<size_t>(bulk_max_frame);
   GrpcWorkerService service(&lookup, service_options);
   StubCoordinator coordinator;
   grpc::ServerBuilder builder;

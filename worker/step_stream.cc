@@ -515,7 +515,7 @@ class StepStream final : public Reactor {
     limits_.first_max = credit >= CreditForAnyStep(credits_->window())
                             ? std::numeric_limits<size_t>::max()
                             : c;
-    limits_.max_cost = std::min(c, options_.max_frame_bytes);
+    limits_.max_cost = std::min(c, MaxFrameBytes());
   }
 
   // Registers for a wake-up when a step (or the end) is there for this stream. False when
@@ -540,16 +540,24 @@ class StepStream final : public Reactor {
     };
   }
 
+  // What a frame may hold: options_.max_frame_bytes, or bulk_max_frame_bytes once the bulk
+  // socket is up (its frames cost a header and a wake-up each, whatever their size).
+  size_t MaxFrameBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return bulk_sender_ == nullptr
+               ? options_.max_frame_bytes
+               : std::max(options_.max_frame_bytes, options_.bulk_max_frame_bytes);
+  }
+
   // Opportunistic coalescing on the bulk data channel: while a frame waits in the socket's
   // sender behind the one it writes, a frame cut now could not start sooner, so the stream
   // cuts none and registers for a wake-up when the sender starts on the waiting frame; the
   // steps produced meanwhile then go out together (one header, one writev, up to
-  // max_frame_bytes). A stream whose sender has nothing waiting sends what is ready at once:
+  // MaxFrameBytes()). A stream whose sender has nothing waiting sends what is ready at once:
   // no wait for a step that is not there. Nor does a stream whose steps fill a frame one by
   // one (two of the last frame's steps would not fit): waiting could add nothing to its frame
   // and would cost a wake-up per frame. True when the stream is to wait.
   bool WaitForBulkSender() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (bulk_sender_ == nullptr || 2 * last_step_cost_ > options_.max_frame_bytes) return false;
+    if (bulk_sender_ == nullptr || 2 * last_step_cost_ > MaxFrameBytes()) return false;
     return bulk_sender_->NotifyWhenNoneWaiting(StepsReadyWakeUp());
   }
 
@@ -628,8 +636,7 @@ class StepStream final : public Reactor {
   // What the frame may still take: the credit left before it (its first step may have exceeded
   // it) and the frame's size.
   size_t FrameCap() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return std::min(static_cast<size_t>(std::max<int64_t>(frame_credit_, 0)),
-                    options_.max_frame_bytes);
+    return std::min(static_cast<size_t>(std::max<int64_t>(frame_credit_, 0)), MaxFrameBytes());
   }
   // Whether the frame is done filling (see WorkerServiceOptions::coalesce_bytes).
   bool FrameFull() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

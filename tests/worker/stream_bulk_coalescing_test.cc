@@ -245,13 +245,19 @@ std::vector<std::vector<int64_t>> ReadToTheEnd(BulkConsumer* consumer) {
 }
 
 // The producer runs ahead of the socket: step 1 (32 MiB) fills the socket the consumer does
-// not read yet, step 2's frame waits behind it in the sender, and steps 3-10, produced one by
-// one meanwhile, are cut as one frame once the sender starts on step 2's. Without the rule
-// each of them was its own frame (the stream cut one whenever a step arrived).
-TEST(StreamBulkCoalescingTest, StepsProducedWhileTheSocketIsBusyShareOneFrame) {
-  constexpr int64_t kTotal = 11;
+// not read yet, step 2's frame waits behind it in the sender, and steps 3-20, produced one by
+// one meanwhile, are cut as frames up to the bulk frame cap (1 MiB here: 15 steps of 64 KiB
+// and their credit overhead) once the sender starts on step 2's, the rest when it starts on
+// that one. Without the rule each of them was its own frame (the stream cut one whenever a
+// step arrived).
+TEST(StreamBulkCoalescingTest, StepsProducedWhileTheSocketIsBusyShareFramesUpToTheCap) {
+  constexpr int64_t kTotal = 21;
+  constexpr size_t kCap = size_t{1} << 20;
+  constexpr int64_t kPerFrame = kCap / (kStepBytes + kStepCreditOverheadBytes);  // 15
   GatedBytesTask task(kTotal, [](int64_t s) { return s == 1 ? size_t{32} << 20 : kStepBytes; });
-  Server server(&task, Options());
+  WorkerServiceOptions options = Options();
+  options.bulk_max_frame_bytes = kCap;
+  Server server(&task, options);
   BulkConsumer consumer(server.address(), int64_t{256} << 20);
   task.Release(1);
   std::vector<int64_t> steps;
@@ -269,13 +275,14 @@ TEST(StreamBulkCoalescingTest, StepsProducedWhileTheSocketIsBusyShareOneFrame) {
     ASSERT_TRUE(task.WaitProduced(s + 1));
   }
   // The setup held: the 32 MiB frame is not written yet (the consumer read nothing), so
-  // steps 3-10 were all produced while a frame waited in the sender.
+  // steps 3-20 were all produced while a frame waited in the sender.
   ASSERT_EQ(ProcessBulkChannelCounts().frames_sent, before.frames_sent)
       << "the socket took step 1's 32 MiB unread: the test's premise does not hold here";
   const std::vector<std::vector<int64_t>> frames = ReadToTheEnd(&consumer);
-  const std::vector<std::vector<int64_t>> want = {{1}, {2}, {3, 4, 5, 6, 7, 8, 9, 10}};
+  std::vector<std::vector<int64_t>> want = {{1}, {2}, {}, {}};
+  for (int64_t s = 3; s < kTotal; ++s) want[s < 3 + kPerFrame ? 2 : 3].push_back(s);
   EXPECT_EQ(frames, want);
-  EXPECT_EQ(consumer.bulk_frames(), 3u) << "frames whose bytes came over the bulk socket";
+  EXPECT_EQ(consumer.bulk_frames(), 4u) << "frames whose bytes came over the bulk socket";
 }
 
 // A paced producer: each step is released only once the consumer has read the one before
