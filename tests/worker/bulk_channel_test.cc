@@ -94,6 +94,23 @@ Channel Connect(BulkListener* listener, size_t min_bytes = 0, uint64_t cut_after
   return c;
 }
 
+// A channel with an encoder whose frames' numeric bytes go to its sender and a decoder that
+// receives them from its receiver, as a stream and its consumer set them up; null (with a
+// failure) when the channel could not be made.
+struct WiredChannel {
+  Channel c;
+  StepFrameEncoder encoder;
+  StepFrameDecoder decoder{nullptr, nullptr};
+};
+std::unique_ptr<WiredChannel> Wire(BulkListener* listener, uint64_t cut_after = 0) {
+  auto w = std::make_unique<WiredChannel>();
+  w->c = Connect(listener, 0, cut_after);
+  if (w->c.sender == nullptr) return nullptr;
+  w->encoder.set_bulk_payload(w->c.sender.get());
+  w->decoder.set_bulk_payload(w->c.receiver.get());
+  return w;
+}
+
 // Steps mixing what a frame carries: numeric tensors above and below the zero-copy size (their
 // offsets padded to 64 bytes), strings (always inline), an empty tensor.
 StepFrame MixedFrame(uint64_t seed, int steps) {
@@ -176,12 +193,11 @@ StepFrame BytesFrame(int64_t step, size_t bytes) {
 TEST(BulkChannelTest, TheSenderWakesAWaiterWhenItStartsOnItsLastWaitingFrame) {
   std::unique_ptr<BulkListener> listener = Listen();
   ASSERT_NE(listener, nullptr);
-  Channel c = Connect(listener.get());
-  ASSERT_NE(c.sender, nullptr);
-  StepFrameEncoder encoder;
-  encoder.set_bulk_payload(c.sender.get());
-  StepFrameDecoder decoder(nullptr, nullptr);
-  decoder.set_bulk_payload(c.receiver.get());
+  std::unique_ptr<WiredChannel> w = Wire(listener.get());
+  ASSERT_NE(w, nullptr);
+  Channel& c = w->c;
+  StepFrameEncoder& encoder = w->encoder;
+  StepFrameDecoder& decoder = w->decoder;
   EXPECT_FALSE(c.sender->NotifyWhenNoneWaiting([] {})) << "nothing taken, nothing waits";
   // 32 MiB the consumer does not read yet: the sender is held writing it.
   grpc::ByteBuffer big, small;
@@ -316,17 +332,14 @@ TEST(BulkChannelTest, AFloodOfSilentConnectionsIsBoundedAndTimesOut) {
 TEST(BulkChannelTest, AHeaderBeyondTheCreditIsRefusedBeforeReceiving) {
   std::unique_ptr<BulkListener> listener = Listen();
   ASSERT_NE(listener, nullptr);
-  Channel c = Connect(listener.get());
-  ASSERT_NE(c.sender, nullptr);
-  StepFrameEncoder encoder;
-  encoder.set_bulk_payload(c.sender.get());
+  std::unique_ptr<WiredChannel> w = Wire(listener.get());
+  ASSERT_NE(w, nullptr);
+  Channel& c = w->c;
   const StepFrame frame = MixedFrame(11, 3);
   grpc::ByteBuffer bb;
-  ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
-  StepFrameDecoder decoder(nullptr, nullptr);
-  decoder.set_bulk_payload(c.receiver.get());
+  ASSERT_TRUE(w->encoder.Encode(frame, &bb).ok());
   StepFrame out;
-  absl::Status s = decoder.Decode(bb, &out, FrameCreditLimit{.credit = 1000});
+  absl::Status s = w->decoder.Decode(bb, &out, FrameCreditLimit{.credit = 1000});
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_EQ(c.receiver->bytes_received(), 0u);
   // A header whose bulk size disagrees with its tensors (a hostile length): refused too.
@@ -342,7 +355,7 @@ TEST(BulkChannelTest, AHeaderBeyondTheCreditIsRefusedBeforeReceiving) {
   forged.append(reinterpret_cast<const char*>(&hl), 4);
   forged += h;
   forged += bytes.substr(4 + len);
-  s = decoder.Decode(FromString(forged), &out);
+  s = w->decoder.Decode(FromString(forged), &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_EQ(c.receiver->bytes_received(), 0u);
 }

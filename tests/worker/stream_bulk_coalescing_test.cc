@@ -10,21 +10,17 @@
 // never on time; the producer's bytes say which step they are.
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/rpc/bulk_channel.h"
 #include "core/rpc/step_frame.h"
-#include "grpcpp/grpcpp.h"
-#include "grpcpp/impl/rpc_method.h"
-#include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
+#include "tests/worker/gated_stream_task.h"
 #include "worker/grpc_worker_service.h"
-#include "worker/task_runner.h"
 
 namespace sluice {
 namespace {
@@ -33,109 +29,22 @@ namespace {
 constexpr absl::Duration kStuck = absl::Seconds(60);
 constexpr size_t kStepBytes = size_t{64} << 10;  // >= bulk_min_bytes and coalesce_bytes
 
-// A task of uint8 steps filled with (step & 0xff), of size_of(step) bytes, whose producer
-// makes step s only once the test has released s + 1 steps, and ends after `total`.
-class GatedBytesTask : public TaskLookup {
+// A gated task (gated_stream_task.h) of uint8 steps filled with (step & 0xff), of
+// size_of(step) bytes.
+class GatedBytesTask : public GatedTask {
  public:
-  GatedBytesTask(int64_t total, std::function<size_t(int64_t)> size_of) {
-    proto::TaskDef task;
-    task.set_task_id(1);
-    task.set_job_id(1);
-    task.set_num_tasks(1);
-    task.mutable_job()->set_num_consumers(1);
-    task.mutable_job()->set_replicas_per_consumer(1);
-    runner_ = TaskRunner::StartWith(
-        task, TaskRunnerOptions{}, [this, total, size_of](TaskStep* step, bool* end) {
-          absl::MutexLock lock(&mu_);
-          const absl::Time give_up = absl::Now() + kStuck;
-          while (!closed_ && produced_ < total && produced_ >= released_ &&
-                 absl::Now() < give_up) {
-            cv_.WaitWithDeadline(&mu_, give_up);
-          }
-          if (closed_ || produced_ >= total) {
-            *end = true;
-            return absl::OkStatus();
-          }
-          const size_t bytes = size_of(produced_);
-          Tensor t = Tensor::Allocate(DType::kUInt8, Shape({static_cast<int64_t>(bytes)}));
-          std::memset(t.mutable_data<uint8_t>(), static_cast<int>(produced_ & 0xff), bytes);
-          step->task_step = produced_;
-          step->num_real_pieces = 1;
-          step->pieces = {{std::move(t)}};
-          step->bytes = static_cast<int64_t>(bytes);
-          ++produced_;
-          *end = false;
-          return absl::OkStatus();
-        });
-  }
-  ~GatedBytesTask() override {
-    {
-      absl::MutexLock lock(&mu_);
-      closed_ = true;
-      cv_.SignalAll();
-    }
-    runner_.reset();
-  }
-
-  absl::StatusOr<std::shared_ptr<TaskRunner>> FindTask(int64_t, int64_t) override {
-    return runner_;
-  }
-
-  void Release(int64_t n) {
-    absl::MutexLock lock(&mu_);
-    released_ += n;
-    cv_.SignalAll();
-  }
-  // Steps the producer has pushed.
-  int64_t produced() const { return runner_->buffer()->stats().steps_produced; }
-  // Waits until the consumer's stream has taken `n` steps (its cursor in the step buffer).
-  bool WaitTaken(int64_t n) {
-    return Until([&] {
-      StepBuffer::Stats s = runner_->buffer()->stats();
-      return !s.cursors.empty() && s.cursors[0] >= n;
-    });
-  }
-  // Waits until the producer has pushed `n` steps.
-  bool WaitProduced(int64_t n) {
-    return Until([&] { return produced() >= n; });
-  }
-
- private:
-  template <typename F>
-  static bool Until(F done) {
-    const absl::Time give_up = absl::Now() + kStuck;
-    while (!done()) {
-      if (absl::Now() > give_up) return false;
-      absl::SleepFor(absl::Microseconds(200));
-    }
-    return true;
-  }
-
-  std::shared_ptr<TaskRunner> runner_;
-  absl::Mutex mu_;
-  absl::CondVar cv_;
-  int64_t released_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t produced_ ABSL_GUARDED_BY(mu_) = 0;
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-class Server {
- public:
-  Server(TaskLookup* tasks, WorkerServiceOptions options) : service_(tasks, options) {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    address_ = absl::StrCat("127.0.0.1:", port);
-  }
-  ~Server() { server_->Shutdown(); }
-  const std::string& address() const { return address_; }
-
- private:
-  GrpcWorkerService service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::string address_;
+  GatedBytesTask(int64_t total, std::function<size_t(int64_t)> size_of)
+      : GatedTask(
+            total,
+            [size_of = std::move(size_of)](int64_t s, TaskStep* step) {
+              const size_t bytes = size_of(s);
+              Tensor t = Tensor::Allocate(DType::kUInt8, Shape({static_cast<int64_t>(bytes)}));
+              std::memset(t.mutable_data<uint8_t>(), static_cast<int>(s & 0xff), bytes);
+              step->num_real_pieces = 1;
+              step->pieces = {{std::move(t)}};
+              step->bytes = static_cast<int64_t>(bytes);
+            },
+            kStuck) {}
 };
 
 // Coalescing by time is made so long (an hour) that a stream waiting for a step that is not
@@ -156,12 +65,7 @@ class BulkConsumer {
         channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
         decoder_(nullptr, nullptr) {
     context_.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
-    stream_.reset(
-        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-            channel_.get(),
-            grpc::internal::RpcMethod(kStreamStepsMethod,
-                                      grpc::internal::RpcMethod::BIDI_STREAMING, channel_),
-            &context_));
+    stream_ = OpenStreamSteps(channel_, &context_);
     proto::ConsumerMessage m;
     proto::StreamRequest* r = m.mutable_request();
     r->set_wire_version(proto::WIRE_VERSION_2);
@@ -257,7 +161,7 @@ TEST(StreamBulkCoalescingTest, StepsProducedWhileTheSocketIsBusyShareFramesUpToT
   GatedBytesTask task(kTotal, [](int64_t s) { return s == 1 ? size_t{32} << 20 : kStepBytes; });
   WorkerServiceOptions options = Options();
   options.bulk_max_frame_bytes = kCap;
-  Server server(&task, options);
+  TestStreamServer server(&task, options);
   BulkConsumer consumer(server.address(), int64_t{256} << 20);
   task.Release(1);
   std::vector<int64_t> steps;
@@ -292,7 +196,7 @@ TEST(StreamBulkCoalescingTest, StepsProducedWhileTheSocketIsBusyShareFramesUpToT
 TEST(StreamBulkCoalescingTest, APacedProducersStepIsSentAtOnce) {
   constexpr int64_t kTotal = 12;
   GatedBytesTask task(kTotal, [](int64_t) { return 2 * kStepBytes; });
-  Server server(&task, Options());
+  TestStreamServer server(&task, Options());
   BulkConsumer consumer(server.address(), int64_t{64} << 20);
   task.Release(1);
   std::vector<int64_t> steps;
