@@ -94,17 +94,20 @@ Channel Connect(BulkListener* listener, size_t min_bytes = 0, uint64_t cut_after
   return c;
 }
 
-// A channel with an encoder whose frames' numeric bytes go to its sender and a decoder that
-// receives them from its receiver, as a stream and its consumer set them up; null (with a
-// failure) when the channel could not be made.
+// A listener and a channel through it, with an encoder whose frames' numeric bytes go to its
+// sender and a decoder that receives them from its receiver, as a stream and its consumer set
+// them up; null (with a failure) when the channel could not be made.
 struct WiredChannel {
+  std::unique_ptr<BulkListener> listener;
   Channel c;
   StepFrameEncoder encoder;
   StepFrameDecoder decoder{nullptr, nullptr};
 };
-std::unique_ptr<WiredChannel> Wire(BulkListener* listener, uint64_t cut_after = 0) {
+std::unique_ptr<WiredChannel> Wire(uint64_t cut_after = 0) {
   auto w = std::make_unique<WiredChannel>();
-  w->c = Connect(listener, 0, cut_after);
+  w->listener = Listen();
+  if (w->listener == nullptr) return nullptr;
+  w->c = Connect(w->listener.get(), 0, cut_after);
   if (w->c.sender == nullptr) return nullptr;
   w->encoder.set_bulk_payload(w->c.sender.get());
   w->decoder.set_bulk_payload(w->c.receiver.get());
@@ -191,9 +194,7 @@ StepFrame BytesFrame(int64_t step, size_t bytes) {
 // wake-up runs once the sender starts on the waiting frame, which is when the consumer has
 // read the first; a sender that fails runs a waiter too (a stream never waits forever).
 TEST(BulkChannelTest, TheSenderWakesAWaiterWhenItStartsOnItsLastWaitingFrame) {
-  std::unique_ptr<BulkListener> listener = Listen();
-  ASSERT_NE(listener, nullptr);
-  std::unique_ptr<WiredChannel> w = Wire(listener.get());
+  std::unique_ptr<WiredChannel> w = Wire();
   ASSERT_NE(w, nullptr);
   Channel& c = w->c;
   StepFrameEncoder& encoder = w->encoder;
@@ -330,9 +331,7 @@ TEST(BulkChannelTest, AFloodOfSilentConnectionsIsBoundedAndTimesOut) {
 }
 
 TEST(BulkChannelTest, AHeaderBeyondTheCreditIsRefusedBeforeReceiving) {
-  std::unique_ptr<BulkListener> listener = Listen();
-  ASSERT_NE(listener, nullptr);
-  std::unique_ptr<WiredChannel> w = Wire(listener.get());
+  std::unique_ptr<WiredChannel> w = Wire();
   ASSERT_NE(w, nullptr);
   Channel& c = w->c;
   const StepFrame frame = MixedFrame(11, 3);

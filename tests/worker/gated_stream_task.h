@@ -1,10 +1,12 @@
 // What the StreamSteps tests that drive a worker step by step share: a task whose producer
 // the test releases one step at a time (GatedTask), a GrpcWorkerService on a real gRPC server
-// on port 0 (TestStreamServer), and a raw StreamSteps call (OpenStreamSteps). Every wait is for
+// on port 0 (TestStreamServer), and a raw StreamSteps call (OpenStreamSteps,
+// RawStreamStepsCall). Every wait is for
 // an event, bounded by the `stuck` each test gives (a liveness bound only).
 #ifndef SLUICE_TESTS_WORKER_GATED_STREAM_TASK_H_
 #define SLUICE_TESTS_WORKER_GATED_STREAM_TASK_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,6 +19,9 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/sync_stream.h"
+#include "gtest/gtest.h"
+#include "core/rpc/step_frame.h"
+#include "tests/worker/task_step_test_util.h"
 #include "worker/grpc_worker_service.h"
 #include "worker/task_runner.h"
 
@@ -28,14 +33,8 @@ class GatedTask : public TaskLookup {
  public:
   using MakeStep = std::function<void(int64_t step, TaskStep* out)>;
   GatedTask(int64_t total, MakeStep make, absl::Duration stuck) : stuck_(stuck) {
-    proto::TaskDef task;
-    task.set_task_id(1);
-    task.set_job_id(1);
-    task.set_num_tasks(1);
-    task.mutable_job()->set_num_consumers(1);
-    task.mutable_job()->set_replicas_per_consumer(1);
     runner_ = TaskRunner::StartWith(
-        task, TaskRunnerOptions{}, [this, total, make = std::move(make)](TaskStep* step,
+        OneConsumerTask(), TaskRunnerOptions{}, [this, total, make = std::move(make)](TaskStep* step,
                                                                         bool* end) {
           absl::MutexLock lock(&mu_);
           const absl::Time give_up = absl::Now() + stuck_;
@@ -136,6 +135,53 @@ OpenStreamSteps(const std::shared_ptr<grpc::Channel>& channel, grpc::ClientConte
           grpc::internal::RpcMethod(kStreamStepsMethod, grpc::internal::RpcMethod::BIDI_STREAMING,
                                     channel),
           context));
+}
+
+// A raw StreamSteps call to `address` that sends `request` first; destroying it half-closes
+// and cancels the call. Thread-compatible.
+class RawStreamStepsCall {
+ public:
+  RawStreamStepsCall(const std::string& address, const proto::StreamRequest& request,
+                     absl::Duration stuck)
+      : channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())) {
+    context_.set_deadline(absl::ToChronoTime(absl::Now() + stuck));
+    stream_ = OpenStreamSteps(channel_, &context_);
+    proto::ConsumerMessage m;
+    *m.mutable_request() = request;
+    Send(m);
+  }
+  ~RawStreamStepsCall() {
+    stream_->WritesDone();
+    context_.TryCancel();
+    (void)stream_->Finish();
+  }
+  // Reads the next frame into `raw` and decodes it with `decoder`; false when the call ended
+  // or the frame did not decode (a test failure).
+  bool ReadFrame(StepFrameDecoder* decoder, grpc::ByteBuffer* raw, StepFrame* frame) {
+    if (!stream_->Read(raw)) return false;
+    absl::Status s = decoder->Decode(*raw, frame);
+    EXPECT_TRUE(s.ok()) << s;
+    return s.ok();
+  }
+  // False when the call ended.
+  bool Send(const proto::ConsumerMessage& m) { return stream_->Write(EncodeConsumerMessage(m)); }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream_;
+};
+
+// The StreamRequest of a raw consumer of the gated task (job 1, task 1): `credit` bytes at
+// first and as its window.
+inline proto::StreamRequest GatedTaskRequest(int64_t credit) {
+  proto::StreamRequest r;
+  r.set_wire_version(proto::WIRE_VERSION_2);
+  r.set_job_id(1);
+  r.set_task_id(1);
+  r.set_initial_credit_bytes(credit);
+  r.set_window_bytes(std::max<int64_t>(credit, 1));
+  return r;
 }
 
 }  // namespace sluice

@@ -61,38 +61,16 @@ WorkerServiceOptions Options() {
 class BulkConsumer {
  public:
   BulkConsumer(const std::string& address, int64_t credit)
-      : address_(address),
-        channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
-        decoder_(nullptr, nullptr) {
-    context_.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
-    stream_ = OpenStreamSteps(channel_, &context_);
-    proto::ConsumerMessage m;
-    proto::StreamRequest* r = m.mutable_request();
-    r->set_wire_version(proto::WIRE_VERSION_2);
-    r->set_job_id(1);
-    r->set_task_id(1);
-    r->set_initial_credit_bytes(credit);
-    r->set_window_bytes(credit);
-    r->mutable_bulk_offer()->set_enabled(true);
-    EXPECT_TRUE(stream_->Write(EncodeConsumerMessage(m)));
-  }
-  ~BulkConsumer() {
-    stream_->WritesDone();
-    context_.TryCancel();
-    (void)stream_->Finish();
-  }
+      : address_(address), call_(address, Request(credit), kStuck), decoder_(nullptr, nullptr) {}
 
   // Reads the next frame (its bytes from the socket once it is up): the task steps it held,
   // each checked against its bytes, and whether it ended the task. False when the call ended.
   bool Next(std::vector<int64_t>* steps, bool* end) {
-    grpc::ByteBuffer bb;
     steps->clear();
     *end = false;
-    if (!stream_->Read(&bb)) return false;
+    grpc::ByteBuffer bb;
     StepFrame frame;
-    absl::Status s = decoder_.Decode(bb, &frame);
-    EXPECT_TRUE(s.ok()) << s;
-    if (!s.ok()) return false;
+    if (!call_.ReadFrame(&decoder_, &bb, &frame)) return false;
     EXPECT_TRUE(frame.status.ok()) << frame.status;
     for (const WireStep& w : frame.steps) {
       steps->push_back(w.task_step);
@@ -121,17 +99,22 @@ class BulkConsumer {
     proto::ConsumerMessage m;
     m.mutable_credit()->set_bytes(0);
     m.mutable_credit()->set_bulk_ready(true);
-    return stream_->Write(EncodeConsumerMessage(m));
+    return call_.Send(m);
   }
 
   // Frames whose bytes came over the socket.
   uint64_t bulk_frames() const { return decoder_.stats().bulk_frames; }
 
  private:
+  // The call's first message: `credit`, and the bulk channel offered.
+  static proto::StreamRequest Request(int64_t credit) {
+    proto::StreamRequest r = GatedTaskRequest(credit);
+    r.mutable_bulk_offer()->set_enabled(true);
+    return r;
+  }
+
   const std::string address_;
-  std::shared_ptr<grpc::Channel> channel_;
-  grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream_;
+  RawStreamStepsCall call_;
   StepFrameDecoder decoder_;
   std::unique_ptr<BulkReceiver> receiver_;
 };

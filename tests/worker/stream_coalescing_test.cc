@@ -45,39 +45,16 @@ class Consumer {
   // `spec`: ask for compact frame headers with it (StreamRequest.compact_headers).
   Consumer(const std::string& address, int64_t credit,
            std::shared_ptr<const CompactSpec> spec = nullptr)
-      : channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
-        decoder_(nullptr, spec) {
-    context_.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
-    stream_ = OpenStreamSteps(channel_, &context_);
-    proto::ConsumerMessage m;
-    proto::StreamRequest* r = m.mutable_request();
-    r->set_wire_version(proto::WIRE_VERSION_2);
-    r->set_job_id(1);
-    r->set_task_id(1);
-    r->set_initial_credit_bytes(credit);
-    r->set_window_bytes(std::max<int64_t>(credit, 1));
-    if (spec != nullptr) {
-      r->set_compact_headers(true);
-      spec->ToProto(r->mutable_compact_spec());
-    }
-    EXPECT_TRUE(stream_->Write(EncodeConsumerMessage(m)));
-  }
-  ~Consumer() {
-    stream_->WritesDone();
-    context_.TryCancel();
-    (void)stream_->Finish();
-  }
+      : call_(address, Request(credit, spec.get()), kStuck), decoder_(nullptr, spec) {}
 
   // The next frame's task steps (empty + *end for an end frame alone). False when the call
   // ended.
   bool Next(std::vector<int64_t>* steps, bool* end) {
-    grpc::ByteBuffer bb;
     steps->clear();
     *end = false;
-    if (!stream_->Read(&bb)) return false;
+    grpc::ByteBuffer bb;
     StepFrame frame;
-    absl::Status s = decoder_.Decode(bb, &frame);
-    EXPECT_TRUE(s.ok()) << s;
+    if (!call_.ReadFrame(&decoder_, &bb, &frame)) return false;
     std::vector<grpc::Slice> slices;
     EXPECT_TRUE(bb.Dump(&slices).ok());
     std::string bytes;
@@ -99,13 +76,21 @@ class Consumer {
   void Grant(int64_t bytes) {
     proto::ConsumerMessage m;
     m.mutable_credit()->set_bytes(bytes);
-    EXPECT_TRUE(stream_->Write(EncodeConsumerMessage(m)));
+    EXPECT_TRUE(call_.Send(m));
   }
 
  private:
-  std::shared_ptr<grpc::Channel> channel_;
-  grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream_;
+  // The call's first message: `credit`, and compact headers against `spec` if any.
+  static proto::StreamRequest Request(int64_t credit, const CompactSpec* spec) {
+    proto::StreamRequest r = GatedTaskRequest(credit);
+    if (spec != nullptr) {
+      r.set_compact_headers(true);
+      spec->ToProto(r.mutable_compact_spec());
+    }
+    return r;
+  }
+
+  RawStreamStepsCall call_;
   StepFrameDecoder decoder_;
 };
 
