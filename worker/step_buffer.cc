@@ -219,8 +219,8 @@ void StepBuffer::AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeups* wake
 }
 
 absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& step,
-                                         ReadyCallback space, absl::Time* retry_at) {
-  if (window_) return window_->TryPush(step, std::move(space), retry_at);
+                                         const ReadyCallback& space, absl::Time* retry_at) {
+  if (window_) return window_->TryPush(step, space, retry_at);
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   *retry_at = absl::InfiniteFuture();
@@ -250,7 +250,7 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
       }
     }
     if (full()) {
-      producer_wake_ = std::move(space);
+      producer_wake_ = space;  // copied only when refused: the producer keeps one per slice
       return false;
     }
     *retry_at = absl::InfiniteFuture();
@@ -263,8 +263,7 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
 
 bool StepBuffer::producer_stopped() const {
   if (window_) return window_->producer_stopped();
-  absl::MutexLock lock(&mu_);
-  return closed_ || stop_producing_;
+  return producer_stopped_.load();
 }
 
 void StepBuffer::WakeProducerLocked(Wakeups* wake) {
@@ -763,6 +762,7 @@ void StepBuffer::StopProducing() {
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   stop_producing_ = true;
+  producer_stopped_ = true;
   cv_.SignalAll();
   WakeAllLocked(&run.wake);
   WakeProducerLocked(&run.wake);
@@ -774,6 +774,7 @@ void StepBuffer::Close(absl::string_view message) {
   absl::MutexLock lock(&mu_);
   if (!closed_) close_message_ = std::string(message);
   closed_ = true;
+  producer_stopped_ = true;
   ClearRetainedLocked();
   for (InFlight& f : in_flight_) {
     f.steps.clear();

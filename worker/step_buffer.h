@@ -177,7 +177,7 @@ class StepBuffer {
   // wake-up (the moment unattached consumers are detached, as Push's wait does), else
   // absl::InfiniteFuture(). CANCELLED after Close() or StopProducing().
   absl::StatusOr<bool> TryPush(const std::shared_ptr<const TaskStep>& step,
-                               std::function<void()> space, absl::Time* retry_at);
+                               const std::function<void()>& space, absl::Time* retry_at);
   // True after Close() or StopProducing(): Push and TryPush take nothing more.
   bool producer_stopped() const;
   // Producer: no more steps; `status` is OK at the end of data or the pipeline's error, which
@@ -435,6 +435,9 @@ class StepBuffer {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool stop_producing_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // stop_producing_ || closed_, for producer_stopped() without the lock (the producer asks
+  // before each step; the lock it took was a second acquisition per step next to TryPush's).
+  std::atomic<bool> producer_stopped_{false};
   std::string close_message_ ABSL_GUARDED_BY(mu_);
 };
 
