@@ -98,6 +98,20 @@ int64_t ReadAndDrop(StepBuffer* b, int64_t consumer, int64_t generation,
   return steps.empty() ? -1 : steps[0]->task_step;
 }
 
+// Pushes task steps 0..n-1 viewing ProbeBuffers.
+void PushProbeSteps(StepBuffer* b, int64_t n, Probes* probes) {
+  for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(b->Push(ProbeStep(i, probes)).ok());
+}
+
+// Once the test's calls returned: `destroyed` steps went, none of them under the buffer's lock;
+// steps still held go with the buffer, unprobed.
+void ExpectDestroyedOffTheLock(Probes* probes, int destroyed) {
+  probes->JoinAll();
+  EXPECT_EQ(probes->destroyed.load(), destroyed);
+  EXPECT_EQ(probes->under_lock.load(), 0);
+  probes->buffer = nullptr;
+}
+
 TEST(StepBufferDropTest, StepsPushedOutOfTheRetentionWindowAreDestroyedOffTheLock) {
   constexpr int64_t kSteps = 6;
   Probes probes;
@@ -106,12 +120,9 @@ TEST(StepBufferDropTest, StepsPushedOutOfTheRetentionWindowAreDestroyedOffTheLoc
   probes.buffer = &b;
   auto g = b.Attach(0, 0);
   ASSERT_TRUE(g.ok()) << g.status();
-  for (int64_t i = 0; i < kSteps; ++i) ASSERT_TRUE(b.Push(ProbeStep(i, &probes)).ok());
+  PushProbeSteps(&b, kSteps, &probes);
   for (int64_t i = 0; i < kSteps; ++i) EXPECT_EQ(ReadAndDrop(&b, 0, *g, StepLimits{}), i);
-  probes.JoinAll();
-  EXPECT_EQ(probes.destroyed.load(), kSteps - 1);  // the last one is still in the window
-  EXPECT_EQ(probes.under_lock.load(), 0);
-  probes.buffer = nullptr;
+  ExpectDestroyedOffTheLock(&probes, kSteps - 1);  // the last one is still in the window
 }
 
 TEST(StepBufferDropTest, StepsReleasedByALateConsumerLeavingAreDestroyedOffTheLock) {
@@ -124,14 +135,11 @@ TEST(StepBufferDropTest, StepsReleasedByALateConsumerLeavingAreDestroyedOffTheLo
   auto g0 = b.Attach(0, 0);
   auto g1 = b.Attach(1, 0);
   ASSERT_TRUE(g0.ok() && g1.ok());
-  for (int64_t i = 0; i < kSteps; ++i) ASSERT_TRUE(b.Push(ProbeStep(i, &probes)).ok());
+  PushProbeSteps(&b, kSteps, &probes);
   for (int64_t i = 0; i < kSteps; ++i) EXPECT_EQ(ReadAndDrop(&b, 0, *g0, StepLimits{}), i);
   EXPECT_EQ(probes.destroyed.load(), 0);
   b.Detach(1);
-  probes.JoinAll();
-  EXPECT_EQ(probes.destroyed.load(), kSteps);
-  EXPECT_EQ(probes.under_lock.load(), 0);
-  probes.buffer = nullptr;
+  ExpectDestroyedOffTheLock(&probes, kSteps);
 }
 
 TEST(StepBufferDropTest, StepsKeptForAReconnectAreDestroyedOffTheLockWhenAcknowledged) {
@@ -141,17 +149,14 @@ TEST(StepBufferDropTest, StepsKeptForAReconnectAreDestroyedOffTheLockWhenAcknowl
   probes.buffer = &b;
   auto g = b.Attach(0, 0);
   ASSERT_TRUE(g.ok()) << g.status();
-  for (int64_t i = 0; i < kSteps; ++i) ASSERT_TRUE(b.Push(ProbeStep(i, &probes)).ok());
+  PushProbeSteps(&b, kSteps, &probes);
   // A stream's window of unacknowledged steps: two steps. Reading step i drops step i - 2 from
   // the in-flight steps (KeepInFlight); acknowledging drops the rest.
   StepLimits limits;
   limits.unacked_bytes = 200;
   for (int64_t i = 0; i < kSteps; ++i) EXPECT_EQ(ReadAndDrop(&b, 0, *g, limits), i);
   b.Acknowledge(0, kSteps);
-  probes.JoinAll();
-  EXPECT_EQ(probes.destroyed.load(), kSteps);
-  EXPECT_EQ(probes.under_lock.load(), 0);
-  probes.buffer = nullptr;
+  ExpectDestroyedOffTheLock(&probes, kSteps);
 }
 
 TEST(StepBufferDropTest, IndependentStepsAreDestroyedOffTheLockWhenAcknowledged) {
@@ -162,15 +167,12 @@ TEST(StepBufferDropTest, IndependentStepsAreDestroyedOffTheLockWhenAcknowledged)
   probes.buffer = &b;
   auto g = b.Attach(kConsumerKey, 0);
   ASSERT_TRUE(g.ok()) << g.status();
-  for (int64_t i = 0; i < kSteps; ++i) ASSERT_TRUE(b.Push(ProbeStep(i, &probes)).ok());
+  PushProbeSteps(&b, kSteps, &probes);
   for (int64_t i = 0; i < kSteps; ++i) {
     EXPECT_EQ(ReadAndDrop(&b, kConsumerKey, *g, StepLimits{}), i);
   }
   b.Acknowledge(kConsumerKey, kSteps);
-  probes.JoinAll();
-  EXPECT_EQ(probes.destroyed.load(), kSteps);
-  EXPECT_EQ(probes.under_lock.load(), 0);
-  probes.buffer = nullptr;
+  ExpectDestroyedOffTheLock(&probes, kSteps);
 }
 
 }  // namespace
