@@ -72,9 +72,11 @@ struct ShmRingWriter::State {
     // Regions are allocated at increasing ring positions, so `allocated` is sorted by start: a
     // binary search, not a scan (a 1 KiB step's buffer freed behind a long-lived oldest one
     // scanned up to the ring's ~100k regions per free, most of the worker's CPU at 1 KiB).
-    auto it = std::lower_bound(
-        allocated.begin(), allocated.end(), start,
-        [](const Allocated& a, uint64_t s) { return a.start < s; });
+    // Steps are mostly freed in the order they were built: the oldest region first, no search.
+    auto it = !allocated.empty() && allocated.front().start == start
+                  ? allocated.begin()
+                  : std::lower_bound(allocated.begin(), allocated.end(), start,
+                                     [](const Allocated& a, uint64_t s) { return a.start < s; });
     if (it != allocated.end() && it->start == start) it->alive = false;
     --live;
     while (!allocated.empty() && !allocated.front().alive) allocated.pop_front();
