@@ -7,6 +7,7 @@
 //                            [--coalesce_wait_us=500] [--compact=1] [--views=1] [--shm=1]
 //                            [--max_frame=0] [--tx_zerocopy=0] [--show_slices=0] [--only_shm=0]
 //                            [--build_steps=1] [--prefetch=1] [--bulk=1] [--only_bulk=0]
+//                            [--worker_buffer=0] [--bulk_max_frame=0]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -26,7 +27,12 @@
 //    for any path that writes every byte once, as the shm path's producer does (memcpy/TCP
 //    is then the most shm/TCP can reach on this machine).
 // --bulk=0 leaves the bulk column out; --only_bulk=1 runs the bulk and TCP columns alone,
-// alternating (for a profiler, and for bulk/TCP on a loaded machine: CPU-s/GB of each).
+// alternating (for a profiler, and for bulk/TCP on a loaded machine: CPU-s/GB of each), and
+// splits bulk's CPU by thread: the producer's build, sluice-bulk-tx (the send copy),
+// sluice-bulk-rx (the receive copy, decode, queueing), the rest (gRPC, the pump pool, the
+// client's credit and prefetch threads); with steps per frame on the socket.
+// --worker_buffer=N: the producer builds at most N bytes ahead of the stream (see below).
+// --bulk_max_frame=N: the worker's bulk_max_frame_bytes (0: its default).
 // --shm=0 leaves the shm column out; --only_shm=1 runs that column alone (for a profiler).
 // --build_steps=1 (the default): the worker's producer writes each step's bytes afresh, as a
 // pipeline's batch op does: with shared memory, straight into the consumer's ring (the frame is
@@ -164,6 +170,11 @@ struct Result {
   double cpu_seconds = 0;
   double build_cpu_seconds = 0;
   int64_t minor_faults = 0;
+  // The bulk channel's threads (sluice-bulk-tx: the send copy; sluice-bulk-rx: the receive
+  // copy and the consumer's handling of each frame) and the frames on its sockets.
+  double tx_cpu_seconds = 0;
+  double rx_cpu_seconds = 0;
+  int64_t bulk_frames = 0;
 };
 
 // The CPU time of the calling thread.
@@ -181,14 +192,24 @@ std::atomic<int64_t> g_build_cpu_ns{0};
 // so that the steps its producer builds ahead are counted.
 class UsageMeter {
  public:
-  UsageMeter() { Read(&cpu_, &faults_, &build_); }
+  UsageMeter() : bulk_(ProcessBulkChannelCounts()) { Read(&cpu_, &faults_, &build_); }
   void Stop(Result* r) const {
+    // A stream's bulk sender counts its CPU when its thread ends, after the consumer left
+    // (the worker's OnDone): wait for it, bounded.
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (ProcessBulkChannelCounts().senders_alive > 0 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
     double cpu = 0;
     int64_t faults = 0, build = 0;
     Read(&cpu, &faults, &build);
     r->cpu_seconds = cpu - cpu_;
     r->minor_faults = faults - faults_;
     r->build_cpu_seconds = static_cast<double>(build - build_) * 1e-9;
+    const BulkChannelCounts bulk = ProcessBulkChannelCounts();
+    r->tx_cpu_seconds = static_cast<double>(bulk.sender_cpu_ns - bulk_.sender_cpu_ns) * 1e-9;
+    r->rx_cpu_seconds = static_cast<double>(bulk.receiver_cpu_ns - bulk_.receiver_cpu_ns) * 1e-9;
+    r->bulk_frames = bulk.frames_received - bulk_.frames_received;
   }
 
  private:
@@ -200,6 +221,7 @@ class UsageMeter {
     *faults = u.ru_minflt;
     *build = g_build_cpu_ns.load();
   }
+  const BulkChannelCounts bulk_;
   double cpu_ = 0;
   int64_t faults_ = 0, build_ = 0;
 };
@@ -237,6 +259,9 @@ bool g_build_steps = true;
 // --prefetch=0: the trainer's loop reads ServiceStepSource directly (no DevicePrefetcher and its
 // thread), to tell the prefetcher's per-step cost from the source's.
 bool g_prefetch = true;
+// --worker_buffer=N: the task's step buffer in bytes, how far the producer builds ahead of the
+// stream (0: the default, max(8 steps, 8 MiB)); smaller sends steps closer to their build.
+int64_t g_worker_buffer = 0;
 
 // Starts the task's runner: `steps` steps of `replicas` pieces of one `size`-byte tensor.
 void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
@@ -250,7 +275,8 @@ void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
   std::memset(piece.mutable_raw_data(), 7, size);
   const bool build = g_build_steps;
   TaskRunnerOptions options;
-  options.buffer_bytes = std::max<size_t>(size * replicas * 8, 8 << 20);
+  options.buffer_bytes = g_worker_buffer > 0 ? static_cast<size_t>(g_worker_buffer)
+                                             : std::max<size_t>(size * replicas * 8, 8 << 20);
   auto produced = std::make_shared<int64_t>(0);
   lookup->Set(TaskRunner::StartWith(task, options, [=](TaskStep* step, bool* end) {
     if (*produced == steps) {
@@ -500,6 +526,8 @@ struct Column {
   std::vector<double> build_per_gb;         // of which the producer's building of steps
   std::vector<double> steps_per_cpu;        // steps per process CPU-second
   std::vector<double> faults_per_gb;        // minor page faults per GB moved
+  std::vector<double> tx_per_gb, rx_per_gb;  // of which the bulk channel's threads
+  std::vector<double> steps_per_frame;       // steps per frame on the bulk socket
   void Add(const Result& r) {
     const double gb = std::max<double>(static_cast<double>(r.bytes), 1) / 1e9;
     gbs.push_back(gb / r.seconds);
@@ -508,6 +536,20 @@ struct Column {
     build_per_gb.push_back(r.build_cpu_seconds / gb);
     steps_per_cpu.push_back(static_cast<double>(r.steps) / std::max(r.cpu_seconds, 1e-9));
     faults_per_gb.push_back(static_cast<double>(r.minor_faults) / gb);
+    tx_per_gb.push_back(r.tx_cpu_seconds / gb);
+    rx_per_gb.push_back(r.rx_cpu_seconds / gb);
+    steps_per_frame.push_back(static_cast<double>(r.steps) /
+                              static_cast<double>(std::max<int64_t>(r.bulk_frames, 1)));
+  }
+  // "build B, tx T, rx R, rest X" CPU-s/GB: where the bulk column's CPU goes (rest: gRPC,
+  // the pump pool, the client's credit and prefetch threads).
+  std::string Terms() const {
+    if (gbs.empty()) return "-";
+    const double build = Median(&Column::build_per_gb), tx = Median(&Column::tx_per_gb),
+                 rx = Median(&Column::rx_per_gb);
+    return absl::StrFormat("build %.3f, tx %.3f, rx %.3f, rest %.3f; %.1f steps/frame", build,
+                           tx, rx, Median(&Column::cpu_per_gb) - build - tx - rx,
+                           Median(&Column::steps_per_frame));
   }
   double Median(std::vector<double> Column::*field) const { return sluice::Median(this->*field); }
   // "CPU-s/GB (of which building)".
@@ -530,6 +572,7 @@ int Main(int argc, char** argv) {
     if (absl::SimpleAtoi(s, &v)) sizes.push_back(v);
   }
   int64_t total = 0, replicas = 0, reps = 0, credits = 0, budget = 0, coalesce_us = 0;
+  int64_t bulk_max_frame = 0;
   g_compact = Flag(argc, argv, "compact", "1") != "0";
   g_views = Flag(argc, argv, "views", "1") != "0";
   g_show_slices = Flag(argc, argv, "show_slices", "0") != "0";
@@ -546,13 +589,16 @@ int Main(int argc, char** argv) {
   if (!absl::SimpleAtoi(Flag(argc, argv, "bytes", "2147483648"), &total) ||
       !absl::SimpleAtoi(Flag(argc, argv, "replicas", "1"), &replicas) ||
       !absl::SimpleAtoi(Flag(argc, argv, "reps", "3"), &reps) ||
+      !absl::SimpleAtoi(Flag(argc, argv, "worker_buffer", "0"), &g_worker_buffer) ||
+      !absl::SimpleAtoi(Flag(argc, argv, "bulk_max_frame", "0"), &bulk_max_frame) ||
       !absl::SimpleAtoi(Flag(argc, argv, "credits", "16"), &credits) ||
       !absl::SimpleAtoi(Flag(argc, argv, "budget", "67108864"), &budget) ||
       !absl::SimpleAtoi(Flag(argc, argv, "coalesce_wait_us",
                              absl::StrCat(absl::ToInt64Microseconds(
                                  WorkerServiceOptions().coalesce_wait))),
                         &coalesce_us) ||
-      replicas < 1 || reps < 1 || budget < 1 || coalesce_us < 0) {
+      replicas < 1 || reps < 1 || budget < 1 || coalesce_us < 0 || g_worker_buffer < 0 ||
+      bulk_max_frame < 0) {
     std::fprintf(stderr, "bad flags\n");
     return 2;
   }
@@ -562,6 +608,7 @@ int Main(int argc, char** argv) {
   // 0: a frame takes what is ready when it is cut, plus what arrives while the previous frame
   // is being written; no timed wait.
   service_options.coalesce_wait = absl::Microseconds(coalesce_us);
+  if (bulk_max_frame > 0) service_options.bulk_max_frame_bytes = static_cast<size_t>(bulk_max_frame);
   GrpcWorkerService service(&lookup, service_options);
   StubCoordinator coordinator;
   grpc::ServerBuilder builder;
@@ -582,8 +629,9 @@ int Main(int argc, char** argv) {
 
   std::vector<std::string> cpu_rows;
   if (only_bulk) {
-    std::printf("| per-replica bytes | bulk | TCP | bulk/TCP | CPU-s/GB (build) | load (1-min) |\n"
-                "|---|---|---|---|---|---|\n");
+    std::printf("| per-replica bytes | bulk | TCP | bulk/TCP | CPU-s/GB (build) | bulk CPU-s/GB "
+                "by thread | load (1-min) |\n"
+                "|---|---|---|---|---|---|---|\n");
   } else {
     std::printf("| per-replica bytes | replicas | steps | raw GB/s | raw steps/s | client GB/s | "
                 "client steps/s | bulk GB/s | bulk steps/s | shm GB/s | shm steps/s | TCP GB/s | "
@@ -662,9 +710,10 @@ int Main(int argc, char** argv) {
     if (only_bulk) {
       const double bg = bulk_column.Median(&Column::gbs), t = tcp.Median(&Column::gbs);
       std::printf("| %zu | %.2f GB/s, %.0f steps/s | %.2f GB/s | %.0f%% | bulk %s, TCP %s | "
-                  "%.2f |\n",
+                  "%s | %.2f |\n",
                   size, bg, bulk_column.Median(&Column::sps), t, 100.0 * bg / t,
-                  bulk_column.Cpu().c_str(), tcp.Cpu().c_str(), load);
+                  bulk_column.Cpu().c_str(), tcp.Cpu().c_str(), bulk_column.Terms().c_str(),
+                  load);
       std::fflush(stdout);
       continue;
     }

@@ -11,15 +11,18 @@ void InputWaitMeter::BeginWait() {
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
   if (!waiting_since_.has_value()) waiting_since_ = now;
+  waiting_.store(true);
 }
 
 void InputWaitMeter::EndCall(bool got_step) {
+  if (got_step) steps_.fetch_add(1, std::memory_order_relaxed);
+  if (!waiting_.load()) return;  // no wait under way: nothing to time
   absl::MutexLock lock(&mu_);
   if (waiting_since_.has_value()) {
     waited_ += clock_->Now() - std::max(*waiting_since_, interval_start_);
     waiting_since_.reset();
+    waiting_.store(false);
   }
-  if (got_step) ++steps_;
 }
 
 void InputWaitMeter::EndWait(bool got_step) {
@@ -28,7 +31,8 @@ void InputWaitMeter::EndWait(bool got_step) {
   if (!waiting_since_.has_value()) return;
   waited_ += now - std::max(*waiting_since_, interval_start_);
   waiting_since_.reset();
-  if (got_step) ++steps_;
+  waiting_.store(false);
+  if (got_step) steps_.fetch_add(1, std::memory_order_relaxed);
 }
 
 InputWaitMeter::Report InputWaitMeter::TakeReport() {
@@ -40,10 +44,9 @@ InputWaitMeter::Report InputWaitMeter::TakeReport() {
   Report r;
   r.interval_us = absl::ToInt64Microseconds(interval);
   r.wait_us = std::min(absl::ToInt64Microseconds(waited), r.interval_us);
-  r.steps = steps_;
+  r.steps = steps_.exchange(0);
   interval_start_ = now;
   waited_ = absl::ZeroDuration();
-  steps_ = 0;
   return r;
 }
 

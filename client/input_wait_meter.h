@@ -13,6 +13,7 @@
 #ifndef SLUICE_CLIENT_INPUT_WAIT_METER_H_
 #define SLUICE_CLIENT_INPUT_WAIT_METER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 
@@ -53,8 +54,12 @@ class InputWaitMeter {
   absl::Mutex mu_;
   absl::Time interval_start_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> waiting_since_ ABSL_GUARDED_BY(mu_);
+  // waiting_since_.has_value(), written with it: EndCall without a wait (a step that was
+  // ready) only counts the step, with no lock (the lock per step was ~6% of the trainer's CPU
+  // at 1 KiB steps).
+  std::atomic<bool> waiting_{false};
   absl::Duration waited_ ABSL_GUARDED_BY(mu_);
-  int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> steps_{0};
 };
 
 }  // namespace sluice

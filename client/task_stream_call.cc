@@ -199,52 +199,71 @@ void TaskStreamCall::HandleFrame(grpc::ByteBuffer* buffer) {
   QueueFrame(std::move(s));
 }
 
+// Packs wire step `w` (its pieces moved out) into `out`: one Element per local replica, its
+// composite tensors checked. DATA_LOSS naming the task step when it does not match the spec.
+static absl::Status PackStep(const ServiceStepSourceOptions& options, WireStep* w,
+                             TaskStream::Queued* out) {
+  if (static_cast<int64_t>(w->pieces.size()) != options.num_local_replicas) {
+    return absl::DataLossError(absl::StrCat("task step ", w->task_step, " has ",
+                                            w->pieces.size(), " pieces for ",
+                                            options.num_local_replicas, " local replicas"));
+  }
+  out->cost = static_cast<int64_t>(StepCreditBytes(*w));
+  out->replicas.reserve(w->pieces.size());
+  for (size_t r = 0; r < w->pieces.size(); ++r) {
+    absl::StatusOr<Element> e = Element::Pack(options.per_replica_spec, std::move(w->pieces[r]));
+    // A SparseTensor's or RaggedTensor's components from a peer must agree (row_splits
+    // monotone, indices inside dense_shape, ...): sluice/composite_tensor.h; and a piece cut
+    // from a batch has as many rows in its composites as in its other components.
+    if (e.ok() && options.per_replica_spec.HasComposite()) {
+      const std::string what = absl::StrCat("received piece for local replica ", r);
+      if (absl::Status c = CheckComposites(*e, what); !c.ok()) {
+        e = c;
+      } else if (options.pieces_are_cut) {
+        if (absl::Status rows = CheckSameRows(*e, what); !rows.ok()) e = rows;
+      }
+    }
+    if (!e.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("task step ", w->task_step, ": ", e.status().message()));
+    }
+    out->replicas.push_back(*std::move(e));
+  }
+  return absl::OkStatus();
+}
+
 void TaskStreamCall::QueueFrame(absl::Status decoded) {
   const ServiceStepSourceOptions& options = streams_->options_;
-  absl::Status s = std::move(decoded);
   StepFrame& frame = frame_;
   TaskStream* task = task_.get();
-  absl::MutexLock lock(&streams_->mu_);
+  // The frame's steps are checked and packed with no lock held: this is per-step work (a few
+  // allocations per step), and the trainer's GetNext takes the same lock to pop steps. Only
+  // the sequence check and the queueing need the lock (next_step is the queue's).
   std::vector<TaskStream::Queued> steps;
-  int64_t expected = task->next_step;
+  steps.reserve(frame.steps.size());
+  absl::Status packed = std::move(decoded);
+  size_t to_check = 0;  // the steps whose sequence is checked: those packed and a failed one
   for (WireStep& w : frame.steps) {
-    if (!s.ok()) break;
-    if (!options.independent && w.task_step != expected) {
-      s = absl::DataLossError(
-          absl::StrCat("expected task step ", expected, ", received ", w.task_step));
+    if (!packed.ok()) break;
+    ++to_check;
+    packed = PackStep(options, &w, &steps.emplace_back());
+    if (!packed.ok()) steps.pop_back();
+  }
+  absl::MutexLock lock(&streams_->mu_);
+  // The first error in the frame's order: a step out of sequence before a step that did not
+  // pack is reported as out of sequence (as when each step was checked in turn).
+  absl::Status s = absl::OkStatus();
+  int64_t expected = task->next_step;
+  for (size_t i = 0; i < to_check && !options.independent; ++i, ++expected) {
+    if (frame.steps[i].task_step != expected) {
+      s = absl::DataLossError(absl::StrCat("expected task step ", expected, ", received ",
+                                           frame.steps[i].task_step));
       break;
     }
-    if (static_cast<int64_t>(w.pieces.size()) != options.num_local_replicas) {
-      s = absl::DataLossError(absl::StrCat("task step ", w.task_step, " has ", w.pieces.size(),
-                                           " pieces for ", options.num_local_replicas,
-                                           " local replicas"));
-      break;
-    }
-    TaskStream::Queued step;
-    step.cost = static_cast<int64_t>(StepCreditBytes(w));
-    for (size_t r = 0; r < w.pieces.size(); ++r) {
-      absl::StatusOr<Element> e = Element::Pack(options.per_replica_spec, std::move(w.pieces[r]));
-      // A SparseTensor's or RaggedTensor's components from a peer must agree (row_splits
-      // monotone, indices inside dense_shape, ...): sluice/composite_tensor.h; and a piece cut
-      // from a batch has as many rows in its composites as in its other components.
-      if (e.ok() && options.per_replica_spec.HasComposite()) {
-        const std::string what = absl::StrCat("received piece for local replica ", r);
-        if (absl::Status c = CheckComposites(*e, what); !c.ok()) {
-          e = c;
-        } else if (options.pieces_are_cut) {
-          if (absl::Status rows = CheckSameRows(*e, what); !rows.ok()) e = rows;
-        }
-      }
-      if (!e.ok()) {
-        s = absl::DataLossError(
-            absl::StrCat("task step ", w.task_step, ": ", e.status().message()));
-        break;
-      }
-      step.replicas.push_back(*std::move(e));
-    }
-    if (!s.ok()) break;
-    steps.push_back(std::move(step));
-    ++expected;
+  }
+  if (s.ok()) {
+    s = std::move(packed);
+    if (options.independent) expected += static_cast<int64_t>(steps.size());
   }
   if (!s.ok()) {
     result_ = s;

@@ -114,6 +114,10 @@ struct WorkerServiceOptions {
   int data_port = 0;
   // Frames with fewer numeric bytes stay on gRPC (a socket write costs more than it saves).
   size_t bulk_min_bytes = size_t{64} << 10;
+  // max_frame_bytes for a stream once its bulk socket is up (at least max_frame_bytes): the
+  // steps ready when its sender frees up go in one frame up to this (docs/SERVICE.md "Bulk data
+  // channel", coalescing).
+  size_t bulk_max_frame_bytes = size_t{4} << 20;
   // A consumer's connection gets this long to present its token; a write to a consumer that
   // reads nothing for bulk_write_timeout ends its stream.
   absl::Duration bulk_handshake_timeout = absl::Seconds(5);

@@ -97,6 +97,7 @@ void StepBuffer::ReleaseLocked(Wakeups* wake) {
     first_step_ = next_push_;
     ClearRetainedLocked();  // the window would no longer end where the buffer starts
   }
+  DropAfterUnlockLocked(wake);
   if (released) {
     cv_.SignalAll();
     WakeProducerLocked(wake);
@@ -104,7 +105,10 @@ void StepBuffer::ReleaseLocked(Wakeups* wake) {
 }
 
 void StepBuffer::RetainLocked(std::shared_ptr<const TaskStep> step) {
-  if (options_.retention_bytes == 0 || closed_) return;
+  if (options_.retention_bytes == 0 || closed_) {
+    dropped_.push_back(std::move(step));
+    return;
+  }
   if (step->task_step != first_step_ - 1 ||
       (!retained_.empty() && retained_.back()->task_step + 1 != step->task_step)) {
     ClearRetainedLocked();  // not contiguous (cannot happen): keep the window exact
@@ -114,8 +118,17 @@ void StepBuffer::RetainLocked(std::shared_ptr<const TaskStep> step) {
   retained_.push_back(std::move(step));
   while (!retained_.empty() && retained_bytes_ > options_.retention_bytes) {
     retained_bytes_ -= retained_.front()->bytes;
+    dropped_.push_back(std::move(retained_.front()));
     retained_.pop_front();
   }
+}
+
+void StepBuffer::DropAfterUnlockLocked(Wakeups* wake) {
+  if (dropped_.empty()) return;
+  // RunWakeups destroys its callbacks (and so these steps) after the lock it was declared
+  // before.
+  wake->push_back([dropped = std::move(dropped_)] {});
+  dropped_.clear();
 }
 
 void StepBuffer::NotifyChangeLocked(Wakeups* wake) {
@@ -158,6 +171,7 @@ absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
     ++next_push_;
     if (steps_.empty()) first_step_ = next_push_;
     RetainLocked(std::move(step));
+    DropAfterUnlockLocked(&run.wake);
     return absl::OkStatus();
   }
   absl::Time blocked_since = absl::InfinitePast();
@@ -188,6 +202,7 @@ void StepBuffer::AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeups* wake
     ++next_push_;
     if (steps_.empty()) first_step_ = next_push_;
     RetainLocked(std::move(step));
+    DropAfterUnlockLocked(wake);
     return;
   }
   if (steps_.empty()) first_step_ = step->task_step;
@@ -204,8 +219,8 @@ void StepBuffer::AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeups* wake
 }
 
 absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& step,
-                                         ReadyCallback space, absl::Time* retry_at) {
-  if (window_) return window_->TryPush(step, std::move(space), retry_at);
+                                         const ReadyCallback& space, absl::Time* retry_at) {
+  if (window_) return window_->TryPush(step, space, retry_at);
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   *retry_at = absl::InfiniteFuture();
@@ -235,7 +250,7 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
       }
     }
     if (full()) {
-      producer_wake_ = std::move(space);
+      producer_wake_ = space;  // copied only when refused: the producer keeps one per slice
       return false;
     }
     *retry_at = absl::InfiniteFuture();
@@ -248,8 +263,7 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
 
 bool StepBuffer::producer_stopped() const {
   if (window_) return window_->producer_stopped();
-  absl::MutexLock lock(&mu_);
-  return closed_ || stop_producing_;
+  return producer_stopped_.load();
 }
 
 void StepBuffer::WakeProducerLocked(Wakeups* wake) {
@@ -276,10 +290,12 @@ void StepBuffer::AcknowledgeLocked(Unacked* u, int64_t received_steps, Wakeups* 
   while (u->acknowledged < received_steps && !u->steps.empty()) {
     bytes_ -= u->steps.front()->bytes;
     u->bytes -= u->steps.front()->bytes;
+    dropped_.push_back(std::move(u->steps.front()));
     u->steps.pop_front();
     ++u->acknowledged;
     released = true;
   }
+  DropAfterUnlockLocked(wake);
   if (released) {
     cv_.SignalAll();
     WakeProducerLocked(wake);
@@ -295,8 +311,10 @@ void StepBuffer::Acknowledge(int64_t consumer, int64_t received_steps) {
     InFlight& f = in_flight_[consumer];
     while (!f.steps.empty() && f.steps.front()->task_step < received_steps) {
       f.bytes -= f.steps.front()->bytes;
+      dropped_.push_back(std::move(f.steps.front()));
       f.steps.pop_front();
     }
+    DropAfterUnlockLocked(&run.wake);
     return;
   }
   if (consumer == 0) return;
@@ -634,7 +652,7 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
         // Kept for the consumer's reconnect until acknowledged, when the caller names its
         // window (the data plane's streams do; callers without acknowledgements do not).
         if (limits.unacked_bytes != std::numeric_limits<size_t>::max()) {
-          KeepInFlightLocked(consumer, *steps, UnackedCap(limits, options_));
+          KeepInFlightLocked(consumer, *steps, UnackedCap(limits, options_), &run.wake);
         }
         SetCursorLocked(static_cast<size_t>(consumer), cursor, attached_[consumer]);
         ReleaseLocked(&run.wake);
@@ -661,7 +679,7 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
 
 void StepBuffer::KeepInFlightLocked(int64_t consumer,
                                     const std::vector<std::shared_ptr<const TaskStep>>& steps,
-                                    size_t keep_bytes) {
+                                    size_t keep_bytes, Wakeups* wake) {
   InFlight& f = in_flight_[consumer];
   if (!f.steps.empty() && f.steps.back()->task_step + 1 != steps.front()->task_step) {
     f.steps.clear();  // not contiguous (a reattach elsewhere clears it first): start again
@@ -673,8 +691,10 @@ void StepBuffer::KeepInFlightLocked(int64_t consumer,
   }
   while (f.steps.size() > 1 && f.bytes > keep_bytes) {
     f.bytes -= f.steps.front()->bytes;
+    dropped_.push_back(std::move(f.steps.front()));
     f.steps.pop_front();
   }
+  DropAfterUnlockLocked(wake);
 }
 
 void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
@@ -742,6 +762,7 @@ void StepBuffer::StopProducing() {
   RunWakeups run;
   absl::MutexLock lock(&mu_);
   stop_producing_ = true;
+  producer_stopped_ = true;
   cv_.SignalAll();
   WakeAllLocked(&run.wake);
   WakeProducerLocked(&run.wake);
@@ -753,6 +774,7 @@ void StepBuffer::Close(absl::string_view message) {
   absl::MutexLock lock(&mu_);
   if (!closed_) close_message_ = std::string(message);
   closed_ = true;
+  producer_stopped_ = true;
   ClearRetainedLocked();
   for (InFlight& f : in_flight_) {
     f.steps.clear();

@@ -177,7 +177,7 @@ class StepBuffer {
   // wake-up (the moment unattached consumers are detached, as Push's wait does), else
   // absl::InfiniteFuture(). CANCELLED after Close() or StopProducing().
   absl::StatusOr<bool> TryPush(const std::shared_ptr<const TaskStep>& step,
-                               std::function<void()> space, absl::Time* retry_at);
+                               const std::function<void()>& space, absl::Time* retry_at);
   // True after Close() or StopProducing(): Push and TryPush take nothing more.
   bool producer_stopped() const;
   // Producer: no more steps; `status` is OK at the end of data or the pipeline's error, which
@@ -336,8 +336,10 @@ class StepBuffer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeProducerLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the released `step` (task step first_step_ - 1) in the retention window, dropping the
-  // oldest retained steps beyond retention_bytes.
+  // oldest retained steps beyond retention_bytes (into dropped_).
   void RetainLocked(std::shared_ptr<const TaskStep> step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands the steps in dropped_ to `wake`, so that they are destroyed once mu_ is released.
+  void DropAfterUnlockLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearRetainedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool DrainedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadyLocked(int64_t consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -400,11 +402,16 @@ class StepBuffer {
     size_t bytes = 0;
   };
   std::vector<InFlight> in_flight_ ABSL_GUARDED_BY(mu_);
+  // Steps this buffer let go of under mu_, maybe their last reference: destroyed after mu_ is
+  // released (DropAfterUnlockLocked). Freeing a step (its tensors, a shared-memory region's
+  // bookkeeping) is per-step work that would otherwise hold the producer and every other
+  // stream of the task off mu_; at 1 KiB steps it was most of the time the lock was held.
+  std::vector<std::shared_ptr<const TaskStep>> dropped_ ABSL_GUARDED_BY(mu_);
   // Adds the steps Next() just handed to `consumer` to its in-flight steps, keeping at most
   // `keep_bytes` of them (at least the last step).
   void KeepInFlightLocked(int64_t consumer,
                           const std::vector<std::shared_ptr<const TaskStep>>& steps,
-                          size_t keep_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                          size_t keep_bytes, Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Steps [start_step, first_step_) back into the buffer from the retention window and
   // `consumer`'s in-flight steps; false (nothing changed) when they do not cover them.
   bool RestoreLocked(int64_t consumer, int64_t start_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -428,6 +435,9 @@ class StepBuffer {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   bool stop_producing_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // stop_producing_ || closed_, for producer_stopped() without the lock (the producer asks
+  // before each step; the lock it took was a second acquisition per step next to TryPush's).
+  std::atomic<bool> producer_stopped_{false};
   std::string close_message_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "core/tensor/aligned_size.h"
 
 namespace sluice {
 namespace {
@@ -14,8 +15,6 @@ thread_local const StepPlacement* g_current = nullptr;
 
 std::atomic<int64_t> g_steps_built_in_ring{0};
 std::atomic<int64_t> g_steps_copied_to_ring{0};
-
-constexpr size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
 
 // The step's numeric tensors of size > 0 in frame order, and their offsets in the frame
 // layout (core/rpc/step_frame.h: each at a 64-byte aligned offset); the layout's size. Inline
@@ -28,7 +27,7 @@ size_t Layout(const TaskStep& step, PlacedTensors* tensors, PlacedOffsets* at) {
   for (const std::vector<Tensor>& piece : step.pieces) {
     for (const Tensor& t : piece) {
       if (t.dtype() == DType::kString || t.byte_size() == 0) continue;
-      const size_t offset = RoundUp64(extent);
+      const size_t offset = AlignedSize(extent);
       tensors->push_back(&t);
       at->push_back(offset);
       extent = offset + t.byte_size();

@@ -207,6 +207,9 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
     bool done = false;
     bool full = false;
     absl::Time retry_at = absl::InfiniteFuture();
+    // One wake-up for the slice: TryPush copies it only when it refuses a step (building one
+    // per step was an allocation per step).
+    const std::function<void()> wake = WakeCallback();
     while (true) {
       if (pending_ == nullptr) {
         if (buffer_->producer_stopped()) {
@@ -231,7 +234,7 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
         }
         pending_ = std::move(step);
       }
-      absl::StatusOr<bool> taken = buffer_->TryPush(pending_, WakeCallback(), &retry_at);
+      absl::StatusOr<bool> taken = buffer_->TryPush(pending_, wake, &retry_at);
       if (!taken.ok()) {  // stopped or closed
         done = true;
         break;

@@ -267,8 +267,9 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   // any lock.
   void DetachPlacement(const StepPlacement* placement);
 
-  // Steps and bytes written to consumers' streams (every consumer's copy counts), recorded by
-  // the stream service, for metrics and heartbeats (worker/worker_metrics.h).
+  // Steps and bytes written to consumers' streams (every consumer's copy counts, a step sent
+  // again after a reconnect too), recorded by the stream service as it starts each write, for
+  // metrics and heartbeats (worker/worker_metrics.h).
   void RecordDelivered(int64_t steps, int64_t bytes) {
     steps_delivered_.fetch_add(steps, std::memory_order_relaxed);
     bytes_delivered_.fetch_add(bytes, std::memory_order_relaxed);

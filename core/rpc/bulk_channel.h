@@ -191,6 +191,17 @@ class BulkSender final : public BulkPayloadSink {
 
   bool Take(absl::Span<const Tensor* const> tensors, absl::Span<const size_t> at,
             size_t extent) override ABSL_LOCKS_EXCLUDED(mu_);
+  // Opportunistic coalescing (docs/SERVICE.md "Bulk data channel"): false when no frame
+  // waits behind the one being written (a frame taken now would be written at once);
+  // otherwise true, and `ready` runs once, on the sender's thread without its lock, when the
+  // sender starts writing the last waiting frame (or fails, so that a waiter never hangs; not
+  // when it is destroyed). A later call replaces a `ready` not yet run. So a stream that cuts
+  // no frame while one waits here adds no latency (the socket could not take the frame
+  // sooner) and sends the steps produced meanwhile in one frame.
+  bool NotifyWhenNoneWaiting(std::function<void()> ready) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a frame waits behind the one being written (only Take adds one, so a caller that
+  // takes none meanwhile sees NotifyWhenNoneWaiting return what this said, or false).
+  bool has_waiting_frames() const ABSL_LOCKS_EXCLUDED(mu_);
   // Bytes written so far (metrics, tests).
   uint64_t bytes_sent() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -212,6 +223,7 @@ class BulkSender final : public BulkPayloadSink {
   const uint64_t stall_after_bytes_;
   mutable absl::Mutex mu_;
   std::deque<Frame> queue_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> on_none_waiting_ ABSL_GUARDED_BY(mu_);  // NotifyWhenNoneWaiting
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;
@@ -272,7 +284,8 @@ class BulkReceiveThread {
 };
 
 // What the process's bulk channels did, both ends (tests, benchmarks): frames and bytes sent
-// and received on bulk sockets, senders alive now, and senders a test stalled.
+// and received on bulk sockets, senders alive now, senders a test stalled, and the CPU time
+// of their threads.
 struct BulkChannelCounts {
   int64_t frames_sent = 0;
   int64_t bytes_sent = 0;
@@ -280,6 +293,10 @@ struct BulkChannelCounts {
   int64_t bytes_received = 0;
   int64_t senders_alive = 0;
   int64_t senders_stalled = 0;  // BulkSenderFaults::stall_after_bytes: stalled now (tests)
+  // CPU time of the senders' and the receive threads that have ended (benchmarks: the send
+  // copy and its syscalls; the receive copy and the consumer's handling of each frame).
+  int64_t sender_cpu_ns = 0;
+  int64_t receiver_cpu_ns = 0;
 };
 BulkChannelCounts ProcessBulkChannelCounts();
 

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/rpc/shared_step_payload.h"
+#include "core/tensor/aligned_size.h"
 
 namespace sluice {
 namespace {
@@ -30,8 +31,6 @@ AtomicCounts& Counts() {
 
 // Where the reader (job_shm_reader.cc) expects numeric tensors: at TensorBuffer's alignment.
 constexpr uint64_t kAlignment = TensorBuffer::kAlignment;
-
-uint64_t RoundUp(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
 // A pidfd of `pid` (one that refers to the process even after its pid is reused); -1 when the
 // kernel refuses (too old, or the process is gone already).
@@ -72,7 +71,7 @@ size_t JobShmStepBytes(const std::vector<Tensor>* pieces, size_t num_pieces) {
       if (t.dtype() == DType::kString) {
         strings += t.payload_bytes();
       } else if (t.byte_size() > 0) {
-        numeric = RoundUp(numeric) + t.byte_size();
+        numeric = AlignedSize(numeric) + t.byte_size();
       }
     }
   }
@@ -98,7 +97,7 @@ JobShmSegment::~JobShmSegment() {
 }
 
 bool JobShmSegment::AllocateLocked(uint64_t bytes, uint64_t* offset) {
-  const uint64_t need = RoundUp(bytes);
+  const uint64_t need = AlignedSize(bytes);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < need) continue;
     *offset = it->first;
@@ -117,7 +116,7 @@ void JobShmSegment::UnrefLocked(uint64_t offset, int64_t n) {
   if (it->second.refs > 0) return;
   // Free, merged with its neighbours.
   uint64_t start = offset;
-  uint64_t size = RoundUp(it->second.bytes);
+  uint64_t size = AlignedSize(it->second.bytes);
   live_.erase(it);
   auto next = free_.lower_bound(start);
   if (next != free_.end() && next->first == start + size) {
@@ -176,7 +175,7 @@ std::shared_ptr<JobShmRegion> JobShmSegment::Write(const std::vector<Tensor>* pi
   for (size_t p = 0; p < num_pieces; ++p) {
     for (const Tensor& t : pieces[p]) {
       if (t.dtype() == DType::kString || t.byte_size() == 0) continue;
-      numeric = RoundUp(numeric);
+      numeric = AlignedSize(numeric);
       std::memcpy(base + numeric, t.raw_data(), t.byte_size());
       numeric += t.byte_size();
     }

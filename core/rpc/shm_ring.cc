@@ -5,11 +5,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/tensor/aligned_size.h"
 
 namespace sluice {
 namespace {
-
-constexpr uint64_t RoundUp64(uint64_t n) { return (n + 63) / 64 * 64; }
 
 std::atomic<int64_t> g_frames_written{0};
 std::atomic<int64_t> g_frames_in_place{0};
@@ -50,7 +49,7 @@ struct ShmRingWriter::State {
   // A region of `bytes` (> 0): its ring position, or nullopt when there is no room.
   std::optional<uint64_t> Take(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const uint64_t size = segment->size();
-    const uint64_t n = RoundUp64(bytes);
+    const uint64_t n = AlignedSize(bytes);
     if (bytes == 0 || n > size) return std::nullopt;
     const uint64_t offset = written % size;
     const uint64_t pad = offset + n > size ? size - offset : 0;
@@ -73,9 +72,11 @@ struct ShmRingWriter::State {
     // Regions are allocated at increasing ring positions, so `allocated` is sorted by start: a
     // binary search, not a scan (a 1 KiB step's buffer freed behind a long-lived oldest one
     // scanned up to the ring's ~100k regions per free, most of the worker's CPU at 1 KiB).
-    auto it = std::lower_bound(
-        allocated.begin(), allocated.end(), start,
-        [](const Allocated& a, uint64_t s) { return a.start < s; });
+    // Steps are mostly freed in the order they were built: the oldest region first, no search.
+    auto it = !allocated.empty() && allocated.front().start == start
+                  ? allocated.begin()
+                  : std::lower_bound(allocated.begin(), allocated.end(), start,
+                                     [](const Allocated& a, uint64_t s) { return a.start < s; });
     if (it != allocated.end() && it->start == start) it->alive = false;
     --live;
     while (!allocated.empty() && !allocated.front().alive) allocated.pop_front();
@@ -148,7 +149,7 @@ std::optional<uint64_t> ShmRingWriter::Locate(absl::Span<const Tensor* const> te
   // One region that does not wrap (consecutive allocations across the segment's end do not
   // lie at consecutive offsets: the padding between them breaks the layout above).
   const uint64_t size = segment_->size();
-  if (first % size + RoundUp64(extent) > size) return std::nullopt;
+  if (first % size + AlignedSize(extent) > size) return std::nullopt;
   return first;
 }
 
@@ -163,7 +164,7 @@ bool ShmRingWriter::InPlace(absl::Span<const Tensor* const> tensors,
   if (!first.has_value()) return false;
   absl::MutexLock lock(&state_->mu);
   if (*first < state_->sent) return false;  // the consumer takes regions in ring order
-  const uint64_t end = *first + RoundUp64(extent);
+  const uint64_t end = *first + AlignedSize(extent);
   out->set_offset(*first % segment_->size());
   out->set_bytes(extent);
   out->set_ring_end(end);
@@ -275,11 +276,11 @@ absl::StatusOr<std::shared_ptr<TensorBuffer>> ShmRingReader::Resolve(
                                             "position ", end, " ", why, " (segment of ", size,
                                             " bytes)"));
   };
-  if (bytes == 0 || offset % 64 != 0 || offset >= size || bytes > size - offset) {
+  if (bytes == 0 || offset % TensorBuffer::kAlignment != 0 || offset >= size || bytes > size - offset) {
     return bad("lies outside the segment");
   }
   absl::MutexLock lock(&state_->mu);
-  const uint64_t n = RoundUp64(bytes);
+  const uint64_t n = AlignedSize(bytes);
   if (end < n || end <= state_->last_end || (end - n) % size != offset ||
       end - n < state_->last_end) {
     return bad("does not follow the last region");

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/rpc/bulk_channel.h"
 #include "core/rpc/shared_step_payload.h"
+#include "core/tensor/aligned_size.h"
 #include "core/tensor/host_memory.h"
 #include "core/util/status_macros.h"
 
@@ -25,7 +26,7 @@ namespace {
 class UninitializedHostBuffer : public TensorBuffer {
  public:
   explicit UninitializedHostBuffer(size_t bytes)
-      : size_(bytes), charged_(static_cast<int64_t>(RoundUp(bytes == 0 ? 1 : bytes))) {
+      : size_(bytes), charged_(static_cast<int64_t>(AlignedSize(bytes == 0 ? 1 : bytes))) {
     if (!ProcessMemoryBudget().TryCharge(charged_)) {
       charged_ = 0;
       return;
@@ -45,7 +46,6 @@ class UninitializedHostBuffer : public TensorBuffer {
   bool ok() const { return data_ != nullptr; }
 
  private:
-  static size_t RoundUp(size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
   size_t size_;
   int64_t charged_;
   void* data_ = nullptr;
@@ -410,10 +410,6 @@ constexpr int64_t kMaxElements = int64_t{1} << 48;
 constexpr int64_t kMaxCompactPiecesPerStep = int64_t{1} << 16;
 constexpr int64_t kMaxCompactPiecesPerFrame = int64_t{1} << 20;
 
-constexpr size_t RoundUpToAlignment(size_t n) {
-  return (n + TensorBuffer::kAlignment - 1) / TensorBuffer::kAlignment * TensorBuffer::kAlignment;
-}
-
 // Writes the header of `steps` in the full form into `header` (cleared).
 absl::Status FillFullHeader(absl::Span<const WireStepView> steps, proto::StepFrameHeader* header) {
   for (const WireStepView& step : steps) {
@@ -637,7 +633,7 @@ void ForEachNumeric(absl::Span<const WireStepView> steps, Fn fn) {
     for (size_t p = 0; p < step.num_pieces; ++p) {
       for (const Tensor& t : step.pieces[p]) {
         if (t.dtype() == DType::kString || t.byte_size() == 0) continue;
-        extent = RoundUpToAlignment(extent) + t.byte_size();
+        extent = AlignedSize(extent) + t.byte_size();
         fn(t, extent);
       }
     }
@@ -924,7 +920,7 @@ struct StepFrameDecoder::Scratch {
     }
     size_t offset = 0;
     if (dtype != DType::kString && byte_size > 0) {
-      offset = RoundUpToAlignment(numeric);
+      offset = AlignedSize(numeric);
       numeric = offset + byte_size;
     } else if (dtype == DType::kString) {
       strings += byte_size;
@@ -1163,7 +1159,7 @@ void PlanViews(SliceReader* reader, Scratch* x, std::shared_ptr<TensorBuffer> de
       }
     }
     if (d.view_slice < 0 && d.dtype != DType::kString && d.byte_size > 0) {
-      d.offset = RoundUpToAlignment(x->numeric);
+      d.offset = AlignedSize(x->numeric);
       x->numeric = d.offset + d.byte_size;
     }
     reader->Skip(d.byte_size);

@@ -7,6 +7,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "core/tensor/aligned_size.h"
 #include "core/tensor/host_memory.h"
 #include "core/tensor/uninitialized_tensor.h"
 #include "core/util/status_macros.h"
@@ -17,8 +18,7 @@ namespace {
 // Bytes an aligned buffer of `bytes` really takes: rounded up to the alignment, at least one
 // unit (what is charged, so that a scalar costs what it holds).
 size_t RoundedBytes(size_t bytes) {
-  size_t rounded = (bytes + TensorBuffer::kAlignment - 1) / TensorBuffer::kAlignment *
-                   TensorBuffer::kAlignment;
+  const size_t rounded = AlignedSize(bytes);
   return rounded == 0 ? TensorBuffer::kAlignment : rounded;
 }
 

@@ -725,5 +725,58 @@ TEST(TaskStreamPeerBoundsTest, CompositePiecesInconsistentAcrossReplicasAreDataL
   }
 }
 
+// A frame's steps are checked in the frame's order (the consumer packs them before it takes
+// its lock, then checks their sequence): the first bad step names what is wrong with it, an
+// out-of-sequence step before one with the wrong number of pieces is reported as out of
+// sequence, and no step of a bad frame is handed out.
+TEST(TaskStreamPeerBoundsTest, AFramesFirstBadStepIsTheErrorAndNoneOfItsStepsIsHandedOut) {
+  struct Case {
+    std::vector<std::pair<int64_t, int>> steps;  // task step, pieces
+    std::string named;
+  };
+  const std::vector<Case> cases = {
+      {{{0, 1}, {2, 2}, {3, 1}}, "expected task step 1, received 2"},
+      {{{0, 1}, {1, 2}, {5, 1}}, "task step 1 has 2 pieces for 1 local replicas"},
+      {{{0, 1}, {1, 1}, {2, 0}}, "task step 2 has 0 pieces"},
+      {{{1, 2}}, "expected task step 0, received 1"},
+  };
+  absl::Mutex mu;
+  const Case* current = nullptr;
+  Servers servers([&](int64_t, grpc::ServerContext*, Stream* stream) {
+    StepFrame frame;
+    {
+      absl::MutexLock lock(&mu);
+      for (const auto& [task_step, pieces] : current->steps) {
+        WireStep w;
+        w.task_step = task_step;
+        w.num_real_pieces = pieces;
+        for (int p = 0; p < pieces; ++p) w.pieces.push_back({Tensor::Scalar<int64_t>(task_step)});
+        frame.steps.push_back(std::move(w));
+      }
+    }
+    frame.end_of_task = true;
+    grpc::ByteBuffer out;
+    EXPECT_TRUE(EncodeStepFrame(frame, &out).ok());
+    stream->Write(out);
+    return DrainAndEnd(stream);
+  });
+  servers.StartCoordinator();
+  for (const Case& c : cases) {
+    {
+      absl::MutexLock lock(&mu);
+      current = &c;
+    }
+    auto source = ServiceStepSource::Create(
+        Options(servers.coordinator_address(), ElementSpec(TensorSpec{DType::kInt64, Shape()})));
+    ASSERT_TRUE(source.ok()) << source.status();
+    std::vector<Element> replicas;
+    bool end = false;
+    absl::Status s = (*source)->GetNextStep(&replicas, &end);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << c.named << ": " << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), c.named)) << c.named << ": " << s;
+    EXPECT_TRUE(replicas.empty()) << c.named;
+  }
+}
+
 }  // namespace
 }  // namespace sluice

@@ -3,9 +3,11 @@
 // number of workers in GetStatus, once per scaling_interval on a fake clock; a hostile report
 // is refused and counted, and a process that does not hold the consumer index is not heard.
 // Also the client's input wait meter and the worker's load meter, on fake clocks.
+#include <atomic>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -275,6 +277,23 @@ TEST(InputWaitMeterTest, AWaitBegunTwiceInOneCallCountsFromItsFirstBeginUntilEnd
   EXPECT_EQ(r.wait_us, 150'000);
   EXPECT_EQ(r.steps, 2);
   EXPECT_EQ(r.interval_us, 1'000'000);
+}
+
+// The trainer counts ready steps without the meter's lock while the heartbeat thread takes
+// reports: every step lands in exactly one report.
+TEST(InputWaitMeterTest, StepsCountedWhileReportsAreTakenAreEachReportedOnce) {
+  constexpr int64_t kSteps = 200'000;
+  InputWaitMeter meter;
+  std::atomic<bool> done{false};
+  int64_t reported = 0;
+  std::thread heartbeat([&] {
+    while (!done.load()) reported += meter.TakeReport().steps;
+  });
+  for (int64_t i = 0; i < kSteps; ++i) meter.EndCall(/*got_step=*/true);
+  done = true;
+  heartbeat.join();
+  reported += meter.TakeReport().steps;
+  EXPECT_EQ(reported, kSteps);
 }
 
 TEST(WorkerLoadMeterTest, ReportsCpuBusyAndPerTaskRates) {

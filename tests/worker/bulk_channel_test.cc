@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -93,6 +94,26 @@ Channel Connect(BulkListener* listener, size_t min_bytes = 0, uint64_t cut_after
   return c;
 }
 
+// A listener and a channel through it, with an encoder whose frames' numeric bytes go to its
+// sender and a decoder that receives them from its receiver, as a stream and its consumer set
+// them up; null (with a failure) when the channel could not be made.
+struct WiredChannel {
+  std::unique_ptr<BulkListener> listener;
+  Channel c;
+  StepFrameEncoder encoder;
+  StepFrameDecoder decoder{nullptr, nullptr};
+};
+std::unique_ptr<WiredChannel> Wire(uint64_t cut_after = 0) {
+  auto w = std::make_unique<WiredChannel>();
+  w->listener = Listen();
+  if (w->listener == nullptr) return nullptr;
+  w->c = Connect(w->listener.get(), 0, cut_after);
+  if (w->c.sender == nullptr) return nullptr;
+  w->encoder.set_bulk_payload(w->c.sender.get());
+  w->decoder.set_bulk_payload(w->c.receiver.get());
+  return w;
+}
+
 // Steps mixing what a frame carries: numeric tensors above and below the zero-copy size (their
 // offsets padded to 64 bytes), strings (always inline), an empty tensor.
 StepFrame MixedFrame(uint64_t seed, int steps) {
@@ -155,6 +176,57 @@ TEST(BulkChannelTest, FramesOverTheSocketDecodeToTheSameStepsAsInline) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   EXPECT_EQ(c.sender->bytes_sent(), c.receiver->bytes_received());
+}
+
+// One frame of `bytes` uint8 bytes (step `step`).
+StepFrame BytesFrame(int64_t step, size_t bytes) {
+  StepFrame f;
+  WireStep w;
+  w.task_step = step;
+  w.num_real_pieces = 1;
+  w.pieces.push_back({Tensor::Allocate(DType::kUInt8, Shape({static_cast<int64_t>(bytes)}))});
+  f.steps.push_back(std::move(w));
+  return f;
+}
+
+// NotifyWhenNoneWaiting (what a stream's opportunistic coalescing waits on): false with no
+// frame waiting; with a frame waiting behind one the unread socket holds, true, and the
+// wake-up runs once the sender starts on the waiting frame, which is when the consumer has
+// read the first; a sender that fails runs a waiter too (a stream never waits forever).
+TEST(BulkChannelTest, TheSenderWakesAWaiterWhenItStartsOnItsLastWaitingFrame) {
+  std::unique_ptr<WiredChannel> w = Wire();
+  ASSERT_NE(w, nullptr);
+  Channel& c = w->c;
+  StepFrameEncoder& encoder = w->encoder;
+  StepFrameDecoder& decoder = w->decoder;
+  EXPECT_FALSE(c.sender->NotifyWhenNoneWaiting([] {})) << "nothing taken, nothing waits";
+  // 32 MiB the consumer does not read yet: the sender is held writing it.
+  grpc::ByteBuffer big, small;
+  ASSERT_TRUE(encoder.Encode(BytesFrame(0, size_t{32} << 20), &big).ok());
+  ASSERT_TRUE(Eventually([&] { return !c.sender->has_waiting_frames(); }));  // it started
+  ASSERT_TRUE(encoder.Encode(BytesFrame(1, 4096), &small).ok());
+  EXPECT_TRUE(c.sender->has_waiting_frames());
+  std::atomic<int> woken{0};
+  ASSERT_TRUE(c.sender->NotifyWhenNoneWaiting([&] { woken.fetch_add(1); }));
+  // A later registration replaces the first: one wake-up in all.
+  ASSERT_TRUE(c.sender->NotifyWhenNoneWaiting([&] { woken.fetch_add(1); }));
+  EXPECT_EQ(woken.load(), 0) << "woken while the frame still waited";
+  StepFrame out;
+  ASSERT_TRUE(decoder.Decode(big, &out).ok());
+  ASSERT_TRUE(Eventually([&] { return woken.load() > 0; }));
+  ASSERT_TRUE(decoder.Decode(small, &out).ok());
+  EXPECT_EQ(out.steps[0].task_step, 1);
+  EXPECT_EQ(woken.load(), 1);
+  EXPECT_FALSE(c.sender->NotifyWhenNoneWaiting([] {}));
+
+  // The consumer leaves with a frame waiting: the failed write wakes the waiter.
+  ASSERT_TRUE(encoder.Encode(BytesFrame(2, size_t{32} << 20), &big).ok());
+  ASSERT_TRUE(Eventually([&] { return !c.sender->has_waiting_frames(); }));
+  ASSERT_TRUE(encoder.Encode(BytesFrame(3, 4096), &small).ok());
+  std::atomic<bool> failed_woken{false};
+  ASSERT_TRUE(c.sender->NotifyWhenNoneWaiting([&] { failed_woken = true; }));
+  c.receiver.reset();  // closes the consumer's socket
+  EXPECT_TRUE(Eventually([&] { return failed_woken.load(); }));
 }
 
 TEST(BulkChannelTest, SmallFramesStayInline) {
@@ -259,19 +331,14 @@ TEST(BulkChannelTest, AFloodOfSilentConnectionsIsBoundedAndTimesOut) {
 }
 
 TEST(BulkChannelTest, AHeaderBeyondTheCreditIsRefusedBeforeReceiving) {
-  std::unique_ptr<BulkListener> listener = Listen();
-  ASSERT_NE(listener, nullptr);
-  Channel c = Connect(listener.get());
-  ASSERT_NE(c.sender, nullptr);
-  StepFrameEncoder encoder;
-  encoder.set_bulk_payload(c.sender.get());
+  std::unique_ptr<WiredChannel> w = Wire();
+  ASSERT_NE(w, nullptr);
+  Channel& c = w->c;
   const StepFrame frame = MixedFrame(11, 3);
   grpc::ByteBuffer bb;
-  ASSERT_TRUE(encoder.Encode(frame, &bb).ok());
-  StepFrameDecoder decoder(nullptr, nullptr);
-  decoder.set_bulk_payload(c.receiver.get());
+  ASSERT_TRUE(w->encoder.Encode(frame, &bb).ok());
   StepFrame out;
-  absl::Status s = decoder.Decode(bb, &out, FrameCreditLimit{.credit = 1000});
+  absl::Status s = w->decoder.Decode(bb, &out, FrameCreditLimit{.credit = 1000});
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_EQ(c.receiver->bytes_received(), 0u);
   // A header whose bulk size disagrees with its tensors (a hostile length): refused too.
@@ -287,7 +354,7 @@ TEST(BulkChannelTest, AHeaderBeyondTheCreditIsRefusedBeforeReceiving) {
   forged.append(reinterpret_cast<const char*>(&hl), 4);
   forged += h;
   forged += bytes.substr(4 + len);
-  s = decoder.Decode(FromString(forged), &out);
+  s = w->decoder.Decode(FromString(forged), &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_EQ(c.receiver->bytes_received(), 0u);
 }

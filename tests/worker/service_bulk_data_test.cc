@@ -92,6 +92,7 @@ TEST(ServiceBulkDataTest, WorkersWithTheChannelOffServeOverGrpc) {
 TEST(ServiceBulkDataTest, ASocketCutMidFrameLosesAndDuplicatesNothing) {
   Cluster cluster(1, absl::Seconds(10), size_t{64} << 20, [](WorkerServerOptions* o) {
     o->service.TEST_bulk_cut_after_bytes = 1400000;
+    o->service.bulk_max_frame_bytes = size_t{1} << 20;  // the frames of 7 steps above
   });
   const BulkChannelCounts before = ProcessBulkChannelCounts();
   ServiceOptions options = Remote("bulk-cut");

@@ -362,5 +362,25 @@ TEST(StepBufferTest, StopProducingServesWhatIsBufferedThenUnavailable) {
   EXPECT_EQ(b.Next(0, *g, 1, 1, absl::Now(), &steps, &end).code(), absl::StatusCode::kUnavailable);
 }
 
+// The producer asks producer_stopped() before each step it builds (without the buffer's lock):
+// it turns true with StopProducing() and with Close(), and then TryPush takes nothing more.
+TEST(StepBufferTest, ProducerStoppedTurnsTrueOnStopProducingAndOnClose) {
+  for (const bool close : {false, true}) {
+    StepBuffer b({.max_bytes = 1 << 20});
+    absl::Time retry_at;
+    EXPECT_FALSE(b.producer_stopped());
+    ASSERT_TRUE(b.TryPush(MakeStep(0), [] {}, &retry_at).ok());
+    EXPECT_FALSE(b.producer_stopped());
+    if (close) {
+      b.Close("test");
+    } else {
+      b.StopProducing();
+    }
+    EXPECT_TRUE(b.producer_stopped()) << (close ? "Close" : "StopProducing");
+    EXPECT_EQ(b.TryPush(MakeStep(1), [] {}, &retry_at).status().code(),
+              absl::StatusCode::kCancelled);
+  }
+}
+
 }  // namespace
 }  // namespace sluice

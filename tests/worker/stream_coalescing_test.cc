@@ -11,15 +11,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
+#include "tests/worker/gated_stream_task.h"
 #include "worker/grpc_worker_service.h"
-#include "worker/task_runner.h"
 
 namespace sluice {
 namespace {
@@ -27,102 +25,18 @@ namespace {
 // Liveness bound only.
 constexpr absl::Duration kStuck = absl::Seconds(60);
 
-// A task of int64 scalar steps 0, 1, ... whose producer makes step s only once the test has
-// released s + 1 steps, and ends after `total`.
-class GatedTask : public TaskLookup {
+// A gated task (gated_stream_task.h) of int64 scalar steps 0, 1, ...
+class ScalarTask : public GatedTask {
  public:
-  explicit GatedTask(int64_t total) {
-    proto::TaskDef task;
-    task.set_task_id(1);
-    task.set_job_id(1);
-    task.set_num_tasks(1);
-    task.mutable_job()->set_num_consumers(1);
-    task.mutable_job()->set_replicas_per_consumer(1);
-    runner_ = TaskRunner::StartWith(task, TaskRunnerOptions{}, [this, total](TaskStep* step,
-                                                                            bool* end) {
-      absl::MutexLock lock(&mu_);
-      const absl::Time give_up = absl::Now() + kStuck;
-      while (!closed_ && produced_ < total && produced_ >= released_ && absl::Now() < give_up) {
-        cv_.WaitWithDeadline(&mu_, give_up);
-      }
-      if (closed_ || produced_ >= total) {
-        *end = true;
-        return absl::OkStatus();
-      }
-      step->task_step = produced_;
-      step->num_real_pieces = 1;
-      step->pieces = {{Tensor::Scalar<int64_t>(produced_)}};
-      step->bytes = 8;
-      ++produced_;
-      *end = false;
-      return absl::OkStatus();
-    });
-  }
-  ~GatedTask() override {
-    {
-      absl::MutexLock lock(&mu_);
-      closed_ = true;
-      cv_.SignalAll();
-    }
-    runner_.reset();
-  }
-
-  absl::StatusOr<std::shared_ptr<TaskRunner>> FindTask(int64_t, int64_t) override {
-    return runner_;
-  }
-
-  void Release(int64_t n) {
-    absl::MutexLock lock(&mu_);
-    released_ += n;
-    cv_.SignalAll();
-  }
-
-  // Waits until the consumer's stream has taken `n` steps (its cursor in the step buffer).
-  bool WaitTaken(int64_t n) {
-    const absl::Time give_up = absl::Now() + kStuck;
-    while (absl::Now() < give_up) {
-      StepBuffer::Stats s = runner_->buffer()->stats();
-      if (!s.cursors.empty() && s.cursors[0] >= n) return true;
-      absl::SleepFor(absl::Microseconds(200));
-    }
-    return false;
-  }
-  // Waits until the producer has pushed `n` steps.
-  bool WaitProduced(int64_t n) {
-    const absl::Time give_up = absl::Now() + kStuck;
-    while (absl::Now() < give_up) {
-      if (runner_->buffer()->stats().steps_produced >= n) return true;
-      absl::SleepFor(absl::Microseconds(200));
-    }
-    return false;
-  }
-
- private:
-  std::shared_ptr<TaskRunner> runner_;
-  absl::Mutex mu_;
-  absl::CondVar cv_;
-  int64_t released_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t produced_ ABSL_GUARDED_BY(mu_) = 0;
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-class Server {
- public:
-  Server(TaskLookup* tasks, WorkerServiceOptions options) : service_(tasks, options) {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    address_ = absl::StrCat("127.0.0.1:", port);
-  }
-  ~Server() { server_->Shutdown(); }
-  const std::string& address() const { return address_; }
-
- private:
-  GrpcWorkerService service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::string address_;
+  explicit ScalarTask(int64_t total)
+      : GatedTask(
+            total,
+            [](int64_t s, TaskStep* step) {
+              step->num_real_pieces = 1;
+              step->pieces = {{Tensor::Scalar<int64_t>(s)}};
+              step->bytes = 8;
+            },
+            kStuck) {}
 };
 
 // A raw consumer: opens the call with `credit` bytes (and as its window) and reads frames.
@@ -131,44 +45,16 @@ class Consumer {
   // `spec`: ask for compact frame headers with it (StreamRequest.compact_headers).
   Consumer(const std::string& address, int64_t credit,
            std::shared_ptr<const CompactSpec> spec = nullptr)
-      : channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
-        decoder_(nullptr, spec) {
-    context_.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
-    stream_.reset(
-        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-            channel_.get(),
-            grpc::internal::RpcMethod(kStreamStepsMethod,
-                                      grpc::internal::RpcMethod::BIDI_STREAMING, channel_),
-            &context_));
-    proto::ConsumerMessage m;
-    proto::StreamRequest* r = m.mutable_request();
-    r->set_wire_version(proto::WIRE_VERSION_2);
-    r->set_job_id(1);
-    r->set_task_id(1);
-    r->set_initial_credit_bytes(credit);
-    r->set_window_bytes(std::max<int64_t>(credit, 1));
-    if (spec != nullptr) {
-      r->set_compact_headers(true);
-      spec->ToProto(r->mutable_compact_spec());
-    }
-    EXPECT_TRUE(stream_->Write(EncodeConsumerMessage(m)));
-  }
-  ~Consumer() {
-    stream_->WritesDone();
-    context_.TryCancel();
-    (void)stream_->Finish();
-  }
+      : call_(address, Request(credit, spec.get()), kStuck), decoder_(nullptr, spec) {}
 
   // The next frame's task steps (empty + *end for an end frame alone). False when the call
   // ended.
   bool Next(std::vector<int64_t>* steps, bool* end) {
-    grpc::ByteBuffer bb;
     steps->clear();
     *end = false;
-    if (!stream_->Read(&bb)) return false;
+    grpc::ByteBuffer bb;
     StepFrame frame;
-    absl::Status s = decoder_.Decode(bb, &frame);
-    EXPECT_TRUE(s.ok()) << s;
+    if (!call_.ReadFrame(&decoder_, &bb, &frame)) return false;
     std::vector<grpc::Slice> slices;
     EXPECT_TRUE(bb.Dump(&slices).ok());
     std::string bytes;
@@ -190,13 +76,21 @@ class Consumer {
   void Grant(int64_t bytes) {
     proto::ConsumerMessage m;
     m.mutable_credit()->set_bytes(bytes);
-    EXPECT_TRUE(stream_->Write(EncodeConsumerMessage(m)));
+    EXPECT_TRUE(call_.Send(m));
   }
 
  private:
-  std::shared_ptr<grpc::Channel> channel_;
-  grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream_;
+  // The call's first message: `credit`, and compact headers against `spec` if any.
+  static proto::StreamRequest Request(int64_t credit, const CompactSpec* spec) {
+    proto::StreamRequest r = GatedTaskRequest(credit);
+    if (spec != nullptr) {
+      r.set_compact_headers(true);
+      spec->ToProto(r.mutable_compact_spec());
+    }
+    return r;
+  }
+
+  RawStreamStepsCall call_;
   StepFrameDecoder decoder_;
 };
 
@@ -211,8 +105,8 @@ WorkerServiceOptions Options(absl::Duration coalesce_wait, size_t max_frame_step
 
 // Steps already buffered when the consumer comes all go in one frame, with the end.
 TEST(StreamCoalescingTest, ReadyStepsShareOneFrameWithTheEnd) {
-  GatedTask task(10);
-  Server server(&task, Options(absl::ZeroDuration()));
+  ScalarTask task(10);
+  TestStreamServer server(&task, Options(absl::ZeroDuration()));
   task.Release(10);
   ASSERT_TRUE(task.WaitProduced(10));
   Consumer consumer(server.address(), 1 << 20);
@@ -232,8 +126,8 @@ TEST(StreamCoalescingTest, ReadyStepsShareOneFrameWithTheEnd) {
 TEST(StreamCoalescingTest, WithCoalescingTheEndRidesOnTheLastStepsFrame) {
   {
     SCOPED_TRACE("steps ready before the consumer");
-    GatedTask task(10);
-    Server server(&task, Options(absl::Minutes(10)));
+    ScalarTask task(10);
+    TestStreamServer server(&task, Options(absl::Minutes(10)));
     task.Release(10);
     ASSERT_TRUE(task.WaitProduced(10));
     Consumer consumer(server.address(), 1 << 20);
@@ -248,8 +142,8 @@ TEST(StreamCoalescingTest, WithCoalescingTheEndRidesOnTheLastStepsFrame) {
     // The frame is cut while the producer still runs: it waits for more steps, and the end,
     // which comes after the fourth step, closes it.
     SCOPED_TRACE("steps released one at a time, then the end");
-    GatedTask task(4);
-    Server server(&task, Options(absl::Minutes(10)));
+    ScalarTask task(4);
+    TestStreamServer server(&task, Options(absl::Minutes(10)));
     Consumer consumer(server.address(), 1 << 20);
     for (int64_t s = 0; s < 4; ++s) {
       task.Release(1);
@@ -271,8 +165,8 @@ TEST(StreamCoalescingTest, CompactHeadersOnlyForTheConsumerThatAsks) {
   auto scalar = std::make_shared<const CompactSpec>(
       CompactSpec::FromElementSpec(ElementSpec(TensorSpec{DType::kInt64, Shape()})));
   for (bool compact : {true, false}) {
-    GatedTask task(10);
-    Server server(&task, Options(absl::ZeroDuration()));
+    ScalarTask task(10);
+    TestStreamServer server(&task, Options(absl::ZeroDuration()));
     task.Release(10);
     ASSERT_TRUE(task.WaitProduced(10));
     Consumer consumer(server.address(), 1 << 20, compact ? scalar : nullptr);
@@ -297,8 +191,8 @@ TEST(StreamCoalescingTest, CompactHeadersOnlyForTheConsumerThatAsks) {
 TEST(StreamCoalescingTest, StepsNotMatchingTheSpecGoWithFullHeaders) {
   auto vector = std::make_shared<const CompactSpec>(
       CompactSpec::FromElementSpec(ElementSpec(TensorSpec{DType::kInt64, Shape({-1})})));
-  GatedTask task(3);
-  Server server(&task, Options(absl::ZeroDuration()));
+  ScalarTask task(3);
+  TestStreamServer server(&task, Options(absl::ZeroDuration()));
   task.Release(3);
   ASSERT_TRUE(task.WaitProduced(3));
   Consumer consumer(server.address(), 1 << 20, vector);
@@ -312,17 +206,13 @@ TEST(StreamCoalescingTest, StepsNotMatchingTheSpecGoWithFullHeaders) {
 
 // A spec that cannot be one ends the call with INVALID_ARGUMENT before any frame.
 TEST(StreamCoalescingTest, AnInvalidCompactSpecIsRefused) {
-  GatedTask task(3);
-  Server server(&task, Options(absl::ZeroDuration()));
+  ScalarTask task(3);
+  TestStreamServer server(&task, Options(absl::ZeroDuration()));
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + kStuck));
-  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
-      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-          channel.get(),
-          grpc::internal::RpcMethod(kStreamStepsMethod, grpc::internal::RpcMethod::BIDI_STREAMING,
-                                    channel),
-          &context));
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream =
+      OpenStreamSteps(channel, &context);
   proto::ConsumerMessage m;
   proto::StreamRequest* r = m.mutable_request();
   r->set_wire_version(proto::WIRE_VERSION_2);
@@ -348,9 +238,10 @@ TEST(StreamCoalescingTest, AnInvalidCompactSpecIsRefused) {
 TEST(StreamCoalescingTest, SmallFrameWaitsForMoreSteps) {
   for (const bool coalesce : {true, false}) {
     SCOPED_TRACE(coalesce ? "coalescing" : "no coalescing");
-    GatedTask task(4);
+    ScalarTask task(4);
     // The bound is far beyond the test: it ends because the frame is full, not on time.
-    Server server(&task, Options(coalesce ? absl::Minutes(10) : absl::ZeroDuration(), 4));
+    TestStreamServer server(&task,
+                            Options(coalesce ? absl::Minutes(10) : absl::ZeroDuration(), 4));
     Consumer consumer(server.address(), 1 << 20);
     for (int64_t s = 0; s < 4; ++s) {
       task.Release(1);
@@ -374,8 +265,8 @@ TEST(StreamCoalescingTest, SmallFrameWaitsForMoreSteps) {
 // The wait is bounded: a frame whose producer stalls goes out with what it has once
 // coalesce_wait has passed (here the producer never makes step 1 until the test ends).
 TEST(StreamCoalescingTest, FrameGoesOutAfterTheBound) {
-  GatedTask task(5);
-  Server server(&task, Options(absl::Milliseconds(2)));
+  ScalarTask task(5);
+  TestStreamServer server(&task, Options(absl::Milliseconds(2)));
   Consumer consumer(server.address(), 1 << 20);
   task.Release(1);
   std::vector<int64_t> steps;
@@ -392,8 +283,8 @@ TEST(StreamCoalescingTest, FrameGoesOutAfterTheBound) {
 // A frame never takes more than the credit: with credit for exactly 3 steps and 6 ready, the
 // first frame has 3 (at once: a spent credit ends the wait), the rest come after a grant.
 TEST(StreamCoalescingTest, FrameStopsAtTheCredit) {
-  GatedTask task(6);
-  Server server(&task, Options(absl::Minutes(10)));
+  ScalarTask task(6);
+  TestStreamServer server(&task, Options(absl::Minutes(10)));
   task.Release(6);
   ASSERT_TRUE(task.WaitProduced(6));
   Consumer consumer(server.address(), 3 * kCost);
