@@ -18,11 +18,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "core/data/executor.h"
 #include "core/data/iterator.h"
 #include "core/data/op_iterator.h"
 #include "core/data/ops/map_iterator.h"
 #include "core/io/tfrecord_reader.h"
+#include "core/util/thread_pool.h"
 #include "gtest/gtest.h"
 #include "proto/example.pb.h"
 #include "sluice/dataset.h"
@@ -374,6 +376,47 @@ TEST(RecordFramingPipelineTest, ParseExamplePipelinesMatchTheSequentialMap) {
     for (size_t i = 0; i < want.outputs.size(); ++i) {
       ASSERT_EQ(got.outputs[i], want.outputs[i]) << "output " << i;
     }
+  }
+}
+
+// A parallel map over TFRecord files drained on the pool's only thread: its pull jobs queue
+// behind the consumer, which must read the blocks itself (when none is being read or mapped)
+// rather than wait for them. Every batch comes, as the sequential map gives it.
+TEST(RecordFramingPipelineTest, AParallelMapDrainedOnThePoolsOnlyThreadReadsEveryBlock) {
+  if (!SetProcessThreadPoolSize(1).ok()) {
+    GTEST_SKIP() << "the process's pool already runs; run this test in its own process "
+                    "(ctest does)";
+  }
+  const uint64_t seed = 4242;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  record_test::TempDir dir;
+  std::vector<std::string> names;
+  for (int f = 0; f < 2; ++f) {
+    names.push_back(dir.File(absl::StrCat("part-", f, ".tfrecord")));
+    WriteRecords(names.back(), RandomExamples(rng, 300));
+  }
+  const std::string source =
+      absl::StrCat("tf_record_dataset(['", absl::StrJoin(names, "', '"), "'])");
+  const std::string parse =
+      "parse_example({'image': FixedLenFeature([], tf.string), "
+      "'label': FixedLenFeature([], tf.int64, default_value=0)})";
+  const pipeline_test::Outputs want =
+      pipeline_test::Drain(absl::StrCat(source, ".map(", parse, ").batch(7)"), /*hold=*/false);
+  ASSERT_EQ(want.outputs.size(), 86u);  // 600 / 7, rounded up
+  for (const std::string calls : {"2", "AUTOTUNE"}) {
+    pipeline_test::Outputs got;
+    absl::Notification done;
+    ProcessThreadPool().Schedule([&] {
+      got = pipeline_test::Drain(
+          absl::StrCat(source, ".map(", parse, ", num_parallel_calls=", calls, ").batch(7)"),
+          /*hold=*/false);
+      done.Notify();
+    });
+    // A liveness bound only: the pool's one thread would wait for work queued behind itself.
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(120)))
+        << "deadlocked: the consumer on the pool's only thread waits for a queued pull";
+    EXPECT_EQ(got.outputs, want.outputs) << calls;
   }
 }
 
