@@ -65,6 +65,9 @@ class RecordFile {
     view->has_owned = true;
     return Read(&view->owned);
   }
+  virtual absl::Status SeekToRecord(int64_t i) = 0;
+  // Pages of the file to fault in ahead of the reads (TFRecordReader::TakePagesAhead).
+  virtual std::optional<TFRecordReader::PagesAhead> TakePagesAhead() { return std::nullopt; }
   // Whether FrameViews can frame this file's next records (a mapped TFRecord file).
   virtual bool FramesInBulk() const { return false; }
   // As up to `max_records` ReadView calls, in one pass (TFRecordReader::FrameMappedRecords):
@@ -79,9 +82,6 @@ class RecordFile {
     (void)max_records, (void)max_bytes, (void)out, (void)bytes, (void)owner, (void)unchecked;
     return absl::UnimplementedError("FrameViews on a file that does not frame in bulk");
   }
-  virtual absl::Status SeekToRecord(int64_t i) = 0;
-  // Pages of the file to fault in ahead of the reads (TFRecordReader::TakePagesAhead).
-  virtual std::optional<TFRecordReader::PagesAhead> TakePagesAhead() { return std::nullopt; }
 };
 
 class TFRecordFile : public RecordFile {
