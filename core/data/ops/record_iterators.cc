@@ -75,11 +75,10 @@ class RecordFile {
   // (unchecked->filename names their file), stopping after the one whose data brings *bytes
   // (added to) over `max_bytes`. OK at a limit, OUT_OF_RANGE at the end of the file, or the
   // error of the record that stopped it; the records appended before it are good either way.
-  virtual absl::Status FrameViews(int64_t max_records, int64_t max_bytes,
-                                  std::vector<TFRecordReader::FramedRecord>* out,
-                                  int64_t* bytes, std::shared_ptr<const void>* owner,
-                                  UncheckedRecord* unchecked) {
-    (void)max_records, (void)max_bytes, (void)out, (void)bytes, (void)owner, (void)unchecked;
+  virtual absl::Status FrameViews(int64_t /*max_records*/, int64_t /*max_bytes*/,
+                                  std::vector<TFRecordReader::FramedRecord>* /*out*/,
+                                  int64_t* /*bytes*/, std::shared_ptr<const void>* /*owner*/,
+                                  UncheckedRecord* /*unchecked*/) {
     return absl::UnimplementedError("FrameViews on a file that does not frame in bulk");
   }
 };
