@@ -2,13 +2,19 @@
 // the executor pipeline tf_record_dataset(files).map(parse_example(...)). Writes a synthetic
 // dataset of tf.train.Examples ('image' bytes + 'label' int64, as `sluicectl gen` does) into a
 // temporary folder first. Prints one line per case: records/s and MB/s of record bytes.
+// Then the serial part of a parallel map over the files (its read lock): framing blocks of 256
+// records of the mapped files, one ReadRecordView per record against one FrameMappedRecords
+// per block, in CPU ns per record of the framing thread (each file's pages faulted in ahead,
+// off the clock, as the map's checks do; the files' bytes out of the CPU caches, as the other
+// files were read since), alternating the two --frame_rounds times.
 //
-//   record_bench [--records=40000] [--image_bytes=3072] [--files=4]
+//   record_bench [--records=40000] [--image_bytes=3072] [--files=4] [--frame_rounds=5]
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -67,19 +73,68 @@ Totals ReadFiles(const std::vector<std::string>& files, const ExampleParser* par
   return t;
 }
 
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// Frames every record of `files` in blocks of 256, as a parallel map's read lock does: one
+// ReadRecordView per record, or one FrameMappedRecords per block (`bulk`). Returns the CPU
+// seconds of the framing alone; *records counts them.
+double FrameFiles(const std::vector<std::string>& files, bool bulk, int64_t* records) {
+  constexpr int64_t kBlock = 256;
+  double cpu = 0;
+  std::vector<TFRecordReader::FramedRecord> framed;
+  for (const std::string& f : files) {
+    auto r = TFRecordReader::Open(f);
+    if (!r.ok() || !(*r)->mapped()) std::abort();
+    std::shared_ptr<const void> owner;
+    for (bool end = false; !end;) {
+      if (auto ahead = (*r)->TakePagesAhead()) TFRecordReader::FaultIn(*ahead);
+      const double start = ThreadCpuSeconds();
+      int64_t n = 0;
+      if (bulk) {
+        framed.clear();
+        int64_t bytes = 0;
+        absl::Status s = (*r)->FrameMappedRecords(kBlock, int64_t{1} << 40, &framed, &bytes,
+                                                  &owner);
+        if (!s.ok() && !absl::IsOutOfRange(s)) std::abort();
+        end = !s.ok();
+        n = static_cast<int64_t>(framed.size());
+      } else {
+        for (; n < kBlock; ++n) {
+          absl::string_view data;
+          TFRecordReader::UncheckedData unchecked;
+          absl::Status s = (*r)->ReadRecordView(&data, &unchecked, &owner);
+          if (absl::IsOutOfRange(s)) {
+            end = true;
+            break;
+          }
+          if (!s.ok()) std::abort();
+        }
+      }
+      cpu += ThreadCpuSeconds() - start;
+      *records += n;
+    }
+  }
+  return cpu;
+}
+
 void Report(const char* name, Totals t, Clock::duration d) {
   double s = std::chrono::duration<double>(d).count();
   std::printf("| %-44s | %10.0f | %8.1f |\n", name, t.records / s, t.bytes / s / 1e6);
 }
 
 int Main(int argc, char** argv) {
-  int64_t records = 40000, image_bytes = 3072, num_files = 4;
+  int64_t records = 40000, image_bytes = 3072, num_files = 4, frame_rounds = 5;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* flag) { return std::strtoll(a.c_str() + std::strlen(flag), nullptr, 10); };
     if (a.rfind("--records=", 0) == 0) records = value("--records=");
     if (a.rfind("--image_bytes=", 0) == 0) image_bytes = value("--image_bytes=");
     if (a.rfind("--files=", 0) == 0) num_files = value("--files=");
+    if (a.rfind("--frame_rounds=", 0) == 0) frame_rounds = value("--frame_rounds=");
   }
   std::filesystem::path dir = std::filesystem::temp_directory_path() /
                               ("sluice_record_bench_" + std::to_string(::getpid()));
@@ -158,6 +213,17 @@ int Main(int argc, char** argv) {
     Report(calls == 0 ? "pipeline map(parse_example).batch(64), sequential"
                       : "pipeline map(parse_example, num_parallel_calls=2).batch(64)",
            t, Clock::now() - t0);
+  }
+  std::printf("\n| round | framing, CPU ns per record: ReadRecordView per record | "
+              "FrameMappedRecords per block |\n|---|---|---|\n");
+  for (int64_t round = 0; round < frame_rounds; ++round) {
+    int64_t per_record_n = 0, bulk_n = 0;
+    const double per_record = FrameFiles(files, false, &per_record_n);
+    const double bulk = FrameFiles(files, true, &bulk_n);
+    if (per_record_n != bulk_n) std::abort();
+    std::printf("| %lld | %.1f | %.1f |\n", static_cast<long long>(round),
+                1e9 * per_record / static_cast<double>(per_record_n),
+                1e9 * bulk / static_cast<double>(bulk_n));
   }
   std::filesystem::remove_all(dir);
   return 0;

@@ -208,7 +208,9 @@ absl::Status TFRecordReader::ReadRecordUnchecked(std::string* record,
 
 absl::Status TFRecordReader::CheckData(absl::string_view data, const UncheckedData& unchecked,
                                        absl::string_view filename) {
-  if (crc32c::Unmask(unchecked.masked_crc) == crc32c::Value(data.data(), data.size())) {
+  const uint32_t masked = unchecked.crc_follows_data ? DecodeFixed32(data.data() + data.size())
+                                                     : unchecked.masked_crc;
+  if (crc32c::Unmask(masked) == crc32c::Value(data.data(), data.size())) {
     return absl::OkStatus();
   }
   return absl::DataLossError(absl::StrCat("corrupted record at byte offset ", unchecked.offset,
@@ -331,6 +333,36 @@ absl::Status TFRecordReader::ReadRecordView(absl::string_view* data, UncheckedDa
   chunk_lent_ = true;
   pos_ += static_cast<size_t>(total);
   offset_ += total;
+  return absl::OkStatus();
+}
+
+absl::Status TFRecordReader::FrameMappedRecords(int64_t max_records, int64_t max_bytes,
+                                                std::vector<FramedRecord>* out,
+                                                int64_t* data_bytes,
+                                                std::shared_ptr<const void>* owner) {
+  if (mapping_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("FrameMappedRecords on ", filename(), ", which is read, not mapped"));
+  }
+  if (!error_.ok()) return error_;
+  if (*owner != mapping_) *owner = mapping_;
+  // How many records ahead the next headers are prefetched, at the last record's stride.
+  constexpr uint64_t kPrefetchRecords = 4;
+  for (int64_t n = 0; n < max_records && *data_bytes <= max_bytes; ++n) {
+    uint64_t length, total;
+    // ReadRecordView's checks, in its order; the mapping holds the whole file, so every
+    // record that passes them lies in it.
+    RETURN_IF_ERROR(ReadCheckedHeader(&length, &total));
+    RETURN_IF_ERROR(CheckNotTruncated());
+    const uint64_t ahead = kPrefetchRecords * total;
+    if (ahead < limit_ - pos_) __builtin_prefetch(buf_ + pos_ + ahead);
+    out->push_back(FramedRecord{
+        absl::string_view(buf_ + pos_ + kTFRecordHeaderBytes, static_cast<size_t>(length)),
+        UncheckedData{offset_, 0, /*crc_follows_data=*/true}});
+    pos_ += static_cast<size_t>(total);
+    offset_ += total;
+    *data_bytes += static_cast<int64_t>(length);
+  }
   return absl::OkStatus();
 }
 

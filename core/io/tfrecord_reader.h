@@ -90,6 +90,10 @@ class TFRecordReader {
   struct UncheckedData {
     uint64_t offset = 0;      // byte offset of the record (uncompressed)
     uint32_t masked_crc = 0;  // the masked crc32c stored after the data
+    // The masked crc32c is still in the file, in the 4 bytes right after the data (a record
+    // framed by FrameMappedRecords, whose view reaches into the mapping): CheckData reads it
+    // from there, and masked_crc is unused.
+    bool crc_follows_data = false;
   };
   // As ReadRecord, except that the data checksum is not verified: *unchecked says what
   // CheckData needs to verify it later, on any thread (a parallel map verifies it outside the
@@ -115,6 +119,27 @@ class TFRecordReader {
   // then in the cache for whoever parses them next), with ReadRecord's DATA_LOSS.
   absl::Status ReadRecordView(absl::string_view* data, UncheckedData* unchecked,
                               std::shared_ptr<const void>* owner);
+  // A record FrameMappedRecords framed: its data in the mapping, and what CheckData needs.
+  struct FramedRecord {
+    absl::string_view data;
+    UncheckedData unchecked;  // crc_follows_data
+  };
+  // Mapped readers only (FAILED_PRECONDITION otherwise): frames the next records as that many
+  // ReadRecordView calls with `unchecked` set would, in one pass over their headers that reads
+  // neither their data nor their data checksums (CheckData reads those, off the caller's lock):
+  // appends up to `max_records` records to *out, stopping after the one whose data brings
+  // *data_bytes (added to) over `max_bytes`. Each record's length checksum and its extent
+  // (inside the file, under the element limit) are checked here, with ReadRecordView's errors.
+  // Returns OK when it stopped at a limit, OUT_OF_RANGE at the clean end of the file, or the
+  // error of the record that stopped it (sticky, as ReadRecordView's); the records appended
+  // before are good to use either way. *owner is set as ReadRecordView sets it (the mapping).
+  // This is the serial part of a parallel map over a TFRecord file (its read lock): the
+  // next headers are prefetched at the stride of the last record (records of one file often
+  // have one size), so their cache misses overlap instead of following one another.
+  absl::Status FrameMappedRecords(int64_t max_records, int64_t max_bytes,
+                                  std::vector<FramedRecord>* out, int64_t* data_bytes,
+                                  std::shared_ptr<const void>* owner);
+
   // The mapping a mapped reader reads (null when it reads): every view of a record lies in it.
   // The pointer keeps the file mapped, and guarded against truncation, for as long as it lives
   // (a tensor viewing the mapping holds it: core/tensor/raw_element.h ParseRawElementInPlace).

@@ -29,10 +29,14 @@
 #include "gtest/gtest.h"
 #include "proto/example.pb.h"
 #include "sluice/dataset.h"
+#include "tests/core/pipeline_outputs.h"
 #include "tests/core/record_test_util.h"
 
 namespace sluice {
 namespace {
+
+using pipeline_test::Drain;
+using pipeline_test::Outputs;
 
 // A record: an Example with 'image' (bytes of random length, 0 included, sometimes missing),
 // 'label' (int64, sometimes missing: default 7) and 'xy' (two floats); rarely bytes that are
@@ -93,62 +97,6 @@ constexpr char kParse[] =
     "parse_example({'image': FixedLenFeature([], tf.string, default_value=''), "
     "'label': FixedLenFeature([], tf.int64, default_value=7), "
     "'xy': FixedLenFeature([2], tf.float32)})";
-
-// One output as text: each leaf's dtype, shape and every value's bytes, or the error.
-std::string Describe(const absl::Status& s, const Element& e) {
-  if (!s.ok()) return absl::StrCat("error ", s.ToString());
-  std::string out;
-  for (const Tensor& t : e.Flatten()) {
-    absl::StrAppend(&out, DTypeName(t.dtype()), t.shape().ToString(), ":");
-    if (t.dtype() == DType::kString) {
-      for (int64_t i = 0; i < t.num_elements(); ++i) {
-        absl::StrAppend(&out, absl::CHexEscape(t.string_at(i)), ",");
-      }
-    } else {
-      absl::StrAppend(&out, absl::BytesToHexString(absl::string_view(
-                                static_cast<const char*>(t.raw_data()), t.byte_size())));
-    }
-    absl::StrAppend(&out, ";");
-  }
-  return out;
-}
-
-struct Outputs {
-  std::vector<std::string> outputs;  // Describe() of each output, then "end" or the last error
-  std::vector<Element> held;         // the batches, when held
-};
-
-// Drains `expression` (bounded: at most `limit` outputs; iteration goes on after element
-// errors). With `hold`, keeps every batch and describes them only at the end, after all later
-// batches were built: a batch written again after it was handed out would differ then.
-Outputs Drain(const std::string& expression, bool hold, int limit = 100000) {
-  Outputs run;
-  absl::StatusOr<Dataset> ds = Dataset::Parse(expression);
-  EXPECT_TRUE(ds.ok()) << ds.status();
-  if (!ds.ok()) return run;
-  absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
-  EXPECT_TRUE(it.ok()) << it.status();
-  if (!it.ok()) return run;
-  std::vector<absl::Status> statuses;
-  for (int i = 0; i < limit; ++i) {
-    Element e;
-    bool end = false;
-    absl::Status s = (*it)->GetNext(&e, &end);
-    if (s.ok() && end) break;
-    statuses.push_back(s);
-    run.held.push_back(e);
-    if (!hold) run.outputs.push_back(Describe(s, e));
-    if (!s.ok() && !IsElementError(s)) break;  // the input's terminal error
-  }
-  if (hold) {
-    for (size_t i = 0; i < statuses.size(); ++i) {
-      run.outputs.push_back(Describe(statuses[i], run.held[i]));
-    }
-  } else {
-    run.held.clear();
-  }
-  return run;
-}
 
 // The fused path against a sequential map then batch (per-element path, as TF describes
 // batch), for random pipelines: files, records, batch size, drop_remainder, parallelism or

@@ -81,6 +81,19 @@ class RecordFile {
   virtual absl::Status SeekToRecord(int64_t i) = 0;
   // Pages of the file to fault in ahead of the reads (TFRecordReader::TakePagesAhead).
   virtual std::optional<TFRecordReader::PagesAhead> TakePagesAhead() { return std::nullopt; }
+  // Whether FrameViews can frame this file's next records (a mapped TFRecord file).
+  virtual bool FramesInBulk() const { return false; }
+  // As up to `max_records` ReadView calls, in one pass (TFRecordReader::FrameMappedRecords):
+  // appends the records to *out, viewing the buffer *owner keeps alive, their data unchecked
+  // (unchecked->filename names their file), stopping after the one whose data brings *bytes
+  // (added to) over `max_bytes`. OK at a limit, OUT_OF_RANGE at the end of the file, or the
+  // error of the record that stopped it; the records appended before it are good either way.
+  virtual absl::Status FrameViews(int64_t /*max_records*/, int64_t /*max_bytes*/,
+                                  std::vector<TFRecordReader::FramedRecord>* /*out*/,
+                                  int64_t* /*bytes*/, std::shared_ptr<const void>* /*owner*/,
+                                  UncheckedRecord* /*unchecked*/) {
+    return absl::UnimplementedError("FrameViews on a file that does not frame in bulk");
+  }
 };
 
 class TFRecordFile : public RecordFile {
@@ -96,6 +109,15 @@ class TFRecordFile : public RecordFile {
     if (unchecked->filename != filename_) unchecked->filename = filename_;
     view->has_owned = false;
     return reader_->ReadRecordView(&view->data, &unchecked->data, owner);
+  }
+  bool FramesInBulk() const override { return reader_->mapped(); }
+  absl::Status FrameViews(int64_t max_records, int64_t max_bytes,
+                          std::vector<TFRecordReader::FramedRecord>* out, int64_t* bytes,
+                          std::shared_ptr<const void>* owner,
+                          UncheckedRecord* unchecked) override {
+    unchecked->unchecked = true;
+    if (unchecked->filename != filename_) unchecked->filename = filename_;
+    return reader_->FrameMappedRecords(max_records, max_bytes, out, bytes, owner);
   }
   std::optional<TFRecordReader::PagesAhead> TakePagesAhead() override {
     return reader_->TakePagesAhead();
@@ -199,7 +221,9 @@ class FixedLengthFormat : public RecordFormat {
 // Files in order, optionally limited to a record range.
 // Implements DeferredCheckBlockSource: a parallel map pulling its blocks does only the framing
 // under its read lock (one read() per buffer, or none for a mapped file; record boundaries,
-// length checksums); copying the records out of the buffers and verifying their data
+// length checksums: for a mapped file one pass over the block's headers,
+// TFRecordReader::FrameMappedRecords, which leaves even the data checksums stored after each
+// record to be read off the lock); copying the records out of the buffers and verifying their data
 // checksums is the block's BlockCheck, run outside the lock, which also faults in the pages of
 // a mapped file that the next reads will touch (TFRecordReader::TakePagesAhead) and closes the
 // files the block's reads finished (a munmap for a mapped one).
@@ -378,7 +402,8 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
   }
 
   // GetNextBlockInternal's reads as views: up to max_elements rows, fewer when they hold more
-  // than an element's bytes, or when a read error came after some (then pending_).
+  // than an element's bytes, or when a read error came after some (then pending_). A file that
+  // frames in bulk (a mapped TFRecord file) is framed a run of records at a time.
   absl::Status ReadViews(int64_t max_elements, ViewBlock* views, bool* end_of_sequence) {
     if (!pending_.ok()) return pending_;
     views->rows.reserve(static_cast<size_t>(std::min<int64_t>(max_elements, 4096)));
@@ -386,40 +411,78 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
     int64_t bytes = 0;
     UncheckedRecord check;
     std::shared_ptr<const void> owner;
-    while (static_cast<int64_t>(views->rows.size()) < max_elements) {
-      ViewRow row;
+    std::vector<TFRecordReader::FramedRecord> framed;
+    while (static_cast<int64_t>(views->rows.size()) < max_elements && bytes <= element_limit) {
       bool end = false;
-      absl::Status s = ReadWith(
-          [&](RecordFile* f) { return f->ReadView(&row.record, &owner, &check); }, &end,
-          &views->finished);
+      absl::Status s = OpenCurrent(&end);
+      if (s.ok() && !end && current_->FramesInBulk()) {
+        s = FrameInBulk(max_elements - static_cast<int64_t>(views->rows.size()), element_limit,
+                        views, &bytes, &owner, &check, &framed);
+        if (absl::IsOutOfRange(s)) {  // the file's end: on to the next file
+          FinishCurrent(&views->finished);
+          continue;
+        }
+      } else if (s.ok() && !end) {
+        ViewRow row;
+        s = ReadWith([&](RecordFile* f) { return f->ReadView(&row.record, &owner, &check); },
+                     &end, &views->finished);
+        if (s.ok() && !end) {
+          bytes += static_cast<int64_t>(row.record.has_owned ? row.record.owned.size()
+                                                              : row.record.data.size());
+          AppendRow(std::move(row), owner, check, views);
+        }
+      }
       if (!s.ok()) {
         if (views->rows.empty()) return s;
         pending_ = s;
         break;
       }
       if (end) break;
-      if (!row.record.has_owned) {
-        if (views->owners.empty() || views->owners.back() != owner) {
-          views->owners.push_back(owner);
-        }
-        row.owner = views->owners.size() - 1;
-      }
-      if (check.unchecked) {
-        if (views->filenames.empty() || views->filenames.back() != check.filename) {
-          views->filenames.push_back(check.filename);
-        }
-        row.unchecked = true;
-        row.data = check.data;
-        row.file = views->filenames.size() - 1;
-      }
-      bytes += static_cast<int64_t>(row.record.has_owned ? row.record.owned.size()
-                                                          : row.record.data.size());
-      views->rows.push_back(std::move(row));
-      if (bytes > element_limit) break;
     }
     if (current_ != nullptr) views->ahead = current_->TakePagesAhead();
     if (views->rows.empty()) *end_of_sequence = true;
     return absl::OkStatus();
+  }
+
+  // Up to `most` records of current_ (fewer at the range's end) framed in one pass
+  // (RecordFile::FrameViews) into views->rows; *bytes as ReadViews counts them. FrameViews'
+  // status, its errors labeled.
+  absl::Status FrameInBulk(int64_t most, int64_t element_limit, ViewBlock* views, int64_t* bytes,
+                           std::shared_ptr<const void>* owner, UncheckedRecord* check,
+                           std::vector<TFRecordReader::FramedRecord>* framed) {
+    if (remaining_ >= 0) most = std::min(most, remaining_);
+    framed->clear();
+    absl::Status s = current_->FrameViews(most, element_limit, framed, bytes, owner, check);
+    if (remaining_ > 0) remaining_ -= static_cast<int64_t>(framed->size());
+    for (const TFRecordReader::FramedRecord& f : *framed) {
+      ViewRow row;
+      row.record.data = f.data;
+      check->data = f.unchecked;
+      AppendRow(std::move(row), *owner, *check, views);
+    }
+    if (s.ok() || absl::IsOutOfRange(s)) return s;
+    return Labeled(s);
+  }
+
+  // Appends `row`, read as a view of a buffer `owner` keeps (unless it owns its record), its
+  // data to verify as `check` says, to the block.
+  static void AppendRow(ViewRow row, const std::shared_ptr<const void>& owner,
+                        const UncheckedRecord& check, ViewBlock* views) {
+    if (!row.record.has_owned) {
+      if (views->owners.empty() || views->owners.back() != owner) {
+        views->owners.push_back(owner);
+      }
+      row.owner = views->owners.size() - 1;
+    }
+    if (check.unchecked) {
+      if (views->filenames.empty() || views->filenames.back() != check.filename) {
+        views->filenames.push_back(check.filename);
+      }
+      row.unchecked = true;
+      row.data = check.data;
+      row.file = views->filenames.size() - 1;
+    }
+    views->rows.push_back(std::move(row));
   }
 
   absl::Status ReadBlock(int64_t max_elements, Element* out, int64_t* n, bool* end_of_sequence) {
@@ -462,33 +525,46 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
     return ReadWith([record](RecordFile* f) { return f->Read(record); }, end);
   }
 
-  // The next record read from its file by `read` (a RecordFile method), or *end at the end of
-  // the files (or of the range). A file read to its end is closed, or moved to *finished for
-  // the caller to close later (off its lock) when `finished` is not null.
-  template <typename ReadFn>
-  absl::Status ReadWith(const ReadFn& read, bool* end,
-                        std::vector<std::shared_ptr<RecordFile>>* finished = nullptr) {
+  // Makes current_ the file the next record comes from, opening the next file when none is
+  // open (after positioning a range's start), or sets *end at the end of the files (or of the
+  // range).
+  absl::Status OpenCurrent(bool* end) {
     if (range_.has_value() && !positioned_) {
       RETURN_IF_ERROR(Position());
       positioned_ = true;
     }
+    if (remaining_ == 0 || next_file_ > files_.size() ||
+        (current_ == nullptr && next_file_ == files_.size())) {
+      *end = true;
+      return absl::OkStatus();
+    }
+    if (current_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<RecordFile>> f = format_->Open(files_[next_file_], false);
+      if (!f.ok()) return Labeled(f.status());
+      current_ = *std::move(f);
+      ++next_file_;
+    }
+    return absl::OkStatus();
+  }
+
+  // current_, read to its end, is closed, or moved to *finished for the caller to close later
+  // (off its lock) when `finished` is not null.
+  void FinishCurrent(std::vector<std::shared_ptr<RecordFile>>* finished) {
+    if (finished != nullptr) finished->push_back(std::move(current_));
+    current_.reset();
+  }
+
+  // The next record read from its file by `read` (a RecordFile method), or *end at the end of
+  // the files (or of the range). A file read to its end is finished (FinishCurrent).
+  template <typename ReadFn>
+  absl::Status ReadWith(const ReadFn& read, bool* end,
+                        std::vector<std::shared_ptr<RecordFile>>* finished = nullptr) {
     for (;;) {
-      if (remaining_ == 0 || next_file_ > files_.size() ||
-          (current_ == nullptr && next_file_ == files_.size())) {
-        *end = true;
-        return absl::OkStatus();
-      }
-      if (current_ == nullptr) {
-        absl::StatusOr<std::unique_ptr<RecordFile>> f =
-            format_->Open(files_[next_file_], false);
-        if (!f.ok()) return Labeled(f.status());
-        current_ = *std::move(f);
-        ++next_file_;
-      }
+      RETURN_IF_ERROR(OpenCurrent(end));
+      if (*end) return absl::OkStatus();
       absl::Status s = read(current_.get());
       if (absl::IsOutOfRange(s)) {
-        if (finished != nullptr) finished->push_back(std::move(current_));
-        current_.reset();
+        FinishCurrent(finished);
         continue;
       }
       if (!s.ok()) return Labeled(s);
