@@ -380,8 +380,8 @@ TEST(RecordFramingPipelineTest, ParseExamplePipelinesMatchTheSequentialMap) {
 }
 
 // A parallel map over TFRecord files drained on the pool's only thread: its pull jobs queue
-// behind the consumer, which must read the blocks itself (when none is being read or mapped)
-// rather than wait for them. Every batch comes, as the sequential map gives it.
+// behind the consumer, which must read the blocks itself rather than wait for them. Every
+// batch comes, as the sequential map gives it.
 TEST(RecordFramingPipelineTest, AParallelMapDrainedOnThePoolsOnlyThreadReadsEveryBlock) {
   if (!SetProcessThreadPoolSize(1).ok()) {
     GTEST_SKIP() << "the process's pool already runs; run this test in its own process "

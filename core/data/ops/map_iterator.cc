@@ -378,12 +378,9 @@ class ParallelMapIterator : public OpIterator {
         // while the consumer was away, and nothing else would read again until the consumer
         // next finds no block ready.
         schedule = QueuePulls(parallelism_);
-        // Every unit not done is being read or mapped by a running job (units are queued by
-        // the pull that reads them): the consumer waits for those, and runs a job still queued
-        // (possibly behind itself) only when there are none, rather than wait. Pulling a block
-        // while one it waits for is being mapped would only keep it from handing that one out
-        // once done, while the pool's threads, having read ahead to the bound, go idle.
-        if (!taken && queued_pulls_ > 0 && units_.empty()) {
+        // Every unit not done is being read or mapped by a running job: the consumer waits only
+        // for those, and runs a job still queued (possibly behind itself) rather than wait.
+        if (!taken && queued_pulls_ > 0) {
           --queued_pulls_;
           ++pulling_;
           help = true;

@@ -62,10 +62,8 @@ using ElementFn = std::function<absl::StatusOr<Element>(Element)>;
 // When the input's blocks may be pulled on the pool (Iterator::BlocksPullableOnPool: a record
 // file source), a parallel map's bulk path reads them there too: each pool job takes the
 // input's lock, reads the next block, releases the lock and maps it, so one job reads while
-// others map and the consumer's thread only hands out mapped blocks (or, when no block is
-// being read or mapped, runs a job still queued rather than wait: while one is, the consumer
-// waits for it, since a block pulled on its thread would hold up handing out the one it waits
-// for while the pool, read ahead to its bound, idles). A finished job queues the next one itself while fewer than
+// others map and the consumer's thread only hands out mapped blocks (or runs a job still
+// queued rather than wait). A finished job queues the next one itself while fewer than
 // 2 * parallelism blocks are held or coming, so the pool reads ahead while the consumer is away;
 // a block the consumer takes queues one too when it frees room under that bound.
 // Blocks are queued in read order: same elements, order and errors. Under the input's lock a
