@@ -99,6 +99,7 @@
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/sync_stream.h"
 #include "worker/grpc_worker_service.h"
+#include "core/tensor/step_output_allocator.h"
 #include "worker/step_placement.h"
 
 namespace sluice {
@@ -293,7 +294,7 @@ void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
       // has one for this task (worker/step_placement.h), else into ordinary memory.
       step->pieces.resize(static_cast<size_t>(replicas));
       for (std::vector<Tensor>& p : step->pieces) {
-        std::shared_ptr<TensorBuffer> b = AllocateStepBuffer(size);
+        std::shared_ptr<TensorBuffer> b = AllocateStepOutput(size);
         if (b == nullptr) b = AllocateUninitializedHost(size);
         std::memcpy(b->data(), piece.raw_data(), size);
         p.assign(1, *Tensor::Wrap(DType::kUInt8, piece.shape(), std::move(b)));

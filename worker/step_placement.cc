@@ -11,8 +11,6 @@
 namespace sluice {
 namespace {
 
-thread_local const StepPlacement* g_current = nullptr;
-
 std::atomic<int64_t> g_steps_built_in_ring{0};
 std::atomic<int64_t> g_steps_copied_to_ring{0};
 
@@ -85,26 +83,11 @@ std::shared_ptr<const TaskStep> StepPlacement::Unplaced(
   return copy;
 }
 
-const StepPlacement* StepPlacement::Current() { return g_current; }
-
 StepPlacementCounts ProcessStepPlacementCounts() {
   StepPlacementCounts c;
   c.steps_built_in_ring = g_steps_built_in_ring.load(std::memory_order_relaxed);
   c.steps_copied_to_ring = g_steps_copied_to_ring.load(std::memory_order_relaxed);
   return c;
-}
-
-StepPlacement::Scope::Scope(const StepPlacement* placement)
-    : previous_(g_current), output_scope_(placement) {
-  g_current = placement;
-}
-
-StepPlacement::Scope::~Scope() { g_current = previous_; }
-
-std::shared_ptr<TensorBuffer> AllocateStepBuffer(size_t bytes) {
-  const StepPlacement* placement = StepPlacement::Current();
-  if (placement == nullptr || bytes == 0) return nullptr;
-  return placement->Allocate(bytes);
 }
 
 }  // namespace sluice

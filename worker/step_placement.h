@@ -3,19 +3,19 @@
 // attached to its task's runner (TaskRunner::AttachPlacement), each step the runner produces
 // has its numeric tensors in the ring, laid out as the stream's frame layout wants them (each
 // at a 64-byte aligned offset, in piece and leaf order), so that sending the step is only its
-// header (ShmRingWriter::InPlace). A producer that builds its tensors through
-// AllocateStepBuffer (the thread's placement, set by the runner around each step) or through
-// core's AllocateStepOutput (core/tensor/step_output_allocator.h: the placement is the thread's
-// StepOutputAllocator too, so that a pipeline's last op, fixed_length_record_dataset reading
-// records for map(decode_raw) say, reads them there) builds them there directly; Place copies
-// the rest (a pipeline's output built elsewhere) once, on the
-// producer's thread, not under the stream's lock. Strings stay where they are (they travel
+// header (ShmRingWriter::InPlace). A placement is a StepOutputAllocator
+// (core/tensor/step_output_allocator.h), which the runner makes the producing thread's current
+// one around each step: a producer that builds its tensors through AllocateStepOutput (a
+// pipeline's last op, fixed_length_record_dataset reading records for map(decode_raw) say)
+// builds them there directly; Place copies the rest (a pipeline's output built elsewhere) once,
+// on the producer's thread, not under the stream's lock. Strings stay where they are (they travel
 // inline). When the ring has no room, a step is left as it was (the stream copies it or
 // sends it over TCP): nothing waits for room.
 //
 //   auto placement = std::make_shared<StepPlacement>(ring);  // the stream's ShmRingWriter
 //   runner->AttachPlacement(placement);
-//   ... the runner: Scope scope(placement.get()); produce(&step); placement->Place(&step);
+//   ... the runner: StepOutputAllocator::Scope scope(placement.get()); produce(&step);
+//       placement->Place(&step);
 //   ... the stream, when it ends (off its lock: this waits for a step being produced):
 //   runner->DetachPlacement(placement.get());
 //
@@ -65,30 +65,9 @@ class StepPlacement : public StepOutputAllocator {
     return Allocate(bytes);
   }
 
-  // The placement producers on this thread build for (nullptr outside a Scope).
-  static const StepPlacement* Current();
-  // Makes `placement` (may be null) the thread's current one, and its StepOutputAllocator, for
-  // the scope's life.
-  class Scope {
-   public:
-    explicit Scope(const StepPlacement* placement);
-    ~Scope();
-    Scope(const Scope&) = delete;
-    Scope& operator=(const Scope&) = delete;
-
-   private:
-    const StepPlacement* const previous_;
-    const StepOutputAllocator::Scope output_scope_;
-  };
-
  private:
   const std::shared_ptr<ShmRingWriter> ring_;
 };
-
-// For a producer building a step's numeric tensor of `bytes` (> 0): a buffer in the ring of
-// the thread's current placement, or nullptr when there is none or it has no room (then the
-// producer allocates as usual: Tensor::TryAllocate). Not zero-filled.
-std::shared_ptr<TensorBuffer> AllocateStepBuffer(size_t bytes);
 
 }  // namespace sluice
 

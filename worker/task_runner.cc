@@ -19,6 +19,7 @@
 #include "core/util/status_macros.h"
 #include "core/util/transient_error.h"
 #include "worker/cross_trainer_window.h"
+#include "core/tensor/step_output_allocator.h"
 #include "worker/step_placement.h"
 
 namespace sluice {
@@ -181,7 +182,7 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
     try {
       // A stream with a shared-memory ring is attached: the step is built there (what the
       // producer did not build there is copied once, here, off the stream's lock).
-      StepPlacement::Scope scope(placement.get());
+      StepOutputAllocator::Scope scope(placement.get());
       absl::Status s = producer_ ? producer_(step, end) : steps_->GetNext(step, end);
       if (s.ok() && !*end && placement != nullptr) placement->Place(step);
       return s;

@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "core/tensor/step_output_allocator.h"
 #include "worker/step_placement.h"
 #include "tests/worker/task_step_test_util.h"
 #include "worker/task_runner.h"
@@ -51,15 +52,15 @@ TEST(StepPlacementTest, StepsBuiltInTheRingAreSentAsTheirHeaderAlone) {
   StepPlacement placement(writer);
   std::vector<TaskStep> steps(2);
   {
-    StepPlacement::Scope scope(&placement);
-    EXPECT_EQ(StepPlacement::Current(), &placement);
+    StepOutputAllocator::Scope scope(&placement);
+    EXPECT_EQ(StepOutputAllocator::Current(), &placement);
     // Step 0: the producer builds its uint8 and int32 tensors in one ring buffer, laid out
     // as a frame wants them; step 1: in ordinary memory (placed: copied once). Both carry
     // strings, which stay where they are and travel inline.
     for (int s = 0; s < 2; ++s) {
       Tensor bytes, ints;
       if (s == 0) {
-        std::shared_ptr<TensorBuffer> b = AllocateStepBuffer(5056 + 12);
+        std::shared_ptr<TensorBuffer> b = AllocateStepOutput(5056 + 12);
         ASSERT_NE(b, nullptr);
         bytes = InRing(b, 5000, 1);
         ints = *Tensor::Wrap(DType::kInt32, Shape({3}), b, 5056);
@@ -79,8 +80,8 @@ TEST(StepPlacementTest, StepsBuiltInTheRingAreSentAsTheirHeaderAlone) {
       EXPECT_EQ(steps[s].pieces[0][1].data<int32_t>()[2], s * 10 + 2);
     }
   }
-  EXPECT_EQ(StepPlacement::Current(), nullptr);
-  EXPECT_EQ(AllocateStepBuffer(64), nullptr);  // outside a scope: ordinary memory
+  EXPECT_EQ(StepOutputAllocator::Current(), nullptr);
+  EXPECT_EQ(AllocateStepOutput(64), nullptr);  // outside a scope: ordinary memory
 
   const ShmRingCounts before = ProcessShmRingCounts();
   StepFrameEncoder encoder;
@@ -250,7 +251,7 @@ TEST(StepPlacementTest, RunnerBuildsInTheRingAndLetsGoOfItWhenDetached) {
           *end = true;
           return absl::OkStatus();
         }
-        std::shared_ptr<TensorBuffer> b = AllocateStepBuffer(1000);
+        std::shared_ptr<TensorBuffer> b = AllocateStepOutput(1000);
         if (b == nullptr) b = TensorBuffer::AllocateHost(1000);
         step->task_step = (*produced)++;
         step->num_real_pieces = 1;
