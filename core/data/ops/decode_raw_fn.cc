@@ -1,6 +1,5 @@
 // decode_raw(out_type, little_endian=True) for map(): the function (core/data/map_fns.h has the
 // semantics) and its registration (core/data/op_registry.h).
-#include <bit>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -13,6 +12,7 @@
 #include "core/data/op_expression.h"
 #include "core/data/op_parse.h"
 #include "core/data/op_registry.h"
+#include "core/data/ops/decode_raw_byte_order.h"
 #include "core/format/python_literal.h"
 #include "core/tensor/dtype_dispatch.h"
 #include "core/util/status_macros.h"
@@ -74,12 +74,8 @@ class DecodeRawFn : public ComponentFn {
     for (int64_t i = 0; i < n; ++i) {
       std::memcpy(dst + i * length, input.string_at(i).data(), length);
     }
-    const bool swap = big_endian_ == (std::endian::native == std::endian::little);
-    if (swap && width > 1) {
-      const size_t total = static_cast<size_t>(n) * length;
-      for (size_t off = 0; off < total; off += width) {
-        for (size_t a = 0, b = width - 1; a < b; ++a, --b) std::swap(dst[off + a], dst[off + b]);
-      }
+    if (DecodeRawSwaps(width, big_endian_)) {
+      ReverseEachValue(dst, static_cast<size_t>(n) * length, width);
     }
     return Element(std::move(out));
   }

@@ -1,7 +1,6 @@
 #include "core/data/ops/record_iterators.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <deque>
 #include <initializer_list>
@@ -17,6 +16,7 @@
 #include "core/data/deferred_check_blocks.h"
 #include "core/io/fixed_length_record_reader.h"
 #include "core/data/ops/interleave_iterator.h"
+#include "core/data/ops/decode_raw_byte_order.h"
 #include "core/data/op_iterator.h"
 #include "core/data/shape_limits.h"
 #include "core/tensor/host_memory.h"
@@ -623,7 +623,7 @@ class DecodedFixedLengthRecordIterator : public SequentialRecordIterator {
                                  std::move(range)),
         decoded_(std::move(decoded)),
         width_(DTypeSize(decoded_.out_type)),
-        swap_(width_ > 1 && decoded_.big_endian == (std::endian::native == std::endian::little)) {}
+        swap_(DecodeRawSwaps(width_, decoded_.big_endian)) {}
 
  protected:
   bool SupportsBlocks() const override { return false; }
@@ -650,7 +650,10 @@ class DecodedFixedLengthRecordIterator : public SequentialRecordIterator {
           decoded_.map_label, WithContext(absl::StrCat(decoded_.fn, " (string [])"), refused)));
     }
     if (*end_of_sequence) return absl::OkStatus();
-    if (swap_) SwapBytes(&decoded);
+    if (swap_) {
+      ReverseEachValue(static_cast<char*>(decoded.mutable_raw_data()), decoded.byte_size(),
+                       width_);
+    }
     *out = Element(std::move(decoded));
     return absl::OkStatus();
   }
@@ -666,14 +669,6 @@ class DecodedFixedLengthRecordIterator : public SequentialRecordIterator {
       }
     }
     return TryAllocateUninitialized(decoded_.out_type, shape, "its output");
-  }
-
-  void SwapBytes(Tensor* t) const {
-    char* p = static_cast<char*>(t->mutable_raw_data());
-    const size_t total = t->byte_size();
-    for (size_t off = 0; off < total; off += width_) {
-      for (size_t a = 0, b = width_ - 1; a < b; ++a, --b) std::swap(p[off + a], p[off + b]);
-    }
   }
 
   const DecodedRecords decoded_;
