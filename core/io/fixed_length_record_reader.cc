@@ -95,16 +95,17 @@ absl::Status FixedLengthRecordReader::ReadRecord(std::string* record) {
 absl::Status FixedLengthRecordReader::ReadUncompressedInto(RecordDestination destination) {
   const size_t rb = static_cast<size_t>(options_.record_bytes);
   if (next_ >= *num_records_) return absl::OutOfRangeError("end of file");
+  const auto shrank = [this] {  // the file has fewer bytes than its size said
+    return absl::DataLossError(absl::StrCat("truncated record ", next_, " of ", filename_,
+                                            " (the file changed while read)"));
+  };
   const bool direct = rb >= kDirectReadBytes;
   if (!direct) {
     absl::Status s = Fill(rb);
     if (!s.ok()) return error_ = s;
   }
   const size_t buffered = std::min(pending_.size() - pos_, rb);
-  if (!direct && buffered < rb) {  // the file shrank under us
-    return error_ = absl::DataLossError(absl::StrCat(
-               "truncated record ", next_, " of ", filename_, " (the file changed while read)"));
-  }
+  if (!direct && buffered < rb) return error_ = shrank();
   absl::StatusOr<char*> to = destination(rb);
   if (!to.ok()) {  // the caller failed on this record: the next call reads the next one
     if (buffered == rb) {
@@ -121,11 +122,7 @@ absl::Status FixedLengthRecordReader::ReadUncompressedInto(RecordDestination des
   for (size_t done = buffered; done < rb;) {
     absl::StatusOr<size_t> got = stream_->Read(*to + done, rb - done);
     if (!got.ok()) return error_ = got.status();
-    if (*got == 0) {
-      return error_ = absl::DataLossError(absl::StrCat("truncated record ", next_, " of ",
-                                                       filename_,
-                                                       " (the file changed while read)"));
-    }
+    if (*got == 0) return error_ = shrank();
     done += *got;
   }
   ++next_;

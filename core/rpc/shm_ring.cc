@@ -276,7 +276,8 @@ absl::StatusOr<std::shared_ptr<TensorBuffer>> ShmRingReader::Resolve(
                                             "position ", end, " ", why, " (segment of ", size,
                                             " bytes)"));
   };
-  if (bytes == 0 || offset % TensorBuffer::kAlignment != 0 || offset >= size || bytes > size - offset) {
+  if (bytes == 0 || offset % TensorBuffer::kAlignment != 0 || offset >= size ||
+      bytes > size - offset) {
     return bad("lies outside the segment");
   }
   absl::MutexLock lock(&state_->mu);
