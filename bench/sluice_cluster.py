@@ -61,6 +61,13 @@ class SluiceCluster:
         return path
 
     def __enter__(self):
+        try:
+            return self._start()
+        except BaseException:
+            self.__exit__(None, None, None)  # stop what did start: no process outlives a failure
+            raise
+
+    def _start(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="sluice-bench-")
         log = open(os.path.join(self.tmp.name, "coordinator.log"), "w")
         port_file = os.path.join(self.tmp.name, "coordinator.port")
