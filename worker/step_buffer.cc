@@ -223,6 +223,36 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
   if (window_) return window_->TryPush(step, space, retry_at);
   RunWakeups run;
   absl::MutexLock lock(&mu_);
+  return TryPushLocked(step, space, retry_at, &run.wake);
+}
+
+absl::StatusOr<size_t> StepBuffer::TryPushSteps(
+    absl::Span<const std::shared_ptr<const TaskStep>> steps, const ReadyCallback& space,
+    absl::Time* retry_at) {
+  size_t taken = 0;
+  if (window_) {  // a shared job's window: step by step
+    for (const std::shared_ptr<const TaskStep>& step : steps) {
+      absl::StatusOr<bool> took = window_->TryPush(step, space, retry_at);
+      if (!took.ok() && taken == 0) return took.status();
+      if (!took.ok() || !*took) break;
+      ++taken;
+    }
+    return taken;
+  }
+  RunWakeups run;
+  absl::MutexLock lock(&mu_);
+  for (const std::shared_ptr<const TaskStep>& step : steps) {
+    absl::StatusOr<bool> took = TryPushLocked(step, space, retry_at, &run.wake);
+    if (!took.ok() && taken == 0) return took.status();
+    if (!took.ok() || !*took) break;
+    ++taken;
+  }
+  return taken;
+}
+
+absl::StatusOr<bool> StepBuffer::TryPushLocked(const std::shared_ptr<const TaskStep>& step,
+                                               const ReadyCallback& space, absl::Time* retry_at,
+                                               Wakeups* wake) {
   *retry_at = absl::InfiniteFuture();
   producer_wake_ = nullptr;
   if (step->task_step != next_push_) {
@@ -243,7 +273,7 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
     if (!options_.independent && !try_detached_ && unattached_ > 0) {
       if (now >= detach_at) {
         DetachUnattachedLocked();  // as in Push: detached, not ended
-        ReleaseLocked(&run.wake);
+        ReleaseLocked(wake);
         try_detached_ = true;
       } else {
         *retry_at = detach_at;
@@ -257,7 +287,7 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
   }
   try_blocked_since_ = absl::InfinitePast();
   try_detached_ = false;
-  AdmitLocked(step, &run.wake);
+  AdmitLocked(step, wake);
   return true;
 }
 
