@@ -228,8 +228,9 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
 
 absl::StatusOr<size_t> StepBuffer::TryPushSteps(
     absl::Span<const std::shared_ptr<const TaskStep>> steps, const ReadyCallback& space,
-    absl::Time* retry_at) {
+    absl::Time* retry_at, size_t* room) {
   size_t taken = 0;
+  *room = 0;
   if (window_) {  // a shared job's window: step by step
     for (const std::shared_ptr<const TaskStep>& step : steps) {
       absl::StatusOr<bool> took = window_->TryPush(step, space, retry_at);
@@ -247,6 +248,7 @@ absl::StatusOr<size_t> StepBuffer::TryPushSteps(
     if (!took.ok() || !*took) break;
     ++taken;
   }
+  *room = bytes_ < options_.max_bytes ? options_.max_bytes - bytes_ : 0;
   return taken;
 }
 

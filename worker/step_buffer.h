@@ -183,10 +183,12 @@ class StepBuffer {
   // exactly TryPush of each in order, under one acquisition of the lock (small steps: one lock
   // and one round of wake-ups per block instead of per step). Returns how many it took, a
   // prefix; when it took fewer than all, `space` is registered (and *retry_at set) as TryPush
-  // does when it refuses. CANCELLED after Close() or StopProducing() (nothing taken).
+  // does when it refuses. *room is then the budget's bytes left (max_bytes less the bytes
+  // buffered; 0 for a cross-trainer window), so that the producer makes no bigger block than
+  // the buffer can take. CANCELLED after Close() or StopProducing() (nothing taken).
   absl::StatusOr<size_t> TryPushSteps(absl::Span<const std::shared_ptr<const TaskStep>> steps,
-                                      const std::function<void()>& space,
-                                      absl::Time* retry_at);
+                                      const std::function<void()>& space, absl::Time* retry_at,
+                                      size_t* room);
   // True after Close() or StopProducing(): Push and TryPush take nothing more.
   bool producer_stopped() const;
   // Producer: no more steps; `status` is OK at the end of data or the pipeline's error, which

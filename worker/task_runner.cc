@@ -103,11 +103,12 @@ constexpr absl::Duration kSliceTime = absl::Milliseconds(10);
 
 // A block (TaskRunner::Production::ProduceBlock): the steps a slice makes before it pushes
 // them, under one acquisition of the buffer's lock. At most kBlockSteps steps (a frame's
-// worth, WorkerServiceOptions::max_frame_steps) and kBlockBytes, and only while each step
-// takes at most kBlockStepTime to make: at 1 KiB steps the per-step lock, wake-up checks and
-// contention with the streams reading the buffer were a third of the worker's CPU, while a
-// step of 64 KiB or more, or a slow one, goes alone (nothing waits for the steps after it
-// longer than kBlockStepTime each).
+// worth, WorkerServiceOptions::max_frame_steps) and kBlockBytes, no more than the buffer's
+// room at the last push (a producer held by a full buffer has made one step it could not
+// push, as without blocks), and only while each step takes at most kBlockStepTime to make: at
+// 1 KiB steps the per-step lock, wake-up checks and contention with the streams reading the
+// buffer were a third of the worker's CPU, while a step of 64 KiB or more, or a slow one, ends
+// its block (nothing waits for the steps after it longer than kBlockStepTime each).
 constexpr size_t kBlockSteps = 64;
 constexpr size_t kBlockBytes = size_t{64} << 10;
 constexpr absl::Duration kBlockStepTime = absl::Microseconds(20);
@@ -225,12 +226,13 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
       if (shared) step->shared_payload = std::make_shared<const SharedStepPayload>();
       bytes += step->bytes;
       pending_.push_back(std::move(step));
-      // The first step of a task goes at once (time to first step); a block ends at its size,
-      // at a large step, with the slice, or once a step took long to make: a step waits for
-      // the ones after it in its block at most kBlockSteps x kBlockStepTime, plus the making
-      // of the block's last step.
+      // A block ends at its size, at what the buffer had room for when the last block went
+      // (the first step of a task, before any, goes alone: time to first step; a full buffer
+      // gets one step more, not a block more), with the slice, or once a step took long to
+      // make: a step waits for the ones after it in its block at most kBlockSteps x
+      // kBlockStepTime, plus the making of the block's last step.
       const absl::Time now = absl::Now();
-      if (!pushed_ || pending_.size() >= kBlockSteps || bytes >= kBlockBytes ||
+      if (pending_.size() >= kBlockSteps || bytes >= std::min(kBlockBytes, room_) ||
           now >= slice_end || now - last > kBlockStepTime || buffer_->producer_stopped()) {
         return true;
       }
@@ -269,16 +271,13 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
         }
         if (pending_.empty()) continue;  // the end, with no step before it
       }
-      absl::StatusOr<size_t> taken = buffer_->TryPushSteps(pending_, wake, &retry_at);
+      absl::StatusOr<size_t> taken = buffer_->TryPushSteps(pending_, wake, &retry_at, &room_);
       if (!taken.ok()) {  // stopped or closed
         done = true;
         break;
       }
       pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(*taken));
-      if (*taken > 0) {
-        pushed_ = true;
-        if (on_first_step_) std::exchange(on_first_step_, nullptr)();
-      }
+      if (*taken > 0 && on_first_step_) std::exchange(on_first_step_, nullptr)();
       if (!pending_.empty()) {
         full = true;
         break;
@@ -314,7 +313,8 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
   PendingSteps pending_;  // produced, not yet taken by the buffer, in order
   // Set: the pipeline ended (OK) or failed after the steps in pending_; Finish follows them.
   std::optional<absl::Status> finish_;
-  bool pushed_ = false;  // a step was taken by the buffer (the first goes alone)
+  // The buffer's room after the last block (TryPushSteps): the next block's bytes stop there.
+  size_t room_ = 0;
   std::function<void()> on_first_step_;      // TaskRunnerOptions::on_first_step, until called
 
   absl::Mutex mu_;

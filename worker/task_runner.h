@@ -14,8 +14,8 @@
 // Threads: a TaskRunner owns no thread. It produces its steps in jobs on a TaskRunnerPool
 // (worker/task_runner_pool.h; the process's unless TaskRunnerOptions names another), each job
 // a slice: steps pushed (small ones in blocks of up to 64 under one lock, StepBuffer::
-// TryPushSteps; a block ends early at a step that was slow to make, and a task's first step goes
-// alone) until the StepBuffer is full (then the thread goes back to the pool and the buffer's
+// TryPushSteps; a block ends early at a step that was slow to make and at the room the buffer
+// had at the last push, so a task's first step goes alone) until the StepBuffer is full (then the thread goes back to the pool and the buffer's
 // space notification, StepBuffer::TryPush, schedules the next slice), the task ends, or
 // kSliceTime (10 ms) passed with at least one step pushed (then the runner goes to the back of
 // the pool's queue, so that the runners of all tasks take turns). A step is produced on

@@ -33,18 +33,21 @@ TEST(StepBlocksTest, TryPushStepsTakesThePrefixThatFitsTheBudget) {
   absl::StatusOr<int64_t> g = b.Attach(0, 0);
   ASSERT_TRUE(g.ok()) << g.status();
   absl::Time retry_at;
+  size_t room = 0;
   std::atomic<int> woken{0};
   const Steps block = {MakeStep(0), MakeStep(1), MakeStep(2), MakeStep(3)};
-  absl::StatusOr<size_t> taken = b.TryPushSteps(block, [&] { ++woken; }, &retry_at);
+  absl::StatusOr<size_t> taken = b.TryPushSteps(block, [&] { ++woken; }, &retry_at, &room);
   ASSERT_TRUE(taken.ok()) << taken.status();
   EXPECT_EQ(*taken, 2u);  // 100 + 100 bytes; a third step would make 300 > 250
   EXPECT_EQ(b.buffered_steps(), 2u);
   EXPECT_TRUE(b.stats().producer_waiting_for_space);
   EXPECT_EQ(woken.load(), 0);
+  EXPECT_EQ(room, 50u);  // what the producer's next block may fill
   // Reading releases both: room, and the producer's wake-up, once.
   EXPECT_EQ(TakeReady(&b, 0, *g), (std::vector<int64_t>{0, 1}));
   EXPECT_EQ(woken.load(), 1);
-  taken = b.TryPushSteps(absl::MakeConstSpan(block).subspan(2), [&] { ++woken; }, &retry_at);
+  taken =
+      b.TryPushSteps(absl::MakeConstSpan(block).subspan(2), [&] { ++woken; }, &retry_at, &room);
   ASSERT_TRUE(taken.ok()) << taken.status();
   EXPECT_EQ(*taken, 2u);
   EXPECT_FALSE(b.stats().producer_waiting_for_space);
@@ -54,15 +57,16 @@ TEST(StepBlocksTest, TryPushStepsTakesThePrefixThatFitsTheBudget) {
 TEST(StepBlocksTest, TryPushStepsStopsAtAStepOutOfSequenceAndAfterTheProducerStopped) {
   StepBuffer b({.max_bytes = 1 << 20, .num_consumers = 1});
   absl::Time retry_at;
+  size_t room = 0;
   absl::StatusOr<size_t> taken =
-      b.TryPushSteps(Steps{MakeStep(0), MakeStep(2), MakeStep(3)}, [] {}, &retry_at);
+      b.TryPushSteps(Steps{MakeStep(0), MakeStep(2), MakeStep(3)}, [] {}, &retry_at, &room);
   ASSERT_TRUE(taken.ok()) << taken.status();
   EXPECT_EQ(*taken, 1u);
-  taken = b.TryPushSteps(Steps{MakeStep(2)}, [] {}, &retry_at);
+  taken = b.TryPushSteps(Steps{MakeStep(2)}, [] {}, &retry_at, &room);
   EXPECT_EQ(taken.status().code(), absl::StatusCode::kInternal) << taken.status();
   EXPECT_EQ(b.buffered_steps(), 1u);
   b.StopProducing();
-  taken = b.TryPushSteps(Steps{MakeStep(1)}, [] {}, &retry_at);
+  taken = b.TryPushSteps(Steps{MakeStep(1)}, [] {}, &retry_at, &room);
   EXPECT_EQ(taken.status().code(), absl::StatusCode::kCancelled) << taken.status();
   EXPECT_EQ(b.buffered_steps(), 1u);
 }
