@@ -229,25 +229,30 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
 absl::StatusOr<size_t> StepBuffer::TryPushSteps(
     absl::Span<const std::shared_ptr<const TaskStep>> steps, const ReadyCallback& space,
     absl::Time* retry_at, size_t* room) {
-  size_t taken = 0;
   *room = 0;
-  if (window_) {  // a shared job's window: step by step
+  // Each step in turn through `push` (TryPush's contract), up to the first one not taken; an
+  // error only when no step was taken (the next call meets it again otherwise).
+  auto push_each = [&](auto push) -> absl::StatusOr<size_t> {
+    size_t taken = 0;
     for (const std::shared_ptr<const TaskStep>& step : steps) {
-      absl::StatusOr<bool> took = window_->TryPush(step, space, retry_at);
+      absl::StatusOr<bool> took = push(step);
       if (!took.ok() && taken == 0) return took.status();
       if (!took.ok() || !*took) break;
       ++taken;
     }
     return taken;
+  };
+  if (window_) {  // a shared job's window: step by step
+    return push_each([&](const std::shared_ptr<const TaskStep>& step) {
+      return window_->TryPush(step, space, retry_at);
+    });
   }
   RunWakeups run;
   absl::MutexLock lock(&mu_);
-  for (const std::shared_ptr<const TaskStep>& step : steps) {
-    absl::StatusOr<bool> took = TryPushLocked(step, space, retry_at, &run.wake);
-    if (!took.ok() && taken == 0) return took.status();
-    if (!took.ok() || !*took) break;
-    ++taken;
-  }
+  absl::StatusOr<size_t> taken =
+      push_each([&](const std::shared_ptr<const TaskStep>& step) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return TryPushLocked(step, space, retry_at, &run.wake);
+      });
   *room = bytes_ < options_.max_bytes ? options_.max_bytes - bytes_ : 0;
   return taken;
 }
