@@ -223,6 +223,43 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
   if (window_) return window_->TryPush(step, space, retry_at);
   RunWakeups run;
   absl::MutexLock lock(&mu_);
+  return TryPushLocked(step, space, retry_at, &run.wake);
+}
+
+absl::StatusOr<size_t> StepBuffer::TryPushSteps(
+    absl::Span<const std::shared_ptr<const TaskStep>> steps, const ReadyCallback& space,
+    absl::Time* retry_at, size_t* room) {
+  *room = 0;
+  // Each step in turn through `push` (TryPush's contract), up to the first one not taken; an
+  // error only when no step was taken (the next call meets it again otherwise).
+  auto push_each = [&](auto push) -> absl::StatusOr<size_t> {
+    size_t taken = 0;
+    for (const std::shared_ptr<const TaskStep>& step : steps) {
+      absl::StatusOr<bool> took = push(step);
+      if (!took.ok() && taken == 0) return took.status();
+      if (!took.ok() || !*took) break;
+      ++taken;
+    }
+    return taken;
+  };
+  if (window_) {  // a shared job's window: step by step
+    return push_each([&](const std::shared_ptr<const TaskStep>& step) {
+      return window_->TryPush(step, space, retry_at);
+    });
+  }
+  RunWakeups run;
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<size_t> taken =
+      push_each([&](const std::shared_ptr<const TaskStep>& step) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return TryPushLocked(step, space, retry_at, &run.wake);
+      });
+  *room = bytes_ < options_.max_bytes ? options_.max_bytes - bytes_ : 0;
+  return taken;
+}
+
+absl::StatusOr<bool> StepBuffer::TryPushLocked(const std::shared_ptr<const TaskStep>& step,
+                                               const ReadyCallback& space, absl::Time* retry_at,
+                                               Wakeups* wake) {
   *retry_at = absl::InfiniteFuture();
   producer_wake_ = nullptr;
   if (step->task_step != next_push_) {
@@ -243,7 +280,7 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
     if (!options_.independent && !try_detached_ && unattached_ > 0) {
       if (now >= detach_at) {
         DetachUnattachedLocked();  // as in Push: detached, not ended
-        ReleaseLocked(&run.wake);
+        ReleaseLocked(wake);
         try_detached_ = true;
       } else {
         *retry_at = detach_at;
@@ -257,7 +294,7 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
   }
   try_blocked_since_ = absl::InfinitePast();
   try_detached_ = false;
-  AdmitLocked(step, &run.wake);
+  AdmitLocked(step, wake);
   return true;
 }
 

@@ -79,6 +79,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "core/rpc/shared_step_payload.h"
 #include "sluice/tensor.h"
 #include "worker/cursor_counts.h"
@@ -178,6 +179,16 @@ class StepBuffer {
   // absl::InfiniteFuture(). CANCELLED after Close() or StopProducing().
   absl::StatusOr<bool> TryPush(const std::shared_ptr<const TaskStep>& step,
                                const std::function<void()>& space, absl::Time* retry_at);
+  // Producer, without blocking, a block of consecutive steps (`steps[0]` the next task step):
+  // exactly TryPush of each in order, under one acquisition of the lock (small steps: one lock
+  // and one round of wake-ups per block instead of per step). Returns how many it took, a
+  // prefix; when it took fewer than all, `space` is registered (and *retry_at set) as TryPush
+  // does when it refuses. *room is then the budget's bytes left (max_bytes less the bytes
+  // buffered; 0 for a cross-trainer window), so that the producer makes no bigger block than
+  // the buffer can take. CANCELLED after Close() or StopProducing() (nothing taken).
+  absl::StatusOr<size_t> TryPushSteps(absl::Span<const std::shared_ptr<const TaskStep>> steps,
+                                      const std::function<void()>& space, absl::Time* retry_at,
+                                      size_t* room);
   // True after Close() or StopProducing(): Push and TryPush take nothing more.
   bool producer_stopped() const;
   // Producer: no more steps; `status` is OK at the end of data or the pipeline's error, which
@@ -335,6 +346,10 @@ class StepBuffer {
   void AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeups* wake)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeProducerLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // TryPush under the lock, its wake-ups into `wake`.
+  absl::StatusOr<bool> TryPushLocked(const std::shared_ptr<const TaskStep>& step,
+                                     const std::function<void()>& space, absl::Time* retry_at,
+                                     Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the released `step` (task step first_step_ - 1) in the retention window, dropping the
   // oldest retained steps beyond retention_bytes (into dropped_).
   void RetainLocked(std::shared_ptr<const TaskStep> step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -101,6 +101,18 @@ size_t StepBytes(const TaskStep& step) {
 // the steps made, short enough that runners of other tasks do not wait long for a turn.
 constexpr absl::Duration kSliceTime = absl::Milliseconds(10);
 
+// A block (TaskRunner::Production::ProduceBlock): the steps a slice makes before it pushes
+// them, under one acquisition of the buffer's lock. At most kBlockSteps steps (a frame's
+// worth, WorkerServiceOptions::max_frame_steps) and kBlockBytes, no more than the buffer's
+// room at the last push (a producer held by a full buffer has made one step it could not
+// push, as without blocks), and only while each step takes at most kBlockStepTime to make: at
+// 1 KiB steps the per-step lock, wake-up checks and contention with the streams reading the
+// buffer were a third of the worker's CPU, while a step of 64 KiB or more, or a slow one, ends
+// its block (nothing waits for the steps after it longer than kBlockStepTime each).
+constexpr size_t kBlockSteps = 64;
+constexpr size_t kBlockBytes = size_t{64} << 10;
+constexpr absl::Duration kBlockStepTime = absl::Microseconds(20);
+
 }  // namespace
 
 // The producing side of a TaskRunner: the pipeline, and the slices that run it on the pool.
@@ -133,10 +145,9 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
     ScheduleLocked();
   }
 
-  // Runs fn(&pending step) with no slice running (waits for the one running, if any) and none
+  // Runs fn(&pending steps) with no slice running (waits for the one running, if any) and none
   // starting until fn returns.
-  void Quiesce(const std::function<void(std::shared_ptr<const TaskStep>*)>& fn)
-      ABSL_LOCKS_EXCLUDED(mu_) {
+  void Quiesce(const std::function<void(PendingSteps*)>& fn) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     while (running_) idle_.Wait(&mu_);
     fn(&pending_);
@@ -167,22 +178,17 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
   void Free() {
     steps_.reset();  // the pipeline's resources go as soon as the task is done
     producer_ = nullptr;
-    pending_.reset();
+    pending_.clear();
   }
 
   // The pipeline's next step. The backstop of the allocator that can refuse (sluice/tensor.h):
   // an allocation outside its reach that throws std::bad_alloc fails this task, hence its job,
   // with RESOURCE_EXHAUSTED; the worker and its other tasks keep running.
-  absl::Status ProduceStep(TaskStep* step, bool* end) {
-    std::shared_ptr<StepPlacement> placement;
-    {
-      absl::MutexLock lock(&placement_->mu);
-      placement = placement_->placement;
-    }
+  absl::Status ProduceStep(StepPlacement* placement, TaskStep* step, bool* end) {
     try {
       // A stream with a shared-memory ring is attached: the step is built there (what the
       // producer did not build there is copied once, here, off the stream's lock).
-      StepOutputAllocator::Scope scope(placement.get());
+      StepOutputAllocator::Scope scope(placement);
       absl::Status s = producer_ ? producer_(step, end) : steps_->GetNext(step, end);
       if (s.ok() && !*end && placement != nullptr) placement->Place(step);
       return s;
@@ -191,6 +197,46 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
           "the pipeline ran the worker out of memory (std::bad_alloc) outside the memory budget's "
           "checks; its job fails, the worker keeps serving (--memory_limit, "
           "--max_element_bytes)");
+    }
+  }
+
+  // Produces the next block into pending_ (empty): a step, then, while the steps are small
+  // and quick to make, more of them (see kBlockSteps), so that the buffer takes them under one
+  // lock. At the end of data or on the pipeline's error, finish_ says which, once the steps
+  // before it are pushed. False when the runner stopped the pipeline (nothing to report).
+  bool ProduceBlock(absl::Time slice_end) {
+    std::shared_ptr<StepPlacement> placement;
+    {
+      absl::MutexLock lock(&placement_->mu);
+      placement = placement_->placement;
+    }
+    const bool shared = buffer_->cross_trainer_window() != nullptr;
+    size_t bytes = 0;
+    absl::Time last = absl::Now();
+    while (true) {
+      auto step = std::make_shared<TaskStep>();
+      bool end = false;
+      absl::Status s = ProduceStep(placement.get(), step.get(), &end);
+      if (!s.ok() && cancellation_->cancelled()) return false;  // no error of the pipeline's
+      if (!s.ok() || end) {
+        finish_ = std::move(s);  // OK at the end of data
+        return true;
+      }
+      // A step of a job shared across trainers goes to several streams: encoded once.
+      if (shared) step->shared_payload = std::make_shared<const SharedStepPayload>();
+      bytes += step->bytes;
+      pending_.push_back(std::move(step));
+      // A block ends at its size, at what the buffer had room for when the last block went
+      // (the first step of a task, before any, goes alone: time to first step; a full buffer
+      // gets one step more, not a block more), with the slice, or once a step took long to
+      // make: a step waits for the ones after it in its block at most kBlockSteps x
+      // kBlockStepTime, plus the making of the block's last step.
+      const absl::Time now = absl::Now();
+      if (pending_.size() >= kBlockSteps || bytes >= std::min(kBlockBytes, room_) ||
+          now >= slice_end || now - last > kBlockStepTime || buffer_->producer_stopped()) {
+        return true;
+      }
+      last = now;
     }
   }
 
@@ -212,40 +258,30 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
     // per step was an allocation per step).
     const std::function<void()> wake = WakeCallback();
     while (true) {
-      if (pending_ == nullptr) {
-        if (buffer_->producer_stopped()) {
+      if (pending_.empty()) {
+        if (finish_.has_value()) {  // every step before the end (or the error) is pushed
+          buffer_->Finish(*std::move(finish_));
+          finish_.reset();
           done = true;
           break;
         }
-        auto step = std::make_shared<TaskStep>();
-        bool end = false;
-        absl::Status s = ProduceStep(step.get(), &end);
-        if (!s.ok() && cancellation_->cancelled()) {
-          done = true;  // the runner stopped it: no error of the pipeline's
-          break;
-        }
-        if (!s.ok() || end) {
-          buffer_->Finish(s);  // OK at the end of data
+        if (buffer_->producer_stopped() || !ProduceBlock(slice_end)) {
           done = true;
           break;
         }
-        // A step of a job shared across trainers goes to several streams: encoded once.
-        if (buffer_->cross_trainer_window() != nullptr) {
-          step->shared_payload = std::make_shared<const SharedStepPayload>();
-        }
-        pending_ = std::move(step);
+        if (pending_.empty()) continue;  // the end, with no step before it
       }
-      absl::StatusOr<bool> taken = buffer_->TryPush(pending_, wake, &retry_at);
+      absl::StatusOr<size_t> taken = buffer_->TryPushSteps(pending_, wake, &retry_at, &room_);
       if (!taken.ok()) {  // stopped or closed
         done = true;
         break;
       }
-      if (!*taken) {
+      pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(*taken));
+      if (*taken > 0 && on_first_step_) std::exchange(on_first_step_, nullptr)();
+      if (!pending_.empty()) {
         full = true;
         break;
       }
-      pending_.reset();
-      if (on_first_step_) std::exchange(on_first_step_, nullptr)();
       if (absl::Now() >= slice_end) break;  // the others' turn
     }
     if (done) Free();
@@ -274,7 +310,11 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
   // runs.
   std::unique_ptr<TaskStepIterator> steps_;
   StepProducer producer_;
-  std::shared_ptr<const TaskStep> pending_;  // produced, not yet taken by the buffer
+  PendingSteps pending_;  // produced, not yet taken by the buffer, in order
+  // Set: the pipeline ended (OK) or failed after the steps in pending_; Finish follows them.
+  std::optional<absl::Status> finish_;
+  // The buffer's room after the last block (TryPushSteps): the next block's bytes stop there.
+  size_t room_ = 0;
   std::function<void()> on_first_step_;      // TaskRunnerOptions::on_first_step, until called
 
   absl::Mutex mu_;
@@ -357,8 +397,8 @@ absl::StatusOr<std::unique_ptr<TaskStepIterator>> TaskStepIterator::Create(
 }
 
 absl::Status TaskStepIterator::GetNext(TaskStep* step, bool* end) {
+  std::vector<Element>& pieces = pieces_;
   while (true) {
-    std::vector<Element> pieces;
     int64_t num_real = 0;
     bool seq_end = false;
     absl::Status s = steps_->GetNextStep(&pieces, &num_real, &seq_end);
@@ -384,6 +424,7 @@ absl::Status TaskStepIterator::GetNext(TaskStep* step, bool* end) {
     step->pieces.clear();
     step->pieces.reserve(pieces.size());
     for (const Element& e : pieces) step->pieces.push_back(e.Flatten());
+    pieces.clear();  // the step holds its tensors now; the scratch keeps only its capacity
     step->bytes = StepBytes(*step);
     *end = false;
     return absl::OkStatus();
@@ -530,8 +571,10 @@ void TaskRunner::DetachPlacement(const StepPlacement* placement) {
   }
   TaskRunnerPool* pool = options_.pool != nullptr ? options_.pool : &ProcessTaskRunnerPool();
   pool->Schedule([production = production_, buffer = buffer_, detached] {
-    auto unplace = [&](std::shared_ptr<const TaskStep>* pending) {
-      if (pending != nullptr && *pending != nullptr) *pending = detached->Unplaced(*pending);
+    auto unplace = [&](TaskRunner::PendingSteps* pending) {
+      if (pending != nullptr) {
+        for (std::shared_ptr<const TaskStep>& step : *pending) step = detached->Unplaced(step);
+      }
       buffer->ReplaceSteps(
           [&](const std::shared_ptr<const TaskStep>& step) { return detached->Unplaced(step); });
     };

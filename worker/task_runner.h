@@ -13,10 +13,12 @@
 //
 // Threads: a TaskRunner owns no thread. It produces its steps in jobs on a TaskRunnerPool
 // (worker/task_runner_pool.h; the process's unless TaskRunnerOptions names another), each job
-// a slice: steps pushed until the StepBuffer is full (then the thread goes back to the pool and
-// the buffer's space notification, StepBuffer::TryPush, schedules the next slice), the task
-// ends, or kSliceTime (10 ms) passed with at least one step pushed (then the runner goes to the
-// back of the pool's queue, so that the runners of all tasks take turns). A step is produced on
+// a slice: steps pushed (small ones in blocks of up to 64 under one lock, StepBuffer::
+// TryPushSteps; a block ends early at a step that was slow to make and at the room the buffer
+// had at the last push, so a task's first step goes alone) until the StepBuffer is full (then the thread goes back to the pool and the buffer's
+// space notification, StepBuffer::TryPush, schedules the next slice), the task ends, or
+// kSliceTime (10 ms) passed with at least one step pushed (then the runner goes to the back of
+// the pool's queue, so that the runners of all tasks take turns). A step is produced on
 // one pool thread at a time, never on two at once; a step that blocks inside its pipeline holds
 // its thread (the pool starts threads in its place, up to a bound, see task_runner_pool.h).
 // Close(), StopProducing() and the destructor cancel the pipeline (core/data/cancellation.h), so
@@ -94,6 +96,7 @@ class TaskStepIterator {
   std::unique_ptr<StepIterator> steps_;
   int64_t global_step_ = 0;  // steps of the underlying sequence read so far
   int64_t task_step_ = 0;    // steps kept so far
+  std::vector<Element> pieces_;  // GetNext's scratch (its capacity kept from step to step)
 };
 
 struct TaskRunnerOptions {
@@ -295,6 +298,8 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   void StartProducing();
 
   class Production;  // the producing state, shared with the pool's jobs (task_runner.cc)
+  // Steps produced and not yet taken by the buffer (a block, task_runner.cc), in order.
+  using PendingSteps = std::vector<std::shared_ptr<const TaskStep>>;
   // The placement attached (AttachPlacement), shared with the Production that reads it.
   struct PlacementSlot {
     absl::Mutex mu;

@@ -44,6 +44,16 @@ class Iterator {
   // runs in parallel with mapping instead of on the consumer's thread. Constant for the
   // iterator's life; meaningful only when SupportsBlocks(). The default is false.
   virtual bool BlocksPullableOnPool() const { return false; }
+
+  // Optional: restarts the sequence at its first element, so that every call after it returns
+  // exactly what a fresh iterator from the same factory would (core/data/op_iterator.h's
+  // IteratorFactory), and returns true; returns false, changing nothing, when the iterator
+  // cannot. Only an iterator whose elements do not depend on when it was built may say true:
+  // never one drawing randomness per epoch (core/data/element_draws.h) nor one reading from a
+  // resource that may have changed. repeat() rewinds its input at the end of an epoch instead
+  // of building the next epoch's iterator (at small elements, building it was most of an
+  // element's cost). The default is false.
+  virtual bool Rewind() { return false; }
 };
 
 // Whether consumers use the bulk path (process-wide; on by default). Turning it off makes every

@@ -70,6 +70,12 @@ absl::Status OpIterator::GetNext(Element* out, bool* end_of_sequence) {
   return s;
 }
 
+bool OpIterator::Rewind() {
+  if (!status_.ok() || !RewindInternal()) return false;
+  ended_ = false;
+  return true;
+}
+
 absl::Status OpIterator::GetNextBlock(int64_t max_elements, Element* out, int64_t* n,
                                       bool* end_of_sequence) {
   *n = 0;

@@ -70,6 +70,10 @@ class OpIterator : public Iterator {
   absl::Status GetNextBlock(int64_t max_elements, Element* out, int64_t* n,
                             bool* end_of_sequence) final;
 
+  // Iterator::Rewind: false after an error; else RewindInternal(), and the end of sequence
+  // is no longer sticky when it says true.
+  bool Rewind() final;
+
   const std::string& label() const { return label_; }
 
   // The pipeline's token (core/data/cancellation.h; taken at construction): once it is
@@ -85,6 +89,10 @@ class OpIterator : public Iterator {
   // only when SupportsBlocks(). The default is UNIMPLEMENTED.
   virtual absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
                                             bool* end_of_sequence);
+
+  // Iterator::Rewind's contract for the op; called only while no error has been returned. The
+  // default is false.
+  virtual bool RewindInternal() { return false; }
 
   // `code` with "<label>: <message>".
   absl::Status OpError(absl::StatusCode code, absl::string_view message) const;

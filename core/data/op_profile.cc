@@ -74,6 +74,7 @@ class ProfilingIterator : public Iterator {
 
   bool SupportsBlocks() const override { return inner_->SupportsBlocks(); }
   bool BlocksPullableOnPool() const override { return inner_->BlocksPullableOnPool(); }
+  bool Rewind() override { return inner_->Rewind(); }
 
   absl::Status GetNextBlock(int64_t max_elements, Element* out, int64_t* n,
                             bool* end_of_sequence) override {

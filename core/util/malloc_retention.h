@@ -19,6 +19,14 @@
 // glibc's defaults too (an A/B of this setting, or a host short of memory). Without glibc,
 // nothing is changed.
 //
+// Fastbins off: a heap that keeps a large free top (or any free chunk of 64 KiB or more) makes
+// glibc consolidate its fastbins on every free that merges into such a chunk (malloc_consolidate
+// walks every fastbin chunk), which a process freeing on one thread what another allocated
+// does all the time: at 1 KiB steps a worker's free() of step bookkeeping ran malloc_consolidate
+// 6% of its CPU, and malloc as a whole a third (bench/RESULTS.md, "blockstep"). With fastbins
+// off (M_MXFAST 0) small blocks still come back through each thread's tcache, and the rest are
+// binned as larger ones are; GLIBC_TUNABLES naming glibc.malloc.mxfast wins.
+//
 // Thread safety: call once, early in main(), before threads allocate.
 #ifndef SLUICE_CORE_UTIL_MALLOC_RETENTION_H_
 #define SLUICE_CORE_UTIL_MALLOC_RETENTION_H_
@@ -36,6 +44,8 @@ struct MallocRetentionOptions {
   // the heap. glibc's default adjustment climbs to 32 MiB on 64-bit hosts; fixing it here
   // (setting the trim threshold stops that adjustment) keeps batch-sized blocks on the heap.
   size_t mmap_threshold = size_t{32} << 20;
+  // Keep glibc's fastbins (see above); false turns them off.
+  bool fastbins = false;
 };
 
 // Applies `options` to the process's malloc (mallopt). Returns true if it did, false if the
@@ -44,6 +54,8 @@ bool RetainFreedMemory(const MallocRetentionOptions& options = {});
 
 // Whether the GLIBC_TUNABLES value `tunables` sets one of malloc's trim or mmap thresholds.
 bool TunablesSetMallocThresholds(absl::string_view tunables);
+// Whether it sets glibc.malloc.mxfast (the fastbins' size).
+bool TunablesSetMallocFastbins(absl::string_view tunables);
 
 }  // namespace sluice
 

@@ -179,6 +179,9 @@ TEST(IndependentReconnectTest, ABrokenCallLosesAndDuplicatesNothing) {
 
   std::vector<int64_t> got;
   bool end = false;
+  // Every step buffered before the first call, so that its first frame is full (the producer
+  // pushes its first step alone, and then a block).
+  ASSERT_TRUE(task.WaitQueued(kSteps));
   {
     // Credit for 10 steps: the worker hands out 10 (in frames of 2); the consumer reads only
     // the first frame, then its call breaks (cancelled) with 8 steps sent and never read.

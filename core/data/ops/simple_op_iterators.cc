@@ -74,13 +74,20 @@ class RepeatIterator : public OpIterator {
         yielded_this_epoch_ = true;
         return absl::OkStatus();
       }
-      input_.reset();
       ++epoch_;
       if (!yielded_this_epoch_) {
         // An empty epoch: every later one would be empty too; end instead of spinning.
+        input_.reset();
         *end_of_sequence = true;
         return absl::OkStatus();
       }
+      // The next epoch from the same iterator when it can restart exactly (Iterator::Rewind:
+      // from_tensors(x).repeat() then builds nothing per element), else from a fresh one.
+      if ((count_ < 0 || epoch_ < count_) && input_->Rewind()) {
+        yielded_this_epoch_ = false;
+        continue;
+      }
+      input_.reset();
     }
   }
 

@@ -14,8 +14,9 @@
 namespace sluice {
 
 // Runs `input` `count` times (any negative count: forever), making a fresh input iterator per
-// epoch. An epoch that yields no element ends the sequence, so repeat() of an empty dataset
-// terminates.
+// epoch, or rewinding the last one when it can (Iterator::Rewind: exactly what a fresh one
+// gives, without building it). An epoch that yields no element ends the sequence, so repeat()
+// of an empty dataset terminates.
 std::unique_ptr<Iterator> NewRepeatIterator(std::string label, IteratorFactory input,
                                             int64_t count);
 

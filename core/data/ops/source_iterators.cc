@@ -90,6 +90,12 @@ class FromTensorsIterator : public OpIterator {
     return absl::OkStatus();
   }
 
+  // The same element again: it is fixed at construction.
+  bool RewindInternal() override {
+    done_ = false;
+    return true;
+  }
+
  private:
   const Element element_;
   bool done_ = false;
