@@ -70,6 +70,9 @@ class OpIterator : public Iterator {
   absl::Status GetNextBlock(int64_t max_elements, Element* out, int64_t* n,
                             bool* end_of_sequence) final;
 
+  // As GetNext: errors and the end are sticky, an element error is returned once.
+  absl::Status Skip(int64_t count, int64_t* skipped, bool* end_of_sequence) final;
+
   const std::string& label() const { return label_; }
 
   // The pipeline's token (core/data/cancellation.h; taken at construction): once it is
@@ -86,6 +89,10 @@ class OpIterator : public Iterator {
   virtual absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
                                             bool* end_of_sequence);
 
+  // Same contract as Skip; called only while no error or end has been returned. The default
+  // calls GetNextInternal.
+  virtual absl::Status SkipInternal(int64_t count, int64_t* skipped, bool* end_of_sequence);
+
   // `code` with "<label>: <message>".
   absl::Status OpError(absl::StatusCode code, absl::string_view message) const;
   // `status` (an error from below: its code and payloads kept, core/util/status_context.h)
@@ -99,6 +106,10 @@ class OpIterator : public Iterator {
  private:
   // CANCELLED (sticky) when the token is cancelled, else OK.
   absl::Status CheckCancelled();
+  // The sticky error and end around `pull()` (one of the *Internal calls), for GetNext,
+  // GetNextBlock and Skip.
+  template <typename PullFn>
+  absl::Status StickyCall(bool* end_of_sequence, const PullFn& pull);
 
   const std::string label_;
   std::shared_ptr<CancellationToken> cancellation_;
