@@ -46,7 +46,7 @@ TEST(WorkerMainTest, ExamplePluginLoadsAndTheWorkerStartsServing) {
 // worker before it serves, naming the flag and the value; one inside reaches the bulk data
 // channel, which reports the cap its streams' frames use.
 TEST(WorkerMainTest, BulkMaxFrameBytesOutsideItsRangeIsAStartUpError) {
-  for (const std::string& bad : {"0", "-1", "1048575", "1073741825", "9223372036854775807"}) {
+  for (const std::string bad : {"0", "-1", "1048575", "1073741825", "9223372036854775807"}) {
     SCOPED_TRACE(bad);
     SubprocessOptions options;
     options.timeout = absl::Seconds(60);
