@@ -257,6 +257,9 @@ Row RunOne(const char* self, int workers, int64_t budget, int64_t step_bytes, in
 }
 
 int Main(int argc, char** argv) {
+  // Not the production allocator (RetainFreedMemory, core/util/malloc_retention.h), on purpose:
+  // this bench measures the memory the consumer holds through its RSS, and retention would
+  // keep freed step buffers resident (up to 64 MiB of heap), hiding what the budget bounds.
   // Buffers of 64 KiB and more are mapped on their own and unmapped when freed (a fixed
   // threshold: glibc's adaptive one would keep freed step buffers in the heap's arenas), so
   // that the RSS follows the step buffers the consumer holds.

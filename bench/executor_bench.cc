@@ -28,7 +28,6 @@
 #include <string>
 #include <vector>
 
-#include <malloc.h>
 #include <sys/resource.h>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +39,7 @@
 #include "core/data/ops/map_iterator.h"
 #include "core/data/ops/output_slot.h"
 #include "core/util/thread_pool.h"
+#include "core/util/malloc_retention.h"
 #include "sluice/dataset.h"
 
 namespace sluice {
@@ -252,10 +252,10 @@ void ImageRows(const std::string& dir, int reps, int64_t parallel, const Want& w
 }
 
 int Main(int argc, char** argv) {
-  // Keep freed batches resident: a freshly faulted page costs more than the copy into it
-  // (PERF_NOTES.md), and a service worker runs with the same settings.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // The allocator as sluice-worker and sluicectl run it (core/util/malloc_retention.h): freed
+  // batches stay resident (a freshly faulted page costs more than the copy into it,
+  // PERF_NOTES.md).
+  RetainFreedMemory();
   const int64_t range_elements = Flag(argc, argv, "range_elements", int64_t{1} << 25);
   const int reps = static_cast<int>(Flag(argc, argv, "reps", 3));
   const int64_t parallel = Flag(argc, argv, "parallel", 2);

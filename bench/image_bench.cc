@@ -36,7 +36,6 @@
 //                           median and best images per CPU-second)
 //               [--ab_resize] (fused passes alternating between the AVX2 and the scalar
 //                           horizontal resize pass, core/data/ops/bilinear_resize.h)
-#include <malloc.h>
 #include <sys/resource.h>
 #include <turbojpeg.h>
 
@@ -56,6 +55,7 @@
 #include "core/data/executor.h"
 #include "core/data/ops/bilinear_resize.h"
 #include "core/io/tfrecord_writer.h"
+#include "core/util/malloc_retention.h"
 
 namespace sluice {
 namespace {
@@ -124,10 +124,9 @@ bool ab = false;        // --ab: fused and unfused passes alternate
 bool ab_resize = false; // --ab_resize: AVX2 and scalar horizontal resize passes alternate
 
 int Main(int argc, char** argv) {
-  // Keep decoded images' memory resident, as bench/stream_bench.cc does (PERF_NOTES.md: page
-  // faults, not the work, dominate otherwise).
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // The allocator as sluice-worker runs it (core/util/malloc_retention.h): decoded images'
+  // memory stays resident (PERF_NOTES.md: page faults, not the work, dominate otherwise).
+  RetainFreedMemory();
   int images = 1024, shards = 4, reps = 3;
   std::string dir = "/tmp/sluice-image-bench";
   bool reuse = false;

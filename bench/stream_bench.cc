@@ -46,8 +46,9 @@
 // --max_frame: the consumer's HTTP/2 SETTINGS_MAX_FRAME_SIZE (0: gRPC's 16 KiB); --tx_zerocopy:
 // MSG_ZEROCOPY sends on the worker (bench/RESULTS.md, "Receive views and zero-copy send").
 // The consumer receives every byte into a buffer of its own (copied once from the received
-// slices, or viewed there with --views=1) and drops it. Reports medians of `reps` runs. Memory is kept resident (malloc
-// tunables, pooled receive buffers), as PERF_NOTES.md says any such benchmark must.
+// slices, or viewed there with --views=1) and drops it. Reports medians of `reps` runs. Memory
+// is kept resident (the production allocator settings, RetainFreedMemory; pooled receive
+// buffers), as PERF_NOTES.md says any such benchmark must.
 //
 // What each column includes (the second table gives CPU-seconds per GB, from getrusage over
 // the run: every thread of this one process, worker and consumer alike, so it holds on a
@@ -63,7 +64,6 @@
 //    kernel copies, no step built, no framing. So its bytes/s is a ceiling for a socket, and
 //    shm/TCP compares a path that builds every step with one that builds none.
 #include <arpa/inet.h>
-#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
@@ -100,6 +100,7 @@
 #include "grpcpp/support/sync_stream.h"
 #include "worker/grpc_worker_service.h"
 #include "core/tensor/step_output_allocator.h"
+#include "core/util/malloc_retention.h"
 #include "worker/step_placement.h"
 
 namespace sluice {
@@ -562,10 +563,9 @@ struct Column {
 };
 
 int Main(int argc, char** argv) {
-  // Keep memory resident: no trimming, large blocks from the heap, few arenas.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_ARENA_MAX, 2);
+  // The allocator as sluice-worker and sluicectl run it (core/util/malloc_retention.h): freed
+  // memory stays resident, large blocks come from the heap.
+  RetainFreedMemory();
   std::vector<size_t> sizes;
   for (absl::string_view s :
        absl::StrSplit(Flag(argc, argv, "sizes", "1024,16384,262144,1048576,4194304,16777216"), ',')) {

@@ -19,6 +19,18 @@ int PumpThreads(int requested) {
 
 }  // namespace
 
+absl::Status CheckBulkMaxFrameBytes(int64_t bytes, const WorkerServiceOptions& options,
+                                    absl::string_view name) {
+  const int64_t least = static_cast<int64_t>(
+      std::min<size_t>(options.max_frame_bytes, static_cast<size_t>(kMaxBulkMaxFrameBytes)));
+  if (bytes < least || bytes > kMaxBulkMaxFrameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " must be in [", least, " (the frame size on gRPC), ", kMaxBulkMaxFrameBytes,
+        "] bytes, got ", bytes));
+  }
+  return absl::OkStatus();
+}
+
 GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions options)
     : tasks_(tasks),
       options_(options),

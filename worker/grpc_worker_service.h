@@ -34,7 +34,9 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/service_type.h"
@@ -116,7 +118,7 @@ struct WorkerServiceOptions {
   size_t bulk_min_bytes = size_t{64} << 10;
   // max_frame_bytes for a stream once its bulk socket is up (at least max_frame_bytes): the
   // steps ready when its sender frees up go in one frame up to this (docs/SERVICE.md "Bulk data
-  // channel", coalescing).
+  // channel", coalescing). sluice-worker --bulk_max_frame_bytes (CheckBulkMaxFrameBytes).
   size_t bulk_max_frame_bytes = size_t{4} << 20;
   // A consumer's connection gets this long to present its token; a write to a consumer that
   // reads nothing for bulk_write_timeout ends its stream.
@@ -131,6 +133,19 @@ struct WorkerServiceOptions {
   std::shared_ptr<std::atomic<int>> TEST_bulk_stalls;
   uint64_t TEST_bulk_stall_after_bytes = 0;
 };
+
+// The largest bulk_max_frame_bytes a worker accepts (1 GiB). A frame's steps are in memory
+// already (the cap coalesces, it allocates nothing), so the bound is there to catch a value in
+// the wrong unit (bytes meant as KiB) and to keep the frame arithmetic far from overflow: a
+// frame's header and wake-up are nothing next to a fraction of this.
+inline constexpr int64_t kMaxBulkMaxFrameBytes = int64_t{1} << 30;
+
+// A requested bulk_max_frame_bytes (sluice-worker's --bulk_max_frame_bytes) checked against
+// `options`: INVALID_ARGUMENT naming `name` and the value unless it lies in
+// [options.max_frame_bytes, kMaxBulkMaxFrameBytes] (below max_frame_bytes it would change
+// nothing: frames on gRPC hold that much already); OK otherwise.
+absl::Status CheckBulkMaxFrameBytes(int64_t bytes, const WorkerServiceOptions& options,
+                                    absl::string_view name);
 
 class GrpcWorkerService : public grpc::Service {
  public:

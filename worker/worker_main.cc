@@ -45,6 +45,7 @@
 #include "core/util/logging.h"
 #include "core/util/malloc_retention.h"
 #include "core/util/thread_pool.h"
+#include "worker/grpc_worker_service.h"
 #include "worker/worker_metrics.h"
 #include "worker/task_runner_pool.h"
 #include "worker/worker_server.h"
@@ -133,6 +134,10 @@ ABSL_FLAG(int, data_port, 0,
 ABSL_FLAG(int64_t, bulk_min_bytes, int64_t{64} << 10,
           "Frames with fewer tensor bytes than this stay on gRPC when the bulk data channel is "
           "up (a socket write costs more than it saves).");
+ABSL_FLAG(int64_t, bulk_max_frame_bytes, int64_t{4} << 20,
+          "Bulk data channel: the most tensor bytes of steps sent as one frame (the steps ready "
+          "when the socket's sender frees up go together, docs/SERVICE.md \"Bulk data "
+          "channel\"); from the frame size on gRPC (1 MiB) to 1 GiB.");
 ABSL_FLAG(std::string, tls_client_cert, "",
           "mTLS to the coordinator: the certificate this worker presents as a client; empty: "
           "--tls_cert.");
@@ -247,6 +252,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.service.bulk_min_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_bulk_min_bytes));
+  if (absl::Status s = sluice::CheckBulkMaxFrameBytes(absl::GetFlag(FLAGS_bulk_max_frame_bytes),
+                                                      options.service, "--bulk_max_frame_bytes");
+      !s.ok()) {
+    std::cerr << "sluice-worker: " << s.message() << std::endl;
+    return 2;
+  }
+  options.service.bulk_max_frame_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_bulk_max_frame_bytes));
   if (options.service.data_port < 0 || options.service.data_port > 65535) {
     std::cerr << "sluice-worker: --data_port must be in [0, 65535], got "
               << options.service.data_port << std::endl;
@@ -324,7 +337,8 @@ int main(int argc, char** argv) {
             << options.coordinator_address << std::endl;
   if ((*worker)->data_port() != 0) {
     std::cerr << "sluice-worker: bulk data channel on " << options.host << ":"
-              << (*worker)->data_port() << std::endl;
+              << (*worker)->data_port() << ", frames up to "
+              << options.service.bulk_max_frame_bytes << " bytes" << std::endl;
   }
   // Metrics (docs/SERVICE.md, "Metrics and status"); both live until main returns.
   sluice::WorkerMetrics worker_metrics(worker->get());

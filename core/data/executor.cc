@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/absorbed_op_error.h"
 #include "core/data/cancellation.h"
 #include "core/data/op_iterator.h"
 #include "core/data/op_profile.h"
@@ -63,6 +65,28 @@ int FusableNext(const proto::DatasetDef& def, int i, const ElementSpec& input) {
   return std::clamp((*r)->fusable_next(def, i, input), 0, def.ops_size() - i - 1);
 }
 
+// The place of an op its source runs as part of itself (SourceRegistration::absorbed_op) in
+// the chain: elements pass through, an element the source failed on as the op raises the op's
+// error here (core/data/absorbed_op_error.h), and a Skip from the ops after it is not passed on
+// (Iterator::Skip's default: the elements are made and dropped), since apart those ops drop
+// the op's output, which the op made. Only the ops before it may have the source drop records
+// unmade (the fused fixed-length source drops them undecoded).
+class AbsorbedOpPlace : public Iterator {
+ public:
+  explicit AbsorbedOpPlace(std::unique_ptr<Iterator> source) : source_(std::move(source)) {}
+  absl::Status GetNext(Element* out, bool* end_of_sequence) override {
+    TakeAbsorbedOpError();  // none is pending between calls; a stale one is not this one's
+    absl::Status s = source_->GetNext(out, end_of_sequence);
+    if (std::optional<absl::Status> e = TakeAbsorbedOpError(); e.has_value() && s.ok()) {
+      return *e;
+    }
+    return s;
+  }
+
+ private:
+  std::unique_ptr<Iterator> source_;
+};
+
 // Per-op profiling (core/data/op_profile.h): each iterator `factory` makes is wrapped to count
 // its calls in `profile`; without a profile the factory is returned as is.
 IteratorFactory Profiled(IteratorFactory factory, int position, const std::string& label,
@@ -91,6 +115,9 @@ absl::StatusOr<std::unique_ptr<Iterator>> MakeIterator(const Dataset& dataset,
   upstream.clear_ops();
   for (int i = 0; i < def.ops_size();) {
     if (i == absorbed) {
+      factory = [source = std::move(factory)] {
+        return std::unique_ptr<Iterator>(new AbsorbedOpPlace(source()));
+      };
       *upstream.add_ops() = def.ops(i);
       ++i;
       continue;

@@ -37,6 +37,19 @@ class Iterator {
   virtual absl::Status GetNextBlock(int64_t max_elements, Element* out, int64_t* n,
                                     bool* end_of_sequence);
 
+  // Drops the next `count` (>= 0) elements, as `count` GetNext calls whose elements are thrown
+  // away would: sets *skipped to how many it dropped, fewer than `count` only at the end
+  // (*end_of_sequence) or on an error, which is GetNext's for the element after the *skipped
+  // dropped ones (an element error consumes that element, as GetNext's does; it is not counted).
+  // The default calls GetNext. An iterator overrides it only where it can drop elements for
+  // less than making them with the same outcome: the fused fixed-length source
+  // (core/data/ops/record_iterators.h) drops records without decoding them. skip() and shard()
+  // drop their input's elements through it; repeat(), take(), skip(), shard() and the
+  // profiling wrapper pass it on to their input; an op that makes its elements (a map) does
+  // not (this default: it makes them), nor does the place of a map a source runs itself
+  // (core/data/executor.cc).
+  virtual absl::Status Skip(int64_t count, int64_t* skipped, bool* end_of_sequence);
+
   // Optional: true if GetNextBlock may be called from any thread, including a thread of the
   // process's pool (core/util/thread_pool.h), because it never waits for the pool's closures
   // (it only reads files or memory). The calls stay one at a time, ordered by the caller's

@@ -41,13 +41,31 @@ bool IsElementError(const absl::Status& status) {
   return !status.ok() && status.GetPayload(kElementErrorPayload).has_value();
 }
 
+namespace {
+
+// Skip's default: `count` elements pulled by `next(&element, end_of_sequence)` and dropped.
+template <typename NextFn>
+absl::Status DropPulled(int64_t count, int64_t* skipped, bool* end_of_sequence,
+                        const NextFn& next) {
+  *skipped = 0;
+  for (; *skipped < count; ++*skipped) {
+    Element ignored;
+    absl::Status s = next(&ignored, end_of_sequence);
+    if (!s.ok() || *end_of_sequence) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status OpIterator::CheckCancelled() {
   if (cancellation_ == nullptr || !cancellation_->cancelled()) return absl::OkStatus();
   if (status_.ok()) status_ = cancellation_->Check(label_);
   return status_;
 }
 
-absl::Status OpIterator::GetNext(Element* out, bool* end_of_sequence) {
+template <typename PullFn>
+absl::Status OpIterator::StickyCall(bool* end_of_sequence, const PullFn& pull) {
   if (!status_.ok()) return status_;
   if (ended_) {
     *end_of_sequence = true;
@@ -58,9 +76,9 @@ absl::Status OpIterator::GetNext(Element* out, bool* end_of_sequence) {
   absl::Status s;
   if (cancellation_ != nullptr) {
     const ScopedCancellationContext context(cancellation_);  // for iterators built meanwhile
-    s = GetNextInternal(out, end_of_sequence);
+    s = pull();
   } else {
-    s = GetNextInternal(out, end_of_sequence);
+    s = pull();
   }
   if (!s.ok()) {
     if (!IsElementError(s)) status_ = s;
@@ -68,6 +86,11 @@ absl::Status OpIterator::GetNext(Element* out, bool* end_of_sequence) {
   }
   if (*end_of_sequence) ended_ = true;
   return s;
+}
+
+absl::Status OpIterator::GetNext(Element* out, bool* end_of_sequence) {
+  return StickyCall(end_of_sequence,
+                    [&] { return GetNextInternal(out, end_of_sequence); });
 }
 
 bool OpIterator::Rewind() {
@@ -79,30 +102,22 @@ bool OpIterator::Rewind() {
 absl::Status OpIterator::GetNextBlock(int64_t max_elements, Element* out, int64_t* n,
                                       bool* end_of_sequence) {
   *n = 0;
-  if (!status_.ok()) return status_;
-  if (ended_) {
-    *end_of_sequence = true;
-    return absl::OkStatus();
-  }
-  RETURN_IF_ERROR(CheckCancelled());
-  *end_of_sequence = false;
-  absl::Status s;
-  if (cancellation_ != nullptr) {
-    const ScopedCancellationContext context(cancellation_);  // for iterators built meanwhile
-    s = GetNextBlockInternal(max_elements, out, n, end_of_sequence);
-  } else {
-    s = GetNextBlockInternal(max_elements, out, n, end_of_sequence);
-  }
-  if (!s.ok()) {
-    *n = 0;
-    if (!IsElementError(s)) status_ = s;
-    return s;
-  }
-  if (*end_of_sequence) {
-    *n = 0;
-    ended_ = true;
-  }
+  absl::Status s = StickyCall(end_of_sequence, [&] {
+    return GetNextBlockInternal(max_elements, out, n, end_of_sequence);
+  });
+  if (!s.ok() || *end_of_sequence) *n = 0;
   return s;
+}
+
+absl::Status OpIterator::Skip(int64_t count, int64_t* skipped, bool* end_of_sequence) {
+  *skipped = 0;
+  return StickyCall(end_of_sequence,
+                    [&] { return SkipInternal(count, skipped, end_of_sequence); });
+}
+
+absl::Status OpIterator::SkipInternal(int64_t count, int64_t* skipped, bool* end_of_sequence) {
+  return DropPulled(count, skipped, end_of_sequence,
+                    [this](Element* e, bool* end) { return GetNextInternal(e, end); });
 }
 
 absl::Status OpIterator::GetNextBlockInternal(int64_t, Element*, int64_t*, bool*) {
@@ -111,6 +126,12 @@ absl::Status OpIterator::GetNextBlockInternal(int64_t, Element*, int64_t*, bool*
 
 absl::Status Iterator::GetNextBlock(int64_t, Element*, int64_t*, bool*) {
   return absl::UnimplementedError("this iterator has no bulk path");
+}
+
+absl::Status Iterator::Skip(int64_t count, int64_t* skipped, bool* end_of_sequence) {
+  *end_of_sequence = false;
+  return DropPulled(count, skipped, end_of_sequence,
+                    [this](Element* e, bool* end) { return GetNext(e, end); });
 }
 
 namespace {

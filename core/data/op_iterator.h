@@ -70,6 +70,9 @@ class OpIterator : public Iterator {
   absl::Status GetNextBlock(int64_t max_elements, Element* out, int64_t* n,
                             bool* end_of_sequence) final;
 
+  // As GetNext: errors and the end are sticky, an element error is returned once.
+  absl::Status Skip(int64_t count, int64_t* skipped, bool* end_of_sequence) final;
+
   // Iterator::Rewind: false after an error; else RewindInternal(), and the end of sequence
   // is no longer sticky when it says true.
   bool Rewind() final;
@@ -90,6 +93,10 @@ class OpIterator : public Iterator {
   virtual absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
                                             bool* end_of_sequence);
 
+  // Same contract as Skip; called only while no error or end has been returned. The default
+  // calls GetNextInternal.
+  virtual absl::Status SkipInternal(int64_t count, int64_t* skipped, bool* end_of_sequence);
+
   // Iterator::Rewind's contract for the op; called only while no error has been returned. The
   // default is false.
   virtual bool RewindInternal() { return false; }
@@ -107,6 +114,10 @@ class OpIterator : public Iterator {
  private:
   // CANCELLED (sticky) when the token is cancelled, else OK.
   absl::Status CheckCancelled();
+  // The sticky error and end around `pull()` (one of the *Internal calls), for GetNext,
+  // GetNextBlock and Skip.
+  template <typename PullFn>
+  absl::Status StickyCall(bool* end_of_sequence, const PullFn& pull);
 
   const std::string label_;
   std::shared_ptr<CancellationToken> cancellation_;

@@ -72,6 +72,14 @@ class ProfilingIterator : public Iterator {
     return s;
   }
 
+  // Passed on (Iterator::Skip): dropped elements are not the op's output, so not counted.
+  absl::Status Skip(int64_t count, int64_t* skipped, bool* end_of_sequence) override {
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status s = inner_->Skip(count, skipped, end_of_sequence);
+    Count(start, 0);
+    return s;
+  }
+
   bool SupportsBlocks() const override { return inner_->SupportsBlocks(); }
   bool BlocksPullableOnPool() const override { return inner_->BlocksPullableOnPool(); }
   bool Rewind() override { return inner_->Rewind(); }

@@ -37,7 +37,7 @@ class OpProfile {
   struct OpStats {
     int position = 0;      // 0: the source; i: op i
     std::string label;     // "op 2 (batch)"
-    int64_t calls = 0;     // GetNext and GetNextBlock calls
+    int64_t calls = 0;     // GetNext, GetNextBlock and Skip calls
     int64_t elements = 0;  // elements handed out (a block of n counts n)
     int64_t total_ns = 0;
     int64_t self_ns = 0;

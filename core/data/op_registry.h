@@ -76,7 +76,9 @@ struct SourceRegistration {
   // the map(decode_raw) after it). Every op before op i must pass the source's elements on
   // whole and unchanged (repeat, take, skip, shard), so that applying op i first changes no
   // element; its errors must be op i's. The executor then builds no iterator for op i (the
-  // per-op profile has no line for it). Called only on a graph InferElementSpecs() accepted,
+  // per-op profile has no line for it), only a place that keeps a Skip (Iterator::Skip) from
+  // the ops after op i from reaching the source: the source may drop elements unmade (without
+  // op i) only for the ops before op i. Called only on a graph InferElementSpecs() accepted,
   // and only with ExecutorOptions::fuse_maps. Unset: none.
   std::function<int(const proto::DatasetDef& graph)> absorbed_op;
   // The source's syntax in pipeline expressions (core/data/op_parse.h); empty for a source that

@@ -159,6 +159,21 @@ absl::Status FixedLengthRecordReader::ReadRecordInto(RecordDestination destinati
   return error_ = absl::DataLossError(BodyMessage(options_, filename_, body));
 }
 
+absl::Status FixedLengthRecordReader::SkipRecord() {
+  if (!error_.ok()) return error_;
+  if (!num_records_.has_value()) return ReadRecord(&skipped_);
+  if (next_ >= *num_records_) return absl::OutOfRangeError("end of file");
+  const size_t rb = static_cast<size_t>(options_.record_bytes);
+  if (pending_.size() - pos_ >= rb) {
+    pos_ += rb;
+    ++next_;
+    return absl::OkStatus();
+  }
+  absl::Status s = SeekToRecord(next_ + 1);
+  if (!s.ok()) error_ = s;
+  return s;
+}
+
 absl::Status FixedLengthRecordReader::SeekToRecord(int64_t i) {
   if (num_records_.has_value()) {
     int64_t clamped = std::min(std::max<int64_t>(i, 0), *num_records_);

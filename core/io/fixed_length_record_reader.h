@@ -53,6 +53,10 @@ class FixedLengthRecordReader {
   // reads the one after it, as a reader whose caller failed on the record would).
   absl::Status ReadRecordInto(RecordDestination destination);
   static constexpr size_t kDirectReadBytes = 16 << 10;
+  // As ReadRecord, without the record: on an uncompressed file its bytes are passed over in
+  // the buffer, or with a seek when they are not buffered (not read); a compressed file's are
+  // decompressed into a scratch buffer. OUT_OF_RANGE and DATA_LOSS as ReadRecord.
+  absl::Status SkipRecord();
   // Positions at record `i` (seek on an uncompressed file, read-through on a compressed one,
   // where i must not be behind the current record: FAILED_PRECONDITION).
   absl::Status SeekToRecord(int64_t i);
@@ -79,6 +83,7 @@ class FixedLengthRecordReader {
   bool eof_ = false;
   uint64_t body_consumed_ = 0;  // compressed: body bytes handed out as records
   absl::Status error_;
+  std::string skipped_;  // a compressed file's record SkipRecord passed over, reused
 };
 
 }  // namespace sluice

@@ -45,12 +45,10 @@ std::unique_ptr<Iterator> Build(const std::string& expression, bool fuse) {
   return it.ok() ? *std::move(it) : nullptr;
 }
 
-// Each output described (dtype, shape, bytes in hex, or the error), then "end"; at most
-// `limit`; iteration goes on after element errors.
-std::vector<std::string> Drain(const std::string& expression, bool fuse, int limit = 200) {
+// Each output of `it` described (dtype, shape, bytes in hex, or the error), then "end"; at
+// most `limit`; iteration goes on after element errors.
+std::vector<std::string> DrainIterator(Iterator* it, int limit = 200) {
   std::vector<std::string> out;
-  std::unique_ptr<Iterator> it = Build(expression, fuse);
-  if (it == nullptr) return out;
   for (int i = 0; i < limit; ++i) {
     Element e;
     bool end = false;
@@ -71,6 +69,13 @@ std::vector<std::string> Drain(const std::string& expression, bool fuse, int lim
                                    static_cast<const char*>(t.raw_data()), t.byte_size()))));
   }
   return out;
+}
+
+// DrainIterator of the expression's iterator.
+std::vector<std::string> Drain(const std::string& expression, bool fuse, int limit = 200) {
+  std::unique_ptr<Iterator> it = Build(expression, fuse);
+  if (it == nullptr) return {};
+  return DrainIterator(it.get(), limit);
 }
 
 class DecodedFixedLengthRecordsTest : public ::testing::Test {
@@ -265,6 +270,80 @@ class FakeStepPlace : public StepOutputAllocator {
   mutable int calls_ = 0;
   mutable std::vector<std::shared_ptr<TensorBuffer>> given_;
 };
+
+// As Drain, every decoded tensor refused: the memory budget's process limit set half a record
+// above what the process holds once the iterator is built. Each refusal's message is cut
+// before ", but N ... are in use": apart, the record's string is held while the map allocates.
+std::vector<std::string> DrainRefused(const std::string& expression, bool fuse,
+                                      int64_t record_bytes) {
+  std::unique_ptr<Iterator> it = Build(expression, fuse);
+  if (it == nullptr) return {};
+  const MemoryLimits limits = ProcessMemoryBudget().limits();
+  ScopedProcessLimits tight({.process_bytes = ProcessMemoryBudget().in_use() + record_bytes / 2,
+                             .element_bytes = limits.element_bytes});
+  std::vector<std::string> out = DrainIterator(it.get());
+  for (std::string& o : out) o = o.substr(0, o.find(", but "));
+  return out;
+}
+
+// Records a skip() or shard() between the source and the map drops are never decoded, as apart,
+// where the map never sees them: under a budget that refuses every decoded tensor the fused
+// pipeline fails on exactly the records apart fails on (a record decoded only to be dropped
+// would be one more element error), and no skipped record takes a step buffer. A skip() after
+// the map drops decoded records, as apart (apart its map fails on them too).
+TEST_F(DecodedFixedLengthRecordsTest, RecordsSkippedBeforeTheMapAreNotDecoded) {
+  const std::string big = File("big.bin", 70000, 7, 0, 0);       // read straight in
+  const std::string small = File("small.bin", 4096, 7, 0, 0);    // through the buffer
+  const std::string gz = File("c.bin.gz", 4096, 7, 0, 0, true);  // decompressed
+  const std::string map = ".map(decode_raw(tf.uint8))";
+  for (const auto& [file, bytes, compression] :
+       {std::tuple<std::string, int, std::string>{big, 70000, ""}, {small, 4096, ""},
+        {gz, 4096, ", compression_type='GZIP'"}}) {
+    const std::string head = absl::StrCat("fixed_length_record_dataset(['", file, "'], ", bytes,
+                                          compression, ")");
+    for (const std::string& e : {
+             head + ".skip(2)" + map,
+             head + ".shard(3, 1)" + map,
+             head + ".shard(2, 0)" + map,
+             head + ".skip(1).shard(2, 1)" + map,
+             head + ".shard(2, 1).skip(1)" + map,
+             head + ".repeat(2).skip(9)" + map,
+             head + ".take(5).skip(3)" + map,
+             head + ".skip(-1)" + map,
+             head + ".skip(1)" + map + ".skip(2)",
+             head + ".shard(2, 0)" + map + ".shard(2, 1)",
+             head + map + ".skip(3)",
+         }) {
+      SCOPED_TRACE(e);
+      const std::vector<std::string> apart = DrainRefused(e, false, bytes);
+      ASSERT_FALSE(apart.empty());
+      EXPECT_EQ(apart.back(), "end");
+      EXPECT_EQ(DrainRefused(e, true, bytes), apart);
+      EXPECT_EQ(Drain(e, true), Drain(e, false));  // and the same elements when none is refused
+    }
+  }
+  // Only the records kept are decoded: one step buffer per element handed out.
+  const std::string head = absl::StrCat("fixed_length_record_dataset(['", big, "'], 70000)");
+  for (const auto& [e, elements] : {std::pair<std::string, int>{head + ".skip(2)" + map, 5},
+                                    {head + ".shard(3, 1)" + map, 2},
+                                    {head + ".repeat(2).skip(9)" + map, 5}}) {
+    SCOPED_TRACE(e);
+    FakeStepPlace place(/*room=*/true);
+    std::unique_ptr<Iterator> it = Build(e, true);
+    ASSERT_NE(it, nullptr);
+    int got = 0;
+    bool end = false;
+    for (int i = 0; i < 20 && !end; ++i) {
+      Element element;
+      StepOutputAllocator::Scope scope(&place);
+      absl::Status s = it->GetNext(&element, &end);
+      ASSERT_TRUE(s.ok()) << s;
+      if (!end) ++got;
+    }
+    EXPECT_EQ(got, elements);
+    EXPECT_EQ(place.calls(), elements);
+  }
+}
 
 TEST_F(DecodedFixedLengthRecordsTest, BuiltInTheStepsPlaceOnlyWhenTheyEndThePipeline) {
   const std::string a = File("a.bin", 70000, 3, 0, 0);

@@ -3,6 +3,9 @@
 // number of workers in GetStatus, once per scaling_interval on a fake clock; a hostile report
 // is refused and counted, and a process that does not hold the consumer index is not heard.
 // Also the client's input wait meter and the worker's load meter, on fake clocks.
+#include <pthread.h>
+#include <signal.h>
+
 #include <atomic>
 #include <limits>
 #include <memory>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "client/input_wait_meter.h"
 #include "core/util/clock.h"
 #include "gtest/gtest.h"
@@ -279,21 +283,71 @@ TEST(InputWaitMeterTest, AWaitBegunTwiceInOneCallCountsFromItsFirstBeginUntilEnd
   EXPECT_EQ(r.interval_us, 1'000'000);
 }
 
+// What the interrupt of StepsCountedWhileReportsAreTakenAreEachReportedOnce does: count a step
+// or take a report on `interrupted_meter`, adding up what it did.
+InputWaitMeter* interrupted_meter = nullptr;
+std::atomic<bool> interrupt_takes_reports{false};
+std::atomic<int64_t> interrupt_steps{0};
+std::atomic<int64_t> interrupt_reported{0};
+std::atomic<int64_t> interrupts{0};
+
+void OnInterrupt(int) {
+  if (interrupt_takes_reports.load()) {
+    interrupt_reported.fetch_add(interrupted_meter->TakeReport().steps);
+  } else {
+    interrupted_meter->EndCall(/*got_step=*/true);
+    interrupt_steps.fetch_add(1);
+  }
+  interrupts.fetch_add(1);
+}
+
 // The trainer counts ready steps without the meter's lock while the heartbeat thread takes
-// reports: every step lands in exactly one report.
+// reports: every step lands in exactly one report. A count lost or doubled by that race (a
+// report read between an increment's read and write, or an increment between a report's read
+// and reset of the count) has a window of a few instructions, which two threads on a loaded
+// 2-core machine almost never hit together (two threads racing for 200,000 steps did not catch
+// a planted split increment in 3 runs). So the race is made to happen at every instruction:
+// this thread takes report after report while a signal (every 20 µs, from a thread that only
+// sends it) interrupts it wherever it is and counts a step, kInterrupts times; then it counts
+// step after step while the signal takes a report. Every step counted must be reported once.
+// The handlers rely on EndCall of a ready step taking no lock (input_wait_meter.h): the
+// interrupted TakeReport holds the meter's lock.
 TEST(InputWaitMeterTest, StepsCountedWhileReportsAreTakenAreEachReportedOnce) {
-  constexpr int64_t kSteps = 200'000;
+  constexpr int64_t kInterrupts = 10'000;  // per half
   InputWaitMeter meter;
-  std::atomic<bool> done{false};
-  int64_t reported = 0;
-  std::thread heartbeat([&] {
-    while (!done.load()) reported += meter.TakeReport().steps;
+  interrupted_meter = &meter;
+  struct sigaction action = {}, previous = {};
+  action.sa_handler = OnInterrupt;
+  sigemptyset(&action.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &action, &previous), 0);
+  const pthread_t self = pthread_self();
+  std::atomic<bool> stop{false};
+  std::thread interrupter([&] {
+    while (!stop.load()) {
+      pthread_kill(self, SIGUSR1);
+      absl::SleepFor(absl::Microseconds(20));
+    }
   });
-  for (int64_t i = 0; i < kSteps; ++i) meter.EndCall(/*got_step=*/true);
-  done = true;
-  heartbeat.join();
+  int64_t steps = 0, reported = 0;
+  // Steps counted amid reports (this thread's first TakeReport also makes its lock identity
+  // before any handler takes the lock).
+  interrupt_takes_reports = false;
+  for (const int64_t end = interrupts.load() + kInterrupts; interrupts.load() < end;) {
+    reported += meter.TakeReport().steps;
+  }
+  // Reports taken amid counts.
+  interrupt_takes_reports = true;
+  for (const int64_t end = interrupts.load() + kInterrupts; interrupts.load() < end;) {
+    meter.EndCall(/*got_step=*/true);
+    ++steps;
+  }
+  stop = true;
+  interrupter.join();  // its last signal is handled before join returns
+  sigaction(SIGUSR1, &previous, nullptr);
   reported += meter.TakeReport().steps;
-  EXPECT_EQ(reported, kSteps);
+  EXPECT_EQ(reported + interrupt_reported.load(), steps + interrupt_steps.load())
+      << steps << " + " << interrupt_steps.load() << " steps counted, " << reported << " + "
+      << interrupt_reported.load() << " reported";
 }
 
 TEST(WorkerLoadMeterTest, ReportsCpuBusyAndPerTaskRates) {

@@ -132,18 +132,19 @@ std::vector<std::vector<int64_t>> ReadToTheEnd(BulkConsumer* consumer) {
 }
 
 // The producer runs ahead of the socket: step 1 (32 MiB) fills the socket the consumer does
-// not read yet, step 2's frame waits behind it in the sender, and steps 3-20, produced one by
-// one meanwhile, are cut as frames up to the bulk frame cap (1 MiB here: 15 steps of 64 KiB
-// and their credit overhead) once the sender starts on step 2's, the rest when it starts on
-// that one. Without the rule each of them was its own frame (the stream cut one whenever a
-// step arrived).
-TEST(StreamBulkCoalescingTest, StepsProducedWhileTheSocketIsBusyShareFramesUpToTheCap) {
-  constexpr int64_t kTotal = 21;
-  constexpr size_t kCap = size_t{1} << 20;
-  constexpr int64_t kPerFrame = kCap / (kStepBytes + kStepCreditOverheadBytes);  // 15
-  GatedBytesTask task(kTotal, [](int64_t s) { return s == 1 ? size_t{32} << 20 : kStepBytes; });
+// not read yet, step 2's frame waits behind it in the sender, and steps 3.., produced one by
+// one meanwhile, are cut as frames up to the bulk frame cap (bulk_max_frame_bytes: with 1 MiB,
+// 15 steps of 64 KiB and their credit overhead; with 2 MiB, 31: past the frame size on gRPC,
+// max_frame_bytes, so the cap is the bulk one) once the sender starts on step 2's, the rest
+// when it starts on that one. Without the rule each of them was its own frame (the stream cut
+// one whenever a step arrived).
+void ExpectStepsProducedWhileTheSocketIsBusyShareFramesUpTo(size_t cap) {
+  SCOPED_TRACE(cap);
+  const int64_t per_frame = static_cast<int64_t>(cap / (kStepBytes + kStepCreditOverheadBytes));
+  const int64_t total = 3 + per_frame + 3;
+  GatedBytesTask task(total, [](int64_t s) { return s == 1 ? size_t{32} << 20 : kStepBytes; });
   WorkerServiceOptions options = Options();
-  options.bulk_max_frame_bytes = kCap;
+  options.bulk_max_frame_bytes = cap;
   TestStreamServer server(&task, options);
   BulkConsumer consumer(server.address(), int64_t{256} << 20);
   task.Release(1);
@@ -157,19 +158,26 @@ TEST(StreamBulkCoalescingTest, StepsProducedWhileTheSocketIsBusyShareFramesUpToT
   ASSERT_TRUE(task.WaitTaken(2));  // step 1's frame: the sender writes it, the socket fills
   task.Release(1);
   ASSERT_TRUE(task.WaitTaken(3));  // step 2's frame: waits behind step 1's in the sender
-  for (int64_t s = 3; s < kTotal; ++s) {
+  for (int64_t s = 3; s < total; ++s) {
     task.Release(1);
     ASSERT_TRUE(task.WaitProduced(s + 1));
   }
   // The setup held: the 32 MiB frame is not written yet (the consumer read nothing), so
-  // steps 3-20 were all produced while a frame waited in the sender.
+  // steps 3.. were all produced while a frame waited in the sender.
   ASSERT_EQ(ProcessBulkChannelCounts().frames_sent, before.frames_sent)
       << "the socket took step 1's 32 MiB unread: the test's premise does not hold here";
   const std::vector<std::vector<int64_t>> frames = ReadToTheEnd(&consumer);
   std::vector<std::vector<int64_t>> want = {{1}, {2}, {}, {}};
-  for (int64_t s = 3; s < kTotal; ++s) want[s < 3 + kPerFrame ? 2 : 3].push_back(s);
+  for (int64_t s = 3; s < total; ++s) want[s < 3 + per_frame ? 2 : 3].push_back(s);
   EXPECT_EQ(frames, want);
   EXPECT_EQ(consumer.bulk_frames(), 4u) << "frames whose bytes came over the bulk socket";
+}
+
+TEST(StreamBulkCoalescingTest, StepsProducedWhileTheSocketIsBusyShareFramesUpToTheCap) {
+  ASSERT_EQ(WorkerServiceOptions().max_frame_bytes, size_t{1} << 20);
+  for (size_t cap : {size_t{1} << 20, size_t{2} << 20}) {
+    ExpectStepsProducedWhileTheSocketIsBusyShareFramesUpTo(cap);
+  }
 }
 
 // A paced producer: each step is released only once the consumer has read the one before

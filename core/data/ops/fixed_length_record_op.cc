@@ -5,7 +5,8 @@
 // repeat(), take(), skip() and shard() (which pass records on whole), when it is a sequential
 // map(decode_raw(out_type, little_endian)) of the whole record and record_bytes is a multiple of
 // out_type's size, runs in the source: each record is read straight into its decoded tensor
-// (NewDecodedFixedLengthRecordIterator). When no op but those follows it, the tensor is the
+// (NewDecodedFixedLengthRecordIterator), and the records a skip() or shard() before the map
+// drops are passed over undecoded (Iterator::Skip). When no op but those follows it, the tensor is the
 // pipeline's output as it is, and it is built in the step's place (a co-located consumer's
 // ring on a worker): the record's bytes are copied once, from the page cache to the consumer.
 #include <string>

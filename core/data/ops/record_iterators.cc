@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "core/format/python_literal.h"
 #include "core/data/ops/source_iterators.h"
+#include "core/data/absorbed_op_error.h"
 #include "core/data/deferred_check_blocks.h"
 #include "core/io/fixed_length_record_reader.h"
 #include "core/data/ops/interleave_iterator.h"
@@ -77,6 +78,12 @@ class RecordFile {
     ASSIGN_OR_RETURN(char* to, destination(record.size()));
     std::memcpy(to, record.data(), record.size());
     return absl::OkStatus();
+  }
+  // As Read, without the record (its bytes not copied out, not read where the format can
+  // pass over them). The default reads it.
+  virtual absl::Status SkipRecord() {
+    std::string record;
+    return Read(&record);
   }
   virtual absl::Status SeekToRecord(int64_t i) = 0;
   // Pages of the file to fault in ahead of the reads (TFRecordReader::TakePagesAhead).
@@ -153,6 +160,7 @@ class FixedLengthFile : public RecordFile {
   absl::Status ReadInto(FixedLengthRecordReader::RecordDestination destination) override {
     return reader_->ReadRecordInto(destination);
   }
+  absl::Status SkipRecord() override { return reader_->SkipRecord(); }
   absl::Status SeekToRecord(int64_t i) override { return reader_->SeekToRecord(i); }
 
  private:
@@ -646,8 +654,12 @@ class DecodedFixedLengthRecordIterator : public SequentialRecordIterator {
         },
         end_of_sequence));
     if (!refused.ok()) {
-      return MarkElementError(WithContext(
-          decoded_.map_label, WithContext(absl::StrCat(decoded_.fn, " (string [])"), refused)));
+      // Raised at the map's place, after the ops between have counted the record as apart
+      // (core/data/absorbed_op_error.h): a stand-in until then.
+      DeferAbsorbedOpError(MarkElementError(WithContext(
+          decoded_.map_label, WithContext(absl::StrCat(decoded_.fn, " (string [])"), refused))));
+      *out = Element();
+      return absl::OkStatus();
     }
     if (*end_of_sequence) return absl::OkStatus();
     if (swap_) {
@@ -655,6 +667,18 @@ class DecodedFixedLengthRecordIterator : public SequentialRecordIterator {
                        width_);
     }
     *out = Element(std::move(decoded));
+    return absl::OkStatus();
+  }
+
+  // The records skip() or shard() before the map drop (the executor keeps a Skip from after
+  // the map from reaching here: AbsorbedOpPlace): passed over, never decoded, so never
+  // allocated or refused, as apart, where the map never sees them.
+  absl::Status SkipInternal(int64_t count, int64_t* skipped, bool* end_of_sequence) override {
+    for (*skipped = 0; *skipped < count; ++*skipped) {
+      RETURN_IF_ERROR(
+          ReadWith([](RecordFile* f) { return f->SkipRecord(); }, end_of_sequence));
+      if (*end_of_sequence) break;
+    }
     return absl::OkStatus();
   }
 

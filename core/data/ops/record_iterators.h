@@ -64,7 +64,11 @@ struct DecodedRecords {
 };
 // A decoded tensor the memory budget refuses is an element error of the map (named as the
 // unfused map names it: "op 2 (map): decode_raw(tf.uint8) (string []): its output: ..."),
-// after which the next record is read.
+// raised at the map's place (core/data/absorbed_op_error.h: the iterator hands out a stand-in
+// element for it), after which the next record is read. The records a skip() or shard() before the map drops
+// (Iterator::Skip) are passed over undecoded, as apart, where the map never sees them: no
+// tensor allocated, none refused, and on an uncompressed file no byte of them read unless
+// buffered already.
 std::unique_ptr<Iterator> NewDecodedFixedLengthRecordIterator(
     std::string label, proto::FixedLengthRecordSource source, DecodedRecords decoded);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -22,6 +23,19 @@ class RepeatIterator : public OpIterator {
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
     return NextOfEpochs(end_of_sequence, [&](bool* end) { return input_->GetNext(out, end); });
+  }
+
+  // Passed on to the epochs' iterators, epoch after epoch.
+  absl::Status SkipInternal(int64_t count, int64_t* skipped, bool* end_of_sequence) override {
+    *skipped = 0;
+    if (count <= 0) return absl::OkStatus();
+    return NextOfEpochs(end_of_sequence, [&](bool* end) {
+      int64_t k = 0;
+      absl::Status s = input_->Skip(count - *skipped, &k, end);
+      *skipped += k;
+      if (k > 0) yielded_this_epoch_ = true;
+      return s;
+    });
   }
 
   // Blocks when the epochs' iterators give them; asking makes the first epoch's iterator (the
@@ -142,6 +156,16 @@ class TakeIterator : public OpIterator {
     return absl::OkStatus();
   }
 
+  // Passed on, up to the elements left to take.
+  absl::Status SkipInternal(int64_t count, int64_t* skipped, bool* end_of_sequence) override {
+    *skipped = 0;
+    const int64_t want = remaining_ >= 0 ? std::min(count, remaining_) : count;
+    absl::Status s = want > 0 ? input_->Skip(want, skipped, end_of_sequence) : absl::OkStatus();
+    if (remaining_ > 0) remaining_ -= *skipped;
+    if (s.ok() && *skipped < count && remaining_ == 0) *end_of_sequence = true;
+    return s;
+  }
+
   bool SupportsBlocks() const override { return input_ != nullptr && input_->SupportsBlocks(); }
 
   absl::Status GetNextBlockInternal(int64_t max_elements, Element* out, int64_t* n,
@@ -169,13 +193,16 @@ class SkipIterator : public OpIterator {
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
-    while (to_skip_ != 0) {
-      Element ignored;
-      absl::Status s = input_->GetNext(&ignored, end_of_sequence);
-      if (!s.ok() || *end_of_sequence) return s;
-      if (to_skip_ > 0) --to_skip_;
-    }
+    absl::Status s = DropLeading(end_of_sequence);
+    if (!s.ok() || *end_of_sequence) return s;
     return input_->GetNext(out, end_of_sequence);
+  }
+
+  absl::Status SkipInternal(int64_t count, int64_t* skipped, bool* end_of_sequence) override {
+    *skipped = 0;
+    absl::Status s = DropLeading(end_of_sequence);
+    if (!s.ok() || *end_of_sequence) return s;
+    return input_->Skip(count, skipped, end_of_sequence);
   }
 
   bool SupportsBlocks() const override { return input_ != nullptr && input_->SupportsBlocks(); }
@@ -196,6 +223,19 @@ class SkipIterator : public OpIterator {
   }
 
  private:
+  // The first to_skip_ elements, dropped through Skip (Iterator::Skip): the input may drop
+  // them for less than making them. OK with to_skip_ 0, or at the end, or the error.
+  absl::Status DropLeading(bool* end_of_sequence) {
+    while (to_skip_ != 0) {
+      int64_t skipped = 0;
+      const int64_t want = to_skip_ > 0 ? to_skip_ : std::numeric_limits<int64_t>::max();
+      absl::Status s = input_->Skip(want, &skipped, end_of_sequence);
+      if (to_skip_ > 0) to_skip_ -= skipped;
+      if (!s.ok() || *end_of_sequence) return s;
+    }
+    return absl::OkStatus();
+  }
+
   std::unique_ptr<Iterator> input_;
   int64_t to_skip_;  // negative: skip everything
 };
@@ -211,14 +251,24 @@ class ShardIterator : public OpIterator {
 
  protected:
   absl::Status GetNextInternal(Element* out, bool* end_of_sequence) override {
-    for (; to_skip_ > 0; --to_skip_) {
-      Element ignored;
-      absl::Status s = input_->GetNext(&ignored, end_of_sequence);
-      if (!s.ok() || *end_of_sequence) return s;
-    }
-    absl::Status s = input_->GetNext(out, end_of_sequence);
+    absl::Status s = DropOthers(end_of_sequence);
+    if (!s.ok() || *end_of_sequence) return s;
+    s = input_->GetNext(out, end_of_sequence);
     if (!s.ok() || *end_of_sequence) return s;
     to_skip_ = num_shards_ - 1;
+    return absl::OkStatus();
+  }
+
+  // Each element this shard would keep dropped with the others before it, all through Skip.
+  absl::Status SkipInternal(int64_t count, int64_t* skipped, bool* end_of_sequence) override {
+    for (*skipped = 0; *skipped < count; ++*skipped) {
+      absl::Status s = DropOthers(end_of_sequence);
+      if (!s.ok() || *end_of_sequence) return s;
+      int64_t kept = 0;
+      s = input_->Skip(1, &kept, end_of_sequence);
+      if (!s.ok() || *end_of_sequence) return s;
+      to_skip_ = num_shards_ - 1;
+    }
     return absl::OkStatus();
   }
 
@@ -309,6 +359,17 @@ class ShardIterator : public OpIterator {
       std::memcpy(dst + r * row_bytes, src + (first + r * num_shards_) * row_bytes, row_bytes);
     }
     return out;
+  }
+
+  // The input elements before the next one this shard keeps, dropped through Skip
+  // (Iterator::Skip): the input may drop them for less than making them. OK with to_skip_ 0,
+  // or at the end, or the error.
+  absl::Status DropOthers(bool* end_of_sequence) {
+    if (to_skip_ == 0) return absl::OkStatus();
+    int64_t skipped = 0;
+    absl::Status s = input_->Skip(to_skip_, &skipped, end_of_sequence);
+    to_skip_ -= skipped;
+    return s;
   }
 
   std::unique_ptr<Iterator> input_;

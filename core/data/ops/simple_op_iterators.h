@@ -1,5 +1,7 @@
 // repeat(), take(), skip() and shard(): ops that pass elements through unchanged, with TF's
 // semantics. The iterators are not thread-safe; `label` names the op in errors (OpLabel()).
+// Each passes a Skip (core/data/iterator.h) on to its input as the elements it drops, so a
+// source below them that drops elements for less than making them does so for all of them.
 #ifndef SLUICE_CORE_SIMPLE_OP_ITERATORS_H_
 #define SLUICE_CORE_SIMPLE_OP_ITERATORS_H_
 
@@ -24,11 +26,13 @@ std::unique_ptr<Iterator> NewRepeatIterator(std::string label, IteratorFactory i
 std::unique_ptr<Iterator> NewTakeIterator(std::string label, std::unique_ptr<Iterator> input,
                                           int64_t count);
 
-// All but the first `count` elements (negative: none).
+// All but the first `count` elements (negative: none), dropped through the input's Skip
+// (core/data/iterator.h).
 std::unique_ptr<Iterator> NewSkipIterator(std::string label, std::unique_ptr<Iterator> input,
                                           int64_t count);
 
-// Elements index, index + num_shards, index + 2 * num_shards, ... of the input.
+// Elements index, index + num_shards, index + 2 * num_shards, ... of the input; on the
+// element-by-element path the others are dropped through the input's Skip.
 // INVALID_ARGUMENT unless num_shards > 0 and 0 <= index < num_shards.
 absl::StatusOr<std::unique_ptr<Iterator>> NewShardIterator(std::string label,
                                                            std::unique_ptr<Iterator> input,
