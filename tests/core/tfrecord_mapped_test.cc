@@ -360,7 +360,9 @@ TEST(TFRecordMappedTest, UnmapPoolUnmapsOnThePoolNotOnTheDroppingThread) {
     absl::string_view v;
     TFRecordReader::UncheckedData u;
     std::shared_ptr<const void> owner;
-    if (r.ok()) EXPECT_TRUE((*r)->ReadRecordView(&v, &u, &owner).ok());
+    if (r.ok()) {
+      EXPECT_TRUE((*r)->ReadRecordView(&v, &u, &owner).ok());
+    }
     return owner;
   };
   std::shared_ptr<const void> owner = view_of_first(nullptr);
