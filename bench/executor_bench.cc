@@ -5,6 +5,7 @@
 //   executor_bench [--range_elements=33554432] [--batch_sizes=2048,131072,524288]
 //                  [--records=DIR] [--parallel=2] [--reps=3] [--threads=0] [--rounds=0]
 //                  [--maps=sequential,parallel,autotune,batched] [--images=DIR]
+//                  [--passes=1] [--marks=FILE]
 //
 // --records: a folder of TFRecord files of Examples with 'image' (bytes) and 'label' (int64),
 // as `sluicectl gen` writes; without it the TFRecord rows are skipped. --threads sizes the
@@ -17,15 +18,22 @@
 // --parallel calls and AUTOTUNE. Prints a Markdown table; "CPU µs/elem" is the
 // process's user + system time per element and "cores" its CPU time over wall time, which show
 // a parallel map's overhead and its use of the cores even on a loaded machine.
+// --passes=K lists the --records files K times over in the source (K passes over the same
+// data in one run, as a trainer's epochs would read them, without repeat() between source and
+// map). --rounds also prints the "steady" part of each run (all but its first and last eighth
+// of batches: see Result) and the first batch's latency. --marks=FILE appends each run's
+// CLOCK_MONOTONIC start and end to FILE, to find the runs in `perf record -k mono` traces.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <sys/resource.h>
@@ -55,6 +63,14 @@ struct Result {
   std::string autotuned;   // the parallelism AUTOTUNE chose per map at the end of the run
   BatchSlotCounts slots;   // batch()'s in-place rows and reused buffers during the run
   FusedBatchCounts fused;  // batches a fused map-and-batch handed out in place / concatenated
+  // The same figures over the steady part of the run: from the end of batch n/8 to the end of
+  // batch n - n/8 (n batches; the whole run when n < 8), which leaves out the start (opening
+  // the first file, the pool's threads waking, AUTOTUNE climbing) and the end (the last
+  // blocks, when fewer than all threads have work).
+  int64_t steady_elements = 0;
+  double steady_seconds = 0;
+  double steady_cpu_seconds = 0;
+  double first_batch_seconds = 0;  // from the start (incl. making the iterator) to batch 1
 };
 
 double ProcessCpuSeconds() {
@@ -62,6 +78,24 @@ double ProcessCpuSeconds() {
   getrusage(RUSAGE_SELF, &u);
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
+
+// The process's CPU time (all threads) at nanosecond resolution, for per-batch marks.
+double ProcessCpuClock() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
+// CLOCK_MONOTONIC in seconds: the clock of `perf record -k mono`, to find a run in a trace.
+double MonotonicSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
+// --marks=FILE: each run's CLOCK_MONOTONIC start and end and its expression's label appended
+// to FILE, for reading a scheduler trace (perf record -k mono) run by run.
+std::string marks_file;  // set in Main
 
 // Drains `expression`; counts the rows of every batch.
 Result Drain(const std::string& expression) {
@@ -73,8 +107,15 @@ Result Drain(const std::string& expression) {
   Result r;
   const BatchSlotCounts slots_start = BatchSlotCountsSoFar();
   const FusedBatchCounts fused_start = FusedBatchCountsSoFar();
+  const double mono_start = MonotonicSeconds();
   const Clock::time_point start = Clock::now();
   const double cpu_start = ProcessCpuSeconds();
+  const double cpu_clock_start = ProcessCpuClock();
+  // Wall and CPU time at the end of each batch (after it is counted), from the start.
+  std::vector<std::pair<double, double>> marks;
+  std::vector<int64_t> rows;
+  marks.reserve(4096);
+  rows.reserve(4096);
   absl::StatusOr<std::unique_ptr<Iterator>> it = MakeIterator(*ds);
   if (!it.ok()) {
     std::fprintf(stderr, "%s\n", it.status().ToString().c_str());
@@ -90,11 +131,39 @@ Result Drain(const std::string& expression) {
     }
     if (end) break;
     const std::vector<Tensor> leaves = e.Flatten();
-    r.elements += leaves.empty() || leaves[0].shape().rank() == 0 ? 1 : leaves[0].shape().dim(0);
+    const int64_t k =
+        leaves.empty() || leaves[0].shape().rank() == 0 ? 1 : leaves[0].shape().dim(0);
+    r.elements += k;
     ++r.batches;
+    if (marks.size() < marks.capacity()) {
+      rows.push_back(k);
+      marks.emplace_back(std::chrono::duration<double>(Clock::now() - start).count(),
+                         ProcessCpuClock() - cpu_clock_start);
+    }
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   r.cpu_seconds = ProcessCpuSeconds() - cpu_start;
+  if (!marks_file.empty()) {
+    if (FILE* f = std::fopen(marks_file.c_str(), "a")) {
+      std::fprintf(f, "%.9f %.9f %s\n", mono_start, MonotonicSeconds(), expression.c_str());
+      std::fclose(f);
+    }
+  }
+  if (!marks.empty()) {
+    r.first_batch_seconds = marks[0].first;
+    const size_t n = marks.size();
+    const size_t skip = n >= 8 ? n / 8 : 0;
+    const size_t from = skip, to = n - 1 - skip;  // marks: the ends of batches `from` and `to`
+    if (to > from) {
+      for (size_t i = from + 1; i <= to; ++i) r.steady_elements += rows[i];
+      r.steady_seconds = marks[to].first - marks[from].first;
+      r.steady_cpu_seconds = marks[to].second - marks[from].second;
+    } else {
+      r.steady_elements = r.elements;
+      r.steady_seconds = r.seconds;
+      r.steady_cpu_seconds = r.cpu_seconds;
+    }
+  }
   const BatchSlotCounts slots_end = BatchSlotCountsSoFar();
   r.slots.rows_in_place = slots_end.rows_in_place - slots_start.rows_in_place;
   r.slots.rows_copied = slots_end.rows_copied - slots_start.rows_copied;
@@ -174,7 +243,9 @@ std::vector<std::string> QuotedFiles(const std::string& dir, const std::string& 
 // --rounds=N: the sequential map, AUTOTUNE with the map-and-batch fusion off and AUTOTUNE with
 // it on, one run each per round, alternating, so that neighbouring runs see the same load on a
 // shared machine; prints every round and the medians (CPU per element and the cores used are
-// what the load disturbs least).
+// what the load disturbs least), for the whole run and for its steady part (Result): a trainer
+// reads millions of records, so the steady rate is the one it sees, and the whole run's
+// shows what starting and ending a pass costs on top of it (both are printed, neither hidden).
 void AlternatingRounds(const std::string& seq, const std::string& autotune, int64_t rounds) {
   struct Mode {
     const char* name;
@@ -185,15 +256,19 @@ void AlternatingRounds(const std::string& seq, const std::string& autotune, int6
   std::vector<Mode> modes = {{"sequential", &seq, true, {}},
                              {"AUTOTUNE, fusion off", &autotune, false, {}},
                              {"AUTOTUNE, fusion on", &autotune, true, {}}};
-  std::printf("\n| round | mode | elements/s | CPU µs/elem | cores | batches in place |\n"
-              "|---|---|---|---|---|---|\n");
+  std::printf("\n| round | mode | elements/s | CPU µs/elem | cores | steady elements/s | "
+              "steady CPU µs/elem | steady cores | first batch ms | batches in place |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t r = 0; r < rounds; ++r) {
     for (Mode& m : modes) {
       SetMapBatchFusionEnabled(m.fusion);
       Result x = Drain(*m.expression);
-      std::printf("| %lld | %s | %.0f | %.3f | %.2f | %lld of %lld |\n",
+      std::printf("| %lld | %s | %.0f | %.3f | %.2f | %.0f | %.3f | %.2f | %.2f | %lld of %lld |\n",
                   static_cast<long long>(r), m.name, x.elements / x.seconds,
                   1e6 * x.cpu_seconds / x.elements, x.cpu_seconds / x.seconds,
+                  x.steady_elements / x.steady_seconds,
+                  1e6 * x.steady_cpu_seconds / x.steady_elements,
+                  x.steady_cpu_seconds / x.steady_seconds, 1e3 * x.first_batch_seconds,
                   static_cast<long long>(x.fused.in_place), static_cast<long long>(x.batches));
       m.results.push_back(std::move(x));
     }
@@ -204,18 +279,27 @@ void AlternatingRounds(const std::string& seq, const std::string& autotune, int6
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::printf("\n| mode (median of %lld rounds) | elements/s | CPU µs/elem | cores |\n"
-              "|---|---|---|---|\n", static_cast<long long>(rounds));
+  std::printf("\n| mode (median of %lld rounds) | elements/s | CPU µs/elem | cores | "
+              "steady elements/s | steady CPU µs/elem | steady cores |\n"
+              "|---|---|---|---|---|---|---|\n", static_cast<long long>(rounds));
+  std::vector<double> rates, steady_rates;
   for (const Mode& m : modes) {
-    std::vector<double> rate, cpu, cores;
+    std::vector<double> rate, cpu, cores, srate, scpu, scores;
     for (const Result& x : m.results) {
       rate.push_back(x.elements / x.seconds);
       cpu.push_back(1e6 * x.cpu_seconds / x.elements);
       cores.push_back(x.cpu_seconds / x.seconds);
+      srate.push_back(x.steady_elements / x.steady_seconds);
+      scpu.push_back(1e6 * x.steady_cpu_seconds / x.steady_elements);
+      scores.push_back(x.steady_cpu_seconds / x.steady_seconds);
     }
-    std::printf("| %s | %.0f | %.3f | %.2f |\n", m.name, median(rate), median(cpu),
-                median(cores));
+    rates.push_back(median(rate));
+    steady_rates.push_back(median(srate));
+    std::printf("| %s | %.0f | %.3f | %.2f | %.0f | %.3f | %.2f |\n", m.name, median(rate),
+                median(cpu), median(cores), median(srate), median(scpu), median(scores));
   }
+  std::printf("\nAUTOTUNE fusion on / sequential (medians): whole run %.2fx, steady %.2fx\n",
+              rates[2] / rates[0], steady_rates[2] / steady_rates[0]);
 }
 
 // image_bench's pipelines on its shards (crop: decode_image -> random_crop; rrc:
@@ -264,6 +348,7 @@ int Main(int argc, char** argv) {
   const std::string images = StringFlag(argc, argv, "images", "");
   const std::string sizes = StringFlag(argc, argv, "batch_sizes", "2048,131072,524288");
   const std::string maps = StringFlag(argc, argv, "maps", "sequential,parallel,autotune");
+  marks_file = StringFlag(argc, argv, "marks", "");
   auto want = [&](absl::string_view m) {
     for (absl::string_view x : absl::StrSplit(maps, ',')) {
       if (x == m) return true;
@@ -291,7 +376,10 @@ int Main(int argc, char** argv) {
   }
   if (!images.empty()) ImageRows(images, reps, parallel, want);
   if (records.empty()) return 0;
-  const std::vector<std::string> files = QuotedFiles(records, "");
+  const int64_t passes = std::max<int64_t>(1, Flag(argc, argv, "passes", 1));
+  std::vector<std::string> files;
+  const std::vector<std::string> pass = QuotedFiles(records, "");
+  for (int64_t i = 0; i < passes; ++i) files.insert(files.end(), pass.begin(), pass.end());
   const std::string source = absl::StrCat("tf_record_dataset([", absl::StrJoin(files, ", "), "])");
   const std::string parse =
       "parse_example({'image': FixedLenFeature([], tf.string), "

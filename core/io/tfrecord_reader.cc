@@ -14,6 +14,7 @@
 #include "core/tensor/host_memory.h"
 #include "core/util/crc32c.h"
 #include "core/util/status_macros.h"
+#include "core/util/thread_pool.h"
 
 namespace sluice {
 namespace {
@@ -56,7 +57,12 @@ absl::StatusOr<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(
   if (options.map_local_file && size.value_or(0) > 0 && IsLocalPath(filename)) {
     absl::StatusOr<std::shared_ptr<MappedFile>> file = MappedFile::Map(filename);
     if (file.ok() && (*file)->size() > 0) {
-      auto mapping = std::make_shared<const Mapping>(*std::move(file));
+      ThreadPool* const pool = options.unmap_pool;
+      auto unmap = [pool](const Mapping* m) {
+        if (pool == nullptr) return delete m;
+        pool->Schedule([m] { delete m; });
+      };
+      auto mapping = std::shared_ptr<const Mapping>(new Mapping(*std::move(file)), unmap);
       if (mapping->guard.guarded()) reader->UseMapping(std::move(mapping));
     }
   }

@@ -30,6 +30,10 @@
 // are charged as copies, core/tensor/charged_view.h). The number of mappings alive is bounded:
 // each holds one of the truncation guard's kMaxGuardedRanges slots for as long as any view
 // does, and a file opened while every slot is held is read (into charged buffers) instead.
+// Unmapping a file whose pages are mapped is not free (about 1 ms per 50 MB here, zapping the
+// page tables): with `unmap_pool` set, whichever thread drops the mapping's last reference
+// schedules the unmap on that pool instead of running it (a parallel map's job would otherwise
+// run it before it hands out its block, and every later block, in order, waits for that one).
 //
 // Errors (the reader is then stuck on them):
 //   NOT_FOUND            the file is missing (naming it)
@@ -60,6 +64,8 @@
 
 namespace sluice {
 
+class ThreadPool;
+
 // TFRecord framing sizes.
 inline constexpr size_t kTFRecordHeaderBytes = 12;  // length + its crc
 inline constexpr size_t kTFRecordFooterBytes = 4;   // data crc
@@ -70,6 +76,9 @@ struct TFRecordReaderOptions {
   size_t buffer_size = 256 << 10;
   // Open() maps an uncompressed local file rather than reading it (see above). false: read.
   bool map_local_file = true;
+  // Where a mapping is unmapped once no view or reader holds it (see above): a closure on this
+  // pool, which must outlive the mapping's views; null: on the thread dropping the last one.
+  ThreadPool* unmap_pool = nullptr;
 };
 
 class TFRecordReader {

@@ -21,7 +21,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "core/io/tfrecord_writer.h"
+#include "core/util/thread_pool.h"
 #include "core/util/json_value.h"
 #include "gtest/gtest.h"
 
@@ -156,6 +158,30 @@ inline std::optional<std::pair<uintptr_t, uintptr_t>> MappingOf(const std::strin
     }
   }
   return std::nullopt;
+}
+
+// Returns once every closure scheduled on `pool` before the call has run: one closure per
+// thread, each waiting until all of them run, so that no thread is still in an earlier one.
+inline void RunPoolClosuresScheduledSoFar(ThreadPool& pool) {
+  struct Barrier {
+    bool AllStarted() const { return started == threads; }
+    bool AllLeft() const { return left == 0; }
+    absl::Mutex mu;
+    int threads = 0;
+    int started = 0;
+    int left = 0;
+  } barrier;
+  barrier.threads = barrier.left = pool.num_threads();
+  for (int i = 0; i < pool.num_threads(); ++i) {
+    pool.Schedule([&barrier] {
+      absl::MutexLock lock(&barrier.mu);
+      ++barrier.started;
+      barrier.mu.Await(absl::Condition(&barrier, &Barrier::AllStarted));
+      --barrier.left;
+    });
+  }
+  absl::MutexLock lock(&barrier.mu);
+  barrier.mu.Await(absl::Condition(&barrier, &Barrier::AllLeft));
 }
 
 }  // namespace record_test

@@ -17,11 +17,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "core/data/executor.h"
 #include "core/io/mapped_file.h"
 #include "core/io/mapping_truncation_guard.h"
 #include "core/io/tfrecord_reader.h"
 #include "core/io/tfrecord_writer.h"
+#include "core/util/thread_pool.h"
 #include "gtest/gtest.h"
 #include "proto/example.pb.h"
 #include "sluice/dataset.h"
@@ -299,7 +301,9 @@ void WriteExamples(const std::string& path, int n, const Fill& fill) {
 
 // A parallel parse pipeline over many files keeps no file it has read mapped: when a batch
 // starts with file k's records, files 0..k-1 are unmapped (their last blocks were checked,
-// which closes them off the read lock), and nothing is left mapped once the iterator is gone.
+// which closes them off the read lock, and their unmapping, scheduled on the pool then, has
+// run once the pool ran what was scheduled before), and nothing is left mapped once the
+// iterator is gone.
 TEST(TFRecordMappedTest, AParallelMapUnmapsEachFileItHasRead) {
   TempDir dir;
   std::vector<std::string> paths;
@@ -326,6 +330,7 @@ TEST(TFRecordMappedTest, AParallelMapUnmapsEachFileItHasRead) {
       const size_t k = static_cast<size_t>(images.string_at(0)[0] - 'a');
       ASSERT_LT(k, paths.size());
       seen[k] = true;
+      record_test::RunPoolClosuresScheduledSoFar(ProcessThreadPool());
       for (size_t f = 0; f < k; ++f) {
         EXPECT_FALSE(record_test::MappingOf(paths[f]).has_value())
             << paths[f] << " still mapped at batch " << batches << " (file " << k << ")";
@@ -334,7 +339,46 @@ TEST(TFRecordMappedTest, AParallelMapUnmapsEachFileItHasRead) {
     EXPECT_EQ(batches, 150);
     EXPECT_EQ(seen, std::vector<bool>(paths.size(), true));
   }
+  record_test::RunPoolClosuresScheduledSoFar(ProcessThreadPool());
   for (const std::string& p : paths) EXPECT_FALSE(record_test::MappingOf(p).has_value()) << p;
+}
+
+// TFRecordReaderOptions::unmap_pool: the thread that drops a mapping's last reference (a view
+// kept after its reader is gone) does not unmap it; the pool does, later. Without the option
+// the drop unmaps at once.
+TEST(TFRecordMappedTest, UnmapPoolUnmapsOnThePoolNotOnTheDroppingThread) {
+  TempDir dir;
+  const std::vector<std::string> records = RandomRecords(20, 5000);
+  const std::string path = dir.File("unmapped-later.tfrecord");
+  WriteWholeFile(path, record_test::FramedTFRecords(records, dir));
+  // A view of the first record, its reader gone: the view holds the mapping alone.
+  auto view_of_first = [&](ThreadPool* pool) {
+    TFRecordReaderOptions o;
+    o.unmap_pool = pool;
+    absl::StatusOr<std::unique_ptr<TFRecordReader>> r = TFRecordReader::Open(path, o);
+    EXPECT_TRUE(r.ok() && (*r)->mapped());
+    absl::string_view v;
+    TFRecordReader::UncheckedData u;
+    std::shared_ptr<const void> owner;
+    if (r.ok()) {
+      EXPECT_TRUE((*r)->ReadRecordView(&v, &u, &owner).ok());
+    }
+    return owner;
+  };
+  std::shared_ptr<const void> owner = view_of_first(nullptr);
+  ASSERT_TRUE(record_test::MappingOf(path).has_value());
+  owner.reset();
+  EXPECT_FALSE(record_test::MappingOf(path).has_value()) << "no pool: unmapped by the drop";
+
+  ThreadPool pool(1);
+  absl::Notification busy_done;
+  pool.Schedule([&busy_done] { busy_done.WaitForNotification(); });  // the pool runs nothing
+  owner = view_of_first(&pool);
+  owner.reset();
+  EXPECT_TRUE(record_test::MappingOf(path).has_value()) << "unmapped by the dropping thread";
+  busy_done.Notify();
+  record_test::RunPoolClosuresScheduledSoFar(pool);
+  EXPECT_FALSE(record_test::MappingOf(path).has_value()) << "the pool did not unmap it";
 }
 
 // As a user runs it: a parallel parse pipeline over a file that another process truncates while

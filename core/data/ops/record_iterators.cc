@@ -25,6 +25,7 @@
 #include "core/tensor/uninitialized_tensor.h"
 #include "core/util/status_context.h"
 #include "core/util/status_macros.h"
+#include "core/util/thread_pool.h"
 #include "core/io/tfrecord_reader.h"
 
 namespace sluice {
@@ -174,6 +175,8 @@ class RecordFormat {
   virtual absl::StatusOr<std::unique_ptr<RecordFile>> Open(const std::string& f,
                                                            bool want_index) = 0;
   virtual absl::StatusOr<int64_t> Count(const std::string& f) = 0;
+  // Files opened from now on are unmapped on `pool` (TFRecordReaderOptions::unmap_pool).
+  virtual void UnmapOn(ThreadPool* /*pool*/) {}
 };
 
 class TFRecordFormat : public RecordFormat {
@@ -185,6 +188,7 @@ class TFRecordFormat : public RecordFormat {
     TFRecordReaderOptions o;
     o.compression = compression_;
     o.buffer_size = buffer_size_;
+    o.unmap_pool = unmap_pool_;
     ASSIGN_OR_RETURN(std::unique_ptr<TFRecordReader> r, TFRecordReader::Open(f, o));
     std::optional<RecordIndex> index;
     if (want_index && compression_ == Compression::kNone) {
@@ -195,8 +199,10 @@ class TFRecordFormat : public RecordFormat {
   absl::StatusOr<int64_t> Count(const std::string& f) override {
     return CountTFRecords(f, compression_, index_options_);
   }
+  void UnmapOn(ThreadPool* pool) override { unmap_pool_ = pool; }
 
  private:
+  ThreadPool* unmap_pool_ = nullptr;
   const Compression compression_;
   const size_t buffer_size_;
   const RecordIndexOptions index_options_;
@@ -234,7 +240,11 @@ class FixedLengthFormat : public RecordFormat {
 // record to be read off the lock); copying the records out of the buffers and verifying their data
 // checksums is the block's BlockCheck, run outside the lock, which also faults in the pages of
 // a mapped file that the next reads will touch (TFRecordReader::TakePagesAhead) and closes the
-// files the block's reads finished (a munmap for a mapped one).
+// files the block's reads finished. Such a map's pool also unmaps the files opened from its
+// first pull on (TFRecordReaderOptions::unmap_pool): a file's munmap (~1 ms for 50 MB of mapped
+// pages) would otherwise run in the job that drops its last view, before that job's block is
+// done, and in input order every later block waits for it (measured: one core idle for most of
+// each munmap, bench/RESULTS.md "recsteady").
 class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSource {
  public:
   SequentialRecordIterator(std::string label, std::vector<std::string> files,
@@ -272,6 +282,10 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
   // end (OpIterator's stickiness is not needed there).
   absl::Status GetNextBlockDeferringChecks(int64_t max_elements, Element* out, int64_t* n,
                                            bool* end_of_sequence, BlockCheck* check) override {
+    if (!unmapping_on_pool_) {
+      format_->UnmapOn(&ProcessThreadPool());
+      unmapping_on_pool_ = true;
+    }
     *check = nullptr;
     *n = 0;
     *end_of_sequence = false;
@@ -613,6 +627,7 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
   const std::optional<proto::RecordRange> range_;
   int64_t remaining_ = -1;  // records left in the range; -1: unlimited
   bool positioned_ = false;
+  bool unmapping_on_pool_ = false;  // format_->UnmapOn(the pool) called (deferred checks)
   size_t next_file_ = 0;
   std::unique_ptr<RecordFile> current_;
   absl::Status pending_;  // a read error after the last block's records (bulk path)
