@@ -7,6 +7,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "core/tensor/aligned_size.h"
+#include "core/util/streaming_copy.h"
 
 namespace sluice {
 namespace {
@@ -53,7 +54,7 @@ void StepPlacement::Place(TaskStep* step) const {
   for (std::vector<Tensor>& piece : step->pieces) {
     for (Tensor& t : piece) {
       if (t.dtype() == DType::kString || t.byte_size() == 0) continue;
-      std::memcpy(base + at[i], t.raw_data(), t.byte_size());
+      StreamingCopy(base + at[i], t.raw_data(), t.byte_size());
       absl::StatusOr<Tensor> view = Tensor::Wrap(t.dtype(), t.shape(), region, at[i]);
       if (view.ok()) t = *std::move(view);  // Wrap cannot fail: the region holds the layout
       ++i;

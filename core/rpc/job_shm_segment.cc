@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/rpc/shared_step_payload.h"
 #include "core/tensor/aligned_size.h"
+#include "core/util/streaming_copy.h"
 
 namespace sluice {
 namespace {
@@ -176,7 +177,7 @@ std::shared_ptr<JobShmRegion> JobShmSegment::Write(const std::vector<Tensor>* pi
     for (const Tensor& t : pieces[p]) {
       if (t.dtype() == DType::kString || t.byte_size() == 0) continue;
       numeric = AlignedSize(numeric);
-      std::memcpy(base + numeric, t.raw_data(), t.byte_size());
+      StreamingCopy(base + numeric, t.raw_data(), t.byte_size());
       numeric += t.byte_size();
     }
   }

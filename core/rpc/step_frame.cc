@@ -16,6 +16,7 @@
 #include "core/rpc/shared_step_payload.h"
 #include "core/tensor/aligned_size.h"
 #include "core/tensor/host_memory.h"
+#include "core/util/streaming_copy.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -771,7 +772,7 @@ absl::Status StepFrameEncoder::Encode(absl::Span<const WireStepView> steps, bool
   PutHeader(header_, header_size, inline_bytes, &builder);
   if (shared != nullptr) {
     ForEachNumeric(steps, [&](const Tensor& t, size_t end) {
-      std::memcpy(shared + (end - t.byte_size()), t.raw_data(), t.byte_size());
+      StreamingCopy(shared + (end - t.byte_size()), t.raw_data(), t.byte_size());
     });
   }
   for (const WireStepView& step : steps) {

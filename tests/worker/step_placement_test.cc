@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "core/tensor/step_output_allocator.h"
+#include "core/util/streaming_copy.h"
 #include "worker/step_placement.h"
 #include "tests/worker/task_step_test_util.h"
 #include "worker/task_runner.h"
@@ -193,6 +194,61 @@ TEST(StepPlacementTest, FrameBuiltElsewhereGoesInlineWhileAPlacedStepWaits) {
   Encode(&encoder, heap);
   EXPECT_EQ(encoder.last_shared_bytes(), 1000u);  // nothing waits now: copied into the ring
   EXPECT_FALSE(encoder.last_in_place());
+}
+
+// Steps large enough for StreamingCopy's non-temporal stores (core/util/streaming_copy.h),
+// built in ordinary memory: placed by the worker (StepPlacement::Place), or copied into the
+// ring by the stream's encoder (no placement); either way the consumer's views hold exactly
+// the bytes built, up to the last odd byte, and the tensor after them is intact.
+TEST(StepPlacementTest, LargeStepsCopiedIntoTheRingArriveByteForByte) {
+  const size_t big = kStreamingCopyMinBytes + 4099;  // not a multiple of a cache line
+#if defined(__x86_64__)
+  ASSERT_TRUE(StreamingCopyBypassesCache(big));  // the non-temporal path is the one tested
+#endif
+  auto segment = ShmSegment::Create(size_t{4} << 20);
+  ASSERT_TRUE(segment.ok());
+  auto writer = std::make_shared<ShmRingWriter>(*segment);
+  ShmRingReader reader(*segment);
+  StepPlacement placement(writer);
+  auto built = [&](int64_t s) {
+    TaskStep step;
+    step.task_step = s;
+    Tensor bytes = Tensor::Allocate(DType::kUInt8, Shape({static_cast<int64_t>(big)}));
+    auto* p = static_cast<uint8_t*>(bytes.mutable_raw_data());
+    for (size_t i = 0; i < big; ++i) p[i] = static_cast<uint8_t>((i * 131 + s * 7) % 251);
+    Tensor ints = Tensor::Allocate(DType::kInt32, Shape({3}));
+    for (int i = 0; i < 3; ++i) {
+      ints.mutable_data<int32_t>()[i] = static_cast<int32_t>(s * 10 + i);
+    }
+    step.pieces = {{bytes, ints}};
+    return step;
+  };
+  std::vector<TaskStep> placed = {built(0)}, copied = {built(1)};
+  const std::vector<TaskStep> want = {built(0), built(1)};
+  placement.Place(&placed[0]);
+  ASSERT_TRUE(InSegment(placed[0].pieces[0][0], **segment));
+  StepFrameEncoder encoder;
+  encoder.set_shared_payload(writer.get());
+  StepFrameDecoder decoder(nullptr, nullptr);
+  decoder.set_shared_payload(&reader);
+  grpc::ByteBuffer b0 = Encode(&encoder, placed);
+  EXPECT_TRUE(encoder.last_in_place());
+  grpc::ByteBuffer b1 = Encode(&encoder, copied);
+  EXPECT_FALSE(encoder.last_in_place());
+  EXPECT_GT(encoder.last_shared_bytes(), big);  // the encoder's copy into the ring
+  StepFrame out0, out1;
+  ASSERT_TRUE(decoder.Decode(b0, &out0).ok());
+  ASSERT_TRUE(decoder.Decode(b1, &out1).ok());
+  int s = 0;
+  for (const StepFrame* out : {&out0, &out1}) {
+    const std::vector<Tensor>& got = out->steps[0].pieces[0];
+    const std::vector<Tensor>& expected = want[s].pieces[0];
+    EXPECT_TRUE(InSegment(got[0], **segment)) << "step " << s;
+    ASSERT_EQ(got[0].byte_size(), big);
+    EXPECT_EQ(std::memcmp(got[0].raw_data(), expected[0].raw_data(), big), 0) << "step " << s;
+    EXPECT_EQ(got[1].data<int32_t>()[2], s * 10 + 2) << "step " << s;
+    ++s;
+  }
 }
 
 TEST(StepPlacementTest, StepThatDoesNotFitStaysInOrdinaryMemory) {
