@@ -754,6 +754,14 @@ void StepBuffer::ConfirmEnd(int64_t consumer, int64_t generation) {
     }
     SetEndedLocked(static_cast<size_t>(consumer), true);
     confirmed_[consumer] = true;
+    // It half-closed after the end frame: it has every step handed to it, so what was kept
+    // for its reconnect goes (freed after the lock). Kept, a step built in the consumer's
+    // shared-memory ring would be copied out of it when the stream ends (worker/step_placement.h).
+    InFlight& f = in_flight_[consumer];
+    for (std::shared_ptr<const TaskStep>& step : f.steps) dropped_.push_back(std::move(step));
+    f.steps.clear();
+    f.bytes = 0;
+    DropAfterUnlockLocked(&run.wake);
   }
   if (DrainedLocked()) ClearRetainedLocked();  // no consumer can need the window now
   cv_.SignalAll();

@@ -7,6 +7,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "core/tensor/aligned_size.h"
+#include "core/tensor/uninitialized_tensor.h"
 #include "core/util/streaming_copy.h"
 
 namespace sluice {
@@ -14,6 +15,7 @@ namespace {
 
 std::atomic<int64_t> g_steps_built_in_ring{0};
 std::atomic<int64_t> g_steps_copied_to_ring{0};
+std::atomic<int64_t> g_steps_copied_out{0};
 
 // The step's numeric tensors of size > 0 in frame order, and their offsets in the frame
 // layout (core/rpc/step_frame.h: each at a 64-byte aligned offset); the layout's size. Inline
@@ -71,11 +73,14 @@ std::shared_ptr<const TaskStep> StepPlacement::Unplaced(
     }
   }
   if (!placed) return step;
+  g_steps_copied_out.fetch_add(1, std::memory_order_relaxed);
   auto copy = std::make_shared<TaskStep>(*step);
   for (std::vector<Tensor>& piece : copy->pieces) {
     for (Tensor& t : piece) {
       if (t.dtype() == DType::kString || t.byte_size() == 0 || !ring_->Holds(t)) continue;
-      absl::StatusOr<Tensor> moved = Tensor::TryAllocate(t.dtype(), t.shape(), "shared memory");
+      // Not zero-filled: the copy below writes every byte.
+      absl::StatusOr<Tensor> moved =
+          TryAllocateUninitialized(t.dtype(), t.shape(), "shared memory");
       if (!moved.ok()) continue;  // refused by the budget: stays in the ring
       std::memcpy(moved->mutable_raw_data(), t.raw_data(), t.byte_size());
       t = *std::move(moved);
@@ -88,6 +93,7 @@ StepPlacementCounts ProcessStepPlacementCounts() {
   StepPlacementCounts c;
   c.steps_built_in_ring = g_steps_built_in_ring.load(std::memory_order_relaxed);
   c.steps_copied_to_ring = g_steps_copied_to_ring.load(std::memory_order_relaxed);
+  c.steps_copied_out = g_steps_copied_out.load(std::memory_order_relaxed);
   return c;
 }
 

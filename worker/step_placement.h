@@ -40,10 +40,12 @@
 namespace sluice {
 
 // What this process's placements did with the steps they placed (process-wide, for metrics
-// and tests): steps found in the ring already (built there: no copy) and steps copied there.
+// and tests): steps found in the ring already (built there: no copy), steps copied there, and
+// steps copied back out of it when their stream ended while the task still held them (Unplaced).
 struct StepPlacementCounts {
   int64_t steps_built_in_ring = 0;
   int64_t steps_copied_to_ring = 0;
+  int64_t steps_copied_out = 0;
 };
 StepPlacementCounts ProcessStepPlacementCounts();
 

@@ -769,17 +769,20 @@ class StepStream final : public Reactor {
   void Complete() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (phase_ == Phase::kFinished) return;
     phase_ = Phase::kFinished;
-    StopPlacingSteps();
     alarm_.reset();
     const bool closed = credits_->closed();
     // The consumer half-closes only once it has read the end frame: now its end counts (for
-    // the task's drained(), hence the worker's finished report).
-    if (wrote_end_ && closed && credits_->error().ok() && !context_->IsCancelled()) {
-      reader_->ConfirmEnd();
-    } else if (ring_ != nullptr) {
-      // Kept only after a clean end: a consumer that vanished never names it again.
-      ShmSegmentPool::DoNotKeep(ring_->segment());
-    }
+    // the task's drained(), hence the worker's finished report). Confirmed before the runner
+    // stops placing steps in the ring: the confirmation drops the steps kept for a reconnect
+    // (up to a window of them), which StopPlacingSteps would otherwise copy out of the ring
+    // into fresh memory (StepPlacement::Unplaced), only for them to be freed (bench/RESULTS.md,
+    // shmbig: a sixth of a 16 MiB-step stream's bytes, copied again at its end).
+    const bool clean_end =
+        wrote_end_ && closed && credits_->error().ok() && !context_->IsCancelled();
+    if (clean_end) reader_->ConfirmEnd();
+    StopPlacingSteps();
+    // Kept only after a clean end: a consumer that vanished never names it again.
+    if (!clean_end && ring_ != nullptr) ShmSegmentPool::DoNotKeep(ring_->segment());
     if (!closed) context_->TryCancel();
     Finish(ToGrpcStatus(result_));
   }

@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/rpc/shm_ring.h"
 #include "core/rpc/shm_segment_pool.h"
 #include "gtest/gtest.h"
 #include "sluice/distributed_dataset.h"
 #include "sluice/service.h"
 #include "tests/worker/in_process_cluster.h"
+#include "worker/step_placement.h"
 #include "tests/worker/step_frame_test_util.h"
 
 namespace sluice {
@@ -121,6 +123,34 @@ TEST(ServiceSharedMemoryTest, StepsBuiltInTheRingGiveTheSameStepsAsTcp) {
   ASSERT_TRUE(tcp.status.ok()) << tcp.status;
   ASSERT_EQ(shm.steps.size(), 250u);
   EXPECT_EQ(shm.steps, tcp.steps);
+}
+
+// A stream that ends cleanly (the consumer read the end) copies none of the steps placed in
+// its consumer's ring back out of it: the consumer has them all, so the worker drops what it
+// kept for a reconnect before it stops placing steps (worker/step_placement.h, Unplaced).
+// Copied out, they were up to a window of each stream's bytes written again into fresh memory
+// (bench/RESULTS.md, shmbig). Several jobs: the copy raced the end's confirmation.
+TEST(ServiceSharedMemoryTest, AStreamThatEndsCleanlyCopiesNoStepOutOfTheRing) {
+  Cluster cluster(1, absl::Seconds(10), 8192);
+  ServiceOptions options;
+  options.receive_budget_bytes = 65536;
+  const StepPlacementCounts before = ProcessStepPlacementCounts();
+  const int64_t writers = ProcessShmRingCounts().writers_alive;
+  for (int job = 0; job < 4; ++job) {
+    options.job_name = absl::StrCat("shm-clean-end-", job);
+    Read shm = ReadAll(cluster.address(), MixedPipeline(400), options);
+    ASSERT_TRUE(shm.status.ok()) << shm.status;
+    ASSERT_EQ(shm.steps.size(), 50u);
+  }
+  // Each stream's placement is let go on the worker's pool after the stream ends (it holds the
+  // stream's ring writer): wait for that, bounded.
+  for (int i = 0; i < 3000 && ProcessShmRingCounts().writers_alive > writers; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(ProcessShmRingCounts().writers_alive, writers);
+  const StepPlacementCounts after = ProcessStepPlacementCounts();
+  EXPECT_GT(after.steps_copied_to_ring - before.steps_copied_to_ring, 0) << "nothing placed";
+  EXPECT_EQ(after.steps_copied_out - before.steps_copied_out, 0);
 }
 
 // Steps of 1.2 MiB and more with strings, through a worker whose rings are 1 MiB: no step fits

@@ -86,6 +86,42 @@ TEST(StepBufferTest, ProducerBlocksUntilEveryConsumerAdvances) {
   EXPECT_TRUE(b.drained());
 }
 
+// A consumer that confirmed the end has every step handed to it: the steps kept for its
+// reconnect (handed out, not acknowledged) go then. Kept, a step built in the consumer's
+// shared-memory ring is copied out of it into fresh memory when the stream ends
+// (worker/step_placement.h), only to be freed.
+TEST(StepBufferTest, AConfirmedEndDropsTheStepsKeptForAReconnect) {
+  StepBuffer b({.max_bytes = 1 << 20, .num_consumers = 1});
+  auto g = b.Attach(0, 0);
+  ASSERT_TRUE(g.ok());
+  std::vector<std::weak_ptr<const TaskStep>> pushed;
+  for (int i = 0; i < 3; ++i) {
+    std::shared_ptr<const TaskStep> step = MakeStep(i);
+    pushed.push_back(step);
+    ASSERT_TRUE(b.Push(std::move(step)).ok());
+  }
+  b.Finish(absl::OkStatus());
+  StepLimits limits;
+  limits.max_steps = 8;
+  limits.unacked_bytes = 1 << 20;  // the stream's window: what is handed out is kept
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  bool end = false;
+  for (int i = 0; i < 4 && !end; ++i) {
+    std::vector<std::shared_ptr<const TaskStep>> more;
+    ASSERT_TRUE(b.Next(0, *g, limits, absl::Now() + absl::Seconds(10), &more, &end).ok());
+    steps.insert(steps.end(), more.begin(), more.end());
+  }
+  ASSERT_TRUE(end);
+  ASSERT_EQ(steps.size(), 3u);
+  steps.clear();  // the stream sent them
+  for (const auto& step : pushed) EXPECT_FALSE(step.expired()) << "not kept for a reconnect";
+  b.ConfirmEnd(0, *g);
+  EXPECT_TRUE(b.drained());
+  for (size_t i = 0; i < pushed.size(); ++i) {
+    EXPECT_TRUE(pushed[i].expired()) << "step " << i << " still held after the confirmed end";
+  }
+}
+
 TEST(StepBufferTest, ReattachRereadsRetainedStepsAndSupersedesOldStream) {
   StepBuffer b({.max_bytes = 1 << 20, .num_consumers = 2});
   auto g0 = b.Attach(0, 0);
