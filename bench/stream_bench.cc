@@ -7,7 +7,7 @@
 //                            [--coalesce_wait_us=500] [--compact=1] [--views=1] [--shm=1]
 //                            [--max_frame=0] [--tx_zerocopy=0] [--show_slices=0] [--only_shm=0]
 //                            [--build_steps=1] [--prefetch=1] [--bulk=1] [--only_bulk=0]
-//                            [--worker_buffer=0] [--bulk_max_frame=0]
+//                            [--worker_buffer=0] [--bulk_max_frame=0] [--read=0]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -36,9 +36,18 @@
 // --shm=0 leaves the shm column out; --only_shm=1 runs that column alone (for a profiler).
 // --build_steps=1 (the default): the worker's producer writes each step's bytes afresh, as a
 // pipeline's batch op does: with shared memory, straight into the consumer's ring (the frame is
-// then only a header); otherwise into ordinary memory. --build_steps=0: one tensor shared by
-// every step (the producer does no work; the shm path copies it into the ring per step).
+// then only a header; the producer writes it as core/tensor/step_output_allocator.h says, with
+// StreamingCopy); otherwise into ordinary memory. --build_steps=2: always into ordinary memory,
+// as a pipeline whose last op does not build in the step's place (batch(), map()): with shared
+// memory the worker's placement then copies each step into the ring (worker/step_placement.h),
+// one copy more. --build_steps=0: one tensor shared by every step (the producer does no work;
+// the shm path copies it into the ring per step).
 // --prefetch=0: the client columns without the DevicePrefetcher (ServiceStepSource alone).
+// --read=1: every consumer reads every byte it receives once (a sum of its 64-bit words), as a
+// trainer on the CPU does with its batch: the client, bulk and shm columns in the trainer's
+// loop, TCP's receiver after each recv. 0 (the default): the consumers only count the bytes, as
+// a trainer whose device copies them (DMA) does not read them with the CPU; TCP's receive copy
+// still writes them into its buffer.
 // --compact=1 (the default, as the production client): raw and client ask for compact frame
 // headers (core/rpc/step_frame.h); --compact=0: full headers, for comparison. --views=1 (the
 // default, as the production client on host memory): tensors inside one received slice are
@@ -101,6 +110,7 @@
 #include "worker/grpc_worker_service.h"
 #include "core/tensor/step_output_allocator.h"
 #include "core/util/malloc_retention.h"
+#include "core/util/streaming_copy.h"
 #include "worker/step_placement.h"
 
 namespace sluice {
@@ -171,6 +181,7 @@ struct Result {
   // raw TCP does not have), and the minor page faults taken.
   double cpu_seconds = 0;
   double build_cpu_seconds = 0;
+  double read_cpu_seconds = 0;  // --read=1: of cpu_seconds, the consumer's reading
   int64_t minor_faults = 0;
   // The bulk channel's threads (sluice-bulk-tx: the send copy; sluice-bulk-rx: the receive
   // copy and the consumer's handling of each frame) and the frames on its sockets.
@@ -186,15 +197,17 @@ double ThreadCpuSeconds() {
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
-// Nanoseconds of CPU the producers spent building steps (StartTask), process-wide.
+// Nanoseconds of CPU the producers spent building steps (StartTask), process-wide, and that the
+// consumers spent reading what they received (--read=1).
 std::atomic<int64_t> g_build_cpu_ns{0};
+std::atomic<int64_t> g_read_cpu_ns{0};
 
 // The process's CPU time, minor faults and producers' build time at construction; Stop()
 // fills a Result's fields with what was spent since. Constructed before a run's task starts,
 // so that the steps its producer builds ahead are counted.
 class UsageMeter {
  public:
-  UsageMeter() : bulk_(ProcessBulkChannelCounts()) { Read(&cpu_, &faults_, &build_); }
+  UsageMeter() : bulk_(ProcessBulkChannelCounts()) { Read(&cpu_, &faults_, &build_, &read_); }
   void Stop(Result* r) const {
     // A stream's bulk sender counts its CPU when its thread ends, after the consumer left
     // (the worker's OnDone): wait for it, bounded.
@@ -203,11 +216,12 @@ class UsageMeter {
       absl::SleepFor(absl::Milliseconds(1));
     }
     double cpu = 0;
-    int64_t faults = 0, build = 0;
-    Read(&cpu, &faults, &build);
+    int64_t faults = 0, build = 0, read = 0;
+    Read(&cpu, &faults, &build, &read);
     r->cpu_seconds = cpu - cpu_;
     r->minor_faults = faults - faults_;
     r->build_cpu_seconds = static_cast<double>(build - build_) * 1e-9;
+    r->read_cpu_seconds = static_cast<double>(read - read_) * 1e-9;
     const BulkChannelCounts bulk = ProcessBulkChannelCounts();
     r->tx_cpu_seconds = static_cast<double>(bulk.sender_cpu_ns - bulk_.sender_cpu_ns) * 1e-9;
     r->rx_cpu_seconds = static_cast<double>(bulk.receiver_cpu_ns - bulk_.receiver_cpu_ns) * 1e-9;
@@ -215,17 +229,18 @@ class UsageMeter {
   }
 
  private:
-  static void Read(double* cpu, int64_t* faults, int64_t* build) {
+  static void Read(double* cpu, int64_t* faults, int64_t* build, int64_t* read) {
     rusage u;
     getrusage(RUSAGE_SELF, &u);
     *cpu = static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
            static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
     *faults = u.ru_minflt;
     *build = g_build_cpu_ns.load();
+    *read = g_read_cpu_ns.load();
   }
   const BulkChannelCounts bulk_;
   double cpu_ = 0;
-  int64_t faults_ = 0, build_ = 0;
+  int64_t faults_ = 0, build_ = 0, read_ = 0;
 };
 
 // The coordinator as ServiceStepSource sees it: job 1 has task 1 on `worker`.
@@ -256,11 +271,31 @@ int64_t g_max_frame = 0;
 // --show_slices=1: print one frame's received slices per raw run (sizes, alignment).
 bool g_show_slices = false;
 // --build_steps=1: the producer writes every step's bytes afresh (as a pipeline's batch does),
-// in the consumer's shared-memory ring when there is one; 0: every step shares one tensor.
-bool g_build_steps = true;
+// in the consumer's shared-memory ring when there is one; 2: afresh, always in ordinary memory
+// (the worker places it); 0: every step shares one tensor.
+int64_t g_build_steps = 1;
 // --prefetch=0: the trainer's loop reads ServiceStepSource directly (no DevicePrefetcher and its
 // thread), to tell the prefetcher's per-step cost from the source's.
 bool g_prefetch = true;
+// --read=1: the consumers read every byte they receive (see the header comment).
+bool g_read = false;
+// What the consumers read is summed here, so that the compiler keeps the reads.
+std::atomic<uint64_t> g_read_sum{0};
+
+// Reads the `bytes` bytes at `data` once, as a trainer's first op on its batch does.
+void ReadEveryByte(const void* data, size_t bytes) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t sum = 0;
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    sum += w;
+  }
+  for (; i < bytes; ++i) sum += p[i];
+  g_read_sum.fetch_add(sum, std::memory_order_relaxed);
+}
+
 // --worker_buffer=N: the task's step buffer in bytes, how far the producer builds ahead of the
 // stream (0: the default, max(8 steps, 8 MiB)); smaller sends steps closer to their build.
 int64_t g_worker_buffer = 0;
@@ -275,7 +310,7 @@ void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
   task.mutable_job()->set_replicas_per_consumer(replicas);
   Tensor piece = Tensor::Allocate(DType::kUInt8, Shape({static_cast<int64_t>(size)}));
   std::memset(piece.mutable_raw_data(), 7, size);
-  const bool build = g_build_steps;
+  const int64_t build = g_build_steps;
   TaskRunnerOptions options;
   options.buffer_bytes = g_worker_buffer > 0 ? static_cast<size_t>(g_worker_buffer)
                                              : std::max<size_t>(size * replicas * 8, 8 << 20);
@@ -288,16 +323,21 @@ void StartTask(OneTask* lookup, size_t size, int64_t replicas, int64_t steps) {
     step->task_step = (*produced)++;
     step->num_real_pieces = replicas;
     const double build_start = ThreadCpuSeconds();
-    if (!build) {
+    if (build == 0) {
       step->pieces.assign(static_cast<size_t>(replicas), std::vector<Tensor>{piece});
     } else {
       // As a batch op: every piece written afresh, into the consumer's ring when the worker
-      // has one for this task (worker/step_placement.h), else into ordinary memory.
+      // has one for this task (worker/step_placement.h) and --build_steps=1, else into
+      // ordinary memory.
       step->pieces.resize(static_cast<size_t>(replicas));
       for (std::vector<Tensor>& p : step->pieces) {
-        std::shared_ptr<TensorBuffer> b = AllocateStepOutput(size);
-        if (b == nullptr) b = AllocateUninitializedHost(size);
-        std::memcpy(b->data(), piece.raw_data(), size);
+        std::shared_ptr<TensorBuffer> b = build == 1 ? AllocateStepOutput(size) : nullptr;
+        if (b != nullptr) {
+          StreamingCopy(b->data(), piece.raw_data(), size);
+        } else {
+          b = AllocateUninitializedHost(size);
+          std::memcpy(b->data(), piece.raw_data(), size);
+        }
         p.assign(1, *Tensor::Wrap(DType::kUInt8, piece.shape(), std::move(b)));
       }
     }
@@ -351,7 +391,14 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
       break;
     }
     if (end) break;
-    for (const Element& e : step) r.bytes += static_cast<int64_t>(e.leaf().byte_size());
+    const double read_start = g_read ? ThreadCpuSeconds() : 0;
+    for (const Element& e : step) {
+      r.bytes += static_cast<int64_t>(e.leaf().byte_size());
+      if (g_read) ReadEveryByte(e.leaf().raw_data(), e.leaf().byte_size());
+    }
+    if (g_read) {
+      g_read_cpu_ns.fetch_add(static_cast<int64_t>((ThreadCpuSeconds() - read_start) * 1e9));
+    }
     ++r.steps;
   }
   r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -480,6 +527,11 @@ Result RunTcp(size_t size, int64_t messages) {
       if (n <= 0) break;
       off += static_cast<size_t>(n);
     }
+    if (g_read) {
+      const double read_start = ThreadCpuSeconds();
+      ReadEveryByte(buf.data(), off);
+      g_read_cpu_ns.fetch_add(static_cast<int64_t>((ThreadCpuSeconds() - read_start) * 1e9));
+    }
     r.bytes += static_cast<int64_t>(off);
     ++r.steps;
   }
@@ -526,6 +578,7 @@ struct Column {
   std::vector<double> gbs, sps;             // wall: GB/s, steps/s
   std::vector<double> cpu_per_gb;           // process CPU-seconds per GB moved
   std::vector<double> build_per_gb;         // of which the producer's building of steps
+  std::vector<double> read_per_gb;          // and the consumer's reading (--read=1)
   std::vector<double> steps_per_cpu;        // steps per process CPU-second
   std::vector<double> faults_per_gb;        // minor page faults per GB moved
   std::vector<double> tx_per_gb, rx_per_gb;  // of which the bulk channel's threads
@@ -536,6 +589,7 @@ struct Column {
     sps.push_back(static_cast<double>(r.steps) / r.seconds);
     cpu_per_gb.push_back(r.cpu_seconds / gb);
     build_per_gb.push_back(r.build_cpu_seconds / gb);
+    read_per_gb.push_back(r.read_cpu_seconds / gb);
     steps_per_cpu.push_back(static_cast<double>(r.steps) / std::max(r.cpu_seconds, 1e-9));
     faults_per_gb.push_back(static_cast<double>(r.minor_faults) / gb);
     tx_per_gb.push_back(r.tx_cpu_seconds / gb);
@@ -557,6 +611,10 @@ struct Column {
   // "CPU-s/GB (of which building)".
   std::string Cpu() const {
     if (gbs.empty()) return "-";
+    if (g_read) {
+      return absl::StrFormat("%.3f (%.3f, read %.3f)", Median(&Column::cpu_per_gb),
+                             Median(&Column::build_per_gb), Median(&Column::read_per_gb));
+    }
     return absl::StrFormat("%.3f (%.3f)", Median(&Column::cpu_per_gb),
                            Median(&Column::build_per_gb));
   }
@@ -577,8 +635,8 @@ int Main(int argc, char** argv) {
   g_compact = Flag(argc, argv, "compact", "1") != "0";
   g_views = Flag(argc, argv, "views", "1") != "0";
   g_show_slices = Flag(argc, argv, "show_slices", "0") != "0";
-  g_build_steps = Flag(argc, argv, "build_steps", "1") != "0";
   g_prefetch = Flag(argc, argv, "prefetch", "1") != "0";
+  g_read = Flag(argc, argv, "read", "0") != "0";
   // --tx_zerocopy=1: the worker's gRPC sends with MSG_ZEROCOPY (slices of 16 KiB or more).
   const bool tx_zerocopy = Flag(argc, argv, "tx_zerocopy", "0") != "0";
   if (!absl::SimpleAtoi(Flag(argc, argv, "max_frame", "0"), &g_max_frame)) g_max_frame = -1;
@@ -590,6 +648,7 @@ int Main(int argc, char** argv) {
   if (!absl::SimpleAtoi(Flag(argc, argv, "bytes", "2147483648"), &total) ||
       !absl::SimpleAtoi(Flag(argc, argv, "replicas", "1"), &replicas) ||
       !absl::SimpleAtoi(Flag(argc, argv, "reps", "3"), &reps) ||
+      !absl::SimpleAtoi(Flag(argc, argv, "build_steps", "1"), &g_build_steps) ||
       !absl::SimpleAtoi(Flag(argc, argv, "worker_buffer", "0"), &g_worker_buffer) ||
       !absl::SimpleAtoi(Flag(argc, argv, "bulk_max_frame", "0"), &bulk_max_frame) ||
       !absl::SimpleAtoi(Flag(argc, argv, "credits", "16"), &credits) ||
@@ -598,7 +657,8 @@ int Main(int argc, char** argv) {
                              absl::StrCat(absl::ToInt64Microseconds(
                                  WorkerServiceOptions().coalesce_wait))),
                         &coalesce_us) ||
-      replicas < 1 || reps < 1 || budget < 1 || coalesce_us < 0 || g_worker_buffer < 0 ||
+      replicas < 1 || reps < 1 || g_build_steps < 0 || g_build_steps > 2 || budget < 1 ||
+      coalesce_us < 0 || g_worker_buffer < 0 ||
       bulk_max_frame < 0) {
     std::fprintf(stderr, "bad flags\n");
     return 2;
@@ -677,11 +737,17 @@ int Main(int argc, char** argv) {
         mem.Add(m);
         const ShmRingCounts counts = ProcessShmRingCounts();
         const ShmPoolCounts pooled = ProcessShmPoolCounts();
+        const StepPlacementCounts placed = ProcessStepPlacementCounts();
         std::fprintf(stderr, "shm %zu: %.3f s, %lld steps; frames through rings so far %lld, "
-                     "%lld of them in place; segments created %lld, warm %lld\n", size,
+                     "%lld of them in place; steps built in the ring %lld, copied there by "
+                     "the producer %lld, copied out at stream ends %lld; segments created %lld, "
+                     "warm %lld\n", size,
                      m.seconds, static_cast<long long>(m.steps),
                      static_cast<long long>(counts.frames_written),
                      static_cast<long long>(counts.frames_in_place),
+                     static_cast<long long>(placed.steps_built_in_ring),
+                     static_cast<long long>(placed.steps_copied_to_ring),
+                     static_cast<long long>(placed.steps_copied_out),
                      static_cast<long long>(pooled.segments_created),
                      static_cast<long long>(pooled.segments_reused));
       }
