@@ -305,6 +305,11 @@ class StepStream final : public Reactor {
     if (shared_job_) OfferJobSegment(offer.consumer_key(), job_room, &accept);
     encoder_->AttachToNextFrame(std::move(accept));
     accept_attached_ = true;
+    // The task's steps go into the ring from now on, not from the consumer's answer: those
+    // built while it maps the segment are then sent in place too (a round trip of steps: at
+    // 16 MiB two of a 32-step stream's, built in ordinary memory and copied before). A decline
+    // moves them back to ordinary memory (ApplySharedMemoryGrant).
+    PlaceStepsInRing();
   }
 
   // A shared job: the task's job segment (every co-located trainer maps it, each step is
@@ -363,6 +368,7 @@ class StepStream final : public Reactor {
   // the stream (INVALID_ARGUMENT).
   void ApplySharedMemoryGrant() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (ring_ != nullptr && !shm_on_ && credits_->shm_declined()) {
+      StopPlacingSteps();  // the steps placed since the offer go to ordinary memory
       env_.shm_fds->Withdraw(shm_token_);
       shm_token_.clear();
       ring_.reset();  // its memory goes back to the budget
@@ -379,7 +385,7 @@ class StepStream final : public Reactor {
       env_.shm_fds->Withdraw(shm_token_);  // taken, or never to be
       shm_token_.clear();
       encoder_->set_shared_payload(ring_.get());
-      PlaceStepsInRing();
+      if (placement_ == nullptr) PlaceStepsInRing();  // the runner had another at the offer
     }
     if (absl::Status s = ring_->Release(credits_->shm_released()); !s.ok()) credits_->Refuse(s);
   }

@@ -17,6 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/rpc/grpc_status.h"
+#include "core/rpc/shm_ring.h"
+#include "core/rpc/shm_segment.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/rpc_method.h"
@@ -24,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "sluice/dataset.h"
 #include "worker/grpc_worker_service.h"
+#include "worker/step_placement.h"
 #include "worker/stream_request.h"
 #include "worker/task_runner.h"
 
@@ -143,10 +146,11 @@ class Call {
     }
     return true;
   }
-  void Grant(int64_t bytes, int64_t received) {
+  void Grant(int64_t bytes, int64_t received, bool shm_declined = false) {
     proto::ConsumerMessage m;
     m.mutable_credit()->set_bytes(bytes);
     m.mutable_credit()->set_received_steps(received);
+    if (shm_declined) m.mutable_credit()->set_shm_declined(true);
     (void)stream_->Write(EncodeConsumerMessage(m));
   }
   // Half-closes, reads what is left and returns the call's status.
@@ -354,6 +358,47 @@ TEST(StreamPeerBoundsTest, PrivateReplaysAreBounded) {
   auto next = (*runner)->OpenReader(0, 0, open);
   EXPECT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(open.replay_slots->used(), 1);
+}
+
+// A consumer on the worker's host that cannot map the segment it was offered answers
+// shm_declined: every step comes inline over the call, once and in order, also those the worker
+// built in the ring while it waited for the answer (a stream's ring takes its task's steps from
+// the offer on, worker/step_placement.h), and the segment is let go at the decline, while the
+// call goes on (steps placed in it are moved to ordinary memory), not at the call's end.
+TEST(StreamPeerBoundsTest, AConsumerThatDeclinesTheSegmentGetsEveryStepInline) {
+  const std::string boot_id = HostBootId();
+  if (boot_id.empty()) GTEST_SKIP() << "no boot id here: no shared memory";
+  // A buffer of two steps: the producer builds the next ones only as the stream takes them, so
+  // some are built while the worker waits for the answer.
+  OneTask task(ScalarTask(proto::READ_MODE_COORDINATED, 40, /*buffer_bytes=*/16));
+  WorkerServiceOptions options;
+  options.close_grace = absl::Hours(1);  // the call ends only when this consumer ends it
+  Worker worker(&task, options);
+  const int64_t writers = ProcessShmRingCounts().writers_alive;
+  const int64_t placed = ProcessStepPlacementCounts().steps_copied_to_ring;
+  proto::StreamRequest request = Request(100 * kCost);
+  request.mutable_shm_offer()->set_boot_id(boot_id);
+  Call call(worker.address(), request);
+  std::vector<int64_t> values;
+  bool end = false;
+  ASSERT_TRUE(call.Next(&values, &end));  // the frame with the offer; the worker waits now
+  ASSERT_EQ(ProcessShmRingCounts().writers_alive, writers + 1) << "no segment offered";
+  for (int i = 0; i < 2000 && ProcessStepPlacementCounts().steps_copied_to_ring == placed; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_GT(ProcessStepPlacementCounts().steps_copied_to_ring, placed)
+      << "no step built in the ring before the answer";
+  call.Grant(0, static_cast<int64_t>(values.size()), /*shm_declined=*/true);
+  ASSERT_TRUE(call.ReadUntil(&values, 40, &end));
+  EXPECT_EQ(values, Iota(0, 40));
+  // Let go on the worker's pool after the decline: waited for, the call still open (the
+  // bound, a liveness guard, stays under the call's deadline, whose expiry would let go of it).
+  for (int i = 0; i < 2000 && ProcessShmRingCounts().writers_alive > writers; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(ProcessShmRingCounts().writers_alive, writers) << "the declined segment is kept";
+  absl::Status finished = call.Finish();
+  EXPECT_TRUE(finished.ok()) << finished;
 }
 
 }  // namespace
