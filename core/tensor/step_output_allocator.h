@@ -8,6 +8,10 @@
 //   std::shared_ptr<TensorBuffer> b = AllocateStepOutput(bytes);
 //   if (b == nullptr) ... Tensor::TryAllocate / TryAllocateUninitialized, as without it ...
 //
+// A producer that fills such a buffer by copying uses StreamingCopy (core/util/streaming_copy.h):
+// the buffer is read later by another process or a device, not by the producing thread, and a
+// shared-memory ring's laps are larger than the cache.
+//
 // A producer asks only for a tensor whose bytes it writes whole and that it hands on unchanged
 // as an element of the pipeline's output (core/data: a source whose elements pass through
 // repeat(), take() or skip() to the end). Such buffers are not charged to the memory budget:
