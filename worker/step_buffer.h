@@ -183,12 +183,19 @@ class StepBuffer {
   // exactly TryPush of each in order, under one acquisition of the lock (small steps: one lock
   // and one round of wake-ups per block instead of per step). Returns how many it took, a
   // prefix; when it took fewer than all, `space` is registered (and *retry_at set) as TryPush
-  // does when it refuses. *room is then the budget's bytes left (max_bytes less the bytes
-  // buffered; 0 for a cross-trainer window), so that the producer makes no bigger block than
-  // the buffer can take. CANCELLED after Close() or StopProducing() (nothing taken).
+  // does when it refuses. *room is then the budget's bytes left (max_bytes, or the CapBytes
+  // cap when lower, less the bytes buffered; 0 for a cross-trainer window), so that the
+  // producer makes no bigger block than the buffer can take. CANCELLED after Close() or StopProducing() (nothing taken).
   absl::StatusOr<size_t> TryPushSteps(absl::Span<const std::shared_ptr<const TaskStep>> steps,
                                       const std::function<void()>& space, absl::Time* retry_at,
                                       size_t* room);
+  // Producer's budget: from now on admits steps only while the buffered bytes stay within
+  // min(max_bytes, cap) (still at least one step when the buffer is empty); SIZE_MAX lifts the
+  // cap. Steps buffered already stay; a cap that rises wakes a producer waiting for room. A
+  // task whose steps are built in a consumer's shared-memory ring caps its buffer at part of
+  // the ring (TaskRunner::AttachPlacement): steps made past the ring's room would go by TCP.
+  // A shared job's window: no effect.
+  void CapBytes(size_t cap);
   // True after Close() or StopProducing(): Push and TryPush take nothing more.
   bool producer_stopped() const;
   // Producer: no more steps; `status` is OK at the end of data or the pipeline's error, which
@@ -381,6 +388,8 @@ class StepBuffer {
   int64_t first_step_ ABSL_GUARDED_BY(mu_) = 0;  // task_step of steps_.front()
   int64_t next_push_ ABSL_GUARDED_BY(mu_) = 0;   // task_step the producer pushes next
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // What the producer may buffer: min(options_.max_bytes, the cap set by CapBytes).
+  size_t budget_ ABSL_GUARDED_BY(mu_) = options_.max_bytes;
   // The retention window: task steps [first_step_ - retained_.size(), first_step_), released.
   std::deque<std::shared_ptr<const TaskStep>> retained_ ABSL_GUARDED_BY(mu_);
   size_t retained_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,6 +1,7 @@
 #include "worker/task_runner.h"
 
 #include <algorithm>
+#include <limits>
 #include <new>
 #include <utility>
 
@@ -543,9 +544,13 @@ void TaskRunner::StartProducing() {
 }
 
 bool TaskRunner::AttachPlacement(std::shared_ptr<StepPlacement> placement) {
-  absl::MutexLock lock(&placement_->mu);
-  if (placement_->placement != nullptr) return false;
-  placement_->placement = std::move(placement);
+  const size_t budget = placement->producer_budget();
+  {
+    absl::MutexLock lock(&placement_->mu);
+    if (placement_->placement != nullptr) return false;
+    placement_->placement = std::move(placement);
+  }
+  buffer_->CapBytes(budget);
   return true;
 }
 
@@ -569,6 +574,7 @@ void TaskRunner::DetachPlacement(const StepPlacement* placement) {
     if (placement_->placement.get() != placement) return;
     detached = std::move(placement_->placement);
   }
+  buffer_->CapBytes(std::numeric_limits<size_t>::max());
   TaskRunnerPool* pool = options_.pool != nullptr ? options_.pool : &ProcessTaskRunnerPool();
   pool->Schedule([production = production_, buffer = buffer_, detached] {
     auto unplace = [&](TaskRunner::PendingSteps* pending) {
