@@ -105,7 +105,7 @@ void StepBuffer::ReleaseLocked(Wakeups* wake) {
 }
 
 void StepBuffer::RetainLocked(std::shared_ptr<const TaskStep> step) {
-  if (options_.retention_bytes == 0 || closed_) {
+  if (retention_budget_ == 0 || closed_) {
     dropped_.push_back(std::move(step));
     return;
   }
@@ -116,7 +116,11 @@ void StepBuffer::RetainLocked(std::shared_ptr<const TaskStep> step) {
   }
   retained_bytes_ += step->bytes;
   retained_.push_back(std::move(step));
-  while (!retained_.empty() && retained_bytes_ > options_.retention_bytes) {
+  TrimRetainedLocked();
+}
+
+void StepBuffer::TrimRetainedLocked() {
+  while (!retained_.empty() && retained_bytes_ > retention_budget_) {
     retained_bytes_ -= retained_.front()->bytes;
     dropped_.push_back(std::move(retained_.front()));
     retained_.pop_front();
@@ -257,17 +261,20 @@ absl::StatusOr<size_t> StepBuffer::TryPushSteps(
   return taken;
 }
 
-void StepBuffer::CapBytes(size_t cap) {
+void StepBuffer::CapBytes(size_t buffered, size_t retained) {
   if (window_) return;
   RunWakeups run;
   absl::MutexLock lock(&mu_);
-  const size_t budget = std::min(options_.max_bytes, cap);
+  const size_t budget = std::min(options_.max_bytes, buffered);
   const bool rose = budget > budget_;
   budget_ = budget;
   if (rose) {
     cv_.SignalAll();  // Push's wait
     WakeProducerLocked(&run.wake);
   }
+  retention_budget_ = std::min(options_.retention_bytes, retained);
+  TrimRetainedLocked();
+  DropAfterUnlockLocked(&run.wake);
 }
 
 absl::StatusOr<bool> StepBuffer::TryPushLocked(const std::shared_ptr<const TaskStep>& step,
@@ -874,7 +881,7 @@ StepBuffer::Stats StepBuffer::stats() const {
   s.independent = options_.independent;
   s.retained_bytes = retained_bytes_;
   s.retained_steps = retained_.size();
-  s.retention_capacity = options_.independent ? 0 : options_.retention_bytes;
+  s.retention_capacity = options_.independent ? 0 : retention_budget_;
   s.retention_hits = retention_hits_;
   if (!options_.independent) {
     s.cursors.reserve(cursors_.size());

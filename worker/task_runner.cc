@@ -544,13 +544,14 @@ void TaskRunner::StartProducing() {
 }
 
 bool TaskRunner::AttachPlacement(std::shared_ptr<StepPlacement> placement) {
-  const size_t budget = placement->producer_budget();
+  const size_t buffered = placement->producer_budget();
+  const size_t retained = placement->retention_budget();
   {
     absl::MutexLock lock(&placement_->mu);
     if (placement_->placement != nullptr) return false;
     placement_->placement = std::move(placement);
   }
-  buffer_->CapBytes(budget);
+  buffer_->CapBytes(buffered, retained);
   return true;
 }
 
@@ -574,7 +575,7 @@ void TaskRunner::DetachPlacement(const StepPlacement* placement) {
     if (placement_->placement.get() != placement) return;
     detached = std::move(placement_->placement);
   }
-  buffer_->CapBytes(std::numeric_limits<size_t>::max());
+  buffer_->CapBytes(std::numeric_limits<size_t>::max(), std::numeric_limits<size_t>::max());
   TaskRunnerPool* pool = options_.pool != nullptr ? options_.pool : &ProcessTaskRunnerPool();
   pool->Schedule([production = production_, buffer = buffer_, detached] {
     auto unplace = [&](TaskRunner::PendingSteps* pending) {
