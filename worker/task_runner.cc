@@ -90,6 +90,16 @@ AutoShardPolicy CutPolicy(proto::ShardingPolicy policy) {
   }
 }
 
+// `e`'s leaves appended to `out` in flatten order (Nest::Flatten's), moved out of `e`: a
+// step's tensors change hands without a copy (each Tensor copy allocates its Shape).
+void MoveLeavesInto(Element& e, std::vector<Tensor>* out) {
+  if (e.is_leaf()) {
+    out->push_back(std::move(e.mutable_leaf()));
+    return;
+  }
+  for (size_t i : e.FlattenOrder()) MoveLeavesInto(e.mutable_children()[i], out);
+}
+
 size_t StepBytes(const TaskStep& step) {
   size_t n = 0;
   for (const auto& piece : step.pieces) {
@@ -424,7 +434,7 @@ absl::Status TaskStepIterator::GetNext(TaskStep* step, bool* end) {
     step->num_real_pieces = num_real;
     step->pieces.clear();
     step->pieces.reserve(pieces.size());
-    for (const Element& e : pieces) step->pieces.push_back(e.Flatten());
+    for (Element& e : pieces) MoveLeavesInto(e, &step->pieces.emplace_back());
     pieces.clear();  // the step holds its tensors now; the scratch keeps only its capacity
     step->bytes = StepBytes(*step);
     *end = false;
