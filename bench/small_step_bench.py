@@ -1,7 +1,8 @@
 """1 KiB steps through the client API a trainer uses, co-located worker (issue 28, small steps).
 
     python3 bench/small_step_bench.py [--build=build] [--seconds=5] [--size=1024] [--reps=3]
-        [--devices=CPU:0,GPU:0] [--shared_memory=1] [--pipeline=EXPR]
+        [--devices=CPU:0,GPU:0] [--shared_memory=1] [--pipeline=EXPR] [--worker_nice=N]
+        [--worker_flags="--memory_limit=128MiB ..."]
 
 Starts a sluice-coordinator and one sluice-worker on loopback (bench/sluice_cluster.py) and runs
 `sluicectl bench --coordinator` (DistributeDatasetFromService, DistributedIterator::GetNext in
@@ -19,6 +20,9 @@ without a GPU). Per run it reports steps/s and the CPU each process spent per st
     (/proc/PID/task/*/status: each is a thread hand-off, a futex sleep or a preemption);
   - steps/frame: measured steps over the frames this consumer decoded from shared memory
     (over TCP: not counted).
+--worker_nice=-10 (root) raises the worker's threads' priority: on a loaded machine it stands
+in for a quiet one, where the worker outruns its consumer (a steps/frame above the frame's 64
+then says that steps went by TCP instead of the ring). --worker_flags go to sluice-worker.
 The budget at 1,000,000 steps/s is 1 us of wall time per step; on a 2-core machine the two
 processes' CPU per step must add up to at most 2 us. Prints one Markdown row per run with the
 1-minute load average at its start and end (a loaded machine's wall figures are noise; the CPU
@@ -65,14 +69,21 @@ def main():
     ap.add_argument("--shared_memory", default="1")
     ap.add_argument("--pipeline", default="",
                     help="another pipeline expression (default: the from_tensors one above)")
+    ap.add_argument("--worker_nice", type=int, default=None,
+                    help="set the worker's threads' nice value (negative needs root)")
+    ap.add_argument("--worker_flags", default="", help="extra sluice-worker flags")
     args = ap.parse_args()
     expr = args.pipeline or (
         f"from_tensors(tf.constant(0, dtype=tf.uint8, shape=[{args.size}])).repeat()")
     print("| devices | shm | steps/s | consumer CPU us/step | worker CPU us/step | "
           "worker switches/step | steps/frame | load (1-min) start / end |")
     print("|---|---|---|---|---|---|---|---|")
-    with SluiceCluster(args.build, num_workers=1) as cluster:
+    with SluiceCluster(args.build, num_workers=1,
+                       worker_flags=args.worker_flags.split()) as cluster:
         worker_pid = cluster.procs[1].pid
+        if args.worker_nice is not None:  # its threads now; those it starts later inherit it
+            for tid in os.listdir(f"/proc/{worker_pid}/task"):
+                os.setpriority(os.PRIO_PROCESS, int(tid), args.worker_nice)
         for _ in range(args.reps):
             for devices in args.devices.split(","):
                 load0 = os.getloadavg()[0]

@@ -105,7 +105,7 @@ void StepBuffer::ReleaseLocked(Wakeups* wake) {
 }
 
 void StepBuffer::RetainLocked(std::shared_ptr<const TaskStep> step) {
-  if (options_.retention_bytes == 0 || closed_) {
+  if (retention_budget_ == 0 || closed_) {
     dropped_.push_back(std::move(step));
     return;
   }
@@ -116,7 +116,11 @@ void StepBuffer::RetainLocked(std::shared_ptr<const TaskStep> step) {
   }
   retained_bytes_ += step->bytes;
   retained_.push_back(std::move(step));
-  while (!retained_.empty() && retained_bytes_ > options_.retention_bytes) {
+  TrimRetainedLocked();
+}
+
+void StepBuffer::TrimRetainedLocked() {
+  while (!retained_.empty() && retained_bytes_ > retention_budget_) {
     retained_bytes_ -= retained_.front()->bytes;
     dropped_.push_back(std::move(retained_.front()));
     retained_.pop_front();
@@ -180,7 +184,7 @@ absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
   // here holding mu_, starving the very consumer that would make room.
   bool detached = false;
   while (!closed_ && !stop_producing_ && !steps_.empty() &&
-         bytes_ + step->bytes > options_.max_bytes) {
+         bytes_ + step->bytes > budget_) {
     if (blocked_since == absl::InfinitePast()) blocked_since = absl::Now();
     const absl::Time detach_at = blocked_since + options_.detach_unattached_after;
     if (!options_.independent && !detached && absl::Now() >= detach_at) {
@@ -253,8 +257,24 @@ absl::StatusOr<size_t> StepBuffer::TryPushSteps(
       push_each([&](const std::shared_ptr<const TaskStep>& step) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         return TryPushLocked(step, space, retry_at, &run.wake);
       });
-  *room = bytes_ < options_.max_bytes ? options_.max_bytes - bytes_ : 0;
+  *room = bytes_ < budget_ ? budget_ - bytes_ : 0;
   return taken;
+}
+
+void StepBuffer::CapBytes(size_t buffered, size_t retained) {
+  if (window_) return;
+  RunWakeups run;
+  absl::MutexLock lock(&mu_);
+  const size_t budget = std::min(options_.max_bytes, buffered);
+  const bool rose = budget > budget_;
+  budget_ = budget;
+  if (rose) {
+    cv_.SignalAll();  // Push's wait
+    WakeProducerLocked(&run.wake);
+  }
+  retention_budget_ = std::min(options_.retention_bytes, retained);
+  TrimRetainedLocked();
+  DropAfterUnlockLocked(&run.wake);
 }
 
 absl::StatusOr<bool> StepBuffer::TryPushLocked(const std::shared_ptr<const TaskStep>& step,
@@ -269,7 +289,7 @@ absl::StatusOr<bool> StepBuffer::TryPushLocked(const std::shared_ptr<const TaskS
   if (closed_ || stop_producing_) return absl::CancelledError("step buffer: producer stopped");
   auto full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return (options_.independent || step->task_step >= MinCursor()) && !steps_.empty() &&
-           bytes_ + step->bytes > options_.max_bytes;
+           bytes_ + step->bytes > budget_;
   };
   if (full()) {
     // As Push's wait, spread over calls: the first refusal starts the blocked time, and
@@ -864,12 +884,12 @@ StepBuffer::Stats StepBuffer::stats() const {
   s.steps_produced = next_push_;
   s.bytes = bytes_;
   s.steps = steps_.size();
-  s.max_bytes = options_.max_bytes;
+  s.max_bytes = budget_;
   s.producer_waiting_for_space = producer_wake_ != nullptr;
   s.independent = options_.independent;
   s.retained_bytes = retained_bytes_;
   s.retained_steps = retained_.size();
-  s.retention_capacity = options_.independent ? 0 : options_.retention_bytes;
+  s.retention_capacity = options_.independent ? 0 : retention_budget_;
   s.retention_hits = retention_hits_;
   if (!options_.independent) {
     s.cursors.reserve(cursors_.size());

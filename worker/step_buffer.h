@@ -21,8 +21,8 @@
 // replay (Acknowledge releases them; a consumer that does not acknowledge keeps only its
 // window's worth, the most a broken call can have lost).
 //
-// Memory: the buffer holds at most `max_bytes` of steps, but always admits one step when it is
-// empty (a step larger than the budget still flows). A producer that would exceed the budget
+// Memory: the buffer holds at most `max_bytes` of steps (less while CapBytes caps it), but
+// always admits one step when it is empty (a step larger than the budget still flows). A producer that would exceed the budget
 // blocks in Push until consumers advance (backpressure). A step the producer offers below every
 // consumer's cursor is dropped without being buffered (a replaying task skipping what its
 // consumers already have).
@@ -183,12 +183,20 @@ class StepBuffer {
   // exactly TryPush of each in order, under one acquisition of the lock (small steps: one lock
   // and one round of wake-ups per block instead of per step). Returns how many it took, a
   // prefix; when it took fewer than all, `space` is registered (and *retry_at set) as TryPush
-  // does when it refuses. *room is then the budget's bytes left (max_bytes less the bytes
-  // buffered; 0 for a cross-trainer window), so that the producer makes no bigger block than
-  // the buffer can take. CANCELLED after Close() or StopProducing() (nothing taken).
+  // does when it refuses. *room is then the budget's bytes left (max_bytes, or the CapBytes
+  // cap when lower, less the bytes buffered; 0 for a cross-trainer window), so that the
+  // producer makes no bigger block than the buffer can take. CANCELLED after Close() or StopProducing() (nothing taken).
   absl::StatusOr<size_t> TryPushSteps(absl::Span<const std::shared_ptr<const TaskStep>> steps,
                                       const std::function<void()>& space, absl::Time* retry_at,
                                       size_t* room);
+  // Caps what the buffer holds: from now on it admits steps only while the buffered bytes stay
+  // within min(max_bytes, `buffered`) (still at least one step when the buffer is empty), and
+  // retains released steps within min(retention_bytes, `retained`) (the oldest retained beyond
+  // it go at once); SIZE_MAX lifts a cap. Steps buffered already stay; a cap that rises wakes a
+  // producer waiting for room. A task whose steps are built in a consumer's shared-memory ring
+  // caps both at parts of the ring (TaskRunner::AttachPlacement): steps made past the ring's
+  // room would go by TCP. A shared job's window: no effect.
+  void CapBytes(size_t buffered, size_t retained);
   // True after Close() or StopProducing(): Push and TryPush take nothing more.
   bool producer_stopped() const;
   // Producer: no more steps; `status` is OK at the end of data or the pipeline's error, which
@@ -351,8 +359,10 @@ class StepBuffer {
                                      const std::function<void()>& space, absl::Time* retry_at,
                                      Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the released `step` (task step first_step_ - 1) in the retention window, dropping the
-  // oldest retained steps beyond retention_bytes (into dropped_).
+  // oldest retained steps beyond retention_budget_ (into dropped_).
   void RetainLocked(std::shared_ptr<const TaskStep> step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the oldest retained steps beyond retention_budget_ (into dropped_).
+  void TrimRetainedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands the steps in dropped_ to `wake`, so that they are destroyed once mu_ is released.
   void DropAfterUnlockLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearRetainedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -381,6 +391,10 @@ class StepBuffer {
   int64_t first_step_ ABSL_GUARDED_BY(mu_) = 0;  // task_step of steps_.front()
   int64_t next_push_ ABSL_GUARDED_BY(mu_) = 0;   // task_step the producer pushes next
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // What the producer may buffer and what is retained: options_.max_bytes and
+  // options_.retention_bytes, or the caps set by CapBytes when lower.
+  size_t budget_ ABSL_GUARDED_BY(mu_) = options_.max_bytes;
+  size_t retention_budget_ ABSL_GUARDED_BY(mu_) = options_.retention_bytes;
   // The retention window: task steps [first_step_ - retained_.size(), first_step_), released.
   std::deque<std::shared_ptr<const TaskStep>> retained_ ABSL_GUARDED_BY(mu_);
   size_t retained_bytes_ ABSL_GUARDED_BY(mu_) = 0;

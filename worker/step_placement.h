@@ -62,6 +62,15 @@ class StepPlacement : public StepOutputAllocator {
   std::shared_ptr<const TaskStep> Unplaced(const std::shared_ptr<const TaskStep>& step) const;
   // A buffer of `bytes` (> 0) in the ring, or nullptr when it has no room.
   std::shared_ptr<TensorBuffer> Allocate(size_t bytes) const { return ring_->Allocate(bytes); }
+  // The caps of the task's step buffer while placing here (StepBuffer::CapBytes, set by
+  // TaskRunner::AttachPlacement). The producer runs ahead of the stream by at most half the
+  // ring; the other half holds the steps sent and not yet both acknowledged and released (the
+  // consumer's window, the ring being sized at twice that), among them the steps retained for
+  // a reconnect, at most a quarter of the ring. A producer running further ahead, or a
+  // retention window larger than the ring, would fill the ring with steps that wait, leave the
+  // next steps in ordinary memory, and those would go by TCP.
+  size_t producer_budget() const { return ring_->segment()->size() / 2; }
+  size_t retention_budget() const { return ring_->segment()->size() / 4; }
   // StepOutputAllocator: the same as Allocate.
   std::shared_ptr<TensorBuffer> AllocateStepOutput(size_t bytes) const override {
     return Allocate(bytes);

@@ -1,6 +1,7 @@
 #include "worker/task_runner.h"
 
 #include <algorithm>
+#include <limits>
 #include <new>
 #include <utility>
 
@@ -87,6 +88,16 @@ AutoShardPolicy CutPolicy(proto::ShardingPolicy policy) {
     default:
       return AutoShardPolicy::kOff;
   }
+}
+
+// `e`'s leaves appended to `out` in flatten order (Nest::Flatten's), moved out of `e`: a
+// step's tensors change hands without a copy (each Tensor copy allocates its Shape).
+void MoveLeavesInto(Element& e, std::vector<Tensor>* out) {
+  if (e.is_leaf()) {
+    out->push_back(std::move(e.mutable_leaf()));
+    return;
+  }
+  for (size_t i : e.FlattenOrder()) MoveLeavesInto(e.mutable_children()[i], out);
 }
 
 size_t StepBytes(const TaskStep& step) {
@@ -423,7 +434,7 @@ absl::Status TaskStepIterator::GetNext(TaskStep* step, bool* end) {
     step->num_real_pieces = num_real;
     step->pieces.clear();
     step->pieces.reserve(pieces.size());
-    for (const Element& e : pieces) step->pieces.push_back(e.Flatten());
+    for (Element& e : pieces) MoveLeavesInto(e, &step->pieces.emplace_back());
     pieces.clear();  // the step holds its tensors now; the scratch keeps only its capacity
     step->bytes = StepBytes(*step);
     *end = false;
@@ -543,9 +554,14 @@ void TaskRunner::StartProducing() {
 }
 
 bool TaskRunner::AttachPlacement(std::shared_ptr<StepPlacement> placement) {
-  absl::MutexLock lock(&placement_->mu);
-  if (placement_->placement != nullptr) return false;
-  placement_->placement = std::move(placement);
+  const size_t buffered = placement->producer_budget();
+  const size_t retained = placement->retention_budget();
+  {
+    absl::MutexLock lock(&placement_->mu);
+    if (placement_->placement != nullptr) return false;
+    placement_->placement = std::move(placement);
+  }
+  buffer_->CapBytes(buffered, retained);
   return true;
 }
 
@@ -569,6 +585,7 @@ void TaskRunner::DetachPlacement(const StepPlacement* placement) {
     if (placement_->placement.get() != placement) return;
     detached = std::move(placement_->placement);
   }
+  buffer_->CapBytes(std::numeric_limits<size_t>::max(), std::numeric_limits<size_t>::max());
   TaskRunnerPool* pool = options_.pool != nullptr ? options_.pool : &ProcessTaskRunnerPool();
   pool->Schedule([production = production_, buffer = buffer_, detached] {
     auto unplace = [&](TaskRunner::PendingSteps* pending) {

@@ -116,6 +116,25 @@ TEST(TaskStepIteratorTest, CoordinatedStepsMatchTheLocalPipelineAndTfSizes) {
   }
 }
 
+// A step's piece holds its element's leaves in tf.nest.flatten order (dict keys sorted, nested
+// structures depth first), whatever the order the element was built in.
+TEST(TaskStepIteratorTest, AStepsLeavesAreInFlattenOrder) {
+  auto scalar = [](int64_t v) { return Element(Tensor::Scalar<int64_t>(v)); };
+  const Element e = Element::Dict(
+      {{"c", scalar(3)},
+       {"a", Element::Tuple({scalar(1), Element::Dict({{"y", scalar(12)}, {"x", scalar(11)}})})},
+       {"b", scalar(2)}});
+  const auto steps = AllSteps(MakeTask(Dataset::FromTensors(e).Repeat(3).Batch(2), 1, 1));
+  ASSERT_EQ(steps.size(), 2u);
+  for (const TaskStep& step : steps) {
+    ASSERT_EQ(step.pieces.size(), 1u);
+    std::vector<int64_t> firsts;
+    for (const Tensor& t : step.pieces[0]) firsts.push_back(Values(t).front());
+    EXPECT_EQ(firsts, (std::vector<int64_t>{1, 11, 12, 2, 3})) << "step " << step.task_step;
+  }
+  EXPECT_EQ(Values(steps[1].pieces[0][0]), (std::vector<int64_t>{1}));  // the third element
+}
+
 TEST(TaskStepIteratorTest, StepShardedTasksInterleaveToTheSingleSequence) {
   const Dataset ds = Dataset::Range(41).Batch(4);
   const auto whole = AllSteps(MakeTask(ds, 1, 2));

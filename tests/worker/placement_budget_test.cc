@@ -1,0 +1,236 @@
+// The producer's budget while it builds steps in a consumer's shared-memory ring
+// (StepBuffer::CapBytes, StepPlacement::producer_budget, TaskRunner::AttachPlacement): the
+// buffer admits steps only within its cap, a cap that rises wakes the producer, the retention
+// window shrinks to its cap, and a runner placing in a ring runs ahead of its stream by at
+// most half the ring (and retains at most a quarter), so that every step it makes finds room
+// there (before, a producer far ahead filled the ring with queued steps and made the next ones
+// in ordinary memory, which then went by TCP). Its own binary: quick to build alone.
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "core/rpc/shm_ring.h"
+#include "core/rpc/shm_segment.h"
+#include "core/rpc/step_frame.h"
+#include "core/tensor/step_output_allocator.h"
+#include "gtest/gtest.h"
+#include "tests/worker/task_step_test_util.h"
+#include "worker/step_buffer.h"
+#include "worker/step_placement.h"
+#include "worker/task_runner.h"
+
+namespace sluice {
+namespace {
+
+using Steps = std::vector<std::shared_ptr<const TaskStep>>;
+
+constexpr size_t kNoCap = std::numeric_limits<size_t>::max();
+
+TEST(PlacementBudgetTest, CapBytesBoundsWhatTheProducerBuffersAndRaisingItWakesTheProducer) {
+  StepBuffer b({.max_bytes = 1000, .num_consumers = 1});
+  absl::StatusOr<int64_t> g = b.Attach(0, 0);
+  ASSERT_TRUE(g.ok()) << g.status();
+  absl::Time retry_at;
+  size_t room = 0;
+  std::atomic<int> woken{0};
+  b.CapBytes(250, kNoCap);
+  EXPECT_EQ(b.stats().max_bytes, 250u);
+  const Steps block = {MakeStep(0), MakeStep(1), MakeStep(2), MakeStep(3)};  // 100 bytes each
+  absl::StatusOr<size_t> taken = b.TryPushSteps(block, [&] { ++woken; }, &retry_at, &room);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, 2u);  // a third would make 300 > 250
+  EXPECT_EQ(room, 50u);
+  EXPECT_TRUE(b.stats().producer_waiting_for_space);
+  // Lowering it further wakes nobody; lifting it wakes the waiting producer once, and the
+  // buffer's own budget still applies.
+  b.CapBytes(100, kNoCap);
+  EXPECT_EQ(woken.load(), 0);
+  b.CapBytes(kNoCap, kNoCap);
+  EXPECT_EQ(woken.load(), 1);
+  EXPECT_EQ(b.stats().max_bytes, 1000u);
+  taken = b.TryPushSteps(absl::MakeConstSpan(block).subspan(2), [&] { ++woken; }, &retry_at,
+                         &room);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, 2u);
+  EXPECT_EQ(room, 600u);
+  EXPECT_EQ(b.buffered_steps(), 4u);
+  // A cap below what is buffered keeps the steps and admits nothing more.
+  b.CapBytes(150, kNoCap);
+  taken = b.TryPushSteps(Steps{MakeStep(4)}, [&] { ++woken; }, &retry_at, &room);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, 0u);
+  EXPECT_EQ(room, 0u);
+  EXPECT_EQ(b.buffered_steps(), 4u);
+}
+
+// The retention cap trims the window at once (oldest first) and bounds it after; a consumer
+// attaching below the trimmed window is OUT_OF_RANGE (it reads the task elsewhere), one inside
+// it is served from memory; lifting the cap gives the window its own size again.
+TEST(PlacementBudgetTest, CapBytesTrimsTheRetentionWindowAndBoundsIt) {
+  StepBuffer b({.max_bytes = 1 << 20, .num_consumers = 1, .retention_bytes = 1000});
+  absl::StatusOr<int64_t> g = b.Attach(0, 0);
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (int64_t i = 0; i < 8; ++i) ASSERT_TRUE(b.Push(MakeStep(i)).ok());  // 100 bytes each
+  Steps steps;
+  bool end = false;
+  ASSERT_TRUE(b.Next(0, *g, 8, 1 << 20, absl::InfinitePast(), &steps, &end).ok());
+  ASSERT_EQ(steps.size(), 8u);
+  EXPECT_EQ(b.stats().retained_steps, 8u);
+  b.CapBytes(kNoCap, 250);
+  EXPECT_EQ(b.stats().retained_steps, 2u);  // steps 6 and 7
+  EXPECT_EQ(b.retained_bytes(), 200u);
+  EXPECT_EQ(b.stats().retention_capacity, 250u);
+  EXPECT_EQ(b.Attach(0, 5).status().code(), absl::StatusCode::kOutOfRange);
+  g = b.Attach(0, 6);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(b.Next(0, *g, 8, 1 << 20, absl::InfinitePast(), &steps, &end).ok());
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0]->task_step, 6);
+  // Steps released later keep the window within the cap.
+  for (int64_t i = 8; i < 12; ++i) ASSERT_TRUE(b.Push(MakeStep(i)).ok());
+  ASSERT_TRUE(b.Next(0, *g, 8, 1 << 20, absl::InfinitePast(), &steps, &end).ok());
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(b.stats().retained_steps, 2u);  // steps 10 and 11
+  b.CapBytes(kNoCap, kNoCap);
+  EXPECT_EQ(b.stats().retention_capacity, 1000u);
+  for (int64_t i = 12; i < 20; ++i) ASSERT_TRUE(b.Push(MakeStep(i)).ok());
+  ASSERT_TRUE(b.Next(0, *g, 8, 1 << 20, absl::InfinitePast(), &steps, &end).ok());
+  EXPECT_EQ(b.stats().retained_steps, 10u);  // steps 10 to 19
+}
+
+// Waits (bounded) until `runner`'s producer waits for room in its buffer or has pushed its
+// last step (`steps`).
+bool WaitUntilProducerWaits(TaskRunner* runner, int64_t steps) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!runner->buffer()->stats().producer_waiting_for_space &&
+         runner->buffer()->stats().steps_produced < steps) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return true;
+}
+
+// What a stream and its consumer do with the steps a frame takes: the worker sends them (in
+// the ring: their header alone), the consumer decodes the frame, drops its steps at once and
+// says so (its next grant's shm_released).
+void SendAndRelease(ShmRingWriter* writer, ShmRingReader* reader, const Steps& steps) {
+  StepFrameEncoder encoder;
+  encoder.set_shared_payload(writer);
+  std::vector<WireStepView> views;
+  for (const auto& s : steps) views.push_back(WireStepView{s->task_step, -1, 1, &s->pieces[0], 1});
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(encoder.Encode(views, false, absl::OkStatus(), &bb).ok());
+  StepFrameDecoder decoder(nullptr, nullptr);
+  decoder.set_shared_payload(reader);
+  StepFrame frame;
+  ASSERT_TRUE(decoder.Decode(bb, &frame).ok());
+  ASSERT_EQ(frame.steps.size(), steps.size());
+  frame.steps.clear();
+  ASSERT_TRUE(writer->Release(reader->released()).ok());
+}
+
+// A runner whose buffer could hold 1 MiB places 1000-byte steps in a 64 KiB ring while its
+// stream reads nothing: it stops at half the ring (32 KiB) and every step it made is in the
+// ring; once detached, its own budget applies again at once.
+TEST(PlacementBudgetTest, RunnerPlacingInARingRunsAheadByHalfTheRingOnly) {
+  constexpr size_t kRing = size_t{1} << 16;
+  auto segment = ShmSegment::Create(kRing);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  auto writer = std::make_shared<ShmRingWriter>(*segment);
+  auto placement = std::make_shared<StepPlacement>(writer);
+  EXPECT_EQ(placement->producer_budget(), kRing / 2);
+  TaskRunnerOptions options;
+  options.buffer_bytes = size_t{1} << 20;
+  auto attached = std::make_shared<absl::Notification>();
+  auto produced = std::make_shared<std::atomic<int64_t>>(0);
+  auto in_heap = std::make_shared<std::atomic<int64_t>>(0);  // steps after the first
+  constexpr int64_t kSteps = 200;
+  std::shared_ptr<TaskRunner> runner =
+      TaskRunner::StartWith(OneConsumerTask(), options, [=](TaskStep* step, bool* end) {
+        attached->WaitForNotificationWithTimeout(absl::Seconds(60));
+        const int64_t i = produced->load();
+        if (i == kSteps) {
+          *end = true;
+          return absl::OkStatus();
+        }
+        std::shared_ptr<TensorBuffer> b = AllocateStepOutput(1000);
+        if (b == nullptr) {
+          b = TensorBuffer::AllocateHost(1000);
+          // Step 0's slice may have read the placement before it was attached.
+          if (i > 0) in_heap->fetch_add(1);
+        }
+        std::memset(b->data(), static_cast<uint8_t>(i), 1000);
+        step->task_step = i;
+        step->num_real_pieces = 1;
+        step->pieces = {{*Tensor::Wrap(DType::kUInt8, Shape({1000}), b)}};
+        step->bytes = 1000;
+        produced->store(i + 1);
+        *end = false;
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(runner->AttachPlacement(placement));
+  EXPECT_EQ(runner->buffer()->stats().max_bytes, kRing / 2);
+  EXPECT_EQ(runner->buffer()->stats().retention_capacity, kRing / 4);
+  attached->Notify();
+  auto reader = runner->OpenReader(0, 0);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE(WaitUntilProducerWaits(runner.get(), kSteps));
+  // 32 x 1000 bytes fit 32 KiB; the producer may hold one more it made but could not push.
+  EXPECT_EQ(runner->buffer()->stats().bytes, 32000u);
+  EXPECT_GE(produced->load(), 32);
+  EXPECT_LE(produced->load(), 33);
+  EXPECT_EQ(in_heap->load(), 0);
+
+  // Each step read, sent and released makes room for one more, built in the ring too: the
+  // ring (64 regions) holds the queue (32), the one the producer holds and the retained steps
+  // (16, a quarter of the ring; without that cap, the 64 MiB the task's options retain would
+  // keep every region sent). Frames of one step: a frame of several that wraps around the
+  // ring's end is copied into a region of its own, which a ring this small may not have.
+  ShmRingReader ring_reader(*segment);  // the same mapping stands in for the consumer's
+  int64_t next = 0;
+  bool end = false;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (next < 128 && absl::Now() < deadline) {
+    Steps taken;
+    ASSERT_TRUE((*reader)->Next(1, size_t{1} << 20, deadline, &taken, &end).ok());
+    ASSERT_FALSE(end);
+    for (const auto& step : taken) EXPECT_EQ(step->task_step, next++);
+    SendAndRelease(writer.get(), &ring_reader, taken);
+  }
+  ASSERT_EQ(next, 128);
+  ASSERT_TRUE(WaitUntilProducerWaits(runner.get(), kSteps));
+  EXPECT_EQ(runner->buffer()->stats().bytes, 32000u);
+  EXPECT_LE(produced->load(), 161);
+  EXPECT_EQ(in_heap->load(), 0);
+  EXPECT_LE(runner->buffer()->retained_bytes(), kRing / 4);
+
+  // Detached: the buffer's own budget again, and the waiting producer goes on without a read.
+  runner->DetachPlacement(placement.get());
+  EXPECT_EQ(runner->buffer()->stats().max_bytes, options.buffer_bytes);
+  EXPECT_EQ(runner->buffer()->stats().retention_capacity, options.retention_bytes);
+  while (produced->load() < kSteps && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_EQ(produced->load(), kSteps);
+  // Every step arrives once, in order, with its bytes.
+  while (!end && absl::Now() < deadline) {
+    std::vector<std::shared_ptr<const TaskStep>> steps;
+    ASSERT_TRUE((*reader)->Next(64, size_t{1} << 20, deadline, &steps, &end).ok());
+    for (const auto& step : steps) {
+      EXPECT_EQ(step->task_step, next);
+      EXPECT_EQ(static_cast<const uint8_t*>(step->pieces[0][0].raw_data())[999],
+                static_cast<uint8_t>(next));
+      ++next;
+    }
+  }
+  EXPECT_TRUE(end);
+  EXPECT_EQ(next, kSteps);
+}
+
+}  // namespace
+}  // namespace sluice
