@@ -214,12 +214,14 @@ TEST(OutputSlotTest, TheFirstBatchsRowsAreOfferedFromItsSecondElement) {
   EXPECT_TRUE(parallel == sequential);
 }
 
-// An int32 element of `values` values, all `v`.
+// An element (int32 of `values` values, all `v`; a string label; an empty float32), as an
+// image, its key and an empty box list would be.
 Element Filled(int64_t values, int32_t v) {
   Tensor t = Tensor::Allocate(DType::kInt32, Shape({values}));
   int32_t* p = t.mutable_data<int32_t>();
   for (int64_t i = 0; i < values; ++i) p[i] = v;
-  return Element(std::move(t));
+  return Element::Tuple({Element(std::move(t)), Element(Tensor::StringScalar("label")),
+                         Element(Tensor::Allocate(DType::kFloat32, Shape({0, 4})))});
 }
 
 TEST(OutputSlotTest, RowsNotWrittenInPlaceArePlacedAsTheirElementsArrive) {
@@ -234,13 +236,16 @@ TEST(OutputSlotTest, RowsNotWrittenInPlaceArePlacedAsTheirElementsArrive) {
     Element e = Filled(kValues, static_cast<int32_t>(100 + r));
     if (r == 0) slots.Learn(e);
     ASSERT_EQ(slots.leaf(), 0);
-    const Tensor own = e.leaf();
+    const Tensor own = e.Flatten()[0];
     slots.Place(r, &e);
-    EXPECT_NE(e.leaf().raw_data(), own.raw_data()) << "row " << r << " was not placed";
+    const std::vector<Tensor> leaves = e.Flatten();
+    ASSERT_EQ(leaves.size(), 3u);
+    EXPECT_NE(leaves[0].raw_data(), own.raw_data()) << "row " << r << " was not placed";
     EXPECT_EQ(own.buffer().use_count(), 1) << "row " << r << ": the element still holds its own";
-    EXPECT_EQ(e.leaf().data<int32_t>()[0], 100 + r);
-    EXPECT_EQ(e.leaf().data<int32_t>()[kValues - 1], 100 + r);
-    column.push_back(e.leaf());
+    EXPECT_EQ(leaves[0].data<int32_t>()[0], 100 + r);
+    EXPECT_EQ(leaves[0].data<int32_t>()[kValues - 1], 100 + r);
+    EXPECT_EQ(leaves[1].string_at(0), "label");
+    column.push_back(leaves[0]);
   }
   std::optional<Tensor> stacked = slots.Stacked(0, column);
   ASSERT_TRUE(stacked.has_value());
@@ -266,9 +271,9 @@ TEST(OutputSlotTest, RowsNotWrittenInPlaceArePlacedAsTheirElementsArrive) {
   slots.Place(0, &first);
   EXPECT_EQ(first.leaf().raw_data(), rows[1].raw_data());
   Element second = Filled(kValues, 7);
-  const void* own = second.leaf().raw_data();
+  const void* own = second.Flatten()[0].raw_data();
   slots.Place(1, &second);
-  EXPECT_EQ(second.leaf().raw_data(), own) << "placed over the row the first element carries";
+  EXPECT_EQ(second.Flatten()[0].raw_data(), own) << "placed over the row the first element carries";
 }
 
 TEST(BatchBufferPoolTest, ReusesOnlyReleasedBuffersOfTheSameSize) {

@@ -124,6 +124,7 @@ void BatchSlots::Place(int64_t row, Element* element) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(stacked_->raw_data());
   const uintptr_t end = begin + stacked_->byte_size();
   for (const Tensor& t : leaves) {
+    if (t.dtype() == DType::kString || t.byte_size() == 0) continue;  // no bytes of their own
     const uintptr_t p = reinterpret_cast<uintptr_t>(t.raw_data());
     if (p >= begin && p < end) {
       // Written for another row, or under another leaf (step 5 of the protocol): this batch's
