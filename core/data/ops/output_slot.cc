@@ -133,11 +133,9 @@ void BatchSlots::Place(int64_t row, Element* element) {
       return;
     }
   }
-  absl::StatusOr<Element> placed = [&] {
-    std::memcpy(dst.mutable_raw_data(), src.raw_data(), src.byte_size());
-    leaves[static_cast<size_t>(leaf_)] = std::move(dst);
-    return Element::Pack(*element, std::move(leaves));
-  }();
+  std::memcpy(dst.mutable_raw_data(), src.raw_data(), src.byte_size());
+  leaves[static_cast<size_t>(leaf_)] = std::move(dst);
+  absl::StatusOr<Element> placed = Element::Pack(*element, std::move(leaves));
   if (!placed.ok()) return;  // the same structure: cannot fail; the row is no one's then
   *element = *std::move(placed);
   ++placed_;
