@@ -148,6 +148,10 @@ TEST(MapAutotuneTest, AMapHoldsAtMostTwiceItsCurrentParallelismInUnits) {
         << "after output " << i << " at parallelism " << ChosenParallelism(label);
     absl::SleepFor(absl::Microseconds(20));
   }
+  Element e;
+  bool end = false;
+  ASSERT_TRUE(it->GetNext(&e, &end).ok());
+  EXPECT_TRUE(end);
   EXPECT_GT(most_ahead, 0);
 }
 
