@@ -14,15 +14,31 @@
 #include "core/data/ops/source_iterators.h"
 #include "core/util/thread_pool.h"
 #include "gtest/gtest.h"
+#include "tests/core/iterator_test_util.h"
 
 namespace sluice {
 namespace {
+
+using testing_util::CountingIterator;
 
 double ChosenParallelism(const std::string& label) {
   for (const auto& [op, parallelism] : AutotunedMapParallelism()) {
     if (op == label) return parallelism;
   }
   return 0;
+}
+
+// The iterator's next output is the scalar `want`, or its end where `want` is -1.
+::testing::AssertionResult NextIs(Iterator* it, int64_t want) {
+  Element e;
+  bool end = false;
+  const absl::Status s = it->GetNext(&e, &end);
+  if (!s.ok()) return ::testing::AssertionFailure() << s;
+  if (end != (want < 0)) return ::testing::AssertionFailure() << "end: " << end;
+  if (!end && e.leaf().data<int64_t>()[0] != want) {
+    return ::testing::AssertionFailure() << e.leaf().data<int64_t>()[0] << ", not " << want;
+  }
+  return ::testing::AssertionSuccess();
 }
 
 // A num_parallel_calls above where AUTOTUNE starts, so that the climb shows.
@@ -55,16 +71,9 @@ TEST(MapAutotuneTest, ASlowFnRaisesTheParallelismAndTheOutputStaysInOrder) {
                      /*autotune=*/true);
   EXPECT_EQ(ChosenParallelism(label), start);
   for (int64_t i = 0; i < 3000; ++i) {
-    Element e;
-    bool end = false;
-    ASSERT_TRUE(it->GetNext(&e, &end).ok());
-    ASSERT_FALSE(end);
-    ASSERT_EQ(e.leaf().data<int64_t>()[0], i);
+    ASSERT_TRUE(NextIs(it.get(), i));
   }
-  Element e;
-  bool end = false;
-  ASSERT_TRUE(it->GetNext(&e, &end).ok());
-  EXPECT_TRUE(end);
+  EXPECT_TRUE(NextIs(it.get(), -1));
   const double chosen = ChosenParallelism(label);
   EXPECT_GT(chosen, start);
   EXPECT_LE(chosen, most);
@@ -93,31 +102,11 @@ TEST(MapAutotuneTest, ASlowFnRaisesTheParallelismWithinAFewElements) {
                      /*autotune=*/true);
   double chosen = 0;
   for (int64_t i = 0; i < 48; ++i) {
-    Element e;
-    bool end = false;
-    ASSERT_TRUE(it->GetNext(&e, &end).ok());
-    ASSERT_FALSE(end);
-    ASSERT_EQ(e.leaf().data<int64_t>()[0], i);
+    ASSERT_TRUE(NextIs(it.get(), i));
     chosen = ChosenParallelism(label);
   }
   EXPECT_GT(chosen, start);
 }
-
-// Passes its input through, counting the elements pulled.
-class CountingIterator : public Iterator {
- public:
-  CountingIterator(std::unique_ptr<Iterator> input, int64_t* pulled)
-      : input_(std::move(input)), pulled_(pulled) {}
-  absl::Status GetNext(Element* out, bool* end_of_sequence) override {
-    absl::Status s = input_->GetNext(out, end_of_sequence);
-    if (s.ok() && !*end_of_sequence) ++*pulled_;
-    return s;
-  }
-
- private:
-  std::unique_ptr<Iterator> input_;
-  int64_t* pulled_;  // owned by the test, outlives the iterator
-};
 
 TEST(MapAutotuneTest, AMapHoldsAtMostTwiceItsCurrentParallelismInUnits) {
   // Units of at most 32 elements (map_iterator.cc's kMaxUnit), at most 2 x the parallelism
@@ -137,21 +126,14 @@ TEST(MapAutotuneTest, AMapHoldsAtMostTwiceItsCurrentParallelismInUnits) {
       same, /*num_parallel_calls=*/most, /*deterministic=*/true, nullptr, /*autotune=*/true);
   int64_t most_ahead = 0;
   for (int64_t i = 0; i < 4000; ++i) {
-    Element e;
-    bool end = false;
-    ASSERT_TRUE(it->GetNext(&e, &end).ok());
-    ASSERT_FALSE(end);
-    ASSERT_EQ(e.leaf().data<int64_t>()[0], i);
+    ASSERT_TRUE(NextIs(it.get(), i));
     const int64_t ahead = pulled - (i + 1);
     most_ahead = std::max(most_ahead, ahead);
     ASSERT_LE(ahead, 2 * kMaxUnitElements * static_cast<int64_t>(ChosenParallelism(label)))
         << "after output " << i << " at parallelism " << ChosenParallelism(label);
     absl::SleepFor(absl::Microseconds(20));
   }
-  Element e;
-  bool end = false;
-  ASSERT_TRUE(it->GetNext(&e, &end).ok());
-  EXPECT_TRUE(end);
+  EXPECT_TRUE(NextIs(it.get(), -1));
   EXPECT_GT(most_ahead, 0);
 }
 

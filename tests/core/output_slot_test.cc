@@ -161,6 +161,19 @@ TEST(OutputSlotTest, HeldBatchesAreNeverWrittenAgainAndReleasedOnesAreReused) {
   }
 }
 
+// The rows `slots` offers `input` for rows 0 .. n - 1 of its current batch, each taken as the
+// map below would take it; stops at the first row not offered.
+std::vector<Tensor> OfferedRows(const Iterator* input, BatchSlots* slots, int64_t n) {
+  std::vector<Tensor> rows;
+  for (int64_t r = 0; r < n; ++r) {
+    const ScopedSlotOffer offer = slots->Offer(r);
+    std::optional<OutputSlot> slot = TakeSlotOffer(input);
+    if (!slot.has_value()) break;
+    rows.push_back(slot->row);
+  }
+  return rows;
+}
+
 TEST(OutputSlotTest, RowsWrittenForOtherRowsAreReadBeforeAnyIsOverwritten) {
   // Four rows of 64 KB (the smallest offered), each row r written in place as the value r;
   // the column then hands them out in a rotated order, as if each element had come out one
@@ -171,14 +184,11 @@ TEST(OutputSlotTest, RowsWrittenForOtherRowsAreReadBeforeAnyIsOverwritten) {
   slots.Learn(Element(Tensor::Allocate(DType::kInt32, Shape({kValues}))));
   ASSERT_EQ(slots.leaf(), 0);
   slots.BeginBatch();
-  std::vector<Tensor> written;
+  std::vector<Tensor> written = OfferedRows(input, &slots, kRows);
+  ASSERT_EQ(written.size(), static_cast<size_t>(kRows));
   for (int64_t r = 0; r < kRows; ++r) {
-    const ScopedSlotOffer offer = slots.Offer(r);
-    std::optional<OutputSlot> slot = TakeSlotOffer(input);
-    ASSERT_TRUE(slot.has_value());
-    int32_t* p = slot->row.mutable_data<int32_t>();
+    int32_t* p = written[static_cast<size_t>(r)].mutable_data<int32_t>();
     for (int64_t i = 0; i < kValues; ++i) p[i] = static_cast<int32_t>(r);
-    written.push_back(slot->row);
   }
   std::vector<Tensor> column;
   for (int64_t r = 0; r < kRows; ++r) column.push_back(written[(r + kRows - 1) % kRows]);
@@ -260,13 +270,8 @@ TEST(OutputSlotTest, RowsNotWrittenInPlaceArePlacedAsTheirElementsArrive) {
   // An element carrying a row written for another position is left to Stacked, and so is
   // every element after it in the batch (Stacked reads such rows before it writes any).
   slots.BeginBatch();
-  std::vector<Tensor> rows;
-  for (int64_t r = 0; r < kRows; ++r) {
-    const ScopedSlotOffer offer = slots.Offer(r);
-    std::optional<OutputSlot> slot = TakeSlotOffer(input);
-    ASSERT_TRUE(slot.has_value());
-    rows.push_back(slot->row);
-  }
+  const std::vector<Tensor> rows = OfferedRows(input, &slots, kRows);
+  ASSERT_EQ(rows.size(), static_cast<size_t>(kRows));
   Element first(rows[1]);  // row 1's tensor, come out as row 0
   slots.Place(0, &first);
   EXPECT_EQ(first.leaf().raw_data(), rows[1].raw_data());

@@ -406,6 +406,20 @@ TEST(TFRecordMappedTest, ParallelParsePipelineOverAFileTruncatedWhileReadIsDataL
   EXPECT_TRUE(absl::StrContains(rest.status().message(), path)) << rest.status();
 }
 
+// The reader's next record, read as a view and checked as a parallel map's jobs do, is
+// `expected`.
+::testing::AssertionResult ReadsAsView(TFRecordReader* r, const std::string& path,
+                                       absl::string_view expected,
+                                       std::shared_ptr<const void>* owner) {
+  absl::string_view v;
+  TFRecordReader::UncheckedData u;
+  absl::Status s = r->ReadRecordView(&v, &u, owner);
+  if (s.ok()) s = TFRecordReader::CheckData(v, u, path);
+  if (!s.ok()) return ::testing::AssertionFailure() << s;
+  if (v != expected) return ::testing::AssertionFailure() << "not the record written there";
+  return ::testing::AssertionSuccess();
+}
+
 // The pages a mapped reader hands out to fault in ahead (what a parallel map's jobs fault in off
 // its read lock): each stretch starts where the last one ended (rounded down to a page) and
 // ends at most kFaultAheadBytes past the reader's position, so the stretches follow one another
@@ -444,11 +458,7 @@ TEST(TFRecordMappedTest, PagesAheadCoverTheFileOnceAheadOfTheReader) {
       ++stretches;
     }
     if (i == records.size()) break;
-    absl::string_view v;
-    TFRecordReader::UncheckedData u;
-    ASSERT_TRUE(r->ReadRecordView(&v, &u, &owner).ok()) << i;
-    ASSERT_TRUE(TFRecordReader::CheckData(v, u, path).ok()) << i;
-    ASSERT_EQ(v, records[i]) << i;
+    ASSERT_TRUE(ReadsAsView(r.get(), path, records[i], &owner)) << i;
   }
   EXPECT_EQ(covered, size);
   EXPECT_GT(stretches, 3);
@@ -534,11 +544,7 @@ TEST(TFRecordMappedTest, PagesFaultedInAreMappedBeforeTheReaderTouchesThem) {
       ++stretches;
     }
     if (i == records.size()) break;
-    absl::string_view v;
-    TFRecordReader::UncheckedData u;
-    ASSERT_TRUE(r->ReadRecordView(&v, &u, &owner).ok()) << i;
-    ASSERT_TRUE(TFRecordReader::CheckData(v, u, path).ok()) << i;
-    ASSERT_EQ(v, records[i]) << i;
+    ASSERT_TRUE(ReadsAsView(r.get(), path, records[i], &owner)) << i;
   }
   EXPECT_GT(stretches, 3);  // the later stretches start anywhere in a 64 KiB window
 }
