@@ -1,9 +1,9 @@
 #include "core/io/tfrecord_reader.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -34,6 +34,10 @@ uint32_t DecodeFixed32(const char* p) {
   std::memcpy(&v, p, 4);
   return v;
 }
+
+// The kernel's fault-around (Linux's default fault_around_bytes): a read fault on a file mapping
+// maps the cached pages of the aligned 64 KiB around it, so one read per window maps them all.
+constexpr uintptr_t kFaultAroundBytes = uintptr_t{64} << 10;
 
 }  // namespace
 
@@ -425,21 +429,24 @@ std::optional<TFRecordReader::PagesAhead> TFRecordReader::TakePagesAhead() {
   const uint64_t from = std::max(faulted_ahead_to_, offset_);
   if (from >= to) return std::nullopt;
   faulted_ahead_to_ = to;
-  // madvise wants a page-aligned start; the mapping's is.
+  // Whole pages: the stretches follow one another page by page (the mapping starts on one).
   static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t aligned = from - from % page;
   return PagesAhead{mapping_, mapping_->file->bytes().substr(aligned, to - aligned)};
 }
 
 void TFRecordReader::FaultIn(const PagesAhead& pages) {
-#ifdef MADV_POPULATE_READ
   if (pages.mapping == nullptr || pages.bytes.empty()) return;
-  // EFAULT where a page lies past the file's end (truncated since it was mapped), EINVAL on a
-  // kernel without it: the reader's own touches then fault as they would have.
-  ::madvise(const_cast<char*>(pages.bytes.data()), pages.bytes.size(), MADV_POPULATE_READ);
-#else
-  (void)pages;
-#endif
+  // Reads, not madvise(MADV_POPULATE_READ): that maps the same pages by fault-around too, then
+  // walks the page tables page by page (get_user_pages) under their locks, which cost more kernel
+  // time than the faults (bench/RESULTS.md, "Issue 27 part autoscale"). A page past the end of a
+  // file truncated since it was mapped raises SIGBUS here, which the mapping's truncation guard
+  // (held by pages.mapping) answers with zeros, marking the mapping truncated.
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(pages.bytes.data());
+  const uintptr_t end = begin + pages.bytes.size();
+  for (uintptr_t at = begin; at < end; at = (at / kFaultAroundBytes + 1) * kFaultAroundBytes) {
+    (void)*reinterpret_cast<const volatile char*>(at);
+  }
 }
 
 absl::Status TFRecordReader::Seek(uint64_t offset) {

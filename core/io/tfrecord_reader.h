@@ -177,10 +177,13 @@ class TFRecordReader {
   // page-table work of a mapped file (about a tenth of a parse pipeline's CPU) leaves the
   // serial part. Never needed for correctness.
   std::optional<PagesAhead> TakePagesAhead();
-  // Maps `pages` into the page tables (madvise MADV_POPULATE_READ), reading them from the disk
-  // when they are not cached. Advisory: failures (a kernel before 5.14, a file truncated
-  // meanwhile, whose lost pages are then left to the truncation guard) are ignored; never
-  // raises SIGBUS. Thread-safe.
+  // Maps `pages` into the page tables, reading them from the disk when they are not cached:
+  // one read per 64 KiB, each read fault mapping its 64 KiB (the kernel's default
+  // fault-around; with a smaller one the pages between are left for the reader to fault in).
+  // Advisory. A page past the end of a file truncated since it was mapped reads zeros (the
+  // mapping's truncation guard, held by `pages`), never SIGBUS, and marks the mapping
+  // truncated: its reader then reports DATA_LOSS, possibly before it reaches the new end
+  // (up to kFaultAheadBytes early). Thread-safe.
   static void FaultIn(const PagesAhead& pages);
 
   // Whether the reader reads from a mapping of the file (see above).

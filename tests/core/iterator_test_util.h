@@ -1,4 +1,4 @@
-// Helpers shared by the executor, rebatch, step-iterator and prefetch tests.
+// Helpers shared by the executor, rebatch, step-iterator, prefetch and parallel map tests.
 #ifndef SLUICE_TESTS_CORE_ITERATOR_TEST_UTIL_H_
 #define SLUICE_TESTS_CORE_ITERATOR_TEST_UTIL_H_
 
@@ -106,6 +106,23 @@ inline std::vector<Element> ScalarElements(const std::vector<int64_t>& values) {
   for (int64_t v : values) out.push_back(Element(Tensor::Scalar<int64_t>(v)));
   return out;
 }
+
+// Passes its input through, counting the elements pulled (what a map pulled ahead of its
+// consumer). `pulled` is the test's and outlives the iterator.
+class CountingIterator : public Iterator {
+ public:
+  CountingIterator(std::unique_ptr<Iterator> input, int64_t* pulled)
+      : input_(std::move(input)), pulled_(pulled) {}
+  absl::Status GetNext(Element* out, bool* end_of_sequence) override {
+    absl::Status s = input_->GetNext(out, end_of_sequence);
+    if (s.ok() && !*end_of_sequence) ++*pulled_;
+    return s;
+  }
+
+ private:
+  std::unique_ptr<Iterator> input_;
+  int64_t* pulled_;
+};
 
 }  // namespace testing_util
 }  // namespace sluice

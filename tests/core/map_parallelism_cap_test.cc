@@ -15,28 +15,15 @@
 #include "core/data/ops/source_iterators.h"
 #include "core/util/thread_pool.h"
 #include "gtest/gtest.h"
+#include "tests/core/iterator_test_util.h"
 
 namespace sluice {
 namespace {
 
+using testing_util::CountingIterator;
+
 constexpr int64_t kInput = 1000000;
 constexpr int64_t kMaxUnitElements = 32;  // map_iterator.cc's kMaxUnit
-
-// Passes its input through, counting the elements pulled.
-class CountingIterator : public Iterator {
- public:
-  CountingIterator(std::unique_ptr<Iterator> input, int64_t* pulled)
-      : input_(std::move(input)), pulled_(pulled) {}
-  absl::Status GetNext(Element* out, bool* end_of_sequence) override {
-    absl::Status s = input_->GetNext(out, end_of_sequence);
-    if (s.ok() && !*end_of_sequence) ++*pulled_;
-    return s;
-  }
-
- private:
-  std::unique_ptr<Iterator> input_;
-  int64_t* pulled_;  // owned by the test, outlives the iterator
-};
 
 TEST(MapParallelismCapTest, AHugeNumParallelCallsPullsAtMostTheCappedUnitsAhead) {
   ASSERT_GE(MaxParallelCalls(), 64);

@@ -1,8 +1,11 @@
 // batch()'s output slots and pooled buffers (core/data/ops/output_slot.h,
 // core/data/ops/batch_buffer_pool.h), as a consumer relies on them:
-//  - a parallel map in input order writes its elements' rows of the batch in place, and the
-//    batches are the same bytes as a sequential map's and as those of a map whose outputs
-//    cannot be written in place (a prefetch between), with element errors in their places;
+//  - a parallel map in input order writes its elements' rows of the batch in place, from the
+//    first batch's second element on, and the batches are the same bytes as a sequential
+//    map's and as those of a map whose outputs cannot be written in place (a prefetch
+//    between), with element errors in their places;
+//  - a row not written in place is copied into the batch as its element arrives, and the
+//    element's own tensor released;
 //  - a batch the consumer holds is never written again, also while the batches after it
 //    reuse the memory of released ones; the batch handed out is referenced by its holder
 //    alone (no hidden reference that would make the Python handout copy it);
@@ -82,8 +85,9 @@ TEST(OutputSlotTest, ParallelMapWritesItsRowsInPlaceWithTheSameBytes) {
     const std::vector<std::string> parallel =
         Outcomes(Pipeline(source, fns, ", num_parallel_calls=2", ".batch(16)"), true);
     const BatchSlotCounts after = BatchSlotCountsSoFar();
-    // The first batch learns the leaf (no slots); each later one has >= 12 rows in place.
-    EXPECT_GE(after.rows_in_place - before.rows_in_place, 3 * 12) << what;
+    // The first batch has its rows offered once its first element is out (so >= 11 in place:
+    // 2 x 2 elements may be pulled before), each later one >= 12.
+    EXPECT_GE(after.rows_in_place - before.rows_in_place, 11 + 3 * 12) << what;
     ASSERT_EQ(parallel.size(), 4u) << what;
     EXPECT_TRUE(parallel == Outcomes(Pipeline(source, fns, "", ".batch(16)"), true)) << what;
     EXPECT_TRUE(parallel ==
@@ -157,6 +161,19 @@ TEST(OutputSlotTest, HeldBatchesAreNeverWrittenAgainAndReleasedOnesAreReused) {
   }
 }
 
+// The rows `slots` offers `input` for rows 0 .. n - 1 of its current batch, each taken as the
+// map below would take it; stops at the first row not offered.
+std::vector<Tensor> OfferedRows(const Iterator* input, BatchSlots* slots, int64_t n) {
+  std::vector<Tensor> rows;
+  for (int64_t r = 0; r < n; ++r) {
+    const ScopedSlotOffer offer = slots->Offer(r);
+    std::optional<OutputSlot> slot = TakeSlotOffer(input);
+    if (!slot.has_value()) break;
+    rows.push_back(slot->row);
+  }
+  return rows;
+}
+
 TEST(OutputSlotTest, RowsWrittenForOtherRowsAreReadBeforeAnyIsOverwritten) {
   // Four rows of 64 KB (the smallest offered), each row r written in place as the value r;
   // the column then hands them out in a rotated order, as if each element had come out one
@@ -167,14 +184,11 @@ TEST(OutputSlotTest, RowsWrittenForOtherRowsAreReadBeforeAnyIsOverwritten) {
   slots.Learn(Element(Tensor::Allocate(DType::kInt32, Shape({kValues}))));
   ASSERT_EQ(slots.leaf(), 0);
   slots.BeginBatch();
-  std::vector<Tensor> written;
+  std::vector<Tensor> written = OfferedRows(input, &slots, kRows);
+  ASSERT_EQ(written.size(), static_cast<size_t>(kRows));
   for (int64_t r = 0; r < kRows; ++r) {
-    const ScopedSlotOffer offer = slots.Offer(r);
-    std::optional<OutputSlot> slot = TakeSlotOffer(input);
-    ASSERT_TRUE(slot.has_value());
-    int32_t* p = slot->row.mutable_data<int32_t>();
+    int32_t* p = written[static_cast<size_t>(r)].mutable_data<int32_t>();
     for (int64_t i = 0; i < kValues; ++i) p[i] = static_cast<int32_t>(r);
-    written.push_back(slot->row);
   }
   std::vector<Tensor> column;
   for (int64_t r = 0; r < kRows; ++r) column.push_back(written[(r + kRows - 1) % kRows]);
@@ -185,6 +199,86 @@ TEST(OutputSlotTest, RowsWrittenForOtherRowsAreReadBeforeAnyIsOverwritten) {
     EXPECT_EQ(p[0], (r + kRows - 1) % kRows) << "row " << r;
     EXPECT_EQ(p[kValues - 1], (r + kRows - 1) % kRows) << "row " << r;
   }
+}
+
+TEST(OutputSlotTest, TheFirstBatchsRowsAreOfferedFromItsSecondElement) {
+  // One batch of 16: its leaf is known once its first element is, and from then on its rows
+  // are offered (written in place by random_resized_crop), not only from the second batch on.
+  SeededRng rng(21);
+  const Dataset source = Dataset::FromTensorSlices(Element(RandomImages(rng, 16, 300, 300)));
+  const std::vector<std::string> fns = {"random_resized_crop([128, 96], seed=5)"};
+  BatchSlotCounts before = BatchSlotCountsSoFar();
+  const std::vector<std::string> sequential =
+      Outcomes(Pipeline(source, fns, "", ".batch(16)"), true);
+  BatchSlotCounts after = BatchSlotCountsSoFar();
+  EXPECT_EQ(after.rows_in_place - before.rows_in_place, 15);  // all but the first element
+  EXPECT_EQ(after.rows_copied - before.rows_copied, 1);
+  // In parallel, at most 2 x 2 elements (units of one 270 KB element) are pulled before the
+  // first one is out, without rows.
+  before = BatchSlotCountsSoFar();
+  const std::vector<std::string> parallel =
+      Outcomes(Pipeline(source, fns, ", num_parallel_calls=2", ".batch(16)"), true);
+  after = BatchSlotCountsSoFar();
+  EXPECT_GE(after.rows_in_place - before.rows_in_place, 11);
+  ASSERT_EQ(parallel.size(), 1u);
+  EXPECT_TRUE(parallel == sequential);
+}
+
+// An element (int32 of `values` values, all `v`; a string label; an empty float32), as an
+// image, its key and an empty box list would be.
+Element Filled(int64_t values, int32_t v) {
+  Tensor t = Tensor::Allocate(DType::kInt32, Shape({values}));
+  int32_t* p = t.mutable_data<int32_t>();
+  for (int64_t i = 0; i < values; ++i) p[i] = v;
+  return Element::Tuple({Element(std::move(t)), Element(Tensor::StringScalar("label")),
+                         Element(Tensor::Allocate(DType::kFloat32, Shape({0, 4})))});
+}
+
+TEST(OutputSlotTest, RowsNotWrittenInPlaceArePlacedAsTheirElementsArrive) {
+  // Elements whose fn did not write their row (no slot taken): each is copied into its row as
+  // it arrives, its own tensor released, and the batch is the same values, counted as copied.
+  constexpr int64_t kRows = 4, kValues = BatchSlots::kMinBytes / 4;
+  const Iterator* input = reinterpret_cast<const Iterator*>(&kRows);  // an address, never used
+  BatchSlots slots(input, kRows, "test batch");
+  const BatchSlotCounts before = BatchSlotCountsSoFar();
+  std::vector<Tensor> column;
+  for (int64_t r = 0; r < kRows; ++r) {
+    Element e = Filled(kValues, static_cast<int32_t>(100 + r));
+    if (r == 0) slots.Learn(e);
+    ASSERT_EQ(slots.leaf(), 0);
+    const Tensor own = e.Flatten()[0];
+    slots.Place(r, &e);
+    const std::vector<Tensor> leaves = e.Flatten();
+    ASSERT_EQ(leaves.size(), 3u);
+    EXPECT_NE(leaves[0].raw_data(), own.raw_data()) << "row " << r << " was not placed";
+    EXPECT_EQ(own.buffer().use_count(), 1) << "row " << r << ": the element still holds its own";
+    EXPECT_EQ(leaves[0].data<int32_t>()[0], 100 + r);
+    EXPECT_EQ(leaves[0].data<int32_t>()[kValues - 1], 100 + r);
+    EXPECT_EQ(leaves[1].string_at(0), "label");
+    column.push_back(leaves[0]);
+  }
+  std::optional<Tensor> stacked = slots.Stacked(0, column);
+  ASSERT_TRUE(stacked.has_value());
+  for (int64_t r = 0; r < kRows; ++r) {
+    EXPECT_EQ(stacked->Index(r).raw_data(), column[static_cast<size_t>(r)].raw_data()) << r;
+    EXPECT_EQ(stacked->Index(r).data<int32_t>()[kValues - 1], 100 + r) << "row " << r;
+  }
+  const BatchSlotCounts after = BatchSlotCountsSoFar();
+  EXPECT_EQ(after.rows_copied - before.rows_copied, kRows);
+  EXPECT_EQ(after.rows_in_place - before.rows_in_place, 0);
+
+  // An element carrying a row written for another position is left to Stacked, and so is
+  // every element after it in the batch (Stacked reads such rows before it writes any).
+  slots.BeginBatch();
+  const std::vector<Tensor> rows = OfferedRows(input, &slots, kRows);
+  ASSERT_EQ(rows.size(), static_cast<size_t>(kRows));
+  Element first(rows[1]);  // row 1's tensor, come out as row 0
+  slots.Place(0, &first);
+  EXPECT_EQ(first.leaf().raw_data(), rows[1].raw_data());
+  Element second = Filled(kValues, 7);
+  const void* own = second.Flatten()[0].raw_data();
+  slots.Place(1, &second);
+  EXPECT_EQ(second.Flatten()[0].raw_data(), own) << "placed over the row the first element carries";
 }
 
 TEST(BatchBufferPoolTest, ReusesOnlyReleasedBuffersOfTheSameSize) {

@@ -59,6 +59,8 @@ class BatchIterator : public OpIterator {
       if (end) break;
       RETURN_IF_ERROR(held.GrowElement(ElementFootprint(e), ElementOverhead(e), describe));
       if (elements.empty()) slots_.Learn(e);
+      // Its row copied now, while the map below goes on (output_slot.h).
+      slots_.Place(static_cast<int64_t>(elements.size()), &e);
       if (elements.size() == elements.capacity()) {
         const int64_t more = std::min<int64_t>(static_cast<int64_t>(elements.capacity()),
                                                batch_size_ - static_cast<int64_t>(elements.size()));

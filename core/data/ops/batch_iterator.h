@@ -16,10 +16,12 @@ namespace sluice {
 // the last batch is shorter unless drop_remainder. Elements whose leaves differ in shape within
 // a batch are INVALID_ARGUMENT with TF's wording: "Cannot batch tensors with different shapes
 // in component 0. First element had shape [2] and element 1 had shape [3]."
-// INVALID_ARGUMENT at construction if batch_size <= 0. From its second batch on, pulling element
-// by element, it offers a sequential map right below it the row where each element's largest
-// numeric leaf goes (output_slot.h); a fn that writes such a leaf whole (random_resized_crop)
-// writes it there, and that row is not copied. The values are the same either way.
+// INVALID_ARGUMENT at construction if batch_size <= 0. Pulling element by element, from its
+// first batch's second element on, it offers a map right below it the row where each
+// element's largest numeric leaf goes (output_slot.h); a fn that writes such a leaf whole
+// (random_resized_crop) writes it there, and that row is not copied; any other element's leaf
+// is copied into its row as the element arrives, while the map below maps the next ones. The
+// values are the same either way.
 absl::StatusOr<std::unique_ptr<Iterator>> NewBatchIterator(std::string label,
                                                            std::unique_ptr<Iterator> input,
                                                            int64_t batch_size,

@@ -212,8 +212,8 @@ class ParallelMapIterator : public OpIterator {
         deferring_(pull_on_pool_ && deterministic
                        ? dynamic_cast<DeferredCheckBlockSource*>(input_.get())
                        : nullptr),
-        parallelism_(autotune ? 1 : parallelism) {
-    if (autotune_) AutotuneTrack(this->label(), 1, 1);
+        parallelism_(autotune ? AutotuneInitialParallelism(parallelism) : parallelism) {
+    if (autotune_) AutotuneTrack(this->label(), 1, parallelism_);
   }
 
   // Waits for this map's closures running on the pool, not for those still queued (they then
@@ -910,6 +910,11 @@ class ParallelMapIterator : public OpIterator {
 }  // namespace
 
 int64_t AutotuneParallelism() { return ProcessThreadPoolSize(); }
+
+int64_t AutotuneInitialParallelism(int64_t max_parallelism) {
+  return std::max<int64_t>(
+      1, std::min({max_parallelism, AutotuneParallelism(), kAutotuneMaxInitialParallelism}));
+}
 
 int64_t MaxParallelCalls() { return std::max<int64_t>(64, 4 * int64_t{ProcessThreadPoolSize()}); }
 

@@ -82,7 +82,9 @@ using ElementFn = std::function<absl::StatusOr<Element>(Element)>;
 // built and mapped as without it, so outputs, their order and errors are the same either way.
 //
 // `autotune` (num_parallel_calls=AUTOTUNE, with num_parallel_calls the most it may use): the map
-// starts running one unit at a time and hill-climbs as tf.data's AUTOTUNE does: every 256
+// starts at AutotuneInitialParallelism(num_parallel_calls) units at a time (tf.data's start:
+// the pool's size; from one, a map of image decodes spent its first ~20 ms of each run on one
+// core, bench/RESULTS.md "autoscale") and hill-climbs as tf.data's AUTOTUNE does: every 256
 // outputs or every 10 ms, whichever ends first (so that a map of slow elements, such as image
 // decodes of milliseconds, adapts within a few elements), if the caller spent more than a tenth
 // of that period waiting for outputs, one more unit may run at once, up to num_parallel_calls.
@@ -103,6 +105,12 @@ std::vector<std::pair<std::string, double>> AutotunedMapParallelism();
 // The parallelism for num_parallel_calls = -1 (AUTOTUNE): the size of the process's thread pool
 // (ProcessThreadPoolSize(), by default the number of cores).
 int64_t AutotuneParallelism();
+
+// AUTOTUNE's first parallelism for a map that may run up to `max_parallelism` units at once,
+// as tf.data's (GetAutotuneDefaultParallelism): the pool's size (AutotuneParallelism()), at
+// most kAutotuneMaxInitialParallelism and max_parallelism, at least 1.
+inline constexpr int64_t kAutotuneMaxInitialParallelism = 16;
+int64_t AutotuneInitialParallelism(int64_t max_parallelism);
 
 // The most map calls in flight for one map: 4 * ProcessThreadPoolSize(), at least 64.
 int64_t MaxParallelCalls();

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "core/tensor/uninitialized_tensor.h"
 
@@ -79,6 +80,8 @@ std::optional<Tensor> TakeFnSlot(DType dtype, const Shape& shape) {
 
 void BatchSlots::BeginBatch() {
   stacked_.reset();
+  placed_ = 0;
+  placing_ = true;
   if (leaf_ < 0) return;
   TakeStacked();
 }
@@ -105,7 +108,37 @@ void BatchSlots::Learn(const Element& first) {
       dtype_ = t.dtype();
       shape_ = t.shape();
     }
+    if (leaf_ >= 0) TakeStacked();
   }
+}
+
+void BatchSlots::Place(int64_t row, Element* element) {
+  if (!stacked_.has_value() || !placing_ || row < 0 || row >= batch_size_) return;
+  std::vector<Tensor> leaves = element->Flatten();
+  if (leaf_ >= static_cast<int>(leaves.size())) return;
+  const Tensor& src = leaves[static_cast<size_t>(leaf_)];
+  if (src.dtype() != dtype_ || src.shape() != shape_) return;
+  Tensor dst = stacked_->Index(row);
+  if (src.raw_data() == dst.raw_data()) return;  // the fn wrote it there
+  // Addresses as integers: a leaf may lie in any other buffer.
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(stacked_->raw_data());
+  const uintptr_t end = begin + stacked_->byte_size();
+  for (const Tensor& t : leaves) {
+    if (t.dtype() == DType::kString || t.byte_size() == 0) continue;  // no bytes of their own
+    const uintptr_t p = reinterpret_cast<uintptr_t>(t.raw_data());
+    if (p >= begin && p < end) {
+      // Written for another row, or under another leaf (step 5 of the protocol): this batch's
+      // rows are left to Stacked from here on, which reads such rows before it writes any.
+      placing_ = false;
+      return;
+    }
+  }
+  std::memcpy(dst.mutable_raw_data(), src.raw_data(), src.byte_size());
+  leaves[static_cast<size_t>(leaf_)] = std::move(dst);
+  absl::StatusOr<Element> placed = Element::Pack(*element, std::move(leaves));
+  if (!placed.ok()) return;  // the same structure: cannot fail; the row is no one's then
+  *element = *std::move(placed);
+  ++placed_;
 }
 
 ScopedSlotOffer BatchSlots::Offer(int64_t row) const {
@@ -125,6 +158,7 @@ std::optional<Tensor> BatchSlots::Stacked(int leaf, const std::vector<Tensor>& c
   }
   Tensor out = *std::move(stacked_);
   stacked_.reset();
+  const int64_t placed = std::exchange(placed_, 0);  // copied, not written in place by the fn
   const size_t row_bytes = out.Index(0).byte_size();
   // Addresses as integers: a row may lie in any other buffer.
   const uintptr_t begin = reinterpret_cast<uintptr_t>(out.raw_data());
@@ -155,8 +189,8 @@ std::optional<Tensor> BatchSlots::Stacked(int leaf, const std::vector<Tensor>& c
     }
   }
   (stacked_reused_ ? buffers_reused : buffers_allocated).fetch_add(1, std::memory_order_relaxed);
-  rows_in_place.fetch_add(in_place, std::memory_order_relaxed);
-  rows_copied.fetch_add(batch_size_ - in_place, std::memory_order_relaxed);
+  rows_in_place.fetch_add(in_place - placed, std::memory_order_relaxed);
+  rows_copied.fetch_add(batch_size_ - in_place + placed, std::memory_order_relaxed);
   return out;
 }
 

@@ -20,7 +20,12 @@
 //     no slots: an element could then finish after its batch was handed out.
 //  4. A fn about to allocate an output of exactly the slot's dtype and shape takes the slot
 //     (TakeFnSlot: once) instead, writes every value of it, and returns it.
-//  5. batch stacks that leaf last: a row whose tensor is the slot's row is in place; any other
+//  5. As each element arrives, batch copies its leaf into its row right away when the fn did
+//     not write it there (BatchSlots::Place), so that the copy runs while the map below maps
+//     the next elements, not all at once at the batch's end with the map stopped at its bound;
+//     only while no element's leaf lies in the stacked tensor elsewhere than its own row (a
+//     fn that used its slot for another leaf), else at the end:
+//  6. batch stacks that leaf last: a row whose tensor is the slot's row is in place; any other
 //     row is copied over it (what was written there is then no one's: the other leaves, which
 //     might view it, were stacked first; a row that views another row of the same tensor is
 //     read before any row is written).
@@ -129,8 +134,17 @@ class BatchSlots {
   // second batch on (the first was full: a short batch is the last), and not when the
   // allocator refuses (the batch then stacks as without slots, and meets the refusal there).
   void BeginBatch();
-  // The first element of a batch: picks the leaf, the first time.
+  // The first element of a batch: picks the leaf, the first time, and then takes the first
+  // batch's stacked tensor (as BeginBatch does for the later ones), so that the first batch's
+  // rows after this one are offered and placed too.
   void Learn(const Element& first);
+  // Element `row` of the batch, just pulled (after Learn): when a stacked tensor is held, its
+  // offered leaf has the planned dtype and shape, it is not in its row already and none of the
+  // element's leaves lies in the stacked tensor, copies the leaf into its row now and makes the
+  // element's leaf that row (the values are the same; the element's own tensor is released).
+  // Otherwise leaves the element as it is, for Stacked; after an element with a leaf in the
+  // stacked tensor elsewhere than its row, the rest of the batch too.
+  void Place(int64_t row, Element* element);
   // The offer for row `row` (to wrap the input's GetNext in): none before the leaf is known.
   ScopedSlotOffer Offer(int64_t row) const;
   // The leaf offered, -1 when none.
@@ -156,6 +170,8 @@ class BatchSlots {
   Shape shape_;
   std::optional<Tensor> stacked_;  // [batch_size] + shape_, of the current batch
   bool stacked_reused_ = false;     // stacked_ is a released batch's memory
+  int64_t placed_ = 0;              // rows of the current batch Place copied in
+  bool placing_ = true;             // Place may still copy rows of the current batch
 };
 
 }  // namespace sluice
