@@ -119,7 +119,10 @@ constexpr absl::Duration kSliceTime = absl::Milliseconds(10);
 // push, as without blocks), and only while each step takes at most kBlockStepTime to make: at
 // 1 KiB steps the per-step lock, wake-up checks and contention with the streams reading the
 // buffer were a third of the worker's CPU, while a step of 64 KiB or more, or a slow one, ends
-// its block (nothing waits for the steps after it longer than kBlockStepTime each).
+// its block (nothing waits for the steps after it longer than kBlockStepTime each). A reader
+// about to wait for steps pushes the block being made itself (Production::PushHeldSteps), so
+// a made step never waits for the making of the next one: that may take long (a slow read) or
+// never end until a reader has taken the steps before it (a source fed by the trainer).
 constexpr size_t kBlockSteps = 64;
 constexpr size_t kBlockBytes = size_t{64} << 10;
 constexpr absl::Duration kBlockStepTime = absl::Microseconds(20);
@@ -161,7 +164,23 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
   void Quiesce(const std::function<void(PendingSteps*)>& fn) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     while (running_) idle_.Wait(&mu_);
+    absl::MutexLock held(&pending_mu_);
     fn(&pending_);
+  }
+
+  // A reader of the buffer is about to wait for steps: the steps of the block being made go to
+  // the buffer now (their wake-ups reach that reader), not once the block ends, which would
+  // wait for the making of its next step; with none made yet, the block ends at its next step.
+  // Called by readers on their own threads, while a slice makes steps or not.
+  void PushHeldSteps() ABSL_LOCKS_EXCLUDED(pending_mu_) {
+    absl::MutexLock lock(&pending_mu_);
+    if (pending_.empty()) {
+      reader_waiting_ = true;
+      return;
+    }
+    absl::Time retry_at = absl::InfiniteFuture();
+    // Refused steps (a full buffer) stay for the slice, which pushes them when it can.
+    (void)PushPendingLocked(WakeCallback(), &retry_at);
   }
 
   // No slice starts any more; waits for the one running, if any; frees the pipeline.
@@ -189,7 +208,19 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
   void Free() {
     steps_.reset();  // the pipeline's resources go as soon as the task is done
     producer_ = nullptr;
+    absl::MutexLock lock(&pending_mu_);
     pending_.clear();
+  }
+
+  // Pushes what the buffer takes of pending_ (TryPushSteps) and drops it from pending_.
+  absl::StatusOr<size_t> PushPendingLocked(const std::function<void()>& wake, absl::Time* retry_at)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(pending_mu_) {
+    reader_waiting_ = false;  // what it waits for is pushed now, or held by a full buffer
+    absl::StatusOr<size_t> taken = buffer_->TryPushSteps(pending_, wake, retry_at, &room_);
+    if (!taken.ok()) return taken;
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(*taken));
+    if (*taken > 0 && on_first_step_) std::exchange(on_first_step_, nullptr)();
+    return taken;
   }
 
   // The pipeline's next step. The backstop of the allocator that can refuse (sluice/tensor.h):
@@ -222,6 +253,7 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
       placement = placement_->placement;
     }
     const bool shared = buffer_->cross_trainer_window() != nullptr;
+    size_t made = 0;
     size_t bytes = 0;
     absl::Time last = absl::Now();
     while (true) {
@@ -235,15 +267,24 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
       }
       // A step of a job shared across trainers goes to several streams: encoded once.
       if (shared) step->shared_payload = std::make_shared<const SharedStepPayload>();
+      ++made;
       bytes += step->bytes;
-      pending_.push_back(std::move(step));
+      size_t room = 0;
+      bool reader_waiting = false;
+      {
+        absl::MutexLock lock(&pending_mu_);
+        pending_.push_back(std::move(step));
+        room = room_;
+        reader_waiting = reader_waiting_;
+      }
       // A block ends at its size, at what the buffer had room for when the last block went
       // (the first step of a task, before any, goes alone: time to first step; a full buffer
-      // gets one step more, not a block more), with the slice, or once a step took long to
-      // make: a step waits for the ones after it in its block at most kBlockSteps x
-      // kBlockStepTime, plus the making of the block's last step.
+      // gets one step more, not a block more), with the slice, once a step took long to make,
+      // or when a reader waits for steps: a step waits for the ones after it in its block at
+      // most kBlockSteps x kBlockStepTime while no reader waits (one that starts to wait
+      // pushes the block, PushHeldSteps).
       const absl::Time now = absl::Now();
-      if (pending_.size() >= kBlockSteps || bytes >= std::min(kBlockBytes, room_) ||
+      if (made >= kBlockSteps || bytes >= std::min(kBlockBytes, room) || reader_waiting ||
           now >= slice_end || now - last > kBlockStepTime || buffer_->producer_stopped()) {
         return true;
       }
@@ -269,7 +310,7 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
     // per step was an allocation per step).
     const std::function<void()> wake = WakeCallback();
     while (true) {
-      if (pending_.empty()) {
+      if (PendingEmpty()) {
         if (finish_.has_value()) {  // every step before the end (or the error) is pushed
           buffer_->Finish(*std::move(finish_));
           finish_.reset();
@@ -280,18 +321,19 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
           done = true;
           break;
         }
-        if (pending_.empty()) continue;  // the end, with no step before it
+        // The end with no step before it, or a waiting reader pushed the block: go on.
+        if (PendingEmpty()) continue;
       }
-      absl::StatusOr<size_t> taken = buffer_->TryPushSteps(pending_, wake, &retry_at, &room_);
-      if (!taken.ok()) {  // stopped or closed
-        done = true;
-        break;
-      }
-      pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(*taken));
-      if (*taken > 0 && on_first_step_) std::exchange(on_first_step_, nullptr)();
-      if (!pending_.empty()) {
-        full = true;
-        break;
+      {
+        absl::MutexLock lock(&pending_mu_);
+        if (!PushPendingLocked(wake, &retry_at).ok()) {  // stopped or closed
+          done = true;
+          break;
+        }
+        if (!pending_.empty()) {
+          full = true;
+          break;
+        }
       }
       if (absl::Now() >= slice_end) break;  // the others' turn
     }
@@ -317,16 +359,28 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
   const std::shared_ptr<StepBuffer> buffer_;
   const std::shared_ptr<PlacementSlot> placement_;
   TaskRunnerPool* const pool_;
+  bool PendingEmpty() ABSL_LOCKS_EXCLUDED(pending_mu_) {
+    absl::MutexLock lock(&pending_mu_);
+    return pending_.empty();
+  }
+
   // Used by the one slice running (scheduled_ admits one at a time), or by Close() once none
   // runs.
   std::unique_ptr<TaskStepIterator> steps_;
   StepProducer producer_;
-  PendingSteps pending_;  // produced, not yet taken by the buffer, in order
   // Set: the pipeline ended (OK) or failed after the steps in pending_; Finish follows them.
   std::optional<absl::Status> finish_;
+
+  // The steps made and not yet pushed: the slice's, and a waiting reader's (PushHeldSteps).
+  // Lock order: mu_, then pending_mu_, then the buffer's.
+  absl::Mutex pending_mu_;
+  PendingSteps pending_ ABSL_GUARDED_BY(pending_mu_);  // produced, not yet taken, in order
   // The buffer's room after the last block (TryPushSteps): the next block's bytes stop there.
-  size_t room_ = 0;
-  std::function<void()> on_first_step_;      // TaskRunnerOptions::on_first_step, until called
+  size_t room_ ABSL_GUARDED_BY(pending_mu_) = 0;
+  // A reader waits and found no step held: the block being made ends at its next step.
+  bool reader_waiting_ ABSL_GUARDED_BY(pending_mu_) = false;
+  // TaskRunnerOptions::on_first_step, until called.
+  std::function<void()> on_first_step_ ABSL_GUARDED_BY(pending_mu_);
 
   absl::Mutex mu_;
   absl::CondVar idle_;                            // running_ became false
@@ -474,8 +528,16 @@ void TaskRunner::ReleaseIndex(int64_t index, uint64_t instance) {
   if (--it->second.readers <= 0) claims_.erase(it);
 }
 
+void StepReader::PushHeldSteps() {
+  TaskRunner* producing = private_ != nullptr ? private_.get() : owner_.get();
+  if (producing != nullptr && producing->production_ != nullptr) {
+    producing->production_->PushHeldSteps();
+  }
+}
+
 absl::Status StepReader::Next(size_t max_steps, size_t max_bytes, absl::Time deadline,
                               std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end) {
+  if (deadline != absl::InfinitePast()) PushHeldSteps();  // it may wait
   return buffer_->Next(consumer_, generation_, max_steps, max_bytes, deadline, steps, end);
 }
 
@@ -490,6 +552,7 @@ void StepReader::ConfirmEnd() {
 absl::Status StepReader::Next(const StepLimits& limits, absl::Time deadline,
                               std::vector<std::shared_ptr<const TaskStep>>* steps, bool* end,
                               size_t* blocked_cost) {
+  if (deadline != absl::InfinitePast()) PushHeldSteps();  // it may wait
   return buffer_->Next(consumer_, generation_, limits, deadline, steps, end, blocked_cost);
 }
 
@@ -511,7 +574,10 @@ bool StepReader::ReadyWithin(const StepLimits& limits) const {
 }
 
 bool StepReader::NotifyWhenReady(StepBuffer::ReadyCallback ready) {
-  return buffer_->NotifyWhenReady(consumer_, generation_, std::move(ready));
+  if (!buffer_->NotifyWhenReady(consumer_, generation_, std::move(ready))) return false;
+  // Registered before the push: the steps pushed now wake it.
+  PushHeldSteps();
+  return true;
 }
 
 void StepReader::CancelNotify() { buffer_->CancelNotify(consumer_, generation_); }

@@ -186,7 +186,9 @@ class StepReader {
                     size_t* blocked_cost);
   bool ReadyWithin(const StepLimits& limits) const;
   // As StepBuffer::NotifyWhenReady and CancelNotify, for this reader (streams that do not
-  // block in Next: the worker's reactor streams).
+  // block in Next: the worker's reactor streams). A registration (and a Next that may wait)
+  // first has the runner push the steps it made and still holds in a block (task_runner.cc,
+  // kBlockSteps): a waiting reader never waits for the making of a later step.
   bool NotifyWhenReady(StepBuffer::ReadyCallback ready);
   void CancelNotify();
   // As StepBuffer::Acknowledge (independent reads).
@@ -199,6 +201,8 @@ class StepReader {
  private:
   friend class TaskRunner;
   StepReader() = default;
+  // The producing runner's held steps to its buffer (TaskRunner::Production::PushHeldSteps).
+  void PushHeldSteps();
   std::shared_ptr<TaskRunner> owner_;     // keeps the shared runner alive
   // Released by the destructor: the consumer_index claim (instance != 0) and the replay slot.
   uint64_t instance_ = 0;

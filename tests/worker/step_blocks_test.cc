@@ -7,6 +7,8 @@
 #include <memory>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "sluice/dataset.h"
 #include "tests/worker/task_step_test_util.h"
@@ -98,6 +100,57 @@ TEST(StepBlocksTest, ATasksStepsPushedInBlocksAllArriveInOrderBeforeItsEnd) {
     EXPECT_EQ(got[i], (std::vector<int64_t>{2 * i, 2 * i + 1})) << "step " << i;
   }
   EXPECT_EQ(got[500], (std::vector<int64_t>{1000}));
+}
+
+// A step made into a block reaches a reader waiting for it while the runner makes the next one,
+// however long that takes: here step 2 is made only once the reader has received step 1 (a
+// source fed by the trainer's progress). Step 0 goes alone (a task's first step); step 1,
+// made at once, starts a block that step 2 would close. The reader waits by a Next with a
+// deadline, and by NotifyWhenReady as the worker's streams do; each registration pushes the
+// block held (StepReader::PushHeldSteps). Without that push step 1 would wait for step 2, and
+// step 2 for the reader: the reader gives up after kStuck (a liveness bound only).
+TEST(StepBlocksTest, AWaitingReaderGetsTheStepsOfABlockWhileTheNextStepIsMade) {
+  constexpr absl::Duration kStuck = absl::Seconds(30);
+  for (const bool notified : {false, true}) {
+    SCOPED_TRACE(notified ? "NotifyWhenReady" : "Next with a deadline");
+    auto step_1_received = std::make_shared<absl::Notification>();
+    std::shared_ptr<TaskRunner> runner = TaskRunner::StartWith(
+        OneConsumerTask(), TaskRunnerOptions{},
+        [step_1_received, made = int64_t{0}](TaskStep* step, bool* end) mutable {
+          if (made == 2) step_1_received->WaitForNotificationWithTimeout(kStuck);
+          *end = made == 3;
+          if (*end) return absl::OkStatus();
+          step->task_step = made;
+          step->num_real_pieces = 1;
+          step->pieces = {{Tensor::Scalar<int64_t>(made)}};
+          step->bytes = 8;
+          ++made;
+          return absl::OkStatus();
+        });
+    auto reader = runner->OpenReader(0, 0);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    std::vector<int64_t> got;
+    bool end = false;
+    const absl::Time give_up = absl::Now() + kStuck;
+    while (!end && absl::Now() < give_up) {
+      absl::Notification ready;
+      if (notified && (*reader)->NotifyWhenReady([&ready] { ready.Notify(); }) &&
+          !ready.WaitForNotificationWithTimeout(give_up - absl::Now())) {
+        (*reader)->CancelNotify();
+        break;
+      }
+      Steps steps;
+      absl::Status s = (*reader)->Next(64, 1 << 20, notified ? absl::InfinitePast() : give_up,
+                                       &steps, &end);
+      ASSERT_TRUE(s.ok()) << s;
+      for (const auto& step : steps) got.push_back(step->task_step);
+      if (got.size() >= 2 && !step_1_received->HasBeenNotified()) step_1_received->Notify();
+    }
+    // Lets the producer go, whatever happened.
+    if (!step_1_received->HasBeenNotified()) step_1_received->Notify();
+    EXPECT_EQ(got, (std::vector<int64_t>{0, 1, 2}));
+    EXPECT_TRUE(end);
+  }
 }
 
 }  // namespace
