@@ -213,12 +213,13 @@ bool JobShmSegment::Hand(const std::string& consumer_key, const JobShmRegion& re
   }
   ++holder->second.held[region.offset()];
   ++live->second.refs;
-  if (consumer != 0) {
-    if (ConsumerLog* log = LogLocked(&holder->second, consumer, step)) {
-      // Forgetting the oldest entry only keeps its hold (until released or the process exits).
-      if (log->frames.size() >= kMaxLoggedFrames) log->frames.pop_front();
-      log->frames.emplace_back(step, region.offset());
-    }
+  // Logged only in a log its call opened (Sent): a superseded call still sending after the
+  // consumer's new call began must not open one starting at its own later numbers.
+  if (auto log = holder->second.consumers.find(consumer);
+      consumer != 0 && log != holder->second.consumers.end()) {
+    // Forgetting the oldest entry only keeps its hold (until released or the process exits).
+    if (log->second.frames.size() >= kMaxLoggedFrames) log->second.frames.pop_front();
+    log->second.frames.emplace_back(step, region.offset());
   }
   return true;
 }
@@ -362,6 +363,9 @@ int64_t JobShmSegment::steps_written() const {
 
 bool JobShmStreamSink::Place(const WireStepView& step, proto::JobShmPayload* out) {
   if (step.shared_payload == nullptr) return false;
+  // The consumer's log, opened at this call's start if absent (Resume closed it, or this is
+  // the consumer's first call), so that Hand logs the frame.
+  if (consumer_ != 0) segment_->Sent(consumer_key_, consumer_, call_start_, next_step_);
   std::shared_ptr<const JobShmRegion> region =
       step.shared_payload->JobRegion(*segment_, step.pieces, step.num_pieces);
   if (region == nullptr || !segment_->Hand(consumer_key_, *region, consumer_, next_step_)) {

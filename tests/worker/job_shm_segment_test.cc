@@ -457,5 +457,47 @@ TEST(JobShmSegmentTest, AHostileResumePositionIsRefusedAndFreesNothing) {
   EXPECT_EQ((*segment)->held_by("process-c"), 1u) << "the frame numbered max was lost";
 }
 
+// A superseded call that still sends after its consumer's new call began (the worker had not
+// yet seen the break) logs its frames under the numbers it has; the consumer's next call is
+// still accepted at its true position and frees every frame it did not receive, the
+// superseded call's included.
+TEST(JobShmSegmentTest, ASupersededCallStillSendingNeverBlocksTheNextResume) {
+  std::unique_ptr<ShmFdServer> server = Server();
+  auto segment = JobShmSegment::Create(size_t{1} << 20);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  constexpr uint64_t kConsumer = 7;
+  Trainer a(*server, *segment, "process-a", 0, kConsumer, 0);  // its first call
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  for (int i = 0; i < 5; ++i) steps.push_back(ImageStep(i));
+  std::vector<StepFrame> views(3);
+  ASSERT_TRUE(a.Receive({steps[0]}, &views[0]).ok());
+  ASSERT_TRUE(a.Receive({steps[1]}, &views[1]).ok());
+  a.Lose({steps[2]});
+  a.Lose({steps[3]});
+  // The consumer calls again having received 2 (frames 2 and 3 are freed) ...
+  ASSERT_TRUE((*segment)->Resume("process-a", kConsumer, 2).ok());
+  EXPECT_EQ((*segment)->lost_frames_freed(), 2);
+  // ... while its first call, superseded, still sends step 4 (never received).
+  a.Lose({steps[4]});
+  // The new call sends 2 and 3 again: 2 arrives, 3 is lost when this call breaks too.
+  JobShmStreamSink sink(*segment, "process-a", kConsumer, 2);
+  StepFrameEncoder encoder;
+  encoder.set_job_payload(&sink);
+  for (int i = 2; i < 4; ++i) {
+    grpc::ByteBuffer bb;
+    ASSERT_TRUE(encoder.Encode(WholeStepViews({steps[i]}), false, absl::OkStatus(), &bb).ok());
+    ASSERT_TRUE(encoder.last_job_placed());
+    sink.Sent(1);
+    if (i == 2) ASSERT_TRUE(a.decoder.Decode(bb, &views[2]).ok());
+  }
+  sink.Acknowledge(3);
+  // Its third call, having received 3: accepted, and what it did not receive is freed.
+  const absl::Status resumed = (*segment)->Resume("process-a", kConsumer, 3);
+  EXPECT_TRUE(resumed.ok()) << resumed;
+  EXPECT_EQ((*segment)->lost_frames_freed(), 4) << "and the new call's 3, the superseded 4";
+  EXPECT_EQ((*segment)->held_by("process-a"), 3u) << "the 3 frames it views";
+  EXPECT_EQ(a.reader->held(), 3u);
+}
+
 }  // namespace
 }  // namespace sluice
