@@ -10,7 +10,8 @@
 
 #include "core/rpc/step_frame.h"
 #include "gtest/gtest.h"
-#include "tests/worker/raw_stream_call.h"
+#include "tests/worker/gated_stream_task.h"
+#include "tests/worker/scalar_steps_task.h"
 #include "worker/cross_trainer_window.h"
 
 namespace sluice {
@@ -31,30 +32,34 @@ class Call {
   // `received` steps, with `credit` bytes.
   Call(const std::string& address, uint64_t id, int64_t received, int64_t credit,
        const std::string& trainer_id = "")
-      : call_(address, ScalarStepsRequest(id, received, credit, credit, trainer_id)) {}
+      : call_(address, ScalarStepsRequest(id, received, credit, credit, trainer_id),
+              kRawCallStuck) {}
   // Appends the next frame's values; false when the call ended. *end: the frame had the end.
   bool Next(std::vector<int64_t>* values, bool* end) {
     grpc::ByteBuffer bb;
-    if (!call_.Read(&bb)) return false;
     StepFrame frame;
-    absl::Status s = DecodeStepFrame(bb, {}, &frame);
-    EXPECT_TRUE(s.ok()) << s;
+    if (!call_.ReadFrame(&decoder_, &bb, &frame)) return false;
     AppendScalars(frame, values);
     *end = frame.end_of_task;
     return true;
   }
-  void Grant(int64_t bytes, int64_t received) { call_.Grant(bytes, received); }
+  void Grant(int64_t bytes, int64_t received) {
+    EXPECT_TRUE(call_.Send(CreditMessage(bytes, received)));
+  }
   void HalfClose() { call_.HalfClose(); }
 
  private:
-  RawStreamCall call_;
+  RawStreamStepsCall call_;
+  StepFrameDecoder decoder_{nullptr, nullptr};
 };
 
 // A GrpcWorkerService serving `task` on a loopback port 0, frames sent at once (no
 // coalescing wait), at most `max_frame_steps` steps each.
-struct Served : ServedTasks {
+struct Served {
   Served(IndependentTask* task, size_t max_frame_steps)
-      : ServedTasks(task, ImmediateFrames(max_frame_steps)) {}
+      : server(task, ImmediateFrames(max_frame_steps)), address(server.address()) {}
+  TestStreamServer server;
+  const std::string address;
 };
 
 std::vector<int64_t> Iota(int64_t n) {

@@ -15,11 +15,12 @@
 #include "absl/strings/str_cat.h"
 #include "core/rpc/job_shm_reader.h"
 #include "core/rpc/job_shm_segment.h"
-#include "core/rpc/shm_fd_passing.h"
 #include "core/rpc/shm_segment.h"
 #include "core/rpc/step_frame.h"
 #include "gtest/gtest.h"
-#include "tests/worker/raw_stream_call.h"
+#include "tests/worker/gated_stream_task.h"
+#include "tests/worker/scalar_steps_task.h"
+#include "tests/worker/shm_handover_test_util.h"
 
 namespace sluice {
 namespace {
@@ -49,34 +50,28 @@ class Call {
  public:
   Call(const std::string& address, int64_t received, int64_t credit,
        std::shared_ptr<JobShmReader>* reader)
-      : call_(address, Request(received, credit)), reader_(reader) {
+      : call_(address, Request(received, credit), kRawCallStuck), reader_(reader) {
     if (*reader_ != nullptr) decoder_.set_job_payload(reader_->get());
   }
   // Reads the next frame into *frames; false when the call ended. Answers the offer on the
   // first frame.
   bool Next(std::vector<StepFrame>* frames) {
     grpc::ByteBuffer bb;
-    if (!call_.Read(&bb)) return false;
     StepFrame frame;
-    absl::Status s = decoder_.Decode(bb, &frame);
-    EXPECT_TRUE(s.ok()) << s;
+    if (!call_.ReadFrame(&decoder_, &bb, &frame)) return false;
     if (const proto::ShmAccept* accept = decoder_.last_shm_accept()) {
       EXPECT_TRUE(accept->has_job_segment());
       if (*reader_ == nullptr) {
         const proto::JobShmAccept& job = accept->job_segment();
-        absl::StatusOr<UniqueFd> fd =
-            ReceiveShmFd(accept->socket_name(), job.token(), kRawCallStuck);
-        EXPECT_TRUE(fd.ok()) << fd.status();
-        absl::StatusOr<std::shared_ptr<ShmSegment>> mapped =
-            ShmSegment::Map(*std::move(fd), job.segment_bytes());
-        EXPECT_TRUE(mapped.ok()) << mapped.status();
-        *reader_ = std::make_shared<JobShmReader>(*std::move(mapped), job.segment_id());
+        *reader_ = std::make_shared<JobShmReader>(
+            TakeHandedSegment(accept->socket_name(), job.token(), job.segment_bytes()),
+            job.segment_id());
       }
       decoder_.set_job_payload(reader_->get());
       proto::ConsumerMessage m;
       m.mutable_credit()->set_shm_declined(true);
       m.mutable_credit()->set_job_shm_mapped(true);
-      call_.Write(m);
+      EXPECT_TRUE(call_.Send(m));
     }
     frames->push_back(std::move(frame));
     return true;
@@ -84,38 +79,39 @@ class Call {
   // Acknowledges `received` steps and reports the regions released, with `bytes` more credit;
   // returns how many regions it released.
   size_t Grant(int64_t bytes, int64_t received) {
-    proto::ConsumerMessage m;
-    m.mutable_credit()->set_bytes(bytes);
-    m.mutable_credit()->set_received_steps(received);
+    proto::ConsumerMessage m = CreditMessage(bytes, received);
     std::vector<uint64_t> released;
     if (*reader_ != nullptr) (*reader_)->TakeReleased(4096, &released);
     for (uint64_t offset : released) m.mutable_credit()->add_job_shm_released(offset);
-    call_.Write(m);
+    EXPECT_TRUE(call_.Send(m));
     return released.size();
   }
   void HalfClose() { call_.HalfClose(); }
   grpc::Status Finish() { return call_.Finish(); }
 
  private:
-  static proto::ConsumerMessage Request(int64_t received, int64_t credit) {
-    proto::ConsumerMessage m = ScalarStepsRequest(kConsumerId, received, credit, 1000 * kCost, "A");
-    m.mutable_request()->mutable_shm_offer()->set_boot_id(HostBootId());
-    m.mutable_request()->mutable_shm_offer()->set_consumer_key(kKey);
-    return m;
+  static proto::StreamRequest Request(int64_t received, int64_t credit) {
+    proto::StreamRequest r = ScalarStepsRequest(kConsumerId, received, credit, 1000 * kCost, "A");
+    r.mutable_shm_offer()->set_boot_id(HostBootId());
+    r.mutable_shm_offer()->set_consumer_key(kKey);
+    return r;
   }
 
-  RawStreamCall call_;
+  RawStreamStepsCall call_;
   std::shared_ptr<JobShmReader>* reader_;
   StepFrameDecoder decoder_{nullptr, nullptr};
 };
 
-struct Served : ServedTasks {
-  explicit Served(SharedTask* task) : ServedTasks(task, Options()) {}
+// The worker: shared memory on, frames sent at once.
+struct Served {
+  explicit Served(SharedTask* task) : server(task, Options()), address(server.address()) {}
   static WorkerServiceOptions Options() {
     WorkerServiceOptions options = ImmediateFrames(WorkerServiceOptions().max_frame_steps);
     options.shared_memory = true;
     return options;
   }
+  TestStreamServer server;
+  const std::string address;
 };
 
 int64_t Value(const StepFrame& frame) { return frame.steps[0].pieces[0][0].data<int64_t>()[0]; }

@@ -21,6 +21,7 @@
 #include "core/rpc/shm_fd_passing.h"
 #include "core/rpc/step_frame.h"
 #include "gtest/gtest.h"
+#include "tests/worker/shm_handover_test_util.h"
 #include "tests/worker/step_frame_test_util.h"
 #include "tests/worker/task_step_test_util.h"
 #include "worker/consumer_frame.h"
@@ -72,12 +73,8 @@ struct Trainer {
       : key(key), sink(std::make_unique<JobShmStreamSink>(segment, key, consumer, start_step)) {
     const std::string token = server.Offer(
         segment->segment(), [segment, key, pid](int) { segment->WatchHolder(key, pid); });
-    absl::StatusOr<UniqueFd> fd = ReceiveShmFd(server.name(), token, absl::Seconds(30));
-    EXPECT_TRUE(fd.ok()) << fd.status();
-    absl::StatusOr<std::shared_ptr<ShmSegment>> mapped =
-        ShmSegment::Map(*std::move(fd), segment->segment()->size());
-    EXPECT_TRUE(mapped.ok()) << mapped.status();
-    reader = std::make_shared<JobShmReader>(*std::move(mapped), segment->id());
+    reader = std::make_shared<JobShmReader>(
+        TakeHandedSegment(server.name(), token, segment->segment()->size()), segment->id());
     encoder.set_job_payload(sink.get());
     decoder.set_job_payload(reader.get());
   }

@@ -13,12 +13,13 @@
 #include <vector>
 
 #include "core/data/memory_budget.h"
-#include "core/rpc/shm_fd_passing.h"
 #include "core/rpc/shm_ring.h"
 #include "core/rpc/shm_segment.h"
 #include "core/rpc/step_frame.h"
 #include "gtest/gtest.h"
-#include "tests/worker/raw_stream_call.h"
+#include "tests/worker/gated_stream_task.h"
+#include "tests/worker/scalar_steps_task.h"
+#include "tests/worker/shm_handover_test_util.h"
 
 namespace sluice {
 namespace {
@@ -33,26 +34,19 @@ constexpr uint64_t kConsumerId = 78;
 class Call {
  public:
   Call(const std::string& address, int64_t received, int64_t credit)
-      : call_(address, Request(received, credit)) {}
+      : call_(address, Request(received, credit), kRawCallStuck) {}
   // Reads the next frame into *frames; false when the call ended. Maps the segment offered.
   bool Next(std::vector<StepFrame>* frames) {
     grpc::ByteBuffer bb;
-    if (!call_.Read(&bb)) return false;
     StepFrame frame;
-    absl::Status s = decoder_.Decode(bb, &frame);
-    EXPECT_TRUE(s.ok()) << s;
+    if (!call_.ReadFrame(&decoder_, &bb, &frame)) return false;
     if (const proto::ShmAccept* accept = decoder_.last_shm_accept()) {
-      absl::StatusOr<UniqueFd> fd =
-          ReceiveShmFd(accept->socket_name(), accept->token(), kRawCallStuck);
-      EXPECT_TRUE(fd.ok()) << fd.status();
-      absl::StatusOr<std::shared_ptr<ShmSegment>> mapped =
-          ShmSegment::Map(*std::move(fd), accept->segment_bytes());
-      EXPECT_TRUE(mapped.ok()) << mapped.status();
-      ring_ = std::make_shared<ShmRingReader>(*std::move(mapped));
+      ring_ = std::make_shared<ShmRingReader>(
+          TakeHandedSegment(accept->socket_name(), accept->token(), accept->segment_bytes()));
       decoder_.set_shared_payload(ring_.get());
       proto::ConsumerMessage m;
       m.mutable_credit()->set_shm_ready(true);
-      call_.Write(m);
+      EXPECT_TRUE(call_.Send(m));
     }
     frames->push_back(std::move(frame));
     return true;
@@ -60,24 +54,22 @@ class Call {
   // Acknowledges `received` steps and releases the ring up to what it no longer views, with
   // `bytes` more credit.
   void Grant(int64_t bytes, int64_t received) {
-    proto::ConsumerMessage m;
-    m.mutable_credit()->set_bytes(bytes);
-    m.mutable_credit()->set_received_steps(received);
+    proto::ConsumerMessage m = CreditMessage(bytes, received);
     if (ring_ != nullptr) m.mutable_credit()->set_shm_released(ring_->released());
-    call_.Write(m);
+    EXPECT_TRUE(call_.Send(m));
   }
   void HalfClose() { call_.HalfClose(); }
   grpc::Status Finish() { return call_.Finish(); }
 
  private:
-  static proto::ConsumerMessage Request(int64_t received, int64_t credit) {
-    proto::ConsumerMessage m = ScalarStepsRequest(kConsumerId, received, credit, 1000 * kCost);
-    m.mutable_request()->mutable_shm_offer()->set_boot_id(HostBootId());
-    m.mutable_request()->mutable_shm_offer()->set_consumer_key("ring-consumer-process");
-    return m;
+  static proto::StreamRequest Request(int64_t received, int64_t credit) {
+    proto::StreamRequest r = ScalarStepsRequest(kConsumerId, received, credit, 1000 * kCost);
+    r.mutable_shm_offer()->set_boot_id(HostBootId());
+    r.mutable_shm_offer()->set_consumer_key("ring-consumer-process");
+    return r;
   }
 
-  RawStreamCall call_;
+  RawStreamStepsCall call_;
   std::shared_ptr<ShmRingReader> ring_;
   StepFrameDecoder decoder_{nullptr, nullptr};
 };
@@ -88,7 +80,7 @@ TEST(ShmRingReconnectTest, FramesLostInBrokenCallsHoldNoRingRoomAfterTheReconnec
   WorkerServiceOptions options = ImmediateFrames(/*max_frame_steps=*/1);
   options.shared_memory = true;
   options.shm_pool_bytes = 0;  // no segment kept between streams: each call's goes or stays
-  ServedTasks served(&task, options);
+  TestStreamServer served(&task, options);
   ASSERT_TRUE(task.WaitQueued(kSteps));
   const int64_t charged_before = ProcessMemoryBudget().in_use();
   const int64_t writers_before = ProcessShmRingCounts().writers_alive;
@@ -98,7 +90,7 @@ TEST(ShmRingReconnectTest, FramesLostInBrokenCallsHoldNoRingRoomAfterTheReconnec
   for (int call = 0; call < kBreaks; ++call) {
     // Credit for one step (the frame carrying the offer), then for 6 in the ring: the call
     // reads 2 of those, keeps one, and breaks with the other 4 written and never read.
-    Call c(served.address, static_cast<int64_t>(got.size()), kCost);
+    Call c(served.address(), static_cast<int64_t>(got.size()), kCost);
     std::vector<StepFrame> frames;
     ASSERT_TRUE(c.Next(&frames));
     AppendScalars(frames[0], &got);
@@ -112,7 +104,7 @@ TEST(ShmRingReconnectTest, FramesLostInBrokenCallsHoldNoRingRoomAfterTheReconnec
     kept.push_back(std::move(frames[0]));
   }
   {
-    Call c(served.address, static_cast<int64_t>(got.size()), 1000 * kCost);
+    Call c(served.address(), static_cast<int64_t>(got.size()), 1000 * kCost);
     std::vector<StepFrame> frames;
     bool end = false;
     while (!end && c.Next(&frames)) {
