@@ -22,12 +22,12 @@
 // call's start_step plus the steps sent before it on the call; CreditGrant.received_steps
 // counts the same). When the consumer calls again saying it received R steps (Resume), the
 // logged frames numbered R and beyond never arrived: their holds go (a step sent again is held
-// again when it is). Acknowledgements (received_steps) trim the log. A consumer's claim only
-// ever drops holds logged for that consumer of that process, each at most once; a claim below
-// what it acknowledged or beyond what was sent it (or negative) is INVALID_ARGUMENT and
-// changes nothing. Like a release, the claim is the consumer's word about its own views: one
-// that says it received fewer steps than it did drops the holds of regions it views itself,
-// never another process's or the step's own (the window's) hold.
+// again when it is). Acknowledgements (received_steps) trim the log. A consumer's claim drops
+// at most one of its process's holds per frame logged for that consumer, each once; a claim
+// below what it acknowledged or beyond what was sent it (or negative) is INVALID_ARGUMENT and
+// changes nothing. Like a release, the claim is the consumer process's word about its own
+// views: one that says it received fewer steps than it did drops its process's holds of
+// regions it views, never another process's or the step's own (the window's) hold.
 //
 // Worked example: consumer 7 of process K, start_step 10, is sent steps numbered 10, 11, 12
 // in regions at 0, 1024, 2048 (K holds each once), acknowledges 11 (frame 10 leaves the log,
@@ -119,12 +119,14 @@ class JobShmSegment : public std::enable_shared_from_this<JobShmSegment> {
   // A frame naming `region` goes to the consumer process `consumer_key`: the region is held
   // for it until it releases it (or exits). False (nothing held) when more than kMaxHolders
   // processes hold regions or the key is empty. `consumer` (StreamRequest.consumer_id; 0: none)
-  // and `step`, the frame's number in that consumer's step count, log the frame for Resume.
+  // and `step`, the frame's number in that consumer's step count, log the frame for Resume
+  // when that consumer's log is open (Sent opens it: a frame handed before is not logged).
   bool Hand(const std::string& consumer_key, const JobShmRegion& region, uint64_t consumer = 0,
             int64_t step = 0) ABSL_LOCKS_EXCLUDED(mu_);
   // The consumer `consumer` of process `consumer_key`, on a call that started at its step
   // `call_start`, was sent the steps numbered below `sent_end` (in frames naming a region or
-  // not). The stream reports each frame it sends.
+  // not); opens the consumer's log at `call_start` if none is open. The stream reports each
+  // frame it sends, and its sink calls this before handing a frame.
   void Sent(const std::string& consumer_key, uint64_t consumer, int64_t call_start,
             int64_t sent_end) ABSL_LOCKS_EXCLUDED(mu_);
   // The consumer acknowledged `acknowledged` steps in all (CreditGrant.received_steps): the
