@@ -78,6 +78,7 @@ class StepStream final : public Reactor {
             // Acknowledgements release what the worker kept for a reconnect (independent
             // reads: the steps handed to this consumer; coordinated: its in-flight steps).
             if (received > 0) reader_->Acknowledge(received);
+            if (job_sink_ != nullptr) job_sink_->Acknowledge(received);
             awaiting_ack_ = false;
             // Only the consumer's answer to the offer ends that wait: a grant it wrote before
             // it read the offer (a credit raise while it waited for its first step) is none,
@@ -302,7 +303,7 @@ class StepStream final : public Reactor {
     accept.set_segment_id(lease->id);
     accept.set_warm(lease->warm);
     for (uint64_t id : lease->dropped) accept.add_dropped_segment_ids(id);
-    if (shared_job_) OfferJobSegment(offer.consumer_key(), job_room, &accept);
+    if (shared_job_) OfferJobSegment(request, job_room, &accept);
     encoder_->AttachToNextFrame(std::move(accept));
     accept_attached_ = true;
     // The task's steps go into the ring from now on, not from the consumer's answer: those
@@ -315,15 +316,18 @@ class StepStream final : public Reactor {
   // A shared job: the task's job segment (every co-located trainer maps it, each step is
   // written there once) rides on the ShmAccept, for a consumer process that names itself
   // (consumer_key: the regions it receives are held for that process until it releases them or
-  // exits; the process taking the hand-over is watched).
-  void OfferJobSegment(const std::string& consumer_key, size_t room, proto::ShmAccept* accept)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // exits; the process taking the hand-over is watched). A keyed consumer's frames are logged
+  // from its start_step, so that its next call frees the holds of those it never received.
+  void OfferJobSegment(const proto::StreamRequest& request, size_t room,
+                       proto::ShmAccept* accept) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string& consumer_key = request.shm_offer().consumer_key();
     if (consumer_key.empty() || consumer_key.size() > 64) return;
     std::shared_ptr<JobShmSegment> job =
         runner_->JobSegment(options_.shm_min_segment_bytes,
                             std::min(room, options_.shm_max_segment_bytes));
     if (job == nullptr) return;
-    job_sink_ = std::make_unique<JobShmStreamSink>(job, consumer_key);
+    job_sink_ = std::make_unique<JobShmStreamSink>(job, consumer_key, request.consumer_id(),
+                                                   request.start_step());
     job_token_ = env_.shm_fds->Offer(
         job->segment(), [weak = std::weak_ptr<JobShmSegment>(job), consumer_key](int pid) {
           if (std::shared_ptr<JobShmSegment> j = weak.lock()) j->WatchHolder(consumer_key, pid);
@@ -503,6 +507,15 @@ class StepStream final : public Reactor {
       // as on the coordinator.
       RETURN_IF_ERROR(ValidateTrainerId(request.trainer_id(), "StreamRequest.trainer_id"));
       open.trainer_id = request.trainer_id();
+      // A keyed consumer calling again: the frames naming job segment regions that its earlier
+      // calls sent beyond what it received were lost; their holds go (a hostile count is
+      // refused here, before the window hands anything back).
+      if (request.consumer_id() != 0 && request.has_shm_offer()) {
+        if (std::shared_ptr<JobShmSegment> segment = out->runner->ExistingJobSegment()) {
+          RETURN_IF_ERROR(segment->Resume(request.shm_offer().consumer_key(),
+                                          request.consumer_id(), request.start_step()));
+        }
+      }
     }
     open.replay_slots = env_.replays;
     ASSIGN_OR_RETURN(out->reader,
@@ -701,6 +714,7 @@ class StepStream final : public Reactor {
       WriteError(encoded);
       return;
     }
+    if (job_sink_ != nullptr) job_sink_->Sent(frame_.size());
     const int64_t cost = static_cast<int64_t>(FrameCost());
     const int64_t left = credits_->Spend(cost);
     SetCredit(left);

@@ -644,6 +644,11 @@ std::shared_ptr<JobShmSegment> TaskRunner::JobSegment(size_t min_bytes, size_t m
   return job_segment_;
 }
 
+std::shared_ptr<JobShmSegment> TaskRunner::ExistingJobSegment() {
+  absl::MutexLock lock(&job_segment_mu_);
+  return job_segment_;
+}
+
 void TaskRunner::DetachPlacement(const StepPlacement* placement) {
   std::shared_ptr<StepPlacement> detached;
   {

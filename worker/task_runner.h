@@ -292,6 +292,8 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   // budget) clamped to [min_bytes, max_bytes]. Null (and not tried again until a call with more room)
   // when the memory budget refuses it; null for other tasks.
   std::shared_ptr<JobShmSegment> JobSegment(size_t min_bytes, size_t max_bytes);
+  // The job segment if one was created (JobSegment), else null; creates none.
+  std::shared_ptr<JobShmSegment> ExistingJobSegment() ABSL_LOCKS_EXCLUDED(job_segment_mu_);
 
  private:
   TaskRunner(proto::TaskDef task, TaskRunnerOptions options,

@@ -85,6 +85,10 @@ void ExportJobSegments(MetricSink& sink) {
   sink.Counter("sluice_worker_job_segment_holders_reaped_total",
                "Consumer processes found exited, the job segment regions they held freed.", {},
                static_cast<double>(c.holders_reaped));
+  sink.Counter("sluice_worker_job_segment_lost_frames_freed_total",
+               "Frames naming a job segment region lost in broken calls (sent, never "
+               "received), their holds freed when the consumer called again.",
+               {}, static_cast<double>(c.lost_frames_freed));
 }
 
 }  // namespace

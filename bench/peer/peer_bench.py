@@ -12,7 +12,10 @@ Per pipeline, one after the other on the same machine, each side on a fresh serv
     once with compression=None and once with "AUTO" (TF's default), each on its own service;
   - Sluice: a local sluice-coordinator and one sluice-worker process, and
     `sluicectl bench --coordinator=...` (DistributeDatasetFromService, the trainer's path).
-Each side is warmed up (--warmup_steps), then measured for --seconds. Step pipelines: one uint8
+Each side is warmed up (--warmup_steps), then measured for --seconds. The sides alternate
+within each row, --rounds times (tf.data None, tf.data AUTO, Sluice, tf.data None, ...), each
+measurement on its fresh service, and each side reports its best round: a change of the
+machine's load lands on every side, not on whichever ran a minute apart. Step pipelines: one uint8
 tensor of each --sizes per step, read from a file of random (incompressible) bytes,
 `fixed_length_record_dataset([f], S).repeat().map(decode_raw(tf.uint8))` and TF's same
 (compression cannot help either side); then `range(N).batch(1024)` and TFRecord +
@@ -22,7 +25,8 @@ better of tf.data's two compression settings.
 Time to first step (--first_step_runs, median): on a warm service (processes started, one job
 read before), a new job's first step: tf.data: `distribute` + `iter` + `next` on
 range(10).batch(2); Sluice: `sluicectl bench --first_step_runs` (register, create the job, first
-GetNext), and the job's turnaround (the same plus releasing it).
+GetNext), and the job's turnaround (the same plus releasing it). The sides alternate there
+too, --rounds times; each reports the median of its rounds' medians.
 
 TensorFlow is developer tooling only (never needed by the build or the tests): without it the
 script says why and exits 0.
@@ -205,25 +209,49 @@ def load_average():
     return f"{a[0]:.2f} {a[1]:.2f} {a[2]:.2f}"
 
 
-def first_steps(args):
-    """Median time to first step on a warm service, both sides; prints a table."""
-    tf_times = {}
-    for compression in ("None", "AUTO"):
+def alternate(rounds, sides):
+    """Runs the measurements `sides` (name -> function returning its result) in turn, `rounds`
+    times (A, B, C, A, B, C, ...), so that a change of the machine's load lands on every side;
+    returns name -> the list of its results, in round order."""
+    results = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, run in sides.items():
+            results[name].append(run())
+    return results
+
+
+def tf_side(builder, compression, seconds, warmup_steps, first_step_runs=0):
+    """A measurement of the tf.data service, on its own fresh dispatcher and worker."""
+    def run():
         with TfService() as service:
-            tf_times[compression] = service.consume(None, compression, 0, 0,
-                                                    args.first_step_runs)["first_step_seconds"]
-    with SluiceCluster(args.build, num_workers=1) as cluster:
-        cluster.bench(FIRST_STEP_PIPELINE[0], devices=args.devices, steps=1)  # warm
-        s = cluster.bench(FIRST_STEP_PIPELINE[0], devices=args.devices, steps=0,
-                          extra=[f"--first_step_runs={args.first_step_runs}"])
+            return service.consume(builder, compression, seconds, warmup_steps, first_step_runs)
+    return run
+
+
+def first_steps(args):
+    """Median time to first step on a warm service, both sides alternating; prints a table."""
+    def sluice():
+        with SluiceCluster(args.build, num_workers=1) as cluster:
+            cluster.bench(FIRST_STEP_PIPELINE[0], devices=args.devices, steps=1)  # warm
+            return cluster.bench(FIRST_STEP_PIPELINE[0], devices=args.devices, steps=0,
+                                 extra=[f"--first_step_runs={args.first_step_runs}"])
+    r = alternate(args.rounds, {
+        "None": tf_side(None, "None", 0, 0, args.first_step_runs),
+        "AUTO": tf_side(None, "AUTO", 0, 0, args.first_step_runs),
+        "sluice": sluice})
+
+    def median(side, key):
+        return statistics.median(x[key] for x in r[side])
     print(f"\nTime to first step, warm service, {FIRST_STEP_PIPELINE[0]}, median of "
-          f"{args.first_step_runs} (load average {load_average()}):\n")
+          f"{args.first_step_runs} per round, median of {args.rounds} alternating rounds "
+          f"(load average {load_average()}):\n")
     print("| tf.data (compression=None) | tf.data (AUTO) | Sluice first step | "
           "Sluice turnaround (create, 1 step, release) |")
     print("|---|---|---|---|")
-    print(f"| {tf_times['None'] * 1e3:.1f} ms | {tf_times['AUTO'] * 1e3:.1f} ms | "
-          f"{s['first_step_seconds'] * 1e3:.1f} ms | {s['turnaround_seconds'] * 1e3:.1f} ms |",
-          flush=True)
+    print(f"| {median('None', 'first_step_seconds') * 1e3:.1f} ms | "
+          f"{median('AUTO', 'first_step_seconds') * 1e3:.1f} ms | "
+          f"{median('sluice', 'first_step_seconds') * 1e3:.1f} ms | "
+          f"{median('sluice', 'turnaround_seconds') * 1e3:.1f} ms |", flush=True)
 
 
 def main():
@@ -231,6 +259,9 @@ def main():
     parser.add_argument("--build", default="build", help="the CMake build folder")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured time per side")
     parser.add_argument("--warmup_steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating rounds per row (tf.data None, AUTO, Sluice, ...); "
+                        "each side reports its best")
     parser.add_argument("--sizes", default="1024,65536,262144,1048576,4194304,16777216")
     parser.add_argument("--first_step_runs", type=int, default=10,
                         help="jobs timed to their first step (0: skip that table)")
@@ -265,22 +296,25 @@ def main():
             raise SystemExit(f"sluicectl gen failed: {gen.stderr}")
         files = sorted(os.path.join(tmp, f) for f in os.listdir(tmp) if f.endswith(".tfrecord"))
         print(f"tensorflow {tf.__version__}; load average {load_average()}; {args.seconds} s "
-              f"per side; tf.data dispatcher, worker and consumer in 3 processes; "
-              f"sluicectl bench --devices={args.devices}\n")
+              f"per side, best of {args.rounds} alternating rounds; tf.data dispatcher, worker "
+              f"and consumer in 3 processes; sluicectl bench --devices={args.devices}\n")
         print("| pipeline | tf.data None steps/s | tf.data AUTO steps/s | tf.data best bytes/s "
               "| sluice steps/s | sluice bytes/s | sluice p50 wait | sluice / best tf.data |")
         print("|---|---|---|---|---|---|---|---|")
         for name, expr, builder in pipelines(sizes, tmp, files):
-            t = {}
-            for compression in ("None", "AUTO"):
-                with TfService() as service:
-                    t[compression] = service.consume(builder, compression, args.seconds,
-                                                     args.warmup_steps)
-            best = max(t.values(), key=lambda r: r["steps_per_second"])
-            # A fresh service per pipeline: no earlier (endless) job is left on the worker.
-            with SluiceCluster(args.build, num_workers=1) as cluster:
-                s = cluster.bench(expr, devices=args.devices, seconds=args.seconds,
-                                  warmup_steps=args.warmup_steps)
+            def sluice():
+                # A fresh service per measurement: no earlier (endless) job is left on the
+                # worker (the tf.data side's services are fresh too).
+                with SluiceCluster(args.build, num_workers=1) as cluster:
+                    return cluster.bench(expr, devices=args.devices, seconds=args.seconds,
+                                         warmup_steps=args.warmup_steps)
+            r = alternate(args.rounds, {
+                "None": tf_side(builder, "None", args.seconds, args.warmup_steps),
+                "AUTO": tf_side(builder, "AUTO", args.seconds, args.warmup_steps),
+                "sluice": sluice})
+            t = {c: max(r[c], key=lambda x: x["steps_per_second"]) for c in ("None", "AUTO")}
+            s = max(r["sluice"], key=lambda x: x["steps_per_second"])
+            best = max(t.values(), key=lambda x: x["steps_per_second"])
             ratio = s["steps_per_second"] / best["steps_per_second"]
             print(f"| {name} | {t['None']['steps_per_second']:.0f} | "
                   f"{t['AUTO']['steps_per_second']:.0f} | {human(best['bytes_per_second'])}/s | "

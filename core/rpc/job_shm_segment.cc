@@ -4,8 +4,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +24,7 @@ struct AtomicCounts {
   std::atomic<int64_t> frames_placed{0};
   std::atomic<int64_t> no_room{0};
   std::atomic<int64_t> holders_reaped{0};
+  std::atomic<int64_t> lost_frames_freed{0};
   std::atomic<int64_t> segments_alive{0};
 };
 
@@ -60,6 +63,7 @@ JobShmCounts ProcessJobShmCounts() {
   out.frames_placed = c.frames_placed.load(std::memory_order_relaxed);
   out.no_room = c.no_room.load(std::memory_order_relaxed);
   out.holders_reaped = c.holders_reaped.load(std::memory_order_relaxed);
+  out.lost_frames_freed = c.lost_frames_freed.load(std::memory_order_relaxed);
   out.segments_alive = c.segments_alive.load(std::memory_order_relaxed);
   return out;
 }
@@ -197,7 +201,8 @@ std::shared_ptr<JobShmRegion> JobShmSegment::Write(const std::vector<Tensor>* pi
   return std::make_shared<JobShmRegion>(shared_from_this(), offset, bytes);
 }
 
-bool JobShmSegment::Hand(const std::string& consumer_key, const JobShmRegion& region) {
+bool JobShmSegment::Hand(const std::string& consumer_key, const JobShmRegion& region,
+                         uint64_t consumer, int64_t step) {
   if (consumer_key.empty()) return false;
   absl::MutexLock lock(&mu_);
   auto live = live_.find(region.offset());
@@ -209,7 +214,93 @@ bool JobShmSegment::Hand(const std::string& consumer_key, const JobShmRegion& re
   }
   ++holder->second.held[region.offset()];
   ++live->second.refs;
+  // Logged only in a log its call opened (Sent): a superseded call still sending after the
+  // consumer's new call began must not open one starting at its own later numbers.
+  if (auto log = holder->second.consumers.find(consumer);
+      consumer != 0 && log != holder->second.consumers.end()) {
+    // Forgetting the oldest entry only keeps its hold (until released or the process exits).
+    if (log->second.frames.size() >= kMaxLoggedFrames) log->second.frames.pop_front();
+    log->second.frames.emplace_back(step, region.offset());
+  }
   return true;
+}
+
+JobShmSegment::ConsumerLog* JobShmSegment::LogLocked(Holder* holder, uint64_t consumer,
+                                                     int64_t start) {
+  auto it = holder->consumers.find(consumer);
+  if (it != holder->consumers.end()) return &it->second;
+  if (holder->consumers.size() >= kMaxLoggedConsumers) {
+    // Make room by forgetting a consumer with no frame logged (nothing of it can be lost).
+    auto idle = std::find_if(holder->consumers.begin(), holder->consumers.end(),
+                             [](const auto& c) { return c.second.frames.empty(); });
+    if (idle == holder->consumers.end()) return nullptr;
+    holder->consumers.erase(idle);
+  }
+  ConsumerLog& log = holder->consumers[consumer];
+  log.acknowledged = start;
+  log.sent_end = start;
+  return &log;
+}
+
+void JobShmSegment::Sent(const std::string& consumer_key, uint64_t consumer, int64_t call_start,
+                         int64_t sent_end) {
+  if (consumer_key.empty() || consumer == 0) return;
+  absl::MutexLock lock(&mu_);
+  auto holder = holders_.find(consumer_key);
+  if (holder == holders_.end()) {
+    if (holders_.size() >= kMaxHolders) return;
+    holder = holders_.emplace(consumer_key, Holder{}).first;
+  }
+  if (ConsumerLog* log = LogLocked(&holder->second, consumer, call_start)) {
+    log->sent_end = std::max(log->sent_end, sent_end);
+  }
+}
+
+void JobShmSegment::Acknowledge(const std::string& consumer_key, uint64_t consumer,
+                                int64_t acknowledged) {
+  if (consumer == 0) return;
+  absl::MutexLock lock(&mu_);
+  auto holder = holders_.find(consumer_key);
+  if (holder == holders_.end()) return;
+  auto it = holder->second.consumers.find(consumer);
+  if (it == holder->second.consumers.end()) return;
+  ConsumerLog& log = it->second;
+  // A count beyond what was sent acknowledges no more than was sent (Resume refuses it).
+  log.acknowledged = std::max(log.acknowledged, std::min(acknowledged, log.sent_end));
+  while (!log.frames.empty() && log.frames.front().first < log.acknowledged) {
+    log.frames.pop_front();
+  }
+}
+
+absl::Status JobShmSegment::Resume(const std::string& consumer_key, uint64_t consumer,
+                                   int64_t received) {
+  if (consumer == 0) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  auto holder = holders_.find(consumer_key);
+  if (holder == holders_.end()) return absl::OkStatus();
+  auto it = holder->second.consumers.find(consumer);
+  if (it == holder->second.consumers.end()) return absl::OkStatus();
+  ConsumerLog& log = it->second;
+  if (received < log.acknowledged || received > log.sent_end) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "StreamRequest.start_step ", received, " of consumer_id ", consumer,
+        " is outside what job segment ", id_, " logged for it: acknowledged ", log.acknowledged,
+        ", sent ", log.sent_end, " (a resumed call starts at the steps it received)"));
+  }
+  // The frames numbered from `received` on were sent and never arrived: their holds go.
+  for (const auto& [step, offset] : log.frames) {
+    if (step < received) continue;
+    auto held = holder->second.held.find(offset);
+    if (held == holder->second.held.end()) continue;  // cannot be: a logged frame is held
+    if (--held->second == 0) holder->second.held.erase(held);
+    UnrefLocked(offset, 1);
+    ++lost_frames_freed_;
+    Counts().lost_frames_freed.fetch_add(1, std::memory_order_relaxed);
+  }
+  // What it received stays held until released. The new call logs afresh from `received`
+  // (a call of it that logs nothing, one without a job segment, then leaves nothing stale).
+  holder->second.consumers.erase(it);
+  return absl::OkStatus();
 }
 
 absl::Status JobShmSegment::Release(const std::string& consumer_key,
@@ -261,6 +352,11 @@ size_t JobShmSegment::held_by(const std::string& consumer_key) const {
   return n;
 }
 
+int64_t JobShmSegment::lost_frames_freed() const {
+  absl::MutexLock lock(&mu_);
+  return lost_frames_freed_;
+}
+
 int64_t JobShmSegment::steps_written() const {
   absl::MutexLock lock(&mu_);
   return steps_written_;
@@ -268,14 +364,35 @@ int64_t JobShmSegment::steps_written() const {
 
 bool JobShmStreamSink::Place(const WireStepView& step, proto::JobShmPayload* out) {
   if (step.shared_payload == nullptr) return false;
+  // The consumer's log, opened at this call's start if absent (Resume closed it, or this is
+  // the consumer's first call), so that Hand logs the frame.
+  if (consumer_ != 0) segment_->Sent(consumer_key_, consumer_, call_start_, next_step_);
   std::shared_ptr<const JobShmRegion> region =
       step.shared_payload->JobRegion(*segment_, step.pieces, step.num_pieces);
-  if (region == nullptr || !segment_->Hand(consumer_key_, *region)) return false;
+  if (region == nullptr || !segment_->Hand(consumer_key_, *region, consumer_, next_step_)) {
+    return false;
+  }
   out->set_segment_id(segment_->id());
   out->set_offset(region->offset());
   out->set_bytes(region->bytes());
   Counts().frames_placed.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+void JobShmStreamSink::Sent(size_t steps) {
+  if (consumer_ == 0) return;
+  if (static_cast<uint64_t>(std::numeric_limits<int64_t>::max() - next_step_) < steps) {
+    consumer_ = 0;  // a count no consumer reaches (a hostile start_step): log nothing more
+    return;
+  }
+  next_step_ += static_cast<int64_t>(steps);
+  segment_->Sent(consumer_key_, consumer_, call_start_, next_step_);
+}
+
+void JobShmStreamSink::Acknowledge(int64_t received_steps) {
+  if (consumer_ != 0 && received_steps > 0) {
+    segment_->Acknowledge(consumer_key_, consumer_, received_steps);
+  }
 }
 
 }  // namespace sluice

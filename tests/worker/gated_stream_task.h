@@ -137,8 +137,9 @@ OpenStreamSteps(const std::shared_ptr<grpc::Channel>& channel, grpc::ClientConte
           context));
 }
 
-// A raw StreamSteps call to `address` that sends `request` first; destroying it half-closes
-// and cancels the call. Thread-compatible.
+// A raw StreamSteps call to `address` that sends `request` first; destroying it unfinished
+// half-closes and cancels the call (a broken call: what the worker sent and the test did not
+// read is lost). Thread-compatible.
 class RawStreamStepsCall {
  public:
   RawStreamStepsCall(const std::string& address, const proto::StreamRequest& request,
@@ -151,7 +152,8 @@ class RawStreamStepsCall {
     Send(m);
   }
   ~RawStreamStepsCall() {
-    stream_->WritesDone();
+    if (finished_) return;
+    if (!half_closed_) stream_->WritesDone();
     context_.TryCancel();
     (void)stream_->Finish();
   }
@@ -165,11 +167,22 @@ class RawStreamStepsCall {
   }
   // False when the call ended.
   bool Send(const proto::ConsumerMessage& m) { return stream_->Write(EncodeConsumerMessage(m)); }
+  void HalfClose() {
+    half_closed_ = true;
+    stream_->WritesDone();
+  }
+  // The call's status, once the worker ended it (after HalfClose, or on its own).
+  grpc::Status Finish() {
+    finished_ = true;
+    return stream_->Finish();
+  }
 
  private:
   std::shared_ptr<grpc::Channel> channel_;
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream_;
+  bool half_closed_ = false;
+  bool finished_ = false;
 };
 
 // The StreamRequest of a raw consumer of the gated task (job 1, task 1): `credit` bytes at

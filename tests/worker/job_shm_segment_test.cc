@@ -10,15 +10,18 @@
 
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/rpc/job_shm_reader.h"
 #include "core/rpc/shared_step_payload.h"
 #include "core/rpc/shm_fd_passing.h"
 #include "core/rpc/step_frame.h"
 #include "gtest/gtest.h"
+#include "tests/worker/shm_handover_test_util.h"
 #include "tests/worker/step_frame_test_util.h"
 #include "tests/worker/task_step_test_util.h"
 #include "worker/consumer_frame.h"
@@ -62,21 +65,32 @@ StepFrame OverTcp(const std::vector<std::shared_ptr<const TaskStep>>& steps) {
 }
 
 // One co-located consumer process: its hand-over of the segment (watched by `segment` as the
-// process `pid`), its reader, its stream's encoder (worker side) and decoder.
+// process `pid`), its reader, its stream's encoder (worker side) and decoder. `consumer`
+// (a consumer_id; 0: none) and `start_step`: its stream's, whose frames the segment logs.
 struct Trainer {
   Trainer(ShmFdServer& server, const std::shared_ptr<JobShmSegment>& segment, std::string key,
-          int pid = 0)
-      : key(key), sink(segment, key) {
+          int pid = 0, uint64_t consumer = 0, int64_t start_step = 0)
+      : key(key), sink(std::make_unique<JobShmStreamSink>(segment, key, consumer, start_step)) {
     const std::string token = server.Offer(
         segment->segment(), [segment, key, pid](int) { segment->WatchHolder(key, pid); });
-    absl::StatusOr<UniqueFd> fd = ReceiveShmFd(server.name(), token, absl::Seconds(30));
-    EXPECT_TRUE(fd.ok()) << fd.status();
-    absl::StatusOr<std::shared_ptr<ShmSegment>> mapped =
-        ShmSegment::Map(*std::move(fd), segment->segment()->size());
-    EXPECT_TRUE(mapped.ok()) << mapped.status();
-    reader = std::make_shared<JobShmReader>(*std::move(mapped), segment->id());
-    encoder.set_job_payload(&sink);
+    reader = std::make_shared<JobShmReader>(
+        TakeHandedSegment(server.name(), token, segment->segment()->size()), segment->id());
+    encoder.set_job_payload(sink.get());
     decoder.set_job_payload(reader.get());
+  }
+  // Sends `steps` in one frame (as the stream does: reported to the sink) and drops it, as a
+  // call that broke with the frame in flight.
+  void Lose(const std::vector<std::shared_ptr<const TaskStep>>& steps) {
+    grpc::ByteBuffer bb;
+    EXPECT_TRUE(encoder.Encode(WholeStepViews(steps), false, absl::OkStatus(), &bb).ok());
+    EXPECT_TRUE(encoder.last_job_placed());
+    sink->Sent(steps.size());
+  }
+  // A new call of the same consumer process: a new stream's sink and encoder.
+  void CallAgain(const std::shared_ptr<JobShmSegment>& segment, uint64_t consumer,
+                 int64_t start_step) {
+    sink = std::make_unique<JobShmStreamSink>(segment, key, consumer, start_step);
+    encoder.set_job_payload(sink.get());
   }
   // Sends `steps` in one frame and decodes it; *placed: whether it named a region.
   absl::Status Receive(const std::vector<std::shared_ptr<const TaskStep>>& steps, StepFrame* out,
@@ -86,6 +100,7 @@ struct Trainer {
     if (!s.ok()) return s;
     if (placed != nullptr) *placed = encoder.last_job_placed();
     if (frame_bytes != nullptr) *frame_bytes = bb.Length();
+    sink->Sent(steps.size());
     return decoder.Decode(bb, out);
   }
   // Reports what the reader released (as the next CreditGrant does).
@@ -96,7 +111,7 @@ struct Trainer {
   }
 
   std::string key;
-  JobShmStreamSink sink;
+  std::unique_ptr<JobShmStreamSink> sink;
   std::shared_ptr<JobShmReader> reader;
   StepFrameEncoder encoder;
   StepFrameDecoder decoder{nullptr, nullptr};
@@ -326,6 +341,159 @@ TEST(JobShmSegmentTest, HostileRegionsAndReleasesAreRefused) {
   EXPECT_EQ((*segment)->held_by("trainer"), 2u);
   EXPECT_TRUE((*segment)->Release("trainer", {offset, offset}).ok());
   EXPECT_EQ((*segment)->Release("trainer", {offset}).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A call that breaks with frames in flight (sent, never received): when the consumer calls
+// again saying how many steps it received, the worker frees its process's holds of those frames
+// and of no other; the regions it still views stay held, the steps sent again are held again,
+// and once everything is released and the steps are gone every region is free.
+TEST(JobShmSegmentTest, FramesLostInABrokenCallAreFreedWhenItsConsumerCallsAgain) {
+  std::unique_ptr<ShmFdServer> server = Server();
+  auto segment = JobShmSegment::Create(size_t{1} << 20);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  constexpr uint64_t kConsumer = 7;
+  Trainer a(*server, *segment, "process-a", 0, kConsumer, 0);
+  // Another consumer of the same process, and another process, receive every step.
+  Trainer a2(*server, *segment, "process-a", 0, kConsumer + 1, 0);
+  Trainer b(*server, *segment, "process-b", 0, kConsumer, 0);
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  for (int i = 0; i < 6; ++i) steps.push_back(ImageStep(i));
+  std::vector<StepFrame> a_views(3), a2_views(6), b_views(6);
+  for (int i = 0; i < 6; ++i) {
+    if (i < 3) {
+      ASSERT_TRUE(a.Receive({steps[i]}, &a_views[i]).ok());
+    } else {
+      a.Lose({steps[i]});  // the call broke with steps 3..5 in flight
+    }
+    ASSERT_TRUE(a2.Receive({steps[i]}, &a2_views[i]).ok());
+    ASSERT_TRUE(b.Receive({steps[i]}, &b_views[i]).ok());
+  }
+  a.sink->Acknowledge(2);  // its last grant acknowledged 2 steps
+  EXPECT_EQ((*segment)->held_by("process-a"), 12u);
+  const int64_t freed = ProcessJobShmCounts().lost_frames_freed;
+
+  // It calls again having received 3: frames 3..5 were lost.
+  ASSERT_TRUE((*segment)->Resume("process-a", kConsumer, 3).ok());
+  EXPECT_EQ((*segment)->lost_frames_freed(), 3);
+  EXPECT_EQ(ProcessJobShmCounts().lost_frames_freed - freed, 3);
+  EXPECT_EQ((*segment)->held_by("process-a"), 9u) << "a's 3 views and a2's 6 stay held";
+  EXPECT_EQ((*segment)->held_by("process-b"), 6u);
+  EXPECT_EQ(a.reader->held(), 3u);
+  // Calling again with the same count frees nothing more.
+  ASSERT_TRUE((*segment)->Resume("process-a", kConsumer, 3).ok());
+  EXPECT_EQ((*segment)->held_by("process-a"), 9u);
+
+  // The new call sends 3..5 again (the window gives them back): held again as received.
+  a.CallAgain(*segment, kConsumer, 3);
+  a_views.resize(6);
+  for (int i = 3; i < 6; ++i) {
+    ASSERT_TRUE(a.Receive({steps[i]}, &a_views[i]).ok());
+    ExpectSameFrame(a_views[i], OverTcp({steps[i]}));
+  }
+  EXPECT_EQ((*segment)->held_by("process-a"), 12u);
+
+  // Everyone drops everything, the window drops the steps: every region is free, and no
+  // release was refused (nothing freed twice, nothing left held).
+  steps.clear();
+  a_views.clear();
+  a2_views.clear();
+  b_views.clear();
+  ASSERT_TRUE(a.ReportReleases(**segment).ok());
+  ASSERT_TRUE(a2.ReportReleases(**segment).ok());
+  ASSERT_TRUE(b.ReportReleases(**segment).ok());
+  EXPECT_EQ((*segment)->held_by("process-a"), 0u);
+  EXPECT_EQ((*segment)->held_by("process-b"), 0u);
+  EXPECT_EQ((*segment)->live_regions(), 0u);
+}
+
+// A hostile resume position (negative, below what the consumer acknowledged, beyond what it was
+// sent, overflowing) is INVALID_ARGUMENT and frees nothing; a count naming another process's
+// consumer, or another consumer of this process, frees nothing of theirs.
+TEST(JobShmSegmentTest, AHostileResumePositionIsRefusedAndFreesNothing) {
+  std::unique_ptr<ShmFdServer> server = Server();
+  auto segment = JobShmSegment::Create(size_t{1} << 20);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  constexpr uint64_t kConsumer = 7;
+  constexpr int64_t kStart = 100;  // steps it received from earlier calls
+  Trainer a(*server, *segment, "process-a", 0, kConsumer, kStart);
+  Trainer a2(*server, *segment, "process-a", 0, kConsumer + 1, 0);
+  Trainer b(*server, *segment, "process-b", 0, kConsumer + 2, 0);
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  for (int i = 0; i < 4; ++i) steps.push_back(ImageStep(i));
+  std::vector<StepFrame> views(12);
+  for (int i = 0; i < 4; ++i) {
+    a.Lose({steps[i]});
+    ASSERT_TRUE(a2.Receive({steps[i]}, &views[i]).ok());
+    ASSERT_TRUE(b.Receive({steps[i]}, &views[4 + i]).ok());
+  }
+  a.sink->Acknowledge(kStart + 1);
+  const size_t held_a = (*segment)->held_by("process-a");
+  ASSERT_EQ(held_a, 8u);
+  for (int64_t bad : {int64_t{-1}, kStart - 1, kStart, kStart + 5, kStart + 1000,
+                      std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()}) {
+    const absl::Status s = (*segment)->Resume("process-a", kConsumer, bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad << ": " << s;
+    EXPECT_NE(s.message().find(absl::StrCat("start_step ", bad)), std::string::npos) << s;
+  }
+  // Claims about consumers that are not this one: another process's consumer id under this
+  // key, this consumer's id under another key, an unknown id.
+  EXPECT_TRUE((*segment)->Resume("process-a", kConsumer + 2, 0).ok());
+  EXPECT_TRUE((*segment)->Resume("process-b", kConsumer, kStart).ok());
+  EXPECT_TRUE((*segment)->Resume("process-a", 999, 0).ok());
+  EXPECT_EQ((*segment)->held_by("process-a"), held_a);
+  EXPECT_EQ((*segment)->held_by("process-b"), 4u);
+  EXPECT_EQ((*segment)->lost_frames_freed(), 0);
+  // Its true position frees its own lost frames only (a2's 4 views stay held).
+  ASSERT_TRUE((*segment)->Resume("process-a", kConsumer, kStart + 1).ok());
+  EXPECT_EQ((*segment)->held_by("process-a"), 4u + 1u);
+  // A start_step whose count would overflow logs nothing, and never wraps.
+  Trainer c(*server, *segment, "process-c", 0, kConsumer, std::numeric_limits<int64_t>::max() - 1);
+  c.Lose({steps[0]});
+  c.Lose({steps[1]});
+  EXPECT_TRUE((*segment)->Resume("process-c", kConsumer, std::numeric_limits<int64_t>::max()).ok());
+  EXPECT_EQ((*segment)->held_by("process-c"), 1u) << "the frame numbered max was lost";
+}
+
+// A superseded call that still sends after its consumer's new call began (the worker had not
+// yet seen the break) logs its frames under the numbers it has; the consumer's next call is
+// still accepted at its true position and frees every frame it did not receive, the
+// superseded call's included.
+TEST(JobShmSegmentTest, ASupersededCallStillSendingNeverBlocksTheNextResume) {
+  std::unique_ptr<ShmFdServer> server = Server();
+  auto segment = JobShmSegment::Create(size_t{1} << 20);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  constexpr uint64_t kConsumer = 7;
+  Trainer a(*server, *segment, "process-a", 0, kConsumer, 0);  // its first call
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  for (int i = 0; i < 5; ++i) steps.push_back(ImageStep(i));
+  std::vector<StepFrame> views(3);
+  ASSERT_TRUE(a.Receive({steps[0]}, &views[0]).ok());
+  ASSERT_TRUE(a.Receive({steps[1]}, &views[1]).ok());
+  a.Lose({steps[2]});
+  a.Lose({steps[3]});
+  // The consumer calls again having received 2 (frames 2 and 3 are freed) ...
+  ASSERT_TRUE((*segment)->Resume("process-a", kConsumer, 2).ok());
+  EXPECT_EQ((*segment)->lost_frames_freed(), 2);
+  // ... while its first call, superseded, still sends step 4 (never received).
+  a.Lose({steps[4]});
+  // The new call sends 2 and 3 again: 2 arrives, 3 is lost when this call breaks too.
+  JobShmStreamSink sink(*segment, "process-a", kConsumer, 2);
+  StepFrameEncoder encoder;
+  encoder.set_job_payload(&sink);
+  for (int i = 2; i < 4; ++i) {
+    grpc::ByteBuffer bb;
+    ASSERT_TRUE(encoder.Encode(WholeStepViews({steps[i]}), false, absl::OkStatus(), &bb).ok());
+    ASSERT_TRUE(encoder.last_job_placed());
+    sink.Sent(1);
+    if (i == 2) ASSERT_TRUE(a.decoder.Decode(bb, &views[2]).ok());
+  }
+  sink.Acknowledge(3);
+  // Its third call, having received 3: accepted, and what it did not receive is freed.
+  const absl::Status resumed = (*segment)->Resume("process-a", kConsumer, 3);
+  EXPECT_TRUE(resumed.ok()) << resumed;
+  EXPECT_EQ((*segment)->lost_frames_freed(), 4) << "and the new call's 3, the superseded 4";
+  EXPECT_EQ((*segment)->held_by("process-a"), 3u) << "the 3 frames it views";
+  EXPECT_EQ(a.reader->held(), 3u);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
 #include "sluice/dataset.h"
+#include "tests/worker/scalar_steps_task.h"
 #include "worker/grpc_worker_service.h"
 #include "worker/step_placement.h"
 #include "worker/stream_request.h"
@@ -50,19 +51,9 @@ proto::TaskDef Task(proto::ReadMode mode) {
 // A task of `steps` int64 scalar steps 0, 1, ... (8 bytes each).
 std::shared_ptr<TaskRunner> ScalarTask(proto::ReadMode mode, int64_t steps,
                                        size_t buffer_bytes = size_t{1} << 20) {
-  auto produced = std::make_shared<int64_t>(0);
   TaskRunnerOptions options;
   options.buffer_bytes = buffer_bytes;
-  return TaskRunner::StartWith(Task(mode), options, [produced, steps](TaskStep* step, bool* end) {
-    *end = *produced == steps;
-    if (*end) return absl::OkStatus();
-    step->task_step = *produced;
-    step->num_real_pieces = 1;
-    step->pieces = {{Tensor::Scalar<int64_t>(*produced)}};
-    step->bytes = 8;
-    ++*produced;
-    return absl::OkStatus();
-  });
+  return TaskRunner::StartWith(Task(mode), options, ScalarStepProducer(steps));
 }
 
 class OneTask : public TaskLookup {
