@@ -135,9 +135,9 @@ class JobShmSegment : public std::enable_shared_from_this<JobShmSegment> {
       ABSL_LOCKS_EXCLUDED(mu_);
   // The consumer calls again having received `received` steps in all (its start_step): the
   // holds of the frames logged for it numbered `received` and beyond go (they were lost), and
-  // its log is forgotten (its new call logs from `received`). INVALID_ARGUMENT naming the values, and nothing changed, when
-  // `received` is negative, below what it acknowledged or beyond what it was sent. A consumer
-  // with nothing logged: OK, nothing changes.
+  // its log is forgotten (its new call logs from `received`). INVALID_ARGUMENT naming the
+  // values, and nothing changed, when `received` is negative, below what it acknowledged or
+  // beyond what it was sent. A consumer with nothing logged: OK, nothing changes.
   absl::Status Resume(const std::string& consumer_key, uint64_t consumer, int64_t received)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The consumer process `consumer_key` released the regions at `offsets` (one entry per
