@@ -627,6 +627,8 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
   // Whether `s` may join the `taken` steps costing `total` so far.
   auto fits = [&](const TaskStep& s, size_t total, size_t* c) {
     *c = cost(s);
+    const TaskStep* first = steps->empty() ? limits.frame_first : steps->front().get();
+    if (first != nullptr && limits.same_frame && !limits.same_frame(*first, s)) return false;
     if (steps->empty()) return *c <= limits.first_max;
     return steps->size() < max_steps && total + *c <= limits.max_cost;
   };

@@ -33,6 +33,17 @@
 namespace sluice {
 namespace {
 
+// Whether `step`'s numeric bytes lie in `ring` (its first numeric tensor's: a step placed in the
+// ring is placed whole, worker/step_placement.h). A step without numeric bytes: true.
+bool BuiltInRing(const ShmRingWriter& ring, const TaskStep& step) {
+  for (const std::vector<Tensor>& piece : step.pieces) {
+    for (const Tensor& t : piece) {
+      if (t.dtype() != DType::kString && t.byte_size() > 0) return ring.Holds(t);
+    }
+  }
+  return true;
+}
+
 using Reactor = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
 
 absl::Status ConsumerWentAway() {
@@ -389,6 +400,14 @@ class StepStream final : public Reactor {
       env_.shm_fds->Withdraw(shm_token_);  // taken, or never to be
       shm_token_.clear();
       encoder_->set_shared_payload(ring_.get());
+      // A frame goes in place only if all its steps lie in the ring: steps built in ordinary
+      // memory (before the offer, or finding no room) and steps built in the ring go in
+      // frames of their own, or a frame of both would be copied, and with the ring's room
+      // ahead held by the steps built there, go by TCP whole, those steps included (a short
+      // job's every step, ServiceSharedMemoryTest.ANextJobReusesAWarmSegment... under load).
+      limits_.same_frame = [ring = ring_](const TaskStep& a, const TaskStep& b) {
+        return BuiltInRing(*ring, a) == BuiltInRing(*ring, b);
+      };
       if (placement_ == nullptr) PlaceStepsInRing();  // the runner had another at the offer
     }
     if (absl::Status s = ring_->Release(credits_->shm_released()); !s.ok()) credits_->Refuse(s);
@@ -671,6 +690,7 @@ class StepStream final : public Reactor {
     while (!cancelled_ && !FrameFull()) {
       const size_t cost = FrameCost();
       StepLimits room = limits_;
+      room.frame_first = frame_.empty() ? nullptr : frame_.front().get();
       room.max_steps = max_frame_steps_ - frame_.size();
       room.max_cost = FrameCap() - cost;
       room.first_max = FrameCap() - cost;

@@ -31,6 +31,48 @@ int64_t NextStep(StepBuffer* b, int64_t consumer, int64_t gen, bool* end = nullp
   return -3;
 }
 
+// StepLimits::same_frame keeps apart steps that must not share a frame (a stream's steps built
+// in its shared-memory ring and those in ordinary memory): here steps of byte counts 100 and
+// 200 ("kinds"), pushed 100, 100, 200, 200, 100. A frame stops before a step of another kind;
+// a frame continued (frame_first) refuses a first step of another kind as one that costs too
+// much (no step, its cost in blocked_cost), so the stream sends what it has; nothing is lost.
+TEST(StepBufferTest, SameFrameKeepsStepsOfAnotherKindForTheNextFrame) {
+  for (const bool independent : {false, true}) {
+    SCOPED_TRACE(independent ? "independent" : "coordinated");
+    StepBuffer b({.max_bytes = 1 << 20, .num_consumers = 1, .independent = independent});
+    int64_t g = 0;
+    if (!independent) {
+      absl::StatusOr<int64_t> attached = b.Attach(0, 0);
+      ASSERT_TRUE(attached.ok()) << attached.status();
+      g = *attached;
+    }
+    const size_t kinds[] = {100, 100, 200, 200, 100};
+    for (int64_t i = 0; i < 5; ++i) ASSERT_TRUE(b.Push(MakeStep(i, kinds[i])).ok());
+    StepLimits limits;
+    limits.max_steps = 64;
+    limits.same_frame = [](const TaskStep& first, const TaskStep& step) {
+      return first.bytes == step.bytes;
+    };
+    auto take = [&](const TaskStep* frame_first, size_t* blocked) {
+      StepLimits l = limits;
+      l.frame_first = frame_first;
+      std::vector<std::shared_ptr<const TaskStep>> steps;
+      bool end = false;
+      EXPECT_TRUE(b.Next(0, g, l, absl::InfinitePast(), &steps, &end, blocked).ok());
+      std::vector<int64_t> out;
+      for (const auto& s : steps) out.push_back(s->task_step);
+      return out;
+    };
+    size_t blocked = 0;
+    EXPECT_EQ(take(nullptr, &blocked), (std::vector<int64_t>{0, 1}));
+    auto kind_100 = MakeStep(99, 100);
+    EXPECT_EQ(take(kind_100.get(), &blocked), (std::vector<int64_t>{}));
+    EXPECT_EQ(blocked, 200u);  // step 2, refused as the continuation of a frame of kind 100
+    EXPECT_EQ(take(nullptr, &blocked), (std::vector<int64_t>{2, 3}));
+    EXPECT_EQ(take(kind_100.get(), &blocked), (std::vector<int64_t>{4}));
+  }
+}
+
 TEST(StepBufferTest, BoundedInBytesButAdmitsOneLargeStep) {
   StepBuffer b({.max_bytes = 250, .num_consumers = 1});
   ASSERT_TRUE(b.Push(MakeStep(0, 1000)).ok());  // larger than the budget, admitted when empty
