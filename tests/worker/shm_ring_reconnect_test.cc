@@ -4,7 +4,7 @@
 // ring and reads its steps as views of it. Its calls break again and again with frames in
 // flight (written into the ring, never read); each new call says how many steps it received.
 // A lost frame holds no ring room after the reconnect: every call's segment is freed on the
-// worker (its memory back in the budget) once the call broke and its steps were delivered
+// worker (its memory back in the budget) once the call broke, before its steps are delivered
 // again, while the consumer still views some of them; every step arrives exactly once.
 // Synchronization on the process's ring counts, never on time.
 #include <cstdint>
@@ -88,20 +88,28 @@ TEST(ShmRingReconnectTest, FramesLostInBrokenCallsHoldNoRingRoomAfterTheReconnec
   std::vector<int64_t> got;
   constexpr int kBreaks = 5;
   for (int call = 0; call < kBreaks; ++call) {
-    // Credit for one step (the frame carrying the offer), then for 6 in the ring: the call
-    // reads 2 of those, keeps one, and breaks with the other 4 written and never read.
-    Call c(served.address(), static_cast<int64_t>(got.size()), kCost);
-    std::vector<StepFrame> frames;
-    ASSERT_TRUE(c.Next(&frames));
-    AppendScalars(frames[0], &got);
-    frames.clear();
-    const int64_t written = ProcessShmRingCounts().frames_written;
-    c.Grant(6 * kCost, static_cast<int64_t>(got.size()));
+    {
+      // Credit for one step (the frame carrying the offer), then for 6 in the ring: the call
+      // reads 2 of those, keeps one, and breaks with the other 4 written and never read.
+      Call c(served.address(), static_cast<int64_t>(got.size()), kCost);
+      std::vector<StepFrame> frames;
+      ASSERT_TRUE(c.Next(&frames));
+      AppendScalars(frames[0], &got);
+      frames.clear();
+      const int64_t written = ProcessShmRingCounts().frames_written;
+      c.Grant(6 * kCost, static_cast<int64_t>(got.size()));
+      ASSERT_TRUE(ScalarStepsTask::WaitFor(
+          [&] { return ProcessShmRingCounts().frames_written - written >= 6; }));
+      for (int i = 0; i < 2; ++i) ASSERT_TRUE(c.Next(&frames));
+      for (const StepFrame& f : frames) AppendScalars(f, &got);
+      kept.push_back(std::move(frames[0]));
+    }
+    // The call broke with 4 frames in its ring never read, while the trainer views a step of
+    // it: the worker's side of the call ends on its own time (gRPC tells it of the cancel
+    // asynchronously), and with it its ring; the lost frames do not keep it.
     ASSERT_TRUE(ScalarStepsTask::WaitFor(
-        [&] { return ProcessShmRingCounts().frames_written - written >= 6; }));
-    for (int i = 0; i < 2; ++i) ASSERT_TRUE(c.Next(&frames));
-    for (const StepFrame& f : frames) AppendScalars(f, &got);
-    kept.push_back(std::move(frames[0]));
+        [&] { return ProcessShmRingCounts().writers_alive == writers_before; }))
+        << "call " << call << "'s ring still lives on the worker after the call broke";
   }
   {
     Call c(served.address(), static_cast<int64_t>(got.size()), 1000 * kCost);
@@ -112,8 +120,8 @@ TEST(ShmRingReconnectTest, FramesLostInBrokenCallsHoldNoRingRoomAfterTheReconnec
       end = frames.back().end_of_task;
       frames.clear();
       c.Grant(0, static_cast<int64_t>(got.size()));
-      // Only this call's ring lives on the worker: the broken calls' went with their streams
-      // and with the steps they placed (sent again on this call).
+      // Only this call's ring lives on the worker: the broken calls' went with their streams,
+      // and the steps they placed (sent again on this call) were copied out of them.
       EXPECT_LE(ProcessShmRingCounts().writers_alive - writers_before, 1);
     }
     ASSERT_TRUE(end);
