@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -624,13 +625,24 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
   if (blocked_cost != nullptr) *blocked_cost = 0;
   const size_t max_steps = std::max<size_t>(limits.max_steps, 1);
   auto cost = [&limits](const TaskStep& s) { return limits.cost ? limits.cost(s) : s.bytes; };
-  // Whether `s` may join the `taken` steps costing `total` so far.
+  // The frame's kind (StepLimits::frame_kind): the continued frame's, else that of the first
+  // step taken, once it is.
+  std::optional<int> frame_kind;
+  if (limits.frame_kind && limits.frame_first != nullptr) {
+    frame_kind = limits.frame_kind(*limits.frame_first);
+  }
+  // Whether `s` may join the `taken` steps costing `total` so far (the caller then takes it).
   auto fits = [&](const TaskStep& s, size_t total, size_t* c) {
     *c = cost(s);
-    const TaskStep* first = steps->empty() ? limits.frame_first : steps->front().get();
-    if (first != nullptr && limits.same_frame && !limits.same_frame(*first, s)) return false;
-    if (steps->empty()) return *c <= limits.first_max;
-    return steps->size() < max_steps && total + *c <= limits.max_cost;
+    int kind = 0;
+    if (limits.frame_kind) {
+      kind = limits.frame_kind(s);
+      if (frame_kind.has_value() && kind != *frame_kind) return false;
+    }
+    const bool fit = steps->empty() ? *c <= limits.first_max
+                                    : steps->size() < max_steps && total + *c <= limits.max_cost;
+    if (fit && limits.frame_kind && !frame_kind.has_value()) frame_kind = kind;
+    return fit;
   };
   absl::MutexLock lock(&mu_);
   if (!options_.independent &&

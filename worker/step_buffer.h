@@ -146,12 +146,14 @@ struct StepLimits {
   // to the consumer and not acknowledged are kept for its reconnect (see Attach); none when
   // not set (a caller that never acknowledges).
   size_t unacked_bytes = std::numeric_limits<size_t>::max();
-  // Steps that must not share a frame: when set, a step is taken only if same_frame(first,
-  // step), `first` being frame_first when set (the steps taken continue a frame begun by an
+  // Steps that must not share a frame: when set, a step is taken only if its frame_kind is
+  // that of `first`, frame_first when set (the steps taken continue a frame begun by an
   // earlier call) or else the first step this call takes; a first step refused so returns as
-  // one that costs too much (*blocked_cost: its cost). A stream with a shared-memory ring
-  // keeps the steps built in the ring apart from those in ordinary memory (step_stream.cc).
-  std::function<bool(const TaskStep& first, const TaskStep& step)> same_frame;
+  // one that costs too much (*blocked_cost: its cost). Next() asks once per step, and once
+  // for `first` (the kind of a frame's first step is not asked again for each step that may
+  // join it). A stream with a shared-memory ring keeps the steps built in the ring apart from
+  // those in ordinary memory (step_stream.cc).
+  std::function<int(const TaskStep& step)> frame_kind;
   const TaskStep* frame_first = nullptr;
 };
 

@@ -49,6 +49,17 @@ struct StepPlacementCounts {
 };
 StepPlacementCounts ProcessStepPlacementCounts();
 
+// Where a step's numeric bytes (its tensors other than strings, of a size > 0) are with
+// respect to a ring: none (a step of strings or empty tensors), some or all in the ring's
+// Allocate buffers (a step placed there is placed whole; one built there in part stays so when
+// the ring had no room for the rest), or none of them there.
+enum class RingResidence { kNoNumericBytes, kInRing, kOutsideRing };
+// The walk that StepPlacement::Unplaced (which copies a step out of the ring unless it has no
+// numeric bytes there) and the stream's frame split (which sends the steps built in the ring
+// apart from the others, a step without numeric bytes with the former) both ask; it stops at
+// the first numeric tensor in the ring. Thread-safe.
+RingResidence StepRingResidence(const ShmRingWriter& ring, const TaskStep& step);
+
 class StepPlacement : public StepOutputAllocator {
  public:
   explicit StepPlacement(std::shared_ptr<ShmRingWriter> ring) : ring_(std::move(ring)) {}
