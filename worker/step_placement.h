@@ -73,15 +73,31 @@ class StepPlacement : public StepOutputAllocator {
   std::shared_ptr<const TaskStep> Unplaced(const std::shared_ptr<const TaskStep>& step) const;
   // A buffer of `bytes` (> 0) in the ring, or nullptr when it has no room.
   std::shared_ptr<TensorBuffer> Allocate(size_t bytes) const { return ring_->Allocate(bytes); }
-  // The caps of the task's step buffer while placing here (StepBuffer::CapBytes, set by
+  // The caps of the task's step buffer while placing here (StepBuffer::Cap, set by
   // TaskRunner::AttachPlacement). The producer runs ahead of the stream by at most half the
   // ring; the other half holds the steps sent and not yet both acknowledged and released (the
   // consumer's window, the ring being sized at twice that), among them the steps retained for
   // a reconnect, at most a quarter of the ring. A producer running further ahead, or a
   // retention window larger than the ring, would fill the ring with steps that wait, leave the
-  // next steps in ordinary memory, and those would go by TCP.
-  size_t producer_budget() const { return ring_->segment()->size() / 2; }
-  size_t retention_budget() const { return ring_->segment()->size() / 4; }
+  // next steps in ordinary memory, and those would go by TCP. Small steps are capped in steps
+  // too (kAheadSteps queued, kRetainedSteps retained): what the task holds in the ring is then
+  // a few MiB, the ring writer goes back to the segment's start once that is free
+  // (ShmRingWriter's early wrap), and the steps' ring regions, and the steps themselves, stay
+  // in the cache between their making and their sending; queued and retained at half and a
+  // quarter of a 170 MiB ring, every 1 KiB step copied into the ring missed the cache
+  // (bench/RESULTS.md, kibring). Large steps are bound by the bytes, as before.
+  StepBufferCaps buffer_caps() const {
+    const size_t ring = ring_->segment()->size();
+    return StepBufferCaps{.buffered_bytes = ring / 2,
+                          .buffered_steps = kAheadSteps,
+                          .retained_bytes = ring / 4,
+                          .retained_steps = kRetainedSteps};
+  }
+  // Sixteen frames of 64 steps: enough to keep the stream busy while the producer waits for
+  // its turn on a core, 1 MiB of 1 KiB steps.
+  static constexpr size_t kAheadSteps = 1024;
+  // A reconnect from further back replays its steps, as one from beyond the window always did.
+  static constexpr size_t kRetainedSteps = 1024;
   // StepOutputAllocator: the same as Allocate.
   std::shared_ptr<TensorBuffer> AllocateStepOutput(size_t bytes) const override {
     return Allocate(bytes);
