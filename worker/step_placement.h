@@ -80,12 +80,11 @@ class StepPlacement : public StepOutputAllocator {
   // a reconnect, at most a quarter of the ring. A producer running further ahead, or a
   // retention window larger than the ring, would fill the ring with steps that wait, leave the
   // next steps in ordinary memory, and those would go by TCP. Small steps are capped in steps
-  // too (kAheadSteps queued, kRetainedSteps retained): what the task holds in the ring is then
-  // a few MiB, the ring writer goes back to the segment's start once that is free
-  // (ShmRingWriter's early wrap), and the steps' ring regions, and the steps themselves, stay
-  // in the cache between their making and their sending; queued and retained at half and a
-  // quarter of a 170 MiB ring, every 1 KiB step copied into the ring missed the cache
-  // (bench/RESULTS.md, kibring). Large steps are bound by the bytes, as before.
+  // too (kAheadSteps queued, kRetainedSteps retained): queued and retained at half and a
+  // quarter of a 170 MiB ring, 1 KiB steps were costed, trimmed and freed ~100k steps after
+  // they were made, each a cache miss (bench/RESULTS.md, kibring), and what the task held in
+  // the ring kept ShmRingWriter's early wrap from ever shortening its laps; now the task holds
+  // a few MiB of them. Large steps are bound by the bytes, as before.
   StepBufferCaps buffer_caps() const {
     const size_t ring = ring_->segment()->size();
     return StepBufferCaps{.buffered_bytes = ring / 2,
