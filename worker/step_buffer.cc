@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -105,7 +106,7 @@ void StepBuffer::ReleaseLocked(Wakeups* wake) {
 }
 
 void StepBuffer::RetainLocked(std::shared_ptr<const TaskStep> step) {
-  if (retention_budget_ == 0 || closed_) {
+  if (retention_budget_ == 0 || retention_step_budget_ == 0 || closed_) {
     dropped_.push_back(std::move(step));
     return;
   }
@@ -120,7 +121,8 @@ void StepBuffer::RetainLocked(std::shared_ptr<const TaskStep> step) {
 }
 
 void StepBuffer::TrimRetainedLocked() {
-  while (!retained_.empty() && retained_bytes_ > retention_budget_) {
+  while (!retained_.empty() && (retained_bytes_ > retention_budget_ ||
+                                retained_.size() > retention_step_budget_)) {
     retained_bytes_ -= retained_.front()->bytes;
     dropped_.push_back(std::move(retained_.front()));
     retained_.pop_front();
@@ -183,8 +185,7 @@ absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
   // attaches, which wakes us, changes who is unattached), and with a zero delay it would spin
   // here holding mu_, starving the very consumer that would make room.
   bool detached = false;
-  while (!closed_ && !stop_producing_ && !steps_.empty() &&
-         bytes_ + step->bytes > budget_) {
+  while (!closed_ && !stop_producing_ && OverBudgetLocked(*step)) {
     if (blocked_since == absl::InfinitePast()) blocked_since = absl::Now();
     const absl::Time detach_at = blocked_since + options_.detach_unattached_after;
     if (!options_.independent && !detached && absl::Now() >= detach_at) {
@@ -232,8 +233,9 @@ absl::StatusOr<bool> StepBuffer::TryPush(const std::shared_ptr<const TaskStep>& 
 
 absl::StatusOr<size_t> StepBuffer::TryPushSteps(
     absl::Span<const std::shared_ptr<const TaskStep>> steps, const ReadyCallback& space,
-    absl::Time* retry_at, size_t* room) {
+    absl::Time* retry_at, size_t* room, size_t* room_steps) {
   *room = 0;
+  if (room_steps != nullptr) *room_steps = 0;
   // Each step in turn through `push` (TryPush's contract), up to the first one not taken; an
   // error only when no step was taken (the next call meets it again otherwise).
   auto push_each = [&](auto push) -> absl::StatusOr<size_t> {
@@ -258,23 +260,35 @@ absl::StatusOr<size_t> StepBuffer::TryPushSteps(
         return TryPushLocked(step, space, retry_at, &run.wake);
       });
   *room = bytes_ < budget_ ? budget_ - bytes_ : 0;
+  if (room_steps != nullptr) {
+    *room_steps = step_budget_ == std::numeric_limits<size_t>::max() ? step_budget_
+                  : steps_.size() < step_budget_                      ? step_budget_ - steps_.size()
+                                                                      : 0;
+  }
   return taken;
 }
 
-void StepBuffer::CapBytes(size_t buffered, size_t retained) {
+void StepBuffer::Cap(const StepBufferCaps& caps) {
   if (window_) return;
   RunWakeups run;
   absl::MutexLock lock(&mu_);
-  const size_t budget = std::min(options_.max_bytes, buffered);
-  const bool rose = budget > budget_;
+  const size_t budget = std::min(options_.max_bytes, caps.buffered_bytes);
+  const bool rose = budget > budget_ || caps.buffered_steps > step_budget_;
   budget_ = budget;
+  step_budget_ = caps.buffered_steps;
   if (rose) {
     cv_.SignalAll();  // Push's wait
     WakeProducerLocked(&run.wake);
   }
-  retention_budget_ = std::min(options_.retention_bytes, retained);
+  retention_budget_ = std::min(options_.retention_bytes, caps.retained_bytes);
+  retention_step_budget_ = caps.retained_steps;
   TrimRetainedLocked();
   DropAfterUnlockLocked(&run.wake);
+}
+
+bool StepBuffer::OverBudgetLocked(const TaskStep& step) const {
+  return !steps_.empty() &&
+         (bytes_ + step.bytes > budget_ || steps_.size() >= step_budget_);
 }
 
 absl::StatusOr<bool> StepBuffer::TryPushLocked(const std::shared_ptr<const TaskStep>& step,
@@ -288,8 +302,7 @@ absl::StatusOr<bool> StepBuffer::TryPushLocked(const std::shared_ptr<const TaskS
   }
   if (closed_ || stop_producing_) return absl::CancelledError("step buffer: producer stopped");
   auto full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return (options_.independent || step->task_step >= MinCursor()) && !steps_.empty() &&
-           bytes_ + step->bytes > budget_;
+    return (options_.independent || step->task_step >= MinCursor()) && OverBudgetLocked(*step);
   };
   if (full()) {
     // As Push's wait, spread over calls: the first refusal starts the blocked time, and
@@ -624,13 +637,24 @@ absl::Status StepBuffer::Next(int64_t consumer, int64_t generation, const StepLi
   if (blocked_cost != nullptr) *blocked_cost = 0;
   const size_t max_steps = std::max<size_t>(limits.max_steps, 1);
   auto cost = [&limits](const TaskStep& s) { return limits.cost ? limits.cost(s) : s.bytes; };
-  // Whether `s` may join the `taken` steps costing `total` so far.
+  // The frame's kind (StepLimits::frame_kind): the continued frame's, else that of the first
+  // step taken, once it is.
+  std::optional<int> frame_kind;
+  if (limits.frame_kind && limits.frame_first != nullptr) {
+    frame_kind = limits.frame_kind(*limits.frame_first);
+  }
+  // Whether `s` may join the `taken` steps costing `total` so far (the caller then takes it).
   auto fits = [&](const TaskStep& s, size_t total, size_t* c) {
     *c = cost(s);
-    const TaskStep* first = steps->empty() ? limits.frame_first : steps->front().get();
-    if (first != nullptr && limits.same_frame && !limits.same_frame(*first, s)) return false;
-    if (steps->empty()) return *c <= limits.first_max;
-    return steps->size() < max_steps && total + *c <= limits.max_cost;
+    int kind = 0;
+    if (limits.frame_kind) {
+      kind = limits.frame_kind(s);
+      if (frame_kind.has_value() && kind != *frame_kind) return false;
+    }
+    const bool fit = steps->empty() ? *c <= limits.first_max
+                                    : steps->size() < max_steps && total + *c <= limits.max_cost;
+    if (fit && limits.frame_kind && !frame_kind.has_value()) frame_kind = kind;
+    return fit;
   };
   absl::MutexLock lock(&mu_);
   if (!options_.independent &&

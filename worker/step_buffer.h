@@ -21,7 +21,7 @@
 // replay (Acknowledge releases them; a consumer that does not acknowledge keeps only its
 // window's worth, the most a broken call can have lost).
 //
-// Memory: the buffer holds at most `max_bytes` of steps (less while CapBytes caps it), but
+// Memory: the buffer holds at most `max_bytes` of steps (less while Cap caps it), but
 // always admits one step when it is empty (a step larger than the budget still flows). A producer that would exceed the budget
 // blocks in Push until consumers advance (backpressure). A step the producer offers below every
 // consumer's cursor is dropped without being buffered (a replaying task skipping what its
@@ -127,6 +127,14 @@ struct StepBufferOptions {
   std::shared_ptr<const CrossTrainerWindowOptions> cross_trainer = nullptr;
 };
 
+// StepBuffer::Cap's limits, below the options' max_bytes and retention_bytes.
+struct StepBufferCaps {
+  size_t buffered_bytes = std::numeric_limits<size_t>::max();
+  size_t buffered_steps = std::numeric_limits<size_t>::max();
+  size_t retained_bytes = std::numeric_limits<size_t>::max();
+  size_t retained_steps = std::numeric_limits<size_t>::max();
+};
+
 // How much one Next() may take of a consumer's next steps (a stream's frame and credit).
 struct StepLimits {
   size_t max_steps = 1;
@@ -146,12 +154,14 @@ struct StepLimits {
   // to the consumer and not acknowledged are kept for its reconnect (see Attach); none when
   // not set (a caller that never acknowledges).
   size_t unacked_bytes = std::numeric_limits<size_t>::max();
-  // Steps that must not share a frame: when set, a step is taken only if same_frame(first,
-  // step), `first` being frame_first when set (the steps taken continue a frame begun by an
+  // Steps that must not share a frame: when set, a step is taken only if its frame_kind is
+  // that of `first`, frame_first when set (the steps taken continue a frame begun by an
   // earlier call) or else the first step this call takes; a first step refused so returns as
-  // one that costs too much (*blocked_cost: its cost). A stream with a shared-memory ring
-  // keeps the steps built in the ring apart from those in ordinary memory (step_stream.cc).
-  std::function<bool(const TaskStep& first, const TaskStep& step)> same_frame;
+  // one that costs too much (*blocked_cost: its cost). Next() asks once per step, and once
+  // for `first` (the kind of a frame's first step is not asked again for each step that may
+  // join it). A stream with a shared-memory ring keeps the steps built in the ring apart from
+  // those in ordinary memory (step_stream.cc).
+  std::function<int(const TaskStep& step)> frame_kind;
   const TaskStep* frame_first = nullptr;
 };
 
@@ -190,20 +200,24 @@ class StepBuffer {
   // exactly TryPush of each in order, under one acquisition of the lock (small steps: one lock
   // and one round of wake-ups per block instead of per step). Returns how many it took, a
   // prefix; when it took fewer than all, `space` is registered (and *retry_at set) as TryPush
-  // does when it refuses. *room is then the budget's bytes left (max_bytes, or the CapBytes
-  // cap when lower, less the bytes buffered; 0 for a cross-trainer window), so that the
-  // producer makes no bigger block than the buffer can take. CANCELLED after Close() or StopProducing() (nothing taken).
+  // does when it refuses. *room is then the budget's bytes left (max_bytes, or the Cap cap
+  // when lower, less the bytes buffered; 0 for a cross-trainer window) and *room_steps, when
+  // given, the steps it may still queue (Cap's steps less those queued; SIZE_MAX without that
+  // cap, 0 for a cross-trainer window), so that the producer makes no bigger block than the
+  // buffer can take. CANCELLED after Close() or StopProducing() (nothing taken).
   absl::StatusOr<size_t> TryPushSteps(absl::Span<const std::shared_ptr<const TaskStep>> steps,
                                       const std::function<void()>& space, absl::Time* retry_at,
-                                      size_t* room);
-  // Caps what the buffer holds: from now on it admits steps only while the buffered bytes stay
-  // within min(max_bytes, `buffered`) (still at least one step when the buffer is empty), and
-  // retains released steps within min(retention_bytes, `retained`) (the oldest retained beyond
-  // it go at once); SIZE_MAX lifts a cap. Steps buffered already stay; a cap that rises wakes a
-  // producer waiting for room. A task whose steps are built in a consumer's shared-memory ring
-  // caps both at parts of the ring (TaskRunner::AttachPlacement): steps made past the ring's
-  // room would go by TCP. A shared job's window: no effect.
-  void CapBytes(size_t buffered, size_t retained);
+                                      size_t* room, size_t* room_steps = nullptr);
+  // Caps what the buffer holds (StepBufferCaps): from now on it admits steps only while the
+  // buffered bytes stay within min(max_bytes, caps.buffered_bytes) and the steps queued for
+  // consumers stay below caps.buffered_steps (still at least one step when the buffer is
+  // empty), and retains released steps within min(retention_bytes, caps.retained_bytes) and
+  // caps.retained_steps (the oldest retained beyond either go at once); SIZE_MAX lifts a cap.
+  // Steps buffered already stay; a cap that rises wakes a producer waiting for room. A task
+  // whose steps are built in a consumer's shared-memory ring caps them at parts of the ring
+  // (TaskRunner::AttachPlacement, StepPlacement::buffer_caps): steps made past the ring's room
+  // would go by TCP. A shared job's window: no effect.
+  void Cap(const StepBufferCaps& caps);
   // True after Close() or StopProducing(): Push and TryPush take nothing more.
   bool producer_stopped() const;
   // Producer: no more steps; `status` is OK at the end of data or the pipeline's error, which
@@ -361,6 +375,9 @@ class StepBuffer {
   void AdmitLocked(std::shared_ptr<const TaskStep> step, Wakeups* wake)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeProducerLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `step` must wait for room: the buffer is not empty and the step would take it past
+  // the budget in bytes or in steps (Cap).
+  bool OverBudgetLocked(const TaskStep& step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // TryPush under the lock, its wake-ups into `wake`.
   absl::StatusOr<bool> TryPushLocked(const std::shared_ptr<const TaskStep>& step,
                                      const std::function<void()>& space, absl::Time* retry_at,
@@ -399,9 +416,11 @@ class StepBuffer {
   int64_t next_push_ ABSL_GUARDED_BY(mu_) = 0;   // task_step the producer pushes next
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // What the producer may buffer and what is retained: options_.max_bytes and
-  // options_.retention_bytes, or the caps set by CapBytes when lower.
+  // options_.retention_bytes, or the caps set by Cap when lower; and in steps (Cap).
   size_t budget_ ABSL_GUARDED_BY(mu_) = options_.max_bytes;
+  size_t step_budget_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<size_t>::max();
   size_t retention_budget_ ABSL_GUARDED_BY(mu_) = options_.retention_bytes;
+  size_t retention_step_budget_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<size_t>::max();
   // The retention window: task steps [first_step_ - retained_.size(), first_step_), released.
   std::deque<std::shared_ptr<const TaskStep>> retained_ ABSL_GUARDED_BY(mu_);
   size_t retained_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -39,6 +39,18 @@ size_t Layout(const TaskStep& step, PlacedTensors* tensors, PlacedOffsets* at) {
 
 }  // namespace
 
+RingResidence StepRingResidence(const ShmRingWriter& ring, const TaskStep& step) {
+  RingResidence residence = RingResidence::kNoNumericBytes;
+  for (const std::vector<Tensor>& piece : step.pieces) {
+    for (const Tensor& t : piece) {
+      if (t.dtype() == DType::kString || t.byte_size() == 0) continue;
+      if (ring.Holds(t)) return RingResidence::kInRing;
+      residence = RingResidence::kOutsideRing;
+    }
+  }
+  return residence;
+}
+
 void StepPlacement::Place(TaskStep* step) const {
   PlacedTensors tensors;
   PlacedOffsets at;
@@ -66,13 +78,7 @@ void StepPlacement::Place(TaskStep* step) const {
 
 std::shared_ptr<const TaskStep> StepPlacement::Unplaced(
     const std::shared_ptr<const TaskStep>& step) const {
-  bool placed = false;
-  for (const std::vector<Tensor>& piece : step->pieces) {
-    for (const Tensor& t : piece) {
-      placed = placed || (t.dtype() != DType::kString && t.byte_size() > 0 && ring_->Holds(t));
-    }
-  }
-  if (!placed) return step;
+  if (StepRingResidence(*ring_, *step) != RingResidence::kInRing) return step;
   g_steps_copied_out.fetch_add(1, std::memory_order_relaxed);
   auto copy = std::make_shared<TaskStep>(*step);
   for (std::vector<Tensor>& piece : copy->pieces) {

@@ -49,6 +49,17 @@ struct StepPlacementCounts {
 };
 StepPlacementCounts ProcessStepPlacementCounts();
 
+// Where a step's numeric bytes (its tensors other than strings, of a size > 0) are with
+// respect to a ring: none (a step of strings or empty tensors), some or all in the ring's
+// Allocate buffers (a step placed there is placed whole; one built there in part stays so when
+// the ring had no room for the rest), or none of them there.
+enum class RingResidence { kNoNumericBytes, kInRing, kOutsideRing };
+// The walk that StepPlacement::Unplaced (which copies a step out of the ring unless it has no
+// numeric bytes there) and the stream's frame split (which sends the steps built in the ring
+// apart from the others, a step without numeric bytes with the former) both ask; it stops at
+// the first numeric tensor in the ring. Thread-safe.
+RingResidence StepRingResidence(const ShmRingWriter& ring, const TaskStep& step);
+
 class StepPlacement : public StepOutputAllocator {
  public:
   explicit StepPlacement(std::shared_ptr<ShmRingWriter> ring) : ring_(std::move(ring)) {}
@@ -62,15 +73,31 @@ class StepPlacement : public StepOutputAllocator {
   std::shared_ptr<const TaskStep> Unplaced(const std::shared_ptr<const TaskStep>& step) const;
   // A buffer of `bytes` (> 0) in the ring, or nullptr when it has no room.
   std::shared_ptr<TensorBuffer> Allocate(size_t bytes) const { return ring_->Allocate(bytes); }
-  // The caps of the task's step buffer while placing here (StepBuffer::CapBytes, set by
+  // The caps of the task's step buffer while placing here (StepBuffer::Cap, set by
   // TaskRunner::AttachPlacement). The producer runs ahead of the stream by at most half the
   // ring; the other half holds the steps sent and not yet both acknowledged and released (the
   // consumer's window, the ring being sized at twice that), among them the steps retained for
   // a reconnect, at most a quarter of the ring. A producer running further ahead, or a
   // retention window larger than the ring, would fill the ring with steps that wait, leave the
-  // next steps in ordinary memory, and those would go by TCP.
-  size_t producer_budget() const { return ring_->segment()->size() / 2; }
-  size_t retention_budget() const { return ring_->segment()->size() / 4; }
+  // next steps in ordinary memory, and those would go by TCP. Small steps are capped in steps
+  // too (kAheadSteps queued, kRetainedSteps retained): queued and retained at half and a
+  // quarter of a 170 MiB ring, 1 KiB steps were costed, trimmed and freed ~100k steps after
+  // they were made, each a cache miss (bench/RESULTS.md, kibring), and what the task held in
+  // the ring kept ShmRingWriter's early wrap from ever shortening its laps; now the task holds
+  // a few MiB of them. Large steps are bound by the bytes, as before.
+  StepBufferCaps buffer_caps() const {
+    const size_t ring = ring_->segment()->size();
+    return StepBufferCaps{.buffered_bytes = ring / 2,
+                          .buffered_steps = kAheadSteps,
+                          .retained_bytes = ring / 4,
+                          .retained_steps = kRetainedSteps};
+  }
+  // 64 frames of 64 steps, 4 MiB of 1 KiB steps: enough to keep the stream busy while the
+  // producer waits for its turn on a core (with 1024 the producer and the stream woke each
+  // other ~30% more often per step on the 1 KiB bench, and the consumer paid for it).
+  static constexpr size_t kAheadSteps = 4096;
+  // A reconnect from further back replays its steps, as one from beyond the window always did.
+  static constexpr size_t kRetainedSteps = 1024;
   // StepOutputAllocator: the same as Allocate.
   std::shared_ptr<TensorBuffer> AllocateStepOutput(size_t bytes) const override {
     return Allocate(bytes);

@@ -33,17 +33,6 @@
 namespace sluice {
 namespace {
 
-// Whether `step`'s numeric bytes lie in `ring` (its first numeric tensor's: a step placed in the
-// ring is placed whole, worker/step_placement.h). A step without numeric bytes: true.
-bool BuiltInRing(const ShmRingWriter& ring, const TaskStep& step) {
-  for (const std::vector<Tensor>& piece : step.pieces) {
-    for (const Tensor& t : piece) {
-      if (t.dtype() != DType::kString && t.byte_size() > 0) return ring.Holds(t);
-    }
-  }
-  return true;
-}
-
 using Reactor = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
 
 absl::Status ConsumerWentAway() {
@@ -405,8 +394,10 @@ class StepStream final : public Reactor {
       // frames of their own, or a frame of both would be copied, and with the ring's room
       // ahead held by the steps built there, go by TCP whole, those steps included (a short
       // job's every step, ServiceSharedMemoryTest.ANextJobReusesAWarmSegment... under load).
-      limits_.same_frame = [ring = ring_](const TaskStep& a, const TaskStep& b) {
-        return BuiltInRing(*ring, a) == BuiltInRing(*ring, b);
+      // A step without numeric bytes goes with those built in the ring: their frame's numeric
+      // bytes all still lie in the ring, and it goes in place.
+      limits_.frame_kind = [ring = ring_](const TaskStep& step) {
+        return StepRingResidence(*ring, step) == RingResidence::kOutsideRing ? 1 : 0;
       };
       if (placement_ == nullptr) PlaceStepsInRing();  // the runner had another at the offer
     }

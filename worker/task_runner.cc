@@ -216,7 +216,8 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
   absl::StatusOr<size_t> PushPendingLocked(const std::function<void()>& wake, absl::Time* retry_at)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(pending_mu_) {
     reader_waiting_ = false;  // what it waits for is pushed now, or held by a full buffer
-    absl::StatusOr<size_t> taken = buffer_->TryPushSteps(pending_, wake, retry_at, &room_);
+    absl::StatusOr<size_t> taken =
+        buffer_->TryPushSteps(pending_, wake, retry_at, &room_, &room_steps_);
     if (!taken.ok()) return taken;
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<ptrdiff_t>(*taken));
     if (*taken > 0 && on_first_step_) std::exchange(on_first_step_, nullptr)();
@@ -270,22 +271,25 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
       ++made;
       bytes += step->bytes;
       size_t room = 0;
+      size_t room_steps = 0;
       bool reader_waiting = false;
       {
         absl::MutexLock lock(&pending_mu_);
         pending_.push_back(std::move(step));
         room = room_;
+        room_steps = room_steps_;
         reader_waiting = reader_waiting_;
       }
-      // A block ends at its size, at what the buffer had room for when the last block went
-      // (the first step of a task, before any, goes alone: time to first step; a full buffer
-      // gets one step more, not a block more), with the slice, once a step took long to make,
-      // or when a reader waits for steps: a step waits for the ones after it in its block at
-      // most kBlockSteps x kBlockStepTime while no reader waits (one that starts to wait
-      // pushes the block, PushHeldSteps).
+      // A block ends at its size, at what the buffer had room for (bytes, steps) when the last
+      // block went (the first step of a task, before any, goes alone: time to first step; a
+      // full buffer gets one step more, not a block more), with the slice, once a step took
+      // long to make, or when a reader waits for steps: a step waits for the ones after it in
+      // its block at most kBlockSteps x kBlockStepTime while no reader waits (one that starts
+      // to wait pushes the block, PushHeldSteps).
       const absl::Time now = absl::Now();
-      if (made >= kBlockSteps || bytes >= std::min(kBlockBytes, room) || reader_waiting ||
-          now >= slice_end || now - last > kBlockStepTime || buffer_->producer_stopped()) {
+      if (made >= std::min(kBlockSteps, room_steps) || bytes >= std::min(kBlockBytes, room) ||
+          reader_waiting || now >= slice_end || now - last > kBlockStepTime ||
+          buffer_->producer_stopped()) {
         return true;
       }
       last = now;
@@ -377,6 +381,8 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
   PendingSteps pending_ ABSL_GUARDED_BY(pending_mu_);  // produced, not yet taken, in order
   // The buffer's room after the last block (TryPushSteps): the next block's bytes stop there.
   size_t room_ ABSL_GUARDED_BY(pending_mu_) = 0;
+  // The same in steps (StepBuffer::Cap's steps).
+  size_t room_steps_ ABSL_GUARDED_BY(pending_mu_) = 0;
   // A reader waits and found no step held: the block being made ends at its next step.
   bool reader_waiting_ ABSL_GUARDED_BY(pending_mu_) = false;
   // TaskRunnerOptions::on_first_step, until called.
@@ -620,14 +626,13 @@ void TaskRunner::StartProducing() {
 }
 
 bool TaskRunner::AttachPlacement(std::shared_ptr<StepPlacement> placement) {
-  const size_t buffered = placement->producer_budget();
-  const size_t retained = placement->retention_budget();
+  const StepBufferCaps caps = placement->buffer_caps();
   {
     absl::MutexLock lock(&placement_->mu);
     if (placement_->placement != nullptr) return false;
     placement_->placement = std::move(placement);
   }
-  buffer_->CapBytes(buffered, retained);
+  buffer_->Cap(caps);
   return true;
 }
 
@@ -656,7 +661,7 @@ void TaskRunner::DetachPlacement(const StepPlacement* placement) {
     if (placement_->placement.get() != placement) return;
     detached = std::move(placement_->placement);
   }
-  buffer_->CapBytes(std::numeric_limits<size_t>::max(), std::numeric_limits<size_t>::max());
+  buffer_->Cap(StepBufferCaps{});
   TaskRunnerPool* pool = options_.pool != nullptr ? options_.pool : &ProcessTaskRunnerPool();
   pool->Schedule([production = production_, buffer = buffer_, detached] {
     auto unplace = [&](TaskRunner::PendingSteps* pending) {

@@ -202,7 +202,7 @@ std::shared_ptr<JobShmRegion> JobShmSegment::Write(const std::vector<Tensor>* pi
 }
 
 bool JobShmSegment::Hand(const std::string& consumer_key, const JobShmRegion& region,
-                         uint64_t consumer, int64_t step) {
+                         uint64_t consumer, int64_t call_start, int64_t step) {
   if (consumer_key.empty()) return false;
   absl::MutexLock lock(&mu_);
   auto live = live_.find(region.offset());
@@ -214,13 +214,13 @@ bool JobShmSegment::Hand(const std::string& consumer_key, const JobShmRegion& re
   }
   ++holder->second.held[region.offset()];
   ++live->second.refs;
-  // Logged only in a log its call opened (Sent): a superseded call still sending after the
-  // consumer's new call began must not open one starting at its own later numbers.
-  if (auto log = holder->second.consumers.find(consumer);
-      consumer != 0 && log != holder->second.consumers.end()) {
+  // Logged in the log of this call (opened at its start if none is open, as Sent does).
+  ConsumerLog* log = consumer == 0 ? nullptr : LogLocked(&holder->second, consumer, call_start);
+  if (log != nullptr) {
+    log->sent_end = std::max(log->sent_end, step);
     // Forgetting the oldest entry only keeps its hold (until released or the process exits).
-    if (log->second.frames.size() >= kMaxLoggedFrames) log->second.frames.pop_front();
-    log->second.frames.emplace_back(step, region.offset());
+    if (log->frames.size() >= kMaxLoggedFrames) log->frames.pop_front();
+    log->frames.emplace_back(step, region.offset());
   }
   return true;
 }
@@ -364,12 +364,12 @@ int64_t JobShmSegment::steps_written() const {
 
 bool JobShmStreamSink::Place(const WireStepView& step, proto::JobShmPayload* out) {
   if (step.shared_payload == nullptr) return false;
-  // The consumer's log, opened at this call's start if absent (Resume closed it, or this is
-  // the consumer's first call), so that Hand logs the frame.
-  if (consumer_ != 0) segment_->Sent(consumer_key_, consumer_, call_start_, next_step_);
   std::shared_ptr<const JobShmRegion> region =
       step.shared_payload->JobRegion(*segment_, step.pieces, step.num_pieces);
-  if (region == nullptr || !segment_->Hand(consumer_key_, *region, consumer_, next_step_)) {
+  // Hand logs the frame in the consumer's log, opened at this call's start if absent (Resume
+  // closed it, or this is the consumer's first call).
+  if (region == nullptr ||
+      !segment_->Hand(consumer_key_, *region, consumer_, call_start_, next_step_)) {
     return false;
   }
   out->set_segment_id(segment_->id());

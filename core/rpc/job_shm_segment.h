@@ -119,10 +119,12 @@ class JobShmSegment : public std::enable_shared_from_this<JobShmSegment> {
   // A frame naming `region` goes to the consumer process `consumer_key`: the region is held
   // for it until it releases it (or exits). False (nothing held) when more than kMaxHolders
   // processes hold regions or the key is empty. `consumer` (StreamRequest.consumer_id; 0: none)
-  // and `step`, the frame's number in that consumer's step count, log the frame for Resume
-  // when that consumer's log is open (Sent opens it: a frame handed before is not logged).
+  // on a call that started at its step `call_start`, and `step`, the frame's number in that
+  // consumer's step count: as Sent(consumer_key, consumer, call_start, step) (the consumer's
+  // log opened at call_start if none is open), then the frame logged for Resume, under one
+  // acquisition of the lock (a stream hands every step it places).
   bool Hand(const std::string& consumer_key, const JobShmRegion& region, uint64_t consumer = 0,
-            int64_t step = 0) ABSL_LOCKS_EXCLUDED(mu_);
+            int64_t call_start = 0, int64_t step = 0) ABSL_LOCKS_EXCLUDED(mu_);
   // The consumer `consumer` of process `consumer_key`, on a call that started at its step
   // `call_start`, was sent the steps numbered below `sent_end` (in frames naming a region or
   // not); opens the consumer's log at `call_start` if none is open. The stream reports each

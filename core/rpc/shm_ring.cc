@@ -25,12 +25,17 @@ ShmRingCounts ProcessShmRingCounts() {
 
 // The writer's bookkeeping, shared with the buffers it allocated (they may outlive it).
 struct ShmRingWriter::State {
-  explicit State(std::shared_ptr<ShmSegment> s) : segment(std::move(s)) {}
+  State(std::shared_ptr<ShmSegment> s, size_t span) : segment(std::move(s)), wrap_span(span) {}
   const std::shared_ptr<ShmSegment> segment;
+  const uint64_t wrap_span;  // see ShmRingWriter's constructor
   mutable absl::Mutex mu;
   uint64_t written ABSL_GUARDED_BY(mu) = 0;   // the ring position after the last region
   uint64_t released ABSL_GUARDED_BY(mu) = 0;  // what the consumer released
   uint64_t sent ABSL_GUARDED_BY(mu) = 0;      // the end of the last region sent
+  // The early wrap's bookkeeping: the bytes skipped at the last lap's end, and the most bytes
+  // held at once in this lap.
+  uint64_t skipped ABSL_GUARDED_BY(mu) = 0;
+  uint64_t lap_held ABSL_GUARDED_BY(mu) = 0;
   // Allocate's regions in ring order while the oldest of them lives (dead ones behind a
   // live one wait for it): their start, and whether a buffer still views them.
   struct Allocated {
@@ -51,9 +56,25 @@ struct ShmRingWriter::State {
     const uint64_t size = segment->size();
     const uint64_t n = AlignedSize(bytes);
     if (bytes == 0 || n > size) return std::nullopt;
+    const uint64_t free_from = FreeFrom();
     const uint64_t offset = written % size;
-    const uint64_t pad = offset + n > size ? size - offset : 0;
-    if (written + pad + n - FreeFrom() > size) return std::nullopt;  // would overwrite a held one
+    const uint64_t lap_start = written - offset;
+    // The bytes held now (the skipped rest of the last lap, if the oldest held is before it,
+    // not counted: positions [free_from, written) span at most one lap's start).
+    const uint64_t held = written - free_from - (free_from < lap_start ? skipped : 0);
+    lap_held = std::max(lap_held, held);
+    // Back to the segment's start (the rest of the lap skipped) when the region does not fit
+    // before its end, or early: once the lap is long enough (ShmRingWriter's constructor) and
+    // the start is free.
+    const bool early =
+        offset >= std::max({wrap_span, kLapRegions * n, kLapHeld * lap_held}) &&
+        free_from >= lap_start + n;
+    const uint64_t pad = early || offset + n > size ? size - offset : 0;
+    if (written + pad + n - free_from > size) return std::nullopt;  // would overwrite a held one
+    if (pad > 0) {
+      skipped = pad;
+      lap_held = held;
+    }
     const uint64_t start = written + pad;
     written = start + n;
     return start;
@@ -103,8 +124,8 @@ class ShmRingWriter::RingBuffer : public TensorBuffer {
   const size_t size_;
 };
 
-ShmRingWriter::ShmRingWriter(std::shared_ptr<ShmSegment> segment)
-    : segment_(segment), state_(std::make_shared<State>(std::move(segment))) {
+ShmRingWriter::ShmRingWriter(std::shared_ptr<ShmSegment> segment, size_t wrap_span)
+    : segment_(segment), state_(std::make_shared<State>(std::move(segment), wrap_span)) {
   g_writers.fetch_add(1);
 }
 

@@ -19,6 +19,11 @@
 //
 // Positions count bytes written since the ring began, padding included (a region never wraps:
 // when it would, the rest of the segment is skipped); a region starts at a multiple of 64.
+// The writer also goes back to the segment's start early, skipping the rest, once the lap is
+// long enough and the start is free (ShmRingWriter's constructor): while the consumer and the
+// worker hold a few MiB, the writes stay in a stretch of the segment a few times that instead
+// of going round all of it. The consumer sees only positions that skip more (what it checks is
+// unchanged).
 // Worked example, a 4096-byte segment: regions of 1000 and 2000 bytes are at offsets 0 and
 // 1024 (ring_end 1024 and 3072); one of 1500 bytes does not fit before the end, so it skips
 // 1024 bytes and needs [4096, 5632): it waits until the consumer released up to 1536 or more
@@ -60,7 +65,23 @@ ShmRingCounts ProcessShmRingCounts();
 // tensor goes.
 class ShmRingWriter : public SharedPayloadSink {
  public:
-  explicit ShmRingWriter(std::shared_ptr<ShmSegment> segment);
+  // The early wrap: the write position goes back to the segment's start as soon as the start
+  // is free (released by the consumer, no buffer of Allocate's alive there) and the lap is at
+  // least max(`wrap_span`, kLapRegions x the region's bytes, kLapHeld x the most bytes held at
+  // once in this lap: the consumer's regions not released and the worker's buffers alive). A
+  // ring whose held bytes stay few (1 KiB steps, a consumer keeping up) so writes the same
+  // stretch again while the cache may still have it; going round a 170 MiB segment, every line
+  // written missed the cache (bench/RESULTS.md, kibring). The lap's length follows what is
+  // held because after a wrap the writer cannot pass the last lap's regions still held (ring
+  // positions only grow): with held bytes near the lap's length it would find no room while
+  // the rest of the segment is free, and steps would go inline. A segment of at most wrap_span
+  // never wraps early. Positions grow by the segment's size per lap of at least wrap_span
+  // bytes: at most size / wrap_span (64 for a 256 MiB segment) times the bytes written, 2^64
+  // lasting years of any stream.
+  static constexpr size_t kWrapSpan = size_t{4} << 20;
+  static constexpr uint64_t kLapRegions = 64;
+  static constexpr uint64_t kLapHeld = 4;
+  explicit ShmRingWriter(std::shared_ptr<ShmSegment> segment, size_t wrap_span = kWrapSpan);
   ~ShmRingWriter() override;
 
   // Room for `bytes` (> 0) at a 64-byte aligned offset, or nullptr when the unreleased

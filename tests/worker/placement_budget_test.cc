@@ -1,5 +1,5 @@
 // The producer's budget while it builds steps in a consumer's shared-memory ring
-// (StepBuffer::CapBytes, StepPlacement::producer_budget, TaskRunner::AttachPlacement): the
+// (StepBuffer::Cap, StepPlacement::buffer_caps, TaskRunner::AttachPlacement): the
 // buffer admits steps only within its cap, a cap that rises wakes the producer, the retention
 // window shrinks to its cap, and a runner placing in a ring runs ahead of its stream by at
 // most half the ring (and retains at most a quarter), so that every step it makes finds room
@@ -29,16 +29,14 @@ namespace {
 
 using Steps = std::vector<std::shared_ptr<const TaskStep>>;
 
-constexpr size_t kNoCap = std::numeric_limits<size_t>::max();
-
-TEST(PlacementBudgetTest, CapBytesBoundsWhatTheProducerBuffersAndRaisingItWakesTheProducer) {
+TEST(PlacementBudgetTest, CapBoundsWhatTheProducerBuffersAndRaisingItWakesTheProducer) {
   StepBuffer b({.max_bytes = 1000, .num_consumers = 1});
   absl::StatusOr<int64_t> g = b.Attach(0, 0);
   ASSERT_TRUE(g.ok()) << g.status();
   absl::Time retry_at;
   size_t room = 0;
   std::atomic<int> woken{0};
-  b.CapBytes(250, kNoCap);
+  b.Cap({.buffered_bytes = 250});
   EXPECT_EQ(b.stats().max_bytes, 250u);
   const Steps block = {MakeStep(0), MakeStep(1), MakeStep(2), MakeStep(3)};  // 100 bytes each
   absl::StatusOr<size_t> taken = b.TryPushSteps(block, [&] { ++woken; }, &retry_at, &room);
@@ -48,9 +46,9 @@ TEST(PlacementBudgetTest, CapBytesBoundsWhatTheProducerBuffersAndRaisingItWakesT
   EXPECT_TRUE(b.stats().producer_waiting_for_space);
   // Lowering it further wakes nobody; lifting it wakes the waiting producer once, and the
   // buffer's own budget still applies.
-  b.CapBytes(100, kNoCap);
+  b.Cap({.buffered_bytes = 100});
   EXPECT_EQ(woken.load(), 0);
-  b.CapBytes(kNoCap, kNoCap);
+  b.Cap({});
   EXPECT_EQ(woken.load(), 1);
   EXPECT_EQ(b.stats().max_bytes, 1000u);
   taken = b.TryPushSteps(absl::MakeConstSpan(block).subspan(2), [&] { ++woken; }, &retry_at,
@@ -60,7 +58,7 @@ TEST(PlacementBudgetTest, CapBytesBoundsWhatTheProducerBuffersAndRaisingItWakesT
   EXPECT_EQ(room, 600u);
   EXPECT_EQ(b.buffered_steps(), 4u);
   // A cap below what is buffered keeps the steps and admits nothing more.
-  b.CapBytes(150, kNoCap);
+  b.Cap({.buffered_bytes = 150});
   taken = b.TryPushSteps(Steps{MakeStep(4)}, [&] { ++woken; }, &retry_at, &room);
   ASSERT_TRUE(taken.ok()) << taken.status();
   EXPECT_EQ(*taken, 0u);
@@ -71,7 +69,7 @@ TEST(PlacementBudgetTest, CapBytesBoundsWhatTheProducerBuffersAndRaisingItWakesT
 // The retention cap trims the window at once (oldest first) and bounds it after; a consumer
 // attaching below the trimmed window is OUT_OF_RANGE (it reads the task elsewhere), one inside
 // it is served from memory; lifting the cap gives the window its own size again.
-TEST(PlacementBudgetTest, CapBytesTrimsTheRetentionWindowAndBoundsIt) {
+TEST(PlacementBudgetTest, CapTrimsTheRetentionWindowAndBoundsIt) {
   StepBuffer b({.max_bytes = 1 << 20, .num_consumers = 1, .retention_bytes = 1000});
   absl::StatusOr<int64_t> g = b.Attach(0, 0);
   ASSERT_TRUE(g.ok()) << g.status();
@@ -81,7 +79,7 @@ TEST(PlacementBudgetTest, CapBytesTrimsTheRetentionWindowAndBoundsIt) {
   ASSERT_TRUE(b.Next(0, *g, 8, 1 << 20, absl::InfinitePast(), &steps, &end).ok());
   ASSERT_EQ(steps.size(), 8u);
   EXPECT_EQ(b.stats().retained_steps, 8u);
-  b.CapBytes(kNoCap, 250);
+  b.Cap({.retained_bytes = 250});
   EXPECT_EQ(b.stats().retained_steps, 2u);  // steps 6 and 7
   EXPECT_EQ(b.retained_bytes(), 200u);
   EXPECT_EQ(b.stats().retention_capacity, 250u);
@@ -96,11 +94,63 @@ TEST(PlacementBudgetTest, CapBytesTrimsTheRetentionWindowAndBoundsIt) {
   ASSERT_TRUE(b.Next(0, *g, 8, 1 << 20, absl::InfinitePast(), &steps, &end).ok());
   ASSERT_EQ(steps.size(), 4u);
   EXPECT_EQ(b.stats().retained_steps, 2u);  // steps 10 and 11
-  b.CapBytes(kNoCap, kNoCap);
+  b.Cap({});
   EXPECT_EQ(b.stats().retention_capacity, 1000u);
   for (int64_t i = 12; i < 20; ++i) ASSERT_TRUE(b.Push(MakeStep(i)).ok());
   ASSERT_TRUE(b.Next(0, *g, 8, 1 << 20, absl::InfinitePast(), &steps, &end).ok());
   EXPECT_EQ(b.stats().retained_steps, 10u);  // steps 10 to 19
+}
+
+// Cap's steps: the buffer queues fewer steps than the cap whatever their bytes (a block is
+// taken up to it, *room_steps says what is left, and a release wakes the producer), and the
+// retention window keeps at most the capped number of steps; lifting the caps lifts both.
+TEST(PlacementBudgetTest, CapInStepsBoundsTheQueueAndTheRetentionWindow) {
+  StepBuffer b({.max_bytes = 1 << 20, .num_consumers = 1, .retention_bytes = 1 << 20});
+  absl::StatusOr<int64_t> g = b.Attach(0, 0);
+  ASSERT_TRUE(g.ok()) << g.status();
+  b.Cap({.buffered_steps = 3, .retained_steps = 2});
+  absl::Time retry_at;
+  size_t room = 0;
+  size_t room_steps = 0;
+  std::atomic<int> woken{0};
+  Steps block;
+  for (int64_t i = 0; i < 5; ++i) block.push_back(MakeStep(i));  // 100 bytes each
+  absl::StatusOr<size_t> taken =
+      b.TryPushSteps(block, [&] { ++woken; }, &retry_at, &room, &room_steps);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, 3u);
+  EXPECT_EQ(room_steps, 0u);
+  EXPECT_EQ(room, (1u << 20) - 300);
+  EXPECT_TRUE(b.stats().producer_waiting_for_space);
+  Steps steps;
+  bool end = false;
+  ASSERT_TRUE(b.Next(0, *g, 2, 1 << 20, absl::InfinitePast(), &steps, &end).ok());
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(woken.load(), 1);
+  taken = b.TryPushSteps(absl::MakeConstSpan(block).subspan(3), [&] { ++woken; }, &retry_at,
+                         &room, &room_steps);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, 2u);
+  EXPECT_EQ(room_steps, 0u);
+  EXPECT_EQ(b.buffered_steps(), 3u);
+  ASSERT_TRUE(b.Next(0, *g, 8, 1 << 20, absl::InfinitePast(), &steps, &end).ok());
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(b.stats().retained_steps, 2u);  // steps 3 and 4 of the 5 released
+  EXPECT_EQ(b.Attach(0, 2).status().code(), absl::StatusCode::kOutOfRange);
+  g = b.Attach(0, 3);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(b.Next(0, *g, 8, 1 << 20, absl::InfinitePast(), &steps, &end).ok());
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0]->task_step, 3);
+  b.Cap({});
+  Steps more;
+  for (int64_t i = 5; i < 15; ++i) more.push_back(MakeStep(i));
+  taken = b.TryPushSteps(more, [&] { ++woken; }, &retry_at, &room, &room_steps);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, 10u);
+  EXPECT_EQ(room_steps, std::numeric_limits<size_t>::max());
+  ASSERT_TRUE(b.Next(0, *g, 10, 1 << 20, absl::InfinitePast(), &steps, &end).ok());
+  EXPECT_EQ(b.stats().retained_steps, 12u);  // steps 3 to 14
 }
 
 // Waits (bounded) until `runner`'s producer waits for room in its buffer or has pushed its
@@ -143,7 +193,7 @@ TEST(PlacementBudgetTest, RunnerPlacingInARingRunsAheadByHalfTheRingOnly) {
   ASSERT_TRUE(segment.ok()) << segment.status();
   auto writer = std::make_shared<ShmRingWriter>(*segment);
   auto placement = std::make_shared<StepPlacement>(writer);
-  EXPECT_EQ(placement->producer_budget(), kRing / 2);
+  EXPECT_EQ(placement->buffer_caps().buffered_bytes, kRing / 2);
   TaskRunnerOptions options;
   options.buffer_bytes = size_t{1} << 20;
   auto attached = std::make_shared<absl::Notification>();
@@ -230,6 +280,92 @@ TEST(PlacementBudgetTest, RunnerPlacingInARingRunsAheadByHalfTheRingOnly) {
   }
   EXPECT_TRUE(end);
   EXPECT_EQ(next, kSteps);
+}
+
+// Small steps in a large ring: the runner runs ahead of its stream by StepPlacement::
+// kAheadSteps steps, not by half the ring (4 MiB: 65536 of these steps), and retains at most
+// kRetainedSteps of those read, so that what it holds in the ring stays a few hundred KiB that
+// the ring writer's early wrap keeps writing over. Every step is still built in the ring, read
+// once and in order.
+TEST(PlacementBudgetTest, RunnerPlacingSmallStepsRunsAheadByItsStepsNotByTheRing) {
+  constexpr size_t kRing = size_t{8} << 20;
+  constexpr size_t kAhead = StepPlacement::kAheadSteps;
+  constexpr size_t kStepBytes = 64;
+  auto segment = ShmSegment::Create(kRing);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  auto writer = std::make_shared<ShmRingWriter>(*segment);
+  auto placement = std::make_shared<StepPlacement>(writer);
+  EXPECT_EQ(placement->buffer_caps().buffered_steps, kAhead);
+  TaskRunnerOptions options;
+  options.buffer_bytes = size_t{64} << 20;
+  options.retention_bytes = size_t{64} << 20;
+  auto attached = std::make_shared<absl::Notification>();
+  auto produced = std::make_shared<std::atomic<int64_t>>(0);
+  auto in_heap = std::make_shared<std::atomic<int64_t>>(0);  // steps after the first
+  const int64_t kSteps = 4 * static_cast<int64_t>(kAhead);
+  std::shared_ptr<TaskRunner> runner =
+      TaskRunner::StartWith(OneConsumerTask(), options, [=](TaskStep* step, bool* end) {
+        attached->WaitForNotificationWithTimeout(absl::Seconds(60));
+        const int64_t i = produced->load();
+        if (i == kSteps) {
+          *end = true;
+          return absl::OkStatus();
+        }
+        std::shared_ptr<TensorBuffer> b = AllocateStepOutput(kStepBytes);
+        if (b == nullptr) {
+          b = TensorBuffer::AllocateHost(kStepBytes);
+          if (i > 0) in_heap->fetch_add(1);
+        }
+        std::memset(b->data(), static_cast<uint8_t>(i), kStepBytes);
+        step->task_step = i;
+        step->num_real_pieces = 1;
+        step->pieces = {{*Tensor::Wrap(DType::kUInt8, Shape({kStepBytes}), b)}};
+        step->bytes = kStepBytes;
+        produced->store(i + 1);
+        *end = false;
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(runner->AttachPlacement(placement));
+  attached->Notify();
+  auto reader = runner->OpenReader(0, 0);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE(WaitUntilProducerWaits(runner.get(), kSteps));
+  EXPECT_EQ(runner->buffer()->stats().steps, kAhead);
+  // The producer may hold one more it made but could not push (not a block more).
+  EXPECT_GE(produced->load(), static_cast<int64_t>(kAhead));
+  EXPECT_LE(produced->load(), static_cast<int64_t>(kAhead) + 1);
+  EXPECT_EQ(in_heap->load(), 0);
+
+  // Ten steps read make room for ten: the producer makes ten more (its block cut to the room
+  // in steps), not a block of 64 that the buffer would take only ten of.
+  ShmRingReader ring_reader(*segment);  // the same mapping stands in for the consumer's
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  bool end = false;
+  Steps ten;
+  ASSERT_TRUE((*reader)->Next(10, size_t{1} << 20, deadline, &ten, &end).ok());
+  ASSERT_EQ(ten.size(), 10u);
+  ASSERT_TRUE(WaitUntilProducerWaits(runner.get(), kSteps));
+  EXPECT_EQ(runner->buffer()->stats().steps, kAhead);
+  EXPECT_LE(produced->load(), static_cast<int64_t>(kAhead) + 10 + 1);
+  SendAndRelease(writer.get(), &ring_reader, ten);
+  int64_t next = 10;
+  while (!end && absl::Now() < deadline) {
+    Steps taken;
+    ASSERT_TRUE((*reader)->Next(64, size_t{1} << 20, deadline, &taken, &end).ok());
+    for (const auto& step : taken) {
+      EXPECT_EQ(step->task_step, next);
+      EXPECT_EQ(static_cast<const uint8_t*>(step->pieces[0][0].raw_data())[kStepBytes - 1],
+                static_cast<uint8_t>(next));
+      ++next;
+    }
+    if (!taken.empty()) SendAndRelease(writer.get(), &ring_reader, taken);
+    EXPECT_LE(runner->buffer()->stats().steps, kAhead);
+    EXPECT_LE(runner->buffer()->stats().retained_steps, StepPlacement::kRetainedSteps);
+  }
+  EXPECT_TRUE(end);
+  EXPECT_EQ(next, kSteps);
+  EXPECT_EQ(in_heap->load(), 0);
+  runner->DetachPlacement(placement.get());
 }
 
 }  // namespace

@@ -396,5 +396,65 @@ TEST(ShmRingWriterTest, StepBuffersFreedInAnyOrderKeepOnlyTheLiveOnesHeld) {
   EXPECT_NE(writer.Allocate((kRegions - kept) * kRegion), nullptr);  // up to the lap end
 }
 
+// The early wrap: with the consumer releasing each region at once, the writer goes back to
+// the segment's start as soon as it is a wrap span into it (here 16 KiB of a 1 MiB segment),
+// lap after lap, so that its writes stay in that stretch. While the region at a lap's start is
+// held, the writer has no more room than the last lap's length (positions only grow: it cannot
+// pass that region going round, and the skipped rest of the last lap counts as held until it
+// is released), and never writes over it. Once released, the writer goes back to the start
+// only when the lap is kLapHeld times the most it held in it, then in laps of the span again.
+// The consumer's checks accept every region (Resolve).
+TEST(ShmRingWriterTest, WrapsEarlyOnceTheStartIsFreeAndNeverOverAHeldRegion) {
+  constexpr size_t kSegment = size_t{1} << 20;
+  constexpr size_t kSpan = size_t{16} << 10;
+  constexpr size_t kBytes = 200;           // regions of 256 bytes: a lap of 64 is the span
+  constexpr int kLap = kSpan / 256;        // 64
+  constexpr int kHoldAt = 16 * kLap;       // a lap's start
+  auto segment = ShmSegment::Create(kSegment);
+  ASSERT_TRUE(segment.ok());
+  ShmRingWriter writer(*segment, kSpan);
+  ShmRingReader reader(*segment);
+  std::vector<uint64_t> offsets;  // of each region written
+  std::shared_ptr<TensorBuffer> held;
+  int refused_at = -1;
+  for (int i = 0; static_cast<int>(offsets.size()) < 2000 && i < 4000; ++i) {
+    const int k = static_cast<int>(offsets.size());
+    proto::ShmPayload p;
+    uint8_t* at = writer.Reserve(kBytes, &p);
+    if (at == nullptr) {
+      // No room while the lap's first region is held: only past the last lap's length.
+      ASSERT_NE(held, nullptr) << "region " << k;
+      refused_at = k;
+      EXPECT_EQ(static_cast<const uint8_t*>(held->data())[kBytes - 1],
+                static_cast<uint8_t>(kHoldAt % 251));
+      held.reset();
+      ASSERT_TRUE(writer.Release(reader.released()).ok());
+      continue;
+    }
+    std::memset(at, static_cast<uint8_t>(k % 251), kBytes);
+    absl::StatusOr<std::shared_ptr<TensorBuffer>> region = reader.Resolve(p);
+    ASSERT_TRUE(region.ok()) << "region " << k << ": " << region.status();
+    offsets.push_back(p.offset());
+    if (k == kHoldAt) {
+      ASSERT_EQ(p.offset(), 0u) << "regions of 256 bytes make laps of 64";
+      held = *std::move(region);
+    }
+    region = nullptr;  // the consumer dropped it
+    ASSERT_TRUE(writer.Release(reader.released()).ok());
+  }
+  ASSERT_EQ(offsets.size(), 2000u);
+  for (int k = 0; k < kHoldAt; ++k) EXPECT_EQ(offsets[k], (k % kLap) * 256u) << "region " << k;
+  EXPECT_EQ(refused_at, kHoldAt + kLap);
+  // It held a lap's length at most: back at the start kLapHeld laps' length further.
+  const int back_at = kHoldAt + static_cast<int>(ShmRingWriter::kLapHeld) * kLap;
+  for (int k = kHoldAt; k < back_at; ++k) {
+    EXPECT_EQ(offsets[k], (k - kHoldAt) * 256u) << "region " << k;
+  }
+  for (int k = back_at; k < 2000; ++k) {
+    EXPECT_EQ(offsets[k], ((k - back_at) % kLap) * 256u) << "region " << k;
+  }
+  EXPECT_GT(writer.written(), 27 * kSegment);  // 28 laps: positions skip the rest of each
+}
+
 }  // namespace
 }  // namespace sluice

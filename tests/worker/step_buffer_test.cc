@@ -31,7 +31,7 @@ int64_t NextStep(StepBuffer* b, int64_t consumer, int64_t gen, bool* end = nullp
   return -3;
 }
 
-// StepLimits::same_frame keeps apart steps that must not share a frame (a stream's steps built
+// StepLimits::frame_kind keeps apart steps that must not share a frame (a stream's steps built
 // in its shared-memory ring and those in ordinary memory): here steps of byte counts 100 and
 // 200 ("kinds"), pushed 100, 100, 200, 200, 100. A frame stops before a step of another kind;
 // a frame continued (frame_first) refuses a first step of another kind as one that costs too
@@ -50,9 +50,7 @@ TEST(StepBufferTest, SameFrameKeepsStepsOfAnotherKindForTheNextFrame) {
     for (int64_t i = 0; i < 5; ++i) ASSERT_TRUE(b.Push(MakeStep(i, kinds[i])).ok());
     StepLimits limits;
     limits.max_steps = 64;
-    limits.same_frame = [](const TaskStep& first, const TaskStep& step) {
-      return first.bytes == step.bytes;
-    };
+    limits.frame_kind = [](const TaskStep& step) { return static_cast<int>(step.bytes); };
     auto take = [&](const TaskStep* frame_first, size_t* blocked) {
       StepLimits l = limits;
       l.frame_first = frame_first;
@@ -71,6 +69,34 @@ TEST(StepBufferTest, SameFrameKeepsStepsOfAnotherKindForTheNextFrame) {
     EXPECT_EQ(take(nullptr, &blocked), (std::vector<int64_t>{2, 3}));
     EXPECT_EQ(take(kind_100.get(), &blocked), (std::vector<int64_t>{4}));
   }
+}
+
+// Next() asks a step's frame kind once per step it looks at, and the kind of the frame it
+// continues once (not again for each step that may join: the stream's kind is a walk of the
+// step's tensors with a dynamic_cast, and a frame takes up to 64 steps).
+TEST(StepBufferTest, FrameKindIsAskedOncePerStepAndOnceForTheFrame) {
+  StepBuffer b({.max_bytes = 1 << 20, .num_consumers = 1});
+  absl::StatusOr<int64_t> g = b.Attach(0, 0);
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (int64_t i = 0; i < 20; ++i) ASSERT_TRUE(b.Push(MakeStep(i, 100)).ok());
+  int asked = 0;
+  StepLimits limits;
+  limits.max_steps = 10;
+  limits.frame_kind = [&asked](const TaskStep& step) {
+    ++asked;
+    return static_cast<int>(step.bytes);
+  };
+  std::vector<std::shared_ptr<const TaskStep>> steps;
+  bool end = false;
+  ASSERT_TRUE(b.Next(0, *g, limits, absl::InfinitePast(), &steps, &end).ok());
+  EXPECT_EQ(steps.size(), 10u);
+  EXPECT_EQ(asked, 11);  // steps 0 to 10 (step 10 is the frame's 11th: max_steps)
+  asked = 0;
+  auto first = MakeStep(99, 100);
+  limits.frame_first = first.get();
+  ASSERT_TRUE(b.Next(0, *g, limits, absl::InfinitePast(), &steps, &end).ok());
+  EXPECT_EQ(steps.size(), 10u);
+  EXPECT_EQ(asked, 11);  // frame_first once, steps 10 to 19
 }
 
 TEST(StepBufferTest, BoundedInBytesButAdmitsOneLargeStep) {

@@ -370,5 +370,49 @@ TEST(StepPlacementTest, RunnerBuildsInTheRingAndLetsGoOfItWhenDetached) {
   EXPECT_EQ(next, kSteps);
 }
 
+// StepRingResidence, the walk both Unplaced and the stream's frame split ask: a step with no
+// numeric bytes (strings, an empty tensor) says so; one with a numeric tensor in the ring is in
+// it even when another is not (built there in part), and Unplaced copies that one out; one
+// with none there is outside. Unplaced returns a step with nothing in the ring as it is.
+TEST(StepPlacementTest, StepRingResidenceSaysWhereAStepsNumericBytesAre) {
+  auto segment = ShmSegment::Create(size_t{1} << 16);
+  ASSERT_TRUE(segment.ok());
+  auto writer = std::make_shared<ShmRingWriter>(*segment);
+  StepPlacement placement(writer);
+  auto step_of = [](std::vector<Tensor> tensors) {
+    auto step = std::make_shared<TaskStep>();
+    step->pieces = {std::move(tensors)};
+    return step;
+  };
+  const Tensor strings = Tensor::FromStrings({"ab"}, Shape({1}));
+  const Tensor empty = Tensor::Allocate(DType::kFloat32, Shape({0}));
+  Tensor heap = Tensor::Allocate(DType::kUInt8, Shape({100}));
+  std::memset(heap.mutable_raw_data(), 7, 100);
+  std::shared_ptr<TensorBuffer> b = writer->Allocate(100);
+  ASSERT_NE(b, nullptr);
+  const Tensor ring = InRing(b, 100, 9);
+
+  auto none = step_of({strings, empty});
+  EXPECT_EQ(StepRingResidence(*writer, *none), RingResidence::kNoNumericBytes);
+  EXPECT_EQ(placement.Unplaced(none), none);
+  auto outside = step_of({strings, heap});
+  EXPECT_EQ(StepRingResidence(*writer, *outside), RingResidence::kOutsideRing);
+  EXPECT_EQ(placement.Unplaced(outside), outside);
+  auto whole = step_of({ring, strings});
+  EXPECT_EQ(StepRingResidence(*writer, *whole), RingResidence::kInRing);
+  auto part = step_of({heap, empty, ring});  // its first numeric tensor is not in the ring
+  EXPECT_EQ(StepRingResidence(*writer, *part), RingResidence::kInRing);
+  std::shared_ptr<const TaskStep> out = placement.Unplaced(part);
+  ASSERT_NE(out, part);
+  EXPECT_EQ(StepRingResidence(*writer, *out), RingResidence::kOutsideRing);
+  EXPECT_FALSE(InSegment(out->pieces[0][2], **segment));
+  EXPECT_EQ(static_cast<const uint8_t*>(out->pieces[0][2].raw_data())[99], 9);
+  // Another ring's buffers are not this one's.
+  auto other_segment = ShmSegment::Create(size_t{1} << 16);
+  ASSERT_TRUE(other_segment.ok());
+  ShmRingWriter other(*other_segment);
+  EXPECT_EQ(StepRingResidence(other, *whole), RingResidence::kOutsideRing);
+}
+
 }  // namespace
 }  // namespace sluice
