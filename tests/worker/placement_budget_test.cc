@@ -165,6 +165,44 @@ bool WaitUntilProducerWaits(TaskRunner* runner, int64_t steps) {
   return true;
 }
 
+// A runner whose producer, once `attached` is notified, makes `steps` steps of `step_bytes`
+// bytes (step i's bytes all i), each built in the ring of the placement attached to it while
+// that has room, else on the heap (counted in `in_heap` after step 0, whose slice may have read
+// the placement before it was attached).
+struct PlacingRunner {
+  PlacingRunner(const TaskRunnerOptions& options, int64_t steps, size_t step_bytes) {
+    runner = TaskRunner::StartWith(
+        OneConsumerTask(), options,
+        [attached = attached, produced = produced, in_heap = in_heap, steps, step_bytes](
+            TaskStep* step, bool* end) {
+          attached->WaitForNotificationWithTimeout(absl::Seconds(60));
+          const int64_t i = produced->load();
+          if (i == steps) {
+            *end = true;
+            return absl::OkStatus();
+          }
+          std::shared_ptr<TensorBuffer> b = AllocateStepOutput(step_bytes);
+          if (b == nullptr) {
+            b = TensorBuffer::AllocateHost(step_bytes);
+            if (i > 0) in_heap->fetch_add(1);
+          }
+          std::memset(b->data(), static_cast<uint8_t>(i), step_bytes);
+          step->task_step = i;
+          step->num_real_pieces = 1;
+          step->pieces = {{*Tensor::Wrap(DType::kUInt8,
+                                         Shape({static_cast<int64_t>(step_bytes)}), b)}};
+          step->bytes = step_bytes;
+          produced->store(i + 1);
+          *end = false;
+          return absl::OkStatus();
+        });
+  }
+  const std::shared_ptr<absl::Notification> attached = std::make_shared<absl::Notification>();
+  const std::shared_ptr<std::atomic<int64_t>> produced = std::make_shared<std::atomic<int64_t>>(0);
+  const std::shared_ptr<std::atomic<int64_t>> in_heap = std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<TaskRunner> runner;
+};
+
 // What a stream and its consumer do with the steps a frame takes: the worker sends them (in
 // the ring: their header alone), the consumer decodes the frame, drops its steps at once and
 // says so (its next grant's shm_released).
@@ -196,45 +234,21 @@ TEST(PlacementBudgetTest, RunnerPlacingInARingRunsAheadByHalfTheRingOnly) {
   EXPECT_EQ(placement->buffer_caps().buffered_bytes, kRing / 2);
   TaskRunnerOptions options;
   options.buffer_bytes = size_t{1} << 20;
-  auto attached = std::make_shared<absl::Notification>();
-  auto produced = std::make_shared<std::atomic<int64_t>>(0);
-  auto in_heap = std::make_shared<std::atomic<int64_t>>(0);  // steps after the first
   constexpr int64_t kSteps = 200;
-  std::shared_ptr<TaskRunner> runner =
-      TaskRunner::StartWith(OneConsumerTask(), options, [=](TaskStep* step, bool* end) {
-        attached->WaitForNotificationWithTimeout(absl::Seconds(60));
-        const int64_t i = produced->load();
-        if (i == kSteps) {
-          *end = true;
-          return absl::OkStatus();
-        }
-        std::shared_ptr<TensorBuffer> b = AllocateStepOutput(1000);
-        if (b == nullptr) {
-          b = TensorBuffer::AllocateHost(1000);
-          // Step 0's slice may have read the placement before it was attached.
-          if (i > 0) in_heap->fetch_add(1);
-        }
-        std::memset(b->data(), static_cast<uint8_t>(i), 1000);
-        step->task_step = i;
-        step->num_real_pieces = 1;
-        step->pieces = {{*Tensor::Wrap(DType::kUInt8, Shape({1000}), b)}};
-        step->bytes = 1000;
-        produced->store(i + 1);
-        *end = false;
-        return absl::OkStatus();
-      });
+  PlacingRunner placing(options, kSteps, 1000);
+  const std::shared_ptr<TaskRunner>& runner = placing.runner;
   ASSERT_TRUE(runner->AttachPlacement(placement));
   EXPECT_EQ(runner->buffer()->stats().max_bytes, kRing / 2);
   EXPECT_EQ(runner->buffer()->stats().retention_capacity, kRing / 4);
-  attached->Notify();
+  placing.attached->Notify();
   auto reader = runner->OpenReader(0, 0);
   ASSERT_TRUE(reader.ok()) << reader.status();
   ASSERT_TRUE(WaitUntilProducerWaits(runner.get(), kSteps));
   // 32 x 1000 bytes fit 32 KiB; the producer may hold one more it made but could not push.
   EXPECT_EQ(runner->buffer()->stats().bytes, 32000u);
-  EXPECT_GE(produced->load(), 32);
-  EXPECT_LE(produced->load(), 33);
-  EXPECT_EQ(in_heap->load(), 0);
+  EXPECT_GE(placing.produced->load(), 32);
+  EXPECT_LE(placing.produced->load(), 33);
+  EXPECT_EQ(placing.in_heap->load(), 0);
 
   // Each step read, sent and released makes room for one more, built in the ring too: the
   // ring (64 regions) holds the queue (32), the one the producer holds and the retained steps
@@ -255,18 +269,18 @@ TEST(PlacementBudgetTest, RunnerPlacingInARingRunsAheadByHalfTheRingOnly) {
   ASSERT_EQ(next, 128);
   ASSERT_TRUE(WaitUntilProducerWaits(runner.get(), kSteps));
   EXPECT_EQ(runner->buffer()->stats().bytes, 32000u);
-  EXPECT_LE(produced->load(), 161);
-  EXPECT_EQ(in_heap->load(), 0);
+  EXPECT_LE(placing.produced->load(), 161);
+  EXPECT_EQ(placing.in_heap->load(), 0);
   EXPECT_LE(runner->buffer()->retained_bytes(), kRing / 4);
 
   // Detached: the buffer's own budget again, and the waiting producer goes on without a read.
   runner->DetachPlacement(placement.get());
   EXPECT_EQ(runner->buffer()->stats().max_bytes, options.buffer_bytes);
   EXPECT_EQ(runner->buffer()->stats().retention_capacity, options.retention_bytes);
-  while (produced->load() < kSteps && absl::Now() < deadline) {
+  while (placing.produced->load() < kSteps && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(2));
   }
-  EXPECT_EQ(produced->load(), kSteps);
+  EXPECT_EQ(placing.produced->load(), kSteps);
   // Every step arrives once, in order, with its bytes.
   while (!end && absl::Now() < deadline) {
     std::vector<std::shared_ptr<const TaskStep>> steps;
@@ -299,42 +313,19 @@ TEST(PlacementBudgetTest, RunnerPlacingSmallStepsRunsAheadByItsStepsNotByTheRing
   TaskRunnerOptions options;
   options.buffer_bytes = size_t{64} << 20;
   options.retention_bytes = size_t{64} << 20;
-  auto attached = std::make_shared<absl::Notification>();
-  auto produced = std::make_shared<std::atomic<int64_t>>(0);
-  auto in_heap = std::make_shared<std::atomic<int64_t>>(0);  // steps after the first
   const int64_t kSteps = 4 * static_cast<int64_t>(kAhead);
-  std::shared_ptr<TaskRunner> runner =
-      TaskRunner::StartWith(OneConsumerTask(), options, [=](TaskStep* step, bool* end) {
-        attached->WaitForNotificationWithTimeout(absl::Seconds(60));
-        const int64_t i = produced->load();
-        if (i == kSteps) {
-          *end = true;
-          return absl::OkStatus();
-        }
-        std::shared_ptr<TensorBuffer> b = AllocateStepOutput(kStepBytes);
-        if (b == nullptr) {
-          b = TensorBuffer::AllocateHost(kStepBytes);
-          if (i > 0) in_heap->fetch_add(1);
-        }
-        std::memset(b->data(), static_cast<uint8_t>(i), kStepBytes);
-        step->task_step = i;
-        step->num_real_pieces = 1;
-        step->pieces = {{*Tensor::Wrap(DType::kUInt8, Shape({kStepBytes}), b)}};
-        step->bytes = kStepBytes;
-        produced->store(i + 1);
-        *end = false;
-        return absl::OkStatus();
-      });
+  PlacingRunner placing(options, kSteps, kStepBytes);
+  const std::shared_ptr<TaskRunner>& runner = placing.runner;
   ASSERT_TRUE(runner->AttachPlacement(placement));
-  attached->Notify();
+  placing.attached->Notify();
   auto reader = runner->OpenReader(0, 0);
   ASSERT_TRUE(reader.ok()) << reader.status();
   ASSERT_TRUE(WaitUntilProducerWaits(runner.get(), kSteps));
   EXPECT_EQ(runner->buffer()->stats().steps, kAhead);
   // The producer may hold one more it made but could not push (not a block more).
-  EXPECT_GE(produced->load(), static_cast<int64_t>(kAhead));
-  EXPECT_LE(produced->load(), static_cast<int64_t>(kAhead) + 1);
-  EXPECT_EQ(in_heap->load(), 0);
+  EXPECT_GE(placing.produced->load(), static_cast<int64_t>(kAhead));
+  EXPECT_LE(placing.produced->load(), static_cast<int64_t>(kAhead) + 1);
+  EXPECT_EQ(placing.in_heap->load(), 0);
 
   // Ten steps read make room for ten: the producer makes ten more (its block cut to the room
   // in steps), not a block of 64 that the buffer would take only ten of.
@@ -346,7 +337,7 @@ TEST(PlacementBudgetTest, RunnerPlacingSmallStepsRunsAheadByItsStepsNotByTheRing
   ASSERT_EQ(ten.size(), 10u);
   ASSERT_TRUE(WaitUntilProducerWaits(runner.get(), kSteps));
   EXPECT_EQ(runner->buffer()->stats().steps, kAhead);
-  EXPECT_LE(produced->load(), static_cast<int64_t>(kAhead) + 10 + 1);
+  EXPECT_LE(placing.produced->load(), static_cast<int64_t>(kAhead) + 10 + 1);
   SendAndRelease(writer.get(), &ring_reader, ten);
   int64_t next = 10;
   while (!end && absl::Now() < deadline) {
@@ -364,7 +355,7 @@ TEST(PlacementBudgetTest, RunnerPlacingSmallStepsRunsAheadByItsStepsNotByTheRing
   }
   EXPECT_TRUE(end);
   EXPECT_EQ(next, kSteps);
-  EXPECT_EQ(in_heap->load(), 0);
+  EXPECT_EQ(placing.in_heap->load(), 0);
   runner->DetachPlacement(placement.get());
 }
 
