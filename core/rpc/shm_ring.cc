@@ -59,9 +59,12 @@ struct ShmRingWriter::State {
     const uint64_t free_from = FreeFrom();
     const uint64_t offset = written % size;
     const uint64_t lap_start = written - offset;
-    // The bytes held now (the skipped rest of the last lap, if the oldest held is before it,
-    // not counted: positions [free_from, written) span at most one lap's start).
-    const uint64_t held = written - free_from - (free_from < lap_start ? skipped : 0);
+    // The bytes held now: positions [free_from, written), less the part of the last lap's
+    // skipped rest among them (positions span at most one lap's start; all of the rest unless
+    // the consumer released up to a position inside it, which Release accepts: never more than
+    // lies between free_from and the lap's start).
+    const uint64_t held =
+        written - free_from - (free_from < lap_start ? std::min(skipped, lap_start - free_from) : 0);
     lap_held = std::max(lap_held, held);
     // Back to the segment's start (the rest of the lap skipped) when the region does not fit
     // before its end, or early: once the lap is long enough (ShmRingWriter's constructor) and
@@ -71,12 +74,15 @@ struct ShmRingWriter::State {
         free_from >= lap_start + n;
     const uint64_t pad = early || offset + n > size ? size - offset : 0;
     if (written + pad + n - free_from > size) return std::nullopt;  // would overwrite a held one
-    if (pad > 0) {
-      skipped = pad;
-      lap_held = held;
-    }
     const uint64_t start = written + pad;
     written = start + n;
+    // A new lap: after the skipped rest of the last one, or next, this region having ended
+    // exactly at the segment's end (then nothing before the next lap is skipped: an older
+    // lap's rest must not count).
+    if (pad > 0 || written % size == 0) {
+      skipped = written % size == 0 ? 0 : pad;
+      lap_held = held;
+    }
     return start;
   }
 

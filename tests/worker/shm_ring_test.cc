@@ -456,5 +456,45 @@ TEST(ShmRingWriterTest, WrapsEarlyOnceTheStartIsFreeAndNeverOverAHeldRegion) {
   EXPECT_GT(writer.written(), 27 * kSegment);  // 28 laps: positions skip the rest of each
 }
 
+
+// A consumer's release is its word (CreditGrant.shm_released): Release accepts any position
+// between what it released before and what was sent, also one inside the rest of a lap the
+// writer skipped when it wrapped early, which no region's end is. Such a release must not
+// make the writer count more bytes held than the positions after it span (an unsigned
+// underflow there had made the most held "2^64" and turned the early wrap off for the ring's
+// life): the writer goes on wrapping at the span, and never writes over what is held.
+TEST(ShmRingWriterTest, AReleaseInsideASkippedRestKeepsTheEarlyWrap) {
+  constexpr size_t kSegment = size_t{1} << 20;
+  constexpr size_t kSpan = size_t{16} << 10;
+  constexpr size_t kBytes = 200;     // regions of 256 bytes: a lap of 64 is the span
+  constexpr int kLap = kSpan / 256;  // 64
+  auto segment = ShmSegment::Create(kSegment);
+  ASSERT_TRUE(segment.ok());
+  ShmRingWriter writer(*segment, kSpan);
+  ShmRingReader reader(*segment);
+  std::vector<uint64_t> offsets;
+  for (int k = 0; k < 6 * kLap; ++k) {
+    proto::ShmPayload p;
+    uint8_t* at = writer.Reserve(kBytes, &p);
+    ASSERT_NE(at, nullptr) << "region " << k;
+    std::memset(at, static_cast<uint8_t>(k % 251), kBytes);
+    absl::StatusOr<std::shared_ptr<TensorBuffer>> region = reader.Resolve(p);
+    ASSERT_TRUE(region.ok()) << "region " << k << ": " << region.status();
+    offsets.push_back(p.offset());
+    region = nullptr;  // the consumer dropped it
+    if (k == kLap) {
+      // The first region of the second lap: released up to a position in the first lap's
+      // skipped rest (past its last region's end at kSpan, before the segment's end).
+      ASSERT_EQ(p.offset(), 0u);
+      ASSERT_TRUE(writer.Release(kSpan + 4096).ok());
+      continue;
+    }
+    ASSERT_TRUE(writer.Release(reader.released()).ok());
+  }
+  for (int k = 0; k < 6 * kLap; ++k) {
+    EXPECT_EQ(offsets[k], (k % kLap) * 256u) << "region " << k;
+  }
+}
+
 }  // namespace
 }  // namespace sluice
