@@ -16,6 +16,9 @@ std::atomic<int64_t> g_frames_read{0};
 std::atomic<int64_t> g_writers{0};
 std::atomic<int64_t> g_readers{0};
 
+// The most bytes of the next region that Allocate asks the cache for (State::PrefetchNext).
+constexpr uint64_t kPrefetchBytes = 16 * 1024;
+
 }  // namespace
 
 ShmRingCounts ProcessShmRingCounts() {
@@ -84,6 +87,21 @@ struct ShmRingWriter::State {
       lap_held = held;
     }
     return start;
+  }
+
+  // Asks for the lines of the next region of `bytes`, at `written` (Allocate's, a small one:
+  // up to kPrefetchBytes). The ring's lines were last written a lap ago, long out of the
+  // cache: a small region's copy then waits for their reads for ownership (the first locked
+  // instruction after it drains the stores; 12% of the worker's CPU at 1 KiB steps). Asked a
+  // region ahead, they are in the cache by the time it is copied. Large regions are written
+  // with non-temporal stores (core/util/streaming_copy.h), which read nothing.
+  void PrefetchNext(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (bytes > kPrefetchBytes) return;
+    const uint64_t size = segment->size();
+    const uint64_t offset = written % size;
+    const uint64_t n = std::min(bytes, size - offset);  // not past the segment's end
+    const uint8_t* next = segment->data() + offset;
+    for (uint64_t i = 0; i < n; i += 64) __builtin_prefetch(next + i, 1);
   }
 
   // Whether a live Allocate buffer lies at or after the end of the last region sent.
@@ -159,6 +177,7 @@ std::shared_ptr<TensorBuffer> ShmRingWriter::Allocate(size_t bytes) {
   if (!start.has_value()) return nullptr;
   state_->allocated.push_back(State::Allocated{*start, true});
   ++state_->live;
+  state_->PrefetchNext(AlignedSize(bytes));
   return std::make_shared<RingBuffer>(state_, *start, bytes);
 }
 
