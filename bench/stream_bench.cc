@@ -622,8 +622,10 @@ struct Column {
 
 int Main(int argc, char** argv) {
   // The allocator as sluice-worker and sluicectl run it (core/util/malloc_retention.h): freed
-  // memory stays resident, large blocks come from the heap.
+  // memory stays resident, large blocks come from the heap. No lock-order graph on every
+  // absl::Mutex lock (Debian's Abseil keeps one), as those binaries and the Python module run.
   RetainFreedMemory();
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   std::vector<size_t> sizes;
   for (absl::string_view s :
        absl::StrSplit(Flag(argc, argv, "sizes", "1024,16384,262144,1048576,4194304,16777216"), ',')) {
