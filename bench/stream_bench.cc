@@ -8,6 +8,7 @@
 //                            [--max_frame=0] [--tx_zerocopy=0] [--show_slices=0] [--only_shm=0]
 //                            [--build_steps=1] [--prefetch=1] [--bulk=1] [--only_bulk=0]
 //                            [--worker_buffer=0] [--bulk_max_frame=0] [--read=0]
+//                            [--bulk_cc=] [--tcp_cc=]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -30,7 +31,14 @@
 // alternating (for a profiler, and for bulk/TCP on a loaded machine: CPU-s/GB of each), and
 // splits bulk's CPU by thread: the producer's build, sluice-bulk-tx (the send copy),
 // sluice-bulk-rx (the receive copy, decode, queueing), the rest (gRPC, the pump pool, the
-// client's credit and prefetch threads); with steps per frame on the socket.
+// client's credit and prefetch threads); with steps per frame on the socket, and the
+// seconds per GB the two bulk threads spent off CPU: idle (tx: no frame to write; rx: no
+// frame header yet) and blocked (in the socket: a full send buffer, an empty receive
+// buffer; or runnable, waiting for a core).
+// --bulk_cc=NAME / --tcp_cc=NAME: the TCP congestion control of the bulk sockets (the
+// worker's bulk_congestion_control) and of raw TCP's socket; empty (the default): the host's
+// (net.ipv4.tcp_congestion_control). Compare the two columns under the same one: on a host
+// whose default is bbr, loopback TCP is paced (bench/RESULTS.md, "bulkwire").
 // --worker_buffer=N: the producer builds at most N bytes ahead of the stream (see below).
 // --bulk_max_frame=N: the worker's bulk_max_frame_bytes (0: its default).
 // --shm=0 leaves the shm column out; --only_shm=1 runs that column alone (for a profiler).
@@ -188,6 +196,11 @@ struct Result {
   double tx_cpu_seconds = 0;
   double rx_cpu_seconds = 0;
   int64_t bulk_frames = 0;
+  // Where those two threads were off CPU: idle (tx: no frame to write; rx: no frame header
+  // yet) and the rest of their lifetime past CPU and idle (blocked in the socket, or waiting
+  // for a core).
+  double tx_idle_seconds = 0, tx_blocked_seconds = 0;
+  double rx_idle_seconds = 0, rx_blocked_seconds = 0;
 };
 
 // The CPU time of the calling thread.
@@ -226,6 +239,13 @@ class UsageMeter {
     r->tx_cpu_seconds = static_cast<double>(bulk.sender_cpu_ns - bulk_.sender_cpu_ns) * 1e-9;
     r->rx_cpu_seconds = static_cast<double>(bulk.receiver_cpu_ns - bulk_.receiver_cpu_ns) * 1e-9;
     r->bulk_frames = bulk.frames_received - bulk_.frames_received;
+    const auto ns = [](int64_t now, int64_t then) { return static_cast<double>(now - then) * 1e-9; };
+    r->tx_idle_seconds = ns(bulk.sender_idle_ns, bulk_.sender_idle_ns);
+    r->tx_blocked_seconds = ns(bulk.sender_wall_ns, bulk_.sender_wall_ns) - r->tx_idle_seconds -
+                            r->tx_cpu_seconds;
+    r->rx_idle_seconds = ns(bulk.receiver_idle_ns, bulk_.receiver_idle_ns);
+    r->rx_blocked_seconds = ns(bulk.receiver_wall_ns, bulk_.receiver_wall_ns) -
+                            r->rx_idle_seconds - r->rx_cpu_seconds;
   }
 
  private:
@@ -295,6 +315,10 @@ void ReadEveryByte(const void* data, size_t bytes) {
   for (; i < bytes; ++i) sum += p[i];
   g_read_sum.fetch_add(sum, std::memory_order_relaxed);
 }
+
+// --tcp_cc=NAME: the raw TCP column's congestion control (its sending socket; empty: the
+// host's default), to compare it with the bulk column's (--bulk_cc) like for like.
+std::string g_tcp_cc;
 
 // --worker_buffer=N: the task's step buffer in bytes, how far the producer builds ahead of the
 // stream (0: the default, max(8 steps, 8 MiB)); smaller sends steps closer to their build.
@@ -504,6 +528,10 @@ Result RunTcp(size_t size, int64_t messages) {
   const size_t chunk = std::max<size_t>(size, 1);
   std::thread sender([&] {
     int fd = accept(listener, nullptr, nullptr);
+    if (!g_tcp_cc.empty()) {
+      setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, g_tcp_cc.data(),
+                 static_cast<socklen_t>(g_tcp_cc.size()));
+    }
     std::vector<char> buf(chunk, 7);
     for (int64_t m = 0; m < messages; ++m) {
       size_t off = 0;
@@ -583,6 +611,8 @@ struct Column {
   std::vector<double> faults_per_gb;        // minor page faults per GB moved
   std::vector<double> tx_per_gb, rx_per_gb;  // of which the bulk channel's threads
   std::vector<double> steps_per_frame;       // steps per frame on the bulk socket
+  // Off-CPU seconds per GB of the bulk threads: idle, and blocked (Result's fields).
+  std::vector<double> tx_idle_per_gb, tx_blocked_per_gb, rx_idle_per_gb, rx_blocked_per_gb;
   void Add(const Result& r) {
     const double gb = std::max<double>(static_cast<double>(r.bytes), 1) / 1e9;
     gbs.push_back(gb / r.seconds);
@@ -596,6 +626,10 @@ struct Column {
     rx_per_gb.push_back(r.rx_cpu_seconds / gb);
     steps_per_frame.push_back(static_cast<double>(r.steps) /
                               static_cast<double>(std::max<int64_t>(r.bulk_frames, 1)));
+    tx_idle_per_gb.push_back(r.tx_idle_seconds / gb);
+    tx_blocked_per_gb.push_back(r.tx_blocked_seconds / gb);
+    rx_idle_per_gb.push_back(r.rx_idle_seconds / gb);
+    rx_blocked_per_gb.push_back(r.rx_blocked_seconds / gb);
   }
   // "build B, tx T, rx R, rest X" CPU-s/GB: where the bulk column's CPU goes (rest: gRPC,
   // the pump pool, the client's credit and prefetch threads).
@@ -603,9 +637,13 @@ struct Column {
     if (gbs.empty()) return "-";
     const double build = Median(&Column::build_per_gb), tx = Median(&Column::tx_per_gb),
                  rx = Median(&Column::rx_per_gb);
-    return absl::StrFormat("build %.3f, tx %.3f, rx %.3f, rest %.3f; %.1f steps/frame", build,
-                           tx, rx, Median(&Column::cpu_per_gb) - build - tx - rx,
-                           Median(&Column::steps_per_frame));
+    return absl::StrFormat(
+        "build %.3f, tx %.3f, rx %.3f, rest %.3f; %.1f steps/frame; off CPU s/GB: tx idle "
+        "%.3f blocked %.3f, rx idle %.3f blocked %.3f",
+        build, tx, rx, Median(&Column::cpu_per_gb) - build - tx - rx,
+        Median(&Column::steps_per_frame), Median(&Column::tx_idle_per_gb),
+        Median(&Column::tx_blocked_per_gb), Median(&Column::rx_idle_per_gb),
+        Median(&Column::rx_blocked_per_gb));
   }
   double Median(std::vector<double> Column::*field) const { return sluice::Median(this->*field); }
   // "CPU-s/GB (of which building)".
@@ -672,6 +710,16 @@ int Main(int argc, char** argv) {
   // is being written; no timed wait.
   service_options.coalesce_wait = absl::Microseconds(coalesce_us);
   if (bulk_max_frame > 0) service_options.bulk_max_frame_bytes = static_cast<size_t>(bulk_max_frame);
+  // --bulk_cc=NAME: the bulk sockets' congestion control (sluice-worker
+  // --bulk_congestion_control); --tcp_cc=NAME: raw TCP's. Empty: the host's default.
+  service_options.bulk_congestion_control = Flag(argc, argv, "bulk_cc", "");
+  g_tcp_cc = Flag(argc, argv, "tcp_cc", "");
+  for (const std::string& cc : {service_options.bulk_congestion_control, g_tcp_cc}) {
+    if (absl::Status s = CheckBulkCongestionControl(cc); !s.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
   GrpcWorkerService service(&lookup, service_options);
   StubCoordinator coordinator;
   grpc::ServerBuilder builder;

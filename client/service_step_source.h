@@ -116,7 +116,8 @@ struct ServiceStepSourceOptions {
   // its workers.
   absl::Duration raise_credit_after = absl::Milliseconds(1);
   // Where received frames are decoded into. Empty: one pool of reused host buffers shared by
-  // all of this consumer's streams, keeping at most min(16 MiB, receive_budget_bytes / 4) idle.
+  // all of this consumer's streams, keeping idle min(16 MiB, receive_budget_bytes / 4), or more
+  // while the idle buffers and those out stay within receive_budget_bytes.
   TensorAllocator allocator;
   // Numeric tensors of 4 KiB or more that arrive inside one of gRPC's received slices, aligned
   // to their dtype, are views of that slice instead of copies (core/rpc/step_frame.h). Only

@@ -108,14 +108,13 @@ std::shared_ptr<const CompactSpec> CompactSpecFor(const ServiceStepSourceOptions
 }
 
 // The options with an allocator: without one, every call of this consumer shares one pool of
-// idle receive buffers (at most kDefaultIdleHostBytes, and at most a quarter of the receive
-// budget), so that the memory they keep does not grow with the number of workers (a pool per
-// call kept up to 16 MiB for each of them).
+// idle receive buffers (kDefaultIdleHostBytes and a quarter of the receive budget at most, or
+// as much as keeps the buffers idle and out within the budget), so that the memory they keep
+// does not grow with the number of workers (a pool per call kept up to 16 MiB for each of them).
 ServiceStepSourceOptions WithSharedAllocator(ServiceStepSourceOptions options) {
   if (!options.allocator) {
-    const size_t quarter_budget =
-        static_cast<size_t>(std::max<int64_t>(options.receive_budget_bytes / 4, 0));
-    options.allocator = PooledHostAllocator(std::min(kDefaultIdleHostBytes, quarter_budget));
+    const size_t budget = static_cast<size_t>(std::max<int64_t>(options.receive_budget_bytes, 0));
+    options.allocator = PooledHostAllocator(std::min(kDefaultIdleHostBytes, budget / 4), budget);
   }
   return options;
 }

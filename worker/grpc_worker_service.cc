@@ -54,7 +54,8 @@ GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions opt
     absl::StatusOr<std::unique_ptr<BulkListener>> bulk = BulkListener::Create(
         {.host = options.data_host,
          .port = options.data_port,
-         .handshake_timeout = options.bulk_handshake_timeout});
+         .handshake_timeout = options.bulk_handshake_timeout,
+         .congestion_control = options.bulk_congestion_control});
     if (bulk.ok()) {
       bulk_ = *std::move(bulk);
     } else {

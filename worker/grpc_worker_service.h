@@ -116,6 +116,10 @@ struct WorkerServiceOptions {
   int data_port = 0;
   // Frames with fewer numeric bytes stay on gRPC (a socket write costs more than it saves).
   size_t bulk_min_bytes = size_t{64} << 10;
+  // The bulk sockets' TCP congestion control (BulkListenerOptions::congestion_control); empty:
+  // the host's default. One that cannot be set leaves the channel off (logged);
+  // sluice-worker checks its --bulk_congestion_control first (CheckBulkCongestionControl).
+  std::string bulk_congestion_control;
   // max_frame_bytes for a stream once its bulk socket is up (at least max_frame_bytes): the
   // steps ready when its sender frees up go in one frame up to this (docs/SERVICE.md "Bulk data
   // channel", coalescing). sluice-worker --bulk_max_frame_bytes (CheckBulkMaxFrameBytes).

@@ -135,6 +135,10 @@ ABSL_FLAG(int, data_port, 0,
 ABSL_FLAG(int64_t, bulk_min_bytes, int64_t{64} << 10,
           "Frames with fewer tensor bytes than this stay on gRPC when the bulk data channel is "
           "up (a socket write costs more than it saves).");
+ABSL_FLAG(std::string, bulk_congestion_control, "",
+          "Bulk data channel: the TCP congestion control of its sockets (\"cubic\", \"reno\", "
+          "\"bbr\", ...; see net.ipv4.tcp_available_congestion_control); empty: the host's "
+          "default. docs/SERVICE.md \"Bulk data channel\" says when to choose.");
 ABSL_FLAG(int64_t, bulk_max_frame_bytes, int64_t{4} << 20,
           "Bulk data channel: the most tensor bytes of steps sent as one frame (the steps ready "
           "when the socket's sender frees up go together, docs/SERVICE.md \"Bulk data "
@@ -265,6 +269,12 @@ int main(int argc, char** argv) {
   }
   options.service.bulk_max_frame_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_bulk_max_frame_bytes));
+  options.service.bulk_congestion_control = absl::GetFlag(FLAGS_bulk_congestion_control);
+  if (absl::Status s = sluice::CheckBulkCongestionControl(options.service.bulk_congestion_control);
+      !s.ok()) {
+    std::cerr << "sluice-worker: --bulk_congestion_control: " << s.message() << std::endl;
+    return 2;
+  }
   if (options.service.data_port < 0 || options.service.data_port > 65535) {
     std::cerr << "sluice-worker: --data_port must be in [0, 65535], got "
               << options.service.data_port << std::endl;

@@ -56,6 +56,18 @@ void TuneSocket(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+// Sets `fd`'s congestion control to `name` (empty: leaves the host's default).
+absl::Status SetCongestionControl(int fd, const std::string& name) {
+  if (name.empty()) return absl::OkStatus();
+  if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(),
+                 static_cast<socklen_t>(name.size())) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bulk channel: congestion control \"", name, "\" is not available on this host (",
+        std::strerror(errno), "; see net.ipv4.tcp_allowed_congestion_control)"));
+  }
+  return absl::OkStatus();
+}
+
 struct Counts {
   std::atomic<int64_t> frames_sent{0};
   std::atomic<int64_t> bytes_sent{0};
@@ -65,24 +77,43 @@ struct Counts {
   std::atomic<int64_t> senders_stalled{0};
   std::atomic<int64_t> sender_cpu_ns{0};
   std::atomic<int64_t> receiver_cpu_ns{0};
+  std::atomic<int64_t> sender_wall_ns{0};
+  std::atomic<int64_t> sender_idle_ns{0};
+  std::atomic<int64_t> receiver_wall_ns{0};
+  std::atomic<int64_t> receiver_idle_ns{0};
 };
 Counts& ProcessCounts() {
   static Counts* const counts = new Counts;
   return *counts;
 }
 
+int64_t ClockNs(clockid_t clock) {
+  timespec t{};
+  clock_gettime(clock, &t);
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
+}
+
 // A thread running `body`, named so that a profile tells it from gRPC's (a thread otherwise
-// inherits the name of the gRPC thread that made it); its CPU time is added to `cpu_ns` when
-// it ends.
+// inherits the name of the gRPC thread that made it); its CPU time and its lifetime are added
+// to `cpu_ns` and `wall_ns` when it ends.
 std::thread NamedThread(const char* name, std::atomic<int64_t>* cpu_ns,
-                        std::function<void()> body) {
-  return std::thread([name, cpu_ns, body = std::move(body)] {
+                        std::atomic<int64_t>* wall_ns, std::function<void()> body) {
+  return std::thread([name, cpu_ns, wall_ns, body = std::move(body)] {
     pthread_setname_np(pthread_self(), name);
+    const int64_t start = ClockNs(CLOCK_MONOTONIC);
     body();
-    timespec t{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    cpu_ns->fetch_add(int64_t{t.tv_sec} * 1000000000 + t.tv_nsec);
+    cpu_ns->fetch_add(ClockNs(CLOCK_THREAD_CPUTIME_ID));
+    wall_ns->fetch_add(ClockNs(CLOCK_MONOTONIC) - start);
   });
+}
+
+// Runs `wait` and adds the time it took to `idle_ns` (the benchmarks' account of a thread
+// that had nothing to do).
+template <typename Wait>
+void TimedWait(std::atomic<int64_t>* idle_ns, Wait wait) {
+  const int64_t start = ClockNs(CLOCK_MONOTONIC);
+  wait();
+  idle_ns->fetch_add(ClockNs(CLOCK_MONOTONIC) - start, std::memory_order_relaxed);
 }
 
 // Padding between tensors comes from here (a tensor's offset is 64-byte aligned).
@@ -94,7 +125,15 @@ BulkChannelCounts ProcessBulkChannelCounts() {
   const Counts& c = ProcessCounts();
   return {c.frames_sent.load(),     c.bytes_sent.load(),      c.frames_received.load(),
           c.bytes_received.load(),  c.senders_alive.load(),   c.senders_stalled.load(),
-          c.sender_cpu_ns.load(),   c.receiver_cpu_ns.load()};
+          c.sender_cpu_ns.load(),   c.receiver_cpu_ns.load(), c.sender_wall_ns.load(),
+          c.sender_idle_ns.load(),  c.receiver_wall_ns.load(), c.receiver_idle_ns.load()};
+}
+
+absl::Status CheckBulkCongestionControl(const std::string& name) {
+  if (name.empty()) return absl::OkStatus();
+  UniqueFd probe(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (probe.get() < 0) return Errno("socket");
+  return SetCongestionControl(probe.get(), name);
 }
 
 bool BulkDataDefaultFromEnvironment() {
@@ -167,6 +206,11 @@ absl::StatusOr<std::unique_ptr<BulkListener>> BulkListener::Create(BulkListenerO
   if (listener.get() < 0) return Errno("socket");
   const int one = 1;
   setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  // Accepted sockets inherit it: the worker's end is the one that sends.
+  if (absl::Status s = SetCongestionControl(listener.get(), options.congestion_control);
+      !s.ok()) {
+    return s;
+  }
   if (family == AF_INET6) {
     const int zero = 0;  // both families on "every address"
     setsockopt(listener.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
@@ -345,7 +389,7 @@ BulkSender::BulkSender(UniqueFd socket, std::function<void(const absl::Status&)>
   ProcessCounts().senders_alive.fetch_add(1);
   SetTimeout(socket_.get(), SO_SNDTIMEO, write_timeout);
   thread_ = NamedThread("sluice-bulk-tx", &ProcessCounts().sender_cpu_ns,
-                        [this] { Loop(); });
+                        &ProcessCounts().sender_wall_ns, [this] { Loop(); });
 }
 
 BulkSender::~BulkSender() {
@@ -481,11 +525,13 @@ void BulkSender::Loop() {
     std::function<void()> ready;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](BulkSender* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return s->stopping_ || !s->queue_.empty();
-          },
-          this));
+      TimedWait(&ProcessCounts().sender_idle_ns, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        mu_.Await(absl::Condition(
+            +[](BulkSender* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return s->stopping_ || !s->queue_.empty();
+            },
+            this));
+      });
       if (stopping_) return;
       frame = std::move(queue_.front());
       queue_.pop_front();
@@ -615,7 +661,7 @@ void BulkReceiver::Abort() { shutdown(socket_.get(), SHUT_RDWR); }
 
 BulkReceiveThread::BulkReceiveThread() {
   thread_ = NamedThread("sluice-bulk-rx", &ProcessCounts().receiver_cpu_ns,
-                        [this] { Loop(); });
+                        &ProcessCounts().receiver_wall_ns, [this] { Loop(); });
 }
 
 BulkReceiveThread::~BulkReceiveThread() {
@@ -636,11 +682,13 @@ void BulkReceiveThread::Loop() {
     std::function<void()> task;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](BulkReceiveThread* t) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return t->stopping_ || !t->tasks_.empty();
-          },
-          this));
+      TimedWait(&ProcessCounts().receiver_idle_ns, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        mu_.Await(absl::Condition(
+            +[](BulkReceiveThread* t) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return t->stopping_ || !t->tasks_.empty();
+            },
+            this));
+      });
       if (tasks_.empty()) return;  // stopping, and nothing left to run
       task = std::move(tasks_.front());
       tasks_.pop_front();

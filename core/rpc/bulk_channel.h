@@ -81,13 +81,23 @@ struct BulkListenerOptions {
   // Offers waiting at once (the oldest is dropped beyond this), and how long one waits.
   size_t max_offers = 4096;
   absl::Duration offer_ttl = absl::Seconds(60);
+  // The TCP congestion control of the accepted sockets (the sending end decides; "cubic",
+  // "reno", "bbr", ...); empty: the host's default (net.ipv4.tcp_congestion_control). Why
+  // one might choose: docs/SERVICE.md "Bulk data channel", congestion control.
+  std::string congestion_control;
 };
+
+// OK when `name` is empty or a congestion control this process may set on a socket;
+// INVALID_ARGUMENT naming it otherwise (not built into the kernel, or not in
+// net.ipv4.tcp_allowed_congestion_control for an unprivileged process).
+absl::Status CheckBulkCongestionControl(const std::string& name);
 
 // The worker's listening socket and its handshakes, on a thread of its own.
 class BulkListener {
  public:
   // Binds and listens; INTERNAL naming the call and address that failed (a port in use, say),
-  // INVALID_ARGUMENT for a port outside [0, 65535].
+  // INVALID_ARGUMENT for a port outside [0, 65535] or a congestion control that cannot be set
+  // (CheckBulkCongestionControl).
   static absl::StatusOr<std::unique_ptr<BulkListener>> Create(BulkListenerOptions options);
   ~BulkListener();  // stops the thread; sockets not taken are closed
 
@@ -297,6 +307,14 @@ struct BulkChannelCounts {
   // copy and its syscalls; the receive copy and the consumer's handling of each frame).
   int64_t sender_cpu_ns = 0;
   int64_t receiver_cpu_ns = 0;
+  // Where those threads waited (benchmarks: the chain's stalls), of the ones that have ended:
+  // their lifetime, and the part of it they waited with nothing to do (a sender for a frame
+  // to write, a receive thread for a frame's header). Lifetime - CPU - idle is the time spent
+  // blocked in the socket (a full send buffer, an empty receive buffer) or waiting for a core.
+  int64_t sender_wall_ns = 0;
+  int64_t sender_idle_ns = 0;
+  int64_t receiver_wall_ns = 0;
+  int64_t receiver_idle_ns = 0;
 };
 BulkChannelCounts ProcessBulkChannelCounts();
 

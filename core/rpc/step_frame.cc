@@ -479,7 +479,8 @@ namespace {
 // Idle host buffers by size class; see PooledHostAllocator.
 class HostPool : public std::enable_shared_from_this<HostPool> {
  public:
-  explicit HostPool(size_t max_idle_bytes) : max_idle_bytes_(max_idle_bytes) {}
+  HostPool(size_t max_idle_bytes, size_t max_total_bytes)
+      : max_idle_bytes_(max_idle_bytes), max_total_bytes_(max_total_bytes) {}
   ~HostPool() {
     for (auto& [size_class, buffers] : idle_) {
       for (void* p : buffers) std::free(p);
@@ -512,6 +513,10 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
       ProcessMemoryBudget().Release(static_cast<int64_t>(size_class));
       return nullptr;
     }
+    {
+      absl::MutexLock lock(&mu_);
+      held_bytes_ += size_class;
+    }
     return std::make_shared<Buffer>(shared_from_this(), data, bytes, size_class);
   }
 
@@ -534,10 +539,15 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
     const size_t size_class_;
   };
 
+  // Keeps the buffer when the idle ones stay within max_idle_bytes_, or when they and the ones
+  // out stay within max_total_bytes_ (sizes held and idle are size classes, so no sum of them
+  // overflows: each was allocated).
   void Release(void* data, size_t size_class) {
     {
       absl::MutexLock lock(&mu_);
-      if (idle_bytes_ + size_class <= max_idle_bytes_) {
+      held_bytes_ -= size_class;
+      if (idle_bytes_ + size_class <= max_idle_bytes_ ||
+          held_bytes_ + idle_bytes_ + size_class <= max_total_bytes_) {
         idle_[size_class].push_back(data);
         idle_bytes_ += size_class;
         return;
@@ -547,15 +557,17 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
   }
 
   const size_t max_idle_bytes_;
+  const size_t max_total_bytes_;
   absl::Mutex mu_;
   std::map<size_t, std::vector<void*>> idle_ ABSL_GUARDED_BY(mu_);
   size_t idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // handed out and not yet released
 };
 
 }  // namespace
 
-TensorAllocator PooledHostAllocator(size_t max_idle_bytes) {
-  auto pool = std::make_shared<HostPool>(max_idle_bytes);
+TensorAllocator PooledHostAllocator(size_t max_idle_bytes, size_t max_total_bytes) {
+  auto pool = std::make_shared<HostPool>(max_idle_bytes, max_total_bytes);
   return [pool](size_t bytes) { return pool->Allocate(bytes); };
 }
 

@@ -115,11 +115,16 @@ using TensorAllocator = std::function<std::shared_ptr<TensorBuffer>(size_t bytes
 std::shared_ptr<TensorBuffer> AllocateUninitializedHost(size_t bytes);
 
 // An allocator of such memory that takes back the buffers its tensors release: by size class
-// (powers of two from 4 KiB), keeping at most `max_idle_bytes` idle, so that a stream's steady
-// state reuses warm buffers instead of a malloc, page faults and a free per frame. What a
+// (powers of two from 4 KiB), keeping a released buffer idle while the idle ones stay within
+// `max_idle_bytes`, or while they and the buffers handed out stay within `max_total_bytes`
+// (a consumer's receive budget: what it may hold anyway), so that a stream's steady state
+// reuses warm buffers instead of a malloc, page faults and a free per frame, also when a few
+// steps fill the idle bound (16 MiB steps: a released buffer freed for every one kept made
+// every other frame fault in 16 MiB afresh; bench/RESULTS.md "bulkwire"). What a
 // StepFrameDecoder given no allocator uses. Thread-safe; buffers may outlive the allocator.
 inline constexpr size_t kDefaultIdleHostBytes = size_t{16} << 20;
-TensorAllocator PooledHostAllocator(size_t max_idle_bytes = kDefaultIdleHostBytes);
+TensorAllocator PooledHostAllocator(size_t max_idle_bytes = kDefaultIdleHostBytes,
+                                    size_t max_total_bytes = 0);
 
 // Numeric tensors at least this large are sent from their own buffers; smaller ones are copied.
 inline constexpr size_t kZeroCopyMinBytes = 4096;

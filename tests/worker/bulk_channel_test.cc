@@ -7,6 +7,7 @@
 #include "core/rpc/bulk_channel.h"
 
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -64,10 +65,11 @@ void SendAll(int s, const std::string& bytes) {
 }
 
 std::unique_ptr<BulkListener> Listen(absl::Duration handshake_timeout = absl::Seconds(5),
-                                     size_t max_handshakes = 64) {
+                                     size_t max_handshakes = 64,
+                                     const std::string& congestion_control = "") {
   absl::StatusOr<std::unique_ptr<BulkListener>> l = BulkListener::Create(
       {.host = "127.0.0.1", .handshake_timeout = handshake_timeout,
-       .max_handshakes = max_handshakes});
+       .max_handshakes = max_handshakes, .congestion_control = congestion_control});
   EXPECT_TRUE(l.ok()) << l.status();
   return l.ok() ? *std::move(l) : nullptr;
 }
@@ -408,6 +410,45 @@ TEST(BulkChannelTest, HostOfWorkerAddresses) {
   EXPECT_EQ(*BulkHostOf("dns:///worker-0.svc:5000"), "worker-0.svc");
   EXPECT_FALSE(BulkHostOf(":5000").ok());
   EXPECT_FALSE(BulkHostOf("[::1:5000").ok());
+}
+
+// The congestion control of a socket (TCP_CONGESTION).
+std::string CongestionControlOf(int fd) {
+  char name[32] = {};
+  socklen_t len = sizeof(name);
+  EXPECT_EQ(getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len), 0) << std::strerror(errno);
+  return std::string(name, strnlen(name, sizeof(name)));
+}
+
+// The worker's end of a bulk socket (the sending one, whose congestion control paces the
+// frames) uses the algorithm the listener was given, not the host's default; a name the
+// kernel does not have is refused up front, naming it.
+TEST(BulkListenerTest, AcceptedSocketsUseTheCongestionControlAsked) {
+  UniqueFd probe(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const std::string host_default = CongestionControlOf(probe.get());
+  // reno is always built in; cubic where the default is reno.
+  const std::string asked = host_default == "reno" ? "cubic" : "reno";
+  if (!CheckBulkCongestionControl(asked).ok()) {
+    GTEST_SKIP() << asked << " cannot be set here (default " << host_default << ")";
+  }
+  std::unique_ptr<BulkListener> listener = Listen(absl::Seconds(5), 64, asked);
+  ASSERT_NE(listener, nullptr);
+  const std::string token = listener->Offer();
+  absl::StatusOr<std::unique_ptr<BulkReceiver>> r = BulkReceiver::Connect(
+      "127.0.0.1:1", static_cast<uint32_t>(listener->port()), token, absl::Seconds(10),
+      absl::Seconds(20));
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<UniqueFd> fd = listener->Take(token);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  EXPECT_EQ(CongestionControlOf(fd->get()), asked) << "host default: " << host_default;
+
+  EXPECT_TRUE(CheckBulkCongestionControl("").ok());
+  const absl::Status bad = CheckBulkCongestionControl("no-such-algorithm");
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_NE(bad.message().find("no-such-algorithm"), absl::string_view::npos) << bad;
+  absl::StatusOr<std::unique_ptr<BulkListener>> refused = BulkListener::Create(
+      {.host = "127.0.0.1", .congestion_control = "no-such-algorithm"});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
 }
 
 }  // namespace

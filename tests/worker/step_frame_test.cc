@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <set>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -554,6 +555,40 @@ TEST(StepFrameReuseTest, PooledHostAllocatorReusesReleasedBuffers) {
   many.erase(many.begin() + 1, many.end());
   alloc = nullptr;  // buffers outlive the allocator
   std::memset(many[0]->data(), 1, 32 << 10);
+}
+
+// With a total bound (a consumer's receive budget), the pool keeps every buffer that fits in
+// it with those still out, beyond the idle bound: a stream of steps a quarter of the budget
+// each reuses all of its buffers instead of freeing and faulting in all but one per round.
+// Observed through their contents: a buffer kept idle comes back with the bytes it was
+// released with, while freed ones are taken by the allocations made in between.
+TEST(StepFrameReuseTest, PooledHostAllocatorKeepsWhatFitsInTheTotalBound) {
+  constexpr size_t kStep = 256 << 10;
+  TensorAllocator alloc = PooledHostAllocator(/*max_idle_bytes=*/kStep,
+                                              /*max_total_bytes=*/4 * kStep);
+  std::vector<std::shared_ptr<TensorBuffer>> out;
+  for (int i = 0; i < 4; ++i) {
+    out.push_back(alloc(kStep));
+    ASSERT_NE(out.back(), nullptr);
+    std::memset(out.back()->data(), 0x5a, kStep);
+  }
+  std::set<void*> released;
+  for (const auto& b : out) released.insert(b->data());
+  out.clear();
+  // Memory of the same size, written: it reuses whatever the pool freed.
+  std::vector<void*> between;
+  for (int i = 0; i < 4; ++i) {
+    between.push_back(std::aligned_alloc(TensorBuffer::kAlignment, kStep));
+    ASSERT_NE(between.back(), nullptr);
+    std::memset(between.back(), 0, kStep);
+  }
+  for (int i = 0; i < 4; ++i) {
+    out.push_back(alloc(kStep));
+    ASSERT_NE(out.back(), nullptr);
+    EXPECT_EQ(released.count(out.back()->data()), 1u) << "buffer " << i << " was not kept";
+    EXPECT_EQ(static_cast<const unsigned char*>(out.back()->data())[kStep / 2], 0x5a);
+  }
+  for (void* p : between) std::free(p);
 }
 
 // One encoder over many frames reuses its send buffers; a frame's bytes stay valid after the
