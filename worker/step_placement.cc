@@ -81,6 +81,7 @@ std::shared_ptr<const TaskStep> StepPlacement::Placed(
   if (StepRingResidence(*ring_, *step) != RingResidence::kOutsideRing) return step;
   auto copy = std::make_shared<TaskStep>(*step);
   Place(copy.get());
+  if (StepRingResidence(*ring_, *copy) != RingResidence::kInRing) return nullptr;  // no room
   return copy;
 }
 

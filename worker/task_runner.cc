@@ -254,9 +254,17 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
       if (placement_->attaching == nullptr) return placement_->placement;
       attaching = placement_->attaching;
     }
-    buffer_->ReplaceQueuedSteps([&](const std::shared_ptr<const TaskStep>& step) {
-      return attaching->Placed(step);
-    });
+    // As far as the ring's room and the caps of what runs ahead allow: a step placed after
+    // one that found no room would go in place ahead of it, and it inline.
+    const StepBufferCaps caps = attaching->buffer_caps();
+    size_t bytes = 0;
+    size_t steps = 0;
+    buffer_->ReplaceQueuedSteps(
+        [&](const std::shared_ptr<const TaskStep>& step) -> std::shared_ptr<const TaskStep> {
+          bytes += step->bytes;
+          if (bytes > caps.buffered_bytes || ++steps > caps.buffered_steps) return nullptr;
+          return attaching->Placed(step);
+        });
     absl::MutexLock lock(&placement_->mu);
     // Detached meanwhile: its job (after this slice) moves what was placed back out.
     if (placement_->attaching == attaching) {
