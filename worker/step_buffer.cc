@@ -163,6 +163,16 @@ void StepBuffer::ReplaceSteps(const std::function<std::shared_ptr<const TaskStep
   for (InFlight& f : in_flight_) each(f.steps);
 }
 
+void StepBuffer::ReplaceQueuedSteps(const std::function<std::shared_ptr<const TaskStep>(
+                                        const std::shared_ptr<const TaskStep>&)>& replace) {
+  absl::MutexLock lock(&mu_);
+  for (std::shared_ptr<const TaskStep>& step : steps_) {
+    std::shared_ptr<const TaskStep> replaced = replace(step);
+    if (replaced == nullptr) return;
+    step = std::move(replaced);
+  }
+}
+
 absl::Status StepBuffer::Push(std::shared_ptr<const TaskStep> step) {
   if (window_) return window_->Push(std::move(step));
   RunWakeups run;

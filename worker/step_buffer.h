@@ -246,6 +246,13 @@ class StepBuffer {
   // cross-trainer window's steps.
   void ReplaceSteps(const std::function<std::shared_ptr<const TaskStep>(
                         const std::shared_ptr<const TaskStep>&)>& replace);
+  // Replaces the queued steps (pushed, taken by no reader yet), in task step order, by
+  // replace(step) until it returns null (that step and the rest stay), under the buffer's lock
+  // (a reader takes a step either before or after): the steps made before a stream's
+  // shared-memory ring attached are copied into it (TaskRunner::AttachPlacement). Not for a
+  // cross-trainer window's steps.
+  void ReplaceQueuedSteps(const std::function<std::shared_ptr<const TaskStep>(
+                              const std::shared_ptr<const TaskStep>&)>& replace);
 
   // Waits until `deadline` for the consumer's next step(s): on return *steps holds between 1 and
   // max_steps steps (fewer if that would exceed max_bytes, never fewer than one), or is empty

@@ -76,6 +76,15 @@ void StepPlacement::Place(TaskStep* step) const {
   }
 }
 
+std::shared_ptr<const TaskStep> StepPlacement::Placed(
+    const std::shared_ptr<const TaskStep>& step) const {
+  if (StepRingResidence(*ring_, *step) != RingResidence::kOutsideRing) return step;
+  auto copy = std::make_shared<TaskStep>(*step);
+  Place(copy.get());
+  if (StepRingResidence(*ring_, *copy) != RingResidence::kInRing) return nullptr;  // no room
+  return copy;
+}
+
 std::shared_ptr<const TaskStep> StepPlacement::Unplaced(
     const std::shared_ptr<const TaskStep>& step) const {
   if (StepRingResidence(*ring_, *step) != RingResidence::kInRing) return step;

@@ -67,6 +67,10 @@ class StepPlacement : public StepOutputAllocator {
   // Puts `step`'s numeric tensors into the ring (one region for the step) unless they lie
   // there already in the frame layout; leaves the step as it was when the ring has no room.
   void Place(TaskStep* step) const;
+  // A copy of `step` with its numeric tensors in the ring (a step made before the placement
+  // attached: TaskRunner::AttachPlacement), `step` itself when it has none outside the ring,
+  // or null when the ring has no room for it.
+  std::shared_ptr<const TaskStep> Placed(const std::shared_ptr<const TaskStep>& step) const;
   // `step` itself when none of its tensors is in the ring, else a copy of it whose tensors
   // that were are in ordinary memory (charged to the memory budget; a tensor the budget
   // refuses stays in the ring, keeping the segment mapped while it lives).

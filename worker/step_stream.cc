@@ -39,6 +39,15 @@ absl::Status ConsumerWentAway() {
   return absl::CancelledError("StreamSteps: the consumer went away");
 }
 
+// The most step bytes (credit cost) the frame offering a segment carries: it goes inline, as a
+// gRPC message (two kernel copies and the consumer's copy out of gRPC's buffers, into memory it
+// faults in), while every step after it takes the ring. A whole small job (a few KiB) still
+// rides on the offer, as before, and needs no round trip; a larger first step waits for the
+// consumer's answer (a loopback round trip, under a millisecond) and goes through the ring:
+// one 16 MiB step inline cost ~10 ms of CPU, a third of a 128 MiB stream's (bench/RESULTS.md,
+// shmstart).
+constexpr size_t kOfferFrameInlineBytes = size_t{64} << 10;
+
 class StepStream final : public Reactor {
  public:
   StepStream(grpc::CallbackServerContext* context, const StepStreamEnv& env)
@@ -544,6 +553,7 @@ class StepStream final : public Reactor {
                             ? std::numeric_limits<size_t>::max()
                             : c;
     limits_.max_cost = std::min(c, MaxFrameBytes());
+    if (accept_attached_) limits_.first_max = std::min(limits_.first_max, MaxFrameBytes());
   }
 
   // Registers for a wake-up when a step (or the end) is there for this stream. False when
@@ -569,8 +579,11 @@ class StepStream final : public Reactor {
   }
 
   // What a frame may hold: options_.max_frame_bytes, or bulk_max_frame_bytes once the bulk
-  // socket is up (its frames cost a header and a wake-up each, whatever their size).
+  // socket is up (its frames cost a header and a wake-up each, whatever their size); the frame
+  // offering a segment, kOfferFrameInlineBytes (a first step larger than that waits for the
+  // ring: Pump sends the offer alone).
   size_t MaxFrameBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (accept_attached_) return std::min(options_.max_frame_bytes, kOfferFrameInlineBytes);
     return bulk_sender_ == nullptr
                ? options_.max_frame_bytes
                : std::max(options_.max_frame_bytes, options_.bulk_max_frame_bytes);
@@ -627,6 +640,12 @@ class StepStream final : public Reactor {
           // Independent reads: this consumer has its window of steps unacknowledged.
           awaiting_ack_ = true;
           return;
+        }
+        if (blocked_cost > 0 && accept_attached_) {
+          // The first step is larger than the offer may carry (or than the credit): the offer
+          // goes alone, and the step through the ring once the consumer answers.
+          SendFrame();
+          continue;
         }
         if (blocked_cost > 0) {
           need_ = static_cast<int64_t>(blocked_cost);  // wait for credit

@@ -243,16 +243,42 @@ class TaskRunner::Production : public std::enable_shared_from_this<Production> {
     }
   }
 
+  // The placement the next block builds in. One just attached (AttachPlacement) first takes
+  // the steps made before that no reader took yet, in order, so that every step this block
+  // makes lies after them in the ring. Called with pending_ empty (those steps are all in the
+  // buffer) and no other block running: the producer's steps are placed in the order made.
+  std::shared_ptr<StepPlacement> CurrentPlacement() {
+    std::shared_ptr<StepPlacement> attaching;
+    {
+      absl::MutexLock lock(&placement_->mu);
+      if (placement_->attaching == nullptr) return placement_->placement;
+      attaching = placement_->attaching;
+    }
+    // As far as the ring's room and the caps of what runs ahead allow: a step placed after
+    // one that found no room would go in place ahead of it, and it inline.
+    const StepBufferCaps caps = attaching->buffer_caps();
+    size_t bytes = 0;
+    size_t steps = 0;
+    buffer_->ReplaceQueuedSteps(
+        [&](const std::shared_ptr<const TaskStep>& step) -> std::shared_ptr<const TaskStep> {
+          bytes += step->bytes;
+          if (bytes > caps.buffered_bytes || ++steps > caps.buffered_steps) return nullptr;
+          return attaching->Placed(step);
+        });
+    absl::MutexLock lock(&placement_->mu);
+    // Detached meanwhile: its job (after this slice) moves what was placed back out.
+    if (placement_->attaching == attaching) {
+      placement_->placement = std::move(placement_->attaching);
+    }
+    return placement_->placement;
+  }
+
   // Produces the next block into pending_ (empty): a step, then, while the steps are small
   // and quick to make, more of them (see kBlockSteps), so that the buffer takes them under one
   // lock. At the end of data or on the pipeline's error, finish_ says which, once the steps
   // before it are pushed. False when the runner stopped the pipeline (nothing to report).
   bool ProduceBlock(absl::Time slice_end) {
-    std::shared_ptr<StepPlacement> placement;
-    {
-      absl::MutexLock lock(&placement_->mu);
-      placement = placement_->placement;
-    }
+    std::shared_ptr<StepPlacement> placement = CurrentPlacement();
     const bool shared = buffer_->cross_trainer_window() != nullptr;
     size_t made = 0;
     size_t bytes = 0;
@@ -629,8 +655,8 @@ bool TaskRunner::AttachPlacement(std::shared_ptr<StepPlacement> placement) {
   const StepBufferCaps caps = placement->buffer_caps();
   {
     absl::MutexLock lock(&placement_->mu);
-    if (placement_->placement != nullptr) return false;
-    placement_->placement = std::move(placement);
+    if (placement_->placement != nullptr || placement_->attaching != nullptr) return false;
+    placement_->attaching = std::move(placement);
   }
   buffer_->Cap(caps);
   return true;
@@ -658,8 +684,13 @@ void TaskRunner::DetachPlacement(const StepPlacement* placement) {
   std::shared_ptr<StepPlacement> detached;
   {
     absl::MutexLock lock(&placement_->mu);
-    if (placement_->placement.get() != placement) return;
-    detached = std::move(placement_->placement);
+    if (placement_->attaching.get() == placement) {
+      detached = std::move(placement_->attaching);  // no block placed anything in it
+    } else if (placement_->placement.get() == placement) {
+      detached = std::move(placement_->placement);
+    } else {
+      return;
+    }
   }
   buffer_->Cap(StepBufferCaps{});
   TaskRunnerPool* pool = options_.pool != nullptr ? options_.pool : &ProcessTaskRunnerPool();

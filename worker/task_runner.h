@@ -266,7 +266,12 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
 
   // Steps produced from now on are built in `placement`'s shared-memory ring
   // (worker/step_placement.h), until DetachPlacement(placement). False, and nothing changes,
-  // when another placement is attached (one consumer's ring at a time).
+  // when another placement is attached (one consumer's ring at a time). The producer's next
+  // block first copies into the ring the steps made before that no reader took yet (queued in
+  // the buffer), in order: a ring region goes in place only after every region sent before it
+  // (core/rpc/shm_ring.h), so with the next steps made in the ring ahead of them, the steps
+  // made before the stream came found no room in order and went inline (bench/RESULTS.md,
+  // shmstart).
   bool AttachPlacement(std::shared_ptr<StepPlacement> placement);
   // Stops placing steps in `placement` (if attached; at once) and moves the steps placed
   // there that the task still holds to ordinary memory (StepPlacement::Unplaced) in a job on
@@ -310,6 +315,9 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   struct PlacementSlot {
     absl::Mutex mu;
     std::shared_ptr<StepPlacement> placement ABSL_GUARDED_BY(mu);
+    // Attached, and the queued steps made before not yet copied into it: the producer's next
+    // block does that, then moves it to `placement`.
+    std::shared_ptr<StepPlacement> attaching ABSL_GUARDED_BY(mu);
   };
   const std::shared_ptr<PlacementSlot> placement_ = std::make_shared<PlacementSlot>();
 

@@ -184,6 +184,33 @@ TEST(ServiceSharedMemoryTest, StepsLargerThanTheRingGiveTheSameStepsAsTcp) {
   EXPECT_EQ(shm.steps, tcp.steps);
 }
 
+// A first step larger than the frame offering the segment may carry (64 KiB) is not sent
+// with the offer, inline: the offer goes alone and every step, the first included, goes
+// through the ring once the consumer mapped it. Inline, the first step of a 16 MiB-step
+// stream cost ~10 ms of CPU (bench/RESULTS.md, shmstart). Steps of 1.2 MB go one to a frame.
+TEST(ServiceSharedMemoryTest, AFirstStepLargerThanTheOfferMayCarryGoesThroughTheRing) {
+  const int64_t n = 24, row = 100000;  // float32 rows of 400 KB, batch 3: 1.2 MB a step
+  Tensor rows = Tensor::Allocate(DType::kFloat32, Shape({n, row}));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < row; ++j) rows.mutable_data<float>()[i * row + j] = i + j * 1e-3f;
+  }
+  const Dataset ds = Dataset::FromTensorSlices(Element::Leaf(rows)).Batch(3);
+  Cluster cluster(1);
+  ServiceOptions options;
+  options.job_name = "shm-first-step";
+  const ShmRingCounts before = ProcessShmRingCounts();
+  Read shm = ReadAll(cluster.address(), ds, options);
+  ASSERT_TRUE(shm.status.ok()) << shm.status;
+  const ShmRingCounts after = ProcessShmRingCounts();
+  ASSERT_EQ(shm.steps.size(), 8u);
+  EXPECT_EQ(after.frames_read - before.frames_read, 8) << "a step went inline";
+  options.job_name = "tcp-first-step";
+  options.shared_memory = false;
+  Read tcp = ReadAll(cluster.address(), ds, options);
+  ASSERT_TRUE(tcp.status.ok()) << tcp.status;
+  EXPECT_EQ(shm.steps, tcp.steps);
+}
+
 TEST(ServiceSharedMemoryTest, ExactlyOnceOverSharedMemoryWithSeveralConsumers) {
   Cluster cluster(3);
   ServiceOptions options;

@@ -3,6 +3,7 @@
 // alone and the consumer's tensors are views of the very bytes the worker wrote; a region is
 // reused only once the consumer released it and the worker dropped it; a frame that is not in
 // ring order is copied; a consumer cannot release what was not sent.
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -368,6 +369,77 @@ TEST(StepPlacementTest, RunnerBuildsInTheRingAndLetsGoOfItWhenDetached) {
   }
   EXPECT_TRUE(end);
   EXPECT_EQ(next, kSteps);
+}
+
+// Steps the task made in ordinary memory before a stream's ring attached (the producer runs
+// ahead of any consumer) go into the ring first, in task step order, ahead of the steps made
+// after: a ring region goes in place only after every region sent before it, so the steps made
+// in the ring at once used to lie ahead of them and they went inline (bench/RESULTS.md,
+// shmstart: a 16 MiB step over gRPC per stream). Every step then lies in the ring, at
+// increasing positions, with its bytes.
+TEST(StepPlacementTest, StepsMadeBeforeTheRingAttachedGoIntoItFirstInOrder) {
+  auto segment = ShmSegment::Create(size_t{1} << 20);
+  ASSERT_TRUE(segment.ok());
+  auto writer = std::make_shared<ShmRingWriter>(*segment);
+  auto placement = std::make_shared<StepPlacement>(writer);
+  TaskRunnerOptions options;
+  options.buffer_bytes = 8 * 1000;
+  auto attached = std::make_shared<absl::Notification>();
+  auto produced = std::make_shared<int64_t>(0);
+  auto made = std::make_shared<std::atomic<int64_t>>(0);  // produced, as the test sees it
+  constexpr int64_t kSteps = 20;
+  constexpr int64_t kMadeBefore = 3;
+  std::shared_ptr<TaskRunner> runner =
+      TaskRunner::StartWith(OneConsumerTask(), options, [=](TaskStep* step, bool* end) {
+        // Steps 0-2 are made before the ring is there; step 3 waits (bounded) for it.
+        if (*produced == kMadeBefore) attached->WaitForNotificationWithTimeout(absl::Seconds(60));
+        if (*produced == kSteps) {
+          *end = true;
+          return absl::OkStatus();
+        }
+        std::shared_ptr<TensorBuffer> b = AllocateStepOutput(1000);
+        if (b == nullptr) b = TensorBuffer::AllocateHost(1000);
+        step->task_step = (*produced)++;
+        step->num_real_pieces = 1;
+        step->pieces = {{InRing(b, 1000, static_cast<uint8_t>(step->task_step))}};
+        step->bytes = 1000;
+        made->store(*produced);
+        *end = false;
+        return absl::OkStatus();
+      });
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (made->load() < kMadeBefore && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(made->load(), kMadeBefore);
+  ASSERT_TRUE(runner->AttachPlacement(placement));
+  attached->Notify();
+  // The buffer fills (8 steps): the block after the ring attached has placed the earlier ones.
+  while (runner->buffer()->stats().steps < 8 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  auto reader = runner->OpenReader(0, 0);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::vector<std::shared_ptr<const TaskStep>> taken;  // held: no region is reused
+  bool end = false;
+  while (!end && absl::Now() < deadline) {
+    std::vector<std::shared_ptr<const TaskStep>> more;
+    ASSERT_TRUE((*reader)->Next(8, size_t{1} << 20, deadline, &more, &end).ok());
+    taken.insert(taken.end(), more.begin(), more.end());
+  }
+  ASSERT_TRUE(end);
+  ASSERT_EQ(taken.size(), static_cast<size_t>(kSteps));
+  const uint8_t* last = nullptr;
+  for (const auto& step : taken) {
+    const Tensor& t = step->pieces[0][0];
+    // Step 3, made while the ring attached (its block began before), is placed by copy too.
+    EXPECT_TRUE(writer->Holds(t)) << "task step " << step->task_step;
+    const auto* p = static_cast<const uint8_t*>(t.raw_data());
+    EXPECT_TRUE(last == nullptr || p > last) << "task step " << step->task_step;
+    last = p;
+    EXPECT_EQ(p[999], static_cast<uint8_t>(step->task_step));
+  }
+  runner->DetachPlacement(placement.get());
 }
 
 // StepRingResidence, the walk both Unplaced and the stream's frame split ask: a step with no
