@@ -22,8 +22,10 @@
 // free top, and a thread arena keeps the heaps (64 MiB of address space each) it grew. What is
 // kept: per arena, the memory of its peak use, which the processes' memory budgets bound, and
 // in the main arena at most `top_pad` beyond what is in use. The main arena's brk also grows by
-// the top pad beyond a request: address space, not resident until touched. GLIBC_TUNABLES naming
-// glibc.malloc.top_pad (or MALLOC_TOP_PAD_ set) wins.
+// the top pad beyond a request, and a thread arena's new heap is made writable whole (64 MiB):
+// commit charge and address space, not resident until touched (under strict overcommit,
+// vm.overcommit_memory=2, that charge counts). GLIBC_TUNABLES naming glibc.malloc.top_pad (or
+// MALLOC_TOP_PAD_ set) wins.
 //
 // The process's GLIBC_TUNABLES environment variable wins: when it sets
 // glibc.malloc.trim_threshold or glibc.malloc.mmap_threshold (or MALLOC_TRIM_THRESHOLD_ /
