@@ -2,7 +2,7 @@
 
     python3 bench/small_step_bench.py [--build=build] [--seconds=5] [--size=1024] [--reps=3]
         [--devices=CPU:0,GPU:0] [--shared_memory=1] [--pipeline=EXPR] [--worker_nice=N]
-        [--worker_flags="--memory_limit=128MiB ..."]
+        [--worker_flags="--memory_limit=128MiB ..."] [--warmup_steps=1000]
 
 Starts a sluice-coordinator and one sluice-worker on loopback (bench/sluice_cluster.py) and runs
 `sluicectl bench --coordinator` (DistributeDatasetFromService, DistributedIterator::GetNext in
@@ -15,9 +15,11 @@ without a GPU). Per run it reports steps/s and the CPU each process spent per st
   - consumer: sluicectl's own CPU over the measured steps (its JSON process_cpu_seconds_per_gb
     times the bytes), i.e. the trainer's whole cost of receiving and handing out a step;
   - worker: the sluice-worker's user + system CPU (/proc/PID/stat) from the bench's start to
-    its end, divided by the measured steps (so it also counts the warm-up's 1000 steps, the
+    its end, divided by the measured steps (so it also counts the warm-up's steps, the
     job's start and its end: an upper bound), and its threads' context switches per step
     (/proc/PID/task/*/status: each is a thread hand-off, a futex sleep or a preemption);
+    and its minor page faults per step (/proc/PID/stat, the same span: memory faulted in
+    afresh, e.g. a large step's buffer);
   - steps/frame: measured steps over the frames this consumer decoded from shared memory
     (over TCP: not counted).
 --worker_nice=-10 (root) raises the worker's threads' priority: on a loaded machine it stands
@@ -42,6 +44,12 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def minor_faults(pid):
+    """Minor page faults of process `pid` so far (/proc/PID/stat field 10)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
 
 
 def context_switches(pid):
@@ -72,12 +80,14 @@ def main():
     ap.add_argument("--worker_nice", type=int, default=None,
                     help="set the worker's threads' nice value (negative needs root)")
     ap.add_argument("--worker_flags", default="", help="extra sluice-worker flags")
+    ap.add_argument("--warmup_steps", type=int, default=1000,
+                    help="steps before the measured ones (fewer for large steps)")
     args = ap.parse_args()
     expr = args.pipeline or (
         f"from_tensors(tf.constant(0, dtype=tf.uint8, shape=[{args.size}])).repeat()")
     print("| devices | shm | steps/s | consumer CPU us/step | worker CPU us/step | "
-          "worker switches/step | steps/frame | load (1-min) start / end |")
-    print("|---|---|---|---|---|---|---|---|")
+          "worker switches/step | worker minor faults/step | steps/frame | load (1-min) start / end |")
+    print("|---|---|---|---|---|---|---|---|---|")
     with SluiceCluster(args.build, num_workers=1,
                        worker_flags=args.worker_flags.split()) as cluster:
         worker_pid = cluster.procs[1].pid
@@ -89,10 +99,12 @@ def main():
                 load0 = os.getloadavg()[0]
                 w0 = cpu_seconds(worker_pid)
                 s0 = context_switches(worker_pid)
-                r = cluster.bench(expr, devices=devices, seconds=args.seconds, warmup_steps=1000,
+                f0 = minor_faults(worker_pid)
+                r = cluster.bench(expr, devices=devices, seconds=args.seconds, warmup_steps=args.warmup_steps,
                                   extra=[f"--shared_memory={args.shared_memory == '1'}".lower()])
                 w1 = cpu_seconds(worker_pid)
                 s1 = context_switches(worker_pid)
+                f1 = minor_faults(worker_pid)
                 load1 = os.getloadavg()[0]
                 steps = max(r["steps"], 1)
                 gb = r["bytes"] / 1e9
@@ -102,7 +114,7 @@ def main():
                 frames = r["parameters"].get("shared_memory_frames") or 0
                 per_frame = f"{steps / frames:.1f}" if frames else "- (TCP)"
                 print(f"| {devices} | {args.shared_memory} | {r['steps_per_second']:.0f} | "
-                      f"{consumer_us:.2f} | {worker_us:.2f} | {(s1 - s0) / steps:.3f} | "
+                      f"{consumer_us:.2f} | {worker_us:.2f} | {(s1 - s0) / steps:.3f} | {(f1 - f0) / steps:.1f} | "
                       f"{per_frame} | {load0:.2f} / {load1:.2f} |", flush=True)
                 time.sleep(0.5)
 

@@ -741,8 +741,8 @@ int Main(int argc, char** argv) {
   std::vector<std::string> cpu_rows;
   if (only_bulk) {
     std::printf("| per-replica bytes | bulk | TCP | bulk/TCP | CPU-s/GB (build) | bulk CPU-s/GB "
-                "by thread | load (1-min) |\n"
-                "|---|---|---|---|---|---|---|\n");
+                "by thread | bulk minor faults/GB | load (1-min) |\n"
+                "|---|---|---|---|---|---|---|---|\n");
   } else {
     std::printf("| per-replica bytes | replicas | steps | raw GB/s | raw steps/s | client GB/s | "
                 "client steps/s | bulk GB/s | bulk steps/s | shm GB/s | shm steps/s | TCP GB/s | "
@@ -827,10 +827,10 @@ int Main(int argc, char** argv) {
     if (only_bulk) {
       const double bg = bulk_column.Median(&Column::gbs), t = tcp.Median(&Column::gbs);
       std::printf("| %zu | %.2f GB/s, %.0f steps/s | %.2f GB/s | %.0f%% | bulk %s, TCP %s | "
-                  "%s | %.2f |\n",
+                  "%s | %.0f | %.2f |\n",
                   size, bg, bulk_column.Median(&Column::sps), t, 100.0 * bg / t,
                   bulk_column.Cpu().c_str(), tcp.Cpu().c_str(), bulk_column.Terms().c_str(),
-                  load);
+                  bulk_column.Median(&Column::faults_per_gb), load);
       std::fflush(stdout);
       continue;
     }

@@ -16,6 +16,7 @@
 #include "core/rpc/shared_step_payload.h"
 #include "core/tensor/aligned_size.h"
 #include "core/tensor/host_memory.h"
+#include "core/util/aligned_memory.h"
 #include "core/util/streaming_copy.h"
 #include "core/util/status_macros.h"
 
@@ -32,14 +33,14 @@ class UninitializedHostBuffer : public TensorBuffer {
       charged_ = 0;
       return;
     }
-    data_ = std::aligned_alloc(kAlignment, static_cast<size_t>(charged_));
+    data_ = AllocateAligned(kAlignment, static_cast<size_t>(charged_));
     if (data_ == nullptr) {
       ProcessMemoryBudget().Release(charged_);
       charged_ = 0;
     }
   }
   ~UninitializedHostBuffer() override {
-    std::free(data_);
+    FreeAligned(data_);
     ProcessMemoryBudget().Release(charged_);
   }
   void* data() override { return data_; }
@@ -483,7 +484,7 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
       : max_idle_bytes_(max_idle_bytes), max_total_bytes_(max_total_bytes) {}
   ~HostPool() {
     for (auto& [size_class, buffers] : idle_) {
-      for (void* p : buffers) std::free(p);
+      for (void* p : buffers) FreeAligned(p);
     }
   }
 
@@ -508,7 +509,7 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
         idle_bytes_ -= size_class;
       }
     }
-    if (data == nullptr) data = std::aligned_alloc(TensorBuffer::kAlignment, size_class);
+    if (data == nullptr) data = AllocateAligned(TensorBuffer::kAlignment, size_class);
     if (data == nullptr) {
       ProcessMemoryBudget().Release(static_cast<int64_t>(size_class));
       return nullptr;
@@ -553,7 +554,7 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
         return;
       }
     }
-    std::free(data);
+    FreeAligned(data);
   }
 
   const size_t max_idle_bytes_;

@@ -10,6 +10,7 @@
 #include "core/tensor/aligned_size.h"
 #include "core/tensor/host_memory.h"
 #include "core/tensor/uninitialized_tensor.h"
+#include "core/util/aligned_memory.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -26,13 +27,13 @@ size_t RoundedBytes(size_t bytes) {
 // allocation has been charged (or force-charged) by the caller.
 class AlignedHostBuffer : public TensorBuffer {
  public:
-  // `data` holds `charged` bytes from std::aligned_alloc; owned from here.
+  // `data` holds `charged` bytes from AllocateAligned; owned from here.
   AlignedHostBuffer(void* data, size_t bytes, size_t charged)
       : data_(data), size_(bytes), charged_(charged) {
     std::memset(data_, 0, charged_);
   }
   ~AlignedHostBuffer() override {
-    std::free(data_);
+    FreeAligned(data_);
     ProcessMemoryBudget().Release(static_cast<int64_t>(charged_));
   }
   AlignedHostBuffer(const AlignedHostBuffer&) = delete;
@@ -127,7 +128,7 @@ int64_t RowElements(const Shape& shape) { return shape.DropFirst().num_elements(
 // RESOURCE_EXHAUSTED, with the charge given back, when the system refuses.
 absl::StatusOr<std::shared_ptr<TensorBuffer>> AllocateCharged(size_t bytes, size_t charged,
                                                               absl::string_view what) {
-  void* data = std::aligned_alloc(TensorBuffer::kAlignment, charged);
+  void* data = AllocateAligned(TensorBuffer::kAlignment, charged);
   if (data == nullptr) {
     ProcessMemoryBudget().Release(static_cast<int64_t>(charged));
     return absl::ResourceExhaustedError(
@@ -158,7 +159,7 @@ absl::StatusOr<std::shared_ptr<TensorBuffer>> TensorBuffer::TryAllocateHost(
 std::shared_ptr<TensorBuffer> TensorBuffer::AllocateHost(size_t bytes) {
   const size_t charged = RoundedBytes(bytes);
   ProcessMemoryBudget().ForceCharge(static_cast<int64_t>(charged));
-  void* data = std::aligned_alloc(kAlignment, charged);
+  void* data = AllocateAligned(kAlignment, charged);
   if (data == nullptr) {
     ProcessMemoryBudget().Release(static_cast<int64_t>(charged));
     throw std::bad_alloc();

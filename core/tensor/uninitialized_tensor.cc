@@ -1,11 +1,11 @@
 #include "core/tensor/uninitialized_tensor.h"
 
-#include <cstdlib>
 #include <limits>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "core/tensor/host_memory.h"
+#include "core/util/aligned_memory.h"
 
 namespace sluice {
 namespace {
@@ -13,11 +13,11 @@ namespace {
 // Aligned host memory, not zero-filled, charged to the process's budget until destroyed.
 class UninitializedHostBuffer : public TensorBuffer {
  public:
-  // `data` holds `charged` bytes from std::aligned_alloc, already charged; owned from here.
+  // `data` holds `charged` bytes from AllocateAligned, already charged; owned from here.
   UninitializedHostBuffer(void* data, size_t bytes, size_t charged)
       : data_(data), size_(bytes), charged_(charged) {}
   ~UninitializedHostBuffer() override {
-    std::free(data_);
+    FreeAligned(data_);
     ProcessMemoryBudget().Release(static_cast<int64_t>(charged_));
   }
   UninitializedHostBuffer(const UninitializedHostBuffer&) = delete;
@@ -60,7 +60,7 @@ absl::StatusOr<Tensor> TryAllocateUninitialized(DType dtype, const Shape& shape,
   if (!ProcessMemoryBudget().TryCharge(static_cast<int64_t>(charged))) {
     return ProcessMemoryBudget().Refusal(static_cast<int64_t>(charged), what, describe());
   }
-  void* data = std::aligned_alloc(kAlign, charged);
+  void* data = AllocateAligned(kAlign, charged);
   if (data == nullptr) {
     ProcessMemoryBudget().Release(static_cast<int64_t>(charged));
     return absl::ResourceExhaustedError(
