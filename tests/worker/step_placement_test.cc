@@ -30,6 +30,18 @@ Tensor InRing(const std::shared_ptr<TensorBuffer>& buffer, size_t bytes, uint8_t
   return *Tensor::Wrap(DType::kUInt8, Shape({static_cast<int64_t>(bytes)}), buffer);
 }
 
+// Makes `step` number `task_step`: 1000 bytes of its number, built in the ring of the placement
+// attached to the producing runner (AllocateStepOutput) when there is one with room, else in
+// ordinary memory.
+void MakeFilledStep(int64_t task_step, TaskStep* step) {
+  std::shared_ptr<TensorBuffer> b = AllocateStepOutput(1000);
+  if (b == nullptr) b = TensorBuffer::AllocateHost(1000);
+  step->task_step = task_step;
+  step->num_real_pieces = 1;
+  step->pieces = {{InRing(b, 1000, static_cast<uint8_t>(task_step))}};
+  step->bytes = 1000;
+}
+
 bool InSegment(const Tensor& t, const ShmSegment& segment) {
   const auto* p = static_cast<const uint8_t*>(t.raw_data());
   return p >= segment.data() && p + t.byte_size() <= segment.data() + segment.size();
@@ -308,12 +320,7 @@ TEST(StepPlacementTest, RunnerBuildsInTheRingAndLetsGoOfItWhenDetached) {
           *end = true;
           return absl::OkStatus();
         }
-        std::shared_ptr<TensorBuffer> b = AllocateStepOutput(1000);
-        if (b == nullptr) b = TensorBuffer::AllocateHost(1000);
-        step->task_step = (*produced)++;
-        step->num_real_pieces = 1;
-        step->pieces = {{InRing(b, 1000, static_cast<uint8_t>(step->task_step))}};
-        step->bytes = 1000;
+        MakeFilledStep((*produced)++, step);
         *end = false;
         return absl::OkStatus();
       });
@@ -397,12 +404,7 @@ TEST(StepPlacementTest, StepsMadeBeforeTheRingAttachedGoIntoItFirstInOrder) {
           *end = true;
           return absl::OkStatus();
         }
-        std::shared_ptr<TensorBuffer> b = AllocateStepOutput(1000);
-        if (b == nullptr) b = TensorBuffer::AllocateHost(1000);
-        step->task_step = (*produced)++;
-        step->num_real_pieces = 1;
-        step->pieces = {{InRing(b, 1000, static_cast<uint8_t>(step->task_step))}};
-        step->bytes = 1000;
+        MakeFilledStep((*produced)++, step);
         made->store(*produced);
         *end = false;
         return absl::OkStatus();
