@@ -34,10 +34,6 @@ bool TunablesSetMallocFastbins(absl::string_view tunables) {
   return TunablesSet(tunables, {"glibc.malloc.mxfast"});
 }
 
-bool TunablesSetMallocTopPad(absl::string_view tunables) {
-  return TunablesSet(tunables, {"glibc.malloc.top_pad"});
-}
-
 bool RetainFreedMemory(const MallocRetentionOptions& options) {
 #if defined(__GLIBC__)
   const char* retention = std::getenv("SLUICE_MALLOC_RETENTION");
@@ -51,12 +47,7 @@ bool RetainFreedMemory(const MallocRetentionOptions& options) {
   if (!options.fastbins && (tunables == nullptr || !TunablesSetMallocFastbins(tunables))) {
     mallopt(M_MXFAST, 0);  // before the first free that a fastbin would have taken
   }
-  if ((tunables == nullptr || !TunablesSetMallocTopPad(tunables)) &&
-      std::getenv("MALLOC_TOP_PAD_") == nullptr &&
-      mallopt(M_TOP_PAD, static_cast<int>(options.top_pad)) != 1) {
-    return false;
-  }
-  // mallopt takes an int; the values are far below INT_MAX in any sane configuration.
+  // mallopt takes an int; both values are far below INT_MAX in any sane configuration.
   return mallopt(M_MMAP_THRESHOLD, static_cast<int>(options.mmap_threshold)) == 1 &&
          mallopt(M_TRIM_THRESHOLD, static_cast<int>(options.trim_threshold)) == 1;
 #else

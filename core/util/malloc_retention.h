@@ -13,20 +13,6 @@
 // `trim_threshold` of freed heap per malloc arena for reuse: resident memory stays near its
 // peak (which the budgets in the processes bound), and the steady state makes no page faults.
 //
-// Top pad: once a heap's freed top passes the trim threshold, glibc trims it down to the top pad
-// (128 KiB by default), and it deletes a thread arena's emptied last heap when the heap before
-// it has more than the top pad free at its end (glibc 2.36 malloc.c systrim, arena.c
-// heap_trim). With large steps (16 MiB: four freed together pass 64 MiB) everything then went
-// back at once and the next steps faulted it in again (bench/RESULTS.md, issue 28 "bigfault").
-// RetainFreedMemory sets the top pad to `top_pad` (the trim threshold): a trim keeps that much
-// free top, and a thread arena keeps the heaps (64 MiB of address space each) it grew. What is
-// kept: per arena, the memory of its peak use, which the processes' memory budgets bound, and
-// in the main arena at most `top_pad` beyond what is in use. The main arena's brk also grows by
-// the top pad beyond a request, and a thread arena's new heap is made writable whole (64 MiB):
-// commit charge and address space, not resident until touched (under strict overcommit,
-// vm.overcommit_memory=2, that charge counts). GLIBC_TUNABLES naming glibc.malloc.top_pad (or
-// MALLOC_TOP_PAD_ set) wins.
-//
 // The process's GLIBC_TUNABLES environment variable wins: when it sets
 // glibc.malloc.trim_threshold or glibc.malloc.mmap_threshold (or MALLOC_TRIM_THRESHOLD_ /
 // MALLOC_MMAP_THRESHOLD_ are set), nothing is changed; SLUICE_MALLOC_RETENTION=off leaves
@@ -58,9 +44,6 @@ struct MallocRetentionOptions {
   // the heap. glibc's default adjustment climbs to 32 MiB on 64-bit hosts; fixing it here
   // (setting the trim threshold stops that adjustment) keeps batch-sized blocks on the heap.
   size_t mmap_threshold = size_t{32} << 20;
-  // Free memory a trim keeps at the top of a heap, and the free room at the end of a thread
-  // arena's heap below which its emptied last heap is kept (see above).
-  size_t top_pad = size_t{64} << 20;
   // Keep glibc's fastbins (see above); false turns them off.
   bool fastbins = false;
 };
@@ -73,8 +56,6 @@ bool RetainFreedMemory(const MallocRetentionOptions& options = {});
 bool TunablesSetMallocThresholds(absl::string_view tunables);
 // Whether it sets glibc.malloc.mxfast (the fastbins' size).
 bool TunablesSetMallocFastbins(absl::string_view tunables);
-// Whether it sets glibc.malloc.top_pad.
-bool TunablesSetMallocTopPad(absl::string_view tunables);
 
 }  // namespace sluice
 

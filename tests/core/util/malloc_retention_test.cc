@@ -61,35 +61,6 @@ TEST(MallocRetentionTest, TheNextBatchReusesTheFreedMemoryWithoutPageFaults) {
 #endif
 }
 
-// Large steps: four 16 MiB blocks freed together leave a free top past the 64 MiB trim
-// threshold; glibc trims it down to its top pad, so with the default (128 KiB) the next four
-// blocks fault in 64 MiB again (16,384 pages). The top pad RetainFreedMemory sets keeps it.
-TEST(MallocRetentionTest, LargeBlocksFreedPastTheTrimThresholdAreKept) {
-#if !defined(__GLIBC__)
-  GTEST_SKIP() << "not glibc's malloc";
-#else
-  if (std::getenv("GLIBC_TUNABLES") != nullptr || std::getenv("SLUICE_MALLOC_RETENTION") != nullptr ||
-      std::getenv("MALLOC_TOP_PAD_") != nullptr) {
-    GTEST_SKIP() << "the environment sets malloc's behaviour";
-  }
-  ASSERT_TRUE(RetainFreedMemory());
-  constexpr size_t kStep = size_t{16} << 20;  // below the 32 MiB mmap threshold: from the heap
-  const auto four_steps = [] {
-    std::vector<char*> steps(4);
-    for (char*& s : steps) {
-      s = static_cast<char*>(std::malloc(kStep));
-      ASSERT_NE(s, nullptr);
-      std::memset(s, 1, kStep);
-    }
-    for (size_t i = steps.size(); i > 0; --i) std::free(steps[i - 1]);
-  };
-  four_steps();
-  const long before = MinorFaults();
-  four_steps();
-  EXPECT_LT(MinorFaults() - before, 64);
-#endif
-}
-
 // Fastbins off: small blocks freed beyond what the thread's tcache holds are not parked in
 // fastbins (whose consolidation, on every free into a large free chunk, cost a 1 KiB-step
 // worker 6% of its CPU).
@@ -117,13 +88,6 @@ TEST(MallocRetentionTest, TunablesThatSetFastbinsAreRecognised) {
   EXPECT_TRUE(TunablesSetMallocFastbins("glibc.malloc.arena_max=2:glibc.malloc.mxfast=64"));
   EXPECT_FALSE(TunablesSetMallocFastbins("glibc.malloc.trim_threshold=1048576"));
   EXPECT_FALSE(TunablesSetMallocFastbins(""));
-}
-
-TEST(MallocRetentionTest, TunablesThatSetTheTopPadAreRecognised) {
-  EXPECT_TRUE(TunablesSetMallocTopPad("glibc.malloc.top_pad=0"));
-  EXPECT_TRUE(TunablesSetMallocTopPad("glibc.malloc.arena_max=2:glibc.malloc.top_pad=131072"));
-  EXPECT_FALSE(TunablesSetMallocTopPad("glibc.malloc.trim_threshold=1048576"));
-  EXPECT_FALSE(TunablesSetMallocTopPad(""));
 }
 
 TEST(MallocRetentionTest, TunablesThatSetTheThresholdsAreRecognised) {
