@@ -8,7 +8,7 @@
 //                            [--max_frame=0] [--tx_zerocopy=0] [--show_slices=0] [--only_shm=0]
 //                            [--build_steps=1] [--prefetch=1] [--bulk=1] [--only_bulk=0]
 //                            [--worker_buffer=0] [--bulk_max_frame=0] [--read=0]
-//                            [--bulk_cc=] [--tcp_cc=]
+//                            [--bulk_cc=] [--tcp_cc=] [--tcp_as_bulk=0] [--tcp_away_us=0]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -39,6 +39,12 @@
 // worker's bulk_congestion_control) and of raw TCP's socket; empty (the default): the host's
 // (net.ipv4.tcp_congestion_control). Compare the two columns under the same one: on a host
 // whose default is bbr, loopback TCP is paced (bench/RESULTS.md, "bulkwire").
+// --tcp_as_bulk=1: raw TCP's socket used as the bulk channel uses its own (TCP_NODELAY on both
+// ends, each message received whole with MSG_WAITALL, sent as three iovecs by sendmsg), in
+// messages of the bulk frames' size (the whole steps below 4 MiB, or one step): whether
+// bulk/TCP is the socket's calls and options or the rest of the chain. --tcp_away_us=N: TCP's
+// receiver spends N us on its CPU after each message, as sluice-bulk-rx does between frames
+// (decode, queue, the next header): what a receiver away from its socket costs the sender.
 // --worker_buffer=N: the producer builds at most N bytes ahead of the stream (see below).
 // --bulk_max_frame=N: the worker's bulk_max_frame_bytes (0: its default).
 // --shm=0 leaves the shm column out; --only_shm=1 runs that column alone (for a profiler).
@@ -85,6 +91,7 @@
 #include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -320,6 +327,10 @@ void ReadEveryByte(const void* data, size_t bytes) {
 // host's default), to compare it with the bulk column's (--bulk_cc) like for like.
 std::string g_tcp_cc;
 
+// --tcp_as_bulk, --tcp_away_us (above).
+bool g_tcp_as_bulk = false;
+int64_t g_tcp_away_us = 0;
+
 // --worker_buffer=N: the task's step buffer in bytes, how far the producer builds ahead of the
 // stream (0: the default, max(8 steps, 8 MiB)); smaller sends steps closer to their build.
 int64_t g_worker_buffer = 0;
@@ -526,17 +537,35 @@ Result RunTcp(size_t size, int64_t messages) {
   getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
   listen(listener, 1);
   const size_t chunk = std::max<size_t>(size, 1);
+  const int one = 1;
   std::thread sender([&] {
     int fd = accept(listener, nullptr, nullptr);
     if (!g_tcp_cc.empty()) {
       setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, g_tcp_cc.data(),
                  static_cast<socklen_t>(g_tcp_cc.size()));
     }
+    if (g_tcp_as_bulk) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     std::vector<char> buf(chunk, 7);
     for (int64_t m = 0; m < messages; ++m) {
       size_t off = 0;
       while (off < chunk) {
-        ssize_t n = send(fd, buf.data() + off, chunk - off, 0);
+        // As bulk: sendmsg of the rest of the message's three thirds (a frame's tensors, each
+        // an iovec); else send.
+        ssize_t n = 0;
+        if (g_tcp_as_bulk) {
+          iovec iov[3];
+          size_t pieces = 0;
+          for (size_t k = 1; k <= 3; ++k) {
+            const size_t from = std::max(off, (k - 1) * chunk / 3), to = k * chunk / 3;
+            if (to > from) iov[pieces++] = {buf.data() + from, to - from};
+          }
+          msghdr msg{};
+          msg.msg_iov = iov;
+          msg.msg_iovlen = pieces;
+          n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+        } else {
+          n = send(fd, buf.data() + off, chunk - off, 0);
+        }
         if (n <= 0) break;
         off += static_cast<size_t>(n);
       }
@@ -545,15 +574,21 @@ Result RunTcp(size_t size, int64_t messages) {
   });
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  if (g_tcp_as_bulk) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   std::vector<char> buf(chunk);
   Result r;
   const absl::Time start = absl::Now();
   for (int64_t m = 0; m < messages; ++m) {
     size_t off = 0;
     while (off < chunk) {
-      ssize_t n = recv(fd, buf.data() + off, chunk - off, 0);
+      ssize_t n = recv(fd, buf.data() + off, chunk - off, g_tcp_as_bulk ? MSG_WAITALL : 0);
       if (n <= 0) break;
       off += static_cast<size_t>(n);
+    }
+    if (g_tcp_away_us > 0) {  // on the CPU, away from the socket
+      const double until = ThreadCpuSeconds() + 1e-6 * static_cast<double>(g_tcp_away_us);
+      while (ThreadCpuSeconds() < until) {
+      }
     }
     if (g_read) {
       const double read_start = ThreadCpuSeconds();
@@ -714,6 +749,12 @@ int Main(int argc, char** argv) {
   // --bulk_congestion_control); --tcp_cc=NAME: raw TCP's. Empty: the host's default.
   service_options.bulk_congestion_control = Flag(argc, argv, "bulk_cc", "");
   g_tcp_cc = Flag(argc, argv, "tcp_cc", "");
+  g_tcp_as_bulk = Flag(argc, argv, "tcp_as_bulk", "0") != "0";
+  if (!absl::SimpleAtoi(Flag(argc, argv, "tcp_away_us", "0"), &g_tcp_away_us) ||
+      g_tcp_away_us < 0 || g_tcp_away_us > 1000000) {
+    std::fprintf(stderr, "bad --tcp_away_us (0 to 1000000)\n");
+    return 2;
+  }
   for (const std::string& cc : {service_options.bulk_congestion_control, g_tcp_cc}) {
     if (absl::Status s = CheckBulkCongestionControl(cc); !s.ok()) {
       std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
@@ -772,7 +813,11 @@ int Main(int argc, char** argv) {
       RunClient(&lookup, address, size, replicas, std::min<int64_t>(steps, 64), budget,
                 pool.get(), true, false);
     }
-    const int64_t tcp_chunk = std::max<int64_t>(step_bytes, 1 << 20);
+    // As bulk: the bulk frames' size at the default bulk_max_frame_bytes (the whole steps that
+    // fit below 4 MiB with the frame's padding: 15 of 256 KiB, 3 of 1 MiB; one when larger).
+    const int64_t bulk_frame = std::max<int64_t>(
+        step_bytes, ((int64_t{4} << 20) - 1) / std::max<int64_t>(step_bytes, 1) * step_bytes);
+    const int64_t tcp_chunk = g_tcp_as_bulk ? bulk_frame : std::max<int64_t>(step_bytes, 1 << 20);
     const int64_t tcp_messages = std::max<int64_t>(steps * step_bytes / tcp_chunk, 1);
     for (int64_t rep = 0; rep < reps; ++rep) {
       if (only_bulk) {
