@@ -58,13 +58,15 @@ absl::StatusOr<Held> ScrapeHeld(int port) {
   return Held{text->Sum("sluice_worker_tasks"), text->Sum("sluice_worker_memory_charged_bytes")};
 }
 
-// Whether job `job_id` runs and a worker has reported a step of it, within a bounded wait.
+// Whether job `job_id` runs and its consumer has read a step of it (so it has heartbeated: its
+// heartbeats tell it where its task is), within a bounded wait. A consumer killed before its
+// first heartbeat leaves a job not read yet, which idle_job_ttl ends.
 bool WaitForJobProducing(ProcessCluster& c, int64_t job_id) {
   for (int i = 0; i < 3000; ++i) {
     auto status = c.Status();
     if (status.ok()) {
       for (const proto::JobStatus& job : status->jobs()) {
-        if (job.job_id() == job_id && !job.finished() && job.steps_produced() > 0) return true;
+        if (job.job_id() == job_id && !job.finished() && job.steps_delivered() > 0) return true;
       }
     }
     absl::SleepFor(absl::Milliseconds(20));
