@@ -61,7 +61,7 @@ absl::StatusOr<Held> ScrapeHeld(int port) {
 // Whether job `job_id` runs and its consumer has read a step of it (so it has heartbeated: its
 // heartbeats tell it where its task is), within a bounded wait. A consumer killed before its
 // first heartbeat leaves a job not read yet, which idle_job_ttl ends.
-bool WaitForJobProducing(ProcessCluster& c, int64_t job_id) {
+bool WaitForJobRead(ProcessCluster& c, int64_t job_id) {
   for (int i = 0; i < 3000; ++i) {
     auto status = c.Status();
     if (status.ok()) {
@@ -111,7 +111,7 @@ TEST(AbandonedJobTest, AbandonedJobsEndAndTheirWorkerFreesTheirSteps) {
       auto p = StartSluicectl(bench);
       ASSERT_TRUE(p.ok()) << p.status();
       // Each bench makes one job: ids 1, 2, ...
-      ASSERT_TRUE(WaitForJobProducing(c, i + 1)) << (*p)->stderr_text() << c.Logs();
+      ASSERT_TRUE(WaitForJobRead(c, i + 1)) << (*p)->stderr_text() << c.Logs();
       ASSERT_TRUE((*p)->Signal(SIGKILL).ok());
       ASSERT_TRUE((*p)->Wait(absl::Seconds(30)).ok());
     }
