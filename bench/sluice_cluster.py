@@ -44,10 +44,11 @@ def wait_port(path, proc, what, timeout=30.0):
 
 
 class SluiceCluster:
-    def __init__(self, build_dir, num_workers=1, worker_flags=()):
+    def __init__(self, build_dir, num_workers=1, worker_flags=(), coordinator_flags=()):
         self.build_dir = os.path.abspath(build_dir)
         self.num_workers = num_workers
         self.worker_flags = list(worker_flags)
+        self.coordinator_flags = list(coordinator_flags)
         self.procs = []
         self.tmp = None
         self.coordinator = None
@@ -72,7 +73,8 @@ class SluiceCluster:
         log = open(os.path.join(self.tmp.name, "coordinator.log"), "w")
         port_file = os.path.join(self.tmp.name, "coordinator.port")
         p = subprocess.Popen([self._bin("sluice-coordinator"), "--port=0",
-                              f"--port_file={port_file}"], stdout=log, stderr=log)
+                              f"--port_file={port_file}"] + self.coordinator_flags,
+                             stdout=log, stderr=log)
         self.procs.append(p)
         self.coordinator = f"127.0.0.1:{wait_port(port_file, p, 'sluice-coordinator')}"
         for w in range(self.num_workers):

@@ -2,7 +2,7 @@
 "bigfault": large steps' memory faulted in afresh).
 
     python3 bench/worker_memory_bench.py [--build=build] [--pipeline=EXPR] [--seconds=8]
-        [--jobs=1] [--shared_memory=0] [--worker_flags="..."]
+        [--jobs=1] [--shared_memory=0] [--worker_flags="..."] [--coordinator_flags="..."]
 
 Starts a sluice-coordinator and one sluice-worker on loopback (bench/sluice_cluster.py) and runs
 `sluicectl bench --coordinator` on the pipeline --jobs times in a row (each a new job on the same
@@ -11,7 +11,10 @@ worker's minor faults per step over the whole job and over its second half (the 
 assuming an even step rate), its user + system CPU per step over the whole job (warm-up, start
 and end included), and its resident memory (VmRSS) at most and at the end. --shared_memory=0
 (the default) streams over TCP / the bulk channel, where steps are built in heap memory; with 1
-the worker builds into the shared-memory ring instead.
+the worker builds into the shared-memory ring instead. Each job is abandoned when its bench
+ends: --coordinator_flags=--consumer_timeout=2s ends it 2 s later (issue 28, part jobfree;
+the default is 60 s, longer than a few short jobs), so that the resident memory at each job's
+end shows what abandoned jobs still hold.
 """
 import argparse
 import os
@@ -43,12 +46,13 @@ def main():
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--shared_memory", default="0")
     ap.add_argument("--worker_flags", default="", help="extra sluice-worker flags")
+    ap.add_argument("--coordinator_flags", default="", help="extra sluice-coordinator flags")
     args = ap.parse_args()
     print("| job | steps | steps/s | worker faults/step (whole / 2nd half) | worker CPU ms/step | "
           "worker RSS MiB max / end | load (1-min) |")
     print("|---|---|---|---|---|---|---|")
-    with SluiceCluster(args.build, num_workers=1,
-                       worker_flags=args.worker_flags.split()) as cluster:
+    with SluiceCluster(args.build, num_workers=1, worker_flags=args.worker_flags.split(),
+                       coordinator_flags=args.coordinator_flags.split()) as cluster:
         pid = cluster.procs[1].pid
         for job in range(args.jobs):
             samples = [sample(pid)]

@@ -107,6 +107,13 @@ struct CoordinatorOptions {
   // creation, or from the coordinator's start, before its first) is declared gone, and the
   // workers holding the job's tasks are told to stop holding steps for it
   // (WorkerHeartbeatResponse.gone_consumers). A heartbeat brings it back. Zero or less: never.
+  // It also ends jobs left without consumers (docs/SERVICE.md, "Jobs left without
+  // consumers"): an unfinished job of any kind that some consumer has sent a ClientHeartbeat
+  // of (since the coordinator's start) and that no consumer has asked about (GetOrCreateJob,
+  // ClientHeartbeat, GetElementSpec by job id) for this long has no consumer left: it fails
+  // with FAILED_PRECONDITION naming consumer_timeout, its workers stop its tasks (and free
+  // their steps), and it is removed finished_job_ttl later. A job no consumer has read yet
+  // waits for idle_job_ttl instead. Checked by CheckWorkerLiveness().
   absl::Duration consumer_timeout = absl::Seconds(60);
   // A finished job is removed this long after the coordinator saw it finish; requests naming
   // it are then NOT_FOUND and a named job of that name can be created again.
@@ -360,12 +367,15 @@ class Coordinator {
   absl::Status CollectFinishedJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the workers dead at least dead_worker_ttl ago that no task names (by clock_).
   absl::Status CollectDeadWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Fails the unfinished jobs no consumer asked about for idle_job_ttl (job_activity_).
+  // Fails the unfinished jobs no consumer asked about for idle_job_ttl, or, once a consumer
+  // heartbeated, for consumer_timeout (job_activity_).
   absl::Status FailIdleJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the datasets unused for unused_dataset_ttl (unused_since_).
   absl::Status CollectUnusedDatasetsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A consumer asked about `job_id` now (idle_job_ttl).
-  void NoteJobActivityLocked(int64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A consumer asked about `job_id` now (idle_job_ttl); `heartbeat`: with a ClientHeartbeat
+  // (consumer_timeout applies from then on).
+  void NoteJobActivityLocked(int64_t job_id, bool heartbeat = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED naming the limit when `caller` holds `held` of a quota `limit`
   // (option and flag `name`) and asks for `more`; OK otherwise (or with no limit).
   static absl::Status CheckQuota(absl::string_view method, absl::string_view caller,
@@ -614,10 +624,15 @@ class Coordinator {
     absl::Status error;
   };
   absl::flat_hash_map<int64_t, RangeRetry> failed_jobs_ ABSL_GUARDED_BY(mu_);
-  // Not state: when a consumer last asked about each unfinished job (idle_job_ttl); erased
-  // when the job finishes or is removed. A job the state has that this misses (after a
-  // restart or a reload) counts from when it is first noticed.
-  absl::flat_hash_map<int64_t, absl::Time> job_activity_ ABSL_GUARDED_BY(mu_);
+  // Not state: when a consumer last asked about each unfinished job (idle_job_ttl), and
+  // whether a consumer has sent a ClientHeartbeat of it (consumer_timeout then ends it);
+  // erased when the job finishes or is removed. A job the state has that this misses (after a
+  // restart or a reload) counts from when it is first noticed, as not yet heartbeated.
+  struct JobActivity {
+    absl::Time last;
+    bool heartbeated = false;
+  };
+  absl::flat_hash_map<int64_t, JobActivity> job_activity_ ABSL_GUARDED_BY(mu_);
   // Not state: since when each unused dataset (CoordinatorState::unused_datasets) is unused.
   absl::flat_hash_map<std::string, absl::Time> unused_since_ ABSL_GUARDED_BY(mu_);
   // Not state: the failure policy's view of each unfinished assigned task's current run: the

@@ -109,19 +109,33 @@ absl::Status Coordinator::CheckQuota(absl::string_view method, absl::string_view
 }
 
 
-void Coordinator::NoteJobActivityLocked(int64_t job_id) {
-  job_activity_[job_id] = clock_->Now();
+void Coordinator::NoteJobActivityLocked(int64_t job_id, bool heartbeat) {
+  JobActivity& activity = job_activity_[job_id];
+  activity.last = clock_->Now();
+  activity.heartbeated = activity.heartbeated || heartbeat;
 }
 
 
 absl::Status Coordinator::FailIdleJobsLocked() {
-  if (options_.idle_job_ttl <= absl::ZeroDuration()) return absl::OkStatus();
+  const bool idle_ttl = options_.idle_job_ttl > absl::ZeroDuration();
+  const bool consumer_ttl = options_.consumer_timeout > absl::ZeroDuration();
+  if (!idle_ttl && !consumer_ttl) return absl::OkStatus();
   const absl::Time now = clock_->Now();
   // Every unfinished job has an entry (one replayed or reloaded counts from now); a walk over
   // the unfinished jobs, on the ticker only.
   for (const auto& [id, job] : state_.jobs()) {
-    if (!job.finished) job_activity_.try_emplace(id, now);
+    if (!job.finished) job_activity_.try_emplace(id, JobActivity{now});
   }
+  // The quiet time after which a job is ended, and the flag that says so: consumer_timeout
+  // once a consumer heartbeated (none is left), idle_job_ttl before (none came yet).
+  auto limit = [&](const JobActivity& a) -> std::pair<absl::Duration, absl::string_view> {
+    if (a.heartbeated && consumer_ttl &&
+        (!idle_ttl || options_.consumer_timeout < options_.idle_job_ttl)) {
+      return {options_.consumer_timeout, "consumer_timeout"};
+    }
+    if (idle_ttl) return {options_.idle_job_ttl, "idle_job_ttl"};
+    return {absl::InfiniteDuration(), ""};
+  };
   std::vector<int64_t> idle;
   for (auto it = job_activity_.begin(); it != job_activity_.end();) {
     const CoordinatorState::Job* job = state_.FindJob(it->first);
@@ -129,19 +143,24 @@ absl::Status Coordinator::FailIdleJobsLocked() {
       job_activity_.erase(it++);
       continue;
     }
-    if (now - it->second >= options_.idle_job_ttl) idle.push_back(it->first);
+    if (now - it->second.last >= limit(it->second).first) idle.push_back(it->first);
     ++it;
   }
   std::sort(idle.begin(), idle.end());
   for (int64_t id : idle) {
     const CoordinatorState::Job* job = state_.FindJob(id);
-    const absl::Duration quiet = now - job_activity_.at(id);
+    const JobActivity& activity = job_activity_.at(id);
+    const absl::Duration quiet = now - activity.last;
+    const auto [ttl, flag] = limit(activity);
+    const absl::string_view what =
+        activity.heartbeated
+            ? " has no consumer left: its consumers read it, then none asked about it for "
+            : " was abandoned: no consumer asked about it for ";
     RETURN_IF_ERROR(FailJobLocked(
         id, absl::FailedPreconditionError(absl::StrCat(
-                "job ", id, job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"),
-                " was abandoned: no consumer asked about it for ", absl::FormatDuration(quiet),
-                " (idle_job_ttl ", absl::FormatDuration(options_.idle_job_ttl),
-                ", flag --idle_job_ttl); its tasks are stopped"))));
+                "job ", id, job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"), what,
+                absl::FormatDuration(quiet), " (", flag, " ", absl::FormatDuration(ttl),
+                ", flag --", flag, "); its tasks are stopped"))));
     job_activity_.erase(id);
   }
   return absl::OkStatus();
@@ -719,12 +738,12 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
   const CoordinatorState::Job* job = state_.FindJob(request.job_id());
   if (job == nullptr) return JobNotFound("ClientHeartbeatRequest.job_id", request.job_id());
   RETURN_IF_ERROR(JobErrorLocked(*job));
-  if (!job->finished) NoteJobActivityLocked(job->id);
   if (request.consumer_index() < 0 || request.consumer_index() >= job->options.num_consumers()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ClientHeartbeatRequest.consumer_index ", request.consumer_index(), " is outside [0, ",
         job->options.num_consumers(), ") for job ", job->id));
   }
+  if (!job->finished) NoteJobActivityLocked(job->id, /*heartbeat=*/true);
   if (job->options.read_mode() == proto::READ_MODE_COORDINATED) {
     ConsumerSeen& seen = ConsumerSeenLocked(*job);
     seen.last[request.consumer_index()] = clock_->Now();

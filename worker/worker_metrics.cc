@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/ops/map_iterator.h"
 #include "core/rpc/job_shm_segment.h"
+#include "core/tensor/host_memory.h"
 #include "core/util/thread_pool.h"
 #include "worker/cross_trainer_window.h"
 #include "worker/worker_server.h"
@@ -180,6 +181,10 @@ WorkerMetrics::WorkerMetrics(WorkerServer* worker, MetricsRegistry* registry) {
                static_cast<double>(running));
     sink.Gauge("sluice_worker_tasks", "Tasks this worker holds, by state.", {{"state", "finished"}},
                static_cast<double>(finished));
+    sink.Gauge("sluice_worker_memory_charged_bytes",
+               "Bytes charged to the process's memory budget (--memory_limit): the steps and "
+               "tensors this worker holds, whichever task or stream holds them.",
+               {}, static_cast<double>(ProcessMemoryBudget().in_use()));
   });
 }
 

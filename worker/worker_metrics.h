@@ -3,6 +3,8 @@
 //
 //   sluice_worker_registered                                  1 once the coordinator knows it
 //   sluice_worker_tasks{state="running"|"finished"}           tasks held
+//   sluice_worker_memory_charged_bytes                        the process's memory budget in use
+//                                                             (steps and tensors held, any task)
 //   sluice_worker_steps_delivered_total{job,task}             steps written to streams (each
 //   sluice_worker_bytes_delivered_total{job,task}             consumer's copy counts), frame bytes
 //   sluice_worker_task_steps_produced_total{job,task}         task progress: steps produced

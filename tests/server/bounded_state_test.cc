@@ -228,6 +228,66 @@ TEST_F(BoundedStateTest, AbandonedJobsOfEveryKindAreCollected) {
   EXPECT_NE(*again, *named);
 }
 
+// A job whose consumers read it and then all went away (exited, killed: no word) used to stay
+// idle_job_ttl (10 min by default), its task and the steps it buffered alive on its worker,
+// while a consumer that runs job after job piled up new ones (issue 28, part jobfree). Once a
+// consumer has heartbeated, a job no consumer asked about for consumer_timeout has no
+// consumer left: it fails naming consumer_timeout and its worker is told to stop its task. A
+// job whose consumer still heartbeats, a job not read yet (idle_job_ttl still applies) and a
+// named job a consumer rejoins within the timeout stay. Malformed heartbeats (a consumer index
+// the job does not have) keep no job alive.
+TEST_F(BoundedStateTest, AJobLeftWithoutConsumersEndsAfterConsumerTimeout) {
+  CoordinatorOptions o = Options();
+  o.consumer_timeout = absl::Seconds(60);
+  Reset(o);
+  Beat("w1:1", {}, {});
+  absl::StatusOr<std::string> ds = Register("range(40).batch(4)");
+  ASSERT_TRUE(ds.ok());
+  absl::StatusOr<int64_t> left = Job(*ds);
+  absl::StatusOr<int64_t> alive = Job(*ds);
+  absl::StatusOr<int64_t> unread = Job(*ds);
+  absl::StatusOr<int64_t> rejoined = Job(*ds, "", "rejoined");
+  absl::StatusOr<int64_t> malformed = Job(*ds);
+  ASSERT_TRUE(left.ok() && alive.ok() && unread.ok() && rejoined.ok() && malformed.ok());
+  const std::vector<int64_t> tasks = Ids(Beat("w1:1", {}, {}));
+  ASSERT_EQ(tasks.size(), 5u);
+  ASSERT_TRUE(Consumer(*left).ok());
+  ASSERT_TRUE(Consumer(*rejoined).ok());
+  ASSERT_TRUE(Consumer(*malformed).ok());
+  // 100 s: `left` silent all along, `rejoined` rejoins by name at 50 s and heartbeats again.
+  for (int i = 0; i < 20; ++i) {
+    clock_.Advance(absl::Seconds(5));
+    ASSERT_TRUE(Consumer(*alive).ok());
+    if (i == 9) {
+      absl::StatusOr<int64_t> again = Job(*ds, "", "rejoined");
+      ASSERT_TRUE(again.ok()) << again.status();
+      EXPECT_EQ(*again, *rejoined);
+    }
+    if (i >= 9) ASSERT_TRUE(Consumer(*rejoined).ok());
+    proto::ClientHeartbeatRequest bad;  // an index the job does not have: not a consumer
+    bad.set_wire_version(proto::WIRE_VERSION_1);
+    bad.set_job_id(*malformed);
+    bad.set_consumer_index(7);
+    proto::ClientHeartbeatResponse ignored;
+    EXPECT_FALSE(coordinator_->ClientHeartbeat(bad, &ignored).ok());  // then the job's end
+    Beat("w1:1", tasks, {});
+    coordinator_->CheckWorkerLiveness();
+  }
+  for (int64_t job : {*left, *malformed}) {
+    const absl::Status s = Consumer(job);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << "job " << job << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("no consumer left"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("consumer_timeout"));
+  }
+  for (int64_t job : {*alive, *unread, *rejoined}) {
+    EXPECT_TRUE(Consumer(job).ok()) << "job " << job;
+  }
+  // Only their tasks are stopped.
+  const proto::WorkerHeartbeatResponse hb = Beat("w1:1", tasks, {});
+  EXPECT_EQ(std::set<int64_t>(hb.tasks_to_stop().begin(), hb.tasks_to_stop().end()),
+            (std::set<int64_t>{tasks[0], tasks[4]}));
+}
+
 // Datasets used to stay forever. A dataset is refcounted by the jobs that name it: while a job
 // (finished or not) names it, it stays; unused_dataset_ttl after its last job is removed (or
 // after it was registered, if no job came), it is removed; registering the graph again gives

@@ -35,6 +35,9 @@ class TaskQuarantineTest : public ::testing::Test {
     CoordinatorOptions o;
     o.clock = &clock_;
     o.worker_timeout = absl::Seconds(10);
+    // The tests' consumers heartbeat once and stay silent through minutes of worker deaths;
+    // a job left without consumers would end (consumer_timeout) before the evidence is in.
+    o.consumer_timeout = absl::Hours(1);
     o.log = [this](absl::string_view line) { log_.emplace_back(line); };
     return o;
   }

@@ -1,0 +1,145 @@
+// Jobs left without consumers, with the real binaries (issue 28, part jobfree; docs/SERVICE.md,
+// "Jobs left without consumers"): `sluicectl bench` jobs of an endless pipeline run one after
+// another on one worker, each abandoned: its consumer exits cleanly after --seconds, or is
+// killed (SIGKILL) while it reads. Each job used to stay on the coordinator for idle_job_ttl
+// (10 min), its task and the steps it buffered alive on the worker, so that the worker's
+// memory grew with every job. Now the coordinator ends a job none of whose consumers has
+// asked about it for --consumer_timeout, and the worker drops its task and frees its steps:
+// the worker's tasks and the bytes charged to its memory budget return to their baseline. A
+// consumer that reads for longer than the timeout keeps its job (its heartbeats do).
+//
+// Every wait is bounded and none bounds the service's speed; every process is stopped
+// (ProcessCluster, Subprocess destructors).
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "tests/integration/process_cluster.h"
+#include "tests/observability/prometheus_text.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::HasSubstr;
+
+// 2 MiB steps (262,144 int64 rows), endless.
+constexpr char kPipeline[] = "--pipeline=range(1099511627776).batch(262144)";
+
+// What the worker holds, from its /metrics.
+struct Held {
+  double tasks = 0;          // sluice_worker_tasks, every state
+  double charged_bytes = 0;  // sluice_worker_memory_charged_bytes
+};
+
+absl::StatusOr<Held> ScrapeHeld(int port) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(10);
+  auto r = client.Get("/metrics");
+  if (!r) return absl::UnavailableError(httplib::to_string(r.error()));
+  absl::StatusOr<testing::PromText> text = testing::ParsePromText(r->body);
+  if (!text.ok()) return text.status();
+  if (text->Count("sluice_worker_memory_charged_bytes") != 1) {
+    return absl::FailedPreconditionError(
+        "the worker exports no sluice_worker_memory_charged_bytes");
+  }
+  return Held{text->Sum("sluice_worker_tasks"), text->Sum("sluice_worker_memory_charged_bytes")};
+}
+
+// Whether job `job_id` runs and its consumer has read a step of it (so it has heartbeated: its
+// heartbeats tell it where its task is), within a bounded wait. A consumer killed before its
+// first heartbeat leaves a job not read yet, which idle_job_ttl ends.
+bool WaitForJobRead(ProcessCluster& c, int64_t job_id) {
+  for (int i = 0; i < 3000; ++i) {
+    auto status = c.Status();
+    if (status.ok()) {
+      for (const proto::JobStatus& job : status->jobs()) {
+        if (job.job_id() == job_id && !job.finished() && job.steps_delivered() > 0) return true;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
+TEST(AbandonedJobTest, AbandonedJobsEndAndTheirWorkerFreesTheirSteps) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/abandoned_job_", getpid());
+  ASSERT_EQ(system(absl::StrCat("mkdir -p ", dir).c_str()), 0);
+  const std::string port_file = dir + "/worker.metrics";
+  ProcessClusterOptions o;
+  o.num_workers = 1;
+  o.worker_buffer_bytes = int64_t{16} << 20;  // 8 steps a task
+  o.coordinator_flags = {"--consumer_timeout=3s", "--finished_job_ttl=1h"};
+  o.worker_flags = {"--metrics_port=0", "--metrics_port_file=" + port_file};
+  auto started = ProcessCluster::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  ProcessCluster& c = **started;
+  int port = 0;
+  for (int i = 0; i < 600 && port <= 0; ++i) {
+    std::ifstream in(port_file);
+    if (!(in >> port)) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_GT(port, 0) << "no metrics port file " << port_file << c.Logs();
+  absl::StatusOr<Held> baseline = ScrapeHeld(port);
+  ASSERT_TRUE(baseline.ok()) << baseline.status();
+  ASSERT_EQ(baseline->tasks, 0);
+
+  constexpr int kJobs = 4;
+  for (int i = 0; i < kJobs; ++i) {
+    const std::vector<std::string> bench = {"bench", "--coordinator=" + c.coordinator(),
+                                            kPipeline, "--devices=CPU:0",
+                                            i % 2 == 0 ? "--seconds=5" : "--seconds=600"};
+    if (i % 2 == 0) {
+      // Reads for longer than --consumer_timeout (its heartbeats keep the job), then exits.
+      auto r = RunSluicectl(bench);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_EQ(r->exit_code, 0) << r->stderr_text << c.Logs();
+    } else {
+      // Killed while it reads: it says nothing to anyone.
+      auto p = StartSluicectl(bench);
+      ASSERT_TRUE(p.ok()) << p.status();
+      // Each bench makes one job: ids 1, 2, ...
+      ASSERT_TRUE(WaitForJobRead(c, i + 1)) << (*p)->stderr_text() << c.Logs();
+      ASSERT_TRUE((*p)->Signal(SIGKILL).ok());
+      ASSERT_TRUE((*p)->Wait(absl::Seconds(30)).ok());
+    }
+  }
+
+  // Liveness: the coordinator ends every job and the worker drops their tasks and frees their
+  // steps (bounded; the bound is generous, not a speed requirement).
+  absl::StatusOr<Held> held = ScrapeHeld(port);
+  for (int i = 0; i < 1200; ++i) {
+    held = ScrapeHeld(port);
+    ASSERT_TRUE(held.ok()) << held.status();
+    if (held->tasks == 0 && held->charged_bytes <= baseline->charged_bytes) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(held->tasks, 0) << c.Logs();
+  EXPECT_LE(held->charged_bytes, baseline->charged_bytes) << c.Logs();
+  auto status = c.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->jobs_size(), kJobs) << status->DebugString() << c.Logs();
+  for (const proto::JobStatus& job : status->jobs()) {
+    EXPECT_TRUE(job.finished()) << "job " << job.job_id();
+    EXPECT_THAT(job.error(), HasSubstr("no consumer left")) << "job " << job.job_id();
+    EXPECT_THAT(job.error(), HasSubstr("consumer_timeout")) << "job " << job.job_id();
+  }
+  absl::Status stopped = c.StopAll();
+  EXPECT_TRUE(stopped.ok()) << stopped;
+  (void)system(absl::StrCat("rm -rf ", dir).c_str());
+}
+
+}  // namespace
+}  // namespace sluice
