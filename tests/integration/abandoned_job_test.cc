@@ -81,7 +81,9 @@ TEST(AbandonedJobTest, AbandonedJobsEndAndTheirWorkerFreesTheirSteps) {
   ProcessClusterOptions o;
   o.num_workers = 1;
   o.worker_buffer_bytes = int64_t{16} << 20;  // 8 steps a task
-  o.coordinator_flags = {"--consumer_timeout=3s", "--finished_job_ttl=1h"};
+  // A live consumer heartbeats every 200 ms: 5 s of silence is far beyond any scheduling delay
+  // of a loaded CI machine, and the clean consumers below read for longer than that.
+  o.coordinator_flags = {"--consumer_timeout=5s", "--finished_job_ttl=1h"};
   o.worker_flags = {"--metrics_port=0", "--metrics_port_file=" + port_file};
   auto started = ProcessCluster::Start(o);
   ASSERT_TRUE(started.ok()) << started.status();
@@ -100,7 +102,7 @@ TEST(AbandonedJobTest, AbandonedJobsEndAndTheirWorkerFreesTheirSteps) {
   for (int i = 0; i < kJobs; ++i) {
     const std::vector<std::string> bench = {"bench", "--coordinator=" + c.coordinator(),
                                             kPipeline, "--devices=CPU:0",
-                                            i % 2 == 0 ? "--seconds=5" : "--seconds=600"};
+                                            i % 2 == 0 ? "--seconds=8" : "--seconds=600"};
     if (i % 2 == 0) {
       // Reads for longer than --consumer_timeout (its heartbeats keep the job), then exits.
       auto r = RunSluicectl(bench);
