@@ -211,6 +211,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // The pools every task's pipeline runs on start once, here: a worker that cannot start their
+  // threads does not start, and no task pays for (or fails at) their start later.
+  for (const absl::Status& s : {sluice::ProcessThreadPool().status(),
+                                sluice::ProcessTaskRunnerPool().status()}) {
+    if (!s.ok()) {
+      std::cerr << "sluice-worker: " << s.message() << std::endl;
+      return 1;
+    }
+  }
 
   sluice::WorkerServerOptions options;
   if (absl::GetFlag(FLAGS_op_metrics)) options.executor.profile = std::make_shared<sluice::OpProfile>();
