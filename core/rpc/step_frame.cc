@@ -480,15 +480,16 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
         it->second.pop_back();
         idle_bytes_ -= size_class;
       }
+      held_bytes_ += size_class;  // one lock per allocation: undone below if the system refuses
     }
     if (data == nullptr) data = AllocateAligned(TensorBuffer::kAlignment, size_class);
     if (data == nullptr) {
+      {
+        absl::MutexLock lock(&mu_);
+        held_bytes_ -= size_class;
+      }
       ProcessMemoryBudget().Release(static_cast<int64_t>(size_class));
       return nullptr;
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      held_bytes_ += size_class;
     }
     return std::make_shared<Buffer>(shared_from_this(), data, bytes, size_class);
   }
