@@ -37,41 +37,37 @@ ServiceOptions Job(const std::string& name) {
   return options;
 }
 
-// The job failed naming the thread that could not start; the next job through the same worker
-// reads everything.
-void ExpectFailedThenServed(const Consumed& failed, const std::string& names, Cluster* cluster,
-                            const Dataset& ds) {
+// A job reading `pipeline` whose next thread start for `what` is refused fails with
+// RESOURCE_EXHAUSTED naming that thread and `also_named` (the op that needed it, if given);
+// the next job through the same worker reads every element.
+void ExpectTheJobFailsAndTheNextIsServed(const std::string& pipeline, const std::string& what,
+                                         const std::string& also_named = "") {
+  Cluster cluster(1);
+  const Dataset ds = Pipeline(pipeline);
+  TEST_FailThreadStarts(1, what);
+  Consumed failed = Consume(cluster.address(), ds, Job("refused"), 2);
+  if (TEST_ThreadStartsLeftToFail() == 1) {
+    TEST_FailThreadStarts(0);
+    GTEST_SKIP() << "nothing started a thread for " << what
+                 << ": its pool already ran (tests sharing a process)";
+  }
   EXPECT_EQ(failed.status.code(), absl::StatusCode::kResourceExhausted) << failed.status;
-  EXPECT_TRUE(absl::StrContains(failed.status.message(), "cannot start a thread for " + names))
+  EXPECT_TRUE(absl::StrContains(failed.status.message(), "cannot start a thread for " + what))
       << failed.status;
-  Consumed next = Consume(cluster->address(), ds, Job("the-next-job"), 2);
+  EXPECT_TRUE(absl::StrContains(failed.status.message(), also_named)) << failed.status;
+  Consumed next = Consume(cluster.address(), ds, Job("the-next-job"), 2);
   ASSERT_TRUE(next.status.ok()) << next.status;
   ExpectExactlyOnce({next}, kElements);
 }
 
 TEST(ServiceThreadStartTest, ATaskWhoseRunnerPoolCannotStartFailsAndTheWorkerServesOn) {
-  Cluster cluster(1);
-  const Dataset ds = Pipeline("range(64).batch(8)");
-  TEST_FailThreadStarts(1, "a task runner");
-  Consumed failed = Consume(cluster.address(), ds, Job("no-runner"), 2);
-  if (TEST_ThreadStartsLeftToFail() == 1) {
-    TEST_FailThreadStarts(0);
-    GTEST_SKIP() << "the process's task runner pool already ran (tests sharing a process)";
-  }
-  ExpectFailedThenServed(failed, "a task runner", &cluster, ds);
+  ExpectTheJobFailsAndTheNextIsServed("range(64).batch(8)", "a task runner");
 }
 
 TEST(ServiceThreadStartTest, AParallelMapWhosePoolCannotStartFailsAndTheWorkerServesOn) {
-  Cluster cluster(1);
-  const Dataset ds = Pipeline("range(64).map(cast(tf.int64), num_parallel_calls=2).batch(8)");
-  TEST_FailThreadStarts(1, "the process's thread pool");
-  Consumed failed = Consume(cluster.address(), ds, Job("no-pool"), 2);
-  if (TEST_ThreadStartsLeftToFail() == 1) {
-    TEST_FailThreadStarts(0);
-    GTEST_SKIP() << "the process's thread pool already ran (tests sharing a process)";
-  }
-  ExpectFailedThenServed(failed, "the process's thread pool", &cluster, ds);
-  EXPECT_TRUE(absl::StrContains(failed.status.message(), "map")) << failed.status;  // the op
+  ExpectTheJobFailsAndTheNextIsServed(
+      "range(64).map(cast(tf.int64), num_parallel_calls=2).batch(8)",
+      "the process's thread pool", "(map)");
 }
 
 TEST(ServiceThreadStartTest, AStreamWhoseBulkSenderCannotStartEndsAndItsConsumerReadsOn) {
