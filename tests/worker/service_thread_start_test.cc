@@ -4,11 +4,10 @@
 // one process: a task whose runner pool cannot start and a pipeline whose parallel map cannot
 // start the process's thread pool fail their job, and the next job reads every element; a
 // stream whose bulk sender cannot start ends with the error, and its consumer's next call
-// reads on, exactly once. (ctest runs each test in its own process: the process's pools are
+// reads on, exactly once; a consumer's call whose bulk receiver cannot start stays on gRPC. (ctest runs each test in its own process: the process's pools are
 // not started yet when a test arms the seam.)
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -70,36 +69,59 @@ TEST(ServiceThreadStartTest, AParallelMapWhosePoolCannotStartFailsAndTheWorkerSe
       "the process's thread pool", "(map)");
 }
 
-TEST(ServiceThreadStartTest, AStreamWhoseBulkSenderCannotStartEndsAndItsConsumerReadsOn) {
+// Steps of 16384 int64 per replica, read by a consumer on another host (no shared memory):
+// frames large enough for the bulk channel.
+constexpr int64_t kLarge = 16384 * 2 * 8;
+
+// Reads kLarge elements through a one-worker cluster with the next thread start for `what`
+// refused; what the read got, the bulk frames received meanwhile and the warnings logged whose
+// text has `warning` in it.
+struct BulkRead {
+  Consumed read;
+  int64_t bulk_frames = 0;
+  int warnings = 0;
+};
+BulkRead ReadWithABulkThreadRefused(const std::string& what, const std::string& warning) {
   absl::Mutex mu;
-  std::vector<std::string> warnings;
+  int warnings = 0;
   ConfigureLogging({.min_level = LogLevel::kWarning, .sink = [&](absl::string_view line) {
                       absl::MutexLock lock(&mu);
-                      warnings.emplace_back(line);
+                      warnings += absl::StrContains(line, warning);
                     }});
   Cluster cluster(1);
-  // Steps of 16384 int64 per replica: frames large enough for the bulk channel.
-  constexpr int64_t kLarge = 16384 * 2 * 8;
-  const Dataset ds = Dataset::Range(kLarge).Batch(16384);
-  ServiceOptions remote = Job("no-sender");
-  remote.shared_memory = false;  // as a consumer on another host: the bulk channel
-  const BulkChannelCounts before = ProcessBulkChannelCounts();
-  TEST_FailThreadStarts(1, "the bulk sender");
-  Consumed read = Consume(cluster.address(), ds, remote, 2);
-  EXPECT_EQ(TEST_ThreadStartsLeftToFail(), 0);  // the stream tried to start its sender
+  ServiceOptions remote = Job("bulk");
+  remote.shared_memory = false;
+  const int64_t before = ProcessBulkChannelCounts().frames_received;
+  TEST_FailThreadStarts(1, what);
+  BulkRead out;
+  out.read = Consume(cluster.address(), Dataset::Range(kLarge).Batch(16384), remote, 2);
+  EXPECT_EQ(TEST_ThreadStartsLeftToFail(), 0) << "nothing started a thread for " << what;
   TEST_FailThreadStarts(0);
   ConfigureLogging({});
-  ASSERT_TRUE(read.status.ok()) << read.status;
-  ExpectExactlyOnce({read}, kLarge);
-  // The next call's sender started: its frames came over the socket.
-  EXPECT_GT(ProcessBulkChannelCounts().frames_received, before.frames_received);
+  out.bulk_frames = ProcessBulkChannelCounts().frames_received - before;
   absl::MutexLock lock(&mu);
-  int ended = 0;
-  for (const std::string& line : warnings) {
-    ended += absl::StrContains(line, "cannot start a thread for the bulk sender of task") &&
-             absl::StrContains(line, "the stream ends");
-  }
-  EXPECT_EQ(ended, 1) << "warnings: " << warnings.size();
+  out.warnings = warnings;
+  return out;
+}
+
+TEST(ServiceThreadStartTest, AStreamWhoseBulkSenderCannotStartEndsAndItsConsumerReadsOn) {
+  BulkRead r = ReadWithABulkThreadRefused(
+      "the bulk sender", "cannot start a thread for the bulk sender of task");
+  ASSERT_TRUE(r.read.status.ok()) << r.read.status;
+  ExpectExactlyOnce({r.read}, kLarge);
+  EXPECT_EQ(r.warnings, 1);  // "StreamSteps: ...; the stream ends", once
+  EXPECT_GT(r.bulk_frames, 0);  // the next call's sender started: its frames took the socket
+}
+
+// The consumer's side: a call whose bulk receiver cannot start declines the channel (the worker
+// waits for that answer) and reads on over gRPC.
+TEST(ServiceThreadStartTest, ACallWhoseBulkReceiverCannotStartStaysOnGrpc) {
+  BulkRead r = ReadWithABulkThreadRefused(
+      "the bulk receiver", "cannot start a thread for the bulk receiver of task");
+  ASSERT_TRUE(r.read.status.ok()) << r.read.status;
+  ExpectExactlyOnce({r.read}, kLarge);
+  EXPECT_EQ(r.warnings, 1);  // "...; this call stays on gRPC"
+  EXPECT_EQ(r.bulk_frames, 0);
 }
 
 }  // namespace
