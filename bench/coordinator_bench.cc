@@ -90,13 +90,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/async_unary_call.h"
 #include "grpcpp/impl/codegen/rpc_method.h"
 #include "core/util/clock.h"
+#include "core/util/mutex_deadlock_detection.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "server/coordinator.h"
 
@@ -528,13 +528,10 @@ int RunScalingDecisionBench() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_scaling_decision)) {
-    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-    return RunScalingDecisionBench();
-  }
-  // As sluice-coordinator does: no lock-order graph on every absl::Mutex (Debian's Abseil is
-  // built without NDEBUG), so the load generator's gRPC costs what it costs in production.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // As sluice-coordinator runs (core/util/mutex_deadlock_detection.h), so that the load
+  // generator's gRPC costs what it costs in production.
+  sluice::SkipMutexDeadlockDetection();
+  if (absl::GetFlag(FLAGS_scaling_decision)) return RunScalingDecisionBench();
   if (const std::string f = absl::GetFlag(FLAGS_empty_server_port_file); !f.empty()) {
     return RunEmptyServer(f);
   }

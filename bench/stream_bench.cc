@@ -125,6 +125,7 @@
 #include "worker/grpc_worker_service.h"
 #include "core/tensor/step_output_allocator.h"
 #include "core/util/malloc_retention.h"
+#include "core/util/mutex_deadlock_detection.h"
 #include "core/util/streaming_copy.h"
 #include "worker/step_placement.h"
 
@@ -694,11 +695,10 @@ struct Column {
 };
 
 int Main(int argc, char** argv) {
-  // The allocator as sluice-worker and sluicectl run it (core/util/malloc_retention.h): freed
-  // memory stays resident, large blocks come from the heap. No lock-order graph on every
-  // absl::Mutex lock (Debian's Abseil keeps one), as those binaries and the Python module run.
+  // The process as sluice-worker and sluicectl run it: their allocator settings
+  // (core/util/malloc_retention.h) and no lock-order checks (mutex_deadlock_detection.h).
   RetainFreedMemory();
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  SkipMutexDeadlockDetection();
   std::vector<size_t> sizes;
   for (absl::string_view s :
        absl::StrSplit(Flag(argc, argv, "sizes", "1024,16384,262144,1048576,4194304,16777216"), ',')) {

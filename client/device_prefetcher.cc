@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/start_thread.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
@@ -494,7 +495,13 @@ absl::Status DevicePrefetcher::Next(bool padded, std::vector<Element>* replicas,
     padded_ = padded;
     if (!started_) {
       started_ = true;
-      thread_ = std::thread([this] { Run(); });
+      absl::StatusOr<std::thread> thread =
+          StartThread("the device prefetcher's copies", [this] { Run(); });
+      if (!thread.ok()) {
+        failed_ = thread.status();
+        return failed_;
+      }
+      thread_ = *std::move(thread);
     }
     waiting_ = true;
     if (queue_.empty() && wait_meter_ != nullptr) wait_meter_->BeginWait();

@@ -211,7 +211,8 @@ class DevicePrefetcher : public StepSource {
   bool padded_ ABSL_GUARDED_BY(mu_) = false;
   bool waiting_ ABSL_GUARDED_BY(mu_) = false;   // the trainer waits for a step
   bool batching_ ABSL_GUARDED_BY(mu_) = false;  // the latest step went through batch slots
-  absl::Status failed_ ABSL_GUARDED_BY(mu_);  // a copy that failed at hand-out, repeated
+  // A copy that failed at hand-out, or its thread that could not start; repeated.
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
   absl::CondVar ready_;                       // queue_ became non-empty
   absl::CondVar space_;                       // queue_ shrank, or stop_
   int64_t steps_pulled_ ABSL_GUARDED_BY(mu_) = 0;

@@ -63,7 +63,10 @@ absl::StatusOr<std::unique_ptr<ServiceStepSource>> ServiceStepSource::Create(
   } else {
     order = std::make_unique<CoordinatedRead>(streams.get(), tasks);
   }
-  streams->Start(order.get());
+  if (absl::Status s = streams->Start(order.get()); !s.ok()) {
+    streams->Shutdown();  // before `order` goes
+    return s;
+  }
   return std::unique_ptr<ServiceStepSource>(
       new ServiceStepSource(std::move(streams), std::move(order)));
 }

@@ -180,7 +180,23 @@ void TaskStreamCall::HandleFrame(grpc::ByteBuffer* buffer) {
   if (s.ok() && !bulk_tried_ && decoder_.last_bulk_accept() != nullptr && !frame_.end_of_task &&
       frame_.status.ok()) {
     bulk_tried_ = true;
-    receive_thread_ = std::make_unique<BulkReceiveThread>();
+    absl::StatusOr<std::unique_ptr<BulkReceiveThread>> thread = BulkReceiveThread::Create(
+        absl::StrCat("task ", task_->task_id, " from worker ", address_));
+    if (!thread.ok()) {
+      // Without a thread of its own for the socket, this call declines the channel and stays
+      // on gRPC, as when the port cannot be reached (TakeBulkChannel): the worker waits for
+      // the answer.
+      LogEvent(LogLevel::kWarning, "client",
+               absl::StrCat(thread.status().message(), "; this call stays on gRPC"));
+      {
+        absl::MutexLock lock(&streams_->mu_);
+        bulk_answer_due_ = true;
+        WriteLocked();
+      }
+      QueueFrame(std::move(s));
+      return;
+    }
+    receive_thread_ = *std::move(thread);
     read_ahead_ = std::make_unique<FrameReadAhead>(FrameReadAhead::Env{
         .mu = &streams_->mu_,
         .start_read = [this] { StartRead(&read_buffer_); },

@@ -17,6 +17,8 @@
 #include "core/rpc/shm_segment.h"
 #include "core/rpc/grpc_status.h"
 #include "core/util/backoff.h"
+#include "core/util/start_thread.h"
+#include "core/util/status_macros.h"
 #include "core/util/transient_error.h"
 #include "proto/worker.pb.h"
 
@@ -146,11 +148,13 @@ std::shared_ptr<grpc::Channel> TaskStreams::NewChannel(const std::string& addres
 
 TaskStreams::~TaskStreams() { Shutdown(); }
 
-void TaskStreams::Start(ReadOrder* order) {
+absl::Status TaskStreams::Start(ReadOrder* order) {
   order_ = order;
-  monitor_ = std::thread([this] { Monitor(); });
-  credit_thread_ = std::thread([this] { CreditLoop(); });
-  connector_ = std::thread([this] { ConnectLoop(); });
+  const std::string job = absl::StrCat("job ", options_.job_id, "'s ");
+  ASSIGN_OR_RETURN(monitor_, StartThread(job + "stream monitor", [this] { Monitor(); }));
+  ASSIGN_OR_RETURN(credit_thread_, StartThread(job + "credit sender", [this] { CreditLoop(); }));
+  ASSIGN_OR_RETURN(connector_, StartThread(job + "stream connector", [this] { ConnectLoop(); }));
+  return absl::OkStatus();
 }
 
 bool TaskStreams::HasUnreportedEnds() const {

@@ -186,8 +186,9 @@ class TaskStreams {
   // byte is the raise's). Set once, before any task is added.
   void set_window(int64_t window_bytes);
   // Starts the connector, the monitor and the credit threads. `order` gets every heartbeat answer and must
-  // outlive Shutdown().
-  void Start(ReadOrder* order);
+  // outlive Shutdown(). RESOURCE_EXHAUSTED naming the thread that could not start (Shutdown()
+  // stops those that did).
+  absl::Status Start(ReadOrder* order);
   // Cancels every call (one whose end arrived once it has returned, or end_grace after its
   // end), waits until every call has reached its OnDone, and joins every thread. Idempotent.
   void Shutdown();

@@ -48,7 +48,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -61,6 +60,7 @@
 #include "server/fault_injecting_journal_file.h"
 #include "server/journal_file.h"
 #include "core/util/logging.h"
+#include "core/util/mutex_deadlock_detection.h"
 #include "core/obs/metrics_http_server.h"
 #include "server/coordinator_metrics.h"
 #include "server/grpc_coordinator_service.h"
@@ -210,11 +210,7 @@ absl::Status ReadRoleTokens(sluice::RoleTokens* tokens) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  // Debian's Abseil is built without NDEBUG, so every absl::Mutex (gRPC's included) would keep
-  // a global lock-order graph: a graph update on each lock and each mutex's destruction: measured
-  // 16.7 -> 14.4 us of the coordinator's CPU per heartbeat (bench/RESULTS.md, coordinator_bench).
-  // The sanitizer and debug builds keep it on in the tests.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  sluice::SkipMutexDeadlockDetection();  // core/util/mutex_deadlock_detection.h says why
   if (absl::Status s = sluice::ConfigureLoggingFromFlags(absl::GetFlag(FLAGS_log_level),
                                                          absl::GetFlag(FLAGS_log_format));
       !s.ok()) {

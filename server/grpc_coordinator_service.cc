@@ -10,6 +10,7 @@
 #include "google/protobuf/arena.h"
 #include "core/rpc/grpc_status.h"
 #include "core/rpc/rpc_metrics.h"
+#include "core/util/start_thread.h"
 #include "core/util/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -290,7 +291,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
 
   CoordinatorServer* raw = s.get();
-  s->ticker_ = std::thread([raw, interval] { raw->TickerLoop(interval); });
+  ASSIGN_OR_RETURN(s->ticker_, StartThread("the coordinator's liveness ticker", [raw, interval] {
+                     raw->TickerLoop(interval);
+                   }));
   return s;
 }
 

@@ -441,9 +441,10 @@ class StepStream final : public Reactor {
       return;
     }
     // A failed write ends the stream, as a broken call does: the consumer calls again and the
-    // steps it did not queue are sent again (exactly once, docs/SERVICE.md).
-    bulk_sender_ = std::make_unique<BulkSender>(
-        *std::move(socket),
+    // steps it did not queue are sent again (exactly once, docs/SERVICE.md). A sender whose
+    // thread cannot start ends it with that RESOURCE_EXHAUSTED.
+    absl::StatusOr<std::unique_ptr<BulkSender>> sender = BulkSender::Create(
+        absl::StrCat("task ", runner_->task().task_id(), "'s stream"), *std::move(socket),
         [link = link_](const absl::Status& error) {
           absl::MutexLock link_lock(&link->mu);
           if (link->stream != nullptr) link->stream->context_->TryCancel();
@@ -453,6 +454,13 @@ class StepStream final : public Reactor {
                    absl::StrCat("StreamSteps: ", error.message(), "; the stream ends"));
         },
         options_.bulk_write_timeout, options_.bulk_min_bytes, TEST_BulkFaults());
+    if (!sender.ok()) {
+      LogEvent(LogLevel::kWarning, "worker",
+               absl::StrCat("StreamSteps: ", sender.status().message(), "; the stream ends"));
+      credits_->Refuse(sender.status());
+      return;
+    }
+    bulk_sender_ = *std::move(sender);
     encoder_->set_bulk_payload(bulk_sender_.get());
   }
 

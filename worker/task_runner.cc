@@ -643,12 +643,16 @@ TaskRunner::TaskRunner(proto::TaskDef task, TaskRunnerOptions options,
   buffer_ = std::make_shared<StepBuffer>(b, options_.on_change);
 }
 
-void TaskRunner::StartProducing() {
-  production_ = std::make_shared<Production>(
-      buffer_, std::move(steps_), std::move(producer_),
-      options_.pool != nullptr ? options_.pool : &ProcessTaskRunnerPool(),
-      options_.on_first_step, placement_, cancellation_);
+absl::Status TaskRunner::StartProducing() {
+  pool_ = options_.pool;
+  if (pool_ == nullptr) {
+    ASSIGN_OR_RETURN(pool_, ProcessTaskRunnerPool());
+  }
+  production_ = std::make_shared<Production>(buffer_, std::move(steps_), std::move(producer_),
+                                             pool_, options_.on_first_step, placement_,
+                                             cancellation_);
   production_->Wake();
+  return absl::OkStatus();
 }
 
 bool TaskRunner::AttachPlacement(std::shared_ptr<StepPlacement> placement) {
@@ -693,8 +697,10 @@ void TaskRunner::DetachPlacement(const StepPlacement* placement) {
     }
   }
   buffer_->Cap(StepBufferCaps{});
-  TaskRunnerPool* pool = options_.pool != nullptr ? options_.pool : &ProcessTaskRunnerPool();
-  pool->Schedule([production = production_, buffer = buffer_, detached] {
+  // A runner that never produced (Failed, or its pool could not start) has no pool, and
+  // nothing placed to move out.
+  if (pool_ == nullptr) return;
+  pool_->Schedule([production = production_, buffer = buffer_, detached] {
     auto unplace = [&](TaskRunner::PendingSteps* pending) {
       if (pending != nullptr) {
         for (std::shared_ptr<const TaskStep>& step : *pending) step = detached->Unplaced(step);
@@ -726,7 +732,7 @@ absl::StatusOr<std::shared_ptr<TaskRunner>> TaskRunner::Start(const proto::TaskD
                                                               TaskRunnerOptions options) {
   ASSIGN_OR_RETURN(std::unique_ptr<TaskRunner> runner, Make(task, std::move(options)));
   std::shared_ptr<TaskRunner> shared(std::move(runner));
-  shared->StartProducing();
+  RETURN_IF_ERROR(WithContext(absl::StrCat("task ", task.task_id()), shared->StartProducing()));
   return shared;
 }
 
@@ -736,7 +742,7 @@ std::shared_ptr<TaskRunner> TaskRunner::StartWith(const proto::TaskDef& task,
   std::shared_ptr<TaskRunner> runner(new TaskRunner(task, std::move(options), nullptr));
   runner->producer_ = std::move(producer);
   runner->replayable_ = false;
-  runner->StartProducing();
+  if (absl::Status s = runner->StartProducing(); !s.ok()) runner->buffer_->Finish(std::move(s));
   return runner;
 }
 
@@ -832,7 +838,7 @@ absl::StatusOr<std::unique_ptr<StepReader>> TaskRunner::OpenReader(int64_t consu
   }
   ASSIGN_OR_RETURN(int64_t g, replay->buffer_->Attach(consumer, start_step));
   TaskRunner* raw = replay.get();
-  raw->StartProducing();
+  RETURN_IF_ERROR(raw->StartProducing());
   reader->buffer_ = raw->buffer_.get();
   reader->generation_ = g;
   reader->private_ = std::move(replay);

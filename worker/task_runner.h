@@ -306,7 +306,8 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   static absl::StatusOr<std::unique_ptr<TaskRunner>> Make(const proto::TaskDef& task,
                                                           TaskRunnerOptions options);
   // Hands the pipeline (steps_ or producer_) to a Production and schedules its first slice.
-  void StartProducing();
+  // Sets pool_. RESOURCE_EXHAUSTED when options_.pool is null and the process's cannot start.
+  absl::Status StartProducing();
 
   class Production;  // the producing state, shared with the pool's jobs (task_runner.cc)
   // Steps produced and not yet taken by the buffer (a block, task_runner.cc), in order.
@@ -331,6 +332,9 @@ class TaskRunner : public std::enable_shared_from_this<TaskRunner> {
   bool replayable_ = true;                   // false for StartWith runners
   std::shared_ptr<StepBuffer> buffer_;
   std::shared_ptr<Production> production_;
+  // options_.pool, or the process's: set by StartProducing, before the runner is shared; null
+  // for a runner that never produced (Failed, or its pool could not start).
+  TaskRunnerPool* pool_ = nullptr;
   std::atomic<int64_t> steps_delivered_{0};
   std::atomic<int64_t> bytes_delivered_{0};
   std::atomic<int64_t> replays_{0};

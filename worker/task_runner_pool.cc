@@ -1,24 +1,47 @@
 #include "worker/task_runner_pool.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/logging.h"
+#include "core/util/start_thread.h"
+#include "core/util/status_macros.h"
 #include "core/util/thread_pool.h"
 
 namespace sluice {
 
 int DefaultTaskRunnerThreads() { return std::max(2, NumCores()); }
 
+absl::StatusOr<std::unique_ptr<TaskRunnerPool>> TaskRunnerPool::Create(
+    TaskRunnerPoolOptions options) {
+  std::unique_ptr<TaskRunnerPool> pool(new TaskRunnerPool(options, Unstarted{}));
+  if (absl::Status s = pool->Start(); !s.ok()) return s;  // ~ joins what started
+  return pool;
+}
+
 TaskRunnerPool::TaskRunnerPool(TaskRunnerPoolOptions options)
+    : TaskRunnerPool(options, Unstarted{}) {
+  if (absl::Status s = Start(); !s.ok()) {
+    LogEvent(LogLevel::kError, "worker", s.message());
+    std::abort();
+  }
+}
+
+TaskRunnerPool::TaskRunnerPool(TaskRunnerPoolOptions options, Unstarted)
     : threads_(options.threads > 0 ? options.threads : DefaultTaskRunnerThreads()),
       max_threads_(std::max(threads_, options.max_threads > 0 ? options.max_threads
                                                                : threads_ + 32)),
-      blocked_after_(options.blocked_after) {
+      blocked_after_(options.blocked_after) {}
+
+absl::Status TaskRunnerPool::Start() {
   absl::MutexLock lock(&mu_);
-  for (int i = 0; i < threads_; ++i) StartThreadLocked();
-  monitor_thread_ = std::thread([this] { MonitorLoop(); });
+  for (int i = 0; i < threads_; ++i) RETURN_IF_ERROR(StartThreadLocked());
+  ASSIGN_OR_RETURN(monitor_thread_, StartThread("the task runner pool's monitor",
+                                                [this] { MonitorLoop(); }));
+  return absl::OkStatus();
 }
 
 TaskRunnerPool::~TaskRunnerPool() {
@@ -29,7 +52,7 @@ TaskRunnerPool::~TaskRunnerPool() {
     work_.SignalAll();
     monitor_.SignalAll();
   }
-  monitor_thread_.join();
+  if (monitor_thread_.joinable()) monitor_thread_.join();  // not when Start failed
   // Workers run what is queued, then exit; each moves itself to exited_.
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
@@ -37,12 +60,18 @@ TaskRunnerPool::~TaskRunnerPool() {
   JoinExitedLocked();
 }
 
-void TaskRunnerPool::StartThreadLocked() {
+absl::Status TaskRunnerPool::StartThreadLocked() {
   JoinExitedLocked();
-  const int64_t id = next_id_++;
-  ThreadState& state = workers_[id];
-  state.thread = std::thread([this, id] { WorkerLoop(id); });
+  const int64_t id = next_id_;
+  absl::StatusOr<std::thread> thread =
+      StartThread(absl::StrCat("a task runner (", workers_.size() + 1, " of at most ",
+                               max_threads_, ", --task_threads)"),
+                  [this, id] { WorkerLoop(id); });
+  if (!thread.ok()) return thread.status();
+  ++next_id_;
+  workers_[id].thread = *std::move(thread);  // it waits for mu_ before it looks itself up
   peak_ = std::max(peak_, static_cast<int>(workers_.size()));
+  return absl::OkStatus();
 }
 
 void TaskRunnerPool::JoinExitedLocked() {
@@ -126,7 +155,12 @@ void TaskRunnerPool::MonitorLoop() {
     // so that a burst of short jobs does not look like blocking).
     if (!queue_.empty() && UnblockedLocked(now) < threads_ &&
         static_cast<int>(workers_.size()) < max_threads_) {
-      StartThreadLocked();
+      const absl::Status started = StartThreadLocked();
+      if (!started.ok() && !start_failing_) {
+        LogEvent(LogLevel::kWarning, "worker",
+                 absl::StrCat(started.message(), "; queued tasks wait for a thread to free up"));
+      }
+      start_failing_ = !started.ok();
     }
     absl::Time wake = timers_.empty() ? absl::InfiniteFuture() : timers_.begin()->first;
     if (!queue_.empty()) wake = std::min(wake, now + blocked_after_ / 4);
@@ -142,12 +176,14 @@ std::optional<TaskRunnerPoolOptions> process_pool_options ABSL_GUARDED_BY(proces
 
 }  // namespace
 
-TaskRunnerPool& ProcessTaskRunnerPool() {
+absl::StatusOr<TaskRunnerPool*> ProcessTaskRunnerPool() {
   absl::MutexLock lock(&process_pool_mu);
   if (process_pool == nullptr) {
-    process_pool = new TaskRunnerPool(process_pool_options.value_or(TaskRunnerPoolOptions()));
+    ASSIGN_OR_RETURN(std::unique_ptr<TaskRunnerPool> pool,
+                     TaskRunnerPool::Create(process_pool_options.value_or(TaskRunnerPoolOptions())));
+    process_pool = pool.release();
   }
-  return *process_pool;
+  return process_pool;
 }
 
 absl::Status SetProcessTaskRunnerPoolOptions(const TaskRunnerPoolOptions& options) {

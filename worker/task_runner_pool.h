@@ -21,7 +21,9 @@
 // Hence `threads` jobs make progress at any time unless more than max_threads - threads jobs
 // block at once, and the pool never runs more than `max_threads` threads, whatever the number
 // of tasks. (A monitor thread, one more, does the counting and fires ScheduleAt's timers; it
-// polls every blocked_after / 4 only while jobs wait in the queue.)
+// polls every blocked_after / 4 only while jobs wait in the queue.) A thread for blocked jobs
+// that cannot start (core/util/start_thread.h) is logged and tried again at the next round:
+// the queued jobs wait for a thread that frees up, and no task fails for it.
 //
 // Deadlock: jobs must not wait for other jobs of the same pool (a full pool of waiters would
 // never run what they wait for). Runner jobs wait only for their pipeline's work on the
@@ -36,12 +38,14 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -59,6 +63,10 @@ struct TaskRunnerPoolOptions {
 
 class TaskRunnerPool {
  public:
+  // The pool with its `threads` threads and its monitor started; RESOURCE_EXHAUSTED naming
+  // the thread that could not start (those started are joined).
+  static absl::StatusOr<std::unique_ptr<TaskRunnerPool>> Create(TaskRunnerPoolOptions options);
+  // As Create, for tests: a thread that cannot start ends the process with that error logged.
   explicit TaskRunnerPool(TaskRunnerPoolOptions options = {});
   // Runs the jobs already queued, drops pending timers, joins the threads. Destroy a pool only
   // after every runner that uses it.
@@ -85,9 +93,12 @@ class TaskRunnerPool {
     absl::Time job_started = absl::InfiniteFuture();  // InfiniteFuture: idle
   };
 
+  struct Unstarted {};
+  TaskRunnerPool(TaskRunnerPoolOptions options, Unstarted);
+  absl::Status Start();
   void WorkerLoop(int64_t id);
   void MonitorLoop();
-  void StartThreadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status StartThreadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void JoinExitedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int UnblockedLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -105,6 +116,7 @@ class TaskRunnerPool {
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   int peak_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool start_failing_ ABSL_GUARDED_BY(mu_) = false;  // logged once per streak of failures
   std::thread monitor_thread_;
 };
 
@@ -113,8 +125,9 @@ int DefaultTaskRunnerThreads();
 
 // The process's pool that every TaskRunner uses unless TaskRunnerOptions names another: made at
 // the first call with the options SetProcessTaskRunnerPoolOptions set (defaults otherwise), and
-// never destroyed.
-TaskRunnerPool& ProcessTaskRunnerPool();
+// never destroyed. RESOURCE_EXHAUSTED when its threads cannot start (Create; the task that
+// needed it fails, a later call tries again). The worker starts it in main().
+absl::StatusOr<TaskRunnerPool*> ProcessTaskRunnerPool();
 
 // Sizes the process's runner pool (the worker's --task_threads). Call before the first task
 // starts. INVALID_ARGUMENT for threads < 0 or max_threads below threads; FAILED_PRECONDITION

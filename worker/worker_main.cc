@@ -34,7 +34,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/data/data_roots.h"
 #include "core/data/memory_budget.h"
@@ -45,6 +44,7 @@
 #include "core/rpc/shm_segment.h"
 #include "core/util/logging.h"
 #include "core/util/malloc_retention.h"
+#include "core/util/mutex_deadlock_detection.h"
 #include "core/util/thread_pool.h"
 #include "worker/grpc_worker_service.h"
 #include "worker/worker_metrics.h"
@@ -170,10 +170,7 @@ int main(int argc, char** argv) {
   // faulting it in again (core/util/malloc_retention.h; GLIBC_TUNABLES overrides it).
   sluice::RetainFreedMemory();
   absl::ParseCommandLine(argc, argv);
-  // Debian's Abseil keeps a global lock-order graph on every absl::Mutex lock (built without
-  // NDEBUG): ~13% of this process's CPU at 1 KiB steps (bench/RESULTS.md, kib1m). Off, as in
-  // sluice-coordinator; the tests, which run the worker in-process, keep it on.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  sluice::SkipMutexDeadlockDetection();  // core/util/mutex_deadlock_detection.h says why
   if (absl::Status s = sluice::ConfigureLoggingFromFlags(absl::GetFlag(FLAGS_log_level),
                                                          absl::GetFlag(FLAGS_log_format));
       !s.ok()) {
@@ -209,6 +206,15 @@ int main(int argc, char** argv) {
         !s.ok()) {
       std::cerr << "sluice-worker: --task_threads: " << s.message() << std::endl;
       return 2;
+    }
+  }
+  // The pools every task's pipeline runs on start once, here: a worker that cannot start their
+  // threads does not start, and no task pays for (or fails at) their start later.
+  for (const absl::Status& s : {sluice::ProcessThreadPool().status(),
+                                sluice::ProcessTaskRunnerPool().status()}) {
+    if (!s.ok()) {
+      std::cerr << "sluice-worker: " << s.message() << std::endl;
+      return 1;
     }
   }
 

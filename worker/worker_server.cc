@@ -12,6 +12,7 @@
 #include "core/tensor/host_memory.h"
 #include "core/util/backoff.h"
 #include "core/util/jitter.h"
+#include "core/util/start_thread.h"
 #include "core/util/status_macros.h"
 #include "core/util/transient_error.h"
 #include "worker/stream_request.h"
@@ -126,9 +127,15 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
                    MakeChannelFactory(w->options_.coordinator_security));
   w->coordinator_ = proto::CoordinatorService::NewStub(channels(w->options_.coordinator_address));
   WorkerServer* raw = w.get();
-  w->build_thread_ = std::thread([raw] { raw->BuildLoop(); });
-  w->heartbeat_thread_ = std::thread([raw] { raw->HeartbeatLoop(); });
-  if (w->options_.watch_assignments) w->watch_thread_ = std::thread([raw] { raw->WatchLoop(); });
+  // Started once: a worker that cannot start them does not start (w's destructor stops it).
+  ASSIGN_OR_RETURN(w->build_thread_,
+                   StartThread("the worker's pipeline builder", [raw] { raw->BuildLoop(); }));
+  ASSIGN_OR_RETURN(w->heartbeat_thread_,
+                   StartThread("the worker's heartbeat", [raw] { raw->HeartbeatLoop(); }));
+  if (w->options_.watch_assignments) {
+    ASSIGN_OR_RETURN(w->watch_thread_, StartThread("the worker's assignment watch",
+                                                   [raw] { raw->WatchLoop(); }));
+  }
   return w;
 }
 

@@ -5,10 +5,12 @@
 #include <deque>
 #include <future>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/tensor/host_memory.h"
+#include "core/util/start_thread.h"
 
 namespace sluice {
 namespace {
@@ -22,7 +24,7 @@ class ReadAheadStream : public InputStream {
         chunk_bytes_(std::max<size_t>(options.chunk_bytes, 1)),
         parallel_(std::max(options.parallel, 1)) {}
 
-  // In-flight fetches finish before the file goes (their futures wait in their destructors).
+  // In-flight fetches finish before the file goes (their chunks join them when destroyed).
   ~ReadAheadStream() override { window_.clear(); }
 
   absl::StatusOr<size_t> Read(char* dst, size_t n) override {
@@ -96,10 +98,29 @@ class ReadAheadStream : public InputStream {
     int64_t bytes_ = 0;
   };
 
+  // A chunk's fetch thread, joined when the chunk goes.
+  class Fetcher {
+   public:
+    Fetcher() = default;
+    explicit Fetcher(std::thread thread) : thread_(std::move(thread)) {}
+    Fetcher(Fetcher&& o) noexcept = default;
+    Fetcher& operator=(Fetcher&& o) noexcept {
+      std::swap(thread_, o.thread_);
+      return *this;
+    }
+    ~Fetcher() {
+      if (thread_.joinable()) thread_.join();
+    }
+
+   private:
+    std::thread thread_;
+  };
+
   struct Chunk {
     Charge charge;  // declared first: given back after the bytes (and the fetch) are gone
     uint64_t offset = 0;
     std::future<absl::StatusOr<std::string>> data;
+    Fetcher fetcher;  // joined before the charge is given back
     bool ready = false;
     std::string bytes;
   };
@@ -123,14 +144,24 @@ class ReadAheadStream : public InputStream {
         continue;
       }
       c.charge = Charge(static_cast<int64_t>(n));
-      c.data = std::async(std::launch::async,
-                          [file = file_, offset, n]() -> absl::StatusOr<std::string> {
-                            std::string bytes(n, '\0');
-                            absl::StatusOr<size_t> got = file->ReadAt(offset, bytes.data(), n);
-                            if (!got.ok()) return got.status();
-                            bytes.resize(*got);
-                            return bytes;
-                          });
+      auto fetch = std::make_shared<std::packaged_task<absl::StatusOr<std::string>()>>(
+          [file = file_, offset, n]() -> absl::StatusOr<std::string> {
+            std::string bytes(n, '\0');
+            absl::StatusOr<size_t> got = file->ReadAt(offset, bytes.data(), n);
+            if (!got.ok()) return got.status();
+            bytes.resize(*got);
+            return bytes;
+          });
+      c.data = fetch->get_future();
+      absl::StatusOr<std::thread> thread =
+          StartThread(absl::StrCat("the read-ahead of ", file_->name()), [fetch] { (*fetch)(); });
+      if (thread.ok()) {
+        c.fetcher = Fetcher(*std::move(thread));
+      } else {  // the error of the Read that reaches this chunk
+        std::promise<absl::StatusOr<std::string>> refused;
+        refused.set_value(thread.status());
+        c.data = refused.get_future();
+      }
       window_.push_back(std::move(c));
       next_fetch_ = offset + n;
     }

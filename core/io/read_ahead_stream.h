@@ -4,7 +4,8 @@
 // it; any other seek drops the window and starts again at the new offset.
 //
 // Errors: a chunk's read error is returned by the Read that reaches it; a chunk that comes back
-// short (the file shrank) is DATA_LOSS naming the file and the offset.
+// short (the file shrank) is DATA_LOSS naming the file and the offset; one whose thread cannot
+// start is RESOURCE_EXHAUSTED naming the file (core/util/start_thread.h).
 //
 // Thread safety: one caller at a time (an InputStream); the fetch threads share only the file,
 // which is thread-safe.

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/start_thread.h"
 #include "httplib.h"
 
 namespace sluice {
@@ -53,7 +54,11 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
                                                ":", options.port));
   }
   Impl* impl = s->impl_.get();
-  s->thread_ = std::thread([impl] { impl->server.listen_after_bind(); });
+  absl::StatusOr<std::thread> thread = StartThread(
+      absl::StrCat("the metrics HTTP server on port ", s->port_),
+      [impl] { impl->server.listen_after_bind(); });
+  if (!thread.ok()) return thread.status();
+  s->thread_ = *std::move(thread);
   return s;
 }
 

@@ -24,6 +24,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/util/start_thread.h"
+#include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
@@ -95,10 +97,13 @@ int64_t ClockNs(clockid_t clock) {
 
 // A thread running `body`, named so that a profile tells it from gRPC's (a thread otherwise
 // inherits the name of the gRPC thread that made it); its CPU time and its lifetime are added
-// to `cpu_ns` and `wall_ns` when it ends.
-std::thread NamedThread(const char* name, std::atomic<int64_t>* cpu_ns,
-                        std::atomic<int64_t>* wall_ns, std::function<void()> body) {
-  return std::thread([name, cpu_ns, wall_ns, body = std::move(body)] {
+// to `cpu_ns` and `wall_ns` when it ends. StartThread's error, naming `what`, when it cannot
+// start.
+absl::StatusOr<std::thread> NamedThread(const char* name, absl::string_view what,
+                                        std::atomic<int64_t>* cpu_ns,
+                                        std::atomic<int64_t>* wall_ns,
+                                        std::function<void()> body) {
+  return StartThread(what, [name, cpu_ns, wall_ns, body = std::move(body)] {
     pthread_setname_np(pthread_self(), name);
     const int64_t start = ClockNs(CLOCK_MONOTONIC);
     body();
@@ -230,19 +235,22 @@ absl::StatusOr<std::unique_ptr<BulkListener>> BulkListener::Create(BulkListenerO
                              : reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) return Errno("pipe2");
-  return std::unique_ptr<BulkListener>(new BulkListener(std::move(options), std::move(listener),
-                                                        port, UniqueFd(pipe_fds[0]),
-                                                        UniqueFd(pipe_fds[1])));
+  std::unique_ptr<BulkListener> l(new BulkListener(std::move(options), std::move(listener), port,
+                                                   UniqueFd(pipe_fds[0]), UniqueFd(pipe_fds[1])));
+  BulkListener* raw = l.get();
+  ASSIGN_OR_RETURN(l->thread_,
+                   StartThread(absl::StrCat("the bulk data channel's listener on port ", port),
+                               [raw] { raw->Loop(); }));
+  return l;
 }
 
 BulkListener::BulkListener(BulkListenerOptions options, UniqueFd listener, int port,
                            UniqueFd wake_read, UniqueFd wake_write)
     : options_(std::move(options)), listener_(std::move(listener)), port_(port),
-      wake_read_(std::move(wake_read)), wake_write_(std::move(wake_write)) {
-  thread_ = std::thread([this] { Loop(); });
-}
+      wake_read_(std::move(wake_read)), wake_write_(std::move(wake_write)) {}
 
 BulkListener::~BulkListener() {
+  if (!thread_.joinable()) return;  // Create failed
   const char stop = 1;
   while (write(wake_write_.get(), &stop, 1) < 0 && errno == EINTR) {
   }
@@ -381,6 +389,19 @@ void BulkListener::Loop() {
 // ---------------------------------------------------------------------------------------------
 // BulkSender
 
+absl::StatusOr<std::unique_ptr<BulkSender>> BulkSender::Create(
+    absl::string_view what, UniqueFd socket, std::function<void(const absl::Status&)> on_error,
+    absl::Duration write_timeout, size_t min_bytes, BulkSenderFaults faults) {
+  std::unique_ptr<BulkSender> sender(
+      new BulkSender(std::move(socket), std::move(on_error), write_timeout, min_bytes, faults));
+  BulkSender* raw = sender.get();
+  ASSIGN_OR_RETURN(sender->thread_,
+                   NamedThread("sluice-bulk-tx", absl::StrCat("the bulk sender of ", what),
+                               &ProcessCounts().sender_cpu_ns, &ProcessCounts().sender_wall_ns,
+                               [raw] { raw->Loop(); }));
+  return sender;
+}
+
 BulkSender::BulkSender(UniqueFd socket, std::function<void(const absl::Status&)> on_error,
                        absl::Duration write_timeout, size_t min_bytes,
                        BulkSenderFaults faults)
@@ -388,8 +409,6 @@ BulkSender::BulkSender(UniqueFd socket, std::function<void(const absl::Status&)>
       cut_after_bytes_(faults.cut_after_bytes), stall_after_bytes_(faults.stall_after_bytes) {
   ProcessCounts().senders_alive.fetch_add(1);
   SetTimeout(socket_.get(), SO_SNDTIMEO, write_timeout);
-  thread_ = NamedThread("sluice-bulk-tx", &ProcessCounts().sender_cpu_ns,
-                        &ProcessCounts().sender_wall_ns, [this] { Loop(); });
 }
 
 BulkSender::~BulkSender() {
@@ -398,7 +417,7 @@ BulkSender::~BulkSender() {
     stopping_ = true;
   }
   shutdown(socket_.get(), SHUT_RDWR);  // a write in progress returns
-  thread_.join();
+  if (thread_.joinable()) thread_.join();  // not when Create failed
   ProcessCounts().senders_alive.fetch_sub(1);
 }
 
@@ -659,9 +678,15 @@ void BulkReceiver::Abort() { shutdown(socket_.get(), SHUT_RDWR); }
 // ---------------------------------------------------------------------------------------------
 // BulkReceiveThread
 
-BulkReceiveThread::BulkReceiveThread() {
-  thread_ = NamedThread("sluice-bulk-rx", &ProcessCounts().receiver_cpu_ns,
-                        &ProcessCounts().receiver_wall_ns, [this] { Loop(); });
+absl::StatusOr<std::unique_ptr<BulkReceiveThread>> BulkReceiveThread::Create(
+    absl::string_view what) {
+  std::unique_ptr<BulkReceiveThread> t(new BulkReceiveThread());
+  BulkReceiveThread* raw = t.get();
+  ASSIGN_OR_RETURN(t->thread_,
+                   NamedThread("sluice-bulk-rx", absl::StrCat("the bulk receiver of ", what),
+                               &ProcessCounts().receiver_cpu_ns,
+                               &ProcessCounts().receiver_wall_ns, [raw] { raw->Loop(); }));
+  return t;
 }
 
 BulkReceiveThread::~BulkReceiveThread() {
@@ -669,7 +694,7 @@ BulkReceiveThread::~BulkReceiveThread() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  thread_.join();
+  if (thread_.joinable()) thread_.join();  // not when Create failed
 }
 
 void BulkReceiveThread::Run(std::function<void()> task) {

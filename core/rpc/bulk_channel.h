@@ -57,6 +57,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/rpc/shm_segment.h"  // UniqueFd
@@ -97,7 +98,7 @@ class BulkListener {
  public:
   // Binds and listens; INTERNAL naming the call and address that failed (a port in use, say),
   // INVALID_ARGUMENT for a port outside [0, 65535] or a congestion control that cannot be set
-  // (CheckBulkCongestionControl).
+  // (CheckBulkCongestionControl), RESOURCE_EXHAUSTED when its thread cannot start.
   static absl::StatusOr<std::unique_ptr<BulkListener>> Create(BulkListenerOptions options);
   ~BulkListener();  // stops the thread; sockets not taken are closed
 
@@ -192,11 +193,13 @@ class BulkSender final : public BulkPayloadSink {
   // `on_error` runs once, on the sender's thread, when a write fails (the socket is then
   // useless: later frames stay inline and the stream should end): CANCELLED when the consumer
   // closed its end (it left), UNAVAILABLE otherwise. A write that makes no progress for
-  // `write_timeout` fails. Frames under `min_bytes` stay inline.
+  // `write_timeout` fails. Frames under `min_bytes` stay inline. RESOURCE_EXHAUSTED naming
+  // `what` (the stream) when the sender's thread cannot start.
   // Fault tests only (`faults`): see BulkSenderFaults.
-  BulkSender(UniqueFd socket, std::function<void(const absl::Status&)> on_error,
-             absl::Duration write_timeout = absl::Seconds(60), size_t min_bytes = 64 << 10,
-             BulkSenderFaults faults = {});
+  static absl::StatusOr<std::unique_ptr<BulkSender>> Create(
+      absl::string_view what, UniqueFd socket, std::function<void(const absl::Status&)> on_error,
+      absl::Duration write_timeout = absl::Seconds(60), size_t min_bytes = 64 << 10,
+      BulkSenderFaults faults = {});
   ~BulkSender() override;  // shuts the socket down (unblocking a write) and joins
 
   bool Take(absl::Span<const Tensor* const> tensors, absl::Span<const size_t> at,
@@ -221,6 +224,8 @@ class BulkSender final : public BulkPayloadSink {
     std::vector<size_t> at;
     size_t extent = 0;
   };
+  BulkSender(UniqueFd socket, std::function<void(const absl::Status&)> on_error,
+             absl::Duration write_timeout, size_t min_bytes, BulkSenderFaults faults);
   void Loop();
   absl::Status Write(const Frame& frame);
   // Fault tests: holds the thread, writing nothing, until the sender is destroyed.
@@ -274,7 +279,8 @@ class BulkReceiver final : public BulkPayloadSource {
 // a receive that waits holds no thread another stream needs. Thread-safe.
 class BulkReceiveThread {
  public:
-  BulkReceiveThread();
+  // RESOURCE_EXHAUSTED naming `what` (the stream) when the thread cannot start.
+  static absl::StatusOr<std::unique_ptr<BulkReceiveThread>> Create(absl::string_view what);
   // Runs what was given, then joins. Must not run on this thread (a task must not destroy
   // its own BulkReceiveThread).
   ~BulkReceiveThread() ABSL_LOCKS_EXCLUDED(mu_);
@@ -285,6 +291,7 @@ class BulkReceiveThread {
   void Run(std::function<void()> task) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  BulkReceiveThread() = default;
   void Loop();
 
   absl::Mutex mu_;

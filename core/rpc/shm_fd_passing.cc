@@ -15,6 +15,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/util/start_thread.h"
 
 namespace sluice {
 namespace {
@@ -62,21 +63,26 @@ absl::StatusOr<std::unique_ptr<ShmFdServer>> ShmFdServer::Create(size_t max_offe
   if (listen(listener.get(), 64) != 0) return Errno("listen");
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return Errno("pipe2");
-  return std::unique_ptr<ShmFdServer>(new ShmFdServer(std::move(listener), UniqueFd(pipe_fds[0]),
+  std::unique_ptr<ShmFdServer> server(new ShmFdServer(std::move(listener), UniqueFd(pipe_fds[0]),
                                                       UniqueFd(pipe_fds[1]), name,
                                                       std::max<size_t>(max_offers, 1),
                                                       io_timeout));
+  ShmFdServer* raw = server.get();
+  absl::StatusOr<std::thread> thread =
+      StartThread("the shared-memory descriptor server", [raw] { raw->Loop(); });
+  if (!thread.ok()) return thread.status();
+  server->thread_ = *std::move(thread);
+  return server;
 }
 
 ShmFdServer::ShmFdServer(UniqueFd listener, UniqueFd wake_read, UniqueFd wake_write,
                          std::string name, size_t max_offers, absl::Duration io_timeout)
     : listener_(std::move(listener)), wake_read_(std::move(wake_read)),
       wake_write_(std::move(wake_write)), name_(std::move(name)), max_offers_(max_offers),
-      io_timeout_(io_timeout) {
-  thread_ = std::thread([this] { Loop(); });
-}
+      io_timeout_(io_timeout) {}
 
 ShmFdServer::~ShmFdServer() {
+  if (!thread_.joinable()) return;  // Create failed
   char b = 0;
   while (write(wake_write_.get(), &b, 1) < 0 && errno == EINTR) {
   }

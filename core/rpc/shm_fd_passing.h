@@ -37,7 +37,8 @@ inline constexpr size_t kShmTokenBytes = 16;
 class ShmFdServer {
  public:
   // Binds a fresh abstract socket "sluice-shm-<pid>-<random>" and starts its thread.
-  // INTERNAL naming the call that failed. At most `max_offers` offers wait at once (the
+  // INTERNAL naming the call that failed, RESOURCE_EXHAUSTED when its thread cannot start.
+  // At most `max_offers` offers wait at once (the
   // oldest is dropped beyond that); a connection gets `io_timeout` to send its token.
   static absl::StatusOr<std::unique_ptr<ShmFdServer>> Create(
       size_t max_offers = 4096, absl::Duration io_timeout = absl::Seconds(2));

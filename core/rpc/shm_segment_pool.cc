@@ -10,7 +10,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/util/logging.h"
+#include "core/util/start_thread.h"
 
 namespace sluice {
 namespace {
@@ -91,7 +94,14 @@ struct ShmSegmentPool::Returner {
 ShmSegmentPool::ShmSegmentPool(ShmSegmentPoolOptions options)
     : state_(std::make_shared<State>(std::move(options))) {
   if (state_->options.trim_interval > absl::ZeroDuration()) {
-    trimmer_ = std::thread([this] { TrimLoop(); });
+    absl::StatusOr<std::thread> trimmer =
+        StartThread("the shared-memory segment pool's trimmer", [this] { TrimLoop(); });
+    if (trimmer.ok()) {
+      trimmer_ = *std::move(trimmer);
+    } else {  // max_bytes still bounds what is kept
+      LogEvent(LogLevel::kWarning, "worker",
+               absl::StrCat(trimmer.status().message(), "; idle segments are kept until reused"));
+    }
   }
 }
 

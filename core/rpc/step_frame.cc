@@ -16,42 +16,13 @@
 #include "core/rpc/shared_step_payload.h"
 #include "core/tensor/aligned_size.h"
 #include "core/tensor/host_memory.h"
+#include "core/tensor/uninitialized_tensor.h"
 #include "core/util/aligned_memory.h"
 #include "core/util/streaming_copy.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
-
-// Charged to the process's memory budget (core/tensor/host_memory.h) while it lives; ok() is
-// false, with nothing charged, when the budget or the system refuses.
-class UninitializedHostBuffer : public TensorBuffer {
- public:
-  explicit UninitializedHostBuffer(size_t bytes)
-      : size_(bytes), charged_(static_cast<int64_t>(AlignedSize(bytes == 0 ? 1 : bytes))) {
-    if (!ProcessMemoryBudget().TryCharge(charged_)) {
-      charged_ = 0;
-      return;
-    }
-    data_ = AllocateAligned(kAlignment, static_cast<size_t>(charged_));
-    if (data_ == nullptr) {
-      ProcessMemoryBudget().Release(charged_);
-      charged_ = 0;
-    }
-  }
-  ~UninitializedHostBuffer() override {
-    FreeAligned(data_);
-    ProcessMemoryBudget().Release(charged_);
-  }
-  void* data() override { return data_; }
-  size_t size() const override { return size_; }
-  bool ok() const { return data_ != nullptr; }
-
- private:
-  size_t size_;
-  int64_t charged_;
-  void* data_ = nullptr;
-};
 
 void PutFixed32(std::string* out, uint32_t v) {
   char b[4] = {static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff),
@@ -470,9 +441,10 @@ void FillCompactHeader(absl::Span<const WireStepView> steps, const CompactSpec& 
 }  // namespace
 
 std::shared_ptr<TensorBuffer> AllocateUninitializedHost(size_t bytes) {
-  auto b = std::make_shared<UninitializedHostBuffer>(bytes);
-  if (!b->ok()) return nullptr;
-  return b;
+  // The refusal's message is the decoder's to write (TensorAllocator): RESOURCE_EXHAUSTED.
+  absl::StatusOr<std::shared_ptr<TensorBuffer>> buffer =
+      TryAllocateUninitializedBuffer(bytes, "step frame", "a frame's tensors");
+  return buffer.ok() ? *std::move(buffer) : nullptr;
 }
 
 namespace {
@@ -508,15 +480,16 @@ class HostPool : public std::enable_shared_from_this<HostPool> {
         it->second.pop_back();
         idle_bytes_ -= size_class;
       }
+      held_bytes_ += size_class;  // one lock per allocation: undone below if the system refuses
     }
     if (data == nullptr) data = AllocateAligned(TensorBuffer::kAlignment, size_class);
     if (data == nullptr) {
+      {
+        absl::MutexLock lock(&mu_);
+        held_bytes_ -= size_class;
+      }
       ProcessMemoryBudget().Release(static_cast<int64_t>(size_class));
       return nullptr;
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      held_bytes_ += size_class;
     }
     return std::make_shared<Buffer>(shared_from_this(), data, bytes, size_class);
   }

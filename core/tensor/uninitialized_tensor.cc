@@ -1,9 +1,11 @@
 #include "core/tensor/uninitialized_tensor.h"
 
+#include <cstdint>
 #include <limits>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "core/tensor/aligned_size.h"
 #include "core/tensor/host_memory.h"
 #include "core/util/aligned_memory.h"
 
@@ -50,15 +52,27 @@ absl::StatusOr<Tensor> TryAllocateUninitialized(DType dtype, const Shape& shape,
   // Sizes in 128 bits: a hostile shape must not wrap around to a small buffer.
   unsigned __int128 bytes = DTypeSize(dtype);
   for (int i = 0; i < shape.rank(); ++i) bytes *= static_cast<uint64_t>(shape.dim(i));
-  constexpr size_t kAlign = TensorBuffer::kAlignment;
-  const unsigned __int128 rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-  if (rounded > static_cast<unsigned __int128>(std::numeric_limits<int64_t>::max())) {
+  if (bytes > static_cast<unsigned __int128>(std::numeric_limits<int64_t>::max())) {
     return absl::ResourceExhaustedError(
         absl::StrCat(what, ": ", describe(), " needs more than 2^63 bytes"));
   }
-  const size_t charged = rounded == 0 ? kAlign : static_cast<size_t>(rounded);
+  absl::StatusOr<std::shared_ptr<TensorBuffer>> buffer =
+      TryAllocateUninitializedBuffer(static_cast<size_t>(bytes), what, describe());
+  if (!buffer.ok()) return buffer.status();
+  return Tensor::Wrap(dtype, shape, *std::move(buffer));
+}
+
+absl::StatusOr<std::shared_ptr<TensorBuffer>> TryAllocateUninitializedBuffer(
+    size_t bytes, absl::string_view what, absl::string_view describe) {
+  constexpr size_t kAlign = TensorBuffer::kAlignment;
+  constexpr uint64_t kMaxBytes = uint64_t{std::numeric_limits<int64_t>::max()} / kAlign * kAlign;
+  if (bytes > kMaxBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": ", describe, " needs more than 2^63 bytes"));
+  }
+  const size_t charged = bytes == 0 ? kAlign : AlignedSize(bytes);
   if (!ProcessMemoryBudget().TryCharge(static_cast<int64_t>(charged))) {
-    return ProcessMemoryBudget().Refusal(static_cast<int64_t>(charged), what, describe());
+    return ProcessMemoryBudget().Refusal(static_cast<int64_t>(charged), what, describe);
   }
   void* data = AllocateAligned(kAlign, charged);
   if (data == nullptr) {
@@ -66,9 +80,7 @@ absl::StatusOr<Tensor> TryAllocateUninitialized(DType dtype, const Shape& shape,
     return absl::ResourceExhaustedError(
         absl::StrCat(what, ": the system refused ", charged, " bytes of memory"));
   }
-  auto buffer = std::make_shared<UninitializedHostBuffer>(data, static_cast<size_t>(bytes),
-                                                          charged);
-  return Tensor::Wrap(dtype, shape, std::move(buffer));
+  return std::make_shared<UninitializedHostBuffer>(data, bytes, charged);
 }
 
 }  // namespace sluice

@@ -1,15 +1,38 @@
 #include "core/util/thread_pool.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/logging.h"
+#include "core/util/start_thread.h"
 
 namespace sluice {
 
+absl::StatusOr<std::unique_ptr<ThreadPool>> ThreadPool::Create(int num_threads,
+                                                               absl::string_view what) {
+  std::unique_ptr<ThreadPool> pool(new ThreadPool());
+  if (absl::Status s = pool->Start(num_threads, what); !s.ok()) return s;  // ~ joins the rest
+  return pool;
+}
+
 ThreadPool::ThreadPool(int num_threads) {
+  if (absl::Status s = Start(num_threads, "a thread pool"); !s.ok()) {
+    LogEvent(LogLevel::kError, "process", s.message());
+    std::abort();
+  }
+}
+
+absl::Status ThreadPool::Start(int num_threads, absl::string_view what) {
   threads_.reserve(static_cast<size_t>(num_threads));
-  for (int i = 0; i < num_threads; ++i) threads_.emplace_back([this] { Run(); });
+  for (int i = 0; i < num_threads; ++i) {
+    absl::StatusOr<std::thread> t = StartThread(
+        absl::StrCat(what, " (thread ", i + 1, " of ", num_threads, ")"), [this] { Run(); });
+    if (!t.ok()) return t.status();
+    threads_.push_back(*std::move(t));
+  }
+  return absl::OkStatus();
 }
 
 ThreadPool::~ThreadPool() {
@@ -80,10 +103,15 @@ ThreadPool* process_pool ABSL_GUARDED_BY(pool_mu) = nullptr;
 
 }  // namespace
 
-ThreadPool& ProcessThreadPool() {
+absl::StatusOr<ThreadPool*> ProcessThreadPool() {
   absl::MutexLock lock(&pool_mu);
-  if (process_pool == nullptr) process_pool = new ThreadPool(ProcessThreadPoolSize());
-  return *process_pool;
+  if (process_pool == nullptr) {
+    absl::StatusOr<std::unique_ptr<ThreadPool>> pool =
+        ThreadPool::Create(ProcessThreadPoolSize(), "the process's thread pool (--threads)");
+    if (!pool.ok()) return pool.status();
+    process_pool = pool->release();
+  }
+  return process_pool;
 }
 
 absl::Status SetProcessThreadPoolSize(int n) {

@@ -2,8 +2,9 @@
 // every parallel op of every pipeline shares (parallel map, prefetch, parallel interleave), so a
 // worker running 50 tasks does not start 50 times the threads.
 //
-//   SetProcessThreadPoolSize(8);                    // in main(), from --threads
-//   ProcessThreadPool().Schedule([&] { Work(); });  // anywhere
+//   SetProcessThreadPoolSize(8);                     // in main(), from --threads
+//   ASSIGN_OR_RETURN(ThreadPool* pool, ProcessThreadPool());
+//   pool->Schedule([&] { Work(); });                 // anywhere
 //
 // Closures must not block waiting for other closures of the same pool that have not started (a
 // pool of N threads all waiting would never run the closures they wait for): whoever needs the
@@ -19,18 +20,26 @@
 
 #include <deque>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 
 namespace sluice {
 
 class ThreadPool {
  public:
-  // Requires num_threads >= 1. The threads start at once.
+  // Requires num_threads >= 1. The threads start at once; RESOURCE_EXHAUSTED naming `what`
+  // when one cannot (core/util/start_thread.h; those started are joined).
+  static absl::StatusOr<std::unique_ptr<ThreadPool>> Create(int num_threads,
+                                                            absl::string_view what);
+  // As Create, for a pool made once at process start-up, and tests: a thread that cannot start
+  // ends the process with that error logged.
   explicit ThreadPool(int num_threads);
   // Runs every closure already scheduled, then joins the threads.
   ~ThreadPool();
@@ -47,6 +56,8 @@ class ThreadPool {
   static bool OnPoolThread();
 
  private:
+  ThreadPool() = default;
+  absl::Status Start(int num_threads, absl::string_view what);
   void Run();
 
   absl::Mutex mu_;
@@ -76,8 +87,10 @@ class PoolJobGate {
 int NumCores();
 
 // The process's pool: created at the first call with ProcessThreadPoolSize() threads, never
-// destroyed (its threads idle until the process exits).
-ThreadPool& ProcessThreadPool();
+// destroyed (its threads idle until the process exits). RESOURCE_EXHAUSTED when its threads
+// cannot start (ThreadPool::Create; the pipeline that needed it fails, a later call tries
+// again). A server starts it in main(), so that no input's pipeline pays for the start.
+absl::StatusOr<ThreadPool*> ProcessThreadPool();
 
 // Sizes the process's pool (a worker's or sluicectl's --threads). Call before the pool is first
 // used. INVALID_ARGUMENT if n < 1; FAILED_PRECONDITION if the pool already runs with another size.

@@ -123,7 +123,7 @@ class FakeCall {
   int max_in_flight_ ABSL_GUARDED_BY(reads_mu_) = 0;
   std::map<int, std::unique_ptr<absl::Notification>> gates_;  // set before the frames come
   std::unique_ptr<FrameReadAhead> read_ahead_;
-  std::unique_ptr<BulkReceiveThread> thread_ = std::make_unique<BulkReceiveThread>();
+  std::unique_ptr<BulkReceiveThread> thread_ = *BulkReceiveThread::Create("a test stream");
 };
 
 // The interleaving that gave a trainer a step of zeros with the bulk data channel on: frame 1's

@@ -821,9 +821,9 @@ void AwaitPoolClosuresScheduledBefore(absl::Duration timeout) {
     bool released ABSL_GUARDED_BY(mu) = false;
   };
   // Shared: the closures may outlive a timeout.
-  const auto barrier = std::make_shared<Barrier>(ProcessThreadPool().num_threads());
+  const auto barrier = std::make_shared<Barrier>(ProcessThreadPool().value()->num_threads());
   for (int i = 0; i < barrier->threads; ++i) {
-    ProcessThreadPool().Schedule([barrier, timeout] {
+    ProcessThreadPool().value()->Schedule([barrier, timeout] {
       absl::MutexLock lock(&barrier->mu);
       ++barrier->entered;
       barrier->mu.AwaitWithTimeout(absl::Condition(&barrier->released), timeout);

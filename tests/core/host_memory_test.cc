@@ -7,10 +7,13 @@
 #include <sys/resource.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/rpc/step_frame.h"
+#include "core/tensor/uninitialized_tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sluice/tensor.h"
@@ -184,6 +187,37 @@ TEST_F(HostMemoryTest, HostBuffersAreChargedAndRefused) {
   EXPECT_EQ(b.status().message(),
             "npy_dataset: a host buffer needs 1073741824 bytes, more than the memory limit of one "
             "element, 16777216 bytes (--max_element_bytes)");
+}
+
+// The frame decoder's buffers (core/rpc/step_frame.h AllocateUninitializedHost) are the tensor
+// library's uninitialized ones: charged like a tensor's, refused over the limits, and a size a
+// hostile frame header could claim near 2^64 is refused instead of wrapping to a small charge.
+TEST_F(HostMemoryTest, UninitializedBuffersAreChargedAndRefusedNotWrapped) {
+  {
+    absl::StatusOr<std::shared_ptr<TensorBuffer>> b =
+        TryAllocateUninitializedBuffer(4000, "op 1 (map)", "a buffer");
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ((*b)->size(), 4000u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>((*b)->data()) % TensorBuffer::kAlignment, 0u);
+    EXPECT_EQ(used(), 4032);
+    std::shared_ptr<TensorBuffer> frame = AllocateUninitializedHost(0);
+    ASSERT_NE(frame, nullptr);
+    EXPECT_EQ(used(), 4032 + 64);  // one alignment unit for nothing
+  }
+  EXPECT_EQ(used(), 0);
+  absl::StatusOr<std::shared_ptr<TensorBuffer>> big =
+      TryAllocateUninitializedBuffer(size_t{32} << 20, "op 2 (batch)", "a batch");
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(big.status().message()), HasSubstr("op 2 (batch): a batch needs"));
+  EXPECT_EQ(AllocateUninitializedHost(size_t{32} << 20), nullptr);  // over --max_element_bytes
+  for (size_t bytes : {~size_t{0}, ~size_t{0} - 63, size_t{1} << 63}) {
+    absl::StatusOr<std::shared_ptr<TensorBuffer>> huge =
+        TryAllocateUninitializedBuffer(bytes, "step frame", "a frame's tensors");
+    EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << bytes;
+    EXPECT_THAT(std::string(huge.status().message()), HasSubstr("needs more than 2^63 bytes"));
+    EXPECT_EQ(AllocateUninitializedHost(bytes), nullptr) << bytes;
+  }
+  EXPECT_EQ(used(), 0);
 }
 
 TEST(DefaultMemoryLimitsTest, TheAddressSpaceLimitCountsLikeTheCgroupsAndTheMachines) {

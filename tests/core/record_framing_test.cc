@@ -407,7 +407,7 @@ TEST(RecordFramingPipelineTest, AParallelMapDrainedOnThePoolsOnlyThreadReadsEver
   for (const std::string calls : {"2", "AUTOTUNE"}) {
     pipeline_test::Outputs got;
     absl::Notification done;
-    ProcessThreadPool().Schedule([&] {
+    ProcessThreadPool().value()->Schedule([&] {
       got = pipeline_test::Drain(
           absl::StrCat(source, ".map(", parse, ", num_parallel_calls=", calls, ").batch(7)"),
           /*hold=*/false);

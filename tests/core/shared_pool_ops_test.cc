@@ -71,7 +71,7 @@ TEST(SharedPoolOpsTest, ManyPipelinesWithPrefetchAndParallelInterleaveStartNoThr
       ").repeat().interleave(lambda f: fixed_length_record_dataset(f, 8).prefetch(2), "
       "cycle_length=3, num_parallel_calls=3).prefetch(4)"));
   ASSERT_TRUE(ds.ok()) << ds.status();
-  ProcessThreadPool();  // the shared pool's threads are there before counting
+  ASSERT_TRUE(ProcessThreadPool().ok());  // the shared pool's threads are there before counting
   const int before = ThreadCount();
   constexpr int kPipelines = 30;
   std::vector<std::unique_ptr<Iterator>> running;
@@ -93,7 +93,7 @@ TEST(SharedPoolOpsTest, ManyPipelinesWithPrefetchAndParallelInterleaveStartNoThr
 absl::StatusOr<std::vector<int64_t>> ValuesOnThePool(const std::string& expression) {
   absl::StatusOr<std::vector<int64_t>> out = absl::InternalError("did not run");
   absl::Notification done;
-  ProcessThreadPool().Schedule([&] {
+  ProcessThreadPool().value()->Schedule([&] {
     out = Values(expression);
     done.Notify();
   });

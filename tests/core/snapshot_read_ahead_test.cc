@@ -250,14 +250,15 @@ TEST(SnapshotReadAheadTest, QueueStaysWithinItsUnitAndByteBounds) {
     ahead.Flush();
     return queued;
   };
+  ThreadPool pool(2);
   for (int parallelism : {1, 3}) {
-    SnapshotReadAhead ahead(parallelism, 1 << 30);
+    SnapshotReadAhead ahead(parallelism, 1 << 30, &pool);
     EXPECT_EQ(fill(ahead), 2 * parallelism * SnapshotReadAhead::kUnitRecords)
         << "parallelism " << parallelism;
   }
   {
     // A byte limit smaller than the first record: that one is queued, nothing after it.
-    SnapshotReadAhead ahead(8, 1);
+    SnapshotReadAhead ahead(8, 1, &pool);
     EXPECT_EQ(fill(ahead), 1u);
     Element e;
     ASSERT_TRUE(ahead.TakeFront(&e).ok());
@@ -266,7 +267,7 @@ TEST(SnapshotReadAheadTest, QueueStaysWithinItsUnitAndByteBounds) {
   {
     // The byte limit in between: records are queued while the queued bytes are under it.
     const size_t limit = records[0].data.size() + records[1].data.size() + 1;
-    SnapshotReadAhead ahead(8, limit);
+    SnapshotReadAhead ahead(8, limit, &pool);
     EXPECT_EQ(fill(ahead), 3u);
   }
 }

@@ -331,7 +331,7 @@ TEST(TFRecordMappedTest, AParallelMapUnmapsEachFileItHasRead) {
       const size_t k = static_cast<size_t>(images.string_at(0)[0] - 'a');
       ASSERT_LT(k, paths.size());
       seen[k] = true;
-      record_test::RunPoolClosuresScheduledSoFar(ProcessThreadPool());
+      record_test::RunPoolClosuresScheduledSoFar(*ProcessThreadPool().value());
       for (size_t f = 0; f < k; ++f) {
         EXPECT_FALSE(record_test::MappingOf(paths[f]).has_value())
             << paths[f] << " still mapped at batch " << batches << " (file " << k << ")";
@@ -340,7 +340,7 @@ TEST(TFRecordMappedTest, AParallelMapUnmapsEachFileItHasRead) {
     EXPECT_EQ(batches, 150);
     EXPECT_EQ(seen, std::vector<bool>(paths.size(), true));
   }
-  record_test::RunPoolClosuresScheduledSoFar(ProcessThreadPool());
+  record_test::RunPoolClosuresScheduledSoFar(*ProcessThreadPool().value());
   for (const std::string& p : paths) EXPECT_FALSE(record_test::MappingOf(p).has_value()) << p;
 }
 

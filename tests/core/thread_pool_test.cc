@@ -44,7 +44,9 @@ TEST(ThreadPoolTest, ClosuresRunConcurrently) {
 
 TEST(ThreadPoolTest, ProcessPoolSizeIsCheckedAndFixedOnceRunning) {
   EXPECT_EQ(SetProcessThreadPoolSize(0).code(), absl::StatusCode::kInvalidArgument);
-  const int size = ProcessThreadPool().num_threads();
+  absl::StatusOr<ThreadPool*> pool = ProcessThreadPool();
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const int size = (*pool)->num_threads();
   EXPECT_EQ(size, ProcessThreadPoolSize());
   EXPECT_TRUE(SetProcessThreadPoolSize(size).ok());
   EXPECT_EQ(SetProcessThreadPoolSize(size + 1).code(), absl::StatusCode::kFailedPrecondition);
@@ -53,7 +55,7 @@ TEST(ThreadPoolTest, ProcessPoolSizeIsCheckedAndFixedOnceRunning) {
 // Many pipelines with AUTOTUNE maps, all open at once and each part-way through: the threads
 // stay those of the one pool (the old parallel map started `cores` threads per map).
 TEST(ThreadPoolTest, ManyParallelMapsShareThePoolsThreads) {
-  ThreadPool& pool = ProcessThreadPool();  // started before counting
+  ThreadPool& pool = *ProcessThreadPool().value();  // started before counting
   const int before = ThreadCount();
   ASSERT_GT(before, 0);
   absl::StatusOr<Dataset> ds = Dataset::Parse(

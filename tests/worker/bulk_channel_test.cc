@@ -91,8 +91,11 @@ Channel Connect(BulkListener* listener, size_t min_bytes = 0, uint64_t cut_after
   absl::StatusOr<UniqueFd> fd = listener->Take(token);
   EXPECT_TRUE(fd.ok()) << fd.status();
   if (!fd.ok()) return c;
-  c.sender = std::make_unique<BulkSender>(*std::move(fd), nullptr, absl::Seconds(20), min_bytes,
-                                          BulkSenderFaults{.cut_after_bytes = cut_after});
+  absl::StatusOr<std::unique_ptr<BulkSender>> sender =
+      BulkSender::Create("a test channel", *std::move(fd), nullptr, absl::Seconds(20), min_bytes,
+                         BulkSenderFaults{.cut_after_bytes = cut_after});
+  EXPECT_TRUE(sender.ok()) << sender.status();
+  if (sender.ok()) c.sender = *std::move(sender);
   return c;
 }
 

@@ -103,14 +103,14 @@ TEST(ServiceThreadBoundTest, AWorkerRunningFiftyTasksKeepsItsThreadsBounded) {
   ASSERT_TRUE(all_running) << "the tasks did not all start within the liveness bound";
 
   // The runner pool at its bound and its monitor thread, the process pool, the slack.
-  const int bound = before + ProcessTaskRunnerPool().max_threads() + 1 + ProcessThreadPoolSize() +
+  const int bound = before + ProcessTaskRunnerPool().value()->max_threads() + 1 + ProcessThreadPoolSize() +
                     kSlack;
   const int after = ThreadCount();
   std::cout << "threads before the jobs: " << before << ", with " << kTasks
             << " tasks running: " << after << ", bound " << bound << std::endl;
   EXPECT_LE(after, bound) << "threads before the jobs: " << before << ", with " << kTasks
                           << " tasks running: " << after;
-  EXPECT_LE(ProcessTaskRunnerPool().peak_threads(), ProcessTaskRunnerPool().max_threads());
+  EXPECT_LE(ProcessTaskRunnerPool().value()->peak_threads(), ProcessTaskRunnerPool().value()->max_threads());
 }
 
 }  // namespace

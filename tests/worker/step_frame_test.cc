@@ -1,12 +1,14 @@
 #include "core/rpc/step_frame.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <set>
 #include <vector>
 
+#include "core/tensor/host_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/step_frame_test_util.h"
@@ -587,6 +589,38 @@ TEST(StepFrameReuseTest, PooledHostAllocatorKeepsWhatFitsInTheTotalBound) {
     ASSERT_NE(out.back(), nullptr);
     EXPECT_EQ(released.count(out.back()->data()), 1u) << "buffer " << i << " was not kept";
     EXPECT_EQ(static_cast<const unsigned char*>(out.back()->data())[kStep / 2], 0x5a);
+  }
+  for (void* p : between) std::free(p);
+}
+
+// An allocation the system refuses (a size the budget allows but no address space holds)
+// leaves nothing counted as held: afterwards the pool keeps as many buffers as before, and
+// the budget is given back.
+TEST(StepFrameReuseTest, PooledHostAllocatorForgetsAnAllocationTheSystemRefused) {
+  constexpr size_t kStep = 256 << 10;
+  TensorAllocator alloc = PooledHostAllocator(/*max_idle_bytes=*/kStep,
+                                              /*max_total_bytes=*/4 * kStep);
+  MemoryBudget& budget = ProcessMemoryBudget();
+  const MemoryLimits saved = budget.limits();
+  const int64_t in_use = budget.in_use();
+  budget.SetLimits({.process_bytes = int64_t{1} << 62, .element_bytes = int64_t{1} << 62});
+  EXPECT_EQ(alloc(size_t{1} << 50), nullptr);  // 1 PiB: more than the address space
+  budget.SetLimits(saved);
+  EXPECT_EQ(budget.in_use(), in_use);
+  std::vector<std::shared_ptr<TensorBuffer>> out;
+  for (int i = 0; i < 4; ++i) out.push_back(alloc(kStep));
+  std::set<void*> released;
+  for (const auto& b : out) released.insert(b->data());
+  out.clear();  // all four fit in the total bound with nothing held: all kept
+  std::vector<void*> between;  // takes whatever the pool freed
+  for (int i = 0; i < 4; ++i) {
+    between.push_back(std::aligned_alloc(TensorBuffer::kAlignment, kStep));
+    ASSERT_NE(between.back(), nullptr);
+  }
+  for (int i = 0; i < 4; ++i) {
+    out.push_back(alloc(kStep));
+    ASSERT_NE(out.back(), nullptr);
+    EXPECT_EQ(released.count(out.back()->data()), 1u) << "buffer " << i << " was not kept";
   }
   for (void* p : between) std::free(p);
 }

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "core/util/malloc_retention.h"
+#include "core/util/mutex_deadlock_detection.h"
 #include "tools/sluicectl/command_line.h"
 #include "tools/sluicectl/commands.h"
 
@@ -15,9 +15,7 @@ int main(int argc, char** argv) {
   // run, bench and save build and free batches continuously: keep freed memory for the next
   // ones instead of faulting it in again (core/util/malloc_retention.h).
   RetainFreedMemory();
-  // No lock-order graph on every absl::Mutex lock (Debian's Abseil keeps one, built without
-  // NDEBUG): the consumer of run and bench locks per step (bench/RESULTS.md, kib1m).
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  SkipMutexDeadlockDetection();  // core/util/mutex_deadlock_detection.h says why
   const SluicectlCommand* command = nullptr;
   std::vector<std::string> args;
   bool help_requested = false;

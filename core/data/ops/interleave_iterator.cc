@@ -13,6 +13,8 @@
 #include "absl/synchronization/mutex.h"
 #include "core/data/memory_budget.h"
 #include "core/data/op_iterator.h"
+#include "core/data/op_registry.h"
+#include "core/util/status_context.h"
 #include "core/util/status_macros.h"
 #include "core/util/thread_pool.h"
 
@@ -88,7 +90,7 @@ class InterleaveIterator : public OpIterator {
 
   InterleaveIterator(std::string label, std::unique_ptr<Iterator> input,
                      InterleaveInputFn make_input, int64_t cycle_length, int64_t block_length,
-                     bool parallel, bool deterministic)
+                     bool parallel, bool deterministic, ThreadPool* pool)
       : OpIterator(std::move(label)),
         input_(std::move(input)),
         make_input_(std::move(make_input)),
@@ -98,7 +100,7 @@ class InterleaveIterator : public OpIterator {
         deterministic_(deterministic),
         shared_(std::make_shared<SharedState>()),
         open_inputs_held_(this->label()) {
-    shared_->pool = &ProcessThreadPool();
+    shared_->pool = pool;
     // A block ahead, but not block_length elements of every open input when that is huge (a
     // hint TF accepts): read-ahead only overlaps reads, it does not change the output.
     shared_->read_ahead = std::clamp<int64_t>(block_length, 2, kMaxReadAhead);
@@ -373,9 +375,11 @@ std::unique_ptr<Iterator> NewInterleaveIterator(std::string label,
                                                 InterleaveInputFn make_input,
                                                 int64_t cycle_length, int64_t block_length,
                                                 int64_t num_parallel_calls, bool deterministic) {
+  absl::StatusOr<ThreadPool*> pool = ProcessThreadPool();
+  if (!pool.ok()) return OrErrorIterator(WithContext(label, pool.status()));
   return std::make_unique<InterleaveIterator>(std::move(label), std::move(input),
                                               std::move(make_input), cycle_length, block_length,
-                                              num_parallel_calls > 0, deterministic);
+                                              num_parallel_calls > 0, deterministic, *pool);
 }
 
 }  // namespace sluice

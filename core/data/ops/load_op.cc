@@ -35,6 +35,7 @@
 #include "core/io/file_system.h"
 #include "core/tensor/proto_convert.h"
 #include "core/util/status_macros.h"
+#include "core/util/thread_pool.h"
 #include "sluice/dataset.h"
 #include "sluice/snapshot.h"
 
@@ -144,8 +145,9 @@ class LoadIterator : public OpIterator {
     Count(m);
     pending_.assign(source_.filenames().begin(), source_.filenames().end());
     if (parallelism_ > 1) {
+      ASSIGN_OR_RETURN(ThreadPool * pool, ProcessThreadPool());
       ahead_ = std::make_unique<SnapshotReadAhead>(parallelism_,
-                                                   SnapshotReadAhead::kDefaultMaxBytesAhead);
+                                                   SnapshotReadAhead::kDefaultMaxBytesAhead, pool);
     }
     return absl::OkStatus();
   }

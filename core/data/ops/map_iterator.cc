@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/data/deferred_check_blocks.h"
 #include "core/data/op_iterator.h"
+#include "core/data/op_registry.h"
 #include "core/data/ops/batch_destinations.h"
 #include "core/data/ops/output_slot.h"
 #include "core/util/status_context.h"
@@ -937,10 +938,12 @@ std::unique_ptr<Iterator> NewMapIterator(std::string label, std::unique_ptr<Iter
     return std::make_unique<SequentialMapIterator>(std::move(label), std::move(input),
                                                    std::move(fn), std::move(block_fn));
   }
+  absl::StatusOr<ThreadPool*> pool = ProcessThreadPool();
+  if (!pool.ok()) return OrErrorIterator(WithContext(label, pool.status()));
   return std::make_unique<ParallelMapIterator>(std::move(label), std::move(input), std::move(fn),
                                                num_parallel_calls, deterministic,
-                                               std::move(block_fn), std::move(rows_fn),
-                                               &ProcessThreadPool(), autotune);
+                                               std::move(block_fn), std::move(rows_fn), *pool,
+                                               autotune);
 }
 
 }  // namespace sluice

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/data/op_iterator.h"
+#include "core/util/status_context.h"
 #include "core/util/thread_pool.h"
 
 namespace sluice {
@@ -80,10 +81,12 @@ struct PrefetchIterator::State : std::enable_shared_from_this<State> {
 PrefetchIterator::PrefetchIterator(std::unique_ptr<Iterator> input, int64_t buffer_size,
                                    std::string label, ThreadPool* pool,
                                    std::shared_ptr<CancellationToken> cancellation)
-    : state_(std::make_shared<State>(std::move(input), std::max<int64_t>(buffer_size, 1),
-                                     std::move(label),
-                                     pool != nullptr ? pool : &ProcessThreadPool())),
-      cancellation_(std::move(cancellation)) {
+    : cancellation_(std::move(cancellation)) {
+  absl::StatusOr<ThreadPool*> resolved =
+      pool != nullptr ? absl::StatusOr<ThreadPool*>(pool) : ProcessThreadPool();
+  if (!resolved.ok()) pool_error_ = WithContext(label, resolved.status());
+  state_ = std::make_shared<State>(std::move(input), std::max<int64_t>(buffer_size, 1),
+                                   std::move(label), resolved.ok() ? *resolved : nullptr);
   if (cancellation_ != nullptr) {
     cancel_wake_ = std::make_unique<ScopedCancelWake>(cancellation_.get(), [s = state_.get()] {
       absl::MutexLock lock(&s->mu);
@@ -109,6 +112,7 @@ PrefetchIterator::~PrefetchIterator() {
 }
 
 absl::Status PrefetchIterator::GetNext(Element* out, bool* end_of_sequence) {
+  if (!pool_error_.ok()) return pool_error_;
   State& s = *state_;
   absl::MutexLock lock(&s.mu);
   if (!s.started) {

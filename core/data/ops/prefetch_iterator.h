@@ -42,7 +42,8 @@ class PrefetchIterator : public Iterator {
  public:
   // Requires buffer_size > 0. The queued elements count against the process's memory budget
   // (core/data/memory_budget.h); `label` names the op when they would exceed it. `pool`:
-  // borrowed, must outlive the iterator; null: ProcessThreadPool(). `cancellation`: the
+  // borrowed, must outlive the iterator; null: ProcessThreadPool() (when its threads cannot
+  // start, GetNext returns its RESOURCE_EXHAUSTED, naming `label`). `cancellation`: the
   // pipeline's token (ExecutorOptions::cancellation), or null.
   PrefetchIterator(std::unique_ptr<Iterator> input, int64_t buffer_size,
                    std::string label = "prefetch", ThreadPool* pool = nullptr,
@@ -58,6 +59,7 @@ class PrefetchIterator : public Iterator {
 
  private:
   struct State;  // shared with the pool's jobs (prefetch_iterator.cc)
+  absl::Status pool_error_;  // the process's pool could not start
   std::shared_ptr<State> state_;
   std::shared_ptr<CancellationToken> cancellation_;
   // Wakes a GetNext waiting for the pool's puller when the token is cancelled. Declared last:

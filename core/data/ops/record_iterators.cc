@@ -283,7 +283,10 @@ class SequentialRecordIterator : public OpIterator, public DeferredCheckBlockSou
   absl::Status GetNextBlockDeferringChecks(int64_t max_elements, Element* out, int64_t* n,
                                            bool* end_of_sequence, BlockCheck* check) override {
     if (!unmapping_on_pool_) {
-      format_->UnmapOn(&ProcessThreadPool());
+      // Running on the pool, which therefore started.
+      if (absl::StatusOr<ThreadPool*> pool = ProcessThreadPool(); pool.ok()) {
+        format_->UnmapOn(*pool);
+      }
       unmapping_on_pool_ = true;
     }
     *check = nullptr;

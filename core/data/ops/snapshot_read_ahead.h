@@ -59,9 +59,9 @@ class SnapshotReadAhead {
   static constexpr size_t kUnitRecords = 32;
   static constexpr size_t kUnitBytes = 256 << 10;
 
-  // Requires parallelism >= 1; `pool` (the process's by default) must outlive the queue.
-  SnapshotReadAhead(int parallelism, size_t max_bytes_ahead,
-                    ThreadPool* pool = &ProcessThreadPool());
+  // Requires parallelism >= 1; `pool` (the process's, ProcessThreadPool()) must outlive the
+  // queue.
+  SnapshotReadAhead(int parallelism, size_t max_bytes_ahead, ThreadPool* pool);
   ~SnapshotReadAhead();
   SnapshotReadAhead(const SnapshotReadAhead&) = delete;
   SnapshotReadAhead& operator=(const SnapshotReadAhead&) = delete;
