@@ -719,11 +719,11 @@ absl::Status BulkReceiver::ReceiveFrame(size_t max_bytes, const std::function<bo
     return absl::DataLossError(absl::StrCat("bulk channel from ", where_, ": a frame of ", bytes,
                                             " bytes (at most ", max_bytes, ")"));
   }
-  grpc_slice slice = grpc_slice_malloc(bytes);
-  grpc::Slice owned(slice, grpc::Slice::STEAL_REF);
+  // Written through `owned` itself: a small slice holds its bytes inline, in the object.
+  grpc::Slice owned(grpc_slice_malloc(bytes), grpc::Slice::STEAL_REF);
   got = 0;
-  RETURN_IF_ERROR(ReceiveExactly(reinterpret_cast<char*>(GRPC_SLICE_START_PTR(slice)), bytes,
-                                 "a frame header's", &got));
+  RETURN_IF_ERROR(ReceiveExactly(reinterpret_cast<char*>(const_cast<uint8_t*>(owned.begin())),
+                                 bytes, "a frame header's", &got));
   *out = grpc::ByteBuffer(&owned, 1);
   inband_ = true;
   bytes_received_ += sizeof(length) + bytes;
