@@ -32,10 +32,14 @@
 // alternating (for a profiler, and for bulk/TCP on a loaded machine: CPU-s/GB of each), and
 // splits bulk's CPU by thread: the producer's build, sluice-bulk-tx (the send copy),
 // sluice-bulk-rx (the receive copy, decode, queueing), the rest (gRPC, the pump pool, the
-// client's credit and prefetch threads); with steps per frame on the socket, and the
-// seconds per GB the two bulk threads spent off CPU: idle (tx: no frame to write; rx: no
-// frame header yet) and blocked (in the socket: a full send buffer, an empty receive
-// buffer; or runnable, waiting for a core).
+// client's credit and prefetch threads); with steps per frame on the socket, the process's
+// context switches per frame (getrusage, voluntary and not, per step x steps per frame), and
+// the seconds per GB the two bulk threads spent off CPU: idle (tx: no frame to write; rx: no
+// frame header yet; with in-band headers rx waits in the socket instead, counted as blocked)
+// and blocked (in the socket: a full send buffer, an empty receive buffer; or runnable,
+// waiting for a core).
+// --bulk_inband=0: the consumers keep the frames' headers on gRPC (the protocol before in-band
+// headers, core/rpc/bulk_channel.h), to compare the two in one binary.
 // --bulk_cc=NAME / --tcp_cc=NAME: the TCP congestion control of the bulk sockets (the
 // worker's bulk_congestion_control) and of raw TCP's socket; empty (the default): the host's
 // (net.ipv4.tcp_congestion_control). Compare the two columns under the same one: on a host

@@ -2,11 +2,15 @@
 // call, outside gRPC, that carries the frames' numeric tensor bytes so that the consumer
 // receives them with one recv() straight into its pooled frame buffer (one kernel copy, as raw
 // TCP), instead of out of gRPC's 64 KiB read slices and a second copy for every tensor that
-// straddles them. Control stays on the gRPC stream: the frame header (which steps, which
-// tensors, their sizes and order), credits, acknowledgements, end of data and errors; the
-// header of a frame whose numeric bytes go on the socket says so (StepFrameHeader.bulk_payload)
-// and how many follow there. The socket carries nothing else, in frame order, so it needs no
-// framing of its own, and the consumer never trusts it for more than those bytes.
+// straddles them. The consumer's credits, acknowledgements and answers, and the call's status,
+// stay on the gRPC stream. With in-band headers (BulkOffer/BulkAccept.inband_headers, the
+// default on both ends) every frame of the call goes on the socket once it is up, as
+// [4-byte little-endian length N][N bytes: the frame as it would be on gRPC][its BulkPayload
+// bytes, if its header has one], so that no gRPC thread runs per frame; the consumer refuses a
+// length above its channels' receive limit before allocating, and checks the header (sizes,
+// credit) before it receives or allocates the payload. Without them the headers stay on gRPC
+// and the socket carries only the frames' numeric bytes, in frame order, with no framing of
+// its own (the header, StepFrameHeader.bulk_payload, says how many follow there).
 //
 // Protocol (proto/worker.proto BulkOffer / BulkAccept / BulkPayload / CreditGrant.bulk_ready):
 //
@@ -20,6 +24,11 @@
 //                                      ◄─gRPC── frame 1 {steps.., bulk_payload{bytes: 262144}}
 //                                      ◄─TCP─── 262144 bytes (each tensor at a 64-byte aligned
 //                                               offset, zero padding between), by writev
+//   with inband_headers (offered and accepted), frame 1 and every later frame instead:
+//                                      ◄─TCP─── [N][frame 1 {.., bulk_payload{262144}}][262144]
+//   ... the end of the task (or an error) is a frame on the socket; the consumer half-closes
+//   after it, and the worker finishes the call. The socket ending between frames is the
+//   worker's end of the call (its status explains), within a frame a broken call.
 //
 // The token is 32 random bytes that only the authenticated gRPC stream saw; the listener keeps
 // a connection only when its first 36 bytes are the magic and a token offered and not yet
