@@ -9,6 +9,7 @@
 //                            [--build_steps=1] [--prefetch=1] [--bulk=1] [--only_bulk=0]
 //                            [--worker_buffer=0] [--bulk_max_frame=0] [--read=0]
 //                            [--bulk_cc=] [--tcp_cc=] [--tcp_as_bulk=0] [--tcp_away_us=0]
+//                            [--bulk_inband=1]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -31,10 +32,14 @@
 // alternating (for a profiler, and for bulk/TCP on a loaded machine: CPU-s/GB of each), and
 // splits bulk's CPU by thread: the producer's build, sluice-bulk-tx (the send copy),
 // sluice-bulk-rx (the receive copy, decode, queueing), the rest (gRPC, the pump pool, the
-// client's credit and prefetch threads); with steps per frame on the socket, and the
-// seconds per GB the two bulk threads spent off CPU: idle (tx: no frame to write; rx: no
-// frame header yet) and blocked (in the socket: a full send buffer, an empty receive
-// buffer; or runnable, waiting for a core).
+// client's credit and prefetch threads); with steps per frame on the socket, the process's
+// context switches per frame (getrusage, voluntary and not, per step x steps per frame), and
+// the seconds per GB the two bulk threads spent off CPU: idle (tx: no frame to write; rx: no
+// frame header yet; with in-band headers rx waits in the socket instead, counted as blocked)
+// and blocked (in the socket: a full send buffer, an empty receive buffer; or runnable,
+// waiting for a core).
+// --bulk_inband=0: the consumers keep the frames' headers on gRPC (the protocol before in-band
+// headers, core/rpc/bulk_channel.h), to compare the two in one binary.
 // --bulk_cc=NAME / --tcp_cc=NAME: the TCP congestion control of the bulk sockets (the
 // worker's bulk_congestion_control) and of raw TCP's socket; empty (the default): the host's
 // (net.ipv4.tcp_congestion_control). Compare the two columns under the same one: on a host
@@ -196,6 +201,7 @@ struct Result {
   // part of it the worker's producer spent building steps (the pipeline's own output, which
   // raw TCP does not have), and the minor page faults taken.
   double cpu_seconds = 0;
+  int64_t context_switches = 0;  // the process's, voluntary and not (getrusage)
   double build_cpu_seconds = 0;
   double read_cpu_seconds = 0;  // --read=1: of cpu_seconds, the consumer's reading
   int64_t minor_faults = 0;
@@ -228,7 +234,9 @@ std::atomic<int64_t> g_read_cpu_ns{0};
 // so that the steps its producer builds ahead are counted.
 class UsageMeter {
  public:
-  UsageMeter() : bulk_(ProcessBulkChannelCounts()) { Read(&cpu_, &faults_, &build_, &read_); }
+  UsageMeter() : bulk_(ProcessBulkChannelCounts()) {
+    Read(&cpu_, &faults_, &build_, &read_, &switches_);
+  }
   void Stop(Result* r) const {
     // A stream's bulk sender counts its CPU when its thread ends, after the consumer left
     // (the worker's OnDone): wait for it, bounded.
@@ -237,9 +245,10 @@ class UsageMeter {
       absl::SleepFor(absl::Milliseconds(1));
     }
     double cpu = 0;
-    int64_t faults = 0, build = 0, read = 0;
-    Read(&cpu, &faults, &build, &read);
+    int64_t faults = 0, build = 0, read = 0, switches = 0;
+    Read(&cpu, &faults, &build, &read, &switches);
     r->cpu_seconds = cpu - cpu_;
+    r->context_switches = switches - switches_;
     r->minor_faults = faults - faults_;
     r->build_cpu_seconds = static_cast<double>(build - build_) * 1e-9;
     r->read_cpu_seconds = static_cast<double>(read - read_) * 1e-9;
@@ -257,18 +266,20 @@ class UsageMeter {
   }
 
  private:
-  static void Read(double* cpu, int64_t* faults, int64_t* build, int64_t* read) {
+  static void Read(double* cpu, int64_t* faults, int64_t* build, int64_t* read,
+                   int64_t* switches) {
     rusage u;
     getrusage(RUSAGE_SELF, &u);
     *cpu = static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
            static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
     *faults = u.ru_minflt;
+    *switches = u.ru_nvcsw + u.ru_nivcsw;
     *build = g_build_cpu_ns.load();
     *read = g_read_cpu_ns.load();
   }
   const BulkChannelCounts bulk_;
   double cpu_ = 0;
-  int64_t faults_ = 0, build_ = 0, read_ = 0;
+  int64_t faults_ = 0, build_ = 0, read_ = 0, switches_ = 0;
 };
 
 // The coordinator as ServiceStepSource sees it: job 1 has task 1 on `worker`.
@@ -330,6 +341,9 @@ std::string g_tcp_cc;
 
 // --tcp_as_bulk, --tcp_away_us (above).
 bool g_tcp_as_bulk = false;
+// --bulk_inband=0: the consumers keep the bulk frames' headers on gRPC (BulkOffer.inband_headers
+// off, the protocol before in-band headers), to compare with in-band ones in one build.
+bool g_bulk_inband = true;
 int64_t g_tcp_away_us = 0;
 
 // --worker_buffer=N: the task's step buffer in bytes, how far the producer builds ahead of the
@@ -398,6 +412,7 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
   o.compact_headers = g_compact;
   o.shared_memory = shared_memory;
   o.bulk_data = bulk_data;
+  o.bulk_inband_headers = g_bulk_inband;
   o.receive_budget_bytes = budget;
   // --views=1: no allocator of our own, so tensors may be views of the received slices.
   if (!g_views) o.allocator = [pool](size_t bytes) { return pool->Get(bytes); };
@@ -647,6 +662,7 @@ struct Column {
   std::vector<double> faults_per_gb;        // minor page faults per GB moved
   std::vector<double> tx_per_gb, rx_per_gb;  // of which the bulk channel's threads
   std::vector<double> steps_per_frame;       // steps per frame on the bulk socket
+  std::vector<double> switches_per_step;     // the process's context switches per step
   // Off-CPU seconds per GB of the bulk threads: idle, and blocked (Result's fields).
   std::vector<double> tx_idle_per_gb, tx_blocked_per_gb, rx_idle_per_gb, rx_blocked_per_gb;
   void Add(const Result& r) {
@@ -662,6 +678,8 @@ struct Column {
     rx_per_gb.push_back(r.rx_cpu_seconds / gb);
     steps_per_frame.push_back(static_cast<double>(r.steps) /
                               static_cast<double>(std::max<int64_t>(r.bulk_frames, 1)));
+    switches_per_step.push_back(static_cast<double>(r.context_switches) /
+                                static_cast<double>(std::max<int64_t>(r.steps, 1)));
     tx_idle_per_gb.push_back(r.tx_idle_seconds / gb);
     tx_blocked_per_gb.push_back(r.tx_blocked_seconds / gb);
     rx_idle_per_gb.push_back(r.rx_idle_seconds / gb);
@@ -674,10 +692,12 @@ struct Column {
     const double build = Median(&Column::build_per_gb), tx = Median(&Column::tx_per_gb),
                  rx = Median(&Column::rx_per_gb);
     return absl::StrFormat(
-        "build %.3f, tx %.3f, rx %.3f, rest %.3f; %.1f steps/frame; off CPU s/GB: tx idle "
-        "%.3f blocked %.3f, rx idle %.3f blocked %.3f",
+        "build %.3f, tx %.3f, rx %.3f, rest %.3f; %.1f steps/frame, %.1f context switches/"
+        "frame; off CPU s/GB: tx idle %.3f blocked %.3f, rx idle %.3f blocked %.3f",
         build, tx, rx, Median(&Column::cpu_per_gb) - build - tx - rx,
-        Median(&Column::steps_per_frame), Median(&Column::tx_idle_per_gb),
+        Median(&Column::steps_per_frame),
+        Median(&Column::switches_per_step) * Median(&Column::steps_per_frame),
+        Median(&Column::tx_idle_per_gb),
         Median(&Column::tx_blocked_per_gb), Median(&Column::rx_idle_per_gb),
         Median(&Column::rx_blocked_per_gb));
   }
@@ -750,6 +770,7 @@ int Main(int argc, char** argv) {
   service_options.bulk_congestion_control = Flag(argc, argv, "bulk_cc", "");
   g_tcp_cc = Flag(argc, argv, "tcp_cc", "");
   g_tcp_as_bulk = Flag(argc, argv, "tcp_as_bulk", "0") != "0";
+  g_bulk_inband = Flag(argc, argv, "bulk_inband", "1") != "0";
   if (!absl::SimpleAtoi(Flag(argc, argv, "tcp_away_us", "0"), &g_tcp_away_us) ||
       g_tcp_away_us < 0 || g_tcp_away_us > 1000000) {
     std::fprintf(stderr, "bad --tcp_away_us (0 to 1000000)\n");

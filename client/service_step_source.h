@@ -144,6 +144,11 @@ struct ServiceStepSourceOptions {
   // call). The socket's bytes are received on a thread of the call's own, never on gRPC's
   // (core/rpc/bulk_channel.h "Threads"). false: every byte on gRPC.
   bool bulk_data = true;
+  // With bulk_data: ask for the frames' headers on the socket too (BulkOffer.inband_headers),
+  // so that once it is up no frame goes through gRPC (docs/SERVICE.md "Bulk data channel").
+  // A worker that does not offer it keeps the headers on gRPC. false (or SLUICE_BULK_INBAND=0
+  // in the environment): headers on gRPC.
+  bool bulk_inband_headers = true;
   absl::Duration bulk_connect_timeout = absl::Seconds(2);
   absl::Duration bulk_receive_timeout = absl::Seconds(60);
   // Page-locks shared-memory segments for these devices (the consumer prefetches to a real

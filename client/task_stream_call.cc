@@ -122,6 +122,16 @@ void TaskStreamCall::FinishReadingLocked() {
 }
 
 void TaskStreamCall::OnReadDone(bool ok) {
+  if (bulk_inband_) {
+    // The frames come on the socket (ReceiveInband): this read only ends with the call.
+    absl::MutexLock lock(&streams_->mu_);
+    grpc_read_ended_ = true;
+    if (ok && bulk_ != nullptr) {
+      frame_on_grpc_ = true;  // a frame here breaks the protocol: the thread fails the call
+      bulk_->Abort();
+    }
+    return;
+  }
   if (read_ahead_ != nullptr) {
     // With a bulk socket the frame's bytes may take long to come (a stalled worker): handled
     // on the call's own thread, gRPC's is free at once, and the next header is read meanwhile.
@@ -162,15 +172,7 @@ void TaskStreamCall::HandleFrame(grpc::ByteBuffer* buffer) {
                                streams_->window_ + 1};
   absl::Status s = decoder_.Decode(*buffer, &frame_, limit);
   buffer->Clear();
-  // A frame whose bytes the bulk socket did not bring (it ended, failed or timed out): the
-  // call is broken; cancelled and made again, it resends what this one did not queue.
-  if (!s.ok() && bulk_ != nullptr && s.code() == absl::StatusCode::kUnavailable) {
-    bulk_failed_ = true;
-    CountBulkFailure();
-    LogEvent(LogLevel::kWarning, "client",
-             absl::StrCat("task ", task_->task_id, " on worker ", address_, ": ", s.message(),
-                          "; the call is made again"));
-  }
+  NoteBulkFailure(s);
   if (s.ok() && !shm_tried_ && decoder_.last_shm_accept() != nullptr) {
     shm_tried_ = true;
     TakeSharedMemory(*decoder_.last_shm_accept());
@@ -197,18 +199,29 @@ void TaskStreamCall::HandleFrame(grpc::ByteBuffer* buffer) {
       return;
     }
     receive_thread_ = *std::move(thread);
-    read_ahead_ = std::make_unique<FrameReadAhead>(FrameReadAhead::Env{
-        .mu = &streams_->mu_,
-        .start_read = [this] { StartRead(&read_buffer_); },
-        .hand_over = [thread = receive_thread_.get()](
-                         std::function<void()> task) { thread->Run(std::move(task)); },
-        .reading_finished = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return read_finished_; },
-        .TEST_after_hand_over = nullptr});
-    receive_thread_->Run([this, accept = *decoder_.last_bulk_accept()] {
+    const proto::BulkAccept& accept = *decoder_.last_bulk_accept();
+    const bool inband = accept.inband_headers() && streams_->options_.bulk_inband_headers;
+    if (!inband) {
+      read_ahead_ = std::make_unique<FrameReadAhead>(FrameReadAhead::Env{
+          .mu = &streams_->mu_,
+          .start_read = [this] { StartRead(&read_buffer_); },
+          .hand_over = [thread = receive_thread_.get()](
+                           std::function<void()> task) { thread->Run(std::move(task)); },
+          .reading_finished = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return read_finished_; },
+          .TEST_after_hand_over = nullptr});
+    }
+    receive_thread_->Run([this, accept, inband] {
       TakeBulkChannel(accept);
+      // bulk_ is this thread's to set: read without the lock. Set before the next read starts
+      // (QueueFrame starts none with in-band headers), so that reaction sees it.
+      bulk_inband_ = inband && bulk_ != nullptr;
       QueueFrame(absl::OkStatus());
-      absl::MutexLock lock(&streams_->mu_);
-      read_ahead_->ReadAhead();
+      if (bulk_inband_) {
+        ReceiveInband();
+      } else if (read_ahead_ != nullptr) {
+        absl::MutexLock lock(&streams_->mu_);
+        read_ahead_->ReadAhead();
+      }  // else declined: QueueFrame read on, and the frames are handled on gRPC's thread
     });
     return;
   }
@@ -311,7 +324,59 @@ void TaskStreamCall::QueueFrame(absl::Status decoded) {
     task->end_received = absl::Now();
     return;
   }
-  if (read_ahead_ == nullptr) StartRead(&read_buffer_);  // else read_ahead_ reads on
+  // Else read_ahead_ reads on, or the frames come on the bulk socket (ReceiveInband).
+  if (read_ahead_ == nullptr && !bulk_inband_) StartRead(&read_buffer_);
+}
+
+void TaskStreamCall::NoteBulkFailure(const absl::Status& s) {
+  // A frame whose bytes the bulk socket did not bring (it ended, failed or timed out): the
+  // call is broken; cancelled and made again, it resends what this one did not queue.
+  if (s.ok() || bulk_ == nullptr || s.code() != absl::StatusCode::kUnavailable) return;
+  bulk_failed_ = true;
+  CountBulkFailure();
+  LogEvent(LogLevel::kWarning, "client",
+           absl::StrCat("task ", task_->task_id, " on worker ", address_, ": ", s.message(),
+                        "; the call is made again"));
+}
+
+void TaskStreamCall::ReceiveInband() {
+  {
+    absl::MutexLock lock(&streams_->mu_);
+    if (read_finished_) return;
+  }
+  // Only the call's end (the worker's status) comes on gRPC now; it is awaited meanwhile so
+  // that a worker whose call ended but whose socket stays silent is given up on.
+  StartRead(&read_buffer_);
+  const size_t limit = static_cast<size_t>(streams_->ReceiveLimit());
+  const std::function<bool()> give_up = [this] {
+    absl::MutexLock lock(&streams_->mu_);
+    return grpc_read_ended_;
+  };
+  for (;;) {
+    absl::Status s = bulk_->ReceiveFrame(limit, give_up, &inband_frame_);
+    bool frame_on_grpc = false;
+    {
+      absl::MutexLock lock(&streams_->mu_);
+      frame_on_grpc = frame_on_grpc_;
+    }
+    if (frame_on_grpc) {
+      s = absl::DataLossError(
+          "a frame on gRPC after the bulk socket took the frames (BulkAccept.inband_headers)");
+    } else if (absl::IsOutOfRange(s)) {
+      // The socket ended between frames: the worker's stream ended (its status explains).
+      absl::MutexLock lock(&streams_->mu_);
+      if (!read_finished_) FinishReadingLocked();
+      return;
+    }
+    if (s.ok()) {
+      HandleFrame(&inband_frame_);
+    } else {
+      NoteBulkFailure(s);
+      QueueFrame(std::move(s));
+    }
+    absl::MutexLock lock(&streams_->mu_);
+    if (read_finished_) return;
+  }
 }
 
 absl::StatusOr<std::shared_ptr<ShmSegment>> TaskStreamCall::MapSegment(

@@ -81,6 +81,14 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   void QueueFrame(absl::Status decoded);
   // On receive_thread_: the frame a read brought (`ok`) or the end of reading (!ok).
   void HandleHandedOver(bool ok, grpc::ByteBuffer* buffer);
+  // With in-band headers (BulkAccept.inband_headers), on receive_thread_ once the socket is up:
+  // receives, decodes and queues every frame from the socket until reading ends (the end of
+  // the task, an error, a broken socket, or the socket's end between frames: the worker's end
+  // of the call, whose status then explains it). gRPC's read meanwhile awaits the call's end.
+  void ReceiveInband();
+  // Counts and logs `s` when it is the bulk socket's failure (UNAVAILABLE with a socket): the
+  // call is then cancelled and made again (FinishReadingLocked).
+  void NoteBulkFailure(const absl::Status& s);
   // Shared memory: takes the segment the frame just decoded offers (on the read's thread,
   // without mu: a local socket round trip), so that later frames decode from it. Any failure
   // leaves the call on TCP.
@@ -131,6 +139,13 @@ class TaskStreamCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   bool bulk_failed_ = false;
   // The worker waits for the answer to its offer (bulk_ready, or bulk_declined).
   bool bulk_answer_due_ = false;
+  // In-band headers: every frame comes on the socket (set on receive_thread_ before the read
+  // that follows it starts), where ReceiveInband reads it into inband_frame_; whether gRPC's
+  // read ended (the call's end), and whether it brought a frame instead (a broken protocol).
+  bool bulk_inband_ = false;
+  grpc::ByteBuffer inband_frame_;
+  bool grpc_read_ended_ = false;
+  bool frame_on_grpc_ = false;
   // With a receive thread: the reads ahead of it and the frames handed over to it, in the
   // order read (client/frame_read_ahead.h; created with receive_thread_).
   std::unique_ptr<FrameReadAhead> read_ahead_;

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "client/read_order.h"
+#include "core/rpc/bulk_channel.h"
 #include "core/rpc/grpc_security.h"
 #include "client/task_stream_call.h"
 #include "core/rpc/shm_mapping_cache.h"
@@ -138,12 +139,16 @@ TaskStreams::TaskStreams(ServiceStepSourceOptions options)
 std::shared_ptr<grpc::Channel> TaskStreams::NewChannel(const std::string& address) const {
   if (options_.channel_factory) return options_.channel_factory(address);
   ChannelLimits limits;
-  limits.max_receive_message_bytes = options_.max_receive_message_bytes > 0
-                                         ? options_.max_receive_message_bytes
-                                         : ReceiveLimitBytes(options_.receive_budget_bytes);
+  limits.max_receive_message_bytes = ReceiveLimit();
   limits.keepalive_time = options_.keepalive_time;
   limits.keepalive_timeout = options_.keepalive_timeout;
   return LimitedChannel(address, limits);
+}
+
+int TaskStreams::ReceiveLimit() const {
+  return options_.max_receive_message_bytes > 0
+             ? options_.max_receive_message_bytes
+             : ReceiveLimitBytes(options_.receive_budget_bytes);
 }
 
 TaskStreams::~TaskStreams() { Shutdown(); }
@@ -510,6 +515,8 @@ void TaskStreams::ConnectTask(const std::shared_ptr<TaskStream>& task,
   }
   if (options_.bulk_data && !bulk_unreachable_.contains(address)) {
     request->mutable_bulk_offer()->set_enabled(true);
+    request->mutable_bulk_offer()->set_inband_headers(options_.bulk_inband_headers &&
+                                                      BulkInbandHeadersFromEnvironment());
   }
   if (compact_spec_ != nullptr) {
     request->set_compact_headers(true);

@@ -244,6 +244,10 @@ class TaskStreams {
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
   // A new channel: options_.channel_factory's, else a LimitedChannel with the options' limits.
   std::shared_ptr<grpc::Channel> NewChannel(const std::string& address) const;
+  // The largest message the channels accept from a worker (max_receive_message_bytes, else
+  // ReceiveLimitBytes(receive_budget_bytes)); also the largest frame a bulk socket with in-band
+  // headers may announce.
+  int ReceiveLimit() const;
   // The monitor thread.
   void Monitor();
   // Cancels the calls that received their end of task more than end_grace before `now` and

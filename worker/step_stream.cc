@@ -115,24 +115,7 @@ class StepStream final : public Reactor {
     absl::MutexLock lock(&mu_);
     writing_ = false;
     write_.Clear();
-    if (write_is_error_) {
-      wrote_last_ = true;
-      BeginClose();
-      return;
-    }
-    if (!ok) {
-      result_ = ConsumerWentAway();
-      BeginClose();
-      return;
-    }
-    first_write_ = false;
-    if (write_end_) {
-      wrote_last_ = true;
-      wrote_end_ = true;
-      BeginClose();
-      return;
-    }
-    Pump();
+    if (WriteDone(ok)) Pump();
   }
 
   void OnCancel() override {
@@ -421,6 +404,8 @@ class StepStream final : public Reactor {
     proto::BulkAccept accept;
     accept.set_port(static_cast<uint32_t>(env_.bulk->port()));
     accept.set_token(bulk_token_);
+    bulk_inband_ = request.bulk_offer().inband_headers();
+    accept.set_inband_headers(bulk_inband_);
     encoder_->AttachToNextFrame(std::move(accept));
     bulk_accept_attached_ = true;
   }
@@ -453,7 +438,7 @@ class StepStream final : public Reactor {
           LogEvent(absl::IsCancelled(error) ? LogLevel::kInfo : LogLevel::kWarning, "worker",
                    absl::StrCat("StreamSteps: ", error.message(), "; the stream ends"));
         },
-        options_.bulk_write_timeout, options_.bulk_min_bytes, TEST_BulkFaults());
+        options_.bulk_write_timeout, options_.bulk_min_bytes, TEST_BulkFaults(), bulk_inband_);
     if (!sender.ok()) {
       LogEvent(LogLevel::kWarning, "worker",
                absl::StrCat("StreamSteps: ", sender.status().message(), "; the stream ends"));
@@ -742,6 +727,45 @@ class StepStream final : public Reactor {
     Pump();
   }
 
+  // A write of write_ completed (`ok`: it went out) or, with in-band headers, was queued on
+  // the bulk socket (`ok`: the sender took it): ends the stream after the last frame or a
+  // failed write; true when the stream may send on (Pump).
+  bool WriteDone(bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (write_is_error_) {
+      wrote_last_ = true;
+      BeginClose();
+      return false;
+    }
+    if (!ok) {
+      result_ = ConsumerWentAway();
+      BeginClose();
+      return false;
+    }
+    first_write_ = false;
+    if (write_end_) {
+      wrote_last_ = true;
+      wrote_end_ = true;
+      BeginClose();
+      return false;
+    }
+    return true;
+  }
+
+  // Sends write_: on gRPC (OnWriteDone follows), or with in-band headers on the bulk socket,
+  // after the frames queued there (WriteDone at once: the sender's queue is bounded by the
+  // credit, and the stream waits for the sender as for a write, WaitForBulkSender).
+  void StartFrameWrite(grpc::WriteOptions options) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (bulk_inband_ && bulk_sender_ != nullptr) {
+      const bool queued = bulk_sender_->SendFrame(write_);
+      write_.Clear();
+      // A sender that failed has cancelled the call (its on_error): the stream ends.
+      WriteDone(queued);
+      return;
+    }
+    writing_ = true;
+    StartWrite(&write_, options);
+  }
+
   // Writes frame_ (its steps and frame_end_).
   void SendFrame() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     grpc::ByteBuffer bb;
@@ -795,8 +819,7 @@ class StepStream final : public Reactor {
     runner_->RecordDelivered(write_steps_, write_bytes_);
     frame_.clear();
     frame_end_ = false;
-    writing_ = true;
-    StartWrite(&write_, write_options);
+    StartFrameWrite(write_options);
   }
 
   // The stream's last frame: `status` (a pipeline or encoding error), which is also the call's.
@@ -804,8 +827,7 @@ class StepStream final : public Reactor {
     result_ = status;
     write_ = ErrorFrame(status);
     write_is_error_ = true;
-    writing_ = true;
-    StartWrite(&write_);
+    StartFrameWrite(grpc::WriteOptions());
   }
 
   // No more frames: let the consumer half-close (it does after the last frame) within
@@ -878,6 +900,9 @@ class StepStream final : public Reactor {
   // borrows it; reset in OnDone).
   std::string bulk_token_;
   bool bulk_on_ ABSL_GUARDED_BY(mu_) = false;
+  // The consumer reads frame headers on the socket (BulkAccept.inband_headers): once the
+  // sender is up, every frame goes there (StartFrameWrite), none on gRPC.
+  bool bulk_inband_ ABSL_GUARDED_BY(mu_) = false;
   bool bulk_accept_attached_ ABSL_GUARDED_BY(mu_) = false;  // the next frame offers the socket
   bool awaiting_bulk_answer_ ABSL_GUARDED_BY(mu_) = false;  // it went out; no answer yet
   std::unique_ptr<BulkSender> bulk_sender_;

@@ -83,6 +83,7 @@ struct Counts {
   std::atomic<int64_t> sender_idle_ns{0};
   std::atomic<int64_t> receiver_wall_ns{0};
   std::atomic<int64_t> receiver_idle_ns{0};
+  std::atomic<int64_t> inband_frames_received{0};
 };
 Counts& ProcessCounts() {
   static Counts* const counts = new Counts;
@@ -131,7 +132,8 @@ BulkChannelCounts ProcessBulkChannelCounts() {
   return {c.frames_sent.load(),     c.bytes_sent.load(),      c.frames_received.load(),
           c.bytes_received.load(),  c.senders_alive.load(),   c.senders_stalled.load(),
           c.sender_cpu_ns.load(),   c.receiver_cpu_ns.load(), c.sender_wall_ns.load(),
-          c.sender_idle_ns.load(),  c.receiver_wall_ns.load(), c.receiver_idle_ns.load()};
+          c.sender_idle_ns.load(),  c.receiver_wall_ns.load(), c.receiver_idle_ns.load(),
+          c.inband_frames_received.load()};
 }
 
 absl::Status CheckBulkCongestionControl(const std::string& name) {
@@ -143,6 +145,11 @@ absl::Status CheckBulkCongestionControl(const std::string& name) {
 
 bool BulkDataDefaultFromEnvironment() {
   const char* v = std::getenv("SLUICE_BULK_DATA");
+  return v == nullptr || std::string(v) != "0";
+}
+
+bool BulkInbandHeadersFromEnvironment() {
+  const char* v = std::getenv("SLUICE_BULK_INBAND");
   return v == nullptr || std::string(v) != "0";
 }
 
@@ -391,9 +398,11 @@ void BulkListener::Loop() {
 
 absl::StatusOr<std::unique_ptr<BulkSender>> BulkSender::Create(
     absl::string_view what, UniqueFd socket, std::function<void(const absl::Status&)> on_error,
-    absl::Duration write_timeout, size_t min_bytes, BulkSenderFaults faults) {
-  std::unique_ptr<BulkSender> sender(
-      new BulkSender(std::move(socket), std::move(on_error), write_timeout, min_bytes, faults));
+    absl::Duration write_timeout, size_t min_bytes, BulkSenderFaults faults,
+    bool inband_headers) {
+  std::unique_ptr<BulkSender> sender(new BulkSender(std::move(socket), std::move(on_error),
+                                                    write_timeout, min_bytes, faults,
+                                                    inband_headers));
   BulkSender* raw = sender.get();
   ASSIGN_OR_RETURN(sender->thread_,
                    NamedThread("sluice-bulk-tx", absl::StrCat("the bulk sender of ", what),
@@ -404,9 +413,10 @@ absl::StatusOr<std::unique_ptr<BulkSender>> BulkSender::Create(
 
 BulkSender::BulkSender(UniqueFd socket, std::function<void(const absl::Status&)> on_error,
                        absl::Duration write_timeout, size_t min_bytes,
-                       BulkSenderFaults faults)
+                       BulkSenderFaults faults, bool inband_headers)
     : socket_(std::move(socket)), on_error_(std::move(on_error)), min_bytes_(min_bytes),
-      cut_after_bytes_(faults.cut_after_bytes), stall_after_bytes_(faults.stall_after_bytes) {
+      cut_after_bytes_(faults.cut_after_bytes), stall_after_bytes_(faults.stall_after_bytes),
+      inband_headers_(inband_headers) {
   ProcessCounts().senders_alive.fetch_add(1);
   SetTimeout(socket_.get(), SO_SNDTIMEO, write_timeout);
 }
@@ -431,6 +441,22 @@ bool BulkSender::Take(absl::Span<const Tensor* const> tensors, absl::Span<const 
   frame.extent = extent;
   absl::MutexLock lock(&mu_);
   if (failed_ || stopping_) return false;
+  if (inband_headers_) {
+    taken_ = std::move(frame);  // written with its header (SendFrame)
+  } else {
+    queue_.push_back(std::move(frame));
+  }
+  return true;
+}
+
+bool BulkSender::SendFrame(const grpc::ByteBuffer& bytes) {
+  const size_t n = bytes.Length();
+  absl::MutexLock lock(&mu_);
+  Frame frame = std::move(taken_);
+  taken_ = Frame();
+  if (!inband_headers_ || failed_ || stopping_ || n == 0 || n > UINT32_MAX) return false;
+  for (int i = 0; i < 4; ++i) frame.length[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  if (!bytes.Dump(&frame.header).ok()) return false;
   queue_.push_back(std::move(frame));
   return true;
 }
@@ -455,7 +481,13 @@ uint64_t BulkSender::bytes_sent() const {
 absl::Status BulkSender::Write(const Frame& frame) {
   // Up to IOV_MAX pieces a call: padding from kZeros, then each tensor from its own buffer.
   std::vector<iovec> iov;
-  iov.reserve(2 * frame.tensors.size());
+  iov.reserve(2 * frame.tensors.size() + 1 + frame.header.size());
+  if (!frame.header.empty()) {  // in-band headers: the length and the frame first
+    iov.push_back({const_cast<char*>(frame.length), sizeof(frame.length)});
+    for (const grpc::Slice& slice : frame.header) {
+      iov.push_back({const_cast<uint8_t*>(slice.begin()), slice.size()});
+    }
+  }
   size_t end = 0;
   for (size_t i = 0; i < frame.tensors.size(); ++i) {
     const size_t pad = frame.at[i] - end;
@@ -643,20 +675,12 @@ absl::StatusOr<std::unique_ptr<BulkReceiver>> BulkReceiver::Connect(
   return std::unique_ptr<BulkReceiver>(new BulkReceiver(std::move(socket), where));
 }
 
-absl::StatusOr<std::shared_ptr<TensorBuffer>> BulkReceiver::Receive(
-    size_t bytes, const TensorAllocator& allocator) {
-  std::shared_ptr<TensorBuffer> buffer =
-      allocator ? allocator(bytes) : AllocateUninitializedHost(bytes);
-  if (buffer == nullptr || buffer->data() == nullptr || buffer->size() < bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("bulk channel: cannot allocate ", bytes, " bytes"));
-  }
-  char* to = static_cast<char*>(buffer->data());
-  size_t got = 0;
-  while (got < bytes) {
-    const ssize_t n = recv(socket_.get(), to + got, bytes - got, MSG_WAITALL);
+absl::Status BulkReceiver::ReceiveExactly(char* to, size_t bytes, absl::string_view what,
+                                          size_t* got) {
+  while (*got < bytes) {
+    const ssize_t n = recv(socket_.get(), to + *got, bytes - *got, MSG_WAITALL);
     if (n > 0) {
-      got += static_cast<size_t>(n);
+      *got += static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -665,12 +689,68 @@ absl::StatusOr<std::shared_ptr<TensorBuffer>> BulkReceiver::Receive(
         n == 0 ? "the socket ended"
                : (errno == EAGAIN || errno == EWOULDBLOCK ? "no byte within the receive timeout"
                                                           : std::strerror(errno)),
-        " after ", got, " of a frame's ", bytes, " bytes"));
+        " after ", *got, " of ", what, " ", bytes, " bytes"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<TensorBuffer>> BulkReceiver::Receive(
+    size_t bytes, const TensorAllocator& allocator) {
+  std::shared_ptr<TensorBuffer> buffer =
+      allocator ? allocator(bytes) : AllocateUninitializedHost(bytes);
+  if (buffer == nullptr || buffer->data() == nullptr || buffer->size() < bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("bulk channel: cannot allocate ", bytes, " bytes"));
+  }
+  size_t got = 0;
+  RETURN_IF_ERROR(
+      ReceiveExactly(static_cast<char*>(buffer->data()), bytes, "a frame's", &got));
   bytes_received_ += bytes;
-  ProcessCounts().frames_received.fetch_add(1);
+  if (!inband_) ProcessCounts().frames_received.fetch_add(1);  // else counted with its header
   ProcessCounts().bytes_received.fetch_add(static_cast<int64_t>(bytes));
   return buffer;
+}
+
+absl::Status BulkReceiver::ReceiveFrame(size_t max_bytes, const std::function<bool()>& give_up,
+                                        grpc::ByteBuffer* out) {
+  // The first byte: between frames, with no bound of its own but give_up.
+  unsigned char length[4];
+  for (;;) {
+    const ssize_t n = recv(socket_.get(), length, 1, 0);
+    if (n == 1) break;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !give_up()) continue;
+    if (n == 0) {
+      return absl::OutOfRangeError(
+          absl::StrCat("bulk channel from ", where_, ": the socket ended"));
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "bulk channel from ", where_, ": ",
+        n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
+            ? "no frame within the receive timeout, and the call has ended"
+            : std::strerror(errno)));
+  }
+  size_t got = 1;
+  RETURN_IF_ERROR(ReceiveExactly(reinterpret_cast<char*>(length), sizeof(length),
+                                 "a frame length's", &got));
+  const size_t bytes = size_t{length[0]} | size_t{length[1]} << 8 | size_t{length[2]} << 16 |
+                       size_t{length[3]} << 24;
+  if (bytes == 0 || bytes > max_bytes) {
+    return absl::DataLossError(absl::StrCat("bulk channel from ", where_, ": a frame of ", bytes,
+                                            " bytes (at most ", max_bytes, ")"));
+  }
+  // Written through `owned` itself: a small slice holds its bytes inline, in the object.
+  grpc::Slice owned(grpc_slice_malloc(bytes), grpc::Slice::STEAL_REF);
+  got = 0;
+  RETURN_IF_ERROR(ReceiveExactly(reinterpret_cast<char*>(const_cast<uint8_t*>(owned.begin())),
+                                 bytes, "a frame header's", &got));
+  *out = grpc::ByteBuffer(&owned, 1);
+  inband_ = true;
+  bytes_received_ += sizeof(length) + bytes;
+  ProcessCounts().frames_received.fetch_add(1);
+  ProcessCounts().inband_frames_received.fetch_add(1);
+  ProcessCounts().bytes_received.fetch_add(static_cast<int64_t>(sizeof(length) + bytes));
+  return absl::OkStatus();
 }
 
 void BulkReceiver::Abort() { shutdown(socket_.get(), SHUT_RDWR); }

@@ -2,11 +2,15 @@
 // call, outside gRPC, that carries the frames' numeric tensor bytes so that the consumer
 // receives them with one recv() straight into its pooled frame buffer (one kernel copy, as raw
 // TCP), instead of out of gRPC's 64 KiB read slices and a second copy for every tensor that
-// straddles them. Control stays on the gRPC stream: the frame header (which steps, which
-// tensors, their sizes and order), credits, acknowledgements, end of data and errors; the
-// header of a frame whose numeric bytes go on the socket says so (StepFrameHeader.bulk_payload)
-// and how many follow there. The socket carries nothing else, in frame order, so it needs no
-// framing of its own, and the consumer never trusts it for more than those bytes.
+// straddles them. The consumer's credits, acknowledgements and answers, and the call's status,
+// stay on the gRPC stream. With in-band headers (BulkOffer/BulkAccept.inband_headers, the
+// default on both ends) every frame of the call goes on the socket once it is up, as
+// [4-byte little-endian length N][N bytes: the frame as it would be on gRPC][its BulkPayload
+// bytes, if its header has one], so that no gRPC thread runs per frame; the consumer refuses a
+// length above its channels' receive limit before allocating, and checks the header (sizes,
+// credit) before it receives or allocates the payload. Without them the headers stay on gRPC
+// and the socket carries only the frames' numeric bytes, in frame order, with no framing of
+// its own (the header, StepFrameHeader.bulk_payload, says how many follow there).
 //
 // Protocol (proto/worker.proto BulkOffer / BulkAccept / BulkPayload / CreditGrant.bulk_ready):
 //
@@ -20,6 +24,11 @@
 //                                      ◄─gRPC── frame 1 {steps.., bulk_payload{bytes: 262144}}
 //                                      ◄─TCP─── 262144 bytes (each tensor at a 64-byte aligned
 //                                               offset, zero padding between), by writev
+//   with inband_headers (offered and accepted), frame 1 and every later frame instead:
+//                                      ◄─TCP─── [N][frame 1 {.., bulk_payload{262144}}][262144]
+//   ... the end of the task (or an error) is a frame on the socket; the consumer half-closes
+//   after it, and the worker finishes the call. The socket ending between frames is the
+//   worker's end of the call (its status explains), within a frame a broken call.
 //
 // The token is 32 random bytes that only the authenticated gRPC stream saw; the listener keeps
 // a connection only when its first 36 bytes are the magic and a token offered and not yet
@@ -62,6 +71,8 @@
 #include "absl/time/time.h"
 #include "core/rpc/shm_segment.h"  // UniqueFd
 #include "core/rpc/step_frame.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
 #include "sluice/tensor.h"
 
 namespace sluice {
@@ -196,14 +207,21 @@ class BulkSender final : public BulkPayloadSink {
   // `write_timeout` fails. Frames under `min_bytes` stay inline. RESOURCE_EXHAUSTED naming
   // `what` (the stream) when the sender's thread cannot start.
   // Fault tests only (`faults`): see BulkSenderFaults.
+  // `inband_headers` (BulkAccept.inband_headers): the stream writes every frame here
+  // (SendFrame), none on gRPC; Take then holds the payload for the SendFrame that follows.
   static absl::StatusOr<std::unique_ptr<BulkSender>> Create(
       absl::string_view what, UniqueFd socket, std::function<void(const absl::Status&)> on_error,
       absl::Duration write_timeout = absl::Seconds(60), size_t min_bytes = 64 << 10,
-      BulkSenderFaults faults = {});
+      BulkSenderFaults faults = {}, bool inband_headers = false);
   ~BulkSender() override;  // shuts the socket down (unblocking a write) and joins
 
   bool Take(absl::Span<const Tensor* const> tensors, absl::Span<const size_t> at,
             size_t extent) override ABSL_LOCKS_EXCLUDED(mu_);
+  // In-band headers only: queues `frame` (the frame as it would go on gRPC, its header's
+  // BulkPayload taken by the Take since the last SendFrame, if any) after the frames queued
+  // before, to be written as [4-byte little-endian length][frame][payload]. False when the
+  // sender failed or is stopping (the frame is not sent; the stream should end).
+  bool SendFrame(const grpc::ByteBuffer& frame) ABSL_LOCKS_EXCLUDED(mu_);
   // Opportunistic coalescing (docs/SERVICE.md "Bulk data channel"): false when no frame
   // waits behind the one being written (a frame taken now would be written at once);
   // otherwise true, and `ready` runs once, on the sender's thread without its lock, when the
@@ -223,9 +241,13 @@ class BulkSender final : public BulkPayloadSink {
     std::vector<Tensor> tensors;
     std::vector<size_t> at;
     size_t extent = 0;
+    // In-band headers: the frame's length (little-endian) and bytes, written first.
+    char length[4] = {};
+    std::vector<grpc::Slice> header;
   };
   BulkSender(UniqueFd socket, std::function<void(const absl::Status&)> on_error,
-             absl::Duration write_timeout, size_t min_bytes, BulkSenderFaults faults);
+             absl::Duration write_timeout, size_t min_bytes, BulkSenderFaults faults,
+             bool inband_headers);
   void Loop();
   absl::Status Write(const Frame& frame);
   // Fault tests: holds the thread, writing nothing, until the sender is destroyed.
@@ -236,8 +258,10 @@ class BulkSender final : public BulkPayloadSink {
   const size_t min_bytes_;
   const uint64_t cut_after_bytes_;
   const uint64_t stall_after_bytes_;
+  const bool inband_headers_;
   mutable absl::Mutex mu_;
   std::deque<Frame> queue_ ABSL_GUARDED_BY(mu_);
+  Frame taken_ ABSL_GUARDED_BY(mu_);  // in-band headers: Take's payload for SendFrame
   std::function<void()> on_none_waiting_ ABSL_GUARDED_BY(mu_);  // NotifyWhenNoneWaiting
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
@@ -262,16 +286,31 @@ class BulkReceiver final : public BulkPayloadSource {
 
   absl::StatusOr<std::shared_ptr<TensorBuffer>> Receive(
       size_t bytes, const TensorAllocator& allocator) override;
+  // In-band headers (BulkAccept.inband_headers): the next frame's length-prefixed bytes into
+  // `out` (its BulkPayload bytes, if any, follow: Receive). OUT_OF_RANGE when the socket ends
+  // cleanly before a frame's first byte (the worker's end of the call); DATA_LOSS naming the
+  // length for one of 0 or above `max_bytes`, before allocating it; UNAVAILABLE when the socket
+  // ends, fails or gets no byte for the receive timeout within a frame. Between frames the
+  // wait has no bound of its own (a pipeline may be slow): each receive timeout that passes
+  // with no byte asks `give_up` (the gRPC call has ended, say), and UNAVAILABLE when true.
+  absl::Status ReceiveFrame(size_t max_bytes, const std::function<bool()>& give_up,
+                            grpc::ByteBuffer* out);
   // Shuts the socket down: a Receive in progress or later fails at once (UNAVAILABLE).
   void Abort();
-  uint64_t bytes_received() const { return bytes_received_; }
+  uint64_t bytes_received() const { return bytes_received_; }  // in-band headers included
 
  private:
   BulkReceiver(UniqueFd socket, std::string where)
       : socket_(std::move(socket)), where_(std::move(where)) {}
+  // Receives `bytes` bytes into `to` from *got on (counted there); UNAVAILABLE naming `what`
+  // when the socket ends, fails or times out first.
+  absl::Status ReceiveExactly(char* to, size_t bytes, absl::string_view what, size_t* got);
   const UniqueFd socket_;
   const std::string where_;  // "host:port", for errors
+  // Bytes received, in-band frames' lengths and headers included; whether frames came with
+  // their headers (each then counted as a frame once, with its header).
   uint64_t bytes_received_ = 0;
+  bool inband_ = false;
 };
 
 // A thread of one stream's own that runs the consumer's handling of its frames (receive the
@@ -301,7 +340,8 @@ class BulkReceiveThread {
 };
 
 // What the process's bulk channels did, both ends (tests, benchmarks): frames and bytes sent
-// and received on bulk sockets, senders alive now, senders a test stalled, and the CPU time
+// and received on bulk sockets (with in-band headers: every frame, its length and header
+// bytes included; without: the frames with numeric bytes there, those bytes), senders alive now, senders a test stalled, and the CPU time
 // of their threads.
 struct BulkChannelCounts {
   int64_t frames_sent = 0;
@@ -322,12 +362,18 @@ struct BulkChannelCounts {
   int64_t sender_idle_ns = 0;
   int64_t receiver_wall_ns = 0;
   int64_t receiver_idle_ns = 0;
+  // Frames whose headers came on the socket (BulkAccept.inband_headers), received so far.
+  int64_t inband_frames_received = 0;
 };
 BulkChannelCounts ProcessBulkChannelCounts();
 
 // sluice-worker's and sluicectl's --bulk_data default: true unless the environment sets
 // SLUICE_BULK_DATA=0 (a deployment that firewalls data ports turns it off without a flag).
 bool BulkDataDefaultFromEnvironment();
+// Whether consumers ask for in-band headers (BulkOffer.inband_headers): true unless the
+// environment sets SLUICE_BULK_INBAND=0 (the protocol before them: headers on gRPC; for
+// comparisons and tests).
+bool BulkInbandHeadersFromEnvironment();
 
 // The host part of a gRPC target as the client dials workers ("host:port", "[v6]:port", with
 // an optional "ipv4:" / "ipv6:" / "dns:///" scheme); INVALID_ARGUMENT when there is none.

@@ -14,12 +14,15 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "core/util/status_macros.h"
 #include "gtest/gtest.h"
 #include "tests/seeded_rng.h"
 #include "tests/worker/step_frame_test_util.h"
@@ -79,21 +82,39 @@ struct Channel {
   std::unique_ptr<BulkReceiver> receiver;
   std::unique_ptr<BulkSender> sender;
 };
-Channel Connect(BulkListener* listener, size_t min_bytes = 0, uint64_t cut_after = 0) {
-  Channel c;
+// A receiver connected through `listener`, and the worker's end of its socket, raw (a test
+// writes what a worker, honest or not, would); a null receiver (with a failure) when not.
+struct RawChannel {
+  std::unique_ptr<BulkReceiver> receiver;
+  UniqueFd worker;
+};
+RawChannel ConnectRaw(BulkListener* listener,
+                      absl::Duration receive_timeout = absl::Seconds(20)) {
+  RawChannel c;
   const std::string token = listener->Offer();
   absl::StatusOr<std::unique_ptr<BulkReceiver>> r = BulkReceiver::Connect(
       "127.0.0.1:1", static_cast<uint32_t>(listener->port()), token, absl::Seconds(10),
-      absl::Seconds(20));
+      receive_timeout);
   EXPECT_TRUE(r.ok()) << r.status();
   if (!r.ok()) return c;
-  c.receiver = *std::move(r);
   absl::StatusOr<UniqueFd> fd = listener->Take(token);
   EXPECT_TRUE(fd.ok()) << fd.status();
   if (!fd.ok()) return c;
+  c.receiver = *std::move(r);
+  c.worker = *std::move(fd);
+  return c;
+}
+
+Channel Connect(BulkListener* listener, size_t min_bytes = 0, uint64_t cut_after = 0,
+                bool inband_headers = false) {
+  Channel c;
+  RawChannel raw = ConnectRaw(listener);
+  if (raw.receiver == nullptr) return c;
+  c.receiver = std::move(raw.receiver);
   absl::StatusOr<std::unique_ptr<BulkSender>> sender =
-      BulkSender::Create("a test channel", *std::move(fd), nullptr, absl::Seconds(20), min_bytes,
-                         BulkSenderFaults{.cut_after_bytes = cut_after});
+      BulkSender::Create("a test channel", std::move(raw.worker), nullptr, absl::Seconds(20),
+                         min_bytes, BulkSenderFaults{.cut_after_bytes = cut_after},
+                         inband_headers);
   EXPECT_TRUE(sender.ok()) << sender.status();
   if (sender.ok()) c.sender = *std::move(sender);
   return c;
@@ -404,6 +425,205 @@ TEST(BulkChannelTest, AbortEndsAReceiveInProgress) {
   EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(20)));
   reader.join();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+}
+
+// In-band headers (BulkAccept.inband_headers): every frame goes on the socket, the small ones
+// with their bytes inline, the large ones followed by their numeric bytes; the consumer reads
+// each frame's length and bytes and decodes it to the steps sent, in order, and the socket's
+// end after the last frame is a clean end (OUT_OF_RANGE), not a broken frame.
+TEST(BulkChannelTest, InbandFramesDecodeToTheStepsSentAndTheSocketEndsBetweenFrames) {
+  constexpr uint64_t kSeed = 2029;
+  std::cout << "seed " << kSeed << std::endl;
+  std::unique_ptr<BulkListener> listener = Listen();
+  ASSERT_NE(listener, nullptr);
+  Channel c = Connect(listener.get(), /*min_bytes=*/4096, 0, /*inband_headers=*/true);
+  ASSERT_NE(c.sender, nullptr);
+  StepFrameEncoder encoder;
+  encoder.set_bulk_payload(c.sender.get());
+  StepFrameDecoder decoder(nullptr, nullptr);
+  decoder.set_bulk_payload(c.receiver.get());
+  std::vector<StepFrame> sent;
+  for (int i = 0; i < 24; ++i) {
+    // Every third frame is under min_bytes: its bytes stay in the frame, on the socket too.
+    // Every fourth else has no step: 4 bytes, which a received slice holds inline; the last
+    // is the end of the task.
+    sent.push_back(i % 3 == 2 ? BytesFrame(i, 100)
+                   : i % 4 == 3 ? StepFrame{}
+                                : MixedFrame(kSeed + i, 1 + i % 4));
+    sent.back().end_of_task = i == 23;
+    grpc::ByteBuffer bb;
+    ASSERT_TRUE(encoder.Encode(sent.back(), &bb).ok());
+    ASSERT_TRUE(c.sender->SendFrame(bb)) << "frame " << i;
+  }
+  const std::function<bool()> never = [] { return false; };
+  for (size_t i = 0; i < sent.size(); ++i) {
+    grpc::ByteBuffer bb;
+    absl::Status s = c.receiver->ReceiveFrame(size_t{64} << 20, never, &bb);
+    ASSERT_TRUE(s.ok()) << "frame " << i << ": " << s;
+    StepFrame out;
+    s = decoder.Decode(bb, &out);
+    ASSERT_TRUE(s.ok()) << "frame " << i << ": " << s;
+    ExpectSameFrame(out, sent[i]);
+  }
+  EXPECT_EQ(decoder.stats().bulk_frames, 12u);  // the frames over min_bytes
+  // Every byte read: the sender has nothing left, and its end is the socket's end.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (c.sender->bytes_sent() < c.receiver->bytes_received() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  c.sender.reset();
+  grpc::ByteBuffer after;
+  absl::Status end = c.receiver->ReceiveFrame(size_t{64} << 20, never, &after);
+  EXPECT_EQ(end.code(), absl::StatusCode::kOutOfRange) << end;
+}
+
+// The worker's frame `frame` as an honest worker writes it on a socket with in-band headers:
+// [length][the frame's bytes][its numeric tensors at 64-byte aligned offsets]. Written here
+// from the encoder's hand-over, not by a BulkSender, so that a test can cut or change it.
+class CapturingSink final : public BulkPayloadSink {
+ public:
+  bool Take(absl::Span<const Tensor* const> tensors, absl::Span<const size_t> at,
+            size_t extent) override {
+    payload_.assign(extent, '\0');
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      std::memcpy(payload_.data() + at[i], tensors[i]->raw_data(), tensors[i]->byte_size());
+    }
+    return true;
+  }
+  std::string payload_;
+};
+std::string InbandBytes(const StepFrame& frame) {
+  CapturingSink sink;
+  StepFrameEncoder encoder;
+  encoder.set_bulk_payload(&sink);
+  grpc::ByteBuffer bb;
+  EXPECT_TRUE(encoder.Encode(frame, &bb).ok());
+  const std::string header = Flatten(bb);
+  const uint32_t n = static_cast<uint32_t>(header.size());
+  std::string bytes;
+  for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  return bytes + header + sink.payload_;
+}
+
+// What a consumer makes of `bytes` on its socket, the worker's end then closed: the status of
+// ReceiveFrame, else of decoding the frame it brought (within `credit`).
+absl::Status ConsumeInband(BulkListener* listener, const std::string& bytes, size_t max_bytes,
+                           int64_t credit = std::numeric_limits<int64_t>::max()) {
+  RawChannel c = ConnectRaw(listener, absl::Seconds(10));
+  if (c.receiver == nullptr) return absl::InternalError("no channel");
+  if (!bytes.empty() && send(c.worker.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) !=
+                            static_cast<ssize_t>(bytes.size())) {
+    return absl::InternalError("the test's send failed");
+  }
+  shutdown(c.worker.get(), SHUT_WR);
+  grpc::ByteBuffer bb;
+  RETURN_IF_ERROR(c.receiver->ReceiveFrame(max_bytes, [] { return false; }, &bb));
+  StepFrameDecoder decoder(nullptr, nullptr);
+  decoder.set_bulk_payload(c.receiver.get());
+  StepFrame out;
+  return decoder.Decode(bb, &out, FrameCreditLimit{.credit = credit});
+}
+
+// A frame's length is checked before anything is allocated or read for it: 0, or beyond the
+// consumer's cap, is DATA_LOSS naming the length (not a wait for bytes that never come).
+TEST(BulkChannelTest, AnInbandLengthOfZeroOrBeyondTheCapIsRefusedBeforeReading) {
+  std::unique_ptr<BulkListener> listener = Listen();
+  ASSERT_NE(listener, nullptr);
+  const auto length = [](uint32_t n) {
+    return std::string{static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
+                       static_cast<char>((n >> 16) & 0xff), static_cast<char>(n >> 24)};
+  };
+  for (uint32_t n : {0u, 4097u, 0xffffffffu}) {
+    // The bytes that follow would make a frame of any length short: only the check refuses.
+    absl::Status s = ConsumeInband(listener.get(), length(n) + std::string(64, 'x'), 4096);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << n << ": " << s;
+    EXPECT_NE(s.message().find(absl::StrCat("a frame of ", n, " bytes")), absl::string_view::npos)
+        << s;
+  }
+}
+
+// A socket that ends anywhere in a frame fails it (UNAVAILABLE: the call is made again), at
+// every byte: in its length, its header, its payload; only its end before the first byte is
+// the socket's clean end (OUT_OF_RANGE), and only the whole frame decodes.
+TEST(BulkChannelTest, AnInbandFrameCutAtAnyByteFailsUnavailable) {
+  std::unique_ptr<BulkListener> listener = Listen();
+  ASSERT_NE(listener, nullptr);
+  const std::string bytes = InbandBytes(BytesFrame(7, 300));
+  const size_t header_end = 4 + (size_t{static_cast<unsigned char>(bytes[0])} |
+                                 size_t{static_cast<unsigned char>(bytes[1])} << 8);
+  ASSERT_LT(header_end, bytes.size());  // a payload follows the header
+  for (size_t k = 0; k <= bytes.size(); ++k) {
+    const absl::Status s = ConsumeInband(listener.get(), bytes.substr(0, k), 4096);
+    if (k == 0) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+    } else if (k == bytes.size()) {
+      EXPECT_TRUE(s.ok()) << s;
+    } else {
+      ASSERT_EQ(s.code(), absl::StatusCode::kUnavailable) << "cut at " << k << ": " << s;
+      EXPECT_NE(s.message().find(k < header_end ? "of a frame" : "of a frame's"),
+                absl::string_view::npos)
+          << s;
+    }
+  }
+}
+
+// Hostile in-band frames: random lengths, headers with random bytes changed, counts that
+// disagree with the bytes that follow, cut anywhere. Each ends in a clear status, never a
+// crash or a hang: DATA_LOSS or INVALID_ARGUMENT (the decoder's) for what the frame says,
+// UNAVAILABLE for a socket that ends first, OK only when what it says holds.
+TEST(BulkChannelTest, HostileInbandFramesFailCleanly) {
+  constexpr uint64_t kSeed = 2030;
+  std::cout << "seed " << kSeed << std::endl;
+  SeededRng rng(kSeed);
+  std::unique_ptr<BulkListener> listener = Listen();
+  ASSERT_NE(listener, nullptr);
+  const std::string honest = InbandBytes(MixedFrame(kSeed, 2));
+  int ok = 0, refused = 0, unavailable = 0;
+  for (int i = 0; i < 150; ++i) {
+    std::string bytes = honest;
+    switch (i % 3) {
+      case 0:  // a random length
+        for (int b = 0; b < 4; ++b) bytes[b] = static_cast<char>(rng.In(0, 255));
+        break;
+      case 1:  // random bytes of the header changed
+        for (int n = rng.In(1, 4); n > 0; --n) {
+          bytes[4 + rng.In(0, 40)] = static_cast<char>(rng.In(0, 255));
+        }
+        break;
+      case 2:  // the payload's bytes, more or fewer than the header says
+        bytes.resize(bytes.size() + rng.In(0, 256) - 128);
+        break;
+    }
+    if (rng.In(0, 3) == 0) bytes.resize(rng.In(0, static_cast<int64_t>(bytes.size())));
+    const absl::Status s = ConsumeInband(listener.get(), bytes, size_t{16} << 20,
+                                         /*credit=*/int64_t{4} << 20);
+    switch (s.code()) {
+      case absl::StatusCode::kOk: ++ok; break;
+      case absl::StatusCode::kDataLoss:
+      case absl::StatusCode::kInvalidArgument: ++refused; break;
+      case absl::StatusCode::kUnavailable: ++unavailable; break;
+      case absl::StatusCode::kOutOfRange: EXPECT_TRUE(bytes.empty()) << i; break;
+      default: ADD_FAILURE() << "frame " << i << ": " << s;
+    }
+  }
+  std::cout << "ok " << ok << ", refused " << refused << ", unavailable " << unavailable
+            << std::endl;
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(unavailable, 0);
+}
+
+// Between frames a silent socket is a slow pipeline, not a failure: each receive timeout asks
+// give_up, and the wait ends (UNAVAILABLE) only once it says so (the call has ended).
+TEST(BulkChannelTest, BetweenInbandFramesOnlyGiveUpEndsTheWait) {
+  std::unique_ptr<BulkListener> listener = Listen();
+  ASSERT_NE(listener, nullptr);
+  RawChannel c = ConnectRaw(listener.get(), absl::Milliseconds(20));
+  ASSERT_NE(c.receiver, nullptr);
+  int asked = 0;
+  grpc::ByteBuffer bb;
+  absl::Status s = c.receiver->ReceiveFrame(4096, [&] { return ++asked == 4; }, &bb);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_EQ(asked, 4);
 }
 
 TEST(BulkChannelTest, HostOfWorkerAddresses) {

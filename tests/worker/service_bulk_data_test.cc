@@ -5,6 +5,8 @@
 // made again); a data port nobody listens on falls back to gRPC once, counted; a worker that
 // stalls between a frame's header and its bytes delays no other stream of the consumer's
 // process, and its own stream is made again once, after the receive timeout.
+#include <stdlib.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -63,6 +65,9 @@ TEST(ServiceBulkDataTest, SameStepsOverTheBulkChannelAndGrpc) {
             after.frames_sent - before.frames_sent);
   EXPECT_EQ(after.bytes_received - before.bytes_received, after.bytes_sent - before.bytes_sent);
   EXPECT_GT(after.bytes_received - before.bytes_received, kElements * 8 / 2);
+  // Their headers too (BulkAccept.inband_headers, the default on both ends).
+  EXPECT_GE(after.inband_frames_received - before.inband_frames_received,
+            after.frames_received - before.frames_received);
 
   ServiceOptions off = Remote("bulk-off-consumer");
   off.bulk_data = false;
@@ -72,6 +77,22 @@ TEST(ServiceBulkDataTest, SameStepsOverTheBulkChannelAndGrpc) {
   ASSERT_EQ(bulk.steps.size(), static_cast<size_t>(kSteps));
   EXPECT_EQ(bulk.steps, grpc.steps);
   ExpectExactlyOnce({bulk}, kElements);
+}
+
+// A consumer that does not ask for in-band headers (one built before them) keeps its frames'
+// headers on gRPC and their numeric bytes on the socket, and reads the same steps.
+TEST(ServiceBulkDataTest, ConsumersWithoutInbandHeadersKeepHeadersOnGrpc) {
+  Cluster cluster(2);
+  const BulkChannelCounts before = ProcessBulkChannelCounts();
+  setenv("SLUICE_BULK_INBAND", "0", 1);
+  Consumed read = Consume(cluster.address(), LargeSteps(), Remote("bulk-headers-on-grpc"), 2);
+  unsetenv("SLUICE_BULK_INBAND");
+  ASSERT_TRUE(read.status.ok()) << read.status;
+  const BulkChannelCounts after = ProcessBulkChannelCounts();
+  EXPECT_GT(after.frames_received - before.frames_received, 0);
+  EXPECT_EQ(after.inband_frames_received, before.inband_frames_received);
+  ASSERT_EQ(read.steps.size(), static_cast<size_t>(kSteps));
+  ExpectExactlyOnce({read}, kElements);
 }
 
 TEST(ServiceBulkDataTest, WorkersWithTheChannelOffServeOverGrpc) {
