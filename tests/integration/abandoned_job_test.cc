@@ -207,6 +207,11 @@ TEST(AbandonedJobTest, ACleanExitReleasesItsJobAtOnce) {
     EXPECT_THAT(job.error(), HasSubstr("was released by its consumers"))
         << "job " << job.job_id();
   }
+  // An operator sees them as released, not failed.
+  auto shown = RunSluicectl({"status", "--coordinator=" + c.coordinator()});
+  ASSERT_TRUE(shown.ok()) << shown.status();
+  EXPECT_THAT(shown->stdout_text, HasSubstr("released"));
+  EXPECT_THAT(shown->stdout_text, ::testing::Not(HasSubstr("failed")));
   absl::Status stopped = c.StopAll();
   EXPECT_TRUE(stopped.ok()) << stopped;
   (void)system(absl::StrCat("rm -rf ", m.dir).c_str());
