@@ -3,6 +3,7 @@
 
     python3 bench/worker_memory_bench.py [--build=build] [--pipeline=EXPR] [--seconds=8]
         [--jobs=1] [--shared_memory=0] [--worker_flags="..."] [--coordinator_flags="..."]
+        [--gone_wait=10]
 
 Starts a sluice-coordinator and one sluice-worker on loopback (bench/sluice_cluster.py) and runs
 `sluicectl bench --coordinator` on the pipeline --jobs times in a row (each a new job on the same
@@ -11,16 +12,22 @@ worker's minor faults per step over the whole job and over its second half (the 
 assuming an even step rate), its user + system CPU per step over the whole job (warm-up, start
 and end included), and its resident memory (VmRSS) at most and at the end. --shared_memory=0
 (the default) streams over TCP / the bulk channel, where steps are built in heap memory; with 1
-the worker builds into the shared-memory ring instead. Each job is abandoned when its bench
-ends: --coordinator_flags=--consumer_timeout=2s ends it 2 s later (issue 28, part jobfree;
-the default is 60 s, longer than a few short jobs), so that the resident memory at each job's
-end shows what abandoned jobs still hold.
+the worker builds into the shared-memory ring instead. Each job's consumer exits cleanly when
+its bench ends: it releases the job, which ends at once (issue 28, part release); a build
+without the release leaves it for the coordinator's --consumer_timeout (default 60 s;
+--coordinator_flags=--consumer_timeout=2s ends it 2 s later, issue 28, part jobfree). After
+each bench the script waits (at most --gone_wait seconds) until the worker holds no task
+(its /metrics, sluice_worker_tasks) and reports that time from the bench's exit ("task gone
+s", ">N" when it did not happen) and the worker's resident memory then: what abandoned jobs
+still hold.
 """
 import argparse
 import os
 import sys
+import tempfile
 import threading
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluice_cluster import SluiceCluster  # noqa: E402
@@ -38,6 +45,24 @@ def sample(pid):
     return int(fields[7]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), rss
 
 
+def worker_tasks(port):
+    """The tasks the worker holds (sluice_worker_tasks, every state), from its /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("sluice_worker_tasks{") or line.startswith("sluice_worker_tasks "))
+
+
+def wait_tasks_gone(port, limit):
+    """Seconds until the worker holds no task (polled every 10 ms), or None after `limit`."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        if worker_tasks(port) == 0:
+            return time.monotonic() - start
+        time.sleep(0.01)
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -47,13 +72,25 @@ def main():
     ap.add_argument("--shared_memory", default="0")
     ap.add_argument("--worker_flags", default="", help="extra sluice-worker flags")
     ap.add_argument("--coordinator_flags", default="", help="extra sluice-coordinator flags")
+    ap.add_argument("--gone_wait", type=float, default=10.0,
+                    help="seconds to wait after each bench for the worker to hold no task")
     args = ap.parse_args()
     print("| job | steps | steps/s | worker faults/step (whole / 2nd half) | worker CPU ms/step | "
-          "worker RSS MiB max / end | load (1-min) |")
-    print("|---|---|---|---|---|---|---|")
-    with SluiceCluster(args.build, num_workers=1, worker_flags=args.worker_flags.split(),
-                       coordinator_flags=args.coordinator_flags.split()) as cluster:
+          "worker RSS MiB max / end | task gone s | worker RSS MiB then | load (1-min) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    metrics_dir = tempfile.TemporaryDirectory(prefix="sluice-memory-bench-")
+    port_file = os.path.join(metrics_dir.name, "worker.metrics")
+    worker_flags = args.worker_flags.split() + ["--metrics_port=0",
+                                                f"--metrics_port_file={port_file}"]
+    with SluiceCluster(args.build, num_workers=1, worker_flags=worker_flags,
+                       coordinator_flags=args.coordinator_flags.split()) as cluster, metrics_dir:
         pid = cluster.procs[1].pid
+        deadline = time.monotonic() + 30
+        while not os.path.exists(port_file) or not open(port_file).read().strip():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the worker wrote no metrics port file")
+            time.sleep(0.05)
+        port = int(open(port_file).read())
         for job in range(args.jobs):
             samples = [sample(pid)]
             done = threading.Event()
@@ -74,6 +111,8 @@ def main():
                 done.set()
                 thread.join()
             samples.append(sample(pid))
+            gone = wait_tasks_gone(port, args.gone_wait)
+            then = sample(pid)[2]
             steps = max(r["steps"], 1)
             half = len(samples) // 2
             late_steps = steps * (len(samples) - 1 - half) / max(len(samples) - 1, 1)
@@ -82,6 +121,7 @@ def main():
             cpu_ms = (samples[-1][1] - samples[0][1]) / steps * 1e3
             print(f"| {job} | {r['steps']} | {r['steps_per_second']:.0f} | {whole:.1f} / {late:.1f} | "
                   f"{cpu_ms:.3f} | {max(s[2] for s in samples)} / {samples[-1][2]} | "
+                  f"{'>%g' % args.gone_wait if gone is None else '%.3f' % gone} | {then} | "
                   f"{os.getloadavg()[0]:.2f} |", flush=True)
 
 

@@ -1,9 +1,12 @@
 #include "sluice/service.h"
 
+#include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "client/collective.h"
+#include "client/consumer_release.h"
 #include "client/device_prefetcher.h"
 #include "client/end_of_data_agreement.h"
 #include "client/service_job_options.h"
@@ -83,7 +86,8 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   limits.keepalive_time = options.keepalive_time;
   limits.keepalive_timeout = options.keepalive_timeout;
   ASSIGN_OR_RETURN(ChannelFactory channels, ServiceChannelFactory(options.security, limits));
-  auto stub = proto::CoordinatorService::NewStub(channels(options.coordinator_address));
+  const std::shared_ptr<grpc::Channel> coordinator = channels(options.coordinator_address);
+  auto stub = proto::CoordinatorService::NewStub(coordinator);
 
   proto::RegisterDatasetRequest reg;
   reg.set_wire_version(proto::WIRE_VERSION_1);
@@ -128,6 +132,13 @@ absl::StatusOr<DistributedDataset> DistributeDatasetFromService(const MirroredSt
   ServiceStepSourceOptions source;
   source.coordinator_address = options.coordinator_address;
   source.channel_factory = channels;
+  // The job's consumer is released when the dataset and all its iterators are gone.
+  source.release = std::make_shared<ConsumerRelease>(ConsumerRelease::Options{
+      .coordinator_address = options.coordinator_address,
+      .job_id = job_response.job_id(),
+      .consumer_index = options.consumer_index,
+      .channel = coordinator,
+      .deadline = std::min(options.rpc_deadline, absl::Seconds(2))});
   source.job_id = job_response.job_id();
   source.consumer_index = options.consumer_index;
   source.num_local_replicas = replicas;

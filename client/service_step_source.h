@@ -69,6 +69,7 @@
 
 namespace sluice {
 
+class ConsumerRelease;
 class ReadOrder;
 class TaskStreams;
 
@@ -180,6 +181,9 @@ struct ServiceStepSourceOptions {
   // after (the worker froze right after the end) is cancelled by the monitor (and by the
   // destructor, which waits for it at most this long). The end and the steps before it are the caller's as soon as they arrive.
   absl::Duration end_grace = absl::Seconds(5);
+  // The consumer's place in its job, shared with the dataset and its other iterators: released
+  // when the last holder goes (client/consumer_release.h). Null: never released.
+  std::shared_ptr<ConsumerRelease> release;
   // Checkpoints (CheckpointAfter): empty job key = not resumable. The job's first step in
   // its sequence and its epoch length (-1: unknown).
   std::string checkpoint_job_key;

@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "client/consumer_secrets.h"
 #include "client/read_order.h"
 #include "core/rpc/bulk_channel.h"
 #include "core/rpc/grpc_security.h"
@@ -32,32 +33,6 @@ uint64_t RandomConsumerId() {
   while (id == 0) id = (uint64_t{device()} << 32) ^ device();
   return id;
 }
-
-// The consumer secrets this process holds (ClientHeartbeatResponse.consumer_secret), by
-// (coordinator, job, consumer index): every iterator of one consumer in this process speaks as
-// the holder of its index, not only the first (server/consumer_claims.h). A few entries per
-// job read; never shrinks (a process reads few jobs).
-class ProcessConsumerSecrets {
- public:
-  static ProcessConsumerSecrets& Get() {
-    static auto* secrets = new ProcessConsumerSecrets();
-    return *secrets;
-  }
-  uint64_t Find(const std::string& coordinator, int64_t job, int64_t index) {
-    absl::MutexLock lock(&mu_);
-    auto it = secrets_.find(std::make_tuple(coordinator, job, index));
-    return it == secrets_.end() ? 0 : it->second;
-  }
-  void Set(const std::string& coordinator, int64_t job, int64_t index, uint64_t secret) {
-    absl::MutexLock lock(&mu_);
-    secrets_[std::make_tuple(coordinator, job, index)] = secret;
-  }
-
- private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::tuple<std::string, int64_t, int64_t>, uint64_t> secrets_
-      ABSL_GUARDED_BY(mu_);
-};
 
 }  // namespace
 

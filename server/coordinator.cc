@@ -155,6 +155,13 @@ Coordinator::VersionedChanges Coordinator::ChangesOfLocked(const proto::Update& 
       }
       out.tasks.emplace_back(update.fail_job().job_id(), 0);
       break;
+    case proto::Update::kConsumerReleased:
+      // A coordinated job's workers stop holding steps for the consumer (gone_consumers):
+      // their watches answer now.
+      if (const CoordinatorState::Job* job = state_.FindJob(update.consumer_released().job_id())) {
+        unfinished_tasks_of(job->task_ids);
+      }
+      break;
     case proto::Update::kWorkerDied:
       if (const CoordinatorState::Worker* w = state_.FindWorker(update.worker_died().worker_id())) {
         unfinished_tasks_of(w->task_ids);

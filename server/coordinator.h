@@ -113,7 +113,8 @@ struct CoordinatorOptions {
   // ClientHeartbeat, GetElementSpec by job id) for this long has no consumer left: it fails
   // with FAILED_PRECONDITION naming consumer_timeout, its workers stop its tasks (and free
   // their steps), and it is removed finished_job_ttl later. A job no consumer has read yet
-  // waits for idle_job_ttl instead. Checked by CheckWorkerLiveness().
+  // waits for idle_job_ttl instead. Checked by CheckWorkerLiveness(). A consumer that stops
+  // cleanly releases its place instead (ReleaseConsumer), which ends an anonymous job at once.
   absl::Duration consumer_timeout = absl::Seconds(60);
   // A finished job is removed this long after the coordinator saw it finish; requests naming
   // it are then NOT_FOUND and a named job of that name can be created again.
@@ -248,6 +249,19 @@ class Coordinator {
   }
   absl::Status ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
                                proto::ClientHeartbeatResponse* response);
+  // A consumer done with its job gives up its place (proto ReleaseConsumerRequest; docs/
+  // SERVICE.md, "Consumers that release their job"): journaled (ConsumerReleasedUpdate), it no
+  // longer counts as the job's consumer (a coordinated job's workers stop holding steps for
+  // it, as for one declared gone), and once every consumer of an anonymous, unshared job has
+  // released it, the job fails CANCELLED "job N was released by its consumers" and its
+  // workers stop its tasks. A named job (its consumers may rejoin) or a shared one (other
+  // trainers may join) only notes the activity: it ends consumer_timeout later, as before.
+  // OK, changing nothing, for a released consumer, a finished job or one finished and
+  // removed. NOT_FOUND for a job this coordinator never had, INVALID_ARGUMENT for an index
+  // the job does not have, PERMISSION_DENIED for a caller that does not hold the consumer
+  // (its secret is 0, or not the one ClientHeartbeat handed out: server/consumer_claims.h).
+  absl::Status ReleaseConsumer(const proto::ReleaseConsumerRequest& request,
+                               proto::ReleaseConsumerResponse* response);
   // Assignment watch (docs/SERVICE.md, "Assignment watch"): calls done(true) as soon as the
   // assignment of the worker at request.worker_address changes after request.known_version
   // (at once when it already has, or when known_incarnation is not the coordinator's), and
@@ -534,8 +548,9 @@ class Coordinator {
   void FillGoneConsumersLocked(int64_t worker_id, proto::WorkerHeartbeatResponse* response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::flat_hash_map<int64_t, ConsumerSeen> consumer_seen_ ABSL_GUARDED_BY(mu_);
-  // True if consumer `c` of `job` (coordinated, 2 or more consumers, consumer_timeout set) has
-  // sent no ClientHeartbeat for consumer_timeout: declared gone.
+  // True if consumer `c` of `job` (coordinated, 2 or more consumers) released its place
+  // (ReleaseConsumer), or (consumer_timeout set) has sent no ClientHeartbeat for
+  // consumer_timeout: declared gone.
   bool ConsumerGoneLocked(const CoordinatorState::Job& job, int64_t c)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finishes the unfinished task `task_id` when every consumer of its job has reported reading

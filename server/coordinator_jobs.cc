@@ -638,8 +638,6 @@ Coordinator::ConsumerSeen& Coordinator::ConsumerSeenLocked(const CoordinatorStat
 
 void Coordinator::FillGoneConsumersLocked(int64_t worker_id,
                                           proto::WorkerHeartbeatResponse* response) {
-  if (options_.consumer_timeout <= absl::ZeroDuration()) return;
-  const absl::Time now = clock_->Now();
   // The jobs of its unfinished tasks, each once, ascending (a worker holds few: no heap).
   absl::InlinedVector<int64_t, 8> sorted;
   for (int64_t task_id : state_.FindWorker(worker_id)->task_ids) {
@@ -654,32 +652,36 @@ void Coordinator::FillGoneConsumersLocked(int64_t worker_id,
         job->options.num_consumers() < 2) {
       continue;  // nobody else waits for the consumer
     }
-    ConsumerSeen& seen = ConsumerSeenLocked(*job);
-    for (size_t c = 0; c < seen.last.size(); ++c) {
-      if (now - seen.last[c] < options_.consumer_timeout) continue;
+    for (int64_t c = 0; c < job->options.num_consumers(); ++c) {
+      if (!ConsumerGoneLocked(*job, c)) continue;
       proto::ConsumerRef* gone = response->add_gone_consumers();
       gone->set_job_id(job_id);
-      gone->set_consumer_index(static_cast<int64_t>(c));
-      if (!seen.gone_logged[c]) {
-        seen.gone_logged[c] = true;
-        Log(absl::StrCat("consumer ", c, " of job ", job_id, " is gone: no heartbeat for ",
-                         absl::FormatDuration(now - seen.last[c]), " (consumer_timeout ",
-                         absl::FormatDuration(options_.consumer_timeout),
-                         "); its workers stop holding steps for it"));
-      }
+      gone->set_consumer_index(c);
     }
   }
 }
 
 bool Coordinator::ConsumerGoneLocked(const CoordinatorState::Job& job, int64_t c) {
-  if (options_.consumer_timeout <= absl::ZeroDuration() ||
-      job.options.read_mode() != proto::READ_MODE_COORDINATED ||
-      job.options.num_consumers() < 2) {
+  if (job.options.read_mode() != proto::READ_MODE_COORDINATED ||
+      job.options.num_consumers() < 2 || c < 0 || c >= job.options.num_consumers()) {
     return false;
   }
-  const ConsumerSeen& seen = ConsumerSeenLocked(job);
-  if (c < 0 || c >= static_cast<int64_t>(seen.last.size())) return false;
-  return clock_->Now() - seen.last[static_cast<size_t>(c)] >= options_.consumer_timeout;
+  if (std::binary_search(job.released_consumers.begin(), job.released_consumers.end(), c)) {
+    return true;
+  }
+  if (options_.consumer_timeout <= absl::ZeroDuration()) return false;
+  ConsumerSeen& seen = ConsumerSeenLocked(job);
+  const auto i = static_cast<size_t>(c);
+  const absl::Time now = clock_->Now();
+  if (now - seen.last[i] < options_.consumer_timeout) return false;
+  if (!seen.gone_logged[i]) {
+    seen.gone_logged[i] = true;
+    Log(absl::StrCat("consumer ", c, " of job ", job.id, " is gone: no heartbeat for ",
+                     absl::FormatDuration(now - seen.last[i]), " (consumer_timeout ",
+                     absl::FormatDuration(options_.consumer_timeout),
+                     "); its workers stop holding steps for it"));
+  }
+  return true;
 }
 
 absl::Status Coordinator::FinishIfConsumersDoneLocked(int64_t task_id, bool* finished) {
@@ -818,6 +820,75 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
     }
     tasks->DeleteSubrange(kept, tasks->size() - kept);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ReleaseConsumer(const proto::ReleaseConsumerRequest& request,
+                                          proto::ReleaseConsumerResponse* response) {
+  RETURN_IF_ERROR(CheckWireVersion(request.wire_version(), "ReleaseConsumerRequest"));
+  DurableLock lock(this);
+  RETURN_IF_ERROR(CheckLivenessLocked());
+  const CoordinatorState::Job* job = state_.FindJob(request.job_id());
+  if (job == nullptr) {
+    // Finished and removed since (finished_job_ttl): nothing left to release.
+    if (state_.JobWasRemoved(request.job_id())) {
+      response->set_job_finished(true);
+      return absl::OkStatus();
+    }
+    return JobNotFound("ReleaseConsumerRequest.job_id", request.job_id());
+  }
+  const int64_t consumers = std::max<int64_t>(job->options.num_consumers(), 1);
+  const int64_t c = request.consumer_index();
+  if (c < 0 || c >= consumers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReleaseConsumerRequest.consumer_index ", c, " is outside [0, ", consumers,
+                     ") for job ", job->id));
+  }
+  // Only the process holding the consumer may release it (server/consumer_claims.h); a caller
+  // that never heartbeated has no secret, and one holding nothing must not end a job.
+  if (request.consumer_secret() == 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "ReleaseConsumerRequest.consumer_secret is 0: only the process holding consumer ", c,
+        " of job ", job->id, " (the secret its ClientHeartbeat answers carry) may release it"));
+  }
+  response->set_job_finished(job->finished);
+  if (job->finished) return absl::OkStatus();
+  const ConsumerClaims::Verdict claim = consumer_claims_.Check(
+      job->id, c, request.consumer_secret(), clock_->Now(),
+      options_.consumer_timeout > absl::ZeroDuration() ? options_.consumer_timeout
+                                                       : options_.worker_timeout);
+  if (!claim.holder) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "ReleaseConsumerRequest.consumer_secret is not the secret of consumer ", c, " of job ",
+        job->id, ": another process holds it"));
+  }
+  NoteJobActivityLocked(job->id, /*heartbeat=*/true);
+  // Its consumers may come back (by name) or join (shared): the job is theirs to end, by
+  // consumer_timeout after its last activity.
+  if (!job->name.empty() || job->options.cross_trainer().enabled()) return absl::OkStatus();
+  if (!std::binary_search(job->released_consumers.begin(), job->released_consumers.end(), c)) {
+    proto::Update u;
+    u.mutable_consumer_released()->set_job_id(job->id);
+    u.mutable_consumer_released()->set_consumer_index(c);
+    RETURN_IF_ERROR(ApplyLocked(u));
+    Log(absl::StrCat("consumer ", c, " of job ", job->id, " released its place"));
+  }
+  if (static_cast<int64_t>(job->released_consumers.size()) < consumers) {
+    // The others read on; tasks that waited only for this one's end are done.
+    bool finished_any = false;
+    for (int64_t task_id : std::vector<int64_t>(job->task_ids)) {
+      bool finished = false;
+      RETURN_IF_ERROR(FinishIfConsumersDoneLocked(task_id, &finished));
+      finished_any = finished_any || finished;
+    }
+    if (finished_any) RETURN_IF_ERROR(MakeRangesLocked());
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(FailJobLocked(
+      job->id, absl::CancelledError(absl::StrCat(
+                   "job ", job->id, " was released by its consumers: nobody reads it any more; "
+                   "its tasks are stopped"))));
+  response->set_job_finished(true);
   return absl::OkStatus();
 }
 

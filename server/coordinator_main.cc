@@ -99,7 +99,8 @@ ABSL_FLAG(absl::Duration, consumer_timeout, absl::Seconds(60),
           "A consumer of a coordinated job silent this long is declared gone: workers stop "
           "holding steps for it (the other consumers go on). A job that consumers have read "
           "and that none asked about for this long has no consumer left: it ends and its "
-          "workers free its steps. 0: never (idle_job_ttl still applies).");
+          "workers free its steps (a consumer that exits cleanly releases its job at once "
+          "instead). 0: never (idle_job_ttl still applies).");
 ABSL_FLAG(absl::Duration, idle_job_ttl, absl::Minutes(10),
           "An unfinished job no consumer asked about for this long is failed as abandoned "
           "(any kind of job); 0: never.");

@@ -48,6 +48,8 @@ absl::Status CoordinatorState::Apply(const proto::Update& update) {
       return ApplyTrainerJoined(update.trainer_joined());
     case proto::Update::kTrainerDropped:
       return ApplyTrainerDropped(update.trainer_dropped());
+    case proto::Update::kConsumerReleased:
+      return ApplyConsumerReleased(update.consumer_released());
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -140,6 +142,28 @@ absl::Status CoordinatorState::ApplyTrainerJoined(const proto::TrainerJoinedUpda
         "TrainerJoined update: trainer ", u.trainer_id(), " already joined job ", u.job_id()));
   }
   job.trainer_ids.push_back(u.trainer_id());
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorState::ApplyConsumerReleased(const proto::ConsumerReleasedUpdate& u) {
+  auto it = jobs_.find(u.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("ConsumerReleased update: no job ", u.job_id()));
+  }
+  Job& job = it->second;
+  const int64_t consumers = std::max<int64_t>(job.options.num_consumers(), 1);
+  if (u.consumer_index() < 0 || u.consumer_index() >= consumers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ConsumerReleased update: job ", u.job_id(), ": consumer index ",
+                     u.consumer_index(), " outside [0, ", consumers, ")"));
+  }
+  if (job.finished) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ConsumerReleased update: job ", u.job_id(), " is finished"));
+  }
+  std::vector<int64_t>& released = job.released_consumers;
+  auto pos = std::lower_bound(released.begin(), released.end(), u.consumer_index());
+  if (pos == released.end() || *pos != u.consumer_index()) released.insert(pos, u.consumer_index());
   return absl::OkStatus();
 }
 
@@ -580,6 +604,12 @@ proto::StateSnapshot CoordinatorState::Snapshot() const {
       proto::TrainerJoinedUpdate* u = out.add_updates()->mutable_trainer_joined();
       u->set_job_id(id);
       u->set_trainer_id(trainer);
+    }
+    // Before the job's end (FailJob, below), which they may have led to.
+    for (int64_t c : job.released_consumers) {
+      proto::ConsumerReleasedUpdate* u = out.add_updates()->mutable_consumer_released();
+      u->set_job_id(id);
+      u->set_consumer_index(c);
     }
     for (int64_t t : job.task_ids) {
       *out.add_updates()->mutable_create_task() = tasks_.at(t).created;

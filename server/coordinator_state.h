@@ -121,6 +121,9 @@ class CoordinatorState {
     // The trainers a worker dropped (TrainerDroppedUpdate), in order of dropping: out of
     // trainer_ids, refused if they come back. The last kMaxDroppedTrainersPerJob.
     std::vector<std::string> dropped_trainer_ids;
+    // The consumer indices that released their place (ConsumerReleasedUpdate), sorted: they no
+    // longer count as the job's consumers.
+    std::vector<int64_t> released_consumers;
 
     bool dynamic() const { return options.sharding_policy() == proto::SHARDING_DYNAMIC; }
     bool splits_exhausted() const { return split_cursor >= split_source_size; }
@@ -206,6 +209,7 @@ class CoordinatorState {
   absl::Status ApplyRemoveDataset(const proto::RemoveDatasetUpdate& u);
   absl::Status ApplyTrainerJoined(const proto::TrainerJoinedUpdate& u);
   absl::Status ApplyTrainerDropped(const proto::TrainerDroppedUpdate& u);
+  absl::Status ApplyConsumerReleased(const proto::ConsumerReleasedUpdate& u);
 
   void Unassign(Task& task);
   // Marks an unfinished task finished: it leaves its worker's list (Worker::task_ids) and

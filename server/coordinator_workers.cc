@@ -285,7 +285,10 @@ absl::Status Coordinator::FailJobLocked(int64_t job_id, const absl::Status& erro
   u.mutable_fail_job()->set_code(static_cast<int>(error.code()));
   u.mutable_fail_job()->set_message(std::string(error.message()));
   RETURN_IF_ERROR(ApplyLocked(u));
-  Log(absl::StrCat("job ", job_id, " failed: ", error.ToString()));
+  // A job its consumers released (CANCELLED) ended as they wished: no failure to warn of.
+  Log(absl::StrCat("job ", job_id,
+                   error.code() == absl::StatusCode::kCancelled ? " ended: " : " failed: ",
+                   error.ToString()));
   finished_at_[job_id] = clock_->Now();
   return absl::OkStatus();
 }

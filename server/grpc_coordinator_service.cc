@@ -152,6 +152,15 @@ grpc::Status GrpcCoordinatorService::GetSplit(grpc::ServerContext* context,
   return ToGrpcStatus(coordinator_->GetSplit(*request, response));
 }
 
+grpc::Status GrpcCoordinatorService::ReleaseConsumer(grpc::ServerContext* context,
+                                                     const proto::ReleaseConsumerRequest* request,
+                                                     proto::ReleaseConsumerResponse* response) {
+  grpc::Status a = admission_.Authenticate(*context, kTrainerRole, "ReleaseConsumer");
+  if (!a.ok()) return a;
+  if (CallerGaveUp(*context, "ReleaseConsumer")) return Abandoned();
+  return ToGrpcStatus(coordinator_->ReleaseConsumer(*request, response));
+}
+
 grpc::Status GrpcCoordinatorService::GetStatus(grpc::ServerContext* context,
                                                const proto::GetStatusRequest* request,
                                                proto::GetStatusResponse* response) {

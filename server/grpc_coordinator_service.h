@@ -92,6 +92,9 @@ class GrpcCoordinatorService final : public CoordinatorServiceBase {
                         proto::GetSplitResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext*, const proto::GetStatusRequest* request,
                          proto::GetStatusResponse* response) override;
+  // The trainer role (Coordinator::ReleaseConsumer).
+  grpc::Status ReleaseConsumer(grpc::ServerContext*, const proto::ReleaseConsumerRequest* request,
+                               proto::ReleaseConsumerResponse* response) override;
   // The worker role; the advertised address against the caller's certificate, as for
   // WorkerHeartbeat. Answered when the coordinator's watch is (Coordinator::WatchAssignment);
   // a caller that goes away cancels its watch.
@@ -126,7 +129,7 @@ struct CoordinatorServerOptions {
   ServerSecurity security;
   // Per-role tokens (core/rpc/role_auth.h): each RPC needs its role (WorkerHeartbeat,
   // WatchAssignment, GetSplit: worker; RegisterDataset: trainer or admin; GetOrCreateJob,
-  // GetElementSpec, ClientHeartbeat: trainer; GetStatus: admin). every_role empty:
+  // GetElementSpec, ClientHeartbeat, ReleaseConsumer: trainer; GetStatus: admin). every_role empty:
   // security.token.
   RoleTokens role_tokens;
   // RegisterDataset refuses graphs naming files outside these folders (none: no restriction)

@@ -2,9 +2,11 @@
 on loopback: the steps, element_spec over RPC, len(), two consumers sharing a job, checkpoint()
 and resume_from=, cluster-spec resolution, errors, and Ctrl-C during a wait for data."""
 
+import gc
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -65,6 +67,33 @@ def test_checkpoint_and_resume(cluster):
     with pytest.raises(sluice.errors.InvalidArgumentError):
         sluice.distribute_from_service(strategy, sluice.data.parse("range(8).batch(4)"),
                                        resume_from=checkpoint, **kwargs)
+
+
+def _job_errors(cluster):
+    """{job id: error} from `sluicectl status --format=json` (bounded)."""
+    out = subprocess.run([os.path.join(sluice_cluster.BUILD_DIR, "bin", "sluicectl"), "status",
+                          "--coordinator=" + cluster.coordinator, "--format=json"],
+                         capture_output=True, text=True, timeout=30, check=True)
+    return {j["job_id"]: j.get("error", "") for j in json.loads(out.stdout)["jobs"]}
+
+
+def test_a_dataset_and_its_iterators_collected_release_their_job(cluster):
+    # A consumer done with its job releases it (docs/SERVICE.md, "Consumers that release their
+    # job"): not while the dataset can still make an iterator, at once when both are gone.
+    strategy = sluice.MirroredStrategy(["CPU:0"])
+    endless = sluice.data.parse("range(1000000000).batch(4)")
+    dist = sluice.distribute_from_service(strategy, endless, coordinator=cluster.coordinator)
+    it = iter(dist)
+    next(it)
+    del it
+    gc.collect()
+    (job, error), = _job_errors(cluster).items()
+    assert error == ""
+    it = iter(dist)  # a second iterator of the same job reads on
+    next(it)
+    del it, dist
+    gc.collect()
+    assert "was released by its consumers" in _job_errors(cluster)[job]
 
 
 def test_checkpoint_of_a_local_dataset_is_a_failed_precondition():

@@ -102,6 +102,16 @@ std::vector<std::pair<std::string, grpc::Status>> CallEveryMethod(
   out.emplace_back("GetStatus", Call([&](grpc::ClientContext* c) {
                      return stub->GetStatus(c, status, &status_response);
                    }));
+  // Last: it ends the job. With the secret the heartbeat was handed (0, refused by the
+  // coordinator after the role check, when the heartbeat was refused).
+  proto::ReleaseConsumerRequest release;
+  release.set_wire_version(proto::WIRE_VERSION_1);
+  release.set_job_id(job_response.job_id());
+  release.set_consumer_secret(chb_response.consumer_secret());
+  proto::ReleaseConsumerResponse release_response;
+  out.emplace_back("ReleaseConsumer", Call([&](grpc::ClientContext* c) {
+                     return stub->ReleaseConsumer(c, release, &release_response);
+                   }));
   return out;
 }
 
@@ -287,7 +297,9 @@ class RoleTokenTest : public ::testing::Test {
 TEST_F(RoleTokenTest, EachCoordinatorMethodAcceptsOnlyItsRole) {
   const std::map<std::string, std::set<std::string>> allowed = {
       {kWorkerToken, {"WorkerHeartbeat", "GetSplit", "WatchAssignment"}},
-      {kTrainerToken, {"RegisterDataset", "GetOrCreateJob", "GetElementSpec", "ClientHeartbeat"}},
+      {kTrainerToken,
+       {"RegisterDataset", "GetOrCreateJob", "GetElementSpec", "ClientHeartbeat",
+        "ReleaseConsumer"}},
       {kAdminToken, {"RegisterDataset", "GetStatus"}},
   };
   const std::map<std::string, std::string> needs = {
@@ -299,6 +311,7 @@ TEST_F(RoleTokenTest, EachCoordinatorMethodAcceptsOnlyItsRole) {
       {"GetSplit", "needs the worker role"},
       {"WatchAssignment", "needs the worker role"},
       {"GetStatus", "needs the admin role"},
+      {"ReleaseConsumer", "needs the trainer role"},
   };
   for (const auto& [token, methods] : allowed) {
     auto stub = Stub(cluster_->address(), token);

@@ -663,6 +663,22 @@ TEST(StateSnapshotTest, RestoreOfSnapshotGivesAnEqualStateForEveryKindOfUpdate) 
     dropped.mutable_trainer_dropped()->set_job_id(6);
     dropped.mutable_trainer_dropped()->set_trainer_id("trial-4");
     history.push_back(dropped);
+    // Consumers that released their place (ReleaseConsumer): one of the dynamic job's two,
+    // which reads on; both of the owned job's, which the coordinator then ends.
+    proto::Update released;
+    released.mutable_consumer_released()->set_job_id(2);
+    released.mutable_consumer_released()->set_consumer_index(1);
+    history.push_back(released);
+    for (int64_t c : {1, 0}) {
+      released.mutable_consumer_released()->set_job_id(5);
+      released.mutable_consumer_released()->set_consumer_index(c);
+      history.push_back(released);
+    }
+    proto::Update cancelled;
+    cancelled.mutable_fail_job()->set_job_id(5);
+    cancelled.mutable_fail_job()->set_code(static_cast<int>(absl::StatusCode::kCancelled));
+    cancelled.mutable_fail_job()->set_message("job 5 was released by its consumers");
+    history.push_back(cancelled);
   }
 
   CoordinatorState state;

@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -74,6 +75,14 @@ int64_t TasksFinished(const proto::JobStatus& job) {
   int64_t n = 0;
   for (const proto::TaskInfo& t : job.tasks()) n += t.finished() ? 1 : 0;
   return n;
+}
+
+// The table's "finished" column: "released" for a job its consumers released (CANCELLED:
+// nobody reads it, no error), "failed" for another error, else yes / no.
+std::string FinishedText(const proto::JobStatus& j) {
+  if (absl::StartsWith(j.error(), "CANCELLED")) return "released";
+  if (!j.error().empty()) return "failed";
+  return j.finished() ? "yes" : "no";
 }
 
 // Finished tasks over tasks, as a percentage; 100% once the job finished.
@@ -170,7 +179,7 @@ std::string StatusTable(const std::string& coordinator, const proto::GetStatusRe
                     absl::StrCat(TasksFinished(j), "/", j.tasks_size()), JobProgress(j),
                     absl::StrCat(j.steps_delivered()),
                     JobThroughput(j, previous, elapsed_seconds),
-                    !j.error().empty() ? "failed" : j.finished() ? "yes" : "no"});
+                    FinishedText(j)});
   }
   out += FormatTable(jobs);
   out += ScalingText(r);

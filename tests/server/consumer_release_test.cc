@@ -1,0 +1,291 @@
+// A consumer that stops cleanly releases its place in its job (Coordinator::ReleaseConsumer,
+// docs/SERVICE.md "Consumers that release their job"; issue 28, part release): the last
+// consumer's release ends an anonymous job at once (CANCELLED, journaled, its worker told to
+// stop the task), a coordinated job's other consumers read on without the released one, named
+// and shared jobs stay (rejoinable), hostile releases are refused naming what, and a replayed
+// journal (or a snapshot) gives the same job states. No network; a fake clock.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/coordinator.h"
+#include "server/coordinator_state.h"
+
+namespace sluice {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kWorker[] = "127.0.0.1:1";
+
+class ConsumerReleaseTest : public ::testing::Test {
+ protected:
+  ConsumerReleaseTest()
+      : dir_(absl::StrCat(::testing::TempDir(), "/sluice_consumer_release_", getpid(), "_",
+                          ::testing::UnitTest::GetInstance()->current_test_info()->name())) {
+    std::system(absl::StrCat("rm -rf '", dir_, "'").c_str());
+    Start();
+    proto::RegisterDatasetRequest reg;
+    reg.set_wire_version(proto::WIRE_VERSION_1);
+    reg.set_pipeline("range(1000000).repeat().batch(4)");
+    proto::RegisterDatasetResponse resp;
+    absl::Status s = coordinator_->RegisterDataset(reg, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    dataset_id_ = resp.dataset_id();
+    Beat({});
+  }
+  ~ConsumerReleaseTest() override { std::system(absl::StrCat("rm -rf '", dir_, "'").c_str()); }
+
+  // A coordinator on the journal in dir_ (replayed when there is one).
+  void Start() {
+    CoordinatorOptions o;
+    o.clock = &clock_;
+    o.work_dir = dir_;
+    o.worker_timeout = absl::Seconds(10);
+    o.consumer_timeout = absl::Seconds(60);
+    o.log = [](absl::string_view) {};
+    coordinator_.reset();
+    auto c = Coordinator::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = *std::move(c);
+  }
+
+  proto::WorkerHeartbeatResponse Beat(const std::vector<int64_t>& active) {
+    proto::WorkerHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_worker_address(kWorker);
+    for (int64_t t : active) req.add_active_task_ids(t);
+    proto::WorkerHeartbeatResponse resp;
+    absl::Status s = coordinator_->WorkerHeartbeat(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    return resp;
+  }
+
+  // A job of `consumers` coordinated consumers (anonymous when `name` is empty), its one task
+  // handed to the worker.
+  int64_t MakeJob(const std::string& name = "", int64_t consumers = 1, bool shared = false) {
+    proto::GetOrCreateJobRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_job_name(name);
+    proto::JobOptions* o = req.mutable_options();
+    o->set_dataset_id(dataset_id_);
+    o->set_num_consumers(consumers);
+    o->set_replicas_per_consumer(1);
+    o->set_sharding_policy(proto::SHARDING_OFF);
+    o->set_num_tasks(1);
+    if (shared) {
+      o->set_read_mode(proto::READ_MODE_INDEPENDENT);
+      o->mutable_cross_trainer()->set_enabled(true);
+      req.set_trainer_id("trainer-a");
+    }
+    proto::GetOrCreateJobResponse resp;
+    absl::Status s = coordinator_->GetOrCreateJob(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    if (task_of_.count(resp.job_id()) != 0) return resp.job_id();  // joined: no new task
+    std::vector<int64_t> all;
+    for (const auto& [job, task] : task_of_) all.push_back(task);
+    const proto::WorkerHeartbeatResponse hb = Beat(all);
+    for (const proto::TaskDef& t : hb.new_tasks()) {
+      if (t.job_id() == resp.job_id()) task_of_[resp.job_id()] = t.task_id();
+    }
+    EXPECT_EQ(task_of_.count(resp.job_id()), 1u) << "job " << resp.job_id() << " has no task";
+    return resp.job_id();
+  }
+
+  // A ClientHeartbeat of consumer `index` carrying `secret`; the secret it was handed.
+  absl::StatusOr<uint64_t> Heartbeat(int64_t job, int64_t index = 0, uint64_t secret = 0) {
+    proto::ClientHeartbeatRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_job_id(job);
+    req.set_consumer_index(index);
+    req.set_consumer_secret(secret);
+    proto::ClientHeartbeatResponse resp;
+    absl::Status s = coordinator_->ClientHeartbeat(req, &resp);
+    if (!s.ok()) return s;
+    return resp.consumer_secret();
+  }
+
+  absl::StatusOr<bool> Release(int64_t job, int64_t index, uint64_t secret) {
+    proto::ReleaseConsumerRequest req;
+    req.set_wire_version(proto::WIRE_VERSION_1);
+    req.set_job_id(job);
+    req.set_consumer_index(index);
+    req.set_consumer_secret(secret);
+    proto::ReleaseConsumerResponse resp;
+    absl::Status s = coordinator_->ReleaseConsumer(req, &resp);
+    if (!s.ok()) return s;
+    return resp.job_finished();
+  }
+
+  // The tasks the worker (holding every task made) is told to stop.
+  std::set<int64_t> Stopped() {
+    std::vector<int64_t> all;
+    for (const auto& [job, task] : task_of_) all.push_back(task);
+    const proto::WorkerHeartbeatResponse hb = Beat(all);
+    return {hb.tasks_to_stop().begin(), hb.tasks_to_stop().end()};
+  }
+
+  // The consumers the worker is told are gone, as (job, index).
+  std::set<std::pair<int64_t, int64_t>> Gone() {
+    std::vector<int64_t> all;
+    for (const auto& [job, task] : task_of_) all.push_back(task);
+    const proto::WorkerHeartbeatResponse hb = Beat(all);
+    std::set<std::pair<int64_t, int64_t>> out;
+    for (const proto::ConsumerRef& c : hb.gone_consumers()) {
+      out.emplace(c.job_id(), c.consumer_index());
+    }
+    return out;
+  }
+
+  std::string dir_;
+  std::string dataset_id_;
+  FakeClock clock_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::map<int64_t, int64_t> task_of_;  // job -> its task
+};
+
+// The consumer of an anonymous job exits cleanly: its job used to run on for consumer_timeout
+// (60 s), its task buffering steps on the worker. Its release ends the job at once: CANCELLED
+// naming the release (never an error anyone reads), its worker told to stop the task at its
+// next heartbeat; another job is untouched; releasing again is OK.
+TEST_F(ConsumerReleaseTest, TheLastConsumersReleaseEndsItsJobAtOnce) {
+  const int64_t job = MakeJob();
+  const int64_t other = MakeJob();
+  absl::StatusOr<uint64_t> secret = Heartbeat(job);
+  ASSERT_TRUE(secret.ok()) << secret.status();
+  ASSERT_TRUE(Heartbeat(other).ok());
+  EXPECT_TRUE(Stopped().empty());
+  absl::StatusOr<bool> ended = Release(job, 0, *secret);
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_TRUE(*ended);
+  EXPECT_THAT(Stopped(), ElementsAre(task_of_[job]));
+  const absl::Status after = Heartbeat(job).status();
+  EXPECT_EQ(after.code(), absl::StatusCode::kCancelled) << after;
+  EXPECT_THAT(after.message(), HasSubstr(absl::StrCat("job ", job, " was released")));
+  EXPECT_TRUE(Heartbeat(other).ok());
+  absl::StatusOr<bool> again = Release(job, 0, *secret);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(*again);
+}
+
+// A coordinated job of two consumers: the first to release no longer counts (its workers stop
+// holding steps for it, as for a consumer declared gone) while the other reads on; the
+// second's release ends the job.
+TEST_F(ConsumerReleaseTest, ACoordinatedJobEndsWhenItsLastConsumerReleases) {
+  const int64_t job = MakeJob("", 2);
+  absl::StatusOr<uint64_t> first = Heartbeat(job, 0);
+  absl::StatusOr<uint64_t> second = Heartbeat(job, 1);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_TRUE(Gone().empty());
+  absl::StatusOr<bool> ended = Release(job, 0, *first);
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_FALSE(*ended);
+  EXPECT_THAT(Gone(), ElementsAre(std::make_pair(job, int64_t{0})));
+  EXPECT_TRUE(Stopped().empty());
+  EXPECT_TRUE(Heartbeat(job, 1, *second).ok());
+  ended = Release(job, 1, *second);
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_TRUE(*ended);
+  EXPECT_THAT(Stopped(), ElementsAre(task_of_[job]));
+}
+
+// A named job may be rejoined (a trainer restarted, a second iterator) and a shared one joined
+// by other trainers: a release does not end them. They keep the rule they had: consumer_timeout
+// after their last activity.
+TEST_F(ConsumerReleaseTest, NamedAndSharedJobsStayRejoinable) {
+  const int64_t named = MakeJob("eval");
+  const int64_t shared = MakeJob("sweep", 1, /*shared=*/true);
+  for (int64_t job : {named, shared}) {
+    absl::StatusOr<uint64_t> secret = Heartbeat(job);
+    ASSERT_TRUE(secret.ok()) << secret.status();
+    absl::StatusOr<bool> ended = Release(job, 0, *secret);
+    ASSERT_TRUE(ended.ok()) << ended.status();
+    EXPECT_FALSE(*ended) << "job " << job;
+  }
+  EXPECT_TRUE(Stopped().empty());
+  EXPECT_EQ(MakeJob("eval"), named);  // rejoined by name: the same job
+  EXPECT_TRUE(Heartbeat(named).ok());
+  EXPECT_TRUE(Heartbeat(shared).ok());
+  // Then nobody comes: consumer_timeout ends both, as before.
+  clock_.Advance(absl::Seconds(61));
+  coordinator_->CheckWorkerLiveness();
+  EXPECT_EQ(Heartbeat(named).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Heartbeat(shared).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A release is client input: an unknown job, an index the job does not have, no secret or
+// another process's secret are refused naming what, and none of them ends the job.
+TEST_F(ConsumerReleaseTest, HostileReleasesAreRefusedAndEndNothing) {
+  const int64_t job = MakeJob();
+  absl::StatusOr<uint64_t> secret = Heartbeat(job);
+  ASSERT_TRUE(secret.ok()) << secret.status();
+  ASSERT_TRUE(Heartbeat(job, 0, *secret).ok());  // the claim is confirmed
+  absl::Status s = Release(job + 100, 0, *secret).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("ReleaseConsumerRequest.job_id: no job ",
+                                                  job + 100)));
+  for (int64_t index : {int64_t{-1}, int64_t{1}, int64_t{1} << 62}) {
+    s = Release(job, index, *secret).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("consumer_index ", index, " is outside [0, 1)"
+                                                    " for job ", job)));
+  }
+  s = Release(job, 0, 0).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_THAT(s.message(), HasSubstr("consumer_secret is 0"));
+  s = Release(job, 0, *secret + 1).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("consumer 0 of job ", job)));
+  proto::ReleaseConsumerRequest unversioned;
+  unversioned.set_job_id(job);
+  unversioned.set_consumer_secret(*secret);
+  proto::ReleaseConsumerResponse resp;
+  EXPECT_FALSE(coordinator_->ReleaseConsumer(unversioned, &resp).ok());
+  EXPECT_TRUE(Stopped().empty());
+  EXPECT_TRUE(Heartbeat(job, 0, *secret).ok());
+}
+
+// Releases are journaled: after a restart the released consumer is still gone for the
+// workers, and a job its last consumer released is still ended, with the same error; a
+// snapshot of the state carries both.
+TEST_F(ConsumerReleaseTest, ReleasesSurviveARestartAndASnapshot) {
+  const int64_t partly = MakeJob("", 2);
+  const int64_t released = MakeJob();
+  absl::StatusOr<uint64_t> first = Heartbeat(partly, 0);
+  absl::StatusOr<uint64_t> only = Heartbeat(released, 0);
+  ASSERT_TRUE(first.ok() && only.ok());
+  ASSERT_TRUE(Release(partly, 0, *first).ok());
+  ASSERT_TRUE(Release(released, 0, *only).ok());
+  const absl::Status ended = Heartbeat(released).status();
+  ASSERT_EQ(ended.code(), absl::StatusCode::kCancelled);
+
+  CoordinatorState restored;
+  ASSERT_TRUE(restored.Restore(coordinator_->Snapshot()).ok());
+  EXPECT_THAT(restored.FindJob(partly)->released_consumers, ElementsAre(0));
+  EXPECT_FALSE(restored.FindJob(partly)->finished);
+  EXPECT_EQ(restored.FindJob(released)->error, ended);
+
+  Start();  // replays the journal
+  Beat({task_of_[partly]});
+  EXPECT_THAT(Gone(), ElementsAre(std::make_pair(partly, int64_t{0})));
+  EXPECT_EQ(Heartbeat(released).status(), ended);
+  // The released consumer's process (its secret adopted after the restart) releases again:
+  // nothing changes.
+  absl::StatusOr<bool> again = Release(partly, 0, *first);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(*again);
+  EXPECT_TRUE(Heartbeat(partly, 1).ok());
+}
+
+}  // namespace
+}  // namespace sluice
