@@ -263,7 +263,9 @@ TEST_F(BoundedStateTest, AJobLeftWithoutConsumersEndsAfterConsumerTimeout) {
       ASSERT_TRUE(again.ok()) << again.status();
       EXPECT_EQ(*again, *rejoined);
     }
-    if (i >= 9) ASSERT_TRUE(Consumer(*rejoined).ok());
+    if (i >= 9) {
+      ASSERT_TRUE(Consumer(*rejoined).ok());
+    }
     proto::ClientHeartbeatRequest bad;  // an index the job does not have: not a consumer
     bad.set_wire_version(proto::WIRE_VERSION_1);
     bad.set_job_id(*malformed);
