@@ -154,9 +154,9 @@ TensorAllocator ReceiveAllocatorFor(const std::vector<Device>& devices,
 class DevicePrefetcher : public StepSource {
  public:
   // `inner` itself when options.buffer_size == 0, else a prefetcher over it (its thread, when it
-  // has one, starts at the first GetNextStep). INVALID_ARGUMENT for a null inner source or a negative buffer
-  // size. The inner source's steps must have one element per placement (INTERNAL otherwise,
-  // at that step).
+  // has one, starts at the first GetNextStep). INVALID_ARGUMENT for a null inner source or a
+  // negative buffer size. The inner source's steps must have one element per placement
+  // (INTERNAL otherwise, at that step).
   static absl::StatusOr<std::unique_ptr<StepSource>> Wrap(std::unique_ptr<StepSource> inner,
                                                           DevicePrefetchOptions options);
   ~DevicePrefetcher() override;
@@ -219,7 +219,8 @@ class DevicePrefetcher : public StepSource {
   void WaitAll(Entry& entry);
 
   const DevicePrefetchOptions options_;
-  // Used by the thread only, once started (but CheckpointAfter, thread-safe, from any).
+  // Used by the thread only, once started, or by the caller when direct_ (but CheckpointAfter,
+  // thread-safe, from any).
   std::unique_ptr<StepSource> inner_;
   // Autoscaling (docs/AUTOSCALING.md): when inner_ is a ServiceStepSource read by the thread,
   // its input wait meter, which this prefetcher's callers' waits feed instead of its own
