@@ -15,9 +15,9 @@
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
 //    its credit back at once (a window of `credits` steps): the wire protocol alone;
 //  - "client": the production client path, ServiceStepSource (credit thread, byte budget
-//    `--budget`, Element packing) under a DevicePrefetcher on the host path (its prefetch
-//    thread, replicas on the CPU), the trainer's loop calling GetNextStep; the coordinator is a
-//    stub listing the one task;
+//    `--budget`, Element packing) under a DevicePrefetcher on the host path (replicas on the
+//    CPU: over the service's source it has no thread of its own, client/device_prefetcher.h),
+//    the trainer's loop calling GetNextStep; the coordinator is a stub listing the one task;
 //  - "shm": the same production client with the worker on its host taking the shared-memory
 //    path (core/rpc/shm_ring.h: the tensors are views of the worker's segment); "client" is
 //    that client with shared memory off (TCP);
@@ -32,7 +32,7 @@
 // alternating (for a profiler, and for bulk/TCP on a loaded machine: CPU-s/GB of each), and
 // splits bulk's CPU by thread: the producer's build, sluice-bulk-tx (the send copy),
 // sluice-bulk-rx (the receive copy, decode, queueing), the rest (gRPC, the pump pool, the
-// client's credit and prefetch threads); with steps per frame on the socket, the process's
+// client's credit thread, the trainer's loop); with steps per frame on the socket, the process's
 // context switches per frame (getrusage, voluntary and not, per step x steps per frame), and
 // the seconds per GB the two bulk threads spent off CPU: idle (tx: no frame to write; rx: no
 // frame header yet; with in-band headers rx waits in the socket instead, counted as blocked)
@@ -86,8 +86,8 @@
 //    producer building each step ("build", measured on the producer's thread: with
 //    --build_steps=1 one write of the step's bytes, the pipeline's own output, into the ring
 //    for shm or into fresh memory otherwise). Less build, shm's cost is the transport alone:
-//    frame headers over gRPC, credit grants and releases, the consumer's Element packing and
-//    prefetch hand-off; it copies no byte.
+//    frame headers over gRPC, credit grants and releases, the consumer's Element packing; it
+//    copies no byte.
 //  - TCP: a sender thread writing one reused buffer and a receiver reading into another: two
 //    kernel copies, no step built, no framing. So its bytes/s is a ceiling for a socket, and
 //    shm/TCP compares a path that builds every step with one that builds none.
@@ -313,8 +313,9 @@ bool g_show_slices = false;
 // in the consumer's shared-memory ring when there is one; 2: afresh, always in ordinary memory
 // (the worker places it); 0: every step shares one tensor.
 int64_t g_build_steps = 1;
-// --prefetch=0: the trainer's loop reads ServiceStepSource directly (no DevicePrefetcher and its
-// thread), to tell the prefetcher's per-step cost from the source's.
+// --prefetch=0: the trainer's loop reads ServiceStepSource directly (no DevicePrefetcher), to
+// tell the prefetcher's per-step cost from the source's (on the host path it has no thread over
+// this source: the difference is one call and a lock per step).
 bool g_prefetch = true;
 // --read=1: the consumers read every byte they receive (see the header comment).
 bool g_read = false;
@@ -686,7 +687,7 @@ struct Column {
     rx_blocked_per_gb.push_back(r.rx_blocked_seconds / gb);
   }
   // "build B, tx T, rx R, rest X" CPU-s/GB: where the bulk column's CPU goes (rest: gRPC,
-  // the pump pool, the client's credit and prefetch threads).
+  // the pump pool, the client's credit thread, the trainer's loop).
   std::string Terms() const {
     if (gbs.empty()) return "-";
     const double build = Median(&Column::build_per_gb), tx = Median(&Column::tx_per_gb),

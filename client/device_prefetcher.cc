@@ -1,4 +1,5 @@
 #include "client/device_prefetcher.h"
+#include "client/read_ahead_source.h"
 #include "client/service_step_source.h"
 
 #include <algorithm>
@@ -449,12 +450,18 @@ absl::StatusOr<std::unique_ptr<StepSource>> DevicePrefetcher::Wrap(
 
 DevicePrefetcher::DevicePrefetcher(std::unique_ptr<StepSource> inner, DevicePrefetchOptions options)
     : options_(std::move(options)), inner_(std::move(inner)) {
-  if (auto* service = dynamic_cast<ServiceStepSource*>(inner_.get()); service != nullptr) {
-    wait_meter_ = service->TakeOverWaitMeter();
-  }
   for (const ReplicaPlacement& p : options_.replicas) {
     rings_.push_back(options_.fetch_to_device && p.memory != nullptr ? std::make_shared<Ring>(p)
                                                                      : nullptr);
+  }
+  // Nothing to copy over a source that reads ahead by itself: no thread of ours in between.
+  direct_ = dynamic_cast<ReadAheadSource*>(inner_.get()) != nullptr &&
+            std::all_of(rings_.begin(), rings_.end(), [](const auto& ring) { return !ring; });
+  // Our thread would read ahead; the trainer's waits are then timed here. Direct calls are the
+  // trainer's own: the service source times them itself.
+  if (auto* service = dynamic_cast<ServiceStepSource*>(inner_.get());
+      service != nullptr && !direct_) {
+    wait_meter_ = service->TakeOverWaitMeter();
   }
 }
 
@@ -488,6 +495,7 @@ absl::Status DevicePrefetcher::GetNextStepPadded(std::vector<Element>* replicas,
 
 absl::Status DevicePrefetcher::Next(bool padded, std::vector<Element>* replicas,
                                     bool* end_of_data) {
+  if (direct_) return NextDirect(padded, replicas, end_of_data);
   Entry entry;
   {
     absl::MutexLock lock(&mu_);
@@ -557,29 +565,9 @@ void DevicePrefetcher::Run() {
       if (stop_) return;
       padded = padded_;
     }
-    std::vector<Element> step;
-    bool end = false;
-    absl::Status s =
-        padded ? inner_->GetNextStepPadded(&step, &end) : inner_->GetNextStep(&step, &end);
-    Entry entry;
     bool pulled = false;
     bool batched = false;
-    if (!s.ok()) {
-      entry.terminal = true;
-      entry.status = std::move(s);
-    } else if (end) {
-      entry.terminal = true;
-      entry.end_of_data = true;
-    } else {
-      pulled = true;
-      absl::Status staged = Stage(std::move(step), &entry, &batched);
-      if (!staged.ok()) {
-        WaitAll(entry);
-        entry = Entry();
-        entry.terminal = true;
-        entry.status = std::move(staged);
-      }
-    }
+    Entry entry = Pull(padded, &pulled, &batched);
     bool terminal = false;
     bool flush = false;
     {
@@ -596,6 +584,58 @@ void DevicePrefetcher::Run() {
     if (flush) FlushAll().IgnoreError();
     if (terminal) return;
   }
+}
+
+DevicePrefetcher::Entry DevicePrefetcher::Pull(bool padded, bool* pulled, bool* batched) {
+  std::vector<Element> step;
+  bool end = false;
+  absl::Status s =
+      padded ? inner_->GetNextStepPadded(&step, &end) : inner_->GetNextStep(&step, &end);
+  Entry entry;
+  *pulled = false;
+  *batched = false;
+  if (!s.ok()) {
+    entry.terminal = true;
+    entry.status = std::move(s);
+  } else if (end) {
+    entry.terminal = true;
+    entry.end_of_data = true;
+  } else {
+    *pulled = true;
+    absl::Status staged = Stage(std::move(step), &entry, batched);
+    if (!staged.ok()) {
+      WaitAll(entry);
+      entry = Entry();
+      entry.terminal = true;
+      entry.status = std::move(staged);
+    }
+  }
+  return entry;
+}
+
+absl::Status DevicePrefetcher::NextDirect(bool padded, std::vector<Element>* replicas,
+                                          bool* end_of_data) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!queue_.empty()) {  // the end or the error, repeated
+      *end_of_data = queue_.front().end_of_data;
+      return queue_.front().status;
+    }
+  }
+  bool pulled = false;
+  bool batched = false;  // no rings: never
+  Entry entry = Pull(padded, &pulled, &batched);
+  absl::MutexLock lock(&mu_);
+  if (pulled) ++steps_pulled_;
+  if (entry.terminal) {
+    *end_of_data = entry.end_of_data;
+    absl::Status status = entry.status;
+    queue_.push_back(std::move(entry));
+    return status;
+  }
+  *replicas = std::move(entry.replicas);
+  *end_of_data = false;
+  return absl::OkStatus();
 }
 
 absl::Status DevicePrefetcher::FlushAll() {

@@ -51,6 +51,21 @@
 // buffers), still prefetched `buffer_size` steps ahead on the host. buffer_size = 0 disables
 // the prefetcher: Wrap returns the inner source itself.
 //
+// Over a source that reads ahead by itself (a ReadAheadSource, client/read_ahead_source.h: the
+// service's ServiceStepSource, whose streams receive within the credit window) with nothing to
+// copy (fetch_to_device = false, or no replica placed on a device), there is no thread: each
+// call takes the next step straight from the source, on the caller's thread. A thread in
+// between would add no read-ahead, only a hand-off per step (a sleep and a wake-up on one side
+// or the other: half of a remote consumer's context switches, bench/RESULTS.md "Issue 28 part
+// prefhand"). What is said above holds with these readings: steps, errors and the end come in
+// the source's order, the end and errors repeated by this prefetcher (the source is not asked
+// again); the prefetcher itself holds no step ahead of the caller (the source's window is the
+// read-ahead, so the inner source is asked for step k + 1 only once the trainer has taken step
+// k); each call gets its own mode (padded or not); the source's input wait meter
+// (docs/AUTOSCALING.md) stays the source's, since its calls are the trainer's; steps_pulled
+// counts the steps taken from the source. Over any other source, or when some replica's
+// tensors are copied, the thread reads ahead as described above.
+//
 // Destruction stops the thread, waits for the inner call or copy in progress and for every
 // enqueued copy, then frees the rings; buffers still held by the trainer stay valid.
 //
@@ -138,10 +153,10 @@ TensorAllocator ReceiveAllocatorFor(const std::vector<Device>& devices,
 
 class DevicePrefetcher : public StepSource {
  public:
-  // `inner` itself when options.buffer_size == 0, else a prefetcher over it (its thread starts
-  // at the first GetNextStep). INVALID_ARGUMENT for a null inner source or a negative buffer
-  // size. The inner source's steps must have one element per placement (INTERNAL otherwise,
-  // at that step).
+  // `inner` itself when options.buffer_size == 0, else a prefetcher over it (its thread, when it
+  // has one, starts at the first GetNextStep). INVALID_ARGUMENT for a null inner source or a
+  // negative buffer size. The inner source's steps must have one element per placement
+  // (INTERNAL otherwise, at that step).
   static absl::StatusOr<std::unique_ptr<StepSource>> Wrap(std::unique_ptr<StepSource> inner,
                                                           DevicePrefetchOptions options);
   ~DevicePrefetcher() override;
@@ -186,7 +201,14 @@ class DevicePrefetcher : public StepSource {
 
   DevicePrefetcher(std::unique_ptr<StepSource> inner, DevicePrefetchOptions options);
   absl::Status Next(bool padded, std::vector<Element>* replicas, bool* end_of_data);
+  // Next without the thread (direct_): the step straight from the inner source; a terminal
+  // entry is kept in queue_ and repeated.
+  absl::Status NextDirect(bool padded, std::vector<Element>* replicas, bool* end_of_data);
   void Run();
+  // Takes the next step from the inner source in the given mode and stages it: its entry, or a
+  // terminal one (the source's end or error, or the staging's error). `pulled`: a step was
+  // taken from the source; `batched`: see Stage.
+  Entry Pull(bool padded, bool* pulled, bool* batched);
   // Copies the step into ring slots, filling entry->replicas/events/sources.
   // `batched`: some replica element went through a batch slot.
   absl::Status Stage(std::vector<Element> step, Entry* entry, bool* batched);
@@ -197,12 +219,17 @@ class DevicePrefetcher : public StepSource {
   void WaitAll(Entry& entry);
 
   const DevicePrefetchOptions options_;
-  // Used by the thread only, once started (but CheckpointAfter, thread-safe, from any).
+  // Used by the thread only, once started, or by the caller when direct_ (but CheckpointAfter,
+  // thread-safe, from any).
   std::unique_ptr<StepSource> inner_;
-  // Autoscaling (docs/AUTOSCALING.md): when inner_ is a ServiceStepSource, its input wait
-  // meter, which this prefetcher's callers' waits feed instead of its own read-ahead reads.
+  // Autoscaling (docs/AUTOSCALING.md): when inner_ is a ServiceStepSource read by the thread,
+  // its input wait meter, which this prefetcher's callers' waits feed instead of its own
+  // read-ahead reads (null when direct_: the source's calls are the callers').
   InputWaitMeter* wait_meter_ = nullptr;
   std::vector<std::shared_ptr<Ring>> rings_;  // one per replica
+  // No thread: the inner source is a ReadAheadSource and no replica has a ring (set once, in
+  // the constructor).
+  bool direct_ = false;
 
   mutable absl::Mutex mu_;
   std::deque<Entry> queue_ ABSL_GUARDED_BY(mu_);

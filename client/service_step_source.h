@@ -64,6 +64,7 @@
 #include "core/rpc/grpc_security.h"
 #include "core/rpc/step_frame.h"
 #include "grpcpp/grpcpp.h"
+#include "client/read_ahead_source.h"
 #include "sluice/distributed_dataset.h"
 #include "core/util/jitter.h"
 
@@ -193,7 +194,10 @@ struct ServiceStepSourceOptions {
 
 class InputWaitMeter;  // client/input_wait_meter.h
 
-class ServiceStepSource : public StepSource {
+// A ReadAheadSource (client/read_ahead_source.h): the streams receive ahead of the caller, within
+// the credit window; GetNextStep takes the next received step (packing its tensors into the
+// replicas' elements, no byte copied) or waits for it.
+class ServiceStepSource : public ReadAheadSource {
  public:
   // Waits (up to retry_deadline) until the coordinator reports the job's tasks, then opens
   // their streams. UNAVAILABLE naming the coordinator when it does not answer.

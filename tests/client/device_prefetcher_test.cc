@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "client/read_ahead_source.h"
 #include "core/device/cuda_device_memory.h"
 #include "core/device/device_memory.h"
 #include "core/format/tensor_format.h"
@@ -989,6 +990,120 @@ TEST(DevicePrefetcherTest, AStepWithTheWrongReplicaCountIsAnError) {
   absl::Status s = source->GetNextStep(&step, &end);
   EXPECT_TRUE(absl::IsInternal(s)) << s;
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("3 replica element(s) for 2"));
+}
+
+// A ReadAheadSource (as the service's source is) yielding ScriptedSource's steps: records the
+// thread and the mode of every call.
+class ReadAheadScriptedSource : public ReadAheadSource {
+ public:
+  struct Call {
+    std::thread::id thread;
+    bool padded = false;
+  };
+  explicit ReadAheadScriptedSource(ScriptedSource::Options options)
+      : scripted_(std::move(options)) {}
+  absl::Status GetNextStep(std::vector<Element>* replicas, bool* end_of_data) override {
+    Record(/*padded=*/false);
+    return scripted_.GetNextStep(replicas, end_of_data);
+  }
+  absl::Status GetNextStepPadded(std::vector<Element>* replicas, bool* end_of_data) override {
+    Record(/*padded=*/true);
+    return scripted_.GetNextStep(replicas, end_of_data);
+  }
+  std::vector<Call> calls() const {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+
+ private:
+  void Record(bool padded) {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back(Call{std::this_thread::get_id(), padded});
+  }
+  ScriptedSource scripted_;
+  mutable absl::Mutex mu_;
+  std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+// The host path over a source that reads ahead by itself: each call takes its step from the
+// source on the caller's thread, in the call's mode, with nothing read ahead; the end or an error
+// is taken once and repeated.
+TEST(DevicePrefetcherTest, HostPathOverAReadAheadSourceTakesEachStepOnTheCallersThread) {
+  auto fake = std::make_shared<FakeDeviceMemory>();
+  DevicePrefetchOptions on_the_cpu;
+  on_the_cpu.replicas.resize(2);
+  on_the_cpu.buffer_size = 2;
+  DevicePrefetchOptions not_fetched = Placed(fake, 2, 2);
+  not_fetched.fetch_to_device = false;
+  for (const absl::Status& last : {absl::OkStatus(), absl::DataLossError("bad frame from w0")}) {
+    for (const DevicePrefetchOptions& options : {on_the_cpu, not_fetched}) {
+      SCOPED_TRACE(testing::Message() << "fetch_to_device " << options.fetch_to_device
+                                      << ", last " << last);
+      ScriptedSource::Options so;
+      so.steps = 4;
+      so.error = last;
+      auto inner = std::make_unique<ReadAheadScriptedSource>(so);
+      ReadAheadScriptedSource* source = inner.get();
+      auto prefetcher = WrapOrDie(std::move(inner), options);
+      ASSERT_NE(AsPrefetcher(prefetcher.get()), nullptr);
+      for (int s = 0; s < 4; ++s) {
+        std::vector<Element> step;
+        bool end = true;
+        const bool padded = s % 2 == 1;
+        absl::Status status = padded ? prefetcher->GetNextStepPadded(&step, &end)
+                                     : prefetcher->GetNextStep(&step, &end);
+        ASSERT_TRUE(status.ok()) << status;
+        ASSERT_FALSE(end);
+        ASSERT_EQ(step.size(), 2u);
+        for (int r = 0; r < 2; ++r) {
+          std::vector<Tensor> leaves = step[static_cast<size_t>(r)].Flatten();
+          ASSERT_EQ(leaves.size(), 3u);
+          EXPECT_EQ(DeviceBufferOf(leaves[0]), nullptr);
+          EXPECT_EQ(leaves[0].data<float>()[1], ScriptedSource::Value(s, r, 1));
+          EXPECT_EQ(*leaves[1].data<int64_t>(), s);
+        }
+        std::vector<ReadAheadScriptedSource::Call> calls = source->calls();
+        ASSERT_EQ(calls.size(), static_cast<size_t>(s + 1)) << "read ahead of the caller";
+        EXPECT_EQ(calls.back().thread, std::this_thread::get_id());
+        EXPECT_EQ(calls.back().padded, padded);
+        EXPECT_EQ(AsPrefetcher(prefetcher.get())->stats().steps_pulled, s + 1);
+      }
+      for (int i = 0; i < 3; ++i) {
+        std::vector<Element> step;
+        bool end = false;
+        absl::Status status = prefetcher->GetNextStep(&step, &end);
+        EXPECT_EQ(status, last);
+        EXPECT_EQ(end, last.ok());
+      }
+      EXPECT_EQ(source->calls().size(), 5u) << "the end or error was asked for again";
+    }
+  }
+}
+
+// With copies to make, the thread reads a ReadAheadSource ahead as any other: the copies
+// overlap the trainer's work.
+TEST(DevicePrefetcherTest, DeviceCopiesOverAReadAheadSourceKeepTheThread) {
+  auto fake = std::make_shared<FakeDeviceMemory>();
+  DevicePrefetchOptions one_on_a_device = Placed(fake, 2, 2);
+  one_on_a_device.replicas[1].memory = nullptr;  // replica 1 stays on the CPU
+  for (const DevicePrefetchOptions& options : {Placed(fake, 2, 2), one_on_a_device}) {
+    ScriptedSource::Options so;
+    so.steps = 3;
+    auto inner = std::make_unique<ReadAheadScriptedSource>(so);
+    ReadAheadScriptedSource* source = inner.get();
+    auto prefetcher = WrapOrDie(std::move(inner), options);
+    for (int s = 0; s < 3; ++s) {
+      std::vector<Element> step;
+      bool end = true;
+      ASSERT_TRUE(prefetcher->GetNextStep(&step, &end).ok());
+      ASSERT_FALSE(end);
+      ASSERT_EQ(step.size(), 2u);
+      ExpectStep({step[0]}, s, 8, fake.get());
+    }
+    for (const ReadAheadScriptedSource::Call& call : source->calls()) {
+      EXPECT_NE(call.thread, std::this_thread::get_id());
+    }
+  }
 }
 
 TEST(DevicePrefetcherTest, PullsAheadInTheModeOfTheLatestCall) {

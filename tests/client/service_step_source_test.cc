@@ -2,6 +2,7 @@
 // can "freeze" (like a SIGSTOPped worker process) right after sending a task's end: the call
 // then never gets the worker's status, and no TCP error ever comes.
 #include "client/service_step_source.h"
+#include "client/device_prefetcher.h"
 
 #include <cstdint>
 #include <algorithm>
@@ -44,8 +45,12 @@ class FakeCoordinator : public proto::CoordinatorService::Service {
  public:
   explicit FakeCoordinator(std::string worker) : worker_(std::move(worker)) {}
 
-  grpc::Status ClientHeartbeat(grpc::ServerContext*, const proto::ClientHeartbeatRequest*,
+  grpc::Status ClientHeartbeat(grpc::ServerContext*, const proto::ClientHeartbeatRequest* request,
                                proto::ClientHeartbeatResponse* response) override {
+    {
+      absl::MutexLock lock(&mu_);
+      input_wait_us_ += request->input_wait_us();
+    }
     response->set_num_tasks(kTasks);
     response->set_num_tasks_created(kTasks);
     for (int64_t i = 0; i < kTasks; ++i) {
@@ -59,16 +64,26 @@ class FakeCoordinator : public proto::CoordinatorService::Service {
     return grpc::Status::OK;
   }
 
+  // The trainer's input wait the consumer reported so far, in all (docs/AUTOSCALING.md).
+  int64_t input_wait_us() {
+    absl::MutexLock lock(&mu_);
+    return input_wait_us_;
+  }
+
  private:
   const std::string worker_;
+  absl::Mutex mu_;
+  int64_t input_wait_us_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Task index i has the int64 scalars 2i, 2i + 1; one frame carries both steps and the end. The
 // task with index `frozen_index` then freezes: it neither reads the consumer's half-close nor
-// returns, until Release() or the call is cancelled.
+// returns, until Release() or the call is cancelled. Each call sends its frame `delay` after
+// the request.
 class FakeWorker : public grpc::Service {
  public:
-  explicit FakeWorker(int64_t frozen_index) : frozen_index_(frozen_index) {
+  explicit FakeWorker(int64_t frozen_index, absl::Duration delay = absl::ZeroDuration())
+      : frozen_index_(frozen_index), delay_(delay) {
     AddMethod(new grpc::internal::RpcServiceMethod(
         "/sluice.proto.WorkerService/StreamSteps", grpc::internal::RpcMethod::BIDI_STREAMING,
         new grpc::internal::BidiStreamingHandler<FakeWorker, grpc::ByteBuffer, grpc::ByteBuffer>(
@@ -125,6 +140,7 @@ class FakeWorker : public grpc::Service {
       frame.steps.push_back(std::move(w));
     }
     frame.end_of_task = true;
+    absl::SleepFor(delay_);
     grpc::ByteBuffer out;
     if (!EncodeStepFrame(frame, &out).ok() || !stream->Write(out)) {
       return grpc::Status(grpc::StatusCode::INTERNAL, "write failed");
@@ -153,6 +169,7 @@ class FakeWorker : public grpc::Service {
   }
 
   const int64_t frozen_index_;
+  const absl::Duration delay_;
   absl::Mutex mu_;
   bool released_ ABSL_GUARDED_BY(mu_) = false;
   bool gave_up_ ABSL_GUARDED_BY(mu_) = false;
@@ -164,7 +181,8 @@ class FakeWorker : public grpc::Service {
 
 class Servers {
  public:
-  explicit Servers(int64_t frozen_index) : worker_(frozen_index) {
+  explicit Servers(int64_t frozen_index, absl::Duration delay = absl::ZeroDuration())
+      : worker_(frozen_index, delay) {
     int port = 0;
     grpc::ServerBuilder wb;
     wb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -185,6 +203,7 @@ class Servers {
   }
 
   FakeWorker& worker() { return worker_; }
+  FakeCoordinator& coordinator() { return *coordinator_; }
   const std::string& coordinator_address() const { return coordinator_address_; }
 
  private:
@@ -209,7 +228,7 @@ ServiceStepSourceOptions SequentialOptions(const std::string& coordinator) {
 }
 
 // Reads to the end of data: the values, or the error.
-absl::StatusOr<std::vector<int64_t>> ReadAll(ServiceStepSource& source) {
+absl::StatusOr<std::vector<int64_t>> ReadAll(StepSource& source) {
   std::vector<int64_t> values;
   for (int i = 0; i < 1000; ++i) {
     std::vector<Element> replicas;
@@ -248,6 +267,29 @@ TEST(ServiceStepSourceTest, AWorkerFrozenAfterATasksEndDoesNotStopTheConsumer) {
   EXPECT_FALSE(servers.worker().gave_up())
       << "the consumer read on only once the frozen worker's call gave up";
   source->reset();  // joins every reader
+}
+
+// A host-path DevicePrefetcher reads the service's source on the trainer's thread
+// (client/read_ahead_source.h): the source then still times the trainer's waits for its
+// heartbeats, as it does unwrapped. Every frame comes 300 ms after its request, longer than the
+// monitor's heartbeat interval, so a report is taken while the trainer waits.
+TEST(ServiceStepSourceTest, UnderAHostPathPrefetcherTheTrainersWaitIsStillReported) {
+  Servers servers(/*frozen_index=*/-1, /*delay=*/absl::Milliseconds(300));
+  ServiceStepSourceOptions o = SequentialOptions(servers.coordinator_address());
+  o.heartbeat_interval = absl::Milliseconds(50);
+  auto source = ServiceStepSource::Create(o);
+  ASSERT_TRUE(source.ok()) << source.status();
+  DevicePrefetchOptions on_the_cpu;
+  on_the_cpu.replicas.resize(1);
+  on_the_cpu.buffer_size = 2;
+  absl::StatusOr<std::unique_ptr<StepSource>> prefetcher =
+      DevicePrefetcher::Wrap(*std::move(source), on_the_cpu);
+  ASSERT_TRUE(prefetcher.ok()) << prefetcher.status();
+  absl::StatusOr<std::vector<int64_t>> got = ReadAll(**prefetcher);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, AllValues());
+  EXPECT_GT(servers.coordinator().input_wait_us(), 0) << "the trainer's waits went unreported";
+  prefetcher->reset();
 }
 
 // The monitor cancels a call that got its end but no status end_grace later, which frees the
