@@ -49,6 +49,13 @@ auto BadAllocToStatus(absl::string_view what, F&& f) -> decltype(f()) {
   }
 }
 
+// How long a consumer's claim (server/consumer_claims.h) outlives its last heartbeat: the time
+// after which the coordinator declares the consumer gone, else a dead worker's.
+absl::Duration ConsumerClaimExpiry(const CoordinatorOptions& options) {
+  return options.consumer_timeout > absl::ZeroDuration() ? options.consumer_timeout
+                                                         : options.worker_timeout;
+}
+
 }  // namespace
 
 absl::Status Coordinator::CollectFinishedJobsLocked() {
@@ -758,8 +765,7 @@ absl::Status Coordinator::ClientHeartbeat(const proto::ClientHeartbeatRequest& r
   // Only the process holding this consumer index speaks for it (server/consumer_claims.h).
   const ConsumerClaims::Verdict claim = consumer_claims_.Check(
       job->id, request.consumer_index(), request.consumer_secret(), clock_->Now(),
-      options_.consumer_timeout > absl::ZeroDuration() ? options_.consumer_timeout
-                                                       : options_.worker_timeout);
+      ConsumerClaimExpiry(options_));
   response->set_consumer_secret(claim.secret);
   // Only the holder's load counts (a second process claiming the index is not this consumer).
   if (claim.holder && !job->finished) NoteConsumerLoadLocked(job->id, request);
@@ -854,9 +860,7 @@ absl::Status Coordinator::ReleaseConsumer(const proto::ReleaseConsumerRequest& r
   response->set_job_finished(job->finished);
   if (job->finished) return absl::OkStatus();
   const ConsumerClaims::Verdict claim = consumer_claims_.Check(
-      job->id, c, request.consumer_secret(), clock_->Now(),
-      options_.consumer_timeout > absl::ZeroDuration() ? options_.consumer_timeout
-                                                       : options_.worker_timeout);
+      job->id, c, request.consumer_secret(), clock_->Now(), ConsumerClaimExpiry(options_));
   if (!claim.holder) {
     return absl::PermissionDeniedError(absl::StrCat(
         "ReleaseConsumerRequest.consumer_secret is not the secret of consumer ", c, " of job ",
