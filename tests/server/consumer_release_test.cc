@@ -3,7 +3,10 @@
 // consumer's release ends an anonymous job at once (CANCELLED, journaled, its worker told to
 // stop the task), a coordinated job's other consumers read on without the released one, named
 // and shared jobs stay (rejoinable), hostile releases are refused naming what, and a replayed
-// journal (or a snapshot) gives the same job states. No network; a fake clock.
+// journal (or a snapshot) gives the same job states. That a job was released is the
+// coordinator's fact (part relfield: FailJobUpdate.released, JobStatus.released), never its
+// error's code: a job that failed with CANCELLED is not released, before or after a restart,
+// and a journal written before the fact existed reads the same. No network; a fake clock.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -123,6 +126,16 @@ class ConsumerReleaseTest : public ::testing::Test {
     absl::Status s = coordinator_->ClientHeartbeat(req, &resp);
     if (!s.ok()) return s;
     return resp.consumer_secret();
+  }
+
+  // An anonymous job whose one consumer read (heartbeated) and released it: ended, released.
+  int64_t MakeReleasedJob() {
+    const int64_t job = MakeJob();
+    absl::StatusOr<uint64_t> secret = Heartbeat(job);
+    EXPECT_TRUE(secret.ok()) << secret.status();
+    absl::StatusOr<bool> ended = Release(job, 0, secret.value_or(0));
+    EXPECT_TRUE(ended.ok() && *ended) << ended.status();
+    return job;
   }
 
   absl::StatusOr<bool> Release(int64_t job, int64_t index, uint64_t secret) {
@@ -359,10 +372,7 @@ TEST_F(ConsumerReleaseTest, ReleasesSurviveARestartAndASnapshot) {
 // JobStatus.released, sluicectl read every CANCELLED end as a release.
 TEST_F(ConsumerReleaseTest, AJobThatFailedWithCancelledWasNotReleased) {
   const int64_t failing = MakeJob();
-  const int64_t released = MakeJob();
-  absl::StatusOr<uint64_t> secret = Heartbeat(released);
-  ASSERT_TRUE(secret.ok()) << secret.status();
-  ASSERT_TRUE(Release(released, 0, *secret).ok());
+  const int64_t released = MakeReleasedJob();
   EXPECT_THAT(Logged(), Contains(absl::StrCat("job ", released,
                                               " released by its consumers: its tasks are stopped")));
   EXPECT_THAT(Logged(), Not(Contains(StartsWith(absl::StrCat("job ", released, " failed")))));
@@ -413,10 +423,7 @@ TEST_F(ConsumerReleaseTest, AWorkersCancelledReportIsRefusedAndFailsNothing) {
 // that failed with CANCELLED still failed.
 TEST_F(ConsumerReleaseTest, ReleasedAndFailedStaySoAfterARestartAndInASnapshot) {
   const int64_t failing = MakeJob();
-  const int64_t released = MakeJob();
-  absl::StatusOr<uint64_t> secret = Heartbeat(released);
-  ASSERT_TRUE(secret.ok()) << secret.status();
-  ASSERT_TRUE(Release(released, 0, *secret).ok());
+  const int64_t released = MakeReleasedJob();
   AppendAndRestart({FailJob(failing, absl::CancelledError("cancelled"), false)});
   Start();  // and once more
   EXPECT_TRUE(StatusOf(released).released());
@@ -449,12 +456,10 @@ TEST_F(ConsumerReleaseTest, ReleasedAndFailedStaySoAfterARestartAndInASnapshot) 
 // had released its place (not every consumer had).
 TEST_F(ConsumerReleaseTest, AJournalFromBeforeTheFieldReadsItsReleasesAsReleased) {
   const int64_t failing = MakeJob();
-  const int64_t released = MakeJob();
+  const int64_t released = MakeReleasedJob();
   const int64_t half = MakeJob("", 2);
-  absl::StatusOr<uint64_t> secret = Heartbeat(released);
   absl::StatusOr<uint64_t> first = Heartbeat(half, 0);
-  ASSERT_TRUE(secret.ok() && first.ok());
-  ASSERT_TRUE(Release(released, 0, *secret).ok());
+  ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(Release(half, 0, *first).ok());
 
   // The same history as the old coordinator journaled it: no `released` on any job's end.
