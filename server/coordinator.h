@@ -255,8 +255,8 @@ class Coordinator {
   // it, as for one declared gone), and once every consumer of an anonymous, unshared job has
   // released it, the job ends CANCELLED "job N was released by its consumers", marked released
   // (FailJobUpdate.released, JobStatus.released: not a failure), and its workers stop its
-  // tasks. A named job (its consumers may rejoin) or a shared one (other
-  // trainers may join) only notes the activity: it ends consumer_timeout later, as before.
+  // tasks. A named job (its consumers may rejoin) or a shared one (other trainers may join)
+  // only notes the activity: it ends consumer_timeout later, as before.
   // OK, changing nothing, for a released consumer, a finished job or one finished and
   // removed. NOT_FOUND for a job this coordinator never had, INVALID_ARGUMENT for an index
   // the job does not have, PERMISSION_DENIED for a caller that does not hold the consumer
