@@ -253,9 +253,10 @@ class Coordinator {
   // SERVICE.md, "Consumers that release their job"): journaled (ConsumerReleasedUpdate), it no
   // longer counts as the job's consumer (a coordinated job's workers stop holding steps for
   // it, as for one declared gone), and once every consumer of an anonymous, unshared job has
-  // released it, the job fails CANCELLED "job N was released by its consumers" and its
-  // workers stop its tasks. A named job (its consumers may rejoin) or a shared one (other
-  // trainers may join) only notes the activity: it ends consumer_timeout later, as before.
+  // released it, the job ends CANCELLED "job N was released by its consumers", marked released
+  // (FailJobUpdate.released, JobStatus.released: not a failure), and its workers stop its
+  // tasks. A named job (its consumers may rejoin) or a shared one (other trainers may join)
+  // only notes the activity: it ends consumer_timeout later, as before.
   // OK, changing nothing, for a released consumer, a finished job or one finished and
   // removed. NOT_FOUND for a job this coordinator never had, INVALID_ARGUMENT for an index
   // the job does not have, PERMISSION_DENIED for a caller that does not hold the consumer
@@ -434,8 +435,15 @@ class Coordinator {
   // an empty id (GetOrCreateJob checked that the request and the job agree).
   absl::Status AdmitTrainerLocked(int64_t job_id, absl::string_view trainer_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Fails an unfinished job with `error` (FailJobUpdate); a finished job is left as it is.
-  absl::Status FailJobLocked(int64_t job_id, const absl::Status& error)
+  // Why a job ends before its data does (FailJobUpdate.released).
+  enum class JobEnd {
+    kFailed,    // a task's error, a quarantine, a plan that cannot be made, no consumer left
+    kReleased,  // its last consumer released it (ReleaseConsumer)
+  };
+  // Ends an unfinished job with `error` (FailJobUpdate) for the reason `why`, which is what
+  // status shows and the log says ("released by its consumers" or "failed"), whatever the
+  // error's code; a finished job is left as it is.
+  absl::Status FailJobLocked(int64_t job_id, JobEnd why, const absl::Status& error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Declares `worker_id` dead (not drained): records the loss of each unfinished task it
   // held, with the evidence against the task when the death is some (PoisonEvidenceLocked),

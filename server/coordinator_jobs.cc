@@ -164,10 +164,11 @@ absl::Status Coordinator::FailIdleJobsLocked() {
             ? " has no consumer left: its consumers read it, then none asked about it for "
             : " was abandoned: no consumer asked about it for ";
     RETURN_IF_ERROR(FailJobLocked(
-        id, absl::FailedPreconditionError(absl::StrCat(
-                "job ", id, job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"), what,
-                absl::FormatDuration(quiet), " (", flag, " ", absl::FormatDuration(ttl),
-                ", flag --", flag, "); its tasks are stopped"))));
+        id, JobEnd::kFailed,
+        absl::FailedPreconditionError(absl::StrCat(
+            "job ", id, job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"), what,
+            absl::FormatDuration(quiet), " (", flag, " ", absl::FormatDuration(ttl), ", flag --",
+            flag, "); its tasks are stopped"))));
     job_activity_.erase(id);
   }
   return absl::OkStatus();
@@ -889,9 +890,10 @@ absl::Status Coordinator::ReleaseConsumer(const proto::ReleaseConsumerRequest& r
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(FailJobLocked(
-      job->id, absl::CancelledError(absl::StrCat(
-                   "job ", job->id, " was released by its consumers: nobody reads it any more; "
-                   "its tasks are stopped"))));
+      job->id, JobEnd::kReleased,
+      absl::CancelledError(absl::StrCat("job ", job->id,
+                                        " was released by its consumers: nobody reads it any more; "
+                                        "its tasks are stopped"))));
   response->set_job_finished(true);
   return absl::OkStatus();
 }
@@ -957,6 +959,7 @@ absl::Status Coordinator::GetStatus(const proto::GetStatusRequest& request,
     }
     s->set_finished(job.finished);
     if (absl::Status error = JobErrorLocked(job); !error.ok()) s->set_error(error.ToString());
+    s->set_released(job.released);
     if (auto retry = failed_jobs_.find(id); retry != failed_jobs_.end() && !job.finished) {
       s->set_retrying(retry->second.error.ToString());
     }

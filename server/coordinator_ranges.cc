@@ -127,7 +127,7 @@ absl::Status Coordinator::RangesAttemptFailedLocked(int64_t job_id, const absl::
   if (retry.attempts >= attempts) {
     const absl::Status failure = retry.error;
     failed_jobs_.erase(job_id);
-    return FailJobLocked(job_id, failure);
+    return FailJobLocked(job_id, JobEnd::kFailed, failure);
   }
   return absl::OkStatus();
 }

@@ -543,11 +543,21 @@ absl::Status CoordinatorState::ApplyFailJob(const proto::FailJobUpdate& u) {
     return absl::FailedPreconditionError(
         absl::StrCat("FailJob update: job ", u.job_id(), " is finished"));
   }
-  for (int64_t t : it->second.task_ids) MarkFinished(tasks_.at(t));
-  ChangeUsage(it->second.owner, -1, 0, 0);
-  it->second.finished = true;
-  it->second.error = absl::Status(static_cast<absl::StatusCode>(u.code()), u.message());
+  Job& job = it->second;
+  for (int64_t t : job.task_ids) MarkFinished(tasks_.at(t));
+  ChangeUsage(job.owner, -1, 0, 0);
+  job.finished = true;
+  job.error = absl::Status(static_cast<absl::StatusCode>(u.code()), u.message());
+  job.released = u.has_released() ? u.released() : ReleasedBeforeTheField(job);
   return absl::OkStatus();
+}
+
+bool CoordinatorState::ReleasedBeforeTheField(const Job& job) {
+  // Before FailJobUpdate.released, a release ended its job in the request that journaled the
+  // last ConsumerReleasedUpdate, with CANCELLED; no other end followed every consumer's release.
+  const int64_t consumers = std::max<int64_t>(job.options.num_consumers(), 1);
+  return job.error.code() == absl::StatusCode::kCancelled &&
+         static_cast<int64_t>(job.released_consumers.size()) >= consumers;
 }
 
 absl::Status CoordinatorState::ApplyRemoveWorker(const proto::RemoveWorkerUpdate& u) {
@@ -675,6 +685,7 @@ proto::StateSnapshot CoordinatorState::Snapshot() const {
       u->set_job_id(id);
       u->set_code(static_cast<int>(job.error.code()));
       u->set_message(std::string(job.error.message()));
+      u->set_released(job.released);
     }
   }
   for (const auto& [id, w] : workers_) {

@@ -113,8 +113,12 @@ class CoordinatorState {
     int64_t num_ranges = 0;
     std::string fallback_reason;
     proto::CreateJobUpdate created;  // the update that created it, for Snapshot()
-    // Not OK for a failed job (FailJobUpdate), which is also finished.
+    // Not OK for a job that ended before its data (FailJobUpdate), which is also finished:
+    // failed, or released when `released`.
     absl::Status error;
+    // The job ended because its consumers released it (FailJobUpdate.released), not because it
+    // failed: what status shows and logs, never inferred from error's code.
+    bool released = false;
     // A shared job (options.cross_trainer): the trainers admitted (TrainerJoinedUpdate), in
     // order; at most its max_trainers.
     std::vector<std::string> trainer_ids;
@@ -210,6 +214,10 @@ class CoordinatorState {
   absl::Status ApplyTrainerJoined(const proto::TrainerJoinedUpdate& u);
   absl::Status ApplyTrainerDropped(const proto::TrainerDroppedUpdate& u);
   absl::Status ApplyConsumerReleased(const proto::ConsumerReleasedUpdate& u);
+
+  // A FailJobUpdate journaled before its `released` field: whether it was a release (see the
+  // field's comment in proto/journal.proto).
+  static bool ReleasedBeforeTheField(const Job& job);
 
   void Unassign(Task& task);
   // Marks an unfinished task finished: it leaves its worker's list (Worker::task_ids) and

@@ -171,7 +171,7 @@ absl::Status Coordinator::WorkerDiedLocked(int64_t worker_id) {
     }
     const CoordinatorState::Job* job = state_.FindJob(task->job_id);
     RETURN_IF_ERROR(FailJobLocked(
-        task->job_id,
+        task->job_id, JobEnd::kFailed,
         absl::FailedPreconditionError(absl::StrCat(
             "job ", job->id, job->name.empty() ? "" : absl::StrCat(" (", job->name, ")"),
             ": task ", t, " (index ", task->index, ") is quarantined: ", deaths,
@@ -277,18 +277,20 @@ absl::Status Coordinator::NoteTaskRunsLocked(int64_t worker_id,
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::FailJobLocked(int64_t job_id, const absl::Status& error) {
+absl::Status Coordinator::FailJobLocked(int64_t job_id, JobEnd why, const absl::Status& error) {
   const CoordinatorState::Job* job = state_.FindJob(job_id);
   if (job == nullptr || job->finished) return absl::OkStatus();
+  const bool released = why == JobEnd::kReleased;
   proto::Update u;
   u.mutable_fail_job()->set_job_id(job_id);
   u.mutable_fail_job()->set_code(static_cast<int>(error.code()));
   u.mutable_fail_job()->set_message(std::string(error.message()));
+  u.mutable_fail_job()->set_released(released);
   RETURN_IF_ERROR(ApplyLocked(u));
-  // A job its consumers released (CANCELLED) ended as they wished: no failure to warn of.
-  Log(absl::StrCat("job ", job_id,
-                   error.code() == absl::StatusCode::kCancelled ? " ended: " : " failed: ",
-                   error.ToString()));
+  // A job its consumers released ended as they wished: no failure to warn of. Any other end
+  // is a failure, whatever its code (a RANGES plan's cancelled read gives CANCELLED).
+  Log(released ? absl::StrCat("job ", job_id, " released by its consumers: its tasks are stopped")
+               : absl::StrCat("job ", job_id, " failed: ", error.ToString()));
   finished_at_[job_id] = clock_->Now();
   return absl::OkStatus();
 }
@@ -306,12 +308,11 @@ absl::Status Coordinator::TaskFailedLocked(int64_t worker_id, const proto::TaskF
   });
   if (same != failures.end()) {
     return FailJobLocked(
-        job->id, absl::Status(code, absl::StrCat("job ", job->id, name, " failed: task ",
-                                                 task->id, " (index ", task->index,
-                                                 ") failed the same way on ",
-                                                 WorkerNameLocked(same->worker_id), " and ",
-                                                 WorkerNameLocked(worker_id), ": ",
-                                                 failure.message())));
+        job->id, JobEnd::kFailed,
+        absl::Status(code, absl::StrCat("job ", job->id, name, " failed: task ", task->id,
+                                        " (index ", task->index, ") failed the same way on ",
+                                        WorkerNameLocked(same->worker_id), " and ",
+                                        WorkerNameLocked(worker_id), ": ", failure.message())));
   }
   failures.push_back(WorkerFailure{worker_id, code, failure.message()});
   // Bounded: one entry per worker that failed the task, and a task that found no worker left
@@ -330,16 +331,16 @@ absl::Status Coordinator::TaskFailedLocked(int64_t worker_id, const proto::TaskF
   const int64_t next = LeastLoadedWorkerLocked(tried);
   if (next == 0 && refused_at > 0) {
     return FailJobLocked(
-        job->id, absl::Status(code, absl::StrCat("job ", job->id, name, " failed: task ",
-                                                 task->id, " (index ", task->index, ") failed on ",
-                                                 WorkerNameLocked(worker_id), ": ",
-                                                 failure.message(), "; no other live worker has ",
-                                                 "a memory limit of one element above ",
-                                                 refused_at, " bytes")));
+        job->id, JobEnd::kFailed,
+        absl::Status(code,
+                     absl::StrCat("job ", job->id, name, " failed: task ", task->id, " (index ",
+                                  task->index, ") failed on ", WorkerNameLocked(worker_id), ": ",
+                                  failure.message(), "; no other live worker has ",
+                                  "a memory limit of one element above ", refused_at, " bytes")));
   }
   if (next == 0) {
     return FailJobLocked(
-        job->id,
+        job->id, JobEnd::kFailed,
         absl::Status(code, absl::StrCat("job ", job->id, name, " failed: task ", task->id,
                                         " (index ", task->index, ") failed on ",
                                         WorkerNameLocked(worker_id), ": ", failure.message(),

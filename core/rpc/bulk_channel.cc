@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -24,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/util/environment_switch.h"
 #include "core/util/start_thread.h"
 #include "core/util/status_macros.h"
 
@@ -143,15 +143,9 @@ absl::Status CheckBulkCongestionControl(const std::string& name) {
   return SetCongestionControl(probe.get(), name);
 }
 
-bool BulkDataDefaultFromEnvironment() {
-  const char* v = std::getenv("SLUICE_BULK_DATA");
-  return v == nullptr || std::string(v) != "0";
-}
+bool BulkDataDefaultFromEnvironment() { return EnvironmentSwitchOn("SLUICE_BULK_DATA"); }
 
-bool BulkInbandHeadersFromEnvironment() {
-  const char* v = std::getenv("SLUICE_BULK_INBAND");
-  return v == nullptr || std::string(v) != "0";
-}
+bool BulkInbandHeadersFromEnvironment() { return EnvironmentSwitchOn("SLUICE_BULK_INBAND"); }
 
 absl::StatusOr<std::string> BulkHostOf(const std::string& worker_address) {
   absl::string_view a = worker_address;

@@ -6,13 +6,13 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "core/util/environment_switch.h"
 #include "core/tensor/host_memory.h"
 
 namespace sluice {
@@ -107,10 +107,7 @@ ShmSegment::~ShmSegment() {
   if (charged_ > 0) ProcessMemoryBudget().Release(charged_);
 }
 
-bool SharedMemoryDefaultFromEnvironment() {
-  const char* v = std::getenv("SLUICE_SHARED_MEMORY");
-  return v == nullptr || std::string(v) != "0";
-}
+bool SharedMemoryDefaultFromEnvironment() { return EnvironmentSwitchOn("SLUICE_SHARED_MEMORY"); }
 
 std::string HostBootId() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");

@@ -69,12 +69,13 @@ def test_checkpoint_and_resume(cluster):
                                        resume_from=checkpoint, **kwargs)
 
 
-def _job_errors(cluster):
-    """{job id: error} from `sluicectl status --format=json` (bounded)."""
+def _job_ends(cluster):
+    """{job id: (error, released)} from `sluicectl status --format=json` (bounded)."""
     out = subprocess.run([os.path.join(sluice_cluster.BUILD_DIR, "bin", "sluicectl"), "status",
                           "--coordinator=" + cluster.coordinator, "--format=json"],
                          capture_output=True, text=True, timeout=30, check=True)
-    return {j["job_id"]: j.get("error", "") for j in json.loads(out.stdout)["jobs"]}
+    return {j["job_id"]: (j.get("error", ""), j["released"])
+            for j in json.loads(out.stdout)["jobs"]}
 
 
 def test_a_dataset_and_its_iterators_collected_release_their_job(cluster):
@@ -87,13 +88,15 @@ def test_a_dataset_and_its_iterators_collected_release_their_job(cluster):
     next(it)
     del it
     gc.collect()
-    (job, error), = _job_errors(cluster).items()
-    assert error == ""
+    (job, end), = _job_ends(cluster).items()
+    assert end == ("", False)
     it = iter(dist)  # a second iterator of the same job reads on
     next(it)
     del it, dist
     gc.collect()
-    assert "was released by its consumers" in _job_errors(cluster)[job]
+    error, released = _job_ends(cluster)[job]
+    assert "was released by its consumers" in error
+    assert released
 
 
 def test_checkpoint_of_a_local_dataset_is_a_failed_precondition():

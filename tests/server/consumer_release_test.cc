@@ -3,28 +3,38 @@
 // consumer's release ends an anonymous job at once (CANCELLED, journaled, its worker told to
 // stop the task), a coordinated job's other consumers read on without the released one, named
 // and shared jobs stay (rejoinable), hostile releases are refused naming what, and a replayed
-// journal (or a snapshot) gives the same job states. No network; a fake clock.
+// journal (or a snapshot) gives the same job states. That a job was released is the
+// coordinator's fact (part relfield: FailJobUpdate.released, JobStatus.released), never its
+// error's code: a job that failed with CANCELLED is not released, before or after a restart,
+// and a journal written before the fact existed reads the same. No network; a fake clock.
 #include <unistd.h>
 
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "core/util/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator.h"
 #include "server/coordinator_state.h"
+#include "server/journal.h"
 
 namespace sluice {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
 
 constexpr char kWorker[] = "127.0.0.1:1";
 
@@ -53,7 +63,10 @@ class ConsumerReleaseTest : public ::testing::Test {
     o.work_dir = dir_;
     o.worker_timeout = absl::Seconds(10);
     o.consumer_timeout = absl::Seconds(60);
-    o.log = [](absl::string_view) {};
+    o.log = [this](absl::string_view line) {
+      absl::MutexLock lock(&log_mu_);
+      log_.emplace_back(line);
+    };
     coordinator_.reset();
     auto c = Coordinator::Create(o);
     ASSERT_TRUE(c.ok()) << c.status();
@@ -115,6 +128,16 @@ class ConsumerReleaseTest : public ::testing::Test {
     return resp.consumer_secret();
   }
 
+  // An anonymous job whose one consumer read (heartbeated) and released it: ended, released.
+  int64_t MakeReleasedJob() {
+    const int64_t job = MakeJob();
+    absl::StatusOr<uint64_t> secret = Heartbeat(job);
+    EXPECT_TRUE(secret.ok()) << secret.status();
+    absl::StatusOr<bool> ended = Release(job, 0, secret.value_or(0));
+    EXPECT_TRUE(ended.ok() && *ended) << ended.status();
+    return job;
+  }
+
   absl::StatusOr<bool> Release(int64_t job, int64_t index, uint64_t secret) {
     proto::ReleaseConsumerRequest req;
     req.set_wire_version(proto::WIRE_VERSION_1);
@@ -147,8 +170,62 @@ class ConsumerReleaseTest : public ::testing::Test {
     return out;
   }
 
+  // Job `job` as GetStatus reports it.
+  proto::JobStatus StatusOf(int64_t job) {
+    proto::GetStatusRequest req;
+    req.set_page_token(absl::StrCat("j", job));
+    req.set_page_size(1);
+    proto::GetStatusResponse resp;
+    absl::Status s = coordinator_->GetStatus(req, &resp);
+    EXPECT_TRUE(s.ok()) << s;
+    if (resp.jobs_size() != 1 || resp.jobs(0).job_id() != job) {
+      ADD_FAILURE() << "GetStatus has no job " << job << ": " << resp.DebugString();
+      return proto::JobStatus();
+    }
+    return resp.jobs(0);
+  }
+
+  // Job `job`'s end with `error` as the coordinator journals a failure (FailJobLocked,
+  // JobEnd::kFailed: `released` false) or, with `released` unset, as a journal written before
+  // FailJobUpdate.released holds any end.
+  static proto::Update FailJob(int64_t job, const absl::Status& error,
+                               std::optional<bool> released) {
+    proto::Update u;
+    u.mutable_fail_job()->set_job_id(job);
+    u.mutable_fail_job()->set_code(static_cast<int>(error.code()));
+    u.mutable_fail_job()->set_message(std::string(error.message()));
+    if (released.has_value()) u.mutable_fail_job()->set_released(*released);
+    return u;
+  }
+
+  // Stops the coordinator, appends `updates` to its journal in dir_ (one record each; with
+  // `fresh`, to a new journal instead), and starts a coordinator on it: it replays them.
+  void AppendAndRestart(const std::vector<proto::Update>& updates, bool fresh = false) {
+    coordinator_.reset();
+    if (fresh) std::system(absl::StrCat("rm -rf '", dir_, "'").c_str());
+    {
+      CoordinatorState replayed;
+      JournalOptions o;
+      o.dir = dir_;
+      auto journal = Journal::Open(o, &replayed);
+      ASSERT_TRUE(journal.ok()) << journal.status();
+      for (const proto::Update& u : updates) {
+        absl::Status s = (*journal)->Append({u});
+        ASSERT_TRUE(s.ok()) << s;
+      }
+    }
+    Start();
+  }
+
+  std::vector<std::string> Logged() {
+    absl::MutexLock lock(&log_mu_);
+    return log_;
+  }
+
   std::string dir_;
   std::string dataset_id_;
+  absl::Mutex log_mu_;
+  std::vector<std::string> log_ ABSL_GUARDED_BY(log_mu_);  // the coordinators' log lines
   FakeClock clock_;
   std::unique_ptr<Coordinator> coordinator_;
   std::map<int64_t, int64_t> task_of_;  // job -> its task
@@ -285,6 +362,131 @@ TEST_F(ConsumerReleaseTest, ReleasesSurviveARestartAndASnapshot) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_FALSE(*again);
   EXPECT_TRUE(Heartbeat(partly, 1).ok());
+}
+
+// Whether a job was released is a fact of the coordinator's, not its error's code: a job may
+// fail with CANCELLED (a RANGES job whose plan's read was cancelled carries the planner's code
+// into its error), and such a job must show failed. Here job `failing` ends with CANCELLED as
+// the coordinator journals a failure, and job `released`'s consumer releases it: GetStatus
+// says released only for the second; the release's log line says so, not "failed". Before
+// JobStatus.released, sluicectl read every CANCELLED end as a release.
+TEST_F(ConsumerReleaseTest, AJobThatFailedWithCancelledWasNotReleased) {
+  const int64_t failing = MakeJob();
+  const int64_t released = MakeReleasedJob();
+  EXPECT_THAT(Logged(), Contains(absl::StrCat("job ", released,
+                                              " released by its consumers: its tasks are stopped")));
+  EXPECT_THAT(Logged(), Not(Contains(StartsWith(absl::StrCat("job ", released, " failed")))));
+  AppendAndRestart({FailJob(failing,
+                            absl::CancelledError(absl::StrCat(
+                                "job ", failing,
+                                " cannot make its ranges: read of /data/part-3: cancelled")),
+                            false)});
+
+  const proto::JobStatus f = StatusOf(failing);
+  EXPECT_TRUE(f.finished());
+  EXPECT_THAT(f.error(), StartsWith("CANCELLED: "));
+  EXPECT_FALSE(f.released()) << f.DebugString();
+  const proto::JobStatus r = StatusOf(released);
+  EXPECT_TRUE(r.finished());
+  EXPECT_THAT(r.error(), StartsWith("CANCELLED: "));
+  EXPECT_THAT(r.error(), HasSubstr("was released by its consumers"));
+  EXPECT_TRUE(r.released()) << r.DebugString();
+  // Its consumer gets the error, as for any failure.
+  const absl::Status seen = Heartbeat(failing).status();
+  EXPECT_EQ(seen.code(), absl::StatusCode::kCancelled) << seen;
+  EXPECT_THAT(seen.message(), HasSubstr("read of /data/part-3: cancelled"));
+}
+
+// A worker cannot fail a job with CANCELLED: its pipeline's CANCELLED is transient (it gives
+// the task back, handed_back_tasks), and a failed_tasks report of it is refused naming the
+// task, the job going on. So no task failure can read as a release either.
+TEST_F(ConsumerReleaseTest, AWorkersCancelledReportIsRefusedAndFailsNothing) {
+  const int64_t job = MakeJob();
+  proto::WorkerHeartbeatRequest req;
+  req.set_wire_version(proto::WIRE_VERSION_1);
+  req.set_worker_address(kWorker);
+  req.add_active_task_ids(task_of_[job]);
+  proto::TaskFailure* f = req.add_failed_tasks();
+  f->set_task_id(task_of_[job]);
+  f->set_code(static_cast<int>(absl::StatusCode::kCancelled));
+  f->set_message("read cancelled");
+  proto::WorkerHeartbeatResponse resp;
+  const absl::Status s = coordinator_->WorkerHeartbeat(req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("failed_tasks: task ", task_of_[job])));
+  EXPECT_FALSE(StatusOf(job).finished());
+  EXPECT_TRUE(Heartbeat(job).ok());
+}
+
+// The job's end and its reason are journaled together: after a restart (the journal replayed,
+// then again from a snapshot of the state) the released job is still released and the one
+// that failed with CANCELLED still failed.
+TEST_F(ConsumerReleaseTest, ReleasedAndFailedStaySoAfterARestartAndInASnapshot) {
+  const int64_t failing = MakeJob();
+  const int64_t released = MakeReleasedJob();
+  AppendAndRestart({FailJob(failing, absl::CancelledError("cancelled"), false)});
+  Start();  // and once more
+  EXPECT_TRUE(StatusOf(released).released());
+  EXPECT_FALSE(StatusOf(failing).released());
+  EXPECT_THAT(StatusOf(failing).error(), StartsWith("CANCELLED: "));
+
+  const proto::StateSnapshot snapshot = coordinator_->Snapshot();
+  std::map<int64_t, bool> ends;  // the snapshot's job ends: job -> released
+  for (const proto::Update& u : snapshot.updates()) {
+    if (!u.has_fail_job()) continue;
+    EXPECT_TRUE(u.fail_job().has_released()) << u.DebugString();
+    ends[u.fail_job().job_id()] = u.fail_job().released();
+  }
+  EXPECT_EQ(ends, (std::map<int64_t, bool>{{failing, false}, {released, true}}));
+  CoordinatorState restored;
+  ASSERT_TRUE(restored.Restore(snapshot).ok());
+  EXPECT_TRUE(restored.FindJob(released)->released);
+  EXPECT_FALSE(restored.FindJob(failing)->released);
+  EXPECT_EQ(restored.FindJob(failing)->error.code(), absl::StatusCode::kCancelled);
+  // A coordinator whose journal is that snapshot.
+  AppendAndRestart({snapshot.updates().begin(), snapshot.updates().end()}, /*fresh=*/true);
+  EXPECT_TRUE(StatusOf(released).released());
+  EXPECT_FALSE(StatusOf(failing).released());
+}
+
+// A journal written before FailJobUpdate.released (last session's coordinator wrote none)
+// still loads: its release reads as released (every consumer of the job had released it, and
+// the code is CANCELLED: what the old release wrote and nothing else did), a CANCELLED failure
+// as failed, and so does a CANCELLED failure of a coordinated job one of whose two consumers
+// had released its place (not every consumer had).
+TEST_F(ConsumerReleaseTest, AJournalFromBeforeTheFieldReadsItsReleasesAsReleased) {
+  const int64_t failing = MakeJob();
+  const int64_t released = MakeReleasedJob();
+  const int64_t half = MakeJob("", 2);
+  absl::StatusOr<uint64_t> first = Heartbeat(half, 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(Release(half, 0, *first).ok());
+
+  // The same history as the old coordinator journaled it: no `released` on any job's end.
+  proto::StateSnapshot old = coordinator_->Snapshot();
+  int ends = 0;
+  for (proto::Update& u : *old.mutable_updates()) {
+    if (!u.has_fail_job()) continue;
+    u.mutable_fail_job()->clear_released();
+    ++ends;
+  }
+  ASSERT_EQ(ends, 1);
+  std::vector<proto::Update> journal(old.updates().begin(), old.updates().end());
+  journal.push_back(FailJob(failing, absl::CancelledError("cancelled"), std::nullopt));
+  journal.push_back(FailJob(half, absl::CancelledError("cancelled"), std::nullopt));
+  AppendAndRestart(journal, /*fresh=*/true);
+  ASSERT_NE(coordinator_, nullptr);
+  EXPECT_TRUE(StatusOf(released).released());
+  EXPECT_FALSE(StatusOf(failing).released());
+  EXPECT_TRUE(StatusOf(half).finished());
+  EXPECT_FALSE(StatusOf(half).released());
+  EXPECT_THAT(StatusOf(half).error(), StartsWith("CANCELLED: "));
+  // Its snapshot writes what it read, so that the next restart reads the same.
+  CoordinatorState restored;
+  ASSERT_TRUE(restored.Restore(coordinator_->Snapshot()).ok());
+  EXPECT_TRUE(restored.FindJob(released)->released);
+  EXPECT_FALSE(restored.FindJob(failing)->released);
+  EXPECT_FALSE(restored.FindJob(half)->released);
 }
 
 }  // namespace

@@ -204,7 +204,7 @@ constexpr int NumRangesFields() {
          (requires(T t) { t.fallback_reason; } ? 1 : 0);
 }
 // The members compared below.
-inline constexpr int kJobFields = 15 + NumRangesFields<CoordinatorState::Job>();
+inline constexpr int kJobFields = 16 + NumRangesFields<CoordinatorState::Job>();
 inline constexpr int kTaskFields = 12 + NumRangesFields<CoordinatorState::Task>();
 
 // Every field of every entity, the lookups and the id counters.
@@ -263,6 +263,7 @@ inline void ExpectSameState(const CoordinatorState& a, const CoordinatorState& b
     EXPECT_EQ(j.task_ids, o->task_ids) << "job " << id;
     EXPECT_EQ(j.finished, o->finished) << "job " << id;
     EXPECT_EQ(j.error, o->error) << "job " << id;
+    EXPECT_EQ(j.released, o->released) << "job " << id;
     EXPECT_EQ(j.trainer_ids, o->trainer_ids) << "job " << id;
     EXPECT_EQ(j.dropped_trainer_ids, o->dropped_trainer_ids) << "job " << id;
     EXPECT_EQ(j.released_consumers, o->released_consumers) << "job " << id;

@@ -10,7 +10,6 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -77,10 +76,11 @@ int64_t TasksFinished(const proto::JobStatus& job) {
   return n;
 }
 
-// The table's "finished" column: "released" for a job its consumers released (CANCELLED:
-// nobody reads it, no error), "failed" for another error, else yes / no.
+// The table's "finished" column: "released" for a job its consumers released (the
+// coordinator's JobStatus.released: nobody reads it, no failure), "failed" for any other
+// error, whatever its code, else yes / no.
 std::string FinishedText(const proto::JobStatus& j) {
-  if (absl::StartsWith(j.error(), "CANCELLED")) return "released";
+  if (j.released()) return "released";
   if (!j.error().empty()) return "failed";
   return j.finished() ? "yes" : "no";
 }
@@ -184,7 +184,8 @@ std::string StatusTable(const std::string& coordinator, const proto::GetStatusRe
   out += FormatTable(jobs);
   out += ScalingText(r);
   out += TrainersTable(r);
-  // Failed jobs: the error their consumers get (docs/SERVICE.md, "Failure policy").
+  // Jobs ended before their data, failed or released: the error their consumers get
+  // (docs/SERVICE.md, "Failure policy").
   for (const proto::JobStatus& j : r.jobs()) {
     if (!j.error().empty()) absl::StrAppend(&out, "\njob ", j.job_id(), ": ", j.error(), "\n");
   }
@@ -232,6 +233,7 @@ std::string StatusJson(const proto::GetStatusResponse& r) {
         {"bytes_delivered", JsonValue::Integer(j.bytes_delivered())},
         {"steps_produced", JsonValue::Integer(j.steps_produced())},
         {"finished", JsonValue::Bool(j.finished())},
+        {"released", JsonValue::Bool(j.released())},
     };
     if (!j.error().empty()) fields.emplace_back("error", JsonValue::String(j.error()));
     if (j.has_load()) {
