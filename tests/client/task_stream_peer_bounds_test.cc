@@ -506,23 +506,34 @@ TEST(TaskStreamPeerBoundsTest, ATrainerWaitingOnItsPipelineSendsNoRaiseWhileTheC
 }
 
 TEST(TaskStreamPeerBoundsTest, AStepLargerThanAnyBeforeComesOnceTheCoveredWaitHasPassed) {
-  // Step 0 has one int64 (72 credit bytes); step 1 has 200, more than the whole window:
-  // the worker sends it only once the consumer raises its credit (any grant, here). A worker
-  // that saw no grant within kStuck ends the task without it (the test then fails, bounded).
+  // Step 0 has one int64 (72 credit bytes); step 1 has 200 (1664), more than the whole window
+  // (1023 bytes): as a real worker, this one sends it only once its credit reaches the window
+  // + 1 (CreditForAnyStep of the window_bytes the request names), which only a raise gives. A
+  // worker whose credit does not get there within kStuck ends the task without it (the test
+  // then fails, bounded).
   Servers servers([](int64_t, grpc::ServerContext*, Stream* stream) {
+    constexpr int64_t kWindow = 1023;
     stream->Write(Frame(0, 1, /*end_of_task=*/false, /*elements=*/1));
-    absl::Notification granted;
+    absl::Mutex mu;
+    int64_t credit = kWindow - 72;  // the initial credit (the window), less step 0
     std::thread reader([&] {
       grpc::ByteBuffer bb;
       proto::ConsumerMessage m;
       while (stream->Read(&bb)) {
-        if (!granted.HasBeenNotified() && DecodeConsumerMessage(bb, &m).ok() &&
-            m.has_credit() && m.credit().bytes() > 0) {
-          granted.Notify();
+        if (DecodeConsumerMessage(bb, &m).ok() && m.has_credit()) {
+          absl::MutexLock lock(&mu);
+          credit += m.credit().bytes();
         }
       }
     });
-    if (granted.WaitForNotificationWithTimeout(kStuck)) {
+    bool raised = false;
+    {
+      absl::MutexLock lock(&mu);
+      raised = mu.AwaitWithTimeout(absl::Condition(
+                                       +[](int64_t* c) { return *c >= kWindow + 1; }, &credit),
+                                   kStuck);
+    }
+    if (raised) {
       stream->Write(Frame(1, 2, /*end_of_task=*/true, /*elements=*/200));
     } else {
       stream->Write(Frame(1, 1, /*end_of_task=*/true));
