@@ -9,7 +9,7 @@
 //                            [--build_steps=1] [--prefetch=1] [--bulk=1] [--only_bulk=0]
 //                            [--worker_buffer=0] [--bulk_max_frame=0] [--read=0]
 //                            [--bulk_cc=] [--tcp_cc=] [--tcp_as_bulk=0] [--tcp_away_us=0]
-//                            [--bulk_inband=1]
+//                            [--bulk_inband=1] [--raise_after_us=-1] [--raise_covered_us=-1]
 //
 // Per size: steps of `replicas` pieces of `size` bytes each, three ways, interleaved:
 //  - "raw": a hand-written consumer of the StreamSteps call that decodes each frame and grants
@@ -38,6 +38,11 @@
 // frame header yet; with in-band headers rx waits in the socket instead, counted as blocked)
 // and blocked (in the socket: a full send buffer, an empty receive buffer; or runnable,
 // waiting for a core).
+// With --only_bulk=1 each size also prints (stderr) the context switches per bulk frame by
+// thread name (/proc/self/task, and the bulk threads' own counts when they end), and the bulk
+// row the credit messages per frame (CreditGrants and, of them, raises).
+// --raise_after_us=N / --raise_covered_us=N: the client's raise_credit_after and
+// raise_credit_after_covered (client/service_step_source.h; -1: the defaults).
 // --bulk_inband=0: the consumers keep the frames' headers on gRPC (the protocol before in-band
 // headers, core/rpc/bulk_channel.h), to compare the two in one binary.
 // --bulk_cc=NAME / --tcp_cc=NAME: the TCP congestion control of the bulk sockets (the
@@ -92,6 +97,7 @@
 //    kernel copies, no step built, no framing. So its bytes/s is a ceiling for a socket, and
 //    shm/TCP compares a path that builds every step with one that builds none.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
@@ -215,7 +221,57 @@ struct Result {
   // for a core).
   double tx_idle_seconds = 0, tx_blocked_seconds = 0;
   double rx_idle_seconds = 0, rx_blocked_seconds = 0;
+  // The production client's CreditGrant messages (quarter-window grants and raises), and the
+  // context switches (voluntary and not) by thread name: the threads alive at the end of the
+  // run (counted from the start, or from their creation), "sluice-bulk-tx" and
+  // "sluice-bulk-rx" (the bulk threads, which end with their stream), and "(ended, other)":
+  // the rest of the process's, threads that ended during the run.
+  int64_t grants = 0;
+  int64_t raises = 0;  // of which raises (a grant to window + 1)
+  std::map<std::string, int64_t> thread_switches;
 };
+
+// Each thread of this process now: its id, name (trailing digits dropped, so that a pool's
+// threads count as one; "(unnamed)" for those other than the main thread that kept the
+// process's name) and context switches so far (/proc/self/task/*/status, voluntary and
+// not).
+std::map<int64_t, std::pair<std::string, int64_t>> ThreadSwitches() {
+  std::map<int64_t, std::pair<std::string, int64_t>> out;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    int64_t tid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &tid)) continue;
+    const std::string base = absl::StrCat("/proc/self/task/", e->d_name, "/");
+    std::string name, status;
+    if (FILE* f = std::fopen((base + "comm").c_str(), "r")) {
+      char buf[64] = {};
+      if (std::fgets(buf, sizeof(buf), f) != nullptr) name = buf;
+      std::fclose(f);
+    }
+    while (!name.empty() && (name.back() == '\n' || (name.back() >= '0' && name.back() <= '9'))) {
+      name.pop_back();
+    }
+    // Threads that did not name themselves carry the process's name: tell the main thread
+    // (the trainer's loop) from them.
+    if (tid != getpid() && name == "stream_bench") name = "(unnamed)";
+    int64_t switches = 0;
+    if (FILE* f = std::fopen((base + "status").c_str(), "r")) {
+      char line[256];
+      while (std::fgets(line, sizeof(line), f) != nullptr) {
+        long long v = 0;
+        if (std::sscanf(line, "voluntary_ctxt_switches: %lld", &v) == 1 ||
+            std::sscanf(line, "nonvoluntary_ctxt_switches: %lld", &v) == 1) {
+          switches += v;
+        }
+      }
+      std::fclose(f);
+    }
+    out[tid] = {name, switches};
+  }
+  closedir(dir);
+  return out;
+}
 
 // The CPU time of the calling thread.
 double ThreadCpuSeconds() {
@@ -234,7 +290,7 @@ std::atomic<int64_t> g_read_cpu_ns{0};
 // so that the steps its producer builds ahead are counted.
 class UsageMeter {
  public:
-  UsageMeter() : bulk_(ProcessBulkChannelCounts()) {
+  UsageMeter() : bulk_(ProcessBulkChannelCounts()), threads_(ThreadSwitches()) {
     Read(&cpu_, &faults_, &build_, &read_, &switches_);
   }
   void Stop(Result* r) const {
@@ -263,6 +319,18 @@ class UsageMeter {
     r->rx_idle_seconds = ns(bulk.receiver_idle_ns, bulk_.receiver_idle_ns);
     r->rx_blocked_seconds = ns(bulk.receiver_wall_ns, bulk_.receiver_wall_ns) -
                             r->rx_idle_seconds - r->rx_cpu_seconds;
+    int64_t counted = 0;
+    for (const auto& [tid, now] : ThreadSwitches()) {
+      auto then = threads_.find(tid);
+      const int64_t d = now.second - (then == threads_.end() ? 0 : then->second.second);
+      r->thread_switches[now.first] += d;
+      counted += d;
+    }
+    const int64_t tx = bulk.sender_switches - bulk_.sender_switches;
+    const int64_t rx = bulk.receiver_switches - bulk_.receiver_switches;
+    r->thread_switches["sluice-bulk-tx"] += tx;
+    r->thread_switches["sluice-bulk-rx"] += rx;
+    r->thread_switches["(ended, other)"] += r->context_switches - counted - tx - rx;
   }
 
  private:
@@ -278,6 +346,7 @@ class UsageMeter {
     *read = g_read_cpu_ns.load();
   }
   const BulkChannelCounts bulk_;
+  const std::map<int64_t, std::pair<std::string, int64_t>> threads_;
   double cpu_ = 0;
   int64_t faults_ = 0, build_ = 0, read_ = 0, switches_ = 0;
 };
@@ -346,6 +415,10 @@ bool g_tcp_as_bulk = false;
 // off, the protocol before in-band headers), to compare with in-band ones in one build.
 bool g_bulk_inband = true;
 int64_t g_tcp_away_us = 0;
+// --raise_after_us / --raise_covered_us: the client's raise_credit_after and
+// raise_credit_after_covered (-1: its defaults).
+int64_t g_raise_after_us = -1;
+int64_t g_raise_covered_us = -1;
 
 // --worker_buffer=N: the task's step buffer in bytes, how far the producer builds ahead of the
 // stream (0: the default, max(8 steps, 8 MiB)); smaller sends steps closer to their build.
@@ -414,6 +487,10 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
   o.shared_memory = shared_memory;
   o.bulk_data = bulk_data;
   o.bulk_inband_headers = g_bulk_inband;
+  if (g_raise_after_us >= 0) o.raise_credit_after = absl::Microseconds(g_raise_after_us);
+  if (g_raise_covered_us >= 0) {
+    o.raise_credit_after_covered = absl::Microseconds(g_raise_covered_us);
+  }
   o.receive_budget_bytes = budget;
   // --views=1: no allocator of our own, so tensors may be views of the received slices.
   if (!g_views) o.allocator = [pool](size_t bytes) { return pool->Get(bytes); };
@@ -424,6 +501,7 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
     std::fprintf(stderr, "client: %s\n", source.status().ToString().c_str());
     return r;
   }
+  ServiceStepSource* const service_source = source->get();  // flow stats, below
   DevicePrefetchOptions prefetch;
   prefetch.replicas.resize(static_cast<size_t>(replicas));  // CPU replicas: the host path
   prefetch.buffer_size = 2;
@@ -454,6 +532,9 @@ Result RunClient(OneTask* lookup, const std::string& address, size_t size, int64
     ++r.steps;
   }
   r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const ServiceStepSource::FlowStats flow = service_source->flow_stats();
+  r.grants = flow.credit_grants + flow.credit_raises;
+  r.raises = flow.credit_raises;
   wrapped->reset();
   usage.Stop(&r);
   lookup->Set(nullptr);
@@ -664,6 +745,11 @@ struct Column {
   std::vector<double> tx_per_gb, rx_per_gb;  // of which the bulk channel's threads
   std::vector<double> steps_per_frame;       // steps per frame on the bulk socket
   std::vector<double> switches_per_step;     // the process's context switches per step
+  std::vector<double> grants_per_frame;      // CreditGrant messages per bulk frame
+  std::vector<double> raises_per_frame;      // of which raises
+  // Context switches by thread name over every run, and the bulk frames of those runs.
+  std::map<std::string, int64_t> thread_switches;
+  int64_t frames = 0;
   // Off-CPU seconds per GB of the bulk threads: idle, and blocked (Result's fields).
   std::vector<double> tx_idle_per_gb, tx_blocked_per_gb, rx_idle_per_gb, rx_blocked_per_gb;
   void Add(const Result& r) {
@@ -681,6 +767,12 @@ struct Column {
                               static_cast<double>(std::max<int64_t>(r.bulk_frames, 1)));
     switches_per_step.push_back(static_cast<double>(r.context_switches) /
                                 static_cast<double>(std::max<int64_t>(r.steps, 1)));
+    grants_per_frame.push_back(static_cast<double>(r.grants) /
+                               static_cast<double>(std::max<int64_t>(r.bulk_frames, 1)));
+    raises_per_frame.push_back(static_cast<double>(r.raises) /
+                               static_cast<double>(std::max<int64_t>(r.bulk_frames, 1)));
+    for (const auto& [name, n] : r.thread_switches) thread_switches[name] += n;
+    frames += r.bulk_frames;
     tx_idle_per_gb.push_back(r.tx_idle_seconds / gb);
     tx_blocked_per_gb.push_back(r.tx_blocked_seconds / gb);
     rx_idle_per_gb.push_back(r.rx_idle_seconds / gb);
@@ -694,15 +786,32 @@ struct Column {
                  rx = Median(&Column::rx_per_gb);
     return absl::StrFormat(
         "build %.3f, tx %.3f, rx %.3f, rest %.3f; %.1f steps/frame, %.1f context switches/"
-        "frame; off CPU s/GB: tx idle %.3f blocked %.3f, rx idle %.3f blocked %.3f",
+        "frame, %.2f credit grants/frame (%.2f raises); off CPU s/GB: tx idle %.3f blocked %.3f, rx idle "
+        "%.3f blocked %.3f",
         build, tx, rx, Median(&Column::cpu_per_gb) - build - tx - rx,
         Median(&Column::steps_per_frame),
         Median(&Column::switches_per_step) * Median(&Column::steps_per_frame),
+        Median(&Column::grants_per_frame), Median(&Column::raises_per_frame),
         Median(&Column::tx_idle_per_gb),
         Median(&Column::tx_blocked_per_gb), Median(&Column::rx_idle_per_gb),
         Median(&Column::rx_blocked_per_gb));
   }
   double Median(std::vector<double> Column::*field) const { return sluice::Median(this->*field); }
+  // "name n, ..." context switches per bulk frame by thread, over every run, largest first
+  // (those under 0.05 a frame left out).
+  std::string SwitchesByThread() const {
+    std::vector<std::pair<double, std::string>> v;
+    const double f = static_cast<double>(std::max<int64_t>(frames, 1));
+    for (const auto& [name, n] : thread_switches) {
+      if (static_cast<double>(n) / f >= 0.05) v.push_back({static_cast<double>(n) / f, name});
+    }
+    std::sort(v.rbegin(), v.rend());
+    std::string out;
+    for (const auto& [per_frame, name] : v) {
+      absl::StrAppend(&out, out.empty() ? "" : ", ", name, " ", absl::StrFormat("%.2f", per_frame));
+    }
+    return out;
+  }
   // "CPU-s/GB (of which building)".
   std::string Cpu() const {
     if (gbs.empty()) return "-";
@@ -772,6 +881,11 @@ int Main(int argc, char** argv) {
   g_tcp_cc = Flag(argc, argv, "tcp_cc", "");
   g_tcp_as_bulk = Flag(argc, argv, "tcp_as_bulk", "0") != "0";
   g_bulk_inband = Flag(argc, argv, "bulk_inband", "1") != "0";
+  if (!absl::SimpleAtoi(Flag(argc, argv, "raise_after_us", "-1"), &g_raise_after_us) ||
+      !absl::SimpleAtoi(Flag(argc, argv, "raise_covered_us", "-1"), &g_raise_covered_us)) {
+    std::fprintf(stderr, "bad --raise_after_us or --raise_covered_us\n");
+    return 2;
+  }
   if (!absl::SimpleAtoi(Flag(argc, argv, "tcp_away_us", "0"), &g_tcp_away_us) ||
       g_tcp_away_us < 0 || g_tcp_away_us > 1000000) {
     std::fprintf(stderr, "bad --tcp_away_us (0 to 1000000)\n");
@@ -898,6 +1012,8 @@ int Main(int argc, char** argv) {
                   size, bg, bulk_column.Median(&Column::sps), t, 100.0 * bg / t,
                   bulk_column.Cpu().c_str(), tcp.Cpu().c_str(), bulk_column.Terms().c_str(),
                   bulk_column.Median(&Column::faults_per_gb), load);
+      std::fprintf(stderr, "%zu: context switches per bulk frame by thread: %s\n", size,
+                   bulk_column.SwitchesByThread().c_str());
       std::fflush(stdout);
       continue;
     }

@@ -78,7 +78,8 @@ absl::Status RangesRead::NextLocked(std::vector<Element>* replicas, bool* end_of
             options_.coordinator_address, ")"));
       }
     }
-    // Raises the task's credit once the caller has waited raise_credit_after for its step.
+    // Raises the task's credit once the caller has waited for its step long enough
+    // (TaskStreams::WaitForStepLocked: raise_credit_after, or raise_credit_after_covered).
     streams_->WaitForStepLocked(
         wanted != nullptr ? absl::MakeConstSpan(&wanted, 1) : absl::Span<TaskStream* const>(),
         called, options_.heartbeat_interval);

@@ -117,6 +117,11 @@ struct ServiceStepSourceOptions {
   // the first such step; longer: fewer raises (one CreditGrant each) when the caller outruns
   // its workers.
   absl::Duration raise_credit_after = absl::Milliseconds(1);
+  // While the credit of every stream the caller waits for covers the largest step received so
+  // far, the wait is most likely the pipeline's, not the credit's: the caller raises only after
+  // this long (or raise_credit_after, if longer), so that a trainer outrunning its pipeline
+  // sends no raise per frame; a step larger than any before still comes, that much later.
+  absl::Duration raise_credit_after_covered = absl::Milliseconds(100);
   // Where received frames are decoded into. Empty: one pool of reused host buffers shared by
   // all of this consumer's streams, keeping idle min(16 MiB, receive_budget_bytes / 4), or more
   // while the idle buffers and those out stay within receive_budget_bytes.

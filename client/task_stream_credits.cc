@@ -44,6 +44,7 @@ void TaskStreams::ReceivedLocked(TaskStream* task, int64_t cost) {
   task->raised = false;  // the raise is spent (or was not needed): back to the window
   if (cost > window_) large_steps_ = true;
   held_ += cost;
+  largest_step_ = std::max(largest_step_, cost);
   received_bytes_ += cost;
   ++steps_received_;
   SetOutstandingLocked(task, task->outstanding - cost);
@@ -92,8 +93,17 @@ void TaskStreams::WaitForStepLocked(absl::Span<TaskStream* const> wanted,
   const absl::Time now = absl::Now();
   absl::Time until = now + max_wait;  // InfiniteFuture for an infinite max_wait
   // Once steps larger than a window have come, the next one is likely too: raise at once.
-  const absl::Time raise_at =
-      large_steps_ ? waiting_since : waiting_since + options_.raise_credit_after;
+  // While every wanted stream's credit covers the largest step received so far, the wait is
+  // most likely the pipeline's, not the credit's: raise only after raise_credit_after_covered.
+  bool credit_may_hold_back = false;
+  for (const TaskStream* t : wanted) {
+    if (largest_step_ == 0 || t->outstanding < largest_step_) credit_may_hold_back = true;
+  }
+  const absl::Duration raise_after =
+      credit_may_hold_back ? options_.raise_credit_after
+                           : std::max(options_.raise_credit_after,
+                                      options_.raise_credit_after_covered);
+  const absl::Time raise_at = large_steps_ ? waiting_since : waiting_since + raise_after;
   if (now < raise_at) {
     until = std::min(until, raise_at);
   } else {

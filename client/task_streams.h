@@ -34,7 +34,13 @@
 // step since its raise and is back within its window (the caller took its step). So at most
 // one step larger than a window is held or on its way, whatever the number of streams:
 // held + outstanding <= budget, or at most budget - 1 + (step - window) while such a step is
-// held (docs/SERVICE.md, "Flow control").
+// held (docs/SERVICE.md, "Flow control"). A raise only helps a stream whose credit is below
+// the step its worker holds back; so while the credit of every stream the caller waits for
+// covers the largest step received so far, the caller waits
+// options.raise_credit_after_covered (or raise_credit_after if longer) before raising: a
+// trainer that merely outruns its pipeline sends no raise per frame (each one a CreditGrant
+// through gRPC's threads on both ends), and a step larger than any before still comes, that
+// much later, once.
 //
 // A call has at most one write in flight (the request, a grant, or the half-close). Independent
 // reads (options.independent) send a consumer_id on every call and acknowledge the steps
@@ -354,6 +360,9 @@ class TaskStreams {
   // A step larger than the window has arrived: callers raise without waiting
   // raise_credit_after first.
   bool large_steps_ ABSL_GUARDED_BY(mu_) = false;
+  // The largest step cost received so far, over all tasks (0: none yet). A caller waiting for
+  // streams whose credit all cover it raises after options_.raise_credit_after_covered.
+  int64_t largest_step_ ABSL_GUARDED_BY(mu_) = 0;
   // The open tasks, by task id. Shared: the monitor holds the tasks it is cancelling while the
   // caller may retire them.
   absl::flat_hash_map<int64_t, std::shared_ptr<TaskStream>> tasks_ ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -84,6 +85,8 @@ struct Counts {
   std::atomic<int64_t> receiver_wall_ns{0};
   std::atomic<int64_t> receiver_idle_ns{0};
   std::atomic<int64_t> inband_frames_received{0};
+  std::atomic<int64_t> sender_switches{0};
+  std::atomic<int64_t> receiver_switches{0};
 };
 Counts& ProcessCounts() {
   static Counts* const counts = new Counts;
@@ -98,18 +101,21 @@ int64_t ClockNs(clockid_t clock) {
 
 // A thread running `body`, named so that a profile tells it from gRPC's (a thread otherwise
 // inherits the name of the gRPC thread that made it); its CPU time and its lifetime are added
-// to `cpu_ns` and `wall_ns` when it ends. StartThread's error, naming `what`, when it cannot
-// start.
+// to `cpu_ns` and `wall_ns`, and its context switches (voluntary and not) to `switches`, when
+// it ends. StartThread's error, naming `what`, when it cannot start.
 absl::StatusOr<std::thread> NamedThread(const char* name, absl::string_view what,
                                         std::atomic<int64_t>* cpu_ns,
                                         std::atomic<int64_t>* wall_ns,
+                                        std::atomic<int64_t>* switches,
                                         std::function<void()> body) {
-  return StartThread(what, [name, cpu_ns, wall_ns, body = std::move(body)] {
+  return StartThread(what, [name, cpu_ns, wall_ns, switches, body = std::move(body)] {
     pthread_setname_np(pthread_self(), name);
     const int64_t start = ClockNs(CLOCK_MONOTONIC);
     body();
     cpu_ns->fetch_add(ClockNs(CLOCK_THREAD_CPUTIME_ID));
     wall_ns->fetch_add(ClockNs(CLOCK_MONOTONIC) - start);
+    rusage u{};
+    if (getrusage(RUSAGE_THREAD, &u) == 0) switches->fetch_add(u.ru_nvcsw + u.ru_nivcsw);
   });
 }
 
@@ -133,7 +139,8 @@ BulkChannelCounts ProcessBulkChannelCounts() {
           c.bytes_received.load(),  c.senders_alive.load(),   c.senders_stalled.load(),
           c.sender_cpu_ns.load(),   c.receiver_cpu_ns.load(), c.sender_wall_ns.load(),
           c.sender_idle_ns.load(),  c.receiver_wall_ns.load(), c.receiver_idle_ns.load(),
-          c.inband_frames_received.load()};
+          c.inband_frames_received.load(), c.sender_switches.load(),
+          c.receiver_switches.load()};
 }
 
 absl::Status CheckBulkCongestionControl(const std::string& name) {
@@ -401,7 +408,7 @@ absl::StatusOr<std::unique_ptr<BulkSender>> BulkSender::Create(
   ASSIGN_OR_RETURN(sender->thread_,
                    NamedThread("sluice-bulk-tx", absl::StrCat("the bulk sender of ", what),
                                &ProcessCounts().sender_cpu_ns, &ProcessCounts().sender_wall_ns,
-                               [raw] { raw->Loop(); }));
+                               &ProcessCounts().sender_switches, [raw] { raw->Loop(); }));
   return sender;
 }
 
@@ -759,7 +766,8 @@ absl::StatusOr<std::unique_ptr<BulkReceiveThread>> BulkReceiveThread::Create(
   ASSIGN_OR_RETURN(t->thread_,
                    NamedThread("sluice-bulk-rx", absl::StrCat("the bulk receiver of ", what),
                                &ProcessCounts().receiver_cpu_ns,
-                               &ProcessCounts().receiver_wall_ns, [raw] { raw->Loop(); }));
+                               &ProcessCounts().receiver_wall_ns,
+                               &ProcessCounts().receiver_switches, [raw] { raw->Loop(); }));
   return t;
 }
 

@@ -364,6 +364,10 @@ struct BulkChannelCounts {
   int64_t receiver_idle_ns = 0;
   // Frames whose headers came on the socket (BulkAccept.inband_headers), received so far.
   int64_t inband_frames_received = 0;
+  // Context switches (voluntary and not) of the senders' and receive threads that have ended
+  // (benchmarks: the wake-ups per frame of each end's data thread).
+  int64_t sender_switches = 0;
+  int64_t receiver_switches = 0;
 };
 BulkChannelCounts ProcessBulkChannelCounts();
 

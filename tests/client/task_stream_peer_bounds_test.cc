@@ -4,8 +4,9 @@
 // limit (derived from the receive budget) fails the task instead of being received; and a
 // worker whose connection goes silent (a partition: a loopback proxy that stops forwarding)
 // ends in a retry through keepalive instead of a hang; a task its worker stopped once the
-// consumer's retry deadline had passed ends in the job's error when the job failed. A fake
-// coordinator and fake workers in-process on loopback.
+// consumer's retry deadline had passed ends in the job's error when the job failed; and the
+// raise of a stream's credit is sent only when the credit may be what holds the worker back.
+// A fake coordinator and fake workers in-process on loopback.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -452,6 +453,112 @@ TEST(TaskStreamPeerBoundsTest, ATaskStoppedPastTheDeadlineBecauseItsJobFailedGiv
   EXPECT_EQ(read.status().code(), absl::StatusCode::kResourceExhausted) << read.status();
   EXPECT_TRUE(absl::StrContains(read.status().message(), job_error)) << read.status();
   EXPECT_EQ(calls.load(), 1);
+}
+
+// The raise (client/task_streams.h, "Steps larger than the window"): a trainer that waits for
+// its next step while its worker holds credit for a step as large as any it sent is waiting on
+// the pipeline, not on the credit, and sends no raise (a CreditGrant, each one waking gRPC's
+// threads on both ends, per frame in stream_bench); a step larger than any before, held back by
+// the worker, still comes once raise_credit_after_covered has passed.
+TEST(TaskStreamPeerBoundsTest, ATrainerWaitingOnItsPipelineSendsNoRaiseWhileTheCreditCovers) {
+  absl::Notification pipeline_ready;  // the worker's next step is built
+  Servers servers([&](int64_t, grpc::ServerContext*, Stream* stream) {
+    stream->Write(Frame(0, 1, /*end_of_task=*/false));
+    // The pipeline is slow: the consumer's credit (the whole window but one step) is not what
+    // holds the next step back.
+    if (!pipeline_ready.WaitForNotificationWithTimeout(kStuck)) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no step to send");
+    }
+    stream->Write(Frame(1, 2, /*end_of_task=*/true));
+    return DrainAndEnd(stream);
+  });
+  servers.StartCoordinator();
+  ServiceStepSourceOptions o =
+      Options(servers.coordinator_address(), ElementSpec(TensorSpec{DType::kInt64, Shape()}));
+  o.receive_budget_bytes = 1024;  // a window of 1023 bytes, 14 steps of 72
+  o.raise_credit_after = absl::Milliseconds(1);
+  o.raise_credit_after_covered = absl::InfiniteDuration();
+  auto source = ServiceStepSource::Create(o);
+  ASSERT_TRUE(source.ok()) << source.status();
+  std::vector<Element> replicas;
+  bool end = false;
+  ASSERT_TRUE((*source)->GetNextStep(&replicas, &end).ok());
+  ASSERT_FALSE(end);
+  // Waiting for step 0 (nothing received yet) may have raised; from now on the credit covers.
+  const int64_t raises_before = (*source)->flow_stats().credit_raises;
+
+  absl::Status next;
+  std::thread trainer([&] { next = (*source)->GetNextStep(&replicas, &end); });
+  // The trainer waits for step 1; a consumer that raised after raise_credit_after (1 ms) would
+  // have done so many times over by the end of this bounded wait.
+  const bool raised = (*source)->WaitForFlowStats(
+      [&](const ServiceStepSource::FlowStats& f) { return f.credit_raises > raises_before; },
+      absl::Milliseconds(300));
+  pipeline_ready.Notify();
+  trainer.join();
+  ASSERT_TRUE(next.ok()) << next;
+  ASSERT_FALSE(end);
+  EXPECT_EQ(*replicas.at(0).leaf().data<int64_t>(), 1);
+  EXPECT_FALSE(raised);
+  ASSERT_TRUE((*source)->GetNextStep(&replicas, &end).ok());
+  EXPECT_TRUE(end);
+  EXPECT_EQ((*source)->flow_stats().credit_raises, raises_before);
+}
+
+TEST(TaskStreamPeerBoundsTest, AStepLargerThanAnyBeforeComesOnceTheCoveredWaitHasPassed) {
+  // Step 0 has one int64 (72 credit bytes); step 1 has 200 (1664), more than the whole window
+  // (1023 bytes): as a real worker, this one sends it only once its credit reaches the window
+  // + 1 (CreditForAnyStep of the window_bytes the request names), which only a raise gives. A
+  // worker whose credit does not get there within kStuck ends the task without it (the test
+  // then fails, bounded).
+  Servers servers([](int64_t, grpc::ServerContext*, Stream* stream) {
+    constexpr int64_t kWindow = 1023;
+    stream->Write(Frame(0, 1, /*end_of_task=*/false, /*elements=*/1));
+    absl::Mutex mu;
+    int64_t credit = kWindow - 72;  // the initial credit (the window), less step 0
+    std::thread reader([&] {
+      grpc::ByteBuffer bb;
+      proto::ConsumerMessage m;
+      while (stream->Read(&bb)) {
+        if (DecodeConsumerMessage(bb, &m).ok() && m.has_credit()) {
+          absl::MutexLock lock(&mu);
+          credit += m.credit().bytes();
+        }
+      }
+    });
+    bool raised = false;
+    {
+      absl::MutexLock lock(&mu);
+      raised = mu.AwaitWithTimeout(absl::Condition(
+                                       +[](int64_t* c) { return *c >= kWindow + 1; }, &credit),
+                                   kStuck);
+    }
+    if (raised) {
+      stream->Write(Frame(1, 2, /*end_of_task=*/true, /*elements=*/200));
+    } else {
+      stream->Write(Frame(1, 1, /*end_of_task=*/true));
+    }
+    reader.join();  // until the consumer half-closes
+    return grpc::Status::OK;
+  });
+  servers.StartCoordinator();
+  ServiceStepSourceOptions o =
+      Options(servers.coordinator_address(), ElementSpec(TensorSpec{DType::kInt64, Shape({-1})}));
+  o.receive_budget_bytes = 1024;
+  o.raise_credit_after_covered = absl::Milliseconds(20);
+  auto source = ServiceStepSource::Create(o);
+  ASSERT_TRUE(source.ok()) << source.status();
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<Element> replicas;
+    bool end = false;
+    absl::Status s = (*source)->GetNextStep(&replicas, &end);
+    ASSERT_TRUE(s.ok()) << s;
+    if (end) break;
+    sizes.push_back(replicas.at(0).leaf().num_elements());
+  }
+  EXPECT_EQ(sizes, (std::vector<int64_t>{1, 200})) << "the step larger than any before";
+  EXPECT_GE((*source)->flow_stats().credit_raises, 1);
 }
 
 // Hostile SparseTensor / RaggedTensor components from a worker (issue 31): the job's spec says
