@@ -52,8 +52,9 @@ void SetBlocking(int fd, bool blocking) {
   fcntl(fd, F_SETFL, blocking ? (flags & ~O_NONBLOCK) : (flags | O_NONBLOCK));
 }
 
-// Large socket buffers: a frame of a few MiB moves in few wake-ups (what raw TCP benefits
-// from too; the kernel clamps to its limits).
+// No Nagle delay: a frame's last segment, or a small frame's only one, leaves at once. The
+// socket's buffers are the kernel's autotuned ones, as raw TCP's (setting SO_SNDBUF/SO_RCVBUF
+// would turn autotuning off).
 void TuneSocket(int fd) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
