@@ -4,14 +4,13 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/tensor/aligned_size.h"
 #include "core/tensor/host_memory.h"
 #include "core/util/aligned_memory.h"
 
 namespace sluice {
 namespace {
 
-class ChargedHostBuffer : public TensorBuffer {
+class ChargedHostBuffer final : public TensorBuffer {
  public:
   // `data` holds `charged` bytes from AllocateAligned, already charged; owned from here.
   ChargedHostBuffer(void* data, size_t bytes, size_t charged)
@@ -34,16 +33,12 @@ class ChargedHostBuffer : public TensorBuffer {
 
 }  // namespace
 
-size_t ChargedHostBytes(size_t bytes) {
-  const size_t rounded = AlignedSize(bytes);
-  return rounded == 0 ? TensorBuffer::kAlignment : rounded;
-}
-
 absl::StatusOr<std::shared_ptr<TensorBuffer>> TryAllocateChargedHostBuffer(
-    size_t bytes, HostFill fill, absl::string_view what, absl::string_view describe) {
+    size_t bytes, HostFill fill, absl::string_view what,
+    absl::FunctionRef<std::string()> describe) {
   const int64_t charged = static_cast<int64_t>(ChargedHostBytes(bytes));
   if (!ProcessMemoryBudget().TryCharge(charged)) {
-    return ProcessMemoryBudget().Refusal(charged, what, describe);
+    return ProcessMemoryBudget().Refusal(charged, what, describe());
   }
   return AllocateChargedHostBuffer(bytes, fill, what);
 }

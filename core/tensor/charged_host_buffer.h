@@ -12,28 +12,37 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/tensor/aligned_size.h"
 #include "sluice/tensor.h"
 
 namespace sluice {
 
 // What a host buffer of `bytes` is charged, and holds: `bytes` rounded up to the alignment, one
 // alignment unit for 0 bytes (so that a scalar costs what it holds). Requires
-// bytes <= SIZE_MAX - TensorBuffer::kAlignment (callers bound sizes far below).
-size_t ChargedHostBytes(size_t bytes);
+// bytes <= SIZE_MAX - TensorBuffer::kAlignment (callers bound sizes far below). Inline: once
+// per tensor allocated.
+inline size_t ChargedHostBytes(size_t bytes) {
+  const size_t rounded = AlignedSize(bytes);
+  return rounded == 0 ? TensorBuffer::kAlignment : rounded;
+}
 
 // Whether a new buffer's bytes (its padding included) are zeros or unspecified.
 enum class HostFill { kZeros, kUnspecified };
 
 // A buffer of `bytes`, its ChargedHostBytes(bytes) charged to ProcessMemoryBudget() until it
-// goes. RESOURCE_EXHAUSTED naming `what` and `describe` ("a tensor of shape ...") when the
+// goes. RESOURCE_EXHAUSTED naming `what` and describe() ("a tensor of shape ...") when the
 // charge would pass the process's limit (ProcessMemoryBudget().Refusal; nothing allocated), or
 // "<what>: the system refused N bytes of memory" when the system refuses the memory (the charge
-// given back).
+// given back). `describe` is called only for the refusal: a tensor's description costs more
+// than the allocation of a small one.
 absl::StatusOr<std::shared_ptr<TensorBuffer>> TryAllocateChargedHostBuffer(
-    size_t bytes, HostFill fill, absl::string_view what, absl::string_view describe);
+    size_t bytes, HostFill fill, absl::string_view what,
+    absl::FunctionRef<std::string()> describe);
 
 // As TryAllocateChargedHostBuffer for memory the caller has charged already (ForceCharge of
 // ChargedHostBytes(bytes)): only the system's refusal, with the charge given back.

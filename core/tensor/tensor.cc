@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "core/tensor/charged_host_buffer.h"
@@ -103,7 +104,8 @@ absl::StatusOr<std::shared_ptr<TensorBuffer>> TensorBuffer::TryAllocateHost(
                                           limit, " bytes (--max_element_bytes)"),
                              limit);
   }
-  return TryAllocateChargedHostBuffer(bytes, HostFill::kZeros, what, "a host buffer");
+  return TryAllocateChargedHostBuffer(bytes, HostFill::kZeros, what,
+                                      [] { return std::string("a host buffer"); });
 }
 
 std::shared_ptr<TensorBuffer> TensorBuffer::AllocateHost(size_t bytes) {
@@ -141,8 +143,9 @@ absl::StatusOr<Tensor> Tensor::TryAllocate(DType dtype, const Shape& shape,
     return absl::ResourceExhaustedError(
         absl::StrCat(what, ": ", DescribeTensor(dtype, shape), " needs more than 2^63 bytes"));
   }
-  absl::StatusOr<std::shared_ptr<TensorBuffer>> buffer = TryAllocateChargedHostBuffer(
-      static_cast<size_t>(*bytes), HostFill::kZeros, what, DescribeTensor(dtype, shape));
+  absl::StatusOr<std::shared_ptr<TensorBuffer>> buffer =
+      TryAllocateChargedHostBuffer(static_cast<size_t>(*bytes), HostFill::kZeros, what,
+                                   [&] { return DescribeTensor(dtype, shape); });
   if (!buffer.ok()) return buffer.status();
   t.buffer_ = *std::move(buffer);
   return t;

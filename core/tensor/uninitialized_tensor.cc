@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "core/tensor/charged_host_buffer.h"
@@ -43,7 +44,8 @@ absl::StatusOr<std::shared_ptr<TensorBuffer>> TryAllocateUninitializedBuffer(
     return absl::ResourceExhaustedError(
         absl::StrCat(what, ": ", describe, " needs more than 2^63 bytes"));
   }
-  return TryAllocateChargedHostBuffer(bytes, HostFill::kUnspecified, what, describe);
+  return TryAllocateChargedHostBuffer(bytes, HostFill::kUnspecified, what,
+                                      [describe] { return std::string(describe); });
 }
 
 }  // namespace sluice
