@@ -12,6 +12,12 @@
 namespace sluice {
 namespace {
 
+// A request waits at most 5 s for the server on loopback.
+void SetTimeouts(httplib::Client& client) {
+  client.set_connection_timeout(5);
+  client.set_read_timeout(5);
+}
+
 TEST(MetricsHttpServerTest, ServesMetricsAndHealthOnAPickedPort) {
   MetricsRegistry registry;
   CounterFamily* c = registry.Counter("sluice_test_total", "A test counter.", {"k"});
@@ -21,8 +27,7 @@ TEST(MetricsHttpServerTest, ServesMetricsAndHealthOnAPickedPort) {
   ASSERT_GT((*server)->port(), 0);
 
   httplib::Client client("127.0.0.1", (*server)->port());
-  client.set_connection_timeout(5);
-  client.set_read_timeout(5);
+  SetTimeouts(client);
   auto first = client.Get("/metrics");
   ASSERT_TRUE(first) << httplib::to_string(first.error());
   EXPECT_EQ(first->status, 200);
@@ -82,8 +87,7 @@ TEST(MetricsHttpServerTest, ConnectionThreadsThatCannotStartFailTheStart) {
   auto server = MetricsHttpServer::Start({.port = 0});
   ASSERT_TRUE(server.ok()) << server.status();
   httplib::Client client("127.0.0.1", (*server)->port());
-  client.set_connection_timeout(5);
-  client.set_read_timeout(5);
+  SetTimeouts(client);
   auto health = client.Get("/healthz");
   ASSERT_TRUE(health) << httplib::to_string(health.error());
   EXPECT_EQ(health->status, 200);
