@@ -390,13 +390,16 @@ int RunScalingDecisionBench() {
   options.scaling.max_workers = num_workers;
   options.max_jobs_per_identity = 0;
   options.log = [](absl::string_view) {};
-  sluice::Coordinator coordinator(options);
   auto check = [](const absl::Status& s, const char* what) {
     if (!s.ok()) {
       std::cerr << "coordinator_bench --scaling_decision: " << what << ": " << s << "\n";
       std::exit(1);
     }
   };
+  absl::StatusOr<std::unique_ptr<sluice::Coordinator>> created =
+      sluice::Coordinator::Create(options);
+  check(created.status(), "Create");
+  sluice::Coordinator& coordinator = **created;
   // Workers (one registration heartbeat each), then the jobs: OFF sharding, tasks spread over
   // the workers.
   std::vector<sluice::proto::WorkerHeartbeatRequest> workers(num_workers);

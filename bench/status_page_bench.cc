@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -46,7 +47,13 @@ int main(int argc, char** argv) {
   options.worker_timeout = absl::Hours(1);
   options.max_jobs_per_identity = 0;
   options.max_status_page_size = 1 << 30;  // so that one call can still answer everything
-  sluice::Coordinator c(options);
+  absl::StatusOr<std::unique_ptr<sluice::Coordinator>> created =
+      sluice::Coordinator::Create(options);
+  if (!created.ok()) {
+    std::fprintf(stderr, "Create: %s\n", created.status().ToString().c_str());
+    return 1;
+  }
+  sluice::Coordinator& c = **created;
   for (int w = 0; w < workers; ++w) {
     sluice::proto::WorkerHeartbeatRequest req;
     req.set_wire_version(sluice::proto::WIRE_VERSION_1);

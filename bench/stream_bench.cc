@@ -897,12 +897,17 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  GrpcWorkerService service(&lookup, service_options);
+  absl::StatusOr<std::unique_ptr<GrpcWorkerService>> service =
+      GrpcWorkerService::Create(&lookup, service_options);
+  if (!service.ok()) {
+    std::fprintf(stderr, "%s\n", service.status().ToString().c_str());
+    return 1;
+  }
   StubCoordinator coordinator;
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
+  builder.RegisterService(service->get());
   builder.RegisterService(&coordinator);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 8 << 20);
   if (tx_zerocopy) {

@@ -38,11 +38,12 @@ uint64_t RandomIncarnation() {
 
 }  // namespace
 
-Coordinator::Coordinator(CoordinatorOptions options)
+Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<ThreadPool> replanner)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
       versions_(RandomIncarnation()),
-      watchers_(static_cast<size_t>(std::max<int64_t>(options_.max_assignment_watches, 1))) {}
+      watchers_(static_cast<size_t>(std::max<int64_t>(options_.max_assignment_watches, 1))),
+      replanner_(std::move(replanner)) {}
 
 namespace {
 // The lines of the DurableLock this thread holds (Coordinator::Log), if any.
@@ -67,7 +68,9 @@ void Coordinator::EmitLog(absl::string_view line) const {
 
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions options) {
-  auto c = std::make_unique<Coordinator>(std::move(options));
+  ASSIGN_OR_RETURN(std::unique_ptr<ThreadPool> replanner,
+                   ThreadPool::Create(1, "the coordinator's replanner"));
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(options), std::move(replanner)));
   if (c->options_.work_dir.empty()) return c;
   JournalOptions j;
   j.dir = c->options_.work_dir;

@@ -199,13 +199,13 @@ struct CoordinatorOptions {
 
 class Coordinator {
  public:
-  // Without work_dir: a coordinator with an empty state (options.work_dir is ignored here).
-  explicit Coordinator(CoordinatorOptions options = {});
-  // With options.work_dir, opens the journal there and replays it: the state it had when its
-  // last request was answered. DATA_LOSS naming the file and byte offset for a corrupt
-  // journal (a torn last record is dropped, with a log line); the file system's error
-  // otherwise. Without work_dir, the same as the constructor.
-  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options);
+  // Without work_dir: a coordinator with an empty state. With options.work_dir, opens the
+  // journal there and replays it: the state it had when its last request was answered.
+  // DATA_LOSS naming the file and byte offset for a corrupt journal (a torn last record is
+  // dropped, with a log line); the file system's error otherwise. RESOURCE_EXHAUSTED "cannot
+  // start a thread for the coordinator's replanner ..." when the system refuses its thread
+  // (core/util/start_thread.h).
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options = {});
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
   // Waits for a re-plan already running (without starting those still queued).
@@ -328,6 +328,9 @@ class Coordinator {
   proto::StateSnapshot Snapshot();
 
  private:
+  // Create's: an empty state, the journal not open yet; owns `replanner` (started).
+  Coordinator(CoordinatorOptions options, std::unique_ptr<ThreadPool> replanner);
+
   // Holds mu_ for a request. On destruction releases it, then waits until every journal record
   // written so far is durable (group commit: requests that wait together share one sync, and
   // none holds mu_ while the disk works), so that the answer never shows state a crash could
@@ -734,7 +737,7 @@ class Coordinator {
   std::optional<PendingSnapshot> pending_snapshot_ ABSL_GUARDED_BY(mu_);
   // The thread re-plans run on (RequestReplanLocked). Last: destroyed first, while everything
   // a running re-plan touches is still alive.
-  std::unique_ptr<ThreadPool> replanner_ = std::make_unique<ThreadPool>(1);
+  std::unique_ptr<ThreadPool> replanner_;
 };
 
 }  // namespace sluice

@@ -1,9 +1,11 @@
 #include "worker/grpc_worker_service.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/util/logging.h"
+#include "core/util/status_macros.h"
 #include "grpcpp/impl/codegen/server_callback_handlers.h"
 #include "grpcpp/impl/rpc_service_method.h"
 #include "grpcpp/support/server_callback.h"
@@ -31,12 +33,26 @@ absl::Status CheckBulkMaxFrameBytes(int64_t bytes, const WorkerServiceOptions& o
   return absl::OkStatus();
 }
 
-GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions options)
+absl::StatusOr<std::unique_ptr<GrpcWorkerService>> GrpcWorkerService::Create(
+    TaskLookup* tasks, WorkerServiceOptions options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ThreadPool> pump,
+                   ThreadPool::Create(PumpThreads(options.pump_threads),
+                                      "the worker service's pump pool"));
+  ASSIGN_OR_RETURN(std::unique_ptr<ThreadPool> open,
+                   ThreadPool::Create(std::max(options.open_threads, 1),
+                                      "the worker service's open pool"));
+  return std::unique_ptr<GrpcWorkerService>(
+      new GrpcWorkerService(tasks, options, std::move(pump), std::move(open)));
+}
+
+GrpcWorkerService::GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions options,
+                                     std::unique_ptr<ThreadPool> pump,
+                                     std::unique_ptr<ThreadPool> open)
     : tasks_(tasks),
       options_(options),
       auth_(options.token),
-      pump_(std::make_unique<ThreadPool>(PumpThreads(options.pump_threads))),
-      open_(std::make_unique<ThreadPool>(std::max(options.open_threads, 1))),
+      pump_(std::move(pump)),
+      open_(std::move(open)),
       replays_(std::make_shared<ReplaySlots>(options.max_concurrent_replays)),
       boot_id_(options.shared_memory ? HostBootId() : std::string()) {
   if (!boot_id_.empty()) {

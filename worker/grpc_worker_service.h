@@ -153,20 +153,26 @@ absl::Status CheckBulkMaxFrameBytes(int64_t bytes, const WorkerServiceOptions& o
 
 class GrpcWorkerService : public grpc::Service {
  public:
-  // `tasks` is borrowed and must outlive the service. The service must outlive the server
-  // serving it (shut the server down first: that ends every stream).
-  GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions options = {});
+  // The service with its pump and open pools started. `tasks` is borrowed and must outlive the
+  // service. The service must outlive the server serving it (shut the server down first: that
+  // ends every stream). RESOURCE_EXHAUSTED "cannot start a thread for the worker service's pump
+  // pool ..." (or open pool) when the system refuses a thread (core/util/start_thread.h).
+  static absl::StatusOr<std::unique_ptr<GrpcWorkerService>> Create(
+      TaskLookup* tasks, WorkerServiceOptions options = {});
   ~GrpcWorkerService() override;
 
   // The bulk data channel's port; 0 when it is off.
   int data_port() const;
 
  private:
+  GrpcWorkerService(TaskLookup* tasks, WorkerServiceOptions options,
+                    std::unique_ptr<ThreadPool> pump, std::unique_ptr<ThreadPool> open);
+
   TaskLookup* const tasks_;
   const WorkerServiceOptions options_;
   const TokenAuth auth_;
-  std::unique_ptr<ThreadPool> pump_;
-  std::unique_ptr<ThreadPool> open_;
+  const std::unique_ptr<ThreadPool> pump_;
+  const std::unique_ptr<ThreadPool> open_;
   const std::shared_ptr<ReplaySlots> replays_;
   // Hands segments to co-located consumers; null when shared memory is off or unavailable.
   std::unique_ptr<ShmFdServer> shm_fds_;

@@ -1,7 +1,6 @@
 #include "worker/task_runner_pool.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <utility>
 
@@ -17,20 +16,12 @@ int DefaultTaskRunnerThreads() { return std::max(2, NumCores()); }
 
 absl::StatusOr<std::unique_ptr<TaskRunnerPool>> TaskRunnerPool::Create(
     TaskRunnerPoolOptions options) {
-  std::unique_ptr<TaskRunnerPool> pool(new TaskRunnerPool(options, Unstarted{}));
+  std::unique_ptr<TaskRunnerPool> pool(new TaskRunnerPool(options));
   if (absl::Status s = pool->Start(); !s.ok()) return s;  // ~ joins what started
   return pool;
 }
 
 TaskRunnerPool::TaskRunnerPool(TaskRunnerPoolOptions options)
-    : TaskRunnerPool(options, Unstarted{}) {
-  if (absl::Status s = Start(); !s.ok()) {
-    LogEvent(LogLevel::kError, "worker", s.message());
-    std::abort();
-  }
-}
-
-TaskRunnerPool::TaskRunnerPool(TaskRunnerPoolOptions options, Unstarted)
     : threads_(options.threads > 0 ? options.threads : DefaultTaskRunnerThreads()),
       max_threads_(std::max(threads_, options.max_threads > 0 ? options.max_threads
                                                                : threads_ + 32)),

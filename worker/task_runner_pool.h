@@ -2,9 +2,9 @@
 // by every task of the process, so that a worker running 50 tasks does not start 50 producer
 // threads.
 //
-//   TaskRunnerPool pool({.threads = 4});
-//   pool.Schedule([&] { ProduceSomeSteps(); });            // soon, on a pool thread
-//   pool.ScheduleAt(absl::Now() + absl::Seconds(10), f);  // not before then
+//   ASSIGN_OR_RETURN(std::unique_ptr<TaskRunnerPool> pool, TaskRunnerPool::Create({.threads = 4}));
+//   pool->Schedule([&] { ProduceSomeSteps(); });            // soon, on a pool thread
+//   pool->ScheduleAt(absl::Now() + absl::Seconds(10), f);  // not before then
 //
 // A runner owns no thread: it runs as a job on this pool that produces steps for one slice (until
 // its StepBuffer is full, its task ends, or the slice's time is up) and then gives the thread
@@ -64,10 +64,8 @@ struct TaskRunnerPoolOptions {
 class TaskRunnerPool {
  public:
   // The pool with its `threads` threads and its monitor started; RESOURCE_EXHAUSTED naming
-  // the thread that could not start (those started are joined).
+  // the thread that could not start (those started are joined). The only way to make a pool.
   static absl::StatusOr<std::unique_ptr<TaskRunnerPool>> Create(TaskRunnerPoolOptions options);
-  // As Create, for tests: a thread that cannot start ends the process with that error logged.
-  explicit TaskRunnerPool(TaskRunnerPoolOptions options = {});
   // Runs the jobs already queued, drops pending timers, joins the threads. Destroy a pool only
   // after every runner that uses it.
   ~TaskRunnerPool();
@@ -93,8 +91,7 @@ class TaskRunnerPool {
     absl::Time job_started = absl::InfiniteFuture();  // InfiniteFuture: idle
   };
 
-  struct Unstarted {};
-  TaskRunnerPool(TaskRunnerPoolOptions options, Unstarted);
+  explicit TaskRunnerPool(TaskRunnerPoolOptions options);  // nothing started: Create starts
   absl::Status Start();
   void WorkerLoop(int64_t id);
   void MonitorLoop();

@@ -91,7 +91,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(WorkerServerOp
     options.executor.check_graph = std::move(admission);
   }
   std::unique_ptr<WorkerServer> w(new WorkerServer(std::move(options)));
-  w->service_ = std::make_unique<GrpcWorkerService>(w.get(), w->options_.service);
+  ASSIGN_OR_RETURN(w->service_, GrpcWorkerService::Create(w.get(), w->options_.service));
   grpc::ServerBuilder builder;
   const std::string bind = absl::StrCat(w->options_.host, ":", w->options_.port);
   RETURN_IF_ERROR(AddSecureListeningPort(w->options_.security, bind, &builder, &w->port_));
@@ -570,8 +570,10 @@ void WorkerServer::Stop() {
   if (watch_thread_.joinable()) watch_thread_.join();
   if (build_thread_.joinable()) build_thread_.join();  // after the build under way, if any
   for (auto& r : runners) r->Close();
-  server_->Shutdown(absl::ToChronoTime(absl::Now()));
-  server_->Wait();
+  if (server_ != nullptr) {  // null when Start failed before it built the server
+    server_->Shutdown(absl::ToChronoTime(absl::Now()));
+    server_->Wait();
+  }
   absl::MutexLock lock(&mu_);
   tasks_.clear();
 }

@@ -98,29 +98,19 @@ class ReadAheadStream : public InputStream {
     int64_t bytes_ = 0;
   };
 
-  // A chunk's fetch thread, joined when the chunk goes.
-  class Fetcher {
-   public:
-    Fetcher() = default;
-    explicit Fetcher(std::thread thread) : thread_(std::move(thread)) {}
-    Fetcher(Fetcher&& o) noexcept = default;
-    Fetcher& operator=(Fetcher&& o) noexcept {
-      std::swap(thread_, o.thread_);
-      return *this;
-    }
-    ~Fetcher() {
-      if (thread_.joinable()) thread_.join();
-    }
-
-   private:
-    std::thread thread_;
-  };
-
+  // A chunk of the window, with the thread fetching it: joined when the chunk goes, before its
+  // members (the charge is given back after the fetch and the bytes are gone).
   struct Chunk {
-    Charge charge;  // declared first: given back after the bytes (and the fetch) are gone
+    Chunk() = default;
+    Chunk(Chunk&&) noexcept = default;  // leaves `o.fetcher` empty: nothing to join there
+    ~Chunk() {
+      if (fetcher.joinable()) fetcher.join();
+    }
+
+    Charge charge;  // declared first: given back after the bytes are gone
     uint64_t offset = 0;
     std::future<absl::StatusOr<std::string>> data;
-    Fetcher fetcher;  // joined before the charge is given back
+    std::thread fetcher;  // none when the chunk was refused
     bool ready = false;
     std::string bytes;
   };
@@ -156,7 +146,7 @@ class ReadAheadStream : public InputStream {
       absl::StatusOr<std::thread> thread =
           StartThread(absl::StrCat("the read-ahead of ", file_->name()), [fetch] { (*fetch)(); });
       if (thread.ok()) {
-        c.fetcher = Fetcher(*std::move(thread));
+        c.fetcher = *std::move(thread);
       } else {  // the error of the Read that reaches this chunk
         std::promise<absl::StatusOr<std::string>> refused;
         refused.set_value(thread.status());

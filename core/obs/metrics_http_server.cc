@@ -6,16 +6,39 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/util/start_thread.h"
+#include "core/util/status_macros.h"
+#include "core/util/thread_pool.h"
 #include "httplib.h"
 
 namespace sluice {
 
+namespace {
+
+// httplib's queue of accepted connections, on a Sluice ThreadPool that Start started: httplib's
+// own ThreadPool starts its threads inside listen, on the server's thread, where a thread the
+// system refuses (std::system_error) would end the process.
+class PoolTaskQueue : public httplib::TaskQueue {
+ public:
+  explicit PoolTaskQueue(std::unique_ptr<ThreadPool> pool) : pool_(std::move(pool)) {}
+  void enqueue(std::function<void()> fn) override { pool_->Schedule(std::move(fn)); }
+  // As httplib's pool: serves the connections already queued, then joins the threads. Called
+  // once, by the listening thread, when listen ends; nothing is enqueued after.
+  void shutdown() override { pool_.reset(); }
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+}  // namespace
+
 struct MetricsHttpServer::Impl {
   httplib::Server server;
+  std::unique_ptr<ThreadPool> connections;  // Start's; the listen's task queue takes it
 };
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
@@ -30,8 +53,11 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   s->impl_ = std::make_unique<Impl>();
   s->host_ = options.host;
   httplib::Server& server = s->impl_->server;
-  const size_t threads = static_cast<size_t>(std::max(options.threads, 1));
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  ASSIGN_OR_RETURN(s->impl_->connections,
+                   ThreadPool::Create(std::max(options.threads, 1),
+                                      "the metrics HTTP server's connections"));
+  Impl* impl = s->impl_.get();
+  server.new_task_queue = [impl] { return new PoolTaskQueue(std::move(impl->connections)); };
   // httplib's default also sets SO_REUSEPORT, which would let a second server bind the same
   // port and split the scrapes; SO_REUSEADDR alone keeps quick restarts working.
   server.set_socket_options([](socket_t sock) {
@@ -53,7 +79,6 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     return absl::UnavailableError(absl::StrCat("metrics HTTP server: cannot bind ", options.host,
                                                ":", options.port));
   }
-  Impl* impl = s->impl_.get();
   absl::StatusOr<std::thread> thread = StartThread(
       absl::StrCat("the metrics HTTP server on port ", s->port_),
       [impl] { impl->server.listen_after_bind(); });

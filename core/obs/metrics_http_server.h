@@ -36,7 +36,9 @@ struct MetricsHttpServerOptions {
 class MetricsHttpServer {
  public:
   // Binds and starts serving. UNAVAILABLE naming host:port when it cannot bind;
-  // INVALID_ARGUMENT for a port outside [0, 65535].
+  // INVALID_ARGUMENT for a port outside [0, 65535]; RESOURCE_EXHAUSTED "cannot start a thread
+  // for the metrics HTTP server's connections ..." (or its listener) when the system refuses
+  // a thread (core/util/start_thread.h).
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(MetricsHttpServerOptions options);
   ~MetricsHttpServer();  // Stop()
   MetricsHttpServer(const MetricsHttpServer&) = delete;

@@ -5,48 +5,16 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/tensor/aligned_size.h"
+#include "core/tensor/charged_host_buffer.h"
 #include "core/tensor/host_memory.h"
 #include "core/tensor/uninitialized_tensor.h"
-#include "core/util/aligned_memory.h"
 #include "core/util/status_macros.h"
 
 namespace sluice {
 namespace {
-
-// Bytes an aligned buffer of `bytes` really takes: rounded up to the alignment, at least one
-// unit (what is charged, so that a scalar costs what it holds).
-size_t RoundedBytes(size_t bytes) {
-  const size_t rounded = AlignedSize(bytes);
-  return rounded == 0 ? TensorBuffer::kAlignment : rounded;
-}
-
-// Zero-filled aligned host memory, charged to the process's budget until destroyed. The
-// allocation has been charged (or force-charged) by the caller.
-class AlignedHostBuffer : public TensorBuffer {
- public:
-  // `data` holds `charged` bytes from AllocateAligned; owned from here.
-  AlignedHostBuffer(void* data, size_t bytes, size_t charged)
-      : data_(data), size_(bytes), charged_(charged) {
-    std::memset(data_, 0, charged_);
-  }
-  ~AlignedHostBuffer() override {
-    FreeAligned(data_);
-    ProcessMemoryBudget().Release(static_cast<int64_t>(charged_));
-  }
-  AlignedHostBuffer(const AlignedHostBuffer&) = delete;
-  AlignedHostBuffer& operator=(const AlignedHostBuffer&) = delete;
-
-  void* data() override { return data_; }
-  size_t size() const override { return size_; }
-
- private:
-  void* const data_;
-  const size_t size_;
-  const size_t charged_;  // given back to ProcessMemoryBudget() on destruction
-};
 
 // A string tensor's storage and its charge, given back with it. Tensors hold the vector through
 // an aliasing shared_ptr, so sharing and use_count() are the storage's.
@@ -124,19 +92,6 @@ int64_t StringChars(std::span<const Tensor> parts) {
 // Row size (elements) of a tensor of `shape` along dimension 0.
 int64_t RowElements(const Shape& shape) { return shape.DropFirst().num_elements(); }
 
-// Charged, zero-filled memory for `bytes` already charged as `charged` (RoundedBytes(bytes));
-// RESOURCE_EXHAUSTED, with the charge given back, when the system refuses.
-absl::StatusOr<std::shared_ptr<TensorBuffer>> AllocateCharged(size_t bytes, size_t charged,
-                                                              absl::string_view what) {
-  void* data = AllocateAligned(TensorBuffer::kAlignment, charged);
-  if (data == nullptr) {
-    ProcessMemoryBudget().Release(static_cast<int64_t>(charged));
-    return absl::ResourceExhaustedError(
-        absl::StrCat(what, ": the system refused ", charged, " bytes of memory"));
-  }
-  return std::shared_ptr<TensorBuffer>(std::make_shared<AlignedHostBuffer>(data, bytes, charged));
-}
-
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<TensorBuffer>> TensorBuffer::TryAllocateHost(
@@ -149,22 +104,16 @@ absl::StatusOr<std::shared_ptr<TensorBuffer>> TensorBuffer::TryAllocateHost(
                                           limit, " bytes (--max_element_bytes)"),
                              limit);
   }
-  const size_t charged = RoundedBytes(bytes);
-  if (!ProcessMemoryBudget().TryCharge(static_cast<int64_t>(charged))) {
-    return ProcessMemoryBudget().Refusal(static_cast<int64_t>(charged), what, "a host buffer");
-  }
-  return AllocateCharged(bytes, charged, what);
+  return TryAllocateChargedHostBuffer(bytes, HostFill::kZeros, what,
+                                      [] { return std::string("a host buffer"); });
 }
 
 std::shared_ptr<TensorBuffer> TensorBuffer::AllocateHost(size_t bytes) {
-  const size_t charged = RoundedBytes(bytes);
-  ProcessMemoryBudget().ForceCharge(static_cast<int64_t>(charged));
-  void* data = AllocateAligned(kAlignment, charged);
-  if (data == nullptr) {
-    ProcessMemoryBudget().Release(static_cast<int64_t>(charged));
-    throw std::bad_alloc();
-  }
-  return std::make_shared<AlignedHostBuffer>(data, bytes, charged);
+  ProcessMemoryBudget().ForceCharge(static_cast<int64_t>(ChargedHostBytes(bytes)));
+  absl::StatusOr<std::shared_ptr<TensorBuffer>> buffer =
+      AllocateChargedHostBuffer(bytes, HostFill::kZeros, "a host buffer");
+  if (!buffer.ok()) throw std::bad_alloc();  // the charge is given back
+  return *std::move(buffer);
 }
 
 absl::StatusOr<Tensor> Tensor::TryAllocate(DType dtype, const Shape& shape,
@@ -189,17 +138,14 @@ absl::StatusOr<Tensor> Tensor::TryAllocate(DType dtype, const Shape& shape,
                              *bytes);
     return t;
   }
-  const size_t charged = RoundedBytes(static_cast<size_t>(*bytes));
+  const size_t charged = ChargedHostBytes(static_cast<size_t>(*bytes));
   if (static_cast<int64_t>(charged) < *bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat(what, ": ", DescribeTensor(dtype, shape), " needs more than 2^63 bytes"));
   }
-  if (!ProcessMemoryBudget().TryCharge(static_cast<int64_t>(charged))) {
-    return ProcessMemoryBudget().Refusal(static_cast<int64_t>(charged), what,
-                                         DescribeTensor(dtype, shape));
-  }
   absl::StatusOr<std::shared_ptr<TensorBuffer>> buffer =
-      AllocateCharged(static_cast<size_t>(*bytes), charged, what);
+      TryAllocateChargedHostBuffer(static_cast<size_t>(*bytes), HostFill::kZeros, what,
+                                   [&] { return DescribeTensor(dtype, shape); });
   if (!buffer.ok()) return buffer.status();
   t.buffer_ = *std::move(buffer);
   return t;

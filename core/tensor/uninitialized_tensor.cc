@@ -3,38 +3,12 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/tensor/aligned_size.h"
-#include "core/tensor/host_memory.h"
-#include "core/util/aligned_memory.h"
+#include "core/tensor/charged_host_buffer.h"
 
 namespace sluice {
-namespace {
-
-// Aligned host memory, not zero-filled, charged to the process's budget until destroyed.
-class UninitializedHostBuffer : public TensorBuffer {
- public:
-  // `data` holds `charged` bytes from AllocateAligned, already charged; owned from here.
-  UninitializedHostBuffer(void* data, size_t bytes, size_t charged)
-      : data_(data), size_(bytes), charged_(charged) {}
-  ~UninitializedHostBuffer() override {
-    FreeAligned(data_);
-    ProcessMemoryBudget().Release(static_cast<int64_t>(charged_));
-  }
-  UninitializedHostBuffer(const UninitializedHostBuffer&) = delete;
-  UninitializedHostBuffer& operator=(const UninitializedHostBuffer&) = delete;
-
-  void* data() override { return data_; }
-  size_t size() const override { return size_; }
-
- private:
-  void* const data_;
-  const size_t size_;
-  const size_t charged_;
-};
-
-}  // namespace
 
 absl::StatusOr<Tensor> TryAllocateUninitialized(DType dtype, const Shape& shape,
                                                 absl::string_view what) {
@@ -70,17 +44,8 @@ absl::StatusOr<std::shared_ptr<TensorBuffer>> TryAllocateUninitializedBuffer(
     return absl::ResourceExhaustedError(
         absl::StrCat(what, ": ", describe, " needs more than 2^63 bytes"));
   }
-  const size_t charged = bytes == 0 ? kAlign : AlignedSize(bytes);
-  if (!ProcessMemoryBudget().TryCharge(static_cast<int64_t>(charged))) {
-    return ProcessMemoryBudget().Refusal(static_cast<int64_t>(charged), what, describe);
-  }
-  void* data = AllocateAligned(kAlign, charged);
-  if (data == nullptr) {
-    ProcessMemoryBudget().Release(static_cast<int64_t>(charged));
-    return absl::ResourceExhaustedError(
-        absl::StrCat(what, ": the system refused ", charged, " bytes of memory"));
-  }
-  return std::make_shared<UninitializedHostBuffer>(data, bytes, charged);
+  return TryAllocateChargedHostBuffer(bytes, HostFill::kUnspecified, what,
+                                      [describe] { return std::string(describe); });
 }
 
 }  // namespace sluice

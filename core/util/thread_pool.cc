@@ -1,11 +1,9 @@
 #include "core/util/thread_pool.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/util/logging.h"
 #include "core/util/start_thread.h"
 
 namespace sluice {
@@ -15,13 +13,6 @@ absl::StatusOr<std::unique_ptr<ThreadPool>> ThreadPool::Create(int num_threads,
   std::unique_ptr<ThreadPool> pool(new ThreadPool());
   if (absl::Status s = pool->Start(num_threads, what); !s.ok()) return s;  // ~ joins the rest
   return pool;
-}
-
-ThreadPool::ThreadPool(int num_threads) {
-  if (absl::Status s = Start(num_threads, "a thread pool"); !s.ok()) {
-    LogEvent(LogLevel::kError, "process", s.message());
-    std::abort();
-  }
 }
 
 absl::Status ThreadPool::Start(int num_threads, absl::string_view what) {

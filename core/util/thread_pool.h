@@ -35,12 +35,10 @@ namespace sluice {
 class ThreadPool {
  public:
   // Requires num_threads >= 1. The threads start at once; RESOURCE_EXHAUSTED naming `what`
-  // when one cannot (core/util/start_thread.h; those started are joined).
+  // when one cannot (core/util/start_thread.h; those started are joined). The only way to make
+  // a pool: a server's pools start in its Create, which returns this error.
   static absl::StatusOr<std::unique_ptr<ThreadPool>> Create(int num_threads,
                                                             absl::string_view what);
-  // As Create, for a pool made once at process start-up, and tests: a thread that cannot start
-  // ends the process with that error logged.
-  explicit ThreadPool(int num_threads);
   // Runs every closure already scheduled, then joins the threads.
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

@@ -6,6 +6,10 @@
 #include <memory>
 #include <utility>
 
+#include "core/util/start_thread.h"
+#include "core/util/status_macros.h"
+#include "python/src/status_exception.h"
+
 namespace sluice::python {
 
 namespace {
@@ -29,11 +33,14 @@ bool RunInterruptibly(std::function<void()> fn, absl::Duration slice) {
     bool done ABSL_GUARDED_BY(mu) = false;
   };
   auto state = std::make_shared<State>();
-  std::thread([state, fn = std::move(fn)] {
-    fn();
-    absl::MutexLock lock(&state->mu);
-    state->done = true;
-  }).detach();
+  absl::StatusOr<std::thread> thread =
+      StartThread("an interruptible call", [state, fn = std::move(fn)] {
+        fn();
+        absl::MutexLock lock(&state->mu);
+        state->done = true;
+      });
+  if (!thread.ok()) ThrowStatus(thread.status());
+  thread->detach();
   WaitingScope waiting;
   for (;;) {
     bool done;
@@ -47,15 +54,21 @@ bool RunInterruptibly(std::function<void()> fn, absl::Duration slice) {
   }
 }
 
-InterruptibleWorker::InterruptibleWorker(absl::Duration slice)
-    : slice_(slice), thread_([this] { Loop(); }) {}
+absl::StatusOr<std::unique_ptr<InterruptibleWorker>> InterruptibleWorker::Create(
+    absl::Duration slice) {
+  std::unique_ptr<InterruptibleWorker> worker(new InterruptibleWorker(slice));
+  InterruptibleWorker* raw = worker.get();
+  ASSIGN_OR_RETURN(worker->thread_,
+                   StartThread("an interruptible call's worker", [raw] { raw->Loop(); }));
+  return worker;
+}
 
 InterruptibleWorker::~InterruptibleWorker() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  thread_.join();  // after the running call, if any, returns
+  if (thread_.joinable()) thread_.join();  // after the running call, if any, returns
 }
 
 void InterruptibleWorker::Submit(std::function<void()> fn) {

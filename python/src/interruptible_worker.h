@@ -12,9 +12,11 @@
 #define SLUICE_PYTHON_SRC_INTERRUPTIBLE_WORKER_H_
 
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -22,8 +24,11 @@ namespace sluice::python {
 
 class InterruptibleWorker {
  public:
-  // `slice`: how long each wait lasts before signals are checked.
-  explicit InterruptibleWorker(absl::Duration slice = absl::Milliseconds(50));
+  // The worker with its thread started; `slice`: how long each wait lasts before signals are
+  // checked. RESOURCE_EXHAUSTED "cannot start a thread for an interruptible call's worker ..."
+  // when the system refuses the thread (core/util/start_thread.h).
+  static absl::StatusOr<std::unique_ptr<InterruptibleWorker>> Create(
+      absl::Duration slice = absl::Milliseconds(50));
   ~InterruptibleWorker();
   InterruptibleWorker(const InterruptibleWorker&) = delete;
   InterruptibleWorker& operator=(const InterruptibleWorker&) = delete;
@@ -37,6 +42,7 @@ class InterruptibleWorker {
   bool Wait();
 
  private:
+  explicit InterruptibleWorker(absl::Duration slice) : slice_(slice) {}
   void Loop();
 
   const absl::Duration slice_;
@@ -46,13 +52,15 @@ class InterruptibleWorker {
   bool has_job_ ABSL_GUARDED_BY(mu_) = false;
   bool job_done_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  std::thread thread_;  // not joinable only when Create could not start it
 };
 
 // Runs `fn` on a detached thread and waits for it as InterruptibleWorker::Wait does: true when
 // it finished, false (Python error set) when a signal handler raised first. An interrupted
 // `fn` runs to its end on its own (it must own everything it uses: capture by value); for
-// calls that cannot be resumed, such as creating a service job. Requires the GIL.
+// calls that cannot be resumed, such as creating a service job. Requires the GIL. When the
+// system refuses the thread, `fn` does not run and the sluice.errors.ResourceExhaustedError of
+// "cannot start a thread for an interruptible call ..." is raised (pybind11::error_already_set).
 bool RunInterruptibly(std::function<void()> fn, absl::Duration slice = absl::Milliseconds(50));
 
 // How many Python threads are waiting in Wait() / RunInterruptibly right now (for tests that

@@ -95,7 +95,7 @@ PyDistributedIterator::StepOrEnd PyDistributedIterator::FetchLocked(bool padded)
     }
     return r;
   }
-  if (worker_ == nullptr) worker_ = std::make_unique<InterruptibleWorker>();
+  if (worker_ == nullptr) worker_ = ValueOrThrow(InterruptibleWorker::Create());
   if (in_flight_ == nullptr) {
     in_flight_ = std::make_shared<Call>();
     worker_->Submit([it = it_, call = in_flight_, padded] { call->result = Produce(*it, padded); });

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "core/util/start_thread.h"
 #include "python/src/interruptible_worker.h"
 #include "python/src/py_distributed_iterator.h"
 #include "python/src/py_registration.h"
@@ -149,6 +150,11 @@ void RegisterService(py::module_& m) {
       });
   m.def("_waiting_calls", &WaitingCalls,
         "Python threads waiting in an interruptible call right now (for tests).");
+  m.def(
+      "_test_fail_thread_starts",
+      [](int n, const std::string& what_contains) { TEST_FailThreadStarts(n, what_contains); },
+      "Tests: the next n thread starts whose name contains what_contains fail as if the system "
+      "refused them (core/util/start_thread.h); 0 clears.");
 
   m.def(
       "_resolve_cluster_config",

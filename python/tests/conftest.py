@@ -13,6 +13,23 @@ import dependencies  # noqa: E402
 import sluice_cluster  # noqa: E402
 
 
+class _ModuleNotBuilt(pytest.Module):
+    """A test file collected without importing it, because the sluice module it imports is not
+    built: it skips (fails under CI=true, dependencies.missing) saying what to build."""
+
+    def collect(self):
+        dependencies.missing(dependencies.sluice_module_missing())
+        return []
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    """Every test file imports sluice: without the built module, each is collected as
+    _ModuleNotBuilt instead of being imported (the default collector otherwise)."""
+    if dependencies.sluice_module_missing() is None:
+        return None
+    return _ModuleNotBuilt.from_parent(parent, path=module_path)
+
+
 @pytest.fixture
 def cluster():
     dependencies.require_binaries()

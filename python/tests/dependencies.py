@@ -2,13 +2,15 @@
 
 Outside CI a test whose dependency is missing skips, saying which one and how to get it. Under
 ``CI=true`` a dependency that scripts/test.sh installs or builds (Debian's python3-torch, the
-sluice-coordinator and sluice-worker binaries) fails the test instead: CI that cannot install it
+sluice module, the sluice-coordinator and sluice-worker binaries) fails the test instead: CI that cannot install it
 is broken, and a skip would look like a pass. Dependencies that scripts/test.sh cannot install
 (JAX and TensorFlow are not packaged in Debian 12) skip everywhere; call pytest.importorskip
 for those.
 """
 
 import importlib
+import importlib.machinery
+import importlib.util
 import os
 
 import pytest
@@ -47,3 +49,19 @@ def require_binaries():
         if not os.path.exists(os.path.join(sluice_cluster.BUILD_DIR, "bin", name)):
             missing("%s is not built in %s (cmake --build build --target sluice-coordinator "
                     "sluice-worker, or scripts/test.sh)" % (name, sluice_cluster.BUILD_DIR))
+
+
+def sluice_module_missing():
+    """Why ``import sluice`` would not give the built module, or None when it would. The build
+    folder has a sluice/ directory from configure time on, so an unbuilt module does not fail
+    to import: it imports as an empty namespace package, and each test would fail on a name it
+    lacks rather than say what is missing."""
+    spec = importlib.util.find_spec("sluice")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    if spec is not None and spec.origin is not None and any(
+            os.path.exists(os.path.join(folder, "_sluice" + suffix))
+            for folder in folders for suffix in importlib.machinery.EXTENSION_SUFFIXES):
+        return None
+    return ("the sluice Python module is not built (no sluice/__init__.py with its _sluice "
+            "extension in %s; cmake --build %s --target sluice_python, or scripts/test.sh)"
+            % (", ".join(folders) or "sys.path", sluice_cluster.BUILD_DIR))

@@ -205,6 +205,22 @@ def test_ctrl_c_interrupts_iter_of_a_service_dataset_waiting_for_the_coordinator
         assert [np.asarray(x).tolist() for x in dist] == [[0, 1], [2, 3], [4, 5], [6, 7]]
 
 
+def test_a_call_whose_thread_cannot_start_raises_resource_exhausted():
+    """distribute_from_service waits for its call on a thread of its own (so that Ctrl-C
+    interrupts the wait): when the system refuses that thread (RLIMIT_NPROC, memory), the call
+    raises ResourceExhaustedError naming it, and the interpreter goes on."""
+    strategy = sluice.MirroredStrategy(["CPU:0"])
+    ds = sluice.data.parse("range(8).batch(2)")
+    _sluice._test_fail_thread_starts(1, "an interruptible call")
+    try:
+        with pytest.raises(sluice.errors.ResourceExhaustedError,
+                           match="cannot start a thread for an interruptible call"):
+            sluice.distribute_from_service(strategy, ds, coordinator="127.0.0.1:1",
+                                           retry_deadline=0.1)
+    finally:
+        _sluice._test_fail_thread_starts(0, "")
+
+
 # --- Tensors, strategies, the package ---------------------------------------------------------
 
 def test_array_protocol_of_numpy_2():

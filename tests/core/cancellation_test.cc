@@ -174,7 +174,8 @@ TEST_F(CancellationTest, PrefetchReturnsWithoutWaitingForTheElementInProgress) {
   auto token = std::make_shared<CancellationToken>();
   auto input = std::make_unique<BlockingInput>();
   BlockingInput* blocking = input.get();
-  ThreadPool pool(1);
+  const std::unique_ptr<ThreadPool> started = ThreadPool::Create(1, "a test pool").value();
+  ThreadPool& pool = *started;
   {
     PrefetchIterator it(std::move(input), 2, "op 1 (prefetch)", &pool, token);
     {

@@ -250,7 +250,8 @@ TEST(SnapshotReadAheadTest, QueueStaysWithinItsUnitAndByteBounds) {
     ahead.Flush();
     return queued;
   };
-  ThreadPool pool(2);
+  const std::unique_ptr<ThreadPool> started = ThreadPool::Create(2, "a test pool").value();
+  ThreadPool& pool = *started;
   for (int parallelism : {1, 3}) {
     SnapshotReadAhead ahead(parallelism, 1 << 30, &pool);
     EXPECT_EQ(fill(ahead), 2 * parallelism * SnapshotReadAhead::kUnitRecords)
@@ -284,7 +285,7 @@ TEST(SnapshotReadAheadTest, ConsumerVerifiesWhatNoPoolThreadStarted) {
                                           Spec());
   ASSERT_TRUE(opened.ok()) << opened.status();
   std::shared_ptr<SnapshotChunkReader> reader = *std::move(opened);
-  auto pool = std::make_unique<ThreadPool>(1);
+  auto pool = ThreadPool::Create(1, "a test pool").value();
   absl::Notification release;
   // Generous: the loop below takes milliseconds; the wait only keeps a broken queue (one that
   // waits for the pool) from hanging the test forever, and then the test fails.

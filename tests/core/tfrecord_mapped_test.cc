@@ -371,7 +371,8 @@ TEST(TFRecordMappedTest, UnmapPoolUnmapsOnThePoolNotOnTheDroppingThread) {
   owner.reset();
   EXPECT_FALSE(record_test::MappingOf(path).has_value()) << "no pool: unmapped by the drop";
 
-  ThreadPool pool(1);
+  const std::unique_ptr<ThreadPool> started = ThreadPool::Create(1, "a test pool").value();
+  ThreadPool& pool = *started;
   absl::Notification busy_done;
   pool.Schedule([&busy_done] { busy_done.WaitForNotification(); });  // the pool runs nothing
   owner = view_of_first(&pool);

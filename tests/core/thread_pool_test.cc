@@ -19,7 +19,8 @@ namespace {
 TEST(ThreadPoolTest, RunsEveryClosureAndTheDestructorFinishesTheQueue) {
   std::atomic<int> ran{0};
   {
-    ThreadPool pool(3);
+    const std::unique_ptr<ThreadPool> started = ThreadPool::Create(3, "a test pool").value();
+    ThreadPool& pool = *started;
     EXPECT_EQ(pool.num_threads(), 3);
     for (int i = 0; i < 1000; ++i) pool.Schedule([&ran] { ran.fetch_add(1); });
   }
@@ -31,7 +32,8 @@ TEST(ThreadPoolTest, ClosuresRunConcurrently) {
   // inside second_ran.WaitForNotification() (woken, not yet returned) when this thread's wait
   // returns, and destroying second_ran then would race with it (found by TSan).
   absl::Notification first_started, second_ran;
-  ThreadPool pool(2);
+  const std::unique_ptr<ThreadPool> started = ThreadPool::Create(2, "a test pool").value();
+  ThreadPool& pool = *started;
   // The first closure waits for the second: with one thread this would never finish.
   pool.Schedule([&] {
     first_started.Notify();

@@ -4,12 +4,19 @@
 #include <fstream>
 #include <string>
 
+#include "core/util/start_thread.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "tests/observability/prometheus_text.h"
 
 namespace sluice {
 namespace {
+
+// A request waits at most 5 s for the server on loopback.
+void SetTimeouts(httplib::Client& client) {
+  client.set_connection_timeout(5);
+  client.set_read_timeout(5);
+}
 
 TEST(MetricsHttpServerTest, ServesMetricsAndHealthOnAPickedPort) {
   MetricsRegistry registry;
@@ -20,8 +27,7 @@ TEST(MetricsHttpServerTest, ServesMetricsAndHealthOnAPickedPort) {
   ASSERT_GT((*server)->port(), 0);
 
   httplib::Client client("127.0.0.1", (*server)->port());
-  client.set_connection_timeout(5);
-  client.set_read_timeout(5);
+  SetTimeouts(client);
   auto first = client.Get("/metrics");
   ASSERT_TRUE(first) << httplib::to_string(first.error());
   EXPECT_EQ(first->status, 200);
@@ -61,6 +67,30 @@ TEST(MetricsHttpServerTest, BusyPortIsUnavailableNamingIt) {
   EXPECT_NE(second.status().message().find(std::to_string((*first)->port())), std::string::npos);
   EXPECT_EQ(MetricsHttpServer::Start({.port = 70000}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Its connections' threads start in Start: one the system refuses fails the start naming them,
+// where httplib's own pool, started inside listen on the server's thread, would have ended the
+// process (std::system_error, uncaught). With every thread allowed, the same server serves.
+TEST(MetricsHttpServerTest, ConnectionThreadsThatCannotStartFailTheStart) {
+  const std::string what = "the metrics HTTP server's connections";
+  TEST_FailThreadStarts(1, what);
+  auto refused = MetricsHttpServer::Start({.port = 0});
+  EXPECT_EQ(TEST_ThreadStartsLeftToFail(), 0) << "nothing started a thread for " << what;
+  TEST_FailThreadStarts(0);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("cannot start a thread for " + what),
+            std::string::npos)
+      << refused.status();
+
+  auto server = MetricsHttpServer::Start({.port = 0});
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client("127.0.0.1", (*server)->port());
+  SetTimeouts(client);
+  auto health = client.Get("/healthz");
+  ASSERT_TRUE(health) << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
 }
 
 TEST(MetricsHttpServerTest, EndpointFlagsOffOrWithPortFile) {

@@ -104,7 +104,7 @@ class CoordinatorWatchTest : public ::testing::Test {
     o.clock = &clock_;
     o.log = [](absl::string_view) {};
     o.max_assignment_watch = absl::Seconds(30);
-    coordinator_ = std::make_unique<Coordinator>(o);
+    coordinator_ = Coordinator::Create(o).value();
   }
 
   proto::WorkerHeartbeatResponse Heartbeat(const std::string& address,

@@ -38,7 +38,7 @@ class BoundedStateTest : public ::testing::Test {
     o.log = [this](absl::string_view line) { log_.emplace_back(line); };
     return o;
   }
-  void Reset(CoordinatorOptions o) { coordinator_ = std::make_unique<Coordinator>(std::move(o)); }
+  void Reset(CoordinatorOptions o) { coordinator_ = Coordinator::Create(std::move(o)).value(); }
 
   proto::WorkerHeartbeatResponse Beat(const std::string& address, std::vector<int64_t> active,
                                       std::vector<int64_t> finished) {

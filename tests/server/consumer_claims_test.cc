@@ -80,7 +80,7 @@ class ConsumerReportsTest : public ::testing::Test {
     options.clock = &clock_;
     options.worker_timeout = absl::Hours(1);
     options.consumer_timeout = kExpiry;
-    return std::make_unique<Coordinator>(options);
+    return Coordinator::Create(options).value();
   }
 
   void Worker(const std::string& address) {

@@ -39,7 +39,7 @@ class CoordinatorScalingTest : public ::testing::Test {
     options.scaling.max_workers = 8;
     options.scaling.scale_in_cooldown = absl::Seconds(30);
     options.log = [](absl::string_view) {};
-    coordinator_ = std::make_unique<Coordinator>(options);
+    coordinator_ = Coordinator::Create(options).value();
   }
 
   void WorkerHeartbeat(const std::string& address, double cpu = 0, double task_rate = 0) {

@@ -29,7 +29,7 @@ class CoordinatorStallTest : public ::testing::Test {
     o.worker_timeout = absl::Seconds(10);
     o.liveness_interval = absl::Seconds(1);
     o.log = [this](absl::string_view line) { log_.emplace_back(line); };
-    coordinator_ = std::make_unique<Coordinator>(o);
+    coordinator_ = Coordinator::Create(o).value();
   }
 
   void Heartbeat(const std::string& address) {

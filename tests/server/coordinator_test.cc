@@ -42,7 +42,7 @@ class CoordinatorTest : public ::testing::Test {
     options.clock = &clock_;
     options.worker_timeout = absl::Seconds(10);
     options.log = [this](absl::string_view line) { log_.emplace_back(line); };
-    coordinator_ = std::make_unique<Coordinator>(options);
+    coordinator_ = Coordinator::Create(options).value();
   }
 
   std::string Register(const std::string& pipeline) {
@@ -564,7 +564,7 @@ TEST_F(CoordinatorTest, IndependentDynamicJobCanGiveLateWorkersTheirOwnTask) {
   options.clock = &clock_;
   options.log = [](absl::string_view) {};
   options.dynamic_tasks_for_new_workers = true;
-  coordinator_ = std::make_unique<Coordinator>(options);
+  coordinator_ = Coordinator::Create(options).value();
   const std::string ds = Register("range(100).batch(2)");
   Heartbeat("w1:1");
   proto::JobOptions o = Options(ds, proto::SHARDING_DYNAMIC);
@@ -599,7 +599,7 @@ TEST_F(CoordinatorTest, CoordinatedDynamicJobNeverGrowsButItsTasksMove) {
   options.clock = &clock_;
   options.log = [](absl::string_view) {};
   options.dynamic_tasks_for_new_workers = true;  // not for coordinated jobs
-  coordinator_ = std::make_unique<Coordinator>(options);
+  coordinator_ = Coordinator::Create(options).value();
   const std::string ds = Register("range(100).batch(2)");
   Heartbeat("w1:1");
   auto job = Job("", Options(ds, proto::SHARDING_DYNAMIC));
@@ -896,7 +896,7 @@ TEST_F(CoordinatorTest, ADeterministicTaskFailureFailsItsJobOnceWithTheError) {
 TEST_F(CoordinatorTest, QuarantineCanBeTurnedOff) {
   CoordinatorOptions options = coordinator_->options();
   options.max_task_worker_deaths = 0;
-  coordinator_ = std::make_unique<Coordinator>(options);
+  coordinator_ = Coordinator::Create(options).value();
   const std::string ds = Register("range(10).batch(2)");
   Heartbeat("w1:1");
   auto job = Job("", Options(ds, proto::SHARDING_OFF));
@@ -1052,7 +1052,7 @@ TEST_F(CoordinatorTest, ASlowPlanDoesNotDelayOtherRequests) {
     planning.Notify();
     release.WaitForNotification();
   };
-  coordinator_ = std::make_unique<Coordinator>(options);
+  coordinator_ = Coordinator::Create(options).value();
   slow_ds = Register("range(100).batch(2)");
   const std::string fast_ds = Register("range(10).batch(2)");
   Heartbeat("w1:1");
@@ -1083,7 +1083,7 @@ TEST_F(CoordinatorTest, ACallCancelledWhileItsJobPlansCreatesNothing) {
   options.before_planning = [&](absl::string_view) {
     if (plans.fetch_add(1) == 0) gave_up = true;  // the first caller gives up while it plans
   };
-  coordinator_ = std::make_unique<Coordinator>(options);
+  coordinator_ = Coordinator::Create(options).value();
   const std::string ds = Register("range(10).batch(2)");
   Heartbeat("w1:1");
   proto::GetOrCreateJobRequest req;
@@ -1116,7 +1116,7 @@ TEST_F(CoordinatorTest, ConcurrentRequestsForOneNamedJobMakeItOnce) {
     planning.Notify();
     release.WaitForNotification();
   };
-  coordinator_ = std::make_unique<Coordinator>(options);
+  coordinator_ = Coordinator::Create(options).value();
   const std::string ds = Register("range(10).batch(2)");
   Heartbeat("w1:1");
   absl::StatusOr<proto::GetOrCreateJobResponse> first;

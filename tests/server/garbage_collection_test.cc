@@ -38,7 +38,7 @@ class GarbageCollectionTest : public ::testing::Test {
     o.dead_worker_ttl = absl::Minutes(2);
     o.unused_dataset_ttl = absl::Minutes(1);  // the datasets go too (refcounted by their jobs)
     o.log = [](absl::string_view) {};
-    coordinator_ = std::make_unique<Coordinator>(o);
+    coordinator_ = Coordinator::Create(o).value();
   }
 
   // A worker's heartbeat reporting its tasks (with progress) as a real worker does.

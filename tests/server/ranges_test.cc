@@ -119,7 +119,7 @@ class RangesTest : public ::testing::Test {
     options.ranges_per_worker = ranges_per_worker;
     options.finished_job_ttl = ttl;
     options.log = [this](absl::string_view line) { log_.emplace_back(line); };
-    coordinator_ = std::make_unique<Coordinator>(options);
+    coordinator_ = Coordinator::Create(options).value();
   }
 
   std::string Register(const std::string& pipeline) {

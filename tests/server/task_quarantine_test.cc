@@ -29,7 +29,7 @@ using ::testing::Not;
 
 class TaskQuarantineTest : public ::testing::Test {
  protected:
-  TaskQuarantineTest() { coordinator_ = std::make_unique<Coordinator>(Options()); }
+  TaskQuarantineTest() { coordinator_ = Coordinator::Create(Options()).value(); }
 
   CoordinatorOptions Options() {
     CoordinatorOptions o;
@@ -330,7 +330,7 @@ TEST_F(TaskQuarantineTest, EvidenceSurvivesARestartAndRunsFromBeforeItDoNotCount
 TEST_F(TaskQuarantineTest, ZeroNeverQuarantines) {
   CoordinatorOptions o = Options();
   o.max_task_worker_deaths = 0;
-  coordinator_ = std::make_unique<Coordinator>(o);
+  coordinator_ = Coordinator::Create(o).value();
   Heartbeat("w1:1");
   const int64_t task = PoisonJob();
   for (int i = 1; i <= 5; ++i) {

@@ -109,7 +109,7 @@ class VersionedHeartbeatTest : public ::testing::Test {
 };
 
 TEST_F(VersionedHeartbeatTest, AClientGetsOnlyTheTasksThatChangedSinceItsVersion) {
-  Use(std::make_unique<Coordinator>(Options()));
+  Use(Coordinator::Create(Options()).value());
   Worker("w1:1");
   const std::string ds = Register("range(100).batch(10)");  // 10 steps
   proto::JobOptions o = Static(ds, 0);
@@ -153,7 +153,7 @@ TEST_F(VersionedHeartbeatTest, AClientGetsOnlyTheTasksThatChangedSinceItsVersion
 }
 
 TEST_F(VersionedHeartbeatTest, AMovedTaskIsTheOnlyOneInTheDelta) {
-  Use(std::make_unique<Coordinator>(Options()));
+  Use(Coordinator::Create(Options()).value());
   Worker("w1:1");
   Worker("w2:1");
   const int64_t job = Job("static", Static(Register("range(40).batch(2)"), 4));
@@ -176,7 +176,7 @@ TEST_F(VersionedHeartbeatTest, AMovedTaskIsTheOnlyOneInTheDelta) {
 }
 
 TEST_F(VersionedHeartbeatTest, AWorkerWithAnUnchangedAssignmentGetsNoTaskAgain) {
-  Use(std::make_unique<Coordinator>(Options()));
+  Use(Coordinator::Create(Options()).value());
   Worker("w1:1");
   const std::string ds = Register("range(40).batch(2)");
   Job("a", Static(ds, 1));

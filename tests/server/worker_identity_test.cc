@@ -35,7 +35,7 @@ class WorkerIdentityTest : public ::testing::Test {
     options.clock = &clock_;
     options.worker_timeout = absl::Seconds(10);
     options.log = [this](absl::string_view line) { log_.emplace_back(line); };
-    coordinator_ = std::make_unique<Coordinator>(options);
+    coordinator_ = Coordinator::Create(options).value();
   }
 
   std::string Register(const std::string& pipeline) {

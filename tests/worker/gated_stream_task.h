@@ -108,11 +108,12 @@ class GatedTask : public TaskLookup {
 // A GrpcWorkerService serving `tasks` (borrowed) on 127.0.0.1, port 0.
 class TestStreamServer {
  public:
-  TestStreamServer(TaskLookup* tasks, WorkerServiceOptions options) : service_(tasks, options) {
+  TestStreamServer(TaskLookup* tasks, WorkerServiceOptions options)
+      : service_(GrpcWorkerService::Create(tasks, options).value()) {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service_);
+    builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     address_ = absl::StrCat("127.0.0.1:", port);
   }
@@ -120,7 +121,7 @@ class TestStreamServer {
   const std::string& address() const { return address_; }
 
  private:
-  GrpcWorkerService service_;
+  const std::unique_ptr<GrpcWorkerService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };

@@ -133,11 +133,11 @@ std::unique_ptr<Call> OpenCall(grpc::Channel* channel, const grpc::internal::Rpc
 
 TEST(IdleStreamsTest, AThousandIdleStreamsUseAFixedSetOfThreads) {
   OneStepTask task;
-  GrpcWorkerService service(&task);
+  std::unique_ptr<GrpcWorkerService> service = GrpcWorkerService::Create(&task).value();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
+  builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(port, 0);
   const std::string address = absl::StrCat("127.0.0.1:", port);
@@ -197,7 +197,7 @@ TEST(IdleStreamsTest, ShutdownWithStreamsOpenEndsThem) {
   OneStepTask task;
   WorkerServiceOptions options;
   options.coalesce_wait = absl::Hours(1);
-  auto service = std::make_unique<GrpcWorkerService>(&task, options);
+  auto service = GrpcWorkerService::Create(&task, options).value();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);

@@ -4,9 +4,11 @@
 // one process: a task whose runner pool cannot start and a pipeline whose parallel map cannot
 // start the process's thread pool fail their job, and the next job reads every element; a
 // stream whose bulk sender cannot start ends with the error, and its consumer's next call
-// reads on, exactly once; a consumer's call whose bulk receiver cannot start stays on gRPC. (ctest runs each test in its own process: the process's pools are
-// not started yet when a test arms the seam.)
+// reads on, exactly once; a consumer's call whose bulk receiver cannot start stays on gRPC; a
+// worker whose service's pools cannot start does not start, and says why. (ctest runs each test
+// in its own process: the process's pools are not started yet when a test arms the seam.)
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -18,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "sluice/service.h"
 #include "tests/worker/in_process_cluster.h"
+#include "worker/worker_server.h"
 
 namespace sluice {
 namespace {
@@ -122,6 +125,30 @@ TEST(ServiceThreadStartTest, ACallWhoseBulkReceiverCannotStartStaysOnGrpc) {
   ExpectExactlyOnce({r.read}, kLarge);
   EXPECT_EQ(r.warnings, 1);  // "...; this call stays on gRPC"
   EXPECT_EQ(r.bulk_frames, 0);
+}
+
+// The service's pools start with the worker (the pump pool runs the streams' wake-ups, the open
+// pool opens them): a worker that cannot start one does not start, and WorkerServer::Start
+// returns RESOURCE_EXHAUSTED naming the pool (sluice-worker prints it and exits) rather than
+// ending the process that called it. With every thread allowed, the same options start.
+TEST(ServiceThreadStartTest, AWorkerWhoseServicePoolCannotStartFailsItsStart) {
+  WorkerServerOptions options;
+  options.coordinator_address = "127.0.0.1:1";  // not reached before the start fails
+  options.log = [](absl::string_view) {};
+  for (const std::string pool :
+       {"the worker service's pump pool", "the worker service's open pool"}) {
+    SCOPED_TRACE(pool);
+    TEST_FailThreadStarts(1, pool);
+    absl::StatusOr<std::unique_ptr<WorkerServer>> worker = WorkerServer::Start(options);
+    EXPECT_EQ(TEST_ThreadStartsLeftToFail(), 0) << "nothing started a thread for " << pool;
+    TEST_FailThreadStarts(0);
+    ASSERT_FALSE(worker.ok());
+    EXPECT_EQ(worker.status().code(), absl::StatusCode::kResourceExhausted) << worker.status();
+    EXPECT_TRUE(absl::StrContains(worker.status().message(), "cannot start a thread for " + pool))
+        << worker.status();
+  }
+  absl::StatusOr<std::unique_ptr<WorkerServer>> worker = WorkerServer::Start(options);
+  ASSERT_TRUE(worker.ok()) << worker.status();
 }
 
 }  // namespace

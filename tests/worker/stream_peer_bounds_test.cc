@@ -73,7 +73,7 @@ class Worker {
  public:
   explicit Worker(TaskLookup* tasks, WorkerServiceOptions options = {}) {
     options.coalesce_wait = absl::ZeroDuration();
-    service_ = std::make_unique<GrpcWorkerService>(tasks, options);
+    service_ = GrpcWorkerService::Create(tasks, options).value();
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);

@@ -87,7 +87,8 @@ absl::Status ReadAll(TaskRunner* runner, std::vector<int64_t>* values) {
 }
 
 TEST(TaskRunnerPoolTest, RunsJobsAndTimers) {
-  TaskRunnerPool pool({.threads = 2});
+  const std::unique_ptr<TaskRunnerPool> started = TaskRunnerPool::Create({.threads = 2}).value();
+  TaskRunnerPool& pool = *started;
   Latch job, past, later;
   pool.Schedule([&] { job.Open(); });
   pool.ScheduleAt(absl::InfinitePast(), [&] { past.Open(); });
@@ -99,7 +100,9 @@ TEST(TaskRunnerPoolTest, RunsJobsAndTimers) {
 }
 
 TEST(TaskRunnerPoolTest, AddsThreadsForBlockedJobsUpToItsBound) {
-  TaskRunnerPool pool({.threads = 1, .max_threads = 3, .blocked_after = absl::Milliseconds(1)});
+  const std::unique_ptr<TaskRunnerPool> started = TaskRunnerPool::Create(
+      {.threads = 1, .max_threads = 3, .blocked_after = absl::Milliseconds(1)}).value();
+  TaskRunnerPool& pool = *started;
   Latch release;
   Latch blocked_started[2];
   // Two jobs that block until released hold two threads; a third job still runs meanwhile, on
@@ -131,7 +134,9 @@ TEST(TaskRunnerPoolTest, AddsThreadsForBlockedJobsUpToItsBound) {
 }
 
 TEST(TaskRunnerPoolTest, ManyRunnersShareThePoolsThreads) {
-  TaskRunnerPool pool({.threads = 2, .max_threads = 2});
+  const std::unique_ptr<TaskRunnerPool> started = TaskRunnerPool::Create(
+      {.threads = 2, .max_threads = 2}).value();
+  TaskRunnerPool& pool = *started;
   constexpr int kRunners = 50;
   constexpr int64_t kSteps = 20;
   absl::Mutex mu;
@@ -169,7 +174,9 @@ TEST(TaskRunnerPoolTest, ManyRunnersShareThePoolsThreads) {
 TEST(TaskRunnerPoolTest, ABlockedRunnerDoesNotStarveTheOthers) {
   // One base thread: the blocked runner holds it, and the other runner goes on on a thread the
   // pool adds.
-  TaskRunnerPool pool({.threads = 1, .max_threads = 2, .blocked_after = absl::Milliseconds(1)});
+  const std::unique_ptr<TaskRunnerPool> started = TaskRunnerPool::Create(
+      {.threads = 1, .max_threads = 2, .blocked_after = absl::Milliseconds(1)}).value();
+  TaskRunnerPool& pool = *started;
   TaskRunnerOptions options;
   options.pool = &pool;
   Latch release;
@@ -199,7 +206,9 @@ TEST(TaskRunnerPoolTest, ABlockedRunnerDoesNotStarveTheOthers) {
 }
 
 TEST(TaskRunnerPoolTest, AFullRunnerClosesAtOnceAndProducesNoMore) {
-  TaskRunnerPool pool({.threads = 1, .max_threads = 1});
+  const std::unique_ptr<TaskRunnerPool> started = TaskRunnerPool::Create(
+      {.threads = 1, .max_threads = 1}).value();
+  TaskRunnerPool& pool = *started;
   TaskRunnerOptions options;
   options.pool = &pool;
   options.buffer_bytes = 8;  // one step
@@ -236,7 +245,9 @@ TEST(TaskRunnerPoolTest, AFullRunnerClosesAtOnceAndProducesNoMore) {
 // std::bad_alloc (memory the budget does not see) fails its task with RESOURCE_EXHAUSTED after
 // the steps it made; the worker process, and the next task on the same pool thread, go on.
 TEST(TaskRunnerPoolTest, AStepThatThrowsBadAllocFailsItsTaskNotTheProcess) {
-  TaskRunnerPool pool({.threads = 1, .max_threads = 1});
+  const std::unique_ptr<TaskRunnerPool> started = TaskRunnerPool::Create(
+      {.threads = 1, .max_threads = 1}).value();
+  TaskRunnerPool& pool = *started;
   TaskRunnerOptions options;
   options.pool = &pool;
   auto made = std::make_shared<int64_t>(0);
@@ -308,7 +319,9 @@ TEST(TaskRunnerPoolTest, NestedParallelPipelinesOnOneThreadDoNotDeadlock) {
   }
   ASSERT_EQ(want.size(), 120u);
 
-  TaskRunnerPool pool({.threads = 1, .max_threads = 1});
+  const std::unique_ptr<TaskRunnerPool> started = TaskRunnerPool::Create(
+      {.threads = 1, .max_threads = 1}).value();
+  TaskRunnerPool& pool = *started;
   TaskRunnerOptions options;
   options.pool = &pool;
   options.buffer_bytes = 64;  // about one step: runners fill up and are woken many times

@@ -1,5 +1,6 @@
 // The sluice-worker binary's own flags: plugins come only from --plugin, and a bad one stops the
-// worker before it serves anything; --bulk_max_frame_bytes is checked before serving.
+// worker before it serves anything; --bulk_max_frame_bytes is checked before serving; an
+// address it cannot bind stops it with an error.
 #include <csignal>
 #include <memory>
 #include <string>
@@ -40,6 +41,23 @@ TEST(WorkerMainTest, ExamplePluginLoadsAndTheWorkerStartsServing) {
   absl::StatusOr<SubprocessResult> r = (*worker)->Wait(absl::Seconds(60));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->exit_code, 0) << r->Describe();
+}
+
+// An address the worker cannot bind (203.0.113.1: TEST-NET-3, RFC 5737, no host's address) is
+// a start-up error naming it, exit code 1; the worker used to crash there (SIGSEGV, its start
+// undone with no server to shut down).
+TEST(WorkerMainTest, AnAddressItCannotBindIsAClearError) {
+  SubprocessOptions options;
+  options.timeout = absl::Seconds(60);
+  absl::StatusOr<SubprocessResult> r =
+      RunSubprocess({BuildPath("bin/sluice-worker"), "--coordinator=127.0.0.1:1",
+                     "--host=203.0.113.1", "--port=0"},
+                    options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 1) << r->Describe();
+  EXPECT_NE(r->stderr_text.find("UNAVAILABLE: WorkerServer: cannot bind 203.0.113.1:0"),
+            std::string::npos)
+      << r->stderr_text;
 }
 
 // --bulk_max_frame_bytes: a value outside [1 MiB (the frame size on gRPC), 1 GiB] stops the
